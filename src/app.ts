@@ -1,0 +1,152 @@
+// buildApp: registers plugins and routes, never listens (the process lives in main.ts).
+import { randomUUID } from 'node:crypto'
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import { Ajv, type Options as AjvOptions } from 'ajv'
+import addFormats from 'ajv-formats'
+import type { Config } from './config.js'
+import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode, type FieldError } from './errors.js'
+import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
+import type { Store } from './store/db.js'
+import { postgresLookups, type TenancyLookups } from './tenancy/lookups.js'
+
+export interface AppDeps {
+  config: Config
+  store: Store
+  /** Defaults to straight Postgres lookups; a cache can be passed in front of them. */
+  lookups?: TenancyLookups
+  /** A pino logger configuration or instance; false for none (tests). */
+  logger?: FastifyServerOptions['logger'] | false
+}
+
+/** Management bodies are small JSON documents; proxied bodies get their own limit. */
+export const MANAGEMENT_BODY_LIMIT = 64 * 1024
+
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** Keeps the client's X-Request-Id when it is a sane token, so logs can be joined across hops. */
+function requestId(req: { headers: Record<string, string | string[] | undefined> }): string {
+  const given = req.headers['x-request-id']
+  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
+}
+
+export const LOG_REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  '*.api_key',
+  '*.client_secret',
+]
+
+// Bodies are validated without coercion (a number is not a name); the query string and path
+// are text, so there numbers and booleans are coerced. Unknown fields are errors, never dropped.
+const BASE_AJV: AjvOptions = { allErrors: true, removeAdditional: false, useDefaults: true, strict: false }
+
+function makeAjv(coerceTypes: boolean): Ajv {
+  const ajv = new Ajv({ ...BASE_AJV, coerceTypes })
+  addFormats.default(ajv)
+  return ajv
+}
+
+interface AjvErrorLike {
+  instancePath: string
+  message?: string
+  keyword: string
+  params: Record<string, unknown>
+}
+
+function fieldErrors(context: string, errors: AjvErrorLike[]): FieldError[] {
+  return errors.map((e) => {
+    let path = `/${context}${e.instancePath}`
+    if (e.keyword === 'required') path += `/${String(e.params.missingProperty)}`
+    if (e.keyword === 'additionalProperties') {
+      return { path: `${path}/${String(e.params.additionalProperty)}`, message: 'is not a known field' }
+    }
+    return { path, message: e.message ?? 'is invalid' }
+  })
+}
+
+/** Fastify's own errors, by code, mapped onto the catalogue. */
+const FASTIFY_ERRORS: Record<string, ErrorCode> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+}
+
+function toApiError(err: FastifyError): ApiError | null {
+  if (err instanceof ApiError) return err
+  if (err.validation) return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
+  const code = err.code ? FASTIFY_ERRORS[err.code] : undefined
+  if (code) return new ApiError(code, err.message)
+  // Any other client error fastify raises (a bad header, say) keeps its status class.
+  if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
+    return new ApiError('bad_request', err.message)
+  }
+  return null
+}
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: deps.logger ?? false,
+    genReqId: requestId,
+    bodyLimit: MANAGEMENT_BODY_LIMIT,
+    // Refuse `{"__proto__": …}` and `{"constructor": {"prototype": …}}` outright.
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 200 },
+  })
+
+  const bodyAjv = makeAjv(false)
+  const textAjv = makeAjv(true)
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object),
+  )
+
+  // JSON only, and a POST without a body is fine with or without a JSON content type (DESIGN §6).
+  app.removeAllContentTypeParsers()
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '') return done(null, undefined)
+    parseJson(request, body as string, (err, value) => {
+      if (err) return done(new ApiError('invalid_json', 'the body is not valid JSON'), undefined)
+      done(null, value)
+    })
+  })
+
+  app.decorateRequest('principal', null)
+  app.decorateRequest('actingTenant', null)
+
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-request-id', request.id)
+  })
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    const apiError = toApiError(err)
+    if (apiError === null) {
+      request.log.error({ err }, 'unhandled error')
+      return reply
+        .code(500)
+        .type(PROBLEM_CONTENT_TYPE)
+        .send(problem('internal_error', 'the gateway could not complete this request', request.id))
+    }
+    if (apiError.options.headers) reply.headers(apiError.options.headers)
+    return reply
+      .code(apiError.status)
+      .type(PROBLEM_CONTENT_TYPE)
+      .send(problem(apiError.code, apiError.detail, request.id, apiError.options.errors))
+  })
+
+  app.setNotFoundHandler((request, reply) =>
+    reply
+      .code(404)
+      .type(PROBLEM_CONTENT_TYPE)
+      .send(problem('route_not_found', `no route for ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`, request.id)),
+  )
+
+  await app.register(managementRoutes, {
+    prefix: MANAGEMENT_PREFIX,
+    sql: deps.store.sql,
+    lookups: deps.lookups ?? postgresLookups(deps.store.sql),
+  })
+
+  return app
+}

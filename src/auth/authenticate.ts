@@ -1,0 +1,37 @@
+// Authentication (DESIGN §3): the Bearer key is checked for shape and checksum before any store
+// is asked, then looked up by its SHA-256 digest.
+import { ApiError } from '../errors.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
+import { digest, isWellFormedKey } from './keys.js'
+
+export interface Principal {
+  readonly key: KeyRecord
+  /** The tenant that owns the key. */
+  readonly tenant: TenantRecord
+}
+
+const WWW_AUTHENTICATE = { 'www-authenticate': 'Bearer' }
+
+function unauthenticated(detail: string): ApiError {
+  return new ApiError('unauthenticated', detail, { headers: WWW_AUTHENTICATE })
+}
+
+/** Extracts the key from `Authorization: Bearer <key>` (the scheme is case-insensitive). */
+export function bearerToken(authorization: string | undefined): string | null {
+  if (authorization === undefined) return null
+  const match = /^bearer +(\S+) *$/i.exec(authorization)
+  return match ? match[1]! : null
+}
+
+export async function authenticate(authorization: string | undefined, lookups: TenancyLookups): Promise<Principal> {
+  if (authorization === undefined || authorization === '') throw unauthenticated('an API key is required: Authorization: Bearer <key>')
+  const token = bearerToken(authorization)
+  if (token === null || !isWellFormedKey(token)) throw unauthenticated('the API key is malformed')
+  const key = await lookups.keyByDigest(digest(token))
+  // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.
+  if (key === null || key.status !== 'active') throw unauthenticated('the API key is unknown or revoked')
+  const tenant = await lookups.tenant(key.tenantId)
+  if (tenant === null) throw unauthenticated('the API key is unknown or revoked')
+  if (tenant.status !== 'active') throw new ApiError('tenant_deactivated', 'the account that owns this key is deactivated')
+  return { key, tenant }
+}

@@ -1,0 +1,72 @@
+// API key and client secret format (DESIGN §3):
+//   tgw_  + 43 base62 characters (32 random bytes) + 6 base62 characters of checksum
+//   tgws_ + the same, for client secrets
+// The checksum (CRC32 of everything before it, as GitHub's tokens do) lets us refuse a mistyped
+// or made-up key without asking any store, and lets secret scanners recognise leaked keys.
+// Only SHA-256 digests are ever stored.
+import { createHash, randomBytes } from 'node:crypto'
+import { crc32 } from 'node:zlib'
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+const BODY_LENGTH = 43 // ceil(256 / log2(62))
+const CHECKSUM_LENGTH = 6 // 62^6 > 2^32
+
+export const KEY_PREFIX = 'tgw_'
+export const SECRET_PREFIX = 'tgws_'
+/** How many leading characters of a key are kept in clear to help people tell keys apart. */
+const DISPLAY_PREFIX_LENGTH = KEY_PREFIX.length + 8
+
+function base62(value: bigint, width: number): string {
+  let out = ''
+  while (value > 0n) {
+    out = BASE62[Number(value % 62n)] + out
+    value /= 62n
+  }
+  return out.padStart(width, '0')
+}
+
+function checksum(text: string): string {
+  return base62(BigInt(crc32(text)), CHECKSUM_LENGTH)
+}
+
+function generate(prefix: string): string {
+  const body = base62(BigInt('0x' + randomBytes(32).toString('hex')), BODY_LENGTH)
+  return prefix + body + checksum(prefix + body)
+}
+
+const KEY_SHAPE = /^tgw_[0-9A-Za-z]{49}$/
+const SECRET_SHAPE = /^tgws_[0-9A-Za-z]{49}$/
+
+function hasValidChecksum(value: string): boolean {
+  const split = value.length - CHECKSUM_LENGTH
+  return checksum(value.slice(0, split)) === value.slice(split)
+}
+
+/** True when `value` has the shape and checksum of an API key. Touches no store. */
+export function isWellFormedKey(value: string): boolean {
+  return KEY_SHAPE.test(value) && hasValidChecksum(value)
+}
+
+export function isWellFormedSecret(value: string): boolean {
+  return SECRET_SHAPE.test(value) && hasValidChecksum(value)
+}
+
+export function digest(value: string): Buffer {
+  return createHash('sha256').update(value).digest()
+}
+
+export interface GeneratedKey {
+  apiKey: string
+  prefix: string
+  keyDigest: Buffer
+}
+
+export function generateApiKey(): GeneratedKey {
+  const apiKey = generate(KEY_PREFIX)
+  return { apiKey, prefix: apiKey.slice(0, DISPLAY_PREFIX_LENGTH), keyDigest: digest(apiKey) }
+}
+
+export function generateClientSecret(): { clientSecret: string; secretDigest: Buffer } {
+  const clientSecret = generate(SECRET_PREFIX)
+  return { clientSecret, secretDigest: digest(clientSecret) }
+}

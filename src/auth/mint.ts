@@ -1,0 +1,48 @@
+// Issuing keys: the value and the client secret exist only in the return value of these
+// functions; the store receives their digests.
+import type { Sql, Tx } from '../store/db.js'
+import { insertKey, type KeyRow } from '../store/keys.js'
+import { createParentAccount, type TenantRow } from '../store/tenants.js'
+import { generateApiKey, generateClientSecret } from './keys.js'
+import { MANAGEMENT_SCOPES, uniqueScopes } from './scopes.js'
+
+export interface MintedKey {
+  row: KeyRow
+  apiKey: string
+  clientSecret: string | null
+}
+
+export async function mintKey(
+  db: Sql | Tx,
+  input: { tenantId: string; name: string; scopes: readonly string[]; withClientSecret: boolean },
+): Promise<MintedKey> {
+  const { apiKey, prefix, keyDigest } = generateApiKey()
+  const secret = input.withClientSecret ? generateClientSecret() : null
+  const row = await insertKey(db, {
+    tenantId: input.tenantId,
+    name: input.name,
+    scopes: uniqueScopes(input.scopes),
+    prefix,
+    keyDigest,
+    secretDigest: secret?.secretDigest ?? null,
+  })
+  return { row, apiKey, clientSecret: secret?.clientSecret ?? null }
+}
+
+/**
+ * A parent account and its first key. The key carries both management scopes plus
+ * `extraScopes` (DESIGN §2). Run it in a transaction: the two rows exist together or not at all.
+ */
+export async function createParentWithKey(
+  tx: Tx,
+  input: { name: string; externalId: string | null; extraScopes: readonly string[] },
+): Promise<{ account: TenantRow; key: MintedKey }> {
+  const account = await createParentAccount(tx, { name: input.name, externalId: input.externalId })
+  const key = await mintKey(tx, {
+    tenantId: account.id,
+    name: 'initial',
+    scopes: [...MANAGEMENT_SCOPES, ...input.extraScopes],
+    withClientSecret: false,
+  })
+  return { account, key }
+}

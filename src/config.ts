@@ -1,0 +1,106 @@
+// Configuration is read once, at boot, from the environment (DESIGN §2), validated and frozen.
+// Nothing below this module reads process.env.
+import { readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { parse as parseYaml } from 'yaml'
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
+
+export interface Config {
+  readonly port: number
+  readonly host: string
+  /** Postgres connection string; undefined means the embedded database in `dataDir`. */
+  readonly databaseUrl: string | undefined
+  readonly dataDir: string
+  /** Redis connection string; undefined means the in-process cache only. */
+  readonly redisUrl: string | undefined
+  readonly upstreamUrl: string | undefined
+  readonly gatewayConfigPath: string
+  /** The parsed route table document; its routes are validated by the proxy. */
+  readonly gatewayConfig: Readonly<Record<string, unknown>>
+  readonly logLevel: LogLevel
+  readonly metricsPort: number
+}
+
+/** A configuration mistake. Its message is one line that names the variable. */
+export class ConfigError extends Error {
+  constructor(readonly variable: string, problem: string) {
+    super(`invalid configuration: ${variable} ${problem}`)
+    this.name = 'ConfigError'
+  }
+}
+
+const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
+
+type Env = Readonly<Record<string, string | undefined>>
+
+/** An unset or blank variable counts as unset, as a shell's `VAR=` usually intends. */
+function read(env: Env, name: string): string | undefined {
+  const value = env[name]
+  return value === undefined || value.trim() === '' ? undefined : value.trim()
+}
+
+function parsePort(env: Env, name: string, fallback: number): number {
+  const raw = read(env, name)
+  if (raw === undefined) return fallback
+  if (!/^\d{1,5}$/.test(raw) || Number(raw) > 65535) {
+    throw new ConfigError(name, `must be a port number from 0 to 65535, got "${raw}"`)
+  }
+  return Number(raw)
+}
+
+function parseUrl(env: Env, name: string, protocols: readonly string[]): string | undefined {
+  const raw = read(env, name)
+  if (raw === undefined) return undefined
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw new ConfigError(name, 'is not a valid URL')
+  }
+  if (!protocols.includes(url.protocol)) {
+    // Never echo the value: a connection string may carry a password.
+    throw new ConfigError(name, `must use one of ${protocols.map((p) => p.replace(':', '://')).join(', ')}`)
+  }
+  return raw
+}
+
+function loadGatewayConfig(path: string): Record<string, unknown> {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new ConfigError('GATEWAY_CONFIG', `cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'} ${path}`)
+  }
+  let doc: unknown
+  try {
+    doc = parseYaml(text)
+  } catch (err) {
+    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${(err as Error).message.split('\n')[0]}`)
+  }
+  if (doc === null || doc === undefined) return {}
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new ConfigError('GATEWAY_CONFIG', `must hold a YAML mapping (${path})`)
+  }
+  return doc as Record<string, unknown>
+}
+
+export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
+  const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`)
+  }
+  const gatewayConfigPath = resolve(cwd, read(env, 'GATEWAY_CONFIG') ?? 'config/gateway.yaml')
+  return Object.freeze({
+    port: parsePort(env, 'PORT', 8080),
+    host: read(env, 'HOST') ?? '0.0.0.0',
+    databaseUrl: parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
+    dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
+    redisUrl: parseUrl(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    upstreamUrl: parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:']),
+    gatewayConfigPath,
+    gatewayConfig: Object.freeze(loadGatewayConfig(gatewayConfigPath)),
+    logLevel,
+    metricsPort: parsePort(env, 'METRICS_PORT', 9091),
+  })
+}

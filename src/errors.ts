@@ -1,0 +1,68 @@
+// One catalogue of error codes (DESIGN §7). Every failure leaves the gateway as the same
+// application/problem+json envelope (RFC 9457) with a stable snake_case `code`.
+
+export const ERRORS = {
+  unauthenticated: { status: 401, title: 'Authentication required' },
+  tenant_deactivated: { status: 403, title: 'Tenant deactivated' },
+  insufficient_scope: { status: 403, title: 'Insufficient scope' },
+  parent_key_required: { status: 403, title: 'Parent key required' },
+  acting_tenant_malformed: { status: 400, title: 'Malformed acting tenant' },
+  acting_tenant_required: { status: 400, title: 'Acting tenant required' },
+  acting_tenant_forbidden: { status: 403, title: 'Acting tenant forbidden' },
+  acting_tenant_deactivated: { status: 403, title: 'Acting tenant deactivated' },
+  validation_failed: { status: 400, title: 'Validation failed' },
+  invalid_json: { status: 400, title: 'Invalid JSON body' },
+  bad_request: { status: 400, title: 'Bad request' },
+  not_found: { status: 404, title: 'Not found' },
+  route_not_found: { status: 404, title: 'Route not found' },
+  external_id_conflict: { status: 409, title: 'External id already in use' },
+  payload_too_large: { status: 413, title: 'Payload too large' },
+  unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  internal_error: { status: 500, title: 'Internal error' },
+  store_unavailable: { status: 503, title: 'Store unavailable' },
+} as const satisfies Record<string, { status: number; title: string }>
+
+export type ErrorCode = keyof typeof ERRORS
+
+export interface FieldError {
+  path: string
+  message: string
+}
+
+export interface Problem {
+  type: string
+  title: string
+  status: number
+  detail: string
+  code: ErrorCode
+  request_id: string
+  errors?: FieldError[]
+}
+
+/** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
+export class ApiError extends Error {
+  readonly status: number
+  constructor(
+    readonly code: ErrorCode,
+    readonly detail: string,
+    readonly options: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+  ) {
+    super(detail)
+    this.name = 'ApiError'
+    this.status = ERRORS[code].status
+  }
+}
+
+export function validationFailed(errors: FieldError[]): ApiError {
+  const detail = errors.map((e) => `${e.path || '/'} ${e.message}`).join('; ')
+  return new ApiError('validation_failed', detail, { errors })
+}
+
+export function problem(code: ErrorCode, detail: string, requestId: string, errors?: FieldError[]): Problem {
+  const { status, title } = ERRORS[code]
+  const body: Problem = { type: `urn:tenancy-gateway:error:${code}`, title, status, detail, code, request_id: requestId }
+  if (errors) body.errors = errors
+  return body
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8'

@@ -1,0 +1,199 @@
+// The management API under /v1/sub-accounts (DESIGN §6). Parent keys only, acting as themselves.
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { ApiError, validationFailed } from '../errors.js'
+import { mintKey } from '../auth/mint.js'
+import { requireScope } from '../auth/scopes.js'
+import type { Sql } from '../store/db.js'
+import { listKeys, revokeKey } from '../store/keys.js'
+import {
+  createSubAccount,
+  ExternalIdTakenError,
+  getSubAccount,
+  listSubAccounts,
+  setSubAccountStatus,
+  updateSubAccount,
+  type TenantRow,
+} from '../store/tenants.js'
+import type { Principal } from '../auth/authenticate.js'
+import { isUuid } from '../tenancy/identifiers.js'
+import { tenancyHook } from '../tenancy/hook.js'
+import type { TenancyLookups } from '../tenancy/lookups.js'
+import { decodeCursor, toPage } from './paging.js'
+import { presentKey, presentSubAccount } from './present.js'
+import {
+  ApiKey,
+  ApiKeyPage,
+  CreateSubAccountBody,
+  KeyParams,
+  ListKeysQuery,
+  ListSubAccountsQuery,
+  MintedApiKey,
+  MintKeyBody,
+  NAME_MAX_LENGTH,
+  SubAccount,
+  SubAccountPage,
+  SubAccountParams,
+  UpdateSubAccountBody,
+} from './schemas.js'
+
+export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
+
+export interface ManagementOptions {
+  sql: Sql
+  lookups: TenancyLookups
+}
+
+/** Management is for parent keys acting as their own account, with the scope of the method. */
+function authorizeManagement(request: FastifyRequest): void {
+  const principal = request.principal!
+  if (principal.tenant.parentId !== null) {
+    throw new ApiError('parent_key_required', 'sub-account keys cannot manage sub-accounts')
+  }
+  if (request.actingTenant!.id !== principal.tenant.id) {
+    throw new ApiError('parent_key_required', 'sub-accounts are managed by the parent acting as itself (X-Service-Acting-Tenant: self)')
+  }
+  requireScope(principal.key.scopes, request.method === 'GET' || request.method === 'HEAD' ? 'sub_accounts:read' : 'sub_accounts:write')
+}
+
+function trimmedName(name: string, path: string): string {
+  const trimmed = name.trim()
+  const length = [...trimmed].length
+  if (length < 1 || length > NAME_MAX_LENGTH) {
+    throw validationFailed([{ path, message: `must hold 1 to ${NAME_MAX_LENGTH} characters after trimming` }])
+  }
+  return trimmed
+}
+
+const conflict = () => new ApiError('external_id_conflict', 'another sub-account of this parent already has this external_id')
+
+async function withConflictAsHttp<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run()
+  } catch (err) {
+    if (err instanceof ExternalIdTakenError) throw conflict()
+    throw err
+  }
+}
+
+const notFound = (what = 'sub-account') => new ApiError('not_found', `no such ${what}`)
+
+export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups }) => {
+  const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
+  app.addHook('onRequest', tenancyHook(lookups))
+  app.addHook('onRequest', async (request) => authorizeManagement(request))
+
+  const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
+
+  /** The caller's sub-account named in the path, or 404 (also for another parent's). */
+  async function ownSubAccount(request: FastifyRequest, subId: string): Promise<TenantRow> {
+    const row = isUuid(subId) ? await getSubAccount(sql, parentOf(request).id, subId.toLowerCase()) : null
+    if (row === null) throw notFound()
+    return row
+  }
+
+  app.post('/', { schema: { body: CreateSubAccountBody, response: { 201: SubAccount } } }, async (request, reply) => {
+    const body = request.body
+    const row = await withConflictAsHttp(() =>
+      createSubAccount(sql, parentOf(request).id, {
+        name: trimmedName(body.name, '/body/name'),
+        externalId: body.external_id ?? null,
+        metadata: body.metadata ?? {},
+      }),
+    )
+    return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
+  })
+
+  app.get('/', { schema: { querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } } }, async (request) => {
+    const { limit, cursor, status, external_id } = request.query
+    const rows = await listSubAccounts(sql, parentOf(request).id, {
+      limit: limit + 1,
+      afterSeq: decodeCursor(cursor),
+      status: status ?? null,
+      externalId: external_id ?? null,
+    })
+    return toPage(rows, limit, presentSubAccount)
+  })
+
+  app.get('/:sub_id', { schema: { params: SubAccountParams, response: { 200: SubAccount } } }, async (request) =>
+    presentSubAccount(await ownSubAccount(request, request.params.sub_id)),
+  )
+
+  app.patch(
+    '/:sub_id',
+    { schema: { params: SubAccountParams, body: UpdateSubAccountBody, response: { 200: SubAccount } } },
+    async (request) => {
+      const { sub_id } = request.params
+      const body = request.body
+      const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
+      await ownSubAccount(request, sub_id)
+      const row = await withConflictAsHttp(() =>
+        updateSubAccount(sql, parentOf(request).id, sub_id.toLowerCase(), {
+          name,
+          externalId: body.external_id,
+          metadata: body.metadata,
+        }),
+      )
+      if (row === null) throw notFound()
+      return presentSubAccount(row)
+    },
+  )
+
+  for (const [action, status] of [['deactivate', 'deactivated'], ['reactivate', 'active']] as const) {
+    app.post(
+      `/:sub_id/${action}`,
+      { schema: { params: SubAccountParams, response: { 200: SubAccount } } },
+      async (request) => {
+        const { sub_id } = request.params
+        const row = isUuid(sub_id) ? await setSubAccountStatus(sql, parentOf(request).id, sub_id.toLowerCase(), status) : null
+        if (row === null) throw notFound()
+        return presentSubAccount(row)
+      },
+    )
+  }
+
+  app.post(
+    '/:sub_id/api-keys',
+    { schema: { params: SubAccountParams, body: MintKeyBody, response: { 201: MintedApiKey } } },
+    async (request, reply) => {
+      const { name, scopes } = request.body
+      const reserved = scopes.findIndex((scope) => scope === 'sub_accounts' || scope.startsWith('sub_accounts:'))
+      if (reserved !== -1) {
+        throw validationFailed([{ path: `/body/scopes/${reserved}`, message: 'sub_accounts scopes are for parent keys only' }])
+      }
+      const label = trimmedName(name, '/body/name')
+      const subAccount = await ownSubAccount(request, request.params.sub_id)
+      const minted = await mintKey(sql, { tenantId: subAccount.id, name: label, scopes, withClientSecret: true })
+      const { revoked_at: _revoked, last_used_at: _used, ...key } = presentKey(minted.row)
+      // The key and the secret are in this response only: nothing on the way may keep a copy.
+      return reply
+        .code(201)
+        .header('cache-control', 'no-store')
+        .send({ ...key, api_key: minted.apiKey, client_secret: minted.clientSecret! })
+    },
+  )
+
+  app.get(
+    '/:sub_id/api-keys',
+    { schema: { params: SubAccountParams, querystring: ListKeysQuery, response: { 200: ApiKeyPage } } },
+    async (request) => {
+      const { limit, cursor } = request.query
+      const afterSeq = decodeCursor(cursor)
+      const subAccount = await ownSubAccount(request, request.params.sub_id)
+      const rows = await listKeys(sql, subAccount.id, { limit: limit + 1, afterSeq })
+      return toPage(rows, limit, presentKey)
+    },
+  )
+
+  app.post(
+    '/:sub_id/api-keys/:key_id/revoke',
+    { schema: { params: KeyParams, response: { 200: ApiKey } } },
+    async (request) => {
+      const { sub_id, key_id } = request.params
+      const subAccount = await ownSubAccount(request, sub_id)
+      const row = isUuid(key_id) ? await revokeKey(sql, subAccount.id, key_id.toLowerCase()) : null
+      if (row === null) throw notFound('key')
+      return presentKey(row)
+    },
+  )
+}

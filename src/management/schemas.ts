@@ -1,0 +1,108 @@
+// TypeBox request and response schemas of the management API (DESIGN §6). Response schemas are
+// also the serializers: a field they do not name (a key digest, say) cannot leave the gateway.
+import { Type, type Static } from 'typebox'
+import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
+
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+
+const Timestamp = Type.String({ format: 'date-time' })
+
+// Names are checked again after trimming (1–200 characters); the schema only bounds the input.
+export const NAME_MAX_LENGTH = 200
+const Name = Type.String({ maxLength: 1000, description: '1–200 characters after trimming' })
+
+export const ExternalId = Type.String({ pattern: EXTERNAL_ID_PATTERN, description: '1–128 of A-Z a-z 0-9 . _ - : @ / +' })
+
+// Written as plain JSON Schema: TypeBox's Record becomes patternProperties "^.*$", and `.` does not
+// match a newline, so a key holding one would escape the value check.
+const Metadata = Type.Unsafe<Record<string, string>>({
+  type: 'object',
+  additionalProperties: { type: 'string', maxLength: 500 },
+  maxProperties: 50,
+  propertyNames: { minLength: 1, maxLength: 40 },
+  description: 'at most 50 keys of at most 40 characters, string values of at most 500',
+})
+
+const Scope = Type.String({ pattern: SCOPE_PATTERN, maxLength: 100 })
+
+export const SubAccount = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    name: Type.String(),
+    external_id: Nullable(Type.String()),
+    status: Type.Union([Type.Literal('active'), Type.Literal('deactivated')]),
+    metadata: Type.Unsafe<Record<string, string>>({ type: 'object', additionalProperties: { type: 'string' } }),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    deactivated_at: Nullable(Timestamp),
+  },
+  { additionalProperties: false },
+)
+export type SubAccount = Static<typeof SubAccount>
+
+const KeyFields = {
+  id: Type.String({ format: 'uuid' }),
+  name: Type.String(),
+  scopes: Type.Array(Type.String()),
+  prefix: Type.String({ description: 'the first characters of the key, to tell keys apart' }),
+  status: Type.Union([Type.Literal('active'), Type.Literal('revoked')]),
+  created_at: Timestamp,
+}
+
+export const ApiKey = Type.Object(
+  { ...KeyFields, revoked_at: Nullable(Timestamp), last_used_at: Nullable(Timestamp) },
+  { additionalProperties: false },
+)
+export type ApiKey = Static<typeof ApiKey>
+
+export const MintedApiKey = Type.Object(
+  {
+    ...KeyFields,
+    api_key: Type.String({ description: 'returned only in this response' }),
+    client_secret: Type.String({ description: 'returned only in this response' }),
+  },
+  { additionalProperties: false },
+)
+export type MintedApiKey = Static<typeof MintedApiKey>
+
+const Page = <T extends Parameters<typeof Type.Array>[0]>(item: T) =>
+  Type.Object({ data: Type.Array(item), next_cursor: Nullable(Type.String()) }, { additionalProperties: false })
+
+export const SubAccountPage = Page(SubAccount)
+export const ApiKeyPage = Page(ApiKey)
+
+const Cursor = Type.String({ minLength: 1, maxLength: 200, description: 'next_cursor of the previous page' })
+const Limit = Type.Integer({ minimum: 1, maximum: 100, default: 20 })
+
+export const ListSubAccountsQuery = Type.Object(
+  {
+    limit: Limit,
+    cursor: Type.Optional(Cursor),
+    status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('deactivated')])),
+    external_id: Type.Optional(ExternalId),
+  },
+  { additionalProperties: false },
+)
+
+export const ListKeysQuery = Type.Object({ limit: Limit, cursor: Type.Optional(Cursor) }, { additionalProperties: false })
+
+export const SubAccountParams = Type.Object({ sub_id: Type.String({ maxLength: 100 }) })
+export const KeyParams = Type.Object({ sub_id: Type.String({ maxLength: 100 }), key_id: Type.String({ maxLength: 100 }) })
+
+export const CreateSubAccountBody = Type.Object(
+  { name: Name, external_id: Type.Optional(Nullable(ExternalId)), metadata: Type.Optional(Metadata) },
+  { additionalProperties: false },
+)
+
+export const UpdateSubAccountBody = Type.Object(
+  { name: Type.Optional(Name), external_id: Type.Optional(Nullable(ExternalId)), metadata: Type.Optional(Metadata) },
+  { additionalProperties: false, minProperties: 1 },
+)
+
+export const MintKeyBody = Type.Object(
+  { name: Name, scopes: Type.Array(Scope, { minItems: 1, maxItems: 50 }) },
+  { additionalProperties: false },
+)
+
+export { UUID_PATTERN }

@@ -1,0 +1,123 @@
+// The connection to Postgres: a real server when DATABASE_URL is set, else the embedded PGlite
+// database in DATA_DIR, served to the same postgres.js code over a loopback socket (DESIGN §2).
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import postgres from 'postgres'
+
+export type Sql = postgres.Sql
+export type Tx = postgres.TransactionSql
+
+export interface Store {
+  readonly sql: Sql
+  /** True for the embedded PGlite database (one process, one connection). */
+  readonly embedded: boolean
+  close(): Promise<void>
+}
+
+export interface StoreOptions {
+  databaseUrl: string | undefined
+  dataDir: string
+  /** Pool size for a real Postgres. The embedded database always uses one connection. */
+  maxConnections?: number
+  /** Who holds the embedded database, written into its lock file. */
+  holder?: string
+}
+
+export class EmbeddedDatabaseBusyError extends Error {
+  constructor(dataDir: string, holder: string) {
+    super(`the embedded database in ${dataDir} is in use by ${holder}; stop it or set DATABASE_URL`)
+    this.name = 'EmbeddedDatabaseBusyError'
+  }
+}
+
+const COMMON_OPTIONS = {
+  onnotice: () => {},
+  // Connection-level timeouts, so that an unreachable database fails a request instead of hanging it.
+  connect_timeout: 5,
+  idle_timeout: 60,
+} as const
+
+export async function openStore(options: StoreOptions): Promise<Store> {
+  if (options.databaseUrl !== undefined) {
+    const sql = postgres(options.databaseUrl, { ...COMMON_OPTIONS, max: options.maxConnections ?? 10 })
+    return { sql, embedded: false, close: () => sql.end({ timeout: 5 }) }
+  }
+  return openEmbeddedStore(options.dataDir, options.holder ?? `process ${process.pid}`)
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/**
+ * PGlite is a single backend inside one process: two processes on one data directory would
+ * corrupt it. A lock file with our PID keeps a second one out; a lock left by a dead process is
+ * taken over.
+ */
+function lockDataDir(dataDir: string, holder: string): () => void {
+  mkdirSync(dataDir, { recursive: true })
+  const lockPath = join(dataDir, 'gateway.lock')
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(lockPath, JSON.stringify({ pid: process.pid, holder }), { flag: 'wx' })
+      return () => rmSync(lockPath, { force: true })
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+      let owner: { pid?: number; holder?: string } = {}
+      try {
+        owner = JSON.parse(readFileSync(lockPath, 'utf8'))
+      } catch {
+        // A half-written lock file: treated as stale below.
+      }
+      if (typeof owner.pid === 'number' && owner.pid !== process.pid && isAlive(owner.pid)) {
+        throw new EmbeddedDatabaseBusyError(dataDir, `${owner.holder ?? 'another process'} (pid ${owner.pid})`)
+      }
+      rmSync(lockPath, { force: true })
+    }
+  }
+  throw new EmbeddedDatabaseBusyError(dataDir, 'another process')
+}
+
+async function openEmbeddedStore(dataDir: string, holder: string): Promise<Store> {
+  const unlock = lockDataDir(dataDir, holder)
+  try {
+    // Loaded lazily: a deployment on a real Postgres never pays for the WebAssembly build.
+    const { PGlite } = await import('@electric-sql/pglite')
+    const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket')
+    const db = await PGlite.create(join(dataDir, 'pgdata'))
+    // PGlite is one backend session: several pooled connections break as soon as transactions
+    // and plain queries interleave, so both sides use exactly one connection.
+    const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: 1 })
+    await server.start()
+    const [host, port] = server.getServerConn().split(':')
+    const sql = postgres({
+      ...COMMON_OPTIONS,
+      host,
+      port: Number(port),
+      user: 'postgres',
+      database: 'postgres',
+      max: 1,
+    })
+    return {
+      sql,
+      embedded: true,
+      close: async () => {
+        try {
+          await sql.end({ timeout: 5 })
+          await server.stop()
+          await db.close()
+        } finally {
+          unlock()
+        }
+      },
+    }
+  } catch (err) {
+    unlock()
+    throw err
+  }
+}

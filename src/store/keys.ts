@@ -1,0 +1,72 @@
+// API keys of parent accounts and sub-accounts. Only digests are stored (DESIGN §3).
+import type { Sql, Tx } from './db.js'
+
+type Db = Sql | Tx
+
+export type KeyStatus = 'active' | 'revoked'
+
+/** What a response may show of a key: never a digest. */
+export interface KeyRow {
+  id: string
+  tenant_id: string
+  name: string
+  scopes: string[]
+  prefix: string
+  status: KeyStatus
+  created_at: Date
+  revoked_at: Date | null
+  last_used_at: Date | null
+}
+
+export type KeyPageRow = KeyRow & { seq: string }
+
+/** What authentication needs of a key, found by the digest of its value. */
+export interface KeyCredential {
+  id: string
+  tenant_id: string
+  scopes: string[]
+  status: KeyStatus
+}
+
+const COLUMNS = 'id, tenant_id, name, scopes, prefix, status, created_at, revoked_at, last_used_at'
+
+export interface NewKey {
+  tenantId: string
+  name: string
+  scopes: string[]
+  prefix: string
+  keyDigest: Buffer
+  secretDigest: Buffer | null
+}
+
+export async function insertKey(db: Db, key: NewKey): Promise<KeyRow> {
+  const [row] = await db<KeyRow[]>`
+    insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest)
+    values (${key.tenantId}, ${key.name}, ${db.array(key.scopes)}, ${key.prefix}, ${key.keyDigest}, ${key.secretDigest})
+    returning ${db.unsafe(COLUMNS)}`
+  return row!
+}
+
+export async function findKeyByDigest(db: Db, keyDigest: Buffer): Promise<KeyCredential | null> {
+  const [row] = await db<KeyCredential[]>`
+    select id, tenant_id, scopes, status from api_keys where key_digest = ${keyDigest}`
+  return row ?? null
+}
+
+export function listKeys(db: Db, tenantId: string, page: { limit: number; afterSeq: string | null }): Promise<KeyPageRow[]> {
+  return db<KeyPageRow[]>`
+    select ${db.unsafe(COLUMNS)}, seq::text as seq from api_keys
+    where tenant_id = ${tenantId}
+      ${page.afterSeq === null ? db`` : db`and seq > ${page.afterSeq}`}
+    order by seq
+    limit ${page.limit}`
+}
+
+/** Revokes a key of the tenant; repeating it keeps the first revocation time. */
+export async function revokeKey(db: Db, tenantId: string, keyId: string): Promise<KeyRow | null> {
+  const [row] = await db<KeyRow[]>`
+    update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now())
+    where id = ${keyId} and tenant_id = ${tenantId}
+    returning ${db.unsafe(COLUMNS)}`
+  return row ?? null
+}

@@ -1,0 +1,150 @@
+// Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
+import type { Sql, Tx } from './db.js'
+
+type Db = Sql | Tx
+
+export type TenantStatus = 'active' | 'deactivated'
+
+export interface TenantRow {
+  id: string
+  parent_id: string | null
+  name: string
+  external_id: string | null
+  status: TenantStatus
+  metadata: Record<string, string>
+  created_at: Date
+  updated_at: Date
+  deactivated_at: Date | null
+}
+
+/** A page row also carries its position, which the caller turns into a cursor. */
+export type TenantPageRow = TenantRow & { seq: string }
+
+/** Thrown when an external_id is already taken among the parent's sub-accounts. */
+export class ExternalIdTakenError extends Error {
+  constructor() {
+    super('external_id already in use')
+    this.name = 'ExternalIdTakenError'
+  }
+}
+
+const COLUMNS = 'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at'
+
+function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: string }).code === '23505'
+}
+
+async function rethrowConflict<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run()
+  } catch (err) {
+    if (isUniqueViolation(err)) throw new ExternalIdTakenError()
+    throw err
+  }
+}
+
+export function createParentAccount(db: Db, input: { name: string; externalId: string | null }): Promise<TenantRow> {
+  return rethrowConflict(async () => {
+    const [row] = await db<TenantRow[]>`
+      insert into tenants (name, external_id) values (${input.name}, ${input.externalId})
+      returning ${db.unsafe(COLUMNS)}`
+    return row!
+  })
+}
+
+export function createSubAccount(
+  db: Db,
+  parentId: string,
+  input: { name: string; externalId: string | null; metadata: Record<string, string> },
+): Promise<TenantRow> {
+  return rethrowConflict(async () => {
+    const [row] = await db<TenantRow[]>`
+      insert into tenants (parent_id, name, external_id, metadata)
+      values (${parentId}, ${input.name}, ${input.externalId}, ${db.json(input.metadata)})
+      returning ${db.unsafe(COLUMNS)}`
+    return row!
+  })
+}
+
+export async function getTenant(db: Db, id: string): Promise<TenantRow | null> {
+  const [row] = await db<TenantRow[]>`select ${db.unsafe(COLUMNS)} from tenants where id = ${id}`
+  return row ?? null
+}
+
+export async function getSubAccount(db: Db, parentId: string, id: string): Promise<TenantRow | null> {
+  const [row] = await db<TenantRow[]>`
+    select ${db.unsafe(COLUMNS)} from tenants where id = ${id} and parent_id = ${parentId}`
+  return row ?? null
+}
+
+export async function findSubAccountIdByExternalId(db: Db, parentId: string, externalId: string): Promise<string | null> {
+  const [row] = await db<{ id: string }[]>`
+    select id from tenants where parent_id = ${parentId} and external_id = ${externalId}`
+  return row?.id ?? null
+}
+
+export async function countActiveSubAccounts(db: Db, parentId: string): Promise<number> {
+  const [row] = await db<{ n: number }[]>`
+    select count(*)::int as n from tenants where parent_id = ${parentId} and status = 'active'`
+  return row!.n
+}
+
+export async function countTenants(db: Db): Promise<number> {
+  const [row] = await db<{ n: number }[]>`select count(*)::int as n from tenants`
+  return row!.n
+}
+
+export interface SubAccountFilter {
+  limit: number
+  /** Return rows strictly after this position (from a cursor). */
+  afterSeq: string | null
+  status: TenantStatus | null
+  externalId: string | null
+}
+
+/** One page, oldest first, by keyset on `seq`: the cost of a page does not grow with its depth. */
+export function listSubAccounts(db: Db, parentId: string, filter: SubAccountFilter): Promise<TenantPageRow[]> {
+  return db<TenantPageRow[]>`
+    select ${db.unsafe(COLUMNS)}, seq::text as seq from tenants
+    where parent_id = ${parentId}
+      ${filter.afterSeq === null ? db`` : db`and seq > ${filter.afterSeq}`}
+      ${filter.status === null ? db`` : db`and status = ${filter.status}`}
+      ${filter.externalId === null ? db`` : db`and external_id = ${filter.externalId}`}
+    order by seq
+    limit ${filter.limit}`
+}
+
+export interface SubAccountPatch {
+  name?: string
+  /** null clears the external_id. */
+  externalId?: string | null
+  metadata?: Record<string, string>
+}
+
+export function updateSubAccount(db: Db, parentId: string, id: string, patch: SubAccountPatch): Promise<TenantRow | null> {
+  return rethrowConflict(async () => {
+    const [row] = await db<TenantRow[]>`
+      update tenants set
+        name = ${patch.name === undefined ? db`name` : db`${patch.name}`},
+        external_id = ${patch.externalId === undefined ? db`external_id` : db`${patch.externalId}`},
+        metadata = ${patch.metadata === undefined ? db`metadata` : db`${db.json(patch.metadata)}`},
+        updated_at = now()
+      where id = ${id} and parent_id = ${parentId}
+      returning ${db.unsafe(COLUMNS)}`
+    return row ?? null
+  })
+}
+
+/** Sets the status; repeating it changes nothing (the timestamps stay those of the first call). */
+export async function setSubAccountStatus(db: Db, parentId: string, id: string, status: TenantStatus): Promise<TenantRow | null> {
+  const [row] = await db<TenantRow[]>`
+    update tenants set
+      updated_at = case when status = ${status} then updated_at else now() end,
+      deactivated_at = case
+        when ${status} = 'active' then null
+        else coalesce(deactivated_at, now()) end,
+      status = ${status}
+    where id = ${id} and parent_id = ${parentId}
+    returning ${db.unsafe(COLUMNS)}`
+  return row ?? null
+}
