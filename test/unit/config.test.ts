@@ -1,0 +1,68 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { ConfigError, loadConfig } from '../../src/config.js'
+
+const ROOT = new URL('../../', import.meta.url).pathname
+
+t.test('defaults of DESIGN §2', async (t) => {
+  const config = loadConfig({}, ROOT)
+  t.equal(config.port, 8080)
+  t.equal(config.host, '0.0.0.0')
+  t.equal(config.databaseUrl, undefined)
+  t.equal(config.redisUrl, undefined)
+  t.equal(config.upstreamUrl, undefined)
+  t.equal(config.logLevel, 'info')
+  t.equal(config.metricsPort, 9091)
+  t.match(config.dataDir, /\.data$/)
+  t.match(config.gatewayConfigPath, /config\/gateway\.yaml$/)
+  t.ok(Object.isFrozen(config))
+})
+
+t.test('values are read', async (t) => {
+  const config = loadConfig(
+    { PORT: '0', HOST: '127.0.0.1', DATABASE_URL: 'postgres://u:p@db/x', REDIS_URL: 'redis://r:6379', UPSTREAM_URL: 'https://up', LOG_LEVEL: 'debug', METRICS_PORT: '9999', DATA_DIR: '/tmp/d' },
+    ROOT,
+  )
+  t.equal(config.port, 0)
+  t.equal(config.databaseUrl, 'postgres://u:p@db/x')
+  t.equal(config.redisUrl, 'redis://r:6379')
+  t.equal(config.upstreamUrl, 'https://up')
+  t.equal(config.logLevel, 'debug')
+  t.equal(config.metricsPort, 9999)
+  t.equal(config.dataDir, '/tmp/d')
+})
+
+t.test('a bad value is one line that names the variable', async (t) => {
+  const dir = t.testdir({ 'list.yaml': '- a\n- b\n', 'broken.yaml': 'routes: [\n' })
+  const listFile = join(dir, 'list.yaml')
+  const brokenFile = join(dir, 'broken.yaml')
+  const cases: [Record<string, string>, string][] = [
+    [{ PORT: 'eighty' }, 'PORT'],
+    [{ PORT: '70000' }, 'PORT'],
+    [{ PORT: '-1' }, 'PORT'],
+    [{ METRICS_PORT: '1.5' }, 'METRICS_PORT'],
+    [{ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL'],
+    [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL'],
+    [{ REDIS_URL: 'http://r' }, 'REDIS_URL'],
+    [{ UPSTREAM_URL: 'ftp://u' }, 'UPSTREAM_URL'],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ GATEWAY_CONFIG: '/nonexistent/gateway.yaml' }, 'GATEWAY_CONFIG'],
+    [{ GATEWAY_CONFIG: listFile }, 'GATEWAY_CONFIG'],
+    [{ GATEWAY_CONFIG: brokenFile }, 'GATEWAY_CONFIG'],
+  ]
+  for (const [env, variable] of cases) {
+    try {
+      loadConfig(env, ROOT)
+      t.fail(`${JSON.stringify(env)} was accepted`)
+    } catch (err) {
+      t.type(err, ConfigError)
+      t.equal((err as ConfigError).variable, variable)
+      t.match((err as Error).message, new RegExp(`^invalid configuration: ${variable} `))
+      t.notMatch((err as Error).message, /\n/)
+    }
+  }
+})
+
+t.test('a password in a bad URL is not echoed', async (t) => {
+  t.throws(() => loadConfig({ DATABASE_URL: 'mysql://user:hunter2@db/x' }, ROOT), { message: /^(?!.*hunter2)/ })
+})
