@@ -72,8 +72,21 @@ const FASTIFY_ERRORS: Record<string, ErrorCode> = {
   FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
 }
 
+// postgres.js and socket errors that mean the database cannot be reached right now.
+const STORE_UNREACHABLE = new Set([
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+])
+
 function toApiError(err: FastifyError): ApiError | null {
   if (err instanceof ApiError) return err
+  if (err.code && STORE_UNREACHABLE.has(err.code)) return new ApiError('store_unavailable', 'the store cannot be reached; try again')
   if (err.validation) return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
   const code = err.code ? FASTIFY_ERRORS[err.code] : undefined
   if (code) return new ApiError(code, err.message)
@@ -128,6 +141,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         .type(PROBLEM_CONTENT_TYPE)
         .send(problem('internal_error', 'the gateway could not complete this request', request.id))
     }
+    if (apiError.status >= 500) request.log.error({ err }, apiError.code)
     if (apiError.options.headers) reply.headers(apiError.options.headers)
     return reply
       .code(apiError.status)

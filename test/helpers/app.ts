@@ -11,6 +11,8 @@ export interface Parent {
   apiKey: string
 }
 
+export type CallOptions = Omit<InjectOptions, 'body' | 'payload'> & { body?: unknown; acting?: string }
+
 export interface TestGateway {
   app: FastifyInstance
   sql: Sql
@@ -19,7 +21,7 @@ export interface TestGateway {
   parent: Parent
   createParent(options?: { scopes?: string[] }): Promise<Parent>
   /** Calls the app as `apiKey`, with a JSON body when `body` is given. */
-  call(apiKey: string | null, options: InjectOptions & { body?: unknown; acting?: string }): Promise<LightMyRequestResponse>
+  call(apiKey: string | null, options: CallOptions): Promise<LightMyRequestResponse>
 }
 
 interface TestLike {

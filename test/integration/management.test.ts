@@ -141,7 +141,7 @@ t.test('management API', async (t) => {
     const active = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?status=active' })).json()
     t.same(active.data.map((s: { id: string }) => s.id), [ids[0], ids[2], ids[3], ids[4]])
     const deactivated = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?status=deactivated' })).json()
-    t.same(deactivated.data.map((s: { id: string }) => s.id), [ids[1]])
+    t.same(deactivated.data.map((s: { id: string }) => s.id), [ids[1]!])
     const byExt = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?external_id=e3' })).json()
     t.same(byExt.data.map((s: { id: string }) => s.id), [ids[3]])
     const none = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?external_id=nope' })).json()
@@ -159,7 +159,7 @@ t.test('management API', async (t) => {
       ['cursor=nonsense', '/querystring/cursor'],
       [`cursor=${Buffer.from('s:-1').toString('base64url')}`, '/querystring/cursor'],
       ['colour=red', '/querystring/colour'],
-    ]) {
+    ] as const) {
       const res = await gw.call(parent.apiKey, { method: 'GET', url: `/v1/sub-accounts?${query}` })
       t.equal(res.statusCode, 400, query)
       const problem = problemOf(res)
@@ -193,7 +193,7 @@ t.test('management API', async (t) => {
     t.equal(problemOf(conflict).code, 'external_id_conflict')
     const after = (await gw.call(p.apiKey, { method: 'GET', url })).json()
     t.equal(after.name, 'Renamed', 'a refused update changes nothing')
-    t.equal(taken.external_id, 'taken')
+    t.equal(taken.external_id, 'taken', 'the other sub-account keeps its external_id')
 
     for (const [body, path] of [
       [{}, '/body'],
