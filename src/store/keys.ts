@@ -58,7 +58,7 @@ export function listKeys(db: Db, tenantId: string, page: { limit: number; afterS
     select ${db.unsafe(COLUMNS)}, seq::text as seq from api_keys
     where tenant_id = ${tenantId}
       ${page.afterSeq === null ? db`` : db`and seq > ${page.afterSeq}`}
-    order by seq
+    order by api_keys.seq
     limit ${page.limit}`
 }
 

@@ -110,7 +110,7 @@ export function listSubAccounts(db: Db, parentId: string, filter: SubAccountFilt
       ${filter.afterSeq === null ? db`` : db`and seq > ${filter.afterSeq}`}
       ${filter.status === null ? db`` : db`and status = ${filter.status}`}
       ${filter.externalId === null ? db`` : db`and external_id = ${filter.externalId}`}
-    order by seq
+    order by tenants.seq
     limit ${filter.limit}`
 }
 

@@ -109,6 +109,8 @@ t.test('management API', async (t) => {
 
   t.test('list: oldest first, cursor paging, filters', async (t) => {
     const p = await freshParent()
+    // Positions that cross a digit boundary (98 … 102): a text sort would put 100 before 98.
+    await gw.sql`alter table tenants alter column seq restart with 98`
     const ids: string[] = []
     for (let i = 0; i < 5; i++) {
       const res = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: `s${i}`, external_id: `e${i}` } })
@@ -249,6 +251,7 @@ t.test('management API', async (t) => {
     const p = await freshParent()
     const sub = (await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'k' } })).json()
     const keysUrl = `/v1/sub-accounts/${sub.id}/api-keys`
+    await gw.sql`alter table api_keys alter column seq restart with 99`
     const minted = await gw.call(p.apiKey, { method: 'POST', url: keysUrl, acting: 'self', body: { name: 'ci', scopes: ['tracking:read', 'tracking:write', 'tracking:read'] } })
     t.equal(minted.statusCode, 201)
     t.equal(minted.headers['cache-control'], 'no-store')

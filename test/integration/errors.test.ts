@@ -1,0 +1,99 @@
+// Every failure is problem+json (DESIGN §7): fastify's own errors too, and a 5xx shows no internals.
+import t from 'tap'
+import { problemOf, testGateway } from '../helpers/app.js'
+
+t.test('errors', async (t) => {
+  const gw = await testGateway(t)
+  const key = gw.parent.apiKey
+
+  t.test('unknown routes are 404 route_not_found', async (t) => {
+    for (const [method, url] of [
+      ['GET', '/'],
+      ['GET', '/v2/sub-accounts'],
+      ['DELETE', '/v1/sub-accounts/00000000-0000-4000-8000-000000000000'],
+      ['PUT', '/v1/sub-accounts'],
+      ['GET', '/v1/sub-accounts/a/b/c/d'],
+    ] as const) {
+      const res = await gw.call(key, { method, url })
+      t.equal(res.statusCode, 404, `${method} ${url}`)
+      t.equal(problemOf(res).code, 'route_not_found')
+    }
+  })
+
+  t.test('a body that is not JSON is 400 invalid_json', async (t) => {
+    for (const body of ['{', '{"name": "a",}', 'nul', '{"name": "a"} trailing']) {
+      const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body })
+      t.equal(res.statusCode, 400, body)
+      t.equal(problemOf(res).code, 'invalid_json')
+    }
+  })
+
+  t.test('prototype-pollution keys are refused', async (t) => {
+    for (const body of ['{"name":"a","__proto__":{"admin":true}}', '{"name":"a","metadata":{"__proto__":{"x":"1"}}}', '{"name":"a","constructor":{"prototype":{"x":1}}}']) {
+      const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body })
+      t.equal(res.statusCode, 400, body)
+      t.equal(problemOf(res).code, 'invalid_json')
+    }
+    t.equal(({} as Record<string, unknown>).admin, undefined)
+  })
+
+  t.test('a wrong content type is 415', async (t) => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', 'multipart/form-data; boundary=x']) {
+      const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body: 'name=a', headers: { 'content-type': type } })
+      t.equal(res.statusCode, 415, type)
+      t.equal(problemOf(res).code, 'unsupported_media_type')
+    }
+    const charset = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body: '{"name":"utf8"}', headers: { 'content-type': 'application/json; charset=utf-8' } })
+    t.equal(charset.statusCode, 201, 'a charset parameter is fine')
+  })
+
+  t.test('a body over the limit is 413', async (t) => {
+    const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'a', metadata: { k: 'x'.repeat(70_000) } } })
+    t.equal(res.statusCode, 413)
+    t.equal(problemOf(res).code, 'payload_too_large')
+  })
+
+  t.test('request ids', async (t) => {
+    const kept = await gw.call(key, { method: 'GET', url: '/nowhere', headers: { 'x-request-id': 'trace-123.abc' } })
+    t.equal(kept.headers['x-request-id'], 'trace-123.abc')
+    t.equal(problemOf(kept).request_id, 'trace-123.abc')
+    const replaced = await gw.call(key, { method: 'GET', url: '/nowhere', headers: { 'x-request-id': 'bad id\twith junk' } })
+    t.match(replaced.headers['x-request-id'], /^[0-9a-f-]{36}$/)
+    t.equal(problemOf(replaced).request_id, replaced.headers['x-request-id'])
+  })
+})
+
+t.test('a 500 shows no internals', async (t) => {
+  const gw = await testGateway(t)
+  gw.app.get('/v1/explode', async () => {
+    throw new Error('password=hunter2 at /srv/secret/file.ts:12')
+  })
+  const res = await gw.call(null, { method: 'GET', url: '/v1/explode' })
+  t.equal(res.statusCode, 500)
+  const problem = problemOf(res)
+  t.equal(problem.code, 'internal_error')
+  t.notMatch(res.body, /hunter2|secret|file\.ts|Error/)
+})
+
+t.test('an unreachable store is 503 store_unavailable, never a pass', async (t) => {
+  const gw = await testGateway(t)
+  await gw.sql.end()
+  const res = await gw.call(gw.parent.apiKey, { method: 'GET', url: '/v1/sub-accounts' })
+  t.equal(res.statusCode, 503)
+  t.equal(problemOf(res).code, 'store_unavailable')
+  t.notMatch(res.body, /CONNECTION|postgres/i)
+})
+
+t.test('20 concurrent creates with one external_id: one 201, nineteen 409', async (t) => {
+  const gw = await testGateway(t)
+  const results = await Promise.all(
+    Array.from({ length: 20 }, (_, i) =>
+      gw.call(gw.parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: `racer ${i}`, external_id: 'contested' } }),
+    ),
+  )
+  const statuses = results.map((r) => r.statusCode).sort()
+  t.same(statuses, [201, ...Array(19).fill(409)])
+  for (const r of results.filter((r) => r.statusCode === 409)) t.equal(problemOf(r).code, 'external_id_conflict')
+  const rows = await gw.sql`select count(*)::int as n from tenants where external_id = 'contested'`
+  t.equal(rows[0]!.n, 1)
+})
