@@ -1,0 +1,215 @@
+// Embedded mode (DESIGN §2): no DATABASE_URL, PGlite in DATA_DIR. The gateway is started the way
+// the README says (`npm start`) and called over real HTTP; no Postgres server is involved.
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+
+const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const BOOTSTRAP_LINE = /^bootstrap parent account ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) key (tgw_[0-9A-Za-z]{49})$/
+const START_TIMEOUT = 60_000
+
+function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...extra }
+  delete env.DATABASE_URL
+  delete env.REDIS_URL
+  return env
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
+
+/** True while any process of the group led by `pgid` is alive. */
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+interface Gateway {
+  child: ChildProcess
+  port: number
+  base: string
+  stdout(): string
+  stderr(): string
+  waitForStdout(pattern: RegExp, what: string): Promise<RegExpMatchArray>
+  waitListening(): Promise<void>
+  stop(): Promise<void>
+}
+
+const running = new Set<number>()
+
+// Whatever happens, no gateway outlives the test file.
+t.teardown(async () => {
+  for (const pgid of running) {
+    try {
+      process.kill(-pgid, 'SIGKILL')
+    } catch {
+      // already gone
+    }
+  }
+})
+
+async function startGateway(dataDir: string): Promise<Gateway> {
+  const port = await freePort()
+  const metricsPort = await freePort()
+  const child = spawn('npm', ['start'], {
+    cwd: REPO_ROOT,
+    detached: true, // its own process group: npm, sh, tsx and node are stopped together
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: childEnv({
+      DATA_DIR: dataDir,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      METRICS_PORT: String(metricsPort),
+    }),
+  })
+  const pgid = child.pid!
+  running.add(pgid)
+  let out = ''
+  let err = ''
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk))
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (err += chunk))
+  let exited = false
+  const exit = new Promise<void>((resolve) => child.once('exit', () => {
+    exited = true
+    resolve()
+  }))
+
+  async function waitForStdout(pattern: RegExp, what: string): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + START_TIMEOUT
+    for (;;) {
+      const match = out.split('\n').map((line) => pattern.exec(line)).find((m) => m !== null)
+      if (match) return match
+      if (exited) throw new Error(`the gateway exited before printing ${what}\nstdout: ${out}\nstderr: ${err}`)
+      if (Date.now() > deadline) throw new Error(`no ${what} within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
+      await sleep(50)
+    }
+  }
+
+  const base = `http://127.0.0.1:${port}`
+  return {
+    child,
+    port,
+    base,
+    stdout: () => out,
+    stderr: () => err,
+    waitForStdout,
+    async waitListening() {
+      await waitForStdout(/"msg":"Server listening at /, 'the "Server listening" log line')
+      // And it answers: any HTTP response (401 without a key) will do.
+      const res = await fetch(`${base}/v1/sub-accounts`)
+      await res.arrayBuffer()
+      if (res.status !== 401) throw new Error(`expected 401 without a key, got ${res.status}`)
+    },
+    async stop() {
+      if (groupAlive(pgid)) process.kill(-pgid, 'SIGTERM')
+      await exit
+      // npm may exit before its grandchild (the node process that holds the database) is done.
+      const deadline = Date.now() + 30_000
+      while (groupAlive(pgid)) {
+        if (Date.now() > deadline) {
+          process.kill(-pgid, 'SIGKILL')
+          throw new Error(`the gateway did not stop within 30 s of SIGTERM\nstdout: ${out}\nstderr: ${err}`)
+        }
+        await sleep(50)
+      }
+      running.delete(pgid)
+    },
+  }
+}
+
+function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile('npm', ['run', '--silent', 'cli', '--', ...args], { cwd: REPO_ROOT, env: childEnv(env), timeout: 60_000 }, (err, stdout, stderr) => {
+      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
+
+function api(base: string, apiKey: string, init: { method?: string; body?: unknown } = {}) {
+  return fetch(`${base}/v1/sub-accounts`, {
+    method: init.method ?? 'GET',
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      ...(init.body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+  })
+}
+
+t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps everything', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'tgw-embedded-'))
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+
+  // First start: a bootstrap account and its key, printed once.
+  const first = await startGateway(dataDir)
+  t.teardown(async () => {
+    if (first.child.exitCode === null && first.child.signalCode === null) await first.stop().catch(() => {})
+  })
+  const [, accountId, apiKey] = await first.waitForStdout(BOOTSTRAP_LINE, 'the bootstrap line')
+  await first.waitListening()
+  const bootstrapLines = first.stdout().split('\n').filter((line) => line.startsWith('bootstrap'))
+  t.equal(bootstrapLines.length, 1, 'one bootstrap line')
+  t.match(bootstrapLines[0], BOOTSTRAP_LINE, 'a whole line of its own')
+  t.ok(first.stdout().indexOf('bootstrap') < first.stdout().indexOf('Server listening'), 'printed before the server listens')
+  t.equal(first.stdout().split(apiKey!).length - 1, 1, 'the key is printed exactly once (not in any log line)')
+
+  const created = await api(first.base, apiKey!, { method: 'POST', body: { name: 'first' } })
+  const createdBody = (await created.json()) as { id: string; name: string }
+  t.equal(created.status, 201, JSON.stringify(createdBody))
+  t.equal(createdBody.name, 'first')
+
+  // While the gateway holds the embedded database, the CLI refuses to touch it.
+  t.ok(existsSync(join(dataDir, 'gateway.lock')), 'the gateway holds a lock file')
+  const cli = await runCli(['accounts', 'create', '--name', 'x'], { DATA_DIR: dataDir })
+  t.ok(cli.code !== null && cli.code !== 0, `the CLI exits non-zero (got ${cli.code})`)
+  t.equal(cli.stdout, '', 'nothing on stdout')
+  const errLines = cli.stderr.split('\n')
+  t.equal(errLines.length, 2, `one line on stderr: ${JSON.stringify(cli.stderr)}`)
+  t.match(errLines[0], /embedded database .*in use/, 'it says the embedded database is in use')
+  t.ok(existsSync(join(dataDir, 'gateway.lock')), 'the lock is still there')
+  const stillServing = await api(first.base, apiKey!)
+  await stillServing.arrayBuffer()
+  t.equal(stillServing.status, 200, 'the gateway still serves after the CLI was turned away')
+
+  await first.stop()
+  t.match(first.stdout(), /"signal":"SIGTERM","msg":"closing"/, 'a graceful close on SIGTERM')
+  t.notOk(existsSync(join(dataDir, 'gateway.lock')), 'the lock file is removed on a clean stop')
+
+  // Second start on the same DATA_DIR: no bootstrap, the earlier key and data are still there.
+  const second = await startGateway(dataDir)
+  t.teardown(async () => {
+    if (second.child.exitCode === null && second.child.signalCode === null) await second.stop().catch(() => {})
+  })
+  await second.waitListening()
+  t.notMatch(second.stdout(), /bootstrap/, 'no bootstrap line on a second start')
+  t.notMatch(second.stdout(), /tgw_[0-9A-Za-z]{49}/, 'no key printed at all')
+
+  const listed = await api(second.base, apiKey!)
+  const page = (await listed.json()) as { data: { id: string; name: string }[] }
+  t.equal(listed.status, 200, 'the bootstrap key still works')
+  t.same(
+    page.data.map((s) => ({ id: s.id, name: s.name })),
+    [{ id: createdBody.id, name: 'first' }],
+    'the sub-account created before the restart is listed',
+  )
+  t.match(accountId, /^[0-9a-f-]{36}$/)
+
+  await second.stop()
+  t.equal(second.stdout().split('\n').filter((l) => l.startsWith('bootstrap')).length, 0)
+})
