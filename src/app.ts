@@ -1,6 +1,12 @@
 // buildApp: registers plugins and routes, never listens (the process lives in main.ts).
 import { randomUUID } from 'node:crypto'
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, {
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from 'fastify'
 import { Ajv, type Options as AjvOptions } from 'ajv'
 import addFormats from 'ajv-formats'
 import type { Config } from './config.js'
@@ -70,6 +76,9 @@ const FASTIFY_ERRORS: Record<string, ErrorCode> = {
   FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_BAD_URL: 'bad_request',
+  // A path segment too long to be an id: the id it would name does not exist.
+  FST_ERR_MAX_PARAM_LENGTH: 'not_found',
 }
 
 // postgres.js and socket errors that mean the database cannot be reached right now.
@@ -82,11 +91,22 @@ const STORE_UNREACHABLE = new Set([
   'ECONNRESET',
   'ETIMEDOUT',
   'EHOSTUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  '53300', // too_many_connections
+  '57P01', // admin_shutdown
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now
 ])
+
+function isStoreUnreachable(code: string): boolean {
+  // SQLSTATE class 08: connection exceptions.
+  return STORE_UNREACHABLE.has(code) || /^08[0-9A-Z]{3}$/.test(code)
+}
 
 function toApiError(err: FastifyError): ApiError | null {
   if (err instanceof ApiError) return err
-  if (err.code && STORE_UNREACHABLE.has(err.code)) return new ApiError('store_unavailable', 'the store cannot be reached; try again')
+  if (err.code && isStoreUnreachable(err.code)) return new ApiError('store_unavailable', 'the store cannot be reached; try again')
   if (err.validation) return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
   const code = err.code ? FASTIFY_ERRORS[err.code] : undefined
   if (code) return new ApiError(code, err.message)
@@ -97,8 +117,32 @@ function toApiError(err: FastifyError): ApiError | null {
   return null
 }
 
+/** The one way an error leaves the gateway: problem+json, and no internals on a 5xx. */
+function sendError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const apiError = toApiError(err)
+  if (apiError === null) {
+    request.log.error({ err }, 'unhandled error')
+    return reply
+      .code(500)
+      .type(PROBLEM_CONTENT_TYPE)
+      .send(problem('internal_error', 'the gateway could not complete this request', request.id))
+  }
+  if (apiError.status >= 500) request.log.error({ err }, apiError.code)
+  if (apiError.options.headers) reply.headers(apiError.options.headers)
+  return reply
+    .code(apiError.status)
+    .type(PROBLEM_CONTENT_TYPE)
+    .send(problem(apiError.code, apiError.detail, request.id, apiError.options.errors))
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
+    // Errors the router raises before any route runs (a bad percent-encoding, an overlong
+    // segment) take the same way out as every other error.
+    frameworkErrors: (err, request, reply) => {
+      reply.header('x-request-id', request.id)
+      sendError(err, request, reply)
+    },
     logger: deps.logger ?? false,
     genReqId: requestId,
     bodyLimit: MANAGEMENT_BODY_LIMIT,
@@ -125,6 +169,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     })
   })
 
+  // `curl -X POST -d ''` sends a form content type with no body: nothing to parse, so accept it.
+  // A body of any other type is refused without being read.
+  app.addContentTypeParser('*', (request, _payload, done) => {
+    if (request.headers['content-length'] === '0') return done(null, undefined)
+    done(new ApiError('unsupported_media_type', 'this endpoint accepts application/json only'), undefined)
+  })
+
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
 
@@ -132,22 +183,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     reply.header('x-request-id', request.id)
   })
 
-  app.setErrorHandler((err: FastifyError, request, reply) => {
-    const apiError = toApiError(err)
-    if (apiError === null) {
-      request.log.error({ err }, 'unhandled error')
-      return reply
-        .code(500)
-        .type(PROBLEM_CONTENT_TYPE)
-        .send(problem('internal_error', 'the gateway could not complete this request', request.id))
-    }
-    if (apiError.status >= 500) request.log.error({ err }, apiError.code)
-    if (apiError.options.headers) reply.headers(apiError.options.headers)
-    return reply
-      .code(apiError.status)
-      .type(PROBLEM_CONTENT_TYPE)
-      .send(problem(apiError.code, apiError.detail, request.id, apiError.options.errors))
-  })
+  app.setErrorHandler(sendError)
 
   app.setNotFoundHandler((request, reply) =>
     reply

@@ -30,7 +30,13 @@ async function main(): Promise<void> {
     await app.close()
   })
 
-  await app.listen({ port: config.port, host: config.host })
+  try {
+    await app.listen({ port: config.port, host: config.host })
+  } catch (err) {
+    // Close the store (and the embedded database's lock) before the process exits.
+    await app.close()
+    throw err
+  }
 }
 
 main().catch((err: unknown) => {

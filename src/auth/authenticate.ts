@@ -23,7 +23,12 @@ export function bearerToken(authorization: string | undefined): string | null {
   return match ? match[1]! : null
 }
 
-export async function authenticate(authorization: string | undefined, lookups: TenancyLookups): Promise<Principal> {
+/**
+ * Finds the key's record and its tenant. `occurrences` is how many Authorization headers were
+ * sent: Node keeps only the first, so a second one would otherwise pass unseen.
+ */
+export async function authenticate(authorization: string | undefined, lookups: TenancyLookups, occurrences = 1): Promise<Principal> {
+  if (occurrences > 1) throw unauthenticated('send one Authorization header')
   if (authorization === undefined || authorization === '') throw unauthenticated('an API key is required: Authorization: Bearer <key>')
   const token = bearerToken(authorization)
   if (token === null || !isWellFormedKey(token)) throw unauthenticated('the API key is malformed')
@@ -32,6 +37,12 @@ export async function authenticate(authorization: string | undefined, lookups: T
   if (key === null || key.status !== 'active') throw unauthenticated('the API key is unknown or revoked')
   const tenant = await lookups.tenant(key.tenantId)
   if (tenant === null) throw unauthenticated('the API key is unknown or revoked')
-  if (tenant.status !== 'active') throw new ApiError('tenant_deactivated', 'the account that owns this key is deactivated')
   return { key, tenant }
+}
+
+/** A key of a deactivated sub-account authenticates but may do nothing (DESIGN §3). */
+export function requireActiveTenant(principal: Principal): void {
+  if (principal.tenant.status !== 'active') {
+    throw new ApiError('tenant_deactivated', 'the account that owns this key is deactivated')
+  }
 }

@@ -8,9 +8,12 @@ const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T)
 
 const Timestamp = Type.String({ format: 'date-time' })
 
+// Postgres text cannot hold U+0000: refuse it here as a 400 rather than fail in the store.
+const NO_NUL = '^[^\\u0000]*$'
+
 // Names are checked again after trimming (1–200 characters); the schema only bounds the input.
 export const NAME_MAX_LENGTH = 200
-const Name = Type.String({ maxLength: 1000, description: '1–200 characters after trimming' })
+const Name = Type.String({ maxLength: 1000, pattern: NO_NUL, description: '1–200 characters after trimming' })
 
 export const ExternalId = Type.String({ pattern: EXTERNAL_ID_PATTERN, description: '1–128 of A-Z a-z 0-9 . _ - : @ / +' })
 
@@ -18,9 +21,9 @@ export const ExternalId = Type.String({ pattern: EXTERNAL_ID_PATTERN, descriptio
 // match a newline, so a key holding one would escape the value check.
 const Metadata = Type.Unsafe<Record<string, string>>({
   type: 'object',
-  additionalProperties: { type: 'string', maxLength: 500 },
+  additionalProperties: { type: 'string', maxLength: 500, pattern: NO_NUL },
   maxProperties: 50,
-  propertyNames: { minLength: 1, maxLength: 40 },
+  propertyNames: { minLength: 1, maxLength: 40, pattern: NO_NUL },
   description: 'at most 50 keys of at most 40 characters, string values of at most 500',
 })
 
@@ -87,8 +90,9 @@ export const ListSubAccountsQuery = Type.Object(
 
 export const ListKeysQuery = Type.Object({ limit: Limit, cursor: Type.Optional(Cursor) }, { additionalProperties: false })
 
-export const SubAccountParams = Type.Object({ sub_id: Type.String({ maxLength: 100 }) })
-export const KeyParams = Type.Object({ sub_id: Type.String({ maxLength: 100 }), key_id: Type.String({ maxLength: 100 }) })
+// Path ids are not validated here: one that is not a UUID is a 404 (DESIGN §6), from the handler.
+export const SubAccountParams = Type.Object({ sub_id: Type.String() })
+export const KeyParams = Type.Object({ sub_id: Type.String(), key_id: Type.String() })
 
 export const CreateSubAccountBody = Type.Object(
   { name: Name, external_id: Type.Optional(Nullable(ExternalId)), metadata: Type.Optional(Metadata) },

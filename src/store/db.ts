@@ -74,7 +74,8 @@ function lockDataDir(dataDir: string, holder: string): () => void {
       } catch {
         // A half-written lock file: treated as stale below.
       }
-      if (typeof owner.pid === 'number' && owner.pid !== process.pid && isAlive(owner.pid)) {
+      // Our own PID counts as busy too: a second PGlite on one directory in one process corrupts it.
+      if (typeof owner.pid === 'number' && isAlive(owner.pid)) {
         throw new EmbeddedDatabaseBusyError(dataDir, `${owner.holder ?? 'another process'} (pid ${owner.pid})`)
       }
       rmSync(lockPath, { force: true })
@@ -102,6 +103,10 @@ async function openEmbeddedStore(dataDir: string, holder: string): Promise<Store
       user: 'postgres',
       database: 'postgres',
       max: 1,
+      // Never let the one connection go idle-closed: the socket has a single slot and no
+      // password, so a free slot could be taken by any local process.
+      idle_timeout: 0,
+      max_lifetime: null,
     })
     return {
       sql,

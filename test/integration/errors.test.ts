@@ -53,6 +53,16 @@ t.test('errors', async (t) => {
     t.equal(problemOf(res).code, 'payload_too_large')
   })
 
+  t.test("the router's own errors are problem+json too", async (t) => {
+    const badEncoding = await gw.call(key, { method: 'GET', url: '/v1/sub-accounts/%zz' })
+    t.equal(badEncoding.statusCode, 400)
+    t.equal(problemOf(badEncoding).code, 'bad_request')
+    t.ok(badEncoding.headers['x-request-id'])
+    const overlong = await gw.call(key, { method: 'GET', url: `/v1/sub-accounts/${'a'.repeat(300)}` })
+    t.equal(overlong.statusCode, 404)
+    t.equal(problemOf(overlong).code, 'not_found')
+  })
+
   t.test('request ids', async (t) => {
     const kept = await gw.call(key, { method: 'GET', url: '/nowhere', headers: { 'x-request-id': 'trace-123.abc' } })
     t.equal(kept.headers['x-request-id'], 'trace-123.abc')

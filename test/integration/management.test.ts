@@ -51,6 +51,9 @@ t.test('management API', async (t) => {
       [{ name: 'ok', metadata: { ['k'.repeat(41)]: 'v' } }, '/body/metadata'],
       [{ name: 'ok', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, 'v'])) }, '/body/metadata'],
       [[{ name: 'array' }], '/body'],
+      [{ name: 'a\u0000b' }, '/body/name'],
+      [{ name: 'ok', metadata: { k: 'a\u0000b' } }, '/body/metadata/k'],
+      [{ name: 'ok', metadata: { 'a\u0000b': 'v' } }, '/body/metadata'],
       ['"string"', '/body'],
     ]
     for (const [body, path] of cases) {
@@ -100,9 +103,9 @@ t.test('management API', async (t) => {
     t.same(res.json(), created)
     const upper = await gw.call(p.apiKey, { method: 'GET', url: `/v1/sub-accounts/${created.id.toUpperCase()}` })
     t.equal(upper.statusCode, 200, 'a UUID in upper case')
-    for (const id of ['not-a-uuid', '00000000-0000-4000-8000-000000000000', "1' or '1'='1"]) {
+    for (const id of ['not-a-uuid', '00000000-0000-4000-8000-000000000000', "1' or '1'='1", 'x'.repeat(150), 'x'.repeat(5000)]) {
       const missing = await gw.call(p.apiKey, { method: 'GET', url: `/v1/sub-accounts/${encodeURIComponent(id)}` })
-      t.equal(missing.statusCode, 404, id)
+      t.equal(missing.statusCode, 404, id.slice(0, 40))
       t.equal(problemOf(missing).code, 'not_found')
     }
   })
@@ -195,7 +198,8 @@ t.test('management API', async (t) => {
     t.equal(problemOf(conflict).code, 'external_id_conflict')
     const after = (await gw.call(p.apiKey, { method: 'GET', url })).json()
     t.equal(after.name, 'Renamed', 'a refused update changes nothing')
-    t.equal(taken.external_id, 'taken', 'the other sub-account keeps its external_id')
+    const takenNow = (await gw.call(p.apiKey, { method: 'GET', url: `/v1/sub-accounts/${taken.id}` })).json()
+    t.equal(takenNow.external_id, 'taken', 'the other sub-account keeps its external_id')
 
     for (const [body, path] of [
       [{}, '/body'],
@@ -239,6 +243,14 @@ t.test('management API', async (t) => {
     t.match(on.json(), { status: 'active', deactivated_at: null })
     const onAgain = await gw.call(p.apiKey, { method: 'POST', url: `${url}/reactivate`, acting: 'self' })
     t.same(onAgain.json(), on.json())
+    // curl -X POST -d '' sends a form content type with an empty body: nothing to refuse.
+    const curlStyle = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: `${url}/reactivate`,
+      acting: 'self',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', 'content-length': '0' },
+    })
+    t.equal(curlStyle.statusCode, 200)
 
     for (const action of ['deactivate', 'reactivate']) {
       const missing = await gw.call(p.apiKey, { method: 'POST', url: `/v1/sub-accounts/nope/${action}`, acting: 'self' })

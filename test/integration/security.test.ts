@@ -73,6 +73,8 @@ t.test('every management route refuses what it must', async (t) => {
       await expect401(owner.apiKey.slice(0, -1) + (owner.apiKey.endsWith('a') ? 'b' : 'a'), {}, 'bad checksum')
       await expect401(generateApiKey().apiKey, {}, 'unknown well-formed key')
       await expect401(revoked.apiKey, {}, 'revoked key')
+      // Node keeps the first of two Authorization headers; the gateway refuses the pair.
+      await expect401(null, { authorization: [`Bearer ${owner.apiKey}`, 'Bearer junk'] as unknown as string }, 'two Authorization headers')
 
       const bySub = await send(gw, subKey.api_key, route)
       t.equal(bySub.statusCode, 403, 'sub-account key')
@@ -130,7 +132,12 @@ t.test('checks run in the documented order', async (t) => {
   // The header is required before validation too.
   const requiredFirst = await gw.call(owner.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 7 } })
   t.equal(problemOf(requiredFirst).code, 'acting_tenant_required')
-  t.ok(sub.id)
+  // A malformed acting header is 400 even for a key whose sub-account is deactivated (403).
+  await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/deactivate`, acting: 'self' })
+  const malformedFirst = await gw.call(subKey.api_key, { method: 'GET', url: '/v1/sub-accounts', acting: 'SELF' })
+  t.equal(problemOf(malformedFirst).code, 'acting_tenant_malformed')
+  const thenDeactivated = await gw.call(subKey.api_key, { method: 'GET', url: '/v1/sub-accounts', acting: 'self' })
+  t.equal(problemOf(thenDeactivated).code, 'tenant_deactivated')
 })
 
 t.test('the acting header on management', async (t) => {
@@ -181,11 +188,12 @@ t.test('the write-header rule follows the count of active sub-accounts', async (
 t.test('a revoked key is refused on the very next request', async (t) => {
   const { gw, owner, sub, subKey } = await setup(t)
   const second = (await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys`, acting: 'self', body: { name: 'k2', scopes: ['a:b'] } })).json()
-  t.equal((await gw.call(second.api_key, { method: 'GET', url: '/v1/sub-accounts' })).statusCode, 403, 'authenticates before the revoke')
+  const before = await gw.call(second.api_key, { method: 'GET', url: '/v1/sub-accounts' })
+  t.equal(problemOf(before).code, 'parent_key_required', 'authenticates before the revoke')
   const revoked = await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys/${second.id}/revoke`, acting: 'self' })
   t.equal(revoked.statusCode, 200)
   const next = await gw.call(second.api_key, { method: 'GET', url: '/v1/sub-accounts' })
   t.equal(next.statusCode, 401)
   t.equal(problemOf(next).code, 'unauthenticated')
-  t.equal((await gw.call(subKey.api_key, { method: 'GET', url: '/v1/sub-accounts' })).statusCode, 403, 'the other key is untouched')
+  t.equal(problemOf(await gw.call(subKey.api_key, { method: 'GET', url: '/v1/sub-accounts' })).code, 'parent_key_required', 'the other key is untouched')
 })
