@@ -140,6 +140,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Errors the router raises before any route runs (a bad percent-encoding, an overlong
     // segment) take the same way out as every other error.
     frameworkErrors: (err, request, reply) => {
+      // No route matched yet, so the onSend hook below does not run for this reply.
       reply.header('x-request-id', request.id)
       sendError(err, request, reply)
     },

@@ -65,18 +65,24 @@ function trimmedName(name: string, path: string): string {
   return trimmed
 }
 
-const conflict = () => new ApiError('external_id_conflict', 'another sub-account of this parent already has this external_id')
-
 async function withConflictAsHttp<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run()
   } catch (err) {
-    if (err instanceof ExternalIdTakenError) throw conflict()
+    if (err instanceof ExternalIdTakenError) {
+      throw new ApiError('external_id_conflict', 'another sub-account of this parent already has this external_id')
+    }
     throw err
   }
 }
 
 const notFound = (what = 'sub-account') => new ApiError('not_found', `no such ${what}`)
+
+/** A path id, lower-cased; one that is not a UUID names nothing (DESIGN §6: 404). */
+function pathUuid(value: string, what?: string): string {
+  if (!isUuid(value)) throw notFound(what)
+  return value.toLowerCase()
+}
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups }) => {
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
@@ -87,7 +93,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   /** The caller's sub-account named in the path, or 404 (also for another parent's). */
   async function ownSubAccount(request: FastifyRequest, subId: string): Promise<TenantRow> {
-    const row = isUuid(subId) ? await getSubAccount(sql, parentOf(request).id, subId.toLowerCase()) : null
+    const row = await getSubAccount(sql, parentOf(request).id, pathUuid(subId))
     if (row === null) throw notFound()
     return row
   }
@@ -123,12 +129,12 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     '/:sub_id',
     { schema: { params: SubAccountParams, body: UpdateSubAccountBody, response: { 200: SubAccount } } },
     async (request) => {
-      const { sub_id } = request.params
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
-      await ownSubAccount(request, sub_id)
+      const subId = pathUuid(request.params.sub_id)
+      // The update is scoped to the parent: no row back means unknown or another parent's.
       const row = await withConflictAsHttp(() =>
-        updateSubAccount(sql, parentOf(request).id, sub_id.toLowerCase(), {
+        updateSubAccount(sql, parentOf(request).id, subId, {
           name,
           externalId: body.external_id,
           metadata: body.metadata,
@@ -144,8 +150,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       `/:sub_id/${action}`,
       { schema: { params: SubAccountParams, response: { 200: SubAccount } } },
       async (request) => {
-        const { sub_id } = request.params
-        const row = isUuid(sub_id) ? await setSubAccountStatus(sql, parentOf(request).id, sub_id.toLowerCase(), status) : null
+        const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
         if (row === null) throw notFound()
         return presentSubAccount(row)
       },
@@ -191,7 +196,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     async (request) => {
       const { sub_id, key_id } = request.params
       const subAccount = await ownSubAccount(request, sub_id)
-      const row = isUuid(key_id) ? await revokeKey(sql, subAccount.id, key_id.toLowerCase()) : null
+      const row = await revokeKey(sql, subAccount.id, pathUuid(key_id, 'key'))
       if (row === null) throw notFound('key')
       return presentKey(row)
     },

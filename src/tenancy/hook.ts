@@ -14,21 +14,29 @@ declare module 'fastify' {
   }
 }
 
-/** How many times a header was sent, counting repeats that Node folded into one value. */
-function headerOccurrences(request: FastifyRequest, lowerCaseName: string): number {
+/**
+ * How many times the two headers that must come once were sent, in one pass over the raw
+ * headers: Node keeps the first Authorization and folds repeated custom headers into one value.
+ */
+function singleHeaderCounts(request: FastifyRequest): { authorization: number; acting: number } {
   const raw = request.raw.rawHeaders
-  let count = 0
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === lowerCaseName) count++
-  return count
+  const counts = { authorization: 0, acting: 0 }
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase()
+    if (name === 'authorization') counts.authorization++
+    else if (name === ACTING_HEADER) counts.acting++
+  }
+  return counts
 }
 
 export function tenancyHook(lookups: TenancyLookups): onRequestAsyncHookHandler {
   return async function resolveTenancy(request) {
-    const principal = await authenticate(request.headers.authorization, lookups, headerOccurrences(request, 'authorization'))
+    const counts = singleHeaderCounts(request)
+    const principal = await authenticate(request.headers.authorization, lookups, counts.authorization)
     request.principal = principal
     // DESIGN §4 order: 401, then the acting header (a malformed one is 400 even for a
     // deactivated key), then the 403s.
-    const target = parseActingHeader(request.headers[ACTING_HEADER], headerOccurrences(request, ACTING_HEADER))
+    const target = parseActingHeader(request.headers[ACTING_HEADER], counts.acting)
     requireActiveTenant(principal)
     request.actingTenant = await resolveActingTenant(principal, target, request.method, lookups)
   }
