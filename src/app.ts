@@ -11,17 +11,37 @@ import { Ajv, type Options as AjvOptions } from 'ajv'
 import addFormats from 'ajv-formats'
 import type { Config } from './config.js'
 import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode, type FieldError } from './errors.js'
+import { TenancyCache, type CacheTimings } from './cache/tiered.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
+import { createMetrics, type Metrics } from './ops/metrics.js'
+import { isBadPath, pathOf } from './proxy/paths.js'
+import { proxyRoutes, type ProxiedRouteConfig } from './proxy/plugin.js'
+import { loadRouteTable, type ProxyRoute } from './proxy/routes.js'
 import type { Store } from './store/db.js'
-import { postgresLookups, type TenancyLookups } from './tenancy/lookups.js'
+import { postgresLookups } from './tenancy/lookups.js'
+import { UsageMeter } from './usage/meter.js'
 
 export interface AppDeps {
   config: Config
   store: Store
-  /** Defaults to straight Postgres lookups; a cache can be passed in front of them. */
-  lookups?: TenancyLookups
+  /** The route table; by default the one in `config`, validated here. */
+  routes?: readonly ProxyRoute[]
+  /** Prefix of every Redis key and of the invalidation channel (tests use one per file). */
+  redisKeyPrefix?: string
+  cacheTimings?: Partial<CacheTimings>
+  /** How often the usage meter writes to Postgres. */
+  usageFlushIntervalMs?: number
+  metrics?: Metrics
   /** A pino logger configuration or instance; false for none (tests). */
   logger?: FastifyServerOptions['logger'] | false
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    tenancyCache: TenancyCache
+    usageMeter: UsageMeter
+    metrics: Metrics
+  }
 }
 
 /** Management bodies are small JSON documents; proxied bodies get their own limit. */
@@ -136,6 +156,8 @@ function sendError(err: FastifyError, request: FastifyRequest, reply: FastifyRep
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  // A bad route table stops the gateway before it opens anything.
+  const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl)
   const app = Fastify({
     // Errors the router raises before any route runs (a bad percent-encoding, an overlong
     // segment) take the same way out as every other error.
@@ -180,6 +202,48 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
 
+  const metrics = deps.metrics ?? createMetrics()
+  const cache = new TenancyCache({
+    source: postgresLookups(deps.store.sql),
+    redisUrl: deps.config.redisUrl,
+    keyPrefix: deps.redisKeyPrefix,
+    timings: deps.cacheTimings,
+    log: app.log,
+    metrics,
+  })
+  const meter = new UsageMeter({ sql: deps.store.sql, log: app.log, flushIntervalMs: deps.usageFlushIntervalMs })
+  meter.start()
+  app.decorate('metrics', metrics)
+  app.decorate('tenancyCache', cache)
+  app.decorate('usageMeter', meter)
+  // In-flight requests are done by now: write the last counts, then let Redis go.
+  app.addHook('onClose', async () => {
+    await meter.close()
+    await cache.close()
+  })
+
+  // DESIGN §5: refused before any routing, management paths included, and before authentication.
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (isBadPath(pathOf(request.url))) {
+      done(new ApiError('bad_path', 'the path may not contain .., //, ;, or an encoded dot pair, slash or backslash'))
+      return
+    }
+    done()
+  })
+
+  // Usage (DESIGN §6): every proxied request, and every refusal once a key authenticated, for the
+  // tenant it acted as (the key's own when the refusal came before that was resolved).
+  app.addHook('onResponse', (request, reply, done) => {
+    const principal = request.principal
+    if (principal !== null) {
+      meter.keyUsed(principal.key.id)
+      const proxied = (request.routeOptions.config as Partial<ProxiedRouteConfig>).proxied === true
+      if (proxied) metrics.proxiedRequests.inc()
+      if (proxied || reply.statusCode >= 400) meter.record((request.actingTenant ?? principal.tenant).id, reply.statusCode)
+    }
+    done()
+  })
+
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id)
   })
@@ -196,8 +260,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
-    lookups: deps.lookups ?? postgresLookups(deps.store.sql),
+    lookups: cache.lookups,
+    cache,
   })
+  await app.register(proxyRoutes, { routes, lookups: cache.lookups })
 
   return app
 }

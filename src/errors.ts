@@ -13,13 +13,16 @@ export const ERRORS = {
   validation_failed: { status: 400, title: 'Validation failed' },
   invalid_json: { status: 400, title: 'Invalid JSON body' },
   bad_request: { status: 400, title: 'Bad request' },
+  bad_path: { status: 400, title: 'Bad path' },
   not_found: { status: 404, title: 'Not found' },
   route_not_found: { status: 404, title: 'Route not found' },
   external_id_conflict: { status: 409, title: 'External id already in use' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   internal_error: { status: 500, title: 'Internal error' },
+  upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
   store_unavailable: { status: 503, title: 'Store unavailable' },
+  upstream_timeout: { status: 504, title: 'Upstream timeout' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 export type ErrorCode = keyof typeof ERRORS

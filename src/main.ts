@@ -3,11 +3,14 @@ import closeWithGrace from 'close-with-grace'
 import { buildApp, LOG_REDACT } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
 import { ConfigError, loadConfig } from './config.js'
+import { createMetrics, serveMetrics } from './ops/metrics.js'
+import { loadRouteTable } from './proxy/routes.js'
 import { openStore } from './store/db.js'
 import { migrate } from './store/migrate.js'
 
 async function main(): Promise<void> {
   const config = loadConfig(process.env)
+  const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl)
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the gateway' })
   try {
     await migrate(store.sql)
@@ -17,26 +20,38 @@ async function main(): Promise<void> {
     throw err
   }
 
+  const metrics = createMetrics({ processMetrics: true })
   const app = await buildApp({
     config,
     store,
+    routes,
+    metrics,
     logger: { level: config.logLevel, redact: { paths: LOG_REDACT, censor: '[redacted]' } },
   })
-  app.addHook('onClose', async () => store.close())
+
+  // The app first (in-flight requests finish, usage is flushed), then the store it wrote to.
+  async function shutdown(): Promise<void> {
+    await app.close()
+    await store.close()
+  }
+
+  try {
+    const metricsServer = await serveMetrics(metrics.registry, config.metricsPort, config.host)
+    app.addHook('onClose', async () => {
+      await new Promise((resolve) => metricsServer.close(resolve))
+    })
+    await app.listen({ port: config.port, host: config.host })
+  } catch (err) {
+    // Close the store (and the embedded database's lock) before the process exits.
+    await shutdown()
+    throw err
+  }
 
   closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'closing after an error')
     else app.log.info({ signal }, 'closing')
-    await app.close()
+    await shutdown()
   })
-
-  try {
-    await app.listen({ port: config.port, host: config.host })
-  } catch (err) {
-    // Close the store (and the embedded database's lock) before the process exits.
-    await app.close()
-    throw err
-  }
 }
 
 main().catch((err: unknown) => {

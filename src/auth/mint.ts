@@ -10,6 +10,8 @@ export interface MintedKey {
   row: KeyRow
   apiKey: string
   clientSecret: string | null
+  /** SHA-256 of the key: the name of its cache entries. */
+  keyDigest: Buffer
 }
 
 export async function mintKey(
@@ -26,7 +28,7 @@ export async function mintKey(
     keyDigest,
     secretDigest: secret?.secretDigest ?? null,
   })
-  return { row, apiKey, clientSecret: secret?.clientSecret ?? null }
+  return { row, apiKey, clientSecret: secret?.clientSecret ?? null, keyDigest }
 }
 
 /**

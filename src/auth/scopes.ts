@@ -16,9 +16,15 @@ export function scopeCovers(granted: string, needed: string): boolean {
 }
 
 export function requireScope(scopes: readonly string[], needed: string): void {
-  if (scopes.some((granted) => scopeCovers(granted, needed))) return
-  throw new ApiError('insufficient_scope', `this key lacks the scope ${needed}`, {
-    headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed}"` },
+  requireScopes(scopes, [needed])
+}
+
+/** Every scope in `needed` must be covered; the 403 names them all (RFC 6750 §3: space-separated). */
+export function requireScopes(scopes: readonly string[], needed: readonly string[]): void {
+  const missing = needed.filter((scope) => !scopes.some((granted) => scopeCovers(granted, scope)))
+  if (missing.length === 0) return
+  throw new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
+    headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed.join(' ')}"` },
   })
 }
 

@@ -19,6 +19,9 @@ import type { Principal } from '../auth/authenticate.js'
 import { isUuid } from '../tenancy/identifiers.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
+import { cacheKeys, type CacheInvalidator } from '../cache/tiered.js'
+import { usageRows } from '../store/usage.js'
+import { reportRange, usageEntries } from '../usage/report.js'
 import { decodeCursor, toPage } from './paging.js'
 import { presentKey, presentSubAccount } from './present.js'
 import {
@@ -35,6 +38,8 @@ import {
   SubAccountPage,
   SubAccountParams,
   UpdateSubAccountBody,
+  UsageQuery,
+  UsageReport,
 } from './schemas.js'
 
 export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
@@ -42,6 +47,8 @@ export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
 export interface ManagementOptions {
   sql: Sql
   lookups: TenancyLookups
+  /** Told the cache entries a committed change made stale (DESIGN §8). */
+  cache: CacheInvalidator
 }
 
 /** Management is for parent keys acting as their own account, with the scope of the method. */
@@ -84,7 +91,7 @@ function pathUuid(value: string, what?: string): string {
   return value.toLowerCase()
 }
 
-export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups }) => {
+export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups, cache }) => {
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
@@ -107,6 +114,12 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
         metadata: body.metadata ?? {},
       }),
     )
+    // A "not found" for its id or external_id may be cached, and the parent's active count changed.
+    await cache.invalidate([
+      cacheKeys.tenant(row.id),
+      cacheKeys.activeCount(row.parent_id!),
+      ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
+    ])
     return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
   })
 
@@ -119,6 +132,15 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       externalId: external_id ?? null,
     })
     return toPage(rows, limit, presentSubAccount)
+  })
+
+  // Registered before /:sub_id; the router prefers this static segment anyway.
+  app.get('/usage', { schema: { querystring: UsageQuery, response: { 200: UsageReport } } }, async (request) => {
+    const { limit, cursor } = request.query
+    const afterSeq = decodeCursor(cursor)
+    const { from, to } = reportRange(request.query, Date.now())
+    const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
+    return { from, to, ...toPage(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry) }
   })
 
   app.get('/:sub_id', { schema: { params: SubAccountParams, response: { 200: SubAccount } } }, async (request) =>
@@ -141,6 +163,14 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
         }),
       )
       if (row === null) throw notFound()
+      if (row.external_id !== row.previous_external_id) {
+        await cache.invalidate(
+          [row.external_id, row.previous_external_id]
+            .filter((externalId) => externalId !== null)
+            .map((externalId) => cacheKeys.externalId(row.parent_id!, externalId))
+            .concat(cacheKeys.tenant(row.id)),
+        )
+      }
       return presentSubAccount(row)
     },
   )
@@ -152,6 +182,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       async (request) => {
         const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
         if (row === null) throw notFound()
+        await cache.invalidate([cacheKeys.tenant(row.id), cacheKeys.activeCount(row.parent_id!)])
         return presentSubAccount(row)
       },
     )
@@ -169,6 +200,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       const label = trimmedName(name, '/body/name')
       const subAccount = await ownSubAccount(request, request.params.sub_id)
       const minted = await mintKey(sql, { tenantId: subAccount.id, name: label, scopes, withClientSecret: true })
+      await cache.invalidate([cacheKeys.key(minted.keyDigest)])
       const { revoked_at: _revoked, last_used_at: _used, ...key } = presentKey(minted.row)
       // The key and the secret are in this response only: nothing on the way may keep a copy.
       return reply
@@ -198,6 +230,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       const subAccount = await ownSubAccount(request, sub_id)
       const row = await revokeKey(sql, subAccount.id, pathUuid(key_id, 'key'))
       if (row === null) throw notFound('key')
+      await cache.invalidate([cacheKeys.key(row.key_digest)])
       return presentKey(row)
     },
   )

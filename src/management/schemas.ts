@@ -110,3 +110,39 @@ export const MintKeyBody = Type.Object(
 )
 
 export { UUID_PATTERN }
+
+// The usage report (DESIGN §6). Dates are checked by the handler, which also takes an RFC 3339
+// date-time as its UTC date.
+export const UsageQuery = Type.Object(
+  {
+    from: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    to: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    limit: Limit,
+    cursor: Type.Optional(Cursor),
+  },
+  { additionalProperties: false },
+)
+
+const Count = Type.Integer({ minimum: 0 })
+
+export const UsageEntry = Type.Object(
+  {
+    sub_account_id: Type.String({ format: 'uuid' }),
+    external_id: Nullable(Type.String()),
+    requests: Count,
+    by_status: Type.Object({ '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count }, { additionalProperties: false }),
+    days: Type.Array(Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false })),
+  },
+  { additionalProperties: false },
+)
+export type UsageEntry = Static<typeof UsageEntry>
+
+export const UsageReport = Type.Object(
+  {
+    from: Type.String({ format: 'date' }),
+    to: Type.String({ format: 'date' }),
+    data: Type.Array(UsageEntry),
+    next_cursor: Nullable(Type.String()),
+  },
+  { additionalProperties: false },
+)

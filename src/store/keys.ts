@@ -62,11 +62,14 @@ export function listKeys(db: Db, tenantId: string, page: { limit: number; afterS
     limit ${page.limit}`
 }
 
+/** A revoked key's row, with the digest that names its cache entries (never shown). */
+export type RevokedKeyRow = KeyRow & { key_digest: Buffer }
+
 /** Revokes a key of the tenant; repeating it keeps the first revocation time. */
-export async function revokeKey(db: Db, tenantId: string, keyId: string): Promise<KeyRow | null> {
-  const [row] = await db<KeyRow[]>`
+export async function revokeKey(db: Db, tenantId: string, keyId: string): Promise<RevokedKeyRow | null> {
+  const [row] = await db<RevokedKeyRow[]>`
     update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now())
     where id = ${keyId} and tenant_id = ${tenantId}
-    returning ${db.unsafe(COLUMNS)}`
+    returning ${db.unsafe(COLUMNS)}, key_digest`
   return row ?? null
 }

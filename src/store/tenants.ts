@@ -121,16 +121,24 @@ export interface SubAccountPatch {
   metadata?: Record<string, string>
 }
 
-export function updateSubAccount(db: Db, parentId: string, id: string, patch: SubAccountPatch): Promise<TenantRow | null> {
+/** The updated row, with the external_id it had before (the caches of both names go stale). */
+export type UpdatedTenantRow = TenantRow & { previous_external_id: string | null }
+
+export function updateSubAccount(db: Db, parentId: string, id: string, patch: SubAccountPatch): Promise<UpdatedTenantRow | null> {
   return rethrowConflict(async () => {
-    const [row] = await db<TenantRow[]>`
+    const [row] = await db<UpdatedTenantRow[]>`
       update tenants set
         name = ${patch.name === undefined ? db`name` : db`${patch.name}`},
         external_id = ${patch.externalId === undefined ? db`external_id` : db`${patch.externalId}`},
         metadata = ${patch.metadata === undefined ? db`metadata` : db`${db.json(patch.metadata)}`},
         updated_at = now()
-      where id = ${id} and parent_id = ${parentId}
-      returning ${db.unsafe(COLUMNS)}`
+      from (
+        select id as previous_id, external_id as previous_external_id from tenants
+        where id = ${id} and parent_id = ${parentId}
+        for update
+      ) previous
+      where tenants.id = previous.previous_id
+      returning ${db.unsafe(COLUMNS)}, previous.previous_external_id`
     return row ?? null
   })
 }

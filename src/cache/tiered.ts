@@ -1,0 +1,292 @@
+// The caches of DESIGN §8: a bounded in-process LRU with a short TTL, in front of Redis (longer
+// TTL, shared by the replicas), in front of Postgres. A change commits in Postgres first, then
+// deletes the Redis entries and publishes their names; every replica evicts them from its LRU.
+import { LRUCache } from 'lru-cache'
+import { Redis } from 'ioredis'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Metrics } from '../ops/metrics.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
+
+/** Names of cache entries; the same names are used in Redis (after the prefix) and on the bus. */
+export const cacheKeys = {
+  key: (keyDigest: Buffer) => `key:${keyDigest.toString('hex')}`,
+  tenant: (tenantId: string) => `tenant:${tenantId}`,
+  externalId: (parentId: string, externalId: string) => `ext:${parentId}:${externalId}`,
+  activeCount: (parentId: string) => `active:${parentId}`,
+}
+
+/** What a change tells the caches once it has committed. */
+export interface CacheInvalidator {
+  invalidate(keys: readonly string[]): Promise<void>
+}
+
+export interface CacheTimings {
+  /** In-process TTL of a found record: how long a lost invalidation can go unnoticed. */
+  localTtlMs: number
+  /** In-process and Redis TTL of "not found", so a flood of one unknown key stays off Postgres. */
+  negativeTtlMs: number
+  redisTtlMs: number
+  /** While Postgres cannot answer, a record seen this recently is still used (DESIGN §8). */
+  staleWindowMs: number
+  /** After a failed or timed-out Redis command, Redis is skipped for this long. */
+  redisBackoffMs: number
+  /** An invalidation is sent again after this long, to catch a fill that raced the first one. */
+  reinvalidateAfterMs: number
+  maxEntries: number
+}
+
+export const DEFAULT_TIMINGS: CacheTimings = {
+  localTtlMs: 5_000,
+  negativeTtlMs: 2_000,
+  redisTtlMs: 60_000,
+  staleWindowMs: 5 * 60_000,
+  redisBackoffMs: 1_000,
+  reinvalidateAfterMs: 1_000,
+  maxEntries: 100_000,
+}
+
+/** A Redis command may take this long before the gateway gives up and asks Postgres. */
+export const REDIS_COMMAND_TIMEOUT_MS = 50
+
+export interface TenancyCacheOptions {
+  /** Where misses go: Postgres. */
+  source: TenancyLookups
+  /** Unset: in-process cache only (one replica, DESIGN §2). */
+  redisUrl?: string | undefined
+  /** Prefix of every Redis key and of the invalidation channel, so deployments can share a Redis. */
+  keyPrefix?: string
+  timings?: Partial<CacheTimings>
+  log: FastifyBaseLogger
+  metrics: Metrics
+}
+
+interface Entry {
+  readonly value: unknown
+  readonly storedAt: number
+}
+
+export class TenancyCache implements CacheInvalidator {
+  readonly lookups: TenancyLookups
+  private readonly timings: CacheTimings
+  private readonly local: LRUCache<string, Entry>
+  private readonly inflight = new Map<string, Promise<unknown>>()
+  private readonly redis: Redis | null
+  private readonly subscriber: Redis | null
+  private readonly prefix: string
+  private readonly channel: string
+  /** Bumped by every eviction: a fill that started before one must not store what it read. */
+  private epoch = 0
+  private redisSkipUntil = 0
+  /** Invalidations Redis did not take (it was down); sent again when it is back. */
+  private readonly unsent = new Set<string>()
+  private readonly timers = new Set<NodeJS.Timeout>()
+
+  constructor(private readonly options: TenancyCacheOptions) {
+    this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
+    this.prefix = options.keyPrefix ?? 'tgw:'
+    this.channel = `${this.prefix}invalidate`
+    this.local = new LRUCache<string, Entry>({
+      max: this.timings.maxEntries,
+      ttl: this.timings.localTtlMs,
+      // Expired entries stay (until the LRU pushes them out) for the stale window.
+      noDeleteOnStaleGet: true,
+    })
+    this.redis = options.redisUrl === undefined ? null : this.connectCommands(options.redisUrl)
+    this.subscriber = options.redisUrl === undefined ? null : this.connectSubscriber(options.redisUrl)
+    this.lookups = this.cachedLookups(options.source)
+  }
+
+  private connectCommands(url: string): Redis {
+    const redis = new Redis(url, {
+      // A dead Redis must cost a request tens of milliseconds at most (DESIGN §8): no queue to
+      // wait in while disconnected, no retries, and a short timeout on every command.
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+      connectTimeout: 2_000,
+      retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
+    })
+    redis.on('error', (err) => this.redisFailed(err))
+    redis.on('ready', () => {
+      if (this.unsent.size === 0) return
+      const keys = [...this.unsent]
+      this.unsent.clear()
+      void this.broadcast(keys)
+    })
+    return redis
+  }
+
+  private connectSubscriber(url: string): Redis {
+    const subscriber = new Redis(url, {
+      // Not on the request path: the subscription waits for the connection, however long.
+      maxRetriesPerRequest: null,
+      connectTimeout: 2_000,
+      retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
+    })
+    subscriber.on('error', (err) => this.redisFailed(err))
+    // Reconnected: messages sent while it was away are lost, so forget everything local.
+    subscriber.on('ready', () => this.clearLocal())
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel !== this.channel) return
+      const keys = parseKeyList(message)
+      if (keys === null) this.options.log.warn({ channel }, 'ignored a malformed cache invalidation')
+      else this.evictLocal(keys)
+    })
+    subscriber.subscribe(this.channel).catch((err: unknown) => this.redisFailed(err))
+    return subscriber
+  }
+
+  private cachedLookups(source: TenancyLookups): TenancyLookups {
+    return {
+      keyByDigest: (keyDigest) => this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest)),
+      tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
+      subAccountIdByExternalId: (parentId, externalId) =>
+        this.read<string>(cacheKeys.externalId(parentId, externalId), () => source.subAccountIdByExternalId(parentId, externalId)),
+      activeSubAccountCount: async (parentId) =>
+        (await this.read<number>(cacheKeys.activeCount(parentId), () => source.activeSubAccountCount(parentId)))!,
+    }
+  }
+
+  /** The in-process entry, else one shared fill from Redis or Postgres per key at a time. */
+  private read<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
+    const entry = this.local.get(key, { allowStale: false })
+    if (entry !== undefined) {
+      this.options.metrics.localCacheHits.inc()
+      return Promise.resolve(entry.value as T | null)
+    }
+    const pending = this.inflight.get(key)
+    if (pending !== undefined) return pending as Promise<T | null>
+    const fill = this.fill(key, load).finally(() => {
+      if (this.inflight.get(key) === fill) this.inflight.delete(key)
+    })
+    this.inflight.set(key, fill)
+    return fill
+  }
+
+  private async fill<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
+    const epoch = this.epoch
+    const redis = this.usableRedis()
+    if (redis !== null) {
+      try {
+        const raw = await redis.get(this.prefix + key)
+        this.options.metrics.storeLookups.redis.inc()
+        if (raw !== null) {
+          const value = JSON.parse(raw) as T | null
+          if (epoch === this.epoch) this.remember(key, value)
+          return value
+        }
+      } catch (err) {
+        this.redisFailed(err)
+      }
+    }
+
+    let value: T | null
+    try {
+      value = await load()
+      this.options.metrics.storeLookups.postgres.inc()
+    } catch (err) {
+      // Postgres cannot answer: a record seen within the stale window still serves; an unknown
+      // key is never let through (the error becomes 503 store_unavailable).
+      const stale = this.local.get(key, { allowStale: true })
+      if (stale !== undefined && Date.now() - stale.storedAt < this.timings.staleWindowMs) return stale.value as T | null
+      throw err
+    }
+    if (epoch === this.epoch) {
+      this.remember(key, value)
+      this.storeInRedis(key, value)
+    }
+    return value
+  }
+
+  private remember(key: string, value: unknown): void {
+    const ttl = value === null ? this.timings.negativeTtlMs : this.timings.localTtlMs
+    this.local.set(key, { value, storedAt: Date.now() }, { ttl })
+  }
+
+  private storeInRedis(key: string, value: unknown): void {
+    const redis = this.usableRedis()
+    if (redis === null) return
+    const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
+    redis.set(this.prefix + key, JSON.stringify(value), 'PX', ttl).catch((err: unknown) => this.redisFailed(err))
+  }
+
+  private usableRedis(): Redis | null {
+    if (this.redis === null || this.redis.status !== 'ready' || Date.now() < this.redisSkipUntil) return null
+    return this.redis
+  }
+
+  private redisFailed(err: unknown): void {
+    this.options.metrics.redisErrors.inc()
+    const now = Date.now()
+    // One warning per backoff window, not one per request.
+    if (now >= this.redisSkipUntil) this.options.log.warn({ err }, 'redis failed; using postgres until it answers again')
+    this.redisSkipUntil = now + this.timings.redisBackoffMs
+  }
+
+  private evictLocal(keys: readonly string[]): void {
+    this.epoch++
+    for (const key of keys) {
+      this.local.delete(key)
+      this.inflight.delete(key)
+    }
+  }
+
+  /** Forgets every in-process entry (after a reconnect, or in tests). */
+  clearLocal(): void {
+    this.epoch++
+    this.local.clear()
+    this.inflight.clear()
+  }
+
+  /**
+   * Call after the change has committed in Postgres. Evicts here at once, then deletes the Redis
+   * entries and tells the other replicas; the same is sent once more a moment later, for a
+   * replica that read the old row just before the commit and stored it just after the first
+   * message. Redis being down does not fail the change: the message is kept and sent when it is
+   * back, and the in-process TTL bounds how long other replicas can miss it.
+   */
+  async invalidate(keys: readonly string[]): Promise<void> {
+    if (keys.length === 0) return
+    this.evictLocal(keys)
+    if (this.redis === null) return
+    await this.broadcast(keys)
+    const timer = setTimeout(() => {
+      this.timers.delete(timer)
+      void this.broadcast(keys)
+    }, this.timings.reinvalidateAfterMs)
+    timer.unref()
+    this.timers.add(timer)
+  }
+
+  private async broadcast(keys: readonly string[]): Promise<void> {
+    if (this.redis === null) return
+    try {
+      if (this.redis.status !== 'ready') throw new Error('redis is not connected')
+      await this.redis
+        .multi()
+        .del(...keys.map((key) => this.prefix + key))
+        .publish(this.channel, JSON.stringify(keys))
+        .exec()
+    } catch (err) {
+      for (const key of keys) this.unsent.add(key)
+      this.redisFailed(err)
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const timer of this.timers) clearTimeout(timer)
+    this.timers.clear()
+    this.redis?.disconnect()
+    this.subscriber?.disconnect()
+  }
+}
+
+function parseKeyList(message: string): string[] | null {
+  try {
+    const keys: unknown = JSON.parse(message)
+    if (Array.isArray(keys) && keys.every((key) => typeof key === 'string')) return keys as string[]
+  } catch {
+    // Falls through: not JSON.
+  }
+  return null
+}

@@ -1,0 +1,86 @@
+// What the upstream receives (DESIGN §5): no client-sent X-Service-* header, whatever its case
+// or count, then the five trusted headers naming the resolved tenant.
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
+
+export const TRUSTED_PREFIX = 'x-service-'
+
+/** Who the request acts as; null on a public route, where nothing is injected. */
+export interface TrustedIdentity {
+  readonly resolvedTenantId: string
+  readonly callerTenantId: string
+  readonly keyId: string
+  readonly scopes: readonly string[]
+}
+
+export interface ForwardContext {
+  readonly identity: TrustedIdentity | null
+  readonly requestId: string
+  readonly forwardAuthorization: boolean
+  /** The peer address the gateway saw, appended to X-Forwarded-For. */
+  readonly clientIp: string | undefined
+  readonly proto: 'http' | 'https'
+  /** The Host the client asked for, as X-Forwarded-Host. */
+  readonly host: string | undefined
+  /** The client's own Connection header: every header it names is hop-by-hop (RFC 9110 §7.6.1). */
+  readonly connection: string | string[] | undefined
+}
+
+// Hop-by-hop headers (RFC 9110 §7.6.1) and those the gateway sets itself.
+const DROPPED = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+  'x-request-id',
+  'x-forwarded-proto',
+  'x-forwarded-host',
+])
+
+function connectionTokens(connection: string | string[] | undefined): Set<string> {
+  const tokens = new Set<string>()
+  if (connection === undefined) return tokens
+  for (const value of Array.isArray(connection) ? connection : [connection]) {
+    for (const token of value.split(',')) {
+      const name = token.trim().toLowerCase()
+      if (name !== '') tokens.add(name)
+    }
+  }
+  return tokens
+}
+
+/**
+ * The headers to send upstream, built from the inbound ones. Node gives header names in lower
+ * case and folds repeats into one entry, so one check per name removes every copy and spelling.
+ * Headers named by Connection are dropped here too, whatever the proxy library already did
+ * (GHSA-gwhp-pf74-vj37): a client must not be able to remove a header the gateway sets.
+ */
+export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardContext): OutgoingHttpHeaders {
+  const named = connectionTokens(context.connection)
+  const out: OutgoingHttpHeaders = {}
+  for (const name of Object.keys(inbound)) {
+    if (name.startsWith(TRUSTED_PREFIX) || DROPPED.has(name) || named.has(name)) continue
+    if (name === 'authorization' && !context.forwardAuthorization) continue
+    out[name] = inbound[name]
+  }
+
+  const identity = context.identity
+  if (identity !== null) {
+    out['x-service-resolved-tenant'] = identity.resolvedTenantId
+    out['x-service-caller-tenant'] = identity.callerTenantId
+    out['x-service-key-id'] = identity.keyId
+    out['x-service-scopes'] = identity.scopes.join(' ')
+  }
+  out['x-request-id'] = context.requestId
+
+  const forwardedFor = out['x-forwarded-for']
+  if (context.clientIp !== undefined) {
+    out['x-forwarded-for'] =
+      typeof forwardedFor === 'string' && forwardedFor !== '' ? `${forwardedFor}, ${context.clientIp}` : context.clientIp
+  }
+  out['x-forwarded-proto'] = context.proto
+  if (context.host !== undefined) out['x-forwarded-host'] = context.host
+  return out
+}

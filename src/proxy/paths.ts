@@ -1,0 +1,31 @@
+// Paths the gateway refuses before any routing (DESIGN §5): traversal and the encodings that
+// smuggle it past a prefix match, doubled slashes, and `;` path parameters that some servers
+// strip and others keep. Checked on the raw path, before anything decodes it.
+import { MANAGEMENT_PREFIX } from '../management/routes.js'
+
+// `..` in any mix of plain and encoded dots, encoded `/` and `\`, a plain `\`, `//` and `;`.
+const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;/i
+
+/** The path part of a request target, without its query string. */
+export function pathOf(url: string): string {
+  const query = url.indexOf('?')
+  return query === -1 ? url : url.slice(0, query)
+}
+
+export function isBadPath(path: string): boolean {
+  return BAD_PATH.test(path)
+}
+
+/**
+ * True for `/v1/sub-accounts` and anything below it, compared decoded and case-insensitively,
+ * so that no spelling of a management path reaches an upstream.
+ */
+export function isManagementPath(path: string): boolean {
+  let decoded: string
+  try {
+    decoded = decodeURIComponent(path).toLowerCase()
+  } catch {
+    return false
+  }
+  return decoded === MANAGEMENT_PREFIX || decoded.startsWith(`${MANAGEMENT_PREFIX}/`)
+}

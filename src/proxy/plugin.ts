@@ -1,0 +1,156 @@
+// Every path outside /v1/sub-accounts: authenticate, apply the acting rules and the route's
+// scopes, then stream the request to the route's upstream with @fastify/http-proxy under the
+// header policy of DESIGN §5. One encapsulated context per route, so that each has its own
+// connection pool, timeout and body limit, and the router picks the longest prefix.
+import { Transform, type TransformCallback } from 'node:stream'
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import httpProxy from '@fastify/http-proxy'
+import { requireScopes } from '../auth/scopes.js'
+import { ApiError } from '../errors.js'
+import { tenancyHook } from '../tenancy/hook.js'
+import type { TenancyLookups } from '../tenancy/lookups.js'
+import { upstreamHeaders, type TrustedIdentity } from './headers.js'
+import { isManagementPath, pathOf } from './paths.js'
+import { scopesFor, type ProxyRoute } from './routes.js'
+
+export interface ProxyOptions {
+  routes: readonly ProxyRoute[]
+  lookups: TenancyLookups
+}
+
+/** Route config that marks a proxied route (the usage meter counts these whatever their status). */
+export interface ProxiedRouteConfig {
+  proxied: true
+  gatewayRoute: ProxyRoute
+}
+
+class BodyTooLargeError extends Error {
+  constructor(readonly limit: number) {
+    super(`the request body is larger than ${limit} bytes`)
+    this.name = 'BodyTooLargeError'
+  }
+}
+
+function tooLarge(limit: number): ApiError {
+  return new ApiError('payload_too_large', `the request body is larger than ${limit} bytes`)
+}
+
+/**
+ * Proxied bodies are never parsed: the request stream itself goes upstream. A declared length
+ * over the limit is refused before a byte is read; the HTTP parser holds a declared body to its
+ * length, so only a chunked body needs counting on the way.
+ */
+function streamBodyUpTo(limit: number) {
+  return (request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => {
+    const declared = request.headers['content-length']
+    if (declared !== undefined) {
+      if (Number(declared) > limit) return done(tooLarge(limit))
+      return done(null, payload)
+    }
+    let seen = 0
+    const counter = new Transform({
+      transform(chunk: Buffer, _encoding, callback: TransformCallback) {
+        seen += chunk.length
+        if (seen > limit) callback(new BodyTooLargeError(limit))
+        else callback(null, chunk)
+      },
+    })
+    payload.on('error', (err) => counter.destroy(err))
+    payload.pipe(counter)
+    done(null, counter)
+  }
+}
+
+function causeOf(error: Error): unknown {
+  return (error as { cause?: unknown }).cause
+}
+
+const TIMEOUT_CODES = new Set(['FST_REPLY_FROM_GATEWAY_TIMEOUT', 'FST_REPLY_FROM_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
+
+/** reply-from's failures as the catalogue's: too slow is 504, anything else unreachable is 502. */
+function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
+  const cause = causeOf(error)
+  if (cause instanceof BodyTooLargeError) return tooLarge(cause.limit)
+  const codes = [(error as { code?: string }).code, (cause as { code?: string } | undefined)?.code]
+  if (codes.some((code) => code !== undefined && TIMEOUT_CODES.has(code))) {
+    return new ApiError('upstream_timeout', `the upstream did not answer within ${route.timeoutMs} ms`)
+  }
+  return new ApiError('upstream_unavailable', 'the upstream could not be reached')
+}
+
+function identityOf(request: FastifyRequest): TrustedIdentity | null {
+  const principal = request.principal
+  const acting = request.actingTenant
+  if (principal === null || acting === null) return null
+  return {
+    resolvedTenantId: acting.id,
+    callerTenantId: principal.tenant.id,
+    keyId: principal.key.id,
+    scopes: principal.key.scopes,
+  }
+}
+
+/** The upstream path: the request's own, appended to the upstream URL's base path if it has one. */
+function rewritePrefixFor(route: ProxyRoute): string {
+  const basePath = new URL(route.upstream).pathname.replace(/\/+$/, '')
+  return route.prefix === '/' ? basePath : basePath + route.prefix
+}
+
+async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: TenancyLookups): Promise<void> {
+  await app.register(async (scope) => {
+    scope.removeAllContentTypeParsers()
+    scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
+
+    // The router may fall back to a shorter prefix (a catch-all) for a management path with a
+    // method or depth the management API does not serve: that is still not a proxied path.
+    scope.addHook('onRequest', async (request) => {
+      if (isManagementPath(pathOf(request.url))) {
+        throw new ApiError('route_not_found', `no route for ${request.method} ${pathOf(request.url).slice(0, 200)}`)
+      }
+    })
+    if (!route.public) {
+      scope.addHook('onRequest', tenancyHook(lookups))
+      scope.addHook('onRequest', async (request) => {
+        requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
+      })
+    }
+
+    const config: ProxiedRouteConfig = { proxied: true, gatewayRoute: route }
+    await scope.register(httpProxy, {
+      upstream: route.upstream,
+      prefix: route.prefix === '/' ? undefined : route.prefix,
+      rewritePrefix: rewritePrefixFor(route),
+      // Bodies stream through untouched: the parser above hands over the request stream.
+      proxyPayloads: false,
+      config,
+      disableRequestLogging: true,
+      undici: {
+        headersTimeout: route.timeoutMs,
+        bodyTimeout: route.timeoutMs,
+        connectTimeout: Math.min(route.timeoutMs, 10_000),
+      },
+      replyOptions: {
+        rewriteRequestHeaders: (request, headers) =>
+          upstreamHeaders(headers, {
+            identity: route.public ? null : identityOf(request as FastifyRequest),
+            requestId: request.id,
+            forwardAuthorization: route.forwardAuthorization,
+            clientIp: request.ip,
+            proto: request.protocol === 'https' ? 'https' : 'http',
+            host: request.headers.host,
+            connection: request.raw.headers.connection,
+          }) as typeof headers,
+        onError: (reply, { error }) => {
+          reply.send(upstreamFailure(error, route))
+        },
+        // Never retry: a write must not reach the upstream twice, and reply-from would otherwise
+        // retry a GET answered 503 up to ten times (a retry storm against a struggling upstream).
+        retryDelay: () => null,
+      },
+    })
+  })
+}
+
+export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, { routes, lookups }) => {
+  for (const route of routes) await registerRoute(app, route, lookups)
+}

@@ -1,0 +1,172 @@
+// The route table (DESIGN §2): config/gateway.yaml, validated once at boot, plus the catch-all
+// that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
+import { ConfigError } from '../config.js'
+import { SCOPE_PATTERN } from '../auth/scopes.js'
+
+export interface ProxyRoute {
+  /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
+  readonly prefix: string
+  /** http or https origin, optionally with a base path that the forwarded path is appended to. */
+  readonly upstream: string
+  /** Scopes a key needs here: `read` for GET, HEAD and OPTIONS, `write` for every other method. */
+  readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
+  /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */
+  readonly public: boolean
+  readonly forwardAuthorization: boolean
+  /** How long the upstream may take to send its headers, and then between body chunks. */
+  readonly timeoutMs: number
+  /** Largest request body streamed to the upstream. */
+  readonly maxBodyBytes: number
+}
+
+export const DEFAULT_TIMEOUT_MS = 30_000
+export const DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+
+/** Paths the gateway answers itself; no route may take them (DESIGN §2, §9). */
+export const RESERVED_PREFIXES = ['/v1/sub-accounts', '/healthz', '/readyz', '/openapi.json', '/docs'] as const
+
+const TOP_LEVEL_KEYS = new Set(['routes', 'timeout_ms', 'max_body_bytes'])
+const ROUTE_KEYS = new Set(['prefix', 'upstream', 'scopes', 'public', 'forward_authorization', 'timeout_ms', 'max_body_bytes'])
+const SCOPE_KEYS = new Set(['read', 'write'])
+// Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
+// `:` and `*` (route patterns to the router), `;` and `%` (refused paths, DESIGN §5).
+const PREFIX_PATTERN = /^(\/[A-Za-z0-9._~!$&'()+,=@-]+)+$/
+const scopeRegex = new RegExp(SCOPE_PATTERN)
+
+type Doc = Readonly<Record<string, unknown>>
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function fail(where: string, problem: string): never {
+  throw new ConfigError('GATEWAY_CONFIG', `${where}: ${problem}`)
+}
+
+function unknownKeys(where: string, value: Record<string, unknown>, allowed: Set<string>): void {
+  for (const key of Object.keys(value)) {
+    if (!allowed.has(key)) fail(where, `unknown key "${key}" (allowed: ${[...allowed].join(', ')})`)
+  }
+}
+
+function positiveInteger(where: string, key: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+    fail(where, `${key} must be a positive whole number`)
+  }
+  return value
+}
+
+function boolean(where: string, key: string, value: unknown): boolean {
+  if (value === undefined) return false
+  if (typeof value !== 'boolean') fail(where, `${key} must be true or false`)
+  return value
+}
+
+function isReserved(prefix: string): boolean {
+  return RESERVED_PREFIXES.some((reserved) => prefix === reserved || prefix.startsWith(`${reserved}/`))
+}
+
+function parsePrefix(where: string, value: unknown): string {
+  if (typeof value !== 'string') fail(where, 'prefix must be a path such as /v1/shipments')
+  if (value === '/') return value
+  if (!PREFIX_PATTERN.test(value)) {
+    fail(where, `prefix "${value}" must start with /, hold whole segments of letters, digits and . _ ~ - (no trailing slash)`)
+  }
+  if (value.split('/').some((segment) => segment === '.' || segment === '..')) fail(where, 'prefix may not hold . or .. segments')
+  if (isReserved(value)) fail(where, `prefix "${value}" is served by the gateway itself`)
+  return value
+}
+
+/** Checks an upstream URL; exported so that UPSTREAM_URL gets the same rules. */
+export function parseUpstream(where: string, value: unknown): string {
+  if (typeof value !== 'string') fail(where, 'upstream must be an http or https URL')
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    fail(where, `upstream "${value}" is not a valid URL`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') fail(where, 'upstream must use http:// or https://')
+  if (url.username !== '' || url.password !== '') fail(where, 'upstream may not carry credentials')
+  if (url.search !== '' || url.hash !== '') fail(where, 'upstream may not have a query or a fragment')
+  // Keep the base path without its trailing slash: the forwarded path is appended to it.
+  const base = url.pathname.replace(/\/+$/, '')
+  return `${url.origin}${base}`
+}
+
+function scopeList(where: string, key: string, value: unknown): string[] {
+  if (value === undefined) return []
+  if (!Array.isArray(value) || value.some((scope) => typeof scope !== 'string' || !scopeRegex.test(scope))) {
+    fail(where, `scopes.${key} must be a list of scope names such as tracking:read`)
+  }
+  return value as string[]
+}
+
+function parseScopes(where: string, value: unknown): ProxyRoute['scopes'] {
+  if (value === undefined) return { read: [], write: [] }
+  if (!isMapping(value)) fail(where, 'scopes must be a mapping with read and write lists')
+  unknownKeys(`${where} scopes`, value, SCOPE_KEYS)
+  return { read: scopeList(where, 'read', value.read), write: scopeList(where, 'write', value.write) }
+}
+
+/**
+ * The routes of `doc` (the parsed GATEWAY_CONFIG), then a catch-all `/` to `upstreamUrl` when it
+ * is set. Prefixes must be unique, the catch-all included.
+ */
+export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): ProxyRoute[] {
+  unknownKeys('top level', doc, TOP_LEVEL_KEYS)
+  const timeoutMs = positiveInteger('top level', 'timeout_ms', doc.timeout_ms, DEFAULT_TIMEOUT_MS)
+  const maxBodyBytes = positiveInteger('top level', 'max_body_bytes', doc.max_body_bytes, DEFAULT_MAX_BODY_BYTES)
+  const entries = doc.routes ?? []
+  if (!Array.isArray(entries)) fail('top level', 'routes must be a list')
+
+  const routes: ProxyRoute[] = []
+  const seen = new Map<string, string>()
+  entries.forEach((entry: unknown, index) => {
+    let where = `routes[${index}]`
+    if (!isMapping(entry)) fail(where, 'must be a mapping with prefix and upstream')
+    if (typeof entry.prefix === 'string') where += ` (${entry.prefix})`
+    unknownKeys(where, entry, ROUTE_KEYS)
+    const prefix = parsePrefix(where, entry.prefix)
+    const earlier = seen.get(prefix)
+    if (earlier !== undefined) fail(where, `prefix duplicates ${earlier}`)
+    seen.set(prefix, `routes[${index}]`)
+    const isPublic = boolean(where, 'public', entry.public)
+    const scopes = parseScopes(where, entry.scopes)
+    if (isPublic && (scopes.read.length > 0 || scopes.write.length > 0)) fail(where, 'a public route cannot require scopes')
+    routes.push(
+      Object.freeze({
+        prefix,
+        upstream: parseUpstream(where, entry.upstream),
+        scopes,
+        public: isPublic,
+        forwardAuthorization: boolean(where, 'forward_authorization', entry.forward_authorization),
+        timeoutMs: positiveInteger(where, 'timeout_ms', entry.timeout_ms, timeoutMs),
+        maxBodyBytes: positiveInteger(where, 'max_body_bytes', entry.max_body_bytes, maxBodyBytes),
+      }),
+    )
+  })
+
+  if (upstreamUrl !== undefined) {
+    const earlier = seen.get('/')
+    if (earlier !== undefined) fail(earlier, 'prefix / duplicates the catch-all that UPSTREAM_URL adds')
+    routes.push(
+      Object.freeze({
+        prefix: '/',
+        upstream: parseUpstream('UPSTREAM_URL', upstreamUrl),
+        scopes: { read: [], write: [] },
+        public: false,
+        forwardAuthorization: false,
+        timeoutMs,
+        maxBodyBytes,
+      }),
+    )
+  }
+  return routes
+}
+
+/** Scopes a request with this method needs on this route. */
+export function scopesFor(route: ProxyRoute, method: string): readonly string[] {
+  return method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? route.scopes.read : route.scopes.write
+}

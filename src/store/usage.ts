@@ -1,0 +1,70 @@
+// Usage counts (DESIGN §6) and keys' last use. SQL only; the batching lives in usage/meter.ts.
+import type { Sql, Tx } from './db.js'
+
+type Db = Sql | Tx
+
+export interface UsageCount {
+  tenantId: string
+  /** UTC date, YYYY-MM-DD. */
+  day: string
+  /** 2 … 5 */
+  statusClass: number
+  requests: number
+}
+
+/**
+ * Adds the counts in one statement. Rows arrive sorted by their key, so two replicas flushing at
+ * once lock rows in the same order and cannot deadlock.
+ */
+export async function addUsage(db: Db, counts: readonly UsageCount[]): Promise<void> {
+  if (counts.length === 0) return
+  const rows = counts.map((c) => ({ tenant_id: c.tenantId, day: c.day, status_class: c.statusClass, requests: c.requests }))
+  await db`
+    insert into usage_daily ${db(rows, 'tenant_id', 'day', 'status_class', 'requests')}
+    on conflict (tenant_id, day, status_class)
+    do update set requests = usage_daily.requests + excluded.requests`
+}
+
+/** Sets last_used_at where it is older (a slower replica never moves it back). */
+export async function touchKeys(db: Db, uses: readonly { keyId: string; at: Date }[]): Promise<void> {
+  if (uses.length === 0) return
+  await db`
+    update api_keys set last_used_at = used.at
+    from unnest(${db.array(uses.map((u) => u.keyId))}::uuid[], ${db.array(uses.map((u) => u.at.toISOString()))}::timestamptz[])
+      as used (id, at)
+    where api_keys.id = used.id and (api_keys.last_used_at is null or api_keys.last_used_at < used.at)`
+}
+
+export interface UsageRow {
+  seq: string
+  id: string
+  external_id: string | null
+  day: string
+  status_class: number
+  requests: string
+}
+
+/**
+ * One page of the parent's sub-accounts that have usage between `from` and `to` (inclusive),
+ * oldest first, with their counts by day and status class. `limit` counts sub-accounts.
+ */
+export function usageRows(
+  db: Db,
+  parentId: string,
+  range: { from: string; to: string; afterSeq: string | null; limit: number },
+): Promise<UsageRow[]> {
+  return db<UsageRow[]>`
+    with page as (
+      select t.seq, t.id, t.external_id from tenants t
+      where t.parent_id = ${parentId}
+        ${range.afterSeq === null ? db`` : db`and t.seq > ${range.afterSeq}`}
+        and exists (
+          select 1 from usage_daily u where u.tenant_id = t.id and u.day between ${range.from} and ${range.to})
+      order by t.seq
+      limit ${range.limit}
+    )
+    select page.seq::text as seq, page.id, page.external_id,
+           u.day::text as day, u.status_class, u.requests::text as requests
+    from page join usage_daily u on u.tenant_id = page.id and u.day between ${range.from} and ${range.to}
+    order by page.seq, u.day, u.status_class`
+}

@@ -1,0 +1,116 @@
+// Counts requests per tenant, UTC day and status class in memory and adds them to Postgres about
+// once a second, in one statement, and at shutdown (DESIGN §6, §8). Keys' last_used_at rides on
+// the same flush, at most once a minute per key: nothing is written on the request path.
+import type { FastifyBaseLogger } from 'fastify'
+import type { Sql } from '../store/db.js'
+import { addUsage, touchKeys, type UsageCount } from '../store/usage.js'
+
+export const FLUSH_INTERVAL_MS = 1_000
+export const LAST_USED_RESOLUTION_MS = 60_000
+
+export interface MeterOptions {
+  sql: Sql
+  log: FastifyBaseLogger
+  flushIntervalMs?: number
+  now?: () => number
+}
+
+/** `YYYY-MM-DD` of a UTC instant. */
+export function utcDay(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10)
+}
+
+export class UsageMeter {
+  /** `tenantId|day|class` → requests not yet in Postgres. */
+  private counts = new Map<string, number>()
+  /** keyId → last use not yet written. */
+  private keyUses = new Map<string, number>()
+  /** keyId → when its last_used_at was last written (or queued), for the once-a-minute rule. */
+  private readonly keyWrittenAt = new Map<string, number>()
+  private timer: NodeJS.Timeout | null = null
+  private flushing: Promise<void> | null = null
+  private readonly now: () => number
+
+  constructor(private readonly options: MeterOptions) {
+    this.now = options.now ?? Date.now
+  }
+
+  start(): void {
+    if (this.timer !== null) return
+    this.timer = setInterval(() => void this.flush(), this.options.flushIntervalMs ?? FLUSH_INTERVAL_MS)
+    this.timer.unref()
+  }
+
+  /** One answered request, for the tenant it acted as. Statuses below 200 are not counted. */
+  record(tenantId: string, statusCode: number): void {
+    const statusClass = Math.floor(statusCode / 100)
+    if (statusClass < 2 || statusClass > 5) return
+    const key = `${tenantId}|${utcDay(this.now())}|${statusClass}`
+    this.counts.set(key, (this.counts.get(key) ?? 0) + 1)
+  }
+
+  keyUsed(keyId: string): void {
+    const now = this.now()
+    const written = this.keyWrittenAt.get(keyId)
+    if (written !== undefined && now - written < LAST_USED_RESOLUTION_MS) return
+    this.keyWrittenAt.set(keyId, now)
+    this.keyUses.set(keyId, now)
+  }
+
+  /** Writes what is pending; concurrent calls share one flush. What fails is kept for the next. */
+  flush(): Promise<void> {
+    if (this.flushing !== null) return this.flushing.then(() => this.flush())
+    this.flushing = this.write().finally(() => {
+      this.flushing = null
+    })
+    return this.flushing
+  }
+
+  private async write(): Promise<void> {
+    const counts = this.counts
+    const keyUses = this.keyUses
+    this.counts = new Map()
+    this.keyUses = new Map()
+    this.forgetOldKeyWrites()
+
+    if (counts.size > 0) {
+      try {
+        await addUsage(this.options.sql, toRows(counts))
+      } catch (err) {
+        this.options.log.warn({ err, rows: counts.size }, 'usage flush failed; will retry')
+        for (const [key, n] of counts) this.counts.set(key, (this.counts.get(key) ?? 0) + n)
+      }
+    }
+    if (keyUses.size > 0) {
+      try {
+        await touchKeys(
+          this.options.sql,
+          [...keyUses].map(([keyId, at]) => ({ keyId, at: new Date(at) })),
+        )
+      } catch (err) {
+        this.options.log.warn({ err, keys: keyUses.size }, 'last_used_at flush failed; will retry')
+        for (const [keyId, at] of keyUses) if (!this.keyUses.has(keyId)) this.keyUses.set(keyId, at)
+      }
+    }
+  }
+
+  /** The once-a-minute memory only needs the last minute. */
+  private forgetOldKeyWrites(): void {
+    const cutoff = this.now() - LAST_USED_RESOLUTION_MS
+    for (const [keyId, at] of this.keyWrittenAt) if (at <= cutoff) this.keyWrittenAt.delete(keyId)
+  }
+
+  /** Stops the timer and writes what is left. */
+  async close(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer)
+    this.timer = null
+    await this.flush()
+  }
+}
+
+function toRows(counts: Map<string, number>): UsageCount[] {
+  return [...counts.keys()].sort().map((key) => {
+    const [tenantId, day, statusClass] = key.split('|') as [string, string, string]
+    return { tenantId, day, statusClass: Number(statusClass), requests: counts.get(key)! }
+  })
+}

@@ -1,0 +1,77 @@
+// The usage report of DESIGN §6: the date range rules and the shape of an entry.
+import { validationFailed, type FieldError } from '../errors.js'
+import type { UsageRow } from '../store/usage.js'
+import type { UsageEntry } from '../management/schemas.js'
+import { utcDay } from './meter.js'
+
+export const MAX_RANGE_DAYS = 366
+const DAY_MS = 86_400_000
+
+const DATE = /^(\d{4})-(\d{2})-(\d{2})$/
+// RFC 3339 date-time. A `+` offset arrives as a space when the client did not encode it.
+const DATE_TIME = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+ -]\d{2}:\d{2})$/
+
+/** A UTC calendar date from `YYYY-MM-DD` or an RFC 3339 date-time, else null. */
+export function parseReportDate(value: string): string | null {
+  const date = DATE.exec(value)
+  if (date !== null) {
+    const [, y, m, d] = date.map(Number) as [number, number, number, number]
+    const ms = Date.UTC(y, m - 1, d)
+    // Date.UTC rolls 2026-02-30 over into March: a date that does not round-trip does not exist.
+    return y >= 1 && utcDay(ms) === value ? value : null
+  }
+  if (DATE_TIME.test(value)) {
+    const ms = Date.parse(value.replace(/ (\d{2}:\d{2})$/, '+$1'))
+    if (Number.isNaN(ms) || parseReportDate(value.slice(0, 10)) === null) return null
+    return utcDay(ms)
+  }
+  return null
+}
+
+/** The range asked for, with DESIGN §6's defaults (this month so far) and limits. */
+export function reportRange(query: { from?: string; to?: string }, nowMs: number): { from: string; to: string } {
+  const today = utcDay(nowMs)
+  const errors: FieldError[] = []
+  const parse = (name: 'from' | 'to', fallback: string): string => {
+    const given = query[name]
+    if (given === undefined) return fallback
+    const day = parseReportDate(given)
+    if (day === null) errors.push({ path: `/querystring/${name}`, message: 'must be a date YYYY-MM-DD or an RFC 3339 date-time' })
+    return day ?? fallback
+  }
+  const from = parse('from', `${today.slice(0, 8)}01`)
+  const to = parse('to', today)
+  if (errors.length > 0) throw validationFailed(errors)
+  const days = (Date.parse(to) - Date.parse(from)) / DAY_MS + 1
+  if (days < 1) throw validationFailed([{ path: '/querystring/from', message: `must not be after to (${to})` }])
+  if (days > MAX_RANGE_DAYS) {
+    throw validationFailed([{ path: '/querystring/to', message: `the range may span at most ${MAX_RANGE_DAYS} days` }])
+  }
+  return { from, to }
+}
+
+/** Rows of one page (sorted by sub-account, then day) as report entries, each with its position. */
+export function usageEntries(rows: readonly UsageRow[]): (UsageEntry & { seq: string })[] {
+  const entries: (UsageEntry & { seq: string })[] = []
+  for (const row of rows) {
+    let entry = entries[entries.length - 1]
+    if (entry === undefined || entry.seq !== row.seq) {
+      entry = {
+        seq: row.seq,
+        sub_account_id: row.id,
+        external_id: row.external_id,
+        requests: 0,
+        by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
+        days: [],
+      }
+      entries.push(entry)
+    }
+    const requests = Number(row.requests)
+    entry.requests += requests
+    entry.by_status[`${row.status_class}xx` as keyof UsageEntry['by_status']] += requests
+    const lastDay = entry.days[entry.days.length - 1]
+    if (lastDay !== undefined && lastDay.date === row.day) lastDay.requests += requests
+    else entry.days.push({ date: row.day, requests })
+  }
+  return entries
+}
