@@ -26,7 +26,7 @@ export interface AppDeps {
   store: Store
   /** The route table; by default the one in `config`, validated here. */
   routes?: readonly ProxyRoute[]
-  /** Prefix of every Redis key and of the invalidation channel (tests use one per file). */
+  /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
   cacheTimings?: Partial<CacheTimings>
   /** How often the usage meter writes to Postgres. */
@@ -206,7 +206,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const cache = new TenancyCache({
     source: postgresLookups(deps.store.sql),
     redisUrl: deps.config.redisUrl,
-    keyPrefix: deps.redisKeyPrefix,
+    keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
     timings: deps.cacheTimings,
     log: app.log,
     metrics,

@@ -3,7 +3,8 @@
 import { parseArgs } from 'node:util'
 import { createParentWithKey, mintKey } from './auth/mint.js'
 import { MANAGEMENT_SCOPES, SCOPE_PATTERN } from './auth/scopes.js'
-import { ConfigError, loadConfig } from './config.js'
+import { publishInvalidation, cacheKeys } from './cache/tiered.js'
+import { ConfigError, loadConfig, type Config } from './config.js'
 import { presentKey } from './management/present.js'
 import { openStore, type Sql } from './store/db.js'
 import { revokeKey } from './store/keys.js'
@@ -55,7 +56,7 @@ async function parentAccount(sql: Sql, id: string) {
   return account
 }
 
-type Command = (sql: Sql, options: Options) => Promise<unknown>
+type Command = (sql: Sql, options: Options, config: Config) => Promise<unknown>
 
 const COMMANDS: Record<string, Command> = {
   migrate: async (sql) => ({ applied: await migrate(sql) }),
@@ -88,13 +89,21 @@ const COMMANDS: Record<string, Command> = {
     return { key: presentKey(key.row), api_key: key.apiKey }
   },
 
-  'keys revoke': async (sql, options) => {
+  'keys revoke': async (sql, options, config) => {
     const accountId = uuid(options, 'account')
     const keyId = uuid(options, 'key')
     await migrate(sql)
     await parentAccount(sql, accountId)
     const row = await revokeKey(sql, accountId, keyId)
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
+    // Replicas cache keys: tell them now, or they notice within their in-process TTL (DESIGN §8).
+    if (config.redisUrl !== undefined) {
+      try {
+        await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)])
+      } catch (err) {
+        process.stderr.write(`warning: the key is revoked, but replicas could not be told at once (${(err as Error).message}); they refuse it within a minute (the cache TTL)\n`)
+      }
+    }
     return { key: presentKey(row) }
   },
 }
@@ -116,7 +125,7 @@ async function run(argv: string[]): Promise<unknown> {
   const config = loadConfig(process.env)
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the cli', maxConnections: 2 })
   try {
-    return await command(store.sql, values)
+    return await command(store.sql, values, config)
   } finally {
     await store.close()
   }

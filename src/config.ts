@@ -14,6 +14,8 @@ export interface Config {
   readonly dataDir: string
   /** Redis connection string; undefined means the in-process cache only. */
   readonly redisUrl: string | undefined
+  /** Prefix of the gateway's Redis keys and invalidation channel (REDIS_KEY_PREFIX, default tgw:). */
+  readonly redisKeyPrefix: string
   readonly upstreamUrl: string | undefined
   readonly gatewayConfigPath: string
   /** The parsed route table document; its routes are validated by the proxy. */
@@ -65,6 +67,15 @@ function parseUrl(env: Env, name: string, protocols: readonly string[]): string 
   return raw
 }
 
+function parseRedisKeyPrefix(env: Env): string {
+  const raw = read(env, 'REDIS_KEY_PREFIX')
+  if (raw === undefined) return 'tgw:'
+  if (!/^[A-Za-z0-9_.:-]{1,64}$/.test(raw)) {
+    throw new ConfigError('REDIS_KEY_PREFIX', 'must hold 1 to 64 of A-Z a-z 0-9 _ . : -')
+  }
+  return raw
+}
+
 function loadGatewayConfig(path: string): Record<string, unknown> {
   let text: string
   try {
@@ -97,6 +108,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     databaseUrl: parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
     redisUrl: parseUrl(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    redisKeyPrefix: parseRedisKeyPrefix(env),
     upstreamUrl: parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:']),
     gatewayConfigPath,
     gatewayConfig: Object.freeze(loadGatewayConfig(gatewayConfigPath)),

@@ -45,6 +45,8 @@ export const DEFAULT_TIMINGS: CacheTimings = {
   maxEntries: 100_000,
 }
 
+const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidate`
+
 /** A Redis command may take this long before the gateway gives up and asks Postgres. */
 export const REDIS_COMMAND_TIMEOUT_MS = 50
 
@@ -54,7 +56,7 @@ export interface TenancyCacheOptions {
   /** Unset: in-process cache only (one replica, DESIGN §2). */
   redisUrl?: string | undefined
   /** Prefix of every Redis key and of the invalidation channel, so deployments can share a Redis. */
-  keyPrefix?: string
+  keyPrefix: string
   timings?: Partial<CacheTimings>
   log: FastifyBaseLogger
   metrics: Metrics
@@ -83,8 +85,8 @@ export class TenancyCache implements CacheInvalidator {
 
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
-    this.prefix = options.keyPrefix ?? 'tgw:'
-    this.channel = `${this.prefix}invalidate`
+    this.prefix = options.keyPrefix
+    this.channel = invalidationChannel(this.prefix)
     this.local = new LRUCache<string, Entry>({
       max: this.timings.maxEntries,
       ttl: this.timings.localTtlMs,
@@ -278,6 +280,26 @@ export class TenancyCache implements CacheInvalidator {
     this.timers.clear()
     this.redis?.disconnect()
     this.subscriber?.disconnect()
+  }
+}
+
+/**
+ * For a process without a cache of its own (the CLI): deletes the Redis entries and tells every
+ * replica, as TenancyCache.invalidate does after a change made through the API.
+ */
+export async function publishInvalidation(redisUrl: string, keyPrefix: string, keys: readonly string[]): Promise<void> {
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2_000, retryStrategy: () => null })
+  redis.on('error', () => {
+    // Reported by the command below.
+  })
+  try {
+    await redis
+      .multi()
+      .del(...keys.map((key) => keyPrefix + key))
+      .publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
+      .exec()
+  } finally {
+    redis.disconnect()
   }
 }
 

@@ -8,6 +8,7 @@ import t, { type Test } from 'tap'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { freshDatabase } from '../helpers/db.js'
+import { REDIS_URL, redisPrefix } from '../helpers/proxy.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const MANAGEMENT = ['sub_accounts:read', 'sub_accounts:write']
@@ -21,15 +22,16 @@ interface CliResult {
 }
 
 const db = await freshDatabase(t)
+// The app caches keys in-process; a revocation through the CLI reaches it over Redis.
+const keyPrefix = redisPrefix(t)
 const app: FastifyInstance = await buildApp({
-  config: loadConfig({ DATABASE_URL: db.url }),
+  config: loadConfig({ DATABASE_URL: db.url, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }),
   store: { sql: db.sql, embedded: false, close: async () => {} },
 })
 t.teardown(() => app.close())
 
 function runCli(args: string[]): Promise<CliResult> {
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url }
-  delete env.REDIS_URL
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }
   return new Promise((resolve) => {
     execFile('npm', ['run', '--silent', 'cli', '--', ...args], { cwd: REPO_ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
