@@ -192,11 +192,23 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     })
   })
 
-  // `curl -X POST -d ''` sends a form content type with no body: nothing to parse, so accept it.
-  // A body of any other type is refused without being read.
-  app.addContentTypeParser('*', (request, _payload, done) => {
+  // `curl -X POST -d ''` sends a form content type with no body, and Node's http.request an
+  // empty chunked one without a type: nothing to parse, so accept both. A body of any other type
+  // is refused at its first byte.
+  app.addContentTypeParser('*', (request, payload, done) => {
+    const unsupported = () => new ApiError('unsupported_media_type', 'this endpoint accepts application/json only')
     if (request.headers['content-length'] === '0') return done(null, undefined)
-    done(new ApiError('unsupported_media_type', 'this endpoint accepts application/json only'), undefined)
+    if (request.headers['content-length'] !== undefined) return done(unsupported(), undefined)
+    let settled = false
+    const settle = (err: Error | null) => {
+      if (settled) return
+      settled = true
+      payload.removeAllListeners('data')
+      done(err, undefined)
+    }
+    payload.on('data', () => settle(unsupported()))
+    payload.once('end', () => settle(null))
+    payload.once('error', (err: Error) => settle(err))
   })
 
   app.decorateRequest('principal', null)

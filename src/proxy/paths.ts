@@ -21,11 +21,14 @@ export function isBadPath(path: string): boolean {
  * so that no spelling of a management path reaches an upstream.
  */
 export function isManagementPath(path: string): boolean {
-  let decoded: string
-  try {
-    decoded = decodeURIComponent(path).toLowerCase()
-  } catch {
-    return false
+  let decoded = path
+  if (path.includes('%')) {
+    try {
+      decoded = decodeURIComponent(path)
+    } catch {
+      return false
+    }
   }
+  decoded = decoded.toLowerCase()
   return decoded === MANAGEMENT_PREFIX || decoded.startsWith(`${MANAGEMENT_PREFIX}/`)
 }

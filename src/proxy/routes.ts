@@ -43,6 +43,11 @@ function fail(where: string, problem: string): never {
   throw new ConfigError('GATEWAY_CONFIG', `${where}: ${problem}`)
 }
 
+/** Control characters escaped, so that a newline in a prefix cannot break the one-line message. */
+function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1))
+}
+
 function unknownKeys(where: string, value: Record<string, unknown>, allowed: Set<string>): void {
   for (const key of Object.keys(value)) {
     if (!allowed.has(key)) fail(where, `unknown key "${key}" (allowed: ${[...allowed].join(', ')})`)
@@ -63,18 +68,20 @@ function boolean(where: string, key: string, value: unknown): boolean {
   return value
 }
 
+/** Case-insensitive: the gateway refuses every spelling of a management path (paths.ts). */
 function isReserved(prefix: string): boolean {
-  return RESERVED_PREFIXES.some((reserved) => prefix === reserved || prefix.startsWith(`${reserved}/`))
+  const lower = prefix.toLowerCase()
+  return RESERVED_PREFIXES.some((reserved) => lower === reserved || lower.startsWith(`${reserved}/`))
 }
 
 function parsePrefix(where: string, value: unknown): string {
   if (typeof value !== 'string') fail(where, 'prefix must be a path such as /v1/shipments')
   if (value === '/') return value
   if (!PREFIX_PATTERN.test(value)) {
-    fail(where, `prefix "${value}" must start with /, hold whole segments of letters, digits and . _ ~ - (no trailing slash)`)
+    fail(where, 'prefix must start with /, hold whole segments of letters, digits and . _ ~ - (no trailing slash)')
   }
   if (value.split('/').some((segment) => segment === '.' || segment === '..')) fail(where, 'prefix may not hold . or .. segments')
-  if (isReserved(value)) fail(where, `prefix "${value}" is served by the gateway itself`)
+  if (isReserved(value)) fail(where, 'prefix is served by the gateway itself')
   return value
 }
 
@@ -85,7 +92,8 @@ export function parseUpstream(where: string, value: unknown): string {
   try {
     url = new URL(value)
   } catch {
-    fail(where, `upstream "${value}" is not a valid URL`)
+    // Never echo the value: it may carry a password.
+    fail(where, 'upstream is not a valid URL')
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') fail(where, 'upstream must use http:// or https://')
   if (url.username !== '' || url.password !== '') fail(where, 'upstream may not carry credentials')
@@ -126,7 +134,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
   entries.forEach((entry: unknown, index) => {
     let where = `routes[${index}]`
     if (!isMapping(entry)) fail(where, 'must be a mapping with prefix and upstream')
-    if (typeof entry.prefix === 'string') where += ` (${entry.prefix})`
+    if (typeof entry.prefix === 'string') where += ` (${printable(entry.prefix)})`
     unknownKeys(where, entry, ROUTE_KEYS)
     const prefix = parsePrefix(where, entry.prefix)
     const earlier = seen.get(prefix)

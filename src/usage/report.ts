@@ -7,25 +7,31 @@ import { utcDay } from './meter.js'
 export const MAX_RANGE_DAYS = 366
 const DAY_MS = 86_400_000
 
-const DATE = /^(\d{4})-(\d{2})-(\d{2})$/
+const DATE = /^\d{4}-\d{2}-\d{2}$/
 // RFC 3339 date-time. A `+` offset arrives as a space when the client did not encode it.
 const DATE_TIME = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+ -]\d{2}:\d{2})$/
 
 /** A UTC calendar date from `YYYY-MM-DD` or an RFC 3339 date-time, else null. */
 export function parseReportDate(value: string): string | null {
-  const date = DATE.exec(value)
-  if (date !== null) {
-    const [, y, m, d] = date.map(Number) as [number, number, number, number]
-    const ms = Date.UTC(y, m - 1, d)
-    // Date.UTC rolls 2026-02-30 over into March: a date that does not round-trip does not exist.
-    return y >= 1 && utcDay(ms) === value ? value : null
-  }
+  if (DATE.test(value)) return isCalendarDate(value) ? value : null
   if (DATE_TIME.test(value)) {
+    if (!isCalendarDate(value.slice(0, 10))) return null
     const ms = Date.parse(value.replace(/ (\d{2}:\d{2})$/, '+$1'))
-    if (Number.isNaN(ms) || parseReportDate(value.slice(0, 10)) === null) return null
-    return utcDay(ms)
+    if (Number.isNaN(ms)) return null
+    // An offset can carry 9999-12-31 into year 10000, which is no longer YYYY-MM-DD.
+    const day = utcDay(ms)
+    return DATE.test(day) ? day : null
   }
   return null
+}
+
+/** True when `YYYY-MM-DD` names a day that exists (not 2026-02-30, not month 13). */
+function isCalendarDate(value: string): boolean {
+  const [y, m, d] = value.split('-').map(Number) as [number, number, number]
+  const date = new Date(0)
+  // setUTCFullYear, not Date.UTC: that maps the years 0–99 onto 1900–1999.
+  date.setUTCFullYear(y, m - 1, d)
+  return y >= 1 && date.getUTCFullYear() === y && date.getUTCMonth() === m - 1 && date.getUTCDate() === d
 }
 
 /** The range asked for, with DESIGN §6's defaults (this month so far) and limits. */

@@ -180,7 +180,10 @@ export interface RawRequest {
 export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawResponse> {
   const url = new URL(baseUrl)
   const flat: string[] = []
-  for (const [name, value] of options.headers ?? []) flat.push(name, value)
+  const given = options.headers ?? []
+  // Node adds no Host header when headers are given as a list: add one unless the test did.
+  if (!given.some(([name]) => name.toLowerCase() === 'host')) flat.push('Host', url.host)
+  for (const [name, value] of given) flat.push(name, value)
   return new Promise((resolve, reject) => {
     const request = httpRequest(
       { host: url.hostname, port: url.port, method: options.method ?? 'GET', path: options.path, headers: flat, agent: false },

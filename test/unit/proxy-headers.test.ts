@@ -1,0 +1,211 @@
+// What the upstream receives (DESIGN §5) and which paths never get that far, as plain functions.
+import type { IncomingHttpHeaders } from 'node:http'
+import t from 'tap'
+import { upstreamHeaders, type ForwardContext, type TrustedIdentity } from '../../src/proxy/headers.js'
+import { isBadPath, isManagementPath, pathOf } from '../../src/proxy/paths.js'
+
+const IDENTITY: TrustedIdentity = {
+  resolvedTenantId: 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa',
+  callerTenantId: '11111111-1111-4111-8111-111111111111',
+  keyId: '99999999-9999-4999-8999-999999999999',
+  scopes: ['tracking:read', 'tracking:write', 'files:*'],
+}
+
+const context = (overrides: Partial<ForwardContext> = {}): ForwardContext => ({
+  identity: IDENTITY,
+  requestId: 'req-1',
+  forwardAuthorization: false,
+  clientIp: '203.0.113.7',
+  proto: 'http',
+  host: 'gateway.example',
+  connection: undefined,
+  ...overrides,
+})
+
+const TRUSTED = ['x-service-resolved-tenant', 'x-service-caller-tenant', 'x-service-key-id', 'x-service-scopes']
+
+// As Node hands them over: names lower-cased, repeats of a custom header folded into one value.
+const inbound = (): IncomingHttpHeaders => ({
+  host: 'gateway.example',
+  accept: 'application/json',
+  'content-type': 'application/json',
+  'content-length': '12',
+  'user-agent': 'curl/8',
+  authorization: 'Bearer tgw_secret',
+  'x-service-resolved-tenant': 'ffffffff-ffff-4fff-8fff-ffffffffffff',
+  'x-service-caller-tenant': 'ffffffff-ffff-4fff-8fff-ffffffffffff',
+  'x-service-key-id': 'forged',
+  'x-service-scopes': 'admin:*',
+  'x-service-acting-tenant': 'self',
+  'x-service-anything-else': 'a, b',
+  'x-service-': 'empty suffix',
+  'x-services': 'not our prefix',
+  'x-servicex-y': 'not our prefix either',
+  'x-request-id': 'client-id',
+  'x-forwarded-proto': 'https',
+  'x-forwarded-host': 'evil.example',
+  'set-cookie': ['a=1', 'b=2'],
+})
+
+t.test('every client-sent x-service-* is gone and the trusted ones are set', async (t) => {
+  const out = upstreamHeaders(inbound(), context())
+  t.equal(out['x-service-resolved-tenant'], IDENTITY.resolvedTenantId)
+  t.equal(out['x-service-caller-tenant'], IDENTITY.callerTenantId)
+  t.equal(out['x-service-key-id'], IDENTITY.keyId)
+  t.equal(out['x-service-scopes'], 'tracking:read tracking:write files:*', 'scopes space-separated')
+  t.equal(out['x-request-id'], 'req-1', "the gateway's request id, not the client's")
+  const serviceHeaders = Object.keys(out).filter((name) => name.startsWith('x-service-')).sort()
+  t.same(serviceHeaders, [...TRUSTED].sort(), 'exactly the four trusted x-service-* headers, nothing the client sent')
+  t.equal(out['x-services'], 'not our prefix', 'a header that only looks alike is kept')
+  t.equal(out['x-servicex-y'], 'not our prefix either')
+  t.same(out['set-cookie'], ['a=1', 'b=2'], 'a multi-valued header is kept as it came')
+  t.equal(out.accept, 'application/json')
+  t.equal(out['content-length'], '12')
+  t.equal(out['user-agent'], 'curl/8')
+
+  const noScopes = upstreamHeaders({}, context({ identity: { ...IDENTITY, scopes: [] } }))
+  t.equal(noScopes['x-service-scopes'], '', 'a key without scopes: an empty value')
+})
+
+t.test('a public route: nothing injected, still nothing client-sent', async (t) => {
+  const out = upstreamHeaders(inbound(), context({ identity: null }))
+  for (const name of TRUSTED) t.notOk(name in out, `${name} absent`)
+  t.same(Object.keys(out).filter((name) => name.startsWith('x-service-')), [], 'no x-service-* at all')
+  t.equal(out['x-request-id'], 'req-1', 'the request id is still set')
+  t.equal(out['x-forwarded-proto'], 'http')
+})
+
+t.test('Authorization is forwarded only when the route says so', async (t) => {
+  t.notOk('authorization' in upstreamHeaders(inbound(), context()), 'dropped by default')
+  t.equal(upstreamHeaders(inbound(), context({ forwardAuthorization: true })).authorization, 'Bearer tgw_secret', 'forward_authorization: true')
+  t.notOk('proxy-authorization' in upstreamHeaders({ 'proxy-authorization': 'Basic x' }, context({ forwardAuthorization: true })), 'Proxy-Authorization never')
+})
+
+t.test('hop-by-hop headers are dropped', async (t) => {
+  const hopByHop = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'upgrade']
+  const given: IncomingHttpHeaders = { accept: '*/*' }
+  for (const name of hopByHop) given[name] = 'x'
+  const out = upstreamHeaders(given, context({ connection: 'x' }))
+  for (const name of hopByHop) t.notOk(name in out, `${name} dropped`)
+  t.equal(out.accept, '*/*')
+})
+
+t.test('headers named in Connection are dropped, in any case and spacing', async (t) => {
+  const given: IncomingHttpHeaders = {
+    connection: ' X-Custom-One ,x-custom-TWO,,  Accept-Language',
+    'x-custom-one': '1',
+    'x-custom-two': '2',
+    'accept-language': 'en',
+    'x-custom-three': '3',
+    'x-forwarded-for': '198.51.100.1',
+    authorization: 'Bearer k',
+  }
+  const out = upstreamHeaders(given, context({ connection: given.connection, forwardAuthorization: true }))
+  t.notOk('x-custom-one' in out)
+  t.notOk('x-custom-two' in out)
+  t.notOk('accept-language' in out)
+  t.equal(out['x-custom-three'], '3', 'a header not named is kept')
+  t.equal(out.authorization, 'Bearer k')
+
+  // Naming the trusted headers, the request id or X-Forwarded-* cannot remove what the gateway sets.
+  const attack = 'X-Service-Resolved-Tenant, X-Service-Caller-Tenant, X-Service-Key-Id, X-Service-Scopes, X-Request-Id, X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host, Authorization'
+  const kept = upstreamHeaders({ ...given, connection: attack }, context({ connection: attack, forwardAuthorization: true }))
+  for (const name of TRUSTED) t.ok(typeof kept[name] === 'string' && kept[name] !== '', `${name} still set`)
+  t.equal(kept['x-request-id'], 'req-1')
+  t.equal(kept['x-forwarded-for'], '203.0.113.7', 'the client-sent X-Forwarded-For named by Connection is dropped; the peer is still added')
+  t.equal(kept['x-forwarded-proto'], 'http')
+  t.equal(kept['x-forwarded-host'], 'gateway.example')
+  t.notOk('authorization' in kept, 'Connection: Authorization removes it even when it would be forwarded')
+
+  const asArray = upstreamHeaders({ 'x-a': '1', 'x-b': '2', 'x-c': '3' }, context({ connection: ['X-A', ' x-b '] }))
+  t.same(Object.keys(asArray).filter((name) => name.startsWith('x-') && name.length === 3), ['x-c'], 'Connection given as a list of values')
+})
+
+t.test('X-Forwarded-*', async (t) => {
+  const appended = upstreamHeaders({ 'x-forwarded-for': '198.51.100.1, 198.51.100.2' }, context())
+  t.equal(appended['x-forwarded-for'], '198.51.100.1, 198.51.100.2, 203.0.113.7', 'the peer is appended to an existing value')
+  t.equal(upstreamHeaders({}, context())['x-forwarded-for'], '203.0.113.7', 'or is the whole value')
+  t.equal(upstreamHeaders({ 'x-forwarded-for': '' }, context())['x-forwarded-for'], '203.0.113.7', 'an empty value is replaced')
+  t.equal(upstreamHeaders({ 'x-forwarded-for': '198.51.100.1' }, context({ clientIp: undefined }))['x-forwarded-for'], '198.51.100.1', 'no peer address: kept as it came')
+
+  const overwritten = upstreamHeaders({ 'x-forwarded-proto': 'https', 'x-forwarded-host': 'evil.example' }, context({ proto: 'http', host: 'gw.example:8080' }))
+  t.equal(overwritten['x-forwarded-proto'], 'http', 'X-Forwarded-Proto overwritten')
+  t.equal(overwritten['x-forwarded-host'], 'gw.example:8080', 'X-Forwarded-Host overwritten')
+  t.equal(upstreamHeaders({}, context({ proto: 'https' }))['x-forwarded-proto'], 'https')
+  t.notOk('x-forwarded-host' in upstreamHeaders({ 'x-forwarded-host': 'evil.example' }, context({ host: undefined })), 'no Host: the client value is still not forwarded')
+})
+
+t.test('the inbound object is not changed', async (t) => {
+  const given = inbound()
+  const copy = structuredClone(given)
+  upstreamHeaders(given, context({ connection: 'accept' }))
+  t.same(given, copy)
+})
+
+t.test('isBadPath: every pattern of DESIGN §5', async (t) => {
+  const bad = [
+    '/v1/../sub-accounts',
+    '/..',
+    '/v1/x/..',
+    '/v1/x..y',
+    '/v1/%2e%2e/x',
+    '/v1/%2E%2E/x',
+    '/v1/%2e%2E/x',
+    '/v1/.%2e/x',
+    '/v1/.%2E/x',
+    '/v1/%2e./x',
+    '/v1/%2E./x',
+    '/v1/a%2fb',
+    '/v1/a%2Fb',
+    '/v1/a%5cb',
+    '/v1/a%5Cb',
+    '/v1/a\\b',
+    '//v1/x',
+    '/v1//x',
+    '/v1/x//',
+    '/v1/x;jsessionid=1',
+    '/v1/x;',
+    '/;/x',
+  ]
+  for (const path of bad) t.ok(isBadPath(path), `${path} is bad`)
+
+  const good = [
+    '/',
+    '/v1/a.b/c',
+    '/v1/.well-known/x',
+    '/v1/a./b',
+    '/v1/./x',
+    '/v1/%2e/x',
+    '/v1/%2E',
+    '/v1/a%20b',
+    '/v1/%2',
+    '/v1/x/',
+    '/v1/caf%C3%A9',
+    '/v1/sub-accounts',
+  ]
+  for (const path of good) t.notOk(isBadPath(path), `${path} is fine`)
+
+  t.equal(pathOf('/v1/x?next=../..//;'), '/v1/x', 'the query string is not the path')
+  t.notOk(isBadPath(pathOf('/v1/x?next=../..//;')), 'so a query may hold what a path may not')
+  t.equal(pathOf('/v1/x'), '/v1/x')
+  t.equal(pathOf('/v1/x?'), '/v1/x')
+})
+
+t.test('isManagementPath: decoded, case-insensitive, whole segments', async (t) => {
+  const management = [
+    '/v1/sub-accounts',
+    '/v1/sub-accounts/',
+    '/v1/sub-accounts/usage',
+    '/v1/sub-accounts/x/y/z',
+    '/V1/SUB-ACCOUNTS',
+    '/V1/Sub-Accounts/abc',
+    '/v1/sub%2Daccounts',
+    '/v1/sub%2daccounts/x',
+    '/%76%31/%73ub-accounts',
+    '/v1/SUB%2DACCOUNTS/x',
+  ]
+  for (const path of management) t.ok(isManagementPath(path), `${path} is management`)
+
+  const other = ['/v1/sub-accountsX', '/v1/sub-accounts-archive', '/v1/sub-account', '/v2/sub-accounts', '/x/v1/sub-accounts', '/v1', '/', '/v1/sub-accounts%']
+  for (const path of other) t.notOk(isManagementPath(path), `${path} is not management`)
+})
