@@ -10,7 +10,7 @@ import Fastify, {
 import { Ajv, type Options as AjvOptions } from 'ajv'
 import addFormats from 'ajv-formats'
 import type { Config } from './config.js'
-import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode, type FieldError } from './errors.js'
+import { ApiError, problem, PROBLEM_CONTENT_TYPE, routeNotFound, validationFailed, type ErrorCode, type FieldError } from './errors.js'
 import { TenancyCache, type CacheTimings } from './cache/tiered.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
 import { createMetrics, type Metrics } from './ops/metrics.js'
@@ -240,6 +240,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       done(new ApiError('bad_path', 'the path may not contain .., //, ;, or an encoded dot pair, slash or backslash'))
       return
     }
+    // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.
+    if (request.is404) {
+      done(routeNotFound(request))
+      return
+    }
     done()
   })
 
@@ -262,12 +267,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   app.setErrorHandler(sendError)
 
-  app.setNotFoundHandler((request, reply) =>
-    reply
-      .code(404)
-      .type(PROBLEM_CONTENT_TYPE)
-      .send(problem('route_not_found', `no route for ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`, request.id)),
-  )
+  app.setNotFoundHandler((request) => {
+    throw routeNotFound(request)
+  })
 
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,

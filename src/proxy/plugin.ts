@@ -6,7 +6,7 @@ import { Transform, type TransformCallback } from 'node:stream'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
 import httpProxy from '@fastify/http-proxy'
 import { requireScopes } from '../auth/scopes.js'
-import { ApiError } from '../errors.js'
+import { ApiError, routeNotFound } from '../errors.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { upstreamHeaders, type TrustedIdentity } from './headers.js'
@@ -104,9 +104,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
     // The router may fall back to a shorter prefix (a catch-all) for a management path with a
     // method or depth the management API does not serve: that is still not a proxied path.
     scope.addHook('onRequest', async (request) => {
-      if (isManagementPath(pathOf(request.url))) {
-        throw new ApiError('route_not_found', `no route for ${request.method} ${pathOf(request.url).slice(0, 200)}`)
-      }
+      if (isManagementPath(pathOf(request.url))) throw routeNotFound(request)
     })
     if (!route.public) {
       scope.addHook('onRequest', tenancyHook(lookups))

@@ -1,0 +1,508 @@
+// The proxy over real sockets, part one: the acting header (DESIGN §4) on every proxied method,
+// and what the upstream receives (DESIGN §5). Every outcome is checked on what a recording
+// upstream actually got: the trusted identity on a success, nothing at all on a refusal.
+import { createHash } from 'node:crypto'
+import t, { type Test } from 'tap'
+import { generateApiKey } from '../../src/auth/keys.js'
+import {
+  liveGateway,
+  rawRequest as rawRequestWithoutHost,
+  startUpstream,
+  type LiveGateway,
+  type RawRequest,
+  type RawResponse,
+  type ReceivedRequest,
+} from '../helpers/proxy.js'
+import type { Parent } from '../helpers/app.js'
+
+const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const
+type Method = (typeof METHODS)[number]
+const UUID_V4ISH = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+const PARENT_SCOPES = 'sub_accounts:read sub_accounts:write'
+
+/**
+ * rawRequest with a Host header unless the caller gives one: the helper hands node:http a flat
+ * header list, and node then sends no Host, which any HTTP/1.1 server refuses with a bare 400.
+ */
+function rawRequest(baseUrl: string, options: RawRequest): Promise<RawResponse> {
+  const headers = options.headers ?? []
+  const hasHost = headers.some(([name]) => name.toLowerCase() === 'host')
+  return rawRequestWithoutHost(baseUrl, { ...options, headers: hasHost ? headers : [['Host', new URL(baseUrl).host], ...headers] })
+}
+
+const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex')
+
+/** Checks the problem+json envelope (DESIGN §7) of a refusal and returns its body. */
+function checkProblem(t: Test, res: RawResponse, status: number, code: string, what: string): Record<string, unknown> {
+  t.equal(res.status, status, `${what}: status`)
+  t.match(String(res.headers['content-type']), /^application\/problem\+json/, `${what}: problem+json`)
+  let body: Record<string, unknown> = {}
+  try {
+    body = res.json()
+  } catch {
+    t.fail(`${what}: body is not JSON: ${res.body}`)
+  }
+  t.equal(body.code, code, `${what}: code`)
+  t.equal(body.status, status, `${what}: status in body`)
+  t.equal(body.request_id, res.headers['x-request-id'], `${what}: request_id is the response's X-Request-Id`)
+  return body
+}
+
+/** Header names the upstream received (raw, lower-cased), with how often each came. */
+function rawNameCounts(received: ReceivedRequest): Map<string, number> {
+  const counts = new Map<string, number>()
+  for (let i = 0; i < received.rawHeaders.length; i += 2) {
+    const name = received.rawHeaders[i]!.toLowerCase()
+    counts.set(name, (counts.get(name) ?? 0) + 1)
+  }
+  return counts
+}
+
+function serviceHeaderNames(received: ReceivedRequest): string[] {
+  return [...rawNameCounts(received).keys()].filter((name) => name.startsWith('x-service-')).sort()
+}
+
+const IDENTITY_HEADERS = ['x-service-caller-tenant', 'x-service-key-id', 'x-service-resolved-tenant', 'x-service-scopes']
+
+interface Identity {
+  resolved: string
+  caller: string
+  keyId: string
+  scopes: string
+}
+
+/** Exactly the four identity headers, once each, with these values; and a sane X-Request-Id. */
+function checkIdentity(t: Test, received: ReceivedRequest, expected: Identity, what: string): void {
+  const counts = rawNameCounts(received)
+  t.same(serviceHeaderNames(received), IDENTITY_HEADERS, `${what}: only the trusted X-Service-* headers`)
+  for (const name of IDENTITY_HEADERS) t.equal(counts.get(name), 1, `${what}: ${name} once`)
+  t.equal(received.headers['x-service-resolved-tenant'], expected.resolved, `${what}: resolved tenant`)
+  t.equal(received.headers['x-service-caller-tenant'], expected.caller, `${what}: caller tenant`)
+  t.equal(received.headers['x-service-key-id'], expected.keyId, `${what}: key id`)
+  t.equal(received.headers['x-service-scopes'], expected.scopes, `${what}: scopes`)
+  t.equal(counts.get('x-request-id'), 1, `${what}: one X-Request-Id`)
+}
+
+async function keyIdOf(gw: LiveGateway, tenantId: string): Promise<string> {
+  const rows = await gw.database.sql`select id from api_keys where tenant_id = ${tenantId} order by seq`
+  if (rows.length !== 1) throw new Error(`expected one key for ${tenantId}, found ${rows.length}`)
+  return rows[0]!.id as string
+}
+
+/** A management call that must succeed (setup); throws with the answer otherwise. */
+async function manage(gw: LiveGateway, parent: Parent, method: string, path: string, json?: unknown): Promise<any> {
+  const body = json === undefined ? undefined : JSON.stringify(json)
+  const headers: [string, string][] = [['Authorization', `Bearer ${parent.apiKey}`], ['X-Service-Acting-Tenant', 'self']]
+  // No body: say so with Content-Length: 0 (node would otherwise send an empty chunked body).
+  headers.push(...(body === undefined ? [['Content-Length', '0']] : [['Content-Type', 'application/json']]) as [string, string][])
+  const res = await rawRequest(gw.url, { method, path, headers, ...(body === undefined ? {} : { body }) })
+  if (res.status >= 300) throw new Error(`setup ${method} ${path}: ${res.status} ${res.body}`)
+  return res.json()
+}
+
+async function createSub(gw: LiveGateway, parent: Parent, name: string, externalId: string) {
+  return (await manage(gw, parent, 'POST', '/v1/sub-accounts', { name, external_id: externalId })) as { id: string }
+}
+
+async function mintSubKey(gw: LiveGateway, parent: Parent, subId: string, scopes: string[]) {
+  return (await manage(gw, parent, 'POST', `/v1/sub-accounts/${subId}/api-keys`, { name: 'k', scopes })) as {
+    id: string
+    api_key: string
+  }
+}
+
+/** A proxied request: key, acting header lines (in order), a small JSON body on POST/PUT/PATCH. */
+function proxied(
+  gw: LiveGateway,
+  key: string | null,
+  method: Method,
+  path: string,
+  acting: string | string[] | undefined,
+  extra: [string, string][] = [],
+): { sent: Promise<RawResponse>; body: string | undefined } {
+  const headers: [string, string][] = []
+  if (key !== null) headers.push(['Authorization', `Bearer ${key}`])
+  for (const value of acting === undefined ? [] : Array.isArray(acting) ? acting : [acting]) {
+    headers.push(['X-Service-Acting-Tenant', value])
+  }
+  const body = method === 'GET' || method === 'DELETE' ? undefined : `{"method":"${method}","path":"${path}"}`
+  if (body !== undefined) headers.push(['Content-Type', 'application/json'], ['Content-Length', String(Buffer.byteLength(body))])
+  headers.push(...extra)
+  return { sent: rawRequest(gw.url, { method, path, headers, ...(body === undefined ? {} : { body }) }), body }
+}
+
+t.test('the acting header on every proxied method (DESIGN §4)', async (t) => {
+  const upstream = await startUpstream(t)
+  const gw = await liveGateway(t, { upstreamUrl: upstream.url })
+
+  // A parent with active sub-accounts, one without any, one whose only sub-account is deactivated,
+  // and a stranger with a sub-account of its own.
+  const owner = await gw.createParent()
+  const lonely = await gw.createParent()
+  const retired = await gw.createParent()
+  const stranger = await gw.createParent()
+  const ownerKeyId = await keyIdOf(gw, owner.id)
+  const lonelyKeyId = await keyIdOf(gw, lonely.id)
+  const retiredKeyId = await keyIdOf(gw, retired.id)
+
+  const active = await createSub(gw, owner, 'Acme EU', 'acme-eu')
+  const sibling = await createSub(gw, owner, 'Acme US', 'acme-us')
+  const gone = await createSub(gw, owner, 'Gone', 'gone')
+  const foreign = await createSub(gw, stranger, 'Foreign', 'foreign-only')
+  const retiredSub = await createSub(gw, retired, 'Retired', 'retired')
+
+  const activeKey = await mintSubKey(gw, owner, active.id, ['tracking:read', 'tracking:write'])
+  const goneKey = await mintSubKey(gw, owner, gone.id, ['tracking:read'])
+  const revokedKey = await mintSubKey(gw, owner, active.id, ['tracking:read'])
+  await manage(gw, owner, 'POST', `/v1/sub-accounts/${gone.id}/deactivate`)
+  await manage(gw, retired, 'POST', `/v1/sub-accounts/${retiredSub.id}/deactivate`)
+
+  // The key to be revoked works first (so that it is cached), then is revoked through the API.
+  const beforeRevoke = await proxied(gw, revokedKey.api_key, 'GET', '/warm', undefined).sent
+  t.equal(beforeRevoke.status, 200, 'the soon-revoked key works before the revoke')
+  await manage(gw, owner, 'POST', `/v1/sub-accounts/${active.id}/api-keys/${revokedKey.id}/revoke`)
+
+  const asOwner: Identity = { resolved: owner.id, caller: owner.id, keyId: ownerKeyId, scopes: PARENT_SCOPES }
+  const ownerAsActive: Identity = { ...asOwner, resolved: active.id }
+  const asLonely: Identity = { resolved: lonely.id, caller: lonely.id, keyId: lonelyKeyId, scopes: PARENT_SCOPES }
+  const asRetired: Identity = { resolved: retired.id, caller: retired.id, keyId: retiredKeyId, scopes: PARENT_SCOPES }
+  const asActive: Identity = { resolved: active.id, caller: active.id, keyId: activeKey.id, scopes: 'tracking:read tracking:write' }
+  const unknownUuid = '00000000-0000-4000-8000-000000000000'
+  const validKey = generateApiKey().apiKey
+  const badChecksum = owner.apiKey.slice(0, -1) + (owner.apiKey.endsWith('a') ? 'b' : 'a')
+
+  type Outcome = Identity | { status: number; code: string; wwwAuthenticate?: string }
+  interface Row {
+    name: string
+    key: string | null
+    acting?: string | string[]
+    extra?: [string, string][]
+    outcome: (method: Method) => Outcome
+  }
+  const always = (outcome: Outcome) => () => outcome
+  const refusal = (status: number, code: string) => always({ status, code })
+  const unauthenticated = always({ status: 401, code: 'unauthenticated', wwwAuthenticate: 'Bearer' })
+  const malformed = refusal(400, 'acting_tenant_malformed')
+  const forbidden = refusal(403, 'acting_tenant_forbidden')
+
+  const rows: Row[] = [
+    // Absent, or self.
+    { name: 'parent with no sub-account, no header', key: lonely.apiKey, outcome: always(asLonely) },
+    { name: 'parent with no sub-account, self', key: lonely.apiKey, acting: 'self', outcome: always(asLonely) },
+    { name: 'parent whose only sub-account is deactivated, no header', key: retired.apiKey, outcome: always(asRetired) },
+    {
+      name: 'parent with active sub-accounts, no header',
+      key: owner.apiKey,
+      outcome: (method) => (method === 'GET' ? asOwner : { status: 400, code: 'acting_tenant_required' }),
+    },
+    { name: 'parent with active sub-accounts, self', key: owner.apiKey, acting: 'self', outcome: always(asOwner) },
+    { name: 'parent naming its own UUID', key: owner.apiKey, acting: owner.id, outcome: always(asOwner) },
+    { name: 'parent naming its own UUID in upper case', key: owner.apiKey, acting: owner.id.toUpperCase(), outcome: always(asOwner) },
+    // Acting as an own sub-account.
+    { name: 'parent acting as its active sub-account by UUID', key: owner.apiKey, acting: active.id, outcome: always(ownerAsActive) },
+    {
+      name: 'parent acting as its active sub-account by upper-case UUID',
+      key: owner.apiKey,
+      acting: active.id.toUpperCase(),
+      outcome: always(ownerAsActive),
+    },
+    { name: 'parent acting as its active sub-account by ext:', key: owner.apiKey, acting: 'ext:acme-eu', outcome: always(ownerAsActive) },
+    // Not its sub-account: one answer for unknown and another parent's.
+    { name: "parent naming another parent's sub-account by UUID", key: owner.apiKey, acting: foreign.id, outcome: forbidden },
+    { name: "parent naming another parent's sub-account by ext:", key: owner.apiKey, acting: 'ext:foreign-only', outcome: forbidden },
+    { name: 'parent naming another parent', key: owner.apiKey, acting: stranger.id, outcome: forbidden },
+    { name: 'parent naming an unknown UUID', key: owner.apiKey, acting: unknownUuid, outcome: forbidden },
+    { name: 'parent naming an unknown ext:', key: owner.apiKey, acting: 'ext:nobody', outcome: forbidden },
+    { name: 'parent with no sub-account naming an unknown UUID', key: lonely.apiKey, acting: unknownUuid, outcome: forbidden },
+    // Deactivated targets.
+    { name: 'parent acting as its deactivated sub-account by UUID', key: owner.apiKey, acting: gone.id, outcome: refusal(403, 'acting_tenant_deactivated') },
+    { name: 'parent acting as its deactivated sub-account by ext:', key: owner.apiKey, acting: 'ext:gone', outcome: refusal(403, 'acting_tenant_deactivated') },
+    // Sub-account keys.
+    { name: 'sub-account key, no header (never required)', key: activeKey.api_key, outcome: always(asActive) },
+    { name: 'sub-account key, self', key: activeKey.api_key, acting: 'self', outcome: always(asActive) },
+    { name: 'sub-account key, its own UUID', key: activeKey.api_key, acting: active.id, outcome: always(asActive) },
+    { name: 'sub-account key, its own UUID in upper case', key: activeKey.api_key, acting: active.id.toUpperCase(), outcome: always(asActive) },
+    { name: 'sub-account key, its own ext:', key: activeKey.api_key, acting: 'ext:acme-eu', outcome: always(asActive) },
+    { name: 'sub-account key naming its parent', key: activeKey.api_key, acting: owner.id, outcome: forbidden },
+    { name: 'sub-account key naming a sibling by UUID', key: activeKey.api_key, acting: sibling.id, outcome: forbidden },
+    { name: 'sub-account key naming a sibling by ext:', key: activeKey.api_key, acting: 'ext:acme-us', outcome: forbidden },
+    { name: 'sub-account key naming an unknown UUID', key: activeKey.api_key, acting: unknownUuid, outcome: forbidden },
+    { name: "sub-account key naming another parent's sub-account", key: activeKey.api_key, acting: foreign.id, outcome: forbidden },
+    // A deactivated sub-account's own key.
+    { name: "deactivated sub-account's key, no header", key: goneKey.api_key, outcome: refusal(403, 'tenant_deactivated') },
+    { name: "deactivated sub-account's key, self", key: goneKey.api_key, acting: 'self', outcome: refusal(403, 'tenant_deactivated') },
+    { name: "deactivated sub-account's key, a malformed header is still 400", key: goneKey.api_key, acting: 'SELF', outcome: malformed },
+    // Malformed values.
+    { name: 'empty value', key: owner.apiKey, acting: '', outcome: malformed },
+    { name: 'sent twice (two header lines)', key: owner.apiKey, acting: ['self', 'self'], outcome: malformed },
+    { name: 'sent twice, the second empty', key: owner.apiKey, acting: ['self', ''], outcome: malformed },
+    { name: 'sent twice by a parent with no sub-account', key: lonely.apiKey, acting: ['self', 'self'], outcome: malformed },
+    { name: 'comma-joined', key: owner.apiKey, acting: 'self, self', outcome: malformed },
+    { name: 'comma-joined self and a sub-account', key: owner.apiKey, acting: `self,${active.id}`, outcome: malformed },
+    { name: 'SELF', key: owner.apiKey, acting: 'SELF', outcome: malformed },
+    { name: 'Self', key: owner.apiKey, acting: 'Self', outcome: malformed },
+    { name: 'Ext:x', key: owner.apiKey, acting: 'Ext:x', outcome: malformed },
+    { name: 'EXT:acme-eu', key: owner.apiKey, acting: 'EXT:acme-eu', outcome: malformed },
+    { name: 'ext: with nothing after it', key: owner.apiKey, acting: 'ext:', outcome: malformed },
+    { name: 'a UUID one character short', key: owner.apiKey, acting: active.id.slice(0, -1), outcome: malformed },
+    { name: 'a UUID in braces', key: owner.apiKey, acting: `{${active.id}}`, outcome: malformed },
+    { name: 'a UUID without dashes', key: owner.apiKey, acting: active.id.replaceAll('-', ''), outcome: malformed },
+    { name: 'not a UUID at all', key: owner.apiKey, acting: '12345', outcome: malformed },
+    { name: 'a sub-account key with a malformed value', key: activeKey.api_key, acting: 'Ext:x', outcome: malformed },
+    // Authentication comes first.
+    { name: 'no key', key: null, acting: 'self', outcome: unauthenticated },
+    { name: 'no key and a malformed header', key: null, acting: 'SELF', outcome: unauthenticated },
+    { name: 'an unknown, well-formed key', key: validKey, acting: 'self', outcome: unauthenticated },
+    { name: 'a revoked key', key: revokedKey.api_key, outcome: unauthenticated },
+    { name: 'a revoked key, acting as its own tenant', key: revokedKey.api_key, acting: 'self', outcome: unauthenticated },
+    { name: 'a malformed key', key: 'tgw_short', acting: 'self', outcome: unauthenticated },
+    { name: 'a key with a bad checksum', key: badChecksum, outcome: unauthenticated },
+    {
+      name: 'another scheme',
+      key: null,
+      extra: [['Authorization', `Basic ${Buffer.from(`x:${owner.apiKey}`).toString('base64')}`]],
+      outcome: unauthenticated,
+    },
+    { name: 'two Authorization headers', key: owner.apiKey, acting: 'self', extra: [['Authorization', `Bearer ${owner.apiKey}`]], outcome: unauthenticated },
+  ]
+
+  for (const row of rows) {
+    t.test(row.name, async (t) => {
+      for (const method of METHODS) {
+        const what = `${method} ${row.name}`
+        const path = `/orders/42?m=${method}`
+        const before = upstream.received.length
+        const { sent, body } = proxied(gw, row.key, method, path, row.acting, row.extra)
+        const res = await sent
+        const outcome = row.outcome(method)
+        if ('resolved' in outcome) {
+          t.equal(res.status, 200, `${what}: 200 from the upstream (${res.body.slice(0, 200)})`)
+          t.equal(upstream.received.length, before + 1, `${what}: the upstream got it once`)
+          const got = upstream.received[upstream.received.length - 1]!
+          t.equal(got.method, method, `${what}: method`)
+          t.equal(got.url, path, `${what}: path and query`)
+          t.equal(got.bodyBytes, body === undefined ? 0 : Buffer.byteLength(body), `${what}: body length`)
+          if (body !== undefined) t.equal(got.bodySha256, sha256(body), `${what}: body bytes`)
+          checkIdentity(t, got, outcome, what)
+          t.equal(got.headers['x-request-id'], res.headers['x-request-id'], `${what}: the same request id both ways`)
+        } else {
+          checkProblem(t, res, outcome.status, outcome.code, what)
+          if (outcome.wwwAuthenticate !== undefined) {
+            t.equal(res.headers['www-authenticate'], outcome.wwwAuthenticate, `${what}: WWW-Authenticate`)
+          }
+          t.equal(upstream.received.length, before, `${what}: the upstream received nothing`)
+        }
+      }
+    })
+  }
+
+  t.test('unknown and foreign targets get one and the same answer', async (t) => {
+    const answers: Record<string, unknown>[] = []
+    for (const acting of [unknownUuid, foreign.id, 'ext:nobody', 'ext:foreign-only', stranger.id]) {
+      const res = await proxied(gw, owner.apiKey, 'POST', '/orders', acting).sent
+      const { request_id: _id, ...rest } = checkProblem(t, res, 403, 'acting_tenant_forbidden', acting)
+      answers.push(rest)
+    }
+    for (const answer of answers.slice(1)) t.same(answer, answers[0], 'same type, title, detail and code')
+  })
+})
+
+t.test('what the upstream receives (DESIGN §5)', async (t) => {
+  const upstream = await startUpstream(t)
+  const gw = await liveGateway(t, {
+    upstreamUrl: upstream.url,
+    gatewayConfig: { routes: [{ prefix: '/fwd', upstream: upstream.url, forward_authorization: true }] },
+  })
+  const parent = await gw.createParent()
+  const keyId = await keyIdOf(gw, parent.id)
+  const identity: Identity = { resolved: parent.id, caller: parent.id, keyId, scopes: PARENT_SCOPES }
+  const auth: [string, string] = ['Authorization', `Bearer ${parent.apiKey}`]
+
+  /** One request as `parent`; returns the answer and what the upstream got (exactly one request). */
+  async function through(
+    t: Test,
+    what: string,
+    options: { method?: string; path?: string; headers?: [string, string][]; body?: string },
+  ): Promise<{ res: RawResponse; got: ReceivedRequest }> {
+    const before = upstream.received.length
+    const res = await rawRequest(gw.url, {
+      method: options.method ?? 'GET',
+      path: options.path ?? '/things/1',
+      headers: [auth, ...(options.headers ?? [])],
+      ...(options.body === undefined ? {} : { body: options.body }),
+    })
+    t.equal(res.status, 200, `${what}: 200 (${res.body.slice(0, 200)})`)
+    t.equal(upstream.received.length, before + 1, `${what}: the upstream got it once`)
+    const got = upstream.received[upstream.received.length - 1] ?? ({ headers: {}, rawHeaders: [] } as unknown as ReceivedRequest)
+    return { res, got }
+  }
+
+  t.test('spoofed X-Service-* headers never arrive, in any case or count', async (t) => {
+    const spoofs: [string, string][] = [
+      ['X-SERVICE-RESOLVED-TENANT', 'evil-resolved'],
+      ['x-Service-Key-Id', 'evil-key'],
+      ['X-Service-Anything', 'evil-anything'],
+      ['X-Service-Caller-Tenant', 'evil-caller-1'],
+      ['X-Service-Caller-Tenant', 'evil-caller-2'],
+      ['x-service-scopes', 'evil-admin'],
+      ['X-Service-Scopes', 'evil-root'],
+      ['x-service-resolved-tenant', 'evil-again'],
+      ['X-Service-', 'evil-empty-suffix'],
+      ['X-Service-Acting-Tenant', 'self'],
+    ]
+    for (const method of ['GET', 'POST', 'DELETE']) {
+      const { res, got } = await through(t, method, {
+        method,
+        headers: method === 'POST' ? [...spoofs, ['Content-Type', 'text/plain'], ['Content-Length', '2']] : spoofs,
+        ...(method === 'POST' ? { body: 'hi' } : {}),
+      })
+      checkIdentity(t, got, identity, method)
+      t.notOk(
+        got.rawHeaders.some((value) => value.includes('evil')),
+        `${method}: no spoofed value anywhere in the upstream's raw headers`,
+      )
+      t.equal(got.headers['x-service-acting-tenant'], undefined, `${method}: the acting header itself is not forwarded`)
+      t.equal(got.headers['x-request-id'], res.headers['x-request-id'], `${method}: the same request id`)
+    }
+  })
+
+  t.test('a Connection header cannot remove the trusted headers (GHSA-gwhp-pf74-vj37)', async (t) => {
+    const variants: [string, [string, string][]][] = [
+      ['resolved, key id and request id', [['Connection', 'X-Service-Resolved-Tenant, x-service-key-id, x-request-id']]],
+      ['caller and scopes, with close', [['Connection', 'close, X-Service-Scopes, X-Service-Caller-Tenant']]],
+      ['all five, upper case', [['Connection', 'X-SERVICE-RESOLVED-TENANT, X-SERVICE-CALLER-TENANT, X-SERVICE-KEY-ID, X-SERVICE-SCOPES, X-REQUEST-ID']]],
+      ['two Connection lines', [['Connection', 'keep-alive'], ['Connection', 'x-service-resolved-tenant, x-service-scopes']]],
+      ['no spaces', [['Connection', 'x-service-key-id,x-service-caller-tenant,x-request-id']]],
+      ['with a spoof of the named header', [['Connection', 'x-service-key-id'], ['X-Service-Key-Id', 'evil-key']]],
+      ['the forwarding headers', [['Connection', 'x-forwarded-for, x-forwarded-proto, x-forwarded-host']]],
+    ]
+    for (const [what, headers] of variants) {
+      const { res, got } = await through(t, what, { headers: [['X-Request-Id', 'conn-trick-1'], ...headers] })
+      checkIdentity(t, got, identity, what)
+      t.equal(got.headers['x-request-id'], 'conn-trick-1', `${what}: the client's sane request id arrives`)
+      t.equal(res.headers['x-request-id'], 'conn-trick-1', `${what}: and is on the response`)
+      t.equal(got.headers['x-forwarded-proto'], 'http', `${what}: X-Forwarded-Proto`)
+      t.equal(got.headers['x-forwarded-for'], '127.0.0.1', `${what}: X-Forwarded-For`)
+      t.ok(got.headers['x-forwarded-host'], `${what}: X-Forwarded-Host`)
+      t.notMatch(String(got.headers.connection ?? ''), /x-service|x-request-id|x-forwarded/i, `${what}: the client's Connection tokens are not passed on`)
+      t.notOk(got.rawHeaders.some((value) => value.includes('evil')), `${what}: no spoofed value`)
+    }
+  })
+
+  t.test('Authorization is dropped unless the route forwards it', async (t) => {
+    const plain = await through(t, 'catch-all', {})
+    t.equal(plain.got.headers.authorization, undefined, 'not forwarded by default')
+    t.notOk(rawNameCounts(plain.got).has('authorization'), 'in no spelling')
+    const forwarded = await through(t, 'forward_authorization route', { path: '/fwd/x' })
+    t.equal(forwarded.got.headers.authorization, `Bearer ${parent.apiKey}`, 'forwarded on a route with forward_authorization: true')
+    t.equal(rawNameCounts(forwarded.got).get('authorization'), 1, 'once')
+    t.equal(forwarded.got.url, '/fwd/x')
+    checkIdentity(t, forwarded.got, identity, 'forward_authorization route')
+  })
+
+  t.test('X-Request-Id: kept when sane, replaced when not, the same on the response', async (t) => {
+    for (const sane of ['abc', 'req-1.2:3_ABC', 'x'.repeat(128), '0']) {
+      const { res, got } = await through(t, `sane ${sane.slice(0, 20)}`, { headers: [['X-Request-Id', sane]] })
+      t.equal(got.headers['x-request-id'], sane, `kept: ${sane.slice(0, 20)}`)
+      t.equal(res.headers['x-request-id'], sane, `on the response: ${sane.slice(0, 20)}`)
+    }
+    const insane: [string, [string, string][]][] = [
+      ['absent', []],
+      ['empty', [['X-Request-Id', '']]],
+      ['with a space', [['X-Request-Id', 'has space']]],
+      ['with a slash', [['X-Request-Id', 'a/b']]],
+      ['129 characters', [['X-Request-Id', 'x'.repeat(129)]]],
+      ['with a quote', [['X-Request-Id', 'a"b']]],
+      ['sent twice', [['X-Request-Id', 'one'], ['X-Request-Id', 'two']]],
+    ]
+    for (const [what, headers] of insane) {
+      const { res, got } = await through(t, what, { headers })
+      const id = got.headers['x-request-id']
+      t.match(String(id), UUID_V4ISH, `${what}: replaced by a generated id`)
+      t.equal(res.headers['x-request-id'], id, `${what}: the same id on the response`)
+      t.equal(rawNameCounts(got).get('x-request-id'), 1, `${what}: once`)
+    }
+    // A refusal carries the client's id too.
+    const refused = await rawRequest(gw.url, { path: '/things/1', headers: [['X-Request-Id', 'refused-1']] })
+    t.equal(refused.status, 401)
+    t.equal(refused.headers['x-request-id'], 'refused-1', 'a refusal answers with the request id')
+    t.equal(refused.json().request_id, 'refused-1', 'and names it in the problem')
+  })
+
+  t.test('X-Forwarded-For is appended, -Proto and -Host are set', async (t) => {
+    const bare = await through(t, 'no forwarding headers', {})
+    t.equal(bare.got.headers['x-forwarded-for'], '127.0.0.1', 'X-Forwarded-For: the peer')
+    t.equal(bare.got.headers['x-forwarded-proto'], 'http', 'X-Forwarded-Proto')
+    t.equal(bare.got.headers['x-forwarded-host'], new URL(gw.url).host, 'X-Forwarded-Host: the Host the client asked for')
+    t.equal(bare.got.headers.host, new URL(upstream.url).host, "Host: the upstream's own")
+
+    const chained = await through(t, 'a client chain', {
+      headers: [
+        ['Host', 'shop.example.test:8443'],
+        ['X-Forwarded-For', '203.0.113.7'],
+        ['X-Forwarded-Proto', 'https'],
+        ['X-Forwarded-Host', 'evil.example.test'],
+      ],
+    })
+    t.equal(chained.got.headers['x-forwarded-for'], '203.0.113.7, 127.0.0.1', 'appended to the client chain')
+    t.equal(chained.got.headers['x-forwarded-proto'], 'http', 'the gateway says how it was reached')
+    t.equal(chained.got.headers['x-forwarded-host'], 'shop.example.test:8443', 'the Host the client sent, not its X-Forwarded-Host')
+    t.equal(rawNameCounts(chained.got).get('x-forwarded-host'), 1, 'one X-Forwarded-Host')
+    t.equal(rawNameCounts(chained.got).get('x-forwarded-proto'), 1, 'one X-Forwarded-Proto')
+    t.equal(rawNameCounts(chained.got).get('x-forwarded-for'), 1, 'one X-Forwarded-For')
+
+    const twice = await through(t, 'X-Forwarded-For twice', {
+      headers: [['X-Forwarded-For', '198.51.100.1'], ['X-Forwarded-For', '203.0.113.7']],
+    })
+    t.equal(twice.got.headers['x-forwarded-for'], '198.51.100.1, 203.0.113.7, 127.0.0.1', 'both lines kept, in order, then the peer')
+  })
+
+  t.test('hop-by-hop headers are not forwarded; end-to-end ones are', async (t) => {
+    const { got } = await through(t, 'hop-by-hop', {
+      headers: [
+        ['Keep-Alive', 'timeout=5, max=100'],
+        ['TE', 'trailers'],
+        ['Upgrade', 'h2c'],
+        ['Proxy-Authorization', 'Basic c2VjcmV0OnNlY3JldA=='],
+        ['Proxy-Connection', 'keep-alive'],
+        ['X-Custom', 'kept'],
+        ['Accept', 'text/plain'],
+        ['Cookie', 'a=1'],
+      ],
+    })
+    for (const name of ['keep-alive', 'te', 'upgrade', 'proxy-authorization', 'proxy-connection', 'trailer']) {
+      t.notOk(rawNameCounts(got).has(name), `${name} not forwarded`)
+    }
+    t.notOk(got.rawHeaders.some((value) => value.includes('c2VjcmV0')), 'the proxy credentials appear nowhere')
+    t.equal(got.headers['x-custom'], 'kept', 'a custom header is forwarded')
+    t.equal(got.headers.accept, 'text/plain', 'Accept is forwarded')
+    t.equal(got.headers.cookie, 'a=1', 'Cookie is forwarded')
+
+    // Trailer needs a chunked body (node's client refuses it otherwise).
+    const chunked = await through(t, 'Trailer on a chunked POST', {
+      method: 'POST',
+      headers: [
+        ['Transfer-Encoding', 'chunked'],
+        ['Trailer', 'X-Checksum'],
+        ['Content-Type', 'text/plain'],
+      ],
+      body: 'chunked body',
+    })
+    t.notOk(rawNameCounts(chunked.got).has('trailer'), 'trailer not forwarded')
+    t.equal(chunked.got.bodySha256, sha256('chunked body'), 'the body still arrives')
+  })
+
+  t.test('the query string arrives byte for byte', async (t) => {
+    const targets = [
+      '/things/1?b=2&a=1&a=%20x&flag',
+      '/things/1?q=a+b&t=%7e&u=%C3%A9&&empty=&=&x=1?y',
+      '/things/1?',
+      '/things/1?%7Bodd%7D=%2B%2b&z',
+      '/fwd/deep/er?b=2&a=1&a=%20x&flag',
+    ]
+    for (const path of targets) {
+      const { got } = await through(t, path, { path })
+      t.equal(got.url, path, `unchanged: ${path}`)
+    }
+  })
+})
