@@ -1,0 +1,602 @@
+// Throughput and latency of the proxied path, gateway against a bare fastify proxy, run by hand:
+//   npm run bench:proxy     (env: BENCH_DURATION=10 s, BENCH_CONNECTIONS=50, BENCH_ROUNDS=2,
+//                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
+//                            BENCH_REDIS_URL=redis://127.0.0.1:6379)
+// Every server runs in its own child process, so none shares an event loop with the load
+// generator (autocannon, in this process): the upstream (node:http), the bare proxy (fastify +
+// @fastify/http-proxy, no auth) and the gateway (`node --import tsx src/main.ts`, real Postgres and
+// Redis). Both proxies forward to the same upstream. The sides alternate, bare/gateway/bare/…,
+// and the medians over the rounds are reported, so that a slow patch of a noisy machine does not
+// land on one side only. The figures worth comparing between runs are the gateway/bare ratios.
+// With the gateway's metrics port up, it also shows how many key/tenant lookups went to Redis or
+// Postgres once warm (the target is none).
+import { execFile, execFileSync, fork, spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import http from 'node:http'
+import { createRequire } from 'node:module'
+import net, { type AddressInfo } from 'node:net'
+import os from 'node:os'
+import { dirname, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import postgres from 'postgres'
+
+const SELF = fileURLToPath(import.meta.url)
+const ROOT = resolve(dirname(SELF), '..')
+const PATH = '/v1/things/1'
+/** The upstream answers this path with the headers it received, for the pre-flight check. */
+const ECHO_PATH = '/v1/things/echo'
+const BODY = '{"ok":true}'
+const SUB_EXTERNAL_ID = 'bench-sub'
+
+function positiveInt(name: string, fallback: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!/^[1-9]\d*$/.test(raw)) throw new Error(`${name} must be a positive integer, got "${raw}"`)
+  return Number(raw)
+}
+
+const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms))
+
+// ---------------------------------------------------------------------------------------------
+// Children: `tsx bench/proxy.ts upstream` and `tsx bench/proxy.ts bare`, started by fork().
+// Each reports its port over IPC and exits when the parent goes away.
+
+interface Ready {
+  type: 'ready'
+  port: number
+}
+
+interface UpstreamStats {
+  type: 'stats'
+  connections: number
+  /** Requests that carried X-Service-Caller-Tenant, i.e. came through the gateway. */
+  fromGateway: number
+  fromOthers: number
+}
+
+function announce(port: number): void {
+  if (process.send === undefined) throw new Error('run by bench/proxy.ts, not by hand')
+  process.send({ type: 'ready', port } satisfies Ready)
+  process.on('disconnect', () => process.exit(0))
+}
+
+async function runUpstream(): Promise<void> {
+  const body = Buffer.from(BODY)
+  let connections = 0
+  let fromGateway = 0
+  let fromOthers = 0
+  const server = http.createServer((req, res) => {
+    if (req.headers['x-service-caller-tenant'] !== undefined) fromGateway++
+    else fromOthers++
+    if (req.url === ECHO_PATH) {
+      const echo = Buffer.from(JSON.stringify(req.headers))
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': echo.length })
+      res.end(echo)
+      return
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
+    res.end(body)
+  })
+  // Longer than a round, so that neither proxy's pool sees its idle sockets closed between rounds.
+  server.keepAliveTimeout = 120_000
+  server.on('connection', () => connections++)
+  process.on('message', (message: { type?: string }) => {
+    if (message.type === 'stats') process.send?.({ type: 'stats', connections, fromGateway, fromOthers } satisfies UpstreamStats)
+  })
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done))
+  announce((server.address() as AddressInfo).port)
+}
+
+async function runBare(upstream: string): Promise<void> {
+  const { default: Fastify } = await import('fastify')
+  const { default: httpProxy } = await import('@fastify/http-proxy')
+  const app = Fastify({ logger: false })
+  await app.register(httpProxy, { upstream })
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  announce((app.server.address() as AddressInfo).port)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent.
+
+// autocannon ships no types; this is the part of its API used here.
+interface AutocannonResult {
+  duration: number
+  errors: number
+  timeouts: number
+  mismatches: number
+  non2xx: number
+  '2xx': number
+  statusCodeStats: Record<string, { count: number }>
+  requests: { total: number; sent: number }
+}
+interface AutocannonInstance {
+  on(event: 'response', listener: (client: unknown, status: number, bytes: number, ms: number) => void): void
+  stop(): void
+}
+type Autocannon = (
+  opts: { url: string; connections: number; duration: number; headers: Record<string, string>; expectBody: string },
+  cb: (err: Error | null, result: AutocannonResult) => void,
+) => AutocannonInstance
+// Loaded on first use, so that the children do not load it.
+let autocannon: Autocannon | null = null
+
+const DURATION = positiveInt('BENCH_DURATION', 10)
+const CONNECTIONS = positiveInt('BENCH_CONNECTIONS', 50)
+const ROUNDS = positiveInt('BENCH_ROUNDS', 2)
+const WARMUP = positiveInt('BENCH_WARMUP', 2)
+const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
+const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
+
+// Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
+let interrupted = false
+let running: AutocannonInstance | null = null
+function onSignals(): void {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      interrupted = true
+      console.error(`\n${signal}: stopping and cleaning up (again to kill at once)…`)
+      running?.stop()
+    })
+  }
+}
+function checkInterrupted(): void {
+  if (interrupted) throw new Error('interrupted')
+}
+
+/** Every child started, so that a crash of this process still takes them down (see 'exit'). */
+const children: ChildProcess[] = []
+const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null
+process.on('exit', () => {
+  for (const child of children) if (alive(child)) child.kill('SIGKILL')
+})
+
+/** Forks this file in a role and waits for the port it reports. */
+async function forkRole(role: 'upstream' | 'bare', args: string[]): Promise<{ child: ChildProcess; port: number }> {
+  const child = fork(SELF, [role, ...args], { cwd: ROOT, execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  children.push(child)
+  const port = await new Promise<number>((done, fail) => {
+    const timer = setTimeout(() => fail(new Error(`${role} did not start within 30 s`)), 30_000)
+    child.once('message', (message: Ready) => {
+      clearTimeout(timer)
+      done(message.port)
+    })
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer)
+      fail(new Error(`${role} exited before listening (${signal ?? `status ${code}`})`))
+    })
+  })
+  return { child, port }
+}
+
+/** SIGTERM by PID, then SIGKILL when it has not exited within graceMs. */
+async function stopChild(child: ChildProcess | null, graceMs: number): Promise<void> {
+  if (child === null || !alive(child)) return
+  const exited = new Promise<void>((done) => child.once('exit', () => done()))
+  child.kill('SIGTERM')
+  // A cleared timer, not sleep(): a pending one would hold this process open for graceMs.
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
+  await exited
+  clearTimeout(timer)
+}
+
+async function freePorts(n: number): Promise<number[]> {
+  // All held open at once, so that they differ.
+  const servers = await Promise.all(
+    Array.from({ length: n }, () => {
+      const server = net.createServer()
+      return new Promise<net.Server>((done, fail) => {
+        server.once('error', fail)
+        server.listen(0, '127.0.0.1', () => done(server))
+      })
+    }),
+  )
+  const ports = servers.map((s) => (s.address() as AddressInfo).port)
+  await Promise.all(servers.map((s) => new Promise<void>((done) => s.close(() => done()))))
+  return ports
+}
+
+/** The last 16 KiB a child wrote, for the error message when it fails. */
+function captureOutput(child: ChildProcess): () => string {
+  let tail = ''
+  const keep = (chunk: Buffer) => {
+    tail = (tail + chunk.toString('utf8')).slice(-16_384)
+  }
+  child.stdout?.on('data', keep)
+  child.stderr?.on('data', keep)
+  return () => tail
+}
+
+async function waitForGateway(base: string, gateway: ChildProcess, output: () => string): Promise<void> {
+  const deadline = Date.now() + 90_000
+  for (;;) {
+    checkInterrupted()
+    if (!alive(gateway)) throw new Error(`the gateway exited (status ${gateway.exitCode ?? gateway.signalCode}):\n${output()}`)
+    try {
+      const response = await fetch(`${base}/v1/sub-accounts`, { signal: AbortSignal.timeout(2000) })
+      const text = await response.text()
+      if (response.status === 401) return
+      throw new Error(`GET /v1/sub-accounts without a key answered ${response.status}, expected 401: ${text.slice(0, 300)}`)
+    } catch (err) {
+      if (err instanceof Error && err.message.startsWith('GET /v1/sub-accounts')) throw err
+    }
+    if (Date.now() > deadline) throw new Error(`the gateway did not answer within 90 s:\n${output()}`)
+    await sleep(200)
+  }
+}
+
+function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((done, fail) => {
+    execFile(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
+      if (err) fail(new Error(`cli ${args.join(' ')} failed: ${stderr.trim() || err.message}`))
+      else done(stdout)
+    })
+  })
+}
+
+interface Side {
+  name: 'bare' | 'gateway'
+  url: string
+  headers: Record<string, string>
+}
+
+interface Round {
+  side: Side['name']
+  round: string
+  completed: number
+  perSecond: number
+  p50: number
+  p99: number
+}
+
+/** Nearest-rank percentile of sorted values. */
+function percentile(sorted: Float64Array, p: number): number {
+  return sorted[Math.max(0, Math.ceil(p * sorted.length) - 1)]!
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+
+/**
+ * One autocannon run. Latencies are recorded here, in float milliseconds, because autocannon's
+ * own histogram keeps whole milliseconds, too coarse for sub-millisecond differences.
+ * Anything but a 2xx carrying the upstream's body fails the bench.
+ */
+async function load(side: Side, seconds: number, round: string): Promise<Round> {
+  checkInterrupted()
+  let latencies = new Float64Array(1 << 18)
+  let n = 0
+  const result = await new Promise<AutocannonResult>((done, fail) => {
+    autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
+    running = autocannon(
+      { url: side.url + PATH, connections: CONNECTIONS, duration: seconds, headers: side.headers, expectBody: BODY },
+      (err, res) => (err ? fail(err) : done(res)),
+    )
+    running.on('response', (_client, _status, _bytes, ms) => {
+      if (n === latencies.length) {
+        const grown = new Float64Array(latencies.length * 2)
+        grown.set(latencies)
+        latencies = grown
+      }
+      latencies[n++] = ms
+    })
+  })
+  running = null
+  checkInterrupted()
+  if (result.non2xx > 0 || result.errors > 0 || result.timeouts > 0 || result.mismatches > 0 || n === 0) {
+    const codes = Object.entries(result.statusCodeStats)
+      .map(([code, { count }]) => `${code}×${count}`)
+      .join(', ')
+    throw new Error(
+      `${side.name} ${round}: ${result['2xx']} 2xx, ${result.non2xx} non-2xx (${codes}), ${result.errors} errors, ` +
+        `${result.timeouts} timeouts, ${result.mismatches} bodies other than ${BODY}`,
+    )
+  }
+  const sorted = latencies.subarray(0, n).sort()
+  const res: Round = {
+    side: side.name,
+    round,
+    completed: result.requests.total,
+    perSecond: result.requests.total / result.duration,
+    p50: percentile(sorted, 0.5),
+    p99: percentile(sorted, 0.99),
+  }
+  console.error(`  ${side.name} ${round}: ${res.perSecond.toFixed(0)} req/s, p50 ${res.p50.toFixed(3)} ms, p99 ${res.p99.toFixed(3)} ms`)
+  return res
+}
+
+/** Counters besides the store lookups, shown when the gateway exports them. */
+const EXTRA_COUNTERS = ['tgw_proxied_requests_total', 'tgw_cache_local_hits_total', 'tgw_redis_errors_total'] as const
+
+interface StoreCounters {
+  redis: number
+  postgres: number
+  /** Each counter's sum over its series; absent when not exported. */
+  extra: Partial<Record<(typeof EXTRA_COUNTERS)[number], number>>
+}
+
+/** null: the metrics port does not answer, or tgw_store_lookups_total is not exported. */
+async function readCounters(port: number): Promise<StoreCounters | null> {
+  let text: string
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(3000) })
+    if (!response.ok) return null
+    text = await response.text()
+  } catch {
+    return null
+  }
+  // A counter with labels has no series until its first increment, but its TYPE line is there.
+  const declared = (name: string) => new RegExp(`^# TYPE ${name} counter$`, 'm').test(text)
+  if (!declared('tgw_store_lookups_total')) return null
+  const counters: StoreCounters = { redis: 0, postgres: 0, extra: {} }
+  for (const name of EXTRA_COUNTERS) if (declared(name)) counters.extra[name] = 0
+  for (const line of text.split('\n')) {
+    const match = /^(tgw_\w+)(\{[^}]*\})?\s+(\S+)/.exec(line)
+    if (match === null) continue
+    const [, name, labels, raw] = match
+    const value = Number(raw)
+    if (name === 'tgw_store_lookups_total') {
+      const tier = /tier="([^"]*)"/.exec(labels ?? '')?.[1]
+      if (tier === 'redis') counters.redis += value
+      else if (tier === 'postgres') counters.postgres += value
+    } else {
+      const extra = EXTRA_COUNTERS.find((n) => n === name)
+      if (extra !== undefined) counters.extra[extra] = (counters.extra[extra] ?? 0) + value
+    }
+  }
+  return counters
+}
+
+async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
+  return new Promise((done, fail) => {
+    const timer = setTimeout(() => fail(new Error('the upstream did not report its counts within 5 s')), 5000)
+    upstream.once('message', (message: UpstreamStats) => {
+      clearTimeout(timer)
+      done(message)
+    })
+    upstream.send({ type: 'stats' })
+  })
+}
+
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US')
+
+function packageVersion(name: string): string {
+  try {
+    return (JSON.parse(readFileSync(resolve(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
+  } catch {
+    return '?'
+  }
+}
+
+function gitDescription(): string {
+  try {
+    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim()
+    const dirty = execFileSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !== ''
+    return dirty ? `${head} + uncommitted changes in src/ or config/` : head
+  } catch {
+    return 'unknown commit'
+  }
+}
+
+function command(): string {
+  const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
+  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL']) {
+    const value = process.env[name]
+    if (value === undefined || value === '') continue
+    const url = new URL(value)
+    if (url.password !== '') url.password = '***'
+    env.push(`${name}=${url.toString()}`)
+  }
+  return `${env.join(' ')} npx tsx bench/proxy.ts`
+}
+
+function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, pgVersion: string): void {
+  const cpus = os.cpus()
+  const of = (side: Side['name']) => rounds.filter((r) => r.side === side)
+  const summary = (side: Side['name']): Round => {
+    const mine = of(side)
+    return {
+      side,
+      round: 'median',
+      completed: mine.reduce((sum, r) => sum + r.completed, 0),
+      perSecond: median(mine.map((r) => r.perSecond)),
+      p50: median(mine.map((r) => r.p50)),
+      p99: median(mine.map((r) => r.p99)),
+    }
+  }
+  const bare = summary('bare')
+  const gateway = summary('gateway')
+
+  console.log(`date      ${new Date().toISOString()}`)
+  console.log(`machine   ${cpus[0]?.model.trim() ?? 'unknown cpu'}, ${cpus.length} cores, ${os.platform()} ${os.release()}`)
+  console.log(`node      ${process.version}, fastify ${packageVersion('fastify')}, @fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, autocannon ${packageVersion('autocannon')}`)
+  console.log(`command   ${command()}`)
+  console.log(`load      GET ${PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
+  console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
+  console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
+  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off`)
+  console.log(`gateway   node --import tsx src/main.ts at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
+  console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)
+  console.log('')
+  const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms']
+  const rows = [...rounds, bare, gateway].map((r) => [r.side, r.round, fmt(r.completed), fmt(r.perSecond), r.p50.toFixed(3), r.p99.toFixed(3)])
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)))
+  const line = (cells: string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
+  console.log(line(header))
+  console.log(line(widths.map((w) => '-'.repeat(w))))
+  rows.forEach((row, i) => {
+    if (i === rounds.length) console.log(line(widths.map((w) => '-'.repeat(w))))
+    console.log(line(row))
+  })
+  console.log('(median rows: req/s, p50 and p99 are medians over the rounds, requests their sum; latencies are per request, 2xx only)')
+  console.log('')
+  const throughput = gateway.perSecond / bare.perSecond
+  console.log(
+    `gateway / bare   req/s ${throughput.toFixed(3)} (target ≥ 0.90: ${throughput >= 0.9 ? 'met' : 'NOT MET'}), ` +
+      `p50 ${(gateway.p50 / bare.p50).toFixed(3)}, p99 ${(gateway.p99 / bare.p99).toFixed(3)}   (medians)`,
+  )
+  for (const s of store) console.log(s)
+  console.log(`upstream saw     ${fmt(upstream.fromGateway)} requests from the gateway, ${fmt(upstream.fromOthers)} from the bare proxy (warm-up and probes included)`)
+}
+
+async function main(): Promise<void> {
+  const dbName = `tgw_bench_${randomBytes(6).toString('hex')}`
+  const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
+  const dbUrl = new URL(ADMIN_URL)
+  dbUrl.pathname = `/${dbName}`
+  let created = false
+  let upstream: ChildProcess | null = null
+  let bareProxy: ChildProcess | null = null
+  let gateway: ChildProcess | null = null
+  let gatewayOutput = () => ''
+  try {
+    const [versionRow] = await admin<{ server_version: string }[]>`show server_version`
+    await admin.unsafe(`create database ${dbName}`)
+    created = true
+    console.error(`database ${dbName} created (dropped at the end)`)
+
+    const up = await forkRole('upstream', [])
+    upstream = up.child
+    const upstreamUrl = `http://127.0.0.1:${up.port}`
+    const bare = await forkRole('bare', [upstreamUrl])
+    bareProxy = bare.child
+    checkInterrupted()
+
+    const [port, metricsPort] = (await freePorts(2)) as [number, number]
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      METRICS_PORT: String(metricsPort),
+      DATABASE_URL: dbUrl.toString(),
+      REDIS_URL,
+      UPSTREAM_URL: upstreamUrl,
+      LOG_LEVEL: 'warn',
+      GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
+    }
+    console.error(`starting the gateway on :${port} (metrics :${metricsPort})…`)
+    gateway = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    children.push(gateway)
+    gatewayOutput = captureOutput(gateway)
+    const gatewayBase = `http://127.0.0.1:${port}`
+    await waitForGateway(gatewayBase, gateway, gatewayOutput)
+
+    // Seed: a parent account by the CLI, one sub-account by the API.
+    const seeded = JSON.parse(await runCli(['accounts', 'create', '--name', 'bench'], env)) as { account: { id: string }; api_key: string }
+    const parentId = seeded.account.id
+    const apiKey = seeded.api_key
+    const createResponse = await fetch(`${gatewayBase}/v1/sub-accounts`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'bench-sub', external_id: SUB_EXTERNAL_ID }),
+    })
+    const createText = await createResponse.text()
+    if (createResponse.status !== 201) throw new Error(`POST /v1/sub-accounts answered ${createResponse.status}: ${createText.slice(0, 500)}`)
+    const subId = (JSON.parse(createText) as { id: string }).id
+
+    const sides: Record<Side['name'], Side> = {
+      bare: { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: {} },
+      gateway: {
+        name: 'gateway',
+        url: gatewayBase,
+        headers: { authorization: `Bearer ${apiKey}`, 'x-service-acting-tenant': `ext:${SUB_EXTERNAL_ID}` },
+      },
+    }
+
+    // Pre-flight: each side reaches the upstream, and the gateway really acts as the sub-account.
+    for (const side of Object.values(sides)) {
+      const response = await fetch(side.url + ECHO_PATH, { headers: side.headers })
+      const text = await response.text()
+      if (response.status !== 200) throw new Error(`${side.name}: GET ${ECHO_PATH} answered ${response.status}, not the upstream's 200: ${text.slice(0, 500)}`)
+      if (side.name !== 'gateway') continue
+      const seen = JSON.parse(text) as Record<string, string | undefined>
+      const wrong = [
+        ['x-service-resolved-tenant', subId],
+        ['x-service-caller-tenant', parentId],
+      ].filter(([name, expected]) => seen[name!] !== expected)
+      if (wrong.length > 0) {
+        throw new Error(`the upstream received ${wrong.map(([name, expected]) => `${name}: ${seen[name!]} (expected ${expected})`).join(', ')}`)
+      }
+      if (seen.authorization !== undefined) console.error('note: the gateway forwarded Authorization to the upstream (DESIGN §5 says it should not)')
+    }
+
+    console.error(`warming up, ${WARMUP} s per side…`)
+    const beforeWarmup = await readCounters(metricsPort)
+    await load(sides.bare, WARMUP, 'warm-up')
+    await load(sides.gateway, WARMUP, 'warm-up')
+    const afterWarmup = await readCounters(metricsPort)
+
+    console.error(`measuring, ${ROUNDS} × ${DURATION} s per side…`)
+    const rounds: Round[] = []
+    for (let r = 1; r <= ROUNDS; r++) {
+      for (const side of [sides.bare, sides.gateway]) {
+        await sleep(500)
+        rounds.push(await load(side, DURATION, String(r)))
+      }
+    }
+    const afterRounds = await readCounters(metricsPort)
+    const measuredGateway = rounds.filter((r) => r.side === 'gateway').reduce((sum, r) => sum + r.completed, 0)
+
+    const store: string[] = []
+    if (afterWarmup === null || afterRounds === null) {
+      store.push(`store lookups    metrics unavailable (no tgw_store_lookups_total on http://127.0.0.1:${metricsPort}/metrics)`)
+    } else {
+      if (beforeWarmup !== null) {
+        store.push(
+          `store lookups    warm-up: ${fmt(afterWarmup.postgres - beforeWarmup.postgres)} Postgres and ` +
+            `${fmt(afterWarmup.redis - beforeWarmup.redis)} Redis (since the gateway started, seeding included: ${fmt(afterWarmup.postgres)} and ${fmt(afterWarmup.redis)})`,
+        )
+      }
+      store.push(
+        `store lookups    measured rounds: ${fmt(afterRounds.postgres - afterWarmup.postgres)} Postgres and ` +
+          `${fmt(afterRounds.redis - afterWarmup.redis)} Redis lookups for ${fmt(measuredGateway)} gateway requests`,
+      )
+      const deltas = EXTRA_COUNTERS.map((name) => {
+        const [before, after] = [afterWarmup.extra[name], afterRounds.extra[name]]
+        return before === undefined || after === undefined ? `${name} not exported` : `${name} +${fmt(after - before)}`
+      })
+      store.push(`                 ${deltas.join(', ')}`)
+    }
+    const upstreamStats = await askUpstream(up.child)
+    const gatewayLog = gatewayOutput().trim()
+    if (gatewayLog !== '') console.error(`the gateway wrote (last 16 KiB):\n${gatewayLog}`)
+    printReport(rounds, store, upstreamStats, versionRow?.server_version ?? 'unknown')
+  } catch (err) {
+    const log = gatewayOutput().trim()
+    if (log !== '') console.error(`the gateway wrote (last 16 KiB):\n${log}`)
+    throw err
+  } finally {
+    // Every step is attempted even if one fails; the gateway first, so the database is idle.
+    await stopChild(gateway, 15_000).catch((err) => console.error('stopping the gateway:', err))
+    await stopChild(bareProxy, 5_000).catch((err) => console.error('stopping the bare proxy:', err))
+    await stopChild(upstream, 5_000).catch((err) => console.error('stopping the upstream:', err))
+    if (created) {
+      await admin
+        .unsafe(`drop database if exists ${dbName} with (force)`)
+        .catch((err) => console.error(`dropping ${dbName} failed; drop it by hand:`, err))
+    }
+    await admin.end({ timeout: 5 })
+  }
+}
+
+const role = process.argv[2]
+if (role === 'upstream') {
+  await runUpstream()
+} else if (role === 'bare') {
+  await runBare(process.argv[3]!)
+} else {
+  onSignals()
+  await main().then(
+    () => {
+      process.exitCode = 0
+    },
+    (err: unknown) => {
+      console.error('bench failed:', err instanceof Error && err.message === 'interrupted' ? 'interrupted' : err)
+      process.exitCode = 1
+    },
+  )
+}
