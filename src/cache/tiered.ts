@@ -104,6 +104,9 @@ export class TenancyCache implements CacheInvalidator {
       // wait in while disconnected, no retries, and a short timeout on every command.
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
+      // ioredis 6 opens a RESP3 connection with HELLO, which a client without an offline queue
+      // fails to send at connect; RESP2 needs no handshake command.
+      protocol: 2,
       commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
       connectTimeout: 2_000,
       retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
@@ -122,6 +125,7 @@ export class TenancyCache implements CacheInvalidator {
     const subscriber = new Redis(url, {
       // Not on the request path: the subscription waits for the connection, however long.
       maxRetriesPerRequest: null,
+      protocol: 2,
       connectTimeout: 2_000,
       retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
     })
@@ -288,7 +292,7 @@ export class TenancyCache implements CacheInvalidator {
  * replica, as TenancyCache.invalidate does after a change made through the API.
  */
 export async function publishInvalidation(redisUrl: string, keyPrefix: string, keys: readonly string[]): Promise<void> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2_000, retryStrategy: () => null })
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2_000, retryStrategy: () => null, protocol: 2 })
   redis.on('error', () => {
     // Reported by the command below.
   })

@@ -101,17 +101,16 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
 
-    // The router may fall back to a shorter prefix (a catch-all) for a management path with a
-    // method or depth the management API does not serve: that is still not a proxied path.
-    scope.addHook('onRequest', async (request) => {
+    // One hook for the whole check, in DESIGN §4's order: every hook is a promise per request.
+    const resolveTenancy = tenancyHook(lookups)
+    scope.addHook('onRequest', async function admitProxied(request, reply) {
+      // The router may fall back to a shorter prefix (a catch-all) for a management path with a
+      // method or depth the management API does not serve: that is still not a proxied path.
       if (isManagementPath(pathOf(request.url))) throw routeNotFound(request)
+      if (route.public) return
+      await resolveTenancy.call(this, request, reply)
+      requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
     })
-    if (!route.public) {
-      scope.addHook('onRequest', tenancyHook(lookups))
-      scope.addHook('onRequest', async (request) => {
-        requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
-      })
-    }
 
     const config: ProxiedRouteConfig = { proxied: true, gatewayRoute: route }
     await scope.register(httpProxy, {

@@ -7,6 +7,7 @@ import { addUsage, touchKeys, type UsageCount } from '../store/usage.js'
 
 export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
+const DAY_MS = 86_400_000
 
 export interface MeterOptions {
   sql: Sql
@@ -27,6 +28,8 @@ export class UsageMeter {
   private keyUses = new Map<string, number>()
   /** keyId → when its last_used_at was last written (or queued), for the once-a-minute rule. */
   private readonly keyWrittenAt = new Map<string, number>()
+  /** The current UTC day and its bounds, so that a request does not format a date. */
+  private day = { text: '', startMs: 0, endMs: 0 }
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
   private readonly now: () => number
@@ -45,8 +48,17 @@ export class UsageMeter {
   record(tenantId: string, statusCode: number): void {
     const statusClass = Math.floor(statusCode / 100)
     if (statusClass < 2 || statusClass > 5) return
-    const key = `${tenantId}|${utcDay(this.now())}|${statusClass}`
+    const key = `${tenantId}|${this.today()}|${statusClass}`
     this.counts.set(key, (this.counts.get(key) ?? 0) + 1)
+  }
+
+  private today(): string {
+    const now = this.now()
+    if (now < this.day.startMs || now >= this.day.endMs) {
+      const startMs = now - (now % DAY_MS)
+      this.day = { text: utcDay(now), startMs, endMs: startMs + DAY_MS }
+    }
+    return this.day.text
   }
 
   keyUsed(keyId: string): void {
