@@ -78,6 +78,11 @@ export class TenancyCache implements CacheInvalidator {
   private readonly channel: string
   /** Bumped by every eviction: a fill that started before one must not store what it read. */
   private epoch = 0
+  /**
+   * Entries stored before this instant are no longer trusted (the bus may have missed messages),
+   * but stay for the stale window: while Postgres is down they are all a known key has.
+   */
+  private trustedFrom = 0
   private redisSkipUntil = 0
   /** Invalidations Redis did not take (it was down); sent again when it is back. */
   private readonly unsent = new Set<string>()
@@ -129,7 +134,14 @@ export class TenancyCache implements CacheInvalidator {
       connectTimeout: 2_000,
       retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
     })
-    subscriber.on('error', (err) => this.redisFailed(err))
+    // Its errors say nothing about the command connection: no backoff for lookups, a warning only.
+    let lastWarning = 0
+    subscriber.on('error', (err) => {
+      const now = Date.now()
+      if (now - lastWarning < this.timings.redisBackoffMs) return
+      lastWarning = now
+      this.options.log.warn({ err }, 'redis subscriber failed; reconnecting')
+    })
     // Reconnected: messages sent while it was away are lost, so forget everything local.
     subscriber.on('ready', () => this.clearLocal())
     subscriber.on('message', (channel: string, message: string) => {
@@ -156,7 +168,7 @@ export class TenancyCache implements CacheInvalidator {
   /** The in-process entry, else one shared fill from Redis or Postgres per key at a time. */
   private read<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
     const entry = this.local.get(key, { allowStale: false })
-    if (entry !== undefined) {
+    if (entry !== undefined && entry.storedAt > this.trustedFrom) {
       this.options.metrics.localCacheHits.inc()
       return Promise.resolve(entry.value as T | null)
     }
@@ -237,10 +249,10 @@ export class TenancyCache implements CacheInvalidator {
     }
   }
 
-  /** Forgets every in-process entry (after a reconnect, or in tests). */
+  /** Stops trusting every in-process entry (after the subscriber reconnected, or in tests). */
   clearLocal(): void {
     this.epoch++
-    this.local.clear()
+    this.trustedFrom = Date.now()
     this.inflight.clear()
   }
 
