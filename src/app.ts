@@ -235,7 +235,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
 
   // DESIGN §5: refused before any routing, management paths included, and before authentication.
-  app.addHook('onRequest', (request, _reply, done) => {
+  app.addHook('onRequest', (request, reply, done) => {
+    // Every response carries the request id, errors included (they keep the headers set here).
+    reply.header('x-request-id', request.id)
     if (isBadPath(pathOf(request.url))) {
       done(new ApiError('bad_path', 'the path may not contain .., //, ;, or an encoded dot pair, slash or backslash'))
       return
@@ -259,10 +261,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       if (proxied || reply.statusCode >= 400) meter.record((request.actingTenant ?? principal.tenant).id, reply.statusCode)
     }
     done()
-  })
-
-  app.addHook('onSend', async (request, reply) => {
-    reply.header('x-request-id', request.id)
   })
 
   app.setErrorHandler(sendError)

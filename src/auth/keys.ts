@@ -4,7 +4,7 @@
 // The checksum (CRC32 of everything before it, as GitHub's tokens do) lets us refuse a mistyped
 // or made-up key without asking any store, and lets secret scanners recognise leaked keys.
 // Only SHA-256 digests are ever stored.
-import { createHash, randomBytes } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import { crc32 } from 'node:zlib'
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
@@ -25,8 +25,15 @@ function base62(value: bigint, width: number): string {
   return out.padStart(width, '0')
 }
 
+/** Base62 of the CRC32, in plain numbers: this runs on every request. */
 function checksum(text: string): string {
-  return base62(BigInt(crc32(text)), CHECKSUM_LENGTH)
+  let value = crc32(text)
+  let out = ''
+  for (let i = 0; i < CHECKSUM_LENGTH; i++) {
+    out = BASE62[value % 62] + out
+    value = Math.floor(value / 62)
+  }
+  return out
 }
 
 function generate(prefix: string): string {
@@ -52,7 +59,7 @@ export function isWellFormedSecret(value: string): boolean {
 }
 
 export function digest(value: string): Buffer {
-  return createHash('sha256').update(value).digest()
+  return hash('sha256', value, 'buffer')
 }
 
 export interface GeneratedKey {

@@ -39,9 +39,12 @@ const DROPPED = new Set([
   'x-forwarded-host',
 ])
 
-function connectionTokens(connection: string | string[] | undefined): Set<string> {
+const NO_TOKENS: ReadonlySet<string> = new Set()
+
+function connectionTokens(connection: string | string[] | undefined): ReadonlySet<string> {
+  // The common values name no header to drop (keep-alive and close are dropped anyway).
+  if (connection === undefined || connection === 'keep-alive' || connection === 'close') return NO_TOKENS
   const tokens = new Set<string>()
-  if (connection === undefined) return tokens
   for (const value of Array.isArray(connection) ? connection : [connection]) {
     for (const token of value.split(',')) {
       const name = token.trim().toLowerCase()

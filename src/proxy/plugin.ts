@@ -137,6 +137,11 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
             host: request.headers.host,
             connection: request.raw.headers.connection,
           }) as typeof headers,
+        // The response names the gateway's request id, whatever the upstream put there.
+        rewriteHeaders: (headers, request) => {
+          headers['x-request-id'] = request!.id
+          return headers
+        },
         onError: (reply, { error }) => {
           reply.send(upstreamFailure(error, route))
         },
