@@ -99,7 +99,7 @@ const COMMANDS: Record<string, Command> = {
     // Replicas cache keys: tell them now, or they notice within their in-process TTL (DESIGN §8).
     if (config.redisUrl !== undefined) {
       try {
-        await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)])
+        await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], { repeatAfterMs: 1_000 })
       } catch (err) {
         process.stderr.write(`warning: the key is revoked, but replicas could not be told at once (${(err as Error).message}); they refuse it within a minute (the cache TTL)\n`)
       }

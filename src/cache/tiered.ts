@@ -86,7 +86,8 @@ export class TenancyCache implements CacheInvalidator {
   private redisSkipUntil = 0
   /** Invalidations Redis did not take (it was down); sent again when it is back. */
   private readonly unsent = new Set<string>()
-  private readonly timers = new Set<NodeJS.Timeout>()
+  /** Repeats of invalidations, waiting for their moment. */
+  private readonly repeats = new Map<NodeJS.Timeout, readonly string[]>()
 
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
@@ -269,11 +270,11 @@ export class TenancyCache implements CacheInvalidator {
     if (this.redis === null) return
     await this.broadcast(keys)
     const timer = setTimeout(() => {
-      this.timers.delete(timer)
+      this.repeats.delete(timer)
       void this.broadcast(keys)
     }, this.timings.reinvalidateAfterMs)
     timer.unref()
-    this.timers.add(timer)
+    this.repeats.set(timer, keys)
   }
 
   private async broadcast(keys: readonly string[]): Promise<void> {
@@ -292,8 +293,11 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   async close(): Promise<void> {
-    for (const timer of this.timers) clearTimeout(timer)
-    this.timers.clear()
+    // Repeats still due go out now: late is better than never for a racing fill.
+    const due = [...this.repeats]
+    this.repeats.clear()
+    for (const [timer] of due) clearTimeout(timer)
+    await Promise.all(due.map(([, keys]) => this.broadcast(keys)))
     this.redis?.disconnect()
     this.subscriber?.disconnect()
   }
@@ -303,17 +307,30 @@ export class TenancyCache implements CacheInvalidator {
  * For a process without a cache of its own (the CLI): deletes the Redis entries and tells every
  * replica, as TenancyCache.invalidate does after a change made through the API.
  */
-export async function publishInvalidation(redisUrl: string, keyPrefix: string, keys: readonly string[]): Promise<void> {
+export async function publishInvalidation(
+  redisUrl: string,
+  keyPrefix: string,
+  keys: readonly string[],
+  options: { repeatAfterMs?: number } = {},
+): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2_000, retryStrategy: () => null, protocol: 2 })
   redis.on('error', () => {
     // Reported by the command below.
   })
-  try {
-    await redis
+  const send = () =>
+    redis
       .multi()
       .del(...keys.map((key) => keyPrefix + key))
       .publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
       .exec()
+  try {
+    await send()
+    // Sent again, as TenancyCache.invalidate does: a replica's fill that read the old row before
+    // the commit may have written it back to Redis after the first delete.
+    if (options.repeatAfterMs !== undefined) {
+      await new Promise((resolve) => setTimeout(resolve, options.repeatAfterMs))
+      await send()
+    }
   } finally {
     redis.disconnect()
   }

@@ -4,7 +4,10 @@
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
 
 // `..` in any mix of plain and encoded dots, encoded `/` and `\`, a plain `\`, `//` and `;`.
-const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;/i
+// Also a lone `.` segment, plain or encoded: the router keeps it, but the upstream URL is built
+// with WHATWG URL, which drops it, so `/v1/./shipments` would reach /v1/shipments unmatched by
+// that route's prefix (and its scopes), and `/v1/%2e/sub-accounts` the management path.
+const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;|\/(\.|%2e)(\/|$)/i
 
 /** The path part of a request target, without its query string. */
 export function pathOf(url: string): string {

@@ -349,10 +349,17 @@ t.test('bad paths are refused before authentication (DESIGN §5)', async (t) => 
     '/v1/shipments/a;b=c',
     '/v1/shipments;x/a',
     '/other/a;jsessionid=1',
+    // A lone dot segment would be dropped by the upstream URL: /v1/./shipments would reach
+    // /v1/shipments through the catch-all, past that route's scopes.
+    '/v1/./shipments/a',
+    '/v1/%2e/shipments/a',
+    '/v1/shipments/.',
   ]
   const managementPaths = [
     '/v1/sub-accounts/../x',
     '/v1/sub-accounts/..',
+    '/v1/%2E/sub-accounts',
+    '/v1/./sub-accounts',
     '/v1/sub-accounts/%2e%2e',
     '/v1/sub-accounts/%2E%2e/x',
     '/v1/sub-accounts/.%2e',
@@ -599,6 +606,9 @@ t.test('request bodies stream through untouched', async (t) => {
     const before = upstream.received.length
     const over = await chunkedRequest(gw, owner.apiKey, '/small/x', unevenChunks(4000), 'application/octet-stream')
     checkProblem(t, over, 413, 'payload_too_large', 'a chunked body over the limit')
+    // The rest of the body was never read: the connection must not be reused for another request
+    // (Node's server closes it; this holds it to that).
+    t.equal(over.headers.connection, 'close', 'the 413 closes the connection')
     t.equal(upstream.received.length, before, 'the upstream never received a whole request')
   })
 
