@@ -244,7 +244,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
     // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.
     if (request.is404) {
-      done(routeNotFound(request))
+      done(routeNotFound(request.method, pathOf(request.url)))
       return
     }
     done()
@@ -253,11 +253,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Usage (DESIGN §6): every proxied request, and every refusal once a key authenticated, for the
   // tenant it acted as (the key's own when the refusal came before that was resolved).
   app.addHook('onResponse', (request, reply, done) => {
+    const proxied = (request.routeOptions.config as Partial<ProxiedRouteConfig>).proxied === true
+    if (proxied) metrics.proxiedRequests.inc()
     const principal = request.principal
     if (principal !== null) {
       meter.keyUsed(principal.key.id)
-      const proxied = (request.routeOptions.config as Partial<ProxiedRouteConfig>).proxied === true
-      if (proxied) metrics.proxiedRequests.inc()
       if (proxied || reply.statusCode >= 400) meter.record((request.actingTenant ?? principal.tenant).id, reply.statusCode)
     }
     done()
@@ -266,7 +266,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.setErrorHandler(sendError)
 
   app.setNotFoundHandler((request) => {
-    throw routeNotFound(request)
+    throw routeNotFound(request.method, pathOf(request.url))
   })
 
   await app.register(managementRoutes, {

@@ -70,9 +70,7 @@ export function problem(code: ErrorCode, detail: string, requestId: string, erro
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8'
 
-/** The 404 of a path no route serves; the path is cut short and the query left out. */
-export function routeNotFound(request: { method: string; url: string }): ApiError {
-  const query = request.url.indexOf('?')
-  const path = query === -1 ? request.url : request.url.slice(0, query)
-  return new ApiError('route_not_found', `no route for ${request.method} ${path.slice(0, 200)}`)
+/** The 404 of a path no route serves (the path without its query, cut short). */
+export function routeNotFound(method: string, path: string): ApiError {
+  return new ApiError('route_not_found', `no route for ${method} ${path.slice(0, 200)}`)
 }

@@ -47,6 +47,14 @@ export const DEFAULT_TIMINGS: CacheTimings = {
 
 const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidate`
 
+// What every connection of the gateway to Redis shares. ioredis 6 opens a RESP3 connection with
+// HELLO, which a client without an offline queue fails to send at connect; RESP2 needs none.
+const REDIS_CONNECTION = {
+  protocol: 2,
+  connectTimeout: 2_000,
+  retryStrategy: (attempt: number) => Math.min(attempt * 200, 2_000),
+} as const
+
 /** A Redis command may take this long before the gateway gives up and asks Postgres. */
 export const REDIS_COMMAND_TIMEOUT_MS = 50
 
@@ -108,14 +116,10 @@ export class TenancyCache implements CacheInvalidator {
     const redis = new Redis(url, {
       // A dead Redis must cost a request tens of milliseconds at most (DESIGN §8): no queue to
       // wait in while disconnected, no retries, and a short timeout on every command.
+      ...REDIS_CONNECTION,
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
-      // ioredis 6 opens a RESP3 connection with HELLO, which a client without an offline queue
-      // fails to send at connect; RESP2 needs no handshake command.
-      protocol: 2,
       commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
-      connectTimeout: 2_000,
-      retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
     })
     redis.on('error', (err) => this.redisFailed(err))
     redis.on('ready', () => {
@@ -129,11 +133,9 @@ export class TenancyCache implements CacheInvalidator {
 
   private connectSubscriber(url: string): Redis {
     const subscriber = new Redis(url, {
+      ...REDIS_CONNECTION,
       // Not on the request path: the subscription waits for the connection, however long.
       maxRetriesPerRequest: null,
-      protocol: 2,
-      connectTimeout: 2_000,
-      retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
     })
     // Its errors say nothing about the command connection: no backoff for lookups, a warning only.
     let lastWarning = 0
@@ -313,7 +315,8 @@ export async function publishInvalidation(
   keys: readonly string[],
   options: { repeatAfterMs?: number } = {},
 ): Promise<void> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2_000, retryStrategy: () => null, protocol: 2 })
+  // One attempt: the CLI reports a failure rather than wait for Redis.
+  const redis = new Redis(redisUrl, { ...REDIS_CONNECTION, maxRetriesPerRequest: 1, retryStrategy: () => null })
   redis.on('error', () => {
     // Reported by the command below.
   })

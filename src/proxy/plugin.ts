@@ -21,7 +21,6 @@ export interface ProxyOptions {
 /** Route config that marks a proxied route (the usage meter counts these whatever their status). */
 export interface ProxiedRouteConfig {
   proxied: true
-  gatewayRoute: ProxyRoute
 }
 
 class BodyTooLargeError extends Error {
@@ -106,13 +105,14 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
     scope.addHook('onRequest', async function admitProxied(request, reply) {
       // The router may fall back to a shorter prefix (a catch-all) for a management path with a
       // method or depth the management API does not serve: that is still not a proxied path.
-      if (isManagementPath(pathOf(request.url))) throw routeNotFound(request)
+      const path = pathOf(request.url)
+      if (isManagementPath(path)) throw routeNotFound(request.method, path)
       if (route.public) return
       await resolveTenancy.call(this, request, reply)
       requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
     })
 
-    const config: ProxiedRouteConfig = { proxied: true, gatewayRoute: route }
+    const config: ProxiedRouteConfig = { proxied: true }
     await scope.register(httpProxy, {
       upstream: route.upstream,
       prefix: route.prefix === '/' ? undefined : route.prefix,

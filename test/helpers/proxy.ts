@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Redis } from 'ioredis'
+import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../src/app.js'
 import type { CacheTimings } from '../../src/cache/tiered.js'
@@ -219,6 +220,24 @@ export function callAs(
   if (body !== undefined) headers.push(['Content-Length', String(Buffer.byteLength(body))])
   headers.push(...(options.headers ?? []))
   return rawRequest(baseUrl, { method: options.method, path: options.path, headers, body })
+}
+
+export const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex')
+
+/** Checks the problem+json envelope (DESIGN §7) of a refusal and returns its body. */
+export function checkProblem(t: Test, res: RawResponse, status: number, code: string, what: string): Record<string, unknown> {
+  t.equal(res.status, status, `${what}: status ${status} (${res.body.slice(0, 200)})`)
+  t.match(String(res.headers['content-type']), /^application\/problem\+json/, `${what}: problem+json`)
+  let body: Record<string, unknown> = {}
+  try {
+    body = res.json()
+  } catch {
+    t.fail(`${what}: body is not JSON: ${res.body}`)
+  }
+  t.equal(body.code, code, `${what}: code`)
+  t.equal(body.status, status, `${what}: status in body`)
+  t.equal(body.request_id, res.headers['x-request-id'], `${what}: request_id is the response's X-Request-Id`)
+  return body
 }
 
 /** Polls `check` until it returns true or `withinMs` passed; returns the time it took, or null. */

@@ -1,15 +1,15 @@
 // The proxy over real sockets, part one: the acting header (DESIGN §4) on every proxied method,
 // and what the upstream receives (DESIGN §5). Every outcome is checked on what a recording
 // upstream actually got: the trusted identity on a success, nothing at all on a refusal.
-import { createHash } from 'node:crypto'
 import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
 import {
+  checkProblem,
   liveGateway,
-  rawRequest as rawRequestWithoutHost,
+  rawRequest,
+  sha256,
   startUpstream,
   type LiveGateway,
-  type RawRequest,
   type RawResponse,
   type ReceivedRequest,
 } from '../helpers/proxy.js'
@@ -19,34 +19,6 @@ const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const
 type Method = (typeof METHODS)[number]
 const UUID_V4ISH = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const PARENT_SCOPES = 'sub_accounts:read sub_accounts:write'
-
-/**
- * rawRequest with a Host header unless the caller gives one: the helper hands node:http a flat
- * header list, and node then sends no Host, which any HTTP/1.1 server refuses with a bare 400.
- */
-function rawRequest(baseUrl: string, options: RawRequest): Promise<RawResponse> {
-  const headers = options.headers ?? []
-  const hasHost = headers.some(([name]) => name.toLowerCase() === 'host')
-  return rawRequestWithoutHost(baseUrl, { ...options, headers: hasHost ? headers : [['Host', new URL(baseUrl).host], ...headers] })
-}
-
-const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex')
-
-/** Checks the problem+json envelope (DESIGN §7) of a refusal and returns its body. */
-function checkProblem(t: Test, res: RawResponse, status: number, code: string, what: string): Record<string, unknown> {
-  t.equal(res.status, status, `${what}: status`)
-  t.match(String(res.headers['content-type']), /^application\/problem\+json/, `${what}: problem+json`)
-  let body: Record<string, unknown> = {}
-  try {
-    body = res.json()
-  } catch {
-    t.fail(`${what}: body is not JSON: ${res.body}`)
-  }
-  t.equal(body.code, code, `${what}: code`)
-  t.equal(body.status, status, `${what}: status in body`)
-  t.equal(body.request_id, res.headers['x-request-id'], `${what}: request_id is the response's X-Request-Id`)
-  return body
-}
 
 /** Header names the upstream received (raw, lower-cased), with how often each came. */
 function rawNameCounts(received: ReceivedRequest): Map<string, number> {

@@ -1,34 +1,23 @@
 // The proxy over real sockets, part two: the route table (DESIGN §2), bad paths (DESIGN §5),
 // upstream failures and request bodies. Every outcome is checked on what the recording
 // upstreams actually got.
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { createServer as createNetServer, type Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import {
+  checkProblem,
   closedPort,
   liveGateway,
-  rawRequest as rawRequestWithoutHost,
+  rawRequest,
+  sha256,
   startUpstream,
   type LiveGateway,
-  type RawRequest,
   type RawResponse,
   type ReceivedRequest,
   type Upstream,
 } from '../helpers/proxy.js'
-
-const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex')
-
-/**
- * rawRequest with a Host header unless the caller gives one: the helper hands node:http a flat
- * header list, and node then sends no Host, which any HTTP/1.1 server refuses with a bare 400.
- */
-function rawRequest(baseUrl: string, options: RawRequest): Promise<RawResponse> {
-  const headers = options.headers ?? []
-  const hasHost = headers.some(([name]) => name.toLowerCase() === 'host')
-  return rawRequestWithoutHost(baseUrl, { ...options, headers: hasHost ? headers : [['Host', new URL(baseUrl).host], ...headers] })
-}
 
 /** A request as `key` (none when null), the path sent exactly as written. */
 function send(
@@ -46,20 +35,6 @@ function send(
   }
   headers.push(...(options.headers ?? []))
   return rawRequest(gw.url, { method, path, headers, ...(options.body === undefined ? {} : { body: options.body }) })
-}
-
-function checkProblem(t: Test, res: RawResponse, status: number, code: string, what: string): void {
-  t.equal(res.status, status, `${what}: status ${status} (${res.body.slice(0, 200)})`)
-  t.match(String(res.headers['content-type']), /^application\/problem\+json/, `${what}: problem+json`)
-  let body: Record<string, unknown> = {}
-  try {
-    body = res.json()
-  } catch {
-    t.fail(`${what}: body is not JSON: ${res.body}`)
-  }
-  t.equal(body.code, code, `${what}: code`)
-  t.equal(body.status, status, `${what}: status in body`)
-  t.equal(body.request_id, res.headers['x-request-id'], `${what}: request_id is the response's X-Request-Id`)
 }
 
 /** Counts what every upstream of a group received, to assert that a refusal reached none. */
