@@ -1,7 +1,8 @@
 // Throughput and latency of the proxied path, gateway against a bare fastify proxy, run by hand:
 //   npm run bench:proxy     (env: BENCH_DURATION=10 s, BENCH_CONNECTIONS=50, BENCH_ROUNDS=2,
 //                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
-//                            BENCH_REDIS_URL=redis://127.0.0.1:6379)
+//                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
+//                            extra node flags for both proxies, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof')
 // Every server runs in its own child process, so none shares an event loop with the load
 // generator (autocannon, in this process): the upstream (node:http), the bare proxy (fastify +
 // @fastify/http-proxy, no auth) and the gateway (`node --import tsx src/main.ts`, real Postgres and
@@ -59,6 +60,8 @@ function announce(port: number): void {
   if (process.send === undefined) throw new Error('run by bench/proxy.ts, not by hand')
   process.send({ type: 'ready', port } satisfies Ready)
   process.on('disconnect', () => process.exit(0))
+  // An exit, not death by signal, so that --cpu-prof can write its profile.
+  process.on('SIGTERM', () => process.exit(0))
 }
 
 async function runUpstream(): Promise<void> {
@@ -128,6 +131,7 @@ const ROUNDS = positiveInt('BENCH_ROUNDS', 2)
 const WARMUP = positiveInt('BENCH_WARMUP', 2)
 const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
 const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
+const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
 
 // Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
 let interrupted = false
@@ -154,7 +158,8 @@ process.on('exit', () => {
 
 /** Forks this file in a role and waits for the port it reports. */
 async function forkRole(role: 'upstream' | 'bare', args: string[]): Promise<{ child: ChildProcess; port: number }> {
-  const child = fork(SELF, [role, ...args], { cwd: ROOT, execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  const nodeArgs = role === 'bare' ? SERVER_NODE_ARGS : []
+  const child = fork(SELF, [role, ...args], { cwd: ROOT, execArgv: [...nodeArgs, '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   children.push(child)
   const port = await new Promise<number>((done, fail) => {
     const timer = setTimeout(() => fail(new Error(`${role} did not start within 30 s`)), 30_000)
@@ -239,6 +244,8 @@ interface Side {
   name: 'bare' | 'gateway'
   url: string
   headers: Record<string, string>
+  /** The server process, whose CPU time each round reads. */
+  pid: number | undefined
 }
 
 interface Round {
@@ -248,6 +255,31 @@ interface Round {
   perSecond: number
   p50: number
   p99: number
+  /** CPU time (user + system) the side's server process spent per request; NaN off Linux. */
+  cpuMicros: number
+}
+
+const CLOCK_TICKS_PER_SECOND = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
+  } catch {
+    return 100
+  }
+})()
+
+/**
+ * CPU seconds a process has used so far, from /proc (Linux only; NaN elsewhere). Unlike req/s,
+ * which moves with whatever else the machine runs, CPU per request is the server's own cost.
+ */
+function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN
+  try {
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
+  } catch {
+    return Number.NaN
+  }
 }
 
 /** Nearest-rank percentile of sorted values. */
@@ -270,6 +302,7 @@ async function load(side: Side, seconds: number, round: string): Promise<Round> 
   checkInterrupted()
   let latencies = new Float64Array(1 << 18)
   let n = 0
+  const cpuBefore = cpuSeconds(side.pid)
   const result = await new Promise<AutocannonResult>((done, fail) => {
     autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
     running = autocannon(
@@ -286,6 +319,7 @@ async function load(side: Side, seconds: number, round: string): Promise<Round> 
     })
   })
   running = null
+  const cpuUsed = cpuSeconds(side.pid) - cpuBefore
   checkInterrupted()
   if (result.non2xx > 0 || result.errors > 0 || result.timeouts > 0 || result.mismatches > 0 || n === 0) {
     const codes = Object.entries(result.statusCodeStats)
@@ -304,13 +338,17 @@ async function load(side: Side, seconds: number, round: string): Promise<Round> 
     perSecond: result.requests.total / result.duration,
     p50: percentile(sorted, 0.5),
     p99: percentile(sorted, 0.99),
+    cpuMicros: (cpuUsed * 1e6) / result.requests.total,
   }
-  console.error(`  ${side.name} ${round}: ${res.perSecond.toFixed(0)} req/s, p50 ${res.p50.toFixed(3)} ms, p99 ${res.p99.toFixed(3)} ms`)
+  console.error(
+    `  ${side.name} ${round}: ${res.perSecond.toFixed(0)} req/s, p50 ${res.p50.toFixed(3)} ms, p99 ${res.p99.toFixed(3)} ms, ` +
+      `${res.cpuMicros.toFixed(1)} µs CPU/request`,
+  )
   return res
 }
 
 /** Counters besides the store lookups, shown when the gateway exports them. */
-const EXTRA_COUNTERS = ['tgw_proxied_requests_total', 'tgw_cache_local_hits_total', 'tgw_redis_errors_total'] as const
+const EXTRA_COUNTERS = ['tgw_proxied_requests_total', 'tgw_cache_hits_total', 'tgw_redis_errors_total'] as const
 
 interface StoreCounters {
   redis: number
@@ -406,6 +444,7 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
       perSecond: median(mine.map((r) => r.perSecond)),
       p50: median(mine.map((r) => r.p50)),
       p99: median(mine.map((r) => r.p99)),
+      cpuMicros: median(mine.map((r) => r.cpuMicros)),
     }
   }
   const bare = summary('bare')
@@ -422,8 +461,16 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`gateway   node --import tsx src/main.ts at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
   console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)
   console.log('')
-  const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms']
-  const rows = [...rounds, bare, gateway].map((r) => [r.side, r.round, fmt(r.completed), fmt(r.perSecond), r.p50.toFixed(3), r.p99.toFixed(3)])
+  const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
+  const rows = [...rounds, bare, gateway].map((r) => [
+    r.side,
+    r.round,
+    fmt(r.completed),
+    fmt(r.perSecond),
+    r.p50.toFixed(3),
+    r.p99.toFixed(3),
+    r.cpuMicros.toFixed(1),
+  ])
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)))
   const line = (cells: string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
   console.log(line(header))
@@ -432,12 +479,14 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
     if (i === rounds.length) console.log(line(widths.map((w) => '-'.repeat(w))))
     console.log(line(row))
   })
-  console.log('(median rows: req/s, p50 and p99 are medians over the rounds, requests their sum; latencies are per request, 2xx only)')
+  console.log('(median rows: req/s, p50, p99 and CPU are medians over the rounds, requests their sum; latencies are per request, 2xx only;')
+  console.log(" CPU µs/req is the server process's user + system time over the round, divided by its requests)")
   console.log('')
   const throughput = gateway.perSecond / bare.perSecond
   console.log(
     `gateway / bare   req/s ${throughput.toFixed(3)} (target ≥ 0.90: ${throughput >= 0.9 ? 'met' : 'NOT MET'}), ` +
-      `p50 ${(gateway.p50 / bare.p50).toFixed(3)}, p99 ${(gateway.p99 / bare.p99).toFixed(3)}   (medians)`,
+      `p50 ${(gateway.p50 / bare.p50).toFixed(3)}, p99 ${(gateway.p99 / bare.p99).toFixed(3)}, ` +
+      `CPU/request ${(gateway.cpuMicros / bare.cpuMicros).toFixed(3)}   (medians)`,
   )
   for (const s of store) console.log(s)
   console.log(`upstream saw     ${fmt(upstream.fromGateway)} requests from the gateway, ${fmt(upstream.fromOthers)} from the bare proxy (warm-up and probes included)`)
@@ -479,7 +528,7 @@ async function main(): Promise<void> {
       GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
     }
     console.error(`starting the gateway on :${port} (metrics :${metricsPort})…`)
-    gateway = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    gateway = spawn(process.execPath, [...SERVER_NODE_ARGS, '--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.push(gateway)
     gatewayOutput = captureOutput(gateway)
     const gatewayBase = `http://127.0.0.1:${port}`
@@ -499,10 +548,11 @@ async function main(): Promise<void> {
     const subId = (JSON.parse(createText) as { id: string }).id
 
     const sides: Record<Side['name'], Side> = {
-      bare: { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: {} },
+      bare: { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: {}, pid: bare.child.pid },
       gateway: {
         name: 'gateway',
         url: gatewayBase,
+        pid: gateway.pid,
         headers: { authorization: `Bearer ${apiKey}`, 'x-service-acting-tenant': `ext:${SUB_EXTERNAL_ID}` },
       },
     }

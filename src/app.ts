@@ -1,6 +1,8 @@
 // buildApp: registers plugins and routes, never listens (the process lives in main.ts).
 import { randomUUID } from 'node:crypto'
 import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
   type FastifyError,
   type FastifyInstance,
   type FastifyReply,
@@ -13,11 +15,14 @@ import type { Config } from './config.js'
 import { ApiError, problem, PROBLEM_CONTENT_TYPE, routeNotFound, validationFailed, type ErrorCode, type FieldError } from './errors.js'
 import { TenancyCache, type CacheTimings } from './cache/tiered.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
-import { createMetrics, type Metrics } from './ops/metrics.js'
+import { healthRoutes } from './ops/health.js'
+import { lazyChildLogger, logRequest } from './ops/logging.js'
+import { createMetrics, type Metrics, type RouteKind } from './ops/metrics.js'
+import { registerOpenApi } from './ops/openapi.js'
 import { isBadPath, pathOf } from './proxy/paths.js'
 import { proxyRoutes, type ProxiedRouteConfig } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/routes.js'
-import type { Store } from './store/db.js'
+import { within, type Store } from './store/db.js'
 import { postgresLookups } from './tenancy/lookups.js'
 import { UsageMeter } from './usage/meter.js'
 
@@ -32,8 +37,8 @@ export interface AppDeps {
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
   metrics?: Metrics
-  /** A pino logger configuration or instance; false for none (tests). */
-  logger?: FastifyServerOptions['logger'] | false
+  /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
+  logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
 }
 
 declare module 'fastify' {
@@ -55,12 +60,18 @@ function requestId(req: { headers: Record<string, string | string[] | undefined>
   return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
 }
 
-export const LOG_REDACT = [
-  'req.headers.authorization',
-  'req.headers["x-api-key"]',
-  '*.api_key',
-  '*.client_secret',
-]
+export { LOG_REDACT } from './ops/logging.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Which part of the gateway a route belongs to, for the request line and the metrics. */
+    kind?: RouteKind
+  }
+}
+
+function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
+  return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'
+}
 
 // Bodies are validated without coercion (a number is not a name); the query string and path
 // are text, so there numbers and booleans are coerced. Unknown fields are errors, never dropped.
@@ -155,9 +166,23 @@ function sendError(err: FastifyError, request: FastifyRequest, reply: FastifyRep
     .send(problem(apiError.code, apiError.detail, request.id, apiError.options.errors))
 }
 
+/** This process's connections by state, as Postgres reports them (the scrape's own included). */
+async function connectionsByState(store: Store): Promise<Record<string, number> | null> {
+  const pool = store.pool
+  if (pool === undefined) return null
+  const rows = await within(
+    store.sql<{ state: string | null; n: number }[]>`
+      select state, count(*)::int as n from pg_stat_activity
+      where application_name = ${pool.applicationName} group by state`,
+    1000,
+  )
+  return Object.fromEntries(rows.map((row) => [row.state ?? 'unknown', row.n]))
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A bad route table stops the gateway before it opens anything.
   const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl)
+  const logging = deps.logger !== undefined && deps.logger !== false
   const app = Fastify({
     // Errors the router raises before any route runs (a bad percent-encoding, an overlong
     // segment) take the same way out as every other error.
@@ -166,7 +191,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       reply.header('x-request-id', request.id)
       sendError(err, request, reply)
     },
-    logger: deps.logger ?? false,
+    ...(isLoggerInstance(deps.logger)
+      ? { loggerInstance: deps.logger }
+      : { logger: (deps.logger ?? false) as FastifyServerOptions['logger'] }),
+    // One line per request, written by logRequest below, instead of fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
+    ...(logging ? { childLoggerFactory: lazyChildLogger } : {}),
+    // Requests that arrive on an open connection while the gateway closes are served (with
+    // Connection: close), not refused: a rolling deploy should fail no request.
+    return503OnClosing: false,
     genReqId: requestId,
     bodyLimit: MANAGEMENT_BODY_LIMIT,
     // Refuse `{"__proto__": …}` and `{"constructor": {"prototype": …}}` outright.
@@ -223,9 +256,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     log: app.log,
     metrics,
   })
-  const meter = new UsageMeter({ sql: deps.store.sql, log: app.log, flushIntervalMs: deps.usageFlushIntervalMs })
+  const meter = new UsageMeter({
+    sql: deps.store.sql,
+    log: app.log,
+    flushIntervalMs: deps.usageFlushIntervalMs,
+    onFlushFailed: () => metrics.usageFlushFailures.inc(),
+  })
   meter.start()
+  metrics.usageLagMs = () => meter.lagMs()
+  metrics.postgresConnections = () => connectionsByState(deps.store)
+  if (deps.store.pool !== undefined) metrics.postgresPoolMax.set(deps.store.pool.max)
   app.decorate('metrics', metrics)
+  app.decorate('readiness', { draining: false })
   app.decorate('tenancyCache', cache)
   app.decorate('usageMeter', meter)
   // In-flight requests are done by now: write the last counts, then let Redis go.
@@ -253,7 +295,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Usage (DESIGN §6): every proxied request, and every refusal once a key authenticated, for the
   // tenant it acted as (the key's own when the refusal came before that was resolved).
   app.addHook('onResponse', (request, reply, done) => {
-    const proxied = (request.routeOptions.config as Partial<ProxiedRouteConfig>).proxied === true
+    const kind: RouteKind = request.is404 ? 'none' : (request.routeOptions.config.kind ?? 'none')
+    metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
+    if (logging) logRequest(app.log, kind, request, reply)
+    const proxied = kind === 'proxy'
     if (proxied) metrics.proxiedRequests.inc()
     const principal = request.principal
     if (principal !== null) {
@@ -269,13 +314,22 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     throw routeNotFound(request.method, pathOf(request.url))
   })
 
+  // Every route says which part of the gateway it belongs to; the proxy marks its own.
+  app.addHook('onRoute', (route) => {
+    const config = (route.config ?? {}) as Partial<ProxiedRouteConfig> & { kind?: RouteKind }
+    const kind: RouteKind = config.proxied === true ? 'proxy' : route.url.startsWith(MANAGEMENT_PREFIX) ? 'management' : 'ops'
+    route.config = { ...config, kind }
+  })
+
+  await registerOpenApi(app)
+  await app.register(healthRoutes, { sql: deps.store.sql, cache, readiness: app.readiness })
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
     lookups: cache.lookups,
     cache,
   })
-  await app.register(proxyRoutes, { routes, lookups: cache.lookups })
+  await app.register(proxyRoutes, { routes, lookups: cache.lookups, upstreamDuration: metrics.upstreamDuration })
 
   return app
 }

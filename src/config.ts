@@ -22,6 +22,10 @@ export interface Config {
   readonly gatewayConfig: Readonly<Record<string, unknown>>
   readonly logLevel: LogLevel
   readonly metricsPort: number
+  /** After SIGTERM, how long /readyz says 503 before the gateway stops accepting (SHUTDOWN_DELAY_MS). */
+  readonly shutdownDelayMs: number
+  /** Then how long in-flight requests get to finish before their connections are cut (SHUTDOWN_TIMEOUT_MS). */
+  readonly shutdownTimeoutMs: number
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -48,6 +52,13 @@ function parsePort(env: Env, name: string, fallback: number): number {
   if (!/^\d{1,5}$/.test(raw) || Number(raw) > 65535) {
     throw new ConfigError(name, `must be a port number from 0 to 65535, got "${raw}"`)
   }
+  return Number(raw)
+}
+
+function parseMilliseconds(env: Env, name: string, fallback: number): number {
+  const raw = read(env, name)
+  if (raw === undefined) return fallback
+  if (!/^\d{1,7}$/.test(raw)) throw new ConfigError(name, `must be a whole number of milliseconds up to 9999999, got "${raw}"`)
   return Number(raw)
 }
 
@@ -114,5 +125,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     gatewayConfig: Object.freeze(loadGatewayConfig(gatewayConfigPath)),
     logLevel,
     metricsPort: parsePort(env, 'METRICS_PORT', 9091),
+    shutdownDelayMs: parseMilliseconds(env, 'SHUTDOWN_DELAY_MS', 0),
+    shutdownTimeoutMs: parseMilliseconds(env, 'SHUTDOWN_TIMEOUT_MS', 10_000),
   })
 }

@@ -22,6 +22,7 @@ export const ERRORS = {
   internal_error: { status: 500, title: 'Internal error' },
   upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
   store_unavailable: { status: 503, title: 'Store unavailable' },
+  not_ready: { status: 503, title: 'Not ready' },
   upstream_timeout: { status: 504, title: 'Upstream timeout' },
 } as const satisfies Record<string, { status: number; title: string }>
 

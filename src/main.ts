@@ -1,4 +1,5 @@
 // The only process code: config → store → migrations → app → listen; close-with-grace on signals.
+import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { buildApp, LOG_REDACT } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
@@ -35,6 +36,27 @@ async function main(): Promise<void> {
     await store.close()
   }
 
+  /**
+   * SIGTERM (DESIGN §9): /readyz answers 503 at once, so that load balancers stop sending; after
+   * SHUTDOWN_DELAY_MS the gateway stops accepting connections, and requests in flight get
+   * SHUTDOWN_TIMEOUT_MS to finish before their connections are cut. Usage is flushed and the
+   * pools closed either way.
+   */
+  async function drain(): Promise<void> {
+    app.readiness.draining = true
+    if (config.shutdownDelayMs > 0) await sleep(config.shutdownDelayMs)
+    const closing = shutdown()
+    const timer = setTimeout(() => {
+      app.log.warn({ timeoutMs: config.shutdownTimeoutMs }, 'requests still in flight at the shutdown timeout; closing their connections')
+      app.server.closeAllConnections()
+    }, config.shutdownTimeoutMs)
+    try {
+      await closing
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
   try {
     const metricsServer = await serveMetrics(metrics.registry, config.metricsPort, config.host)
     app.addHook('onClose', async () => {
@@ -47,10 +69,13 @@ async function main(): Promise<void> {
     throw err
   }
 
-  closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
+  // The last resort: whatever still hangs (a store that does not close) ends with the process.
+  const graceMs = config.shutdownDelayMs + config.shutdownTimeoutMs + 10_000
+  closeWithGrace({ delay: graceMs }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'closing after an error')
-    else app.log.info({ signal }, 'closing')
-    await shutdown()
+    else app.log.info({ signal, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs }, 'draining')
+    await drain()
+    app.log.info('closed')
   })
 }
 

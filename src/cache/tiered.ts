@@ -122,7 +122,11 @@ export class TenancyCache implements CacheInvalidator {
       commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
     })
     redis.on('error', (err) => this.redisFailed(err))
+    const up = this.options.metrics.redisUp.commands
+    up.set(0)
+    redis.on('close', () => up.set(0))
     redis.on('ready', () => {
+      up.set(1)
       if (this.unsent.size === 0) return
       const keys = [...this.unsent]
       this.unsent.clear()
@@ -145,10 +149,17 @@ export class TenancyCache implements CacheInvalidator {
       lastWarning = now
       this.options.log.warn({ err }, 'redis subscriber failed; reconnecting')
     })
+    const up = this.options.metrics.redisUp.subscriber
+    up.set(0)
+    subscriber.on('close', () => up.set(0))
     // Reconnected: messages sent while it was away are lost, so forget everything local.
-    subscriber.on('ready', () => this.clearLocal())
+    subscriber.on('ready', () => {
+      up.set(1)
+      this.clearLocal()
+    })
     subscriber.on('message', (channel: string, message: string) => {
       if (channel !== this.channel) return
+      this.options.metrics.invalidationsReceived.inc()
       const keys = parseKeyList(message)
       if (keys === null) this.options.log.warn({ channel }, 'ignored a malformed cache invalidation')
       else this.evictLocal(keys)
@@ -172,9 +183,10 @@ export class TenancyCache implements CacheInvalidator {
   private read<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
     const entry = this.local.get(key, { allowStale: false })
     if (entry !== undefined && entry.storedAt > this.trustedFrom) {
-      this.options.metrics.localCacheHits.inc()
+      this.options.metrics.cacheHits.local.inc()
       return Promise.resolve(entry.value as T | null)
     }
+    this.options.metrics.cacheMisses.local.inc()
     const pending = this.inflight.get(key)
     if (pending !== undefined) return pending as Promise<T | null>
     const fill = this.fill(key, load).finally(() => {
@@ -190,8 +202,9 @@ export class TenancyCache implements CacheInvalidator {
     if (redis !== null) {
       try {
         const raw = await redis.get(this.prefix + key)
-        this.options.metrics.storeLookups.redis.inc()
         if (raw !== null) {
+          this.options.metrics.storeLookups.redis.inc()
+          this.options.metrics.cacheHits.redis.inc()
           const value = JSON.parse(raw) as T | null
           if (epoch === this.epoch) this.remember(key, value)
           return value
@@ -200,6 +213,7 @@ export class TenancyCache implements CacheInvalidator {
         this.redisFailed(err)
       }
     }
+    this.options.metrics.cacheMisses.redis.inc()
 
     let value: T | null
     try {
@@ -291,6 +305,24 @@ export class TenancyCache implements CacheInvalidator {
     } catch (err) {
       for (const key of keys) this.unsent.add(key)
       this.redisFailed(err)
+    }
+  }
+
+  /**
+   * For readiness: 'ok' when Redis answers PING within the timeout, 'down' when it does not,
+   * 'off' without REDIS_URL.
+   */
+  async ping(timeoutMs: number): Promise<'ok' | 'down' | 'off'> {
+    if (this.redis === null) return 'off'
+    if (this.redis.status !== 'ready') return 'down'
+    let timer: NodeJS.Timeout | undefined
+    const timeout = new Promise<'down'>((resolve) => {
+      timer = setTimeout(() => resolve('down'), timeoutMs)
+    })
+    try {
+      return await Promise.race([this.redis.ping().then(() => 'ok' as const, () => 'down' as const), timeout])
+    } finally {
+      clearTimeout(timer)
     }
   }
 

@@ -1,45 +1,157 @@
 // Prometheus metrics (DESIGN §9), one registry per app so that several gateways in one process
 // (tests, benches) keep their own counts. Served on METRICS_PORT by main.ts, never publicly.
 import { createServer, type Server } from 'node:http'
-import { Counter, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+
+/** Which part of the gateway answered a request. `none`: no route matched (a 404, a bad path). */
+export type RouteKind = 'management' | 'proxy' | 'ops' | 'none'
+export const ROUTE_KINDS: readonly RouteKind[] = ['management', 'proxy', 'ops', 'none']
+const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
+
+/** Seconds: from a cached hit (tens of µs) to a slow upstream (the 30 s default timeout). */
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
 export interface Metrics {
   readonly registry: Registry
   /** Lookups the in-process cache could not answer, by the tier that answered them. */
   readonly storeLookups: { readonly redis: Counter.Internal; readonly postgres: Counter.Internal }
-  readonly localCacheHits: Counter
+  readonly cacheHits: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
+  readonly cacheMisses: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
+  readonly invalidationsReceived: Counter
   readonly redisErrors: Counter
+  /** 1 while the connection is ready, by connection (commands, subscriber). */
+  readonly redisUp: { readonly commands: Gauge.Internal<'connection'>; readonly subscriber: Gauge.Internal<'connection'> }
   readonly proxiedRequests: Counter
+  /** Records one answered request; label children are resolved once, not per request. */
+  observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
+  readonly upstreamDuration: Histogram
+  readonly usageFlushFailures: Counter
+  /** Set by the app: how old the oldest count not yet in Postgres is, in ms (0: none pending). */
+  usageLagMs: () => number
+  /** The most connections the Postgres pool opens (set by the app; absent for the embedded one). */
+  readonly postgresPoolMax: Gauge
+  /**
+   * Set by the app: this process's Postgres connections by state (active, idle, idle in
+   * transaction…) as Postgres sees them; null when they cannot be told.
+   */
+  postgresConnections: () => Promise<Record<string, number> | null>
 }
 
 export function createMetrics(options: { processMetrics?: boolean } = {}): Metrics {
   const registry = new Registry()
   if (options.processMetrics) collectDefaultMetrics({ register: registry })
+  const registers = [registry]
+
   const storeLookups = new Counter({
     name: 'tgw_store_lookups_total',
     help: 'Tenancy lookups that missed the in-process cache, by the tier that answered (redis, postgres)',
     labelNames: ['tier'] as const,
-    registers: [registry],
+    registers,
   })
-  return {
+  const cacheHits = new Counter({
+    name: 'tgw_cache_hits_total',
+    help: 'Tenancy lookups a cache tier answered (local: in-process, redis)',
+    labelNames: ['tier'] as const,
+    registers,
+  })
+  const cacheMisses = new Counter({
+    name: 'tgw_cache_misses_total',
+    help: 'Tenancy lookups a cache tier could not answer (redis: absent, failed or skipped while down)',
+    labelNames: ['tier'] as const,
+    registers,
+  })
+  const redisUp = new Gauge({
+    name: 'tgw_redis_up',
+    help: '1 while the Redis connection is ready, else 0 (absent without REDIS_URL)',
+    labelNames: ['connection'] as const,
+    registers,
+  })
+
+  const requests = new Counter({
+    name: 'tgw_http_requests_total',
+    help: 'Answered requests by route kind (management, proxy, ops, none) and status class',
+    labelNames: ['kind', 'status_class'] as const,
+    registers,
+  })
+  const duration = new Histogram({
+    name: 'tgw_http_request_duration_seconds',
+    help: 'Time from the request to the end of the response, by route kind',
+    labelNames: ['kind'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers,
+  })
+  // Label children looked up once: a hot path should not hash label sets per request.
+  const requestCounters = new Map<string, Counter.Internal>()
+  for (const kind of ROUTE_KINDS) for (const cls of STATUS_CLASSES) requestCounters.set(`${kind}${cls}`, requests.labels(kind, cls))
+  const durations = new Map(ROUTE_KINDS.map((kind) => [kind, duration.labels(kind)] as const))
+
+  const metrics: Metrics = {
     registry,
     storeLookups: { redis: storeLookups.labels('redis'), postgres: storeLookups.labels('postgres') },
-    localCacheHits: new Counter({
-      name: 'tgw_cache_local_hits_total',
-      help: 'Tenancy lookups answered by the in-process cache',
-      registers: [registry],
+    cacheHits: { local: cacheHits.labels('local'), redis: cacheHits.labels('redis') },
+    cacheMisses: { local: cacheMisses.labels('local'), redis: cacheMisses.labels('redis') },
+    invalidationsReceived: new Counter({
+      name: 'tgw_cache_invalidations_received_total',
+      help: 'Invalidation messages received from the Redis bus (each names one or more entries)',
+      registers,
     }),
     redisErrors: new Counter({
       name: 'tgw_redis_errors_total',
       help: 'Redis commands that failed or timed out (the gateway fell back to Postgres)',
-      registers: [registry],
+      registers,
     }),
+    redisUp: { commands: redisUp.labels('commands'), subscriber: redisUp.labels('subscriber') },
     proxiedRequests: new Counter({
       name: 'tgw_proxied_requests_total',
       help: 'Requests answered on a proxied route (by the upstream or by the gateway)',
-      registers: [registry],
+      registers,
     }),
+    observeRequest(kind, statusCode, seconds) {
+      const cls = STATUS_CLASSES[Math.floor(statusCode / 100) - 1]
+      if (cls !== undefined) requestCounters.get(`${kind}${cls}`)!.inc()
+      durations.get(kind)!.observe(seconds)
+    },
+    upstreamDuration: new Histogram({
+      name: 'tgw_upstream_duration_seconds',
+      help: 'Time from sending a proxied request to the upstream to its response headers',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    usageFlushFailures: new Counter({
+      name: 'tgw_usage_flush_failures_total',
+      help: 'Usage flushes to Postgres that failed (their counts are kept and retried)',
+      registers,
+    }),
+    usageLagMs: () => 0,
+    postgresPoolMax: new Gauge({
+      name: 'tgw_postgres_pool_max',
+      help: 'The most Postgres connections this process opens',
+      registers,
+    }),
+    postgresConnections: async () => null,
   }
+
+  new Gauge({
+    name: 'tgw_usage_flush_lag_seconds',
+    help: 'Age of the oldest usage count not yet written to Postgres (0 when none is pending)',
+    registers,
+    collect() {
+      this.set(metrics.usageLagMs() / 1000)
+    },
+  })
+  new Gauge({
+    name: 'tgw_postgres_connections',
+    help: "This process's Postgres connections by state, as pg_stat_activity reports them at scrape time",
+    labelNames: ['state'] as const,
+    registers,
+    async collect() {
+      const byState = await metrics.postgresConnections().catch(() => null)
+      this.reset()
+      if (byState === null) return
+      for (const [state, count] of Object.entries(byState)) this.labels(state).set(count)
+    },
+  })
+  return metrics
 }
 
 /** `GET /metrics` on its own port (DESIGN §2: never on the public one). */

@@ -3,7 +3,9 @@
 // header policy of DESIGN §5. One encapsulated context per route, so that each has its own
 // connection pool, timeout and body limit, and the router picks the longest prefix.
 import { Transform, type TransformCallback } from 'node:stream'
+import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type { Histogram } from 'prom-client'
 import httpProxy from '@fastify/http-proxy'
 import { requireScopes } from '../auth/scopes.js'
 import { ApiError, routeNotFound } from '../errors.js'
@@ -16,6 +18,15 @@ import { scopesFor, type ProxyRoute } from './routes.js'
 export interface ProxyOptions {
   routes: readonly ProxyRoute[]
   lookups: TenancyLookups
+  /** Time to the upstream's response headers, in seconds. */
+  upstreamDuration: Histogram
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** performance.now() when the request left for the upstream. */
+    upstreamSentAt: number
+  }
 }
 
 /** Route config that marks a proxied route (the usage meter counts these whatever their status). */
@@ -95,7 +106,7 @@ function rewritePrefixFor(route: ProxyRoute): string {
   return route.prefix === '/' ? basePath : basePath + route.prefix
 }
 
-async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: TenancyLookups): Promise<void> {
+async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups, upstreamDuration }: ProxyOptions): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
@@ -127,8 +138,9 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
         connectTimeout: Math.min(route.timeoutMs, 10_000),
       },
       replyOptions: {
-        rewriteRequestHeaders: (request, headers) =>
-          upstreamHeaders(headers, {
+        rewriteRequestHeaders: (request, headers) => {
+          ;(request as FastifyRequest).upstreamSentAt = performance.now()
+          return upstreamHeaders(headers, {
             identity: route.public ? null : identityOf(request as FastifyRequest),
             requestId: request.id,
             forwardAuthorization: route.forwardAuthorization,
@@ -136,9 +148,11 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
             proto: request.protocol === 'https' ? 'https' : 'http',
             host: request.headers.host,
             connection: request.raw.headers.connection,
-          }) as typeof headers,
+          }) as typeof headers
+        },
         // The response names the gateway's request id, whatever the upstream put there.
         rewriteHeaders: (headers, request) => {
+          upstreamDuration.observe((performance.now() - (request as FastifyRequest).upstreamSentAt) / 1000)
           headers['x-request-id'] = request!.id
           return headers
         },
@@ -153,6 +167,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, lookups: T
   })
 }
 
-export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, { routes, lookups }) => {
-  for (const route of routes) await registerRoute(app, route, lookups)
+export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options) => {
+  app.decorateRequest('upstreamSentAt', 0)
+  for (const route of options.routes) await registerRoute(app, route, options)
 }

@@ -1,5 +1,6 @@
 // The connection to Postgres: a real server when DATABASE_URL is set, else the embedded PGlite
 // database in DATA_DIR, served to the same postgres.js code over a loopback socket (DESIGN §2).
+import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
@@ -11,7 +12,43 @@ export interface Store {
   readonly sql: Sql
   /** True for the embedded PGlite database (one process, one connection). */
   readonly embedded: boolean
+  /**
+   * A real Postgres pool: its size, and this process's application_name, unique per process so
+   * that its connections can be told apart in pg_stat_activity (the pool-use metric).
+   */
+  readonly pool?: { readonly max: number; readonly applicationName: string }
   close(): Promise<void>
+}
+
+/** A pending postgres.js query (the result of sql`…`). */
+interface CancellableQuery<T> extends PromiseLike<T> {
+  cancel(): unknown
+}
+
+export class QueryTimeoutError extends Error {
+  constructor(timeoutMs: number) {
+    super(`the query did not finish within ${timeoutMs} ms`)
+    this.name = 'QueryTimeoutError'
+  }
+}
+
+/**
+ * The query's result, or a QueryTimeoutError after `timeoutMs`; the query is then cancelled, so
+ * that one still waiting for a connection does not wait for the connect timeout as well.
+ */
+export async function within<T>(query: CancellableQuery<T>, timeoutMs: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      query.cancel()
+      reject(new QueryTimeoutError(timeoutMs))
+    }, timeoutMs)
+  })
+  try {
+    return await Promise.race([query, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 export interface StoreOptions {
@@ -39,8 +76,10 @@ const COMMON_OPTIONS = {
 
 export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl !== undefined) {
-    const sql = postgres(options.databaseUrl, { ...COMMON_OPTIONS, max: options.maxConnections ?? 10 })
-    return { sql, embedded: false, close: () => sql.end({ timeout: 5 }) }
+    const max = options.maxConnections ?? 10
+    const applicationName = `tenancy-gateway ${randomBytes(4).toString('hex')}`
+    const sql = postgres(options.databaseUrl, { ...COMMON_OPTIONS, max, connection: { application_name: applicationName } })
+    return { sql, embedded: false, pool: { max, applicationName }, close: () => sql.end({ timeout: 5 }) }
   }
   return openEmbeddedStore(options.dataDir, options.holder ?? `process ${process.pid}`)
 }

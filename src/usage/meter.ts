@@ -14,6 +14,8 @@ export interface MeterOptions {
   log: FastifyBaseLogger
   flushIntervalMs?: number
   now?: () => number
+  /** Told of each flush that failed (a metric). */
+  onFlushFailed?: () => void
 }
 
 /** `YYYY-MM-DD` of a UTC instant. */
@@ -24,6 +26,8 @@ export function utcDay(ms: number): string {
 export class UsageMeter {
   /** `tenantId|day|class` → requests not yet in Postgres. */
   private counts = new Map<string, number>()
+  /** When the oldest of `counts` was recorded; null while nothing is pending. */
+  private pendingSince: number | null = null
   /** keyId → last use not yet written. */
   private keyUses = new Map<string, number>()
   /** keyId → when its last_used_at was last written (or queued), for the once-a-minute rule. */
@@ -50,6 +54,12 @@ export class UsageMeter {
     if (statusClass < 2 || statusClass > 5) return
     const key = `${tenantId}|${this.today()}|${statusClass}`
     this.counts.set(key, (this.counts.get(key) ?? 0) + 1)
+    this.pendingSince ??= this.now()
+  }
+
+  /** How long the oldest count not yet in Postgres has waited, in ms; 0 when none is pending. */
+  lagMs(): number {
+    return this.pendingSince === null ? 0 : this.now() - this.pendingSince
   }
 
   private today(): string {
@@ -81,7 +91,9 @@ export class UsageMeter {
   private async write(): Promise<void> {
     const counts = this.counts
     const keyUses = this.keyUses
+    const pendingSince = this.pendingSince
     this.counts = new Map()
+    this.pendingSince = null
     this.keyUses = new Map()
     this.forgetOldKeyWrites()
 
@@ -90,7 +102,9 @@ export class UsageMeter {
         await addUsage(this.options.sql, toRows(counts))
       } catch (err) {
         this.options.log.warn({ err, rows: counts.size }, 'usage flush failed; will retry')
+        this.options.onFlushFailed?.()
         for (const [key, n] of counts) this.counts.set(key, (this.counts.get(key) ?? 0) + n)
+        this.pendingSince = pendingSince
       }
     }
     if (keyUses.size > 0) {
@@ -101,6 +115,7 @@ export class UsageMeter {
         )
       } catch (err) {
         this.options.log.warn({ err, keys: keyUses.size }, 'last_used_at flush failed; will retry')
+        this.options.onFlushFailed?.()
         for (const [keyId, at] of keyUses) if (!this.keyUses.has(keyId)) this.keyUses.set(keyId, at)
       }
     }

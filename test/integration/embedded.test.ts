@@ -188,7 +188,8 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   t.equal(stillServing.status, 200, 'the gateway still serves after the CLI was turned away')
 
   await first.stop()
-  t.match(first.stdout(), /"signal":"SIGTERM","msg":"closing"/, 'a graceful close on SIGTERM')
+  t.match(first.stdout(), /"signal":"SIGTERM".*"msg":"draining"/, 'a graceful close on SIGTERM')
+  t.match(first.stdout(), /"msg":"closed"/, 'that finished')
   t.notOk(existsSync(join(dataDir, 'gateway.lock')), 'the lock file is removed on a clean stop')
 
   // Second start on the same DATA_DIR: no bootstrap, the earlier key and data are still there.

@@ -131,7 +131,7 @@ async function follows(t: Assert, what: string, probe: () => Promise<RawResponse
 }
 
 /** One labelled value of a counter of `gw`'s registry. */
-async function counter(gw: LiveGateway, name: string, tier?: 'postgres' | 'redis'): Promise<number> {
+async function counter(gw: LiveGateway, name: string, tier?: 'postgres' | 'redis' | 'local'): Promise<number> {
   const metric = gw.app.metrics.registry.getSingleMetric(name)
   if (metric === undefined) throw new Error(`no metric ${name}`)
   const { values } = await metric.get()
@@ -143,7 +143,7 @@ async function lookups(gw: LiveGateway): Promise<{ postgres: number; redis: numb
   return {
     postgres: await counter(gw, 'tgw_store_lookups_total', 'postgres'),
     redis: await counter(gw, 'tgw_store_lookups_total', 'redis'),
-    local: await counter(gw, 'tgw_cache_local_hits_total'),
+    local: await counter(gw, 'tgw_cache_hits_total', 'local'),
   }
 }
 

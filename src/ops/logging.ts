@@ -1,0 +1,96 @@
+// Logs (DESIGN §9): pino JSON, one line per request written when the response is done, and the
+// secrets of DESIGN §3 redacted wherever they could appear in a logged object.
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { Bindings, ChildLoggerOptions, Logger } from 'pino'
+import type { RouteKind } from './metrics.js'
+
+export const LOG_REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'authorization',
+  'api_key',
+  'client_secret',
+  '*.api_key',
+  '*.client_secret',
+  '*.authorization',
+]
+
+/**
+ * Fastify gives every request a child logger, which pino builds eagerly (bindings serialized,
+ * level methods set up): a few µs per request for a logger most requests never use, since the
+ * request line is written by the root logger. This one builds the child on first use.
+ */
+class LazyChildLogger {
+  private built: FastifyBaseLogger | null = null
+
+  constructor(
+    private readonly parent: FastifyBaseLogger,
+    private readonly bindings: Bindings,
+    private readonly options: ChildLoggerOptions,
+  ) {}
+
+  private real(): FastifyBaseLogger {
+    return (this.built ??= this.parent.child(this.bindings, this.options))
+  }
+
+  get level(): string {
+    return this.built?.level ?? this.options.level ?? this.parent.level
+  }
+  set level(level: string) {
+    this.real().level = level
+  }
+  fatal(...args: unknown[]): void {
+    ;(this.real().fatal as (...a: unknown[]) => void)(...args)
+  }
+  error(...args: unknown[]): void {
+    ;(this.real().error as (...a: unknown[]) => void)(...args)
+  }
+  warn(...args: unknown[]): void {
+    ;(this.real().warn as (...a: unknown[]) => void)(...args)
+  }
+  info(...args: unknown[]): void {
+    ;(this.real().info as (...a: unknown[]) => void)(...args)
+  }
+  debug(...args: unknown[]): void {
+    ;(this.real().debug as (...a: unknown[]) => void)(...args)
+  }
+  trace(...args: unknown[]): void {
+    ;(this.real().trace as (...a: unknown[]) => void)(...args)
+  }
+  silent(...args: unknown[]): void {
+    ;(this.real().silent as (...a: unknown[]) => void)(...args)
+  }
+  child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
+    return this.real().child(bindings, options)
+  }
+}
+
+export const lazyChildLogger: NonNullable<FastifyServerOptions['childLoggerFactory']> = (logger, bindings, options) =>
+  new LazyChildLogger(logger, bindings, options) as unknown as FastifyBaseLogger
+
+/** The request line: who called, as whom, which route, what came of it, and how long it took. */
+export function logRequest(log: FastifyBaseLogger, kind: RouteKind, request: FastifyRequest, reply: FastifyReply): void {
+  // Probes come every few seconds from every kubelet: kept out of the info stream.
+  const level = kind === 'ops' && reply.statusCode < 500 ? 'debug' : 'info'
+  if (!(log as Logger).isLevelEnabled(level)) return
+  const url = request.url
+  const query = url.indexOf('?')
+  const principal = request.principal
+  log[level](
+    {
+      reqId: request.id,
+      method: request.method,
+      // Never the query string: it is the caller's, and could hold anything.
+      path: (query === -1 ? url : url.slice(0, query)).slice(0, 200),
+      route: request.routeOptions.url ?? null,
+      kind,
+      status: reply.statusCode,
+      ms: Math.round(reply.elapsedTime * 100) / 100,
+      callerTenant: principal?.tenant.id ?? null,
+      resolvedTenant: request.actingTenant?.id ?? null,
+      keyId: principal?.key.id ?? null,
+    },
+    'request',
+  )
+}

@@ -1,0 +1,259 @@
+// Health, readiness and metrics (DESIGN §9), against the real Postgres and Redis, and against
+// ones that do not answer (a port nothing listens on).
+import type { AddressInfo } from 'node:net'
+import t, { type Test } from 'tap'
+import type { FastifyInstance } from 'fastify'
+import { buildApp } from '../../src/app.js'
+import { createParentWithKey } from '../../src/auth/mint.js'
+import { loadConfig } from '../../src/config.js'
+import { serveMetrics } from '../../src/ops/metrics.js'
+import { loadRouteTable } from '../../src/proxy/routes.js'
+import { openStore, type Store } from '../../src/store/db.js'
+import { UsageMeter } from '../../src/usage/meter.js'
+import { freshDatabase } from '../helpers/db.js'
+import { problemOf } from '../helpers/app.js'
+import { closedPort, REDIS_URL, redisPrefix, startUpstream } from '../helpers/proxy.js'
+
+const database = await freshDatabase(t)
+const prefix = redisPrefix(t)
+const deadPort = await closedPort()
+const DEAD_POSTGRES = `postgres://postgres@127.0.0.1:${deadPort}/nothing`
+const DEAD_REDIS = `redis://127.0.0.1:${deadPort}`
+
+interface Build {
+  databaseUrl?: string
+  redisUrl?: string | null
+  upstreamUrl?: string
+  store?: Store
+}
+
+/** A gateway on the test database (or the one given), closed when the test ends. */
+async function gateway(tt: Test, options: Build = {}): Promise<FastifyInstance> {
+  const databaseUrl = options.databaseUrl ?? database.url
+  const redisUrl = options.redisUrl === undefined ? REDIS_URL : options.redisUrl
+  let store = options.store
+  if (store === undefined) {
+    // A pool of its own, as main.ts opens it (so the pool metrics have something to report).
+    const opened = await openStore({ databaseUrl, dataDir: '.', maxConnections: 3 })
+    tt.teardown(() => opened.close())
+    store = opened
+  }
+  const app = await buildApp({
+    config: loadConfig({ DATABASE_URL: databaseUrl, ...(redisUrl === null ? {} : { REDIS_URL: redisUrl }) }),
+    store,
+    routes: loadRouteTable({}, options.upstreamUrl),
+    redisKeyPrefix: prefix,
+  })
+  tt.teardown(() => app.close())
+  await app.ready()
+  return app
+}
+
+/** The value of one series of a metric in the app's registry (0 when it has no such series). */
+async function metric(app: FastifyInstance, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const found = app.metrics.registry.getSingleMetric(name)
+  if (found === undefined) throw new Error(`no metric ${name}`)
+  const { values } = await found.get()
+  const match = values.find((v) => Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want))
+  return match?.value ?? 0
+}
+
+/** Waits (up to 5 s) until `check` holds: Redis connects in the background. */
+async function eventually(check: () => Promise<boolean>): Promise<boolean> {
+  for (let i = 0; i < 100; i++) {
+    if (await check()) return true
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return false
+}
+
+t.test('/healthz answers without a key and without asking any store', async (t) => {
+  // Neither store answers: liveness must not depend on them, or an outage restarts every pod.
+  const dead = await openStore({ databaseUrl: DEAD_POSTGRES, dataDir: '.' })
+  t.teardown(() => dead.close())
+  const app = await gateway(t, { databaseUrl: DEAD_POSTGRES, redisUrl: DEAD_REDIS, store: dead })
+  const response = await app.inject({ method: 'GET', url: '/healthz' })
+  t.equal(response.statusCode, 200)
+  t.same(response.json(), { status: 'ok' })
+  t.ok(response.headers['x-request-id'], 'it carries a request id like every response')
+  const head = await app.inject({ method: 'HEAD', url: '/healthz' })
+  t.equal(head.statusCode, 200, 'HEAD works too')
+})
+
+t.test('/readyz: 200 when Postgres and Redis answer, "off" without Redis', async (t) => {
+  const app = await gateway(t)
+  t.ok(await eventually(async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200), 'ready once Redis connected')
+  const ready = await app.inject({ method: 'GET', url: '/readyz' })
+  t.same(ready.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
+
+  const alone = await gateway(t, { redisUrl: null })
+  const response = await alone.inject({ method: 'GET', url: '/readyz' })
+  t.equal(response.statusCode, 200)
+  t.same(response.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'off' } }, 'no REDIS_URL: in-process cache only, still ready')
+})
+
+t.test('/readyz: 503 problem+json naming what failed', async (t) => {
+  const dead = await openStore({ databaseUrl: DEAD_POSTGRES, dataDir: '.' })
+  t.teardown(() => dead.close())
+  const noPostgres = await gateway(t, { databaseUrl: DEAD_POSTGRES, redisUrl: null, store: dead })
+  const first = await noPostgres.inject({ method: 'GET', url: '/readyz' })
+  t.equal(first.statusCode, 503)
+  const body = problemOf(first)
+  t.equal(body.code, 'not_ready')
+  t.match(body.detail, /^postgres did not answer/)
+  t.same(body.checks, { postgres: 'down', redis: 'off' })
+
+  const noRedis = await gateway(t, { redisUrl: DEAD_REDIS })
+  const second = await noRedis.inject({ method: 'GET', url: '/readyz' })
+  t.equal(second.statusCode, 503)
+  const secondBody = problemOf(second)
+  t.match(secondBody.detail, /^redis did not answer/)
+  t.same(secondBody.checks, { postgres: 'ok', redis: 'down' })
+  t.equal(await metric(noRedis, 'tgw_redis_up', { connection: 'commands' }), 0, 'tgw_redis_up says so')
+})
+
+t.test('/readyz: 503 once shutdown began, while the stores are fine', async (t) => {
+  const app = await gateway(t, { redisUrl: null })
+  t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200)
+  app.readiness.draining = true
+  const response = await app.inject({ method: 'GET', url: '/readyz' })
+  t.equal(response.statusCode, 503)
+  const body = problemOf(response)
+  t.equal(body.draining, true)
+  t.match(body.detail, /shutting down/)
+  t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200, 'but it is alive')
+})
+
+t.test('the ops paths are served by the gateway, never proxied, even with a catch-all upstream', async (t) => {
+  const upstream = await startUpstream(t)
+  const app = await gateway(t, { upstreamUrl: upstream.url, redisUrl: null })
+  for (const url of ['/healthz', '/readyz', '/healthz?x=1']) {
+    const response = await app.inject({ method: 'GET', url })
+    t.equal(response.statusCode, 200, `${url} answered by the gateway`)
+  }
+  t.equal(upstream.received.length, 0, 'the upstream saw none of them')
+  // Metrics live on METRICS_PORT only: on the public port /metrics is an ordinary (proxied) path.
+  const noUpstream = await gateway(t, { redisUrl: null })
+  const metrics = await noUpstream.inject({ method: 'GET', url: '/metrics' })
+  t.equal(metrics.statusCode, 404)
+  t.equal(problemOf(metrics).code, 'route_not_found', 'no /metrics on the public port')
+})
+
+t.test('metrics: requests by route kind and status class, upstream latency, cache tiers', async (t) => {
+  const upstream = await startUpstream(t)
+  const app = await gateway(t, { upstreamUrl: upstream.url })
+  await eventually(async () => (await metric(app, 'tgw_redis_up', { connection: 'commands' })) === 1)
+  t.equal(await metric(app, 'tgw_redis_up', { connection: 'commands' }), 1, 'redis up')
+  t.equal(await metric(app, 'tgw_redis_up', { connection: 'subscriber' }), 1, 'subscriber up')
+
+  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'metrics', externalId: null, extraScopes: [] }))
+  const auth = { authorization: `Bearer ${key.apiKey}` }
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: auth })).statusCode, 200)
+  t.equal((await app.inject({ method: 'GET', url: '/v1/things', headers: auth })).statusCode, 200)
+  t.equal((await app.inject({ method: 'GET', url: '/v1/things', headers: auth })).statusCode, 200)
+  // Both matched the catch-all route, so they count as proxy requests, answered by the gateway.
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sub-accounts/nope/x/y' })).statusCode, 404)
+  t.equal((await app.inject({ method: 'GET', url: '/a//b' })).statusCode, 400)
+  t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+  // No route at all: kind "none".
+  const noRoutes = await gateway(t, { redisUrl: null })
+  t.equal((await noRoutes.inject({ method: 'GET', url: '/nowhere' })).statusCode, 404)
+  t.equal(await metric(noRoutes, 'tgw_http_requests_total', { kind: 'none', status_class: '4xx' }), 1, 'an unmatched path is kind none')
+
+  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'management', status_class: '2xx' }), 1, 'one management 2xx')
+  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '2xx' }), 2, 'two proxied 2xx')
+  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'ops', status_class: '2xx' }), 1, 'one ops 2xx')
+  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '4xx' }), 2, 'the 404 and the bad path')
+  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'none', status_class: '4xx' }), 0)
+  const durations = (await app.metrics.registry.getSingleMetric('tgw_http_request_duration_seconds')!.get()).values
+  const proxyCount = durations.find((v) => (v as { metricName?: string }).metricName === 'tgw_http_request_duration_seconds_count' && v.labels.kind === 'proxy')
+  t.equal(proxyCount?.value, 4, 'the latency histogram saw the four requests on the proxy route')
+  const upstreamCount = (await app.metrics.registry.getSingleMetric('tgw_upstream_duration_seconds')!.get()).values.find(
+    (v) => (v as { metricName?: string }).metricName === 'tgw_upstream_duration_seconds_count',
+  )
+  t.equal(upstreamCount?.value, 2, 'upstream latency: one observation per request that reached the upstream')
+
+  // The key and its tenant: missed locally and in Redis on the first request, then local hits.
+  t.ok((await metric(app, 'tgw_cache_misses_total', { tier: 'local' })) >= 2, 'local misses for the first lookups')
+  t.ok((await metric(app, 'tgw_cache_misses_total', { tier: 'redis' })) >= 2, 'Redis misses for the first lookups')
+  t.ok((await metric(app, 'tgw_cache_hits_total', { tier: 'local' })) >= 2, 'local hits afterwards')
+  t.equal(await metric(app, 'tgw_proxied_requests_total'), 4)
+})
+
+t.test('metrics: invalidations received from another replica', async (t) => {
+  const a = await gateway(t)
+  const b = await gateway(t)
+  await eventually(async () => (await metric(b, 'tgw_redis_up', { connection: 'subscriber' })) === 1)
+  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'bus', externalId: null, extraScopes: [] }))
+  const before = await metric(b, 'tgw_cache_invalidations_received_total')
+  const created = await a.inject({
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    headers: { authorization: `Bearer ${key.apiKey}`, 'content-type': 'application/json' },
+    payload: JSON.stringify({ name: 'sub' }),
+  })
+  t.equal(created.statusCode, 201)
+  t.ok(await eventually(async () => (await metric(b, 'tgw_cache_invalidations_received_total')) > before), 'B counted the message A published')
+})
+
+t.test('metrics: Postgres pool use, as pg_stat_activity reports this process', async (t) => {
+  const app = await gateway(t, { redisUrl: null })
+  t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200)
+  const text = await app.metrics.registry.metrics()
+  t.match(text, /^tgw_postgres_pool_max 3$/m, 'the pool size')
+  // The scrape's own query is one active connection of this process.
+  const active = /^tgw_postgres_connections\{state="active"\} (\d+)$/m.exec(text)
+  t.ok(active !== null && Number(active[1]) >= 1, `an active connection is reported (${active?.[0]})`)
+})
+
+t.test('usage flush failures and lag', async (t) => {
+  const dead = await openStore({ databaseUrl: DEAD_POSTGRES, dataDir: '.' })
+  t.teardown(() => dead.close())
+  let failures = 0
+  let now = 1_000_000
+  const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, child: () => silent, level: 'silent', silent() {} }
+  const meter = new UsageMeter({ sql: dead.sql, log: silent as never, now: () => now, onFlushFailed: () => failures++ })
+  t.equal(meter.lagMs(), 0, 'nothing pending, no lag')
+  meter.record('00000000-0000-4000-8000-000000000001', 200)
+  now += 1500
+  t.equal(meter.lagMs(), 1500, 'the oldest pending count has waited 1.5 s')
+  await meter.flush()
+  t.equal(failures, 1, 'the failed flush is reported')
+  t.equal(meter.lagMs(), 1500, 'the counts are kept, and so is their age')
+
+  // On the real database the flush works and leaves no lag.
+  const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'meter', externalId: null, extraScopes: [] }))
+  const good = new UsageMeter({ sql: database.sql, log: silent as never, now: () => now, onFlushFailed: () => failures++ })
+  good.record(account.id, 200)
+  t.equal(good.lagMs(), 0, 'a count recorded now has no lag yet')
+  await good.flush()
+  t.equal(good.lagMs(), 0)
+  t.equal(failures, 1, 'no failure on a database that answers')
+})
+
+t.test('serveMetrics: /metrics on its own port, nothing else', async (t) => {
+  const app = await gateway(t, { redisUrl: null })
+  await app.inject({ method: 'GET', url: '/healthz' })
+  const server = await serveMetrics(app.metrics.registry, 0, '127.0.0.1')
+  t.teardown(() => new Promise((resolve) => server.close(resolve)))
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const response = await fetch(`${base}/metrics`)
+  t.equal(response.status, 200)
+  t.match(response.headers.get('content-type'), /^text\/plain/)
+  const text = await response.text()
+  for (const name of [
+    'tgw_http_requests_total',
+    'tgw_http_request_duration_seconds',
+    'tgw_upstream_duration_seconds',
+    'tgw_cache_hits_total',
+    'tgw_cache_misses_total',
+    'tgw_cache_invalidations_received_total',
+    'tgw_usage_flush_lag_seconds',
+    'tgw_usage_flush_failures_total',
+    'tgw_postgres_connections',
+    'tgw_redis_up',
+  ]) {
+    t.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `${name} is exported`)
+  }
+  t.equal((await fetch(`${base}/other`)).status, 404, 'any other path is 404')
+})
