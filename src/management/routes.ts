@@ -91,6 +91,50 @@ function pathUuid(value: string, what?: string): string {
   return value.toLowerCase()
 }
 
+/** How each operation appears in the OpenAPI document (src/ops/openapi.ts); the router ignores these fields. */
+const OPERATIONS = {
+  createSubAccount: {
+    summary: 'Create a sub-account',
+    description: "Answers 201 with a Location header. `external_id` is unique among the parent's sub-accounts.",
+    tags: ['sub-accounts'],
+  },
+  listSubAccounts: { summary: 'List sub-accounts, oldest first', tags: ['sub-accounts'] },
+  getSubAccount: { summary: 'Get a sub-account', tags: ['sub-accounts'] },
+  updateSubAccount: {
+    summary: 'Update a sub-account',
+    description: 'Only the fields given change; `external_id: null` clears it. An empty body is refused.',
+    tags: ['sub-accounts'],
+  },
+  deactivateSubAccount: {
+    summary: 'Deactivate a sub-account',
+    description: 'Its keys are refused, and it cannot be acted as, until it is reactivated. Repeating is harmless.',
+    tags: ['sub-accounts'],
+  },
+  reactivateSubAccount: { summary: 'Reactivate a sub-account', description: 'Repeating is harmless.', tags: ['sub-accounts'] },
+  createApiKey: {
+    summary: 'Create an API key for a sub-account',
+    description:
+      '`api_key` and `client_secret` are in this response only (Cache-Control: no-store). ' +
+      'A sub-account key may not carry `sub_accounts:*` scopes.',
+    tags: ['api-keys'],
+  },
+  listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },
+  revokeApiKey: {
+    summary: 'Revoke an API key of a sub-account',
+    description: 'Every replica refuses the key within about a second. Repeating is harmless.',
+    tags: ['api-keys'],
+  },
+  getUsage: {
+    summary: 'Report requests per sub-account and day',
+    description:
+      '`from` and `to` are UTC dates (YYYY-MM-DD), both inclusive and at most 366 days apart; by default the ' +
+      'first day of the current month and today. Lists the sub-accounts with usage in the range.',
+    tags: ['usage'],
+  },
+} as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>
+
+const operation = (operationId: keyof typeof OPERATIONS) => ({ operationId, ...OPERATIONS[operationId] })
+
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups, cache }) => {
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   app.addHook('onRequest', tenancyHook(lookups))
@@ -105,37 +149,45 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     return row
   }
 
-  app.post('/', { schema: { body: CreateSubAccountBody, response: { 201: SubAccount } } }, async (request, reply) => {
-    const body = request.body
-    const row = await withConflictAsHttp(() =>
-      createSubAccount(sql, parentOf(request).id, {
-        name: trimmedName(body.name, '/body/name'),
-        externalId: body.external_id ?? null,
-        metadata: body.metadata ?? {},
-      }),
-    )
-    // A "not found" for its id or external_id may be cached, and the parent's active count changed.
-    await cache.invalidate([
-      cacheKeys.tenant(row.id),
-      cacheKeys.activeCount(row.parent_id!),
-      ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
-    ])
-    return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
-  })
+  app.post(
+    '/',
+    { schema: { ...operation('createSubAccount'), body: CreateSubAccountBody, response: { 201: SubAccount } } },
+    async (request, reply) => {
+      const body = request.body
+      const row = await withConflictAsHttp(() =>
+        createSubAccount(sql, parentOf(request).id, {
+          name: trimmedName(body.name, '/body/name'),
+          externalId: body.external_id ?? null,
+          metadata: body.metadata ?? {},
+        }),
+      )
+      // A "not found" for its id or external_id may be cached, and the parent's active count changed.
+      await cache.invalidate([
+        cacheKeys.tenant(row.id),
+        cacheKeys.activeCount(row.parent_id!),
+        ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
+      ])
+      return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
+    },
+  )
 
-  app.get('/', { schema: { querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } } }, async (request) => {
-    const { limit, cursor, status, external_id } = request.query
-    const rows = await listSubAccounts(sql, parentOf(request).id, {
-      limit: limit + 1,
-      afterSeq: decodeCursor(cursor),
-      status: status ?? null,
-      externalId: external_id ?? null,
-    })
-    return toPage(rows, limit, presentSubAccount)
-  })
+  app.get(
+    '/',
+    { schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } } },
+    async (request) => {
+      const { limit, cursor, status, external_id } = request.query
+      const rows = await listSubAccounts(sql, parentOf(request).id, {
+        limit: limit + 1,
+        afterSeq: decodeCursor(cursor),
+        status: status ?? null,
+        externalId: external_id ?? null,
+      })
+      return toPage(rows, limit, presentSubAccount)
+    },
+  )
 
   // Registered before /:sub_id; the router prefers this static segment anyway.
-  app.get('/usage', { schema: { querystring: UsageQuery, response: { 200: UsageReport } } }, async (request) => {
+  app.get('/usage', { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } }, async (request) => {
     const { limit, cursor } = request.query
     const afterSeq = decodeCursor(cursor)
     const { from, to } = reportRange(request.query, Date.now())
@@ -143,13 +195,15 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     return { from, to, ...toPage(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry) }
   })
 
-  app.get('/:sub_id', { schema: { params: SubAccountParams, response: { 200: SubAccount } } }, async (request) =>
-    presentSubAccount(await ownSubAccount(request, request.params.sub_id)),
+  app.get(
+    '/:sub_id',
+    { schema: { ...operation('getSubAccount'), params: SubAccountParams, response: { 200: SubAccount } } },
+    async (request) => presentSubAccount(await ownSubAccount(request, request.params.sub_id)),
   )
 
   app.patch(
     '/:sub_id',
-    { schema: { params: SubAccountParams, body: UpdateSubAccountBody, response: { 200: SubAccount } } },
+    { schema: { ...operation('updateSubAccount'), params: SubAccountParams, body: UpdateSubAccountBody, response: { 200: SubAccount } } },
     async (request) => {
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
@@ -178,7 +232,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   for (const [action, status] of [['deactivate', 'deactivated'], ['reactivate', 'active']] as const) {
     app.post(
       `/:sub_id/${action}`,
-      { schema: { params: SubAccountParams, response: { 200: SubAccount } } },
+      { schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } } },
       async (request) => {
         const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
         if (row === null) throw notFound()
@@ -190,7 +244,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.post(
     '/:sub_id/api-keys',
-    { schema: { params: SubAccountParams, body: MintKeyBody, response: { 201: MintedApiKey } } },
+    { schema: { ...operation('createApiKey'), params: SubAccountParams, body: MintKeyBody, response: { 201: MintedApiKey } } },
     async (request, reply) => {
       const { name, scopes } = request.body
       const reserved = scopes.findIndex((scope) => scope === 'sub_accounts' || scope.startsWith('sub_accounts:'))
@@ -212,7 +266,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.get(
     '/:sub_id/api-keys',
-    { schema: { params: SubAccountParams, querystring: ListKeysQuery, response: { 200: ApiKeyPage } } },
+    { schema: { ...operation('listApiKeys'), params: SubAccountParams, querystring: ListKeysQuery, response: { 200: ApiKeyPage } } },
     async (request) => {
       const { limit, cursor } = request.query
       const afterSeq = decodeCursor(cursor)
@@ -224,7 +278,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.post(
     '/:sub_id/api-keys/:key_id/revoke',
-    { schema: { params: KeyParams, response: { 200: ApiKey } } },
+    { schema: { ...operation('revokeApiKey'), params: KeyParams, response: { 200: ApiKey } } },
     async (request) => {
       const { sub_id, key_id } = request.params
       const subAccount = await ownSubAccount(request, sub_id)

@@ -1,7 +1,248 @@
 // OpenAPI 3.1 at /openapi.json and a docs page at /docs (DESIGN §9), generated from the route
 // schemas. Registered before any route, so that every route is seen.
+//
+// What the route schemas do not say (the key, the acting header, the problem+json errors) is added
+// to the document only, by @fastify/swagger's transform hooks: an error response schema on a route
+// would also become its serializer, and change the bodies the error handler sends.
+import { readFileSync } from 'node:fs'
+import { STATUS_CODES } from 'node:http'
 import type { FastifyInstance } from 'fastify'
+import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
+import type { OpenAPIV3_1 } from 'openapi-types'
+import { ERRORS, type ErrorCode } from '../errors.js'
+import { MANAGEMENT_PREFIX } from '../management/routes.js'
+import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
+
+export const OPENAPI_PATH = '/openapi.json'
+export const DOCS_PREFIX = '/docs'
+
+/** Routes served without a key that belong in the document (the docs' own routes do not). */
+const PUBLIC_OPERATIONS = new Set(['/healthz', '/readyz'])
+
+const BEARER = 'bearerAuth'
+const PROBLEM_JSON = 'application/problem+json'
+const ref = (kind: 'schemas' | 'parameters' | 'responses', name: string): OpenAPIV3_1.ReferenceObject => ({
+  $ref: `#/components/${kind}/${name}`,
+})
+
+// Read at run time: @fastify/swagger's default is the version of its own package.json. The same
+// relative path holds from src/ops (tsx) and from dist/ops (the image has package.json too).
+function packageVersion(): string {
+  const pkg: unknown = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'))
+  const version = (pkg as { version?: unknown }).version
+  if (typeof version !== 'string') throw new Error('package.json has no version')
+  return version
+}
+
+/** The error responses of the management API, by the catalogue codes each one carries. */
+const ERROR_RESPONSES = {
+  BadRequest: ['acting_tenant_malformed', 'acting_tenant_required', 'validation_failed', 'invalid_json', 'bad_request', 'bad_path'],
+  Unauthenticated: ['unauthenticated'],
+  Forbidden: ['tenant_deactivated', 'acting_tenant_forbidden', 'acting_tenant_deactivated', 'parent_key_required', 'insufficient_scope'],
+  NotFound: ['not_found'],
+  Conflict: ['external_id_conflict'],
+  PayloadTooLarge: ['payload_too_large'],
+  UnsupportedMediaType: ['unsupported_media_type'],
+  StoreUnavailable: ['store_unavailable'],
+  Error: ['internal_error'],
+} as const satisfies Record<string, readonly ErrorCode[]>
+
+type ErrorResponse = keyof typeof ERROR_RESPONSES
+
+function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
+  const codes: readonly ErrorCode[] = ERROR_RESPONSES[name]
+  const listed = codes.map((code) => `\`${code}\` (${ERRORS[code].title})`).join(', ')
+  const what = name === 'Error' ? 'Any other failure; a 5xx shows no internals' : STATUS_CODES[ERRORS[codes[0]!].status]
+  const response: OpenAPIV3_1.ResponseObject = {
+    description: `${what}. \`code\`: ${listed}.`,
+    content: { [PROBLEM_JSON]: { schema: ref('schemas', 'Problem') } },
+  }
+  if (name === 'Unauthenticated' || name === 'Forbidden') {
+    response.headers = {
+      'WWW-Authenticate': {
+        description: '`Bearer` on a 401; `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (DESIGN §3)',
+        schema: { type: 'string' },
+      },
+    }
+  }
+  return response
+}
+
+// DESIGN §7. Further members are allowed: RFC 9457 §3.2 extensions (/readyz adds its checks).
+const PROBLEM_SCHEMA: OpenAPIV3_1.SchemaObject = {
+  type: 'object',
+  description: 'Every error of the gateway: RFC 9457 problem details, as application/problem+json.',
+  required: ['type', 'title', 'status', 'detail', 'code', 'request_id'],
+  properties: {
+    type: { type: 'string', format: 'uri', examples: ['urn:tenancy-gateway:error:not_found'] },
+    title: { type: 'string', description: 'the same for every occurrence of a code' },
+    status: { type: 'integer', minimum: 400, maximum: 599 },
+    detail: { type: 'string' },
+    code: { type: 'string', enum: Object.keys(ERRORS), description: 'stable and snake_case: the field to branch on' },
+    request_id: { type: 'string', description: 'the X-Request-Id of the response' },
+    errors: {
+      type: 'array',
+      description: 'validation_failed only: one entry per refused field',
+      items: {
+        type: 'object',
+        required: ['path', 'message'],
+        properties: {
+          path: { type: 'string', description: 'a JSON pointer into the request, such as /body/name or /querystring/limit' },
+          message: { type: 'string' },
+        },
+        additionalProperties: false,
+      },
+    },
+  },
+}
+
+// DESIGN §4: `self`, a UUID in either case, or `ext:` and an external id.
+const ACTING_TENANT: OpenAPIV3_1.ParameterObject = {
+  name: 'X-Service-Acting-Tenant',
+  in: 'header',
+  required: false,
+  description:
+    'The tenant the request acts as: `self`, a sub-account UUID, or `ext:<external_id>` (DESIGN §4). ' +
+    'Required on writes once the account has an active sub-account. The management API is used acting as ' +
+    'the parent itself (`self`): acting as a sub-account there is refused with 403 `parent_key_required`.',
+  schema: {
+    type: 'string',
+    anyOf: [{ enum: ['self'] }, { pattern: UUID_PATTERN }, { pattern: `^ext:${EXTERNAL_ID_PATTERN.slice(1)}` }],
+  },
+  example: 'self',
+}
+
+function baseDocument(): OpenAPIV3_1.Document {
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'tenancy-gateway',
+      version: packageVersion(),
+      description:
+        'A reverse proxy that lets a parent account own sub-accounts and act as any of them. This document ' +
+        'describes what the gateway answers itself: the management API under `/v1/sub-accounts` and the health ' +
+        'endpoints. Every other path is proxied to an upstream and is not described here. Every error is ' +
+        '`application/problem+json` (`Problem`) with a stable `code`.',
+    },
+    tags: [
+      { name: 'sub-accounts', description: 'The sub-accounts of the calling parent account' },
+      { name: 'api-keys', description: "A sub-account's API keys; a key's secrets are shown once, when it is created" },
+      { name: 'usage', description: 'Requests counted per sub-account and day' },
+      { name: 'operations', description: 'Liveness and readiness; no key needed' },
+    ],
+    components: {
+      securitySchemes: {
+        [BEARER]: {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'tgw_…',
+          description:
+            'An API key: `tgw_`, 43 base62 characters and a 6-character checksum (DESIGN §3). The management ' +
+            'API takes parent keys only, with `sub_accounts:read` for GET and `sub_accounts:write` for POST and PATCH.',
+        },
+      },
+      parameters: { ActingTenant: ACTING_TENANT },
+      schemas: { Problem: PROBLEM_SCHEMA },
+      responses: Object.fromEntries((Object.keys(ERROR_RESPONSES) as ErrorResponse[]).map((name) => [name, errorResponse(name)])),
+    },
+  }
+}
+
+function isManagementUrl(url: string): boolean {
+  return url === MANAGEMENT_PREFIX || url.startsWith(`${MANAGEMENT_PREFIX}/`)
+}
+
+/** Management and health operations are documented; the rest (proxied wildcards, the docs' own routes) hidden. */
+const documentRoute: SwaggerTransform = ({ schema, url }) => {
+  if (isManagementUrl(url)) {
+    // A route at the plugin's root answers `/v1/sub-accounts` and `/v1/sub-accounts/`, and reaches
+    // this hook as the second (fastify reuses the route's options for both): document the first.
+    return { schema: { ...schema, security: [{ [BEARER]: [] }] }, url: url.endsWith('/') ? url.slice(0, -1) : url }
+  }
+  return { schema: { ...schema, ...(PUBLIC_OPERATIONS.has(url) ? { security: [] } : { hide: true }) }, url }
+}
+
+/** The refusals a management operation can answer with (DESIGN §4 and §6), by status. */
+function managementErrors(method: string, path: string, operation: OpenAPIV3_1.OperationObject): Record<string, ErrorResponse> {
+  const errors: Record<string, ErrorResponse> = { 400: 'BadRequest', 401: 'Unauthenticated', 403: 'Forbidden' }
+  if (path.includes('{')) errors[404] = 'NotFound'
+  const requestBody = operation.requestBody as OpenAPIV3_1.RequestBodyObject | undefined
+  const body = requestBody?.content['application/json']?.schema as OpenAPIV3_1.SchemaObject | undefined
+  if (body?.properties?.external_id !== undefined) errors[409] = 'Conflict'
+  // A write may carry a body whatever its schema: too large or not JSON is refused before validation.
+  if (method !== 'get') Object.assign(errors, { 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType' })
+  errors[503] = 'StoreUnavailable'
+  errors.default = 'Error'
+  return errors
+}
+
+const METHODS = new Set(['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'])
+
+/** Whole-document additions: the acting header and the errors of every documented operation. */
+function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document {
+  for (const [path, item] of Object.entries(document.paths ?? {})) {
+    for (const [method, value] of Object.entries(item ?? {})) {
+      if (!METHODS.has(method)) continue
+      const operation = value as OpenAPIV3_1.OperationObject
+      const responses = (operation.responses ??= {})
+      for (const [status, response] of Object.entries(responses)) {
+        if ('$ref' in response) continue
+        if (response.description === 'Default Response') response.description = STATUS_CODES[status] ?? 'Response'
+        // Every error is problem+json (DESIGN §7), whatever the route schema calls it.
+        const json = response.content?.['application/json']
+        if (Number(status) >= 400 && json !== undefined) {
+          const empty = json.schema === undefined || Object.keys(json.schema).length === 0
+          response.content = { [PROBLEM_JSON]: { schema: empty ? ref('schemas', 'Problem') : json.schema } }
+        }
+      }
+      if (!isManagementUrl(path)) continue
+      operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'ActingTenant')]
+      for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {
+        responses[status] ??= ref('responses', name)
+      }
+    }
+  }
+  return document
+}
+
+const completeObject: SwaggerTransformObject = (documentObject) =>
+  'openapiObject' in documentObject
+    ? completeDocument(documentObject.openapiObject as OpenAPIV3_1.Document)
+    : documentObject.swaggerObject
+
+// The plugin's `staticCSP: true` without https: sources, validator.swagger.io (the validator badge is
+// off: nothing leaves for the internet) and upgrade-insecure-requests, which breaks the page on a
+// plain-HTTP port (a kubectl port-forward, `npm start`). Inline scripts and styles stay refused.
+const DOCS_CSP = [
+  "default-src 'self'",
+  "base-uri 'self'",
+  "connect-src 'self'",
+  "font-src 'self' data:",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+  "img-src 'self' data:", // the top bar's logo is a data: URL
+  "object-src 'none'",
+  "script-src 'self'",
+  "script-src-attr 'none'",
+  "style-src 'self'",
+].join('; ')
 
 export async function registerOpenApi(app: FastifyInstance): Promise<void> {
-  void app
+  await app.register(swagger, {
+    openapi: baseDocument(),
+    transform: documentRoute,
+    transformObject: completeObject,
+  })
+
+  // Swagger UI's files come from the package itself: the page works offline. No key is asked
+  // here: authentication is a hook of the management and proxy plugins only.
+  await app.register(swaggerUi, {
+    routePrefix: DOCS_PREFIX,
+    staticCSP: DOCS_CSP,
+    theme: { title: 'tenancy-gateway API' },
+    uiConfig: { validatorUrl: null },
+  })
+
+  app.get(OPENAPI_PATH, { schema: { hide: true } }, async () => app.swagger())
 }

@@ -19,11 +19,15 @@ export function isBadPath(path: string): boolean {
   return BAD_PATH.test(path)
 }
 
+/** Paths the gateway answers itself: never proxied, and no route may take them (DESIGN §2, §9). */
+export const RESERVED_PREFIXES = [MANAGEMENT_PREFIX, '/healthz', '/readyz', '/openapi.json', '/docs'] as const
+
 /**
- * True for `/v1/sub-accounts` and anything below it, compared decoded and case-insensitively,
- * so that no spelling of a management path reaches an upstream.
+ * True for a reserved prefix and anything below it, compared decoded and case-insensitively, so
+ * that no spelling of a management, health or docs path reaches an upstream (a catch-all route
+ * would otherwise take `POST /healthz` or `/docs/x`).
  */
-export function isManagementPath(path: string): boolean {
+export function isReservedPath(path: string): boolean {
   let decoded = path
   if (path.includes('%')) {
     try {
@@ -33,5 +37,5 @@ export function isManagementPath(path: string): boolean {
     }
   }
   decoded = decoded.toLowerCase()
-  return decoded === MANAGEMENT_PREFIX || decoded.startsWith(`${MANAGEMENT_PREFIX}/`)
+  return RESERVED_PREFIXES.some((reserved) => decoded === reserved || decoded.startsWith(`${reserved}/`))
 }

@@ -12,7 +12,7 @@ import { ApiError, routeNotFound } from '../errors.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { upstreamHeaders, type TrustedIdentity } from './headers.js'
-import { isManagementPath, pathOf } from './paths.js'
+import { isReservedPath, pathOf } from './paths.js'
 import { scopesFor, type ProxyRoute } from './routes.js'
 
 export interface ProxyOptions {
@@ -114,10 +114,10 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
     // One hook for the whole check, in DESIGN §4's order: every hook is a promise per request.
     const resolveTenancy = tenancyHook(lookups)
     scope.addHook('onRequest', async function admitProxied(request, reply) {
-      // The router may fall back to a shorter prefix (a catch-all) for a management path with a
-      // method or depth the management API does not serve: that is still not a proxied path.
+      // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
+      // itself, with a method or depth it does not serve: that is still not a proxied path.
       const path = pathOf(request.url)
-      if (isManagementPath(path)) throw routeNotFound(request.method, path)
+      if (isReservedPath(path)) throw routeNotFound(request.method, path)
       if (route.public) return
       await resolveTenancy.call(this, request, reply)
       requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))

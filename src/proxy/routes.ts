@@ -2,6 +2,7 @@
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { RESERVED_PREFIXES } from './paths.js'
 
 export interface ProxyRoute {
   /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
@@ -22,8 +23,6 @@ export interface ProxyRoute {
 export const DEFAULT_TIMEOUT_MS = 30_000
 export const DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 
-/** Paths the gateway answers itself; no route may take them (DESIGN §2, §9). */
-export const RESERVED_PREFIXES = ['/v1/sub-accounts', '/healthz', '/readyz', '/openapi.json', '/docs'] as const
 
 const TOP_LEVEL_KEYS = new Set(['routes', 'timeout_ms', 'max_body_bytes'])
 const ROUTE_KEYS = new Set(['prefix', 'upstream', 'scopes', 'public', 'forward_authorization', 'timeout_ms', 'max_body_bytes'])
@@ -68,7 +67,7 @@ function boolean(where: string, key: string, value: unknown): boolean {
   return value
 }
 
-/** Case-insensitive: the gateway refuses every spelling of a management path (paths.ts). */
+/** Case-insensitive: the gateway refuses every spelling of a reserved path (paths.ts). */
 function isReserved(prefix: string): boolean {
   const lower = prefix.toLowerCase()
   return RESERVED_PREFIXES.some((reserved) => lower === reserved || lower.startsWith(`${reserved}/`))

@@ -131,6 +131,24 @@ t.test('the ops paths are served by the gateway, never proxied, even with a catc
     const response = await app.inject({ method: 'GET', url })
     t.equal(response.statusCode, 200, `${url} answered by the gateway`)
   }
+  // Other methods and depths under the reserved prefixes are not the catch-all's either, even
+  // with a valid key (DESIGN §9: never proxied).
+  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'reserved', externalId: null, extraScopes: [] }))
+  const auth = { authorization: `Bearer ${key.apiKey}` }
+  for (const [method, url] of [
+    ['POST', '/healthz'],
+    ['DELETE', '/readyz'],
+    ['GET', '/healthz/x'],
+    ['POST', '/openapi.json'],
+    ['GET', '/openapi.json/x'],
+    ['POST', '/docs'],
+    ['GET', '/DOCS/x'],
+    ['GET', '/%68ealthz/x'],
+  ] as const) {
+    const response = await app.inject({ method, url, headers: auth })
+    t.equal(response.statusCode, 404, `${method} ${url} is 404`)
+    t.equal(problemOf(response).code, 'route_not_found')
+  }
   t.equal(upstream.received.length, 0, 'the upstream saw none of them')
   // Metrics live on METRICS_PORT only: on the public port /metrics is an ordinary (proxied) path.
   const noUpstream = await gateway(t, { redisUrl: null })
@@ -142,7 +160,11 @@ t.test('the ops paths are served by the gateway, never proxied, even with a catc
 t.test('metrics: requests by route kind and status class, upstream latency, cache tiers', async (t) => {
   const upstream = await startUpstream(t)
   const app = await gateway(t, { upstreamUrl: upstream.url })
-  await eventually(async () => (await metric(app, 'tgw_redis_up', { connection: 'commands' })) === 1)
+  await eventually(
+    async () =>
+      (await metric(app, 'tgw_redis_up', { connection: 'commands' })) === 1 &&
+      (await metric(app, 'tgw_redis_up', { connection: 'subscriber' })) === 1,
+  )
   t.equal(await metric(app, 'tgw_redis_up', { connection: 'commands' }), 1, 'redis up')
   t.equal(await metric(app, 'tgw_redis_up', { connection: 'subscriber' }), 1, 'subscriber up')
 

@@ -2,7 +2,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import t from 'tap'
 import { upstreamHeaders, type ForwardContext, type TrustedIdentity } from '../../src/proxy/headers.js'
-import { isBadPath, isManagementPath, pathOf } from '../../src/proxy/paths.js'
+import { isBadPath, isReservedPath, pathOf } from '../../src/proxy/paths.js'
 
 const IDENTITY: TrustedIdentity = {
   resolvedTenantId: 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa',
@@ -196,7 +196,7 @@ t.test('isBadPath: every pattern of DESIGN §5', async (t) => {
   t.equal(pathOf('/v1/x?'), '/v1/x')
 })
 
-t.test('isManagementPath: decoded, case-insensitive, whole segments', async (t) => {
+t.test('isReservedPath: decoded, case-insensitive, whole segments', async (t) => {
   const management = [
     '/v1/sub-accounts',
     '/v1/sub-accounts/',
@@ -208,9 +208,30 @@ t.test('isManagementPath: decoded, case-insensitive, whole segments', async (t) 
     '/v1/sub%2daccounts/x',
     '/%76%31/%73ub-accounts',
     '/v1/SUB%2DACCOUNTS/x',
+    '/healthz',
+    '/HEALTHZ/x',
+    '/readyz',
+    '/openapi.json',
+    '/openapi.json/x',
+    '/docs',
+    '/docs/static/index.html',
+    '/%64ocs',
   ]
-  for (const path of management) t.ok(isManagementPath(path), `${path} is management`)
+  for (const path of management) t.ok(isReservedPath(path), `${path} is reserved`)
 
-  const other = ['/v1/sub-accountsX', '/v1/sub-accounts-archive', '/v1/sub-account', '/v2/sub-accounts', '/x/v1/sub-accounts', '/v1', '/', '/v1/sub-accounts%']
-  for (const path of other) t.notOk(isManagementPath(path), `${path} is not management`)
+  const other = [
+    '/v1/sub-accountsX',
+    '/v1/sub-accounts-archive',
+    '/v1/sub-account',
+    '/v2/sub-accounts',
+    '/x/v1/sub-accounts',
+    '/v1',
+    '/',
+    '/v1/sub-accounts%',
+    '/healthzz',
+    '/documents',
+    '/x/docs',
+    '/openapi.jsonx',
+  ]
+  for (const path of other) t.notOk(isReservedPath(path), `${path} is not reserved`)
 })

@@ -1,0 +1,198 @@
+// OpenAPI 3.1 at /openapi.json and the docs page at /docs (DESIGN §9): a valid document that
+// describes every management route the app actually serves, and pages that need no key and never
+// reach an upstream, even behind a catch-all route.
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { Validator } from '@seriousme/openapi-schema-validator'
+import type { FastifyInstance } from 'fastify'
+import { MANAGEMENT_PREFIX } from '../../src/management/routes.js'
+import { liveGateway, rawRequest, startUpstream } from '../helpers/proxy.js'
+
+type Json = any
+
+interface RouteSeen {
+  method: string
+  url: string
+}
+
+/**
+ * Builds the gateway while recording every route it registers: fastify publishes each new instance
+ * on this channel before any plugin runs, so the hook sees the routes of buildApp and its plugins.
+ */
+async function recordingRoutes<T>(build: () => Promise<T>): Promise<{ built: T; routes: RouteSeen[] }> {
+  const routes: RouteSeen[] = []
+  const onInstance = (message: unknown) => {
+    const { fastify } = message as { fastify: FastifyInstance }
+    fastify.addHook('onRoute', (route) => {
+      // Read now: fastify reuses the options object for a prefixed root's trailing-slash alias.
+      for (const method of [route.method].flat()) routes.push({ method, url: route.url })
+    })
+  }
+  subscribe('fastify.initialization', onInstance)
+  try {
+    return { built: await build(), routes }
+  } finally {
+    unsubscribe('fastify.initialization', onInstance)
+  }
+}
+
+/** `/v1/sub-accounts/:sub_id/` → `/v1/sub-accounts/{sub_id}` */
+function openApiPath(url: string): string {
+  return url.replace(/(.)\/$/, '$1').replace(/:([A-Za-z0-9_]+)/g, '{$1}')
+}
+
+/** Follows a local `$ref` (`#/components/...`), or returns the object itself. */
+function deref(doc: Json, value: Json): Json {
+  if (typeof value?.$ref !== 'string') return value
+  const ref: string = value.$ref
+  if (!ref.startsWith('#/')) throw new Error(`not a local reference: ${ref}`)
+  return ref
+    .slice(2)
+    .split('/')
+    .map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .reduce((node: Json, part) => (node === undefined ? undefined : node[part]), doc)
+}
+
+/** Every `$ref` in the document, with where it is. */
+function refsOf(node: Json, at = '#'): { at: string; ref: string }[] {
+  if (node === null || typeof node !== 'object') return []
+  const here = typeof node.$ref === 'string' ? [{ at, ref: node.$ref as string }] : []
+  return here.concat(Object.entries(node).flatMap(([key, child]) => refsOf(child, `${at}/${key}`)))
+}
+
+const assetsOf = (html: string) => [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((match) => match[1]!)
+
+function isProblemJson(doc: Json, response: Json): boolean {
+  const media = deref(doc, response)?.content?.['application/problem+json']
+  return media !== undefined && deref(doc, media.schema) === doc.components.schemas.Problem
+}
+
+t.test('OpenAPI document and docs page', async (t) => {
+  const upstream = await startUpstream(t)
+  // A prefixed route and a catch-all: their wildcard routes must stay out of the document, and
+  // neither may answer the document or the docs.
+  const { built: gw, routes } = await recordingRoutes(() =>
+    liveGateway(t, {
+      upstreamUrl: upstream.url,
+      gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: upstream.url }] },
+    }),
+  )
+  const get = (path: string) => rawRequest(gw.url, { path })
+
+  const res = await get('/openapi.json')
+  t.equal(res.status, 200, `GET /openapi.json without a key (${res.body.slice(0, 200)})`)
+  t.match(String(res.headers['content-type']), /^application\/json/, 'as JSON')
+  const doc: Json = res.json()
+
+  const management = routes.filter((route) => route.method !== 'HEAD' && route.url.startsWith(MANAGEMENT_PREFIX))
+  const expected = new Set(management.map((route) => `${route.method.toLowerCase()} ${openApiPath(route.url)}`))
+
+  t.test('the validator knows 3.1 and refuses a broken document', async (t) => {
+    const validator = new Validator()
+    const broken = structuredClone(doc)
+    broken.paths[MANAGEMENT_PREFIX].post.responses = { 201: { content: 'not a media type map' } }
+    t.equal((await validator.validate(broken)).valid, false, 'a broken document is refused')
+    t.equal(validator.version, '3.1')
+  })
+
+  t.test('a valid OpenAPI 3.1 document whose references all resolve', async (t) => {
+    t.equal(doc.openapi, '3.1.0')
+    const validator = new Validator()
+    const result = await validator.validate(structuredClone(doc))
+    t.ok(result.valid, `valid: ${JSON.stringify(result.errors)}`)
+    t.equal(validator.version, '3.1')
+    for (const { at, ref } of refsOf(doc)) t.not(deref(doc, { $ref: ref }), undefined, `${at}: ${ref} resolves`)
+  })
+
+  t.test('info, the bearer scheme, the acting header and the problem schema', async (t) => {
+    const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'))
+    t.match(doc.info, { title: 'tenancy-gateway', version, description: /\S/ })
+    t.match(doc.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer', description: /tgw_/ })
+    const acting = doc.components.parameters.ActingTenant
+    t.match(acting, { in: 'header', description: /self.*ext:/s })
+    t.equal(acting.name.toLowerCase(), 'x-service-acting-tenant')
+    const problem = doc.components.schemas.Problem
+    t.same([...problem.required].sort(), ['code', 'detail', 'request_id', 'status', 'title', 'type'])
+    t.match(problem.properties.errors.items, { required: ['path', 'message'] })
+  })
+
+  t.test('every management route the app serves is documented, and nothing else of it', async (t) => {
+    t.ok(expected.has(`post ${MANAGEMENT_PREFIX}`), `the hook saw the management routes (${expected.size})`)
+    const documented = new Set(
+      Object.entries(doc.paths as Record<string, Json>)
+        .filter(([path]) => path.startsWith(MANAGEMENT_PREFIX))
+        .flatMap(([path, item]) => Object.keys(item).map((method) => `${method} ${path}`)),
+    )
+    t.same([...documented].sort(), [...expected].sort())
+  })
+
+  t.test('each management operation: id, summary, tag, bearer key, acting header, problem+json errors', async (t) => {
+    const tags = new Set((doc.tags as Json[]).map((tag) => tag.name))
+    const operationIds = new Set<string>()
+    for (const key of expected) {
+      const [method, path] = key.split(' ') as [string, string]
+      const op = doc.paths[path]?.[method]
+      if (op === undefined) {
+        t.fail(`${key} is not documented`)
+        continue
+      }
+      t.match(op, { operationId: /^[a-zA-Z]+$/, summary: /\S/ }, `${key}: operationId and summary`)
+      t.notOk(operationIds.has(op.operationId), `${key}: operationId ${op.operationId} is unique`)
+      operationIds.add(op.operationId)
+      t.ok(op.tags?.length > 0 && op.tags.every((tag: string) => tags.has(tag)), `${key}: declared tags (${op.tags})`)
+      t.same(op.security, [{ bearerAuth: [] }], `${key}: the bearer key`)
+      t.ok(
+        (op.parameters as Json[]).some((parameter) => parameter.$ref === '#/components/parameters/ActingTenant'),
+        `${key}: the acting header`,
+      )
+      const statuses = ['400', '401', '403', '503', 'default']
+      if (path.includes('{')) statuses.push('404')
+      if (method !== 'get') statuses.push('413', '415')
+      for (const status of statuses) t.ok(isProblemJson(doc, op.responses[status]), `${key}: ${status} is problem+json`)
+      const successes = Object.keys(op.responses).filter((status) => /^2/.test(status))
+      t.ok(successes.length > 0, `${key}: a success response`)
+      for (const status of successes) t.ok(op.responses[status].content?.['application/json']?.schema, `${key}: ${status} is application/json`)
+    }
+    t.ok(isProblemJson(doc, doc.paths[MANAGEMENT_PREFIX].post.responses['409']), 'an external_id conflict is documented')
+    t.match(deref(doc, doc.paths[MANAGEMENT_PREFIX].post.responses['409']).description, /external_id_conflict/)
+  })
+
+  t.test('no proxied route, and health routes (when the app has them) without a key', async (t) => {
+    const served = new Set(routes.map((route) => route.url))
+    for (const path of Object.keys(doc.paths)) {
+      t.notMatch(path, /\*/, `${path}: no wildcard`)
+      t.ok(path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz'].includes(path), `${path}: served by the gateway itself`)
+    }
+    t.notOk(Object.keys(doc.paths).some((path) => path.startsWith('/v1/shipments')), 'the proxied prefix is not documented')
+    for (const path of ['/healthz', '/readyz'].filter((path) => served.has(path))) {
+      t.ok(doc.paths[path]?.get, `${path} is documented`)
+      t.same(doc.paths[path]?.get?.security ?? [], [], `${path} needs no key`)
+    }
+  })
+
+  t.test('the docs page and its assets load without a key', async (t) => {
+    for (const page of ['/docs', '/docs/']) {
+      const html = await get(page)
+      t.equal(html.status, 200, `${page}: 200`)
+      t.match(String(html.headers['content-type']), /^text\/html/, `${page}: HTML`)
+      t.match(String(html.headers['content-security-policy']), /script-src 'self'/, `${page}: a content security policy`)
+      const assets = assetsOf(html.body)
+      t.ok(assets.some((asset) => asset.endsWith('/swagger-ui-bundle.js')), `${page}: links the Swagger UI bundle`)
+      for (const asset of assets) {
+        const path = new URL(asset, `http://gateway${page}`).pathname
+        t.equal((await get(path)).status, 200, `${page}: ${path} loads`)
+      }
+    }
+    const json = await get('/docs/json')
+    t.equal(json.status, 200, 'the document the page loads')
+    t.same(json.json(), doc, 'is the one at /openapi.json')
+    const missing = await get('/docs/static/no-such-file.js')
+    t.equal(missing.status, 404, 'a missing asset is a 404')
+    t.match(String(missing.headers['content-type']), /^application\/problem\+json/, '… as problem+json')
+  })
+
+  t.test('nothing above reached the upstream', async (t) => {
+    t.same(upstream.received.map((request) => `${request.method} ${request.url}`), [])
+  })
+})
