@@ -18,13 +18,16 @@ declare module 'fastify' {
  * How many times the two headers that must come once were sent, in one pass over the raw
  * headers: Node keeps the first Authorization and folds repeated custom headers into one value.
  */
+const AUTHORIZATION = 'authorization'
+
 function singleHeaderCounts(request: FastifyRequest): { authorization: number; acting: number } {
   const raw = request.raw.rawHeaders
   const counts = { authorization: 0, acting: 0 }
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!.toLowerCase()
-    if (name === 'authorization') counts.authorization++
-    else if (name === ACTING_HEADER) counts.acting++
+    const name = raw[i]!
+    // Lower-cased only when the length matches: this runs for every header of every request.
+    if (name.length === AUTHORIZATION.length && name.toLowerCase() === AUTHORIZATION) counts.authorization++
+    else if (name.length === ACTING_HEADER.length && name.toLowerCase() === ACTING_HEADER) counts.acting++
   }
   return counts
 }
