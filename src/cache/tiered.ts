@@ -2,7 +2,7 @@
 // TTL, shared by the replicas), in front of Postgres. A change commits in Postgres first, then
 // deletes the Redis entries and publishes their names; every replica evicts them from its LRU.
 import { LRUCache } from 'lru-cache'
-import { Redis } from 'ioredis'
+import { Redis, type ChainableCommander } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Metrics } from '../ops/metrics.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
@@ -46,6 +46,32 @@ export const DEFAULT_TIMINGS: CacheTimings = {
 }
 
 const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidate`
+
+/**
+ * Each entry has a generation in Redis, bumped by every invalidation of it. A fill reads the
+ * generation with the entry, and stores what it read from Postgres only if the generation has not
+ * moved since: otherwise an invalidation came in between, and the row it read may be the old one.
+ * Without this, a fill that read the old row before a commit and wrote it to Redis after the
+ * invalidation's delete would put a revoked key back for the whole Redis TTL.
+ */
+const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:${key}`
+/** Longer than any fill can take (Postgres gives up after its 5 s connect timeout). */
+const GENERATION_TTL_MS = 10 * 60_000
+
+const STORE_IF_UNCHANGED = `
+local generation = redis.call('GET', KEYS[2]) or ''
+if generation ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1`
+
+/** The Redis side of an invalidation, queued on a MULTI: bump generations, delete, publish. */
+function queueInvalidation(multi: ChainableCommander, keyPrefix: string, keys: readonly string[]): ChainableCommander {
+  for (const key of keys) {
+    const generation = generationKey(keyPrefix, key)
+    multi.incr(generation).pexpire(generation, GENERATION_TTL_MS)
+  }
+  return multi.del(...keys.map((key) => keyPrefix + key)).publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
+}
 
 // What every connection of the gateway to Redis shares. ioredis 6 opens a RESP3 connection with
 // HELLO, which a client without an offline queue fails to send at connect; RESP2 needs none.
@@ -199,10 +225,13 @@ export class TenancyCache implements CacheInvalidator {
   private async fill<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
     const epoch = this.epoch
     const redis = this.usableRedis()
+    // null: Redis was not asked, so nothing is stored there either.
+    let generation: string | null = null
     if (redis !== null) {
       try {
-        const raw = await redis.get(this.prefix + key)
-        if (raw !== null) {
+        const [raw, seenGeneration] = await redis.mget(this.prefix + key, generationKey(this.prefix, key))
+        generation = seenGeneration ?? ''
+        if (typeof raw === 'string') {
           this.options.metrics.storeLookups.redis.inc()
           this.options.metrics.cacheHits.redis.inc()
           const value = JSON.parse(raw) as T | null
@@ -228,7 +257,7 @@ export class TenancyCache implements CacheInvalidator {
     }
     if (epoch === this.epoch) {
       this.remember(key, value)
-      this.storeInRedis(key, value)
+      if (generation !== null) this.storeInRedis(key, value, generation)
     }
     return value
   }
@@ -238,11 +267,14 @@ export class TenancyCache implements CacheInvalidator {
     this.local.set(key, { value, storedAt: Date.now() }, { ttl })
   }
 
-  private storeInRedis(key: string, value: unknown): void {
+  /** Stores a value read from Postgres, unless the entry was invalidated since `generation` was read. */
+  private storeInRedis(key: string, value: unknown, generation: string): void {
     const redis = this.usableRedis()
     if (redis === null) return
     const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
-    redis.set(this.prefix + key, JSON.stringify(value), 'PX', ttl).catch((err: unknown) => this.redisFailed(err))
+    redis
+      .eval(STORE_IF_UNCHANGED, 2, this.prefix + key, generationKey(this.prefix, key), generation, JSON.stringify(value), ttl)
+      .catch((err: unknown) => this.redisFailed(err))
   }
 
   private usableRedis(): Redis | null {
@@ -297,11 +329,7 @@ export class TenancyCache implements CacheInvalidator {
     if (this.redis === null) return
     try {
       if (this.redis.status !== 'ready') throw new Error('redis is not connected')
-      await this.redis
-        .multi()
-        .del(...keys.map((key) => this.prefix + key))
-        .publish(this.channel, JSON.stringify(keys))
-        .exec()
+      await queueInvalidation(this.redis.multi(), this.prefix, keys).exec()
     } catch (err) {
       for (const key of keys) this.unsent.add(key)
       this.redisFailed(err)
@@ -352,12 +380,7 @@ export async function publishInvalidation(
   redis.on('error', () => {
     // Reported by the command below.
   })
-  const send = () =>
-    redis
-      .multi()
-      .del(...keys.map((key) => keyPrefix + key))
-      .publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
-      .exec()
+  const send = () => queueInvalidation(redis.multi(), keyPrefix, keys).exec()
   try {
     await send()
     // Sent again, as TenancyCache.invalidate does: a replica's fill that read the old row before

@@ -1,0 +1,117 @@
+// The Redis tier against a fill that races an invalidation (DESIGN §8): real Postgres and Redis,
+// with the Postgres read held open so that the change lands between the read and the store.
+import { createHash } from 'node:crypto'
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { createParentWithKey } from '../../src/auth/mint.js'
+import { cacheKeys, TenancyCache } from '../../src/cache/tiered.js'
+import { createMetrics } from '../../src/ops/metrics.js'
+import { revokeKey } from '../../src/store/keys.js'
+import { postgresLookups, type TenancyLookups } from '../../src/tenancy/lookups.js'
+import { freshDatabase } from '../helpers/db.js'
+import { REDIS_URL, redisPrefix } from '../helpers/proxy.js'
+
+const database = await freshDatabase(t)
+const prefix = redisPrefix(t)
+const redis = new Redis(REDIS_URL)
+t.teardown(() => redis.disconnect())
+
+const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, silent() {}, child: () => silent, level: 'silent' }
+
+function cache(source: TenancyLookups): TenancyCache {
+  const made = new TenancyCache({
+    source,
+    redisUrl: REDIS_URL,
+    keyPrefix: prefix,
+    // The repeat of each invalidation comes 200 ms later; the held fill outlasts it.
+    timings: { reinvalidateAfterMs: 200 },
+    log: silent as never,
+    metrics: createMetrics(),
+  })
+  t.teardown(() => made.close())
+  return made
+}
+
+/** Postgres lookups whose key reads wait, after reading, until `release()`. */
+function heldLookups(): { lookups: TenancyLookups; read: Promise<void>; release: () => void } {
+  const real = postgresLookups(database.sql)
+  let markRead!: () => void
+  let release!: () => void
+  const read = new Promise<void>((resolve) => (markRead = resolve))
+  const released = new Promise<void>((resolve) => (release = resolve))
+  return {
+    lookups: {
+      ...real,
+      async keyByDigest(keyDigest) {
+        const record = await real.keyByDigest(keyDigest)
+        markRead()
+        await released
+        return record
+      },
+    },
+    read,
+    release,
+  }
+}
+
+async function ready(...caches: TenancyCache[]): Promise<void> {
+  // Both connections up: a lookup before that would skip Redis.
+  for (let i = 0; i < 100; i++) {
+    if ((await Promise.all(caches.map((c) => c.ping(200)))).every((r) => r === 'ok')) return
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  throw new Error('redis did not become ready')
+}
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest()
+
+t.test('a fill that read a key before its revocation does not put it back into Redis', async (t) => {
+  const { account, key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'race', externalId: null, extraScopes: [] }))
+  const entry = prefix + cacheKeys.key(sha256(key.apiKey))
+  const held = heldLookups()
+  const slow = cache(held.lookups)
+  const other = cache(postgresLookups(database.sql))
+  await ready(slow, other)
+
+  // The slow replica reads the active key, and is held before it stores it. Its subscriber is
+  // paused too, as a slow network would hold the message: a message that arrives before the store
+  // stops the store anyway (the eviction epoch), so this is the case only Redis can settle.
+  const subscriber = (slow as unknown as { subscriber: Redis }).subscriber
+  const stream = (subscriber as unknown as { stream: { pause(): void; resume(): void } }).stream
+  stream.pause()
+  const filling = slow.lookups.keyByDigest(sha256(key.apiKey))
+  await held.read
+  // Meanwhile the key is revoked through the other replica: commit, then invalidate.
+  await revokeKey(database.sql, account.id, key.row.id)
+  await other.invalidate([cacheKeys.key(sha256(key.apiKey))])
+  // The slow fill lands after the invalidation and after its repeat.
+  await new Promise((resolve) => setTimeout(resolve, 400))
+  held.release()
+  t.equal((await filling)?.status, 'active', 'the slow request itself saw the row it read')
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  stream.resume()
+
+  t.equal(await redis.get(entry), null, 'Redis does not hold the old record')
+  const fresh = cache(postgresLookups(database.sql))
+  await ready(fresh)
+  t.equal((await fresh.lookups.keyByDigest(sha256(key.apiKey)))?.status, 'revoked', 'a replica with a cold cache sees the revocation')
+})
+
+t.test('fills still store into Redis, before and after an invalidation', async (t) => {
+  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'plain', externalId: null, extraScopes: [] }))
+  const entry = prefix + cacheKeys.key(sha256(key.apiKey))
+  const first = cache(postgresLookups(database.sql))
+  await ready(first)
+  await first.lookups.keyByDigest(sha256(key.apiKey))
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored after the first fill')
+
+  await first.invalidate([cacheKeys.key(sha256(key.apiKey))])
+  t.equal(await redis.get(entry), null, 'deleted by the invalidation')
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const second = cache(postgresLookups(database.sql))
+  await ready(second)
+  await second.lookups.keyByDigest(sha256(key.apiKey))
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored again by a fill that began after it')
+})
