@@ -12,17 +12,28 @@ export interface UsageCount {
   requests: number
 }
 
+/** How long a flush's id is remembered: a retry later than that could add its counts twice. */
+export const BATCH_MEMORY = '1 day'
+
 /**
- * Adds the counts in one statement. Rows arrive sorted by their key, so two replicas flushing at
- * once lock rows in the same order and cannot deadlock.
+ * Adds one flush's counts, once: in one transaction, the batch id is recorded and the counts are
+ * added in one statement, unless the id was already recorded (a retry of a flush that committed
+ * but whose reply was lost). Rows arrive sorted by their key, so two replicas flushing at once
+ * lock rows in the same order and cannot deadlock. Returns false for a batch already applied.
  */
-export async function addUsage(db: Db, counts: readonly UsageCount[]): Promise<void> {
-  if (counts.length === 0) return
+export async function addUsage(sql: Sql, batchId: string, counts: readonly UsageCount[]): Promise<boolean> {
+  if (counts.length === 0) return true
   const rows = counts.map((c) => ({ tenant_id: c.tenantId, day: c.day, status_class: c.statusClass, requests: c.requests }))
-  await db`
-    insert into usage_daily ${db(rows, 'tenant_id', 'day', 'status_class', 'requests')}
-    on conflict (tenant_id, day, status_class)
-    do update set requests = usage_daily.requests + excluded.requests`
+  return sql.begin(async (tx) => {
+    const recorded = await tx`insert into usage_batches (id) values (${batchId}) on conflict (id) do nothing returning id`
+    if (recorded.length === 0) return false
+    await tx`
+      insert into usage_daily ${tx(rows, 'tenant_id', 'day', 'status_class', 'requests')}
+      on conflict (tenant_id, day, status_class)
+      do update set requests = usage_daily.requests + excluded.requests`
+    await tx`delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval`
+    return true
+  })
 }
 
 /** Sets last_used_at where it is older (a slower replica never moves it back). */

@@ -1,6 +1,7 @@
 // Counts requests per tenant, UTC day and status class in memory and adds them to Postgres about
 // once a second, in one statement, and at shutdown (DESIGN §6, §8). Keys' last_used_at rides on
 // the same flush, at most once a minute per key: nothing is written on the request path.
+import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Sql } from '../store/db.js'
 import { addUsage, touchKeys, type UsageCount } from '../store/usage.js'
@@ -23,11 +24,20 @@ export function utcDay(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10)
 }
 
+interface Batch {
+  readonly id: string
+  readonly rows: readonly UsageCount[]
+  /** When its oldest count was recorded. */
+  readonly since: number
+}
+
 export class UsageMeter {
   /** `tenantId|day|class` → requests not yet in Postgres. */
   private counts = new Map<string, number>()
   /** When the oldest of `counts` was recorded; null while nothing is pending. */
   private pendingSince: number | null = null
+  /** A flush that failed: it may have committed, so it is retried with the same id. */
+  private inDoubt: Batch | null = null
   /** keyId → last use not yet written. */
   private keyUses = new Map<string, number>()
   /** keyId → when its last_used_at was last written (or queued), for the once-a-minute rule. */
@@ -59,7 +69,8 @@ export class UsageMeter {
 
   /** How long the oldest count not yet in Postgres has waited, in ms; 0 when none is pending. */
   lagMs(): number {
-    return this.pendingSince === null ? 0 : this.now() - this.pendingSince
+    const since = this.inDoubt?.since ?? this.pendingSince
+    return since === null ? 0 : this.now() - since
   }
 
   private today(): string {
@@ -89,23 +100,20 @@ export class UsageMeter {
   }
 
   private async write(): Promise<void> {
-    const counts = this.counts
     const keyUses = this.keyUses
-    const pendingSince = this.pendingSince
-    this.counts = new Map()
-    this.pendingSince = null
     this.keyUses = new Map()
     this.forgetOldKeyWrites()
 
-    if (counts.size > 0) {
-      try {
-        await addUsage(this.options.sql, toRows(counts))
-      } catch (err) {
-        this.options.log.warn({ err, rows: counts.size }, 'usage flush failed; will retry')
-        this.options.onFlushFailed?.()
-        for (const [key, n] of counts) this.counts.set(key, (this.counts.get(key) ?? 0) + n)
-        this.pendingSince = pendingSince
-      }
+    // A batch whose outcome is unknown goes again, as it was, before anything newer: its id keeps
+    // a retry of a flush that did commit from adding its counts twice. Until it is through, new
+    // counts keep adding up in memory (one batch in doubt at a time, however long Postgres is away).
+    const clear = this.inDoubt === null || (await this.send(this.inDoubt))
+    if (clear) this.inDoubt = null
+    if (clear && this.counts.size > 0) {
+      const batch: Batch = { id: randomUUID(), rows: toRows(this.counts), since: this.pendingSince ?? this.now() }
+      this.counts = new Map()
+      this.pendingSince = null
+      if (!(await this.send(batch))) this.inDoubt = batch
     }
     if (keyUses.size > 0) {
       try {
@@ -125,6 +133,18 @@ export class UsageMeter {
   private forgetOldKeyWrites(): void {
     const cutoff = this.now() - LAST_USED_RESOLUTION_MS
     for (const [keyId, at] of this.keyWrittenAt) if (at <= cutoff) this.keyWrittenAt.delete(keyId)
+  }
+
+  /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
+  private async send(batch: Batch): Promise<boolean> {
+    try {
+      await addUsage(this.options.sql, batch.id, batch.rows)
+      return true
+    } catch (err) {
+      this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
+      this.options.onFlushFailed?.()
+      return false
+    }
   }
 
   /** Stops the timer and writes what is left. */

@@ -1,0 +1,91 @@
+// Usage flushes are applied once (DESIGN §6, §8): a flush whose COMMIT reached Postgres but whose
+// reply was lost is retried with the same batch id and adds nothing twice. The connection is
+// really cut, by a relay between the meter and Postgres, right after it forwarded the COMMIT.
+import net from 'node:net'
+import type { AddressInfo } from 'node:net'
+import postgres from 'postgres'
+import t from 'tap'
+import { createParentWithKey } from '../../src/auth/mint.js'
+import { addUsage } from '../../src/store/usage.js'
+import { UsageMeter } from '../../src/usage/meter.js'
+import { freshDatabase } from '../helpers/db.js'
+
+const database = await freshDatabase(t)
+const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, silent() {}, child: () => silent, level: 'silent' }
+
+/** A TCP relay to the test database's server that can drop the reply to the next COMMIT. */
+async function relay(target: URL): Promise<{ url: string; dropNextCommitReply(): void; cut: Promise<void> }> {
+  let armed = false
+  let markCut!: () => void
+  const cut = new Promise<void>((resolve) => (markCut = resolve))
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname)
+    sockets.add(client).add(upstream)
+    upstream.pipe(client)
+    client.on('data', (chunk: Buffer) => {
+      upstream.write(chunk)
+      if (armed && /commit/i.test(chunk.toString('latin1'))) {
+        armed = false
+        // Postgres gets the COMMIT; the client never hears back.
+        upstream.unpipe(client)
+        setTimeout(() => {
+          client.destroy()
+          upstream.destroy()
+          markCut()
+        }, 200)
+      }
+    })
+    const end = () => {
+      client.destroy()
+      upstream.destroy()
+    }
+    client.on('error', end).on('close', end)
+    upstream.on('error', end).on('close', end)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy()
+    return new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+  const url = new URL(target)
+  url.host = `127.0.0.1:${(server.address() as AddressInfo).port}`
+  return { url: url.toString(), dropNextCommitReply: () => (armed = true), cut }
+}
+
+async function requestsOf(tenantId: string): Promise<number> {
+  const [row] = await database.sql<{ n: string | null }[]>`select sum(requests) as n from usage_daily where tenant_id = ${tenantId}`
+  return Number(row?.n ?? 0)
+}
+
+t.test('addUsage applies a batch id once', async (t) => {
+  const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'once', externalId: null, extraScopes: [] }))
+  const rows = [{ tenantId: account.id, day: '2026-11-21', statusClass: 2, requests: 5 }]
+  const id = '6b1d2c9e-1f0a-4c55-9d43-0a1b2c3d4e5f'
+  t.equal(await addUsage(database.sql, id, rows), true, 'applied')
+  t.equal(await addUsage(database.sql, id, rows), false, 'the same id again is not')
+  t.equal(await requestsOf(account.id), 5, 'counted once')
+})
+
+t.test('a flush whose reply was lost after its COMMIT is not counted twice', async (t) => {
+  const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'lost', externalId: null, extraScopes: [] }))
+  const link = await relay(new URL(database.url))
+  const sql = postgres(link.url, { max: 1, onnotice: () => {} })
+  t.teardown(() => sql.end({ timeout: 1 }))
+  let failures = 0
+  const meter = new UsageMeter({ sql, log: silent as never, onFlushFailed: () => failures++ })
+
+  for (let i = 0; i < 7; i++) meter.record(account.id, 200)
+  link.dropNextCommitReply()
+  await meter.flush()
+  await link.cut
+  t.equal(failures, 1, 'the meter saw the flush fail')
+  t.equal(await requestsOf(account.id), 7, 'yet Postgres committed it')
+  t.ok(meter.lagMs() >= 0, 'the batch is kept')
+
+  for (let i = 0; i < 3; i++) meter.record(account.id, 503)
+  await meter.flush()
+  t.equal(failures, 1, 'the retry went through')
+  t.equal(await requestsOf(account.id), 10, 'the retried batch added nothing; the newer counts were added once')
+  t.equal(meter.lagMs(), 0, 'nothing pending')
+})
