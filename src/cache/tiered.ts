@@ -94,7 +94,11 @@ export interface TenancyCacheOptions {
   timings?: Partial<CacheTimings>
   log: FastifyBaseLogger
   metrics: Metrics
+  /** How many failed invalidations are remembered for when Redis is back (default 10,000). */
+  maxUnsentKeys?: number
 }
+
+const MAX_UNSENT_KEYS = 10_000
 
 interface Entry {
   readonly value: unknown
@@ -120,6 +124,11 @@ export class TenancyCache implements CacheInvalidator {
   private redisSkipUntil = 0
   /** Invalidations Redis did not take (it was down); sent again when it is back. */
   private readonly unsent = new Set<string>()
+  /**
+   * More invalidations failed than `unsent` keeps: their names are gone, so when Redis is back
+   * every entry under the prefix is deleted instead.
+   */
+  private unsentOverflowed = false
   /** Repeats of invalidations, waiting for their moment. */
   private readonly repeats = new Map<NodeJS.Timeout, readonly string[]>()
 
@@ -153,6 +162,12 @@ export class TenancyCache implements CacheInvalidator {
     redis.on('close', () => up.set(0))
     redis.on('ready', () => {
       up.set(1)
+      if (this.unsentOverflowed) {
+        this.unsentOverflowed = false
+        this.unsent.clear()
+        void this.deleteAllEntries(redis)
+        return
+      }
       if (this.unsent.size === 0) return
       const keys = [...this.unsent]
       this.unsent.clear()
@@ -331,8 +346,38 @@ export class TenancyCache implements CacheInvalidator {
       if (this.redis.status !== 'ready') throw new Error('redis is not connected')
       await queueInvalidation(this.redis.multi(), this.prefix, keys).exec()
     } catch (err) {
-      for (const key of keys) this.unsent.add(key)
+      this.keepUnsent(keys)
       this.redisFailed(err)
+    }
+  }
+
+  private keepUnsent(keys: readonly string[]): void {
+    if (this.unsentOverflowed) return
+    for (const key of keys) this.unsent.add(key)
+    if (this.unsent.size <= (this.options.maxUnsentKeys ?? MAX_UNSENT_KEYS)) return
+    this.unsent.clear()
+    this.unsentOverflowed = true
+    this.options.log.error({}, 'too many invalidations failed while Redis was down; every Redis entry will be deleted when it is back')
+  }
+
+  /**
+   * Deletes every cache entry under the prefix (not the generations), a page at a time. Run when
+   * Redis is back after more invalidations failed than could be remembered; if it fails too, the
+   * entries expire with the Redis TTL.
+   */
+  private async deleteAllEntries(redis: Redis): Promise<void> {
+    let cursor = '0'
+    let deleted = 0
+    try {
+      do {
+        const [next, found] = await redis.scan(cursor, 'MATCH', `${this.prefix}*`, 'COUNT', 1000)
+        cursor = next
+        const entries = found.filter((name) => !name.startsWith(`${this.prefix}gen:`))
+        if (entries.length > 0) deleted += await redis.del(...entries)
+      } while (cursor !== '0')
+      this.options.log.warn({ deleted }, 'deleted every Redis cache entry after lost invalidations')
+    } catch (err) {
+      this.options.log.error({ err }, 'could not delete the Redis cache entries; they expire within the Redis TTL')
     }
   }
 

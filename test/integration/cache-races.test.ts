@@ -1,15 +1,16 @@
 // The Redis tier against a fill that races an invalidation (DESIGN §8): real Postgres and Redis,
 // with the Postgres read held open so that the change lands between the read and the store.
+import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { Redis } from 'ioredis'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { cacheKeys, TenancyCache } from '../../src/cache/tiered.js'
 import { createMetrics } from '../../src/ops/metrics.js'
 import { revokeKey } from '../../src/store/keys.js'
 import { postgresLookups, type TenancyLookups } from '../../src/tenancy/lookups.js'
 import { freshDatabase } from '../helpers/db.js'
-import { REDIS_URL, redisPrefix } from '../helpers/proxy.js'
+import { closedPort, REDIS_URL, redisPrefix } from '../helpers/proxy.js'
 
 const database = await freshDatabase(t)
 const prefix = redisPrefix(t)
@@ -114,4 +115,62 @@ t.test('fills still store into Redis, before and after an invalidation', async (
   await second.lookups.keyByDigest(sha256(key.apiKey))
   await new Promise((resolve) => setTimeout(resolve, 100))
   t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored again by a fill that began after it')
+})
+
+/** A redis-server of this test's own, so that pausing it disturbs no other test. */
+async function ownRedis(t: Test): Promise<{ url: string; admin: Redis }> {
+  const port = await closedPort()
+  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  t.teardown(() => {
+    server.kill('SIGKILL')
+  })
+  const admin = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 50 })
+  for (let i = 0; i < 100; i++) {
+    try {
+      await admin.connect()
+      break
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+  t.teardown(() => admin.disconnect())
+  await admin.ping()
+  return { url: `redis://127.0.0.1:${port}`, admin }
+}
+
+t.test('more failed invalidations than remembered: every entry is deleted when Redis is back', async (t) => {
+  const { url, admin } = await ownRedis(t)
+  const keys = await Promise.all(
+    [1, 2, 3, 4, 5].map(async (n) => (await database.sql.begin((tx) => createParentWithKey(tx, { name: `k${n}`, externalId: null, extraScopes: [] }))).key),
+  )
+  const entries = keys.map((key) => prefix + cacheKeys.key(sha256(key.apiKey)))
+  const replica = new TenancyCache({
+    source: postgresLookups(database.sql),
+    redisUrl: url,
+    keyPrefix: prefix,
+    timings: { reinvalidateAfterMs: 60_000 },
+    log: silent as never,
+    metrics: createMetrics(),
+    maxUnsentKeys: 2,
+  })
+  t.teardown(() => replica.close())
+  await ready(replica)
+  for (const key of keys) await replica.lookups.keyByDigest(sha256(key.apiKey))
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(await admin.exists(...entries), 5, 'all five entries are in Redis')
+
+  // Redis stops answering: each invalidation times out and is remembered, until there are too many.
+  await admin.client('PAUSE', 2000, 'ALL')
+  // Four of the five keys change; the replica can remember two names.
+  for (const key of keys.slice(0, 4)) await replica.invalidate([cacheKeys.key(sha256(key.apiKey))])
+  await admin.client('UNPAUSE')
+  // The connection comes back (a new one, as after an outage).
+  await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  let left = 5
+  for (let i = 0; i < 100 && left > 0; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    left = await admin.exists(...entries)
+  }
+  // Sending the two remembered names would leave three entries: all went, the unchanged one too.
+  t.equal(left, 0, 'every entry under the prefix was deleted, the forgotten ones included')
 })
