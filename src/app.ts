@@ -60,8 +60,6 @@ function requestId(req: { headers: Record<string, string | string[] | undefined>
   return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
 }
 
-export { LOG_REDACT } from './ops/logging.js'
-
 declare module 'fastify' {
   interface FastifyContextConfig {
     /** Which part of the gateway a route belongs to, for the request line and the metrics. */
@@ -267,7 +265,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   metrics.postgresConnections = () => connectionsByState(deps.store)
   if (deps.store.pool !== undefined) metrics.postgresPoolMax.set(deps.store.pool.max)
   app.decorate('metrics', metrics)
-  app.decorate('readiness', { draining: false })
+  const readiness = { draining: false }
+  app.decorate('readiness', readiness)
   app.decorate('tenancyCache', cache)
   app.decorate('usageMeter', meter)
   // In-flight requests are done by now: write the last counts, then let Redis go.
@@ -308,6 +307,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     done()
   })
 
+  // Once shutdown began, every response says Connection: close, so that a keep-alive client lets
+  // go as soon as its request is answered: Node closes only the connections idle at close time, and
+  // one that was busy then would otherwise hold the shutdown until SHUTDOWN_TIMEOUT_MS.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (readiness.draining) reply.header('connection', 'close')
+    done(null, payload)
+  })
+
   app.setErrorHandler(sendError)
 
   app.setNotFoundHandler((request) => {
@@ -322,7 +329,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
 
   await registerOpenApi(app)
-  await app.register(healthRoutes, { sql: deps.store.sql, cache, readiness: app.readiness })
+  await app.register(healthRoutes, { sql: deps.store.sql, cache, readiness })
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,

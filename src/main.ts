@@ -1,9 +1,10 @@
 // The only process code: config → store → migrations → app → listen; close-with-grace on signals.
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
-import { buildApp, LOG_REDACT } from './app.js'
+import { buildApp } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
 import { ConfigError, loadConfig } from './config.js'
+import { loggerOptions } from './ops/logging.js'
 import { createMetrics, serveMetrics } from './ops/metrics.js'
 import { loadRouteTable } from './proxy/routes.js'
 import { openStore } from './store/db.js'
@@ -27,7 +28,7 @@ async function main(): Promise<void> {
     store,
     routes,
     metrics,
-    logger: { level: config.logLevel, redact: { paths: LOG_REDACT, censor: '[redacted]' } },
+    logger: loggerOptions(config.logLevel),
   })
 
   // The app first (in-flight requests finish, usage is flushed), then the store it wrote to.

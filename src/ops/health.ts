@@ -72,7 +72,7 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
       if (!readiness.draining && failed.length === 0) return { status: 'ready' as const, checks: { postgres, redis } }
       const detail = readiness.draining
         ? 'the gateway is shutting down'
-        : `${failed.join(' and ')} did not answer within ${READINESS_TIMEOUT_MS} ms`
+        : `${failed.join(' and ')} cannot be reached (no answer within ${READINESS_TIMEOUT_MS} ms, or not connected)`
       // The problem envelope of DESIGN §7, with the checks as an extension member (RFC 9457 §3.2).
       return reply
         .code(503)

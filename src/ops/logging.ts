@@ -1,7 +1,7 @@
 // Logs (DESIGN §9): pino JSON, one line per request written when the response is done, and the
 // secrets of DESIGN §3 redacted wherever they could appear in a logged object.
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
-import type { Bindings, ChildLoggerOptions, Logger } from 'pino'
+import type { Bindings, ChildLoggerOptions, Logger, LoggerOptions } from 'pino'
 import type { RouteKind } from './metrics.js'
 
 export const LOG_REDACT = [
@@ -15,6 +15,13 @@ export const LOG_REDACT = [
   '*.client_secret',
   '*.authorization',
 ]
+
+export const LOG_CENSOR = '[redacted]'
+
+/** The gateway's pino options: main.ts starts with them, and the log test captures with them. */
+export function loggerOptions(level: string): LoggerOptions {
+  return { level, redact: { paths: LOG_REDACT, censor: LOG_CENSOR } }
+}
 
 /**
  * Fastify gives every request a child logger, which pino builds eagerly (bindings serialized,

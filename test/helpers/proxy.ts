@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from '../../src/app.js'
+import { buildApp, type AppDeps } from '../../src/app.js'
 import type { CacheTimings } from '../../src/cache/tiered.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
@@ -117,6 +117,8 @@ export interface LiveGatewayOptions {
   redis?: boolean
   cacheTimings?: Partial<CacheTimings>
   usageFlushIntervalMs?: number
+  /** Passed to buildApp: a pino instance lets a test capture every line (default: no logging). */
+  logger?: AppDeps['logger']
 }
 
 export interface LiveGateway {
@@ -144,6 +146,7 @@ export async function liveGateway(t: TestLike, options: LiveGatewayOptions = {})
     redisKeyPrefix,
     cacheTimings: options.cacheTimings,
     usageFlushIntervalMs: options.usageFlushIntervalMs,
+    logger: options.logger,
   })
   t.teardown(() => app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })

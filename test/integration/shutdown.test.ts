@@ -1,0 +1,415 @@
+// Graceful shutdown (DESIGN §9) of a real gateway process, the way a rolling deploy ends one:
+// SIGTERM while keep-alive clients keep it busy. The test plays the load balancer: it polls
+// /readyz on fresh connections and stops sending new requests once it answers 503. Every request
+// that was started must get a whole 2xx answer, the process must exit 0, and no usage count may
+// be lost (the meter's last counts are flushed at close).
+//
+// Requests "in flight when the close begins" are made certain, not likely: the upstream holds
+// some requests until the test has seen the listener refuse connections (app.close() has begun),
+// and only then answers them. Nothing else depends on timing; the bounds below only stop a hang.
+import { spawn, type ChildProcess } from 'node:child_process'
+import { Agent, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
+import { connect, createServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import { createParentWithKey } from '../../src/auth/mint.js'
+import { freshDatabase } from '../helpers/db.js'
+import { REDIS_URL, callAs, rawRequest, redisPrefix, startUpstream, within, type Upstream } from '../helpers/proxy.js'
+
+const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
+/** Generous bounds against hangs on a slow, busy machine; no assertion is about speed. */
+const START_TIMEOUT = 60_000
+const HANG_TIMEOUT = 30_000
+/**
+ * SHUTDOWN_TIMEOUT_MS: longer than the requests take, so that nothing is cut for being slow.
+ * Should the gateway still hold a connection at the end of it, it says so in a warning, which
+ * fails the test; the process is given this long again to exit, so that the failure is that
+ * clear message rather than a hang.
+ */
+const SHUTDOWN_TIMEOUT_MS = 15_000
+const EXIT_TIMEOUT = SHUTDOWN_TIMEOUT_MS + HANG_TIMEOUT
+
+const WORKERS = 20
+/** The load's upstream answers after this long, more than the shutdown delay below. */
+const LOAD_DELAY_MS = [1100, 1300] as const
+/**
+ * How long /readyz says 503 before the gateway stops accepting. Longer than DESIGN's example,
+ * so that a test process starved of CPU for a moment still sees the 503 (and stops starting
+ * requests) before the close; the held requests make "in flight at the close" certain anyway.
+ */
+const SHUTDOWN_DELAY_MS = 1000
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
+
+/** True once nothing accepts connections on the port any more (the listener was closed). */
+function refuses(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    socket.once('connect', () => {
+      socket.destroy()
+      resolve(false)
+    })
+    socket.once('error', (err: NodeJS.ErrnoException) => {
+      socket.destroy()
+      resolve(err.code === 'ECONNREFUSED')
+    })
+  })
+}
+
+interface Exit {
+  code: number | null
+  signal: NodeJS.Signals | null
+}
+
+interface GatewayProcess {
+  child: ChildProcess
+  port: number
+  base: string
+  /** Settles when the process has exited. */
+  exit: Promise<Exit>
+  exited(): boolean
+  stdout(): string
+  stderr(): string
+}
+
+const running = new Set<ChildProcess>()
+
+// Whatever happens, no gateway outlives the test file.
+t.teardown(() => {
+  for (const child of running) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+})
+
+/**
+ * `node --import tsx src/main.ts` with the given environment; resolves once /readyz says 200, as
+ * a load balancer would wait for (Redis may still be connecting when the port opens).
+ */
+async function startGateway(env: Record<string, string>): Promise<GatewayProcess> {
+  const port = await freePort()
+  const metricsPort = await freePort()
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: {
+      ...process.env,
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      METRICS_PORT: String(metricsPort),
+      LOG_LEVEL: 'warn',
+      SHUTDOWN_TIMEOUT_MS: String(SHUTDOWN_TIMEOUT_MS),
+      ...env,
+    },
+  })
+  running.add(child)
+  let out = ''
+  let err = ''
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk))
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (err += chunk))
+  let done = false
+  const exit = new Promise<Exit>((resolve) =>
+    child.once('exit', (code, signal) => {
+      done = true
+      running.delete(child)
+      resolve({ code, signal })
+    }),
+  )
+  const base = `http://127.0.0.1:${port}`
+  const started = await within(START_TIMEOUT, async () => {
+    if (done) throw new Error(`the gateway exited at start\nstdout: ${out}\nstderr: ${err}`)
+    try {
+      return (await rawRequest(base, { path: '/readyz' })).status === 200
+    } catch {
+      return false
+    }
+  }, 100)
+  if (started === null) throw new Error(`the gateway was not ready within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
+  return { child, port, base, exit, exited: () => done, stdout: () => out, stderr: () => err }
+}
+
+/** Resolves with the process's exit, or null if it has not exited within `ms`. */
+async function exitWithin(gateway: GatewayProcess, ms: number): Promise<Exit | null> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ms)))
+  try {
+    return await Promise.race([gateway.exit, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** The upstream's answer: a body whose completeness the client can check. */
+function answer(response: ServerResponse, path: string): void {
+  const body = JSON.stringify({ path, pad: 'x'.repeat(4096) })
+  response.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) })
+  response.end(body)
+}
+
+/**
+ * The upstream: /v1/hold/* waits until the test releases it, everything else answers after
+ * LOAD_DELAY_MS. Either way the answer is 200 with a body of known content.
+ */
+async function delayingUpstream(t: Parameters<typeof startUpstream>[0]): Promise<Upstream & { held: () => number; release: () => void }> {
+  const held: (() => void)[] = []
+  let released = false
+  const upstream = await startUpstream(t, (request, response) => {
+    const path = request.url!
+    if (path.startsWith('/v1/hold/')) {
+      if (released) answer(response, path)
+      else held.push(() => answer(response, path))
+      return
+    }
+    const [low, high] = LOAD_DELAY_MS
+    setTimeout(() => answer(response, path), low + Math.random() * (high - low))
+  })
+  return {
+    ...upstream,
+    held: () => held.length,
+    release: () => {
+      released = true
+      for (const send of held.splice(0)) send()
+    },
+  }
+}
+
+interface Outcome {
+  status: number
+  headers: IncomingHttpHeaders
+  /** The body arrived whole: as long as declared, and naming the path that was asked for. */
+  complete: boolean
+  /** When the last byte arrived (Date.now()). */
+  at: number
+}
+
+/** A GET over `agent` (keep-alive), read to its end; rejects on any socket error. */
+function get(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<Outcome> {
+  const url = new URL(base)
+  return new Promise((resolve, reject) => {
+    const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers }, (response) => {
+      const chunks: Buffer[] = []
+      response.on('data', (chunk: Buffer) => chunks.push(chunk))
+      response.on('error', reject)
+      response.on('end', () => {
+        const body = Buffer.concat(chunks)
+        let complete = response.complete && body.length === Number(response.headers['content-length'])
+        if (complete && response.statusCode === 200) {
+          try {
+            complete = (JSON.parse(body.toString('utf8')) as { path?: string }).path === path
+          } catch {
+            complete = false
+          }
+        }
+        resolve({ status: response.statusCode!, headers: response.headers, complete, at: Date.now() })
+      })
+    })
+    request.on('error', reject)
+    request.end()
+  })
+}
+
+const describe = (err: unknown) => `${(err as NodeJS.ErrnoException).code ?? ''} ${(err as Error).message}`.trim()
+
+/** The usage_daily rows of one tenant, summed by status class over every day. */
+async function usageByClass(sql: Awaited<ReturnType<typeof freshDatabase>>['sql'], tenantId: string): Promise<Record<string, number>> {
+  const rows = await sql<{ status_class: number; n: number }[]>`
+    select status_class, sum(requests)::int as n from usage_daily where tenant_id = ${tenantId} group by status_class`
+  return Object.fromEntries(rows.map((row) => [`${row.status_class}xx`, row.n]))
+}
+
+/** Warnings and errors the gateway wrote (LOG_LEVEL=warn), as parsed lines. */
+function logLines(stdout: string): { level: number; msg: string }[] {
+  return stdout
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as { level: number; msg: string })
+}
+
+t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost, exit 0', async (t) => {
+  // The gateway migrates the empty database itself at start.
+  const db = await freshDatabase(t, { migrated: false })
+  const upstream = await delayingUpstream(t)
+  const gateway = await startGateway({
+    DATABASE_URL: db.url,
+    REDIS_URL,
+    REDIS_KEY_PREFIX: redisPrefix(t),
+    UPSTREAM_URL: upstream.url,
+    SHUTDOWN_DELAY_MS: String(SHUTDOWN_DELAY_MS),
+  })
+
+  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'shutdown', externalId: null, extraScopes: [] }))
+  const created = await callAs(gateway.base, key.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts',
+    acting: 'self',
+    json: { name: 'under load', external_id: 'load-sub' },
+  })
+  t.equal(created.status, 201, `sub-account created: ${created.body}`)
+  const sub = created.json() as { id: string }
+
+  // The load: each worker one keep-alive connection, one request after another, as the sub-account.
+  // Like a load balancer's pool, the connections stay open when the worker stops: closing them
+  // is the gateway's business.
+  const agents: Agent[] = []
+  t.teardown(() => agents.forEach((agent) => agent.destroy()))
+  let stopStarting = false
+  let started = 0
+  const answered: Outcome[] = []
+  const failures: string[] = []
+  async function worker(w: number): Promise<void> {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    agents.push(agent)
+    const headers = {
+      authorization: `Bearer ${key.apiKey}`,
+      // By UUID and by external id, in turns.
+      'x-service-acting-tenant': w % 2 === 0 ? sub.id : 'ext:load-sub',
+    }
+    for (let n = 0; !stopStarting; n++) {
+      started++
+      const path = `/v1/load/${w}/${n}`
+      try {
+        const outcome = await get(gateway.base, agent, path, headers)
+        answered.push(outcome)
+        if (outcome.status !== 200 || !outcome.complete) failures.push(`${path}: ${outcome.status}${outcome.complete ? '' : ' (incomplete body)'}`)
+      } catch (err) {
+        failures.push(`${path}: ${describe(err)}`)
+      }
+    }
+  }
+  const workers = Array.from({ length: WORKERS }, (_, w) => worker(w))
+
+  // Warm: about two rounds on every connection.
+  const warm = await within(START_TIMEOUT, async () => answered.length >= WORKERS * 2, 50)
+  t.not(warm, null, `the load is running (${answered.length} answered)`)
+
+  // Requests certain to be in flight when the close begins: the upstream holds them.
+  const HELD = 3
+  const holdAgents = Array.from({ length: HELD }, () => new Agent({ keepAlive: true, maxSockets: 1 }))
+  agents.push(...holdAgents)
+  const heldRequests = holdAgents.map((agent, i) =>
+    get(gateway.base, agent, `/v1/hold/${i}`, { authorization: `Bearer ${key.apiKey}`, 'x-service-acting-tenant': sub.id }).then(
+      (outcome) => outcome,
+      (err: unknown) => new Error(describe(err)),
+    ),
+  )
+  t.not(await within(HANG_TIMEOUT, async () => upstream.held() === HELD), null, 'the held requests reached the upstream')
+
+  const answeredBeforeSignal = answered.length
+  gateway.child.kill('SIGTERM')
+
+  // The load balancer: /readyz on a fresh connection until it says 503, then no new requests.
+  let notReady: { status: number; headers: IncomingHttpHeaders; body: Record<string, unknown> } | null = null
+  let probeError: string | null = null
+  await within(HANG_TIMEOUT, async () => {
+    try {
+      const res = await rawRequest(gateway.base, { path: '/readyz' })
+      if (res.status === 200) return false
+      notReady = { status: res.status, headers: res.headers, body: res.json() }
+    } catch (err) {
+      probeError = describe(err)
+    }
+    return true
+  }, 10)
+  stopStarting = true
+  t.equal(probeError, null, '/readyz answered until the load balancer saw it say 503 (the listener was still open)')
+  t.ok(notReady, '/readyz stopped answering 200 after SIGTERM')
+  if (notReady !== null) {
+    const { status, headers, body } = notReady as { status: number; headers: IncomingHttpHeaders; body: Record<string, unknown> }
+    t.equal(status, 503, '/readyz: 503 while draining')
+    t.match(String(headers['content-type']), /^application\/problem\+json/, '/readyz: problem+json')
+    t.equal(body.code, 'not_ready', '/readyz: code not_ready')
+    t.equal(body.draining, true, '/readyz: draining true')
+    t.equal(body.status, 503)
+  }
+
+  // app.close() has begun once the listener refuses; the held requests keep the process alive.
+  const closing = await within(HANG_TIMEOUT, () => refuses(gateway.port), 10)
+  t.not(closing, null, 'the gateway stopped accepting connections')
+  t.notOk(gateway.exited(), 'the process waits for the requests still in flight')
+  const closedAt = Date.now()
+  upstream.release()
+  const releasedAt = Date.now()
+
+  const held = await Promise.all(heldRequests)
+  held.forEach((outcome, i) => {
+    if (outcome instanceof Error) return t.fail(`held request ${i} failed: ${outcome.message}`)
+    t.equal(outcome.status, 200, `held request ${i}, in flight when the close began: 200`)
+    t.ok(outcome.complete, `held request ${i}: the whole body`)
+  })
+
+  await Promise.all(workers)
+  const exit = await exitWithin(gateway, EXIT_TIMEOUT)
+  t.same(exit, { code: 0, signal: null }, `the process exits 0 on its own\nstderr: ${gateway.stderr()}`)
+  t.comment(`exited ${Date.now() - releasedAt} ms after the held requests were released`)
+
+  t.same(failures, [], 'no request failed')
+  t.equal(answered.length, started, 'every request started got an answer')
+  const ok = answered.filter((outcome) => outcome.status === 200 && outcome.complete).length + held.filter((h) => !(h instanceof Error) && h.status === 200).length
+  t.ok(answered.length > answeredBeforeSignal, 'some load was in flight at SIGTERM')
+  t.comment(
+    `${answered.length} load requests (${answered.length - answeredBeforeSignal} answered after SIGTERM, ` +
+      `${answered.filter((o) => o.at > closedAt).length} after the listener closed) and ${HELD} held`,
+  )
+
+  t.equal(upstream.received.length, ok, 'the upstream received each answered request once, and nothing else')
+  t.same(await usageByClass(db.sql, sub.id), { '2xx': ok }, `usage_daily holds exactly the ${ok} answers, all 2xx`)
+  t.same(await usageByClass(db.sql, parent.id), {}, "nothing counted for the parent's own tenant")
+
+  const lines = logLines(gateway.stdout())
+  t.same(lines.filter((line) => line.level >= 50), [], 'no error was logged')
+  t.same(
+    lines.filter((line) => /shutdown timeout/.test(line.msg)),
+    [],
+    'the gateway closed its keep-alive connections itself once their requests were done, without waiting for the shutdown timeout to cut them',
+  )
+})
+
+t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
+  const db = await freshDatabase(t, { migrated: false })
+  const upstream = await delayingUpstream(t)
+  const gateway = await startGateway({
+    DATABASE_URL: db.url,
+    REDIS_URL,
+    REDIS_KEY_PREFIX: redisPrefix(t),
+    UPSTREAM_URL: upstream.url,
+    SHUTDOWN_DELAY_MS: '0',
+  })
+  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'no delay', externalId: null, extraScopes: [] }))
+
+  // A keep-alive client that keeps its connection until the gateway closes it.
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => agent.destroy())
+  const inFlight = get(gateway.base, agent, '/v1/hold/only', { authorization: `Bearer ${key.apiKey}` }).then(
+    (outcome) => outcome,
+    (err: unknown) => new Error(describe(err)),
+  )
+  t.not(await within(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+
+  gateway.child.kill('SIGTERM')
+  t.not(await within(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'the gateway stopped accepting connections')
+  t.notOk(gateway.exited(), 'the process waits for the request in flight')
+  upstream.release()
+  const releasedAt = Date.now()
+
+  const outcome = await inFlight
+  if (outcome instanceof Error) t.fail(`the request in flight failed: ${outcome.message}`)
+  else {
+    t.equal(outcome.status, 200, 'the request in flight at SIGTERM: 200')
+    t.ok(outcome.complete, 'with its whole body')
+  }
+  const exit = await exitWithin(gateway, EXIT_TIMEOUT)
+  t.same(exit, { code: 0, signal: null }, `the process exits 0 on its own\nstderr: ${gateway.stderr()}`)
+  t.comment(`exited ${Date.now() - releasedAt} ms after the request was released`)
+  t.equal(upstream.received.length, 1)
+  t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'and it is counted')
+  const lines = logLines(gateway.stdout())
+  t.same(lines.filter((line) => line.level >= 50), [], 'no error was logged')
+  t.same(
+    lines.filter((line) => /shutdown timeout/.test(line.msg)),
+    [],
+    'the gateway closed the keep-alive connection itself once its request was done, without waiting for the shutdown timeout',
+  )
+})
