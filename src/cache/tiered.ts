@@ -129,6 +129,8 @@ export class TenancyCache implements CacheInvalidator {
    * every entry under the prefix is deleted instead.
    */
   private unsentOverflowed = false
+  private resendTimer: NodeJS.Timeout | null = null
+  private closed = false
   /** Repeats of invalidations, waiting for their moment. */
   private readonly repeats = new Map<NodeJS.Timeout, readonly string[]>()
 
@@ -162,16 +164,7 @@ export class TenancyCache implements CacheInvalidator {
     redis.on('close', () => up.set(0))
     redis.on('ready', () => {
       up.set(1)
-      if (this.unsentOverflowed) {
-        this.unsentOverflowed = false
-        this.unsent.clear()
-        void this.deleteAllEntries(redis)
-        return
-      }
-      if (this.unsent.size === 0) return
-      const keys = [...this.unsent]
-      this.unsent.clear()
-      void this.broadcast(keys)
+      this.resendUnsent(redis)
     })
     return redis
   }
@@ -348,7 +341,35 @@ export class TenancyCache implements CacheInvalidator {
     } catch (err) {
       this.keepUnsent(keys)
       this.redisFailed(err)
+      this.scheduleResend()
     }
+  }
+
+  /** Sends the invalidations Redis did not take (or, past the bound, deletes every entry). */
+  private resendUnsent(redis: Redis): void {
+    if (this.unsentOverflowed) {
+      this.unsentOverflowed = false
+      this.unsent.clear()
+      void this.deleteAllEntries(redis)
+      return
+    }
+    if (this.unsent.size === 0) return
+    const keys = [...this.unsent]
+    this.unsent.clear()
+    void this.broadcast(keys)
+  }
+
+  /**
+   * A command that timed out leaves the connection up, so no 'ready' follows to resend what it
+   * did not send: try again once the backoff is over (and again, as long as it fails).
+   */
+  private scheduleResend(): void {
+    if (this.resendTimer !== null || this.closed) return
+    this.resendTimer = setTimeout(() => {
+      this.resendTimer = null
+      if (this.redis !== null && this.redis.status === 'ready') this.resendUnsent(this.redis)
+    }, this.timings.redisBackoffMs)
+    this.resendTimer.unref()
   }
 
   private keepUnsent(keys: readonly string[]): void {
@@ -362,8 +383,7 @@ export class TenancyCache implements CacheInvalidator {
 
   /**
    * Deletes every cache entry under the prefix (not the generations), a page at a time. Run when
-   * Redis is back after more invalidations failed than could be remembered; if it fails too, the
-   * entries expire with the Redis TTL.
+   * Redis is back after more invalidations failed than could be remembered.
    */
   private async deleteAllEntries(redis: Redis): Promise<void> {
     let cursor = '0'
@@ -377,7 +397,10 @@ export class TenancyCache implements CacheInvalidator {
       } while (cursor !== '0')
       this.options.log.warn({ deleted }, 'deleted every Redis cache entry after lost invalidations')
     } catch (err) {
-      this.options.log.error({ err }, 'could not delete the Redis cache entries; they expire within the Redis TTL')
+      // Tried again as long as it fails: the names of the stale entries are gone.
+      this.unsentOverflowed = true
+      this.redisFailed(err)
+      this.scheduleResend()
     }
   }
 
@@ -400,6 +423,8 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   async close(): Promise<void> {
+    this.closed = true
+    if (this.resendTimer !== null) clearTimeout(this.resendTimer)
     // Repeats still due go out now: late is better than never for a racing fill.
     const due = [...this.repeats]
     this.repeats.clear()

@@ -174,3 +174,4 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   // Sending the two remembered names would leave three entries: all went, the unchanged one too.
   t.equal(left, 0, 'every entry under the prefix was deleted, the forgotten ones included')
 })
+
