@@ -11,42 +11,46 @@
 // land on one side only. The figures worth comparing between runs are the gateway/bare ratios.
 // With the gateway's metrics port up, it also shows how many key/tenant lookups went to Redis or
 // Postgres once warm (the target is none).
-import { execFile, execFileSync, fork, spawn, type ChildProcess } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
-import net, { type AddressInfo } from 'node:net'
+import { type AddressInfo } from 'node:net'
 import os from 'node:os'
-import { dirname, resolve } from 'node:path'
+import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
+import {
+  announce as announceTo,
+  captureOutput,
+  children,
+  cpuSeconds,
+  envForCommand,
+  fmt,
+  forkChild,
+  freePorts,
+  gitDescription,
+  median,
+  packageVersion,
+  percentile,
+  positiveInt,
+  ROOT,
+  runCli,
+  sleep,
+  stopChild,
+  waitForGateway as waitForGatewayUntil,
+} from './lib.js'
 
 const SELF = fileURLToPath(import.meta.url)
-const ROOT = resolve(dirname(SELF), '..')
 const PATH = '/v1/things/1'
 /** The upstream answers this path with the headers it received, for the pre-flight check. */
 const ECHO_PATH = '/v1/things/echo'
 const BODY = '{"ok":true}'
 const SUB_EXTERNAL_ID = 'bench-sub'
 
-function positiveInt(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  if (!/^[1-9]\d*$/.test(raw)) throw new Error(`${name} must be a positive integer, got "${raw}"`)
-  return Number(raw)
-}
-
-const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms))
-
 // ---------------------------------------------------------------------------------------------
 // Children: `tsx bench/proxy.ts upstream` and `tsx bench/proxy.ts bare`, started by fork().
 // Each reports its port over IPC and exits when the parent goes away.
-
-interface Ready {
-  type: 'ready'
-  port: number
-}
 
 interface UpstreamStats {
   type: 'stats'
@@ -57,11 +61,7 @@ interface UpstreamStats {
 }
 
 function announce(port: number): void {
-  if (process.send === undefined) throw new Error('run by bench/proxy.ts, not by hand')
-  process.send({ type: 'ready', port } satisfies Ready)
-  process.on('disconnect', () => process.exit(0))
-  // An exit, not death by signal, so that --cpu-prof can write its profile.
-  process.on('SIGTERM', () => process.exit(0))
+  announceTo(port, 'bench/proxy.ts')
 }
 
 async function runUpstream(): Promise<void> {
@@ -149,95 +149,14 @@ function checkInterrupted(): void {
   if (interrupted) throw new Error('interrupted')
 }
 
-/** Every child started, so that a crash of this process still takes them down (see 'exit'). */
-const children: ChildProcess[] = []
-const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null
-process.on('exit', () => {
-  for (const child of children) if (alive(child)) child.kill('SIGKILL')
-})
-
 /** Forks this file in a role and waits for the port it reports. */
 async function forkRole(role: 'upstream' | 'bare', args: string[]): Promise<{ child: ChildProcess; port: number }> {
   const nodeArgs = role === 'bare' ? SERVER_NODE_ARGS : []
-  const child = fork(SELF, [role, ...args], { cwd: ROOT, execArgv: [...nodeArgs, '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
-  children.push(child)
-  const port = await new Promise<number>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error(`${role} did not start within 30 s`)), 30_000)
-    child.once('message', (message: Ready) => {
-      clearTimeout(timer)
-      done(message.port)
-    })
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer)
-      fail(new Error(`${role} exited before listening (${signal ?? `status ${code}`})`))
-    })
-  })
-  return { child, port }
-}
-
-/** SIGTERM by PID, then SIGKILL when it has not exited within graceMs. */
-async function stopChild(child: ChildProcess | null, graceMs: number): Promise<void> {
-  if (child === null || !alive(child)) return
-  const exited = new Promise<void>((done) => child.once('exit', () => done()))
-  child.kill('SIGTERM')
-  // A cleared timer, not sleep(): a pending one would hold this process open for graceMs.
-  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
-  await exited
-  clearTimeout(timer)
-}
-
-async function freePorts(n: number): Promise<number[]> {
-  // All held open at once, so that they differ.
-  const servers = await Promise.all(
-    Array.from({ length: n }, () => {
-      const server = net.createServer()
-      return new Promise<net.Server>((done, fail) => {
-        server.once('error', fail)
-        server.listen(0, '127.0.0.1', () => done(server))
-      })
-    }),
-  )
-  const ports = servers.map((s) => (s.address() as AddressInfo).port)
-  await Promise.all(servers.map((s) => new Promise<void>((done) => s.close(() => done()))))
-  return ports
-}
-
-/** The last 16 KiB a child wrote, for the error message when it fails. */
-function captureOutput(child: ChildProcess): () => string {
-  let tail = ''
-  const keep = (chunk: Buffer) => {
-    tail = (tail + chunk.toString('utf8')).slice(-16_384)
-  }
-  child.stdout?.on('data', keep)
-  child.stderr?.on('data', keep)
-  return () => tail
+  return forkChild(SELF, role, [role, ...args], { nodeArgs })
 }
 
 async function waitForGateway(base: string, gateway: ChildProcess, output: () => string): Promise<void> {
-  const deadline = Date.now() + 90_000
-  for (;;) {
-    checkInterrupted()
-    if (!alive(gateway)) throw new Error(`the gateway exited (status ${gateway.exitCode ?? gateway.signalCode}):\n${output()}`)
-    try {
-      const response = await fetch(`${base}/v1/sub-accounts`, { signal: AbortSignal.timeout(2000) })
-      const text = await response.text()
-      if (response.status === 401) return
-      throw new Error(`GET /v1/sub-accounts without a key answered ${response.status}, expected 401: ${text.slice(0, 300)}`)
-    } catch (err) {
-      if (err instanceof Error && err.message.startsWith('GET /v1/sub-accounts')) throw err
-    }
-    if (Date.now() > deadline) throw new Error(`the gateway did not answer within 90 s:\n${output()}`)
-    await sleep(200)
-  }
-}
-
-function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
-  return new Promise((done, fail) => {
-    execFile(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) fail(new Error(`cli ${args.join(' ')} failed: ${stderr.trim() || err.message}`))
-      else done(stdout)
-    })
-  })
+  return waitForGatewayUntil(base, gateway, output, checkInterrupted)
 }
 
 interface Side {
@@ -257,40 +176,6 @@ interface Round {
   p99: number
   /** CPU time (user + system) the side's server process spent per request; NaN off Linux. */
   cpuMicros: number
-}
-
-const CLOCK_TICKS_PER_SECOND = (() => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
-  } catch {
-    return 100
-  }
-})()
-
-/**
- * CPU seconds a process has used so far, from /proc (Linux only; NaN elsewhere). Unlike req/s,
- * which moves with whatever else the machine runs, CPU per request is the server's own cost.
- */
-function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN
-  try {
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
-  } catch {
-    return Number.NaN
-  }
-}
-
-/** Nearest-rank percentile of sorted values. */
-function percentile(sorted: Float64Array, p: number): number {
-  return sorted[Math.max(0, Math.ceil(p * sorted.length) - 1)]!
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
 /**
@@ -400,34 +285,11 @@ async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
   })
 }
 
-const fmt = (n: number) => Math.round(n).toLocaleString('en-US')
-
-function packageVersion(name: string): string {
-  try {
-    return (JSON.parse(readFileSync(resolve(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
-  } catch {
-    return '?'
-  }
-}
-
-function gitDescription(): string {
-  try {
-    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim()
-    const dirty = execFileSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !== ''
-    return dirty ? `${head} + uncommitted changes in src/ or config/` : head
-  } catch {
-    return 'unknown commit'
-  }
-}
-
 function command(): string {
   const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
   for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL']) {
-    const value = process.env[name]
-    if (value === undefined || value === '') continue
-    const url = new URL(value)
-    if (url.password !== '') url.password = '***'
-    env.push(`${name}=${url.toString()}`)
+    const value = envForCommand(name)
+    if (value !== null) env.push(value)
   }
   return `${env.join(' ')} npx tsx bench/proxy.ts`
 }

@@ -1,0 +1,207 @@
+// Helpers shared by the benches that run real processes (bench/proxy.ts, bench/soak.ts): child
+// processes that report their port over IPC, the gateway started as `node --import tsx
+// src/main.ts`, the CLI, /proc readings, percentiles and the facts a report opens with.
+import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import net, { type AddressInfo } from 'node:net'
+import { dirname, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+
+export function positiveInt(name: string, fallback: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!/^[1-9]\d*$/.test(raw)) throw new Error(`${name} must be a positive integer, got "${raw}"`)
+  return Number(raw)
+}
+
+export const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms))
+
+// ---------------------------------------------------------------------------------------------
+// Children started by fork() report their port over IPC and exit when the parent goes away.
+
+export interface Ready {
+  type: 'ready'
+  port: number
+}
+
+/** In a forked child: tells the parent its port; exits when the parent goes away or on SIGTERM. */
+export function announce(port: number, bench: string): void {
+  if (process.send === undefined) throw new Error(`run by ${bench}, not by hand`)
+  process.send({ type: 'ready', port } satisfies Ready)
+  process.on('disconnect', () => process.exit(0))
+  // An exit, not death by signal, so that --cpu-prof can write its profile.
+  process.on('SIGTERM', () => process.exit(0))
+}
+
+/** Every child started, so that a crash of this process still takes them down (see 'exit'). */
+export const children: ChildProcess[] = []
+export const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null
+process.on('exit', () => {
+  for (const child of children) if (alive(child)) child.kill('SIGKILL')
+})
+
+/** Forks `script` with `args` (under tsx) and waits for the port it reports (see announce). */
+export async function forkChild(
+  script: string,
+  label: string,
+  args: string[],
+  options: { nodeArgs?: string[]; detached?: boolean } = {},
+): Promise<{ child: ChildProcess; port: number }> {
+  const child = fork(script, args, {
+    cwd: ROOT,
+    execArgv: [...(options.nodeArgs ?? []), '--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    detached: options.detached ?? false,
+  })
+  children.push(child)
+  const port = await new Promise<number>((done, fail) => {
+    const timer = setTimeout(() => fail(new Error(`${label} did not start within 30 s`)), 30_000)
+    child.once('message', (message: Ready) => {
+      clearTimeout(timer)
+      done(message.port)
+    })
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer)
+      fail(new Error(`${label} exited before listening (${signal ?? `status ${code}`})`))
+    })
+  })
+  return { child, port }
+}
+
+/** SIGTERM by PID, then SIGKILL when it has not exited within graceMs. */
+export async function stopChild(child: ChildProcess | null, graceMs: number): Promise<void> {
+  if (child === null || !alive(child)) return
+  const exited = new Promise<void>((done) => child.once('exit', () => done()))
+  child.kill('SIGTERM')
+  // A cleared timer, not sleep(): a pending one would hold this process open for graceMs.
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
+  await exited
+  clearTimeout(timer)
+}
+
+export async function freePorts(n: number): Promise<number[]> {
+  // All held open at once, so that they differ.
+  const servers = await Promise.all(
+    Array.from({ length: n }, () => {
+      const server = net.createServer()
+      return new Promise<net.Server>((done, fail) => {
+        server.once('error', fail)
+        server.listen(0, '127.0.0.1', () => done(server))
+      })
+    }),
+  )
+  const ports = servers.map((s) => (s.address() as AddressInfo).port)
+  await Promise.all(servers.map((s) => new Promise<void>((done) => s.close(() => done()))))
+  return ports
+}
+
+/** The last 16 KiB a child wrote, for the error message when it fails. */
+export function captureOutput(child: ChildProcess): () => string {
+  let tail = ''
+  const keep = (chunk: Buffer) => {
+    tail = (tail + chunk.toString('utf8')).slice(-16_384)
+  }
+  child.stdout?.on('data', keep)
+  child.stderr?.on('data', keep)
+  return () => tail
+}
+
+/**
+ * Waits until the gateway answers GET /v1/sub-accounts without a key with 401.
+ * `checkInterrupted` throws when the bench was interrupted meanwhile.
+ */
+export async function waitForGateway(base: string, gateway: ChildProcess, output: () => string, checkInterrupted: () => void): Promise<void> {
+  const deadline = Date.now() + 90_000
+  for (;;) {
+    checkInterrupted()
+    if (!alive(gateway)) throw new Error(`the gateway exited (status ${gateway.exitCode ?? gateway.signalCode}):\n${output()}`)
+    try {
+      const response = await fetch(`${base}/v1/sub-accounts`, { signal: AbortSignal.timeout(2000) })
+      const text = await response.text()
+      if (response.status === 401) return
+      throw new Error(`GET /v1/sub-accounts without a key answered ${response.status}, expected 401: ${text.slice(0, 300)}`)
+    } catch (err) {
+      if (err instanceof Error && err.message.startsWith('GET /v1/sub-accounts')) throw err
+    }
+    if (Date.now() > deadline) throw new Error(`the gateway did not answer within 90 s:\n${output()}`)
+    await sleep(200)
+  }
+}
+
+export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((done, fail) => {
+    execFile(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
+      if (err) fail(new Error(`cli ${args.join(' ')} failed: ${stderr.trim() || err.message}`))
+      else done(stdout)
+    })
+  })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readings and figures.
+
+const CLOCK_TICKS_PER_SECOND = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
+  } catch {
+    return 100
+  }
+})()
+
+/**
+ * CPU seconds a process has used so far, from /proc (Linux only; NaN elsewhere). Unlike req/s,
+ * which moves with whatever else the machine runs, CPU per request is the server's own cost.
+ */
+export function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN
+  try {
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
+  } catch {
+    return Number.NaN
+  }
+}
+
+/** Nearest-rank percentile of sorted values. */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  return sorted[Math.max(0, Math.ceil(p * sorted.length) - 1)]!
+}
+
+export function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+
+export const fmt = (n: number) => Math.round(n).toLocaleString('en-US')
+
+export function packageVersion(name: string): string {
+  try {
+    return (JSON.parse(readFileSync(resolve(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
+  } catch {
+    return '?'
+  }
+}
+
+export function gitDescription(): string {
+  try {
+    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim()
+    const dirty = execFileSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !== ''
+    return dirty ? `${head} + uncommitted changes in src/ or config/` : head
+  } catch {
+    return 'unknown commit'
+  }
+}
+
+/** `NAME=value` for the report's command line, with a URL's password hidden; null when unset. */
+export function envForCommand(name: string): string | null {
+  const value = process.env[name]
+  if (value === undefined || value === '') return null
+  if (!/^\w+:\/\//.test(value)) return `${name}=${value}`
+  const url = new URL(value)
+  if (url.password !== '') url.password = '***'
+  return `${name}=${url.toString()}`
+}
