@@ -8,12 +8,14 @@ const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T)
 
 const Timestamp = Type.String({ format: 'date-time' })
 
-// Postgres text cannot hold U+0000: refuse it here as a 400 rather than fail in the store.
-const NO_NUL = '^[^\\u0000]*$'
+// Postgres text cannot hold U+0000, and jsonb refuses a lone UTF-16 surrogate (text would store
+// U+FFFD instead): refuse both here as a 400 rather than fail, or change the text, in the store.
+// Ajv compiles patterns with the u flag, so a surrogate pair (an emoji) is one character and passes.
+const STORABLE_TEXT = '^[^\\u0000\\ud800-\\udfff]*$'
 
 // Names are checked again after trimming (1–200 characters); the schema only bounds the input.
 export const NAME_MAX_LENGTH = 200
-const Name = Type.String({ maxLength: 1000, pattern: NO_NUL, description: '1–200 characters after trimming' })
+const Name = Type.String({ maxLength: 1000, pattern: STORABLE_TEXT, description: '1–200 characters after trimming' })
 
 export const ExternalId = Type.String({ pattern: EXTERNAL_ID_PATTERN, description: '1–128 of A-Z a-z 0-9 . _ - : @ / +' })
 
@@ -21,9 +23,9 @@ export const ExternalId = Type.String({ pattern: EXTERNAL_ID_PATTERN, descriptio
 // match a newline, so a key holding one would escape the value check.
 const Metadata = Type.Unsafe<Record<string, string>>({
   type: 'object',
-  additionalProperties: { type: 'string', maxLength: 500, pattern: NO_NUL },
+  additionalProperties: { type: 'string', maxLength: 500, pattern: STORABLE_TEXT },
   maxProperties: 50,
-  propertyNames: { minLength: 1, maxLength: 40, pattern: NO_NUL },
+  propertyNames: { minLength: 1, maxLength: 40, pattern: STORABLE_TEXT },
   description: 'at most 50 keys of at most 40 characters, string values of at most 500',
 })
 

@@ -87,3 +87,19 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
   if (context.host !== undefined) out['x-forwarded-host'] = context.host
   return out
 }
+
+/** Hop-by-hop response headers (RFC 9110 §7.6.1): they describe the upstream's connection, not ours. */
+const HOP_BY_HOP_RESPONSE = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding']
+
+/**
+ * The upstream's response headers as the client gets them: without hop-by-hop headers and those
+ * its Connection header names (so an upstream's `Connection: keep-alive` cannot override a client's
+ * `Connection: close`), and with the gateway's request id.
+ */
+export function downstreamHeaders(headers: IncomingHttpHeaders, requestId: string): IncomingHttpHeaders {
+  const named = connectionTokens(headers.connection)
+  for (const name of named) delete headers[name]
+  for (const name of HOP_BY_HOP_RESPONSE) delete headers[name]
+  headers['x-request-id'] = requestId
+  return headers
+}

@@ -3,11 +3,13 @@
 // strip and others keep. Checked on the raw path, before anything decodes it.
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
 
-// `..` in any mix of plain and encoded dots, encoded `/` and `\`, a plain `\`, `//` and `;`.
+// `..` in any mix of plain and encoded dots, encoded `/` and `\`, a plain `\`, `//`, `;`, and
+// `#`: a fragment is never part of a request target, and the router would ignore it while the
+// reserved-path check saw a different path.
 // Also a lone `.` segment, plain or encoded: the router keeps it, but the upstream URL is built
 // with WHATWG URL, which drops it, so `/v1/./shipments` would reach /v1/shipments unmatched by
 // that route's prefix (and its scopes), and `/v1/%2e/sub-accounts` the management path.
-const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;|\/(\.|%2e)(\/|$)/i
+const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;|#|\/(\.|%2e)(\/|$)/i
 
 /** The path part of a request target, without its query string. */
 export function pathOf(url: string): string {
@@ -15,8 +17,9 @@ export function pathOf(url: string): string {
   return query === -1 ? url : url.slice(0, query)
 }
 
+/** Also any target that is not a path (`*`, an absolute URI): the upstream would get `/*`. */
 export function isBadPath(path: string): boolean {
-  return BAD_PATH.test(path)
+  return !path.startsWith('/') || BAD_PATH.test(path)
 }
 
 /** Paths the gateway answers itself: never proxied, and no route may take them (DESIGN §2, §9). */

@@ -11,7 +11,7 @@ import { requireScopes } from '../auth/scopes.js'
 import { ApiError, routeNotFound } from '../errors.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
-import { upstreamHeaders, type TrustedIdentity } from './headers.js'
+import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import { isReservedPath, pathOf } from './paths.js'
 import { scopesFor, type ProxyRoute } from './routes.js'
 
@@ -153,8 +153,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
         // The response names the gateway's request id, whatever the upstream put there.
         rewriteHeaders: (headers, request) => {
           upstreamDuration.observe((performance.now() - (request as FastifyRequest).upstreamSentAt) / 1000)
-          headers['x-request-id'] = request!.id
-          return headers
+          return downstreamHeaders(headers, request!.id)
         },
         onError: (reply, { error }) => {
           reply.send(upstreamFailure(error, route))
