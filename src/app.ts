@@ -1,5 +1,7 @@
 // buildApp: registers plugins and routes, never listens (the process lives in main.ts).
 import { randomUUID } from 'node:crypto'
+import { STATUS_CODES } from 'node:http'
+import type { Duplex } from 'node:stream'
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -12,7 +14,7 @@ import Fastify, {
 import { Ajv, type Options as AjvOptions } from 'ajv'
 import addFormats from 'ajv-formats'
 import type { Config } from './config.js'
-import { ApiError, problem, PROBLEM_CONTENT_TYPE, routeNotFound, validationFailed, type ErrorCode, type FieldError } from './errors.js'
+import { ApiError, ERRORS, problem, PROBLEM_CONTENT_TYPE, routeNotFound, validationFailed, type ErrorCode, type FieldError } from './errors.js'
 import { TenancyCache, type CacheTimings } from './cache/tiered.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
 import { healthRoutes } from './ops/health.js'
@@ -177,6 +179,43 @@ async function connectionsByState(store: Store): Promise<Record<string, number> 
   return Object.fromEntries(rows.map((row) => [row.state ?? 'unknown', row.n]))
 }
 
+function hostHeaders(rawHeaders: string[]): number {
+  let count = 0
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!
+    if (name.length === 4 && name.toLowerCase() === 'host') count++
+  }
+  return count
+}
+
+/**
+ * Requests Node's HTTP parser refuses (a head over 16 KiB, bad framing, a bare LF…) never reach
+ * fastify's routing: they are answered here, on the socket, in the same problem+json envelope,
+ * and the connection is closed (its framing can no longer be trusted).
+ */
+function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return
+  const code: ErrorCode =
+    err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request'
+  const detail =
+    code === 'headers_too_large'
+      ? 'the request head is larger than 16 KiB'
+      : code === 'request_timeout'
+        ? 'the request was not received in time'
+        : 'the request is not valid HTTP/1.1'
+  const requestId = randomUUID()
+  this.log.debug({ err, reqId: requestId }, 'refused by the HTTP parser')
+  if (socket.writable) {
+    const body = JSON.stringify(problem(code, detail, requestId))
+    const status = ERRORS[code].status
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    )
+  }
+  socket.destroy(err)
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A bad route table stops the gateway before it opens anything.
   const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl)
@@ -199,6 +238,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Connection: close), not refused: a rolling deploy should fail no request.
     return503OnClosing: false,
     genReqId: requestId,
+    clientErrorHandler: refuseClientError,
     bodyLimit: MANAGEMENT_BODY_LIMIT,
     // Refuse `{"__proto__": …}` and `{"constructor": {"prototype": …}}` outright.
     onProtoPoisoning: 'error',
@@ -285,6 +325,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     reply.header('x-request-id', request.id)
     if (isBadPath(pathOf(request.url))) {
       done(new ApiError('bad_path', 'the path may not contain .., //, ;, or an encoded dot pair, slash or backslash'))
+      return
+    }
+    // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
+    // and X-Forwarded-Host would name it while an upstream might read another).
+    if (hostHeaders(request.raw.rawHeaders) > 1) {
+      done(new ApiError('bad_request', 'send one Host header'))
       return
     }
     // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.

@@ -247,18 +247,25 @@ const PROBLEM_FIELDS = ['type', 'title', 'status', 'detail', 'code', 'request_id
 
 /**
  * Node's HTTP parser refused the request before fastify could route it (a malformed request
- * line or header, headers over 16 KiB): fastify's clientErrorHandler answers 400 or 431 with its
- * own small JSON body and closes the connection. No hook of the gateway ran, so nothing was
+ * line or header, headers over 16 KiB): the gateway's clientErrorHandler answers 400 or 431 in
+ * problem+json on the socket and closes the connection. No hook of the gateway ran, so nothing was
  * authenticated, counted or forwarded.
  */
 export function isParserRefusal(res: RawHttpResponse): boolean {
-  return (
-    (res.status === 400 || res.status === 431) &&
-    res.header('x-request-id') === undefined &&
-    /^application\/json/.test(res.header('content-type') ?? '') &&
-    // (A HEAD request's answer is read without its body.)
-    (res.body === '' || /^\{"error":"[^"]+","message":"[^"]*","statusCode":(400|431)\}$/.test(res.body))
-  )
+  if (res.status !== 400 && res.status !== 431) return false
+  if (!/^application\/problem\+json/.test(res.header('content-type') ?? '')) return false
+  if (res.header('connection') !== 'close' || res.header('x-request-id') === undefined) return false
+  // (A HEAD request's answer is read without its body.)
+  if (res.body === '') return true
+  try {
+    const body = JSON.parse(res.body) as { code?: string; detail?: string }
+    return (
+      (body.code === 'headers_too_large' && res.status === 431) ||
+      (body.code === 'bad_request' && res.status === 400 && body.detail === 'the request is not valid HTTP/1.1')
+    )
+  } catch {
+    return false
+  }
 }
 
 /** What is wrong with a response that should be the gateway's problem+json (DESIGN §7), or null. */

@@ -102,10 +102,10 @@ async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<voi
   t.ok(exchange.closedByServer, 'and the connection is closed')
   t.ok(catchAll.byMarker(marker).length + shipments.byMarker(marker).length <= 1, 'the upstreams saw at most one request')
   t.equal(smuggledArrived() - before, 0, 'the smuggled second request never arrived')
-  // Node's parser refuses such a request before fastify sees it (fastify's clientErrorHandler
-  // writes a small JSON body, not problem+json): no hook ran, so nothing could pass.
+  // Node's parser refuses such a request before fastify sees it, and the gateway's
+  // clientErrorHandler answers in problem+json: no hook ran, so nothing could pass.
   const res = exchange.responses[0]
-  t.ok(res !== undefined && (isParserRefusal(res) || problemIssue(res) === null), "refused by Node's HTTP parser, or as problem+json")
+  t.ok(res !== undefined && isParserRefusal(res) && problemIssue(res) === null, "refused by Node's HTTP parser, as problem+json")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -204,14 +204,14 @@ t.test('prefix escape: a percent-encoded letter (/v1/%73hipments) still takes th
 })
 
 t.test('prefix escape: a fragment cannot carry a management path to an upstream (DELETE /v1/sub-accounts#x)', async (t) => {
-  // FAILS at the time of writing: routing ignores the fragment, the reserved-path check does not.
+  // Routing ignores a fragment; the reserved-path check must not see another path (400 bad_path).
   const { marker, exchange } = raw('DELETE', '/v1/sub-accounts#x', [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ['Content-Length', '0'], ['Connection', 'close']])
   const res = (await exchange).responses[0]
   t.equal(received(marker), 0, `no upstream received it (answered ${res?.status} ${res?.body.slice(0, 100)}; upstream got ${catchAll.byMarker(marker).map((r) => `${r.method} ${r.url}`).join(', ') || 'nothing'})`)
 })
 
 t.test('prefix escape: a fragment cannot carry an ops path to an upstream (POST /healthz#x)', async (t) => {
-  // FAILS at the time of writing, for the same reason.
+  // The same, for an ops path.
   const { marker, exchange } = raw('POST', '/healthz#x', [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ['Content-Length', '0'], ['Connection', 'close']])
   const res = (await exchange).responses[0]
   t.equal(received(marker), 0, `no upstream received it (answered ${res?.status}; upstream got ${catchAll.byMarker(marker).map((r) => `${r.method} ${r.url}`).join(', ') || 'nothing'})`)
@@ -297,10 +297,9 @@ t.test("a sub-account key of another parent cannot act as this parent's sub-acco
 })
 
 t.test('two Authorization headers are 401 even when the second comes after 2,000 other headers', async (t) => {
-  // FAILS at the time of writing: Node keeps the first 2,000 headers only (server.maxHeadersCount),
-  // so the gateway never sees the second Authorization and authenticates the first.
-  // (The marker goes in the path: the upstream, a Node server too, would drop the X-Request-Id
-  // that the gateway appends after 2,000 headers.)
+  // Node keeps the first 2,000 headers only unless server.maxHeadersCount is lifted, and then the
+  // gateway would never see the second Authorization. (The marker goes in the path: the upstream,
+  // a Node server too, would drop the X-Request-Id that the gateway appends after 2,000 headers.)
   const padding: HeaderLines = Array.from({ length: 2000 }, (_, i) => [`X-P${i}`, 'v'])
   const marker = nextMarker('cut')
   const bytes = requestBytes({ method: 'GET', target: `/orders/${marker}`, headers: [['Host', 'x'], auth(owner.apiKey), ...padding, ['Authorization', 'Bearer tgw_second'], ['Connection', 'close']] })
@@ -310,8 +309,7 @@ t.test('two Authorization headers are 401 even when the second comes after 2,000
 })
 
 t.test("hop-by-hop headers of the upstream's response (Keep-Alive, and those its Connection names) do not reach the client", async (t) => {
-  // FAILS at the time of writing: response headers pass through unchanged, hop-by-hop ones too
-  // (RFC 9110 §7.6.1 asks a proxy to drop them, and every header its Connection names).
+  // RFC 9110 §7.6.1 asks a proxy to drop them, and every header its Connection names.
   const { exchange } = raw('GET', '/hop/1', [auth(owner.apiKey)])
   const res = (await exchange).responses[0]
   t.equal(res?.body, 'hop', 'proxied')
@@ -321,8 +319,8 @@ t.test("hop-by-hop headers of the upstream's response (Keep-Alive, and those its
 })
 
 t.test("the client's Connection: close is honoured on a proxied response", async (t) => {
-  // FAILS at the time of writing: the upstream's `Connection: keep-alive` is passed on, and the
-  // gateway keeps the connection open although the client asked to close it (RFC 9112 §9.6).
+  // The upstream's `Connection: keep-alive` must not keep open a connection the client asked to
+  // close (RFC 9112 §9.6).
   const { exchange } = raw('GET', '/orders/3', [auth(owner.apiKey), ['Connection', 'close']], { until: 2, waitMs: 2000 })
   const done = await exchange
   t.equal(done.responses[0]?.status, 200, 'proxied')
@@ -389,4 +387,23 @@ t.test('brute force: malformed and bad-checksum keys cost no store lookup at all
   t.equal(after.postgres - before.postgres, 0, 'no Postgres lookup')
   t.equal(after.redis - before.redis, 0, 'no Redis lookup')
   t.equal(after.localMisses - before.localMisses, 0, 'not even a look into the in-process cache')
+})
+
+t.test("a request Node's HTTP parser refuses is answered in problem+json, and the connection closed", async (t) => {
+  const marker = nextMarker('parser')
+  const bytes = Buffer.from(`GET /orders/${marker} HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n`)
+  // Read until the server closes (or 1.5 s).
+  const exchange = await rawExchange(portA, bytes, { waitMs: 1500 })
+  const res = exchange.responses[0]
+  t.ok(res !== undefined && isParserRefusal(res), `refused by the parser (${res?.status} ${res?.body.slice(0, 120)})`)
+  t.equal(res === undefined ? 'no answer' : problemIssue(res, { status: 400, code: 'bad_request' }), null, 'as problem+json')
+  t.ok(exchange.closedByServer, 'connection closed')
+  const big = requestBytes({ method: 'GET', target: `/orders/${marker}`, headers: [['Host', 'x'], ['X-Big', 'v'.repeat(20_000)]] })
+  const huge = (await rawExchange(portA, big, { until: 1 })).responses[0]
+  t.equal(huge === undefined ? 'no answer' : problemIssue(huge, { status: 431, code: 'headers_too_large' }), null, 'a head over 16 KiB: 431 problem+json')
+  t.equal(received(marker), 0, 'no upstream received either')
+})
+
+t.test('two Host headers are 400 (RFC 9112 §3.2) and reach no upstream', async (t) => {
+  await refused(t, 'GET', '/orders/1', [['Host', 'evil.example'], auth(owner.apiKey)], 400, 'bad_request')
 })
