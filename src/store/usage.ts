@@ -18,17 +18,23 @@ export const BATCH_MEMORY = '1 day'
 /**
  * Adds one flush's counts, once: in one transaction, the batch id is recorded and the counts are
  * added in one statement, unless the id was already recorded (a retry of a flush that committed
- * but whose reply was lost). Rows arrive sorted by their key, so two replicas flushing at once
- * lock rows in the same order and cannot deadlock. Returns false for a batch already applied.
+ * but whose reply was lost). Rows go in sorted by their key, so two replicas flushing at once lock
+ * rows in the same order and cannot deadlock. The rows travel as arrays: one statement text
+ * whatever their number, where a VALUES list would prepare (and keep, per connection, on both
+ * sides) a new statement for every row count. Returns false for a batch already applied.
  */
 export async function addUsage(sql: Sql, batchId: string, counts: readonly UsageCount[]): Promise<boolean> {
   if (counts.length === 0) return true
-  const rows = counts.map((c) => ({ tenant_id: c.tenantId, day: c.day, status_class: c.statusClass, requests: c.requests }))
   return sql.begin(async (tx) => {
     const recorded = await tx`insert into usage_batches (id) values (${batchId}) on conflict (id) do nothing returning id`
     if (recorded.length === 0) return false
     await tx`
-      insert into usage_daily ${tx(rows, 'tenant_id', 'day', 'status_class', 'requests')}
+      insert into usage_daily (tenant_id, day, status_class, requests)
+      select tenant_id, day, status_class, requests
+      from unnest(${tx.array(counts.map((c) => c.tenantId))}::uuid[], ${tx.array(counts.map((c) => c.day))}::date[],
+                  ${tx.array(counts.map((c) => c.statusClass))}::smallint[], ${tx.array(counts.map((c) => c.requests))}::bigint[])
+        with ordinality as row (tenant_id, day, status_class, requests, n)
+      order by n
       on conflict (tenant_id, day, status_class)
       do update set requests = usage_daily.requests + excluded.requests`
     await tx`delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval`
