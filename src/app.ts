@@ -51,6 +51,9 @@ declare module 'fastify' {
   }
 }
 
+/** How long a management call may take before it is answered 503 store_unavailable. */
+export const MANAGEMENT_DEADLINE_MS = 1_500
+
 /** Management bodies are small JSON documents; proxied bodies get their own limit. */
 export const MANAGEMENT_BODY_LIMIT = 64 * 1024
 
@@ -110,6 +113,8 @@ const FASTIFY_ERRORS: Record<string, ErrorCode> = {
   FST_ERR_BAD_URL: 'bad_request',
   // A path segment too long to be an id: the id it would name does not exist.
   FST_ERR_MAX_PARAM_LENGTH: 'not_found',
+  // Only management routes have a handler timeout, and they wait on Postgres alone.
+  FST_ERR_HANDLER_TIMEOUT: 'store_unavailable',
 }
 
 // postgres.js and socket errors that mean the database cannot be reached right now.
@@ -128,6 +133,7 @@ const STORE_UNREACHABLE = new Set([
   '57P01', // admin_shutdown
   '57P02', // crash_shutdown
   '57P03', // cannot_connect_now
+  'QUERY_TIMEOUT', // a lookup past its deadline (store/db.ts within)
 ])
 
 function isStoreUnreachable(code: string): boolean {
@@ -376,6 +382,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     const config = (route.config ?? {}) as Partial<ProxiedRouteConfig> & { kind?: RouteKind }
     const kind: RouteKind = config.proxied === true ? 'proxy' : route.url.startsWith(MANAGEMENT_PREFIX) ? 'management' : 'ops'
     route.config = { ...config, kind }
+    // A management call waits on nothing but Postgres: past this, the answer is 503
+    // store_unavailable (a partition must not hang it until a TCP timeout).
+    if (kind === 'management') route.handlerTimeout ??= MANAGEMENT_DEADLINE_MS
   })
 
   await registerOpenApi(app)

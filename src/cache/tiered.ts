@@ -4,6 +4,7 @@
 import { LRUCache } from 'lru-cache'
 import { Redis, type ChainableCommander } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
+import { ApiError } from '../errors.js'
 import type { Metrics } from '../ops/metrics.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 
@@ -30,6 +31,11 @@ export interface CacheTimings {
   staleWindowMs: number
   /** After a failed or timed-out Redis command, Redis is skipped for this long. */
   redisBackoffMs: number
+  /**
+   * After a failed or timed-out Postgres lookup, Postgres is skipped for this long: the stale
+   * window or a 503 answers at once, instead of each lookup of a request waiting its deadline.
+   */
+  postgresBackoffMs: number
   /** An invalidation is sent again after this long, to catch a fill that raced the first one. */
   reinvalidateAfterMs: number
   maxEntries: number
@@ -41,6 +47,7 @@ export const DEFAULT_TIMINGS: CacheTimings = {
   redisTtlMs: 60_000,
   staleWindowMs: 5 * 60_000,
   redisBackoffMs: 1_000,
+  postgresBackoffMs: 1_000,
   reinvalidateAfterMs: 1_000,
   maxEntries: 100_000,
 }
@@ -122,6 +129,8 @@ export class TenancyCache implements CacheInvalidator {
    */
   private trustedFrom = 0
   private redisSkipUntil = 0
+  /** After a Postgres lookup failed (or missed its deadline), lookups skip Postgres until then. */
+  private postgresSkipUntil = 0
   /** Invalidations Redis did not take (it was down); sent again when it is back. */
   private readonly unsent = new Set<string>()
   /**
@@ -254,9 +263,12 @@ export class TenancyCache implements CacheInvalidator {
 
     let value: T | null
     try {
+      // Right after Postgres failed, do not make every lookup of a request wait for it again.
+      if (Date.now() < this.postgresSkipUntil) throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
       value = await load()
       this.options.metrics.storeLookups.postgres.inc()
     } catch (err) {
+      if (!(err instanceof ApiError)) this.postgresSkipUntil = Date.now() + this.timings.postgresBackoffMs
       // Postgres cannot answer: a record seen within the stale window still serves; an unknown
       // key is never let through (the error becomes 503 store_unavailable).
       const stale = this.local.get(key, { allowStale: true })

@@ -20,12 +20,9 @@ export interface Store {
   close(): Promise<void>
 }
 
-/** A pending postgres.js query (the result of sql`…`). */
-interface CancellableQuery<T> extends PromiseLike<T> {
-  cancel(): unknown
-}
-
 export class QueryTimeoutError extends Error {
+  /** Read by the error handler: the store did not answer in time, so the answer is 503. */
+  readonly code = 'QUERY_TIMEOUT'
   constructor(timeoutMs: number) {
     super(`the query did not finish within ${timeoutMs} ms`)
     this.name = 'QueryTimeoutError'
@@ -33,16 +30,14 @@ export class QueryTimeoutError extends Error {
 }
 
 /**
- * The query's result, or a QueryTimeoutError after `timeoutMs`; the query is then cancelled, so
- * that one still waiting for a connection does not wait for the connect timeout as well.
+ * The query's result, or a QueryTimeoutError after `timeoutMs`. The query itself is left to end
+ * on its own (the connection's timeouts end it): cancelling it would open one more connection to
+ * a store that is not answering, whose failure postgres.js reports to no one.
  */
-export async function within<T>(query: CancellableQuery<T>, timeoutMs: number): Promise<T> {
+export async function within<T>(query: PromiseLike<T>, timeoutMs: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      query.cancel()
-      reject(new QueryTimeoutError(timeoutMs))
-    }, timeoutMs)
+    timer = setTimeout(() => reject(new QueryTimeoutError(timeoutMs)), timeoutMs)
   })
   try {
     return await Promise.race([query, timeout])

@@ -12,12 +12,20 @@ export interface UsageCount {
   requests: number
 }
 
+// The arrays' types are given, not left to postgres.js to infer: it was seen (through the test's
+// TCP relay) sending such a parameter as its first element alone, which Postgres refuses.
+const UUID_ARRAY_OID = 2951
+const DATE_ARRAY_OID = 1182
+const INT2_ARRAY_OID = 1005
+const INT8_ARRAY_OID = 1016
+const TIMESTAMPTZ_ARRAY_OID = 1185
+
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
 export const BATCH_MEMORY = '1 day'
 
 /**
- * Adds one flush's counts, once: in one transaction, the batch id is recorded and the counts are
- * added in one statement, unless the id was already recorded (a retry of a flush that committed
+ * Adds one flush's counts, once: in one statement, the batch id is recorded and the counts are
+ * added, unless the id was already recorded (a retry of a flush that committed
  * but whose reply was lost). Rows go in sorted by their key, so two replicas flushing at once lock
  * rows in the same order and cannot deadlock. The rows travel as arrays: one statement text
  * whatever their number, where a VALUES list would prepare (and keep, per connection, on both
@@ -25,21 +33,26 @@ export const BATCH_MEMORY = '1 day'
  */
 export async function addUsage(sql: Sql, batchId: string, counts: readonly UsageCount[]): Promise<boolean> {
   if (counts.length === 0) return true
-  return sql.begin(async (tx) => {
-    const recorded = await tx`insert into usage_batches (id) values (${batchId}) on conflict (id) do nothing returning id`
-    if (recorded.length === 0) return false
-    await tx`
+  // One statement, so one implicit transaction: postgres.js can crash the process when a
+  // connection closes in the middle of an explicit one (porsager/postgres#1208).
+  const [result] = await sql<{ applied: boolean }[]>`
+    with batch as (
+      insert into usage_batches (id) values (${batchId}) on conflict (id) do nothing returning id
+    ), added as (
       insert into usage_daily (tenant_id, day, status_class, requests)
       select tenant_id, day, status_class, requests
-      from unnest(${tx.array(counts.map((c) => c.tenantId))}::uuid[], ${tx.array(counts.map((c) => c.day))}::date[],
-                  ${tx.array(counts.map((c) => c.statusClass))}::smallint[], ${tx.array(counts.map((c) => c.requests))}::bigint[])
+      from unnest(${sql.array(counts.map((c) => c.tenantId), UUID_ARRAY_OID)}::uuid[], ${sql.array(counts.map((c) => c.day), DATE_ARRAY_OID)}::date[],
+                  ${sql.array(counts.map((c) => c.statusClass), INT2_ARRAY_OID)}::smallint[], ${sql.array(counts.map((c) => c.requests), INT8_ARRAY_OID)}::bigint[])
         with ordinality as row (tenant_id, day, status_class, requests, n)
+      where exists (select 1 from batch)
       order by n
       on conflict (tenant_id, day, status_class)
-      do update set requests = usage_daily.requests + excluded.requests`
-    await tx`delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval`
-    return true
-  })
+      do update set requests = usage_daily.requests + excluded.requests
+    ), pruned as (
+      delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval
+    )
+    select exists (select 1 from batch) as applied`
+  return result!.applied
 }
 
 /** Sets last_used_at where it is older (a slower replica never moves it back). */
@@ -47,7 +60,8 @@ export async function touchKeys(db: Db, uses: readonly { keyId: string; at: Date
   if (uses.length === 0) return
   await db`
     update api_keys set last_used_at = used.at
-    from unnest(${db.array(uses.map((u) => u.keyId))}::uuid[], ${db.array(uses.map((u) => u.at.toISOString()))}::timestamptz[])
+    from unnest(${db.array(uses.map((u) => u.keyId), UUID_ARRAY_OID)}::uuid[],
+                ${db.array(uses.map((u) => u.at.toISOString()), TIMESTAMPTZ_ARRAY_OID)}::timestamptz[])
       as used (id, at)
     where api_keys.id = used.id and (api_keys.last_used_at is null or api_keys.last_used_at < used.at)`
 }

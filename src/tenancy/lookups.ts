@@ -1,6 +1,6 @@
 // The questions authentication and the acting rules ask of the store, behind one interface, so
 // that a cache can sit in front of Postgres without touching the rules (DESIGN §8).
-import type { Sql } from '../store/db.js'
+import { within, type Sql } from '../store/db.js'
 import { findKeyByDigest, type KeyStatus } from '../store/keys.js'
 import { countActiveSubAccounts, findSubAccountIdByExternalId, getTenant, type TenantStatus } from '../store/tenants.js'
 
@@ -27,17 +27,24 @@ export interface TenancyLookups {
   activeSubAccountCount(parentId: string): Promise<number>
 }
 
-export function postgresLookups(sql: Sql): TenancyLookups {
+/**
+ * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
+ * stale window still serves, and anything else is 503 store_unavailable (DESIGN §8): a partition
+ * must not hang requests until a TCP or connect timeout, tens of seconds later.
+ */
+export const LOOKUP_DEADLINE_MS = 500
+
+export function postgresLookups(sql: Sql, deadlineMs = LOOKUP_DEADLINE_MS): TenancyLookups {
   return {
     async keyByDigest(keyDigest) {
-      const row = await findKeyByDigest(sql, keyDigest)
+      const row = await within(findKeyByDigest(sql, keyDigest), deadlineMs)
       return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
     },
     async tenant(id) {
-      const row = await getTenant(sql, id)
+      const row = await within(getTenant(sql, id), deadlineMs)
       return row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
     },
-    subAccountIdByExternalId: (parentId, externalId) => findSubAccountIdByExternalId(sql, parentId, externalId),
-    activeSubAccountCount: (parentId) => countActiveSubAccounts(sql, parentId),
+    subAccountIdByExternalId: (parentId, externalId) => within(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
+    activeSubAccountCount: (parentId) => within(countActiveSubAccounts(sql, parentId), deadlineMs),
   }
 }

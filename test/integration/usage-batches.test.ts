@@ -1,6 +1,7 @@
-// Usage flushes are applied once (DESIGN §6, §8): a flush whose COMMIT reached Postgres but whose
-// reply was lost is retried with the same batch id and adds nothing twice. The connection is
-// really cut, by a relay between the meter and Postgres, right after it forwarded the COMMIT.
+// Usage flushes are applied once (DESIGN §6, §8): a flush that Postgres committed but whose reply
+// was lost is retried with the same batch id and adds nothing twice. The connection is really cut,
+// by a relay between the meter and Postgres, right after it forwarded the flush's statement (one
+// statement, committed on its own) and before the reply comes back.
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import postgres from 'postgres'
@@ -13,33 +14,47 @@ import { freshDatabase } from '../helpers/db.js'
 const database = await freshDatabase(t)
 const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, silent() {}, child: () => silent, level: 'silent' }
 
-/** A TCP relay to the test database's server that can drop the reply to the next COMMIT. */
-async function relay(target: URL): Promise<{ url: string; dropNextCommitReply(): void; cut: Promise<void> }> {
+/** ReadyForQuery, idle: Postgres sends it once the statement's implicit transaction committed. */
+const READY_IDLE = Buffer.from([0x5a, 0, 0, 0, 5, 0x49])
+
+/**
+ * A TCP relay to the test database's server that can drop the reply to the next usage flush: it
+ * lets the statement through, holds back the server's answer from its completion on, and cuts
+ * both connections once Postgres says the transaction is over (committed).
+ */
+async function relay(target: URL): Promise<{ url: string; dropNextFlushReply(): void; cut: Promise<void> }> {
   let armed = false
+  let sawFlush = false
+  let dropping = false
   let markCut!: () => void
   const cut = new Promise<void>((resolve) => (markCut = resolve))
   const sockets = new Set<net.Socket>()
   const server = net.createServer((client) => {
     const upstream = net.connect(Number(target.port || 5432), target.hostname)
     sockets.add(client).add(upstream)
-    upstream.pipe(client)
-    client.on('data', (chunk: Buffer) => {
-      upstream.write(chunk)
-      if (armed && /commit/i.test(chunk.toString('latin1'))) {
-        armed = false
-        // Postgres gets the COMMIT; the client never hears back.
-        upstream.unpipe(client)
-        setTimeout(() => {
-          client.destroy()
-          upstream.destroy()
-          markCut()
-        }, 200)
-      }
-    })
     const end = () => {
       client.destroy()
       upstream.destroy()
     }
+    client.on('data', (chunk: Buffer) => {
+      if (armed && /insert into usage_batches/i.test(chunk.toString('latin1'))) sawFlush = true
+      upstream.write(chunk)
+    })
+    upstream.on('data', (chunk: Buffer) => {
+      if (armed && sawFlush && chunk.includes('SELECT 1')) {
+        armed = false
+        dropping = true
+      }
+      if (!dropping) {
+        client.write(chunk)
+        return
+      }
+      if (chunk.includes(READY_IDLE)) {
+        dropping = false
+        end()
+        markCut()
+      }
+    })
     client.on('error', end).on('close', end)
     upstream.on('error', end).on('close', end)
   })
@@ -50,7 +65,7 @@ async function relay(target: URL): Promise<{ url: string; dropNextCommitReply():
   })
   const url = new URL(target)
   url.host = `127.0.0.1:${(server.address() as AddressInfo).port}`
-  return { url: url.toString(), dropNextCommitReply: () => (armed = true), cut }
+  return { url: url.toString(), dropNextFlushReply: () => (armed = true), cut }
 }
 
 async function requestsOf(tenantId: string): Promise<number> {
@@ -67,7 +82,7 @@ t.test('addUsage applies a batch id once', async (t) => {
   t.equal(await requestsOf(account.id), 5, 'counted once')
 })
 
-t.test('a flush whose reply was lost after its COMMIT is not counted twice', async (t) => {
+t.test('a flush whose reply was lost after Postgres committed it is not counted twice', async (t) => {
   const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'lost', externalId: null, extraScopes: [] }))
   const link = await relay(new URL(database.url))
   const sql = postgres(link.url, { max: 1, onnotice: () => {} })
@@ -76,7 +91,7 @@ t.test('a flush whose reply was lost after its COMMIT is not counted twice', asy
   const meter = new UsageMeter({ sql, log: silent as never, onFlushFailed: () => failures++ })
 
   for (let i = 0; i < 7; i++) meter.record(account.id, 200)
-  link.dropNextCommitReply()
+  link.dropNextFlushReply()
   await meter.flush()
   await link.cut
   t.equal(failures, 1, 'the meter saw the flush fail')

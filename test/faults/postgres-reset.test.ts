@@ -1,0 +1,138 @@
+// Postgres connections lost at awkward moments, through a relay that closes one connection at
+// the moment it sends a given pattern, reset (a crashed peer, a NAT or firewall dropping its
+// state) or closed in order (Postgres shutting down or terminating the backend, a failover, a
+// proxy). The requirement throughout: nothing escapes to the process. An uncaught exception or
+// an unhandled rejection ends the gateway (main.ts's close-with-grace shuts it down), and every
+// in-process cache (the stale window of DESIGN §8) and every count not yet flushed goes with it,
+// exactly when Postgres is in trouble. And requests go on, and usage arrives exactly once.
+//   - in the middle of a usage flush (a transaction: addUsage in src/store/usage.ts);
+//   - while a new connection fetches its array types (postgres.js does that first, on each);
+//   - /readyz during a partition that ends in resets (its query is cancelled on its timeout).
+import t, { type Test } from 'tap'
+import { createParentWithKey } from '../../src/auth/mint.js'
+import { freshDatabase } from '../helpers/db.js'
+import { startUpstream, within } from '../helpers/proxy.js'
+import { describeTimed, faultGateway, orTimeout, postgresAddress, sleep, startRelay, timedCall, viaPort, watchCrashes } from './helpers.js'
+
+const crashes = watchCrashes(t)
+const db = await freshDatabase(t)
+const sql = db.sql
+const relay = await startRelay(t, postgresAddress())
+const upstream = await startUpstream(t)
+const gw = await faultGateway(t, {
+  databaseUrl: viaPort(db.url, relay.port),
+  upstreamUrl: upstream.url,
+  usageFlushIntervalMs: 50,
+  // The tenant stays in-process: only the usage flush sends its id to Postgres (see below).
+  cacheTimings: { localTtlMs: 60_000 },
+  relays: [relay],
+})
+
+const POSTGRES_JS_BUG =
+  'bug: postgres.js 3.4.9 (porsager/postgres#1208, #1154, unreleased fix #1209): when a connection inside sql.begin() is closed ' +
+  'in order, the ROLLBACK is written on it after its socket was nulled, and connection.js nextWrite throws an uncaught ' +
+  "TypeError from a setImmediate (the connection may then stay broken, its writes never sent: CONNECT_TIMEOUT); " +
+  'src/store/usage.ts addUsage runs every flush in sql.begin()'
+
+async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
+  const { account: parent, key } = await sql.begin((tx) => createParentWithKey(tx, { name: `lost ${how}`, externalId: null, extraScopes: [] }))
+  const usageTotal = async () => (await sql<{ n: number }[]>`select coalesce(sum(requests), 0)::int as n from usage_daily where tenant_id = ${parent.id}`)[0]!.n
+  const crashesBefore = crashes.length
+  let answered = 0
+  const call = async () => {
+    const res = await timedCall(gw.url, key.apiKey, { path: '/orders' }, 10_000)
+    if (res.res?.status === 200) answered++
+    return res
+  }
+  for (let i = 0; i < 5; i++) t.equal((await call()).res?.status, 200, 'warm')
+  t.not(await within(10_000, async () => (await usageTotal()) === 5, 20), null, 'the first flushes went through')
+
+  // The next flush loses its connection as it sends its counts: after BEGIN and the batch id,
+  // at the statement that adds the counts, whose parameters name the tenant (its text is a
+  // prepared statement, not sent again). Nothing else names the tenant: it is cached in-process.
+  const lost = relay.closeOn(parent.id, how)
+  for (let i = 0; i < 10; i++) t.equal((await call()).res?.status, 200, 'a request whose count the next flush carries')
+  t.ok(await orTimeout(lost.then(() => true), 5_000, false), `the flush's connection was lost mid-transaction (${how})`)
+  await sleep(500)
+
+  const escaped = crashes.slice(crashesBefore).map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`)
+  t.same(escaped, [], 'nothing escaped to the process (it would have ended the gateway)', how === 'fin' ? { todo: POSTGRES_JS_BUG } : {})
+
+  // Requests go on, and every count arrives, once.
+  for (let i = 0; i < 10; i++) {
+    const res = await call()
+    t.equal(res.res?.status, 200, `after the loss: ${describeTimed(res)}`)
+  }
+  let total = 0
+  const took = await within(30_000, async () => (total = await usageTotal()) >= answered, 50)
+  t.not(took, null, `the counts reached Postgres (${total} of ${answered})`)
+  await sleep(300)
+  total = await usageTotal()
+  t.equal(total, answered, `exactly once: ${answered} requests answered, ${total} counted`)
+  t.comment(`${how}: counts complete ${took} ms after the loss; escaped: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)
+}
+
+t.test('the connection is reset (RST)', (t) => lostMidFlush(t, 'rst'))
+t.test('the connection is closed in order (FIN)', (t) => lostMidFlush(t, 'fin'))
+
+// Each new pool connection first asks Postgres for its array types (postgres.js fetch_types, on
+// by default; src/store/db.ts keeps it): a new connection lost during that query.
+t.test('a new connection lost while it fetches its array types', async (t) => {
+  const relay2 = await startRelay(t, postgresAddress())
+  const fresh = await faultGateway(t, { databaseUrl: viaPort(db.url, relay2.port), upstreamUrl: upstream.url, usageFlushIntervalMs: 3_600_000, relays: [relay2] })
+  const { key } = await sql.begin((tx) => createParentWithKey(tx, { name: 'types', externalId: null, extraScopes: [] }))
+  const crashesBefore = crashes.length
+  const lost = relay2.closeOn('typarray', 'rst')
+  const first = await timedCall(fresh.url, key.apiKey, { path: '/orders' }, 15_000)
+  t.ok(await orTimeout(lost.then(() => true), 5_000, false), 'the connection was lost during the array-type query')
+  t.ok(first.res !== null && [200, 503].includes(first.res.status), `the request that opened it is answered, 200 or 503 (${describeTimed(first)})`)
+  await sleep(300)
+  const escaped = crashes.slice(crashesBefore).map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`)
+  t.same(escaped, [], 'nothing escaped to the process (it would have ended the gateway)', {
+    todo:
+      'bug: postgres.js 3.4.9 connection.js: ReadyForQuery returns fetchArrayTypes() (an async function) to a data handler ' +
+      'that drops it, so a connection lost during that first query is an unhandled rejection (src/store/db.ts keeps the default ' +
+      'fetch_types; turning it off avoids the query but leaves text[] columns such as scopes unparsed)',
+  })
+  t.comment(`escaped: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)
+  // After a failed lookup the gateway skips Postgres for a second (503 at once); then it serves.
+  let next = await timedCall(fresh.url, key.apiKey, { path: '/orders' }, 15_000)
+  for (let i = 0; i < 20 && next.res?.status === 503; i++) {
+    await sleep(250)
+    next = await timedCall(fresh.url, key.apiKey, { path: '/orders' }, 15_000)
+  }
+  t.equal(next.res?.status, 200, `a request is served again once the backoff is over (${describeTimed(next)})`)
+})
+
+// /readyz gives Postgres 800 ms (src/ops/health.ts, through within() in src/store/db.ts, which
+// cancels the query on its timeout). During a partition a kubelet probes it every few seconds.
+t.test('/readyz during a partition that ends in resets', async (t) => {
+  const partition = await startRelay(t, postgresAddress())
+  const probed = await faultGateway(t, {
+    databaseUrl: viaPort(db.url, partition.port),
+    upstreamUrl: upstream.url,
+    usageFlushIntervalMs: 3_600_000,
+    relays: [partition],
+  })
+  const before = await timedCall(probed.url, null, { path: '/readyz' }, 5_000)
+  t.equal(before.res?.status, 200, `ready before the partition (${describeTimed(before)}); its pool now holds an open connection`)
+
+  partition.blackhole()
+  const crashesBefore = crashes.length
+  const during = await timedCall(probed.url, null, { path: '/readyz' }, 5_000)
+  t.equal(during.res?.status, 503, `/readyz: 503 during the partition (${describeTimed(during)})`)
+  // Then the partition ends in resets (a firewall that starts rejecting, the host back without
+  // the connections' state), as partitions often do.
+  await sleep(200)
+  await partition.cut('rst')
+  await sleep(500)
+  const escaped = crashes.slice(crashesBefore).map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`)
+  // within() (src/store/db.ts) does not cancel a query past its deadline: postgres.js would open a
+  // connection for the CancelRequest and reject, to no one, when that one failed.
+  t.same(escaped, [], 'nothing escaped to the process (it would have ended the gateway)')
+  t.comment(`escaped after one /readyz in the partition: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)
+
+  await partition.restore()
+  const back = await within(30_000, async () => (await timedCall(probed.url, null, { path: '/readyz' }, 5_000)).res?.status === 200, 100)
+  t.not(back, null, `ready again once the partition heals (${back} ms)`)
+})
