@@ -66,6 +66,10 @@ function requestId(req: { headers: Record<string, string | string[] | undefined>
 }
 
 declare module 'fastify' {
+  interface FastifyRequest {
+    /** The management deadline's timer, cleared when the response is done. */
+    deadline: NodeJS.Timeout | null
+  }
   interface FastifyContextConfig {
     /** Which part of the gateway a route belongs to, for the request line and the metrics. */
     kind?: RouteKind
@@ -113,8 +117,6 @@ const FASTIFY_ERRORS: Record<string, ErrorCode> = {
   FST_ERR_BAD_URL: 'bad_request',
   // A path segment too long to be an id: the id it would name does not exist.
   FST_ERR_MAX_PARAM_LENGTH: 'not_found',
-  // Only management routes have a handler timeout, and they wait on Postgres alone.
-  FST_ERR_HANDLER_TIMEOUT: 'store_unavailable',
 }
 
 // postgres.js and socket errors that mean the database cannot be reached right now.
@@ -294,6 +296,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
+  app.decorateRequest('deadline', null)
 
   const metrics = deps.metrics ?? createMetrics()
   const cache = new TenancyCache({
@@ -344,12 +347,21 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       done(routeNotFound(request.method, pathOf(request.url)))
       return
     }
+    // A management call waits on nothing but Postgres: past its deadline the answer is 503
+    // store_unavailable, so that a partition does not hang it until a TCP timeout. (Fastify's own
+    // handlerTimeout is cleared when a request body has been read, so it misses writes.)
+    if (request.routeOptions.config.kind === 'management') {
+      request.deadline = setTimeout(() => {
+        if (!reply.sent) reply.send(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
+      }, MANAGEMENT_DEADLINE_MS)
+    }
     done()
   })
 
   // Usage (DESIGN §6): every proxied request, and every refusal once a key authenticated, for the
   // tenant it acted as (the key's own when the refusal came before that was resolved).
   app.addHook('onResponse', (request, reply, done) => {
+    if (request.deadline !== null) clearTimeout(request.deadline)
     const kind: RouteKind = request.is404 ? 'none' : (request.routeOptions.config.kind ?? 'none')
     metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
     if (logging) logRequest(app.log, kind, request, reply)
@@ -382,9 +394,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     const config = (route.config ?? {}) as Partial<ProxiedRouteConfig> & { kind?: RouteKind }
     const kind: RouteKind = config.proxied === true ? 'proxy' : route.url.startsWith(MANAGEMENT_PREFIX) ? 'management' : 'ops'
     route.config = { ...config, kind }
-    // A management call waits on nothing but Postgres: past this, the answer is 503
-    // store_unavailable (a partition must not hang it until a TCP timeout).
-    if (kind === 'management') route.handlerTimeout ??= MANAGEMENT_DEADLINE_MS
   })
 
   await registerOpenApi(app)
