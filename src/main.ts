@@ -72,12 +72,33 @@ async function main(): Promise<void> {
 
   // The last resort: whatever still hangs (a store that does not close) ends with the process.
   const graceMs = config.shutdownDelayMs + config.shutdownTimeoutMs + 10_000
-  closeWithGrace({ delay: graceMs }, async ({ signal, err }) => {
-    if (err) app.log.error({ err }, 'closing after an error')
+  let failure: unknown = null
+  const grace = closeWithGrace({ delay: graceMs, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
+    const cause = err ?? failure
+    if (cause) app.log.error({ err: cause }, 'closing after an error')
     else app.log.info({ signal, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs }, 'draining')
     await drain()
     app.log.info('closed')
+    if (cause) process.exit(1)
   })
+  // postgres.js 3.4.9 drops the promise of the query a new connection runs first (its array
+  // types): when that connection is lost, the rejection reaches no one. That is a lost connection,
+  // which the pool replaces, not a reason to stop serving; any other unhandled rejection is.
+  process.on('unhandledRejection', (reason) => {
+    if (isLostConnection(reason)) {
+      app.log.warn({ err: reason }, 'a Postgres connection was lost as it opened; the pool opens another')
+      return
+    }
+    failure = reason
+    void grace.close()
+  })
+}
+
+const LOST_CONNECTION = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED', 'CONNECT_TIMEOUT'])
+
+function isLostConnection(reason: unknown): boolean {
+  const code = (reason as { code?: unknown } | null)?.code
+  return typeof code === 'string' && LOST_CONNECTION.has(code)
 }
 
 main().catch((err: unknown) => {
