@@ -13,7 +13,9 @@ export const cacheKeys = {
   key: (keyDigest: Buffer) => `key:${keyDigest.toString('hex')}`,
   tenant: (tenantId: string) => `tenant:${tenantId}`,
   externalId: (parentId: string, externalId: string) => `ext:${parentId}:${externalId}`,
-  activeCount: (parentId: string) => `active:${parentId}`,
+  // Renamed from active:<parent> (a count) when it became a boolean: replicas of the two versions
+  // running side by side during a deploy never read each other's value.
+  anyActive: (parentId: string) => `anyActive:${parentId}`,
 }
 
 /** What a change tells the caches once it has committed. */
@@ -217,8 +219,8 @@ export class TenancyCache implements CacheInvalidator {
       tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
       subAccountIdByExternalId: (parentId, externalId) =>
         this.read<string>(cacheKeys.externalId(parentId, externalId), () => source.subAccountIdByExternalId(parentId, externalId)),
-      activeSubAccountCount: async (parentId) =>
-        (await this.read<number>(cacheKeys.activeCount(parentId), () => source.activeSubAccountCount(parentId)))!,
+      hasActiveSubAccounts: async (parentId) =>
+        (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
     }
   }
 

@@ -164,7 +164,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       // A "not found" for its id or external_id may be cached, and the parent's active count changed.
       await cache.invalidate([
         cacheKeys.tenant(row.id),
-        cacheKeys.activeCount(row.parent_id!),
+        cacheKeys.anyActive(row.parent_id!),
         ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
       ])
       return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
@@ -236,7 +236,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       async (request) => {
         const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
         if (row === null) throw notFound()
-        await cache.invalidate([cacheKeys.tenant(row.id), cacheKeys.activeCount(row.parent_id!)])
+        await cache.invalidate([cacheKeys.tenant(row.id), cacheKeys.anyActive(row.parent_id!)])
         return presentSubAccount(row)
       },
     )

@@ -73,7 +73,14 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl !== undefined) {
     const max = options.maxConnections ?? 10
     const applicationName = `tenancy-gateway ${randomBytes(4).toString('hex')}`
-    const sql = postgres(options.databaseUrl, { ...COMMON_OPTIONS, max, connection: { application_name: applicationName } })
+    const sql = postgres(options.databaseUrl, {
+      ...COMMON_OPTIONS,
+      max,
+      // Every query here is a point lookup or a page: a parallel worker costs more to start than
+      // the query takes (a usage report page's generic plan chose one at 100,000 sub-accounts,
+      // about 10 ms a page instead of 0.7; bench/RESULTS.md).
+      connection: { application_name: applicationName, max_parallel_workers_per_gather: 0 },
+    })
     return { sql, embedded: false, pool: { max, applicationName }, close: () => sql.end({ timeout: 5 }) }
   }
   return openEmbeddedStore(options.dataDir, options.holder ?? `process ${process.pid}`)

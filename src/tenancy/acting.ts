@@ -54,7 +54,7 @@ export async function resolveActingTenant(
 
   if (target.kind === 'absent') {
     // Only a parent can own sub-accounts, so a sub-account key never needs the header.
-    if (isParentKey && isWriteMethod(method) && (await lookups.activeSubAccountCount(own.id)) > 0) {
+    if (isParentKey && isWriteMethod(method) && (await lookups.hasActiveSubAccounts(own.id))) {
       throw new ApiError(
         'acting_tenant_required',
         'this account has active sub-accounts: a write must name its tenant in X-Service-Acting-Tenant (self for the parent)',

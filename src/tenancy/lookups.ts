@@ -2,7 +2,7 @@
 // that a cache can sit in front of Postgres without touching the rules (DESIGN §8).
 import { within, type Sql } from '../store/db.js'
 import { findKeyByDigest, type KeyStatus } from '../store/keys.js'
-import { countActiveSubAccounts, findSubAccountIdByExternalId, getTenant, type TenantStatus } from '../store/tenants.js'
+import { findSubAccountIdByExternalId, getTenant, hasActiveSubAccounts, type TenantStatus } from '../store/tenants.js'
 
 export interface KeyRecord {
   readonly id: string
@@ -24,7 +24,7 @@ export interface TenancyLookups {
   keyByDigest(keyDigest: Buffer): Promise<KeyRecord | null>
   tenant(id: string): Promise<TenantRecord | null>
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>
-  activeSubAccountCount(parentId: string): Promise<number>
+  hasActiveSubAccounts(parentId: string): Promise<boolean>
 }
 
 /**
@@ -45,6 +45,6 @@ export function postgresLookups(sql: Sql, deadlineMs = LOOKUP_DEADLINE_MS): Tena
       return row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
     },
     subAccountIdByExternalId: (parentId, externalId) => within(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
-    activeSubAccountCount: (parentId) => within(countActiveSubAccounts(sql, parentId), deadlineMs),
+    hasActiveSubAccounts: (parentId) => within(hasActiveSubAccounts(sql, parentId), deadlineMs),
   }
 }

@@ -26,7 +26,7 @@ function lookups(activeCount: (parentId: string) => number): TenancyLookups {
     tenant: async (id) => tenants.find((x) => x.id === id) ?? null,
     subAccountIdByExternalId: async (parentId, ext) =>
       tenants.find((x) => x.parentId === parentId && x.externalId === ext)?.id ?? null,
-    activeSubAccountCount: async (parentId) => activeCount(parentId),
+    hasActiveSubAccounts: async (parentId) => activeCount(parentId) > 0,
   }
 }
 
