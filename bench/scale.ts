@@ -14,6 +14,7 @@
 //   BENCH_GATEWAY_NODE_ARGS=         extra node flags for the gateway processes, e.g. --max-old-space-size=160
 //   BENCH_ALTER_DATABASE=            what-if settings `name=value;…` set on each seeded database (ALTER
 //                                    DATABASE … SET), e.g. max_parallel_workers_per_gather=0, or auto_explain
+//   BENCH_SEED_SQL=                  what-if SQL run on each seeded database, e.g. drop index if exists …
 //   BENCH_SKIP_LATENCY=1             only seed the largest scale and run the proxy ratio and memory
 //   BENCH_EXPLAIN_OUT=/tmp/tgw-scale-explain-<time>.txt, BENCH_KEEP=1 (keep the databases)
 //   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres, BENCH_REDIS_URL=redis://127.0.0.1:6379
@@ -124,6 +125,8 @@ const ALTER_DATABASE = (process.env.BENCH_ALTER_DATABASE ?? '')
     if (match === null) throw new Error(`BENCH_ALTER_DATABASE: "${setting}" is not name=value`)
     return { name: match[1]!, value: match[2]! }
   })
+/** What-if SQL run on each seeded database after seeding, e.g. `drop index if exists usage_daily_day_tenant`. */
+const SEED_SQL = process.env.BENCH_SEED_SQL ?? ''
 /** 1: only seed, then the proxy ratio and memory runs at the largest scale (no EXPLAIN, no latencies). */
 const SKIP_LATENCY = process.env.BENCH_SKIP_LATENCY === '1'
 /** A compiled gateway to run for the memory run instead of compiling src/ (e.g. with a proposed change). */
@@ -496,6 +499,11 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
     let seeded: Seeded
     try {
       seeded = await seed(seedSql, { seed: dbName, subAccounts: scale, keysPerSub: KEYS_PER_SUB, usageDays: USAGE_DAYS })
+      if (SEED_SQL !== '') {
+        await seedSql.unsafe(SEED_SQL)
+        await seedSql.unsafe('analyze')
+        log(`  what-if: ${SEED_SQL}`)
+      }
       for (const { name, value } of ALTER_DATABASE) {
         await seedSql.unsafe(`alter database ${dbName} set ${name} = '${value.replaceAll("'", "''")}'`)
         log(`  what-if: alter database … set ${name} = '${value}'`)
@@ -512,6 +520,8 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
     const today = utcDay(Date.now())
     const from = utcDay(Date.now() - (USAGE_DAYS - 1) * 86_400_000)
     const range = { from, to: today }
+    // 30 days a year before the seeded usage: a range in which no sub-account has usage.
+    const emptyRange = { from: utcDay(Date.now() - 400 * 86_400_000), to: utcDay(Date.now() - 371 * 86_400_000) }
 
     // Positions for the list pages, from a plain connection.
     const probe = postgres(url, { max: 1, onnotice: () => {} })
@@ -556,11 +566,11 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
       ['usage report, middle page', (sql) => usageRows(sql, parentId, { ...range, afterSeq: lastSeq(cursors.usageMiddle), limit: 21 })],
       ['usage report, last page', (sql) => usageRows(sql, parentId, { ...range, afterSeq: lastSeq(cursors.usageLast), limit: 21 })],
       ['usage report, middle page, limit 100 (the walk)', (sql) => usageRows(sql, parentId, { ...range, afterSeq: lastSeq(cursors.usageMiddle), limit: 101 })],
+      ['usage report, a month without usage (first page)', (sql) => usageRows(sql, parentId, { ...emptyRange, afterSeq: null, limit: 21 })],
       ['key by digest: findKeyByDigest (authentication, cache miss)', (sql) => findKeyByDigest(sql, someDigest)],
       ['tenant by id: getTenant (authentication and acting, cache miss)', (sql) => getTenant(sql, subIdOf(dbName, mid))],
       ['ext lookup: findSubAccountIdByExternalId (acting by ext:, cache miss)', (sql) => findSubAccountIdByExternalId(sql, parentId, extIdOf(mid))],
       ['any active: hasActiveSubAccounts (a write without the acting header, cache miss)', (sql) => hasActiveSubAccounts(sql, parentId)],
-      ['PROPOSED instead of the active count: exists (…)', (sql) => sql`select exists (select 1 from tenants where parent_id = ${parentId} and status = 'active') as any_active`],
       ['create: createSubAccount (rolled back)', (sql) => createSubAccount(sql, parentId, { name: 'explain', externalId: 'explain-ext', metadata: {} }), true],
       ['deactivate: setSubAccountStatus (rolled back)', (sql) => setSubAccountStatus(sql, parentId, subIdOf(dbName, mid), 'deactivated'), true],
     ]
@@ -698,6 +708,11 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
         { name: 'usage (30 days, 20/page), first page', count: usageSamples, sample: warm(() => ({ method: 'GET', path: usagePath(null, 20), headers: auth })) },
         { name: 'usage (30 days, 20/page), middle page', count: usageSamples, sample: warm(() => ({ method: 'GET', path: usagePath(cursors.usageMiddle, 20), headers: auth })) },
         { name: 'usage (30 days, 20/page), last page', count: usageSamples, sample: warm(() => ({ method: 'GET', path: usagePath(cursors.usageLast, 20), headers: auth })) },
+        {
+          name: 'usage, a month without usage (first page)',
+          count: usageSamples,
+          sample: warm(() => ({ method: 'GET', path: `/v1/sub-accounts/usage?from=${emptyRange.from}&to=${emptyRange.to}`, headers: auth })),
+        },
         ...(['uuid', 'ext'] as const).flatMap((by): Op[] => {
           const label = by === 'uuid' ? 'UUID' : 'ext:'
           return [
@@ -778,7 +793,7 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
         {
           // DESIGN §4: a parent's write without the header is refused while it has an active
           // sub-account; whether it has one is a cached lookup, here answered by Postgres.
-          name: 'write without acting header, active-count from Postgres (400)',
+          name: 'write without acting header, any-active from Postgres (400)',
           sample: async () => {
             await warmParent()
             await redis.del(redisKey(cacheKeys.anyActive(parentId)))
@@ -1090,11 +1105,17 @@ interface MemorySample {
   rssMb: number
   heapUsedMb: number
   heapTotalMb: number
+  /** The longest event-loop delay since the previous scrape (prom-client resets it per scrape). */
+  loopLagMaxMs: number
   perSecond: number
 }
 
 interface MemoryRun {
   runtime: Runtime
+  /** GC time by kind over the run, from the gateway's metrics. */
+  gc: string
+  /** The end of what the gateway wrote (LOG_LEVEL=warn): empty when all went well. */
+  gatewayLog: string
   /** CPU time of the gateway process per request (user + system), µs. */
   cpuMicros: number
   samples: MemorySample[]
@@ -1131,9 +1152,10 @@ async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime:
     const started = performance.now()
     const heapName = 'nodejs_heap_size_used_bytes'
     const heapTotalName = 'nodejs_heap_size_total_bytes'
+    const lagName = 'nodejs_eventloop_lag_max_seconds'
     const sample = async () => {
       const seconds = (performance.now() - started) / 1000
-      const scraped = await scrape(gateway!.metricsPort, [heapName, heapTotalName])
+      const scraped = await scrape(gateway!.metricsPort, [heapName, heapTotalName, lagName])
       const previous = samples[samples.length - 1]
       const s: MemorySample = {
         seconds,
@@ -1141,6 +1163,7 @@ async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime:
         rssMb: rssBytes(pid) / 2 ** 20,
         heapUsedMb: (scraped[heapName] ?? Number.NaN) / 2 ** 20,
         heapTotalMb: (scraped[heapTotalName] ?? Number.NaN) / 2 ** 20,
+        loopLagMaxMs: (scraped[lagName] ?? Number.NaN) * 1000,
         perSecond: previous === undefined ? 0 : (answered - previous.distinctKeys) / (seconds - previous.seconds),
       }
       samples.push(s)
@@ -1188,7 +1211,11 @@ async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime:
       await sleep(2000)
       await sample()
     }
-    const scraped = await scrape(gateway.metricsPort, lookupNames)
+    const gcNames = ['major', 'minor', 'incremental'].flatMap((kind) => [`nodejs_gc_duration_seconds_sum{kind="${kind}"}`, `nodejs_gc_duration_seconds_count{kind="${kind}"}`])
+    const scraped = await scrape(gateway.metricsPort, [...lookupNames, ...gcNames])
+    const gc = ['major', 'minor', 'incremental']
+      .map((kind) => `${kind} GC ${fmt(scraped[`nodejs_gc_duration_seconds_count{kind="${kind}"}`] ?? Number.NaN)}× ${(scraped[`nodejs_gc_duration_seconds_sum{kind="${kind}"}`] ?? Number.NaN).toFixed(1)} s`)
+      .join(', ')
     // Statuses other than 200: the 403s of keys of deactivated sub-accounts are expected.
     const codes = Object.entries(result.statusCodeStats).filter(([code]) => code !== '200' && code !== '403')
     const failed =
@@ -1198,6 +1225,8 @@ async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime:
     await sleep(2000) // the last usage and last_used_at flush
     return {
       runtime,
+      gc: `${gc} (of ${result.duration.toFixed(0)} s)`,
+      gatewayLog: gateway.output().trim(),
       cpuMicros,
       samples,
       requests: result.requests.total,
@@ -1238,6 +1267,7 @@ function command(): string {
     ...(GATEWAY_NODE_ARGS.length > 0 ? [`BENCH_GATEWAY_NODE_ARGS='${GATEWAY_NODE_ARGS.join(' ')}'`] : []),
     ...(SKIP_LATENCY ? ['BENCH_SKIP_LATENCY=1'] : []),
     ...(GATEWAY_DIST !== null ? [`BENCH_GATEWAY_DIST=${GATEWAY_DIST}`] : []),
+    ...(SEED_SQL !== '' ? [`BENCH_SEED_SQL='${SEED_SQL}'`] : []),
     ...(ALTER_DATABASE.length > 0 ? [`BENCH_ALTER_DATABASE='${ALTER_DATABASE.map((a) => `${a.name}=${a.value}`).join(';')}'`] : []),
     `BENCH_PROXY_ROUNDS=${PROXY_ROUNDS}`,
     `BENCH_PROXY_DURATION=${PROXY_DURATION}`,
@@ -1372,7 +1402,14 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
     const full = mem.samples.filter((s) => s.distinctKeys >= 150_000)
     const plateau = full.length > 0 ? `; once 150,000 keys were used (the 100,000-entry LRU full): RSS ${Math.min(...full.map((s) => s.rssMb)).toFixed(0)}–${Math.max(...full.map((s) => s.rssMb)).toFixed(0)} MB` : ''
     out.push(`peak RSS ${peak.toFixed(1)} MB (target ≤ 256 MB: ${peak <= 256 ? 'met' : 'NOT MET'})${plateau}`)
+    const lags = mem.samples.map((s) => s.loopLagMaxMs).filter((l) => !Number.isNaN(l)).sort((a, b) => a - b)
+    if (lags.length > 0) {
+      out.push(`event-loop delay, longest per 2 s sample: median ${median(lags).toFixed(0)} ms, max ${lags[lags.length - 1]!.toFixed(0)} ms; ${mem.gc}`)
+    }
+    const heapLows = full.map((s) => s.heapUsedMb).sort((a, b) => a - b)
+    if (heapLows.length > 0) out.push(`V8 heap used once the LRU was full: lowest ${heapLows[0]!.toFixed(0)} MB (≈ the live set after a full GC), median ${median(heapLows).toFixed(0)} MB`)
     out.push(`api_keys before: ${JSON.stringify(mem.apiKeys.before)}; after: ${JSON.stringify(mem.apiKeys.after)} (last_used_at writes of the run)`)
+    if (mem.gatewayLog !== '') out.push('the gateway wrote (last lines):', ...mem.gatewayLog.split('\n').slice(-12).map((l) => `  ${l.slice(0, 300)}`))
   }
   return out
 }
