@@ -362,8 +362,8 @@ function literal(value: unknown): string {
  * Runs `run` with a connection that records the statements it sends, then shows EXPLAIN
  * (ANALYZE, BUFFERS) of the last one with its parameters (the custom plan Postgres makes for
  * these values), and of its generic plan (what a prepared statement may switch to after five
- * executions; postgres.js prepares every statement). Writes are explained in a transaction
- * that is rolled back.
+ * executions; postgres.js prepares every statement), on a connection with the gateway's session
+ * settings. Writes are explained in a transaction that is rolled back.
  */
 async function explain(url: string, title: string, run: (sql: postgres.Sql) => Promise<unknown>, write = false): Promise<string> {
   const captured: Captured[] = []
@@ -384,8 +384,9 @@ async function explain(url: string, title: string, run: (sql: postgres.Sql) => P
   }
   const statement = captured.filter((c) => !/^(begin|commit|rollback)/i.test(c.query.trim())).at(-1)
   if (statement === undefined) throw new Error(`${title}: no statement captured`)
-  const sql = postgres(url, { max: 1, onnotice: () => {} })
-  const reserved = await sql.reserve()
+  // Explained on a connection the gateway's own openStore() opens, so with its session settings.
+  const store = await openStore({ databaseUrl: url, dataDir: '/nonexistent', maxConnections: 1 })
+  const reserved = await store.sql.reserve()
   try {
     const values = statement.params.map(literal)
     const inlined = statement.query.replace(/\$(\d+)/g, (_m, n: string) => values[Number(n) - 1]!)
@@ -430,7 +431,7 @@ async function explain(url: string, title: string, run: (sql: postgres.Sql) => P
     ].join('\n')
   } finally {
     reserved.release()
-    await sql.end()
+    await store.close()
   }
 }
 

@@ -279,3 +279,12 @@ t.test('serveMetrics: /metrics on its own port, nothing else', async (t) => {
   }
   t.equal((await fetch(`${base}/other`)).status, 404, 'any other path is 404')
 })
+
+t.test("the gateway's connections: no parallel query, a custom plan each time", async (t) => {
+  const store = await openStore({ databaseUrl: database.url, dataDir: '.', maxConnections: 1 })
+  t.teardown(() => store.close())
+  const [row] = await store.sql<{ workers: string; mode: string }[]>`
+    select current_setting('max_parallel_workers_per_gather') as workers, current_setting('plan_cache_mode') as mode`
+  t.equal(row?.workers, '0', 'max_parallel_workers_per_gather reached Postgres')
+  t.equal(row?.mode, 'force_custom_plan', 'plan_cache_mode reached Postgres')
+})
