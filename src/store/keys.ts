@@ -28,7 +28,8 @@ export interface KeyCredential {
   status: KeyStatus
 }
 
-const COLUMNS = 'id, tenant_id, name, scopes, prefix, status, created_at, revoked_at, last_used_at'
+// Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
+const COLUMNS = 'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at'
 
 export interface NewKey {
   tenantId: string
@@ -42,14 +43,14 @@ export interface NewKey {
 export async function insertKey(db: Db, key: NewKey): Promise<KeyRow> {
   const [row] = await db<KeyRow[]>`
     insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest)
-    values (${key.tenantId}, ${key.name}, ${db.array(key.scopes)}, ${key.prefix}, ${key.keyDigest}, ${key.secretDigest})
+    values (${key.tenantId}, ${key.name}, array(select scope from jsonb_array_elements_text(${db.json(key.scopes)}) with ordinality as given (scope, n) order by n), ${key.prefix}, ${key.keyDigest}, ${key.secretDigest})
     returning ${db.unsafe(COLUMNS)}`
   return row!
 }
 
 export async function findKeyByDigest(db: Db, keyDigest: Buffer): Promise<KeyCredential | null> {
   const [row] = await db<KeyCredential[]>`
-    select id, tenant_id, scopes, status from api_keys where key_digest = ${keyDigest}`
+    select id, tenant_id, to_jsonb(scopes) as scopes, status from api_keys where key_digest = ${keyDigest}`
   return row ?? null
 }
 

@@ -12,24 +12,17 @@ export interface UsageCount {
   requests: number
 }
 
-// The arrays' types are given, not left to postgres.js to infer: it was seen (through the test's
-// TCP relay) sending such a parameter as its first element alone, which Postgres refuses.
-const UUID_ARRAY_OID = 2951
-const DATE_ARRAY_OID = 1182
-const INT2_ARRAY_OID = 1005
-const INT8_ARRAY_OID = 1016
-const TIMESTAMPTZ_ARRAY_OID = 1185
-
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
 export const BATCH_MEMORY = '1 day'
 
 /**
  * Adds one flush's counts, once: in one statement, the batch id is recorded and the counts are
  * added, unless the id was already recorded (a retry of a flush that committed
- * but whose reply was lost). Rows go in sorted by their key, so two replicas flushing at once lock
- * rows in the same order and cannot deadlock. The rows travel as arrays: one statement text
- * whatever their number, where a VALUES list would prepare (and keep, per connection, on both
- * sides) a new statement for every row count. Returns false for a batch already applied.
+ * but whose reply was lost). Rows are inserted in the order of their key, so two replicas flushing at once lock
+ * rows in the same order and cannot deadlock. The rows travel as one JSON document: one statement
+ * text whatever their number, where a VALUES list would prepare (and keep, per connection, on both
+ * sides) a new statement for every row count. JSON, not arrays: postgres.js serialises no arrays
+ * here (fetch_types is off, see db.ts). Returns false for a batch already applied.
  */
 export async function addUsage(sql: Sql, batchId: string, counts: readonly UsageCount[]): Promise<boolean> {
   if (counts.length === 0) return true
@@ -41,11 +34,10 @@ export async function addUsage(sql: Sql, batchId: string, counts: readonly Usage
     ), added as (
       insert into usage_daily (tenant_id, day, status_class, requests)
       select tenant_id, day, status_class, requests
-      from unnest(${sql.array(counts.map((c) => c.tenantId), UUID_ARRAY_OID)}::uuid[], ${sql.array(counts.map((c) => c.day), DATE_ARRAY_OID)}::date[],
-                  ${sql.array(counts.map((c) => c.statusClass), INT2_ARRAY_OID)}::smallint[], ${sql.array(counts.map((c) => c.requests), INT8_ARRAY_OID)}::bigint[])
-        with ordinality as row (tenant_id, day, status_class, requests, n)
+      from jsonb_to_recordset(${sql.json(counts.map((c) => ({ tenant_id: c.tenantId, day: c.day, status_class: c.statusClass, requests: c.requests })))})
+        as row (tenant_id uuid, day date, status_class smallint, requests bigint)
       where exists (select 1 from batch)
-      order by n
+      order by tenant_id, day, status_class
       on conflict (tenant_id, day, status_class)
       do update set requests = usage_daily.requests + excluded.requests
     ), pruned as (
@@ -60,9 +52,7 @@ export async function touchKeys(db: Db, uses: readonly { keyId: string; at: Date
   if (uses.length === 0) return
   await db`
     update api_keys set last_used_at = used.at
-    from unnest(${db.array(uses.map((u) => u.keyId), UUID_ARRAY_OID)}::uuid[],
-                ${db.array(uses.map((u) => u.at.toISOString()), TIMESTAMPTZ_ARRAY_OID)}::timestamptz[])
-      as used (id, at)
+    from jsonb_to_recordset(${db.json(uses.map((u) => ({ id: u.keyId, at: u.at.toISOString() })))}) as used (id uuid, at timestamptz)
     where api_keys.id = used.id and (api_keys.last_used_at is null or api_keys.last_used_at < used.at)`
 }
 

@@ -108,10 +108,6 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
   const list = await timedCall(gw.url, parentKey.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)
   t.equal(list.res?.status, 200, `before the fault: the management API answers (${describeTimed(list)})`)
 
-  // A connection the pool opened meanwhile may still be starting (postgres.js fetches array types
-  // on each new connection); one lost then is a crash of its own (postgres-reset.test.ts). Let
-  // them settle, so that what this file sees is the outage only.
-  await sleep(300)
   if (mode === 'cut') await relay.cut()
   else relay.blackhole()
   const faultAt = Date.now()

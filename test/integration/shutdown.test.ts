@@ -413,3 +413,30 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
     'the gateway closed the keep-alive connection itself once its request was done, without waiting for the shutdown timeout',
   )
 })
+
+// An unhandled rejection is a bug somewhere (DESIGN §9 names no such case): the gateway must not
+// go on in an unknown state, nor die on the spot with its counts unflushed. It drains like a
+// SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
+t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
+  const db = await freshDatabase(t, { migrated: false })
+  const upstream = await delayingUpstream(t)
+  upstream.release()
+  const gateway = await startGateway({
+    DATABASE_URL: db.url,
+    REDIS_URL,
+    REDIS_KEY_PREFIX: redisPrefix(t),
+    UPSTREAM_URL: upstream.url,
+    SHUTDOWN_DELAY_MS: '0',
+    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigusr2.mjs', import.meta.url).href}`,
+  })
+  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'rejection', externalId: null, extraScopes: [] }))
+  const served = await callAs(gateway.base, key.apiKey, { path: '/v1/orders' })
+  t.equal(served.status, 200, 'a request is served before the rejection')
+
+  gateway.child.kill('SIGUSR2')
+  const exit = await exitWithin(gateway, EXIT_TIMEOUT)
+  t.same(exit, { code: 1, signal: null }, `the process exits 1\nstderr: ${gateway.stderr()}`)
+  const errors = logLines(gateway.stdout()).filter((line) => line.level >= 50)
+  t.ok(errors.some((line) => /closing after an error/.test(line.msg) && JSON.stringify(line).includes('planted')), 'it logs the rejection as the reason it closes')
+  t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'the request is counted, once')
+})
