@@ -42,7 +42,12 @@ FROM ${NODE_IMAGE} AS runtime
 # DATA_DIR: the embedded database (PGlite, used only when DATABASE_URL is unset) needs a writable
 # directory, so a plain `docker run` works; mount a volume on /data to keep it across containers.
 # With DATABASE_URL set nothing is written, and the root filesystem can be read-only.
+# NODE_OPTIONS: V8's old generation capped at 160 MiB. The live heap is about 110 MiB with the
+# in-process cache full; Node's own sizing lets garbage pile up to several times that between full
+# collections (RSS 259-497 MB against 189-242 MB capped: bench/RESULTS.md). Give the container
+# 320 MiB or more, or set NODE_OPTIONS to a cap about half its limit.
 ENV NODE_ENV=production \
+    NODE_OPTIONS=--max-old-space-size=160 \
     PORT=8080 \
     HOST=0.0.0.0 \
     METRICS_PORT=9091 \

@@ -144,6 +144,14 @@ function checkPod(owner, podSpec) {
   }
 }
 
+/** A Kubernetes memory quantity in MiB, or null when it is not one this check reads. */
+function mebibytes(quantity) {
+  const match = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(quantity ?? ''))
+  if (!match) return null
+  const factor = { Ki: 1 / 1024, Mi: 1, Gi: 1024, Ti: 1024 ** 2, k: 1e3 / 1024 ** 2, M: 1e6 / 1024 ** 2, G: 1e9 / 1024 ** 2, T: 1e12 / 1024 ** 2 }
+  return Number(match[1]) * (match[2] ? factor[match[2]] : 1 / 1024 ** 2)
+}
+
 /** The Secret named by a secretKeyRef, when the chart renders it (else it is an existing one). */
 function secretRefs(container) {
   return (container.env ?? []).filter((e) => e.valueFrom?.secretKeyRef).map((e) => ({ env: e.name, ...e.valueFrom.secretKeyRef }))
@@ -182,6 +190,16 @@ if (deploy) {
   if (!(podSpec.terminationGracePeriodSeconds * 1000 > drainMs)) {
     fail(where, `terminationGracePeriodSeconds ${podSpec.terminationGracePeriodSeconds} s does not cover the drain (${drainMs} ms)`)
   }
+
+  // A heap cap near the memory limit gets the pod OOM-killed before V8 collects: RSS beyond the
+  // heap (code, buffers, sockets) measured ~80 MB over a 160 MiB cap (bench/RESULTS.md).
+  const heapCap = /--max-old-space-size=(\d+)/.exec(env.get('NODE_OPTIONS')?.value ?? '')
+  const memoryLimit = mebibytes(gateway.resources?.limits?.memory)
+  if (heapCap && memoryLimit !== null && memoryLimit - Number(heapCap[1]) < 128) {
+    fail(where, `--max-old-space-size=${heapCap[1]} leaves too little of the ${gateway.resources.limits.memory} memory limit (want 128 MiB beyond the heap cap)`)
+  }
+  const envNames = (gateway.env ?? []).map((e) => e.name)
+  for (const dup of new Set(envNames.filter((n, i) => envNames.indexOf(n) !== i))) fail(where, `env ${dup} is set twice (extraEnv repeats a variable the chart sets?)`)
 
   // GATEWAY_CONFIG must name a file of the rendered ConfigMap, mounted where it points.
   const configPath = env.get('GATEWAY_CONFIG')?.value ?? ''

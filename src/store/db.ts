@@ -33,16 +33,25 @@ export class QueryTimeoutError extends Error {
  * The query's result, or a QueryTimeoutError after `timeoutMs`. The query itself is left to end
  * on its own (the connection's timeouts end it): cancelling it would open one more connection to
  * a store that is not answering, whose failure postgres.js reports to no one.
+ *
+ * The deadline waits one more turn of the event loop before it fails the query: after the loop
+ * was blocked (a long GC pause, a burst of CPU work), Node runs expired timers before it reads
+ * the sockets, so an answer already waiting would otherwise be thrown away as late, and the
+ * lookup's failure would make the cache skip Postgres for a second of 503s (bench/RESULTS.md R7).
  */
 export async function within<T>(query: PromiseLike<T>, timeoutMs: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
+  let afterPoll: NodeJS.Immediate | undefined
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new QueryTimeoutError(timeoutMs)), timeoutMs)
+    timer = setTimeout(() => {
+      afterPoll = setImmediate(() => reject(new QueryTimeoutError(timeoutMs)))
+    }, timeoutMs)
   })
   try {
     return await Promise.race([query, timeout])
   } finally {
     clearTimeout(timer)
+    clearImmediate(afterPoll)
   }
 }
 
