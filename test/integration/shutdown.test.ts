@@ -11,7 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { Agent, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
 import { connect, createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
 import { REDIS_URL, callAs, rawRequest, redisPrefix, startUpstream, within, type Upstream } from '../helpers/proxy.js'
@@ -367,7 +367,8 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   )
 })
 
-t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
+/** A gateway with SHUTDOWN_DELAY_MS=0 on a database of its own, and a parent with its key. */
+async function gatewayWithoutDelay(t: Test, parentName: string, env: Record<string, string> = {}) {
   const db = await freshDatabase(t, { migrated: false })
   const upstream = await delayingUpstream(t)
   const gateway = await startGateway({
@@ -376,8 +377,14 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
     REDIS_KEY_PREFIX: redisPrefix(t),
     UPSTREAM_URL: upstream.url,
     SHUTDOWN_DELAY_MS: '0',
+    ...env,
   })
-  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'no delay', externalId: null, extraScopes: [] }))
+  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: parentName, externalId: null, extraScopes: [] }))
+  return { db, upstream, gateway, parent, key }
+}
+
+t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
+  const { db, upstream, gateway, parent, key } = await gatewayWithoutDelay(t, 'no delay')
 
   // A keep-alive client that keeps its connection until the gateway closes it.
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
@@ -418,18 +425,10 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
 // go on in an unknown state, nor die on the spot with its counts unflushed. It drains like a
 // SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
 t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
-  const db = await freshDatabase(t, { migrated: false })
-  const upstream = await delayingUpstream(t)
-  upstream.release()
-  const gateway = await startGateway({
-    DATABASE_URL: db.url,
-    REDIS_URL,
-    REDIS_KEY_PREFIX: redisPrefix(t),
-    UPSTREAM_URL: upstream.url,
-    SHUTDOWN_DELAY_MS: '0',
+  const { db, upstream, gateway, parent, key } = await gatewayWithoutDelay(t, 'rejection', {
     NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigusr2.mjs', import.meta.url).href}`,
   })
-  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'rejection', externalId: null, extraScopes: [] }))
+  upstream.release()
   const served = await callAs(gateway.base, key.apiKey, { path: '/v1/orders' })
   t.equal(served.status, 200, 'a request is served before the rejection')
 
