@@ -911,7 +911,6 @@ async function main(): Promise<void> {
     }
     await Promise.all(gateways.map((g) => waitForGateway(g.base, g.child, g.tail, checkInterrupted)))
     const [A, B] = gateways as [Gateway, Gateway]
-    const byName = { A, B }
     const cliEnv = { ...process.env, DATABASE_URL: dbUrl.toString(), REDIS_URL, REDIS_KEY_PREFIX: redisPrefix }
 
     // Seed: the parent by the CLI; sub-accounts and their keys by the API, half through each.

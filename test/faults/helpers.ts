@@ -13,10 +13,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../src/app.js'
+import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import type { CacheTimings } from '../../src/cache/tiered.js'
 import { loadConfig } from '../../src/config.js'
 import { loadRouteTable } from '../../src/proxy/routes.js'
-import { openStore, type Store } from '../../src/store/db.js'
+import { openStore, type Sql, type Store } from '../../src/store/db.js'
+import { createSubAccount } from '../../src/store/tenants.js'
 import { ADMIN_URL } from '../helpers/db.js'
 import type { RawResponse } from '../helpers/proxy.js'
 
@@ -660,4 +662,48 @@ export function watchCrashes(t: TestLike): Crash[] {
     process.off('unhandledRejection', onRejection)
   })
   return crashes
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the Redis fault tests (redis-down, redis-blackhole)
+
+/** The issue's bound on the time any request waits on Redis. */
+export const REDIS_WAIT_BOUND_MS = 100
+/** A revoke reaches every replica within this long (DESIGN §8). */
+export const BUS_BOUND_MS = 1_000
+
+/** `n` parent accounts, each with its key: a request with one asks for its key and its tenant. */
+export async function parents(sql: Sql, n: number): Promise<{ id: string; apiKey: string }[]> {
+  const out: { id: string; apiKey: string }[] = []
+  for (let i = 0; i < n; i++) {
+    const { account, key } = await sql.begin((tx) => createParentWithKey(tx, { name: `p${i}`, externalId: null, extraScopes: [] }))
+    out.push({ id: account.id, apiKey: key.apiKey })
+  }
+  return out
+}
+
+export interface SubWithKey {
+  /** The parent's key, which may revoke the sub-account's. */
+  parentKey: string
+  subId: string
+  keyId: string
+  apiKey: string
+}
+
+/** A parent, a sub-account and its key, made in Postgres only (no invalidation message is sent). */
+export async function subWithKey(sql: Sql): Promise<SubWithKey> {
+  const { account: parent, key: parentKey } = await sql.begin((tx) => createParentWithKey(tx, { name: 'bus', externalId: null, extraScopes: [] }))
+  const sub = await createSubAccount(sql, parent.id, { name: 'bus', externalId: null, metadata: {} })
+  const key = await mintKey(sql, { tenantId: sub.id, name: 'bus', scopes: [], withClientSecret: false })
+  return { parentKey: parentKey.apiKey, subId: sub.id, keyId: key.row.id, apiKey: key.apiKey }
+}
+
+/** The gateway's store lookups and Redis failures so far, from its metrics. */
+export async function storeLookups(gw: FaultGateway): Promise<{ postgres: number; redis: number; errors: number; redisMisses: number }> {
+  return {
+    postgres: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'postgres' }),
+    redis: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'redis' }),
+    errors: await metricValue(gw.app, 'tgw_redis_errors_total'),
+    redisMisses: await metricValue(gw.app, 'tgw_cache_misses_total', { tier: 'redis' }),
+  }
 }

@@ -12,31 +12,30 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
-import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
-import { createSubAccount } from '../../src/store/tenants.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startUpstream, within } from '../helpers/proxy.js'
 import {
+  BUS_BOUND_MS,
+  REDIS_WAIT_BOUND_MS,
   codeOf,
   describeTimed,
   faultGateway,
   measureRedisWaits,
   median,
   metricValue,
+  parents,
   percentile,
   round,
   sleep,
   startRedis,
+  storeLookups,
+  subWithKey,
   startRelay,
   timedCall,
   type FaultGateway,
   type Timed,
 } from './helpers.js'
 
-/** The issue's bound on the time any request waits on Redis. */
-const REDIS_WAIT_BOUND_MS = 100
-/** A revoke reaches every replica within this long (DESIGN §8). */
-const BUS_BOUND_MS = 1_000
 const LIMIT_MS = 5_000
 /**
  * After a failed command Redis is skipped for this long (1 s by default): shorter here, so that
@@ -77,39 +76,21 @@ async function subscribers(count: number, ms = 10_000): Promise<boolean> {
 const commandsUp = async (gw: FaultGateway) =>
   (await within(10_000, async () => (await metricValue(gw.app, 'tgw_redis_up', { connection: 'commands' })) === 1, 20)) !== null
 
-/** `n` parent accounts, each with its key: a request with one asks for its key and its tenant. */
-async function parents(n: number): Promise<{ id: string; apiKey: string }[]> {
-  const out: { id: string; apiKey: string }[] = []
-  for (let i = 0; i < n; i++) {
-    const { account, key } = await sql.begin((tx) => createParentWithKey(tx, { name: `p${i}`, externalId: null, extraScopes: [] }))
-    out.push({ id: account.id, apiKey: key.apiKey })
-  }
-  return out
-}
-
-const lookups = async (gw: FaultGateway) => ({
-  postgres: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'postgres' }),
-  redis: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'redis' }),
-  errors: await metricValue(gw.app, 'tgw_redis_errors_total'),
-})
-
 const measured: string[] = []
 
 
 /** A revoke through c1 must reach c2 within 1 s. */
 async function busWorks(t: Test, what: string): Promise<void> {
-  const { account: parent, key: parentKey } = await sql.begin((tx) => createParentWithKey(tx, { name: 'bus', externalId: null, extraScopes: [] }))
-  const sub = await createSubAccount(sql, parent.id, { name: 'bus', externalId: null, metadata: {} })
-  const key = await mintKey(sql, { tenantId: sub.id, name: 'bus', scopes: [], withClientSecret: false })
+  const s = await subWithKey(sql)
   for (let i = 0; i < 2; i++) {
-    const warm = await timedCall(c2.url, key.apiKey, { path: '/orders' }, LIMIT_MS)
+    const warm = await timedCall(c2.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
     t.equal(warm.res?.status, 200, `${what}: the second instance accepts the key (${describeTimed(warm)})`)
   }
-  const revoke = await timedCall(c1.url, parentKey.apiKey, { method: 'POST', path: `/v1/sub-accounts/${sub.id}/api-keys/${key.row.id}/revoke`, acting: 'self' }, LIMIT_MS)
+  const revoke = await timedCall(c1.url, s.parentKey, { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' }, LIMIT_MS)
   t.equal(revoke.res?.status, 200, `${what}: revoked through the first instance (${describeTimed(revoke)})`)
   let last: Timed | null = null
   const took = await within(BUS_BOUND_MS, async () => {
-    last = await timedCall(c2.url, key.apiKey, { path: '/orders' }, LIMIT_MS)
+    last = await timedCall(c2.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
     return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
   }, 20)
   t.not(took, null, `${what}: the second instance refuses the revoked key within ${BUS_BOUND_MS} ms (last: ${last === null ? 'none' : describeTimed(last)})`)
@@ -124,16 +105,16 @@ t.test('before the fault, the bus works', async (t) => {
 })
 
 t.test('Redis blackholed: requests go on, none waits more than 100 ms on Redis', async (t) => {
-  const [warm] = await parents(1)
-  const fresh = await parents(16)
-  const freshBaseline = await parents(16)
-  const burst = await parents(20)
+  const [warm] = await parents(sql, 1)
+  const fresh = await parents(sql, 16)
+  const freshBaseline = await parents(sql, 16)
+  const burst = await parents(sql, 20)
   for (let i = 0; i < 2; i++) t.equal((await timedCall(c1.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status, 200, 'a key warmed in-process')
 
   relay.blackhole()
   const lag = monitorEventLoopDelay({ resolution: 10 })
   lag.enable()
-  const before = await lookups(c1)
+  const before = await storeLookups(c1)
 
   // A key already in the in-process cache: no Redis at all.
   const cached = await timedCall(c1.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)
@@ -156,7 +137,7 @@ t.test('Redis blackholed: requests go on, none waits more than 100 ms on Redis',
   const burstResults = await Promise.all(burst.map((p) => timedCall(c1.url, p.apiKey, { path: '/orders' }, LIMIT_MS)))
   const burstWaits = burstResults.map((r) => waits.get(r.requestId) ?? { ms: NaN, commands: 0 })
   lag.disable()
-  const after = await lookups(c1)
+  const after = await storeLookups(c1)
   const loopLagMs = lag.max / 1e6
 
   t.same(rows.filter((r) => r.black.res?.status !== 200).map((r) => describeTimed(r.black)), [], `all ${rows.length} requests with unseen keys are served`)
@@ -206,7 +187,7 @@ t.test('a partition that ends in reset connections: the bus works again once the
   await relay.cut()
   const cutAt = Date.now()
   t.ok(await subscribers(0), 'no instance is subscribed while Redis is unreachable')
-  const during = await timedCall(c1.url, (await parents(1))[0]!.apiKey, { path: '/orders' }, LIMIT_MS)
+  const during = await timedCall(c1.url, (await parents(sql, 1))[0]!.apiKey, { path: '/orders' }, LIMIT_MS)
   t.equal(during.res?.status, 200, `requests go on meanwhile (${describeTimed(during)})`)
   await sleep(1_000)
   await relay.restore()

@@ -11,29 +11,29 @@
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
-import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
-import { createSubAccount } from '../../src/store/tenants.js'
+import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startUpstream, within } from '../helpers/proxy.js'
 import {
+  BUS_BOUND_MS,
+  REDIS_WAIT_BOUND_MS,
   codeOf,
   describeTimed,
   faultGateway,
   measureRedisWaits,
   median,
   metricValue,
+  parents,
   round,
   sleep,
   startRedis,
+  storeLookups,
+  subWithKey,
   timedCall,
   type FaultGateway,
   type Timed,
 } from './helpers.js'
 
-/** The issue's bound on the time any request waits on Redis. */
-const REDIS_WAIT_BOUND_MS = 100
-/** A revoke reaches every replica within this long (DESIGN §8). */
-const BUS_BOUND_MS = 1_000
 const LIMIT_MS = 5_000
 
 const db = await freshDatabase(t)
@@ -73,30 +73,6 @@ async function subscribers(count: number, ms = 15_000): Promise<boolean> {
 const redisUp = (gw: FaultGateway, connection: 'commands' | 'subscriber') => metricValue(gw.app, 'tgw_redis_up', { connection })
 const until = async (ms: number, check: () => Promise<boolean>) => (await within(ms, check, 20)) !== null
 
-async function parents(n: number): Promise<{ id: string; apiKey: string }[]> {
-  const out: { id: string; apiKey: string }[] = []
-  for (let i = 0; i < n; i++) {
-    const { account, key } = await sql.begin((tx) => createParentWithKey(tx, { name: `p${i}`, externalId: null, extraScopes: [] }))
-    out.push({ id: account.id, apiKey: key.apiKey })
-  }
-  return out
-}
-
-const lookups = async (gw: FaultGateway) => ({
-  postgres: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'postgres' }),
-  redis: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'redis' }),
-  errors: await metricValue(gw.app, 'tgw_redis_errors_total'),
-  redisMisses: await metricValue(gw.app, 'tgw_cache_misses_total', { tier: 'redis' }),
-})
-
-/** A sub-account with a key minted in Postgres only (no invalidation message to blur the test). */
-async function subWithKey(): Promise<{ parentKey: string; subId: string; keyId: string; apiKey: string }> {
-  const { account: parent, key: parentKey } = await sql.begin((tx) => createParentWithKey(tx, { name: 'bus', externalId: null, extraScopes: [] }))
-  const sub = await createSubAccount(sql, parent.id, { name: 'bus', externalId: null, metadata: {} })
-  const key = await mintKey(sql, { tenantId: sub.id, name: 'bus', scopes: [], withClientSecret: false })
-  return { parentKey: parentKey.apiKey, subId: sub.id, keyId: key.row.id, apiKey: key.apiKey }
-}
-
 const revoke = (gw: FaultGateway, s: { parentKey: string; subId: string; keyId: string }) =>
   timedCall(gw.url, s.parentKey, { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' }, LIMIT_MS)
 
@@ -114,7 +90,7 @@ const measured: string[] = []
 
 /** A revoke through A must reach B within 1 s. */
 async function busWorks(t: Test, what: string): Promise<void> {
-  const s = await subWithKey()
+  const s = await subWithKey(sql)
   for (let i = 0; i < 2; i++) {
     const warm = await timedCall(b.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
     t.equal(warm.res?.status, 200, `${what}: B accepts the key (${describeTimed(warm)})`)
@@ -134,10 +110,10 @@ t.test('before the fault, the bus works', async (t) => {
 })
 
 async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void> {
-  const [warm] = await parents(1)
-  const fresh = await parents(10)
-  const freshBaseline = await parents(10)
-  const pending = await subWithKey()
+  const [warm] = await parents(sql, 1)
+  const fresh = await parents(sql, 10)
+  const freshBaseline = await parents(sql, 10)
+  const pending = await subWithKey(sql)
   for (let i = 0; i < 2; i++) {
     t.equal((await timedCall(a.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status, 200, 'A: a key warmed in-process')
     t.equal((await timedCall(b.url, pending.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status, 200, 'B: a key warmed in-process')
@@ -152,13 +128,13 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
     await until(5_000, async () => (await redisUp(a, 'commands')) === 0 && (await redisUp(a, 'subscriber')) === 0),
     'A sees both its Redis connections down (tgw_redis_up 0)',
   )
-  const before = await lookups(a)
+  const before = await storeLookups(a)
 
   await t.test('a key in the in-process cache: served, neither Redis nor Postgres asked', async (t) => {
-    const start = await lookups(a)
+    const start = await storeLookups(a)
     const res = await timedCall(a.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)
     t.equal(res.res?.status, 200, describeTimed(res))
-    const end = await lookups(a)
+    const end = await storeLookups(a)
     t.same({ postgres: end.postgres - start.postgres, redis: end.redis - start.redis }, { postgres: 0, redis: 0 }, 'no lookup left the process')
     t.equal(waits.get(res.requestId)?.commands, 0, 'no Redis command')
   })
@@ -171,7 +147,7 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
       rows.push({ down, base, waitMs: waits.get(down.requestId)?.ms ?? NaN })
     }
     t.same(rows.filter((r) => r.down.res?.status !== 200).map((r) => describeTimed(r.down)), [], `all ${rows.length} served`)
-    const end = await lookups(a)
+    const end = await storeLookups(a)
     t.ok(end.postgres - before.postgres >= 2 * fresh.length, `from Postgres (${end.postgres - before.postgres} lookups; each key and its tenant)`)
     t.equal(end.redis - before.redis, 0, 'none from Redis')
     // A connection that is down is skipped, not tried: no command fails, so the error counter
