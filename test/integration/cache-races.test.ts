@@ -3,6 +3,7 @@
 import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { Redis } from 'ioredis'
+import { pino } from 'pino'
 import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { cacheKeys, TenancyCache } from '../../src/cache/tiered.js'
@@ -17,7 +18,7 @@ const prefix = redisPrefix(t)
 const redis = new Redis(REDIS_URL)
 t.teardown(() => redis.disconnect())
 
-const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, silent() {}, child: () => silent, level: 'silent' }
+const silent = pino({ level: 'silent' })
 
 function cache(source: TenancyLookups): TenancyCache {
   const made = new TenancyCache({
@@ -26,7 +27,7 @@ function cache(source: TenancyLookups): TenancyCache {
     keyPrefix: prefix,
     // The repeat of each invalidation comes 200 ms later; the held fill outlasts it.
     timings: { reinvalidateAfterMs: 200 },
-    log: silent as never,
+    log: silent,
     metrics: createMetrics(),
   })
   t.teardown(() => made.close())
@@ -149,7 +150,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
     redisUrl: url,
     keyPrefix: prefix,
     timings: { reinvalidateAfterMs: 60_000 },
-    log: silent as never,
+    log: silent,
     metrics: createMetrics(),
     maxUnsentKeys: 2,
   })

@@ -5,6 +5,7 @@
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import postgres from 'postgres'
+import { pino } from 'pino'
 import t from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { addUsage } from '../../src/store/usage.js'
@@ -12,7 +13,7 @@ import { UsageMeter } from '../../src/usage/meter.js'
 import { freshDatabase } from '../helpers/db.js'
 
 const database = await freshDatabase(t)
-const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, silent() {}, child: () => silent, level: 'silent' }
+const silent = pino({ level: 'silent' })
 
 /** ReadyForQuery, idle: Postgres sends it once the statement's implicit transaction committed. */
 const READY_IDLE = Buffer.from([0x5a, 0, 0, 0, 5, 0x49])
@@ -88,7 +89,7 @@ t.test('a flush whose reply was lost after Postgres committed it is not counted 
   const sql = postgres(link.url, { max: 1, onnotice: () => {} })
   t.teardown(() => sql.end({ timeout: 1 }))
   let failures = 0
-  const meter = new UsageMeter({ sql, log: silent as never, onFlushFailed: () => failures++ })
+  const meter = new UsageMeter({ sql, log: silent, onFlushFailed: () => failures++ })
 
   for (let i = 0; i < 7; i++) meter.record(account.id, 200)
   link.dropNextFlushReply()
