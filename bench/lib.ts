@@ -186,10 +186,10 @@ export function packageVersion(name: string): string {
   }
 }
 
-export function gitDescription(): string {
+export function gitDescription(tree = ROOT): string {
   try {
-    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim()
-    const dirty = execFileSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !== ''
+    const head = execFileSync('git', ['-C', tree, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim()
+    const dirty = execFileSync('git', ['-C', tree, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !== ''
     return dirty ? `${head} + uncommitted changes in src/ or config/` : head
   } catch {
     return 'unknown commit'

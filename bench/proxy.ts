@@ -2,7 +2,11 @@
 //   npm run bench:proxy     (env: BENCH_DURATION=10 s, BENCH_CONNECTIONS=50, BENCH_ROUNDS=2,
 //                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
 //                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
-//                            extra node flags for both proxies, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof')
+//                            extra node flags for both proxies, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof',
+//                            BENCH_BASELINE_TREE= another checkout (its node_modules installed), whose
+//                            gateway runs as a third side, "baseline", on the same database and Redis:
+//                            a change measured against the code before it in the same run, e.g.
+//                            git worktree add /tmp/base HEAD~1 && ln -s $PWD/node_modules /tmp/base/)
 // Every server runs in its own child process, so none shares an event loop with the load
 // generator (autocannon, in this process): the upstream (node:http), the bare proxy (fastify +
 // @fastify/http-proxy, no auth) and the gateway (`node --import tsx src/main.ts`, real Postgres and
@@ -132,6 +136,7 @@ const WARMUP = positiveInt('BENCH_WARMUP', 2)
 const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
 const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
+const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 
 // Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
 let interrupted = false
@@ -160,7 +165,7 @@ async function waitForGateway(base: string, gateway: ChildProcess, output: () =>
 }
 
 interface Side {
-  name: 'bare' | 'gateway'
+  name: 'bare' | 'gateway' | 'baseline'
   url: string
   headers: Record<string, string>
   /** The server process, whose CPU time each round reads. */
@@ -287,7 +292,7 @@ async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
 
 function command(): string {
   const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
-  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL']) {
+  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE']) {
     const value = envForCommand(name)
     if (value !== null) env.push(value)
   }
@@ -311,6 +316,7 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   }
   const bare = summary('bare')
   const gateway = summary('gateway')
+  const baseline = BASELINE_TREE === null ? null : summary('baseline')
 
   console.log(`date      ${new Date().toISOString()}`)
   console.log(`machine   ${cpus[0]?.model.trim() ?? 'unknown cpu'}, ${cpus.length} cores, ${os.platform()} ${os.release()}`)
@@ -322,9 +328,10 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off`)
   console.log(`gateway   node --import tsx src/main.ts at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
   console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)
+  if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}`)
   console.log('')
   const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
-  const rows = [...rounds, bare, gateway].map((r) => [
+  const rows = [...rounds, bare, gateway, ...(baseline === null ? [] : [baseline])].map((r) => [
     r.side,
     r.round,
     fmt(r.completed),
@@ -350,6 +357,12 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
       `p50 ${(gateway.p50 / bare.p50).toFixed(3)}, p99 ${(gateway.p99 / bare.p99).toFixed(3)}, ` +
       `CPU/request ${(gateway.cpuMicros / bare.cpuMicros).toFixed(3)}   (medians)`,
   )
+  if (baseline !== null) {
+    console.log(
+      `baseline / bare  req/s ${(baseline.perSecond / bare.perSecond).toFixed(3)}, CPU/request ${(baseline.cpuMicros / bare.cpuMicros).toFixed(3)}; ` +
+        `gateway / baseline: req/s ${(gateway.perSecond / baseline.perSecond).toFixed(3)}, CPU/request ${(gateway.cpuMicros / baseline.cpuMicros).toFixed(3)}   (medians)`,
+    )
+  }
   for (const s of store) console.log(s)
   console.log(`upstream saw     ${fmt(upstream.fromGateway)} requests from the gateway, ${fmt(upstream.fromOthers)} from the bare proxy (warm-up and probes included)`)
 }
@@ -364,6 +377,7 @@ async function main(): Promise<void> {
   let bareProxy: ChildProcess | null = null
   let gateway: ChildProcess | null = null
   let gatewayOutput = () => ''
+  let baselineGateway: ChildProcess | null = null
   try {
     const [versionRow] = await admin<{ server_version: string }[]>`show server_version`
     await admin.unsafe(`create database ${dbName}`)
@@ -409,7 +423,7 @@ async function main(): Promise<void> {
     if (createResponse.status !== 201) throw new Error(`POST /v1/sub-accounts answered ${createResponse.status}: ${createText.slice(0, 500)}`)
     const subId = (JSON.parse(createText) as { id: string }).id
 
-    const sides: Record<Side['name'], Side> = {
+    const sides: Partial<Record<Side['name'], Side>> & Record<'bare' | 'gateway', Side> = {
       bare: { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: {}, pid: bare.child.pid },
       gateway: {
         name: 'gateway',
@@ -419,12 +433,23 @@ async function main(): Promise<void> {
       },
     }
 
+    if (BASELINE_TREE !== null) {
+      const [basePort, baseMetricsPort] = (await freePorts(2)) as [number, number]
+      const baseEnv = { ...env, PORT: String(basePort), METRICS_PORT: String(baseMetricsPort), GATEWAY_CONFIG: resolve(BASELINE_TREE, 'config/gateway.yaml') }
+      console.error(`starting the baseline gateway from ${BASELINE_TREE} on :${basePort}…`)
+      baselineGateway = spawn(process.execPath, [...SERVER_NODE_ARGS, '--import', 'tsx', 'src/main.ts'], { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+      children.push(baselineGateway)
+      const baseUrl = `http://127.0.0.1:${basePort}`
+      await waitForGateway(baseUrl, baselineGateway, captureOutput(baselineGateway))
+      sides.baseline = { name: 'baseline', url: baseUrl, pid: baselineGateway.pid, headers: sides.gateway!.headers }
+    }
+
     // Pre-flight: each side reaches the upstream, and the gateway really acts as the sub-account.
     for (const side of Object.values(sides)) {
       const response = await fetch(side.url + ECHO_PATH, { headers: side.headers })
       const text = await response.text()
       if (response.status !== 200) throw new Error(`${side.name}: GET ${ECHO_PATH} answered ${response.status}, not the upstream's 200: ${text.slice(0, 500)}`)
-      if (side.name !== 'gateway') continue
+      if (side.name === 'bare') continue
       const seen = JSON.parse(text) as Record<string, string | undefined>
       const wrong = [
         ['x-service-resolved-tenant', subId],
@@ -438,14 +463,13 @@ async function main(): Promise<void> {
 
     console.error(`warming up, ${WARMUP} s per side…`)
     const beforeWarmup = await readCounters(metricsPort)
-    await load(sides.bare, WARMUP, 'warm-up')
-    await load(sides.gateway, WARMUP, 'warm-up')
+    for (const side of Object.values(sides)) await load(side, WARMUP, 'warm-up')
     const afterWarmup = await readCounters(metricsPort)
 
     console.error(`measuring, ${ROUNDS} × ${DURATION} s per side…`)
     const rounds: Round[] = []
     for (let r = 1; r <= ROUNDS; r++) {
-      for (const side of [sides.bare, sides.gateway]) {
+      for (const side of Object.values(sides)) {
         await sleep(500)
         rounds.push(await load(side, DURATION, String(r)))
       }
@@ -483,6 +507,7 @@ async function main(): Promise<void> {
     throw err
   } finally {
     // Every step is attempted even if one fails; the gateway first, so the database is idle.
+    await stopChild(baselineGateway, 15_000).catch((err) => console.error('stopping the baseline gateway:', err))
     await stopChild(gateway, 15_000).catch((err) => console.error('stopping the gateway:', err))
     await stopChild(bareProxy, 5_000).catch((err) => console.error('stopping the bare proxy:', err))
     await stopChild(upstream, 5_000).catch((err) => console.error('stopping the upstream:', err))

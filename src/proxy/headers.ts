@@ -89,17 +89,21 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
 }
 
 /** Hop-by-hop response headers (RFC 9110 §7.6.1): they describe the upstream's connection, not ours. */
-const HOP_BY_HOP_RESPONSE = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding']
+const HOP_BY_HOP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding'])
 
 /**
  * The upstream's response headers as the client gets them: without hop-by-hop headers and those
  * its Connection header names (so an upstream's `Connection: keep-alive` cannot override a client's
- * `Connection: close`), and with the gateway's request id.
+ * `Connection: close`), and with the gateway's request id. A new object rather than deletes on
+ * the upstream's: a deleted property turns an object into a slow dictionary for every later use.
  */
 export function downstreamHeaders(headers: IncomingHttpHeaders, requestId: string): IncomingHttpHeaders {
   const named = connectionTokens(headers.connection)
-  for (const name of named) delete headers[name]
-  for (const name of HOP_BY_HOP_RESPONSE) delete headers[name]
-  headers['x-request-id'] = requestId
-  return headers
+  const out: IncomingHttpHeaders = {}
+  for (const name of Object.keys(headers)) {
+    if (HOP_BY_HOP_RESPONSE.has(name) || named.has(name)) continue
+    out[name] = headers[name]
+  }
+  out['x-request-id'] = requestId
+  return out
 }
