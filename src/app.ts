@@ -404,7 +404,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     lookups: cache.lookups,
     cache,
   })
-  await app.register(proxyRoutes, { routes, lookups: cache.lookups, upstreamDuration: metrics.upstreamDuration })
+  await app.register(proxyRoutes, { routes, lookups: cache.lookups, upstreamDuration: metrics.upstreamDuration, recentAdmissions: metrics.recentAdmissions })
 
   return app
 }

@@ -221,6 +221,7 @@ export class TenancyCache implements CacheInvalidator {
         this.read<string>(cacheKeys.externalId(parentId, externalId), () => source.subAccountIdByExternalId(parentId, externalId)),
       hasActiveSubAccounts: async (parentId) =>
         (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
+      version: () => this.epoch,
     }
   }
 

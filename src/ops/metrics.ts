@@ -22,6 +22,8 @@ export interface Metrics {
   /** 1 while the connection is ready, by connection (commands, subscriber). */
   readonly redisUp: { readonly commands: Gauge.Internal<'connection'>; readonly subscriber: Gauge.Internal<'connection'> }
   readonly proxiedRequests: Counter
+  /** Proxied requests admitted from an identical admission of the last second (no lookup at all). */
+  readonly recentAdmissions: Counter
   /** Records one answered request; label children are resolved once, not per request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: Histogram
@@ -104,6 +106,11 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     proxiedRequests: new Counter({
       name: 'tgw_proxied_requests_total',
       help: 'Requests answered on a proxied route (by the upstream or by the gateway)',
+      registers,
+    }),
+    recentAdmissions: new Counter({
+      name: 'tgw_recent_admissions_total',
+      help: 'Proxied requests admitted from an identical admission of the last second, without a cache lookup',
       registers,
     }),
     observeRequest(kind, statusCode, seconds) {

@@ -5,11 +5,11 @@
 import { Transform, type TransformCallback } from 'node:stream'
 import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
-import type { Histogram } from 'prom-client'
+import type { Counter, Histogram } from 'prom-client'
 import httpProxy from '@fastify/http-proxy'
 import { requireScopes } from '../auth/scopes.js'
 import { ApiError, routeNotFound } from '../errors.js'
-import { tenancyHook } from '../tenancy/hook.js'
+import { tenancyAdmission } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import { isReservedPath, pathOf } from './paths.js'
@@ -20,6 +20,8 @@ export interface ProxyOptions {
   lookups: TenancyLookups
   /** Time to the upstream's response headers, in seconds. */
   upstreamDuration: Histogram
+  /** Requests admitted from the last second's memory (tenancy/hook.ts). */
+  recentAdmissions: Counter
 }
 
 declare module 'fastify' {
@@ -106,21 +108,31 @@ function rewritePrefixFor(route: ProxyRoute): string {
   return route.prefix === '/' ? basePath : basePath + route.prefix
 }
 
-async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups, upstreamDuration }: ProxyOptions): Promise<void> {
+async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups, upstreamDuration, recentAdmissions }: ProxyOptions): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
 
-    // One hook for the whole check, in DESIGN §4's order: every hook is a promise per request.
-    const resolveTenancy = tenancyHook(lookups)
-    scope.addHook('onRequest', async function admitProxied(request, reply) {
+    // One hook for the whole check, in DESIGN §4's order. A callback hook: a request admitted
+    // from the last second's memory goes on without a single promise.
+    const admission = tenancyAdmission(lookups)
+    scope.addHook('onRequest', function admitProxied(request, _reply, done) {
       // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
       // itself, with a method or depth it does not serve: that is still not a proxied path.
       const path = pathOf(request.url)
-      if (isReservedPath(path)) throw routeNotFound(request.method, path)
-      if (route.public) return
-      await resolveTenancy.call(this, request, reply)
-      requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
+      if (isReservedPath(path)) return done(routeNotFound(request.method, path))
+      if (route.public) return done()
+      const requireRouteScopes = () => requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
+      if (admission.fromRecent(request)) {
+        recentAdmissions.inc()
+        try {
+          requireRouteScopes()
+        } catch (err) {
+          return done(err as Error)
+        }
+        return done()
+      }
+      admission.resolve(request).then(requireRouteScopes).then(() => done(), done)
     })
 
     const config: ProxiedRouteConfig = { proxied: true }

@@ -2,7 +2,8 @@
 // before the body is read and before validation (DESIGN §4: 401, then the acting header, then 403).
 import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
 import { authenticate, requireActiveTenant, type Principal } from '../auth/authenticate.js'
-import { ACTING_HEADER, parseActingHeader, resolveActingTenant } from './acting.js'
+import { performance } from 'node:perf_hooks'
+import { ACTING_HEADER, isWriteMethod, parseActingHeader, resolveActingTenant } from './acting.js'
 import type { TenancyLookups, TenantRecord } from './lookups.js'
 
 declare module 'fastify' {
@@ -32,15 +33,110 @@ function singleHeaderCounts(request: FastifyRequest): { authorization: number; a
   return counts
 }
 
+/** Resolves the principal and acting tenant of a request, then sets them on it (DESIGN §4 order). */
+async function resolveInto(request: FastifyRequest, lookups: TenancyLookups, counts: { authorization: number; acting: number }): Promise<void> {
+  const principal = await authenticate(request.headers.authorization, lookups, counts.authorization)
+  request.principal = principal
+  // DESIGN §4 order: 401, then the acting header (a malformed one is 400 even for a
+  // deactivated key), then the 403s.
+  const target = parseActingHeader(request.headers[ACTING_HEADER], counts.acting)
+  requireActiveTenant(principal)
+  request.actingTenant = await resolveActingTenant(principal, target, request.method, lookups)
+}
+
 export function tenancyHook(lookups: TenancyLookups): onRequestAsyncHookHandler {
   return async function resolveTenancy(request) {
-    const counts = singleHeaderCounts(request)
-    const principal = await authenticate(request.headers.authorization, lookups, counts.authorization)
-    request.principal = principal
-    // DESIGN §4 order: 401, then the acting header (a malformed one is 400 even for a
-    // deactivated key), then the 403s.
-    const target = parseActingHeader(request.headers[ACTING_HEADER], counts.acting)
-    requireActiveTenant(principal)
-    request.actingTenant = await resolveActingTenant(principal, target, request.method, lookups)
+    await resolveInto(request, lookups, singleHeaderCounts(request))
+  }
+}
+
+interface Admission {
+  readonly principal: Principal
+  readonly actingTenant: TenantRecord
+}
+
+/**
+ * Admissions of the last second, by the exact header values that earned them. A client that
+ * sends the same key and acting header again is admitted without the four cache lookups and
+ * their promises, which were most of the gateway's own work per proxied request. The whole set is
+ * dropped every second and whenever the cache evicts anything (its version moves), so a revoke
+ * or a deactivation reaches it exactly as it reaches the cache; only successes are kept. Its keys
+ * hold raw Authorization values, for a second at most.
+ */
+class RecentAdmissions {
+  static readonly WINDOW_MS = 1_000
+  static readonly MAX_ENTRIES = 10_000
+  private readonly entries = new Map<string, Admission>()
+  private version = -1
+  private startedAt = 0
+
+  /** Starts over when the window has passed or the cache's version moved. */
+  private current(version: number): Map<string, Admission> {
+    const now = performance.now()
+    if (version !== this.version || now - this.startedAt >= RecentAdmissions.WINDOW_MS) {
+      this.entries.clear()
+      this.version = version
+      this.startedAt = now
+    }
+    return this.entries
+  }
+
+  get(key: string, version: number): Admission | undefined {
+    return this.current(version).get(key)
+  }
+
+  set(key: string, admission: Admission, version: number): void {
+    const entries = this.current(version)
+    if (entries.size < RecentAdmissions.MAX_ENTRIES) entries.set(key, admission)
+  }
+}
+
+/**
+ * What makes two requests' admissions the same: both headers, each sent once, and whether the
+ * method writes (a write without the acting header has a rule of its own). Null when the request
+ * is not one to remember (a header repeated or missing: the full check answers those).
+ */
+function admissionKey(request: FastifyRequest, counts: { authorization: number; acting: number }): string | null {
+  const authorization = request.headers.authorization
+  const acting = request.headers[ACTING_HEADER]
+  if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting)) return null
+  // An empty acting header is not an absent one: '-' marks absent, '+' precedes a value.
+  return `${isWriteMethod(request.method) ? 'w' : 'r'}${acting === undefined ? '-' : `+${acting}`}\n${authorization}`
+}
+
+export interface TenancyAdmission {
+  /**
+   * Sets the principal and the acting tenant from an identical admission of the last second;
+   * false when there is none (then call resolve).
+   */
+  fromRecent(request: FastifyRequest): boolean
+  /** The full check, through the caches; a success is remembered for fromRecent. */
+  resolve(request: FastifyRequest): Promise<void>
+}
+
+/** The proxy's check: the full one, behind a memory of the last second's admissions. */
+export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
+  const version = lookups.version
+  // Without a cache (no version) an answer may change at any moment: nothing is remembered.
+  const recent = version === undefined ? null : new RecentAdmissions()
+  return {
+    fromRecent(request) {
+      if (recent === null) return false
+      const key = admissionKey(request, singleHeaderCounts(request))
+      const admission = key === null ? undefined : recent.get(key, version!())
+      if (admission === undefined) return false
+      request.principal = admission.principal
+      request.actingTenant = admission.actingTenant
+      return true
+    },
+    async resolve(request) {
+      const counts = singleHeaderCounts(request)
+      const versionBefore = version?.()
+      await resolveInto(request, lookups, counts)
+      // A change evicted while this check ran may have been read before it: not remembered.
+      if (recent === null || versionBefore === undefined || version!() !== versionBefore) return
+      const key = admissionKey(request, counts)
+      if (key !== null) recent.set(key, { principal: request.principal!, actingTenant: request.actingTenant! }, versionBefore)
+    },
   }
 }

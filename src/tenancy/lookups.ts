@@ -25,6 +25,11 @@ export interface TenancyLookups {
   tenant(id: string): Promise<TenantRecord | null>
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>
   hasActiveSubAccounts(parentId: string): Promise<boolean>
+  /**
+   * Behind a cache: a number that moves whenever a cached answer may have changed (an eviction).
+   * Absent when every answer comes from the store as it is.
+   */
+  version?(): number
 }
 
 /**
