@@ -386,6 +386,9 @@ async function explain(url: string, title: string, run: (sql: postgres.Sql) => P
   if (statement === undefined) throw new Error(`${title}: no statement captured`)
   // Explained on a connection the gateway's own openStore() opens, so with its session settings.
   const store = await openStore({ databaseUrl: url, dataDir: '/nonexistent', maxConnections: 1 })
+  // postgres.js 3.4.9 never hands a new connection to reserve() when fetch_types is off (the
+  // gateway's setting, src/store/db.ts): open it with a query first.
+  await store.sql`select 1`
   const reserved = await store.sql.reserve()
   try {
     const values = statement.params.map(literal)

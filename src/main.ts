@@ -85,6 +85,8 @@ async function main(): Promise<void> {
   // orchestrator restarts the process. Handled here, not by close-with-grace, which would exit at
   // once, unflushed, on a second one during the drain.
   process.on('unhandledRejection', (reason) => {
+    // One drain: a second rejection while it runs is logged, not a second close.
+    if (failure !== null) return app.log.error({ err: reason }, 'another unhandled rejection while closing')
     failure = reason
     void grace.close()
   })

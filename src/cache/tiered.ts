@@ -41,6 +41,12 @@ export interface CacheTimings {
   /** An invalidation is sent again after this long, to catch a fill that raced the first one. */
   reinvalidateAfterMs: number
   maxEntries: number
+  /**
+   * What the in-process entries may take together, estimated from their JSON: an entry count
+   * alone would let records with long scope lists (up to 50 × 100 characters a key) outgrow the
+   * heap (the image caps it at 160 MiB).
+   */
+  maxEstimatedBytes: number
 }
 
 export const DEFAULT_TIMINGS: CacheTimings = {
@@ -52,6 +58,7 @@ export const DEFAULT_TIMINGS: CacheTimings = {
   postgresBackoffMs: 1_000,
   reinvalidateAfterMs: 1_000,
   maxEntries: 100_000,
+  maxEstimatedBytes: 64 * 1024 * 1024,
 }
 
 const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidate`
@@ -114,6 +121,16 @@ interface Entry {
   readonly storedAt: number
 }
 
+/** An entry's share of the heap, roughly: its JSON as two-byte characters, and the objects around it. */
+function estimatedBytes(entry: Entry): number {
+  return 2 * (JSON.stringify(entry.value)?.length ?? 0) + 256
+}
+
+/** How long a proxied route may reuse an admission (tenancy/hook.ts), at most a fifth of the TTL. */
+function reuseWindowMs(localTtlMs: number): number {
+  return Math.min(1_000, Math.floor(localTtlMs / 5))
+}
+
 export class TenancyCache implements CacheInvalidator {
   readonly lookups: TenancyLookups
   private readonly timings: CacheTimings
@@ -125,6 +142,12 @@ export class TenancyCache implements CacheInvalidator {
   private readonly channel: string
   /** Bumped by every eviction: a fill that started before one must not store what it read. */
   private epoch = 0
+  /**
+   * The in-process TTL of a found record, shortened by the window in which an admission built on
+   * it may be reused, so that a reused admission never outlives the configured TTL (DESIGN §8:
+   * a lost invalidation is bounded by it).
+   */
+  private readonly foundTtlMs: number
   /**
    * Entries stored before this instant are no longer trusted (the bus may have missed messages),
    * but stay for the stale window: while Postgres is down they are all a known key has.
@@ -149,9 +172,12 @@ export class TenancyCache implements CacheInvalidator {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
     this.prefix = options.keyPrefix
     this.channel = invalidationChannel(this.prefix)
+    this.foundTtlMs = this.timings.localTtlMs - reuseWindowMs(this.timings.localTtlMs)
     this.local = new LRUCache<string, Entry>({
       max: this.timings.maxEntries,
-      ttl: this.timings.localTtlMs,
+      maxSize: this.timings.maxEstimatedBytes,
+      sizeCalculation: estimatedBytes,
+      ttl: this.foundTtlMs,
       // Expired entries stay (until the LRU pushes them out) for the stale window.
       noDeleteOnStaleGet: true,
     })
@@ -221,7 +247,7 @@ export class TenancyCache implements CacheInvalidator {
         this.read<string>(cacheKeys.externalId(parentId, externalId), () => source.subAccountIdByExternalId(parentId, externalId)),
       hasActiveSubAccounts: async (parentId) =>
         (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
-      version: () => this.epoch,
+      reuse: { version: () => this.epoch, windowMs: reuseWindowMs(this.timings.localTtlMs) },
     }
   }
 
@@ -286,7 +312,7 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   private remember(key: string, value: unknown): void {
-    const ttl = value === null ? this.timings.negativeTtlMs : this.timings.localTtlMs
+    const ttl = value === null ? this.timings.negativeTtlMs : this.foundTtlMs
     this.local.set(key, { value, storedAt: Date.now() }, { ttl })
   }
 

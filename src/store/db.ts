@@ -80,6 +80,8 @@ const COMMON_OPTIONS = {
   // a connection lost during it is an unhandled rejection (test/faults/postgres-reset.test.ts).
   // Without it postgres.js neither parses nor serialises arrays: they cross as JSON instead
   // (to_jsonb on the way out, jsonb_to_recordset and jsonb_array_elements_text on the way in).
+  // Beware: with it off, postgres.js 3.4.9 never hands a new connection to sql.reserve() (it
+  // hangs); the gateway does not use reserve().
   fetch_types: false,
 } as const
 

@@ -26,10 +26,12 @@ export interface TenancyLookups {
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>
   hasActiveSubAccounts(parentId: string): Promise<boolean>
   /**
-   * Behind a cache: a number that moves whenever a cached answer may have changed (an eviction).
-   * Absent when every answer comes from the store as it is.
+   * Behind a cache: how a caller may reuse answers for a moment. `version()` moves whenever a
+   * cached answer may have changed (an eviction); answers may be reused for `windowMs` while it
+   * has not moved, the cache having shortened its own TTL by as much. Absent when every answer
+   * comes from the store as it is.
    */
-  version?(): number
+  readonly reuse?: { version(): number; readonly windowMs: number }
 }
 
 /**
