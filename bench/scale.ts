@@ -851,6 +851,14 @@ interface GatewayProcess {
   output: () => string
 }
 
+/** Stops a gateway process and deletes the Redis entries under its prefix. */
+async function stopGateway(gateway: GatewayProcess): Promise<void> {
+  await stopChild(gateway.child, 15_000)
+  const redis = new Redis(REDIS_URL)
+  await deleteRedisPrefix(redis, gateway.prefix).catch(() => 0)
+  redis.disconnect()
+}
+
 /** How the gateway process runs: under tsx from src/ (as bench/proxy.ts runs it), or compiled (as the image runs it). */
 type Runtime = 'tsx' | 'dist'
 
@@ -1093,12 +1101,7 @@ async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Pro
     }
     return { rounds, medians: sides.map((side) => summary(side.name)), lookups }
   } finally {
-    if (gateway !== null) {
-      await stopChild(gateway.child, 15_000)
-      const redis = new Redis(REDIS_URL)
-      await deleteRedisPrefix(redis, gateway.prefix).catch(() => 0)
-      redis.disconnect()
-    }
+    if (gateway !== null) await stopGateway(gateway)
     await stopChild(bare.child, 5_000)
   }
 }
@@ -1240,12 +1243,7 @@ async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime:
       apiKeys: { before: apiKeysBefore, after: await tableStats() },
     }
   } finally {
-    if (gateway !== null) {
-      await stopChild(gateway.child, 15_000)
-      const redis = new Redis(REDIS_URL)
-      await deleteRedisPrefix(redis, gateway.prefix).catch(() => 0)
-      redis.disconnect()
-    }
+    if (gateway !== null) await stopGateway(gateway)
     await stats.end()
   }
 }

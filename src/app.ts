@@ -25,6 +25,7 @@ import { isBadPath, pathOf } from './proxy/paths.js'
 import { proxyRoutes, type ProxiedRouteConfig } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/routes.js'
 import { within, type Store } from './store/db.js'
+import { singleHeaderCounts } from './tenancy/hook.js'
 import { postgresLookups } from './tenancy/lookups.js'
 import { UsageMeter } from './usage/meter.js'
 
@@ -187,15 +188,6 @@ async function connectionsByState(store: Store): Promise<Record<string, number> 
   return Object.fromEntries(rows.map((row) => [row.state ?? 'unknown', row.n]))
 }
 
-function hostHeaders(rawHeaders: string[]): number {
-  let count = 0
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!
-    if (name.length === 4 && name.toLowerCase() === 'host') count++
-  }
-  return count
-}
-
 /**
  * Requests Node's HTTP parser refuses (a head over 16 KiB, bad framing, a bare LF…) never reach
  * fastify's routing: they are answered here, on the socket, in the same problem+json envelope,
@@ -297,6 +289,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
   app.decorateRequest('deadline', null)
+  app.decorateRequest('singleHeaders', null)
 
   const metrics = deps.metrics ?? createMetrics()
   const cache = new TenancyCache({
@@ -338,7 +331,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
     // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
     // and X-Forwarded-Host would name it while an upstream might read another).
-    if (hostHeaders(request.raw.rawHeaders) > 1) {
+    if (singleHeaderCounts(request).host > 1) {
       done(new ApiError('bad_request', 'send one Host header'))
       return
     }

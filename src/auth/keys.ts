@@ -7,7 +7,7 @@
 import { hash, randomBytes } from 'node:crypto'
 import { crc32 } from 'node:zlib'
 
-const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+export const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 const BODY_LENGTH = 43 // ceil(256 / log2(62))
 const CHECKSUM_LENGTH = 6 // 62^6 > 2^32
 
@@ -36,9 +36,13 @@ function checksum(text: string): string {
   return out
 }
 
+/** `text` followed by its checksum: a key or secret is its prefix and body, so completed. */
+export function withChecksum(text: string): string {
+  return text + checksum(text)
+}
+
 function generate(prefix: string): string {
-  const body = base62(BigInt('0x' + randomBytes(32).toString('hex')), BODY_LENGTH)
-  return prefix + body + checksum(prefix + body)
+  return withChecksum(prefix + base62(BigInt('0x' + randomBytes(32).toString('hex')), BODY_LENGTH))
 }
 
 const KEY_SHAPE = /^tgw_[0-9A-Za-z]{49}$/

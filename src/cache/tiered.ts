@@ -126,11 +126,6 @@ function estimatedBytes(entry: Entry): number {
   return 2 * (JSON.stringify(entry.value)?.length ?? 0) + 256
 }
 
-/** How long a proxied route may reuse an admission (tenancy/hook.ts), at most a fifth of the TTL. */
-function reuseWindowMs(localTtlMs: number): number {
-  return Math.min(1_000, Math.floor(localTtlMs / 5))
-}
-
 export class TenancyCache implements CacheInvalidator {
   readonly lookups: TenancyLookups
   private readonly timings: CacheTimings
@@ -142,10 +137,11 @@ export class TenancyCache implements CacheInvalidator {
   private readonly channel: string
   /** Bumped by every eviction: a fill that started before one must not store what it read. */
   private epoch = 0
+  /** How long a proxied route may reuse an admission (tenancy/hook.ts): a fifth of the TTL, at most 1 s. */
+  private readonly reuseWindowMs: number
   /**
-   * The in-process TTL of a found record, shortened by the window in which an admission built on
-   * it may be reused, so that a reused admission never outlives the configured TTL (DESIGN §8:
-   * a lost invalidation is bounded by it).
+   * The in-process TTL of a found record, shortened by that window, so that a reused admission
+   * never outlives the configured TTL (DESIGN §8: a lost invalidation is bounded by it).
    */
   private readonly foundTtlMs: number
   /**
@@ -172,7 +168,8 @@ export class TenancyCache implements CacheInvalidator {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
     this.prefix = options.keyPrefix
     this.channel = invalidationChannel(this.prefix)
-    this.foundTtlMs = this.timings.localTtlMs - reuseWindowMs(this.timings.localTtlMs)
+    this.reuseWindowMs = Math.min(1_000, Math.floor(this.timings.localTtlMs / 5))
+    this.foundTtlMs = this.timings.localTtlMs - this.reuseWindowMs
     this.local = new LRUCache<string, Entry>({
       max: this.timings.maxEntries,
       maxSize: this.timings.maxEstimatedBytes,
@@ -247,7 +244,7 @@ export class TenancyCache implements CacheInvalidator {
         this.read<string>(cacheKeys.externalId(parentId, externalId), () => source.subAccountIdByExternalId(parentId, externalId)),
       hasActiveSubAccounts: async (parentId) =>
         (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
-      reuse: { version: () => this.epoch, windowMs: reuseWindowMs(this.timings.localTtlMs) },
+      reuse: { version: () => this.epoch, windowMs: this.reuseWindowMs },
     }
   }
 

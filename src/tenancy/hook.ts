@@ -12,29 +12,41 @@ declare module 'fastify' {
     principal: Principal | null
     /** The tenant this request acts as; set once the acting rules passed. */
     actingTenant: TenantRecord | null
+    /** Set by singleHeaderCounts, the first time it is asked. */
+    singleHeaders: SingleHeaderCounts | null
   }
 }
 
-/**
- * How many times the two headers that must come once were sent, in one pass over the raw
- * headers: Node keeps the first Authorization and folds repeated custom headers into one value.
- */
+export interface SingleHeaderCounts {
+  host: number
+  authorization: number
+  acting: number
+}
+
 const AUTHORIZATION = 'authorization'
 
-function singleHeaderCounts(request: FastifyRequest): { authorization: number; acting: number } {
+/**
+ * How many times each header that must come once was sent, in one pass over the raw headers:
+ * Node keeps the first Host and Authorization and folds repeated custom headers into one value.
+ * Counted once per request (the app's Host check and the tenancy check both read it).
+ */
+export function singleHeaderCounts(request: FastifyRequest): SingleHeaderCounts {
+  if (request.singleHeaders !== null) return request.singleHeaders
   const raw = request.raw.rawHeaders
-  const counts = { authorization: 0, acting: 0 }
+  const counts = { host: 0, authorization: 0, acting: 0 }
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!
     // Lower-cased only when the length matches: this runs for every header of every request.
-    if (name.length === AUTHORIZATION.length && name.toLowerCase() === AUTHORIZATION) counts.authorization++
+    if (name.length === 4 && name.toLowerCase() === 'host') counts.host++
+    else if (name.length === AUTHORIZATION.length && name.toLowerCase() === AUTHORIZATION) counts.authorization++
     else if (name.length === ACTING_HEADER.length && name.toLowerCase() === ACTING_HEADER) counts.acting++
   }
+  request.singleHeaders = counts
   return counts
 }
 
 /** Resolves the principal and acting tenant of a request, then sets them on it (DESIGN §4 order). */
-async function resolveInto(request: FastifyRequest, lookups: TenancyLookups, counts: { authorization: number; acting: number }): Promise<void> {
+async function resolveInto(request: FastifyRequest, lookups: TenancyLookups, counts: SingleHeaderCounts): Promise<void> {
   const principal = await authenticate(request.headers.authorization, lookups, counts.authorization)
   request.principal = principal
   // DESIGN §4 order: 401, then the acting header (a malformed one is 400 even for a
@@ -102,7 +114,7 @@ const MAX_REMEMBERED_HEADER = 200
  * method writes (a write without the acting header has a rule of its own). Null when the request
  * is not one to remember (a header repeated or missing: the full check answers those).
  */
-function admissionKey(request: FastifyRequest, counts: { authorization: number; acting: number }): string | null {
+function admissionKey(request: FastifyRequest, counts: SingleHeaderCounts): string | null {
   const authorization = request.headers.authorization
   const acting = request.headers[ACTING_HEADER]
   if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting)) return null

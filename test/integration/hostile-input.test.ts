@@ -8,7 +8,7 @@
 //
 // The seed is fixed (reproducible CI); HOSTILE_SEED=<n> replays a failure and HOSTILE_SEED=random
 // explores; HOSTILE_RUNS_SCALE multiplies the run counts.
-import { crc32 } from 'node:zlib'
+import { BASE62, withChecksum } from '../../src/auth/keys.js'
 import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import type { LightMyRequestResponse } from 'fastify'
@@ -327,17 +327,7 @@ function mutated(base: fc.Arbitrary<string>): fc.Arbitrary<string> {
   })
 }
 
-const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 /** `tgw_` + 43 base62 characters + the 6-character base62 CRC32 of what precedes it (README). */
-function withChecksum(text: string): string {
-  let value = crc32(text)
-  let sum = ''
-  for (let i = 0; i < 6; i++) {
-    sum = BASE62[value % 62]! + sum
-    value = Math.floor(value / 62)
-  }
-  return text + sum
-}
 const base62Body = fc.array(fc.constantFrom(...BASE62), { minLength: 43, maxLength: 43 }).map((cs) => cs.join(''))
 const wellFormedUnknownKey = base62Body.map((body) => withChecksum(`tgw_${body}`))
 

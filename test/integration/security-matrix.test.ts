@@ -5,10 +5,9 @@
 // case checks what the recording upstreams received, by the unique X-Request-Id it sent.
 import { createServer, request as httpRequest, Agent } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { randomBytes } from 'node:crypto'
-import { crc32 } from 'node:zlib'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
+import { generateApiKey } from '../../src/auth/keys.js'
 import { REDIS_URL, callAs, liveGateway, within, type LiveGateway } from '../helpers/proxy.js'
 import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstream, requestBytes, UPSTREAM_MARK, type HeaderLines, type RawExchange } from '../helpers/hostile.js'
 
@@ -123,18 +122,8 @@ const storeLookups = async (gw: LiveGateway) => ({
   localMisses: await counter(gw, 'tgw_cache_misses_total', 'local'),
 })
 
-const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
-/** `tgw_` + 43 random base62 characters + their 6-character base62 CRC32 (README "Keys"). */
-function randomWellFormedKey(): string {
-  const body = 'tgw_' + Array.from(randomBytes(43), (byte) => BASE62[byte % 62]).join('')
-  let value = crc32(body)
-  let sum = ''
-  for (let i = 0; i < 6; i++) {
-    sum = BASE62[value % 62]! + sum
-    value = Math.floor(value / 62)
-  }
-  return body + sum
-}
+/** `tgw_` + 43 random base62 characters + their 6-character base62 CRC32 (README "Keys"): known to no store. */
+const randomWellFormedKey = () => generateApiKey().apiKey
 
 /** Sends `keys` to A over keep-alive connections, `concurrency` at a time; returns the statuses. */
 async function flood(keys: string[], concurrency = 8): Promise<number[]> {
