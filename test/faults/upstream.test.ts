@@ -8,13 +8,12 @@
 // so that its heap and its sockets are its own and can be measured after a full collection.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http'
-import { createServer as createNetServer, type Server, type Socket } from 'node:net'
-import type { AddressInfo } from 'node:net'
+import { createServer as createNetServer, type Server } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
-import { closedPort, within } from '../helpers/proxy.js'
+import { closedPort, listenOnLoopback, within } from '../helpers/proxy.js'
 import { round, sleep } from './helpers.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -44,22 +43,10 @@ interface Faulty {
 }
 
 async function serve(server: Server): Promise<Faulty> {
-  const sockets = new Set<Socket>()
   let accepted = 0
-  server.on('connection', (socket: Socket) => {
-    accepted++
-    sockets.add(socket)
-    socket.once('close', () => sockets.delete(socket))
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy()
-        server.close(() => resolve())
-      }),
-  )
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, open: () => sockets.size, accepted: () => accepted }
+  server.on('connection', () => accepted++)
+  const { port, connections } = await listenOnLoopback(t, server)
+  return { url: `http://127.0.0.1:${port}`, open: () => connections.size, accepted: () => accepted }
 }
 
 const http = (handler: (request: IncomingMessage, response: ServerResponse) => void) =>

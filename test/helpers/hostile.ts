@@ -4,7 +4,8 @@
 // fail by throwing).
 import { randomBytes } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
-import { connect, type AddressInfo } from 'node:net'
+import { connect } from 'node:net'
+import { listenOnLoopback } from './proxy.js'
 
 interface TestLike {
   teardown(fn: () => unknown): void
@@ -73,14 +74,7 @@ export async function recordingUpstream(t: TestLike, name: string): Promise<Reco
       response.end('{"upstream":true}')
     })
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  const close = () =>
-    new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    })
-  t.teardown(close)
+  const { port, close } = await listenOnLoopback(t, server)
   return { url: `http://127.0.0.1:${port}`, received, byMarker: (marker) => index.get(marker) ?? [], close }
 }
 

@@ -3,7 +3,7 @@
 // and paths exactly as written (fetch would normalise both).
 import { createHash, randomBytes } from 'node:crypto'
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
@@ -71,15 +71,28 @@ export async function startUpstream(t: TestLike, handler: UpstreamHandler = echo
       current(request, response, entry)
     })
   })
+  const { port, close } = await listenOnLoopback(t, server)
+  return { url: `http://127.0.0.1:${port}`, port, received, answer: (h) => (current = h), close }
+}
+
+/**
+ * Listens on 127.0.0.1 on a port of its own; `close` (also run at teardown) ends every
+ * connection and then the server. `connections` are the ones open now.
+ */
+export async function listenOnLoopback(t: TestLike, server: NetServer): Promise<{ port: number; close: () => Promise<void>; connections: ReadonlySet<Socket> }> {
+  const connections = new Set<Socket>()
+  server.on('connection', (socket: Socket) => {
+    connections.add(socket)
+    socket.once('close', () => connections.delete(socket))
+  })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
   const close = () =>
     new Promise<void>((resolve) => {
-      server.closeAllConnections()
+      for (const socket of connections) socket.destroy()
       server.close(() => resolve())
     })
   t.teardown(close)
-  return { url: `http://127.0.0.1:${port}`, port, received, answer: (h) => (current = h), close }
+  return { port: (server.address() as AddressInfo).port, close, connections }
 }
 
 /** A port nothing listens on (bound, then released). */

@@ -3,12 +3,12 @@
 // upstreams actually got.
 import { randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
-import { createServer as createNetServer, type Socket } from 'node:net'
-import type { AddressInfo } from 'node:net'
+import { createServer as createNetServer } from 'node:net'
 import t, { type Test } from 'tap'
 import {
   checkProblem,
   closedPort,
+  listenOnLoopback,
   liveGateway,
   rawRequest,
   sha256,
@@ -376,21 +376,12 @@ t.test('bad paths are refused before authentication (DESIGN §5)', async (t) => 
 /** A server that accepts each connection and closes it at once; counts the connections. */
 async function slammingServer(t: Test): Promise<{ url: string; connections: () => number }> {
   let connections = 0
-  const sockets = new Set<Socket>()
   const server = createNetServer((socket) => {
     connections++
-    sockets.add(socket)
     socket.destroy()
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy()
-        server.close(() => resolve())
-      }),
-  )
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, connections: () => connections }
+  const { port } = await listenOnLoopback(t, server)
+  return { url: `http://127.0.0.1:${port}`, connections: () => connections }
 }
 
 t.test('upstream failures (DESIGN §5)', async (t) => {
