@@ -9,12 +9,12 @@
 // N is what the clients were answered, and it is checked against what the upstream received: a
 // request that failed at the connection (sent to the instance as it closed) was never served.
 // The graceful restart of a real process on SIGTERM is test/integration/shutdown.test.ts.
-import { Agent, request as httpRequest, type ServerResponse } from 'node:http'
+import { Agent, type ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
 import { freshDatabase } from '../helpers/db.js'
-import { startUpstream, within, type Upstream } from '../helpers/proxy.js'
+import { getOverAgent, startUpstream, within, type Upstream } from '../helpers/proxy.js'
 import { faultGateway, sleep, startRedis, timedCall, type FaultGateway } from './helpers.js'
 
 const WORKERS = 12
@@ -29,27 +29,16 @@ interface Answer {
 }
 
 /** One GET over `agent`, read to its end; rejects on a connection error. */
-function get(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<Answer> {
-  const url = new URL(base)
-  return new Promise((resolve, reject) => {
-    const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers }, (response) => {
-      const chunks: Buffer[] = []
-      response.on('data', (chunk: Buffer) => chunks.push(chunk))
-      response.on('error', reject)
-      response.on('end', () => {
-        if (!response.complete) return reject(new Error('incomplete response'))
-        let tenant: string | undefined
-        try {
-          tenant = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { headers: Record<string, string> }).headers['x-service-resolved-tenant']
-        } catch {
-          tenant = undefined
-        }
-        resolve({ status: response.statusCode!, tenant })
-      })
-    })
-    request.on('error', reject)
-    request.end()
-  })
+async function get(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<Answer> {
+  const response = await getOverAgent(base, agent, path, headers)
+  if (!response.complete) throw new Error('incomplete response')
+  let tenant: string | undefined
+  try {
+    tenant = (JSON.parse(response.body.toString('utf8')) as { headers: Record<string, string> }).headers['x-service-resolved-tenant']
+  } catch {
+    tenant = undefined
+  }
+  return { status: response.status, tenant }
 }
 
 /** The upstream: echoes what it got after a few milliseconds; /hold/* waits for release(). */

@@ -2,7 +2,7 @@
 // fresh database and a Redis key prefix of their own, and a raw HTTP client that sends headers
 // and paths exactly as written (fetch would normalise both).
 import { createHash, randomBytes } from 'node:crypto'
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
+import { createServer, request as httpRequest, type Agent, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo, Server as NetServer, Socket } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
@@ -264,4 +264,27 @@ export async function within(withinMs: number, check: () => Promise<boolean>, ev
     if (Date.now() - start > withinMs) return null
     await new Promise((resolve) => setTimeout(resolve, everyMs))
   }
+}
+
+export interface AgentResponse {
+  status: number
+  headers: IncomingHttpHeaders
+  body: Buffer
+  /** Node saw the whole message (as framed); rejects instead on a connection error. */
+  complete: boolean
+}
+
+/** One GET over `agent` (keep-alive clients of a test), read to its end. */
+export function getOverAgent(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<AgentResponse> {
+  const url = new URL(base)
+  return new Promise((resolve, reject) => {
+    const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers }, (response) => {
+      const chunks: Buffer[] = []
+      response.on('data', (chunk: Buffer) => chunks.push(chunk))
+      response.on('error', reject)
+      response.on('end', () => resolve({ status: response.statusCode!, headers: response.headers, body: Buffer.concat(chunks), complete: response.complete }))
+    })
+    request.on('error', reject)
+    request.end()
+  })
 }

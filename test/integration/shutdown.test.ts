@@ -8,13 +8,13 @@
 // some requests until the test has seen the listener refuse connections (app.close() has begun),
 // and only then answers them. Nothing else depends on timing; the bounds below only stop a hang.
 import { spawn, type ChildProcess } from 'node:child_process'
-import { Agent, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
+import { Agent, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
 import { connect, createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
-import { REDIS_URL, callAs, rawRequest, redisPrefix, startUpstream, within, type Upstream } from '../helpers/proxy.js'
+import { REDIS_URL, callAs, getOverAgent, rawRequest, redisPrefix, startUpstream, within, type Upstream } from '../helpers/proxy.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 /** Generous bounds against hangs on a slow, busy machine; no assertion is about speed. */
@@ -186,29 +186,17 @@ interface Outcome {
 }
 
 /** A GET over `agent` (keep-alive), read to its end; rejects on any socket error. */
-function get(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<Outcome> {
-  const url = new URL(base)
-  return new Promise((resolve, reject) => {
-    const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers }, (response) => {
-      const chunks: Buffer[] = []
-      response.on('data', (chunk: Buffer) => chunks.push(chunk))
-      response.on('error', reject)
-      response.on('end', () => {
-        const body = Buffer.concat(chunks)
-        let complete = response.complete && body.length === Number(response.headers['content-length'])
-        if (complete && response.statusCode === 200) {
-          try {
-            complete = (JSON.parse(body.toString('utf8')) as { path?: string }).path === path
-          } catch {
-            complete = false
-          }
-        }
-        resolve({ status: response.statusCode!, headers: response.headers, complete, at: Date.now() })
-      })
-    })
-    request.on('error', reject)
-    request.end()
-  })
+async function get(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<Outcome> {
+  const response = await getOverAgent(base, agent, path, headers)
+  let complete = response.complete && response.body.length === Number(response.headers['content-length'])
+  if (complete && response.status === 200) {
+    try {
+      complete = (JSON.parse(response.body.toString('utf8')) as { path?: string }).path === path
+    } catch {
+      complete = false
+    }
+  }
+  return { status: response.status, headers: response.headers, complete, at: Date.now() }
 }
 
 const describe = (err: unknown) => `${(err as NodeJS.ErrnoException).code ?? ''} ${(err as Error).message}`.trim()
