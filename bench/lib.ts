@@ -1,9 +1,10 @@
-// Helpers shared by the benches that run real processes (bench/proxy.ts, bench/soak.ts): child
-// processes that report their port over IPC, the gateway started as `node --import tsx
-// src/main.ts`, the CLI, /proc readings, percentiles and the facts a report opens with.
+// Helpers shared by the benches that run real processes (bench/proxy.ts, bench/soak.ts,
+// bench/scale.ts): child processes that report their port over IPC, the gateway compiled as the
+// image runs it, the CLI, /proc readings, percentiles and the facts a report opens with.
 import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { cpSync, mkdtempSync, readFileSync, symlinkSync } from 'node:fs'
 import net, { type AddressInfo } from 'node:net'
+import os from 'node:os'
 import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -128,6 +129,42 @@ export async function waitForGateway(base: string, gateway: ChildProcess, output
     if (Date.now() > deadline) throw new Error(`the gateway did not answer within 90 s:\n${output()}`)
     await sleep(200)
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gateway as it ships: the image runs `node --enable-source-maps dist/main.js`, compiled by
+// tsc. Under tsx (esbuild with keepNames) every closure the gateway creates per request also
+// costs a call that names it, which the image never pays.
+
+/** How a bench runs a gateway: compiled as the image is (dist), or from src/ under tsx. */
+export type GatewayRuntime = 'dist' | 'tsx'
+
+export function gatewayRuntime(name: string, fallback: GatewayRuntime): GatewayRuntime {
+  const raw = process.env[name] || fallback
+  if (raw !== 'dist' && raw !== 'tsx') throw new Error(`${name}: dist or tsx, got "${raw}"`)
+  return raw
+}
+
+/**
+ * Compiles `tree`'s gateway as the Dockerfile does (tsc -p tsconfig.build.json, the migrations
+ * beside it), into a new directory under the system's temporary one, so that the tree's own
+ * dist/ is left alone; the caller removes it. The tree's node_modules is linked, not copied.
+ */
+export function buildDist(tree: string, label: string): string {
+  const dir = mkdtempSync(resolve(os.tmpdir(), `tgw-${label}-dist-`))
+  execFileSync(resolve(ROOT, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', resolve(dir, 'dist')], { cwd: tree, stdio: 'inherit' })
+  cpSync(resolve(tree, 'src/store/migrations'), resolve(dir, 'dist/store/migrations'), { recursive: true })
+  // dist/ops/openapi.js reads ../../package.json; "type": "module" makes dist/*.js ES modules.
+  cpSync(resolve(tree, 'package.json'), resolve(dir, 'package.json'))
+  symlinkSync(resolve(tree, 'node_modules'), resolve(dir, 'node_modules'))
+  return dir
+}
+
+/** Node's arguments that start a gateway: the image's command for a compiled one, else tsx on src/. */
+export function gatewayArgs(runtime: GatewayRuntime, distDir: string | null): string[] {
+  if (runtime === 'tsx') return ['--import', 'tsx', 'src/main.ts']
+  if (distDir === null) throw new Error('a compiled gateway needs its directory')
+  return ['--enable-source-maps', resolve(distDir, 'dist/main.js')]
 }
 
 export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {

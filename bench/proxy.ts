@@ -3,13 +3,19 @@
 //                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
 //                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
 //                            extra node flags for both proxies, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof',
+//                            BENCH_GATEWAY_RUNTIME=dist: the gateway compiled as the image runs it
+//                            (tsc into a temporary directory, node --enable-source-maps dist/main.js),
+//                            or tsx: from src/ under tsx, which costs every closure made per request
+//                            a naming call the image never makes,
 //                            BENCH_BASELINE_TREE= another checkout (its node_modules installed), whose
 //                            gateway runs as a third side, "baseline", on the same database and Redis:
 //                            a change measured against the code before it in the same run, e.g.
-//                            git worktree add /tmp/base HEAD~1 && ln -s $PWD/node_modules /tmp/base/)
+//                            git worktree add /tmp/base HEAD~1 && ln -s $PWD/node_modules /tmp/base/;
+//                            BENCH_BASELINE_RUNTIME= how the baseline runs, by default as the gateway:
+//                            BENCH_BASELINE_TREE=. BENCH_BASELINE_RUNTIME=tsx compares the two ways)
 // Every server runs in its own child process, so none shares an event loop with the load
 // generator (autocannon, in this process): the upstream (node:http), the bare proxy (fastify +
-// @fastify/http-proxy, no auth) and the gateway (`node --import tsx src/main.ts`, real Postgres and
+// @fastify/http-proxy, no auth) and the gateway (compiled, as the image runs it; real Postgres and
 // Redis). Both proxies forward to the same upstream. The sides alternate, bare/gateway/bare/…,
 // and the medians over the rounds are reported, so that a slow patch of a noisy machine does not
 // land on one side only. The figures worth comparing between runs are the gateway/bare ratios.
@@ -17,6 +23,7 @@
 // Postgres once warm (the target is none).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { rmSync } from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
 import { type AddressInfo } from 'node:net'
@@ -30,9 +37,13 @@ import {
   children,
   cpuSeconds,
   envForCommand,
+  buildDist,
   fmt,
   forkChild,
   freePorts,
+  gatewayArgs,
+  gatewayRuntime,
+  type GatewayRuntime,
   gitDescription,
   median,
   packageVersion,
@@ -137,6 +148,8 @@ const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0
 const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
+const GATEWAY_RUNTIME = gatewayRuntime('BENCH_GATEWAY_RUNTIME', 'dist')
+const BASELINE_RUNTIME = gatewayRuntime('BENCH_BASELINE_RUNTIME', GATEWAY_RUNTIME)
 
 // Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
 let interrupted = false
@@ -292,7 +305,7 @@ async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
 
 function command(): string {
   const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
-  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE']) {
+  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE', 'BENCH_GATEWAY_RUNTIME', 'BENCH_BASELINE_RUNTIME']) {
     const value = envForCommand(name)
     if (value !== null) env.push(value)
   }
@@ -326,9 +339,11 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
   console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
   console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off`)
-  console.log(`gateway   node --import tsx src/main.ts at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
+  const how = (runtime: GatewayRuntime) =>
+    runtime === 'dist' ? 'compiled as the image is, node --enable-source-maps dist/main.js' : 'node --import tsx src/main.ts'
+  console.log(`gateway   ${how(GATEWAY_RUNTIME)}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
   console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)
-  if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}`)
+  if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}, ${how(BASELINE_RUNTIME)}`)
   console.log('')
   const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
   const rows = [...rounds, bare, gateway, ...(baseline === null ? [] : [baseline])].map((r) => [
@@ -378,6 +393,8 @@ async function main(): Promise<void> {
   let gateway: ChildProcess | null = null
   let gatewayOutput = () => ''
   let baselineGateway: ChildProcess | null = null
+  /** Compiled gateways, removed at the end. */
+  const distDirs: string[] = []
   try {
     const [versionRow] = await admin<{ server_version: string }[]>`show server_version`
     await admin.unsafe(`create database ${dbName}`)
@@ -404,7 +421,11 @@ async function main(): Promise<void> {
       GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
     }
     console.error(`starting the gateway on :${port} (metrics :${metricsPort})…`)
-    gateway = spawn(process.execPath, [...SERVER_NODE_ARGS, '--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    if (GATEWAY_RUNTIME === 'dist') {
+      console.error('compiling the gateway…')
+      distDirs.push(buildDist(ROOT, 'proxy'))
+    }
+    gateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(GATEWAY_RUNTIME, distDirs[0] ?? null)], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.push(gateway)
     gatewayOutput = captureOutput(gateway)
     const gatewayBase = `http://127.0.0.1:${port}`
@@ -437,7 +458,9 @@ async function main(): Promise<void> {
       const [basePort, baseMetricsPort] = (await freePorts(2)) as [number, number]
       const baseEnv = { ...env, PORT: String(basePort), METRICS_PORT: String(baseMetricsPort), GATEWAY_CONFIG: resolve(BASELINE_TREE, 'config/gateway.yaml') }
       console.error(`starting the baseline gateway from ${BASELINE_TREE} on :${basePort}…`)
-      baselineGateway = spawn(process.execPath, [...SERVER_NODE_ARGS, '--import', 'tsx', 'src/main.ts'], { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+      const baselineDist = BASELINE_RUNTIME === 'dist' ? buildDist(BASELINE_TREE, 'proxy-baseline') : null
+      if (baselineDist !== null) distDirs.push(baselineDist)
+      baselineGateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(BASELINE_RUNTIME, baselineDist)], { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
       children.push(baselineGateway)
       const baseUrl = `http://127.0.0.1:${basePort}`
       await waitForGateway(baseUrl, baselineGateway, captureOutput(baselineGateway))
@@ -517,6 +540,7 @@ async function main(): Promise<void> {
         .catch((err) => console.error(`dropping ${dbName} failed; drop it by hand:`, err))
     }
     await admin.end({ timeout: 5 })
+    for (const dir of distDirs) rmSync(dir, { recursive: true, force: true })
   }
 }
 

@@ -9,7 +9,7 @@
 //                                    proxy ratio at the largest scale (0 rounds: skip)
 //   BENCH_MEMORY_KEYS=1000000, BENCH_MEMORY_CONNECTIONS=32
 //                                    RSS at the largest scale while that many seeded keys are used once each (0: skip)
-//   BENCH_MEMORY_RUNTIMES=dist       dist: compiled into /tmp as the image is; tsx: as bench/proxy.ts runs it; or both
+//   BENCH_MEMORY_RUNTIMES=dist       dist: compiled into /tmp as the image is (and as the proxy comparison runs it); tsx: from src/ under tsx; or both
 //   BENCH_GATEWAY_DIST=              a compiled gateway to run instead (e.g. one with a proposed change)
 //   BENCH_GATEWAY_NODE_ARGS=         extra node flags for the gateway processes, e.g. --max-old-space-size=160
 //   BENCH_ALTER_DATABASE=            what-if settings `name=value;…` set on each seeded database (ALTER
@@ -33,9 +33,9 @@
 // (gateway vs bare @fastify/http-proxy, alternating rounds; plus acting across every sub-account)
 // on the seeded database, and RSS while BENCH_MEMORY_KEYS distinct seeded keys are used once each.
 // Every database is dropped and every Redis key of the run deleted at the end, also on Ctrl-C.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { appendFileSync, cpSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { appendFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
 import type { AddressInfo } from 'node:net'
@@ -64,6 +64,7 @@ import {
 import { usageRows } from '../src/store/usage.js'
 import { utcDay } from '../src/usage/meter.js'
 import {
+  buildDist,
   captureOutput,
   children,
   cpuSeconds,
@@ -71,6 +72,8 @@ import {
   fmt,
   forkChild,
   freePorts,
+  gatewayArgs,
+  type GatewayRuntime,
   gitDescription,
   median,
   packageVersion,
@@ -859,27 +862,12 @@ async function stopGateway(gateway: GatewayProcess): Promise<void> {
   redis.disconnect()
 }
 
-/** How the gateway process runs: under tsx from src/ (as bench/proxy.ts runs it), or compiled (as the image runs it). */
-type Runtime = 'tsx' | 'dist'
-
-/**
- * The compiled gateway, as the Dockerfile builds it (tsc -p tsconfig.build.json), but into a
- * directory of this run's own under /tmp, so that the repository's dist/ is left alone.
- */
-function buildDist(): string {
-  const dir = resolve(os.tmpdir(), `tgw-scale-dist-${RUN}`)
-  log(`  compiling the gateway into ${dir}…`)
-  execFileSync(resolve(ROOT, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', resolve(dir, 'dist')], { cwd: ROOT, stdio: 'inherit' })
-  cpSync(resolve(ROOT, 'src/store/migrations'), resolve(dir, 'dist/store/migrations'), { recursive: true })
-  // dist/ops/openapi.js reads ../../package.json; "type": "module" makes dist/*.js ES modules.
-  cpSync(resolve(ROOT, 'package.json'), resolve(dir, 'package.json'))
-  symlinkSync(resolve(ROOT, 'node_modules'), resolve(dir, 'node_modules'))
-  return dir
-}
+/** How the gateway process runs: under tsx from src/, or compiled (as the image and bench/proxy.ts run it). */
+type Runtime = GatewayRuntime
 
 let distDir: string | null = null
 
-async function startGateway(url: string, upstreamUrl: string, label: string, runtime: Runtime = 'tsx'): Promise<GatewayProcess> {
+async function startGateway(url: string, upstreamUrl: string, label: string, runtime: Runtime): Promise<GatewayProcess> {
   const [port, metricsPort] = (await freePorts(2)) as [number, number]
   const prefix = `tgwscale:${RUN}:${label}:`
   const env: NodeJS.ProcessEnv = {
@@ -894,9 +882,11 @@ async function startGateway(url: string, upstreamUrl: string, label: string, run
     LOG_LEVEL: 'warn',
     GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
   }
-  if (runtime === 'dist') distDir ??= GATEWAY_DIST ?? buildDist()
-  // The image's command: node --enable-source-maps dist/main.js.
-  const args = [...GATEWAY_NODE_ARGS, ...(runtime === 'dist' ? ['--enable-source-maps', resolve(distDir!, 'dist/main.js')] : ['--import', 'tsx', 'src/main.ts'])]
+  if (runtime === 'dist' && distDir === null) {
+    log('  compiling the gateway…')
+    distDir = GATEWAY_DIST ?? buildDist(ROOT, `scale-${RUN}`)
+  }
+  const args = [...GATEWAY_NODE_ARGS, ...gatewayArgs(runtime, distDir)]
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
   children.push(child)
   const output = captureOutput(child)
@@ -997,7 +987,7 @@ async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Pro
   const bare = await forkChild(PROXY_SCRIPT, 'bare proxy', ['bare', upstreamUrl])
   let gateway: GatewayProcess | null = null
   try {
-    gateway = await startGateway(url, upstreamUrl, 'proxy')
+    gateway = await startGateway(url, upstreamUrl, 'proxy', 'dist')
     const auth = { authorization: `Bearer ${seeded.parentKey}` }
     const active = Array.from({ length: seeded.subAccounts }, (_, i) => i).filter((i) => !isSeededDeactivated(i))
     let next = 0
@@ -1384,7 +1374,7 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
   }
   for (const mem of mems) {
     out.push('')
-    const how = mem.runtime === 'dist' ? 'node --enable-source-maps dist/main.js, compiled as the image is' : 'node --import tsx src/main.ts, as bench/proxy.ts runs it'
+    const how = mem.runtime === 'dist' ? 'node --enable-source-maps dist/main.js, compiled as the image is' : 'node --import tsx src/main.ts'
     out.push(
       `memory (${mem.runtime}): one gateway process (${how}${GATEWAY_NODE_ARGS.length > 0 ? `, node flags ${GATEWAY_NODE_ARGS.join(' ')}` : ''}); ` +
         `${fmt(mem.requests)} requests in ${mem.seconds.toFixed(0)} s, each with a seeded key not used before, ${MEMORY_CONNECTIONS} connections; ` +
