@@ -132,9 +132,9 @@ export async function waitForGateway(base: string, gateway: ChildProcess, output
 }
 
 // ---------------------------------------------------------------------------------------------
-// The gateway as it ships: the image runs `node --enable-source-maps dist/main.js`, compiled by
-// tsc. Under tsx (esbuild with keepNames) every closure the gateway creates per request also
-// costs a call that names it, which the image never pays.
+// The gateway as it ships: compiled by tsc and started with the node flags of the image's CMD.
+// Under tsx (esbuild with keepNames) every closure the gateway creates per request also costs a
+// call that names it, which the image never pays.
 
 /** How a bench runs a gateway: compiled as the image is (dist), or from src/ under tsx. */
 export type GatewayRuntime = 'dist' | 'tsx'
@@ -160,11 +160,25 @@ export function buildDist(tree: string, label: string): string {
   return dir
 }
 
+/**
+ * The node flags of a tree's image: its Dockerfile's `CMD ["node", …flags, "dist/main.js"]`, so
+ * that a bench runs the gateway as the image does (V8 flags included) and cannot drift from it.
+ */
+export function imageNodeFlags(tree: string): string[] {
+  const dockerfile = readFileSync(resolve(tree, 'Dockerfile'), 'utf8')
+  const cmd = /^CMD (\[.*\])\s*$/m.exec(dockerfile)
+  const args = cmd === null ? null : (JSON.parse(cmd[1]!) as unknown)
+  if (!Array.isArray(args) || args[0] !== 'node' || args[args.length - 1] !== 'dist/main.js') {
+    throw new Error(`${tree}/Dockerfile: expected CMD ["node", …, "dist/main.js"]`)
+  }
+  return args.slice(1, -1) as string[]
+}
+
 /** Node's arguments that start a gateway: the image's command for a compiled one, else tsx on src/. */
-export function gatewayArgs(runtime: GatewayRuntime, distDir: string | null): string[] {
+export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: string | null): string[] {
   if (runtime === 'tsx') return ['--import', 'tsx', 'src/main.ts']
   if (distDir === null) throw new Error('a compiled gateway needs its directory')
-  return ['--enable-source-maps', resolve(distDir, 'dist/main.js')]
+  return [...imageNodeFlags(tree), resolve(distDir, 'dist/main.js')]
 }
 
 export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {

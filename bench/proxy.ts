@@ -4,7 +4,7 @@
 //                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
 //                            extra node flags for both proxies, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof',
 //                            BENCH_GATEWAY_RUNTIME=dist: the gateway compiled as the image runs it
-//                            (tsc into a temporary directory, node --enable-source-maps dist/main.js),
+//                            (tsc into a temporary directory, node with the flags of the Dockerfile's CMD),
 //                            or tsx: from src/ under tsx, which costs every closure made per request
 //                            a naming call the image never makes,
 //                            BENCH_BASELINE_TREE= another checkout (its node_modules installed), whose
@@ -45,6 +45,7 @@ import {
   gatewayRuntime,
   type GatewayRuntime,
   gitDescription,
+  imageNodeFlags,
   median,
   packageVersion,
   percentile,
@@ -339,11 +340,11 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
   console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
   console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off`)
-  const how = (runtime: GatewayRuntime) =>
-    runtime === 'dist' ? 'compiled as the image is, node --enable-source-maps dist/main.js' : 'node --import tsx src/main.ts'
-  console.log(`gateway   ${how(GATEWAY_RUNTIME)}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
+  const how = (runtime: GatewayRuntime, tree: string) =>
+    runtime === 'dist' ? `compiled as the image is, node ${imageNodeFlags(tree).join(' ')} dist/main.js` : 'node --import tsx src/main.ts'
+  console.log(`gateway   ${how(GATEWAY_RUNTIME, ROOT)}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
   console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)
-  if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}, ${how(BASELINE_RUNTIME)}`)
+  if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}, ${how(BASELINE_RUNTIME, BASELINE_TREE)}`)
   console.log('')
   const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
   const rows = [...rounds, bare, gateway, ...(baseline === null ? [] : [baseline])].map((r) => [
@@ -425,7 +426,7 @@ async function main(): Promise<void> {
       console.error('compiling the gateway…')
       distDirs.push(buildDist(ROOT, 'proxy'))
     }
-    gateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(GATEWAY_RUNTIME, distDirs[0] ?? null)], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    gateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(GATEWAY_RUNTIME, ROOT, distDirs[0] ?? null)], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.push(gateway)
     gatewayOutput = captureOutput(gateway)
     const gatewayBase = `http://127.0.0.1:${port}`
@@ -460,7 +461,7 @@ async function main(): Promise<void> {
       console.error(`starting the baseline gateway from ${BASELINE_TREE} on :${basePort}…`)
       const baselineDist = BASELINE_RUNTIME === 'dist' ? buildDist(BASELINE_TREE, 'proxy-baseline') : null
       if (baselineDist !== null) distDirs.push(baselineDist)
-      baselineGateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(BASELINE_RUNTIME, baselineDist)], { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+      baselineGateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(BASELINE_RUNTIME, BASELINE_TREE, baselineDist)], { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
       children.push(baselineGateway)
       const baseUrl = `http://127.0.0.1:${basePort}`
       await waitForGateway(baseUrl, baselineGateway, captureOutput(baselineGateway))

@@ -74,6 +74,7 @@ import {
   freePorts,
   gatewayArgs,
   type GatewayRuntime,
+  imageNodeFlags,
   gitDescription,
   median,
   packageVersion,
@@ -886,7 +887,7 @@ async function startGateway(url: string, upstreamUrl: string, label: string, run
     log('  compiling the gateway…')
     distDir = GATEWAY_DIST ?? buildDist(ROOT, `scale-${RUN}`)
   }
-  const args = [...GATEWAY_NODE_ARGS, ...gatewayArgs(runtime, distDir)]
+  const args = [...GATEWAY_NODE_ARGS, ...gatewayArgs(runtime, ROOT, distDir)]
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
   children.push(child)
   const output = captureOutput(child)
@@ -1374,7 +1375,7 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
   }
   for (const mem of mems) {
     out.push('')
-    const how = mem.runtime === 'dist' ? 'node --enable-source-maps dist/main.js, compiled as the image is' : 'node --import tsx src/main.ts'
+    const how = mem.runtime === 'dist' ? `node ${imageNodeFlags(ROOT).join(' ')} dist/main.js, compiled as the image is` : 'node --import tsx src/main.ts'
     out.push(
       `memory (${mem.runtime}): one gateway process (${how}${GATEWAY_NODE_ARGS.length > 0 ? `, node flags ${GATEWAY_NODE_ARGS.join(' ')}` : ''}); ` +
         `${fmt(mem.requests)} requests in ${mem.seconds.toFixed(0)} s, each with a seeded key not used before, ${MEMORY_CONNECTIONS} connections; ` +
