@@ -5,10 +5,10 @@
 import { Transform, type TransformCallback } from 'node:stream'
 import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
-import type { Counter, Histogram } from 'prom-client'
 import httpProxy from '@fastify/http-proxy'
 import { requireScopes } from '../auth/scopes.js'
 import { ApiError, routeNotFound } from '../errors.js'
+import type { LatencyHistogram, Tally } from '../ops/metrics.js'
 import { tenancyAdmission } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
@@ -19,9 +19,9 @@ export interface ProxyOptions {
   routes: readonly ProxyRoute[]
   lookups: TenancyLookups
   /** Time to the upstream's response headers, in seconds. */
-  upstreamDuration: Histogram
+  upstreamDuration: LatencyHistogram
   /** Requests admitted from the last second's memory (tenancy/hook.ts). */
-  recentAdmissions: Counter
+  recentAdmissions: Tally
 }
 
 declare module 'fastify' {
