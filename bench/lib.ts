@@ -181,6 +181,17 @@ export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: stri
   return [...imageNodeFlags(tree), resolve(distDir, 'dist/main.js')]
 }
 
+/**
+ * The headers the bare proxy is sent: by default the gateway's own request (its Authorization and
+ * acting header included, which the bare proxy parses and passes on), so that both sides get the
+ * same traffic; BENCH_BARE_HEADERS=none sends it none, as these benches did before 2026-11-21.
+ */
+export function bareHeaders(gatewayHeaders: Record<string, string>): Record<string, string> {
+  const mode = process.env.BENCH_BARE_HEADERS || 'same'
+  if (mode !== 'same' && mode !== 'none') throw new Error(`BENCH_BARE_HEADERS: same or none, got "${mode}"`)
+  return mode === 'same' ? { ...gatewayHeaders } : {}
+}
+
 export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((done, fail) => {
     execFile(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {

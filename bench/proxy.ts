@@ -11,6 +11,8 @@
 //                            gateway runs as a third side, "baseline", on the same database and Redis:
 //                            a change measured against the code before it in the same run, e.g.
 //                            git worktree add /tmp/base HEAD~1 && ln -s $PWD/node_modules /tmp/base/;
+//                            BENCH_BARE_HEADERS=same: the bare proxy gets the gateway's request, Authorization
+//                            and acting header included (none: no headers, as before 2026-11-21),
 //                            BENCH_BASELINE_RUNTIME= how the baseline runs, by default as the gateway:
 //                            BENCH_BASELINE_TREE=. BENCH_BASELINE_RUNTIME=tsx compares the two ways)
 // Every server runs in its own child process, so none shares an event loop with the load
@@ -33,6 +35,7 @@ import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import {
   announce as announceTo,
+  bareHeaders,
   captureOutput,
   children,
   cpuSeconds,
@@ -306,7 +309,7 @@ async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
 
 function command(): string {
   const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
-  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE', 'BENCH_GATEWAY_RUNTIME', 'BENCH_BASELINE_RUNTIME']) {
+  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE', 'BENCH_GATEWAY_RUNTIME', 'BENCH_BASELINE_RUNTIME', 'BENCH_BARE_HEADERS']) {
     const value = envForCommand(name)
     if (value !== null) env.push(value)
   }
@@ -339,7 +342,8 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`load      GET ${PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
   console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
-  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off`)
+  const sameRequest = Object.keys(bareHeaders({ same: '1' })).length > 0
+  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off; ${sameRequest ? 'sent the same request as the gateway (it passes the headers on)' : 'sent no headers'}`)
   const how = (runtime: GatewayRuntime, tree: string) =>
     runtime === 'dist' ? `compiled as the image is, node ${imageNodeFlags(tree).join(' ')} dist/main.js` : 'node --import tsx src/main.ts'
   console.log(`gateway   ${how(GATEWAY_RUNTIME, ROOT)}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
@@ -445,14 +449,10 @@ async function main(): Promise<void> {
     if (createResponse.status !== 201) throw new Error(`POST /v1/sub-accounts answered ${createResponse.status}: ${createText.slice(0, 500)}`)
     const subId = (JSON.parse(createText) as { id: string }).id
 
+    const gatewayHeaders = { authorization: `Bearer ${apiKey}`, 'x-service-acting-tenant': `ext:${SUB_EXTERNAL_ID}` }
     const sides: Partial<Record<Side['name'], Side>> & Record<'bare' | 'gateway', Side> = {
-      bare: { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: {}, pid: bare.child.pid },
-      gateway: {
-        name: 'gateway',
-        url: gatewayBase,
-        pid: gateway.pid,
-        headers: { authorization: `Bearer ${apiKey}`, 'x-service-acting-tenant': `ext:${SUB_EXTERNAL_ID}` },
-      },
+      bare: { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: bareHeaders(gatewayHeaders), pid: bare.child.pid },
+      gateway: { name: 'gateway', url: gatewayBase, pid: gateway.pid, headers: gatewayHeaders },
     }
 
     if (BASELINE_TREE !== null) {

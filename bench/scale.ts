@@ -6,7 +6,8 @@
 //   BENCH_KEYS_PER_SUB=10, BENCH_USAGE_DAYS=30
 //   BENCH_N=2000, BENCH_WARMUP=100   timed and untimed samples per operation
 //   BENCH_PROXY_ROUNDS=2, BENCH_PROXY_DURATION=10, BENCH_PROXY_WARMUP=2, BENCH_PROXY_CONNECTIONS=50
-//                                    proxy ratio at the largest scale (0 rounds: skip)
+//                                    proxy ratio at the largest scale (0 rounds: skip); BENCH_BARE_HEADERS
+//                                    as in bench/proxy.ts (same: the bare proxy gets the gateway's request)
 //   BENCH_MEMORY_KEYS=1000000, BENCH_MEMORY_CONNECTIONS=32
 //                                    RSS at the largest scale while that many seeded keys are used once each (0: skip)
 //   BENCH_MEMORY_RUNTIMES=dist       dist: compiled into /tmp as the image is (and as the proxy comparison runs it); tsx: from src/ under tsx; or both
@@ -64,6 +65,7 @@ import {
 import { usageRows } from '../src/store/usage.js'
 import { utcDay } from '../src/usage/meter.js'
 import {
+  bareHeaders,
   buildDist,
   captureOutput,
   children,
@@ -1000,9 +1002,10 @@ async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Pro
       /** Per-request headers (autocannon's setupRequest), else the fixed `headers`. */
       rotate?: () => string
     }
+    const gatewayHeaders = { ...auth, 'x-service-acting-tenant': `ext:${extIdOf(1)}` }
     const sides: Side[] = [
-      { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: {}, pid: bare.child.pid },
-      { name: 'gateway', url: gateway.base, pid: gateway.child.pid, headers: { ...auth, 'x-service-acting-tenant': `ext:${extIdOf(1)}` } },
+      { name: 'bare', url: `http://127.0.0.1:${bare.port}`, headers: bareHeaders(gatewayHeaders), pid: bare.child.pid },
+      { name: 'gateway', url: gateway.base, pid: gateway.child.pid, headers: gatewayHeaders },
       {
         name: 'gateway, spread',
         url: gateway.base,
