@@ -86,8 +86,9 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 # live on, that an allocation site's objects are long-lived, and from then on create them in the
 # old generation. When such a site is on the request path, every request's short-lived objects are
 # kept alive by those old ones through the next minor collections and promoted: in bench:proxy
-# about 5 KB per request, full collections several times a second, and a third more CPU per
+# about 5 KB per request, full collections several times a second, and 1.3-2x the CPU per
 # request, in one process and not the next (bench/RESULTS.md). The flag keeps every new object
-# young; bench/proxy.ts runs the gateway with this CMD's flags. Node refuses it in NODE_OPTIONS.
+# young; the benches run the gateway with this CMD's flags. Node refuses it in NODE_OPTIONS, so the
+# chart runs this CMD (.ci/validate-k8s.mjs refuses a command or args on the gateway container).
 # The same image runs the CLI: `docker run … tenancy-gateway dist/cli.js migrate`.
 CMD ["node", "--enable-source-maps", "--no-allocation-site-pretenuring", "dist/main.js"]

@@ -1,8 +1,9 @@
 // Helpers shared by the benches that run real processes (bench/proxy.ts, bench/soak.ts,
 // bench/scale.ts): child processes that report their port over IPC, the gateway compiled as the
-// image runs it, the CLI, /proc readings, percentiles and the facts a report opens with.
+// image runs it (proxy and scale; soak runs it under tsx), the CLI, /proc readings, percentiles
+// and the facts a report opens with.
 import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
-import { cpSync, mkdtempSync, readFileSync, symlinkSync } from 'node:fs'
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import net, { type AddressInfo } from 'node:net'
 import os from 'node:os'
 import { dirname, resolve } from 'node:path'
@@ -152,44 +153,61 @@ export function gatewayRuntime(name: string, fallback: GatewayRuntime): GatewayR
  */
 export function buildDist(tree: string, label: string): string {
   const dir = mkdtempSync(resolve(os.tmpdir(), `tgw-${label}-dist-`))
-  execFileSync(resolve(ROOT, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', resolve(dir, 'dist')], { cwd: tree, stdio: 'inherit' })
-  cpSync(resolve(tree, 'src/store/migrations'), resolve(dir, 'dist/store/migrations'), { recursive: true })
-  // dist/ops/openapi.js reads ../../package.json; "type": "module" makes dist/*.js ES modules.
-  cpSync(resolve(tree, 'package.json'), resolve(dir, 'package.json'))
-  symlinkSync(resolve(tree, 'node_modules'), resolve(dir, 'node_modules'))
-  return dir
+  try {
+    execFileSync(resolve(ROOT, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', resolve(dir, 'dist')], { cwd: tree, stdio: 'inherit' })
+    cpSync(resolve(tree, 'src/store/migrations'), resolve(dir, 'dist/store/migrations'), { recursive: true })
+    // dist/ops/openapi.js reads ../../package.json; "type": "module" makes dist/*.js ES modules.
+    cpSync(resolve(tree, 'package.json'), resolve(dir, 'package.json'))
+    symlinkSync(resolve(tree, 'node_modules'), resolve(dir, 'node_modules'))
+    return dir
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true })
+    throw err
+  }
 }
 
 /**
- * The node flags of a tree's image: its Dockerfile's `CMD ["node", …flags, "dist/main.js"]`, so
- * that a bench runs the gateway as the image does (V8 flags included) and cannot drift from it.
+ * The node flags of a tree's image: its Dockerfile's last `CMD ["node", …flags, "dist/main.js"]`
+ * (the runtime stage's, one line, exec form), so that a bench runs the gateway as the image does
+ * (V8 flags included) and cannot drift from it. The image's `NODE_OPTIONS` (a heap cap) is not
+ * applied: bench:scale takes it as BENCH_GATEWAY_NODE_ARGS.
  */
 export function imageNodeFlags(tree: string): string[] {
   const dockerfile = readFileSync(resolve(tree, 'Dockerfile'), 'utf8')
-  const cmd = /^CMD (\[.*\])\s*$/m.exec(dockerfile)
-  const args = cmd === null ? null : (JSON.parse(cmd[1]!) as unknown)
-  if (!Array.isArray(args) || args[0] !== 'node' || args[args.length - 1] !== 'dist/main.js') {
+  const cmd = [...dockerfile.matchAll(/^CMD (\[.*\])\s*$/gm)].at(-1)
+  const args = cmd === undefined ? null : (JSON.parse(cmd[1]!) as unknown)
+  if (!Array.isArray(args) || !args.every((arg) => typeof arg === 'string') || args[0] !== 'node' || args.at(-1) !== 'dist/main.js') {
     throw new Error(`${tree}/Dockerfile: expected CMD ["node", …, "dist/main.js"]`)
   }
   return args.slice(1, -1) as string[]
 }
 
-/** Node's arguments that start a gateway: the image's command for a compiled one, else tsx on src/. */
-export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: string | null): string[] {
-  if (runtime === 'tsx') return ['--import', 'tsx', 'src/main.ts']
+/**
+ * Node's arguments that start a gateway: the image's node flags, then `extra` (so a bench can
+ * override one of them, e.g. `--allocation-site-pretenuring`), then the compiled main.js, or
+ * src/main.ts under tsx.
+ */
+export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: string | null, extra: readonly string[] = []): string[] {
+  const flags = [...imageNodeFlags(tree), ...extra]
+  if (runtime === 'tsx') return [...flags, '--import', 'tsx', 'src/main.ts']
   if (distDir === null) throw new Error('a compiled gateway needs its directory')
-  return [...imageNodeFlags(tree), resolve(distDir, 'dist/main.js')]
+  return [...flags, resolve(distDir, 'dist/main.js')]
+}
+
+/** BENCH_BARE_HEADERS: `same` (the default) or `none`; see bareHeaders. */
+export function bareHeadersMode(): 'same' | 'none' {
+  const mode = process.env.BENCH_BARE_HEADERS || 'same'
+  if (mode !== 'same' && mode !== 'none') throw new Error(`BENCH_BARE_HEADERS: same or none, got "${mode}"`)
+  return mode
 }
 
 /**
  * The headers the bare proxy is sent: by default the gateway's own request (its Authorization and
  * acting header included, which the bare proxy parses and passes on), so that both sides get the
- * same traffic; BENCH_BARE_HEADERS=none sends it none, as these benches did before 2026-11-21.
+ * same traffic; BENCH_BARE_HEADERS=none sends it none, as these benches did before 14f9851.
  */
 export function bareHeaders(gatewayHeaders: Record<string, string>): Record<string, string> {
-  const mode = process.env.BENCH_BARE_HEADERS || 'same'
-  if (mode !== 'same' && mode !== 'none') throw new Error(`BENCH_BARE_HEADERS: same or none, got "${mode}"`)
-  return mode === 'same' ? { ...gatewayHeaders } : {}
+  return bareHeadersMode() === 'same' ? { ...gatewayHeaders } : {}
 }
 
 export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {

@@ -2,7 +2,8 @@
 //   npm run bench:proxy     (env: BENCH_DURATION=10 s, BENCH_CONNECTIONS=50, BENCH_ROUNDS=2,
 //                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
 //                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
-//                            extra node flags for both proxies, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof',
+//                            extra node flags for both proxies, after the image's (which both get),
+//                            e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof' or '--allocation-site-pretenuring',
 //                            BENCH_GATEWAY_RUNTIME=dist: the gateway compiled as the image runs it
 //                            (tsc into a temporary directory, node with the flags of the Dockerfile's CMD),
 //                            or tsx: from src/ under tsx, which costs every closure made per request
@@ -36,6 +37,7 @@ import postgres from 'postgres'
 import {
   announce as announceTo,
   bareHeaders,
+  bareHeadersMode,
   captureOutput,
   children,
   cpuSeconds,
@@ -153,6 +155,8 @@ const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const GATEWAY_RUNTIME = gatewayRuntime('BENCH_GATEWAY_RUNTIME', 'dist')
+/** The node arguments each gateway was started with, for the report. */
+const commandLines: { gateway?: string; baseline?: string } = {}
 const BASELINE_RUNTIME = gatewayRuntime('BENCH_BASELINE_RUNTIME', GATEWAY_RUNTIME)
 
 // Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
@@ -173,7 +177,8 @@ function checkInterrupted(): void {
 
 /** Forks this file in a role and waits for the port it reports. */
 async function forkRole(role: 'upstream' | 'bare', args: string[]): Promise<{ child: ChildProcess; port: number }> {
-  const nodeArgs = role === 'bare' ? SERVER_NODE_ARGS : []
+  // The bare proxy runs with the gateway's V8 flags, so that the two differ by their code only.
+  const nodeArgs = role === 'bare' ? [...imageNodeFlags(ROOT), ...SERVER_NODE_ARGS] : []
   return forkChild(SELF, role, [role, ...args], { nodeArgs })
 }
 
@@ -342,13 +347,14 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`load      GET ${PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
   console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
-  const sameRequest = Object.keys(bareHeaders({ same: '1' })).length > 0
-  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off; ${sameRequest ? 'sent the same request as the gateway (it passes the headers on)' : 'sent no headers'}`)
-  const how = (runtime: GatewayRuntime, tree: string) =>
-    runtime === 'dist' ? `compiled as the image is, node ${imageNodeFlags(tree).join(' ')} dist/main.js` : 'node --import tsx src/main.ts'
-  console.log(`gateway   ${how(GATEWAY_RUNTIME, ROOT)}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
+  const sent = bareHeadersMode() === 'same' ? 'sent the same request as the gateway (it passes the headers on)' : 'sent no headers'
+  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off, node ${[...imageNodeFlags(ROOT), ...SERVER_NODE_ARGS].join(' ')} (under tsx); ${sent}`)
+  const how = (runtime: GatewayRuntime) => (runtime === 'dist' ? 'compiled as the image is' : 'from src/ under tsx')
+  console.log(`gateway   ${how(GATEWAY_RUNTIME)}, node ${commandLines.gateway ?? '?'}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
   console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)
-  if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}, ${how(BASELINE_RUNTIME, BASELINE_TREE)}`)
+  if (BASELINE_TREE !== null) {
+    console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}, ${how(BASELINE_RUNTIME)}, node ${commandLines.baseline ?? '?'}`)
+  }
   console.log('')
   const header = ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
   const rows = [...rounds, bare, gateway, ...(baseline === null ? [] : [baseline])].map((r) => [
@@ -426,11 +432,15 @@ async function main(): Promise<void> {
       GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
     }
     console.error(`starting the gateway on :${port} (metrics :${metricsPort})…`)
+    let gatewayDist: string | null = null
     if (GATEWAY_RUNTIME === 'dist') {
       console.error('compiling the gateway…')
-      distDirs.push(buildDist(ROOT, 'proxy'))
+      gatewayDist = buildDist(ROOT, 'proxy')
+      distDirs.push(gatewayDist)
     }
-    gateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(GATEWAY_RUNTIME, ROOT, distDirs[0] ?? null)], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    const gatewayNodeArgs = gatewayArgs(GATEWAY_RUNTIME, ROOT, gatewayDist, SERVER_NODE_ARGS)
+    commandLines.gateway = gatewayNodeArgs.join(' ')
+    gateway = spawn(process.execPath, gatewayNodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.push(gateway)
     gatewayOutput = captureOutput(gateway)
     const gatewayBase = `http://127.0.0.1:${port}`
@@ -461,7 +471,9 @@ async function main(): Promise<void> {
       console.error(`starting the baseline gateway from ${BASELINE_TREE} on :${basePort}…`)
       const baselineDist = BASELINE_RUNTIME === 'dist' ? buildDist(BASELINE_TREE, 'proxy-baseline') : null
       if (baselineDist !== null) distDirs.push(baselineDist)
-      baselineGateway = spawn(process.execPath, [...SERVER_NODE_ARGS, ...gatewayArgs(BASELINE_RUNTIME, BASELINE_TREE, baselineDist)], { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+      const baselineNodeArgs = gatewayArgs(BASELINE_RUNTIME, BASELINE_TREE, baselineDist, SERVER_NODE_ARGS)
+      commandLines.baseline = baselineNodeArgs.join(' ')
+      baselineGateway = spawn(process.execPath, baselineNodeArgs, { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
       children.push(baselineGateway)
       const baseUrl = `http://127.0.0.1:${basePort}`
       await waitForGateway(baseUrl, baselineGateway, captureOutput(baselineGateway))

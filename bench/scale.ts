@@ -109,9 +109,9 @@ const N = positiveInt('BENCH_N', 2000)
 const WARMUP = positiveInt('BENCH_WARMUP', 100)
 const MEMORY_KEYS = nonNegativeInt('BENCH_MEMORY_KEYS', 1_000_000)
 const MEMORY_CONNECTIONS = positiveInt('BENCH_MEMORY_CONNECTIONS', 32)
-const MEMORY_RUNTIMES = (process.env.BENCH_MEMORY_RUNTIMES || 'dist').split(',').map((r) => {
+const MEMORY_RUNTIMES = (process.env.BENCH_MEMORY_RUNTIMES || 'dist').split(',').map((r): GatewayRuntime => {
   if (r !== 'dist' && r !== 'tsx') throw new Error(`BENCH_MEMORY_RUNTIMES: dist or tsx, got "${r}"`)
-  return r as 'dist' | 'tsx'
+  return r
 })
 const PROXY_ROUNDS = nonNegativeInt('BENCH_PROXY_ROUNDS', 2)
 const PROXY_DURATION = positiveInt('BENCH_PROXY_DURATION', 10)
@@ -865,12 +865,9 @@ async function stopGateway(gateway: GatewayProcess): Promise<void> {
   redis.disconnect()
 }
 
-/** How the gateway process runs: under tsx from src/, or compiled (as the image and bench/proxy.ts run it). */
-type Runtime = GatewayRuntime
-
 let distDir: string | null = null
 
-async function startGateway(url: string, upstreamUrl: string, label: string, runtime: Runtime): Promise<GatewayProcess> {
+async function startGateway(url: string, upstreamUrl: string, label: string, runtime: GatewayRuntime): Promise<GatewayProcess> {
   const [port, metricsPort] = (await freePorts(2)) as [number, number]
   const prefix = `tgwscale:${RUN}:${label}:`
   const env: NodeJS.ProcessEnv = {
@@ -889,7 +886,7 @@ async function startGateway(url: string, upstreamUrl: string, label: string, run
     log('  compiling the gateway…')
     distDir = GATEWAY_DIST ?? buildDist(ROOT, `scale-${RUN}`)
   }
-  const args = [...GATEWAY_NODE_ARGS, ...gatewayArgs(runtime, ROOT, distDir)]
+  const args = gatewayArgs(runtime, ROOT, distDir, GATEWAY_NODE_ARGS)
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
   children.push(child)
   const output = captureOutput(child)
@@ -987,7 +984,8 @@ interface ProxyRun {
  */
 async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Promise<ProxyRun> {
   log(`\n  proxy ratio: ${PROXY_ROUNDS} × ${PROXY_DURATION} s per side, ${PROXY_CONNECTIONS} connections…`)
-  const bare = await forkChild(PROXY_SCRIPT, 'bare proxy', ['bare', upstreamUrl])
+  // With the gateway's V8 flags, as bench/proxy.ts runs it.
+  const bare = await forkChild(PROXY_SCRIPT, 'bare proxy', ['bare', upstreamUrl], { nodeArgs: imageNodeFlags(ROOT) })
   let gateway: GatewayProcess | null = null
   try {
     gateway = await startGateway(url, upstreamUrl, 'proxy', 'dist')
@@ -1112,7 +1110,7 @@ interface MemorySample {
 }
 
 interface MemoryRun {
-  runtime: Runtime
+  runtime: GatewayRuntime
   /** GC time by kind over the run, from the gateway's metrics. */
   gc: string
   /** The end of what the gateway wrote (LOG_LEVEL=warn): empty when all went well. */
@@ -1128,7 +1126,7 @@ interface MemoryRun {
 }
 
 /** RSS of one gateway while every seeded key is used once, in an order that hops across the index. */
-async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime: Runtime): Promise<MemoryRun> {
+async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime: GatewayRuntime): Promise<MemoryRun> {
   const totalKeys = seeded.subAccounts * seeded.keysPerSub
   const keys = Math.min(MEMORY_KEYS, totalKeys)
   log(`\n  memory (${runtime}): ${keys.toLocaleString('en-US')} distinct keys, ${MEMORY_CONNECTIONS} connections…`)
@@ -1378,7 +1376,8 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
   }
   for (const mem of mems) {
     out.push('')
-    const how = mem.runtime === 'dist' ? `node ${imageNodeFlags(ROOT).join(' ')} dist/main.js, compiled as the image is` : 'node --import tsx src/main.ts'
+    const flags = imageNodeFlags(ROOT).join(' ')
+    const how = mem.runtime === 'dist' ? `node ${flags} dist/main.js, compiled as the image is` : `node ${flags} --import tsx src/main.ts`
     out.push(
       `memory (${mem.runtime}): one gateway process (${how}${GATEWAY_NODE_ARGS.length > 0 ? `, node flags ${GATEWAY_NODE_ARGS.join(' ')}` : ''}); ` +
         `${fmt(mem.requests)} requests in ${mem.seconds.toFixed(0)} s, each with a seeded key not used before, ${MEMORY_CONNECTIONS} connections; ` +

@@ -55,6 +55,7 @@ import {
   fmt,
   forkChild,
   freePorts,
+  gatewayArgs,
   gitDescription,
   packageVersion,
   percentile,
@@ -902,7 +903,7 @@ async function main(): Promise<void> {
       }
       console.error(`starting gateway ${name} on :${port} (metrics :${metricsPort})…`)
       // Detached: a Ctrl-C at the terminal reaches this process only, which stops them in order.
-      const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+      const child = spawn(process.execPath, gatewayArgs('tsx', ROOT, null), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
       children.push(child)
       const base = `http://127.0.0.1:${port}`
       const g: Gateway = { name, base, url: new URL(base), metricsPort, child, agent: new http.Agent({ keepAlive: true, maxSockets: 8 }), logs: new Map(), lines: 0, tail: () => '' }

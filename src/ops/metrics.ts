@@ -12,8 +12,8 @@ const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
 // The request path counts into plain numbers, which prom-client's metrics take up when they are
-// read (a scrape, a test): each prom-client call hashes its label set and allocates, which cost the
-// proxy about 3 µs per request, several times over (bench:proxy's profile).
+// read (a scrape, a test): each prom-client call hashes its label set and allocates, and the five
+// calls per proxied request cost the gateway 12-15% of its CPU per request (bench/RESULTS.md).
 
 /** A count kept as a number on the request path; its prom-client counter adds it when read. */
 export class Tally {
@@ -29,7 +29,7 @@ function talliedCounter<L extends string>(
   labelSets: readonly Partial<Record<L, string>>[] = [{}],
 ): Tally[] {
   const tallies = labelSets.map(() => new Tally())
-  new Counter<L>({
+  const counter = new Counter<L>({
     ...config,
     collect() {
       labelSets.forEach((labels, i) => {
@@ -40,6 +40,12 @@ function talliedCounter<L extends string>(
       })
     },
   })
+  // registry.resetMetrics() resets the counter: what is pending goes too, or it would come back.
+  const resetCounter = counter.reset.bind(counter)
+  counter.reset = () => {
+    for (const tally of tallies) tally.pending = 0
+    resetCounter()
+  }
   return tallies
 }
 
@@ -52,7 +58,9 @@ export class LatencySeries {
     this.counts = new Float64Array(bounds.length + 1)
   }
 
+  /** A value that is not a finite number is dropped (it would turn the sum into NaN for good). */
   observe(seconds: number): void {
+    if (!Number.isFinite(seconds)) return
     const bounds = this.bounds
     let i = 0
     while (i < bounds.length && seconds > bounds[i]!) i++
@@ -86,10 +94,13 @@ export class LatencyHistogram {
   /** The series of one label value (looked up once, not per request). */
   of(labelValue = ''): LatencySeries {
     const series = this.series.get(labelValue)
-    if (series === undefined) throw new Error(`${this.name}: no series ${labelValue}`)
+    if (series === undefined) {
+      throw new Error(`${this.name}: no series ${this.label === null ? 'with a label (it has none)' : `${this.label.name}="${labelValue}"`}`)
+    }
     return series
   }
 
+  /** For a histogram without a label; one with a label is observed through of(value). */
   observe(seconds: number): void {
     this.of().observe(seconds)
   }
@@ -190,7 +201,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     },
     requestLabelSets,
   )
-  const kindIndex: Record<RouteKind, number> = { management: 0, proxy: 1, ops: 2, none: 3 }
+  const kindIndex = Object.fromEntries(ROUTE_KINDS.map((kind, i) => [kind, i])) as Record<RouteKind, number>
   const duration = new LatencyHistogram(
     'tgw_http_request_duration_seconds',
     'Time from the request to the end of the response, by route kind',

@@ -39,7 +39,12 @@ t.test('LatencyHistogram reads as prom-client’s Histogram does, with and witho
   plain.reset()
   plainReference.reset()
   t.equal((await plain.get()).values.find((v) => v.metricName === 'plain_seconds_count')?.value, 0, 'reset empties it')
-  t.throws(() => byKind.of('d'), /no series d/, 'a label value it was not built with is an error, not a new series')
+  t.throws(() => byKind.of('d'), /no series kind="d"/, 'a label value it was not built with is an error, not a new series')
+
+  plain.observe(Number.NaN)
+  plain.observe(Number.POSITIVE_INFINITY)
+  t.equal((await plain.get()).values.find((v) => v.metricName === 'plain_seconds_count')?.value, 0, 'NaN and Infinity are dropped')
+  t.match(await exposition(ours), /^plain_seconds_sum 0$/m, 'and the sum stays a number')
 })
 
 t.test('tallied counters: what the request path counted is on the next read, and only once', async (t) => {
@@ -76,4 +81,8 @@ t.test('tallied counters: what the request path counted is on the next read, and
   metrics.proxiedRequests.inc()
   t.equal(await proxied(), 3, 'counts after a read are added to it')
   t.match(await metrics.registry.metrics(), /^tgw_proxied_requests_total 3$/m, 'and the scrape says so')
+
+  metrics.proxiedRequests.inc()
+  metrics.registry.resetMetrics()
+  t.equal(await proxied(), 0, 'a reset also drops what was counted but not yet read')
 })
