@@ -140,10 +140,14 @@ export async function waitForGateway(base: string, gateway: ChildProcess, output
 /** How a bench runs a gateway: compiled as the image is (dist), or from src/ under tsx. */
 export type GatewayRuntime = 'dist' | 'tsx'
 
-export function gatewayRuntime(name: string, fallback: GatewayRuntime): GatewayRuntime {
-  const raw = process.env[name] || fallback
+/** `raw` as a runtime; `name` (the variable it came from) names it in the error. */
+export function parseGatewayRuntime(name: string, raw: string): GatewayRuntime {
   if (raw !== 'dist' && raw !== 'tsx') throw new Error(`${name}: dist or tsx, got "${raw}"`)
   return raw
+}
+
+export function gatewayRuntime(name: string, fallback: GatewayRuntime): GatewayRuntime {
+  return parseGatewayRuntime(name, process.env[name] || fallback)
 }
 
 /**

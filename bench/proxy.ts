@@ -13,7 +13,7 @@
 //                            a change measured against the code before it in the same run, e.g.
 //                            git worktree add /tmp/base HEAD~1 && ln -s $PWD/node_modules /tmp/base/;
 //                            BENCH_BARE_HEADERS=same: the bare proxy gets the gateway's request, Authorization
-//                            and acting header included (none: no headers, as before 2026-11-21),
+//                            and acting header included (none: no headers, as before 14f9851),
 //                            BENCH_BASELINE_RUNTIME= how the baseline runs, by default as the gateway:
 //                            BENCH_BASELINE_TREE=. BENCH_BASELINE_RUNTIME=tsx compares the two ways)
 // Every server runs in its own child process, so none shares an event loop with the load
@@ -155,9 +155,11 @@ const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const GATEWAY_RUNTIME = gatewayRuntime('BENCH_GATEWAY_RUNTIME', 'dist')
+const BASELINE_RUNTIME = gatewayRuntime('BENCH_BASELINE_RUNTIME', GATEWAY_RUNTIME)
+/** The bare proxy runs with the gateway's V8 flags, so that the two differ by their code only. */
+const BARE_NODE_ARGS = [...imageNodeFlags(ROOT), ...SERVER_NODE_ARGS]
 /** The node arguments each gateway was started with, for the report. */
 const commandLines: { gateway?: string; baseline?: string } = {}
-const BASELINE_RUNTIME = gatewayRuntime('BENCH_BASELINE_RUNTIME', GATEWAY_RUNTIME)
 
 // Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
 let interrupted = false
@@ -177,8 +179,7 @@ function checkInterrupted(): void {
 
 /** Forks this file in a role and waits for the port it reports. */
 async function forkRole(role: 'upstream' | 'bare', args: string[]): Promise<{ child: ChildProcess; port: number }> {
-  // The bare proxy runs with the gateway's V8 flags, so that the two differ by their code only.
-  const nodeArgs = role === 'bare' ? [...imageNodeFlags(ROOT), ...SERVER_NODE_ARGS] : []
+  const nodeArgs = role === 'bare' ? BARE_NODE_ARGS : []
   return forkChild(SELF, role, [role, ...args], { nodeArgs })
 }
 
@@ -348,7 +349,7 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
   console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
   const sent = bareHeadersMode() === 'same' ? 'sent the same request as the gateway (it passes the headers on)' : 'sent no headers'
-  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off, node ${[...imageNodeFlags(ROOT), ...SERVER_NODE_ARGS].join(' ')} (under tsx); ${sent}`)
+  console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off, node ${BARE_NODE_ARGS.join(' ')} (under tsx); ${sent}`)
   const how = (runtime: GatewayRuntime) => (runtime === 'dist' ? 'compiled as the image is' : 'from src/ under tsx')
   console.log(`gateway   ${how(GATEWAY_RUNTIME)}, node ${commandLines.gateway ?? '?'}, at ${gitDescription()}, LOG_LEVEL=warn, Postgres ${pgVersion}, Redis;`)
   console.log(`          parent key acting as ext:${SUB_EXTERNAL_ID} (Authorization + X-Service-Acting-Tenant)`)

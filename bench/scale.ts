@@ -77,6 +77,7 @@ import {
   gatewayArgs,
   type GatewayRuntime,
   imageNodeFlags,
+  parseGatewayRuntime,
   gitDescription,
   median,
   packageVersion,
@@ -109,10 +110,7 @@ const N = positiveInt('BENCH_N', 2000)
 const WARMUP = positiveInt('BENCH_WARMUP', 100)
 const MEMORY_KEYS = nonNegativeInt('BENCH_MEMORY_KEYS', 1_000_000)
 const MEMORY_CONNECTIONS = positiveInt('BENCH_MEMORY_CONNECTIONS', 32)
-const MEMORY_RUNTIMES = (process.env.BENCH_MEMORY_RUNTIMES || 'dist').split(',').map((r): GatewayRuntime => {
-  if (r !== 'dist' && r !== 'tsx') throw new Error(`BENCH_MEMORY_RUNTIMES: dist or tsx, got "${r}"`)
-  return r
-})
+const MEMORY_RUNTIMES = (process.env.BENCH_MEMORY_RUNTIMES || 'dist').split(',').map((r) => parseGatewayRuntime('BENCH_MEMORY_RUNTIMES', r))
 const PROXY_ROUNDS = nonNegativeInt('BENCH_PROXY_ROUNDS', 2)
 const PROXY_DURATION = positiveInt('BENCH_PROXY_DURATION', 10)
 const PROXY_CONNECTIONS = positiveInt('BENCH_PROXY_CONNECTIONS', 50)

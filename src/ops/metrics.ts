@@ -49,6 +49,11 @@ function talliedCounter<L extends string>(
   return tallies
 }
 
+/** A prom-client counter without labels, fed by one tally. */
+function tally(config: { name: string; help: string; registers: Registry[] }): Tally {
+  return talliedCounter(config)[0]!
+}
+
 /** One series of a LatencyHistogram: counts per bucket (the last one past every bound). */
 export class LatencySeries {
   readonly counts: Float64Array
@@ -79,6 +84,8 @@ export class LatencyHistogram {
   readonly type = 'histogram'
   readonly aggregator = 'sum'
   private readonly series: Map<string, LatencySeries>
+  /** The series of a histogram without a label (observe's, with no lookup); null with a label. */
+  private readonly only: LatencySeries | null
 
   constructor(
     readonly name: string,
@@ -88,6 +95,7 @@ export class LatencyHistogram {
     private readonly label: { name: string; values: readonly string[] } | null = null,
   ) {
     this.series = new Map((label?.values ?? ['']).map((value) => [value, new LatencySeries(bounds)]))
+    this.only = label === null ? this.series.get('')! : null
     registry.registerMetric(this as unknown as Parameters<Registry['registerMetric']>[0])
   }
 
@@ -102,7 +110,8 @@ export class LatencyHistogram {
 
   /** For a histogram without a label; one with a label is observed through of(value). */
   observe(seconds: number): void {
-    this.of().observe(seconds)
+    if (this.only === null) throw new Error(`${this.name}: observe through of(${this.label!.name})`)
+    this.only.observe(seconds)
   }
 
   reset(): void {
@@ -227,16 +236,16 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       registers,
     }),
     redisUp: { commands: redisUp.labels('commands'), subscriber: redisUp.labels('subscriber') },
-    proxiedRequests: talliedCounter({
+    proxiedRequests: tally({
       name: 'tgw_proxied_requests_total',
       help: 'Requests answered on a proxied route (by the upstream or by the gateway)',
       registers,
-    })[0]!,
-    recentAdmissions: talliedCounter({
+    }),
+    recentAdmissions: tally({
       name: 'tgw_recent_admissions_total',
       help: 'Proxied requests admitted from an identical admission of the last second, without a cache lookup',
       registers,
-    })[0]!,
+    }),
     observeRequest(kind, statusCode, seconds) {
       const k = kindIndex[kind]
       const cls = Math.floor(statusCode / 100) - 1

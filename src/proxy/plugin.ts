@@ -90,6 +90,16 @@ function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   return new ApiError('upstream_unavailable', 'the upstream could not be reached')
 }
 
+/** The route's scopes checked against the admitted key's: the 403 to answer, or undefined. */
+function scopeRefusal(route: ProxyRoute, request: FastifyRequest): Error | undefined {
+  try {
+    requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
+    return undefined
+  } catch (err) {
+    return err as Error
+  }
+}
+
 function identityOf(request: FastifyRequest): TrustedIdentity | null {
   const principal = request.principal
   const acting = request.actingTenant
@@ -122,17 +132,11 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
       const path = pathOf(request.url)
       if (isReservedPath(path)) return done(routeNotFound(request.method, path))
       if (route.public) return done()
-      const requireRouteScopes = () => requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()
-        try {
-          requireRouteScopes()
-        } catch (err) {
-          return done(err as Error)
-        }
-        return done()
+        return done(scopeRefusal(route, request))
       }
-      admission.resolve(request).then(requireRouteScopes).then(() => done(), done)
+      admission.resolve(request).then(() => done(scopeRefusal(route, request)), done)
     })
 
     const config: ProxiedRouteConfig = { proxied: true }

@@ -41,6 +41,9 @@ const portA = Number(new URL(a.url).port)
 /** When the last change went through the management API (its invalidation is sent again 1 s later). */
 let lastChangeAt = 0
 
+/** Until the repeat of the last change's invalidation (1 s after it) is over. */
+const afterRepeatedInvalidations = () => new Promise((resolve) => setTimeout(resolve, Math.max(0, lastChangeAt + 1500 - Date.now())))
+
 async function manage(gw: LiveGateway, key: string, method: string, path: string, json?: unknown): Promise<any> {
   lastChangeAt = Date.now()
   const res = await callAs(gw.url, key, { method, path, acting: 'self', ...(json === undefined ? { headers: [['Content-Length', '0']] } : { json }) })
@@ -326,7 +329,7 @@ t.test('a revoked key still cached on replica B is refused by B within 1 s of th
   const onB = () => callAs(b.url, key.api_key, { path: '/orders/revoked' })
   // The creation's invalidation is sent again 1 s later: past that, only the revoke's own message
   // can make B refuse the key below.
-  await new Promise((resolve) => setTimeout(resolve, 1500))
+  await afterRepeatedInvalidations()
   t.equal((await onB()).status, 200, 'B accepts the key')
   // Until B admits it from its memory of the last admissions (no lookup at all, the closest to
   // the request a revoke must reach). Any eviction on B clears that memory, and so does the end
@@ -345,7 +348,7 @@ t.test('a revoked key still cached on replica B is refused by B within 1 s of th
 t.test('brute force: 2,000 random well-formed keys are all 401, at most one Postgres lookup each, none for a repeat', async (t) => {
   // A fill that overlaps a cache invalidation is not stored (README "Caches"): wait until the
   // repeats of the invalidations sent by earlier changes (1 s after each) are over.
-  await new Promise((resolve) => setTimeout(resolve, Math.max(0, lastChangeAt + 1500 - Date.now())))
+  await afterRepeatedInvalidations()
   const before = await storeLookups(a)
   const upstreamBefore = catchAll.received.length + shipments.received.length
   let repeatLookups = 0
