@@ -143,6 +143,11 @@ export interface LiveGateway {
   createParent(options?: { scopes?: string[] }): Promise<Parent>
 }
 
+/** tgw_recent_admissions_total: requests a gateway admitted from its memory of the last second. */
+export async function recentAdmissions(gateway: LiveGateway): Promise<number> {
+  return (await gateway.app.metrics.registry.getSingleMetric('tgw_recent_admissions_total')!.get()).values[0]?.value ?? 0
+}
+
 export async function liveGateway(t: TestLike, options: LiveGatewayOptions = {}): Promise<LiveGateway> {
   const database = options.database ?? (await freshDatabase(t))
   const redisKeyPrefix = options.redisKeyPrefix ?? redisPrefix(t)

@@ -5,7 +5,7 @@
 // the exact request again, at once, gets the full check's answer. Slow in-process expiry, so that
 // only the memory's invalidation can explain the new answer.
 import t, { type Test } from 'tap'
-import { callAs, checkProblem, liveGateway, startUpstream, type LiveGateway } from '../helpers/proxy.js'
+import { callAs, checkProblem, liveGateway, recentAdmissions, startUpstream } from '../helpers/proxy.js'
 
 const upstream = await startUpstream(t)
 const gw = await liveGateway(t, {
@@ -13,18 +13,14 @@ const gw = await liveGateway(t, {
   cacheTimings: { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 },
 })
 
-async function remembered(gateway: LiveGateway): Promise<number> {
-  return (await gateway.app.metrics.registry.getSingleMetric('tgw_recent_admissions_total')!.get()).values[0]?.value ?? 0
-}
-
 type Call = Parameters<typeof callAs>[2]
 
 /** Admitted twice, the second time from memory. */
 async function admittedFromMemory(t: Test, apiKey: string, call: Call): Promise<void> {
   t.equal((await callAs(gw.url, apiKey, call)).status, 200, `${call.method ?? 'GET'} ${call.path} acting ${call.acting ?? '(none)'}: admitted`)
-  const before = await remembered(gw)
+  const before = await recentAdmissions(gw)
   t.equal((await callAs(gw.url, apiKey, call)).status, 200, 'admitted again')
-  t.equal((await remembered(gw)) - before, 1, 'the second time from memory')
+  t.equal((await recentAdmissions(gw)) - before, 1, 'the second time from memory')
 }
 
 const manage = (apiKey: string, method: string, path: string, json?: unknown) =>
@@ -72,9 +68,9 @@ t.test('what the memory keys on: a different acting value, method kind or header
     'unauthenticated',
     'a second Authorization header',
   )
-  const before = await remembered(gw)
+  const before = await recentAdmissions(gw)
   const spaced = await callAs(gw.url, null, { path: '/v1/orders', headers: [['Authorization', `Bearer ${' '.repeat(300)}${parent.apiKey}`]] })
   t.equal(spaced.status, 200, 'a key after 300 spaces is still the key')
   t.equal((await callAs(gw.url, null, { path: '/v1/orders', headers: [['Authorization', `Bearer ${' '.repeat(300)}${parent.apiKey}`]] })).status, 200)
-  t.equal((await remembered(gw)) - before, 0, 'but so long a header is not remembered (bounded memory)')
+  t.equal((await recentAdmissions(gw)) - before, 0, 'but so long a header is not remembered (bounded memory)')
 })

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
-import { REDIS_URL, callAs, liveGateway, within, type LiveGateway } from '../helpers/proxy.js'
+import { REDIS_URL, callAs, liveGateway, recentAdmissions, within, type LiveGateway } from '../helpers/proxy.js'
 import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstream, requestBytes, UPSTREAM_MARK, type HeaderLines, type RawExchange } from '../helpers/hostile.js'
 
 // ---------------------------------------------------------------------------------------------
@@ -118,7 +118,6 @@ async function counter(gw: LiveGateway, name: string, tier: string): Promise<num
   if (metric === undefined) throw new Error(`no metric ${name}`)
   return (await metric.get()).values.find((v) => v.labels.tier === tier)?.value ?? 0
 }
-const recentAdmissions = async (gw: LiveGateway) => (await gw.app.metrics.registry.getSingleMetric('tgw_recent_admissions_total')!.get()).values[0]?.value ?? 0
 const storeLookups = async (gw: LiveGateway) => ({
   postgres: await counter(gw, 'tgw_store_lookups_total', 'postgres'),
   redis: await counter(gw, 'tgw_store_lookups_total', 'redis'),
