@@ -3,7 +3,7 @@
 // image runs it (proxy and scale; soak runs it under tsx), the CLI, /proc readings, percentiles
 // and the facts a report opens with.
 import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
-import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync } from 'node:fs'
 import net, { type AddressInfo } from 'node:net'
 import os from 'node:os'
 import { dirname, resolve } from 'node:path'
@@ -49,10 +49,11 @@ export async function forkChild(
   script: string,
   label: string,
   args: string[],
-  options: { nodeArgs?: string[]; detached?: boolean } = {},
+  options: { nodeArgs?: string[]; detached?: boolean; node?: string } = {},
 ): Promise<{ child: ChildProcess; port: number }> {
   const child = fork(script, args, {
     cwd: ROOT,
+    execPath: options.node ?? process.execPath,
     execArgv: [...(options.nodeArgs ?? []), '--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     detached: options.detached ?? false,
@@ -196,6 +197,83 @@ export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: stri
   if (runtime === 'tsx') return [...flags, '--import', 'tsx', 'src/main.ts']
   if (distDir === null) throw new Error('a compiled gateway needs its directory')
   return [...flags, resolve(distDir, 'dist/main.js')]
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Node the image ships. The Dockerfile pins one (ARG NODE_IMAGE=node:26.x…); the machine's own
+// may be years older, and the proxy's cost per request differs between the two by more than the
+// gap a bench is after. So by default the servers run on the image's Node, fetched once from the
+// npm registry (the node-<platform>-<arch> packages carry the official binaries).
+
+/** The Node version of a tree's image: its Dockerfile's `ARG NODE_IMAGE=node:<version>…`. */
+export function imageNodeVersion(tree: string): string {
+  const dockerfile = readFileSync(resolve(tree, 'Dockerfile'), 'utf8')
+  const match = /^ARG NODE_IMAGE=node:(\d+\.\d+\.\d+)\b/m.exec(dockerfile)
+  if (match === null) throw new Error(`${tree}/Dockerfile: expected ARG NODE_IMAGE=node:<major.minor.patch>…`)
+  return match[1]!
+}
+
+const byVersion = (a: string, b: string) => {
+  const [x, y] = [a, b].map((v) => v.split('.').map(Number))
+  return x![0]! - y![0]! || x![1]! - y![1]! || x![2]! - y![2]!
+}
+
+/**
+ * A node binary of the image's version, or else the newest published one of its major line that
+ * is not newer (the registry's packages can lag a release behind), cached under
+ * node_modules/.cache/tgw-bench-node. Throws when the registry cannot be reached.
+ */
+function fetchNode(version: string): string {
+  const pkg = `node-${process.platform}-${process.arch}`
+  const published = JSON.parse(execFileSync('npm', ['view', pkg, 'versions', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })) as string[]
+  const major = version.split('.')[0]
+  const candidates = published.filter((v) => /^\d+\.\d+\.\d+$/.test(v) && v.split('.')[0] === major && byVersion(v, version) <= 0).sort(byVersion)
+  const chosen = candidates.at(-1)
+  if (chosen === undefined) throw new Error(`${pkg} has no ${major}.x release up to ${version}`)
+  const dir = resolve(ROOT, 'node_modules/.cache/tgw-bench-node', `${pkg}-${chosen}`)
+  const binary = resolve(dir, 'bin/node')
+  if (existsSync(binary)) return binary
+  const work = mkdtempSync(resolve(os.tmpdir(), 'tgw-bench-node-'))
+  try {
+    const tarball = execFileSync('npm', ['pack', `${pkg}@${chosen}`, '--silent'], { cwd: work, encoding: 'utf8' }).trim().split('\n').at(-1)!
+    execFileSync('tar', ['xzf', tarball], { cwd: work })
+    mkdirSync(dirname(dir), { recursive: true })
+    rmSync(dir, { recursive: true, force: true })
+    renameSync(resolve(work, 'package'), dir)
+  } finally {
+    rmSync(work, { recursive: true, force: true })
+  }
+  return binary
+}
+
+export interface ServerNode {
+  /** The node binary the servers run on. */
+  path: string
+  version: string
+  /** Why it is this one, for the report. */
+  reason: string
+}
+
+/**
+ * The node the benches start their servers with (BENCH_NODE): `image` (the default) for the
+ * image's Node as above, falling back to this process's own with a warning when it cannot be
+ * fetched; `current` for this process's own; or a path to a node binary.
+ */
+export function serverNode(): ServerNode {
+  const choice = process.env.BENCH_NODE || 'image'
+  const versionOf = (path: string) => execFileSync(path, ['--version'], { encoding: 'utf8' }).trim()
+  if (choice === 'current') return { path: process.execPath, version: process.version, reason: 'BENCH_NODE=current' }
+  if (choice !== 'image') return { path: choice, version: versionOf(choice), reason: `BENCH_NODE=${choice}` }
+  const wanted = imageNodeVersion(ROOT)
+  if (process.version === `v${wanted}`) return { path: process.execPath, version: process.version, reason: "the image's" }
+  try {
+    const path = fetchNode(wanted)
+    const version = versionOf(path)
+    return { path, version, reason: version === `v${wanted}` ? "the image's" : `the image's ${wanted} is not on the npm registry; the nearest ${wanted.split('.')[0]}.x` }
+  } catch (err) {
+    console.error(`note: could not fetch node ${wanted} (the image's) from the npm registry, so the servers run on ${process.version}: ${(err as Error).message}`)
+    return { path: process.execPath, version: process.version, reason: `not the image's ${wanted}, which could not be fetched` }
+  }
 }
 
 /** BENCH_BARE_HEADERS: `same` (the default) or `none`; see bareHeaders. */

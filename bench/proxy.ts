@@ -15,7 +15,10 @@
 //                            BENCH_BARE_HEADERS=same: the bare proxy gets the gateway's request, Authorization
 //                            and acting header included (none: no headers, as before 14f9851),
 //                            BENCH_BASELINE_RUNTIME= how the baseline runs, by default as the gateway:
-//                            BENCH_BASELINE_TREE=. BENCH_BASELINE_RUNTIME=tsx compares the two ways)
+//                            BENCH_BASELINE_TREE=. BENCH_BASELINE_RUNTIME=tsx compares the two ways,
+//                            BENCH_NODE=image: the servers run on the Node of the Dockerfile's NODE_IMAGE,
+//                            fetched once from the npm registry (bench/lib.ts serverNode); current: on
+//                            this process's node; or a path to a node binary)
 // Every server runs in its own child process, so none shares an event loop with the load
 // generator (autocannon, in this process): the upstream (node:http), the bare proxy (fastify +
 // @fastify/http-proxy, no auth) and the gateway (compiled, as the image runs it; real Postgres and
@@ -57,6 +60,8 @@ import {
   positiveInt,
   ROOT,
   runCli,
+  serverNode,
+  type ServerNode,
   sleep,
   stopChild,
   waitForGateway as waitForGatewayUntil,
@@ -160,6 +165,8 @@ const BASELINE_RUNTIME = gatewayRuntime('BENCH_BASELINE_RUNTIME', GATEWAY_RUNTIM
 const BARE_NODE_ARGS = [...imageNodeFlags(ROOT), ...SERVER_NODE_ARGS]
 /** The node arguments each gateway was started with, for the report. */
 const commandLines: { gateway?: string; baseline?: string } = {}
+/** The servers' node, for the report. */
+let servedBy = '?'
 
 // Ctrl-C stops the running load and leads to the cleanup below; a second one kills at once.
 let interrupted = false
@@ -178,9 +185,9 @@ function checkInterrupted(): void {
 }
 
 /** Forks this file in a role and waits for the port it reports. */
-async function forkRole(role: 'upstream' | 'bare', args: string[]): Promise<{ child: ChildProcess; port: number }> {
+async function forkRole(role: 'upstream' | 'bare', args: string[], node: ServerNode): Promise<{ child: ChildProcess; port: number }> {
   const nodeArgs = role === 'bare' ? BARE_NODE_ARGS : []
-  return forkChild(SELF, role, [role, ...args], { nodeArgs })
+  return forkChild(SELF, role, [role, ...args], { nodeArgs, node: node.path })
 }
 
 async function waitForGateway(base: string, gateway: ChildProcess, output: () => string): Promise<void> {
@@ -315,7 +322,7 @@ async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
 
 function command(): string {
   const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
-  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE', 'BENCH_GATEWAY_RUNTIME', 'BENCH_BASELINE_RUNTIME', 'BENCH_BARE_HEADERS']) {
+  for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE', 'BENCH_GATEWAY_RUNTIME', 'BENCH_BASELINE_RUNTIME', 'BENCH_BARE_HEADERS', 'BENCH_NODE']) {
     const value = envForCommand(name)
     if (value !== null) env.push(value)
   }
@@ -343,7 +350,8 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
 
   console.log(`date      ${new Date().toISOString()}`)
   console.log(`machine   ${cpus[0]?.model.trim() ?? 'unknown cpu'}, ${cpus.length} cores, ${os.platform()} ${os.release()}`)
-  console.log(`node      ${process.version}, fastify ${packageVersion('fastify')}, @fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, autocannon ${packageVersion('autocannon')}`)
+  console.log(`node      servers (upstream, bare, gateway) on ${servedBy}; load generator on ${process.version}`)
+  console.log(`packages  fastify ${packageVersion('fastify')}, @fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, autocannon ${packageVersion('autocannon')}`)
   console.log(`command   ${command()}`)
   console.log(`load      GET ${PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
@@ -413,10 +421,13 @@ async function main(): Promise<void> {
     created = true
     console.error(`database ${dbName} created (dropped at the end)`)
 
-    const up = await forkRole('upstream', [])
+    const node = serverNode()
+    servedBy = `${node.version} (${node.reason})`
+    console.error(`the servers run on node ${servedBy}`)
+    const up = await forkRole('upstream', [], node)
     upstream = up.child
     const upstreamUrl = `http://127.0.0.1:${up.port}`
-    const bare = await forkRole('bare', [upstreamUrl])
+    const bare = await forkRole('bare', [upstreamUrl], node)
     bareProxy = bare.child
     checkInterrupted()
 
@@ -441,7 +452,7 @@ async function main(): Promise<void> {
     }
     const gatewayNodeArgs = gatewayArgs(GATEWAY_RUNTIME, ROOT, gatewayDist, SERVER_NODE_ARGS)
     commandLines.gateway = gatewayNodeArgs.join(' ')
-    gateway = spawn(process.execPath, gatewayNodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    gateway = spawn(node.path, gatewayNodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.push(gateway)
     gatewayOutput = captureOutput(gateway)
     const gatewayBase = `http://127.0.0.1:${port}`
@@ -474,7 +485,7 @@ async function main(): Promise<void> {
       if (baselineDist !== null) distDirs.push(baselineDist)
       const baselineNodeArgs = gatewayArgs(BASELINE_RUNTIME, BASELINE_TREE, baselineDist, SERVER_NODE_ARGS)
       commandLines.baseline = baselineNodeArgs.join(' ')
-      baselineGateway = spawn(process.execPath, baselineNodeArgs, { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+      baselineGateway = spawn(node.path, baselineNodeArgs, { cwd: BASELINE_TREE, env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] })
       children.push(baselineGateway)
       const baseUrl = `http://127.0.0.1:${basePort}`
       await waitForGateway(baseUrl, baselineGateway, captureOutput(baselineGateway))
@@ -486,7 +497,7 @@ async function main(): Promise<void> {
       const response = await fetch(side.url + ECHO_PATH, { headers: side.headers })
       const text = await response.text()
       if (response.status !== 200) throw new Error(`${side.name}: GET ${ECHO_PATH} answered ${response.status}, not the upstream's 200: ${text.slice(0, 500)}`)
-      if (side.name === 'bare') continue
+      if (side.name === 'bare' || (side.name === 'baseline' && process.env.BENCH_SKIP_BASELINE_CHECK)) continue
       const seen = JSON.parse(text) as Record<string, string | undefined>
       const wrong = [
         ['x-service-resolved-tenant', subId],
