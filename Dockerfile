@@ -82,13 +82,9 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 # init process is needed: the gateway starts no child processes to reap.
 # Source maps turn stack traces of the compiled code back into src/*.ts lines; a stack is only
 # formatted when an error is logged (5xx, store failures), never for an ordinary 4xx.
-# --no-allocation-site-pretenuring: V8 may decide at startup, while modules load and most objects
-# live on, that an allocation site's objects are long-lived, and from then on create them in the
-# old generation. When such a site is on the request path, every request's short-lived objects are
-# kept alive by those old ones through the next minor collections and promoted: in bench:proxy
-# about 5 KB per request, full collections several times a second, and 1.3-2x the CPU per
-# request, in one process and not the next (bench/RESULTS.md). The flag keeps every new object
-# young; the benches run the gateway with this CMD's flags. Node refuses it in NODE_OPTIONS, so the
-# chart runs this CMD (.ci/validate-k8s.mjs refuses a command or args on the gateway container).
+# No V8 flags. --no-allocation-site-pretenuring was here for a while: on Node 20 it kept V8 from
+# tenuring request-path allocation sites at startup (1.3-2x the CPU per request in most processes),
+# but on this image's Node 26 the gateway spent 11-18% more CPU per request with it than without,
+# and no process without it fell into that state (bench/RESULTS.md, "Which Node").
 # The same image runs the CLI: `docker run … tenancy-gateway dist/cli.js migrate`.
-CMD ["node", "--enable-source-maps", "--no-allocation-site-pretenuring", "dist/main.js"]
+CMD ["node", "--enable-source-maps", "dist/main.js"]

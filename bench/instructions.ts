@@ -1,5 +1,5 @@
-// Instructions per proxied request, counted by valgrind's callgrind, gateway against a bare
-// fastify proxy, run by hand:
+// Instructions per proxied request, counted by valgrind's callgrind, of the gateway beside a bare
+// fastify proxy or beside a baseline checkout, run by hand:
 //   npm run bench:instructions   (env: BENCH_WARMUP_REQUESTS=20000, BENCH_REQUESTS=5000,
 //                                  BENCH_CONNECTIONS=50, BENCH_DATABASE_URL=postgres://…/postgres,
 //                                  BENCH_REDIS_URL=redis://127.0.0.1:6379,
@@ -8,10 +8,10 @@
 //                                  BENCH_NODE=image (see bench/lib.ts serverNode),
 //                                  BENCH_PROFILE_DIR= keep the callgrind dumps there)
 // bench:proxy's req/s and CPU time move by 5-10% between runs of the same code on a shared
-// machine; an instruction count hardly does (the bare proxy: 0.1% between two runs an hour apart),
-// so a change worth a few percent can be told from noise in one run. It is a proxy for time, not
-// time: a cache miss and a system call count as few instructions. The verdict on the target stays
-// with bench:proxy.
+// machine. The bare proxy's instruction count moved 0.1% between two runs an hour apart; two
+// gateways of one commit measured side by side differed by 1.4%, so a change worth a few percent
+// shows in one run. It is a proxy for time, not time: a cache miss and a system call count as few
+// instructions. The verdict on the target stays with bench:proxy.
 // Each server runs under valgrind, about a hundred times slower. callgrind's counters are zeroed
 // after the warm-up requests (V8 has compiled the hot code by then) and dumped after the counted
 // ones; the count includes the garbage collector's threads. Work a server does per second rather
@@ -98,6 +98,15 @@ function startUpstream(): Promise<{ server: http.Server; url: string }> {
 }
 
 /** `count` GETs over `connections` keep-alive connections; any answer but 200 + BODY throws. */
+// Ctrl-C ends the load at the next request, and the cleanup in main() runs (database, servers).
+let interrupted = false
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    interrupted = true
+    console.error(`\n${signal}: stopping and cleaning up…`)
+  })
+}
+
 async function drive(base: string, headers: Record<string, string>, count: number, connections = CONNECTIONS): Promise<void> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: connections })
   let left = count
@@ -113,6 +122,7 @@ async function drive(base: string, headers: Record<string, string>, count: numbe
     })
   const worker = async () => {
     while (left > 0) {
+      if (interrupted) throw new Error('interrupted')
       left--
       await one()
     }
@@ -160,6 +170,8 @@ async function callgrind(command: '--zero' | '--dump', pid: number, base: string
     }
     const settled = answer as { out: string } | { err: Error }
     if ('err' in settled) throw settled.err
+    // callgrind_control says OK once vgdb has passed the command on, not that it took effect; a
+    // zero that did not would count the warm-up too, several times the usual figure.
     if (/OK\./.test(settled.out)) return trickled
     // callgrind_control finds the process through vgdb's files, and now and then misses it.
     if (!/not detected/.test(settled.out) || attempt === 5) throw new Error(`callgrind_control ${command} ${pid}: ${settled.out}`)
@@ -173,8 +185,8 @@ async function dumped(outDir: string, pid: number): Promise<{ instructions: numb
     const name = readdirSync(outDir).find((entry) => entry.startsWith(prefix))
     if (name !== undefined) {
       const file = resolve(outDir, name)
-      // Written in one go at the end, after the per-function lines.
-      const summary = /^summary: (\d+)$/m.exec(readFileSync(file, 'utf8'))
+      // In the dump's header; the trailing newline tells a whole number from one still being written.
+      const summary = /^summary: (\d+)\n/m.exec(readFileSync(file, 'utf8'))
       if (summary !== null) return { instructions: Number(summary[1]), file }
     }
     await sleep(100)

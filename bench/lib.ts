@@ -3,7 +3,7 @@
 // image runs it (proxy and scale; soak runs it under tsx), the CLI, /proc readings, percentiles
 // and the facts a report opens with.
 import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync } from 'node:fs'
 import net, { type AddressInfo } from 'node:net'
 import os from 'node:os'
 import { dirname, resolve } from 'node:path'
@@ -189,7 +189,7 @@ export function imageNodeFlags(tree: string): string[] {
 
 /**
  * Node's arguments that start a gateway: the image's node flags, then `extra` (so a bench can
- * override one of them, e.g. `--allocation-site-pretenuring`), then the compiled main.js, or
+ * override one of them, e.g. `--no-enable-source-maps`), then the compiled main.js, or
  * src/main.ts under tsx.
  */
 export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: string | null, extra: readonly string[] = []): string[] {
@@ -218,32 +218,68 @@ const byVersion = (a: string, b: string) => {
   return x![0]! - y![0]! || x![1]! - y![1]! || x![2]! - y![2]!
 }
 
+const NODE_CACHE = resolve(ROOT, 'node_modules/.cache/tgw-bench-node')
+const NODE_PACKAGE = `node-${process.platform}-${process.arch}`
+
+/** The newest of `versions` in `version`'s major line that is not newer than it. */
+function nearestOf(versions: string[], version: string): string | undefined {
+  const major = version.split('.')[0]
+  return versions
+    .filter((v) => /^\d+\.\d+\.\d+$/.test(v) && v.split('.')[0] === major && byVersion(v, version) <= 0)
+    .sort(byVersion)
+    .at(-1)
+}
+
 /**
- * A node binary of the image's version, or else the newest published one of its major line that
- * is not newer (the registry's packages can lag a release behind), cached under
- * node_modules/.cache/tgw-bench-node. Throws when the registry cannot be reached.
+ * A node binary of the image's version, or else the newest one of its major line that is not newer
+ * (the registry's packages can lag a release behind), from node_modules/.cache/tgw-bench-node, or
+ * fetched into it from the npm registry when nothing there fits. Throws when that fails.
  */
 function fetchNode(version: string): string {
-  const pkg = `node-${process.platform}-${process.arch}`
-  const published = JSON.parse(execFileSync('npm', ['view', pkg, 'versions', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })) as string[]
-  const major = version.split('.')[0]
-  const candidates = published.filter((v) => /^\d+\.\d+\.\d+$/.test(v) && v.split('.')[0] === major && byVersion(v, version) <= 0).sort(byVersion)
-  const chosen = candidates.at(-1)
-  if (chosen === undefined) throw new Error(`${pkg} has no ${major}.x release up to ${version}`)
-  const dir = resolve(ROOT, 'node_modules/.cache/tgw-bench-node', `${pkg}-${chosen}`)
-  const binary = resolve(dir, 'bin/node')
-  if (existsSync(binary)) return binary
-  const work = mkdtempSync(resolve(os.tmpdir(), 'tgw-bench-node-'))
+  const binaryOf = (v: string) => resolve(NODE_CACHE, `${NODE_PACKAGE}-${v}`, 'bin/node')
+  const cached = existsSync(NODE_CACHE)
+    ? readdirSync(NODE_CACHE)
+        .filter((entry) => entry.startsWith(`${NODE_PACKAGE}-`) && existsSync(binaryOf(entry.slice(NODE_PACKAGE.length + 1))))
+        .map((entry) => entry.slice(NODE_PACKAGE.length + 1))
+    : []
+  const npm = (args: string[], cwd?: string) => {
+    try {
+      return execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
+    } catch (err) {
+      throw new Error(`npm ${args.join(' ')}: ${String((err as { stderr?: string }).stderr ?? err).trim().split('\n').slice(-3).join(' ')}`)
+    }
+  }
+  // The exact version from the cache without asking the registry; else the registry's nearest.
+  if (cached.includes(version)) return binaryOf(version)
+  let listed: string[] | string
   try {
-    const tarball = execFileSync('npm', ['pack', `${pkg}@${chosen}`, '--silent'], { cwd: work, encoding: 'utf8' }).trim().split('\n').at(-1)!
+    listed = JSON.parse(npm(['view', NODE_PACKAGE, 'versions', '--json'])) as string[] | string
+  } catch (err) {
+    // Offline: the nearest version already here will do.
+    const nearest = nearestOf(cached, version)
+    if (nearest !== undefined) return binaryOf(nearest)
+    throw err
+  }
+  const chosen = nearestOf(Array.isArray(listed) ? listed : [listed], version)
+  if (chosen === undefined) throw new Error(`${NODE_PACKAGE} has no ${version.split('.')[0]}.x release up to ${version}`)
+  if (cached.includes(chosen)) return binaryOf(chosen)
+  // Unpacked beside its final place (one filesystem, so the rename is atomic) and renamed into it:
+  // a binary in the cache is always whole.
+  mkdirSync(NODE_CACHE, { recursive: true })
+  const work = mkdtempSync(resolve(NODE_CACHE, '.fetch-'))
+  try {
+    const tarball = npm(['pack', `${NODE_PACKAGE}@${chosen}`, '--silent'], work).trim().split('\n').at(-1)!
     execFileSync('tar', ['xzf', tarball], { cwd: work })
-    mkdirSync(dirname(dir), { recursive: true })
-    rmSync(dir, { recursive: true, force: true })
-    renameSync(resolve(work, 'package'), dir)
+    try {
+      renameSync(resolve(work, 'package'), resolve(NODE_CACHE, `${NODE_PACKAGE}-${chosen}`))
+    } catch (err) {
+      // Another bench fetched the same version meanwhile: use its copy.
+      if (!existsSync(binaryOf(chosen))) throw err
+    }
   } finally {
     rmSync(work, { recursive: true, force: true })
   }
-  return binary
+  return binaryOf(chosen)
 }
 
 export interface ServerNode {
@@ -263,13 +299,17 @@ export function serverNode(): ServerNode {
   const choice = process.env.BENCH_NODE || 'image'
   const versionOf = (path: string) => execFileSync(path, ['--version'], { encoding: 'utf8' }).trim()
   if (choice === 'current') return { path: process.execPath, version: process.version, reason: 'BENCH_NODE=current' }
-  if (choice !== 'image') return { path: choice, version: versionOf(choice), reason: `BENCH_NODE=${choice}` }
+  if (choice !== 'image') {
+    // Absolute, since the servers start in other directories (a baseline in its own tree).
+    const path = choice.includes('/') ? resolve(choice) : choice
+    return { path, version: versionOf(path), reason: `BENCH_NODE=${choice}` }
+  }
   const wanted = imageNodeVersion(ROOT)
   if (process.version === `v${wanted}`) return { path: process.execPath, version: process.version, reason: "the image's" }
   try {
     const path = fetchNode(wanted)
     const version = versionOf(path)
-    return { path, version, reason: version === `v${wanted}` ? "the image's" : `the image's ${wanted} is not on the npm registry; the nearest ${wanted.split('.')[0]}.x` }
+    return { path, version, reason: version === `v${wanted}` ? "the image's" : `the nearest ${wanted.split('.')[0]}.x to the image's ${wanted}, which the npm registry lacks or could not be asked for` }
   } catch (err) {
     console.error(`note: could not fetch node ${wanted} (the image's) from the npm registry, so the servers run on ${process.version}: ${(err as Error).message}`)
     return { path: process.execPath, version: process.version, reason: `not the image's ${wanted}, which could not be fetched` }

@@ -3,7 +3,7 @@
 //                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
 //                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
 //                            extra node flags for both proxies, after the image's (which both get),
-//                            e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof' or '--allocation-site-pretenuring',
+//                            e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof' or '--no-allocation-site-pretenuring',
 //                            BENCH_GATEWAY_RUNTIME=dist: the gateway compiled as the image runs it
 //                            (tsc into a temporary directory, node with the flags of the Dockerfile's CMD),
 //                            or tsx: from src/ under tsx, which costs every closure made per request
@@ -497,7 +497,7 @@ async function main(): Promise<void> {
       const response = await fetch(side.url + ECHO_PATH, { headers: side.headers })
       const text = await response.text()
       if (response.status !== 200) throw new Error(`${side.name}: GET ${ECHO_PATH} answered ${response.status}, not the upstream's 200: ${text.slice(0, 500)}`)
-      if (side.name === 'bare' || (side.name === 'baseline' && process.env.BENCH_SKIP_BASELINE_CHECK)) continue
+      if (side.name === 'bare') continue
       const seen = JSON.parse(text) as Record<string, string | undefined>
       const wrong = [
         ['x-service-resolved-tenant', subId],

@@ -19,6 +19,7 @@ import { loadConfig } from '../../src/config.js'
 import { loadRouteTable } from '../../src/proxy/routes.js'
 import { openStore, type Sql, type Store } from '../../src/store/db.js'
 import { createSubAccount } from '../../src/store/tenants.js'
+import { metricValue } from '../helpers/app.js'
 import { ADMIN_URL } from '../helpers/db.js'
 import type { RawResponse } from '../helpers/proxy.js'
 
@@ -464,13 +465,7 @@ export function percentile(values: readonly number[], p: number): number {
 export const round = (ms: number) => Math.round(ms * 10) / 10
 
 /** One labelled value of a counter or gauge of the gateway's registry. */
-export async function metricValue(app: FastifyInstance, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const metric = app.metrics.registry.getSingleMetric(name)
-  if (metric === undefined) throw new Error(`no metric ${name}`)
-  const { values } = await metric.get()
-  const value = values.find((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want))
-  return value?.value ?? 0
-}
+export { metricValue }
 
 /** Resolves with `promise`'s value, or with `onTimeout` if it has not settled within `ms`. */
 export async function orTimeout<T, U>(promise: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {

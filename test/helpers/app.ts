@@ -71,3 +71,15 @@ export function problemOf(response: LightMyRequestResponse): { code: string; sta
   if (body.status !== response.statusCode) throw new Error(`problem status ${body.status} != ${response.statusCode}`)
   return body
 }
+
+/**
+ * The value of one series of a metric in the app's registry: the first whose labels include all of
+ * `labels` (so none given: the first series); 0 when there is none yet.
+ */
+export async function metricValue(app: FastifyInstance, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const metric = app.metrics.registry.getSingleMetric(name)
+  if (metric === undefined) throw new Error(`no metric ${name}`)
+  const { values } = await metric.get()
+  const value = values.find((v) => Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want))
+  return value?.value ?? 0
+}

@@ -14,7 +14,7 @@ import { loadConfig } from '../../src/config.js'
 import { loadRouteTable } from '../../src/proxy/routes.js'
 import type { Store } from '../../src/store/db.js'
 import { freshDatabase, type TestDatabase } from './db.js'
-import type { Parent } from './app.js'
+import { metricValue, type Parent } from './app.js'
 
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
 
@@ -145,7 +145,7 @@ export interface LiveGateway {
 
 /** tgw_recent_admissions_total: requests a gateway admitted from its memory of the last second. */
 export async function recentAdmissions(gateway: LiveGateway): Promise<number> {
-  return (await gateway.app.metrics.registry.getSingleMetric('tgw_recent_admissions_total')!.get()).values[0]?.value ?? 0
+  return metricValue(gateway.app, 'tgw_recent_admissions_total')
 }
 
 export async function liveGateway(t: TestLike, options: LiveGatewayOptions = {}): Promise<LiveGateway> {

@@ -11,7 +11,7 @@ import { loadRouteTable } from '../../src/proxy/routes.js'
 import { openStore, type Store } from '../../src/store/db.js'
 import { UsageMeter } from '../../src/usage/meter.js'
 import { freshDatabase } from '../helpers/db.js'
-import { problemOf } from '../helpers/app.js'
+import { metricValue as metric, problemOf } from '../helpers/app.js'
 import { closedPort, REDIS_URL, redisPrefix, startUpstream } from '../helpers/proxy.js'
 
 const database = await freshDatabase(t)
@@ -47,15 +47,6 @@ async function gateway(tt: Test, options: Build = {}): Promise<FastifyInstance> 
   tt.teardown(() => app.close())
   await app.ready()
   return app
-}
-
-/** The value of one series of a metric in the app's registry (0 when it has no such series). */
-async function metric(app: FastifyInstance, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const found = app.metrics.registry.getSingleMetric(name)
-  if (found === undefined) throw new Error(`no metric ${name}`)
-  const { values } = await found.get()
-  const match = values.find((v) => Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want))
-  return match?.value ?? 0
 }
 
 /** Waits (up to 5 s) until `check` holds: Redis connects in the background. */

@@ -13,6 +13,7 @@ import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { mintKey } from '../../src/auth/mint.js'
 import type { CacheTimings } from '../../src/cache/tiered.js'
+import { metricValue } from '../helpers/app.js'
 import {
   REDIS_URL,
   callAs,
@@ -131,13 +132,8 @@ async function follows(t: Assert, what: string, probe: () => Promise<RawResponse
 }
 
 /** One labelled value of a counter of `gw`'s registry. */
-async function counter(gw: LiveGateway, name: string, tier?: 'postgres' | 'redis' | 'local'): Promise<number> {
-  const metric = gw.app.metrics.registry.getSingleMetric(name)
-  if (metric === undefined) throw new Error(`no metric ${name}`)
-  const { values } = await metric.get()
-  const value = values.find((v) => tier === undefined || v.labels.tier === tier)
-  return value?.value ?? 0
-}
+const counter = (gw: LiveGateway, name: string, tier?: 'postgres' | 'redis' | 'local') =>
+  metricValue(gw.app, name, tier === undefined ? {} : { tier })
 
 async function lookups(gw: LiveGateway): Promise<{ postgres: number; redis: number; local: number; recent: number }> {
   return {

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
+import { metricValue } from '../helpers/app.js'
 import { REDIS_URL, callAs, liveGateway, recentAdmissions, within, type LiveGateway } from '../helpers/proxy.js'
 import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstream, requestBytes, UPSTREAM_MARK, type HeaderLines, type RawExchange } from '../helpers/hostile.js'
 
@@ -113,11 +114,7 @@ async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<voi
 // ---------------------------------------------------------------------------------------------
 // Metrics, for the brute-force cases.
 
-async function counter(gw: LiveGateway, name: string, tier: string): Promise<number> {
-  const metric = gw.app.metrics.registry.getSingleMetric(name)
-  if (metric === undefined) throw new Error(`no metric ${name}`)
-  return (await metric.get()).values.find((v) => v.labels.tier === tier)?.value ?? 0
-}
+const counter = (gw: LiveGateway, name: string, tier: string) => metricValue(gw.app, name, { tier })
 const storeLookups = async (gw: LiveGateway) => ({
   postgres: await counter(gw, 'tgw_store_lookups_total', 'postgres'),
   redis: await counter(gw, 'tgw_store_lookups_total', 'redis'),
