@@ -85,6 +85,6 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 # No V8 flags. --no-allocation-site-pretenuring was here for a while: on Node 20 it kept V8 from
 # tenuring request-path allocation sites at startup (1.3-2x the CPU per request in most processes),
 # but on this image's Node 26 the gateway spent 11-18% more CPU per request with it than without,
-# and no process without it fell into that state (bench/RESULTS.md, "Which Node").
+# and only one of fourteen processes without it came near that state (bench/RESULTS.md).
 # The same image runs the CLI: `docker run … tenancy-gateway dist/cli.js migrate`.
 CMD ["node", "--enable-source-maps", "dist/main.js"]
