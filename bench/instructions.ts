@@ -97,7 +97,6 @@ function startUpstream(): Promise<{ server: http.Server; url: string }> {
   return new Promise((done) => server.listen(0, '127.0.0.1', () => done({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` })))
 }
 
-/** `count` GETs over `connections` keep-alive connections; any answer but 200 + BODY throws. */
 // Ctrl-C ends the load at the next request, and the cleanup in main() runs (database, servers).
 let interrupted = false
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -107,6 +106,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   })
 }
 
+/** `count` GETs over `connections` keep-alive connections; any answer but 200 + BODY throws. */
 async function drive(base: string, headers: Record<string, string>, count: number, connections = CONNECTIONS): Promise<void> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: connections })
   let left = count

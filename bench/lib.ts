@@ -1,5 +1,5 @@
 // Helpers shared by the benches that run real processes (bench/proxy.ts, bench/soak.ts,
-// bench/scale.ts): child processes that report their port over IPC, the gateway compiled as the
+// bench/scale.ts, bench/instructions.ts): child processes that report their port over IPC, the gateway compiled as the
 // image runs it (proxy and scale; soak runs it under tsx), the CLI, /proc readings, percentiles
 // and the facts a report opens with.
 import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
@@ -237,11 +237,11 @@ function nearestOf(versions: string[], version: string): string | undefined {
  */
 function fetchNode(version: string): string {
   const binaryOf = (v: string) => resolve(NODE_CACHE, `${NODE_PACKAGE}-${v}`, 'bin/node')
-  const cached = existsSync(NODE_CACHE)
-    ? readdirSync(NODE_CACHE)
-        .filter((entry) => entry.startsWith(`${NODE_PACKAGE}-`) && existsSync(binaryOf(entry.slice(NODE_PACKAGE.length + 1))))
-        .map((entry) => entry.slice(NODE_PACKAGE.length + 1))
-    : []
+  // Versions whose binary is here (a directory without one is a fetch that never finished).
+  const cached = (existsSync(NODE_CACHE) ? readdirSync(NODE_CACHE) : [])
+    .filter((entry) => entry.startsWith(`${NODE_PACKAGE}-`))
+    .map((entry) => entry.slice(NODE_PACKAGE.length + 1))
+    .filter((v) => existsSync(binaryOf(v)))
   const npm = (args: string[], cwd?: string) => {
     try {
       return execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })

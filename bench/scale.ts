@@ -1374,10 +1374,10 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
   }
   for (const mem of mems) {
     out.push('')
-    const flags = imageNodeFlags(ROOT).join(' ')
-    const how = mem.runtime === 'dist' ? `node ${flags} dist/main.js, compiled as the image is` : `node ${flags} --import tsx src/main.ts`
+    // The command startGateway ran (the image's node flags, then BENCH_GATEWAY_NODE_ARGS).
+    const how = `node ${gatewayArgs(mem.runtime, ROOT, distDir, GATEWAY_NODE_ARGS).join(' ')}${mem.runtime === 'dist' ? ', compiled as the image is' : ''}`
     out.push(
-      `memory (${mem.runtime}): one gateway process (${how}${GATEWAY_NODE_ARGS.length > 0 ? `, node flags ${GATEWAY_NODE_ARGS.join(' ')}` : ''}); ` +
+      `memory (${mem.runtime}): one gateway process (${how}); ` +
         `${fmt(mem.requests)} requests in ${mem.seconds.toFixed(0)} s, each with a seeded key not used before, ${MEMORY_CONNECTIONS} connections; ` +
         `${mem.cpuMicros.toFixed(0)} µs CPU per request`,
     )

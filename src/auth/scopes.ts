@@ -15,17 +15,22 @@ export function scopeCovers(granted: string, needed: string): boolean {
   return have.length === want.length && have.every((segment, i) => segment === '*' || segment === want[i])
 }
 
-export function requireScope(scopes: readonly string[], needed: string): void {
-  requireScopes(scopes, [needed])
-}
-
-/** Every scope in `needed` must be covered; the 403 names them all (RFC 6750 §3: space-separated). */
-export function requireScopes(scopes: readonly string[], needed: readonly string[]): void {
+/**
+ * The 403 for a key whose `scopes` do not cover every scope in `needed`, naming them all (RFC 6750
+ * §3: space-separated); undefined when they do. Returned, not thrown, for callback-style callers.
+ */
+export function insufficientScope(scopes: readonly string[], needed: readonly string[]): ApiError | undefined {
   const missing = needed.filter((scope) => !scopes.some((granted) => scopeCovers(granted, scope)))
-  if (missing.length === 0) return
-  throw new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
+  if (missing.length === 0) return undefined
+  return new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
     headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed.join(' ')}"` },
   })
+}
+
+/** Throws insufficientScope's 403 unless `scopes` cover `needed`. */
+export function requireScope(scopes: readonly string[], needed: string): void {
+  const refusal = insufficientScope(scopes, [needed])
+  if (refusal !== undefined) throw refusal
 }
 
 /** Keeps the first occurrence of each scope, in order. */

@@ -6,7 +6,7 @@ import { Transform, type TransformCallback } from 'node:stream'
 import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
 import httpProxy from '@fastify/http-proxy'
-import { requireScopes } from '../auth/scopes.js'
+import { insufficientScope } from '../auth/scopes.js'
 import { ApiError, routeNotFound } from '../errors.js'
 import type { LatencyHistogram, Tally } from '../ops/metrics.js'
 import { tenancyAdmission } from '../tenancy/hook.js'
@@ -92,12 +92,7 @@ function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
 
 /** The route's scopes checked against the admitted key's: the 403 to answer, or undefined. */
 function scopeRefusal(route: ProxyRoute, request: FastifyRequest): Error | undefined {
-  try {
-    requireScopes(request.principal!.key.scopes, scopesFor(route, request.method))
-    return undefined
-  } catch (err) {
-    return err as Error
-  }
+  return insufficientScope(request.principal!.key.scopes, scopesFor(route, request.method))
 }
 
 function identityOf(request: FastifyRequest): TrustedIdentity | null {
