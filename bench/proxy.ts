@@ -16,6 +16,8 @@
 //                            and acting header included (none: no headers, as before 14f9851),
 //                            BENCH_BASELINE_RUNTIME= how the baseline runs, by default as the gateway:
 //                            BENCH_BASELINE_TREE=. BENCH_BASELINE_RUNTIME=tsx compares the two ways,
+//                            BENCH_GATEWAY_OUTPUT= a file for everything the gateway writes (its
+//                            log, and what BENCH_SERVER_NODE_ARGS=--trace-gc prints),
 //                            BENCH_NODE=image: the servers run on the Node of the Dockerfile's NODE_IMAGE,
 //                            fetched once from the npm registry (bench/lib.ts serverNode); current: on
 //                            this process's node; or a path to a node binary)
@@ -29,7 +31,7 @@
 // Postgres once warm (the target is none).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { rmSync } from 'node:fs'
+import { createWriteStream, rmSync } from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
 import { type AddressInfo } from 'node:net'
@@ -157,6 +159,8 @@ const ROUNDS = positiveInt('BENCH_ROUNDS', 2)
 const WARMUP = positiveInt('BENCH_WARMUP', 2)
 const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
 const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
+/** A file that gets all the gateway writes, e.g. with BENCH_SERVER_NODE_ARGS=--trace-gc. */
+const GATEWAY_OUTPUT = process.env.BENCH_GATEWAY_OUTPUT || undefined
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const GATEWAY_RUNTIME = gatewayRuntime('BENCH_GATEWAY_RUNTIME', 'dist')
@@ -455,6 +459,11 @@ async function main(): Promise<void> {
     gateway = spawn(node.path, gatewayNodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.push(gateway)
     gatewayOutput = captureOutput(gateway)
+    if (GATEWAY_OUTPUT !== undefined) {
+      const file = createWriteStream(GATEWAY_OUTPUT)
+      gateway.stdout?.pipe(file)
+      gateway.stderr?.pipe(file)
+    }
     const gatewayBase = `http://127.0.0.1:${port}`
     await waitForGateway(gatewayBase, gateway, gatewayOutput)
 

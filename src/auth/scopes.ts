@@ -10,6 +10,8 @@ export const MANAGEMENT_SCOPES = ['sub_accounts:read', 'sub_accounts:write'] as 
  */
 export function scopeCovers(granted: string, needed: string): boolean {
   if (granted === needed) return true
+  // Without a wildcard only equality covers: no splitting (this runs for every proxied request).
+  if (!granted.includes('*')) return false
   const have = granted.split(':')
   const want = needed.split(':')
   return have.length === want.length && have.every((segment, i) => segment === '*' || segment === want[i])
@@ -20,11 +22,16 @@ export function scopeCovers(granted: string, needed: string): boolean {
  * §3: space-separated); undefined when they do. Returned, not thrown, for callback-style callers.
  */
 export function insufficientScope(scopes: readonly string[], needed: readonly string[]): ApiError | undefined {
-  const missing = needed.filter((scope) => !scopes.some((granted) => scopeCovers(granted, scope)))
-  if (missing.length === 0) return undefined
+  if (needed.every((scope) => isGranted(scopes, scope))) return undefined
+  const missing = needed.filter((scope) => !isGranted(scopes, scope))
   return new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
     headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed.join(' ')}"` },
   })
+}
+
+function isGranted(scopes: readonly string[], needed: string): boolean {
+  for (const granted of scopes) if (scopeCovers(granted, needed)) return true
+  return false
 }
 
 /** Throws insufficientScope's 403 unless `scopes` cover `needed`. */

@@ -40,5 +40,8 @@ export function isReservedPath(path: string): boolean {
     }
   }
   decoded = decoded.toLowerCase()
-  return RESERVED_PREFIXES.some((reserved) => decoded === reserved || decoded.startsWith(`${reserved}/`))
+  for (const reserved of RESERVED_PREFIXES) {
+    if (decoded.startsWith(reserved) && (decoded.length === reserved.length || decoded[reserved.length] === '/')) return true
+  }
+  return false
 }

@@ -32,8 +32,12 @@ interface Batch {
 }
 
 export class UsageMeter {
-  /** `tenantId|day|class` → requests not yet in Postgres. */
-  private counts = new Map<string, number>()
+  /**
+   * Requests not yet in Postgres: UTC day → tenant id → counts of the classes 2xx to 5xx. Keyed
+   * by strings the request already holds (the day is cached, the id is the tenant record's), so
+   * counting one builds no string.
+   */
+  private counts: PendingCounts = new Map()
   /** When the oldest of `counts` was recorded; null while nothing is pending. */
   private pendingSince: number | null = null
   /** A flush that failed: it may have committed, so it is retried with the same id. */
@@ -62,8 +66,12 @@ export class UsageMeter {
   record(tenantId: string, statusCode: number): void {
     const statusClass = Math.floor(statusCode / 100)
     if (statusClass < 2 || statusClass > 5) return
-    const key = `${tenantId}|${this.today()}|${statusClass}`
-    this.counts.set(key, (this.counts.get(key) ?? 0) + 1)
+    const day = this.today()
+    let tenants = this.counts.get(day)
+    if (tenants === undefined) this.counts.set(day, (tenants = new Map()))
+    let classes = tenants.get(tenantId)
+    if (classes === undefined) tenants.set(tenantId, (classes = [0, 0, 0, 0]))
+    classes[statusClass - 2]!++
     this.pendingSince ??= this.now()
   }
 
@@ -109,8 +117,8 @@ export class UsageMeter {
     // counts keep adding up in memory (one batch in doubt at a time, however long Postgres is away).
     const clear = this.inDoubt === null || (await this.send(this.inDoubt))
     if (clear) this.inDoubt = null
-    if (clear && this.counts.size > 0) {
-      const batch: Batch = { id: randomUUID(), rows: toRows(this.counts), since: this.pendingSince ?? this.now() }
+    if (clear && this.pendingSince !== null) {
+      const batch: Batch = { id: randomUUID(), rows: toRows(this.counts), since: this.pendingSince }
       this.counts = new Map()
       this.pendingSince = null
       if (!(await this.send(batch))) this.inDoubt = batch
@@ -155,9 +163,19 @@ export class UsageMeter {
   }
 }
 
-function toRows(counts: Map<string, number>): UsageCount[] {
-  return [...counts.keys()].sort().map((key) => {
-    const [tenantId, day, statusClass] = key.split('|') as [string, string, string]
-    return { tenantId, day, statusClass: Number(statusClass), requests: counts.get(key)! }
-  })
+type PendingCounts = Map<string, Map<string, number[]>>
+
+/** The pending counts as rows, in one fixed order (tenant, day, class) so that replicas' upserts cannot deadlock. */
+function toRows(counts: PendingCounts): UsageCount[] {
+  const rows: UsageCount[] = []
+  for (const [day, tenants] of counts) {
+    for (const [tenantId, classes] of tenants) {
+      classes.forEach((requests, index) => {
+        if (requests > 0) rows.push({ tenantId, day, statusClass: index + 2, requests })
+      })
+    }
+  }
+  const order = (a: UsageCount, b: UsageCount) =>
+    a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : a.day < b.day ? -1 : a.day > b.day ? 1 : a.statusClass - b.statusClass
+  return rows.sort(order)
 }
