@@ -90,22 +90,25 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
   return out
 }
 
-/** Hop-by-hop response headers (RFC 9110 §7.6.1): they describe the upstream's connection, not ours. */
-const HOP_BY_HOP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding'])
+/**
+ * Response headers the client never gets from the upstream: the hop-by-hop ones (RFC 9110
+ * §7.6.1), which describe the upstream's connection, not ours, and X-Request-Id, which is the
+ * gateway's (set on every reply before routing, app.ts).
+ */
+const DROPPED_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding', 'x-request-id'])
 
 /**
- * The upstream's response headers as the client gets them: without hop-by-hop headers and those
- * its Connection header names (so an upstream's `Connection: keep-alive` cannot override a client's
- * `Connection: close`), and with the gateway's request id. A new object rather than deletes on
- * the upstream's: a deleted property turns an object into a slow dictionary for every later use.
+ * The upstream's response headers as the client gets them: without those above and those its
+ * Connection header names (so an upstream's `Connection: keep-alive` cannot override a client's
+ * `Connection: close`). A new object rather than deletes on the upstream's: a deleted property
+ * turns an object into a slow dictionary for every later use.
  */
-export function downstreamHeaders(headers: IncomingHttpHeaders, requestId: string): IncomingHttpHeaders {
+export function downstreamHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
   const named = connectionTokens(headers.connection)
   const out: IncomingHttpHeaders = {}
   for (const name in headers) {
-    if (HOP_BY_HOP_RESPONSE.has(name) || named.has(name)) continue
+    if (DROPPED_RESPONSE.has(name) || named.has(name)) continue
     out[name] = headers[name]
   }
-  out['x-request-id'] = requestId
   return out
 }

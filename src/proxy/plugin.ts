@@ -161,10 +161,9 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
             connection: request.raw.headers.connection,
           }) as typeof headers
         },
-        // The response names the gateway's request id, whatever the upstream put there.
         rewriteHeaders: (headers, request) => {
           upstreamDuration.observe((performance.now() - (request as FastifyRequest).upstreamSentAt) / 1000)
-          return downstreamHeaders(headers, request!.id)
+          return downstreamHeaders(headers)
         },
         onError: (reply, { error }) => {
           reply.send(upstreamFailure(error, route))

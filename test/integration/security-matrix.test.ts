@@ -19,9 +19,15 @@ import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstre
 
 const catchAll = await recordingUpstream(t, 'catch-all')
 const shipments = await recordingUpstream(t, 'shipments')
-// An upstream whose answers carry hop-by-hop headers of its own, one of them named by Connection.
+// An upstream whose answers carry hop-by-hop headers of its own, one of them named by Connection,
+// and a request id of its own.
 const hopByHop = createServer((_request, response) => {
-  response.writeHead(200, { connection: 'keep-alive, x-upstream-hop', 'x-upstream-hop': 'for the gateway only', 'keep-alive': 'timeout=1, max=3' })
+  response.writeHead(200, {
+    connection: 'keep-alive, x-upstream-hop',
+    'x-upstream-hop': 'for the gateway only',
+    'keep-alive': 'timeout=1, max=3',
+    'x-request-id': 'the-upstream-s-own',
+  })
   response.end('hop')
 })
 await new Promise<void>((resolve) => hopByHop.listen(0, '127.0.0.1', resolve))
@@ -305,6 +311,14 @@ t.test("hop-by-hop headers of the upstream's response (Keep-Alive, and those its
   t.equal(res?.header('x-upstream-hop'), undefined, `no header that the upstream's Connection named (${res?.header('x-upstream-hop')})`)
   t.not(res?.header('keep-alive'), 'timeout=1, max=3', "no Keep-Alive of the upstream's")
   t.notMatch(res?.header('connection') ?? '', /x-upstream-hop/i, `no Connection of the upstream's (${res?.header('connection')})`)
+})
+
+t.test("the response names the gateway's request id, not the upstream's", async (t) => {
+  // raw() sends the marker as the client's X-Request-Id, which the gateway keeps.
+  const { marker, exchange } = raw('GET', '/hop/2', [auth(owner.apiKey)])
+  const res = (await exchange).responses[0]
+  t.equal(res?.body, 'hop', 'proxied')
+  t.same(res?.headers['x-request-id'], [marker], 'one X-Request-Id: the one the gateway kept')
 })
 
 t.test("the client's Connection: close is honoured on a proxied response", async (t) => {
