@@ -9,10 +9,10 @@
 //                                  BENCH_PROFILE_DIR= keep the callgrind dumps there)
 // bench:proxy's req/s and CPU time move by 5-10% between runs of the same code on a shared
 // machine. The bare proxy's instruction count moved 0.1% between two runs an hour apart; two
-// gateways of one commit measured side by side differed by 1.4% in a quiet hour. But a gateway's
-// count grows with the time valgrind takes to serve the counted requests (its per-second work,
-// below), which depends on the host: one pair of commits gave 0.931 and 1.040 an hour apart. So
-// repeat an A/B, and look at the seconds each side took. It is a proxy for time, not time: a cache
+// gateways of one commit measured side by side differed by 1.4%. But a gateway's count grows with
+// the time valgrind takes to serve the counted requests (its per-second work, below), which depends
+// on the host: one A/B gave 0.931 and 1.040 an hour apart. So repeat an A/B, and trust it only when
+// both sides took about as long (the seconds are printed). It is a proxy for time, not time: a cache
 // miss and a system call count as few instructions. The verdict on the target stays with bench:proxy.
 // Each server runs under valgrind, about a hundred times slower. callgrind's counters are zeroed
 // after the warm-up requests (V8 has compiled the hot code by then) and dumped after the counted
@@ -108,10 +108,14 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   })
 }
 
+/** More 503s than this in one drive() mean the store is down, not slow: the bench stops. */
+const MAX_RESENT = 50
+
 /**
- * `count` GETs over `connections` keep-alive connections. A 503 store_unavailable is sent again:
- * under valgrind a store lookup (a cache entry's TTL ran out) can miss its 500 ms deadline. Any
- * other answer but 200 + BODY throws. Returns how many were sent again.
+ * `count` GETs over `connections` keep-alive connections. A 503 store_unavailable is sent again
+ * after a pause: under valgrind a store lookup (a cache entry's TTL ran out) can miss its 500 ms
+ * deadline. Any other answer but 200 + BODY throws. Returns how many were sent again (they ran in
+ * the counted span too, a cheaper path: the report says how many).
  */
 async function drive(base: string, headers: Record<string, string>, count: number, connections = CONNECTIONS): Promise<number> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: connections })
@@ -135,7 +139,11 @@ async function drive(base: string, headers: Record<string, string>, count: numbe
     while (left > 0) {
       if (interrupted) throw new Error('interrupted')
       left--
-      while (!(await one())) resent++
+      while (!(await one())) {
+        if (++resent > MAX_RESENT) throw new Error(`more than ${MAX_RESENT} answers 503 store_unavailable: is the store up?`)
+        if (interrupted) throw new Error('interrupted')
+        await sleep(100)
+      }
     }
   }
   try {

@@ -461,8 +461,11 @@ async function main(): Promise<void> {
     gatewayOutput = captureOutput(gateway)
     if (GATEWAY_OUTPUT !== undefined) {
       const file = createWriteStream(GATEWAY_OUTPUT)
-      gateway.stdout?.pipe(file)
-      gateway.stderr?.pipe(file)
+      file.on('error', (err) => console.error(`BENCH_GATEWAY_OUTPUT: ${err.message}`))
+      // Both streams into one file, which ends when the gateway is gone, not when the first does.
+      gateway.stdout?.pipe(file, { end: false })
+      gateway.stderr?.pipe(file, { end: false })
+      gateway.once('close', () => file.end())
     }
     const gatewayBase = `http://127.0.0.1:${port}`
     await waitForGateway(gatewayBase, gateway, gatewayOutput)

@@ -1,4 +1,5 @@
 // buildApp: registers plugins and routes, never listens (the process lives in main.ts).
+import { randomUUID } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, {
@@ -20,7 +21,6 @@ import { healthRoutes } from './ops/health.js'
 import { lazyChildLogger, logRequest } from './ops/logging.js'
 import { createMetrics, type Metrics, type RouteKind } from './ops/metrics.js'
 import { registerOpenApi } from './ops/openapi.js'
-import { newRequestId } from './ops/request-id.js'
 import { isBadPath, pathOf } from './proxy/paths.js'
 import { proxyRoutes, type ProxiedRouteConfig } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/routes.js'
@@ -63,7 +63,7 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 /** Keeps the client's X-Request-Id when it is a sane token, so logs can be joined across hops. */
 function requestId(req: { headers: Record<string, string | string[] | undefined> }): string {
   const given = req.headers['x-request-id']
-  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : newRequestId()
+  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
 }
 
 declare module 'fastify' {
@@ -203,7 +203,7 @@ function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, so
       : code === 'request_timeout'
         ? 'the request was not received in time'
         : 'the request is not valid HTTP/1.1'
-  const requestId = newRequestId()
+  const requestId = randomUUID()
   this.log.debug({ err, reqId: requestId }, 'refused by the HTTP parser')
   if (socket.writable) {
     const body = JSON.stringify(problem(code, detail, requestId))

@@ -22,8 +22,9 @@ export function scopeCovers(granted: string, needed: string): boolean {
  * §3: space-separated); undefined when they do. Returned, not thrown, for callback-style callers.
  */
 export function insufficientScope(scopes: readonly string[], needed: readonly string[]): ApiError | undefined {
-  if (needed.every((scope) => isGranted(scopes, scope))) return undefined
-  const missing = needed.filter((scope) => !isGranted(scopes, scope))
+  const missing: string[] = []
+  for (const scope of needed) if (!isGranted(scopes, scope)) missing.push(scope)
+  if (missing.length === 0) return undefined
   return new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
     headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed.join(' ')}"` },
   })
