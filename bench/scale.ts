@@ -19,6 +19,7 @@
 //   BENCH_SKIP_LATENCY=1             only seed the largest scale and run the proxy ratio and memory
 //   BENCH_EXPLAIN_OUT=/tmp/tgw-scale-explain-<time>.txt, BENCH_KEEP=1 (keep the databases)
 //   BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres, BENCH_REDIS_URL=redis://127.0.0.1:6379
+//   BENCH_NODE=image                 the node of the processes it starts, as in bench/proxy.ts (bench/lib.ts)
 //
 // For each scale: a fresh database seeded in bulk (bench/seed.ts), EXPLAIN (ANALYZE, BUFFERS) of
 // every query the gateway sends for the measured operations (the SQL is captured from the store
@@ -84,6 +85,8 @@ import {
   percentile,
   positiveInt,
   ROOT,
+  serverNode,
+  type ServerNode,
   sleep,
   stopChild,
   waitForGateway,
@@ -885,7 +888,7 @@ async function startGateway(url: string, upstreamUrl: string, label: string, run
     distDir = GATEWAY_DIST ?? buildDist(ROOT, `scale-${RUN}`)
   }
   const args = gatewayArgs(runtime, ROOT, distDir, GATEWAY_NODE_ARGS)
-  const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(processNode().path, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
   children.push(child)
   const output = captureOutput(child)
   const base = `http://127.0.0.1:${port}`
@@ -983,7 +986,7 @@ interface ProxyRun {
 async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Promise<ProxyRun> {
   log(`\n  proxy ratio: ${PROXY_ROUNDS} × ${PROXY_DURATION} s per side, ${PROXY_CONNECTIONS} connections…`)
   // With the gateway's V8 flags, as bench/proxy.ts runs it.
-  const bare = await forkChild(PROXY_SCRIPT, 'bare proxy', ['bare', upstreamUrl], { nodeArgs: imageNodeFlags(ROOT) })
+  const bare = await forkChild(PROXY_SCRIPT, 'bare proxy', ['bare', upstreamUrl], { nodeArgs: imageNodeFlags(ROOT), node: processNode().path })
   let gateway: GatewayProcess | null = null
   try {
     gateway = await startGateway(url, upstreamUrl, 'proxy', 'dist')
@@ -1272,6 +1275,16 @@ function command(): string {
   return `${env.join(' ')} npx tsx bench/scale.ts`
 }
 
+let chosenNode: ServerNode | null = null
+/**
+ * The node of the processes this bench starts (the upstream, and the proxy ratio's and the memory
+ * run's gateways and bare proxy): the image's, as in bench/proxy.ts (BENCH_NODE, bench/lib.ts).
+ * The latencies are measured on a gateway built in this process, on this process's node.
+ */
+function processNode(): ServerNode {
+  return (chosenNode ??= serverNode())
+}
+
 async function versions(redis: Redis): Promise<{ postgres: string; redis: string }> {
   const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
   try {
@@ -1288,7 +1301,7 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
   const out: string[] = []
   out.push(`date      ${startedAt.toISOString()} (took ${((Date.now() - startedAt.getTime()) / 60_000).toFixed(1)} min)`)
   out.push(`machine   ${cpus[0]?.model.trim() ?? '?'}, ${cpus.length} cores, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}; load average at the end ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
-  out.push(`software  node ${process.version}, Postgres ${v.postgres}, Redis ${v.redis}, fastify ${packageVersion('fastify')}, postgres.js ${packageVersion('postgres')}, ioredis ${packageVersion('ioredis')}, autocannon ${packageVersion('autocannon')}`)
+  out.push(`software  node ${process.version} (this process: seeding, the latencies), servers in their own processes on ${processNode().version} (${processNode().reason}); Postgres ${v.postgres}, Redis ${v.redis}, fastify ${packageVersion('fastify')}, postgres.js ${packageVersion('postgres')}, ioredis ${packageVersion('ioredis')}, autocannon ${packageVersion('autocannon')}`)
   out.push(`gateway   ${gitDescription()}`)
   out.push(`command   ${command()}`)
   out.push(`setup     one parent; ${KEYS_PER_SUB} keys per sub-account; ${USAGE_DAYS} days of usage for 9 in 10 sub-accounts; 1 in 100 deactivated`)
@@ -1413,7 +1426,7 @@ async function main(): Promise<void> {
   let upstream: ChildProcess | null = null
   try {
     const v = await versions(redis)
-    const up = await forkChild(PROXY_SCRIPT, 'upstream', ['upstream'])
+    const up = await forkChild(PROXY_SCRIPT, 'upstream', ['upstream'], { node: processNode().path })
     upstream = up.child
     const upstreamUrl = `http://127.0.0.1:${up.port}`
     const runs: ScaleRun[] = []

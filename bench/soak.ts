@@ -8,7 +8,8 @@
 // watched on both instances after its call answered), SOAK_PROBE_INTERVAL_MS=5,
 // SOAK_EFFECT_TIMEOUT_MS=10000, SOAK_REACTIVATE_AFTER_S=6, SOAK_MAX_DEACTIVATED=SUBS/10,
 // SOAK_TIMEOUT_MS=5000 (per request), SOAK_GRACE_MS=0, SOAK_SAMPLE_S=10 (memory samples),
-// BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres, BENCH_REDIS_URL=redis://127.0.0.1:6379.
+// BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres, BENCH_REDIS_URL=redis://127.0.0.1:6379,
+// BENCH_NODE=image (the gateways' and the upstream's node, as in bench/proxy.ts; bench/lib.ts).
 //
 // What runs, each in its own process: an upstream (node:http; it answers every request with the
 // identity headers it received), two gateways A and B (`node --import tsx src/main.ts`) on one
@@ -61,6 +62,8 @@ import {
   percentile,
   positiveInt,
   ROOT,
+  serverNode,
+  type ServerNode,
   runCli,
   sleep,
   stopChild,
@@ -877,7 +880,7 @@ async function main(): Promise<void> {
     created = true
     console.error(`database ${dbName} created, Redis prefix ${redisPrefix} (both removed at the end)`)
 
-    const up = await forkChild(SELF, 'upstream', ['upstream'], { detached: true })
+    const up = await forkChild(SELF, 'upstream', ['upstream'], { detached: true, node: gatewayNode().path })
     upstream = up.child
     const upstreamUrl = `http://127.0.0.1:${up.port}`
     checkInterrupted()
@@ -903,7 +906,7 @@ async function main(): Promise<void> {
       }
       console.error(`starting gateway ${name} on :${port} (metrics :${metricsPort})…`)
       // Detached: a Ctrl-C at the terminal reaches this process only, which stops them in order.
-      const child = spawn(process.execPath, gatewayArgs('tsx', ROOT, null), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+      const child = spawn(gatewayNode().path, gatewayArgs('tsx', ROOT, null), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
       children.push(child)
       const base = `http://127.0.0.1:${port}`
       const g: Gateway = { name, base, url: new URL(base), metricsPort, child, agent: new http.Agent({ keepAlive: true, maxSockets: 8 }), logs: new Map(), lines: 0, tail: () => '' }
@@ -1347,6 +1350,12 @@ function command(): string {
   return `${env.join(' ')} npx tsx bench/soak.ts`
 }
 
+let chosenNode: ServerNode | null = null
+/** The gateways' and the upstream's node: the image's, as in bench/proxy.ts (BENCH_NODE, bench/lib.ts). */
+function gatewayNode(): ServerNode {
+  return (chosenNode ??= serverNode())
+}
+
 function printReport(r: ReportInput): void {
   const cpus = os.cpus()
   const out: string[] = []
@@ -1355,7 +1364,7 @@ function printReport(r: ReportInput): void {
   say(`date      ${r.startedAt.toISOString()} (start)`)
   say(`machine   ${cpus[0]?.model.trim() ?? 'unknown cpu'}, ${cpus.length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, ${os.platform()} ${os.release()}; load average ${loads[0]} at the start, ${loads[1]} at the end`)
   say(`          (a shared VM: the load generator, both gateways, the upstream, Postgres and Redis all run on it, beside other work)`)
-  say(`node      ${process.version}, fastify ${packageVersion('fastify')}, ioredis ${packageVersion('ioredis')}, postgres.js ${packageVersion('postgres')}; Postgres ${r.pgVersion}`)
+  say(`node      gateways and upstream on ${gatewayNode().version} (${gatewayNode().reason}), this process and the load generator on ${process.version}; fastify ${packageVersion('fastify')}, ioredis ${packageVersion('ioredis')}, postgres.js ${packageVersion('postgres')}; Postgres ${r.pgVersion}`)
   say(`command   ${command()}`)
   say(`gateways  A and B: node --import tsx src/main.ts at ${gitDescription()}, LOG_LEVEL=warn, one database (${r.dbName}), Redis prefix ${r.redisPrefix}`)
   say(`seed      1 parent (CLI), ${r.subs.length} sub-accounts (${r.subs.filter((s) => s.externalId !== null).length} with external_id), ${r.keyCount} sub-account keys (API)`)

@@ -311,13 +311,15 @@ t.test('5. an unknown key is asked of Postgres once, then answered from the nega
   t.ok(afterSecond.local > afterFirst.local, 'the second request was an in-process hit')
 
   // The "not found" is shared through Redis: A does not ask Postgres either.
-  // (Unless A's Redis failed or timed out, 50 ms, on a loaded machine: then it asks Postgres, as
-  // designed, and its error counter says so.)
+  // (Unless a Redis command failed or timed out, 50 ms, on a loaded machine: A's read, or B's
+  // store of the "not found", which B does not wait for. Then A asks Postgres, as designed, and
+  // an error counter says so.)
   const aStart = await lookups(a)
   t.ok(refused(await read(a, unknown), 401, 'unauthenticated'), 'A refuses it too')
   const aEnd = await lookups(a)
-  if (aEnd.redis - aStart.redis === 0 && (await counter(a, 'tgw_redis_errors_total')) > 0) {
-    t.comment('A skipped Redis after a Redis error (fallback to Postgres); the shared "not found" was not observable this time')
+  const redisErrors = (await counter(a, 'tgw_redis_errors_total')) + (await counter(b, 'tgw_redis_errors_total'))
+  if (aEnd.redis - aStart.redis === 0 && redisErrors > 0) {
+    t.comment('a Redis command failed on A or B (fallback to Postgres); the shared "not found" was not observable this time')
     t.equal(aEnd.postgres - aStart.postgres, 1, 'A asked Postgres instead')
   } else {
     t.equal(aEnd.postgres - aStart.postgres, 0, 'A did not ask Postgres for a key B already found unknown')
