@@ -31,6 +31,7 @@ import os from 'node:os'
 import { resolve } from 'node:path'
 import postgres from 'postgres'
 import {
+  ADMIN_URL,
   alive,
   bareHeaders,
   buildDist,
@@ -42,22 +43,21 @@ import {
   gitDescription,
   imageNodeFlags,
   positiveInt,
+  PROXIED_PATH,
+  REDIS_URL,
   ROOT,
   runCli,
   serverNode,
   sleep,
   stopChild,
+  SUB_EXTERNAL_ID,
+  UPSTREAM_BODY,
 } from './lib.js'
 
 const WARMUP_REQUESTS = positiveInt('BENCH_WARMUP_REQUESTS', 20_000)
 const REQUESTS = positiveInt('BENCH_REQUESTS', 5_000)
 const CONNECTIONS = positiveInt('BENCH_CONNECTIONS', 50)
-const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
-const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
-const PATH = '/v1/things/1'
-const BODY = '{"ok":true}'
-const SUB_EXTERNAL_ID = 'bench-sub'
 const SERVER_HOST = '127.0.0.1'
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR || null
 
@@ -90,7 +90,7 @@ function valgrind(outDir: string): string[] {
 }
 
 function startUpstream(): Promise<{ server: http.Server; url: string }> {
-  const body = Buffer.from(BODY)
+  const body = Buffer.from(UPSTREAM_BODY)
   const server = http.createServer((_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
     res.end(body)
@@ -114,7 +114,7 @@ const MAX_RESENT = 50
 /**
  * `count` GETs over `connections` keep-alive connections. A 503 store_unavailable is sent again
  * after a pause: under valgrind a store lookup (a cache entry's TTL ran out) can miss its 500 ms
- * deadline. Any other answer but 200 + BODY throws. Returns how many were sent again (they ran in
+ * deadline. Any other answer but 200 + UPSTREAM_BODY throws. Returns how many were sent again (they ran in
  * the counted span too, a cheaper path: the report says how many).
  */
 async function drive(base: string, headers: Record<string, string>, count: number, connections = CONNECTIONS): Promise<number> {
@@ -123,12 +123,12 @@ async function drive(base: string, headers: Record<string, string>, count: numbe
   let resent = 0
   const one = () =>
     new Promise<boolean>((done, fail) => {
-      const req = http.get(base + PATH, { agent, headers }, (res) => {
+      const req = http.get(base + PROXIED_PATH, { agent, headers }, (res) => {
         let text = ''
         res.setEncoding('utf8')
         res.on('data', (chunk: string) => (text += chunk))
         res.on('end', () => {
-          if (res.statusCode === 200 && text === BODY) done(true)
+          if (res.statusCode === 200 && text === UPSTREAM_BODY) done(true)
           else if (res.statusCode === 503 && text.includes('"store_unavailable"')) done(false)
           else fail(new Error(`${res.statusCode}: ${text.slice(0, 300)}`))
         })
@@ -282,7 +282,7 @@ async function main(): Promise<void> {
     })
     console.error(`starting ${SIDES.join(', ')} under valgrind (a minute or more)…`)
     for (const server of servers) {
-      if (server.side === 'bare') await waitFor(server.base, PATH, 200, server.child, server.output)
+      if (server.side === 'bare') await waitFor(server.base, PROXIED_PATH, 200, server.child, server.output)
       else await waitFor(server.base, '/v1/sub-accounts', 401, server.child, server.output)
     }
 
@@ -318,7 +318,7 @@ async function main(): Promise<void> {
 
     console.log(`date      ${new Date().toISOString()}`)
     console.log(`node      servers on ${node.version} (${node.reason}), ${execFileSync('valgrind', ['--version'], { encoding: 'utf8' }).trim()} (callgrind)`)
-    console.log(`load      GET ${PATH}, ${CONNECTIONS} keep-alive connections, ${fmt(WARMUP_REQUESTS)} requests uncounted, then ${fmt(REQUESTS)} counted`)
+    console.log(`load      GET ${PROXIED_PATH}, ${CONNECTIONS} keep-alive connections, ${fmt(WARMUP_REQUESTS)} requests uncounted, then ${fmt(REQUESTS)} counted`)
     console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off, node ${imageNodeFlags(ROOT).join(' ')}`)
     console.log(`gateway   compiled as the image is, at ${gitDescription()}, LOG_LEVEL=warn; parent key acting as ext:${SUB_EXTERNAL_ID}`)
     if (BASELINE_TREE !== null) console.log(`baseline  the same, from ${BASELINE_TREE} at ${gitDescription(BASELINE_TREE)}`)

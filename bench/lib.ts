@@ -11,6 +11,16 @@ import { fileURLToPath } from 'node:url'
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 
+/** Where the benches create their databases, and the Redis they use. */
+export const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
+export const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
+
+/** The proxied request of the proxy benches, and what their upstream answers it with. */
+export const PROXIED_PATH = '/v1/things/1'
+export const UPSTREAM_BODY = '{"ok":true}'
+/** The sub-account the bench's parent key acts as (`ext:bench-sub`). */
+export const SUB_EXTERNAL_ID = 'bench-sub'
+
 export function positiveInt(name: string, fallback: number): number {
   const raw = process.env[name]
   if (raw === undefined || raw === '') return fallback

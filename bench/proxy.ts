@@ -40,14 +40,15 @@ import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import {
+  ADMIN_URL,
   announce as announceTo,
   bareHeaders,
   bareHeadersMode,
+  buildDist,
   captureOutput,
   children,
   cpuSeconds,
   envForCommand,
-  buildDist,
   fmt,
   forkChild,
   freePorts,
@@ -60,21 +61,22 @@ import {
   packageVersion,
   percentile,
   positiveInt,
+  PROXIED_PATH,
+  REDIS_URL,
   ROOT,
   runCli,
   serverNode,
   type ServerNode,
   sleep,
   stopChild,
+  SUB_EXTERNAL_ID,
+  UPSTREAM_BODY,
   waitForGateway as waitForGatewayUntil,
 } from './lib.js'
 
 const SELF = fileURLToPath(import.meta.url)
-const PATH = '/v1/things/1'
 /** The upstream answers this path with the headers it received, for the pre-flight check. */
 const ECHO_PATH = '/v1/things/echo'
-const BODY = '{"ok":true}'
-const SUB_EXTERNAL_ID = 'bench-sub'
 
 // ---------------------------------------------------------------------------------------------
 // Children: `tsx bench/proxy.ts upstream` and `tsx bench/proxy.ts bare`, started by fork().
@@ -93,7 +95,7 @@ function announce(port: number): void {
 }
 
 async function runUpstream(): Promise<void> {
-  const body = Buffer.from(BODY)
+  const body = Buffer.from(UPSTREAM_BODY)
   let connections = 0
   let fromGateway = 0
   let fromOthers = 0
@@ -157,8 +159,6 @@ const DURATION = positiveInt('BENCH_DURATION', 10)
 const CONNECTIONS = positiveInt('BENCH_CONNECTIONS', 50)
 const ROUNDS = positiveInt('BENCH_ROUNDS', 2)
 const WARMUP = positiveInt('BENCH_WARMUP', 2)
-const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
-const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 /** A file that gets all the gateway writes, e.g. with BENCH_SERVER_NODE_ARGS=--trace-gc. */
 const GATEWAY_OUTPUT = process.env.BENCH_GATEWAY_OUTPUT || undefined
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
@@ -230,7 +230,7 @@ async function load(side: Side, seconds: number, round: string): Promise<Round> 
   const result = await new Promise<AutocannonResult>((done, fail) => {
     autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
     running = autocannon(
-      { url: side.url + PATH, connections: CONNECTIONS, duration: seconds, headers: side.headers, expectBody: BODY },
+      { url: side.url + PROXIED_PATH, connections: CONNECTIONS, duration: seconds, headers: side.headers, expectBody: UPSTREAM_BODY },
       (err, res) => (err ? fail(err) : done(res)),
     )
     running.on('response', (_client, _status, _bytes, ms) => {
@@ -251,7 +251,7 @@ async function load(side: Side, seconds: number, round: string): Promise<Round> 
       .join(', ')
     throw new Error(
       `${side.name} ${round}: ${result['2xx']} 2xx, ${result.non2xx} non-2xx (${codes}), ${result.errors} errors, ` +
-        `${result.timeouts} timeouts, ${result.mismatches} bodies other than ${BODY}`,
+        `${result.timeouts} timeouts, ${result.mismatches} bodies other than ${UPSTREAM_BODY}`,
     )
   }
   const sorted = latencies.subarray(0, n).sort()
@@ -357,9 +357,9 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`node      servers (upstream, bare, gateway) on ${servedBy}; load generator on ${process.version}`)
   console.log(`packages  fastify ${packageVersion('fastify')}, @fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, autocannon ${packageVersion('autocannon')}`)
   console.log(`command   ${command()}`)
-  console.log(`load      GET ${PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
+  console.log(`load      GET ${PROXIED_PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
-  console.log(`upstream  node:http, 200 ${BODY}; accepted ${upstream.connections} connections in all`)
+  console.log(`upstream  node:http, 200 ${UPSTREAM_BODY}; accepted ${upstream.connections} connections in all`)
   const sent = bareHeadersMode() === 'same' ? 'sent the same request as the gateway (it passes the headers on)' : 'sent no headers'
   console.log(`bare      fastify + @fastify/http-proxy, no auth, logger off, node ${BARE_NODE_ARGS.join(' ')} (under tsx); ${sent}`)
   const how = (runtime: GatewayRuntime) => (runtime === 'dist' ? 'compiled as the image is' : 'from src/ under tsx')

@@ -66,6 +66,7 @@ import {
 import { usageRows } from '../src/store/usage.js'
 import { utcDay } from '../src/usage/meter.js'
 import {
+  ADMIN_URL,
   bareHeaders,
   buildDist,
   captureOutput,
@@ -77,18 +78,21 @@ import {
   freePorts,
   gatewayArgs,
   type GatewayRuntime,
-  imageNodeFlags,
-  parseGatewayRuntime,
   gitDescription,
+  imageNodeFlags,
   median,
   packageVersion,
+  parseGatewayRuntime,
   percentile,
   positiveInt,
+  PROXIED_PATH,
+  REDIS_URL,
   ROOT,
   serverNode,
   type ServerNode,
   sleep,
   stopChild,
+  UPSTREAM_BODY,
   waitForGateway,
 } from './lib.js'
 import { extIdOf, isSeededDeactivated, keyDigest, keyFor, seed, subIdOf, type Seeded } from './seed.js'
@@ -100,8 +104,6 @@ function nonNegativeInt(name: string, fallback: number): number {
   return Number(raw)
 }
 
-const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
-const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 const SCALES = (process.env.BENCH_SCALES || '1000,10000,100000').split(',').map((s) => {
   const n = Number(s.trim())
   if (!Number.isSafeInteger(n) || n < 100) throw new Error(`BENCH_SCALES: each scale must be a whole number ≥ 100, got "${s}"`)
@@ -142,9 +144,6 @@ const GATEWAY_DIST = process.env.BENCH_GATEWAY_DIST || null
 const GATEWAY_NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')
 const EXPLAIN_OUT = process.env.BENCH_EXPLAIN_OUT || `/tmp/tgw-scale-explain-${new Date().toISOString().replace(/[:.]/g, '-')}.txt`
 const PROXY_SCRIPT = resolve(ROOT, 'bench/proxy.ts')
-/** Proxied path; bench/proxy.ts's upstream answers every path but its echo path with BODY. */
-const PATH = '/v1/things/1'
-const BODY = '{"ok":true}'
 const RUN = randomBytes(4).toString('hex')
 
 const log = (message: string) => console.error(message)
@@ -681,7 +680,7 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
       }
       const acting = (i: number, by: 'uuid' | 'ext'): Call => ({
         method: 'GET',
-        path: PATH,
+        path: PROXIED_PATH,
         headers: { ...auth, 'x-service-acting-tenant': by === 'uuid' ? subIdOf(dbName, i) : `ext:${extIdOf(i)}` },
       })
       const entriesOf = (i: number, by: 'uuid' | 'ext') => [
@@ -764,7 +763,7 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
             const sub = Math.floor(n / KEYS_PER_SUB)
             clearLocal()
             await redis.del(redisKey(cacheKeys.key(keyDigest(keyFor(dbName, n)))), redisKey(cacheKeys.tenant(subIdOf(dbName, sub))))
-            return request({ method: 'GET', path: PATH, headers: { authorization: `Bearer ${keyFor(dbName, n)}` } }, isSeededDeactivated(sub) ? 403 : 200)
+            return request({ method: 'GET', path: PROXIED_PATH, headers: { authorization: `Bearer ${keyFor(dbName, n)}` } }, isSeededDeactivated(sub) ? 403 : 200)
           },
         },
         {
@@ -810,7 +809,7 @@ async function runScale(scale: number, redis: Redis, upstreamUrl: string, atLarg
             await redis.del(redisKey(cacheKeys.anyActive(parentId)))
             clearLocal()
             await warmParent()
-            return request({ method: 'POST', path: PATH, headers: auth }, 400)
+            return request({ method: 'POST', path: PROXIED_PATH, headers: auth }, 400)
           },
         },
         {
@@ -1022,23 +1021,23 @@ async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Pro
       let wrongBodies = 0
       const result = await runAutocannon(
         {
-          url: side.url + PATH,
+          url: side.url + PROXIED_PATH,
           connections: PROXY_CONNECTIONS,
           duration: seconds,
           headers: side.headers,
           ...(rotate === undefined
-            ? { expectBody: BODY }
+            ? { expectBody: UPSTREAM_BODY }
             : {
                 requests: [
                   {
                     method: 'GET',
-                    path: PATH,
+                    path: PROXIED_PATH,
                     setupRequest: (req: { headers?: Record<string, string> }) => ({
                       ...req,
                       headers: { ...req.headers, ...side.headers, 'x-service-acting-tenant': rotate() },
                     }),
                     onResponse: (_status: number, body: string) => {
-                      if (body !== BODY) wrongBodies++
+                      if (body !== UPSTREAM_BODY) wrongBodies++
                     },
                   },
                 ],
@@ -1048,7 +1047,7 @@ async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Pro
       )
       const cpu = cpuSeconds(side.pid) - cpuBefore
       checkInterrupted()
-      const failed = failedRequests(result) ?? (wrongBodies > 0 ? `${wrongBodies} bodies other than ${BODY}` : null)
+      const failed = failedRequests(result) ?? (wrongBodies > 0 ? `${wrongBodies} bodies other than ${UPSTREAM_BODY}` : null)
       if (failed !== null) throw new Error(`${side.name} ${round}: ${failed}`)
       latencies.sort((a, b) => a - b)
       const r: ProxyRound = {
@@ -1183,14 +1182,14 @@ async function memory(url: string, seeded: Seeded, upstreamUrl: string, runtime:
     try {
       result = await runAutocannon(
         {
-          url: gateway.base + PATH,
+          url: gateway.base + PROXIED_PATH,
           connections: MEMORY_CONNECTIONS,
           amount: keys,
           timeout: 30,
           requests: [
             {
               method: 'GET',
-              path: PATH,
+              path: PROXIED_PATH,
               // Key number `order(sent)`: every seeded key once; 1 in 100 belong to deactivated sub-accounts (403).
               setupRequest: (req: { headers?: Record<string, string> }) => ({
                 ...req,
@@ -1364,7 +1363,7 @@ function report(runs: ScaleRun[], proxy: ProxyRun | null, mems: MemoryRun[], v: 
   if (proxy !== null) {
     out.push('')
     out.push(
-      `proxy ratio at ${largest.scale.toLocaleString('en-US')} sub-accounts (bench/proxy.ts's comparison on the seeded database; GET ${PATH}, ` +
+      `proxy ratio at ${largest.scale.toLocaleString('en-US')} sub-accounts (bench/proxy.ts's comparison on the seeded database; GET ${PROXIED_PATH}, ` +
         `${PROXY_CONNECTIONS} connections; "gateway": parent key acting as ext:${extIdOf(1)}, as bench/proxy.ts does; ` +
         '"gateway, spread": acting as every active sub-account in turn, by ext:):',
     )

@@ -49,6 +49,7 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import postgres from 'postgres'
 import {
+  ADMIN_URL,
   alive,
   announce,
   children,
@@ -61,10 +62,11 @@ import {
   packageVersion,
   percentile,
   positiveInt,
+  REDIS_URL,
   ROOT,
+  runCli,
   serverNode,
   type ServerNode,
-  runCli,
   sleep,
   stopChild,
   waitForGateway,
@@ -647,8 +649,6 @@ const MAX_DEACTIVATED = positiveInt('SOAK_MAX_DEACTIVATED', Math.max(1, Math.flo
 const TIMEOUT_MS = positiveInt('SOAK_TIMEOUT_MS', 5000)
 const GRACE_MS = nonNegativeInt('SOAK_GRACE_MS', 0)
 const SAMPLE_S = positiveInt('SOAK_SAMPLE_S', 10)
-const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
-const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 
 // Ctrl-C ends the soak early (the report covers what ran) and cleans up; a second one kills the
 // children at once and leaves the database and the Redis keys (named on stderr).

@@ -15,9 +15,8 @@ import { readFileSync } from 'node:fs'
 import postgres from 'postgres'
 import { migrate } from '../src/store/migrate.js'
 import { addUsage, type UsageCount } from '../src/store/usage.js'
-import { positiveInt } from './lib.js'
+import { ADMIN_URL, positiveInt } from './lib.js'
 
-const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
 const FLUSHES = positiveInt('BENCH_FLUSHES', 1000)
 
 const gc = (globalThis as { gc?: () => void }).gc

@@ -22,9 +22,10 @@ export function scopeCovers(granted: string, needed: string): boolean {
  * §3: space-separated); undefined when they do. Returned, not thrown, for callback-style callers.
  */
 export function insufficientScope(scopes: readonly string[], needed: readonly string[]): ApiError | undefined {
-  const missing: string[] = []
-  for (const scope of needed) if (!isGranted(scopes, scope)) missing.push(scope)
-  if (missing.length === 0) return undefined
+  // Built only for a refusal: this runs for every proxied request.
+  let missing: string[] | undefined
+  for (const scope of needed) if (!isGranted(scopes, scope)) (missing ??= []).push(scope)
+  if (missing === undefined) return undefined
   return new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
     headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed.join(' ')}"` },
   })

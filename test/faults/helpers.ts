@@ -464,9 +464,6 @@ export function percentile(values: readonly number[], p: number): number {
 
 export const round = (ms: number) => Math.round(ms * 10) / 10
 
-/** One labelled value of a counter or gauge of the gateway's registry. */
-export { metricValue }
-
 /** Resolves with `promise`'s value, or with `onTimeout` if it has not settled within `ms`. */
 export async function orTimeout<T, U>(promise: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
   let timer: NodeJS.Timeout | undefined

@@ -18,6 +18,7 @@ import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
+import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startUpstream, within } from '../helpers/proxy.js'
 import {
@@ -25,7 +26,6 @@ import {
   describeTimed,
   faultGateway,
   median,
-  metricValue,
   postgresAddress,
   round,
   sleep,

@@ -12,6 +12,7 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
+import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startUpstream, within } from '../helpers/proxy.js'
 import {
@@ -22,7 +23,6 @@ import {
   faultGateway,
   measureRedisWaits,
   median,
-  metricValue,
   parents,
   percentile,
   round,

@@ -12,6 +12,7 @@ import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { createParentWithKey } from '../../src/auth/mint.js'
+import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startUpstream, within } from '../helpers/proxy.js'
 import {
@@ -22,7 +23,6 @@ import {
   faultGateway,
   measureRedisWaits,
   median,
-  metricValue,
   parents,
   round,
   sleep,
