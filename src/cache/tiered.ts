@@ -119,6 +119,11 @@ const MAX_UNSENT_KEYS = 10_000
 interface Entry {
   readonly value: unknown
   readonly storedAt: number
+  /**
+   * From this instant (Date.now()) a read of the entry still gets it at once, and starts one
+   * fill in the background to replace it; Infinity for "not found", which simply expires.
+   */
+  readonly refreshAt: number
 }
 
 /** An entry's share of the heap, roughly: its JSON as two-byte characters, and the objects around it. */
@@ -145,6 +150,12 @@ export class TenancyCache implements CacheInvalidator {
    */
   private readonly foundTtlMs: number
   /**
+   * A found record read after three quarters of its in-process TTL is refreshed in the
+   * background, so that an entry in use never expires and no request waits for Redis or Postgres
+   * once warm. A refresh only reads the stores again: it cannot make an entry staler.
+   */
+  private readonly refreshAfterMs: number
+  /**
    * Entries stored before this instant are no longer trusted (the bus may have missed messages),
    * but stay for the stale window: while Postgres is down they are all a known key has.
    */
@@ -170,6 +181,7 @@ export class TenancyCache implements CacheInvalidator {
     this.channel = invalidationChannel(this.prefix)
     this.reuseWindowMs = Math.min(1_000, Math.floor(this.timings.localTtlMs / 5))
     this.foundTtlMs = this.timings.localTtlMs - this.reuseWindowMs
+    this.refreshAfterMs = Math.floor((this.foundTtlMs * 3) / 4)
     this.local = new LRUCache<string, Entry>({
       max: this.timings.maxEntries,
       maxSize: this.timings.maxEstimatedBytes,
@@ -253,16 +265,32 @@ export class TenancyCache implements CacheInvalidator {
     const entry = this.local.get(key, { allowStale: false })
     if (entry !== undefined && entry.storedAt > this.trustedFrom) {
       this.options.metrics.cacheHits.local.inc()
+      if (Date.now() >= entry.refreshAt && !this.inflight.has(key)) this.refresh(key, load)
       return Promise.resolve(entry.value as T | null)
     }
     this.options.metrics.cacheMisses.local.inc()
     const pending = this.inflight.get(key)
     if (pending !== undefined) return pending as Promise<T | null>
+    return this.startFill(key, load)
+  }
+
+  /** One fill of the entry at a time: later misses of it share this one until it settles. */
+  private startFill<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
     const fill = this.fill(key, load).finally(() => {
       if (this.inflight.get(key) === fill) this.inflight.delete(key)
     })
     this.inflight.set(key, fill)
     return fill
+  }
+
+  /**
+   * Replaces an entry that is still good, without anyone waiting for it. A failure is left alone:
+   * the entry expires at its time, and the read after that fills it in the foreground and meets
+   * the failure itself (Redis skipped, Postgres's stale window or a 503).
+   */
+  private refresh<T>(key: string, load: () => Promise<T | null>): void {
+    this.options.metrics.cacheRefreshes.inc()
+    this.startFill(key, load).catch(() => {})
   }
 
   private async fill<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
@@ -309,8 +337,9 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   private remember(key: string, value: unknown): void {
-    const ttl = value === null ? this.timings.negativeTtlMs : this.foundTtlMs
-    this.local.set(key, { value, storedAt: Date.now() }, { ttl })
+    const now = Date.now()
+    if (value === null) this.local.set(key, { value, storedAt: now, refreshAt: Infinity }, { ttl: this.timings.negativeTtlMs })
+    else this.local.set(key, { value, storedAt: now, refreshAt: now + this.refreshAfterMs }, { ttl: this.foundTtlMs })
   }
 
   /** Stores a value read from Postgres, unless the entry was invalidated since `generation` was read. */

@@ -147,6 +147,8 @@ export interface Metrics {
   readonly storeLookups: { readonly redis: Counter.Internal; readonly postgres: Counter.Internal }
   readonly cacheHits: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   readonly cacheMisses: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
+  /** In-process entries refreshed in the background before they expired (cache/tiered.ts). */
+  readonly cacheRefreshes: Counter
   readonly invalidationsReceived: Counter
   readonly redisErrors: Counter
   /** 1 while the connection is ready, by connection (commands, subscriber). */
@@ -225,6 +227,11 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     storeLookups: { redis: storeLookups.labels('redis'), postgres: storeLookups.labels('postgres') },
     cacheHits: { local: cacheHits.labels('local'), redis: cacheHits.labels('redis') },
     cacheMisses: { local: cacheMisses.labels('local'), redis: cacheMisses.labels('redis') },
+    cacheRefreshes: new Counter({
+      name: 'tgw_cache_refreshes_total',
+      help: 'In-process entries in use refreshed from Redis or Postgres in the background, before they expired',
+      registers,
+    }),
     invalidationsReceived: new Counter({
       name: 'tgw_cache_invalidations_received_total',
       help: 'Invalidation messages received from the Redis bus (each names one or more entries)',

@@ -6,8 +6,8 @@ import { Redis } from 'ioredis'
 import { pino } from 'pino'
 import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
-import { cacheKeys, TenancyCache } from '../../src/cache/tiered.js'
-import { createMetrics } from '../../src/ops/metrics.js'
+import { cacheKeys, TenancyCache, type CacheTimings } from '../../src/cache/tiered.js'
+import { createMetrics, type Metrics } from '../../src/ops/metrics.js'
 import { revokeKey } from '../../src/store/keys.js'
 import { postgresLookups, type TenancyLookups } from '../../src/tenancy/lookups.js'
 import { freshDatabase } from '../helpers/db.js'
@@ -20,15 +20,15 @@ t.teardown(() => redis.disconnect())
 
 const silent = pino({ level: 'silent' })
 
-function cache(source: TenancyLookups): TenancyCache {
+function cache(source: TenancyLookups, options: { timings?: Partial<CacheTimings>; metrics?: Metrics } = {}): TenancyCache {
   const made = new TenancyCache({
     source,
     redisUrl: REDIS_URL,
     keyPrefix: prefix,
     // The repeat of each invalidation comes 200 ms later; the held fill outlasts it.
-    timings: { reinvalidateAfterMs: 200 },
+    timings: { reinvalidateAfterMs: 200, ...options.timings },
     log: silent,
-    metrics: createMetrics(),
+    metrics: options.metrics ?? createMetrics(),
   })
   t.teardown(() => made.close())
   return made
@@ -116,6 +116,92 @@ t.test('fills still store into Redis, before and after an invalidation', async (
   await second.lookups.keyByDigest(sha256(key.apiKey))
   await new Promise((resolve) => setTimeout(resolve, 100))
   t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored again by a fill that began after it')
+})
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const counted = async (counter: { get(): Promise<{ values: { value: number }[] }> }) =>
+  (await counter.get()).values.reduce((sum, v) => sum + v.value, 0)
+
+t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
+  // An in-process TTL of 1 s: records stay 800 ms (the TTL less the admission window, a fifth of
+  // it), and the first read after 600 ms of that starts a refresh, which has 200 ms to land.
+  const ttlMs = 1_000
+  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'refreshed', externalId: null, extraScopes: [] }))
+  const metrics = createMetrics()
+  const warm = cache(postgresLookups(database.sql), { timings: { localTtlMs: ttlMs }, metrics })
+  await ready(warm)
+  const digest = sha256(key.apiKey)
+  t.equal((await warm.lookups.keyByDigest(digest))?.status, 'active', 'the first read fills the entry')
+  const missesAfterWarming = await counted(metrics.registry.getSingleMetric('tgw_cache_misses_total') as never)
+
+  // Reads every 40 ms for four TTLs: without the refresh, the entry would expire every 800 ms and
+  // the read after that would wait for Redis.
+  const until = Date.now() + 4 * ttlMs
+  const statuses: (string | undefined)[] = []
+  while (Date.now() < until) {
+    statuses.push((await warm.lookups.keyByDigest(digest))?.status)
+    await sleep(40)
+  }
+  const reads = statuses.length
+  t.same(new Set(statuses), new Set(['active']), `each of the ${reads} reads found the active key`)
+  const misses = (await counted(metrics.registry.getSingleMetric('tgw_cache_misses_total') as never)) - missesAfterWarming
+  const refreshes = await counted(metrics.cacheRefreshes as never)
+  t.equal(misses, 0, `none of ${reads} reads missed the in-process cache`)
+  t.ok(refreshes >= 3, `the entry was refreshed in the background ${refreshes} times`)
+  t.ok(refreshes <= Math.ceil((4 * ttlMs) / 600) + 1, `at most once per refresh period (${refreshes})`)
+})
+
+t.test('a refresh reads the stores: a change whose message was lost is seen within the TTL, as without it', async (t) => {
+  const { account, key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'silent', externalId: null, extraScopes: [] }))
+  const lossy = cache(postgresLookups(database.sql), { timings: { localTtlMs: 400 } })
+  await ready(lossy)
+  const digest = sha256(key.apiKey)
+  t.equal((await lossy.lookups.keyByDigest(digest))?.status, 'active', 'warm')
+  // Revoked in Postgres and deleted from Redis, but no message reaches the replica.
+  await revokeKey(database.sql, account.id, key.row.id)
+  await redis.del(prefix + cacheKeys.key(digest))
+  const revokedAt = Date.now()
+  let status: string | undefined = 'active'
+  while (status === 'active' && Date.now() - revokedAt < 2_000) {
+    status = (await lossy.lookups.keyByDigest(digest))?.status
+    await sleep(20)
+  }
+  const took = Date.now() - revokedAt
+  t.equal(status, 'revoked', `the replica sees the revocation (${took} ms)`)
+  t.ok(took <= 400 + 200, `within the in-process TTL of 400 ms, give or take a lookup (${took} ms)`)
+})
+
+t.test('a refresh that raced an invalidation does not store the row it read', async (t) => {
+  const { account, key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'raced', externalId: null, extraScopes: [] }))
+  const digest = sha256(key.apiKey)
+  const entry = prefix + cacheKeys.key(digest)
+  const other = cache(postgresLookups(database.sql))
+  const held = heldLookups()
+  const slow = cache(held.lookups, { timings: { localTtlMs: 60_000 } })
+  await ready(other, slow)
+  // The slow replica gets its entry from Redis (its own Postgres reads are held).
+  await other.lookups.keyByDigest(digest)
+  await sleep(100)
+  t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'in Redis')
+  t.equal((await slow.lookups.keyByDigest(digest))?.status, 'active', 'the slow replica is warm, from Redis')
+
+  // Past its refresh point (the TTL is long, so move the entry's clock instead of waiting), with
+  // the Redis entry gone, the next read answers from memory and the refresh goes to Postgres.
+  const local = (slow as unknown as { local: Map<string, { value: unknown; storedAt: number; refreshAt: number }> }).local
+  const stored = local.get(cacheKeys.key(digest))!
+  local.set(cacheKeys.key(digest), { ...stored, refreshAt: 0 })
+  await redis.del(entry)
+  t.equal((await slow.lookups.keyByDigest(digest))?.status, 'active', 'answered from memory while the refresh runs')
+  await held.read
+  // The key is revoked through the other replica while the refresh holds the old row.
+  await revokeKey(database.sql, account.id, key.row.id)
+  await other.invalidate([cacheKeys.key(digest)])
+  await sleep(100)
+  held.release()
+  await sleep(100)
+
+  t.equal((await slow.lookups.keyByDigest(digest))?.status, 'revoked', 'the slow replica sees the revocation')
+  t.not(JSON.parse((await redis.get(entry)) ?? 'null')?.status, 'active', 'Redis does not hold the old record')
 })
 
 /** A redis-server of this test's own, so that pausing it disturbs no other test. */
