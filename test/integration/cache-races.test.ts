@@ -124,7 +124,7 @@ const counted = async (counter: { get(): Promise<{ values: { value: number }[] }
 
 t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
   // An in-process TTL of 1 s: records stay 800 ms (the TTL less the admission window, a fifth of
-  // it), and the first read after 600 ms of that starts a refresh, which has 200 ms to land.
+  // it), and the first read after 400 ms of that starts a refresh, which has 400 ms to land.
   const ttlMs = 1_000
   const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'refreshed', externalId: null, extraScopes: [] }))
   const metrics = createMetrics()
@@ -147,8 +147,8 @@ t.test('an entry in use is refreshed in the background: once warm, no read waits
   const misses = (await counted(metrics.registry.getSingleMetric('tgw_cache_misses_total') as never)) - missesAfterWarming
   const refreshes = await counted(metrics.cacheRefreshes as never)
   t.equal(misses, 0, `none of ${reads} reads missed the in-process cache`)
-  t.ok(refreshes >= 3, `the entry was refreshed in the background ${refreshes} times`)
-  t.ok(refreshes <= Math.ceil((4 * ttlMs) / 600) + 1, `at most once per refresh period (${refreshes})`)
+  t.ok(refreshes >= 4, `the entry was refreshed in the background ${refreshes} times`)
+  t.ok(refreshes <= Math.ceil((4 * ttlMs) / 400) + 1, `at most once per refresh period (${refreshes})`)
 })
 
 t.test('a refresh reads the stores: a change whose message was lost is seen within the TTL, as without it', async (t) => {
