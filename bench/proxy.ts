@@ -1,6 +1,6 @@
 // Throughput and latency of the proxied path, gateway against a bare fastify proxy, run by hand:
-//   npm run bench:proxy     (env: BENCH_DURATION=10 s, BENCH_CONNECTIONS=50, BENCH_ROUNDS=2,
-//                            BENCH_WARMUP=2 s, BENCH_DATABASE_URL=postgres://…/postgres,
+//   npm run bench:proxy     (env: BENCH_DURATION=5 s, BENCH_CONNECTIONS=50, BENCH_ROUNDS=6,
+//                            BENCH_WARMUP=5 s, BENCH_WARMUP_ROUNDS=2, BENCH_DATABASE_URL=postgres://…/postgres,
 //                            BENCH_REDIS_URL=redis://127.0.0.1:6379, BENCH_SERVER_NODE_ARGS=
 //                            extra node flags for both proxies, after the image's (which both get),
 //                            e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof' or '--no-allocation-site-pretenuring',
@@ -156,10 +156,17 @@ type Autocannon = (
 // Loaded on first use, so that the children do not load it.
 let autocannon: Autocannon | null = null
 
-const DURATION = positiveInt('BENCH_DURATION', 10)
+const DURATION = positiveInt('BENCH_DURATION', 5)
 const CONNECTIONS = positiveInt('BENCH_CONNECTIONS', 50)
-const ROUNDS = positiveInt('BENCH_ROUNDS', 2)
-const WARMUP = positiveInt('BENCH_WARMUP', 2)
+const ROUNDS = positiveInt('BENCH_ROUNDS', 6)
+const WARMUP = positiveInt('BENCH_WARMUP', 5)
+/**
+ * Warm-up rounds, alternating like the measured ones. Two: with one (of 2 or 6 s), the gateway's
+ * first measured round was its slowest of six in 13 of 14 runs, 15–40% above the others, with V8's
+ * worker threads busy (0.5 s of CPU in that round against almost none in later ones); the bare
+ * proxy's in 7 of 14. After a second warm-up round, or a 40-s pause, it was not.
+ */
+const WARMUP_ROUNDS = positiveInt('BENCH_WARMUP_ROUNDS', 2)
 /** A file that gets all the gateway writes, e.g. with BENCH_SERVER_NODE_ARGS=--trace-gc. */
 const GATEWAY_OUTPUT = process.env.BENCH_GATEWAY_OUTPUT || undefined
 const SERVER_NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '')
@@ -282,6 +289,8 @@ interface StoreCounters {
   waited: number
   /** Each counter's sum over its series; absent when not exported. */
   extra: Partial<Record<(typeof EXTRA_COUNTERS)[number], number>>
+  /** Garbage collection by kind (minor, major, incremental…): seconds and count so far. */
+  gc: Record<string, { seconds: number; count: number }>
 }
 
 /** null: the metrics port does not answer, or tgw_store_lookups_total is not exported. */
@@ -297,10 +306,10 @@ async function readCounters(port: number): Promise<StoreCounters | null> {
   // A counter with labels has no series until its first increment, but its TYPE line is there.
   const declared = (name: string) => new RegExp(`^# TYPE ${name} counter$`, 'm').test(text)
   if (!declared('tgw_store_lookups_total')) return null
-  const counters: StoreCounters = { redis: 0, postgres: 0, waited: 0, extra: {} }
+  const counters: StoreCounters = { redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }
   for (const name of EXTRA_COUNTERS) if (declared(name)) counters.extra[name] = 0
   for (const line of text.split('\n')) {
-    const match = /^(tgw_\w+)(\{[^}]*\})?\s+(\S+)/.exec(line)
+    const match = /^((?:tgw|nodejs)_\w+)(\{[^}]*\})?\s+(\S+)/.exec(line)
     if (match === null) continue
     const [, name, labels, raw] = match
     const value = Number(raw)
@@ -310,6 +319,11 @@ async function readCounters(port: number): Promise<StoreCounters | null> {
       else if (tier === 'postgres') counters.postgres += value
     } else if (name === 'tgw_cache_misses_total') {
       if (/tier="local"/.test(labels ?? '')) counters.waited += value
+    } else if (name === 'nodejs_gc_duration_seconds_sum' || name === 'nodejs_gc_duration_seconds_count') {
+      const kind = /kind="([^"]*)"/.exec(labels ?? '')?.[1] ?? '?'
+      const gc = (counters.gc[kind] ??= { seconds: 0, count: 0 })
+      if (name.endsWith('_sum')) gc.seconds += value
+      else gc.count += value
     } else {
       const extra = EXTRA_COUNTERS.find((n) => n === name)
       if (extra !== undefined) counters.extra[extra] = (counters.extra[extra] ?? 0) + value
@@ -326,12 +340,26 @@ function addDifference(total: StoreCounters | null, before: StoreCounters | null
     const [was, is] = [before.extra[name], after.extra[name]]
     if (was !== undefined && is !== undefined) extra[name] = (total.extra[name] ?? 0) + is - was
   }
+  const gc: StoreCounters['gc'] = {}
+  for (const [kind, now] of Object.entries(after.gc)) {
+    const was = before.gc[kind] ?? { seconds: 0, count: 0 }
+    const sum = total.gc[kind] ?? { seconds: 0, count: 0 }
+    gc[kind] = { seconds: sum.seconds + now.seconds - was.seconds, count: sum.count + now.count - was.count }
+  }
   return {
     redis: total.redis + after.redis - before.redis,
     postgres: total.postgres + after.postgres - before.postgres,
     waited: total.waited + after.waited - before.waited,
     extra,
+    gc,
   }
+}
+
+/** "minor 120 × 1.1 ms, major 0", for the garbage collections a round saw. */
+function describeGc(gc: StoreCounters['gc']): string {
+  const kinds = Object.entries(gc).filter(([, { count }]) => count > 0)
+  if (kinds.length === 0) return 'none'
+  return kinds.map(([kind, { seconds, count }]) => `${kind} ${fmt(count)} × ${((seconds * 1000) / count).toFixed(2)} ms`).join(', ')
 }
 
 /** One request through a gateway side, so that its round starts with its cache warm. */
@@ -353,7 +381,7 @@ async function askUpstream(upstream: ChildProcess): Promise<UpstreamStats> {
 }
 
 function command(): string {
-  const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`]
+  const env = [`BENCH_DURATION=${DURATION}`, `BENCH_CONNECTIONS=${CONNECTIONS}`, `BENCH_ROUNDS=${ROUNDS}`, `BENCH_WARMUP=${WARMUP}`, `BENCH_WARMUP_ROUNDS=${WARMUP_ROUNDS}`]
   for (const name of ['BENCH_DATABASE_URL', 'BENCH_REDIS_URL', 'BENCH_BASELINE_TREE', 'BENCH_GATEWAY_RUNTIME', 'BENCH_BASELINE_RUNTIME', 'BENCH_BARE_HEADERS', 'BENCH_NODE']) {
     const value = envForCommand(name)
     if (value !== null) env.push(value)
@@ -385,7 +413,10 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
   console.log(`node      servers (upstream, bare, gateway) on ${servedBy}; load generator on ${process.version}`)
   console.log(`packages  fastify ${packageVersion('fastify')}, @fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, autocannon ${packageVersion('autocannon')}`)
   console.log(`command   ${command()}`)
-  console.log(`load      GET ${PROXIED_PATH}, ${CONNECTIONS} connections, keep-alive, ${WARMUP} s warm-up per side, then ${ROUNDS} × ${DURATION} s per side`)
+  console.log(
+    `load      GET ${PROXIED_PATH}, ${CONNECTIONS} connections, keep-alive, warm-up ${WARMUP_ROUNDS} × ${WARMUP} s per side (not measured), ` +
+      `then ${ROUNDS} × ${DURATION} s per side`,
+  )
   console.log(`          alternating bare/gateway; autocannon in the parent, each server in its own process`)
   console.log(`upstream  node:http, 200 ${UPSTREAM_BODY}; accepted ${upstream.connections} connections in all`)
   const sent = bareHeadersMode() === 'same' ? 'sent the same request as the gateway (it passes the headers on)' : 'sent no headers'
@@ -424,6 +455,9 @@ function printReport(rounds: Round[], store: string[], upstream: UpstreamStats, 
       `p50 ${(gateway.p50 / bare.p50).toFixed(3)}, p99 ${(gateway.p99 / bare.p99).toFixed(3)}, ` +
       `CPU/request ${(gateway.cpuMicros / bare.cpuMicros).toFixed(3)}   (medians)`,
   )
+  // Each gateway round against the bare round just before it: how far one round's noise reaches.
+  const paired = of('gateway').map((g, i) => g.perSecond / of('bare')[i]!.perSecond)
+  console.log(`                 req/s round by round: ${paired.map((r) => r.toFixed(3)).join(', ')}`)
   if (baseline !== null) {
     console.log(
       `baseline / bare  req/s ${(baseline.perSecond / bare.perSecond).toFixed(3)}, CPU/request ${(baseline.cpuMicros / bare.cpuMicros).toFixed(3)}; ` +
@@ -549,9 +583,14 @@ async function main(): Promise<void> {
       if (seen.authorization !== undefined) console.error('note: the gateway forwarded Authorization to the upstream (DESIGN §5 says it should not)')
     }
 
-    console.error(`warming up, ${WARMUP} s per side…`)
+    console.error(`warming up, ${WARMUP_ROUNDS} × ${WARMUP} s per side…`)
     const beforeWarmup = await readCounters(metricsPort)
-    for (const side of Object.values(sides)) await load(side, WARMUP, 'warm-up')
+    for (let pass = 1; pass <= WARMUP_ROUNDS; pass++) {
+      for (const side of Object.values(sides)) {
+        await sleep(500)
+        await load(side, WARMUP, `warm-up ${pass}`)
+      }
+    }
     const afterWarmup = await readCounters(metricsPort)
 
     console.error(`measuring, ${ROUNDS} × ${DURATION} s per side…`)
@@ -559,14 +598,19 @@ async function main(): Promise<void> {
     // The gateway's lookups during its own rounds only. It idles through the other sides' rounds,
     // longer than its in-process TTL, so one request before each round warms it again first (the
     // issue's measure: once warm, no lookup a request waits for).
-    let measured: StoreCounters | null = { redis: 0, postgres: 0, waited: 0, extra: {} }
+    let measured: StoreCounters | null = { redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }
     for (let r = 1; r <= ROUNDS; r++) {
       for (const side of Object.values(sides)) {
         await sleep(500)
         if (side.name !== 'bare') await warmAgain(side)
         const before = side.name === 'gateway' ? await readCounters(metricsPort) : null
         rounds.push(await load(side, DURATION, String(r)))
-        if (side.name === 'gateway') measured = addDifference(measured, before, await readCounters(metricsPort))
+        if (side.name === 'gateway') {
+          const after = await readCounters(metricsPort)
+          const round = addDifference({ redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }, before, after)
+          if (round !== null) console.error(`    its garbage collections: ${describeGc(round.gc)}`)
+          measured = addDifference(measured, before, after)
+        }
       }
     }
     const measuredGateway = rounds.filter((r) => r.side === 'gateway').reduce((sum, r) => sum + r.completed, 0)
