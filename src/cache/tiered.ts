@@ -286,9 +286,9 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   /**
-   * Replaces an entry that is still good, without anyone waiting for it. A failure is left alone:
-   * the entry expires at its time, and the read after that fills it in the foreground and meets
-   * the failure itself (Redis skipped, Postgres's stale window or a 503).
+   * Replaces an entry that is still good, without anyone waiting for it. A failure is not retried
+   * here: the entry expires at its time, unless a later read refreshes it first. A failure still
+   * counts as one for the backoffs (Redis or Postgres skipped for a moment), as a miss's would.
    */
   private refresh<T>(key: string, load: () => Promise<T | null>): void {
     this.options.metrics.cacheRefreshes.inc()

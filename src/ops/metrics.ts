@@ -229,7 +229,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     cacheMisses: { local: cacheMisses.labels('local'), redis: cacheMisses.labels('redis') },
     cacheRefreshes: new Counter({
       name: 'tgw_cache_refreshes_total',
-      help: 'In-process entries in use refreshed from Redis or Postgres in the background, before they expired',
+      help: 'Background refreshes started for in-process entries in use, before they expired (failed ones included)',
       registers,
     }),
     invalidationsReceived: new Counter({
