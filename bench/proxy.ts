@@ -293,6 +293,10 @@ interface StoreCounters {
   gc: Record<string, { seconds: number; count: number }>
 }
 
+function noCounters(): StoreCounters {
+  return { redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }
+}
+
 /** null: the metrics port does not answer, or tgw_store_lookups_total is not exported. */
 async function readCounters(port: number): Promise<StoreCounters | null> {
   let text: string
@@ -306,7 +310,7 @@ async function readCounters(port: number): Promise<StoreCounters | null> {
   // A counter with labels has no series until its first increment, but its TYPE line is there.
   const declared = (name: string) => new RegExp(`^# TYPE ${name} counter$`, 'm').test(text)
   if (!declared('tgw_store_lookups_total')) return null
-  const counters: StoreCounters = { redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }
+  const counters = noCounters()
   for (const name of EXTRA_COUNTERS) if (declared(name)) counters.extra[name] = 0
   for (const line of text.split('\n')) {
     const match = /^((?:tgw|nodejs)_\w+)(\{[^}]*\})?\s+(\S+)/.exec(line)
@@ -598,7 +602,7 @@ async function main(): Promise<void> {
     // The gateway's lookups during its own rounds only. It idles through the other sides' rounds,
     // longer than its in-process TTL, so one request before each round warms it again first (the
     // issue's measure: once warm, no lookup a request waits for).
-    let measured: StoreCounters | null = { redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }
+    let measured: StoreCounters | null = noCounters()
     for (let r = 1; r <= ROUNDS; r++) {
       for (const side of Object.values(sides)) {
         await sleep(500)
@@ -607,7 +611,7 @@ async function main(): Promise<void> {
         rounds.push(await load(side, DURATION, String(r)))
         if (side.name === 'gateway') {
           const after = await readCounters(metricsPort)
-          const round = addDifference({ redis: 0, postgres: 0, waited: 0, extra: {}, gc: {} }, before, after)
+          const round = addDifference(noCounters(), before, after)
           if (round !== null) console.error(`    its garbage collections: ${describeGc(round.gc)}`)
           measured = addDifference(measured, before, after)
         }

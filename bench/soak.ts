@@ -1528,6 +1528,7 @@ function printReport(r: ReportInput): void {
   const counterRows: [string, string, string[]][] = [
     ['store lookups answered by Postgres', 'tgw_store_lookups_total', ['tier="postgres"']],
     ['store lookups answered by Redis', 'tgw_store_lookups_total', ['tier="redis"']],
+    ['background refreshes (among those lookups)', 'tgw_cache_refreshes_total', []],
     ['cache hits, in-process', 'tgw_cache_hits_total', ['tier="local"']],
     ['cache misses, in-process', 'tgw_cache_misses_total', ['tier="local"']],
     ['cache misses, Redis', 'tgw_cache_misses_total', ['tier="redis"']],

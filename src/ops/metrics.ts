@@ -147,7 +147,7 @@ export interface Metrics {
   readonly storeLookups: { readonly redis: Counter.Internal; readonly postgres: Counter.Internal }
   readonly cacheHits: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   readonly cacheMisses: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
-  /** In-process entries refreshed in the background before they expired (cache/tiered.ts). */
+  /** Background refreshes started for in-process entries in use, failed ones included (cache/tiered.ts). */
   readonly cacheRefreshes: Counter
   readonly invalidationsReceived: Counter
   readonly redisErrors: Counter

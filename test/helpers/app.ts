@@ -3,6 +3,7 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { buildApp } from '../../src/app.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
+import type { Metrics } from '../../src/ops/metrics.js'
 import type { Sql, Store } from '../../src/store/db.js'
 import { freshDatabase } from './db.js'
 
@@ -73,11 +74,12 @@ export function problemOf(response: LightMyRequestResponse): { code: string; sta
 }
 
 /**
- * The value of one series of a metric in the app's registry: the first whose labels include all of
- * `labels` (so none given: the first series); 0 when there is none yet.
+ * The value of one series of a metric in the registry of an app (or of anything else that holds
+ * the gateway's metrics): the first whose labels include all of `labels` (so none given: the first
+ * series); 0 when there is none yet.
  */
-export async function metricValue(app: FastifyInstance, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const metric = app.metrics.registry.getSingleMetric(name)
+export async function metricValue(holder: { metrics: Metrics }, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const metric = holder.metrics.registry.getSingleMetric(name)
   if (metric === undefined) throw new Error(`no metric ${name}`)
   const { values } = await metric.get()
   const value = values.find((v) => Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want))

@@ -10,6 +10,7 @@ import { cacheKeys, TenancyCache, type CacheTimings } from '../../src/cache/tier
 import { createMetrics, type Metrics } from '../../src/ops/metrics.js'
 import { revokeKey } from '../../src/store/keys.js'
 import { postgresLookups, type TenancyLookups } from '../../src/tenancy/lookups.js'
+import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { closedPort, REDIS_URL, redisPrefix } from '../helpers/proxy.js'
 
@@ -119,8 +120,6 @@ t.test('fills still store into Redis, before and after an invalidation', async (
 })
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-const counted = async (counter: { get(): Promise<{ values: { value: number }[] }> }) =>
-  (await counter.get()).values.reduce((sum, v) => sum + v.value, 0)
 
 t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
   // An in-process TTL of 1.5 s: records stay 1,200 ms (the TTL less the admission window, a fifth
@@ -132,10 +131,7 @@ t.test('an entry in use is refreshed in the background: once warm, no read waits
   await ready(warm)
   // Reads the in-process tier missed: each of them waited for Redis or Postgres. (The Redis tier's
   // misses are not counted: a background refresh that finds Redis empty adds one, and no read waits.)
-  const localMisses = async () =>
-    (await metrics.registry.getSingleMetric('tgw_cache_misses_total')!.get()).values
-      .filter((value) => value.labels.tier === 'local')
-      .reduce((sum, value) => sum + value.value, 0)
+  const localMisses = () => metricValue({ metrics }, 'tgw_cache_misses_total', { tier: 'local' })
   const digest = sha256(key.apiKey)
   t.equal((await warm.lookups.keyByDigest(digest))?.status, 'active', 'the first read fills the entry')
   const missesAfterWarming = await localMisses()
@@ -151,7 +147,7 @@ t.test('an entry in use is refreshed in the background: once warm, no read waits
   const reads = statuses.length
   t.same(new Set(statuses), new Set(['active']), `each of the ${reads} reads found the active key`)
   const misses = (await localMisses()) - missesAfterWarming
-  const refreshes = await counted(metrics.cacheRefreshes as never)
+  const refreshes = await metricValue({ metrics }, 'tgw_cache_refreshes_total')
   t.equal(misses, 0, `none of ${reads} reads missed the in-process cache`)
   t.ok(refreshes >= 3, `the entry was refreshed in the background ${refreshes} times`)
   t.ok(refreshes <= Math.ceil((3 * ttlMs) / 600) + 1, `at most once per refresh period (${refreshes})`)
@@ -195,7 +191,8 @@ t.test('a refresh that raced an invalidation does not store the row it read', as
 
   // Past its refresh point (the TTL is long, so move the entry's clock instead of waiting), with
   // the Redis entry gone, the next read answers from memory and the refresh goes to Postgres.
-  const local = (slow as unknown as { local: Map<string, { value: unknown; storedAt: number; refreshAt: number }> }).local
+  type Entry = { value: unknown; storedAt: number; refreshAt: number }
+  const local = (slow as unknown as { local: { get(key: string): Entry | undefined; set(key: string, entry: Entry): void } }).local
   const stored = local.get(cacheKeys.key(digest))!
   local.set(cacheKeys.key(digest), { ...stored, refreshAt: 0 })
   await redis.del(entry)
