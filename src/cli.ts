@@ -3,7 +3,7 @@
 import { parseArgs } from 'node:util'
 import { createParentWithKey, mintKey } from './auth/mint.js'
 import { MANAGEMENT_SCOPES, SCOPE_PATTERN } from './auth/scopes.js'
-import { publishInvalidation, cacheKeys } from './cache/tiered.js'
+import { publishInvalidation, cacheKeys } from './cache/index.js'
 import { ConfigError, loadConfig, type Config } from './config.js'
 import { presentKey } from './management/present.js'
 import { openStore, type Sql } from './store/db.js'

@@ -6,7 +6,7 @@ import { bootstrapEmbedded } from './bootstrap.js'
 import { ConfigError, loadConfig } from './config.js'
 import { loggerOptions } from './ops/logging.js'
 import { createMetrics, serveMetrics } from './ops/metrics.js'
-import { loadRouteTable } from './proxy/routes.js'
+import { loadRouteTable } from './proxy/route-table.js'
 import { openStore } from './store/db.js'
 import { migrate } from './store/migrate.js'
 

@@ -5,7 +5,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import { Type } from 'typebox'
 import type { TenancyCache } from '../cache/tiered.js'
 import { PROBLEM_CONTENT_TYPE, problem } from '../errors.js'
-import { within, type Sql } from '../store/db.js'
+import { withDeadline, type Sql } from '../store/db.js'
 
 /** Long enough for a loaded but healthy store, short enough for a kubelet's 1 s probe timeout. */
 export const READINESS_TIMEOUT_MS = 800
@@ -30,7 +30,7 @@ export interface HealthOptions {
 }
 
 async function postgresAnswers(sql: Sql, timeoutMs: number): Promise<CheckResult> {
-  return within(sql`select 1`, timeoutMs).then(
+  return withDeadline(sql`select 1`, timeoutMs).then(
     () => 'ok' as const,
     () => 'down' as const,
   )

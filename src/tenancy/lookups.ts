@@ -1,6 +1,6 @@
 // The questions authentication and the acting rules ask of the store, behind one interface, so
 // that a cache can sit in front of Postgres without touching the rules (DESIGN §8).
-import { within, type Sql } from '../store/db.js'
+import { withDeadline, type Sql } from '../store/db.js'
 import { findKeyByDigest, type KeyStatus } from '../store/keys.js'
 import { findSubAccountIdByExternalId, getTenant, hasActiveSubAccounts, type TenantStatus } from '../store/tenants.js'
 
@@ -44,14 +44,14 @@ export const LOOKUP_DEADLINE_MS = 500
 export function postgresLookups(sql: Sql, deadlineMs = LOOKUP_DEADLINE_MS): TenancyLookups {
   return {
     async keyByDigest(keyDigest) {
-      const row = await within(findKeyByDigest(sql, keyDigest), deadlineMs)
+      const row = await withDeadline(findKeyByDigest(sql, keyDigest), deadlineMs)
       return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
     },
     async tenant(id) {
-      const row = await within(getTenant(sql, id), deadlineMs)
+      const row = await withDeadline(getTenant(sql, id), deadlineMs)
       return row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
     },
-    subAccountIdByExternalId: (parentId, externalId) => within(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
-    hasActiveSubAccounts: (parentId) => within(hasActiveSubAccounts(sql, parentId), deadlineMs),
+    subAccountIdByExternalId: (parentId, externalId) => withDeadline(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
+    hasActiveSubAccounts: (parentId) => withDeadline(hasActiveSubAccounts(sql, parentId), deadlineMs),
   }
 }
