@@ -1,3 +1,4 @@
+// The summaries and descriptions of the management operations, kept apart from their handlers.
 /** How each operation appears in the OpenAPI document (src/ops/openapi.ts); the router ignores these fields. */
 export const OPERATIONS = {
   createSubAccount: {

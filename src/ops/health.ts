@@ -1,4 +1,4 @@
-// Health (DESIGN §9): /healthz says the process is alive and asks nothing of the stores, so a
+// Health (docs/operations.md): /healthz says the process is alive and asks nothing of the stores, so a
 // Postgres outage never gets the pods restarted; /readyz says whether this replica should get
 // traffic: Postgres and Redis answer within a short timeout, and shutdown has not begun.
 import type { FastifyPluginAsync } from 'fastify'
@@ -73,7 +73,7 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
       const detail = readiness.draining
         ? 'the gateway is shutting down'
         : `${failed.join(' and ')} cannot be reached (no answer within ${READINESS_TIMEOUT_MS} ms, or not connected)`
-      // The problem envelope of DESIGN §7, with the checks as an extension member (RFC 9457 §3.2).
+      // The problem envelope of docs/api.md, with the checks as an extension member (RFC 9457 §3.2).
       return reply
         .code(503)
         .type(PROBLEM_CONTENT_TYPE)

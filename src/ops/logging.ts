@@ -1,5 +1,5 @@
-// Logs (DESIGN §9): pino JSON, one line per request written when the response is done, and the
-// secrets of DESIGN §3 redacted wherever they could appear in a logged object.
+// Logs (docs/operations.md): pino JSON, one line per request written when the response is done, and the
+// secrets of docs/api.md redacted wherever they could appear in a logged object.
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Bindings, ChildLoggerOptions, Logger, LoggerOptions } from 'pino'

@@ -1,4 +1,4 @@
-// Prometheus metrics (DESIGN §9), one registry per app so that several gateways in one process
+// Prometheus metrics (docs/operations.md), one registry per app so that several gateways in one process
 // (tests, benches) keep their own counts. Served on METRICS_PORT by main.ts, never publicly.
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
@@ -176,7 +176,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
   return metrics
 }
 
-/** `GET /metrics` on its own port (DESIGN §2: never on the public one). */
+/** `GET /metrics` on its own port (docs/configuration.md: never on the public one). */
 export async function serveMetrics(registry: Registry, port: number, host: string): Promise<Server> {
   const server = createServer((request, response) => {
     if (request.method !== 'GET' || request.url?.split('?')[0] !== '/metrics') {

@@ -1,6 +1,6 @@
 // Every path outside /v1/sub-accounts: authenticate, apply the acting rules and the route's
 // scopes, then stream the request to the route's upstream with @fastify/http-proxy under the
-// header policy of DESIGN §5. One encapsulated context per route, so that each has its own
+// header policy of docs/api.md. One encapsulated context per route, so that each has its own
 // connection pool, timeout and body limit, and the router picks the longest prefix.
 import { Transform, type TransformCallback } from 'node:stream'
 import { performance } from 'node:perf_hooks'
@@ -113,7 +113,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
 
-    // One hook for the whole check, in DESIGN §4's order. A callback hook: a request admitted
+    // One hook for the whole check, in the order of docs/api.md. A callback hook: a request admitted
     // from the last second's memory goes on without a single promise.
     const admission = tenancyAdmission(lookups)
     scope.addHook('onRequest', function admitProxied(request, _reply, done) {

@@ -1,5 +1,5 @@
 // The connection to Postgres: a real server when DATABASE_URL is set, else the embedded PGlite
-// database in DATA_DIR, served to the same postgres.js code over a loopback socket (DESIGN §2).
+// database in DATA_DIR, served to the same postgres.js code over a loopback socket (docs/configuration.md).
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'

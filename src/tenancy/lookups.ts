@@ -1,5 +1,5 @@
 // The questions authentication and the acting rules ask of the store, behind one interface, so
-// that a cache can sit in front of Postgres without touching the rules (DESIGN §8).
+// that a cache can sit in front of Postgres without touching the rules (docs/architecture.md, caches).
 import { withDeadline, type Sql } from '../store/db.js'
 import { findKeyByDigest, type KeyStatus } from '../store/keys.js'
 import { findSubAccountIdByExternalId, getTenant, hasActiveSubAccounts, type TenantStatus } from '../store/tenants.js'
@@ -36,8 +36,8 @@ export interface TenancyLookups {
 
 /**
  * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
- * stale window still serves, and anything else is 503 store_unavailable (DESIGN §8): a partition
- * must not hang requests until a TCP or connect timeout, tens of seconds later.
+ * stale window still serves, and anything else is 503 store_unavailable (docs/architecture.md,
+ * caches): a partition must not hang requests until a TCP or connect timeout, tens of seconds later.
  */
 export const LOOKUP_DEADLINE_MS = 500
 
