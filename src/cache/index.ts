@@ -2,4 +2,4 @@
 export { TenancyCache } from './tiered.js'
 export { publishInvalidation, type CacheInvalidator } from './invalidation.js'
 export { cacheKeys } from './keys.js'
-export { DEFAULT_TIMINGS, REDIS_COMMAND_TIMEOUT_MS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
+export type { CacheTimings } from './settings.js'
