@@ -1,5 +1,5 @@
 // First start of an embedded database: nobody can run the CLI against it while the gateway holds
-// it, so the gateway creates a parent account and prints its key, once (DESIGN §2).
+// it, so the gateway creates a parent account and prints its key, once (docs/configuration.md).
 import { writeSync } from 'node:fs'
 import { createParentWithKey } from './auth/mint.js'
 import type { Sql } from './store/db.js'

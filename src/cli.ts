@@ -1,9 +1,9 @@
-// Operator commands (DESIGN §2). Exactly one JSON object on stdout on success; one line on
+// Operator commands (docs/configuration.md). Exactly one JSON object on stdout on success; one line on
 // stderr and a non-zero exit on error.
 import { parseArgs } from 'node:util'
 import { createParentWithKey, mintKey } from './auth/mint.js'
 import { MANAGEMENT_SCOPES, SCOPE_PATTERN } from './auth/scopes.js'
-import { publishInvalidation, cacheKeys } from './cache/tiered.js'
+import { publishInvalidation, cacheKeys } from './cache/index.js'
 import { ConfigError, loadConfig, type Config } from './config.js'
 import { presentKey } from './management/present.js'
 import { openStore, type Sql } from './store/db.js'
@@ -96,7 +96,7 @@ const COMMANDS: Record<string, Command> = {
     await parentAccount(sql, accountId)
     const row = await revokeKey(sql, accountId, keyId)
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
-    // Replicas cache keys: tell them now, or they notice within their in-process TTL (DESIGN §8).
+    // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
     if (config.redisUrl !== undefined) {
       try {
         await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], { repeatAfterMs: 1_000 })

@@ -1,4 +1,4 @@
-// Configuration is read once, at boot, from the environment (DESIGN §2), validated and frozen.
+// Configuration is read once, at boot, from the environment (docs/configuration.md), validated and frozen.
 // Nothing below this module reads process.env.
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'

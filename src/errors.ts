@@ -1,4 +1,4 @@
-// One catalogue of error codes (DESIGN §7). Every failure leaves the gateway as the same
+// One catalogue of error codes (docs/api.md). Every failure leaves the gateway as the same
 // application/problem+json envelope (RFC 9457) with a stable snake_case `code`.
 
 export const ERRORS = {

@@ -6,7 +6,7 @@ import { bootstrapEmbedded } from './bootstrap.js'
 import { ConfigError, loadConfig } from './config.js'
 import { loggerOptions } from './ops/logging.js'
 import { createMetrics, serveMetrics } from './ops/metrics.js'
-import { loadRouteTable } from './proxy/routes.js'
+import { loadRouteTable } from './proxy/route-table.js'
 import { openStore } from './store/db.js'
 import { migrate } from './store/migrate.js'
 
@@ -38,7 +38,7 @@ async function main(): Promise<void> {
   }
 
   /**
-   * SIGTERM (DESIGN §9): /readyz answers 503 at once, so that load balancers stop sending; after
+   * SIGTERM (docs/operations.md): /readyz answers 503 at once, so that load balancers stop sending; after
    * SHUTDOWN_DELAY_MS the gateway stops accepting connections, and requests in flight get
    * SHUTDOWN_TIMEOUT_MS to finish before their connections are cut. Usage is flushed and the
    * pools closed either way.

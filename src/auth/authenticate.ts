@@ -1,4 +1,4 @@
-// Authentication (DESIGN §3): the Bearer key is checked for shape and checksum before any store
+// Authentication (docs/api.md): the Bearer key is checked for shape and checksum before any store
 // is asked, then looked up by its SHA-256 digest.
 import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
@@ -40,7 +40,7 @@ export async function authenticate(authorization: string | undefined, lookups: T
   return { key, tenant }
 }
 
-/** A key of a deactivated sub-account authenticates but may do nothing (DESIGN §3). */
+/** A key of a deactivated sub-account authenticates but may do nothing (docs/api.md). */
 export function requireActiveTenant(principal: Principal): void {
   if (principal.tenant.status !== 'active') {
     throw new ApiError('tenant_deactivated', 'the account that owns this key is deactivated')

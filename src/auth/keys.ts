@@ -1,4 +1,4 @@
-// API key and client secret format (DESIGN §3):
+// API key and client secret format (docs/api.md):
 //   tgw_  + 43 base62 characters (32 random bytes) + 6 base62 characters of checksum
 //   tgws_ + the same, for client secrets
 // The checksum (CRC32 of everything before it, as GitHub's tokens do) lets us refuse a mistyped

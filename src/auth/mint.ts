@@ -33,7 +33,7 @@ export async function mintKey(
 
 /**
  * A parent account and its first key. The key carries both management scopes plus
- * `extraScopes` (DESIGN §2). Run it in a transaction: the two rows exist together or not at all.
+ * `extraScopes` (docs/configuration.md). Run it in a transaction: the two rows exist together or not at all.
  */
 export async function createParentWithKey(
   tx: Tx,

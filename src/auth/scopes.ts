@@ -1,4 +1,4 @@
-// Scope names and the check that a key holds one (DESIGN §3, §6).
+// Scope names and the check that a key holds one (docs/api.md).
 import { ApiError } from '../errors.js'
 
 export const SCOPE_PATTERN = '^[a-z][a-z0-9_.-]*(:[a-z0-9_.*-]+)*$'

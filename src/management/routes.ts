@@ -1,4 +1,4 @@
-// The management API under /v1/sub-accounts (DESIGN §6). Parent keys only, acting as themselves.
+// The management API under /v1/sub-accounts (docs/api.md). Parent keys only, acting as themselves.
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { ApiError, validationFailed } from '../errors.js'
@@ -19,9 +19,11 @@ import type { Principal } from '../auth/authenticate.js'
 import { isUuid } from '../tenancy/identifiers.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
-import { cacheKeys, type CacheInvalidator } from '../cache/tiered.js'
+import { cacheKeys, type CacheInvalidator } from '../cache/index.js'
 import { usageRows } from '../store/usage.js'
 import { reportRange, usageEntries } from '../usage/report.js'
+import { addManagementDeadline, markManagementRoutes } from './hooks.js'
+import { OPERATIONS } from './operations.js'
 import { decodeCursor, toPage } from './paging.js'
 import { presentKey, presentSubAccount } from './present.js'
 import {
@@ -47,7 +49,7 @@ export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
 export interface ManagementOptions {
   sql: Sql
   lookups: TenancyLookups
-  /** Told the cache entries a committed change made stale (DESIGN §8). */
+  /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
 }
 
@@ -85,58 +87,18 @@ async function withConflictAsHttp<T>(run: () => Promise<T>): Promise<T> {
 
 const notFound = (what = 'sub-account') => new ApiError('not_found', `no such ${what}`)
 
-/** A path id, lower-cased; one that is not a UUID names nothing (DESIGN §6: 404). */
+/** A path id, lower-cased; one that is not a UUID names nothing (docs/api.md: 404). */
 function pathUuid(value: string, what?: string): string {
   if (!isUuid(value)) throw notFound(what)
   return value.toLowerCase()
 }
 
-/** How each operation appears in the OpenAPI document (src/ops/openapi.ts); the router ignores these fields. */
-const OPERATIONS = {
-  createSubAccount: {
-    summary: 'Create a sub-account',
-    description: "Answers 201 with a Location header. `external_id` is unique among the parent's sub-accounts.",
-    tags: ['sub-accounts'],
-  },
-  listSubAccounts: { summary: 'List sub-accounts, oldest first', tags: ['sub-accounts'] },
-  getSubAccount: { summary: 'Get a sub-account', tags: ['sub-accounts'] },
-  updateSubAccount: {
-    summary: 'Update a sub-account',
-    description: 'Only the fields given change; `external_id: null` clears it. An empty body is refused.',
-    tags: ['sub-accounts'],
-  },
-  deactivateSubAccount: {
-    summary: 'Deactivate a sub-account',
-    description: 'Its keys are refused, and it cannot be acted as, until it is reactivated. Repeating is harmless.',
-    tags: ['sub-accounts'],
-  },
-  reactivateSubAccount: { summary: 'Reactivate a sub-account', description: 'Repeating is harmless.', tags: ['sub-accounts'] },
-  createApiKey: {
-    summary: 'Create an API key for a sub-account',
-    description:
-      '`api_key` and `client_secret` are in this response only (Cache-Control: no-store). ' +
-      'A sub-account key may not carry `sub_accounts:*` scopes.',
-    tags: ['api-keys'],
-  },
-  listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },
-  revokeApiKey: {
-    summary: 'Revoke an API key of a sub-account',
-    description: 'Every replica refuses the key within about a second. Repeating is harmless.',
-    tags: ['api-keys'],
-  },
-  getUsage: {
-    summary: 'Report requests per sub-account and day',
-    description:
-      '`from` and `to` are UTC dates (YYYY-MM-DD), both inclusive and at most 366 days apart; by default the ' +
-      'first day of the current month and today. Lists the sub-accounts with usage in the range.',
-    tags: ['usage'],
-  },
-} as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>
-
 const operation = (operationId: keyof typeof OPERATIONS) => ({ operationId, ...OPERATIONS[operationId] })
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups, cache }) => {
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
+  markManagementRoutes(plugin)
+  addManagementDeadline(plugin)
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
 

@@ -1,4 +1,4 @@
-// TypeBox request and response schemas of the management API (DESIGN §6). Response schemas are
+// TypeBox request and response schemas of the management API (docs/api.md). Response schemas are
 // also the serializers: a field they do not name (a key digest, say) cannot leave the gateway.
 import { Type, type Static } from 'typebox'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
@@ -92,7 +92,7 @@ export const ListSubAccountsQuery = Type.Object(
 
 export const ListKeysQuery = Type.Object({ limit: Limit, cursor: Type.Optional(Cursor) }, { additionalProperties: false })
 
-// Path ids are not validated here: one that is not a UUID is a 404 (DESIGN §6), from the handler.
+// Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
 export const SubAccountParams = Type.Object({ sub_id: Type.String() })
 export const KeyParams = Type.Object({ sub_id: Type.String(), key_id: Type.String() })
 
@@ -113,7 +113,7 @@ export const MintKeyBody = Type.Object(
 
 export { UUID_PATTERN }
 
-// The usage report (DESIGN §6). Dates are checked by the handler, which also takes an RFC 3339
+// The usage report (docs/api.md). Dates are checked by the handler, which also takes an RFC 3339
 // date-time as its UTC date.
 export const UsageQuery = Type.Object(
   {

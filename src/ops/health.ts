@@ -1,11 +1,11 @@
-// Health (DESIGN §9): /healthz says the process is alive and asks nothing of the stores, so a
+// Health (docs/operations.md): /healthz says the process is alive and asks nothing of the stores, so a
 // Postgres outage never gets the pods restarted; /readyz says whether this replica should get
 // traffic: Postgres and Redis answer within a short timeout, and shutdown has not begun.
 import type { FastifyPluginAsync } from 'fastify'
 import { Type } from 'typebox'
 import type { TenancyCache } from '../cache/tiered.js'
 import { PROBLEM_CONTENT_TYPE, problem } from '../errors.js'
-import { within, type Sql } from '../store/db.js'
+import { withDeadline, type Sql } from '../store/db.js'
 
 /** Long enough for a loaded but healthy store, short enough for a kubelet's 1 s probe timeout. */
 export const READINESS_TIMEOUT_MS = 800
@@ -30,7 +30,7 @@ export interface HealthOptions {
 }
 
 async function postgresAnswers(sql: Sql, timeoutMs: number): Promise<CheckResult> {
-  return within(sql`select 1`, timeoutMs).then(
+  return withDeadline(sql`select 1`, timeoutMs).then(
     () => 'ok' as const,
     () => 'down' as const,
   )
@@ -73,7 +73,7 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
       const detail = readiness.draining
         ? 'the gateway is shutting down'
         : `${failed.join(' and ')} cannot be reached (no answer within ${READINESS_TIMEOUT_MS} ms, or not connected)`
-      // The problem envelope of DESIGN §7, with the checks as an extension member (RFC 9457 §3.2).
+      // The problem envelope of docs/api.md, with the checks as an extension member (RFC 9457 §3.2).
       return reply
         .code(503)
         .type(PROBLEM_CONTENT_TYPE)

@@ -1,4 +1,4 @@
-// OpenAPI 3.1 at /openapi.json and a docs page at /docs (DESIGN §9), generated from the route
+// OpenAPI 3.1 at /openapi.json and a docs page at /docs (docs/operations.md), generated from the route
 // schemas. Registered before any route, so that every route is seen.
 //
 // What the route schemas do not say (the key, the acting header, the problem+json errors) is added
@@ -61,7 +61,7 @@ function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
   if (name === 'Unauthenticated' || name === 'Forbidden') {
     response.headers = {
       'WWW-Authenticate': {
-        description: '`Bearer` on a 401; `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (DESIGN §3)',
+        description: '`Bearer` on a 401; `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (docs/api.md)',
         schema: { type: 'string' },
       },
     }
@@ -69,7 +69,8 @@ function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
   return response
 }
 
-// DESIGN §7. Further members are allowed: RFC 9457 §3.2 extensions (/readyz adds its checks).
+// The problem envelope of docs/api.md. Further members are allowed: RFC 9457 §3.2 extensions
+// (/readyz adds its checks).
 const PROBLEM_SCHEMA: OpenAPIV3_1.SchemaObject = {
   type: 'object',
   description: 'Every error of the gateway: RFC 9457 problem details, as application/problem+json.',
@@ -97,13 +98,13 @@ const PROBLEM_SCHEMA: OpenAPIV3_1.SchemaObject = {
   },
 }
 
-// DESIGN §4: `self`, a UUID in either case, or `ext:` and an external id.
+// docs/api.md: `self`, a UUID in either case, or `ext:` and an external id.
 const ACTING_TENANT: OpenAPIV3_1.ParameterObject = {
   name: 'X-Service-Acting-Tenant',
   in: 'header',
   required: false,
   description:
-    'The tenant the request acts as: `self`, a sub-account UUID, or `ext:<external_id>` (DESIGN §4). ' +
+    'The tenant the request acts as: `self`, a sub-account UUID, or `ext:<external_id>` (docs/api.md). ' +
     'Required on writes once the account has an active sub-account. The management API is used acting as ' +
     'the parent itself (`self`): acting as a sub-account there is refused with 403 `parent_key_required`.',
   schema: {
@@ -138,7 +139,7 @@ function baseDocument(): OpenAPIV3_1.Document {
           scheme: 'bearer',
           bearerFormat: 'tgw_…',
           description:
-            'An API key: `tgw_`, 43 base62 characters and a 6-character checksum (DESIGN §3). The management ' +
+            'An API key: `tgw_`, 43 base62 characters and a 6-character checksum (docs/api.md). The management ' +
             'API takes parent keys only, with `sub_accounts:read` for GET and `sub_accounts:write` for POST and PATCH.',
         },
       },
@@ -163,7 +164,7 @@ const documentRoute: SwaggerTransform = ({ schema, url }) => {
   return { schema: { ...schema, ...(PUBLIC_OPERATIONS.has(url) ? { security: [] } : { hide: true }) }, url }
 }
 
-/** The refusals a management operation can answer with (DESIGN §4 and §6), by status. */
+/** The refusals a management operation can answer with (docs/api.md), by status. */
 function managementErrors(method: string, path: string, operation: OpenAPIV3_1.OperationObject): Record<string, ErrorResponse> {
   const errors: Record<string, ErrorResponse> = { 400: 'BadRequest', 401: 'Unauthenticated', 403: 'Forbidden' }
   if (path.includes('{')) errors[404] = 'NotFound'
@@ -189,7 +190,7 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       for (const [status, response] of Object.entries(responses)) {
         if ('$ref' in response) continue
         if (response.description === 'Default Response') response.description = STATUS_CODES[status] ?? 'Response'
-        // Every error is problem+json (DESIGN §7), whatever the route schema calls it.
+        // Every error is problem+json (docs/api.md), whatever the route schema calls it.
         const json = response.content?.['application/json']
         if (Number(status) >= 400 && json !== undefined) {
           const empty = json.schema === undefined || Object.keys(json.schema).length === 0

@@ -1,4 +1,4 @@
-// What the upstream receives (DESIGN §5): no client-sent X-Service-* header, whatever its case
+// What the upstream receives (docs/api.md): no client-sent X-Service-* header, whatever its case
 // or count, then the five trusted headers naming the resolved tenant.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 

@@ -1,4 +1,4 @@
-// Paths the gateway refuses before any routing (DESIGN §5): traversal and the encodings that
+// Paths the gateway refuses before any routing (docs/api.md): traversal and the encodings that
 // smuggle it past a prefix match, doubled slashes, and `;` path parameters that some servers
 // strip and others keep. Checked on the raw path, before anything decodes it.
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
@@ -22,7 +22,10 @@ export function isBadPath(path: string): boolean {
   return !path.startsWith('/') || BAD_PATH.test(path)
 }
 
-/** Paths the gateway answers itself: never proxied, and no route may take them (DESIGN §2, §9). */
+/**
+ * Paths the gateway answers itself: never proxied, and no route may take them
+ * (docs/configuration.md, docs/operations.md).
+ */
 export const RESERVED_PREFIXES = [MANAGEMENT_PREFIX, '/healthz', '/readyz', '/openapi.json', '/docs'] as const
 
 /**

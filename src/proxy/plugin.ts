@@ -1,26 +1,26 @@
 // Every path outside /v1/sub-accounts: authenticate, apply the acting rules and the route's
 // scopes, then stream the request to the route's upstream with @fastify/http-proxy under the
-// header policy of DESIGN §5. One encapsulated context per route, so that each has its own
+// header policy of docs/api.md. One encapsulated context per route, so that each has its own
 // connection pool, timeout and body limit, and the router picks the longest prefix.
 import { Transform, type TransformCallback } from 'node:stream'
 import { performance } from 'node:perf_hooks'
-import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
 import httpProxy from '@fastify/http-proxy'
 import { insufficientScope } from '../auth/scopes.js'
 import { ApiError, routeNotFound } from '../errors.js'
-import type { LatencyHistogram, Tally } from '../ops/metrics.js'
-import { tenancyAdmission } from '../tenancy/hook.js'
+import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
+import { tenancyAdmission } from '../tenancy/recent-admissions.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import { isReservedPath, pathOf } from './paths.js'
-import { scopesFor, type ProxyRoute } from './routes.js'
+import { scopesFor, type ProxyRoute } from './route-table.js'
 
 export interface ProxyOptions {
   routes: readonly ProxyRoute[]
   lookups: TenancyLookups
   /** Time to the upstream's response headers, in seconds. */
   upstreamDuration: LatencyHistogram
-  /** Requests admitted from the last second's memory (tenancy/hook.ts). */
+  /** Requests admitted from the last second's memory (tenancy/recent-admissions.ts). */
   recentAdmissions: Tally
 }
 
@@ -29,11 +29,6 @@ declare module 'fastify' {
     /** performance.now() when the request left for the upstream. */
     upstreamSentAt: number
   }
-}
-
-/** Route config that marks a proxied route (the usage meter counts these whatever their status). */
-export interface ProxiedRouteConfig {
-  proxied: true
 }
 
 class BodyTooLargeError extends Error {
@@ -118,7 +113,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
 
-    // One hook for the whole check, in DESIGN §4's order. A callback hook: a request admitted
+    // One hook for the whole check, in the order of docs/api.md. A callback hook: a request admitted
     // from the last second's memory goes on without a single promise.
     const admission = tenancyAdmission(lookups)
     scope.addHook('onRequest', function admitProxied(request, _reply, done) {
@@ -134,7 +129,9 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups,
       admission.resolve(request).then(() => done(scopeRefusal(route, request)), done)
     })
 
-    const config: ProxiedRouteConfig = { proxied: true }
+    // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
+    // counts these whatever their status). Every other route is marked by its own plugin.
+    const config: FastifyContextConfig = { kind: 'proxy' }
     await scope.register(httpProxy, {
       upstream: route.upstream,
       prefix: route.prefix === '/' ? undefined : route.prefix,

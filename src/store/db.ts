@@ -1,5 +1,5 @@
 // The connection to Postgres: a real server when DATABASE_URL is set, else the embedded PGlite
-// database in DATA_DIR, served to the same postgres.js code over a loopback socket (DESIGN §2).
+// database in DATA_DIR, served to the same postgres.js code over a loopback socket (docs/configuration.md).
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -39,7 +39,7 @@ export class QueryTimeoutError extends Error {
  * the sockets, so an answer already waiting would otherwise be thrown away as late, and the
  * lookup's failure would make the cache skip Postgres for a second of 503s (bench/RESULTS.md R7).
  */
-export async function within<T>(query: PromiseLike<T>, timeoutMs: number): Promise<T> {
+export async function withDeadline<T>(query: PromiseLike<T>, timeoutMs: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   let afterPoll: NodeJS.Immediate | undefined
   const timeout = new Promise<never>((_, reject) => {

@@ -1,4 +1,4 @@
-// API keys of parent accounts and sub-accounts. Only digests are stored (DESIGN §3).
+// API keys of parent accounts and sub-accounts. Only digests are stored (docs/api.md).
 import type { Sql, Tx } from './db.js'
 
 type Db = Sql | Tx

@@ -1,4 +1,4 @@
-// Usage counts (DESIGN §6) and keys' last use. SQL only; the batching lives in usage/meter.ts.
+// Usage counts (docs/api.md) and keys' last use. SQL only; the batching lives in usage/meter.ts.
 import type { Sql, Tx } from './db.js'
 
 type Db = Sql | Tx

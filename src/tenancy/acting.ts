@@ -1,4 +1,4 @@
-// The acting-tenant rules of DESIGN §4 as plain functions over a lookup interface, so that they
+// The acting-tenant rules of docs/api.md as plain functions over a lookup interface, so that they
 // can be tested without a server and cached behind without change.
 import { ApiError } from '../errors.js'
 import type { Principal } from '../auth/authenticate.js'

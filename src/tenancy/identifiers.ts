@@ -1,4 +1,4 @@
-// Shapes of the identifiers that travel in paths and in the acting header (DESIGN §4, §6).
+// Shapes of the identifiers that travel in paths and in the acting header (docs/api.md).
 
 export const UUID_PATTERN = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
 export const EXTERNAL_ID_PATTERN = '^[A-Za-z0-9._:@/+-]{1,128}$'

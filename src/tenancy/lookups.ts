@@ -1,6 +1,6 @@
 // The questions authentication and the acting rules ask of the store, behind one interface, so
-// that a cache can sit in front of Postgres without touching the rules (DESIGN §8).
-import { within, type Sql } from '../store/db.js'
+// that a cache can sit in front of Postgres without touching the rules (docs/architecture.md, caches).
+import { withDeadline, type Sql } from '../store/db.js'
 import { findKeyByDigest, type KeyStatus } from '../store/keys.js'
 import { findSubAccountIdByExternalId, getTenant, hasActiveSubAccounts, type TenantStatus } from '../store/tenants.js'
 
@@ -36,22 +36,22 @@ export interface TenancyLookups {
 
 /**
  * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
- * stale window still serves, and anything else is 503 store_unavailable (DESIGN §8): a partition
- * must not hang requests until a TCP or connect timeout, tens of seconds later.
+ * stale window still serves, and anything else is 503 store_unavailable (docs/architecture.md,
+ * caches): a partition must not hang requests until a TCP or connect timeout, tens of seconds later.
  */
 export const LOOKUP_DEADLINE_MS = 500
 
 export function postgresLookups(sql: Sql, deadlineMs = LOOKUP_DEADLINE_MS): TenancyLookups {
   return {
     async keyByDigest(keyDigest) {
-      const row = await within(findKeyByDigest(sql, keyDigest), deadlineMs)
+      const row = await withDeadline(findKeyByDigest(sql, keyDigest), deadlineMs)
       return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
     },
     async tenant(id) {
-      const row = await within(getTenant(sql, id), deadlineMs)
+      const row = await withDeadline(getTenant(sql, id), deadlineMs)
       return row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
     },
-    subAccountIdByExternalId: (parentId, externalId) => within(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
-    hasActiveSubAccounts: (parentId) => within(hasActiveSubAccounts(sql, parentId), deadlineMs),
+    subAccountIdByExternalId: (parentId, externalId) => withDeadline(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
+    hasActiveSubAccounts: (parentId) => withDeadline(hasActiveSubAccounts(sql, parentId), deadlineMs),
   }
 }

@@ -1,4 +1,4 @@
-// The usage report of DESIGN §6: the date range rules and the shape of an entry.
+// The usage report of docs/api.md: the date range rules and the shape of an entry.
 import { validationFailed, type FieldError } from '../errors.js'
 import type { UsageRow } from '../store/usage.js'
 import type { UsageEntry } from '../management/schemas.js'
@@ -34,7 +34,7 @@ function isCalendarDate(value: string): boolean {
   return y >= 1 && date.getUTCFullYear() === y && date.getUTCMonth() === m - 1 && date.getUTCDate() === d
 }
 
-/** The range asked for, with DESIGN §6's defaults (this month so far) and limits. */
+/** The range asked for, with the defaults of docs/api.md (this month so far) and limits. */
 export function reportRange(query: { from?: string; to?: string }, nowMs: number): { from: string; to: string } {
   const today = utcDay(nowMs)
   const errors: FieldError[] = []

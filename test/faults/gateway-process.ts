@@ -12,7 +12,7 @@ import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { loadRouteTable } from '../../src/proxy/routes.js'
+import { loadRouteTable } from '../../src/proxy/route-table.js'
 import { openStore } from '../../src/store/db.js'
 
 const exposedGc = (globalThis as { gc?: () => void }).gc

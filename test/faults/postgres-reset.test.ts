@@ -97,7 +97,7 @@ t.test("a new connection lost during its first query", async (t) => {
   t.equal(next.res?.status, 200, `a request is served again once the backoff is over (${describeTimed(next)})`)
 })
 
-// /readyz gives Postgres 800 ms (src/ops/health.ts, through within() in src/store/db.ts, which
+// /readyz gives Postgres 800 ms (src/ops/health.ts, through withDeadline() in src/store/db.ts, which
 // cancels the query on its timeout). During a partition a kubelet probes it every few seconds.
 t.test('/readyz during a partition that ends in resets', async (t) => {
   const partition = await startRelay(t, postgresAddress())
@@ -120,7 +120,7 @@ t.test('/readyz during a partition that ends in resets', async (t) => {
   await partition.cut('rst')
   await sleep(500)
   const escaped = crashes.slice(crashesBefore).map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`)
-  // within() (src/store/db.ts) does not cancel a query past its deadline: postgres.js would open a
+  // withDeadline() (src/store/db.ts) does not cancel a query past its deadline: postgres.js would open a
   // connection for the CancelRequest and reject, to no one, when that one failed.
   t.same(escaped, [], 'nothing escaped to the process (it would have ended the gateway)')
   t.comment(`escaped after one /readyz in the partition: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)

@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { mintKey } from '../../src/auth/mint.js'
-import type { CacheTimings } from '../../src/cache/tiered.js'
+import type { CacheTimings } from '../../src/cache/index.js'
 import { metricValue } from '../helpers/app.js'
 import {
   REDIS_URL,

@@ -1,8 +1,8 @@
-// within() (src/store/db.ts): the deadline of Postgres lookups, /readyz and management calls.
+// withDeadline() (src/store/db.ts): the deadline of Postgres lookups, /readyz and management calls.
 // Its failure has consequences beyond the one call (a lookup that misses it makes the cache skip
 // Postgres for a second), so a late call must really be late, not merely found late by a timer.
 import t from 'tap'
-import { openStore, QueryTimeoutError, within } from '../../src/store/db.js'
+import { openStore, QueryTimeoutError, withDeadline } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
 
 const db = await freshDatabase(t, { migrated: false })
@@ -23,7 +23,7 @@ t.test('an answer that arrived while the event loop was blocked is taken, not ca
   // Once before: a statement's first run prepares it (a round trip more).
   await sql`select ${-1}::int as n`
   for (let round = 0; round < 5; round++) {
-    const answer = within(sql<{ n: number }[]>`select ${round}::int as n`, 50)
+    const answer = withDeadline(sql<{ n: number }[]>`select ${round}::int as n`, 50)
     // postgres.js starts a query a microtask later and writes it from a setImmediate. Once that
     // is queued, the loop is blocked from a setImmediate queued behind it: the query is written,
     // then nothing runs past the deadline while Postgres answers. Afterwards Node runs the expired
@@ -41,7 +41,7 @@ t.test('an answer that arrived while the event loop was blocked is taken, not ca
 t.test('a query that really takes longer fails at its deadline, and is not cancelled', async (t) => {
   const started = Date.now()
   const slow = sql`select pg_sleep(0.3)`
-  const outcome = await within(slow, 50).then(
+  const outcome = await withDeadline(slow, 50).then(
     () => null,
     (err: unknown) => err,
   )

@@ -7,7 +7,7 @@ import {
   loadRouteTable,
   scopesFor,
   type ProxyRoute,
-} from '../../src/proxy/routes.js'
+} from '../../src/proxy/route-table.js'
 
 const UP = 'http://shipments:8080'
 

@@ -14,7 +14,7 @@ create table tenants (
   check ((status = 'deactivated') = (deactivated_at is not null))
 );
 
--- external_id is unique among one parent's sub-accounts (DESIGN §6) and among parent accounts.
+-- external_id is unique among one parent's sub-accounts (docs/api.md) and among parent accounts.
 create unique index tenants_sub_external_id on tenants (parent_id, external_id)
   where parent_id is not null and external_id is not null;
 create unique index tenants_parent_external_id on tenants (external_id)

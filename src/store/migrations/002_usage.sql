@@ -1,4 +1,4 @@
--- Requests per tenant, UTC day and status class (DESIGN §6). The meter adds its in-memory counts
+-- Requests per tenant, UTC day and status class (docs/api.md). The meter adds its in-memory counts
 -- here about once a second, in one multi-row upsert.
 create table usage_daily (
   tenant_id    uuid not null references tenants (id),

@@ -1,4 +1,4 @@
-// The route table (DESIGN §2): config/gateway.yaml, validated once at boot, plus the catch-all
+// The route table (docs/configuration.md): config/gateway.yaml, validated once at boot, plus the catch-all
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
@@ -28,7 +28,7 @@ const TOP_LEVEL_KEYS = new Set(['routes', 'timeout_ms', 'max_body_bytes'])
 const ROUTE_KEYS = new Set(['prefix', 'upstream', 'scopes', 'public', 'forward_authorization', 'timeout_ms', 'max_body_bytes'])
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
-// `:` and `*` (route patterns to the router), `;` and `%` (refused paths, DESIGN §5).
+// `:` and `*` (route patterns to the router), `;` and `%` (refused paths, docs/api.md).
 const PREFIX_PATTERN = /^(\/[A-Za-z0-9._~!$&'()+,=@-]+)+$/
 const scopeRegex = new RegExp(SCOPE_PATTERN)
 

@@ -1,0 +1,238 @@
+// The invalidation bus: how a committed change reaches every replica's caches. The change deletes
+// the Redis entries (bumping their generations) and publishes their names on the channel; every
+// replica's subscriber evicts them from its in-process LRU. A message Redis did not take is kept
+// and sent when Redis is back, and every message is repeated once a moment later, for a fill that
+// raced it (docs/architecture.md, caches).
+import { Redis, type ChainableCommander } from 'ioredis'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Metrics } from '../ops/metrics.js'
+import { generationKey, GENERATION_TTL_MS, invalidationChannel } from './keys.js'
+import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
+
+/** What a change tells the caches once it has committed. */
+export interface CacheInvalidator {
+  invalidate(keys: readonly string[]): Promise<void>
+}
+
+/** The Redis side of an invalidation, queued on a MULTI: bump generations, delete, publish. */
+function queueInvalidation(multi: ChainableCommander, keyPrefix: string, keys: readonly string[]): ChainableCommander {
+  for (const key of keys) {
+    const generation = generationKey(keyPrefix, key)
+    multi.incr(generation).pexpire(generation, GENERATION_TTL_MS)
+  }
+  return multi.del(...keys.map((key) => keyPrefix + key)).publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
+}
+
+const MAX_UNSENT_KEYS = 10_000
+
+export interface InvalidationBusOptions {
+  redisUrl: string
+  keyPrefix: string
+  /** The cache's command connection: invalidations are sent on it. */
+  commands: Redis
+  timings: CacheTimings
+  log: FastifyBaseLogger
+  metrics: Metrics
+  /** How many failed invalidations are remembered for when Redis is back (default 10,000). */
+  maxUnsentKeys?: number | undefined
+  /** A message named these entries: evict them from the in-process cache. */
+  evict(keys: readonly string[]): void
+  /** The subscriber (re)connected: messages sent while it was away are lost. */
+  distrustLocal(): void
+  /** A command failed or timed out: the cache backs off Redis for a moment. */
+  redisFailed(err: unknown): void
+}
+
+export class InvalidationBus {
+  /** Its own connection: a subscribed connection can issue no other command. */
+  readonly subscriber: Redis
+  private readonly channel: string
+  /** Invalidations Redis did not take (it was down); sent again when it is back. */
+  private readonly unsent = new Set<string>()
+  /**
+   * More invalidations failed than `unsent` keeps: their names are gone, so when Redis is back
+   * every entry under the prefix is deleted instead.
+   */
+  private unsentOverflowed = false
+  private resendTimer: NodeJS.Timeout | null = null
+  private closed = false
+  /** Repeats of invalidations, waiting for their moment. */
+  private readonly repeats = new Map<NodeJS.Timeout, readonly string[]>()
+
+  constructor(private readonly options: InvalidationBusOptions) {
+    this.channel = invalidationChannel(options.keyPrefix)
+    this.subscriber = this.subscribe(options.redisUrl)
+  }
+
+  private subscribe(url: string): Redis {
+    const subscriber = new Redis(url, {
+      ...REDIS_CONNECTION,
+      // Not on the request path: the subscription waits for the connection, however long.
+      maxRetriesPerRequest: null,
+    })
+    // Its errors say nothing about the command connection: no backoff for lookups, a warning only.
+    let lastWarning = 0
+    subscriber.on('error', (err) => {
+      const now = Date.now()
+      if (now - lastWarning < this.options.timings.redisBackoffMs) return
+      lastWarning = now
+      this.options.log.warn({ err }, 'redis subscriber failed; reconnecting')
+    })
+    const up = this.options.metrics.redisUp.subscriber
+    up.set(0)
+    subscriber.on('close', () => up.set(0))
+    // Reconnected: messages sent while it was away are lost, so forget everything local.
+    subscriber.on('ready', () => {
+      up.set(1)
+      this.options.distrustLocal()
+    })
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel !== this.channel) return
+      this.options.metrics.invalidationsReceived.inc()
+      const keys = parseKeyList(message)
+      if (keys === null) this.options.log.warn({ channel }, 'ignored a malformed cache invalidation')
+      else this.options.evict(keys)
+    })
+    subscriber.subscribe(this.channel).catch((err: unknown) => this.options.redisFailed(err))
+    return subscriber
+  }
+
+  /**
+   * Deletes the Redis entries and tells the other replicas; the same is sent once more a moment
+   * later, for a replica that read the old row just before the commit and stored it just after
+   * the first message. Redis being down does not fail the change: the message is kept and sent
+   * when it is back, and the in-process TTL bounds how long other replicas can miss it.
+   */
+  async publish(keys: readonly string[]): Promise<void> {
+    await this.broadcast(keys)
+    const timer = setTimeout(() => {
+      this.repeats.delete(timer)
+      void this.broadcast(keys)
+    }, this.options.timings.reinvalidateAfterMs)
+    timer.unref()
+    this.repeats.set(timer, keys)
+  }
+
+  private async broadcast(keys: readonly string[]): Promise<void> {
+    const redis = this.options.commands
+    try {
+      if (redis.status !== 'ready') throw new Error('redis is not connected')
+      await queueInvalidation(redis.multi(), this.options.keyPrefix, keys).exec()
+    } catch (err) {
+      this.keepUnsent(keys)
+      this.options.redisFailed(err)
+      this.scheduleResend()
+    }
+  }
+
+  /** Sends the invalidations Redis did not take (or, past the bound, deletes every entry). */
+  resendUnsent(): void {
+    if (this.unsentOverflowed) {
+      this.unsentOverflowed = false
+      this.unsent.clear()
+      void this.deleteAllEntries()
+      return
+    }
+    if (this.unsent.size === 0) return
+    const keys = [...this.unsent]
+    this.unsent.clear()
+    void this.broadcast(keys)
+  }
+
+  /**
+   * A command that timed out leaves the connection up, so no 'ready' follows to resend what it
+   * did not send: try again once the backoff is over (and again, as long as it fails).
+   */
+  private scheduleResend(): void {
+    if (this.resendTimer !== null || this.closed) return
+    this.resendTimer = setTimeout(() => {
+      this.resendTimer = null
+      if (this.options.commands.status === 'ready') this.resendUnsent()
+    }, this.options.timings.redisBackoffMs)
+    this.resendTimer.unref()
+  }
+
+  private keepUnsent(keys: readonly string[]): void {
+    if (this.unsentOverflowed) return
+    for (const key of keys) this.unsent.add(key)
+    if (this.unsent.size <= (this.options.maxUnsentKeys ?? MAX_UNSENT_KEYS)) return
+    this.unsent.clear()
+    this.unsentOverflowed = true
+    this.options.log.error({}, 'too many invalidations failed while Redis was down; every Redis entry will be deleted when it is back')
+  }
+
+  /**
+   * Deletes every cache entry under the prefix (not the generations), a page at a time. Run when
+   * Redis is back after more invalidations failed than could be remembered.
+   */
+  private async deleteAllEntries(): Promise<void> {
+    const redis = this.options.commands
+    const prefix = this.options.keyPrefix
+    let cursor = '0'
+    let deleted = 0
+    try {
+      do {
+        const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+        cursor = next
+        const entries = found.filter((name) => !name.startsWith(`${prefix}gen:`))
+        if (entries.length > 0) deleted += await redis.del(...entries)
+      } while (cursor !== '0')
+      this.options.log.warn({ deleted }, 'deleted every Redis cache entry after lost invalidations')
+    } catch (err) {
+      // Tried again as long as it fails: the names of the stale entries are gone.
+      this.unsentOverflowed = true
+      this.options.redisFailed(err)
+      this.scheduleResend()
+    }
+  }
+
+  /** Sends the repeats still due (late is better than never for a racing fill), then unsubscribes. */
+  async close(): Promise<void> {
+    this.closed = true
+    if (this.resendTimer !== null) clearTimeout(this.resendTimer)
+    const due = [...this.repeats]
+    this.repeats.clear()
+    for (const [timer] of due) clearTimeout(timer)
+    await Promise.all(due.map(([, keys]) => this.broadcast(keys)))
+    this.subscriber.disconnect()
+  }
+}
+
+/**
+ * For a process without a cache of its own (the CLI): deletes the Redis entries and tells every
+ * replica, as TenancyCache.invalidate does after a change made through the API.
+ */
+export async function publishInvalidation(
+  redisUrl: string,
+  keyPrefix: string,
+  keys: readonly string[],
+  options: { repeatAfterMs?: number } = {},
+): Promise<void> {
+  // One attempt: the CLI reports a failure rather than wait for Redis.
+  const redis = new Redis(redisUrl, { ...REDIS_CONNECTION, maxRetriesPerRequest: 1, retryStrategy: () => null })
+  redis.on('error', () => {
+    // Reported by the command below.
+  })
+  const send = () => queueInvalidation(redis.multi(), keyPrefix, keys).exec()
+  try {
+    await send()
+    // Sent again, as TenancyCache.invalidate does: a replica's fill that read the old row before
+    // the commit may have written it back to Redis after the first delete.
+    if (options.repeatAfterMs !== undefined) {
+      await new Promise((resolve) => setTimeout(resolve, options.repeatAfterMs))
+      await send()
+    }
+  } finally {
+    redis.disconnect()
+  }
+}
+
+function parseKeyList(message: string): string[] | null {
+  try {
+    const keys: unknown = JSON.parse(message)
+    if (Array.isArray(keys) && keys.every((key) => typeof key === 'string')) return keys as string[]
+  } catch {
+    // Falls through: not JSON.
+  }
+  return null
+}

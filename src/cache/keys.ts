@@ -1,0 +1,28 @@
+// The names the caches use: of an entry (the same in the in-process LRU, in Redis after the
+// prefix, and on the bus), of its generation in Redis, and of the invalidation channel.
+// docs/architecture.md (caches) says what each entry holds and who invalidates it.
+
+/** Names of cache entries; the same names are used in Redis (after the prefix) and on the bus. */
+export const cacheKeys = {
+  key: (keyDigest: Buffer) => `key:${keyDigest.toString('hex')}`,
+  tenant: (tenantId: string) => `tenant:${tenantId}`,
+  externalId: (parentId: string, externalId: string) => `ext:${parentId}:${externalId}`,
+  // Renamed from active:<parent> (a count) when it became a boolean: replicas of the two versions
+  // running side by side during a deploy never read each other's value.
+  anyActive: (parentId: string) => `anyActive:${parentId}`,
+}
+
+/** The Redis channel every replica of one deployment (one prefix) listens on for invalidations. */
+export const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidate`
+
+/**
+ * Each entry has a generation in Redis, bumped by every invalidation of it. A fill reads the
+ * generation with the entry, and stores what it read from Postgres only if the generation has not
+ * moved since: otherwise an invalidation came in between, and the row it read may be the old one.
+ * Without this, a fill that read the old row before a commit and wrote it to Redis after the
+ * invalidation's delete would put a revoked key back for the whole Redis TTL.
+ */
+export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:${key}`
+
+/** Longer than any fill can take (Postgres gives up after its 5 s connect timeout). */
+export const GENERATION_TTL_MS = 10 * 60_000

@@ -1,0 +1,99 @@
+// The one way an error leaves the gateway: errors raised by fastify, Ajv, postgres.js or a socket
+// are mapped onto the error catalogue (errors.ts), then answered as problem+json (docs/api.md).
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode, type FieldError } from '../errors.js'
+
+interface AjvErrorLike {
+  instancePath: string
+  message?: string
+  keyword: string
+  params: Record<string, unknown>
+}
+
+function fieldErrors(context: string, errors: AjvErrorLike[]): FieldError[] {
+  return errors.map((e) => {
+    let path = `/${context}${e.instancePath}`
+    if (e.keyword === 'required') path += `/${String(e.params.missingProperty)}`
+    if (e.keyword === 'additionalProperties') {
+      return { path: `${path}/${String(e.params.additionalProperty)}`, message: 'is not a known field' }
+    }
+    return { path, message: e.message ?? 'is invalid' }
+  })
+}
+
+/** Fastify's own errors, by code, mapped onto the catalogue. */
+const FASTIFY_ERRORS: Record<string, ErrorCode> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_BAD_URL: 'bad_request',
+  // A path segment too long to be an id: the id it would name does not exist.
+  FST_ERR_MAX_PARAM_LENGTH: 'not_found',
+}
+
+// postgres.js and socket errors that mean the database cannot be reached right now.
+const STORE_UNREACHABLE = new Set([
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  '53300', // too_many_connections
+  '57P01', // admin_shutdown
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now
+  'QUERY_TIMEOUT', // a lookup past its deadline (withDeadline in store/db.ts)
+])
+
+function isStoreUnreachable(code: string): boolean {
+  // SQLSTATE class 08: connection exceptions.
+  return STORE_UNREACHABLE.has(code) || /^08[0-9A-Z]{3}$/.test(code)
+}
+
+/** The catalogue's error for any error thrown on a request; null for a bug (answered 500). */
+export function toApiError(err: FastifyError): ApiError | null {
+  if (err instanceof ApiError) return err
+  if (err.code && isStoreUnreachable(err.code)) return new ApiError('store_unavailable', 'the store cannot be reached; try again')
+  if (err.validation) return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
+  const code = err.code ? FASTIFY_ERRORS[err.code] : undefined
+  if (code) return new ApiError(code, err.message)
+  // Any other client error fastify raises (a bad header, say) keeps its status class.
+  if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
+    return new ApiError('bad_request', err.message)
+  }
+  return null
+}
+
+/** The error handler: problem+json, and no internals on a 5xx. */
+export function sendError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const apiError = toApiError(err)
+  if (apiError === null) {
+    request.log.error({ err }, 'unhandled error')
+    return reply
+      .code(500)
+      .type(PROBLEM_CONTENT_TYPE)
+      .send(problem('internal_error', 'the gateway could not complete this request', request.id))
+  }
+  if (apiError.status >= 500) request.log.error({ err }, apiError.code)
+  if (apiError.options.headers) reply.headers(apiError.options.headers)
+  return reply
+    .code(apiError.status)
+    .type(PROBLEM_CONTENT_TYPE)
+    .send(problem(apiError.code, apiError.detail, request.id, apiError.options.errors))
+}
+
+/**
+ * Errors the router raises before any route runs (a bad percent-encoding, an overlong segment)
+ * take the same way out as every other error.
+ */
+export function sendFrameworkError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  // No route matched yet, so the request guards' onRequest hook did not run for this reply.
+  reply.header('x-request-id', request.id)
+  sendError(err, request, reply)
+}

@@ -1,0 +1,48 @@
+// What every request goes through before routing decides anything (docs/api.md): its request id,
+// the bad-path refusal, the one-Host rule and the 404, all before authentication and before a
+// body parser can answer 415 or 400. Management paths included.
+import { randomUUID } from 'node:crypto'
+import fp from 'fastify-plugin'
+import { ApiError, routeNotFound } from '../errors.js'
+import { isBadPath, pathOf } from '../proxy/paths.js'
+import { singleHeaderCounts } from './header-counts.js'
+
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** Keeps the client's X-Request-Id when it is a sane token, so logs can be joined across hops. */
+export function requestId(req: { headers: Record<string, string | string[] | undefined> }): string {
+  const given = req.headers['x-request-id']
+  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
+}
+
+export const requestGuards = fp(
+  async (app) => {
+    app.decorateRequest('singleHeaders', null)
+
+    app.addHook('onRequest', (request, reply, done) => {
+      // Every response carries the request id, errors included (they keep the headers set here).
+      reply.header('x-request-id', request.id)
+      if (isBadPath(pathOf(request.url))) {
+        done(new ApiError('bad_path', 'the path may not contain .., //, ;, or an encoded dot pair, slash or backslash'))
+        return
+      }
+      // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
+      // and X-Forwarded-Host would name it while an upstream might read another).
+      if (singleHeaderCounts(request).host > 1) {
+        done(new ApiError('bad_request', 'send one Host header'))
+        return
+      }
+      // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.
+      if (request.is404) {
+        done(routeNotFound(request.method, pathOf(request.url)))
+        return
+      }
+      done()
+    })
+
+    app.setNotFoundHandler((request) => {
+      throw routeNotFound(request.method, pathOf(request.url))
+    })
+  },
+  { name: 'request-guards' },
+)

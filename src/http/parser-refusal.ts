@@ -1,0 +1,32 @@
+// Requests Node's HTTP parser refuses (a head over 16 KiB, bad framing, a bare LF…) never reach
+// fastify's routing: they are answered here, on the socket, in the same problem+json envelope as
+// every other error (docs/api.md), and the connection is closed (its framing can no longer be
+// trusted). Fastify's clientErrorHandler.
+import { randomUUID } from 'node:crypto'
+import { STATUS_CODES } from 'node:http'
+import type { Duplex } from 'node:stream'
+import type { FastifyInstance } from 'fastify'
+import { ERRORS, problem, PROBLEM_CONTENT_TYPE, type ErrorCode } from '../errors.js'
+
+export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return
+  const code: ErrorCode =
+    err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request'
+  const detail =
+    code === 'headers_too_large'
+      ? 'the request head is larger than 16 KiB'
+      : code === 'request_timeout'
+        ? 'the request was not received in time'
+        : 'the request is not valid HTTP/1.1'
+  const requestId = randomUUID()
+  this.log.debug({ err, reqId: requestId }, 'refused by the HTTP parser')
+  if (socket.writable) {
+    const body = JSON.stringify(problem(code, detail, requestId))
+    const status = ERRORS[code].status
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    )
+  }
+  socket.destroy(err)
+}

@@ -1,0 +1,56 @@
+// How bodies and parameters are read on the gateway's own routes (management, ops): the Ajv
+// validators and the content-type parsers. Proxied routes replace the parsers with a stream of
+// their own (proxy/plugin.ts).
+import fp from 'fastify-plugin'
+import { Ajv, type Options as AjvOptions } from 'ajv'
+import addFormats from 'ajv-formats'
+import { ApiError } from '../errors.js'
+
+// Bodies are validated without coercion (a number is not a name); the query string and path
+// are text, so there numbers and booleans are coerced. Unknown fields are errors, never dropped.
+const BASE_AJV: AjvOptions = { allErrors: true, removeAdditional: false, useDefaults: true, strict: false }
+
+function makeAjv(coerceTypes: boolean): Ajv {
+  const ajv = new Ajv({ ...BASE_AJV, coerceTypes })
+  addFormats.default(ajv)
+  return ajv
+}
+
+export const parsing = fp(
+  async (app) => {
+    const bodyAjv = makeAjv(false)
+    const textAjv = makeAjv(true)
+    app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object))
+
+    // JSON only, and a POST without a body is fine with or without a JSON content type (docs/api.md).
+    app.removeAllContentTypeParsers()
+    const parseJson = app.getDefaultJsonParser('error', 'error')
+    app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+      if (body === '') return done(null, undefined)
+      parseJson(request, body as string, (err, value) => {
+        if (err) return done(new ApiError('invalid_json', 'the body is not valid JSON'), undefined)
+        done(null, value)
+      })
+    })
+
+    // `curl -X POST -d ''` sends a form content type with no body, and Node's http.request an
+    // empty chunked one without a type: nothing to parse, so accept both. A body of any other type
+    // is refused at its first byte.
+    app.addContentTypeParser('*', (request, payload, done) => {
+      const unsupported = () => new ApiError('unsupported_media_type', 'this endpoint accepts application/json only')
+      if (request.headers['content-length'] === '0') return done(null, undefined)
+      if (request.headers['content-length'] !== undefined) return done(unsupported(), undefined)
+      let settled = false
+      const settle = (err: Error | null) => {
+        if (settled) return
+        settled = true
+        payload.removeAllListeners('data')
+        done(err, undefined)
+      }
+      payload.on('data', () => settle(unsupported()))
+      payload.once('end', () => settle(null))
+      payload.once('error', (err: Error) => settle(err))
+    })
+  },
+  { name: 'parsing' },
+)

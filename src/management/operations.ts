@@ -1,0 +1,42 @@
+// The summaries and descriptions of the management operations, kept apart from their handlers.
+/** How each operation appears in the OpenAPI document (src/ops/openapi.ts); the router ignores these fields. */
+export const OPERATIONS = {
+  createSubAccount: {
+    summary: 'Create a sub-account',
+    description: "Answers 201 with a Location header. `external_id` is unique among the parent's sub-accounts.",
+    tags: ['sub-accounts'],
+  },
+  listSubAccounts: { summary: 'List sub-accounts, oldest first', tags: ['sub-accounts'] },
+  getSubAccount: { summary: 'Get a sub-account', tags: ['sub-accounts'] },
+  updateSubAccount: {
+    summary: 'Update a sub-account',
+    description: 'Only the fields given change; `external_id: null` clears it. An empty body is refused.',
+    tags: ['sub-accounts'],
+  },
+  deactivateSubAccount: {
+    summary: 'Deactivate a sub-account',
+    description: 'Its keys are refused, and it cannot be acted as, until it is reactivated. Repeating is harmless.',
+    tags: ['sub-accounts'],
+  },
+  reactivateSubAccount: { summary: 'Reactivate a sub-account', description: 'Repeating is harmless.', tags: ['sub-accounts'] },
+  createApiKey: {
+    summary: 'Create an API key for a sub-account',
+    description:
+      '`api_key` and `client_secret` are in this response only (Cache-Control: no-store). ' +
+      'A sub-account key may not carry `sub_accounts:*` scopes.',
+    tags: ['api-keys'],
+  },
+  listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },
+  revokeApiKey: {
+    summary: 'Revoke an API key of a sub-account',
+    description: 'Every replica refuses the key within about a second. Repeating is harmless.',
+    tags: ['api-keys'],
+  },
+  getUsage: {
+    summary: 'Report requests per sub-account and day',
+    description:
+      '`from` and `to` are UTC dates (YYYY-MM-DD), both inclusive and at most 366 days apart; by default the ' +
+      'first day of the current month and today. Lists the sub-accounts with usage in the range.',
+    tags: ['usage'],
+  },
+} as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>

@@ -1,0 +1,113 @@
+// The proxy's tenancy check (tenancy/hook.ts) behind a memory of the last second's admissions:
+// a client that sends the same key and acting header again is admitted without a lookup.
+import { performance } from 'node:perf_hooks'
+import type { FastifyRequest } from 'fastify'
+import type { Principal } from '../auth/authenticate.js'
+import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
+import { ACTING_HEADER, isWriteMethod } from './acting.js'
+import { resolveInto } from './hook.js'
+import type { TenancyLookups, TenantRecord } from './lookups.js'
+
+interface Admission {
+  readonly principal: Principal
+  readonly actingTenant: TenantRecord
+}
+
+/**
+ * Admissions of the last moment (a second by default), by the exact header values that earned
+ * them. A client that sends the same key and acting header again is admitted without the four
+ * cache lookups and their promises, which were most of the gateway's own work per proxied
+ * request. The whole set is dropped when its window has passed and whenever the cache evicts
+ * anything (its version moves), so a revoke or a deactivation reaches it exactly as it reaches the
+ * cache, and the cache shortens its TTL by the window, so a lost invalidation is still bounded by
+ * the configured TTL. Only successes are kept. Its keys hold raw Authorization values, for one
+ * window at most.
+ */
+class RecentAdmissions {
+  static readonly MAX_ENTRIES = 10_000
+  private readonly entries = new Map<string, Admission>()
+  private version = -1
+  private startedAt = 0
+
+  constructor(private readonly windowMs: number) {}
+
+  /** Starts over when the window has passed or the cache's version moved. */
+  private current(version: number): Map<string, Admission> {
+    const now = performance.now()
+    if (version !== this.version || now - this.startedAt >= this.windowMs) {
+      this.entries.clear()
+      this.version = version
+      this.startedAt = now
+    }
+    return this.entries
+  }
+
+  get(key: string, version: number): Admission | undefined {
+    return this.current(version).get(key)
+  }
+
+  set(key: string, admission: Admission, version: number): void {
+    const entries = this.current(version)
+    if (entries.size < RecentAdmissions.MAX_ENTRIES) entries.set(key, admission)
+  }
+}
+
+/** Longer header values than a real key (about 60 characters) or acting value are not remembered. */
+const MAX_REMEMBERED_HEADER = 200
+
+/**
+ * What makes two requests' admissions the same: both headers, each sent once, and whether the
+ * method writes (a write without the acting header has a rule of its own). Null when the request
+ * is not one to remember (a header repeated or missing: the full check answers those).
+ */
+function admissionKey(request: FastifyRequest, counts: SingleHeaderCounts): string | null {
+  const authorization = request.headers.authorization
+  const acting = request.headers[ACTING_HEADER]
+  if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting)) return null
+  // Bounded memory: a key may be sent with any number of spaces, a long value is not remembered.
+  if (authorization.length > MAX_REMEMBERED_HEADER || (acting !== undefined && acting.length > MAX_REMEMBERED_HEADER)) return null
+  // An empty acting header is not an absent one: '-' marks absent, '+' precedes a value.
+  return `${isWriteMethod(request.method) ? 'w' : 'r'}${acting === undefined ? '-' : `+${acting}`}\n${authorization}`
+}
+
+export interface TenancyAdmission {
+  /**
+   * Sets the principal and the acting tenant from an identical admission of the last second;
+   * false when there is none (then call resolve).
+   */
+  fromRecent(request: FastifyRequest): boolean
+  /** The full check, through the caches; a success is remembered for fromRecent. */
+  resolve(request: FastifyRequest): Promise<void>
+}
+
+/** The proxy's check: the full one, behind a memory of the last second's admissions. */
+export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
+  const reuse = lookups.reuse
+  // Without a cache an answer may change at any moment: nothing is remembered.
+  if (reuse === undefined) {
+    return {
+      fromRecent: () => false,
+      resolve: (request) => resolveInto(request, lookups, singleHeaderCounts(request)),
+    }
+  }
+  const recent = new RecentAdmissions(reuse.windowMs)
+  return {
+    fromRecent(request) {
+      const key = admissionKey(request, singleHeaderCounts(request))
+      const admission = key === null ? undefined : recent.get(key, reuse.version())
+      if (admission === undefined) return false
+      request.principal = admission.principal
+      request.actingTenant = admission.actingTenant
+      return true
+    },
+    async resolve(request) {
+      const counts = singleHeaderCounts(request)
+      const versionBefore = reuse.version()
+      await resolveInto(request, lookups, counts)
+      // A change evicted while this check ran may have been read before it: not remembered.
+      if (reuse.version() !== versionBefore) return
+      const key = admissionKey(request, counts)
+      if (key !== null) recent.set(key, { principal: request.principal!, actingTenant: request.actingTenant! }, versionBefore)
+    },
+  }
+}
