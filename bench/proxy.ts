@@ -120,7 +120,7 @@ async function main(): Promise<void> {
         }
         // A gateway idles through the other sides' rounds, longer than its in-process TTL: one
         // request warms it again, so that its round shows what a request waits for once warm.
-        await fetch(side.server.url + '/v1/things/1', { headers: side.headers }).then((res) => res.text())
+        await fetch(`${side.server.url}/v1/things/1`, { headers: side.headers }).then((res) => res.text())
         const { metricsPort } = side.server as Gateway
         const before = await scrape(metricsPort)
         rounds.push(await measure(side, DURATION, String(r)))
