@@ -725,6 +725,30 @@ export async function load(o: {
   }
 }
 
+/** A side's rounds as one row: the medians, and the requests summed. */
+export function medianOf(rounds: Measured[]): Measured {
+  const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros') => median(rounds.map((r) => r[key]))
+  const requests = rounds.reduce((sum, r) => sum + r.requests, 0)
+  return {
+    requests,
+    perSecond: pick('perSecond'),
+    p50: pick('p50'),
+    p99: pick('p99'),
+    cpuMicros: pick('cpuMicros'),
+    statuses: {},
+  }
+}
+
+/** The columns of a round in a report, and its cells. */
+export const ROUND_COLUMNS = ['requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
+export const roundCells = (r: Measured) => [
+  fmt(r.requests),
+  fmt(r.perSecond),
+  r.p50.toFixed(3),
+  r.p99.toFixed(3),
+  r.cpuMicros.toFixed(1),
+]
+
 // ---------------------------------------------------------------------------------------------
 // Figures and reports.
 

@@ -9,9 +9,11 @@ import {
   gitDescription,
   load,
   type Measured,
-  median,
+  medianOf,
   metric,
   reportHead,
+  ROUND_COLUMNS,
+  roundCells,
   run,
   scrape,
   type Server,
@@ -136,6 +138,9 @@ async function main(): Promise<void> {
       }
     }
     report(rounds, sides, lookups, started)
+  } catch (err) {
+    for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
+    throw err
   } finally {
     // The gateways first, so that the database is idle when it is dropped.
     for (const server of started.reverse()) await stopChild(server.child).catch((err) => console.error(err))
@@ -145,23 +150,7 @@ async function main(): Promise<void> {
 
 function report(rounds: Round[], sides: Side[], lookups: Map<SideName, Lookups>, started: Server[]): void {
   const of = (side: SideName) => rounds.filter((r) => r.side === side && !r.round.startsWith('warm'))
-  const medians = new Map(
-    sides.map(({ name }) => {
-      const mine = of(name)
-      const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros') => median(mine.map((r) => r[key]))
-      const summary: Round = {
-        side: name,
-        round: 'median',
-        requests: mine.reduce((s, r) => s + r.requests, 0),
-        statuses: {},
-        perSecond: pick('perSecond'),
-        p50: pick('p50'),
-        p99: pick('p99'),
-        cpuMicros: pick('cpuMicros'),
-      }
-      return [name, summary]
-    }),
-  )
+  const medians = new Map(sides.map(({ name }) => [name, { ...medianOf(of(name)), side: name, round: 'median' }]))
   const [bare, gateway, baseline] = [medians.get('bare')!, medians.get('gateway')!, medians.get('baseline')]
   const lines = [
     ...reportHead('bench:proxy'),
@@ -175,15 +164,11 @@ function report(rounds: Round[], sides: Side[], lookups: Map<SideName, Lookups>,
       ),
     '',
     ...table(
-      ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req'],
+      ['side', 'round', ...ROUND_COLUMNS],
       [...rounds.filter((r) => !r.round.startsWith('warm')), ...medians.values()].map((r) => [
         r.side,
         r.round,
-        fmt(r.requests),
-        fmt(r.perSecond),
-        r.p50.toFixed(3),
-        r.p99.toFixed(3),
-        r.cpuMicros.toFixed(1),
+        ...roundCells(r),
       ]),
       2,
     ),

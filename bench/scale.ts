@@ -22,6 +22,7 @@ import {
   load,
   type Measured,
   median,
+  medianOf,
   measureInTurn,
   metric,
   type Op,
@@ -30,6 +31,8 @@ import {
   REDIS_URL,
   reportHead,
   ROOT,
+  ROUND_COLUMNS,
+  roundCells,
   rssBytes,
   run,
   scrape,
@@ -164,8 +167,8 @@ async function runScale(
     }
     const sortedPages = pageTimes.sort((a, b) => a - b)
 
-    // The Redis entries a sample deletes to leave Postgres to answer. The names are the cache's
-    // (docs/architecture.md); checked once here, since a renamed entry would leave Redis serving.
+    // The Redis entries a sample deletes to leave Postgres to answer, named as the cache names them
+    // (src/cache); checked once here, since a renamed entry would leave Redis serving.
     const entry = {
       key: (digest: Buffer) => `${prefix}key:${digest.toString('hex')}`,
       tenant: (id: string) => `${prefix}tenant:${id}`,
@@ -446,35 +449,18 @@ async function proxyRatio(url: string, seeded: Seeded, upstreamUrl: string): Pro
           })
       }
     }
-    const medians = sides.map(({ name }) => {
-      const mine = rounds.filter((r) => r.side === name)
-      const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros') => median(mine.map((r) => r[key]))
-      return {
-        side: name,
-        round: 'median',
-        requests: mine.reduce((s, r) => s + r.requests, 0),
-        perSecond: pick('perSecond'),
-        p50: pick('p50'),
-        p99: pick('p99'),
-        cpuMicros: pick('cpuMicros'),
-        lookups: '',
-      }
-    })
+    const medians = sides.map(({ name }) => ({
+      ...medianOf(rounds.filter((r) => r.side === name)),
+      side: name,
+      round: 'median',
+      lookups: '',
+    }))
     const bareMedian = medians[0]!
     return [
       `proxy ratio at ${fmt(seeded.subAccounts)} sub-accounts: GET ${PROXIED}, 50 connections, ${PROXY_ROUNDS} × 10 s per side after 2 s each; "gateway": the parent acting as ext:${extIdOf(1)}; "spread": as every active sub-account in turn`,
       ...table(
-        ['side', 'round', 'requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req', 'Redis + Postgres lookups/req'],
-        [...rounds, ...medians].map((r) => [
-          r.side,
-          r.round,
-          fmt(r.requests),
-          fmt(r.perSecond),
-          r.p50.toFixed(3),
-          r.p99.toFixed(3),
-          r.cpuMicros.toFixed(1),
-          r.lookups,
-        ]),
+        ['side', 'round', ...ROUND_COLUMNS, 'Redis + Postgres lookups/req'],
+        [...rounds, ...medians].map((r) => [r.side, r.round, ...roundCells(r), r.lookups]),
         2,
       ),
       ...medians
