@@ -209,6 +209,8 @@ export async function startServer(
     cwd: o.cwd ?? ROOT,
     env: { ...process.env, ...o.env },
     stdio: ['pipe', 'pipe', 'pipe'],
+    // Its own process group: a Ctrl-C at the terminal reaches the bench only, which stops it in order.
+    detached: true,
   })
   children.push(child)
   let tail = ''

@@ -7,6 +7,7 @@ import {
   fmt,
   type Gateway,
   gitDescription,
+  isInterrupted,
   load,
   type Measured,
   medianOf,
@@ -139,7 +140,7 @@ async function main(): Promise<void> {
     }
     report(rounds, sides, lookups, started)
   } catch (err) {
-    for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
+    if (!isInterrupted()) for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
     throw err
   } finally {
     // The gateways first, so that the database is idle when it is dropped.
