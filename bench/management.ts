@@ -3,10 +3,11 @@
 // time over one keep-alive socket. Compare each operation with GET /healthz of the same run, not
 // raw milliseconds between runs. bench/README.md has the knobs.
 import { resolve } from 'node:path'
+import type { FastifyInstance } from 'fastify'
 import postgres from 'postgres'
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
-import { openStore } from '../src/store/db.js'
+import { openStore, type Store } from '../src/store/db.js'
 import {
   client,
   createDatabase,
@@ -29,23 +30,25 @@ const DEEP = 9_000
 async function main(): Promise<void> {
   const db = await createDatabase('bench')
   const prefix = `tgwmgmt:${db.name}:`
-  const seeding = postgres(db.url, { max: 2, onnotice: () => {} })
-  const seeded = await seed(seeding, { seed: db.name, subAccounts: SEEDED, keysPerSub: 1, usageDays: 1 }).finally(() =>
-    seeding.end(),
-  )
-  const store = await openStore({ databaseUrl: db.url, dataDir: '/nonexistent' })
-  const config = loadConfig(
-    {
-      DATABASE_URL: db.url,
-      REDIS_URL,
-      REDIS_KEY_PREFIX: prefix,
-      LOG_LEVEL: 'warn',
-      GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
-    },
-    ROOT,
-  )
-  const app = await buildApp({ config, store, redisKeyPrefix: prefix })
+  let app: FastifyInstance | null = null
+  let store: Store | null = null
   try {
+    const seeding = postgres(db.url, { max: 2, onnotice: () => {} })
+    const seeded = await seed(seeding, { seed: db.name, subAccounts: SEEDED, keysPerSub: 1, usageDays: 1 }).finally(
+      () => seeding.end(),
+    )
+    store = await openStore({ databaseUrl: db.url, dataDir: '/nonexistent' })
+    const config = loadConfig(
+      {
+        DATABASE_URL: db.url,
+        REDIS_URL,
+        REDIS_KEY_PREFIX: prefix,
+        LOG_LEVEL: 'warn',
+        GATEWAY_CONFIG: resolve(ROOT, 'config/gateway.yaml'),
+      },
+      ROOT,
+    )
+    app = await buildApp({ config, store, redisKeyPrefix: prefix })
     const c = client(await app.listen({ host: '127.0.0.1', port: 0 }))
     const auth = { authorization: `Bearer ${seeded.parentKey}` }
     // The cursor after row DEEP, found by walking the list 100 rows at a time.
@@ -109,8 +112,8 @@ async function main(): Promise<void> {
       ].join('\n'),
     )
   } finally {
-    await app.close()
-    await store.close()
+    await app?.close()
+    await store?.close()
     await deleteRedisPrefix(prefix)
     await db.drop()
   }

@@ -86,7 +86,12 @@ async function runScale(
     subAccounts: scale,
     keysPerSub: KEYS_PER_SUB,
     usageDays: USAGE_DAYS,
-  }).finally(() => sql.end())
+  })
+    .catch(async (err) => {
+      await db.drop()
+      throw err
+    })
+    .finally(() => sql.end())
   // bench/seed.ts gives every sub-account usage but those with i % 10 = 0.
   const withUsage = scale - Math.ceil(scale / 10)
   const positions = {
