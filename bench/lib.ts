@@ -1,381 +1,765 @@
-// Helpers shared by the benches that run real processes (bench/proxy.ts, bench/soak.ts,
-// bench/scale.ts, bench/instructions.ts): child processes that report their port over IPC, the gateway compiled as the
-// image runs it (proxy and scale; soak runs it under tsx), the CLI, /proc readings, percentiles
-// and the facts a report opens with.
-import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process'
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync } from 'node:fs'
+// What the benches share: knobs, interrupts, the Node the servers run on, the processes they
+// start (upstream, bare proxy, gateways compiled as the image runs them), databases, /metrics and
+// /proc readings, the autocannon load loop and the figures. How each bench uses them: bench/README.md.
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+} from 'node:fs'
+import http from 'node:http'
+import { createRequire } from 'node:module'
 import net, { type AddressInfo } from 'node:net'
 import os from 'node:os'
 import { dirname, resolve } from 'node:path'
+import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
+import { Redis } from 'ioredis'
+import postgres from 'postgres'
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-
-/** Where the benches create their databases, and the Redis they use. */
 export const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
 export const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
-
-/** The proxied request of the proxy benches, and what their upstream answers it with. */
+/** The proxied request of the throughput benches, and what bench/servers.js answers it with. */
 export const PROXIED_PATH = '/v1/things/1'
 export const UPSTREAM_BODY = '{"ok":true}'
-/** The sub-account the bench's parent key acts as (`ext:bench-sub`). */
-export const SUB_EXTERNAL_ID = 'bench-sub'
-
-export function positiveInt(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  if (!/^[1-9]\d*$/.test(raw)) throw new Error(`${name} must be a positive integer, got "${raw}"`)
-  return Number(raw)
-}
 
 export const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms))
 
+/** A whole-number knob from the environment, at least `min`. */
+export function envInt(name: string, fallback: number, min = 1): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!/^\d+$/.test(raw) || Number(raw) < min) throw new Error(`${name} must be a whole number ≥ ${min}, got "${raw}"`)
+  return Number(raw)
+}
+
 // ---------------------------------------------------------------------------------------------
-// Children started by fork() report their port over IPC and exit when the parent goes away.
+// Ctrl-C: the first stops the load and lets the bench clean up (databases, Redis keys, children);
+// a second kills the children at once.
 
-export interface Ready {
-  type: 'ready'
-  port: number
-}
-
-/** In a forked child: tells the parent its port; exits when the parent goes away or on SIGTERM. */
-export function announce(port: number, bench: string): void {
-  if (process.send === undefined) throw new Error(`run by ${bench}, not by hand`)
-  process.send({ type: 'ready', port } satisfies Ready)
-  process.on('disconnect', () => process.exit(0))
-  // An exit, not death by signal, so that --cpu-prof can write its profile.
-  process.on('SIGTERM', () => process.exit(0))
-}
-
-/** Every child started, so that a crash of this process still takes them down (see 'exit'). */
-export const children: ChildProcess[] = []
-export const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null
+let interrupted = false
+const onStop: (() => void)[] = []
+/** Every child started, killed when this process exits however it does. */
+const children: ChildProcess[] = []
+const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null
+const tempDirs: string[] = []
 process.on('exit', () => {
   for (const child of children) if (alive(child)) child.kill('SIGKILL')
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true })
 })
-
-/** Forks `script` with `args` (under tsx) and waits for the port it reports (see announce). */
-export async function forkChild(
-  script: string,
-  label: string,
-  args: string[],
-  options: { nodeArgs?: string[]; detached?: boolean; node?: string } = {},
-): Promise<{ child: ChildProcess; port: number }> {
-  const child = fork(script, args, {
-    cwd: ROOT,
-    execPath: options.node ?? process.execPath,
-    execArgv: [...(options.nodeArgs ?? []), '--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    detached: options.detached ?? false,
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (interrupted) process.exit(130)
+    interrupted = true
+    console.error(`\n${signal}: stopping and cleaning up (again to kill at once)…`)
+    for (const stop of onStop) stop()
   })
-  children.push(child)
-  const port = await new Promise<number>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error(`${label} did not start within 30 s`)), 30_000)
-    child.once('message', (message: Ready) => {
-      clearTimeout(timer)
-      done(message.port)
-    })
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer)
-      fail(new Error(`${label} exited before listening (${signal ?? `status ${code}`})`))
-    })
-  })
-  return { child, port }
+}
+export const isInterrupted = () => interrupted
+export function whenInterrupted(stop: () => void): void {
+  onStop.push(stop)
+}
+export function checkInterrupted(): void {
+  if (interrupted) throw new Error('interrupted')
 }
 
-/** SIGTERM by PID, then SIGKILL when it has not exited within graceMs. */
-export async function stopChild(child: ChildProcess | null, graceMs: number): Promise<void> {
-  if (child === null || !alive(child)) return
-  const exited = new Promise<void>((done) => child.once('exit', () => done()))
-  child.kill('SIGTERM')
-  // A cleared timer, not sleep(): a pending one would hold this process open for graceMs.
-  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
-  await exited
-  clearTimeout(timer)
-}
-
-export async function freePorts(n: number): Promise<number[]> {
-  // All held open at once, so that they differ.
-  const servers = await Promise.all(
-    Array.from({ length: n }, () => {
-      const server = net.createServer()
-      return new Promise<net.Server>((done, fail) => {
-        server.once('error', fail)
-        server.listen(0, '127.0.0.1', () => done(server))
-      })
-    }),
+/** Runs a bench's main, and says how it failed. */
+export function run(main: () => Promise<void>): void {
+  main().then(
+    () => {
+      process.exitCode ??= 0
+    },
+    (err: unknown) => {
+      console.error('bench failed:', interrupted ? 'interrupted' : err)
+      process.exitCode = 1
+    },
   )
-  const ports = servers.map((s) => (s.address() as AddressInfo).port)
-  await Promise.all(servers.map((s) => new Promise<void>((done) => s.close(() => done()))))
-  return ports
-}
-
-/** The last 16 KiB a child wrote, for the error message when it fails. */
-export function captureOutput(child: ChildProcess): () => string {
-  let tail = ''
-  const keep = (chunk: Buffer) => {
-    tail = (tail + chunk.toString('utf8')).slice(-16_384)
-  }
-  child.stdout?.on('data', keep)
-  child.stderr?.on('data', keep)
-  return () => tail
-}
-
-/**
- * Waits until the gateway answers GET /v1/sub-accounts without a key with 401.
- * `checkInterrupted` throws when the bench was interrupted meanwhile.
- */
-export async function waitForGateway(base: string, gateway: ChildProcess, output: () => string, checkInterrupted: () => void): Promise<void> {
-  const deadline = Date.now() + 90_000
-  for (;;) {
-    checkInterrupted()
-    if (!alive(gateway)) throw new Error(`the gateway exited (status ${gateway.exitCode ?? gateway.signalCode}):\n${output()}`)
-    try {
-      const response = await fetch(`${base}/v1/sub-accounts`, { signal: AbortSignal.timeout(2000) })
-      const text = await response.text()
-      if (response.status === 401) return
-      throw new Error(`GET /v1/sub-accounts without a key answered ${response.status}, expected 401: ${text.slice(0, 300)}`)
-    } catch (err) {
-      if (err instanceof Error && err.message.startsWith('GET /v1/sub-accounts')) throw err
-    }
-    if (Date.now() > deadline) throw new Error(`the gateway did not answer within 90 s:\n${output()}`)
-    await sleep(200)
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
-// The gateway as it ships: compiled by tsc and started with the node flags of the image's CMD.
-// Under tsx (esbuild with keepNames) every closure the gateway creates per request also costs a
-// call that names it, which the image never pays.
-
-/** How a bench runs a gateway: compiled as the image is (dist), or from src/ under tsx. */
-export type GatewayRuntime = 'dist' | 'tsx'
-
-/** `raw` as a runtime; `name` (the variable it came from) names it in the error. */
-export function parseGatewayRuntime(name: string, raw: string): GatewayRuntime {
-  if (raw !== 'dist' && raw !== 'tsx') throw new Error(`${name}: dist or tsx, got "${raw}"`)
-  return raw
-}
-
-export function gatewayRuntime(name: string, fallback: GatewayRuntime): GatewayRuntime {
-  return parseGatewayRuntime(name, process.env[name] || fallback)
-}
-
-/**
- * Compiles `tree`'s gateway as the Dockerfile does (tsc -p tsconfig.build.json, the migrations
- * beside it), into a new directory under the system's temporary one, so that the tree's own
- * dist/ is left alone; the caller removes it. The tree's node_modules is linked, not copied.
- */
-export function buildDist(tree: string, label: string): string {
-  const dir = mkdtempSync(resolve(os.tmpdir(), `tgw-${label}-dist-`))
-  try {
-    execFileSync(resolve(ROOT, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', resolve(dir, 'dist')], { cwd: tree, stdio: 'inherit' })
-    cpSync(resolve(tree, 'src/store/migrations'), resolve(dir, 'dist/store/migrations'), { recursive: true })
-    // dist/ops/openapi.js reads ../../package.json; "type": "module" makes dist/*.js ES modules.
-    cpSync(resolve(tree, 'package.json'), resolve(dir, 'package.json'))
-    symlinkSync(resolve(tree, 'node_modules'), resolve(dir, 'node_modules'))
-    return dir
-  } catch (err) {
-    rmSync(dir, { recursive: true, force: true })
-    throw err
-  }
-}
-
-/**
- * The node flags of a tree's image: its Dockerfile's last `CMD ["node", …flags, "dist/main.js"]`
- * (the runtime stage's, one line, exec form), so that a bench runs the gateway as the image does
- * (V8 flags included) and cannot drift from it. The image's `NODE_OPTIONS` (a heap cap) is not
- * applied: bench:scale takes it as BENCH_GATEWAY_NODE_ARGS.
- */
-export function imageNodeFlags(tree: string): string[] {
-  const dockerfile = readFileSync(resolve(tree, 'Dockerfile'), 'utf8')
-  const cmd = [...dockerfile.matchAll(/^CMD (\[.*\])\s*$/gm)].at(-1)
-  const args = cmd === undefined ? null : (JSON.parse(cmd[1]!) as unknown)
-  if (!Array.isArray(args) || !args.every((arg) => typeof arg === 'string') || args[0] !== 'node' || args.at(-1) !== 'dist/main.js') {
-    throw new Error(`${tree}/Dockerfile: expected CMD ["node", …, "dist/main.js"]`)
-  }
-  return args.slice(1, -1) as string[]
-}
-
-/**
- * Node's arguments that start a gateway: the image's node flags, then `extra` (so a bench can
- * override one of them, e.g. `--no-enable-source-maps`), then the compiled main.js, or
- * src/main.ts under tsx.
- */
-export function gatewayArgs(runtime: GatewayRuntime, tree: string, distDir: string | null, extra: readonly string[] = []): string[] {
-  const flags = [...imageNodeFlags(tree), ...extra]
-  if (runtime === 'tsx') return [...flags, '--import', 'tsx', 'src/main.ts']
-  if (distDir === null) throw new Error('a compiled gateway needs its directory')
-  return [...flags, resolve(distDir, 'dist/main.js')]
-}
-
-// ---------------------------------------------------------------------------------------------
-// The Node the image ships. The Dockerfile pins one (ARG NODE_IMAGE=node:26.x…); the machine's own
-// may be years older, and the proxy's cost per request differs between the two by more than the
-// gap a bench is after. So by default the servers run on the image's Node, fetched once from the
-// npm registry (the node-<platform>-<arch> packages carry the official binaries).
-
-/** The Node version of a tree's image: its Dockerfile's `ARG NODE_IMAGE=node:<version>…`. */
-export function imageNodeVersion(tree: string): string {
-  const dockerfile = readFileSync(resolve(tree, 'Dockerfile'), 'utf8')
-  const match = /^ARG NODE_IMAGE=node:(\d+\.\d+\.\d+)\b/m.exec(dockerfile)
-  if (match === null) throw new Error(`${tree}/Dockerfile: expected ARG NODE_IMAGE=node:<major.minor.patch>…`)
-  return match[1]!
-}
-
-const byVersion = (a: string, b: string) => {
-  const [x, y] = [a, b].map((v) => v.split('.').map(Number))
-  return x![0]! - y![0]! || x![1]! - y![1]! || x![2]! - y![2]!
-}
-
-const NODE_CACHE = resolve(ROOT, 'node_modules/.cache/tgw-bench-node')
-const NODE_PACKAGE = `node-${process.platform}-${process.arch}`
-
-/** The newest of `versions` in `version`'s major line that is not newer than it. */
-function nearestOf(versions: string[], version: string): string | undefined {
-  const major = version.split('.')[0]
-  return versions
-    .filter((v) => /^\d+\.\d+\.\d+$/.test(v) && v.split('.')[0] === major && byVersion(v, version) <= 0)
-    .sort(byVersion)
-    .at(-1)
-}
-
-/**
- * A node binary of the image's version, or else the newest one of its major line that is not newer
- * (the registry's packages can lag a release behind), from node_modules/.cache/tgw-bench-node, or
- * fetched into it from the npm registry when nothing there fits. Throws when that fails.
- */
-function fetchNode(version: string): string {
-  const binaryOf = (v: string) => resolve(NODE_CACHE, `${NODE_PACKAGE}-${v}`, 'bin/node')
-  // Versions whose binary is here (a directory without one is a fetch that never finished).
-  const cached = (existsSync(NODE_CACHE) ? readdirSync(NODE_CACHE) : [])
-    .filter((entry) => entry.startsWith(`${NODE_PACKAGE}-`))
-    .map((entry) => entry.slice(NODE_PACKAGE.length + 1))
-    .filter((v) => existsSync(binaryOf(v)))
-  const npm = (args: string[], cwd?: string) => {
-    try {
-      return execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
-    } catch (err) {
-      throw new Error(`npm ${args.join(' ')}: ${String((err as { stderr?: string }).stderr ?? err).trim().split('\n').slice(-3).join(' ')}`)
-    }
-  }
-  // The exact version from the cache without asking the registry; else the registry's nearest.
-  if (cached.includes(version)) return binaryOf(version)
-  let listed: string[] | string
-  try {
-    listed = JSON.parse(npm(['view', NODE_PACKAGE, 'versions', '--json'])) as string[] | string
-  } catch (err) {
-    // Offline: the nearest version already here will do.
-    const nearest = nearestOf(cached, version)
-    if (nearest !== undefined) return binaryOf(nearest)
-    throw err
-  }
-  const chosen = nearestOf(Array.isArray(listed) ? listed : [listed], version)
-  if (chosen === undefined) throw new Error(`${NODE_PACKAGE} has no ${version.split('.')[0]}.x release up to ${version}`)
-  if (cached.includes(chosen)) return binaryOf(chosen)
-  // Unpacked beside its final place (one filesystem, so the rename is atomic) and renamed into it:
-  // a binary in the cache is always whole.
-  mkdirSync(NODE_CACHE, { recursive: true })
-  const work = mkdtempSync(resolve(NODE_CACHE, '.fetch-'))
-  try {
-    const tarball = npm(['pack', `${NODE_PACKAGE}@${chosen}`, '--silent'], work).trim().split('\n').at(-1)!
-    execFileSync('tar', ['xzf', tarball], { cwd: work })
-    try {
-      renameSync(resolve(work, 'package'), resolve(NODE_CACHE, `${NODE_PACKAGE}-${chosen}`))
-    } catch (err) {
-      // Another bench fetched the same version meanwhile: use its copy.
-      if (!existsSync(binaryOf(chosen))) throw err
-    }
-  } finally {
-    rmSync(work, { recursive: true, force: true })
-  }
-  return binaryOf(chosen)
-}
+// The Node the servers run on (BENCH_NODE). The Dockerfile pins one (ARG NODE_IMAGE=node:26.x…),
+// and the proxy's cost per request differs between Node lines by more than the gap a bench is
+// after. `image` (the default): that version, or the newest of its major line the npm registry's
+// node-<platform>-<arch> packages have, fetched once into node_modules/.cache/tgw-bench-node;
+// this process's node when that fails. `current`: this process's node. Else a path to a binary.
 
 export interface ServerNode {
-  /** The node binary the servers run on. */
   path: string
   version: string
   /** Why it is this one, for the report. */
   reason: string
 }
 
-/**
- * The node the benches start their servers with (BENCH_NODE): `image` (the default) for the
- * image's Node as above, falling back to this process's own with a warning when it cannot be
- * fetched; `current` for this process's own; or a path to a node binary.
- */
-export function serverNode(): ServerNode {
+const NODE_CACHE = resolve(ROOT, 'node_modules/.cache/tgw-bench-node')
+const NODE_PACKAGE = `node-${process.platform}-${process.arch}`
+const versionOf = (path: string) => execFileSync(path, ['--version'], { encoding: 'utf8' }).trim()
+
+/** The newest of `versions` in `wanted`'s major line that is not newer than it. */
+function nearest(versions: string[], wanted: string): string | undefined {
+  const parts = (v: string) => v.split('.').map(Number) as [number, number, number]
+  const byVersion = (a: string, b: string) =>
+    parts(a)[0] - parts(b)[0] || parts(a)[1] - parts(b)[1] || parts(a)[2] - parts(b)[2]
+  const fits = (v: string) => /^\d+\.\d+\.\d+$/.test(v) && parts(v)[0] === parts(wanted)[0] && byVersion(v, wanted) <= 0
+  return versions.filter(fits).sort(byVersion).at(-1)
+}
+
+/** The cached binary of `wanted`, else the registry's nearest (fetched into the cache), else the nearest cached. */
+function fetchNode(wanted: string): string {
+  const binary = (v: string) => resolve(NODE_CACHE, `${NODE_PACKAGE}-${v}`, 'bin/node')
+  const cached = (existsSync(NODE_CACHE) ? readdirSync(NODE_CACHE) : [])
+    .map((entry) => entry.slice(NODE_PACKAGE.length + 1))
+    .filter((v) => existsSync(binary(v)))
+  if (cached.includes(wanted)) return binary(wanted)
+  const npm = (args: string[], cwd?: string) => execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: 'pipe' })
+  let chosen: string | undefined
+  try {
+    chosen = nearest([JSON.parse(npm(['view', NODE_PACKAGE, 'versions', '--json'])) as string[]].flat(), wanted)
+  } catch (err) {
+    chosen = nearest(cached, wanted)
+    if (chosen === undefined) throw err
+  }
+  if (chosen === undefined) throw new Error(`${NODE_PACKAGE} has no release of ${wanted}'s line up to it`)
+  if (!existsSync(binary(chosen))) {
+    // Unpacked beside its place in the cache and renamed into it, so that a binary there is whole.
+    mkdirSync(NODE_CACHE, { recursive: true })
+    const work = mkdtempSync(resolve(NODE_CACHE, '.fetch-'))
+    try {
+      execFileSync('tar', ['xzf', npm(['pack', `${NODE_PACKAGE}@${chosen}`, '--silent'], work).trim()], { cwd: work })
+      renameSync(resolve(work, 'package'), resolve(NODE_CACHE, `${NODE_PACKAGE}-${chosen}`))
+    } finally {
+      rmSync(work, { recursive: true, force: true })
+    }
+  }
+  return binary(chosen)
+}
+
+function pickNode(): ServerNode {
   const choice = process.env.BENCH_NODE || 'image'
-  const versionOf = (path: string) => execFileSync(path, ['--version'], { encoding: 'utf8' }).trim()
-  if (choice === 'current') return { path: process.execPath, version: process.version, reason: 'BENCH_NODE=current' }
+  const current = { path: process.execPath, version: process.version }
+  if (choice === 'current') return { ...current, reason: 'BENCH_NODE=current' }
   if (choice !== 'image') {
-    // Absolute, since the servers start in other directories (a baseline in its own tree).
+    // Absolute: a baseline gateway starts in its own tree.
     const path = choice.includes('/') ? resolve(choice) : choice
     return { path, version: versionOf(path), reason: `BENCH_NODE=${choice}` }
   }
-  const wanted = imageNodeVersion(ROOT)
-  if (process.version === `v${wanted}`) return { path: process.execPath, version: process.version, reason: "the image's" }
+  const dockerfile = readFileSync(resolve(ROOT, 'Dockerfile'), 'utf8')
+  const wanted = /^ARG NODE_IMAGE=node:(\d+\.\d+\.\d+)\b/m.exec(dockerfile)?.[1]
+  if (wanted === undefined) throw new Error('Dockerfile: expected ARG NODE_IMAGE=node:<major.minor.patch>…')
+  if (process.version === `v${wanted}`) return { ...current, reason: "the image's" }
   try {
     const path = fetchNode(wanted)
     const version = versionOf(path)
-    return { path, version, reason: version === `v${wanted}` ? "the image's" : `the nearest ${wanted.split('.')[0]}.x to the image's ${wanted}, which the npm registry lacks or could not be asked for` }
+    return { path, version, reason: version === `v${wanted}` ? "the image's" : `the nearest to the image's ${wanted}` }
   } catch (err) {
-    console.error(`note: could not fetch node ${wanted} (the image's) from the npm registry, so the servers run on ${process.version}: ${(err as Error).message}`)
-    return { path: process.execPath, version: process.version, reason: `not the image's ${wanted}, which could not be fetched` }
+    console.error(`note: the image's node ${wanted} could not be fetched: ${(err as Error).message}`)
+    return { ...current, reason: `not the image's ${wanted}, which could not be fetched` }
   }
 }
 
-/** BENCH_BARE_HEADERS: `same` (the default) or `none`; see bareHeaders. */
-export function bareHeadersMode(): 'same' | 'none' {
-  const mode = process.env.BENCH_BARE_HEADERS || 'same'
-  if (mode !== 'same' && mode !== 'none') throw new Error(`BENCH_BARE_HEADERS: same or none, got "${mode}"`)
-  return mode
+let chosenNode: ServerNode | null = null
+export function serverNode(): ServerNode {
+  chosenNode ??= pickNode()
+  return chosenNode
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: servers that listen on a port given to them, and the gateway as the image
+// runs it (compiled by tsc, with the node flags of the Dockerfile's CMD and its NODE_OPTIONS).
+// Under tsx, esbuild's keepNames makes every closure the gateway creates per request also call a
+// function that names it, which the image never does.
+
+export async function freePorts(n: number): Promise<number[]> {
+  // All held open at once, so that they differ.
+  const servers = await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<net.Server>((done, fail) => {
+          const server = net.createServer().once('error', fail)
+          server.listen(0, '127.0.0.1', () => done(server))
+        }),
+    ),
+  )
+  const ports = servers.map((s) => (s.address() as AddressInfo).port)
+  await Promise.all(servers.map((s) => new Promise<void>((done) => s.close(() => done()))))
+  return ports
+}
+
+export interface Server {
+  child: ChildProcess
+  url: string
+  /** The last 16 KiB it wrote, for the error message when it fails. */
+  output: () => string
+}
+
+/** Starts `command` (a server that listens on `port`) and waits until `path` answers `status`. */
+export async function startServer(
+  command: string[],
+  o: { port: number; cwd?: string; env?: NodeJS.ProcessEnv; path: string; status: number; timeoutMs?: number },
+): Promise<Server> {
+  const child = spawn(command[0]!, command.slice(1), {
+    cwd: o.cwd ?? ROOT,
+    env: { ...process.env, ...o.env },
+    stdio: ['pipe', 'pipe', 'pipe'],
+    // Its own process group: a Ctrl-C at the terminal reaches the bench only, which stops it in order.
+    detached: true,
+  })
+  children.push(child)
+  let tail = ''
+  const keep = (chunk: Buffer) => {
+    tail = (tail + chunk.toString('utf8')).slice(-16_384)
+  }
+  child.stdout!.on('data', keep)
+  child.stderr!.on('data', keep)
+  const server = { child, url: `http://127.0.0.1:${o.port}`, output: () => tail }
+  const deadline = Date.now() + (o.timeoutMs ?? 90_000)
+  for (;;) {
+    checkInterrupted()
+    if (!alive(child))
+      throw new Error(`${command.join(' ')} exited (${child.signalCode ?? `status ${child.exitCode}`}):\n${tail}`)
+    const answer = await fetch(server.url + o.path, { signal: AbortSignal.timeout(20_000) }).then(
+      (r) => r.status,
+      () => null,
+    )
+    if (answer === o.status) return server
+    if (answer !== null) throw new Error(`GET ${o.path} answered ${answer}, expected ${o.status}:\n${tail}`)
+    if (Date.now() > deadline) throw new Error(`${command.join(' ')} did not answer in time:\n${tail}`)
+    await sleep(200)
+  }
+}
+
+/** SIGTERM, then SIGKILL when it has not exited within graceMs; resolves to how it ended. */
+export async function stopChild(
+  child: ChildProcess | undefined,
+  graceMs = 15_000,
+): Promise<{ code: number | null; signal: string | null }> {
+  if (child !== undefined && alive(child)) {
+    const exited = new Promise<void>((done) => child.once('exit', () => done()))
+    child.kill('SIGTERM')
+    // A cleared timer, not sleep(): a pending one would hold this process open.
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
+    await exited
+    clearTimeout(timer)
+  }
+  return { code: child?.exitCode ?? null, signal: child?.signalCode ?? null }
+}
+
+/** A command prefix for the servers, e.g. valgrind's (bench:instructions). */
+type Wrap = { wrap?: string[]; timeoutMs?: number }
+
+export async function startUpstream(o: Wrap = {}): Promise<Server> {
+  const [port] = (await freePorts(1)) as [number]
+  const command = [...(o.wrap ?? []), serverNode().path, 'bench/servers.js', 'upstream']
+  return startServer(command, {
+    port,
+    env: { PORT: String(port) },
+    path: PROXIED_PATH,
+    status: 200,
+    timeoutMs: o.timeoutMs,
+  })
+}
+
+/** The bare proxy runs with the gateway's node flags, so that the two differ by their code only. */
+export async function startBare(upstreamUrl: string, o: Wrap = {}): Promise<Server> {
+  const [port] = (await freePorts(1)) as [number]
+  const command = [...(o.wrap ?? []), serverNode().path, ...imageNode(ROOT).flags, 'bench/servers.js', 'bare']
+  return startServer(command, {
+    port,
+    env: { PORT: String(port), UPSTREAM_URL: upstreamUrl },
+    path: PROXIED_PATH,
+    status: 200,
+    timeoutMs: o.timeoutMs,
+  })
 }
 
 /**
- * The headers the bare proxy is sent: by default the gateway's own request (its Authorization and
- * acting header included, which the bare proxy parses and passes on), so that both sides get the
- * same traffic; BENCH_BARE_HEADERS=none sends it none, as these benches did before 14f9851.
+ * How a tree's image starts node: the flags of its Dockerfile's last `CMD ["node", …, "dist/main.js"]`
+ * and the NODE_OPTIONS it sets (the heap cap), so that a bench cannot drift from the image.
  */
-export function bareHeaders(gatewayHeaders: Record<string, string>): Record<string, string> {
-  return bareHeadersMode() === 'same' ? { ...gatewayHeaders } : {}
+export function imageNode(tree: string): { flags: string[]; options: string } {
+  const dockerfile = readFileSync(resolve(tree, 'Dockerfile'), 'utf8')
+  const cmd = [...dockerfile.matchAll(/^CMD (\[.*\])\s*$/gm)].at(-1)
+  const args = cmd === undefined ? null : (JSON.parse(cmd[1]!) as unknown)
+  if (!Array.isArray(args) || args[0] !== 'node' || args.at(-1) !== 'dist/main.js')
+    throw new Error(`${tree}/Dockerfile: expected CMD ["node", …, "dist/main.js"]`)
+  return {
+    flags: args.slice(1, -1) as string[],
+    options: /NODE_OPTIONS=("[^"]*"|\S+)/.exec(dockerfile)?.[1]?.replaceAll('"', '') ?? '',
+  }
+}
+
+const builds = new Map<string, string>()
+/**
+ * `tree`'s gateway compiled as the Dockerfile does (tsc -p tsconfig.build.json, the migrations
+ * beside it) into a temporary directory, removed when this process exits; its node_modules linked.
+ */
+function buildDist(tree: string): string {
+  const built = builds.get(tree)
+  if (built !== undefined) return built
+  const dir = mkdtempSync(resolve(os.tmpdir(), 'tgw-bench-dist-'))
+  tempDirs.push(dir)
+  console.error(`compiling the gateway of ${tree}…`)
+  execFileSync(
+    resolve(ROOT, 'node_modules/.bin/tsc'),
+    ['-p', 'tsconfig.build.json', '--outDir', resolve(dir, 'dist')],
+    { cwd: tree, stdio: 'inherit' },
+  )
+  cpSync(resolve(tree, 'src/store/migrations'), resolve(dir, 'dist/store/migrations'), { recursive: true })
+  // dist/*.js are ES modules by its "type", and the OpenAPI document reads its version.
+  cpSync(resolve(tree, 'package.json'), resolve(dir, 'package.json'))
+  symlinkSync(resolve(tree, 'node_modules'), resolve(dir, 'node_modules'))
+  builds.set(tree, dir)
+  return dir
+}
+
+export interface Gateway extends Server {
+  metricsPort: number
+  /** The node command line, for the report. */
+  command: string
+}
+
+/** A gateway process on `databaseUrl`, LOG_LEVEL=warn, ready when an unauthenticated call gets its 401. */
+export async function startGateway(
+  o: Wrap & { databaseUrl: string; upstreamUrl: string; tree?: string; env?: NodeJS.ProcessEnv },
+): Promise<Gateway> {
+  const tree = o.tree ?? ROOT
+  const [port, metricsPort] = (await freePorts(2)) as [number, number]
+  const image = imageNode(tree)
+  const args = [...image.flags, resolve(buildDist(tree), 'dist/main.js')]
+  const env = {
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    METRICS_PORT: String(metricsPort),
+    DATABASE_URL: o.databaseUrl,
+    REDIS_URL,
+    UPSTREAM_URL: o.upstreamUrl,
+    LOG_LEVEL: 'warn',
+    GATEWAY_CONFIG: resolve(tree, 'config/gateway.yaml'),
+    NODE_OPTIONS: image.options,
+    ...o.env,
+  }
+  const server = await startServer([...(o.wrap ?? []), serverNode().path, ...args], {
+    port,
+    cwd: tree,
+    env,
+    path: '/v1/sub-accounts',
+    status: 401,
+    timeoutMs: o.timeoutMs,
+  })
+  return { ...server, metricsPort, command: `NODE_OPTIONS=${image.options} node ${args.join(' ')}` }
 }
 
 export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((done, fail) => {
-    execFile(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) fail(new Error(`cli ${args.join(' ')} failed: ${stderr.trim() || err.message}`))
-      else done(stdout)
-    })
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli.ts', ...args],
+      { cwd: ROOT, env: { ...process.env, ...env }, timeout: 60_000 },
+      (err, stdout, stderr) => {
+        if (err) fail(new Error(`cli ${args.join(' ')}: ${stderr.trim() || err.message}`))
+        else done(stdout)
+      },
+    )
+  })
+}
+
+/**
+ * One parent (by the CLI) with one sub-account (by the API, `ext:bench-sub`), and the headers of
+ * the parent's key acting as it: the request of bench:proxy and bench:instructions.
+ */
+export async function seedActing(
+  gateway: Gateway,
+  databaseUrl: string,
+): Promise<{ parentId: string; subId: string; headers: Record<string, string> }> {
+  const parent = JSON.parse(
+    await runCli(['accounts', 'create', '--name', 'bench'], { DATABASE_URL: databaseUrl, REDIS_URL }),
+  ) as { account: { id: string }; api_key: string }
+  const authorization = `Bearer ${parent.api_key}`
+  // Under valgrind (bench:instructions) a store lookup can miss its deadline: 503, and again.
+  let answer = { status: 0, body: '', ms: 0 }
+  for (let attempt = 0; attempt < 10 && answer.status !== 201; attempt++) {
+    if (attempt > 0) await sleep(1000)
+    const call: Call = {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      headers: { authorization },
+      body: '{"name":"bench-sub","external_id":"bench-sub"}',
+    }
+    answer = await request(new http.Agent(), new URL(gateway.url), call, 600_000)
+    if (answer.status !== 201 && answer.status !== 503) break
+  }
+  if (answer.status !== 201)
+    throw new Error(`POST /v1/sub-accounts answered ${answer.status}: ${answer.body.slice(0, 500)}`)
+  return {
+    parentId: parent.account.id,
+    subId: (JSON.parse(answer.body) as { id: string }).id,
+    headers: { authorization, 'x-service-acting-tenant': 'ext:bench-sub' },
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests one at a time, for latencies: bench:management and bench:scale over one keep-alive
+// socket, bench:soak's workers over a pool each.
+
+export interface Call {
+  method: 'GET' | 'POST'
+  path: string
+  headers?: Record<string, string>
+  /** JSON text. */
+  body?: string
+}
+export interface Answer {
+  status: number
+  body: string
+  /** From sending to the answer's last byte. */
+  ms: number
+}
+
+export function request(agent: http.Agent, base: URL, call: Call, timeoutMs = 10_000): Promise<Answer> {
+  return new Promise((done, fail) => {
+    const started = performance.now()
+    const headers: Record<string, string | number> = {
+      ...call.headers,
+      'content-length': Buffer.byteLength(call.body ?? ''),
+    }
+    if (call.body !== undefined) headers['content-type'] = 'application/json'
+    const req = http.request(
+      {
+        agent,
+        host: base.hostname,
+        port: base.port,
+        method: call.method,
+        path: call.path,
+        headers,
+        timeout: timeoutMs,
+      },
+      (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (chunk: Buffer) => chunks.push(chunk))
+        res.on('end', () =>
+          done({
+            status: res.statusCode!,
+            body: Buffer.concat(chunks).toString('utf8'),
+            ms: performance.now() - started,
+          }),
+        )
+        res.on('error', fail)
+      },
+    )
+    req.on('timeout', () => req.destroy(new Error('timeout')))
+    req.on('error', (err: NodeJS.ErrnoException) => fail(new Error(err.code ?? err.message)))
+    req.end(call.body)
+  })
+}
+
+/** `call` through one keep-alive socket, failing on any status but `status`; resolves to the body. */
+export function client(url: string): (call: Call, status: number) => Promise<string> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  const base = new URL(url)
+  return async (call, status) => {
+    const answer = await request(agent, base, call)
+    if (answer.status !== status)
+      throw new Error(
+        `${call.method} ${call.path}: expected ${status}, got ${answer.status}: ${answer.body.slice(0, 400)}`,
+      )
+    return answer.body
+  }
+}
+
+export interface Op {
+  name: string
+  /** Timed samples, when not the run's n. */
+  count?: number
+  /** Prepares sample i, untimed (a cache state, a warming request), and returns its timed part. */
+  sample: (i: number) => Promise<() => Promise<unknown>>
+}
+export interface OpResult {
+  name: string
+  p50: number
+  p99: number
+  /** What `probe`'s readings moved by per timed sample. */
+  perSample: number[]
+}
+
+/**
+ * Round i takes sample i of every operation that has samples left, so that the noise of a shared
+ * machine lands on all operations alike instead of on one of them. `warmup` rounds are not timed.
+ */
+export async function measureInTurn(
+  ops: Op[],
+  o: { n: number; warmup: number; probe?: () => Promise<number[]> },
+): Promise<OpResult[]> {
+  const times = ops.map(() => [] as number[])
+  const moved = ops.map(() => [] as number[])
+  const rounds = o.warmup + Math.max(...ops.map((op) => op.count ?? o.n))
+  for (let i = 0; i < rounds; i++) {
+    for (const [k, op] of ops.entries()) {
+      if (i >= o.warmup + (op.count ?? o.n)) continue
+      checkInterrupted()
+      const timed = await op.sample(i)
+      const before = (await o.probe?.()) ?? []
+      const t0 = performance.now()
+      await timed()
+      const elapsed = performance.now() - t0
+      if (i < o.warmup) continue
+      times[k]!.push(elapsed)
+      const after = (await o.probe?.()) ?? []
+      for (const [j, v] of after.entries()) moved[k]![j] = (moved[k]![j] ?? 0) + v - before[j]!
+    }
+    if ((i + 1) % 500 === 0) console.error(`    round ${i + 1} / ${rounds}`)
+  }
+  return ops.map((op, k) => {
+    const sorted = times[k]!.sort((a, b) => a - b)
+    return {
+      name: op.name,
+      p50: percentile(sorted, 0.5),
+      p99: percentile(sorted, 0.99),
+      perSample: moved[k]!.map((v) => v / sorted.length),
+    }
   })
 }
 
 // ---------------------------------------------------------------------------------------------
-// Readings and figures.
+// Stores.
 
-const CLOCK_TICKS_PER_SECOND = (() => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
-  } catch {
-    return 100
+/** A fresh database on BENCH_DATABASE_URL's server; drop() removes it. */
+export async function createDatabase(label: string): Promise<{ name: string; url: string; drop: () => Promise<void> }> {
+  const name = `tgw_${label}_${randomBytes(5).toString('hex')}`
+  const admin = () => postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
+  const sql = admin()
+  await sql.unsafe(`create database ${name}`).finally(() => sql.end())
+  const url = new URL(ADMIN_URL)
+  url.pathname = `/${name}`
+  const drop = async () => {
+    const sql = admin()
+    await sql
+      .unsafe(`drop database if exists ${name} with (force)`)
+      .catch((err) => console.error(`dropping ${name} failed; drop it by hand:`, err))
+      .finally(() => sql.end())
   }
-})()
+  return { name, url: url.toString(), drop }
+}
+
+/** Deletes every Redis key under `prefix` (SCAN + UNLINK); never the others'. */
+export async function deleteRedisPrefix(prefix: string): Promise<number> {
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, retryStrategy: () => null })
+  redis.on('error', () => {})
+  try {
+    let [cursor, deleted] = ['0', 0]
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+      cursor = next
+      if (keys.length > 0) deleted += await redis.unlink(...keys)
+    } while (cursor !== '0')
+    return deleted
+  } finally {
+    redis.disconnect()
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readings.
+
+export type Scrape = Map<string, number>
+/** A gateway's /metrics as series → value; null when it does not answer. */
+export async function scrape(metricsPort: number): Promise<Scrape | null> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { signal: AbortSignal.timeout(3000) })
+    const series: Scrape = new Map()
+    for (const line of (await response.text()).split('\n')) {
+      const match = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line)
+      if (match !== null) series.set(match[1]! + (match[2] ?? ''), Number(match[3]))
+    }
+    return series
+  } catch {
+    return null
+  }
+}
+
+/** The sum of a metric's series whose labels include every `label="value"` given; NaN without a scrape. */
+export function metric(scraped: Scrape | null | undefined, name: string, ...labels: string[]): number {
+  if (scraped == null) return Number.NaN
+  // A labelled counter has no series until its first increment: absent is 0.
+  let sum = 0
+  for (const [series, value] of scraped) {
+    if ((series === name || series.startsWith(`${name}{`)) && labels.every((l) => series.includes(l))) sum += value
+  }
+  return sum
+}
+
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
 
 /**
- * CPU seconds a process has used so far, from /proc (Linux only; NaN elsewhere). Unlike req/s,
+ * CPU seconds (user + system) a process has used, from /proc (Linux; NaN elsewhere). Unlike req/s,
  * which moves with whatever else the machine runs, CPU per request is the server's own cost.
  */
 export function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN
   try {
     // The fields after the command name, which is in parentheses and may hold spaces.
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
   } catch {
     return Number.NaN
   }
 }
+
+export function rssBytes(pid: number | undefined): number {
+  try {
+    return Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? Number.NaN) * 1024
+  } catch {
+    return Number.NaN
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The load loop: autocannon, with latencies kept here in float milliseconds (its own histogram
+// keeps whole ones, too coarse for sub-millisecond differences) and the server's CPU per request.
+
+interface AutocannonResult {
+  duration: number
+  errors: number
+  timeouts: number
+  statusCodeStats: Record<string, { count: number }>
+  requests: { total: number }
+}
+interface AutocannonInstance {
+  on(event: 'response', listener: (client: unknown, status: number, bytes: number, ms: number) => void): void
+  stop(): void
+}
+type Autocannon = (
+  opts: Record<string, unknown>,
+  cb: (err: Error | null, result: AutocannonResult) => void,
+) => AutocannonInstance
+let autocannon: Autocannon | null = null
+let running: AutocannonInstance | null = null
+whenInterrupted(() => running?.stop())
+
+export interface Measured {
+  requests: number
+  perSecond: number
+  p50: number
+  p99: number
+  /** µs of CPU the server process spent per request; NaN off Linux. */
+  cpuMicros: number
+  statuses: Record<string, number>
+}
+
+/**
+ * GET PROXIED_PATH for `seconds` (or `amount` requests) over `connections` keep-alive connections.
+ * Anything but an `allowed` status, or a 200 without the upstream's body, fails the bench.
+ * `vary` gives headers per request; `onResponse` sees each answer.
+ */
+export async function load(o: {
+  url: string
+  headers: Record<string, string>
+  connections: number
+  seconds?: number
+  amount?: number
+  pid?: number | undefined
+  vary?: () => Record<string, string>
+  allowed?: readonly number[]
+  onResponse?: () => void
+}): Promise<Measured> {
+  checkInterrupted()
+  let latencies = new Float64Array(1 << 16)
+  let n = 0
+  let wrongBodies = 0
+  const vary = o.vary
+  const cpuBefore = cpuSeconds(o.pid)
+  autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
+  const result = await new Promise<AutocannonResult>((done, fail) => {
+    running = autocannon!(
+      {
+        url: o.url,
+        connections: o.connections,
+        headers: o.headers,
+        ...(o.amount === undefined ? { duration: o.seconds } : { amount: o.amount, timeout: 30 }),
+        requests: [
+          {
+            method: 'GET',
+            path: PROXIED_PATH,
+            ...(vary === undefined
+              ? {}
+              : {
+                  setupRequest: (req: { headers?: Record<string, string> }) => ({
+                    ...req,
+                    headers: { ...req.headers, ...vary() },
+                  }),
+                }),
+            onResponse: (status: number, body: string) => {
+              if (status === 200 && body !== UPSTREAM_BODY) wrongBodies++
+            },
+          },
+        ],
+      },
+      (err, res) => (err ? fail(err) : done(res)),
+    )
+    running.on('response', (_client, _status, _bytes, ms) => {
+      if (n === latencies.length) {
+        const grown = new Float64Array(n * 2)
+        grown.set(latencies)
+        latencies = grown
+      }
+      latencies[n++] = ms
+      o.onResponse?.()
+    })
+  })
+  running = null
+  const cpu = cpuSeconds(o.pid) - cpuBefore
+  checkInterrupted()
+  const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, { count }]) => [code, count]))
+  const unexpected = Object.keys(statuses).filter((code) => !(o.allowed ?? [200]).includes(Number(code)))
+  if (unexpected.length > 0 || result.errors > 0 || result.timeouts > 0 || wrongBodies > 0 || n === 0) {
+    throw new Error(
+      `statuses ${counts(statuses)}, ${result.errors} errors, ${result.timeouts} timeouts, ${wrongBodies} bodies other than ${UPSTREAM_BODY}`,
+    )
+  }
+  const sorted = latencies.subarray(0, n).sort()
+  const requests = result.requests.total
+  return {
+    requests,
+    perSecond: requests / result.duration,
+    p50: percentile(sorted, 0.5),
+    p99: percentile(sorted, 0.99),
+    cpuMicros: (cpu * 1e6) / requests,
+    statuses,
+  }
+}
+
+/** A side's rounds as one row: the medians, and the requests summed. */
+export function medianOf(rounds: Measured[]): Measured {
+  const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros') => median(rounds.map((r) => r[key]))
+  const requests = rounds.reduce((sum, r) => sum + r.requests, 0)
+  return {
+    requests,
+    perSecond: pick('perSecond'),
+    p50: pick('p50'),
+    p99: pick('p99'),
+    cpuMicros: pick('cpuMicros'),
+    statuses: {},
+  }
+}
+
+/** The columns of a round in a report, and its cells. */
+export const ROUND_COLUMNS = ['requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
+export const roundCells = (r: Measured) => [
+  fmt(r.requests),
+  fmt(r.perSecond),
+  r.p50.toFixed(3),
+  r.p99.toFixed(3),
+  r.cpuMicros.toFixed(1),
+]
+
+// ---------------------------------------------------------------------------------------------
+// Figures and reports.
 
 /** Nearest-rank percentile of sorted values. */
 export function percentile(sorted: ArrayLike<number>, p: number): number {
@@ -388,32 +772,64 @@ export function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
-export const fmt = (n: number) => Math.round(n).toLocaleString('en-US')
+export const fmt = (n: number) => (Number.isNaN(n) ? '-' : Math.round(n).toLocaleString('en-US'))
+export const ms = (n: number) => (Number.isNaN(n) ? '-' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0))
+export const counts = (record: Record<string, number>) =>
+  Object.entries(record)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${k} ×${fmt(v)}`)
+    .join(', ')
 
-export function packageVersion(name: string): string {
-  try {
-    return (JSON.parse(readFileSync(resolve(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
-  } catch {
-    return '?'
-  }
+/** A Markdown table: the first `left` columns flush left, the others right. */
+export function table(header: string[], rows: string[][], left = 1): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? '').length)))
+  const line = (cells: string[]) =>
+    `| ${cells.map((c, i) => (i < left ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ')} |`
+  return [
+    line(header),
+    `|${widths.map((w, i) => (i < left ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`,
+    ...rows.map(line),
+  ]
 }
 
 export function gitDescription(tree = ROOT): string {
   try {
     const head = execFileSync('git', ['-C', tree, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim()
-    const dirty = execFileSync('git', ['-C', tree, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !== ''
+    const dirty =
+      execFileSync('git', ['-C', tree, 'status', '--porcelain', '--', 'src', 'config'], { encoding: 'utf8' }).trim() !==
+      ''
     return dirty ? `${head} + uncommitted changes in src/ or config/` : head
   } catch {
     return 'unknown commit'
   }
 }
 
-/** `NAME=value` for the report's command line, with a URL's password hidden; null when unset. */
-export function envForCommand(name: string): string | null {
-  const value = process.env[name]
-  if (value === undefined || value === '') return null
-  if (!/^\w+:\/\//.test(value)) return `${name}=${value}`
-  const url = new URL(value)
-  if (url.password !== '') url.password = '***'
-  return `${name}=${url.toString()}`
+const packageVersion = (name: string) =>
+  (JSON.parse(readFileSync(resolve(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
+
+/** The lines a report opens with: when, where, on what, and the command that printed it. */
+export function reportHead(script: string): string[] {
+  const cpus = os.cpus()
+  // The knobs set, as a command line again (a URL's password hidden).
+  const knobs = Object.keys(process.env)
+    .filter((name) => /^(BENCH|SOAK)_/.test(name) && process.env[name] !== '')
+    .sort()
+    .map((name) => {
+      const value = process.env[name]!
+      if (!/^\w+:\/\//.test(value)) return `${name}=${value}`
+      const url = new URL(value)
+      if (url.password !== '') url.password = '***'
+      return `${name}=${url}`
+    })
+  const node = chosenNode
+  return [
+    `date      ${new Date().toISOString()}`,
+    `machine   ${cpus[0]?.model.trim() ?? '?'}, ${cpus.length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, ${os.platform()} ${os.release()}; load average ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+    `node      ${node === null ? '' : `servers on ${node.version} (${node.reason}); `}this process on ${process.version}; fastify ${packageVersion('fastify')}, postgres ${packageVersion('postgres')}, ioredis ${packageVersion('ioredis')}, autocannon ${packageVersion('autocannon')}`,
+    `code      ${gitDescription()}`,
+    `command   ${[...knobs, 'npm run', script].join(' ')}`,
+  ]
 }
