@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The gateway's image (DESIGN §9): multi-stage, non-root, a current Node LTS.
+# The gateway's image (docs/operations.md): multi-stage, non-root, a current Node LTS.
 #
 #   docker build -t tenancy-gateway .
 #   docker run --rm -p 8080:8080 -p 9091:9091 tenancy-gateway      # embedded database, for trying it out
@@ -44,7 +44,7 @@ FROM ${NODE_IMAGE} AS runtime
 # With DATABASE_URL set nothing is written, and the root filesystem can be read-only.
 # NODE_OPTIONS: V8's old generation capped at 160 MiB. The live heap is about 110 MiB with the
 # in-process cache full; Node's own sizing lets garbage pile up to several times that between full
-# collections (RSS 259-497 MB against 189-242 MB capped: bench/RESULTS.md). Give the container
+# collections (RSS 259-497 MB against 189-242 MB capped: bench/RESULTS.md at e5da086). Give the container
 # 320 MiB or more, or set NODE_OPTIONS to a cap about half its limit.
 ENV NODE_ENV=production \
     NODE_OPTIONS=--max-old-space-size=160 \
@@ -85,6 +85,6 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 # No V8 flags. --no-allocation-site-pretenuring was here for a while: on Node 20 it kept V8 from
 # tenuring request-path allocation sites at startup (1.3-2x the CPU per request in most processes),
 # but on this image's Node 26 the gateway spent 11-18% more CPU per request with it than without,
-# and only one of fourteen processes without it came near that state (bench/RESULTS.md).
+# and only one of fourteen processes without it came near that state (bench/RESULTS.md at e5da086).
 # The same image runs the CLI: `docker run … tenancy-gateway dist/cli.js migrate`.
 CMD ["node", "--enable-source-maps", "dist/main.js"]

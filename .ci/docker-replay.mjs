@@ -440,7 +440,7 @@ async function smokeStart(runtime, node) {
     if (metrics.status !== 200 || !metrics.body.includes('# HELP')) fail(`GET :${env.METRICS_PORT}/metrics → ${metrics.status || metrics.body}`)
     say(`GET :METRICS_PORT/metrics → 200, ${metrics.body.split('\n').filter((l) => l.startsWith('# HELP')).length} metrics`)
 
-    // DESIGN §2: the embedded database's first start prints a parent key, once. Listing
+    // docs/configuration.md: the embedded database's first start prints a parent key, once. Listing
     // sub-accounts with it goes through the migrated tables and the store's production dependencies.
     const key = /^bootstrap parent account \S+ key (\S+)$/m.exec(stdout)?.[1]
     if (key === undefined) fail('the first start printed no `bootstrap parent account … key …` line')

@@ -84,7 +84,7 @@ export async function findSubAccountIdByExternalId(db: Db, parentId: string, ext
 }
 
 /** Whether the parent has an active sub-account: `exists` stops at the first, where a count
- * read all of them (20 ms at 100,000 sub-accounts; bench/RESULTS.md). */
+ * read all of them (20 ms at 100,000 sub-accounts; bench/RESULTS.md at e5da086). */
 export async function hasActiveSubAccounts(db: Db, parentId: string): Promise<boolean> {
   const [row] = await db<{ any: boolean }[]>`
     select exists (select 1 from tenants where parent_id = ${parentId} and status = 'active') as any`
