@@ -1,4 +1,4 @@
-// Embedded mode (DESIGN §2): no DATABASE_URL, PGlite in DATA_DIR. The gateway is started the way
+// Embedded mode (docs/configuration.md): no DATABASE_URL, PGlite in DATA_DIR. The gateway is started the way
 // the README says (`npm start`) and called over real HTTP; no Postgres server is involved.
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'

@@ -1,4 +1,4 @@
-// Migrations (DESIGN §2): applied once each under an advisory lock, so that replicas can start
+// Migrations (docs/configuration.md): applied once each under an advisory lock, so that replicas can start
 // together; a failing migration leaves nothing behind; `cli migrate` for a Helm hook.
 import { execFile } from 'node:child_process'
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
