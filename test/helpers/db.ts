@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto'
 import postgres from 'postgres'
 import type { Sql } from '../../src/store/db.js'
 import { migrate } from '../../src/store/migrate.js'
-import type { TestLike } from './test-like.js'
+import { stopTheRun, type TestLike } from './test-like.js'
 
 /** The server tests use; override with TEST_DATABASE_URL (any database on it; we create our own). */
 export const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -28,9 +28,7 @@ function cannotReach(err: unknown): Error {
     `the tests' Postgres at ${shown(ADMIN_URL)} cannot be reached (${(err as Error).message}): ` +
       'start it, or set TEST_DATABASE_URL to a server on which the tests may create databases',
   )
-  // The message says it all: no stack of the helper's frames.
-  error.stack = error.message
-  return error
+  return stopTheRun(error)
 }
 
 export async function freshDatabase(t: TestLike, options: { migrated?: boolean } = {}): Promise<TestDatabase> {

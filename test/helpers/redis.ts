@@ -2,7 +2,7 @@
 // prefix of its own, and every client a test opens has an error listener and is closed at teardown.
 import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
-import type { TestLike } from './test-like.js'
+import { stopTheRun, type TestLike } from './test-like.js'
 
 /** The server tests use; override with TEST_REDIS_URL. */
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -23,18 +23,16 @@ let reachable: Promise<void> | undefined
 export function requireRedis(): Promise<void> {
   reachable ??= (async () => {
     const probe = new Redis(REDIS_URL, { lazyConnect: true, connectTimeout: 5_000, maxRetriesPerRequest: 0, retryStrategy: () => null })
-    // Every failure reaches the catch below through connect() or ping().
-    probe.on('error', () => {})
+    // Every failure reaches the catch below through connect() or ping(); the event says why.
+    let cause: Error | null = null
+    probe.on('error', (err: Error) => (cause ??= err))
     try {
       await probe.connect()
       await probe.ping()
     } catch (err) {
-      const error = new Error(
-        `the tests' Redis at ${shown(REDIS_URL)} cannot be reached (${(err as Error).message}): start it, or set TEST_REDIS_URL to one that answers`,
-      )
-      // The message says it all: no stack of the helper's frames.
-      error.stack = error.message
-      throw error
+      const why = (cause ?? (err as Error)).message
+      const error = new Error(`the tests' Redis at ${shown(REDIS_URL)} cannot be reached (${why}): start it, or set TEST_REDIS_URL to one that answers`)
+      throw stopTheRun(error)
     } finally {
       probe.disconnect()
     }

@@ -12,8 +12,9 @@ import { freshDatabase } from '../helpers/db.js'
 import { createParent, metricValue } from '../helpers/gateway.js'
 import { startRedis } from '../helpers/own-redis.js'
 import { sleep } from '../helpers/poll.js'
-import { REDIS_URL, redisClient, redisPrefix } from '../helpers/redis.js'
+import { REDIS_URL, redisClient, redisPrefix, requireRedis } from '../helpers/redis.js'
 
+await requireRedis()
 const database = await freshDatabase(t)
 const prefix = redisPrefix(t)
 const redis = redisClient(t)

@@ -16,9 +16,10 @@ import { freshDatabase } from '../helpers/db.js'
 import { createParent } from '../helpers/gateway.js'
 import { callAs, getOverAgent, rawRequest } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
-import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
+import { REDIS_URL, redisPrefix, requireRedis } from '../helpers/redis.js'
 import { closedPort, holdingUpstream } from '../helpers/upstream.js'
 
+await requireRedis()
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 /** Generous bounds against hangs on a slow, busy machine; no assertion is about speed. */
 const START_TIMEOUT = 60_000
