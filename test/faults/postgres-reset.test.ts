@@ -1,10 +1,10 @@
-// Postgres connections lost at awkward moments, through a relay that closes one connection at
-// the moment it sends a given pattern, reset (a crashed peer, a NAT or firewall dropping its
-// state) or closed in order (Postgres shutting down or terminating the backend, a failover, a
-// proxy). The requirement throughout: nothing escapes to the process. An uncaught exception or
-// an unhandled rejection ends the gateway (main.ts's close-with-grace shuts it down), and every
-// in-process cache (the stale window of docs/architecture.md) and every count not yet flushed goes with it,
-// exactly when Postgres is in trouble. And requests go on, and usage arrives exactly once.
+// Postgres connections lost at awkward moments, through a relay that closes one connection at the
+// moment it sends a given pattern, reset (a crashed peer, a NAT or firewall dropping its state) or
+// closed in order (Postgres shutting down or terminating the backend, a failover, a proxy). The
+// requirement throughout: nothing escapes to the process. An uncaught exception or an unhandled
+// rejection ends the gateway (main.ts's close-with-grace shuts it down), and every in-process cache
+// (the stale window of docs/architecture.md) and every count not yet flushed goes with it, exactly
+// when Postgres is in trouble. And requests go on, and usage arrives exactly once.
 //   - in the middle of a usage flush (addUsage in src/store/usage.ts);
 //   - during a new connection's first query;
 //   - /readyz during a partition that ends in resets (its query times out, and is not cancelled).

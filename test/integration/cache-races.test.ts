@@ -1,5 +1,6 @@
-// The Redis tier against a fill that races an invalidation (docs/architecture.md): real Postgres and Redis,
-// with the Postgres read held open so that the change lands between the read and the store.
+// The Redis tier against a fill that races an invalidation (docs/architecture.md): real Postgres
+// and Redis, with the Postgres read held open so that the change lands between the read and the
+// store.
 import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { pino } from 'pino'
@@ -61,7 +62,7 @@ async function ready(...caches: TenancyCache[]): Promise<void> {
   // Both connections up: a lookup before that would skip Redis.
   for (let i = 0; i < 100; i++) {
     if ((await Promise.all(caches.map((c) => c.ping(200)))).every((r) => r === 'ok')) return
-    await new Promise((resolve) => setTimeout(resolve, 20))
+    await sleep(20)
   }
   throw new Error('redis did not become ready')
 }
@@ -88,10 +89,10 @@ t.test('a fill that read a key before its revocation does not put it back into R
   await revokeKey(database.sql, key.id, key.keyId)
   await other.invalidate([cacheKeys.key(sha256(key.apiKey))])
   // The slow fill lands after the invalidation and after its repeat.
-  await new Promise((resolve) => setTimeout(resolve, 400))
+  await sleep(400)
   held.release()
   t.equal((await filling)?.status, 'active', 'the slow request itself saw the row it read')
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   stream.resume()
 
   t.equal(await redis.get(entry), null, 'Redis does not hold the old record')
@@ -106,16 +107,16 @@ t.test('fills still store into Redis, before and after an invalidation', async (
   const first = cache(postgresLookups(database.sql))
   await ready(first)
   await first.lookups.keyByDigest(sha256(key.apiKey))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored after the first fill')
 
   await first.invalidate([cacheKeys.key(sha256(key.apiKey))])
   t.equal(await redis.get(entry), null, 'deleted by the invalidation')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await sleep(300)
   const second = cache(postgresLookups(database.sql))
   await ready(second)
   await second.lookups.keyByDigest(sha256(key.apiKey))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored again by a fill that began after it')
 })
 
@@ -228,7 +229,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   t.teardown(() => replica.close())
   await ready(replica)
   for (const key of keys) await replica.lookups.keyByDigest(sha256(key.apiKey))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.equal(await admin.exists(...entries), 5, 'all five entries are in Redis')
 
   // Redis stops answering: each invalidation times out and is remembered, until there are too many.
@@ -240,7 +241,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
   let left = 5
   for (let i = 0; i < 100 && left > 0; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    await sleep(50)
     left = await admin.exists(...entries)
   }
   // Sending the two remembered names would leave three entries: all went, the unchanged one too.

@@ -1,5 +1,6 @@
-// The operator CLI (docs/configuration.md), run as an operator runs it: `npm run --silent cli -- ...` from the
-// repository root, against a real Postgres. Keys it prints are then used against the app.
+// The operator CLI (docs/configuration.md), run as an operator runs it: `npm run --silent cli --
+// ...` from the repository root, against a real Postgres. Keys it prints are then used against the
+// app.
 import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { fileURLToPath } from 'node:url'

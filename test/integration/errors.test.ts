@@ -1,4 +1,5 @@
-// Every failure is problem+json (docs/api.md): fastify's own errors too, and a 5xx shows no internals.
+// Every failure is problem+json (docs/api.md): fastify's own errors too, and a 5xx shows no
+// internals.
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'

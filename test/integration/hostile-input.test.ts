@@ -13,6 +13,7 @@ import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import type { LightMyRequestResponse } from 'fastify'
 import { startGateway } from '../helpers/gateway.js'
+import { sleep } from '../helpers/poll.js'
 import {
   expectNo,
   isParserRefusal,
@@ -970,7 +971,7 @@ function sameJson(a: unknown, b: unknown): boolean {
 }
 
 t.test('afterwards: nothing refused reached an upstream, no 5xx was ever answered, the gateway is alive', async (t) => {
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await sleep(200)
   const leaked = [...catchAll.received, ...shipments.received].filter((r) => r.marker !== undefined && refusedMarkers.has(r.marker))
   t.same(leaked.map((r) => `${r.method} ${r.url}`), [], `none of the ${refusedMarkers.size} refused requests reached an upstream (they received ${totalReceived()} in all)`)
   const requests = await app.metrics.registry.getSingleMetric('tgw_http_requests_total')!.get()

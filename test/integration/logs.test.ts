@@ -1,8 +1,8 @@
-// Logs (docs/operations.md): no secret is ever written, and every request leaves exactly one "request"
-// line that can be joined to its response by the request id. The gateway runs in-process over
-// real sockets, Postgres, Redis and an upstream, with the logger options main.ts uses
-// (loggerOptions) at level trace, writing into an array, so that every line any part of the
-// gateway writes is searched.
+// Logs (docs/operations.md): no secret is ever written, and every request leaves exactly one
+// "request" line that can be joined to its response by the request id. The gateway runs in-process
+// over real sockets, Postgres, Redis and an upstream, with the logger options main.ts uses
+// (loggerOptions) at level trace, writing into an array, so that every line any part of the gateway
+// writes is searched.
 import t from 'tap'
 import pino from 'pino'
 import { LOG_CENSOR, loggerOptions } from '../../src/ops/logging.js'

@@ -1,6 +1,6 @@
-// OpenAPI 3.1 at /openapi.json and the docs page at /docs (docs/operations.md): a valid document that
-// describes every management route the app actually serves, and pages that need no key and never
-// reach an upstream, even behind a catch-all route.
+// OpenAPI 3.1 at /openapi.json and the docs page at /docs (docs/operations.md): a valid document
+// that describes every management route the app actually serves, and pages that need no key and
+// never reach an upstream, even behind a catch-all route.
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'

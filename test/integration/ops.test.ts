@@ -1,5 +1,5 @@
-// Health, readiness and metrics (docs/operations.md), against the real Postgres and Redis, and against
-// ones that do not answer (a port nothing listens on).
+// Health, readiness and metrics (docs/operations.md), against the real Postgres and Redis, and
+// against ones that do not answer (a port nothing listens on).
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'

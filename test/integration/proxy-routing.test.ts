@@ -1,6 +1,6 @@
-// The proxy over real sockets, part two: the route table (docs/configuration.md), bad paths (docs/api.md),
-// upstream failures and request bodies. Every outcome is checked on what the recording
-// upstreams actually got.
+// The proxy over real sockets, part two: the route table (docs/configuration.md), bad paths
+// (docs/api.md), upstream failures and request bodies. Every outcome is checked on what the
+// recording upstreams actually got.
 import { randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { createServer as createNetServer } from 'node:net'

@@ -1,6 +1,7 @@
-// Two replicas of one deployment (docs/architecture.md): gateways A and B, each on its own socket, sharing one
-// Postgres database and one Redis prefix, in front of one recording upstream. Every change is made
-// through A after B's in-process cache was warmed with the old state; B must follow within 1 s.
+// Two replicas of one deployment (docs/architecture.md): gateways A and B, each on its own socket,
+// sharing one Postgres database and one Redis prefix, in front of one recording upstream. Every
+// change is made through A after B's in-process cache was warmed with the old state; B must follow
+// within 1 s.
 //
 // A and B keep found and "not found" records in-process for a minute here, and A sends each
 // invalidation once only (its second send, a second later, is put off by a minute), so that only
@@ -14,7 +15,7 @@ import { generateApiKey } from '../../src/auth/keys.js'
 import { mintKey } from '../../src/auth/mint.js'
 import { metricValue, startGateway, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
-import { eventually } from '../helpers/poll.js'
+import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient } from '../helpers/redis.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -362,7 +363,7 @@ t.test("7. a reconnect of B's subscriber clears B's in-process cache", async (t)
   t.equal(await redis.exists(keyEntry(key.api_key)), 0, 'Redis holds no entry for the key')
   const revokedAt = Date.now()
   t.equal((await read(b, key.api_key)).status, 200, 'B still serves its in-process copy (no message was sent)')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await sleep(300)
   const stale = await read(b, key.api_key)
   t.equal(stale.status, 200, `and still does 300 ms later: only the reconnect can make it forget (${describe(stale)})`)
 

@@ -9,7 +9,7 @@ import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { metricValue, recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
-import { eventually } from '../helpers/poll.js'
+import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient } from '../helpers/redis.js'
 import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstream, requestBytes, UPSTREAM_MARK, type HeaderLines, type RawExchange } from '../helpers/hostile.js'
 
@@ -106,7 +106,7 @@ async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<voi
   const before = smuggledArrived()
   // Wait for the server to close (or 1.5 s): a second response would show that it read on.
   const exchange = await rawExchange(portA, bytes, { waitMs: 1500 })
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.equal(exchange.responses.length, 1, `one response on the connection (got ${exchange.responses.map((r) => r.status).join(', ')})`)
   t.equal(exchange.responses[0]?.status, 400, 'the ambiguous request is refused with 400')
   t.ok(exchange.closedByServer, 'and the connection is closed')

@@ -1,8 +1,8 @@
-// Graceful shutdown (docs/operations.md) of a real gateway process, the way a rolling deploy ends one:
-// SIGTERM while keep-alive clients keep it busy. The test plays the load balancer: it polls
+// Graceful shutdown (docs/operations.md) of a real gateway process, the way a rolling deploy ends
+// one: SIGTERM while keep-alive clients keep it busy. The test plays the load balancer: it polls
 // /readyz on fresh connections and stops sending new requests once it answers 503. Every request
-// that was started must get a whole 2xx answer, the process must exit 0, and no usage count may
-// be lost (the meter's last counts are flushed at close).
+// that was started must get a whole 2xx answer, the process must exit 0, and no usage count may be
+// lost (the meter's last counts are flushed at close).
 //
 // Requests "in flight when the close begins" are made certain, not likely: the upstream holds
 // some requests until the test has seen the listener refuse connections (app.close() has begun),
@@ -385,9 +385,9 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
   )
 })
 
-// An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway must not
-// go on in an unknown state, nor die on the spot with its counts unflushed. It drains like a
-// SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
+// An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway
+// must not go on in an unknown state, nor die on the spot with its counts unflushed. It drains like
+// a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
 t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
   const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'rejection', {
     NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigusr2.mjs', import.meta.url).href}`,

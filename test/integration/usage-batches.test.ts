@@ -1,7 +1,7 @@
-// Usage flushes are applied once (docs/api.md, docs/architecture.md): a flush that Postgres committed but whose reply
-// was lost is retried with the same batch id and adds nothing twice. The connection is really cut,
-// by a relay between the meter and Postgres, right after it forwarded the flush's statement (one
-// statement, committed on its own) and before the reply comes back.
+// Usage flushes are applied once (docs/api.md, docs/architecture.md): a flush that Postgres
+// committed but whose reply was lost is retried with the same batch id and adds nothing twice. The
+// connection is really cut, by a relay between the meter and Postgres, right after it forwarded the
+// flush's statement (one statement, committed on its own) and before the reply comes back.
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import postgres from 'postgres'

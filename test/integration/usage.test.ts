@@ -1,6 +1,6 @@
-// Usage metering and the usage report (docs/api.md, docs/architecture.md) and keys' last_used_at, over real sockets,
-// real Postgres and Redis and a real upstream. The meter's timer is an hour long, so that only
-// an explicit flush writes: every count below is exact.
+// Usage metering and the usage report (docs/api.md, docs/architecture.md) and keys' last_used_at,
+// over real sockets, real Postgres and Redis and a real upstream. The meter's timer is an hour
+// long, so that only an explicit flush writes: every count below is exact.
 import t from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
 import { generateApiKey } from '../../src/auth/keys.js'
