@@ -145,8 +145,8 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
     // The route table is the test's, never the repository's config/gateway.yaml.
     gatewayConfig: options.gatewayConfig ?? {},
   }
-  const build = async () => {
-    const app = await buildApp({
+  const build = () =>
+    buildApp({
       config,
       store,
       redisKeyPrefix,
@@ -154,8 +154,6 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       usageFlushIntervalMs: options.usageFlushIntervalMs,
       logger: options.logger ?? false,
     })
-    return app
-  }
   let app: FastifyInstance
   let routes: RegisteredRoute[] = []
   try {
