@@ -12,7 +12,6 @@ import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { loadRouteTable } from '../../src/proxy/route-table.js'
 import { openStore } from '../../src/store/db.js'
 
 const exposedGc = (globalThis as { gc?: () => void }).gc
@@ -23,9 +22,10 @@ const send = (message: unknown) => process.send!(message)
 
 const databaseUrl = process.env.DATABASE_URL
 const routesDoc = JSON.parse(process.env.FAULT_ROUTES ?? '{}') as Record<string, unknown>
-const config = loadConfig({ DATABASE_URL: databaseUrl })
+// The route table is FAULT_ROUTES, never the repository's config/gateway.yaml.
+const config = { ...loadConfig({ DATABASE_URL: databaseUrl }), gatewayConfig: routesDoc }
 const store = await openStore({ databaseUrl, dataDir: '.' })
-const app = await buildApp({ config, store, routes: loadRouteTable(routesDoc, undefined), logger: false })
+const app = await buildApp({ config, store, logger: false })
 await app.listen({ port: 0, host: '127.0.0.1' })
 const port = (app.server.address() as AddressInfo).port
 

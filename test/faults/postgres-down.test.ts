@@ -1,4 +1,4 @@
-// Postgres unreachable (DESIGN §8, README "When Postgres or Redis is down"), seen from the gateway
+// Postgres unreachable (docs/architecture.md; outages: docs/operations.md), seen from the gateway
 // through a TCP relay the test owns, in its two shapes:
 //   - cut: the far end is gone; connections are destroyed and new ones refused (a stopped or
 //     crashed server, a firewall that rejects);
@@ -16,29 +16,20 @@
 // its in-process entry has expired (with Redis up, Redis would answer for its own, longer TTL).
 import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
-import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
+import { mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
-import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
-import { startUpstream, within } from '../helpers/proxy.js'
-import {
-  codeOf,
-  describeTimed,
-  faultGateway,
-  median,
-  postgresAddress,
-  round,
-  sleep,
-  startRelay,
-  timedCall,
-  viaPort,
-  watchCrashes,
-  type Timed,
-} from './helpers.js'
+import { createParent, metricValue, startGateway } from '../helpers/gateway.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { startUpstream } from '../helpers/upstream.js'
+import { watchCrashes } from './crashes.js'
+import { median, round } from './measuring.js'
+import { postgresAddress, startRelay, viaPort } from './relay.js'
+import { codeOf, describeTimed, timedCall, type Timed } from './timed-call.js'
 
 /** In-process TTL of a found record here (5 s by default): short, so that expiry is certain. */
 const LOCAL_TTL_MS = 300
-/** DESIGN §8 / the issue: an unknown key is refused within this long while Postgres is down. */
+/** docs/architecture.md: an unknown key is refused within this long while Postgres is down. */
 const REFUSAL_BOUND_MS = 1_000
 /** How long a request may go unanswered before the test calls it a hang and abandons it. */
 const HANG_LIMIT_MS = 2_000
@@ -49,8 +40,10 @@ const crashes = watchCrashes(t)
 const db = await freshDatabase(t)
 const relay = await startRelay(t, postgresAddress())
 const upstream = await startUpstream(t)
-const gw = await faultGateway(t, {
-  databaseUrl: viaPort(db.url, relay.port),
+const gw = await startGateway(t, {
+  database: db,
+  pool: { url: viaPort(db.url, relay.port) },
+  redis: false,
   upstreamUrl: upstream.url,
   cacheTimings: { localTtlMs: LOCAL_TTL_MS, negativeTtlMs: LOCAL_TTL_MS },
   // No usage flush while the relay cuts: a flush is a transaction, and a connection closed in the
@@ -60,11 +53,11 @@ const gw = await faultGateway(t, {
 })
 const sql = db.sql
 
-const { account: parent, key: parentKey } = await sql.begin((tx) => createParentWithKey(tx, { name: 'faults', externalId: null, extraScopes: [] }))
+const parent = await createParent(sql, { name: 'faults' })
 
 const measured: string[] = []
 /** Every real key of this file: the only ones the upstream may ever see. */
-const realKeyIds = new Set<string>([parentKey.row.id])
+const realKeyIds = new Set<string>([parent.keyId])
 
 type Mode = 'cut' | 'blackhole'
 
@@ -98,14 +91,14 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
   // external id, and on the management API.
   const knownCalls: [string, () => Promise<Timed>][] = [
     ['known key', () => timedCall(gw.url, known.apiKey, { path: '/orders' }, HANG_LIMIT_MS)],
-    ['parent acting by uuid', () => timedCall(gw.url, parentKey.apiKey, { path: '/orders', acting: sub.id }, HANG_LIMIT_MS)],
-    ['parent acting by ext:', () => timedCall(gw.url, parentKey.apiKey, { path: '/orders', acting: `ext:ext-${mode}` }, HANG_LIMIT_MS)],
+    ['parent acting by uuid', () => timedCall(gw.url, parent.apiKey, { path: '/orders', acting: sub.id }, HANG_LIMIT_MS)],
+    ['parent acting by ext:', () => timedCall(gw.url, parent.apiKey, { path: '/orders', acting: `ext:ext-${mode}` }, HANG_LIMIT_MS)],
   ]
   for (const [what, call] of knownCalls) {
     const warm = await call()
     t.equal(warm.res?.status, 200, `before the fault: ${what} is served (${describeTimed(warm)})`)
   }
-  const list = await timedCall(gw.url, parentKey.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)
+  const list = await timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)
   t.equal(list.res?.status, 200, `before the fault: the management API answers (${describeTimed(list)})`)
 
   if (mode === 'cut') await relay.cut()
@@ -171,10 +164,10 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
 
   await t.test('the management API answers 503 store_unavailable', async (t) => {
     const calls: [string, Promise<Timed>][] = [
-      ['GET /v1/sub-accounts', timedCall(gw.url, parentKey.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)],
-      ['GET /v1/sub-accounts/{id}', timedCall(gw.url, parentKey.apiKey, { path: `/v1/sub-accounts/${sub.id}` }, HANG_LIMIT_MS)],
-      ['POST /v1/sub-accounts', timedCall(gw.url, parentKey.apiKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: `created during the ${mode}` } }, HANG_LIMIT_MS)],
-      ['GET /v1/sub-accounts/usage', timedCall(gw.url, parentKey.apiKey, { path: '/v1/sub-accounts/usage' }, HANG_LIMIT_MS)],
+      ['GET /v1/sub-accounts', timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)],
+      ['GET /v1/sub-accounts/{id}', timedCall(gw.url, parent.apiKey, { path: `/v1/sub-accounts/${sub.id}` }, HANG_LIMIT_MS)],
+      ['POST /v1/sub-accounts', timedCall(gw.url, parent.apiKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: `created during the ${mode}` } }, HANG_LIMIT_MS)],
+      ['GET /v1/sub-accounts/usage', timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts/usage' }, HANG_LIMIT_MS)],
     ]
     const at = since()
     const results: string[] = []
@@ -202,13 +195,13 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
 
   await t.test('the gateway recovers by itself', async (t) => {
     let last: Timed | null = null
-    const took = await within(RECOVERY_LIMIT_MS, async () => {
+    const took = await eventually(RECOVERY_LIMIT_MS, async () => {
       last = await timedCall(gw.url, unused.apiKey, { path: '/orders' }, HANG_LIMIT_MS)
       return last.res?.status === 200
     }, 50)
     t.not(took, null, `the unused key is served once Postgres is back (last: ${last === null ? 'none' : describeTimed(last, HANG_LIMIT_MS)})`)
     measured.push(`${mode}: outage of ${outageMs} ms; the unused key was served ${took} ms after the restore`)
-    const list = await timedCall(gw.url, parentKey.apiKey, { path: '/v1/sub-accounts' }, RECOVERY_LIMIT_MS)
+    const list = await timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, RECOVERY_LIMIT_MS)
     t.equal(list.res?.status, 200, `the management API answers again (${describeTimed(list)})`)
     const random = await timedCall(gw.url, randoms[0]!, { path: '/orders' }, RECOVERY_LIMIT_MS)
     t.ok(random.res?.status === 401 && codeOf(random.res) === 'unauthenticated', `a key that exists nowhere is 401 (${describeTimed(random)})`)

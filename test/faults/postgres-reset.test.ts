@@ -1,26 +1,31 @@
-// Postgres connections lost at awkward moments, through a relay that closes one connection at
-// the moment it sends a given pattern, reset (a crashed peer, a NAT or firewall dropping its
-// state) or closed in order (Postgres shutting down or terminating the backend, a failover, a
-// proxy). The requirement throughout: nothing escapes to the process. An uncaught exception or
-// an unhandled rejection ends the gateway (main.ts's close-with-grace shuts it down), and every
-// in-process cache (the stale window of DESIGN §8) and every count not yet flushed goes with it,
-// exactly when Postgres is in trouble. And requests go on, and usage arrives exactly once.
+// Postgres connections lost at awkward moments, through a relay that closes one connection at the
+// moment it sends a given pattern, reset (a crashed peer, a NAT or firewall dropping its state) or
+// closed in order (Postgres shutting down or terminating the backend, a failover, a proxy). The
+// requirement throughout: nothing escapes to the process. An uncaught exception or an unhandled
+// rejection ends the gateway (main.ts's close-with-grace shuts it down), and every in-process cache
+// (the stale window of docs/architecture.md) and every count not yet flushed goes with it, exactly
+// when Postgres is in trouble. And requests go on, and usage arrives exactly once.
 //   - in the middle of a usage flush (addUsage in src/store/usage.ts);
 //   - during a new connection's first query;
 //   - /readyz during a partition that ends in resets (its query times out, and is not cancelled).
 import t, { type Test } from 'tap'
-import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
-import { startUpstream, within } from '../helpers/proxy.js'
-import { describeTimed, faultGateway, orTimeout, postgresAddress, sleep, startRelay, timedCall, viaPort, watchCrashes } from './helpers.js'
+import { createParent, startGateway } from '../helpers/gateway.js'
+import { eventually, orTimeout, sleep } from '../helpers/poll.js'
+import { startUpstream } from '../helpers/upstream.js'
+import { watchCrashes } from './crashes.js'
+import { postgresAddress, startRelay, viaPort } from './relay.js'
+import { describeTimed, timedCall } from './timed-call.js'
 
 const crashes = watchCrashes(t)
 const db = await freshDatabase(t)
 const sql = db.sql
 const relay = await startRelay(t, postgresAddress())
 const upstream = await startUpstream(t)
-const gw = await faultGateway(t, {
-  databaseUrl: viaPort(db.url, relay.port),
+const gw = await startGateway(t, {
+  database: db,
+  pool: { url: viaPort(db.url, relay.port) },
+  redis: false,
   upstreamUrl: upstream.url,
   usageFlushIntervalMs: 50,
   // The tenant stays in-process: only the usage flush sends its id to Postgres (see below).
@@ -29,17 +34,17 @@ const gw = await faultGateway(t, {
 })
 
 async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
-  const { account: parent, key } = await sql.begin((tx) => createParentWithKey(tx, { name: `lost ${how}`, externalId: null, extraScopes: [] }))
+  const parent = await createParent(sql, { name: `lost ${how}` })
   const usageTotal = async () => (await sql<{ n: number }[]>`select coalesce(sum(requests), 0)::int as n from usage_daily where tenant_id = ${parent.id}`)[0]!.n
   const crashesBefore = crashes.length
   let answered = 0
   const call = async () => {
-    const res = await timedCall(gw.url, key.apiKey, { path: '/orders' }, 10_000)
+    const res = await timedCall(gw.url, parent.apiKey, { path: '/orders' }, 10_000)
     if (res.res?.status === 200) answered++
     return res
   }
   for (let i = 0; i < 5; i++) t.equal((await call()).res?.status, 200, 'warm')
-  t.not(await within(10_000, async () => (await usageTotal()) === 5, 20), null, 'the first flushes went through')
+  t.not(await eventually(10_000, async () => (await usageTotal()) === 5, 20), null, 'the first flushes went through')
 
   // The next flush loses its connection as it sends its counts: after BEGIN and the batch id,
   // at the statement that adds the counts, whose parameters name the tenant (its text is a
@@ -60,7 +65,7 @@ async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
     t.equal(res.res?.status, 200, `after the loss: ${describeTimed(res)}`)
   }
   let total = 0
-  const took = await within(30_000, async () => (total = await usageTotal()) >= answered, 50)
+  const took = await eventually(30_000, async () => (total = await usageTotal()) >= answered, 50)
   t.not(took, null, `the counts reached Postgres (${total} of ${answered})`)
   await sleep(300)
   total = await usageTotal()
@@ -77,8 +82,8 @@ t.test('the connection is closed in order (FIN)', (t) => lostMidFlush(t, 'fin'))
 // query is, losing it must reach the request, not the process.
 t.test("a new connection lost during its first query", async (t) => {
   const relay2 = await startRelay(t, postgresAddress())
-  const fresh = await faultGateway(t, { databaseUrl: viaPort(db.url, relay2.port), upstreamUrl: upstream.url, usageFlushIntervalMs: 3_600_000, relays: [relay2] })
-  const { key } = await sql.begin((tx) => createParentWithKey(tx, { name: 'first query', externalId: null, extraScopes: [] }))
+  const fresh = await startGateway(t, { database: db, pool: { url: viaPort(db.url, relay2.port) }, redis: false, upstreamUrl: upstream.url, usageFlushIntervalMs: 3_600_000, relays: [relay2] })
+  const key = await createParent(sql, { name: 'first query' })
   const crashesBefore = crashes.length
   const lost = relay2.closeOn('select', 'rst')
   const first = await timedCall(fresh.url, key.apiKey, { path: '/orders' }, 15_000)
@@ -101,8 +106,10 @@ t.test("a new connection lost during its first query", async (t) => {
 // cancels the query on its timeout). During a partition a kubelet probes it every few seconds.
 t.test('/readyz during a partition that ends in resets', async (t) => {
   const partition = await startRelay(t, postgresAddress())
-  const probed = await faultGateway(t, {
-    databaseUrl: viaPort(db.url, partition.port),
+  const probed = await startGateway(t, {
+    database: db,
+    pool: { url: viaPort(db.url, partition.port) },
+    redis: false,
     upstreamUrl: upstream.url,
     usageFlushIntervalMs: 3_600_000,
     relays: [partition],
@@ -126,6 +133,6 @@ t.test('/readyz during a partition that ends in resets', async (t) => {
   t.comment(`escaped after one /readyz in the partition: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)
 
   await partition.restore()
-  const back = await within(30_000, async () => (await timedCall(probed.url, null, { path: '/readyz' }, 5_000)).res?.status === 200, 100)
+  const back = await eventually(30_000, async () => (await timedCall(probed.url, null, { path: '/readyz' }, 5_000)).res?.status === 200, 100)
   t.not(back, null, `ready again once the partition heals (${back} ms)`)
 })

@@ -1,4 +1,4 @@
-// Redis blackholed (DESIGN §8, README "When Postgres or Redis is down"): the hard case of a Redis
+// Redis blackholed (docs/architecture.md; outages: docs/operations.md): the hard case of a Redis
 // outage. Connections to Redis stay open and nothing comes back, so the client cannot know Redis
 // is gone; every command must give up on its own (50 ms) and the request go on to Postgres.
 // Requirements: requests go on; none waits more than 100 ms on Redis; and once Redis is back
@@ -11,30 +11,17 @@
 // interleaved so that a busy machine slows both alike.
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
-import { Redis } from 'ioredis'
-import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
-import { startUpstream, within } from '../helpers/proxy.js'
-import {
-  BUS_BOUND_MS,
-  REDIS_WAIT_BOUND_MS,
-  codeOf,
-  describeTimed,
-  faultGateway,
-  measureRedisWaits,
-  median,
-  parents,
-  percentile,
-  round,
-  sleep,
-  startRedis,
-  storeLookups,
-  subWithKey,
-  startRelay,
-  timedCall,
-  type FaultGateway,
-  type Timed,
-} from './helpers.js'
+import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { redisClient } from '../helpers/redis.js'
+import { startUpstream } from '../helpers/upstream.js'
+import { median, percentile, round } from './measuring.js'
+import { startRedis } from '../helpers/own-redis.js'
+import { BUS_BOUND_MS, REDIS_WAIT_BOUND_MS, parents, storeLookups, subWithKey } from './redis-faults.js'
+import { measureRedisWaits } from './redis-waits.js'
+import { startRelay } from './relay.js'
+import { codeOf, describeTimed, timedCall, type Timed } from './timed-call.js'
 
 const LIMIT_MS = 5_000
 /**
@@ -55,17 +42,16 @@ const channel = `${prefix}invalidate`
 // only the bus can make an instance change its answer within the second the tests allow.
 const timings = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000, redisBackoffMs: BACKOFF_MS }
 const viaRelay = `redis://127.0.0.1:${relay.port}`
-const c1 = await faultGateway(t, { databaseUrl: db.url, redisUrl: viaRelay, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const c2 = await faultGateway(t, { databaseUrl: db.url, redisUrl: viaRelay, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const baseline = await faultGateway(t, { databaseUrl: db.url, upstreamUrl: upstream.url, cacheTimings: timings })
+const c1 = await startGateway(t, { database: db, pool: {}, redis: viaRelay, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
+const c2 = await startGateway(t, { database: db, pool: {}, redis: viaRelay, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
+const baseline = await startGateway(t, { database: db, pool: {}, redis: false, upstreamUrl: upstream.url, cacheTimings: timings })
 const waits = measureRedisWaits(c1.app)
 
-const admin = new Redis(redis.url, { maxRetriesPerRequest: 1 })
-t.teardown(() => admin.disconnect())
+const admin = redisClient(t, { url: redis.url })
 
 /** Whether `count` instances are subscribed to the channel within `ms`. */
 async function subscribers(count: number, ms = 10_000): Promise<boolean> {
-  const took = await within(ms, async () => {
+  const took = await eventually(ms, async () => {
     const reply = (await admin.pubsub('NUMSUB', channel)) as [string, number | string]
     return Number(reply[1]) === count
   }, 20)
@@ -73,8 +59,8 @@ async function subscribers(count: number, ms = 10_000): Promise<boolean> {
 }
 
 /** Until the gateway's command connection is ready (the metric follows its events). */
-const commandsUp = async (gw: FaultGateway) =>
-  (await within(10_000, async () => (await metricValue(gw.app, 'tgw_redis_up', { connection: 'commands' })) === 1, 20)) !== null
+const commandsUp = async (gw: TestGateway) =>
+  (await eventually(10_000, async () => (await metricValue(gw.app, 'tgw_redis_up', { connection: 'commands' })) === 1, 20)) !== null
 
 const measured: string[] = []
 
@@ -89,7 +75,7 @@ async function busWorks(t: Test, what: string): Promise<void> {
   const revoke = await timedCall(c1.url, s.parentKey, { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' }, LIMIT_MS)
   t.equal(revoke.res?.status, 200, `${what}: revoked through the first instance (${describeTimed(revoke)})`)
   let last: Timed | null = null
-  const took = await within(BUS_BOUND_MS, async () => {
+  const took = await eventually(BUS_BOUND_MS, async () => {
     last = await timedCall(c2.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
     return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
   }, 20)

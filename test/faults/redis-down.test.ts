@@ -1,4 +1,4 @@
-// Redis down (DESIGN §8, README "When Postgres or Redis is down"): a redis-server of the test's
+// Redis down (docs/architecture.md; outages: docs/operations.md): a redis-server of the test's
 // own, killed (SIGKILL, a crash) or shut down (`shutdown nosave`), then started again, empty, on
 // the same port. Two instances A and B share it and one Postgres database.
 // Requirements: keys already in the in-process cache keep working without Redis or Postgres;
@@ -6,33 +6,20 @@
 // work; and once Redis is back a revoke made on one instance reaches the other within 1 s.
 //
 // The time a request waits on Redis is measured inside the gateway (ioredis's diagnostics
-// channel, see helpers.ts); latencies seen by a client are compared, request for request and
+// channel, see redis-waits.ts); latencies seen by a client are compared, request for request and
 // interleaved, with a gateway that has no Redis at all.
 import t, { type Test } from 'tap'
-import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
-import { createParentWithKey } from '../../src/auth/mint.js'
-import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
-import { startUpstream, within } from '../helpers/proxy.js'
-import {
-  BUS_BOUND_MS,
-  REDIS_WAIT_BOUND_MS,
-  codeOf,
-  describeTimed,
-  faultGateway,
-  measureRedisWaits,
-  median,
-  parents,
-  round,
-  sleep,
-  startRedis,
-  storeLookups,
-  subWithKey,
-  timedCall,
-  type FaultGateway,
-  type Timed,
-} from './helpers.js'
+import { createParent, metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { redisClient } from '../helpers/redis.js'
+import { startUpstream } from '../helpers/upstream.js'
+import { median, round } from './measuring.js'
+import { startRedis } from '../helpers/own-redis.js'
+import { BUS_BOUND_MS, REDIS_WAIT_BOUND_MS, parents, storeLookups, subWithKey } from './redis-faults.js'
+import { measureRedisWaits } from './redis-waits.js'
+import { codeOf, describeTimed, timedCall, type Timed } from './timed-call.js'
 
 const LIMIT_MS = 5_000
 
@@ -46,20 +33,19 @@ const channel = `${prefix}invalidate`
 // Found and "not found" records stay in-process for a minute and each invalidation is sent once:
 // only the bus (or a reconnect, which clears the in-process cache) can change an answer quickly.
 const timings = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
-const a = await faultGateway(t, { databaseUrl: db.url, redisUrl: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const b = await faultGateway(t, { databaseUrl: db.url, redisUrl: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const baseline = await faultGateway(t, { databaseUrl: db.url, upstreamUrl: upstream.url, cacheTimings: timings })
+const a = await startGateway(t, { database: db, pool: {}, redis: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
+const b = await startGateway(t, { database: db, pool: {}, redis: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
+const baseline = await startGateway(t, { database: db, pool: {}, redis: false, upstreamUrl: upstream.url, cacheTimings: timings })
 const waits = measureRedisWaits(a.app)
 
-/** A client of the test's own Redis, for NUMSUB; it reconnects after each restart by itself. */
-const admin = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 100 })
-admin.on('error', () => {
-  // Expected while the server is down; the calls below fail and are retried.
-})
-t.teardown(() => admin.disconnect())
+/**
+ * A client of the test's own Redis, for NUMSUB; it reconnects after each restart by itself. Its
+ * errors are expected while the server is down: the calls below fail and are retried.
+ */
+const admin = redisClient(t, { url: redis.url, retryStrategy: () => 100 })
 
 async function subscribers(count: number, ms = 15_000): Promise<boolean> {
-  const took = await within(ms, async () => {
+  const took = await eventually(ms, async () => {
     try {
       const reply = (await admin.pubsub('NUMSUB', channel)) as [string, number | string]
       return Number(reply[1]) === count
@@ -70,16 +56,16 @@ async function subscribers(count: number, ms = 15_000): Promise<boolean> {
   return took !== null
 }
 
-const redisUp = (gw: FaultGateway, connection: 'commands' | 'subscriber') => metricValue(gw.app, 'tgw_redis_up', { connection })
-const until = async (ms: number, check: () => Promise<boolean>) => (await within(ms, check, 20)) !== null
+const redisUp = (gw: TestGateway, connection: 'commands' | 'subscriber') => metricValue(gw.app, 'tgw_redis_up', { connection })
+const until = async (ms: number, check: () => Promise<boolean>) => (await eventually(ms, check, 20)) !== null
 
-const revoke = (gw: FaultGateway, s: { parentKey: string; subId: string; keyId: string }) =>
+const revoke = (gw: TestGateway, s: { parentKey: string; subId: string; keyId: string }) =>
   timedCall(gw.url, s.parentKey, { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' }, LIMIT_MS)
 
 /** Polls `gw` with `apiKey` until it is refused as revoked; the time it took, or null after `ms`. */
-async function refusedWithin(gw: FaultGateway, apiKey: string, ms: number): Promise<{ took: number | null; last: Timed | null }> {
+async function refusedWithin(gw: TestGateway, apiKey: string, ms: number): Promise<{ took: number | null; last: Timed | null }> {
   let last: Timed | null = null
-  const took = await within(ms, async () => {
+  const took = await eventually(ms, async () => {
     last = await timedCall(gw.url, apiKey, { path: '/orders' }, LIMIT_MS)
     return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
   }, 20)
@@ -166,8 +152,8 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
   await t.test('an unknown key is still refused; changes still work', async (t) => {
     const unknown = await timedCall(a.url, generateApiKey().apiKey, { path: '/orders' }, LIMIT_MS)
     t.ok(unknown.res?.status === 401 && codeOf(unknown.res) === 'unauthenticated', `an unknown key: 401 (${describeTimed(unknown)})`)
-    const { key: parentKey } = await sql.begin((tx) => createParentWithKey(tx, { name: 'changes', externalId: null, extraScopes: [] }))
-    const created = await timedCall(a.url, parentKey.apiKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: 'while redis is down' } }, LIMIT_MS)
+    const parent = await createParent(sql, { name: 'changes' })
+    const created = await timedCall(a.url, parent.apiKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: 'while redis is down' } }, LIMIT_MS)
     t.equal(created.res?.status, 201, `a sub-account is created (${describeTimed(created)})`)
     // A revoke while Redis is down: A refuses at once; B cannot hear of it until Redis is back.
     const revoked = await revoke(a, pending)

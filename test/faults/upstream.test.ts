@@ -1,4 +1,4 @@
-// Upstream faults (DESIGN §5): an upstream that refuses, hangs, says nothing at all, resets in
+// Upstream faults (docs/api.md): an upstream that refuses, hangs, says nothing at all, resets in
 // the middle of its body, or trickles its body slowly. Each gets the right answer (502, 504, or,
 // once the headers have gone out and no status can be sent any more, a connection the client
 // sees closed, never a hang); no socket is left behind; and memory stays flat over 1,000 such
@@ -11,10 +11,11 @@ import { createServer as createHttpServer, request as httpRequest, type Incoming
 import { createServer as createNetServer, type Server } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
-import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
-import { closedPort, listenOnLoopback, within } from '../helpers/proxy.js'
-import { round, sleep } from './helpers.js'
+import { createParent } from '../helpers/gateway.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
+import { round } from './measuring.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 /** The routes' timeout_ms: how long an upstream may take to its headers, and between chunks. */
@@ -106,7 +107,7 @@ const faults = Object.keys(upstreams) as Fault[]
 // The gateway process
 
 const db = await freshDatabase(t)
-const { key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'upstream faults', externalId: null, extraScopes: [] }))
+const key = await createParent(db.sql, { name: 'upstream faults' })
 const routes = {
   routes: faults.map((fault) => ({ prefix: `/${fault}`, upstream: upstreams[fault].url, timeout_ms: TIMEOUT_MS })),
 }
@@ -240,7 +241,7 @@ const measured: string[] = []
 async function settles(): Promise<{ took: number | null; last: Stats; open: Record<string, number> }> {
   let last = await stats()
   let open: Record<string, number> = {}
-  const took = await within(15_000, async () => {
+  const took = await eventually(15_000, async () => {
     last = await stats()
     open = Object.fromEntries(faults.map((fault) => [fault, upstreams[fault].open()]).filter(([, n]) => n !== 0))
     return Object.keys(open).length === 0 && last.sockets.clients === 0 && last.sockets.upstreams === 0
@@ -257,7 +258,7 @@ t.test('each fault gets the right answer, and none hangs', async (t) => {
   }
   // The socket count sees what it must: a request in flight holds one socket each way.
   const inFlight = call('/hangs/in-flight')
-  const seen = await within(5_000, async () => {
+  const seen = await eventually(5_000, async () => {
     const now = await stats()
     return now.sockets.clients >= 1 && now.sockets.upstreams >= 1
   }, 20)

@@ -1,21 +1,24 @@
-// Usage is never lost or doubled (DESIGN §6, §8, §9): N proxied requests across two instances
-// that share Postgres and Redis, one of them restarted gracefully in the middle of the load
-// (app.close() with requests in flight, then a new instance on the same database), come out as
-// exactly N in usage_daily and in the usage report, per sub-account. The meter flushes often
-// (every few milliseconds), so that flushes interleave with the load, with the close and with
-// the other instance's flushes; and once more with the default second, so that the flush at
-// close carries a second's worth.
+// Usage is never lost or doubled (docs/api.md, docs/architecture.md, docs/operations.md): N proxied
+// requests across two instances that share Postgres and Redis, one of them restarted gracefully in
+// the middle of the load (app.close() with requests in flight, then a new instance on the same
+// database), come out as exactly N in usage_daily and in the usage report, per sub-account. The
+// meter flushes often (every few milliseconds), so that flushes interleave with the load, with the
+// close and with the other instance's flushes; and once more with the default second, so that the
+// flush at close carries a second's worth.
 //
 // N is what the clients were answered, and it is checked against what the upstream received: a
 // request that failed at the connection (sent to the instance as it closed) was never served.
 // The graceful restart of a real process on SIGTERM is test/integration/shutdown.test.ts.
-import { Agent, type ServerResponse } from 'node:http'
+import { Agent } from 'node:http'
 import t, { type Test } from 'tap'
-import { createParentWithKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
 import { freshDatabase } from '../helpers/db.js'
-import { getOverAgent, startUpstream, within, type Upstream } from '../helpers/proxy.js'
-import { faultGateway, sleep, startRedis, timedCall, type FaultGateway } from './helpers.js'
+import { createParent, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { getOverAgent } from '../helpers/http.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { holdingUpstream } from '../helpers/upstream.js'
+import { startRedis } from '../helpers/own-redis.js'
+import { timedCall } from './timed-call.js'
 
 const WORKERS = 12
 const LOAD_MS = 1_200
@@ -41,37 +44,16 @@ async function get(base: string, agent: Agent, path: string, headers: Record<str
   return { status: response.status, tenant }
 }
 
-/** The upstream: echoes what it got after a few milliseconds; /hold/* waits for release(). */
-async function holdingUpstream(t: Test): Promise<Upstream & { held: () => number; release: () => void }> {
-  const held: (() => void)[] = []
-  let released = false
-  const reply = (response: ServerResponse, body: unknown) => {
-    response.writeHead(200, { 'content-type': 'application/json' })
-    response.end(JSON.stringify(body))
-  }
-  const upstream = await startUpstream(t, (request, response, received) => {
-    if (request.url!.startsWith('/hold/') && !released) held.push(() => reply(response, received))
-    else setTimeout(() => reply(response, received), 2 + Math.random() * 10)
-  })
-  return {
-    ...upstream,
-    held: () => held.length,
-    release: () => {
-      released = true
-      for (const send of held.splice(0)) send()
-    },
-  }
-}
-
 async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   const db = await freshDatabase(t)
   const sql = db.sql
-  const upstream = await holdingUpstream(t)
+  // Echoes what it got after a few milliseconds; /hold/* waits for release().
+  const upstream = await holdingUpstream(t, { holdPrefix: '/hold/', delayMs: [2, 12] })
   const prefix = `tgw_faults_usage_${usageFlushIntervalMs}:`
-  const start = (): Promise<FaultGateway> =>
-    faultGateway(t, { databaseUrl: db.url, redisUrl: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, usageFlushIntervalMs })
+  const start = (): Promise<TestGateway> =>
+    startGateway(t, { database: db, pool: {}, redis: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, usageFlushIntervalMs })
 
-  const { account: parent, key: parentKey } = await sql.begin((tx) => createParentWithKey(tx, { name: 'usage', externalId: null, extraScopes: [] }))
+  const parent = await createParent(sql, { name: 'usage' })
   const subs = [
     await createSubAccount(sql, parent.id, { name: 'one', externalId: 'one', metadata: {} }),
     await createSubAccount(sql, parent.id, { name: 'two', externalId: 'two', metadata: {} }),
@@ -103,7 +85,7 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
       const sub = subs[(w + n) % 2]!
       const acting = n % 3 === 0 ? `ext:${sub.external_id}` : sub.id
       try {
-        answered.push(await get(base, agent, `/v1/load/${w}/${n}`, { authorization: `Bearer ${parentKey.apiKey}`, 'x-service-acting-tenant': acting }))
+        answered.push(await get(base, agent, `/v1/load/${w}/${n}`, { authorization: `Bearer ${parent.apiKey}`, 'x-service-acting-tenant': acting }))
       } catch (err) {
         // Sent to the instance that was closing: never served (checked below against the upstream).
         failures.push(`${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`)
@@ -117,14 +99,14 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   const holdAgent = new Agent({ keepAlive: true, maxSockets: HELD })
   agents.push(holdAgent)
   const held = Array.from({ length: HELD }, (_, i) =>
-    get(b.url, holdAgent, `/hold/${i}`, { authorization: `Bearer ${parentKey.apiKey}`, 'x-service-acting-tenant': subs[i % 2]!.id }),
+    get(b.url, holdAgent, `/hold/${i}`, { authorization: `Bearer ${parent.apiKey}`, 'x-service-acting-tenant': subs[i % 2]!.id }),
   )
-  t.not(await within(10_000, async () => upstream.held() === HELD), null, 'the held requests reached the upstream through b')
+  t.not(await eventually(10_000, async () => upstream.held() === HELD), null, 'the held requests reached the upstream through b')
 
   targets.splice(targets.indexOf(b.url), 1)
   const closing = b.close()
   // Once the listener is gone, the close has begun; then the held requests are answered.
-  t.not(await within(10_000, async () => !b.app.server.listening), null, "b's close has begun")
+  t.not(await eventually(10_000, async () => !b.app.server.listening), null, "b's close has begun")
   upstream.release()
   const heldAnswers = await Promise.all(held)
   await closing
@@ -138,7 +120,7 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   await Promise.all(workers)
 
   // Every count reaches Postgres: the meters flush on their own (no close needed).
-  await within(10_000, async () => a.app.usageMeter.lagMs() === 0 && b2.app.usageMeter.lagMs() === 0, 20)
+  await eventually(10_000, async () => a.app.usageMeter.lagMs() === 0 && b2.app.usageMeter.lagMs() === 0, 20)
   await a.app.usageMeter.flush()
   await b2.app.usageMeter.flush()
 
@@ -156,7 +138,7 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   t.same(inTable, expected, `usage_daily holds exactly N = ${n}, per sub-account (nothing lost, nothing doubled)`)
   t.ok(rows.every((row) => row.status_class === 2), 'all of it 2xx')
 
-  const report = await timedCall(a.url, parentKey.apiKey, { path: '/v1/sub-accounts/usage' }, 10_000)
+  const report = await timedCall(a.url, parent.apiKey, { path: '/v1/sub-accounts/usage' }, 10_000)
   t.equal(report.res?.status, 200, 'the usage report answers')
   const data = (report.res?.json() as { data: { sub_account_id: string; requests: number }[] } | undefined)?.data ?? []
   t.same(Object.fromEntries(data.map((entry) => [entry.sub_account_id, entry.requests])), expected, 'and reports exactly N, per sub-account')

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto'
 import postgres from 'postgres'
 import type { Sql } from '../../src/store/db.js'
 import { migrate } from '../../src/store/migrate.js'
+import { stopTheRun, type TestLike } from './test-like.js'
 
 /** The server tests use; override with TEST_DATABASE_URL (any database on it; we create our own). */
 export const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -12,14 +13,41 @@ export interface TestDatabase {
   sql: Sql
 }
 
-interface Teardown {
-  teardown(fn: () => unknown): void
+/** The URL without its password, for messages. */
+function shown(url: string): string {
+  const parsed = new URL(url)
+  if (parsed.password !== '') parsed.password = '***'
+  return parsed.toString()
 }
 
-export async function freshDatabase(t: Teardown, options: { migrated?: boolean } = {}): Promise<TestDatabase> {
+let unreachable: Error | undefined
+
+/** The error to fail with when the server does not answer: one message naming TEST_DATABASE_URL. */
+function cannotReach(err: unknown): Error {
+  const error = new Error(
+    `the tests' Postgres at ${shown(ADMIN_URL)} cannot be reached (${(err as Error).message}): ` +
+      'start it, or set TEST_DATABASE_URL to a server on which the tests may create databases',
+  )
+  return stopTheRun(error)
+}
+
+export async function freshDatabase(t: TestLike, options: { migrated?: boolean } = {}): Promise<TestDatabase> {
+  // Once the server did not answer, every later test of the file fails at once, with the same words.
+  if (unreachable !== undefined) throw unreachable
   const name = `tgw_test_${randomBytes(6).toString('hex')}`
-  const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`create database ${name}`)
+  const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {}, connect_timeout: 10 })
+  try {
+    await admin.unsafe(`create database ${name}`)
+  } catch (err) {
+    await admin.end({ timeout: 1 })
+    const code = (err as { code?: string }).code
+    // A connection that failed (refused, unknown host, timed out), not a statement Postgres refused.
+    if (code === undefined || !/^[0-9A-Z]{5}$/.test(code) || code.startsWith('08') || code.startsWith('28')) {
+      unreachable = cannotReach(err)
+      throw unreachable
+    }
+    throw err
+  }
   const url = new URL(ADMIN_URL)
   url.pathname = `/${name}`
   const sql = postgres(url.toString(), { max: 10, onnotice: () => {} })

@@ -5,12 +5,8 @@
 import { randomBytes } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
 import { connect } from 'node:net'
-import { listenOnLoopback } from './proxy.js'
-
-interface TestLike {
-  teardown(fn: () => unknown): void
-  comment(...args: unknown[]): void
-}
+import type { CommentingTestLike as TestLike } from './test-like.js'
+import { listenOnLoopback } from './upstream.js'
 
 // ---------------------------------------------------------------------------------------------
 // Seeds: fixed by default so that CI is reproducible; HOSTILE_SEED=<n> replays a failure, and
@@ -262,7 +258,7 @@ export function isParserRefusal(res: RawHttpResponse): boolean {
   }
 }
 
-/** What is wrong with a response that should be the gateway's problem+json (DESIGN §7), or null. */
+/** What is wrong with a response that should be the gateway's problem+json (docs/api.md), or null. */
 export function problemIssue(res: { status: number; body: string; header(name: string): string | undefined }, expected?: { status?: number; code?: string; requestId?: string }): string | null {
   const type = res.header('content-type') ?? ''
   if (!type.startsWith('application/problem+json')) return `status ${res.status} is not problem+json (content-type ${type || 'none'}): ${res.body.slice(0, 200)}`

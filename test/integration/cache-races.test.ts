@@ -1,23 +1,24 @@
-// The Redis tier against a fill that races an invalidation (DESIGN §8): real Postgres and Redis,
-// with the Postgres read held open so that the change lands between the read and the store.
-import { spawn } from 'node:child_process'
+// The Redis tier against a fill that races an invalidation (docs/architecture.md): real Postgres
+// and Redis, with the Postgres read held open so that the change lands between the read and the
+// store.
 import { createHash } from 'node:crypto'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { pino } from 'pino'
-import t, { type Test } from 'tap'
-import { createParentWithKey } from '../../src/auth/mint.js'
+import t from 'tap'
 import { cacheKeys, TenancyCache, type CacheTimings } from '../../src/cache/index.js'
 import { createMetrics, type Metrics } from '../../src/ops/metrics.js'
 import { revokeKey } from '../../src/store/keys.js'
 import { postgresLookups, type TenancyLookups } from '../../src/tenancy/lookups.js'
-import { metricValue } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
-import { closedPort, REDIS_URL, redisPrefix } from '../helpers/proxy.js'
+import { createParent, metricValue } from '../helpers/gateway.js'
+import { startRedis } from '../helpers/own-redis.js'
+import { sleep } from '../helpers/poll.js'
+import { REDIS_URL, redisClient, redisPrefix, requireRedis } from '../helpers/redis.js'
 
+await requireRedis()
 const database = await freshDatabase(t)
 const prefix = redisPrefix(t)
-const redis = new Redis(REDIS_URL)
-t.teardown(() => redis.disconnect())
+const redis = redisClient(t)
 
 const silent = pino({ level: 'silent' })
 
@@ -61,7 +62,7 @@ async function ready(...caches: TenancyCache[]): Promise<void> {
   // Both connections up: a lookup before that would skip Redis.
   for (let i = 0; i < 100; i++) {
     if ((await Promise.all(caches.map((c) => c.ping(200)))).every((r) => r === 'ok')) return
-    await new Promise((resolve) => setTimeout(resolve, 20))
+    await sleep(20)
   }
   throw new Error('redis did not become ready')
 }
@@ -69,7 +70,7 @@ async function ready(...caches: TenancyCache[]): Promise<void> {
 const sha256 = (text: string) => createHash('sha256').update(text).digest()
 
 t.test('a fill that read a key before its revocation does not put it back into Redis', async (t) => {
-  const { account, key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'race', externalId: null, extraScopes: [] }))
+  const key = await createParent(database.sql, { name: 'race' })
   const entry = prefix + cacheKeys.key(sha256(key.apiKey))
   const held = heldLookups()
   const slow = cache(held.lookups)
@@ -85,13 +86,13 @@ t.test('a fill that read a key before its revocation does not put it back into R
   const filling = slow.lookups.keyByDigest(sha256(key.apiKey))
   await held.read
   // Meanwhile the key is revoked through the other replica: commit, then invalidate.
-  await revokeKey(database.sql, account.id, key.row.id)
+  await revokeKey(database.sql, key.id, key.keyId)
   await other.invalidate([cacheKeys.key(sha256(key.apiKey))])
   // The slow fill lands after the invalidation and after its repeat.
-  await new Promise((resolve) => setTimeout(resolve, 400))
+  await sleep(400)
   held.release()
   t.equal((await filling)?.status, 'active', 'the slow request itself saw the row it read')
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   stream.resume()
 
   t.equal(await redis.get(entry), null, 'Redis does not hold the old record')
@@ -101,31 +102,30 @@ t.test('a fill that read a key before its revocation does not put it back into R
 })
 
 t.test('fills still store into Redis, before and after an invalidation', async (t) => {
-  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'plain', externalId: null, extraScopes: [] }))
+  const key = await createParent(database.sql, { name: 'plain' })
   const entry = prefix + cacheKeys.key(sha256(key.apiKey))
   const first = cache(postgresLookups(database.sql))
   await ready(first)
   await first.lookups.keyByDigest(sha256(key.apiKey))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored after the first fill')
 
   await first.invalidate([cacheKeys.key(sha256(key.apiKey))])
   t.equal(await redis.get(entry), null, 'deleted by the invalidation')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await sleep(300)
   const second = cache(postgresLookups(database.sql))
   await ready(second)
   await second.lookups.keyByDigest(sha256(key.apiKey))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored again by a fill that began after it')
 })
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
   // An in-process TTL of 1.5 s: records stay 1,200 ms (the TTL less the admission window, a fifth
   // of it), and the first read after 600 ms of that starts a refresh, which has 600 ms to land.
   const ttlMs = 1_500
-  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'refreshed', externalId: null, extraScopes: [] }))
+  const key = await createParent(database.sql, { name: 'refreshed' })
   const metrics = createMetrics()
   const warm = cache(postgresLookups(database.sql), { timings: { localTtlMs: ttlMs }, metrics })
   await ready(warm)
@@ -154,13 +154,13 @@ t.test('an entry in use is refreshed in the background: once warm, no read waits
 })
 
 t.test('a refresh reads the stores: a change whose message was lost is seen within the TTL, as without it', async (t) => {
-  const { account, key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'silent', externalId: null, extraScopes: [] }))
+  const key = await createParent(database.sql, { name: 'silent' })
   const lossy = cache(postgresLookups(database.sql), { timings: { localTtlMs: 400 } })
   await ready(lossy)
   const digest = sha256(key.apiKey)
   t.equal((await lossy.lookups.keyByDigest(digest))?.status, 'active', 'warm')
   // Revoked in Postgres and deleted from Redis, but no message reaches the replica.
-  await revokeKey(database.sql, account.id, key.row.id)
+  await revokeKey(database.sql, key.id, key.keyId)
   await redis.del(prefix + cacheKeys.key(digest))
   const revokedAt = Date.now()
   let status: string | undefined = 'active'
@@ -174,7 +174,7 @@ t.test('a refresh reads the stores: a change whose message was lost is seen with
 })
 
 t.test('a refresh that raced an invalidation does not store the row it read', async (t) => {
-  const { account, key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'raced', externalId: null, extraScopes: [] }))
+  const key = await createParent(database.sql, { name: 'raced' })
   const digest = sha256(key.apiKey)
   const entry = prefix + cacheKeys.key(digest)
   // No repeat of the invalidation within the test: only the first message may evict the entry, so
@@ -199,7 +199,7 @@ t.test('a refresh that raced an invalidation does not store the row it read', as
   t.equal((await slow.lookups.keyByDigest(digest))?.status, 'active', 'answered from memory while the refresh runs')
   await held.read
   // The key is revoked through the other replica while the refresh holds the old row.
-  await revokeKey(database.sql, account.id, key.row.id)
+  await revokeKey(database.sql, key.id, key.keyId)
   await other.invalidate([cacheKeys.key(digest)])
   await sleep(100)
   held.release()
@@ -209,31 +209,12 @@ t.test('a refresh that raced an invalidation does not store the row it read', as
   t.not(JSON.parse((await redis.get(entry)) ?? 'null')?.status, 'active', 'Redis does not hold the old record')
 })
 
-/** A redis-server of this test's own, so that pausing it disturbs no other test. */
-async function ownRedis(t: Test): Promise<{ url: string; admin: Redis }> {
-  const port = await closedPort()
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  t.teardown(() => {
-    server.kill('SIGKILL')
-  })
-  const admin = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 50 })
-  for (let i = 0; i < 100; i++) {
-    try {
-      await admin.connect()
-      break
-    } catch {
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-  }
-  t.teardown(() => admin.disconnect())
-  await admin.ping()
-  return { url: `redis://127.0.0.1:${port}`, admin }
-}
-
 t.test('more failed invalidations than remembered: every entry is deleted when Redis is back', async (t) => {
-  const { url, admin } = await ownRedis(t)
+  // A redis-server of this test's own, so that pausing it disturbs no other test.
+  const { url } = await startRedis(t)
+  const admin = redisClient(t, { url })
   const keys = await Promise.all(
-    [1, 2, 3, 4, 5].map(async (n) => (await database.sql.begin((tx) => createParentWithKey(tx, { name: `k${n}`, externalId: null, extraScopes: [] }))).key),
+    [1, 2, 3, 4, 5].map((n) => createParent(database.sql, { name: `k${n}` })),
   )
   const entries = keys.map((key) => prefix + cacheKeys.key(sha256(key.apiKey)))
   const replica = new TenancyCache({
@@ -248,7 +229,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   t.teardown(() => replica.close())
   await ready(replica)
   for (const key of keys) await replica.lookups.keyByDigest(sha256(key.apiKey))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.equal(await admin.exists(...entries), 5, 'all five entries are in Redis')
 
   // Redis stops answering: each invalidation times out and is remembered, until there are too many.
@@ -260,7 +241,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
   let left = 5
   for (let i = 0; i < 100 && left > 0; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    await sleep(50)
     left = await admin.exists(...entries)
   }
   // Sending the two remembered names would leave three entries: all went, the unchanged one too.

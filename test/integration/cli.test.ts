@@ -1,14 +1,13 @@
-// The operator CLI (DESIGN §2), run as an operator runs it: `npm run --silent cli -- ...` from the
-// repository root, against a real Postgres. Keys it prints are then used against the app.
+// The operator CLI (docs/configuration.md), run as an operator runs it: `npm run --silent cli --
+// ...` from the repository root, against a real Postgres. Keys it prints are then used against the
+// app.
 import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
-import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
-import { buildApp } from '../../src/app.js'
-import { loadConfig } from '../../src/config.js'
 import { freshDatabase } from '../helpers/db.js'
-import { REDIS_URL, redisPrefix } from '../helpers/proxy.js'
+import { startGateway } from '../helpers/gateway.js'
+import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const MANAGEMENT = ['sub_accounts:read', 'sub_accounts:write']
@@ -24,11 +23,7 @@ interface CliResult {
 const db = await freshDatabase(t)
 // The app caches keys in-process; a revocation through the CLI reaches it over Redis.
 const keyPrefix = redisPrefix(t)
-const app: FastifyInstance = await buildApp({
-  config: loadConfig({ DATABASE_URL: db.url, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }),
-  store: { sql: db.sql, embedded: false, close: async () => {} },
-})
-t.teardown(() => app.close())
+const gw = await startGateway(t, { listen: false, database: db, redisKeyPrefix: keyPrefix })
 
 function runCli(args: string[]): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }
@@ -68,16 +63,7 @@ async function cliFails(t: Test, args: string[], message?: RegExp): Promise<stri
 }
 
 function call(apiKey: string, method: 'GET' | 'POST', body?: unknown) {
-  return app.inject({
-    method,
-    url: '/v1/sub-accounts',
-    headers: {
-      authorization: `Bearer ${apiKey}`,
-      'x-service-acting-tenant': 'self',
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
-  })
+  return gw.call(apiKey, { method, url: '/v1/sub-accounts', acting: 'self', body })
 }
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest()

@@ -1,13 +1,14 @@
-// Embedded mode (DESIGN §2): no DATABASE_URL, PGlite in DATA_DIR. The gateway is started the way
-// the README says (`npm start`) and called over real HTTP; no Postgres server is involved.
+// Embedded mode (docs/configuration.md): no DATABASE_URL, PGlite in DATA_DIR. The gateway is
+// started the way the README says (`npm start`) and called over real HTTP; no Postgres server is
+// involved.
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { closedPort } from '../helpers/upstream.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const BOOTSTRAP_LINE = /^bootstrap parent account ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) key (tgw_[0-9A-Za-z]{49})$/
@@ -18,14 +19,6 @@ function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   delete env.DATABASE_URL
   delete env.REDIS_URL
   return env
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
 }
 
 /** True while any process of the group led by `pgid` is alive. */
@@ -63,8 +56,8 @@ t.teardown(async () => {
 })
 
 async function startGateway(dataDir: string): Promise<Gateway> {
-  const port = await freePort()
-  const metricsPort = await freePort()
+  const port = await closedPort()
+  const metricsPort = await closedPort()
   const child = spawn('npm', ['start'], {
     cwd: REPO_ROOT,
     detached: true, // its own process group: npm, sh, tsx and node are stopped together

@@ -1,10 +1,12 @@
-// Every failure is problem+json (DESIGN §7): fastify's own errors too, and a 5xx shows no internals.
+// Every failure is problem+json (docs/api.md): fastify's own errors too, and a 5xx shows no
+// internals.
 import t from 'tap'
-import { problemOf, testGateway } from '../helpers/app.js'
+import { startGateway } from '../helpers/gateway.js'
+import { problemOf } from '../helpers/problems.js'
 
 t.test('errors', async (t) => {
-  const gw = await testGateway(t)
-  const key = gw.parent.apiKey
+  const gw = await startGateway(t, { listen: false, redis: false })
+  const key = (await gw.createParent()).apiKey
 
   t.test('unknown routes are 404 route_not_found', async (t) => {
     for (const [method, url] of [
@@ -74,7 +76,7 @@ t.test('errors', async (t) => {
 })
 
 t.test('a 500 shows no internals', async (t) => {
-  const gw = await testGateway(t)
+  const gw = await startGateway(t, { listen: false, redis: false })
   gw.app.get('/v1/explode', async () => {
     throw new Error('password=hunter2 at /srv/secret/file.ts:12')
   })
@@ -86,19 +88,21 @@ t.test('a 500 shows no internals', async (t) => {
 })
 
 t.test('an unreachable store is 503 store_unavailable, never a pass', async (t) => {
-  const gw = await testGateway(t)
+  const gw = await startGateway(t, { listen: false, redis: false })
+  const parent = await gw.createParent()
   await gw.sql.end()
-  const res = await gw.call(gw.parent.apiKey, { method: 'GET', url: '/v1/sub-accounts' })
+  const res = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts' })
   t.equal(res.statusCode, 503)
   t.equal(problemOf(res).code, 'store_unavailable')
   t.notMatch(res.body, /CONNECTION|postgres/i)
 })
 
 t.test('20 concurrent creates with one external_id: one 201, nineteen 409', async (t) => {
-  const gw = await testGateway(t)
+  const gw = await startGateway(t, { listen: false, redis: false })
+  const parent = await gw.createParent()
   const results = await Promise.all(
     Array.from({ length: 20 }, (_, i) =>
-      gw.call(gw.parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: `racer ${i}`, external_id: 'contested' } }),
+      gw.call(parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: `racer ${i}`, external_id: 'contested' } }),
     ),
   )
   const statuses = results.map((r) => r.statusCode).sort()

@@ -1,10 +1,10 @@
 // Hostile input, generated (fast-check): the acting header, Authorization, paths, query strings,
 // header counts and sizes over real sockets (bytes exactly as written), and management bodies
 // through app.inject. For every case: no 5xx, no crash, every error the gateway writes is
-// problem+json (DESIGN §7), a refused request never reaches an upstream (each request carries a
+// problem+json (docs/api.md), a refused request never reaches an upstream (each request carries a
 // unique X-Request-Id, which the recording upstreams index), and Postgres holds no row that a
 // refused request would have written. Where the contract fixes the answer, each case is checked
-// against a small model of DESIGN §3–§6 written here, not against the gateway's own code.
+// against a small model of docs/api.md written here, not against the gateway's own code.
 //
 // The seed is fixed (reproducible CI); HOSTILE_SEED=<n> replays a failure and HOSTILE_SEED=random
 // explores; HOSTILE_RUNS_SCALE multiplies the run counts.
@@ -12,7 +12,8 @@ import { BASE62, withChecksum } from '../../src/auth/keys.js'
 import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import type { LightMyRequestResponse } from 'fastify'
-import { liveGateway } from '../helpers/proxy.js'
+import { startGateway } from '../helpers/gateway.js'
+import { sleep } from '../helpers/poll.js'
 import {
   expectNo,
   isParserRefusal,
@@ -34,7 +35,7 @@ import {
 
 const catchAll = await recordingUpstream(t, 'catch-all')
 const shipments = await recordingUpstream(t, 'shipments')
-const gw = await liveGateway(t, {
+const gw = await startGateway(t, {
   upstreamUrl: catchAll.url,
   gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: shipments.url, scopes: { read: ['tracking:read'], write: ['tracking:write'] } }] },
 })
@@ -84,7 +85,7 @@ const ownSubs: Tenant[] = [
 ]
 
 // ---------------------------------------------------------------------------------------------
-// Small models of the contract, written from DESIGN.md and the README, not from src/.
+// Small models of the contract, written from docs/api.md, not from src/.
 
 /** Node's parser drops leading and trailing spaces and tabs of a header value (RFC 9110 OWS). */
 const ows = (value: string) => value.replace(/^[ \t]+|[ \t]+$/g, '')
@@ -96,7 +97,7 @@ const HEADER_CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f]/
 
 type Outcome = { pass: { resolved: string; caller: string } } | { refuse: { status: number; code: string } } | { parser: true }
 
-/** DESIGN §4 for a parent key (`owner`) or the active sub-account's key, on the catch-all. */
+/** docs/api.md for a parent key (`owner`) or the active sub-account's key, on the catch-all. */
 function actingOutcome(keyOf: 'owner' | 'sub', method: string, lines: string[]): Outcome {
   if (lines.some((line) => HEADER_CONTROL.test(line))) return { parser: true }
   const own: Tenant = keyOf === 'owner' ? { id: owner.id, externalId: null, status: 'active' } : ownSubs[0]!
@@ -124,7 +125,7 @@ function actingOutcome(keyOf: 'owner' | 'sub', method: string, lines: string[]):
   return sub.status === 'active' ? pass(sub.id) : refuse(403, 'acting_tenant_deactivated')
 }
 
-/** DESIGN §5 and the README's list: the paths refused with 400 bad_path (case-insensitive). */
+/** docs/api.md's list: the paths refused with 400 bad_path (case-insensitive). */
 function isBadPathByContract(path: string): boolean {
   const p = path.toLowerCase()
   if (['..', '%2e%2e', '.%2e', '%2e.', '%2f', '%5c', '\\', '//', ';'].some((bad) => p.includes(bad))) return true
@@ -335,7 +336,7 @@ const seedFor = (t: Test, offset: number) => propertySeed(t, 20261121 + offset)
 
 // ---------------------------------------------------------------------------------------------
 
-t.test('the acting header: any value, any count, on reads and writes (DESIGN §4)', async (t) => {
+t.test('the acting header: any value, any count, on reads and writes (docs/api.md)', async (t) => {
   const known = [
     'self',
     owner.id,
@@ -380,7 +381,7 @@ t.test('the acting header: any value, any count, on reads and writes (DESIGN §4
   })
 })
 
-t.test('Authorization: any value, any count (DESIGN §3)', async (t) => {
+t.test('Authorization: any value, any count (docs/api.md)', async (t) => {
   const badChecksum = owner.apiKey.slice(0, -1) + (owner.apiKey.endsWith('a') ? 'b' : 'a')
   const tokens = fc.oneof(
     fc.constantFrom(owner.apiKey, subKey.api_key, revokedKey.api_key, subKey.client_secret as string, badChecksum, 'tgw_short', ''),
@@ -434,7 +435,7 @@ t.test('Authorization: any value, any count (DESIGN §3)', async (t) => {
   })
 })
 
-t.test('paths: encodings, dots, slashes, semicolons, fragments, unicode (DESIGN §5)', async (t) => {
+t.test('paths: encodings, dots, slashes, semicolons, fragments, unicode (docs/api.md)', async (t) => {
   const pieces = fc.constantFrom(
     'a', 'b', 'admin', 'v1', 'shipments', 'sub-accounts', 'healthz', 'readyz', 'docs', 'openapi.json', 'api-keys',
     '.', '..', '...', '%2e', '%2E', '%2e%2e', '.%2e', '%2E.', '%2f', '%2F', '%5c', '%5C', '\\', ';', ';x=1', '%3b', '%3B',
@@ -743,7 +744,7 @@ interface SubState {
   status: 'active' | 'deactivated'
 }
 
-t.test('management bodies: wrong types, huge strings, deep nesting, prototype keys (DESIGN §6)', async (t) => {
+t.test('management bodies: wrong types, huge strings, deep nesting, prototype keys (docs/api.md)', async (t) => {
   // A parent of its own, so that the model knows every sub-account it has.
   const parent = await gw.createParent()
   const subs: SubState[] = []
@@ -970,7 +971,7 @@ function sameJson(a: unknown, b: unknown): boolean {
 }
 
 t.test('afterwards: nothing refused reached an upstream, no 5xx was ever answered, the gateway is alive', async (t) => {
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await sleep(200)
   const leaked = [...catchAll.received, ...shipments.received].filter((r) => r.marker !== undefined && refusedMarkers.has(r.marker))
   t.same(leaked.map((r) => `${r.method} ${r.url}`), [], `none of the ${refusedMarkers.size} refused requests reached an upstream (they received ${totalReceived()} in all)`)
   const requests = await app.metrics.registry.getSingleMetric('tgw_http_requests_total')!.get()

@@ -1,13 +1,16 @@
-// Logs (DESIGN §9): no secret is ever written, and every request leaves exactly one "request"
-// line that can be joined to its response by the request id. The gateway runs in-process over
-// real sockets, Postgres, Redis and an upstream, with the logger options main.ts uses
-// (loggerOptions) at level trace, writing into an array, so that every line any part of the
-// gateway writes is searched.
+// Logs (docs/operations.md): no secret is ever written, and every request leaves exactly one
+// "request" line that can be joined to its response by the request id. The gateway runs in-process
+// over real sockets, Postgres, Redis and an upstream, with the logger options main.ts uses
+// (loggerOptions) at level trace, writing into an array, so that every line any part of the gateway
+// writes is searched.
 import t from 'tap'
 import pino from 'pino'
 import { LOG_CENSOR, loggerOptions } from '../../src/ops/logging.js'
 import { generateApiKey } from '../../src/auth/keys.js'
-import { callAs, closedPort, liveGateway, startUpstream, within, type RawResponse } from '../helpers/proxy.js'
+import { startGateway } from '../helpers/gateway.js'
+import { callAs, type RawResponse } from '../helpers/http.js'
+import { eventually } from '../helpers/poll.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 
 interface LogLine {
   level: number
@@ -16,7 +19,7 @@ interface LogLine {
 }
 
 const CENSOR = LOG_CENSOR
-/** Field names whose value DESIGN §9 says is redacted wherever it appears in a logged object. */
+/** Field names whose value docs/operations.md says is redacted wherever it appears in a logged object. */
 const SECRET_FIELDS = new Set(['authorization', 'api_key', 'client_secret', 'x-api-key'])
 
 const written: string[] = []
@@ -26,7 +29,7 @@ const logger = pino(loggerOptions('trace'), { write: (line: string) => written.p
 t.test('logs: no secret in any line, one request line per request', async (t) => {
   const upstream = await startUpstream(t)
   const deadPort = await closedPort()
-  const gw = await liveGateway(t, {
+  const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     logger,
     // A route whose upstream is down: a 502 is logged at error level with its error.
@@ -62,7 +65,7 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
     return res
   }
 
-  // Management (DESIGN §6), every route, as the parent.
+  // Management (docs/api.md), every route, as the parent.
   const created = await send('create', P.apiKey, {
     method: 'POST',
     path: '/v1/sub-accounts',
@@ -85,7 +88,7 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
   noteKey(subKey.api_key)
   secrets.add(subKey.client_secret)
   await send('list keys', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys` }, 200)
-  // DESIGN §6 has no route that reads one key: the path is answered 404 route_not_found.
+  // docs/api.md has no route that reads one key: the path is answered 404 route_not_found.
   await send('get key (no such route)', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}` }, 404)
   await send('deactivate', P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${sub.id}/deactivate`, acting: 'self' }, 200)
   await send('reactivate', P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${sub.id}/reactivate`, acting: 'self' }, 200)
@@ -141,7 +144,7 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
 
   const expectedLines = sent.length
   // The line is written when the response is done, which the client may see first.
-  await within(5_000, async () => written.filter((line) => line.includes('"msg":"request"')).length >= expectedLines)
+  await eventually(5_000, async () => written.filter((line) => line.includes('"msg":"request"')).length >= expectedLines)
 
   const lines: LogLine[] = written.map((line) => JSON.parse(line) as LogLine)
   const requestLines = lines.filter((line) => line.msg === 'request')

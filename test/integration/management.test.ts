@@ -1,10 +1,11 @@
-// The management API of DESIGN §6: happy paths and validation, on a fresh real Postgres.
+// The management API (docs/api.md): happy paths and validation, on a fresh real Postgres.
 import t from 'tap'
-import { problemOf, testGateway } from '../helpers/app.js'
+import { startGateway } from '../helpers/gateway.js'
+import { problemOf } from '../helpers/problems.js'
 
 t.test('management API', async (t) => {
-  const gw = await testGateway(t)
-  const parent = gw.parent
+  const gw = await startGateway(t, { listen: false, redis: false })
+  const parent = await gw.createParent()
   // Each sub-test starts from a parent without active sub-accounts unless it creates its own.
   const freshParent = () => gw.createParent()
   const count = async (table: string) => Number((await gw.sql.unsafe(`select count(*)::int as n from ${table}`))[0]!.n)

@@ -1,5 +1,5 @@
-// Migrations (DESIGN §2): applied once each under an advisory lock, so that replicas can start
-// together; a failing migration leaves nothing behind; `cli migrate` for a Helm hook.
+// Migrations (docs/configuration.md): applied once each under an advisory lock, so that replicas
+// can start together; a failing migration leaves nothing behind; `cli migrate` for a Helm hook.
 import { execFile } from 'node:child_process'
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'

@@ -1,41 +1,15 @@
-// OpenAPI 3.1 at /openapi.json and the docs page at /docs (DESIGN §9): a valid document that
-// describes every management route the app actually serves, and pages that need no key and never
-// reach an upstream, even behind a catch-all route.
-import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+// OpenAPI 3.1 at /openapi.json and the docs page at /docs (docs/operations.md): a valid document
+// that describes every management route the app actually serves, and pages that need no key and
+// never reach an upstream, even behind a catch-all route.
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
-import type { FastifyInstance } from 'fastify'
 import { MANAGEMENT_PREFIX } from '../../src/management/routes.js'
-import { liveGateway, rawRequest, startUpstream } from '../helpers/proxy.js'
+import { startGateway } from '../helpers/gateway.js'
+import { rawRequest } from '../helpers/http.js'
+import { startUpstream } from '../helpers/upstream.js'
 
 type Json = any
-
-interface RouteSeen {
-  method: string
-  url: string
-}
-
-/**
- * Builds the gateway while recording every route it registers: fastify publishes each new instance
- * on this channel before any plugin runs, so the hook sees the routes of buildApp and its plugins.
- */
-async function recordingRoutes<T>(build: () => Promise<T>): Promise<{ built: T; routes: RouteSeen[] }> {
-  const routes: RouteSeen[] = []
-  const onInstance = (message: unknown) => {
-    const { fastify } = message as { fastify: FastifyInstance }
-    fastify.addHook('onRoute', (route) => {
-      // Read now: fastify reuses the options object for a prefixed root's trailing-slash alias.
-      for (const method of [route.method].flat()) routes.push({ method, url: route.url })
-    })
-  }
-  subscribe('fastify.initialization', onInstance)
-  try {
-    return { built: await build(), routes }
-  } finally {
-    unsubscribe('fastify.initialization', onInstance)
-  }
-}
 
 /** `/v1/sub-accounts/:sub_id/` → `/v1/sub-accounts/{sub_id}` */
 function openApiPath(url: string): string {
@@ -72,12 +46,12 @@ t.test('OpenAPI document and docs page', async (t) => {
   const upstream = await startUpstream(t)
   // A prefixed route and a catch-all: their wildcard routes must stay out of the document, and
   // neither may answer the document or the docs.
-  const { built: gw, routes } = await recordingRoutes(() =>
-    liveGateway(t, {
-      upstreamUrl: upstream.url,
-      gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: upstream.url }] },
-    }),
-  )
+  const gw = await startGateway(t, {
+    upstreamUrl: upstream.url,
+    gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: upstream.url }] },
+    recordRoutes: true,
+  })
+  const routes = gw.routes
   const get = (path: string) => rawRequest(gw.url, { path })
 
   const res = await get('/openapi.json')

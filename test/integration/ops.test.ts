@@ -1,18 +1,17 @@
-// Health, readiness and metrics (DESIGN §9), against the real Postgres and Redis, and against
-// ones that do not answer (a port nothing listens on).
+// Health, readiness and metrics (docs/operations.md), against the real Postgres and Redis, and
+// against ones that do not answer (a port nothing listens on).
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from '../../src/app.js'
-import { createParentWithKey } from '../../src/auth/mint.js'
-import { loadConfig } from '../../src/config.js'
 import { serveMetrics } from '../../src/ops/metrics.js'
-import { loadRouteTable } from '../../src/proxy/route-table.js'
-import { openStore, type Store } from '../../src/store/db.js'
+import { openStore } from '../../src/store/db.js'
 import { UsageMeter } from '../../src/usage/meter.js'
 import { freshDatabase } from '../helpers/db.js'
-import { metricValue as metric, problemOf } from '../helpers/app.js'
-import { closedPort, REDIS_URL, redisPrefix, startUpstream } from '../helpers/proxy.js'
+import { createParent, metricValue as metric, startGateway } from '../helpers/gateway.js'
+import { eventually } from '../helpers/poll.js'
+import { problemOf } from '../helpers/problems.js'
+import { redisPrefix } from '../helpers/redis.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 
 const database = await freshDatabase(t)
 const prefix = redisPrefix(t)
@@ -20,49 +19,29 @@ const deadPort = await closedPort()
 const DEAD_POSTGRES = `postgres://postgres@127.0.0.1:${deadPort}/nothing`
 const DEAD_REDIS = `redis://127.0.0.1:${deadPort}`
 
-interface Build {
-  databaseUrl?: string
-  redisUrl?: string | null
-  upstreamUrl?: string
-  store?: Store
-}
-
-/** A gateway on the test database (or the one given), closed when the test ends. */
-async function gateway(tt: Test, options: Build = {}): Promise<FastifyInstance> {
-  const databaseUrl = options.databaseUrl ?? database.url
-  const redisUrl = options.redisUrl === undefined ? REDIS_URL : options.redisUrl
-  let store = options.store
-  if (store === undefined) {
-    // A pool of its own, as main.ts opens it (so the pool metrics have something to report).
-    const opened = await openStore({ databaseUrl, dataDir: '.', maxConnections: 3 })
-    tt.teardown(() => opened.close())
-    store = opened
-  }
-  const app = await buildApp({
-    config: loadConfig({ DATABASE_URL: databaseUrl, ...(redisUrl === null ? {} : { REDIS_URL: redisUrl }) }),
-    store,
-    routes: loadRouteTable({}, options.upstreamUrl),
+/**
+ * A gateway on the test database (or where `databaseUrl` points), with a pool of its own as
+ * main.ts opens it (so the pool metrics have something to report), made ready but not listening.
+ */
+async function gateway(t: Test, options: { databaseUrl?: string; redis?: string | false; upstreamUrl?: string } = {}): Promise<FastifyInstance> {
+  const { app } = await startGateway(t, {
+    listen: false,
+    database,
+    pool: { url: options.databaseUrl, maxConnections: 3 },
+    redis: options.redis,
     redisKeyPrefix: prefix,
+    upstreamUrl: options.upstreamUrl,
   })
-  tt.teardown(() => app.close())
   await app.ready()
   return app
 }
 
-/** Waits (up to 5 s) until `check` holds: Redis connects in the background. */
-async function eventually(check: () => Promise<boolean>): Promise<boolean> {
-  for (let i = 0; i < 100; i++) {
-    if (await check()) return true
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  return false
-}
+/** Redis connects in the background: waits (up to 5 s) until `check` holds. */
+const soon = async (check: () => Promise<boolean>): Promise<boolean> => (await eventually(5_000, check, 50)) !== null
 
 t.test('/healthz answers without a key and without asking any store', async (t) => {
   // Neither store answers: liveness must not depend on them, or an outage restarts every pod.
-  const dead = await openStore({ databaseUrl: DEAD_POSTGRES, dataDir: '.' })
-  t.teardown(() => dead.close())
-  const app = await gateway(t, { databaseUrl: DEAD_POSTGRES, redisUrl: DEAD_REDIS, store: dead })
+  const app = await gateway(t, { databaseUrl: DEAD_POSTGRES, redis: DEAD_REDIS })
   const response = await app.inject({ method: 'GET', url: '/healthz' })
   t.equal(response.statusCode, 200)
   t.same(response.json(), { status: 'ok' })
@@ -73,20 +52,18 @@ t.test('/healthz answers without a key and without asking any store', async (t) 
 
 t.test('/readyz: 200 when Postgres and Redis answer, "off" without Redis', async (t) => {
   const app = await gateway(t)
-  t.ok(await eventually(async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200), 'ready once Redis connected')
+  t.ok(await soon(async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200), 'ready once Redis connected')
   const ready = await app.inject({ method: 'GET', url: '/readyz' })
   t.same(ready.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
 
-  const alone = await gateway(t, { redisUrl: null })
+  const alone = await gateway(t, { redis: false })
   const response = await alone.inject({ method: 'GET', url: '/readyz' })
   t.equal(response.statusCode, 200)
   t.same(response.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'off' } }, 'no REDIS_URL: in-process cache only, still ready')
 })
 
 t.test('/readyz: 503 problem+json naming what failed', async (t) => {
-  const dead = await openStore({ databaseUrl: DEAD_POSTGRES, dataDir: '.' })
-  t.teardown(() => dead.close())
-  const noPostgres = await gateway(t, { databaseUrl: DEAD_POSTGRES, redisUrl: null, store: dead })
+  const noPostgres = await gateway(t, { databaseUrl: DEAD_POSTGRES, redis: false })
   const first = await noPostgres.inject({ method: 'GET', url: '/readyz' })
   t.equal(first.statusCode, 503)
   const body = problemOf(first)
@@ -94,7 +71,7 @@ t.test('/readyz: 503 problem+json naming what failed', async (t) => {
   t.match(body.detail, /^postgres cannot be reached/)
   t.same(body.checks, { postgres: 'down', redis: 'off' })
 
-  const noRedis = await gateway(t, { redisUrl: DEAD_REDIS })
+  const noRedis = await gateway(t, { redis: DEAD_REDIS })
   const second = await noRedis.inject({ method: 'GET', url: '/readyz' })
   t.equal(second.statusCode, 503)
   const secondBody = problemOf(second)
@@ -104,7 +81,7 @@ t.test('/readyz: 503 problem+json naming what failed', async (t) => {
 })
 
 t.test('/readyz: 503 once shutdown began, while the stores are fine', async (t) => {
-  const app = await gateway(t, { redisUrl: null })
+  const app = await gateway(t, { redis: false })
   t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200)
   app.readiness.draining = true
   const response = await app.inject({ method: 'GET', url: '/readyz' })
@@ -117,14 +94,14 @@ t.test('/readyz: 503 once shutdown began, while the stores are fine', async (t) 
 
 t.test('the ops paths are served by the gateway, never proxied, even with a catch-all upstream', async (t) => {
   const upstream = await startUpstream(t)
-  const app = await gateway(t, { upstreamUrl: upstream.url, redisUrl: null })
+  const app = await gateway(t, { upstreamUrl: upstream.url, redis: false })
   for (const url of ['/healthz', '/readyz', '/healthz?x=1']) {
     const response = await app.inject({ method: 'GET', url })
     t.equal(response.statusCode, 200, `${url} answered by the gateway`)
   }
   // Other methods and depths under the reserved prefixes are not the catch-all's either, even
-  // with a valid key (DESIGN §9: never proxied).
-  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'reserved', externalId: null, extraScopes: [] }))
+  // with a valid key (docs/operations.md: never proxied).
+  const key = await createParent(database.sql, { name: 'reserved' })
   const auth = { authorization: `Bearer ${key.apiKey}` }
   for (const [method, url] of [
     ['POST', '/healthz'],
@@ -142,7 +119,7 @@ t.test('the ops paths are served by the gateway, never proxied, even with a catc
   }
   t.equal(upstream.received.length, 0, 'the upstream saw none of them')
   // Metrics live on METRICS_PORT only: on the public port /metrics is an ordinary (proxied) path.
-  const noUpstream = await gateway(t, { redisUrl: null })
+  const noUpstream = await gateway(t, { redis: false })
   const metrics = await noUpstream.inject({ method: 'GET', url: '/metrics' })
   t.equal(metrics.statusCode, 404)
   t.equal(problemOf(metrics).code, 'route_not_found', 'no /metrics on the public port')
@@ -151,7 +128,7 @@ t.test('the ops paths are served by the gateway, never proxied, even with a catc
 t.test('metrics: requests by route kind and status class, upstream latency, cache tiers', async (t) => {
   const upstream = await startUpstream(t)
   const app = await gateway(t, { upstreamUrl: upstream.url })
-  await eventually(
+  await soon(
     async () =>
       (await metric(app, 'tgw_redis_up', { connection: 'commands' })) === 1 &&
       (await metric(app, 'tgw_redis_up', { connection: 'subscriber' })) === 1,
@@ -159,7 +136,7 @@ t.test('metrics: requests by route kind and status class, upstream latency, cach
   t.equal(await metric(app, 'tgw_redis_up', { connection: 'commands' }), 1, 'redis up')
   t.equal(await metric(app, 'tgw_redis_up', { connection: 'subscriber' }), 1, 'subscriber up')
 
-  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'metrics', externalId: null, extraScopes: [] }))
+  const key = await createParent(database.sql, { name: 'metrics' })
   const auth = { authorization: `Bearer ${key.apiKey}` }
   t.equal((await app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: auth })).statusCode, 200)
   t.equal((await app.inject({ method: 'GET', url: '/v1/things', headers: auth })).statusCode, 200)
@@ -169,7 +146,7 @@ t.test('metrics: requests by route kind and status class, upstream latency, cach
   t.equal((await app.inject({ method: 'GET', url: '/a//b' })).statusCode, 400)
   t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
   // No route at all: kind "none".
-  const noRoutes = await gateway(t, { redisUrl: null })
+  const noRoutes = await gateway(t, { redis: false })
   t.equal((await noRoutes.inject({ method: 'GET', url: '/nowhere' })).statusCode, 404)
   t.equal(await metric(noRoutes, 'tgw_http_requests_total', { kind: 'none', status_class: '4xx' }), 1, 'an unmatched path is kind none')
 
@@ -196,8 +173,8 @@ t.test('metrics: requests by route kind and status class, upstream latency, cach
 t.test('metrics: invalidations received from another replica', async (t) => {
   const a = await gateway(t)
   const b = await gateway(t)
-  await eventually(async () => (await metric(b, 'tgw_redis_up', { connection: 'subscriber' })) === 1)
-  const { key } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'bus', externalId: null, extraScopes: [] }))
+  await soon(async () => (await metric(b, 'tgw_redis_up', { connection: 'subscriber' })) === 1)
+  const key = await createParent(database.sql, { name: 'bus' })
   const before = await metric(b, 'tgw_cache_invalidations_received_total')
   const created = await a.inject({
     method: 'POST',
@@ -206,11 +183,11 @@ t.test('metrics: invalidations received from another replica', async (t) => {
     payload: JSON.stringify({ name: 'sub' }),
   })
   t.equal(created.statusCode, 201)
-  t.ok(await eventually(async () => (await metric(b, 'tgw_cache_invalidations_received_total')) > before), 'B counted the message A published')
+  t.ok(await soon(async () => (await metric(b, 'tgw_cache_invalidations_received_total')) > before), 'B counted the message A published')
 })
 
 t.test('metrics: Postgres pool use, as pg_stat_activity reports this process', async (t) => {
-  const app = await gateway(t, { redisUrl: null })
+  const app = await gateway(t, { redis: false })
   t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200)
   const text = await app.metrics.registry.metrics()
   t.match(text, /^tgw_postgres_pool_max 3$/m, 'the pool size')
@@ -235,7 +212,7 @@ t.test('usage flush failures and lag', async (t) => {
   t.equal(meter.lagMs(), 1500, 'the counts are kept, and so is their age')
 
   // On the real database the flush works and leaves no lag.
-  const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'meter', externalId: null, extraScopes: [] }))
+  const account = await createParent(database.sql, { name: 'meter' })
   const good = new UsageMeter({ sql: database.sql, log: silent as never, now: () => now, onFlushFailed: () => failures++ })
   good.record(account.id, 200)
   t.equal(good.lagMs(), 0, 'a count recorded now has no lag yet')
@@ -245,7 +222,7 @@ t.test('usage flush failures and lag', async (t) => {
 })
 
 t.test('serveMetrics: /metrics on its own port, nothing else', async (t) => {
-  const app = await gateway(t, { redisUrl: null })
+  const app = await gateway(t, { redis: false })
   await app.inject({ method: 'GET', url: '/healthz' })
   const server = await serveMetrics(app.metrics.registry, 0, '127.0.0.1')
   t.teardown(() => new Promise((resolve) => server.close(resolve)))

@@ -1,19 +1,12 @@
-// The proxy over real sockets, part one: the acting header (DESIGN §4) on every proxied method,
-// and what the upstream receives (DESIGN §5). Every outcome is checked on what a recording
+// The proxy over real sockets, part one: the acting header (docs/api.md) on every proxied method,
+// and what the upstream receives (docs/api.md). Every outcome is checked on what a recording
 // upstream actually got: the trusted identity on a success, nothing at all on a refusal.
 import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
-import {
-  checkProblem,
-  liveGateway,
-  rawRequest,
-  sha256,
-  startUpstream,
-  type LiveGateway,
-  type RawResponse,
-  type ReceivedRequest,
-} from '../helpers/proxy.js'
-import type { Parent } from '../helpers/app.js'
+import { startGateway, type Parent, type TestGateway } from '../helpers/gateway.js'
+import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
+import { checkProblem } from '../helpers/problems.js'
+import { type ReceivedRequest, startUpstream } from '../helpers/upstream.js'
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const
 type Method = (typeof METHODS)[number]
@@ -55,14 +48,14 @@ function checkIdentity(t: Test, received: ReceivedRequest, expected: Identity, w
   t.equal(counts.get('x-request-id'), 1, `${what}: one X-Request-Id`)
 }
 
-async function keyIdOf(gw: LiveGateway, tenantId: string): Promise<string> {
+async function keyIdOf(gw: TestGateway, tenantId: string): Promise<string> {
   const rows = await gw.database.sql`select id from api_keys where tenant_id = ${tenantId} order by seq`
   if (rows.length !== 1) throw new Error(`expected one key for ${tenantId}, found ${rows.length}`)
   return rows[0]!.id as string
 }
 
 /** A management call that must succeed (setup); throws with the answer otherwise. */
-async function manage(gw: LiveGateway, parent: Parent, method: string, path: string, json?: unknown): Promise<any> {
+async function manage(gw: TestGateway, parent: Parent, method: string, path: string, json?: unknown): Promise<any> {
   const body = json === undefined ? undefined : JSON.stringify(json)
   const headers: [string, string][] = [['Authorization', `Bearer ${parent.apiKey}`], ['X-Service-Acting-Tenant', 'self']]
   // No body: say so with Content-Length: 0 (node would otherwise send an empty chunked body).
@@ -72,11 +65,11 @@ async function manage(gw: LiveGateway, parent: Parent, method: string, path: str
   return res.json()
 }
 
-async function createSub(gw: LiveGateway, parent: Parent, name: string, externalId: string) {
+async function createSub(gw: TestGateway, parent: Parent, name: string, externalId: string) {
   return (await manage(gw, parent, 'POST', '/v1/sub-accounts', { name, external_id: externalId })) as { id: string }
 }
 
-async function mintSubKey(gw: LiveGateway, parent: Parent, subId: string, scopes: string[]) {
+async function mintSubKey(gw: TestGateway, parent: Parent, subId: string, scopes: string[]) {
   return (await manage(gw, parent, 'POST', `/v1/sub-accounts/${subId}/api-keys`, { name: 'k', scopes })) as {
     id: string
     api_key: string
@@ -85,7 +78,7 @@ async function mintSubKey(gw: LiveGateway, parent: Parent, subId: string, scopes
 
 /** A proxied request: key, acting header lines (in order), a small JSON body on POST/PUT/PATCH. */
 function proxied(
-  gw: LiveGateway,
+  gw: TestGateway,
   key: string | null,
   method: Method,
   path: string,
@@ -103,9 +96,9 @@ function proxied(
   return { sent: rawRequest(gw.url, { method, path, headers, ...(body === undefined ? {} : { body }) }), body }
 }
 
-t.test('the acting header on every proxied method (DESIGN §4)', async (t) => {
+t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
   const upstream = await startUpstream(t)
-  const gw = await liveGateway(t, { upstreamUrl: upstream.url })
+  const gw = await startGateway(t, { upstreamUrl: upstream.url })
 
   // A parent with active sub-accounts, one without any, one whose only sub-account is deactivated,
   // and a stranger with a sub-account of its own.
@@ -279,9 +272,9 @@ t.test('the acting header on every proxied method (DESIGN §4)', async (t) => {
   })
 })
 
-t.test('what the upstream receives (DESIGN §5)', async (t) => {
+t.test('what the upstream receives (docs/api.md)', async (t) => {
   const upstream = await startUpstream(t)
-  const gw = await liveGateway(t, {
+  const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     gatewayConfig: { routes: [{ prefix: '/fwd', upstream: upstream.url, forward_authorization: true }] },
   })

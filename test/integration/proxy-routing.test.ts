@@ -1,27 +1,18 @@
-// The proxy over real sockets, part two: the route table (DESIGN §2), bad paths (DESIGN §5),
-// upstream failures and request bodies. Every outcome is checked on what the recording
-// upstreams actually got.
+// The proxy over real sockets, part two: the route table (docs/configuration.md), bad paths
+// (docs/api.md), upstream failures and request bodies. Every outcome is checked on what the
+// recording upstreams actually got.
 import { randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { createServer as createNetServer } from 'node:net'
 import t, { type Test } from 'tap'
-import {
-  checkProblem,
-  closedPort,
-  listenOnLoopback,
-  liveGateway,
-  rawRequest,
-  sha256,
-  startUpstream,
-  type LiveGateway,
-  type RawResponse,
-  type ReceivedRequest,
-  type Upstream,
-} from '../helpers/proxy.js'
+import { startGateway, type TestGateway } from '../helpers/gateway.js'
+import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
+import { checkProblem } from '../helpers/problems.js'
+import { closedPort, listenOnLoopback, type ReceivedRequest, startUpstream, type Upstream } from '../helpers/upstream.js'
 
 /** A request as `key` (none when null), the path sent exactly as written. */
 function send(
-  gw: LiveGateway,
+  gw: TestGateway,
   key: string | null,
   method: string,
   path: string,
@@ -58,7 +49,7 @@ async function reaches(t: Test, upstream: Upstream, what: string, act: () => Pro
   return { res, got: upstream.received.length > before ? upstream.received[upstream.received.length - 1] : undefined }
 }
 
-t.test('the route table (DESIGN §2)', async (t) => {
+t.test('the route table (docs/configuration.md)', async (t) => {
   const ship = await startUpstream(t)
   const labels = await startUpstream(t)
   const based = await startUpstream(t)
@@ -71,9 +62,9 @@ t.test('the route table (DESIGN §2)', async (t) => {
     { prefix: '/v1/based', upstream: `${based.url}/base` },
     { prefix: '/health/upstream', upstream: pub.url, public: true },
   ]
-  const gw = await liveGateway(t, { gatewayConfig: { routes }, upstreamUrl: `${catchAll.url}/root` })
+  const gw = await startGateway(t, { gatewayConfig: { routes }, upstreamUrl: `${catchAll.url}/root` })
   // The same deployment without the catch-all: it shares the database and the Redis prefix.
-  const noCatchAll = await liveGateway(t, { gatewayConfig: { routes }, database: gw.database, redisKeyPrefix: gw.redisKeyPrefix })
+  const noCatchAll = await startGateway(t, { gatewayConfig: { routes }, database: gw.database, redisKeyPrefix: gw.redisKeyPrefix })
   const { nothingReached } = counter(all)
 
   const owner = await gw.createParent()
@@ -291,10 +282,10 @@ t.test('the route table (DESIGN §2)', async (t) => {
   })
 })
 
-t.test('bad paths are refused before authentication (DESIGN §5)', async (t) => {
+t.test('bad paths are refused before authentication (docs/api.md)', async (t) => {
   const upstream = await startUpstream(t)
   const shipments = await startUpstream(t)
-  const gw = await liveGateway(t, {
+  const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: shipments.url }] },
   })
@@ -384,7 +375,7 @@ async function slammingServer(t: Test): Promise<{ url: string; connections: () =
   return { url: `http://127.0.0.1:${port}`, connections: () => connections }
 }
 
-t.test('upstream failures (DESIGN §5)', async (t) => {
+t.test('upstream failures (docs/api.md)', async (t) => {
   const down = `http://127.0.0.1:${await closedPort()}`
   let answeredLate = false
   const lateTimers = new Set<NodeJS.Timeout>()
@@ -404,7 +395,7 @@ t.test('upstream failures (DESIGN §5)', async (t) => {
     request.socket.destroy()
   })
   const slamming = await slammingServer(t)
-  const gw = await liveGateway(t, {
+  const gw = await startGateway(t, {
     gatewayConfig: {
       routes: [
         { prefix: '/down', upstream: down },
@@ -455,7 +446,7 @@ t.test('upstream failures (DESIGN §5)', async (t) => {
 })
 
 /** A chunked request (no Content-Length), written in `chunks` one after another. */
-function chunkedRequest(gw: LiveGateway, key: string, path: string, chunks: Buffer[], contentType: string): Promise<RawResponse> {
+function chunkedRequest(gw: TestGateway, key: string, path: string, chunks: Buffer[], contentType: string): Promise<RawResponse> {
   const url = new URL(gw.url)
   return new Promise((resolve, reject) => {
     const request = httpRequest(
@@ -509,7 +500,7 @@ function unevenChunks(total: number): Buffer[] {
 
 t.test('request bodies stream through untouched', async (t) => {
   const upstream = await startUpstream(t)
-  const gw = await liveGateway(t, {
+  const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     gatewayConfig: { routes: [{ prefix: '/small', upstream: upstream.url, max_body_bytes: 1024 }] },
   })

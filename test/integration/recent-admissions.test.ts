@@ -5,10 +5,13 @@
 // the exact request again, at once, gets the full check's answer. Slow in-process expiry, so that
 // only the memory's invalidation can explain the new answer.
 import t, { type Test } from 'tap'
-import { callAs, checkProblem, liveGateway, recentAdmissions, startUpstream } from '../helpers/proxy.js'
+import { recentAdmissions, startGateway } from '../helpers/gateway.js'
+import { callAs } from '../helpers/http.js'
+import { checkProblem } from '../helpers/problems.js'
+import { startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t)
-const gw = await liveGateway(t, {
+const gw = await startGateway(t, {
   upstreamUrl: upstream.url,
   cacheTimings: { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 },
 })

@@ -1,37 +1,32 @@
-// Two replicas of one deployment (DESIGN §8): gateways A and B, each on its own socket, sharing one
-// Postgres database and one Redis prefix, in front of one recording upstream. Every change is made
-// through A after B's in-process cache was warmed with the old state; B must follow within 1 s.
+// Two replicas of one deployment (docs/architecture.md): gateways A and B, each on its own socket,
+// sharing one Postgres database and one Redis prefix, in front of one recording upstream. Every
+// change is made through A after B's in-process cache was warmed with the old state; B must follow
+// within 1 s.
 //
 // A and B keep found and "not found" records in-process for a minute here, and A sends each
 // invalidation once only (its second send, a second later, is put off by a minute), so that only
 // the one message of the change under test (or, in the reconnect case, the reconnect) can make B
 // change its answer within the second the tests allow: neither an expiring entry nor the repeated
 // message of an earlier change made while setting up. Only the lost-message case uses a short TTL.
+import type { Redis } from 'ioredis'
 import t from 'tap'
 import { createHash } from 'node:crypto'
-import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { mintKey } from '../../src/auth/mint.js'
-import type { CacheTimings } from '../../src/cache/index.js'
-import { metricValue } from '../helpers/app.js'
-import {
-  REDIS_URL,
-  callAs,
-  liveGateway,
-  startUpstream,
-  within,
-  type LiveGateway,
-  type RawResponse,
-} from '../helpers/proxy.js'
+import { metricValue, startGateway, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
+import { callAs, type RawResponse } from '../helpers/http.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { redisClient } from '../helpers/redis.js'
+import { startUpstream } from '../helpers/upstream.js'
 
 /** What the helpers below need of a test. */
 type Assert = Pick<typeof t, 'equal' | 'ok' | 'not' | 'comment'>
 
-const SLOW_LOCAL_EXPIRY: Partial<CacheTimings> = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
+const SLOW_LOCAL_EXPIRY: GatewayOptions['cacheTimings'] = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
 
 const upstream = await startUpstream(t)
-const a = await liveGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
-const b = await liveGateway(t, {
+const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
+const b = await startGateway(t, {
   upstreamUrl: upstream.url,
   database: a.database,
   redisKeyPrefix: a.redisKeyPrefix,
@@ -41,12 +36,11 @@ const sql = a.database.sql
 const prefix = a.redisKeyPrefix
 const channel = `${prefix}invalidate`
 
-const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 })
-t.teardown(() => redis.disconnect())
+const redis = redisClient(t)
 
 /** Waits until `count` replicas are subscribed to this deployment's invalidation channel. */
 async function subscribers(count: number): Promise<boolean> {
-  const took = await within(5_000, async () => {
+  const took = await eventually(5_000, async () => {
     const reply = (await redis.pubsub('NUMSUB', channel)) as [string, number | string]
     return Number(reply[1]) === count
   })
@@ -70,14 +64,14 @@ const codeOf = (res: RawResponse): string | null => {
 /** The tenant the upstream was told the request acts as (the echo upstream returns what it got). */
 const resolvedOf = (res: RawResponse): unknown => (res.json() as { headers: Record<string, unknown> }).headers['x-service-resolved-tenant']
 
-const read = (gw: LiveGateway, key: string, acting?: string) =>
+const read = (gw: TestGateway, key: string, acting?: string) =>
   callAs(gw.url, key, { path: '/orders', ...(acting === undefined ? {} : { acting }) })
 
-const write = (gw: LiveGateway, key: string, acting?: string) =>
+const write = (gw: TestGateway, key: string, acting?: string) =>
   callAs(gw.url, key, { method: 'POST', path: '/orders', json: { n: 1 }, ...(acting === undefined ? {} : { acting }) })
 
 /** A management call; `acting` defaults to self, `null` sends no header. */
-const manage = (gw: LiveGateway, key: string, method: string, path: string, json?: unknown, acting: string | null = 'self') =>
+const manage = (gw: TestGateway, key: string, method: string, path: string, json?: unknown, acting: string | null = 'self') =>
   callAs(gw.url, key, {
     method,
     path: `/v1/sub-accounts${path}`,
@@ -100,13 +94,13 @@ interface Minted {
   api_key: string
 }
 
-async function createSub(t: Assert, gw: LiveGateway, parentKey: string, body: Record<string, unknown>, acting: string | null = 'self'): Promise<Sub> {
+async function createSub(t: Assert, gw: TestGateway, parentKey: string, body: Record<string, unknown>, acting: string | null = 'self'): Promise<Sub> {
   const res = await manage(gw, parentKey, 'POST', '', body, acting)
   t.equal(res.status, 201, `sub-account ${JSON.stringify(body)} created through ${gw === a ? 'A' : 'the replica'}: ${describe(res)}`)
   return res.json() as Sub
 }
 
-async function mint(t: Assert, gw: LiveGateway, parentKey: string, subId: string): Promise<Minted> {
+async function mint(t: Assert, gw: TestGateway, parentKey: string, subId: string): Promise<Minted> {
   const res = await manage(gw, parentKey, 'POST', `/${subId}/api-keys`, { name: 'k', scopes: ['orders:read'] })
   t.equal(res.status, 201, `key minted: ${describe(res)}`)
   return res.json() as Minted
@@ -118,7 +112,7 @@ async function mint(t: Assert, gw: LiveGateway, parentKey: string, subId: string
  */
 async function follows(t: Assert, what: string, probe: () => Promise<RawResponse>, check: (res: RawResponse) => boolean, ms = 1_000): Promise<number | null> {
   let last: RawResponse | null = null
-  const took = await within(ms, async () => {
+  const took = await eventually(ms, async () => {
     last = await probe()
     return check(last)
   })
@@ -132,10 +126,10 @@ async function follows(t: Assert, what: string, probe: () => Promise<RawResponse
 }
 
 /** One labelled value of a counter of `gw`'s registry. */
-const counter = (gw: LiveGateway, name: string, tier?: 'postgres' | 'redis' | 'local') =>
+const counter = (gw: TestGateway, name: string, tier?: 'postgres' | 'redis' | 'local') =>
   metricValue(gw.app, name, tier === undefined ? {} : { tier })
 
-async function lookups(gw: LiveGateway): Promise<{ postgres: number; redis: number; local: number; recent: number }> {
+async function lookups(gw: TestGateway): Promise<{ postgres: number; redis: number; local: number; recent: number }> {
   return {
     postgres: await counter(gw, 'tgw_store_lookups_total', 'postgres'),
     redis: await counter(gw, 'tgw_store_lookups_total', 'redis'),
@@ -369,7 +363,7 @@ t.test("7. a reconnect of B's subscriber clears B's in-process cache", async (t)
   t.equal(await redis.exists(keyEntry(key.api_key)), 0, 'Redis holds no entry for the key')
   const revokedAt = Date.now()
   t.equal((await read(b, key.api_key)).status, 200, 'B still serves its in-process copy (no message was sent)')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await sleep(300)
   const stale = await read(b, key.api_key)
   t.equal(stale.status, 200, `and still does 300 ms later: only the reconnect can make it forget (${describe(stale)})`)
 
@@ -405,7 +399,7 @@ t.test("7. a reconnect of B's subscriber clears B's in-process cache", async (t)
 
 t.test('8. a lost message is bounded by the in-process TTL', async (t) => {
   const localTtlMs = 300
-  const c = await liveGateway(t, {
+  const c = await startGateway(t, {
     upstreamUrl: upstream.url,
     database: a.database,
     redisKeyPrefix: prefix,

@@ -6,10 +6,11 @@
 import { createServer, request as httpRequest, Agent } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
-import { Redis } from 'ioredis'
 import { generateApiKey } from '../../src/auth/keys.js'
-import { metricValue } from '../helpers/app.js'
-import { REDIS_URL, callAs, liveGateway, recentAdmissions, within, type LiveGateway } from '../helpers/proxy.js'
+import { metricValue, recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { callAs } from '../helpers/http.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { redisClient } from '../helpers/redis.js'
 import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstream, requestBytes, UPSTREAM_MARK, type HeaderLines, type RawExchange } from '../helpers/hostile.js'
 
 // ---------------------------------------------------------------------------------------------
@@ -41,8 +42,8 @@ const routes = {
     { prefix: '/hop', upstream: `http://127.0.0.1:${(hopByHop.address() as AddressInfo).port}` },
   ],
 }
-const a = await liveGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes })
-const b = await liveGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes, database: a.database, redisKeyPrefix: a.redisKeyPrefix })
+const a = await startGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes })
+const b = await startGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes, database: a.database, redisKeyPrefix: a.redisKeyPrefix })
 const portA = Number(new URL(a.url).port)
 
 /** When the last change went through the management API (its invalidation is sent again 1 s later). */
@@ -51,7 +52,7 @@ let lastChangeAt = 0
 /** Until the repeat of the last change's invalidation (1 s after it) is over. */
 const afterRepeatedInvalidations = () => new Promise((resolve) => setTimeout(resolve, Math.max(0, lastChangeAt + 1500 - Date.now())))
 
-async function manage(gw: LiveGateway, key: string, method: string, path: string, json?: unknown): Promise<any> {
+async function manage(gw: TestGateway, key: string, method: string, path: string, json?: unknown): Promise<any> {
   lastChangeAt = Date.now()
   const res = await callAs(gw.url, key, { method, path, acting: 'self', ...(json === undefined ? { headers: [['Content-Length', '0']] } : { json }) })
   if (res.status >= 300) throw new Error(`setup ${method} ${path}: ${res.status} ${res.body}`)
@@ -105,7 +106,7 @@ async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<voi
   const before = smuggledArrived()
   // Wait for the server to close (or 1.5 s): a second response would show that it read on.
   const exchange = await rawExchange(portA, bytes, { waitMs: 1500 })
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   t.equal(exchange.responses.length, 1, `one response on the connection (got ${exchange.responses.map((r) => r.status).join(', ')})`)
   t.equal(exchange.responses[0]?.status, 400, 'the ambiguous request is refused with 400')
   t.ok(exchange.closedByServer, 'and the connection is closed')
@@ -120,8 +121,8 @@ async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<voi
 // ---------------------------------------------------------------------------------------------
 // Metrics, for the brute-force cases.
 
-const counter = (gw: LiveGateway, name: string, tier: string) => metricValue(gw.app, name, { tier })
-const storeLookups = async (gw: LiveGateway) => ({
+const counter = (gw: TestGateway, name: string, tier: string) => metricValue(gw.app, name, { tier })
+const storeLookups = async (gw: TestGateway) => ({
   postgres: await counter(gw, 'tgw_store_lookups_total', 'postgres'),
   redis: await counter(gw, 'tgw_store_lookups_total', 'redis'),
   localMisses: await counter(gw, 'tgw_cache_misses_total', 'local'),
@@ -331,9 +332,8 @@ t.test("the client's Connection: close is honoured on a proxied response", async
 })
 
 t.test('a revoked key still cached on replica B is refused by B within 1 s of the revoke through A', async (t) => {
-  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 })
-  t.teardown(() => redis.disconnect())
-  const subscribed = await within(5000, async () => Number(((await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number])[1]) >= 2)
+  const redis = redisClient(t)
+  const subscribed = await eventually(5000, async () => Number(((await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number])[1]) >= 2)
   t.not(subscribed, null, 'A and B listen on the invalidation channel')
   const key = await manage(a, owner.apiKey, 'POST', `/v1/sub-accounts/${ownSub.id}/api-keys`, { name: 'soon revoked', scopes: ['tracking:read'] })
   const onB = () => callAs(b.url, key.api_key, { path: '/orders/revoked' })
@@ -344,14 +344,14 @@ t.test('a revoked key still cached on replica B is refused by B within 1 s of th
   // Until B admits it from its memory of the last admissions (no lookup at all, the closest to
   // the request a revoke must reach). Any eviction on B clears that memory, and so does the end
   // of its one-second window: then the next request remembers it again.
-  const fromMemory = await within(2000, async () => {
+  const fromMemory = await eventually(2000, async () => {
     const recent = await recentAdmissions(b)
     const status = (await onB()).status
     return status === 200 && (await recentAdmissions(b)) > recent
   })
   t.not(fromMemory, null, "B accepts it again, from its memory of the last admissions")
   await manage(a, owner.apiKey, 'POST', `/v1/sub-accounts/${ownSub.id}/api-keys/${key.id}/revoke`)
-  const took = await within(1000, async () => (await onB()).status === 401)
+  const took = await eventually(1000, async () => (await onB()).status === 401)
   t.not(took, null, `B refuses the revoked key within 1 s (${took} ms)`)
 })
 

@@ -1,37 +1,71 @@
-// Authentication, authorization and the acting header on every management route (DESIGN §3, §4),
+// Authentication, authorization and the acting header on every management route (docs/api.md),
 // in the spirit of Unkey's runCommonRouteTests: one table of routes, one set of checks for each.
+// The routes come from the app itself (every route it registers), so a new route that the table
+// does not cover fails here until it is given its line.
 import t from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { revokeKey } from '../../src/store/keys.js'
-import { problemOf, testGateway, type TestGateway } from '../helpers/app.js'
+import { startGateway, type RegisteredRoute, type TestGateway } from '../helpers/gateway.js'
+import { problemOf } from '../helpers/problems.js'
+import type { TestLike } from '../helpers/test-like.js'
 
-interface Route {
-  method: 'GET' | 'POST' | 'PATCH'
-  url: string
+interface RouteCase {
   body?: unknown
   scope: 'sub_accounts:read' | 'sub_accounts:write'
   /** True when the path names a sub-account, so another parent's gets 404. */
   namesSubAccount: boolean
 }
 
-function routes(subId: string, keyId: string): Route[] {
-  const sub = `/v1/sub-accounts/${subId}`
-  return [
-    { method: 'POST', url: '/v1/sub-accounts', body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: false },
-    { method: 'GET', url: '/v1/sub-accounts', scope: 'sub_accounts:read', namesSubAccount: false },
-    { method: 'GET', url: sub, scope: 'sub_accounts:read', namesSubAccount: true },
-    { method: 'PATCH', url: sub, body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: true },
-    { method: 'POST', url: `${sub}/deactivate`, scope: 'sub_accounts:write', namesSubAccount: true },
-    { method: 'POST', url: `${sub}/reactivate`, scope: 'sub_accounts:write', namesSubAccount: true },
-    { method: 'POST', url: `${sub}/api-keys`, body: { name: 'k', scopes: ['a:b'] }, scope: 'sub_accounts:write', namesSubAccount: true },
-    { method: 'GET', url: `${sub}/api-keys`, scope: 'sub_accounts:read', namesSubAccount: true },
-    { method: 'POST', url: `${sub}/api-keys/${keyId}/revoke`, scope: 'sub_accounts:write', namesSubAccount: true },
-  ]
+interface Route extends RouteCase {
+  method: string
+  /** The registered pattern, for names. */
+  pattern: string
+  url: string
 }
 
-async function setup(t: { teardown(fn: () => unknown): void }) {
-  const gw = await testGateway(t)
-  const owner = gw.parent
+/** Every management route, by the method and pattern it is registered under. */
+const TABLE: Record<string, RouteCase> = {
+  'POST /v1/sub-accounts': { body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: false },
+  'GET /v1/sub-accounts': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/usage': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/:sub_id': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'PATCH /v1/sub-accounts/:sub_id': { body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/deactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/reactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/api-keys': { body: { name: 'k', scopes: ['a:b'] }, scope: 'sub_accounts:write', namesSubAccount: true },
+  'GET /v1/sub-accounts/:sub_id/api-keys': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': { scope: 'sub_accounts:write', namesSubAccount: true },
+}
+
+/** The routes that need no key: health, readiness and the API's description (docs/api.md). */
+function isOpsRoute(url: string): boolean {
+  return ['/healthz', '/readyz', '/openapi.json', '/docs'].includes(url) || url.startsWith('/docs/')
+}
+
+/**
+ * The app's routes that are not ops routes, one per method and pattern: a prefixed root's
+ * trailing-slash alias is the route itself, and a HEAD route is the GET route whose hooks it runs.
+ */
+function managementRoutes(registered: readonly RegisteredRoute[]): string[] {
+  const names = registered
+    .map(({ method, url }) => ({ method: method === 'HEAD' ? 'GET' : method, url: url.length > 1 ? url.replace(/\/$/, '') : url }))
+    .filter(({ url }) => !isOpsRoute(url))
+    .map(({ method, url }) => `${method} ${url}`)
+  return [...new Set(names)]
+}
+
+function routes(registered: readonly RegisteredRoute[], subId: string, keyId: string): Route[] {
+  return managementRoutes(registered).flatMap((name) => {
+    const line = TABLE[name]
+    if (line === undefined) return []
+    const [method, pattern] = name.split(' ') as [string, string]
+    return [{ ...line, method, pattern, url: pattern.replace(':sub_id', subId).replace(':key_id', keyId) }]
+  })
+}
+
+async function setup(t: TestLike) {
+  const gw = await startGateway(t, { listen: false, redis: false, recordRoutes: true })
+  const owner = await gw.createParent()
   const sub = (await gw.call(owner.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'mine', external_id: 'mine' } })).json()
   const subKey = (
     await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys`, acting: 'self', body: { name: 'k', scopes: ['tracking:read'] } })
@@ -39,13 +73,20 @@ async function setup(t: { teardown(fn: () => unknown): void }) {
   return { gw, owner, sub, subKey }
 }
 
-
 const send = (gw: TestGateway, key: string | null, route: Route, extra: { acting?: string; headers?: Record<string, string> } = {}) =>
-  gw.call(key, { method: route.method, url: route.url, ...(route.body === undefined ? {} : { body: route.body }), ...extra })
+  gw.call(key, { method: route.method as 'GET', url: route.url, ...(route.body === undefined ? {} : { body: route.body }), ...extra })
+
+t.test('the table has a line for every route the app registers, and no other', async (t) => {
+  const { gw } = await setup(t)
+  const registered = managementRoutes(gw.routes)
+  t.ok(registered.length > 0, `the app registers management routes (${registered.length})`)
+  t.same(registered.filter((name) => TABLE[name] === undefined), [], 'every management route the app registers has a line in the table')
+  t.same(Object.keys(TABLE).filter((name) => !registered.includes(name)), [], 'every line of the table is a route the app registers')
+})
 
 t.test('every management route refuses what it must', async (t) => {
   const { gw, owner, sub, subKey } = await setup(t)
-  const table = routes(sub.id, subKey.id)
+  const table = routes(gw.routes, sub.id, subKey.id)
 
   const revoked = await gw.createParent()
   const revokedKeyId = (await gw.sql`select id from api_keys where tenant_id = ${revoked.id}`)[0]!.id
@@ -57,10 +98,10 @@ t.test('every management route refuses what it must', async (t) => {
   const keysBefore = await gw.sql`select id, status from api_keys order by seq`
 
   for (const route of table) {
-    const name = `${route.method} ${route.url.replace(sub.id, '{sub_id}').replace(subKey.id, '{key_id}')}`
+    const name = `${route.method} ${route.pattern.replace(':sub_id', '{sub_id}').replace(':key_id', '{key_id}')}`
     t.test(name, async (t) => {
       const expect401 = async (key: string | null, headers: Record<string, string>, why: string) => {
-        const res = await gw.call(key, { method: route.method, url: route.url, headers, ...(route.body === undefined ? {} : { body: route.body }) })
+        const res = await gw.call(key, { method: route.method as 'GET', url: route.url, headers, ...(route.body === undefined ? {} : { body: route.body }) })
         t.equal(res.statusCode, 401, why)
         t.equal(problemOf(res).code, 'unauthenticated', why)
         t.equal(res.headers['www-authenticate'], 'Bearer', why)
@@ -173,8 +214,8 @@ t.test('the acting header on management', async (t) => {
 })
 
 t.test('the write-header rule follows the count of active sub-accounts', async (t) => {
-  const gw = await testGateway(t)
-  const p = gw.parent
+  const gw = await startGateway(t, { listen: false, redis: false })
+  const p = await gw.createParent()
   const create = (acting?: string) => gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'x' }, ...(acting ? { acting } : {}) })
   const first = await create()
   t.equal(first.statusCode, 201, 'no sub-account yet: no header needed')

@@ -1,21 +1,25 @@
-// Graceful shutdown (DESIGN §9) of a real gateway process, the way a rolling deploy ends one:
-// SIGTERM while keep-alive clients keep it busy. The test plays the load balancer: it polls
+// Graceful shutdown (docs/operations.md) of a real gateway process, the way a rolling deploy ends
+// one: SIGTERM while keep-alive clients keep it busy. The test plays the load balancer: it polls
 // /readyz on fresh connections and stops sending new requests once it answers 503. Every request
-// that was started must get a whole 2xx answer, the process must exit 0, and no usage count may
-// be lost (the meter's last counts are flushed at close).
+// that was started must get a whole 2xx answer, the process must exit 0, and no usage count may be
+// lost (the meter's last counts are flushed at close).
 //
 // Requests "in flight when the close begins" are made certain, not likely: the upstream holds
 // some requests until the test has seen the listener refuse connections (app.close() has begun),
 // and only then answers them. Nothing else depends on timing; the bounds below only stop a hang.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { Agent, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
-import { REDIS_URL, callAs, getOverAgent, rawRequest, redisPrefix, startUpstream, within, type Upstream } from '../helpers/proxy.js'
+import { createParent } from '../helpers/gateway.js'
+import { callAs, getOverAgent, rawRequest } from '../helpers/http.js'
+import { eventually } from '../helpers/poll.js'
+import { REDIS_URL, redisPrefix, requireRedis } from '../helpers/redis.js'
+import { closedPort, holdingUpstream } from '../helpers/upstream.js'
 
+await requireRedis()
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 /** Generous bounds against hangs on a slow, busy machine; no assertion is about speed. */
 const START_TIMEOUT = 60_000
@@ -33,19 +37,11 @@ const WORKERS = 20
 /** The load's upstream answers after this long, more than the shutdown delay below. */
 const LOAD_DELAY_MS = [1100, 1300] as const
 /**
- * How long /readyz says 503 before the gateway stops accepting. Longer than DESIGN's example,
- * so that a test process starved of CPU for a moment still sees the 503 (and stops starting
- * requests) before the close; the held requests make "in flight at the close" certain anyway.
+ * How long /readyz says 503 before the gateway stops accepting: long enough that a test process
+ * starved of CPU for a moment still sees the 503 (and stops starting requests) before the close;
+ * the held requests make "in flight at the close" certain anyway.
  */
 const SHUTDOWN_DELAY_MS = 1000
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
 
 /** True once nothing accepts connections on the port any more (the listener was closed). */
 function refuses(port: number): Promise<boolean> {
@@ -89,9 +85,9 @@ t.teardown(() => {
  * `node --import tsx src/main.ts` with the given environment; resolves once /readyz says 200, as
  * a load balancer would wait for (Redis may still be connecting when the port opens).
  */
-async function startGateway(env: Record<string, string>): Promise<GatewayProcess> {
-  const port = await freePort()
-  const metricsPort = await freePort()
+async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess> {
+  const port = await closedPort()
+  const metricsPort = await closedPort()
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -119,7 +115,7 @@ async function startGateway(env: Record<string, string>): Promise<GatewayProcess
     }),
   )
   const base = `http://127.0.0.1:${port}`
-  const started = await within(START_TIMEOUT, async () => {
+  const started = await eventually(START_TIMEOUT, async () => {
     if (done) throw new Error(`the gateway exited at start\nstdout: ${out}\nstderr: ${err}`)
     try {
       return (await rawRequest(base, { path: '/readyz' })).status === 200
@@ -153,28 +149,8 @@ function answer(response: ServerResponse, path: string): void {
  * The upstream: /v1/hold/* waits until the test releases it, everything else answers after
  * LOAD_DELAY_MS. Either way the answer is 200 with a body of known content.
  */
-async function delayingUpstream(t: Parameters<typeof startUpstream>[0]): Promise<Upstream & { held: () => number; release: () => void }> {
-  const held: (() => void)[] = []
-  let released = false
-  const upstream = await startUpstream(t, (request, response) => {
-    const path = request.url!
-    if (path.startsWith('/v1/hold/')) {
-      if (released) answer(response, path)
-      else held.push(() => answer(response, path))
-      return
-    }
-    const [low, high] = LOAD_DELAY_MS
-    setTimeout(() => answer(response, path), low + Math.random() * (high - low))
-  })
-  return {
-    ...upstream,
-    held: () => held.length,
-    release: () => {
-      released = true
-      for (const send of held.splice(0)) send()
-    },
-  }
-}
+const loadUpstream = (t: Test) =>
+  holdingUpstream(t, { holdPrefix: '/v1/hold/', delayMs: LOAD_DELAY_MS, reply: (request, response) => answer(response, request.url!) })
 
 interface Outcome {
   status: number
@@ -219,8 +195,8 @@ function logLines(stdout: string): { level: number; msg: string }[] {
 t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost, exit 0', async (t) => {
   // The gateway migrates the empty database itself at start.
   const db = await freshDatabase(t, { migrated: false })
-  const upstream = await delayingUpstream(t)
-  const gateway = await startGateway({
+  const upstream = await loadUpstream(t)
+  const gateway = await spawnGateway({
     DATABASE_URL: db.url,
     REDIS_URL,
     REDIS_KEY_PREFIX: redisPrefix(t),
@@ -228,8 +204,8 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
     SHUTDOWN_DELAY_MS: String(SHUTDOWN_DELAY_MS),
   })
 
-  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'shutdown', externalId: null, extraScopes: [] }))
-  const created = await callAs(gateway.base, key.apiKey, {
+  const parent = await createParent(db.sql, { name: 'shutdown' })
+  const created = await callAs(gateway.base, parent.apiKey, {
     method: 'POST',
     path: '/v1/sub-accounts',
     acting: 'self',
@@ -251,7 +227,7 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
     const agent = new Agent({ keepAlive: true, maxSockets: 1 })
     agents.push(agent)
     const headers = {
-      authorization: `Bearer ${key.apiKey}`,
+      authorization: `Bearer ${parent.apiKey}`,
       // By UUID and by external id, in turns.
       'x-service-acting-tenant': w % 2 === 0 ? sub.id : 'ext:load-sub',
     }
@@ -270,7 +246,7 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   const workers = Array.from({ length: WORKERS }, (_, w) => worker(w))
 
   // Warm: about two rounds on every connection.
-  const warm = await within(START_TIMEOUT, async () => answered.length >= WORKERS * 2, 50)
+  const warm = await eventually(START_TIMEOUT, async () => answered.length >= WORKERS * 2, 50)
   t.not(warm, null, `the load is running (${answered.length} answered)`)
 
   // Requests certain to be in flight when the close begins: the upstream holds them.
@@ -278,12 +254,12 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   const holdAgents = Array.from({ length: HELD }, () => new Agent({ keepAlive: true, maxSockets: 1 }))
   agents.push(...holdAgents)
   const heldRequests = holdAgents.map((agent, i) =>
-    get(gateway.base, agent, `/v1/hold/${i}`, { authorization: `Bearer ${key.apiKey}`, 'x-service-acting-tenant': sub.id }).then(
+    get(gateway.base, agent, `/v1/hold/${i}`, { authorization: `Bearer ${parent.apiKey}`, 'x-service-acting-tenant': sub.id }).then(
       (outcome) => outcome,
       (err: unknown) => new Error(describe(err)),
     ),
   )
-  t.not(await within(HANG_TIMEOUT, async () => upstream.held() === HELD), null, 'the held requests reached the upstream')
+  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === HELD), null, 'the held requests reached the upstream')
 
   const answeredBeforeSignal = answered.length
   gateway.child.kill('SIGTERM')
@@ -291,7 +267,7 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   // The load balancer: /readyz on a fresh connection until it says 503, then no new requests.
   let notReady: { status: number; headers: IncomingHttpHeaders; body: Record<string, unknown> } | null = null
   let probeError: string | null = null
-  await within(HANG_TIMEOUT, async () => {
+  await eventually(HANG_TIMEOUT, async () => {
     try {
       const res = await rawRequest(gateway.base, { path: '/readyz' })
       if (res.status === 200) return false
@@ -314,7 +290,7 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   }
 
   // app.close() has begun once the listener refuses; the held requests keep the process alive.
-  const closing = await within(HANG_TIMEOUT, () => refuses(gateway.port), 10)
+  const closing = await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10)
   t.not(closing, null, 'the gateway stopped accepting connections')
   t.notOk(gateway.exited(), 'the process waits for the requests still in flight')
   const closedAt = Date.now()
@@ -358,8 +334,8 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
 /** A gateway with SHUTDOWN_DELAY_MS=0 on a database of its own, and a parent with its key. */
 async function gatewayWithoutDelay(t: Test, parentName: string, env: Record<string, string> = {}) {
   const db = await freshDatabase(t, { migrated: false })
-  const upstream = await delayingUpstream(t)
-  const gateway = await startGateway({
+  const upstream = await loadUpstream(t)
+  const gateway = await spawnGateway({
     DATABASE_URL: db.url,
     REDIS_URL,
     REDIS_KEY_PREFIX: redisPrefix(t),
@@ -367,24 +343,24 @@ async function gatewayWithoutDelay(t: Test, parentName: string, env: Record<stri
     SHUTDOWN_DELAY_MS: '0',
     ...env,
   })
-  const { account: parent, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: parentName, externalId: null, extraScopes: [] }))
-  return { db, upstream, gateway, parent, key }
+  const parent = await createParent(db.sql, { name: parentName })
+  return { db, upstream, gateway, parent }
 }
 
 t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
-  const { db, upstream, gateway, parent, key } = await gatewayWithoutDelay(t, 'no delay')
+  const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'no delay')
 
   // A keep-alive client that keeps its connection until the gateway closes it.
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
   t.teardown(() => agent.destroy())
-  const inFlight = get(gateway.base, agent, '/v1/hold/only', { authorization: `Bearer ${key.apiKey}` }).then(
+  const inFlight = get(gateway.base, agent, '/v1/hold/only', { authorization: `Bearer ${parent.apiKey}` }).then(
     (outcome) => outcome,
     (err: unknown) => new Error(describe(err)),
   )
-  t.not(await within(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
 
   gateway.child.kill('SIGTERM')
-  t.not(await within(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'the gateway stopped accepting connections')
+  t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'the gateway stopped accepting connections')
   t.notOk(gateway.exited(), 'the process waits for the request in flight')
   upstream.release()
   const releasedAt = Date.now()
@@ -409,15 +385,15 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
   )
 })
 
-// An unhandled rejection is a bug somewhere (DESIGN §9 names no such case): the gateway must not
-// go on in an unknown state, nor die on the spot with its counts unflushed. It drains like a
-// SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
+// An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway
+// must not go on in an unknown state, nor die on the spot with its counts unflushed. It drains like
+// a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
 t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
-  const { db, upstream, gateway, parent, key } = await gatewayWithoutDelay(t, 'rejection', {
+  const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'rejection', {
     NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigusr2.mjs', import.meta.url).href}`,
   })
   upstream.release()
-  const served = await callAs(gateway.base, key.apiKey, { path: '/v1/orders' })
+  const served = await callAs(gateway.base, parent.apiKey, { path: '/v1/orders' })
   t.equal(served.status, 200, 'a request is served before the rejection')
 
   gateway.child.kill('SIGUSR2')

@@ -1,16 +1,16 @@
-// Usage flushes are applied once (DESIGN §6, §8): a flush that Postgres committed but whose reply
-// was lost is retried with the same batch id and adds nothing twice. The connection is really cut,
-// by a relay between the meter and Postgres, right after it forwarded the flush's statement (one
-// statement, committed on its own) and before the reply comes back.
+// Usage flushes are applied once (docs/api.md, docs/architecture.md): a flush that Postgres
+// committed but whose reply was lost is retried with the same batch id and adds nothing twice. The
+// connection is really cut, by a relay between the meter and Postgres, right after it forwarded the
+// flush's statement (one statement, committed on its own) and before the reply comes back.
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import postgres from 'postgres'
 import { pino } from 'pino'
 import t from 'tap'
-import { createParentWithKey } from '../../src/auth/mint.js'
 import { addUsage } from '../../src/store/usage.js'
 import { UsageMeter } from '../../src/usage/meter.js'
 import { freshDatabase } from '../helpers/db.js'
+import { createParent } from '../helpers/gateway.js'
 
 const database = await freshDatabase(t)
 const silent = pino({ level: 'silent' })
@@ -75,7 +75,7 @@ async function requestsOf(tenantId: string): Promise<number> {
 }
 
 t.test('addUsage applies a batch id once', async (t) => {
-  const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'once', externalId: null, extraScopes: [] }))
+  const account = await createParent(database.sql, { name: 'once' })
   const rows = [{ tenantId: account.id, day: '2026-11-21', statusClass: 2, requests: 5 }]
   const id = '6b1d2c9e-1f0a-4c55-9d43-0a1b2c3d4e5f'
   t.equal(await addUsage(database.sql, id, rows), true, 'applied')
@@ -84,7 +84,7 @@ t.test('addUsage applies a batch id once', async (t) => {
 })
 
 t.test('a flush whose reply was lost after Postgres committed it is not counted twice', async (t) => {
-  const { account } = await database.sql.begin((tx) => createParentWithKey(tx, { name: 'lost', externalId: null, extraScopes: [] }))
+  const account = await createParent(database.sql, { name: 'lost' })
   const link = await relay(new URL(database.url))
   const sql = postgres(link.url, { max: 1, onnotice: () => {} })
   t.teardown(() => sql.end({ timeout: 1 }))

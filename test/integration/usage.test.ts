@@ -1,16 +1,18 @@
-// Usage metering and the usage report (DESIGN §6, §8) and keys' last_used_at, over real sockets,
-// real Postgres and Redis and a real upstream. The meter's timer is an hour long, so that only
-// an explicit flush writes: every count below is exact.
+// Usage metering and the usage report (docs/api.md, docs/architecture.md) and keys' last_used_at,
+// over real sockets, real Postgres and Redis and a real upstream. The meter's timer is an hour
+// long, so that only an explicit flush writes: every count below is exact.
 import t from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { utcDay } from '../../src/usage/meter.js'
-import { problemOf } from '../helpers/app.js'
-import { callAs, closedPort, liveGateway, startUpstream, type RawResponse } from '../helpers/proxy.js'
+import { startGateway } from '../helpers/gateway.js'
+import { callAs, type RawResponse } from '../helpers/http.js'
+import { problemOf } from '../helpers/problems.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 
 const HOUR = 3_600_000
 
-/** problemOf (DESIGN §7 envelope) for a response read off a socket. */
+/** problemOf (the envelope of docs/api.md) for a response read off a socket. */
 function problem(res: RawResponse) {
   return problemOf({ statusCode: res.status, headers: res.headers, body: res.body, json: () => res.json() } as unknown as LightMyRequestResponse)
 }
@@ -28,7 +30,7 @@ t.test('usage', async (t) => {
     response.end(status === 204 || status === 304 ? undefined : JSON.stringify({ status }))
   })
   const deadPort = await closedPort()
-  const gw = await liveGateway(t, {
+  const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     usageFlushIntervalMs: HOUR,
     gatewayConfig: {

@@ -1,4 +1,4 @@
-// The acting rules of DESIGN §4 as plain functions, over in-memory lookups: no server, no store.
+// The acting rules of docs/api.md as plain functions, over in-memory lookups: no server, no store.
 import t from 'tap'
 import { ApiError } from '../../src/errors.js'
 import { parseActingHeader, resolveActingTenant, type ActingTarget } from '../../src/tenancy/acting.js'

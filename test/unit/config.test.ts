@@ -4,7 +4,7 @@ import { ConfigError, loadConfig } from '../../src/config.js'
 
 const ROOT = new URL('../../', import.meta.url).pathname
 
-t.test('defaults of DESIGN §2', async (t) => {
+t.test('defaults of docs/configuration.md', async (t) => {
   const config = loadConfig({}, ROOT)
   t.equal(config.port, 8080)
   t.equal(config.host, '0.0.0.0')

@@ -1,4 +1,4 @@
-// What the upstream receives (DESIGN §5) and which paths never get that far, as plain functions.
+// What the upstream receives (docs/api.md) and which paths never get that far, as plain functions.
 import type { IncomingHttpHeaders } from 'node:http'
 import t from 'tap'
 import { upstreamHeaders, type ForwardContext, type TrustedIdentity } from '../../src/proxy/headers.js'
@@ -142,7 +142,7 @@ t.test('the inbound object is not changed', async (t) => {
   t.same(given, copy)
 })
 
-t.test('isBadPath: every pattern of DESIGN §5', async (t) => {
+t.test('isBadPath: every pattern of docs/api.md', async (t) => {
   const bad = [
     '/v1/../sub-accounts',
     '/..',

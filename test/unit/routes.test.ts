@@ -1,4 +1,5 @@
-// The route table of DESIGN §2 (config/gateway.yaml plus UPSTREAM_URL) as a plain function: no I/O.
+// The route table of docs/configuration.md (config/gateway.yaml plus UPSTREAM_URL) as a plain
+// function: no I/O.
 import t, { type Test } from 'tap'
 import { ConfigError } from '../../src/config.js'
 import {

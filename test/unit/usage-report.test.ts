@@ -1,4 +1,5 @@
-// The usage report's date rules and entry shape (DESIGN §6), as plain functions over a fixed clock.
+// The usage report's date rules and entry shape (docs/api.md), as plain functions over a fixed
+// clock.
 import t from 'tap'
 import { ApiError } from '../../src/errors.js'
 import type { UsageRow } from '../../src/store/usage.js'

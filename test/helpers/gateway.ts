@@ -1,0 +1,230 @@
+// The one way tests build the gateway in-process: buildApp on a fresh database (or one shared
+// with another gateway, as two replicas of a deployment share theirs), on the tests' Redis with a
+// key prefix of its own (or on a Redis of the test's choosing, or none), listening on
+// 127.0.0.1:0 (or not at all, for tests that inject). Closed at teardown the way main.ts drains.
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
+import { buildApp } from '../../src/app.js'
+import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
+import { loadConfig } from '../../src/config.js'
+import type { Metrics } from '../../src/ops/metrics.js'
+import { openStore, type Sql, type Store } from '../../src/store/db.js'
+import { freshDatabase, type TestDatabase } from './db.js'
+import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
+import type { TestLike } from './test-like.js'
+
+type AppDeps = Parameters<typeof buildApp>[0]
+
+export interface GatewayOptions {
+  /** Listen on 127.0.0.1:0 (default); false: build only, for `call` (which makes it ready). */
+  listen?: boolean
+  /** Share a database with another gateway: two replicas of one deployment. Default: a fresh one. */
+  database?: TestDatabase
+  /**
+   * A pool of the gateway's own, opened as main.ts opens it (postgres.js with its connect
+   * timeout), on `url`: through a relay that a fault test breaks, or where nothing answers.
+   * Default: the gateway uses the test database's pool, which the test also writes with.
+   */
+  pool?: { url?: string; maxConnections?: number }
+  /** The Redis the gateway uses: the tests' by default, another by URL, false for none. */
+  redis?: string | false
+  /** Share a key prefix (and so the invalidation channel) with another gateway. */
+  redisKeyPrefix?: string
+  upstreamUrl?: string
+  /** The GATEWAY_CONFIG document (routes etc.); default: none. */
+  gatewayConfig?: Record<string, unknown>
+  cacheTimings?: AppDeps['cacheTimings']
+  usageFlushIntervalMs?: number
+  /** A pino instance lets a test capture every line (default: no logging). */
+  logger?: AppDeps['logger']
+  /** Broken relays on the gateway's way to a store are restored before it closes: its last usage flush needs Postgres. */
+  relays?: readonly { mode(): string; restore(): Promise<void> }[]
+  /** Record every route the app registers, in `routes`. */
+  recordRoutes?: boolean
+}
+
+export interface Parent {
+  id: string
+  apiKey: string
+  /** The id of the key `apiKey` is. */
+  keyId: string
+}
+
+export interface RegisteredRoute {
+  method: string
+  url: string
+}
+
+export type CallOptions = Omit<InjectOptions, 'body' | 'payload'> & { body?: unknown; acting?: string }
+
+export interface TestGateway {
+  app: FastifyInstance
+  /** http://127.0.0.1:<port> once it listens; '' when built with `listen: false`. */
+  url: string
+  port: number
+  database: TestDatabase
+  /** The test database's pool (not the gateway's own, when it has one). */
+  sql: Sql
+  /** What the gateway reads and writes through. */
+  store: Store
+  redisKeyPrefix: string | undefined
+  /** With `recordRoutes`: every route registered, HEAD and trailing-slash aliases included. */
+  routes: readonly RegisteredRoute[]
+  /** A parent account on the gateway's database (with both management scopes, unless `scopes`). */
+  createParent(options?: { name?: string; scopes?: string[] }): Promise<Parent>
+  /** Injects a request as `apiKey`, with a JSON body when `body` is given. */
+  call(apiKey: string | null, options: CallOptions): Promise<LightMyRequestResponse>
+  /**
+   * A graceful stop as main.ts drains on SIGTERM (without its delay): draining (so that every
+   * answer from now on says Connection: close), app.close() (in-flight requests finish, usage is
+   * flushed), then its own pool. Idempotent; teardown calls it too.
+   */
+  close(): Promise<void>
+}
+
+/** A parent account with its key: both management scopes, or a key with exactly `scopes`. */
+export async function createParent(sql: Sql, options: { name?: string; scopes?: string[] } = {}): Promise<Parent> {
+  return sql.begin(async (tx) => {
+    const { account, key } = await createParentWithKey(tx, { name: options.name ?? 'parent', externalId: null, extraScopes: [] })
+    if (options.scopes === undefined) return { id: account.id, apiKey: key.apiKey, keyId: key.row.id }
+    const scoped = await mintKey(tx, { tenantId: account.id, name: 'scoped', scopes: options.scopes, withClientSecret: false })
+    return { id: account.id, apiKey: scoped.apiKey, keyId: scoped.row.id }
+  })
+}
+
+/** Makes `app` ready, or closes it and rethrows. */
+async function ready(app: FastifyInstance): Promise<FastifyInstance> {
+  try {
+    await app.ready()
+  } catch (err) {
+    await app.close()
+    throw err
+  }
+  return app
+}
+
+/**
+ * Runs `build` while recording every route registered: fastify publishes each new instance on this
+ * channel before any plugin runs, so an onRoute hook added there sees the routes of every plugin.
+ */
+async function recordingRoutes<T>(build: () => Promise<T>): Promise<{ built: T; routes: RegisteredRoute[] }> {
+  const routes: RegisteredRoute[] = []
+  const onInstance = (message: unknown) => {
+    const { fastify } = message as { fastify: FastifyInstance }
+    fastify.addHook('onRoute', (route) => {
+      // Read now: fastify reuses the options object for a prefixed root's trailing-slash alias.
+      for (const method of [route.method].flat()) routes.push({ method, url: route.url })
+    })
+  }
+  subscribe('fastify.initialization', onInstance)
+  try {
+    return { built: await build(), routes }
+  } finally {
+    unsubscribe('fastify.initialization', onInstance)
+  }
+}
+
+export async function startGateway(t: TestLike, options: GatewayOptions = {}): Promise<TestGateway> {
+  const database = options.database ?? (await freshDatabase(t))
+  const redisUrl = options.redis ?? REDIS_URL
+  if (redisUrl === REDIS_URL) await requireRedis()
+  const redisKeyPrefix = options.redisKeyPrefix ?? (redisUrl === false ? undefined : redisPrefix(t))
+  const databaseUrl = options.pool?.url ?? database.url
+  const store: Store =
+    options.pool === undefined
+      ? { sql: database.sql, embedded: false, close: async () => {} }
+      : await openStore({ databaseUrl, dataDir: tmpdir(), maxConnections: options.pool.maxConnections })
+  const config = {
+    ...loadConfig({
+      DATABASE_URL: databaseUrl,
+      ...(redisUrl === false ? {} : { REDIS_URL: redisUrl }),
+      ...(options.upstreamUrl === undefined ? {} : { UPSTREAM_URL: options.upstreamUrl }),
+    }),
+    // The route table is the test's, never the repository's config/gateway.yaml.
+    gatewayConfig: options.gatewayConfig ?? {},
+  }
+  const build = () =>
+    buildApp({
+      config,
+      store,
+      redisKeyPrefix,
+      cacheTimings: options.cacheTimings,
+      usageFlushIntervalMs: options.usageFlushIntervalMs,
+      logger: options.logger ?? false,
+    })
+  let app: FastifyInstance
+  let routes: RegisteredRoute[] = []
+  try {
+    // Ready, so that every plugin has registered its routes.
+    if (options.recordRoutes === true) ({ built: app, routes } = await recordingRoutes(async () => ready(await build())))
+    else app = await build()
+  } catch (err) {
+    await store.close()
+    throw err
+  }
+
+  let closing: Promise<void> | null = null
+  const close = () =>
+    (closing ??= (async () => {
+      for (const relay of options.relays ?? []) if (relay.mode() !== 'pass') await relay.restore()
+      try {
+        app.readiness.draining = true
+        await app.close()
+      } finally {
+        await store.close()
+      }
+    })())
+  t.teardown(close)
+
+  let port = 0
+  if (options.listen !== false) {
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    port = (app.server.address() as AddressInfo).port
+  }
+
+  const call: TestGateway['call'] = (apiKey, { body, acting, headers, ...rest }) =>
+    app.inject({
+      ...rest,
+      headers: {
+        ...(apiKey === null ? {} : { authorization: `Bearer ${apiKey}` }),
+        ...(acting === undefined ? {} : { 'x-service-acting-tenant': acting }),
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...headers,
+      },
+      ...(body === undefined ? {} : { payload: typeof body === 'string' ? body : JSON.stringify(body) }),
+    })
+
+  return {
+    app,
+    url: port === 0 ? '' : `http://127.0.0.1:${port}`,
+    port,
+    database,
+    sql: database.sql,
+    store,
+    redisKeyPrefix,
+    routes,
+    createParent: (parentOptions) => createParent(database.sql, parentOptions),
+    call,
+    close,
+  }
+}
+
+/**
+ * The value of one series of a metric in the registry of an app (or of anything else that holds
+ * the gateway's metrics): the first whose labels include all of `labels` (so none given: the first
+ * series); 0 when there is none yet.
+ */
+export async function metricValue(holder: { metrics: Metrics }, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const metric = holder.metrics.registry.getSingleMetric(name)
+  if (metric === undefined) throw new Error(`no metric ${name}`)
+  const { values } = await metric.get()
+  const value = values.find((v) => Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want))
+  return value?.value ?? 0
+}
+
+/** tgw_recent_admissions_total: requests a gateway admitted from its memory of the last second. */
+export async function recentAdmissions(gateway: { app: { metrics: Metrics } }): Promise<number> {
+  return metricValue(gateway.app, 'tgw_recent_admissions_total')
+}
