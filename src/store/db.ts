@@ -185,3 +185,12 @@ async function openEmbeddedStore(dataDir: string, holder: string): Promise<Store
     throw err
   }
 }
+
+/**
+ * True once one of the pool's connections has completed its startup with Postgres since the
+ * process started: postgres.js keeps the parameters the server reports then (server_version
+ * among them) for the pool's lifetime, whatever happens to the connection afterwards.
+ */
+export function hasReachedPostgres(sql: Sql): boolean {
+  return sql.parameters.server_version !== undefined
+}
