@@ -1,0 +1,114 @@
+// What a newcomer meets in the first hour, run as they would run it: the gateway's start against a
+// Postgres that refuses or does not answer, on a port already taken, with a broken route table;
+// the CLI's help and its errors; a key sent without `Bearer `. Each message must say what is
+// wrong and which variable to change, and never show a password.
+import { spawn } from 'node:child_process'
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
+import { freshDatabase } from '../helpers/db.js'
+import { closedPort } from '../helpers/proxy.js'
+
+const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const PASSWORD = 'sekret-do-not-print'
+
+interface Run {
+  code: number | null
+  stdout: string
+  stderr: string
+  ms: number
+}
+
+/** `node --import tsx <script> ...args` from the repository root, with only the given variables. */
+function runNode(script: string, args: string[], env: Record<string, string>, timeoutMs = 60_000): Promise<Run> {
+  const started = Date.now()
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+  return new Promise((resolve) =>
+    child.once('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr, ms: Date.now() - started })
+    }),
+  )
+}
+
+/** A TCP server on 127.0.0.1 that accepts connections and never answers (a Postgres that hangs). */
+async function silentServer(t: Test): Promise<number> {
+  const sockets = new Set<Socket>()
+  const server: Server = createServer((socket) => {
+    sockets.add(socket)
+    socket.on('error', () => {})
+    socket.on('close', () => sockets.delete(socket))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  return (server.address() as AddressInfo).port
+}
+
+const db = await freshDatabase(t)
+
+t.test('the gateway at start', async (t) => {
+  await t.test('a Postgres that refuses: names Postgres, DATABASE_URL and where, never the password', async (t) => {
+    const port = await closedPort()
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` })
+    t.equal(run.code, 1, 'exit 1')
+    t.match(run.stderr, /^gateway failed to start: cannot reach Postgres at 127\.0\.0\.1:\d+\/gateway \(DATABASE_URL\): connect ECONNREFUSED/)
+    t.match(run.stderr, `127.0.0.1:${port}`)
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+  })
+
+  await t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
+    const port = await silentServer(t)
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` }, 45_000)
+    t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
+    t.match(run.stderr, `gateway failed to start: cannot reach Postgres at 127.0.0.1:${port}/gateway (DATABASE_URL): no answer within 5 s`)
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+  })
+
+  // 10.255.255.1 is routed nowhere: where packets to it are dropped (here), postgres.js retried for
+  // minutes in silence; where they are refused, the error comes at once. A message either way.
+  await t.test('a host that does not answer: a message within the first-contact timeout', async (t) => {
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@10.255.255.1:5432/gateway` }, 45_000)
+    t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
+    t.match(run.stderr, /^gateway failed to start: cannot reach Postgres at 10\.255\.255\.1:5432\/gateway \(DATABASE_URL\): /)
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+    t.ok(run.ms < 30_000, `it gave up in ${run.ms} ms, not after minutes`)
+  })
+
+  for (const variable of ['METRICS_PORT', 'PORT'] as const) {
+    await t.test(`${variable} already in use: names ${variable}`, async (t) => {
+      const holder = createServer()
+      await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+      t.teardown(() => new Promise((resolve) => holder.close(resolve)))
+      const taken = (holder.address() as AddressInfo).port
+      const free = await closedPort()
+      const ports = variable === 'PORT' ? { PORT: String(taken), METRICS_PORT: String(free) } : { PORT: String(free), METRICS_PORT: String(taken) }
+      const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, ...ports })
+      t.equal(run.code, 1, 'exit 1')
+      t.match(run.stderr, `gateway failed to start: ${variable}=${taken} on HOST=127.0.0.1: the port is already in use; stop what holds it or set ${variable} to another`)
+    })
+  }
+
+  await t.test('a YAML error in the route table shows the line at fault', async (t) => {
+    const dir = t.testdir({})
+    const file = join(dir, 'gateway.yaml')
+    writeFileSync(file, 'routes:\n  - prefix: /v1/a\n    upstream: http://a\n   misplaced: here\n')
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
+    t.equal(run.code, 1, 'exit 1')
+    t.equal(run.stderr.split('\n').length, 2, 'one line')
+    t.match(run.stderr, /^invalid configuration: GATEWAY_CONFIG is not valid YAML \(.*\): .* at line 4, column 1: "   misplaced: here"\n$/, 'the line at fault, quoted')
+  })
+})
