@@ -112,3 +112,50 @@ t.test('the gateway at start', async (t) => {
     t.match(run.stderr, /^invalid configuration: GATEWAY_CONFIG is not valid YAML \(.*\): .* at line 4, column 1: "   misplaced: here"\n$/, 'the line at fault, quoted')
   })
 })
+
+t.test('the CLI', async (t) => {
+  const env = { DATABASE_URL: db.url }
+  for (const args of [['--help'], ['-h'], ['help'], ['keys', 'create', '--help']]) {
+    await t.test(`cli ${args.join(' ')}: the usage on stdout, exit 0`, async (t) => {
+      const run = await runNode('src/cli.ts', args, env)
+      t.equal(run.code, 0)
+      t.equal(run.stderr, '')
+      t.match(run.stdout, /^usage: cli <command> \[options\]\n/)
+      t.ok(run.stdout.split('\n').length > 5, 'one command a line, not squeezed together')
+      for (const command of ['migrate', 'accounts create', 'keys create', 'keys revoke']) t.match(run.stdout, `\n  ${command}`)
+    })
+  }
+
+  await t.test('npm run cli -- --help works as the usage says', async (t) => {
+    const run = await new Promise<Run>((resolve) => {
+      const started = Date.now()
+      const child = spawn('npm', ['run', '--silent', 'cli', '--', '--help'], { cwd: REPO_ROOT, env: { ...process.env, ...env } })
+      let stdout = ''
+      let stderr = ''
+      child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+      child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+      child.once('close', (code) => resolve({ code, stdout, stderr, ms: Date.now() - started }))
+    })
+    t.equal(run.code, 0)
+    t.match(run.stdout, /^usage: cli/)
+  })
+
+  const failures: [string[], Record<string, string>, RegExp][] = [
+    [['frobnicate'], env, /^error: unknown command "frobnicate"; the commands are migrate, accounts create, keys create, keys revoke \(--help for the usage\)$/],
+    [[], env, /^error: a command is required: .*--help/],
+    [['accounts', 'create'], env, /^error: --name is required$/],
+    [['accounts', 'create', '--name', 'x', '--colour', 'red'], env, /^error: Unknown option '--colour'/],
+    [['migrate'], { LOG_LEVEL: 'loud', DATABASE_URL: db.url }, /^error: invalid configuration: LOG_LEVEL /],
+    [['migrate'], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:1/x` }, /^error: cannot reach Postgres at 127\.0\.0\.1:1\/x \(DATABASE_URL\)/],
+  ]
+  for (const [args, runEnv, message] of failures) {
+    await t.test(`cli ${args.join(' ') || '(nothing)'}: one line starting with "error: "`, async (t) => {
+      const run = await runNode('src/cli.ts', args, runEnv)
+      t.equal(run.code, 1)
+      t.equal(run.stdout, '')
+      t.equal(run.stderr.split('\n').length, 2, `one line: ${JSON.stringify(run.stderr)}`)
+      t.match(run.stderr.trimEnd(), message)
+      t.notMatch(run.stderr, PASSWORD)
+    })
+  }
+})
