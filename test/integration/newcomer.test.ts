@@ -8,6 +8,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
+import { problemOf, testGateway } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { closedPort } from '../helpers/proxy.js'
 
@@ -158,4 +159,23 @@ t.test('the CLI', async (t) => {
       t.notMatch(run.stderr, PASSWORD)
     })
   }
+})
+
+t.test('a key sent without "Bearer ": 401 that says the scheme is missing', async (t) => {
+  const gw = await testGateway(t)
+  const bare = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization: gw.parent.apiKey } })
+  t.equal(bare.statusCode, 401)
+  t.equal(bare.headers['www-authenticate'], 'Bearer')
+  const body = problemOf(bare)
+  t.equal(body.code, 'unauthenticated')
+  t.equal(body.detail, 'the Authorization header has no scheme: send Authorization: Bearer <key>')
+
+  // Anything else that is not a well-formed Bearer key is still "malformed".
+  for (const authorization of [`Basic ${gw.parent.apiKey}`, 'Bearer tgw_short', 'Bearer']) {
+    const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
+    t.equal(response.statusCode, 401, authorization)
+    t.equal(problemOf(response).detail, 'the API key is malformed', `${authorization}: malformed`)
+  }
+  const ok = await gw.call(gw.parent.apiKey, { method: 'GET', url: '/v1/sub-accounts', acting: 'self' })
+  t.equal(ok.statusCode, 200, 'the same key with its scheme is accepted')
 })
