@@ -5,6 +5,9 @@
 // Service at once.
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
+import { buildApp } from '../../src/app.js'
+import { loadConfig } from '../../src/config.js'
+import { openStore } from '../../src/store/db.js'
 import { metricValue, problemOf } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { REDIS_URL, within } from '../helpers/proxy.js'
@@ -99,4 +102,16 @@ t.test('503 while draining, stores up or not', async (t) => {
   t.equal(draining.body.code, 'not_ready')
   t.equal(draining.body.draining, true)
   t.match(draining.body.detail, /shutting down/)
+})
+
+t.test('the embedded database (no DATABASE_URL) is reached like a real one', async (t) => {
+  const store = await openStore({ databaseUrl: undefined, dataDir: t.testdir({}) })
+  const embedded = await buildApp({ config: loadConfig({}), store, logger: false })
+  t.teardown(async () => {
+    await embedded.close()
+    await store.close()
+  })
+  const answer = await readyz(embedded)
+  t.equal(answer.status, 200)
+  t.same(answer.body, { status: 'ready', checks: { postgres: 'ok', redis: 'off' } })
 })
