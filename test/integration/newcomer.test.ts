@@ -8,6 +8,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
+import { createParentWithKey } from '../../src/auth/mint.js'
 import { problemOf, testGateway } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/db.js'
 import { closedPort } from '../helpers/proxy.js'
@@ -159,6 +160,20 @@ t.test('the CLI', async (t) => {
       t.notMatch(run.stderr, PASSWORD)
     })
   }
+})
+
+t.test('cli keys revoke with Redis down: revoked, and a warning that names Redis and REDIS_URL', async (t) => {
+  const { account, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'revoke', externalId: null, extraScopes: [] }))
+  const port = await closedPort()
+  const run = await runNode('src/cli.ts', ['keys', 'revoke', '--account', account.id, '--key', key.row.id], {
+    DATABASE_URL: db.url,
+    REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}`,
+  })
+  t.equal(run.code, 0, 'the revocation itself succeeded')
+  t.equal(JSON.parse(run.stdout).key.id, key.row.id)
+  t.match(run.stderr, new RegExp(`^warning: the key is revoked, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\) could not tell the replicas at once`))
+  t.equal(run.stderr.split('\n').length, 2, `one line: ${JSON.stringify(run.stderr)}`)
+  t.notMatch(run.stderr, PASSWORD)
 })
 
 t.test('a key sent without "Bearer ": 401 that says the scheme is missing', async (t) => {
