@@ -1,22 +1,36 @@
-// Operator commands (docs/configuration.md). Exactly one JSON object on stdout on success; one line on
-// stderr and a non-zero exit on error.
+// Operator commands (docs/operations.md). Exactly one JSON object on stdout on success; on error,
+// one line on stderr that starts with `error: `, and a non-zero exit. --help prints the usage on
+// stdout.
 import { parseArgs } from 'node:util'
 import { createParentWithKey, mintKey } from './auth/mint.js'
 import { MANAGEMENT_SCOPES, SCOPE_PATTERN } from './auth/scopes.js'
 import { publishInvalidation, cacheKeys } from './cache/index.js'
-import { ConfigError, loadConfig, type Config } from './config.js'
+import { loadConfig, type Config } from './config.js'
 import { presentKey } from './management/present.js'
-import { openStore, type Sql } from './store/db.js'
+import { openStore, reachPostgres, type Sql } from './store/db.js'
 import { revokeKey } from './store/keys.js'
 import { migrate } from './store/migrate.js'
 import { ExternalIdTakenError, getTenant } from './store/tenants.js'
 import { isExternalId, isUuid } from './tenancy/identifiers.js'
 
-const USAGE = `usage:
-  cli migrate
-  cli accounts create --name <name> [--external-id <id>] [--scopes <a,b>]
-  cli keys create --account <uuid> --name <label> [--scopes <a,b>]
-  cli keys revoke --account <uuid> --key <key_id>`
+const USAGE = `usage: cli <command> [options]
+  (from a clone: npm run cli -- <command> ...; in the image: node dist/cli.js <command> ...)
+
+commands:
+  migrate                      apply pending database migrations
+  accounts create --name <name> [--external-id <id>] [--scopes <a,b>]
+                               create a parent account and its first API key
+  keys create --account <uuid> --name <label> [--scopes <a,b>]
+                               mint another API key for a parent account
+  keys revoke --account <uuid> --key <key_id>
+                               revoke a key (replicas are told over Redis when REDIS_URL is set)
+  help, --help, -h             print this usage
+
+Each command prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
+database), REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
+`
+
+const COMMAND_NAMES = 'migrate, accounts create, keys create, keys revoke'
 
 class UsageError extends Error {}
 
@@ -101,18 +115,30 @@ const COMMANDS: Record<string, Command> = {
       try {
         await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], { repeatAfterMs: 1_000 })
       } catch (err) {
-        process.stderr.write(`warning: the key is revoked, but replicas could not be told at once (${(err as Error).message}); they refuse it within a minute (the cache TTL)\n`)
+        process.stderr.write(
+          `warning: the key is revoked, but Redis (REDIS_URL, ${describeRedisUrl(config.redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they refuse it within a minute (the cache TTL)\n`,
+        )
       }
     }
     return { key: presentKey(row) }
   },
 }
 
+/** Where a Redis URL points, for messages: host:port, never the password. */
+function describeRedisUrl(redisUrl: string): string {
+  const url = new URL(redisUrl)
+  return `${url.hostname || 'localhost'}:${url.port || '6379'}`
+}
+
+/** The usage was asked for: printed on stdout, exit 0. */
+const HELP = Symbol('help')
+
 async function run(argv: string[]): Promise<unknown> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
+      help: { type: 'boolean', short: 'h' },
       name: { type: 'string' },
       'external-id': { type: 'string' },
       scopes: { type: 'string' },
@@ -120,12 +146,17 @@ async function run(argv: string[]): Promise<unknown> {
       key: { type: 'string' },
     },
   })
-  const command = COMMANDS[positionals.join(' ')]
-  if (command === undefined) throw new UsageError(USAGE.replaceAll('\n', ' '))
+  const { help, ...options } = values
+  const commandName = positionals.join(' ')
+  if (help === true || commandName === 'help') return HELP
+  if (commandName === '') throw new UsageError(`a command is required: ${COMMAND_NAMES} (--help for the usage)`)
+  const command = COMMANDS[commandName]
+  if (command === undefined) throw new UsageError(`unknown command "${commandName}"; the commands are ${COMMAND_NAMES} (--help for the usage)`)
   const config = loadConfig(process.env)
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the cli', maxConnections: 2 })
   try {
-    return await command(store.sql, values, config)
+    if (config.databaseUrl !== undefined) await reachPostgres(store.sql, config.databaseUrl)
+    return await command(store.sql, options, config)
   } finally {
     await store.close()
   }
@@ -133,14 +164,13 @@ async function run(argv: string[]): Promise<unknown> {
 
 run(process.argv.slice(2)).then(
   (result) => {
-    process.stdout.write(`${JSON.stringify(result)}\n`)
+    process.stdout.write(result === HELP ? USAGE : `${JSON.stringify(result)}\n`)
   },
   (err: unknown) => {
     let message: string
-    if (err instanceof UsageError || err instanceof ConfigError) message = err.message
-    else if (err instanceof ExternalIdTakenError) message = 'a parent account with this external id already exists'
-    else message = `error: ${(err as Error).message}`
-    process.stderr.write(`${message.split('\n')[0]}\n`)
+    if (err instanceof ExternalIdTakenError) message = 'a parent account with this external id already exists'
+    else message = (err as Error).message.split('\n')[0]!
+    process.stderr.write(`error: ${message}\n`)
     process.exitCode = 1
   },
 )

@@ -87,6 +87,18 @@ function parseRedisKeyPrefix(env: Env): string {
   return raw
 }
 
+/**
+ * The parser's reason and position, and the line at fault quoted: its message puts that line in a
+ * code frame below the first line, which a one-line message would cut off.
+ */
+function yamlProblem(err: Error & { linePos?: { line: number }[] }, text: string): string {
+  const reason = err.message.split('\n')[0]!.replace(/:$/, '')
+  const line = err.linePos?.[0]?.line
+  const atFault = line === undefined ? undefined : text.split(/\r?\n/)[line - 1]
+  if (atFault === undefined) return reason
+  return atFault.trim() === '' ? `${reason}, an empty line` : `${reason}: ${JSON.stringify(atFault)}`
+}
+
 function loadGatewayConfig(path: string): Record<string, unknown> {
   let text: string
   try {
@@ -98,7 +110,7 @@ function loadGatewayConfig(path: string): Record<string, unknown> {
   try {
     doc = parseYaml(text)
   } catch (err) {
-    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${(err as Error).message.split('\n')[0]}`)
+    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${yamlProblem(err as Error, text)}`)
   }
   if (doc === null || doc === undefined) return {}
   if (typeof doc !== 'object' || Array.isArray(doc)) {

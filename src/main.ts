@@ -7,14 +7,32 @@ import { ConfigError, loadConfig } from './config.js'
 import { loggerOptions } from './ops/logging.js'
 import { createMetrics, serveMetrics } from './ops/metrics.js'
 import { loadRouteTable } from './proxy/route-table.js'
-import { openStore } from './store/db.js'
+import { openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
+
+/**
+ * Runs `listen`, naming the variable behind a port that cannot be had: Node's own message says
+ * only `listen EADDRINUSE: address already in use 0.0.0.0:9091`.
+ */
+async function listening<T>(variable: 'PORT' | 'METRICS_PORT', port: number, host: string, listen: () => Promise<T>): Promise<T> {
+  try {
+    return await listen()
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    const where = `${variable}=${port} on HOST=${host}`
+    if (code === 'EADDRINUSE') throw new Error(`${where}: the port is already in use; stop what holds it or set ${variable} to another`)
+    if (code === 'EACCES') throw new Error(`${where}: permission denied (ports below 1024 need privileges); set ${variable} to another`)
+    if (code === 'EADDRNOTAVAIL') throw new Error(`${where}: HOST is not an address of this machine`)
+    throw err
+  }
+}
 
 async function main(): Promise<void> {
   const config = loadConfig(process.env)
   const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl)
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the gateway' })
   try {
+    if (config.databaseUrl !== undefined) await reachPostgres(store.sql, config.databaseUrl)
     await migrate(store.sql)
     if (store.embedded) await bootstrapEmbedded(store.sql)
   } catch (err) {
@@ -59,11 +77,13 @@ async function main(): Promise<void> {
   }
 
   try {
-    const metricsServer = await serveMetrics(metrics.registry, config.metricsPort, config.host)
+    const metricsServer = await listening('METRICS_PORT', config.metricsPort, config.host, () =>
+      serveMetrics(metrics.registry, config.metricsPort, config.host),
+    )
     app.addHook('onClose', async () => {
       await new Promise((resolve) => metricsServer.close(resolve))
     })
-    await app.listen({ port: config.port, host: config.host })
+    await listening('PORT', config.port, config.host, () => app.listen({ port: config.port, host: config.host }))
   } catch (err) {
     // Close the store (and the embedded database's lock) before the process exits.
     await shutdown()

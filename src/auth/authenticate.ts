@@ -23,6 +23,12 @@ export function bearerToken(authorization: string | undefined): string | null {
   return match ? match[1]! : null
 }
 
+/** One word that is not a scheme name: a key sent without `Bearer ` before it (RFC 9110 §11.4). */
+function isBareCredential(authorization: string): boolean {
+  const value = authorization.trim()
+  return value !== '' && !/\s/.test(value) && value.toLowerCase() !== 'bearer'
+}
+
 /**
  * Finds the key's record and its tenant. `occurrences` is how many Authorization headers were
  * sent: Node keeps only the first, so a second one would otherwise pass unseen.
@@ -31,6 +37,9 @@ export async function authenticate(authorization: string | undefined, lookups: T
   if (occurrences > 1) throw unauthenticated('send one Authorization header')
   if (authorization === undefined || authorization === '') throw unauthenticated('an API key is required: Authorization: Bearer <key>')
   const token = bearerToken(authorization)
+  if (token === null && isBareCredential(authorization)) {
+    throw unauthenticated('the Authorization header has no scheme: send Authorization: Bearer <key>')
+  }
   if (token === null || !isWellFormedKey(token)) throw unauthenticated('the API key is malformed')
   const key = await lookups.keyByDigest(digest(token))
   // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.

@@ -185,3 +185,43 @@ async function openEmbeddedStore(dataDir: string, holder: string): Promise<Store
     throw err
   }
 }
+
+/**
+ * True once one of the pool's connections has completed its startup with Postgres since the
+ * process started: postgres.js keeps the parameters the server reports then (server_version
+ * among them) for the pool's lifetime, whatever happens to the connection afterwards.
+ */
+export function hasReachedPostgres(sql: Sql): boolean {
+  return sql.parameters.server_version !== undefined
+}
+
+/** How long a start waits for its first answer from a real Postgres (docs/operations.md). */
+export const FIRST_CONTACT_TIMEOUT_MS = 10_000
+
+/** Where a connection string points, for messages: host:port/database, never the password. */
+export function describeDatabaseUrl(databaseUrl: string): string {
+  const url = new URL(databaseUrl)
+  return `${url.hostname || 'localhost'}:${url.port || '5432'}${url.pathname.length > 1 ? url.pathname : ''}`
+}
+
+/**
+ * Waits for a real Postgres's first answer, and fails with a message that names Postgres,
+ * DATABASE_URL and where it was tried. postgres.js retries a host that does not answer without
+ * end (each attempt ends at connect_timeout, and the next begins), so a start would otherwise hang
+ * in silence. On failure the pool is ended at once: nothing was sent that is worth waiting for.
+ */
+export async function reachPostgres(sql: Sql, databaseUrl: string, timeoutMs = FIRST_CONTACT_TIMEOUT_MS): Promise<void> {
+  try {
+    await withDeadline(sql`select 1`, timeoutMs)
+  } catch (err) {
+    await sql.end({ timeout: 0 })
+    const code = (err as { code?: unknown }).code
+    const why =
+      err instanceof QueryTimeoutError
+        ? `no answer within ${timeoutMs / 1000} s`
+        : code === 'CONNECT_TIMEOUT'
+          ? `no answer within ${COMMON_OPTIONS.connect_timeout} s (the connection's timeout)`
+          : (err as Error).message
+    throw new Error(`cannot reach Postgres at ${describeDatabaseUrl(databaseUrl)} (DATABASE_URL): ${why}`)
+  }
+}

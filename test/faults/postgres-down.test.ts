@@ -182,11 +182,12 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
     t.equal(created.length, 0, 'nothing was created')
   })
 
-  await t.test('/healthz stays 200, /readyz says postgres is down', async (t) => {
+  await t.test('/healthz stays 200, /readyz stays 200 and says postgres is down', async (t) => {
     const health = await timedCall(gw.url, null, { path: '/healthz' }, HANG_LIMIT_MS)
     t.equal(health.res?.status, 200, `/healthz: ${describeTimed(health)}`)
+    // Postgres was reached before the outage: the replica stays in the Service (docs/operations.md).
     const ready = await timedCall(gw.url, null, { path: '/readyz' }, HANG_LIMIT_MS)
-    t.equal(ready.res?.status, 503, `/readyz: ${describeTimed(ready)}`)
+    t.equal(ready.res?.status, 200, `/readyz: ${describeTimed(ready)}`)
     t.equal((ready.res?.json() as { checks?: { postgres?: string } } | undefined)?.checks?.postgres, 'down', '/readyz names postgres')
   })
 

@@ -1,0 +1,217 @@
+// What a newcomer meets in the first hour, run as they would run it: the gateway's start against a
+// Postgres that refuses or does not answer, on a port already taken, with a broken route table;
+// the CLI's help and its errors; a key sent without `Bearer `. Each message must say what is
+// wrong and which variable to change, and never show a password.
+import { spawn } from 'node:child_process'
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
+import { createParentWithKey } from '../../src/auth/mint.js'
+import { freshDatabase } from '../helpers/db.js'
+import { startGateway } from '../helpers/gateway.js'
+import { problemOf } from '../helpers/problems.js'
+import { closedPort } from '../helpers/upstream.js'
+
+const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const PASSWORD = 'sekret-do-not-print'
+
+interface Run {
+  code: number | null
+  stdout: string
+  stderr: string
+  ms: number
+}
+
+/**
+ * A loopback port whose connections hang before the TCP handshake ends, like a host that drops
+ * packets: a listener with a backlog of one, in a process whose event loop is blocked so that it
+ * never accepts, and its queue filled. Stays on this machine (no unroutable address is dialled).
+ */
+async function silentPort(t: Test): Promise<number> {
+  const listener = spawn(process.execPath, [
+    '-e',
+    "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0) })",
+  ], { stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => { listener.kill('SIGKILL') })
+  const port = await new Promise<number>((resolve) => listener.stdout.once('data', (data) => resolve(Number(String(data).trim()))))
+  const fillers: Socket[] = []
+  for (let i = 0; i < 4; i++) fillers.push(connect(port, '127.0.0.1').on('error', () => {}))
+  t.teardown(() => { for (const socket of fillers) socket.destroy() })
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  return port
+}
+
+/** `node --import tsx <script> ...args` from the repository root, with only the given variables. */
+function runNode(script: string, args: string[], env: Record<string, string>, timeoutMs = 60_000): Promise<Run> {
+  const started = Date.now()
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+  return new Promise((resolve) =>
+    child.once('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr, ms: Date.now() - started })
+    }),
+  )
+}
+
+/** A TCP server on 127.0.0.1 that accepts connections and never answers (a Postgres that hangs). */
+async function silentServer(t: Test): Promise<number> {
+  const sockets = new Set<Socket>()
+  const server: Server = createServer((socket) => {
+    sockets.add(socket)
+    socket.on('error', () => {})
+    socket.on('close', () => sockets.delete(socket))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  return (server.address() as AddressInfo).port
+}
+
+const db = await freshDatabase(t)
+
+t.test('the gateway at start', async (t) => {
+  await t.test('a Postgres that refuses: names Postgres, DATABASE_URL and where, never the password', async (t) => {
+    const port = await closedPort()
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` })
+    t.equal(run.code, 1, 'exit 1')
+    t.match(run.stderr, /^gateway failed to start: cannot reach Postgres at 127\.0\.0\.1:\d+\/gateway \(DATABASE_URL\): connect ECONNREFUSED/)
+    t.match(run.stderr, `127.0.0.1:${port}`)
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+  })
+
+  await t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
+    const port = await silentServer(t)
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` }, 45_000)
+    t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
+    t.match(run.stderr, `gateway failed to start: cannot reach Postgres at 127.0.0.1:${port}/gateway (DATABASE_URL): no answer within 5 s`)
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+  })
+
+  // A host that drops packets: postgres.js used to retry for minutes in silence.
+  await t.test('a host that does not answer: a message within the first-contact timeout', async (t) => {
+    const port = await silentPort(t)
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` }, 45_000)
+    t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
+    t.match(run.stderr, new RegExp(`^gateway failed to start: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/gateway \\(DATABASE_URL\\): `))
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+    t.ok(run.ms < 30_000, `it gave up in ${run.ms} ms, not after minutes`)
+  })
+
+  for (const variable of ['METRICS_PORT', 'PORT'] as const) {
+    await t.test(`${variable} already in use: names ${variable}`, async (t) => {
+      const holder = createServer()
+      await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+      t.teardown(() => new Promise((resolve) => holder.close(resolve)))
+      const taken = (holder.address() as AddressInfo).port
+      const free = await closedPort()
+      const ports = variable === 'PORT' ? { PORT: String(taken), METRICS_PORT: String(free) } : { PORT: String(free), METRICS_PORT: String(taken) }
+      const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, ...ports })
+      t.equal(run.code, 1, 'exit 1')
+      t.match(run.stderr, `gateway failed to start: ${variable}=${taken} on HOST=127.0.0.1: the port is already in use; stop what holds it or set ${variable} to another`)
+    })
+  }
+
+  await t.test('a YAML error in the route table shows the line at fault', async (t) => {
+    const dir = t.testdir({})
+    const file = join(dir, 'gateway.yaml')
+    writeFileSync(file, 'routes:\n  - prefix: /v1/a\n    upstream: http://a\n   misplaced: here\n')
+    const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
+    t.equal(run.code, 1, 'exit 1')
+    t.equal(run.stderr.split('\n').length, 2, 'one line')
+    t.match(run.stderr, /^invalid configuration: GATEWAY_CONFIG is not valid YAML \(.*\): .* at line 4, column 1: "   misplaced: here"\n$/, 'the line at fault, quoted')
+  })
+})
+
+t.test('the CLI', async (t) => {
+  const env = { DATABASE_URL: db.url }
+  for (const args of [['--help'], ['-h'], ['help'], ['keys', 'create', '--help']]) {
+    await t.test(`cli ${args.join(' ')}: the usage on stdout, exit 0`, async (t) => {
+      const run = await runNode('src/cli.ts', args, env)
+      t.equal(run.code, 0)
+      t.equal(run.stderr, '')
+      t.match(run.stdout, /^usage: cli <command> \[options\]\n/)
+      t.ok(run.stdout.split('\n').length > 5, 'one command a line, not squeezed together')
+      for (const command of ['migrate', 'accounts create', 'keys create', 'keys revoke']) t.match(run.stdout, `\n  ${command}`)
+    })
+  }
+
+  await t.test('npm run cli -- --help works as the usage says', async (t) => {
+    const run = await new Promise<Run>((resolve) => {
+      const started = Date.now()
+      const child = spawn('npm', ['run', '--silent', 'cli', '--', '--help'], { cwd: REPO_ROOT, env: { ...process.env, ...env } })
+      let stdout = ''
+      let stderr = ''
+      child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+      child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+      child.once('close', (code) => resolve({ code, stdout, stderr, ms: Date.now() - started }))
+    })
+    t.equal(run.code, 0)
+    t.match(run.stdout, /^usage: cli/)
+  })
+
+  const failures: [string[], Record<string, string>, RegExp][] = [
+    [['frobnicate'], env, /^error: unknown command "frobnicate"; the commands are migrate, accounts create, keys create, keys revoke \(--help for the usage\)$/],
+    [[], env, /^error: a command is required: .*--help/],
+    [['accounts', 'create'], env, /^error: --name is required$/],
+    [['accounts', 'create', '--name', 'x', '--colour', 'red'], env, /^error: Unknown option '--colour'/],
+    [['migrate'], { LOG_LEVEL: 'loud', DATABASE_URL: db.url }, /^error: invalid configuration: LOG_LEVEL /],
+    [['migrate'], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:1/x` }, /^error: cannot reach Postgres at 127\.0\.0\.1:1\/x \(DATABASE_URL\)/],
+  ]
+  for (const [args, runEnv, message] of failures) {
+    await t.test(`cli ${args.join(' ') || '(nothing)'}: one line starting with "error: "`, async (t) => {
+      const run = await runNode('src/cli.ts', args, runEnv)
+      t.equal(run.code, 1)
+      t.equal(run.stdout, '')
+      t.equal(run.stderr.split('\n').length, 2, `one line: ${JSON.stringify(run.stderr)}`)
+      t.match(run.stderr.trimEnd(), message)
+      t.notMatch(run.stderr, PASSWORD)
+    })
+  }
+})
+
+t.test('cli keys revoke with Redis down: revoked, and a warning that names Redis and REDIS_URL', async (t) => {
+  const { account, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'revoke', externalId: null, extraScopes: [] }))
+  const port = await closedPort()
+  const run = await runNode('src/cli.ts', ['keys', 'revoke', '--account', account.id, '--key', key.row.id], {
+    DATABASE_URL: db.url,
+    REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}`,
+  })
+  t.equal(run.code, 0, 'the revocation itself succeeded')
+  t.equal(JSON.parse(run.stdout).key.id, key.row.id)
+  t.match(run.stderr, new RegExp(`^warning: the key is revoked, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\) could not tell the replicas at once`))
+  t.equal(run.stderr.split('\n').length, 2, `one line: ${JSON.stringify(run.stderr)}`)
+  t.notMatch(run.stderr, PASSWORD)
+})
+
+t.test('a key sent without "Bearer ": 401 that says the scheme is missing', async (t) => {
+  const gw = await startGateway(t, { listen: false })
+  const parent = await gw.createParent()
+  const bare = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization: parent.apiKey } })
+  t.equal(bare.statusCode, 401)
+  t.equal(bare.headers['www-authenticate'], 'Bearer')
+  const body = problemOf(bare)
+  t.equal(body.code, 'unauthenticated')
+  t.equal(body.detail, 'the Authorization header has no scheme: send Authorization: Bearer <key>')
+
+  // Anything else that is not a well-formed Bearer key is still "malformed".
+  for (const authorization of [`Basic ${parent.apiKey}`, 'Bearer tgw_short', 'Bearer']) {
+    const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
+    t.equal(response.statusCode, 401, authorization)
+    t.equal(problemOf(response).detail, 'the API key is malformed', `${authorization}: malformed`)
+  }
+  const ok = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts', acting: 'self' })
+  t.equal(ok.statusCode, 200, 'the same key with its scheme is accepted')
+})
