@@ -143,7 +143,8 @@ function loadDockerignore() {
     .map((l) => {
       const exclusion = l.startsWith('!')
       const pattern = posix.normalize((exclusion ? l.slice(1) : l).trim()).replace(/^\/+|\/+$/g, '')
-      if (/[[\]\\]/.test(pattern)) fail(`.dockerignore: character classes and escapes are not supported by the replay: ${l}`)
+      if (/[[\]\\]/.test(pattern))
+        fail(`.dockerignore: character classes and escapes are not supported by the replay: ${l}`)
       let source = ''
       for (let i = 0; i < pattern.length; i++) {
         const c = pattern[i]
@@ -194,7 +195,15 @@ function splitStages(instructions) {
     const m = /^(\S+)(?: AS (\S+))?$/i.exec(substitute(from.args, globalArgs, from.line))
     if (m === null) fail(`line ${from.line}: cannot read FROM ${from.args}`)
     const parent = specs.find((s) => s.name === m[1])
-    specs.push({ index, name: m[2] ?? String(index), base: m[1], image: parent?.image ?? m[1], parent, body, final: index === groups.length - 1 })
+    specs.push({
+      index,
+      name: m[2] ?? String(index),
+      base: m[1],
+      image: parent?.image ?? m[1],
+      parent,
+      body,
+      final: index === groups.length - 1,
+    })
   }
   return specs
 }
@@ -203,7 +212,16 @@ async function replayStage(spec, specs, replayed) {
   const say_ = (msg) => say(`[${spec.name}] ${msg}`)
   const root = join(work, 'stages', `${spec.index}-${spec.name}`)
   mkdirSync(root, { recursive: true })
-  let stage = { root, image: spec.image, workdir: '/', env: {}, user: undefined, expose: [], cmd: undefined, healthcheck: undefined }
+  let stage = {
+    root,
+    image: spec.image,
+    workdir: '/',
+    env: {},
+    user: undefined,
+    expose: [],
+    cmd: undefined,
+    healthcheck: undefined,
+  }
   if (spec.parent !== undefined) {
     const parent = await replayed.get(spec.parent.name)
     await run('cp', ['-a', `${parent.root}/.`, root], { logName: `cp-${spec.name}.log` })
@@ -225,7 +243,8 @@ async function replayStage(spec, specs, replayed) {
         break
       case 'COPY': {
         for (const flag of Object.keys(flags)) {
-          if (!['from', 'chown', 'chmod', 'link'].includes(flag)) fail(`line ${line}: COPY --${flag} is not supported by the replay`)
+          if (!['from', 'chown', 'chmod', 'link'].includes(flag))
+            fail(`line ${line}: COPY --${flag} is not supported by the replay`)
         }
         const sources = words(substitute(args, stage.env, line), line)
         if (sources.length < 2) fail(`line ${line}: COPY needs a source and a destination`)
@@ -235,7 +254,8 @@ async function replayStage(spec, specs, replayed) {
         let fromRoot = null
         if (flags.from !== undefined) {
           const from = specs.find((s) => s.name === flags.from && s.index < spec.index)
-          if (from === undefined) fail(`line ${line}: COPY --from=${flags.from}: only earlier stages are supported by the replay`)
+          if (from === undefined)
+            fail(`line ${line}: COPY --from=${flags.from}: only earlier stages are supported by the replay`)
           fromRoot = (await replayed.get(from.name)).root
         }
         for (const src of sources) {
@@ -248,13 +268,20 @@ async function replayStage(spec, specs, replayed) {
             if (rel !== '.' && ignored(rel)) fail(`line ${line}: COPY ${src}: excluded by .dockerignore`)
             srcPath = join(context, rel)
           }
-          if (!existsSync(srcPath)) fail(`line ${line}: COPY ${src}: not found ${fromRoot ? `in stage ${flags.from}` : 'in the build context'}`)
+          if (!existsSync(srcPath))
+            fail(`line ${line}: COPY ${src}: not found ${fromRoot ? `in stage ${flags.from}` : 'in the build context'}`)
           if (statSync(srcPath).isDirectory()) {
             // A directory's contents go into the destination, less what .dockerignore excludes.
             mkdirSync(destPath, { recursive: true })
             // From a stage: hard links (-l), as the replay never writes into a stage it copied from.
-            if (fromRoot !== null) await run('cp', ['-al', `${srcPath}/.`, destPath], { logName: `cp-line-${line}.log` })
-            else cpSync(srcPath, destPath, { recursive: true, filter: (p) => p === srcPath || !ignored(relative(context, p)), verbatimSymlinks: true })
+            if (fromRoot !== null)
+              await run('cp', ['-al', `${srcPath}/.`, destPath], { logName: `cp-line-${line}.log` })
+            else
+              cpSync(srcPath, destPath, {
+                recursive: true,
+                filter: (p) => p === srcPath || !ignored(relative(context, p)),
+                verbatimSymlinks: true,
+              })
           } else {
             const isDir = existsSync(destPath) && statSync(destPath).isDirectory()
             const target = intoDir || isDir ? join(destPath, basename(src)) : destPath
@@ -268,18 +295,24 @@ async function replayStage(spec, specs, replayed) {
       case 'RUN': {
         for (const [flag, value] of Object.entries(flags)) {
           // A cache mount only speeds up the image build; here npm has this machine's cache.
-          if (flag !== 'mount' || !/^type=cache(,|$)/.test(value)) fail(`line ${line}: RUN --${flag}=${value} is not supported by the replay`)
+          if (flag !== 'mount' || !/^type=cache(,|$)/.test(value))
+            fail(`line ${line}: RUN --${flag}=${value} is not supported by the replay`)
         }
         if (args.startsWith('[')) fail(`line ${line}: exec-form RUN is not supported by the replay`)
         if (spec.final) {
           // Users, groups and directories of the image: nothing to mirror here. An install would
           // matter, and could not be mirrored: it belongs in an earlier stage.
-          if (/\b(npm|npx|node|yarn|pnpm|corepack)\b/.test(args)) fail(`line ${line}: the runtime stage runs \`${args}\`; install in an earlier stage and COPY the result`)
+          if (/\b(npm|npx|node|yarn|pnpm|corepack)\b/.test(args))
+            fail(`line ${line}: the runtime stage runs \`${args}\`; install in an earlier stage and COPY the result`)
           say_(`RUN (runtime stage, not replayed) ${args}`)
           break
         }
         say_(`RUN ${args}`)
-        await run('/bin/sh', ['-c', args], { cwd: inStage(stage.workdir), env: { ...process.env, ...stage.env }, logName: `run-line-${line}.log` })
+        await run('/bin/sh', ['-c', args], {
+          cwd: inStage(stage.workdir),
+          env: { ...process.env, ...stage.env },
+          logName: `run-line-${line}.log`,
+        })
         say_(`RUN done (line ${line})`)
         break
       }
@@ -314,7 +347,9 @@ async function replayStage(spec, specs, replayed) {
 
 // ---- what the image promises ----------------------------------------------------------------------
 function nodeVersionOf(image) {
-  const tag = /^(?:docker\.io\/)?(?:library\/)?node:(\d+\.\d+\.\d+)-[a-z0-9.-]*slim(?:@sha256:[0-9a-f]{64})?$/.exec(image)
+  const tag = /^(?:docker\.io\/)?(?:library\/)?node:(\d+\.\d+\.\d+)-[a-z0-9.-]*slim(?:@sha256:[0-9a-f]{64})?$/.exec(
+    image,
+  )
   if (tag === null) fail(`the runtime image ${image} is not pinned to a node:<major>.<minor>.<patch>-…-slim tag`)
   return tag[1]
 }
@@ -322,15 +357,20 @@ function nodeVersionOf(image) {
 function checkRuntimeStage(runtime) {
   const user = /^(\d+)(?::(\d+))?$/.exec(runtime.user ?? '')
   if (user === null || user[1] === '0' || user[2] === '0') {
-    fail(`the runtime stage's USER is ${runtime.user ?? 'unset (root)'}; it must be a numeric non-root uid:gid, for runAsNonRoot`)
+    fail(
+      `the runtime stage's USER is ${runtime.user ?? 'unset (root)'}; it must be a numeric non-root uid:gid, for runAsNonRoot`,
+    )
   }
-  if (runtime.cmd?.[0] !== 'node') fail(`the runtime CMD must start node itself (PID 1 receives SIGTERM), got ${JSON.stringify(runtime.cmd)}`)
+  if (runtime.cmd?.[0] !== 'node')
+    fail(`the runtime CMD must start node itself (PID 1 receives SIGTERM), got ${JSON.stringify(runtime.cmd)}`)
   if (runtime.healthcheck === undefined) fail('the runtime stage has no HEALTHCHECK')
   for (const name of ['PORT', 'METRICS_PORT']) {
     if (runtime.env[name] === undefined) fail(`the runtime stage sets no ${name}`)
     if (!runtime.expose.includes(runtime.env[name])) fail(`${name}=${runtime.env[name]} is not EXPOSEd`)
   }
-  say(`runtime stage: ${runtime.image}, USER ${runtime.user}, WORKDIR ${runtime.workdir}, CMD ${JSON.stringify(runtime.cmd)}`)
+  say(
+    `runtime stage: ${runtime.image}, USER ${runtime.user}, WORKDIR ${runtime.workdir}, CMD ${JSON.stringify(runtime.cmd)}`,
+  )
 }
 
 // --ignore-scripts is only right while no production dependency has an install script.
@@ -339,7 +379,10 @@ function checkInstallScripts() {
   const scripted = Object.entries(lock.packages ?? {})
     .filter(([path, p]) => path !== '' && p.hasInstallScript && !p.dev)
     .map(([path]) => path.replace(/^.*node_modules\//, ''))
-  if (scripted.length > 0) fail(`production dependencies with install scripts, which the Dockerfile's --ignore-scripts skips: ${scripted.join(', ')}`)
+  if (scripted.length > 0)
+    fail(
+      `production dependencies with install scripts, which the Dockerfile's --ignore-scripts skips: ${scripted.join(', ')}`,
+    )
 }
 
 // ---- Node of the image's release line -------------------------------------------------------------
@@ -352,9 +395,19 @@ async function installNode(version) {
   if (!['x64', 'arm64'].includes(process.arch)) fail(`no ${pkg} package to run Node ${major} on`)
   let published
   try {
-    published = JSON.parse(execFileSync('npm', ['view', `${pkg}@${major}`, 'version', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }))
+    published = JSON.parse(
+      execFileSync('npm', ['view', `${pkg}@${major}`, 'version', '--json'], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    )
   } catch (err) {
-    fail(`cannot find ${pkg}@${major} on the npm registry: ${String(err.stderr ?? err.message).trim().split('\n').at(-1)}`)
+    fail(
+      `cannot find ${pkg}@${major} on the npm registry: ${String(err.stderr ?? err.message)
+        .trim()
+        .split('\n')
+        .at(-1)}`,
+    )
   }
   const patchOrder = (a, b) => {
     const [x, y] = [a, b].map((v) => v.split('.').map(Number))
@@ -362,9 +415,15 @@ async function installNode(version) {
   }
   published = [published].flat().sort(patchOrder)
   const chosen = published.includes(version) ? version : published.at(-1)
-  say(`Node ${chosen} (${pkg}) for the smoke start${chosen === version ? '' : `: ${version} is not on npm yet, ${chosen} is the newest of Node ${major}`}`)
+  say(
+    `Node ${chosen} (${pkg}) for the smoke start${chosen === version ? '' : `: ${version} is not on npm yet, ${chosen} is the newest of Node ${major}`}`,
+  )
   const prefix = join(work, 'node')
-  await run('npm', ['install', '--no-save', '--no-package-lock', '--no-audit', '--no-fund', '--prefix', prefix, `${pkg}@${chosen}`], { logName: 'node-install.log' })
+  await run(
+    'npm',
+    ['install', '--no-save', '--no-package-lock', '--no-audit', '--no-fund', '--prefix', prefix, `${pkg}@${chosen}`],
+    { logName: 'node-install.log' },
+  )
   const node = join(prefix, 'node_modules', pkg, 'bin', 'node')
   const reported = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim()
   if (reported !== `v${chosen}`) fail(`${node} reports ${reported}, expected v${chosen}`)
@@ -396,7 +455,8 @@ async function smokeStart(runtime, node) {
   // The image's ENV and nothing else of this machine's (no DATABASE_URL, REDIS_URL, …); absolute
   // paths (DATA_DIR) point into the replayed filesystem; the ports are free ones.
   const env = {}
-  for (const [name, value] of Object.entries(runtime.env)) env[name] = value.startsWith('/') ? join(runtime.root, value) : value
+  for (const [name, value] of Object.entries(runtime.env))
+    env[name] = value.startsWith('/') ? join(runtime.root, value) : value
   env.PORT = await freePort()
   do env.METRICS_PORT = await freePort()
   while (env.METRICS_PORT === env.PORT)
@@ -404,7 +464,9 @@ async function smokeStart(runtime, node) {
   const cwd = join(runtime.root, runtime.workdir)
   const withNode = (argv) => (argv[0] === 'node' ? [node, ...argv.slice(1)] : argv)
 
-  const shown = Object.entries(env).filter(([k]) => k !== 'PATH').map(([k, v]) => `${k}=${v}`)
+  const shown = Object.entries(env)
+    .filter(([k]) => k !== 'PATH')
+    .map(([k, v]) => `${k}=${v}`)
   say(`starting ${JSON.stringify(runtime.cmd)} in ${runtime.workdir} with ${shown.join(' ')}`)
   const logPath = join(work, 'gateway.log')
   const log = createWriteStream(logPath)
@@ -426,7 +488,10 @@ async function smokeStart(runtime, node) {
     const deadline = Date.now() + START_TIMEOUT_MS
     while (health.status !== 200) {
       if (!running()) fail(`the gateway exited during its start (status ${app.exitCode ?? app.signalCode})`)
-      if (Date.now() > deadline) fail(`GET ${HEALTH_PATH} did not answer 200 within ${START_TIMEOUT_MS / 1000} s (last answer: ${health.status || health.body})`)
+      if (Date.now() > deadline)
+        fail(
+          `GET ${HEALTH_PATH} did not answer 200 within ${START_TIMEOUT_MS / 1000} s (last answer: ${health.status || health.body})`,
+        )
       await sleep(250)
       health = await get(`${base}${HEALTH_PATH}`)
     }
@@ -437,15 +502,19 @@ async function smokeStart(runtime, node) {
     say('HEALTHCHECK command → exit 0')
 
     const metrics = await get(`http://127.0.0.1:${env.METRICS_PORT}/metrics`)
-    if (metrics.status !== 200 || !metrics.body.includes('# HELP')) fail(`GET :${env.METRICS_PORT}/metrics → ${metrics.status || metrics.body}`)
-    say(`GET :METRICS_PORT/metrics → 200, ${metrics.body.split('\n').filter((l) => l.startsWith('# HELP')).length} metrics`)
+    if (metrics.status !== 200 || !metrics.body.includes('# HELP'))
+      fail(`GET :${env.METRICS_PORT}/metrics → ${metrics.status || metrics.body}`)
+    say(
+      `GET :METRICS_PORT/metrics → 200, ${metrics.body.split('\n').filter((l) => l.startsWith('# HELP')).length} metrics`,
+    )
 
     // docs/configuration.md: the embedded database's first start prints a parent key, once. Listing
     // sub-accounts with it goes through the migrated tables and the store's production dependencies.
     const key = /^bootstrap parent account \S+ key (\S+)$/m.exec(stdout)?.[1]
     if (key === undefined) fail('the first start printed no `bootstrap parent account … key …` line')
     const list = await get(`${base}/v1/sub-accounts`, { authorization: `Bearer ${key}` })
-    if (list.status !== 200) fail(`GET /v1/sub-accounts with the bootstrap key → ${list.status || ''} ${list.body.slice(0, 300)}`)
+    if (list.status !== 200)
+      fail(`GET /v1/sub-accounts with the bootstrap key → ${list.status || ''} ${list.body.slice(0, 300)}`)
     say('GET /v1/sub-accounts with the bootstrap key → 200')
 
     app.kill('SIGTERM')

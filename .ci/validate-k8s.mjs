@@ -33,7 +33,9 @@ const { values: args, positionals } = parseArgs({
   allowPositionals: true,
 })
 if (!args.modules || positionals.length !== 1) {
-  console.error('usage: validate-k8s.mjs --modules <npm prefix> --label <name> [--kinds Kind=n,…] [--app <root>] <rendered.yaml>')
+  console.error(
+    'usage: validate-k8s.mjs --modules <npm prefix> --label <name> [--kinds Kind=n,…] [--app <root>] <rendered.yaml>',
+  )
   process.exit(2)
 }
 
@@ -60,7 +62,11 @@ if (failures.length > 0) report()
 const CRD_PACKAGES = { 'monitoring.coreos.com/v1': '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1' }
 
 function modelFor(apiVersion, kind) {
-  if (typeof apiVersion !== 'string' || typeof kind !== 'string' || !/^[A-Za-z0-9.]+(\/v[0-9a-z]+)?$/.test(apiVersion)) {
+  if (
+    typeof apiVersion !== 'string' ||
+    typeof kind !== 'string' ||
+    !/^[A-Za-z0-9.]+(\/v[0-9a-z]+)?$/.test(apiVersion)
+  ) {
     return undefined
   }
   const specifier = CRD_PACKAGES[apiVersion] ?? `kubernetes-models/${apiVersion}`
@@ -96,11 +102,20 @@ for (const o of objects) {
 }
 
 if (args.kinds !== undefined) {
-  const expected = Object.fromEntries(args.kinds.split(',').filter(Boolean).map((pair) => {
-    const [kind, n] = pair.split('=')
-    return [kind, Number(n ?? 1)]
-  }))
-  const show = (c) => Object.keys(c).sort().map((k) => `${k}=${c[k]}`).join(',')
+  const expected = Object.fromEntries(
+    args.kinds
+      .split(',')
+      .filter(Boolean)
+      .map((pair) => {
+        const [kind, n] = pair.split('=')
+        return [kind, Number(n ?? 1)]
+      }),
+  )
+  const show = (c) =>
+    Object.keys(c)
+      .sort()
+      .map((k) => `${k}=${c[k]}`)
+      .join(',')
   if (show(expected) !== show(counts)) fail('objects', `expected ${show(expected)}, rendered ${show(counts)}`)
 }
 
@@ -108,9 +123,14 @@ if (args.kinds !== undefined) {
 
 const ofKind = (kind) => objects.filter((o) => o.kind === kind)
 const byName = (kind, n) => objects.find((o) => o.kind === kind && o.metadata?.name === n)
-const sameLabels = (a, b) => JSON.stringify(Object.entries(a ?? {}).sort()) === JSON.stringify(Object.entries(b ?? {}).sort())
+const sameLabels = (a, b) =>
+  JSON.stringify(Object.entries(a ?? {}).sort()) === JSON.stringify(Object.entries(b ?? {}).sort())
 const isSubset = (small, big) => Object.entries(small ?? {}).every(([k, v]) => big?.[k] === v)
-const hookEvents = (o) => (o.metadata?.annotations?.['helm.sh/hook'] ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+const hookEvents = (o) =>
+  (o.metadata?.annotations?.['helm.sh/hook'] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
 const hookWeight = (o) => Number(o.metadata?.annotations?.['helm.sh/hook-weight'] ?? 0)
 
 /** Checks shared by every pod the chart runs (the gateway's and the migration's). */
@@ -132,7 +152,8 @@ function checkPod(owner, podSpec) {
     if (effective('seccompProfile')?.type !== 'RuntimeDefault') fail(at, 'seccompProfile must be RuntimeDefault')
     const image = String(c.image ?? '')
     const lastPart = image.split('/').pop()
-    if (!image.includes('@sha256:') && !lastPart.includes(':')) fail(at, `image ${image} has no tag (would mean latest)`)
+    if (!image.includes('@sha256:') && !lastPart.includes(':'))
+      fail(at, `image ${image} has no tag (would mean latest)`)
     if (/:latest(@|$)/.test(image)) fail(at, `image ${image} uses latest`)
     for (const kind of ['requests', 'limits']) {
       for (const resource of ['cpu', 'memory']) {
@@ -140,7 +161,8 @@ function checkPod(owner, podSpec) {
       }
     }
     const tmp = (c.volumeMounts ?? []).find((m) => m.mountPath === '/tmp')
-    if (tmp === undefined || volumes.get(tmp.name)?.emptyDir === undefined) fail(at, 'needs an emptyDir at /tmp (read-only root)')
+    if (tmp === undefined || volumes.get(tmp.name)?.emptyDir === undefined)
+      fail(at, 'needs an emptyDir at /tmp (read-only root)')
   }
 }
 
@@ -148,13 +170,24 @@ function checkPod(owner, podSpec) {
 function mebibytes(quantity) {
   const match = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(quantity ?? ''))
   if (!match) return null
-  const factor = { Ki: 1 / 1024, Mi: 1, Gi: 1024, Ti: 1024 ** 2, k: 1e3 / 1024 ** 2, M: 1e6 / 1024 ** 2, G: 1e9 / 1024 ** 2, T: 1e12 / 1024 ** 2 }
+  const factor = {
+    Ki: 1 / 1024,
+    Mi: 1,
+    Gi: 1024,
+    Ti: 1024 ** 2,
+    k: 1e3 / 1024 ** 2,
+    M: 1e6 / 1024 ** 2,
+    G: 1e9 / 1024 ** 2,
+    T: 1e12 / 1024 ** 2,
+  }
   return Number(match[1]) * (match[2] ? factor[match[2]] : 1 / 1024 ** 2)
 }
 
 /** The Secret named by a secretKeyRef, when the chart renders it (else it is an existing one). */
 function secretRefs(container) {
-  return (container.env ?? []).filter((e) => e.valueFrom?.secretKeyRef).map((e) => ({ env: e.name, ...e.valueFrom.secretKeyRef }))
+  return (container.env ?? [])
+    .filter((e) => e.valueFrom?.secretKeyRef)
+    .map((e) => ({ env: e.name, ...e.valueFrom.secretKeyRef }))
 }
 
 const deployments = ofKind('Deployment')
@@ -167,7 +200,8 @@ if (deploy) {
   const selector = spec.selector?.matchLabels
   checkPod(deploy, podSpec)
   if (!isSubset(selector, spec.template?.metadata?.labels)) fail(where, 'pod labels do not carry the selector labels')
-  if (!spec.template?.metadata?.annotations?.['checksum/config']) fail(where, 'pod template lacks the checksum/config annotation')
+  if (!spec.template?.metadata?.annotations?.['checksum/config'])
+    fail(where, 'pod template lacks the checksum/config annotation')
   if (!(podSpec.terminationGracePeriodSeconds > 0)) fail(where, 'terminationGracePeriodSeconds is not set')
   const gateway = (podSpec.containers ?? [])[0] ?? {}
   const ports = new Map((gateway.ports ?? []).map((p) => [p.name, p.containerPort]))
@@ -183,12 +217,18 @@ if (deploy) {
     if (!env.has(v)) fail(where, `env ${v} is missing`)
   }
   if (env.get('PORT')?.value !== String(ports.get('http'))) fail(where, 'env PORT differs from the http container port')
-  if (env.get('METRICS_PORT')?.value !== String(ports.get('metrics'))) fail(where, 'env METRICS_PORT differs from the metrics container port')
-  if (env.get('REDIS_URL') && env.get('REDIS_URL').valueFrom?.secretKeyRef?.optional !== true) fail(where, 'env REDIS_URL must be optional')
+  if (env.get('METRICS_PORT')?.value !== String(ports.get('metrics')))
+    fail(where, 'env METRICS_PORT differs from the metrics container port')
+  if (env.get('REDIS_URL') && env.get('REDIS_URL').valueFrom?.secretKeyRef?.optional !== true)
+    fail(where, 'env REDIS_URL must be optional')
   // Kubernetes kills the pod after the grace period: the drain must fit in it.
-  const drainMs = Number(env.get('SHUTDOWN_DELAY_MS')?.value ?? 0) + Number(env.get('SHUTDOWN_TIMEOUT_MS')?.value ?? 10000)
+  const drainMs =
+    Number(env.get('SHUTDOWN_DELAY_MS')?.value ?? 0) + Number(env.get('SHUTDOWN_TIMEOUT_MS')?.value ?? 10000)
   if (!(podSpec.terminationGracePeriodSeconds * 1000 > drainMs)) {
-    fail(where, `terminationGracePeriodSeconds ${podSpec.terminationGracePeriodSeconds} s does not cover the drain (${drainMs} ms)`)
+    fail(
+      where,
+      `terminationGracePeriodSeconds ${podSpec.terminationGracePeriodSeconds} s does not cover the drain (${drainMs} ms)`,
+    )
   }
 
   // A heap cap near the memory limit gets the pod OOM-killed before V8 collects: RSS beyond the
@@ -196,10 +236,14 @@ if (deploy) {
   const heapCap = /--max-old-space-size=(\d+)/.exec(env.get('NODE_OPTIONS')?.value ?? '')
   const memoryLimit = mebibytes(gateway.resources?.limits?.memory)
   if (heapCap && memoryLimit !== null && memoryLimit - Number(heapCap[1]) < 128) {
-    fail(where, `--max-old-space-size=${heapCap[1]} leaves too little of the ${gateway.resources.limits.memory} memory limit (want 128 MiB beyond the heap cap)`)
+    fail(
+      where,
+      `--max-old-space-size=${heapCap[1]} leaves too little of the ${gateway.resources.limits.memory} memory limit (want 128 MiB beyond the heap cap)`,
+    )
   }
   const envNames = (gateway.env ?? []).map((e) => e.name)
-  for (const dup of new Set(envNames.filter((n, i) => envNames.indexOf(n) !== i))) fail(where, `env ${dup} is set twice (extraEnv repeats a variable the chart sets?)`)
+  for (const dup of new Set(envNames.filter((n, i) => envNames.indexOf(n) !== i)))
+    fail(where, `env ${dup} is set twice (extraEnv repeats a variable the chart sets?)`)
 
   // GATEWAY_CONFIG must name a file of the rendered ConfigMap, mounted where it points.
   const configPath = env.get('GATEWAY_CONFIG')?.value ?? ''
@@ -211,19 +255,22 @@ if (deploy) {
     fail(where, `GATEWAY_CONFIG ${configPath} is not a key of a rendered ConfigMap mounted there`)
   } else {
     const table = YAML.parse(configMap.data[file])
-    if (table === null || typeof table !== 'object' || !Array.isArray(table.routes)) fail(name(configMap), `${file} has no routes list`)
+    if (table === null || typeof table !== 'object' || !Array.isArray(table.routes))
+      fail(name(configMap), `${file} has no routes list`)
   }
 
   // The gateway's Secret, when rendered, must belong to the release (not be a hook).
   for (const ref of secretRefs(gateway)) {
     const secret = byName('Secret', ref.name)
     if (secret && hookEvents(secret).length > 0) fail(where, `Secret ${ref.name} is a hook: it would leave the release`)
-    if (secret && secret.data?.[ref.key] === undefined && ref.optional !== true) fail(where, `Secret ${ref.name} has no key ${ref.key}`)
+    if (secret && secret.data?.[ref.key] === undefined && ref.optional !== true)
+      fail(where, `Secret ${ref.name} has no key ${ref.key}`)
   }
 
   // Topology spread on the chart's own selector labels.
   for (const t of podSpec.topologySpreadConstraints ?? []) {
-    if (!sameLabels(t.labelSelector?.matchLabels, selector)) fail(where, `topologySpreadConstraints (${t.topologyKey}) do not select the gateway's pods`)
+    if (!sameLabels(t.labelSelector?.matchLabels, selector))
+      fail(where, `topologySpreadConstraints (${t.topologyKey}) do not select the gateway's pods`)
   }
 
   // The HPA owns the replica count when there is one.
@@ -231,27 +278,33 @@ if (deploy) {
   for (const hpa of hpas) {
     if (hpa.apiVersion !== 'autoscaling/v2') fail(name(hpa), `must be autoscaling/v2, is ${hpa.apiVersion}`)
     const target = hpa.spec?.scaleTargetRef
-    if (target?.kind !== 'Deployment' || target?.name !== deploy.metadata.name) fail(name(hpa), 'does not target the Deployment')
+    if (target?.kind !== 'Deployment' || target?.name !== deploy.metadata.name)
+      fail(name(hpa), 'does not target the Deployment')
   }
   if (hpas.length > 0 && spec.replicas !== undefined) fail(where, 'sets replicas although an HPA scales it')
   if (hpas.length === 0 && spec.replicas === undefined) fail(where, 'has neither replicas nor an HPA')
 
   for (const svc of ofKind('Service')) {
-    if ((svc.spec?.type ?? 'ClusterIP') !== 'ClusterIP') fail(name(svc), 'must be ClusterIP (it carries the metrics port)')
+    if ((svc.spec?.type ?? 'ClusterIP') !== 'ClusterIP')
+      fail(name(svc), 'must be ClusterIP (it carries the metrics port)')
     if (!sameLabels(svc.spec?.selector, selector)) fail(name(svc), 'selector differs from the Deployment selector')
     const names = (svc.spec?.ports ?? []).map((p) => p.name)
     for (const port of ['http', 'metrics']) if (!names.includes(port)) fail(name(svc), `port ${port} is missing`)
     for (const p of svc.spec?.ports ?? []) {
-      if (typeof p.targetPort === 'string' && !ports.has(p.targetPort)) fail(name(svc), `targetPort ${p.targetPort} is no container port`)
+      if (typeof p.targetPort === 'string' && !ports.has(p.targetPort))
+        fail(name(svc), `targetPort ${p.targetPort} is no container port`)
     }
   }
   for (const pdb of ofKind('PodDisruptionBudget')) {
-    if (!sameLabels(pdb.spec?.selector?.matchLabels, selector)) fail(name(pdb), 'selector differs from the Deployment selector')
+    if (!sameLabels(pdb.spec?.selector?.matchLabels, selector))
+      fail(name(pdb), 'selector differs from the Deployment selector')
   }
   for (const sm of ofKind('ServiceMonitor')) {
     const endpoints = sm.spec?.endpoints ?? []
-    if (!endpoints.some((e) => e.port === 'metrics' && e.path === '/metrics')) fail(name(sm), 'must scrape port metrics, path /metrics')
-    if (!ofKind('Service').some((s) => isSubset(sm.spec?.selector?.matchLabels, s.metadata?.labels))) fail(name(sm), 'selects no rendered Service')
+    if (!endpoints.some((e) => e.port === 'metrics' && e.path === '/metrics'))
+      fail(name(sm), 'must scrape port metrics, path /metrics')
+    if (!ofKind('Service').some((s) => isSubset(sm.spec?.selector?.matchLabels, s.metadata?.labels)))
+      fail(name(sm), 'selects no rendered Service')
   }
   for (const ing of ofKind('Ingress')) {
     for (const rule of ing.spec?.rules ?? []) {
@@ -281,9 +334,12 @@ for (const job of ofKind('Job')) {
   checkPod(job, podSpec)
   if (podSpec.restartPolicy !== 'Never') fail(where, 'restartPolicy must be Never')
   const container = (podSpec.containers ?? [])[0] ?? {}
-  if ((container.command ?? []).join(' ') !== 'node dist/cli.js migrate') fail(where, `command must be node dist/cli.js migrate, is ${JSON.stringify(container.command)}`)
-  if (deploy && container.image !== deploy.spec?.template?.spec?.containers?.[0]?.image) fail(where, 'image differs from the gateway image')
-  if (deploy && isSubset(deploy.spec?.selector?.matchLabels, job.spec?.template?.metadata?.labels)) fail(where, 'pods carry the gateway selector labels (the Service would route to them)')
+  if ((container.command ?? []).join(' ') !== 'node dist/cli.js migrate')
+    fail(where, `command must be node dist/cli.js migrate, is ${JSON.stringify(container.command)}`)
+  if (deploy && container.image !== deploy.spec?.template?.spec?.containers?.[0]?.image)
+    fail(where, 'image differs from the gateway image')
+  if (deploy && isSubset(deploy.spec?.selector?.matchLabels, job.spec?.template?.metadata?.labels))
+    fail(where, 'pods carry the gateway selector labels (the Service would route to them)')
   const refs = secretRefs(container)
   if (!refs.some((r) => r.env === 'DATABASE_URL')) fail(where, 'env DATABASE_URL must come from a Secret')
   for (const ref of refs) {
@@ -291,7 +347,10 @@ for (const job of ofKind('Job')) {
     if (secret === undefined) continue // existingSecret: created before the release
     const secretEvents = hookEvents(secret)
     if (!events.every((e) => secretEvents.includes(e)) || !(hookWeight(secret) < hookWeight(job))) {
-      fail(where, `reads Secret ${ref.name}, which is not a hook of the same events with a lower weight (it would not exist yet)`)
+      fail(
+        where,
+        `reads Secret ${ref.name}, which is not a hook of the same events with a lower weight (it would not exist yet)`,
+      )
     }
     if (secret.data?.[ref.key] === undefined) fail(where, `Secret ${ref.name} has no key ${ref.key}`)
   }
@@ -348,7 +407,10 @@ function report() {
     for (const f of failures) console.error(`FAIL ${f}`)
     process.exit(1)
   }
-  const summary = Object.keys(counts).sort().map((k) => `${k} ${counts[k]}`).join(', ')
+  const summary = Object.keys(counts)
+    .sort()
+    .map((k) => `${k} ${counts[k]}`)
+    .join(', ')
   console.log(`${label}: ${objects.length} objects valid (${summary})`)
   process.exit(0)
 }

@@ -1,6 +1,11 @@
 // buildApp: the Fastify options and the registrations, in order; it never listens (the process
 // lives in main.ts). docs/architecture.md follows a request through what is registered here.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyServerOptions,
+} from 'fastify'
 import type { CacheTimings } from './cache/index.js'
 import type { Config } from './config.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
@@ -95,8 +100,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerOpenApi(app)
   const cache = app.tenancyCache
   await app.register(healthRoutes, { sql: deps.store.sql, cache, readiness: app.readiness })
-  await app.register(managementRoutes, { prefix: MANAGEMENT_PREFIX, sql: deps.store.sql, lookups: cache.lookups, cache })
-  await app.register(proxyRoutes, { routes, lookups: cache.lookups, upstreamDuration: app.metrics.upstreamDuration, recentAdmissions: app.metrics.recentAdmissions })
+  await app.register(managementRoutes, {
+    prefix: MANAGEMENT_PREFIX,
+    sql: deps.store.sql,
+    lookups: cache.lookups,
+    cache,
+  })
+  await app.register(proxyRoutes, {
+    routes,
+    lookups: cache.lookups,
+    upstreamDuration: app.metrics.upstreamDuration,
+    recentAdmissions: app.metrics.recentAdmissions,
+  })
 
   return app
 }

@@ -56,7 +56,10 @@ function uuid(options: Options, flag: string): string {
 
 function scopes(options: Options): string[] | undefined {
   if (options.scopes === undefined) return undefined
-  const list = options.scopes.split(',').map((s) => s.trim()).filter((s) => s !== '')
+  const list = options.scopes
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '')
   const pattern = new RegExp(SCOPE_PATTERN)
   const bad = list.find((s) => !pattern.test(s) || s.length > 100)
   if (bad !== undefined) throw new UsageError(`--scopes: "${bad}" is not a scope name`)
@@ -87,7 +90,12 @@ const COMMANDS: Record<string, Command> = {
       createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes }),
     )
     return {
-      account: { id: account.id, name: account.name, external_id: account.external_id, created_at: account.created_at.toISOString() },
+      account: {
+        id: account.id,
+        name: account.name,
+        external_id: account.external_id,
+        created_at: account.created_at.toISOString(),
+      },
       api_key: key.apiKey,
       key: presentKey(key.row),
     }
@@ -113,7 +121,9 @@ const COMMANDS: Record<string, Command> = {
     // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
     if (config.redisUrl !== undefined) {
       try {
-        await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], { repeatAfterMs: 1_000 })
+        await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], {
+          repeatAfterMs: 1_000,
+        })
       } catch (err) {
         process.stderr.write(
           `warning: the key is revoked, but Redis (REDIS_URL, ${describeRedisUrl(config.redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they refuse it within a minute (the cache TTL)\n`,
@@ -151,9 +161,15 @@ async function run(argv: string[]): Promise<unknown> {
   if (help === true || commandName === 'help') return HELP
   if (commandName === '') throw new UsageError(`a command is required: ${COMMAND_NAMES} (--help for the usage)`)
   const command = COMMANDS[commandName]
-  if (command === undefined) throw new UsageError(`unknown command "${commandName}"; the commands are ${COMMAND_NAMES} (--help for the usage)`)
+  if (command === undefined)
+    throw new UsageError(`unknown command "${commandName}"; the commands are ${COMMAND_NAMES} (--help for the usage)`)
   const config = loadConfig(process.env)
-  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the cli', maxConnections: 2 })
+  const store = await openStore({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    holder: 'the cli',
+    maxConnections: 2,
+  })
   try {
     if (config.databaseUrl !== undefined) await reachPostgres(store.sql, config.databaseUrl)
     return await command(store.sql, options, config)

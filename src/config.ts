@@ -30,7 +30,10 @@ export interface Config {
 
 /** A configuration mistake. Its message is one line that names the variable. */
 export class ConfigError extends Error {
-  constructor(readonly variable: string, problem: string) {
+  constructor(
+    readonly variable: string,
+    problem: string,
+  ) {
     super(`invalid configuration: ${variable} ${problem}`)
     this.name = 'ConfigError'
   }
@@ -58,7 +61,8 @@ function parsePort(env: Env, name: string, fallback: number): number {
 function parseMilliseconds(env: Env, name: string, fallback: number): number {
   const raw = read(env, name)
   if (raw === undefined) return fallback
-  if (!/^\d{1,7}$/.test(raw)) throw new ConfigError(name, `must be a whole number of milliseconds up to 9999999, got "${raw}"`)
+  if (!/^\d{1,7}$/.test(raw))
+    throw new ConfigError(name, `must be a whole number of milliseconds up to 9999999, got "${raw}"`)
   return Number(raw)
 }
 

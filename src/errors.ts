@@ -66,7 +66,14 @@ export function validationFailed(errors: FieldError[]): ApiError {
 
 export function problem(code: ErrorCode, detail: string, requestId: string, errors?: FieldError[]): Problem {
   const { status, title } = ERRORS[code]
-  const body: Problem = { type: `urn:tenancy-gateway:error:${code}`, title, status, detail, code, request_id: requestId }
+  const body: Problem = {
+    type: `urn:tenancy-gateway:error:${code}`,
+    title,
+    status,
+    detail,
+    code,
+    request_id: requestId,
+  }
   if (errors) body.errors = errors
   return body
 }

@@ -14,14 +14,21 @@ import { migrate } from './store/migrate.js'
  * Runs `listen`, naming the variable behind a port that cannot be had: Node's own message says
  * only `listen EADDRINUSE: address already in use 0.0.0.0:9091`.
  */
-async function listening<T>(variable: 'PORT' | 'METRICS_PORT', port: number, host: string, listen: () => Promise<T>): Promise<T> {
+async function listening<T>(
+  variable: 'PORT' | 'METRICS_PORT',
+  port: number,
+  host: string,
+  listen: () => Promise<T>,
+): Promise<T> {
   try {
     return await listen()
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
     const where = `${variable}=${port} on HOST=${host}`
-    if (code === 'EADDRINUSE') throw new Error(`${where}: the port is already in use; stop what holds it or set ${variable} to another`)
-    if (code === 'EACCES') throw new Error(`${where}: permission denied (ports below 1024 need privileges); set ${variable} to another`)
+    if (code === 'EADDRINUSE')
+      throw new Error(`${where}: the port is already in use; stop what holds it or set ${variable} to another`)
+    if (code === 'EACCES')
+      throw new Error(`${where}: permission denied (ports below 1024 need privileges); set ${variable} to another`)
     if (code === 'EADDRNOTAVAIL') throw new Error(`${where}: HOST is not an address of this machine`)
     throw err
   }
@@ -66,7 +73,10 @@ async function main(): Promise<void> {
     if (config.shutdownDelayMs > 0) await sleep(config.shutdownDelayMs)
     const closing = shutdown()
     const timer = setTimeout(() => {
-      app.log.warn({ timeoutMs: config.shutdownTimeoutMs }, 'requests still in flight at the shutdown timeout; closing their connections')
+      app.log.warn(
+        { timeoutMs: config.shutdownTimeoutMs },
+        'requests still in flight at the shutdown timeout; closing their connections',
+      )
       app.server.closeAllConnections()
     }, config.shutdownTimeoutMs)
     try {

@@ -33,9 +33,14 @@ function isBareCredential(authorization: string): boolean {
  * Finds the key's record and its tenant. `occurrences` is how many Authorization headers were
  * sent: Node keeps only the first, so a second one would otherwise pass unseen.
  */
-export async function authenticate(authorization: string | undefined, lookups: TenancyLookups, occurrences = 1): Promise<Principal> {
+export async function authenticate(
+  authorization: string | undefined,
+  lookups: TenancyLookups,
+  occurrences = 1,
+): Promise<Principal> {
   if (occurrences > 1) throw unauthenticated('send one Authorization header')
-  if (authorization === undefined || authorization === '') throw unauthenticated('an API key is required: Authorization: Bearer <key>')
+  if (authorization === undefined || authorization === '')
+    throw unauthenticated('an API key is required: Authorization: Bearer <key>')
   const token = bearerToken(authorization)
   if (token === null && isBareCredential(authorization)) {
     throw unauthenticated('the Authorization header has no scheme: send Authorization: Bearer <key>')

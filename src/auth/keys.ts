@@ -42,7 +42,7 @@ export function withChecksum(text: string): string {
 }
 
 function generate(prefix: string): string {
-  return withChecksum(prefix + base62(BigInt('0x' + randomBytes(32).toString('hex')), BODY_LENGTH))
+  return withChecksum(prefix + base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH))
 }
 
 const KEY_SHAPE = /^tgw_[0-9A-Za-z]{49}$/

@@ -158,7 +158,10 @@ export class InvalidationBus {
     if (this.unsent.size <= (this.options.maxUnsentKeys ?? MAX_UNSENT_KEYS)) return
     this.unsent.clear()
     this.unsentOverflowed = true
-    this.options.log.error({}, 'too many invalidations failed while Redis was down; every Redis entry will be deleted when it is back')
+    this.options.log.error(
+      {},
+      'too many invalidations failed while Redis was down; every Redis entry will be deleted when it is back',
+    )
   }
 
   /**

@@ -7,7 +7,13 @@ import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, generationKey } from './keys.js'
-import { DEFAULT_TIMINGS, REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION, type CacheTimings, type TenancyCacheOptions } from './settings.js'
+import {
+  DEFAULT_TIMINGS,
+  REDIS_COMMAND_TIMEOUT_MS,
+  REDIS_CONNECTION,
+  type CacheTimings,
+  type TenancyCacheOptions,
+} from './settings.js'
 
 /** Stores a fill's value in Redis only if no invalidation bumped the entry's generation meanwhile. */
 const STORE_IF_UNCHANGED = `
@@ -123,7 +129,9 @@ export class TenancyCache implements CacheInvalidator {
       keyByDigest: (keyDigest) => this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest)),
       tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
       subAccountIdByExternalId: (parentId, externalId) =>
-        this.read<string>(cacheKeys.externalId(parentId, externalId), () => source.subAccountIdByExternalId(parentId, externalId)),
+        this.read<string>(cacheKeys.externalId(parentId, externalId), () =>
+          source.subAccountIdByExternalId(parentId, externalId),
+        ),
       hasActiveSubAccounts: async (parentId) =>
         (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
       reuse: { version: () => this.epoch, windowMs: this.reuseWindowMs },
@@ -188,7 +196,8 @@ export class TenancyCache implements CacheInvalidator {
     let value: T | null
     try {
       // Right after Postgres failed, do not make every lookup of a request wait for it again.
-      if (Date.now() < this.postgresSkipUntil) throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
+      if (Date.now() < this.postgresSkipUntil)
+        throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
       value = await load()
       this.options.metrics.storeLookups.postgres.inc()
     } catch (err) {
@@ -196,7 +205,8 @@ export class TenancyCache implements CacheInvalidator {
       // Postgres cannot answer: a record seen within the stale window still serves; an unknown
       // key is never let through (the error becomes 503 store_unavailable).
       const stale = this.local.get(key, { allowStale: true })
-      if (stale !== undefined && Date.now() - stale.storedAt < this.timings.staleWindowMs) return stale.value as T | null
+      if (stale !== undefined && Date.now() - stale.storedAt < this.timings.staleWindowMs)
+        return stale.value as T | null
       throw err
     }
     if (epoch === this.epoch) {
@@ -208,7 +218,8 @@ export class TenancyCache implements CacheInvalidator {
 
   private remember(key: string, value: unknown): void {
     const now = Date.now()
-    if (value === null) this.local.set(key, { value, storedAt: now, refreshAt: Infinity }, { ttl: this.timings.negativeTtlMs })
+    if (value === null)
+      this.local.set(key, { value, storedAt: now, refreshAt: Infinity }, { ttl: this.timings.negativeTtlMs })
     else this.local.set(key, { value, storedAt: now, refreshAt: now + this.refreshAfterMs }, { ttl: this.foundTtlMs })
   }
 
@@ -218,7 +229,15 @@ export class TenancyCache implements CacheInvalidator {
     if (redis === null) return
     const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
     redis
-      .eval(STORE_IF_UNCHANGED, 2, this.prefix + key, generationKey(this.prefix, key), generation, JSON.stringify(value), ttl)
+      .eval(
+        STORE_IF_UNCHANGED,
+        2,
+        this.prefix + key,
+        generationKey(this.prefix, key),
+        generation,
+        JSON.stringify(value),
+        ttl,
+      )
       .catch((err: unknown) => this.redisFailed(err))
   }
 
@@ -231,7 +250,8 @@ export class TenancyCache implements CacheInvalidator {
     this.options.metrics.redisErrors.inc()
     const now = Date.now()
     // One warning per backoff window, not one per request.
-    if (now >= this.redisSkipUntil) this.options.log.warn({ err }, 'redis failed; using postgres until it answers again')
+    if (now >= this.redisSkipUntil)
+      this.options.log.warn({ err }, 'redis failed; using postgres until it answers again')
     this.redisSkipUntil = now + this.timings.redisBackoffMs
   }
 
@@ -272,7 +292,13 @@ export class TenancyCache implements CacheInvalidator {
       timer = setTimeout(() => resolve('down'), timeoutMs)
     })
     try {
-      return await Promise.race([this.redis.ping().then(() => 'ok' as const, () => 'down' as const), timeout])
+      return await Promise.race([
+        this.redis.ping().then(
+          () => 'ok' as const,
+          () => 'down' as const,
+        ),
+        timeout,
+      ])
     } finally {
       clearTimeout(timer)
     }

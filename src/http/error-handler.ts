@@ -1,7 +1,14 @@
 // The one way an error leaves the gateway: errors raised by fastify, Ajv, postgres.js or a socket
 // are mapped onto the error catalogue (errors.ts), then answered as problem+json (docs/api.md).
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode, type FieldError } from '../errors.js'
+import {
+  ApiError,
+  problem,
+  PROBLEM_CONTENT_TYPE,
+  validationFailed,
+  type ErrorCode,
+  type FieldError,
+} from '../errors.js'
 
 interface AjvErrorLike {
   instancePath: string
@@ -59,8 +66,10 @@ function isStoreUnreachable(code: string): boolean {
 /** The catalogue's error for any error thrown on a request; null for a bug (answered 500). */
 export function toApiError(err: FastifyError): ApiError | null {
   if (err instanceof ApiError) return err
-  if (err.code && isStoreUnreachable(err.code)) return new ApiError('store_unavailable', 'the store cannot be reached; try again')
-  if (err.validation) return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
+  if (err.code && isStoreUnreachable(err.code))
+    return new ApiError('store_unavailable', 'the store cannot be reached; try again')
+  if (err.validation)
+    return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
   const code = err.code ? FASTIFY_ERRORS[err.code] : undefined
   if (code) return new ApiError(code, err.message)
   // Any other client error fastify raises (a bad header, say) keeps its status class.

@@ -11,7 +11,11 @@ import { ERRORS, problem, PROBLEM_CONTENT_TYPE, type ErrorCode } from '../errors
 export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return
   const code: ErrorCode =
-    err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request'
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? 'headers_too_large'
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 'request_timeout'
+        : 'bad_request'
   const detail =
     code === 'headers_too_large'
       ? 'the request head is larger than 16 KiB'

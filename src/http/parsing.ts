@@ -20,7 +20,9 @@ export const parsing = fp(
   async (app) => {
     const bodyAjv = makeAjv(false)
     const textAjv = makeAjv(true)
-    app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object))
+    app.setValidatorCompiler(({ schema, httpPart }) =>
+      (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object),
+    )
 
     // JSON only, and a POST without a body is fine with or without a JSON content type (docs/api.md).
     app.removeAllContentTypeParsers()

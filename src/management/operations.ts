@@ -18,7 +18,11 @@ export const OPERATIONS = {
     description: 'Its keys are refused, and it cannot be acted as, until it is reactivated. Repeating is harmless.',
     tags: ['sub-accounts'],
   },
-  reactivateSubAccount: { summary: 'Reactivate a sub-account', description: 'Repeating is harmless.', tags: ['sub-accounts'] },
+  reactivateSubAccount: {
+    summary: 'Reactivate a sub-account',
+    description: 'Repeating is harmless.',
+    tags: ['sub-accounts'],
+  },
   createApiKey: {
     summary: 'Create an API key for a sub-account',
     description:

@@ -60,9 +60,15 @@ function authorizeManagement(request: FastifyRequest): void {
     throw new ApiError('parent_key_required', 'sub-account keys cannot manage sub-accounts')
   }
   if (request.actingTenant!.id !== principal.tenant.id) {
-    throw new ApiError('parent_key_required', 'sub-accounts are managed by the parent acting as itself (X-Service-Acting-Tenant: self)')
+    throw new ApiError(
+      'parent_key_required',
+      'sub-accounts are managed by the parent acting as itself (X-Service-Acting-Tenant: self)',
+    )
   }
-  requireScope(principal.key.scopes, request.method === 'GET' || request.method === 'HEAD' ? 'sub_accounts:read' : 'sub_accounts:write')
+  requireScope(
+    principal.key.scopes,
+    request.method === 'GET' || request.method === 'HEAD' ? 'sub_accounts:read' : 'sub_accounts:write',
+  )
 }
 
 function trimmedName(name: string, path: string): string {
@@ -135,7 +141,9 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.get(
     '/',
-    { schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } } },
+    {
+      schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
+    },
     async (request) => {
       const { limit, cursor, status, external_id } = request.query
       const rows = await listSubAccounts(sql, parentOf(request).id, {
@@ -149,13 +157,17 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   )
 
   // Registered before /:sub_id; the router prefers this static segment anyway.
-  app.get('/usage', { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } }, async (request) => {
-    const { limit, cursor } = request.query
-    const afterSeq = decodeCursor(cursor)
-    const { from, to } = reportRange(request.query, Date.now())
-    const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
-    return { from, to, ...toPage(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry) }
-  })
+  app.get(
+    '/usage',
+    { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
+    async (request) => {
+      const { limit, cursor } = request.query
+      const afterSeq = decodeCursor(cursor)
+      const { from, to } = reportRange(request.query, Date.now())
+      const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
+      return { from, to, ...toPage(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry) }
+    },
+  )
 
   app.get(
     '/:sub_id',
@@ -165,7 +177,14 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.patch(
     '/:sub_id',
-    { schema: { ...operation('updateSubAccount'), params: SubAccountParams, body: UpdateSubAccountBody, response: { 200: SubAccount } } },
+    {
+      schema: {
+        ...operation('updateSubAccount'),
+        params: SubAccountParams,
+        body: UpdateSubAccountBody,
+        response: { 200: SubAccount },
+      },
+    },
     async (request) => {
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
@@ -191,7 +210,10 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     },
   )
 
-  for (const [action, status] of [['deactivate', 'deactivated'], ['reactivate', 'active']] as const) {
+  for (const [action, status] of [
+    ['deactivate', 'deactivated'],
+    ['reactivate', 'active'],
+  ] as const) {
     app.post(
       `/:sub_id/${action}`,
       { schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } } },
@@ -206,12 +228,21 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.post(
     '/:sub_id/api-keys',
-    { schema: { ...operation('createApiKey'), params: SubAccountParams, body: MintKeyBody, response: { 201: MintedApiKey } } },
+    {
+      schema: {
+        ...operation('createApiKey'),
+        params: SubAccountParams,
+        body: MintKeyBody,
+        response: { 201: MintedApiKey },
+      },
+    },
     async (request, reply) => {
       const { name, scopes } = request.body
       const reserved = scopes.findIndex((scope) => scope === 'sub_accounts' || scope.startsWith('sub_accounts:'))
       if (reserved !== -1) {
-        throw validationFailed([{ path: `/body/scopes/${reserved}`, message: 'sub_accounts scopes are for parent keys only' }])
+        throw validationFailed([
+          { path: `/body/scopes/${reserved}`, message: 'sub_accounts scopes are for parent keys only' },
+        ])
       }
       const label = trimmedName(name, '/body/name')
       const subAccount = await ownSubAccount(request, request.params.sub_id)
@@ -228,7 +259,14 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   app.get(
     '/:sub_id/api-keys',
-    { schema: { ...operation('listApiKeys'), params: SubAccountParams, querystring: ListKeysQuery, response: { 200: ApiKeyPage } } },
+    {
+      schema: {
+        ...operation('listApiKeys'),
+        params: SubAccountParams,
+        querystring: ListKeysQuery,
+        response: { 200: ApiKeyPage },
+      },
+    },
     async (request) => {
       const { limit, cursor } = request.query
       const afterSeq = decodeCursor(cursor)

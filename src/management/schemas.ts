@@ -17,7 +17,10 @@ const STORABLE_TEXT = '^[^\\u0000\\ud800-\\udfff]*$'
 export const NAME_MAX_LENGTH = 200
 const Name = Type.String({ maxLength: 1000, pattern: STORABLE_TEXT, description: '1–200 characters after trimming' })
 
-export const ExternalId = Type.String({ pattern: EXTERNAL_ID_PATTERN, description: '1–128 of A-Z a-z 0-9 . _ - : @ / +' })
+export const ExternalId = Type.String({
+  pattern: EXTERNAL_ID_PATTERN,
+  description: '1–128 of A-Z a-z 0-9 . _ - : @ / +',
+})
 
 // Written as plain JSON Schema: TypeBox's Record becomes patternProperties "^.*$", and `.` does not
 // match a newline, so a key holding one would escape the value check.
@@ -90,7 +93,10 @@ export const ListSubAccountsQuery = Type.Object(
   { additionalProperties: false },
 )
 
-export const ListKeysQuery = Type.Object({ limit: Limit, cursor: Type.Optional(Cursor) }, { additionalProperties: false })
+export const ListKeysQuery = Type.Object(
+  { limit: Limit, cursor: Type.Optional(Cursor) },
+  { additionalProperties: false },
+)
 
 // Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
 export const SubAccountParams = Type.Object({ sub_id: Type.String() })
@@ -133,7 +139,9 @@ export const UsageEntry = Type.Object(
     external_id: Nullable(Type.String()),
     requests: Count,
     by_status: Type.Object({ '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count }, { additionalProperties: false }),
-    days: Type.Array(Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false })),
+    days: Type.Array(
+      Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false }),
+    ),
   },
   { additionalProperties: false },
 )

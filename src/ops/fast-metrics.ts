@@ -92,7 +92,9 @@ export class LatencyHistogram {
   of(labelValue = ''): LatencySeries {
     const series = this.series.get(labelValue)
     if (series === undefined) {
-      throw new Error(`${this.name}: no series ${this.label === null ? 'with a label (it has none)' : `${this.label.name}="${labelValue}"`}`)
+      throw new Error(
+        `${this.name}: no series ${this.label === null ? 'with a label (it has none)' : `${this.label.name}="${labelValue}"`}`,
+      )
     }
     return series
   }
@@ -120,9 +122,19 @@ export class LatencyHistogram {
       let cumulative = 0
       this.bounds.forEach((bound, i) => {
         cumulative += series.counts[i]!
-        values.push({ labels: { le: bound, ...labels }, value: cumulative, metricName: `${this.name}_bucket`, exemplar: null })
+        values.push({
+          labels: { le: bound, ...labels },
+          value: cumulative,
+          metricName: `${this.name}_bucket`,
+          exemplar: null,
+        })
       })
-      values.push({ labels: { le: '+Inf', ...labels }, value: series.count, metricName: `${this.name}_bucket`, exemplar: null })
+      values.push({
+        labels: { le: '+Inf', ...labels },
+        value: series.count,
+        metricName: `${this.name}_bucket`,
+        exemplar: null,
+      })
       values.push({ labels, value: series.sum, metricName: `${this.name}_sum` })
       values.push({ labels, value: series.count, metricName: `${this.name}_count` })
     }

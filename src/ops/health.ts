@@ -73,7 +73,10 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
       },
     },
     async (request, reply) => {
-      const [postgres, redis] = await Promise.all([postgresAnswers(sql, READINESS_TIMEOUT_MS), cache.ping(READINESS_TIMEOUT_MS)])
+      const [postgres, redis] = await Promise.all([
+        postgresAnswers(sql, READINESS_TIMEOUT_MS),
+        cache.ping(READINESS_TIMEOUT_MS),
+      ])
       const checks = { postgres, redis }
       if (!readiness.draining && hasReachedPostgres(sql)) return { status: 'ready' as const, checks }
       const detail = readiness.draining

@@ -79,7 +79,12 @@ export const lazyChildLogger: NonNullable<FastifyServerOptions['childLoggerFacto
   new LazyChildLogger(logger, bindings, options) as unknown as FastifyBaseLogger
 
 /** The request line: who called, as whom, which route, what came of it, and how long it took. */
-export function logRequest(log: FastifyBaseLogger, kind: RouteKind, request: FastifyRequest, reply: FastifyReply): void {
+export function logRequest(
+  log: FastifyBaseLogger,
+  kind: RouteKind,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): void {
   // Probes come every few seconds from every kubelet: kept out of the info stream.
   const level = kind === 'ops' && reply.statusCode < 500 ? 'debug' : 'info'
   if (!(log as Logger).isLevelEnabled(level)) return

@@ -26,7 +26,10 @@ export interface Metrics {
   readonly invalidationsReceived: Counter
   readonly redisErrors: Counter
   /** 1 while the connection is ready, by connection (commands, subscriber). */
-  readonly redisUp: { readonly commands: Gauge.Internal<'connection'>; readonly subscriber: Gauge.Internal<'connection'> }
+  readonly redisUp: {
+    readonly commands: Gauge.Internal<'connection'>
+    readonly subscriber: Gauge.Internal<'connection'>
+  }
   readonly proxiedRequests: Tally
   /** Proxied requests admitted from an identical admission of the last second (no lookup at all). */
   readonly recentAdmissions: Tally

@@ -37,9 +37,22 @@ function packageVersion(): string {
 
 /** The error responses of the management API, by the catalogue codes each one carries. */
 const ERROR_RESPONSES = {
-  BadRequest: ['acting_tenant_malformed', 'acting_tenant_required', 'validation_failed', 'invalid_json', 'bad_request', 'bad_path'],
+  BadRequest: [
+    'acting_tenant_malformed',
+    'acting_tenant_required',
+    'validation_failed',
+    'invalid_json',
+    'bad_request',
+    'bad_path',
+  ],
   Unauthenticated: ['unauthenticated'],
-  Forbidden: ['tenant_deactivated', 'acting_tenant_forbidden', 'acting_tenant_deactivated', 'parent_key_required', 'insufficient_scope'],
+  Forbidden: [
+    'tenant_deactivated',
+    'acting_tenant_forbidden',
+    'acting_tenant_deactivated',
+    'parent_key_required',
+    'insufficient_scope',
+  ],
   NotFound: ['not_found'],
   Conflict: ['external_id_conflict'],
   PayloadTooLarge: ['payload_too_large'],
@@ -61,7 +74,8 @@ function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
   if (name === 'Unauthenticated' || name === 'Forbidden') {
     response.headers = {
       'WWW-Authenticate': {
-        description: '`Bearer` on a 401; `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (docs/api.md)',
+        description:
+          '`Bearer` on a 401; `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (docs/api.md)',
         schema: { type: 'string' },
       },
     }
@@ -89,7 +103,10 @@ const PROBLEM_SCHEMA: OpenAPIV3_1.SchemaObject = {
         type: 'object',
         required: ['path', 'message'],
         properties: {
-          path: { type: 'string', description: 'a JSON pointer into the request, such as /body/name or /querystring/limit' },
+          path: {
+            type: 'string',
+            description: 'a JSON pointer into the request, such as /body/name or /querystring/limit',
+          },
           message: { type: 'string' },
         },
         additionalProperties: false,
@@ -145,7 +162,9 @@ function baseDocument(): OpenAPIV3_1.Document {
       },
       parameters: { ActingTenant: ACTING_TENANT },
       schemas: { Problem: PROBLEM_SCHEMA },
-      responses: Object.fromEntries((Object.keys(ERROR_RESPONSES) as ErrorResponse[]).map((name) => [name, errorResponse(name)])),
+      responses: Object.fromEntries(
+        (Object.keys(ERROR_RESPONSES) as ErrorResponse[]).map((name) => [name, errorResponse(name)]),
+      ),
     },
   }
 }
@@ -165,7 +184,11 @@ const documentRoute: SwaggerTransform = ({ schema, url }) => {
 }
 
 /** The refusals a management operation can answer with (docs/api.md), by status. */
-function managementErrors(method: string, path: string, operation: OpenAPIV3_1.OperationObject): Record<string, ErrorResponse> {
+function managementErrors(
+  method: string,
+  path: string,
+  operation: OpenAPIV3_1.OperationObject,
+): Record<string, ErrorResponse> {
   const errors: Record<string, ErrorResponse> = { 400: 'BadRequest', 401: 'Unauthenticated', 403: 'Forbidden' }
   if (path.includes('{')) errors[404] = 'NotFound'
   const requestBody = operation.requestBody as OpenAPIV3_1.RequestBodyObject | undefined

@@ -22,7 +22,14 @@ export interface TenancyCachePluginOptions {
 
 export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
   async (app, { sql, redisUrl, keyPrefix, timings }) => {
-    const cache = new TenancyCache({ source: postgresLookups(sql), redisUrl, keyPrefix, timings, log: app.log, metrics: app.metrics })
+    const cache = new TenancyCache({
+      source: postgresLookups(sql),
+      redisUrl,
+      keyPrefix,
+      timings,
+      log: app.log,
+      metrics: app.metrics,
+    })
     app.decorate('tenancyCache', cache)
     // Runs after the usage meter's (onClose hooks run last registered first): the invalidations
     // still due go out, then Redis is let go.

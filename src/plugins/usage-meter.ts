@@ -20,7 +20,12 @@ export interface UsageMeterPluginOptions {
 export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
   async (app, { sql, flushIntervalMs }) => {
     const metrics = app.metrics
-    const meter = new UsageMeter({ sql, log: app.log, flushIntervalMs, onFlushFailed: () => metrics.usageFlushFailures.inc() })
+    const meter = new UsageMeter({
+      sql,
+      log: app.log,
+      flushIntervalMs,
+      onFlushFailed: () => metrics.usageFlushFailures.inc(),
+    })
     meter.start()
     metrics.usageLagMs = () => meter.lagMs()
     app.decorate('usageMeter', meter)
@@ -31,7 +36,8 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
       const principal = request.principal
       if (principal !== null) {
         meter.keyUsed(principal.key.id)
-        if (routeKindOf(request) === 'proxy' || reply.statusCode >= 400) meter.record((request.actingTenant ?? principal.tenant).id, reply.statusCode)
+        if (routeKindOf(request) === 'proxy' || reply.statusCode >= 400)
+          meter.record((request.actingTenant ?? principal.tenant).id, reply.statusCode)
       }
       done()
     })

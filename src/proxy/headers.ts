@@ -83,7 +83,9 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
   const forwardedFor = out['x-forwarded-for']
   if (context.clientIp !== undefined) {
     out['x-forwarded-for'] =
-      typeof forwardedFor === 'string' && forwardedFor !== '' ? `${forwardedFor}, ${context.clientIp}` : context.clientIp
+      typeof forwardedFor === 'string' && forwardedFor !== ''
+        ? `${forwardedFor}, ${context.clientIp}`
+        : context.clientIp
   }
   out['x-forwarded-proto'] = context.proto
   if (context.host !== undefined) out['x-forwarded-host'] = context.host
@@ -95,7 +97,16 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
  * §7.6.1), which describe the upstream's connection, not ours, and X-Request-Id, which is the
  * gateway's (set on every reply before routing, app.ts).
  */
-const DROPPED_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding', 'x-request-id'])
+const DROPPED_RESPONSE = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'upgrade',
+  'transfer-encoding',
+  'x-request-id',
+])
 
 /**
  * The upstream's response headers as the client gets them: without those above and those its

@@ -44,7 +44,8 @@ export function isReservedPath(path: string): boolean {
   }
   decoded = decoded.toLowerCase()
   for (const reserved of RESERVED_PREFIXES) {
-    if (decoded.startsWith(reserved) && (decoded.length === reserved.length || decoded[reserved.length] === '/')) return true
+    if (decoded.startsWith(reserved) && (decoded.length === reserved.length || decoded[reserved.length] === '/'))
+      return true
   }
   return false
 }

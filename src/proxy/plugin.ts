@@ -48,7 +48,11 @@ function tooLarge(limit: number): ApiError {
  * length, so only a chunked body needs counting on the way.
  */
 function streamBodyUpTo(limit: number) {
-  return (request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => {
+  return (
+    request: FastifyRequest,
+    payload: NodeJS.ReadableStream,
+    done: (err: Error | null, body?: unknown) => void,
+  ) => {
     const declared = request.headers['content-length']
     if (declared !== undefined) {
       if (Number(declared) > limit) return done(tooLarge(limit))
@@ -72,7 +76,12 @@ function causeOf(error: Error): unknown {
   return (error as { cause?: unknown }).cause
 }
 
-const TIMEOUT_CODES = new Set(['FST_REPLY_FROM_GATEWAY_TIMEOUT', 'FST_REPLY_FROM_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
+const TIMEOUT_CODES = new Set([
+  'FST_REPLY_FROM_GATEWAY_TIMEOUT',
+  'FST_REPLY_FROM_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+])
 
 /** reply-from's failures as the catalogue's: too slow is 504, anything else unreachable is 502. */
 function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
@@ -108,7 +117,11 @@ function rewritePrefixFor(route: ProxyRoute): string {
   return route.prefix === '/' ? basePath : basePath + route.prefix
 }
 
-async function registerRoute(app: FastifyInstance, route: ProxyRoute, { lookups, upstreamDuration, recentAdmissions }: ProxyOptions): Promise<void> {
+async function registerRoute(
+  app: FastifyInstance,
+  route: ProxyRoute,
+  { lookups, upstreamDuration, recentAdmissions }: ProxyOptions,
+): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))

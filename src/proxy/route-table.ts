@@ -23,9 +23,16 @@ export interface ProxyRoute {
 export const DEFAULT_TIMEOUT_MS = 30_000
 export const DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 
-
 const TOP_LEVEL_KEYS = new Set(['routes', 'timeout_ms', 'max_body_bytes'])
-const ROUTE_KEYS = new Set(['prefix', 'upstream', 'scopes', 'public', 'forward_authorization', 'timeout_ms', 'max_body_bytes'])
+const ROUTE_KEYS = new Set([
+  'prefix',
+  'upstream',
+  'scopes',
+  'public',
+  'forward_authorization',
+  'timeout_ms',
+  'max_body_bytes',
+])
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
 // `:` and `*` (route patterns to the router), `;` and `%` (refused paths, docs/api.md).
@@ -79,7 +86,8 @@ function parsePrefix(where: string, value: unknown): string {
   if (!PREFIX_PATTERN.test(value)) {
     fail(where, 'prefix must start with /, hold whole segments of letters, digits and . _ ~ - (no trailing slash)')
   }
-  if (value.split('/').some((segment) => segment === '.' || segment === '..')) fail(where, 'prefix may not hold . or .. segments')
+  if (value.split('/').some((segment) => segment === '.' || segment === '..'))
+    fail(where, 'prefix may not hold . or .. segments')
   if (isReserved(value)) fail(where, 'prefix is served by the gateway itself')
   return value
 }
@@ -141,7 +149,8 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
     seen.set(prefix, `routes[${index}]`)
     const isPublic = boolean(where, 'public', entry.public)
     const scopes = parseScopes(where, entry.scopes)
-    if (isPublic && (scopes.read.length > 0 || scopes.write.length > 0)) fail(where, 'a public route cannot require scopes')
+    if (isPublic && (scopes.read.length > 0 || scopes.write.length > 0))
+      fail(where, 'a public route cannot require scopes')
     routes.push(
       Object.freeze({
         prefix,

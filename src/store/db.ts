@@ -97,7 +97,11 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       // generic plans of prepared statements cannot see that a usage range is sparse or dense
       // (627 ms a page with the day index): plan each execution. Strings: postgres.js drops
       // falsy startup parameters. See bench/RESULTS.md.
-      connection: { application_name: applicationName, max_parallel_workers_per_gather: '0', plan_cache_mode: 'force_custom_plan' },
+      connection: {
+        application_name: applicationName,
+        max_parallel_workers_per_gather: '0',
+        plan_cache_mode: 'force_custom_plan',
+      },
     })
     return { sql, embedded: false, pool: { max, applicationName }, close: () => sql.end({ timeout: 5 }) }
   }
@@ -210,7 +214,11 @@ export function describeDatabaseUrl(databaseUrl: string): string {
  * end (each attempt ends at connect_timeout, and the next begins), so a start would otherwise hang
  * in silence. On failure the pool is ended at once: nothing was sent that is worth waiting for.
  */
-export async function reachPostgres(sql: Sql, databaseUrl: string, timeoutMs = FIRST_CONTACT_TIMEOUT_MS): Promise<void> {
+export async function reachPostgres(
+  sql: Sql,
+  databaseUrl: string,
+  timeoutMs = FIRST_CONTACT_TIMEOUT_MS,
+): Promise<void> {
   try {
     await withDeadline(sql`select 1`, timeoutMs)
   } catch (err) {

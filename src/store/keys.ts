@@ -54,7 +54,11 @@ export async function findKeyByDigest(db: Db, keyDigest: Buffer): Promise<KeyCre
   return row ?? null
 }
 
-export function listKeys(db: Db, tenantId: string, page: { limit: number; afterSeq: string | null }): Promise<KeyPageRow[]> {
+export function listKeys(
+  db: Db,
+  tenantId: string,
+  page: { limit: number; afterSeq: string | null },
+): Promise<KeyPageRow[]> {
   return db<KeyPageRow[]>`
     select ${db.unsafe(COLUMNS)}, seq::text as seq from api_keys
     where tenant_id = ${tenantId}

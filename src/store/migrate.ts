@@ -44,7 +44,9 @@ export async function migrate(sql: Sql, dir: string = DEFAULT_MIGRATIONS_DIR): P
         name       text not null,
         applied_at timestamptz not null default now()
       )`
-    const applied = new Set((await tx<{ version: number }[]>`select version from schema_migrations`).map((r) => r.version))
+    const applied = new Set(
+      (await tx<{ version: number }[]>`select version from schema_migrations`).map((r) => r.version),
+    )
     const done: number[] = []
     for (const migration of migrations) {
       if (applied.has(migration.version)) continue

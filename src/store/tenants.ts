@@ -77,7 +77,11 @@ export async function getSubAccount(db: Db, parentId: string, id: string): Promi
   return row ?? null
 }
 
-export async function findSubAccountIdByExternalId(db: Db, parentId: string, externalId: string): Promise<string | null> {
+export async function findSubAccountIdByExternalId(
+  db: Db,
+  parentId: string,
+  externalId: string,
+): Promise<string | null> {
   const [row] = await db<{ id: string }[]>`
     select id from tenants where parent_id = ${parentId} and external_id = ${externalId}`
   return row?.id ?? null
@@ -126,7 +130,12 @@ export interface SubAccountPatch {
 /** The updated row, with the external_id it had before (the caches of both names go stale). */
 export type UpdatedTenantRow = TenantRow & { previous_external_id: string | null }
 
-export function updateSubAccount(db: Db, parentId: string, id: string, patch: SubAccountPatch): Promise<UpdatedTenantRow | null> {
+export function updateSubAccount(
+  db: Db,
+  parentId: string,
+  id: string,
+  patch: SubAccountPatch,
+): Promise<UpdatedTenantRow | null> {
   return rethrowConflict(async () => {
     const [row] = await db<UpdatedTenantRow[]>`
       update tenants set
@@ -146,7 +155,12 @@ export function updateSubAccount(db: Db, parentId: string, id: string, patch: Su
 }
 
 /** Sets the status; repeating it changes nothing (the timestamps stay those of the first call). */
-export async function setSubAccountStatus(db: Db, parentId: string, id: string, status: TenantStatus): Promise<TenantRow | null> {
+export async function setSubAccountStatus(
+  db: Db,
+  parentId: string,
+  id: string,
+  status: TenantStatus,
+): Promise<TenantRow | null> {
   const [row] = await db<TenantRow[]>`
     update tenants set
       updated_at = case when status = ${status} then updated_at else now() end,

@@ -27,7 +27,10 @@ function malformed(detail: string): ApiError {
  * Parses the header. `occurrences` is how many times the client sent it: Node joins repeated
  * headers with ", ", but the raw count also catches a repeat whose value was empty.
  */
-export function parseActingHeader(value: string | string[] | undefined, occurrences = value === undefined ? 0 : 1): ActingTarget {
+export function parseActingHeader(
+  value: string | string[] | undefined,
+  occurrences = value === undefined ? 0 : 1,
+): ActingTarget {
   if (value === undefined && occurrences === 0) return { kind: 'absent' }
   if (Array.isArray(value) || occurrences > 1) throw malformed('X-Service-Acting-Tenant must be sent once')
   if (value === undefined || value === '') throw malformed('X-Service-Acting-Tenant is empty')
@@ -70,8 +73,7 @@ export async function resolveActingTenant(
     throw new ApiError('acting_tenant_forbidden', 'a sub-account key may act only as its own account')
   }
 
-  const targetId =
-    target.kind === 'id' ? target.id : await lookups.subAccountIdByExternalId(own.id, target.externalId)
+  const targetId = target.kind === 'id' ? target.id : await lookups.subAccountIdByExternalId(own.id, target.externalId)
   const tenant = targetId === null ? null : await lookups.tenant(targetId)
   // Unknown and another parent's sub-account get the same answer, so tenant ids cannot be probed.
   if (tenant === null || tenant.parentId !== own.id) {

@@ -17,7 +17,11 @@ declare module 'fastify' {
 }
 
 /** Resolves the principal and acting tenant of a request, then sets them on it (docs/api.md order). */
-export async function resolveInto(request: FastifyRequest, lookups: TenancyLookups, counts: SingleHeaderCounts): Promise<void> {
+export async function resolveInto(
+  request: FastifyRequest,
+  lookups: TenancyLookups,
+  counts: SingleHeaderCounts,
+): Promise<void> {
   const principal = await authenticate(request.headers.authorization, lookups, counts.authorization)
   request.principal = principal
   // docs/api.md order: 401, then the acting header (a malformed one is 400 even for a

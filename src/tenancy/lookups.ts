@@ -51,7 +51,8 @@ export function postgresLookups(sql: Sql, deadlineMs = LOOKUP_DEADLINE_MS): Tena
       const row = await withDeadline(getTenant(sql, id), deadlineMs)
       return row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
     },
-    subAccountIdByExternalId: (parentId, externalId) => withDeadline(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
+    subAccountIdByExternalId: (parentId, externalId) =>
+      withDeadline(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
     hasActiveSubAccounts: (parentId) => withDeadline(hasActiveSubAccounts(sql, parentId), deadlineMs),
   }
 }

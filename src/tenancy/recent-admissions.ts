@@ -63,9 +63,11 @@ const MAX_REMEMBERED_HEADER = 200
 function admissionKey(request: FastifyRequest, counts: SingleHeaderCounts): string | null {
   const authorization = request.headers.authorization
   const acting = request.headers[ACTING_HEADER]
-  if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting)) return null
+  if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting))
+    return null
   // Bounded memory: a key may be sent with any number of spaces, a long value is not remembered.
-  if (authorization.length > MAX_REMEMBERED_HEADER || (acting !== undefined && acting.length > MAX_REMEMBERED_HEADER)) return null
+  if (authorization.length > MAX_REMEMBERED_HEADER || (acting !== undefined && acting.length > MAX_REMEMBERED_HEADER))
+    return null
   // An empty acting header is not an absent one: '-' marks absent, '+' precedes a value.
   return `${isWriteMethod(request.method) ? 'w' : 'r'}${acting === undefined ? '-' : `+${acting}`}\n${authorization}`
 }
@@ -107,7 +109,8 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       // A change evicted while this check ran may have been read before it: not remembered.
       if (reuse.version() !== versionBefore) return
       const key = admissionKey(request, counts)
-      if (key !== null) recent.set(key, { principal: request.principal!, actingTenant: request.actingTenant! }, versionBefore)
+      if (key !== null)
+        recent.set(key, { principal: request.principal!, actingTenant: request.actingTenant! }, versionBefore)
     },
   }
 }

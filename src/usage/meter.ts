@@ -177,6 +177,14 @@ function toRows(counts: PendingCounts): UsageCount[] {
     }
   }
   const order = (a: UsageCount, b: UsageCount) =>
-    a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : a.day < b.day ? -1 : a.day > b.day ? 1 : a.statusClass - b.statusClass
+    a.tenantId < b.tenantId
+      ? -1
+      : a.tenantId > b.tenantId
+        ? 1
+        : a.day < b.day
+          ? -1
+          : a.day > b.day
+            ? 1
+            : a.statusClass - b.statusClass
   return rows.sort(order)
 }

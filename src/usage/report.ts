@@ -42,7 +42,8 @@ export function reportRange(query: { from?: string; to?: string }, nowMs: number
     const given = query[name]
     if (given === undefined) return fallback
     const day = parseReportDate(given)
-    if (day === null) errors.push({ path: `/querystring/${name}`, message: 'must be a date YYYY-MM-DD or an RFC 3339 date-time' })
+    if (day === null)
+      errors.push({ path: `/querystring/${name}`, message: 'must be a date YYYY-MM-DD or an RFC 3339 date-time' })
     return day ?? fallback
   }
   const from = parse('from', `${today.slice(0, 8)}01`)

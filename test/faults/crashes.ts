@@ -17,7 +17,11 @@ export function watchCrashes(t: TestLike): Crash[] {
   const crashes: Crash[] = []
   const record = (kind: Crash['kind']) => (err: unknown) => {
     const error = err instanceof Error ? err : new Error(String(err))
-    const where = (error.stack ?? '').split('\n').slice(1, 4).map((line) => line.trim().replace(/^at /, '')).join(' | ')
+    const where = (error.stack ?? '')
+      .split('\n')
+      .slice(1, 4)
+      .map((line) => line.trim().replace(/^at /, ''))
+      .join(' | ')
     crashes.push({ kind, message: `${(error as NodeJS.ErrnoException).code ?? error.name}: ${error.message}`, where })
   }
   const onException = record('uncaughtException')

@@ -82,8 +82,18 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
   // but the gateway never saw it, a "random" key is well-formed with a valid checksum but exists
   // nowhere (a new one per request, so no request shares another's lookup).
   const sub = await createSubAccount(sql, parent.id, { name: `sub ${mode}`, externalId: `ext-${mode}`, metadata: {} })
-  const known = await mintKey(sql, { tenantId: sub.id, name: 'known', scopes: ['orders:read'], withClientSecret: false })
-  const unused = await mintKey(sql, { tenantId: sub.id, name: 'unused', scopes: ['orders:read'], withClientSecret: false })
+  const known = await mintKey(sql, {
+    tenantId: sub.id,
+    name: 'known',
+    scopes: ['orders:read'],
+    withClientSecret: false,
+  })
+  const unused = await mintKey(sql, {
+    tenantId: sub.id,
+    name: 'unused',
+    scopes: ['orders:read'],
+    withClientSecret: false,
+  })
   const randoms: string[] = []
   realKeyIds.add(known.row.id).add(unused.row.id)
 
@@ -91,8 +101,14 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
   // external id, and on the management API.
   const knownCalls: [string, () => Promise<Timed>][] = [
     ['known key', () => timedCall(gw.url, known.apiKey, { path: '/orders' }, HANG_LIMIT_MS)],
-    ['parent acting by uuid', () => timedCall(gw.url, parent.apiKey, { path: '/orders', acting: sub.id }, HANG_LIMIT_MS)],
-    ['parent acting by ext:', () => timedCall(gw.url, parent.apiKey, { path: '/orders', acting: `ext:ext-${mode}` }, HANG_LIMIT_MS)],
+    [
+      'parent acting by uuid',
+      () => timedCall(gw.url, parent.apiKey, { path: '/orders', acting: sub.id }, HANG_LIMIT_MS),
+    ],
+    [
+      'parent acting by ext:',
+      () => timedCall(gw.url, parent.apiKey, { path: '/orders', acting: `ext:ext-${mode}` }, HANG_LIMIT_MS),
+    ],
   ]
   for (const [what, call] of knownCalls) {
     const warm = await call()
@@ -115,9 +131,16 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
     })
     const results = rounds.flatMap((round) => round.results)
     const served = results.filter((r) => r.res?.status === 200)
-    t.equal(served.length, results.length, `all ${results.length} requests with known keys are served, ${rounds[0]!.at}–${rounds[rounds.length - 1]!.at} ms into the outage`)
+    t.equal(
+      served.length,
+      results.length,
+      `all ${results.length} requests with known keys are served, ${rounds[0]!.at}–${rounds[rounds.length - 1]!.at} ms into the outage`,
+    )
     const times = results.map((r) => r.ms)
-    t.ok(results.every((r) => r.res !== null && r.ms <= REFUSAL_BOUND_MS), `and promptly (median ${round(median(times))} ms, max ${round(Math.max(...times))} ms)`)
+    t.ok(
+      results.every((r) => r.res !== null && r.ms <= REFUSAL_BOUND_MS),
+      `and promptly (median ${round(median(times))} ms, max ${round(Math.max(...times))} ms)`,
+    )
 
     // Asserted outright: what was served was right, and reached the upstream once.
     const upstreamIds = upstream.received.map((r) => String(r.headers['x-request-id']))
@@ -126,48 +149,76 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
       `each of the ${served.length} served requests reached the upstream exactly once`,
     )
     t.ok(
-      served.every((r) => (r.res!.json() as { headers: Record<string, string> }).headers['x-service-resolved-tenant'] === sub.id),
+      served.every(
+        (r) => (r.res!.json() as { headers: Record<string, string> }).headers['x-service-resolved-tenant'] === sub.id,
+      ),
       'each served one acted as the sub-account it named',
     )
     const misses = (await metricValue(gw.app, 'tgw_cache_misses_total', { tier: 'local' })) - missesBefore
-    t.ok(misses > 0, `the in-process entries had expired (${misses} in-process misses): only the stale window could serve them`)
+    t.ok(
+      misses > 0,
+      `the in-process entries had expired (${misses} in-process misses): only the stale window could serve them`,
+    )
     measured.push(
       `${mode}: known keys, rounds at ${rounds.map((round) => `${round.at} ms: ${round.results.map((r) => describeTimed(r, HANG_LIMIT_MS).replace(' in ', '/')).join(', ')}`).join('; ')}`,
     )
   })
 
-  await t.test(`an unknown key gets 503 store_unavailable within ${REFUSAL_BOUND_MS} ms and never reaches the upstream`, async (t) => {
-    const before = upstream.received.length
-    const results = await probes(3_000, 300, async (offset) => {
-      const random = generateApiKey().apiKey
-      randoms.push(random)
-      const at = since()
-      const [a, b] = await Promise.all([
-        timedCall(gw.url, unused.apiKey, { path: '/orders' }, HANG_LIMIT_MS),
-        timedCall(gw.url, random, { path: '/orders' }, HANG_LIMIT_MS),
-      ])
-      return { at, offset, unused: a, random: b }
-    })
-    const all = results.flatMap((r) => [r.unused, r.random])
-    const refused = all.filter(isRefusal).length
-    t.equal(refused, all.length, `all ${all.length} requests with unknown keys are 503 store_unavailable`)
-    const times = all.map((r) => r.ms)
-    t.ok(
-      all.every((r) => r.res !== null && r.ms <= REFUSAL_BOUND_MS),
-      `each within ${REFUSAL_BOUND_MS} ms (median ${round(median(times))} ms, max ${round(Math.max(...times))} ms, ${all.filter((r) => r.res === null).length} not answered within ${HANG_LIMIT_MS} ms)`,
-    )
-    // Asserted outright: nothing unknown got through, and what was answered was a 503.
-    t.equal(upstream.received.length, before, 'the upstream received none of them')
-    t.same(all.filter((r) => r.res !== null && !isRefusal(r)).map((r) => describeTimed(r)), [], 'no answer other than 503 store_unavailable')
-    measured.push(`${mode}: unknown keys (unused / random) at ${results.map((r) => `${r.at} ms: ${describeTimed(r.unused, HANG_LIMIT_MS).replace(' in ', '/')} / ${describeTimed(r.random, HANG_LIMIT_MS).replace(' in ', '/')}`).join('; ')}`)
-  })
+  await t.test(
+    `an unknown key gets 503 store_unavailable within ${REFUSAL_BOUND_MS} ms and never reaches the upstream`,
+    async (t) => {
+      const before = upstream.received.length
+      const results = await probes(3_000, 300, async (offset) => {
+        const random = generateApiKey().apiKey
+        randoms.push(random)
+        const at = since()
+        const [a, b] = await Promise.all([
+          timedCall(gw.url, unused.apiKey, { path: '/orders' }, HANG_LIMIT_MS),
+          timedCall(gw.url, random, { path: '/orders' }, HANG_LIMIT_MS),
+        ])
+        return { at, offset, unused: a, random: b }
+      })
+      const all = results.flatMap((r) => [r.unused, r.random])
+      const refused = all.filter(isRefusal).length
+      t.equal(refused, all.length, `all ${all.length} requests with unknown keys are 503 store_unavailable`)
+      const times = all.map((r) => r.ms)
+      t.ok(
+        all.every((r) => r.res !== null && r.ms <= REFUSAL_BOUND_MS),
+        `each within ${REFUSAL_BOUND_MS} ms (median ${round(median(times))} ms, max ${round(Math.max(...times))} ms, ${all.filter((r) => r.res === null).length} not answered within ${HANG_LIMIT_MS} ms)`,
+      )
+      // Asserted outright: nothing unknown got through, and what was answered was a 503.
+      t.equal(upstream.received.length, before, 'the upstream received none of them')
+      t.same(
+        all.filter((r) => r.res !== null && !isRefusal(r)).map((r) => describeTimed(r)),
+        [],
+        'no answer other than 503 store_unavailable',
+      )
+      measured.push(
+        `${mode}: unknown keys (unused / random) at ${results.map((r) => `${r.at} ms: ${describeTimed(r.unused, HANG_LIMIT_MS).replace(' in ', '/')} / ${describeTimed(r.random, HANG_LIMIT_MS).replace(' in ', '/')}`).join('; ')}`,
+      )
+    },
+  )
 
   await t.test('the management API answers 503 store_unavailable', async (t) => {
     const calls: [string, Promise<Timed>][] = [
       ['GET /v1/sub-accounts', timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)],
-      ['GET /v1/sub-accounts/{id}', timedCall(gw.url, parent.apiKey, { path: `/v1/sub-accounts/${sub.id}` }, HANG_LIMIT_MS)],
-      ['POST /v1/sub-accounts', timedCall(gw.url, parent.apiKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: `created during the ${mode}` } }, HANG_LIMIT_MS)],
-      ['GET /v1/sub-accounts/usage', timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts/usage' }, HANG_LIMIT_MS)],
+      [
+        'GET /v1/sub-accounts/{id}',
+        timedCall(gw.url, parent.apiKey, { path: `/v1/sub-accounts/${sub.id}` }, HANG_LIMIT_MS),
+      ],
+      [
+        'POST /v1/sub-accounts',
+        timedCall(
+          gw.url,
+          parent.apiKey,
+          { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: `created during the ${mode}` } },
+          HANG_LIMIT_MS,
+        ),
+      ],
+      [
+        'GET /v1/sub-accounts/usage',
+        timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts/usage' }, HANG_LIMIT_MS),
+      ],
     ]
     const at = since()
     const results: string[] = []
@@ -188,7 +239,11 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
     // Postgres was reached before the outage: the replica stays in the Service (docs/operations.md).
     const ready = await timedCall(gw.url, null, { path: '/readyz' }, HANG_LIMIT_MS)
     t.equal(ready.res?.status, 200, `/readyz: ${describeTimed(ready)}`)
-    t.equal((ready.res?.json() as { checks?: { postgres?: string } } | undefined)?.checks?.postgres, 'down', '/readyz names postgres')
+    t.equal(
+      (ready.res?.json() as { checks?: { postgres?: string } } | undefined)?.checks?.postgres,
+      'down',
+      '/readyz names postgres',
+    )
   })
 
   const outageMs = since()
@@ -196,21 +251,36 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
 
   await t.test('the gateway recovers by itself', async (t) => {
     let last: Timed | null = null
-    const took = await eventually(RECOVERY_LIMIT_MS, async () => {
-      last = await timedCall(gw.url, unused.apiKey, { path: '/orders' }, HANG_LIMIT_MS)
-      return last.res?.status === 200
-    }, 50)
-    t.not(took, null, `the unused key is served once Postgres is back (last: ${last === null ? 'none' : describeTimed(last, HANG_LIMIT_MS)})`)
+    const took = await eventually(
+      RECOVERY_LIMIT_MS,
+      async () => {
+        last = await timedCall(gw.url, unused.apiKey, { path: '/orders' }, HANG_LIMIT_MS)
+        return last.res?.status === 200
+      },
+      50,
+    )
+    t.not(
+      took,
+      null,
+      `the unused key is served once Postgres is back (last: ${last === null ? 'none' : describeTimed(last, HANG_LIMIT_MS)})`,
+    )
     measured.push(`${mode}: outage of ${outageMs} ms; the unused key was served ${took} ms after the restore`)
     const list = await timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, RECOVERY_LIMIT_MS)
     t.equal(list.res?.status, 200, `the management API answers again (${describeTimed(list)})`)
     const random = await timedCall(gw.url, randoms[0]!, { path: '/orders' }, RECOVERY_LIMIT_MS)
-    t.ok(random.res?.status === 401 && codeOf(random.res) === 'unauthenticated', `a key that exists nowhere is 401 (${describeTimed(random)})`)
+    t.ok(
+      random.res?.status === 401 && codeOf(random.res) === 'unauthenticated',
+      `a key that exists nowhere is 401 (${describeTimed(random)})`,
+    )
     // A request abandoned during the outage may complete now, legitimately (its key exists), but
     // nothing that came without one of this scenario's real keys ever reached the upstream.
     await sleep(200)
     const strangers = upstream.received.filter((r) => !realKeyIds.has(String(r.headers['x-service-key-id'])))
-    t.same(strangers.map((r) => r.headers['x-service-key-id']), [], 'every request the upstream received came with one of the real keys')
+    t.same(
+      strangers.map((r) => r.headers['x-service-key-id']),
+      [],
+      'every request the upstream received came with one of the real keys',
+    )
   })
 }
 
@@ -219,5 +289,9 @@ t.test('Postgres blackholed (a partition: connections open, nothing answers)', (
 
 t.test('measured; nothing escaped to the process', async (t) => {
   for (const line of measured) t.comment(line)
-  t.same(crashes.map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`), [], 'no uncaught exception or unhandled rejection (either would have ended the gateway)')
+  t.same(
+    crashes.map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`),
+    [],
+    'no uncaught exception or unhandled rejection (either would have ended the gateway)',
+  )
 })

@@ -35,7 +35,12 @@ const gw = await startGateway(t, {
 
 async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
   const parent = await createParent(sql, { name: `lost ${how}` })
-  const usageTotal = async () => (await sql<{ n: number }[]>`select coalesce(sum(requests), 0)::int as n from usage_daily where tenant_id = ${parent.id}`)[0]!.n
+  const usageTotal = async () =>
+    (
+      await sql<
+        { n: number }[]
+      >`select coalesce(sum(requests), 0)::int as n from usage_daily where tenant_id = ${parent.id}`
+    )[0]!.n
   const crashesBefore = crashes.length
   let answered = 0
   const call = async () => {
@@ -51,7 +56,14 @@ async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
   // prepared statement, not sent again). Nothing else names the tenant: it is cached in-process.
   const lost = relay.closeOn(parent.id, how)
   for (let i = 0; i < 10; i++) t.equal((await call()).res?.status, 200, 'a request whose count the next flush carries')
-  t.ok(await orTimeout(lost.then(() => true), 5_000, false), `the flush's connection was lost mid-transaction (${how})`)
+  t.ok(
+    await orTimeout(
+      lost.then(() => true),
+      5_000,
+      false,
+    ),
+    `the flush's connection was lost mid-transaction (${how})`,
+  )
   await sleep(500)
 
   const escaped = crashes.slice(crashesBefore).map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`)
@@ -70,7 +82,9 @@ async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
   await sleep(300)
   total = await usageTotal()
   t.equal(total, answered, `exactly once: ${answered} requests answered, ${total} counted`)
-  t.comment(`${how}: counts complete ${took} ms after the loss; escaped: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)
+  t.comment(
+    `${how}: counts complete ${took} ms after the loss; escaped: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`,
+  )
 }
 
 t.test('the connection is reset (RST)', (t) => lostMidFlush(t, 'rst'))
@@ -80,15 +94,32 @@ t.test('the connection is closed in order (FIN)', (t) => lostMidFlush(t, 'fin'))
 // fetch_types, from a function whose promise it drops: a connection lost during it was an
 // unhandled rejection. src/store/db.ts turns fetch_types off. Whatever a new connection's first
 // query is, losing it must reach the request, not the process.
-t.test("a new connection lost during its first query", async (t) => {
+t.test('a new connection lost during its first query', async (t) => {
   const relay2 = await startRelay(t, postgresAddress())
-  const fresh = await startGateway(t, { database: db, pool: { url: viaPort(db.url, relay2.port) }, redis: false, upstreamUrl: upstream.url, usageFlushIntervalMs: 3_600_000, relays: [relay2] })
+  const fresh = await startGateway(t, {
+    database: db,
+    pool: { url: viaPort(db.url, relay2.port) },
+    redis: false,
+    upstreamUrl: upstream.url,
+    usageFlushIntervalMs: 3_600_000,
+    relays: [relay2],
+  })
   const key = await createParent(sql, { name: 'first query' })
   const crashesBefore = crashes.length
   const lost = relay2.closeOn('select', 'rst')
   const first = await timedCall(fresh.url, key.apiKey, { path: '/orders' }, 15_000)
-  t.ok(await orTimeout(lost.then(() => true), 5_000, false), "the connection was lost during its first query")
-  t.ok(first.res !== null && [200, 503].includes(first.res.status), `the request that opened it is answered, 200 or 503 (${describeTimed(first)})`)
+  t.ok(
+    await orTimeout(
+      lost.then(() => true),
+      5_000,
+      false,
+    ),
+    'the connection was lost during its first query',
+  )
+  t.ok(
+    first.res !== null && [200, 503].includes(first.res.status),
+    `the request that opened it is answered, 200 or 503 (${describeTimed(first)})`,
+  )
   await sleep(300)
   const escaped = crashes.slice(crashesBefore).map((crash) => `${crash.kind} ${crash.message} at ${crash.where}`)
   t.same(escaped, [], 'nothing escaped to the process (it would have ended the gateway)')
@@ -102,7 +133,8 @@ t.test("a new connection lost during its first query", async (t) => {
   t.equal(next.res?.status, 200, `a request is served again once the backoff is over (${describeTimed(next)})`)
 })
 
-const postgresCheck = (timed: Timed) => (timed.res?.json() as { checks?: { postgres?: string } } | undefined)?.checks?.postgres
+const postgresCheck = (timed: Timed) =>
+  (timed.res?.json() as { checks?: { postgres?: string } } | undefined)?.checks?.postgres
 
 // /readyz gives Postgres 800 ms (src/ops/health.ts, through withDeadline() in src/store/db.ts, which
 // cancels the query on its timeout). During a partition a kubelet probes it every few seconds.
@@ -117,7 +149,11 @@ t.test('/readyz during a partition that ends in resets', async (t) => {
     relays: [partition],
   })
   const before = await timedCall(probed.url, null, { path: '/readyz' }, 5_000)
-  t.equal(before.res?.status, 200, `ready before the partition (${describeTimed(before)}); its pool now holds an open connection`)
+  t.equal(
+    before.res?.status,
+    200,
+    `ready before the partition (${describeTimed(before)}); its pool now holds an open connection`,
+  )
 
   partition.blackhole()
   const crashesBefore = crashes.length
@@ -137,6 +173,10 @@ t.test('/readyz during a partition that ends in resets', async (t) => {
   t.comment(`escaped after one /readyz in the partition: ${escaped.length === 0 ? 'nothing' : escaped.join('; ')}`)
 
   await partition.restore()
-  const back = await eventually(30_000, async () => postgresCheck(await timedCall(probed.url, null, { path: '/readyz' }, 5_000)) === 'ok', 100)
+  const back = await eventually(
+    30_000,
+    async () => postgresCheck(await timedCall(probed.url, null, { path: '/readyz' }, 5_000)) === 'ok',
+    100,
+  )
   t.not(back, null, `checks.postgres ok again once the partition heals (${back} ms)`)
 })

@@ -42,28 +42,55 @@ const channel = `${prefix}invalidate`
 // only the bus can make an instance change its answer within the second the tests allow.
 const timings = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000, redisBackoffMs: BACKOFF_MS }
 const viaRelay = `redis://127.0.0.1:${relay.port}`
-const c1 = await startGateway(t, { database: db, pool: {}, redis: viaRelay, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const c2 = await startGateway(t, { database: db, pool: {}, redis: viaRelay, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const baseline = await startGateway(t, { database: db, pool: {}, redis: false, upstreamUrl: upstream.url, cacheTimings: timings })
+const c1 = await startGateway(t, {
+  database: db,
+  pool: {},
+  redis: viaRelay,
+  redisKeyPrefix: prefix,
+  upstreamUrl: upstream.url,
+  cacheTimings: timings,
+})
+const c2 = await startGateway(t, {
+  database: db,
+  pool: {},
+  redis: viaRelay,
+  redisKeyPrefix: prefix,
+  upstreamUrl: upstream.url,
+  cacheTimings: timings,
+})
+const baseline = await startGateway(t, {
+  database: db,
+  pool: {},
+  redis: false,
+  upstreamUrl: upstream.url,
+  cacheTimings: timings,
+})
 const waits = measureRedisWaits(c1.app)
 
 const admin = redisClient(t, { url: redis.url })
 
 /** Whether `count` instances are subscribed to the channel within `ms`. */
 async function subscribers(count: number, ms = 10_000): Promise<boolean> {
-  const took = await eventually(ms, async () => {
-    const reply = (await admin.pubsub('NUMSUB', channel)) as [string, number | string]
-    return Number(reply[1]) === count
-  }, 20)
+  const took = await eventually(
+    ms,
+    async () => {
+      const reply = (await admin.pubsub('NUMSUB', channel)) as [string, number | string]
+      return Number(reply[1]) === count
+    },
+    20,
+  )
   return took !== null
 }
 
 /** Until the gateway's command connection is ready (the metric follows its events). */
 const commandsUp = async (gw: TestGateway) =>
-  (await eventually(10_000, async () => (await metricValue(gw.app, 'tgw_redis_up', { connection: 'commands' })) === 1, 20)) !== null
+  (await eventually(
+    10_000,
+    async () => (await metricValue(gw.app, 'tgw_redis_up', { connection: 'commands' })) === 1,
+    20,
+  )) !== null
 
 const measured: string[] = []
-
 
 /** A revoke through c1 must reach c2 within 1 s. */
 async function busWorks(t: Test, what: string): Promise<void> {
@@ -72,14 +99,27 @@ async function busWorks(t: Test, what: string): Promise<void> {
     const warm = await timedCall(c2.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
     t.equal(warm.res?.status, 200, `${what}: the second instance accepts the key (${describeTimed(warm)})`)
   }
-  const revoke = await timedCall(c1.url, s.parentKey, { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' }, LIMIT_MS)
+  const revoke = await timedCall(
+    c1.url,
+    s.parentKey,
+    { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' },
+    LIMIT_MS,
+  )
   t.equal(revoke.res?.status, 200, `${what}: revoked through the first instance (${describeTimed(revoke)})`)
   let last: Timed | null = null
-  const took = await eventually(BUS_BOUND_MS, async () => {
-    last = await timedCall(c2.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
-    return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
-  }, 20)
-  t.not(took, null, `${what}: the second instance refuses the revoked key within ${BUS_BOUND_MS} ms (last: ${last === null ? 'none' : describeTimed(last)})`)
+  const took = await eventually(
+    BUS_BOUND_MS,
+    async () => {
+      last = await timedCall(c2.url, s.apiKey, { path: '/orders' }, LIMIT_MS)
+      return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
+    },
+    20,
+  )
+  t.not(
+    took,
+    null,
+    `${what}: the second instance refuses the revoked key within ${BUS_BOUND_MS} ms (last: ${last === null ? 'none' : describeTimed(last)})`,
+  )
   measured.push(`${what}: revoke reached the other instance in ${took} ms`)
 }
 
@@ -95,7 +135,12 @@ t.test('Redis blackholed: requests go on, none waits more than 100 ms on Redis',
   const fresh = await parents(sql, 16)
   const freshBaseline = await parents(sql, 16)
   const burst = await parents(sql, 20)
-  for (let i = 0; i < 2; i++) t.equal((await timedCall(c1.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status, 200, 'a key warmed in-process')
+  for (let i = 0; i < 2; i++)
+    t.equal(
+      (await timedCall(c1.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status,
+      200,
+      'a key warmed in-process',
+    )
 
   relay.blackhole()
   const lag = monitorEventLoopDelay({ resolution: 10 })
@@ -126,15 +171,32 @@ t.test('Redis blackholed: requests go on, none waits more than 100 ms on Redis',
   const after = await storeLookups(c1)
   const loopLagMs = lag.max / 1e6
 
-  t.same(rows.filter((r) => r.black.res?.status !== 200).map((r) => describeTimed(r.black)), [], `all ${rows.length} requests with unseen keys are served`)
-  t.same(burstResults.filter((r) => r.res?.status !== 200).map((r) => describeTimed(r)), [], `all ${burst.length} concurrent ones too`)
+  t.same(
+    rows.filter((r) => r.black.res?.status !== 200).map((r) => describeTimed(r.black)),
+    [],
+    `all ${rows.length} requests with unseen keys are served`,
+  )
+  t.same(
+    burstResults.filter((r) => r.res?.status !== 200).map((r) => describeTimed(r)),
+    [],
+    `all ${burst.length} concurrent ones too`,
+  )
 
   // The fault was real: the requests met the blackhole and gave up on it.
   const waited = rows.map((r) => r.waitMs)
-  t.ok(rows.every((r) => r.commands >= 1), 'each sequential request tried Redis (a command was written and traced)')
+  t.ok(
+    rows.every((r) => r.commands >= 1),
+    'each sequential request tried Redis (a command was written and traced)',
+  )
   t.ok(median(waited) >= 40, `and waited out the command timeout (median ${round(median(waited))} ms on Redis)`)
-  t.ok(after.errors - before.errors >= rows.length, `the Redis error counter shows it (${after.errors - before.errors} errors)`)
-  t.ok(after.postgres - before.postgres >= rows.length + burst.length, `Postgres answered instead (${after.postgres - before.postgres} lookups)`)
+  t.ok(
+    after.errors - before.errors >= rows.length,
+    `the Redis error counter shows it (${after.errors - before.errors} errors)`,
+  )
+  t.ok(
+    after.postgres - before.postgres >= rows.length + burst.length,
+    `Postgres answered instead (${after.postgres - before.postgres} lookups)`,
+  )
   t.equal(after.redis - before.redis, 0, 'Redis answered nothing')
 
   // The bound: server-side, each request's own wait on Redis. A timer can fire late only when
@@ -145,12 +207,21 @@ t.test('Redis blackholed: requests go on, none waits more than 100 ms on Redis',
     maxWait <= REDIS_WAIT_BOUND_MS + loopLagMs,
     `no request waited more than ${REDIS_WAIT_BOUND_MS} ms on Redis: max ${round(maxWait)} ms, p90 ${round(percentile(allWaits, 90))} ms (event loop delay max ${round(loopLagMs)} ms)`,
   )
-  t.ok(median(allWaits) <= REDIS_WAIT_BOUND_MS, `the median wait is within ${REDIS_WAIT_BOUND_MS} ms without any allowance (${round(median(allWaits))} ms)`)
+  t.ok(
+    median(allWaits) <= REDIS_WAIT_BOUND_MS,
+    `the median wait is within ${REDIS_WAIT_BOUND_MS} ms without any allowance (${round(median(allWaits))} ms)`,
+  )
 
   // Client-side: what the blackhole costs a request, next to a gateway without Redis.
   const extra = rows.map((r) => r.black.ms - r.base.ms)
-  t.ok(median(extra) <= REDIS_WAIT_BOUND_MS, `median extra latency over a gateway without Redis: ${round(median(extra))} ms`)
-  t.ok(burstResults.every((r) => r.ms < LIMIT_MS), `every request answered (slowest of the burst: ${round(Math.max(...burstResults.map((r) => r.ms)))} ms)`)
+  t.ok(
+    median(extra) <= REDIS_WAIT_BOUND_MS,
+    `median extra latency over a gateway without Redis: ${round(median(extra))} ms`,
+  )
+  t.ok(
+    burstResults.every((r) => r.ms < LIMIT_MS),
+    `every request answered (slowest of the burst: ${round(Math.max(...burstResults.map((r) => r.ms)))} ms)`,
+  )
 
   measured.push(
     `blackhole: per-request Redis wait median ${round(median(waited))} ms, max ${round(maxWait)} ms (burst of ${burst.length}: max ${round(Math.max(...burstWaits.map((w) => w.ms)))} ms); ` +
@@ -180,7 +251,9 @@ t.test('a partition that ends in reset connections: the bus works again once the
   const restoredAt = Date.now()
   t.ok(await subscribers(2), 'both instances subscribe again')
   t.ok(await commandsUp(c1), 'the first instance reconnects its command connection')
-  measured.push(`reset: reconnected and subscribed ${Date.now() - restoredAt} ms after Redis was reachable again (outage ${restoredAt - cutAt} ms)`)
+  measured.push(
+    `reset: reconnected and subscribed ${Date.now() - restoredAt} ms after Redis was reachable again (outage ${restoredAt - cutAt} ms)`,
+  )
   await sleep(BACKOFF_MS + 50)
   await busWorks(t, 'after the reconnect')
 })

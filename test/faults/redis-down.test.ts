@@ -33,9 +33,29 @@ const channel = `${prefix}invalidate`
 // Found and "not found" records stay in-process for a minute and each invalidation is sent once:
 // only the bus (or a reconnect, which clears the in-process cache) can change an answer quickly.
 const timings = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
-const a = await startGateway(t, { database: db, pool: {}, redis: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const b = await startGateway(t, { database: db, pool: {}, redis: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, cacheTimings: timings })
-const baseline = await startGateway(t, { database: db, pool: {}, redis: false, upstreamUrl: upstream.url, cacheTimings: timings })
+const a = await startGateway(t, {
+  database: db,
+  pool: {},
+  redis: redis.url,
+  redisKeyPrefix: prefix,
+  upstreamUrl: upstream.url,
+  cacheTimings: timings,
+})
+const b = await startGateway(t, {
+  database: db,
+  pool: {},
+  redis: redis.url,
+  redisKeyPrefix: prefix,
+  upstreamUrl: upstream.url,
+  cacheTimings: timings,
+})
+const baseline = await startGateway(t, {
+  database: db,
+  pool: {},
+  redis: false,
+  upstreamUrl: upstream.url,
+  cacheTimings: timings,
+})
 const waits = measureRedisWaits(a.app)
 
 /**
@@ -45,30 +65,48 @@ const waits = measureRedisWaits(a.app)
 const admin = redisClient(t, { url: redis.url, retryStrategy: () => 100 })
 
 async function subscribers(count: number, ms = 15_000): Promise<boolean> {
-  const took = await eventually(ms, async () => {
-    try {
-      const reply = (await admin.pubsub('NUMSUB', channel)) as [string, number | string]
-      return Number(reply[1]) === count
-    } catch {
-      return false
-    }
-  }, 20)
+  const took = await eventually(
+    ms,
+    async () => {
+      try {
+        const reply = (await admin.pubsub('NUMSUB', channel)) as [string, number | string]
+        return Number(reply[1]) === count
+      } catch {
+        return false
+      }
+    },
+    20,
+  )
   return took !== null
 }
 
-const redisUp = (gw: TestGateway, connection: 'commands' | 'subscriber') => metricValue(gw.app, 'tgw_redis_up', { connection })
+const redisUp = (gw: TestGateway, connection: 'commands' | 'subscriber') =>
+  metricValue(gw.app, 'tgw_redis_up', { connection })
 const until = async (ms: number, check: () => Promise<boolean>) => (await eventually(ms, check, 20)) !== null
 
 const revoke = (gw: TestGateway, s: { parentKey: string; subId: string; keyId: string }) =>
-  timedCall(gw.url, s.parentKey, { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' }, LIMIT_MS)
+  timedCall(
+    gw.url,
+    s.parentKey,
+    { method: 'POST', path: `/v1/sub-accounts/${s.subId}/api-keys/${s.keyId}/revoke`, acting: 'self' },
+    LIMIT_MS,
+  )
 
 /** Polls `gw` with `apiKey` until it is refused as revoked; the time it took, or null after `ms`. */
-async function refusedWithin(gw: TestGateway, apiKey: string, ms: number): Promise<{ took: number | null; last: Timed | null }> {
+async function refusedWithin(
+  gw: TestGateway,
+  apiKey: string,
+  ms: number,
+): Promise<{ took: number | null; last: Timed | null }> {
   let last: Timed | null = null
-  const took = await eventually(ms, async () => {
-    last = await timedCall(gw.url, apiKey, { path: '/orders' }, LIMIT_MS)
-    return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
-  }, 20)
+  const took = await eventually(
+    ms,
+    async () => {
+      last = await timedCall(gw.url, apiKey, { path: '/orders' }, LIMIT_MS)
+      return last.res?.status === 401 && codeOf(last.res) === 'unauthenticated'
+    },
+    20,
+  )
   return { took, last }
 }
 
@@ -84,7 +122,11 @@ async function busWorks(t: Test, what: string): Promise<void> {
   const revoked = await revoke(a, s)
   t.equal(revoked.res?.status, 200, `${what}: revoked through A (${describeTimed(revoked)})`)
   const { took, last } = await refusedWithin(b, s.apiKey, BUS_BOUND_MS)
-  t.not(took, null, `${what}: B refuses the revoked key within ${BUS_BOUND_MS} ms (last: ${last === null ? 'none' : describeTimed(last)})`)
+  t.not(
+    took,
+    null,
+    `${what}: B refuses the revoked key within ${BUS_BOUND_MS} ms (last: ${last === null ? 'none' : describeTimed(last)})`,
+  )
   measured.push(`${what}: a revoke through A reached B in ${took} ms`)
 }
 
@@ -101,8 +143,16 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
   const freshBaseline = await parents(sql, 10)
   const pending = await subWithKey(sql)
   for (let i = 0; i < 2; i++) {
-    t.equal((await timedCall(a.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status, 200, 'A: a key warmed in-process')
-    t.equal((await timedCall(b.url, pending.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status, 200, 'B: a key warmed in-process')
+    t.equal(
+      (await timedCall(a.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status,
+      200,
+      'A: a key warmed in-process',
+    )
+    t.equal(
+      (await timedCall(b.url, pending.apiKey, { path: '/orders' }, LIMIT_MS)).res?.status,
+      200,
+      'B: a key warmed in-process',
+    )
   }
 
   const errorsBefore = await metricValue(a.app, 'tgw_redis_errors_total')
@@ -121,7 +171,11 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
     const res = await timedCall(a.url, warm!.apiKey, { path: '/orders' }, LIMIT_MS)
     t.equal(res.res?.status, 200, describeTimed(res))
     const end = await storeLookups(a)
-    t.same({ postgres: end.postgres - start.postgres, redis: end.redis - start.redis }, { postgres: 0, redis: 0 }, 'no lookup left the process')
+    t.same(
+      { postgres: end.postgres - start.postgres, redis: end.redis - start.redis },
+      { postgres: 0, redis: 0 },
+      'no lookup left the process',
+    )
     t.equal(waits.get(res.requestId)?.commands, 0, 'no Redis command')
   })
 
@@ -132,17 +186,33 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
       const down = await timedCall(a.url, fresh[i]!.apiKey, { path: '/orders' }, LIMIT_MS)
       rows.push({ down, base, waitMs: waits.get(down.requestId)?.ms ?? NaN })
     }
-    t.same(rows.filter((r) => r.down.res?.status !== 200).map((r) => describeTimed(r.down)), [], `all ${rows.length} served`)
+    t.same(
+      rows.filter((r) => r.down.res?.status !== 200).map((r) => describeTimed(r.down)),
+      [],
+      `all ${rows.length} served`,
+    )
     const end = await storeLookups(a)
-    t.ok(end.postgres - before.postgres >= 2 * fresh.length, `from Postgres (${end.postgres - before.postgres} lookups; each key and its tenant)`)
+    t.ok(
+      end.postgres - before.postgres >= 2 * fresh.length,
+      `from Postgres (${end.postgres - before.postgres} lookups; each key and its tenant)`,
+    )
     t.equal(end.redis - before.redis, 0, 'none from Redis')
     // A connection that is down is skipped, not tried: no command fails, so the error counter
     // need not move; the outage shows as tgw_redis_up 0 and as Redis misses.
-    t.ok(end.redisMisses - before.redisMisses >= 2 * fresh.length, `the metrics show the fallback: ${end.redisMisses - before.redisMisses} Redis misses (errors +${end.errors - errorsBefore})`)
+    t.ok(
+      end.redisMisses - before.redisMisses >= 2 * fresh.length,
+      `the metrics show the fallback: ${end.redisMisses - before.redisMisses} Redis misses (errors +${end.errors - errorsBefore})`,
+    )
     const maxWait = Math.max(...rows.map((r) => r.waitMs))
-    t.ok(maxWait <= REDIS_WAIT_BOUND_MS, `no request waited more than ${REDIS_WAIT_BOUND_MS} ms on Redis (max ${round(maxWait)} ms: a dead connection is not asked at all)`)
+    t.ok(
+      maxWait <= REDIS_WAIT_BOUND_MS,
+      `no request waited more than ${REDIS_WAIT_BOUND_MS} ms on Redis (max ${round(maxWait)} ms: a dead connection is not asked at all)`,
+    )
     const extra = rows.map((r) => r.down.ms - r.base.ms)
-    t.ok(median(extra) <= REDIS_WAIT_BOUND_MS, `median extra latency over a gateway without Redis: ${round(median(extra))} ms`)
+    t.ok(
+      median(extra) <= REDIS_WAIT_BOUND_MS,
+      `median extra latency over a gateway without Redis: ${round(median(extra))} ms`,
+    )
     measured.push(
       `${how}: unseen keys served from Postgres in median ${round(median(rows.map((r) => r.down.ms)))} ms vs ${round(median(rows.map((r) => r.base.ms)))} ms without Redis ` +
         `(extra median ${round(median(extra))} ms, max ${round(Math.max(...extra))} ms); Redis wait max ${round(maxWait)} ms`,
@@ -151,9 +221,17 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
 
   await t.test('an unknown key is still refused; changes still work', async (t) => {
     const unknown = await timedCall(a.url, generateApiKey().apiKey, { path: '/orders' }, LIMIT_MS)
-    t.ok(unknown.res?.status === 401 && codeOf(unknown.res) === 'unauthenticated', `an unknown key: 401 (${describeTimed(unknown)})`)
+    t.ok(
+      unknown.res?.status === 401 && codeOf(unknown.res) === 'unauthenticated',
+      `an unknown key: 401 (${describeTimed(unknown)})`,
+    )
     const parent = await createParent(sql, { name: 'changes' })
-    const created = await timedCall(a.url, parent.apiKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: 'while redis is down' } }, LIMIT_MS)
+    const created = await timedCall(
+      a.url,
+      parent.apiKey,
+      { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name: 'while redis is down' } },
+      LIMIT_MS,
+    )
     t.equal(created.res?.status, 201, `a sub-account is created (${describeTimed(created)})`)
     // A revoke while Redis is down: A refuses at once; B cannot hear of it until Redis is back.
     const revoked = await revoke(a, pending)
@@ -168,11 +246,20 @@ async function outage(t: Test, how: 'SIGKILL' | 'shutdown nosave'): Promise<void
 
   await t.test('Redis is back: both instances reconnect, and the revoke made meanwhile reaches B', async (t) => {
     t.ok(await subscribers(2), 'A and B subscribe again')
-    t.ok(await until(15_000, async () => (await redisUp(a, 'commands')) === 1 && (await redisUp(b, 'commands')) === 1), 'and their command connections are ready')
+    t.ok(
+      await until(15_000, async () => (await redisUp(a, 'commands')) === 1 && (await redisUp(b, 'commands')) === 1),
+      'and their command connections are ready',
+    )
     const reconnected = Date.now() - upAt
     const { took, last } = await refusedWithin(b, pending.apiKey, BUS_BOUND_MS)
-    t.not(took, null, `B refuses the key revoked during the outage (last: ${last === null ? 'none' : describeTimed(last)})`)
-    measured.push(`${how}: outage ${upAt - downAt} ms; reconnected ${reconnected} ms after the restart; the revoke made during the outage was refused by B ${took} ms later`)
+    t.not(
+      took,
+      null,
+      `B refuses the key revoked during the outage (last: ${last === null ? 'none' : describeTimed(last)})`,
+    )
+    measured.push(
+      `${how}: outage ${upAt - downAt} ms; reconnected ${reconnected} ms after the restart; the revoke made during the outage was refused by B ${took} ms later`,
+    )
   })
 
   await t.test('and the bus works again', (t) => busWorks(t, `after ${how}`))

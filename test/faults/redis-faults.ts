@@ -33,7 +33,9 @@ export async function subWithKey(sql: Sql): Promise<SubWithKey> {
 }
 
 /** The gateway's store lookups and Redis failures so far, from its metrics. */
-export async function storeLookups(gw: TestGateway): Promise<{ postgres: number; redis: number; errors: number; redisMisses: number }> {
+export async function storeLookups(
+  gw: TestGateway,
+): Promise<{ postgres: number; redis: number; errors: number; redisMisses: number }> {
   return {
     postgres: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'postgres' }),
     redis: await metricValue(gw.app, 'tgw_store_lookups_total', { tier: 'redis' }),

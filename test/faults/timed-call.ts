@@ -27,7 +27,12 @@ export interface CallOptions {
  * request with no answer within `limitMs` is abandoned (its socket destroyed), so that a test
  * about a hang ends rather than hangs.
  */
-export function timedCall(baseUrl: string, apiKey: string | null, options: CallOptions, limitMs: number): Promise<Timed> {
+export function timedCall(
+  baseUrl: string,
+  apiKey: string | null,
+  options: CallOptions,
+  limitMs: number,
+): Promise<Timed> {
   const url = new URL(baseUrl)
   const requestId = `fault-${randomBytes(8).toString('hex')}`
   const headers: Record<string, string> = { 'x-request-id': requestId }
@@ -49,13 +54,23 @@ export function timedCall(baseUrl: string, apiKey: string | null, options: CallO
       resolve({ ...value, requestId, ms: performance.now() - start })
     }
     const request = httpRequest(
-      { host: url.hostname, port: url.port, method: options.method ?? 'GET', path: options.path, headers, agent: false },
+      {
+        host: url.hostname,
+        port: url.port,
+        method: options.method ?? 'GET',
+        path: options.path,
+        headers,
+        agent: false,
+      },
       (response) => {
         const chunks: Buffer[] = []
         response.on('data', (chunk: Buffer) => chunks.push(chunk))
         response.on('end', () => {
           const text = Buffer.concat(chunks).toString('utf8')
-          settle({ res: { status: response.statusCode!, headers: response.headers, body: text, json: () => JSON.parse(text) }, error: null })
+          settle({
+            res: { status: response.statusCode!, headers: response.headers, body: text, json: () => JSON.parse(text) },
+            error: null,
+          })
         })
         response.on('error', (err: NodeJS.ErrnoException) => settle({ res: null, error: err.code ?? err.message }))
       },
@@ -81,6 +96,9 @@ export function codeOf(res: RawResponse | null): string | null {
 
 /** "503 store_unavailable in 4 ms", "no answer within 2000 ms", for messages. */
 export function describeTimed(timed: Timed, limitMs?: number): string {
-  if (timed.res === null) return timed.error === null ? `no answer within ${limitMs ?? round(timed.ms)} ms` : `connection failed: ${timed.error}`
+  if (timed.res === null)
+    return timed.error === null
+      ? `no answer within ${limitMs ?? round(timed.ms)} ms`
+      : `connection failed: ${timed.error}`
   return `${timed.res.status} ${codeOf(timed.res) ?? ''} in ${round(timed.ms)} ms`.replace('  ', ' ')
 }

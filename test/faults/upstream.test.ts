@@ -7,7 +7,12 @@
 // The gateway runs in a process of its own (test/faults/gateway-process.ts, with --expose-gc),
 // so that its heap and its sockets are its own and can be measured after a full collection.
 import { spawn, type ChildProcess } from 'node:child_process'
-import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http'
+import {
+  createServer as createHttpServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http'
 import { createServer as createNetServer, type Server } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
@@ -63,7 +68,10 @@ const BODY_CHUNK = Buffer.alloc(1_000, 'a')
 /** Writes `chunks` chunks `gapMs` apart, then ends; stops if the connection goes away. */
 function trickle(gapMs: number, chunks: number) {
   return (_request: IncomingMessage, response: ServerResponse) => {
-    response.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(chunks * BODY_CHUNK.length) })
+    response.writeHead(200, {
+      'content-type': 'application/octet-stream',
+      'content-length': String(chunks * BODY_CHUNK.length),
+    })
     let sent = 0
     const next = () => {
       if (response.destroyed) return
@@ -79,7 +87,10 @@ function trickle(gapMs: number, chunks: number) {
 /** Headers and the first 1,000 bytes of a longer body, then the connection is destroyed. */
 function resetMidBody(declareLength: boolean) {
   return (_request: IncomingMessage, response: ServerResponse) => {
-    response.writeHead(200, { 'content-type': 'application/octet-stream', ...(declareLength ? { 'content-length': '100000' } : {}) })
+    response.writeHead(200, {
+      'content-type': 'application/octet-stream',
+      ...(declareLength ? { 'content-length': '100000' } : {}),
+    })
     response.write(BODY_CHUNK)
     const timer = setTimeout(() => response.socket?.destroy(), 20)
     response.once('close', () => clearTimeout(timer))
@@ -120,11 +131,15 @@ interface Stats {
   sockets: { clients: number; upstreams: number; other: number }
 }
 
-const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', 'test/faults/gateway-process.ts'], {
-  cwd: REPO_ROOT,
-  stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-  env: { ...process.env, DATABASE_URL: db.url, FAULT_ROUTES: JSON.stringify(routes) },
-})
+const child: ChildProcess = spawn(
+  process.execPath,
+  ['--expose-gc', '--import', 'tsx', 'test/faults/gateway-process.ts'],
+  {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+    env: { ...process.env, DATABASE_URL: db.url, FAULT_ROUTES: JSON.stringify(routes) },
+  },
+)
 let output = ''
 child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
 child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
@@ -185,7 +200,13 @@ function call(path: string): Promise<Outcome> {
       resolve({ ...outcome, ms: performance.now() - start })
     }
     const request = httpRequest(
-      { host: '127.0.0.1', port, path, agent: false, headers: { authorization: `Bearer ${key.apiKey}`, connection: 'close' } },
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        agent: false,
+        headers: { authorization: `Bearer ${key.apiKey}`, connection: 'close' },
+      },
       (response) => {
         const chunks: Buffer[] = []
         response.on('data', (chunk: Buffer) => chunks.push(chunk))
@@ -202,7 +223,14 @@ function call(path: string): Promise<Outcome> {
               code = null
             }
           }
-          settle({ status: response.statusCode!, code, bytes: body.length, complete: response.complete, error: null, hung: false })
+          settle({
+            status: response.statusCode!,
+            code,
+            bytes: body.length,
+            complete: response.complete,
+            error: null,
+            hung: false,
+          })
         })
       },
     )
@@ -210,25 +238,60 @@ function call(path: string): Promise<Outcome> {
       settle({ status: null, code: null, bytes: 0, complete: false, error: null, hung: true })
       request.destroy()
     }, HANG_LIMIT_MS)
-    request.on('error', (err: NodeJS.ErrnoException) => settle({ status: null, code: null, bytes: 0, complete: false, error: err.code ?? err.message, hung: false }))
+    request.on('error', (err: NodeJS.ErrnoException) =>
+      settle({ status: null, code: null, bytes: 0, complete: false, error: err.code ?? err.message, hung: false }),
+    )
     request.end()
   })
 }
 
 const describe = (o: Outcome) =>
-  o.hung ? `no answer within ${HANG_LIMIT_MS} ms` : o.error !== null ? `connection failed: ${o.error}` : `${o.status} ${o.code ?? ''} ${o.bytes} bytes${o.complete ? '' : ' (cut)'} in ${round(o.ms)} ms`
+  o.hung
+    ? `no answer within ${HANG_LIMIT_MS} ms`
+    : o.error !== null
+      ? `connection failed: ${o.error}`
+      : `${o.status} ${o.code ?? ''} ${o.bytes} bytes${o.complete ? '' : ' (cut)'} in ${round(o.ms)} ms`
 
 /** What each fault must look like to the client. */
 const expected: Record<Fault, { what: string; check: (o: Outcome) => boolean }> = {
-  refuses: { what: '502 upstream_unavailable', check: (o) => o.status === 502 && o.code === 'upstream_unavailable' && o.complete },
-  hangs: { what: `504 upstream_timeout after ${TIMEOUT_MS} ms`, check: (o) => o.status === 504 && o.code === 'upstream_timeout' && o.complete && o.ms >= TIMEOUT_MS * 0.9 && o.ms < TIMEOUT_MS + TIMEOUT_SLACK_MS },
-  silent: { what: `504 upstream_timeout after ${TIMEOUT_MS} ms`, check: (o) => o.status === 504 && o.code === 'upstream_timeout' && o.complete && o.ms >= TIMEOUT_MS * 0.9 && o.ms < TIMEOUT_MS + TIMEOUT_SLACK_MS },
-  resetsWithLength: { what: '200, then the connection closed short of the declared length', check: (o) => o.status === 200 && !o.complete && o.bytes < 100_000 },
-  resetsChunked: { what: '200, then the connection closed without the last chunk', check: (o) => o.status === 200 && !o.complete },
-  tricklesWithinTimeout: { what: '200 with the whole body (each gap within the timeout)', check: (o) => o.status === 200 && o.complete && o.bytes === 8 * BODY_CHUNK.length },
+  refuses: {
+    what: '502 upstream_unavailable',
+    check: (o) => o.status === 502 && o.code === 'upstream_unavailable' && o.complete,
+  },
+  hangs: {
+    what: `504 upstream_timeout after ${TIMEOUT_MS} ms`,
+    check: (o) =>
+      o.status === 504 &&
+      o.code === 'upstream_timeout' &&
+      o.complete &&
+      o.ms >= TIMEOUT_MS * 0.9 &&
+      o.ms < TIMEOUT_MS + TIMEOUT_SLACK_MS,
+  },
+  silent: {
+    what: `504 upstream_timeout after ${TIMEOUT_MS} ms`,
+    check: (o) =>
+      o.status === 504 &&
+      o.code === 'upstream_timeout' &&
+      o.complete &&
+      o.ms >= TIMEOUT_MS * 0.9 &&
+      o.ms < TIMEOUT_MS + TIMEOUT_SLACK_MS,
+  },
+  resetsWithLength: {
+    what: '200, then the connection closed short of the declared length',
+    check: (o) => o.status === 200 && !o.complete && o.bytes < 100_000,
+  },
+  resetsChunked: {
+    what: '200, then the connection closed without the last chunk',
+    check: (o) => o.status === 200 && !o.complete,
+  },
+  tricklesWithinTimeout: {
+    what: '200 with the whole body (each gap within the timeout)',
+    check: (o) => o.status === 200 && o.complete && o.bytes === 8 * BODY_CHUNK.length,
+  },
   tricklesBeyondTimeout: {
     what: '200, then the connection closed once a gap passed the timeout',
-    check: (o) => o.status === 200 && !o.complete && o.bytes < 3 * BODY_CHUNK.length && o.ms < TIMEOUT_MS + TIMEOUT_SLACK_MS,
+    check: (o) =>
+      o.status === 200 && !o.complete && o.bytes < 3 * BODY_CHUNK.length && o.ms < TIMEOUT_MS + TIMEOUT_SLACK_MS,
   },
 }
 
@@ -241,11 +304,15 @@ const measured: string[] = []
 async function settles(): Promise<{ took: number | null; last: Stats; open: Record<string, number> }> {
   let last = await stats()
   let open: Record<string, number> = {}
-  const took = await eventually(15_000, async () => {
-    last = await stats()
-    open = Object.fromEntries(faults.map((fault) => [fault, upstreams[fault].open()]).filter(([, n]) => n !== 0))
-    return Object.keys(open).length === 0 && last.sockets.clients === 0 && last.sockets.upstreams === 0
-  }, 250)
+  const took = await eventually(
+    15_000,
+    async () => {
+      last = await stats()
+      open = Object.fromEntries(faults.map((fault) => [fault, upstreams[fault].open()]).filter(([, n]) => n !== 0))
+      return Object.keys(open).length === 0 && last.sockets.clients === 0 && last.sockets.upstreams === 0
+    },
+    250,
+  )
   return { took, last, open }
 }
 
@@ -258,21 +325,30 @@ t.test('each fault gets the right answer, and none hangs', async (t) => {
   }
   // The socket count sees what it must: a request in flight holds one socket each way.
   const inFlight = call('/hangs/in-flight')
-  const seen = await eventually(5_000, async () => {
-    const now = await stats()
-    return now.sockets.clients >= 1 && now.sockets.upstreams >= 1
-  }, 20)
+  const seen = await eventually(
+    5_000,
+    async () => {
+      const now = await stats()
+      return now.sockets.clients >= 1 && now.sockets.upstreams >= 1
+    },
+    20,
+  )
   t.not(seen, null, 'while a request is in flight, the gateway holds a client socket and an upstream socket')
   t.equal((await inFlight).status, 504)
   t.equal(upstreams.refuses.accepted(), 0)
-  for (const fault of faults.filter((f) => f !== 'refuses')) t.ok(upstreams[fault].accepted() >= 1, `${fault}: the upstream was reached`)
+  for (const fault of faults.filter((f) => f !== 'refuses'))
+    t.ok(upstreams[fault].accepted() >= 1, `${fault}: the upstream was reached`)
 })
 
 t.test('no socket is left behind', async (t) => {
   // Nothing is in flight: every socket to an upstream or from a client must go (an idle
   // keep-alive connection to an upstream included, after undici's keep-alive timeout).
   const { took, last, open } = await settles()
-  t.not(took, null, `every upstream connection closed, and the gateway holds no client or upstream socket (gateway: ${JSON.stringify(last.sockets)}, upstreams still open: ${JSON.stringify(open)})`)
+  t.not(
+    took,
+    null,
+    `every upstream connection closed, and the gateway holds no client or upstream socket (gateway: ${JSON.stringify(last.sockets)}, upstreams still open: ${JSON.stringify(open)})`,
+  )
   measured.push(`sockets after the single requests: gateway ${JSON.stringify(last.sockets)} after ${took} ms`)
 })
 
@@ -319,8 +395,14 @@ t.test('memory stays flat, and no socket leaks, over 1,000 faulty requests', asy
   )
 
   const { took, last, open } = await settles()
-  t.not(took, null, `afterwards, every upstream connection closed and the gateway holds no client or upstream socket (gateway: ${JSON.stringify(last.sockets)}, upstreams still open: ${JSON.stringify(open)})`)
-  measured.push(`sockets after the 1,000: gateway ${JSON.stringify(last.sockets)} (before: ${JSON.stringify(base.sockets)}), settled in ${took} ms`)
+  t.not(
+    took,
+    null,
+    `afterwards, every upstream connection closed and the gateway holds no client or upstream socket (gateway: ${JSON.stringify(last.sockets)}, upstreams still open: ${JSON.stringify(open)})`,
+  )
+  measured.push(
+    `sockets after the 1,000: gateway ${JSON.stringify(last.sockets)} (before: ${JSON.stringify(base.sockets)}), settled in ${took} ms`,
+  )
 })
 
 t.test('measured', async (t) => {

@@ -37,7 +37,9 @@ async function get(base: string, agent: Agent, path: string, headers: Record<str
   if (!response.complete) throw new Error('incomplete response')
   let tenant: string | undefined
   try {
-    tenant = (JSON.parse(response.body.toString('utf8')) as { headers: Record<string, string> }).headers['x-service-resolved-tenant']
+    tenant = (JSON.parse(response.body.toString('utf8')) as { headers: Record<string, string> }).headers[
+      'x-service-resolved-tenant'
+    ]
   } catch {
     tenant = undefined
   }
@@ -51,7 +53,14 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   const upstream = await holdingUpstream(t, { holdPrefix: '/hold/', delayMs: [2, 12] })
   const prefix = `tgw_faults_usage_${usageFlushIntervalMs}:`
   const start = (): Promise<TestGateway> =>
-    startGateway(t, { database: db, pool: {}, redis: redis.url, redisKeyPrefix: prefix, upstreamUrl: upstream.url, usageFlushIntervalMs })
+    startGateway(t, {
+      database: db,
+      pool: {},
+      redis: redis.url,
+      redisKeyPrefix: prefix,
+      upstreamUrl: upstream.url,
+      usageFlushIntervalMs,
+    })
 
   const parent = await createParent(sql, { name: 'usage' })
   const subs = [
@@ -85,7 +94,12 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
       const sub = subs[(w + n) % 2]!
       const acting = n % 3 === 0 ? `ext:${sub.external_id}` : sub.id
       try {
-        answered.push(await get(base, agent, `/v1/load/${w}/${n}`, { authorization: `Bearer ${parent.apiKey}`, 'x-service-acting-tenant': acting }))
+        answered.push(
+          await get(base, agent, `/v1/load/${w}/${n}`, {
+            authorization: `Bearer ${parent.apiKey}`,
+            'x-service-acting-tenant': acting,
+          }),
+        )
       } catch (err) {
         // Sent to the instance that was closing: never served (checked below against the upstream).
         failures.push(`${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`)
@@ -99,9 +113,16 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   const holdAgent = new Agent({ keepAlive: true, maxSockets: HELD })
   agents.push(holdAgent)
   const held = Array.from({ length: HELD }, (_, i) =>
-    get(b.url, holdAgent, `/hold/${i}`, { authorization: `Bearer ${parent.apiKey}`, 'x-service-acting-tenant': subs[i % 2]!.id }),
+    get(b.url, holdAgent, `/hold/${i}`, {
+      authorization: `Bearer ${parent.apiKey}`,
+      'x-service-acting-tenant': subs[i % 2]!.id,
+    }),
   )
-  t.not(await eventually(10_000, async () => upstream.held() === HELD), null, 'the held requests reached the upstream through b')
+  t.not(
+    await eventually(10_000, async () => upstream.held() === HELD),
+    null,
+    'the held requests reached the upstream through b',
+  )
 
   targets.splice(targets.indexOf(b.url), 1)
   const closing = b.close()
@@ -110,7 +131,11 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   upstream.release()
   const heldAnswers = await Promise.all(held)
   await closing
-  t.same(heldAnswers.map((answer) => answer.status), Array(HELD).fill(200), 'the requests in flight at the close were answered 200')
+  t.same(
+    heldAnswers.map((answer) => answer.status),
+    Array(HELD).fill(200),
+    'the requests in flight at the close were answered 200',
+  )
   answered.push(...heldAnswers)
 
   const b2 = await start()
@@ -126,23 +151,46 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
 
   const n = answered.length
   t.ok(n > 100, `a real load: ${n} requests answered (${failures.length} failed at the connection during the restart)`)
-  t.same(answered.filter((answer) => answer.status !== 200).map((answer) => answer.status), [], 'every answer was 200')
-  t.equal(upstream.received.length, n, 'the upstream received exactly the answered requests: nothing failed after reaching it')
+  t.same(
+    answered.filter((answer) => answer.status !== 200).map((answer) => answer.status),
+    [],
+    'every answer was 200',
+  )
+  t.equal(
+    upstream.received.length,
+    n,
+    'the upstream received exactly the answered requests: nothing failed after reaching it',
+  )
 
-  const expected = Object.fromEntries(subs.map((sub) => [sub.id, answered.filter((answer) => answer.tenant === sub.id).length]))
-  t.equal(Object.values(expected).reduce((x, y) => x + y, 0), n, 'each answer named one of the two sub-accounts')
+  const expected = Object.fromEntries(
+    subs.map((sub) => [sub.id, answered.filter((answer) => answer.tenant === sub.id).length]),
+  )
+  t.equal(
+    Object.values(expected).reduce((x, y) => x + y, 0),
+    n,
+    'each answer named one of the two sub-accounts',
+  )
 
   const rows = await sql<{ tenant_id: string; status_class: number; n: number }[]>`
     select tenant_id, status_class, sum(requests)::int as n from usage_daily group by tenant_id, status_class order by tenant_id`
   const inTable = Object.fromEntries(rows.map((row) => [row.tenant_id, row.n]))
   t.same(inTable, expected, `usage_daily holds exactly N = ${n}, per sub-account (nothing lost, nothing doubled)`)
-  t.ok(rows.every((row) => row.status_class === 2), 'all of it 2xx')
+  t.ok(
+    rows.every((row) => row.status_class === 2),
+    'all of it 2xx',
+  )
 
   const report = await timedCall(a.url, parent.apiKey, { path: '/v1/sub-accounts/usage' }, 10_000)
   t.equal(report.res?.status, 200, 'the usage report answers')
   const data = (report.res?.json() as { data: { sub_account_id: string; requests: number }[] } | undefined)?.data ?? []
-  t.same(Object.fromEntries(data.map((entry) => [entry.sub_account_id, entry.requests])), expected, 'and reports exactly N, per sub-account')
-  t.comment(`flush every ${usageFlushIntervalMs} ms: ${n} answered (${HELD} held across b's close), ${failures.length} refused at the connection (${[...new Set(failures)].join(', ') || 'none'})`)
+  t.same(
+    Object.fromEntries(data.map((entry) => [entry.sub_account_id, entry.requests])),
+    expected,
+    'and reports exactly N, per sub-account',
+  )
+  t.comment(
+    `flush every ${usageFlushIntervalMs} ms: ${n} answered (${HELD} held across b's close), ${failures.length} refused at the connection (${[...new Set(failures)].join(', ') || 'none'})`,
+  )
 }
 
 t.test('the meter flushing every 10 ms', (t) => scenario(t, 10))

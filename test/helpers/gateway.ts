@@ -87,9 +87,18 @@ export interface TestGateway {
 /** A parent account with its key: both management scopes, or a key with exactly `scopes`. */
 export async function createParent(sql: Sql, options: { name?: string; scopes?: string[] } = {}): Promise<Parent> {
   return sql.begin(async (tx) => {
-    const { account, key } = await createParentWithKey(tx, { name: options.name ?? 'parent', externalId: null, extraScopes: [] })
+    const { account, key } = await createParentWithKey(tx, {
+      name: options.name ?? 'parent',
+      externalId: null,
+      extraScopes: [],
+    })
     if (options.scopes === undefined) return { id: account.id, apiKey: key.apiKey, keyId: key.row.id }
-    const scoped = await mintKey(tx, { tenantId: account.id, name: 'scoped', scopes: options.scopes, withClientSecret: false })
+    const scoped = await mintKey(tx, {
+      tenantId: account.id,
+      name: 'scoped',
+      scopes: options.scopes,
+      withClientSecret: false,
+    })
     return { id: account.id, apiKey: scoped.apiKey, keyId: scoped.row.id }
   })
 }
@@ -158,7 +167,8 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
   let routes: RegisteredRoute[] = []
   try {
     // Ready, so that every plugin has registered its routes.
-    if (options.recordRoutes === true) ({ built: app, routes } = await recordingRoutes(async () => ready(await build())))
+    if (options.recordRoutes === true)
+      ({ built: app, routes } = await recordingRoutes(async () => ready(await build())))
     else app = await build()
   } catch (err) {
     await store.close()
@@ -216,11 +226,17 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
  * the gateway's metrics): the first whose labels include all of `labels` (so none given: the first
  * series); 0 when there is none yet.
  */
-export async function metricValue(holder: { metrics: Metrics }, name: string, labels: Record<string, string> = {}): Promise<number> {
+export async function metricValue(
+  holder: { metrics: Metrics },
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
   const metric = holder.metrics.registry.getSingleMetric(name)
   if (metric === undefined) throw new Error(`no metric ${name}`)
   const { values } = await metric.get()
-  const value = values.find((v) => Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want))
+  const value = values.find((v) =>
+    Object.entries(labels).every(([k, want]) => String((v.labels as Record<string, unknown>)[k]) === want),
+  )
   return value?.value ?? 0
 }
 

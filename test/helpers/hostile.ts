@@ -63,7 +63,14 @@ export async function recordingUpstream(t: TestLike, name: string): Promise<Reco
     request.on('data', (chunk: Buffer) => (bodyBytes += chunk.length))
     request.on('end', () => {
       const marker = typeof request.headers['x-request-id'] === 'string' ? request.headers['x-request-id'] : undefined
-      const entry: Recorded = { method: request.method!, url: request.url!, headers: request.headers, rawHeaders: request.rawHeaders, bodyBytes, marker }
+      const entry: Recorded = {
+        method: request.method!,
+        url: request.url!,
+        headers: request.headers,
+        rawHeaders: request.rawHeaders,
+        bodyBytes,
+        marker,
+      }
       received.push(entry)
       if (marker !== undefined) index.set(marker, [...(index.get(marker) ?? []), entry])
       response.writeHead(200, { 'content-type': 'application/json', [UPSTREAM_MARK]: name })
@@ -80,9 +87,20 @@ export async function recordingUpstream(t: TestLike, name: string): Promise<Reco
 export type HeaderLines = [string, string][]
 
 /** A request's bytes, exactly as given: no normalisation, no validation, latin1 for every char. */
-export function requestBytes(options: { method: string; target: string; headers: HeaderLines; body?: string | Buffer; version?: string }): Buffer {
+export function requestBytes(options: {
+  method: string
+  target: string
+  headers: HeaderLines
+  body?: string | Buffer
+  version?: string
+}): Buffer {
   const head = `${options.method} ${options.target} ${options.version ?? 'HTTP/1.1'}\r\n${options.headers.map(([n, v]) => `${n}: ${v}\r\n`).join('')}\r\n`
-  const body = options.body === undefined ? Buffer.alloc(0) : typeof options.body === 'string' ? Buffer.from(options.body, 'latin1') : options.body
+  const body =
+    options.body === undefined
+      ? Buffer.alloc(0)
+      : typeof options.body === 'string'
+        ? Buffer.from(options.body, 'latin1')
+        : options.body
   return Buffer.concat([Buffer.from(head, 'latin1'), body])
 }
 
@@ -166,7 +184,10 @@ function makeResponse(status: number, headers: Record<string, string[]>, body: B
  * Splits a byte stream into HTTP/1.1 responses (Content-Length, chunked, or to the end).
  * `complete` counts those whose end has arrived (one that runs to the close never is).
  */
-export function parseResponses(data: Buffer, head = false): { responses: RawHttpResponse[]; complete: number; leftover: number } {
+export function parseResponses(
+  data: Buffer,
+  head = false,
+): { responses: RawHttpResponse[]; complete: number; leftover: number } {
   const responses: RawHttpResponse[] = []
   let complete = 0
   let at = 0
@@ -259,9 +280,13 @@ export function isParserRefusal(res: RawHttpResponse): boolean {
 }
 
 /** What is wrong with a response that should be the gateway's problem+json (docs/api.md), or null. */
-export function problemIssue(res: { status: number; body: string; header(name: string): string | undefined }, expected?: { status?: number; code?: string; requestId?: string }): string | null {
+export function problemIssue(
+  res: { status: number; body: string; header(name: string): string | undefined },
+  expected?: { status?: number; code?: string; requestId?: string },
+): string | null {
   const type = res.header('content-type') ?? ''
-  if (!type.startsWith('application/problem+json')) return `status ${res.status} is not problem+json (content-type ${type || 'none'}): ${res.body.slice(0, 200)}`
+  if (!type.startsWith('application/problem+json'))
+    return `status ${res.status} is not problem+json (content-type ${type || 'none'}): ${res.body.slice(0, 200)}`
   let body: Record<string, unknown>
   try {
     body = JSON.parse(res.body)
@@ -270,12 +295,18 @@ export function problemIssue(res: { status: number; body: string; header(name: s
   }
   for (const field of PROBLEM_FIELDS) if (!(field in body)) return `problem lacks "${field}": ${res.body.slice(0, 200)}`
   if (body.status !== res.status) return `problem status ${String(body.status)} != HTTP status ${res.status}`
-  if (body.type !== `urn:tenancy-gateway:error:${String(body.code)}`) return `problem type ${String(body.type)} does not name its code ${String(body.code)}`
-  if (body.request_id !== res.header('x-request-id')) return `problem request_id ${String(body.request_id)} != X-Request-Id ${res.header('x-request-id')}`
-  if (expected?.requestId !== undefined && body.request_id !== expected.requestId) return `request_id ${String(body.request_id)} is not the sane id the client sent (${expected.requestId})`
-  if (expected?.status !== undefined && res.status !== expected.status) return `status ${res.status} (${String(body.code)}), expected ${expected.status}${expected.code ? ` ${expected.code}` : ''}`
-  if (expected?.code !== undefined && body.code !== expected.code) return `code ${String(body.code)}, expected ${expected.code}`
-  if (res.status >= 500 && /Error|at \/|\.ts:|postgres|SQL/i.test(String(body.detail))) return `a 5xx shows internals: ${String(body.detail)}`
+  if (body.type !== `urn:tenancy-gateway:error:${String(body.code)}`)
+    return `problem type ${String(body.type)} does not name its code ${String(body.code)}`
+  if (body.request_id !== res.header('x-request-id'))
+    return `problem request_id ${String(body.request_id)} != X-Request-Id ${res.header('x-request-id')}`
+  if (expected?.requestId !== undefined && body.request_id !== expected.requestId)
+    return `request_id ${String(body.request_id)} is not the sane id the client sent (${expected.requestId})`
+  if (expected?.status !== undefined && res.status !== expected.status)
+    return `status ${res.status} (${String(body.code)}), expected ${expected.status}${expected.code ? ` ${expected.code}` : ''}`
+  if (expected?.code !== undefined && body.code !== expected.code)
+    return `code ${String(body.code)}, expected ${expected.code}`
+  if (res.status >= 500 && /Error|at \/|\.ts:|postgres|SQL/i.test(String(body.detail)))
+    return `a 5xx shows internals: ${String(body.detail)}`
   return null
 }
 

@@ -29,7 +29,14 @@ export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawRes
   for (const [name, value] of given) flat.push(name, value)
   return new Promise((resolve, reject) => {
     const request = httpRequest(
-      { host: url.hostname, port: url.port, method: options.method ?? 'GET', path: options.path, headers: flat, agent: false },
+      {
+        host: url.hostname,
+        port: url.port,
+        method: options.method ?? 'GET',
+        path: options.path,
+        headers: flat,
+        agent: false,
+      },
       (response) => {
         const chunks: Buffer[] = []
         response.on('data', (chunk: Buffer) => chunks.push(chunk))
@@ -49,7 +56,14 @@ export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawRes
 export function callAs(
   baseUrl: string,
   apiKey: string | null,
-  options: { method?: string; path: string; acting?: string; headers?: [string, string][]; body?: string | Buffer; json?: unknown },
+  options: {
+    method?: string
+    path: string
+    acting?: string
+    headers?: [string, string][]
+    body?: string | Buffer
+    json?: unknown
+  },
 ): Promise<RawResponse> {
   const headers: [string, string][] = []
   if (apiKey !== null) headers.push(['Authorization', `Bearer ${apiKey}`])
@@ -75,14 +89,26 @@ export interface AgentResponse {
 }
 
 /** One GET over `agent` (keep-alive clients of a test), read to its end. */
-export function getOverAgent(base: string, agent: Agent, path: string, headers: Record<string, string>): Promise<AgentResponse> {
+export function getOverAgent(
+  base: string,
+  agent: Agent,
+  path: string,
+  headers: Record<string, string>,
+): Promise<AgentResponse> {
   const url = new URL(base)
   return new Promise((resolve, reject) => {
     const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers }, (response) => {
       const chunks: Buffer[] = []
       response.on('data', (chunk: Buffer) => chunks.push(chunk))
       response.on('error', reject)
-      response.on('end', () => resolve({ status: response.statusCode!, headers: response.headers, body: Buffer.concat(chunks), complete: response.complete }))
+      response.on('end', () =>
+        resolve({
+          status: response.statusCode!,
+          headers: response.headers,
+          body: Buffer.concat(chunks),
+          complete: response.complete,
+        }),
+      )
     })
     request.on('error', reject)
     request.end()

@@ -70,7 +70,20 @@ export async function startRedis(t: TestLike): Promise<OwnRedis> {
     let stderr = ''
     const proc = spawn(
       '/usr/bin/redis-server',
-      ['--port', String(onPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--loglevel', 'warning'],
+      [
+        '--port',
+        String(onPort),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--dir',
+        dir,
+        '--loglevel',
+        'warning',
+      ],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     )
     proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))

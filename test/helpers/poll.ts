@@ -6,7 +6,11 @@ export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
  * Polls `check` every `everyMs` until it returns true or `timeoutMs` passed; returns the time it
  * took, or null when it never held.
  */
-export async function eventually(timeoutMs: number, check: () => Promise<boolean>, everyMs = 20): Promise<number | null> {
+export async function eventually(
+  timeoutMs: number,
+  check: () => Promise<boolean>,
+  everyMs = 20,
+): Promise<number | null> {
   const start = Date.now()
   for (;;) {
     if (await check()) return Date.now() - start
@@ -19,7 +23,10 @@ export async function eventually(timeoutMs: number, check: () => Promise<boolean
 export async function orTimeout<T, U>(promise: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
   let timer: NodeJS.Timeout | undefined
   try {
-    return await Promise.race([promise, new Promise<U>((resolve) => (timer = setTimeout(() => resolve(onTimeout), ms)))])
+    return await Promise.race([
+      promise,
+      new Promise<U>((resolve) => (timer = setTimeout(() => resolve(onTimeout), ms))),
+    ])
   } finally {
     clearTimeout(timer)
   }

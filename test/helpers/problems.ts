@@ -5,7 +5,12 @@ import type { Test } from 'tap'
 import type { RawResponse } from './http.js'
 
 /** Asserts the problem+json envelope (docs/api.md) of an injected response and returns the body. */
-export function problemOf(response: LightMyRequestResponse): { code: string; status: number; errors?: { path: string; message: string }[]; [k: string]: unknown } {
+export function problemOf(response: LightMyRequestResponse): {
+  code: string
+  status: number
+  errors?: { path: string; message: string }[]
+  [k: string]: unknown
+} {
   if (!String(response.headers['content-type']).startsWith('application/problem+json')) {
     throw new Error(`expected problem+json, got ${response.headers['content-type']}: ${response.body}`)
   }
@@ -18,7 +23,13 @@ export function problemOf(response: LightMyRequestResponse): { code: string; sta
 }
 
 /** Checks the problem+json envelope (docs/api.md) of a refusal and returns its body. */
-export function checkProblem(t: Test, res: RawResponse, status: number, code: string, what: string): Record<string, unknown> {
+export function checkProblem(
+  t: Test,
+  res: RawResponse,
+  status: number,
+  code: string,
+  what: string,
+): Record<string, unknown> {
   t.equal(res.status, status, `${what}: status ${status} (${res.body.slice(0, 200)})`)
   t.match(String(res.headers['content-type']), /^application\/problem\+json/, `${what}: problem+json`)
   let body: Record<string, unknown> = {}

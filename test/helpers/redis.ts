@@ -22,7 +22,12 @@ let reachable: Promise<void> | undefined
  */
 export function requireRedis(): Promise<void> {
   reachable ??= (async () => {
-    const probe = new Redis(REDIS_URL, { lazyConnect: true, connectTimeout: 5_000, maxRetriesPerRequest: 0, retryStrategy: () => null })
+    const probe = new Redis(REDIS_URL, {
+      lazyConnect: true,
+      connectTimeout: 5_000,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    })
     // Every failure reaches the catch below through connect() or ping(); the event says why.
     let cause: Error | null = null
     probe.on('error', (err: Error) => (cause ??= err))
@@ -31,7 +36,9 @@ export function requireRedis(): Promise<void> {
       await probe.ping()
     } catch (err) {
       const why = (cause ?? (err as Error)).message
-      const error = new Error(`the tests' Redis at ${shown(REDIS_URL)} cannot be reached (${why}): start it, or set TEST_REDIS_URL to one that answers`)
+      const error = new Error(
+        `the tests' Redis at ${shown(REDIS_URL)} cannot be reached (${why}): start it, or set TEST_REDIS_URL to one that answers`,
+      )
       throw stopTheRun(error)
     } finally {
       probe.disconnect()

@@ -105,7 +105,10 @@ export async function holdingUpstream(t: TestLike, options: HoldingOptions): Pro
  * Listens on 127.0.0.1 on a port of its own; `close` (also run at teardown) ends every
  * connection and then the server. `connections` are the ones open now.
  */
-export async function listenOnLoopback(t: TestLike, server: NetServer): Promise<{ port: number; close: () => Promise<void>; connections: ReadonlySet<Socket> }> {
+export async function listenOnLoopback(
+  t: TestLike,
+  server: NetServer,
+): Promise<{ port: number; close: () => Promise<void>; connections: ReadonlySet<Socket> }> {
   const connections = new Set<Socket>()
   server.on('connection', (socket: Socket) => {
     connections.add(socket)

@@ -22,7 +22,10 @@ const redis = redisClient(t)
 
 const silent = pino({ level: 'silent' })
 
-function cache(source: TenancyLookups, options: { timings?: Partial<CacheTimings>; metrics?: Metrics } = {}): TenancyCache {
+function cache(
+  source: TenancyLookups,
+  options: { timings?: Partial<CacheTimings>; metrics?: Metrics } = {},
+): TenancyCache {
   const made = new TenancyCache({
     source,
     redisUrl: REDIS_URL,
@@ -98,7 +101,11 @@ t.test('a fill that read a key before its revocation does not put it back into R
   t.equal(await redis.get(entry), null, 'Redis does not hold the old record')
   const fresh = cache(postgresLookups(database.sql))
   await ready(fresh)
-  t.equal((await fresh.lookups.keyByDigest(sha256(key.apiKey)))?.status, 'revoked', 'a replica with a cold cache sees the revocation')
+  t.equal(
+    (await fresh.lookups.keyByDigest(sha256(key.apiKey)))?.status,
+    'revoked',
+    'a replica with a cold cache sees the revocation',
+  )
 })
 
 t.test('fills still store into Redis, before and after an invalidation', async (t) => {
@@ -117,9 +124,12 @@ t.test('fills still store into Redis, before and after an invalidation', async (
   await ready(second)
   await second.lookups.keyByDigest(sha256(key.apiKey))
   await sleep(100)
-  t.match(JSON.parse((await redis.get(entry)) ?? 'null'), { status: 'active' }, 'stored again by a fill that began after it')
+  t.match(
+    JSON.parse((await redis.get(entry)) ?? 'null'),
+    { status: 'active' },
+    'stored again by a fill that began after it',
+  )
 })
-
 
 t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
   // An in-process TTL of 1.5 s: records stay 1,200 ms (the TTL less the admission window, a fifth
@@ -153,25 +163,28 @@ t.test('an entry in use is refreshed in the background: once warm, no read waits
   t.ok(refreshes <= Math.ceil((3 * ttlMs) / 600) + 1, `at most once per refresh period (${refreshes})`)
 })
 
-t.test('a refresh reads the stores: a change whose message was lost is seen within the TTL, as without it', async (t) => {
-  const key = await createParent(database.sql, { name: 'silent' })
-  const lossy = cache(postgresLookups(database.sql), { timings: { localTtlMs: 400 } })
-  await ready(lossy)
-  const digest = sha256(key.apiKey)
-  t.equal((await lossy.lookups.keyByDigest(digest))?.status, 'active', 'warm')
-  // Revoked in Postgres and deleted from Redis, but no message reaches the replica.
-  await revokeKey(database.sql, key.id, key.keyId)
-  await redis.del(prefix + cacheKeys.key(digest))
-  const revokedAt = Date.now()
-  let status: string | undefined = 'active'
-  while (status === 'active' && Date.now() - revokedAt < 2_000) {
-    status = (await lossy.lookups.keyByDigest(digest))?.status
-    await sleep(20)
-  }
-  const took = Date.now() - revokedAt
-  t.equal(status, 'revoked', `the replica sees the revocation (${took} ms)`)
-  t.ok(took <= 400 + 200, `within the in-process TTL of 400 ms, give or take a lookup (${took} ms)`)
-})
+t.test(
+  'a refresh reads the stores: a change whose message was lost is seen within the TTL, as without it',
+  async (t) => {
+    const key = await createParent(database.sql, { name: 'silent' })
+    const lossy = cache(postgresLookups(database.sql), { timings: { localTtlMs: 400 } })
+    await ready(lossy)
+    const digest = sha256(key.apiKey)
+    t.equal((await lossy.lookups.keyByDigest(digest))?.status, 'active', 'warm')
+    // Revoked in Postgres and deleted from Redis, but no message reaches the replica.
+    await revokeKey(database.sql, key.id, key.keyId)
+    await redis.del(prefix + cacheKeys.key(digest))
+    const revokedAt = Date.now()
+    let status: string | undefined = 'active'
+    while (status === 'active' && Date.now() - revokedAt < 2_000) {
+      status = (await lossy.lookups.keyByDigest(digest))?.status
+      await sleep(20)
+    }
+    const took = Date.now() - revokedAt
+    t.equal(status, 'revoked', `the replica sees the revocation (${took} ms)`)
+    t.ok(took <= 400 + 200, `within the in-process TTL of 400 ms, give or take a lookup (${took} ms)`)
+  },
+)
 
 t.test('a refresh that raced an invalidation does not store the row it read', async (t) => {
   const key = await createParent(database.sql, { name: 'raced' })
@@ -192,7 +205,9 @@ t.test('a refresh that raced an invalidation does not store the row it read', as
   // Past its refresh point (the TTL is long, so move the entry's clock instead of waiting), with
   // the Redis entry gone, the next read answers from memory and the refresh goes to Postgres.
   type Entry = { value: unknown; storedAt: number; refreshAt: number }
-  const local = (slow as unknown as { local: { get(key: string): Entry | undefined; set(key: string, entry: Entry): void } }).local
+  const local = (
+    slow as unknown as { local: { get(key: string): Entry | undefined; set(key: string, entry: Entry): void } }
+  ).local
   const stored = local.get(cacheKeys.key(digest))!
   local.set(cacheKeys.key(digest), { ...stored, refreshAt: 0 })
   await redis.del(entry)
@@ -213,9 +228,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   // A redis-server of this test's own, so that pausing it disturbs no other test.
   const { url } = await startRedis(t)
   const admin = redisClient(t, { url })
-  const keys = await Promise.all(
-    [1, 2, 3, 4, 5].map((n) => createParent(database.sql, { name: `k${n}` })),
-  )
+  const keys = await Promise.all([1, 2, 3, 4, 5].map((n) => createParent(database.sql, { name: `k${n}` })))
   const entries = keys.map((key) => prefix + cacheKeys.key(sha256(key.apiKey)))
   const replica = new TenancyCache({
     source: postgresLookups(database.sql),
@@ -247,4 +260,3 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   // Sending the two remembered names would leave three entries: all went, the unchanged one too.
   t.equal(left, 0, 'every entry under the prefix was deleted, the forgotten ones included')
 })
-

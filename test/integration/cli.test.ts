@@ -28,10 +28,15 @@ const gw = await startGateway(t, { listen: false, database: db, redisKeyPrefix: 
 function runCli(args: string[]): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }
   return new Promise((resolve) => {
-    execFile('npm', ['run', '--silent', 'cli', '--', ...args], { cwd: REPO_ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
-      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
-      resolve({ code, stdout, stderr })
-    })
+    execFile(
+      'npm',
+      ['run', '--silent', 'cli', '--', ...args],
+      { cwd: REPO_ROOT, env, timeout: 60_000 },
+      (err, stdout, stderr) => {
+        const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
+        resolve({ code, stdout, stderr })
+      },
+    )
   })
 }
 
@@ -71,18 +76,41 @@ const sha256 = (value: string) => createHash('sha256').update(value).digest()
 let acme: { id: string; apiKey: string; keyId: string }
 
 t.test('accounts create: a parent account and its first key', async (t) => {
-  const out = await cliOk(t, ['accounts', 'create', '--name', 'Acme', '--external-id', 'acme', '--scopes', 'tracking:read'])
+  const out = await cliOk(t, [
+    'accounts',
+    'create',
+    '--name',
+    'Acme',
+    '--external-id',
+    'acme',
+    '--scopes',
+    'tracking:read',
+  ])
   t.same(Object.keys(out).sort(), ['account', 'api_key', 'key'], 'account, api_key and key, nothing else')
   t.match(out.account, { id: UUID, name: 'Acme', external_id: 'acme', created_at: ISO })
   t.match(out.api_key, /^tgw_[0-9A-Za-z]{49}$/)
-  t.match(out.key, { id: UUID, name: String, status: 'active', created_at: ISO, revoked_at: null, prefix: out.api_key.slice(0, 12) })
+  t.match(out.key, {
+    id: UUID,
+    name: String,
+    status: 'active',
+    created_at: ISO,
+    revoked_at: null,
+    prefix: out.api_key.slice(0, 12),
+  })
   t.same(out.key.scopes, [...MANAGEMENT, 'tracking:read'], 'the two management scopes plus the given ones')
   t.notOk('key_digest' in out.key, 'no digest in the output')
 
-  const [tenant] = await db.sql`select id, parent_id, name, external_id, status from tenants where id = ${out.account.id}`
-  t.same(tenant, { id: out.account.id, parent_id: null, name: 'Acme', external_id: 'acme', status: 'active' }, 'a parent account')
+  const [tenant] =
+    await db.sql`select id, parent_id, name, external_id, status from tenants where id = ${out.account.id}`
+  t.same(
+    tenant,
+    { id: out.account.id, parent_id: null, name: 'Acme', external_id: 'acme', status: 'active' },
+    'a parent account',
+  )
 
-  const [row] = await db.sql<{ tenant_id: string; key_digest: Buffer; prefix: string; scopes: string[]; secret_digest: Buffer | null }[]>`
+  const [row] = await db.sql<
+    { tenant_id: string; key_digest: Buffer; prefix: string; scopes: string[]; secret_digest: Buffer | null }[]
+  >`
     select tenant_id, key_digest, prefix, scopes, secret_digest from api_keys where id = ${out.key.id}`
   t.ok(row, 'the key is stored')
   t.equal(row!.tenant_id, out.account.id)
@@ -131,7 +159,16 @@ t.test('keys create', async (t) => {
   })
 
   t.test('--scopes gives exactly the scopes given', async (t) => {
-    const out = await cliOk(t, ['keys', 'create', '--account', acme.id, '--name', 'reader', '--scopes', 'sub_accounts:read'])
+    const out = await cliOk(t, [
+      'keys',
+      'create',
+      '--account',
+      acme.id,
+      '--name',
+      'reader',
+      '--scopes',
+      'sub_accounts:read',
+    ])
     t.same(out.key.scopes, ['sub_accounts:read'], 'exactly that one scope')
     t.equal((await call(out.api_key, 'GET')).statusCode, 200, 'it can read')
     const res = await call(out.api_key, 'POST', { name: 'nope' })
@@ -168,7 +205,8 @@ t.test('keys revoke', async (t) => {
 
 t.test('errors: non-zero exit, one line on stderr, nothing on stdout', async (t) => {
   const unknownAccount = '00000000-0000-4000-8000-000000000000'
-  const before = await db.sql`select (select count(*) from tenants)::int as tenants, (select count(*) from api_keys)::int as keys`
+  const before =
+    await db.sql`select (select count(*) from tenants)::int as tenants, (select count(*) from api_keys)::int as keys`
 
   t.test('accounts create without --name', async (t) => {
     await cliFails(t, ['accounts', 'create'], /--name/)
@@ -218,7 +256,8 @@ t.test('errors: non-zero exit, one line on stderr, nothing on stdout', async (t)
   })
 
   t.test('a failed command changed nothing', async (t) => {
-    const after = await db.sql`select (select count(*) from tenants)::int as tenants, (select count(*) from api_keys)::int as keys`
+    const after =
+      await db.sql`select (select count(*) from tenants)::int as tenants, (select count(*) from api_keys)::int as keys`
     // Only the "Other" account and its first key were created on purpose above.
     t.same(after[0], { tenants: before[0]!.tenants + 1, keys: before[0]!.keys + 1 })
   })

@@ -11,7 +11,8 @@ import t from 'tap'
 import { closedPort } from '../helpers/upstream.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
-const BOOTSTRAP_LINE = /^bootstrap parent account ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) key (tgw_[0-9A-Za-z]{49})$/
+const BOOTSTRAP_LINE =
+  /^bootstrap parent account ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) key (tgw_[0-9A-Za-z]{49})$/
 const START_TIMEOUT = 60_000
 
 function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
@@ -77,18 +78,24 @@ async function startGateway(dataDir: string): Promise<Gateway> {
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk))
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (err += chunk))
   let exited = false
-  const exit = new Promise<void>((resolve) => child.once('exit', () => {
-    exited = true
-    resolve()
-  }))
+  const exit = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      exited = true
+      resolve()
+    }),
+  )
 
   async function waitForStdout(pattern: RegExp, what: string): Promise<RegExpMatchArray> {
     const deadline = Date.now() + START_TIMEOUT
     for (;;) {
-      const match = out.split('\n').map((line) => pattern.exec(line)).find((m) => m !== null)
+      const match = out
+        .split('\n')
+        .map((line) => pattern.exec(line))
+        .find((m) => m !== null)
       if (match) return match
       if (exited) throw new Error(`the gateway exited before printing ${what}\nstdout: ${out}\nstderr: ${err}`)
-      if (Date.now() > deadline) throw new Error(`no ${what} within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
+      if (Date.now() > deadline)
+        throw new Error(`no ${what} within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
       await sleep(50)
     }
   }
@@ -125,12 +132,20 @@ async function startGateway(dataDir: string): Promise<Gateway> {
   }
 }
 
-function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile('npm', ['run', '--silent', 'cli', '--', ...args], { cwd: REPO_ROOT, env: childEnv(env), timeout: 60_000 }, (err, stdout, stderr) => {
-      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
-      resolve({ code, stdout, stderr })
-    })
+    execFile(
+      'npm',
+      ['run', '--silent', 'cli', '--', ...args],
+      { cwd: REPO_ROOT, env: childEnv(env), timeout: 60_000 },
+      (err, stdout, stderr) => {
+        const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
+        resolve({ code, stdout, stderr })
+      },
+    )
   })
 }
 
@@ -156,10 +171,16 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   })
   const [, accountId, apiKey] = await first.waitForStdout(BOOTSTRAP_LINE, 'the bootstrap line')
   await first.waitListening()
-  const bootstrapLines = first.stdout().split('\n').filter((line) => line.startsWith('bootstrap'))
+  const bootstrapLines = first
+    .stdout()
+    .split('\n')
+    .filter((line) => line.startsWith('bootstrap'))
   t.equal(bootstrapLines.length, 1, 'one bootstrap line')
   t.match(bootstrapLines[0], BOOTSTRAP_LINE, 'a whole line of its own')
-  t.ok(first.stdout().indexOf('bootstrap') < first.stdout().indexOf('Server listening'), 'printed before the server listens')
+  t.ok(
+    first.stdout().indexOf('bootstrap') < first.stdout().indexOf('Server listening'),
+    'printed before the server listens',
+  )
   t.equal(first.stdout().split(apiKey!).length - 1, 1, 'the key is printed exactly once (not in any log line)')
 
   const created = await api(first.base, apiKey!, { method: 'POST', body: { name: 'first' } })
@@ -205,5 +226,11 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   t.match(accountId, /^[0-9a-f-]{36}$/)
 
   await second.stop()
-  t.equal(second.stdout().split('\n').filter((l) => l.startsWith('bootstrap')).length, 0)
+  t.equal(
+    second
+      .stdout()
+      .split('\n')
+      .filter((l) => l.startsWith('bootstrap')).length,
+    0,
+  )
 })

@@ -31,7 +31,11 @@ t.test('errors', async (t) => {
   })
 
   t.test('prototype-pollution keys are refused', async (t) => {
-    for (const body of ['{"name":"a","__proto__":{"admin":true}}', '{"name":"a","metadata":{"__proto__":{"x":"1"}}}', '{"name":"a","constructor":{"prototype":{"x":1}}}']) {
+    for (const body of [
+      '{"name":"a","__proto__":{"admin":true}}',
+      '{"name":"a","metadata":{"__proto__":{"x":"1"}}}',
+      '{"name":"a","constructor":{"prototype":{"x":1}}}',
+    ]) {
       const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body })
       t.equal(res.statusCode, 400, body)
       t.equal(problemOf(res).code, 'invalid_json')
@@ -40,17 +44,37 @@ t.test('errors', async (t) => {
   })
 
   t.test('a wrong content type is 415', async (t) => {
-    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', 'multipart/form-data; boundary=x']) {
-      const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body: 'name=a', headers: { 'content-type': type } })
+    for (const type of [
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'application/xml',
+      'multipart/form-data; boundary=x',
+    ]) {
+      const res = await gw.call(key, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        body: 'name=a',
+        headers: { 'content-type': type },
+      })
       t.equal(res.statusCode, 415, type)
       t.equal(problemOf(res).code, 'unsupported_media_type')
     }
-    const charset = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', body: '{"name":"utf8"}', headers: { 'content-type': 'application/json; charset=utf-8' } })
+    const charset = await gw.call(key, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      body: '{"name":"utf8"}',
+      headers: { 'content-type': 'application/json; charset=utf-8' },
+    })
     t.equal(charset.statusCode, 201, 'a charset parameter is fine')
   })
 
   t.test('a body over the limit is 413', async (t) => {
-    const res = await gw.call(key, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'a', metadata: { k: 'x'.repeat(70_000) } } })
+    const res = await gw.call(key, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'a', metadata: { k: 'x'.repeat(70_000) } },
+    })
     t.equal(res.statusCode, 413)
     t.equal(problemOf(res).code, 'payload_too_large')
   })
@@ -69,7 +93,11 @@ t.test('errors', async (t) => {
     const kept = await gw.call(key, { method: 'GET', url: '/nowhere', headers: { 'x-request-id': 'trace-123.abc' } })
     t.equal(kept.headers['x-request-id'], 'trace-123.abc')
     t.equal(problemOf(kept).request_id, 'trace-123.abc')
-    const replaced = await gw.call(key, { method: 'GET', url: '/nowhere', headers: { 'x-request-id': 'bad id\twith junk' } })
+    const replaced = await gw.call(key, {
+      method: 'GET',
+      url: '/nowhere',
+      headers: { 'x-request-id': 'bad id\twith junk' },
+    })
     t.match(replaced.headers['x-request-id'], /^[0-9a-f-]{36}$/)
     t.equal(problemOf(replaced).request_id, replaced.headers['x-request-id'])
   })
@@ -102,7 +130,12 @@ t.test('20 concurrent creates with one external_id: one 201, nineteen 409', asyn
   const parent = await gw.createParent()
   const results = await Promise.all(
     Array.from({ length: 20 }, (_, i) =>
-      gw.call(parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: `racer ${i}`, external_id: 'contested' } }),
+      gw.call(parent.apiKey, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        acting: 'self',
+        body: { name: `racer ${i}`, external_id: 'contested' },
+      }),
     ),
   )
   const statuses = results.map((r) => r.statusCode).sort()

@@ -66,22 +66,37 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
   }
 
   // Management (docs/api.md), every route, as the parent.
-  const created = await send('create', P.apiKey, {
-    method: 'POST',
-    path: '/v1/sub-accounts',
-    acting: 'self',
-    json: { name: 'logged', external_id: 'logged-1', metadata: { plan: 'gold' } },
-  }, 201)
+  const created = await send(
+    'create',
+    P.apiKey,
+    {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      json: { name: 'logged', external_id: 'logged-1', metadata: { plan: 'gold' } },
+    },
+    201,
+  )
   const sub = created.json() as { id: string }
   await send('list', P.apiKey, { path: '/v1/sub-accounts?limit=5' }, 200)
   await send('get', P.apiKey, { path: `/v1/sub-accounts/${sub.id}` }, 200)
-  await send('patch', P.apiKey, { method: 'PATCH', path: `/v1/sub-accounts/${sub.id}`, acting: 'self', json: { name: 'renamed' } }, 200)
-  const minted = await send('mint key', P.apiKey, {
-    method: 'POST',
-    path: `/v1/sub-accounts/${sub.id}/api-keys`,
-    acting: 'self',
-    json: { name: 'sub key', scopes: ['tracking:read', 'tracking:write'] },
-  }, 201)
+  await send(
+    'patch',
+    P.apiKey,
+    { method: 'PATCH', path: `/v1/sub-accounts/${sub.id}`, acting: 'self', json: { name: 'renamed' } },
+    200,
+  )
+  const minted = await send(
+    'mint key',
+    P.apiKey,
+    {
+      method: 'POST',
+      path: `/v1/sub-accounts/${sub.id}/api-keys`,
+      acting: 'self',
+      json: { name: 'sub key', scopes: ['tracking:read', 'tracking:write'] },
+    },
+    201,
+  )
   const subKey = minted.json() as { id: string; api_key: string; client_secret: string }
   t.match(subKey.api_key, /^tgw_/)
   t.match(subKey.client_secret, /^tgws_/)
@@ -90,69 +105,128 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
   await send('list keys', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys` }, 200)
   // docs/api.md has no route that reads one key: the path is answered 404 route_not_found.
   await send('get key (no such route)', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}` }, 404)
-  await send('deactivate', P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${sub.id}/deactivate`, acting: 'self' }, 200)
-  await send('reactivate', P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${sub.id}/reactivate`, acting: 'self' }, 200)
+  await send(
+    'deactivate',
+    P.apiKey,
+    { method: 'POST', path: `/v1/sub-accounts/${sub.id}/deactivate`, acting: 'self' },
+    200,
+  )
+  await send(
+    'reactivate',
+    P.apiKey,
+    { method: 'POST', path: `/v1/sub-accounts/${sub.id}/reactivate`, acting: 'self' },
+    200,
+  )
 
   // Proxied: the parent acting as the sub-account (with a key in the query string, which is never
   // logged), the sub-account's own key, and a body that carries secrets (streamed, never logged).
-  const asSub = await send('proxied as the sub-account', P.apiKey, {
-    path: `/v1/things/1?api_key=${subKey.api_key}&client_secret=${subKey.client_secret}`,
-    acting: sub.id,
-  }, 200)
-  const own = await send('proxied with the sub-account key', subKey.api_key, { path: '/v1/own', headers: [['X-Request-Id', 'logs-test-own']] }, 200)
-  await send('proxied body with secrets', subKey.api_key, {
-    method: 'POST',
-    path: '/v1/orders',
-    json: { api_key: subKey.api_key, client_secret: subKey.client_secret, authorization: `Bearer ${P.apiKey}` },
-  }, 200)
+  const asSub = await send(
+    'proxied as the sub-account',
+    P.apiKey,
+    {
+      path: `/v1/things/1?api_key=${subKey.api_key}&client_secret=${subKey.client_secret}`,
+      acting: sub.id,
+    },
+    200,
+  )
+  const own = await send(
+    'proxied with the sub-account key',
+    subKey.api_key,
+    { path: '/v1/own', headers: [['X-Request-Id', 'logs-test-own']] },
+    200,
+  )
+  await send(
+    'proxied body with secrets',
+    subKey.api_key,
+    {
+      method: 'POST',
+      path: '/v1/orders',
+      json: { api_key: subKey.api_key, client_secret: subKey.client_secret, authorization: `Bearer ${P.apiKey}` },
+    },
+    200,
+  )
   await send('sub-account key on management', subKey.api_key, { path: '/v1/sub-accounts' }, 403)
   await send('proxied to a dead upstream', P.apiKey, { path: '/dead/x', acting: `ext:logged-1` }, 502)
   await send('usage', P.apiKey, { path: '/v1/sub-accounts/usage' }, 200)
-  await send('revoke key', P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}/revoke`, acting: 'self' }, 200)
+  await send(
+    'revoke key',
+    P.apiKey,
+    { method: 'POST', path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}/revoke`, acting: 'self' },
+    200,
+  )
 
   // Failures.
   const unknownKey = generateApiKey().apiKey
   await send('unknown key', unknownKey, { path: '/v1/things/2' }, 401)
   await send('malformed key', `tgw_${'x'.repeat(20)}`, { path: '/v1/sub-accounts' }, 401)
   await send('revoked key', subKey.api_key, { path: '/v1/things/3' }, 401)
-  await send('unknown field carrying a key', P.apiKey, {
-    method: 'PATCH',
-    path: `/v1/sub-accounts/${sub.id}`,
-    acting: 'self',
-    json: { name: 'x', api_key: subKey.api_key },
-  }, 400)
-  await send('unknown field carrying a client secret', P.apiKey, {
-    method: 'POST',
-    path: '/v1/sub-accounts',
-    acting: 'self',
-    json: { name: 'y', client_secret: subKey.client_secret },
-  }, 400)
-  await send('a key as a field value', P.apiKey, {
-    method: 'POST',
-    path: `/v1/sub-accounts/${sub.id}/api-keys`,
-    acting: 'self',
-    json: { name: unknownKey, scopes: [subKey.api_key] },
-  }, 400)
-  await send('invalid JSON carrying a key', P.apiKey, {
-    method: 'POST',
-    path: '/v1/sub-accounts',
-    acting: 'self',
-    headers: [['Content-Type', 'application/json']],
-    body: `{"name": "z", "api_key": "${subKey.api_key}"`,
-  }, 400)
+  await send(
+    'unknown field carrying a key',
+    P.apiKey,
+    {
+      method: 'PATCH',
+      path: `/v1/sub-accounts/${sub.id}`,
+      acting: 'self',
+      json: { name: 'x', api_key: subKey.api_key },
+    },
+    400,
+  )
+  await send(
+    'unknown field carrying a client secret',
+    P.apiKey,
+    {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      json: { name: 'y', client_secret: subKey.client_secret },
+    },
+    400,
+  )
+  await send(
+    'a key as a field value',
+    P.apiKey,
+    {
+      method: 'POST',
+      path: `/v1/sub-accounts/${sub.id}/api-keys`,
+      acting: 'self',
+      json: { name: unknownKey, scopes: [subKey.api_key] },
+    },
+    400,
+  )
+  await send(
+    'invalid JSON carrying a key',
+    P.apiKey,
+    {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      headers: [['Content-Type', 'application/json']],
+      body: `{"name": "z", "api_key": "${subKey.api_key}"`,
+    },
+    400,
+  )
   await send('healthz', null, { path: '/healthz' }, 200)
 
   const expectedLines = sent.length
   // The line is written when the response is done, which the client may see first.
-  await eventually(5_000, async () => written.filter((line) => line.includes('"msg":"request"')).length >= expectedLines)
+  await eventually(
+    5_000,
+    async () => written.filter((line) => line.includes('"msg":"request"')).length >= expectedLines,
+  )
 
   const lines: LogLine[] = written.map((line) => JSON.parse(line) as LogLine)
   const requestLines = lines.filter((line) => line.msg === 'request')
 
   t.test('every line is JSON, and the capture saw the gateway write', async (t) => {
     t.equal(lines.length, written.length)
-    t.ok(lines.some((line) => line.level === 10 || line.level === 20), 'levels below info are captured too')
-    t.ok(lines.some((line) => line.level === 50), 'the 502 was logged at error level')
+    t.ok(
+      lines.some((line) => line.level === 10 || line.level === 20),
+      'levels below info are captured too',
+    )
+    t.ok(
+      lines.some((line) => line.level === 50),
+      'the 502 was logged at error level',
+    )
   })
 
   t.test('no secret value appears in any line', async (t) => {
@@ -169,7 +243,8 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
     const walk = (value: unknown, path: string): void => {
       if (value === null || typeof value !== 'object') return
       for (const [name, inner] of Object.entries(value)) {
-        if (SECRET_FIELDS.has(name.toLowerCase()) && inner !== CENSOR) found.push(`${path}.${name}=${JSON.stringify(inner)}`)
+        if (SECRET_FIELDS.has(name.toLowerCase()) && inner !== CENSOR)
+          found.push(`${path}.${name}=${JSON.stringify(inner)}`)
         walk(inner, `${path}.${name}`)
       }
     }
@@ -185,7 +260,10 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
     const bearer = `Bearer ${apiKey}`
     const before = written.length
     const log = gw.app.log
-    log.info({ req: { method: 'GET', url: '/x', headers: { authorization: bearer, 'x-api-key': apiKey } } }, 'probe request')
+    log.info(
+      { req: { method: 'GET', url: '/x', headers: { authorization: bearer, 'x-api-key': apiKey } } },
+      'probe request',
+    )
     log.info({ headers: { authorization: bearer } }, 'probe headers')
     log.info({ authorization: bearer, api_key: apiKey, client_secret: secret }, 'probe top level')
     log.info({ key: { api_key: apiKey, client_secret: secret }, body: { api_key: apiKey } }, 'probe nested')
@@ -193,7 +271,11 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
     const probes = written.slice(before)
     t.equal(probes.length, 5)
     for (const value of [apiKey, secret, bearer, apiKey.slice(4), secret.slice(5)]) {
-      t.same(probes.filter((line) => line.includes(value)), [], `redacted: ${value.slice(0, 10)}…`)
+      t.same(
+        probes.filter((line) => line.includes(value)),
+        [],
+        `redacted: ${value.slice(0, 10)}…`,
+      )
     }
     // The first goes through fastify's req serializer, which keeps no headers at all.
     for (const line of probes.slice(1)) t.ok(line.includes(CENSOR), `the censor stands in: ${line}`)
@@ -213,7 +295,7 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
       t.ok((line.ms as number) >= 0, `${what}: ms >= 0`)
       t.notOk(String(line.path).includes('?'), `${what}: no query string in the path`)
     }
-    t.equal(own.headers['x-request-id'], 'logs-test-own', "a sane client request id is kept")
+    t.equal(own.headers['x-request-id'], 'logs-test-own', 'a sane client request id is kept')
   })
 
   t.test('the request line of a proxied request acting as the sub-account', async (t) => {
@@ -235,15 +317,32 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
     t.not(line?.route, null, 'the route is named')
 
     const ownLine = requestLines.find((l) => l.reqId === 'logs-test-own')
-    t.match(ownLine, { kind: 'proxy', status: 200, callerTenant: sub.id, resolvedTenant: sub.id, keyId: subKey.id }, "the sub-account's own key")
+    t.match(
+      ownLine,
+      { kind: 'proxy', status: 200, callerTenant: sub.id, resolvedTenant: sub.id, keyId: subKey.id },
+      "the sub-account's own key",
+    )
 
-    const getLine = requestLines.find((l) => l.reqId === sent.find((s) => s.what === 'get')!.res.headers['x-request-id'])
-    t.match(getLine, { level: 30, kind: 'management', route: '/v1/sub-accounts/:sub_id', path: `/v1/sub-accounts/${sub.id}`, callerTenant: P.id, resolvedTenant: P.id })
+    const getLine = requestLines.find(
+      (l) => l.reqId === sent.find((s) => s.what === 'get')!.res.headers['x-request-id'],
+    )
+    t.match(getLine, {
+      level: 30,
+      kind: 'management',
+      route: '/v1/sub-accounts/:sub_id',
+      path: `/v1/sub-accounts/${sub.id}`,
+      callerTenant: P.id,
+      resolvedTenant: P.id,
+    })
 
-    const unknownLine = requestLines.find((l) => l.reqId === sent.find((s) => s.what === 'unknown key')!.res.headers['x-request-id'])
+    const unknownLine = requestLines.find(
+      (l) => l.reqId === sent.find((s) => s.what === 'unknown key')!.res.headers['x-request-id'],
+    )
     t.match(unknownLine, { level: 30, status: 401, callerTenant: null, resolvedTenant: null, keyId: null })
 
-    const healthLine = requestLines.find((l) => l.reqId === sent.find((s) => s.what === 'healthz')!.res.headers['x-request-id'])
+    const healthLine = requestLines.find(
+      (l) => l.reqId === sent.find((s) => s.what === 'healthz')!.res.headers['x-request-id'],
+    )
     t.match(healthLine, { level: 20, kind: 'ops', route: '/healthz', status: 200 }, 'probes at debug')
   })
 })

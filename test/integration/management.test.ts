@@ -12,20 +12,49 @@ t.test('management API', async (t) => {
 
   t.test('create', async (t) => {
     const p = await freshParent()
-    const res = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: '  Acme EU  ', external_id: 'acme-eu', metadata: { region: 'eu' } } })
+    const res = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      body: { name: '  Acme EU  ', external_id: 'acme-eu', metadata: { region: 'eu' } },
+    })
     t.equal(res.statusCode, 201)
     const body = res.json()
     t.equal(res.headers.location, `/v1/sub-accounts/${body.id}`)
-    t.match(body, { name: 'Acme EU', external_id: 'acme-eu', status: 'active', metadata: { region: 'eu' }, deactivated_at: null })
+    t.match(body, {
+      name: 'Acme EU',
+      external_id: 'acme-eu',
+      status: 'active',
+      metadata: { region: 'eu' },
+      deactivated_at: null,
+    })
     t.match(body.id, /^[0-9a-f-]{36}$/)
     t.equal(body.created_at, body.updated_at)
-    t.same(Object.keys(body).sort(), ['created_at', 'deactivated_at', 'external_id', 'id', 'metadata', 'name', 'status', 'updated_at'])
+    t.same(Object.keys(body).sort(), [
+      'created_at',
+      'deactivated_at',
+      'external_id',
+      'id',
+      'metadata',
+      'name',
+      'status',
+      'updated_at',
+    ])
 
-    const minimal = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'Bare' } })
+    const minimal = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'Bare' },
+    })
     t.equal(minimal.statusCode, 201)
     t.match(minimal.json(), { external_id: null, metadata: {} })
 
-    const nullExt = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'Null', external_id: null } })
+    const nullExt = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'Null', external_id: null },
+    })
     t.equal(nullExt.statusCode, 201)
     t.equal(nullExt.json().external_id, null)
   })
@@ -50,7 +79,10 @@ t.test('management API', async (t) => {
       [{ name: 'ok', metadata: { n: 1 } }, '/body/metadata/n'],
       [{ name: 'ok', metadata: { k: 'v'.repeat(501) } }, '/body/metadata/k'],
       [{ name: 'ok', metadata: { ['k'.repeat(41)]: 'v' } }, '/body/metadata'],
-      [{ name: 'ok', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, 'v'])) }, '/body/metadata'],
+      [
+        { name: 'ok', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, 'v'])) },
+        '/body/metadata',
+      ],
       [[{ name: 'array' }], '/body'],
       [{ name: 'a\u0000b' }, '/body/name'],
       [{ name: 'ok', metadata: { k: 'a\u0000b' } }, '/body/metadata/k'],
@@ -66,7 +98,10 @@ t.test('management API', async (t) => {
       t.equal(res.statusCode, 400, JSON.stringify(body))
       const problem = problemOf(res)
       t.equal(problem.code, 'validation_failed')
-      t.ok(problem.errors?.some((e) => e.path === path), `${JSON.stringify(body)} names ${path}: ${JSON.stringify(problem.errors)}`)
+      t.ok(
+        problem.errors?.some((e) => e.path === path),
+        `${JSON.stringify(body)} names ${path}: ${JSON.stringify(problem.errors)}`,
+      )
     }
     t.equal(await count('tenants'), before)
   })
@@ -77,8 +112,15 @@ t.test('management API', async (t) => {
     const res = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: ` ${longest} ` } })
     t.equal(res.statusCode, 201)
     t.equal(res.json().name, longest)
-    const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`.padEnd(40, 'x'), 'v'.repeat(500)]))
-    const full = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'm', metadata } })
+    const metadata = Object.fromEntries(
+      Array.from({ length: 50 }, (_, i) => [`k${i}`.padEnd(40, 'x'), 'v'.repeat(500)]),
+    )
+    const full = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'm', metadata },
+    })
     t.equal(full.statusCode, 201)
     t.same(full.json().metadata, metadata)
   })
@@ -86,12 +128,25 @@ t.test('management API', async (t) => {
   t.test('external_id is unique per parent only', async (t) => {
     const p = await freshParent()
     const other = await freshParent()
-    const first = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'a', external_id: 'shared' } })
+    const first = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      body: { name: 'a', external_id: 'shared' },
+    })
     t.equal(first.statusCode, 201)
-    const again = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'b', external_id: 'shared' } })
+    const again = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'b', external_id: 'shared' },
+    })
     t.equal(again.statusCode, 409)
     t.equal(problemOf(again).code, 'external_id_conflict')
-    const elsewhere = await gw.call(other.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'c', external_id: 'shared' } })
+    const elsewhere = await gw.call(other.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      body: { name: 'c', external_id: 'shared' },
+    })
     t.equal(elsewhere.statusCode, 201)
     t.equal(Number((await gw.sql`select count(*)::int as n from tenants where parent_id = ${p.id}`)[0]!.n), 1)
   })
@@ -104,7 +159,13 @@ t.test('management API', async (t) => {
     t.same(res.json(), created)
     const upper = await gw.call(p.apiKey, { method: 'GET', url: `/v1/sub-accounts/${created.id.toUpperCase()}` })
     t.equal(upper.statusCode, 200, 'a UUID in upper case')
-    for (const id of ['not-a-uuid', '00000000-0000-4000-8000-000000000000', "1' or '1'='1", 'x'.repeat(150), 'x'.repeat(5000)]) {
+    for (const id of [
+      'not-a-uuid',
+      '00000000-0000-4000-8000-000000000000',
+      "1' or '1'='1",
+      'x'.repeat(150),
+      'x'.repeat(5000),
+    ]) {
       const missing = await gw.call(p.apiKey, { method: 'GET', url: `/v1/sub-accounts/${encodeURIComponent(id)}` })
       t.equal(missing.statusCode, 404, id.slice(0, 40))
       t.equal(problemOf(missing).code, 'not_found')
@@ -117,7 +178,12 @@ t.test('management API', async (t) => {
     await gw.sql`alter table tenants alter column seq restart with 98`
     const ids: string[] = []
     for (let i = 0; i < 5; i++) {
-      const res = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: `s${i}`, external_id: `e${i}` } })
+      const res = await gw.call(p.apiKey, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        acting: 'self',
+        body: { name: `s${i}`, external_id: `e${i}` },
+      })
       ids.push(res.json().id)
     }
     await gw.call(p.apiKey, { method: 'POST', url: `/v1/sub-accounts/${ids[1]}/deactivate`, acting: 'self' })
@@ -129,7 +195,11 @@ t.test('management API', async (t) => {
     let cursor: string | null = null
     let pages = 0
     do {
-      const res = await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts', query: { limit: '2', ...(cursor ? { cursor } : {}) } })
+      const res = await gw.call(p.apiKey, {
+        method: 'GET',
+        url: '/v1/sub-accounts',
+        query: { limit: '2', ...(cursor ? { cursor } : {}) },
+      })
       t.equal(res.statusCode, 200)
       const page = res.json()
       t.ok(page.data.length <= 2)
@@ -145,11 +215,20 @@ t.test('management API', async (t) => {
     t.equal(defaults.next_cursor, null)
 
     const active = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?status=active' })).json()
-    t.same(active.data.map((s: { id: string }) => s.id), [ids[0], ids[2], ids[3], ids[4]])
+    t.same(
+      active.data.map((s: { id: string }) => s.id),
+      [ids[0], ids[2], ids[3], ids[4]],
+    )
     const deactivated = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?status=deactivated' })).json()
-    t.same(deactivated.data.map((s: { id: string }) => s.id), [ids[1]!])
+    t.same(
+      deactivated.data.map((s: { id: string }) => s.id),
+      [ids[1]!],
+    )
     const byExt = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?external_id=e3' })).json()
-    t.same(byExt.data.map((s: { id: string }) => s.id), [ids[3]])
+    t.same(
+      byExt.data.map((s: { id: string }) => s.id),
+      [ids[3]],
+    )
     const none = (await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts?external_id=nope' })).json()
     t.same(none, { data: [], next_cursor: null })
   })
@@ -170,14 +249,30 @@ t.test('management API', async (t) => {
       t.equal(res.statusCode, 400, query)
       const problem = problemOf(res)
       t.equal(problem.code, 'validation_failed')
-      t.ok(problem.errors?.some((e) => e.path === path), `${query}: ${JSON.stringify(problem.errors)}`)
+      t.ok(
+        problem.errors?.some((e) => e.path === path),
+        `${query}: ${JSON.stringify(problem.errors)}`,
+      )
     }
   })
 
   t.test('update', async (t) => {
     const p = await freshParent()
-    const created = (await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'u', external_id: 'u1', metadata: { a: '1' } } })).json()
-    const taken = (await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'v', external_id: 'taken' } })).json()
+    const created = (
+      await gw.call(p.apiKey, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        body: { name: 'u', external_id: 'u1', metadata: { a: '1' } },
+      })
+    ).json()
+    const taken = (
+      await gw.call(p.apiKey, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        acting: 'self',
+        body: { name: 'v', external_id: 'taken' },
+      })
+    ).json()
     const url = `/v1/sub-accounts/${created.id}`
 
     const renamed = await gw.call(p.apiKey, { method: 'PATCH', url, acting: 'self', body: { name: ' Renamed ' } })
@@ -194,7 +289,12 @@ t.test('management API', async (t) => {
     t.equal(cleared.statusCode, 200)
     t.equal(cleared.json().external_id, null)
 
-    const conflict = await gw.call(p.apiKey, { method: 'PATCH', url, acting: 'self', body: { external_id: 'taken', name: 'lost' } })
+    const conflict = await gw.call(p.apiKey, {
+      method: 'PATCH',
+      url,
+      acting: 'self',
+      body: { external_id: 'taken', name: 'lost' },
+    })
     t.equal(conflict.statusCode, 409)
     t.equal(problemOf(conflict).code, 'external_id_conflict')
     const after = (await gw.call(p.apiKey, { method: 'GET', url })).json()
@@ -212,13 +312,21 @@ t.test('management API', async (t) => {
     ] as const) {
       const res = await gw.call(p.apiKey, { method: 'PATCH', url, acting: 'self', body })
       t.equal(res.statusCode, 400, JSON.stringify(body))
-      t.ok(problemOf(res).errors?.some((e) => e.path === path), `${JSON.stringify(body)} names ${path}`)
+      t.ok(
+        problemOf(res).errors?.some((e) => e.path === path),
+        `${JSON.stringify(body)} names ${path}`,
+      )
     }
     const noBody = await gw.call(p.apiKey, { method: 'PATCH', url, acting: 'self' })
     t.equal(noBody.statusCode, 400)
     t.same((await gw.call(p.apiKey, { method: 'GET', url })).json(), after, 'nothing changed')
 
-    const missing = await gw.call(p.apiKey, { method: 'PATCH', url: '/v1/sub-accounts/00000000-0000-4000-8000-000000000000', acting: 'self', body: { name: 'x' } })
+    const missing = await gw.call(p.apiKey, {
+      method: 'PATCH',
+      url: '/v1/sub-accounts/00000000-0000-4000-8000-000000000000',
+      acting: 'self',
+      body: { name: 'x' },
+    })
     t.equal(missing.statusCode, 404)
   })
 
@@ -254,7 +362,11 @@ t.test('management API', async (t) => {
     t.equal(curlStyle.statusCode, 200)
 
     for (const action of ['deactivate', 'reactivate']) {
-      const missing = await gw.call(p.apiKey, { method: 'POST', url: `/v1/sub-accounts/nope/${action}`, acting: 'self' })
+      const missing = await gw.call(p.apiKey, {
+        method: 'POST',
+        url: `/v1/sub-accounts/nope/${action}`,
+        acting: 'self',
+      })
       t.equal(missing.statusCode, 404)
       t.equal(problemOf(missing).code, 'not_found')
     }
@@ -265,11 +377,25 @@ t.test('management API', async (t) => {
     const sub = (await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'k' } })).json()
     const keysUrl = `/v1/sub-accounts/${sub.id}/api-keys`
     await gw.sql`alter table api_keys alter column seq restart with 99`
-    const minted = await gw.call(p.apiKey, { method: 'POST', url: keysUrl, acting: 'self', body: { name: 'ci', scopes: ['tracking:read', 'tracking:write', 'tracking:read'] } })
+    const minted = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: keysUrl,
+      acting: 'self',
+      body: { name: 'ci', scopes: ['tracking:read', 'tracking:write', 'tracking:read'] },
+    })
     t.equal(minted.statusCode, 201)
     t.equal(minted.headers['cache-control'], 'no-store')
     const key = minted.json()
-    t.same(Object.keys(key).sort(), ['api_key', 'client_secret', 'created_at', 'id', 'name', 'prefix', 'scopes', 'status'])
+    t.same(Object.keys(key).sort(), [
+      'api_key',
+      'client_secret',
+      'created_at',
+      'id',
+      'name',
+      'prefix',
+      'scopes',
+      'status',
+    ])
     t.match(key.api_key, /^tgw_[0-9A-Za-z]{49}$/)
     t.match(key.client_secret, /^tgws_[0-9A-Za-z]{49}$/)
     t.equal(key.prefix, key.api_key.slice(0, 12))
@@ -281,17 +407,41 @@ t.test('management API', async (t) => {
     t.notOk(stored.includes(key.api_key.slice(12)), 'key value not stored')
     t.notOk(stored.includes(key.client_secret.slice(5)), 'client secret not stored')
 
-    const second = (await gw.call(p.apiKey, { method: 'POST', url: keysUrl, acting: 'self', body: { name: 'two', scopes: ['rates:read'] } })).json()
+    const second = (
+      await gw.call(p.apiKey, {
+        method: 'POST',
+        url: keysUrl,
+        acting: 'self',
+        body: { name: 'two', scopes: ['rates:read'] },
+      })
+    ).json()
     const list = await gw.call(p.apiKey, { method: 'GET', url: keysUrl })
     t.equal(list.statusCode, 200)
     const listed = list.json()
-    t.same(listed.data.map((k: { id: string }) => k.id), [key.id, second.id])
-    t.same(Object.keys(listed.data[0]).sort(), ['created_at', 'id', 'last_used_at', 'name', 'prefix', 'revoked_at', 'scopes', 'status'])
+    t.same(
+      listed.data.map((k: { id: string }) => k.id),
+      [key.id, second.id],
+    )
+    t.same(Object.keys(listed.data[0]).sort(), [
+      'created_at',
+      'id',
+      'last_used_at',
+      'name',
+      'prefix',
+      'revoked_at',
+      'scopes',
+      'status',
+    ])
     t.notOk(list.body.includes(key.api_key) || list.body.includes(key.client_secret), 'secrets never listed again')
     const page1 = (await gw.call(p.apiKey, { method: 'GET', url: `${keysUrl}?limit=1` })).json()
     t.equal(page1.data.length, 1)
-    const page2 = (await gw.call(p.apiKey, { method: 'GET', url: `${keysUrl}?limit=1&cursor=${page1.next_cursor}` })).json()
-    t.same(page2.data.map((k: { id: string }) => k.id), [second.id])
+    const page2 = (
+      await gw.call(p.apiKey, { method: 'GET', url: `${keysUrl}?limit=1&cursor=${page1.next_cursor}` })
+    ).json()
+    t.same(
+      page2.data.map((k: { id: string }) => k.id),
+      [second.id],
+    )
     t.equal(page2.next_cursor, null)
 
     const revoked = await gw.call(p.apiKey, { method: 'POST', url: `${keysUrl}/${key.id}/revoke`, acting: 'self' })
@@ -303,7 +453,9 @@ t.test('management API', async (t) => {
     t.same(revokedAgain.json(), revoked.json(), 'repeating changes nothing')
 
     // A key is found only under its own sub-account.
-    const otherSub = (await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'k2' } })).json()
+    const otherSub = (
+      await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'k2' } })
+    ).json()
     for (const url of [
       `/v1/sub-accounts/${otherSub.id}/api-keys/${second.id}/revoke`,
       `${keysUrl}/00000000-0000-4000-8000-000000000000/revoke`,
@@ -336,11 +488,22 @@ t.test('management API', async (t) => {
     ] as const) {
       const res = await gw.call(p.apiKey, { method: 'POST', url: keysUrl, acting: 'self', body })
       t.equal(res.statusCode, 400, JSON.stringify(body))
-      t.ok(problemOf(res).errors?.some((e) => e.path === path), `${JSON.stringify(body)} names ${path}: ${res.body}`)
+      t.ok(
+        problemOf(res).errors?.some((e) => e.path === path),
+        `${JSON.stringify(body)} names ${path}: ${res.body}`,
+      )
     }
-    const missing = await gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts/00000000-0000-4000-8000-000000000000/api-keys', acting: 'self', body: { name: 'x', scopes: ['a:b'] } })
+    const missing = await gw.call(p.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts/00000000-0000-4000-8000-000000000000/api-keys',
+      acting: 'self',
+      body: { name: 'x', scopes: ['a:b'] },
+    })
     t.equal(missing.statusCode, 404)
-    const missingList = await gw.call(p.apiKey, { method: 'GET', url: '/v1/sub-accounts/00000000-0000-4000-8000-000000000000/api-keys' })
+    const missingList = await gw.call(p.apiKey, {
+      method: 'GET',
+      url: '/v1/sub-accounts/00000000-0000-4000-8000-000000000000/api-keys',
+    })
     t.equal(missingList.statusCode, 404)
     t.equal(await count('api_keys'), before)
   })

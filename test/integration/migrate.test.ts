@@ -26,10 +26,15 @@ function runCli(args: string[], env: Record<string, string | undefined>): Promis
   delete childEnv.DATABASE_URL
   Object.assign(childEnv, env)
   return new Promise((resolve) => {
-    execFile('npm', ['run', '--silent', 'cli', '--', ...args], { cwd: REPO_ROOT, env: childEnv, timeout: 60_000 }, (err, stdout, stderr) => {
-      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
-      resolve({ code, stdout, stderr })
-    })
+    execFile(
+      'npm',
+      ['run', '--silent', 'cli', '--', ...args],
+      { cwd: REPO_ROOT, env: childEnv, timeout: 60_000 },
+      (err, stdout, stderr) => {
+        const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
+        resolve({ code, stdout, stderr })
+      },
+    )
   })
 }
 
@@ -70,8 +75,15 @@ t.test('concurrent migrations on a fresh database: each version applied exactly 
 
   const rows = await db.sql<{ version: number; n: number }[]>`
     select version, count(*)::int as n from schema_migrations group by version order by version`
-  t.same(rows.map((r) => r.version), VERSIONS, 'schema_migrations holds every version')
-  t.ok(rows.every((r) => r.n === 1), 'each version once')
+  t.same(
+    rows.map((r) => r.version),
+    VERSIONS,
+    'schema_migrations holds every version',
+  )
+  t.ok(
+    rows.every((r) => r.n === 1),
+    'each version once',
+  )
   t.ok(await tableExists(db.sql, 'tenants'), 'tenants exists')
   t.ok(await tableExists(db.sql, 'api_keys'), 'api_keys exists')
 
@@ -120,7 +132,11 @@ t.test('cli migrate', async (t) => {
 
     const again = await runCli(['migrate'], { DATABASE_URL: db.url })
     t.equal(again.code, 0)
-    t.same(lines(again.stdout).map((l) => JSON.parse(l)), [{ applied: [] }], 'a second run applies nothing')
+    t.same(
+      lines(again.stdout).map((l) => JSON.parse(l)),
+      [{ applied: [] }],
+      'a second run applies nothing',
+    )
   })
 
   t.test('an unreachable database: non-zero exit, one line on stderr, nothing on stdout', async (t) => {

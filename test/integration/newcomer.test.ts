@@ -30,15 +30,25 @@ interface Run {
  * never accepts, and its queue filled. Stays on this machine (no unroutable address is dialled).
  */
 async function silentPort(t: Test): Promise<number> {
-  const listener = spawn(process.execPath, [
-    '-e',
-    "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0) })",
-  ], { stdio: ['ignore', 'pipe', 'inherit'] })
-  t.teardown(() => { listener.kill('SIGKILL') })
-  const port = await new Promise<number>((resolve) => listener.stdout.once('data', (data) => resolve(Number(String(data).trim()))))
+  const listener = spawn(
+    process.execPath,
+    [
+      '-e',
+      "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0) })",
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  )
+  t.teardown(() => {
+    listener.kill('SIGKILL')
+  })
+  const port = await new Promise<number>((resolve) =>
+    listener.stdout.once('data', (data) => resolve(Number(String(data).trim()))),
+  )
   const fillers: Socket[] = []
   for (let i = 0; i < 4; i++) fillers.push(connect(port, '127.0.0.1').on('error', () => {}))
-  t.teardown(() => { for (const socket of fillers) socket.destroy() })
+  t.teardown(() => {
+    for (const socket of fillers) socket.destroy()
+  })
   await new Promise((resolve) => setTimeout(resolve, 300))
   return port
 }
@@ -85,27 +95,50 @@ const db = await freshDatabase(t)
 t.test('the gateway at start', async (t) => {
   await t.test('a Postgres that refuses: names Postgres, DATABASE_URL and where, never the password', async (t) => {
     const port = await closedPort()
-    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` })
+    const run = await runNode('src/main.ts', [], {
+      DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway`,
+    })
     t.equal(run.code, 1, 'exit 1')
-    t.match(run.stderr, /^gateway failed to start: cannot reach Postgres at 127\.0\.0\.1:\d+\/gateway \(DATABASE_URL\): connect ECONNREFUSED/)
+    t.match(
+      run.stderr,
+      /^gateway failed to start: cannot reach Postgres at 127\.0\.0\.1:\d+\/gateway \(DATABASE_URL\): connect ECONNREFUSED/,
+    )
     t.match(run.stderr, `127.0.0.1:${port}`)
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
   })
 
   await t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
     const port = await silentServer(t)
-    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` }, 45_000)
+    const run = await runNode(
+      'src/main.ts',
+      [],
+      { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` },
+      45_000,
+    )
     t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
-    t.match(run.stderr, `gateway failed to start: cannot reach Postgres at 127.0.0.1:${port}/gateway (DATABASE_URL): no answer within 5 s`)
+    t.match(
+      run.stderr,
+      `gateway failed to start: cannot reach Postgres at 127.0.0.1:${port}/gateway (DATABASE_URL): no answer within 5 s`,
+    )
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
   })
 
   // A host that drops packets: postgres.js used to retry for minutes in silence.
   await t.test('a host that does not answer: a message within the first-contact timeout', async (t) => {
     const port = await silentPort(t)
-    const run = await runNode('src/main.ts', [], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` }, 45_000)
+    const run = await runNode(
+      'src/main.ts',
+      [],
+      { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` },
+      45_000,
+    )
     t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
-    t.match(run.stderr, new RegExp(`^gateway failed to start: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/gateway \\(DATABASE_URL\\): `))
+    t.match(
+      run.stderr,
+      new RegExp(
+        `^gateway failed to start: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/gateway \\(DATABASE_URL\\): `,
+      ),
+    )
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
     t.ok(run.ms < 30_000, `it gave up in ${run.ms} ms, not after minutes`)
   })
@@ -117,10 +150,16 @@ t.test('the gateway at start', async (t) => {
       t.teardown(() => new Promise((resolve) => holder.close(resolve)))
       const taken = (holder.address() as AddressInfo).port
       const free = await closedPort()
-      const ports = variable === 'PORT' ? { PORT: String(taken), METRICS_PORT: String(free) } : { PORT: String(free), METRICS_PORT: String(taken) }
+      const ports =
+        variable === 'PORT'
+          ? { PORT: String(taken), METRICS_PORT: String(free) }
+          : { PORT: String(free), METRICS_PORT: String(taken) }
       const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, ...ports })
       t.equal(run.code, 1, 'exit 1')
-      t.match(run.stderr, `gateway failed to start: ${variable}=${taken} on HOST=127.0.0.1: the port is already in use; stop what holds it or set ${variable} to another`)
+      t.match(
+        run.stderr,
+        `gateway failed to start: ${variable}=${taken} on HOST=127.0.0.1: the port is already in use; stop what holds it or set ${variable} to another`,
+      )
     })
   }
 
@@ -131,7 +170,11 @@ t.test('the gateway at start', async (t) => {
     const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
     t.equal(run.code, 1, 'exit 1')
     t.equal(run.stderr.split('\n').length, 2, 'one line')
-    t.match(run.stderr, /^invalid configuration: GATEWAY_CONFIG is not valid YAML \(.*\): .* at line 4, column 1: "   misplaced: here"\n$/, 'the line at fault, quoted')
+    t.match(
+      run.stderr,
+      /^invalid configuration: GATEWAY_CONFIG is not valid YAML \(.*\): .* at line 4, column 1: " {3}misplaced: here"\n$/,
+      'the line at fault, quoted',
+    )
   })
 })
 
@@ -144,14 +187,18 @@ t.test('the CLI', async (t) => {
       t.equal(run.stderr, '')
       t.match(run.stdout, /^usage: cli <command> \[options\]\n/)
       t.ok(run.stdout.split('\n').length > 5, 'one command a line, not squeezed together')
-      for (const command of ['migrate', 'accounts create', 'keys create', 'keys revoke']) t.match(run.stdout, `\n  ${command}`)
+      for (const command of ['migrate', 'accounts create', 'keys create', 'keys revoke'])
+        t.match(run.stdout, `\n  ${command}`)
     })
   }
 
   await t.test('npm run cli -- --help works as the usage says', async (t) => {
     const run = await new Promise<Run>((resolve) => {
       const started = Date.now()
-      const child = spawn('npm', ['run', '--silent', 'cli', '--', '--help'], { cwd: REPO_ROOT, env: { ...process.env, ...env } })
+      const child = spawn('npm', ['run', '--silent', 'cli', '--', '--help'], {
+        cwd: REPO_ROOT,
+        env: { ...process.env, ...env },
+      })
       let stdout = ''
       let stderr = ''
       child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
@@ -163,12 +210,20 @@ t.test('the CLI', async (t) => {
   })
 
   const failures: [string[], Record<string, string>, RegExp][] = [
-    [['frobnicate'], env, /^error: unknown command "frobnicate"; the commands are migrate, accounts create, keys create, keys revoke \(--help for the usage\)$/],
+    [
+      ['frobnicate'],
+      env,
+      /^error: unknown command "frobnicate"; the commands are migrate, accounts create, keys create, keys revoke \(--help for the usage\)$/,
+    ],
     [[], env, /^error: a command is required: .*--help/],
     [['accounts', 'create'], env, /^error: --name is required$/],
     [['accounts', 'create', '--name', 'x', '--colour', 'red'], env, /^error: Unknown option '--colour'/],
     [['migrate'], { LOG_LEVEL: 'loud', DATABASE_URL: db.url }, /^error: invalid configuration: LOG_LEVEL /],
-    [['migrate'], { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:1/x` }, /^error: cannot reach Postgres at 127\.0\.0\.1:1\/x \(DATABASE_URL\)/],
+    [
+      ['migrate'],
+      { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:1/x` },
+      /^error: cannot reach Postgres at 127\.0\.0\.1:1\/x \(DATABASE_URL\)/,
+    ],
   ]
   for (const [args, runEnv, message] of failures) {
     await t.test(`cli ${args.join(' ') || '(nothing)'}: one line starting with "error: "`, async (t) => {
@@ -183,7 +238,9 @@ t.test('the CLI', async (t) => {
 })
 
 t.test('cli keys revoke with Redis down: revoked, and a warning that names Redis and REDIS_URL', async (t) => {
-  const { account, key } = await db.sql.begin((tx) => createParentWithKey(tx, { name: 'revoke', externalId: null, extraScopes: [] }))
+  const { account, key } = await db.sql.begin((tx) =>
+    createParentWithKey(tx, { name: 'revoke', externalId: null, extraScopes: [] }),
+  )
   const port = await closedPort()
   const run = await runNode('src/cli.ts', ['keys', 'revoke', '--account', account.id, '--key', key.row.id], {
     DATABASE_URL: db.url,
@@ -191,7 +248,12 @@ t.test('cli keys revoke with Redis down: revoked, and a warning that names Redis
   })
   t.equal(run.code, 0, 'the revocation itself succeeded')
   t.equal(JSON.parse(run.stdout).key.id, key.row.id)
-  t.match(run.stderr, new RegExp(`^warning: the key is revoked, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\) could not tell the replicas at once`))
+  t.match(
+    run.stderr,
+    new RegExp(
+      `^warning: the key is revoked, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\) could not tell the replicas at once`,
+    ),
+  )
   t.equal(run.stderr.split('\n').length, 2, `one line: ${JSON.stringify(run.stderr)}`)
   t.notMatch(run.stderr, PASSWORD)
 })
@@ -199,7 +261,11 @@ t.test('cli keys revoke with Redis down: revoked, and a warning that names Redis
 t.test('a key sent without "Bearer ": 401 that says the scheme is missing', async (t) => {
   const gw = await startGateway(t, { listen: false })
   const parent = await gw.createParent()
-  const bare = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization: parent.apiKey } })
+  const bare = await gw.app.inject({
+    method: 'GET',
+    url: '/v1/sub-accounts',
+    headers: { authorization: parent.apiKey },
+  })
   t.equal(bare.statusCode, 401)
   t.equal(bare.headers['www-authenticate'], 'Bearer')
   const body = problemOf(bare)

@@ -126,9 +126,13 @@ t.test('OpenAPI document and docs page', async (t) => {
       for (const status of statuses) t.ok(isProblemJson(doc, op.responses[status]), `${key}: ${status} is problem+json`)
       const successes = Object.keys(op.responses).filter((status) => /^2/.test(status))
       t.ok(successes.length > 0, `${key}: a success response`)
-      for (const status of successes) t.ok(op.responses[status].content?.['application/json']?.schema, `${key}: ${status} is application/json`)
+      for (const status of successes)
+        t.ok(op.responses[status].content?.['application/json']?.schema, `${key}: ${status} is application/json`)
     }
-    t.ok(isProblemJson(doc, doc.paths[MANAGEMENT_PREFIX].post.responses['409']), 'an external_id conflict is documented')
+    t.ok(
+      isProblemJson(doc, doc.paths[MANAGEMENT_PREFIX].post.responses['409']),
+      'an external_id conflict is documented',
+    )
     t.match(deref(doc, doc.paths[MANAGEMENT_PREFIX].post.responses['409']).description, /external_id_conflict/)
   })
 
@@ -136,9 +140,15 @@ t.test('OpenAPI document and docs page', async (t) => {
     const served = new Set(routes.map((route) => route.url))
     for (const path of Object.keys(doc.paths)) {
       t.notMatch(path, /\*/, `${path}: no wildcard`)
-      t.ok(path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz'].includes(path), `${path}: served by the gateway itself`)
+      t.ok(
+        path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz'].includes(path),
+        `${path}: served by the gateway itself`,
+      )
     }
-    t.notOk(Object.keys(doc.paths).some((path) => path.startsWith('/v1/shipments')), 'the proxied prefix is not documented')
+    t.notOk(
+      Object.keys(doc.paths).some((path) => path.startsWith('/v1/shipments')),
+      'the proxied prefix is not documented',
+    )
     for (const path of ['/healthz', '/readyz'].filter((path) => served.has(path))) {
       t.ok(doc.paths[path]?.get, `${path} is documented`)
       t.same(doc.paths[path]?.get?.security ?? [], [], `${path} needs no key`)
@@ -150,9 +160,16 @@ t.test('OpenAPI document and docs page', async (t) => {
       const html = await get(page)
       t.equal(html.status, 200, `${page}: 200`)
       t.match(String(html.headers['content-type']), /^text\/html/, `${page}: HTML`)
-      t.match(String(html.headers['content-security-policy']), /script-src 'self'/, `${page}: a content security policy`)
+      t.match(
+        String(html.headers['content-security-policy']),
+        /script-src 'self'/,
+        `${page}: a content security policy`,
+      )
       const assets = assetsOf(html.body)
-      t.ok(assets.some((asset) => asset.endsWith('/swagger-ui-bundle.js')), `${page}: links the Swagger UI bundle`)
+      t.ok(
+        assets.some((asset) => asset.endsWith('/swagger-ui-bundle.js')),
+        `${page}: links the Swagger UI bundle`,
+      )
       for (const asset of assets) {
         const path = new URL(asset, `http://gateway${page}`).pathname
         t.equal((await get(path)).status, 200, `${page}: ${path} loads`)
@@ -167,6 +184,9 @@ t.test('OpenAPI document and docs page', async (t) => {
   })
 
   t.test('nothing above reached the upstream', async (t) => {
-    t.same(upstream.received.map((request) => `${request.method} ${request.url}`), [])
+    t.same(
+      upstream.received.map((request) => `${request.method} ${request.url}`),
+      [],
+    )
   })
 })

@@ -23,7 +23,10 @@ const DEAD_REDIS = `redis://127.0.0.1:${deadPort}`
  * A gateway on the test database (or where `databaseUrl` points), with a pool of its own as
  * main.ts opens it (so the pool metrics have something to report), made ready but not listening.
  */
-async function gateway(t: Test, options: { databaseUrl?: string; redis?: string | false; upstreamUrl?: string } = {}): Promise<FastifyInstance> {
+async function gateway(
+  t: Test,
+  options: { databaseUrl?: string; redis?: string | false; upstreamUrl?: string } = {},
+): Promise<FastifyInstance> {
   const { app } = await startGateway(t, {
     listen: false,
     database,
@@ -52,14 +55,21 @@ t.test('/healthz answers without a key and without asking any store', async (t) 
 
 t.test('/readyz: 200 when Postgres and Redis answer, "off" without Redis', async (t) => {
   const app = await gateway(t)
-  t.ok(await soon(async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200), 'ready once Redis connected')
+  t.ok(
+    await soon(async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200),
+    'ready once Redis connected',
+  )
   const ready = await app.inject({ method: 'GET', url: '/readyz' })
   t.same(ready.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
 
   const alone = await gateway(t, { redis: false })
   const response = await alone.inject({ method: 'GET', url: '/readyz' })
   t.equal(response.statusCode, 200)
-  t.same(response.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'off' } }, 'no REDIS_URL: in-process cache only, still ready')
+  t.same(
+    response.json(),
+    { status: 'ready', checks: { postgres: 'ok', redis: 'off' } },
+    'no REDIS_URL: in-process cache only, still ready',
+  )
 })
 
 t.test('/readyz: 503 problem+json while Postgres has never been reached', async (t) => {
@@ -148,19 +158,35 @@ t.test('metrics: requests by route kind and status class, upstream latency, cach
   // No route at all: kind "none".
   const noRoutes = await gateway(t, { redis: false })
   t.equal((await noRoutes.inject({ method: 'GET', url: '/nowhere' })).statusCode, 404)
-  t.equal(await metric(noRoutes, 'tgw_http_requests_total', { kind: 'none', status_class: '4xx' }), 1, 'an unmatched path is kind none')
+  t.equal(
+    await metric(noRoutes, 'tgw_http_requests_total', { kind: 'none', status_class: '4xx' }),
+    1,
+    'an unmatched path is kind none',
+  )
 
-  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'management', status_class: '2xx' }), 1, 'one management 2xx')
+  t.equal(
+    await metric(app, 'tgw_http_requests_total', { kind: 'management', status_class: '2xx' }),
+    1,
+    'one management 2xx',
+  )
   t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '2xx' }), 2, 'two proxied 2xx')
   t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'ops', status_class: '2xx' }), 1, 'one ops 2xx')
-  t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '4xx' }), 2, 'the 404 and the bad path')
+  t.equal(
+    await metric(app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '4xx' }),
+    2,
+    'the 404 and the bad path',
+  )
   t.equal(await metric(app, 'tgw_http_requests_total', { kind: 'none', status_class: '4xx' }), 0)
   const durations = (await app.metrics.registry.getSingleMetric('tgw_http_request_duration_seconds')!.get()).values
-  const proxyCount = durations.find((v) => (v as { metricName?: string }).metricName === 'tgw_http_request_duration_seconds_count' && v.labels.kind === 'proxy')
-  t.equal(proxyCount?.value, 4, 'the latency histogram saw the four requests on the proxy route')
-  const upstreamCount = (await app.metrics.registry.getSingleMetric('tgw_upstream_duration_seconds')!.get()).values.find(
-    (v) => (v as { metricName?: string }).metricName === 'tgw_upstream_duration_seconds_count',
+  const proxyCount = durations.find(
+    (v) =>
+      (v as { metricName?: string }).metricName === 'tgw_http_request_duration_seconds_count' &&
+      v.labels.kind === 'proxy',
   )
+  t.equal(proxyCount?.value, 4, 'the latency histogram saw the four requests on the proxy route')
+  const upstreamCount = (
+    await app.metrics.registry.getSingleMetric('tgw_upstream_duration_seconds')!.get()
+  ).values.find((v) => (v as { metricName?: string }).metricName === 'tgw_upstream_duration_seconds_count')
   t.equal(upstreamCount?.value, 2, 'upstream latency: one observation per request that reached the upstream')
 
   // The key and its tenant: missed locally and in Redis on the first request, then local hits.
@@ -183,7 +209,10 @@ t.test('metrics: invalidations received from another replica', async (t) => {
     payload: JSON.stringify({ name: 'sub' }),
   })
   t.equal(created.statusCode, 201)
-  t.ok(await soon(async () => (await metric(b, 'tgw_cache_invalidations_received_total')) > before), 'B counted the message A published')
+  t.ok(
+    await soon(async () => (await metric(b, 'tgw_cache_invalidations_received_total')) > before),
+    'B counted the message A published',
+  )
 })
 
 t.test('metrics: Postgres pool use, as pg_stat_activity reports this process', async (t) => {
@@ -201,7 +230,17 @@ t.test('usage flush failures and lag', async (t) => {
   t.teardown(() => dead.close())
   let failures = 0
   let now = 1_000_000
-  const silent = { warn() {}, info() {}, error() {}, debug() {}, trace() {}, fatal() {}, child: () => silent, level: 'silent', silent() {} }
+  const silent = {
+    warn() {},
+    info() {},
+    error() {},
+    debug() {},
+    trace() {},
+    fatal() {},
+    child: () => silent,
+    level: 'silent',
+    silent() {},
+  }
   const meter = new UsageMeter({ sql: dead.sql, log: silent as never, now: () => now, onFlushFailed: () => failures++ })
   t.equal(meter.lagMs(), 0, 'nothing pending, no lag')
   meter.record('00000000-0000-4000-8000-000000000001', 200)
@@ -213,7 +252,12 @@ t.test('usage flush failures and lag', async (t) => {
 
   // On the real database the flush works and leaves no lag.
   const account = await createParent(database.sql, { name: 'meter' })
-  const good = new UsageMeter({ sql: database.sql, log: silent as never, now: () => now, onFlushFailed: () => failures++ })
+  const good = new UsageMeter({
+    sql: database.sql,
+    log: silent as never,
+    now: () => now,
+    onFlushFailed: () => failures++,
+  })
   good.record(account.id, 200)
   t.equal(good.lagMs(), 0, 'a count recorded now has no lag yet')
   await good.flush()

@@ -27,7 +27,12 @@ function serviceHeaderNames(received: ReceivedRequest): string[] {
   return [...rawNameCounts(received).keys()].filter((name) => name.startsWith('x-service-')).sort()
 }
 
-const IDENTITY_HEADERS = ['x-service-caller-tenant', 'x-service-key-id', 'x-service-resolved-tenant', 'x-service-scopes']
+const IDENTITY_HEADERS = [
+  'x-service-caller-tenant',
+  'x-service-key-id',
+  'x-service-resolved-tenant',
+  'x-service-scopes',
+]
 
 interface Identity {
   resolved: string
@@ -57,9 +62,17 @@ async function keyIdOf(gw: TestGateway, tenantId: string): Promise<string> {
 /** A management call that must succeed (setup); throws with the answer otherwise. */
 async function manage(gw: TestGateway, parent: Parent, method: string, path: string, json?: unknown): Promise<any> {
   const body = json === undefined ? undefined : JSON.stringify(json)
-  const headers: [string, string][] = [['Authorization', `Bearer ${parent.apiKey}`], ['X-Service-Acting-Tenant', 'self']]
+  const headers: [string, string][] = [
+    ['Authorization', `Bearer ${parent.apiKey}`],
+    ['X-Service-Acting-Tenant', 'self'],
+  ]
   // No body: say so with Content-Length: 0 (node would otherwise send an empty chunked body).
-  headers.push(...(body === undefined ? [['Content-Length', '0']] : [['Content-Type', 'application/json']]) as [string, string][])
+  headers.push(
+    ...((body === undefined ? [['Content-Length', '0']] : [['Content-Type', 'application/json']]) as [
+      string,
+      string,
+    ][]),
+  )
   const res = await rawRequest(gw.url, { method, path, headers, ...(body === undefined ? {} : { body }) })
   if (res.status >= 300) throw new Error(`setup ${method} ${path}: ${res.status} ${res.body}`)
   return res.json()
@@ -91,7 +104,8 @@ function proxied(
     headers.push(['X-Service-Acting-Tenant', value])
   }
   const body = method === 'GET' || method === 'DELETE' ? undefined : `{"method":"${method}","path":"${path}"}`
-  if (body !== undefined) headers.push(['Content-Type', 'application/json'], ['Content-Length', String(Buffer.byteLength(body))])
+  if (body !== undefined)
+    headers.push(['Content-Type', 'application/json'], ['Content-Length', String(Buffer.byteLength(body))])
   headers.push(...extra)
   return { sent: rawRequest(gw.url, { method, path, headers, ...(body === undefined ? {} : { body }) }), body }
 }
@@ -131,7 +145,12 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
   const ownerAsActive: Identity = { ...asOwner, resolved: active.id }
   const asLonely: Identity = { resolved: lonely.id, caller: lonely.id, keyId: lonelyKeyId, scopes: PARENT_SCOPES }
   const asRetired: Identity = { resolved: retired.id, caller: retired.id, keyId: retiredKeyId, scopes: PARENT_SCOPES }
-  const asActive: Identity = { resolved: active.id, caller: active.id, keyId: activeKey.id, scopes: 'tracking:read tracking:write' }
+  const asActive: Identity = {
+    resolved: active.id,
+    caller: active.id,
+    keyId: activeKey.id,
+    scopes: 'tracking:read tracking:write',
+  }
   const unknownUuid = '00000000-0000-4000-8000-000000000000'
   const validKey = generateApiKey().apiKey
   const badChecksum = owner.apiKey.slice(0, -1) + (owner.apiKey.endsWith('a') ? 'b' : 'a')
@@ -154,7 +173,11 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
     // Absent, or self.
     { name: 'parent with no sub-account, no header', key: lonely.apiKey, outcome: always(asLonely) },
     { name: 'parent with no sub-account, self', key: lonely.apiKey, acting: 'self', outcome: always(asLonely) },
-    { name: 'parent whose only sub-account is deactivated, no header', key: retired.apiKey, outcome: always(asRetired) },
+    {
+      name: 'parent whose only sub-account is deactivated, no header',
+      key: retired.apiKey,
+      outcome: always(asRetired),
+    },
     {
       name: 'parent with active sub-accounts, no header',
       key: owner.apiKey,
@@ -162,46 +185,125 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
     },
     { name: 'parent with active sub-accounts, self', key: owner.apiKey, acting: 'self', outcome: always(asOwner) },
     { name: 'parent naming its own UUID', key: owner.apiKey, acting: owner.id, outcome: always(asOwner) },
-    { name: 'parent naming its own UUID in upper case', key: owner.apiKey, acting: owner.id.toUpperCase(), outcome: always(asOwner) },
+    {
+      name: 'parent naming its own UUID in upper case',
+      key: owner.apiKey,
+      acting: owner.id.toUpperCase(),
+      outcome: always(asOwner),
+    },
     // Acting as an own sub-account.
-    { name: 'parent acting as its active sub-account by UUID', key: owner.apiKey, acting: active.id, outcome: always(ownerAsActive) },
+    {
+      name: 'parent acting as its active sub-account by UUID',
+      key: owner.apiKey,
+      acting: active.id,
+      outcome: always(ownerAsActive),
+    },
     {
       name: 'parent acting as its active sub-account by upper-case UUID',
       key: owner.apiKey,
       acting: active.id.toUpperCase(),
       outcome: always(ownerAsActive),
     },
-    { name: 'parent acting as its active sub-account by ext:', key: owner.apiKey, acting: 'ext:acme-eu', outcome: always(ownerAsActive) },
+    {
+      name: 'parent acting as its active sub-account by ext:',
+      key: owner.apiKey,
+      acting: 'ext:acme-eu',
+      outcome: always(ownerAsActive),
+    },
     // Not its sub-account: one answer for unknown and another parent's.
-    { name: "parent naming another parent's sub-account by UUID", key: owner.apiKey, acting: foreign.id, outcome: forbidden },
-    { name: "parent naming another parent's sub-account by ext:", key: owner.apiKey, acting: 'ext:foreign-only', outcome: forbidden },
+    {
+      name: "parent naming another parent's sub-account by UUID",
+      key: owner.apiKey,
+      acting: foreign.id,
+      outcome: forbidden,
+    },
+    {
+      name: "parent naming another parent's sub-account by ext:",
+      key: owner.apiKey,
+      acting: 'ext:foreign-only',
+      outcome: forbidden,
+    },
     { name: 'parent naming another parent', key: owner.apiKey, acting: stranger.id, outcome: forbidden },
     { name: 'parent naming an unknown UUID', key: owner.apiKey, acting: unknownUuid, outcome: forbidden },
     { name: 'parent naming an unknown ext:', key: owner.apiKey, acting: 'ext:nobody', outcome: forbidden },
-    { name: 'parent with no sub-account naming an unknown UUID', key: lonely.apiKey, acting: unknownUuid, outcome: forbidden },
+    {
+      name: 'parent with no sub-account naming an unknown UUID',
+      key: lonely.apiKey,
+      acting: unknownUuid,
+      outcome: forbidden,
+    },
     // Deactivated targets.
-    { name: 'parent acting as its deactivated sub-account by UUID', key: owner.apiKey, acting: gone.id, outcome: refusal(403, 'acting_tenant_deactivated') },
-    { name: 'parent acting as its deactivated sub-account by ext:', key: owner.apiKey, acting: 'ext:gone', outcome: refusal(403, 'acting_tenant_deactivated') },
+    {
+      name: 'parent acting as its deactivated sub-account by UUID',
+      key: owner.apiKey,
+      acting: gone.id,
+      outcome: refusal(403, 'acting_tenant_deactivated'),
+    },
+    {
+      name: 'parent acting as its deactivated sub-account by ext:',
+      key: owner.apiKey,
+      acting: 'ext:gone',
+      outcome: refusal(403, 'acting_tenant_deactivated'),
+    },
     // Sub-account keys.
     { name: 'sub-account key, no header (never required)', key: activeKey.api_key, outcome: always(asActive) },
     { name: 'sub-account key, self', key: activeKey.api_key, acting: 'self', outcome: always(asActive) },
     { name: 'sub-account key, its own UUID', key: activeKey.api_key, acting: active.id, outcome: always(asActive) },
-    { name: 'sub-account key, its own UUID in upper case', key: activeKey.api_key, acting: active.id.toUpperCase(), outcome: always(asActive) },
+    {
+      name: 'sub-account key, its own UUID in upper case',
+      key: activeKey.api_key,
+      acting: active.id.toUpperCase(),
+      outcome: always(asActive),
+    },
     { name: 'sub-account key, its own ext:', key: activeKey.api_key, acting: 'ext:acme-eu', outcome: always(asActive) },
     { name: 'sub-account key naming its parent', key: activeKey.api_key, acting: owner.id, outcome: forbidden },
-    { name: 'sub-account key naming a sibling by UUID', key: activeKey.api_key, acting: sibling.id, outcome: forbidden },
-    { name: 'sub-account key naming a sibling by ext:', key: activeKey.api_key, acting: 'ext:acme-us', outcome: forbidden },
+    {
+      name: 'sub-account key naming a sibling by UUID',
+      key: activeKey.api_key,
+      acting: sibling.id,
+      outcome: forbidden,
+    },
+    {
+      name: 'sub-account key naming a sibling by ext:',
+      key: activeKey.api_key,
+      acting: 'ext:acme-us',
+      outcome: forbidden,
+    },
     { name: 'sub-account key naming an unknown UUID', key: activeKey.api_key, acting: unknownUuid, outcome: forbidden },
-    { name: "sub-account key naming another parent's sub-account", key: activeKey.api_key, acting: foreign.id, outcome: forbidden },
+    {
+      name: "sub-account key naming another parent's sub-account",
+      key: activeKey.api_key,
+      acting: foreign.id,
+      outcome: forbidden,
+    },
     // A deactivated sub-account's own key.
-    { name: "deactivated sub-account's key, no header", key: goneKey.api_key, outcome: refusal(403, 'tenant_deactivated') },
-    { name: "deactivated sub-account's key, self", key: goneKey.api_key, acting: 'self', outcome: refusal(403, 'tenant_deactivated') },
-    { name: "deactivated sub-account's key, a malformed header is still 400", key: goneKey.api_key, acting: 'SELF', outcome: malformed },
+    {
+      name: "deactivated sub-account's key, no header",
+      key: goneKey.api_key,
+      outcome: refusal(403, 'tenant_deactivated'),
+    },
+    {
+      name: "deactivated sub-account's key, self",
+      key: goneKey.api_key,
+      acting: 'self',
+      outcome: refusal(403, 'tenant_deactivated'),
+    },
+    {
+      name: "deactivated sub-account's key, a malformed header is still 400",
+      key: goneKey.api_key,
+      acting: 'SELF',
+      outcome: malformed,
+    },
     // Malformed values.
     { name: 'empty value', key: owner.apiKey, acting: '', outcome: malformed },
     { name: 'sent twice (two header lines)', key: owner.apiKey, acting: ['self', 'self'], outcome: malformed },
     { name: 'sent twice, the second empty', key: owner.apiKey, acting: ['self', ''], outcome: malformed },
-    { name: 'sent twice by a parent with no sub-account', key: lonely.apiKey, acting: ['self', 'self'], outcome: malformed },
+    {
+      name: 'sent twice by a parent with no sub-account',
+      key: lonely.apiKey,
+      acting: ['self', 'self'],
+      outcome: malformed,
+    },
     { name: 'comma-joined', key: owner.apiKey, acting: 'self, self', outcome: malformed },
     { name: 'comma-joined self and a sub-account', key: owner.apiKey, acting: `self,${active.id}`, outcome: malformed },
     { name: 'SELF', key: owner.apiKey, acting: 'SELF', outcome: malformed },
@@ -219,7 +321,12 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
     { name: 'no key and a malformed header', key: null, acting: 'SELF', outcome: unauthenticated },
     { name: 'an unknown, well-formed key', key: validKey, acting: 'self', outcome: unauthenticated },
     { name: 'a revoked key', key: revokedKey.api_key, outcome: unauthenticated },
-    { name: 'a revoked key, acting as its own tenant', key: revokedKey.api_key, acting: 'self', outcome: unauthenticated },
+    {
+      name: 'a revoked key, acting as its own tenant',
+      key: revokedKey.api_key,
+      acting: 'self',
+      outcome: unauthenticated,
+    },
     { name: 'a malformed key', key: 'tgw_short', acting: 'self', outcome: unauthenticated },
     { name: 'a key with a bad checksum', key: badChecksum, outcome: unauthenticated },
     {
@@ -228,7 +335,13 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
       extra: [['Authorization', `Basic ${Buffer.from(`x:${owner.apiKey}`).toString('base64')}`]],
       outcome: unauthenticated,
     },
-    { name: 'two Authorization headers', key: owner.apiKey, acting: 'self', extra: [['Authorization', `Bearer ${owner.apiKey}`]], outcome: unauthenticated },
+    {
+      name: 'two Authorization headers',
+      key: owner.apiKey,
+      acting: 'self',
+      extra: [['Authorization', `Bearer ${owner.apiKey}`]],
+      outcome: unauthenticated,
+    },
   ]
 
   for (const row of rows) {
@@ -298,7 +411,8 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     })
     t.equal(res.status, 200, `${what}: 200 (${res.body.slice(0, 200)})`)
     t.equal(upstream.received.length, before + 1, `${what}: the upstream got it once`)
-    const got = upstream.received[upstream.received.length - 1] ?? ({ headers: {}, rawHeaders: [] } as unknown as ReceivedRequest)
+    const got =
+      upstream.received[upstream.received.length - 1] ?? ({ headers: {}, rawHeaders: [] } as unknown as ReceivedRequest)
     return { res, got }
   }
 
@@ -333,12 +447,35 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
 
   t.test('a Connection header cannot remove the trusted headers (GHSA-gwhp-pf74-vj37)', async (t) => {
     const variants: [string, [string, string][]][] = [
-      ['resolved, key id and request id', [['Connection', 'X-Service-Resolved-Tenant, x-service-key-id, x-request-id']]],
+      [
+        'resolved, key id and request id',
+        [['Connection', 'X-Service-Resolved-Tenant, x-service-key-id, x-request-id']],
+      ],
       ['caller and scopes, with close', [['Connection', 'close, X-Service-Scopes, X-Service-Caller-Tenant']]],
-      ['all five, upper case', [['Connection', 'X-SERVICE-RESOLVED-TENANT, X-SERVICE-CALLER-TENANT, X-SERVICE-KEY-ID, X-SERVICE-SCOPES, X-REQUEST-ID']]],
-      ['two Connection lines', [['Connection', 'keep-alive'], ['Connection', 'x-service-resolved-tenant, x-service-scopes']]],
+      [
+        'all five, upper case',
+        [
+          [
+            'Connection',
+            'X-SERVICE-RESOLVED-TENANT, X-SERVICE-CALLER-TENANT, X-SERVICE-KEY-ID, X-SERVICE-SCOPES, X-REQUEST-ID',
+          ],
+        ],
+      ],
+      [
+        'two Connection lines',
+        [
+          ['Connection', 'keep-alive'],
+          ['Connection', 'x-service-resolved-tenant, x-service-scopes'],
+        ],
+      ],
       ['no spaces', [['Connection', 'x-service-key-id,x-service-caller-tenant,x-request-id']]],
-      ['with a spoof of the named header', [['Connection', 'x-service-key-id'], ['X-Service-Key-Id', 'evil-key']]],
+      [
+        'with a spoof of the named header',
+        [
+          ['Connection', 'x-service-key-id'],
+          ['X-Service-Key-Id', 'evil-key'],
+        ],
+      ],
       ['the forwarding headers', [['Connection', 'x-forwarded-for, x-forwarded-proto, x-forwarded-host']]],
     ]
     for (const [what, headers] of variants) {
@@ -349,8 +486,15 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
       t.equal(got.headers['x-forwarded-proto'], 'http', `${what}: X-Forwarded-Proto`)
       t.equal(got.headers['x-forwarded-for'], '127.0.0.1', `${what}: X-Forwarded-For`)
       t.ok(got.headers['x-forwarded-host'], `${what}: X-Forwarded-Host`)
-      t.notMatch(String(got.headers.connection ?? ''), /x-service|x-request-id|x-forwarded/i, `${what}: the client's Connection tokens are not passed on`)
-      t.notOk(got.rawHeaders.some((value) => value.includes('evil')), `${what}: no spoofed value`)
+      t.notMatch(
+        String(got.headers.connection ?? ''),
+        /x-service|x-request-id|x-forwarded/i,
+        `${what}: the client's Connection tokens are not passed on`,
+      )
+      t.notOk(
+        got.rawHeaders.some((value) => value.includes('evil')),
+        `${what}: no spoofed value`,
+      )
     }
   })
 
@@ -359,7 +503,11 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     t.equal(plain.got.headers.authorization, undefined, 'not forwarded by default')
     t.notOk(rawNameCounts(plain.got).has('authorization'), 'in no spelling')
     const forwarded = await through(t, 'forward_authorization route', { path: '/fwd/x' })
-    t.equal(forwarded.got.headers.authorization, `Bearer ${parent.apiKey}`, 'forwarded on a route with forward_authorization: true')
+    t.equal(
+      forwarded.got.headers.authorization,
+      `Bearer ${parent.apiKey}`,
+      'forwarded on a route with forward_authorization: true',
+    )
     t.equal(rawNameCounts(forwarded.got).get('authorization'), 1, 'once')
     t.equal(forwarded.got.url, '/fwd/x')
     checkIdentity(t, forwarded.got, identity, 'forward_authorization route')
@@ -378,7 +526,13 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
       ['with a slash', [['X-Request-Id', 'a/b']]],
       ['129 characters', [['X-Request-Id', 'x'.repeat(129)]]],
       ['with a quote', [['X-Request-Id', 'a"b']]],
-      ['sent twice', [['X-Request-Id', 'one'], ['X-Request-Id', 'two']]],
+      [
+        'sent twice',
+        [
+          ['X-Request-Id', 'one'],
+          ['X-Request-Id', 'two'],
+        ],
+      ],
     ]
     for (const [what, headers] of insane) {
       const { res, got } = await through(t, what, { headers })
@@ -398,7 +552,11 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     const bare = await through(t, 'no forwarding headers', {})
     t.equal(bare.got.headers['x-forwarded-for'], '127.0.0.1', 'X-Forwarded-For: the peer')
     t.equal(bare.got.headers['x-forwarded-proto'], 'http', 'X-Forwarded-Proto')
-    t.equal(bare.got.headers['x-forwarded-host'], new URL(gw.url).host, 'X-Forwarded-Host: the Host the client asked for')
+    t.equal(
+      bare.got.headers['x-forwarded-host'],
+      new URL(gw.url).host,
+      'X-Forwarded-Host: the Host the client asked for',
+    )
     t.equal(bare.got.headers.host, new URL(upstream.url).host, "Host: the upstream's own")
 
     const chained = await through(t, 'a client chain', {
@@ -411,15 +569,26 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     })
     t.equal(chained.got.headers['x-forwarded-for'], '203.0.113.7, 127.0.0.1', 'appended to the client chain')
     t.equal(chained.got.headers['x-forwarded-proto'], 'http', 'the gateway says how it was reached')
-    t.equal(chained.got.headers['x-forwarded-host'], 'shop.example.test:8443', 'the Host the client sent, not its X-Forwarded-Host')
+    t.equal(
+      chained.got.headers['x-forwarded-host'],
+      'shop.example.test:8443',
+      'the Host the client sent, not its X-Forwarded-Host',
+    )
     t.equal(rawNameCounts(chained.got).get('x-forwarded-host'), 1, 'one X-Forwarded-Host')
     t.equal(rawNameCounts(chained.got).get('x-forwarded-proto'), 1, 'one X-Forwarded-Proto')
     t.equal(rawNameCounts(chained.got).get('x-forwarded-for'), 1, 'one X-Forwarded-For')
 
     const twice = await through(t, 'X-Forwarded-For twice', {
-      headers: [['X-Forwarded-For', '198.51.100.1'], ['X-Forwarded-For', '203.0.113.7']],
+      headers: [
+        ['X-Forwarded-For', '198.51.100.1'],
+        ['X-Forwarded-For', '203.0.113.7'],
+      ],
     })
-    t.equal(twice.got.headers['x-forwarded-for'], '198.51.100.1, 203.0.113.7, 127.0.0.1', 'both lines kept, in order, then the peer')
+    t.equal(
+      twice.got.headers['x-forwarded-for'],
+      '198.51.100.1, 203.0.113.7, 127.0.0.1',
+      'both lines kept, in order, then the peer',
+    )
   })
 
   t.test('hop-by-hop headers are not forwarded; end-to-end ones are', async (t) => {
@@ -438,7 +607,10 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     for (const name of ['keep-alive', 'te', 'upgrade', 'proxy-authorization', 'proxy-connection', 'trailer']) {
       t.notOk(rawNameCounts(got).has(name), `${name} not forwarded`)
     }
-    t.notOk(got.rawHeaders.some((value) => value.includes('c2VjcmV0')), 'the proxy credentials appear nowhere')
+    t.notOk(
+      got.rawHeaders.some((value) => value.includes('c2VjcmV0')),
+      'the proxy credentials appear nowhere',
+    )
     t.equal(got.headers['x-custom'], 'kept', 'a custom header is forwarded')
     t.equal(got.headers.accept, 'text/plain', 'Accept is forwarded')
     t.equal(got.headers.cookie, 'a=1', 'Cookie is forwarded')

@@ -8,7 +8,13 @@ import t, { type Test } from 'tap'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
 import { checkProblem } from '../helpers/problems.js'
-import { closedPort, listenOnLoopback, type ReceivedRequest, startUpstream, type Upstream } from '../helpers/upstream.js'
+import {
+  closedPort,
+  listenOnLoopback,
+  type ReceivedRequest,
+  startUpstream,
+  type Upstream,
+} from '../helpers/upstream.js'
 
 /** A request as `key` (none when null), the path sent exactly as written. */
 function send(
@@ -42,7 +48,12 @@ function counter(upstreams: Upstream[]) {
 }
 
 /** Sends a request and returns the single request `upstream` got for it. */
-async function reaches(t: Test, upstream: Upstream, what: string, act: () => Promise<RawResponse>): Promise<{ res: RawResponse; got: ReceivedRequest | undefined }> {
+async function reaches(
+  t: Test,
+  upstream: Upstream,
+  what: string,
+  act: () => Promise<RawResponse>,
+): Promise<{ res: RawResponse; got: ReceivedRequest | undefined }> {
   const before = upstream.received.length
   const res = await act()
   t.equal(upstream.received.length, before + 1, `${what}: the intended upstream got it once`)
@@ -64,7 +75,11 @@ t.test('the route table (docs/configuration.md)', async (t) => {
   ]
   const gw = await startGateway(t, { gatewayConfig: { routes }, upstreamUrl: `${catchAll.url}/root` })
   // The same deployment without the catch-all: it shares the database and the Redis prefix.
-  const noCatchAll = await startGateway(t, { gatewayConfig: { routes }, database: gw.database, redisKeyPrefix: gw.redisKeyPrefix })
+  const noCatchAll = await startGateway(t, {
+    gatewayConfig: { routes },
+    database: gw.database,
+    redisKeyPrefix: gw.redisKeyPrefix,
+  })
   const { nothingReached } = counter(all)
 
   const owner = await gw.createParent()
@@ -109,7 +124,11 @@ t.test('the route table (docs/configuration.md)', async (t) => {
       }
     }
     // Nothing went anywhere else: 18 paths, two methods each, one upstream each.
-    t.equal(all.reduce((sum, upstream) => sum + upstream.received.length, 0), cases.length * 2, 'no request reached a second upstream')
+    t.equal(
+      all.reduce((sum, upstream) => sum + upstream.received.length, 0),
+      cases.length * 2,
+      'no request reached a second upstream',
+    )
   })
 
   t.test('no route matches: 404 route_not_found', async (t) => {
@@ -132,7 +151,9 @@ t.test('the route table (docs/configuration.md)', async (t) => {
       }
     }
     // The same gateway still routes what it has (it shares the database, so the keys work).
-    const { res } = await reaches(t, labels, 'a known route', () => send(noCatchAll, star.apiKey, 'GET', '/v1/shipments/labels/1'))
+    const { res } = await reaches(t, labels, 'a known route', () =>
+      send(noCatchAll, star.apiKey, 'GET', '/v1/shipments/labels/1'),
+    )
     t.equal(res.status, 200, 'a known route on the gateway without a catch-all')
   })
 
@@ -153,7 +174,9 @@ t.test('the route table (docs/configuration.md)', async (t) => {
       }
     }
     // A chunked request with an empty body.
-    const chunked = await nothingReached(t, 'an empty chunked POST', () => send(noCatchAll, star.apiKey, 'POST', '/nothing'))
+    const chunked = await nothingReached(t, 'an empty chunked POST', () =>
+      send(noCatchAll, star.apiKey, 'POST', '/nothing'),
+    )
     checkProblem(t, chunked, 404, 'route_not_found', 'an empty chunked POST')
   })
 
@@ -173,7 +196,9 @@ t.test('the route table (docs/configuration.md)', async (t) => {
     for (const [method, path] of cases) {
       for (const key of [owner.apiKey, null]) {
         const what = `${method} ${path} ${key === null ? 'without' : 'with'} a key`
-        const res = await nothingReached(t, what, () => send(gw, key, method, path, { headers: [['X-Service-Acting-Tenant', 'self']] }))
+        const res = await nothingReached(t, what, () =>
+          send(gw, key, method, path, { headers: [['X-Service-Acting-Tenant', 'self']] }),
+        )
         checkProblem(t, res, 404, 'route_not_found', what)
       }
     }
@@ -188,12 +213,19 @@ t.test('the route table (docs/configuration.md)', async (t) => {
     ] as const) {
       const what = `${method} ${path}`
       const res = await nothingReached(t, what, () =>
-        send(gw, owner.apiKey, method, path, { headers: [['X-Service-Acting-Tenant', 'self'], ['Content-Length', '0']] }),
+        send(gw, owner.apiKey, method, path, {
+          headers: [
+            ['X-Service-Acting-Tenant', 'self'],
+            ['Content-Length', '0'],
+          ],
+        }),
       )
       t.notMatch(res.body, /rawHeaders/, `${what}: answered by the gateway, not an upstream (${res.status})`)
     }
     // And the management API itself still answers on the same gateway.
-    const list = await nothingReached(t, 'GET /v1/sub-accounts', () => send(gw, owner.apiKey, 'GET', '/v1/sub-accounts'))
+    const list = await nothingReached(t, 'GET /v1/sub-accounts', () =>
+      send(gw, owner.apiKey, 'GET', '/v1/sub-accounts'),
+    )
     t.equal(list.status, 200, 'the management API answers')
   })
 
@@ -238,7 +270,9 @@ t.test('the route table (docs/configuration.md)', async (t) => {
       ['/v1/shipments/labels/1', labels],
       ['/anything', catchAll],
     ] as const) {
-      const { res } = await reaches(t, upstream, `${path} with billing scopes`, () => send(gw, other.apiKey, 'DELETE', path))
+      const { res } = await reaches(t, upstream, `${path} with billing scopes`, () =>
+        send(gw, other.apiKey, 'DELETE', path),
+      )
       t.equal(res.status, 200, `${path}: no scopes needed`)
     }
     // The scopes arrive as granted, wildcard included.
@@ -263,12 +297,21 @@ t.test('the route table (docs/configuration.md)', async (t) => {
     ]
     for (const [what, key, options] of requests) {
       const method = options.body === undefined ? 'GET' : 'POST'
-      const { res, got } = await reaches(t, pub, what, () => send(gw, key, method, '/health/upstream/deep?x=1', options))
+      const { res, got } = await reaches(t, pub, what, () =>
+        send(gw, key, method, '/health/upstream/deep?x=1', options),
+      )
       t.equal(res.status, 200, `${what}: 200`)
       t.equal(got?.url, '/health/upstream/deep?x=1', `${what}: path`)
       const names = (got?.rawHeaders ?? []).filter((_, i) => i % 2 === 0).map((name) => name.toLowerCase())
-      t.same(names.filter((name) => name.startsWith('x-service-')), [], `${what}: no X-Service-* header at all`)
-      t.notOk(got?.rawHeaders.some((value) => value.includes('evil')), `${what}: no spoofed value`)
+      t.same(
+        names.filter((name) => name.startsWith('x-service-')),
+        [],
+        `${what}: no X-Service-* header at all`,
+      )
+      t.notOk(
+        got?.rawHeaders.some((value) => value.includes('evil')),
+        `${what}: no spoofed value`,
+      )
       t.notOk(names.includes('authorization'), `${what}: no Authorization`)
       t.equal(got?.headers['x-request-id'], res.headers['x-request-id'], `${what}: the request id still goes`)
       if (options.body !== undefined) t.equal(got?.bodySha256, sha256(options.body), `${what}: body`)
@@ -410,7 +453,13 @@ t.test('upstream failures (docs/api.md)', async (t) => {
 
   t.test('an unreachable upstream is 502 upstream_unavailable', async (t) => {
     for (const method of ['GET', 'POST', 'DELETE']) {
-      const res = await send(gw, owner.apiKey, method, '/down/x', method === 'POST' ? { body: 'payload', contentType: 'text/plain' } : {})
+      const res = await send(
+        gw,
+        owner.apiKey,
+        method,
+        '/down/x',
+        method === 'POST' ? { body: 'payload', contentType: 'text/plain' } : {},
+      )
       checkProblem(t, res, 502, 'upstream_unavailable', `${method} to a closed port`)
     }
   })
@@ -423,7 +472,9 @@ t.test('upstream failures (docs/api.md)', async (t) => {
 
   t.test('a GET answered 503 reaches the upstream exactly once', async (t) => {
     for (const method of ['GET', 'HEAD', 'POST']) {
-      const { res } = await reaches(t, flaky, `${method} answered 503`, () => send(gw, owner.apiKey, method, '/flaky/x'))
+      const { res } = await reaches(t, flaky, `${method} answered 503`, () =>
+        send(gw, owner.apiKey, method, '/flaky/x'),
+      )
       t.equal(res.status, 503, `${method}: the client gets the upstream's 503`)
       if (method !== 'HEAD') t.equal(res.body, 'try later', `${method}: with its body`)
     }
@@ -432,13 +483,25 @@ t.test('upstream failures (docs/api.md)', async (t) => {
   t.test('a request whose connection dies is not retried', async (t) => {
     for (const method of ['POST', 'GET']) {
       const { res } = await reaches(t, resetting, `${method} reset after it arrived`, () =>
-        send(gw, owner.apiKey, method, '/reset/x', method === 'POST' ? { body: 'once only', contentType: 'text/plain' } : {}),
+        send(
+          gw,
+          owner.apiKey,
+          method,
+          '/reset/x',
+          method === 'POST' ? { body: 'once only', contentType: 'text/plain' } : {},
+        ),
       )
       checkProblem(t, res, 502, 'upstream_unavailable', `${method} reset`)
     }
     for (const method of ['POST', 'PUT', 'GET']) {
       const before = slamming.connections()
-      const res = await send(gw, owner.apiKey, method, '/slam/x', method === 'GET' ? {} : { body: 'once only', contentType: 'text/plain' })
+      const res = await send(
+        gw,
+        owner.apiKey,
+        method,
+        '/slam/x',
+        method === 'GET' ? {} : { body: 'once only', contentType: 'text/plain' },
+      )
       checkProblem(t, res, 502, 'upstream_unavailable', `${method} to an upstream that closes every connection`)
       t.equal(slamming.connections() - before, 1, `${method}: one connection attempt, no retry`)
     }
@@ -446,7 +509,13 @@ t.test('upstream failures (docs/api.md)', async (t) => {
 })
 
 /** A chunked request (no Content-Length), written in `chunks` one after another. */
-function chunkedRequest(gw: TestGateway, key: string, path: string, chunks: Buffer[], contentType: string): Promise<RawResponse> {
+function chunkedRequest(
+  gw: TestGateway,
+  key: string,
+  path: string,
+  chunks: Buffer[],
+  contentType: string,
+): Promise<RawResponse> {
   const url = new URL(gw.url)
   return new Promise((resolve, reject) => {
     const request = httpRequest(
@@ -520,7 +589,9 @@ t.test('request bodies stream through untouched', async (t) => {
   t.test('a chunked body (no Content-Length) arrives byte-exact', async (t) => {
     const chunks = unevenChunks(3 * 1024 * 1024 + 17)
     const whole = Buffer.concat(chunks)
-    const { res, got } = await reaches(t, upstream, 'chunked', () => chunkedRequest(gw, owner.apiKey, '/chunked', chunks, 'application/octet-stream'))
+    const { res, got } = await reaches(t, upstream, 'chunked', () =>
+      chunkedRequest(gw, owner.apiKey, '/chunked', chunks, 'application/octet-stream'),
+    )
     t.equal(res.status, 200)
     t.equal(got?.bodyBytes, whole.length, 'length')
     t.equal(got?.bodySha256, sha256(whole), 'sha256')
@@ -528,7 +599,13 @@ t.test('request bodies stream through untouched', async (t) => {
   })
 
   t.test('a JSON body is not re-serialised', async (t) => {
-    for (const body of ['{"a":1,   "b":2}', '{"b": 2, "a": 1.50, "a": 3}\n', '{not json at all', '  []  ', '{"__proto__": {"x": 1}}']) {
+    for (const body of [
+      '{"a":1,   "b":2}',
+      '{"b": 2, "a": 1.50, "a": 3}\n',
+      '{not json at all',
+      '  []  ',
+      '{"__proto__": {"x": 1}}',
+    ]) {
       for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
         const what = `${method} ${JSON.stringify(body)}`
         const { res, got } = await reaches(t, upstream, what, () =>
@@ -545,11 +622,15 @@ t.test('request bodies stream through untouched', async (t) => {
   t.test("a body over the route's max_body_bytes is 413", async (t) => {
     for (const size of [1025, 2000, 64 * 1024]) {
       const what = `${size} bytes with Content-Length`
-      const res = await nothingReached(t, what, () => send(gw, owner.apiKey, 'POST', '/small/x', { body: randomBytes(size) }))
+      const res = await nothingReached(t, what, () =>
+        send(gw, owner.apiKey, 'POST', '/small/x', { body: randomBytes(size) }),
+      )
       checkProblem(t, res, 413, 'payload_too_large', what)
     }
     const exact = randomBytes(1024)
-    const { res, got } = await reaches(t, upstream, 'exactly the limit', () => send(gw, owner.apiKey, 'POST', '/small/x', { body: exact }))
+    const { res, got } = await reaches(t, upstream, 'exactly the limit', () =>
+      send(gw, owner.apiKey, 'POST', '/small/x', { body: exact }),
+    )
     t.equal(res.status, 200, 'exactly max_body_bytes passes')
     t.equal(got?.bodySha256, sha256(exact), 'and arrives whole')
 
@@ -574,7 +655,10 @@ t.test('request bodies stream through untouched', async (t) => {
       ['text/csv', 'a,b\n1,2\n'],
       ['text/csv; charset=iso-8859-1', 'caf\xe9,1\n'],
       ['application/x-foo', '\u0000\u0001binary-ish'],
-      ['multipart/form-data; boundary=xyz', '--xyz\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--xyz--\r\n'],
+      [
+        'multipart/form-data; boundary=xyz',
+        '--xyz\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--xyz--\r\n',
+      ],
       ['application/x-www-form-urlencoded', 'a=1&b=%20'],
       [null, 'no content type at all'],
     ]
@@ -582,7 +666,9 @@ t.test('request bodies stream through untouched', async (t) => {
       for (const method of ['POST', 'PUT']) {
         const body = Buffer.from(text, 'latin1')
         const what = `${method} ${contentType ?? 'without a content type'}`
-        const { res, got } = await reaches(t, upstream, what, () => send(gw, owner.apiKey, method, '/typed', { body, contentType }))
+        const { res, got } = await reaches(t, upstream, what, () =>
+          send(gw, owner.apiKey, method, '/typed', { body, contentType }),
+        )
         t.equal(res.status, 200, `${what}: 200`)
         t.equal(got?.bodySha256, sha256(body), `${what}: body`)
         t.equal(got?.headers['content-type'], contentType ?? undefined, `${what}: content type`)

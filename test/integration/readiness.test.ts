@@ -17,7 +17,13 @@ import { REDIS_URL } from '../helpers/redis.js'
 
 interface Readyz {
   status: number
-  body: { status?: string; code?: string; detail?: string; draining?: boolean; checks?: { postgres?: string; redis?: string } }
+  body: {
+    status?: string
+    code?: string
+    detail?: string
+    draining?: boolean
+    checks?: { postgres?: string; redis?: string }
+  }
 }
 
 async function readyz(app: FastifyInstance): Promise<Readyz> {
@@ -57,13 +63,20 @@ t.test('503 until Postgres has been reached once since the start', async (t) => 
 
 t.test('200 once Postgres answered, with both stores up', async (t) => {
   await postgresRelay.restore()
-  const ready = await eventually(10_000, async () => {
-    const r = await readyz(app)
-    return r.status === 200 && r.body.checks?.redis === 'ok'
-  }, 50)
+  const ready = await eventually(
+    10_000,
+    async () => {
+      const r = await readyz(app)
+      return r.status === 200 && r.body.checks?.redis === 'ok'
+    },
+    50,
+  )
   t.not(ready, null, 'ready once Postgres answered and Redis connected')
   t.same((await readyz(app)).body, { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
-  t.ok((await metricValue(app, 'tgw_postgres_connections', { state: 'active' })) > 0, 'the pool metric sees its connections')
+  t.ok(
+    (await metricValue(app, 'tgw_postgres_connections', { state: 'active' })) > 0,
+    'the pool metric sees its connections',
+  )
 })
 
 t.test('a Postgres outage after the first contact: still 200, reported in the body and the metrics', async (t) => {
@@ -71,9 +84,17 @@ t.test('a Postgres outage after the first contact: still 200, reported in the bo
   const during = await readyz(app)
   t.equal(during.status, 200, 'still in the Service')
   t.same(during.body, { status: 'ready', checks: { postgres: 'down', redis: 'ok' } }, 'the body names the outage')
-  t.equal(await metricValue(app, 'tgw_postgres_connections', { state: 'active' }), 0, 'tgw_postgres_connections reports none')
+  t.equal(
+    await metricValue(app, 'tgw_postgres_connections', { state: 'active' }),
+    0,
+    'tgw_postgres_connections reports none',
+  )
   await postgresRelay.restore()
-  t.not(await eventually(30_000, async () => (await readyz(app)).body.checks?.postgres === 'ok', 100), null, 'checks say ok again once it is back')
+  t.not(
+    await eventually(30_000, async () => (await readyz(app)).body.checks?.postgres === 'ok', 100),
+    null,
+    'checks say ok again once it is back',
+  )
 })
 
 t.test('a Redis outage: still 200, reported in the body and in tgw_redis_up', async (t) => {
@@ -85,15 +106,23 @@ t.test('a Redis outage: still 200, reported in the body and in tgw_redis_up', as
   t.same(answer.body, { status: 'ready', checks: { postgres: 'ok', redis: 'down' } })
   t.equal(await metricValue(app, 'tgw_redis_up', { connection: 'commands' }), 0, 'tgw_redis_up says so')
   await redisRelay.restore()
-  t.not(await eventually(30_000, async () => (await readyz(app)).body.checks?.redis === 'ok', 100), null, 'and ok again once it is back')
+  t.not(
+    await eventually(30_000, async () => (await readyz(app)).body.checks?.redis === 'ok', 100),
+    null,
+    'and ok again once it is back',
+  )
 })
 
 t.test('both stores out at once: still 200', async (t) => {
   await Promise.all([postgresRelay.cut(), redisRelay.cut()])
-  const named = await eventually(5_000, async () => {
-    const { body } = await readyz(app)
-    return body.checks?.postgres === 'down' && body.checks.redis === 'down'
-  }, 50)
+  const named = await eventually(
+    5_000,
+    async () => {
+      const { body } = await readyz(app)
+      return body.checks?.postgres === 'down' && body.checks.redis === 'down'
+    },
+    50,
+  )
   t.not(named, null, 'the body names both')
   t.equal((await readyz(app)).status, 200, 'still in the Service')
   await Promise.all([postgresRelay.restore(), redisRelay.restore()])

@@ -22,7 +22,11 @@ import { startUpstream } from '../helpers/upstream.js'
 /** What the helpers below need of a test. */
 type Assert = Pick<typeof t, 'equal' | 'ok' | 'not' | 'comment'>
 
-const SLOW_LOCAL_EXPIRY: GatewayOptions['cacheTimings'] = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
+const SLOW_LOCAL_EXPIRY: GatewayOptions['cacheTimings'] = {
+  localTtlMs: 60_000,
+  negativeTtlMs: 60_000,
+  reinvalidateAfterMs: 60_000,
+}
 
 const upstream = await startUpstream(t)
 const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
@@ -62,7 +66,8 @@ const codeOf = (res: RawResponse): string | null => {
 }
 
 /** The tenant the upstream was told the request acts as (the echo upstream returns what it got). */
-const resolvedOf = (res: RawResponse): unknown => (res.json() as { headers: Record<string, unknown> }).headers['x-service-resolved-tenant']
+const resolvedOf = (res: RawResponse): unknown =>
+  (res.json() as { headers: Record<string, unknown> }).headers['x-service-resolved-tenant']
 
 const read = (gw: TestGateway, key: string, acting?: string) =>
   callAs(gw.url, key, { path: '/orders', ...(acting === undefined ? {} : { acting }) })
@@ -71,7 +76,14 @@ const write = (gw: TestGateway, key: string, acting?: string) =>
   callAs(gw.url, key, { method: 'POST', path: '/orders', json: { n: 1 }, ...(acting === undefined ? {} : { acting }) })
 
 /** A management call; `acting` defaults to self, `null` sends no header. */
-const manage = (gw: TestGateway, key: string, method: string, path: string, json?: unknown, acting: string | null = 'self') =>
+const manage = (
+  gw: TestGateway,
+  key: string,
+  method: string,
+  path: string,
+  json?: unknown,
+  acting: string | null = 'self',
+) =>
   callAs(gw.url, key, {
     method,
     path: `/v1/sub-accounts${path}`,
@@ -94,9 +106,19 @@ interface Minted {
   api_key: string
 }
 
-async function createSub(t: Assert, gw: TestGateway, parentKey: string, body: Record<string, unknown>, acting: string | null = 'self'): Promise<Sub> {
+async function createSub(
+  t: Assert,
+  gw: TestGateway,
+  parentKey: string,
+  body: Record<string, unknown>,
+  acting: string | null = 'self',
+): Promise<Sub> {
   const res = await manage(gw, parentKey, 'POST', '', body, acting)
-  t.equal(res.status, 201, `sub-account ${JSON.stringify(body)} created through ${gw === a ? 'A' : 'the replica'}: ${describe(res)}`)
+  t.equal(
+    res.status,
+    201,
+    `sub-account ${JSON.stringify(body)} created through ${gw === a ? 'A' : 'the replica'}: ${describe(res)}`,
+  )
   return res.json() as Sub
 }
 
@@ -110,7 +132,13 @@ async function mint(t: Assert, gw: TestGateway, parentKey: string, subId: string
  * Polls B (or another replica) until `check` holds, for at most `ms`; asserts it did and that it
  * still holds on the next request, and reports how long it took.
  */
-async function follows(t: Assert, what: string, probe: () => Promise<RawResponse>, check: (res: RawResponse) => boolean, ms = 1_000): Promise<number | null> {
+async function follows(
+  t: Assert,
+  what: string,
+  probe: () => Promise<RawResponse>,
+  check: (res: RawResponse) => boolean,
+  ms = 1_000,
+): Promise<number | null> {
   let last: RawResponse | null = null
   const took = await eventually(ms, async () => {
     last = await probe()
@@ -178,7 +206,12 @@ t.test('1. a sub-account key revoked through A is refused by B within 1 s', asyn
 
   const onA = await read(a, key.api_key)
   t.ok(refused(onA, 401, 'unauthenticated'), `A refuses at once (${describe(onA)})`)
-  const took = await follows(t, 'B refuses the key revoked through A', () => read(b, key.api_key), (res) => refused(res, 401, 'unauthenticated'))
+  const took = await follows(
+    t,
+    'B refuses the key revoked through A',
+    () => read(b, key.api_key),
+    (res) => refused(res, 401, 'unauthenticated'),
+  )
   revokeTimes.push(`revoke through A -> refused by B (bus): ${took} ms`)
   t.equal((await read(b, other.api_key)).status, 200, 'the other key of the sub-account still works on B')
 })
@@ -192,7 +225,11 @@ t.test('2. a sub-account deactivated through A is refused by B, and accepted aga
   const byExt = () => read(b, parent.apiKey, 'ext:acme-eu')
   const ownKey = () => read(b, key.api_key)
 
-  for (const [what, probe] of [['acting by uuid', byUuid], ['acting by ext:', byExt], ["the sub-account's own key", ownKey]] as const) {
+  for (const [what, probe] of [
+    ['acting by uuid', byUuid],
+    ['acting by ext:', byExt],
+    ["the sub-account's own key", ownKey],
+  ] as const) {
     const warm = await probe()
     t.equal(warm.status, 200, `B accepts ${what} before the deactivation (${describe(warm)})`)
     t.equal(resolvedOf(warm), sub.id, `B resolves ${what} to the sub-account`)
@@ -203,10 +240,16 @@ t.test('2. a sub-account deactivated through A is refused by B, and accepted aga
   t.equal(off.json().status, 'deactivated')
 
   t.ok(refused(await read(a, parent.apiKey, sub.id), 403, 'acting_tenant_deactivated'), 'A refuses the target at once')
-  const took = await follows(t, 'B refuses acting by uuid (deactivated)', byUuid, (res) => refused(res, 403, 'acting_tenant_deactivated'))
+  const took = await follows(t, 'B refuses acting by uuid (deactivated)', byUuid, (res) =>
+    refused(res, 403, 'acting_tenant_deactivated'),
+  )
   revokeTimes.push(`deactivate through A -> refused by B: ${took} ms`)
-  await follows(t, 'B refuses acting by ext: (deactivated)', byExt, (res) => refused(res, 403, 'acting_tenant_deactivated'))
-  await follows(t, "B refuses the deactivated sub-account's own key", ownKey, (res) => refused(res, 403, 'tenant_deactivated'))
+  await follows(t, 'B refuses acting by ext: (deactivated)', byExt, (res) =>
+    refused(res, 403, 'acting_tenant_deactivated'),
+  )
+  await follows(t, "B refuses the deactivated sub-account's own key", ownKey, (res) =>
+    refused(res, 403, 'tenant_deactivated'),
+  )
 
   // B now holds the deactivated state: reactivate through A.
   const on = await manage(a, parent.apiKey, 'POST', `/${sub.id}/reactivate`)
@@ -214,10 +257,20 @@ t.test('2. a sub-account deactivated through A is refused by B, and accepted aga
   t.equal(on.json().status, 'active')
 
   t.equal((await read(a, parent.apiKey, sub.id)).status, 200, 'A accepts the target at once')
-  const back = await follows(t, 'B accepts acting by uuid again', byUuid, (res) => res.status === 200 && resolvedOf(res) === sub.id)
+  const back = await follows(
+    t,
+    'B accepts acting by uuid again',
+    byUuid,
+    (res) => res.status === 200 && resolvedOf(res) === sub.id,
+  )
   revokeTimes.push(`reactivate through A -> accepted by B: ${back} ms`)
   await follows(t, 'B accepts acting by ext: again', byExt, (res) => res.status === 200 && resolvedOf(res) === sub.id)
-  await follows(t, "B accepts the sub-account's own key again", ownKey, (res) => res.status === 200 && resolvedOf(res) === sub.id)
+  await follows(
+    t,
+    "B accepts the sub-account's own key again",
+    ownKey,
+    (res) => res.status === 200 && resolvedOf(res) === sub.id,
+  )
 })
 
 t.test('3. the write-header rule follows create, deactivate and reactivate on both replicas', async (t) => {
@@ -225,7 +278,10 @@ t.test('3. the write-header rule follows create, deactivate and reactivate on bo
   const required = (res: RawResponse) => refused(res, 400, 'acting_tenant_required')
   const passes = (res: RawResponse) => res.status === 200 && resolvedOf(res) === parent.id
 
-  for (const [name, gw] of [['A', a], ['B', b]] as const) {
+  for (const [name, gw] of [
+    ['A', a],
+    ['B', b],
+  ] as const) {
     const res = await write(gw, parent.apiKey)
     t.ok(passes(res), `no sub-account: a POST without the header passes on ${name} (${describe(res)})`)
   }
@@ -260,14 +316,22 @@ t.test('4. external_id created, renamed and cleared through A: B follows every n
   t.ok(forbidden(none), `before the sub-account exists: B refuses ext:old-name (${describe(none)})`)
   const sub = await createSub(t, a, parent.apiKey, { name: 'four', external_id: 'old-name' })
   const resolves = (res: RawResponse) => res.status === 200 && resolvedOf(res) === sub.id
-  const created = await follows(t, 'B resolves ext:old-name of the sub-account created through A', () => read(b, parent.apiKey, 'ext:old-name'), resolves)
+  const created = await follows(
+    t,
+    'B resolves ext:old-name of the sub-account created through A',
+    () => read(b, parent.apiKey, 'ext:old-name'),
+    resolves,
+  )
   revokeTimes.push(`sub-account created through A -> its ext: resolved by B: ${created} ms`)
   const key = await mint(t, a, parent.apiKey, sub.id)
 
   // B learns both names: the old one resolves, the new one is cached as "no such sub-account".
   t.ok(resolves(await read(b, parent.apiKey, 'ext:old-name')), 'before: B resolves ext:old-name')
   t.ok(forbidden(await read(b, parent.apiKey, 'ext:new-name')), 'before: B refuses ext:new-name')
-  t.ok(resolves(await read(b, key.api_key, 'ext:old-name')), "before: the sub-account's key may name itself ext:old-name")
+  t.ok(
+    resolves(await read(b, key.api_key, 'ext:old-name')),
+    "before: the sub-account's key may name itself ext:old-name",
+  )
   t.ok(forbidden(await read(b, key.api_key, 'ext:new-name')), "before: the sub-account's key may not name ext:new-name")
 
   const renamed = await manage(a, parent.apiKey, 'PATCH', `/${sub.id}`, { external_id: 'new-name' })
@@ -277,15 +341,30 @@ t.test('4. external_id created, renamed and cleared through A: B follows every n
   const took = await follows(t, 'B resolves ext:new-name', () => read(b, parent.apiKey, 'ext:new-name'), resolves)
   revokeTimes.push(`external_id renamed through A -> new name resolved by B: ${took} ms`)
   await follows(t, 'B refuses ext:old-name', () => read(b, parent.apiKey, 'ext:old-name'), forbidden)
-  await follows(t, "B lets the sub-account's key name itself ext:new-name", () => read(b, key.api_key, 'ext:new-name'), resolves)
-  await follows(t, "B refuses the sub-account's key naming ext:old-name", () => read(b, key.api_key, 'ext:old-name'), forbidden)
+  await follows(
+    t,
+    "B lets the sub-account's key name itself ext:new-name",
+    () => read(b, key.api_key, 'ext:new-name'),
+    resolves,
+  )
+  await follows(
+    t,
+    "B refuses the sub-account's key naming ext:old-name",
+    () => read(b, key.api_key, 'ext:old-name'),
+    forbidden,
+  )
 
   const cleared = await manage(a, parent.apiKey, 'PATCH', `/${sub.id}`, { external_id: null })
   t.equal(cleared.status, 200, `cleared through A: ${describe(cleared)}`)
   t.equal(cleared.json().external_id, null)
 
   await follows(t, 'B refuses ext:new-name once cleared', () => read(b, parent.apiKey, 'ext:new-name'), forbidden)
-  await follows(t, "B refuses the sub-account's key naming ext:new-name once cleared", () => read(b, key.api_key, 'ext:new-name'), forbidden)
+  await follows(
+    t,
+    "B refuses the sub-account's key naming ext:new-name once cleared",
+    () => read(b, key.api_key, 'ext:new-name'),
+    forbidden,
+  )
   t.ok(resolves(await read(b, parent.apiKey, sub.id)), 'the uuid still resolves on B')
 })
 
@@ -313,7 +392,9 @@ t.test('5. an unknown key is asked of Postgres once, then answered from the nega
   const aEnd = await lookups(a)
   const redisErrors = (await counter(a, 'tgw_redis_errors_total')) + (await counter(b, 'tgw_redis_errors_total'))
   if (aEnd.redis - aStart.redis === 0 && redisErrors > 0) {
-    t.comment('a Redis command failed on A or B (fallback to Postgres); the shared "not found" was not observable this time')
+    t.comment(
+      'a Redis command failed on A or B (fallback to Postgres); the shared "not found" was not observable this time',
+    )
     t.equal(aEnd.postgres - aStart.postgres, 1, 'A asked Postgres instead')
   } else {
     t.equal(aEnd.postgres - aStart.postgres, 0, 'A did not ask Postgres for a key B already found unknown')
@@ -348,7 +429,10 @@ t.test('6. once warm, B makes no store round-trip', async (t) => {
   // A request is admitted from the last second's admissions (no lookup), or else looks up the
   // key, its tenant and the acting tenant, each an in-process hit.
   const fromMemory = after.recent - before.recent + (after.local - before.local) / 3
-  t.ok(fromMemory >= 50, `every request was admitted in-process (${after.recent - before.recent} recent admissions, ${after.local - before.local} cache hits)`)
+  t.ok(
+    fromMemory >= 50,
+    `every request was admitted in-process (${after.recent - before.recent} recent admissions, ${after.local - before.local} cache hits)`,
+  )
 })
 
 t.test("7. a reconnect of B's subscriber clears B's in-process cache", async (t) => {
@@ -375,7 +459,12 @@ t.test("7. a reconnect of B's subscriber clears B's in-process cache", async (t)
   const list = String(await redis.call('CLIENT', 'LIST', 'TYPE', 'pubsub'))
   const mine = list
     .split('\n')
-    .filter((line) => line.includes(` addr=127.0.0.1:${localPort} `) || line.includes(` addr=[::1]:${localPort} `) || line.includes(` addr=::1:${localPort} `))
+    .filter(
+      (line) =>
+        line.includes(` addr=127.0.0.1:${localPort} `) ||
+        line.includes(` addr=[::1]:${localPort} `) ||
+        line.includes(` addr=::1:${localPort} `),
+    )
     .filter((line) => / sub=[1-9]/.test(line))
   t.equal(mine.length, 1, `found B's subscriber connection (local port ${localPort})`)
   const id = /(?:^|\s)id=(\d+)/.exec(mine[0] ?? '')?.[1]
@@ -385,15 +474,31 @@ t.test("7. a reconnect of B's subscriber clears B's in-process cache", async (t)
   t.equal(Number(killed), 1, "killed exactly B's subscriber")
   const killedAt = Date.now()
 
-  const took = await follows(t, 'B refuses the key after its subscriber reconnected', () => read(b, key.api_key), (res) => refused(res, 401, 'unauthenticated'))
-  revokeTimes.push(`subscriber killed -> refused by B (reconnect clears the cache): ${took} ms (${killedAt - revokedAt} ms after the silent revoke)`)
+  const took = await follows(
+    t,
+    'B refuses the key after its subscriber reconnected',
+    () => read(b, key.api_key),
+    (res) => refused(res, 401, 'unauthenticated'),
+  )
+  revokeTimes.push(
+    `subscriber killed -> refused by B (reconnect clears the cache): ${took} ms (${killedAt - revokedAt} ms after the silent revoke)`,
+  )
 
   // And the bus works again after the reconnect.
   t.ok(await subscribers(2), 'B is subscribed again')
   const other = await mint(t, a, parent.apiKey, sub.id)
   t.equal((await read(b, other.api_key)).status, 200, 'B accepts another key (warm)')
-  t.equal((await manage(a, parent.apiKey, 'POST', `/${sub.id}/api-keys/${other.id}/revoke`)).status, 200, 'revoked through A')
-  const again = await follows(t, 'after the reconnect, B follows a revoke through A', () => read(b, other.api_key), (res) => refused(res, 401, 'unauthenticated'))
+  t.equal(
+    (await manage(a, parent.apiKey, 'POST', `/${sub.id}/api-keys/${other.id}/revoke`)).status,
+    200,
+    'revoked through A',
+  )
+  const again = await follows(
+    t,
+    'after the reconnect, B follows a revoke through A',
+    () => read(b, other.api_key),
+    (res) => refused(res, 401, 'unauthenticated'),
+  )
   revokeTimes.push(`revoke through A after the reconnect -> refused by B: ${again} ms`)
 })
 
@@ -421,16 +526,30 @@ t.test('8. a lost message is bounded by the in-process TTL', async (t) => {
   t.equal(await redis.exists(keyEntry(key.api_key)), 0, 'Redis holds no entry for the key')
   const revokedAt = Date.now()
   const right = await read(c, key.api_key)
-  t.equal(right.status, 200, `right after the silent revoke the replica still serves its copy (${describe(right)}; ${Date.now() - warmedAt} ms after warming)`)
+  t.equal(
+    right.status,
+    200,
+    `right after the silent revoke the replica still serves its copy (${describe(right)}; ${Date.now() - warmedAt} ms after warming)`,
+  )
 
-  const took = await follows(t, 'the replica refuses once its in-process entry expired', () => read(c, key.api_key), (res) => refused(res, 401, 'unauthenticated'), 1_500)
+  const took = await follows(
+    t,
+    'the replica refuses once its in-process entry expired',
+    () => read(c, key.api_key),
+    (res) => refused(res, 401, 'unauthenticated'),
+    1_500,
+  )
   if (took !== null) {
-    revokeTimes.push(`silent revoke (no message) -> refused by the replica with localTtlMs ${localTtlMs}: ${took} ms (${revokedAt - warmedAt + took} ms after warming)`)
+    revokeTimes.push(
+      `silent revoke (no message) -> refused by the replica with localTtlMs ${localTtlMs}: ${took} ms (${revokedAt - warmedAt + took} ms after warming)`,
+    )
   }
 })
 
 t.test('measured times', async (t) => {
   for (const line of revokeTimes) t.comment(line)
-  t.comment(`redis errors: A ${await counter(a, 'tgw_redis_errors_total')}, B ${await counter(b, 'tgw_redis_errors_total')}`)
+  t.comment(
+    `redis errors: A ${await counter(a, 'tgw_redis_errors_total')}, B ${await counter(b, 'tgw_redis_errors_total')}`,
+  )
   t.pass('reported')
 })

@@ -11,7 +11,17 @@ import { metricValue, recentAdmissions, startGateway, type TestGateway } from '.
 import { callAs } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient } from '../helpers/redis.js'
-import { isParserRefusal, nextMarker, problemIssue, rawExchange, recordingUpstream, requestBytes, UPSTREAM_MARK, type HeaderLines, type RawExchange } from '../helpers/hostile.js'
+import {
+  isParserRefusal,
+  nextMarker,
+  problemIssue,
+  rawExchange,
+  recordingUpstream,
+  requestBytes,
+  UPSTREAM_MARK,
+  type HeaderLines,
+  type RawExchange,
+} from '../helpers/hostile.js'
 
 // ---------------------------------------------------------------------------------------------
 // Two replicas (A and B) of one deployment, sharing Postgres and a Redis prefix, with default
@@ -32,29 +42,47 @@ const hopByHop = createServer((_request, response) => {
   response.end('hop')
 })
 await new Promise<void>((resolve) => hopByHop.listen(0, '127.0.0.1', resolve))
-t.teardown(() => new Promise<void>((resolve) => {
-  hopByHop.closeAllConnections()
-  hopByHop.close(() => resolve())
-}))
+t.teardown(
+  () =>
+    new Promise<void>((resolve) => {
+      hopByHop.closeAllConnections()
+      hopByHop.close(() => resolve())
+    }),
+)
 const routes = {
   routes: [
-    { prefix: '/v1/shipments', upstream: shipments.url, scopes: { read: ['tracking:read'], write: ['tracking:write'] } },
+    {
+      prefix: '/v1/shipments',
+      upstream: shipments.url,
+      scopes: { read: ['tracking:read'], write: ['tracking:write'] },
+    },
     { prefix: '/hop', upstream: `http://127.0.0.1:${(hopByHop.address() as AddressInfo).port}` },
   ],
 }
 const a = await startGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes })
-const b = await startGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes, database: a.database, redisKeyPrefix: a.redisKeyPrefix })
+const b = await startGateway(t, {
+  upstreamUrl: catchAll.url,
+  gatewayConfig: routes,
+  database: a.database,
+  redisKeyPrefix: a.redisKeyPrefix,
+})
 const portA = Number(new URL(a.url).port)
 
 /** When the last change went through the management API (its invalidation is sent again 1 s later). */
 let lastChangeAt = 0
 
 /** Until the repeat of the last change's invalidation (1 s after it) is over. */
-const afterRepeatedInvalidations = () => new Promise((resolve) => setTimeout(resolve, Math.max(0, lastChangeAt + 1500 - Date.now())))
+const afterRepeatedInvalidations = () =>
+  new Promise((resolve) => setTimeout(resolve, Math.max(0, lastChangeAt + 1500 - Date.now())))
 
 async function manage(gw: TestGateway, key: string, method: string, path: string, json?: unknown): Promise<any> {
   lastChangeAt = Date.now()
-  const res = await callAs(gw.url, key, { method, path, acting: 'self', ...(json === undefined ? { headers: [['Content-Length', '0']] } : { json }) })
+  const res = await callAs(gw.url, key, {
+    method,
+    path,
+    acting: 'self',
+    ...(json === undefined ? { headers: [['Content-Length', '0']] } : { json }),
+  })
   if (res.status >= 300) throw new Error(`setup ${method} ${path}: ${res.status} ${res.body}`)
   return res.json()
 }
@@ -62,28 +90,59 @@ async function manage(gw: TestGateway, key: string, method: string, path: string
 const owner = await a.createParent()
 const stranger = await a.createParent()
 const ownSub = await manage(a, owner.apiKey, 'POST', '/v1/sub-accounts', { name: 'Acme EU', external_id: 'acme-eu' })
-const foreignSub = await manage(a, stranger.apiKey, 'POST', '/v1/sub-accounts', { name: 'Foreign', external_id: 'foreign-only' })
-const foreignSubKey = await manage(a, stranger.apiKey, 'POST', `/v1/sub-accounts/${foreignSub.id}/api-keys`, { name: 'k', scopes: ['tracking:read'] })
-const ownerKeyId = ((await a.database.sql`select id from api_keys where tenant_id = ${owner.id}`)[0] as { id: string }).id
+const foreignSub = await manage(a, stranger.apiKey, 'POST', '/v1/sub-accounts', {
+  name: 'Foreign',
+  external_id: 'foreign-only',
+})
+const foreignSubKey = await manage(a, stranger.apiKey, 'POST', `/v1/sub-accounts/${foreignSub.id}/api-keys`, {
+  name: 'k',
+  scopes: ['tracking:read'],
+})
+const ownerKeyId = ((await a.database.sql`select id from api_keys where tenant_id = ${owner.id}`)[0] as { id: string })
+  .id
 
 const received = (marker: string) => catchAll.byMarker(marker).length + shipments.byMarker(marker).length
 
 /** One request over a raw socket, with a marker; the whole exchange (every response on it). */
-function raw(method: string, target: string, headers: HeaderLines, options: { body?: string; until?: number; waitMs?: number } = {}): { marker: string; exchange: Promise<RawExchange> } {
+function raw(
+  method: string,
+  target: string,
+  headers: HeaderLines,
+  options: { body?: string; until?: number; waitMs?: number } = {},
+): { marker: string; exchange: Promise<RawExchange> } {
   const marker = nextMarker('sm')
-  const bytes = requestBytes({ method, target, headers: [['Host', `127.0.0.1:${portA}`], ['X-Request-Id', marker], ...headers], ...(options.body === undefined ? {} : { body: options.body }) })
+  const bytes = requestBytes({
+    method,
+    target,
+    headers: [['Host', `127.0.0.1:${portA}`], ['X-Request-Id', marker], ...headers],
+    ...(options.body === undefined ? {} : { body: options.body }),
+  })
   return { marker, exchange: rawExchange(portA, bytes, { until: options.until ?? 1, waitMs: options.waitMs ?? 3000 }) }
 }
 
 const auth = (key: string): [string, string] => ['Authorization', `Bearer ${key}`]
 
 /** Asserts a refusal: the status and code, problem+json with the request id, and no upstream got it. */
-async function refused(t: Test, method: string, target: string, headers: HeaderLines, status: number, code: string): Promise<void> {
-  const { marker, exchange } = raw(method, target, [...headers, ...(method === 'GET' ? [] : ([['Content-Length', '0']] as HeaderLines))])
+async function refused(
+  t: Test,
+  method: string,
+  target: string,
+  headers: HeaderLines,
+  status: number,
+  code: string,
+): Promise<void> {
+  const { marker, exchange } = raw(method, target, [
+    ...headers,
+    ...(method === 'GET' ? [] : ([['Content-Length', '0']] as HeaderLines)),
+  ])
   const res = (await exchange).responses[0]
   t.ok(res, `${method} ${target}: answered`)
   if (res === undefined) return
-  t.equal(problemIssue(res, { status, code, requestId: marker }), null, `${method} ${target}: ${status} ${code}, problem+json (${res.status} ${res.body.slice(0, 160)})`)
+  t.equal(
+    problemIssue(res, { status, code, requestId: marker }),
+    null,
+    `${method} ${target}: ${status} ${code}, problem+json (${res.status} ${res.body.slice(0, 160)})`,
+  )
   t.equal(received(marker), 0, `${method} ${target}: no upstream received it`)
 }
 
@@ -92,7 +151,8 @@ async function refused(t: Test, method: string, target: string, headers: HeaderL
 // request that an upstream reading the framing differently would see as a second one.
 
 const SMUGGLED = '/smuggled-request'
-const smuggledArrived = () => [...catchAll.received, ...shipments.received].filter((r) => r.url.startsWith(SMUGGLED)).length
+const smuggledArrived = () =>
+  [...catchAll.received, ...shipments.received].filter((r) => r.url.startsWith(SMUGGLED)).length
 
 async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<void> {
   const marker = nextMarker('smuggle')
@@ -100,22 +160,39 @@ async function smuggle(t: Test, framing: HeaderLines, body: string): Promise<voi
   const bytes = requestBytes({
     method: 'POST',
     target: `/v1/things?marker=${marker}`,
-    headers: [['Host', `127.0.0.1:${portA}`], ['X-Request-Id', marker], auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ['Content-Type', 'text/plain'], ...framing],
+    headers: [
+      ['Host', `127.0.0.1:${portA}`],
+      ['X-Request-Id', marker],
+      auth(owner.apiKey),
+      ['X-Service-Acting-Tenant', 'self'],
+      ['Content-Type', 'text/plain'],
+      ...framing,
+    ],
     body: body + second,
   })
   const before = smuggledArrived()
   // Wait for the server to close (or 1.5 s): a second response would show that it read on.
   const exchange = await rawExchange(portA, bytes, { waitMs: 1500 })
   await sleep(100)
-  t.equal(exchange.responses.length, 1, `one response on the connection (got ${exchange.responses.map((r) => r.status).join(', ')})`)
+  t.equal(
+    exchange.responses.length,
+    1,
+    `one response on the connection (got ${exchange.responses.map((r) => r.status).join(', ')})`,
+  )
   t.equal(exchange.responses[0]?.status, 400, 'the ambiguous request is refused with 400')
   t.ok(exchange.closedByServer, 'and the connection is closed')
-  t.ok(catchAll.byMarker(marker).length + shipments.byMarker(marker).length <= 1, 'the upstreams saw at most one request')
+  t.ok(
+    catchAll.byMarker(marker).length + shipments.byMarker(marker).length <= 1,
+    'the upstreams saw at most one request',
+  )
   t.equal(smuggledArrived() - before, 0, 'the smuggled second request never arrived')
   // Node's parser refuses such a request before fastify sees it, and the gateway's
   // clientErrorHandler answers in problem+json: no hook ran, so nothing could pass.
   const res = exchange.responses[0]
-  t.ok(res !== undefined && isParserRefusal(res) && problemIssue(res) === null, "refused by Node's HTTP parser, as problem+json")
+  t.ok(
+    res !== undefined && isParserRefusal(res) && problemIssue(res) === null,
+    "refused by Node's HTTP parser, as problem+json",
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,10 +217,19 @@ async function flood(keys: string[], concurrency = 8): Promise<number[]> {
     while (next < keys.length) {
       const i = next++
       statuses[i] = await new Promise<number>((resolve, reject) => {
-        const request = httpRequest({ host: '127.0.0.1', port: portA, path: `/brute/${i}`, agent, headers: { authorization: `Bearer ${keys[i]}` } }, (response) => {
-          response.resume()
-          response.on('end', () => resolve(response.statusCode!))
-        })
+        const request = httpRequest(
+          {
+            host: '127.0.0.1',
+            port: portA,
+            path: `/brute/${i}`,
+            agent,
+            headers: { authorization: `Bearer ${keys[i]}` },
+          },
+          (response) => {
+            response.resume()
+            response.on('end', () => resolve(response.statusCode!))
+          },
+        )
         request.on('error', reject)
         request.end()
       })
@@ -160,24 +246,39 @@ t.test('GHSA-gwhp-pf74-vj37: a Connection header naming the trusted headers cann
   const { marker, exchange } = raw('GET', '/orders/1', [
     auth(owner.apiKey),
     ['X-Service-Acting-Tenant', 'ext:acme-eu'],
-    ['Connection', 'close, X-Service-Resolved-Tenant, X-Service-Caller-Tenant, X-Service-Key-Id, X-Service-Scopes, X-Request-Id'],
+    [
+      'Connection',
+      'close, X-Service-Resolved-Tenant, X-Service-Caller-Tenant, X-Service-Key-Id, X-Service-Scopes, X-Request-Id',
+    ],
   ])
   t.equal((await exchange).responses[0]?.status, 200, 'proxied')
   const got = catchAll.byMarker(marker)[0]
   t.same(
-    [got?.headers['x-service-resolved-tenant'], got?.headers['x-service-caller-tenant'], got?.headers['x-service-key-id'], got?.headers['x-service-scopes'], got?.headers['x-request-id']],
+    [
+      got?.headers['x-service-resolved-tenant'],
+      got?.headers['x-service-caller-tenant'],
+      got?.headers['x-service-key-id'],
+      got?.headers['x-service-scopes'],
+      got?.headers['x-request-id'],
+    ],
     [ownSub.id, owner.id, ownerKeyId, 'sub_accounts:read sub_accounts:write', marker],
-    'the upstream received all five trusted headers, with the gateway\'s values',
+    "the upstream received all five trusted headers, with the gateway's values",
   )
 })
 
-t.test('CVE-2025-66415: an encoded dot pair (%2e%2e) in a proxied path is 400 bad_path and reaches no upstream', async (t) => {
-  await refused(t, 'GET', '/v1/shipments/%2e%2e/admin', [], 400, 'bad_path')
-})
+t.test(
+  'CVE-2025-66415: an encoded dot pair (%2e%2e) in a proxied path is 400 bad_path and reaches no upstream',
+  async (t) => {
+    await refused(t, 'GET', '/v1/shipments/%2e%2e/admin', [], 400, 'bad_path')
+  },
+)
 
-t.test('CVE-2025-66415: an encoded slash (%2f) in a proxied path is 400 bad_path and reaches no upstream', async (t) => {
-  await refused(t, 'GET', '/v1/shipments/x%2F..%2F..%2Fadmin', [auth(owner.apiKey)], 400, 'bad_path')
-})
+t.test(
+  'CVE-2025-66415: an encoded slash (%2f) in a proxied path is 400 bad_path and reaches no upstream',
+  async (t) => {
+    await refused(t, 'GET', '/v1/shipments/x%2F..%2F..%2Fadmin', [auth(owner.apiKey)], 400, 'bad_path')
+  },
+)
 
 t.test('prefix escape: /v1/shipments/../admin is 400 bad_path, never normalised into another route', async (t) => {
   await refused(t, 'GET', '/v1/shipments/../admin', [auth(owner.apiKey)], 400, 'bad_path')
@@ -195,42 +296,114 @@ t.test('prefix escape: /v1/shipmentsX does not match the /v1/shipments route (wh
   t.equal(shipments.byMarker(marker).length, 0, 'the /v1/shipments upstream received nothing')
 })
 
-t.test('prefix escape: a percent-encoded letter (/v1/%73hipments) still takes the /v1/shipments route and its scopes', async (t) => {
-  await refused(t, 'GET', '/v1/%73hipments/1', [auth(owner.apiKey)], 403, 'insufficient_scope')
-})
+t.test(
+  'prefix escape: a percent-encoded letter (/v1/%73hipments) still takes the /v1/shipments route and its scopes',
+  async (t) => {
+    await refused(t, 'GET', '/v1/%73hipments/1', [auth(owner.apiKey)], 403, 'insufficient_scope')
+  },
+)
 
-t.test('prefix escape: a fragment cannot carry a management path to an upstream (DELETE /v1/sub-accounts#x)', async (t) => {
-  // Routing ignores a fragment; the reserved-path check must not see another path (400 bad_path).
-  const { marker, exchange } = raw('DELETE', '/v1/sub-accounts#x', [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ['Content-Length', '0'], ['Connection', 'close']])
-  const res = (await exchange).responses[0]
-  t.equal(received(marker), 0, `no upstream received it (answered ${res?.status} ${res?.body.slice(0, 100)}; upstream got ${catchAll.byMarker(marker).map((r) => `${r.method} ${r.url}`).join(', ') || 'nothing'})`)
-})
+t.test(
+  'prefix escape: a fragment cannot carry a management path to an upstream (DELETE /v1/sub-accounts#x)',
+  async (t) => {
+    // Routing ignores a fragment; the reserved-path check must not see another path (400 bad_path).
+    const { marker, exchange } = raw('DELETE', '/v1/sub-accounts#x', [
+      auth(owner.apiKey),
+      ['X-Service-Acting-Tenant', 'self'],
+      ['Content-Length', '0'],
+      ['Connection', 'close'],
+    ])
+    const res = (await exchange).responses[0]
+    t.equal(
+      received(marker),
+      0,
+      `no upstream received it (answered ${res?.status} ${res?.body.slice(0, 100)}; upstream got ${
+        catchAll
+          .byMarker(marker)
+          .map((r) => `${r.method} ${r.url}`)
+          .join(', ') || 'nothing'
+      })`,
+    )
+  },
+)
 
 t.test('prefix escape: a fragment cannot carry an ops path to an upstream (POST /healthz#x)', async (t) => {
   // The same, for an ops path.
-  const { marker, exchange } = raw('POST', '/healthz#x', [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ['Content-Length', '0'], ['Connection', 'close']])
+  const { marker, exchange } = raw('POST', '/healthz#x', [
+    auth(owner.apiKey),
+    ['X-Service-Acting-Tenant', 'self'],
+    ['Content-Length', '0'],
+    ['Connection', 'close'],
+  ])
   const res = (await exchange).responses[0]
-  t.equal(received(marker), 0, `no upstream received it (answered ${res?.status}; upstream got ${catchAll.byMarker(marker).map((r) => `${r.method} ${r.url}`).join(', ') || 'nothing'})`)
+  t.equal(
+    received(marker),
+    0,
+    `no upstream received it (answered ${res?.status}; upstream got ${
+      catchAll
+        .byMarker(marker)
+        .map((r) => `${r.method} ${r.url}`)
+        .join(', ') || 'nothing'
+    })`,
+  )
 })
 
-t.test('smuggling: Content-Length together with Transfer-Encoding: chunked is 400, the smuggled request never arrives', async (t) => {
-  await smuggle(t, [['Content-Length', '5'], ['Transfer-Encoding', 'chunked']], '0\r\n\r\n')
-})
+t.test(
+  'smuggling: Content-Length together with Transfer-Encoding: chunked is 400, the smuggled request never arrives',
+  async (t) => {
+    await smuggle(
+      t,
+      [
+        ['Content-Length', '5'],
+        ['Transfer-Encoding', 'chunked'],
+      ],
+      '0\r\n\r\n',
+    )
+  },
+)
 
 t.test('smuggling: two Content-Length headers with different values are 400', async (t) => {
-  await smuggle(t, [['Content-Length', '0'], ['Content-Length', '90']], '')
+  await smuggle(
+    t,
+    [
+      ['Content-Length', '0'],
+      ['Content-Length', '90'],
+    ],
+    '',
+  )
 })
 
 t.test('smuggling: Content-Length with Transfer-Encoding: Chunked (odd casing) is 400', async (t) => {
-  await smuggle(t, [['Content-Length', '5'], ['Transfer-Encoding', 'ChUnKeD']], '0\r\n\r\n')
+  await smuggle(
+    t,
+    [
+      ['Content-Length', '5'],
+      ['Transfer-Encoding', 'ChUnKeD'],
+    ],
+    '0\r\n\r\n',
+  )
 })
 
 t.test('smuggling: Content-Length with Transfer-Encoding padded by spaces and a tab is 400', async (t) => {
-  await smuggle(t, [['Content-Length', '5'], ['Transfer-Encoding', ' \tchunked\t ']], '0\r\n\r\n')
+  await smuggle(
+    t,
+    [
+      ['Content-Length', '5'],
+      ['Transfer-Encoding', ' \tchunked\t '],
+    ],
+    '0\r\n\r\n',
+  )
 })
 
 t.test('smuggling: Content-Length with Transfer-Encoding: xchunked is 400', async (t) => {
-  await smuggle(t, [['Content-Length', '5'], ['Transfer-Encoding', 'xchunked']], '0\r\n\r\n')
+  await smuggle(
+    t,
+    [
+      ['Content-Length', '5'],
+      ['Transfer-Encoding', 'xchunked'],
+    ],
+    '0\r\n\r\n',
+  )
 })
 
 t.test('smuggling: Transfer-Encoding: chunked, identity (chunked not last) is 400', async (t) => {
@@ -238,58 +411,156 @@ t.test('smuggling: Transfer-Encoding: chunked, identity (chunked not last) is 40
 })
 
 t.test('smuggling: a Transfer-Encoding line folded onto the next (obs-fold) is 400', async (t) => {
-  await smuggle(t, [['Content-Length', '5'], ['Transfer-Encoding', '\r\n chunked']], '0\r\n\r\n')
+  await smuggle(
+    t,
+    [
+      ['Content-Length', '5'],
+      ['Transfer-Encoding', '\r\n chunked'],
+    ],
+    '0\r\n\r\n',
+  )
 })
 
 t.test('smuggling: a space before the colon of Transfer-Encoding is 400', async (t) => {
-  await smuggle(t, [['Content-Length', '5'], ['Transfer-Encoding ', 'chunked']], '0\r\n\r\n')
+  await smuggle(
+    t,
+    [
+      ['Content-Length', '5'],
+      ['Transfer-Encoding ', 'chunked'],
+    ],
+    '0\r\n\r\n',
+  )
 })
 
 t.test('pipelining: a well-framed second request on the same connection is authenticated on its own', async (t) => {
   const first = nextMarker('pipe')
   const second = nextMarker('pipe')
   const bytes = Buffer.concat([
-    requestBytes({ method: 'POST', target: '/pipelined/1', headers: [['Host', 'x'], ['X-Request-Id', first], auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ['Content-Length', '5']], body: 'hello' }),
-    requestBytes({ method: 'GET', target: '/pipelined/2', headers: [['Host', 'x'], ['X-Request-Id', second], ['Connection', 'close']] }),
+    requestBytes({
+      method: 'POST',
+      target: '/pipelined/1',
+      headers: [
+        ['Host', 'x'],
+        ['X-Request-Id', first],
+        auth(owner.apiKey),
+        ['X-Service-Acting-Tenant', 'self'],
+        ['Content-Length', '5'],
+      ],
+      body: 'hello',
+    }),
+    requestBytes({
+      method: 'GET',
+      target: '/pipelined/2',
+      headers: [
+        ['Host', 'x'],
+        ['X-Request-Id', second],
+        ['Connection', 'close'],
+      ],
+    }),
   ])
   const exchange = await rawExchange(portA, bytes, { until: 2 })
-  t.same(exchange.responses.map((r) => r.status), [200, 401], 'the first is proxied, the second (no key) refused')
+  t.same(
+    exchange.responses.map((r) => r.status),
+    [200, 401],
+    'the first is proxied, the second (no key) refused',
+  )
   t.equal(catchAll.byMarker(first).length, 1, 'the upstream received the first')
   t.equal(received(second), 0, 'and not the second')
 })
 
 t.test('websocket: an upgrade without a key is 401 and never reaches the upstream', async (t) => {
-  await refused(t, 'GET', '/socket', [['Upgrade', 'websocket'], ['Connection', 'Upgrade'], ['Sec-WebSocket-Key', 'dGhlIHNhbXBsZSBub25jZQ=='], ['Sec-WebSocket-Version', '13']], 401, 'unauthenticated')
+  await refused(
+    t,
+    'GET',
+    '/socket',
+    [
+      ['Upgrade', 'websocket'],
+      ['Connection', 'Upgrade'],
+      ['Sec-WebSocket-Key', 'dGhlIHNhbXBsZSBub25jZQ=='],
+      ['Sec-WebSocket-Version', '13'],
+    ],
+    401,
+    'unauthenticated',
+  )
 })
 
 t.test('websocket: an upgrade with an invalid key is 401 and never reaches the upstream', async (t) => {
   const badChecksum = owner.apiKey.slice(0, -1) + (owner.apiKey.endsWith('a') ? 'b' : 'a')
-  await refused(t, 'GET', '/socket', [auth(badChecksum), ['Upgrade', 'websocket'], ['Connection', 'Upgrade'], ['Sec-WebSocket-Key', 'dGhlIHNhbXBsZSBub25jZQ=='], ['Sec-WebSocket-Version', '13']], 401, 'unauthenticated')
+  await refused(
+    t,
+    'GET',
+    '/socket',
+    [
+      auth(badChecksum),
+      ['Upgrade', 'websocket'],
+      ['Connection', 'Upgrade'],
+      ['Sec-WebSocket-Key', 'dGhlIHNhbXBsZSBub25jZQ=='],
+      ['Sec-WebSocket-Version', '13'],
+    ],
+    401,
+    'unauthenticated',
+  )
 })
 
-t.test('websocket: an upgrade with a valid key is not proxied as an upgrade (no 101, no Upgrade upstream)', async (t) => {
-  const { marker, exchange } = raw('GET', '/socket', [auth(owner.apiKey), ['Upgrade', 'websocket'], ['Connection', 'Upgrade'], ['Sec-WebSocket-Key', 'dGhlIHNhbXBsZSBub25jZQ=='], ['Sec-WebSocket-Version', '13']])
-  const res = (await exchange).responses[0]
-  t.not(res?.status, 101, `no switch of protocols (${res?.status})`)
-  const got = catchAll.byMarker(marker)[0]
-  t.equal(got?.headers.upgrade, undefined, 'the upstream received no Upgrade header')
-})
+t.test(
+  'websocket: an upgrade with a valid key is not proxied as an upgrade (no 101, no Upgrade upstream)',
+  async (t) => {
+    const { marker, exchange } = raw('GET', '/socket', [
+      auth(owner.apiKey),
+      ['Upgrade', 'websocket'],
+      ['Connection', 'Upgrade'],
+      ['Sec-WebSocket-Key', 'dGhlIHNhbXBsZSBub25jZQ=='],
+      ['Sec-WebSocket-Version', '13'],
+    ])
+    const res = (await exchange).responses[0]
+    t.not(res?.status, 101, `no switch of protocols (${res?.status})`)
+    const got = catchAll.byMarker(marker)[0]
+    t.equal(got?.headers.upgrade, undefined, 'the upstream received no Upgrade header')
+  },
+)
 
-t.test("acting as another parent's sub-account is 403 acting_tenant_forbidden, the same answer as an unknown one", async (t) => {
-  const answers: Record<string, unknown>[] = []
-  for (const acting of [foreignSub.id, 'ext:foreign-only', '00000000-0000-4000-8000-000000000000', 'ext:nobody-at-all']) {
-    const { marker, exchange } = raw('GET', '/orders', [auth(owner.apiKey), ['X-Service-Acting-Tenant', acting], ['Connection', 'close']])
-    const res = (await exchange).responses[0]!
-    t.equal(problemIssue(res, { status: 403, code: 'acting_tenant_forbidden', requestId: marker }), null, `${acting}: 403 acting_tenant_forbidden`)
-    t.equal(received(marker), 0, `${acting}: no upstream received it`)
-    const { request_id: _id, ...rest } = res.json()
-    answers.push(rest)
-  }
-  t.same(new Set(answers.map((answer) => JSON.stringify(answer))).size, 1, 'one and the same answer for foreign and unknown targets')
-})
+t.test(
+  "acting as another parent's sub-account is 403 acting_tenant_forbidden, the same answer as an unknown one",
+  async (t) => {
+    const answers: Record<string, unknown>[] = []
+    for (const acting of [
+      foreignSub.id,
+      'ext:foreign-only',
+      '00000000-0000-4000-8000-000000000000',
+      'ext:nobody-at-all',
+    ]) {
+      const { marker, exchange } = raw('GET', '/orders', [
+        auth(owner.apiKey),
+        ['X-Service-Acting-Tenant', acting],
+        ['Connection', 'close'],
+      ])
+      const res = (await exchange).responses[0]!
+      t.equal(
+        problemIssue(res, { status: 403, code: 'acting_tenant_forbidden', requestId: marker }),
+        null,
+        `${acting}: 403 acting_tenant_forbidden`,
+      )
+      t.equal(received(marker), 0, `${acting}: no upstream received it`)
+      const { request_id: _id, ...rest } = res.json()
+      answers.push(rest)
+    }
+    t.same(
+      new Set(answers.map((answer) => JSON.stringify(answer))).size,
+      1,
+      'one and the same answer for foreign and unknown targets',
+    )
+  },
+)
 
 t.test("a sub-account key of another parent cannot act as this parent's sub-account", async (t) => {
-  await refused(t, 'GET', '/orders', [auth(foreignSubKey.api_key), ['X-Service-Acting-Tenant', ownSub.id]], 403, 'acting_tenant_forbidden')
+  await refused(
+    t,
+    'GET',
+    '/orders',
+    [auth(foreignSubKey.api_key), ['X-Service-Acting-Tenant', ownSub.id]],
+    403,
+    'acting_tenant_forbidden',
+  )
 })
 
 t.test('two Authorization headers are 401 even when the second comes after 2,000 other headers', async (t) => {
@@ -298,21 +569,45 @@ t.test('two Authorization headers are 401 even when the second comes after 2,000
   // a Node server too, would drop the X-Request-Id that the gateway appends after 2,000 headers.)
   const padding: HeaderLines = Array.from({ length: 2000 }, (_, i) => [`X-P${i}`, 'v'])
   const marker = nextMarker('cut')
-  const bytes = requestBytes({ method: 'GET', target: `/orders/${marker}`, headers: [['Host', 'x'], auth(owner.apiKey), ...padding, ['Authorization', 'Bearer tgw_second'], ['Connection', 'close']] })
+  const bytes = requestBytes({
+    method: 'GET',
+    target: `/orders/${marker}`,
+    headers: [
+      ['Host', 'x'],
+      auth(owner.apiKey),
+      ...padding,
+      ['Authorization', 'Bearer tgw_second'],
+      ['Connection', 'close'],
+    ],
+  })
   const res = (await rawExchange(portA, bytes, { until: 1 })).responses[0]
-  t.ok(res !== undefined && res.status >= 400 && res.status < 500, `refused (got ${res?.status} ${res?.body.slice(0, 100)})`)
+  t.ok(
+    res !== undefined && res.status >= 400 && res.status < 500,
+    `refused (got ${res?.status} ${res?.body.slice(0, 100)})`,
+  )
   t.equal(catchAll.received.filter((r) => r.url.includes(marker)).length, 0, 'no upstream received it')
 })
 
-t.test("hop-by-hop headers of the upstream's response (Keep-Alive, and those its Connection names) do not reach the client", async (t) => {
-  // RFC 9110 §7.6.1 asks a proxy to drop them, and every header its Connection names.
-  const { exchange } = raw('GET', '/hop/1', [auth(owner.apiKey)])
-  const res = (await exchange).responses[0]
-  t.equal(res?.body, 'hop', 'proxied')
-  t.equal(res?.header('x-upstream-hop'), undefined, `no header that the upstream's Connection named (${res?.header('x-upstream-hop')})`)
-  t.not(res?.header('keep-alive'), 'timeout=1, max=3', "no Keep-Alive of the upstream's")
-  t.notMatch(res?.header('connection') ?? '', /x-upstream-hop/i, `no Connection of the upstream's (${res?.header('connection')})`)
-})
+t.test(
+  "hop-by-hop headers of the upstream's response (Keep-Alive, and those its Connection names) do not reach the client",
+  async (t) => {
+    // RFC 9110 §7.6.1 asks a proxy to drop them, and every header its Connection names.
+    const { exchange } = raw('GET', '/hop/1', [auth(owner.apiKey)])
+    const res = (await exchange).responses[0]
+    t.equal(res?.body, 'hop', 'proxied')
+    t.equal(
+      res?.header('x-upstream-hop'),
+      undefined,
+      `no header that the upstream's Connection named (${res?.header('x-upstream-hop')})`,
+    )
+    t.not(res?.header('keep-alive'), 'timeout=1, max=3', "no Keep-Alive of the upstream's")
+    t.notMatch(
+      res?.header('connection') ?? '',
+      /x-upstream-hop/i,
+      `no Connection of the upstream's (${res?.header('connection')})`,
+    )
+  },
+)
 
 t.test("the response names the gateway's request id, not the upstream's", async (t) => {
   // raw() sends the marker as the client's X-Request-Id, which the gateway keeps.
@@ -325,7 +620,10 @@ t.test("the response names the gateway's request id, not the upstream's", async 
 t.test("the client's Connection: close is honoured on a proxied response", async (t) => {
   // The upstream's `Connection: keep-alive` must not keep open a connection the client asked to
   // close (RFC 9112 §9.6).
-  const { exchange } = raw('GET', '/orders/3', [auth(owner.apiKey), ['Connection', 'close']], { until: 2, waitMs: 2000 })
+  const { exchange } = raw('GET', '/orders/3', [auth(owner.apiKey), ['Connection', 'close']], {
+    until: 2,
+    waitMs: 2000,
+  })
   const done = await exchange
   t.equal(done.responses[0]?.status, 200, 'proxied')
   t.ok(done.closedByServer, 'the gateway closed the connection after its response')
@@ -333,9 +631,15 @@ t.test("the client's Connection: close is honoured on a proxied response", async
 
 t.test('a revoked key still cached on replica B is refused by B within 1 s of the revoke through A', async (t) => {
   const redis = redisClient(t)
-  const subscribed = await eventually(5000, async () => Number(((await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number])[1]) >= 2)
+  const subscribed = await eventually(
+    5000,
+    async () => Number(((await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number])[1]) >= 2,
+  )
   t.not(subscribed, null, 'A and B listen on the invalidation channel')
-  const key = await manage(a, owner.apiKey, 'POST', `/v1/sub-accounts/${ownSub.id}/api-keys`, { name: 'soon revoked', scopes: ['tracking:read'] })
+  const key = await manage(a, owner.apiKey, 'POST', `/v1/sub-accounts/${ownSub.id}/api-keys`, {
+    name: 'soon revoked',
+    scopes: ['tracking:read'],
+  })
   const onB = () => callAs(b.url, key.api_key, { path: '/orders/revoked' })
   // The creation's invalidation is sent again 1 s later: past that, only the revoke's own message
   // can make B refuse the key below.
@@ -349,34 +653,40 @@ t.test('a revoked key still cached on replica B is refused by B within 1 s of th
     const status = (await onB()).status
     return status === 200 && (await recentAdmissions(b)) > recent
   })
-  t.not(fromMemory, null, "B accepts it again, from its memory of the last admissions")
+  t.not(fromMemory, null, 'B accepts it again, from its memory of the last admissions')
   await manage(a, owner.apiKey, 'POST', `/v1/sub-accounts/${ownSub.id}/api-keys/${key.id}/revoke`)
   const took = await eventually(1000, async () => (await onB()).status === 401)
   t.not(took, null, `B refuses the revoked key within 1 s (${took} ms)`)
 })
 
-t.test('brute force: 2,000 random well-formed keys are all 401, at most one Postgres lookup each, none for a repeat', async (t) => {
-  // A fill that overlaps a cache invalidation is not stored (README "Caches"): wait until the
-  // repeats of the invalidations sent by earlier changes (1 s after each) are over.
-  await afterRepeatedInvalidations()
-  const before = await storeLookups(a)
-  const upstreamBefore = catchAll.received.length + shipments.received.length
-  let repeatLookups = 0
-  const statuses: number[] = []
-  // In batches: each key once, then the same keys again at once, while their "not found" is cached.
-  for (let batch = 0; batch < 20; batch++) {
-    const keys = Array.from({ length: 100 }, randomWellFormedKey)
-    statuses.push(...(await flood(keys)))
-    const mid = await storeLookups(a)
-    statuses.push(...(await flood(keys)))
-    repeatLookups += (await storeLookups(a)).postgres - mid.postgres
-  }
-  const after = await storeLookups(a)
-  t.equal(statuses.filter((s) => s === 401).length, 4000, 'every one of the 4,000 requests was 401')
-  t.ok(after.postgres - before.postgres <= 2000, `Postgres was asked ${after.postgres - before.postgres} times for 2,000 distinct keys`)
-  t.equal(repeatLookups, 0, 'the repeats cost no Postgres lookup (negative cache)')
-  t.equal(catchAll.received.length + shipments.received.length, upstreamBefore, 'no upstream received any of them')
-})
+t.test(
+  'brute force: 2,000 random well-formed keys are all 401, at most one Postgres lookup each, none for a repeat',
+  async (t) => {
+    // A fill that overlaps a cache invalidation is not stored (README "Caches"): wait until the
+    // repeats of the invalidations sent by earlier changes (1 s after each) are over.
+    await afterRepeatedInvalidations()
+    const before = await storeLookups(a)
+    const upstreamBefore = catchAll.received.length + shipments.received.length
+    let repeatLookups = 0
+    const statuses: number[] = []
+    // In batches: each key once, then the same keys again at once, while their "not found" is cached.
+    for (let batch = 0; batch < 20; batch++) {
+      const keys = Array.from({ length: 100 }, randomWellFormedKey)
+      statuses.push(...(await flood(keys)))
+      const mid = await storeLookups(a)
+      statuses.push(...(await flood(keys)))
+      repeatLookups += (await storeLookups(a)).postgres - mid.postgres
+    }
+    const after = await storeLookups(a)
+    t.equal(statuses.filter((s) => s === 401).length, 4000, 'every one of the 4,000 requests was 401')
+    t.ok(
+      after.postgres - before.postgres <= 2000,
+      `Postgres was asked ${after.postgres - before.postgres} times for 2,000 distinct keys`,
+    )
+    t.equal(repeatLookups, 0, 'the repeats cost no Postgres lookup (negative cache)')
+    t.equal(catchAll.received.length + shipments.received.length, upstreamBefore, 'no upstream received any of them')
+  },
+)
 
 t.test('brute force: malformed and bad-checksum keys cost no store lookup at all', async (t) => {
   const keys = Array.from({ length: 2000 }, (_, i) => {
@@ -387,9 +697,9 @@ t.test('brute force: malformed and bad-checksum keys cost no store lookup at all
       case 1: // one character changed
         return good.slice(0, 10) + (good[10] === 'a' ? 'b' : 'a') + good.slice(11)
       case 2: // a client secret's shape, a valid checksum, but not a key
-        return 'tgws_' + good.slice(4)
+        return `tgws_${good.slice(4)}`
       default: // too short, too long, foreign
-        return ['tgw_', good + 'x', good.slice(0, -1), 'sk_live_' + good.slice(4), good.toLowerCase()][i % 5]!
+        return ['tgw_', `${good}x`, good.slice(0, -1), `sk_live_${good.slice(4)}`, good.toLowerCase()][i % 5]!
     }
   })
   const before = await storeLookups(a)
@@ -408,11 +718,26 @@ t.test("a request Node's HTTP parser refuses is answered in problem+json, and th
   const exchange = await rawExchange(portA, bytes, { waitMs: 1500 })
   const res = exchange.responses[0]
   t.ok(res !== undefined && isParserRefusal(res), `refused by the parser (${res?.status} ${res?.body.slice(0, 120)})`)
-  t.equal(res === undefined ? 'no answer' : problemIssue(res, { status: 400, code: 'bad_request' }), null, 'as problem+json')
+  t.equal(
+    res === undefined ? 'no answer' : problemIssue(res, { status: 400, code: 'bad_request' }),
+    null,
+    'as problem+json',
+  )
   t.ok(exchange.closedByServer, 'connection closed')
-  const big = requestBytes({ method: 'GET', target: `/orders/${marker}`, headers: [['Host', 'x'], ['X-Big', 'v'.repeat(20_000)]] })
+  const big = requestBytes({
+    method: 'GET',
+    target: `/orders/${marker}`,
+    headers: [
+      ['Host', 'x'],
+      ['X-Big', 'v'.repeat(20_000)],
+    ],
+  })
   const huge = (await rawExchange(portA, big, { until: 1 })).responses[0]
-  t.equal(huge === undefined ? 'no answer' : problemIssue(huge, { status: 431, code: 'headers_too_large' }), null, 'a head over 16 KiB: 431 problem+json')
+  t.equal(
+    huge === undefined ? 'no answer' : problemIssue(huge, { status: 431, code: 'headers_too_large' }),
+    null,
+    'a head over 16 KiB: 431 problem+json',
+  )
   t.equal(received(marker), 0, 'no upstream received either')
 })
 

@@ -32,7 +32,11 @@ const TABLE: Record<string, RouteCase> = {
   'PATCH /v1/sub-accounts/:sub_id': { body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/deactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/reactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
-  'POST /v1/sub-accounts/:sub_id/api-keys': { body: { name: 'k', scopes: ['a:b'] }, scope: 'sub_accounts:write', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/api-keys': {
+    body: { name: 'k', scopes: ['a:b'] },
+    scope: 'sub_accounts:write',
+    namesSubAccount: true,
+  },
   'GET /v1/sub-accounts/:sub_id/api-keys': { scope: 'sub_accounts:read', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': { scope: 'sub_accounts:write', namesSubAccount: true },
 }
@@ -48,7 +52,10 @@ function isOpsRoute(url: string): boolean {
  */
 function managementRoutes(registered: readonly RegisteredRoute[]): string[] {
   const names = registered
-    .map(({ method, url }) => ({ method: method === 'HEAD' ? 'GET' : method, url: url.length > 1 ? url.replace(/\/$/, '') : url }))
+    .map(({ method, url }) => ({
+      method: method === 'HEAD' ? 'GET' : method,
+      url: url.length > 1 ? url.replace(/\/$/, '') : url,
+    }))
     .filter(({ url }) => !isOpsRoute(url))
     .map(({ method, url }) => `${method} ${url}`)
   return [...new Set(names)]
@@ -66,22 +73,51 @@ function routes(registered: readonly RegisteredRoute[], subId: string, keyId: st
 async function setup(t: TestLike) {
   const gw = await startGateway(t, { listen: false, redis: false, recordRoutes: true })
   const owner = await gw.createParent()
-  const sub = (await gw.call(owner.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'mine', external_id: 'mine' } })).json()
+  const sub = (
+    await gw.call(owner.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      body: { name: 'mine', external_id: 'mine' },
+    })
+  ).json()
   const subKey = (
-    await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys`, acting: 'self', body: { name: 'k', scopes: ['tracking:read'] } })
+    await gw.call(owner.apiKey, {
+      method: 'POST',
+      url: `/v1/sub-accounts/${sub.id}/api-keys`,
+      acting: 'self',
+      body: { name: 'k', scopes: ['tracking:read'] },
+    })
   ).json()
   return { gw, owner, sub, subKey }
 }
 
-const send = (gw: TestGateway, key: string | null, route: Route, extra: { acting?: string; headers?: Record<string, string> } = {}) =>
-  gw.call(key, { method: route.method as 'GET', url: route.url, ...(route.body === undefined ? {} : { body: route.body }), ...extra })
+const send = (
+  gw: TestGateway,
+  key: string | null,
+  route: Route,
+  extra: { acting?: string; headers?: Record<string, string> } = {},
+) =>
+  gw.call(key, {
+    method: route.method as 'GET',
+    url: route.url,
+    ...(route.body === undefined ? {} : { body: route.body }),
+    ...extra,
+  })
 
 t.test('the table has a line for every route the app registers, and no other', async (t) => {
   const { gw } = await setup(t)
   const registered = managementRoutes(gw.routes)
   t.ok(registered.length > 0, `the app registers management routes (${registered.length})`)
-  t.same(registered.filter((name) => TABLE[name] === undefined), [], 'every management route the app registers has a line in the table')
-  t.same(Object.keys(TABLE).filter((name) => !registered.includes(name)), [], 'every line of the table is a route the app registers')
+  t.same(
+    registered.filter((name) => TABLE[name] === undefined),
+    [],
+    'every management route the app registers has a line in the table',
+  )
+  t.same(
+    Object.keys(TABLE).filter((name) => !registered.includes(name)),
+    [],
+    'every line of the table is a route the app registers',
+  )
 })
 
 t.test('every management route refuses what it must', async (t) => {
@@ -101,7 +137,12 @@ t.test('every management route refuses what it must', async (t) => {
     const name = `${route.method} ${route.pattern.replace(':sub_id', '{sub_id}').replace(':key_id', '{key_id}')}`
     t.test(name, async (t) => {
       const expect401 = async (key: string | null, headers: Record<string, string>, why: string) => {
-        const res = await gw.call(key, { method: route.method as 'GET', url: route.url, headers, ...(route.body === undefined ? {} : { body: route.body }) })
+        const res = await gw.call(key, {
+          method: route.method as 'GET',
+          url: route.url,
+          headers,
+          ...(route.body === undefined ? {} : { body: route.body }),
+        })
         t.equal(res.statusCode, 401, why)
         t.equal(problemOf(res).code, 'unauthenticated', why)
         t.equal(res.headers['www-authenticate'], 'Bearer', why)
@@ -115,7 +156,11 @@ t.test('every management route refuses what it must', async (t) => {
       await expect401(generateApiKey().apiKey, {}, 'unknown well-formed key')
       await expect401(revoked.apiKey, {}, 'revoked key')
       // Node keeps the first of two Authorization headers; the gateway refuses the pair.
-      await expect401(null, { authorization: [`Bearer ${owner.apiKey}`, 'Bearer junk'] as unknown as string }, 'two Authorization headers')
+      await expect401(
+        null,
+        { authorization: [`Bearer ${owner.apiKey}`, 'Bearer junk'] as unknown as string },
+        'two Authorization headers',
+      )
 
       const bySub = await send(gw, subKey.api_key, route)
       t.equal(bySub.statusCode, 403, 'sub-account key')
@@ -195,13 +240,25 @@ t.test('the acting header on management', async (t) => {
     [{ 'x-service-acting-tenant': 'ext:unknown' }, 403, 'acting_tenant_forbidden'],
   ]
   for (const [headers, status, code] of cases) {
-    const res = await gw.call(owner.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'x' }, headers: headers as Record<string, string> })
+    const res = await gw.call(owner.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      body: { name: 'x' },
+      headers: headers as Record<string, string>,
+    })
     t.equal(res.statusCode, status, JSON.stringify(headers))
     if (code) t.equal(problemOf(res).code, code, JSON.stringify(headers))
   }
 
   // A deactivated sub-account is rejected as a target, and its keys stop working.
-  const key = (await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys`, acting: 'self', body: { name: 'k', scopes: ['a:b'] } })).json()
+  const key = (
+    await gw.call(owner.apiKey, {
+      method: 'POST',
+      url: `/v1/sub-accounts/${sub.id}/api-keys`,
+      acting: 'self',
+      body: { name: 'k', scopes: ['a:b'] },
+    })
+  ).json()
   await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/deactivate`, acting: 'self' })
   const target = await gw.call(owner.apiKey, { method: 'GET', url: '/v1/sub-accounts', acting: sub.id })
   t.equal(target.statusCode, 403)
@@ -210,13 +267,18 @@ t.test('the acting header on management', async (t) => {
   t.equal(deactivatedKey.statusCode, 403)
   t.equal(problemOf(deactivatedKey).code, 'tenant_deactivated')
   await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/reactivate`, acting: 'self' })
-  t.equal(problemOf(await gw.call(key.api_key, { method: 'GET', url: '/v1/sub-accounts' })).code, 'parent_key_required', 'works again after reactivation')
+  t.equal(
+    problemOf(await gw.call(key.api_key, { method: 'GET', url: '/v1/sub-accounts' })).code,
+    'parent_key_required',
+    'works again after reactivation',
+  )
 })
 
 t.test('the write-header rule follows the count of active sub-accounts', async (t) => {
   const gw = await startGateway(t, { listen: false, redis: false })
   const p = await gw.createParent()
-  const create = (acting?: string) => gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'x' }, ...(acting ? { acting } : {}) })
+  const create = (acting?: string) =>
+    gw.call(p.apiKey, { method: 'POST', url: '/v1/sub-accounts', body: { name: 'x' }, ...(acting ? { acting } : {}) })
   const first = await create()
   t.equal(first.statusCode, 201, 'no sub-account yet: no header needed')
   t.equal(problemOf(await create()).code, 'acting_tenant_required')
@@ -228,13 +290,28 @@ t.test('the write-header rule follows the count of active sub-accounts', async (
 
 t.test('a revoked key is refused on the very next request', async (t) => {
   const { gw, owner, sub, subKey } = await setup(t)
-  const second = (await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys`, acting: 'self', body: { name: 'k2', scopes: ['a:b'] } })).json()
+  const second = (
+    await gw.call(owner.apiKey, {
+      method: 'POST',
+      url: `/v1/sub-accounts/${sub.id}/api-keys`,
+      acting: 'self',
+      body: { name: 'k2', scopes: ['a:b'] },
+    })
+  ).json()
   const before = await gw.call(second.api_key, { method: 'GET', url: '/v1/sub-accounts' })
   t.equal(problemOf(before).code, 'parent_key_required', 'authenticates before the revoke')
-  const revoked = await gw.call(owner.apiKey, { method: 'POST', url: `/v1/sub-accounts/${sub.id}/api-keys/${second.id}/revoke`, acting: 'self' })
+  const revoked = await gw.call(owner.apiKey, {
+    method: 'POST',
+    url: `/v1/sub-accounts/${sub.id}/api-keys/${second.id}/revoke`,
+    acting: 'self',
+  })
   t.equal(revoked.statusCode, 200)
   const next = await gw.call(second.api_key, { method: 'GET', url: '/v1/sub-accounts' })
   t.equal(next.statusCode, 401)
   t.equal(problemOf(next).code, 'unauthenticated')
-  t.equal(problemOf(await gw.call(subKey.api_key, { method: 'GET', url: '/v1/sub-accounts' })).code, 'parent_key_required', 'the other key is untouched')
+  t.equal(
+    problemOf(await gw.call(subKey.api_key, { method: 'GET', url: '/v1/sub-accounts' })).code,
+    'parent_key_required',
+    'the other key is untouched',
+  )
 })

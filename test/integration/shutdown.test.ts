@@ -115,15 +115,20 @@ async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess
     }),
   )
   const base = `http://127.0.0.1:${port}`
-  const started = await eventually(START_TIMEOUT, async () => {
-    if (done) throw new Error(`the gateway exited at start\nstdout: ${out}\nstderr: ${err}`)
-    try {
-      return (await rawRequest(base, { path: '/readyz' })).status === 200
-    } catch {
-      return false
-    }
-  }, 100)
-  if (started === null) throw new Error(`the gateway was not ready within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
+  const started = await eventually(
+    START_TIMEOUT,
+    async () => {
+      if (done) throw new Error(`the gateway exited at start\nstdout: ${out}\nstderr: ${err}`)
+      try {
+        return (await rawRequest(base, { path: '/readyz' })).status === 200
+      } catch {
+        return false
+      }
+    },
+    100,
+  )
+  if (started === null)
+    throw new Error(`the gateway was not ready within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
   return { child, port, base, exit, exited: () => done, stdout: () => out, stderr: () => err }
 }
 
@@ -150,7 +155,11 @@ function answer(response: ServerResponse, path: string): void {
  * LOAD_DELAY_MS. Either way the answer is 200 with a body of known content.
  */
 const loadUpstream = (t: Test) =>
-  holdingUpstream(t, { holdPrefix: '/v1/hold/', delayMs: LOAD_DELAY_MS, reply: (request, response) => answer(response, request.url!) })
+  holdingUpstream(t, {
+    holdPrefix: '/v1/hold/',
+    delayMs: LOAD_DELAY_MS,
+    reply: (request, response) => answer(response, request.url!),
+  })
 
 interface Outcome {
   status: number
@@ -178,7 +187,10 @@ async function get(base: string, agent: Agent, path: string, headers: Record<str
 const describe = (err: unknown) => `${(err as NodeJS.ErrnoException).code ?? ''} ${(err as Error).message}`.trim()
 
 /** The usage_daily rows of one tenant, summed by status class over every day. */
-async function usageByClass(sql: Awaited<ReturnType<typeof freshDatabase>>['sql'], tenantId: string): Promise<Record<string, number>> {
+async function usageByClass(
+  sql: Awaited<ReturnType<typeof freshDatabase>>['sql'],
+  tenantId: string,
+): Promise<Record<string, number>> {
   const rows = await sql<{ status_class: number; n: number }[]>`
     select status_class, sum(requests)::int as n from usage_daily where tenant_id = ${tenantId} group by status_class`
   return Object.fromEntries(rows.map((row) => [`${row.status_class}xx`, row.n]))
@@ -237,7 +249,8 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
       try {
         const outcome = await get(gateway.base, agent, path, headers)
         answered.push(outcome)
-        if (outcome.status !== 200 || !outcome.complete) failures.push(`${path}: ${outcome.status}${outcome.complete ? '' : ' (incomplete body)'}`)
+        if (outcome.status !== 200 || !outcome.complete)
+          failures.push(`${path}: ${outcome.status}${outcome.complete ? '' : ' (incomplete body)'}`)
       } catch (err) {
         failures.push(`${path}: ${describe(err)}`)
       }
@@ -254,12 +267,19 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   const holdAgents = Array.from({ length: HELD }, () => new Agent({ keepAlive: true, maxSockets: 1 }))
   agents.push(...holdAgents)
   const heldRequests = holdAgents.map((agent, i) =>
-    get(gateway.base, agent, `/v1/hold/${i}`, { authorization: `Bearer ${parent.apiKey}`, 'x-service-acting-tenant': sub.id }).then(
+    get(gateway.base, agent, `/v1/hold/${i}`, {
+      authorization: `Bearer ${parent.apiKey}`,
+      'x-service-acting-tenant': sub.id,
+    }).then(
       (outcome) => outcome,
       (err: unknown) => new Error(describe(err)),
     ),
   )
-  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === HELD), null, 'the held requests reached the upstream')
+  t.not(
+    await eventually(HANG_TIMEOUT, async () => upstream.held() === HELD),
+    null,
+    'the held requests reached the upstream',
+  )
 
   const answeredBeforeSignal = answered.length
   gateway.child.kill('SIGTERM')
@@ -267,21 +287,29 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   // The load balancer: /readyz on a fresh connection until it says 503, then no new requests.
   let notReady: { status: number; headers: IncomingHttpHeaders; body: Record<string, unknown> } | null = null
   let probeError: string | null = null
-  await eventually(HANG_TIMEOUT, async () => {
-    try {
-      const res = await rawRequest(gateway.base, { path: '/readyz' })
-      if (res.status === 200) return false
-      notReady = { status: res.status, headers: res.headers, body: res.json() }
-    } catch (err) {
-      probeError = describe(err)
-    }
-    return true
-  }, 10)
+  await eventually(
+    HANG_TIMEOUT,
+    async () => {
+      try {
+        const res = await rawRequest(gateway.base, { path: '/readyz' })
+        if (res.status === 200) return false
+        notReady = { status: res.status, headers: res.headers, body: res.json() }
+      } catch (err) {
+        probeError = describe(err)
+      }
+      return true
+    },
+    10,
+  )
   stopStarting = true
   t.equal(probeError, null, '/readyz answered until the load balancer saw it say 503 (the listener was still open)')
   t.ok(notReady, '/readyz stopped answering 200 after SIGTERM')
   if (notReady !== null) {
-    const { status, headers, body } = notReady as { status: number; headers: IncomingHttpHeaders; body: Record<string, unknown> }
+    const { status, headers, body } = notReady as {
+      status: number
+      headers: IncomingHttpHeaders
+      body: Record<string, unknown>
+    }
     t.equal(status, 503, '/readyz: 503 while draining')
     t.match(String(headers['content-type']), /^application\/problem\+json/, '/readyz: problem+json')
     t.equal(body.code, 'not_ready', '/readyz: code not_ready')
@@ -311,7 +339,9 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
 
   t.same(failures, [], 'no request failed')
   t.equal(answered.length, started, 'every request started got an answer')
-  const ok = answered.filter((outcome) => outcome.status === 200 && outcome.complete).length + held.filter((h) => !(h instanceof Error) && h.status === 200).length
+  const ok =
+    answered.filter((outcome) => outcome.status === 200 && outcome.complete).length +
+    held.filter((h) => !(h instanceof Error) && h.status === 200).length
   t.ok(answered.length > answeredBeforeSignal, 'some load was in flight at SIGTERM')
   t.comment(
     `${answered.length} load requests (${answered.length - answeredBeforeSignal} answered after SIGTERM, ` +
@@ -323,7 +353,11 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   t.same(await usageByClass(db.sql, parent.id), {}, "nothing counted for the parent's own tenant")
 
   const lines = logLines(gateway.stdout())
-  t.same(lines.filter((line) => line.level >= 50), [], 'no error was logged')
+  t.same(
+    lines.filter((line) => line.level >= 50),
+    [],
+    'no error was logged',
+  )
   t.same(
     lines.filter((line) => /shutdown timeout/.test(line.msg)),
     [],
@@ -360,7 +394,11 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
   t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
 
   gateway.child.kill('SIGTERM')
-  t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'the gateway stopped accepting connections')
+  t.not(
+    await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10),
+    null,
+    'the gateway stopped accepting connections',
+  )
   t.notOk(gateway.exited(), 'the process waits for the request in flight')
   upstream.release()
   const releasedAt = Date.now()
@@ -377,7 +415,11 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
   t.equal(upstream.received.length, 1)
   t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'and it is counted')
   const lines = logLines(gateway.stdout())
-  t.same(lines.filter((line) => line.level >= 50), [], 'no error was logged')
+  t.same(
+    lines.filter((line) => line.level >= 50),
+    [],
+    'no error was logged',
+  )
   t.same(
     lines.filter((line) => /shutdown timeout/.test(line.msg)),
     [],
@@ -401,7 +443,13 @@ t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', 
   t.same(exit, { code: 1, signal: null }, `the process exits 1\nstderr: ${gateway.stderr()}`)
   const errors = logLines(gateway.stdout()).filter((line) => line.level >= 50)
   t.equal(errors.filter((line) => /closing after an error/.test(line.msg)).length, 1, 'it closes once')
-  t.ok(errors.some((line) => /closing after an error/.test(line.msg) && JSON.stringify(line).includes('planted 1')), 'it logs the first rejection as the reason it closes')
-  t.ok(errors.some((line) => /another unhandled rejection/.test(line.msg) && JSON.stringify(line).includes('planted 2')), 'and the second one as such')
+  t.ok(
+    errors.some((line) => /closing after an error/.test(line.msg) && JSON.stringify(line).includes('planted 1')),
+    'it logs the first rejection as the reason it closes',
+  )
+  t.ok(
+    errors.some((line) => /another unhandled rejection/.test(line.msg) && JSON.stringify(line).includes('planted 2')),
+    'and the second one as such',
+  )
   t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'the request is counted, once')
 })

@@ -34,7 +34,11 @@ t.test('an answer that arrived while the event loop was blocked is taken, not ca
       (rows) => rows[0]!.n,
       (err: unknown) => err,
     )
-    t.equal(outcome, round, `round ${round}: the answer, not ${outcome instanceof Error ? outcome.message : 'a timeout'}`)
+    t.equal(
+      outcome,
+      round,
+      `round ${round}: the answer, not ${outcome instanceof Error ? outcome.message : 'a timeout'}`,
+    )
   }
 })
 

@@ -70,7 +70,9 @@ async function relay(target: URL): Promise<{ url: string; dropNextFlushReply(): 
 }
 
 async function requestsOf(tenantId: string): Promise<number> {
-  const [row] = await database.sql<{ n: string | null }[]>`select sum(requests) as n from usage_daily where tenant_id = ${tenantId}`
+  const [row] = await database.sql<
+    { n: string | null }[]
+  >`select sum(requests) as n from usage_daily where tenant_id = ${tenantId}`
   return Number(row?.n ?? 0)
 }
 

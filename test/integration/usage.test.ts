@@ -14,7 +14,12 @@ const HOUR = 3_600_000
 
 /** problemOf (the envelope of docs/api.md) for a response read off a socket. */
 function problem(res: RawResponse) {
-  return problemOf({ statusCode: res.status, headers: res.headers, body: res.body, json: () => res.json() } as unknown as LightMyRequestResponse)
+  return problemOf({
+    statusCode: res.status,
+    headers: res.headers,
+    body: res.body,
+    json: () => res.json(),
+  } as unknown as LightMyRequestResponse)
 }
 
 const CLASS_NAMES = { 2: '2xx', 3: '3xx', 4: '4xx', 5: '5xx' } as const
@@ -51,12 +56,22 @@ t.test('usage', async (t) => {
 
   // Management calls go through the same gateway; its successes are not usage.
   async function createSub(parentKey: string, name: string, externalId?: string): Promise<{ id: string }> {
-    const res = await call(parentKey, { method: 'POST', path: '/v1/sub-accounts', acting: 'self', json: { name, ...(externalId ? { external_id: externalId } : {}) } })
+    const res = await call(parentKey, {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      json: { name, ...(externalId ? { external_id: externalId } : {}) },
+    })
     if (res.status !== 201) throw new Error(`create sub-account: ${res.status} ${res.body}`)
     return res.json()
   }
   async function mintFor(parentKey: string, subId: string, scopes: string[]): Promise<{ id: string; api_key: string }> {
-    const res = await call(parentKey, { method: 'POST', path: `/v1/sub-accounts/${subId}/api-keys`, acting: 'self', json: { name: 'k', scopes } })
+    const res = await call(parentKey, {
+      method: 'POST',
+      path: `/v1/sub-accounts/${subId}/api-keys`,
+      acting: 'self',
+      json: { name: 'k', scopes },
+    })
     if (res.status !== 201) throw new Error(`mint key: ${res.status} ${res.body}`)
     return res.json()
   }
@@ -68,7 +83,12 @@ t.test('usage', async (t) => {
   const D = await createSub(P.apiKey, 'D (deactivated)', 'd')
   const bKey = await mintFor(P.apiKey, B.id, ['tracking:read'])
   const dKey = await mintFor(P.apiKey, D.id, ['tracking:read'])
-  const deactivated = await call(P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${D.id}/deactivate`, acting: 'self', body: '' })
+  const deactivated = await call(P.apiKey, {
+    method: 'POST',
+    path: `/v1/sub-accounts/${D.id}/deactivate`,
+    acting: 'self',
+    body: '',
+  })
   if (deactivated.status !== 200) throw new Error(`deactivate: ${deactivated.status} ${deactivated.body}`)
   const Q = await gw.createParent()
   const QA = await createSub(Q.apiKey, 'QA', 'a')
@@ -87,7 +107,12 @@ t.test('usage', async (t) => {
   async function totals(): Promise<Map<string, number>> {
     const rows = await sql<{ tenant_id: string; status_class: number; n: number }[]>`
       select tenant_id, status_class, sum(requests)::int as n from usage_daily group by tenant_id, status_class`
-    return new Map(rows.map((r) => [`${names.get(r.tenant_id) ?? r.tenant_id} ${CLASS_NAMES[r.status_class as 2 | 3 | 4 | 5]}`, r.n]))
+    return new Map(
+      rows.map((r) => [
+        `${names.get(r.tenant_id) ?? r.tenant_id} ${CLASS_NAMES[r.status_class as 2 | 3 | 4 | 5]}`,
+        r.n,
+      ]),
+    )
   }
   function delta(before: Map<string, number>, after: Map<string, number>): Record<string, number> {
     const out: Record<string, number> = {}
@@ -97,7 +122,8 @@ t.test('usage', async (t) => {
     }
     return out
   }
-  const snapshot = () => sql`select tenant_id, day::text as day, status_class, requests::text as requests from usage_daily order by 1, 2, 3`
+  const snapshot = () =>
+    sql`select tenant_id, day::text as day, status_class, requests::text as requests from usage_daily order by 1, 2, 3`
 
   t.test('management successes are not usage', async (t) => {
     await flush()
@@ -128,12 +154,23 @@ t.test('usage', async (t) => {
     const before = await totals()
     const results = await Promise.all([
       ...asA.map(([method, path], i) =>
-        call(P.apiKey, { method, path, acting: i % 2 === 0 ? A.id : 'ext:a', ...(method === 'GET' ? {} : { json: { i } }) }),
+        call(P.apiKey, {
+          method,
+          path,
+          acting: i % 2 === 0 ? A.id : 'ext:a',
+          ...(method === 'GET' ? {} : { json: { i } }),
+        }),
       ),
-      ...asB.map(([method, path], i) => call(bKey.api_key, { method, path, ...(method === 'GET' ? {} : { json: { i } }) })),
+      ...asB.map(([method, path], i) =>
+        call(bKey.api_key, { method, path, ...(method === 'GET' ? {} : { json: { i } }) }),
+      ),
     ])
     const expectedStatuses = [...asA, ...asB].map(([, , status]) => status)
-    t.same(results.map((res) => res.status), expectedStatuses, 'every request got the upstream status')
+    t.same(
+      results.map((res) => res.status),
+      expectedStatuses,
+      'every request got the upstream status',
+    )
     t.equal(upstream.received.length - receivedBefore, 60, 'each reached the upstream once (no retries)')
 
     t.same(delta(before, await totals()), {}, 'nothing is written before a flush')
@@ -143,8 +180,14 @@ t.test('usage', async (t) => {
       { 'A 2xx': 27, 'A 3xx': 3, 'A 4xx': 4, 'A 5xx': 3, 'B 2xx': 19, 'B 4xx': 2, 'B 5xx': 2 },
       'exact counts per tenant and status class; nothing for the parent whose key was used',
     )
-    const days = await sql<{ day: string }[]>`select distinct day::text as day from usage_daily where tenant_id in (${A.id}, ${B.id})`
-    t.same(days.map((d) => d.day), [today], "all on today's UTC date")
+    const days = await sql<
+      { day: string }[]
+    >`select distinct day::text as day from usage_daily where tenant_id in (${A.id}, ${B.id})`
+    t.same(
+      days.map((d) => d.day),
+      [today],
+      "all on today's UTC date",
+    )
 
     const report = await call(P.apiKey, { path: '/v1/sub-accounts/usage' })
     t.equal(report.status, 200, report.body)
@@ -152,8 +195,20 @@ t.test('usage', async (t) => {
     t.equal(body.to, today, 'to defaults to today')
     t.equal(body.from, `${today.slice(0, 8)}01`, 'from defaults to the first of the month')
     t.same(body.data, [
-      { sub_account_id: A.id, external_id: 'a', requests: 37, by_status: { '2xx': 27, '3xx': 3, '4xx': 4, '5xx': 3 }, days: [{ date: today, requests: 37 }] },
-      { sub_account_id: B.id, external_id: 'b', requests: 23, by_status: { '2xx': 19, '3xx': 0, '4xx': 2, '5xx': 2 }, days: [{ date: today, requests: 23 }] },
+      {
+        sub_account_id: A.id,
+        external_id: 'a',
+        requests: 37,
+        by_status: { '2xx': 27, '3xx': 3, '4xx': 4, '5xx': 3 },
+        days: [{ date: today, requests: 37 }],
+      },
+      {
+        sub_account_id: B.id,
+        external_id: 'b',
+        requests: 23,
+        by_status: { '2xx': 19, '3xx': 0, '4xx': 2, '5xx': 2 },
+        days: [{ date: today, requests: 23 }],
+      },
     ])
     t.equal(body.next_cursor, null)
   })
@@ -167,7 +222,8 @@ t.test('usage', async (t) => {
 
     const before = await totals()
     for (let i = 0; i < 5; i++) t.equal((await call(P.apiKey, { path: `/v1/more/${i}`, acting: A.id })).status, 200)
-    for (let i = 0; i < 2; i++) t.equal((await call(P.apiKey, { path: '/v1/x/status/404', acting: 'ext:a' })).status, 404)
+    for (let i = 0; i < 2; i++)
+      t.equal((await call(P.apiKey, { path: '/v1/x/status/404', acting: 'ext:a' })).status, 404)
     await flush()
     const middle = await totals()
     t.same(delta(before, middle), { 'A 2xx': 5, 'A 4xx': 2 })
@@ -176,13 +232,27 @@ t.test('usage', async (t) => {
     t.same(delta(before, await totals()), { 'A 2xx': 6, 'A 4xx': 2 }, 'the second flush adds to the first')
     const aToday = await sql<{ status_class: number; requests: string }[]>`
       select status_class, requests::text as requests from usage_daily where tenant_id = ${A.id} order by status_class`
-    t.same(aToday.map((r) => [r.status_class, Number(r.requests)]), [[2, 33], [3, 3], [4, 6], [5, 3]], 'one row per day and class, added to')
+    t.same(
+      aToday.map((r) => [r.status_class, Number(r.requests)]),
+      [
+        [2, 33],
+        [3, 3],
+        [4, 6],
+        [5, 3],
+      ],
+      'one row per day and class, added to',
+    )
   })
 
   t.test('refusals after authentication count; 401s and public routes do not', async (t) => {
     const before = await totals()
     const revokedKey = await mintFor(P.apiKey, B.id, ['tracking:read'])
-    const revoke = await call(P.apiKey, { method: 'POST', path: `/v1/sub-accounts/${B.id}/api-keys/${revokedKey.id}/revoke`, acting: 'self', body: '' })
+    const revoke = await call(P.apiKey, {
+      method: 'POST',
+      path: `/v1/sub-accounts/${B.id}/api-keys/${revokedKey.id}/revoke`,
+      acting: 'self',
+      body: '',
+    })
     t.equal(revoke.status, 200)
     const expect = async (res: Promise<RawResponse>, status: number, code: string | null, what: string) => {
       const r = await res
@@ -191,21 +261,81 @@ t.test('usage', async (t) => {
     }
 
     // Refused before the acting tenant is resolved: the key's own tenant.
-    await expect(call(P.apiKey, { path: '/v1/x', acting: '00000000-0000-4000-8000-000000000000' }), 403, 'acting_tenant_forbidden', 'parent acting as an unknown id')
-    await expect(call(P.apiKey, { path: '/v1/x', acting: 'ext:nobody' }), 403, 'acting_tenant_forbidden', 'parent acting as an unknown ext:')
-    await expect(call(P.apiKey, { path: '/v1/x', acting: QA.id }), 403, 'acting_tenant_forbidden', "parent acting as another parent's sub-account")
-    await expect(call(P.apiKey, { path: '/v1/x', acting: D.id }), 403, 'acting_tenant_deactivated', 'parent acting as its deactivated sub-account')
-    await expect(call(P.apiKey, { path: '/v1/x', acting: 'SELF' }), 400, 'acting_tenant_malformed', 'a malformed acting header')
-    await expect(call(P.apiKey, { method: 'POST', path: '/v1/x', json: {} }), 400, 'acting_tenant_required', 'a write without the header')
+    await expect(
+      call(P.apiKey, { path: '/v1/x', acting: '00000000-0000-4000-8000-000000000000' }),
+      403,
+      'acting_tenant_forbidden',
+      'parent acting as an unknown id',
+    )
+    await expect(
+      call(P.apiKey, { path: '/v1/x', acting: 'ext:nobody' }),
+      403,
+      'acting_tenant_forbidden',
+      'parent acting as an unknown ext:',
+    )
+    await expect(
+      call(P.apiKey, { path: '/v1/x', acting: QA.id }),
+      403,
+      'acting_tenant_forbidden',
+      "parent acting as another parent's sub-account",
+    )
+    await expect(
+      call(P.apiKey, { path: '/v1/x', acting: D.id }),
+      403,
+      'acting_tenant_deactivated',
+      'parent acting as its deactivated sub-account',
+    )
+    await expect(
+      call(P.apiKey, { path: '/v1/x', acting: 'SELF' }),
+      400,
+      'acting_tenant_malformed',
+      'a malformed acting header',
+    )
+    await expect(
+      call(P.apiKey, { method: 'POST', path: '/v1/x', json: {} }),
+      400,
+      'acting_tenant_required',
+      'a write without the header',
+    )
     await expect(call(dKey.api_key, { path: '/v1/x' }), 403, 'tenant_deactivated', 'a key of a deactivated sub-account')
-    await expect(call(dKey.api_key, { path: '/v1/x', acting: A.id }), 403, 'tenant_deactivated', 'a deactivated sub-account key acting as a sibling')
-    await expect(call(bKey.api_key, { path: '/v1/x', acting: A.id }), 403, 'acting_tenant_forbidden', 'a sub-account key acting as a sibling')
-    await expect(call(bKey.api_key, { path: '/v1/sub-accounts' }), 403, 'parent_key_required', 'a sub-account key on the management API')
+    await expect(
+      call(dKey.api_key, { path: '/v1/x', acting: A.id }),
+      403,
+      'tenant_deactivated',
+      'a deactivated sub-account key acting as a sibling',
+    )
+    await expect(
+      call(bKey.api_key, { path: '/v1/x', acting: A.id }),
+      403,
+      'acting_tenant_forbidden',
+      'a sub-account key acting as a sibling',
+    )
+    await expect(
+      call(bKey.api_key, { path: '/v1/sub-accounts' }),
+      403,
+      'parent_key_required',
+      'a sub-account key on the management API',
+    )
     // Refused after the acting tenant is resolved: the tenant acted as.
-    await expect(call(bKey.api_key, { method: 'POST', path: '/scoped/x', json: {} }), 403, 'insufficient_scope', 'B writing without tracking:write')
+    await expect(
+      call(bKey.api_key, { method: 'POST', path: '/scoped/x', json: {} }),
+      403,
+      'insufficient_scope',
+      'B writing without tracking:write',
+    )
     await expect(call(bKey.api_key, { path: '/scoped/x' }), 200, null, 'B reading with tracking:read')
-    await expect(call(P.apiKey, { path: '/scoped/x', acting: A.id }), 403, 'insufficient_scope', 'the parent acting as A without tracking:read')
-    await expect(call(P.apiKey, { path: '/dead/x', acting: A.id }), 502, 'upstream_unavailable', 'an unreachable upstream, acting as A')
+    await expect(
+      call(P.apiKey, { path: '/scoped/x', acting: A.id }),
+      403,
+      'insufficient_scope',
+      'the parent acting as A without tracking:read',
+    )
+    await expect(
+      call(P.apiKey, { path: '/dead/x', acting: A.id }),
+      502,
+      'upstream_unavailable',
+      'an unreachable upstream, acting as A',
+    )
 
     // The parent acting as itself, by default or by `self`: the parent.
     await expect(call(P.apiKey, { path: '/v1/own' }), 200, null, 'the parent, no acting header')
@@ -215,11 +345,21 @@ t.test('usage', async (t) => {
     await expect(call(null, { path: '/v1/x' }), 401, 'unauthenticated', 'no key')
     await expect(call(null, { path: '/v1/x', acting: A.id }), 401, 'unauthenticated', 'no key, acting as A')
     await expect(call('tgw_not-a-key', { path: '/v1/x', acting: A.id }), 401, 'unauthenticated', 'a malformed key')
-    await expect(call(generateApiKey().apiKey, { path: '/v1/x', acting: A.id }), 401, 'unauthenticated', 'an unknown key')
+    await expect(
+      call(generateApiKey().apiKey, { path: '/v1/x', acting: A.id }),
+      401,
+      'unauthenticated',
+      'an unknown key',
+    )
     await expect(call(revokedKey.api_key, { path: '/v1/x' }), 401, 'unauthenticated', "a revoked key of B's")
     await expect(call(null, { path: '/v1/sub-accounts/usage' }), 401, 'unauthenticated', 'no key on the management API')
     // Refused before authentication: counted for nobody.
-    await expect(call(P.apiKey, { path: '/v1/a/../x', acting: A.id }), 400, 'bad_path', 'a bad path, even with a valid key')
+    await expect(
+      call(P.apiKey, { path: '/v1/a/../x', acting: A.id }),
+      400,
+      'bad_path',
+      'a bad path, even with a valid key',
+    )
     // A public route needs no key and is not metered, whether or not one is sent.
     await expect(call(null, { path: '/public/x' }), 200, null, 'public, no key')
     await expect(call(P.apiKey, { path: '/public/x', acting: A.id }), 200, null, "public, with the parent's key")
@@ -242,15 +382,44 @@ t.test('usage', async (t) => {
     const own = await call(P.apiKey, { path: '/v1/sub-accounts/usage' })
     t.equal(own.status, 200)
     const data = own.json().data as { sub_account_id: string; requests: number; by_status: Record<string, number> }[]
-    t.same(data.map((e) => names.get(e.sub_account_id)), ['A', 'B', 'D'], "the parent's sub-accounts with usage, oldest first: not C, not QA, not the parent")
-    t.same(data[2], { sub_account_id: D.id, external_id: 'd', requests: 2, by_status: { '2xx': 0, '3xx': 0, '4xx': 2, '5xx': 0 }, days: [{ date: today, requests: 2 }] }, 'a deactivated sub-account with usage is listed')
-    for (const entry of data) t.equal(entry.requests, Object.values(entry.by_status).reduce((a, b) => a + b, 0), `${names.get(entry.sub_account_id)}: requests = sum of by_status`)
+    t.same(
+      data.map((e) => names.get(e.sub_account_id)),
+      ['A', 'B', 'D'],
+      "the parent's sub-accounts with usage, oldest first: not C, not QA, not the parent",
+    )
+    t.same(
+      data[2],
+      {
+        sub_account_id: D.id,
+        external_id: 'd',
+        requests: 2,
+        by_status: { '2xx': 0, '3xx': 0, '4xx': 2, '5xx': 0 },
+        days: [{ date: today, requests: 2 }],
+      },
+      'a deactivated sub-account with usage is listed',
+    )
+    for (const entry of data)
+      t.equal(
+        entry.requests,
+        Object.values(entry.by_status).reduce((a, b) => a + b, 0),
+        `${names.get(entry.sub_account_id)}: requests = sum of by_status`,
+      )
 
     const theirs = await call(Q.apiKey, { path: '/v1/sub-accounts/usage' })
     t.equal(theirs.status, 200)
-    t.same(theirs.json().data, [
-      { sub_account_id: QA.id, external_id: 'a', requests: 1000, by_status: { '2xx': 1000, '3xx': 0, '4xx': 0, '5xx': 0 }, days: [{ date: today, requests: 1000 }] },
-    ], "the other parent sees only its own, even with the same external_id")
+    t.same(
+      theirs.json().data,
+      [
+        {
+          sub_account_id: QA.id,
+          external_id: 'a',
+          requests: 1000,
+          by_status: { '2xx': 1000, '3xx': 0, '4xx': 0, '5xx': 0 },
+          days: [{ date: today, requests: 1000 }],
+        },
+      ],
+      'the other parent sees only its own, even with the same external_id',
+    )
   })
 
   t.test('the report: who may read it', async (t) => {
@@ -269,7 +438,11 @@ t.test('usage', async (t) => {
     const scopeless = await gw.createParent({ scopes: ['tracking:read'] })
     await refused(scopeless.apiKey, undefined, 403, 'insufficient_scope', 'a parent key with other scopes only')
     const writeRes = await call(writeOnly.apiKey, { path: '/v1/sub-accounts/usage' })
-    t.match(String(writeRes.headers['www-authenticate']), /insufficient_scope.*sub_accounts:read/, 'the challenge names the scope')
+    t.match(
+      String(writeRes.headers['www-authenticate']),
+      /insufficient_scope.*sub_accounts:read/,
+      'the challenge names the scope',
+    )
 
     const readOnly = await gw.createParent({ scopes: ['sub_accounts:read'] })
     const res = await call(readOnly.apiKey, { path: '/v1/sub-accounts/usage', acting: 'self' })
@@ -306,7 +479,17 @@ t.test('usage', async (t) => {
     const report = async (query: string) => {
       const res = await call(R.apiKey, { path: `/v1/sub-accounts/usage?${query}` })
       t.equal(res.status, 200, `${query}: ${res.body.slice(0, 300)}`)
-      return res.json() as { from: string; to: string; data: { sub_account_id: string; requests: number; by_status: Record<string, number>; days: { date: string; requests: number }[] }[]; next_cursor: string | null }
+      return res.json() as {
+        from: string
+        to: string
+        data: {
+          sub_account_id: string
+          requests: number
+          by_status: Record<string, number>
+          days: { date: string; requests: number }[]
+        }[]
+        next_cursor: string | null
+      }
     }
     const named = (body: { data: { sub_account_id: string }[] }) => body.data.map((e) => names.get(e.sub_account_id))
 
@@ -314,16 +497,20 @@ t.test('usage', async (t) => {
     t.equal(march.from, '2025-03-01')
     t.equal(march.to, '2025-03-31')
     t.same(named(march), ['R1', 'R2', 'R5'], 'R3 never used, R4 only outside the range')
-    t.same(march.data[0], {
-      sub_account_id: R1.id,
-      external_id: 'r1',
-      requests: 8,
-      by_status: { '2xx': 7, '3xx': 0, '4xx': 1, '5xx': 0 },
-      days: [
-        { date: '2025-03-01', requests: 6 },
-        { date: '2025-03-03', requests: 2 },
-      ],
-    }, 'days in order, only those with usage, classes summed per day')
+    t.same(
+      march.data[0],
+      {
+        sub_account_id: R1.id,
+        external_id: 'r1',
+        requests: 8,
+        by_status: { '2xx': 7, '3xx': 0, '4xx': 1, '5xx': 0 },
+        days: [
+          { date: '2025-03-01', requests: 6 },
+          { date: '2025-03-03', requests: 2 },
+        ],
+      },
+      'days in order, only those with usage, classes summed per day',
+    )
     t.same(march.data[2]?.days, [{ date: '2025-03-31', requests: 4 }], 'the last day is inclusive; April is outside')
     t.equal(march.next_cursor, null)
 
@@ -364,7 +551,9 @@ t.test('usage', async (t) => {
     }
     const firstPage = await report('from=2025-03-01&to=2025-03-31&limit=1')
     t.type(firstPage.next_cursor, 'string')
-    const secondPage = await report(`from=2025-03-01&to=2025-03-31&limit=1&cursor=${encodeURIComponent(firstPage.next_cursor!)}`)
+    const secondPage = await report(
+      `from=2025-03-01&to=2025-03-31&limit=1&cursor=${encodeURIComponent(firstPage.next_cursor!)}`,
+    )
     t.same(named(secondPage), ['R2'], 'the cursor resumes after the entry it names')
     t.same(secondPage.data[0]?.days, [{ date: '2025-03-02', requests: 7 }], 'a later page keeps the range')
 
@@ -373,7 +562,12 @@ t.test('usage', async (t) => {
     const firstOfMonth = `${today.slice(0, 8)}01`
     const lastOfPreviousMonth = utcDay(Date.parse(firstOfMonth) - 86_400_000)
     const tomorrow = utcDay(Date.parse(today) + 86_400_000)
-    for (const [day, requests] of [[firstOfMonth, 3], [today, 4], [lastOfPreviousMonth, 50], [tomorrow, 70]] as const) {
+    for (const [day, requests] of [
+      [firstOfMonth, 3],
+      [today, 4],
+      [lastOfPreviousMonth, 50],
+      [tomorrow, 70],
+    ] as const) {
       await sql`insert into usage_daily (tenant_id, day, status_class, requests) values (${R2.id}, ${day}, 2, ${requests})
         on conflict (tenant_id, day, status_class) do update set requests = usage_daily.requests + excluded.requests`
     }
@@ -382,7 +576,12 @@ t.test('usage', async (t) => {
     t.same(named(current), ['R2'])
     t.same(
       current.data[0]?.days,
-      firstOfMonth === today ? [{ date: today, requests: 7 }] : [{ date: firstOfMonth, requests: 3 }, { date: today, requests: 4 }],
+      firstOfMonth === today
+        ? [{ date: today, requests: 7 }]
+        : [
+            { date: firstOfMonth, requests: 3 },
+            { date: today, requests: 4 },
+          ],
       'the current month so far: not the month before, not tomorrow',
     )
   })
@@ -415,7 +614,10 @@ t.test('usage', async (t) => {
       t.equal(res.status, 400, query)
       const body = problem(res)
       t.equal(body.code, 'validation_failed', query)
-      t.ok(body.errors?.some((e) => e.path === path), `${query} names ${path}: ${JSON.stringify(body.errors)}`)
+      t.ok(
+        body.errors?.some((e) => e.path === path),
+        `${query} names ${path}: ${JSON.stringify(body.errors)}`,
+      )
     }
   })
 
@@ -426,7 +628,9 @@ t.test('usage', async (t) => {
       t.equal(res.status, 200)
       return (res.json().data as { id: string; last_used_at: string | null }[]).find((k) => k.id === key.id)
     }
-    const stored = async () => (await sql<{ last_used_at: Date | null }[]>`select last_used_at from api_keys where id = ${key.id}`)[0]!.last_used_at
+    const stored = async () =>
+      (await sql<{ last_used_at: Date | null }[]>`select last_used_at from api_keys where id = ${key.id}`)[0]!
+        .last_used_at
 
     t.equal((await listed())?.last_used_at, null, 'null before any use')
     await flush()
@@ -439,7 +643,10 @@ t.test('usage', async (t) => {
     const afterFlush = Date.now()
     const first = await stored()
     t.ok(first instanceof Date, 'set by the flush')
-    t.ok(first!.getTime() >= beforeUse && first!.getTime() <= afterFlush, `the time of the use: ${first?.toISOString()}`)
+    t.ok(
+      first!.getTime() >= beforeUse && first!.getTime() <= afterFlush,
+      `the time of the use: ${first?.toISOString()}`,
+    )
     t.equal((await listed())?.last_used_at, first!.toISOString(), 'shown in the key list')
 
     for (let i = 0; i < 3; i++) t.equal((await call(key.api_key, { path: `/v1/again/${i}` })).status, 200)
@@ -449,7 +656,10 @@ t.test('usage', async (t) => {
     t.equal((await listed())?.last_used_at, first!.toISOString())
 
     const other = await mintFor(P.apiKey, A.id, ['tracking:read'])
-    const others = (await call(P.apiKey, { path: `/v1/sub-accounts/${A.id}/api-keys` })).json().data as { id: string; last_used_at: string | null }[]
+    const others = (await call(P.apiKey, { path: `/v1/sub-accounts/${A.id}/api-keys` })).json().data as {
+      id: string
+      last_used_at: string | null
+    }[]
     t.equal(others.find((k) => k.id === other.id)?.last_used_at, null, "another key's stays null")
   })
 })

@@ -53,20 +53,57 @@ const resolve = (tenantId: string, target: ActingTarget, method: string, l = wit
 t.test('parsing', async (t) => {
   t.same(parseActingHeader(undefined), { kind: 'absent' })
   t.same(parseActingHeader('self'), { kind: 'self' })
-  t.same(parseActingHeader(ACTIVE.toUpperCase()), { kind: 'id', id: ACTIVE }, 'a UUID in either case, answered lower-case')
+  t.same(
+    parseActingHeader(ACTIVE.toUpperCase()),
+    { kind: 'id', id: ACTIVE },
+    'a UUID in either case, answered lower-case',
+  )
   t.same(parseActingHeader('ext:eu'), { kind: 'ext', externalId: 'eu' })
   t.same(parseActingHeader('ext:a.b_c-d:e@f/g+h'), { kind: 'ext', externalId: 'a.b_c-d:e@f/g+h' })
-  for (const bad of ['', 'SELF', 'Self', 'EXT:eu', 'ext:', 'ext:a b', 'ext:' + 'x'.repeat(129), 'self, self', `${ACTIVE},${ACTIVE}`, 'me', ACTIVE + 'x', 'ext:é']) {
-    await t.equal(await errorCode(Promise.resolve().then(() => parseActingHeader(bad))), 'acting_tenant_malformed', JSON.stringify(bad))
+  for (const bad of [
+    '',
+    'SELF',
+    'Self',
+    'EXT:eu',
+    'ext:',
+    'ext:a b',
+    `ext:${'x'.repeat(129)}`,
+    'self, self',
+    `${ACTIVE},${ACTIVE}`,
+    'me',
+    `${ACTIVE}x`,
+    'ext:é',
+  ]) {
+    await t.equal(
+      await errorCode(Promise.resolve().then(() => parseActingHeader(bad))),
+      'acting_tenant_malformed',
+      JSON.stringify(bad),
+    )
   }
-  t.equal(await errorCode(Promise.resolve().then(() => parseActingHeader(['self', 'self']))), 'acting_tenant_malformed', 'an array')
-  t.equal(await errorCode(Promise.resolve().then(() => parseActingHeader('self', 2))), 'acting_tenant_malformed', 'sent twice')
+  t.equal(
+    await errorCode(Promise.resolve().then(() => parseActingHeader(['self', 'self']))),
+    'acting_tenant_malformed',
+    'an array',
+  )
+  t.equal(
+    await errorCode(Promise.resolve().then(() => parseActingHeader('self', 2))),
+    'acting_tenant_malformed',
+    'sent twice',
+  )
 })
 
 t.test('absent header', async (t) => {
   for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
-    t.equal(await errorCode(resolve(PARENT, { kind: 'absent' }, method)), 'acting_tenant_required', `${method} with active sub-accounts`)
-    t.equal((await resolve(PARENT, { kind: 'absent' }, method, withoutSubAccounts)).id, PARENT, `${method} without sub-accounts`)
+    t.equal(
+      await errorCode(resolve(PARENT, { kind: 'absent' }, method)),
+      'acting_tenant_required',
+      `${method} with active sub-accounts`,
+    )
+    t.equal(
+      (await resolve(PARENT, { kind: 'absent' }, method, withoutSubAccounts)).id,
+      PARENT,
+      `${method} without sub-accounts`,
+    )
   }
   for (const method of ['GET', 'HEAD', 'OPTIONS']) {
     t.equal((await resolve(PARENT, { kind: 'absent' }, method)).id, PARENT, `${method} never needs it`)
@@ -85,11 +122,19 @@ t.test('parent key', async (t) => {
   t.equal((await resolve(PARENT, { kind: 'ext', externalId: 'eu' }, 'GET')).id, ACTIVE)
   t.equal(await errorCode(resolve(PARENT, { kind: 'id', id: DEACTIVATED }, 'GET')), 'acting_tenant_deactivated')
   t.equal(await errorCode(resolve(PARENT, { kind: 'ext', externalId: 'old' }, 'POST')), 'acting_tenant_deactivated')
-  t.equal(await errorCode(resolve(PARENT, { kind: 'id', id: FOREIGN }, 'GET')), 'acting_tenant_forbidden', 'another parent’s')
+  t.equal(
+    await errorCode(resolve(PARENT, { kind: 'id', id: FOREIGN }, 'GET')),
+    'acting_tenant_forbidden',
+    'another parent’s',
+  )
   t.equal(await errorCode(resolve(PARENT, { kind: 'ext', externalId: 'theirs' }, 'GET')), 'acting_tenant_forbidden')
   t.equal(await errorCode(resolve(PARENT, { kind: 'id', id: UNKNOWN }, 'GET')), 'acting_tenant_forbidden', 'unknown')
   t.equal(await errorCode(resolve(PARENT, { kind: 'ext', externalId: 'nope' }, 'GET')), 'acting_tenant_forbidden')
-  t.equal(await errorCode(resolve(PARENT, { kind: 'ext', externalId: 'parent-ext' }, 'GET')), 'acting_tenant_forbidden', 'ext: names sub-accounts only')
+  t.equal(
+    await errorCode(resolve(PARENT, { kind: 'ext', externalId: 'parent-ext' }, 'GET')),
+    'acting_tenant_forbidden',
+    'ext: names sub-accounts only',
+  )
 })
 
 t.test('sub-account key', async (t) => {

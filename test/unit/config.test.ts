@@ -20,7 +20,16 @@ t.test('defaults of docs/configuration.md', async (t) => {
 
 t.test('values are read', async (t) => {
   const config = loadConfig(
-    { PORT: '0', HOST: '127.0.0.1', DATABASE_URL: 'postgres://u:p@db/x', REDIS_URL: 'redis://r:6379', UPSTREAM_URL: 'https://up', LOG_LEVEL: 'debug', METRICS_PORT: '9999', DATA_DIR: '/tmp/d' },
+    {
+      PORT: '0',
+      HOST: '127.0.0.1',
+      DATABASE_URL: 'postgres://u:p@db/x',
+      REDIS_URL: 'redis://r:6379',
+      UPSTREAM_URL: 'https://up',
+      LOG_LEVEL: 'debug',
+      METRICS_PORT: '9999',
+      DATA_DIR: '/tmp/d',
+    },
     ROOT,
   )
   t.equal(config.port, 0)

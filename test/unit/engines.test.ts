@@ -12,7 +12,8 @@ const semver = createRequire(import.meta.url)('semver') as {
 }
 
 const root = join(import.meta.dirname, '../..')
-const promised = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node
+const promised = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { engines: { node: string } }).engines
+  .node
 
 /** Every package.json under node_modules, nested ones included. */
 function* installed(dir: string): Generator<{ name: string; version: string; engines?: { node?: string } }> {

@@ -1,5 +1,11 @@
 import t from 'tap'
-import { digest, generateApiKey, generateClientSecret, isWellFormedKey, isWellFormedSecret } from '../../src/auth/keys.js'
+import {
+  digest,
+  generateApiKey,
+  generateClientSecret,
+  isWellFormedKey,
+  isWellFormedSecret,
+} from '../../src/auth/keys.js'
 
 t.test('a generated key has the documented shape and a valid checksum', async (t) => {
   const { apiKey, prefix, keyDigest } = generateApiKey()
@@ -27,7 +33,15 @@ t.test('one changed character breaks the checksum', async (t) => {
 
 t.test('malformed keys are refused by shape', async (t) => {
   const { apiKey } = generateApiKey()
-  for (const bad of ['', 'tgw_', apiKey.slice(0, -1), apiKey + 'x', apiKey.replace('tgw_', 'tgx_'), apiKey.toUpperCase(), ` ${apiKey}`]) {
+  for (const bad of [
+    '',
+    'tgw_',
+    apiKey.slice(0, -1),
+    `${apiKey}x`,
+    apiKey.replace('tgw_', 'tgx_'),
+    apiKey.toUpperCase(),
+    ` ${apiKey}`,
+  ]) {
     t.notOk(isWellFormedKey(bad), JSON.stringify(bad))
   }
 })

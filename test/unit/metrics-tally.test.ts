@@ -2,7 +2,7 @@
 // own; a scrape must read exactly what prom-client's own Counter and Histogram would have shown.
 import { Counter, Histogram, Registry } from 'prom-client'
 import t from 'tap'
-import { createMetrics, LatencyHistogram, ROUTE_KINDS } from '../../src/ops/metrics.js'
+import { createMetrics, LatencyHistogram, type ROUTE_KINDS } from '../../src/ops/metrics.js'
 
 const BUCKETS = [0.001, 0.01, 0.1, 1]
 // On a bound, between bounds, past the last one, zero.
@@ -17,11 +17,24 @@ t.test('LatencyHistogram reads as prom-client’s Histogram does, with and witho
   const ours = new Registry()
   const theirs = new Registry()
   const plain = new LatencyHistogram('plain_seconds', 'help', BUCKETS, ours)
-  const byKind = new LatencyHistogram('by_kind_seconds', 'help', BUCKETS, ours, { name: 'kind', values: ['a', 'b', 'c'] })
+  const byKind = new LatencyHistogram('by_kind_seconds', 'help', BUCKETS, ours, {
+    name: 'kind',
+    values: ['a', 'b', 'c'],
+  })
   const plainReference = new Histogram({ name: 'plain_seconds', help: 'help', buckets: BUCKETS, registers: [theirs] })
-  const byKindReference = new Histogram({ name: 'by_kind_seconds', help: 'help', buckets: BUCKETS, labelNames: ['kind'], registers: [theirs] })
+  const byKindReference = new Histogram({
+    name: 'by_kind_seconds',
+    help: 'help',
+    buckets: BUCKETS,
+    labelNames: ['kind'],
+    registers: [theirs],
+  })
 
-  t.equal(await exposition(ours), await exposition(theirs), 'the same before any observation (the unlabelled one at zero, no labelled series)')
+  t.equal(
+    await exposition(ours),
+    await exposition(theirs),
+    'the same before any observation (the unlabelled one at zero, no labelled series)',
+  )
   for (const value of OBSERVED) {
     plain.observe(value)
     plainReference.observe(value)
@@ -30,27 +43,48 @@ t.test('LatencyHistogram reads as prom-client’s Histogram does, with and witho
   }
   byKind.of('c').observe(0.3)
   byKindReference.labels('c').observe(0.3)
-  t.equal(await exposition(ours), await exposition(theirs), 'the same after observations (series b never observed, so absent)')
+  t.equal(
+    await exposition(ours),
+    await exposition(theirs),
+    'the same after observations (series b never observed, so absent)',
+  )
   // As JSON: prom-client's own sum and count carry `exemplar: undefined`, which no reader sees.
   const asJson = (value: unknown) => JSON.parse(JSON.stringify(value)) as unknown
-  t.same(asJson(await plain.get()), asJson(await plainReference.get()), 'get() gives the same values, as the tests of the gateway read them')
+  t.same(
+    asJson(await plain.get()),
+    asJson(await plainReference.get()),
+    'get() gives the same values, as the tests of the gateway read them',
+  )
   t.same(asJson(await byKind.get()), asJson(await byKindReference.get()), 'with a label too')
 
   plain.reset()
   plainReference.reset()
   t.equal((await plain.get()).values.find((v) => v.metricName === 'plain_seconds_count')?.value, 0, 'reset empties it')
-  t.throws(() => byKind.of('d'), /no series kind="d"/, 'a label value it was not built with is an error, not a new series')
+  t.throws(
+    () => byKind.of('d'),
+    /no series kind="d"/,
+    'a label value it was not built with is an error, not a new series',
+  )
 
   plain.observe(Number.NaN)
   plain.observe(Number.POSITIVE_INFINITY)
-  t.equal((await plain.get()).values.find((v) => v.metricName === 'plain_seconds_count')?.value, 0, 'NaN and Infinity are dropped')
+  t.equal(
+    (await plain.get()).values.find((v) => v.metricName === 'plain_seconds_count')?.value,
+    0,
+    'NaN and Infinity are dropped',
+  )
   t.match(await exposition(ours), /^plain_seconds_sum 0$/m, 'and the sum stays a number')
 })
 
 t.test('tallied counters: what the request path counted is on the next read, and only once', async (t) => {
   const metrics = createMetrics()
   const reference = new Registry()
-  const requests = new Counter({ name: 'tgw_http_requests_total', help: 'x', labelNames: ['kind', 'status_class'], registers: [reference] })
+  const requests = new Counter({
+    name: 'tgw_http_requests_total',
+    help: 'x',
+    labelNames: ['kind', 'status_class'],
+    registers: [reference],
+  })
 
   const observations: [(typeof ROUTE_KINDS)[number], number][] = [
     ['proxy', 200],
@@ -76,7 +110,8 @@ t.test('tallied counters: what the request path counted is on the next read, and
 
   metrics.proxiedRequests.inc()
   metrics.proxiedRequests.inc()
-  const proxied = async () => (await metrics.registry.getSingleMetric('tgw_proxied_requests_total')!.get()).values[0]?.value
+  const proxied = async () =>
+    (await metrics.registry.getSingleMetric('tgw_proxied_requests_total')!.get()).values[0]?.value
   t.equal(await proxied(), 2)
   metrics.proxiedRequests.inc()
   t.equal(await proxied(), 3, 'counts after a read are added to it')

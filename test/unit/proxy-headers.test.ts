@@ -54,7 +54,9 @@ t.test('every client-sent x-service-* is gone and the trusted ones are set', asy
   t.equal(out['x-service-key-id'], IDENTITY.keyId)
   t.equal(out['x-service-scopes'], 'tracking:read tracking:write files:*', 'scopes space-separated')
   t.equal(out['x-request-id'], 'req-1', "the gateway's request id, not the client's")
-  const serviceHeaders = Object.keys(out).filter((name) => name.startsWith('x-service-')).sort()
+  const serviceHeaders = Object.keys(out)
+    .filter((name) => name.startsWith('x-service-'))
+    .sort()
   t.same(serviceHeaders, [...TRUSTED].sort(), 'exactly the four trusted x-service-* headers, nothing the client sent')
   t.equal(out['x-services'], 'not our prefix', 'a header that only looks alike is kept')
   t.equal(out['x-servicex-y'], 'not our prefix either')
@@ -70,15 +72,27 @@ t.test('every client-sent x-service-* is gone and the trusted ones are set', asy
 t.test('a public route: nothing injected, still nothing client-sent', async (t) => {
   const out = upstreamHeaders(inbound(), context({ identity: null }))
   for (const name of TRUSTED) t.notOk(name in out, `${name} absent`)
-  t.same(Object.keys(out).filter((name) => name.startsWith('x-service-')), [], 'no x-service-* at all')
+  t.same(
+    Object.keys(out).filter((name) => name.startsWith('x-service-')),
+    [],
+    'no x-service-* at all',
+  )
   t.equal(out['x-request-id'], 'req-1', 'the request id is still set')
   t.equal(out['x-forwarded-proto'], 'http')
 })
 
 t.test('Authorization is forwarded only when the route says so', async (t) => {
   t.notOk('authorization' in upstreamHeaders(inbound(), context()), 'dropped by default')
-  t.equal(upstreamHeaders(inbound(), context({ forwardAuthorization: true })).authorization, 'Bearer tgw_secret', 'forward_authorization: true')
-  t.notOk('proxy-authorization' in upstreamHeaders({ 'proxy-authorization': 'Basic x' }, context({ forwardAuthorization: true })), 'Proxy-Authorization never')
+  t.equal(
+    upstreamHeaders(inbound(), context({ forwardAuthorization: true })).authorization,
+    'Bearer tgw_secret',
+    'forward_authorization: true',
+  )
+  t.notOk(
+    'proxy-authorization' in
+      upstreamHeaders({ 'proxy-authorization': 'Basic x' }, context({ forwardAuthorization: true })),
+    'Proxy-Authorization never',
+  )
 })
 
 t.test('hop-by-hop headers are dropped', async (t) => {
@@ -108,31 +122,61 @@ t.test('headers named in Connection are dropped, in any case and spacing', async
   t.equal(out.authorization, 'Bearer k')
 
   // Naming the trusted headers, the request id or X-Forwarded-* cannot remove what the gateway sets.
-  const attack = 'X-Service-Resolved-Tenant, X-Service-Caller-Tenant, X-Service-Key-Id, X-Service-Scopes, X-Request-Id, X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host, Authorization'
-  const kept = upstreamHeaders({ ...given, connection: attack }, context({ connection: attack, forwardAuthorization: true }))
+  const attack =
+    'X-Service-Resolved-Tenant, X-Service-Caller-Tenant, X-Service-Key-Id, X-Service-Scopes, X-Request-Id, X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host, Authorization'
+  const kept = upstreamHeaders(
+    { ...given, connection: attack },
+    context({ connection: attack, forwardAuthorization: true }),
+  )
   for (const name of TRUSTED) t.ok(typeof kept[name] === 'string' && kept[name] !== '', `${name} still set`)
   t.equal(kept['x-request-id'], 'req-1')
-  t.equal(kept['x-forwarded-for'], '203.0.113.7', 'the client-sent X-Forwarded-For named by Connection is dropped; the peer is still added')
+  t.equal(
+    kept['x-forwarded-for'],
+    '203.0.113.7',
+    'the client-sent X-Forwarded-For named by Connection is dropped; the peer is still added',
+  )
   t.equal(kept['x-forwarded-proto'], 'http')
   t.equal(kept['x-forwarded-host'], 'gateway.example')
   t.notOk('authorization' in kept, 'Connection: Authorization removes it even when it would be forwarded')
 
   const asArray = upstreamHeaders({ 'x-a': '1', 'x-b': '2', 'x-c': '3' }, context({ connection: ['X-A', ' x-b '] }))
-  t.same(Object.keys(asArray).filter((name) => name.startsWith('x-') && name.length === 3), ['x-c'], 'Connection given as a list of values')
+  t.same(
+    Object.keys(asArray).filter((name) => name.startsWith('x-') && name.length === 3),
+    ['x-c'],
+    'Connection given as a list of values',
+  )
 })
 
 t.test('X-Forwarded-*', async (t) => {
   const appended = upstreamHeaders({ 'x-forwarded-for': '198.51.100.1, 198.51.100.2' }, context())
-  t.equal(appended['x-forwarded-for'], '198.51.100.1, 198.51.100.2, 203.0.113.7', 'the peer is appended to an existing value')
+  t.equal(
+    appended['x-forwarded-for'],
+    '198.51.100.1, 198.51.100.2, 203.0.113.7',
+    'the peer is appended to an existing value',
+  )
   t.equal(upstreamHeaders({}, context())['x-forwarded-for'], '203.0.113.7', 'or is the whole value')
-  t.equal(upstreamHeaders({ 'x-forwarded-for': '' }, context())['x-forwarded-for'], '203.0.113.7', 'an empty value is replaced')
-  t.equal(upstreamHeaders({ 'x-forwarded-for': '198.51.100.1' }, context({ clientIp: undefined }))['x-forwarded-for'], '198.51.100.1', 'no peer address: kept as it came')
+  t.equal(
+    upstreamHeaders({ 'x-forwarded-for': '' }, context())['x-forwarded-for'],
+    '203.0.113.7',
+    'an empty value is replaced',
+  )
+  t.equal(
+    upstreamHeaders({ 'x-forwarded-for': '198.51.100.1' }, context({ clientIp: undefined }))['x-forwarded-for'],
+    '198.51.100.1',
+    'no peer address: kept as it came',
+  )
 
-  const overwritten = upstreamHeaders({ 'x-forwarded-proto': 'https', 'x-forwarded-host': 'evil.example' }, context({ proto: 'http', host: 'gw.example:8080' }))
+  const overwritten = upstreamHeaders(
+    { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'evil.example' },
+    context({ proto: 'http', host: 'gw.example:8080' }),
+  )
   t.equal(overwritten['x-forwarded-proto'], 'http', 'X-Forwarded-Proto overwritten')
   t.equal(overwritten['x-forwarded-host'], 'gw.example:8080', 'X-Forwarded-Host overwritten')
   t.equal(upstreamHeaders({}, context({ proto: 'https' }))['x-forwarded-proto'], 'https')
-  t.notOk('x-forwarded-host' in upstreamHeaders({ 'x-forwarded-host': 'evil.example' }, context({ host: undefined })), 'no Host: the client value is still not forwarded')
+  t.notOk(
+    'x-forwarded-host' in upstreamHeaders({ 'x-forwarded-host': 'evil.example' }, context({ host: undefined })),
+    'no Host: the client value is still not forwarded',
+  )
 })
 
 t.test('the inbound object is not changed', async (t) => {

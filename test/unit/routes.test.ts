@@ -25,7 +25,14 @@ function configError(t: Test, run: () => unknown, name: string): ConfigError | n
 }
 
 /** Asserts a refusal whose one-line message names GATEWAY_CONFIG, `where` and `mentions`. */
-function refuses(t: Test, doc: Record<string, unknown>, where: string, name: string, upstreamUrl?: string, mentions?: RegExp) {
+function refuses(
+  t: Test,
+  doc: Record<string, unknown>,
+  where: string,
+  name: string,
+  upstreamUrl?: string,
+  mentions?: RegExp,
+) {
   const err = configError(t, () => loadRouteTable(doc, upstreamUrl), name)
   if (err === null) return
   t.equal(err.variable, 'GATEWAY_CONFIG', `${name}: names the variable`)
@@ -36,16 +43,31 @@ function refuses(t: Test, doc: Record<string, unknown>, where: string, name: str
 }
 
 /** A table whose second route (index 1, prefix /v1/x) is `route`. */
-const second = (route: Record<string, unknown>) => ({ routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix: '/v1/x', upstream: UP, ...route }] })
+const second = (route: Record<string, unknown>) => ({
+  routes: [
+    { prefix: '/v1/ok', upstream: UP },
+    { prefix: '/v1/x', upstream: UP, ...route },
+  ],
+})
 const WHERE = 'routes[1] (/v1/x)'
 
 t.test('a valid table', async (t) => {
   const routes = loadRouteTable(
     {
       routes: [
-        { prefix: '/v1/shipments', upstream: 'http://shipments:8080', scopes: { read: ['tracking:read'], write: ['tracking:write', 'tracking:admin'] } },
+        {
+          prefix: '/v1/shipments',
+          upstream: 'http://shipments:8080',
+          scopes: { read: ['tracking:read'], write: ['tracking:write', 'tracking:admin'] },
+        },
         { prefix: '/health/upstream', upstream: 'https://shipments.internal/base/', public: true },
-        { prefix: '/v1/files', upstream: 'http://files:9000', forward_authorization: true, timeout_ms: 5000, max_body_bytes: 1024 },
+        {
+          prefix: '/v1/files',
+          upstream: 'http://files:9000',
+          forward_authorization: true,
+          timeout_ms: 5000,
+          max_body_bytes: 1024,
+        },
       ],
     },
     undefined,
@@ -60,17 +82,24 @@ t.test('a valid table', async (t) => {
     timeoutMs: DEFAULT_TIMEOUT_MS,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
   })
-  t.same(routes[1], {
-    prefix: '/health/upstream',
-    upstream: 'https://shipments.internal/base',
-    scopes: { read: [], write: [] },
-    public: true,
-    forwardAuthorization: false,
-    timeoutMs: DEFAULT_TIMEOUT_MS,
-    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
-  }, 'the base path is kept without its trailing slash')
+  t.same(
+    routes[1],
+    {
+      prefix: '/health/upstream',
+      upstream: 'https://shipments.internal/base',
+      scopes: { read: [], write: [] },
+      public: true,
+      forwardAuthorization: false,
+      timeoutMs: DEFAULT_TIMEOUT_MS,
+      maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    },
+    'the base path is kept without its trailing slash',
+  )
   t.match(routes[2], { prefix: '/v1/files', forwardAuthorization: true, timeoutMs: 5000, maxBodyBytes: 1024 })
-  t.ok(routes.every((route) => Object.isFrozen(route)), 'routes are frozen')
+  t.ok(
+    routes.every((route) => Object.isFrozen(route)),
+    'routes are frozen',
+  )
 
   t.same(loadRouteTable({}, undefined), [], 'an empty document: no routes')
   t.same(loadRouteTable({ routes: [] }, undefined), [], 'an empty list: no routes')
@@ -113,8 +142,19 @@ t.test('defaults and overrides', async (t) => {
 })
 
 t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
-  const routes = loadRouteTable({ routes: [{ prefix: '/v1/a', upstream: UP }, { prefix: '/v1/b', upstream: UP, public: true }] }, 'https://backend.internal:8443/api/')
-  t.same(routes.map((route) => route.prefix), ['/v1/a', '/v1/b', '/'])
+  const routes = loadRouteTable(
+    {
+      routes: [
+        { prefix: '/v1/a', upstream: UP },
+        { prefix: '/v1/b', upstream: UP, public: true },
+      ],
+    },
+    'https://backend.internal:8443/api/',
+  )
+  t.same(
+    routes.map((route) => route.prefix),
+    ['/v1/a', '/v1/b', '/'],
+  )
   t.same(routes[2], {
     prefix: '/',
     upstream: 'https://backend.internal:8443/api',
@@ -124,10 +164,18 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     timeoutMs: DEFAULT_TIMEOUT_MS,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
   })
-  t.same(loadRouteTable({}, 'http://only:1').map((route) => [route.prefix, route.upstream]), [['/', 'http://only:1']], 'UPSTREAM_URL alone')
+  t.same(
+    loadRouteTable({}, 'http://only:1').map((route) => [route.prefix, route.upstream]),
+    [['/', 'http://only:1']],
+    'UPSTREAM_URL alone',
+  )
 
   const root = loadRouteTable({ routes: [{ prefix: '/', upstream: UP }] }, undefined)
-  t.same(root.map((route) => route.prefix), ['/'], '/ in the table without UPSTREAM_URL is the catch-all')
+  t.same(
+    root.map((route) => route.prefix),
+    ['/'],
+    '/ in the table without UPSTREAM_URL is the catch-all',
+  )
 
   for (const bad of ['not a url', 'ftp://files:21', 'http://user:pass@backend:1', 'http://backend:1/?x=1']) {
     const err = configError(t, () => loadRouteTable({}, bad), `UPSTREAM_URL ${bad}`)
@@ -159,7 +207,11 @@ t.test('bad upstream URLs', async (t) => {
     refuses(t, second({ upstream }), WHERE, `upstream ${name}`)
   }
   refuses(t, { routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix: '/v1/x' }] }, WHERE, 'upstream absent')
-  const withSecret = configError(t, () => loadRouteTable(second({ upstream: 'http://user:hunter2@shipments:8080' }), undefined), 'credentials')
+  const withSecret = configError(
+    t,
+    () => loadRouteTable(second({ upstream: 'http://user:hunter2@shipments:8080' }), undefined),
+    'credentials',
+  )
   t.notMatch(withSecret?.message ?? '', /hunter2/, 'the password is not echoed')
   // Nor when the URL does not parse at all (config.ts: "Never echo the value: a connection
   // string may carry a password"); the message goes to the logs of every failed start.
@@ -191,9 +243,19 @@ t.test('bad prefixes', async (t) => {
     [7, 'a number'],
   ]
   for (const [prefix, name] of cases) {
-    const doc = { routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix, upstream: UP }] }
+    const doc = {
+      routes: [
+        { prefix: '/v1/ok', upstream: UP },
+        { prefix, upstream: UP },
+      ],
+    }
     // A newline is named escaped, so that the message stays one line.
-    refuses(t, doc, typeof prefix === 'string' ? `routes[1] (${prefix.replace('\n', '\\n')})` : 'routes[1]', `prefix ${name}`)
+    refuses(
+      t,
+      doc,
+      typeof prefix === 'string' ? `routes[1] (${prefix.replace('\n', '\\n')})` : 'routes[1]',
+      `prefix ${name}`,
+    )
   }
   refuses(t, { routes: [{ prefix: '/v1/ok', upstream: UP }, { upstream: UP }] }, 'routes[1]', 'prefix absent')
   refuses(t, { routes: [{ prefix: '/v1/ok', upstream: UP }, 'http://x'] }, 'routes[1]', 'a route that is not a mapping')
@@ -203,58 +265,187 @@ t.test('bad prefixes', async (t) => {
 t.test('duplicate prefixes', async (t) => {
   refuses(
     t,
-    { routes: [{ prefix: '/v1/a', upstream: UP }, { prefix: '/v1/b', upstream: UP }, { prefix: '/v1/a', upstream: 'http://other:1' }] },
+    {
+      routes: [
+        { prefix: '/v1/a', upstream: UP },
+        { prefix: '/v1/b', upstream: UP },
+        { prefix: '/v1/a', upstream: 'http://other:1' },
+      ],
+    },
     'routes[2] (/v1/a)',
     'the same prefix twice',
     undefined,
     /routes\[0\]/,
   )
-  refuses(t, { routes: [{ prefix: '/v1/a', upstream: UP }, { prefix: '/', upstream: UP }] }, 'routes[1]', '/ in the table plus UPSTREAM_URL', 'http://catch-all:1', /UPSTREAM_URL/)
-  refuses(t, { routes: [{ prefix: '/', upstream: UP }, { prefix: '/', upstream: UP }] }, 'routes[1] (/)', '/ twice', undefined, /routes\[0\]/)
+  refuses(
+    t,
+    {
+      routes: [
+        { prefix: '/v1/a', upstream: UP },
+        { prefix: '/', upstream: UP },
+      ],
+    },
+    'routes[1]',
+    '/ in the table plus UPSTREAM_URL',
+    'http://catch-all:1',
+    /UPSTREAM_URL/,
+  )
+  refuses(
+    t,
+    {
+      routes: [
+        { prefix: '/', upstream: UP },
+        { prefix: '/', upstream: UP },
+      ],
+    },
+    'routes[1] (/)',
+    '/ twice',
+    undefined,
+    /routes\[0\]/,
+  )
   // Distinct prefixes that share a beginning are fine: whole segments are compared.
-  t.equal(loadRouteTable({ routes: [{ prefix: '/v1/a', upstream: UP }, { prefix: '/v1/ab', upstream: UP }, { prefix: '/v1/a/b', upstream: UP }] }, undefined).length, 3)
+  t.equal(
+    loadRouteTable(
+      {
+        routes: [
+          { prefix: '/v1/a', upstream: UP },
+          { prefix: '/v1/ab', upstream: UP },
+          { prefix: '/v1/a/b', upstream: UP },
+        ],
+      },
+      undefined,
+    ).length,
+    3,
+  )
 })
 
 t.test('reserved prefixes', async (t) => {
-  for (const prefix of ['/v1/sub-accounts', '/v1/sub-accounts/x', '/v1/sub-accounts/usage', '/healthz', '/healthz/deep', '/readyz', '/openapi.json', '/docs', '/docs/static']) {
-    refuses(t, { routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix, upstream: UP }] }, `routes[1] (${prefix})`, `reserved ${prefix}`, undefined, /gateway itself/)
+  for (const prefix of [
+    '/v1/sub-accounts',
+    '/v1/sub-accounts/x',
+    '/v1/sub-accounts/usage',
+    '/healthz',
+    '/healthz/deep',
+    '/readyz',
+    '/openapi.json',
+    '/docs',
+    '/docs/static',
+  ]) {
+    refuses(
+      t,
+      {
+        routes: [
+          { prefix: '/v1/ok', upstream: UP },
+          { prefix, upstream: UP },
+        ],
+      },
+      `routes[1] (${prefix})`,
+      `reserved ${prefix}`,
+      undefined,
+      /gateway itself/,
+    )
   }
   // Whole segments: a neighbour of a reserved path is an ordinary prefix.
   const neighbours = ['/v1/sub-accounts-archive', '/v1/sub', '/v1', '/healthzz', '/docs2', '/openapi.jsonx']
   const routes = loadRouteTable({ routes: neighbours.map((prefix) => ({ prefix, upstream: UP })) }, undefined)
-  t.same(routes.map((route) => route.prefix), neighbours)
+  t.same(
+    routes.map((route) => route.prefix),
+    neighbours,
+  )
 })
 
 t.test('scopes, public and numbers', async (t) => {
-  refuses(t, second({ public: true, scopes: { read: ['tracking:read'] } }), WHERE, 'a public route with read scopes', undefined, /public/)
-  refuses(t, second({ public: true, scopes: { write: ['tracking:write'] } }), WHERE, 'a public route with write scopes', undefined, /public/)
-  t.equal(loadRouteTable(second({ public: true, scopes: { read: [], write: [] } }), undefined)[1]!.public, true, 'empty scope lists are no scopes')
+  refuses(
+    t,
+    second({ public: true, scopes: { read: ['tracking:read'] } }),
+    WHERE,
+    'a public route with read scopes',
+    undefined,
+    /public/,
+  )
+  refuses(
+    t,
+    second({ public: true, scopes: { write: ['tracking:write'] } }),
+    WHERE,
+    'a public route with write scopes',
+    undefined,
+    /public/,
+  )
+  t.equal(
+    loadRouteTable(second({ public: true, scopes: { read: [], write: [] } }), undefined)[1]!.public,
+    true,
+    'empty scope lists are no scopes',
+  )
 
-  for (const scopes of [['Tracking:read'], ['tracking read'], ['1tracking'], [''], [7], 'tracking:read', ['tracking:'], ['tracking::read']]) {
-    refuses(t, second({ scopes: { read: scopes } }), WHERE, `read scopes ${JSON.stringify(scopes)}`, undefined, /scopes\.read/)
-    refuses(t, second({ scopes: { write: scopes } }), WHERE, `write scopes ${JSON.stringify(scopes)}`, undefined, /scopes\.write/)
+  for (const scopes of [
+    ['Tracking:read'],
+    ['tracking read'],
+    ['1tracking'],
+    [''],
+    [7],
+    'tracking:read',
+    ['tracking:'],
+    ['tracking::read'],
+  ]) {
+    refuses(
+      t,
+      second({ scopes: { read: scopes } }),
+      WHERE,
+      `read scopes ${JSON.stringify(scopes)}`,
+      undefined,
+      /scopes\.read/,
+    )
+    refuses(
+      t,
+      second({ scopes: { write: scopes } }),
+      WHERE,
+      `write scopes ${JSON.stringify(scopes)}`,
+      undefined,
+      /scopes\.write/,
+    )
   }
   refuses(t, second({ scopes: ['tracking:read'] }), WHERE, 'scopes as a list', undefined, /scopes/)
   refuses(t, second({ scopes: 'tracking:read' }), WHERE, 'scopes as a string', undefined, /scopes/)
 
   for (const value of ['true', 1, 0, null, 'yes']) {
     refuses(t, second({ public: value }), WHERE, `public ${JSON.stringify(value)}`, undefined, /public/)
-    refuses(t, second({ forward_authorization: value }), WHERE, `forward_authorization ${JSON.stringify(value)}`, undefined, /forward_authorization/)
+    refuses(
+      t,
+      second({ forward_authorization: value }),
+      WHERE,
+      `forward_authorization ${JSON.stringify(value)}`,
+      undefined,
+      /forward_authorization/,
+    )
   }
 
   for (const value of [0, -1, 1.5, '1000', null, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
     refuses(t, second({ timeout_ms: value }), WHERE, `timeout_ms ${String(value)}`, undefined, /timeout_ms/)
     refuses(t, second({ max_body_bytes: value }), WHERE, `max_body_bytes ${String(value)}`, undefined, /max_body_bytes/)
-    refuses(t, { timeout_ms: value, routes: [] }, 'top level', `top-level timeout_ms ${String(value)}`, undefined, /timeout_ms/)
+    refuses(
+      t,
+      { timeout_ms: value, routes: [] },
+      'top level',
+      `top-level timeout_ms ${String(value)}`,
+      undefined,
+      /timeout_ms/,
+    )
   }
   t.equal(loadRouteTable(second({ timeout_ms: 1 }), undefined)[1]!.timeoutMs, 1, 'timeout_ms 1 is fine')
 })
 
 t.test('scopesFor by method', async (t) => {
-  const [route] = loadRouteTable({ routes: [{ prefix: '/v1/s', upstream: UP, scopes: { read: ['s:read'], write: ['s:write', 's:audit'] } }] }, undefined) as [ProxyRoute]
+  const [route] = loadRouteTable(
+    { routes: [{ prefix: '/v1/s', upstream: UP, scopes: { read: ['s:read'], write: ['s:write', 's:audit'] } }] },
+    undefined,
+  ) as [ProxyRoute]
   for (const method of ['GET', 'HEAD', 'OPTIONS']) t.same(scopesFor(route, method), ['s:read'], `${method} reads`)
-  for (const method of ['POST', 'PUT', 'PATCH', 'DELETE', 'PROPFIND']) t.same(scopesFor(route, method), ['s:write', 's:audit'], `${method} writes`)
-  const [open] = loadRouteTable({ routes: [{ prefix: '/v1/o', upstream: UP, scopes: { write: ['o:write'] } }] }, undefined) as [ProxyRoute]
+  for (const method of ['POST', 'PUT', 'PATCH', 'DELETE', 'PROPFIND'])
+    t.same(scopesFor(route, method), ['s:write', 's:audit'], `${method} writes`)
+  const [open] = loadRouteTable(
+    { routes: [{ prefix: '/v1/o', upstream: UP, scopes: { write: ['o:write'] } }] },
+    undefined,
+  ) as [ProxyRoute]
   t.same(scopesFor(open, 'GET'), [], 'no read scopes: any key may read')
   t.same(scopesFor(open, 'DELETE'), ['o:write'])
 })

@@ -19,12 +19,44 @@ function thrown(run: () => unknown): ApiError | null {
 }
 
 t.test('parseReportDate: calendar dates', async (t) => {
-  for (const date of ['2026-11-21', '2026-01-01', '2026-12-31', '2024-02-29', '2000-02-29', '1970-01-01', '9999-12-31']) {
+  for (const date of [
+    '2026-11-21',
+    '2026-01-01',
+    '2026-12-31',
+    '2024-02-29',
+    '2000-02-29',
+    '1970-01-01',
+    '9999-12-31',
+  ]) {
     t.equal(parseReportDate(date), date, date)
   }
-  const impossible = ['2026-02-29', '2026-02-30', '1900-02-29', '2026-13-01', '2026-00-10', '2026-04-31', '2026-11-00', '2026-11-32', '0000-01-01']
+  const impossible = [
+    '2026-02-29',
+    '2026-02-30',
+    '1900-02-29',
+    '2026-13-01',
+    '2026-00-10',
+    '2026-04-31',
+    '2026-11-00',
+    '2026-11-32',
+    '0000-01-01',
+  ]
   for (const date of impossible) t.equal(parseReportDate(date), null, `${date} does not exist`)
-  const malformed = ['', '2026-1-01', '2026-01-1', '26-01-01', '20260101', '2026/01/01', ' 2026-01-01', '2026-01-01 ', '2026-01-01x', '+2026-01-01', 'today', '2026-W01', '１２３４-01-01']
+  const malformed = [
+    '',
+    '2026-1-01',
+    '2026-01-1',
+    '26-01-01',
+    '20260101',
+    '2026/01/01',
+    ' 2026-01-01',
+    '2026-01-01 ',
+    '2026-01-01x',
+    '+2026-01-01',
+    'today',
+    '2026-W01',
+    '１２３４-01-01',
+  ]
   for (const value of malformed) t.equal(parseReportDate(value), null, `${JSON.stringify(value)} is not a date`)
 })
 
@@ -74,16 +106,29 @@ t.test('parseReportDate: RFC 3339 date-times are taken as their UTC date', async
 
 t.test('parseReportDate: years 0001 to 0099 are calendar dates too', async (t) => {
   // Date.UTC maps years 0–99 onto 1900–1999, so a round-trip check built on it refuses them.
-  for (const date of ['0050-06-15', '0001-01-01', '0099-12-31', '0100-01-01']) t.equal(parseReportDate(date), date, `${date} is a date`)
+  for (const date of ['0050-06-15', '0001-01-01', '0099-12-31', '0100-01-01'])
+    t.equal(parseReportDate(date), date, `${date} is a date`)
 })
 
 t.test('reportRange: defaults are this month so far', async (t) => {
   t.same(reportRange({}, NOW), { from: '2026-11-01', to: '2026-11-21' })
-  t.same(reportRange({}, Date.parse('2026-11-01T00:00:00Z')), { from: '2026-11-01', to: '2026-11-01' }, 'the first of the month: one day')
+  t.same(
+    reportRange({}, Date.parse('2026-11-01T00:00:00Z')),
+    { from: '2026-11-01', to: '2026-11-01' },
+    'the first of the month: one day',
+  )
   t.same(reportRange({}, Date.parse('2026-12-31T23:59:59.999Z')), { from: '2026-12-01', to: '2026-12-31' })
-  t.same(reportRange({}, Date.parse('2026-03-01T00:30:00+01:00')), { from: '2026-02-01', to: '2026-02-28' }, 'the clock is read in UTC')
+  t.same(
+    reportRange({}, Date.parse('2026-03-01T00:30:00+01:00')),
+    { from: '2026-02-01', to: '2026-02-28' },
+    'the clock is read in UTC',
+  )
   t.same(reportRange({ from: '2026-10-15' }, NOW), { from: '2026-10-15', to: '2026-11-21' }, 'to defaults to today')
-  t.same(reportRange({ to: '2026-11-05' }, NOW), { from: '2026-11-01', to: '2026-11-05' }, 'from defaults to the first of the month')
+  t.same(
+    reportRange({ to: '2026-11-05' }, NOW),
+    { from: '2026-11-01', to: '2026-11-05' },
+    'from defaults to the first of the month',
+  )
   t.same(
     reportRange({ from: '2026-11-19T23:30:00-02:00', to: '2026-11-21T00:30:00+01:00' }, NOW),
     { from: '2026-11-20', to: '2026-11-20' },
@@ -92,27 +137,64 @@ t.test('reportRange: defaults are this month so far', async (t) => {
 })
 
 t.test('reportRange: limits', async (t) => {
-  t.same(reportRange({ from: '2026-11-21', to: '2026-11-21' }, NOW), { from: '2026-11-21', to: '2026-11-21' }, 'one day')
+  t.same(
+    reportRange({ from: '2026-11-21', to: '2026-11-21' }, NOW),
+    { from: '2026-11-21', to: '2026-11-21' },
+    'one day',
+  )
   t.equal(MAX_RANGE_DAYS, 366)
-  t.same(reportRange({ from: '2025-01-01', to: '2026-01-01' }, NOW), { from: '2025-01-01', to: '2026-01-01' }, '366 days allowed')
-  t.same(reportRange({ from: '2024-01-01', to: '2024-12-31' }, NOW), { from: '2024-01-01', to: '2024-12-31' }, 'a whole leap year (366 days)')
-  t.same(reportRange({ from: '2030-01-01', to: '2030-01-05' }, NOW), { from: '2030-01-01', to: '2030-01-05' }, 'the future is an empty range, not an error')
+  t.same(
+    reportRange({ from: '2025-01-01', to: '2026-01-01' }, NOW),
+    { from: '2025-01-01', to: '2026-01-01' },
+    '366 days allowed',
+  )
+  t.same(
+    reportRange({ from: '2024-01-01', to: '2024-12-31' }, NOW),
+    { from: '2024-01-01', to: '2024-12-31' },
+    'a whole leap year (366 days)',
+  )
+  t.same(
+    reportRange({ from: '2030-01-01', to: '2030-01-05' }, NOW),
+    { from: '2030-01-01', to: '2030-01-05' },
+    'the future is an empty range, not an error',
+  )
 
   const tooLong = thrown(() => reportRange({ from: '2025-01-01', to: '2026-01-02' }, NOW))
   t.equal(tooLong?.code, 'validation_failed', '367 days refused')
   t.equal(tooLong?.status, 400)
-  t.ok(tooLong?.options.errors?.some((e) => e.path === '/querystring/to'), `names to: ${JSON.stringify(tooLong?.options.errors)}`)
-  t.equal(thrown(() => reportRange({ from: '2024-01-01', to: '2025-01-01' }, NOW))?.code, 'validation_failed', '367 days over a leap year refused')
-  t.equal(thrown(() => reportRange({ from: '2020-01-01' }, NOW))?.code, 'validation_failed', 'from far back with the default to')
+  t.ok(
+    tooLong?.options.errors?.some((e) => e.path === '/querystring/to'),
+    `names to: ${JSON.stringify(tooLong?.options.errors)}`,
+  )
+  t.equal(
+    thrown(() => reportRange({ from: '2024-01-01', to: '2025-01-01' }, NOW))?.code,
+    'validation_failed',
+    '367 days over a leap year refused',
+  )
+  t.equal(
+    thrown(() => reportRange({ from: '2020-01-01' }, NOW))?.code,
+    'validation_failed',
+    'from far back with the default to',
+  )
 
   const beyond = thrown(() => reportRange({ from: '9999-12-31', to: '9999-12-31T23:00:00-02:00' }, NOW))
   t.equal(beyond?.code, 'validation_failed', 'a to in year 10000 is refused')
-  t.ok(beyond?.options.errors?.some((e) => e.path === '/querystring/to'), `names to: ${JSON.stringify(beyond?.options.errors)}`)
+  t.ok(
+    beyond?.options.errors?.some((e) => e.path === '/querystring/to'),
+    `names to: ${JSON.stringify(beyond?.options.errors)}`,
+  )
 
   const reversed = thrown(() => reportRange({ from: '2026-11-10', to: '2026-11-09' }, NOW))
   t.equal(reversed?.code, 'validation_failed', 'from after to')
-  t.ok(reversed?.options.errors?.some((e) => e.path === '/querystring/from'), `names from: ${JSON.stringify(reversed?.options.errors)}`)
-  t.equal(thrown(() => reportRange({ from: '2026-12-01' }, NOW))?.code, 'validation_failed', 'from after the default to (today)')
+  t.ok(
+    reversed?.options.errors?.some((e) => e.path === '/querystring/from'),
+    `names from: ${JSON.stringify(reversed?.options.errors)}`,
+  )
+  t.equal(
+    thrown(() => reportRange({ from: '2026-12-01' }, NOW))?.code,
+    'validation_failed',
+    'from after the default to (today)',
+  )
   t.equal(thrown(() => reportRange({ to: '2026-10-31' }, NOW))?.code, 'validation_failed', 'to before the default from')
 })
 
@@ -132,7 +214,14 @@ t.test('reportRange: bad values name their field', async (t) => {
 })
 
 t.test('usageEntries: rows grouped per sub-account, by status class and by day', async (t) => {
-  const row = (seq: string, id: string, ext: string | null, day: string, statusClass: number, requests: number): UsageRow => ({
+  const row = (
+    seq: string,
+    id: string,
+    ext: string | null,
+    day: string,
+    statusClass: number,
+    requests: number,
+  ): UsageRow => ({
     seq,
     id,
     external_id: ext,
