@@ -1,7 +1,7 @@
 // Validates the output of `helm template` for .ci/helm-check:
 //   1. every object against the Kubernetes OpenAPI schemas (kubernetes-models; ServiceMonitor
 //      against the Prometheus Operator's CRD schema), an unknown apiVersion/kind being an error;
-//   2. the chart's contract (DESIGN §9 and the chart's issue): hardened pods, probes, hook
+//   2. the chart's contract (docs/operations.md): hardened pods, probes, hook
 //      order, selectors that match, no `latest` image, HPA autoscaling/v2, …;
 //   3. with --app, the rendered route table and environment through the gateway's own
 //      loadConfig and loadRouteTable (run under `node --import tsx` from the repository root).
@@ -232,7 +232,7 @@ if (deploy) {
   }
 
   // A heap cap near the memory limit gets the pod OOM-killed before V8 collects: RSS beyond the
-  // heap (code, buffers, sockets) measured ~80 MB over a 160 MiB cap (bench/RESULTS.md).
+  // heap (code, buffers, sockets) measured ~80 MB over a 160 MiB cap (bench/RESULTS.md at e5da086).
   const heapCap = /--max-old-space-size=(\d+)/.exec(env.get('NODE_OPTIONS')?.value ?? '')
   const memoryLimit = mebibytes(gateway.resources?.limits?.memory)
   if (heapCap && memoryLimit !== null && memoryLimit - Number(heapCap[1]) < 128) {
@@ -369,7 +369,7 @@ async function checkWithGateway(root) {
   let config, routes
   try {
     config = await import(pathToFileURL(join(root, 'src/config.ts')).href)
-    routes = await import(pathToFileURL(join(root, 'src/proxy/routes.ts')).href)
+    routes = await import(pathToFileURL(join(root, 'src/proxy/route-table.ts')).href)
   } catch (err) {
     fail('--app', `cannot import the gateway's config modules (run under node --import tsx): ${err.message}`)
     return
