@@ -75,7 +75,8 @@ function parseDockerfile(text) {
     let args = match[2].replace(/\s+/g, ' ')
     if (args.includes('<<')) fail(`line ${line}: heredocs are not supported by the replay`)
     const flags = {}
-    for (let flag; (flag = /^--([a-z-]+)(?:=(\S*))? ?/.exec(args)); ) {
+    const FLAG = /^--([a-z-]+)(?:=(\S*))? ?/
+    for (let flag = FLAG.exec(args); flag !== null; flag = FLAG.exec(args)) {
       if (flags[flag[1]] !== undefined) fail(`line ${line}: ${keyword} --${flag[1]} is given twice`)
       flags[flag[1]] = flag[2] ?? true
       args = args.slice(flag[0].length)

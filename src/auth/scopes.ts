@@ -24,7 +24,12 @@ export function scopeCovers(granted: string, needed: string): boolean {
 export function insufficientScope(scopes: readonly string[], needed: readonly string[]): ApiError | undefined {
   // Built only for a refusal: this runs for every proxied request.
   let missing: string[] | undefined
-  for (const scope of needed) if (!isGranted(scopes, scope)) (missing ??= []).push(scope)
+  for (const scope of needed) {
+    if (!isGranted(scopes, scope)) {
+      missing ??= []
+      missing.push(scope)
+    }
+  }
   if (missing === undefined) return undefined
   return new ApiError('insufficient_scope', `this key lacks the scope ${missing.join(' and ')}`, {
     headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${needed.join(' ')}"` },

@@ -76,7 +76,7 @@ export class InvalidationBus {
       const now = Date.now()
       if (now - lastWarning < this.options.timings.redisBackoffMs) return
       lastWarning = now
-      this.options.log.warn({ err }, 'redis subscriber failed; reconnecting')
+      this.options.log.warn({ err }, 'redis (REDIS_URL) subscriber failed; reconnecting')
     })
     const up = this.options.metrics.redisUp.subscriber
     up.set(0)

@@ -251,7 +251,7 @@ export class TenancyCache implements CacheInvalidator {
     const now = Date.now()
     // One warning per backoff window, not one per request.
     if (now >= this.redisSkipUntil)
-      this.options.log.warn({ err }, 'redis failed; using postgres until it answers again')
+      this.options.log.warn({ err }, 'redis (REDIS_URL) failed; using postgres until it answers again')
     this.redisSkipUntil = now + this.timings.redisBackoffMs
   }
 

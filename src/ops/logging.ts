@@ -40,7 +40,8 @@ class LazyChildLogger {
   ) {}
 
   private real(): FastifyBaseLogger {
-    return (this.built ??= this.parent.child(this.bindings, this.options))
+    this.built ??= this.parent.child(this.bindings, this.options)
+    return this.built
   }
 
   get level(): string {

@@ -209,7 +209,8 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
     for (const [method, value] of Object.entries(item ?? {})) {
       if (!METHODS.has(method)) continue
       const operation = value as OpenAPIV3_1.OperationObject
-      const responses = (operation.responses ??= {})
+      operation.responses ??= {}
+      const responses = operation.responses
       for (const [status, response] of Object.entries(responses)) {
         if ('$ref' in response) continue
         if (response.description === 'Default Response') response.description = STATUS_CODES[status] ?? 'Response'

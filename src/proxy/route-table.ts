@@ -51,6 +51,7 @@ function fail(where: string, problem: string): never {
 
 /** Control characters escaped, so that a newline in a prefix cannot break the one-line message. */
 function printable(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: it finds control characters to escape them
   return text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1))
 }
 

@@ -37,7 +37,7 @@ export class QueryTimeoutError extends Error {
  * The deadline waits one more turn of the event loop before it fails the query: after the loop
  * was blocked (a long GC pause, a burst of CPU work), Node runs expired timers before it reads
  * the sockets, so an answer already waiting would otherwise be thrown away as late, and the
- * lookup's failure would make the cache skip Postgres for a second of 503s (bench/RESULTS.md R7).
+ * lookup's failure would make the cache skip Postgres for a second of 503s (bench/RESULTS.md at e5da086, R7).
  */
 export async function withDeadline<T>(query: PromiseLike<T>, timeoutMs: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
@@ -96,7 +96,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       // the query takes (about 10 ms a usage page instead of 0.7 at 100,000 sub-accounts). And
       // generic plans of prepared statements cannot see that a usage range is sparse or dense
       // (627 ms a page with the day index): plan each execution. Strings: postgres.js drops
-      // falsy startup parameters. See bench/RESULTS.md.
+      // falsy startup parameters. See bench/RESULTS.md at e5da086.
       connection: {
         application_name: applicationName,
         max_parallel_workers_per_gather: '0',

@@ -69,9 +69,15 @@ export class UsageMeter {
     if (statusClass < 2 || statusClass > 5) return
     const day = this.today()
     let tenants = this.counts.get(day)
-    if (tenants === undefined) this.counts.set(day, (tenants = new Map()))
+    if (tenants === undefined) {
+      tenants = new Map()
+      this.counts.set(day, tenants)
+    }
     let classes = tenants.get(tenantId)
-    if (classes === undefined) tenants.set(tenantId, (classes = [0, 0, 0, 0]))
+    if (classes === undefined) {
+      classes = [0, 0, 0, 0]
+      tenants.set(tenantId, classes)
+    }
     classes[statusClass - 2]!++
     this.pendingSince ??= this.now()
   }

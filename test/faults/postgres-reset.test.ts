@@ -77,7 +77,14 @@ async function lostMidFlush(t: Test, how: 'rst' | 'fin'): Promise<void> {
     t.equal(res.res?.status, 200, `after the loss: ${describeTimed(res)}`)
   }
   let total = 0
-  const took = await eventually(30_000, async () => (total = await usageTotal()) >= answered, 50)
+  const took = await eventually(
+    30_000,
+    async () => {
+      total = await usageTotal()
+      return total >= answered
+    },
+    50,
+  )
   t.not(took, null, `the counts reached Postgres (${total} of ${answered})`)
   await sleep(300)
   total = await usageTotal()

@@ -78,7 +78,9 @@ async function scenario(t: Test, usageFlushIntervalMs: number): Promise<void> {
   const failures: string[] = []
   let stop = false
   const agents: Agent[] = []
-  t.teardown(() => agents.forEach((agent) => agent.destroy()))
+  t.teardown(() => {
+    for (const agent of agents) agent.destroy()
+  })
 
   async function worker(w: number): Promise<void> {
     // One keep-alive connection per instance, as a load balancer's pool would hold.

@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
 import { connect } from 'node:net'
+import type { JsonBody } from './json.js'
 import type { CommentingTestLike as TestLike } from './test-like.js'
 import { listenOnLoopback } from './upstream.js'
 
@@ -110,7 +111,7 @@ export interface RawHttpResponse {
   headers: Record<string, string[]>
   body: string
   header(name: string): string | undefined
-  json(): any
+  json(): JsonBody
 }
 
 export interface RawExchange {
@@ -202,7 +203,8 @@ export function parseResponses(
       const colon = line.indexOf(':')
       if (colon <= 0) continue
       const name = line.slice(0, colon).trim().toLowerCase()
-      ;(headers[name] ??= []).push(line.slice(colon + 1).trim())
+      headers[name] ??= []
+      headers[name].push(line.slice(colon + 1).trim())
     }
     let bodyStart = headEnd + 4
     const chunked = (headers['transfer-encoding'] ?? []).join(',').toLowerCase().includes('chunked')

@@ -2,12 +2,13 @@
 // written (fetch would normalise both), on a fresh connection or over a keep-alive agent.
 import { createHash } from 'node:crypto'
 import { request as httpRequest, type Agent, type IncomingHttpHeaders } from 'node:http'
+import type { JsonBody } from './json.js'
 
 export interface RawResponse {
   status: number
   headers: IncomingHttpHeaders
   body: string
-  json(): any
+  json(): JsonBody
 }
 
 export interface RawRequest {

@@ -89,7 +89,12 @@ export async function startRedis(t: TestLike): Promise<OwnRedis> {
     proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
     watchOver(proc.pid!)
     let gone = false
-    exited = new Promise<void>((resolve) => proc.once('exit', () => ((gone = true), resolve())))
+    exited = new Promise<void>((resolve) =>
+      proc.once('exit', () => {
+        gone = true
+        resolve()
+      }),
+    )
     child = proc
     try {
       await Promise.race([

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { freshDatabase } from '../helpers/db.js'
 import { startGateway } from '../helpers/gateway.js'
+import type { JsonBody } from '../helpers/json.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -41,7 +42,7 @@ function runCli(args: string[]): Promise<CliResult> {
 }
 
 /** Runs a command that must succeed and returns the one JSON object it printed. */
-async function cliOk(t: Test, args: string[]): Promise<any> {
+async function cliOk(t: Test, args: string[]): Promise<JsonBody> {
   const result = await runCli(args)
   t.equal(result.code, 0, `exit 0: ${args.join(' ')} (stderr: ${result.stderr.trim()})`)
   t.equal(result.stderr, '', 'nothing on stderr')

@@ -13,6 +13,7 @@ import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import type { LightMyRequestResponse } from 'fastify'
 import { startGateway } from '../helpers/gateway.js'
+import type { JsonBody } from '../helpers/json.js'
 import { sleep } from '../helpers/poll.js'
 import {
   expectNo,
@@ -56,7 +57,7 @@ const refusedMarkers = new Set<string>()
 const upstreamsGot = (marker: string) => catchAll.byMarker(marker).length + shipments.byMarker(marker).length
 const totalReceived = () => catchAll.received.length + shipments.received.length
 
-async function manage(key: string, method: 'POST' | 'PATCH' | 'GET', url: string, body?: unknown): Promise<any> {
+async function manage(key: string, method: 'POST' | 'PATCH' | 'GET', url: string, body?: unknown): Promise<JsonBody> {
   const res = await app.inject({
     method,
     url,
@@ -114,6 +115,7 @@ const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a
 const EXTERNAL_ID = /^[A-Za-z0-9._:@/+-]{1,128}$/
 const SCOPE = /^[a-z][a-z0-9_.-]*(:[a-z0-9_.*-]+)*$/
 /** Characters Node's strict parser refuses in a header value (all controls but HTAB). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the characters a header value may not hold
 const HEADER_CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f]/
 
 type Outcome =

@@ -248,7 +248,7 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
         walk(inner, `${path}.${name}`)
       }
     }
-    lines.forEach((line, i) => walk(line, `line ${i}`))
+    for (const [i, line] of lines.entries()) walk(line, `line ${i}`)
     t.same(found, [])
   })
 

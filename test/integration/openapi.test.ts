@@ -7,9 +7,8 @@ import { Validator } from '@seriousme/openapi-schema-validator'
 import { MANAGEMENT_PREFIX } from '../../src/management/routes.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
+import type { JsonBody as Json } from '../helpers/json.js'
 import { startUpstream } from '../helpers/upstream.js'
-
-type Json = any
 
 /** `/v1/sub-accounts/:sub_id/` → `/v1/sub-accounts/{sub_id}` */
 function openApiPath(url: string): string {

@@ -5,6 +5,7 @@ import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { startGateway, type Parent, type TestGateway } from '../helpers/gateway.js'
 import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
+import type { JsonBody } from '../helpers/json.js'
 import { checkProblem } from '../helpers/problems.js'
 import { type ReceivedRequest, startUpstream } from '../helpers/upstream.js'
 
@@ -60,7 +61,13 @@ async function keyIdOf(gw: TestGateway, tenantId: string): Promise<string> {
 }
 
 /** A management call that must succeed (setup); throws with the answer otherwise. */
-async function manage(gw: TestGateway, parent: Parent, method: string, path: string, json?: unknown): Promise<any> {
+async function manage(
+  gw: TestGateway,
+  parent: Parent,
+  method: string,
+  path: string,
+  json?: unknown,
+): Promise<JsonBody> {
   const body = json === undefined ? undefined : JSON.stringify(json)
   const headers: [string, string][] = [
     ['Authorization', `Bearer ${parent.apiKey}`],

@@ -422,7 +422,9 @@ t.test('upstream failures (docs/api.md)', async (t) => {
   const down = `http://127.0.0.1:${await closedPort()}`
   let answeredLate = false
   const lateTimers = new Set<NodeJS.Timeout>()
-  t.teardown(() => lateTimers.forEach((timer) => clearTimeout(timer)))
+  t.teardown(() => {
+    for (const timer of lateTimers) clearTimeout(timer)
+  })
   const slow = await startUpstream(t, (_request, response) => {
     const timer = setTimeout(() => {
       answeredLate = true

@@ -9,6 +9,7 @@ import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
 import { metricValue, recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
+import type { JsonBody } from '../helpers/json.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient } from '../helpers/redis.js'
 import {
@@ -75,7 +76,7 @@ let lastChangeAt = 0
 const afterRepeatedInvalidations = () =>
   new Promise((resolve) => setTimeout(resolve, Math.max(0, lastChangeAt + 1500 - Date.now())))
 
-async function manage(gw: TestGateway, key: string, method: string, path: string, json?: unknown): Promise<any> {
+async function manage(gw: TestGateway, key: string, method: string, path: string, json?: unknown): Promise<JsonBody> {
   lastChangeAt = Date.now()
   const res = await callAs(gw.url, key, {
     method,

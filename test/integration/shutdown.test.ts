@@ -230,7 +230,9 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   // Like a load balancer's pool, the connections stay open when the worker stops: closing them
   // is the gateway's business.
   const agents: Agent[] = []
-  t.teardown(() => agents.forEach((agent) => agent.destroy()))
+  t.teardown(() => {
+    for (const agent of agents) agent.destroy()
+  })
   let stopStarting = false
   let started = 0
   const answered: Outcome[] = []
@@ -326,11 +328,14 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   const releasedAt = Date.now()
 
   const held = await Promise.all(heldRequests)
-  held.forEach((outcome, i) => {
-    if (outcome instanceof Error) return t.fail(`held request ${i} failed: ${outcome.message}`)
+  for (const [i, outcome] of held.entries()) {
+    if (outcome instanceof Error) {
+      t.fail(`held request ${i} failed: ${outcome.message}`)
+      continue
+    }
     t.equal(outcome.status, 200, `held request ${i}, in flight when the close began: 200`)
     t.ok(outcome.complete, `held request ${i}: the whole body`)
-  })
+  }
 
   await Promise.all(workers)
   const exit = await exitWithin(gateway, EXIT_TIMEOUT)

@@ -29,7 +29,12 @@ t.test('an answer that arrived while the event loop was blocked is taken, not ca
     // then nothing runs past the deadline while Postgres answers. Afterwards Node runs the expired
     // deadline timer before it reads the socket that holds the answer.
     for (let tick = 0; tick < 5; tick++) await null
-    await new Promise<void>((resolve) => setImmediate(() => (blockFor(200), resolve())))
+    await new Promise<void>((resolve) =>
+      setImmediate(() => {
+        blockFor(200)
+        resolve()
+      }),
+    )
     const outcome = await answer.then(
       (rows) => rows[0]!.n,
       (err: unknown) => err,

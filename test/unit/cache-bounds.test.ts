@@ -17,7 +17,10 @@ function source(scopeCount: number, scopeLength: number): { lookups: TenancyLook
   })
   return {
     lookups: {
-      keyByDigest: async (digest) => (reads++, record(digest)),
+      keyByDigest: async (digest) => {
+        reads++
+        return record(digest)
+      },
       tenant: async () => null,
       subAccountIdByExternalId: async () => null,
       hasActiveSubAccounts: async () => false,
