@@ -2,25 +2,13 @@
 // in-process LRU with a short TTL, in front of Redis (longer TTL, shared by the replicas), in front
 // of Postgres. Changes reach it through the invalidation bus (cache/invalidation.ts).
 import { LRUCache } from 'lru-cache'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, generationKey } from './keys.js'
-import {
-  DEFAULT_TIMINGS,
-  REDIS_COMMAND_TIMEOUT_MS,
-  REDIS_CONNECTION,
-  type CacheTimings,
-  type TenancyCacheOptions,
-} from './settings.js'
-
-/** Stores a fill's value in Redis only if no invalidation bumped the entry's generation meanwhile. */
-const STORE_IF_UNCHANGED = `
-local generation = redis.call('GET', KEYS[2]) or ''
-if generation ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1`
+import { connectCommandClient, storeIfUnchanged } from './redis-commands.js'
+import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 
 interface Entry {
   readonly value: unknown
@@ -105,23 +93,15 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   private connectCommands(url: string): Redis {
-    const redis = new Redis(url, {
-      // A dead Redis must cost a request tens of milliseconds at most (docs/architecture.md): no queue to
-      // wait in while disconnected, no retries, and a short timeout on every command.
-      ...REDIS_CONNECTION,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
-    })
-    redis.on('error', (err) => this.redisFailed(err))
     const up = this.options.metrics.redisUp.commands
-    up.set(0)
-    redis.on('close', () => up.set(0))
-    redis.on('ready', () => {
-      up.set(1)
-      this.bus?.resendUnsent()
+    return connectCommandClient(url, {
+      failed: (err) => this.redisFailed(err),
+      down: () => up.set(0),
+      ready: () => {
+        up.set(1)
+        this.bus?.resendUnsent()
+      },
     })
-    return redis
   }
 
   private cachedLookups(source: TenancyLookups): TenancyLookups {
@@ -228,17 +208,13 @@ export class TenancyCache implements CacheInvalidator {
     const redis = this.usableRedis()
     if (redis === null) return
     const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
-    redis
-      .eval(
-        STORE_IF_UNCHANGED,
-        2,
-        this.prefix + key,
-        generationKey(this.prefix, key),
-        generation,
-        JSON.stringify(value),
-        ttl,
-      )
-      .catch((err: unknown) => this.redisFailed(err))
+    storeIfUnchanged(
+      redis,
+      { key: this.prefix + key, generationKey: generationKey(this.prefix, key) },
+      generation,
+      JSON.stringify(value),
+      ttl,
+    ).catch((err: unknown) => this.redisFailed(err))
   }
 
   private usableRedis(): Redis | null {

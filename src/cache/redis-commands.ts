@@ -1,0 +1,45 @@
+// The Redis tier's own commands: the connection the read path uses, and the conditional store of
+// a value read from Postgres (docs/architecture.md, caches).
+import { Redis } from 'ioredis'
+import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
+
+/** Stores a fill's value in Redis only if no invalidation bumped the entry's generation meanwhile. */
+const STORE_IF_UNCHANGED = `
+local generation = redis.call('GET', KEYS[2]) or ''
+if generation ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1`
+
+export interface CommandClientEvents {
+  failed(err: unknown): void
+  down(): void
+  ready(): void
+}
+
+/** The commands connection, which starts down: `ready` once it is, `down` whenever it closes. */
+export function connectCommandClient(url: string, events: CommandClientEvents): Redis {
+  const redis = new Redis(url, {
+    // A dead Redis must cost a request tens of milliseconds at most (docs/architecture.md): no
+    // queue to wait in while disconnected, no retries, and a short timeout on every command.
+    ...REDIS_CONNECTION,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+  })
+  redis.on('error', events.failed)
+  events.down()
+  redis.on('close', events.down)
+  redis.on('ready', events.ready)
+  return redis
+}
+
+/** Sets `entry.key` to `json` for `ttlMs`, unless its generation is no longer `generation`. */
+export function storeIfUnchanged(
+  redis: Redis,
+  entry: { key: string; generationKey: string },
+  generation: string,
+  json: string,
+  ttlMs: number,
+): Promise<unknown> {
+  return redis.eval(STORE_IF_UNCHANGED, 2, entry.key, entry.generationKey, generation, json, ttlMs)
+}
