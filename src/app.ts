@@ -15,11 +15,12 @@ import { parsing } from './http/parsing.js'
 import { routeKinds } from './http/route-kind.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
 import { healthRoutes } from './ops/health.js'
-import { lazyChildLogger, requestLog } from './ops/logging.js'
+import { lazyChildLogger } from './ops/logging.js'
 import type { Metrics } from './ops/metrics.js'
 import { registerOpenApi } from './ops/openapi.js'
 import { metricsPlugin } from './plugins/metrics.js'
 import { readinessPlugin } from './plugins/readiness.js'
+import { requestAccounting } from './plugins/request-accounting.js'
 import { tenancyCachePlugin } from './plugins/tenancy-cache.js'
 import { usageMeterPlugin } from './plugins/usage-meter.js'
 import { proxyRoutes } from './proxy/plugin.js'
@@ -57,7 +58,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     ...(isLoggerInstance(deps.logger)
       ? { loggerInstance: deps.logger }
       : { logger: (deps.logger ?? false) as FastifyServerOptions['logger'] }),
-    // One line per request, written by requestLog, instead of fastify's two.
+    // One line per request, written by requestAccounting, instead of fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
     ...(logging ? { childLoggerFactory: lazyChildLogger } : {}),
     // Requests that arrive on an open connection while the gateway closes are served (with
@@ -82,10 +83,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   await app.register(parsing)
   await app.register(routeKinds)
-  // onResponse hooks run in this order: metrics, request line, usage. onClose hooks run last
-  // registered first: the meter writes its last counts before the cache lets Redis go.
+  // onClose hooks run last registered first: the meter writes its last counts before the cache
+  // lets Redis go.
   await app.register(metricsPlugin, { store: deps.store, metrics: deps.metrics })
-  if (logging) await app.register(requestLog)
   await app.register(tenancyCachePlugin, {
     sql: deps.store.sql,
     redisUrl: deps.config.redisUrl,
@@ -93,6 +93,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     timings: deps.cacheTimings,
   })
   await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: deps.usageFlushIntervalMs })
+  await app.register(requestAccounting, { logRequests: logging })
   await app.register(readinessPlugin)
   await app.register(requestGuards)
   app.setErrorHandler(sendError)

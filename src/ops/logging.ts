@@ -1,9 +1,7 @@
 // Logs (docs/operations.md): pino JSON, one line per request written when the response is done, and the
 // secrets of docs/api.md redacted wherever they could appear in a logged object.
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
-import fp from 'fastify-plugin'
 import type { Bindings, ChildLoggerOptions, Logger, LoggerOptions } from 'pino'
-import { routeKindOf } from '../http/route-kind.js'
 import type { RouteKind } from './metrics.js'
 
 export const LOG_REDACT = [
@@ -109,14 +107,3 @@ export function logRequest(
     'request',
   )
 }
-
-/** Writes the request line of every request once its response is done (fastify's own are off). */
-export const requestLog = fp(
-  async (app) => {
-    app.addHook('onResponse', (request, reply, done) => {
-      logRequest(app.log, routeKindOf(request), request, reply)
-      done()
-    })
-  },
-  { name: 'request-log' },
-)

@@ -1,7 +1,6 @@
 // The gateway's Prometheus metrics (docs/operations.md) as a plugin: decorates the app with them,
-// counts every answered request by route kind, and feeds the pool gauges from the store.
+// and feeds the pool gauges from the store.
 import fp from 'fastify-plugin'
-import { routeKindOf } from '../http/route-kind.js'
 import { createMetrics, type Metrics } from '../ops/metrics.js'
 import { connectionsByState } from '../store/activity.js'
 import type { Store } from '../store/db.js'
@@ -24,13 +23,6 @@ export const metricsPlugin = fp<MetricsPluginOptions>(
     metrics.postgresConnections = connections
     if (store.pool !== undefined) metrics.postgresPoolMax.set(store.pool.max)
     app.decorate('metrics', metrics)
-
-    app.addHook('onResponse', (request, reply, done) => {
-      const kind = routeKindOf(request)
-      metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
-      if (kind === 'proxy') metrics.proxiedRequests.inc()
-      done()
-    })
 
     // The registry may outlive the app (main.ts serves it until the process ends): a scrape after
     // the close no longer asks the app's store about its connections.
