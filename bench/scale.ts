@@ -121,7 +121,9 @@ async function runScale(
     app = await buildApp({ config, store, redisKeyPrefix: prefix })
     const c = client(await app.listen({ host: '127.0.0.1', port: 0 }))
     const gateway = app
-    while ((await fetch(`http://127.0.0.1:${(app.server.address() as { port: number }).port}/readyz`)).status !== 200)
+    // Ready once Postgres answers; the cache states measured below need Redis connected too.
+    const readyz = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/readyz`
+    while (((await (await fetch(readyz)).json()) as { checks?: { redis?: string } }).checks?.redis !== 'ok')
       await sleep(100)
     const auth = { authorization: `Bearer ${seeded.parentKey}` }
     const get = (path: string, headers: Record<string, string> = auth): Call => ({ method: 'GET', path, headers })

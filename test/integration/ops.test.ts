@@ -55,9 +55,10 @@ t.test('/healthz answers without a key and without asking any store', async (t) 
 
 t.test('/readyz: 200 when Postgres and Redis answer, "off" without Redis', async (t) => {
   const app = await gateway(t)
+  // Ready as soon as Postgres answers (docs/operations.md); Redis connects in the background.
   t.ok(
-    await soon(async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200),
-    'ready once Redis connected',
+    await soon(async () => (await app.inject({ method: 'GET', url: '/readyz' })).json().checks?.redis === 'ok'),
+    'Redis reported ok once connected',
   )
   const ready = await app.inject({ method: 'GET', url: '/readyz' })
   t.same(ready.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })

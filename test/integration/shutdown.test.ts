@@ -83,7 +83,7 @@ t.teardown(() => {
 
 /**
  * `node --import tsx src/main.ts` with the given environment; resolves once /readyz says 200, as
- * a load balancer would wait for (Redis may still be connecting when the port opens).
+ * a load balancer would wait for, and its body says Redis is connected (or off).
  */
 async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess> {
   const port = await closedPort()
@@ -120,7 +120,9 @@ async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess
     async () => {
       if (done) throw new Error(`the gateway exited at start\nstdout: ${out}\nstderr: ${err}`)
       try {
-        return (await rawRequest(base, { path: '/readyz' })).status === 200
+        // Ready once Postgres answers; wait for Redis too, which connects in the background.
+        const ready = await rawRequest(base, { path: '/readyz' })
+        return ready.status === 200 && JSON.parse(ready.body).checks?.redis !== 'down'
       } catch {
         return false
       }
