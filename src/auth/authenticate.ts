@@ -23,10 +23,13 @@ export function bearerToken(authorization: string | undefined): string | null {
   return match ? match[1]! : null
 }
 
-/** One word that is not a scheme name: a key sent without `Bearer ` before it (RFC 9110 §11.4). */
+/**
+ * One word with a key's or a secret's prefix: a key sent without `Bearer ` before it (RFC 9110
+ * §11.4). A lone scheme name (`Basic`, `Bearer`) is not told it lacks one.
+ */
 function isBareCredential(authorization: string): boolean {
   const value = authorization.trim()
-  return value !== '' && !/\s/.test(value) && value.toLowerCase() !== 'bearer'
+  return /^tgws?_/.test(value) && !/\s/.test(value)
 }
 
 /**

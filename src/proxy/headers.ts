@@ -95,7 +95,7 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
 /**
  * Response headers the client never gets from the upstream: the hop-by-hop ones (RFC 9110
  * §7.6.1), which describe the upstream's connection, not ours, and X-Request-Id, which is the
- * gateway's (set on every reply before routing, app.ts).
+ * gateway's (set on every reply before routing, http/guards.ts).
  */
 const DROPPED_RESPONSE = new Set([
   'connection',

@@ -1589,7 +1589,7 @@ t.test('management bodies: wrong types, huge strings, deep nesting, prototype ke
         or (select count(*) from jsonb_object_keys(metadata)) > 50
         or exists (select 1 from jsonb_each(metadata) e where jsonb_typeof(e.value) <> 'string' or char_length(e.key) > 40 or char_length(e.value #>> '{}') > 500)
         or updated_at < created_at or (status = 'deactivated') <> (deactivated_at is not null))`
-    t.same(badTenants, [], 'every sub-account row satisfies the contract of §6')
+    t.same(badTenants, [], 'every sub-account row satisfies the rules of docs/api.md')
     const mine =
       await sql`select id, name, external_id, metadata from tenants where parent_id = ${parent.id} order by seq`
     t.equal(mine.length, subs.length, `the parent has exactly the ${subs.length} sub-accounts that were answered 201`)

@@ -273,7 +273,7 @@ t.test('a key sent without "Bearer ": 401 that says the scheme is missing', asyn
   t.equal(body.detail, 'the Authorization header has no scheme: send Authorization: Bearer <key>')
 
   // Anything else that is not a well-formed Bearer key is still "malformed".
-  for (const authorization of [`Basic ${parent.apiKey}`, 'Bearer tgw_short', 'Bearer']) {
+  for (const authorization of [`Basic ${parent.apiKey}`, 'Bearer tgw_short', 'Bearer', 'Basic', 'Token']) {
     const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
     t.equal(response.statusCode, 401, authorization)
     t.equal(problemOf(response).detail, 'the API key is malformed', `${authorization}: malformed`)
