@@ -1,5 +1,6 @@
-// What the upstream receives (docs/api.md): no client-sent X-Service-* header, whatever its case
-// or count, then the five trusted headers naming the resolved tenant.
+// What the upstream receives (docs/api.md): no client-sent X-Service-* header, whatever its case,
+// count or spelling, no header that would change the method or path an upstream sees, then the
+// five trusted headers naming the resolved tenant.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 
 export const TRUSTED_PREFIX = 'x-service-'
@@ -23,6 +24,8 @@ export interface ForwardContext {
   readonly host: string | undefined
   /** The client's own Connection header: every header it names is hop-by-hop (RFC 9110 §7.6.1). */
   readonly connection: string | string[] | undefined
+  /** Headers of SPOOFING that the route lets through (`pass_headers`). */
+  readonly passHeaders: ReadonlySet<string>
 }
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) and those the gateway sets itself.
@@ -39,7 +42,44 @@ const DROPPED = new Set([
   'x-forwarded-host',
 ])
 
-const NO_TOKENS: ReadonlySet<string> = new Set()
+/**
+ * Headers a client could use to change what an upstream takes the method, the path or the
+ * client's address to be, past the route's read/write scopes; and Forwarded, which the gateway
+ * does not vouch for. Dropped unless the route names them in `pass_headers`.
+ */
+export const SPOOFING: ReadonlySet<string> = new Set([
+  'x-http-method-override',
+  'x-http-method',
+  'x-method-override',
+  'x-original-method',
+  'x-original-url',
+  'x-rewrite-url',
+  'forwarded',
+  'x-real-ip',
+])
+
+export const NO_HEADERS: ReadonlySet<string> = new Set()
+const NO_TOKENS = NO_HEADERS
+
+/** `-`, `_` or `.`: the separators a CGI, WSGI or Rack upstream reads alike (all become `_`). */
+function isSeparator(code: number): boolean {
+  return code === 45 || code === 95 || code === 46
+}
+
+/**
+ * Whether a (lower-case) header name reads as X-Service-* once `_` and `.` are taken for `-`:
+ * `x_service_resolved_tenant` reaches a CGI upstream as HTTP_X_SERVICE_RESOLVED_TENANT, beside
+ * the gateway's own. Char codes rather than a normalised copy: it runs for every inbound header.
+ */
+export function isTrustedLookalike(name: string): boolean {
+  return (
+    name.length >= TRUSTED_PREFIX.length &&
+    name.charCodeAt(0) === 120 &&
+    isSeparator(name.charCodeAt(1)) &&
+    name.startsWith('service', 2) &&
+    isSeparator(name.charCodeAt(9))
+  )
+}
 
 function connectionTokens(connection: string | string[] | undefined): ReadonlySet<string> {
   // The common values name no header to drop (keep-alive and close are dropped anyway).
@@ -66,7 +106,8 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
   // for…in rather than Object.keys: no array per request. Both header objects are plain (a copy of
   // Node's, undici's parse), so nothing enumerable is inherited.
   for (const name in inbound) {
-    if (name.startsWith(TRUSTED_PREFIX) || DROPPED.has(name) || named.has(name)) continue
+    if (isTrustedLookalike(name) || DROPPED.has(name) || named.has(name)) continue
+    if (SPOOFING.has(name) && !context.passHeaders.has(name)) continue
     if (name === 'authorization' && !context.forwardAuthorization) continue
     out[name] = inbound[name]
   }

@@ -169,6 +169,7 @@ async function registerRoute(
             proto: request.protocol === 'https' ? 'https' : 'http',
             host: request.headers.host,
             connection: request.raw.headers.connection,
+            passHeaders: route.passHeaders,
           }) as typeof headers
         },
         rewriteHeaders: (headers, request) => {

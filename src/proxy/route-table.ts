@@ -2,6 +2,7 @@
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { RESERVED_PREFIXES } from './paths.js'
 
 export interface ProxyRoute {
@@ -18,6 +19,8 @@ export interface ProxyRoute {
   readonly timeoutMs: number
   /** Largest request body streamed to the upstream. */
   readonly maxBodyBytes: number
+  /** Headers the gateway drops by default that this route's upstream gets (never X-Service-*). */
+  readonly passHeaders: ReadonlySet<string>
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000
@@ -32,6 +35,7 @@ const ROUTE_KEYS = new Set([
   'forward_authorization',
   'timeout_ms',
   'max_body_bytes',
+  'pass_headers',
 ])
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
@@ -119,6 +123,22 @@ function scopeList(where: string, key: string, value: unknown): string[] {
   return value as string[]
 }
 
+// A header field name (RFC 9110 §5.1: a token).
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/
+
+function parsePassHeaders(where: string, value: unknown): ReadonlySet<string> {
+  if (value === undefined) return NO_HEADERS
+  if (!Array.isArray(value)) fail(where, 'pass_headers must be a list of header names')
+  const names = new Set<string>()
+  for (const item of value) {
+    const name = typeof item === 'string' ? item.toLowerCase() : ''
+    if (!HEADER_NAME.test(name)) fail(where, 'pass_headers must be a list of header names')
+    if (isTrustedLookalike(name)) fail(where, `pass_headers may not name an X-Service-* header (${name})`)
+    names.add(name)
+  }
+  return names
+}
+
 function parseScopes(where: string, value: unknown): ProxyRoute['scopes'] {
   if (value === undefined) return { read: [], write: [] }
   if (!isMapping(value)) fail(where, 'scopes must be a mapping with read and write lists')
@@ -161,6 +181,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
         forwardAuthorization: boolean(where, 'forward_authorization', entry.forward_authorization),
         timeoutMs: positiveInteger(where, 'timeout_ms', entry.timeout_ms, timeoutMs),
         maxBodyBytes: positiveInteger(where, 'max_body_bytes', entry.max_body_bytes, maxBodyBytes),
+        passHeaders: parsePassHeaders(where, entry.pass_headers),
       }),
     )
   })
@@ -177,6 +198,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
         forwardAuthorization: false,
         timeoutMs,
         maxBodyBytes,
+        passHeaders: NO_HEADERS,
       }),
     )
   }

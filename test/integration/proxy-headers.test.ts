@@ -396,7 +396,12 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
   const upstream = await startUpstream(t)
   const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
-    gatewayConfig: { routes: [{ prefix: '/fwd', upstream: upstream.url, forward_authorization: true }] },
+    gatewayConfig: {
+      routes: [
+        { prefix: '/fwd', upstream: upstream.url, forward_authorization: true },
+        { prefix: '/real-ip', upstream: upstream.url, pass_headers: ['X-Real-IP', 'Forwarded'] },
+      ],
+    },
   })
   const parent = await gw.createParent()
   const keyId = await keyIdOf(gw, parent.id)
@@ -450,6 +455,54 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
       t.equal(got.headers['x-service-acting-tenant'], undefined, `${method}: the acting header itself is not forwarded`)
       t.equal(got.headers['x-request-id'], res.headers['x-request-id'], `${method}: the same request id`)
     }
+  })
+
+  t.test('lookalikes and method, path or address overrides never arrive', async (t) => {
+    const lookalikes: [string, string][] = [
+      ['X_Service_Resolved_Tenant', 'evil-underscores'],
+      ['x-service_resolved-tenant', 'evil-mixed'],
+      ['x.service.resolved.tenant', 'evil-dots'],
+      ['X_SERVICE_KEY_ID', 'evil-key'],
+    ]
+    const overrides: [string, string][] = [
+      ['X-HTTP-Method-Override', 'DELETE'],
+      ['X-HTTP-Method', 'DELETE'],
+      ['X-Method-Override', 'DELETE'],
+      ['X-Original-Method', 'DELETE'],
+      ['X-Original-URL', '/admin'],
+      ['X-Rewrite-URL', '/admin'],
+      ['Forwarded', 'for=10.0.0.1;host=evil'],
+      ['X-Real-IP', '10.0.0.1'],
+    ]
+    const { got } = await through(t, 'GET', { headers: [...lookalikes, ...overrides] })
+    checkIdentity(t, got, identity, 'GET')
+    const names = [...rawNameCounts(got).keys()]
+    for (const [name] of [...lookalikes, ...overrides]) {
+      t.notOk(names.includes(name.toLowerCase()), `${name} is not forwarded`)
+    }
+    t.notOk(
+      got.rawHeaders.some((value) => value.startsWith('evil') || value === 'DELETE' || value === '/admin'),
+      "no such value anywhere in the upstream's raw headers",
+    )
+  })
+
+  t.test('a route with pass_headers lets exactly those through', async (t) => {
+    const { got } = await through(t, 'GET /real-ip', {
+      path: '/real-ip/x',
+      headers: [
+        ['X-Real-IP', '198.51.100.4'],
+        ['Forwarded', 'for=198.51.100.4'],
+        ['X-HTTP-Method-Override', 'DELETE'],
+        ['X_Service_Scopes', 'evil-scopes'],
+      ],
+    })
+    t.equal(got.headers['x-real-ip'], '198.51.100.4', 'X-Real-IP arrives')
+    t.equal(got.headers.forwarded, 'for=198.51.100.4', 'Forwarded arrives')
+    t.equal(got.headers['x-http-method-override'], undefined, 'an override the route does not name is dropped')
+    t.notOk(
+      got.rawHeaders.some((value) => value === 'evil-scopes'),
+      'a lookalike is dropped whatever the route says',
+    )
   })
 
   t.test('a Connection header cannot remove the trusted headers (GHSA-gwhp-pf74-vj37)', async (t) => {

@@ -1,7 +1,13 @@
 // What the upstream receives (docs/api.md) and which paths never get that far, as plain functions.
 import type { IncomingHttpHeaders } from 'node:http'
 import t from 'tap'
-import { upstreamHeaders, type ForwardContext, type TrustedIdentity } from '../../src/proxy/headers.js'
+import {
+  isTrustedLookalike,
+  SPOOFING,
+  upstreamHeaders,
+  type ForwardContext,
+  type TrustedIdentity,
+} from '../../src/proxy/headers.js'
 import { isBadPath, isReservedPath, pathOf } from '../../src/proxy/paths.js'
 
 const IDENTITY: TrustedIdentity = {
@@ -19,6 +25,7 @@ const context = (overrides: Partial<ForwardContext> = {}): ForwardContext => ({
   proto: 'http',
   host: 'gateway.example',
   connection: undefined,
+  passHeaders: new Set(),
   ...overrides,
 })
 
@@ -278,4 +285,48 @@ t.test('isReservedPath: decoded, case-insensitive, whole segments', async (t) =>
     '/openapi.jsonx',
   ]
   for (const path of other) t.notOk(isReservedPath(path), `${path} is not reserved`)
+})
+
+t.test('lookalikes of X-Service-* are dropped: _ and . read as - (a CGI upstream folds them)', async (t) => {
+  const lookalikes = [
+    'x_service_resolved_tenant',
+    'x-service_resolved-tenant',
+    'x.service.resolved.tenant',
+    'x_service-key-id',
+    'x.service_scopes',
+    'x-service-',
+    'x_service_',
+  ]
+  const headers = upstreamHeaders(
+    { ...inbound(), ...Object.fromEntries(lookalikes.map((name) => [name, 'forged'])) },
+    context(),
+  )
+  for (const name of lookalikes) {
+    t.equal(headers[name], undefined, `${name} is dropped`)
+    t.ok(isTrustedLookalike(name), `${name} reads as X-Service-*`)
+  }
+  t.equal(headers['x-service-resolved-tenant'], IDENTITY.resolvedTenantId, "the trusted one is the gateway's")
+  for (const name of ['x-services', 'xservice-a', 'x-servic-a', 'x-service', 'y-service-a', 'x--service-a']) {
+    t.notOk(isTrustedLookalike(name), `${name} is not a lookalike`)
+  }
+})
+
+t.test('method, path and address overrides are dropped unless the route passes them', async (t) => {
+  t.same([...SPOOFING].sort(), [
+    'forwarded',
+    'x-http-method',
+    'x-http-method-override',
+    'x-method-override',
+    'x-original-method',
+    'x-original-url',
+    'x-real-ip',
+    'x-rewrite-url',
+  ])
+  const sent = { ...inbound(), ...Object.fromEntries([...SPOOFING].map((name) => [name, 'client-said'])) }
+  const dropped = upstreamHeaders(sent, context())
+  for (const name of SPOOFING) t.equal(dropped[name], undefined, `${name} is dropped by default`)
+  const passed = upstreamHeaders(sent, context({ passHeaders: new Set(['x-real-ip', 'forwarded']) }))
+  t.equal(passed['x-real-ip'], 'client-said', 'a route may pass X-Real-IP')
+  t.equal(passed.forwarded, 'client-said', 'and Forwarded')
+  t.equal(passed['x-http-method-override'], undefined, 'but only what it names')
 })

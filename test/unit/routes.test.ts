@@ -67,6 +67,7 @@ t.test('a valid table', async (t) => {
           forward_authorization: true,
           timeout_ms: 5000,
           max_body_bytes: 1024,
+          pass_headers: ['X-Real-IP', 'forwarded'],
         },
       ],
     },
@@ -81,6 +82,7 @@ t.test('a valid table', async (t) => {
     forwardAuthorization: false,
     timeoutMs: DEFAULT_TIMEOUT_MS,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    passHeaders: new Set(),
   })
   t.same(
     routes[1],
@@ -92,10 +94,12 @@ t.test('a valid table', async (t) => {
       forwardAuthorization: false,
       timeoutMs: DEFAULT_TIMEOUT_MS,
       maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+      passHeaders: new Set(),
     },
     'the base path is kept without its trailing slash',
   )
   t.match(routes[2], { prefix: '/v1/files', forwardAuthorization: true, timeoutMs: 5000, maxBodyBytes: 1024 })
+  t.same([...routes[2]!.passHeaders], ['x-real-ip', 'forwarded'], 'pass_headers, lower-cased')
   t.ok(
     routes.every((route) => Object.isFrozen(route)),
     'routes are frozen',
@@ -163,6 +167,7 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     forwardAuthorization: false,
     timeoutMs: DEFAULT_TIMEOUT_MS,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    passHeaders: new Set(),
   })
   t.same(
     loadRouteTable({}, 'http://only:1').map((route) => [route.prefix, route.upstream]),
@@ -406,6 +411,20 @@ t.test('scopes, public and numbers', async (t) => {
   }
   refuses(t, second({ scopes: ['tracking:read'] }), WHERE, 'scopes as a list', undefined, /scopes/)
   refuses(t, second({ scopes: 'tracking:read' }), WHERE, 'scopes as a string', undefined, /scopes/)
+
+  for (const value of ['x-real-ip', [1], ['a b'], [''], ['x:y'], null]) {
+    refuses(
+      t,
+      second({ pass_headers: value }),
+      WHERE,
+      `pass_headers ${JSON.stringify(value)}`,
+      undefined,
+      /pass_headers/,
+    )
+  }
+  for (const name of ['X-Service-Key-Id', 'x_service_scopes', 'x.service.resolved.tenant']) {
+    refuses(t, second({ pass_headers: [name] }), WHERE, `pass_headers ${name}`, undefined, /X-Service-/)
+  }
 
   for (const value of ['true', 1, 0, null, 'yes']) {
     refuses(t, second({ public: value }), WHERE, `public ${JSON.stringify(value)}`, undefined, /public/)
