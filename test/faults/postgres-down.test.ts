@@ -111,7 +111,14 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
     ],
   ]
   for (const [what, call] of knownCalls) {
-    const warm = await call()
+    // Warming is setup, not the subject: a cold first lookup that misses the 500 ms deadline on a
+    // loaded machine (503 store_unavailable, then Postgres skipped for a second) is tried again.
+    let warm = await call()
+    for (let retry = 0; retry < 3 && codeOf(warm.res) === 'store_unavailable'; retry++) {
+      t.comment(`warming ${what}: ${describeTimed(warm)}; again in 1.1 s`)
+      await sleep(1_100)
+      warm = await call()
+    }
     t.equal(warm.res?.status, 200, `before the fault: ${what} is served (${describeTimed(warm)})`)
   }
   const list = await timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)
