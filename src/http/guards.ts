@@ -1,5 +1,5 @@
 // What every request goes through before routing decides anything (docs/api.md): its request id,
-// the bad-path refusal, the one-Host rule and the 404, all before authentication and before a
+// the bad-path refusal, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and before a
 // body parser can answer 415 or 400. Management paths included.
 import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
@@ -8,6 +8,13 @@ import { isBadPath, pathOf } from '../proxy/paths.js'
 import { singleHeaderCounts } from './header-counts.js'
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/**
+ * RFC 9110 §7.2: Host = uri-host [ ":" port ], where uri-host is an IP literal in brackets or a
+ * reg-name of unreserved, sub-delims and percent-encodings (RFC 3986 §3.2.2). Anything else
+ * (`evil/v1/sub-accounts?a`) would reach the upstream as X-Forwarded-Host.
+ */
+const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]{0,5})?$/
 
 /** Keeps the client's X-Request-Id when it is a sane token, so logs can be joined across hops. */
 export function requestId(req: { headers: Record<string, string | string[] | undefined> }): string {
@@ -30,6 +37,11 @@ export const requestGuards = fp(
       // and X-Forwarded-Host would name it while an upstream might read another).
       if (singleHeaderCounts(request).host > 1) {
         done(new ApiError('bad_request', 'send one Host header'))
+        return
+      }
+      const host = request.headers.host
+      if (host !== undefined && !VALID_HOST.test(host)) {
+        done(new ApiError('bad_request', 'the Host header must be a host name or address, with an optional port'))
         return
       }
       // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.

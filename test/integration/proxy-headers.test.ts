@@ -486,6 +486,19 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     )
   })
 
+  t.test('a Host that is not host[:port] is 400 and never reaches the upstream', async (t) => {
+    for (const host of ['evil/v1/sub-accounts?a', 'a b', 'x@y', 'x#y', 'a:b:c', '[::1', 'x:123456']) {
+      const before = upstream.received.length
+      const res = await rawRequest(gw.url, { path: '/things/1', headers: [auth, ['Host', host]] })
+      checkProblem(t, res, 400, 'bad_request', `Host ${JSON.stringify(host)}`)
+      t.equal(upstream.received.length, before, `Host ${JSON.stringify(host)}: the upstream got nothing`)
+    }
+    for (const host of ['example.com', 'example.com:8080', '127.0.0.1', '[::1]:8080', 'x', 'a-b.c_d~e']) {
+      const { got } = await through(t, `Host ${host}`, { headers: [['Host', host]] })
+      t.equal(got.headers['x-forwarded-host'], host, `Host ${host}: X-Forwarded-Host`)
+    }
+  })
+
   t.test('a route with pass_headers lets exactly those through', async (t) => {
     const { got } = await through(t, 'GET /real-ip', {
       path: '/real-ip/x',
