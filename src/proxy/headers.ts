@@ -59,7 +59,6 @@ export const SPOOFING: ReadonlySet<string> = new Set([
 ])
 
 export const NO_HEADERS: ReadonlySet<string> = new Set()
-const NO_TOKENS = NO_HEADERS
 
 /** `-`, `_` or `.`: the separators a CGI, WSGI or Rack upstream reads alike (all become `_`). */
 function isSeparator(code: number): boolean {
@@ -83,7 +82,7 @@ export function isTrustedLookalike(name: string): boolean {
 
 function connectionTokens(connection: string | string[] | undefined): ReadonlySet<string> {
   // The common values name no header to drop (keep-alive and close are dropped anyway).
-  if (connection === undefined || connection === 'keep-alive' || connection === 'close') return NO_TOKENS
+  if (connection === undefined || connection === 'keep-alive' || connection === 'close') return NO_HEADERS
   const tokens = new Set<string>()
   for (const value of Array.isArray(connection) ? connection : [connection]) {
     for (const token of value.split(',')) {

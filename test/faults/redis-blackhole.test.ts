@@ -42,29 +42,11 @@ const channel = `${prefix}invalidate`
 // only the bus can make an instance change its answer within the second the tests allow.
 const timings = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000, redisBackoffMs: BACKOFF_MS }
 const viaRelay = `redis://127.0.0.1:${relay.port}`
-const c1 = await startGateway(t, {
-  database: db,
-  pool: {},
-  redis: viaRelay,
-  redisKeyPrefix: prefix,
-  upstreamUrl: upstream.url,
-  cacheTimings: timings,
-})
-const c2 = await startGateway(t, {
-  database: db,
-  pool: {},
-  redis: viaRelay,
-  redisKeyPrefix: prefix,
-  upstreamUrl: upstream.url,
-  cacheTimings: timings,
-})
-const baseline = await startGateway(t, {
-  database: db,
-  pool: {},
-  redis: false,
-  upstreamUrl: upstream.url,
-  cacheTimings: timings,
-})
+// Two replicas sharing a database and a Redis prefix, and one without Redis to compare with.
+const replica = { database: db, pool: {}, upstreamUrl: upstream.url, cacheTimings: timings }
+const c1 = await startGateway(t, { ...replica, redis: viaRelay, redisKeyPrefix: prefix })
+const c2 = await startGateway(t, { ...replica, redis: viaRelay, redisKeyPrefix: prefix })
+const baseline = await startGateway(t, { ...replica, redis: false })
 const waits = measureRedisWaits(c1.app)
 
 const admin = redisClient(t, { url: redis.url })

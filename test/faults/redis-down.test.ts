@@ -33,29 +33,11 @@ const channel = `${prefix}invalidate`
 // Found and "not found" records stay in-process for a minute and each invalidation is sent once:
 // only the bus (or a reconnect, which clears the in-process cache) can change an answer quickly.
 const timings = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
-const a = await startGateway(t, {
-  database: db,
-  pool: {},
-  redis: redis.url,
-  redisKeyPrefix: prefix,
-  upstreamUrl: upstream.url,
-  cacheTimings: timings,
-})
-const b = await startGateway(t, {
-  database: db,
-  pool: {},
-  redis: redis.url,
-  redisKeyPrefix: prefix,
-  upstreamUrl: upstream.url,
-  cacheTimings: timings,
-})
-const baseline = await startGateway(t, {
-  database: db,
-  pool: {},
-  redis: false,
-  upstreamUrl: upstream.url,
-  cacheTimings: timings,
-})
+// Two replicas sharing a database and a Redis prefix, and one without Redis to compare with.
+const replica = { database: db, pool: {}, upstreamUrl: upstream.url, cacheTimings: timings }
+const a = await startGateway(t, { ...replica, redis: redis.url, redisKeyPrefix: prefix })
+const b = await startGateway(t, { ...replica, redis: redis.url, redisKeyPrefix: prefix })
+const baseline = await startGateway(t, { ...replica, redis: false })
 const waits = measureRedisWaits(a.app)
 
 /**

@@ -3,7 +3,7 @@
 // the CLI's help and its errors; a key sent without `Bearer `. Each message must say what is
 // wrong and which variable to change, and never show a password.
 import { spawn } from 'node:child_process'
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net'
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -12,7 +12,7 @@ import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
-import { closedPort } from '../helpers/upstream.js'
+import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const PASSWORD = 'sekret-do-not-print'
@@ -76,18 +76,12 @@ function runNode(script: string, args: string[], env: Record<string, string>, ti
 
 /** A TCP server on 127.0.0.1 that accepts connections and never answers (a Postgres that hangs). */
 async function silentServer(t: Test): Promise<number> {
-  const sockets = new Set<Socket>()
-  const server: Server = createServer((socket) => {
-    sockets.add(socket)
-    socket.on('error', () => {})
-    socket.on('close', () => sockets.delete(socket))
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(async () => {
-    for (const socket of sockets) socket.destroy()
-    await new Promise((resolve) => server.close(resolve))
-  })
-  return (server.address() as AddressInfo).port
+  return (
+    await listenOnLoopback(
+      t,
+      createServer((socket) => socket.on('error', () => {})),
+    )
+  ).port
 }
 
 const db = await freshDatabase(t)
