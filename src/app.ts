@@ -9,6 +9,7 @@ import Fastify, {
 import type { CacheTimings } from './cache/index.js'
 import type { Config } from './config.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
+import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parsing } from './http/parsing.js'
@@ -76,6 +77,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Node drops headers past the 2,000th without a word, and with them a second Authorization
   // the single-header rule must see (docs/api.md). The 16 KiB limit on the head still bounds them.
   app.server.maxHeadersCount = 0
+  deferContinue(app)
 
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
   app.decorateRequest('principal', null)
@@ -112,6 +114,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     lookups: cache.lookups,
     upstreamDuration: app.metrics.upstreamDuration,
     recentAdmissions: app.metrics.recentAdmissions,
+    clientAborts: app.metrics.clientAborts,
   })
 
   return app

@@ -20,10 +20,12 @@ export const ERRORS = {
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },
   headers_too_large: { status: 431, title: 'Request header fields too large' },
   internal_error: { status: 500, title: 'Internal error' },
   upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
   store_unavailable: { status: 503, title: 'Store unavailable' },
+  upstream_busy: { status: 503, title: 'Upstream busy' },
   not_ready: { status: 503, title: 'Not ready' },
   upstream_timeout: { status: 504, title: 'Upstream timeout' },
 } as const satisfies Record<string, { status: number; title: string }>
@@ -83,4 +85,9 @@ export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8'
 /** The 404 of a path no route serves (the path without its query, cut short). */
 export function routeNotFound(method: string, path: string): ApiError {
   return new ApiError('route_not_found', `no route for ${method} ${path.slice(0, 200)}`)
+}
+
+/** The 413 of a body over a limit, declared or counted. */
+export function payloadTooLarge(limit: number): ApiError {
+  return new ApiError('payload_too_large', `the request body is larger than ${limit} bytes`)
 }

@@ -89,7 +89,8 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
       .type(PROBLEM_CONTENT_TYPE)
       .send(problem('internal_error', 'the gateway could not complete this request', request.id))
   }
-  if (apiError.status >= 500) request.log.error({ err }, apiError.code)
+  // A busy upstream is the limit doing its work (proxy/concurrency.ts), not a fault.
+  if (apiError.status >= 500 && apiError.code !== 'upstream_busy') request.log.error({ err }, apiError.code)
   if (apiError.options.headers) reply.headers(apiError.options.headers)
   return reply
     .code(apiError.status)

@@ -1,4 +1,5 @@
 // The management API under /v1/sub-accounts (docs/api.md). Parent keys only, acting as themselves.
+import { continueAfterChecks } from '../http/expect-continue.js'
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { ApiError, validationFailed } from '../errors.js'
@@ -107,6 +108,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   addManagementDeadline(plugin)
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
+  app.addHook('onRequest', continueAfterChecks(plugin.initialConfig.bodyLimit ?? 0))
 
   const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
 

@@ -33,6 +33,11 @@ export interface Metrics {
   readonly proxiedRequests: Tally
   /** Proxied requests admitted from an identical admission of the last second (no lookup at all). */
   readonly recentAdmissions: Tally
+  /**
+   * Proxied exchanges the client ended before its answer was complete: it hung up, or it stopped
+   * reading and was cut off (proxy/exchange.ts). Not answered, so in no status class and no usage.
+   */
+  readonly clientAborts: { readonly hungUp: Tally; readonly stoppedReading: Tally }
   /** Records one answered request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: LatencyHistogram
@@ -130,6 +135,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       help: 'Proxied requests admitted from an identical admission of the last second, without a cache lookup',
       registers,
     }),
+    clientAborts: clientAbortTallies(registers),
     observeRequest(kind, statusCode, seconds) {
       const k = kindIndex[kind]
       const cls = Math.floor(statusCode / 100) - 1
@@ -196,4 +202,17 @@ export async function serveMetrics(registry: Registry, port: number, host: strin
     server.listen(port, host, () => resolve())
   })
   return server
+}
+
+function clientAbortTallies(registers: Registry[]): Metrics['clientAborts'] {
+  const [hungUp, stoppedReading] = talliedCounter(
+    {
+      name: 'tgw_client_aborts_total',
+      help: 'Proxied exchanges the client ended early: hung up, or stopped reading and was cut off',
+      labelNames: ['reason'] as const,
+      registers,
+    },
+    [{ reason: 'hung_up' }, { reason: 'stopped_reading' }],
+  )
+  return { hungUp: hungUp!, stoppedReading: stoppedReading! }
 }

@@ -37,6 +37,8 @@ const DROPPED = new Set([
   'te',
   'trailer',
   'upgrade',
+  // Answered by the gateway itself (proxy/plugin.ts): the body is on its way when the upstream is asked.
+  'expect',
   'x-request-id',
   'x-forwarded-proto',
   'x-forwarded-host',

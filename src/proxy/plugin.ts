@@ -2,17 +2,20 @@
 // scopes, then stream the request to the route's upstream with @fastify/http-proxy under the
 // header policy of docs/api.md. One encapsulated context per route, so that each has its own
 // connection pool, timeout and body limit, and the router picks the longest prefix.
-import { Transform, type TransformCallback } from 'node:stream'
 import { performance } from 'node:perf_hooks'
-import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type { Readable } from 'node:stream'
+import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import httpProxy from '@fastify/http-proxy'
 import { insufficientScope } from '../auth/scopes.js'
-import { ApiError, routeNotFound } from '../errors.js'
+import { ApiError, payloadTooLarge, routeNotFound } from '../errors.js'
 import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
 import { tenancyAdmission } from '../tenancy/recent-admissions.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
+import { RouteConcurrency, type SlotRefusal } from './concurrency.js'
+import { type ClientAbortTallies, Exchange } from './exchange.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import { isReservedPath, pathOf } from './paths.js'
+import { BodyIdleError, BodyTooLargeError, declaresTooMuch, streamBody } from './request-body.js'
 import { scopesFor, type ProxyRoute } from './route-table.js'
 
 export interface ProxyOptions {
@@ -22,53 +25,13 @@ export interface ProxyOptions {
   upstreamDuration: LatencyHistogram
   /** Requests admitted from the last second's memory (tenancy/recent-admissions.ts). */
   recentAdmissions: Tally
+  clientAborts: ClientAbortTallies
 }
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** performance.now() when the request left for the upstream. */
     upstreamSentAt: number
-  }
-}
-
-class BodyTooLargeError extends Error {
-  constructor(readonly limit: number) {
-    super(`the request body is larger than ${limit} bytes`)
-    this.name = 'BodyTooLargeError'
-  }
-}
-
-function tooLarge(limit: number): ApiError {
-  return new ApiError('payload_too_large', `the request body is larger than ${limit} bytes`)
-}
-
-/**
- * Proxied bodies are never parsed: the request stream itself goes upstream. A declared length
- * over the limit is refused before a byte is read; the HTTP parser holds a declared body to its
- * length, so only a chunked body needs counting on the way.
- */
-function streamBodyUpTo(limit: number) {
-  return (
-    request: FastifyRequest,
-    payload: NodeJS.ReadableStream,
-    done: (err: Error | null, body?: unknown) => void,
-  ) => {
-    const declared = request.headers['content-length']
-    if (declared !== undefined) {
-      if (Number(declared) > limit) return done(tooLarge(limit))
-      return done(null, payload)
-    }
-    let seen = 0
-    const counter = new Transform({
-      transform(chunk: Buffer, _encoding, callback: TransformCallback) {
-        seen += chunk.length
-        if (seen > limit) callback(new BodyTooLargeError(limit))
-        else callback(null, chunk)
-      },
-    })
-    payload.on('error', (err) => counter.destroy(err))
-    payload.pipe(counter)
-    done(null, counter)
   }
 }
 
@@ -86,12 +49,32 @@ const TIMEOUT_CODES = new Set([
 /** reply-from's failures as the catalogue's: too slow is 504, anything else unreachable is 502. */
 function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   const cause = causeOf(error)
-  if (cause instanceof BodyTooLargeError) return tooLarge(cause.limit)
+  if (cause instanceof BodyTooLargeError) return payloadTooLarge(cause.limit)
+  if (cause instanceof BodyIdleError) {
+    // The rest of the body may never come: the connection cannot carry another request.
+    return new ApiError('request_timeout', `the request body sent nothing for ${cause.idleMs} ms`, {
+      headers: { connection: 'close' },
+    })
+  }
   const codes = [(error as { code?: string }).code, (cause as { code?: string } | undefined)?.code]
   if (codes.some((code) => code !== undefined && TIMEOUT_CODES.has(code))) {
     return new ApiError('upstream_timeout', `the upstream did not answer within ${route.timeoutMs} ms`)
   }
   return new ApiError('upstream_unavailable', 'the upstream could not be reached')
+}
+
+const RETRY_SOON = { 'retry-after': '1' }
+
+function busy(refusal: SlotRefusal, route: ProxyRoute): ApiError {
+  return refusal === 'tenant_busy'
+    ? new ApiError(
+        'too_many_concurrent_requests',
+        `this tenant already has ${route.maxConnectionsPerTenant} requests in flight on this route`,
+        { headers: RETRY_SOON },
+      )
+    : new ApiError('upstream_busy', `every connection to this route's upstream stayed busy for ${route.timeoutMs} ms`, {
+        headers: RETRY_SOON,
+      })
 }
 
 /** The route's scopes checked against the admitted key's: the 403 to answer, or undefined. */
@@ -120,26 +103,48 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { lookups, upstreamDuration, recentAdmissions }: ProxyOptions,
+  { lookups, upstreamDuration, recentAdmissions, clientAborts }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
-    scope.addContentTypeParser('*', streamBodyUpTo(route.maxBodyBytes))
+    scope.addContentTypeParser('*', streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs))
+
+    const slots = new RouteConcurrency(route.maxConnections, route.maxConnectionsPerTenant, route.timeoutMs)
+    /** Last of the checks: a slot to the upstream, then the 100 Continue a client may be waiting for. */
+    function takeSlot(request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
+      if (request.headers.expect !== undefined && declaresTooMuch(request, route.maxBodyBytes)) {
+        return done(payloadTooLarge(route.maxBodyBytes))
+      }
+      const tenantId = route.public ? null : request.actingTenant!.id
+      const start = (refusal: SlotRefusal | null) => {
+        if (refusal !== null) return done(busy(refusal, route))
+        request.exchange = new Exchange(slots, tenantId, request, reply, clientAborts)
+        // RFC 9110 §10.1.1: the client sends its body once told to; the upstream never sees Expect.
+        if (request.headers.expect !== undefined) reply.raw.writeContinue()
+        done()
+      }
+      if (slots.tryAcquire(tenantId, start)) start(null)
+    }
 
     // One hook for the whole check, in the order of docs/api.md. A callback hook: a request admitted
     // from the last second's memory goes on without a single promise.
     const admission = tenancyAdmission(lookups)
-    scope.addHook('onRequest', function admitProxied(request, _reply, done) {
+    const admitted = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+      const refusal = scopeRefusal(route, request)
+      if (refusal !== undefined) return done(refusal)
+      takeSlot(request, reply, done)
+    }
+    scope.addHook('onRequest', function admitProxied(request, reply, done) {
       // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
       // itself, with a method or depth it does not serve: that is still not a proxied path.
       const path = pathOf(request.url)
       if (isReservedPath(path)) return done(routeNotFound(request.method, path))
-      if (route.public) return done()
+      if (route.public) return takeSlot(request, reply, done)
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()
-        return done(scopeRefusal(route, request))
+        return admitted(request, reply, done)
       }
-      admission.resolve(request).then(() => done(scopeRefusal(route, request)), done)
+      admission.resolve(request).then(() => admitted(request, reply, done), done)
     })
 
     // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
@@ -154,9 +159,14 @@ async function registerRoute(
       config,
       disableRequestLogging: true,
       undici: {
+        // The slots above keep requests to at most this many, so undici never queues one.
+        connections: route.maxConnections,
         headersTimeout: route.timeoutMs,
         bodyTimeout: route.timeoutMs,
         connectTimeout: Math.min(route.timeoutMs, 10_000),
+        // reply-from turns certificate checks off unless told otherwise: an https upstream must
+        // prove who it is (docs/configuration.md).
+        connect: { rejectUnauthorized: true },
       },
       replyOptions: {
         rewriteRequestHeaders: (request, headers) => {
@@ -176,7 +186,14 @@ async function registerRoute(
           upstreamDuration.observe((performance.now() - (request as FastifyRequest).upstreamSentAt) / 1000)
           return downstreamHeaders(headers)
         },
+        onResponse: (request, reply, res) => {
+          const body = (res as unknown as { stream: Readable }).stream
+          ;(request as FastifyRequest).exchange?.responding(body, route.responseIdleTimeoutMs)
+          reply.send(body)
+        },
         onError: (reply, { error }) => {
+          // A client that hung up gets nothing, and is not an upstream failure (exchange.ts logs it).
+          if ((reply.request as FastifyRequest).exchange?.clientGone()) return
           reply.send(upstreamFailure(error, route))
         },
         // Never retry: a write must not reach the upstream twice, and reply-from would otherwise
@@ -189,5 +206,6 @@ async function registerRoute(
 
 export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options) => {
   app.decorateRequest('upstreamSentAt', 0)
+  app.decorateRequest('exchange', null)
   for (const route of options.routes) await registerRoute(app, route, options)
 }

@@ -2,6 +2,7 @@
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { defaultPerTenant } from './concurrency.js'
 import { isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { RESERVED_PREFIXES } from './paths.js'
 
@@ -21,12 +22,31 @@ export interface ProxyRoute {
   readonly maxBodyBytes: number
   /** Headers the gateway drops by default that this route's upstream gets (never X-Service-*). */
   readonly passHeaders: ReadonlySet<string>
+  /** Requests in flight to the upstream at once; past it a request waits up to timeoutMs, then 503. */
+  readonly maxConnections: number
+  /** Requests one resolved tenant may have in flight here; past it, 429 at once. */
+  readonly maxConnectionsPerTenant: number
+  /** How long a request body may send nothing before the exchange ends (408). */
+  readonly bodyIdleTimeoutMs: number
+  /** How long a client may read nothing of a response before it is cut off. */
+  readonly responseIdleTimeoutMs: number
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000
 export const DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+export const DEFAULT_MAX_CONNECTIONS = 256
+export const DEFAULT_BODY_IDLE_TIMEOUT_MS = 10_000
+export const DEFAULT_RESPONSE_IDLE_TIMEOUT_MS = 30_000
 
-const TOP_LEVEL_KEYS = new Set(['routes', 'timeout_ms', 'max_body_bytes'])
+/** Options a route inherits from the top level when it does not set them. */
+const INHERITED_KEYS = [
+  'timeout_ms',
+  'max_body_bytes',
+  'max_connections',
+  'body_idle_timeout_ms',
+  'response_idle_timeout_ms',
+] as const
+const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
 const ROUTE_KEYS = new Set([
   'prefix',
   'upstream',
@@ -36,6 +56,10 @@ const ROUTE_KEYS = new Set([
   'timeout_ms',
   'max_body_bytes',
   'pass_headers',
+  'max_connections',
+  'max_connections_per_tenant',
+  'body_idle_timeout_ms',
+  'response_idle_timeout_ms',
 ])
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
@@ -152,8 +176,13 @@ function parseScopes(where: string, value: unknown): ProxyRoute['scopes'] {
  */
 export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): ProxyRoute[] {
   unknownKeys('top level', doc, TOP_LEVEL_KEYS)
-  const timeoutMs = positiveInteger('top level', 'timeout_ms', doc.timeout_ms, DEFAULT_TIMEOUT_MS)
-  const maxBodyBytes = positiveInteger('top level', 'max_body_bytes', doc.max_body_bytes, DEFAULT_MAX_BODY_BYTES)
+  const defaults = limitsOf('top level', doc, {
+    timeoutMs: DEFAULT_TIMEOUT_MS,
+    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    maxConnections: DEFAULT_MAX_CONNECTIONS,
+    bodyIdleTimeoutMs: DEFAULT_BODY_IDLE_TIMEOUT_MS,
+    responseIdleTimeoutMs: DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
+  })
   const entries = doc.routes ?? []
   if (!Array.isArray(entries)) fail('top level', 'routes must be a list')
 
@@ -172,6 +201,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
     const scopes = parseScopes(where, entry.scopes)
     if (isPublic && (scopes.read.length > 0 || scopes.write.length > 0))
       fail(where, 'a public route cannot require scopes')
+    const limits = limitsOf(where, entry, defaults)
     routes.push(
       Object.freeze({
         prefix,
@@ -179,9 +209,9 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
         scopes,
         public: isPublic,
         forwardAuthorization: boolean(where, 'forward_authorization', entry.forward_authorization),
-        timeoutMs: positiveInteger(where, 'timeout_ms', entry.timeout_ms, timeoutMs),
-        maxBodyBytes: positiveInteger(where, 'max_body_bytes', entry.max_body_bytes, maxBodyBytes),
         passHeaders: parsePassHeaders(where, entry.pass_headers),
+        ...limits,
+        maxConnectionsPerTenant: perTenantLimit(where, entry.max_connections_per_tenant, limits.maxConnections),
       }),
     )
   })
@@ -196,13 +226,45 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
         scopes: { read: [], write: [] },
         public: false,
         forwardAuthorization: false,
-        timeoutMs,
-        maxBodyBytes,
         passHeaders: NO_HEADERS,
+        ...defaults,
+        maxConnectionsPerTenant: defaultPerTenant(defaults.maxConnections),
       }),
     )
   }
   return routes
+}
+
+type RouteLimits = Pick<
+  ProxyRoute,
+  'timeoutMs' | 'maxBodyBytes' | 'maxConnections' | 'bodyIdleTimeoutMs' | 'responseIdleTimeoutMs'
+>
+
+/** The time, size and connection limits of a route (or of the top level), each defaulting to `fallback`'s. */
+function limitsOf(where: string, value: Doc, fallback: RouteLimits): RouteLimits {
+  return {
+    timeoutMs: positiveInteger(where, 'timeout_ms', value.timeout_ms, fallback.timeoutMs),
+    maxBodyBytes: positiveInteger(where, 'max_body_bytes', value.max_body_bytes, fallback.maxBodyBytes),
+    maxConnections: positiveInteger(where, 'max_connections', value.max_connections, fallback.maxConnections),
+    bodyIdleTimeoutMs: positiveInteger(
+      where,
+      'body_idle_timeout_ms',
+      value.body_idle_timeout_ms,
+      fallback.bodyIdleTimeoutMs,
+    ),
+    responseIdleTimeoutMs: positiveInteger(
+      where,
+      'response_idle_timeout_ms',
+      value.response_idle_timeout_ms,
+      fallback.responseIdleTimeoutMs,
+    ),
+  }
+}
+
+function perTenantLimit(where: string, value: unknown, maxConnections: number): number {
+  const limit = positiveInteger(where, 'max_connections_per_tenant', value, defaultPerTenant(maxConnections))
+  if (limit > maxConnections) fail(where, 'max_connections_per_tenant may not exceed max_connections')
+  return limit
 }
 
 /** Scopes a request with this method needs on this route. */

@@ -3,7 +3,10 @@
 import t, { type Test } from 'tap'
 import { ConfigError } from '../../src/config.js'
 import {
+  DEFAULT_BODY_IDLE_TIMEOUT_MS,
   DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_MAX_CONNECTIONS,
+  DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
   DEFAULT_TIMEOUT_MS,
   loadRouteTable,
   scopesFor,
@@ -11,6 +14,16 @@ import {
 } from '../../src/proxy/route-table.js'
 
 const UP = 'http://shipments:8080'
+
+/** The time, size and connection limits every route has when nothing sets them. */
+const DEFAULT_LIMITS = {
+  timeoutMs: DEFAULT_TIMEOUT_MS,
+  maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+  maxConnections: DEFAULT_MAX_CONNECTIONS,
+  maxConnectionsPerTenant: 64,
+  bodyIdleTimeoutMs: DEFAULT_BODY_IDLE_TIMEOUT_MS,
+  responseIdleTimeoutMs: DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
+}
 
 /** The ConfigError `run` throws; fails the test when it returns or throws something else. */
 function configError(t: Test, run: () => unknown, name: string): ConfigError | null {
@@ -80,8 +93,7 @@ t.test('a valid table', async (t) => {
     scopes: { read: ['tracking:read'], write: ['tracking:write', 'tracking:admin'] },
     public: false,
     forwardAuthorization: false,
-    timeoutMs: DEFAULT_TIMEOUT_MS,
-    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    ...DEFAULT_LIMITS,
     passHeaders: new Set(),
   })
   t.same(
@@ -92,8 +104,7 @@ t.test('a valid table', async (t) => {
       scopes: { read: [], write: [] },
       public: true,
       forwardAuthorization: false,
-      timeoutMs: DEFAULT_TIMEOUT_MS,
-      maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+      ...DEFAULT_LIMITS,
       passHeaders: new Set(),
     },
     'the base path is kept without its trailing slash',
@@ -114,6 +125,9 @@ t.test('a valid table', async (t) => {
 t.test('defaults and overrides', async (t) => {
   t.equal(DEFAULT_TIMEOUT_MS, 30_000)
   t.equal(DEFAULT_MAX_BODY_BYTES, 10 * 1024 * 1024)
+  t.equal(DEFAULT_MAX_CONNECTIONS, 256)
+  t.equal(DEFAULT_BODY_IDLE_TIMEOUT_MS, 10_000)
+  t.equal(DEFAULT_RESPONSE_IDLE_TIMEOUT_MS, 30_000)
 
   const defaults = loadRouteTable({ routes: [{ prefix: '/a', upstream: UP }] }, UP)
   for (const route of defaults) {
@@ -165,8 +179,7 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     scopes: { read: [], write: [] },
     public: false,
     forwardAuthorization: false,
-    timeoutMs: DEFAULT_TIMEOUT_MS,
-    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    ...DEFAULT_LIMITS,
     passHeaders: new Set(),
   })
   t.same(
@@ -451,6 +464,64 @@ t.test('scopes, public and numbers', async (t) => {
     )
   }
   t.equal(loadRouteTable(second({ timeout_ms: 1 }), undefined)[1]!.timeoutMs, 1, 'timeout_ms 1 is fine')
+})
+
+t.test('connection limits and idle timeouts', async (t) => {
+  const table = loadRouteTable(
+    {
+      max_connections: 40,
+      body_idle_timeout_ms: 500,
+      response_idle_timeout_ms: 700,
+      routes: [
+        { prefix: '/inherits', upstream: UP },
+        { prefix: '/own', upstream: UP, max_connections: 3, body_idle_timeout_ms: 1, response_idle_timeout_ms: 2 },
+        { prefix: '/shared', upstream: UP, max_connections: 8, max_connections_per_tenant: 8 },
+      ],
+    },
+    'http://catch-all:1',
+  )
+  t.same(
+    table.map((r) => [
+      r.prefix,
+      r.maxConnections,
+      r.maxConnectionsPerTenant,
+      r.bodyIdleTimeoutMs,
+      r.responseIdleTimeoutMs,
+    ]),
+    [
+      ['/inherits', 40, 10, 500, 700],
+      ['/own', 3, 1, 1, 2],
+      ['/shared', 8, 8, 500, 700],
+      ['/', 40, 10, 500, 700],
+    ],
+    'a quarter of max_connections per tenant (at least one); top-level values are every route default',
+  )
+  for (const key of [
+    'max_connections',
+    'max_connections_per_tenant',
+    'body_idle_timeout_ms',
+    'response_idle_timeout_ms',
+  ]) {
+    for (const value of [0, -1, 1.5, '10', null]) {
+      refuses(t, second({ [key]: value }), WHERE, `${key} ${String(value)}`, undefined, new RegExp(key))
+    }
+  }
+  refuses(
+    t,
+    second({ max_connections: 4, max_connections_per_tenant: 5 }),
+    WHERE,
+    'a tenant share above the route',
+    undefined,
+    /max_connections_per_tenant may not exceed max_connections/,
+  )
+  refuses(
+    t,
+    { max_connections_per_tenant: 2, routes: [] },
+    'top level',
+    'per tenant is a route option',
+    undefined,
+    /"max_connections_per_tenant"/,
+  )
 })
 
 t.test('scopesFor by method', async (t) => {

@@ -1,0 +1,64 @@
+// A proxied request body on its way to the upstream (docs/api.md): never parsed, held to the
+// route's size limit, and ended when the client stops sending it, so that a stalled upload does
+// not hold an upstream connection for as long as the client likes.
+import { Transform, type TransformCallback } from 'node:stream'
+import type { FastifyRequest } from 'fastify'
+import { payloadTooLarge } from '../errors.js'
+
+export class BodyTooLargeError extends Error {
+  constructor(readonly limit: number) {
+    super(`the request body is larger than ${limit} bytes`)
+    this.name = 'BodyTooLargeError'
+  }
+}
+
+export class BodyIdleError extends Error {
+  constructor(readonly idleMs: number) {
+    super(`the request body sent nothing for ${idleMs} ms`)
+    this.name = 'BodyIdleError'
+  }
+}
+
+/** True when the declared Content-Length is over the limit (a chunked body is counted on the way). */
+export function declaresTooMuch(request: FastifyRequest, limit: number): boolean {
+  const declared = request.headers['content-length']
+  return declared !== undefined && Number(declared) > limit
+}
+
+/**
+ * The content parser of a proxied route: the request stream itself goes upstream, through a
+ * pass-through that counts a chunked body against the limit (the HTTP parser already holds a
+ * declared one to its length) and ends it with BodyIdleError after `idleMs` without a byte.
+ * Time the upstream spends not reading does not count: the client cannot send then.
+ */
+export function streamBody(limit: number, idleMs: number) {
+  return (
+    request: FastifyRequest,
+    payload: NodeJS.ReadableStream,
+    done: (err: Error | null, body?: unknown) => void,
+  ) => {
+    if (declaresTooMuch(request, limit)) return done(payloadTooLarge(limit))
+    const counting = request.headers['content-length'] === undefined
+    let seen = 0
+    const body = new Transform({
+      transform(chunk: Buffer, _encoding, callback: TransformCallback) {
+        idle.refresh()
+        if (counting) {
+          seen += chunk.length
+          if (seen > limit) return callback(new BodyTooLargeError(limit))
+        }
+        callback(null, chunk)
+      },
+    })
+    const idle = setTimeout(function bodyIdle() {
+      // A full buffer is the upstream's doing (it is not reading): wait on.
+      if (body.readableLength >= body.readableHighWaterMark) idle.refresh()
+      else body.destroy(new BodyIdleError(idleMs))
+    }, idleMs)
+    body.once('finish', () => clearTimeout(idle))
+    body.once('close', () => clearTimeout(idle))
+    payload.on('error', (err) => body.destroy(err))
+    payload.pipe(body)
+    done(null, body)
+  }
+}

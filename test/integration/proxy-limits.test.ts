@@ -1,0 +1,348 @@
+// Time and connections on a proxied route are bounded (docs/api.md), over real sockets: one
+// tenant's slow uploads or unread downloads cannot take a route from everyone else, a request
+// waits for a busy upstream no longer than the route's timeout, a stalled body and a client that
+// stops reading are cut off, and a client that hangs up is not an upstream failure.
+import { connect, type Socket } from 'node:net'
+import pino from 'pino'
+import t, { type Test } from 'tap'
+import { loggerOptions } from '../../src/ops/logging.js'
+import { metricValue, type Parent, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { callAs, type RawResponse } from '../helpers/http.js'
+import { checkProblem } from '../helpers/problems.js'
+import { eventually, orTimeout, sleep } from '../helpers/poll.js'
+import { echo, holdingUpstream, startUpstream } from '../helpers/upstream.js'
+
+/** A socket to the gateway with a request head written, and everything it answered so far. */
+interface OpenRequest {
+  socket: Socket
+  /** What the gateway sent back, as text (the head of a refusal, say). */
+  answered(): string
+  closed: Promise<void>
+  /** For a request opened without reading: reads from now on; how many bytes came in all, at close. */
+  readToTheEnd(): Promise<number>
+}
+
+function openRequest(port: number, head: string, options: { reading?: boolean } = {}): Promise<OpenRequest> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1')
+    let text = ''
+    const closed = new Promise<void>((done) => socket.once('close', () => done()))
+    socket.on('error', () => {})
+    if (options.reading === false) socket.pause()
+    else socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')))
+    const readToTheEnd = async () => {
+      let bytes = 0
+      socket.on('data', (chunk: Buffer) => (bytes += chunk.length))
+      socket.resume()
+      await closed
+      return bytes
+    }
+    socket.once('connect', () => {
+      socket.write(head)
+      resolve({ socket, answered: () => text, closed, readToTheEnd })
+    })
+    socket.once('error', reject)
+  })
+}
+
+function head(method: string, path: string, apiKey: string, extra: string[] = []): string {
+  return [`${method} ${path} HTTP/1.1`, 'Host: gw', `Authorization: Bearer ${apiKey}`, ...extra, '', ''].join('\r\n')
+}
+
+/** Another tenant's GET, timed: it must be answered 200 within a second. */
+async function answersQuickly(t: Test, gw: TestGateway, parent: Parent, path: string, what: string): Promise<void> {
+  const started = performance.now()
+  const res = await orTimeout(callAs(gw.url, parent.apiKey, { path }), 1_000, null)
+  t.ok(res !== null, `${what}: answered within 1 s`)
+  t.equal(res?.status, 200, `${what}: 200`)
+  t.comment(`${what}: ${Math.round(performance.now() - started)} ms`)
+}
+
+/** Waits (5 s unless told) until `check` holds; throws when it does not, naming it. */
+async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  if ((await eventually(timeoutMs, async () => check())) === null) throw new Error(`timed out waiting for ${check}`)
+}
+
+function closeAll(requests: OpenRequest[]): void {
+  for (const request of requests) request.socket.destroy()
+}
+
+const PER_TENANT = 64 // a quarter of the default max_connections, 256
+
+t.test('128 slow uploads by one tenant leave the route to the others', async (t) => {
+  const upstream = await startUpstream(t)
+  const gw = await startGateway(t, {
+    gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: upstream.url }] },
+  })
+  const [slow, other] = [await gw.createParent(), await gw.createParent()]
+
+  const uploads = await Promise.all(
+    Array.from({ length: 128 }, () =>
+      openRequest(gw.port, head('POST', '/v1/shipments/slow', slow.apiKey, ['Content-Length: 1000000'])),
+    ),
+  )
+  t.teardown(() => closeAll(uploads))
+  const drip = setInterval(() => {
+    for (const upload of uploads) if (!upload.socket.destroyed) upload.socket.write('x')
+  }, 1_000)
+  t.teardown(() => clearInterval(drip))
+
+  const refused = () => uploads.filter((upload) => upload.answered().startsWith('HTTP/1.1 429 ')).length
+  await waitFor(() => refused() === 128 - PER_TENANT, 10_000)
+  t.equal(refused(), 128 - PER_TENANT, `past its ${PER_TENANT} in flight, the tenant is refused 429`)
+  const refusal = uploads.find((upload) => upload.answered().startsWith('HTTP/1.1 429 '))!.answered()
+  t.match(refusal, /\r\nretry-after: 1\r\n/i, 'with Retry-After: 1')
+  t.match(refusal, /"code":"too_many_concurrent_requests"/)
+
+  for (let i = 1; i <= 5; i++) await answersQuickly(t, gw, other, `/v1/shipments/${i}`, `another tenant's GET ${i}`)
+  t.equal(
+    await metricValue(gw.app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '5xx' }),
+    0,
+    'nothing counted as an upstream failure',
+  )
+})
+
+t.test('128 unread downloads by one tenant leave the route to the others', async (t) => {
+  const big = Buffer.alloc(1024 * 1024, 'b')
+  const upstream = await startUpstream(t, (request, response) => {
+    if (!request.url!.startsWith('/v1/files/big')) {
+      response.end('small')
+      return
+    }
+    // 32 MiB: more than loopback buffers hold, so the writes stall on a client that reads nothing.
+    response.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(32 * big.length) })
+    let sent = 0
+    const more = () => {
+      while (sent < 32 && response.write(big)) sent++
+      if (sent < 32)
+        response.once('drain', () => {
+          sent++
+          more()
+        })
+      else response.end()
+    }
+    more()
+  })
+  const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/v1/files', upstream: upstream.url }] } })
+  const [greedy, other] = [await gw.createParent(), await gw.createParent()]
+
+  const downloads = await Promise.all(
+    Array.from({ length: 128 }, () =>
+      openRequest(gw.port, head('GET', '/v1/files/big', greedy.apiKey), { reading: false }),
+    ),
+  )
+  t.teardown(() => closeAll(downloads))
+  const bigOnes = () => upstream.received.filter((r) => r.url === '/v1/files/big').length
+  await waitFor(() => bigOnes() === PER_TENANT, 10_000)
+  await sleep(300)
+  t.equal(bigOnes(), PER_TENANT, `the upstream got ${PER_TENANT} of the 128, no more`)
+
+  for (let i = 1; i <= 5; i++) await answersQuickly(t, gw, other, `/v1/files/small-${i}`, `another tenant's GET ${i}`)
+})
+
+t.test('a full route: 429 for a tenant at its share, a bounded wait for the others', async (t) => {
+  // Answers after ?ms= milliseconds; /trickle answers at once and sends its body a byte every
+  // 200 ms for that long (in flight past the route's timeout, which bounds each wait, not the whole).
+  const upstream = await startUpstream(t, (request, response, received) => {
+    const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
+    if (!request.url!.startsWith('/v1/q/trickle')) return void setTimeout(() => echo(request, response, received), ms)
+    response.writeHead(200)
+    const drip = setInterval(() => response.write('.'), 200)
+    setTimeout(() => {
+      clearInterval(drip)
+      response.end()
+    }, ms)
+  })
+  const gw = await startGateway(t, {
+    gatewayConfig: {
+      routes: [
+        {
+          prefix: '/v1/q',
+          upstream: upstream.url,
+          max_connections: 2,
+          max_connections_per_tenant: 1,
+          timeout_ms: 1_500,
+        },
+      ],
+    },
+  })
+  const [a, b, c] = [await gw.createParent(), await gw.createParent(), await gw.createParent()]
+  const inFlight = () => upstream.received.length
+
+  // Phase 1: two tenants hold both connections longer than the route's timeout.
+  const heldA = callAs(gw.url, a.apiKey, { path: '/v1/q/trickle?ms=3000' })
+  const heldB = callAs(gw.url, b.apiKey, { path: '/v1/q/trickle?ms=3000' })
+  await sleep(200)
+  const tooMany = await callAs(gw.url, a.apiKey, { path: '/v1/q/x' })
+  checkProblem(t, tooMany, 429, 'too_many_concurrent_requests', 'a second request of a tenant at its share')
+  t.equal(tooMany.headers['retry-after'], '1', '429: Retry-After: 1')
+
+  const started = performance.now()
+  const busy = await callAs(gw.url, c.apiKey, { path: '/v1/q/x' })
+  const waited = performance.now() - started
+  checkProblem(t, busy, 503, 'upstream_busy', 'every connection busy')
+  t.equal(busy.headers['retry-after'], '1', '503: Retry-After: 1')
+  t.ok(
+    waited >= 1_300 && waited < 4_000,
+    `it waited about timeout_ms (1500) for a connection: ${Math.round(waited)} ms`,
+  )
+  const [ra, rb] = await Promise.all([heldA, heldB])
+  t.same([ra.status, rb.status], [200, 200], 'the ones that held the connections were answered whole')
+  t.equal(upstream.received.filter((r) => r.url === '/v1/q/x').length, 0, 'the upstream saw neither refusal')
+
+  // Phase 2: a waiter gets the first connection given back.
+  const before = inFlight()
+  const shortA = callAs(gw.url, a.apiKey, { path: '/v1/q/short?ms=500' })
+  const shortB = callAs(gw.url, b.apiKey, { path: '/v1/q/short?ms=500' })
+  await sleep(100)
+  const waitedFor = await callAs(gw.url, c.apiKey, { path: '/v1/q/waited' })
+  const [sa, sb] = await Promise.all([shortA, shortB])
+  t.same([sa.status, sb.status, waitedFor.status], [200, 200, 200], 'a waiter gets a connection once one is free')
+  t.equal(inFlight() - before, 3, 'all three reached the upstream')
+
+  const again = await callAs(gw.url, a.apiKey, { path: '/v1/q/after' })
+  t.equal(again.status, 200, 'slots and shares are given back: the tenant gets in again')
+})
+
+t.test('a body that sends nothing for body_idle_timeout_ms: 408, and the upstream connection is freed', async (t) => {
+  const upstream = await startUpstream(t)
+  const gw = await startGateway(t, {
+    gatewayConfig: {
+      routes: [{ prefix: '/v1/u', upstream: upstream.url, body_idle_timeout_ms: 500, max_connections: 1 }],
+    },
+  })
+  const parent = await gw.createParent()
+  const started = performance.now()
+  const stalled = await openRequest(gw.port, head('POST', '/v1/u/stall', parent.apiKey, ['Content-Length: 100']))
+  stalled.socket.write('0123456789')
+  await stalled.closed
+  const after = performance.now() - started
+  t.match(stalled.answered(), /^HTTP\/1\.1 408 /, '408')
+  t.match(stalled.answered(), /"code":"request_timeout"/)
+  t.match(stalled.answered(), /\r\nconnection: close\r\n/i, 'and the connection is closed')
+  t.ok(after >= 450 && after < 5_000, `after about body_idle_timeout_ms (500): ${Math.round(after)} ms`)
+
+  const next = await callAs(gw.url, parent.apiKey, { method: 'POST', path: '/v1/u/next', body: 'whole' })
+  t.equal(next.status, 200, 'the one upstream connection of the route serves the next request')
+  t.equal(JSON.parse(next.body).bodyBytes, 5)
+
+  // A body that keeps coming, slower than the idle timeout between chunks but never idle that long.
+  const steady = await openRequest(gw.port, head('POST', '/v1/u/steady', parent.apiKey, ['Content-Length: 4']))
+  for (const byte of 'abcd') {
+    await sleep(300)
+    steady.socket.write(byte)
+  }
+  await waitFor(() => steady.answered().includes('\r\n\r\n'))
+  t.match(steady.answered(), /^HTTP\/1\.1 200 /, 'a slow but steady body is not idle')
+  steady.socket.destroy()
+})
+
+t.test('a client that stops reading is cut off after response_idle_timeout_ms', async (t) => {
+  const chunk = Buffer.alloc(1024 * 1024, 'r')
+  const upstream = await startUpstream(t, (request, response) => {
+    if (request.url === '/v1/r/small') return void response.end('small')
+    response.writeHead(200, { 'content-length': String(32 * chunk.length) })
+    let sent = 0
+    const more = () => {
+      while (sent < 32 && response.write(chunk)) sent++
+      if (sent < 32)
+        response.once('drain', () => {
+          sent++
+          more()
+        })
+      else response.end()
+    }
+    more()
+  })
+  const gw = await startGateway(t, {
+    gatewayConfig: {
+      routes: [
+        {
+          prefix: '/v1/r',
+          upstream: upstream.url,
+          max_connections: 1,
+          response_idle_timeout_ms: 1_000,
+          timeout_ms: 300,
+        },
+      ],
+    },
+  })
+  const [reader, other] = [await gw.createParent(), await gw.createParent()]
+  const stuck = await openRequest(gw.port, head('GET', '/v1/r/big', reader.apiKey), { reading: false })
+  await waitFor(() => upstream.received.some((r) => r.url === '/v1/r/big'))
+
+  const meanwhile = await callAs(gw.url, other.apiKey, { path: '/v1/r/small' })
+  checkProblem(t, meanwhile, 503, 'upstream_busy', 'while the only connection is held')
+
+  const cutOff = await eventually(15_000, async () => {
+    return (await metricValue(gw.app, 'tgw_client_aborts_total', { reason: 'stopped_reading' })) === 1
+  })
+  t.ok(cutOff !== null, `cut off, counted as a client that stopped reading (${cutOff} ms after the 503)`)
+  const after = await callAs(gw.url, other.apiKey, { path: '/v1/r/small' })
+  t.equal(after.status, 200, 'its upstream connection is free again')
+  const bytes = await orTimeout(stuck.readToTheEnd(), 10_000, -1)
+  t.ok(bytes > 0 && bytes < 32 * chunk.length, `the client got part of the answer, then the end: ${bytes} bytes`)
+})
+
+t.test('a client that hangs up is a client abort: info, counted apart, no 5xx, no usage', async (t) => {
+  const lines: string[] = []
+  const logger = pino(loggerOptions('info'), { write: (line: string) => lines.push(line) })
+  const upstream = await holdingUpstream(t, { holdPrefix: '/v1/h/wait', delayMs: [0, 0] })
+  const gw = await startGateway(t, {
+    logger,
+    usageFlushIntervalMs: 50,
+    gatewayConfig: { routes: [{ prefix: '/v1/h', upstream: upstream.url }] },
+  })
+  const parent = await gw.createParent()
+
+  // Mid-upload, and while waiting for the upstream's answer.
+  const upload = await openRequest(gw.port, head('POST', '/v1/h/up', parent.apiKey, ['Content-Length: 1000']))
+  upload.socket.write('0123456789')
+  await sleep(200)
+  upload.socket.destroy()
+  const waiting = await openRequest(gw.port, head('GET', '/v1/h/wait', parent.apiKey))
+  await waitFor(() => upstream.held() === 1)
+  waiting.socket.destroy()
+
+  await waitFor(async () => (await metricValue(gw.app, 'tgw_client_aborts_total', { reason: 'hung_up' })) === 2)
+  upstream.release()
+  const entries = lines.map((line) => JSON.parse(line) as { level: number; msg: string; reason?: string })
+  const aborts = entries.filter((entry) => entry.msg === 'client abort')
+  t.equal(aborts.length, 2, 'both logged as client aborts')
+  t.ok(
+    aborts.every((entry) => entry.level === 30 && entry.reason === 'hung_up'),
+    'at info',
+  )
+  t.same(
+    entries.filter((entry) => entry.level >= 40).map((entry) => entry.msg),
+    [],
+    'nothing at warn or error',
+  )
+  t.equal(await metricValue(gw.app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '5xx' }), 0, 'no 5xx')
+
+  const fine = await callAs(gw.url, parent.apiKey, { path: '/v1/h/fine' })
+  t.equal(fine.status, 200)
+  await waitFor(async () => {
+    const rows =
+      await gw.sql`select coalesce(sum(requests), 0)::int as n from usage_daily where tenant_id = ${parent.id}`
+    return rows[0]!.n === 1
+  })
+  const rows = await gw.sql`select status_class::int, requests::int from usage_daily where tenant_id = ${parent.id}`
+  t.same(
+    rows.map((row) => [row.status_class, row.requests]),
+    [[2, 1]],
+    'usage has the answered request only',
+  )
+})
+
+t.test('slow responses still end with the route timeout (a wait is not an idle client)', async (t) => {
+  const upstream = await holdingUpstream(t, { holdPrefix: '/v1/s/hold', delayMs: [0, 0] })
+  const gw = await startGateway(t, {
+    gatewayConfig: {
+      routes: [{ prefix: '/v1/s', upstream: upstream.url, timeout_ms: 400, response_idle_timeout_ms: 100 }],
+    },
+  })
+  const parent = await gw.createParent()
+  const res: RawResponse = await callAs(gw.url, parent.apiKey, { path: '/v1/s/hold' })
+  checkProblem(t, res, 504, 'upstream_timeout', 'a held answer')
+})
