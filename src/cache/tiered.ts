@@ -178,8 +178,8 @@ export class TenancyCache implements CacheInvalidator {
       // Right after Postgres failed, do not make every lookup of a request wait for it again.
       if (Date.now() < this.postgresSkipUntil)
         throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
+      // The source counts its Postgres queries (tenancy/lookups.ts): key lookups share them.
       value = await load()
-      this.options.metrics.storeLookups.postgres.inc()
     } catch (err) {
       if (!(err instanceof ApiError)) this.postgresSkipUntil = Date.now() + this.timings.postgresBackoffMs
       // Postgres cannot answer: a record seen within the stale window still serves; an unknown
