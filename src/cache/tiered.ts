@@ -108,6 +108,8 @@ export class TenancyCache implements CacheInvalidator {
     return {
       keyByDigest: (keyDigest) => this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest)),
       tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
+      subAccount: (parentId, id) =>
+        this.read<TenantRecord>(cacheKeys.subAccount(parentId, id), () => source.subAccount(parentId, id)),
       subAccountIdByExternalId: (parentId, externalId) =>
         this.read<string>(cacheKeys.externalId(parentId, externalId), () =>
           source.subAccountIdByExternalId(parentId, externalId),

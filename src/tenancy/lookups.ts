@@ -5,6 +5,7 @@ import { KeyLookupBatcher, type KeyBatchPacing } from '../store/key-lookup-batch
 import { findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/keys.js'
 import {
   findSubAccountIdByExternalId,
+  getSubAccount,
   getTenant,
   hasActiveSubAccounts,
   type TenantRow,
@@ -30,6 +31,12 @@ export interface TenancyLookups {
   /** The key whose value has this SHA-256 digest, revoked or not. */
   keyByDigest(keyDigest: Buffer): Promise<KeyRecord | null>
   tenant(id: string): Promise<TenantRecord | null>
+  /**
+   * The sub-account `id` of `parentId`; null when there is none, whether the id names no tenant
+   * or another's: the acting rules ask this, never `tenant`, so that both take one path (and one
+   * time) through the caches (docs/decisions.md, the acting header).
+   */
+  subAccount(parentId: string, id: string): Promise<TenantRecord | null>
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>
   hasActiveSubAccounts(parentId: string): Promise<boolean>
   /**
@@ -89,6 +96,7 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
       return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
     },
     tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),
+    subAccount: async (parentId, id) => tenantRecord(await ask(() => getSubAccount(sql, parentId, id))),
     subAccountIdByExternalId: (parentId, externalId) =>
       ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
     hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),
