@@ -180,6 +180,7 @@ async function runScale(
     const entry = {
       key: (digest: Buffer) => `${prefix}key:${digest.toString('hex')}`,
       tenant: (id: string) => `${prefix}tenant:${id}`,
+      sub: (id: string) => `${prefix}sub:${parentId}:${id}`,
       ext: (ext: string) => `${prefix}ext:${parentId}:${ext}`,
       anyActive: `${prefix}anyActive:${parentId}`,
     }
@@ -275,7 +276,7 @@ async function runScale(
             await redis.del(
               entry.key(keyDigest(seeded.parentKey)),
               entry.tenant(parentId),
-              entry.tenant(subIdOf(db.name, i)),
+              entry.sub(subIdOf(db.name, i)),
               entry.ext(extIdOf(i)),
             )
             return request(acting(i, by))

@@ -6,6 +6,11 @@
 export const cacheKeys = {
   key: (keyDigest: Buffer) => `key:${keyDigest.toString('hex')}`,
   tenant: (tenantId: string) => `tenant:${tenantId}`,
+  /**
+   * A sub-account as its parent names it in the acting header: another parent's sub-account and
+   * an id that does not exist are both "not found" here, cached alike (docs/decisions.md).
+   */
+  subAccount: (parentId: string, id: string) => `sub:${parentId}:${id}`,
   externalId: (parentId: string, externalId: string) => `ext:${parentId}:${externalId}`,
   // Renamed from active:<parent> (a count) when it became a boolean: replicas of the two versions
   // running side by side during a deploy never read each other's value.
@@ -26,3 +31,9 @@ export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}ge
 
 /** Longer than any fill can take (Postgres gives up after its 5 s connect timeout). */
 export const GENERATION_TTL_MS = 10 * 60_000
+
+/** The entries a change of a sub-account's row makes stale: its record, and its record as its parent names it. */
+export const subAccountEntries = (parentId: string, id: string): string[] => [
+  cacheKeys.tenant(id),
+  cacheKeys.subAccount(parentId, id),
+]

@@ -108,6 +108,8 @@ export class TenancyCache implements CacheInvalidator {
     return {
       keyByDigest: (keyDigest) => this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest)),
       tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
+      subAccount: (parentId, id) =>
+        this.read<TenantRecord>(cacheKeys.subAccount(parentId, id), () => source.subAccount(parentId, id)),
       subAccountIdByExternalId: (parentId, externalId) =>
         this.read<string>(cacheKeys.externalId(parentId, externalId), () =>
           source.subAccountIdByExternalId(parentId, externalId),
@@ -178,8 +180,8 @@ export class TenancyCache implements CacheInvalidator {
       // Right after Postgres failed, do not make every lookup of a request wait for it again.
       if (Date.now() < this.postgresSkipUntil)
         throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
+      // The source counts its Postgres queries (tenancy/lookups.ts): key lookups share them.
       value = await load()
-      this.options.metrics.storeLookups.postgres.inc()
     } catch (err) {
       if (!(err instanceof ApiError)) this.postgresSkipUntil = Date.now() + this.timings.postgresBackoffMs
       // Postgres cannot answer: a record seen within the stale window still serves; an unknown

@@ -20,7 +20,7 @@ import type { Principal } from '../auth/authenticate.js'
 import { isUuid } from '../tenancy/identifiers.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
-import { cacheKeys, type CacheInvalidator } from '../cache/index.js'
+import { cacheKeys, subAccountEntries, type CacheInvalidator } from '../cache/index.js'
 import { usageRows } from '../store/usage.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
@@ -133,7 +133,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       )
       // A "not found" for its id or external_id may be cached, and the parent's active count changed.
       await cache.invalidate([
-        cacheKeys.tenant(row.id),
+        ...subAccountEntries(row.parent_id!, row.id),
         cacheKeys.anyActive(row.parent_id!),
         ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
       ])
@@ -205,7 +205,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
           [row.external_id, row.previous_external_id]
             .filter((externalId) => externalId !== null)
             .map((externalId) => cacheKeys.externalId(row.parent_id!, externalId))
-            .concat(cacheKeys.tenant(row.id)),
+            .concat(subAccountEntries(row.parent_id!, row.id)),
         )
       }
       return presentSubAccount(row)
@@ -222,7 +222,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       async (request) => {
         const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
         if (row === null) throw notFound()
-        await cache.invalidate([cacheKeys.tenant(row.id), cacheKeys.anyActive(row.parent_id!)])
+        await cache.invalidate([...subAccountEntries(row.parent_id!, row.id), cacheKeys.anyActive(row.parent_id!)])
         return presentSubAccount(row)
       },
     )

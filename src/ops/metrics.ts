@@ -17,8 +17,13 @@ const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 
 export interface Metrics {
   readonly registry: Registry
-  /** Lookups the in-process cache could not answer, by the tier that answered them. */
+  /**
+   * redis: lookups the in-process cache missed and Redis answered. postgres: queries the lookups
+   * sent to Postgres, answered or not; key lookups share paced queries (store/key-lookup-batcher.ts).
+   */
   readonly storeLookups: { readonly redis: Counter.Internal; readonly postgres: Counter.Internal }
+  /** Key digests the Postgres key queries asked for (over tier="postgres": digests per query). */
+  readonly postgresKeyDigests: Counter
   readonly cacheHits: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   readonly cacheMisses: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   /** Background refreshes started for in-process entries in use, failed ones included (cache/tiered.ts). */
@@ -60,7 +65,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
 
   const storeLookups = new Counter({
     name: 'tgw_store_lookups_total',
-    help: 'Tenancy lookups that missed the in-process cache, by the tier that answered (redis, postgres)',
+    help: 'Tenancy lookups that missed the in-process cache: redis, those Redis answered; postgres, the queries sent to Postgres (one per batch of key digests)',
     labelNames: ['tier'] as const,
     registers,
   })
@@ -107,6 +112,11 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
   const metrics: Metrics = {
     registry,
     storeLookups: { redis: storeLookups.labels('redis'), postgres: storeLookups.labels('postgres') },
+    postgresKeyDigests: new Counter({
+      name: 'tgw_postgres_key_digests_total',
+      help: 'Key digests looked up in Postgres; several share one query under load (tgw_store_lookups_total{tier="postgres"})',
+      registers,
+    }),
     cacheHits: { local: cacheHits.labels('local'), redis: cacheHits.labels('redis') },
     cacheMisses: { local: cacheMisses.labels('local'), redis: cacheMisses.labels('redis') },
     cacheRefreshes: new Counter({

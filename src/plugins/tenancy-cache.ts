@@ -22,8 +22,10 @@ export interface TenancyCachePluginOptions {
 
 export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
   async (app, { sql, redisUrl, keyPrefix, timings }) => {
+    const { storeLookups, postgresKeyDigests } = app.metrics
+    const counts = { query: () => storeLookups.postgres.inc(), keyDigests: (n: number) => postgresKeyDigests.inc(n) }
     const cache = new TenancyCache({
-      source: postgresLookups(sql),
+      source: postgresLookups(sql, { counts }),
       redisUrl,
       keyPrefix,
       timings,

@@ -48,10 +48,19 @@ export async function insertKey(db: Db, key: NewKey): Promise<KeyRow> {
   return row!
 }
 
-export async function findKeyByDigest(db: Db, keyDigest: Buffer): Promise<KeyCredential | null> {
-  const [row] = await db<KeyCredential[]>`
-    select id, tenant_id, to_jsonb(scopes) as scopes, status from api_keys where key_digest = ${keyDigest}`
-  return row ?? null
+/**
+ * The keys of several digests in one query (store/key-lookup-batcher.ts). The digests cross as a
+ * JSON array of hex strings (postgres.js serialises no arrays here, see db.ts), so that the
+ * statement's text is the same for any number of them.
+ */
+export async function findKeysByDigests(
+  db: Db,
+  keyDigests: readonly Buffer[],
+): Promise<(KeyCredential & { key_digest: Buffer })[]> {
+  const hexes = keyDigests.map((d) => d.toString('hex'))
+  return db<(KeyCredential & { key_digest: Buffer })[]>`
+    select id, tenant_id, to_jsonb(scopes) as scopes, status, key_digest from api_keys
+    where key_digest = any (array(select decode(h, 'hex') from jsonb_array_elements_text(${db.json(hexes)}) as given (h)))`
 }
 
 export function listKeys(

@@ -1,8 +1,16 @@
 // The questions authentication and the acting rules ask of the store, behind one interface, so
 // that a cache can sit in front of Postgres without touching the rules (docs/architecture.md, caches).
 import { withDeadline, type Sql } from '../store/db.js'
-import { findKeyByDigest, type KeyStatus } from '../store/keys.js'
-import { findSubAccountIdByExternalId, getTenant, hasActiveSubAccounts, type TenantStatus } from '../store/tenants.js'
+import { KeyLookupBatcher, type KeyBatchPacing } from '../store/key-lookup-batcher.js'
+import { findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/keys.js'
+import {
+  findSubAccountIdByExternalId,
+  getSubAccount,
+  getTenant,
+  hasActiveSubAccounts,
+  type TenantRow,
+  type TenantStatus,
+} from '../store/tenants.js'
 
 export interface KeyRecord {
   readonly id: string
@@ -23,6 +31,12 @@ export interface TenancyLookups {
   /** The key whose value has this SHA-256 digest, revoked or not. */
   keyByDigest(keyDigest: Buffer): Promise<KeyRecord | null>
   tenant(id: string): Promise<TenantRecord | null>
+  /**
+   * The sub-account `id` of `parentId`; null when there is none, whether the id names no tenant
+   * or another's: the acting rules ask this, never `tenant`, so that both take one path (and one
+   * time) through the caches (docs/decisions.md, the acting header).
+   */
+  subAccount(parentId: string, id: string): Promise<TenantRecord | null>
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>
   hasActiveSubAccounts(parentId: string): Promise<boolean>
   /**
@@ -38,21 +52,53 @@ export interface TenancyLookups {
  * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
  * stale window still serves, and anything else is 503 store_unavailable (docs/architecture.md,
  * caches): a partition must not hang requests until a TCP or connect timeout, tens of seconds later.
+ * For a key, the wait for its turn in the key batcher counts too.
  */
 export const LOOKUP_DEADLINE_MS = 500
 
-export function postgresLookups(sql: Sql, deadlineMs = LOOKUP_DEADLINE_MS): TenancyLookups {
+/** What the Postgres lookups count (ops/metrics.ts): each query sent, and the digests key queries asked for. */
+export interface PostgresLookupCounts {
+  query(): void
+  keyDigests(n: number): void
+}
+
+export interface PostgresLookupOptions {
+  deadlineMs?: number
+  counts?: PostgresLookupCounts
+  keyPacing?: Partial<KeyBatchPacing>
+}
+
+const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
+  row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
+
+export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
+  const deadlineMs = options.deadlineMs ?? LOOKUP_DEADLINE_MS
+  const counts = options.counts
+  // Key lookups are the ones anyone can make up (the checksum is public): they share paced
+  // queries (store/key-lookup-batcher.ts). The others need a key that exists first.
+  const keys = new KeyLookupBatcher<KeyCredential>(
+    async (digests) => (await findKeysByDigests(sql, digests)).map((row) => ({ keyDigest: row.key_digest, row })),
+    {
+      pacing: { queryDeadlineMs: deadlineMs, ...options.keyPacing },
+      onQuery: (n) => {
+        counts?.query()
+        counts?.keyDigests(n)
+      },
+    },
+  )
+  const ask = <T>(query: () => Promise<T>): Promise<T> => {
+    counts?.query()
+    return withDeadline(query(), deadlineMs)
+  }
   return {
     async keyByDigest(keyDigest) {
-      const row = await withDeadline(findKeyByDigest(sql, keyDigest), deadlineMs)
+      const row = await withDeadline(keys.lookup(keyDigest), deadlineMs)
       return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
     },
-    async tenant(id) {
-      const row = await withDeadline(getTenant(sql, id), deadlineMs)
-      return row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
-    },
+    tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),
+    subAccount: async (parentId, id) => tenantRecord(await ask(() => getSubAccount(sql, parentId, id))),
     subAccountIdByExternalId: (parentId, externalId) =>
-      withDeadline(findSubAccountIdByExternalId(sql, parentId, externalId), deadlineMs),
-    hasActiveSubAccounts: (parentId) => withDeadline(hasActiveSubAccounts(sql, parentId), deadlineMs),
+      ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
+    hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),
   }
 }

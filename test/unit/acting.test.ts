@@ -24,6 +24,7 @@ function lookups(activeCount: (parentId: string) => number): TenancyLookups {
   return {
     keyByDigest: async () => null,
     tenant: async (id) => tenants.find((x) => x.id === id) ?? null,
+    subAccount: async (parentId, id) => tenants.find((x) => x.id === id && x.parentId === parentId) ?? null,
     subAccountIdByExternalId: async (parentId, ext) =>
       tenants.find((x) => x.parentId === parentId && x.externalId === ext)?.id ?? null,
     hasActiveSubAccounts: async (parentId) => activeCount(parentId) > 0,

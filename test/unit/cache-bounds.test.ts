@@ -22,6 +22,7 @@ function source(scopeCount: number, scopeLength: number): { lookups: TenancyLook
         return record(digest)
       },
       tenant: async () => null,
+      subAccount: async () => null,
       subAccountIdByExternalId: async () => null,
       hasActiveSubAccounts: async () => false,
     },

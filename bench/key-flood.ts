@@ -1,0 +1,244 @@
+// A flood of random well-formed keys (the checksum is public) against one gateway replica on real
+// Postgres and Redis: how many Postgres queries a second it causes (store/key-lookup-batcher.ts
+// paces them), and how long a real key never seen before takes, with and without the flood.
+// The flood runs in a child process (this file again, KEY_FLOOD_TARGET set), so that its load
+// generator does not share an event loop with the probes. bench/README.md has the knobs.
+import { type ChildProcess, spawn } from 'node:child_process'
+import http from 'node:http'
+import { performance } from 'node:perf_hooks'
+import postgres from 'postgres'
+import { createParentWithKey, mintKey } from '../src/auth/mint.js'
+import { generateApiKey } from '../src/auth/keys.js'
+import {
+  counts,
+  createDatabase,
+  deleteRedisPrefix,
+  envInt,
+  fmt,
+  load,
+  metric,
+  ms,
+  percentile,
+  reportHead,
+  request,
+  ROOT,
+  run,
+  scrape,
+  sleep,
+  startGateway,
+  startUpstream,
+  stopChild,
+  table,
+  type Gateway,
+  type Measured,
+  type Server,
+} from './lib.js'
+
+const SECONDS = envInt('BENCH_DURATION', 10)
+const CONNECTIONS = envInt('BENCH_CONNECTIONS', 50)
+const PROBES = envInt('BENCH_N', 50)
+const QUIET_PROBES = envInt('BENCH_QUIET_N', 200)
+const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
+/** A sparse trickle of cold keys, as real traffic has: never two within the pacer's interval. */
+const PROBE_GAP_MS = 20
+const PATH = '/v1/sub-accounts'
+
+interface Latencies {
+  p50: number
+  p99: number
+  failed: Record<string, number>
+}
+interface Side {
+  name: string
+  gateway: Gateway
+  prefix: string
+  tenantId: string
+  warmKey: string
+}
+interface Probes {
+  cold: number[]
+  warm: number[]
+  failed: { cold: Record<string, number>; warm: Record<string, number> }
+}
+interface SideResult {
+  side: string
+  flood: Measured
+  postgresPerSecond: number
+  digestsPerSecond: number
+  quiet: { cold: Latencies; warm: Latencies }
+  flooded: { cold: Latencies; warm: Latencies }
+}
+
+/** The flood itself, in the child: random well-formed keys for SECONDS, any answer but 401 or 503 fails it. */
+async function floodRole(target: string, pid: number): Promise<void> {
+  const result = await load({
+    url: target,
+    headers: {},
+    connections: CONNECTIONS,
+    seconds: SECONDS,
+    pid,
+    vary: () => ({ authorization: `Bearer ${generateApiKey().apiKey}` }),
+    allowed: [401, 503],
+  })
+  process.stdout.write(JSON.stringify(result))
+}
+
+function startFlood(gateway: Gateway): { child: ChildProcess; done: Promise<Measured> } {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/key-flood.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, KEY_FLOOD_TARGET: gateway.url, KEY_FLOOD_PID: String(gateway.child.pid) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  let out = ''
+  child.stdout!.on('data', (chunk: Buffer) => {
+    out += chunk.toString('utf8')
+  })
+  const done = new Promise<Measured>((resolve, reject) =>
+    child.once('exit', (code) =>
+      code === 0 ? resolve(JSON.parse(out) as Measured) : reject(new Error(`the flood exited ${code}`)),
+    ),
+  )
+  return { child, done }
+}
+
+function summary(times: number[], failed: Record<string, number>): Latencies {
+  const sorted = [...times].sort((a, b) => a - b)
+  return { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), failed }
+}
+
+const noProbes = (): Probes => ({ cold: [], warm: [], failed: { cold: {}, warm: {} } })
+const summaries = (p: Probes) => ({ cold: summary(p.cold, p.failed.cold), warm: summary(p.warm, p.failed.warm) })
+
+/**
+ * One probe of a side: a cold key (minted in Postgres just before, never seen by its gateway),
+ * then its warm key, each after PROBE_GAP_MS.
+ */
+async function probeOnce(side: Side, sql: postgres.Sql, agent: http.Agent, into: Probes, i: number): Promise<void> {
+  const base = new URL(side.gateway.url)
+  const once = async (kind: 'cold' | 'warm', apiKey: string) => {
+    await sleep(PROBE_GAP_MS)
+    const t0 = performance.now()
+    const answer = await request(agent, base, {
+      method: 'GET',
+      path: PATH,
+      headers: { authorization: `Bearer ${apiKey}` },
+    })
+    into[kind].push(performance.now() - t0)
+    if (answer.status !== 200) into.failed[kind][answer.status] = (into.failed[kind][answer.status] ?? 0) + 1
+  }
+  const minted = await mintKey(sql, {
+    tenantId: side.tenantId,
+    name: `cold ${i}`,
+    scopes: ['sub_accounts:read'],
+    withClientSecret: false,
+  })
+  await once('cold', minted.apiKey)
+  await once('warm', side.warmKey)
+}
+
+async function startSide(name: string, tree: string, databaseUrl: string, upstream: Server, sql: postgres.Sql) {
+  const prefix = `tgwkf:${name}:${Date.now()}:`
+  const gateway = await startGateway({
+    databaseUrl,
+    upstreamUrl: upstream.url,
+    tree,
+    env: { REDIS_KEY_PREFIX: prefix },
+  })
+  const { account, key } = await sql.begin((tx) =>
+    createParentWithKey(tx, { name: `key-flood ${name}`, externalId: null, extraScopes: [] }),
+  )
+  const first = await fetch(gateway.url + PATH, { headers: { authorization: `Bearer ${key.apiKey}` } })
+  if (first.status !== 200) throw new Error(`${name}: GET ${PATH} answered ${first.status}`)
+  return { name, gateway, prefix, tenantId: account.id, warmKey: key.apiKey }
+}
+
+/** The flood against one side, with PROBES probes of it meanwhile; the other sides idle. */
+async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult, 'quiet'>> {
+  console.error(`${side.name}: flood of random keys, ${CONNECTIONS} connections, ${SECONDS} s…`)
+  const before = await scrape(side.gateway.metricsPort)
+  const started = performance.now()
+  const flood = startFlood(side.gateway)
+  let floodOver = false
+  const done = flood.done.finally(() => {
+    floodOver = true
+  })
+  await sleep(1_000)
+  const probes = noProbes()
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  for (let i = 0; i < PROBES && !floodOver; i++) await probeOnce(side, sql, agent, probes, i)
+  agent.destroy()
+  if (floodOver) console.error(`${side.name}: the flood ended before the probes did; raise BENCH_DURATION`)
+  const floodResult = await done
+  const seconds = (performance.now() - started) / 1000
+  const after = await scrape(side.gateway.metricsPort)
+  const delta = (name: string, ...labels: string[]) => metric(after, name, ...labels) - metric(before, name, ...labels)
+  return {
+    side: side.name,
+    flood: floodResult,
+    postgresPerSecond: delta('tgw_store_lookups_total', 'tier="postgres"') / seconds,
+    digestsPerSecond: delta('tgw_postgres_key_digests_total') / seconds,
+    flooded: summaries(probes),
+  }
+}
+
+async function main(): Promise<void> {
+  const db = await createDatabase('keyflood')
+  const results: SideResult[] = []
+  const sides: Side[] = []
+  let upstream: Server | null = null
+  const sql = postgres(db.url, { max: 2, onnotice: () => {} })
+  try {
+    upstream = await startUpstream()
+    sides.push(await startSide('gateway', ROOT, db.url, upstream, sql))
+    if (BASELINE_TREE !== null) sides.push(await startSide('baseline', BASELINE_TREE, db.url, upstream, sql))
+    // Without flood, the sides in turn, so that a slow patch of the machine lands on all of them.
+    console.error(`${QUIET_PROBES} probes of each side without flood…`)
+    const quiet = sides.map(() => noProbes())
+    const agents = sides.map(() => new http.Agent({ keepAlive: true, maxSockets: 1 }))
+    for (let i = 0; i < QUIET_PROBES; i++)
+      for (const [k, side] of sides.entries()) await probeOnce(side, sql, agents[k]!, quiet[k]!, i)
+    for (const agent of agents) agent.destroy()
+    for (const [k, side] of sides.entries())
+      results.push({ ...(await floodSide(side, sql)), quiet: summaries(quiet[k]!) })
+  } finally {
+    await sql.end({ timeout: 5 })
+    for (const side of sides) {
+      await stopChild(side.gateway.child)
+      await deleteRedisPrefix(side.prefix)
+    }
+    await stopChild(upstream?.child)
+    await db.drop()
+  }
+  const lat = (l: Latencies) =>
+    `${ms(l.p50)} / ${ms(l.p99)}${Object.keys(l.failed).length === 0 ? '' : ` (${counts(l.failed)})`}`
+  console.log(
+    [
+      ...reportHead('bench:key-flood'),
+      '',
+      `Flood: random well-formed keys, GET /v1/things/1, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
+      `Probes: a cold key (minted just before, never seen) then a warm one, ${PROBE_GAP_MS} ms apart, GET ${PATH}: ${QUIET_PROBES} of each without flood (the sides in turn), ${PROBES} during each side's flood (p99 of ${PROBES} is their maximum).`,
+      '',
+      ...table(
+        ['side', 'flood req/s', 'flood statuses', 'Postgres queries/s', 'key digests/s'],
+        results.map((r) => [
+          r.side,
+          fmt(r.flood.perSecond),
+          counts(r.flood.statuses),
+          fmt(r.postgresPerSecond),
+          fmt(r.digestsPerSecond),
+        ]),
+      ),
+      '',
+      ...table(
+        ['side', 'cold key, no flood', 'cold key, flood', 'warm key, no flood', 'warm key, flood'],
+        results.map((r) => [r.side, lat(r.quiet.cold), lat(r.flooded.cold), lat(r.quiet.warm), lat(r.flooded.warm)]),
+      ),
+      '',
+      'Latencies: p50 / p99 ms, from sending to the last byte; a status other than 200 is counted in parentheses.',
+    ].join('\n'),
+  )
+}
+
+const target = process.env.KEY_FLOOD_TARGET
+if (target === undefined) run(main)
+else run(() => floodRole(target, Number(process.env.KEY_FLOOD_PID)))
