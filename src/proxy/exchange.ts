@@ -31,8 +31,10 @@ export class Exchange {
     private readonly reply: FastifyReply,
     private readonly clientAborts: ClientAbortTallies,
   ) {
-    // 'close' comes once, whether the answer was sent whole or the connection went first.
-    reply.raw.once('close', this.onClose)
+    // 'close' comes once, whether the answer was sent whole or the connection went first; a
+    // request that waited for its slot may have lost its client already (then the slot goes on).
+    if (reply.raw.closed) this.onClose()
+    else reply.raw.once('close', this.onClose)
   }
 
   /**

@@ -119,6 +119,9 @@ async function registerRoute(
       const start = (refusal: SlotRefusal | null) => {
         if (refusal !== null) return done(busy(refusal, route))
         request.exchange = new Exchange(slots, tenantId, request, reply, clientAborts)
+        // A client that left while it waited: its Exchange gave the slot back and logged it, and
+        // the request goes no further (nothing is sent upstream, nothing can be answered).
+        if (reply.raw.closed) return
         // RFC 9110 §10.1.1: the client sends its body once told to; the upstream never sees Expect.
         if (request.headers.expect !== undefined) reply.raw.writeContinue()
         done()

@@ -346,3 +346,27 @@ t.test('slow responses still end with the route timeout (a wait is not an idle c
   const res: RawResponse = await callAs(gw.url, parent.apiKey, { path: '/v1/s/hold' })
   checkProblem(t, res, 504, 'upstream_timeout', 'a held answer')
 })
+
+t.test('a waiter whose client hung up does not keep the connection it is given', async (t) => {
+  const upstream = await startUpstream(t, (request, response, received) => {
+    const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
+    setTimeout(() => echo(request, response, received), ms)
+  })
+  const gw = await startGateway(t, {
+    gatewayConfig: { routes: [{ prefix: '/v1/w', upstream: upstream.url, max_connections: 1, timeout_ms: 3_000 }] },
+  })
+  const [a, b, c] = [await gw.createParent(), await gw.createParent(), await gw.createParent()]
+  const holder = callAs(gw.url, a.apiKey, { path: '/v1/w/hold?ms=600' })
+  await sleep(100)
+  const gone = await openRequest(gw.port, head('GET', '/v1/w/gone', b.apiKey))
+  await sleep(200)
+  gone.socket.destroy()
+  t.equal((await holder).status, 200)
+  await sleep(100)
+  const next = await callAs(gw.url, c.apiKey, { path: '/v1/w/next' })
+  t.equal(next.status, 200, 'the connection handed to the departed waiter came back at once')
+  t.notOk(
+    upstream.received.some((r) => r.url === '/v1/w/gone'),
+    'nothing was sent upstream for the client that left',
+  )
+})
