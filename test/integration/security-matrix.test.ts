@@ -745,3 +745,56 @@ t.test("a request Node's HTTP parser refuses is answered in problem+json, and th
 t.test('two Host headers are 400 (RFC 9112 §3.2) and reach no upstream', async (t) => {
   await refused(t, 'GET', '/orders/1', [['Host', 'evil.example'], auth(owner.apiKey)], 400, 'bad_request')
 })
+
+t.test('method and URL overrides on a read-only key reach the upstream as a plain GET', async (t) => {
+  const overrides: HeaderLines = [
+    ['X-HTTP-Method-Override', 'DELETE'],
+    ['X-HTTP-Method', 'DELETE'],
+    ['X-Method-Override', 'DELETE'],
+    ['X-Original-Method', 'DELETE'],
+    ['X-Original-URL', '/admin/drop'],
+    ['X-Rewrite-URL', '/admin/drop'],
+    ['Forwarded', 'for=10.0.0.1;host=admin.internal'],
+    ['X-Real-IP', '10.0.0.1'],
+  ]
+  const { marker, exchange } = raw('GET', '/v1/shipments/1', [auth(foreignSubKey.api_key), ...overrides])
+  t.equal((await exchange).responses[0]?.status, 200, 'the read is allowed')
+  const [got] = shipments.byMarker(marker)
+  t.ok(got, 'the upstream got the read')
+  t.equal(got?.method, 'GET')
+  const arrived = overrides.map(([name]) => name.toLowerCase()).filter((name) => got?.headers[name] !== undefined)
+  t.same(arrived, [], 'without any override, Forwarded or X-Real-IP')
+})
+
+t.test(
+  "a lookalike X_Service_Resolved_Tenant naming another parent's sub-account never reaches the upstream",
+  async (t) => {
+    const { marker, exchange } = raw('GET', '/orders/lookalike', [
+      auth(owner.apiKey),
+      ['X_Service_Resolved_Tenant', foreignSub.id],
+      ['x.service.resolved.tenant', foreignSub.id],
+      ['x-service_resolved-tenant', foreignSub.id],
+    ])
+    t.equal((await exchange).responses[0]?.status, 200)
+    const [got] = catchAll.byMarker(marker)
+    const names: string[] = []
+    for (let i = 0; i < (got?.rawHeaders.length ?? 0); i += 2) names.push(got!.rawHeaders[i]!.toLowerCase())
+    t.same(
+      names.filter((name) => name.replace(/[_.]/g, '-') === 'x-service-resolved-tenant'),
+      ['x-service-resolved-tenant'],
+      'one resolved-tenant header, spelled as the gateway spells it',
+    )
+    t.equal(got?.headers['x-service-resolved-tenant'], owner.id, "naming the caller's own tenant")
+  },
+)
+
+t.test('Expect: 100-continue with an unknown key: the 401 is the only answer, with no 100 before it', async (t) => {
+  const { marker, exchange } = raw('POST', '/v1/shipments', [
+    auth(randomWellFormedKey()),
+    ['Expect', '100-continue'],
+    ['Content-Length', '5'],
+  ])
+  const res = (await exchange).responses[0]
+  t.equal(res?.status, 401, `the first answer is the refusal (${res?.status})`)
+  t.equal(received(marker), 0, 'no upstream received it')
+})
