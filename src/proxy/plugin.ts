@@ -13,6 +13,7 @@ import { tenancyAdmission } from '../tenancy/recent-admissions.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import { isReservedPath, pathOf } from './paths.js'
+import { prefixShadowCheck } from './prefix-shadow.js'
 import { scopesFor, type ProxyRoute } from './route-table.js'
 
 export interface ProxyOptions {
@@ -120,7 +121,7 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { lookups, upstreamDuration, recentAdmissions }: ProxyOptions,
+  { routes, lookups, upstreamDuration, recentAdmissions }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
@@ -129,11 +130,14 @@ async function registerRoute(
     // One hook for the whole check, in the order of docs/api.md. A callback hook: a request admitted
     // from the last second's memory goes on without a single promise.
     const admission = tenancyAdmission(lookups)
+    const shadowsLongerPrefix = prefixShadowCheck(route.prefix, routes)
     scope.addHook('onRequest', function admitProxied(request, _reply, done) {
       // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
       // itself, with a method or depth it does not serve: that is still not a proxied path.
       const path = pathOf(request.url)
       if (isReservedPath(path)) return done(routeNotFound(request.method, path))
+      // A spelling of a longer route's prefix that a folding upstream would serve as that route.
+      if (shadowsLongerPrefix(path)) return done(routeNotFound(request.method, path))
       if (route.public) return done()
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()
