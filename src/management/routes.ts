@@ -6,6 +6,7 @@ import { mintKey } from '../auth/mint.js'
 import { requireScope } from '../auth/scopes.js'
 import type { Sql } from '../store/db.js'
 import { listKeys, revokeKey } from '../store/keys.js'
+import { cursorSecret } from '../store/secrets.js'
 import {
   createSubAccount,
   ExternalIdTakenError,
@@ -24,7 +25,7 @@ import { usageRows } from '../store/usage.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { OPERATIONS } from './operations.js'
-import { decodeCursor, toPage } from './paging.js'
+import { Cursors } from './paging.js'
 import { presentKey, presentSubAccount } from './present.js'
 import {
   ApiKey,
@@ -109,6 +110,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   app.addHook('onRequest', async (request) => authorizeManagement(request))
 
   const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
+  const cursors = new Cursors(() => cursorSecret(sql))
 
   /** The caller's sub-account named in the path, or 404 (also for another parent's). */
   async function ownSubAccount(request: FastifyRequest, subId: string): Promise<TenantRow> {
@@ -146,13 +148,14 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     },
     async (request) => {
       const { limit, cursor, status, external_id } = request.query
+      const scope = { list: 'sub-accounts', owner: parentOf(request).id } as const
       const rows = await listSubAccounts(sql, parentOf(request).id, {
         limit: limit + 1,
-        afterSeq: decodeCursor(cursor),
+        afterSeq: await cursors.decode(cursor, scope),
         status: status ?? null,
         externalId: external_id ?? null,
       })
-      return toPage(rows, limit, presentSubAccount)
+      return cursors.page(rows, limit, presentSubAccount, scope)
     },
   )
 
@@ -162,10 +165,11 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
     async (request) => {
       const { limit, cursor } = request.query
-      const afterSeq = decodeCursor(cursor)
+      const scope = { list: 'usage', owner: parentOf(request).id } as const
+      const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())
       const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
-      return { from, to, ...toPage(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry) }
+      return { from, to, ...(await cursors.page(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry, scope)) }
     },
   )
 
@@ -269,10 +273,13 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     },
     async (request) => {
       const { limit, cursor } = request.query
-      const afterSeq = decodeCursor(cursor)
+      // The parent's, for this sub-account: as the path names it, so that a bad cursor is a 400 first.
+      const owner = `${parentOf(request).id}/${request.params.sub_id.toLowerCase()}`
+      const scope = { list: 'api-keys', owner } as const
+      const afterSeq = await cursors.decode(cursor, scope)
       const subAccount = await ownSubAccount(request, request.params.sub_id)
       const rows = await listKeys(sql, subAccount.id, { limit: limit + 1, afterSeq })
-      return toPage(rows, limit, presentKey)
+      return cursors.page(rows, limit, presentKey, scope)
     },
   )
 
