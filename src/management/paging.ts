@@ -11,6 +11,11 @@ export interface CursorScope {
   owner: string
 }
 
+/** A sub-account's key list, as the path names the sub-account: a bad cursor is a 400 before any lookup. */
+export function keyListScope(parentId: string, subId: string): CursorScope {
+  return { list: 'api-keys', owner: `${parentId}/${subId.toLowerCase()}` }
+}
+
 // 8 bytes of position (a bigserial) and 16 of HMAC-SHA-256 (128 bits), base64url: 32 characters.
 const POSITION_BYTES = 8
 const TAG_BYTES = 16

@@ -25,7 +25,7 @@ import { usageRows } from '../store/usage.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { OPERATIONS } from './operations.js'
-import { Cursors } from './paging.js'
+import { Cursors, keyListScope } from './paging.js'
 import { presentKey, presentSubAccount } from './present.js'
 import {
   ApiKey,
@@ -52,6 +52,7 @@ export interface ManagementOptions {
   lookups: TenancyLookups
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
+  bodyTimeoutMs?: number // how long a body may take to arrive (hooks.ts)
 }
 
 /** Management is for parent keys acting as their own account, with the scope of the method. */
@@ -102,10 +103,11 @@ function pathUuid(value: string, what?: string): string {
 
 const operation = (operationId: keyof typeof OPERATIONS) => ({ operationId, ...OPERATIONS[operationId] })
 
-export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups, cache }) => {
+export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
+  const { sql, lookups, cache } = options
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   markManagementRoutes(plugin)
-  addManagementDeadline(plugin)
+  addManagementDeadline(plugin, options.bodyTimeoutMs)
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
 
@@ -273,9 +275,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     },
     async (request) => {
       const { limit, cursor } = request.query
-      // The parent's, for this sub-account: as the path names it, so that a bad cursor is a 400 first.
-      const owner = `${parentOf(request).id}/${request.params.sub_id.toLowerCase()}`
-      const scope = { list: 'api-keys', owner } as const
+      const scope = keyListScope(parentOf(request).id, request.params.sub_id)
       const afterSeq = await cursors.decode(cursor, scope)
       const subAccount = await ownSubAccount(request, request.params.sub_id)
       const rows = await listKeys(sql, subAccount.id, { limit: limit + 1, afterSeq })

@@ -366,6 +366,48 @@ for (const target of [
 }
 
 t.test(
+  'an over-long id (5,000 characters) on every management route with one is 404 not_found, never proxied',
+  async (t) => {
+    const long = 'a'.repeat(5_000)
+    const key = 'b'.repeat(5_000)
+    const json = (value: unknown): [HeaderLines, string] => {
+      const body = JSON.stringify(value)
+      return [
+        [
+          ['Content-Type', 'application/json'],
+          ['Content-Length', String(Buffer.byteLength(body))],
+        ],
+        body,
+      ]
+    }
+    const none: [HeaderLines, string | undefined] = [[['Content-Length', '0']], undefined]
+    for (const [method, target, [headers, body]] of [
+      ['GET', `/v1/sub-accounts/${long}`, [[], undefined]],
+      ['PATCH', `/v1/sub-accounts/${long}`, json({ name: 'x' })],
+      ['POST', `/v1/sub-accounts/${long}/deactivate`, none],
+      ['POST', `/v1/sub-accounts/${long}/reactivate`, none],
+      ['GET', `/v1/sub-accounts/${long}/api-keys`, [[], undefined]],
+      ['POST', `/v1/sub-accounts/${long}/api-keys`, json({ name: 'k', scopes: ['tracking:read'] })],
+      ['POST', `/v1/sub-accounts/${long}/api-keys/${ownerKeyId}/revoke`, none],
+      ['POST', `/v1/sub-accounts/${ownSub.id}/api-keys/${key}/revoke`, none],
+    ] as const) {
+      const { marker, exchange } = raw(
+        method,
+        target,
+        [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ...headers],
+        body === undefined ? {} : { body },
+      )
+      const res = (await exchange).responses[0]
+      const what = `${method} ${target.replace(/([ab])\1{4999}/, '<5,000 × $1>')}`
+      t.ok(res, `${what}: answered`)
+      if (res === undefined) continue
+      t.equal(problemIssue(res, { status: 404, code: 'not_found', requestId: marker }), null, `${what}: 404 not_found`)
+      t.equal(received(marker), 0, `${what}: no upstream received it`)
+    }
+  },
+)
+
+t.test(
   'prefix escape: a fragment cannot carry a management path to an upstream (DELETE /v1/sub-accounts#x)',
   async (t) => {
     // Routing ignores a fragment; the reserved-path check must not see another path (400 bad_path).
