@@ -88,6 +88,27 @@ t.test('a head that never completes is answered 408 request_timeout and closed, 
   t.equal(res?.status, 408)
   if (res !== undefined) t.equal(problemIssue(res, { status: 408, code: 'request_timeout' }), null, 'problem+json')
   t.equal(res?.header('connection'), 'close')
+
+  // A connection that sends nothing at all is held no longer than a slow head.
+  const silent = await watch(gw.port)
+  const silentClosed = await closedWithin(silent, 4_000)
+  t.ok(silentClosed !== null, `a silent connection is closed (${Math.round(silentClosed ?? -1)} ms)`)
+  t.equal(parseResponses(silent.received()).responses[0]?.status, 408, 'with a 408')
+
+  // Between requests a keep-alive connection is idle, not slow: the head deadline does not apply.
+  const kept = await watch(gw.port)
+  const health = requestBytes({ method: 'GET', target: '/healthz', headers: [['Host', 'x']] })
+  kept.socket.write(health)
+  await new Promise((resolve) => setTimeout(resolve, 2_500))
+  t.notOk(kept.socket.destroyed, 'an idle keep-alive connection outlives the head deadline')
+  kept.socket.write(health)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.same(
+    parseResponses(kept.received()).responses.map((r) => r.status),
+    [200, 200],
+    'and serves its next request',
+  )
+  kept.socket.destroy()
 })
 
 t.test('MAX_CONNECTIONS: a connection beyond it is closed unanswered; one freed makes room', async (t) => {
