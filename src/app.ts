@@ -41,10 +41,36 @@ export interface AppDeps {
   metrics?: Metrics
   /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
   logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
+  /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS; tests shorten it). */
+  headersTimeoutMs?: number
+  /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
+  managementBodyTimeoutMs?: number
 }
 
 /** Management bodies are small JSON documents; proxied bodies get their own limit. */
 export const MANAGEMENT_BODY_LIMIT = 64 * 1024
+
+/** A request head must arrive within this (docs/api.md: 408 request_timeout). */
+export const HEADERS_TIMEOUT_MS = 10_000
+/** An idle keep-alive connection is closed after this; Node says so in `Keep-Alive: timeout=72`. */
+export const KEEP_ALIVE_TIMEOUT_MS = 72_000
+/**
+ * Node's limit on a request head (`--max-http-header-size`, 16 KiB): no path segment can be
+ * longer, so a router limit on parameters at this size refuses nothing a client can send.
+ */
+const MAX_HEAD_BYTES = 16 * 1024
+
+/**
+ * Node's HTTP server options: the head deadline, and how often Node looks for heads past it (every
+ * 30 s by default, so a 10 s deadline could take 40 s). Checking walks only the connections that
+ * have a request in progress.
+ */
+export function serverOptions(headersTimeoutMs: number): {
+  headersTimeout: number
+  connectionsCheckingInterval: number
+} {
+  return { headersTimeout: headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, headersTimeoutMs) }
+}
 
 function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
   return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'
@@ -71,8 +97,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Refuse `{"__proto__": …}` and `{"constructor": {"prototype": …}}` outright.
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
-    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 200 },
+    // An id of any length reaches its route, whose handler answers 404 not_found: with a lower
+    // limit, find-my-way skips the route and a catch-all proxy route takes the path instead (404
+    // route_not_found). Only parameters of regex routes cost more when longer; the gateway has none.
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_HEAD_BYTES },
+    http: serverOptions(deps.headersTimeoutMs ?? HEADERS_TIMEOUT_MS),
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
   })
+  // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
+  app.server.maxConnections = deps.config.maxConnections
 
   // Node drops headers past the 2,000th without a word, and with them a second Authorization
   // the single-header rule must see (docs/api.md). The 16 KiB limit on the head still bounds them.
@@ -108,6 +141,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sql: deps.store.sql,
     lookups: cache.lookups,
     cache,
+    bodyTimeoutMs: deps.managementBodyTimeoutMs,
   })
   await app.register(proxyRoutes, {
     routes,

@@ -26,6 +26,8 @@ export interface Config {
   readonly shutdownDelayMs: number
   /** Then how long in-flight requests get to finish before their connections are cut (SHUTDOWN_TIMEOUT_MS). */
   readonly shutdownTimeoutMs: number
+  /** Client connections held at most; more are refused (MAX_CONNECTIONS, default 10,000). */
+  readonly maxConnections: number
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -63,6 +65,14 @@ function parseMilliseconds(env: Env, name: string, fallback: number): number {
   if (raw === undefined) return fallback
   if (!/^\d{1,7}$/.test(raw))
     throw new ConfigError(name, `must be a whole number of milliseconds up to 9999999, got "${raw}"`)
+  return Number(raw)
+}
+
+function parsePositiveInteger(env: Env, name: string, fallback: number): number {
+  const raw = read(env, name)
+  if (raw === undefined) return fallback
+  if (!/^[1-9]\d{0,8}$/.test(raw))
+    throw new ConfigError(name, `must be a whole number from 1 to 999999999, got "${raw}"`)
   return Number(raw)
 }
 
@@ -143,5 +153,6 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     metricsPort: parsePort(env, 'METRICS_PORT', 9091),
     shutdownDelayMs: parseMilliseconds(env, 'SHUTDOWN_DELAY_MS', 0),
     shutdownTimeoutMs: parseMilliseconds(env, 'SHUTDOWN_TIMEOUT_MS', 10_000),
+    maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
   })
 }

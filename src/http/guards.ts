@@ -30,7 +30,12 @@ export const requestGuards = fp(
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
       if (isBadPath(pathOf(request.url))) {
-        done(new ApiError('bad_path', 'the path may not contain .., //, ;, or an encoded dot pair, slash or backslash'))
+        done(
+          new ApiError(
+            'bad_path',
+            'the path may not contain .., //, ;, a control character, or an encoded dot pair, slash or backslash',
+          ),
+        )
         return
       }
       // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,

@@ -1,15 +1,30 @@
 // The management API's own hooks, registered inside its plugin so that they run for its routes
-// only: the marking of its routes' kind, and the deadline of a management call.
-import type { FastifyInstance } from 'fastify'
+// only: the marking of its routes' kind, the deadline of a management call's store work, and the
+// deadline of its body.
+import { PassThrough } from 'node:stream'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.js'
 
-/** How long a management call may take before it is answered 503 store_unavailable. */
+/** How long a management call's store work may take before it is answered 503 store_unavailable. */
 export const MANAGEMENT_DEADLINE_MS = 1_500
+
+/** How long a management body may take to arrive, once its reading starts: past it, 408 request_timeout. */
+export const MANAGEMENT_BODY_TIMEOUT_MS = 10_000
+
+interface ManagementTimers {
+  /** The store deadline's timer, while it runs. */
+  store: NodeJS.Timeout | null
+  /** What is left of the store deadline, and since when it runs. */
+  storeLeftMs: number
+  storeSince: number
+  /** The body deadline's timer, while the body is read. */
+  body: NodeJS.Timeout | null
+}
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The management deadline's timer, cleared when the response is done. */
-    deadline: NodeJS.Timeout | null
+    /** The management deadlines' timers, cleared when the response is done. */
+    deadline: ManagementTimers | null
   }
 }
 
@@ -20,22 +35,80 @@ export function markManagementRoutes(scope: FastifyInstance): void {
   })
 }
 
+function runStoreDeadline(timers: ManagementTimers, reply: FastifyReply): void {
+  timers.storeSince = performance.now()
+  timers.store = setTimeout(() => {
+    if (!reply.sent) reply.send(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
+  }, timers.storeLeftMs)
+}
+
+function pauseStoreDeadline(timers: ManagementTimers): void {
+  if (timers.store === null) return
+  clearTimeout(timers.store)
+  timers.store = null
+  timers.storeLeftMs = Math.max(0, timers.storeLeftMs - (performance.now() - timers.storeSince))
+}
+
+function clearBodyDeadline(timers: ManagementTimers): void {
+  if (timers.body !== null) clearTimeout(timers.body)
+  timers.body = null
+}
+
+/** Whether fastify will read a body for this request (a length other than 0, or chunked). */
+function hasBody(request: FastifyRequest): boolean {
+  const length = request.headers['content-length']
+  return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+}
+
 /**
- * A management call waits on nothing but Postgres: past its deadline the answer is 503
- * store_unavailable, so that a partition does not hang it until a TCP timeout. (Fastify's own
- * handlerTimeout is cleared when a request body has been read, so it misses writes.) Added before
- * the tenancy check, so that the deadline covers its lookups too.
+ * Two deadlines (docs/api.md, docs/decisions.md). The store deadline: a management call waits on
+ * nothing but Postgres, so past MANAGEMENT_DEADLINE_MS of store work the answer is 503
+ * store_unavailable, and a partition does not hang it until a TCP timeout. It runs from onRequest
+ * (it covers the tenancy lookups, whose hook comes after this one), pauses while the body is read,
+ * and goes on with what is left before validation and the handler. (Fastify's own handlerTimeout
+ * is cleared when a request body has been read, so it misses writes.) The body deadline: the
+ * whole body must arrive within `bodyTimeoutMs` of the start of its reading, or it is 408
+ * request_timeout and the connection is closed; a slow client is never blamed on the store.
  */
-export function addManagementDeadline(scope: FastifyInstance): void {
+export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MANAGEMENT_BODY_TIMEOUT_MS): void {
   scope.decorateRequest('deadline', null)
   scope.addHook('onRequest', (request, reply, done) => {
-    request.deadline = setTimeout(() => {
-      if (!reply.sent) reply.send(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
-    }, MANAGEMENT_DEADLINE_MS)
+    const timers: ManagementTimers = { store: null, storeLeftMs: MANAGEMENT_DEADLINE_MS, storeSince: 0, body: null }
+    request.deadline = timers
+    runStoreDeadline(timers, reply)
+    done()
+  })
+  scope.addHook('preParsing', (request, _reply, payload, done) => {
+    const timers = request.deadline!
+    pauseStoreDeadline(timers)
+    if (!hasBody(request)) return done(null, payload)
+    // The body parser reads this stream: destroyed at the deadline, it fails the parse with the 408.
+    const timed = new PassThrough()
+    timed.on('error', () => {}) // the parser hears it; nothing else must
+    payload.on('error', (err) => timed.destroy(err))
+    payload.pipe(timed)
+    timers.body = setTimeout(() => {
+      timers.body = null
+      timed.destroy(
+        new ApiError('request_timeout', `the request body did not arrive within ${bodyTimeoutMs} ms`, {
+          headers: { connection: 'close' },
+        }),
+      )
+    }, bodyTimeoutMs)
+    done(null, timed)
+  })
+  scope.addHook('preValidation', (request, reply, done) => {
+    const timers = request.deadline!
+    clearBodyDeadline(timers)
+    if (timers.store === null) runStoreDeadline(timers, reply)
     done()
   })
   scope.addHook('onResponse', (request, _reply, done) => {
-    if (request.deadline !== null) clearTimeout(request.deadline)
+    const timers = request.deadline
+    if (timers !== null) {
+      if (timers.store !== null) clearTimeout(timers.store)
+      clearBodyDeadline(timers)
+    }
     done()
   })
 }

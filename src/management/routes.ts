@@ -7,6 +7,7 @@ import { mintKey } from '../auth/mint.js'
 import { requireScope } from '../auth/scopes.js'
 import type { Sql } from '../store/db.js'
 import { listKeys, revokeKey } from '../store/keys.js'
+import { cursorSecret } from '../store/secrets.js'
 import {
   createSubAccount,
   ExternalIdTakenError,
@@ -25,7 +26,7 @@ import { usageRows } from '../store/usage.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { OPERATIONS } from './operations.js'
-import { decodeCursor, toPage } from './paging.js'
+import { Cursors, keyListScope } from './paging.js'
 import { presentKey, presentSubAccount } from './present.js'
 import {
   ApiKey,
@@ -52,6 +53,7 @@ export interface ManagementOptions {
   lookups: TenancyLookups
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
+  bodyTimeoutMs?: number // how long a body may take to arrive (hooks.ts)
 }
 
 /** Management is for parent keys acting as their own account, with the scope of the method. */
@@ -102,15 +104,17 @@ function pathUuid(value: string, what?: string): string {
 
 const operation = (operationId: keyof typeof OPERATIONS) => ({ operationId, ...OPERATIONS[operationId] })
 
-export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, { sql, lookups, cache }) => {
+export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
+  const { sql, lookups, cache } = options
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   markManagementRoutes(plugin)
-  addManagementDeadline(plugin)
+  addManagementDeadline(plugin, options.bodyTimeoutMs)
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
   app.addHook('onRequest', continueAfterChecks(plugin.initialConfig.bodyLimit ?? 0))
 
   const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
+  const cursors = new Cursors(() => cursorSecret(sql))
 
   /** The caller's sub-account named in the path, or 404 (also for another parent's). */
   async function ownSubAccount(request: FastifyRequest, subId: string): Promise<TenantRow> {
@@ -148,13 +152,14 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     },
     async (request) => {
       const { limit, cursor, status, external_id } = request.query
+      const scope = { list: 'sub-accounts', owner: parentOf(request).id } as const
       const rows = await listSubAccounts(sql, parentOf(request).id, {
         limit: limit + 1,
-        afterSeq: decodeCursor(cursor),
+        afterSeq: await cursors.decode(cursor, scope),
         status: status ?? null,
         externalId: external_id ?? null,
       })
-      return toPage(rows, limit, presentSubAccount)
+      return cursors.page(rows, limit, presentSubAccount, scope)
     },
   )
 
@@ -164,10 +169,11 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
     async (request) => {
       const { limit, cursor } = request.query
-      const afterSeq = decodeCursor(cursor)
+      const scope = { list: 'usage', owner: parentOf(request).id } as const
+      const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())
       const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
-      return { from, to, ...toPage(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry) }
+      return { from, to, ...(await cursors.page(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry, scope)) }
     },
   )
 
@@ -271,10 +277,11 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     },
     async (request) => {
       const { limit, cursor } = request.query
-      const afterSeq = decodeCursor(cursor)
+      const scope = keyListScope(parentOf(request).id, request.params.sub_id)
+      const afterSeq = await cursors.decode(cursor, scope)
       const subAccount = await ownSubAccount(request, request.params.sub_id)
       const rows = await listKeys(sql, subAccount.id, { limit: limit + 1, afterSeq })
-      return toPage(rows, limit, presentKey)
+      return cursors.page(rows, limit, presentKey, scope)
     },
   )
 

@@ -55,6 +55,7 @@ const ERROR_RESPONSES = {
   ],
   NotFound: ['not_found'],
   Conflict: ['external_id_conflict'],
+  RequestTimeout: ['request_timeout'],
   PayloadTooLarge: ['payload_too_large'],
   UnsupportedMediaType: ['unsupported_media_type'],
   StoreUnavailable: ['store_unavailable'],
@@ -194,8 +195,9 @@ function managementErrors(
   const requestBody = operation.requestBody as OpenAPIV3_1.RequestBodyObject | undefined
   const body = requestBody?.content['application/json']?.schema as OpenAPIV3_1.SchemaObject | undefined
   if (body?.properties?.external_id !== undefined) errors[409] = 'Conflict'
-  // A write may carry a body whatever its schema: too large or not JSON is refused before validation.
-  if (method !== 'get') Object.assign(errors, { 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType' })
+  // A write may carry a body whatever its schema: too large, too slow or not JSON is refused before validation.
+  if (method !== 'get')
+    Object.assign(errors, { 408: 'RequestTimeout', 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType' })
   errors[503] = 'StoreUnavailable'
   errors.default = 'Error'
   return errors

@@ -2,6 +2,7 @@
 // smuggle it past a prefix match, doubled slashes, and `;` path parameters that some servers
 // strip and others keep. Checked on the raw path, before anything decodes it.
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
+import { FoldedPrefixes } from './prefix-shadow.js'
 
 // `..` in any mix of plain and encoded dots, encoded `/` and `\`, a plain `\`, `//`, `;`, and
 // `#`: a fragment is never part of a request target, and the router would ignore it while the
@@ -9,7 +10,10 @@ import { MANAGEMENT_PREFIX } from '../management/routes.js'
 // Also a lone `.` segment, plain or encoded: the router keeps it, but the upstream URL is built
 // with WHATWG URL, which drops it, so `/v1/./shipments` would reach /v1/shipments unmatched by
 // that route's prefix (and its scopes), and `/v1/%2e/sub-accounts` the management path.
-const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;|#|\/(\.|%2e)(\/|$)/i
+// And a control character, percent-encoded (`%00`–`%1f`, `%7f`) or raw (Node's parser refuses raw
+// ones, app.inject does not): upstreams cut a path at `%00` or split it at `%0a`.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: it finds control characters to refuse them
+const BAD_PATH = /\.\.|%2e%2e|%2e\.|\.%2e|%2f|%5c|\\|\/\/|;|#|\/(\.|%2e)(\/|$)|%[01][0-9a-f]|%7f|[\u0000-\u001f\u007f]/i
 
 /** The path part of a request target, without its query string. */
 export function pathOf(url: string): string {
@@ -28,24 +32,14 @@ export function isBadPath(path: string): boolean {
  */
 export const RESERVED_PREFIXES = [MANAGEMENT_PREFIX, '/healthz', '/readyz', '/openapi.json', '/docs'] as const
 
+const RESERVED = new FoldedPrefixes(RESERVED_PREFIXES)
+
 /**
- * True for a reserved prefix and anything below it, compared decoded and case-insensitively, so
- * that no spelling of a management, health or docs path reaches an upstream (a catch-all route
- * would otherwise take `POST /healthz` or `/docs/x`).
+ * True for a reserved prefix and anything below it, compared as a folding upstream would read it
+ * (decoded, case-insensitively, trailing dots and spaces of a segment dropped: prefix-shadow.ts),
+ * so that no spelling of a management, health or docs path reaches an upstream (a catch-all route
+ * would otherwise take `POST /healthz`, `/docs/x` or `/v1/sub-accounts./x`).
  */
 export function isReservedPath(path: string): boolean {
-  let decoded = path
-  if (path.includes('%')) {
-    try {
-      decoded = decodeURIComponent(path)
-    } catch {
-      return false
-    }
-  }
-  decoded = decoded.toLowerCase()
-  for (const reserved of RESERVED_PREFIXES) {
-    if (decoded.startsWith(reserved) && (decoded.length === reserved.length || decoded[reserved.length] === '/'))
-      return true
-  }
-  return false
+  return RESERVED.covers(path)
 }

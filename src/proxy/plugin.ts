@@ -15,6 +15,7 @@ import { RouteConcurrency, type SlotRefusal } from './concurrency.js'
 import { type ClientAbortTallies, Exchange } from './exchange.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import { isReservedPath, pathOf } from './paths.js'
+import { prefixShadowCheck } from './prefix-shadow.js'
 import { BodyIdleError, BodyTooLargeError, declaresTooMuch, streamBody } from './request-body.js'
 import { scopesFor, type ProxyRoute } from './route-table.js'
 
@@ -103,7 +104,7 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { lookups, upstreamDuration, recentAdmissions, clientAborts }: ProxyOptions,
+  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
@@ -132,6 +133,7 @@ async function registerRoute(
     // One hook for the whole check, in the order of docs/api.md. A callback hook: a request admitted
     // from the last second's memory goes on without a single promise.
     const admission = tenancyAdmission(lookups)
+    const shadowsLongerPrefix = prefixShadowCheck(route.prefix, routes)
     const admitted = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
       const refusal = scopeRefusal(route, request)
       if (refusal !== undefined) return done(refusal)
@@ -142,6 +144,8 @@ async function registerRoute(
       // itself, with a method or depth it does not serve: that is still not a proxied path.
       const path = pathOf(request.url)
       if (isReservedPath(path)) return done(routeNotFound(request.method, path))
+      // A spelling of a longer route's prefix that a folding upstream would serve as that route.
+      if (shadowsLongerPrefix(path)) return done(routeNotFound(request.method, path))
       if (route.public) return takeSlot(request, reply, done)
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()

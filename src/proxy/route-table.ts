@@ -4,7 +4,7 @@ import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { defaultPerTenant } from './concurrency.js'
 import { isTrustedLookalike, NO_HEADERS } from './headers.js'
-import { RESERVED_PREFIXES } from './paths.js'
+import { isReservedPath } from './paths.js'
 
 export interface ProxyRoute {
   /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
@@ -103,12 +103,6 @@ function boolean(where: string, key: string, value: unknown): boolean {
   return value
 }
 
-/** Case-insensitive: the gateway refuses every spelling of a reserved path (paths.ts). */
-function isReserved(prefix: string): boolean {
-  const lower = prefix.toLowerCase()
-  return RESERVED_PREFIXES.some((reserved) => lower === reserved || lower.startsWith(`${reserved}/`))
-}
-
 function parsePrefix(where: string, value: unknown): string {
   if (typeof value !== 'string') fail(where, 'prefix must be a path such as /v1/shipments')
   if (value === '/') return value
@@ -117,7 +111,8 @@ function parsePrefix(where: string, value: unknown): string {
   }
   if (value.split('/').some((segment) => segment === '.' || segment === '..'))
     fail(where, 'prefix may not hold . or .. segments')
-  if (isReserved(value)) fail(where, 'prefix is served by the gateway itself')
+  // Folded as the gateway compares them: it refuses every spelling of a reserved path (paths.ts).
+  if (isReservedPath(value)) fail(where, 'prefix is served by the gateway itself')
   return value
 }
 

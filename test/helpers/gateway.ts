@@ -43,6 +43,10 @@ export interface GatewayOptions {
   relays?: readonly { mode(): string; restore(): Promise<void> }[]
   /** Record every route the app registers, in `routes`. */
   recordRoutes?: boolean
+  /** More environment for loadConfig (MAX_CONNECTIONS, …). */
+  env?: Record<string, string>
+  /** Shorter server and body deadlines than the defaults, so that a test of them is quick. */
+  deadlines?: Pick<AppDeps, 'headersTimeoutMs' | 'managementBodyTimeoutMs'>
 }
 
 export interface Parent {
@@ -150,6 +154,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       DATABASE_URL: databaseUrl,
       ...(redisUrl === false ? {} : { REDIS_URL: redisUrl }),
       ...(options.upstreamUrl === undefined ? {} : { UPSTREAM_URL: options.upstreamUrl }),
+      ...options.env,
     }),
     // The route table is the test's, never the repository's config/gateway.yaml.
     gatewayConfig: options.gatewayConfig ?? {},
@@ -162,6 +167,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       cacheTimings: options.cacheTimings,
       usageFlushIntervalMs: options.usageFlushIntervalMs,
       logger: options.logger ?? false,
+      ...options.deadlines,
     })
   let app: FastifyInstance
   let routes: RegisteredRoute[] = []

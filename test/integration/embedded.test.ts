@@ -187,6 +187,22 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   const createdBody = (await created.json()) as { id: string; name: string }
   t.equal(created.status, 201, JSON.stringify(createdBody))
   t.equal(createdBody.name, 'first')
+  // A cursor is signed with a secret the migrations keep in the embedded database: it outlives a restart.
+  const secondCreated = await fetch(`${first.base}/v1/sub-accounts`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      'content-type': 'application/json',
+      'x-service-acting-tenant': 'self',
+    },
+    body: JSON.stringify({ name: 'second' }),
+  })
+  const secondId = ((await secondCreated.json()) as { id: string }).id
+  const firstPage = await fetch(`${first.base}/v1/sub-accounts?limit=1`, {
+    headers: { authorization: `Bearer ${apiKey}` },
+  })
+  const cursor = ((await firstPage.json()) as { next_cursor: string }).next_cursor
+  t.type(cursor, 'string', 'a first page of one has a next cursor')
 
   // While the gateway holds the embedded database, the CLI refuses to touch it.
   t.ok(existsSync(join(dataDir, 'gateway.lock')), 'the gateway holds a lock file')
@@ -220,8 +236,21 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   t.equal(listed.status, 200, 'the bootstrap key still works')
   t.same(
     page.data.map((s) => ({ id: s.id, name: s.name })),
-    [{ id: createdBody.id, name: 'first' }],
-    'the sub-account created before the restart is listed',
+    [
+      { id: createdBody.id, name: 'first' },
+      { id: secondId, name: 'second' },
+    ],
+    'the sub-accounts created before the restart are listed',
+  )
+  const resumed = await fetch(`${second.base}/v1/sub-accounts?limit=1&cursor=${cursor}`, {
+    headers: { authorization: `Bearer ${apiKey}` },
+  })
+  const resumedBody = (await resumed.json()) as { data: { id: string }[] }
+  t.equal(resumed.status, 200, `a cursor issued before the restart still works: ${JSON.stringify(resumedBody)}`)
+  t.same(
+    resumedBody.data?.map((s) => s.id),
+    [secondId],
+    'and resumes where it was issued',
   )
   t.match(accountId, /^[0-9a-f-]{36}$/)
 

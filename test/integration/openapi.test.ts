@@ -121,7 +121,7 @@ t.test('OpenAPI document and docs page', async (t) => {
       )
       const statuses = ['400', '401', '403', '503', 'default']
       if (path.includes('{')) statuses.push('404')
-      if (method !== 'get') statuses.push('413', '415')
+      if (method !== 'get') statuses.push('408', '413', '415')
       for (const status of statuses) t.ok(isProblemJson(doc, op.responses[status]), `${key}: ${status} is problem+json`)
       const successes = Object.keys(op.responses).filter((status) => /^2/.test(status))
       t.ok(successes.length > 0, `${key}: a success response`)

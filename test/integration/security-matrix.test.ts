@@ -304,6 +304,109 @@ t.test(
   },
 )
 
+for (const target of [
+  '/v1/x%00.json',
+  '/v1/x%0a',
+  '/v1/x%0D%0ASet-Cookie:%20a=b',
+  '/v1/x%09',
+  '/v1/x%1F',
+  '/v1/x%7f',
+]) {
+  t.test(`a control character, percent-encoded (${target}), is 400 bad_path and reaches no upstream`, async (t) => {
+    await refused(t, 'GET', target, [auth(owner.apiKey)], 400, 'bad_path')
+  })
+}
+
+// A folding upstream (case, trailing dots and spaces) would serve these as /v1/shipments, whose
+// scopes the owner's key lacks; the router would give them to the catch-all.
+for (const target of [
+  '/v1/Shipments/x',
+  '/V1/shipments/x',
+  '/v1/SHIPMENTS',
+  '/v1/shipments./x',
+  '/v1/shipments%20/x',
+  '/v1/shipments%2e/x',
+  '/v1/shipments.%20',
+]) {
+  t.test(`prefix shadow: ${target} is 404 route_not_found, never the catch-all`, async (t) => {
+    await refused(t, 'GET', target, [auth(owner.apiKey)], 404, 'route_not_found')
+    await refused(t, 'POST', target, [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self']], 404, 'route_not_found')
+  })
+}
+
+t.test('prefix shadow: /v1/shipmentsx/y is another path, and still goes to the catch-all', async (t) => {
+  const { marker, exchange } = raw('GET', '/v1/shipmentsx/y', [auth(owner.apiKey), ['Connection', 'close']])
+  const res = (await exchange).responses[0]
+  t.equal(res?.status, 200)
+  t.equal(res?.header(UPSTREAM_MARK), 'catch-all', 'the catch-all answered')
+  t.equal(catchAll.byMarker(marker).length, 1, 'the catch-all received it')
+})
+
+for (const target of [
+  '/v1/sub-accounts./x',
+  '/v1/sub-accounts%20',
+  '/v1/Sub-Accounts%2e/x',
+  '/healthz.',
+  '/docs%20/x',
+]) {
+  t.test(
+    `prefix shadow: a spelling of a reserved path (${target}) is 404 route_not_found, never proxied`,
+    async (t) => {
+      await refused(t, 'GET', target, [auth(owner.apiKey)], 404, 'route_not_found')
+      await refused(
+        t,
+        'DELETE',
+        target,
+        [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self']],
+        404,
+        'route_not_found',
+      )
+    },
+  )
+}
+
+t.test(
+  'an over-long id (5,000 characters) on every management route with one is 404 not_found, never proxied',
+  async (t) => {
+    const long = 'a'.repeat(5_000)
+    const key = 'b'.repeat(5_000)
+    const json = (value: unknown): [HeaderLines, string] => {
+      const body = JSON.stringify(value)
+      return [
+        [
+          ['Content-Type', 'application/json'],
+          ['Content-Length', String(Buffer.byteLength(body))],
+        ],
+        body,
+      ]
+    }
+    const none: [HeaderLines, string | undefined] = [[['Content-Length', '0']], undefined]
+    for (const [method, target, [headers, body]] of [
+      ['GET', `/v1/sub-accounts/${long}`, [[], undefined]],
+      ['PATCH', `/v1/sub-accounts/${long}`, json({ name: 'x' })],
+      ['POST', `/v1/sub-accounts/${long}/deactivate`, none],
+      ['POST', `/v1/sub-accounts/${long}/reactivate`, none],
+      ['GET', `/v1/sub-accounts/${long}/api-keys`, [[], undefined]],
+      ['POST', `/v1/sub-accounts/${long}/api-keys`, json({ name: 'k', scopes: ['tracking:read'] })],
+      ['POST', `/v1/sub-accounts/${long}/api-keys/${ownerKeyId}/revoke`, none],
+      ['POST', `/v1/sub-accounts/${ownSub.id}/api-keys/${key}/revoke`, none],
+    ] as const) {
+      const { marker, exchange } = raw(
+        method,
+        target,
+        [auth(owner.apiKey), ['X-Service-Acting-Tenant', 'self'], ...headers],
+        body === undefined ? {} : { body },
+      )
+      const res = (await exchange).responses[0]
+      const what = `${method} ${target.replace(/([ab])\1{4999}/, '<5,000 × $1>')}`
+      t.ok(res, `${what}: answered`)
+      if (res === undefined) continue
+      t.equal(problemIssue(res, { status: 404, code: 'not_found', requestId: marker }), null, `${what}: 404 not_found`)
+      t.equal(received(marker), 0, `${what}: no upstream received it`)
+    }
+  },
+)
+
 t.test(
   'prefix escape: a fragment cannot carry a management path to an upstream (DELETE /v1/sub-accounts#x)',
   async (t) => {

@@ -15,6 +15,7 @@ t.test('defaults of docs/configuration.md', async (t) => {
   t.equal(config.metricsPort, 9091)
   t.match(config.dataDir, /\.data$/)
   t.match(config.gatewayConfigPath, /config\/gateway\.yaml$/)
+  t.equal(config.maxConnections, 10_000)
   t.ok(Object.isFrozen(config))
 })
 
@@ -29,9 +30,11 @@ t.test('values are read', async (t) => {
       LOG_LEVEL: 'debug',
       METRICS_PORT: '9999',
       DATA_DIR: '/tmp/d',
+      MAX_CONNECTIONS: ' 250 ',
     },
     ROOT,
   )
+  t.equal(config.maxConnections, 250)
   t.equal(config.port, 0)
   t.equal(config.databaseUrl, 'postgres://u:p@db/x')
   t.equal(config.redisUrl, 'redis://r:6379')
@@ -55,6 +58,12 @@ t.test('a bad value is one line that names the variable', async (t) => {
     [{ REDIS_URL: 'http://r' }, 'REDIS_URL'],
     [{ UPSTREAM_URL: 'ftp://u' }, 'UPSTREAM_URL'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ MAX_CONNECTIONS: '0' }, 'MAX_CONNECTIONS'],
+    [{ MAX_CONNECTIONS: '-5' }, 'MAX_CONNECTIONS'],
+    [{ MAX_CONNECTIONS: '1.5' }, 'MAX_CONNECTIONS'],
+    [{ MAX_CONNECTIONS: 'many' }, 'MAX_CONNECTIONS'],
+    [{ MAX_CONNECTIONS: '1e4' }, 'MAX_CONNECTIONS'],
+    [{ MAX_CONNECTIONS: '1000000000' }, 'MAX_CONNECTIONS'],
     [{ GATEWAY_CONFIG: '/nonexistent/gateway.yaml' }, 'GATEWAY_CONFIG'],
     [{ GATEWAY_CONFIG: listFile }, 'GATEWAY_CONFIG'],
     [{ GATEWAY_CONFIG: brokenFile }, 'GATEWAY_CONFIG'],

@@ -223,8 +223,22 @@ t.test('isBadPath: every pattern of docs/api.md', async (t) => {
     '/v1/%2E',
     '/v1/x/.',
     '/./v1/x',
+    // A control character, percent-encoded in any case, or raw (app.inject can send one).
+    '/v1/x%00',
+    '/v1/x%00.json',
+    '/v1/a%0ab',
+    '/v1/a%0Ab',
+    '/v1/a%0d%0aSet-Cookie:x',
+    '/v1/a%09b',
+    '/v1/a%1fb',
+    '/v1/a%1Fb',
+    '/v1/a%7fb',
+    '/v1/a%7Fb',
+    '/v1/a\u0000b',
+    '/v1/a\nb',
+    '/v1/a\u007fb',
   ]
-  for (const path of bad) t.ok(isBadPath(path), `${path} is bad`)
+  for (const path of bad) t.ok(isBadPath(path), `${JSON.stringify(path)} is bad`)
 
   const good = [
     '/',
@@ -238,6 +252,10 @@ t.test('isBadPath: every pattern of docs/api.md', async (t) => {
     '/v1/x/',
     '/v1/caf%C3%A9',
     '/v1/sub-accounts',
+    '/v1/a%20b%21',
+    '/v1/%80',
+    '/v1/a%2000',
+    '/v1/a%250a',
   ]
   for (const path of good) t.notOk(isBadPath(path), `${path} is fine`)
 
@@ -247,7 +265,7 @@ t.test('isBadPath: every pattern of docs/api.md', async (t) => {
   t.equal(pathOf('/v1/x?'), '/v1/x')
 })
 
-t.test('isReservedPath: decoded, case-insensitive, whole segments', async (t) => {
+t.test('isReservedPath: decoded, case-insensitive, trailing dots and spaces dropped, whole segments', async (t) => {
   const management = [
     '/v1/sub-accounts',
     '/v1/sub-accounts/',
@@ -267,6 +285,18 @@ t.test('isReservedPath: decoded, case-insensitive, whole segments', async (t) =>
     '/docs',
     '/docs/static/index.html',
     '/%64ocs',
+    // Trailing dots and spaces of a segment, which many upstreams drop.
+    '/v1/sub-accounts.',
+    '/v1/sub-accounts./x',
+    '/v1/sub-accounts%20',
+    '/v1/sub-accounts%20/x',
+    '/v1/Sub-Accounts%2e%20./x',
+    '/v1./sub-accounts',
+    '/V1%20/sub-accounts',
+    '/healthz.',
+    '/readyz%20',
+    '/openapi.json.',
+    '/docs./x',
   ]
   for (const path of management) t.ok(isReservedPath(path), `${path} is reserved`)
 
@@ -283,6 +313,10 @@ t.test('isReservedPath: decoded, case-insensitive, whole segments', async (t) =>
     '/documents',
     '/x/docs',
     '/openapi.jsonx',
+    '/v1/sub-accounts.x',
+    '/v1/.sub-accounts',
+    '/v1/%20sub-accounts',
+    '/healthz.x',
   ]
   for (const path of other) t.notOk(isReservedPath(path), `${path} is not reserved`)
 })

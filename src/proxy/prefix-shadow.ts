@@ -1,0 +1,103 @@
+// Paths that a configured prefix "shadows" (docs/api.md, Proxied requests): the router matches
+// prefixes exactly, case and all, but many upstreams fold case, decode, or trim trailing dots and
+// spaces of a segment (Windows and IIS among them). `/v1/Shipments/x` or `/v1/shipments./x` would
+// then fall through to a shorter route (a catch-all, whose scopes may be weaker) while the upstream
+// serves it as /v1/shipments/x. Such a path is refused as 404 route_not_found.
+//
+// On the proxy's hot path: everything that depends on the route table alone is computed once, a
+// route with no longer prefix above it checks nothing, and a path is folded only segment by
+// segment for as long as it can still lead to a longer configured prefix.
+
+/** A segment as a folding upstream may read it: decoded, lower case, without trailing `.` and ` `. */
+export function foldSegment(segment: string): string {
+  let folded = segment
+  if (folded.includes('%')) {
+    try {
+      folded = decodeURIComponent(folded)
+    } catch {
+      // A broken encoding is refused by the router (400 bad_request); compare it as it is.
+    }
+  }
+  folded = folded.toLowerCase()
+  let end = folded.length
+  while (end > 0 && (folded.charCodeAt(end - 1) === 0x2e || folded.charCodeAt(end - 1) === 0x20)) end -= 1
+  return end === folded.length ? folded : folded.slice(0, end)
+}
+
+/** The prefix's segments, folded and joined again: `/V1/Shipments.` → `/v1/shipments`. */
+export function foldPrefix(prefix: string): string {
+  return prefix === '/' ? '/' : `/${prefix.split('/').slice(1).map(foldSegment).join('/')}`
+}
+
+/** How many segments a prefix has; the catch-all `/` has none. */
+export function segmentCount(prefix: string): number {
+  return prefix === '/' ? 0 : prefix.split('/').length - 1
+}
+
+/**
+ * A set of folded prefixes, and a test of whether a path, folded, lies under one of them (on whole
+ * segments) at a depth past `fromDepth`.
+ */
+export class FoldedPrefixes {
+  private readonly prefixes = new Set<string>()
+  /** Every folded prefix of a member, so that the walk stops as soon as nothing longer can match. */
+  private readonly stems = new Set<string>()
+  private readonly maxDepth: number
+
+  constructor(
+    prefixes: Iterable<string>,
+    private readonly fromDepth = 0,
+  ) {
+    let maxDepth = 0
+    for (const prefix of prefixes) {
+      const folded = foldPrefix(prefix)
+      const depth = segmentCount(prefix)
+      this.prefixes.add(folded)
+      maxDepth = Math.max(maxDepth, depth)
+      let stem = ''
+      for (const segment of folded.split('/').slice(1)) {
+        stem += `/${segment}`
+        this.stems.add(stem)
+      }
+    }
+    this.maxDepth = maxDepth
+  }
+
+  /** True when `path` (without its query) folds to a member or to something below one. */
+  covers(path: string): boolean {
+    let folded = ''
+    let start = 1
+    for (let depth = 1; depth <= this.maxDepth; depth += 1) {
+      let end = path.indexOf('/', start)
+      if (end === -1) end = path.length
+      folded += `/${foldSegment(path.slice(start, end))}`
+      if (depth > this.fromDepth && this.prefixes.has(folded)) return true
+      if (!this.stems.has(folded) || end === path.length) return false
+      start = end + 1
+    }
+    return false
+  }
+}
+
+/**
+ * For the route whose prefix the router matched, a test of whether a path it was given shadows a
+ * longer configured prefix: lies under it once folded, though not exactly (the router would have
+ * chosen the longer route then). A route with no longer prefix that could apply gets a test that
+ * does nothing.
+ */
+export function prefixShadowCheck(
+  matchedPrefix: string,
+  routes: Iterable<string | { readonly prefix: string }>,
+): (path: string) => boolean {
+  const depth = segmentCount(matchedPrefix)
+  const matchedFolded = foldPrefix(matchedPrefix)
+  const prefixes = [...routes].map((route) => (typeof route === 'string' ? route : route.prefix))
+  const longer = prefixes.filter((prefix) => {
+    if (segmentCount(prefix) <= depth) return false
+    const folded = foldPrefix(prefix)
+    return depth === 0 || folded.startsWith(`${matchedFolded}/`)
+  })
+  if (longer.length === 0) return () => false
+  const shadowed = new FoldedPrefixes(longer, depth)
+  return (path) => shadowed.covers(path)
+}

@@ -1,0 +1,77 @@
+// Prefix shadows (docs/api.md, Proxied requests): a path that reaches a shorter route only because
+// the router matches prefixes exactly, while a folding upstream would read it as a longer route's.
+import t from 'tap'
+import { FoldedPrefixes, foldSegment, prefixShadowCheck } from '../../src/proxy/prefix-shadow.js'
+
+const TABLE = ['/v1/shipments', '/v1/shipments/labels', '/hop', '/v1', '/']
+
+t.test('foldSegment: decoded, lower case, trailing dots and spaces dropped', async (t) => {
+  t.equal(foldSegment('Shipments'), 'shipments')
+  t.equal(foldSegment('shipments.'), 'shipments')
+  t.equal(foldSegment('shipments. .'), 'shipments')
+  t.equal(foldSegment('shipments%20'), 'shipments')
+  t.equal(foldSegment('shipments%2E%2e'), 'shipments')
+  t.equal(foldSegment('%73hipments'), 'shipments')
+  t.equal(foldSegment('.shipments'), '.shipments', 'leading dots stay')
+  t.equal(foldSegment('ship ments'), 'ship ments', 'inner spaces stay')
+  t.equal(foldSegment('shipments%zz'), 'shipments%zz', 'a broken encoding is compared as it is')
+  t.equal(foldSegment(''), '')
+})
+
+t.test('the catch-all: every spelling of a longer prefix is a shadow', async (t) => {
+  const shadows = prefixShadowCheck('/', TABLE)
+  for (const path of [
+    '/v1/Shipments',
+    '/v1/Shipments/x',
+    '/V1/shipments/x',
+    '/v1/SHIPMENTS/x?y',
+    '/v1/shipments./x',
+    '/v1/shipments.',
+    '/v1/shipments%20/x',
+    '/v1/shipments%2e/x',
+    '/v1/shipments%2E%20',
+    '/v1/shipments .. /x',
+    '/v1./shipments/x',
+    '/V1',
+    '/v1.',
+    '/v1%20/x',
+    '/HOP',
+    '/hop./x',
+  ])
+    t.ok(shadows(path), `${path} shadows a configured prefix`)
+  for (const path of ['/', '/v2/shipments', '/v1x/shipments', '/hopx', '/h/op', '/x/v1', '/%20v1/x', '/.hop'])
+    t.notOk(shadows(path), `${path} shadows nothing`)
+})
+
+t.test('a shorter route: only the longer prefixes below it count', async (t) => {
+  const shadows = prefixShadowCheck('/v1', TABLE)
+  t.ok(shadows('/v1/Shipments/x'))
+  t.ok(shadows('/v1/shipments%20'))
+  t.notOk(shadows('/v1/shipmentsx/y'), 'a genuinely different segment')
+  t.notOk(shadows('/v1/x'))
+  t.notOk(shadows('/v1'))
+  const middle = prefixShadowCheck('/v1/shipments', TABLE)
+  t.ok(middle('/v1/shipments/Labels/1'))
+  t.ok(middle('/v1/shipments/labels./1'))
+  t.notOk(middle('/v1/shipments/1'))
+  t.notOk(middle('/v1/shipments/labelsx'))
+})
+
+t.test('the longest route for its path checks nothing', async (t) => {
+  const none = prefixShadowCheck('/v1/shipments/labels', TABLE)
+  t.notOk(none('/v1/shipments/labels/anything'))
+  t.notOk(prefixShadowCheck('/hop', TABLE)('/hop/HOP'))
+  t.notOk(prefixShadowCheck('/', ['/'])('/v1/Shipments'), 'a catch-all alone has nothing to shadow')
+})
+
+t.test('FoldedPrefixes: whole segments, at any depth below a member', async (t) => {
+  const reserved = new FoldedPrefixes(['/v1/sub-accounts', '/docs'])
+  t.ok(reserved.covers('/v1/sub-accounts'))
+  t.ok(reserved.covers('/v1/sub-accounts/'))
+  t.ok(reserved.covers('/V1/Sub-Accounts./x/y'))
+  t.ok(reserved.covers('/docs%20/x'))
+  t.notOk(reserved.covers('/v1/sub-accountsx'))
+  t.notOk(reserved.covers('/v1'))
+  t.notOk(reserved.covers('/'))
+  t.notOk(reserved.covers(''))
+})
