@@ -5,15 +5,36 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { payloadTooLarge } from '../errors.js'
 
-/** Hands requests that expect 100-continue to fastify like any other, without Node's early 100. */
+const EXPECTS_CONTINUE = Symbol('expectsContinue')
+
+/**
+ * Hands requests that expect 100-continue to fastify like any other, without Node's early 100,
+ * marked so that the gateway answers 100 later. Node raises this only for HTTP/1.1 and an Expect
+ * naming 100-continue (RFC 9110 §10.1.1 forbids a 100 to an HTTP/1.0 client). Any other
+ * expectation is ignored, as the RFC allows, rather than refused by Node with a bare 417 before
+ * any check, log or metric: the upstream never sees Expect anyway.
+ */
 export function deferContinue(app: FastifyInstance): void {
-  app.server.on('checkContinue', (req, res) => app.server.emit('request', req, res))
+  app.server.on('checkContinue', (req, res) => {
+    ;(req as Marked)[EXPECTS_CONTINUE] = true
+    app.server.emit('request', req, res)
+  })
+  app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res))
+}
+
+interface Marked {
+  [EXPECTS_CONTINUE]?: true
+}
+
+/** Whether the client waits for 100 Continue before it sends its body. */
+export function expectsContinue(request: FastifyRequest): boolean {
+  return (request.raw as Marked)[EXPECTS_CONTINUE] === true
 }
 
 /** For a route whose checks all ran in onRequest: 413 for a declared body over `limit`, else 100. */
 export function continueAfterChecks(limit: number) {
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-    if (request.headers.expect === undefined) return done()
+    if (!expectsContinue(request)) return done()
     const declared = request.headers['content-length']
     if (declared !== undefined && Number(declared) > limit) {
       return done(payloadTooLarge(limit))

@@ -6,6 +6,7 @@ import { performance } from 'node:perf_hooks'
 import type { Readable } from 'node:stream'
 import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import httpProxy from '@fastify/http-proxy'
+import { expectsContinue } from '../http/expect-continue.js'
 import { insufficientScope } from '../auth/scopes.js'
 import { ApiError, payloadTooLarge, routeNotFound } from '../errors.js'
 import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
@@ -113,21 +114,25 @@ async function registerRoute(
     const slots = new RouteConcurrency(route.maxConnections, route.maxConnectionsPerTenant, route.timeoutMs)
     /** Last of the checks: a slot to the upstream, then the 100 Continue a client may be waiting for. */
     function takeSlot(request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
-      if (request.headers.expect !== undefined && declaresTooMuch(request, route.maxBodyBytes)) {
-        return done(payloadTooLarge(route.maxBodyBytes))
-      }
+      const continues = expectsContinue(request)
+      if (continues && declaresTooMuch(request, route.maxBodyBytes)) return done(payloadTooLarge(route.maxBodyBytes))
       const tenantId = route.public ? null : request.actingTenant!.id
+      // A waiting request whose client leaves gives up its place and its tenant's share at once.
+      const leave = () => slots.withdraw(start)
       const start = (refusal: SlotRefusal | null) => {
+        reply.raw.off('close', leave)
         if (refusal !== null) return done(busy(refusal, route))
-        request.exchange = new Exchange(slots, tenantId, request, reply, clientAborts)
-        // A client that left while it waited: its Exchange gave the slot back and logged it, and
-        // the request goes no further (nothing is sent upstream, nothing can be answered).
-        if (reply.raw.closed) return
+        request.exchange = new Exchange(slots, tenantId, request, reply, clientAborts, route.responseIdleTimeoutMs)
+        // A client that left just as a slot came: its Exchange gave the slot back and logged it,
+        // and the request goes no further (nothing is sent upstream, nothing can be answered).
+        if (request.exchange.clientGone()) return
         // RFC 9110 §10.1.1: the client sends its body once told to; the upstream never sees Expect.
-        if (request.headers.expect !== undefined) reply.raw.writeContinue()
+        if (continues) reply.raw.writeContinue()
         done()
       }
-      if (slots.tryAcquire(tenantId, start)) start(null)
+      const attempt = slots.tryAcquire(tenantId, start)
+      if (attempt === 'taken') start(null)
+      else if (attempt === 'waiting') reply.raw.once('close', leave)
     }
 
     // One hook for the whole check, in the order of docs/api.md. A callback hook: a request admitted
@@ -178,6 +183,7 @@ async function registerRoute(
       replyOptions: {
         rewriteRequestHeaders: (request, headers) => {
           ;(request as FastifyRequest).upstreamSentAt = performance.now()
+          ;(request as FastifyRequest).exchange?.sentUpstream()
           return upstreamHeaders(headers, {
             identity: route.public ? null : identityOf(request as FastifyRequest),
             requestId: request.id,
@@ -191,16 +197,19 @@ async function registerRoute(
         },
         rewriteHeaders: (headers, request) => {
           upstreamDuration.observe((performance.now() - (request as FastifyRequest).upstreamSentAt) / 1000)
+          ;(request as FastifyRequest).exchange?.upstreamSettled()
           return downstreamHeaders(headers)
         },
         onResponse: (request, reply, res) => {
           const body = (res as unknown as { stream: Readable }).stream
-          ;(request as FastifyRequest).exchange?.responding(body, route.responseIdleTimeoutMs)
+          ;(request as FastifyRequest).exchange?.responding(body)
           reply.send(body)
         },
         onError: (reply, { error }) => {
+          const exchange = (reply.request as FastifyRequest).exchange
+          exchange?.upstreamSettled()
           // A client that hung up gets nothing, and is not an upstream failure (exchange.ts logs it).
-          if ((reply.request as FastifyRequest).exchange?.clientGone()) return
+          if (exchange?.clientGone()) return
           reply.send(upstreamFailure(error, route))
         },
         // Never retry: a write must not reach the upstream twice, and reply-from would otherwise

@@ -2,7 +2,7 @@
 // tenant's slow uploads or unread downloads cannot take a route from everyone else, a request
 // waits for a busy upstream no longer than the route's timeout, a stalled body and a client that
 // stops reading are cut off, and a client that hangs up is not an upstream failure.
-import { connect, type Socket } from 'node:net'
+import { type AddressInfo, createServer as createNetServer, connect, type Socket } from 'node:net'
 import pino from 'pino'
 import t, { type Test } from 'tap'
 import { loggerOptions } from '../../src/ops/logging.js'
@@ -361,12 +361,171 @@ t.test('a waiter whose client hung up does not keep the connection it is given',
   const gone = await openRequest(gw.port, head('GET', '/v1/w/gone', b.apiKey))
   await sleep(200)
   gone.socket.destroy()
+  await sleep(50)
+  const again = callAs(gw.url, b.apiKey, { path: '/v1/w/again' })
   t.equal((await holder).status, 200)
+  t.equal(
+    (await again).status,
+    200,
+    "the departed waiter gave its tenant's share back: the tenant waits again, not 429",
+  )
   await sleep(100)
   const next = await callAs(gw.url, c.apiKey, { path: '/v1/w/next' })
   t.equal(next.status, 200, 'the connection handed to the departed waiter came back at once')
   t.notOk(
     upstream.received.some((r) => r.url === '/v1/w/gone'),
     'nothing was sent upstream for the client that left',
+  )
+})
+
+t.test('a client that hangs up before the headers keeps its slot until the upstream settles', async (t) => {
+  // The upstream counts the requests it holds at once: the route allows one.
+  let open = 0
+  let most = 0
+  const upstream = await startUpstream(t, (request, response, received) => {
+    open++
+    most = Math.max(most, open)
+    response.once('close', () => open--)
+    const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
+    setTimeout(() => echo(request, response, received), ms)
+  })
+  const gw = await startGateway(t, {
+    gatewayConfig: {
+      routes: [{ prefix: '/v1/p', upstream: upstream.url, public: true, max_connections: 1, timeout_ms: 1_000 }],
+    },
+  })
+  const departed: Promise<void>[] = []
+  for (let i = 0; i < 5; i++) {
+    const gone = await openRequest(gw.port, head('GET', `/v1/p/slow-${i}?ms=1500`, 'unused'))
+    await sleep(100)
+    gone.socket.destroy()
+    departed.push(gone.closed)
+    await sleep(50)
+  }
+  const started = performance.now()
+  const res = await callAs(gw.url, null, { path: '/v1/p/fast' })
+  const took = performance.now() - started
+  t.ok([200, 503].includes(res.status), `answered ${res.status}`)
+  t.ok(
+    took < 2_500,
+    `within the route's bound on waiting, not behind the departed clients' requests: ${Math.round(took)} ms`,
+  )
+  await Promise.all(departed)
+  t.equal(most, 1, 'the upstream never held more requests than max_connections')
+})
+
+/**
+ * How many bytes loopback takes from a writer whose reader reads nothing (both sockets' kernel
+ * buffers): a response about that size is ended by the gateway with bytes it cannot flush.
+ */
+async function loopbackBufferBytes(): Promise<number> {
+  const server = createNetServer()
+  const taken = new Promise<number>((resolve) => {
+    server.once('connection', (socket) => {
+      // Small writes: a write counts as done only once the kernel has taken all of it.
+      const chunk = Buffer.alloc(4 * 1024)
+      for (let i = 0; i < 2048; i++) socket.write(chunk)
+      setTimeout(() => {
+        resolve(socket.bytesWritten - socket.writableLength)
+        socket.destroy()
+      }, 500)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const reader = connect((server.address() as AddressInfo).port, '127.0.0.1')
+  reader.pause()
+  const bytes = await taken
+  reader.destroy()
+  server.close()
+  return bytes
+}
+
+t.test('an unread answer the upstream sent whole gives its slot back', async (t) => {
+  const upstream = await startUpstream(t, (request, response) => {
+    const size = Number(new URL(request.url!, 'http://u').searchParams.get('size') ?? 1)
+    response.writeHead(200, { 'content-length': String(size) })
+    response.end(Buffer.alloc(size, 'k'))
+  })
+  // Sizes around the loopback buffers, 2 KiB apart: under them all is flushed and nothing held;
+  // a little over, the gateway has ended the response with bytes waiting for a client that reads
+  // nothing. The buffers' size moves a little from one connection to the next, hence a range,
+  // each size on a route of its own with one slot.
+  const buffered = await loopbackBufferBytes()
+  t.comment(`loopback buffers hold ${buffered} bytes`)
+  const sizes = Array.from({ length: 65 }, (_, i) => buffered + (i - 32) * 2 * 1024)
+  const route = (i: number) => ({
+    prefix: `/v1/k${i}`,
+    upstream: upstream.url,
+    public: true,
+    max_connections: 1,
+    timeout_ms: 300,
+    response_idle_timeout_ms: 300,
+  })
+  const gw = await startGateway(t, { gatewayConfig: { routes: sizes.map((_, i) => route(i)) } })
+  const unread = await Promise.all(
+    sizes.map((size, i) =>
+      openRequest(gw.port, head('GET', `/v1/k${i}/big?size=${size}`, 'unused'), { reading: false }),
+    ),
+  )
+  t.teardown(() => closeAll(unread))
+  await sleep(1_500)
+  const next = await Promise.all(sizes.map((_, i) => callAs(gw.url, null, { path: `/v1/k${i}/small?size=10` })))
+  t.same(
+    sizes.filter((_, i) => next[i]!.status !== 200),
+    [],
+    "every route's one slot is free again, whatever the size of its unread answer",
+  )
+})
+
+t.test('a pipelined request does not inherit the response idle timeout of the one before it', async (t) => {
+  const upstream = await startUpstream(t, (request, response, received) => {
+    const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
+    setTimeout(() => echo(request, response, received), ms)
+  })
+  const gw = await startGateway(t, {
+    gatewayConfig: {
+      routes: [{ prefix: '/v1/pl', upstream: upstream.url, public: true, response_idle_timeout_ms: 300 }],
+    },
+  })
+  const both = [
+    'GET /v1/pl/a HTTP/1.1\r\nHost: gw\r\n\r\n',
+    'GET /v1/pl/b?ms=1000 HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n',
+  ].join('')
+  const exchange = await openRequest(gw.port, both)
+  await orTimeout(exchange.closed, 5_000, null)
+  t.equal(exchange.answered().match(/HTTP\/1\.1 200 /g)?.length, 2, 'both pipelined requests were answered 200')
+})
+
+t.test('Expect other than 100-continue, or on HTTP/1.0: no 100, no bare 417, the usual checks', async (t) => {
+  const upstream = await startUpstream(t)
+  const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/v1/e', upstream: upstream.url }] } })
+  const parent = await gw.createParent()
+  const ask = async (version: string, expect: string, key: string) => {
+    const request = await openRequest(
+      gw.port,
+      [
+        `POST /v1/e/x HTTP/${version}`,
+        'Host: gw',
+        'Connection: close',
+        `Expect: ${expect}`,
+        `Authorization: Bearer ${key}`,
+        'Content-Length: 2',
+        '',
+        'ok',
+      ].join('\r\n'),
+    )
+    await orTimeout(request.closed, 5_000, null)
+    return request.answered()
+  }
+  const old = await ask('1.0', '100-continue', parent.apiKey)
+  t.match(old, /^HTTP\/1\.1 200 /, 'HTTP/1.0 with 100-continue: answered, with no 100 first')
+  const odd = await ask('1.1', 'something-else', 'tgw_unknown')
+  t.match(odd, /^HTTP\/1\.1 401 /, 'an unknown expectation: the usual 401, not a bare 417')
+  t.match(odd, /"request_id"/, 'in problem+json')
+  const oddGood = await ask('1.1', 'something-else', parent.apiKey)
+  t.match(oddGood, /^HTTP\/1\.1 200 /, 'and with a good key, proxied')
+  t.notOk(
+    upstream.received.some((r) => r.headers.expect !== undefined),
+    'no Expect ever reaches the upstream',
   )
 })

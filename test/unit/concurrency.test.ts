@@ -6,10 +6,10 @@ import { defaultPerTenant, RouteConcurrency, type SlotRefusal } from '../../src/
 /** Asks for a slot; what came of it so far: 'now', a refusal, 'waiting', then 'later' once granted. */
 function ask(slots: RouteConcurrency, tenant: string | null) {
   const outcome: { value: 'now' | 'waiting' | 'later' | SlotRefusal } = { value: 'waiting' }
-  const taken = slots.tryAcquire(tenant, (refusal) => {
+  const attempt = slots.tryAcquire(tenant, (refusal) => {
     outcome.value = refusal ?? 'later'
   })
-  if (taken) outcome.value = 'now'
+  if (attempt === 'taken') outcome.value = 'now'
   return outcome
 }
 
@@ -29,7 +29,7 @@ t.test('a tenant at its share is refused at once; others take free slots', async
 })
 
 t.test('a full route: waiters in order, each gets a slot given back', async (t) => {
-  const slots = new RouteConcurrency(1, 1, 60_000)
+  const slots = new RouteConcurrency(1, 1, 60_000, 10)
   t.equal(ask(slots, 'a').value, 'now')
   const b = ask(slots, 'b')
   const c = ask(slots, null)
@@ -62,6 +62,60 @@ t.test('a wait ends at maxWaitMs with route_busy, and its share is given back', 
   t.equal(ask(slots, 'b').value, 'now', "b's share was given back when its wait ended")
 })
 
+t.test('a waiter that withdraws leaves the queue and gives its share back, and is never called', async (t) => {
+  const slots = new RouteConcurrency(1, 1, 60_000)
+  t.equal(ask(slots, 'a').value, 'now')
+  let called = false
+  const callback = () => {
+    called = true
+  }
+  t.equal(slots.tryAcquire('b', callback), 'waiting')
+  t.equal(ask(slots, 'b').value, 'tenant_busy', 'while it waits, it holds its share')
+  slots.withdraw(callback)
+  t.equal(slots.waiting, 0)
+  const b = ask(slots, 'b')
+  t.equal(b.value, 'waiting', 'its share is free again')
+  slots.release('a')
+  t.equal(b.value, 'later')
+  t.notOk(called, 'the withdrawn one was never called')
+  slots.withdraw(callback)
+  t.equal(slots.active, 1, 'withdrawing twice, or after a grant, changes nothing')
+})
+
+t.test('at most maxWaiting wait; more are route_busy at once', async (t) => {
+  const slots = new RouteConcurrency(1, 1, 60_000, 2)
+  t.equal(ask(slots, null).value, 'now')
+  const waiters = [ask(slots, null), ask(slots, null)]
+  t.equal(ask(slots, null).value, 'route_busy', 'the third waiter is refused at once')
+  t.equal(ask(slots, 'x').value, 'route_busy', "and a tenant's is too")
+  t.equal(ask(slots, 'x').value, 'route_busy', 'without keeping its share')
+  slots.release(null)
+  slots.release(null)
+  slots.release(null)
+  t.same(
+    waiters.map((w) => w.value),
+    ['later', 'later'],
+  )
+  t.equal(slots.active, 0)
+})
+
+t.test('100,000 waiters that give their slot back at once are served by a loop, not a call chain', async (t) => {
+  const slots = new RouteConcurrency(1, 1, 60_000, 200_000)
+  t.equal(ask(slots, null).value, 'now')
+  let served = 0
+  for (let i = 0; i < 100_000; i++) {
+    slots.tryAcquire(null, (refusal) => {
+      if (refusal !== null) return
+      served++
+      slots.release(null)
+    })
+  }
+  slots.release(null)
+  t.equal(served, 100_000, 'every waiter got the slot in turn, without a stack overflow')
+  t.equal(slots.active, 0)
+  t.equal(slots.waiting, 0)
+})
+
 t.test('any sequence of requests and releases keeps the limits and gives every slot back', async (t) => {
   const tenants = ['a', 'b', 'c', null]
   const step = fc.oneof(
@@ -75,7 +129,7 @@ t.test('any sequence of requests and releases keeps the limits and gives every s
       fc.array(step, { maxLength: 60 }),
       (max, share, steps) => {
         const perTenant = Math.min(share, max)
-        const slots = new RouteConcurrency(max, perTenant, 3_600_000)
+        const slots = new RouteConcurrency(max, perTenant, 3_600_000, 1_000)
         const holding: (string | null)[] = []
         const waiting: { tenant: string | null; granted: boolean; calls: number }[] = []
         const check = () => {
@@ -99,8 +153,8 @@ t.test('any sequence of requests and releases keeps the limits and gives every s
                 holding.push(s.tenant)
               }
             })
-            if (taken) holding.push(s.tenant)
-            else if (entry.calls === 0) waiting.push(entry)
+            if (taken === 'taken') holding.push(s.tenant)
+            else if (taken === 'waiting') waiting.push(entry)
           } else if (holding.length > 0) {
             const [tenant] = holding.splice(s.pick % holding.length, 1)
             slots.release(tenant!)
