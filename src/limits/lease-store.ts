@@ -1,0 +1,147 @@
+// Where leases come from: the two Redis scripts (scripts.ts) behind an interface, so that the
+// limiter's accounting is tested against a store in memory and the scripts against Redis.
+import { randomBytes } from 'node:crypto'
+import type { Redis } from 'ioredis'
+import { QUOTA_LEASE, RATE_LEASE } from './scripts.js'
+
+export interface LeaseCall {
+  /** Tokens this replica still holds and goes on spending: registered under the new expiry. */
+  keep: number
+  /** Tokens given back: unused, or refunded by the gateway. */
+  returned: number
+  wanted: number
+  /** Units admitted while Redis was unusable, beyond the lease held then: taken now. */
+  extra: number
+}
+
+export interface RateCall extends LeaseCall {
+  key: string
+  requests: number
+  perMs: number
+  /** The answer's wait says when this many tokens will be in the bucket. */
+  batch: number
+}
+
+export interface RateAnswer {
+  granted: number
+  /** The shared bucket after the grant (may be fractional or negative). */
+  tokens: number
+  waitMs: number
+}
+
+export interface QuotaCall extends LeaseCall {
+  key: string
+  requests: number
+  /** The epoch of the key this replica's lease was granted in ('' if none). */
+  epoch: string
+  /** The month's use read from Postgres, or -1 when not read yet. */
+  init: number
+  expireAt: number
+}
+
+export type QuotaAnswer =
+  | { rebuild: true }
+  | { rebuild: false; granted: number; used: number; waitMs: number; epoch: string }
+
+export interface LeaseStore {
+  rate(call: RateCall): Promise<RateAnswer>
+  quota(call: QuotaCall): Promise<QuotaAnswer>
+  /** A lease's life: unrenewed, it is spent no later than this after its call was sent. */
+  readonly ttlMs: number
+}
+
+export interface LeaseTimings {
+  ttlMs: number
+  /** Nothing is granted for this long after Redis is found empty (scripts.ts). At least ttlMs. */
+  graceMs: number
+  /** A call not answered within this is a failure (its late grant stays stranded until expiry). */
+  callTimeoutMs: number
+}
+
+export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 2_000, callTimeoutMs: 250 }
+
+interface LeaseCommands {
+  tgwRateLease(...args: (string | number)[]): Promise<[number, string, number]>
+  tgwQuotaLease(...args: (string | number)[]): Promise<[number, string, number, string]>
+}
+
+function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`lease call unanswered after ${ms} ms`)), ms)
+  })
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
+
+/** The scripts on `redis`, loaded once each (EVALSHA, EVAL again only when Redis lost them). */
+export class RedisLeaseStore implements LeaseStore {
+  readonly ttlMs: number
+  private readonly commands: LeaseCommands
+  private readonly replica = randomBytes(8).toString('hex')
+  private readonly incarnationKey: string
+
+  constructor(
+    redis: Redis,
+    keyPrefix: string,
+    private readonly timings: LeaseTimings = DEFAULT_LEASE_TIMINGS,
+  ) {
+    this.ttlMs = timings.ttlMs
+    this.incarnationKey = `${keyPrefix}limits:incarnation`
+    if (!('tgwRateLease' in redis)) {
+      redis.defineCommand('tgwRateLease', { numberOfKeys: 2, lua: RATE_LEASE })
+      redis.defineCommand('tgwQuotaLease', { numberOfKeys: 2, lua: QUOTA_LEASE })
+    }
+    this.commands = redis as unknown as LeaseCommands
+  }
+
+  async rate(call: RateCall): Promise<RateAnswer> {
+    const { ttlMs, graceMs, callTimeoutMs } = this.timings
+    const reply = await within(
+      this.commands.tgwRateLease(
+        call.key,
+        this.incarnationKey,
+        this.replica,
+        call.requests,
+        call.perMs,
+        call.keep,
+        call.returned,
+        call.wanted,
+        call.extra,
+        ttlMs,
+        call.batch,
+        graceMs,
+      ),
+      callTimeoutMs,
+    )
+    return { granted: Number(reply[0]), tokens: Number(reply[1]), waitMs: Number(reply[2]) }
+  }
+
+  async quota(call: QuotaCall): Promise<QuotaAnswer> {
+    const { graceMs, callTimeoutMs } = this.timings
+    const reply = await within(
+      this.commands.tgwQuotaLease(
+        call.key,
+        this.incarnationKey,
+        call.requests,
+        call.epoch,
+        call.keep,
+        call.returned,
+        call.wanted,
+        call.extra,
+        call.init,
+        call.expireAt,
+        randomBytes(6).toString('hex'),
+        graceMs,
+      ),
+      callTimeoutMs,
+    )
+    if (Number(reply[0]) < 0) return { rebuild: true }
+    return {
+      rebuild: false,
+      granted: Number(reply[0]),
+      used: Number(reply[1]),
+      waitMs: Number(reply[2]),
+      epoch: String(reply[3]),
+    }
+  }
+}

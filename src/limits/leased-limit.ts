@@ -1,0 +1,217 @@
+// One limit (a rate or a quota of one tenant) as one replica holds it: a lease of units taken from
+// Redis, spent from memory, renewed in the background; or, in embedded mode and while Redis is
+// unusable, a state of its own (docs/architecture.md, limits). The subclasses say what a unit is.
+import type { LeaseStore } from './lease-store.js'
+import type { LimiterMetrics, PolicyName, PolicyState } from './types.js'
+
+export interface LimitContext {
+  /** null: embedded mode, every limit is local for good. */
+  store: LeaseStore | null
+  now(): number
+  /** Whether Redis failed lately: shared limits switch to their local state. */
+  redisDown(): boolean
+  failed(): void
+  answered(): void
+  metrics: LimiterMetrics
+}
+
+/** Past this without a request, a lease shrinks to one unit (others may need the rest). */
+export const IDLE_SHRINK_MS = 1_000
+/** Past this without a request, the lease is given back and the limit forgotten. */
+export const FORGET_AFTER_MS = 10_000
+/** While Redis is unusable, each limit asks it again this often. */
+export const PROBE_EVERY_MS = 1_000
+/** A lease is sized to cover this much of the replica's recent demand. */
+export const LEASE_HORIZON_MS = 100
+/** After an empty answer, the next call waits at least this long. */
+const MIN_RETRY_MS = 10
+
+export type Mode = 'cold' | 'shared' | 'local'
+
+export abstract class LeasedLimit {
+  mode: Mode = 'cold'
+  /** Units held from Redis, spendable until `leaseExpiresAt` (local clock). */
+  lease = 0
+  leaseExpiresAt = 0
+  inflight = false
+  nextCallAt = 0
+  /** Units refunded by the gateway, given back on the next call (never spent again: see docs). */
+  refunds = 0
+  /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
+  prepaid = 0
+  unreported = 0
+  lastAttemptAt: number
+  /** The end of the last answer's wait: when the shared state expects units again. */
+  waitUntil = 0
+  /** The call (or Postgres read) under way, for `settled()`. */
+  protected pending: Promise<unknown> | null = null
+  private attempts = 0
+  private sampledAt: number
+  private demandPerMs = -1
+
+  constructor(
+    readonly name: PolicyName,
+    protected readonly ctx: LimitContext,
+    now: number,
+  ) {
+    this.lastAttemptAt = now
+    this.sampledAt = now
+  }
+
+  /** The largest lease this limit may hold, whatever the demand. */
+  protected abstract cap(): number
+  /** Sends one lease call and applies its answer; rejects when Redis failed (not when Postgres did). */
+  protected abstract call(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void>
+  /** Starts the local state from the last known shared one; false when it cannot yet. */
+  protected abstract enterLocal(now: number): boolean
+  protected abstract localAllows(now: number): boolean
+  protected abstract localTake(now: number): void
+  protected abstract localGiveBack(now: number): void
+  abstract state(now: number): PolicyState
+  /** When refused: ms until this limit would let a request pass (at least 1 s is answered). */
+  abstract retryAfterMs(now: number): number
+
+  /** Whether one unit may be taken now. Counts the attempt for the lease's sizing. */
+  allows(now: number): boolean {
+    this.attempts++
+    this.lastAttemptAt = now
+    this.sync(now)
+    if (this.mode === 'shared') return this.lease > 0 && now < this.leaseExpiresAt
+    if (this.mode === 'local') return this.localAllows(now)
+    return false
+  }
+
+  take(now: number): void {
+    if (this.mode === 'shared') {
+      this.lease--
+      return
+    }
+    this.localTake(now)
+    if (this.prepaid > 0) this.prepaid--
+    else this.unreported++
+  }
+
+  giveBack(now: number): void {
+    if (this.mode === 'shared') this.refunds++
+    else if (this.mode === 'local') {
+      this.localGiveBack(now)
+      if (this.unreported > 0) this.unreported--
+    }
+  }
+
+  /** Resolves once the call under way, if any, is over (never rejects). */
+  async settled(): Promise<void> {
+    await this.pending?.catch(() => {})
+  }
+
+  /** Whether the lease can be spent now (held and not expired). */
+  held(now: number): number {
+    return this.mode === 'shared' && now < this.leaseExpiresAt ? this.lease : 0
+  }
+
+  /** Switches modes the shared state forces: Redis down. */
+  protected sync(now: number): void {
+    if (this.mode !== 'local' && this.ctx.store !== null && this.ctx.redisDown()) this.goLocal(now)
+  }
+
+  protected goLocal(now: number): void {
+    const prepaid = this.held(now)
+    if (!this.enterLocal(now)) return
+    this.prepaid = prepaid
+    this.lease = 0
+    this.leaseExpiresAt = 0
+    this.mode = 'local'
+  }
+
+  /** The lease size this replica's recent demand calls for, between 1 and the cap. */
+  target(now: number): number {
+    const elapsed = now - this.sampledAt
+    if (elapsed >= 20) {
+      const observed = this.attempts / elapsed
+      this.demandPerMs = this.demandPerMs < 0 ? observed : (observed + this.demandPerMs) / 2
+      this.attempts = 0
+      this.sampledAt = now
+    }
+    const wanted = this.demandPerMs < 0 ? this.cap() : Math.ceil(this.demandPerMs * LEASE_HORIZON_MS)
+    return Math.max(1, Math.min(this.cap(), wanted))
+  }
+
+  /** Starts a lease call in the background if this limit needs one now. Never waits. */
+  maintain(now: number): void {
+    const store = this.ctx.store
+    if (store === null || this.inflight || now < this.nextCallAt) return
+    if (this.mode !== 'shared') {
+      const extra = this.mode === 'local' ? this.unreported : 0
+      this.unreported -= extra
+      this.send(now, 0, 0, this.target(now), extra)
+      return
+    }
+    const held = this.held(now)
+    if (held === 0) this.lease = 0
+    const idle = now - this.lastAttemptAt >= IDLE_SHRINK_MS
+    if (idle) {
+      const keep = Math.min(held, 1)
+      if (held > keep || this.refunds > 0 || (keep > 0 && now >= this.leaseExpiresAt - store.ttlMs / 2)) {
+        this.lease = keep
+        this.send(now, keep, held - keep, 0, 0)
+      }
+      return
+    }
+    const target = this.target(now)
+    const extra = this.unreported
+    if (held <= Math.floor(target / 2) || now >= this.leaseExpiresAt - store.ttlMs / 2 || extra > 0) {
+      this.unreported = 0
+      this.send(now, held, 0, Math.max(0, target - held), extra)
+    }
+  }
+
+  /** Gives back the whole lease (closing, or forgetting an idle limit). */
+  async release(now: number): Promise<void> {
+    if (this.ctx.store === null || this.mode !== 'shared' || this.inflight) return
+    const held = this.held(now)
+    if (held === 0 && this.refunds === 0) return
+    this.lease = 0
+    await this.send(now, 0, held, 0, 0)
+  }
+
+  private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
+    this.inflight = true
+    const returning = returned + this.refunds
+    this.refunds = 0
+    this.ctx.metrics.leaseRequests?.inc()
+    const sent = this.call(now, keep, returning, wanted, extra)
+      .then(
+        () => {},
+        () => {
+          this.ctx.metrics.leaseFailures?.inc()
+          // Units admitted while local are counted again rather than lost: under, never over.
+          this.unreported += extra
+          this.ctx.failed()
+          this.nextCallAt = now + PROBE_EVERY_MS
+          if (this.mode !== 'local') this.goLocal(now)
+        },
+      )
+      .finally(() => {
+        this.inflight = false
+      })
+    this.pending = sent
+    return sent
+  }
+
+  /**
+   * Applies a grant to a call sent at `sentAt` that kept `keep`: what is left of the kept units
+   * (spent meanwhile from `lease`) and the grant are valid for one lease life from the sending.
+   */
+  protected granted(sentAt: number, now: number, granted: number, waitMs: number, ttlMs: number): void {
+    this.ctx.answered()
+    if (this.mode !== 'shared') {
+      this.lease = 0
+      this.prepaid = 0
+      this.mode = 'shared'
+    }
+    this.lease += granted
+    this.leaseExpiresAt = this.lease > 0 ? sentAt + ttlMs : 0
+    this.waitUntil = waitMs > 0 ? now + waitMs : 0
+    this.nextCallAt = granted === 0 ? now + Math.min(PROBE_EVERY_MS, Math.max(MIN_RETRY_MS, waitMs)) : 0
+  }
+}

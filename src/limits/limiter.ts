@@ -1,0 +1,188 @@
+// The limiter the proxy asks before forwarding (docs/architecture.md, limits): every limit that
+// applies to a request, decided from memory, with leases from Redis renewed in the background.
+import type { Redis } from 'ioredis'
+import { DEFAULT_LEASE_TIMINGS, type LeaseStore, type LeaseTimings, RedisLeaseStore } from './lease-store.js'
+import { FORGET_AFTER_MS, type LeasedLimit, type LimitContext } from './leased-limit.js'
+import { QuotaLimit } from './quota-limit.js'
+import { RateLimit } from './rate-limit.js'
+import type { Decision, LimiterMetrics, LimitSubject, LoadMonthUse } from './types.js'
+
+export interface LimiterOptions {
+  /** null: embedded mode, every limit enforced in this process. */
+  redis: Redis | null
+  keyPrefix: string
+  /** Forwarded requests of a UTC month, from Postgres (for an account: with its sub-accounts'). */
+  loadMonthUse: LoadMonthUse
+  now?: () => number
+  metrics?: LimiterMetrics
+  /** Another lease store than Redis's (tests); takes precedence over `redis`. */
+  store?: LeaseStore
+  timings?: Partial<LeaseTimings>
+  /** How often idle leases are shrunk, renewed or given back; 0: never on a timer (tests call sweep). */
+  sweepEveryMs?: number
+}
+
+/** How long `warm` waits at most for the first answers. */
+const WARM_WAIT_MS = 300
+
+export class Limiter {
+  private readonly limits = new Map<string, LeasedLimit>()
+  private readonly now: () => number
+  private readonly ctx: LimitContext
+  private readonly keyPrefix: string
+  private readonly loadMonthUse: LoadMonthUse
+  private readonly metrics: LimiterMetrics
+  private readonly timer: NodeJS.Timeout | null
+  private down = false
+  private closed = false
+
+  constructor(options: LimiterOptions) {
+    this.now = options.now ?? Date.now
+    this.keyPrefix = options.keyPrefix
+    this.loadMonthUse = options.loadMonthUse
+    this.metrics = options.metrics ?? {}
+    const timings = { ...DEFAULT_LEASE_TIMINGS, ...options.timings }
+    const store =
+      options.store ?? (options.redis === null ? null : new RedisLeaseStore(options.redis, options.keyPrefix, timings))
+    this.ctx = {
+      store,
+      now: this.now,
+      redisDown: () => this.down,
+      failed: () => this.setDown(true),
+      answered: () => this.setDown(false),
+      metrics: this.metrics,
+    }
+    const every = options.sweepEveryMs ?? 250
+    this.timer = every > 0 ? setInterval(() => this.sweep(), every).unref() : null
+  }
+
+  /** Whether Redis is unusable and each replica enforces on its own (tgw_limits_degraded). */
+  get degraded(): boolean {
+    return this.down
+  }
+
+  private setDown(down: boolean): void {
+    if (this.down === down) return
+    this.down = down
+    this.metrics.degraded?.(down)
+  }
+
+  /** The limits that apply, in the order of the policies: sub-account first, rate before quota. */
+  private applicable(subjects: readonly LimitSubject[], now: number): LeasedLimit[] {
+    const found: LeasedLimit[] = []
+    for (const level of ['sub_account', 'account'] as const) {
+      for (const subject of subjects) {
+        if (subject.level !== level) continue
+        const { rate, monthlyQuota } = subject.limits
+        const base = `${level}:${subject.tenantId}`
+        if (rate !== null) {
+          let limit = this.limits.get(`${base}:rate`) as RateLimit | undefined
+          if (limit === undefined) {
+            const key = `${this.keyPrefix}limits:rate:${base}`
+            limit = new RateLimit(`${level}.rate`, this.ctx, now, rate, key)
+            this.limits.set(`${base}:rate`, limit)
+          } else if (limit.rate.requests !== rate.requests || limit.rate.perSeconds !== rate.perSeconds) {
+            limit.rate = rate
+          }
+          found.push(limit)
+        }
+        if (monthlyQuota !== null) {
+          let limit = this.limits.get(`${base}:quota`) as QuotaLimit | undefined
+          if (limit === undefined) {
+            const keyOf = (month: string) => `${this.keyPrefix}limits:quota:${base}:${month}`
+            const who = { tenantId: subject.tenantId, level }
+            limit = new QuotaLimit(
+              `${level}.monthly_quota`,
+              this.ctx,
+              now,
+              monthlyQuota.requests,
+              who,
+              keyOf,
+              this.loadMonthUse,
+            )
+            this.limits.set(`${base}:quota`, limit)
+          } else limit.requests = monthlyQuota.requests
+          found.push(limit)
+        }
+      }
+    }
+    return found
+  }
+
+  /** Synchronous, from memory: takes one unit from every applicable limit only if all of them allow it. */
+  admit(subjects: readonly LimitSubject[]): Decision {
+    const now = this.now()
+    const limits = this.applicable(subjects, now)
+    const refusing = limits.filter((limit) => !limit.allows(now))
+    if (refusing.length === 0) for (const limit of limits) limit.take(now)
+    if (!this.closed) for (const limit of limits) limit.maintain(now)
+    let retryAfterMs = 0
+    for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now))
+    return {
+      allowed: refusing.length === 0,
+      violated: refusing.map((limit) => limit.name),
+      retryAfterSeconds: refusing.length === 0 ? 0 : Math.max(1, Math.ceil(retryAfterMs / 1000)),
+      policies: limits.map((limit) => limit.state(now)),
+    }
+  }
+
+  /** An admitted request that was not forwarded after all (refused later by the gateway): give its units back. */
+  refund(subjects: readonly LimitSubject[]): void {
+    const now = this.now()
+    for (const limit of this.applicable(subjects, now)) limit.giveBack(now)
+  }
+
+  /** Whether every limit of these subjects has had its first answer (a lease, or a local state). */
+  isWarm(subjects: readonly LimitSubject[]): boolean {
+    return this.applicable(subjects, this.now()).every((limit) => limit.mode !== 'cold')
+  }
+
+  /**
+   * Starts the first lease of every limit of these subjects not known yet, and resolves when they
+   * have answered or after `maxWaitMs` (never rejects). The proxy awaits it only for a cold limit:
+   * a new tenant's first request waits one round trip instead of being refused.
+   */
+  async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<void> {
+    const deadline = this.now() + maxWaitMs
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, maxWaitMs)
+    })
+    try {
+      // A quota whose month Redis lost answers after a Postgres read and a second call: rounds.
+      for (let round = 0; round < 3 && this.now() < deadline; round++) {
+        const cold = this.applicable(subjects, this.now()).filter((limit) => limit.mode === 'cold')
+        if (cold.length === 0) return
+        for (const limit of cold) limit.maintain(this.now())
+        await Promise.race([Promise.all(cold.map((limit) => limit.settled())), late])
+      }
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  /** Shrinks, renews and gives back idle leases; forgets limits unused for a while. */
+  sweep(): void {
+    const now = this.now()
+    for (const [name, limit] of this.limits) {
+      if (now - limit.lastAttemptAt >= FORGET_AFTER_MS && !limit.inflight) {
+        this.limits.delete(name)
+        limit.release(now).catch(() => {})
+      } else if (!this.closed) limit.maintain(now)
+    }
+  }
+
+  /** Gives unused leases back to Redis. */
+  async close(): Promise<void> {
+    this.closed = true
+    if (this.timer !== null) clearInterval(this.timer)
+    const limits = [...this.limits.values()]
+    this.limits.clear()
+    await Promise.all(
+      limits.map(async (limit) => {
+        await limit.settled()
+        await limit.release(this.now()).catch(() => {})
+      }),
+    )
+  }
+}

@@ -1,0 +1,156 @@
+// A monthly quota as one replica holds it (leased-limit.ts): units are requests of the current
+// UTC month; Redis counts every unit granted, and rebuilds a lost month from Postgres. The local
+// state is a count of the month's use, seeded from Redis or, failing that, from Postgres.
+import { type LimitContext, LeasedLimit, PROBE_EVERY_MS } from './leased-limit.js'
+import { monthBounds, monthOf, monthSeconds, secondsToNextMonth } from './month.js'
+import type { Level, LoadMonthUse, PolicyName, PolicyState } from './types.js'
+
+/** A month's key outlives the month by a day, so that no grant of the month can find it gone. */
+const KEY_KEPT_AFTER_MONTH_MS = 86_400_000
+
+export class QuotaLimit extends LeasedLimit {
+  private month: string
+  /** The month's use as Redis last counted it (this replica's lease included), or null. */
+  private lastKnownUsed: number | null = null
+  /** The key's epoch the lease was granted in (lease-store.ts). */
+  private epoch = ''
+  private localUsed = 0
+  private loading = false
+
+  constructor(
+    name: PolicyName,
+    ctx: LimitContext,
+    now: number,
+    public requests: number,
+    private readonly subject: { tenantId: string; level: Level },
+    private readonly keyOf: (month: string) => string,
+    private readonly loadMonthUse: LoadMonthUse,
+  ) {
+    super(name, ctx, now)
+    this.month = monthOf(now)
+    if (ctx.store === null) this.load(now)
+  }
+
+  protected cap(): number {
+    return Math.max(1, Math.ceil(this.requests / 100))
+  }
+
+  /** A new month: nothing of the last one's lease or count may be spent in it. */
+  protected override sync(now: number): void {
+    const month = monthOf(now)
+    if (month !== this.month) {
+      this.month = month
+      this.lease = 0
+      this.leaseExpiresAt = 0
+      this.lastKnownUsed = null
+      this.epoch = ''
+      this.refunds = 0
+      this.prepaid = 0
+      this.unreported = 0
+      this.nextCallAt = 0
+      this.mode = 'cold'
+      if (this.ctx.store === null || this.ctx.redisDown()) this.load(now)
+    }
+    super.sync(now)
+  }
+
+  /** Reads the month's use from Postgres into the local state (embedded, or Redis down and cold). */
+  private load(now: number): void {
+    if (this.loading) return
+    this.loading = true
+    const month = this.month
+    this.pending = this.loadMonthUse(this.subject, month).then(
+      (used) => {
+        this.loading = false
+        if (month !== this.month || this.mode !== 'cold') return
+        this.lastKnownUsed = used
+        this.goLocal(now)
+      },
+      () => {
+        this.loading = false
+      },
+    )
+  }
+
+  protected async call(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
+    const store = this.ctx.store!
+    const month = this.month
+    let init = -1
+    for (;;) {
+      const answer = await store.quota({
+        key: this.keyOf(month),
+        requests: this.requests,
+        epoch: this.epoch,
+        keep,
+        returned,
+        wanted,
+        extra,
+        init,
+        expireAt: monthBounds(now).end + KEY_KEPT_AFTER_MONTH_MS,
+      })
+      if (month !== this.month) return
+      if (!answer.rebuild) {
+        this.epoch = answer.epoch
+        this.lastKnownUsed = answer.used
+        this.granted(now, this.ctx.now(), answer.granted, answer.waitMs, store.ttlMs)
+        return
+      }
+      // Redis has no count for the month: Postgres is its source of truth. A failure there is
+      // not Redis's: the call is tried again later, and Redis is not marked down.
+      try {
+        init = await this.loadMonthUse(this.subject, month)
+      } catch {
+        this.nextCallAt = this.ctx.now() + PROBE_EVERY_MS
+        return
+      }
+    }
+  }
+
+  protected enterLocal(now: number): boolean {
+    if (this.lastKnownUsed === null) {
+      this.load(now)
+      return false
+    }
+    // Redis counted this replica's lease as used; what is left of it is this replica's to spend.
+    this.localUsed = Math.max(0, this.lastKnownUsed - this.held(now))
+    return true
+  }
+
+  protected localAllows(): boolean {
+    return this.localUsed < this.requests
+  }
+
+  protected localTake(): void {
+    this.localUsed++
+  }
+
+  protected localGiveBack(): void {
+    this.localUsed = Math.max(0, this.localUsed - 1)
+  }
+
+  private remaining(now: number): number {
+    if (this.mode === 'local') return Math.max(0, this.requests - this.localUsed)
+    if (this.lastKnownUsed === null) return 0
+    return Math.max(0, Math.min(this.requests, this.requests - this.lastKnownUsed + this.held(now)))
+  }
+
+  /** Whether the month is spent as far as this replica knows (then Retry-After is the next month). */
+  private exhausted(now: number): boolean {
+    return this.lastKnownUsed !== null && this.remaining(now) === 0
+  }
+
+  state(now: number): PolicyState {
+    return {
+      name: this.name,
+      quota: this.requests,
+      windowSeconds: monthSeconds(now),
+      remaining: this.remaining(now),
+      resetSeconds: secondsToNextMonth(now),
+    }
+  }
+
+  retryAfterMs(now: number): number {
+    if (this.exhausted(now)) return secondsToNextMonth(now) * 1000
+    return Math.max(0, this.waitUntil - now)
+  }
+}

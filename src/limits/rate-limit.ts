@@ -1,0 +1,89 @@
+// A rate limit as one replica holds it (leased-limit.ts): units are tokens of the shared bucket;
+// the local state is a bucket of its own (bucket.ts), seeded from what Redis last said.
+import { type BucketState, fullBucket, giveBack, msUntil, type Rate, refill, take } from './bucket.js'
+import { type LimitContext, LeasedLimit } from './leased-limit.js'
+import type { PolicyName, PolicyState } from './types.js'
+
+export class RateLimit extends LeasedLimit {
+  /** The shared bucket's tokens after the last answer, and when it was given. */
+  private lastKnown: BucketState | null = null
+  private local: BucketState
+
+  constructor(
+    name: PolicyName,
+    ctx: LimitContext,
+    now: number,
+    public rate: Rate,
+    private readonly key: string,
+  ) {
+    super(name, ctx, now)
+    this.local = fullBucket(rate, now)
+    // Embedded: one process, so its own bucket is the whole truth.
+    if (ctx.store === null) this.mode = 'local'
+  }
+
+  protected cap(): number {
+    return Math.max(1, Math.ceil(this.rate.requests / 10))
+  }
+
+  protected async call(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
+    const store = this.ctx.store!
+    const target = Math.max(1, wanted)
+    const answer = await store.rate({
+      key: this.key,
+      requests: this.rate.requests,
+      perMs: this.rate.perSeconds * 1000,
+      keep,
+      returned,
+      wanted,
+      extra,
+      batch: Math.max(1, Math.ceil(target / 2)),
+    })
+    const answeredAt = this.ctx.now()
+    this.lastKnown = { tokens: Math.max(0, answer.tokens), at: answeredAt }
+    this.granted(now, answeredAt, answer.granted, answer.waitMs, store.ttlMs)
+  }
+
+  protected enterLocal(now: number): boolean {
+    // Each replica on its own, from the shared bucket it last saw plus the lease it holds.
+    const seen = this.lastKnown === null ? fullBucket(this.rate, now) : refill(this.lastKnown, this.rate, now)
+    this.local = { tokens: Math.min(this.rate.requests, seen.tokens + this.held(now)), at: now }
+    return true
+  }
+
+  protected localAllows(now: number): boolean {
+    return refill(this.local, this.rate, now).tokens >= 1
+  }
+
+  protected localTake(now: number): void {
+    this.local = take(this.local, this.rate, now, 1).state
+  }
+
+  protected localGiveBack(now: number): void {
+    this.local = giveBack(this.local, this.rate, now, 1)
+  }
+
+  /** Tokens this replica believes are left: its lease plus the shared bucket as last seen. */
+  private remaining(now: number): number {
+    if (this.mode === 'local') return Math.floor(refill(this.local, this.rate, now).tokens)
+    const shared = this.lastKnown === null ? 0 : Math.floor(this.lastKnown.tokens)
+    return Math.min(this.rate.requests, shared + this.held(now))
+  }
+
+  state(now: number): PolicyState {
+    const remaining = this.remaining(now)
+    const missing = this.rate.requests - remaining
+    return {
+      name: this.name,
+      quota: this.rate.requests,
+      windowSeconds: this.rate.perSeconds,
+      remaining,
+      resetSeconds: Math.ceil((missing * this.rate.perSeconds) / this.rate.requests),
+    }
+  }
+
+  retryAfterMs(now: number): number {
+    if (this.mode === 'local') return msUntil(this.local, this.rate, now, 1)
+    return Math.max(0, this.waitUntil - now)
+  }
+}

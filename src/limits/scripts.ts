@@ -1,0 +1,100 @@
+// The two lease scripts, each run atomically by Redis (docs/architecture.md, limits). Both read
+// Redis's own clock (TIME), so that replicas with skewed clocks share one bucket and one expiry.
+//
+// Both scripts know the "incarnation" of the Redis data: a key set, with its birth time, by the
+// first script that finds it missing. For `graceMs` after that birth nothing is granted, since a
+// Redis that lost its keys (restart, FLUSHDB) cannot know the leases replicas still hold; they
+// expire within that grace unless renewed, and a renewal re-registers what it keeps.
+
+const CLOCK_AND_INCARNATION = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local born = tonumber(redis.call('GET', KEYS[2]))
+if not born then
+  born = now
+  redis.call('SET', KEYS[2], now)
+end`
+
+/**
+ * A rate's token bucket (bucket.ts, repeated in Lua) and the unexpired leases of every replica,
+ * as fields `l:<replica>` = `<amount>:<expires ms>`. Tokens in the bucket plus leases out never
+ * exceed N, so a lease spent late cannot add to a bucket that refilled meanwhile.
+ * ARGV: replica, N, W ms, keep, returned, wanted, extra, ttl ms, batch, grace ms.
+ * Returns {granted, tokens after (string), ms until `batch` tokens}.
+ */
+export const RATE_LEASE = `${CLOCK_AND_INCARNATION}
+local n = tonumber(ARGV[2])
+local w = tonumber(ARGV[3])
+local keep = tonumber(ARGV[4])
+local wanted = tonumber(ARGV[6])
+local ttl = tonumber(ARGV[8])
+local batch = tonumber(ARGV[9])
+local mine = 'l:' .. ARGV[1]
+local fields = redis.call('HGETALL', KEYS[1])
+local tokens = n
+local at = now
+local others = 0
+for i = 1, #fields, 2 do
+  local f = fields[i]
+  local v = fields[i + 1]
+  if f == 'tk' then tokens = tonumber(v)
+  elseif f == 'at' then at = tonumber(v)
+  elseif f ~= mine then
+    local sep = string.find(v, ':', 1, true)
+    if tonumber(string.sub(v, sep + 1)) <= now then redis.call('HDEL', KEYS[1], f)
+    else others = others + tonumber(string.sub(v, 1, sep - 1)) end
+  end
+end
+if now > at then tokens = tokens + (now - at) * n / w end
+tokens = tokens + tonumber(ARGV[5])
+local cap = n - others - keep
+if tokens > cap then tokens = cap end
+tokens = tokens - tonumber(ARGV[7])
+if tokens < -n then tokens = -n end
+local granted = 0
+local wait = 0
+local open = born + tonumber(ARGV[10])
+if now < open then wait = open - now
+else
+  granted = math.max(0, math.min(wanted, math.floor(tokens)))
+  tokens = tokens - granted
+  if tokens < batch then wait = math.ceil((batch - tokens) * w / n) end
+end
+if keep + granted > 0 then redis.call('HSET', KEYS[1], mine, (keep + granted) .. ':' .. (now + ttl))
+else redis.call('HDEL', KEYS[1], mine) end
+redis.call('HSET', KEYS[1], 'tk', tostring(tokens), 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.max(math.ceil((n - tokens) * w / n), ttl) + 1000)
+return {granted, tostring(tokens), wait}`
+
+/**
+ * A quota's month: `used` counts every unit granted (spent or leased), `ep` names this copy of
+ * the key. Missing and no `init` given: returns {-1} so that the caller reads Postgres and calls
+ * again. A caller whose epoch differs re-registers what it keeps; returns count only in the
+ * epoch they were granted in.
+ * ARGV: M, epoch, keep, returned, wanted, extra, init (-1: unknown), expire at ms, new epoch, grace ms.
+ * Returns {granted, used after (string), ms until grants resume, epoch}.
+ */
+export const QUOTA_LEASE = `${CLOCK_AND_INCARNATION}
+local m = tonumber(ARGV[1])
+local used = tonumber(redis.call('HGET', KEYS[1], 'used'))
+local epoch
+if not used then
+  if tonumber(ARGV[7]) < 0 then return {-1, '0', 0, ''} end
+  used = tonumber(ARGV[7])
+  epoch = ARGV[9]
+  redis.call('HSET', KEYS[1], 'ep', epoch)
+  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+else
+  epoch = redis.call('HGET', KEYS[1], 'ep')
+end
+if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) else used = used + tonumber(ARGV[3]) end
+used = used + tonumber(ARGV[6])
+if used < 0 then used = 0 end
+local granted = 0
+local wait = 0
+local open = born + tonumber(ARGV[10])
+if now < open then wait = open - now
+else granted = math.max(0, math.min(tonumber(ARGV[5]), m - used)) end
+used = used + granted
+redis.call('HSET', KEYS[1], 'used', used)
+return {granted, tostring(used), wait, epoch}`

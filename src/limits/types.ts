@@ -1,0 +1,55 @@
+// What the limiter decides about a request and what it reports for the RateLimit headers
+// (docs/architecture.md, limits). The proxy builds the subjects; the limiter never reads the store.
+import type { Rate } from './bucket.js'
+
+export type { Rate } from './bucket.js'
+
+export interface Limits {
+  rate: Rate | null
+  monthlyQuota: { requests: number } | null
+}
+
+export type PolicyName = 'sub_account.rate' | 'sub_account.monthly_quota' | 'account.rate' | 'account.monthly_quota'
+
+export type Level = 'sub_account' | 'account'
+
+/** One tenant whose limits apply to a request: the sub-account it acts as, and/or the parent account. */
+export interface LimitSubject {
+  tenantId: string
+  level: Level
+  limits: Limits
+}
+
+export interface PolicyState {
+  name: PolicyName
+  /** N of a rate, M of a quota. */
+  quota: number
+  /** W of a rate; the current month's length in seconds for a quota. */
+  windowSeconds: number
+  /** What this replica believes is left: approximate across replicas, never more than one lease above. */
+  remaining: number
+  resetSeconds: number
+}
+
+export interface Decision {
+  allowed: boolean
+  /** Refused: every policy that refused it, in the order sub_account.rate, sub_account.monthly_quota, account.rate, account.monthly_quota. */
+  violated: PolicyName[]
+  /** Refused: whole seconds >= 1 until it would pass (rate) or until the next UTC month (quota). */
+  retryAfterSeconds: number
+  /** Every policy that applies, in that order, for the RateLimit-Policy / RateLimit headers. */
+  policies: PolicyState[]
+}
+
+/** Counters the limiter feeds; every member is optional (a Tally fits `{ inc() }`). */
+export interface LimiterMetrics {
+  /** Lease calls sent to Redis. */
+  leaseRequests?: { inc(): void }
+  /** Lease calls that failed or timed out. */
+  leaseFailures?: { inc(): void }
+  /** Called whenever `degraded` changes (the tgw_limits_degraded gauge). */
+  degraded?(value: boolean): void
+}
+
+/** Where a quota's month of use is read from when Redis has lost it: Postgres. */
+export type LoadMonthUse = (subject: { tenantId: string; level: Level }, month: string) => Promise<number>

@@ -1,0 +1,348 @@
+// The limiter's accounting (src/limits/) with a fake clock: in embedded mode, and against a lease
+// store in memory whose answers the test gives by hand, so that every call and its arguments show.
+import t from 'tap'
+import type { LeaseStore, QuotaAnswer, QuotaCall, RateAnswer, RateCall } from '../../src/limits/lease-store.js'
+import { Limiter } from '../../src/limits/limiter.js'
+import { secondsToNextMonth } from '../../src/limits/month.js'
+import type { LimitSubject, Limits } from '../../src/limits/types.js'
+
+const NOV = Date.UTC(2026, 10, 22, 12, 0, 0)
+
+function clock(start = NOV) {
+  let at = start
+  return { now: () => at, advance: (ms: number) => (at += ms) }
+}
+
+const NONE: Limits = { rate: null, monthlyQuota: null }
+const sub = (limits: Partial<Limits>): LimitSubject => ({
+  tenantId: 'sub-1',
+  level: 'sub_account',
+  limits: { ...NONE, ...limits },
+})
+const account = (limits: Partial<Limits>): LimitSubject => ({
+  tenantId: 'parent-1',
+  level: 'account',
+  limits: { ...NONE, ...limits },
+})
+
+interface Pending<C, A> {
+  call: C
+  answer(a: A): void
+  fail(err: Error): void
+}
+
+/** A store whose calls wait until the test answers them. */
+class HandStore implements LeaseStore {
+  readonly ttlMs = 2_000
+  readonly rates: Pending<RateCall, RateAnswer>[] = []
+  readonly quotas: Pending<QuotaCall, QuotaAnswer>[] = []
+  rate(call: RateCall): Promise<RateAnswer> {
+    return new Promise((answer, fail) => this.rates.push({ call, answer, fail }))
+  }
+  quota(call: QuotaCall): Promise<QuotaAnswer> {
+    return new Promise((answer, fail) => this.quotas.push({ call, answer, fail }))
+  }
+  /** Closes the limiter, answering the calls that gives back. */
+  async close(limiter: Limiter): Promise<void> {
+    const closing = limiter.close()
+    for (let i = 0; i < 5; i++) {
+      await flush()
+      for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0 })
+      for (const p of this.quotas.splice(0)) p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '' })
+    }
+    await closing
+  }
+
+  /** Answers the oldest rate call and lets its continuation run. */
+  async rateAnswer(granted: number, tokens = 0, waitMs = 0): Promise<RateCall> {
+    const pending = this.rates.shift()
+    if (pending === undefined) throw new Error('no rate call waits')
+    pending.answer({ granted, tokens, waitMs })
+    await flush()
+    return pending.call
+  }
+}
+
+const flush = () => new Promise((resolve) => setImmediate(resolve))
+
+function embedded(now: () => number, used = 0) {
+  return new Limiter({ redis: null, keyPrefix: 't:', loadMonthUse: async () => used, now, sweepEveryMs: 0 })
+}
+
+t.test('policies in their order; a request that fails one limit takes from none', async (t) => {
+  const time = clock()
+  const limiter = embedded(time.now)
+  const subjects = [
+    account({ rate: { requests: 100, perSeconds: 1 }, monthlyQuota: { requests: 3 } }),
+    sub({ rate: { requests: 4, perSeconds: 60 }, monthlyQuota: { requests: 1_000 } }),
+  ]
+  await limiter.warm(subjects)
+  t.ok(limiter.isWarm(subjects), 'quotas read their month')
+  for (let i = 0; i < 3; i++) t.ok(limiter.admit(subjects).allowed)
+  const refused = limiter.admit(subjects)
+  t.notOk(refused.allowed)
+  t.same(refused.violated, ['account.monthly_quota'])
+  t.equal(refused.retryAfterSeconds, secondsToNextMonth(NOV), 'until the next month')
+  t.same(
+    refused.policies.map((p) => [p.name, p.remaining]),
+    [
+      ['sub_account.rate', 1],
+      ['sub_account.monthly_quota', 997],
+      ['account.rate', 97],
+      ['account.monthly_quota', 0],
+    ],
+    'in order, and the refused request took nothing from the limits that allowed it',
+  )
+  const raised = [account({ rate: { requests: 100, perSeconds: 1 }, monthlyQuota: { requests: 4 } }), subjects[1]!]
+  t.ok(limiter.admit(raised).allowed, 'a raised quota applies at once')
+  const both = limiter.admit(raised)
+  t.same(both.violated, ['sub_account.rate', 'account.monthly_quota'], 'every refusing policy, in order')
+  t.equal(both.retryAfterSeconds, secondsToNextMonth(NOV), 'the longest wait')
+  await limiter.close()
+})
+
+t.test('a rate refusal says when the next token comes; a refund gives one back', async (t) => {
+  const time = clock()
+  const limiter = embedded(time.now)
+  const subjects = [sub({ rate: { requests: 2, perSeconds: 10 } })]
+  t.ok(limiter.admit(subjects).allowed)
+  t.ok(limiter.admit(subjects).allowed)
+  const refused = limiter.admit(subjects)
+  t.same(refused.violated, ['sub_account.rate'])
+  t.equal(refused.retryAfterSeconds, 5, 'one token every 5 s')
+  time.advance(1_200)
+  t.equal(limiter.admit(subjects).retryAfterSeconds, 4, '3.8 s left: 4')
+  limiter.refund(subjects)
+  t.ok(limiter.admit(subjects).allowed, 'the refunded token')
+  time.advance(3_800)
+  const passed = limiter.admit(subjects)
+  t.ok(passed.allowed)
+  t.same(passed.policies[0], { name: 'sub_account.rate', quota: 2, windowSeconds: 10, remaining: 0, resetSeconds: 10 })
+  await limiter.close()
+})
+
+t.test('a cold limit refuses with Retry-After 1 while its first lease is fetched', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
+  t.notOk(limiter.isWarm(subjects))
+  const cold = limiter.admit(subjects)
+  t.same([cold.allowed, cold.violated, cold.retryAfterSeconds], [false, ['sub_account.rate'], 1])
+  t.equal(store.rates.length, 1, 'one call')
+  t.equal(limiter.admit(subjects).allowed, false, 'still refused while it is in flight')
+  t.equal(store.rates.length, 1, 'never two calls in flight for one limit')
+  const first = await store.rateAnswer(10, 80)
+  t.match(first, { key: 'p:limits:rate:sub_account:sub-1', requests: 100, perMs: 1_000, keep: 0, wanted: 10 })
+  t.ok(limiter.isWarm(subjects))
+  t.equal(limiter.admit(subjects).policies[0]!.remaining, 89, 'its lease (9 left) and the bucket as last seen (80)')
+  await store.close(limiter)
+})
+
+t.test('leases: kept units go on being spent, the grant adds up, an expired lease is not spent', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(10, 90)])
+  let admitted = 0
+  // 1 request a ms: the lease is sized to 100 ms of that, capped at N/10 = 10.
+  while (store.rates.length === 0) {
+    time.advance(1)
+    if (limiter.admit(subjects).allowed) admitted++
+  }
+  t.equal(admitted, 5, 'a renewal goes out when half the target is left')
+  t.match(store.rates[0]!.call, { keep: 5, wanted: 5 })
+  for (let i = 0; i < 3; i++) if (limiter.admit(subjects).allowed) admitted++
+  await store.rateAnswer(5, 85)
+  t.equal(admitted, 8)
+  for (let i = 0; i < 20; i++) if (limiter.admit(subjects).allowed) admitted++
+  t.equal(admitted, 15, 'the 2 kept units left and the 5 granted: 7 more, no more')
+  t.equal(store.rates.length, 1, 'the next renewal is in flight')
+  time.advance(2_001)
+  t.notOk(limiter.admit(subjects).allowed, 'nothing is spent after the lease life')
+  await store.close(limiter)
+})
+
+t.test('lease size follows the demand; an idle lease shrinks to one unit, then is given back', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 10_000, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(1_000, 0)])
+  t.equal(store.rates.length, 0)
+  // 1 request every 10 ms: 0.1 a ms, so 10 over the 100 ms a lease covers.
+  let wanted = -1
+  for (let i = 0; i < 200 && wanted < 0; i++) {
+    time.advance(10)
+    limiter.admit(subjects)
+    if (store.rates.length > 0) wanted = (await store.rateAnswer(0, 0)).wanted
+  }
+  t.ok(wanted >= 0 && wanted <= 10, `wanted ${wanted}: sized to the demand, not the cap of 1,000`)
+  // A burst: 10 a ms.
+  await Promise.all([limiter.warm(subjects), store.rates.length > 0 ? store.rateAnswer(50, 0) : null])
+  let big = -1
+  for (let ms = 0; ms < 2_000 && big < 500; ms++) {
+    time.advance(1)
+    for (let i = 0; i < 10; i++) limiter.admit(subjects)
+    if (store.rates.length > 0) big = (await store.rateAnswer(200, 0)).wanted
+  }
+  t.ok(big >= 500, `wanted ${big} under a burst of 10 a ms`)
+  const held = limiter.admit(subjects).policies[0]!.remaining
+  t.ok(held > 1)
+  time.advance(1_000)
+  limiter.sweep()
+  const shrink = store.rates.shift()!
+  t.match(shrink.call, { keep: 1, wanted: 0 }, 'idle: keeps one unit')
+  t.ok(shrink.call.returned >= held - 2, `gives back the rest (${shrink.call.returned})`)
+  shrink.answer({ granted: 0, tokens: 0, waitMs: 0 })
+  await flush()
+  const later: RateCall[] = []
+  for (let ms = 0; ms < 9_000; ms += 250) {
+    time.advance(250)
+    limiter.sweep()
+    if (store.rates.length > 0) later.push(await store.rateAnswer(0, 0))
+  }
+  t.ok(later.length >= 4, `the unit kept is renewed while idle (${later.length} calls)`)
+  t.match(
+    later.slice(0, -1),
+    later.slice(0, -1).map(() => ({ keep: 1, returned: 0, wanted: 0 })),
+  )
+  t.match(later.at(-1), { keep: 0, returned: 1, wanted: 0 }, 'forgotten: the last unit goes back')
+  await store.close(limiter)
+})
+
+t.test('a refund is given back to the store, never spent again locally', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 10, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(1, 0)])
+  t.ok(limiter.admit(subjects).allowed)
+  t.equal(store.rates.length, 1, 'the lease of one ran out: a call is out')
+  limiter.refund(subjects)
+  t.notOk(limiter.admit(subjects).allowed, 'the refunded unit is not spent here')
+  await store.rateAnswer(0, 0)
+  time.advance(20)
+  limiter.admit(subjects)
+  t.equal(store.rates[0]?.call.returned, 1, 'it goes back with the next call')
+  await store.close(limiter)
+})
+
+t.test('an empty answer: Retry-After from its wait, and no call before it', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 1, perSeconds: 3_600 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(0, 0, 2_500)])
+  const refused = limiter.admit(subjects)
+  t.same([refused.allowed, refused.retryAfterSeconds], [false, 3])
+  t.equal(store.rates.length, 0, 'no call before the wait (at most 1 s) is over')
+  time.advance(1_000)
+  limiter.admit(subjects)
+  t.equal(store.rates.length, 1)
+  await store.close(limiter)
+})
+
+t.test('Redis failing: degraded, each limit on its own from its last state, reported on recovery', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const seen: boolean[] = []
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+    metrics: { degraded: (v) => seen.push(v) },
+  })
+  const subjects = [sub({ monthlyQuota: { requests: 10 } })]
+  const warming = limiter.warm(subjects)
+  await flush()
+  store.quotas.shift()!.answer({ rebuild: false, granted: 1, used: 7, waitMs: 0, epoch: 'e1' })
+  await warming
+  t.ok(limiter.admit(subjects).allowed, 'the lease of one')
+  store.quotas.shift()!.fail(new Error('down'))
+  await flush()
+  t.ok(limiter.degraded)
+  let admitted = 0
+  for (let i = 0; i < 10; i++) if (limiter.admit(subjects).allowed) admitted++
+  t.equal(admitted, 3, '7 used as Redis last counted: 3 left')
+  const refused = limiter.admit(subjects)
+  t.equal(refused.retryAfterSeconds, secondsToNextMonth(NOV))
+  time.advance(1_000)
+  limiter.admit(subjects)
+  const probe = store.quotas.shift()!
+  t.match(probe.call, { extra: 3, epoch: 'e1' }, 'what it admitted on its own is reported')
+  probe.answer({ rebuild: false, granted: 0, used: 10, waitMs: 0, epoch: 'e1' })
+  await flush()
+  t.notOk(limiter.degraded)
+  t.same(seen, [true, false])
+  await store.close(limiter)
+})
+
+t.test('a quota Redis lost is read from Postgres and sent again', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const asked: string[] = []
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async (subject, month) => {
+      asked.push(`${subject.level}:${subject.tenantId}:${month}`)
+      return 42
+    },
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [account({ monthlyQuota: { requests: 1_000 } })]
+  const warming = limiter.warm(subjects)
+  await flush()
+  store.quotas.shift()!.answer({ rebuild: true })
+  await flush()
+  await flush()
+  const again = store.quotas.shift()!
+  t.match(again.call, { key: 'p:limits:quota:account:parent-1:2026-11', init: 42 })
+  again.answer({ rebuild: false, granted: 10, used: 52, waitMs: 0, epoch: 'e' })
+  await warming
+  t.same(asked, ['account:parent-1:2026-11'])
+  t.equal(limiter.admit(subjects).policies[0]!.remaining, 957)
+  await store.close(limiter)
+})
