@@ -1,6 +1,7 @@
 // Where leases come from: the two Redis scripts (scripts.ts) behind an interface, so that the
 // limiter's accounting is tested against a store in memory and the scripts against Redis.
 import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
 import type { Redis } from 'ioredis'
 import { QUOTA_LEASE, RATE_LEASE } from './scripts.js'
 
@@ -27,6 +28,8 @@ export interface RateAnswer {
   /** The shared bucket after the grant (may be fractional or negative). */
   tokens: number
   waitMs: number
+  /** Redis was found empty less than a grace ago: nothing is granted yet (scripts.ts). */
+  inGrace: boolean
 }
 
 export interface QuotaCall extends LeaseCall {
@@ -41,7 +44,7 @@ export interface QuotaCall extends LeaseCall {
 
 export type QuotaAnswer =
   | { rebuild: true }
-  | { rebuild: false; granted: number; used: number; waitMs: number; epoch: string }
+  | { rebuild: false; granted: number; used: number; waitMs: number; epoch: string; inGrace: boolean }
 
 export interface LeaseStore {
   rate(call: RateCall): Promise<RateAnswer>
@@ -61,21 +64,31 @@ export interface LeaseTimings {
 export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 2_000, callTimeoutMs: 250 }
 
 interface LeaseCommands {
-  tgwRateLease(...args: (string | number)[]): Promise<[number, string, number]>
-  tgwQuotaLease(...args: (string | number)[]): Promise<[number, string, number, string]>
+  tgwRateLease(...args: (string | number)[]): Promise<[number, string, number, number]>
+  tgwQuotaLease(...args: (string | number)[]): Promise<[number, string, number, string, number]>
 }
 
-function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+/** Connecting, not down: a call waits for the connection, within its own deadline. */
+const CONNECTING = new Set(['wait', 'connecting', 'connect'])
+
+/** Sends `send()` once `redis` is ready, and fails it if no answer came within `ms` of the start. */
+async function within<T>(redis: Redis, send: () => Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`lease call unanswered after ${ms} ms`)), ms)
   })
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+  try {
+    if (CONNECTING.has(redis.status)) await Promise.race([once(redis, 'ready'), late])
+    return await Promise.race([send(), late])
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 /** The scripts on `redis`, loaded once each (EVALSHA, EVAL again only when Redis lost them). */
 export class RedisLeaseStore implements LeaseStore {
   readonly ttlMs: number
+  private readonly redis: Redis
   private readonly commands: LeaseCommands
   private readonly replica = randomBytes(8).toString('hex')
   private readonly incarnationKey: string
@@ -86,6 +99,7 @@ export class RedisLeaseStore implements LeaseStore {
     private readonly timings: LeaseTimings = DEFAULT_LEASE_TIMINGS,
   ) {
     this.ttlMs = timings.ttlMs
+    this.redis = redis
     this.incarnationKey = `${keyPrefix}limits:incarnation`
     if (!('tgwRateLease' in redis)) {
       redis.defineCommand('tgwRateLease', { numberOfKeys: 2, lua: RATE_LEASE })
@@ -97,42 +111,51 @@ export class RedisLeaseStore implements LeaseStore {
   async rate(call: RateCall): Promise<RateAnswer> {
     const { ttlMs, graceMs, callTimeoutMs } = this.timings
     const reply = await within(
-      this.commands.tgwRateLease(
-        call.key,
-        this.incarnationKey,
-        this.replica,
-        call.requests,
-        call.perMs,
-        call.keep,
-        call.returned,
-        call.wanted,
-        call.extra,
-        ttlMs,
-        call.batch,
-        graceMs,
-      ),
+      this.redis,
+      () =>
+        this.commands.tgwRateLease(
+          call.key,
+          this.incarnationKey,
+          this.replica,
+          call.requests,
+          call.perMs,
+          call.keep,
+          call.returned,
+          call.wanted,
+          call.extra,
+          ttlMs,
+          call.batch,
+          graceMs,
+        ),
       callTimeoutMs,
     )
-    return { granted: Number(reply[0]), tokens: Number(reply[1]), waitMs: Number(reply[2]) }
+    return {
+      granted: Number(reply[0]),
+      tokens: Number(reply[1]),
+      waitMs: Number(reply[2]),
+      inGrace: Number(reply[3]) === 1,
+    }
   }
 
   async quota(call: QuotaCall): Promise<QuotaAnswer> {
     const { graceMs, callTimeoutMs } = this.timings
     const reply = await within(
-      this.commands.tgwQuotaLease(
-        call.key,
-        this.incarnationKey,
-        call.requests,
-        call.epoch,
-        call.keep,
-        call.returned,
-        call.wanted,
-        call.extra,
-        call.init,
-        call.expireAt,
-        randomBytes(6).toString('hex'),
-        graceMs,
-      ),
+      this.redis,
+      () =>
+        this.commands.tgwQuotaLease(
+          call.key,
+          this.incarnationKey,
+          call.requests,
+          call.epoch,
+          call.keep,
+          call.returned,
+          call.wanted,
+          call.extra,
+          call.init,
+          call.expireAt,
+          randomBytes(6).toString('hex'),
+          graceMs,
+        ),
       callTimeoutMs,
     )
     if (Number(reply[0]) < 0) return { rebuild: true }
@@ -142,6 +165,7 @@ export class RedisLeaseStore implements LeaseStore {
       used: Number(reply[1]),
       waitMs: Number(reply[2]),
       epoch: String(reply[3]),
+      inGrace: Number(reply[4]) === 1,
     }
   }
 }

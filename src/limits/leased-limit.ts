@@ -28,6 +28,13 @@ const MIN_RETRY_MS = 10
 
 export type Mode = 'cold' | 'shared' | 'local'
 
+/** What every lease answer says. */
+export interface Grant {
+  granted: number
+  waitMs: number
+  inGrace: boolean
+}
+
 export abstract class LeasedLimit {
   mode: Mode = 'cold'
   /** Units held from Redis, spendable until `leaseExpiresAt` (local clock). */
@@ -202,7 +209,14 @@ export abstract class LeasedLimit {
    * Applies a grant to a call sent at `sentAt` that kept `keep`: what is left of the kept units
    * (spent meanwhile from `lease`) and the grant are valid for one lease life from the sending.
    */
-  protected granted(sentAt: number, now: number, granted: number, waitMs: number, ttlMs: number): void {
+  protected granted(sentAt: number, now: number, answer: Grant, ttlMs: number): void {
+    const { granted, waitMs } = answer
+    if (this.mode === 'local' && answer.inGrace) {
+      // Redis came back empty: no replica can lease yet, and each goes on on its own meanwhile
+      // (degraded), rather than refusing everything for the grace.
+      this.nextCallAt = now + Math.min(PROBE_EVERY_MS, Math.max(MIN_RETRY_MS, waitMs))
+      return
+    }
     this.ctx.answered()
     if (this.mode !== 'shared') {
       this.lease = 0

@@ -92,7 +92,7 @@ export class QuotaLimit extends LeasedLimit {
       if (!answer.rebuild) {
         this.epoch = answer.epoch
         this.lastKnownUsed = answer.used
-        this.granted(now, this.ctx.now(), answer.granted, answer.waitMs, store.ttlMs)
+        this.granted(now, this.ctx.now(), answer, store.ttlMs)
         return
       }
       // Redis has no count for the month: Postgres is its source of truth. A failure there is

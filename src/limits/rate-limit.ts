@@ -41,7 +41,7 @@ export class RateLimit extends LeasedLimit {
     })
     const answeredAt = this.ctx.now()
     this.lastKnown = { tokens: Math.max(0, answer.tokens), at: answeredAt }
-    this.granted(now, answeredAt, answer.granted, answer.waitMs, store.ttlMs)
+    this.granted(now, answeredAt, answer, store.ttlMs)
   }
 
   protected enterLocal(now: number): boolean {

@@ -20,7 +20,7 @@ end`
  * as fields `l:<replica>` = `<amount>:<expires ms>`. Tokens in the bucket plus leases out never
  * exceed N, so a lease spent late cannot add to a bucket that refilled meanwhile.
  * ARGV: replica, N, W ms, keep, returned, wanted, extra, ttl ms, batch, grace ms.
- * Returns {granted, tokens after (string), ms until `batch` tokens}.
+ * Returns {granted, tokens after (string), ms until `batch` tokens, 1 if in the grace}.
  */
 export const RATE_LEASE = `${CLOCK_AND_INCARNATION}
 local n = tonumber(ARGV[2])
@@ -64,7 +64,9 @@ if keep + granted > 0 then redis.call('HSET', KEYS[1], mine, (keep + granted) ..
 else redis.call('HDEL', KEYS[1], mine) end
 redis.call('HSET', KEYS[1], 'tk', tostring(tokens), 'at', now)
 redis.call('PEXPIRE', KEYS[1], math.max(math.ceil((n - tokens) * w / n), ttl) + 1000)
-return {granted, tostring(tokens), wait}`
+local grace = 0
+if now < open then grace = 1 end
+return {granted, tostring(tokens), wait, grace}`
 
 /**
  * A quota's month: `used` counts every unit granted (spent or leased), `ep` names this copy of
@@ -72,14 +74,14 @@ return {granted, tostring(tokens), wait}`
  * again. A caller whose epoch differs re-registers what it keeps; returns count only in the
  * epoch they were granted in.
  * ARGV: M, epoch, keep, returned, wanted, extra, init (-1: unknown), expire at ms, new epoch, grace ms.
- * Returns {granted, used after (string), ms until grants resume, epoch}.
+ * Returns {granted, used after (string), ms until grants resume, epoch, 1 if in the grace}.
  */
 export const QUOTA_LEASE = `${CLOCK_AND_INCARNATION}
 local m = tonumber(ARGV[1])
 local used = tonumber(redis.call('HGET', KEYS[1], 'used'))
 local epoch
 if not used then
-  if tonumber(ARGV[7]) < 0 then return {-1, '0', 0, ''} end
+  if tonumber(ARGV[7]) < 0 then return {-1, '0', 0, '', 0} end
   used = tonumber(ARGV[7])
   epoch = ARGV[9]
   redis.call('HSET', KEYS[1], 'ep', epoch)
@@ -92,9 +94,12 @@ used = used + tonumber(ARGV[6])
 if used < 0 then used = 0 end
 local granted = 0
 local wait = 0
+local grace = 0
 local open = born + tonumber(ARGV[10])
-if now < open then wait = open - now
+if now < open then
+  wait = open - now
+  grace = 1
 else granted = math.max(0, math.min(tonumber(ARGV[5]), m - used)) end
 used = used + granted
 redis.call('HSET', KEYS[1], 'used', used)
-return {granted, tostring(used), wait, epoch}`
+return {granted, tostring(used), wait, epoch, grace}`

@@ -47,8 +47,8 @@ class HandStore implements LeaseStore {
     const closing = limiter.close()
     for (let i = 0; i < 5; i++) {
       await flush()
-      for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0 })
-      for (const p of this.quotas.splice(0)) p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '' })
+      for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false })
+      for (const p of this.quotas.splice(0)) p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '', inGrace: false })
     }
     await closing
   }
@@ -57,7 +57,7 @@ class HandStore implements LeaseStore {
   async rateAnswer(granted: number, tokens = 0, waitMs = 0): Promise<RateCall> {
     const pending = this.rates.shift()
     if (pending === undefined) throw new Error('no rate call waits')
-    pending.answer({ granted, tokens, waitMs })
+    pending.answer({ granted, tokens, waitMs, inGrace: false })
     await flush()
     return pending.call
   }
@@ -216,7 +216,7 @@ t.test('lease size follows the demand; an idle lease shrinks to one unit, then i
   const shrink = store.rates.shift()!
   t.match(shrink.call, { keep: 1, wanted: 0 }, 'idle: keeps one unit')
   t.ok(shrink.call.returned >= held - 2, `gives back the rest (${shrink.call.returned})`)
-  shrink.answer({ granted: 0, tokens: 0, waitMs: 0 })
+  shrink.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false })
   await flush()
   const later: RateCall[] = []
   for (let ms = 0; ms < 9_000; ms += 250) {
@@ -295,7 +295,7 @@ t.test('Redis failing: degraded, each limit on its own from its last state, repo
   const subjects = [sub({ monthlyQuota: { requests: 10 } })]
   const warming = limiter.warm(subjects)
   await flush()
-  store.quotas.shift()!.answer({ rebuild: false, granted: 1, used: 7, waitMs: 0, epoch: 'e1' })
+  store.quotas.shift()!.answer({ rebuild: false, granted: 1, used: 7, waitMs: 0, epoch: 'e1', inGrace: false })
   await warming
   t.ok(limiter.admit(subjects).allowed, 'the lease of one')
   store.quotas.shift()!.fail(new Error('down'))
@@ -310,7 +310,7 @@ t.test('Redis failing: degraded, each limit on its own from its last state, repo
   limiter.admit(subjects)
   const probe = store.quotas.shift()!
   t.match(probe.call, { extra: 3, epoch: 'e1' }, 'what it admitted on its own is reported')
-  probe.answer({ rebuild: false, granted: 0, used: 10, waitMs: 0, epoch: 'e1' })
+  probe.answer({ rebuild: false, granted: 0, used: 10, waitMs: 0, epoch: 'e1', inGrace: false })
   await flush()
   t.notOk(limiter.degraded)
   t.same(seen, [true, false])
@@ -340,7 +340,7 @@ t.test('a quota Redis lost is read from Postgres and sent again', async (t) => {
   await flush()
   const again = store.quotas.shift()!
   t.match(again.call, { key: 'p:limits:quota:account:parent-1:2026-11', init: 42 })
-  again.answer({ rebuild: false, granted: 10, used: 52, waitMs: 0, epoch: 'e' })
+  again.answer({ rebuild: false, granted: 10, used: 52, waitMs: 0, epoch: 'e', inGrace: false })
   await warming
   t.same(asked, ['account:parent-1:2026-11'])
   t.equal(limiter.admit(subjects).policies[0]!.remaining, 957)

@@ -1,0 +1,90 @@
+// Driving limiters as replicas in the limits tests: clients as the gateway opens them, a Redis
+// that has been in use for a while, offers at a pace, and the window bound checked on what passed.
+import { Redis } from 'ioredis'
+import { REDIS_CONNECTION } from '../../src/cache/settings.js'
+import { Limiter } from '../../src/limits/limiter.js'
+import type { LimitSubject, LoadMonthUse } from '../../src/limits/types.js'
+import { sleep } from './poll.js'
+import type { TestLike } from './test-like.js'
+
+/** A client like the gateway's: no offline queue, no retries (the lease store bounds each call). */
+export function limiterClient(t: TestLike, url: string): Redis {
+  const client = new Redis(url, { ...REDIS_CONNECTION, enableOfflineQueue: false, maxRetriesPerRequest: 0 })
+  client.on('error', () => {})
+  t.teardown(() => client.disconnect())
+  return client
+}
+
+/**
+ * Marks the Redis data under `prefix` as born a minute ago, as on a Redis in use: otherwise the
+ * first 2 s of a test fall in the grace that follows an empty Redis (docs/architecture.md).
+ */
+export async function agedRedis(redis: Redis, prefix: string): Promise<void> {
+  await redis.set(`${prefix}limits:incarnation`, String(Date.now() - 60_000))
+}
+
+export function replicas(
+  t: TestLike,
+  count: number,
+  options: { url: string; prefix: string; loadMonthUse?: LoadMonthUse; graceMs?: number },
+): Limiter[] {
+  return Array.from({ length: count }, () => {
+    const limiter = new Limiter({
+      redis: limiterClient(t, options.url),
+      keyPrefix: options.prefix,
+      loadMonthUse: options.loadMonthUse ?? (async () => 0),
+      ...(options.graceMs === undefined ? {} : { timings: { graceMs: options.graceMs } }),
+    })
+    t.teardown(() => limiter.close())
+    return limiter
+  })
+}
+
+/** Precise wall-clock ms, the clock Redis's TIME shares on this machine. */
+export const preciseNow = () => performance.timeOrigin + performance.now()
+
+/**
+ * Offers `perSecond` requests a second for `ms`, each to `pick(i)`, and returns the instants the
+ * admitted ones passed at.
+ */
+export async function offer(
+  perSecond: number,
+  ms: number,
+  pick: (i: number) => Limiter,
+  subjects: readonly LimitSubject[],
+): Promise<{ admitted: number[]; offered: number; start: number }> {
+  const start = preciseNow()
+  const admitted: number[] = []
+  let offered = 0
+  for (;;) {
+    const elapsed = preciseNow() - start
+    if (elapsed >= ms) break
+    const due = Math.floor((elapsed * perSecond) / 1000)
+    while (offered < due) {
+      if (pick(offered).admit(subjects).allowed) admitted.push(preciseNow())
+      offered++
+    }
+    await sleep(1)
+  }
+  return { admitted, offered, start }
+}
+
+/**
+ * The tightest window over `admitted` (sorted instants, ms): the most that passed beyond N + N·t/W
+ * in any window between two admissions (<= 0 when the bound holds), and where.
+ */
+export function worstWindow(
+  admitted: readonly number[],
+  rate: { requests: number; perSeconds: number },
+): { excess: number; count: number; seconds: number } {
+  let worst = { excess: Number.NEGATIVE_INFINITY, count: 0, seconds: 0 }
+  for (let i = 0; i < admitted.length; i++) {
+    for (let j = i; j < admitted.length; j++) {
+      const seconds = (admitted[j]! - admitted[i]!) / 1000
+      const count = j - i + 1
+      const excess = count - (rate.requests + (rate.requests * seconds) / rate.perSeconds)
+      if (excess > worst.excess) worst = { excess, count, seconds }
+    }
+  }
+  return worst
+}
