@@ -55,13 +55,17 @@ export interface LeaseStore {
 
 export interface LeaseTimings {
   ttlMs: number
-  /** Nothing is granted for this long after Redis is found empty (scripts.ts). At least ttlMs. */
+  /** Nothing is granted for this long after Redis is found empty (scripts.ts). */
   graceMs: number
   /** A call not answered within this is a failure (its late grant stays stranded until expiry). */
   callTimeoutMs: number
 }
 
-export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 2_000, callTimeoutMs: 250 }
+/**
+ * The grace outlasts a lease's life, the sweep that reports a lease spent to its end (250 ms) and
+ * a call's deadline: by its end every lease of before the loss has expired or been re-registered.
+ */
+export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 3_000, callTimeoutMs: 250 }
 
 interface LeaseCommands {
   tgwRateLease(...args: (string | number)[]): Promise<[number, string, number, number]>

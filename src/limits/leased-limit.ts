@@ -2,6 +2,15 @@
 // Redis, spent from memory, renewed in the background; or, in embedded mode and while Redis is
 // unusable, a state of its own (docs/architecture.md, limits). The subclasses say what a unit is.
 import type { LeaseStore } from './lease-store.js'
+
+/** What one lease call carries (lease-store.ts), with the units spent since the last one. */
+export interface LeaseCall {
+  keep: number
+  spent: number
+  returned: number
+  wanted: number
+  extra: number
+}
 import type { LimiterMetrics, PolicyName, PolicyState } from './types.js'
 
 export interface LimitContext {
@@ -42,6 +51,8 @@ export abstract class LeasedLimit {
   leaseExpiresAt = 0
   inflight = false
   nextCallAt = 0
+  /** Units spent from the lease since the last call was sent: a quota re-registers them (quota-limit.ts). */
+  spentSinceSend = 0
   /** Units refunded by the gateway, given back on the next call (never spent again: see docs). */
   refunds = 0
   /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
@@ -68,7 +79,7 @@ export abstract class LeasedLimit {
   /** The largest lease this limit may hold, whatever the demand. */
   protected abstract cap(): number
   /** Sends one lease call and applies its answer; rejects when Redis failed (not when Postgres did). */
-  protected abstract call(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void>
+  protected abstract call(now: number, lease: LeaseCall): Promise<void>
   /** Starts the local state from the last known shared one; false when it cannot yet. */
   protected abstract enterLocal(now: number): boolean
   protected abstract localAllows(now: number): boolean
@@ -91,6 +102,7 @@ export abstract class LeasedLimit {
   take(now: number): void {
     if (this.mode === 'shared') {
       this.lease--
+      this.spentSinceSend++
       return
     }
     this.localTake(now)
@@ -158,7 +170,8 @@ export abstract class LeasedLimit {
     const idle = now - this.lastAttemptAt >= IDLE_SHRINK_MS
     if (idle) {
       const keep = Math.min(held, 1)
-      if (held > keep || this.refunds > 0 || (keep > 0 && now >= this.leaseExpiresAt - store.ttlMs / 2)) {
+      const halfLife = keep > 0 && now >= this.leaseExpiresAt - store.ttlMs / 2
+      if (held > keep || this.refunds > 0 || this.spentSinceSend > 0 || halfLife) {
         this.lease = keep
         this.send(now, keep, held - keep, 0, 0)
       }
@@ -183,10 +196,11 @@ export abstract class LeasedLimit {
 
   private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
     this.inflight = true
-    const returning = returned + this.refunds
+    const call = { keep, spent: this.spentSinceSend, returned: returned + this.refunds, wanted, extra }
     this.refunds = 0
+    this.spentSinceSend = 0
     this.ctx.metrics.leaseRequests?.inc()
-    const sent = this.call(now, keep, returning, wanted, extra)
+    const sent = this.call(now, call)
       .then(
         () => {},
         () => {

@@ -1,7 +1,7 @@
 // A monthly quota as one replica holds it (leased-limit.ts): units are requests of the current
 // UTC month; Redis counts every unit granted, and rebuilds a lost month from Postgres. The local
 // state is a count of the month's use, seeded from Redis or, failing that, from Postgres.
-import { type LimitContext, LeasedLimit, PROBE_EVERY_MS } from './leased-limit.js'
+import { type LeaseCall, type LimitContext, LeasedLimit, PROBE_EVERY_MS } from './leased-limit.js'
 import { monthBounds, monthOf, monthSeconds, secondsToNextMonth } from './month.js'
 import type { Level, LoadMonthUse, PolicyName, PolicyState } from './types.js'
 
@@ -72,8 +72,12 @@ export class QuotaLimit extends LeasedLimit {
     )
   }
 
-  protected async call(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
+  protected async call(now: number, { keep, spent, returned, wanted, extra }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
+    // Redis counts `keep` only when its copy of the month is not the one this lease came from
+    // (lost and rebuilt from Postgres): then the units spent since the last call count too, since
+    // the month may have been read before they were spent. Counted twice at worst: under, not over.
+    const registered = keep + spent
     const month = this.month
     let init = -1
     for (;;) {
@@ -81,7 +85,7 @@ export class QuotaLimit extends LeasedLimit {
         key: this.keyOf(month),
         requests: this.requests,
         epoch: this.epoch,
-        keep,
+        keep: registered,
         returned,
         wanted,
         extra,

@@ -1,7 +1,7 @@
 // A rate limit as one replica holds it (leased-limit.ts): units are tokens of the shared bucket;
 // the local state is a bucket of its own (bucket.ts), seeded from what Redis last said.
 import { type BucketState, fullBucket, giveBack, msUntil, type Rate, refill, take } from './bucket.js'
-import { type LimitContext, LeasedLimit } from './leased-limit.js'
+import { type LeaseCall, type LimitContext, LeasedLimit } from './leased-limit.js'
 import type { PolicyName, PolicyState } from './types.js'
 
 export class RateLimit extends LeasedLimit {
@@ -26,7 +26,7 @@ export class RateLimit extends LeasedLimit {
     return Math.max(1, Math.ceil(this.rate.requests / 10))
   }
 
-  protected async call(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
+  protected async call(now: number, { keep, returned, wanted }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     const target = Math.max(1, wanted)
     const answer = await store.rate({
@@ -36,7 +36,9 @@ export class RateLimit extends LeasedLimit {
       keep,
       returned,
       wanted,
-      extra,
+      // What passed while each replica was on its own is not charged to the shared bucket: a debt
+      // of up to N would refuse everything for W after Redis came back. A quota's month is charged.
+      extra: 0,
       batch: Math.max(1, Math.ceil(target / 2)),
     })
     const answeredAt = this.ctx.now()

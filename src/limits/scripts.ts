@@ -30,8 +30,12 @@ local wanted = tonumber(ARGV[6])
 local ttl = tonumber(ARGV[8])
 local batch = tonumber(ARGV[9])
 local mine = 'l:' .. ARGV[1]
+local open = born + tonumber(ARGV[10])
 local fields = redis.call('HGETALL', KEYS[1])
+-- A bucket made in the grace starts empty: leases of before the loss may still be spent, and
+-- they are at most N (docs/architecture.md, limits).
 local tokens = n
+if now < open then tokens = 0 end
 local at = now
 local others = 0
 for i = 1, #fields, 2 do
@@ -53,7 +57,6 @@ tokens = tokens - tonumber(ARGV[7])
 if tokens < -n then tokens = -n end
 local granted = 0
 local wait = 0
-local open = born + tonumber(ARGV[10])
 if now < open then wait = open - now
 else
   granted = math.max(0, math.min(wanted, math.floor(tokens)))

@@ -48,7 +48,8 @@ class HandStore implements LeaseStore {
     for (let i = 0; i < 5; i++) {
       await flush()
       for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false })
-      for (const p of this.quotas.splice(0)) p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '', inGrace: false })
+      for (const p of this.quotas.splice(0))
+        p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '', inGrace: false })
     }
     await closing
   }
