@@ -26,7 +26,7 @@ export async function agedRedis(redis: Redis, prefix: string): Promise<void> {
 export function replicas(
   t: TestLike,
   count: number,
-  options: { url: string; prefix: string; loadMonthUse?: LoadMonthUse; graceMs?: number },
+  options: { url: string; prefix: string; loadMonthUse?: LoadMonthUse; graceMs?: number; sweepEveryMs?: number },
 ): Limiter[] {
   return Array.from({ length: count }, () => {
     const limiter = new Limiter({
@@ -34,6 +34,7 @@ export function replicas(
       keyPrefix: options.prefix,
       loadMonthUse: options.loadMonthUse ?? (async () => 0),
       ...(options.graceMs === undefined ? {} : { timings: { graceMs: options.graceMs } }),
+      ...(options.sweepEveryMs === undefined ? {} : { sweepEveryMs: options.sweepEveryMs }),
     })
     t.teardown(() => limiter.close())
     return limiter

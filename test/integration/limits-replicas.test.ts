@@ -72,3 +72,20 @@ t.test('a quota spent from two replicas: exactly M pass, whatever the interleavi
     await Promise.all(limiters.map((limiter) => limiter.close()))
   }
 })
+
+t.test('a lease held unspent counts against the bucket while it refills', async (t) => {
+  const rate = { requests: 100, perSeconds: 1 }
+  const subjects = [subject('held', { rate })]
+  // No sweep: the idle replica keeps its whole lease (2 s) instead of shrinking it after 1 s.
+  const [idle, busy] = replicas(t, 2, { url: REDIS_URL, prefix, sweepEveryMs: 0 })
+  await idle!.warm(subjects)
+  const held = idle!.admit(subjects).policies[0]!.remaining
+  idle!.refund(subjects)
+  await busy!.warm(subjects)
+  await offer(1_000, 200, () => busy!, subjects)
+  await sleep(1_300) // the bucket refills to what the idle lease leaves of N
+  const burst = await offer(5_000, 200, (i) => (i < 20 ? idle! : busy!), subjects)
+  const worst = worstWindow(burst.admitted, rate)
+  t.comment(`${burst.admitted.length} passed in the burst after the refill (idle replica's lease: ${held})`)
+  t.ok(worst.excess <= rate.requests / 1000, `worst window ${worst.count} in ${worst.seconds.toFixed(3)} s`)
+})
