@@ -140,6 +140,8 @@ export abstract class LeasedLimit {
     this.lease = 0
     this.leaseExpiresAt = 0
     this.mode = 'local'
+    // Redis is asked again in a while, not by every limit at once as it finds Redis down.
+    this.nextCallAt = Math.max(this.nextCallAt, now + PROBE_EVERY_MS)
   }
 
   /** The lease size this replica's recent demand calls for, between 1 and the cap. */

@@ -347,3 +347,29 @@ t.test('a quota Redis lost is read from Postgres and sent again', async (t) => {
   t.equal(limiter.admit(subjects).policies[0]!.remaining, 957)
   await store.close(limiter)
 })
+
+t.test('one failed call: every shared limit goes on on its own, from its lease and the bucket last seen', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const rated = [sub({ rate: { requests: 10, perSeconds: 60 } })]
+  const quoted = [account({ monthlyQuota: { requests: 5 } })]
+  await Promise.all([limiter.warm(rated), store.rateAnswer(1, 3)])
+  const warming = limiter.warm(quoted)
+  await flush()
+  store.quotas.shift()!.fail(new Error('down'))
+  await warming
+  t.ok(limiter.degraded)
+  let admitted = 0
+  for (let i = 0; i < 10; i++) if (limiter.admit(rated).allowed) admitted++
+  t.equal(admitted, 4, 'its lease of 1 and the 3 tokens the bucket had')
+  t.equal(store.rates.length, 0, 'no call before the probe is due')
+  await store.close(limiter)
+})
