@@ -10,7 +10,8 @@ import { ApiError } from '../errors.js'
 // are text, so there numbers and booleans are coerced. Unknown fields are errors, never dropped.
 const BASE_AJV: AjvOptions = { allErrors: true, removeAdditional: false, useDefaults: true, strict: false }
 
-function makeAjv(coerceTypes: boolean): Ajv {
+/** Exported for tests of the schemas, compiled as the app compiles them. */
+export function makeAjv(coerceTypes: boolean): Ajv {
   const ajv = new Ajv({ ...BASE_AJV, coerceTypes })
   addFormats.default(ajv)
   return ajv

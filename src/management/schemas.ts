@@ -2,6 +2,7 @@
 // also the serializers: a field they do not name (a key digest, say) cannot leave the gateway.
 import { Type, type Static } from 'typebox'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { LIMIT_BOUNDS } from '../tenancy/limits.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
@@ -31,6 +32,26 @@ const Metadata = Type.Unsafe<Record<string, string>>({
   propertyNames: { minLength: 1, maxLength: 40, pattern: STORABLE_TEXT },
   description: 'at most 50 keys of at most 40 characters, string values of at most 500',
 })
+
+// Limits (docs/api.md, Limits and quotas). In a body, `limits` replaces the whole object: a member
+// left out is null, and `limits: null` clears both.
+const LimitRequests = Type.Integer({ ...LIMIT_BOUNDS.requests })
+const RateLimit = Type.Object(
+  { requests: LimitRequests, per_seconds: Type.Integer({ ...LIMIT_BOUNDS.perSeconds }) },
+  { additionalProperties: false, description: 'at most `requests` per `per_seconds` seconds, as a token bucket' },
+)
+const MonthlyQuota = Type.Object(
+  { requests: LimitRequests },
+  { additionalProperties: false, description: 'at most `requests` per UTC calendar month' },
+)
+export const LimitsBody = Type.Object(
+  { rate: Type.Optional(Nullable(RateLimit)), monthly_quota: Type.Optional(Nullable(MonthlyQuota)) },
+  { additionalProperties: false },
+)
+export const Limits = Type.Object(
+  { rate: Nullable(RateLimit), monthly_quota: Nullable(MonthlyQuota) },
+  { additionalProperties: false },
+)
 
 const Scope = Type.String({ pattern: SCOPE_PATTERN, maxLength: 100 })
 

@@ -23,11 +23,17 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       if (proxied) metrics.proxiedRequests.inc()
       // Usage: every proxied request, and every refusal once a key authenticated, for the tenant
       // it acted as (the key's own when the refusal came before that was resolved; docs/api.md).
+      // Forwarded: the proxy handed it to the upstream (proxy/plugin.ts stamps upstreamSentAt as
+      // it writes the upstream's headers); a gateway refusal never gets that far. Quotas count these.
       const principal = request.principal
       if (principal !== null) {
         meter.keyUsed(principal.key.id)
         if (proxied || reply.statusCode >= 400)
-          meter.record((request.actingTenant ?? principal.tenant).id, reply.statusCode)
+          meter.record(
+            (request.actingTenant ?? principal.tenant).id,
+            reply.statusCode,
+            proxied && request.upstreamSentAt > 0,
+          )
       }
       done()
     })

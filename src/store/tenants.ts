@@ -1,4 +1,5 @@
 // Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
+import type { TenantLimits } from '../tenancy/limits.js'
 import type { Sql, Tx } from './db.js'
 
 type Db = Sql | Tx
@@ -15,6 +16,8 @@ export interface TenantRow {
   created_at: Date
   updated_at: Date
   deactivated_at: Date | null
+  /** null: no limits (docs/api.md, Limits and quotas). */
+  limits: TenantLimits | null
 }
 
 /** A page row also carries its position, which the caller turns into a cursor. */
@@ -28,7 +31,8 @@ export class ExternalIdTakenError extends Error {
   }
 }
 
-const COLUMNS = 'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at'
+export const COLUMNS =
+  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits'
 
 function isUniqueViolation(err: unknown): boolean {
   return (err as { code?: string }).code === '23505'
@@ -55,12 +59,19 @@ export function createParentAccount(db: Db, input: { name: string; externalId: s
 export function createSubAccount(
   db: Db,
   parentId: string,
-  input: { name: string; externalId: string | null; metadata: Record<string, string> },
+  input: {
+    name: string
+    externalId: string | null
+    metadata: Record<string, string>
+    /** Stored as given: absent or null for none, else an object with a limit (tenancy/limits.ts storedLimits). */
+    limits?: TenantLimits | null
+  },
 ): Promise<TenantRow> {
   return rethrowConflict(async () => {
     const [row] = await db<TenantRow[]>`
-      insert into tenants (parent_id, name, external_id, metadata)
-      values (${parentId}, ${input.name}, ${input.externalId}, ${db.json(input.metadata)})
+      insert into tenants (parent_id, name, external_id, metadata, limits)
+      values (${parentId}, ${input.name}, ${input.externalId}, ${db.json(input.metadata)},
+              ${input.limits == null ? null : db.json(input.limits)})
       returning ${db.unsafe(COLUMNS)}`
     return row!
   })
@@ -125,6 +136,8 @@ export interface SubAccountPatch {
   /** null clears the external_id. */
   externalId?: string | null
   metadata?: Record<string, string>
+  /** Replaces the whole object; null clears it (stored as given, see createSubAccount). */
+  limits?: TenantLimits | null
 }
 
 /** The updated row, with the external_id it had before (the caches of both names go stale). */
@@ -142,6 +155,7 @@ export function updateSubAccount(
         name = ${patch.name === undefined ? db`name` : db`${patch.name}`},
         external_id = ${patch.externalId === undefined ? db`external_id` : db`${patch.externalId}`},
         metadata = ${patch.metadata === undefined ? db`metadata` : db`${db.json(patch.metadata)}`},
+        limits = ${patch.limits === undefined ? db`limits` : patch.limits === null ? db`null` : db`${db.json(patch.limits)}`},
         updated_at = now()
       from (
         select id as previous_id, external_id as previous_external_id from tenants

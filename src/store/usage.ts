@@ -10,6 +10,11 @@ export interface UsageCount {
   /** 2 … 5 */
   statusClass: number
   requests: number
+  /** Of `requests`, those forwarded upstream (what a monthly quota counts); 0 if absent. */
+  forwarded?: number
+  /** 429s of a rate limit and of a monthly quota (on the 4xx row only); 0 if absent. */
+  limitedRate?: number
+  limitedQuota?: number
 }
 
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
@@ -32,20 +37,34 @@ export async function addUsage(sql: Sql, batchId: string, counts: readonly Usage
     with batch as (
       insert into usage_batches (id) values (${batchId}) on conflict (id) do nothing returning id
     ), added as (
-      insert into usage_daily (tenant_id, day, status_class, requests)
-      select tenant_id, day, status_class, requests
-      from jsonb_to_recordset(${sql.json(counts.map((c) => ({ tenant_id: c.tenantId, day: c.day, status_class: c.statusClass, requests: c.requests })))})
-        as row (tenant_id uuid, day date, status_class smallint, requests bigint)
+      insert into usage_daily (tenant_id, day, status_class, requests, forwarded, limited_rate, limited_quota)
+      select tenant_id, day, status_class, requests, forwarded, limited_rate, limited_quota
+      from jsonb_to_recordset(${sql.json(counts.map(usageJson))})
+        as row (tenant_id uuid, day date, status_class smallint, requests bigint, forwarded bigint,
+                limited_rate bigint, limited_quota bigint)
       where exists (select 1 from batch)
       order by tenant_id, day, status_class
       on conflict (tenant_id, day, status_class)
-      do update set requests = usage_daily.requests + excluded.requests
+      do update set requests = usage_daily.requests + excluded.requests,
+                    forwarded = usage_daily.forwarded + excluded.forwarded,
+                    limited_rate = usage_daily.limited_rate + excluded.limited_rate,
+                    limited_quota = usage_daily.limited_quota + excluded.limited_quota
     ), pruned as (
       delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval
     )
     select exists (select 1 from batch) as applied`
   return result!.applied
 }
+
+const usageJson = (c: UsageCount) => ({
+  tenant_id: c.tenantId,
+  day: c.day,
+  status_class: c.statusClass,
+  requests: c.requests,
+  forwarded: c.forwarded ?? 0,
+  limited_rate: c.limitedRate ?? 0,
+  limited_quota: c.limitedQuota ?? 0,
+})
 
 /** Sets last_used_at where it is older (a slower replica never moves it back). */
 export async function touchKeys(db: Db, uses: readonly { keyId: string; at: Date }[]): Promise<void> {

@@ -11,6 +11,12 @@ export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
 const DAY_MS = 86_400_000
 
+// A tenant's pending counts of one day, in one array: requests of the classes 2xx to 5xx, then
+// those of them that were forwarded upstream, then the 429s of a rate limit and of a quota.
+const FORWARDED = 4
+const LIMITED_RATE = 8
+const LIMITED_QUOTA = 9
+
 export interface MeterOptions {
   sql: Sql
   log: FastifyBaseLogger
@@ -34,7 +40,7 @@ interface Batch {
 
 export class UsageMeter {
   /**
-   * Requests not yet in Postgres: UTC day → tenant id → counts of the classes 2xx to 5xx. Keyed
+   * Requests not yet in Postgres: UTC day → tenant id → counts (FORWARDED above). Keyed
    * by strings the request already holds (the day is cached, the id is the tenant record's), so
    * counting one builds no string.
    */
@@ -63,23 +69,43 @@ export class UsageMeter {
     this.timer.unref()
   }
 
-  /** One answered request, for the tenant it acted as. Statuses below 200 are not counted. */
-  record(tenantId: string, statusCode: number): void {
+  /**
+   * One answered request, for the tenant it acted as. Statuses below 200 are not counted.
+   * `forwarded`: it was sent on to an upstream, which is what a monthly quota counts (docs/api.md).
+   */
+  record(tenantId: string, statusCode: number, forwarded = false): void {
     const statusClass = Math.floor(statusCode / 100)
     if (statusClass < 2 || statusClass > 5) return
+    const counts = this.countsOf(tenantId)
+    counts[statusClass - 2]!++
+    if (forwarded) counts[FORWARDED + statusClass - 2]!++
+  }
+
+  /**
+   * A request the gateway refused with 429 for a rate limit or a monthly quota, for the tenant it
+   * acted as: counted apart, for the usage report's `limited`. The 429 itself is a request like any
+   * other refusal, which `record` counts when it is answered.
+   */
+  limited(tenantId: string, kind: 'rate' | 'quota'): void {
+    this.countsOf(tenantId)[kind === 'rate' ? LIMITED_RATE : LIMITED_QUOTA]!++
+  }
+
+  /** Today's pending counts of a tenant (see FORWARDED), made on its first request of the day. */
+  private countsOf(tenantId: string): number[] {
     const day = this.today()
     let tenants = this.counts.get(day)
     if (tenants === undefined) {
       tenants = new Map()
       this.counts.set(day, tenants)
     }
-    let classes = tenants.get(tenantId)
-    if (classes === undefined) {
-      classes = [0, 0, 0, 0]
-      tenants.set(tenantId, classes)
+    let counts = tenants.get(tenantId)
+    if (counts === undefined) {
+      // A literal: packed small integers, as the four counts were before.
+      counts = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+      tenants.set(tenantId, counts)
     }
-    classes[statusClass - 2]!++
     this.pendingSince ??= this.now()
+    return counts
   }
 
   /** How long the oldest count not yet in Postgres has waited, in ms; 0 when none is pending. */
@@ -176,10 +202,17 @@ type PendingCounts = Map<string, Map<string, number[]>>
 function toRows(counts: PendingCounts): UsageCount[] {
   const rows: UsageCount[] = []
   for (const [day, tenants] of counts) {
-    for (const [tenantId, classes] of tenants) {
-      classes.forEach((requests, index) => {
-        if (requests > 0) rows.push({ tenantId, day, statusClass: index + 2, requests })
-      })
+    for (const [tenantId, c] of tenants) {
+      for (let index = 0; index < FORWARDED; index++) {
+        const statusClass = index + 2
+        // Limit refusals are 429s: they ride on the 4xx row.
+        const limitedRate = statusClass === 4 ? c[LIMITED_RATE]! : 0
+        const limitedQuota = statusClass === 4 ? c[LIMITED_QUOTA]! : 0
+        const requests = c[index]!
+        const forwarded = c[FORWARDED + index]!
+        if (requests + limitedRate + limitedQuota > 0)
+          rows.push({ tenantId, day, statusClass, requests, forwarded, limitedRate, limitedQuota })
+      }
     }
   }
   const order = (a: UsageCount, b: UsageCount) =>

@@ -148,3 +148,52 @@ t.test('cli migrate', async (t) => {
     t.not(lines(result.stderr)[0], '', 'a non-empty message')
   })
 })
+
+t.test('006 (limits) applies on a database that holds tenants and usage', async (t) => {
+  // The database as the release before limits left it: migrations up to 005, then data.
+  const dir = mkdtempSync(join(tmpdir(), 'tgw-migrations-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  for (const m of readMigrations().filter((m) => m.version <= 5))
+    writeFileSync(join(dir, `${String(m.version).padStart(3, '0')}_${m.name}.sql`), m.sql)
+  const db = await freshDatabase(t, { migrated: false })
+  t.same(await migrate(db.sql, dir), [1, 2, 3, 4, 5])
+  const [parent] = await db.sql<{ id: string }[]>`insert into tenants (name) values ('old') returning id`
+  const [sub] = await db.sql<{ id: string }[]>`
+    insert into tenants (parent_id, name, metadata) values (${parent!.id}, 'old sub', '{"a":"b"}') returning id`
+  await db.sql`
+    insert into usage_daily (tenant_id, day, status_class, requests)
+    values (${sub!.id}, '2026-11-20', 2, 12), (${sub!.id}, '2026-11-20', 4, 3)`
+
+  t.same(await migrate(db.sql), [6], 'only 006 is pending, and it applies')
+  const tenants = await db.sql<{ name: string; limits: unknown; metadata: unknown }[]>`
+    select name, limits, metadata from tenants order by seq`
+  t.same(
+    tenants,
+    [
+      { name: 'old', limits: null, metadata: {} },
+      { name: 'old sub', limits: null, metadata: { a: 'b' } },
+    ],
+    'tenants kept, with no limits',
+  )
+  const usage = await db.sql<{ status_class: number; requests: string; forwarded: string; r: string; q: string }[]>`
+    select status_class, requests::text, forwarded::text, limited_rate::text as r, limited_quota::text as q
+    from usage_daily order by status_class`
+  t.same(
+    usage,
+    [
+      { status_class: 2, requests: '12', forwarded: '0', r: '0', q: '0' },
+      { status_class: 4, requests: '3', forwarded: '0', r: '0', q: '0' },
+    ],
+    'usage kept; what was forwarded before cannot be told, so it counts as none',
+  )
+  await t.rejects(
+    db.sql`update usage_daily set forwarded = -1 where status_class = 2`,
+    /usage_daily_counts_not_negative/,
+    'the counts check applies to rows written from now on',
+  )
+  await t.rejects(
+    db.sql`update tenants set limits = '[1]'::jsonb where id = ${parent!.id}`,
+    /check constraint/,
+    'limits are an object or null',
+  )
+})

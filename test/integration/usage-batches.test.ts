@@ -76,13 +76,42 @@ async function requestsOf(tenantId: string): Promise<number> {
   return Number(row?.n ?? 0)
 }
 
+/** Every count of a tenant's rows, summed: requests, forwarded, limited by a rate and by a quota. */
+async function countsOf(
+  tenantId: string,
+): Promise<{ requests: number; forwarded: number; rate: number; quota: number }> {
+  const [row] = await database.sql<{ requests: string; forwarded: string; rate: string; quota: string }[]>`
+    select coalesce(sum(requests), 0)::text as requests, coalesce(sum(forwarded), 0)::text as forwarded,
+           coalesce(sum(limited_rate), 0)::text as rate, coalesce(sum(limited_quota), 0)::text as quota
+    from usage_daily where tenant_id = ${tenantId}`
+  return {
+    requests: Number(row!.requests),
+    forwarded: Number(row!.forwarded),
+    rate: Number(row!.rate),
+    quota: Number(row!.quota),
+  }
+}
+
 t.test('addUsage applies a batch id once', async (t) => {
   const account = await createParent(database.sql, { name: 'once' })
-  const rows = [{ tenantId: account.id, day: '2026-11-21', statusClass: 2, requests: 5 }]
+  const rows = [
+    { tenantId: account.id, day: '2026-11-21', statusClass: 2, requests: 5, forwarded: 4 },
+    {
+      tenantId: account.id,
+      day: '2026-11-21',
+      statusClass: 4,
+      requests: 3,
+      forwarded: 0,
+      limitedRate: 2,
+      limitedQuota: 1,
+    },
+  ]
   const id = '6b1d2c9e-1f0a-4c55-9d43-0a1b2c3d4e5f'
   t.equal(await addUsage(database.sql, id, rows), true, 'applied')
   t.equal(await addUsage(database.sql, id, rows), false, 'the same id again is not')
-  t.equal(await requestsOf(account.id), 5, 'counted once')
+  t.same(await countsOf(account.id), { requests: 8, forwarded: 4, rate: 2, quota: 1 }, 'every count once')
+  t.equal(await addUsage(database.sql, '7b1d2c9e-1f0a-4c55-9d43-0a1b2c3d4e5f', rows), true, 'another id adds')
+  t.same(await countsOf(account.id), { requests: 16, forwarded: 8, rate: 4, quota: 2 }, 'onto the same rows')
 })
 
 t.test('a flush whose reply was lost after Postgres committed it is not counted twice', async (t) => {
@@ -93,7 +122,8 @@ t.test('a flush whose reply was lost after Postgres committed it is not counted 
   let failures = 0
   const meter = new UsageMeter({ sql, log: silent, onFlushFailed: () => failures++ })
 
-  for (let i = 0; i < 7; i++) meter.record(account.id, 200)
+  for (let i = 0; i < 7; i++) meter.record(account.id, 200, true)
+  meter.limited(account.id, 'quota')
   link.dropNextFlushReply()
   await meter.flush()
   await link.cut
@@ -105,5 +135,10 @@ t.test('a flush whose reply was lost after Postgres committed it is not counted 
   await meter.flush()
   t.equal(failures, 1, 'the retry went through')
   t.equal(await requestsOf(account.id), 10, 'the retried batch added nothing; the newer counts were added once')
+  t.same(
+    await countsOf(account.id),
+    { requests: 10, forwarded: 7, rate: 0, quota: 1 },
+    'forwarded and limited once too',
+  )
   t.equal(meter.lagMs(), 0, 'nothing pending')
 })

@@ -1,0 +1,64 @@
+// Limits of tenants and the use a monthly quota counts (docs/api.md, Limits and quotas). SQL only.
+import { storedLimits, type TenantLimits } from '../tenancy/limits.js'
+import type { Sql, Tx } from './db.js'
+import { COLUMNS, type TenantRow } from './tenants.js'
+
+type Db = Sql | Tx
+
+/** A tenant's limits (null: none, or no such tenant). */
+export async function readLimits(db: Db, tenantId: string): Promise<TenantLimits | null> {
+  const [row] = await db<{ limits: TenantLimits | null }[]>`select limits from tenants where id = ${tenantId}`
+  return row?.limits ?? null
+}
+
+/**
+ * Replaces a parent account's limits (the operator's, through the CLI); null clears them. Null
+ * back when `accountId` names no parent account (a sub-account's are its parent's to set).
+ */
+export async function writeAccountLimits(
+  db: Db,
+  accountId: string,
+  limits: TenantLimits | null,
+): Promise<TenantRow | null> {
+  const stored = storedLimits(limits)
+  const [row] = await db<TenantRow[]>`
+    update tenants set limits = ${stored === null ? null : db.json(stored)}, updated_at = now()
+    where id = ${accountId} and parent_id is null
+    returning ${db.unsafe(COLUMNS)}`
+  return row ?? null
+}
+
+/** Whose use a quota counts: one tenant's own, or a parent account's with all its sub-accounts'. */
+export interface MonthUseOf {
+  tenantId: string
+  level: 'sub_account' | 'account'
+}
+
+/** `YYYY-MM` → the first day of that month and of the next, as dates. */
+function monthDays(month: string): { first: string; next: string } {
+  const match = /^(\d{4})-(\d{2})$/.exec(month)
+  if (match === null) throw new Error(`not a month YYYY-MM: ${month}`)
+  const year = Number(match[1])
+  const index = Number(match[2]) - 1
+  const day = (y: number, m: number) => new Date(Date.UTC(y, m, 1)).toISOString().slice(0, 10)
+  return { first: day(year, index), next: day(year, index + 1) }
+}
+
+/**
+ * Requests forwarded upstream in one UTC month (`YYYY-MM`): what a monthly quota counts, refusals
+ * left out. At the `account` level, those acting as the parent and as any of its sub-accounts.
+ * Counts reach Postgres with the usage meter's flush, about a second after the answer.
+ */
+export async function monthUse(db: Db, of: MonthUseOf, month: string): Promise<number> {
+  const { first, next } = monthDays(month)
+  const [row] =
+    of.level === 'sub_account'
+      ? await db<{ used: string }[]>`
+          select coalesce(sum(forwarded), 0)::text as used from usage_daily
+          where tenant_id = ${of.tenantId} and day >= ${first} and day < ${next}`
+      : await db<{ used: string }[]>`
+          select coalesce(sum(u.forwarded), 0)::text as used
+          from tenants t join usage_daily u on u.tenant_id = t.id
+          where (t.id = ${of.tenantId} or t.parent_id = ${of.tenantId}) and u.day >= ${first} and u.day < ${next}`
+  return Number(row!.used)
+}
