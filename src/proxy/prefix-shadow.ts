@@ -8,16 +8,28 @@
 // route with no longer prefix above it checks nothing, and a path is folded only segment by
 // segment for as long as it can still lead to a longer configured prefix.
 
-/** A segment as a folding upstream may read it: decoded, lower case, without trailing `.` and ` `. */
+// Anything outside ASCII.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the range starts at NUL on purpose
+const NON_ASCII = /[^\u0000-\u007f]/
+
+/**
+ * A segment as a folding upstream may read it: decoded (twice: some decode a path again), its
+ * compatibility forms and the letters whose case folds into ASCII taken as those ASCII letters
+ * (fullwidth `ｓ`, long `ſ`, dotless `ı`, the Kelvin sign: Python's casefold, Java's
+ * equalsIgnoreCase, Go's EqualFold and Windows' best-fit mapping read them so), lower case, and
+ * without trailing `.` and ` `.
+ */
 export function foldSegment(segment: string): string {
   let folded = segment
-  if (folded.includes('%')) {
+  for (let round = 0; round < 2 && folded.includes('%'); round++) {
     try {
       folded = decodeURIComponent(folded)
     } catch {
       // A broken encoding is refused by the router (400 bad_request); compare it as it is.
+      break
     }
   }
+  if (NON_ASCII.test(folded)) folded = folded.normalize('NFKC').toUpperCase()
   folded = folded.toLowerCase()
   let end = folded.length
   while (end > 0 && (folded.charCodeAt(end - 1) === 0x2e || folded.charCodeAt(end - 1) === 0x20)) end -= 1

@@ -327,6 +327,12 @@ for (const target of [
   '/v1/shipments%20/x',
   '/v1/shipments%2e/x',
   '/v1/shipments.%20',
+  // Letters that Unicode case folding or compatibility mapping reads as ASCII: long s, dotless i,
+  // fullwidth s; and a double encoding.
+  '/v1/%C5%BFhipments/x',
+  '/v1/sh%C4%B1pments/x',
+  '/v1/%EF%BD%93hipments/x',
+  '/v1/%2573hipments/x',
 ]) {
   t.test(`prefix shadow: ${target} is 404 route_not_found, never the catch-all`, async (t) => {
     await refused(t, 'GET', target, [auth(owner.apiKey)], 404, 'route_not_found')
@@ -348,6 +354,8 @@ for (const target of [
   '/v1/Sub-Accounts%2e/x',
   '/healthz.',
   '/docs%20/x',
+  '/v1/%C5%BFub-accounts',
+  '/doc%C5%BF',
 ]) {
   t.test(
     `prefix shadow: a spelling of a reserved path (${target}) is 404 route_not_found, never proxied`,

@@ -16,6 +16,12 @@ t.test('foldSegment: decoded, lower case, trailing dots and spaces dropped', asy
   t.equal(foldSegment('ship ments'), 'ship ments', 'inner spaces stay')
   t.equal(foldSegment('shipments%zz'), 'shipments%zz', 'a broken encoding is compared as it is')
   t.equal(foldSegment(''), '')
+  t.equal(foldSegment('%C5%BFhipments'), 'shipments', 'long s reads as s')
+  t.equal(foldSegment('sh%C4%B1pments'), 'shipments', 'dotless i reads as i')
+  t.equal(foldSegment('%EF%BD%93hipments'), 'shipments', 'fullwidth s reads as s')
+  t.equal(foldSegment('%E2%84%AAeys'), 'keys', 'the Kelvin sign reads as k')
+  t.equal(foldSegment('%2573hipments'), 'shipments', 'decoded twice')
+  t.equal(foldSegment('%252573hipments'), '%73hipments', 'not three times')
 })
 
 t.test('the catch-all: every spelling of a longer prefix is a shadow', async (t) => {
