@@ -4,7 +4,8 @@
 // Postgres go out together in one query, one query at a time, and query starts are paced: up to
 // `burst` at once, then one per `intervalMs`. A lookup with nothing ahead of it starts at once.
 // Nothing is refused here: a lookup waits its turn, and its caller's deadline bounds the wait.
-import { withDeadline } from './db.js'
+import { ApiError } from '../errors.js'
+import { QueryTimeoutError } from './db.js'
 
 export interface KeyBatchPacing {
   /** Query starts beyond the burst are this far apart: at most 1000 / intervalMs queries a second. */
@@ -27,15 +28,20 @@ export const DEFAULT_KEY_BATCH_PACING: KeyBatchPacing = {
 /** Time and timers, replaceable so that the pacing can be tested without waiting. */
 export interface BatchClock {
   now(): number
-  setTimeout(run: () => void, ms: number): void
+  /** Runs `run` after `ms`; returns what cancels it. */
+  setTimeout(run: () => void, ms: number): () => void
 }
 
 const realClock: BatchClock = {
   now: () => performance.now(),
   setTimeout: (run, ms) => {
-    setTimeout(run, ms)
+    const timer = setTimeout(run, ms)
+    return () => clearTimeout(timer)
   },
 }
+
+/** How many queries may be in flight at once: a second only for a backlog growing old. */
+const MAX_IN_FLIGHT = 2
 
 /** What the query returns for each digest it found; digests it did not find are simply absent. */
 export interface FoundByDigest<Row> {
@@ -46,11 +52,15 @@ export interface FoundByDigest<Row> {
 interface Waiter<Row> {
   resolve(row: Row | null): void
   reject(err: unknown): void
+  /** Cancels the waiter's deadline. */
+  cancel: () => void
 }
 
 interface Pending<Row> {
   readonly digest: Buffer
   readonly waiters: Waiter<Row>[]
+  /** When its first waiter came: the backlog's age is its oldest entry's. */
+  readonly since: number
 }
 
 export interface KeyLookupBatcherOptions {
@@ -65,8 +75,11 @@ export class KeyLookupBatcher<Row> {
   private readonly clock: BatchClock
   /** Waiting for a query, oldest first, one entry per digest (hex). */
   private readonly pending = new Map<string, Pending<Row>>()
-  private inFlight = false
-  private timerSet = false
+  private inFlight = 0
+  /** A pump is due when the pace allows the next start. */
+  private paceTimerSet = false
+  /** A pump is due when the backlog is old enough for a second query. */
+  private ageTimerSet = false
   /**
    * The pace as a virtual schedule (GCRA): each start moves it `intervalMs` past max(it, now); a
    * start is allowed while it stays within `burst` intervals of now. So any window of W ms holds
@@ -82,15 +95,49 @@ export class KeyLookupBatcher<Row> {
     this.clock = options.clock ?? realClock
   }
 
-  /** The row of the key with this digest, or null; shares a query with the lookups waiting with it. */
-  lookup(digest: Buffer): Promise<Row | null> {
+  /**
+   * The row of the key with this digest, or null; shares a query with the lookups waiting with it.
+   * Past `deadlineMs` the lookup fails: a lookup still waiting for its turn leaves the queue (its
+   * digest too, if nobody else waits for it) with a 503 of its own, which says nothing of
+   * Postgres's health; one whose query is under way fails as a query past its deadline does.
+   */
+  lookup(digest: Buffer, deadlineMs = this.pacing.queryDeadlineMs): Promise<Row | null> {
     return new Promise<Row | null>((resolve, reject) => {
       const hex = digest.toString('hex')
+      let settled = false
+      const waiter: Waiter<Row> = {
+        resolve: (row) => {
+          if (settled) return
+          settled = true
+          waiter.cancel()
+          resolve(row)
+        },
+        reject: (err) => {
+          if (settled) return
+          settled = true
+          waiter.cancel()
+          reject(err)
+        },
+        cancel: () => {},
+      }
+      waiter.cancel = this.clock.setTimeout(() => this.expire(hex, waiter, deadlineMs), deadlineMs)
       const pending = this.pending.get(hex)
-      if (pending === undefined) this.pending.set(hex, { digest, waiters: [{ resolve, reject }] })
-      else pending.waiters.push({ resolve, reject })
+      if (pending === undefined) this.pending.set(hex, { digest, waiters: [waiter], since: this.clock.now() })
+      else pending.waiters.push(waiter)
       this.pump()
     })
+  }
+
+  private expire(hex: string, waiter: Waiter<Row>, deadlineMs: number): void {
+    const pending = this.pending.get(hex)
+    const index = pending?.waiters.indexOf(waiter) ?? -1
+    if (pending === undefined || index === -1) {
+      waiter.reject(new QueryTimeoutError(deadlineMs))
+      return
+    }
+    pending.waiters.splice(index, 1)
+    if (pending.waiters.length === 0) this.pending.delete(hex)
+    waiter.reject(new ApiError('store_unavailable', 'the key could not be looked up in time; try again'))
   }
 
   /** How many digests wait for a query (not those of the query in flight). */
@@ -99,14 +146,28 @@ export class KeyLookupBatcher<Row> {
   }
 
   private pump(): void {
-    if (this.inFlight || this.timerSet || this.pending.size === 0) return
+    if (this.paceTimerSet || this.pending.size === 0 || this.inFlight >= MAX_IN_FLIGHT) return
     const now = this.clock.now()
+    // One query at a time, unless the oldest waiting digest has used a fifth of its deadline (a
+    // slow Postgres or a flood): then a second may start, still within the pace, so that a key
+    // behind a slow query is not failed for the wait alone.
+    if (this.inFlight > 0) {
+      const young = this.pending.values().next().value!.since + this.pacing.queryDeadlineMs / 5 - now
+      if (young > 0 && !this.ageTimerSet) {
+        this.ageTimerSet = true
+        this.clock.setTimeout(() => {
+          this.ageTimerSet = false
+          this.pump()
+        }, young)
+      }
+      if (young > 0) return
+    }
     const from = Math.max(this.paceAt, now)
     const wait = from + this.pacing.intervalMs - this.pacing.burst * this.pacing.intervalMs - now
     if (wait > 0) {
-      this.timerSet = true
+      this.paceTimerSet = true
       this.clock.setTimeout(() => {
-        this.timerSet = false
+        this.paceTimerSet = false
         this.pump()
       }, wait)
       return
@@ -125,13 +186,21 @@ export class KeyLookupBatcher<Row> {
     return batch
   }
 
+  /** The query's answer, or QueryTimeoutError past the deadline (on the batcher's clock). */
+  private withinDeadline<T>(query: Promise<T>): Promise<T> {
+    const deadlineMs = this.pacing.queryDeadlineMs
+    let cancel = () => {}
+    const late = new Promise<never>((_, reject) => {
+      cancel = this.clock.setTimeout(() => reject(new QueryTimeoutError(deadlineMs)), deadlineMs)
+    })
+    return Promise.race([query, late]).finally(cancel)
+  }
+
   private start(batch: Pending<Row>[]): void {
-    this.inFlight = true
+    this.inFlight++
     this.options.onQuery?.(batch.length)
     // A query that throws at once fails its lookups like one that rejects.
-    const answered = Promise.resolve().then(() =>
-      withDeadline(this.query(batch.map((p) => p.digest)), this.pacing.queryDeadlineMs),
-    )
+    const answered = Promise.resolve().then(() => this.withinDeadline(this.query(batch.map((p) => p.digest))))
     answered
       .then(
         (found) => {
@@ -146,7 +215,7 @@ export class KeyLookupBatcher<Row> {
         },
       )
       .finally(() => {
-        this.inFlight = false
+        this.inFlight--
         this.pump()
       })
   }

@@ -92,7 +92,7 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
   }
   return {
     async keyByDigest(keyDigest) {
-      const row = await withDeadline(keys.lookup(keyDigest), deadlineMs)
+      const row = await keys.lookup(keyDigest, deadlineMs)
       return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
     },
     tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),

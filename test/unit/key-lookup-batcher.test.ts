@@ -12,7 +12,11 @@ function fakeClock(): BatchClock & { advance(ms: number): Promise<void>; timers(
   return {
     now: () => now,
     setTimeout: (run, ms) => {
-      timers.push({ at: now + ms, run })
+      const timer = { at: now + ms, run }
+      timers.push(timer)
+      return () => {
+        timers = timers.filter((t) => t !== timer)
+      }
     },
     timers: () => timers.length,
     async advance(ms) {
@@ -210,4 +214,62 @@ t.test('a query that never answers fails its lookups at its deadline and frees t
   await t.rejects(stuck, QueryTimeoutError)
   t.equal(await next, 'found', 'the next query went out once the stuck one was given up')
   t.equal(calls, 2)
+})
+
+t.test('a slow Postgres: a key behind a slow query gets a second query before its deadline', async (t) => {
+  const clock = fakeClock()
+  const starts: number[] = []
+  // Every query takes 300 ms of the fake clock; the deadline is 500 ms.
+  const batcher = new KeyLookupBatcher<string>(
+    (digests) => {
+      starts.push(clock.now())
+      return new Promise((resolve) => {
+        clock.setTimeout(() => resolve(digests.map((keyDigest) => ({ keyDigest, row: 'found' }))), 300)
+      })
+    },
+    { clock, pacing: { queryDeadlineMs: 500 } },
+  )
+  const t0 = clock.now()
+  const first = batcher.lookup(digestOf(1))
+  await clock.advance(50)
+  const second = batcher.lookup(digestOf(2))
+  // In steps, so that the timers run in the order they fall due.
+  for (let i = 0; i < 50; i++) await clock.advance(10)
+  t.equal(await first, 'found')
+  t.equal(await second, 'found', 'answered within its deadline, though one query was under way when it came')
+  t.equal(starts.length, 2)
+  t.equal(starts[1]! - t0, 150, 'the second query went out once the key had waited a fifth of its deadline')
+})
+
+t.test('a lookup whose deadline passes while it waits leaves the queue with a 503 of its own', async (t) => {
+  const clock = fakeClock()
+  const s = store()
+  const batcher = new KeyLookupBatcher(s.query, { clock, pacing: { queryDeadlineMs: 100 } })
+  // Two queries that never answer take both places; then a flood waits behind them.
+  s.holdNext(new Promise<void>(() => {}))
+  const stuck = [batcher.lookup(digestOf(1))]
+  await clock.advance(30)
+  s.holdNext(new Promise<void>(() => {}))
+  stuck.push(batcher.lookup(digestOf(2)))
+  const stuckSettled = Promise.allSettled(stuck)
+  // A fifth of the deadline later, the second key gets the second query of its own.
+  for (let i = 0; i < 3; i++) await clock.advance(10)
+  t.equal(s.queries.length, 2, 'two queries in flight, both stuck')
+  // Their deadline (30 ms) ends before either query in flight ends or gives up (100 ms).
+  const queued = Array.from({ length: 50 }, (_, i) => batcher.lookup(digestOf(100 + i), 30))
+  const outcomes = Promise.allSettled(queued)
+  for (let i = 0; i < 4; i++) await clock.advance(10)
+  const settled = await outcomes
+  t.equal(batcher.waiting, 0, 'they left the queue')
+  for (let i = 0; i < 10; i++) await clock.advance(10)
+  t.ok(
+    settled.every((o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'store_unavailable'),
+    "each queued lookup failed as the gateway's own 503, not as a Postgres timeout (which would open the store breaker)",
+  )
+  await stuckSettled
+  t.equal(batcher.waiting, 0, 'nothing is left queued: their digests were never sent')
+  t.notOk(
+    s.queries.flat().some((n) => n >= 100),
+    'no query asked for them',
+  )
 })
