@@ -88,7 +88,9 @@ async function main(): Promise<void> {
 
   try {
     const metricsServer = await listening('METRICS_PORT', config.metricsPort, config.host, () =>
-      serveMetrics(metrics.registry, config.metricsPort, config.host),
+      serveMetrics(metrics.registry, config.metricsPort, config.host, (path) =>
+        app.inject({ method: 'GET', url: path }),
+      ),
     )
     app.addHook('onClose', async () => {
       await new Promise((resolve) => metricsServer.close(resolve))

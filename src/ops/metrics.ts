@@ -195,10 +195,39 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
   return metrics
 }
 
-/** `GET /metrics` on its own port (docs/configuration.md: never on the public one). */
-export async function serveMetrics(registry: Registry, port: number, host: string): Promise<Server> {
+/** What the metrics listener answers for the health paths: the public app's own answer. */
+export type ProbeAnswer = (path: '/healthz' | '/readyz') => Promise<{
+  statusCode: number
+  headers: Record<string, unknown>
+  body: string
+}>
+
+/**
+ * `GET /metrics` on its own port (docs/configuration.md: never on the public one), and the health
+ * paths too when `probe` is given (docs/operations.md): the kubelet's probes then do not compete
+ * with clients for the public listener's connections, which MAX_CONNECTIONS caps.
+ */
+export async function serveMetrics(
+  registry: Registry,
+  port: number,
+  host: string,
+  probe?: ProbeAnswer,
+): Promise<Server> {
   const server = createServer((request, response) => {
-    if (request.method !== 'GET' || request.url?.split('?')[0] !== '/metrics') {
+    const path = request.url?.split('?')[0]
+    if (request.method === 'GET' && probe !== undefined && (path === '/healthz' || path === '/readyz')) {
+      probe(path).then(
+        (answer) => {
+          const type = answer.headers['content-type']
+          response
+            .writeHead(answer.statusCode, typeof type === 'string' ? { 'content-type': type } : {})
+            .end(answer.body)
+        },
+        () => response.writeHead(500).end(),
+      )
+      return
+    }
+    if (request.method !== 'GET' || path !== '/metrics') {
       response.writeHead(404).end()
       return
     }

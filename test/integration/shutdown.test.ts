@@ -8,8 +8,8 @@
 // some requests until the test has seen the listener refuse connections (app.close() has begun),
 // and only then answers them. Nothing else depends on timing; the bounds below only stop a hang.
 import { spawn, type ChildProcess } from 'node:child_process'
+import { connect, type Socket } from 'node:net'
 import { Agent, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
-import { connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { freshDatabase } from '../helpers/db.js'
@@ -67,6 +67,8 @@ interface GatewayProcess {
   child: ChildProcess
   port: number
   base: string
+  /** http://127.0.0.1:<METRICS_PORT> */
+  metricsBase: string
   /** Settles when the process has exited. */
   exit: Promise<Exit>
   exited(): boolean
@@ -131,7 +133,8 @@ async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess
   )
   if (started === null)
     throw new Error(`the gateway was not ready within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
-  return { child, port, base, exit, exited: () => done, stdout: () => out, stderr: () => err }
+  const metricsBase = `http://127.0.0.1:${metricsPort}`
+  return { child, port, base, metricsBase, exit, exited: () => done, stdout: () => out, stderr: () => err }
 }
 
 /** Resolves with the process's exit, or null if it has not exited within `ms`. */
@@ -459,4 +462,34 @@ t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', 
     'and the second one as such',
   )
   t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'the request is counted, once')
+})
+
+t.test('the health paths answer on the metrics port while clients hold every public connection', async (t) => {
+  const { gateway } = await gatewayWithoutDelay(t, 'probed', { MAX_CONNECTIONS: '3' })
+  // Three idle keep-alive connections, each after one cheap request: the cap of the public port.
+  const held: Socket[] = []
+  t.teardown(() => {
+    for (const socket of held) socket.destroy()
+  })
+  for (let i = 0; i < 3; i++) {
+    const socket = connect(gateway.port, '127.0.0.1')
+    held.push(socket)
+    await new Promise<void>((resolve) => {
+      socket.once('data', () => resolve())
+      socket.write('GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\n')
+    })
+  }
+  const publicProbe = await rawRequest(gateway.base, { path: '/healthz' }).then(
+    (res) => res.status,
+    () => 'refused',
+  )
+  t.equal(publicProbe, 'refused', 'the public port holds no more connections')
+  const healthz = await rawRequest(gateway.metricsBase, { path: '/healthz' })
+  t.equal(healthz.status, 200, 'GET /healthz on the metrics port')
+  t.same(JSON.parse(healthz.body), { status: 'ok' })
+  const readyz = await rawRequest(gateway.metricsBase, { path: '/readyz' })
+  t.equal(readyz.status, 200, 'GET /readyz on the metrics port')
+  t.equal(JSON.parse(readyz.body).status, 'ready')
+  gateway.child.kill('SIGTERM')
+  await gateway.exit
 })
