@@ -208,7 +208,8 @@ if (deploy) {
   for (const port of ['http', 'metrics']) if (!ports.has(port)) fail(where, `container port ${port} is missing`)
   const probe = (kind, path) => {
     const p = gateway[kind]
-    if (p?.httpGet?.path !== path || p.httpGet.port !== 'http') fail(where, `${kind} must GET ${path} on port http`)
+    // The metrics port: clients holding every public connection (MAX_CONNECTIONS) cannot fail it.
+    if (p?.httpGet?.path !== path || p.httpGet.port !== 'metrics') fail(where, `${kind} must GET ${path} on port metrics`)
   }
   probe('livenessProbe', '/healthz')
   probe('readinessProbe', '/readyz')
