@@ -209,7 +209,8 @@ if (deploy) {
   const probe = (kind, path) => {
     const p = gateway[kind]
     // The metrics port: clients holding every public connection (MAX_CONNECTIONS) cannot fail it.
-    if (p?.httpGet?.path !== path || p.httpGet.port !== 'metrics') fail(where, `${kind} must GET ${path} on port metrics`)
+    if (p?.httpGet?.path !== path || p.httpGet.port !== 'metrics')
+      fail(where, `${kind} must GET ${path} on port metrics`)
   }
   probe('livenessProbe', '/healthz')
   probe('readinessProbe', '/readyz')
