@@ -10,8 +10,10 @@ import { presentKey } from './management/present.js'
 import { openStore, reachPostgres, type Sql } from './store/db.js'
 import { revokeKey } from './store/keys.js'
 import { migrate } from './store/migrate.js'
-import { ExternalIdTakenError, getTenant } from './store/tenants.js'
+import { NotAnAccountError, setAccountLimits, type LimitsChange } from './store/limits.js'
+import { ExternalIdTakenError, getTenant, type TenantRow } from './store/tenants.js'
 import { isExternalId, isUuid } from './tenancy/identifiers.js'
+import { parseMonthlyQuota, parseRate, shownLimits } from './tenancy/limits.js'
 
 const USAGE = `usage: cli <command> [options]
   (from a clone: npm run cli -- <command> ...; in the image: node dist/cli.js <command> ...)
@@ -20,6 +22,9 @@ commands:
   migrate                      apply pending database migrations
   accounts create --name <name> [--external-id <id>] [--scopes <a,b>]
                                create a parent account and its first API key
+  accounts limits --account <uuid> [--rate N/Ws] [--monthly-quota M] [--clear]
+                               set a parent account's limits (over it and all its sub-accounts);
+                               --rate or --monthly-quota alone keeps the other, --clear removes both
   keys create --account <uuid> --name <label> [--scopes <a,b>]
                                mint another API key for a parent account
   keys revoke --account <uuid> --key <key_id>
@@ -30,15 +35,15 @@ Each command prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DI
 database), REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
-const COMMAND_NAMES = 'migrate, accounts create, keys create, keys revoke'
+const COMMAND_NAMES = 'migrate, accounts create, accounts limits, keys create, keys revoke'
 
 class UsageError extends Error {}
 
-type Options = Record<string, string | undefined>
+type Options = Record<string, string | boolean | undefined>
 
 function required(options: Options, name: string): string {
   const value = options[name]
-  if (value === undefined || value.trim() === '') throw new UsageError(`--${name} is required`)
+  if (typeof value !== 'string' || value.trim() === '') throw new UsageError(`--${name} is required`)
   return value.trim()
 }
 
@@ -55,7 +60,7 @@ function uuid(options: Options, flag: string): string {
 }
 
 function scopes(options: Options): string[] | undefined {
-  if (options.scopes === undefined) return undefined
+  if (typeof options.scopes !== 'string') return undefined
   const list = options.scopes
     .split(',')
     .map((s) => s.trim())
@@ -73,13 +78,38 @@ async function parentAccount(sql: Sql, id: string) {
   return account
 }
 
+/** A parent account as the CLI prints it. */
+const presentAccount = (account: TenantRow) => ({
+  id: account.id,
+  name: account.name,
+  external_id: account.external_id,
+  created_at: account.created_at.toISOString(),
+})
+
+/** What `accounts limits` changes: each flag given replaces its limit, the others stay; --clear removes both. */
+function limitsChange(options: Options): LimitsChange {
+  const { rate, clear } = options
+  const quota = options['monthly-quota']
+  if (clear === true) {
+    if (rate !== undefined || quota !== undefined)
+      throw new UsageError('--clear removes both limits: give it without --rate and --monthly-quota')
+    return { rate: null, monthly_quota: null }
+  }
+  if (rate === undefined && quota === undefined)
+    throw new UsageError('give --rate N/Ws, --monthly-quota M, or --clear (--help for the usage)')
+  return {
+    ...(typeof rate === 'string' ? { rate: parseRate(rate) } : {}),
+    ...(typeof quota === 'string' ? { monthly_quota: parseMonthlyQuota(quota) } : {}),
+  }
+}
+
 type Command = (sql: Sql, options: Options, config: Config) => Promise<unknown>
 
 const COMMANDS: Record<string, Command> = {
   migrate: async (sql) => ({ applied: await migrate(sql) }),
 
   'accounts create': async (sql, options) => {
-    const externalId = options['external-id']
+    const externalId = options['external-id'] as string | undefined
     if (externalId !== undefined && !isExternalId(externalId)) {
       throw new UsageError('--external-id must be 1-128 of A-Z a-z 0-9 . _ - : @ / +')
     }
@@ -90,15 +120,21 @@ const COMMANDS: Record<string, Command> = {
       createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes }),
     )
     return {
-      account: {
-        id: account.id,
-        name: account.name,
-        external_id: account.external_id,
-        created_at: account.created_at.toISOString(),
-      },
+      account: presentAccount(account),
       api_key: key.apiKey,
       key: presentKey(key.row),
     }
+  },
+
+  'accounts limits': async (sql, options, config) => {
+    const accountId = uuid(options, 'account')
+    const change = limitsChange(options)
+    await migrate(sql)
+    const account = await setAccountLimits(sql, accountId, change)
+    // The proxy reads an account's limits from its cached tenant record: tell the replicas now.
+    if (config.redisUrl !== undefined)
+      await tellReplicas(config.redisUrl, config.redisKeyPrefix, [cacheKeys.tenant(accountId)], 'the limits are stored')
+    return { account: { ...presentAccount(account), limits: shownLimits(account.limits) } }
   },
 
   'keys create': async (sql, options) => {
@@ -119,19 +155,21 @@ const COMMANDS: Record<string, Command> = {
     const row = await revokeKey(sql, accountId, keyId)
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
     // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
-    if (config.redisUrl !== undefined) {
-      try {
-        await publishInvalidation(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], {
-          repeatAfterMs: 1_000,
-        })
-      } catch (err) {
-        process.stderr.write(
-          `warning: the key is revoked, but Redis (REDIS_URL, ${describeRedisUrl(config.redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they refuse it within a minute (the cache TTL)\n`,
-        )
-      }
-    }
+    if (config.redisUrl !== undefined)
+      await tellReplicas(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], 'the key is revoked')
     return { key: presentKey(row) }
   },
+}
+
+/** Publishes cache invalidations, repeated after 1 s; a Redis failure is a warning, the change stands. */
+async function tellReplicas(redisUrl: string, prefix: string, names: string[], done: string): Promise<void> {
+  try {
+    await publishInvalidation(redisUrl, prefix, names, { repeatAfterMs: 1_000 })
+  } catch (err) {
+    process.stderr.write(
+      `warning: ${done}, but Redis (REDIS_URL, ${describeRedisUrl(redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute (the cache TTL)\n`,
+    )
+  }
 }
 
 /** Where a Redis URL points, for messages: host:port, never the password. */
@@ -154,6 +192,9 @@ async function run(argv: string[]): Promise<unknown> {
       scopes: { type: 'string' },
       account: { type: 'string' },
       key: { type: 'string' },
+      rate: { type: 'string' },
+      'monthly-quota': { type: 'string' },
+      clear: { type: 'boolean' },
     },
   })
   const { help, ...options } = values
@@ -185,6 +226,10 @@ run(process.argv.slice(2)).then(
   (err: unknown) => {
     let message: string
     if (err instanceof ExternalIdTakenError) message = 'a parent account with this external id already exists'
+    else if (err instanceof NotAnAccountError)
+      message = err.subAccount
+        ? `${err.id} is a sub-account: its limits are its parent's to set (PATCH /v1/sub-accounts/${err.id})`
+        : `no parent account ${err.id}`
     else message = (err as Error).message.split('\n')[0]!
     process.stderr.write(`error: ${message}\n`)
     process.exitCode = 1

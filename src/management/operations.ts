@@ -10,7 +10,9 @@ export const OPERATIONS = {
   getSubAccount: { summary: 'Get a sub-account', tags: ['sub-accounts'] },
   updateSubAccount: {
     summary: 'Update a sub-account',
-    description: 'Only the fields given change; `external_id: null` clears it. An empty body is refused.',
+    description:
+      'Only the fields given change; `external_id: null` clears it. `limits` is replaced as a whole (a member ' +
+      'left out is null; `limits: null` clears both). An empty body is refused.',
     tags: ['sub-accounts'],
   },
   deactivateSubAccount: {
@@ -40,7 +42,15 @@ export const OPERATIONS = {
     summary: 'Report requests per sub-account and day',
     description:
       '`from` and `to` are UTC dates (YYYY-MM-DD), both inclusive and at most 366 days apart; by default the ' +
-      'first day of the current month and today. Lists the sub-accounts with usage in the range.',
+      'first day of the current month and today. Lists the sub-accounts with usage in the range, each with ' +
+      'its 429s of a rate limit and of a monthly quota in `limited`.',
     tags: ['usage'],
+  },
+  getAccountLimits: {
+    summary: "The parent's account limits and this month's use",
+    description:
+      "`used` counts this UTC month's requests forwarded upstream for the parent and all its sub-accounts " +
+      '(refusals left out), as Postgres has them: at most about 2 s behind. The account limits are set by the operator.',
+    tags: ['limits'],
   },
 } as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>

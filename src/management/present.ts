@@ -1,6 +1,7 @@
 // Rows to API objects: explicit field lists, timestamps as RFC 3339 strings.
 import type { KeyRow } from '../store/keys.js'
 import type { TenantRow } from '../store/tenants.js'
+import { shownLimits } from '../tenancy/limits.js'
 import type { ApiKey, SubAccount } from './schemas.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
@@ -15,6 +16,7 @@ export function presentSubAccount(row: TenantRow): SubAccount {
     created_at: row.created_at.toISOString(),
     updated_at: row.updated_at.toISOString(),
     deactivated_at: iso(row.deactivated_at),
+    limits: shownLimits(row.limits),
   }
 }
 

@@ -65,6 +65,7 @@ export const SubAccount = Type.Object(
     created_at: Timestamp,
     updated_at: Timestamp,
     deactivated_at: Nullable(Timestamp),
+    limits: Limits,
   },
   { additionalProperties: false },
 )
@@ -124,12 +125,22 @@ export const SubAccountParams = Type.Object({ sub_id: Type.String() })
 export const KeyParams = Type.Object({ sub_id: Type.String(), key_id: Type.String() })
 
 export const CreateSubAccountBody = Type.Object(
-  { name: Name, external_id: Type.Optional(Nullable(ExternalId)), metadata: Type.Optional(Metadata) },
+  {
+    name: Name,
+    external_id: Type.Optional(Nullable(ExternalId)),
+    metadata: Type.Optional(Metadata),
+    limits: Type.Optional(Nullable(LimitsBody)),
+  },
   { additionalProperties: false },
 )
 
 export const UpdateSubAccountBody = Type.Object(
-  { name: Type.Optional(Name), external_id: Type.Optional(Nullable(ExternalId)), metadata: Type.Optional(Metadata) },
+  {
+    name: Type.Optional(Name),
+    external_id: Type.Optional(Nullable(ExternalId)),
+    metadata: Type.Optional(Metadata),
+    limits: Type.Optional(Nullable(LimitsBody)),
+  },
   { additionalProperties: false, minProperties: 1 },
 )
 
@@ -154,6 +165,22 @@ export const UsageQuery = Type.Object(
 
 const Count = Type.Integer({ minimum: 0 })
 
+// The account's limits and this month's use (docs/api.md, Limits and quotas).
+export const AccountLimits = Type.Object(
+  {
+    account: Limits,
+    month: Type.String({ pattern: '^\\d{4}-\\d{2}$', description: 'the current UTC month, YYYY-MM' }),
+    used: Type.Integer({
+      minimum: 0,
+      description: 'requests of this month forwarded upstream for the parent and its sub-accounts (about 2 s behind)',
+    }),
+  },
+  { additionalProperties: false },
+)
+
+/** A route that takes no query parameters still refuses unknown ones. */
+export const NoQuery = Type.Object({}, { additionalProperties: false })
+
 export const UsageEntry = Type.Object(
   {
     sub_account_id: Type.String({ format: 'uuid' }),
@@ -162,6 +189,10 @@ export const UsageEntry = Type.Object(
     by_status: Type.Object({ '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count }, { additionalProperties: false }),
     days: Type.Array(
       Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false }),
+    ),
+    limited: Type.Object(
+      { rate: Count, quota: Count },
+      { additionalProperties: false, description: "the gateway's 429s of a rate limit and of a monthly quota" },
     ),
   },
   { additionalProperties: false },

@@ -11,7 +11,7 @@ import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fa
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
 import { ERRORS, type ErrorCode } from '../errors.js'
-import { MANAGEMENT_PREFIX } from '../management/routes.js'
+import { MANAGEMENT_PREFIX } from '../management/common.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
 export const OPENAPI_PATH = '/openapi.json'
@@ -148,6 +148,7 @@ function baseDocument(): OpenAPIV3_1.Document {
       { name: 'sub-accounts', description: 'The sub-accounts of the calling parent account' },
       { name: 'api-keys', description: "A sub-account's API keys; a key's secrets are shown once, when it is created" },
       { name: 'usage', description: 'Requests counted per sub-account and day' },
+      { name: 'limits', description: "The calling parent's account limits and this month's use" },
       { name: 'operations', description: 'Liveness and readiness; no key needed' },
     ],
     components: {

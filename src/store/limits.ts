@@ -1,5 +1,5 @@
 // Limits of tenants and the use a monthly quota counts (docs/api.md, Limits and quotas). SQL only.
-import { storedLimits, type TenantLimits } from '../tenancy/limits.js'
+import { storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from '../tenancy/limits.js'
 import type { Sql, Tx } from './db.js'
 import { COLUMNS, type TenantRow } from './tenants.js'
 
@@ -26,6 +26,40 @@ export async function writeAccountLimits(
     where id = ${accountId} and parent_id is null
     returning ${db.unsafe(COLUMNS)}`
   return row ?? null
+}
+
+/** A change of some members: a member given replaces that limit (null removes it), one left out stays. */
+export type LimitsChange = { rate?: RateLimit | null; monthly_quota?: MonthlyQuota | null }
+
+/** The id names no tenant, or a sub-account (whose limits its parent sets through the API). */
+export class NotAnAccountError extends Error {
+  override name = 'NotAnAccountError'
+  constructor(
+    readonly id: string,
+    readonly subAccount: boolean,
+  ) {
+    super(subAccount ? `${id} is a sub-account` : `no parent account ${id}`)
+  }
+}
+
+/**
+ * Changes a parent account's limits member by member (the operator's `accounts limits`): the row
+ * is locked between reading the limits it keeps and writing, so two changes of different members
+ * at once both stand.
+ */
+export function setAccountLimits(sql: Sql, accountId: string, change: LimitsChange): Promise<TenantRow> {
+  return sql.begin(async (tx) => {
+    const [current] = await tx<{ parent_id: string | null; limits: TenantLimits | null }[]>`
+      select parent_id, limits from tenants where id = ${accountId} for update`
+    if (current === undefined || current.parent_id !== null)
+      throw new NotAnAccountError(accountId, current !== undefined)
+    const next = {
+      rate: change.rate === undefined ? (current.limits?.rate ?? null) : change.rate,
+      monthly_quota:
+        change.monthly_quota === undefined ? (current.limits?.monthly_quota ?? null) : change.monthly_quota,
+    }
+    return (await writeAccountLimits(tx, accountId, next))!
+  })
 }
 
 /** Whose use a quota counts: one tenant's own, or a parent account's with all its sub-accounts'. */

@@ -82,6 +82,8 @@ export interface UsageRow {
   day: string
   status_class: number
   requests: string
+  limited_rate: string
+  limited_quota: string
 }
 
 /**
@@ -104,7 +106,8 @@ export function usageRows(
       limit ${range.limit}
     )
     select page.seq::text as seq, page.id, page.external_id,
-           u.day::text as day, u.status_class, u.requests::text as requests
+           u.day::text as day, u.status_class, u.requests::text as requests,
+           u.limited_rate::text as limited_rate, u.limited_quota::text as limited_quota
     from page join usage_daily u on u.tenant_id = page.id and u.day between ${range.from} and ${range.to}
     order by page.seq, u.day, u.status_class`
 }

@@ -3,6 +3,7 @@
 import { withDeadline, type Sql } from '../store/db.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from '../store/key-lookup-batcher.js'
 import { findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/keys.js'
+import type { TenantLimits } from './limits.js'
 import {
   findSubAccountIdByExternalId,
   getSubAccount,
@@ -25,6 +26,11 @@ export interface TenantRecord {
   readonly parentId: string | null
   readonly externalId: string | null
   readonly status: TenantStatus
+  /**
+   * Its limits (docs/api.md, Limits and quotas); null: none. Absent on a record an older version
+   * cached in Redis before limits existed: treat it as unknown and read the tenant again.
+   */
+  readonly limits?: TenantLimits | null
 }
 
 export interface TenancyLookups {
@@ -69,7 +75,7 @@ export interface PostgresLookupOptions {
 }
 
 const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
-  row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status }
+  row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status, limits: row.limits }
 
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
   const deadlineMs = options.deadlineMs ?? LOOKUP_DEADLINE_MS

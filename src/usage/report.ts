@@ -70,12 +70,17 @@ export function usageEntries(rows: readonly UsageRow[]): (UsageEntry & { seq: st
         requests: 0,
         by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
         days: [],
+        limited: { rate: 0, quota: 0 },
       }
       entries.push(entry)
     }
     const requests = Number(row.requests)
     entry.requests += requests
     entry.by_status[`${row.status_class}xx` as keyof UsageEntry['by_status']] += requests
+    entry.limited.rate += Number(row.limited_rate)
+    entry.limited.quota += Number(row.limited_quota)
+    // A limit's refusal can reach Postgres a flush before its answer: a row with no requests yet.
+    if (requests === 0) continue
     const lastDay = entry.days[entry.days.length - 1]
     if (lastDay !== undefined && lastDay.date === row.day) lastDay.requests += requests
     else entry.days.push({ date: row.day, requests })

@@ -8,6 +8,7 @@ import t, { type Test } from 'tap'
 import { freshDatabase } from '../helpers/db.js'
 import { startGateway } from '../helpers/gateway.js'
 import type { JsonBody } from '../helpers/json.js'
+import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -261,5 +262,82 @@ t.test('errors: non-zero exit, one line on stderr, nothing on stdout', async (t)
       await db.sql`select (select count(*) from tenants)::int as tenants, (select count(*) from api_keys)::int as keys`
     // Only the "Other" account and its first key were created on purpose above.
     t.same(after[0], { tenants: before[0]!.tenants + 1, keys: before[0]!.keys + 1 })
+  })
+})
+
+t.test('accounts limits', async (t) => {
+  // A second replica whose in-process entries would live a minute: only the CLI's message can
+  // make it see the new limits within a second.
+  const replica = await startGateway(t, {
+    listen: false,
+    database: db,
+    redisKeyPrefix: keyPrefix,
+    cacheTimings: { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 },
+  })
+  const cached = async () => (await replica.app.tenancyCache.lookups.tenant(acme.id))?.limits ?? null
+  const stored = async () => (await db.sql`select limits from tenants where id = ${acme.id}`)[0]!.limits
+  const rate = { requests: 100, per_seconds: 1 }
+  const quota = { requests: 5000 }
+
+  t.equal(await cached(), null, 'the replica holds the account, without limits')
+
+  /** Runs the command, checks what it printed and stored, and that the replica has it within 1 s of its exit. */
+  async function setsLimits(t: Test, flags: string[], limits: unknown) {
+    const out = await cliOk(t, ['accounts', 'limits', '--account', acme.id, ...flags])
+    t.same(Object.keys(out), ['account'])
+    t.match(out.account, { id: acme.id, name: 'Acme', external_id: 'acme', created_at: ISO })
+    t.same(out.account.limits, limits, `printed: ${flags.join(' ')}`)
+    const none = { rate: null, monthly_quota: null }
+    t.same((await stored()) ?? none, limits, 'stored')
+    const took = await eventually(1_000, async () => {
+      const seen = await cached()
+      return JSON.stringify(seen ?? none) === JSON.stringify(limits)
+    })
+    t.ok(took !== null, `the replica's cached record has them within 1 s (${took} ms after the CLI exited)`)
+  }
+
+  await setsLimits(t, ['--rate', '100/1s'], { rate, monthly_quota: null })
+  await setsLimits(t, ['--monthly-quota', '5000'], { rate, monthly_quota: quota })
+  await setsLimits(t, ['--rate', '10/60s'], { rate: { requests: 10, per_seconds: 60 }, monthly_quota: quota })
+  await setsLimits(t, ['--rate', '100/1s', '--monthly-quota', '5000'], { rate, monthly_quota: quota })
+
+  const shown = await gw.call(acme.apiKey, { method: 'GET', url: '/v1/sub-accounts/limits', acting: 'self' })
+  t.equal(shown.statusCode, 200, shown.body)
+  t.same(shown.json().account, { rate, monthly_quota: quota }, 'GET /v1/sub-accounts/limits shows them')
+
+  t.test('bad values: an error line, exit 1, nothing changed', async (t) => {
+    const [sub] = await db.sql`select id from tenants where parent_id = ${acme.id} limit 1`
+    const cases: [string[], RegExp][] = [
+      [['--rate', '0/1s'], /--rate/],
+      [['--rate', '1000000001/1s'], /--rate/],
+      [['--rate', '5/3601s'], /--rate/],
+      [['--rate', 'fast'], /--rate/],
+      [['--monthly-quota', '0'], /--monthly-quota/],
+      [['--monthly-quota', '1e9'], /--monthly-quota/],
+      [['--monthly-quota', '5000', '--clear'], /--clear/],
+      [[], /--rate|--clear/],
+    ]
+    for (const [flags, message] of cases) {
+      const line = await cliFails(t, ['accounts', 'limits', '--account', acme.id, ...flags], message)
+      t.match(line, /^error: /)
+    }
+    await cliFails(t, ['accounts', 'limits', '--account', sub!.id, '--rate', '1/1s'], /sub-account/)
+    await cliFails(
+      t,
+      ['accounts', 'limits', '--account', '00000000-0000-4000-8000-000000000000', '--clear'],
+      /no parent/,
+    )
+    await cliFails(t, ['accounts', 'limits', '--account', 'nope', '--clear'], /--account/)
+    t.same(await stored(), { rate, monthly_quota: quota }, "the account's limits are unchanged")
+    t.equal(
+      (await db.sql`select limits from tenants where id = ${sub!.id}`)[0]!.limits,
+      null,
+      'the sub-account has none',
+    )
+  })
+
+  t.test('--clear removes both', async (t) => {
+    await setsLimits(t, ['--clear'], { rate: null, monthly_quota: null })
+    t.equal(await stored(), null, 'stored as null')
   })
 })

@@ -27,6 +27,7 @@ t.test('management API', async (t) => {
       metadata: { region: 'eu' },
       deactivated_at: null,
     })
+    t.same(body.limits, { rate: null, monthly_quota: null }, 'no limits unless given')
     t.match(body.id, /^[0-9a-f-]{36}$/)
     t.equal(body.created_at, body.updated_at)
     t.same(Object.keys(body).sort(), [
@@ -34,6 +35,7 @@ t.test('management API', async (t) => {
       'deactivated_at',
       'external_id',
       'id',
+      'limits',
       'metadata',
       'name',
       'status',

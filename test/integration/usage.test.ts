@@ -201,6 +201,7 @@ t.test('usage', async (t) => {
         requests: 37,
         by_status: { '2xx': 27, '3xx': 3, '4xx': 4, '5xx': 3 },
         days: [{ date: today, requests: 37 }],
+        limited: { rate: 0, quota: 0 },
       },
       {
         sub_account_id: B.id,
@@ -208,6 +209,7 @@ t.test('usage', async (t) => {
         requests: 23,
         by_status: { '2xx': 19, '3xx': 0, '4xx': 2, '5xx': 2 },
         days: [{ date: today, requests: 23 }],
+        limited: { rate: 0, quota: 0 },
       },
     ])
     t.equal(body.next_cursor, null)
@@ -395,6 +397,7 @@ t.test('usage', async (t) => {
         requests: 2,
         by_status: { '2xx': 0, '3xx': 0, '4xx': 2, '5xx': 0 },
         days: [{ date: today, requests: 2 }],
+        limited: { rate: 0, quota: 0 },
       },
       'a deactivated sub-account with usage is listed',
     )
@@ -416,6 +419,7 @@ t.test('usage', async (t) => {
           requests: 1000,
           by_status: { '2xx': 1000, '3xx': 0, '4xx': 0, '5xx': 0 },
           days: [{ date: today, requests: 1000 }],
+          limited: { rate: 0, quota: 0 },
         },
       ],
       'the other parent sees only its own, even with the same external_id',
@@ -508,6 +512,7 @@ t.test('usage', async (t) => {
           { date: '2025-03-01', requests: 6 },
           { date: '2025-03-03', requests: 2 },
         ],
+        limited: { rate: 0, quota: 0 },
       },
       'days in order, only those with usage, classes summed per day',
     )

@@ -221,6 +221,7 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
     day: string,
     statusClass: number,
     requests: number,
+    limited: { rate: number; quota: number } = { rate: 0, quota: 0 },
   ): UsageRow => ({
     seq,
     id,
@@ -228,17 +229,21 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
     day,
     status_class: statusClass,
     requests: String(requests),
+    limited_rate: String(limited.rate),
+    limited_quota: String(limited.quota),
   })
   const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa'
   const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb'
   const rows = [
     row('7', A, 'eu', '2026-11-19', 2, 10),
-    row('7', A, 'eu', '2026-11-19', 4, 2),
+    row('7', A, 'eu', '2026-11-19', 4, 2, { rate: 1, quota: 0 }),
     row('7', A, 'eu', '2026-11-20', 2, 5),
     row('7', A, 'eu', '2026-11-20', 3, 1),
     row('7', A, 'eu', '2026-11-20', 5, 3),
-    row('12', B, null, '2026-11-20', 4, 4),
+    row('12', B, null, '2026-11-20', 4, 4, { rate: 2, quota: 1 }),
     row('12', B, null, '2026-11-21', 2, 9007199254740),
+    // A limit's refusal flushed before its answer: counted in limited, no day of its own.
+    row('12', B, null, '2026-11-22', 4, 0, { rate: 0, quota: 1 }),
   ]
   t.same(usageEntries(rows), [
     {
@@ -251,6 +256,7 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
         { date: '2026-11-19', requests: 12 },
         { date: '2026-11-20', requests: 9 },
       ],
+      limited: { rate: 1, quota: 0 },
     },
     {
       seq: '12',
@@ -262,6 +268,7 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
         { date: '2026-11-20', requests: 4 },
         { date: '2026-11-21', requests: 9007199254740 },
       ],
+      limited: { rate: 2, quota: 2 },
     },
   ])
   t.same(usageEntries([]), [], 'no rows, no entries')

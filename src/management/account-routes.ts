@@ -1,0 +1,40 @@
+// What a parent asks about its whole account: the usage report and its account limits with this
+// month's use (docs/api.md, Usage report; Limits and quotas).
+import { monthOf } from '../limits/month.js'
+import { monthUse, readLimits } from '../store/limits.js'
+import { usageRows } from '../store/usage.js'
+import { shownLimits } from '../tenancy/limits.js'
+import { reportRange, usageEntries } from '../usage/report.js'
+import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
+import { AccountLimits, NoQuery, UsageQuery, UsageReport } from './schemas.js'
+
+// Registered before /:sub_id; the router prefers these static segments anyway.
+export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
+  app.get(
+    '/usage',
+    { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
+    async (request) => {
+      const { limit, cursor } = request.query
+      const scope = { list: 'usage', owner: parentOf(request).id } as const
+      const afterSeq = await cursors.decode(cursor, scope)
+      const { from, to } = reportRange(request.query, Date.now())
+      const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
+      return { from, to, ...(await cursors.page(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry, scope)) }
+    },
+  )
+
+  app.get(
+    '/limits',
+    { schema: { ...operation('getAccountLimits'), querystring: NoQuery, response: { 200: AccountLimits } } },
+    async (request) => {
+      const parentId = parentOf(request).id
+      const month = monthOf(Date.now())
+      // Two reads, not one snapshot: the use is a count that moves anyway (the meter flushes each second).
+      const [limits, used] = await Promise.all([
+        readLimits(sql, parentId),
+        monthUse(sql, { tenantId: parentId, level: 'account' }, month),
+      ])
+      return { account: shownLimits(limits), month, used }
+    },
+  )
+}

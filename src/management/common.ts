@@ -1,0 +1,91 @@
+// What the management route files share: the typed instance they register on, the context the
+// plugin hands them, and the small checks every handler uses (docs/api.md, Management API).
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawServerDefault } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { ApiError, validationFailed } from '../errors.js'
+import type { Principal } from '../auth/authenticate.js'
+import { requireScope } from '../auth/scopes.js'
+import type { CacheInvalidator } from '../cache/index.js'
+import type { Sql } from '../store/db.js'
+import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/tenants.js'
+import { isUuid } from '../tenancy/identifiers.js'
+import { OPERATIONS } from './operations.js'
+import type { Cursors } from './paging.js'
+import { NAME_MAX_LENGTH } from './schemas.js'
+
+export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
+
+export type ManagementApp = FastifyInstance<
+  RawServerDefault,
+  IncomingMessage,
+  ServerResponse,
+  FastifyBaseLogger,
+  TypeBoxTypeProvider
+>
+
+/** What the route files need from the plugin. */
+export interface ManagementContext {
+  sql: Sql
+  /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
+  cache: CacheInvalidator
+  cursors: Cursors
+}
+
+/** Management is for parent keys acting as their own account, with the scope of the method. */
+export function authorizeManagement(request: FastifyRequest): void {
+  const principal = request.principal!
+  if (principal.tenant.parentId !== null) {
+    throw new ApiError('parent_key_required', 'sub-account keys cannot manage sub-accounts')
+  }
+  if (request.actingTenant!.id !== principal.tenant.id) {
+    throw new ApiError(
+      'parent_key_required',
+      'sub-accounts are managed by the parent acting as itself (X-Service-Acting-Tenant: self)',
+    )
+  }
+  requireScope(
+    principal.key.scopes,
+    request.method === 'GET' || request.method === 'HEAD' ? 'sub_accounts:read' : 'sub_accounts:write',
+  )
+}
+
+/** The calling parent (authorizeManagement has made sure it is one). */
+export const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
+
+export function trimmedName(name: string, path: string): string {
+  const trimmed = name.trim()
+  const length = [...trimmed].length
+  if (length < 1 || length > NAME_MAX_LENGTH) {
+    throw validationFailed([{ path, message: `must hold 1 to ${NAME_MAX_LENGTH} characters after trimming` }])
+  }
+  return trimmed
+}
+
+export async function withConflictAsHttp<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run()
+  } catch (err) {
+    if (err instanceof ExternalIdTakenError) {
+      throw new ApiError('external_id_conflict', 'another sub-account of this parent already has this external_id')
+    }
+    throw err
+  }
+}
+
+export const notFound = (what = 'sub-account') => new ApiError('not_found', `no such ${what}`)
+
+/** A path id, lower-cased; one that is not a UUID names nothing (docs/api.md: 404). */
+export function pathUuid(value: string, what?: string): string {
+  if (!isUuid(value)) throw notFound(what)
+  return value.toLowerCase()
+}
+
+/** The caller's sub-account named in the path, or 404 (also for another parent's). */
+export async function ownSubAccount(sql: Sql, request: FastifyRequest, subId: string): Promise<TenantRow> {
+  const row = await getSubAccount(sql, parentOf(request).id, pathUuid(subId))
+  if (row === null) throw notFound()
+  return row
+}
+
+export const operation = (operationId: keyof typeof OPERATIONS) => ({ operationId, ...OPERATIONS[operationId] })

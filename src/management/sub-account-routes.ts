@@ -1,0 +1,133 @@
+// Sub-accounts: create, list, get, update, deactivate and reactivate (docs/api.md, Sub-accounts).
+import { cacheKeys, subAccountEntries } from '../cache/index.js'
+import { createSubAccount, listSubAccounts, setSubAccountStatus, updateSubAccount } from '../store/tenants.js'
+import { limitsFromBody } from '../tenancy/limits.js'
+import {
+  MANAGEMENT_PREFIX,
+  type ManagementApp,
+  type ManagementContext,
+  notFound,
+  operation,
+  ownSubAccount,
+  parentOf,
+  pathUuid,
+  trimmedName,
+  withConflictAsHttp,
+} from './common.js'
+import { presentSubAccount } from './present.js'
+import {
+  CreateSubAccountBody,
+  ListSubAccountsQuery,
+  SubAccount,
+  SubAccountPage,
+  SubAccountParams,
+  UpdateSubAccountBody,
+} from './schemas.js'
+
+/** The list and the create, on the prefix itself. */
+export function registerSubAccountCollection(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {
+  app.post(
+    '/',
+    { schema: { ...operation('createSubAccount'), body: CreateSubAccountBody, response: { 201: SubAccount } } },
+    async (request, reply) => {
+      const body = request.body
+      const row = await withConflictAsHttp(() =>
+        createSubAccount(sql, parentOf(request).id, {
+          name: trimmedName(body.name, '/body/name'),
+          externalId: body.external_id ?? null,
+          metadata: body.metadata ?? {},
+          limits: limitsFromBody(body.limits ?? null),
+        }),
+      )
+      // A "not found" for its id or external_id may be cached, and the parent's active count changed.
+      await cache.invalidate([
+        ...subAccountEntries(row.parent_id!, row.id),
+        cacheKeys.anyActive(row.parent_id!),
+        ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
+      ])
+      return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
+    },
+  )
+
+  app.get(
+    '/',
+    {
+      schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
+    },
+    async (request) => {
+      const { limit, cursor, status, external_id } = request.query
+      const scope = { list: 'sub-accounts', owner: parentOf(request).id } as const
+      const rows = await listSubAccounts(sql, parentOf(request).id, {
+        limit: limit + 1,
+        afterSeq: await cursors.decode(cursor, scope),
+        status: status ?? null,
+        externalId: external_id ?? null,
+      })
+      return cursors.page(rows, limit, presentSubAccount, scope)
+    },
+  )
+}
+
+/** One sub-account by its id: get, update, deactivate, reactivate. */
+export function registerSubAccountItem(app: ManagementApp, { sql, cache }: ManagementContext): void {
+  app.get(
+    '/:sub_id',
+    { schema: { ...operation('getSubAccount'), params: SubAccountParams, response: { 200: SubAccount } } },
+    async (request) => presentSubAccount(await ownSubAccount(sql, request, request.params.sub_id)),
+  )
+
+  app.patch(
+    '/:sub_id',
+    {
+      schema: {
+        ...operation('updateSubAccount'),
+        params: SubAccountParams,
+        body: UpdateSubAccountBody,
+        response: { 200: SubAccount },
+      },
+    },
+    async (request) => {
+      const body = request.body
+      const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
+      const subId = pathUuid(request.params.sub_id)
+      // The update is scoped to the parent: no row back means unknown or another parent's.
+      const row = await withConflictAsHttp(() =>
+        updateSubAccount(sql, parentOf(request).id, subId, {
+          name,
+          externalId: body.external_id,
+          metadata: body.metadata,
+          // The whole object is replaced: a member left out is null, and null clears both.
+          limits: body.limits === undefined ? undefined : limitsFromBody(body.limits),
+        }),
+      )
+      if (row === null) throw notFound()
+      const externalIdMoved = row.external_id !== row.previous_external_id
+      // The cached records carry the external id and the limits (the proxy reads both from them).
+      if (externalIdMoved || body.limits !== undefined) {
+        await cache.invalidate(
+          [row.external_id, row.previous_external_id]
+            .filter((externalId) => externalIdMoved && externalId !== null)
+            .map((externalId) => cacheKeys.externalId(row.parent_id!, externalId!))
+            .concat(subAccountEntries(row.parent_id!, row.id)),
+        )
+      }
+      return presentSubAccount(row)
+    },
+  )
+
+  for (const [action, status] of [
+    ['deactivate', 'deactivated'],
+    ['reactivate', 'active'],
+  ] as const) {
+    app.post(
+      `/:sub_id/${action}`,
+      { schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } } },
+      async (request) => {
+        const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
+        if (row === null) throw notFound()
+        await cache.invalidate([...subAccountEntries(row.parent_id!, row.id), cacheKeys.anyActive(row.parent_id!)])
+        return presentSubAccount(row)
+      },
+    )
+  }
+}
