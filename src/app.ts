@@ -24,6 +24,9 @@ import { readinessPlugin } from './plugins/readiness.js'
 import { requestAccounting } from './plugins/request-accounting.js'
 import { tenancyCachePlugin } from './plugins/tenancy-cache.js'
 import { usageMeterPlugin } from './plugins/usage-meter.js'
+import type { LeaseTimings } from './limits/lease-store.js'
+import { limitsPlugin } from './plugins/limits.js'
+import { limitGate } from './proxy/limit-gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
 import type { Store } from './store/db.js'
@@ -36,6 +39,8 @@ export interface AppDeps {
   /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
   cacheTimings?: Partial<CacheTimings>
+  /** The limiter's lease timings (tests shorten the grace after Redis is found empty). */
+  limitTimings?: Partial<LeaseTimings>
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
   metrics?: Metrics
@@ -128,6 +133,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     timings: deps.cacheTimings,
   })
   await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: deps.usageFlushIntervalMs })
+  await app.register(limitsPlugin, {
+    sql: deps.store.sql,
+    redisUrl: deps.config.redisUrl,
+    keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
+    timings: deps.limitTimings,
+  })
   await app.register(requestAccounting, { logRequests: logging })
   await app.register(readinessPlugin)
   await app.register(requestGuards)
@@ -142,6 +153,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     lookups: cache.lookups,
     cache,
     bodyTimeoutMs: deps.managementBodyTimeoutMs,
+    limiter: app.limiter,
+    rate: deps.config.managementRate,
   })
   await app.register(proxyRoutes, {
     routes,
@@ -149,6 +162,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     upstreamDuration: app.metrics.upstreamDuration,
     recentAdmissions: app.metrics.recentAdmissions,
     clientAborts: app.metrics.clientAborts,
+    limits: limitGate({ limiter: app.limiter, meter: app.usageMeter, metrics: app.metrics.limits }),
   })
 
   return app

@@ -3,6 +3,8 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
+import type { Rate } from './limits/bucket.js'
+import { parseRate } from './tenancy/limits.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
@@ -28,6 +30,8 @@ export interface Config {
   readonly shutdownTimeoutMs: number
   /** Client connections held at most; more are refused (MAX_CONNECTIONS, default 10,000). */
   readonly maxConnections: number
+  /** Each parent's rate on the management API (MANAGEMENT_RATE, default 50/1s). */
+  readonly managementRate: Rate
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -133,6 +137,16 @@ function loadGatewayConfig(path: string): Record<string, unknown> {
   return doc as Record<string, unknown>
 }
 
+function parseManagementRate(env: Env): Rate {
+  const raw = read(env, 'MANAGEMENT_RATE') ?? '50/1s'
+  try {
+    const rate = parseRate(raw)
+    return { requests: rate.requests, perSeconds: rate.per_seconds }
+  } catch (err) {
+    throw new ConfigError('MANAGEMENT_RATE', `${(err as Error).message.replace(/^--rate /, '')}, got "${raw}"`)
+  }
+}
+
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -154,5 +168,6 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     shutdownDelayMs: parseMilliseconds(env, 'SHUTDOWN_DELAY_MS', 0),
     shutdownTimeoutMs: parseMilliseconds(env, 'SHUTDOWN_TIMEOUT_MS', 10_000),
     maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
+    managementRate: parseManagementRate(env),
   })
 }

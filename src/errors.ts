@@ -21,6 +21,8 @@ export const ERRORS = {
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },
+  rate_limited: { status: 429, title: 'Rate limited' },
+  quota_exceeded: { status: 429, title: 'Quota exceeded' },
   headers_too_large: { status: 431, title: 'Request header fields too large' },
   internal_error: { status: 500, title: 'Internal error' },
   upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
@@ -45,6 +47,8 @@ export interface Problem {
   code: ErrorCode
   request_id: string
   errors?: FieldError[]
+  /** A limit's refusal: the policies that refused it (docs/api.md). */
+  violated_policies?: readonly string[]
 }
 
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
@@ -53,7 +57,12 @@ export class ApiError extends Error {
   constructor(
     readonly code: ErrorCode,
     readonly detail: string,
-    readonly options: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+    readonly options: {
+      errors?: FieldError[]
+      headers?: Record<string, string>
+      /** Extension members of the problem (RFC 9457 §3.2). */
+      extensions?: Pick<Problem, 'violated_policies'>
+    } = {},
   ) {
     super(detail)
     this.name = 'ApiError'

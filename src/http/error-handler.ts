@@ -95,7 +95,10 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
   return reply
     .code(apiError.status)
     .type(PROBLEM_CONTENT_TYPE)
-    .send(problem(apiError.code, apiError.detail, request.id, apiError.options.errors))
+    .send({
+      ...problem(apiError.code, apiError.detail, request.id, apiError.options.errors),
+      ...apiError.options.extensions,
+    })
 }
 
 /**

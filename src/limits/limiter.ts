@@ -70,7 +70,7 @@ export class Limiter {
   /** The limits that apply, in the order of the policies: sub-account first, rate before quota. */
   private applicable(subjects: readonly LimitSubject[], now: number): LeasedLimit[] {
     const found: LeasedLimit[] = []
-    for (const level of ['sub_account', 'account'] as const) {
+    for (const level of ['sub_account', 'account', 'management'] as const) {
       for (const subject of subjects) {
         if (subject.level !== level) continue
         const { rate, monthlyQuota } = subject.limits
@@ -86,7 +86,8 @@ export class Limiter {
           }
           found.push(limit)
         }
-        if (monthlyQuota !== null) {
+        // The management API has a rate only.
+        if (monthlyQuota !== null && level !== 'management') {
           let limit = this.limits.get(`${base}:quota`) as QuotaLimit | undefined
           if (limit === undefined) {
             const keyOf = (month: string) => `${this.keyPrefix}limits:quota:${base}:${month}`

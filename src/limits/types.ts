@@ -9,9 +9,15 @@ export interface Limits {
   monthlyQuota: { requests: number } | null
 }
 
-export type PolicyName = 'sub_account.rate' | 'sub_account.monthly_quota' | 'account.rate' | 'account.monthly_quota'
+export type PolicyName =
+  | 'sub_account.rate'
+  | 'sub_account.monthly_quota'
+  | 'account.rate'
+  | 'account.monthly_quota'
+  /** A parent's rate on the management API (MANAGEMENT_RATE). */
+  | 'management.rate'
 
-export type Level = 'sub_account' | 'account'
+export type Level = 'sub_account' | 'account' | 'management'
 
 /** One tenant whose limits apply to a request: the sub-account it acts as, and/or the parent account. */
 export interface LimitSubject {

@@ -4,6 +4,8 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CacheInvalidator } from '../cache/index.js'
 import { continueAfterChecks } from '../http/expect-continue.js'
+import type { Rate } from '../limits/bucket.js'
+import type { Limiter } from '../limits/limiter.js'
 import type { Sql } from '../store/db.js'
 import { cursorSecret } from '../store/secrets.js'
 import { tenancyHook } from '../tenancy/hook.js'
@@ -13,6 +15,7 @@ import { authorizeManagement, type ManagementContext } from './common.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { registerKeyRoutes } from './key-routes.js'
 import { Cursors } from './paging.js'
+import { managementRate } from './rate.js'
 import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
 
 export { MANAGEMENT_PREFIX } from './common.js'
@@ -23,6 +26,9 @@ export interface ManagementOptions {
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
   bodyTimeoutMs?: number // how long a body may take to arrive (hooks.ts)
+  limiter: Limiter
+  /** Each parent's rate here (MANAGEMENT_RATE). */
+  rate: Rate
 }
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
@@ -32,6 +38,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   addManagementDeadline(plugin, options.bodyTimeoutMs)
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
+  app.addHook('onRequest', managementRate(options.limiter, options.rate))
   app.addHook('onRequest', continueAfterChecks(plugin.initialConfig.bodyLimit ?? 0))
 
   const context: ManagementContext = { sql, cache, cursors: new Cursors(() => cursorSecret(sql)) }

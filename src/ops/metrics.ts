@@ -43,6 +43,8 @@ export interface Metrics {
    * reading and was cut off (proxy/exchange.ts). Not answered, so in no status class and no usage.
    */
   readonly clientAborts: { readonly hungUp: Tally; readonly stoppedReading: Tally }
+  /** Limits (limits/limiter.ts): decisions by policy and outcome, lease calls, degraded mode. */
+  readonly limits: LimitMetrics
   /** Records one answered request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: LatencyHistogram
@@ -146,6 +148,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       registers,
     }),
     clientAborts: clientAbortTallies(registers),
+    limits: limitMetrics(registers),
     observeRequest(kind, statusCode, seconds) {
       const k = kindIndex[kind]
       const cls = Math.floor(statusCode / 100) - 1
@@ -254,4 +257,55 @@ function clientAbortTallies(registers: Registry[]): Metrics['clientAborts'] {
     [{ reason: 'hung_up' }, { reason: 'stopped_reading' }],
   )
   return { hungUp: hungUp!, stoppedReading: stoppedReading! }
+}
+
+export const LIMIT_POLICIES = [
+  'sub_account.rate',
+  'sub_account.monthly_quota',
+  'account.rate',
+  'account.monthly_quota',
+  'management.rate',
+] as const
+
+export interface LimitMetrics {
+  /** By policy (LIMIT_POLICIES order): requests a policy let through, and requests it refused. */
+  readonly admitted: readonly Tally[]
+  readonly refused: readonly Tally[]
+  readonly leaseCalls: Tally
+  readonly leaseFailures: Tally
+  readonly degraded: Gauge
+}
+
+function limitMetrics(registers: Registry[]): LimitMetrics {
+  const decisions = talliedCounter(
+    {
+      name: 'tgw_limit_decisions_total',
+      help: 'Requests under a limit, by policy and outcome (admitted, refused)',
+      labelNames: ['policy', 'outcome'] as const,
+      registers,
+    },
+    LIMIT_POLICIES.flatMap((policy) => [
+      { policy, outcome: 'admitted' },
+      { policy, outcome: 'refused' },
+    ]),
+  )
+  return {
+    admitted: LIMIT_POLICIES.map((_, i) => decisions[2 * i]!),
+    refused: LIMIT_POLICIES.map((_, i) => decisions[2 * i + 1]!),
+    leaseCalls: tally({
+      name: 'tgw_limit_lease_calls_total',
+      help: 'Lease calls sent to Redis (taking, renewing or giving back units)',
+      registers,
+    }),
+    leaseFailures: tally({
+      name: 'tgw_limit_lease_failures_total',
+      help: 'Lease calls that failed or timed out',
+      registers,
+    }),
+    degraded: new Gauge({
+      name: 'tgw_limits_degraded',
+      help: '1 while Redis is unusable and this replica enforces every limit on its own',
+      registers,
+    }),
+  }
 }

@@ -15,6 +15,7 @@ import type { TenancyLookups } from '../tenancy/lookups.js'
 import { RouteConcurrency, type SlotRefusal } from './concurrency.js'
 import { type ClientAbortTallies, Exchange } from './exchange.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
+import type { LimitGate } from './limit-gate.js'
 import { isReservedPath, pathOf } from './paths.js'
 import { prefixShadowCheck } from './prefix-shadow.js'
 import { BodyIdleError, BodyTooLargeError, declaresTooMuch, streamBody } from './request-body.js'
@@ -28,6 +29,7 @@ export interface ProxyOptions {
   /** Requests admitted from the last second's memory (tenancy/recent-admissions.ts). */
   recentAdmissions: Tally
   clientAborts: ClientAbortTallies
+  limits: LimitGate
 }
 
 declare module 'fastify' {
@@ -105,7 +107,7 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts }: ProxyOptions,
+  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts, limits }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
@@ -121,11 +123,14 @@ async function registerRoute(
       const leave = () => slots.withdraw(start)
       const start = (refusal: SlotRefusal | null) => {
         reply.raw.off('close', leave)
-        if (refusal !== null) return done(busy(refusal, route))
+        if (refusal !== null) {
+          limits.refund(request)
+          return done(busy(refusal, route))
+        }
         request.exchange = new Exchange(slots, tenantId, request, reply, clientAborts, route.responseIdleTimeoutMs)
         // A client that left just as a slot came: its Exchange gave the slot back and logged it,
         // and the request goes no further (nothing is sent upstream, nothing can be answered).
-        if (request.exchange.clientGone()) return
+        if (request.exchange.clientGone()) return limits.refund(request)
         // RFC 9110 §10.1.1: the client sends its body once told to; the upstream never sees Expect.
         if (continues) reply.raw.writeContinue()
         done()
@@ -142,7 +147,7 @@ async function registerRoute(
     const admitted = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
       const refusal = scopeRefusal(route, request)
       if (refusal !== undefined) return done(refusal)
-      takeSlot(request, reply, done)
+      limits.check(request, reply, done, () => takeSlot(request, reply, done))
     }
     scope.addHook('onRequest', function admitProxied(request, reply, done) {
       // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
@@ -223,5 +228,7 @@ async function registerRoute(
 export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options) => {
   app.decorateRequest('upstreamSentAt', 0)
   app.decorateRequest('exchange', null)
+  app.decorateRequest('limitSubjects', null)
+  app.decorateRequest('limitsCharged', false)
   for (const route of options.routes) await registerRoute(app, route, options)
 }

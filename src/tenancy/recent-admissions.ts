@@ -6,11 +6,21 @@ import type { Principal } from '../auth/authenticate.js'
 import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
 import { ACTING_HEADER, isWriteMethod } from './acting.js'
 import { resolveInto } from './hook.js'
+import { limitSubjects } from '../limits/subjects.js'
+import type { LimitSubject } from '../limits/types.js'
 import type { TenancyLookups, TenantRecord } from './lookups.js'
 
 interface Admission {
   readonly principal: Principal
   readonly actingTenant: TenantRecord
+  readonly limitSubjects: readonly LimitSubject[]
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** A proxied request's limits (limits/subjects.ts); set with its admission. */
+    limitSubjects: readonly LimitSubject[] | null
+  }
 }
 
 /**
@@ -89,7 +99,10 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
   if (reuse === undefined) {
     return {
       fromRecent: () => false,
-      resolve: (request) => resolveInto(request, lookups, singleHeaderCounts(request)),
+      async resolve(request) {
+        await resolveInto(request, lookups, singleHeaderCounts(request))
+        request.limitSubjects = await limitSubjects(request.principal!, request.actingTenant!, lookups)
+      },
     }
   }
   const recent = new RecentAdmissions(reuse.windowMs)
@@ -100,17 +113,21 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       if (admission === undefined) return false
       request.principal = admission.principal
       request.actingTenant = admission.actingTenant
+      request.limitSubjects = admission.limitSubjects
       return true
     },
     async resolve(request) {
       const counts = singleHeaderCounts(request)
       const versionBefore = reuse.version()
       await resolveInto(request, lookups, counts)
+      const principal = request.principal!
+      const actingTenant = request.actingTenant!
+      request.limitSubjects = await limitSubjects(principal, actingTenant, lookups)
       // A change evicted while this check ran may have been read before it: not remembered.
       if (reuse.version() !== versionBefore) return
       const key = admissionKey(request, counts)
       if (key !== null)
-        recent.set(key, { principal: request.principal!, actingTenant: request.actingTenant! }, versionBefore)
+        recent.set(key, { principal, actingTenant, limitSubjects: request.limitSubjects }, versionBefore)
     },
   }
 }

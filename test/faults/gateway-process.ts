@@ -23,7 +23,7 @@ const send = (message: unknown) => process.send!(message)
 const databaseUrl = process.env.DATABASE_URL
 const routesDoc = JSON.parse(process.env.FAULT_ROUTES ?? '{}') as Record<string, unknown>
 // The route table is FAULT_ROUTES, never the repository's config/gateway.yaml.
-const config = { ...loadConfig({ DATABASE_URL: databaseUrl }), gatewayConfig: routesDoc }
+const config = { ...loadConfig({ DATABASE_URL: databaseUrl, MANAGEMENT_RATE: '1000000/1s' }), gatewayConfig: routesDoc }
 const store = await openStore({ databaseUrl, dataDir: '.' })
 const app = await buildApp({ config, store, logger: false })
 await app.listen({ port: 0, host: '127.0.0.1' })

@@ -36,6 +36,12 @@ export interface GatewayOptions {
   /** The GATEWAY_CONFIG document (routes etc.); default: none. */
   gatewayConfig?: Record<string, unknown>
   cacheTimings?: AppDeps['cacheTimings']
+  /**
+   * The limiter's lease timings. By default no grace after Redis is found empty: every test
+   * starts on a key prefix of its own, which Redis has never seen (a fresh deployment needs no
+   * grace either, but cannot tell itself from one whose Redis lost its keys).
+   */
+  limitTimings?: AppDeps['limitTimings']
   usageFlushIntervalMs?: number
   /** A pino instance lets a test capture every line (default: no logging). */
   logger?: AppDeps['logger']
@@ -154,6 +160,8 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       DATABASE_URL: databaseUrl,
       ...(redisUrl === false ? {} : { REDIS_URL: redisUrl }),
       ...(options.upstreamUrl === undefined ? {} : { UPSTREAM_URL: options.upstreamUrl }),
+      // Tests send management calls as fast as they can: the default 50/1s is tested on its own.
+      MANAGEMENT_RATE: '1000000/1s',
       ...options.env,
     }),
     // The route table is the test's, never the repository's config/gateway.yaml.
@@ -165,6 +173,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       store,
       redisKeyPrefix,
       cacheTimings: options.cacheTimings,
+      limitTimings: options.limitTimings ?? { graceMs: 0 },
       usageFlushIntervalMs: options.usageFlushIntervalMs,
       logger: options.logger ?? false,
       ...options.deadlines,

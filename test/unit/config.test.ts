@@ -16,6 +16,7 @@ t.test('defaults of docs/configuration.md', async (t) => {
   t.match(config.dataDir, /\.data$/)
   t.match(config.gatewayConfigPath, /config\/gateway\.yaml$/)
   t.equal(config.maxConnections, 10_000)
+  t.same(config.managementRate, { requests: 50, perSeconds: 1 })
   t.ok(Object.isFrozen(config))
 })
 
@@ -83,4 +84,11 @@ t.test('a bad value is one line that names the variable', async (t) => {
 
 t.test('a password in a bad URL is not echoed', async (t) => {
   t.throws(() => loadConfig({ DATABASE_URL: 'mysql://user:hunter2@db/x' }, ROOT), { message: /^(?!.*hunter2)/ })
+})
+
+t.test('MANAGEMENT_RATE', async (t) => {
+  t.same(loadConfig({ MANAGEMENT_RATE: '200/10s' }, ROOT).managementRate, { requests: 200, perSeconds: 10 })
+  for (const bad of ['0/1s', '50', '50/0s', '50/3601s', 'fast', '-1/1s']) {
+    t.throws(() => loadConfig({ MANAGEMENT_RATE: bad }, ROOT), { name: 'ConfigError', message: /MANAGEMENT_RATE/ }, bad)
+  }
 })

@@ -1,0 +1,37 @@
+// Which limits apply to a proxied request (docs/api.md, limits and quotas): the sub-account it acts
+// as, if any, and the parent account, whose limits bound everything that acts as it or as any of
+// its sub-accounts. Built once per admission and remembered with it (tenancy/recent-admissions.ts),
+// so that a request admitted from memory finds them without a lookup.
+import type { Principal } from '../auth/authenticate.js'
+import type { TenantLimits } from '../tenancy/limits.js'
+import type { TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
+import type { Limits, LimitSubject } from './types.js'
+
+export const NO_SUBJECTS: readonly LimitSubject[] = []
+
+/** The limiter's form of stored limits; null when none is set (an older cached record has none). */
+export function limitsOf(stored: TenantLimits | null | undefined): Limits | null {
+  if (stored === null || stored === undefined) return null
+  const rate = stored.rate && { requests: stored.rate.requests, perSeconds: stored.rate.per_seconds }
+  const monthlyQuota = stored.monthly_quota && { requests: stored.monthly_quota.requests }
+  return rate === null && monthlyQuota === null ? null : { rate, monthlyQuota }
+}
+
+/** The subjects whose limits a request acting as `acting` must pass; empty when none has a limit. */
+export async function limitSubjects(
+  principal: Principal,
+  acting: TenantRecord,
+  lookups: TenancyLookups,
+): Promise<readonly LimitSubject[]> {
+  const subjects: LimitSubject[] = []
+  let account: TenantRecord | null = acting
+  if (acting.parentId !== null) {
+    const own = limitsOf(acting.limits)
+    if (own !== null) subjects.push({ tenantId: acting.id, level: 'sub_account', limits: own })
+    account = principal.tenant.id === acting.parentId ? principal.tenant : await lookups.tenant(acting.parentId)
+  }
+  const accountLimits = account === null ? null : limitsOf(account.limits)
+  if (account !== null && accountLimits !== null)
+    subjects.push({ tenantId: account.id, level: 'account', limits: accountLimits })
+  return subjects.length === 0 ? NO_SUBJECTS : subjects
+}

@@ -1,0 +1,22 @@
+// Each parent's rate on the management API (MANAGEMENT_RATE, docs/configuration.md), answered as
+// a proxied route's limits are: the RateLimit fields, and 429 rate_limited naming
+// `management.rate`. Checked after authorization, before the body and its validation.
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Rate } from '../limits/bucket.js'
+import type { Limiter } from '../limits/limiter.js'
+import type { LimitSubject } from '../limits/types.js'
+import { limitRefusal, setRateLimitFields } from '../proxy/limit-answer.js'
+
+export function managementRate(limiter: Limiter, rate: Rate) {
+  const limits = { rate, monthlyQuota: null }
+  return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+    const subjects: LimitSubject[] = [{ tenantId: request.principal!.tenant.id, level: 'management', limits }]
+    const decide = () => {
+      const decision = limiter.admit(subjects)
+      setRateLimitFields(reply, decision)
+      done(decision.allowed ? undefined : limitRefusal(decision))
+    }
+    if (limiter.isWarm(subjects)) decide()
+    else limiter.warm(subjects).then(decide, done)
+  }
+}

@@ -1,0 +1,63 @@
+// The limiter (docs/architecture.md, limits) as a plugin: its Redis connection (none in embedded
+// mode: every limit is then enforced in this process), the month's use read from Postgres when
+// Redis has lost it, and its leases given back when the app closes.
+import fp from 'fastify-plugin'
+import { connectCommandClient } from '../cache/redis-commands.js'
+import type { LeaseTimings } from '../limits/lease-store.js'
+import { Limiter } from '../limits/limiter.js'
+import type { Sql } from '../store/db.js'
+import { monthUse } from '../store/limits.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    limiter: Limiter
+  }
+}
+
+export interface LimitsPluginOptions {
+  sql: Sql
+  /** Unset: embedded mode. */
+  redisUrl?: string | undefined
+  keyPrefix: string
+  timings?: Partial<LeaseTimings> | undefined
+}
+
+export const limitsPlugin = fp<LimitsPluginOptions>(
+  async (app, { sql, redisUrl, keyPrefix, timings }) => {
+    const metrics = app.metrics.limits
+    const meter = app.usageMeter
+    const redis =
+      redisUrl === undefined
+        ? null
+        : connectCommandClient(redisUrl, { failed: () => {}, down: () => {}, ready: () => {} })
+    metrics.degraded.set(0)
+    const limiter = new Limiter({
+      redis,
+      keyPrefix,
+      ...(timings === undefined ? {} : { timings }),
+      // This replica's counts go to Postgres first, so that a month rebuilt after Redis lost it
+      // misses at most what the other replicas have not written yet (about a second of it).
+      async loadMonthUse(subject, month) {
+        await meter.flush()
+        return monthUse(
+          sql,
+          { tenantId: subject.tenantId, level: subject.level === 'account' ? 'account' : 'sub_account' },
+          month,
+        )
+      },
+      metrics: {
+        leaseRequests: metrics.leaseCalls,
+        leaseFailures: metrics.leaseFailures,
+        degraded: (down) => metrics.degraded.set(down ? 1 : 0),
+      },
+    })
+    app.decorate('limiter', limiter)
+    // Runs before the usage meter's (onClose hooks run last registered first): leases go back
+    // while Redis is still open.
+    app.addHook('onClose', async () => {
+      await limiter.close()
+      redis?.disconnect()
+    })
+  },
+  { name: 'limits', dependencies: ['metrics', 'usage-meter'] },
+)
