@@ -273,6 +273,8 @@ export interface LimitMetrics {
   readonly refused: readonly Tally[]
   readonly leaseCalls: Tally
   readonly leaseFailures: Tally
+  /** Requests that awaited a limit's first lease (limiter.warm): one per tenant and replica once warm. */
+  readonly coldWaits: Tally
   readonly degraded: Gauge
 }
 
@@ -300,6 +302,11 @@ function limitMetrics(registers: Registry[]): LimitMetrics {
     leaseFailures: tally({
       name: 'tgw_limit_lease_failures_total',
       help: 'Lease calls that failed or timed out',
+      registers,
+    }),
+    coldWaits: tally({
+      name: 'tgw_limit_cold_waits_total',
+      help: "Requests that waited for a limit's first lease from Redis before their decision",
       registers,
     }),
     degraded: new Gauge({

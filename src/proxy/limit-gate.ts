@@ -67,6 +67,7 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
       if (subjects === null || subjects.length === 0) return next()
       if (limiter.isWarm(subjects)) return decide(request, reply, subjects, done, next)
       // A limit this replica has not seen yet: its first lease, one Redis round trip (bounded).
+      metrics.coldWaits.inc()
       limiter.warm(subjects).then(() => decide(request, reply, subjects, done, next), done)
     },
     refund(request) {

@@ -3,7 +3,7 @@
 // is not counted (refusals, public routes).
 import t from 'tap'
 import { writeAccountLimits } from '../../src/store/limits.js'
-import { startGateway, type TestGateway } from '../helpers/gateway.js'
+import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { checkProblem } from '../helpers/problems.js'
@@ -167,6 +167,16 @@ t.test('public routes and tenants without limits are not limited and carry no Ra
     t.equal(res.status, 200)
     t.notOk('ratelimit-policy' in res.headers, 'no limits, no fields')
   }
+})
+
+t.test("a tenant's first request under limits waits for its leases, the next ones do not", async (t) => {
+  const parent = await gw.createParent({ scopes: ['sub_accounts:read', 'sub_accounts:write', 'things:read'] })
+  const sub = await subAccount(parent.apiKey, 'warmed', { rate: { requests: 1000, per_seconds: 1 } })
+  const coldWaits = () => metricValue(gw.app, 'tgw_limit_cold_waits_total')
+  const before = await coldWaits()
+  for (let i = 0; i < 5; i++)
+    t.equal((await callAs(gw.url, parent.apiKey, { path: `/v1/things/warm-${i}`, acting: sub })).status, 200)
+  t.equal((await coldWaits()) - before, 1, 'tgw_limit_cold_waits_total counts the first request only')
 })
 
 t.test('the management API has a rate of its own per parent (MANAGEMENT_RATE)', async (t) => {
