@@ -373,19 +373,39 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> 
   })
 }
 
+/** A sub-account's or an account's limits, as the management API takes them (docs/api.md). */
+export interface BenchLimits {
+  rate?: { requests: number; per_seconds: number }
+  monthly_quota?: { requests: number }
+}
+
 /**
  * One parent (by the CLI) with one sub-account (by the API, `ext:bench-sub`), and the headers of
- * the parent's key acting as it: the request of bench:proxy and bench:instructions.
+ * the parent's key acting as it: the request of bench:proxy and bench:instructions. Limits, if
+ * given: the account's set by the CLI's `accounts limits`, the sub-account's on its creation.
  */
 export async function seedActing(
   gateway: Gateway,
   databaseUrl: string,
+  o: { account?: BenchLimits; subAccount?: BenchLimits } = {},
 ): Promise<{ parentId: string; subId: string; headers: Record<string, string> }> {
-  const parent = JSON.parse(
-    await runCli(['accounts', 'create', '--name', 'bench'], { DATABASE_URL: databaseUrl, REDIS_URL }),
-  ) as { account: { id: string }; api_key: string }
+  const cliEnv = { DATABASE_URL: databaseUrl, REDIS_URL }
+  const parent = JSON.parse(await runCli(['accounts', 'create', '--name', 'bench'], cliEnv)) as {
+    account: { id: string }
+    api_key: string
+  }
   const authorization = `Bearer ${parent.api_key}`
-  // Under valgrind (bench:instructions) a store lookup can miss its deadline: 503, and again.
+  if (o.account !== undefined) {
+    const { rate, monthly_quota: quota } = o.account
+    const limits = [
+      ...(rate === undefined ? [] : ['--rate', `${rate.requests}/${rate.per_seconds}s`]),
+      ...(quota === undefined ? [] : ['--monthly-quota', String(quota.requests)]),
+    ]
+    await runCli(['accounts', 'limits', '--account', parent.account.id, ...limits], cliEnv)
+  }
+  // Under valgrind (bench:instructions) a store lookup can miss its deadline: 503, and again. A
+  // Redis whose limits' keys are new refuses every lease for 3 s (docs/architecture.md, limits),
+  // the management API's rate included: 429, and again.
   let answer = { status: 0, body: '', ms: 0 }
   for (let attempt = 0; attempt < 10 && answer.status !== 201; attempt++) {
     if (attempt > 0) await sleep(1000)
@@ -393,10 +413,10 @@ export async function seedActing(
       method: 'POST',
       path: '/v1/sub-accounts',
       headers: { authorization },
-      body: '{"name":"bench-sub","external_id":"bench-sub"}',
+      body: JSON.stringify({ name: 'bench-sub', external_id: 'bench-sub', limits: o.subAccount }),
     }
     answer = await request(new http.Agent(), new URL(gateway.url), call, 600_000)
-    if (answer.status !== 201 && answer.status !== 503) break
+    if (answer.status !== 201 && answer.status !== 503 && answer.status !== 429) break
   }
   if (answer.status !== 201)
     throw new Error(`POST /v1/sub-accounts answered ${answer.status}: ${answer.body.slice(0, 500)}`)

@@ -1,7 +1,9 @@
 // Throughput of the proxied path: the gateway against a bare @fastify/http-proxy, and optionally
-// against another checkout of the gateway in the same run (BENCH_BASELINE_TREE). bench/README.md
+// against another checkout of the gateway in the same run (BENCH_BASELINE_TREE), and optionally the
+// same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1). bench/README.md
 // says what it starts, what it prints and its knobs; docs/architecture.md the path measured.
 import {
+  type BenchLimits,
   createDatabase,
   envInt,
   fmt,
@@ -35,8 +37,12 @@ const WARMUP = envInt('BENCH_WARMUP', 5)
 // above the others, with V8's worker threads busy; after a second it was not.
 const WARMUP_ROUNDS = envInt('BENCH_WARMUP_ROUNDS', 2)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
+const LIMITS = envInt('BENCH_LIMITS', 0, 0) > 0
+/** Never refusing, so that the side measures the cost of deciding, on both levels (docs/api.md). */
+const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
+const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'bare' | 'gateway' | 'baseline'
+type SideName = 'bare' | 'gateway' | 'limits' | 'baseline'
 interface Side {
   name: SideName
   server: Server | Gateway
@@ -52,6 +58,10 @@ interface Lookups {
   postgres: number
   waited: number
   refreshes: number
+  /** Under limits: requests that awaited a first lease, lease calls sent, refusals. */
+  coldWaits: number
+  leaseCalls: number
+  refused: number
 }
 
 async function main(): Promise<void> {
@@ -69,11 +79,21 @@ async function main(): Promise<void> {
         ? null
         : await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, tree: BASELINE_TREE })
     if (baseline !== null) started.push(baseline)
+    // The same build in a process of its own, so that each gateway idles through the others' rounds
+    // alike (sharing one, the second side's rounds would follow the first's garbage at once).
+    const limitsGateway = LIMITS ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url }) : null
+    if (limitsGateway !== null) started.push(limitsGateway)
     const acting = await seedActing(gateway, db.url)
+    // Another parent whose account and sub-account have limits: the two sides differ by them only.
+    const limited =
+      limitsGateway === null
+        ? null
+        : await seedActing(limitsGateway, db.url, { account: NEVER_REFUSING, subAccount: NEVER_REFUSING })
     // The bare proxy gets the same request, Authorization and acting header included, and passes them on.
     const sides: Side[] = [
       { name: 'bare', server: bare, headers: acting.headers },
       { name: 'gateway', server: gateway, headers: acting.headers },
+      ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
       ...(baseline === null ? [] : [{ name: 'baseline' as const, server: baseline, headers: acting.headers }]),
     ]
 
@@ -83,14 +103,20 @@ async function main(): Promise<void> {
       const seen = (await response.json()) as Record<string, string>
       if (response.status !== 200)
         throw new Error(`${side.name}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
+      const tenant = side.name === 'limits' ? limited! : acting
       if (
         side.name !== 'bare' &&
-        (seen['x-service-resolved-tenant'] !== acting.subId || seen['x-service-caller-tenant'] !== acting.parentId)
+        (seen['x-service-resolved-tenant'] !== tenant.subId || seen['x-service-caller-tenant'] !== tenant.parentId)
       ) {
         throw new Error(
           `${side.name}: the upstream saw tenant ${seen['x-service-resolved-tenant']} for ${seen['x-service-caller-tenant']}`,
         )
       }
+      // Under limits, every level's rate and quota applies; elsewhere none does.
+      const policy = response.headers.get('ratelimit-policy') ?? ''
+      const applied = POLICIES.filter((name) => policy.includes(`"${name}"`))
+      if (applied.length !== (side.name === 'limits' ? POLICIES.length : 0))
+        throw new Error(`${side.name}: RateLimit-Policy is "${policy}"`)
     }
 
     const measure = async (side: Side, seconds: number, round: string): Promise<Round> => {
@@ -130,15 +156,23 @@ async function main(): Promise<void> {
         const after = await scrape(metricsPort)
         const delta = (name: string, ...labels: string[]) =>
           metric(after, name, ...labels) - metric(before, name, ...labels)
-        const sum = lookups.get(side.name) ?? { redis: 0, postgres: 0, waited: 0, refreshes: 0 }
+        const sum = lookups.get(side.name) ?? {
+          ...{ redis: 0, postgres: 0, waited: 0, refreshes: 0 },
+          ...{ coldWaits: 0, leaseCalls: 0, refused: 0 },
+        }
         sum.redis += delta('tgw_store_lookups_total', 'tier="redis"')
         sum.postgres += delta('tgw_store_lookups_total', 'tier="postgres"')
         sum.waited += delta('tgw_cache_misses_total', 'tier="local"')
         sum.refreshes += delta('tgw_cache_refreshes_total')
+        sum.coldWaits += delta('tgw_limit_cold_waits_total')
+        sum.leaseCalls += delta('tgw_limit_lease_calls_total')
+        sum.refused += delta('tgw_limit_decisions_total', 'outcome="refused"')
         lookups.set(side.name, sum)
       }
     }
-    report(rounds, sides, lookups, started)
+    const coldWaits =
+      limitsGateway === null ? 0 : metric(await scrape(limitsGateway.metricsPort), 'tgw_limit_cold_waits_total')
+    report(rounds, sides, lookups, started, coldWaits)
   } catch (err) {
     if (!isInterrupted()) for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
     throw err
@@ -149,10 +183,17 @@ async function main(): Promise<void> {
   }
 }
 
-function report(rounds: Round[], sides: Side[], lookups: Map<SideName, Lookups>, started: Server[]): void {
+function report(
+  rounds: Round[],
+  sides: Side[],
+  lookups: Map<SideName, Lookups>,
+  started: Server[],
+  coldWaits: number,
+): void {
   const of = (side: SideName) => rounds.filter((r) => r.side === side && !r.round.startsWith('warm'))
   const medians = new Map(sides.map(({ name }) => [name, { ...medianOf(of(name)), side: name, round: 'median' }]))
   const [bare, gateway, baseline] = [medians.get('bare')!, medians.get('gateway')!, medians.get('baseline')]
+  const limits = medians.get('limits')
   const lines = [
     ...reportHead('bench:proxy'),
     `load      GET /v1/things/1, ${CONNECTIONS} keep-alive connections; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, alternating`,
@@ -161,7 +202,8 @@ function report(rounds: Round[], sides: Side[], lookups: Map<SideName, Lookups>,
       .filter((s) => s.name !== 'bare')
       .map(
         (s) =>
-          `${s.name.padEnd(9)} ${(s.server as Gateway).command}, at ${gitDescription(s.name === 'baseline' ? BASELINE_TREE! : undefined)}; parent key acting as ext:bench-sub`,
+          `${s.name.padEnd(9)} ${(s.server as Gateway).command}, at ${gitDescription(s.name === 'baseline' ? BASELINE_TREE! : undefined)}; parent key acting as ext:bench-sub` +
+          (s.name === 'limits' ? ` of another parent, both with a rate of 10^9/1 s and a monthly quota of 10^9` : ''),
       ),
     '',
     ...table(
@@ -182,6 +224,16 @@ function report(rounds: Round[], sides: Side[], lookups: Map<SideName, Lookups>,
       .map((g, i) => (g.perSecond / of('bare')[i]!.perSecond).toFixed(3))
       .join(', ')}`,
   ]
+  if (limits !== undefined) {
+    const ratio = limits.perSecond / gateway.perSecond
+    lines.push(
+      `limits / gateway    req/s ${ratio.toFixed(3)} (target ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT MET'}), ` +
+        `p50 ${(limits.p50 / gateway.p50).toFixed(3)}, p99 ${(limits.p99 / gateway.p99).toFixed(3)}, CPU/request ${(limits.cpuMicros / gateway.cpuMicros).toFixed(3)}`,
+      `                    req/s round by round: ${of('limits')
+        .map((l, i) => (l.perSecond / of('gateway')[i]!.perSecond).toFixed(3))
+        .join(', ')}`,
+    )
+  }
   if (baseline !== undefined) {
     lines.push(
       `baseline / bare     req/s ${(baseline.perSecond / bare.perSecond).toFixed(3)}, CPU/request ${(baseline.cpuMicros / bare.cpuMicros).toFixed(3)}`,
@@ -192,6 +244,14 @@ function report(rounds: Round[], sides: Side[], lookups: Map<SideName, Lookups>,
     lines.push(
       `${name} lookups    over its measured rounds (${fmt(medians.get(name)!.requests)} requests): ${fmt(l.postgres)} Postgres and ${fmt(l.redis)} Redis, ` +
         `of which ${fmt(l.refreshes)} background refreshes; requests that waited for one (in-process misses): ${fmt(l.waited)}`,
+    )
+  }
+  const limited = lookups.get('limits')
+  if (limited !== undefined) {
+    lines.push(
+      `limits decisions    over its measured rounds: ${fmt(limited.refused)} refused, ${fmt(limited.leaseCalls)} lease calls (background); ` +
+        `requests that waited for a first lease: ${fmt(limited.coldWaits)}; over the whole run ${fmt(coldWaits)} ` +
+        `(untimed: a limit idle for 10 s is forgotten, so each round's warming request waits, and each warm-up round's first requests until the leases answer)`,
     )
   }
   console.log(lines.join('\n'))
