@@ -2,8 +2,9 @@
 // mode: every limit is then enforced in this process), the month's use read from Postgres when
 // Redis has lost it, and its leases given back when the app closes.
 import fp from 'fastify-plugin'
-import { connectCommandClient } from '../cache/redis-commands.js'
-import type { LeaseTimings } from '../limits/lease-store.js'
+import { Redis } from 'ioredis'
+import { REDIS_CONNECTION } from '../cache/settings.js'
+import { DEFAULT_LEASE_TIMINGS, type LeaseTimings } from '../limits/lease-store.js'
 import { Limiter } from '../limits/limiter.js'
 import type { Sql } from '../store/db.js'
 import { monthUse } from '../store/limits.js'
@@ -26,10 +27,20 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
   async (app, { sql, redisUrl, keyPrefix, timings }) => {
     const metrics = app.metrics.limits
     const meter = app.usageMeter
+    // A connection of its own: the cache's gives a command 50 ms, and a lease call that misses its
+    // deadline sends the replica into its degraded mode (each replica on its own: k replicas may
+    // admit k times a limit). A lease call is background work, so it gets the lease store's 250 ms.
     const redis =
       redisUrl === undefined
         ? null
-        : connectCommandClient(redisUrl, { failed: () => {}, down: () => {}, ready: () => {} })
+        : new Redis(redisUrl, {
+            ...REDIS_CONNECTION,
+            enableOfflineQueue: false,
+            maxRetriesPerRequest: 0,
+            commandTimeout: { ...DEFAULT_LEASE_TIMINGS, ...timings }.callTimeoutMs,
+          })
+    // Failures are counted by the limiter (tgw_limit_lease_failures_total) and logged nowhere else.
+    redis?.on('error', () => {})
     metrics.degraded.set(0)
     const limiter = new Limiter({
       redis,
