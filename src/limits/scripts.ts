@@ -38,18 +38,25 @@ local tokens = n
 if now < open then tokens = 0 end
 local at = now
 local others = 0
+local registered = 0
 for i = 1, #fields, 2 do
   local f = fields[i]
   local v = fields[i + 1]
   if f == 'tk' then tokens = tonumber(v)
   elseif f == 'at' then at = tonumber(v)
-  elseif f ~= mine then
+  else
     local sep = string.find(v, ':', 1, true)
-    if tonumber(string.sub(v, sep + 1)) <= now then redis.call('HDEL', KEYS[1], f)
-    else others = others + tonumber(string.sub(v, 1, sep - 1)) end
+    local amount = tonumber(string.sub(v, 1, sep - 1))
+    if tonumber(string.sub(v, sep + 1)) <= now then
+      if f ~= mine then redis.call('HDEL', KEYS[1], f) end
+    elseif f == mine then registered = amount
+    else others = others + amount end
   end
 end
 if now > at then tokens = tokens + (now - at) * n / w end
+-- Until now the caller's lease counted as registered, not as \`keep\`: what it spent of it since
+-- was spent while the bucket could not refill into that room, and is freed from now on only.
+if tokens > n - others - registered then tokens = n - others - registered end
 tokens = tokens + tonumber(ARGV[5])
 local cap = n - others - keep
 if tokens > cap then tokens = cap end

@@ -1,0 +1,41 @@
+// The rate lease script (src/limits/scripts.ts) called directly on the machine's Redis: a replica
+// that spent its lease and renews it cannot get the room back as if the bucket had refilled into
+// it meanwhile (docs/architecture.md, limits: tokens plus leases out never exceed N).
+import t from 'tap'
+import { RedisLeaseStore } from '../../src/limits/lease-store.js'
+import { agedRedis } from '../helpers/limits.js'
+import { sleep } from '../helpers/poll.js'
+import { redisClient, redisPrefix, requireRedis } from '../helpers/redis.js'
+
+await requireRedis()
+const prefix = redisPrefix(t)
+const redis = redisClient(t)
+await agedRedis(redis, prefix)
+
+const N = 100
+const call = (key: string) => ({ key, requests: N, perMs: 1_000, returned: 0, extra: 0, batch: 1 })
+
+// Each case: the replica leases 10 of a full bucket (90 left), waits long enough for the bucket to
+// refill those 10 were they not held (300 ms: 30 tokens), spends some, then renews keeping the rest.
+// What it spent, what it keeps and what it is granted at once must not exceed N.
+const cases: [string, { spent: number; refunded: number }][] = [
+  ['spent it all, keeps nothing', { spent: 10, refunded: 0 }],
+  ['spent 4, keeps 6', { spent: 4, refunded: 0 }],
+  ['spent 2, one of them refunded', { spent: 2, refunded: 1 }],
+]
+
+for (const [name, { spent, refunded }] of cases) {
+  t.test(`a renewal after the lease was spent: ${name}`, async (t) => {
+    const store = new RedisLeaseStore(redis, prefix)
+    const key = `${prefix}limits:rate:${name}`
+    const first = await store.rate({ ...call(key), keep: 0, wanted: 10 })
+    t.equal(first.granted, 10)
+    await sleep(300)
+    const keep = 10 - spent
+    const renewed = await store.rate({ ...call(key), keep, returned: refunded, wanted: N })
+    const passed = spent - refunded + keep + renewed.granted
+    // The spent units passed just before this call; the grant can pass just after: a window of a
+    // few ms, in which at most N (plus those ms' refill, under one token) may pass.
+    t.ok(passed <= N, `${spent - refunded} passed, ${keep} kept, ${renewed.granted} granted: ${passed} of ${N}`)
+  })
+}
