@@ -128,6 +128,20 @@ export abstract class LeasedLimit {
     return this.mode === 'shared' && now < this.leaseExpiresAt ? this.lease : 0
   }
 
+  /**
+   * The limit itself changed (a new N, W or M): units leased under the old one may not be spent
+   * under the new one (a lease of the old N/10 would pass that many over a lowered N), so the lease
+   * goes back with the next call and the limit waits for a fresh one, as a cold one does.
+   */
+  changed(now: number): void {
+    if (this.mode !== 'shared') return
+    this.refunds += this.held(now)
+    this.lease = 0
+    this.leaseExpiresAt = 0
+    this.nextCallAt = 0
+    this.mode = 'cold'
+  }
+
   /** Switches modes the shared state forces: Redis down. */
   protected sync(now: number): void {
     if (this.mode !== 'local' && this.ctx.store !== null && this.ctx.redisDown()) this.goLocal(now)

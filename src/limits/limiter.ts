@@ -83,6 +83,7 @@ export class Limiter {
             this.limits.set(`${base}:rate`, limit)
           } else if (limit.rate.requests !== rate.requests || limit.rate.perSeconds !== rate.perSeconds) {
             limit.rate = rate
+            limit.changed(now)
           }
           found.push(limit)
         }
@@ -102,7 +103,10 @@ export class Limiter {
               this.loadMonthUse,
             )
             this.limits.set(`${base}:quota`, limit)
-          } else limit.requests = monthlyQuota.requests
+          } else if (limit.requests !== monthlyQuota.requests) {
+            limit.requests = monthlyQuota.requests
+            limit.changed(now)
+          }
           found.push(limit)
         }
       }
