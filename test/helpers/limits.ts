@@ -72,19 +72,19 @@ export async function offer(
 
 /**
  * The tightest window over `admitted` (sorted instants, ms): the most that passed beyond N + N·t/W
- * in any window between two admissions (<= 0 when the bound holds), and where.
+ * in any window between two admissions (<= 0 when the bound holds), and where (`from`: its first).
  */
 export function worstWindow(
   admitted: readonly number[],
   rate: { requests: number; perSeconds: number },
-): { excess: number; count: number; seconds: number } {
-  let worst = { excess: Number.NEGATIVE_INFINITY, count: 0, seconds: 0 }
+): { excess: number; count: number; seconds: number; from: number } {
+  let worst = { excess: Number.NEGATIVE_INFINITY, count: 0, seconds: 0, from: 0 }
   for (let i = 0; i < admitted.length; i++) {
     for (let j = i; j < admitted.length; j++) {
       const seconds = (admitted[j]! - admitted[i]!) / 1000
       const count = j - i + 1
       const excess = count - (rate.requests + (rate.requests * seconds) / rate.perSeconds)
-      if (excess > worst.excess) worst = { excess, count, seconds }
+      if (excess > worst.excess) worst = { excess, count, seconds, from: admitted[i]! }
     }
   }
   return worst
