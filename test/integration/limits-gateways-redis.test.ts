@@ -236,9 +236,10 @@ t.test('Redis slow, then stopped, then back: no 5xx, each replica within the rat
     `shared again: ${both.length} admitted of ${again.answers.length} in 1.5 s over both, worst window ${worst.count} in ${worst.seconds.toFixed(3)} s ` +
       `from ${(worst.from - again.start).toFixed(0)} ms (per replica ${admitted.map((list) => inPhase(list, worst.from, worst.from + worst.seconds * 1000 + 0.001).length).join('/')})`,
   )
-  // Shared again: two replicas each on its own would pass about 2 × (N + N·t/W). After a restart,
-  // the worst window has been found up to 1.4 requests over the bound (never in the runs of
-  // limits-gateways.test.ts, nor of limits-redis-loss.test.ts): allowed here, and not explained yet.
+  // Shared again: two replicas each on its own would pass about 2 × (N + N·t/W). When the offer
+  // jumps from N/2.5 (the 20/s above) to 4 × N, the worst window has been found 0.3 to 1.4
+  // requests over the bound, with or without a Redis restart before (never when a tenant starts
+  // busy, as in limits-gateways.test.ts): allowed here, and not explained yet.
   t.ok(worst.excess <= 2, `one shared rate again over both replicas (excess ${worst.excess.toFixed(2)})`)
   t.ok(both.length >= 0.9 * rate.requests * 1.5, 'and it admits what the rate allows')
 })
