@@ -61,6 +61,8 @@ export abstract class LeasedLimit {
   lastAttemptAt: number
   /** The end of the last answer's wait: when the shared state expects units again. */
   waitUntil = 0
+  /** Until then Redis grants nothing to anyone: it was found empty a moment ago (scripts.ts). */
+  graceUntil = 0
   /** The call (or Postgres read) under way, for `settled()`. */
   protected pending: Promise<unknown> | null = null
   private attempts = 0
@@ -216,6 +218,7 @@ export abstract class LeasedLimit {
     this.refunds = 0
     this.spentSinceSend = 0
     this.ctx.metrics.leaseRequests?.inc()
+    if (call.returned > 0) this.ctx.metrics.unitsReturned?.inc(call.returned)
     const sent = this.call(now, call)
       .then(
         () => {},
@@ -254,8 +257,10 @@ export abstract class LeasedLimit {
       this.mode = 'shared'
     }
     this.lease += granted
+    if (granted > 0) this.ctx.metrics.unitsTaken?.inc(granted)
     this.leaseExpiresAt = this.lease > 0 ? sentAt + ttlMs : 0
     this.waitUntil = waitMs > 0 ? now + waitMs : 0
+    this.graceUntil = answer.inGrace ? now + waitMs : 0
     this.nextCallAt = granted === 0 ? now + Math.min(PROBE_EVERY_MS, Math.max(MIN_RETRY_MS, waitMs)) : 0
   }
 }

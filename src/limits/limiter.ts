@@ -137,6 +137,12 @@ export class Limiter {
     for (const limit of this.applicable(subjects, now)) limit.giveBack(now)
   }
 
+  /** Whether Redis, found empty a moment ago, grants nothing yet to a limit of these subjects. */
+  inGrace(subjects: readonly LimitSubject[]): boolean {
+    const now = this.now()
+    return this.applicable(subjects, now).some((limit) => limit.mode === 'shared' && now < limit.graceUntil)
+  }
+
   /** Whether every limit of these subjects has had its first answer (a lease, or a local state). */
   isWarm(subjects: readonly LimitSubject[]): boolean {
     return this.applicable(subjects, this.now()).every((limit) => limit.mode !== 'cold')

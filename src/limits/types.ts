@@ -53,6 +53,10 @@ export interface LimiterMetrics {
   leaseRequests?: { inc(): void }
   /** Lease calls that failed or timed out. */
   leaseFailures?: { inc(): void }
+  /** Units Redis granted to this replica's leases. */
+  unitsTaken?: { inc(n: number): void }
+  /** Units this replica gave back unused (or refunded). */
+  unitsReturned?: { inc(n: number): void }
   /** Called whenever `degraded` changes (the tgw_limits_degraded gauge). */
   degraded?(value: boolean): void
 }

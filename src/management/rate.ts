@@ -1,6 +1,7 @@
 // Each parent's rate on the management API (MANAGEMENT_RATE, docs/configuration.md), answered as
 // a proxied route's limits are: the RateLimit fields, and 429 rate_limited naming
-// `management.rate`. Checked after authorization, before the body and its validation.
+// `management.rate`. Checked after authorization, before the body and its validation. Unlike a
+// tenant's limits, it lets calls through while Redis grants nothing yet (below).
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
@@ -16,7 +17,11 @@ export function managementRate(limiter: Limiter, rate: Rate) {
       setRateLimitFields(reply, decision)
       done(decision.allowed ? undefined : limitRefusal(decision))
     }
-    if (limiter.isWarm(subjects)) decide()
-    else limiter.warm(subjects).then(decide, done)
+    // While Redis, just found empty (a fresh deployment, a restart), grants nothing for a few
+    // seconds (docs/architecture.md, limits), calls go through: the management API's rate protects
+    // the store and bills nobody, and an operator's first calls must not fail.
+    const decideUnlessInGrace = () => (limiter.inGrace(subjects) ? done() : decide())
+    if (limiter.isWarm(subjects)) return decideUnlessInGrace()
+    limiter.warm(subjects).then(decideUnlessInGrace, done)
   }
 }

@@ -59,6 +59,8 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
       metrics: {
         leaseRequests: metrics.leaseCalls,
         leaseFailures: metrics.leaseFailures,
+        unitsTaken: metrics.unitsTaken,
+        unitsReturned: metrics.unitsReturned,
         degraded: (down) => metrics.degraded.set(down ? 1 : 0),
       },
     })

@@ -197,3 +197,24 @@ t.test('the management API has a rate of its own per parent (MANAGEMENT_RATE)', 
   const unauthenticated = await callAs(managed.url, 'tgw_nope', { path: '/v1/sub-accounts' })
   t.equal(unauthenticated.status, 401, 'a 401 comes before the rate and takes nothing')
 })
+
+t.test('without Redis (one process), limits are enforced in process', async (t) => {
+  const solo = await startGateway(t, {
+    redis: false,
+    gatewayConfig: { routes: [{ prefix: '/v1/things', upstream: upstream.url }] },
+  })
+  const parent = await solo.createParent()
+  await writeAccountLimits(solo.sql, parent.id, { rate: { requests: 2, per_seconds: 60 }, monthly_quota: null })
+  const statuses: number[] = []
+  for (let i = 0; i < 3; i++) statuses.push((await callAs(solo.url, parent.apiKey, { path: '/v1/things/solo' })).status)
+  t.same(statuses, [200, 200, 429], 'N = 2 per minute, with no Redis at all')
+  t.equal(await metricValue(solo.app, 'tgw_limits_degraded'), 0, 'not degraded: there is no Redis to miss')
+})
+
+t.test("a fresh Redis's grace does not refuse management calls", async (t) => {
+  // The real grace: this gateway's key prefix is new to Redis, as a fresh deployment's is.
+  const fresh = await startGateway(t, { limitTimings: { graceMs: 3_000 }, env: { MANAGEMENT_RATE: '3/60s' } })
+  const parent = await fresh.createParent()
+  const first = await callAs(fresh.url, parent.apiKey, { path: '/v1/sub-accounts' })
+  t.equal(first.status, 200, `the first call right after start: ${first.status}`)
+})
