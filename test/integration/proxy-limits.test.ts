@@ -2,6 +2,7 @@
 // tenant's slow uploads or unread downloads cannot take a route from everyone else, a request
 // waits for a busy upstream no longer than the route's timeout, a stalled body and a client that
 // stops reading are cut off, and a client that hangs up is not an upstream failure.
+import type { ServerResponse } from 'node:http'
 import { type AddressInfo, createServer as createNetServer, connect, type Socket } from 'node:net'
 import pino from 'pino'
 import t, { type Test } from 'tap'
@@ -63,6 +64,30 @@ async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5_00
   if ((await eventually(timeoutMs, async () => check())) === null) throw new Error(`timed out waiting for ${check}`)
 }
 
+const MEBIBYTE = Buffer.alloc(1024 * 1024, 'm')
+
+/**
+ * Answers `count` MiB, writing as the client takes them. 32 MiB is more than loopback buffers hold,
+ * so the writes stall on a client that reads nothing.
+ */
+function sendMebibytes(response: ServerResponse, count: number): void {
+  response.writeHead(200, {
+    'content-type': 'application/octet-stream',
+    'content-length': String(count * MEBIBYTE.length),
+  })
+  let sent = 0
+  const more = () => {
+    // A write that returns false still took its chunk: counted once the buffer drains.
+    while (sent < count && response.write(MEBIBYTE)) sent++
+    if (sent === count) return void response.end()
+    response.once('drain', () => {
+      sent++
+      more()
+    })
+  }
+  more()
+}
+
 function closeAll(requests: OpenRequest[]): void {
   for (const request of requests) request.socket.destroy()
 }
@@ -103,25 +128,12 @@ t.test('128 slow uploads by one tenant leave the route to the others', async (t)
 })
 
 t.test('128 unread downloads by one tenant leave the route to the others', async (t) => {
-  const big = Buffer.alloc(1024 * 1024, 'b')
   const upstream = await startUpstream(t, (request, response) => {
     if (!request.url!.startsWith('/v1/files/big')) {
       response.end('small')
       return
     }
-    // 32 MiB: more than loopback buffers hold, so the writes stall on a client that reads nothing.
-    response.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(32 * big.length) })
-    let sent = 0
-    const more = () => {
-      while (sent < 32 && response.write(big)) sent++
-      if (sent < 32)
-        response.once('drain', () => {
-          sent++
-          more()
-        })
-      else response.end()
-    }
-    more()
+    sendMebibytes(response, 32)
   })
   const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/v1/files', upstream: upstream.url }] } })
   const [greedy, other] = [await gw.createParent(), await gw.createParent()]
@@ -238,21 +250,9 @@ t.test('a body that sends nothing for body_idle_timeout_ms: 408, and the upstrea
 })
 
 t.test('a client that stops reading is cut off after response_idle_timeout_ms', async (t) => {
-  const chunk = Buffer.alloc(1024 * 1024, 'r')
   const upstream = await startUpstream(t, (request, response) => {
     if (request.url === '/v1/r/small') return void response.end('small')
-    response.writeHead(200, { 'content-length': String(32 * chunk.length) })
-    let sent = 0
-    const more = () => {
-      while (sent < 32 && response.write(chunk)) sent++
-      if (sent < 32)
-        response.once('drain', () => {
-          sent++
-          more()
-        })
-      else response.end()
-    }
-    more()
+    sendMebibytes(response, 32)
   })
   const gw = await startGateway(t, {
     gatewayConfig: {
@@ -281,7 +281,7 @@ t.test('a client that stops reading is cut off after response_idle_timeout_ms', 
   const after = await callAs(gw.url, other.apiKey, { path: '/v1/r/small' })
   t.equal(after.status, 200, 'its upstream connection is free again')
   const bytes = await orTimeout(stuck.readToTheEnd(), 10_000, -1)
-  t.ok(bytes > 0 && bytes < 32 * chunk.length, `the client got part of the answer, then the end: ${bytes} bytes`)
+  t.ok(bytes > 0 && bytes < 32 * MEBIBYTE.length, `the client got part of the answer, then the end: ${bytes} bytes`)
 })
 
 t.test('a client that hangs up is a client abort: info, counted apart, no 5xx, no usage', async (t) => {
