@@ -8,6 +8,8 @@ import Fastify, {
 } from 'fastify'
 import type { CacheTimings } from './cache/index.js'
 import type { Config } from './config.js'
+import { Keyring } from './credentials/keyring.js'
+import { credentialRoutes } from './credentials/routes.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
@@ -36,6 +38,11 @@ export interface AppDeps {
   store: Store
   /** The route table; by default the one in `config`, validated here. */
   routes?: readonly ProxyRoute[]
+  /**
+   * The signing keys of access tokens and identity assertions, loaded (and rotated) from the store
+   * by the caller; default: one ephemeral key, for tests that sign nothing they keep.
+   */
+  keyring?: Keyring
   /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
   cacheTimings?: Partial<CacheTimings>
@@ -81,6 +88,13 @@ function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogge
   return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'
 }
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The signing keys (credentials/keyring.ts). */
+    keyring: Keyring
+  }
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A bad route table stops the gateway before it opens anything.
   const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl)
@@ -120,6 +134,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
+  const keyring = deps.keyring ?? (await Keyring.ephemeral())
+  app.decorate('keyring', keyring)
 
   await app.register(parsing)
   await app.register(routeKinds)
@@ -147,6 +163,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerOpenApi(app)
   const cache = app.tenancyCache
   await app.register(healthRoutes, { sql: deps.store.sql, cache, readiness: app.readiness })
+  await app.register(credentialRoutes, { keyring })
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,

@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util'
 import { createParentWithKey, mintKey } from './auth/mint.js'
 import { MANAGEMENT_SCOPES, SCOPE_PATTERN } from './auth/scopes.js'
-import { publishInvalidation, cacheKeys } from './cache/index.js'
+import { cacheKeys, keyEntries, publishInvalidation } from './cache/index.js'
 import { loadConfig, type Config } from './config.js'
 import { presentKey } from './management/present.js'
 import { openStore, reachPostgres, type Sql } from './store/db.js'
@@ -156,7 +156,12 @@ const COMMANDS: Record<string, Command> = {
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
     // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
     if (config.redisUrl !== undefined)
-      await tellReplicas(config.redisUrl, config.redisKeyPrefix, [cacheKeys.key(row.key_digest)], 'the key is revoked')
+      await tellReplicas(
+        config.redisUrl,
+        config.redisKeyPrefix,
+        keyEntries({ id: row.id, keyDigest: row.key_digest }),
+        'the key is revoked',
+      )
     return { key: presentKey(row) }
   },
 }

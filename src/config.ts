@@ -32,6 +32,17 @@ export interface Config {
   readonly maxConnections: number
   /** Each parent's rate on the management API (MANAGEMENT_RATE, default 50/1s). */
   readonly managementRate: Rate
+  /**
+   * 32 bytes (ENCRYPTION_KEY, base64) that encrypt the signing keys' private parts; undefined when
+   * unset (docs/credentials.md says when that is allowed).
+   */
+  readonly encryptionKey: Buffer | undefined
+  /** `iss` of access tokens and identity assertions, and `aud` of access tokens (ISSUER_URL). */
+  readonly issuerUrl: string
+  /** Lifetime of an access token (ACCESS_TOKEN_TTL_SECONDS, default 900, at most 3600). */
+  readonly accessTokenTtlSeconds: number
+  /** A new signing key every this many days (SIGNING_KEY_ROTATION_DAYS, default 30). */
+  readonly signingKeyRotationDays: number
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -147,14 +158,31 @@ function parseManagementRate(env: Env): Rate {
   }
 }
 
+function parseEncryptionKey(env: Env): Buffer | undefined {
+  const raw = read(env, 'ENCRYPTION_KEY')
+  if (raw === undefined) return undefined
+  const key = /^[A-Za-z0-9+/]+={0,2}$/.test(raw) ? Buffer.from(raw, 'base64') : Buffer.alloc(0)
+  // Never echo the value: it is a secret.
+  if (key.length !== 32)
+    throw new ConfigError('ENCRYPTION_KEY', 'must be 32 random bytes in base64 (openssl rand -base64 32)')
+  return key
+}
+
+function parseBoundedInteger(env: Env, name: string, fallback: number, max: number): number {
+  const value = parsePositiveInteger(env, name, fallback)
+  if (value > max) throw new ConfigError(name, `must be at most ${max}, got "${value}"`)
+  return value
+}
+
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`)
   }
   const gatewayConfigPath = resolve(cwd, read(env, 'GATEWAY_CONFIG') ?? 'config/gateway.yaml')
+  const port = parsePort(env, 'PORT', 8080)
   return Object.freeze({
-    port: parsePort(env, 'PORT', 8080),
+    port,
     host: read(env, 'HOST') ?? '0.0.0.0',
     databaseUrl: parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
@@ -169,5 +197,9 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     shutdownTimeoutMs: parseMilliseconds(env, 'SHUTDOWN_TIMEOUT_MS', 10_000),
     maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
     managementRate: parseManagementRate(env),
+    encryptionKey: parseEncryptionKey(env),
+    issuerUrl: parseUrl(env, 'ISSUER_URL', ['http:', 'https:'])?.replace(/\/+$/, '') ?? `http://localhost:${port}`,
+    accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
+    signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
   })
 }

@@ -5,6 +5,8 @@
 /** Names of cache entries; the same names are used in Redis (after the prefix) and on the bus. */
 export const cacheKeys = {
   key: (keyDigest: Buffer) => `key:${keyDigest.toString('hex')}`,
+  /** A key found by its id, as an access token names it. */
+  keyById: (keyId: string) => `keyid:${keyId}`,
   tenant: (tenantId: string) => `tenant:${tenantId}`,
   /**
    * A sub-account as its parent names it in the acting header: another parent's sub-account and
@@ -36,4 +38,10 @@ export const GENERATION_TTL_MS = 10 * 60_000
 export const subAccountEntries = (parentId: string, id: string): string[] => [
   cacheKeys.tenant(id),
   cacheKeys.subAccount(parentId, id),
+]
+
+/** The entries a change of a key's row makes stale: the key found by its value, and by its id. */
+export const keyEntries = (key: { id: string; keyDigest: Buffer }): string[] => [
+  cacheKeys.key(key.keyDigest),
+  cacheKeys.keyById(key.id),
 ]

@@ -107,6 +107,7 @@ export class TenancyCache implements CacheInvalidator {
   private cachedLookups(source: TenancyLookups): TenancyLookups {
     return {
       keyByDigest: (keyDigest) => this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest)),
+      keyById: (id) => this.read<KeyRecord>(cacheKeys.keyById(id), () => source.keyById(id)),
       tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
       subAccount: (parentId, id) =>
         this.read<TenantRecord>(cacheKeys.subAccount(parentId, id), () => source.subAccount(parentId, id)),

@@ -1,6 +1,6 @@
 // API keys of a sub-account: mint, list, revoke (docs/api.md, API keys of a sub-account).
 import { mintKey } from '../auth/mint.js'
-import { cacheKeys } from '../cache/index.js'
+import { keyEntries } from '../cache/index.js'
 import { validationFailed } from '../errors.js'
 import { listKeys, revokeKey } from '../store/keys.js'
 import {
@@ -39,7 +39,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       const label = trimmedName(name, '/body/name')
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       const minted = await mintKey(sql, { tenantId: subAccount.id, name: label, scopes, withClientSecret: true })
-      await cache.invalidate([cacheKeys.key(minted.keyDigest)])
+      await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
       const { revoked_at: _revoked, last_used_at: _used, ...key } = presentKey(minted.row)
       // The key and the secret are in this response only: nothing on the way may keep a copy.
       return reply
@@ -77,7 +77,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       const subAccount = await ownSubAccount(sql, request, sub_id)
       const row = await revokeKey(sql, subAccount.id, pathUuid(key_id, 'key'))
       if (row === null) throw notFound('key')
-      await cache.invalidate([cacheKeys.key(row.key_digest)])
+      await cache.invalidate(keyEntries({ id: row.id, keyDigest: row.key_digest }))
       return presentKey(row)
     },
   )

@@ -1,6 +1,7 @@
 // Paths the gateway refuses before any routing (docs/api.md): traversal and the encodings that
 // smuggle it past a prefix match, doubled slashes, and `;` path parameters that some servers
 // strip and others keep. Checked on the raw path, before anything decodes it.
+import { CREDENTIAL_PATHS } from '../credentials/routes.js'
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
 import { FoldedPrefixes } from './prefix-shadow.js'
 
@@ -30,7 +31,14 @@ export function isBadPath(path: string): boolean {
  * Paths the gateway answers itself: never proxied, and no route may take them
  * (docs/configuration.md, docs/operations.md).
  */
-export const RESERVED_PREFIXES = [MANAGEMENT_PREFIX, '/healthz', '/readyz', '/openapi.json', '/docs'] as const
+export const RESERVED_PREFIXES = [
+  MANAGEMENT_PREFIX,
+  '/healthz',
+  '/readyz',
+  '/openapi.json',
+  '/docs',
+  ...CREDENTIAL_PATHS,
+] as const
 
 const RESERVED = new FoldedPrefixes(RESERVED_PREFIXES)
 

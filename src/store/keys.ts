@@ -16,6 +16,8 @@ export interface KeyRow {
   created_at: Date
   revoked_at: Date | null
   last_used_at: Date | null
+  expires_at: Date | null
+  rolled_from: string | null
 }
 
 export type KeyPageRow = KeyRow & { seq: string }
@@ -26,10 +28,15 @@ export interface KeyCredential {
   tenant_id: string
   scopes: string[]
   status: KeyStatus
+  expires_at: Date | null
 }
 
 // Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
-const COLUMNS = 'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at'
+const COLUMNS =
+  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at, expires_at, rolled_from'
+
+/** What authentication reads of a key. */
+const CREDENTIAL_COLUMNS = 'id, tenant_id, to_jsonb(scopes) as scopes, status, expires_at'
 
 export interface NewKey {
   tenantId: string
@@ -59,8 +66,15 @@ export async function findKeysByDigests(
 ): Promise<(KeyCredential & { key_digest: Buffer })[]> {
   const hexes = keyDigests.map((d) => d.toString('hex'))
   return db<(KeyCredential & { key_digest: Buffer })[]>`
-    select id, tenant_id, to_jsonb(scopes) as scopes, status, key_digest from api_keys
+    select ${db.unsafe(CREDENTIAL_COLUMNS)}, key_digest from api_keys
     where key_digest = any (array(select decode(h, 'hex') from jsonb_array_elements_text(${db.json(hexes)}) as given (h)))`
+}
+
+/** A key by its id (an access token names its key so), revoked or not. */
+export async function findKeyById(db: Db, id: string): Promise<KeyCredential | null> {
+  const [row] = await db<KeyCredential[]>`
+    select ${db.unsafe(CREDENTIAL_COLUMNS)} from api_keys where id = ${id}`
+  return row ?? null
 }
 
 export function listKeys(

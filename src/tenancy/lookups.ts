@@ -2,7 +2,7 @@
 // that a cache can sit in front of Postgres without touching the rules (docs/architecture.md, caches).
 import { withDeadline, type Sql } from '../store/db.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from '../store/key-lookup-batcher.js'
-import { findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/keys.js'
+import { findKeyById, findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/keys.js'
 import type { TenantLimits } from './limits.js'
 import {
   findSubAccountIdByExternalId,
@@ -18,6 +18,16 @@ export interface KeyRecord {
   readonly tenantId: string
   readonly scopes: readonly string[]
   readonly status: KeyStatus
+  /**
+   * When it expires (ms since the epoch), null for never. Absent on a record an older version
+   * cached before keys could expire: none could then, so absent is never.
+   */
+  readonly expiresAt?: number | null
+}
+
+/** True once the key is past its expiry (docs/api.md, key expiry). */
+export function isExpired(key: KeyRecord, nowMs = Date.now()): boolean {
+  return key.expiresAt != null && key.expiresAt <= nowMs
 }
 
 export interface TenantRecord {
@@ -36,6 +46,8 @@ export interface TenantRecord {
 export interface TenancyLookups {
   /** The key whose value has this SHA-256 digest, revoked or not. */
   keyByDigest(keyDigest: Buffer): Promise<KeyRecord | null>
+  /** The key with this id, revoked or not (an access token names its key by id). */
+  keyById(id: string): Promise<KeyRecord | null>
   tenant(id: string): Promise<TenantRecord | null>
   /**
    * The sub-account `id` of `parentId`; null when there is none, whether the id names no tenant
@@ -74,6 +86,15 @@ export interface PostgresLookupOptions {
   keyPacing?: Partial<KeyBatchPacing>
 }
 
+const keyRecord = (row: KeyCredential | null): KeyRecord | null =>
+  row && {
+    id: row.id,
+    tenantId: row.tenant_id,
+    scopes: row.scopes,
+    status: row.status,
+    expiresAt: row.expires_at === null ? null : row.expires_at.getTime(),
+  }
+
 const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
   row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status, limits: row.limits }
 
@@ -97,10 +118,8 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
     return withDeadline(query(), deadlineMs)
   }
   return {
-    async keyByDigest(keyDigest) {
-      const row = await keys.lookup(keyDigest, deadlineMs)
-      return row && { id: row.id, tenantId: row.tenant_id, scopes: row.scopes, status: row.status }
-    },
+    keyByDigest: async (keyDigest) => keyRecord(await keys.lookup(keyDigest, deadlineMs)),
+    keyById: async (id) => keyRecord(await ask(() => findKeyById(sql, id))),
     tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),
     subAccount: async (parentId, id) => tenantRecord(await ask(() => getSubAccount(sql, parentId, id))),
     subAccountIdByExternalId: (parentId, externalId) =>

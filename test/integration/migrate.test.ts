@@ -164,7 +164,9 @@ t.test('006 (limits) applies on a database that holds tenants and usage', async 
     insert into usage_daily (tenant_id, day, status_class, requests)
     values (${sub!.id}, '2026-11-20', 2, 12), (${sub!.id}, '2026-11-20', 4, 3)`
 
-  t.same(await migrate(db.sql), [6], 'only 006 is pending, and it applies')
+  for (const m of readMigrations().filter((m) => m.version === 6))
+    writeFileSync(join(dir, `${String(m.version).padStart(3, '0')}_${m.name}.sql`), m.sql)
+  t.same(await migrate(db.sql, dir), [6], 'only 006 is pending, and it applies')
   const tenants = await db.sql<{ name: string; limits: unknown; metadata: unknown }[]>`
     select name, limits, metadata from tenants order by seq`
   t.same(

@@ -23,6 +23,7 @@ const tenants: TenantRecord[] = [
 function lookups(activeCount: (parentId: string) => number): TenancyLookups {
   return {
     keyByDigest: async () => null,
+    keyById: async () => null,
     tenant: async (id) => tenants.find((x) => x.id === id) ?? null,
     subAccount: async (parentId, id) => tenants.find((x) => x.id === id && x.parentId === parentId) ?? null,
     subAccountIdByExternalId: async (parentId, ext) =>

@@ -21,6 +21,7 @@ function source(scopeCount: number, scopeLength: number): { lookups: TenancyLook
         reads++
         return record(digest)
       },
+      keyById: async () => null,
       tenant: async () => null,
       subAccount: async () => null,
       subAccountIdByExternalId: async () => null,

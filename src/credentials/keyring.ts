@@ -1,0 +1,184 @@
+// The signing keys a replica holds (docs/credentials.md): the one that signs now, the next one
+// (published before it signs), and retired ones kept for verification until what they signed has
+// expired. Access tokens and identity assertions are signed and verified here, with `jose`; where
+// the keys come from (Postgres, rotation) is signing-key-store.ts's business, which hands them
+// over with `replace`.
+import {
+  calculateJwkThumbprint,
+  exportJWK,
+  generateKeyPair,
+  importJWK,
+  jwtVerify,
+  SignJWT,
+  type CryptoKey,
+  type JWK,
+  type JWTPayload,
+  type JWTVerifyResult,
+} from 'jose'
+
+export const SIGNING_ALGORITHM = 'ES256'
+
+export interface SigningKey {
+  /** RFC 7638 thumbprint of the public key. */
+  readonly kid: string
+  /** Null for a key that may no longer sign (retired, or known only by its public part). */
+  readonly privateKey: CryptoKey | null
+  /** The public key as published: kty, crv, x, y, plus kid, alg and use. */
+  readonly publicJwk: JWK
+  /** Signs from this instant (ms since the epoch). */
+  readonly activatesAt: number
+  /** Published (and so accepted) until this instant; null while nothing has ended it. */
+  readonly publishedUntil: number | null
+}
+
+export interface SignOptions {
+  /** The JOSE header's `typ` (`at+jwt` for access tokens, `JWT` for identity assertions). */
+  typ: string
+  ttlSeconds: number
+  /** Seconds since the epoch; default now. */
+  now?: number
+}
+
+export interface Signed {
+  token: string
+  kid: string
+  /** `exp`, in seconds since the epoch. */
+  expiresAt: number
+}
+
+export interface VerifyOptions {
+  typ: string
+  issuer: string
+  audience: string
+  clockToleranceSeconds: number
+  requiredClaims?: string[]
+}
+
+export type Verified = JWTVerifyResult & { kid: string }
+
+interface HeldKey {
+  key: SigningKey
+  verifyKey: CryptoKey
+}
+
+/** Makes a fresh ES256 pair, its private part extractable so that it can be stored (encrypted). */
+export async function generateSigningKey(activatesAt: number): Promise<SigningKey> {
+  const { privateKey, publicKey } = await generateKeyPair(SIGNING_ALGORITHM, { extractable: true })
+  const jwk = await exportJWK(publicKey)
+  const kid = await calculateJwkThumbprint(jwk)
+  return {
+    kid,
+    privateKey,
+    publicJwk: { ...jwk, kid, alg: SIGNING_ALGORITHM, use: 'sig' },
+    activatesAt,
+    publishedUntil: null,
+  }
+}
+
+export class Keyring {
+  private held = new Map<string, HeldKey>()
+  private listeners: (() => void)[] = []
+  /** Moves whenever the set of keys changes: caches of signed or verified tokens key on it. */
+  version = 0
+
+  /** One key that signs from now and is never stored: for tests and tools that need no persistence. */
+  static async ephemeral(): Promise<Keyring> {
+    const keyring = new Keyring()
+    await keyring.replace([await generateSigningKey(0)])
+    return keyring
+  }
+
+  /** Replaces every key at once (after a load or a rotation); listeners hear of it. */
+  async replace(keys: readonly SigningKey[]): Promise<void> {
+    const held = new Map<string, HeldKey>()
+    for (const key of keys) {
+      held.set(key.kid, { key, verifyKey: (await importJWK(key.publicJwk, SIGNING_ALGORITHM)) as CryptoKey })
+    }
+    this.held = held
+    this.version++
+    for (const listener of this.listeners) listener()
+  }
+
+  /** Called after every `replace` (a rotation): drop what was signed or verified with the old set. */
+  onChange(listener: () => void): void {
+    this.listeners.push(listener)
+  }
+
+  keys(): SigningKey[] {
+    return [...this.held.values()].map((h) => h.key)
+  }
+
+  /** The key that signs at `nowMs`: the latest activated one that still has its private part. */
+  signingKey(nowMs = Date.now()): SigningKey {
+    let best: SigningKey | null = null
+    for (const { key } of this.held.values()) {
+      if (key.privateKey === null || key.activatesAt > nowMs || !isPublished(key, nowMs)) continue
+      if (best === null || key.activatesAt > best.activatesAt) best = key
+    }
+    if (best === null) throw new Error('no signing key is active')
+    return best
+  }
+
+  /** True while tokens signed by `kid` may be accepted (it is published). */
+  accepts(kid: string, nowMs = Date.now()): boolean {
+    const held = this.held.get(kid)
+    return held !== undefined && isPublished(held.key, nowMs)
+  }
+
+  async sign(claims: JWTPayload, options: SignOptions): Promise<Signed> {
+    const now = options.now ?? Math.floor(Date.now() / 1000)
+    const key = this.signingKey(now * 1000)
+    const expiresAt = now + options.ttlSeconds
+    const token = await new SignJWT(claims)
+      .setProtectedHeader({ typ: options.typ, alg: SIGNING_ALGORITHM, kid: key.kid })
+      .setIssuedAt(now)
+      .setExpirationTime(expiresAt)
+      .sign(key.privateKey!)
+    return { token, kid: key.kid, expiresAt }
+  }
+
+  /** Checks signature, `typ`, `iss`, `aud` and the times; throws a JOSEError when any fails. */
+  async verify(token: string, options: VerifyOptions): Promise<Verified> {
+    let kid = ''
+    const result = await jwtVerify(
+      token,
+      (header) => {
+        const held = header.kid === undefined ? undefined : this.held.get(header.kid)
+        if (held === undefined || !isPublished(held.key, Date.now())) throw new UnknownKeyError()
+        kid = held.key.kid
+        return held.verifyKey
+      },
+      {
+        algorithms: [SIGNING_ALGORITHM],
+        typ: options.typ,
+        issuer: options.issuer,
+        audience: options.audience,
+        clockTolerance: options.clockToleranceSeconds,
+        requiredClaims: ['exp', 'iat', ...(options.requiredClaims ?? [])],
+      },
+    )
+    return { ...result, kid }
+  }
+
+  /** The JSON Web Key Set: every published key (next, active, retired), public parts only. */
+  jwks(nowMs = Date.now()): { keys: JWK[] } {
+    const keys = [...this.held.values()]
+      .map((h) => h.key)
+      .filter((key) => isPublished(key, nowMs))
+      .sort((a, b) => b.activatesAt - a.activatesAt)
+      .map((key) => ({ ...key.publicJwk }))
+    return { keys }
+  }
+}
+
+function isPublished(key: SigningKey, nowMs: number): boolean {
+  return key.publishedUntil === null || key.publishedUntil > nowMs
+}
+
+/** A token names a key this replica does not publish (unknown, withdrawn or past its time). */
+export class UnknownKeyError extends Error {
+  constructor() {
+    super('the token names no published signing key')
+    this.name = 'UnknownKeyError'
+  }
+}
