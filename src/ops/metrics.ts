@@ -3,6 +3,7 @@
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import { LatencyHistogram, talliedCounter, tally, type Tally } from './fast-metrics.js'
+import { type CredentialMetrics, credentialMetrics } from './credential-metrics.js'
 import { type LimitMetrics, limitMetrics } from './limit-metrics.js'
 
 export { LIMIT_POLICIES, type LimitMetrics } from './limit-metrics.js'
@@ -48,6 +49,8 @@ export interface Metrics {
   readonly clientAborts: { readonly hungUp: Tally; readonly stoppedReading: Tally }
   /** Limits (limits/limiter.ts): decisions by policy and outcome, lease calls, degraded mode. */
   readonly limits: LimitMetrics
+  /** Credentials (credentials/): signatures made, access tokens verified. */
+  readonly credentials: CredentialMetrics
   /** Records one answered request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: LatencyHistogram
@@ -152,6 +155,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     }),
     clientAborts: clientAbortTallies(registers),
     limits: limitMetrics(registers),
+    credentials: credentialMetrics(registers),
     observeRequest(kind, statusCode, seconds) {
       const k = kindIndex[kind]
       const cls = Math.floor(statusCode / 100) - 1

@@ -51,6 +51,8 @@ export interface GatewayOptions {
   recordRoutes?: boolean
   /** More environment for loadConfig (MAX_CONNECTIONS, …). */
   env?: Record<string, string>
+  /** The signing keys; default: the gateway's own (a test can hand two replicas the same one). */
+  keyring?: AppDeps['keyring']
   /** Shorter server and body deadlines than the defaults, so that a test of them is quick. */
   deadlines?: Pick<AppDeps, 'headersTimeoutMs' | 'managementBodyTimeoutMs'>
 }
@@ -176,6 +178,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       limitTimings: options.limitTimings ?? { graceMs: 0 },
       usageFlushIntervalMs: options.usageFlushIntervalMs,
       logger: options.logger ?? false,
+      keyring: options.keyring,
       ...options.deadlines,
     })
   let app: FastifyInstance
