@@ -3,6 +3,7 @@
 
 export const ERRORS = {
   unauthenticated: { status: 401, title: 'Authentication required' },
+  key_expired: { status: 401, title: 'Key expired' },
   tenant_deactivated: { status: 403, title: 'Tenant deactivated' },
   insufficient_scope: { status: 403, title: 'Insufficient scope' },
   parent_key_required: { status: 403, title: 'Parent key required' },
@@ -17,6 +18,7 @@ export const ERRORS = {
   not_found: { status: 404, title: 'Not found' },
   route_not_found: { status: 404, title: 'Route not found' },
   external_id_conflict: { status: 409, title: 'External id already in use' },
+  key_not_active: { status: 409, title: 'Key not active' },
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },

@@ -1,7 +1,7 @@
 // Authentication (docs/api.md): the Bearer key is checked for shape and checksum before any store
 // is asked, then looked up by its SHA-256 digest.
 import { ApiError } from '../errors.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
+import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../tenancy/lookups.js'
 import { digest, isWellFormedKey } from './keys.js'
 
 export interface Principal {
@@ -14,6 +14,13 @@ const WWW_AUTHENTICATE = { 'www-authenticate': 'Bearer' }
 
 function unauthenticated(detail: string): ApiError {
   return new ApiError('unauthenticated', detail, { headers: WWW_AUTHENTICATE })
+}
+
+/** An active key past its `expires_at` (RFC 6750 §3.1: the token is no longer valid). */
+export function keyExpired(): ApiError {
+  return new ApiError('key_expired', 'the key has expired', {
+    headers: { 'www-authenticate': 'Bearer error="invalid_token", error_description="the key has expired"' },
+  })
 }
 
 /** Extracts the key from `Authorization: Bearer <key>` (the scheme is case-insensitive). */
@@ -52,6 +59,8 @@ export async function authenticate(
   const key = await lookups.keyByDigest(digest(token))
   // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.
   if (key === null || key.status !== 'active') throw unauthenticated('the API key is unknown or revoked')
+  // Read from the record every time, cached or not: an expiry needs no message to the replicas.
+  if (isExpired(key)) throw keyExpired()
   const tenant = await lookups.tenant(key.tenantId)
   if (tenant === null) throw unauthenticated('the API key is unknown or revoked')
   return { key, tenant }

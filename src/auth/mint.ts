@@ -16,7 +16,16 @@ export interface MintedKey {
 
 export async function mintKey(
   db: Sql | Tx,
-  input: { tenantId: string; name: string; scopes: readonly string[]; withClientSecret: boolean },
+  input: {
+    tenantId: string
+    name: string
+    scopes: readonly string[]
+    withClientSecret: boolean
+    /** Null or absent: never expires. */
+    expiresAt?: Date | null
+    /** The key this one replaces (a roll). */
+    rolledFrom?: string | null
+  },
 ): Promise<MintedKey> {
   const { apiKey, prefix, keyDigest } = generateApiKey()
   const secret = input.withClientSecret ? generateClientSecret() : null
@@ -27,6 +36,8 @@ export async function mintKey(
     prefix,
     keyDigest,
     secretDigest: secret?.secretDigest ?? null,
+    expiresAt: input.expiresAt ?? null,
+    rolledFrom: input.rolledFrom ?? null,
   })
   return { row, apiKey, clientSecret: secret?.clientSecret ?? null, keyDigest }
 }

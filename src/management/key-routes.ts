@@ -1,9 +1,13 @@
-// API keys of a sub-account: mint, list, revoke (docs/api.md, API keys of a sub-account).
+// API keys of a sub-account: mint, list, get, revoke, roll (docs/api.md, API keys of a
+// sub-account; docs/credentials.md, key lifecycle).
+import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
 import { mintKey } from '../auth/mint.js'
+import { rollKey } from '../auth/roll.js'
 import { keyEntries } from '../cache/index.js'
-import { validationFailed } from '../errors.js'
-import { listKeys, revokeKey } from '../store/keys.js'
+import { ApiError, validationFailed } from '../errors.js'
+import { getKey, listKeys, revokeKey } from '../store/keys.js'
 import {
+  MANAGEMENT_PREFIX,
   type ManagementApp,
   type ManagementContext,
   notFound,
@@ -15,7 +19,22 @@ import {
 } from './common.js'
 import { keyListScope } from './paging.js'
 import { presentKey } from './present.js'
-import { ApiKey, ApiKeyPage, KeyParams, ListKeysQuery, MintedApiKey, MintKeyBody, SubAccountParams } from './schemas.js'
+import {
+  ApiKey,
+  ApiKeyPage,
+  KeyParams,
+  ListKeysQuery,
+  MintedApiKey,
+  MintKeyBody,
+  RollKeyBody,
+  SubAccountParams,
+} from './schemas.js'
+
+/** A key with its secrets, as the mint and the roll show it, once. */
+function withSecrets(row: Parameters<typeof presentKey>[0], apiKey: string, clientSecret: string) {
+  const { revoked_at: _revoked, last_used_at: _used, ...key } = presentKey(row)
+  return { ...key, api_key: apiKey, client_secret: clientSecret }
+}
 
 export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {
   app.post(
@@ -37,15 +56,26 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
         ])
       }
       const label = trimmedName(name, '/body/name')
+      let expiresAt: Date | null = null
+      if (request.body.expires_at != null) {
+        const parsed = parseExpiresAt(request.body.expires_at)
+        if ('error' in parsed) throw validationFailed([{ path: '/body/expires_at', message: parsed.error }])
+        expiresAt = parsed.at
+      }
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
-      const minted = await mintKey(sql, { tenantId: subAccount.id, name: label, scopes, withClientSecret: true })
+      const minted = await mintKey(sql, {
+        tenantId: subAccount.id,
+        name: label,
+        scopes,
+        withClientSecret: true,
+        expiresAt,
+      })
       await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
-      const { revoked_at: _revoked, last_used_at: _used, ...key } = presentKey(minted.row)
       // The key and the secret are in this response only: nothing on the way may keep a copy.
       return reply
         .code(201)
         .header('cache-control', 'no-store')
-        .send({ ...key, api_key: minted.apiKey, client_secret: minted.clientSecret! })
+        .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
     },
   )
 
@@ -65,7 +95,20 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       const afterSeq = await cursors.decode(cursor, scope)
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       const rows = await listKeys(sql, subAccount.id, { limit: limit + 1, afterSeq })
-      return cursors.page(rows, limit, presentKey, scope)
+      const nowMs = Date.now()
+      return cursors.page(rows, limit, (row) => presentKey(row, nowMs), scope)
+    },
+  )
+
+  app.get(
+    '/:sub_id/api-keys/:key_id',
+    { schema: { ...operation('getApiKey'), params: KeyParams, response: { 200: ApiKey } } },
+    async (request) => {
+      const { sub_id, key_id } = request.params
+      const subAccount = await ownSubAccount(sql, request, sub_id)
+      const row = await getKey(sql, subAccount.id, pathUuid(key_id, 'key'))
+      if (row === null) throw notFound('key')
+      return presentKey(row)
     },
   )
 
@@ -79,6 +122,41 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       if (row === null) throw notFound('key')
       await cache.invalidate(keyEntries({ id: row.id, keyDigest: row.key_digest }))
       return presentKey(row)
+    },
+  )
+
+  app.post(
+    '/:sub_id/api-keys/:key_id/roll',
+    {
+      schema: { ...operation('rollApiKey'), params: KeyParams, body: RollKeyBody, response: { 201: MintedApiKey } },
+      // No body at all is an empty one: every field is optional.
+      preValidation: async (request) => {
+        request.body ??= {}
+      },
+    },
+    async (request, reply) => {
+      const { sub_id, key_id } = request.params
+      const subAccount = await ownSubAccount(sql, request, sub_id)
+      const result = await rollKey(sql, {
+        tenantId: subAccount.id,
+        keyId: pathUuid(key_id, 'key'),
+        overlapSeconds: request.body.expires_in_seconds ?? DEFAULT_ROLL_OVERLAP_SECONDS,
+        withClientSecret: true,
+      })
+      if (result.outcome === 'not_found') throw notFound('key')
+      if (result.outcome === 'not_active')
+        throw new ApiError('key_not_active', `the key is ${result.state}: only an active key can be rolled`)
+      const { old, minted } = result
+      // Committed: both keys' cache entries are stale (the old key's expiry moved, the new one may be cached as unknown).
+      await cache.invalidate([
+        ...keyEntries({ id: old.id, keyDigest: old.key_digest }),
+        ...keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }),
+      ])
+      return reply
+        .code(201)
+        .header('location', `${MANAGEMENT_PREFIX}/${subAccount.id}/api-keys/${minted.row.id}`)
+        .header('cache-control', 'no-store')
+        .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
     },
   )
 }

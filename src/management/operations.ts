@@ -29,13 +29,24 @@ export const OPERATIONS = {
     summary: 'Create an API key for a sub-account',
     description:
       '`api_key` and `client_secret` are in this response only (Cache-Control: no-store). ' +
-      'A sub-account key may not carry `sub_accounts:*` scopes.',
+      'A sub-account key may not carry `sub_accounts:*` scopes. With `expires_at` it is refused ' +
+      '(401 key_expired) from that instant on.',
     tags: ['api-keys'],
   },
   listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },
+  getApiKey: { summary: 'Get an API key of a sub-account, without its secrets', tags: ['api-keys'] },
   revokeApiKey: {
     summary: 'Revoke an API key of a sub-account',
     description: 'Every replica refuses the key within about a second. Repeating is harmless.',
+    tags: ['api-keys'],
+  },
+  rollApiKey: {
+    summary: 'Roll an API key: a new key, and the old one kept for an overlap',
+    description:
+      "The new key has the old one's name, scopes and `expires_at`, and `rolled_from` naming it; `api_key` and " +
+      '`client_secret` are in this response only (Cache-Control: no-store), `Location` names it. The old key ' +
+      'now expires at the earlier of its own `expires_at` and now + `expires_in_seconds` (default 86400, at ' +
+      'most 2592000); 0 revokes it at once. The body may be absent. A revoked or expired key: 409 key_not_active.',
     tags: ['api-keys'],
   },
   getUsage: {

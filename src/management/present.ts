@@ -1,4 +1,5 @@
 // Rows to API objects: explicit field lists, timestamps as RFC 3339 strings.
+import { keyState } from '../auth/key-expiry.js'
 import type { KeyRow } from '../store/keys.js'
 import type { TenantRow } from '../store/tenants.js'
 import { shownLimits } from '../tenancy/limits.js'
@@ -20,14 +21,17 @@ export function presentSubAccount(row: TenantRow): SubAccount {
   }
 }
 
-export function presentKey(row: KeyRow): ApiKey {
+/** A key as shown now: `status` is `expired` once an active key is past `expires_at`. */
+export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
   return {
     id: row.id,
     name: row.name,
     scopes: row.scopes,
     prefix: row.prefix,
-    status: row.status,
+    status: keyState(row, nowMs),
     created_at: row.created_at.toISOString(),
+    expires_at: iso(row.expires_at),
+    rolled_from: row.rolled_from,
     revoked_at: iso(row.revoked_at),
     last_used_at: iso(row.last_used_at),
   }

@@ -1,6 +1,7 @@
 // TypeBox request and response schemas of the management API (docs/api.md). Response schemas are
 // also the serializers: a field they do not name (a key digest, say) cannot leave the gateway.
 import { Type, type Static } from 'typebox'
+import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { LIMIT_BOUNDS } from '../tenancy/limits.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
@@ -76,8 +77,12 @@ const KeyFields = {
   name: Type.String(),
   scopes: Type.Array(Type.String()),
   prefix: Type.String({ description: 'the first characters of the key, to tell keys apart' }),
-  status: Type.Union([Type.Literal('active'), Type.Literal('revoked')]),
+  status: Type.Union([Type.Literal('active'), Type.Literal('expired'), Type.Literal('revoked')], {
+    description: '`expired`: not revoked, but past `expires_at`',
+  }),
   created_at: Timestamp,
+  expires_at: Nullable(Timestamp),
+  rolled_from: Nullable(Type.String({ format: 'uuid', description: 'the key this one replaced, when made by a roll' })),
 }
 
 export const ApiKey = Type.Object(
@@ -145,7 +150,33 @@ export const UpdateSubAccountBody = Type.Object(
 )
 
 export const MintKeyBody = Type.Object(
-  { name: Name, scopes: Type.Array(Scope, { minItems: 1, maxItems: 50 }) },
+  {
+    name: Name,
+    scopes: Type.Array(Scope, { minItems: 1, maxItems: 50 }),
+    expires_at: Type.Optional(
+      Nullable(
+        Type.String({
+          format: 'date-time',
+          maxLength: 64,
+          description: `RFC 3339, in the future, at most ${MAX_EXPIRY_YEARS} years ahead; absent or null: never`,
+        }),
+      ),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+// A roll's body may be absent or `{}`: the overlap is then a day.
+export const RollKeyBody = Type.Object(
+  {
+    expires_in_seconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_ROLL_OVERLAP_SECONDS,
+        description: `how long the old key keeps working (default ${DEFAULT_ROLL_OVERLAP_SECONDS}); 0 revokes it at once`,
+      }),
+    ),
+  },
   { additionalProperties: false },
 )
 

@@ -45,7 +45,7 @@ const ERROR_RESPONSES = {
     'bad_request',
     'bad_path',
   ],
-  Unauthenticated: ['unauthenticated'],
+  Unauthenticated: ['unauthenticated', 'key_expired'],
   Forbidden: [
     'tenant_deactivated',
     'acting_tenant_forbidden',
@@ -55,6 +55,7 @@ const ERROR_RESPONSES = {
   ],
   NotFound: ['not_found'],
   Conflict: ['external_id_conflict'],
+  KeyNotActive: ['key_not_active'],
   RequestTimeout: ['request_timeout'],
   PayloadTooLarge: ['payload_too_large'],
   UnsupportedMediaType: ['unsupported_media_type'],
@@ -76,7 +77,8 @@ function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
     response.headers = {
       'WWW-Authenticate': {
         description:
-          '`Bearer` on a 401; `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (docs/api.md)',
+          '`Bearer` on a 401 (`Bearer error="invalid_token", error_description="the key has expired"` on ' +
+          'key_expired); `Bearer error="insufficient_scope", scope="…"` on insufficient_scope (docs/api.md)',
         schema: { type: 'string' },
       },
     }
@@ -196,6 +198,7 @@ function managementErrors(
   const requestBody = operation.requestBody as OpenAPIV3_1.RequestBodyObject | undefined
   const body = requestBody?.content['application/json']?.schema as OpenAPIV3_1.SchemaObject | undefined
   if (body?.properties?.external_id !== undefined) errors[409] = 'Conflict'
+  if (path.endsWith('/roll')) errors[409] = 'KeyNotActive'
   // A write may carry a body whatever its schema: too large, too slow or not JSON is refused before validation.
   if (method !== 'get')
     Object.assign(errors, { 408: 'RequestTimeout', 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType' })

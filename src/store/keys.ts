@@ -45,12 +45,16 @@ export interface NewKey {
   prefix: string
   keyDigest: Buffer
   secretDigest: Buffer | null
+  /** Null: never expires. */
+  expiresAt?: Date | null
+  /** The key this one replaces (a roll). */
+  rolledFrom?: string | null
 }
 
 export async function insertKey(db: Db, key: NewKey): Promise<KeyRow> {
   const [row] = await db<KeyRow[]>`
-    insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest)
-    values (${key.tenantId}, ${key.name}, array(select scope from jsonb_array_elements_text(${db.json(key.scopes)}) with ordinality as given (scope, n) order by n), ${key.prefix}, ${key.keyDigest}, ${key.secretDigest})
+    insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest, expires_at, rolled_from)
+    values (${key.tenantId}, ${key.name}, array(select scope from jsonb_array_elements_text(${db.json(key.scopes)}) with ordinality as given (scope, n) order by n), ${key.prefix}, ${key.keyDigest}, ${key.secretDigest}, ${key.expiresAt ?? null}, ${key.rolledFrom ?? null})
     returning ${db.unsafe(COLUMNS)}`
   return row!
 }
@@ -90,8 +94,41 @@ export function listKeys(
     limit ${page.limit}`
 }
 
-/** A revoked key's row, with the digest that names its cache entries (never shown). */
+/** One key of the tenant, revoked or not. */
+export async function getKey(db: Db, tenantId: string, keyId: string): Promise<KeyRow | null> {
+  const [row] = await db<KeyRow[]>`
+    select ${db.unsafe(COLUMNS)} from api_keys where id = ${keyId} and tenant_id = ${tenantId}`
+  return row ?? null
+}
+
+/** A key's row with the digest that names its cache entries (never shown). */
 export type RevokedKeyRow = KeyRow & { key_digest: Buffer }
+
+/**
+ * A key of the tenant, locked until the transaction ends (a roll): a second roll of the same key
+ * waits, then sees what the first made of it.
+ */
+export async function lockKey(tx: Tx, tenantId: string, keyId: string): Promise<RevokedKeyRow | null> {
+  const [row] = await tx<RevokedKeyRow[]>`
+    select ${tx.unsafe(COLUMNS)}, key_digest from api_keys
+    where id = ${keyId} and tenant_id = ${tenantId}
+    for update`
+  return row ?? null
+}
+
+/**
+ * Brings a key's expiry forward to `expiresAt` (never later than it was), and with `revoke`
+ * revokes it too (a roll with no overlap).
+ */
+export async function shortenKey(tx: Tx, keyId: string, expiresAt: Date, revoke: boolean): Promise<RevokedKeyRow> {
+  const [row] = await tx<RevokedKeyRow[]>`
+    update api_keys set
+      expires_at = least(expires_at, ${expiresAt}::timestamptz),
+      ${revoke ? tx`status = 'revoked', revoked_at = coalesce(revoked_at, ${expiresAt}::timestamptz)` : tx`status = status`}
+    where id = ${keyId}
+    returning ${tx.unsafe(COLUMNS)}, key_digest`
+  return row!
+}
 
 /** Revokes a key of the tenant; repeating it keeps the first revocation time. */
 export async function revokeKey(db: Db, tenantId: string, keyId: string): Promise<RevokedKeyRow | null> {

@@ -30,8 +30,8 @@ declare module 'fastify' {
  * request. The whole set is dropped when its window has passed and whenever the cache evicts
  * anything (its version moves), so a revoke or a deactivation reaches it exactly as it reaches the
  * cache, and the cache shortens its TTL by the window, so a lost invalidation is still bounded by
- * the configured TTL. Only successes are kept. Its keys hold raw Authorization values, for one
- * window at most.
+ * the configured TTL. An admission is not reused once its key has expired. Only successes are
+ * kept. Its keys hold raw Authorization values, for one window at most.
  */
 class RecentAdmissions {
   static readonly MAX_ENTRIES = 10_000
@@ -111,6 +111,9 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       const key = admissionKey(request, singleHeaderCounts(request))
       const admission = key === null ? undefined : recent.get(key, reuse.version())
       if (admission === undefined) return false
+      // Never past the key's expiry: the full check answers 401 key_expired from then on.
+      const expiresAt = admission.principal.key.expiresAt
+      if (expiresAt != null && Date.now() >= expiresAt) return false
       request.principal = admission.principal
       request.actingTenant = admission.actingTenant
       request.limitSubjects = admission.limitSubjects

@@ -103,8 +103,7 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
   noteKey(subKey.api_key)
   secrets.add(subKey.client_secret)
   await send('list keys', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys` }, 200)
-  // docs/api.md has no route that reads one key: the path is answered 404 route_not_found.
-  await send('get key (no such route)', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}` }, 404)
+  await send('get key', P.apiKey, { path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}` }, 200)
   await send(
     'deactivate',
     P.apiKey,
@@ -148,6 +147,21 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
   await send('sub-account key on management', subKey.api_key, { path: '/v1/sub-accounts' }, 403)
   await send('proxied to a dead upstream', P.apiKey, { path: '/dead/x', acting: `ext:logged-1` }, 502)
   await send('usage', P.apiKey, { path: '/v1/sub-accounts/usage' }, 200)
+  const rolled = await send(
+    'roll key',
+    P.apiKey,
+    {
+      method: 'POST',
+      path: `/v1/sub-accounts/${sub.id}/api-keys/${subKey.id}/roll`,
+      acting: 'self',
+      json: { expires_in_seconds: 60 },
+    },
+    201,
+  )
+  const successor = rolled.json() as { api_key: string; client_secret: string }
+  noteKey(successor.api_key)
+  secrets.add(successor.client_secret)
+  await send('successor key', successor.api_key, { path: '/v1/things/4' }, 200)
   await send(
     'revoke key',
     P.apiKey,

@@ -392,12 +392,16 @@ t.test('management API', async (t) => {
       'api_key',
       'client_secret',
       'created_at',
+      'expires_at',
       'id',
       'name',
       'prefix',
+      'rolled_from',
       'scopes',
       'status',
     ])
+    t.equal(key.expires_at, null, 'never expires unless asked')
+    t.equal(key.rolled_from, null)
     t.match(key.api_key, /^tgw_[0-9A-Za-z]{49}$/)
     t.match(key.client_secret, /^tgws_[0-9A-Za-z]{49}$/)
     t.equal(key.prefix, key.api_key.slice(0, 12))
@@ -426,11 +430,13 @@ t.test('management API', async (t) => {
     )
     t.same(Object.keys(listed.data[0]).sort(), [
       'created_at',
+      'expires_at',
       'id',
       'last_used_at',
       'name',
       'prefix',
       'revoked_at',
+      'rolled_from',
       'scopes',
       'status',
     ])

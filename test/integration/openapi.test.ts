@@ -133,6 +133,10 @@ t.test('OpenAPI document and docs page', async (t) => {
       'an external_id conflict is documented',
     )
     t.match(deref(doc, doc.paths[MANAGEMENT_PREFIX].post.responses['409']).description, /external_id_conflict/)
+    const roll = doc.paths[`${MANAGEMENT_PREFIX}/{sub_id}/api-keys/{key_id}/roll`].post
+    t.ok(isProblemJson(doc, roll.responses['409']), 'a roll of a key that is not active is documented')
+    t.match(deref(doc, roll.responses['409']).description, /key_not_active/)
+    t.match(deref(doc, roll.responses['401']).description, /key_expired/, 'an expired key is documented')
   })
 
   t.test('no proxied route, and health routes (when the app has them) without a key', async (t) => {

@@ -39,7 +39,9 @@ const TABLE: Record<string, RouteCase> = {
     namesSubAccount: true,
   },
   'GET /v1/sub-accounts/:sub_id/api-keys': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'GET /v1/sub-accounts/:sub_id/api-keys/:key_id': { scope: 'sub_accounts:read', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': { scope: 'sub_accounts:write', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/roll': { scope: 'sub_accounts:write', namesSubAccount: true },
 }
 
 /** The routes that need no key: health, readiness and the API's description (docs/api.md). */
@@ -128,6 +130,9 @@ t.test('every management route refuses what it must', async (t) => {
   const revoked = await gw.createParent()
   const revokedKeyId = (await gw.sql`select id from api_keys where tenant_id = ${revoked.id}`)[0]!.id
   await revokeKey(gw.sql, revoked.id, revokedKeyId)
+  // Active in the table, past its expiry: refused as expired, not as unknown.
+  const expired = await gw.createParent()
+  await gw.sql`update api_keys set expires_at = now() - interval '1 second' where tenant_id = ${expired.id}`
   const readOnly = await gw.createParent({ scopes: ['sub_accounts:read'] })
   const writeOnly = await gw.createParent({ scopes: ['sub_accounts:write'] })
   const stranger = await gw.createParent()
@@ -156,6 +161,14 @@ t.test('every management route refuses what it must', async (t) => {
       await expect401(owner.apiKey.slice(0, -1) + (owner.apiKey.endsWith('a') ? 'b' : 'a'), {}, 'bad checksum')
       await expect401(generateApiKey().apiKey, {}, 'unknown well-formed key')
       await expect401(revoked.apiKey, {}, 'revoked key')
+      const expiredKey = await send(gw, expired.apiKey, route, { acting: 'self' })
+      t.equal(expiredKey.statusCode, 401, 'expired key')
+      t.equal(problemOf(expiredKey).code, 'key_expired', 'expired key')
+      t.equal(
+        expiredKey.headers['www-authenticate'],
+        'Bearer error="invalid_token", error_description="the key has expired"',
+        'expired key',
+      )
       // Node keeps the first of two Authorization headers; the gateway refuses the pair.
       await expect401(
         null,

@@ -1,0 +1,49 @@
+// Rolling a key (docs/credentials.md, key lifecycle): a new key with the old one's name, scopes and
+// expiry, and the old one kept working for an overlap, so that clients can move over without a
+// moment with no working key. Shared by the management API and the CLI.
+import type { Sql } from '../store/db.js'
+import { lockKey, shortenKey, type RevokedKeyRow } from '../store/keys.js'
+import { keyState } from './key-expiry.js'
+import { mintKey, type MintedKey } from './mint.js'
+
+export type RollResult =
+  | { outcome: 'rolled'; old: RevokedKeyRow; minted: MintedKey }
+  | { outcome: 'not_found' }
+  | { outcome: 'not_active'; state: 'expired' | 'revoked' }
+
+export interface RollInput {
+  tenantId: string
+  keyId: string
+  /** How long the old key keeps working; 0 revokes it at once. */
+  overlapSeconds: number
+  /** Sub-account keys come with a client secret, parent keys without. */
+  withClientSecret: boolean
+  /** The gateway's clock, which authentication reads too (ms since the epoch). */
+  nowMs?: number
+}
+
+/**
+ * Mints the successor and shortens (or revokes) the old key in one transaction. The old key's row
+ * is locked first: of two rolls of one key, the second waits and then sees what the first did, so
+ * a key revoked by a roll with no overlap is never rolled again.
+ */
+export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
+  return sql.begin(async (tx): Promise<RollResult> => {
+    const nowMs = input.nowMs ?? Date.now()
+    const old = await lockKey(tx, input.tenantId, input.keyId)
+    if (old === null) return { outcome: 'not_found' }
+    const state = keyState(old, nowMs)
+    if (state !== 'active') return { outcome: 'not_active', state }
+    const minted = await mintKey(tx, {
+      tenantId: old.tenant_id,
+      name: old.name,
+      scopes: old.scopes,
+      withClientSecret: input.withClientSecret,
+      expiresAt: old.expires_at,
+      rolledFrom: old.id,
+    })
+    const until = new Date(nowMs + input.overlapSeconds * 1000)
+    const shortened = await shortenKey(tx, old.id, until, input.overlapSeconds === 0)
+    return { outcome: 'rolled', old: shortened, minted }
+  })
+}
