@@ -2,17 +2,17 @@
 // one line on stderr that starts with `error: `, and a non-zero exit. --help prints the usage on
 // stdout.
 import { parseArgs } from 'node:util'
-import { createParentWithKey, mintKey } from './auth/mint.js'
-import { MANAGEMENT_SCOPES, SCOPE_PATTERN } from './auth/scopes.js'
-import { cacheKeys, keyEntries, publishInvalidation } from './cache/index.js'
-import { loadConfig, type Config } from './config.js'
+import { createParentWithKey } from './auth/mint.js'
+import { cacheKeys } from './cache/index.js'
+import { KEY_COMMANDS } from './cli/key-commands.js'
+import { type Command, name, type Options, scopes, tellReplicas, UsageError, uuid } from './cli/options.js'
+import { loadConfig } from './config.js'
 import { presentKey } from './management/present.js'
-import { openStore, reachPostgres, type Sql } from './store/db.js'
-import { revokeKey } from './store/keys.js'
+import { openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
 import { NotAnAccountError, setAccountLimits, type LimitsChange } from './store/limits.js'
-import { ExternalIdTakenError, getTenant, type TenantRow } from './store/tenants.js'
-import { isExternalId, isUuid } from './tenancy/identifiers.js'
+import { ExternalIdTakenError, type TenantRow } from './store/tenants.js'
+import { isExternalId } from './tenancy/identifiers.js'
 import { parseMonthlyQuota, parseRate, shownLimits } from './tenancy/limits.js'
 
 const USAGE = `usage: cli <command> [options]
@@ -25,58 +25,21 @@ commands:
   accounts limits --account <uuid> [--rate N/Ws] [--monthly-quota M] [--clear]
                                set a parent account's limits (over it and all its sub-accounts);
                                --rate or --monthly-quota alone keeps the other, --clear removes both
-  keys create --account <uuid> --name <label> [--scopes <a,b>]
-                               mint another API key for a parent account
+  keys create --account <uuid> --name <label> [--scopes <a,b>] [--expires-at <RFC 3339>]
+                               mint another API key for a parent account (never expiring unless
+                               --expires-at, at most 10 years ahead)
   keys revoke --account <uuid> --key <key_id>
                                revoke a key (replicas are told over Redis when REDIS_URL is set)
+  keys roll --account <uuid> --key <key_id> [--expires-in-seconds S]
+                               a new key like the old one; the old one keeps working for S
+                               seconds (default 86400, at most 2592000; 0 revokes it at once)
   help, --help, -h             print this usage
 
 Each command prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
 database), REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
-const COMMAND_NAMES = 'migrate, accounts create, accounts limits, keys create, keys revoke'
-
-class UsageError extends Error {}
-
-type Options = Record<string, string | boolean | undefined>
-
-function required(options: Options, name: string): string {
-  const value = options[name]
-  if (typeof value !== 'string' || value.trim() === '') throw new UsageError(`--${name} is required`)
-  return value.trim()
-}
-
-function name(options: Options, flag = 'name'): string {
-  const value = required(options, flag)
-  if ([...value].length > 200) throw new UsageError(`--${flag} must hold 1 to 200 characters`)
-  return value
-}
-
-function uuid(options: Options, flag: string): string {
-  const value = required(options, flag)
-  if (!isUuid(value)) throw new UsageError(`--${flag} must be a UUID`)
-  return value.toLowerCase()
-}
-
-function scopes(options: Options): string[] | undefined {
-  if (typeof options.scopes !== 'string') return undefined
-  const list = options.scopes
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '')
-  const pattern = new RegExp(SCOPE_PATTERN)
-  const bad = list.find((s) => !pattern.test(s) || s.length > 100)
-  if (bad !== undefined) throw new UsageError(`--scopes: "${bad}" is not a scope name`)
-  if (list.length === 0 || list.length > 50) throw new UsageError('--scopes must name 1 to 50 scopes')
-  return list
-}
-
-async function parentAccount(sql: Sql, id: string) {
-  const account = await getTenant(sql, id)
-  if (account === null || account.parent_id !== null) throw new UsageError(`no parent account ${id}`)
-  return account
-}
+const COMMAND_NAMES = 'migrate, accounts create, accounts limits, keys create, keys revoke, keys roll'
 
 /** A parent account as the CLI prints it. */
 const presentAccount = (account: TenantRow) => ({
@@ -102,8 +65,6 @@ function limitsChange(options: Options): LimitsChange {
     ...(typeof quota === 'string' ? { monthly_quota: parseMonthlyQuota(quota) } : {}),
   }
 }
-
-type Command = (sql: Sql, options: Options, config: Config) => Promise<unknown>
 
 const COMMANDS: Record<string, Command> = {
   migrate: async (sql) => ({ applied: await migrate(sql) }),
@@ -137,50 +98,7 @@ const COMMANDS: Record<string, Command> = {
     return { account: { ...presentAccount(account), limits: shownLimits(account.limits) } }
   },
 
-  'keys create': async (sql, options) => {
-    const accountId = uuid(options, 'account')
-    const label = name(options)
-    const keyScopes = scopes(options) ?? [...MANAGEMENT_SCOPES]
-    await migrate(sql)
-    await parentAccount(sql, accountId)
-    const key = await mintKey(sql, { tenantId: accountId, name: label, scopes: keyScopes, withClientSecret: false })
-    return { key: presentKey(key.row), api_key: key.apiKey }
-  },
-
-  'keys revoke': async (sql, options, config) => {
-    const accountId = uuid(options, 'account')
-    const keyId = uuid(options, 'key')
-    await migrate(sql)
-    await parentAccount(sql, accountId)
-    const row = await revokeKey(sql, accountId, keyId)
-    if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
-    // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
-    if (config.redisUrl !== undefined)
-      await tellReplicas(
-        config.redisUrl,
-        config.redisKeyPrefix,
-        keyEntries({ id: row.id, keyDigest: row.key_digest }),
-        'the key is revoked',
-      )
-    return { key: presentKey(row) }
-  },
-}
-
-/** Publishes cache invalidations, repeated after 1 s; a Redis failure is a warning, the change stands. */
-async function tellReplicas(redisUrl: string, prefix: string, names: string[], done: string): Promise<void> {
-  try {
-    await publishInvalidation(redisUrl, prefix, names, { repeatAfterMs: 1_000 })
-  } catch (err) {
-    process.stderr.write(
-      `warning: ${done}, but Redis (REDIS_URL, ${describeRedisUrl(redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute (the cache TTL)\n`,
-    )
-  }
-}
-
-/** Where a Redis URL points, for messages: host:port, never the password. */
-function describeRedisUrl(redisUrl: string): string {
-  const url = new URL(redisUrl)
-  return `${url.hostname || 'localhost'}:${url.port || '6379'}`
+  ...KEY_COMMANDS,
 }
 
 /** The usage was asked for: printed on stdout, exit 0. */
@@ -200,6 +118,8 @@ async function run(argv: string[]): Promise<unknown> {
       rate: { type: 'string' },
       'monthly-quota': { type: 'string' },
       clear: { type: 'boolean' },
+      'expires-at': { type: 'string' },
+      'expires-in-seconds': { type: 'string' },
     },
   })
   const { help, ...options } = values

@@ -1,0 +1,93 @@
+// The operator's commands on parent keys (docs/configuration.md; docs/credentials.md, key
+// lifecycle): create (optionally expiring), revoke, roll. Every value is checked before the store
+// is touched, so a bad one changes nothing.
+import { MAX_ROLL_OVERLAP_SECONDS, DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
+import { mintKey } from '../auth/mint.js'
+import { rollKey } from '../auth/roll.js'
+import { MANAGEMENT_SCOPES } from '../auth/scopes.js'
+import { keyEntries } from '../cache/index.js'
+import { presentKey } from '../management/present.js'
+import { revokeKey } from '../store/keys.js'
+import { migrate } from '../store/migrate.js'
+import { type Command, name, type Options, parentAccount, scopes, tellReplicas, UsageError, uuid } from './options.js'
+
+function expiresAt(options: Options): Date | null {
+  const value = options['expires-at']
+  if (value === undefined) return null
+  const parsed = parseExpiresAt(String(value).trim())
+  if ('error' in parsed) throw new UsageError(`--expires-at ${parsed.error}`)
+  return parsed.at
+}
+
+function overlapSeconds(options: Options): number {
+  const value = options['expires-in-seconds']
+  if (value === undefined) return DEFAULT_ROLL_OVERLAP_SECONDS
+  const text = String(value).trim()
+  const seconds = /^\d{1,10}$/.test(text) ? Number(text) : Number.NaN
+  if (!(seconds <= MAX_ROLL_OVERLAP_SECONDS))
+    throw new UsageError(`--expires-in-seconds must be a whole number of seconds from 0 to ${MAX_ROLL_OVERLAP_SECONDS}`)
+  return seconds
+}
+
+export const KEY_COMMANDS: Record<string, Command> = {
+  'keys create': async (sql, options) => {
+    const accountId = uuid(options, 'account')
+    const label = name(options)
+    const keyScopes = scopes(options) ?? [...MANAGEMENT_SCOPES]
+    const expiry = expiresAt(options)
+    await migrate(sql)
+    await parentAccount(sql, accountId)
+    const key = await mintKey(sql, {
+      tenantId: accountId,
+      name: label,
+      scopes: keyScopes,
+      withClientSecret: false,
+      expiresAt: expiry,
+    })
+    return { key: presentKey(key.row), api_key: key.apiKey }
+  },
+
+  'keys revoke': async (sql, options, config) => {
+    const accountId = uuid(options, 'account')
+    const keyId = uuid(options, 'key')
+    await migrate(sql)
+    await parentAccount(sql, accountId)
+    const row = await revokeKey(sql, accountId, keyId)
+    if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
+    // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
+    if (config.redisUrl !== undefined)
+      await tellReplicas(
+        config.redisUrl,
+        config.redisKeyPrefix,
+        keyEntries({ id: row.id, keyDigest: row.key_digest }),
+        'the key is revoked',
+      )
+    return { key: presentKey(row) }
+  },
+
+  'keys roll': async (sql, options, config) => {
+    const accountId = uuid(options, 'account')
+    const keyId = uuid(options, 'key')
+    const overlap = overlapSeconds(options)
+    await migrate(sql)
+    await parentAccount(sql, accountId)
+    // Parent keys have no client secret.
+    const result = await rollKey(sql, { tenantId: accountId, keyId, overlapSeconds: overlap, withClientSecret: false })
+    if (result.outcome === 'not_found') throw new UsageError(`account ${accountId} has no key ${keyId}`)
+    if (result.outcome === 'not_active')
+      throw new UsageError(`key ${keyId} is ${result.state}: only an active key can be rolled`)
+    const { old, minted } = result
+    // The old key's expiry moved (or it is revoked), and the new key may be cached as unknown.
+    if (config.redisUrl !== undefined)
+      await tellReplicas(
+        config.redisUrl,
+        config.redisKeyPrefix,
+        [
+          ...keyEntries({ id: old.id, keyDigest: old.key_digest }),
+          ...keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }),
+        ],
+        'the key is rolled',
+      )
+    return { key: presentKey(minted.row), api_key: minted.apiKey, previous_key: presentKey(old) }
+  },
+}

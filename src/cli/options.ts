@@ -1,0 +1,69 @@
+// What the operator commands share (docs/configuration.md): their usage errors, the readers of
+// their flags, the parent account they name, and telling the replicas of a change over Redis.
+import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { publishInvalidation } from '../cache/index.js'
+import type { Config } from '../config.js'
+import type { Sql } from '../store/db.js'
+import { getTenant } from '../store/tenants.js'
+import { isUuid } from '../tenancy/identifiers.js'
+
+/** A mistake in the command line or its values: one line on stderr, exit 1, nothing changed. */
+export class UsageError extends Error {}
+
+export type Options = Record<string, string | boolean | undefined>
+
+export type Command = (sql: Sql, options: Options, config: Config) => Promise<unknown>
+
+export function required(options: Options, name: string): string {
+  const value = options[name]
+  if (typeof value !== 'string' || value.trim() === '') throw new UsageError(`--${name} is required`)
+  return value.trim()
+}
+
+export function name(options: Options, flag = 'name'): string {
+  const value = required(options, flag)
+  if ([...value].length > 200) throw new UsageError(`--${flag} must hold 1 to 200 characters`)
+  return value
+}
+
+export function uuid(options: Options, flag: string): string {
+  const value = required(options, flag)
+  if (!isUuid(value)) throw new UsageError(`--${flag} must be a UUID`)
+  return value.toLowerCase()
+}
+
+export function scopes(options: Options): string[] | undefined {
+  if (typeof options.scopes !== 'string') return undefined
+  const list = options.scopes
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '')
+  const pattern = new RegExp(SCOPE_PATTERN)
+  const bad = list.find((s) => !pattern.test(s) || s.length > 100)
+  if (bad !== undefined) throw new UsageError(`--scopes: "${bad}" is not a scope name`)
+  if (list.length === 0 || list.length > 50) throw new UsageError('--scopes must name 1 to 50 scopes')
+  return list
+}
+
+export async function parentAccount(sql: Sql, id: string) {
+  const account = await getTenant(sql, id)
+  if (account === null || account.parent_id !== null) throw new UsageError(`no parent account ${id}`)
+  return account
+}
+
+/** Publishes cache invalidations, repeated after 1 s; a Redis failure is a warning, the change stands. */
+export async function tellReplicas(redisUrl: string, prefix: string, names: string[], done: string): Promise<void> {
+  try {
+    await publishInvalidation(redisUrl, prefix, names, { repeatAfterMs: 1_000 })
+  } catch (err) {
+    process.stderr.write(
+      `warning: ${done}, but Redis (REDIS_URL, ${describeRedisUrl(redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute (the cache TTL)\n`,
+    )
+  }
+}
+
+/** Where a Redis URL points, for messages: host:port, never the password. */
+function describeRedisUrl(redisUrl: string): string {
+  const url = new URL(redisUrl)
+  return `${url.hostname || 'localhost'}:${url.port || '6379'}`
+}

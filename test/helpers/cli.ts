@@ -1,0 +1,62 @@
+// The operator CLI as an operator runs it: `npm run --silent cli -- ...` from the repository root,
+// with the environment a test gives it. Success is one JSON object on stdout and nothing on
+// stderr; failure is a non-zero exit, one line on stderr and nothing on stdout (docs/configuration.md).
+import { execFile } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import type { Test } from 'tap'
+import type { JsonBody } from './json.js'
+
+const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
+
+export interface CliResult {
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+export interface Cli {
+  run(args: string[]): Promise<CliResult>
+  /** Runs a command that must succeed and returns the one JSON object it printed. */
+  ok(t: Test, args: string[]): Promise<JsonBody>
+  /** Runs a command that must fail, and returns its one line on stderr. */
+  fails(t: Test, args: string[], message?: RegExp): Promise<string>
+}
+
+export function cli(env: Record<string, string>): Cli {
+  const run = (args: string[]) =>
+    new Promise<CliResult>((resolve) => {
+      execFile(
+        'npm',
+        ['run', '--silent', 'cli', '--', ...args],
+        { cwd: REPO_ROOT, env: { ...process.env, ...env }, timeout: 60_000 },
+        (err, stdout, stderr) => {
+          const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
+          resolve({ code, stdout, stderr })
+        },
+      )
+    })
+  return {
+    run,
+    async ok(t, args) {
+      const result = await run(args)
+      t.equal(result.code, 0, `exit 0: ${args.join(' ')} (stderr: ${result.stderr.trim()})`)
+      t.equal(result.stderr, '', 'nothing on stderr')
+      const lines = result.stdout.split('\n')
+      t.equal(lines.length, 2, 'exactly one line on stdout')
+      t.equal(lines[1], '', 'ending in a newline')
+      const value = JSON.parse(lines[0]!)
+      t.ok(typeof value === 'object' && value !== null && !Array.isArray(value), 'a JSON object')
+      return value
+    },
+    async fails(t, args, message) {
+      const result = await run(args)
+      t.ok(result.code !== null && result.code !== 0, `non-zero exit: ${args.join(' ')} (got ${result.code})`)
+      t.equal(result.stdout, '', 'nothing on stdout')
+      const lines = result.stderr.split('\n')
+      t.equal(lines.length, 2, `exactly one line on stderr: ${JSON.stringify(result.stderr)}`)
+      t.equal(lines[1], '', 'ending in a newline')
+      if (message) t.match(lines[0], message)
+      return lines[0]!
+    },
+  }
+}
