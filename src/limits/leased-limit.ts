@@ -66,6 +66,8 @@ export abstract class LeasedLimit {
   /** The call (or Postgres read) under way, for `settled()`. */
   protected pending: Promise<unknown> | null = null
   private attempts = 0
+  /** Requests waiting for units since the last call was sent: the next lease covers them all. */
+  private asks = 0
   private sampledAt: number
   private demandPerMs = -1
 
@@ -123,6 +125,24 @@ export abstract class LeasedLimit {
   /** Resolves once the call under way, if any, is over (never rejects). */
   async settled(): Promise<void> {
     await this.pending?.catch(() => {})
+  }
+
+  /**
+   * Shared, its lease spent, and nothing known to be wrong with asking for more: the last answer
+   * did not say the shared state was empty. A request then waits for a renewal (limiter.warm), as
+   * a cold limit's first one does, rather than being refused a unit the limit still has: after a
+   * second idle the lease is down to one unit, and a second request a moment later found none.
+   */
+  starved(now: number): boolean {
+    return this.mode === 'shared' && this.held(now) === 0 && now >= this.waitUntil && now >= this.graceUntil
+  }
+
+  /** A request waits for units: counts as demand (so the lease is not kept idle-small) and asks for them. */
+  ask(now: number): void {
+    this.attempts++
+    this.asks++
+    this.lastAttemptAt = now
+    this.maintain(now)
   }
 
   /** Whether the lease can be spent now (held and not expired). */
@@ -195,7 +215,7 @@ export abstract class LeasedLimit {
       }
       return
     }
-    const target = this.target(now)
+    const target = Math.max(this.target(now), Math.min(this.cap(), this.asks))
     const extra = this.unreported
     if (held <= Math.floor(target / 2) || now >= this.leaseExpiresAt - store.ttlMs / 2 || extra > 0) {
       this.unreported = 0
@@ -217,6 +237,7 @@ export abstract class LeasedLimit {
     const call = { keep, spent: this.spentSinceSend, returned: returned + this.refunds, wanted, extra }
     this.refunds = 0
     this.spentSinceSend = 0
+    this.asks = 0
     this.ctx.metrics.leaseRequests?.inc()
     if (call.returned > 0) this.ctx.metrics.unitsReturned?.inc(call.returned)
     const sent = this.call(now, call)

@@ -143,15 +143,20 @@ export class Limiter {
     return this.applicable(subjects, now).some((limit) => limit.mode === 'shared' && now < limit.graceUntil)
   }
 
-  /** Whether every limit of these subjects has had its first answer (a lease, or a local state). */
+  /**
+   * Whether every limit of these subjects can decide from memory: it has had its first answer (a
+   * lease, or a local state) and is not starved (its lease spent while the shared state had more).
+   */
   isWarm(subjects: readonly LimitSubject[]): boolean {
-    return this.applicable(subjects, this.now()).every((limit) => limit.mode !== 'cold')
+    const now = this.now()
+    return this.applicable(subjects, now).every((limit) => limit.mode !== 'cold' && !limit.starved(now))
   }
 
   /**
-   * Starts the first lease of every limit of these subjects not known yet, and resolves when they
-   * have answered or after `maxWaitMs` (never rejects). The proxy awaits it only for a cold limit:
-   * a new tenant's first request waits one round trip instead of being refused.
+   * Starts the first lease of every limit of these subjects not known yet (or the renewal of a
+   * starved one), and resolves when they have answered or after `maxWaitMs` (never rejects). The
+   * proxy awaits it only for such a limit: a new tenant's first request, or the second of a burst
+   * after an idle second, waits one round trip instead of being refused.
    */
   async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<void> {
     const deadline = this.now() + maxWaitMs
@@ -162,13 +167,33 @@ export class Limiter {
     try {
       // A quota whose month Redis lost answers after a Postgres read and a second call: rounds.
       for (let round = 0; round < 3 && this.now() < deadline; round++) {
-        const cold = this.applicable(subjects, this.now()).filter((limit) => limit.mode === 'cold')
+        const now = this.now()
+        const cold = this.applicable(subjects, now).filter((limit) => limit.mode === 'cold' || limit.starved(now))
         if (cold.length === 0) return
-        for (const limit of cold) limit.maintain(this.now())
+        for (const limit of cold) limit.ask(this.now())
         await Promise.race([Promise.all(cold.map((limit) => limit.settled())), late])
       }
     } finally {
       clearTimeout(timer)
+    }
+  }
+
+  /**
+   * `admit` for a request whose limits are not all warm (isWarm): waits for their leases, then
+   * decides; refused while a refusing limit is still starved (a burst larger than the renewal),
+   * asks again, within `maxWaitMs` in all.
+   */
+  async admitWhenWarm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<Decision> {
+    const deadline = this.now() + maxWaitMs
+    for (;;) {
+      await this.warm(subjects, Math.max(1, deadline - this.now()))
+      const decision = this.admit(subjects)
+      const now = this.now()
+      if (decision.allowed || now >= deadline || this.closed) return decision
+      const starved = this.applicable(subjects, now).some(
+        (limit) => decision.violated.includes(limit.name) && limit.starved(now),
+      )
+      if (!starved) return decision
     }
   }
 

@@ -5,23 +5,24 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
-import type { LimitSubject } from '../limits/types.js'
+import type { Decision, LimitSubject } from '../limits/types.js'
 import { limitRefusal, setRateLimitFields } from '../proxy/limit-answer.js'
 
 export function managementRate(limiter: Limiter, rate: Rate) {
   const limits = { rate, monthlyQuota: null }
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
     const subjects: LimitSubject[] = [{ tenantId: request.principal!.tenant.id, level: 'management', limits }]
-    const decide = () => {
-      const decision = limiter.admit(subjects)
+    const answer = (decision: Decision) => {
       setRateLimitFields(reply, decision)
       done(decision.allowed ? undefined : limitRefusal(decision))
     }
     // While Redis, just found empty (a fresh deployment, a restart), grants nothing for a few
     // seconds (docs/architecture.md, limits), calls go through: the management API's rate protects
     // the store and bills nobody, and an operator's first calls must not fail.
-    const decideUnlessInGrace = () => (limiter.inGrace(subjects) ? done() : decide())
-    if (limiter.isWarm(subjects)) return decideUnlessInGrace()
-    limiter.warm(subjects).then(decideUnlessInGrace, done)
+    if (limiter.isWarm(subjects)) return limiter.inGrace(subjects) ? done() : answer(limiter.admit(subjects))
+    limiter.warm(subjects).then(async () => {
+      if (limiter.inGrace(subjects)) return done()
+      answer(await limiter.admitWhenWarm(subjects))
+    }, done)
   }
 }

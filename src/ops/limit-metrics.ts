@@ -63,7 +63,7 @@ export function limitMetrics(registers: Registry[]): LimitMetrics {
     }),
     coldWaits: tally({
       name: 'tgw_limit_cold_waits_total',
-      help: "Requests that waited for a limit's first lease from Redis before their decision",
+      help: "Requests that waited for a limit's lease from Redis (its first, or a renewal when it ran dry) before their decision",
       registers,
     }),
     degraded: new Gauge({

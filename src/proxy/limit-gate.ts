@@ -3,7 +3,7 @@
 // 429 and counted for the tenant's usage report. A tenant without limits costs one length check.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Limiter } from '../limits/limiter.js'
-import type { Decision, LimitSubject } from '../limits/types.js'
+import type { Decision } from '../limits/types.js'
 import { LIMIT_POLICIES, type LimitMetrics } from '../ops/metrics.js'
 import type { UsageMeter } from '../usage/meter.js'
 import { limitRefusal, refusalKind, setRateLimitFields } from './limit-answer.js'
@@ -43,14 +43,7 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
     }
   }
 
-  function decide(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    subjects: readonly LimitSubject[],
-    done: Done,
-    next: () => void,
-  ) {
-    const decision = limiter.admit(subjects)
+  function decide(request: FastifyRequest, reply: FastifyReply, decision: Decision, done: Done, next: () => void) {
     count(decision)
     setRateLimitFields(reply, decision)
     if (!decision.allowed) {
@@ -65,10 +58,10 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
     check(request, reply, done, next) {
       const subjects = request.limitSubjects
       if (subjects === null || subjects.length === 0) return next()
-      if (limiter.isWarm(subjects)) return decide(request, reply, subjects, done, next)
-      // A limit this replica has not seen yet: its first lease, one Redis round trip (bounded).
+      if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects), done, next)
+      // A limit this replica has not seen yet, or whose lease ran dry: a Redis round trip (bounded).
       metrics.coldWaits.inc()
-      limiter.warm(subjects).then(() => decide(request, reply, subjects, done, next), done)
+      limiter.admitWhenWarm(subjects).then((decision) => decide(request, reply, decision, done, next), done)
     },
     refund(request) {
       if (!request.limitsCharged || request.limitSubjects === null) return

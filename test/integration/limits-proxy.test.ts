@@ -179,6 +179,36 @@ t.test("a tenant's first request under limits waits for its leases, the next one
   t.equal((await coldWaits()) - before, 1, 'tgw_limit_cold_waits_total counts the first request only')
 })
 
+t.test('a burst after an idle second waits for a renewal rather than being refused', async (t) => {
+  // After a second without requests a lease shrinks to one unit; the burst's first request spends
+  // it, and the others, finding the lease empty while the shared state has plenty, wait for the
+  // renewal under way (they used to be refused: 429 with 995 of 1,000 units left).
+  const parent = await gw.createParent({ scopes: ['sub_accounts:read', 'sub_accounts:write', 'things:read'] })
+  const sub = await subAccount(parent.apiKey, 'bursty', { rate: { requests: 1000, per_seconds: 1 } })
+  for (let round = 0; round < 3; round++) {
+    await sleep(1_500)
+    const statuses = await Promise.all(
+      Array.from({ length: 5 }, async (_, i) => {
+        const res = await callAs(gw.url, parent.apiKey, { path: `/v1/things/burst-${round}-${i}`, acting: sub })
+        return res.status
+      }),
+    )
+    t.same(statuses, [200, 200, 200, 200, 200], `round ${round}: every request of the burst passes`)
+  }
+  const managed = await startGateway(t, { env: { MANAGEMENT_RATE: '1000/1s' } })
+  const owner = await managed.createParent()
+  await callAs(managed.url, owner.apiKey, { path: '/v1/sub-accounts' })
+  await sleep(1_500)
+  const calls = await Promise.all(
+    Array.from({ length: 3 }, () => callAs(managed.url, owner.apiKey, { path: '/v1/sub-accounts' })),
+  )
+  t.same(
+    calls.map((res) => res.status),
+    [200, 200, 200],
+    'management calls in quick succession after an idle second',
+  )
+})
+
 t.test('the management API has a rate of its own per parent (MANAGEMENT_RATE)', async (t) => {
   const managed = await startGateway(t, { env: { MANAGEMENT_RATE: '3/60s' } })
   const [parent, other] = [await managed.createParent(), await managed.createParent()]
