@@ -6,7 +6,6 @@
 import t, { type Test } from 'tap'
 import { recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
-import { pastManagementRate } from '../helpers/management-rate.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { checkProblem, problemOf } from '../helpers/problems.js'
 import { redisClient } from '../helpers/redis.js'
@@ -53,10 +52,9 @@ async function minted(t: Test, body: Record<string, unknown>): Promise<Key> {
   return res.json()
 }
 
-const getKey = (id: string) =>
-  pastManagementRate(() => a.call(parent.apiKey, { method: 'GET', url: `${keysUrl}/${id}` }))
+const getKey = (id: string) => a.call(parent.apiKey, { method: 'GET', url: `${keysUrl}/${id}` })
 const listed = async (id: string) =>
-  (await pastManagementRate(() => a.call(parent.apiKey, { method: 'GET', url: `${keysUrl}?limit=100` })))
+  (await a.call(parent.apiKey, { method: 'GET', url: `${keysUrl}?limit=100` }))
     .json()
     .data.find((k: Key) => k.id === id)
 const proxied = (gw: TestGateway, apiKey: string) => callAs(gw.url, apiKey, { path: '/v1/orders' })
@@ -152,9 +150,7 @@ t.test('past expires_at: 401 key_expired, status expired, and revoking it still 
   t.match(await listed(key.id), { status: 'expired' })
   const [row] = await sql`select status from api_keys where id = ${key.id}`
   t.equal(row!.status, 'active', 'the table keeps it active: expired is computed when shown')
-  const revoked = await pastManagementRate(() =>
-    a.call(parent.apiKey, { method: 'POST', url: `${keysUrl}/${key.id}/revoke`, acting: 'self' }),
-  )
+  const revoked = await a.call(parent.apiKey, { method: 'POST', url: `${keysUrl}/${key.id}/revoke`, acting: 'self' })
   t.match(revoked.json(), { status: 'revoked', expires_at: iso(expiresAt) })
   checkProblem(t, await proxied(a, key.api_key), 401, 'unauthenticated', 'revoked after expiring')
 })
@@ -178,9 +174,7 @@ t.test('GET one key: without secrets; 404 for a key not of this sub-account', as
   t.notOk(res.body.includes(key.api_key) || res.body.includes(key.client_secret), 'no secret')
   t.equal((await getKey(key.id.toUpperCase())).json().id, key.id, 'an upper-case id names it too')
   const otherSub = (
-    await pastManagementRate(() =>
-      a.call(parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'o' } }),
-    )
+    await a.call(parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name: 'o' } })
   ).json()
   const stranger = await a.createParent()
   for (const [who, url] of [
@@ -189,7 +183,7 @@ t.test('GET one key: without secrets; 404 for a key not of this sub-account', as
     [parent.apiKey, `${keysUrl}/not-a-key`],
     [stranger.apiKey, `${keysUrl}/${key.id}`],
   ] as const) {
-    const missing = await pastManagementRate(() => a.call(who, { method: 'GET', url }))
+    const missing = await a.call(who, { method: 'GET', url })
     t.equal(missing.statusCode, 404, url)
     t.equal(problemOf(missing).code, 'not_found')
   }

@@ -6,7 +6,6 @@
 import t, { type Test } from 'tap'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
-import { pastManagementRate } from '../helpers/management-rate.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { checkProblem, problemOf } from '../helpers/problems.js'
 import { redisClient } from '../helpers/redis.js'
@@ -47,7 +46,7 @@ interface Key {
 }
 
 const manage = (method: 'GET' | 'POST', url: string, body?: unknown) =>
-  pastManagementRate(() => a.call(parent.apiKey, { method, url: `/v1/sub-accounts${url}`, acting: 'self', body }))
+  a.call(parent.apiKey, { method, url: `/v1/sub-accounts${url}`, acting: 'self', body })
 
 async function newSub(): Promise<string> {
   return (await manage('POST', '', { name: 'rolling' })).json().id
@@ -127,15 +126,13 @@ t.test('the overlap: a day by default, and never later than the old key already 
   ] as const) {
     const old = await mint(t, subId)
     const before = Date.now()
-    const res = await pastManagementRate(() =>
-      a.call(parent.apiKey, {
-        method: 'POST',
-        url: `/v1/sub-accounts/${subId}/api-keys/${old.id}/roll`,
-        acting: 'self',
-        ...(body === undefined ? {} : { body }),
-        ...(contentType === undefined ? {} : { headers: { 'content-type': contentType } }),
-      }),
-    )
+    const res = await a.call(parent.apiKey, {
+      method: 'POST',
+      url: `/v1/sub-accounts/${subId}/api-keys/${old.id}/roll`,
+      acting: 'self',
+      ...(body === undefined ? {} : { body }),
+      ...(contentType === undefined ? {} : { headers: { 'content-type': contentType } }),
+    })
     t.equal(res.statusCode, 201, `${what}: ${res.body.slice(0, 200)}`)
     t.equal(res.json().expires_at, null, `${what}: the new key never expires, as the old one did not`)
     const oldExpiry = ms((await getKey(subId, old.id)).expires_at)!
@@ -265,7 +262,7 @@ t.test('404 not_found: an unknown key, another sub-accountâ€™s, another parentâ€
     [parent.apiKey, `/v1/sub-accounts/${subId}/api-keys/not-a-key/roll`],
     [stranger.apiKey, `/v1/sub-accounts/${subId}/api-keys/${key.id}/roll`],
   ] as const) {
-    const res = await pastManagementRate(() => a.call(who, { method: 'POST', url, acting: 'self' }))
+    const res = await a.call(who, { method: 'POST', url, acting: 'self' })
     t.equal(res.statusCode, 404, url)
     t.equal(problemOf(res).code, 'not_found')
   }
@@ -288,14 +285,12 @@ t.test('concurrent rolls of one key with 0: exactly one succeeds, the others see
     await tx`select id from api_keys where id = ${old.id} for update`
     const rolls = Promise.all(
       Array.from({ length: ROLLS }, (_, i) => (i % 2 === 0 ? a : b)).map((gw) =>
-        pastManagementRate(() =>
-          gw.call(parent.apiKey, {
-            method: 'POST',
-            url: `/v1/sub-accounts/${subId}/api-keys/${old.id}/roll`,
-            acting: 'self',
-            body: { expires_in_seconds: 0 },
-          }),
-        ),
+        gw.call(parent.apiKey, {
+          method: 'POST',
+          url: `/v1/sub-accounts/${subId}/api-keys/${old.id}/roll`,
+          acting: 'self',
+          body: { expires_in_seconds: 0 },
+        }),
       ),
     )
     t.not(await eventually(1_000, async () => (await waitingOnLocks()) >= ROLLS, 5), null, 'every roll is waiting')
@@ -316,14 +311,12 @@ t.test('concurrent rolls with an overlap: each makes a key, the old one takes th
   const before = Date.now()
   const answers = await Promise.all(
     [60, 3600, 600].map((seconds, i) =>
-      pastManagementRate(() =>
-        (i % 2 === 0 ? a : b).call(parent.apiKey, {
-          method: 'POST',
-          url: `/v1/sub-accounts/${subId}/api-keys/${old.id}/roll`,
-          acting: 'self',
-          body: { expires_in_seconds: seconds },
-        }),
-      ),
+      (i % 2 === 0 ? a : b).call(parent.apiKey, {
+        method: 'POST',
+        url: `/v1/sub-accounts/${subId}/api-keys/${old.id}/roll`,
+        acting: 'self',
+        body: { expires_in_seconds: seconds },
+      }),
     ),
   )
   t.same(
