@@ -9,6 +9,7 @@ import Fastify, {
 import type { CacheTimings } from './cache/index.js'
 import type { Config } from './config.js'
 import { Keyring } from './credentials/keyring.js'
+import { oauthRoutes } from './credentials/oauth-routes.js'
 import { credentialRoutes } from './credentials/routes.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
@@ -164,6 +165,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const cache = app.tenancyCache
   await app.register(healthRoutes, { sql: deps.store.sql, cache, readiness: app.readiness })
   await app.register(credentialRoutes, { keyring })
+  await app.register(oauthRoutes, {
+    sql: deps.store.sql,
+    keyring,
+    issuerUrl: deps.config.issuerUrl,
+    ttlSeconds: deps.config.accessTokenTtlSeconds,
+    signatures: app.metrics.credentials.signatures.accessToken,
+  })
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,

@@ -12,8 +12,8 @@ export { LIMIT_POLICIES, type LimitMetrics } from './limit-metrics.js'
 export { LatencyHistogram, Tally } from './fast-metrics.js'
 
 /** Which part of the gateway answered a request. `none`: no route matched (a 404, a bad path). */
-export type RouteKind = 'management' | 'proxy' | 'ops' | 'none'
-export const ROUTE_KINDS: readonly RouteKind[] = ['management', 'proxy', 'ops', 'none']
+export type RouteKind = 'management' | 'proxy' | 'token' | 'ops' | 'none'
+export const ROUTE_KINDS: readonly RouteKind[] = ['management', 'proxy', 'token', 'ops', 'none']
 const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 
 /** Seconds: from a cached hit (tens of µs) to a slow upstream (the 30 s default timeout). */

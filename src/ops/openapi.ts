@@ -11,6 +11,7 @@ import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fa
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
 import { ERRORS, type ErrorCode } from '../errors.js'
+import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH } from '../credentials/routes.js'
 import { MANAGEMENT_PREFIX } from '../management/common.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
@@ -18,9 +19,10 @@ export const OPENAPI_PATH = '/openapi.json'
 export const DOCS_PREFIX = '/docs'
 
 /** Routes served without a key that belong in the document (the docs' own routes do not). */
-const PUBLIC_OPERATIONS = new Set(['/healthz', '/readyz'])
+const PUBLIC_OPERATIONS = new Set(['/healthz', '/readyz', JWKS_PATH, AUTHORIZATION_SERVER_METADATA_PATH])
 
 const BEARER = 'bearerAuth'
+const CLIENT_BASIC = 'clientSecretBasic'
 const PROBLEM_JSON = 'application/problem+json'
 const ref = (kind: 'schemas' | 'parameters' | 'responses', name: string): OpenAPIV3_1.ReferenceObject => ({
   $ref: `#/components/${kind}/${name}`,
@@ -143,8 +145,9 @@ function baseDocument(): OpenAPIV3_1.Document {
       description:
         'A reverse proxy that lets a parent account own sub-accounts and act as any of them. This document ' +
         'describes what the gateway answers itself: the management API under `/v1/sub-accounts` and the health ' +
-        'endpoints. Every other path is proxied to an upstream and is not described here. Every error is ' +
-        '`application/problem+json` (`Problem`) with a stable `code`.',
+        'endpoints, and the OAuth 2.0 token endpoint with its metadata and keys. Every other path is proxied to ' +
+        'an upstream and is not described here. Every error is `application/problem+json` (`Problem`) with a ' +
+        'stable `code`, except those of the token endpoint, which are RFC 6749 JSON (`{"error", "error_description"}`).',
     },
     tags: [
       { name: 'sub-accounts', description: 'The sub-accounts of the calling parent account' },
@@ -152,16 +155,28 @@ function baseDocument(): OpenAPIV3_1.Document {
       { name: 'usage', description: 'Requests counted per sub-account and day' },
       { name: 'limits', description: "The calling parent's account limits and this month's use" },
       { name: 'operations', description: 'Liveness and readiness; no key needed' },
+      {
+        name: 'credentials',
+        description: 'Access tokens for sub-account keys (OAuth 2.0 client credentials) and the keys that sign them',
+      },
     ],
     components: {
       securitySchemes: {
         [BEARER]: {
           type: 'http',
           scheme: 'bearer',
-          bearerFormat: 'tgw_…',
+          bearerFormat: 'tgw_… or an access token (JWT)',
           description:
-            'An API key: `tgw_`, 43 base62 characters and a 6-character checksum (docs/api.md). The management ' +
+            'An API key: `tgw_`, 43 base62 characters and a 6-character checksum (docs/api.md), or an access ' +
+            'token from POST /oauth2/token, which works wherever its key does, with its own scopes. The management ' +
             'API takes parent keys only, with `sub_accounts:read` for GET and `sub_accounts:write` for POST and PATCH.',
+        },
+        [CLIENT_BASIC]: {
+          type: 'http',
+          scheme: 'basic',
+          description:
+            'client_secret_basic (RFC 6749 §2.3.1): the key id and its client secret, each form-urlencoded, ' +
+            'joined by `:`. Alternatively `client_id` and `client_secret` in the form.',
         },
       },
       parameters: { ActingTenant: ACTING_TENANT },
@@ -184,6 +199,9 @@ const documentRoute: SwaggerTransform = ({ schema, url }) => {
     // this hook as the second (fastify reuses the route's options for both): document the first.
     return { schema: { ...schema, security: [{ [BEARER]: [] }] }, url: url.endsWith('/') ? url.slice(0, -1) : url }
   }
+  // Basic, or nothing in the headers when the client authenticates in the form.
+  const basicOrForm: { [scheme: string]: readonly string[] }[] = [{ [CLIENT_BASIC]: [] }, {}]
+  if (url === TOKEN_PATH) return { schema: { ...schema, security: basicOrForm }, url }
   return { schema: { ...schema, ...(PUBLIC_OPERATIONS.has(url) ? { security: [] } : { hide: true }) }, url }
 }
 
@@ -220,9 +238,10 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       for (const [status, response] of Object.entries(responses)) {
         if ('$ref' in response) continue
         if (response.description === 'Default Response') response.description = STATUS_CODES[status] ?? 'Response'
-        // Every error is problem+json (docs/api.md), whatever the route schema calls it.
+        // Every error is problem+json (docs/api.md), whatever the route schema calls it; but the
+        // token endpoint's, which are RFC 6749's own JSON.
         const json = response.content?.['application/json']
-        if (Number(status) >= 400 && json !== undefined) {
+        if (Number(status) >= 400 && json !== undefined && path !== TOKEN_PATH) {
           const empty = json.schema === undefined || Object.keys(json.schema).length === 0
           response.content = { [PROBLEM_JSON]: { schema: empty ? ref('schemas', 'Problem') : json.schema } }
         }

@@ -138,3 +138,27 @@ export async function revokeKey(db: Db, tenantId: string, keyId: string): Promis
     returning ${db.unsafe(COLUMNS)}, key_digest`
   return row ?? null
 }
+
+/** What the token endpoint checks of a client (docs/credentials.md): the key, its secret's digest and its tenant. */
+export interface ClientCredential {
+  id: string
+  tenant_id: string
+  scopes: string[]
+  status: KeyStatus
+  expires_at: Date | null
+  /** Null for a key minted without a client secret (parent keys). */
+  secret_digest: Buffer | null
+  tenant_status: 'active' | 'deactivated'
+  /** The tenant's parent; null for a parent account's own key. */
+  parent_id: string | null
+}
+
+/** A key by id with its secret's digest and its tenant, in one query; null when there is no such key. */
+export async function findClientCredential(db: Db, id: string): Promise<ClientCredential | null> {
+  const [row] = await db<ClientCredential[]>`
+    select k.id, k.tenant_id, to_jsonb(k.scopes) as scopes, k.status, k.expires_at, k.secret_digest,
+           t.status as tenant_status, t.parent_id
+    from api_keys k join tenants t on t.id = k.tenant_id
+    where k.id = ${id}`
+  return row ?? null
+}

@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
+import { CREDENTIAL_PATHS } from '../../src/credentials/routes.js'
 import { MANAGEMENT_PREFIX } from '../../src/management/routes.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
@@ -144,7 +145,7 @@ t.test('OpenAPI document and docs page', async (t) => {
     for (const path of Object.keys(doc.paths)) {
       t.notMatch(path, /\*/, `${path}: no wildcard`)
       t.ok(
-        path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz'].includes(path),
+        path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz', ...CREDENTIAL_PATHS].includes(path),
         `${path}: served by the gateway itself`,
       )
     }
@@ -156,6 +157,34 @@ t.test('OpenAPI document and docs page', async (t) => {
       t.ok(doc.paths[path]?.get, `${path} is documented`)
       t.same(doc.paths[path]?.get?.security ?? [], [], `${path} needs no key`)
     }
+  })
+
+  t.test('the credential endpoints: a form in, a token or an RFC 6749 error out', async (t) => {
+    const token = doc.paths['/oauth2/token']?.post
+    t.ok(token, 'POST /oauth2/token is documented')
+    t.match(token, { operationId: 'issueAccessToken', summary: /\S/, tags: ['credentials'] })
+    t.same(token.security, [{ clientSecretBasic: [] }, {}], 'HTTP Basic, or the form')
+    t.match(doc.components.securitySchemes.clientSecretBasic, { type: 'http', scheme: 'basic' })
+    const form = token.requestBody.content['application/x-www-form-urlencoded']?.schema
+    t.ok(form, 'a form body')
+    t.same(Object.keys(form.properties).sort(), ['client_id', 'client_secret', 'grant_type', 'scope'])
+    t.same(Object.keys(token.requestBody.content), ['application/x-www-form-urlencoded'], 'a form only')
+    t.same(Object.keys(token.responses['200'].content['application/json'].schema.properties).sort(), [
+      'access_token',
+      'expires_in',
+      'scope',
+      'token_type',
+    ])
+    for (const status of ['400', '401', '429', '503']) {
+      const media = token.responses[status]?.content
+      t.same(Object.keys(media ?? {}), ['application/json'], `${status}: RFC 6749 JSON, not problem+json`)
+      t.same(Object.keys(media['application/json'].schema.properties).sort(), ['error', 'error_description'])
+    }
+    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/jwks.json']) {
+      t.ok(doc.paths[path]?.get, `${path} is documented`)
+      t.same(doc.paths[path]?.get?.security, [], `${path} needs no key`)
+    }
+    t.match(doc.components.securitySchemes.bearerAuth.description, /access token/)
   })
 
   t.test('the docs page and its assets load without a key', async (t) => {

@@ -4,6 +4,7 @@
 // does not cover fails here until it is given its line.
 import t from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
+import { CREDENTIAL_PATHS } from '../../src/credentials/routes.js'
 import { revokeKey } from '../../src/store/keys.js'
 import { startGateway, type RegisteredRoute, type TestGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
@@ -44,9 +45,14 @@ const TABLE: Record<string, RouteCase> = {
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/roll': { scope: 'sub_accounts:write', namesSubAccount: true },
 }
 
-/** The routes that need no key: health, readiness and the API's description (docs/api.md). */
+/**
+ * The routes that need no key: health, readiness, the API's description, and the credential paths
+ * (the token endpoint authenticates clients its own way: test/integration/token-endpoint.test.ts).
+ */
 function isOpsRoute(url: string): boolean {
-  return ['/healthz', '/readyz', '/openapi.json', '/docs'].includes(url) || url.startsWith('/docs/')
+  return (
+    ['/healthz', '/readyz', '/openapi.json', '/docs', ...CREDENTIAL_PATHS].includes(url) || url.startsWith('/docs/')
+  )
 }
 
 /**

@@ -1,0 +1,49 @@
+// Failed client authentications at the token endpoint (src/credentials/client-lockout.ts,
+// docs/credentials.md): ten within a minute lock the client id until the oldest is a minute old.
+import t from 'tap'
+import { FailedClientAttempts } from '../../src/credentials/client-lockout.js'
+import { OAuthError } from '../../src/credentials/oauth-errors.js'
+
+function lockedFor(attempts: FailedClientAttempts, id: string): number | null {
+  try {
+    attempts.refuseIfLocked(id)
+    return null
+  } catch (err) {
+    if (!(err instanceof OAuthError)) throw err
+    t.equal(err.status, 429)
+    t.equal(err.error, 'invalid_client')
+    return Number(err.headers['retry-after'])
+  }
+}
+
+t.test('ten failures in a minute lock the id until the oldest is a minute old', async (t) => {
+  let now = 1_000_000
+  const attempts = new FailedClientAttempts(() => now)
+  for (let i = 0; i < 9; i++) {
+    attempts.failed('client')
+    now += 1_000
+  }
+  t.equal(lockedFor(attempts, 'client'), null, 'nine failures: not locked')
+  attempts.failed('client')
+  t.equal(lockedFor(attempts, 'client'), 51, 'the tenth locks it: the oldest ends 51 s from now')
+  t.equal(lockedFor(attempts, 'CLIENT'), 51, 'whatever the case of the id')
+  t.equal(lockedFor(attempts, 'other'), null, 'another id is not locked')
+  now += 50_500
+  t.equal(lockedFor(attempts, 'client'), 1, 'Retry-After is at least 1 s')
+  now += 500
+  t.equal(lockedFor(attempts, 'client'), null, 'once the oldest is a minute old, nine remain: unlocked')
+  attempts.failed('client')
+  t.ok(lockedFor(attempts, 'client')! > 0, 'one more failure locks it again')
+  attempts.succeeded('client')
+  t.equal(lockedFor(attempts, 'client'), null, 'a success forgets them all')
+})
+
+t.test('failures older than a minute are forgotten', async (t) => {
+  let now = 0
+  const attempts = new FailedClientAttempts(() => now)
+  for (let i = 0; i < 10; i++) attempts.failed('slow')
+  now += 60_001
+  t.equal(lockedFor(attempts, 'slow'), null, 'a minute later')
+  for (let i = 0; i < 9; i++) attempts.failed('slow')
+  t.equal(lockedFor(attempts, 'slow'), null, 'nine new ones do not lock it')
+})
