@@ -6,6 +6,7 @@ import Fastify, {
   type FastifyInstance,
   type FastifyServerOptions,
 } from 'fastify'
+import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
 import type { Config } from './config.js'
 import { Keyring } from './credentials/keyring.js'
@@ -93,6 +94,8 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The signing keys (credentials/keyring.ts). */
     keyring: Keyring
+    /** Verifies and remembers access tokens (auth/access-tokens.ts), for the tenancy checks. */
+    accessTokens: AccessTokens
   }
 }
 
@@ -156,6 +159,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
     timings: deps.limitTimings,
   })
+  app.decorate(
+    'accessTokens',
+    new AccessTokens(keyring, {
+      issuer: deps.config.issuerUrl,
+      verifications: app.metrics.credentials.tokenVerifications,
+    }),
+  )
   await app.register(requestAccounting, { logRequests: logging })
   await app.register(readinessPlugin)
   await app.register(requestGuards)

@@ -2,12 +2,16 @@
 // is asked, then looked up by its SHA-256 digest.
 import { ApiError } from '../errors.js'
 import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../tenancy/lookups.js'
+import { type AccessTokens, type AccessTokenUse, looksLikeAccessToken } from './access-tokens.js'
 import { digest, isWellFormedKey } from './keys.js'
 
 export interface Principal {
+  /** The key; for an access token, its key holding the token's scopes only. */
   readonly key: KeyRecord
   /** The tenant that owns the key. */
   readonly tenant: TenantRecord
+  /** Set when an access token authenticated the request, rather than the key itself. */
+  readonly accessToken?: AccessTokenUse
 }
 
 const WWW_AUTHENTICATE = { 'www-authenticate': 'Bearer' }
@@ -16,7 +20,7 @@ function unauthenticated(detail: string): ApiError {
   return new ApiError('unauthenticated', detail, { headers: WWW_AUTHENTICATE })
 }
 
-/** An active key past its `expires_at` (RFC 6750 §3.1: the token is no longer valid). */
+/** The refusal of a key past its expiry (docs/api.md), and of its access tokens. */
 export function keyExpired(): ApiError {
   return new ApiError('key_expired', 'the key has expired', {
     headers: { 'www-authenticate': 'Bearer error="invalid_token", error_description="the key has expired"' },
@@ -41,12 +45,14 @@ function isBareCredential(authorization: string): boolean {
 
 /**
  * Finds the key's record and its tenant. `occurrences` is how many Authorization headers were
- * sent: Node keeps only the first, so a second one would otherwise pass unseen.
+ * sent: Node keeps only the first, so a second one would otherwise pass unseen. An access token
+ * (a JWT, not a key) goes to `tokens` (docs/credentials.md).
  */
 export async function authenticate(
   authorization: string | undefined,
   lookups: TenancyLookups,
   occurrences = 1,
+  tokens?: AccessTokens,
 ): Promise<Principal> {
   if (occurrences > 1) throw unauthenticated('send one Authorization header')
   if (authorization === undefined || authorization === '')
@@ -55,6 +61,7 @@ export async function authenticate(
   if (token === null && isBareCredential(authorization)) {
     throw unauthenticated('the Authorization header has no scheme: send Authorization: Bearer <key>')
   }
+  if (token !== null && tokens !== undefined && looksLikeAccessToken(token)) return tokens.authenticate(token, lookups)
   if (token === null || !isWellFormedKey(token)) throw unauthenticated('the API key is malformed')
   const key = await lookups.keyByDigest(digest(token))
   // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.

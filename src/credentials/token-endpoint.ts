@@ -5,6 +5,7 @@
 // management API, and its own kind in the metrics and the request line.
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
 import type { FastifyPluginAsync } from 'fastify'
+import { ACCESS_TOKEN_TYPE } from '../auth/access-tokens.js'
 import { digest } from '../auth/keys.js'
 import { scopeCovers, uniqueScopes } from '../auth/scopes.js'
 import { continueAfterChecks } from '../http/expect-continue.js'
@@ -35,8 +36,6 @@ export interface TokenEndpointOptions {
 }
 
 const GRANT_TYPE = 'client_credentials'
-/** RFC 9068 §2.1: the JOSE header's `typ` of an access token. */
-const ACCESS_TOKEN_TYPE = 'at+jwt'
 const KEY_ID = new RegExp(UUID_PATTERN)
 /** RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ). */
 const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]+$/

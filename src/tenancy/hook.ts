@@ -22,7 +22,12 @@ export async function resolveInto(
   lookups: TenancyLookups,
   counts: SingleHeaderCounts,
 ): Promise<void> {
-  const principal = await authenticate(request.headers.authorization, lookups, counts.authorization)
+  const principal = await authenticate(
+    request.headers.authorization,
+    lookups,
+    counts.authorization,
+    request.server.accessTokens,
+  )
   request.principal = principal
   // docs/api.md order: 401, then the acting header (a malformed one is 400 even for a
   // deactivated key), then the 403s.

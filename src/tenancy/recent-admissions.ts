@@ -1,7 +1,9 @@
 // The proxy's tenancy check (tenancy/hook.ts) behind a memory of the last second's admissions:
-// a client that sends the same key and acting header again is admitted without a lookup.
+// a client that sends the same key (or access token) and acting header again is admitted without a lookup.
+import { hash } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import type { FastifyRequest } from 'fastify'
+import { MAX_ACCESS_TOKEN_LENGTH } from '../auth/access-tokens.js'
 import type { Principal } from '../auth/authenticate.js'
 import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
 import { ACTING_HEADER, isWriteMethod } from './acting.js'
@@ -31,7 +33,9 @@ declare module 'fastify' {
  * anything (its version moves), so a revoke or a deactivation reaches it exactly as it reaches the
  * cache, and the cache shortens its TTL by the window, so a lost invalidation is still bounded by
  * the configured TTL. An admission is not reused once its key has expired. Only successes are
- * kept. Its keys hold raw Authorization values, for one window at most.
+ * kept. Its keys hold raw Authorization values, for one window at most (an access token's, too
+ * long to keep as it is, by its SHA-256). An admission by an access token is reused only while
+ * the token is (tenancy/hook.ts; docs/credentials.md).
  */
 class RecentAdmissions {
   static readonly MAX_ENTRIES = 10_000
@@ -62,8 +66,10 @@ class RecentAdmissions {
   }
 }
 
-/** Longer header values than a real key (about 60 characters) or acting value are not remembered. */
+/** Longer header values than a real key (about 60 characters) or acting value are not remembered as they are. */
 const MAX_REMEMBERED_HEADER = 200
+/** An access token is longer: remembered by its digest, up to the longest the gateway accepts. */
+const MAX_REMEMBERED_TOKEN_HEADER = MAX_ACCESS_TOKEN_LENGTH + 100
 
 /**
  * What makes two requests' admissions the same: both headers, each sent once, and whether the
@@ -76,10 +82,16 @@ function admissionKey(request: FastifyRequest, counts: SingleHeaderCounts): stri
   if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting))
     return null
   // Bounded memory: a key may be sent with any number of spaces, a long value is not remembered.
-  if (authorization.length > MAX_REMEMBERED_HEADER || (acting !== undefined && acting.length > MAX_REMEMBERED_HEADER))
-    return null
+  if (acting !== undefined && acting.length > MAX_REMEMBERED_HEADER) return null
+  let credential = authorization
+  if (authorization.length > MAX_REMEMBERED_HEADER) {
+    // Only an access token (a JWT has dots; a key has none) may be this long and still remembered.
+    if (authorization.length > MAX_REMEMBERED_TOKEN_HEADER || !authorization.includes('.')) return null
+    // '#' marks a digest: no Authorization value starts with it.
+    credential = `#${hash('sha256', authorization, 'base64')}`
+  }
   // An empty acting header is not an absent one: '-' marks absent, '+' precedes a value.
-  return `${isWriteMethod(request.method) ? 'w' : 'r'}${acting === undefined ? '-' : `+${acting}`}\n${authorization}`
+  return `${isWriteMethod(request.method) ? 'w' : 'r'}${acting === undefined ? '-' : `+${acting}`}\n${credential}`
 }
 
 export interface TenancyAdmission {
@@ -114,6 +126,9 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       // Never past the key's expiry: the full check answers 401 key_expired from then on.
       const expiresAt = admission.principal.key.expiresAt
       if (expiresAt != null && Date.now() >= expiresAt) return false
+      // A token past its expiry, or whose signing key was withdrawn, is checked in full (and refused).
+      const token = admission.principal.accessToken
+      if (token !== undefined && !request.server.accessTokens.stillUsable(token)) return false
       request.principal = admission.principal
       request.actingTenant = admission.actingTenant
       request.limitSubjects = admission.limitSubjects
