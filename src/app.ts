@@ -181,6 +181,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     issuerUrl: deps.config.issuerUrl,
     ttlSeconds: deps.config.accessTokenTtlSeconds,
     signatures: app.metrics.credentials.signatures.accessToken,
+    bodyTimeoutMs: deps.managementBodyTimeoutMs,
   })
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,

@@ -33,6 +33,8 @@ export interface TokenEndpointOptions {
   ttlSeconds: number
   /** Counts each token signed. */
   signatures: Tally
+  /** How long a body may take to arrive (the management API's, MANAGEMENT_BODY_TIMEOUT_MS by default). */
+  bodyTimeoutMs?: number
 }
 
 const GRANT_TYPE = 'client_credentials'
@@ -98,7 +100,7 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
   acceptFormsOnly(scope)
   scope.setErrorHandler(sendOAuthError)
   // A token request waits on Postgres and on its body only: both are bounded as a management call's are.
-  addManagementDeadline(scope)
+  addManagementDeadline(scope, options.bodyTimeoutMs)
   scope.addHook('onRequest', continueAfterChecks(TOKEN_BODY_LIMIT))
   const attempts = new FailedClientAttempts()
 

@@ -4,6 +4,7 @@
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from 'jose'
 import t, { type Test } from 'tap'
 import { metricValue, startGateway } from '../helpers/gateway.js'
+import { rawExchange } from '../helpers/hostile.js'
 import { type RawResponse, rawRequest } from '../helpers/http.js'
 import { basicAuthorization, type ClientKey, clientKey, formEncode, tokenRequest } from '../helpers/tokens.js'
 import { startUpstream } from '../helpers/upstream.js'
@@ -316,6 +317,42 @@ t.test('the request line and metrics count the endpoint, errors included', async
   t.equal((await count('4xx')) - refused, 1, 'a 4xx of kind token')
   const res = await tokenRequest(gw.url, { form: grant, headers: [['X-Request-Id', 'token-req-1']] })
   t.equal(res.headers['x-request-id'], 'token-req-1', "the client's request id")
+})
+
+t.test('a store that does not answer: 503 temporarily_unavailable, not problem+json', async (t) => {
+  // A transaction holds a lock every read of api_keys waits for, past the lookup's deadline.
+  const held = gw.sql.reserve()
+  const lock = await held
+  t.teardown(() => lock.release())
+  await lock`begin`
+  await lock`lock table api_keys in access exclusive mode`
+  try {
+    const res = await tokenRequest(gw.url, { form: post(client) })
+    t.equal(res.status, 503, `503 (${res.body.slice(0, 200)})`)
+    t.same(res.json(), { error: 'temporarily_unavailable', error_description: res.json().error_description })
+    t.equal(res.headers['retry-after'], '1', 'Retry-After: 1')
+    noStore(t, res)
+  } finally {
+    await lock`rollback`
+  }
+  t.equal((await tokenRequest(gw.url, { form: post(client) })).status, 200, 'and a token again once it answers')
+})
+
+t.test('a body that does not arrive in time: 408 invalid_request, connection closed', async (t) => {
+  const slow = await startGateway(t, {
+    database: gw.database,
+    redisKeyPrefix: gw.redisKeyPrefix,
+    deadlines: { managementBodyTimeoutMs: 300 },
+  })
+  const head = `POST /oauth2/token HTTP/1.1\r\nHost: gw\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ngrant_type=`
+  const { responses, closedByServer } = await rawExchange(slow.port, head, { waitMs: 5000 })
+  t.equal(responses.length, 1, 'one answer')
+  const [res] = responses
+  t.equal(res?.status, 408)
+  t.match(res?.header('content-type'), /^application\/json/)
+  t.equal(res?.json().error, 'invalid_request')
+  t.equal(res?.header('cache-control'), 'no-store')
+  t.ok(closedByServer, 'the connection is closed')
 })
 
 t.test('authorization server metadata (RFC 8414): no key needed', async (t) => {
