@@ -262,6 +262,10 @@ t.test('client authentication malformed or twofold: 400 invalid_request', async 
       },
     ],
     ['Basic that is not base64', { form: grant, headers: [['Authorization', 'Basic ***']] }],
+    [
+      'Basic that is not UTF-8',
+      { form: grant, headers: [['Authorization', `Basic ${Buffer.from([0xff, 0x3a, 0x61]).toString('base64')}`]] },
+    ],
     ['Basic without a colon', { form: grant, headers: [['Authorization', `Basic ${btoa(client.keyId)}`]] }],
     [
       'Basic with a broken percent-encoding',
