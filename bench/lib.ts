@@ -26,6 +26,8 @@ import postgres from 'postgres'
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 export const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
+/** The gateways' and the CLI's ENCRYPTION_KEY (required with DATABASE_URL): every bench database is fresh. */
+export const ENCRYPTION_KEY = Buffer.from('tenancy-gateway bench only key!!').toString('base64')
 export const REDIS_URL = process.env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379'
 /** The proxied request of the throughput benches, and what bench/servers.js answers it with. */
 export const PROXIED_PATH = '/v1/things/1'
@@ -339,6 +341,7 @@ export async function startGateway(
     PORT: String(port),
     METRICS_PORT: String(metricsPort),
     DATABASE_URL: o.databaseUrl,
+    ENCRYPTION_KEY,
     REDIS_URL,
     UPSTREAM_URL: o.upstreamUrl,
     LOG_LEVEL: 'warn',
@@ -364,7 +367,7 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> 
     execFile(
       process.execPath,
       ['--import', 'tsx', 'src/cli.ts', ...args],
-      { cwd: ROOT, env: { ...process.env, ...env }, timeout: 60_000 },
+      { cwd: ROOT, env: { ...process.env, ENCRYPTION_KEY, ...env }, timeout: 60_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${stderr.trim() || err.message}`))
         else done(stdout)

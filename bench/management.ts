@@ -11,6 +11,7 @@ import { openStore, type Store } from '../src/store/db.js'
 import {
   client,
   createDatabase,
+  ENCRYPTION_KEY,
   envInt,
   measureInTurn,
   REDIS_URL,
@@ -43,6 +44,7 @@ async function main(): Promise<void> {
         // Measured one request after another, far beyond the default 50 a second per parent.
         MANAGEMENT_RATE: '1000000000/1s',
         DATABASE_URL: db.url,
+        ENCRYPTION_KEY,
         REDIS_URL,
         REDIS_KEY_PREFIX: prefix,
         LOG_LEVEL: 'warn',

@@ -16,6 +16,7 @@ import {
   type Call,
   createDatabase,
   deleteRedisPrefix,
+  ENCRYPTION_KEY,
   envInt,
   fmt,
   type Gateway,
@@ -109,6 +110,7 @@ async function runScale(
       // Measured one request after another, far beyond the default 50 a second per parent.
       MANAGEMENT_RATE: '1000000000/1s',
       DATABASE_URL: db.url,
+      ENCRYPTION_KEY,
       REDIS_URL,
       REDIS_KEY_PREFIX: prefix,
       UPSTREAM_URL: upstreamUrl,

@@ -8,7 +8,7 @@ import Fastify, {
 } from 'fastify'
 import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
-import type { Config } from './config.js'
+import { ConfigError, type Config } from './config.js'
 import { Keyring } from './credentials/keyring.js'
 import { oauthRoutes } from './credentials/oauth-routes.js'
 import { credentialRoutes } from './credentials/routes.js'
@@ -26,6 +26,7 @@ import { registerOpenApi } from './ops/openapi.js'
 import { metricsPlugin } from './plugins/metrics.js'
 import { readinessPlugin } from './plugins/readiness.js'
 import { requestAccounting } from './plugins/request-accounting.js'
+import { signingKeysPlugin } from './plugins/signing-keys.js'
 import { tenancyCachePlugin } from './plugins/tenancy-cache.js'
 import { usageMeterPlugin } from './plugins/usage-meter.js'
 import type { LeaseTimings } from './limits/lease-store.js'
@@ -41,10 +42,13 @@ export interface AppDeps {
   /** The route table; by default the one in `config`, validated here. */
   routes?: readonly ProxyRoute[]
   /**
-   * The signing keys of access tokens and identity assertions, loaded (and rotated) from the store
-   * by the caller; default: one ephemeral key, for tests that sign nothing they keep.
+   * The signing keys of access tokens and identity assertions, as the caller holds them (a test's
+   * own). Default: the keys in the store, loaded, kept in step and rotated by the app
+   * (plugins/signing-keys.ts), which then needs `config.encryptionKey` (main.ts resolves it).
    */
   keyring?: Keyring
+  /** The stored signing keys' clock and reload interval (default 30 s); tests move and shorten them. */
+  signingKeys?: { clock?: () => number; reloadIntervalMs?: number }
   /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
   cacheTimings?: Partial<CacheTimings>
@@ -102,6 +106,10 @@ declare module 'fastify' {
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A bad route table stops the gateway before it opens anything.
   const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl)
+  // Stored signing keys need the key that opens them; a keyring of the caller's does not.
+  const encryptionKey = deps.keyring === undefined ? deps.config.encryptionKey : undefined
+  if (deps.keyring === undefined && encryptionKey === undefined)
+    throw new ConfigError('ENCRYPTION_KEY', 'is required to load the signing keys')
   const logging = deps.logger !== undefined && deps.logger !== false
   const app = Fastify({
     frameworkErrors: sendFrameworkError,
@@ -138,7 +146,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
-  const keyring = deps.keyring ?? (await Keyring.ephemeral())
+  // Filled by the signing-keys plugin below, before any route that signs is registered.
+  const keyring = deps.keyring ?? new Keyring({ clock: deps.signingKeys?.clock })
   app.decorate('keyring', keyring)
 
   await app.register(parsing)
@@ -152,6 +161,20 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
     timings: deps.cacheTimings,
   })
+  if (encryptionKey !== undefined) {
+    try {
+      await app.register(signingKeysPlugin, {
+        sql: deps.store.sql,
+        encryptionKey,
+        rotationDays: deps.config.signingKeyRotationDays,
+        reloadIntervalMs: deps.signingKeys?.reloadIntervalMs,
+      })
+    } catch (err) {
+      // A wrong ENCRYPTION_KEY: let go of what is open already (Redis) before the caller hears of it.
+      await app.close()
+      throw err
+    }
+  }
   await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: deps.usageFlushIntervalMs })
   await app.register(limitsPlugin, {
     sql: deps.store.sql,

@@ -4,6 +4,7 @@ import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
 import { ConfigError, loadConfig } from './config.js'
+import { resolveEncryptionKey } from './credentials/encryption-key.js'
 import { loggerOptions } from './ops/logging.js'
 import { createMetrics, serveMetrics } from './ops/metrics.js'
 import { loadRouteTable } from './proxy/route-table.js'
@@ -38,23 +39,27 @@ async function main(): Promise<void> {
   const config = loadConfig(process.env)
   const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl)
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the gateway' })
+  const metrics = createMetrics({ processMetrics: true })
+  let app: Awaited<ReturnType<typeof buildApp>>
   try {
+    // Before anything is asked of Postgres: without DATABASE_URL's key, nothing could be signed.
+    // The embedded database's key file is made while the store's lock is held.
+    const encryptionKey = resolveEncryptionKey(config)
     if (config.databaseUrl !== undefined) await reachPostgres(store.sql, config.databaseUrl)
     await migrate(store.sql)
     if (store.embedded) await bootstrapEmbedded(store.sql)
+    // Loads the signing keys: a wrong ENCRYPTION_KEY stops the start here.
+    app = await buildApp({
+      config: { ...config, encryptionKey },
+      store,
+      routes,
+      metrics,
+      logger: loggerOptions(config.logLevel),
+    })
   } catch (err) {
     await store.close()
     throw err
   }
-
-  const metrics = createMetrics({ processMetrics: true })
-  const app = await buildApp({
-    config,
-    store,
-    routes,
-    metrics,
-    logger: loggerOptions(config.logLevel),
-  })
 
   // The app first (in-flight requests finish, usage is flushed), then the store it wrote to.
   async function shutdown(): Promise<void> {

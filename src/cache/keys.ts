@@ -17,6 +17,11 @@ export const cacheKeys = {
   // Renamed from active:<parent> (a count) when it became a boolean: replicas of the two versions
   // running side by side during a deploy never read each other's value.
   anyActive: (parentId: string) => `anyActive:${parentId}`,
+  /**
+   * Never stored: a name on the bus only, that tells replicas to load the signing keys again
+   * (credentials/signing-key-sync.ts).
+   */
+  signingKeys: 'signing-keys',
 }
 
 /** The Redis channel every replica of one deployment (one prefix) listens on for invalidations. */

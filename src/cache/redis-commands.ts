@@ -1,5 +1,5 @@
-// The Redis tier's own commands: the connection the read path uses, and the conditional store of
-// a value read from Postgres (docs/architecture.md, caches).
+// The Redis tier's own commands: the connection the read path uses, the conditional store of a
+// value read from Postgres (docs/architecture.md, caches), and readiness's PING.
 import { Redis } from 'ioredis'
 import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
 
@@ -42,4 +42,24 @@ export function storeIfUnchanged(
   ttlMs: number,
 ): Promise<unknown> {
   return redis.eval(STORE_IF_UNCHANGED, 2, entry.key, entry.generationKey, generation, json, ttlMs)
+}
+
+/** 'ok' when Redis answers PING within `timeoutMs`, else 'down' (for readiness). */
+export async function pingWithin(redis: Redis, timeoutMs: number): Promise<'ok' | 'down'> {
+  if (redis.status !== 'ready') return 'down'
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<'down'>((resolve) => {
+    timer = setTimeout(() => resolve('down'), timeoutMs)
+  })
+  try {
+    return await Promise.race([
+      redis.ping().then(
+        () => 'ok' as const,
+        () => 'down' as const,
+      ),
+      timeout,
+    ])
+  } finally {
+    clearTimeout(timer)
+  }
 }

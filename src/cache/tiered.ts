@@ -7,7 +7,7 @@ import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, generationKey } from './keys.js'
-import { connectCommandClient, storeIfUnchanged } from './redis-commands.js'
+import { connectCommandClient, pingWithin, storeIfUnchanged } from './redis-commands.js'
 import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 
 interface Entry {
@@ -58,6 +58,8 @@ export class TenancyCache implements CacheInvalidator {
   private redisSkipUntil = 0
   /** After a Postgres lookup failed (or missed its deadline), lookups skip Postgres until then. */
   private postgresSkipUntil = 0
+  /** Told of every name invalidated here or over the bus, and null when messages may have been lost. */
+  private readonly evictListeners: ((keys: readonly string[] | null) => void)[] = []
 
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
@@ -240,6 +242,7 @@ export class TenancyCache implements CacheInvalidator {
       this.local.delete(key)
       this.inflight.delete(key)
     }
+    for (const listener of this.evictListeners) listener(keys)
   }
 
   /** Stops trusting every in-process entry (after the subscriber reconnected, or in tests). */
@@ -247,6 +250,12 @@ export class TenancyCache implements CacheInvalidator {
     this.epoch++
     this.trustedFrom = Date.now()
     this.inflight.clear()
+    for (const listener of this.evictListeners) listener(null)
+  }
+
+  /** For what a replica holds beside its cache (the signing keys): see evictListeners. */
+  onEvict(listener: (keys: readonly string[] | null) => void): void {
+    this.evictListeners.push(listener)
   }
 
   /**
@@ -264,23 +273,7 @@ export class TenancyCache implements CacheInvalidator {
    * 'off' without REDIS_URL.
    */
   async ping(timeoutMs: number): Promise<'ok' | 'down' | 'off'> {
-    if (this.redis === null) return 'off'
-    if (this.redis.status !== 'ready') return 'down'
-    let timer: NodeJS.Timeout | undefined
-    const timeout = new Promise<'down'>((resolve) => {
-      timer = setTimeout(() => resolve('down'), timeoutMs)
-    })
-    try {
-      return await Promise.race([
-        this.redis.ping().then(
-          () => 'ok' as const,
-          () => 'down' as const,
-        ),
-        timeout,
-      ])
-    } finally {
-      clearTimeout(timer)
-    }
+    return this.redis === null ? 'off' : pingWithin(this.redis, timeoutMs)
   }
 
   async close(): Promise<void> {

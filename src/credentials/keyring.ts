@@ -75,11 +75,21 @@ export async function generateSigningKey(activatesAt: number): Promise<SigningKe
   }
 }
 
+export interface KeyringOptions {
+  /** What "now" is, in ms since the epoch (default Date.now); tests move it to try rotations. */
+  clock?: () => number
+}
+
 export class Keyring {
   private held = new Map<string, HeldKey>()
   private listeners: (() => void)[] = []
   /** Moves whenever the set of keys changes: caches of signed or verified tokens key on it. */
   version = 0
+  readonly clock: () => number
+
+  constructor(options: KeyringOptions = {}) {
+    this.clock = options.clock ?? Date.now
+  }
 
   /** One key that signs from now and is never stored: for tests and tools that need no persistence. */
   static async ephemeral(): Promise<Keyring> {
@@ -109,7 +119,7 @@ export class Keyring {
   }
 
   /** The key that signs at `nowMs`: the latest activated one that still has its private part. */
-  signingKey(nowMs = Date.now()): SigningKey {
+  signingKey(nowMs = this.clock()): SigningKey {
     let best: SigningKey | null = null
     for (const { key } of this.held.values()) {
       if (key.privateKey === null || key.activatesAt > nowMs || !isPublished(key, nowMs)) continue
@@ -120,13 +130,13 @@ export class Keyring {
   }
 
   /** True while tokens signed by `kid` may be accepted (it is published). */
-  accepts(kid: string, nowMs = Date.now()): boolean {
+  accepts(kid: string, nowMs = this.clock()): boolean {
     const held = this.held.get(kid)
     return held !== undefined && isPublished(held.key, nowMs)
   }
 
   async sign(claims: JWTPayload, options: SignOptions): Promise<Signed> {
-    const now = options.now ?? Math.floor(Date.now() / 1000)
+    const now = options.now ?? Math.floor(this.clock() / 1000)
     const key = this.signingKey(now * 1000)
     const expiresAt = now + options.ttlSeconds
     const token = await new SignJWT(claims)
@@ -140,11 +150,12 @@ export class Keyring {
   /** Checks signature, `typ`, `iss`, `aud` and the times; throws a JOSEError when any fails. */
   async verify(token: string, options: VerifyOptions): Promise<Verified> {
     let kid = ''
+    const nowMs = this.clock()
     const result = await jwtVerify(
       token,
       (header) => {
         const held = header.kid === undefined ? undefined : this.held.get(header.kid)
-        if (held === undefined || !isPublished(held.key, Date.now())) throw new UnknownKeyError()
+        if (held === undefined || !isPublished(held.key, nowMs)) throw new UnknownKeyError()
         kid = held.key.kid
         return held.verifyKey
       },
@@ -154,6 +165,7 @@ export class Keyring {
         issuer: options.issuer,
         audience: options.audience,
         clockTolerance: options.clockToleranceSeconds,
+        currentDate: new Date(nowMs),
         requiredClaims: ['exp', 'iat', ...(options.requiredClaims ?? [])],
       },
     )
@@ -161,7 +173,7 @@ export class Keyring {
   }
 
   /** The JSON Web Key Set: every published key (next, active, retired), public parts only. */
-  jwks(nowMs = Date.now()): { keys: JWK[] } {
+  jwks(nowMs = this.clock()): { keys: JWK[] } {
     const keys = [...this.held.values()]
       .map((h) => h.key)
       .filter((key) => isPublished(key, nowMs))

@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { openStore } from '../../src/store/db.js'
+import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 
 const exposedGc = (globalThis as { gc?: () => void }).gc
 if (exposedGc === undefined) throw new Error('run with --expose-gc')
@@ -23,7 +24,10 @@ const send = (message: unknown) => process.send!(message)
 const databaseUrl = process.env.DATABASE_URL
 const routesDoc = JSON.parse(process.env.FAULT_ROUTES ?? '{}') as Record<string, unknown>
 // The route table is FAULT_ROUTES, never the repository's config/gateway.yaml.
-const config = { ...loadConfig({ DATABASE_URL: databaseUrl, MANAGEMENT_RATE: '1000000/1s' }), gatewayConfig: routesDoc }
+const config = {
+  ...loadConfig({ DATABASE_URL: databaseUrl, MANAGEMENT_RATE: '1000000/1s', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY }),
+  gatewayConfig: routesDoc,
+}
 const store = await openStore({ databaseUrl, dataDir: '.' })
 const app = await buildApp({ config, store, logger: false })
 await app.listen({ port: 0, host: '127.0.0.1' })

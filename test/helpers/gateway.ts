@@ -12,6 +12,7 @@ import { loadConfig } from '../../src/config.js'
 import type { Metrics } from '../../src/ops/metrics.js'
 import { openStore, type Sql, type Store } from '../../src/store/db.js'
 import { freshDatabase, type TestDatabase } from './db.js'
+import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
 import type { TestLike } from './test-like.js'
 
@@ -51,8 +52,13 @@ export interface GatewayOptions {
   recordRoutes?: boolean
   /** More environment for loadConfig (MAX_CONNECTIONS, …). */
   env?: Record<string, string>
-  /** The signing keys; default: the gateway's own (a test can hand two replicas the same one). */
+  /**
+   * The signing keys; default: the ones stored in the database (made on its first start, shared by
+   * replicas of one database), under TEST_ENCRYPTION_KEY unless `env` names another.
+   */
   keyring?: AppDeps['keyring']
+  /** The stored signing keys' clock and reload interval. */
+  signingKeys?: AppDeps['signingKeys']
   /** Shorter server and body deadlines than the defaults, so that a test of them is quick. */
   deadlines?: Pick<AppDeps, 'headersTimeoutMs' | 'managementBodyTimeoutMs'>
 }
@@ -164,6 +170,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       ...(options.upstreamUrl === undefined ? {} : { UPSTREAM_URL: options.upstreamUrl }),
       // Tests send management calls as fast as they can: the default 50/1s is tested on its own.
       MANAGEMENT_RATE: '1000000/1s',
+      ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
       ...options.env,
     }),
     // The route table is the test's, never the repository's config/gateway.yaml.
@@ -179,6 +186,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       usageFlushIntervalMs: options.usageFlushIntervalMs,
       logger: options.logger ?? false,
       keyring: options.keyring,
+      signingKeys: options.signingKeys,
       ...options.deadlines,
     })
   let app: FastifyInstance

@@ -2,7 +2,7 @@
 // started the way the README says (`npm start`) and called over real HTTP; no Postgres server is
 // involved.
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -149,6 +149,11 @@ function runCli(
   })
 }
 
+async function jwksKids(base: string): Promise<string[]> {
+  const response = await fetch(`${base}/.well-known/jwks.json`)
+  return ((await response.json()) as { keys: { kid: string }[] }).keys.map((key) => key.kid)
+}
+
 function api(base: string, apiKey: string, init: { method?: string; body?: unknown } = {}) {
   return fetch(`${base}/v1/sub-accounts`, {
     method: init.method ?? 'GET',
@@ -182,6 +187,13 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
     'printed before the server listens',
   )
   t.equal(first.stdout().split(apiKey!).length - 1, 1, 'the key is printed exactly once (not in any log line)')
+
+  // No ENCRYPTION_KEY: the embedded database keeps its own, made on the first start.
+  const keyFile = join(dataDir, 'encryption.key')
+  t.equal(statSync(keyFile).mode & 0o777, 0o600, 'DATA_DIR/encryption.key, readable by its owner only')
+  const encryptionKey = readFileSync(keyFile, 'utf8')
+  const signingKeys = await jwksKids(first.base)
+  t.equal(signingKeys.length, 1, 'one signing key, published')
 
   const created = await api(first.base, apiKey!, { method: 'POST', body: { name: 'first' } })
   const createdBody = (await created.json()) as { id: string; name: string }
@@ -230,6 +242,8 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   await second.waitListening()
   t.notMatch(second.stdout(), /bootstrap/, 'no bootstrap line on a second start')
   t.notMatch(second.stdout(), /tgw_[0-9A-Za-z]{49}/, 'no key printed at all')
+  t.equal(readFileSync(keyFile, 'utf8'), encryptionKey, 'the encryption key file is kept')
+  t.same(await jwksKids(second.base), signingKeys, 'the stored signing key opened under it, no new one')
 
   const listed = await api(second.base, apiKey!)
   const page = (await listed.json()) as { data: { id: string; name: string }[] }

@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
+import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
 import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
@@ -59,7 +60,14 @@ function runNode(script: string, args: string[], env: Record<string, string>, ti
   const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+      ...env,
+    },
   })
   let stdout = ''
   let stderr = ''
@@ -191,7 +199,7 @@ t.test('the CLI', async (t) => {
       const started = Date.now()
       const child = spawn('npm', ['run', '--silent', 'cli', '--', '--help'], {
         cwd: REPO_ROOT,
-        env: { ...process.env, ...env },
+        env: { ...process.env, ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...env },
       })
       let stdout = ''
       let stderr = ''

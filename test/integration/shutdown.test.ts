@@ -13,6 +13,7 @@ import { Agent, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { freshDatabase } from '../helpers/db.js'
+import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { createParent } from '../helpers/gateway.js'
 import { callAs, getOverAgent, rawRequest } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
@@ -102,6 +103,7 @@ async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess
       SHUTDOWN_TIMEOUT_MS: String(SHUTDOWN_TIMEOUT_MS),
       // Its load creates sub-accounts far faster than the default 50 management calls a second.
       MANAGEMENT_RATE: '1000000/1s',
+      ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
       ...env,
     },
   })
