@@ -6,7 +6,9 @@ import { createParentWithKey } from './auth/mint.js'
 import { cacheKeys } from './cache/index.js'
 import { KEY_COMMANDS } from './cli/key-commands.js'
 import { type Command, name, type Options, scopes, tellReplicas, UsageError, uuid } from './cli/options.js'
+import { rotateSigningKeys } from './cli/signing-key-commands.js'
 import { loadConfig } from './config.js'
+import { resolveEncryptionKey } from './credentials/encryption-key.js'
 import { presentKey } from './management/present.js'
 import { openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
@@ -33,13 +35,17 @@ commands:
   keys roll --account <uuid> --key <key_id> [--expires-in-seconds S]
                                a new key like the old one; the old one keeps working for S
                                seconds (default 86400, at most 2592000; 0 revokes it at once)
+  signing-keys rotate [--compromised]
+                               publish a new signing key that signs 10 minutes from now;
+                               --compromised: a new key signs at once and the old one is withdrawn
   help, --help, -h             print this usage
 
 Each command prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
-database), REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
+database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
-const COMMAND_NAMES = 'migrate, accounts create, accounts limits, keys create, keys revoke, keys roll'
+const COMMAND_NAMES =
+  'migrate, accounts create, accounts limits, keys create, keys revoke, keys roll, signing-keys rotate'
 
 /** A parent account as the CLI prints it. */
 const presentAccount = (account: TenantRow) => ({
@@ -99,6 +105,7 @@ const COMMANDS: Record<string, Command> = {
   },
 
   ...KEY_COMMANDS,
+  'signing-keys rotate': rotateSigningKeys,
 }
 
 /** The usage was asked for: printed on stdout, exit 0. */
@@ -120,6 +127,7 @@ async function run(argv: string[]): Promise<unknown> {
       clear: { type: 'boolean' },
       'expires-at': { type: 'string' },
       'expires-in-seconds': { type: 'string' },
+      compromised: { type: 'boolean' },
     },
   })
   const { help, ...options } = values
@@ -137,8 +145,10 @@ async function run(argv: string[]): Promise<unknown> {
     maxConnections: 2,
   })
   try {
+    // Every command, as the gateway: with DATABASE_URL, not a step without the key (one line naming it).
+    const encryptionKey = resolveEncryptionKey(config)
     if (config.databaseUrl !== undefined) await reachPostgres(store.sql, config.databaseUrl)
-    return await command(store.sql, options, config)
+    return await command(store.sql, options, { ...config, encryptionKey })
   } finally {
     await store.close()
   }

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { freshDatabase } from '../helpers/db.js'
+import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway } from '../helpers/gateway.js'
 import type { JsonBody } from '../helpers/json.js'
 import { eventually } from '../helpers/poll.js'
@@ -28,7 +29,13 @@ const keyPrefix = redisPrefix(t)
 const gw = await startGateway(t, { listen: false, database: db, redisKeyPrefix: keyPrefix })
 
 function runCli(args: string[]): Promise<CliResult> {
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: db.url, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    DATABASE_URL: db.url,
+    ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+    REDIS_URL,
+    REDIS_KEY_PREFIX: keyPrefix,
+  }
   return new Promise((resolve) => {
     execFile(
       'npm',

@@ -9,6 +9,7 @@ import postgres from 'postgres'
 import t from 'tap'
 import type { Sql } from '../../src/store/db.js'
 import { DEFAULT_MIGRATIONS_DIR, migrate, readMigrations } from '../../src/store/migrate.js'
+import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { freshDatabase } from '../helpers/db.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -24,7 +25,7 @@ function runCli(args: string[], env: Record<string, string | undefined>): Promis
   const childEnv: NodeJS.ProcessEnv = { ...process.env }
   delete childEnv.REDIS_URL
   delete childEnv.DATABASE_URL
-  Object.assign(childEnv, env)
+  Object.assign(childEnv, { ENCRYPTION_KEY: TEST_ENCRYPTION_KEY }, env)
   return new Promise((resolve) => {
     execFile(
       'npm',
