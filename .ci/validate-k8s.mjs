@@ -223,6 +223,10 @@ if (deploy) {
     fail(where, 'env METRICS_PORT differs from the metrics container port')
   if (env.get('REDIS_URL') && env.get('REDIS_URL').valueFrom?.secretKeyRef?.optional !== true)
     fail(where, 'env REDIS_URL must be optional')
+  // With DATABASE_URL the gateway refuses to start without it (docs/credentials.md, Signing keys).
+  const encryptionKey = env.get('ENCRYPTION_KEY')?.valueFrom?.secretKeyRef
+  if (!encryptionKey) fail(where, 'env ENCRYPTION_KEY must come from a Secret')
+  else if (encryptionKey.optional === true) fail(where, 'env ENCRYPTION_KEY must not be optional')
   // Kubernetes kills the pod after the grace period: the drain must fit in it.
   const drainMs =
     Number(env.get('SHUTDOWN_DELAY_MS')?.value ?? 0) + Number(env.get('SHUTDOWN_TIMEOUT_MS')?.value ?? 10000)
@@ -344,6 +348,19 @@ for (const job of ofKind('Job')) {
     fail(where, 'pods carry the gateway selector labels (the Service would route to them)')
   const refs = secretRefs(container)
   if (!refs.some((r) => r.env === 'DATABASE_URL')) fail(where, 'env DATABASE_URL must come from a Secret')
+  // Every CLI command, migrate included, refuses to start without it; and it must be the gateway's.
+  const jobKey = refs.find((r) => r.env === 'ENCRYPTION_KEY' && r.optional !== true)
+  if (!jobKey) fail(where, 'env ENCRYPTION_KEY must come from a Secret, not optional')
+  const gatewayKey =
+    deploy && secretRefs(deploy.spec?.template?.spec?.containers?.[0] ?? {}).find((r) => r.env === 'ENCRYPTION_KEY')
+  const secretValue = (ref) => (ref ? byName('Secret', ref.name)?.data?.[ref.key] : undefined)
+  if (jobKey && gatewayKey) {
+    const [own, gateway] = [secretValue(jobKey), secretValue(gatewayKey)]
+    const sameExisting =
+      !byName('Secret', jobKey.name) && jobKey.name === gatewayKey.name && jobKey.key === gatewayKey.key
+    if (own === undefined && gateway === undefined ? !sameExisting : own !== gateway)
+      fail(where, "env ENCRYPTION_KEY is not the gateway's")
+  }
   for (const ref of refs) {
     const secret = byName('Secret', ref.name)
     if (secret === undefined) continue // existingSecret: created before the release

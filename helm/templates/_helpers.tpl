@@ -124,6 +124,33 @@ on one local disk, which Kubernetes cannot give a Deployment of stateless replic
 {{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.redisUrl }}{{ else }}REDIS_URL{{ end }}
 {{- end }}
 
+{{- define "tenancy-gateway.encryptionKeyKey" -}}
+{{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.encryptionKey }}{{ else }}ENCRYPTION_KEY{{ end }}
+{{- end }}
+
+{{/*
+The Secret of the release as the cluster holds it now (an empty map on a first install, and when
+rendering without a cluster). .ci/helm-check replaces this lookup to render the upgrade path.
+*/}}
+{{- define "tenancy-gateway.installedSecret" -}}
+{{- toJson (lookup "v1" "Secret" .Release.Namespace (include "tenancy-gateway.fullname" .)) }}
+{{- end }}
+
+{{/*
+ENCRYPTION_KEY of the chart's own Secret, as Secret data (base64 of the base64 key): the one the
+release's Secret holds already, so that an upgrade keeps it (a new one would leave the signing keys
+in Postgres unreadable), else 32 random bytes. Made once per render and shared by every template
+that asks (the Secret, its copy for the migration hook, the checksum of the pod template).
+*/}}
+{{- define "tenancy-gateway.encryptionKeyData" -}}
+{{- if not (hasKey .Values "generatedEncryptionKeyData") }}
+{{- $installed := include "tenancy-gateway.installedSecret" . | fromJson }}
+{{- $data := index (get $installed "data" | default dict) "ENCRYPTION_KEY" | default (randBytes 32 | b64enc) }}
+{{- $_ := set .Values "generatedEncryptionKeyData" $data }}
+{{- end }}
+{{- get .Values "generatedEncryptionKeyData" }}
+{{- end }}
+
 {{/*
 Whether more than one gateway pod may run at once.
 */}}
