@@ -3,7 +3,7 @@
 #
 #   docker build -t tenancy-gateway .
 #   docker run --rm -p 8080:8080 -p 9091:9091 tenancy-gateway      # embedded database, for trying it out
-#   docker run --rm -e DATABASE_URL=postgres://… -e REDIS_URL=redis://… tenancy-gateway
+#   docker run --rm -e DATABASE_URL=postgres://… -e ENCRYPTION_KEY=… -e REDIS_URL=redis://… tenancy-gateway
 #
 # .ci/docker-check lints this file and replays its stages without Docker (build, production install,
 # the runtime stage's COPYs, ENV, CMD and HEALTHCHECK), so keep RUN lines of the build and deps
