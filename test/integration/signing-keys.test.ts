@@ -13,6 +13,7 @@ import { DAY_MS, NEXT_KEY_LEAD_MS, RETIRED_KEY_GRACE_MS } from '../../src/creden
 import { SigningKeyStore } from '../../src/credentials/signing-key-store.js'
 import { DEFAULT_RELOAD_INTERVAL_MS } from '../../src/credentials/signing-key-sync.js'
 import { insertSigningKey } from '../../src/store/signing-keys.js'
+import { postgresAddress, startRelay, viaPort } from '../faults/relay.js'
 import { freshDatabase, type TestDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway } from '../helpers/gateway.js'
@@ -182,6 +183,32 @@ t.test('a stored key that ENCRYPTION_KEY cannot open: logged, and the keys held 
   t.match(JSON.parse(lines.find((line) => line.includes('ENCRYPTION_KEY'))!), { level: 50 })
   t.notOk(gw.app.keyring.accepts(stranger.kid), 'the key it cannot open is not taken')
   t.equal(gw.app.keyring.signingKey().kid, kid, 'the key it holds still signs')
+})
+
+t.test('Postgres away: the keys held keep signing, the reload is tried again until it answers', async (t) => {
+  const db = await freshDatabase(t)
+  const relay = await startRelay(t, postgresAddress())
+  const lines: string[] = []
+  const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(line) })
+  const gw = await startGateway(t, {
+    listen: false,
+    database: db,
+    redis: false,
+    pool: { url: viaPort(db.url, relay.port) },
+    relays: [relay],
+    logger,
+    signingKeys: { reloadIntervalMs: 50 },
+  })
+  const kid = gw.app.keyring.signingKey().kid
+  await relay.cut()
+  const warned = await eventually(10_000, async () =>
+    lines.some((line) => line.includes('cannot load the signing keys')),
+  )
+  t.not(warned, null, 'a warning, not a crash')
+  t.equal(gw.app.keyring.signingKey().kid, kid, 'the key held still signs')
+  await relay.restore()
+  const next = await store(db).rotate()
+  t.not(await eventually(10_000, async () => gw.app.keyring.accepts(next.kid)), null, 'loaded once Postgres answers')
 })
 
 t.test('a rotation reaches a replica without the bus, by its reload', async (t) => {
