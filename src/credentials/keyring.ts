@@ -136,8 +136,9 @@ export class Keyring {
   }
 
   async sign(claims: JWTPayload, options: SignOptions): Promise<Signed> {
+    // The key that signs now, whatever instant the claims are dated (`now` only dates them).
+    const key = this.signingKey()
     const now = options.now ?? Math.floor(this.clock() / 1000)
-    const key = this.signingKey(now * 1000)
     const expiresAt = now + options.ttlSeconds
     const token = await new SignJWT(claims)
       .setProtectedHeader({ typ: options.typ, alg: SIGNING_ALGORITHM, kid: key.kid })

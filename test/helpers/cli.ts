@@ -1,9 +1,10 @@
 // The operator CLI as an operator runs it: `npm run --silent cli -- ...` from the repository root,
-// with the environment a test gives it. Success is one JSON object on stdout and nothing on
+// with the environment a test gives it (and the tests' ENCRYPTION_KEY unless it names another). Success is one JSON object on stdout and nothing on
 // stderr; failure is a non-zero exit, one line on stderr and nothing on stdout (docs/configuration.md).
 import { execFile } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
+import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import type { JsonBody } from './json.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -28,7 +29,7 @@ export function cli(env: Record<string, string>): Cli {
       execFile(
         'npm',
         ['run', '--silent', 'cli', '--', ...args],
-        { cwd: REPO_ROOT, env: { ...process.env, ...env }, timeout: 60_000 },
+        { cwd: REPO_ROOT, env: { ...process.env, ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...env }, timeout: 60_000 },
         (err, stdout, stderr) => {
           const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
           resolve({ code, stdout, stderr })

@@ -15,6 +15,8 @@ import { startUpstream } from '../helpers/upstream.js'
 const ISSUER = 'https://gateway.test'
 const upstream = await startUpstream(t)
 const gw = await startGateway(t, {
+  // A keyring this file changes at will (the stored, rotated one: signing-keys.test.ts).
+  keyring: await Keyring.ephemeral(),
   upstreamUrl: upstream.url,
   env: { ISSUER_URL: ISSUER },
   gatewayConfig: {
