@@ -5,6 +5,7 @@ import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { defaultPerTenant } from './concurrency.js'
 import { isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
+import { parseRouteIdentity, type RouteIdentity } from './route-identity.js'
 
 export interface ProxyRoute {
   /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
@@ -30,6 +31,8 @@ export interface ProxyRoute {
   readonly bodyIdleTimeoutMs: number
   /** How long a client may read nothing of a response before it is cut off. */
   readonly responseIdleTimeoutMs: number
+  /** Sign the request's identity for the upstream (X-Service-Identity); null: no assertion. */
+  readonly identity: RouteIdentity | null
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000
@@ -60,6 +63,7 @@ const ROUTE_KEYS = new Set([
   'max_connections_per_tenant',
   'body_idle_timeout_ms',
   'response_idle_timeout_ms',
+  'identity',
 ])
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
@@ -196,6 +200,8 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
     const scopes = parseScopes(where, entry.scopes)
     if (isPublic && (scopes.read.length > 0 || scopes.write.length > 0))
       fail(where, 'a public route cannot require scopes')
+    const identity = parseRouteIdentity(entry.identity, (problem) => fail(where, problem))
+    if (isPublic && identity !== null) fail(where, 'a public route cannot send a signed identity (it has none)')
     const limits = limitsOf(where, entry, defaults)
     routes.push(
       Object.freeze({
@@ -207,6 +213,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
         passHeaders: parsePassHeaders(where, entry.pass_headers),
         ...limits,
         maxConnectionsPerTenant: perTenantLimit(where, entry.max_connections_per_tenant, limits.maxConnections),
+        identity,
       }),
     )
   })
@@ -224,6 +231,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
         passHeaders: NO_HEADERS,
         ...defaults,
         maxConnectionsPerTenant: defaultPerTenant(defaults.maxConnections),
+        identity: null,
       }),
     )
   }

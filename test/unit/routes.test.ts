@@ -95,6 +95,7 @@ t.test('a valid table', async (t) => {
     forwardAuthorization: false,
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
+    identity: null,
   })
   t.same(
     routes[1],
@@ -106,6 +107,7 @@ t.test('a valid table', async (t) => {
       forwardAuthorization: false,
       ...DEFAULT_LIMITS,
       passHeaders: new Set(),
+      identity: null,
     },
     'the base path is kept without its trailing slash',
   )
@@ -181,6 +183,7 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     forwardAuthorization: false,
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
+    identity: null,
   })
   t.same(
     loadRouteTable({}, 'http://only:1').map((route) => [route.prefix, route.upstream]),
@@ -525,6 +528,64 @@ t.test('connection limits and idle timeouts', async (t) => {
     'per tenant is a route option',
     undefined,
     /"max_connections_per_tenant"/,
+  )
+})
+
+t.test('identity: signed identity for the upstream (docs/configuration.md)', async (t) => {
+  const identityOf = (identity: unknown) => loadRouteTable(second({ identity }), 'http://fallback:80')
+  t.same(
+    identityOf({ audience: 'https://shipments.internal' })[1]!.identity,
+    { audience: 'https://shipments.internal', ttlSeconds: 60 },
+    'ttl_seconds defaults to 60',
+  )
+  t.same(identityOf({ audience: 'shipments', ttl_seconds: 10 })[1]!.identity, { audience: 'shipments', ttlSeconds: 10 })
+  t.same(identityOf({ audience: 'shipments', ttl_seconds: 300 })[1]!.identity, {
+    audience: 'shipments',
+    ttlSeconds: 300,
+  })
+  const table = identityOf({ audience: 'a' })
+  t.equal(table[0]!.identity, null, 'a route without the option signs nothing')
+  t.equal(table[2]!.identity, null, 'nor does the catch-all of UPSTREAM_URL')
+  t.ok(Object.isFrozen(table[1]!.identity), 'frozen with its route')
+
+  const audience = /identity\.audience must be a non-empty string/
+  refuses(t, second({ identity: {} }), WHERE, 'audience missing', undefined, audience)
+  refuses(t, second({ identity: { audience: '' } }), WHERE, 'audience empty', undefined, audience)
+  refuses(t, second({ identity: { audience: '   ' } }), WHERE, 'audience blank', undefined, audience)
+  refuses(t, second({ identity: { audience: 42 } }), WHERE, 'audience a number', undefined, audience)
+  refuses(t, second({ identity: { audience: ['a'] } }), WHERE, 'audience a list', undefined, audience)
+  refuses(t, second({ identity: { audience: null } }), WHERE, 'audience null', undefined, audience)
+  const ttl = /identity\.ttl_seconds must be a whole number from 10 to 300/
+  for (const [value, what] of [
+    [9, 'ttl 9'],
+    [301, 'ttl 301'],
+    [60.5, 'ttl not a whole number'],
+    [0, 'ttl 0'],
+    [-60, 'ttl negative'],
+    ['60', 'ttl a string'],
+    [null, 'ttl null'],
+  ] as const) {
+    refuses(t, second({ identity: { audience: 'a', ttl_seconds: value } }), WHERE, what, undefined, ttl)
+  }
+  const shape = /identity must be a mapping/
+  refuses(t, second({ identity: 'shipments' }), WHERE, 'identity a string', undefined, shape)
+  refuses(t, second({ identity: ['shipments'] }), WHERE, 'identity a list', undefined, shape)
+  refuses(t, second({ identity: null }), WHERE, 'identity null', undefined, shape)
+  refuses(
+    t,
+    second({ identity: { audience: 'a', ttl: 60 } }),
+    WHERE,
+    'an unknown key in identity',
+    undefined,
+    /identity: unknown key "ttl" \(allowed: audience, ttl_seconds\)/,
+  )
+  refuses(
+    t,
+    second({ public: true, identity: { audience: 'a' } }),
+    WHERE,
+    'identity on a public route',
+    undefined,
+    /public route cannot send a signed identity/,
   )
 })
 
