@@ -35,7 +35,7 @@ export interface SignOptions {
   /** The JOSE header's `typ` (`at+jwt` for access tokens, `JWT` for identity assertions). */
   typ: string
   ttlSeconds: number
-  /** Seconds since the epoch; default now. */
+  /** Seconds since the epoch, a fraction allowed (it picks the key); default now. `iat` is its whole part. */
   now?: number
 }
 
@@ -136,13 +136,15 @@ export class Keyring {
   }
 
   async sign(claims: JWTPayload, options: SignOptions): Promise<Signed> {
-    // The key that signs now, whatever instant the claims are dated (`now` only dates them).
+    // The key of this very instant (a key activated at 12.5 s signs from 12.5 s, and a rotation
+    // that withdraws the old key at once leaves no second without one), whatever instant the
+    // claims are dated: `now` only dates them.
     const key = this.signingKey()
-    const now = options.now ?? Math.floor(this.clock() / 1000)
-    const expiresAt = now + options.ttlSeconds
+    const issuedAt = options.now ?? Math.floor(this.clock() / 1000)
+    const expiresAt = issuedAt + options.ttlSeconds
     const token = await new SignJWT(claims)
       .setProtectedHeader({ typ: options.typ, alg: SIGNING_ALGORITHM, kid: key.kid })
-      .setIssuedAt(now)
+      .setIssuedAt(issuedAt)
       .setExpirationTime(expiresAt)
       .sign(key.privateKey!)
     return { token, kid: key.kid, expiresAt }
