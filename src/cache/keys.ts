@@ -50,3 +50,22 @@ export const keyEntries = (key: { id: string; keyDigest: Buffer }): string[] => 
   cacheKeys.key(key.keyDigest),
   cacheKeys.keyById(key.id),
 ]
+
+/**
+ * Told of every in-process eviction, with the names of the entries (`keyid:<id>`, `tenant:<id>`,
+ * …), or null when the whole LRU stops being trusted (messages may have been lost): what is
+ * derived from the entries (the identity assertions) is dropped with them.
+ */
+export type EvictionListener = (names: readonly string[] | null) => void
+
+/**
+ * Whose record an entry's name holds, for what is derived from it and dropped with it: a key by id
+ * (`keyid:`), a tenant (`tenant:`, and `sub:<parent>:<id>`, the sub-account as its parent names
+ * it); null for the other entries (`key:<digest>` is always invalidated with its `keyid:`).
+ */
+export function recordOfEntry(name: string): { kind: 'key' | 'tenant'; id: string } | null {
+  if (name.startsWith('keyid:')) return { kind: 'key', id: name.slice(6) }
+  if (name.startsWith('tenant:')) return { kind: 'tenant', id: name.slice(7) }
+  if (name.startsWith('sub:')) return { kind: 'tenant', id: name.slice(name.lastIndexOf(':') + 1) }
+  return null
+}

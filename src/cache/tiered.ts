@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis'
 import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
-import { cacheKeys, generationKey } from './keys.js'
+import { cacheKeys, type EvictionListener, generationKey } from './keys.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged } from './redis-commands.js'
 import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 
@@ -59,7 +59,7 @@ export class TenancyCache implements CacheInvalidator {
   /** After a Postgres lookup failed (or missed its deadline), lookups skip Postgres until then. */
   private postgresSkipUntil = 0
   /** Told of every name invalidated here or over the bus, and null when messages may have been lost. */
-  private readonly evictListeners: ((keys: readonly string[] | null) => void)[] = []
+  private readonly evictListeners: EvictionListener[] = []
 
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
@@ -254,7 +254,7 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   /** For what a replica holds beside its cache (the signing keys): see evictListeners. */
-  onEvict(listener: (keys: readonly string[] | null) => void): void {
+  onEvict(listener: EvictionListener): void {
     this.evictListeners.push(listener)
   }
 
