@@ -9,6 +9,7 @@ import Fastify, {
 import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
 import { ConfigError, type Config } from './config.js'
+import { identityAssertions } from './credentials/identity-assertions.js'
 import { Keyring } from './credentials/keyring.js'
 import { oauthRoutes } from './credentials/oauth-routes.js'
 import { credentialRoutes } from './credentials/routes.js'
@@ -222,6 +223,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     recentAdmissions: app.metrics.recentAdmissions,
     clientAborts: app.metrics.clientAborts,
     limits: limitGate({ limiter: app.limiter, meter: app.usageMeter, metrics: app.metrics.limits }),
+    identity: routes.some((route) => route.identity !== null)
+      ? identityAssertions({ keyring, issuer: deps.config.issuerUrl, metrics: app.metrics.credentials, cache })
+      : null,
   })
 
   return app

@@ -1,6 +1,6 @@
 // The credentials' metrics (docs/operations.md): signatures made and tokens verified, fed as plain
 // numbers on the request path. Once warm, a repeated token or assertion costs neither.
-import type { Registry } from 'prom-client'
+import { Gauge, type Registry } from 'prom-client'
 import { talliedCounter, type Tally } from './fast-metrics.js'
 
 export interface CredentialMetrics {
@@ -8,6 +8,8 @@ export interface CredentialMetrics {
   readonly signatures: { readonly accessToken: Tally; readonly identity: Tally }
   /** Signature checks of access tokens (a remembered token costs none), by outcome. */
   readonly tokenVerifications: { readonly valid: Tally; readonly invalid: Tally }
+  /** How many identity assertions the cache holds now; set by their holder (credentials/identity-assertions.ts). */
+  identityAssertionsHeld: () => number
 }
 
 export function credentialMetrics(registers: Registry[]): CredentialMetrics {
@@ -29,8 +31,18 @@ export function credentialMetrics(registers: Registry[]): CredentialMetrics {
     },
     [{ outcome: 'valid' }, { outcome: 'invalid' }],
   )
-  return {
+  const credentials: CredentialMetrics = {
     signatures: { accessToken: accessToken!, identity: identity! },
     tokenVerifications: { valid: valid!, invalid: invalid! },
+    identityAssertionsHeld: () => 0,
   }
+  new Gauge({
+    name: 'tgw_identity_assertions_cached',
+    help: 'Signed identity assertions held for reuse by this replica (dropped with their key or tenant, and at a rotation)',
+    registers,
+    collect() {
+      this.set(credentials.identityAssertionsHeld())
+    },
+  })
+  return credentials
 }

@@ -1,6 +1,6 @@
 // What the upstream receives (docs/api.md): no client-sent X-Service-* header, whatever its case,
 // count or spelling, no header that would change the method or path an upstream sees, then the
-// five trusted headers naming the resolved tenant.
+// trusted headers naming the resolved tenant, and its signed form on a route that asks for it.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 
 export const TRUSTED_PREFIX = 'x-service-'
@@ -11,6 +11,8 @@ export interface TrustedIdentity {
   readonly callerTenantId: string
   readonly keyId: string
   readonly scopes: readonly string[]
+  /** The same, signed (X-Service-Identity: docs/credentials.md); null or absent off such a route. */
+  readonly assertion?: string | null
 }
 
 export interface ForwardContext {
@@ -119,6 +121,7 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
     out['x-service-caller-tenant'] = identity.callerTenantId
     out['x-service-key-id'] = identity.keyId
     out['x-service-scopes'] = identity.scopes.join(' ')
+    if (identity.assertion != null) out['x-service-identity'] = identity.assertion
   }
   out['x-request-id'] = context.requestId
 

@@ -8,6 +8,7 @@ import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, Fastify
 import httpProxy from '@fastify/http-proxy'
 import { expectsContinue } from '../http/expect-continue.js'
 import { insufficientScope } from '../auth/scopes.js'
+import type { IdentityAssertions } from '../credentials/identity-assertions.js'
 import { ApiError, payloadTooLarge, routeNotFound } from '../errors.js'
 import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
 import { tenancyAdmission } from '../tenancy/recent-admissions.js'
@@ -30,12 +31,16 @@ export interface ProxyOptions {
   recentAdmissions: Tally
   clientAborts: ClientAbortTallies
   limits: LimitGate
+  /** Signs the identity of requests on routes with `identity`; null when no route has it. */
+  identity: IdentityAssertions | null
 }
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** performance.now() when the request left for the upstream. */
     upstreamSentAt: number
+    /** The signed identity for the upstream (X-Service-Identity), on a route with `identity`. */
+    serviceIdentity: string | null
   }
 }
 
@@ -95,6 +100,7 @@ function identityOf(request: FastifyRequest): TrustedIdentity | null {
     callerTenantId: principal.tenant.id,
     keyId: principal.key.id,
     scopes: principal.key.scopes,
+    assertion: request.serviceIdentity,
   }
 }
 
@@ -107,7 +113,7 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts, limits }: ProxyOptions,
+  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts, limits, identity }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
@@ -144,10 +150,23 @@ async function registerRoute(
     // from the last second's memory goes on without a single promise.
     const admission = tenancyAdmission(lookups)
     const shadowsLongerPrefix = prefixShadowCheck(route.prefix, routes)
+    // Signed before the limits take anything: a signing that fails then has nothing to give back.
+    const assertionFor = route.identity === null || identity === null ? null : identity.forRoute(route.identity)
+    const checkLimits = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) =>
+      limits.check(request, reply, done, () => takeSlot(request, reply, done))
     const admitted = (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
       const refusal = scopeRefusal(route, request)
       if (refusal !== undefined) return done(refusal)
-      limits.check(request, reply, done, () => takeSlot(request, reply, done))
+      if (assertionFor === null) return checkLimits(request, reply, done)
+      const assertion = assertionFor(request.principal!, request.actingTenant!)
+      if (typeof assertion === 'string') {
+        request.serviceIdentity = assertion
+        return checkLimits(request, reply, done)
+      }
+      assertion.then((token) => {
+        request.serviceIdentity = token
+        checkLimits(request, reply, done)
+      }, done)
     }
     scope.addHook('onRequest', function admitProxied(request, reply, done) {
       // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
@@ -227,6 +246,7 @@ async function registerRoute(
 
 export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options) => {
   app.decorateRequest('upstreamSentAt', 0)
+  app.decorateRequest('serviceIdentity', null)
   app.decorateRequest('exchange', null)
   app.decorateRequest('limitSubjects', null)
   app.decorateRequest('limitsCharged', false)

@@ -76,6 +76,29 @@ t.test('every client-sent x-service-* is gone and the trusted ones are set', asy
   t.equal(noScopes['x-service-scopes'], '', 'a key without scopes: an empty value')
 })
 
+t.test("X-Service-Identity: the client's never, the gateway's on a route that signs", async (t) => {
+  const forged = { 'x-service-identity': 'forged.a.b', x_service_identity: 'forged.c.d', 'x.service.identity': 'e.f.g' }
+  const unsigned = upstreamHeaders(forged, context())
+  t.same(
+    Object.keys(unsigned).filter((name) => isTrustedLookalike(name)),
+    TRUSTED,
+    'a route without identity: none of them, whatever the spelling',
+  )
+  const signed = upstreamHeaders(forged, context({ identity: { ...IDENTITY, assertion: 'signed.by.gateway' } }))
+  t.equal(signed['x-service-identity'], 'signed.by.gateway', "the gateway's assertion")
+  t.same(
+    Object.keys(signed).filter((name) => isTrustedLookalike(name)),
+    [...TRUSTED, 'x-service-identity'],
+    'and no other spelling',
+  )
+  const named = upstreamHeaders(
+    forged,
+    context({ identity: { ...IDENTITY, assertion: 'signed.by.gateway' }, connection: 'x-service-identity' }),
+  )
+  t.equal(named['x-service-identity'], 'signed.by.gateway', 'a Connection header naming it cannot remove it')
+  t.notOk('x-service-identity' in upstreamHeaders(forged, context({ identity: null })), 'a public route: none')
+})
+
 t.test('a public route: nothing injected, still nothing client-sent', async (t) => {
   const out = upstreamHeaders(inbound(), context({ identity: null }))
   for (const name of TRUSTED) t.notOk(name in out, `${name} absent`)
