@@ -678,12 +678,13 @@ export interface Measured {
 }
 
 /**
- * GET PROXIED_PATH for `seconds` (or `amount` requests) over `connections` keep-alive connections.
- * Anything but an `allowed` status, or a 200 without the upstream's body, fails the bench.
- * `vary` gives headers per request; `onResponse` sees each answer.
+ * GET `path` (default PROXIED_PATH) for `seconds` (or `amount` requests) over `connections`
+ * keep-alive connections. Anything but an `allowed` status, or a 200 without the upstream's body,
+ * fails the bench. `vary` gives headers per request; `onResponse` sees each answer.
  */
 export async function load(o: {
   url: string
+  path?: string
   headers: Record<string, string>
   connections: number
   seconds?: number
@@ -710,7 +711,7 @@ export async function load(o: {
         requests: [
           {
             method: 'GET',
-            path: PROXIED_PATH,
+            path: o.path ?? PROXIED_PATH,
             ...(vary === undefined
               ? {}
               : {

@@ -14,9 +14,10 @@ if (process.argv[2] === 'upstream') {
   const server = http.createServer((req, res) => {
     req.resume()
     req.on('end', () => {
-      // The proxied path of bench/lib.ts gets a fixed body; any other path the headers this
-      // upstream received, so that a bench can check whom the gateway said the request is for.
-      const body = req.url === '/v1/things/1' ? fixed : Buffer.from(JSON.stringify(req.headers))
+      // The proxied path of bench/lib.ts (and any path ending like it, as bench:identity's routes
+      // forward theirs) gets a fixed body; any other path the headers this upstream received, so
+      // that a bench can check whom the gateway said the request is for.
+      const body = req.url.endsWith('/things/1') ? fixed : Buffer.from(JSON.stringify(req.headers))
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
       res.end(body)
     })
