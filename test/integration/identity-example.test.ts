@@ -29,10 +29,8 @@ const gw = await startGateway(t, {
   },
 })
 
-// Its own environment, without the test runner's coverage collection.
-const { NODE_V8_COVERAGE: _, ...env } = process.env
 const child: ChildProcess = spawn(process.execPath, [EXAMPLE], {
-  env: { ...env, GATEWAY_URL: gw.url, ISSUER, AUDIENCE, PORT: String(port) },
+  env: { ...process.env, GATEWAY_URL: gw.url, ISSUER, AUDIENCE, PORT: String(port) },
   stdio: ['ignore', 'pipe', 'pipe'],
 })
 t.teardown(async () => {

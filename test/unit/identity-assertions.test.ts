@@ -57,6 +57,20 @@ t.test('a principal object kept across a change still gets a new assertion', asy
   t.equal(signatures.pending, 6, 'one signature each')
 })
 
+t.test('one principal object acting as two tenants by turns: each gets its own', async (t) => {
+  const { signatures, token } = await setup()
+  const parent = tenant(PARENT, null)
+  const sub = tenant('22222222-2222-4222-8222-222222222222')
+  const caller = principal('33333333-3333-4333-8333-333333333333', parent)
+  const asSub = await token(caller, sub)
+  const asSelf = await token(caller, parent)
+  t.equal(decodeJwt(asSub).sub, sub.id)
+  t.equal(decodeJwt(asSelf).sub, parent.id)
+  t.equal(await token(caller, sub), asSub, 'the first again, still cached')
+  t.equal(await token(caller, parent), asSelf)
+  t.equal(signatures.pending, 2)
+})
+
 t.test('names of other entries drop nothing', async (t) => {
   const { assertions, signatures, token } = await setup()
   const sub = tenant('22222222-2222-4222-8222-222222222222')
