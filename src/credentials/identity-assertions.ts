@@ -164,7 +164,7 @@ export class IdentityAssertions {
 
   /** Drops the assertions of the keys and tenants whose cache entries were evicted. */
   readonly evicted: EvictionListener = (names) => {
-    if (names === 'all') return this.clear()
+    if (names === null) return this.clear()
     for (const name of names) {
       const record = recordOfEntry(name)
       if (record === null) continue
@@ -220,12 +220,12 @@ export function identityAssertions(options: {
   keyring: Keyring
   issuer: string
   metrics: CredentialMetrics
-  cache: { readonly evictionListeners: EvictionListener[] }
+  cache: { onEvict(listener: EvictionListener): void }
 }): IdentityAssertions {
   const { keyring, issuer, metrics, cache } = options
   const assertions = new IdentityAssertions({ keyring, issuer, signatures: metrics.signatures.identity })
   metrics.identityAssertionsHeld = () => assertions.size
-  cache.evictionListeners.push(assertions.evicted)
+  cache.onEvict(assertions.evicted)
   keyring.onChange(() => assertions.clear())
   return assertions
 }

@@ -3,6 +3,7 @@
 // expired. Access tokens and identity assertions are signed and verified here, with `jose`; where
 // the keys come from (Postgres, rotation) is signing-key-store.ts's business, which hands them
 // over with `replace`.
+import { ApiError } from '../errors.js'
 import {
   calculateJwkThumbprint,
   exportJWK,
@@ -125,7 +126,9 @@ export class Keyring {
       if (key.privateKey === null || key.activatesAt > nowMs || !isPublished(key, nowMs)) continue
       if (best === null || key.activatesAt > best.activatesAt) best = key
     }
-    if (best === null) throw new Error('no signing key is active')
+    // Only before the first load from the store succeeded (Postgres down at start): 503, not 500.
+    if (best === null)
+      throw new ApiError('store_unavailable', 'no signing key is loaded yet (the store cannot be reached); try again')
     return best
   }
 
@@ -140,7 +143,7 @@ export class Keyring {
     // that withdraws the old key at once leaves no second without one), whatever instant the
     // claims are dated: `now` only dates them.
     const key = this.signingKey()
-    const issuedAt = options.now ?? Math.floor(this.clock() / 1000)
+    const issuedAt = Math.floor(options.now ?? this.clock() / 1000)
     const expiresAt = issuedAt + options.ttlSeconds
     const token = await new SignJWT(claims)
       .setProtectedHeader({ typ: options.typ, alg: SIGNING_ALGORITHM, kid: key.kid })
