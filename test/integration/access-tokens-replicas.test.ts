@@ -1,10 +1,9 @@
-// Access tokens across two replicas (docs/credentials.md): gateways A and B share one database,
-// one Redis prefix and, until the signing keys are kept in Postgres, one keyring. A token issued by
+// Access tokens across two replicas (docs/credentials.md): gateways A and B share one database
+// (and so the signing keys stored there) and one Redis prefix. A token issued by
 // A works on B; revoking its key, or deactivating its sub-account, through A ends the token on B
 // within 1 s, as it ends the key, though B remembers the token and its last second's admissions.
 // In-process entries live a minute here, so only the invalidation message can explain B's change.
 import t, { type Test } from 'tap'
-import { Keyring } from '../../src/credentials/keyring.js'
 import {
   type GatewayOptions,
   metricValue,
@@ -24,14 +23,12 @@ const SLOW_LOCAL_EXPIRY: GatewayOptions['cacheTimings'] = {
   reinvalidateAfterMs: 60_000,
 }
 const upstream = await startUpstream(t)
-const keyring = await Keyring.ephemeral()
-const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY, keyring })
+const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
 const b = await startGateway(t, {
   upstreamUrl: upstream.url,
   database: a.database,
   redisKeyPrefix: a.redisKeyPrefix,
   cacheTimings: SLOW_LOCAL_EXPIRY,
-  keyring,
 })
 
 // A change made before B listens would be lost to it: start once both are subscribed.
