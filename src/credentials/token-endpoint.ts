@@ -120,14 +120,7 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
       const client = presentedClient(request.headers.authorization, singleHeaderCounts(request).authorization, form)
       attempts.refuseIfLocked(client.id)
       requireGrantType(form)
-      let key: ClientCredential
-      try {
-        key = await authenticateClient(sql, client)
-      } catch (err) {
-        if (err instanceof OAuthError) attempts.failed(client.id)
-        throw err
-      }
-      attempts.succeeded(client.id)
+      const key = await attempts.attempt(client.id, () => authenticateClient(sql, client))
       const scopes = grantedScopes(form.scope, key.scopes)
       const scope = scopes.join(' ')
       const signed = await keyring.sign(

@@ -7,6 +7,7 @@ import { metricValue, startGateway } from '../helpers/gateway.js'
 import { rawExchange } from '../helpers/hostile.js'
 import { type RawResponse, rawRequest } from '../helpers/http.js'
 import { basicAuthorization, type ClientKey, clientKey, formEncode, tokenRequest } from '../helpers/tokens.js'
+import { sleep } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 const ISSUER = 'https://gateway.test'
@@ -301,6 +302,34 @@ t.test('10 failed attempts in a minute for one client_id: 429 until the oldest i
   const unknown = post({ ...target, keyId: '11111111-1111-4111-8111-111111111111' })
   for (let i = 1; i <= 10; i++) await tokenRequest(gw.url, { form: unknown })
   oauthError(t, await tokenRequest(gw.url, { form: unknown }), 429, 'invalid_client', 'an unknown id')
+})
+
+t.test('a burst of wrong secrets sent at once gets no more than 10 of them checked', async (t) => {
+  const target = await clientKey(gw.url, parent)
+  const wrong = post({ ...target, clientSecret: client.clientSecret })
+  // Each on its own connection, all in before the first is answered: the store is held up for a
+  // moment (within the lookups' deadline) by a lock every read of api_keys waits for.
+  const held = await gw.sql.reserve()
+  t.teardown(() => held.release())
+  await held`begin`
+  await held`lock table api_keys in access exclusive mode`
+  const burst = Promise.all(Array.from({ length: 40 }, () => tokenRequest(gw.url, { form: wrong })))
+  await sleep(250)
+  await held`rollback`
+  const answers = await burst
+  const statuses = answers.map((res) => res.status)
+  t.equal(statuses.filter((s) => s === 401).length, 10, `10 checked and refused (${statuses.join(' ')})`)
+  t.equal(statuses.filter((s) => s === 429).length, 30, 'the others locked out unchecked')
+  oauthError(t, await tokenRequest(gw.url, { form: post(target) }), 429, 'invalid_client', 'then even the right secret')
+
+  // The right secret sent at once by many workers is no failure: every one gets its token.
+  const busy = await clientKey(gw.url, parent)
+  const tokens = await Promise.all(Array.from({ length: 30 }, () => tokenRequest(gw.url, { form: post(busy) })))
+  t.same(
+    tokens.map((res) => res.status),
+    Array(30).fill(200),
+    'thirty right secrets at once: thirty tokens',
+  )
 })
 
 t.test('a success forgets the failures before it', async (t) => {

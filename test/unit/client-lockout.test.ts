@@ -47,3 +47,35 @@ t.test('failures older than a minute are forgotten', async (t) => {
   for (let i = 0; i < 9; i++) attempts.failed('slow')
   t.equal(lockedFor(attempts, 'slow'), null, 'nine new ones do not lock it')
 })
+
+t.test('attempts under way count against the limit: a burst waits, it does not pass unchecked', async (t) => {
+  const attempts = new FailedClientAttempts()
+  const started: (() => void)[] = []
+  const outcomes: string[] = []
+  const wrong = () =>
+    attempts
+      .attempt(
+        'burst',
+        () =>
+          new Promise<never>((_, reject) => started.push(() => reject(new OAuthError(401, 'invalid_client', 'no')))),
+      )
+      .then(
+        () => outcomes.push('passed'),
+        (err: OAuthError) => outcomes.push(String(err.status)),
+      )
+  const burst = Array.from({ length: 15 }, wrong)
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(started.length, 10, 'ten started, five wait')
+  for (const fail of started.splice(0)) fail()
+  await Promise.all(burst)
+  t.equal(started.length, 0, 'no more were checked')
+  t.same(outcomes.sort(), [...Array(10).fill('401'), ...Array(5).fill('429')])
+
+  const right = await Promise.all(Array.from({ length: 25 }, () => attempts.attempt('busy', async () => 'token')))
+  t.equal(right.length, 25, 'right secrets at once all pass')
+  const failing = attempts.attempt('store', async () => {
+    throw new Error('store down')
+  })
+  await t.rejects(failing, { message: 'store down' }, 'a failure of the store is no failed authentication')
+  t.equal(lockedFor(attempts, 'store'), null)
+})
