@@ -40,7 +40,7 @@ function basicCredentials(authorization: string): { id: string; secret: string }
     throw invalidRequest('the Basic credentials are not UTF-8')
   }
   const colon = decoded.indexOf(':')
-  if (colon === -1) throw invalidRequest('the Basic credentials have no ":" between client id and secret')
+  if (colon === -1) throw invalidRequest("the Basic credentials have no ':' between client id and secret")
   return { id: formDecoded(decoded.slice(0, colon)), secret: formDecoded(decoded.slice(colon + 1)) }
 }
 

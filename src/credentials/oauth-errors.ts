@@ -17,15 +17,27 @@ export type OAuthErrorCode =
 /** The realm every 401 of the endpoint names (RFC 6749 §5.2, RFC 7617). */
 export const BASIC_CHALLENGE = 'Basic realm="tenancy-gateway"'
 
+/**
+ * RFC 6749 §5.2: error_description is printable ASCII without '"' and '\\'. Descriptions may
+ * repeat what the client sent (a grant_type, a parameter's name, a charset): anything else
+ * becomes '?'.
+ */
+export function describable(text: string): string {
+  return text.replace(/[^\x20-\x21\x23-\x5b\x5d-\x7e]/g, '?')
+}
+
 export class OAuthError extends Error {
+  readonly description: string
+
   constructor(
     readonly status: number,
     readonly error: OAuthErrorCode,
-    readonly description: string,
+    description: string,
     readonly headers: Record<string, string> = {},
   ) {
     super(description)
     this.name = 'OAuthError'
+    this.description = describable(description)
   }
 }
 

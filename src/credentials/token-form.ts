@@ -51,10 +51,12 @@ export function parseTokenForm(body: Buffer, contentType?: string): TokenForm {
   return form
 }
 
-/** A parameter's name in a description, cut short and without control characters. */
+/**
+ * A value the client sent, in a description: cut short, in single quotes, since RFC 6749 §5.2
+ * allows no '"' there (OAuthError replaces whatever else it does not allow).
+ */
 export function quoted(name: string): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is removed
-  return JSON.stringify(name.slice(0, 40).replace(/[\u0000-\u001f\u007f]/g, '?'))
+  return `'${name.slice(0, 40)}'`
 }
 
 /**

@@ -45,6 +45,12 @@ function oauthError(t: Test, res: RawResponse, status: number, error: string, wh
   const body = res.json()
   t.same(Object.keys(body).sort(), ['error', 'error_description'], `${what}: error and error_description only`)
   t.equal(body.error, error, `${what}: ${error}`)
+  // RFC 6749 §5.2: error_description is printable ASCII without '"' and '\\'.
+  t.match(
+    body.error_description,
+    /^[\x20-\x21\x23-\x5b\x5d-\x7e]+$/,
+    `${what}: error_description in RFC 6749's characters`,
+  )
   noStore(t, res)
   if (status === 401)
     t.equal(res.headers['www-authenticate'], 'Basic realm="tenancy-gateway"', `${what}: WWW-Authenticate Basic`)
@@ -139,7 +145,7 @@ t.test('grant_type', async (t) => {
   const auth: [string, string][] = [['Authorization', basicAuthorization(client.keyId, client.clientSecret)]]
   oauthError(t, await tokenRequest(gw.url, { form: {}, headers: auth }), 400, 'invalid_request', 'missing')
   oauthError(t, await tokenRequest(gw.url, { form: 'grant_type=', headers: auth }), 400, 'invalid_request', 'empty')
-  for (const other of ['password', 'authorization_code', 'refresh_token', 'CLIENT_CREDENTIALS'])
+  for (const other of ['password', 'authorization_code', 'refresh_token', 'CLIENT_CREDENTIALS', 'é"\\\n'])
     oauthError(
       t,
       await tokenRequest(gw.url, { form: { grant_type: other }, headers: auth }),
@@ -157,6 +163,9 @@ t.test('bodies that are not a plain UTF-8 form: 400 invalid_request', async (t) 
   }
   const cases: [string, Parameters<typeof tokenRequest>[1]][] = [
     ['charset=iso-8859-1', { form: body, contentType: 'application/x-www-form-urlencoded; charset=iso-8859-1' }],
+    ['a charset with a backslash', { form: body, contentType: 'application/x-www-form-urlencoded; charset=\\x' }],
+    ['a type with a quote and a backslash', { form: body, contentType: 'text/"plain\\' }],
+    ['a parameter named with a quote sent twice', { form: `${body}&%22%5C%C3%A9=1&%22%5C%C3%A9=2` }],
     ['grant_type twice', { form: `${body}&grant_type=client_credentials` }],
     ['client_secret twice', { form: `${body}&client_secret=${client.clientSecret}` }],
     ['scope twice', { form: `${body}&scope=orders:read&scope=orders:read` }],
