@@ -25,6 +25,17 @@ export interface LimiterOptions {
 /** How long `warm` waits at most for the first answers. */
 const WARM_WAIT_MS = 300
 
+/**
+ * Resolves once the calls these limits were just asked for are answered. When none could be sent
+ * (each is within an empty answer's retry time, which may end after its wait), it resolves when
+ * the first may be: awaiting the settled calls instead would loop without ever yielding.
+ */
+function answered(limits: readonly LeasedLimit[], now: number): Promise<unknown> {
+  if (limits.some((limit) => limit.inflight)) return Promise.all(limits.map((limit) => limit.settled()))
+  const next = Math.min(...limits.map((limit) => limit.nextCallAt))
+  return new Promise((resolve) => setTimeout(resolve, Math.max(1, next - now)).unref())
+}
+
 export class Limiter {
   private readonly limits = new Map<string, LeasedLimit>()
   private readonly now: () => number
@@ -171,7 +182,7 @@ export class Limiter {
         const cold = this.applicable(subjects, now).filter((limit) => limit.mode === 'cold' || limit.starved(now))
         if (cold.length === 0) return
         for (const limit of cold) limit.ask(this.now())
-        await Promise.race([Promise.all(cold.map((limit) => limit.settled())), late])
+        await Promise.race([answered(cold, now), late])
       }
     } finally {
       clearTimeout(timer)

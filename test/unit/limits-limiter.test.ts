@@ -373,3 +373,40 @@ t.test('one failed call: every shared limit goes on on its own, from its lease a
   t.equal(store.rates.length, 0, 'no call before the probe is due')
   await store.close(limiter)
 })
+
+t.test("a dry lease within an empty answer's retry time: the request waits on a timer, not in a loop", async (t) => {
+  let reads = 0
+  const time = clock()
+  // A clock that moves only when the test says would hold a spinning request forever: it jumps a
+  // second every 100,000 reads, so that one ends (and the test fails rather than hangs).
+  const now = () => {
+    if (++reads % 100_000 === 0) time.advance(1_000)
+    return time.now()
+  }
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 100_000, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(1)])
+  t.ok(limiter.admit(subjects).allowed, 'the lease of one is spent, and its renewal sent')
+  // Empty: units again in 3 ms, but no call before the 10 ms every empty answer waits.
+  await store.rateAnswer(0, 0, 3)
+  time.advance(5)
+  t.notOk(limiter.isWarm(subjects), 'past the wait: the next request waits for a renewal')
+  reads = 0
+  const eventLoop = new Promise<number>((resolve) => setImmediate(() => resolve(store.rates.length)))
+  const decision = limiter.admitWhenWarm(subjects)
+  t.equal(await eventLoop, 0, 'the event loop goes on while the request waits, and no call went early')
+  t.ok(reads < 1_000, `a few clock reads, not a loop (${reads})`)
+  time.advance(5)
+  while (store.rates.length === 0) await new Promise((resolve) => setTimeout(resolve, 2))
+  await store.rateAnswer(10, 0)
+  t.ok((await decision).allowed, 'then the renewal, and the request admitted from it')
+  await store.close(limiter)
+})
