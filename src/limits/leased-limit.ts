@@ -68,6 +68,8 @@ export abstract class LeasedLimit {
   private attempts = 0
   /** Requests waiting for units since the last call was sent: the next lease covers them all. */
   private asks = 0
+  /** What the call under way asked for: an answer granting none of it says the limit is spent. */
+  private wantedInCall = 0
   private sampledAt: number
   private demandPerMs = -1
 
@@ -238,6 +240,7 @@ export abstract class LeasedLimit {
     this.refunds = 0
     this.spentSinceSend = 0
     this.asks = 0
+    this.wantedInCall = wanted
     this.ctx.metrics.leaseRequests?.inc()
     if (call.returned > 0) this.ctx.metrics.unitsReturned?.inc(call.returned)
     const sent = this.call(now, call)
@@ -280,8 +283,12 @@ export abstract class LeasedLimit {
     this.lease += granted
     if (granted > 0) this.ctx.metrics.unitsTaken?.inc(granted)
     this.leaseExpiresAt = this.lease > 0 ? sentAt + ttlMs : 0
-    this.waitUntil = waitMs > 0 ? now + waitMs : 0
     this.graceUntil = answer.inGrace ? now + waitMs : 0
     this.nextCallAt = granted === 0 ? now + Math.min(PROBE_EVERY_MS, Math.max(MIN_RETRY_MS, waitMs)) : 0
+    // Units asked for and none granted: the limit is spent, and requests are refused from memory
+    // (not made to wait: starved) until the next call may go, even when the answer names no wait
+    // (a quota's month is spent until other replicas give units back, or the month ends).
+    const spent = granted === 0 && this.wantedInCall > 0
+    this.waitUntil = spent ? Math.max(now + waitMs, this.nextCallAt) : waitMs > 0 ? now + waitMs : 0
   }
 }

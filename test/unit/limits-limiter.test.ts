@@ -374,7 +374,7 @@ t.test('one failed call: every shared limit goes on on its own, from its lease a
   await store.close(limiter)
 })
 
-t.test("a dry lease within an empty answer's retry time: the request waits on a timer, not in a loop", async (t) => {
+t.test('a dry lease within the retry time of an answer: the request waits on a timer, not in a loop', async (t) => {
   let reads = 0
   const time = clock()
   // A clock that moves only when the test says would hold a spinning request forever: it jumps a
@@ -393,20 +393,57 @@ t.test("a dry lease within an empty answer's retry time: the request waits on a 
     sweepEveryMs: 0,
   })
   const subjects = [sub({ rate: { requests: 100_000, perSeconds: 1 } })]
-  await Promise.all([limiter.warm(subjects), store.rateAnswer(1)])
-  t.ok(limiter.admit(subjects).allowed, 'the lease of one is spent, and its renewal sent')
-  // Empty: units again in 3 ms, but no call before the 10 ms every empty answer waits.
-  await store.rateAnswer(0, 0, 3)
-  time.advance(5)
-  t.notOk(limiter.isWarm(subjects), 'past the wait: the next request waits for a renewal')
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(2)])
+  t.ok(limiter.admit(subjects).allowed, 'one unit spent, a renewal sent')
+  t.ok(limiter.admit(subjects).allowed, 'the other spent while it is under way')
+  await store.rateAnswer(0, 0, 0)
+  // An idle second: the sweep reports the unit spent, asking for nothing; its answer grants
+  // nothing, which says nothing of the limit, and no call may follow for 10 ms.
+  time.advance(1_000)
+  limiter.sweep()
+  t.match(await store.rateAnswer(0, 50), { keep: 0, wanted: 0 })
+  t.notOk(limiter.isWarm(subjects), 'the lease is dry and the limit not known spent: the next request waits')
   reads = 0
   const eventLoop = new Promise<number>((resolve) => setImmediate(() => resolve(store.rates.length)))
   const decision = limiter.admitWhenWarm(subjects)
   t.equal(await eventLoop, 0, 'the event loop goes on while the request waits, and no call went early')
   t.ok(reads < 1_000, `a few clock reads, not a loop (${reads})`)
-  time.advance(5)
+  time.advance(10)
   while (store.rates.length === 0) await new Promise((resolve) => setTimeout(resolve, 2))
-  await store.rateAnswer(10, 0)
+  await store.rateAnswer(10, 40)
   t.ok((await decision).allowed, 'then the renewal, and the request admitted from it')
+  await store.close(limiter)
+})
+
+t.test('a spent quota: the requests after its empty answer are refused from memory, not made to wait', async (t) => {
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [account({ monthlyQuota: { requests: 5 } })]
+  const spent = { rebuild: false as const, granted: 0, used: 5, waitMs: 0, epoch: 'e1', inGrace: false }
+  const warming = limiter.warm(subjects)
+  await flush()
+  store.quotas.shift()!.answer(spent)
+  await warming
+  t.ok(limiter.isWarm(subjects), 'Redis just said the month is spent: decided from memory')
+  const refused = limiter.admit(subjects)
+  t.same([refused.allowed, refused.violated], [false, ['account.monthly_quota']])
+  t.equal(store.quotas.length, 0, 'and no call before the next may go')
+  time.advance(10)
+  t.notOk(limiter.isWarm(subjects), 'then the next request may ask again, once')
+  const asking = limiter.warm(subjects)
+  await flush()
+  t.equal(store.quotas.length, 1, 'one call')
+  store.quotas.shift()!.answer(spent)
+  await asking
+  t.ok(limiter.isWarm(subjects), 'spent again: from memory again')
+  t.notOk(limiter.admit(subjects).allowed)
   await store.close(limiter)
 })
