@@ -211,6 +211,26 @@ t.test('Postgres away: the keys held keep signing, the reload is tried again unt
   t.not(await eventually(10_000, async () => gw.app.keyring.accepts(next.kid)), null, 'loaded once Postgres answers')
 })
 
+t.test('no key loaded yet: the JWKS is 503, not an empty set to cache for five minutes', async (t) => {
+  const db = await freshDatabase(t)
+  const relay = await startRelay(t, postgresAddress())
+  await relay.cut()
+  const gw = await startGateway(t, {
+    listen: false,
+    database: db,
+    redis: false,
+    pool: { url: viaPort(db.url, relay.port) },
+    relays: [relay],
+  })
+  const empty = await gw.app.inject({ method: 'GET', url: '/.well-known/jwks.json' })
+  t.equal(empty.statusCode, 503, 'a verifier or a shared cache must not keep "no keys"')
+  t.equal(empty.json().code, 'store_unavailable')
+  t.notOk(String(empty.headers['cache-control'] ?? '').includes('public'), 'not cacheable')
+  await relay.restore()
+  const loaded = await eventually(10_000, async () => (await jwks(gw.app).catch(() => null))?.kids.length === 1)
+  t.not(loaded, null, 'the set once the keys are loaded')
+})
+
 t.test('a rotation reaches a replica without the bus, by its reload', async (t) => {
   t.ok(DEFAULT_RELOAD_INTERVAL_MS < 60_000, 'the default reload is within the 60 s promised')
   const db = await freshDatabase(t)
