@@ -177,6 +177,25 @@ t.test('the assertion: header, claims, acting or not (docs/credentials.md)', asy
   })
 })
 
+t.test('no signing key loaded: 503 store_unavailable, nothing forwarded (docs/api.md)', async (t) => {
+  const empty = await startGateway(t, {
+    gatewayConfig: { routes },
+    env: { ISSUER_URL: ISSUER },
+    keyring: new Keyring(),
+  })
+  const parent = await empty.createParent({ name: 'unsigned' })
+  const before = upstream.received.length
+  const res = await callAs(empty.url, parent.apiKey, { path: '/v1/signed/x', acting: 'self' })
+  t.equal(res.status, 503, res.body)
+  t.equal(res.json().code, 'store_unavailable')
+  t.equal(
+    (await callAs(empty.url, parent.apiKey, { path: '/v1/plain/x', acting: 'self' })).status,
+    200,
+    'a plain route',
+  )
+  t.equal(upstream.received.length, before + 1, 'only the plain route reached the upstream')
+})
+
 t.test('a route without the option sends no X-Service-Identity', async (t) => {
   const { parent, subId } = await tenants('plain')
   const received = await forwarded(parent.apiKey, { path: '/v1/plain/x', acting: subId })
