@@ -89,6 +89,37 @@ t.test('--compromised ends tokens and assertions of the old key on both replicas
   t.equal((await read(a, renewed)).status, 200, 'and work on the other replica')
 })
 
+t.test('a replica that missed the message: the same, by its reload', async (t) => {
+  // C shares the database but not the bus (another prefix): every message is lost to it.
+  const c = await startGateway(t, {
+    gatewayConfig: routes,
+    cacheTimings,
+    database: a.database,
+    signingKeys: { reloadIntervalMs: 500 },
+  })
+  const client = await clientKey(a.url, parent)
+  const token = await accessToken(a.url, client)
+  const old = decodeProtectedHeader(token).kid!
+  for (let i = 0; i < 2; i++) t.equal((await read(c, token)).status, 200, 'C admits the token and remembers it')
+  t.equal(lastAssertion().kid, old, "C's assertion is signed by the old key")
+  const cached = lastAssertion().token
+  t.equal((await read(c, token)).status, 200)
+  t.equal(lastAssertion().token, cached, 'and C reuses it')
+
+  const operator = cli({ DATABASE_URL: a.database.url, REDIS_URL, REDIS_KEY_PREFIX: a.redisKeyPrefix! })
+  const fresh = ((await operator.ok(t, ['signing-keys', 'rotate', '--compromised'])).signing_key as { kid: string }).kid
+  const refused = await eventually(10_000, async () => (await read(c, token)).status === 401)
+  t.not(refused, null, "C refuses the old key's token once it has reloaded, though it remembered it")
+  t.equal((await read(c, client.apiKey)).status, 200)
+  t.equal(lastAssertion().kid, fresh, 'C sends an assertion signed by the fresh key, not the cached one')
+  const published = (await callAs(c.url, null, { path: '/.well-known/jwks.json' })).json().keys as { kid: string }[]
+  t.same(
+    published.map((k) => k.kid),
+    [fresh],
+    "C's JWKS no longer lists the old key",
+  )
+})
+
 t.test('a key that expires ends its tokens on both replicas, with no message', async (t) => {
   const client = await clientKey(a.url, parent)
   const expiresAt = Date.now() + 2_500
