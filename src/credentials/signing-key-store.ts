@@ -169,11 +169,11 @@ export class SigningKeyStore {
       await this.checkEncryptionKey(tx)
       const now = this.clock()
       const published = await this.published(tx)
-      const signer = signerOf(published, now)
-      const doomed = published.filter((key) => signer !== null && key.activatesAt >= signer.activatesAt)
+      // Every published key, retired ones too: whoever holds a retired key's private part could
+      // sign new tokens dated within its publication, and a leak may be of any key the table holds.
       const withdrawn = await withdrawSigningKeys(
         tx,
-        doomed.map((key) => key.kid),
+        published.map((key) => key.kid),
         new Date(now),
       )
       const created = await this.insertKey(tx, now)

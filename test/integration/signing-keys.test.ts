@@ -248,3 +248,28 @@ t.test('a rotation reaches a replica without the bus, by its reload', async (t) 
   t.equal(a.app.keyring.signingKey().kid, signing_key.kid)
   t.notOk(a.app.keyring.accepts(before))
 })
+
+t.test('--compromised withdraws every published key, retired ones too', async (t) => {
+  const db = await freshDatabase(t)
+  const start = Date.now()
+  let now = start
+  const keys = store(db, () => now)
+  const first = (await keys.rotate()).kid
+  const next = await keys.rotate()
+  t.not(next.kid, first)
+  // The next key signs: the first one is retired, still published for its tokens' sake.
+  now = Date.parse(next.activates_at) + 1_000
+  const { signing_key: fresh, withdrawn } = await keys.rotateCompromised()
+  t.same(
+    withdrawn.map((key) => key.kid),
+    [first, next.kid],
+    'the retired key is withdrawn with the one that signed: its private part could sign new tokens',
+  )
+  const published = await db.sql<{ kid: string }[]>`
+    select kid from signing_keys where withdrawn_at is null and published_until is null`
+  t.same(
+    published.map((row) => row.kid),
+    [fresh.kid],
+    'only the fresh key is left',
+  )
+})
