@@ -7,7 +7,7 @@ import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
 import type { FastifyPluginAsync } from 'fastify'
 import { ACCESS_TOKEN_TYPE } from '../auth/access-tokens.js'
 import { digest } from '../auth/keys.js'
-import { scopeCovers, uniqueScopes } from '../auth/scopes.js'
+import { SCOPE_PATTERN, scopeCovers, uniqueScopes } from '../auth/scopes.js'
 import { continueAfterChecks } from '../http/expect-continue.js'
 import { singleHeaderCounts } from '../http/header-counts.js'
 import { addManagementDeadline } from '../management/hooks.js'
@@ -39,6 +39,8 @@ export interface TokenEndpointOptions {
 
 const GRANT_TYPE = 'client_credentials'
 const KEY_ID = new RegExp(UUID_PATTERN)
+const SCOPE_NAME = new RegExp(SCOPE_PATTERN)
+
 /** RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ). */
 const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]+$/
 
@@ -83,6 +85,10 @@ export function grantedScopes(requested: string | undefined, keyScopes: readonly
   const asked = requested.split(' ')
   if (asked.some((scope) => !SCOPE_TOKEN.test(scope)))
     throw invalidScope('scope must be scope names separated by single spaces')
+  // A key's wildcard covers any suffix; what the token carries must still be a scope name.
+  const unnamed = asked.filter((scope) => !SCOPE_NAME.test(scope))
+  if (unnamed.length > 0)
+    throw invalidScope(`${unnamed.slice(0, 5).map(quoted).join(', ')} is not a scope name (e.g. orders:read)`)
   const beyond = asked.filter((scope) => !keyScopes.some((granted) => scopeCovers(granted, scope)))
   if (beyond.length > 0) throw invalidScope(`the key does not hold ${beyond.slice(0, 5).map(quoted).join(', ')}`)
   return uniqueScopes(asked)

@@ -139,6 +139,9 @@ t.test('scope: a subset of the key, all of it by default, nothing beyond', async
   oauthError(t, await ask('orders:read  tracking:read'), 400, 'invalid_scope', 'two spaces')
   oauthError(t, await ask(' orders:read'), 400, 'invalid_scope', 'a leading space')
   oauthError(t, await ask('orders:"read"'), 400, 'invalid_scope', 'a character RFC 6749 §3.3 excludes')
+  // Covered by the key's tracking:*, but no scope name: X-Service-Scopes would carry it as it is.
+  oauthError(t, await ask('tracking:READ,x'), 400, 'invalid_scope', 'not a scope name, though a wildcard covers it')
+  oauthError(t, await ask('tracking:a/b'), 400, 'invalid_scope', 'a slash')
 })
 
 t.test('grant_type', async (t) => {
