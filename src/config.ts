@@ -168,6 +168,18 @@ function parseEncryptionKey(env: Env): Buffer | undefined {
   return key
 }
 
+/** RFC 8414 §2: an issuer has no query or fragment; nor may it carry credentials. */
+function parseIssuerUrl(env: Env): string | undefined {
+  const raw = parseUrl(env, 'ISSUER_URL', ['http:', 'https:'])
+  if (raw === undefined) return undefined
+  const url = new URL(raw)
+  if (url.search !== '' || url.hash !== '' || raw.includes('?') || raw.includes('#'))
+    throw new ConfigError('ISSUER_URL', "must have no query (?) or fragment (#): it is the gateway's public origin")
+  if (url.username !== '' || url.password !== '')
+    throw new ConfigError('ISSUER_URL', 'must not carry a user or password')
+  return raw.replace(/\/+$/, '')
+}
+
 function parseBoundedInteger(env: Env, name: string, fallback: number, max: number): number {
   const value = parsePositiveInteger(env, name, fallback)
   if (value > max) throw new ConfigError(name, `must be at most ${max}, got "${value}"`)
@@ -198,7 +210,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
     managementRate: parseManagementRate(env),
     encryptionKey: parseEncryptionKey(env),
-    issuerUrl: parseUrl(env, 'ISSUER_URL', ['http:', 'https:'])?.replace(/\/+$/, '') ?? `http://localhost:${port}`,
+    issuerUrl: parseIssuerUrl(env) ?? `http://localhost:${port}`,
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
   })

@@ -92,3 +92,19 @@ t.test('MANAGEMENT_RATE', async (t) => {
     t.throws(() => loadConfig({ MANAGEMENT_RATE: bad }, ROOT), { name: 'ConfigError', message: /MANAGEMENT_RATE/ }, bad)
   }
 })
+
+t.test('ISSUER_URL, ACCESS_TOKEN_TTL_SECONDS, SIGNING_KEY_ROTATION_DAYS', async (t) => {
+  t.equal(loadConfig({ PORT: '9000' }, ROOT).issuerUrl, 'http://localhost:9000', 'by default, the local origin')
+  t.equal(loadConfig({ ISSUER_URL: 'https://api.example.com/' }, ROOT).issuerUrl, 'https://api.example.com')
+  t.equal(loadConfig({ ISSUER_URL: 'https://example.com/gw' }, ROOT).issuerUrl, 'https://example.com/gw', 'a path')
+  for (const bad of ['ftp://x', 'https://x/?a=1', 'https://x/#f', 'https://x?', 'https://u:p@x', 'not a url']) {
+    t.throws(() => loadConfig({ ISSUER_URL: bad }, ROOT), { name: 'ConfigError', message: /ISSUER_URL/ }, bad)
+  }
+  t.throws(() => loadConfig({ ISSUER_URL: 'https://u:hunter2@x' }, ROOT), { message: /^(?!.*hunter2)/ })
+  t.equal(loadConfig({}, ROOT).accessTokenTtlSeconds, 900)
+  t.equal(loadConfig({ ACCESS_TOKEN_TTL_SECONDS: '3600' }, ROOT).accessTokenTtlSeconds, 3600)
+  for (const bad of ['0', '3601', '1.5', 'x'])
+    t.throws(() => loadConfig({ ACCESS_TOKEN_TTL_SECONDS: bad }, ROOT), { message: /ACCESS_TOKEN_TTL_SECONDS/ }, bad)
+  t.equal(loadConfig({}, ROOT).signingKeyRotationDays, 30)
+  t.throws(() => loadConfig({ SIGNING_KEY_ROTATION_DAYS: '0' }, ROOT), { message: /SIGNING_KEY_ROTATION_DAYS/ })
+})
