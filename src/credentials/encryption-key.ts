@@ -2,7 +2,7 @@
 // else will do, since every replica and the CLI must hold the same key. The embedded database
 // (one process, one machine) keeps its own in DATA_DIR/encryption.key, made on its first start.
 import { randomBytes } from 'node:crypto'
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
 import { ConfigError, type Config } from '../config.js'
 import { ENCRYPTION_KEY_BYTES } from './encryption.js'
@@ -33,8 +33,22 @@ function embeddedEncryptionKey(dataDir: string): Buffer {
   }
   mkdirSync(dataDir, { recursive: true })
   const key = randomBytes(ENCRYPTION_KEY_BYTES)
-  // Callers hold the embedded database's lock (one process at a time); wx still never overwrites.
-  writeFileSync(path, `${key.toString('base64')}\n`, { mode: 0o600, flag: 'wx' })
+  // Written whole to a file of its own, then linked into place: a crash midway leaves no empty
+  // key file to block every later start, and the link (like wx) never replaces one. Callers hold
+  // the embedded database's lock, so one process at a time gets here.
+  const partial = `${path}.${process.pid}.partial`
+  const fd = openSync(partial, 'wx', 0o600)
+  try {
+    writeSync(fd, `${key.toString('base64')}\n`)
+    fsyncSync(fd)
+  } finally {
+    closeSync(fd)
+  }
+  try {
+    linkSync(partial, path)
+  } finally {
+    rmSync(partial, { force: true })
+  }
   return key
 }
 

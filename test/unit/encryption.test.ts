@@ -1,7 +1,7 @@
 // Secrets at rest (src/credentials/encryption.ts): AES-256-GCM, a fresh IV per value, and a wrong
 // key or an altered value refused by the tag, with a message that names ENCRYPTION_KEY.
 import { randomBytes } from 'node:crypto'
-import { readFileSync, statSync, writeFileSync } from 'node:fs'
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { ConfigError } from '../../src/config.js'
@@ -73,6 +73,8 @@ t.test('ENCRYPTION_KEY: required with DATABASE_URL, else DATA_DIR/encryption.key
   t.equal(statSync(path).mode & 0o777, 0o600, 'readable by its owner only')
   t.equal(readFileSync(path, 'utf8'), `${made.toString('base64')}\n`)
   t.same(resolveEncryptionKey({ encryptionKey: undefined, databaseUrl: undefined, dataDir }), made, 'kept')
+
+  t.same(readdirSync(dataDir), [ENCRYPTION_KEY_FILE], 'no partial file left beside it')
 
   writeFileSync(path, 'not a key\n')
   t.throws(() => resolveEncryptionKey({ encryptionKey: undefined, databaseUrl: undefined, dataDir }), ConfigError)
