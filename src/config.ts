@@ -43,6 +43,8 @@ export interface Config {
   readonly accessTokenTtlSeconds: number
   /** A new signing key every this many days (SIGNING_KEY_ROTATION_DAYS, default 30). */
   readonly signingKeyRotationDays: number
+  /** Webhooks to http and to any address, private ones included (WEBHOOKS_ALLOW_INSECURE, default false). */
+  readonly webhooksAllowInsecure: boolean
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -186,6 +188,13 @@ function parseBoundedInteger(env: Env, name: string, fallback: number, max: numb
   return value
 }
 
+function parseBoolean(env: Env, name: string): boolean {
+  const raw = read(env, name)
+  if (raw === undefined || raw === 'false') return false
+  if (raw === 'true') return true
+  throw new ConfigError(name, `must be true or false, got "${raw}"`)
+}
+
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -213,5 +222,6 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     issuerUrl: parseIssuerUrl(env) ?? `http://localhost:${port}`,
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
+    webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
   })
 }

@@ -108,3 +108,11 @@ t.test('ISSUER_URL, ACCESS_TOKEN_TTL_SECONDS, SIGNING_KEY_ROTATION_DAYS', async 
   t.equal(loadConfig({}, ROOT).signingKeyRotationDays, 30)
   t.throws(() => loadConfig({ SIGNING_KEY_ROTATION_DAYS: '0' }, ROOT), { message: /SIGNING_KEY_ROTATION_DAYS/ })
 })
+
+t.test('WEBHOOKS_ALLOW_INSECURE: true or false, false by default', async (t) => {
+  t.equal(loadConfig({}, ROOT).webhooksAllowInsecure, false)
+  t.equal(loadConfig({ WEBHOOKS_ALLOW_INSECURE: 'true' }, ROOT).webhooksAllowInsecure, true)
+  t.equal(loadConfig({ WEBHOOKS_ALLOW_INSECURE: 'false' }, ROOT).webhooksAllowInsecure, false)
+  for (const bad of ['yes', '1', 'TRUE'])
+    t.throws(() => loadConfig({ WEBHOOKS_ALLOW_INSECURE: bad }, ROOT), { message: /WEBHOOKS_ALLOW_INSECURE/ }, bad)
+})
