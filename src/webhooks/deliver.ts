@@ -49,7 +49,7 @@ export const RESPONSE_BODY_CAP_BYTES = 4096
  * A net/tls `lookup` that resolves with `lookupAll`, refuses the name if ANY address is forbidden,
  * and hands on only the addresses it checked: the socket connects to nothing else.
  */
-function checkedLookup(lookupAll: LookupAll): LookupFunction {
+export function checkedLookup(lookupAll: LookupAll): LookupFunction {
   return (hostname, options, callback) => {
     checkName(hostname, lookupAll).then(
       (addresses) => {
@@ -69,6 +69,7 @@ function checkedLookup(lookupAll: LookupAll): LookupFunction {
 /** An undici connector that refuses forbidden addresses before connecting and checks the peer after. */
 function checkedConnector(options: DeliveryOptions): buildConnector.connector {
   const base = buildConnector({
+    timeout: options.timeoutMs ?? DELIVERY_TIMEOUT_MS,
     lookup: checkedLookup(options.lookup ?? defaultLookup),
     ...(options.ca ? { ca: options.ca } : {}),
   })

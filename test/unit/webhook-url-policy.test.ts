@@ -1,7 +1,9 @@
 // Webhook URLs (src/webhooks/url-policy.ts): https only, no credentials, and no host that is or
 // resolves to a loopback, private, link-local, CGNAT, multicast, broadcast or metadata address,
 // however the address is spelled. Names go through an injected resolver, never external DNS.
+import type { LookupOptions } from 'node:dns'
 import t, { type Test } from 'tap'
+import { checkedLookup } from '../../src/webhooks/deliver.js'
 import {
   checkWebhookUrl,
   forbiddenAddressReason,
@@ -140,4 +142,26 @@ t.test('forbiddenAddressReason on its own', async (t) => {
   t.equal(forbiddenAddressReason('100.128.0.1'), null, 'just past CGNAT')
   t.equal(forbiddenAddressReason('172.32.0.1'), null, 'just past 172.16/12')
   t.match(forbiddenAddressReason('not-an-ip'), /not an IP address/)
+})
+
+t.test("the delivery's lookup answers as net asks: all addresses, or one of a family", async (t) => {
+  const checked = checkedLookup(lookup)
+  const ask = (hostname: string, options: LookupOptions) =>
+    new Promise<unknown[]>((resolve) => checked(hostname, options, (...args: unknown[]) => resolve(args)))
+  t.same(await ask('hooks.example.com', { all: true }), [
+    null,
+    [
+      { address: PUBLIC_V4, family: 4 },
+      { address: PUBLIC_V6, family: 6 },
+    ],
+  ])
+  t.same(await ask('hooks.example.com', { family: 6 }), [null, PUBLIC_V6, 6])
+  t.same(await ask('hooks.example.com', {}), [null, PUBLIC_V4, 4])
+  const [err] = await ask('mixed.example.com', {})
+  t.match(err, { name: 'WebhookUrlError', message: /192\.168\.1\.1/ })
+  const v4only = checkedLookup(async () => [{ address: PUBLIC_V4, family: 4 }])
+  const [none] = await new Promise<unknown[]>((resolve) =>
+    v4only('hooks.example.com', { family: 6 }, (...args: unknown[]) => resolve(args)),
+  )
+  t.match(none, { code: 'ENOTFOUND' })
 })
