@@ -64,6 +64,8 @@ export interface AppDeps {
   headersTimeoutMs?: number
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
   managementBodyTimeoutMs?: number
+  /** How often expired idempotency keys are deleted (default 60 s). */
+  idempotencySweepIntervalMs?: number
 }
 
 /** Management bodies are small JSON documents; proxied bodies get their own limit. */
@@ -111,6 +113,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const encryptionKey = deps.keyring === undefined ? deps.config.encryptionKey : undefined
   if (deps.keyring === undefined && encryptionKey === undefined)
     throw new ConfigError('ENCRYPTION_KEY', 'is required to load the signing keys')
+  // Kept idempotent answers are sealed under it too (management/idempotency.ts).
+  const answersKey = deps.config.encryptionKey
+  if (answersKey === undefined) throw new ConfigError('ENCRYPTION_KEY', 'is required to keep idempotent answers')
   const logging = deps.logger !== undefined && deps.logger !== false
   const app = Fastify({
     frameworkErrors: sendFrameworkError,
@@ -215,6 +220,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     bodyTimeoutMs: deps.managementBodyTimeoutMs,
     limiter: app.limiter,
     rate: deps.config.managementRate,
+    encryptionKey: answersKey,
+    idempotencySweepIntervalMs: deps.idempotencySweepIntervalMs,
   })
   await app.register(proxyRoutes, {
     routes,

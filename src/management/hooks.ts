@@ -55,9 +55,18 @@ function clearBodyDeadline(timers: ManagementTimers): void {
 }
 
 /** Whether fastify will read a body for this request (a length other than 0, or chunked). */
-function hasBody(request: FastifyRequest): boolean {
+export function hasBody(request: FastifyRequest): boolean {
   const length = request.headers['content-length']
   return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+}
+
+/**
+ * Ends the store deadline early: the answer is on its way and must not be replaced by a 503
+ * while an onSend hook still writes to the store (management/idempotency.ts bounds its own write).
+ */
+export function stopStoreDeadline(request: FastifyRequest): void {
+  const timers = request.deadline
+  if (timers !== null) pauseStoreDeadline(timers)
 }
 
 /**

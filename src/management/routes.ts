@@ -13,6 +13,7 @@ import type { TenancyLookups } from '../tenancy/lookups.js'
 import { registerAccountRoutes } from './account-routes.js'
 import { authorizeManagement, type ManagementContext } from './common.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
+import { addIdempotency } from './idempotency.js'
 import { registerKeyRoutes } from './key-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from './rate.js'
@@ -29,6 +30,10 @@ export interface ManagementOptions {
   limiter: Limiter
   /** Each parent's rate here (MANAGEMENT_RATE). */
   rate: Rate
+  /** ENCRYPTION_KEY: the kept answers of idempotent requests are sealed under it. */
+  encryptionKey: Buffer
+  /** How often expired idempotency keys are deleted (default 60 s; tests shorten it). */
+  idempotencySweepIntervalMs?: number | undefined
 }
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
@@ -39,6 +44,11 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   app.addHook('onRequest', tenancyHook(lookups))
   app.addHook('onRequest', async (request) => authorizeManagement(request))
   app.addHook('onRequest', managementRate(options.limiter, options.rate))
+  addIdempotency(plugin, {
+    sql,
+    encryptionKey: options.encryptionKey,
+    sweepIntervalMs: options.idempotencySweepIntervalMs,
+  })
   app.addHook('onRequest', continueAfterChecks(plugin.initialConfig.bodyLimit ?? 0))
 
   const context: ManagementContext = { sql, cache, cursors: new Cursors(() => cursorSecret(sql)) }

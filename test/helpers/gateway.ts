@@ -61,6 +61,8 @@ export interface GatewayOptions {
   signingKeys?: AppDeps['signingKeys']
   /** Shorter server and body deadlines than the defaults, so that a test of them is quick. */
   deadlines?: Pick<AppDeps, 'headersTimeoutMs' | 'managementBodyTimeoutMs'>
+  /** How often expired idempotency keys are deleted (default 60 s). */
+  idempotencySweepIntervalMs?: number
 }
 
 export interface Parent {
@@ -187,6 +189,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       logger: options.logger ?? false,
       keyring: options.keyring,
       signingKeys: options.signingKeys,
+      idempotencySweepIntervalMs: options.idempotencySweepIntervalMs,
       ...options.deadlines,
     })
   let app: FastifyInstance
