@@ -56,8 +56,10 @@ const ERROR_RESPONSES = {
     'insufficient_scope',
   ],
   NotFound: ['not_found'],
-  Conflict: ['external_id_conflict'],
-  KeyNotActive: ['key_not_active'],
+  Conflict: ['external_id_conflict', 'idempotency_key_in_flight'],
+  KeyNotActive: ['key_not_active', 'idempotency_key_in_flight'],
+  InFlight: ['idempotency_key_in_flight'],
+  KeyReused: ['idempotency_key_reused'],
   RequestTimeout: ['request_timeout'],
   PayloadTooLarge: ['payload_too_large'],
   UnsupportedMediaType: ['unsupported_media_type'],
@@ -74,6 +76,14 @@ function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
   const response: OpenAPIV3_1.ResponseObject = {
     description: `${what}. \`code\`: ${listed}.`,
     content: { [PROBLEM_JSON]: { schema: ref('schemas', 'Problem') } },
+  }
+  if (codes.includes('idempotency_key_in_flight')) {
+    response.headers = {
+      'Retry-After': {
+        description: '`1` on idempotency_key_in_flight: the first request with this Idempotency-Key still runs',
+        schema: { type: 'integer' },
+      },
+    }
   }
   if (name === 'Unauthenticated' || name === 'Forbidden') {
     response.headers = {
@@ -136,6 +146,19 @@ const ACTING_TENANT: OpenAPIV3_1.ParameterObject = {
   example: 'self',
 }
 
+// docs/api.md, Idempotency.
+const IDEMPOTENCY_KEY: OpenAPIV3_1.ParameterObject = {
+  name: 'Idempotency-Key',
+  in: 'header',
+  required: false,
+  description:
+    'Makes the write safe to retry (docs/api.md, Idempotency): the first request with a key runs and its ' +
+    'answer is kept 24 h for the calling key; the same method, path and body again get that answer, with ' +
+    '`Idempotent-Replayed: true`; another request with the key: 422 `idempotency_key_reused`; while the first ' +
+    'still runs: 409 `idempotency_key_in_flight`. A 400 or a 5xx is not kept.',
+  schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[\\x20-\\x7E]+$' },
+}
+
 function baseDocument(): OpenAPIV3_1.Document {
   return {
     openapi: '3.1.0',
@@ -179,7 +202,7 @@ function baseDocument(): OpenAPIV3_1.Document {
             'joined by `:`. Alternatively `client_id` and `client_secret` in the form.',
         },
       },
-      parameters: { ActingTenant: ACTING_TENANT },
+      parameters: { ActingTenant: ACTING_TENANT, IdempotencyKey: IDEMPOTENCY_KEY },
       schemas: { Problem: PROBLEM_SCHEMA },
       responses: Object.fromEntries(
         (Object.keys(ERROR_RESPONSES) as ErrorResponse[]).map((name) => [name, errorResponse(name)]),
@@ -217,6 +240,10 @@ function managementErrors(
   const body = requestBody?.content['application/json']?.schema as OpenAPIV3_1.SchemaObject | undefined
   if (body?.properties?.external_id !== undefined) errors[409] = 'Conflict'
   if (path.endsWith('/roll')) errors[409] = 'KeyNotActive'
+  if (method === 'post' || method === 'patch') {
+    errors[409] ??= 'InFlight'
+    errors[422] = 'KeyReused'
+  }
   // A write may carry a body whatever its schema: too large, too slow or not JSON is refused before validation.
   if (method !== 'get')
     Object.assign(errors, { 408: 'RequestTimeout', 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType' })
@@ -248,6 +275,7 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       }
       if (!isManagementUrl(path)) continue
       operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'ActingTenant')]
+      if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
       for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {
         responses[status] ??= ref('responses', name)
       }

@@ -140,6 +140,27 @@ t.test('OpenAPI document and docs page', async (t) => {
     t.match(deref(doc, roll.responses['401']).description, /key_expired/, 'an expired key is documented')
   })
 
+  t.test('the writes take an Idempotency-Key and document its refusals', async (t) => {
+    const header = doc.components.parameters.IdempotencyKey
+    t.match(header, { name: 'Idempotency-Key', in: 'header', required: false, schema: { maxLength: 255 } })
+    for (const key of expected) {
+      const [method, path] = key.split(' ') as [string, string]
+      const op = doc.paths[path]?.[method]
+      const takesKey = (op?.parameters as Json[] | undefined)?.some(
+        (parameter) => parameter.$ref === '#/components/parameters/IdempotencyKey',
+      )
+      if (method === 'get') {
+        t.notOk(takesKey, `${key}: no Idempotency-Key`)
+        continue
+      }
+      t.ok(takesKey, `${key}: the Idempotency-Key header`)
+      t.ok(isProblemJson(doc, op.responses['422']), `${key}: 422 is problem+json`)
+      t.match(deref(doc, op.responses['422']).description, /idempotency_key_reused/, `${key}: 422 reused`)
+      t.match(deref(doc, op.responses['409']).description, /idempotency_key_in_flight/, `${key}: 409 in flight`)
+      t.ok(deref(doc, op.responses['409']).headers?.['Retry-After'], `${key}: 409 with Retry-After`)
+    }
+  })
+
   t.test('no proxied route, and health routes (when the app has them) without a key', async (t) => {
     const served = new Set(routes.map((route) => route.url))
     for (const path of Object.keys(doc.paths)) {
