@@ -148,6 +148,23 @@ t.test('idempotency keys', async (t) => {
     t.equal(missingAgain.body, missing.body)
   })
 
+  t.test('refusals before the lookup (acting rules, body parsing) do not use the key', async (t) => {
+    const parent = await gw.createParent()
+    const forbidden = await call(parent, 'early', {
+      method: 'POST',
+      url: PREFIX,
+      acting: '00000000-0000-4000-8000-000000000000',
+      body: { name: 'early' },
+    })
+    t.equal(forbidden.statusCode, 403)
+    const notJson = await call(parent, 'early', { method: 'POST', url: PREFIX, body: '{"name":' })
+    t.equal(problemOf(notJson).code, 'invalid_json')
+    t.equal(await count('select count(*)::int as n from idempotency_keys where key_id = $1', parent.keyId), 0)
+    const runs = await create(parent, 'early', 'early')
+    t.equal(runs.statusCode, 201)
+    t.equal(runs.headers['idempotent-replayed'], undefined)
+  })
+
   t.test('while the first still runs: 409 idempotency_key_in_flight, Retry-After: 1', async (t) => {
     const parent = await gw.createParent()
     const sub = (await create(parent, 'to-update')).json()
