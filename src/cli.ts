@@ -2,6 +2,7 @@
 // one line on stderr that starts with `error: `, and a non-zero exit. --help prints the usage on
 // stdout.
 import { parseArgs } from 'node:util'
+import { keyObject } from './auth/key-changes.js'
 import { createParentWithKey } from './auth/mint.js'
 import { cacheKeys } from './cache/index.js'
 import { KEY_COMMANDS } from './cli/key-commands.js'
@@ -9,6 +10,7 @@ import { type Command, name, type Options, scopes, tellReplicas, UsageError, uui
 import { rotateSigningKeys } from './cli/signing-key-commands.js'
 import { loadConfig } from './config.js'
 import { resolveEncryptionKey } from './credentials/encryption-key.js'
+import { operatorOrigin, recordEvent } from './events/record.js'
 import { presentKey } from './management/present.js'
 import { openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
@@ -83,9 +85,18 @@ const COMMANDS: Record<string, Command> = {
     const accountName = name(options)
     const extraScopes = scopes(options) ?? []
     await migrate(sql)
-    const { account, key } = await sql.begin((tx) =>
-      createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes }),
-    )
+    // The account's first key is its first event (docs/events.md: an account's creation has no type of its own).
+    const { account, key } = await sql.begin(async (tx) => {
+      const created = await createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes })
+      await recordEvent(tx, operatorOrigin(), {
+        accountId: created.account.id,
+        type: 'api_key.created',
+        target: { type: 'api_key', id: created.key.row.id },
+        object: keyObject(created.key.row, created.account.id),
+        previous: null,
+      })
+      return created
+    })
     return {
       account: presentAccount(account),
       api_key: key.apiKey,
@@ -97,7 +108,7 @@ const COMMANDS: Record<string, Command> = {
     const accountId = uuid(options, 'account')
     const change = limitsChange(options)
     await migrate(sql)
-    const account = await setAccountLimits(sql, accountId, change)
+    const account = await setAccountLimits(sql, accountId, change, operatorOrigin())
     // The proxy reads an account's limits from its cached tenant record: tell the replicas now.
     if (config.redisUrl !== undefined)
       await tellReplicas(config.redisUrl, config.redisKeyPrefix, [cacheKeys.tenant(accountId)], 'the limits are stored')

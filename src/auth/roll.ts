@@ -1,8 +1,10 @@
 // Rolling a key (docs/credentials.md, key lifecycle): a new key with the old one's name, scopes and
 // expiry, and the old one kept working for an overlap, so that clients can move over without a
 // moment with no working key. Shared by the management API and the CLI.
+import { type Origin, recordEvent } from '../events/record.js'
 import type { Sql } from '../store/db.js'
 import { lockKey, shortenKey, type RevokedKeyRow } from '../store/keys.js'
+import { keyObject } from './key-changes.js'
 import { keyState } from './key-expiry.js'
 import { mintKey, type MintedKey } from './mint.js'
 
@@ -20,12 +22,16 @@ export interface RollInput {
   withClientSecret: boolean
   /** The gateway's clock, which authentication reads too (ms since the epoch). */
   nowMs?: number
+  /** Who rolls it, for the event (docs/events.md), and the parent account whose log shows it. */
+  origin: Origin
+  accountId: string
 }
 
 /**
  * Mints the successor and shortens (or revokes) the old key in one transaction. The old key's row
  * is locked first: of two rolls of one key, the second waits and then sees what the first did, so
- * a key revoked by a roll with no overlap is never rolled again.
+ * a key revoked by a roll with no overlap is never rolled again. The `api_key.rolled` event is
+ * written in the same transaction: it targets the new key, and `previous` is the old key as it was.
  */
 export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
   return sql.begin(async (tx): Promise<RollResult> => {
@@ -44,6 +50,13 @@ export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
     })
     const until = new Date(nowMs + input.overlapSeconds * 1000)
     const shortened = await shortenKey(tx, old.id, until, input.overlapSeconds === 0)
+    await recordEvent(tx, input.origin, {
+      accountId: input.accountId,
+      type: 'api_key.rolled',
+      target: { type: 'api_key', id: minted.row.id },
+      object: keyObject(minted.row, input.accountId, nowMs),
+      previous: keyObject(old, input.accountId, nowMs),
+    })
     return { outcome: 'rolled', old: shortened, minted }
   })
 }

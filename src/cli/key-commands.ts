@@ -2,12 +2,12 @@
 // lifecycle): create (optionally expiring), revoke, roll. Every value is checked before the store
 // is touched, so a bad one changes nothing.
 import { MAX_ROLL_OVERLAP_SECONDS, DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
-import { mintKey } from '../auth/mint.js'
+import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
 import { MANAGEMENT_SCOPES } from '../auth/scopes.js'
 import { keyEntries } from '../cache/index.js'
 import { presentKey } from '../management/present.js'
-import { revokeKey } from '../store/keys.js'
+import { operatorOrigin } from '../events/record.js'
 import { migrate } from '../store/migrate.js'
 import { type Command, name, type Options, parentAccount, scopes, tellReplicas, UsageError, uuid } from './options.js'
 
@@ -37,7 +37,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
     const expiry = expiresAt(options)
     await migrate(sql)
     await parentAccount(sql, accountId)
-    const key = await mintKey(sql, {
+    const key = await mintKeyWithEvent(sql, operatorOrigin(), accountId, {
       tenantId: accountId,
       name: label,
       scopes: keyScopes,
@@ -52,7 +52,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
     const keyId = uuid(options, 'key')
     await migrate(sql)
     await parentAccount(sql, accountId)
-    const row = await revokeKey(sql, accountId, keyId)
+    const row = await revokeKeyWithEvent(sql, operatorOrigin(), accountId, accountId, keyId)
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
     // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
     if (config.redisUrl !== undefined)
@@ -72,7 +72,14 @@ export const KEY_COMMANDS: Record<string, Command> = {
     await migrate(sql)
     await parentAccount(sql, accountId)
     // Parent keys have no client secret.
-    const result = await rollKey(sql, { tenantId: accountId, keyId, overlapSeconds: overlap, withClientSecret: false })
+    const result = await rollKey(sql, {
+      tenantId: accountId,
+      keyId,
+      overlapSeconds: overlap,
+      withClientSecret: false,
+      origin: operatorOrigin(),
+      accountId,
+    })
     if (result.outcome === 'not_found') throw new UsageError(`account ${accountId} has no key ${keyId}`)
     if (result.outcome === 'not_active')
       throw new UsageError(`key ${keyId} is ${result.state}: only an active key can be rolled`)

@@ -6,6 +6,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { ApiError, validationFailed } from '../errors.js'
 import type { Principal } from '../auth/authenticate.js'
 import { requireScope } from '../auth/scopes.js'
+import type { Origin } from '../events/record.js'
 import type { CacheInvalidator } from '../cache/index.js'
 import type { Sql } from '../store/db.js'
 import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/tenants.js'
@@ -52,6 +53,13 @@ export function authorizeManagement(request: FastifyRequest): void {
 
 /** The calling parent (authorizeManagement has made sure it is one). */
 export const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
+
+/** Who makes a change through the API, for its event (docs/events.md): the key, the request, the address. */
+export const originOf = (request: FastifyRequest): Origin => ({
+  actor: { type: 'api_key', key_id: request.principal!.key.id },
+  requestId: request.id,
+  sourceIp: request.ip,
+})
 
 export function trimmedName(name: string, path: string): string {
   const trimmed = name.trim()

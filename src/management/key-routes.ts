@@ -1,17 +1,18 @@
 // API keys of a sub-account: mint, list, get, revoke, roll (docs/api.md, API keys of a
 // sub-account; docs/credentials.md, key lifecycle).
 import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
-import { mintKey } from '../auth/mint.js'
+import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
 import { keyEntries } from '../cache/index.js'
 import { ApiError, validationFailed } from '../errors.js'
-import { getKey, listKeys, revokeKey } from '../store/keys.js'
+import { getKey, listKeys } from '../store/keys.js'
 import {
   MANAGEMENT_PREFIX,
   type ManagementApp,
   type ManagementContext,
   notFound,
   operation,
+  originOf,
   ownSubAccount,
   parentOf,
   pathUuid,
@@ -63,7 +64,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
         expiresAt = parsed.at
       }
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
-      const minted = await mintKey(sql, {
+      const minted = await mintKeyWithEvent(sql, originOf(request), parentOf(request).id, {
         tenantId: subAccount.id,
         name: label,
         scopes,
@@ -118,7 +119,13 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
     async (request) => {
       const { sub_id, key_id } = request.params
       const subAccount = await ownSubAccount(sql, request, sub_id)
-      const row = await revokeKey(sql, subAccount.id, pathUuid(key_id, 'key'))
+      const row = await revokeKeyWithEvent(
+        sql,
+        originOf(request),
+        parentOf(request).id,
+        subAccount.id,
+        pathUuid(key_id, 'key'),
+      )
       if (row === null) throw notFound('key')
       await cache.invalidate(keyEntries({ id: row.id, keyDigest: row.key_digest }))
       return presentKey(row)
@@ -142,6 +149,8 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
         keyId: pathUuid(key_id, 'key'),
         overlapSeconds: request.body.expires_in_seconds ?? DEFAULT_ROLL_OVERLAP_SECONDS,
         withClientSecret: true,
+        origin: originOf(request),
+        accountId: parentOf(request).id,
       })
       if (result.outcome === 'not_found') throw notFound('key')
       if (result.outcome === 'not_active')

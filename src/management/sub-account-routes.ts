@@ -1,6 +1,6 @@
 // Sub-accounts: create, list, get, update, deactivate and reactivate (docs/api.md, Sub-accounts).
 import { cacheKeys, subAccountEntries } from '../cache/index.js'
-import { createSubAccount, listSubAccounts, setSubAccountStatus, updateSubAccount } from '../store/tenants.js'
+import { listSubAccounts } from '../store/tenants.js'
 import { limitsFromBody } from '../tenancy/limits.js'
 import {
   MANAGEMENT_PREFIX,
@@ -8,6 +8,7 @@ import {
   type ManagementContext,
   notFound,
   operation,
+  originOf,
   ownSubAccount,
   parentOf,
   pathUuid,
@@ -15,6 +16,7 @@ import {
   withConflictAsHttp,
 } from './common.js'
 import { presentSubAccount } from './present.js'
+import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
 import {
   CreateSubAccountBody,
   ListSubAccountsQuery,
@@ -32,7 +34,7 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
     async (request, reply) => {
       const body = request.body
       const row = await withConflictAsHttp(() =>
-        createSubAccount(sql, parentOf(request).id, {
+        createSubAccountWithEvent(sql, originOf(request), parentOf(request).id, {
           name: trimmedName(body.name, '/body/name'),
           externalId: body.external_id ?? null,
           metadata: body.metadata ?? {},
@@ -91,8 +93,8 @@ export function registerSubAccountItem(app: ManagementApp, { sql, cache }: Manag
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
       const subId = pathUuid(request.params.sub_id)
       // The update is scoped to the parent: no row back means unknown or another parent's.
-      const row = await withConflictAsHttp(() =>
-        updateSubAccount(sql, parentOf(request).id, subId, {
+      const updated = await withConflictAsHttp(() =>
+        updateSubAccountWithEvent(sql, originOf(request), parentOf(request).id, subId, {
           name,
           externalId: body.external_id,
           metadata: body.metadata,
@@ -100,12 +102,13 @@ export function registerSubAccountItem(app: ManagementApp, { sql, cache }: Manag
           limits: body.limits === undefined ? undefined : limitsFromBody(body.limits),
         }),
       )
-      if (row === null) throw notFound()
-      const externalIdMoved = row.external_id !== row.previous_external_id
+      if (updated === null) throw notFound()
+      const { row, before } = updated
+      const externalIdMoved = row.external_id !== before.external_id
       // The cached records carry the external id and the limits (the proxy reads both from them).
       if (externalIdMoved || body.limits !== undefined) {
         await cache.invalidate(
-          [row.external_id, row.previous_external_id]
+          [row.external_id, before.external_id]
             .filter((externalId) => externalIdMoved && externalId !== null)
             .map((externalId) => cacheKeys.externalId(row.parent_id!, externalId!))
             .concat(subAccountEntries(row.parent_id!, row.id)),
@@ -123,8 +126,15 @@ export function registerSubAccountItem(app: ManagementApp, { sql, cache }: Manag
       `/:sub_id/${action}`,
       { schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } } },
       async (request) => {
-        const row = await setSubAccountStatus(sql, parentOf(request).id, pathUuid(request.params.sub_id), status)
-        if (row === null) throw notFound()
+        const result = await setStatusWithEvent(
+          sql,
+          originOf(request),
+          parentOf(request).id,
+          pathUuid(request.params.sub_id),
+          status,
+        )
+        if (result === null) throw notFound()
+        const { row } = result
         await cache.invalidate([...subAccountEntries(row.parent_id!, row.id), cacheKeys.anyActive(row.parent_id!)])
         return presentSubAccount(row)
       },

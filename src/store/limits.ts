@@ -1,7 +1,9 @@
 // Limits of tenants and the use a monthly quota counts (docs/api.md, Limits and quotas). SQL only.
-import { storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from '../tenancy/limits.js'
+import { type Origin, recordEvent } from '../events/record.js'
+import { sameJson } from '../events/same-json.js'
+import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from '../tenancy/limits.js'
 import type { Sql, Tx } from './db.js'
-import { COLUMNS, type TenantRow } from './tenants.js'
+import { COLUMNS, getTenant, type TenantRow } from './tenants.js'
 
 type Db = Sql | Tx
 
@@ -45,9 +47,15 @@ export class NotAnAccountError extends Error {
 /**
  * Changes a parent account's limits member by member (the operator's `accounts limits`): the row
  * is locked between reading the limits it keeps and writing, so two changes of different members
- * at once both stand.
+ * at once both stand. A change writes its `account.limits_updated` event in the same transaction;
+ * one that changes nothing writes neither the row nor an event.
  */
-export function setAccountLimits(sql: Sql, accountId: string, change: LimitsChange): Promise<TenantRow> {
+export function setAccountLimits(
+  sql: Sql,
+  accountId: string,
+  change: LimitsChange,
+  origin: Origin,
+): Promise<TenantRow> {
   return sql.begin(async (tx) => {
     const [current] = await tx<{ parent_id: string | null; limits: TenantLimits | null }[]>`
       select parent_id, limits from tenants where id = ${accountId} for update`
@@ -58,7 +66,24 @@ export function setAccountLimits(sql: Sql, accountId: string, change: LimitsChan
       monthly_quota:
         change.monthly_quota === undefined ? (current.limits?.monthly_quota ?? null) : change.monthly_quota,
     }
-    return (await writeAccountLimits(tx, accountId, next))!
+    const before = shownLimits(current.limits)
+    const after = shownLimits(storedLimits(next))
+    if (sameJson(before, after)) return (await getTenant(tx, accountId))!
+    const account = (await writeAccountLimits(tx, accountId, next))!
+    await recordEvent(tx, origin, {
+      accountId,
+      type: 'account.limits_updated',
+      target: { type: 'account', id: accountId },
+      object: {
+        id: account.id,
+        name: account.name,
+        external_id: account.external_id,
+        created_at: account.created_at.toISOString(),
+        limits: after,
+      },
+      previous: { limits: before },
+    })
+    return account
   })
 }
 

@@ -1,0 +1,254 @@
+// Events of the management API (docs/events.md): each change writes exactly one event of its type,
+// in the transaction of the change, with the actor, target, request id, source address, the object
+// after and the changed fields before; a repeat that changes nothing writes none; and no event
+// holds a key, a client secret or a digest.
+import t from 'tap'
+import { startGateway } from '../helpers/gateway.js'
+import { checkNoSecrets, eventsOf, newEvents } from '../helpers/events.js'
+
+const gw = await startGateway(t, { listen: false })
+const parent = await gw.createParent()
+const other = await gw.createParent({ name: 'other' })
+const sql = gw.sql
+
+let counter = 0
+/** A management call as the parent, with a request id of the test's; returns the response and the id. */
+async function change(method: 'POST' | 'PATCH', url: string, body?: unknown) {
+  const requestId = `events-test-${++counter}`
+  const seen = (await eventsOf(sql, parent.id)).length
+  const res = await gw.call(parent.apiKey, {
+    method,
+    url,
+    acting: 'self',
+    body,
+    headers: { 'x-request-id': requestId },
+  })
+  return { res, requestId, events: () => newEvents(sql, parent.id, seen) }
+}
+
+const byApi = (requestId: string) => ({
+  actor: { type: 'api_key', key_id: parent.keyId },
+  request_id: requestId,
+  source_ip: '127.0.0.1',
+  account_id: parent.id,
+})
+
+let subId = ''
+
+t.test('sub_account.created', async (t) => {
+  const { res, requestId, events } = await change('POST', '/v1/sub-accounts', {
+    name: 'Acme',
+    external_id: 'acme',
+    metadata: { plan: 'pro' },
+  })
+  t.equal(res.statusCode, 201, res.body)
+  subId = res.json().id
+  const list = await events()
+  t.equal(list.length, 1, 'exactly one event')
+  t.match(list[0], {
+    ...byApi(requestId),
+    id: /^evt_[0-9A-HJKMNP-TV-Z]{26}$/,
+    type: 'sub_account.created',
+    target: { type: 'sub_account', id: subId },
+  })
+  t.same(list[0].data, { object: res.json(), previous: null }, 'the object is the response')
+})
+
+t.test('sub_account.updated: the changed fields before; nothing changed, no event', async (t) => {
+  const { res, requestId, events } = await change('PATCH', `/v1/sub-accounts/${subId}`, {
+    name: 'Acme Inc',
+    metadata: { plan: 'pro' },
+    limits: { rate: { requests: 10, per_seconds: 1 } },
+  })
+  t.equal(res.statusCode, 200, res.body)
+  const list = await events()
+  t.equal(list.length, 1, 'exactly one event')
+  t.match(list[0], { ...byApi(requestId), type: 'sub_account.updated', target: { type: 'sub_account', id: subId } })
+  t.same(list[0].data.object, res.json())
+  t.same(
+    list[0].data.previous,
+    { name: 'Acme', limits: { rate: null, monthly_quota: null } },
+    'only the fields that changed: metadata was given as it was',
+  )
+
+  const updatedAt = res.json().updated_at
+  for (const body of [
+    { name: 'Acme Inc' },
+    { name: '  Acme Inc  ', external_id: 'acme' },
+    { metadata: { plan: 'pro' } },
+    { limits: { rate: { per_seconds: 1, requests: 10 }, monthly_quota: null } },
+  ]) {
+    const same = await change('PATCH', `/v1/sub-accounts/${subId}`, body)
+    t.equal(same.res.statusCode, 200, same.res.body)
+    t.equal(same.res.json().updated_at, updatedAt, `${JSON.stringify(body)}: the row is not written`)
+    t.same(await same.events(), [], `${JSON.stringify(body)}: no event`)
+  }
+
+  const cleared = await change('PATCH', `/v1/sub-accounts/${subId}`, { external_id: null })
+  t.same(
+    (await cleared.events()).map((e) => [e.type, e.data.previous]),
+    [['sub_account.updated', { external_id: 'acme' }]],
+  )
+})
+
+t.test('sub_account.deactivated and reactivated; repeats write none', async (t) => {
+  const off = await change('POST', `/v1/sub-accounts/${subId}/deactivate`)
+  t.equal(off.res.statusCode, 200)
+  const [deactivated, ...more] = await off.events()
+  t.same(more, [], 'exactly one event')
+  t.match(deactivated, { ...byApi(off.requestId), type: 'sub_account.deactivated', target: { id: subId } })
+  t.same(deactivated.data, { object: off.res.json(), previous: { status: 'active', deactivated_at: null } })
+
+  const again = await change('POST', `/v1/sub-accounts/${subId}/deactivate`)
+  t.equal(again.res.statusCode, 200)
+  t.same(await again.events(), [], 'deactivating again: no event')
+
+  const on = await change('POST', `/v1/sub-accounts/${subId}/reactivate`)
+  const [reactivated, ...rest] = await on.events()
+  t.same(rest, [])
+  t.match(reactivated, { ...byApi(on.requestId), type: 'sub_account.reactivated' })
+  t.same(reactivated.data.previous, { status: 'deactivated', deactivated_at: off.res.json().deactivated_at })
+  t.same((await (await change('POST', `/v1/sub-accounts/${subId}/reactivate`)).events()).length, 0, 'again: none')
+})
+
+t.test('api_key.created, rolled and revoked: no secret anywhere', async (t) => {
+  const minted = await change('POST', `/v1/sub-accounts/${subId}/api-keys`, { name: 'k', scopes: ['orders:read'] })
+  t.equal(minted.res.statusCode, 201, minted.res.body)
+  const key = minted.res.json()
+  const [created, ...more] = await minted.events()
+  t.same(more, [])
+  t.match(created, { ...byApi(minted.requestId), type: 'api_key.created', target: { type: 'api_key', id: key.id } })
+  const { api_key: _k, client_secret: _s, ...shown } = key
+  t.same(created.data, {
+    object: { ...shown, revoked_at: null, last_used_at: null, sub_account_id: subId },
+    previous: null,
+  })
+
+  const rolled = await change('POST', `/v1/sub-accounts/${subId}/api-keys/${key.id}/roll`, { expires_in_seconds: 60 })
+  t.equal(rolled.res.statusCode, 201, rolled.res.body)
+  const next = rolled.res.json()
+  const [roll, ...rollMore] = await rolled.events()
+  t.same(rollMore, [])
+  t.match(roll, { ...byApi(rolled.requestId), type: 'api_key.rolled', target: { type: 'api_key', id: next.id } })
+  t.match(roll.data.object, { id: next.id, rolled_from: key.id, sub_account_id: subId })
+  t.match(roll.data.previous, { id: key.id, status: 'active', expires_at: null, sub_account_id: subId })
+
+  const revoked = await change('POST', `/v1/sub-accounts/${subId}/api-keys/${next.id}/revoke`)
+  t.equal(revoked.res.statusCode, 200)
+  const [revoke, ...revokeMore] = await revoked.events()
+  t.same(revokeMore, [])
+  t.match(revoke, { ...byApi(revoked.requestId), type: 'api_key.revoked', target: { type: 'api_key', id: next.id } })
+  t.same(revoke.data, {
+    object: { ...revoked.res.json(), sub_account_id: subId },
+    previous: { status: 'active', revoked_at: null },
+  })
+  const again = await change('POST', `/v1/sub-accounts/${subId}/api-keys/${next.id}/revoke`)
+  t.equal(again.res.statusCode, 200)
+  t.same(await again.events(), [], 'revoking again: no event')
+
+  await checkNoSecrets(t, sql, [key.api_key, key.client_secret, next.api_key, next.client_secret])
+})
+
+t.test('a refused change writes no event', async (t) => {
+  const seen = (await eventsOf(sql, parent.id)).length
+  const bad = await gw.call(parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: {} })
+  t.equal(bad.statusCode, 400)
+  const unknown = await gw.call(parent.apiKey, {
+    method: 'POST',
+    url: `/v1/sub-accounts/${subId}/api-keys/00000000-0000-4000-8000-000000000000/revoke`,
+    acting: 'self',
+  })
+  t.equal(unknown.statusCode, 404)
+  const taken = await gw.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: 'dup', external_id: 'dup' },
+  })
+  t.equal(taken.statusCode, 201)
+  const conflict = await gw.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: 'dup', external_id: 'dup' },
+  })
+  t.equal(conflict.statusCode, 409)
+  t.equal((await eventsOf(sql, parent.id)).length, seen + 1, 'only the created one')
+  t.same(await eventsOf(sql, other.id), [], "another parent's log is untouched")
+})
+
+/** A trigger that fails the transaction at its commit, after every statement of it succeeded. */
+async function failAtCommit(table: 'events' | 'tenants' | 'api_keys', on: 'insert' | 'update') {
+  const name = `fail_${table}_${on}`
+  await sql.unsafe(`
+    create or replace function tgw_test_refuse() returns trigger language plpgsql as $$
+    begin raise exception 'refused at commit'; end $$;
+    create constraint trigger ${name} after ${on} on ${table}
+      deferrable initially deferred for each row execute function tgw_test_refuse();`)
+  return () => sql.unsafe(`drop trigger ${name} on ${table}`)
+}
+
+t.test('atomic: the event cannot commit, so neither does the change', async (t) => {
+  const seen = (await eventsOf(sql, parent.id)).length
+  const subs = await sql`select count(*)::int as n from tenants where parent_id = ${parent.id}`
+  const undo = await failAtCommit('events', 'insert')
+  try {
+    const created = await gw.call(parent.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'never' },
+    })
+    t.equal(created.statusCode, 500, created.body)
+    const off = await gw.call(parent.apiKey, {
+      method: 'POST',
+      url: `/v1/sub-accounts/${subId}/deactivate`,
+      acting: 'self',
+    })
+    t.equal(off.statusCode, 500)
+  } finally {
+    await undo()
+  }
+  t.same(await sql`select count(*)::int as n from tenants where parent_id = ${parent.id}`, subs, 'no sub-account made')
+  const [sub] = await sql`select status from tenants where id = ${subId}`
+  t.equal(sub!.status, 'active', 'not deactivated')
+  t.equal((await eventsOf(sql, parent.id)).length, seen, 'no event')
+})
+
+t.test('atomic: the change cannot commit, so neither does its event', async (t) => {
+  const seen = (await eventsOf(sql, parent.id)).length
+  const minted = await gw.call(parent.apiKey, {
+    method: 'POST',
+    url: `/v1/sub-accounts/${subId}/api-keys`,
+    acting: 'self',
+    body: { name: 'k2', scopes: ['a:b'] },
+  })
+  const keyId = minted.json().id
+  const undoKeys = await failAtCommit('api_keys', 'update')
+  const undoTenants = await failAtCommit('tenants', 'update')
+  try {
+    const revoke = await gw.call(parent.apiKey, {
+      method: 'POST',
+      url: `/v1/sub-accounts/${subId}/api-keys/${keyId}/revoke`,
+      acting: 'self',
+    })
+    t.equal(revoke.statusCode, 500)
+    const patch = await gw.call(parent.apiKey, {
+      method: 'PATCH',
+      url: `/v1/sub-accounts/${subId}`,
+      acting: 'self',
+      body: { name: 'renamed' },
+    })
+    t.equal(patch.statusCode, 500)
+  } finally {
+    await undoKeys()
+    await undoTenants()
+  }
+  const [key] = await sql`select status from api_keys where id = ${keyId}`
+  t.equal(key!.status, 'active', 'not revoked')
+  t.same(
+    (await newEvents(sql, parent.id, seen)).map((e) => e.type),
+    ['api_key.created'],
+    'the mint only: no revoked or updated event',
+  )
+})
