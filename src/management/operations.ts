@@ -64,4 +64,12 @@ export const OPERATIONS = {
       '(refusals left out), as Postgres has them: at most about 2 s behind. The account limits are set by the operator.',
     tags: ['limits'],
   },
+  listEvents: {
+    summary: "The audit log: the parent's events, newest first",
+    description:
+      'Every change made through this API or the operator CLI, written in the transaction of the change ' +
+      '(docs/events.md). `type` is an event type or `<resource>.*`; `since` (inclusive) and `until` (exclusive) ' +
+      'are RFC 3339; `target_id` is the id of the changed resource. Kept EVENTS_RETENTION_DAYS (default 90).',
+    tags: ['events'],
+  },
 } as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>

@@ -12,6 +12,7 @@ import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { registerAccountRoutes } from './account-routes.js'
 import { authorizeManagement, type ManagementContext } from './common.js'
+import { registerEventRoutes } from './event-routes.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { addIdempotency } from './idempotency.js'
 import { registerKeyRoutes } from './key-routes.js'
@@ -54,6 +55,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   const context: ManagementContext = { sql, cache, cursors: new Cursors(() => cursorSecret(sql)) }
   registerSubAccountCollection(app, context)
   registerAccountRoutes(app, context)
+  registerEventRoutes(app, context)
   registerSubAccountItem(app, context)
   registerKeyRoutes(app, context)
 }

@@ -239,3 +239,62 @@ export const UsageReport = Type.Object(
   },
   { additionalProperties: false },
 )
+
+// The audit log (docs/events.md). `data.object` and `data.previous` are the API's own objects,
+// described in docs/events.md for each type.
+const AnyObject = Type.Unsafe<Record<string, unknown>>({ type: 'object', additionalProperties: true })
+
+export const Event = Type.Object(
+  {
+    id: Type.String({ pattern: '^evt_[0-9A-HJKMNP-TV-Z]{26}$', description: '`evt_` and a ULID' }),
+    type: Type.String({ description: 'docs/events.md lists the types' }),
+    created_at: Timestamp,
+    account_id: Type.String({ format: 'uuid', description: 'the parent account' }),
+    actor: Type.Object(
+      {
+        type: Type.Union([Type.Literal('api_key'), Type.Literal('operator')]),
+        key_id: Nullable(Type.String({ description: 'the calling key; null for the operator (CLI)' })),
+      },
+      { additionalProperties: false },
+    ),
+    target: Type.Object(
+      {
+        type: Type.Union([
+          Type.Literal('sub_account'),
+          Type.Literal('api_key'),
+          Type.Literal('account'),
+          Type.Literal('webhook_endpoint'),
+        ]),
+        id: Type.String(),
+      },
+      { additionalProperties: false },
+    ),
+    request_id: Nullable(Type.String()),
+    source_ip: Nullable(Type.String({ description: 'the client address; null for the operator (CLI)' })),
+    data: Type.Object(
+      {
+        object: AnyObject,
+        previous: Nullable(AnyObject),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+)
+export type Event = Static<typeof Event>
+
+export const EventPage = Page(Event)
+
+export const EventsQuery = Type.Object(
+  {
+    type: Type.Optional(
+      Type.String({ pattern: '^[a-z_]{1,40}\\.([a-z_]{1,40}|\\*)$', description: 'an event type, or `<resource>.*`' }),
+    ),
+    target_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200, pattern: STORABLE_TEXT })),
+    since: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, inclusive' })),
+    until: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, exclusive' })),
+    limit: Limit,
+    cursor: Type.Optional(Cursor),
+  },
+  { additionalProperties: false },
+)

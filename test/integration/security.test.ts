@@ -30,6 +30,7 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/usage': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/limits': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/events': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/:sub_id': { scope: 'sub_accounts:read', namesSubAccount: true },
   'PATCH /v1/sub-accounts/:sub_id': { body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/deactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
