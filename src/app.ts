@@ -31,6 +31,7 @@ import { signingKeysPlugin } from './plugins/signing-keys.js'
 import { tenancyCachePlugin } from './plugins/tenancy-cache.js'
 import { usageMeterPlugin } from './plugins/usage-meter.js'
 import type { LeaseTimings } from './limits/lease-store.js'
+import { eventRetentionPlugin } from './plugins/event-retention.js'
 import { limitsPlugin } from './plugins/limits.js'
 import { limitGate } from './proxy/limit-gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
@@ -57,6 +58,8 @@ export interface AppDeps {
   limitTimings?: Partial<LeaseTimings>
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
+  /** The events' retention sweep: its batch size, interval and clock (tests shrink and move them). */
+  eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
   metrics?: Metrics
   /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
   logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
@@ -182,6 +185,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
   }
   await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: deps.usageFlushIntervalMs })
+  await app.register(eventRetentionPlugin, {
+    sql: deps.store.sql,
+    retentionDays: deps.config.eventsRetentionDays,
+    ...deps.eventRetention,
+  })
   await app.register(limitsPlugin, {
     sql: deps.store.sql,
     redisUrl: deps.config.redisUrl,

@@ -45,6 +45,8 @@ export interface Config {
   readonly signingKeyRotationDays: number
   /** Webhooks to http and to any address, private ones included (WEBHOOKS_ALLOW_INSECURE, default false). */
   readonly webhooksAllowInsecure: boolean
+  /** Events older than this many days are deleted (EVENTS_RETENTION_DAYS, default 90). */
+  readonly eventsRetentionDays: number
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -223,5 +225,6 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
+    eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
   })
 }

@@ -44,6 +44,8 @@ export interface GatewayOptions {
    */
   limitTimings?: AppDeps['limitTimings']
   usageFlushIntervalMs?: number
+  /** The events' retention sweep (batch size, interval, clock). */
+  eventRetention?: AppDeps['eventRetention']
   /** A pino instance lets a test capture every line (default: no logging). */
   logger?: AppDeps['logger']
   /** Broken relays on the gateway's way to a store are restored before it closes: its last usage flush needs Postgres. */
@@ -186,6 +188,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       cacheTimings: options.cacheTimings,
       limitTimings: options.limitTimings ?? { graceMs: 0 },
       usageFlushIntervalMs: options.usageFlushIntervalMs,
+      eventRetention: options.eventRetention,
       logger: options.logger ?? false,
       keyring: options.keyring,
       signingKeys: options.signingKeys,

@@ -116,3 +116,10 @@ t.test('WEBHOOKS_ALLOW_INSECURE: true or false, false by default', async (t) => 
   for (const bad of ['yes', '1', 'TRUE'])
     t.throws(() => loadConfig({ WEBHOOKS_ALLOW_INSECURE: bad }, ROOT), { message: /WEBHOOKS_ALLOW_INSECURE/ }, bad)
 })
+
+t.test('EVENTS_RETENTION_DAYS: 90 by default, 1 to 36500', async (t) => {
+  t.equal(loadConfig({}, ROOT).eventsRetentionDays, 90)
+  t.equal(loadConfig({ EVENTS_RETENTION_DAYS: '7' }, ROOT).eventsRetentionDays, 7)
+  for (const bad of ['0', '36501', '1.5', 'x'])
+    t.throws(() => loadConfig({ EVENTS_RETENTION_DAYS: bad }, ROOT), { message: /EVENTS_RETENTION_DAYS/ }, bad)
+})
