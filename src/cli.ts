@@ -14,6 +14,7 @@ import { operatorOrigin, recordEvent } from './events/record.js'
 import { presentKey } from './management/present.js'
 import { openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
+import { inTransaction } from './store/transaction.js'
 import { NotAnAccountError, setAccountLimits, type LimitsChange } from './store/limits.js'
 import { ExternalIdTakenError, type TenantRow } from './store/tenants.js'
 import { isExternalId } from './tenancy/identifiers.js'
@@ -86,7 +87,7 @@ const COMMANDS: Record<string, Command> = {
     const extraScopes = scopes(options) ?? []
     await migrate(sql)
     // The account's first key is its first event (docs/events.md: an account's creation has no type of its own).
-    const { account, key } = await sql.begin(async (tx) => {
+    const { account, key } = await inTransaction(sql, async (tx) => {
       const created = await createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes })
       await recordEvent(tx, operatorOrigin(), {
         accountId: created.account.id,

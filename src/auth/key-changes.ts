@@ -6,6 +6,7 @@ import type { Sql } from '../store/db.js'
 import { type KeyRow, lockKey, revokeKey, type RevokedKeyRow } from '../store/keys.js'
 import { keyState } from './key-expiry.js'
 import { type MintedKey, mintKey } from './mint.js'
+import { inTransaction } from '../store/transaction.js'
 
 /**
  * A key as its events show it: the API's key object (never the key, its secret or a digest), and
@@ -22,7 +23,7 @@ export function mintKeyWithEvent(
   accountId: string,
   input: Parameters<typeof mintKey>[1],
 ): Promise<MintedKey> {
-  return sql.begin(async (tx) => {
+  return inTransaction(sql, async (tx) => {
     const minted = await mintKey(tx, input)
     await recordEvent(tx, origin, {
       accountId,
@@ -46,7 +47,7 @@ export function revokeKeyWithEvent(
   tenantId: string,
   keyId: string,
 ): Promise<RevokedKeyRow | null> {
-  return sql.begin(async (tx) => {
+  return inTransaction(sql, async (tx) => {
     const before = await lockKey(tx, tenantId, keyId)
     if (before === null || before.status === 'revoked') return before
     const nowMs = Date.now()

@@ -7,6 +7,7 @@ import { lockKey, shortenKey, type RevokedKeyRow } from '../store/keys.js'
 import { keyObject } from './key-changes.js'
 import { keyState } from './key-expiry.js'
 import { mintKey, type MintedKey } from './mint.js'
+import { inTransaction } from '../store/transaction.js'
 
 export type RollResult =
   | { outcome: 'rolled'; old: RevokedKeyRow; minted: MintedKey }
@@ -34,7 +35,7 @@ export interface RollInput {
  * written in the same transaction: it targets the new key, and `previous` is the old key as it was.
  */
 export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
-  return sql.begin(async (tx): Promise<RollResult> => {
+  return inTransaction(sql, async (tx): Promise<RollResult> => {
     const nowMs = input.nowMs ?? Date.now()
     const old = await lockKey(tx, input.tenantId, input.keyId)
     if (old === null) return { outcome: 'not_found' }

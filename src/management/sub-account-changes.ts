@@ -16,6 +16,7 @@ import {
 } from '../store/tenants.js'
 import { storedLimits } from '../tenancy/limits.js'
 import { presentSubAccount } from './present.js'
+import { inTransaction } from '../store/transaction.js'
 
 async function lockSubAccount(tx: Tx, parentId: string, id: string): Promise<TenantRow | null> {
   const [row] = await tx<TenantRow[]>`
@@ -29,7 +30,7 @@ export function createSubAccountWithEvent(
   parentId: string,
   input: Parameters<typeof createSubAccount>[2],
 ): Promise<TenantRow> {
-  return sql.begin(async (tx) => {
+  return inTransaction(sql, async (tx) => {
     const row = await createSubAccount(tx, parentId, input)
     await recordEvent(tx, origin, {
       accountId: parentId,
@@ -56,7 +57,7 @@ export function updateSubAccountWithEvent(
   id: string,
   patch: SubAccountPatch,
 ): Promise<SubAccountUpdate | null> {
-  return sql.begin(async (tx) => {
+  return inTransaction(sql, async (tx) => {
     const before = await lockSubAccount(tx, parentId, id)
     if (before === null) return null
     const shownBefore = presentSubAccount(before)
@@ -99,7 +100,7 @@ export function setStatusWithEvent(
   id: string,
   status: TenantStatus,
 ): Promise<{ row: TenantRow; changed: boolean } | null> {
-  return sql.begin(async (tx) => {
+  return inTransaction(sql, async (tx) => {
     const before = await lockSubAccount(tx, parentId, id)
     if (before === null) return null
     if (before.status === status) return { row: before, changed: false }

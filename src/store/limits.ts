@@ -4,6 +4,7 @@ import { sameJson } from '../events/same-json.js'
 import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from '../tenancy/limits.js'
 import type { Sql, Tx } from './db.js'
 import { COLUMNS, getTenant, type TenantRow } from './tenants.js'
+import { inTransaction } from './transaction.js'
 
 type Db = Sql | Tx
 
@@ -56,7 +57,7 @@ export function setAccountLimits(
   change: LimitsChange,
   origin: Origin,
 ): Promise<TenantRow> {
-  return sql.begin(async (tx) => {
+  return inTransaction(sql, async (tx) => {
     const [current] = await tx<{ parent_id: string | null; limits: TenantLimits | null }[]>`
       select parent_id, limits from tenants where id = ${accountId} for update`
     if (current === undefined || current.parent_id !== null)
