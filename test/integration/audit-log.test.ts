@@ -93,6 +93,7 @@ t.test('refusals: unknown type, since after until, bad cursor, another list or p
     '?type=nothing.*',
     '?type=api_key',
     '?since=yesterday',
+    '?since=2016-12-31T23:59:60Z',
     '?since=2026-11-02T00:00:00Z&until=2026-11-01T00:00:00Z',
     '?limit=0',
     '?limit=101',

@@ -1,6 +1,8 @@
 // Retention of events (docs/events.md, Retention): events past EVENTS_RETENTION_DAYS are deleted
 // in batches, by a sweep each replica runs on a timer, and the others stay.
+import postgres from 'postgres'
 import t from 'tap'
+import { EventRetention } from '../../src/events/retention.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
 
@@ -60,4 +62,23 @@ t.test('retention runs on its own, and stops with the app', async (t) => {
   t.not(gone, null, 'deleted by the timer (default 90 days)')
   await own.close()
   t.pass('closed with its timer')
+})
+
+t.test('a sweep that fails is logged, and the next one tries again', async (t) => {
+  // Nothing listens on port 1: every statement fails at once.
+  const nowhere = postgres('postgres://postgres@127.0.0.1:1/none', { max: 1, connect_timeout: 1, onnotice: () => {} })
+  t.teardown(() => nowhere.end({ timeout: 0 }))
+  const warnings: string[] = []
+  const log = { warn: (_: unknown, message: string) => warnings.push(message), info: () => {} }
+  const retention = new EventRetention({
+    sql: nowhere,
+    retentionDays: 1,
+    firstSweepAfterMs: 0,
+    intervalMs: 20,
+    log: log as never,
+  })
+  retention.start()
+  t.not(await eventually(10_000, async () => warnings.length >= 2), null, 'two failed sweeps, each logged')
+  await retention.stop()
+  t.match(warnings[0], /deleting expired events failed/)
 })
