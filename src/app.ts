@@ -116,7 +116,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const encryptionKey = deps.keyring === undefined ? deps.config.encryptionKey : undefined
   if (deps.keyring === undefined && encryptionKey === undefined)
     throw new ConfigError('ENCRYPTION_KEY', 'is required to load the signing keys')
-  // Kept idempotent answers are sealed under it too (management/idempotency.ts).
+  // Kept idempotent answers and webhook secrets are sealed under it too (management/).
   const answersKey = deps.config.encryptionKey
   if (answersKey === undefined) throw new ConfigError('ENCRYPTION_KEY', 'is required to keep idempotent answers')
   const logging = deps.logger !== undefined && deps.logger !== false
@@ -229,6 +229,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,
+    webhooksAllowInsecure: deps.config.webhooksAllowInsecure,
     idempotencySweepIntervalMs: deps.idempotencySweepIntervalMs,
   })
   await app.register(proxyRoutes, {

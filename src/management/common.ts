@@ -31,6 +31,8 @@ export interface ManagementContext {
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
   cursors: Cursors
+  /** What the webhook endpoint routes need: the key their secrets are sealed under, and the URL rule. */
+  webhooks: { encryptionKey: Buffer; allowInsecure: boolean }
 }
 
 /** Management is for parent keys acting as their own account, with the scope of the method. */

@@ -72,4 +72,23 @@ export const OPERATIONS = {
       'are RFC 3339; `target_id` is the id of the changed resource. Kept EVENTS_RETENTION_DAYS (default 90).',
     tags: ['events'],
   },
+  createWebhookEndpoint: {
+    summary: 'Create a webhook endpoint',
+    description:
+      "`secret` (`whsec_` and base64 of 32 bytes, which keys the deliveries' Standard Webhooks signatures) is in " +
+      'this response only (Cache-Control: no-store); it is kept encrypted under ENCRYPTION_KEY. `url` is https and ' +
+      "never a loopback, private, link-local or metadata address, its name's addresses included (unless " +
+      'WEBHOOKS_ALLOW_INSECURE). `event_types`: event types of docs/events.md or `<resource>.*`.',
+    tags: ['webhooks'],
+  },
+  listWebhookEndpoints: {
+    summary: "List the parent's webhook endpoints, oldest first, without secrets",
+    tags: ['webhooks'],
+  },
+  getWebhookEndpoint: { summary: 'Get a webhook endpoint, without its secret', tags: ['webhooks'] },
+  deleteWebhookEndpoint: {
+    summary: 'Delete a webhook endpoint',
+    description: 'Answers 204; nothing is delivered to it any more. A deleted endpoint is then 404 not_found.',
+    tags: ['webhooks'],
+  },
 } as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>

@@ -19,6 +19,7 @@ import { registerKeyRoutes } from './key-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from './rate.js'
 import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
+import { registerWebhookEndpointRoutes } from './webhook-endpoint-routes.js'
 
 export { MANAGEMENT_PREFIX } from './common.js'
 
@@ -31,8 +32,10 @@ export interface ManagementOptions {
   limiter: Limiter
   /** Each parent's rate here (MANAGEMENT_RATE). */
   rate: Rate
-  /** ENCRYPTION_KEY: the kept answers of idempotent requests are sealed under it. */
+  /** ENCRYPTION_KEY: the kept answers of idempotent requests and webhook secrets are sealed under it. */
   encryptionKey: Buffer
+  /** WEBHOOKS_ALLOW_INSECURE: webhook endpoints may be http and at any address (development, tests). */
+  webhooksAllowInsecure: boolean
   /** How often expired idempotency keys are deleted (default 60 s; tests shorten it). */
   idempotencySweepIntervalMs?: number | undefined
 }
@@ -52,10 +55,16 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   })
   app.addHook('onRequest', continueAfterChecks(plugin.initialConfig.bodyLimit ?? 0))
 
-  const context: ManagementContext = { sql, cache, cursors: new Cursors(() => cursorSecret(sql)) }
+  const context: ManagementContext = {
+    sql,
+    cache,
+    cursors: new Cursors(() => cursorSecret(sql)),
+    webhooks: { encryptionKey: options.encryptionKey, allowInsecure: options.webhooksAllowInsecure },
+  }
   registerSubAccountCollection(app, context)
   registerAccountRoutes(app, context)
   registerEventRoutes(app, context)
+  registerWebhookEndpointRoutes(app, context)
   registerSubAccountItem(app, context)
   registerKeyRoutes(app, context)
 }

@@ -8,12 +8,12 @@ import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 
-const Timestamp = Type.String({ format: 'date-time' })
+export const Timestamp = Type.String({ format: 'date-time' })
 
 // Postgres text cannot hold U+0000, and jsonb refuses a lone UTF-16 surrogate (text would store
 // U+FFFD instead): refuse both here as a 400 rather than fail, or change the text, in the store.
 // Ajv compiles patterns with the u flag, so a surrogate pair (an emoji) is one character and passes.
-const STORABLE_TEXT = '^[^\\u0000\\ud800-\\udfff]*$'
+export const STORABLE_TEXT = '^[^\\u0000\\ud800-\\udfff]*$'
 
 // Names are checked again after trimming (1–200 characters); the schema only bounds the input.
 export const NAME_MAX_LENGTH = 200
@@ -101,14 +101,14 @@ export const MintedApiKey = Type.Object(
 )
 export type MintedApiKey = Static<typeof MintedApiKey>
 
-const Page = <T extends Parameters<typeof Type.Array>[0]>(item: T) =>
+export const Page = <T extends Parameters<typeof Type.Array>[0]>(item: T) =>
   Type.Object({ data: Type.Array(item), next_cursor: Nullable(Type.String()) }, { additionalProperties: false })
 
 export const SubAccountPage = Page(SubAccount)
 export const ApiKeyPage = Page(ApiKey)
 
-const Cursor = Type.String({ minLength: 1, maxLength: 200, description: 'next_cursor of the previous page' })
-const Limit = Type.Integer({ minimum: 1, maximum: 100, default: 20 })
+export const Cursor = Type.String({ minLength: 1, maxLength: 200, description: 'next_cursor of the previous page' })
+export const Limit = Type.Integer({ minimum: 1, maximum: 100, default: 20 })
 
 export const ListSubAccountsQuery = Type.Object(
   {

@@ -178,6 +178,10 @@ function baseDocument(): OpenAPIV3_1.Document {
       { name: 'usage', description: 'Requests counted per sub-account and day' },
       { name: 'limits', description: "The calling parent's account limits and this month's use" },
       { name: 'events', description: "The audit log: every change to the calling parent's account, newest first" },
+      {
+        name: 'webhooks',
+        description: "The calling parent's webhook endpoints; a secret is shown once, when it is made",
+      },
       { name: 'operations', description: 'Liveness and readiness; no key needed' },
       {
         name: 'credentials',
@@ -193,7 +197,7 @@ function baseDocument(): OpenAPIV3_1.Document {
           description:
             'An API key: `tgw_`, 43 base62 characters and a 6-character checksum (docs/api.md), or an access ' +
             'token from POST /oauth2/token, which works wherever its key does, with its own scopes. The management ' +
-            'API takes parent keys only, with `sub_accounts:read` for GET and `sub_accounts:write` for POST and PATCH.',
+            'API takes parent keys only, with `sub_accounts:read` for GET and `sub_accounts:write` for POST, PATCH and DELETE.',
         },
         [CLIENT_BASIC]: {
           type: 'http',

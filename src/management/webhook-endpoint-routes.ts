@@ -1,0 +1,136 @@
+// Webhook endpoints of the calling parent: create, list, get, delete (docs/api.md, Webhook
+// endpoints). Registered before /:sub_id, though the router prefers the static segment anyway.
+import { Type } from 'typebox'
+import { validationFailed } from '../errors.js'
+import { EVENT_TYPES } from '../events/record.js'
+import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
+import { checkWebhookUrl, WebhookUrlError } from '../webhooks/url-policy.js'
+import {
+  MANAGEMENT_PREFIX,
+  type ManagementApp,
+  type ManagementContext,
+  notFound,
+  operation,
+  originOf,
+  parentOf,
+  pathUuid,
+} from './common.js'
+import {
+  createWebhookEndpointWithEvent,
+  deleteWebhookEndpointWithEvent,
+  presentWebhookEndpoint,
+} from './webhook-endpoint-changes.js'
+import {
+  CreatedWebhookEndpoint,
+  CreateWebhookEndpointBody,
+  ListWebhookEndpointsQuery,
+  WebhookEndpoint,
+  WebhookEndpointPage,
+  WebhookEndpointParams,
+} from './webhook-schemas.js'
+
+export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
+
+/** A catalogue type, or `<resource>.*` for a resource the catalogue has (docs/events.md). */
+export function isSubscribableEventType(name: string): boolean {
+  if (!name.endsWith('.*')) return (EVENT_TYPES as readonly string[]).includes(name)
+  const prefix = name.slice(0, -1)
+  return EVENT_TYPES.some((type) => type.startsWith(prefix))
+}
+
+/** The URL rules (webhooks/url-policy.ts); a refusal is a 400 that names the field and says why. */
+async function checkUrl(raw: string, allowInsecure: boolean): Promise<void> {
+  try {
+    await checkWebhookUrl(raw, { allowInsecure })
+  } catch (err) {
+    if (err instanceof WebhookUrlError) throw validationFailed([{ path: '/body/url', message: err.message }])
+    throw err
+  }
+}
+
+export function registerWebhookEndpointRoutes(app: ManagementApp, context: ManagementContext): void {
+  const { sql, cursors, webhooks } = context
+  const notFoundEndpoint = () => notFound('webhook endpoint')
+
+  app.post(
+    WEBHOOK_ENDPOINTS_PATH,
+    {
+      schema: {
+        ...operation('createWebhookEndpoint'),
+        body: CreateWebhookEndpointBody,
+        response: { 201: CreatedWebhookEndpoint },
+      },
+    },
+    async (request, reply) => {
+      const { body } = request
+      const unknown = body.event_types.findIndex((name) => !isSubscribableEventType(name))
+      if (unknown !== -1) {
+        throw validationFailed([
+          { path: `/body/event_types/${unknown}`, message: 'is not an event type or <resource>.* (docs/events.md)' },
+        ])
+      }
+      await checkUrl(body.url, webhooks.allowInsecure)
+      const { row, secret } = await createWebhookEndpointWithEvent(
+        sql,
+        originOf(request),
+        webhooks.encryptionKey,
+        parentOf(request).id,
+        { url: body.url, eventTypes: body.event_types, description: body.description ?? null },
+      )
+      // The secret is in this response only: nothing on the way may keep a copy.
+      return reply
+        .code(201)
+        .header('location', `${MANAGEMENT_PREFIX}${WEBHOOK_ENDPOINTS_PATH}/${row.id}`)
+        .header('cache-control', 'no-store')
+        .send({ ...presentWebhookEndpoint(row), secret })
+    },
+  )
+
+  app.get(
+    WEBHOOK_ENDPOINTS_PATH,
+    {
+      schema: {
+        ...operation('listWebhookEndpoints'),
+        querystring: ListWebhookEndpointsQuery,
+        response: { 200: WebhookEndpointPage },
+      },
+    },
+    async (request) => {
+      const { limit, cursor } = request.query
+      const scope = { list: 'webhook-endpoints', owner: parentOf(request).id } as const
+      const afterSeq = await cursors.decode(cursor, scope)
+      const rows = await listWebhookEndpoints(sql, parentOf(request).id, { limit: limit + 1, afterSeq })
+      return cursors.page(rows, limit, presentWebhookEndpoint, scope)
+    },
+  )
+
+  app.get(
+    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
+    {
+      schema: { ...operation('getWebhookEndpoint'), params: WebhookEndpointParams, response: { 200: WebhookEndpoint } },
+    },
+    async (request) => {
+      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
+      const row = await getWebhookEndpoint(sql, parentOf(request).id, id)
+      if (row === null) throw notFoundEndpoint()
+      return presentWebhookEndpoint(row)
+    },
+  )
+
+  app.delete(
+    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
+    {
+      schema: {
+        ...operation('deleteWebhookEndpoint'),
+        params: WebhookEndpointParams,
+        response: { 204: Type.Null({ description: 'Deleted; no body' }) },
+      },
+    },
+    async (request, reply) => {
+      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
+      const deleted = await deleteWebhookEndpointWithEvent(sql, originOf(request), parentOf(request).id, id)
+      if (!deleted) throw notFoundEndpoint()
+      return reply.code(204).send(null)
+    },
+  )
+}

@@ -1,0 +1,69 @@
+// TypeBox schemas of the webhook endpoint routes (docs/api.md, Webhook endpoints). The response
+// schemas are the serializers too: the secret leaves only through CreatedWebhookEndpoint.
+import { Type, type Static } from 'typebox'
+import { Cursor, Limit, Page, STORABLE_TEXT, Timestamp } from './schemas.js'
+
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+
+export const WEBHOOK_URL_MAX_LENGTH = 2048
+export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 500
+export const WEBHOOK_EVENT_TYPES_MAX = 50
+
+// The form of a type or `<resource>.*`; whether it names the catalogue is the handler's check.
+const EventTypeName = Type.String({
+  pattern: '^[a-z_]{1,40}\\.([a-z_]{1,40}|\\*)$',
+  description: 'an event type of docs/events.md, or `<resource>.*` for every type of a resource',
+})
+
+export const CreateWebhookEndpointBody = Type.Object(
+  {
+    url: Type.String({
+      minLength: 1,
+      maxLength: WEBHOOK_URL_MAX_LENGTH,
+      pattern: STORABLE_TEXT,
+      description: 'https, and never to a loopback, private, link-local or metadata address',
+    }),
+    event_types: Type.Array(EventTypeName, { minItems: 1, maxItems: WEBHOOK_EVENT_TYPES_MAX, uniqueItems: true }),
+    description: Type.Optional(
+      Nullable(Type.String({ maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH, pattern: STORABLE_TEXT })),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+const EndpointFields = {
+  id: Type.String({ format: 'uuid' }),
+  url: Type.String(),
+  event_types: Type.Array(Type.String()),
+  description: Nullable(Type.String()),
+  status: Type.Union([Type.Literal('active'), Type.Literal('disabled')], {
+    description: '`disabled`: deliveries stopped (the receiver answered 410, or failed for 5 days)',
+  }),
+  created_at: Timestamp,
+  disabled_at: Nullable(Timestamp),
+  disabled_reason: Nullable(Type.String()),
+}
+
+export const WebhookEndpoint = Type.Object(EndpointFields, { additionalProperties: false })
+export type WebhookEndpoint = Static<typeof WebhookEndpoint>
+
+export const CreatedWebhookEndpoint = Type.Object(
+  {
+    ...EndpointFields,
+    secret: Type.String({
+      pattern: '^whsec_[A-Za-z0-9+/]{43}=$',
+      description: "`whsec_` and base64 of 32 bytes: keys the deliveries' signatures; returned only in this response",
+    }),
+  },
+  { additionalProperties: false },
+)
+
+export const WebhookEndpointPage = Page(WebhookEndpoint)
+
+export const ListWebhookEndpointsQuery = Type.Object(
+  { limit: Limit, cursor: Type.Optional(Cursor) },
+  { additionalProperties: false },
+)
+
+// Not validated here: an id that is not a UUID is a 404 (docs/api.md), from the handler.
+export const WebhookEndpointParams = Type.Object({ endpoint_id: Type.String() })

@@ -1,0 +1,76 @@
+// Webhook endpoints of parent accounts (docs/api.md, Webhook endpoints). SQL only; callers pass
+// `sql` or a transaction. The secret stays sealed here: only the delivery worker opens it.
+import type { Sql, Tx } from './db.js'
+
+type Db = Sql | Tx
+
+export type WebhookEndpointStatus = 'active' | 'disabled' | 'deleted'
+
+export interface WebhookEndpointRow {
+  id: string
+  account_id: string
+  url: string
+  event_types: string[]
+  description: string | null
+  status: WebhookEndpointStatus
+  created_at: Date
+  disabled_at: Date | null
+  disabled_reason: string | null
+}
+
+export type WebhookEndpointPageRow = WebhookEndpointRow & { seq: string }
+
+const COLUMNS = 'id, account_id, url, event_types, description, status, created_at, disabled_at, disabled_reason'
+
+export interface NewWebhookEndpoint {
+  id: string
+  accountId: string
+  url: string
+  eventTypes: string[]
+  description: string | null
+  secretSealed: Buffer
+}
+
+export async function insertWebhookEndpoint(db: Db, input: NewWebhookEndpoint): Promise<WebhookEndpointRow> {
+  const [row] = await db<WebhookEndpointRow[]>`
+    insert into webhook_endpoints (id, account_id, url, event_types, description, secret_sealed)
+    values (${input.id}, ${input.accountId}, ${input.url}, ${db.array(input.eventTypes)}, ${input.description},
+            ${input.secretSealed})
+    returning ${db.unsafe(COLUMNS)}`
+  return row!
+}
+
+/** One of the parent's endpoints that is not deleted, or null (unknown, another parent's, deleted). */
+export async function getWebhookEndpoint(
+  db: Db,
+  accountId: string,
+  id: string,
+  options: { forUpdate?: boolean } = {},
+): Promise<WebhookEndpointRow | null> {
+  const [row] = await db<WebhookEndpointRow[]>`
+    select ${db.unsafe(COLUMNS)} from webhook_endpoints
+    where id = ${id} and account_id = ${accountId} and status <> 'deleted'
+    ${options.forUpdate ? db`for update` : db``}`
+  return row ?? null
+}
+
+/** One page of the parent's endpoints that are not deleted, oldest first, by keyset on `seq`. */
+export function listWebhookEndpoints(
+  db: Db,
+  accountId: string,
+  page: { limit: number; afterSeq: string | null },
+): Promise<WebhookEndpointPageRow[]> {
+  return db<WebhookEndpointPageRow[]>`
+    select ${db.unsafe(COLUMNS)}, seq::text as seq from webhook_endpoints
+    where account_id = ${accountId} and status <> 'deleted'
+      ${page.afterSeq === null ? db`` : db`and seq > ${page.afterSeq}`}
+    order by seq
+    limit ${page.limit}`
+}
+
+/** Marks an endpoint deleted and drops its secret: nothing signs for it any more. */
+export async function markWebhookEndpointDeleted(db: Db, accountId: string, id: string): Promise<void> {
+  await db`
+    update webhook_endpoints set status = 'deleted', deleted_at = now(), secret_sealed = null
+    where id = ${id} and account_id = ${accountId}`
+}
