@@ -281,3 +281,25 @@ t.test('atomic: when the event or the change cannot commit, neither does the oth
     t.same(await snapshot(), before, `${table} cannot commit: no change and no event`)
   }
 })
+
+t.test('a disabled endpoint (the delivery worker sets it) is shown so, and deleted from that status', async (t) => {
+  const made = (await create({ url: PUBLIC_URL, event_types: ['api_key.*'] })).json()
+  await sql`
+    update webhook_endpoints set status = 'disabled', disabled_at = now(), disabled_reason = 'the receiver answered 410'
+    where id = ${made.id}`
+  const got = (await as(parent.apiKey, 'GET', `${PATH}/${made.id}`)).json()
+  t.match(got, { status: 'disabled', disabled_at: String, disabled_reason: 'the receiver answered 410' })
+  const listed = (await as(parent.apiKey, 'GET', `${PATH}?limit=100`)).json()
+  t.ok(
+    listed.data.some((e: { id: string; status: string }) => e.id === made.id && e.status === 'disabled'),
+    'listed, as disabled',
+  )
+  t.equal((await as(parent.apiKey, 'DELETE', `${PATH}/${made.id}`)).statusCode, 204)
+  const [event] = (await eventsOf(sql, parent.id)).filter(
+    (e) => e.type === 'webhook_endpoint.deleted' && e.target.id === made.id,
+  )
+  t.match(event?.data, {
+    object: { status: 'deleted', disabled_reason: 'the receiver answered 410' },
+    previous: { status: 'disabled' },
+  })
+})
