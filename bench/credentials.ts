@@ -17,6 +17,7 @@ import {
   reportHead,
   ROUND_COLUMNS,
   roundCells,
+  roundLine,
   run,
   runCli,
   scrape,
@@ -133,9 +134,7 @@ async function main(): Promise<void> {
         seconds,
         pid: gateway.child.pid,
       })
-      console.error(
-        `  ${side.name} ${round}: ${fmt(r.perSecond)} req/s, p50 ${r.p50.toFixed(3)} ms, p99 ${r.p99.toFixed(3)} ms, ${r.cpuMicros.toFixed(1)} µs CPU/request`,
-      )
+      console.error(roundLine(`${side.name} ${round}`, r))
       return { ...r, side: side.name, round }
     }
     console.error(`warming up, ${WARMUP_ROUNDS} × ${WARMUP} s per side…`)

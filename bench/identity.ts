@@ -19,6 +19,7 @@ import {
   reportHead,
   ROUND_COLUMNS,
   roundCells,
+  roundLine,
   run,
   scrape,
   type Server,
@@ -95,9 +96,7 @@ async function main(): Promise<void> {
       const signatures =
         metric(after, 'tgw_signatures_total', 'purpose="identity"') -
         metric(before, 'tgw_signatures_total', 'purpose="identity"')
-      console.error(
-        `  ${name} ${round}: ${fmt(r.perSecond)} req/s, p50 ${r.p50.toFixed(3)} ms, p99 ${r.p99.toFixed(3)} ms, ${r.cpuMicros.toFixed(1)} µs CPU/request, ${signatures} signatures`,
-      )
+      console.error(`${roundLine(`${name} ${round}`, r)}, ${signatures} signatures`)
       return { ...r, side: name, round, signatures }
     }
     console.error(`warming up, ${WARMUP_ROUNDS} × ${WARMUP} s per side…`)

@@ -667,6 +667,11 @@ let autocannon: Autocannon | null = null
 let running: AutocannonInstance | null = null
 whenInterrupted(() => running?.stop())
 
+/** A measured round as the benches log it on stderr, `label` first (side and round). */
+export function roundLine(label: string, r: Measured): string {
+  return `  ${label}: ${fmt(r.perSecond)} req/s, p50 ${r.p50.toFixed(3)} ms, p99 ${r.p99.toFixed(3)} ms, ${r.cpuMicros.toFixed(1)} µs CPU/request`
+}
+
 export interface Measured {
   requests: number
   perSecond: number

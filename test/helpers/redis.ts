@@ -82,3 +82,18 @@ export function redisPrefix(t: TestLike): string {
   })
   return prefix
 }
+
+/**
+ * Waits (up to 5 s) until `count` replicas listen on the invalidation channel of `keyPrefix`: a
+ * change published before a replica subscribed would be lost to it. Throws when they never do.
+ */
+export async function untilSubscribed(redis: Redis, keyPrefix: string, count: number): Promise<void> {
+  const deadline = Date.now() + 5_000
+  for (;;) {
+    const [, listening] = (await redis.pubsub('NUMSUB', `${keyPrefix}invalidate`)) as [string, number | string]
+    if (Number(listening) === count) return
+    if (Date.now() > deadline)
+      throw new Error(`${listening} of ${count} replicas listen on ${keyPrefix}invalidate after 5 s`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}

@@ -13,7 +13,7 @@ import {
 } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
-import { redisClient } from '../helpers/redis.js'
+import { redisClient, untilSubscribed } from '../helpers/redis.js'
 import { accessToken, type ClientKey, clientKey } from '../helpers/tokens.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -33,11 +33,7 @@ const b = await startGateway(t, {
 
 // A change made before B listens would be lost to it: start once both are subscribed.
 const redis = redisClient(t)
-const subscribed = await eventually(5_000, async () => {
-  const [, count] = (await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number | string]
-  return Number(count) === 2
-})
-if (subscribed === null) throw new Error('A and B do not both listen for invalidations')
+await untilSubscribed(redis, a.redisKeyPrefix!, 2)
 
 const parent = await a.createParent()
 const read = (gw: TestGateway, token: string) => callAs(gw.url, token, { path: '/v1/orders/1' })

@@ -8,7 +8,7 @@ import { cli } from '../helpers/cli.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
-import { REDIS_URL, redisClient, redisPrefix } from '../helpers/redis.js'
+import { REDIS_URL, redisClient, redisPrefix, untilSubscribed } from '../helpers/redis.js'
 
 const DAY_MS = 86_400_000
 
@@ -25,10 +25,7 @@ const parent = await gw.createParent()
 
 // The gateway must be subscribed before the CLI publishes.
 const redis = redisClient(t)
-await eventually(5_000, async () => {
-  const reply = (await redis.pubsub('NUMSUB', `${keyPrefix}invalidate`)) as [string, number | string]
-  return Number(reply[1]) === 1
-})
+await untilSubscribed(redis, keyPrefix!, 1)
 
 /** A management read with `apiKey`: 200 while the key works. */
 const read = (apiKey: string) => gw.call(apiKey, { method: 'GET', url: '/v1/sub-accounts', acting: 'self' })

@@ -9,7 +9,7 @@ import { cli } from '../helpers/cli.js'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
-import { REDIS_URL, redisClient } from '../helpers/redis.js'
+import { REDIS_URL, redisClient, untilSubscribed } from '../helpers/redis.js'
 import { accessToken, clientKey } from '../helpers/tokens.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -28,11 +28,7 @@ const b = await startGateway(t, {
   redisKeyPrefix: a.redisKeyPrefix,
 })
 const redis = redisClient(t)
-const subscribed = await eventually(5_000, async () => {
-  const [, count] = (await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number | string]
-  return Number(count) === 2
-})
-if (subscribed === null) throw new Error('A and B do not both listen for invalidations')
+await untilSubscribed(redis, a.redisKeyPrefix!, 2)
 
 const parent = await a.createParent()
 const read = (gw: TestGateway, credential: string) => callAs(gw.url, credential, { path: '/v1/orders/1' })

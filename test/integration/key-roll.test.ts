@@ -8,7 +8,7 @@ import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { checkProblem, problemOf } from '../helpers/problems.js'
-import { redisClient } from '../helpers/redis.js'
+import { redisClient, untilSubscribed } from '../helpers/redis.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 const SLOW_LOCAL_EXPIRY = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalidateAfterMs: 60_000 }
@@ -27,10 +27,7 @@ const parent = await a.createParent()
 
 // Both replicas must be subscribed before a change they are to hear of.
 const redis = redisClient(t)
-await eventually(5_000, async () => {
-  const reply = (await redis.pubsub('NUMSUB', `${a.redisKeyPrefix}invalidate`)) as [string, number | string]
-  return Number(reply[1]) === 2
-})
+await untilSubscribed(redis, a.redisKeyPrefix!, 2)
 
 interface Key {
   id: string
