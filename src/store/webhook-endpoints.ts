@@ -20,7 +20,9 @@ export interface WebhookEndpointRow {
 
 export type WebhookEndpointPageRow = WebhookEndpointRow & { seq: string }
 
-const COLUMNS = 'id, account_id, url, event_types, description, status, created_at, disabled_at, disabled_reason'
+// Arrays cross as JSON: the pool does not fetch array types (store/db.ts).
+const COLUMNS =
+  'id, account_id, url, to_jsonb(event_types) as event_types, description, status, created_at, disabled_at, disabled_reason'
 
 export interface NewWebhookEndpoint {
   id: string
@@ -34,7 +36,7 @@ export interface NewWebhookEndpoint {
 export async function insertWebhookEndpoint(db: Db, input: NewWebhookEndpoint): Promise<WebhookEndpointRow> {
   const [row] = await db<WebhookEndpointRow[]>`
     insert into webhook_endpoints (id, account_id, url, event_types, description, secret_sealed)
-    values (${input.id}, ${input.accountId}, ${input.url}, ${db.array(input.eventTypes)}, ${input.description},
+    values (${input.id}, ${input.accountId}, ${input.url}, array(select t from jsonb_array_elements_text(${db.json(input.eventTypes)}) with ordinality as given (t, n) order by n), ${input.description},
             ${input.secretSealed})
     returning ${db.unsafe(COLUMNS)}`
   return row!

@@ -50,7 +50,7 @@ export async function freshDatabase(t: TestLike, options: { migrated?: boolean }
   }
   const url = new URL(ADMIN_URL)
   url.pathname = `/${name}`
-  const sql = postgres(url.toString(), { max: 10, onnotice: () => {} })
+  const sql = postgres(url.toString(), { max: 10, onnotice: () => {}, fetch_types: false })
   t.teardown(async () => {
     await sql.end({ timeout: 5 })
     await admin.unsafe(`drop database if exists ${name} with (force)`)
