@@ -33,6 +33,7 @@ import { usageMeterPlugin } from './plugins/usage-meter.js'
 import type { LeaseTimings } from './limits/lease-store.js'
 import { eventRetentionPlugin } from './plugins/event-retention.js'
 import { limitsPlugin } from './plugins/limits.js'
+import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './plugins/webhook-delivery.js'
 import { limitGate } from './proxy/limit-gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
@@ -60,6 +61,8 @@ export interface AppDeps {
   usageFlushIntervalMs?: number
   /** The events' retention sweep: its batch size, interval and clock (tests shrink and move them). */
   eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
+  /** The webhook worker's timings, clock and delivery options (tests shorten, move and widen them). */
+  webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
   metrics?: Metrics
   /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
   logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
@@ -189,6 +192,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sql: deps.store.sql,
     retentionDays: deps.config.eventsRetentionDays,
     ...deps.eventRetention,
+  })
+  await app.register(webhookDeliveryPlugin, {
+    sql: deps.store.sql,
+    encryptionKey: answersKey,
+    schedule: deps.config.webhooksRetrySchedule,
+    listen: !deps.store.embedded,
+    ...deps.webhookDelivery,
+    delivery: { allowInsecure: deps.config.webhooksAllowInsecure, ...deps.webhookDelivery?.delivery },
   })
   await app.register(limitsPlugin, {
     sql: deps.store.sql,

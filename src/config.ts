@@ -5,6 +5,7 @@ import { resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import type { Rate } from './limits/bucket.js'
 import { parseRate } from './tenancy/limits.js'
+import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, type RetrySchedule } from './webhooks/retry-schedule.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
@@ -47,6 +48,8 @@ export interface Config {
   readonly webhooksAllowInsecure: boolean
   /** Events older than this many days are deleted (EVENTS_RETENTION_DAYS, default 90). */
   readonly eventsRetentionDays: number
+  /** Delays before each retry of a failed webhook delivery, in ms (WEBHOOKS_RETRY_SCHEDULE). */
+  readonly webhooksRetrySchedule: RetrySchedule
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -197,6 +200,15 @@ function parseBoolean(env: Env, name: string): boolean {
   throw new ConfigError(name, `must be true or false, got "${raw}"`)
 }
 
+function parseWebhookRetrySchedule(env: Env): RetrySchedule {
+  const raw = read(env, 'WEBHOOKS_RETRY_SCHEDULE') ?? DEFAULT_RETRY_SCHEDULE
+  try {
+    return Object.freeze(parseRetrySchedule(raw))
+  } catch (err) {
+    throw new ConfigError('WEBHOOKS_RETRY_SCHEDULE', (err as Error).message)
+  }
+}
+
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -226,5 +238,6 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
     eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
+    webhooksRetrySchedule: parseWebhookRetrySchedule(env),
   })
 }

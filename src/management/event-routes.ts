@@ -1,24 +1,11 @@
 // The audit log (docs/api.md, Audit log; docs/events.md): the calling parent's events, newest
 // first, paged with signed cursors like the other lists.
 import { validationFailed } from '../errors.js'
+import { presentEvent } from '../events/present.js'
 import { EVENT_TYPES } from '../events/record.js'
-import { type EventFilter, type EventRow, listEvents } from '../store/events.js'
+import { type EventFilter, listEvents } from '../store/events.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { type Event, EventPage, EventsQuery } from './schemas.js'
-
-function presentEvent(row: EventRow): Event {
-  return {
-    id: row.id,
-    type: row.type,
-    created_at: row.created_at.toISOString(),
-    account_id: row.account_id,
-    actor: row.actor,
-    target: row.target as Event['target'],
-    request_id: row.request_id,
-    source_ip: row.source_ip,
-    data: row.data,
-  }
-}
+import { EventPage, EventsQuery } from './schemas.js'
 
 /** `api_key.revoked`, or `api_key.*` (every type of that resource); anything else is a 400. */
 function typeFilter(type: string | undefined): EventFilter['type'] {

@@ -91,4 +91,12 @@ export const OPERATIONS = {
     description: 'Answers 204; nothing is delivered to it any more. A deleted endpoint is then 404 not_found.',
     tags: ['webhooks'],
   },
+  listWebhookDeliveries: {
+    summary: "An endpoint's delivery attempts, newest first",
+    description:
+      'Each attempt at an event: the HTTP status (null when none came), why it failed (null for a 2xx), how long ' +
+      'it took, and when the next attempt is due (null when none will be made). Retries follow the schedule of ' +
+      'docs/events.md; a 410 or five days of failures disable the endpoint.',
+    tags: ['webhooks'],
+  },
 } as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>

@@ -5,13 +5,14 @@ import { seal } from '../credentials/encryption.js'
 import { type Origin, recordEvent } from '../events/record.js'
 import type { Sql } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'
+import { cancelPendingDeliveries } from '../store/webhook-deliveries.js'
 import {
   getWebhookEndpoint,
   insertWebhookEndpoint,
   markWebhookEndpointDeleted,
   type WebhookEndpointRow,
 } from '../store/webhook-endpoints.js'
-import { generateWebhookSecret } from '../webhooks/signature.js'
+import { generateWebhookSecret, sealedSecretFor } from '../webhooks/signature.js'
 import type { WebhookEndpoint } from './webhook-schemas.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
@@ -28,12 +29,6 @@ export function presentWebhookEndpoint(row: WebhookEndpointRow): WebhookEndpoint
     disabled_reason: row.disabled_reason,
   }
 }
-
-/**
- * The sealed secret's associated data: a sealed secret copied onto another endpoint's row does not
- * open (the delivery worker opens it with the same words).
- */
-export const sealedSecretFor = (endpointId: string) => `webhook_endpoint:${endpointId}`
 
 export interface WebhookEndpointInput {
   url: string
@@ -76,6 +71,7 @@ export function deleteWebhookEndpointWithEvent(
     const before = await getWebhookEndpoint(tx, accountId, id, { forUpdate: true })
     if (before === null) return false
     await markWebhookEndpointDeleted(tx, accountId, id)
+    await cancelPendingDeliveries(tx, id)
     const shown = presentWebhookEndpoint(before)
     await recordEvent(tx, origin, {
       accountId,

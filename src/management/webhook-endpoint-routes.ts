@@ -3,6 +3,7 @@
 import { Type } from 'typebox'
 import { validationFailed } from '../errors.js'
 import { EVENT_TYPES } from '../events/record.js'
+import { type AttemptPageRow, listAttempts } from '../store/webhook-deliveries.js'
 import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
 import { checkWebhookUrl, WebhookUrlError } from '../webhooks/url-policy.js'
 import {
@@ -22,6 +23,8 @@ import {
 } from './webhook-endpoint-changes.js'
 import {
   CreatedWebhookEndpoint,
+  type DeliveryAttempt,
+  DeliveryAttemptPage,
   CreateWebhookEndpointBody,
   ListWebhookEndpointsQuery,
   WebhookEndpoint,
@@ -47,6 +50,16 @@ async function checkUrl(raw: string, allowInsecure: boolean): Promise<void> {
     throw err
   }
 }
+
+const presentAttempt = (row: AttemptPageRow): DeliveryAttempt => ({
+  event_id: row.event_id,
+  attempt: row.attempt,
+  status: row.status,
+  error: row.error,
+  duration_ms: row.duration_ms,
+  attempted_at: row.attempted_at.toISOString(),
+  next_attempt_at: row.next_attempt_at === null ? null : row.next_attempt_at.toISOString(),
+})
 
 export function registerWebhookEndpointRoutes(app: ManagementApp, context: ManagementContext): void {
   const { sql, cursors, webhooks } = context
@@ -131,6 +144,27 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
       const deleted = await deleteWebhookEndpointWithEvent(sql, originOf(request), parentOf(request).id, id)
       if (!deleted) throw notFoundEndpoint()
       return reply.code(204).send(null)
+    },
+  )
+
+  app.get(
+    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries`,
+    {
+      schema: {
+        ...operation('listWebhookDeliveries'),
+        params: WebhookEndpointParams,
+        querystring: ListWebhookEndpointsQuery,
+        response: { 200: DeliveryAttemptPage },
+      },
+    },
+    async (request) => {
+      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
+      const { limit, cursor } = request.query
+      const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
+      const beforeSeq = await cursors.decode(cursor, scope)
+      if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()
+      const rows = await listAttempts(sql, id, { limit: limit + 1, beforeSeq })
+      return cursors.page(rows, limit, presentAttempt, scope)
     },
   )
 }

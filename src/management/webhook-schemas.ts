@@ -65,5 +65,21 @@ export const ListWebhookEndpointsQuery = Type.Object(
   { additionalProperties: false },
 )
 
+export const DeliveryAttempt = Type.Object(
+  {
+    event_id: Type.String(),
+    attempt: Type.Integer({ minimum: 1, description: '1 for the first attempt at the event, then each retry' }),
+    status: Nullable(Type.Integer({ description: "the receiver's HTTP status" })),
+    error: Nullable(Type.String({ description: 'why the attempt failed; null for a 2xx' })),
+    duration_ms: Type.Integer({ minimum: 0 }),
+    attempted_at: Timestamp,
+    next_attempt_at: Nullable(Timestamp),
+  },
+  { additionalProperties: false },
+)
+export type DeliveryAttempt = Static<typeof DeliveryAttempt>
+
+export const DeliveryAttemptPage = Page(DeliveryAttempt)
+
 // Not validated here: an id that is not a UUID is a 404 (docs/api.md), from the handler.
 export const WebhookEndpointParams = Type.Object({ endpoint_id: Type.String() })

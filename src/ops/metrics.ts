@@ -5,6 +5,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import { LatencyHistogram, talliedCounter, tally, type Tally } from './fast-metrics.js'
 import { type CredentialMetrics, credentialMetrics } from './credential-metrics.js'
 import { type LimitMetrics, limitMetrics } from './limit-metrics.js'
+import { type WebhookMetrics, webhookMetrics } from './webhook-metrics.js'
 
 export { LIMIT_POLICIES, type LimitMetrics } from './limit-metrics.js'
 
@@ -51,6 +52,8 @@ export interface Metrics {
   readonly limits: LimitMetrics
   /** Credentials (credentials/): signatures made, access tokens verified. */
   readonly credentials: CredentialMetrics
+  /** Webhook deliveries (webhooks/): attempts by outcome, the oldest due delivery's wait. */
+  readonly webhooks: WebhookMetrics
   /** Records one answered request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: LatencyHistogram
@@ -156,6 +159,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     clientAborts: clientAbortTallies(registers),
     limits: limitMetrics(registers),
     credentials: credentialMetrics(registers),
+    webhooks: webhookMetrics(registers),
     observeRequest(kind, statusCode, seconds) {
       const k = kindIndex[kind]
       const cls = Math.floor(statusCode / 100) - 1

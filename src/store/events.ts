@@ -22,11 +22,31 @@ export type EventPageRow = EventRow & { seq: string }
 
 const COLUMNS = 'id, type, created_at, account_id, actor, target, request_id, source_ip, data'
 
+/** Where the webhook workers hear that deliveries were queued: NOTIFY is sent when the transaction commits. */
+export const DELIVERIES_CHANNEL = 'tgw_webhook_deliveries'
+
+/**
+ * Writes the event and, in the same statement, one delivery for each active endpoint of the
+ * account that subscribes to its type or to its resource's every type (`api_key.*`); with any
+ * queued, a NOTIFY that Postgres sends only if the transaction commits.
+ */
 export async function insertEvent(db: Db, event: Omit<EventRow, 'created_at'>): Promise<void> {
+  const resourceWide = `${event.type.slice(0, event.type.indexOf('.'))}.*`
   await db`
-    insert into events (id, account_id, type, actor, target, request_id, source_ip, data)
-    values (${event.id}, ${event.account_id}, ${event.type}, ${json(db, event.actor)}, ${json(db, event.target)},
-            ${event.request_id}, ${event.source_ip}, ${json(db, event.data)})`
+    with event as (
+      insert into events (id, account_id, type, actor, target, request_id, source_ip, data)
+      values (${event.id}, ${event.account_id}, ${event.type}, ${json(db, event.actor)}, ${json(db, event.target)},
+              ${event.request_id}, ${event.source_ip}, ${json(db, event.data)})
+      returning id, account_id
+    ), queued as (
+      insert into webhook_deliveries (event_id, endpoint_id)
+      select event.id, endpoint.id from event
+      join webhook_endpoints endpoint on endpoint.account_id = event.account_id
+        and endpoint.status = 'active'
+        and endpoint.event_types && array[${event.type}, ${resourceWide}]::text[]
+      returning 1
+    )
+    select pg_notify(${DELIVERIES_CHANNEL}, '') where exists (select 1 from queued)`
 }
 
 export interface EventFilter {

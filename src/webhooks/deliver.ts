@@ -1,6 +1,6 @@
 // One webhook delivery (Standard Webhooks): the signed POST, sent over a connection whose address is
 // checked when it is made, not only when the endpoint was created (docs/decisions.md, webhook
-// delivery). Used by the webhook delivery worker to come.
+// delivery). Used by the webhook delivery worker (worker.ts).
 import { isIP, type LookupFunction } from 'node:net'
 import { Agent, buildConnector, type Dispatcher, request } from 'undici'
 import { signWebhook } from './signature.js'
@@ -32,6 +32,8 @@ export interface DeliveryOptions {
   readonly ca?: string | Buffer
   /** The send time, for `webhook-timestamp`; now by default. */
   readonly now?: () => Date
+  /** Cuts the attempt short (the worker is stopping); the result then says `aborted`. */
+  readonly signal?: AbortSignal
 }
 
 /** `status` is the HTTP status or null when none came; `error` is null only for a 2xx. */
@@ -154,7 +156,8 @@ export async function deliverWebhook(
     return { status: null, error: (err as Error).message, durationMs: durationMs() }
   }
   const dispatcher = dispatcherFor(options, timeoutMs)
-  const signal = AbortSignal.timeout(timeoutMs)
+  const timeout = AbortSignal.timeout(timeoutMs)
+  const signal = options.signal === undefined ? timeout : AbortSignal.any([timeout, options.signal])
   try {
     const response = await request(target, {
       method: 'POST',
@@ -176,7 +179,8 @@ export async function deliverWebhook(
     }
     return { status: response.statusCode, error: statusError(response.statusCode), durationMs: durationMs() }
   } catch (err) {
-    return { status: null, error: reasonOf(err, signal.aborted), durationMs: durationMs() }
+    if (options.signal?.aborted) return { status: null, error: 'aborted', durationMs: durationMs() }
+    return { status: null, error: reasonOf(err, timeout.aborted), durationMs: durationMs() }
   } finally {
     dispatcher.destroy().catch(() => {})
   }

@@ -21,3 +21,9 @@ export function signWebhook(secret: string, id: string, timestampSeconds: number
   const mac = createHmac('sha256', secretKey(secret)).update(`${id}.${timestampSeconds}.${body}`).digest('base64')
   return `v1,${mac}`
 }
+
+/**
+ * The sealed secret's associated data: a sealed secret copied onto another endpoint's row does not
+ * open (sealed under ENCRYPTION_KEY when the endpoint is made, opened by the delivery worker).
+ */
+export const sealedSecretFor = (endpointId: string) => `webhook_endpoint:${endpointId}`

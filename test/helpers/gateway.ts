@@ -65,6 +65,8 @@ export interface GatewayOptions {
   deadlines?: Pick<AppDeps, 'headersTimeoutMs' | 'managementBodyTimeoutMs'>
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
+  /** The webhook worker's poll interval, lease, clock and delivery options. */
+  webhookDelivery?: AppDeps['webhookDelivery']
 }
 
 export interface Parent {
@@ -193,6 +195,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       keyring: options.keyring,
       signingKeys: options.signingKeys,
       idempotencySweepIntervalMs: options.idempotencySweepIntervalMs,
+      webhookDelivery: options.webhookDelivery,
       ...options.deadlines,
     })
   let app: FastifyInstance

@@ -19,6 +19,11 @@ export async function eventually(
   }
 }
 
+/** Whether `check` came to hold within `timeoutMs` (polled like `eventually`). */
+export async function until(timeoutMs: number, check: () => Promise<boolean>, everyMs = 20): Promise<boolean> {
+  return (await eventually(timeoutMs, check, everyMs)) !== null
+}
+
 /** Resolves with `promise`'s value, or with `onTimeout` if it has not settled within `ms`. */
 export async function orTimeout<T, U>(promise: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
   let timer: NodeJS.Timeout | undefined

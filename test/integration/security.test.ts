@@ -39,6 +39,10 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/webhook-endpoints': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/webhook-endpoints/:endpoint_id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'DELETE /v1/sub-accounts/webhook-endpoints/:endpoint_id': { scope: 'sub_accounts:write', namesSubAccount: false },
+  'GET /v1/sub-accounts/webhook-endpoints/:endpoint_id/deliveries': {
+    scope: 'sub_accounts:read',
+    namesSubAccount: false,
+  },
   'GET /v1/sub-accounts/:sub_id': { scope: 'sub_accounts:read', namesSubAccount: true },
   'PATCH /v1/sub-accounts/:sub_id': { body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/deactivate': { scope: 'sub_accounts:write', namesSubAccount: true },

@@ -3,7 +3,7 @@
 // Idempotency-Key replay of a create.
 import t from 'tap'
 import { open } from '../../src/credentials/encryption.js'
-import { sealedSecretFor } from '../../src/management/webhook-endpoint-changes.js'
+import { sealedSecretFor } from '../../src/webhooks/signature.js'
 import { checkNoSecrets, eventsOf } from '../helpers/events.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'

@@ -123,3 +123,13 @@ t.test('EVENTS_RETENTION_DAYS: 90 by default, 1 to 36500', async (t) => {
   for (const bad of ['0', '36501', '1.5', 'x'])
     t.throws(() => loadConfig({ EVENTS_RETENTION_DAYS: bad }, ROOT), { message: /EVENTS_RETENTION_DAYS/ }, bad)
 })
+
+t.test('WEBHOOKS_RETRY_SCHEDULE: 5s to 10h by default; a list of delays', async (t) => {
+  const h = 3_600_000
+  t.same(loadConfig({}, ROOT).webhooksRetrySchedule, [5_000, 300_000, 1_800_000, 2 * h, 5 * h, 10 * h, 10 * h])
+  t.same(loadConfig({ WEBHOOKS_RETRY_SCHEDULE: '50ms, 1s,2m' }, ROOT).webhooksRetrySchedule, [50, 1_000, 120_000])
+  t.same(loadConfig({ WEBHOOKS_RETRY_SCHEDULE: '0ms' }, ROOT).webhooksRetrySchedule, [0])
+  const tooMany = Array.from({ length: 21 }, () => '1s').join(',')
+  for (const bad of ['5', '5d', '1s,,2s', '-1s', '1.5s', '169h', tooMany])
+    t.throws(() => loadConfig({ WEBHOOKS_RETRY_SCHEDULE: bad }, ROOT), { message: /WEBHOOKS_RETRY_SCHEDULE/ }, bad)
+})

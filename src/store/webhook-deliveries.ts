@@ -1,0 +1,187 @@
+// Webhook deliveries and their attempts (docs/events.md, Delivery). SQL only. Deliveries are
+// queued by insertEvent (store/events.ts) in the transaction of their event; the workers claim,
+// record and cancel them here. Every time is the worker's clock, passed in, so that tests can move it.
+import type { Sql, Tx } from './db.js'
+import type { EventRow } from './events.js'
+
+type Db = Sql | Tx
+
+/** A claimed delivery with what its attempt needs: the event, the endpoint's URL and sealed secret. */
+export interface ClaimedDelivery {
+  id: string
+  attempt: number
+  leaseToken: string
+  endpointId: string
+  endpointActive: boolean
+  url: string
+  secretSealed: Buffer | null
+  event: EventRow
+}
+
+interface ClaimRow extends EventRow {
+  delivery_id: string
+  attempt: number
+  endpoint_id: string
+  endpoint_status: string
+  url: string
+  secret_sealed: Buffer | null
+}
+
+/**
+ * Claims up to `limit` due deliveries for this worker: their rows are locked FOR UPDATE SKIP LOCKED
+ * (another worker's claim in progress skips them) and moved past `leaseUntil` under a new token.
+ */
+export async function claimDueDeliveries(
+  sql: Sql,
+  options: { now: Date; leaseUntil: Date; leaseToken: string; limit: number },
+): Promise<ClaimedDelivery[]> {
+  const rows = await sql<ClaimRow[]>`
+    with due as (
+      select id from webhook_deliveries
+      where state = 'pending' and next_attempt_at <= ${options.now}
+      order by next_attempt_at
+      limit ${options.limit}
+      for update skip locked
+    )
+    update webhook_deliveries delivery
+    set next_attempt_at = ${options.leaseUntil}, lease_token = ${options.leaseToken}
+    from due, events event, webhook_endpoints endpoint
+    where delivery.id = due.id and event.id = delivery.event_id and endpoint.id = delivery.endpoint_id
+    returning delivery.id::text as delivery_id, delivery.attempt, delivery.endpoint_id,
+      endpoint.status as endpoint_status, endpoint.url, endpoint.secret_sealed,
+      event.id, event.type, event.created_at, event.account_id, event.actor, event.target,
+      event.request_id, event.source_ip, event.data`
+  return rows.map((row) => ({
+    id: row.delivery_id,
+    attempt: row.attempt,
+    leaseToken: options.leaseToken,
+    endpointId: row.endpoint_id,
+    endpointActive: row.endpoint_status === 'active',
+    url: row.url,
+    secretSealed: row.secret_sealed,
+    event: {
+      id: row.id,
+      type: row.type,
+      created_at: row.created_at,
+      account_id: row.account_id,
+      actor: row.actor,
+      target: row.target,
+      request_id: row.request_id,
+      source_ip: row.source_ip,
+      data: row.data,
+    },
+  }))
+}
+
+export interface AttemptRecord {
+  delivery: ClaimedDelivery
+  status: number | null
+  error: string | null
+  durationMs: number
+  attemptedAt: Date
+  /** When the next attempt is due; null when none will be made (success, given up, endpoint disabled). */
+  nextAttemptAt: Date | null
+}
+
+export async function insertAttempt(tx: Tx, record: AttemptRecord): Promise<void> {
+  const { delivery } = record
+  await tx`
+    insert into webhook_attempts
+      (delivery_id, endpoint_id, event_id, attempt, status, error, duration_ms, attempted_at, next_attempt_at)
+    values (${delivery.id}, ${delivery.endpointId}, ${delivery.event.id}, ${delivery.attempt}, ${record.status},
+            ${record.error}, ${record.durationMs}, ${record.attemptedAt}, ${record.nextAttemptAt})`
+}
+
+/**
+ * Moves a delivery on after an attempt, if this worker still holds its lease: to the next attempt
+ * at `next`, or to a final state. False when the lease was lost (another worker has the row now).
+ */
+export async function settleDelivery(
+  tx: Tx,
+  delivery: ClaimedDelivery,
+  outcome: { next: Date } | { state: 'succeeded' | 'failed' | 'cancelled' },
+): Promise<boolean> {
+  const result =
+    'next' in outcome
+      ? await tx`
+          update webhook_deliveries set attempt = attempt + 1, next_attempt_at = ${outcome.next}, lease_token = null
+          where id = ${delivery.id} and lease_token = ${delivery.leaseToken}`
+      : await tx`
+          update webhook_deliveries set state = ${outcome.state}, next_attempt_at = null, lease_token = null
+          where id = ${delivery.id} and lease_token = ${delivery.leaseToken}`
+  return result.count === 1
+}
+
+/** A success ends the endpoint's run of failures. */
+export async function clearFailingSince(tx: Tx, endpointId: string): Promise<void> {
+  await tx`update webhook_endpoints set failing_since = null where id = ${endpointId} and failing_since is not null`
+}
+
+/** Starts the endpoint's run of failures at `at` unless one is running; returns when it started. */
+export async function markFailing(tx: Tx, endpointId: string, at: Date): Promise<Date> {
+  const [row] = await tx<{ failing_since: Date }[]>`
+    update webhook_endpoints set failing_since = coalesce(failing_since, ${at})
+    where id = ${endpointId} returning failing_since`
+  return row?.failing_since ?? at
+}
+
+/** Disables an active endpoint and cancels its pending deliveries. False when it was not active. */
+export async function disableEndpoint(tx: Tx, endpointId: string, at: Date, reason: string): Promise<boolean> {
+  const result = await tx`
+    update webhook_endpoints set status = 'disabled', disabled_at = ${at}, disabled_reason = ${reason}
+    where id = ${endpointId} and status = 'active'`
+  if (result.count === 0) return false
+  await cancelPendingDeliveries(tx, endpointId)
+  return true
+}
+
+/** No more attempts for the endpoint's pending deliveries (it was disabled or deleted). */
+export async function cancelPendingDeliveries(db: Db, endpointId: string): Promise<void> {
+  await db`
+    update webhook_deliveries set state = 'cancelled', next_attempt_at = null, lease_token = null
+    where endpoint_id = ${endpointId} and state = 'pending'`
+}
+
+/**
+ * Hands back deliveries this worker claimed but will not attempt (it is stopping): due at once
+ * for another worker, under no lease.
+ */
+export async function releaseDeliveries(sql: Sql, ids: string[], leaseToken: string, now: Date): Promise<void> {
+  if (ids.length === 0) return
+  await sql`
+    update webhook_deliveries set next_attempt_at = ${now}, lease_token = null
+    where id in (select jsonb_array_elements_text(${sql.json(ids)})::bigint) and lease_token = ${leaseToken} and state = 'pending'`
+}
+
+/** Seconds since the oldest due delivery became due (0 when none is waiting). */
+export async function oldestDueAgeSeconds(sql: Sql, now: Date): Promise<number> {
+  const [row] = await sql<{ age: number | null }[]>`
+    select extract(epoch from (${now}::timestamptz - min(next_attempt_at)))::float8 as age
+    from webhook_deliveries where state = 'pending' and next_attempt_at <= ${now}`
+  return Math.max(0, row?.age ?? 0)
+}
+
+export interface AttemptPageRow {
+  seq: string
+  event_id: string
+  attempt: number
+  status: number | null
+  error: string | null
+  duration_ms: number
+  attempted_at: Date
+  next_attempt_at: Date | null
+}
+
+/** One page of an endpoint's attempts, newest first, by keyset on `seq`. */
+export function listAttempts(
+  db: Db,
+  endpointId: string,
+  page: { limit: number; beforeSeq: string | null },
+): Promise<AttemptPageRow[]> {
+  return db<AttemptPageRow[]>`
+    select seq::text as seq, event_id, attempt, status, error, duration_ms, attempted_at, next_attempt_at
+    from webhook_attempts
+    where endpoint_id = ${endpointId} ${page.beforeSeq === null ? db`` : db`and seq < ${page.beforeSeq}`}
+    order by seq desc
+    limit ${page.limit}`
+}

@@ -1,0 +1,59 @@
+// What an attempt's result does (docs/events.md, Delivery), written in one transaction: the
+// attempt for the deliveries route, the delivery moved on (if this worker still holds its lease),
+// and the endpoint's run of failures, which a 410 or five days of failures end by disabling it.
+import type { Sql } from '../store/db.js'
+import { inTransaction } from '../store/transaction.js'
+import {
+  type ClaimedDelivery,
+  clearFailingSince,
+  disableEndpoint,
+  insertAttempt,
+  markFailing,
+  settleDelivery,
+} from '../store/webhook-deliveries.js'
+import type { DeliveryResult } from './deliver.js'
+import { FAILING_DAYS_BEFORE_DISABLE, nextAttemptAt, type RetrySchedule } from './retry-schedule.js'
+
+const DAY_MS = 86_400_000
+
+/** How an attempt ended, as the deliveries metric counts it. */
+export type AttemptOutcome = 'succeeded' | 'retrying' | 'gave_up' | 'endpoint_disabled'
+
+export const ATTEMPT_OUTCOMES: readonly AttemptOutcome[] = ['succeeded', 'retrying', 'gave_up', 'endpoint_disabled']
+
+export const GONE_REASON = 'the endpoint answered 410 Gone'
+export const FAILING_REASON = `every delivery failed for ${FAILING_DAYS_BEFORE_DISABLE} days`
+
+export async function recordAttempt(
+  sql: Sql,
+  delivery: ClaimedDelivery,
+  result: DeliveryResult,
+  options: { schedule: RetrySchedule; attemptedAt: Date },
+): Promise<AttemptOutcome> {
+  const { attemptedAt } = options
+  const attempt = { delivery, status: result.status, error: result.error, durationMs: result.durationMs, attemptedAt }
+  return inTransaction(sql, async (tx) => {
+    if (result.error === null) {
+      if (await settleDelivery(tx, delivery, { state: 'succeeded' })) await clearFailingSince(tx, delivery.endpointId)
+      await insertAttempt(tx, { ...attempt, nextAttemptAt: null })
+      return 'succeeded'
+    }
+    let disableReason: string | null = null
+    if (result.status === 410) disableReason = GONE_REASON
+    else {
+      const failingSince = await markFailing(tx, delivery.endpointId, attemptedAt)
+      if (attemptedAt.getTime() - failingSince.getTime() >= FAILING_DAYS_BEFORE_DISABLE * DAY_MS)
+        disableReason = FAILING_REASON
+    }
+    const next = disableReason === null ? nextAttemptAt(options.schedule, delivery.attempt, attemptedAt) : null
+    await insertAttempt(tx, { ...attempt, nextAttemptAt: next })
+    const held = await settleDelivery(tx, delivery, next === null ? { state: 'failed' } : { next })
+    if (disableReason !== null) {
+      // Disabling cancels the endpoint's other pending deliveries.
+      await disableEndpoint(tx, delivery.endpointId, attemptedAt, disableReason)
+      return 'endpoint_disabled'
+    }
+    if (!held) return 'retrying'
+    return next === null ? 'gave_up' : 'retrying'
+  })
+}
