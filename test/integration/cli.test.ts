@@ -120,7 +120,7 @@ t.test('accounts create: a parent account and its first key', async (t) => {
   const [row] = await db.sql<
     { tenant_id: string; key_digest: Buffer; prefix: string; scopes: string[]; secret_digest: Buffer | null }[]
   >`
-    select tenant_id, key_digest, prefix, scopes, secret_digest from api_keys where id = ${out.key.id}`
+    select tenant_id, key_digest, prefix, to_jsonb(scopes) as scopes, secret_digest from api_keys where id = ${out.key.id}`
   t.ok(row, 'the key is stored')
   t.equal(row!.tenant_id, out.account.id)
   t.ok(Buffer.isBuffer(row!.key_digest) && row!.key_digest.length === 32, 'a 32-byte key_digest')
