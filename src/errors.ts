@@ -20,6 +20,7 @@ export const ERRORS = {
   external_id_conflict: { status: 409, title: 'External id already in use' },
   key_not_active: { status: 409, title: 'Key not active' },
   idempotency_key_in_flight: { status: 409, title: 'Idempotency key in flight' },
+  idempotency_answer_lost: { status: 409, title: 'Idempotent answer lost' },
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused' },
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },

@@ -4,6 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Tx } from '../store/db.js'
 import { insertEvent } from '../store/events.js'
+import { type IdempotencySlot, markIdempotentChange } from '../store/idempotency.js'
 import { eventId } from './ulid.js'
 
 /** Every type of the catalogue (docs/events.md). */
@@ -31,6 +32,16 @@ export interface Origin {
   actor: Actor
   requestId: string | null
   sourceIp: string | null
+  /** The request's Idempotency-Key claim, which the change marks in its transaction (docs/decisions.md). */
+  idempotency?: { slot: IdempotencySlot; claim: string } | null
+}
+
+/** The change's Idempotency-Key claim was let go (its request answered 5xx) or taken over: it must not commit. */
+export class IdempotencyClaimLostError extends Error {
+  constructor() {
+    super('the Idempotency-Key claim of this change is gone (answered 5xx, or taken over): rolled back')
+    this.name = 'IdempotencyClaimLostError'
+  }
 }
 
 /**
@@ -68,4 +79,10 @@ export async function recordEvent(tx: Tx, origin: Origin, event: NewEvent): Prom
       previous: event.previous as Record<string, unknown> | null,
     },
   })
+  // Last, so that the claim's row is locked only for the commit: a change under an Idempotency-Key
+  // commits if and only if its claim still stands, and its row then says it committed.
+  const claimed = origin.idempotency
+  if (claimed != null && !(await markIdempotentChange(tx, claimed.slot, claimed.claim, event.target))) {
+    throw new IdempotencyClaimLostError()
+  }
 }

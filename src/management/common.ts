@@ -56,12 +56,19 @@ export function authorizeManagement(request: FastifyRequest): void {
 /** The calling parent (authorizeManagement has made sure it is one). */
 export const parentOf = (request: FastifyRequest): Principal['tenant'] => request.principal!.tenant
 
-/** Who makes a change through the API, for its event (docs/events.md): the key, the request, the address. */
-export const originOf = (request: FastifyRequest): Origin => ({
-  actor: { type: 'api_key', key_id: request.principal!.key.id },
-  requestId: request.id,
-  sourceIp: request.ip,
-})
+/**
+ * Who makes a change through the API, for its event (docs/events.md): the key, the request, the
+ * address; and the request's Idempotency-Key claim, which the change's transaction marks.
+ */
+export function originOf(request: FastifyRequest): Origin {
+  const idempotent = request.idempotency
+  return {
+    actor: { type: 'api_key', key_id: request.principal!.key.id },
+    requestId: request.id,
+    sourceIp: request.ip,
+    idempotency: idempotent?.claim == null ? null : { slot: idempotent.slot, claim: idempotent.claim },
+  }
+}
 
 export function trimmedName(name: string, path: string): string {
   const trimmed = name.trim()

@@ -5,7 +5,9 @@
 // the others are answered from what it leaves: its kept answer (`Idempotent-Replayed: true`),
 // 409 idempotency_key_in_flight while it runs, 422 idempotency_key_reused for another request.
 // The answer is kept 24 h, its body sealed under ENCRYPTION_KEY (a mint's or a roll's carries the
-// key and its client secret); a 400 or a 5xx is not kept, so that a retry runs again.
+// key and its client secret); a 400 or a 5xx is not kept, so that a retry runs again, unless the
+// change committed all the same (the change's transaction marks the claim's row; events/record.ts):
+// then a retry is 409 idempotency_answer_lost, and nothing is made twice.
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { open, seal } from '../credentials/encryption.js'
@@ -137,6 +139,14 @@ export function addIdempotency(scope: FastifyInstance, options: IdempotencyOptio
       throw new ApiError(
         'idempotency_key_reused',
         'this Idempotency-Key was used with another method, path or body; use a new key for a new request',
+      )
+    }
+    if (found.kind === 'lost') {
+      const { type, id } = found.target
+      throw new ApiError(
+        'idempotency_answer_lost',
+        `the first request with this Idempotency-Key made its change (${type} ${id}) but its answer was lost; ` +
+          'it is not made again',
       )
     }
     if (found.kind === 'running') {

@@ -29,9 +29,9 @@ export const ERROR_RESPONSES = {
     'insufficient_scope',
   ],
   NotFound: ['not_found'],
-  Conflict: ['external_id_conflict', 'idempotency_key_in_flight'],
-  KeyNotActive: ['key_not_active', 'idempotency_key_in_flight'],
-  InFlight: ['idempotency_key_in_flight'],
+  Conflict: ['external_id_conflict', 'idempotency_key_in_flight', 'idempotency_answer_lost'],
+  KeyNotActive: ['key_not_active', 'idempotency_key_in_flight', 'idempotency_answer_lost'],
+  InFlight: ['idempotency_key_in_flight', 'idempotency_answer_lost'],
   KeyReused: ['idempotency_key_reused'],
   RequestTimeout: ['request_timeout'],
   PayloadTooLarge: ['payload_too_large'],
@@ -128,6 +128,7 @@ export const IDEMPOTENCY_KEY: OpenAPIV3_1.ParameterObject = {
     'Makes the write safe to retry (docs/api.md, Idempotency): the first request with a key runs and its ' +
     'answer is kept 24 h for the calling key; the same method, path and body again get that answer, with ' +
     '`Idempotent-Replayed: true`; another request with the key: 422 `idempotency_key_reused`; while the first ' +
-    'still runs: 409 `idempotency_key_in_flight`. A 400 or a 5xx is not kept.',
+    'still runs: 409 `idempotency_key_in_flight`. A 400 or a 5xx is not kept, unless the change committed all ' +
+    'the same: then 409 `idempotency_answer_lost`, and the change is not made again.',
   schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[\\x20-\\x7E]+$' },
 }

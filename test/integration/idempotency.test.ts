@@ -202,9 +202,10 @@ t.test('idempotency keys', async (t) => {
     const parent = await gw.createParent()
     const first = await create(parent, 'crashed')
     t.equal(first.statusCode, 201)
-    // As a replica that died after its claim leaves it: no answer.
+    // As a replica that died after its claim, before its change committed, leaves it: no answer, no
+    // mark (a change that committed is never run again: idempotency-outcome.test.ts).
     const unanswered = (age: string) => gw.sql`
-      update idempotency_keys set status = null, headers = null, body = null,
+      update idempotency_keys set status = null, headers = null, body = null, committed_target = null,
         claimed_at = now() - ${age}::interval
       where key_id = ${parent.keyId} and idempotency_key = 'crashed'`
     await unanswered('30 seconds')
