@@ -1,9 +1,11 @@
 // Where a webhook may be sent (docs/decisions.md, webhook URLs): https only, no credentials in the
 // URL, and never to an address inside the deployment's network. The addresses are checked with
-// node:net's BlockList, which also matches IPv4-mapped IPv6 addresses against the IPv4 rules; the
-// odd IPv4 spellings (2130706433, 0x7f.1, 127.1) are normalised by WHATWG URL before we see them.
+// node:net's BlockList, which also matches IPv4-mapped IPv6 addresses against the IPv4 rules; NAT64
+// and 6to4 addresses are judged as the IPv4 address inside (embedded-ipv4.ts); the odd IPv4
+// spellings (2130706433, 0x7f.1, 127.1) are normalised by WHATWG URL before we see them.
 import { lookup as dnsLookup } from 'node:dns/promises'
 import { BlockList, isIP } from 'node:net'
+import { embeddedIpv4 } from './embedded-ipv4.js'
 
 /** Every address a name resolves to, as node:dns `lookup(name, {all: true})` answers. */
 export type LookupAll = (hostname: string) => Promise<readonly { address: string; family: number }[]>
@@ -42,6 +44,11 @@ const RANGES: readonly (readonly [string, number, 'ipv4' | 'ipv6', string])[] = 
   ['fc00::', 7, 'ipv6', 'a private (unique local) address'],
   ['fe80::', 10, 'ipv6', 'a link-local address'],
   ['ff00::', 8, 'ipv6', 'a multicast address'],
+  // Local-use NAT64 (RFC 8215): its translator and the IPv4 addresses it reaches are the
+  // deployment's own choice, nothing to judge from outside.
+  ['64:ff9b:1::', 48, 'ipv6', 'a local-use NAT64 address'],
+  // Teredo: a tunnel through a relay, to an address (obfuscated in the last 32 bits) behind a NAT.
+  ['2001::', 32, 'ipv6', 'a Teredo address'],
 ]
 
 const METADATA_ADDRESSES = ['169.254.169.254', 'fd00:ec2::254']
@@ -62,6 +69,9 @@ export function forbiddenAddressReason(address: string): string | null {
   const type = family === 6 ? 'ipv6' : 'ipv4'
   if (metadata.check(address, type)) return `${address} is a cloud metadata address`
   for (const { list, reason } of ranges) if (list.check(address, type)) return `${address} is ${reason}`
+  const embedded = family === 6 ? embeddedIpv4(address) : null
+  const inner = embedded === null ? null : forbiddenAddressReason(embedded.ipv4)
+  if (inner !== null) return `${address} is a ${embedded!.kind} address of ${inner.replace(' is ', ', ')}`
   return null
 }
 

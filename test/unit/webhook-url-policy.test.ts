@@ -99,6 +99,44 @@ t.test('odd spellings of forbidden addresses, as WHATWG URL normalises them', as
   for (const [url, reason] of cases) await refused(t, url, reason)
 })
 
+t.test(
+  'NAT64 and 6to4 addresses are judged as the IPv4 address inside; local-use NAT64 and Teredo refused',
+  async (t) => {
+    const cases: [string, RegExp][] = [
+      ['64:ff9b::7f00:1', /64:ff9b::7f00:1 is a NAT64 address of 127\.0\.0\.1, a loopback address$/],
+      ['64:ff9b::127.0.0.1', /NAT64 address of 127\.0\.0\.1, a loopback/],
+      ['64:ff9b::a00:1', /NAT64 address of 10\.0\.0\.1, a private/],
+      ['64:ff9b::a9fe:a9fe', /NAT64 address of 169\.254\.169\.254, a cloud metadata/],
+      ['64:ff9b::c0a8:101', /NAT64 address of 192\.168\.1\.1, a private/],
+      ['64:ff9b::', /NAT64 address of 0\.0\.0\.0, an unspecified/],
+      ['2002:7f00:1::', /2002:7f00:1:: is a 6to4 address of 127\.0\.0\.1, a loopback address$/],
+      ['2002:a9fe:a9fe::1', /6to4 address of 169\.254\.169\.254, a cloud metadata/],
+      ['2002:a00:1:ffff::1', /6to4 address of 10\.0\.0\.1, a private/],
+      ['2002:6440:1::', /6to4 address of 100\.64\.0\.1, a shared/],
+      ['64:ff9b:1::5db8:d822', /local-use NAT64/],
+      ['64:ff9b:1:ffff::1', /local-use NAT64/],
+      ['2001:0:4136:e378:8000:63bf:3fff:fdd2', /Teredo/],
+      ['2001::1', /Teredo/],
+    ]
+    for (const [address, reason] of cases) {
+      t.match(forbiddenAddressReason(address), reason, address)
+      await refused(t, `https://[${address}]/`, reason)
+    }
+    for (const address of ['64:ff9b::5db8:d822', '64:ff9b::93.184.216.34', '2002:5db8:d822::1', '2001:db8::1']) {
+      t.equal(forbiddenAddressReason(address), null, `${address}: a public address inside (or none) passes`)
+    }
+    // Not the well-known /96: the bits between are not zero, so it is no NAT64 address of 127.0.0.1.
+    t.equal(forbiddenAddressReason('64:ff9b:0:0:1::7f00:1'), null)
+    const nat64 = resolver({ 'nat64.example.com': ['64:ff9b::a00:1'], 'sixto4.example.com': ['2002:c0a8:101::'] })
+    await t.rejects(checkWebhookUrl('https://nat64.example.com/', { lookup: nat64 }), {
+      message: /resolves to 64:ff9b::a00:1, a NAT64 address of 10\.0\.0\.1, a private address$/,
+    })
+    await t.rejects(checkWebhookUrl('https://sixto4.example.com/', { lookup: nat64 }), {
+      message: /resolves to 2002:c0a8:101::, a 6to4 address of 192\.168\.1\.1, a private address$/,
+    })
+  },
+)
+
 t.test('names are resolved, and refused if ANY address is forbidden', async (t) => {
   await refused(t, 'https://loopback.example.com/', /loopback\.example\.com resolves to 127\.0\.0\.1, a loopback/)
   await refused(t, 'https://private.example.com/', /resolves to 10\.1\.2\.3, a private/)
