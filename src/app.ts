@@ -38,6 +38,7 @@ import { limitGate } from './proxy/limit-gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
 import type { Store } from './store/db.js'
+import type { LookupAll } from './webhooks/url-policy.js'
 
 export interface AppDeps {
   config: Config
@@ -72,6 +73,8 @@ export interface AppDeps {
   managementBodyTimeoutMs?: number
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
+  /** Resolves webhook URLs' names at creation (default node:dns lookup; tests inject their own). */
+  webhookLookup?: LookupAll
 }
 
 /** Management bodies are small JSON documents; proxied bodies get their own limit. */
@@ -242,6 +245,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     encryptionKey: answersKey,
     webhooksAllowInsecure: deps.config.webhooksAllowInsecure,
     idempotencySweepIntervalMs: deps.idempotencySweepIntervalMs,
+    webhookLookup: deps.webhookLookup,
   })
   await app.register(proxyRoutes, {
     routes,

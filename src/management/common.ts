@@ -13,6 +13,7 @@ import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/te
 import { isUuid } from '../tenancy/identifiers.js'
 import { OPERATIONS } from './operations.js'
 import type { Cursors } from './paging.js'
+import type { LookupAll } from '../webhooks/url-policy.js'
 import { NAME_MAX_LENGTH } from './schemas.js'
 
 export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
@@ -31,8 +32,8 @@ export interface ManagementContext {
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
   cursors: Cursors
-  /** What the webhook endpoint routes need: the key their secrets are sealed under, and the URL rule. */
-  webhooks: { encryptionKey: Buffer; allowInsecure: boolean }
+  /** What the webhook endpoint routes need: the key their secrets are sealed under, and the URL rules. */
+  webhooks: { encryptionKey: Buffer; allowInsecure: boolean; lookup: LookupAll | undefined }
 }
 
 /** Management is for parent keys acting as their own account, with the scope of the method. */

@@ -70,6 +70,22 @@ export function stopStoreDeadline(request: FastifyRequest): void {
 }
 
 /**
+ * Runs `work` that waits on something other than the store (a webhook URL's name resolving) with
+ * the store deadline paused, as while the body is read: its own bound is `work`'s to keep, and its
+ * slowness is never answered 503 store_unavailable. The deadline goes on with what is left after.
+ */
+export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: FastifyReply, work: () => Promise<T>) {
+  const timers = request.deadline
+  if (timers === null || timers.store === null) return work()
+  pauseStoreDeadline(timers)
+  try {
+    return await work()
+  } finally {
+    if (timers.store === null && !reply.sent) runStoreDeadline(timers, reply)
+  }
+}
+
+/**
  * Two deadlines (docs/api.md, docs/decisions.md). The store deadline: a management call waits on
  * nothing but Postgres, so past MANAGEMENT_DEADLINE_MS of store work the answer is 503
  * store_unavailable, and a partition does not hang it until a TCP timeout. It runs from onRequest

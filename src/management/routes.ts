@@ -20,6 +20,7 @@ import { Cursors } from './paging.js'
 import { managementRate } from './rate.js'
 import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
 import { registerWebhookEndpointRoutes } from './webhook-endpoint-routes.js'
+import type { LookupAll } from '../webhooks/url-policy.js'
 
 export { MANAGEMENT_PREFIX } from './common.js'
 
@@ -36,6 +37,8 @@ export interface ManagementOptions {
   encryptionKey: Buffer
   /** WEBHOOKS_ALLOW_INSECURE: webhook endpoints may be http and at any address (development, tests). */
   webhooksAllowInsecure: boolean
+  /** Resolves webhook URLs' names at creation (default node:dns lookup; tests inject a slow one). */
+  webhookLookup?: LookupAll | undefined
   /** How often expired idempotency keys are deleted (default 60 s; tests shorten it). */
   idempotencySweepIntervalMs?: number | undefined
 }
@@ -59,7 +62,11 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     sql,
     cache,
     cursors: new Cursors(() => cursorSecret(sql)),
-    webhooks: { encryptionKey: options.encryptionKey, allowInsecure: options.webhooksAllowInsecure },
+    webhooks: {
+      encryptionKey: options.encryptionKey,
+      allowInsecure: options.webhooksAllowInsecure,
+      lookup: options.webhookLookup,
+    },
   }
   registerSubAccountCollection(app, context)
   registerAccountRoutes(app, context)

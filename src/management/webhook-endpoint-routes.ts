@@ -5,7 +5,7 @@ import { validationFailed } from '../errors.js'
 import { EVENT_TYPES } from '../events/record.js'
 import { type AttemptPageRow, listAttempts } from '../store/webhook-deliveries.js'
 import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
-import { checkWebhookUrl, WebhookUrlError } from '../webhooks/url-policy.js'
+import { checkWebhookUrl, type UrlPolicyOptions, WebhookUrlError } from '../webhooks/url-policy.js'
 import {
   MANAGEMENT_PREFIX,
   type ManagementApp,
@@ -16,6 +16,7 @@ import {
   parentOf,
   pathUuid,
 } from './common.js'
+import { MANAGEMENT_DEADLINE_MS, outsideStoreDeadline } from './hooks.js'
 import {
   createWebhookEndpointWithEvent,
   deleteWebhookEndpointWithEvent,
@@ -41,10 +42,16 @@ export function isSubscribableEventType(name: string): boolean {
   return EVENT_TYPES.some((type) => type.startsWith(prefix))
 }
 
+/**
+ * How long the URL's name may take to resolve: as long as a management call's store work. Past it
+ * the URL is refused (400, as a name that does not resolve), before anything is written.
+ */
+export const WEBHOOK_LOOKUP_TIMEOUT_MS = MANAGEMENT_DEADLINE_MS
+
 /** The URL rules (webhooks/url-policy.ts); a refusal is a 400 that names the field and says why. */
-async function checkUrl(raw: string, allowInsecure: boolean): Promise<void> {
+async function checkUrl(raw: string, options: UrlPolicyOptions): Promise<void> {
   try {
-    await checkWebhookUrl(raw, { allowInsecure })
+    await checkWebhookUrl(raw, { ...options, lookupTimeoutMs: WEBHOOK_LOOKUP_TIMEOUT_MS })
   } catch (err) {
     if (err instanceof WebhookUrlError) throw validationFailed([{ path: '/body/url', message: err.message }])
     throw err
@@ -82,7 +89,10 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
           { path: `/body/event_types/${unknown}`, message: 'is not an event type or <resource>.* (docs/events.md)' },
         ])
       }
-      await checkUrl(body.url, webhooks.allowInsecure)
+      // The resolver's wait is bounded on its own and is not store work (management/hooks.ts).
+      await outsideStoreDeadline(request, reply, () =>
+        checkUrl(body.url, { allowInsecure: webhooks.allowInsecure, lookup: webhooks.lookup }),
+      )
       const { row, secret } = await createWebhookEndpointWithEvent(
         sql,
         originOf(request),

@@ -15,6 +15,8 @@ export interface UrlPolicyOptions {
   readonly allowInsecure?: boolean
   /** Resolves names; node:dns lookup by default (tests inject their own). */
   readonly lookup?: LookupAll
+  /** How long a name may take to resolve before the URL is refused (default: no bound of its own). */
+  readonly lookupTimeoutMs?: number
 }
 
 /** A webhook URL the policy refuses; the message is one line, fit for a 400 validation_failed. */
@@ -109,22 +111,44 @@ export async function checkWebhookUrl(raw: string, options: UrlPolicyOptions = {
     if (reason !== null) throw new WebhookUrlError(`url host ${reason}`)
     return url
   }
-  await checkName(host.name, options.lookup ?? defaultLookup)
+  await checkName(host.name, options.lookup ?? defaultLookup, options.lookupTimeoutMs)
   return url
 }
 
-/** Resolves `name` and refuses it if it resolves to nothing or to ANY forbidden address. */
+/** `lookup(name)`, or a refusal once `timeoutMs` has passed (the lookup itself cannot be stopped). */
+async function boundedLookup(lookup: LookupAll, name: string, timeoutMs: number | undefined) {
+  if (timeoutMs === undefined) return lookup(name)
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new WebhookUrlError(`url host ${name} did not resolve within ${timeoutMs} ms`)),
+      timeoutMs,
+    )
+  })
+  try {
+    return await Promise.race([lookup(name), late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/**
+ * Resolves `name` and refuses it if it resolves to nothing, not within `timeoutMs`, or to ANY
+ * forbidden address.
+ */
 export async function checkName(
   name: string,
   lookup: LookupAll,
+  timeoutMs?: number,
 ): Promise<readonly { address: string; family: number }[]> {
   const lower = name.toLowerCase()
   if (METADATA_NAMES.includes(lower)) throw new WebhookUrlError(`url host ${name} is a cloud metadata name`)
   if (lower === 'localhost' || lower.endsWith('.localhost')) throw new WebhookUrlError(`url host ${name} is loopback`)
   let addresses: readonly { address: string; family: number }[]
   try {
-    addresses = await lookup(name)
+    addresses = await boundedLookup(lookup, name, timeoutMs)
   } catch (err) {
+    if (err instanceof WebhookUrlError) throw err
     throw new WebhookUrlError(`url host ${name} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
   }
   if (addresses.length === 0) throw new WebhookUrlError(`url host ${name} does not resolve`)

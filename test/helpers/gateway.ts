@@ -67,6 +67,8 @@ export interface GatewayOptions {
   idempotencySweepIntervalMs?: number
   /** The webhook worker's poll interval, lease, clock and delivery options. */
   webhookDelivery?: AppDeps['webhookDelivery']
+  /** Resolves webhook URLs' names at creation (default node:dns lookup). */
+  webhookLookup?: AppDeps['webhookLookup']
 }
 
 export interface Parent {
@@ -196,6 +198,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       signingKeys: options.signingKeys,
       idempotencySweepIntervalMs: options.idempotencySweepIntervalMs,
       webhookDelivery: options.webhookDelivery,
+      webhookLookup: options.webhookLookup,
       ...options.deadlines,
     })
   let app: FastifyInstance
