@@ -1,18 +1,26 @@
 // First start of an embedded database: nobody can run the CLI against it while the gateway holds
 // it, so the gateway creates a parent account and prints its key, once (docs/configuration.md).
+// It stands in for the operator's `accounts create`, and writes what that writes: the first key's
+// api_key.created, by the operator (docs/decisions.md, Events).
 import { writeSync } from 'node:fs'
+import { recordFirstKey } from './auth/key-changes.js'
 import { createParentWithKey } from './auth/mint.js'
+import { operatorOrigin } from './events/record.js'
 import type { Sql } from './store/db.js'
 import { countTenants } from './store/tenants.js'
 
-export async function bootstrapEmbedded(sql: Sql): Promise<void> {
+/** One whole line on stdout, written synchronously so that no log line can interleave with it. */
+const toStdout = (line: string) => writeSync(1, line)
+
+export async function bootstrapEmbedded(sql: Sql, print: (line: string) => void = toStdout): Promise<void> {
   const created = await sql.begin(async (tx) => {
     // Serialised against a concurrent bootstrap; only an empty database gets an account.
     await tx`lock table tenants in exclusive mode`
     if ((await countTenants(tx)) > 0) return null
-    return createParentWithKey(tx, { name: 'default', externalId: null, extraScopes: [] })
+    const made = await createParentWithKey(tx, { name: 'default', externalId: null, extraScopes: [] })
+    await recordFirstKey(tx, operatorOrigin(), made)
+    return made
   })
   if (created === null) return
-  // One whole line on stdout, written synchronously so that no log line can interleave with it.
-  writeSync(1, `bootstrap parent account ${created.account.id} key ${created.key.apiKey}\n`)
+  print(`bootstrap parent account ${created.account.id} key ${created.key.apiKey}\n`)
 }

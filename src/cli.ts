@@ -2,7 +2,7 @@
 // one line on stderr that starts with `error: `, and a non-zero exit. --help prints the usage on
 // stdout.
 import { parseArgs } from 'node:util'
-import { keyObject } from './auth/key-changes.js'
+import { recordFirstKey } from './auth/key-changes.js'
 import { createParentWithKey } from './auth/mint.js'
 import { cacheKeys } from './cache/index.js'
 import { KEY_COMMANDS } from './cli/key-commands.js'
@@ -10,7 +10,7 @@ import { type Command, name, type Options, scopes, tellReplicas, UsageError, uui
 import { rotateSigningKeys } from './cli/signing-key-commands.js'
 import { loadConfig } from './config.js'
 import { resolveEncryptionKey } from './credentials/encryption-key.js'
-import { operatorOrigin, recordEvent } from './events/record.js'
+import { operatorOrigin } from './events/record.js'
 import { presentKey } from './management/present.js'
 import { openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
@@ -89,13 +89,7 @@ const COMMANDS: Record<string, Command> = {
     // The account's first key is its first event (docs/events.md: an account's creation has no type of its own).
     const { account, key } = await inTransaction(sql, async (tx) => {
       const created = await createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes })
-      await recordEvent(tx, operatorOrigin(), {
-        accountId: created.account.id,
-        type: 'api_key.created',
-        target: { type: 'api_key', id: created.key.row.id },
-        object: keyObject(created.key.row, created.account.id),
-        previous: null,
-      })
+      await recordFirstKey(tx, operatorOrigin(), created)
       return created
     })
     return {

@@ -2,8 +2,9 @@
 // CLI alike: the change and its event commit together or not at all. Rolling is in roll.ts.
 import { type Origin, recordEvent } from '../events/record.js'
 import { presentKey } from '../management/present.js'
-import type { Sql } from '../store/db.js'
+import type { Sql, Tx } from '../store/db.js'
 import { type KeyRow, lockKey, revokeKey, type RevokedKeyRow } from '../store/keys.js'
+import type { TenantRow } from '../store/tenants.js'
 import { keyState } from './key-expiry.js'
 import { type MintedKey, mintKey } from './mint.js'
 import { inTransaction } from '../store/transaction.js'
@@ -15,6 +16,20 @@ import { inTransaction } from '../store/transaction.js'
  */
 export function keyObject(row: KeyRow, accountId: string, nowMs = Date.now()) {
   return { ...presentKey(row, nowMs), sub_account_id: row.tenant_id === accountId ? null : row.tenant_id }
+}
+
+/**
+ * A new parent account's first event: its first key's api_key.created (docs/events.md: an
+ * account's creation has no type of its own). In the transaction that made both.
+ */
+export function recordFirstKey(tx: Tx, origin: Origin, created: { account: TenantRow; key: MintedKey }) {
+  return recordEvent(tx, origin, {
+    accountId: created.account.id,
+    type: 'api_key.created',
+    target: { type: 'api_key', id: created.key.row.id },
+    object: keyObject(created.key.row, created.account.id),
+    previous: null,
+  })
 }
 
 export function mintKeyWithEvent(

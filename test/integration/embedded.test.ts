@@ -187,6 +187,16 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
     'printed before the server listens',
   )
   t.equal(first.stdout().split(apiKey!).length - 1, 1, 'the key is printed exactly once (not in any log line)')
+  // It stands in for `accounts create`: the audit log opens with its first key's event, by the operator.
+  const opening = await fetch(`${first.base}/v1/sub-accounts/events`, {
+    headers: { authorization: `Bearer ${apiKey}` },
+  })
+  const openingBody = (await opening.json()) as { data: { type: string; actor: unknown; account_id: string }[] }
+  t.equal(opening.status, 200, JSON.stringify(openingBody))
+  t.match(openingBody.data, [
+    { type: 'api_key.created', account_id: accountId, actor: { type: 'operator', key_id: null } },
+  ])
+  t.equal(openingBody.data.length, 1, 'its only event')
 
   // No ENCRYPTION_KEY: the embedded database keeps its own, made on the first start.
   const keyFile = join(dataDir, 'encryption.key')
