@@ -19,6 +19,8 @@ interface ManagementTimers {
   storeSince: number
   /** The body deadline's timer, while the body is read. */
   body: NodeJS.Timeout | null
+  /** The store deadline answered 503: the handler may still run, its answer will find the reply sent. */
+  answered: boolean
 }
 
 declare module 'fastify' {
@@ -38,7 +40,9 @@ export function markManagementRoutes(scope: FastifyInstance): void {
 function runStoreDeadline(timers: ManagementTimers, reply: FastifyReply): void {
   timers.storeSince = performance.now()
   timers.store = setTimeout(() => {
-    if (!reply.sent) reply.send(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
+    if (reply.sent) return
+    timers.answered = true
+    reply.send(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
   }, timers.storeLeftMs)
 }
 
@@ -59,6 +63,9 @@ export function hasBody(request: FastifyRequest): boolean {
   const length = request.headers['content-length']
   return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
 }
+
+/** Whether this answer is the store deadline's 503, sent while the handler may still run. */
+export const answeredByStoreDeadline = (request: FastifyRequest): boolean => request.deadline?.answered === true
 
 /**
  * Ends the store deadline early: the answer is on its way and must not be replaced by a 503
@@ -98,7 +105,13 @@ export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: Fa
 export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MANAGEMENT_BODY_TIMEOUT_MS): void {
   scope.decorateRequest('deadline', null)
   scope.addHook('onRequest', (request, reply, done) => {
-    const timers: ManagementTimers = { store: null, storeLeftMs: MANAGEMENT_DEADLINE_MS, storeSince: 0, body: null }
+    const timers: ManagementTimers = {
+      store: null,
+      storeLeftMs: MANAGEMENT_DEADLINE_MS,
+      storeSince: 0,
+      body: null,
+      answered: false,
+    }
     request.deadline = timers
     runStoreDeadline(timers, reply)
     done()

@@ -20,7 +20,7 @@ import {
   type KeptAnswer,
   releaseIdempotencyKey,
 } from '../store/idempotency.js'
-import { hasBody, MANAGEMENT_DEADLINE_MS, stopStoreDeadline } from './hooks.js'
+import { answeredByStoreDeadline, hasBody, MANAGEMENT_DEADLINE_MS, stopStoreDeadline } from './hooks.js'
 import { Fingerprint, IDEMPOTENT_METHODS, idempotencyKeyOf, REPLAYED_HEADER } from './idempotency-request.js'
 import { IdempotencySweep } from './idempotency-sweep.js'
 
@@ -131,7 +131,7 @@ export function addIdempotency(scope: FastifyInstance, options: IdempotencyOptio
     })
     if (found.kind === 'claimed') {
       // The store deadline answered 503 while the claim was on its way: nothing will run.
-      if (reply.sent) return releaseIdempotencyKey(sql, idempotent.slot, claim)
+      if (reply.sent || answeredByStoreDeadline(request)) return releaseIdempotencyKey(sql, idempotent.slot, claim)
       idempotent.claim = claim
       return
     }
@@ -161,6 +161,15 @@ export function addIdempotency(scope: FastifyInstance, options: IdempotencyOptio
   scope.addHook('onSend', async (request, reply, payload) => {
     if (request.idempotency?.claim == null) return payload
     stopStoreDeadline(request)
+    if (answeredByStoreDeadline(request)) {
+      // The handler may still run, its transaction about to commit: the release waits for that
+      // (store/idempotency.ts), in the background, so that the 503 leaves now and the handler's own
+      // answer finds the reply sent. Meanwhile the key is in flight (409) for a retry.
+      settle(sql, encryptionKey, request, reply, payload).catch((err: unknown) =>
+        request.log.error({ err }, 'the idempotency key of a request answered 503 could not be let go'),
+      )
+      return payload
+    }
     try {
       await withDeadline(settle(sql, encryptionKey, request, reply, payload), MANAGEMENT_DEADLINE_MS)
     } catch (err) {

@@ -65,19 +65,21 @@ t.test('a write answered 503 by the store deadline', async (t) => {
 
   t.test('its transaction committing at the 503: the retry is told, and makes nothing', async (t) => {
     const parent = await gw.createParent()
-    // The commit itself takes 3.5 s: the claim's row is marked and locked when the deadline answers
-    // at 1.5 s, and still when the 503's own release gives up waiting for it (1.5 s more).
+    // The commit itself takes 2.5 s: the claim's row is marked and locked when the deadline answers
+    // at 1.5 s; the 503's release waits for the commit, and the 503 does not.
     await gw.sql.unsafe(`
       create function slow_commit() returns trigger language plpgsql as $$
-      begin perform pg_sleep(3.5); return null; end $$;
+      begin perform pg_sleep(2.5); return null; end $$;
       create constraint trigger slow_commit after insert on tenants deferrable initially deferred
         for each row when (new.name = 'slow-commit') execute function slow_commit();`)
     t.teardown(() =>
       gw.sql.unsafe('drop trigger if exists slow_commit on tenants; drop function if exists slow_commit()'),
     )
+    const started = Date.now()
     const first = await create(parent, 'slow-commit', 'slow-commit')
     t.equal(first.statusCode, 503, `the store deadline answers (${first.body.slice(0, 200)})`)
     t.equal(problemOf(first).code, 'store_unavailable')
+    t.ok(Date.now() - started < 2_300, `at the deadline, not after the commit (${Date.now() - started} ms)`)
     t.not(await settled(), null, "the first request's transaction has ended")
     t.equal(await subAccounts(parent), 1, 'the change committed after the 503')
     const lost = await eventually(5_000, async () => {
