@@ -9,6 +9,7 @@ import Fastify, {
 import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
 import { ConfigError, type Config } from './config.js'
+import { consolePlugin } from './console/plugin.js'
 import { identityAssertions } from './credentials/identity-assertions.js'
 import { Keyring } from './credentials/keyring.js'
 import { oauthRoutes } from './credentials/oauth-routes.js'
@@ -117,7 +118,7 @@ declare module 'fastify' {
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A bad route table stops the gateway before it opens anything.
-  const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl)
+  const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl, deps.config.console)
   // Stored signing keys need the key that opens them; a keyring of the caller's does not.
   const encryptionKey = deps.keyring === undefined ? deps.config.encryptionKey : undefined
   if (deps.keyring === undefined && encryptionKey === undefined)
@@ -234,6 +235,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     signatures: app.metrics.credentials.signatures.accessToken,
     bodyTimeoutMs: deps.managementBodyTimeoutMs,
   })
+  // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.
+  if (deps.config.console) await app.register(consolePlugin)
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
@@ -257,6 +260,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     identity: routes.some((route) => route.identity !== null)
       ? identityAssertions({ keyring, issuer: deps.config.issuerUrl, metrics: app.metrics.credentials, cache })
       : null,
+    consoleServed: deps.config.console,
   })
 
   return app

@@ -50,6 +50,8 @@ export interface Config {
   readonly eventsRetentionDays: number
   /** Delays before each retry of a failed webhook delivery, in ms (WEBHOOKS_RETRY_SCHEDULE). */
   readonly webhooksRetrySchedule: RetrySchedule
+  /** The web console at /console (CONSOLE, on or off, default on). */
+  readonly console: boolean
 }
 
 /** A configuration mistake. Its message is one line that names the variable. */
@@ -209,6 +211,14 @@ function parseWebhookRetrySchedule(env: Env): RetrySchedule {
   }
 }
 
+function parseOnOff(env: Env, name: string, fallback: boolean): boolean {
+  const raw = read(env, name)
+  if (raw === undefined) return fallback
+  if (raw === 'on') return true
+  if (raw === 'off') return false
+  throw new ConfigError(name, `must be on or off, got "${raw}"`)
+}
+
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -239,5 +249,6 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
     eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
+    console: parseOnOff(env, 'CONSOLE', true),
   })
 }

@@ -37,7 +37,7 @@ async function listening<T>(
 
 async function main(): Promise<void> {
   const config = loadConfig(process.env)
-  const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl)
+  const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl, config.console)
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the gateway' })
   const metrics = createMetrics({ processMetrics: true })
   let app: Awaited<ReturnType<typeof buildApp>>

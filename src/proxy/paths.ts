@@ -1,6 +1,7 @@
 // Paths the gateway refuses before any routing (docs/api.md): traversal and the encodings that
 // smuggle it past a prefix match, doubled slashes, and `;` path parameters that some servers
 // strip and others keep. Checked on the raw path, before anything decodes it.
+import { CONSOLE_PREFIX } from '../console/paths.js'
 import { CREDENTIAL_PATHS } from '../credentials/routes.js'
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
 import { FoldedPrefixes } from './prefix-shadow.js'
@@ -41,6 +42,8 @@ export const RESERVED_PREFIXES = [
 ] as const
 
 const RESERVED = new FoldedPrefixes(RESERVED_PREFIXES)
+// With the console on (CONSOLE=on, the default), its path is the gateway's too; off, it is any path.
+const RESERVED_WITH_CONSOLE = new FoldedPrefixes([...RESERVED_PREFIXES, CONSOLE_PREFIX])
 
 /**
  * True for a reserved prefix and anything below it, compared as a folding upstream would read it
@@ -48,6 +51,6 @@ const RESERVED = new FoldedPrefixes(RESERVED_PREFIXES)
  * so that no spelling of a management, health or docs path reaches an upstream (a catch-all route
  * would otherwise take `POST /healthz`, `/docs/x` or `/v1/sub-accounts./x`).
  */
-export function isReservedPath(path: string): boolean {
-  return RESERVED.covers(path)
+export function isReservedPath(path: string, consoleServed = false): boolean {
+  return (consoleServed ? RESERVED_WITH_CONSOLE : RESERVED).covers(path)
 }

@@ -33,6 +33,8 @@ export interface ProxyOptions {
   limits: LimitGate
   /** Signs the identity of requests on routes with `identity`; null when no route has it. */
   identity: IdentityAssertions | null
+  /** The console is served at /console (CONSOLE=on): no route proxies its paths. */
+  consoleServed?: boolean
 }
 
 declare module 'fastify' {
@@ -113,7 +115,7 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts, limits, identity }: ProxyOptions,
+  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts, limits, identity, consoleServed }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
@@ -172,7 +174,7 @@ async function registerRoute(
       // The router may fall back to a shorter prefix (a catch-all) for a path the gateway serves
       // itself, with a method or depth it does not serve: that is still not a proxied path.
       const path = pathOf(request.url)
-      if (isReservedPath(path)) return done(routeNotFound(request.method, path))
+      if (isReservedPath(path, consoleServed)) return done(routeNotFound(request.method, path))
       // A spelling of a longer route's prefix that a folding upstream would serve as that route.
       if (shadowsLongerPrefix(path)) return done(routeNotFound(request.method, path))
       if (route.public) return takeSlot(request, reply, done)

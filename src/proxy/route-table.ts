@@ -107,7 +107,7 @@ function boolean(where: string, key: string, value: unknown): boolean {
   return value
 }
 
-function parsePrefix(where: string, value: unknown): string {
+function parsePrefix(where: string, value: unknown, consoleServed: boolean): string {
   if (typeof value !== 'string') fail(where, 'prefix must be a path such as /v1/shipments')
   if (value === '/') return value
   if (!PREFIX_PATTERN.test(value)) {
@@ -116,7 +116,7 @@ function parsePrefix(where: string, value: unknown): string {
   if (value.split('/').some((segment) => segment === '.' || segment === '..'))
     fail(where, 'prefix may not hold . or .. segments')
   // Folded as the gateway compares them: it refuses every spelling of a reserved path (paths.ts).
-  if (isReservedPath(value)) fail(where, 'prefix is served by the gateway itself')
+  if (isReservedPath(value, consoleServed)) fail(where, 'prefix is served by the gateway itself')
   return value
 }
 
@@ -171,9 +171,10 @@ function parseScopes(where: string, value: unknown): ProxyRoute['scopes'] {
 
 /**
  * The routes of `doc` (the parsed GATEWAY_CONFIG), then a catch-all `/` to `upstreamUrl` when it
- * is set. Prefixes must be unique, the catch-all included.
+ * is set. Prefixes must be unique, the catch-all included. With `consoleServed`, no route may take
+ * the console's path either.
  */
-export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): ProxyRoute[] {
+export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consoleServed = false): ProxyRoute[] {
   unknownKeys('top level', doc, TOP_LEVEL_KEYS)
   const defaults = limitsOf('top level', doc, {
     timeoutMs: DEFAULT_TIMEOUT_MS,
@@ -192,7 +193,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined): Proxy
     if (!isMapping(entry)) fail(where, 'must be a mapping with prefix and upstream')
     if (typeof entry.prefix === 'string') where += ` (${printable(entry.prefix)})`
     unknownKeys(where, entry, ROUTE_KEYS)
-    const prefix = parsePrefix(where, entry.prefix)
+    const prefix = parsePrefix(where, entry.prefix, consoleServed)
     const earlier = seen.get(prefix)
     if (earlier !== undefined) fail(where, `prefix duplicates ${earlier}`)
     seen.set(prefix, `routes[${index}]`)

@@ -1,0 +1,103 @@
+// The console's script and stylesheet (docs/console.md): read from dist/console/assets when the
+// image's build made them (npm run build), else bundled from ./ui with esbuild on first use, once
+// per process. Each is named by a hash of its bytes, so it can be cached for good, and kept gzipped.
+import { createHash } from 'node:crypto'
+import { readFile } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
+import { gzipSync } from 'node:zlib'
+
+export interface Asset {
+  /** `console.<hash>.js`: the name the page links to. */
+  name: string
+  type: string
+  body: Buffer
+  gzip: Buffer
+  etag: string
+}
+
+export interface ConsoleAssets {
+  script: Asset
+  style: Asset
+}
+
+/** What the bundler and the build write: plain bytes, before hashing and compression. */
+export interface RawAssets {
+  script: Uint8Array
+  style: Uint8Array
+}
+
+const PREBUILT = new URL('./assets/', import.meta.url)
+export const SCRIPT_FILE = 'console.js'
+export const STYLE_FILE = 'console.css'
+
+function asset(base: string, ext: 'js' | 'css', bytes: Uint8Array): Asset {
+  const body = Buffer.from(bytes)
+  const hash = createHash('sha256').update(body).digest('base64url').slice(0, 16)
+  return {
+    name: `${base}.${hash}.${ext}`,
+    type: ext === 'js' ? 'text/javascript; charset=utf-8' : 'text/css; charset=utf-8',
+    body,
+    gzip: gzipSync(body, { level: 9 }),
+    etag: `"${hash}"`,
+  }
+}
+
+/** Bundles ./ui/main.tsx (preact, uPlot and their CSS) into one script and one stylesheet. */
+export async function bundleConsole(): Promise<RawAssets> {
+  // Imported here: the image ships prebuilt assets and no esbuild (a development dependency).
+  const { build } = await import('esbuild')
+  const result = await build({
+    entryPoints: [fileURLToPath(new URL('./ui/main.tsx', import.meta.url))],
+    bundle: true,
+    minify: true,
+    write: false,
+    format: 'esm',
+    target: 'es2022',
+    jsx: 'automatic',
+    jsxImportSource: 'preact',
+    outdir: 'out',
+    entryNames: 'console',
+    legalComments: 'none',
+    logLevel: 'silent',
+  })
+  const pick = (ext: string) => {
+    const file = result.outputFiles.find((f) => f.path.endsWith(ext))
+    if (file === undefined) throw new Error(`the console bundle has no ${ext} output`)
+    return file.contents
+  }
+  return { script: pick('.js'), style: pick('.css') }
+}
+
+async function readPrebuilt(): Promise<RawAssets | undefined> {
+  try {
+    const [script, style] = await Promise.all([
+      readFile(new URL(SCRIPT_FILE, PREBUILT)),
+      readFile(new URL(STYLE_FILE, PREBUILT)),
+    ])
+    return { script, style }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw err
+  }
+}
+
+export async function loadAssets(
+  source: () => Promise<RawAssets | undefined> = readPrebuilt,
+  bundle: () => Promise<RawAssets> = bundleConsole,
+): Promise<ConsoleAssets> {
+  const raw = (await source()) ?? (await bundle())
+  return { script: asset('console', 'js', raw.script), style: asset('console', 'css', raw.style) }
+}
+
+let shared: Promise<ConsoleAssets> | undefined
+
+/** The process's assets: made once, on first use; a failure is not kept, so the next request tries again. */
+export function consoleAssets(): Promise<ConsoleAssets> {
+  if (shared === undefined) {
+    shared = loadAssets()
+    shared.catch(() => {
+      shared = undefined
+    })
+  }
+  return shared
+}

@@ -1,0 +1,71 @@
+// The web console (docs/console.md): GET /console, a page that calls the management API from the
+// browser with the key its user pastes, and its two assets. Registered only when CONSOLE=on.
+// The page runs no inline code and loads nothing from another origin: the policy below says so.
+import { createHash } from 'node:crypto'
+import { gzipSync } from 'node:zlib'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import { routeNotFound } from '../errors.js'
+import { pathOf } from '../proxy/paths.js'
+import { type Asset, type ConsoleAssets, consoleAssets } from './assets.js'
+import { consolePage } from './page.js'
+import { CONSOLE_ASSETS, CONSOLE_PREFIX } from './paths.js'
+
+/** Same origin only: scripts, styles, fetches; no inline code, no frames of it, no base tag. */
+export const CONSOLE_CSP =
+  "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+export interface ConsoleOptions {
+  /** Where the assets come from (default: prebuilt, else bundled once per process). */
+  assets?: () => Promise<ConsoleAssets>
+}
+
+function secureHeaders(reply: FastifyReply): FastifyReply {
+  return reply
+    .header('content-security-policy', CONSOLE_CSP)
+    .header('x-content-type-options', 'nosniff')
+    .header('referrer-policy', 'no-referrer')
+    .header('cross-origin-opener-policy', 'same-origin')
+}
+
+function acceptsGzip(request: FastifyRequest): boolean {
+  const accepted = request.headers['accept-encoding']
+  return typeof accepted === 'string' && /\bgzip\b/.test(accepted)
+}
+
+/** A body with its validator: 304 when the client has it, gzip when it takes it. */
+function sendCached(request: FastifyRequest, reply: FastifyReply, body: Buffer, gzip: Buffer, etag: string) {
+  reply.header('etag', etag).header('vary', 'accept-encoding')
+  if (request.headers['if-none-match'] === etag) return reply.code(304).send()
+  if (acceptsGzip(request)) return reply.header('content-encoding', 'gzip').send(gzip)
+  return reply.send(body)
+}
+
+export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, options) => {
+  const assets = options.assets ?? consoleAssets
+  // The page names the assets by their hashes; it is made once per set of assets.
+  let page: { for: ConsoleAssets; body: Buffer; gzip: Buffer; etag: string } | undefined
+  const pageFor = (current: ConsoleAssets) => {
+    if (page?.for !== current) {
+      const body = Buffer.from(consolePage(current))
+      const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 16)}"`
+      page = { for: current, body, gzip: gzipSync(body), etag }
+    }
+    return page
+  }
+
+  const hidden = { schema: { hide: true } }
+  app.get(CONSOLE_PREFIX, hidden, async (request, reply) => {
+    const { body, gzip, etag } = pageFor(await assets())
+    // Revalidated on every load: a new gateway may link new assets.
+    secureHeaders(reply).type('text/html; charset=utf-8').header('cache-control', 'no-cache')
+    return sendCached(request, reply, body, gzip, etag)
+  })
+
+  app.get<{ Params: { name: string } }>(`${CONSOLE_ASSETS}/:name`, hidden, async (request, reply) => {
+    const current = await assets()
+    const found: Asset | undefined = [current.script, current.style].find((a) => a.name === request.params.name)
+    if (found === undefined) throw routeNotFound(request.method, pathOf(request.url))
+    secureHeaders(reply).type(found.type).header('cache-control', 'public, max-age=31536000, immutable')
+    return sendCached(request, reply, found.body, found.gzip, found.etag)
+  })
+}

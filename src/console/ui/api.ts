@@ -1,0 +1,144 @@
+// The management API as the console calls it: same origin, the parent key from sessionStorage,
+// every error turned into a Problem with advice on what to do about it.
+const KEY = 'tgw.console.key'
+
+export interface Problem {
+  status: number
+  code: string
+  title: string
+  detail: string
+  errors?: { path: string; message: string }[]
+  request_id?: string
+  violated_policies?: string[]
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly problem: Problem,
+    readonly retryAfter: number | null = null,
+  ) {
+    super(problem.detail)
+  }
+}
+
+export interface Page<T> {
+  data: T[]
+  next_cursor: string | null
+}
+
+export const session = {
+  key: (): string | null => sessionStorage.getItem(KEY),
+  signIn: (key: string) => sessionStorage.setItem(KEY, key),
+  signOut: () => sessionStorage.removeItem(KEY),
+}
+
+/** Told when the API refuses the key (401): the console signs out and says why. */
+let onRefused: (problem: Problem) => void = () => {}
+export function whenKeyRefused(listener: (problem: Problem) => void): void {
+  onRefused = listener
+}
+
+/** What the user can do about an error, by its code and status (docs/api.md#errors). */
+export function advice(p: Problem): string {
+  switch (p.code) {
+    case 'unauthenticated':
+    case 'key_expired':
+      return 'The key was refused: sign in again with a valid parent key.'
+    case 'insufficient_scope':
+      return 'This key lacks a scope the console needs: sign in with a key holding sub_accounts:read and sub_accounts:write.'
+    case 'parent_key_required':
+      return "The console needs a parent account's key, not a sub-account's: sign in with one."
+    case 'not_found':
+      return 'It does not exist any more, or belongs to another account: go back to the list.'
+    case 'route_not_found':
+      return 'This gateway does not serve that API route (it may be an older version): ask its operator.'
+    case 'external_id_conflict':
+      return 'Another sub-account already has this external id: choose another one.'
+    case 'key_not_active':
+      return 'Only an active key can be rolled: mint a new key instead.'
+    case 'idempotency_key_in_flight':
+      return 'The same change is still being made: wait a moment, then reload.'
+    case 'idempotency_key_reused':
+      return 'Try the change again.'
+    case 'validation_failed':
+    case 'invalid_json':
+      return 'Correct the values named below and try again.'
+    case 'rate_limited':
+    case 'quota_exceeded':
+      return 'Too many calls for now: wait a few seconds and try again.'
+    case 'network':
+      return 'Check that the gateway is running and reachable, then try again.'
+  }
+  if (p.status >= 500) return 'The gateway or its database is unavailable: try again in a moment.'
+  if (p.status === 401) return 'The key was refused: sign in again.'
+  if (p.status === 403) return 'This key may not do that: sign in with a parent key that may.'
+  return 'Check what you entered and try again.'
+}
+
+async function problemOf(response: Response): Promise<Problem> {
+  const fallback: Problem = {
+    status: response.status,
+    code: `http_${response.status}`,
+    title: response.statusText || `HTTP ${response.status}`,
+    detail: `the gateway answered ${response.status} without a problem description`,
+  }
+  try {
+    const body = (await response.json()) as Partial<Problem>
+    if (typeof body.title !== 'string') return fallback
+    return { ...fallback, ...body, detail: body.detail ?? '' }
+  } catch {
+    return fallback
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Calls the management API as the signed-in parent. A write is made once, even if retried. */
+export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const key = session.key()
+  const headers: Record<string, string> = { accept: 'application/json' }
+  if (key !== null) headers.authorization = `Bearer ${key}`
+  // The console manages as the parent itself; writes of a parent with sub-accounts must say so.
+  headers['x-service-acting-tenant'] = 'self'
+  if (method === 'POST' || method === 'PATCH') headers['idempotency-key'] = crypto.randomUUID()
+  if (body !== undefined) headers['content-type'] = 'application/json'
+  const init: RequestInit = { method, headers, credentials: 'omit', cache: 'no-store', redirect: 'error' }
+  if (body !== undefined) init.body = JSON.stringify(body)
+  for (let attempt = 0; ; attempt++) {
+    let response: Response
+    try {
+      response = await fetch(`/v1/sub-accounts${path}`, init)
+    } catch (err) {
+      throw new ApiError({
+        status: 0,
+        code: 'network',
+        title: 'The gateway did not answer',
+        detail: err instanceof Error ? err.message : String(err),
+      })
+    }
+    if (response.ok) return (response.status === 204 ? undefined : await response.json()) as T
+    const retryAfter = Number(response.headers.get('retry-after') ?? 'NaN')
+    const problem = await problemOf(response)
+    // The management API's own rate (50 calls a second): a read waits its turn, once or twice.
+    if (response.status === 429 && method === 'GET' && attempt < 2 && retryAfter <= 2) {
+      await sleep(Math.max(retryAfter, 0.2) * 1000)
+      continue
+    }
+    if (response.status === 401) onRefused(problem)
+    throw new ApiError(problem, Number.isFinite(retryAfter) ? retryAfter : null)
+  }
+}
+
+export function query(params: Record<string, string | number | null | undefined>): string {
+  const search = new URLSearchParams()
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== null && value !== undefined && value !== '') search.set(name, String(value))
+  }
+  const text = search.toString()
+  return text === '' ? '' : `?${text}`
+}
+
+export function problemOfError(err: unknown): Problem {
+  if (err instanceof ApiError) return err.problem
+  return { status: 0, code: 'console_error', title: 'The console failed', detail: String(err) }
+}

@@ -1,0 +1,102 @@
+// The usage chart: one bar a day, stacked by status class, drawn by uPlot on a canvas. The
+// numbers it was given are also on the figure (data-series) and in a table, for people who
+// cannot see the canvas, and for the tests.
+import { useEffect, useRef } from 'preact/hooks'
+import uPlot from 'uplot'
+import { CLASSES, type DailySeries, type StatusClass } from './usage-data.js'
+
+const COLORS: Record<StatusClass, string> = {
+  '2xx': '#2e7d32',
+  '3xx': '#1565c0',
+  '4xx': '#ef6c00',
+  '429': '#6a1b9a',
+  '5xx': '#c62828',
+}
+const LABELS: Record<StatusClass, string> = {
+  '2xx': '2xx',
+  '3xx': '3xx',
+  '4xx': '4xx (other)',
+  '429': '429 (limits)',
+  '5xx': '5xx',
+}
+
+/** Stacks the classes: each drawn series is the sum of its class and those below it, tallest first. */
+function stacked(series: DailySeries): uPlot.AlignedData {
+  const x = series.dates.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000)
+  const running = series.dates.map(() => 0)
+  const layers = CLASSES.map((c) => series.counts[c].map((v, i) => (running[i]! += v)))
+  return [x, ...layers.reverse()]
+}
+
+export function UsageChart({ series, label }: { series: DailySeries; label: string }) {
+  const box = useRef<HTMLDivElement>(null)
+  useEffect(() => {
+    const el = box.current
+    if (el === null) return
+    const bars = uPlot.paths.bars!({ size: [0.7, 48] })
+    const plot = new uPlot(
+      {
+        width: Math.max(el.clientWidth, 280),
+        height: 260,
+        legend: { show: false },
+        cursor: { show: false },
+        scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(max, 1)] } },
+        axes: [{}, { size: 50 }],
+        series: [
+          {},
+          ...[...CLASSES].reverse().map((c) => ({ label: LABELS[c], fill: COLORS[c], stroke: COLORS[c], paths: bars })),
+        ],
+      },
+      stacked(series),
+      el,
+    )
+    const resize = new ResizeObserver(() => plot.setSize({ width: Math.max(el.clientWidth, 280), height: 260 }))
+    resize.observe(el)
+    return () => {
+      resize.disconnect()
+      plot.destroy()
+    }
+  }, [series])
+
+  return (
+    <figure class="chart" data-testid="usage-chart" data-series={JSON.stringify(series)}>
+      <figcaption>{label}</figcaption>
+      <div ref={box} class="chart-canvas" role="img" aria-label={`${label}: a bar a day, stacked by status class`} />
+      <ul class="legend">
+        {CLASSES.map((c) => (
+          <li key={c}>
+            <span class={`swatch s${c}`} aria-hidden="true" />
+            {LABELS[c]}
+          </li>
+        ))}
+      </ul>
+      <details>
+        <summary>The numbers</summary>
+        <div class="table-wrap">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Day</th>
+                {CLASSES.map((c) => (
+                  <th scope="col" key={c}>
+                    {LABELS[c]}
+                  </th>
+                ))}
+              </tr>
+            </thead>
+            <tbody>
+              {series.dates.map((d, i) => (
+                <tr key={d}>
+                  <th scope="row">{d}</th>
+                  {CLASSES.map((c) => (
+                    <td key={c}>{series.counts[c][i]}</td>
+                  ))}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </details>
+    </figure>
+  )
+}

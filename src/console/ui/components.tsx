@@ -1,0 +1,177 @@
+// Pieces every screen uses: the error message, loading and empty states, the pager, dialogs, and
+// the page's live region.
+import type { ComponentChildren } from 'preact'
+import { useEffect, useRef, useState } from 'preact/hooks'
+import { advice, type Problem, problemOfError } from './api.js'
+
+/** One polite live region for the whole page: what a screen found, what a change did. */
+let announcer: (text: string) => void = () => {}
+export function announce(text: string): void {
+  announcer(text)
+}
+
+export function LiveRegion() {
+  const [text, setText] = useState('')
+  useEffect(() => {
+    announcer = (next) => setText(next)
+  }, [])
+  return (
+    <p class="live" aria-live="polite" aria-atomic="true" data-testid="live">
+      {text}
+    </p>
+  )
+}
+
+export function ErrorMessage({ error }: { error: unknown }) {
+  if (error === null || error === undefined) return null
+  const p: Problem = problemOfError(error)
+  return (
+    <div class="error" role="alert" data-code={p.code}>
+      <p class="error-title">
+        <strong>{p.title}</strong>
+        {p.status > 0 ? ` (${p.status} ${p.code})` : ''}
+      </p>
+      {p.detail !== '' && <p class="error-detail">{p.detail}</p>}
+      {p.errors !== undefined && p.errors.length > 0 && (
+        <ul>
+          {p.errors.map((e) => (
+            <li key={e.path}>
+              <code>{e.path}</code>: {e.message}
+            </li>
+          ))}
+        </ul>
+      )}
+      <p class="error-advice">{advice(p)}</p>
+      {p.request_id !== undefined && <p class="error-id">Request id: {p.request_id}</p>}
+    </div>
+  )
+}
+
+export function Loading({ what }: { what: string }) {
+  return (
+    <p class="loading" role="status">
+      Loading {what}…
+    </p>
+  )
+}
+
+export function Empty({ children }: { children: ComponentChildren }) {
+  return <p class="empty">{children}</p>
+}
+
+/** Keyset paging: the cursors of the pages behind, so that Previous goes back. */
+export function usePager() {
+  const [stack, setStack] = useState<(string | null)[]>([null])
+  const cursor = stack[stack.length - 1] ?? null
+  return {
+    cursor,
+    page: stack.length,
+    reset: () => setStack([null]),
+    next: (c: string) => setStack([...stack, c]),
+    previous: () => setStack(stack.slice(0, -1)),
+  }
+}
+
+export function Pager({
+  pager,
+  nextCursor,
+  label,
+}: {
+  pager: ReturnType<typeof usePager>
+  nextCursor: string | null
+  label: string
+}) {
+  return (
+    <nav class="pager" aria-label={`${label} pages`}>
+      <button type="button" disabled={pager.page === 1} onClick={pager.previous}>
+        Previous page
+      </button>
+      <span>Page {pager.page}</span>
+      <button type="button" disabled={nextCursor === null} onClick={() => nextCursor && pager.next(nextCursor)}>
+        Next page
+      </button>
+    </nav>
+  )
+}
+
+/** A modal dialog (the browser's own: focus kept inside, Escape closes, focus given back after). */
+export function Dialog({
+  title,
+  onClose,
+  children,
+}: {
+  title: string
+  onClose: () => void
+  children: ComponentChildren
+}) {
+  const ref = useRef<HTMLDialogElement>(null)
+  useEffect(() => {
+    const dialog = ref.current
+    if (dialog !== null && !dialog.open) dialog.showModal()
+    return () => dialog?.close()
+  }, [])
+  return (
+    <dialog ref={ref} aria-labelledby="dialog-title" onClose={onClose} data-testid="dialog">
+      <h2 id="dialog-title">{title}</h2>
+      {children}
+      <div class="dialog-actions">
+        <button type="button" onClick={() => ref.current?.close()}>
+          Close
+        </button>
+      </div>
+    </dialog>
+  )
+}
+
+/** A secret shown once, in a field the user can select, with a copy button. */
+export function SecretField({ label, value, id }: { label: string; value: string; id: string }) {
+  const [copied, setCopied] = useState(false)
+  const copy = async () => {
+    try {
+      await navigator.clipboard.writeText(value)
+      setCopied(true)
+    } catch {
+      const field = document.getElementById(id) as HTMLInputElement | null
+      field?.select()
+    }
+  }
+  return (
+    <div class="secret">
+      <label for={id}>{label}</label>
+      <div class="secret-row">
+        <input id={id} readOnly value={value} class="mono" data-secret="" />
+        <button type="button" onClick={copy}>
+          {copied ? 'Copied' : `Copy ${label.toLowerCase()}`}
+        </button>
+      </div>
+    </div>
+  )
+}
+
+export function formatTime(value: string | null): string {
+  if (value === null) return '—'
+  return new Date(value)
+    .toISOString()
+    .replace('T', ' ')
+    .replace(/\.\d+Z$/, ' UTC')
+}
+
+/** Runs an action, keeps its error for display and tells the live region how it went. */
+export function useAction() {
+  const [error, setError] = useState<unknown>(null)
+  const [busy, setBusy] = useState(false)
+  const run = async (action: () => Promise<void>, done?: string) => {
+    setBusy(true)
+    setError(null)
+    try {
+      await action()
+      if (done !== undefined) announce(done)
+    } catch (err) {
+      setError(err)
+      announce(`Failed: ${problemOfError(err).title}`)
+    } finally {
+      setBusy(false)
+    }
+  }
+  return { error, busy, run, clear: () => setError(null) }
+}

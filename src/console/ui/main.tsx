@@ -1,0 +1,109 @@
+// The console's shell: sign-in, the navigation, and a screen per hash route (#/sub-accounts,
+// #/sub-accounts/<id>, #/usage, #/events, #/webhooks).
+import 'uplot/dist/uPlot.min.css'
+import './console.css'
+import { render } from 'preact'
+import { useEffect, useRef, useState } from 'preact/hooks'
+import { type Problem, session, whenKeyRefused } from './api.js'
+import { LiveRegion } from './components.js'
+import { EventsScreen } from './events.js'
+import { SignIn } from './signin.js'
+import { SubAccountScreen } from './subaccount.js'
+import { SubAccountsScreen } from './subaccounts.js'
+import { UsageScreen } from './usage.js'
+import { WebhooksScreen } from './webhooks.js'
+
+function currentRoute(): string {
+  return location.hash.replace(/^#/, '') || '/sub-accounts'
+}
+
+const NAV = [
+  ['/sub-accounts', 'Sub-accounts'],
+  ['/usage', 'Usage'],
+  ['/events', 'Audit log'],
+  ['/webhooks', 'Webhooks'],
+] as const
+
+function Screen({ route }: { route: string }) {
+  const detail = /^\/sub-accounts\/([^/]+)$/.exec(route)
+  if (detail !== null) return <SubAccountScreen id={decodeURIComponent(detail[1]!)} />
+  if (route === '/usage') return <UsageScreen />
+  if (route === '/events') return <EventsScreen />
+  if (route === '/webhooks') return <WebhooksScreen />
+  return <SubAccountsScreen />
+}
+
+function App() {
+  const [signedIn, setSignedIn] = useState(session.key() !== null)
+  const [refused, setRefused] = useState<Problem | null>(null)
+  const [route, setRoute] = useState(currentRoute())
+  const main = useRef<HTMLElement>(null)
+
+  useEffect(() => {
+    whenKeyRefused((problem) => {
+      session.signOut()
+      setRefused(problem)
+      setSignedIn(false)
+    })
+    const onHash = () => {
+      setRoute(currentRoute())
+      // A new screen: move focus to its heading region, as a page load would.
+      main.current?.focus()
+    }
+    addEventListener('hashchange', onHash)
+    return () => removeEventListener('hashchange', onHash)
+  }, [])
+
+  if (!signedIn)
+    return (
+      <>
+        <SignIn
+          refused={refused}
+          onSignedIn={() => {
+            setRefused(null)
+            setSignedIn(true)
+          }}
+        />
+        <LiveRegion />
+      </>
+    )
+
+  const section = `/${route.split('/')[1] ?? ''}`
+  return (
+    <>
+      <button type="button" class="skip" onClick={() => main.current?.focus()}>
+        Skip to content
+      </button>
+      <header class="top">
+        <p class="brand">tenancy-gateway console</p>
+        <nav aria-label="Sections">
+          <ul>
+            {NAV.map(([path, label]) => (
+              <li key={path}>
+                <a href={`#${path}`} aria-current={section === path ? 'page' : undefined}>
+                  {label}
+                </a>
+              </li>
+            ))}
+          </ul>
+        </nav>
+        <button
+          type="button"
+          class="signout"
+          onClick={() => {
+            session.signOut()
+            setSignedIn(false)
+          }}
+        >
+          Sign out
+        </button>
+      </header>
+      <main id="main" ref={main} tabIndex={-1}>
+        <Screen route={route} />
+      </main>
+      <LiveRegion />
+    </>
+  )
+}
+
+render(<App />, document.getElementById('app')!)

@@ -1,0 +1,58 @@
+// Sign-in: the parent key is checked with one read, then kept in sessionStorage (this tab only).
+import { useState } from 'preact/hooks'
+import { api, type Problem, session } from './api.js'
+import { ErrorMessage, useAction } from './components.js'
+
+export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSignedIn: () => void }) {
+  const [key, setKey] = useState('')
+  const action = useAction()
+  const submit = (e: Event) => {
+    e.preventDefault()
+    action.run(async () => {
+      session.signIn(key.trim())
+      try {
+        await api('GET', '/limits')
+      } catch (err) {
+        session.signOut()
+        throw err
+      }
+      setKey('')
+      onSignedIn()
+    }, 'Signed in')
+  }
+  return (
+    <main class="signin" id="main">
+      <h1>tenancy-gateway console</h1>
+      {refused !== null && action.error === null && (
+        <div class="error" role="alert" data-code={refused.code}>
+          <p class="error-title">
+            <strong>You were signed out: {refused.title}</strong> ({refused.status} {refused.code})
+          </p>
+          <p class="error-detail">{refused.detail}</p>
+          <p class="error-advice">The key was refused (revoked, expired or unknown): sign in again.</p>
+        </div>
+      )}
+      <form onSubmit={submit} aria-describedby="signin-help">
+        <label for="key">Parent API key</label>
+        <input
+          id="key"
+          name="key"
+          type="password"
+          autocomplete="off"
+          spellcheck={false}
+          required
+          value={key}
+          onInput={(e) => setKey(e.currentTarget.value)}
+        />
+        <p id="signin-help" class="help">
+          A key of the parent account with <code>sub_accounts:read</code> and <code>sub_accounts:write</code> (the
+          gateway prints one on its first start). It is kept in this tab only, and sent only to this gateway.
+        </p>
+        <button type="submit" disabled={action.busy}>
+          Sign in
+        </button>
+      </form>
+      <ErrorMessage error={action.error} />
+    </main>
+  )
+}

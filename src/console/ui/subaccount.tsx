@@ -1,0 +1,154 @@
+// One sub-account: its details, the edit and limits forms, deactivate or reactivate, its keys and
+// its usage.
+import { useEffect, useState } from 'preact/hooks'
+import { ApiError, api } from './api.js'
+import { ErrorMessage, formatTime, Loading, useAction } from './components.js'
+import { KeysSection } from './keys.js'
+import { LimitsFields, limitsFromForm } from './limits.js'
+import { describeLimits } from './subaccounts.js'
+import type { SubAccount } from './types.js'
+import { UsagePanel } from './usage.js'
+
+export function SubAccountScreen({ id }: { id: string }) {
+  const [sub, setSub] = useState<SubAccount | null>(null)
+  const load = useAction()
+  const change = useAction()
+  useEffect(() => {
+    load.run(async () => setSub(await api<SubAccount>('GET', `/${encodeURIComponent(id)}`)))
+  }, [id])
+
+  const setStatus = (to: 'deactivate' | 'reactivate') => {
+    if (to === 'deactivate' && !confirm(`Deactivate ${sub?.name}? Its keys are refused until it is reactivated.`))
+      return
+    change.run(
+      async () => setSub(await api<SubAccount>('POST', `/${id}/${to}`)),
+      to === 'deactivate' ? 'Sub-account deactivated' : 'Sub-account reactivated',
+    )
+  }
+
+  return (
+    <section aria-labelledby="sub-title">
+      <p>
+        <a href="#/sub-accounts">← All sub-accounts</a>
+      </p>
+      <ErrorMessage error={load.error} />
+      {sub === null && load.error === null && <Loading what="the sub-account" />}
+      {sub !== null && (
+        <>
+          <div class="heading-row">
+            <h1 id="sub-title">{sub.name}</h1>
+            <span class={`badge ${sub.status}`} data-testid="sub-status">
+              {sub.status}
+            </span>
+          </div>
+          <dl class="facts">
+            <dt>Id</dt>
+            <dd class="mono">{sub.id}</dd>
+            <dt>External id</dt>
+            <dd class="mono">{sub.external_id ?? '—'}</dd>
+            <dt>Limits</dt>
+            <dd data-testid="sub-limits">{describeLimits(sub)}</dd>
+            <dt>Created</dt>
+            <dd>{formatTime(sub.created_at)}</dd>
+            {sub.deactivated_at !== null && (
+              <>
+                <dt>Deactivated</dt>
+                <dd>{formatTime(sub.deactivated_at)}</dd>
+              </>
+            )}
+          </dl>
+          <div class="actions">
+            {sub.status === 'active' ? (
+              <button type="button" class="danger" disabled={change.busy} onClick={() => setStatus('deactivate')}>
+                Deactivate
+              </button>
+            ) : (
+              <button type="button" disabled={change.busy} onClick={() => setStatus('reactivate')}>
+                Reactivate
+              </button>
+            )}
+          </div>
+          <ErrorMessage error={change.error} />
+          <div class="columns">
+            <EditForm key={`edit-${sub.updated_at}`} sub={sub} onSaved={setSub} />
+            <LimitsForm key={`limits-${sub.updated_at}`} sub={sub} onSaved={setSub} />
+          </div>
+          <KeysSection subId={sub.id} />
+          <UsagePanel subAccount={sub} />
+        </>
+      )}
+    </section>
+  )
+}
+
+function EditForm({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount) => void }) {
+  const action = useAction()
+  const submit = (e: Event) => {
+    e.preventDefault()
+    const form = new FormData(e.currentTarget as HTMLFormElement)
+    const externalId = String(form.get('external_id') ?? '').trim()
+    action.run(async () => {
+      let metadata: unknown
+      try {
+        metadata = JSON.parse(String(form.get('metadata') ?? '{}') || '{}')
+      } catch {
+        throw new ApiError({
+          status: 0,
+          code: 'invalid_metadata',
+          title: 'Metadata is not JSON',
+          detail: 'Metadata must be a JSON object of strings, such as {"plan": "pro"}.',
+        })
+      }
+      onSaved(
+        await api<SubAccount>('PATCH', `/${sub.id}`, {
+          name: String(form.get('name') ?? ''),
+          external_id: externalId === '' ? null : externalId,
+          metadata,
+        }),
+      )
+    }, 'Sub-account saved')
+  }
+  return (
+    <form class="card" onSubmit={submit} aria-labelledby="edit-title">
+      <h2 id="edit-title">Details</h2>
+      <div class="field">
+        <label for="edit-name">Name</label>
+        <input id="edit-name" name="name" required maxLength={200} value={sub.name} />
+      </div>
+      <div class="field">
+        <label for="edit-external-id">External id</label>
+        <input id="edit-external-id" name="external_id" maxLength={128} class="mono" value={sub.external_id ?? ''} />
+      </div>
+      <div class="field">
+        <label for="edit-metadata">Metadata (JSON object of strings)</label>
+        <textarea id="edit-metadata" name="metadata" rows={3} class="mono" value={JSON.stringify(sub.metadata)} />
+      </div>
+      <ErrorMessage error={action.error} />
+      <button type="submit" disabled={action.busy}>
+        Save details
+      </button>
+    </form>
+  )
+}
+
+function LimitsForm({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount) => void }) {
+  const action = useAction()
+  const submit = (e: Event) => {
+    e.preventDefault()
+    const form = new FormData(e.currentTarget as HTMLFormElement)
+    action.run(
+      async () => onSaved(await api<SubAccount>('PATCH', `/${sub.id}`, { limits: limitsFromForm(form) })),
+      'Limits saved',
+    )
+  }
+  return (
+    <form class="card" onSubmit={submit} aria-labelledby="limits-title">
+      <h2 id="limits-title">Limits</h2>
+      <LimitsFields prefix="edit" limits={sub.limits} />
+      <ErrorMessage error={action.error} />
+      <button type="submit" disabled={action.busy}>
+        Save limits
+      </button>
+    </form>
+  )
+}

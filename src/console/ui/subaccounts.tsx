@@ -1,0 +1,190 @@
+// Sub-accounts: a page at a time (or, when searching, every match by name or external id), a
+// status filter, and the create form.
+import { useEffect, useState } from 'preact/hooks'
+import { api, type Page, query } from './api.js'
+import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
+import { LimitsFields, limitsFromForm } from './limits.js'
+import type { SubAccount } from './types.js'
+
+const PAGE = 20
+/** A name search reads the list 100 at a time, at most this many pages. */
+const SEARCH_PAGES = 20
+
+async function search(text: string, status: string): Promise<SubAccount[]> {
+  const needle = text.toLowerCase()
+  const found = new Map<string, SubAccount>()
+  let cursor: string | null = null
+  for (let i = 0; i < SEARCH_PAGES; i++) {
+    const page: Page<SubAccount> = await api('GET', `${query({ limit: 100, cursor, status })}`)
+    for (const s of page.data) {
+      if (s.name.toLowerCase().includes(needle) || (s.external_id ?? '').toLowerCase().includes(needle))
+        found.set(s.id, s)
+    }
+    cursor = page.next_cursor
+    if (cursor === null) break
+  }
+  return [...found.values()]
+}
+
+export function SubAccountsScreen() {
+  const [status, setStatus] = useState('')
+  const [text, setText] = useState('')
+  const [searched, setSearched] = useState('')
+  const [page, setPage] = useState<Page<SubAccount> | null>(null)
+  const [reload, setReload] = useState(0)
+  const [creating, setCreating] = useState(false)
+  const pager = usePager()
+  const load = useAction()
+
+  useEffect(() => {
+    setPage(null)
+    load.run(async () => {
+      const next =
+        searched === ''
+          ? await api<Page<SubAccount>>('GET', query({ limit: PAGE, cursor: pager.cursor, status }))
+          : { data: await search(searched, status), next_cursor: null }
+      setPage(next)
+      announce(
+        `${next.data.length} sub-account${next.data.length === 1 ? '' : 's'} ${searched === '' ? 'shown' : `match “${searched}”`}`,
+      )
+    })
+  }, [status, searched, pager.cursor, reload])
+
+  return (
+    <section aria-labelledby="subaccounts-title">
+      <div class="heading-row">
+        <h1 id="subaccounts-title">Sub-accounts</h1>
+        <button type="button" onClick={() => setCreating(!creating)} aria-expanded={creating}>
+          New sub-account
+        </button>
+      </div>
+      {creating && (
+        <CreateForm
+          onCreated={(s) => {
+            setCreating(false)
+            location.hash = `#/sub-accounts/${s.id}`
+          }}
+        />
+      )}
+      <form
+        class="filters"
+        onSubmit={(e) => {
+          e.preventDefault()
+          pager.reset()
+          setSearched(text.trim())
+        }}
+      >
+        <div class="field">
+          <label for="search">Name or external id</label>
+          <input id="search" type="search" value={text} onInput={(e) => setText(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="status-filter">Status</label>
+          <select
+            id="status-filter"
+            value={status}
+            onChange={(e) => {
+              pager.reset()
+              setStatus(e.currentTarget.value)
+            }}
+          >
+            <option value="">Any</option>
+            <option value="active">Active</option>
+            <option value="deactivated">Deactivated</option>
+          </select>
+        </div>
+        <button type="submit">Search</button>
+      </form>
+      <ErrorMessage error={load.error} />
+      {page === null && load.error === null && <Loading what="sub-accounts" />}
+      {page !== null && page.data.length === 0 && (
+        <Empty>{searched === '' ? 'No sub-accounts yet: create the first one.' : 'No sub-account matches.'}</Empty>
+      )}
+      {page !== null && page.data.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="subaccounts">
+            <caption class="visually-hidden">Sub-accounts</caption>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">External id</th>
+                <th scope="col">Status</th>
+                <th scope="col">Limits</th>
+              </tr>
+            </thead>
+            <tbody>
+              {page.data.map((s) => (
+                <tr key={s.id}>
+                  <td>
+                    <a href={`#/sub-accounts/${s.id}`}>{s.name}</a>
+                  </td>
+                  <td class="mono">{s.external_id ?? '—'}</td>
+                  <td>
+                    <span class={`badge ${s.status}`}>{s.status}</span>
+                  </td>
+                  <td>{describeLimits(s)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {searched === '' && page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Sub-accounts" />}
+      {searched !== '' && (
+        <button
+          type="button"
+          class="link"
+          onClick={() => {
+            setText('')
+            setSearched('')
+            setReload(reload + 1)
+          }}
+        >
+          Clear the search
+        </button>
+      )}
+    </section>
+  )
+}
+
+export function describeLimits(s: SubAccount): string {
+  const parts: string[] = []
+  if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} per ${s.limits.rate.per_seconds} s`)
+  if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
+  return parts.length === 0 ? 'none' : parts.join(', ')
+}
+
+function CreateForm({ onCreated }: { onCreated: (s: SubAccount) => void }) {
+  const action = useAction()
+  const submit = (e: Event) => {
+    e.preventDefault()
+    const form = new FormData(e.currentTarget as HTMLFormElement)
+    const externalId = String(form.get('external_id') ?? '').trim()
+    action.run(async () => {
+      const created = await api<SubAccount>('POST', '', {
+        name: String(form.get('name') ?? ''),
+        external_id: externalId === '' ? null : externalId,
+        limits: limitsFromForm(form),
+      })
+      onCreated(created)
+    }, 'Sub-account created')
+  }
+  return (
+    <form class="card" onSubmit={submit} aria-labelledby="create-title">
+      <h2 id="create-title">New sub-account</h2>
+      <div class="field">
+        <label for="new-name">Name</label>
+        <input id="new-name" name="name" required maxLength={200} />
+      </div>
+      <div class="field">
+        <label for="new-external-id">External id (optional)</label>
+        <input id="new-external-id" name="external_id" maxLength={128} class="mono" />
+      </div>
+      <LimitsFields prefix="new" limits={null} />
+      <ErrorMessage error={action.error} />
+      <button type="submit" disabled={action.busy}>
+        Create
+      </button>
+    </form>
+  )
+}

@@ -1,0 +1,137 @@
+// Usage: the daily chart for the whole account (#/usage, with the account's quota) or for one
+// sub-account (on its page, with its month so far), over a range the user picks.
+import { useEffect, useState } from 'preact/hooks'
+import { api } from './api.js'
+import { announce, ErrorMessage, Loading, useAction } from './components.js'
+import { UsageChart } from './chart.js'
+import type { Limits, SubAccount } from './types.js'
+import { CLASSES, type DailySeries, dailyUsage, firstOfMonth, reportEntries, today, totalOf } from './usage-data.js'
+
+interface AccountLimits {
+  account: Limits
+  month: string
+  used: number
+}
+
+function RangeChart({ subAccountId, title }: { subAccountId: string | null; title: string }) {
+  const [from, setFrom] = useState(firstOfMonth())
+  const [to, setTo] = useState(today())
+  const [range, setRange] = useState({ from, to })
+  const [series, setSeries] = useState<DailySeries | null>(null)
+  const load = useAction()
+  const idPart = subAccountId === null ? 'account' : 'sub'
+
+  useEffect(() => {
+    setSeries(null)
+    load.run(async () => {
+      const next = await dailyUsage(range.from, range.to, subAccountId)
+      setSeries(next)
+      const all = CLASSES.reduce((n, c) => n + totalOf(next, c), 0)
+      announce(`Usage from ${range.from} to ${range.to}: ${all} requests, ${totalOf(next, '429')} refused by limits`)
+    })
+  }, [range.from, range.to, subAccountId])
+
+  return (
+    <div>
+      <form
+        class="filters"
+        onSubmit={(e) => {
+          e.preventDefault()
+          setRange({ from, to })
+        }}
+      >
+        <div class="field">
+          <label for={`${idPart}-from`}>From (UTC date)</label>
+          <input
+            id={`${idPart}-from`}
+            type="date"
+            required
+            value={from}
+            onInput={(e) => setFrom(e.currentTarget.value)}
+          />
+        </div>
+        <div class="field">
+          <label for={`${idPart}-to`}>To (UTC date)</label>
+          <input id={`${idPart}-to`} type="date" required value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        </div>
+        <button type="submit">Show usage</button>
+      </form>
+      <ErrorMessage error={load.error} />
+      {series === null && load.error === null && <Loading what="usage" />}
+      {series !== null && (
+        <>
+          <p class="totals" data-testid="usage-totals">
+            {series.dates.length} days: {CLASSES.map((c) => `${totalOf(series, c)} ${c}`).join(', ')}
+          </p>
+          <UsageChart series={series} label={title} />
+        </>
+      )}
+    </div>
+  )
+}
+
+function QuotaUse({ limits }: { limits: AccountLimits }) {
+  const quota = limits.account.monthly_quota?.requests ?? null
+  return (
+    <div class="quota" data-testid="account-quota">
+      <p>
+        This month ({limits.month}): <strong>{limits.used}</strong> requests forwarded
+        {quota === null ? ', no monthly quota.' : ` of a quota of ${quota}.`}
+      </p>
+      {quota !== null && (
+        <>
+          <label for="quota-meter">Quota used</label> <meter id="quota-meter" min={0} max={quota} value={limits.used} />{' '}
+          {Math.round((limits.used / quota) * 100)}%
+        </>
+      )}
+      {limits.account.rate !== null && (
+        <p>
+          Account rate: {limits.account.rate.requests} per {limits.account.rate.per_seconds} s.
+        </p>
+      )}
+    </div>
+  )
+}
+
+export function UsageScreen() {
+  const [limits, setLimits] = useState<AccountLimits | null>(null)
+  const load = useAction()
+  useEffect(() => {
+    load.run(async () => setLimits(await api<AccountLimits>('GET', '/limits')))
+  }, [])
+  return (
+    <section aria-labelledby="usage-title">
+      <h1 id="usage-title">Usage</h1>
+      <p class="help">Requests of all sub-accounts by day and status class (the parent's own traffic is not in it).</p>
+      <ErrorMessage error={load.error} />
+      {limits === null && load.error === null && <Loading what="the account's quota" />}
+      {limits !== null && <QuotaUse limits={limits} />}
+      <RangeChart subAccountId={null} title="All sub-accounts" />
+    </section>
+  )
+}
+
+export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
+  const [month, setMonth] = useState<{ requests: number; limited: number } | null>(null)
+  const load = useAction()
+  useEffect(() => {
+    load.run(async () => {
+      const entry = (await reportEntries(firstOfMonth(), today())).find((e) => e.sub_account_id === subAccount.id)
+      setMonth({ requests: entry?.requests ?? 0, limited: (entry?.limited.rate ?? 0) + (entry?.limited.quota ?? 0) })
+    })
+  }, [subAccount.id])
+  const quota = subAccount.limits.monthly_quota?.requests ?? null
+  return (
+    <section class="card" aria-labelledby="sub-usage-title">
+      <h2 id="sub-usage-title">Usage</h2>
+      <ErrorMessage error={load.error} />
+      {month !== null && (
+        <p data-testid="sub-month">
+          This month: {month.requests} requests, {month.limited} refused by limits
+          {quota === null ? '; no monthly quota.' : `; monthly quota ${quota} (it counts forwarded requests only).`}
+        </p>
+      )}
+      <RangeChart subAccountId={subAccount.id} title={`${subAccount.name} by day`} />
+    </section>
+  )
+}

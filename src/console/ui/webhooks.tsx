@@ -1,0 +1,204 @@
+// Webhook endpoints: create (the signing secret shown once), list, delete, and one endpoint's
+// deliveries.
+import { useEffect, useState } from 'preact/hooks'
+import { api, type Page, query } from './api.js'
+import {
+  announce,
+  Dialog,
+  Empty,
+  ErrorMessage,
+  formatTime,
+  Loading,
+  Pager,
+  SecretField,
+  usePager,
+  useAction,
+} from './components.js'
+import type { Delivery, WebhookEndpoint } from './types.js'
+
+export function WebhooksScreen() {
+  const [page, setPage] = useState<Page<WebhookEndpoint> | null>(null)
+  const [secret, setSecret] = useState<string | null>(null)
+  const [selected, setSelected] = useState<WebhookEndpoint | null>(null)
+  const [reload, setReload] = useState(0)
+  const pager = usePager()
+  const load = useAction()
+  const change = useAction()
+
+  useEffect(() => {
+    load.run(async () => {
+      const next = await api<Page<WebhookEndpoint>>(
+        'GET',
+        `/webhook-endpoints${query({ limit: 20, cursor: pager.cursor })}`,
+      )
+      setPage(next)
+      announce(`${next.data.length} webhook endpoint${next.data.length === 1 ? '' : 's'} shown`)
+    })
+  }, [pager.cursor, reload])
+
+  const create = (e: Event) => {
+    e.preventDefault()
+    const formElement = e.currentTarget as HTMLFormElement
+    const form = new FormData(formElement)
+    const description = String(form.get('description') ?? '').trim()
+    change.run(async () => {
+      const created = await api<WebhookEndpoint & { secret: string }>('POST', '/webhook-endpoints', {
+        url: String(form.get('url') ?? '').trim(),
+        event_types: String(form.get('event_types') ?? '')
+          .split(/[\s,]+/)
+          .filter((t) => t !== ''),
+        ...(description === '' ? {} : { description }),
+      })
+      formElement.reset()
+      setSecret(created.secret)
+      setReload((n) => n + 1)
+    }, 'Endpoint created: its secret is shown once')
+  }
+  const remove = (endpoint: WebhookEndpoint) => {
+    if (!confirm(`Delete the endpoint ${endpoint.url}? Nothing more is sent to it.`)) return
+    change.run(async () => {
+      await api('DELETE', `/webhook-endpoints/${endpoint.id}`)
+      if (selected?.id === endpoint.id) setSelected(null)
+      setReload((n) => n + 1)
+    }, 'Endpoint deleted')
+  }
+
+  return (
+    <section aria-labelledby="webhooks-title">
+      <h1 id="webhooks-title">Webhook endpoints</h1>
+      <form class="card" onSubmit={create} aria-labelledby="new-endpoint-title">
+        <h2 id="new-endpoint-title">New endpoint</h2>
+        <div class="field">
+          <label for="endpoint-url">URL (https)</label>
+          <input id="endpoint-url" name="url" type="url" required class="mono" />
+        </div>
+        <div class="field">
+          <label for="endpoint-types">Event types (space or comma separated; api_key.* for all of a kind)</label>
+          <input id="endpoint-types" name="event_types" required class="mono" placeholder="sub_account.* api_key.*" />
+        </div>
+        <div class="field">
+          <label for="endpoint-description">Description (optional)</label>
+          <input id="endpoint-description" name="description" maxLength={500} />
+        </div>
+        <button type="submit" disabled={change.busy}>
+          Create endpoint
+        </button>
+      </form>
+      <ErrorMessage error={change.error} />
+      <ErrorMessage error={load.error} />
+      {page === null && load.error === null && <Loading what="webhook endpoints" />}
+      {page !== null && page.data.length === 0 && <Empty>No webhook endpoints yet.</Empty>}
+      {page !== null && page.data.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="endpoints">
+            <caption class="visually-hidden">Webhook endpoints</caption>
+            <thead>
+              <tr>
+                <th scope="col">URL</th>
+                <th scope="col">Events</th>
+                <th scope="col">Status</th>
+                <th scope="col">Created</th>
+                <th scope="col">Actions</th>
+              </tr>
+            </thead>
+            <tbody>
+              {page.data.map((w) => (
+                <tr key={w.id}>
+                  <td class="mono">{w.url}</td>
+                  <td class="mono">{w.event_types.join(' ')}</td>
+                  <td>
+                    <span class={`badge ${w.status}`}>{w.status}</span>
+                    {w.disabled_reason !== null && ` (${w.disabled_reason})`}
+                  </td>
+                  <td>{formatTime(w.created_at)}</td>
+                  <td class="row-actions">
+                    <button type="button" onClick={() => setSelected(w)} aria-pressed={selected?.id === w.id}>
+                      Deliveries<span class="visually-hidden"> to {w.url}</span>
+                    </button>
+                    <button type="button" class="danger" disabled={change.busy} onClick={() => remove(w)}>
+                      Delete<span class="visually-hidden"> {w.url}</span>
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Endpoints" />}
+      {selected !== null && <Deliveries key={selected.id} endpoint={selected} />}
+      {secret !== null && (
+        <Dialog
+          title="Endpoint created"
+          onClose={() => {
+            setSecret(null)
+            announce('The secret is no longer shown')
+          }}
+        >
+          <p>
+            Copy the signing secret now: it is shown <strong>only this once</strong>.
+          </p>
+          <SecretField id="secret-webhook" label="Signing secret" value={secret} />
+        </Dialog>
+      )}
+    </section>
+  )
+}
+
+function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
+  const [page, setPage] = useState<Page<Delivery> | null>(null)
+  const pager = usePager()
+  const load = useAction()
+  useEffect(() => {
+    setPage(null)
+    load.run(async () => {
+      const next = await api<Page<Delivery>>(
+        'GET',
+        `/webhook-endpoints/${endpoint.id}/deliveries${query({ limit: 20, cursor: pager.cursor })}`,
+      )
+      setPage(next)
+      announce(`${next.data.length} deliver${next.data.length === 1 ? 'y' : 'ies'} shown`)
+    })
+  }, [endpoint.id, pager.cursor])
+  return (
+    <section class="card" aria-labelledby="deliveries-title" data-testid="deliveries">
+      <h2 id="deliveries-title">
+        Deliveries to <span class="mono">{endpoint.url}</span>
+      </h2>
+      <ErrorMessage error={load.error} />
+      {page === null && load.error === null && <Loading what="deliveries" />}
+      {page !== null && page.data.length === 0 && <Empty>No delivery yet.</Empty>}
+      {page !== null && page.data.length > 0 && (
+        <div class="table-wrap">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Event</th>
+                <th scope="col">Attempt</th>
+                <th scope="col">Status</th>
+                <th scope="col">Error</th>
+                <th scope="col">Duration</th>
+                <th scope="col">At</th>
+                <th scope="col">Next attempt</th>
+              </tr>
+            </thead>
+            <tbody>
+              {page.data.map((d) => (
+                <tr key={`${d.event_id}-${d.attempt}`}>
+                  <td class="mono">{d.event_id}</td>
+                  <td>{d.attempt}</td>
+                  <td>{d.status ?? '—'}</td>
+                  <td>{d.error ?? '—'}</td>
+                  <td>{d.duration_ms} ms</td>
+                  <td>{formatTime(d.attempted_at)}</td>
+                  <td>{formatTime(d.next_attempt_at)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Deliveries" />}
+    </section>
+  )
+}
