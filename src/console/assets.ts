@@ -68,12 +68,10 @@ export async function bundleConsole(): Promise<RawAssets> {
   return { script: pick('.js'), style: pick('.css') }
 }
 
-async function readPrebuilt(): Promise<RawAssets | undefined> {
+/** The files `npm run build` wrote, or undefined when there are none (running from src/). */
+export async function readPrebuilt(dir: URL = PREBUILT): Promise<RawAssets | undefined> {
   try {
-    const [script, style] = await Promise.all([
-      readFile(new URL(SCRIPT_FILE, PREBUILT)),
-      readFile(new URL(STYLE_FILE, PREBUILT)),
-    ])
+    const [script, style] = await Promise.all([readFile(new URL(SCRIPT_FILE, dir)), readFile(new URL(STYLE_FILE, dir))])
     return { script, style }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
@@ -82,22 +80,26 @@ async function readPrebuilt(): Promise<RawAssets | undefined> {
 }
 
 export async function loadAssets(
-  source: () => Promise<RawAssets | undefined> = readPrebuilt,
+  source: () => Promise<RawAssets | undefined> = () => readPrebuilt(),
   bundle: () => Promise<RawAssets> = bundleConsole,
 ): Promise<ConsoleAssets> {
   const raw = (await source()) ?? (await bundle())
   return { script: asset('console', 'js', raw.script), style: asset('console', 'css', raw.style) }
 }
 
-let shared: Promise<ConsoleAssets> | undefined
-
-/** The process's assets: made once, on first use; a failure is not kept, so the next request tries again. */
-export function consoleAssets(): Promise<ConsoleAssets> {
-  if (shared === undefined) {
-    shared = loadAssets()
-    shared.catch(() => {
-      shared = undefined
-    })
+/** `load` run once and its result kept; a failure is not kept, so the next call tries again. */
+export function keptOnceLoaded<T>(load: () => Promise<T>): () => Promise<T> {
+  let kept: Promise<T> | undefined
+  return () => {
+    if (kept === undefined) {
+      kept = load()
+      kept.catch(() => {
+        kept = undefined
+      })
+    }
+    return kept
   }
-  return shared
 }
+
+/** The process's assets: made on first use (a request for the page), once. */
+export const consoleAssets = keptOnceLoaded(() => loadAssets())

@@ -10,7 +10,11 @@ import { type Asset, type ConsoleAssets, consoleAssets } from './assets.js'
 import { consolePage } from './page.js'
 import { CONSOLE_ASSETS, CONSOLE_PREFIX } from './paths.js'
 
-/** Same origin only: scripts, styles, fetches; no inline code, no frames of it, no base tag. */
+/**
+ * Same origin only: scripts, styles, fetches; no inline code, no frames of it, no base tag.
+ * `img-src data:` is for the page's empty `data:,` icon only, which keeps browsers from asking
+ * for /favicon.ico (a path the proxy may take).
+ */
 export const CONSOLE_CSP =
   "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 

@@ -13,9 +13,19 @@ interface AccountLimits {
   used: number
 }
 
-function RangeChart({ subAccountId, title }: { subAccountId: string | null; title: string }) {
+function RangeChart({
+  subAccountId,
+  title,
+  onShow,
+}: {
+  subAccountId: string | null
+  title: string
+  /** Told on every "Show usage": what else the screen shows of usage is read again too. */
+  onShow?: () => void
+}) {
   const [from, setFrom] = useState(firstOfMonth())
   const [to, setTo] = useState(today())
+  // A new object on every submit: showing the same range again reads it again.
   const [range, setRange] = useState({ from, to })
   const [series, setSeries] = useState<DailySeries | null>(null)
   const load = useAction()
@@ -29,7 +39,7 @@ function RangeChart({ subAccountId, title }: { subAccountId: string | null; titl
       const all = CLASSES.reduce((n, c) => n + totalOf(next, c), 0)
       announce(`Usage from ${range.from} to ${range.to}: ${all} requests, ${totalOf(next, '429')} refused by limits`)
     })
-  }, [range.from, range.to, subAccountId])
+  }, [range, subAccountId])
 
   return (
     <div>
@@ -38,6 +48,7 @@ function RangeChart({ subAccountId, title }: { subAccountId: string | null; titl
         onSubmit={(e) => {
           e.preventDefault()
           setRange({ from, to })
+          onShow?.()
         }}
       >
         <div class="field">
@@ -113,13 +124,14 @@ export function UsageScreen() {
 
 export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
   const [month, setMonth] = useState<{ requests: number; limited: number } | null>(null)
+  const [shown, setShown] = useState(0)
   const load = useAction()
   useEffect(() => {
     load.run(async () => {
       const entry = (await reportEntries(firstOfMonth(), today())).find((e) => e.sub_account_id === subAccount.id)
       setMonth({ requests: entry?.requests ?? 0, limited: (entry?.limited.rate ?? 0) + (entry?.limited.quota ?? 0) })
     })
-  }, [subAccount.id])
+  }, [subAccount.id, shown])
   const quota = subAccount.limits.monthly_quota?.requests ?? null
   return (
     <section class="card" aria-labelledby="sub-usage-title">
@@ -131,7 +143,11 @@ export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
           {quota === null ? '; no monthly quota.' : `; monthly quota ${quota} (it counts forwarded requests only).`}
         </p>
       )}
-      <RangeChart subAccountId={subAccount.id} title={`${subAccount.name} by day`} />
+      <RangeChart
+        subAccountId={subAccount.id}
+        title={`${subAccount.name} by day`}
+        onShow={() => setShown((n) => n + 1)}
+      />
     </section>
   )
 }

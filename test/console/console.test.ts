@@ -1,0 +1,425 @@
+// The console in a real browser (docs/console.md), against a gateway on a socket with the real
+// Postgres and Redis and an upstream: sign-in, sub-accounts, keys, limits, proxied traffic drawn
+// by the usage chart, the audit log, webhook endpoints, every kind of error shown, axe-core on
+// every screen, and screenshots at 1280 and 390 pixels wide.
+import t from 'tap'
+import type { Page } from 'playwright-core'
+import { mintKey } from '../../src/auth/mint.js'
+import { KEY_COMMANDS } from '../../src/cli/key-commands.js'
+import type { Config } from '../../src/config.js'
+import { type AxeFinding, axeFindings, launchBrowser, screenshots, writeArtifact } from '../helpers/browser.js'
+import { startGateway } from '../helpers/gateway.js'
+import { eventually, sleep } from '../helpers/poll.js'
+import { REDIS_URL } from '../helpers/redis.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const upstream = await startUpstream(t, (request, response) => {
+  const status = request.url === '/v1/missing' ? 404 : request.url === '/v1/boom' ? 500 : 200
+  response.writeHead(status, { 'content-type': 'application/json' })
+  response.end('{}')
+})
+const gateway = await startGateway(t, {
+  upstreamUrl: upstream.url,
+  usageFlushIntervalMs: 100,
+  env: { WEBHOOKS_ALLOW_INSECURE: 'true' },
+})
+const parent = await gateway.createParent({ name: 'Console parent' })
+const browser = await launchBrowser(t)
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
+await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url })
+const page: Page = await context.newPage()
+
+// Everything the page asks for must be the gateway's, and the policy must refuse nothing it does.
+const foreign: string[] = []
+const violations: string[] = []
+page.on('request', (request) => {
+  if (!request.url().startsWith(`${gateway.url}/`) && !request.url().startsWith('data:')) foreign.push(request.url())
+})
+page.on('console', (message) => {
+  if (/Content.Security.Policy|Refused to/i.test(message.text())) violations.push(message.text())
+})
+page.on('pageerror', (err) => violations.push(`page error: ${err.message}`))
+// Deactivate, revoke and delete ask first.
+page.on('dialog', (dialog) => void dialog.accept())
+
+const findings: AxeFinding[] = []
+const overflow: Record<string, number> = {}
+const widest: Record<string, string[]> = {}
+async function screen(name: string) {
+  findings.push(...(await axeFindings(page, name)))
+  const shot = await screenshots(page, name)
+  overflow[name] = shot.overflowAt390
+  if (shot.overflowAt390 > 0) widest[name] = shot.widest
+}
+
+/** Polls `check` for up to 10 s; fails the test with `what` if it never holds. */
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  if ((await eventually(10_000, check, 100)) === null) throw new Error(`never: ${what}`)
+}
+
+const alert = () => page.getByRole('alert')
+const live = () => page.getByTestId('live')
+let subId = ''
+let mintedKey = ''
+
+t.teardown(async () => {
+  const counts = { minor: 0, moderate: 0, serious: 0, critical: 0 }
+  for (const f of findings) counts[f.impact]++
+  await writeArtifact('axe.json', { counts, findings })
+})
+
+t.test('sign-in: a wrong key is refused with a clear message, the right one signs in', async (t) => {
+  const response = await page.goto(`${gateway.url}/console`)
+  t.equal(response?.status(), 200)
+  await page.getByLabel('Parent API key').waitFor()
+  await page.keyboard.press('Tab')
+  t.equal(await page.evaluate(() => document.activeElement?.id), 'key', 'the key field takes focus first')
+  await screen('signin')
+
+  await page.getByLabel('Parent API key').fill(`tgw_${'A'.repeat(49)}`)
+  await page.keyboard.press('Enter')
+  await alert().waitFor()
+  const text = await alert().innerText()
+  t.match(text, /401/, 'the status')
+  t.match(text, /unauthenticated/, 'the code')
+  t.match(text, /sign in again/i, 'what to do')
+  t.equal(await page.evaluate(() => sessionStorage.length), 0, 'a refused key is not kept')
+
+  await page.getByLabel('Parent API key').fill(parent.apiKey)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
+  t.equal(await page.evaluate(() => Object.values(sessionStorage).join()), parent.apiKey, 'kept in sessionStorage')
+  t.equal(await page.evaluate(() => localStorage.length), 0, 'nothing in localStorage')
+  await page.getByText('No sub-accounts yet').waitFor()
+  t.pass('the empty state')
+
+  const timing = await page.evaluate(() => {
+    const nav = performance.getEntriesByType('navigation')[0] as PerformanceNavigationTiming
+    const assets = (performance.getEntriesByType('resource') as PerformanceResourceTiming[])
+      .filter((r) => r.name.includes('/console/assets/'))
+      .map((r) => ({
+        name: r.name.replace(/.*\//, ''),
+        startTime: r.startTime,
+        responseEnd: r.responseEnd,
+        transferSize: r.transferSize,
+        encodedBodySize: r.encodedBodySize,
+        decodedBodySize: r.decodedBodySize,
+      }))
+    return {
+      domContentLoaded: nav.domContentLoadedEventEnd,
+      load: nav.loadEventEnd,
+      htmlResponseEnd: nav.responseEnd,
+      assets,
+    }
+  })
+  await writeArtifact('timing.json', timing)
+  t.comment(`page load ${timing.load.toFixed(0)} ms (DOMContentLoaded ${timing.domContentLoaded.toFixed(0)} ms)`)
+  t.equal(timing.assets.length, 2, 'one script and one stylesheet')
+  const script = timing.assets.find((a) => a.name.endsWith('.js'))!
+  t.ok(script.encodedBodySize < 150 * 1024, `script ${script.encodedBodySize} bytes compressed, under 150 KB`)
+  t.ok(script.encodedBodySize < script.decodedBodySize, 'served gzipped')
+  const [first, second] = timing.assets
+  t.ok(second!.startTime < first!.responseEnd, 'both requested before either finished: no waterfall')
+})
+
+t.test('sub-accounts: create, a conflict shown, search and filter', async (t) => {
+  await page.getByRole('button', { name: 'New sub-account' }).click()
+  await page.getByLabel('Name', { exact: true }).fill('Acme EU')
+  await page.getByLabel('External id (optional)').fill('acme-eu')
+  await page.getByRole('button', { name: 'Create' }).click()
+  await page.getByRole('heading', { name: 'Acme EU' }).waitFor()
+  subId = decodeURIComponent(page.url().replace(/.*#\/sub-accounts\//, ''))
+  t.match(subId, /^[0-9a-f-]{36}$/, 'on its page')
+
+  await page.goto(`${gateway.url}/console#/sub-accounts`)
+  await page.getByRole('button', { name: 'New sub-account' }).click()
+  await page.getByLabel('Name', { exact: true }).fill('Acme again')
+  await page.getByLabel('External id (optional)').fill('acme-eu')
+  await page.getByRole('button', { name: 'Create' }).click()
+  await alert().waitFor()
+  const text = await alert().innerText()
+  t.match(text, /409/, 'the status')
+  t.match(text, /external_id_conflict/, 'the code')
+  t.match(text, /choose another/i, 'what to do')
+  await page.getByRole('button', { name: 'New sub-account' }).click()
+
+  await page.getByLabel('Name or external id').fill('ACME')
+  await page.getByRole('button', { name: 'Search' }).click()
+  await until(async () => (await live().innerText()).includes('1 sub-account match'), 'the live region says')
+  t.equal(await page.getByTestId('subaccounts').locator('tbody tr').count(), 1, 'found by name')
+  await page.getByLabel('Status').selectOption('deactivated')
+  await page.getByText('No sub-account matches').waitFor()
+  t.pass('the status filter')
+  await page.getByLabel('Status').selectOption('active')
+  await page.getByRole('button', { name: 'Clear the search' }).click()
+  await page.getByTestId('subaccounts').waitFor()
+  await screen('subaccounts')
+})
+
+t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate', async (t) => {
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  await page.getByRole('heading', { name: 'Acme EU' }).waitFor()
+
+  // A scope the API refuses: 400 validation_failed, with the field.
+  await page.getByLabel('Name', { exact: true }).last().fill('bad')
+  await page.getByLabel('Scopes').fill('sub_accounts:read')
+  await page.getByRole('button', { name: 'Mint key' }).click()
+  await alert().waitFor()
+  t.match(await alert().innerText(), /validation_failed[\s\S]*\/body\/scopes/, 'a 400 names the field')
+
+  await page.getByLabel('Scopes').fill('tracking:read tracking:write')
+  await page.getByLabel(/Expires at/).fill('2035-01-01T12:00')
+  await page.getByRole('button', { name: 'Mint key' }).click()
+  const dialog = page.getByTestId('dialog')
+  await dialog.waitFor()
+  mintedKey = await page.getByLabel('API key', { exact: true }).inputValue()
+  t.match(mintedKey, /^tgw_/, 'the key, once')
+  t.match(await page.getByLabel('Client secret', { exact: true }).inputValue(), /^tgws_/, 'the client secret')
+  await page.getByRole('button', { name: 'Copy api key' }).click()
+  t.equal(await page.evaluate(() => navigator.clipboard.readText()), mintedKey, 'the copy button copies it')
+  await screen('key-minted')
+  await page.keyboard.press('Escape')
+  await dialog.waitFor({ state: 'detached' })
+  t.equal(await page.locator('[data-secret]').count(), 0, 'gone when the dialog closes')
+  t.notOk((await page.content()).includes(mintedKey), 'nowhere in the page')
+  t.match(await page.getByTestId('keys').innerText(), /2035-01-01/, 'its expiry listed')
+
+  // Limits, through the form: 8 requests an hour.
+  await page.getByLabel('Rate: requests').last().fill('8')
+  await page.getByLabel('Rate: per seconds').last().fill('3600')
+  await page.getByRole('button', { name: 'Save limits' }).click()
+  await until(async () => (await page.getByTestId('sub-limits').innerText()) === '8 per 3600 s', 'limits shown')
+  t.pass('limits saved')
+
+  await page.getByRole('button', { name: 'Deactivate' }).click()
+  await until(async () => (await page.getByTestId('sub-status').innerText()) === 'deactivated', 'deactivated')
+  await page.getByRole('button', { name: 'Reactivate' }).click()
+  await until(async () => (await page.getByTestId('sub-status').innerText()) === 'active', 'reactivated')
+  t.pass('deactivated, then reactivated')
+  await screen('subaccount')
+})
+
+t.test('proxied traffic, 429s included, drawn by the usage chart', async (t) => {
+  await sleep(1_200) // a change of limits reaches the limiter within a second
+  const statuses: number[] = []
+  for (const path of ['ok', 'ok', 'ok', 'ok', 'ok', 'missing', 'missing', 'boom', 'ok', 'ok', 'ok']) {
+    const res = await fetch(`${gateway.url}/v1/${path}`, { headers: { authorization: `Bearer ${mintedKey}` } })
+    await res.arrayBuffer()
+    statuses.push(res.status)
+  }
+  t.same(statuses, [200, 200, 200, 200, 200, 404, 404, 500, 429, 429, 429], 'the rate refused the last three')
+  const today = new Date().toISOString().slice(0, 10)
+  const expected = { '2xx': 5, '3xx': 0, '4xx': 2, '429': 3, '5xx': 1 }
+
+  const chartOfToday = async () => {
+    const raw = await page.getByTestId('usage-chart').getAttribute('data-series')
+    const series = JSON.parse(raw ?? '{}') as { dates: string[]; counts: Record<string, number[]> }
+    const i = series.dates.indexOf(today)
+    return Object.fromEntries(Object.entries(series.counts).map(([c, values]) => [c, values[i]]))
+  }
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  let drawn: Record<string, unknown> = {}
+  await until(async () => {
+    await page.getByRole('button', { name: 'Show usage' }).click()
+    await page.getByTestId('usage-chart').waitFor()
+    drawn = await chartOfToday()
+    return (
+      drawn['429'] === 3 && drawn['2xx'] === 5 && /11 requests/.test(await page.getByTestId('sub-month').innerText())
+    )
+  }, 'the usage reaches the chart').catch((err) => {
+    throw new Error(`${err.message}: ${JSON.stringify(drawn)} on ${today}`)
+  })
+  t.same(drawn, expected, "the sub-account's chart: today's counts by class, the 429s apart")
+  t.match(await page.getByTestId('sub-month').innerText(), /11 requests, 3 refused by limits/)
+  t.ok(await page.locator('.chart-canvas canvas').count(), 'drawn on a canvas')
+
+  await page.getByRole('link', { name: 'Usage' }).click()
+  await page.getByRole('heading', { name: 'Usage' }).waitFor()
+  await page.getByTestId('usage-chart').waitFor()
+  t.same(await chartOfToday(), expected, "the whole account's chart")
+  t.match(await page.getByTestId('account-quota').innerText(), /no monthly quota/)
+  await page.getByLabel('From (UTC date)').fill('2026-01-01')
+  await page.getByLabel('To (UTC date)').fill('2026-12-31')
+  await page.getByRole('button', { name: 'Show usage' }).click()
+  await alert().waitFor()
+  t.match(await alert().innerText(), /at most 31 days/, 'a range too long for the daily chart')
+  await page.getByLabel('From (UTC date)').fill(`${today.slice(0, 8)}01`)
+  await page.getByLabel('To (UTC date)').fill(today)
+  await page.getByRole('button', { name: 'Show usage' }).click()
+  await page.getByTestId('usage-chart').waitFor()
+  await screen('usage')
+})
+
+t.test('roll and revoke, then every change in the audit log', async (t) => {
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  await page.getByTestId('keys').waitFor()
+  await page
+    .getByRole('button', { name: 'Roll ci' })
+    .or(page.getByRole('button', { name: /^Roll/ }))
+    .first()
+    .click()
+  await page.getByTestId('dialog').waitFor()
+  const rolled = await page.getByLabel('API key', { exact: true }).inputValue()
+  t.match(rolled, /^tgw_/, 'the new key, once')
+  t.not(rolled, mintedKey)
+  await page.getByRole('button', { name: 'Close' }).click()
+  await page.getByTestId('dialog').waitFor({ state: 'detached' })
+  await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 2, 'two keys listed')
+  await page
+    .getByRole('button', { name: /^Revoke/ })
+    .first()
+    .click()
+  await until(async () => (await page.getByTestId('keys').innerText()).includes('revoked'), 'a key revoked')
+  t.pass('rolled and revoked')
+
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.getByTestId('events').waitFor()
+  const types = await page
+    .getByTestId('events')
+    .locator('tbody tr')
+    .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-type')))
+  for (const type of [
+    'sub_account.created',
+    'api_key.created',
+    'sub_account.updated',
+    'sub_account.deactivated',
+    'sub_account.reactivated',
+    'api_key.rolled',
+    'api_key.revoked',
+  ])
+    t.ok(types.includes(type), `${type} in the audit log`)
+  await page.getByLabel('Type').selectOption('api_key.*')
+  await page.getByRole('button', { name: 'Filter' }).click()
+  await until(async () => {
+    const filtered = await page
+      .getByTestId('events')
+      .locator('tbody tr')
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-type')))
+    return filtered.length > 0 && filtered.every((type) => type?.startsWith('api_key.'))
+  }, 'only key events')
+  await page.getByLabel('Type').selectOption('')
+  await page.getByLabel('Target id').fill(subId)
+  await page.getByRole('button', { name: 'Filter' }).click()
+  await until(async () => {
+    const targets = await page
+      .getByTestId('events')
+      .locator('tbody tr')
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-target')))
+    return targets.length === 4 && targets.every((id) => id === subId)
+  }, "the sub-account's own events")
+  t.pass('filtered by type and by target')
+  await screen('events')
+})
+
+t.test('webhook endpoints: secret once, deliveries (or the API error), delete', async (t) => {
+  await page.getByRole('link', { name: 'Webhooks' }).click()
+  await page.getByText('No webhook endpoints yet').waitFor()
+  await page.getByLabel('URL (https)').fill(`${upstream.url}/hook`)
+  await page.getByLabel(/Event types/).fill('sub_account.* api_key.*')
+  await page.getByRole('button', { name: 'Create endpoint' }).click()
+  await page.getByTestId('dialog').waitFor()
+  t.match(await page.getByLabel('Signing secret').inputValue(), /^whsec_/, 'the secret, once')
+  await page.getByRole('button', { name: 'Close' }).click()
+  await page.getByTestId('dialog').waitFor({ state: 'detached' })
+  t.equal(await page.locator('[data-secret]').count(), 0, 'gone when the dialog closes')
+  await page.getByTestId('endpoints').waitFor()
+
+  // The real route: its list, or, on a gateway without it, its 404 shown as such.
+  await page.getByRole('button', { name: /^Deliveries/ }).click()
+  const deliveries = page.getByTestId('deliveries')
+  await deliveries.locator('.error, .empty, table').first().waitFor()
+  if ((await deliveries.locator('.error').count()) > 0)
+    t.match(
+      await deliveries.locator('.error').innerText(),
+      /404[\s\S]*route_not_found[\s\S]*does not serve/,
+      'a 404 said plainly',
+    )
+  else t.pass('the deliveries route answered')
+  await screen('webhooks')
+
+  // The shape the deliveries route answers, drawn (the route is answered here by the test).
+  await page.route('**/deliveries*', (route) =>
+    route.fulfill({
+      contentType: 'application/json',
+      body: JSON.stringify({
+        data: [
+          {
+            event_id: 'evt_1',
+            attempt: 2,
+            status: null,
+            error: 'connect ECONNREFUSED',
+            duration_ms: 12,
+            attempted_at: '2026-11-22T10:00:00Z',
+            next_attempt_at: '2026-11-22T10:05:00Z',
+          },
+          {
+            event_id: 'evt_2',
+            attempt: 1,
+            status: 200,
+            error: null,
+            duration_ms: 40,
+            attempted_at: '2026-11-22T09:00:00Z',
+            next_attempt_at: null,
+          },
+        ],
+        next_cursor: null,
+      }),
+    }),
+  )
+  await page.getByRole('button', { name: /^Deliveries/ }).click()
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.getByRole('link', { name: 'Webhooks' }).click()
+  await page.getByRole('button', { name: /^Deliveries/ }).click()
+  await deliveries.locator('table').waitFor()
+  const text = await deliveries.innerText()
+  t.match(text, /evt_1[\s\S]*ECONNREFUSED[\s\S]*evt_2[\s\S]*200/, 'attempts, statuses and errors listed')
+  await page.unroute('**/deliveries*')
+
+  await page.getByRole('button', { name: /^Delete/ }).click()
+  await page.getByText('No webhook endpoints yet').waitFor()
+  t.pass('deleted')
+})
+
+t.test('a key revoked mid-session: signed out, told why', async (t) => {
+  const second = await mintKey(gateway.sql, {
+    tenantId: parent.id,
+    name: 'console',
+    scopes: ['sub_accounts:read', 'sub_accounts:write'],
+    withClientSecret: false,
+  })
+  await page.evaluate(() => sessionStorage.clear())
+  await page.goto(`${gateway.url}/console#/sub-accounts`)
+  await page.getByLabel('Parent API key').fill(second.apiKey)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByTestId('subaccounts').waitFor()
+  await KEY_COMMANDS['keys revoke']!(gateway.sql, { account: parent.id, key: second.row.id }, {
+    redisUrl: REDIS_URL,
+    redisKeyPrefix: gateway.redisKeyPrefix,
+  } as Config)
+  // The next call the page makes is refused: moving between screens makes calls.
+  await until(async () => {
+    if (await page.getByLabel('Parent API key').isVisible()) return true
+    await page.evaluate(() => {
+      location.hash = location.hash === '#/events' ? '#/sub-accounts' : '#/events'
+    })
+    await sleep(300)
+    return false
+  }, 'signed out')
+  const text = await alert().innerText()
+  t.match(text, /signed out/i)
+  t.match(text, /401/)
+  t.match(text, /sign in again/i, 'what to do')
+  t.equal(await page.evaluate(() => sessionStorage.length), 0, 'the refused key is forgotten')
+})
+
+t.test('nothing from another host, no policy violation, no serious or critical axe finding', async (t) => {
+  t.same(foreign, [], 'every request went to the gateway')
+  t.same(violations, [], 'no Content-Security-Policy violation, no page error')
+  const serious = findings.filter((f) => f.impact === 'serious' || f.impact === 'critical')
+  t.same(serious, [], 'axe: no serious or critical violation on any screen')
+  t.same(
+    Object.entries(overflow).filter(([, px]) => px > 0),
+    [],
+    `no screen scrolls sideways at 390 px: ${JSON.stringify(widest)}`,
+  )
+})

@@ -1,0 +1,96 @@
+// A real browser for the console's tests: Debian's Chromium (never a downloaded build), driven by
+// playwright-core, with the flags that keep it off the network; axe-core's check of a screen; and
+// screenshots at a desktop and a phone width into test-artifacts/console/ (docs/console.md).
+import { mkdir, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import AxeBuilder from '@axe-core/playwright'
+import { type Browser, chromium, type Page } from 'playwright-core'
+import type { TestLike } from './test-like.js'
+
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+export const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'console')
+
+/** Without the background-networking flags Chromium keeps calling home on a closed network. */
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
+
+export async function launchBrowser(t: TestLike): Promise<Browser> {
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS })
+  t.teardown(() => browser.close())
+  await mkdir(ARTIFACTS, { recursive: true })
+  return browser
+}
+
+/**
+ * The elements whose right edge passes the window's, outside any scrolling box (or positioned, which
+ * may escape one): what makes the page
+ * scroll sideways. A string, so that tsx's helpers (__name) do not end up in the page.
+ */
+const STICKING_OUT = `(() => {
+  const clipped = (el) => {
+    for (let e = el.parentElement; e !== null; e = e.parentElement)
+      if (getComputedStyle(e).overflowX !== 'visible') return true
+    return false
+  }
+  return [...document.querySelectorAll('body *')]
+    .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 1 && (!clipped(el) || getComputedStyle(el).position === 'absolute'))
+    .slice(0, 8)
+    .map((el) => el.tagName.toLowerCase() + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right))
+})()`
+
+export const VIEWPORTS = [
+  { name: '1280', width: 1280, height: 800 },
+  { name: '390', width: 390, height: 844 },
+] as const
+
+/** The screen at both widths (back at 1280 after), and whether the phone width scrolls sideways. */
+export async function screenshots(page: Page, screen: string): Promise<{ overflowAt390: number; widest: string[] }> {
+  let overflowAt390 = 0
+  let widest: string[] = []
+
+  for (const viewport of [...VIEWPORTS].reverse()) {
+    await page.setViewportSize({ width: viewport.width, height: viewport.height })
+    await page.waitForTimeout(100)
+    if (viewport.name === '390') {
+      overflowAt390 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+      // What sticks out, when something does: the elements whose right edge passes the window's.
+      widest = await page.evaluate(STICKING_OUT)
+    }
+    await page.screenshot({ path: join(ARTIFACTS, `${screen}-${viewport.name}.png`), fullPage: true })
+  }
+  return { overflowAt390, widest }
+}
+
+export type Impact = 'minor' | 'moderate' | 'serious' | 'critical'
+
+export interface AxeFinding {
+  screen: string
+  id: string
+  impact: Impact
+  help: string
+  nodes: number
+}
+
+/** axe-core's rules (WCAG 2 A and AA, best practices) on the page as it is now. */
+export async function axeFindings(page: Page, screen: string): Promise<AxeFinding[]> {
+  const result = await new AxeBuilder({ page }).analyze()
+  return result.violations.map((v) => ({
+    screen,
+    id: v.id,
+    impact: (v.impact ?? 'minor') as Impact,
+    help: v.help,
+    nodes: v.nodes.length,
+  }))
+}
+
+export async function writeArtifact(name: string, value: unknown): Promise<void> {
+  await writeFile(join(ARTIFACTS, name), `${JSON.stringify(value, null, 2)}\n`)
+}
