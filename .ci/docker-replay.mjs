@@ -518,6 +518,18 @@ async function smokeStart(runtime, node) {
       fail(`GET /v1/sub-accounts with the bootstrap key → ${list.status || ''} ${list.body.slice(0, 300)}`)
     say('GET /v1/sub-accounts with the bootstrap key → 200')
 
+    // docs/console.md: the image serves the console that `npm run build` bundled (it has no
+    // esbuild to bundle one): the page, then each asset it links.
+    const page = await get(`${base}/console`)
+    const assets = [...page.body.matchAll(/"(\/console\/assets\/[^"]+)"/g)].map((m) => m[1])
+    if (page.status !== 200 || assets.length !== 2)
+      fail(`GET /console → ${page.status || ''} with ${assets.length} assets: ${page.body.slice(0, 300)}`)
+    for (const path of assets) {
+      const asset = await get(`${base}${path}`)
+      if (asset.status !== 200) fail(`GET ${path} → ${asset.status || ''} ${asset.body.slice(0, 300)}`)
+    }
+    say(`GET /console → 200, and its ${assets.length} assets → 200`)
+
     app.kill('SIGTERM')
     const stopped = await Promise.race([exited, sleep(STOP_TIMEOUT_MS, null, { ref: false })])
     if (stopped === null) fail(`the gateway was still running ${STOP_TIMEOUT_MS / 1000} s after SIGTERM`)
