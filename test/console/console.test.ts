@@ -167,6 +167,7 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   await alert().waitFor()
   t.match(await alert().innerText(), /validation_failed[\s\S]*\/body\/scopes/, 'a 400 names the field')
 
+  await page.getByLabel('Name', { exact: true }).last().fill('ci')
   await page.getByLabel('Scopes').fill('tracking:read tracking:write')
   await page.getByLabel(/Expires at/).fill('2035-01-01T12:00')
   await page.getByRole('button', { name: 'Mint key' }).click()

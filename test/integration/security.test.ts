@@ -4,6 +4,7 @@
 // does not cover fails here until it is given its line.
 import t from 'tap'
 import { generateApiKey } from '../../src/auth/keys.js'
+import { CONSOLE_PREFIX } from '../../src/console/paths.js'
 import { CREDENTIAL_PATHS } from '../../src/credentials/routes.js'
 import { revokeKey } from '../../src/store/keys.js'
 import { startGateway, type RegisteredRoute, type TestGateway } from '../helpers/gateway.js'
@@ -59,12 +60,15 @@ const TABLE: Record<string, RouteCase> = {
 }
 
 /**
- * The routes that need no key: health, readiness, the API's description, and the credential paths
+ * The routes that need no key: health, readiness, the API's description, the console's page and
+ * assets (its calls are the management API's, with the user's key), and the credential paths
  * (the token endpoint authenticates clients its own way: test/integration/token-endpoint.test.ts).
  */
 function isOpsRoute(url: string): boolean {
   return (
-    ['/healthz', '/readyz', '/openapi.json', '/docs', ...CREDENTIAL_PATHS].includes(url) || url.startsWith('/docs/')
+    ['/healthz', '/readyz', '/openapi.json', '/docs', CONSOLE_PREFIX, ...CREDENTIAL_PATHS].includes(url) ||
+    url.startsWith('/docs/') ||
+    url.startsWith(`${CONSOLE_PREFIX}/`)
   )
 }
 

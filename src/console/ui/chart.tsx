@@ -44,7 +44,13 @@ export function UsageChart({ series, label }: { series: DailySeries; label: stri
         axes: [{}, { size: 50 }],
         series: [
           {},
-          ...[...CLASSES].reverse().map((c) => ({ label: LABELS[c], fill: COLORS[c], stroke: COLORS[c], paths: bars })),
+          ...[...CLASSES].reverse().map((c) => ({
+            label: LABELS[c],
+            fill: COLORS[c],
+            stroke: COLORS[c],
+            paths: bars,
+            points: { show: false },
+          })),
         ],
       },
       stacked(series),
