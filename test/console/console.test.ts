@@ -28,6 +28,8 @@ const browser = await launchBrowser(t)
 const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
 await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url })
 const page: Page = await context.newPage()
+// A step that cannot happen fails in 10 s, not playwright's 30.
+page.setDefaultTimeout(10_000)
 
 // Everything the page asks for must be the gateway's, and the policy must refuse nothing it does.
 const foreign: string[] = []
@@ -120,6 +122,27 @@ t.test('sign-in: a wrong key is refused with a clear message, the right one sign
   t.ok(script.encodedBodySize < script.decodedBodySize, 'served gzipped')
   const [first, second] = timing.assets
   t.ok(second!.startTime < first!.responseEnd, 'both requested before either finished: no waterfall')
+})
+
+t.test('the keyboard: focus follows the page, every section reached with Tab and Enter', async (t) => {
+  await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur())
+  const order: string[] = []
+  for (let i = 0; i < 7; i++) {
+    await page.keyboard.press('Tab')
+    order.push(await page.evaluate(() => document.activeElement?.textContent?.trim() ?? ''))
+  }
+  t.same(
+    order,
+    ['Skip to content', 'Sub-accounts', 'Usage', 'Audit log', 'Webhooks', 'Sign out', 'New sub-account'],
+    'skip link, navigation, sign out, then the screen',
+  )
+  await page.keyboard.press('Shift+Tab')
+  await page.keyboard.press('Shift+Tab')
+  await page.keyboard.press('Enter')
+  await page.getByRole('heading', { name: 'Webhook endpoints' }).waitFor()
+  t.equal(await page.evaluate(() => document.activeElement?.id), 'main', 'a new screen takes focus at its start')
+  await page.getByRole('link', { name: 'Sub-accounts' }).press('Enter')
+  await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
 })
 
 t.test('sub-accounts: create, a conflict shown, search and filter', async (t) => {
