@@ -2,6 +2,7 @@
 // #/sub-accounts/<id>, #/usage, #/events, #/webhooks).
 import 'uplot/dist/uPlot.min.css'
 import './console.css'
+import './screens.css'
 import { render } from 'preact'
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { type Problem, session, whenKeyRefused } from './api.js'
