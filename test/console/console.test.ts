@@ -208,11 +208,15 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   t.notOk((await page.content()).includes(mintedKey), 'nowhere in the page')
   t.match(await page.getByTestId('keys').innerText(), /2035-01-01/, 'its expiry listed')
 
-  // Limits, through the form: 8 requests an hour.
+  // Limits, through the form: 8 requests an hour, 1000 a month.
   await page.getByLabel('Rate: requests').last().fill('8')
   await page.getByLabel('Rate: per seconds').last().fill('3600')
+  await page.getByLabel('Monthly quota: requests').last().fill('1000')
   await page.getByRole('button', { name: 'Save limits' }).click()
-  await until(async () => (await page.getByTestId('sub-limits').innerText()) === '8 per 3600 s', 'limits shown')
+  await until(
+    async () => (await page.getByTestId('sub-limits').innerText()) === '8 per 3600 s, 1000 a month',
+    'limits shown',
+  )
   t.pass('limits saved')
 
   await page.getByRole('button', { name: 'Deactivate' }).click()
@@ -261,6 +265,7 @@ t.test('proxied traffic, 429s included, drawn by the usage chart', async (t) => 
   })
   t.same(drawn, expected, "the sub-account's chart: today's counts by class, the 429s apart")
   t.match(await page.getByTestId('sub-month').innerText(), `${total} requests, 3 refused by limits`)
+  t.match(await page.getByTestId('sub-quota').innerText(), /8 of 1000/, "this month's use of its quota")
   t.ok(await page.locator('.chart-canvas canvas').count(), 'drawn on a canvas')
 
   await page.getByRole('link', { name: 'Usage' }).click()

@@ -140,7 +140,16 @@ export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
       {month !== null && (
         <p data-testid="sub-month">
           This month: {month.requests} requests, {month.limited} refused by limits
-          {quota === null ? '; no monthly quota.' : `; monthly quota ${quota} (it counts forwarded requests only).`}
+          {quota === null ? '; no monthly quota.' : `; monthly quota ${quota}.`}
+        </p>
+      )}
+      {month !== null && quota !== null && (
+        // The quota counts forwarded requests; the report counts refusals too: less the limits'
+        // 429s, it is an upper bound of what the quota has used.
+        <p data-testid="sub-quota">
+          <label for="sub-quota-meter">Quota used (about)</label>{' '}
+          <meter id="sub-quota-meter" min={0} max={quota} value={month.requests - month.limited} />{' '}
+          {month.requests - month.limited} of {quota}
         </p>
       )}
       <RangeChart
