@@ -8,7 +8,9 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { until } from '../helpers/poll.js'
 import { closedPort } from '../helpers/upstream.js'
+import { startReceiver } from '../helpers/webhook-receiver.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const BOOTSTRAP_LINE =
@@ -69,6 +71,8 @@ async function startGateway(dataDir: string): Promise<Gateway> {
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       METRICS_PORT: String(metricsPort),
+      // Webhooks to the test's receiver on 127.0.0.1.
+      WEBHOOKS_ALLOW_INSECURE: 'true',
     }),
   })
   const pgid = child.pid!
@@ -205,6 +209,20 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   const signingKeys = await jwksKids(first.base)
   t.equal(signingKeys.length, 1, 'one signing key, published')
 
+  // Webhooks work on the embedded database too (its worker polls: it has no second connection to LISTEN on).
+  const receiver = await startReceiver(t)
+  const hook = await fetch(`${first.base}/v1/sub-accounts/webhook-endpoints`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      'content-type': 'application/json',
+      'x-service-acting-tenant': 'self',
+    },
+    body: JSON.stringify({ url: receiver.url, event_types: ['sub_account.created'] }),
+  })
+  receiver.secret(((await hook.json()) as { secret: string }).secret)
+  t.equal(hook.status, 201)
+
   const created = await api(first.base, apiKey!, { method: 'POST', body: { name: 'first' } })
   const createdBody = (await created.json()) as { id: string; name: string }
   t.equal(created.status, 201, JSON.stringify(createdBody))
@@ -225,6 +243,12 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   })
   const cursor = ((await firstPage.json()) as { next_cursor: string }).next_cursor
   t.type(cursor, 'string', 'a first page of one has a next cursor')
+  t.ok(await until(10_000, async () => receiver.deliveries.length === 2), 'both creations delivered')
+  t.same(
+    receiver.deliveries.map((d) => `${d.verified?.type} ${d.verified?.data.target.id}`).sort(),
+    [createdBody.id, secondId].map((id) => `sub_account.created ${id}`).sort(),
+    'signed, one for each',
+  )
 
   // While the gateway holds the embedded database, the CLI refuses to touch it.
   t.ok(existsSync(join(dataDir, 'gateway.lock')), 'the gateway holds a lock file')

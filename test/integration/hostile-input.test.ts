@@ -1587,7 +1587,9 @@ t.test('management bodies: wrong types, huge strings, deep nesting, prototype ke
         const body = res.json()
         if (JSON.stringify(body.scopes) !== JSON.stringify(scopes))
           throw new Error(`${what}: scopes ${JSON.stringify(body.scopes)}, expected ${JSON.stringify(scopes)}`)
-        const row = (await sql`select tenant_id, to_jsonb(scopes) as scopes, status from api_keys where id = ${body.id}`)[0]
+        const row = (
+          await sql`select tenant_id, to_jsonb(scopes) as scopes, status from api_keys where id = ${body.id}`
+        )[0]
         if (
           !row ||
           row.tenant_id !== sub.id ||
