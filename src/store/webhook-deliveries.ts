@@ -30,23 +30,38 @@ interface ClaimRow extends EventRow {
 /**
  * Claims up to `limit` due deliveries for this worker: their rows are locked FOR UPDATE SKIP LOCKED
  * (another worker's claim in progress skips them) and moved past `leaseUntil` under a new token.
+ * No endpoint gets more than `perEndpoint` attempts under way, counting every worker's live leases:
+ * one slow or hanging receiver with a backlog cannot take every worker's slots from the others.
  */
 export async function claimDueDeliveries(
   sql: Sql,
-  options: { now: Date; leaseUntil: Date; leaseToken: string; limit: number },
+  options: { now: Date; leaseUntil: Date; leaseToken: string; limit: number; perEndpoint: number },
 ): Promise<ClaimedDelivery[]> {
+  const { now, perEndpoint } = options
   const rows = await sql<ClaimRow[]>`
-    with due as (
-      select id from webhook_deliveries
-      where state = 'pending' and next_attempt_at <= ${options.now}
+    with leased as (
+      select endpoint_id, count(*)::int as n from webhook_deliveries
+      where lease_token is not null and state = 'pending' and next_attempt_at > ${now}
+      group by endpoint_id
+    ), due as (
+      select id, endpoint_id, next_attempt_at from webhook_deliveries
+      where state = 'pending' and next_attempt_at <= ${now}
+        and endpoint_id not in (select endpoint_id from leased where n >= ${perEndpoint})
       order by next_attempt_at
       limit ${options.limit}
       for update skip locked
+    ), picked as (
+      select ranked.id from (
+        select id, endpoint_id, row_number() over (partition by endpoint_id order by next_attempt_at, id) as rank
+        from due
+      ) ranked
+      left join leased on leased.endpoint_id = ranked.endpoint_id
+      where ranked.rank + coalesce(leased.n, 0) <= ${perEndpoint}
     )
     update webhook_deliveries delivery
     set next_attempt_at = ${options.leaseUntil}, lease_token = ${options.leaseToken}
-    from due, events event, webhook_endpoints endpoint
-    where delivery.id = due.id and event.id = delivery.event_id and endpoint.id = delivery.endpoint_id
+    from picked, events event, webhook_endpoints endpoint
+    where delivery.id = picked.id and event.id = delivery.event_id and endpoint.id = delivery.endpoint_id
     returning delivery.id::text as delivery_id, delivery.attempt, delivery.endpoint_id,
       endpoint.status as endpoint_status, endpoint.url, endpoint.secret_sealed,
       event.id, event.type, event.created_at, event.account_id, event.actor, event.target,

@@ -32,6 +32,8 @@ export interface WorkerOptions {
   delivery?: Omit<DeliveryOptions, 'now' | 'signal'>
   /** Attempts under way at once in this replica (default 16). */
   concurrency?: number
+  /** Attempts under way at once to one endpoint, across every replica (default 4). */
+  perEndpoint?: number
   /** Between looks for due deliveries when nothing else wakes the worker (default 1 s). */
   pollIntervalMs?: number
   /** How long a claim is this worker's: past the delivery timeout, or two replicas could send one attempt. */
@@ -45,6 +47,8 @@ export interface WorkerOptions {
 }
 
 export const DEFAULT_LEASE_MS = DELIVERY_TIMEOUT_MS + 15_000
+/** One endpoint's share of the attempts under way, fleet-wide: a hanging receiver holds no more than this. */
+export const DEFAULT_PER_ENDPOINT = 4
 
 export class DeliveryWorker {
   private readonly inFlight = new Map<string, { abort: AbortController; done: Promise<void> }>()
@@ -112,6 +116,7 @@ export class DeliveryWorker {
         leaseUntil: new Date(now + (this.options.leaseMs ?? DEFAULT_LEASE_MS)),
         leaseToken: randomUUID(),
         limit: free,
+        perEndpoint: this.options.perEndpoint ?? DEFAULT_PER_ENDPOINT,
       })
       if (this.stopped) {
         // Stopped while claiming: hand them back at once rather than hold them for a lease.
@@ -120,7 +125,8 @@ export class DeliveryWorker {
         return
       }
       for (const delivery of claimed) this.begin(delivery)
-      if (claimed.length < free) return
+      // Fewer than asked can mean an endpoint reached its share: look again past it.
+      if (claimed.length === 0) return
     }
   }
 
