@@ -32,19 +32,20 @@ export async function recordAttempt(
 ): Promise<AttemptOutcome> {
   const { attemptedAt } = options
   const attempt = { delivery, status: result.status, error: result.error, durationMs: result.durationMs, attemptedAt }
+  // The endpoint's row is locked before the delivery's, as DELETE and disabling lock them (and
+  // the endpoint's pending deliveries): the other order deadlocked with them.
   return inTransaction(sql, async (tx) => {
     if (result.error === null) {
-      if (await settleDelivery(tx, delivery, { state: 'succeeded' })) await clearFailingSince(tx, delivery.endpointId)
+      await clearFailingSince(tx, delivery.endpointId)
       await insertAttempt(tx, { ...attempt, nextAttemptAt: null })
+      await settleDelivery(tx, delivery, { state: 'succeeded' })
       return 'succeeded'
     }
+    const failingSince = await markFailing(tx, delivery.endpointId, attemptedAt)
     let disableReason: string | null = null
     if (result.status === 410) disableReason = GONE_REASON
-    else {
-      const failingSince = await markFailing(tx, delivery.endpointId, attemptedAt)
-      if (attemptedAt.getTime() - failingSince.getTime() >= FAILING_DAYS_BEFORE_DISABLE * DAY_MS)
-        disableReason = FAILING_REASON
-    }
+    else if (attemptedAt.getTime() - failingSince.getTime() >= FAILING_DAYS_BEFORE_DISABLE * DAY_MS)
+      disableReason = FAILING_REASON
     const next = disableReason === null ? nextAttemptAt(options.schedule, delivery.attempt, attemptedAt) : null
     await insertAttempt(tx, { ...attempt, nextAttemptAt: next })
     const held = await settleDelivery(tx, delivery, next === null ? { state: 'failed' } : { next })

@@ -1,5 +1,7 @@
 // The webhook delivery worker at its edges (docs/events.md, Delivery), against real Postgres and
-// receivers on real sockets: a hanging receiver with a backlog does not hold every slot.
+// receivers on real sockets: a hanging receiver with a backlog does not hold every slot; recording
+// an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410.
+import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { DEFAULT_PER_ENDPOINT } from '../../src/webhooks/worker.js'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'
@@ -49,4 +51,73 @@ t.test("a hanging receiver with a backlog holds its share of the slots, not anot
   await endpoint(gw, quiet.apiKey, receiver)
   await createSub(gw, quiet.apiKey, 'prompt')
   t.ok(await until(3_000, async () => receiver.deliveries.length === 1), "another parent's delivery is not held up")
+})
+
+t.test('recording an attempt while its endpoint is deleted does not deadlock with the delete', async (t) => {
+  const gw = await gateway(t)
+  const parent = await gw.createParent()
+  const receiver = await startReceiver(t)
+  const held: ServerResponse[] = []
+  receiver.answer((_delivery, response) => held.push(response))
+  const id = await endpoint(gw, parent.apiKey, receiver)
+  // A run of failures under way: the success clears it, a write to the endpoint's row.
+  await gw.sql`update webhook_endpoints set failing_since = now() - interval '1 day' where id = ${id}`
+  await createSub(gw, parent.apiKey, 'in flight')
+  t.ok(await until(5_000, async () => held.length === 1), 'the attempt is under way')
+
+  const waitingOnLocks = async () =>
+    (
+      await gw.sql`select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`
+    )[0]!.n as number
+  // DELETE's statements in its order (webhook-endpoint-changes.ts): the endpoint's row locked, then
+  // its pending deliveries cancelled; the worker records the 200 in between.
+  const cancelled = await gw.sql.begin(async (tx) => {
+    await tx`select id from webhook_endpoints where id = ${id} for update`
+    held[0]!.writeHead(200).end()
+    t.ok(await until(5_000, async () => (await waitingOnLocks()) === 1), "the worker's record waits for the delete")
+    const result = await tx`
+      update webhook_deliveries set state = 'cancelled', next_attempt_at = null, lease_token = null
+      where endpoint_id = ${id} and state = 'pending'`
+    await tx`update webhook_endpoints set status = 'deleted', deleted_at = now(), secret_sealed = null where id = ${id}`
+    return result.count
+  })
+  t.equal(cancelled, 1, 'the delete cancelled the delivery')
+  t.ok(
+    await until(5_000, async () => (await gw.sql`select 1 from webhook_attempts`).length === 1),
+    'the attempt made is recorded all the same',
+  )
+  const [attempt] = await gw.sql`select attempt, status from webhook_attempts`
+  t.match(attempt, { attempt: 1, status: 200 })
+  t.same(
+    (await gw.sql`select state from webhook_deliveries`).map((r) => r.state),
+    ['cancelled'],
+  )
+})
+
+t.test('attempts answered 410 at once are all recorded; the endpoint is disabled', async (t) => {
+  const gw = await gateway(t)
+  const parent = await gw.createParent()
+  const receiver = await startReceiver(t)
+  const held: ServerResponse[] = []
+  receiver.answer((_delivery, response) => held.push(response))
+  const id = await endpoint(gw, parent.apiKey, receiver)
+  for (let i = 0; i < DEFAULT_PER_ENDPOINT + 2; i++) await createSub(gw, parent.apiKey, `gone ${i}`)
+  t.ok(await until(5_000, async () => held.length === DEFAULT_PER_ENDPOINT), 'attempts under way')
+  // Answered together: each record disables the endpoint and cancels the others' deliveries.
+  for (const response of held) response.writeHead(410).end()
+  t.ok(
+    await until(5_000, async () => (await gw.sql`select 1 from webhook_attempts`).length === DEFAULT_PER_ENDPOINT),
+    'every attempt made is recorded',
+  )
+  await sleep(1_500) // past deadlock_timeout: a deadlocked record would have lost its attempt by now
+  const attempts = await gw.sql`select status from webhook_attempts`
+  t.same(
+    attempts.map((r) => r.status),
+    Array(DEFAULT_PER_ENDPOINT).fill(410),
+  )
+  const [row] = await gw.sql`select status, disabled_reason from webhook_endpoints where id = ${id}`
+  t.match(row, { status: 'disabled', disabled_reason: 'the endpoint answered 410 Gone' })
+  const [pending] = await gw.sql`select count(*)::int as n from webhook_deliveries where state = 'pending'`
+  t.equal(pending!.n, 0, 'nothing left to send to it')
 })
