@@ -50,9 +50,10 @@ export async function recordAttempt(
     await insertAttempt(tx, { ...attempt, nextAttemptAt: next })
     const held = await settleDelivery(tx, delivery, next === null ? { state: 'failed' } : { next })
     if (disableReason !== null) {
-      // Disabling cancels the endpoint's other pending deliveries.
-      await disableEndpoint(tx, delivery.endpointId, attemptedAt, disableReason)
-      return 'endpoint_disabled'
+      // Disabling cancels the endpoint's other pending deliveries. Disabled already (by another
+      // attempt's 410, say) or deleted: this attempt only ended its own delivery.
+      if (await disableEndpoint(tx, delivery.endpointId, attemptedAt, disableReason)) return 'endpoint_disabled'
+      return 'gave_up'
     }
     if (!held) return 'retrying'
     return next === null ? 'gave_up' : 'retrying'

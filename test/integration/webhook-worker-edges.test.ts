@@ -1,10 +1,11 @@
 // The webhook delivery worker at its edges (docs/events.md, Delivery), against real Postgres and
 // receivers on real sockets: a hanging receiver with a backlog does not hold every slot; recording
-// an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410.
+// an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410, and
+// an endpoint disabled is counted once.
 import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { DEFAULT_PER_ENDPOINT } from '../../src/webhooks/worker.js'
-import { startGateway, type TestGateway } from '../helpers/gateway.js'
+import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { sleep, until } from '../helpers/poll.js'
 import { type Receiver, startReceiver } from '../helpers/webhook-receiver.js'
 
@@ -120,4 +121,7 @@ t.test('attempts answered 410 at once are all recorded; the endpoint is disabled
   t.match(row, { status: 'disabled', disabled_reason: 'the endpoint answered 410 Gone' })
   const [pending] = await gw.sql`select count(*)::int as n from webhook_deliveries where state = 'pending'`
   t.equal(pending!.n, 0, 'nothing left to send to it')
+  const counted = (outcome: string) => metricValue(gw.app, 'tgw_webhook_deliveries_total', { outcome })
+  t.equal(await counted('endpoint_disabled'), 1, 'one endpoint disabled, counted once')
+  t.equal(await counted('gave_up'), DEFAULT_PER_ENDPOINT - 1, 'the others ended their deliveries')
 })
