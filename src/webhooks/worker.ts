@@ -163,8 +163,9 @@ export class DeliveryWorker {
       now: () => new Date(this.clock()),
       signal,
     })
-    if (signal.aborted) {
-      // Stopping: the attempt is handed back undecided, for another replica to make at once.
+    if (signal.aborted && result.status === null) {
+      // Stopping before an answer came: handed back undecided, for another replica to make at once.
+      // An answer that came (its body cut short by the stop) is recorded: sending again would repeat it.
       await releaseDeliveries(sql, [delivery.id], delivery.leaseToken, new Date(this.clock()))
       return
     }

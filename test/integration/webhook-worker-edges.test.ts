@@ -1,7 +1,8 @@
 // The webhook delivery worker at its edges (docs/events.md, Delivery), against real Postgres and
 // receivers on real sockets: a hanging receiver with a backlog does not hold every slot; recording
 // an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410, and
-// an endpoint disabled is counted once.
+// an endpoint disabled is counted once; a stop after the answer came records it rather than have
+// it sent again.
 import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { DEFAULT_PER_ENDPOINT } from '../../src/webhooks/worker.js'
@@ -124,4 +125,26 @@ t.test('attempts answered 410 at once are all recorded; the endpoint is disabled
   const counted = (outcome: string) => metricValue(gw.app, 'tgw_webhook_deliveries_total', { outcome })
   t.equal(await counted('endpoint_disabled'), 1, 'one endpoint disabled, counted once')
   t.equal(await counted('gave_up'), DEFAULT_PER_ENDPOINT - 1, 'the others ended their deliveries')
+})
+
+t.test('a stop after the answer came records it; it is not sent again', async (t) => {
+  const gw = await gateway(t)
+  const parent = await gw.createParent()
+  const receiver = await startReceiver(t)
+  // The status comes at once; the body never ends.
+  receiver.answer((_delivery, response) => {
+    response.writeHead(200)
+    response.write('still writing')
+  })
+  await endpoint(gw, parent.apiKey, receiver)
+  await createSub(gw, parent.apiKey, 'answered')
+  t.ok(await until(5_000, async () => receiver.deliveries.length === 1))
+  await sleep(200) // the status line and headers reach the worker
+  await gw.app.webhookWorker.stop()
+  const [delivery] = await gw.sql`select state, lease_token from webhook_deliveries`
+  t.match(delivery, { state: 'succeeded', lease_token: null }, 'recorded, not handed back for a second send')
+  t.same(
+    (await gw.sql`select attempt, status from webhook_attempts`).map((r) => [r.attempt, r.status]),
+    [[1, 200]],
+  )
 })
