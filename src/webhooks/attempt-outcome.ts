@@ -28,7 +28,7 @@ export async function recordAttempt(
   sql: Sql,
   delivery: ClaimedDelivery,
   result: DeliveryResult,
-  options: { schedule: RetrySchedule; attemptedAt: Date },
+  options: { schedule: RetrySchedule; attemptedAt: Date; endedAt: Date },
 ): Promise<AttemptOutcome> {
   const { attemptedAt } = options
   const attempt = { delivery, status: result.status, error: result.error, durationMs: result.durationMs, attemptedAt }
@@ -46,7 +46,9 @@ export async function recordAttempt(
     if (result.status === 410) disableReason = GONE_REASON
     else if (attemptedAt.getTime() - failingSince.getTime() >= FAILING_DAYS_BEFORE_DISABLE * DAY_MS)
       disableReason = FAILING_REASON
-    const next = disableReason === null ? nextAttemptAt(options.schedule, delivery.attempt, attemptedAt) : null
+    // The delay runs from the attempt's end: a retry "after 5 s" is not due at once after an
+    // attempt that took the whole 15 s timeout.
+    const next = disableReason === null ? nextAttemptAt(options.schedule, delivery.attempt, options.endedAt) : null
     await insertAttempt(tx, { ...attempt, nextAttemptAt: next })
     const held = await settleDelivery(tx, delivery, next === null ? { state: 'failed' } : { next })
     if (disableReason !== null) {

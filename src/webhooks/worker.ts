@@ -169,7 +169,12 @@ export class DeliveryWorker {
       await releaseDeliveries(sql, [delivery.id], delivery.leaseToken, new Date(this.clock()))
       return
     }
-    const outcome = await recordAttempt(sql, delivery, result, { schedule: this.options.schedule, attemptedAt })
+    const endedAt = new Date(this.clock())
+    const outcome = await recordAttempt(sql, delivery, result, {
+      schedule: this.options.schedule,
+      attemptedAt,
+      endedAt,
+    })
     this.options.onOutcome?.(outcome)
     if (outcome === 'endpoint_disabled')
       this.options.log?.warn({ endpoint: delivery.endpointId, status: result.status }, 'webhook endpoint disabled')

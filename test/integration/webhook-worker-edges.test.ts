@@ -2,7 +2,7 @@
 // receivers on real sockets: a hanging receiver with a backlog does not hold every slot; recording
 // an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410, and
 // an endpoint disabled is counted once; a stop after the answer came records it rather than have
-// it sent again.
+// it sent again; a retry waits its delay after the failed attempt's end.
 import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { DEFAULT_PER_ENDPOINT } from '../../src/webhooks/worker.js'
@@ -147,4 +147,20 @@ t.test('a stop after the answer came records it; it is not sent again', async (t
     (await gw.sql`select attempt, status from webhook_attempts`).map((r) => [r.attempt, r.status]),
     [[1, 200]],
   )
+})
+
+t.test("a retry's delay runs from the end of the failed attempt", async (t) => {
+  const gw = await gateway(t, '300ms')
+  const parent = await gw.createParent()
+  const receiver = await startReceiver(t)
+  // The first attempt takes 500 ms to fail; the second succeeds.
+  receiver.answer((_delivery, response) => {
+    if (receiver.deliveries.length === 1) setTimeout(() => response.writeHead(503).end(), 500)
+    else response.writeHead(200).end()
+  })
+  await endpoint(gw, parent.apiKey, receiver)
+  await createSub(gw, parent.apiKey, 'slow failure')
+  t.ok(await until(5_000, async () => receiver.deliveries.length === 2))
+  const gap = receiver.deliveries[1]!.receivedAt - receiver.deliveries[0]!.receivedAt
+  t.ok(gap >= 500 + 280, `the retry came 300 ms after the 500 ms attempt ended, not at once: ${gap} ms`)
 })
