@@ -49,15 +49,16 @@ export async function recordAttempt(
     // The delay runs from the attempt's end: a retry "after 5 s" is not due at once after an
     // attempt that took the whole 15 s timeout.
     const next = disableReason === null ? nextAttemptAt(options.schedule, delivery.attempt, options.endedAt) : null
-    await insertAttempt(tx, { ...attempt, nextAttemptAt: next })
     const held = await settleDelivery(tx, delivery, next === null ? { state: 'failed' } : { next })
+    // Not held: cancelled meanwhile (its endpoint deleted or disabled) or taken over by another
+    // worker. This attempt then names no next one: none of its own will be made.
+    await insertAttempt(tx, { ...attempt, nextAttemptAt: held ? next : null })
     if (disableReason !== null) {
       // Disabling cancels the endpoint's other pending deliveries. Disabled already (by another
       // attempt's 410, say) or deleted: this attempt only ended its own delivery.
       if (await disableEndpoint(tx, delivery.endpointId, attemptedAt, disableReason)) return 'endpoint_disabled'
       return 'gave_up'
     }
-    if (!held) return 'retrying'
-    return next === null ? 'gave_up' : 'retrying'
+    return held && next !== null ? 'retrying' : 'gave_up'
   })
 }

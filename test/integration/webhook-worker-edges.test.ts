@@ -2,7 +2,8 @@
 // receivers on real sockets: a hanging receiver with a backlog does not hold every slot; recording
 // an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410, and
 // an endpoint disabled is counted once; a stop after the answer came records it rather than have
-// it sent again; a retry waits its delay after the failed attempt's end.
+// it sent again; a retry waits its delay after the failed attempt's end; a failure whose delivery
+// was cancelled meanwhile names no next attempt.
 import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { DEFAULT_PER_ENDPOINT } from '../../src/webhooks/worker.js'
@@ -163,4 +164,26 @@ t.test("a retry's delay runs from the end of the failed attempt", async (t) => {
   t.ok(await until(5_000, async () => receiver.deliveries.length === 2))
   const gap = receiver.deliveries[1]!.receivedAt - receiver.deliveries[0]!.receivedAt
   t.ok(gap >= 500 + 280, `the retry came 300 ms after the 500 ms attempt ended, not at once: ${gap} ms`)
+})
+
+t.test('a failure whose endpoint was disabled meanwhile names no next attempt', async (t) => {
+  const gw = await gateway(t)
+  const parent = await gw.createParent()
+  const receiver = await startReceiver(t)
+  const held: ServerResponse[] = []
+  receiver.answer((_delivery, response) => held.push(response))
+  const id = await endpoint(gw, parent.apiKey, receiver)
+  await createSub(gw, parent.apiKey, 'first')
+  await createSub(gw, parent.apiKey, 'second')
+  t.ok(await until(5_000, async () => held.length === 2), 'both attempts under way')
+  held[0]!.writeHead(410).end()
+  const disabled = async () => (await gw.sql`select status from webhook_endpoints where id = ${id}`)[0]!.status
+  t.ok(await until(5_000, async () => (await disabled()) === 'disabled'), 'the 410 disabled the endpoint')
+  held[1]!.writeHead(500).end()
+  const page = async () =>
+    (await gw.call(parent.apiKey, { method: 'GET', url: `${PATH}/${id}/deliveries`, acting: 'self' })).json()
+  t.ok(await until(5_000, async () => (await page()).data.length === 2))
+  const [latest] = (await page()).data
+  t.match(latest, { status: 500, next_attempt_at: null }, 'its delivery was cancelled: no retry is to come')
+  t.equal(await metricValue(gw.app, 'tgw_webhook_deliveries_total', { outcome: 'retrying' }), 0)
 })
