@@ -30,33 +30,43 @@ interface ClaimRow extends EventRow {
 /**
  * Claims up to `limit` due deliveries for this worker: their rows are locked FOR UPDATE SKIP LOCKED
  * (another worker's claim in progress skips them) and moved past `leaseUntil` under a new token.
- * No endpoint gets more than `perEndpoint` attempts under way, counting every worker's live leases:
- * one slow or hanging receiver with a backlog cannot take every worker's slots from the others.
+ * No endpoint gets more than `perEndpoint` attempts under way, nor a parent more than `perParent`
+ * over all its endpoints, counting every worker's live leases: slow or hanging receivers with a
+ * backlog cannot take every worker's slots from the others.
  */
 export async function claimDueDeliveries(
   sql: Sql,
-  options: { now: Date; leaseUntil: Date; leaseToken: string; limit: number; perEndpoint: number },
+  options: { now: Date; leaseUntil: Date; leaseToken: string; limit: number; perEndpoint: number; perParent: number },
 ): Promise<ClaimedDelivery[]> {
-  const { now, perEndpoint } = options
+  const { now, perEndpoint, perParent } = options
   const rows = await sql<ClaimRow[]>`
     with leased as (
-      select endpoint_id, count(*)::int as n from webhook_deliveries
-      where lease_token is not null and state = 'pending' and next_attempt_at > ${now}
-      group by endpoint_id
+      select d.endpoint_id, e.account_id, count(*)::int as n
+      from webhook_deliveries d join webhook_endpoints e on e.id = d.endpoint_id
+      where d.lease_token is not null and d.state = 'pending' and d.next_attempt_at > ${now}
+      group by d.endpoint_id, e.account_id
+    ), parent_leased as (
+      select account_id, sum(n)::int as n from leased group by account_id
     ), due as (
-      select id, endpoint_id, next_attempt_at from webhook_deliveries
-      where state = 'pending' and next_attempt_at <= ${now}
-        and endpoint_id not in (select endpoint_id from leased where n >= ${perEndpoint})
-      order by next_attempt_at
+      select d.id, d.endpoint_id, e.account_id, d.next_attempt_at
+      from webhook_deliveries d join webhook_endpoints e on e.id = d.endpoint_id
+      where d.state = 'pending' and d.next_attempt_at <= ${now}
+        and d.endpoint_id not in (select endpoint_id from leased where n >= ${perEndpoint})
+        and e.account_id not in (select account_id from parent_leased where n >= ${perParent})
+      order by d.next_attempt_at
       limit ${options.limit}
-      for update skip locked
+      for update of d skip locked
     ), picked as (
       select ranked.id from (
-        select id, endpoint_id, row_number() over (partition by endpoint_id order by next_attempt_at, id) as rank
+        select id, endpoint_id, account_id,
+          row_number() over (partition by endpoint_id order by next_attempt_at, id) as endpoint_rank,
+          row_number() over (partition by account_id order by next_attempt_at, id) as parent_rank
         from due
       ) ranked
       left join leased on leased.endpoint_id = ranked.endpoint_id
-      where ranked.rank + coalesce(leased.n, 0) <= ${perEndpoint}
+      left join parent_leased on parent_leased.account_id = ranked.account_id
+      where ranked.endpoint_rank + coalesce(leased.n, 0) <= ${perEndpoint}
+        and ranked.parent_rank + coalesce(parent_leased.n, 0) <= ${perParent}
     )
     update webhook_deliveries delivery
     set next_attempt_at = ${options.leaseUntil}, lease_token = ${options.leaseToken}

@@ -34,6 +34,8 @@ export interface WorkerOptions {
   concurrency?: number
   /** Attempts under way at once to one endpoint, across every replica (default 4). */
   perEndpoint?: number
+  /** Attempts under way at once to one parent's endpoints, across every replica (default 8). */
+  perParent?: number
   /** Between looks for due deliveries when nothing else wakes the worker (default 1 s). */
   pollIntervalMs?: number
   /** How long a claim is this worker's: past the delivery timeout, or two replicas could send one attempt. */
@@ -49,6 +51,8 @@ export interface WorkerOptions {
 export const DEFAULT_LEASE_MS = DELIVERY_TIMEOUT_MS + 15_000
 /** One endpoint's share of the attempts under way, fleet-wide: a hanging receiver holds no more than this. */
 export const DEFAULT_PER_ENDPOINT = 4
+/** One parent's share over all its endpoints: more endpoints that hang do not take more slots. */
+export const DEFAULT_PER_PARENT = 8
 
 export class DeliveryWorker {
   private readonly inFlight = new Map<string, { abort: AbortController; done: Promise<void> }>()
@@ -117,6 +121,7 @@ export class DeliveryWorker {
         leaseToken: randomUUID(),
         limit: free,
         perEndpoint: this.options.perEndpoint ?? DEFAULT_PER_ENDPOINT,
+        perParent: this.options.perParent ?? DEFAULT_PER_PARENT,
       })
       if (this.stopped) {
         // Stopped while claiming: hand them back at once rather than hold them for a lease.

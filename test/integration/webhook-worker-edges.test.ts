@@ -1,12 +1,13 @@
 // The webhook delivery worker at its edges (docs/events.md, Delivery), against real Postgres and
-// receivers on real sockets: a hanging receiver with a backlog does not hold every slot; recording
+// receivers on real sockets: a hanging receiver with a backlog does not hold every slot, nor does
+// a parent with several; recording
 // an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410, and
 // an endpoint disabled is counted once; a stop after the answer came records it rather than have
 // it sent again; a retry waits its delay after the failed attempt's end; a failure whose delivery
 // was cancelled meanwhile names no next attempt.
 import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
-import { DEFAULT_PER_ENDPOINT } from '../../src/webhooks/worker.js'
+import { DEFAULT_PER_ENDPOINT, DEFAULT_PER_PARENT } from '../../src/webhooks/worker.js'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { sleep, until } from '../helpers/poll.js'
 import { type Receiver, startReceiver } from '../helpers/webhook-receiver.js'
@@ -48,6 +49,29 @@ t.test("a hanging receiver with a backlog holds its share of the slots, not anot
   t.ok(await until(5_000, async () => tarpit.deliveries.length >= DEFAULT_PER_ENDPOINT))
   await sleep(300)
   t.equal(tarpit.deliveries.length, DEFAULT_PER_ENDPOINT, 'no more attempts under way to it than its share')
+
+  const quiet = await gw.createParent({ name: 'quiet' })
+  const receiver = await startReceiver(t)
+  await endpoint(gw, quiet.apiKey, receiver)
+  await createSub(gw, quiet.apiKey, 'prompt')
+  t.ok(await until(3_000, async () => receiver.deliveries.length === 1), "another parent's delivery is not held up")
+})
+
+t.test('a parent with several hanging receivers holds its share of the slots, not more', async (t) => {
+  const gw = await gateway(t)
+  const noisy = await gw.createParent({ name: 'noisy' })
+  const tarpits: Receiver[] = []
+  for (let i = 0; i < 4; i++) {
+    const tarpit = await startReceiver(t)
+    tarpit.answer(() => {})
+    await endpoint(gw, noisy.apiKey, tarpit)
+    tarpits.push(tarpit)
+  }
+  const underWay = () => tarpits.reduce((sum, tarpit) => sum + tarpit.deliveries.length, 0)
+  for (let i = 0; i < 6; i++) await createSub(gw, noisy.apiKey, `backlog ${i}`)
+  t.ok(await until(5_000, async () => underWay() >= DEFAULT_PER_PARENT))
+  await sleep(300)
+  t.equal(underWay(), DEFAULT_PER_PARENT, "no more attempts under way to the parent's endpoints than its share")
 
   const quiet = await gw.createParent({ name: 'quiet' })
   const receiver = await startReceiver(t)
