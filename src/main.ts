@@ -110,20 +110,27 @@ async function main(): Promise<void> {
   // The last resort: whatever still hangs (a store that does not close) ends with the process.
   const graceMs = config.shutdownDelayMs + config.shutdownTimeoutMs + 10_000
   let failure: unknown = null
+  let closing = false
   const grace = closeWithGrace({ delay: graceMs, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
+    closing = true
     const cause = err ?? failure
     if (cause) app.log.error({ err: cause }, 'closing after an error')
     else app.log.info({ signal, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs }, 'draining')
     await drain()
     app.log.info('closed')
-    if (cause) process.exit(1)
+    // A rejection during a signal's drain is a bug too: exit 1 all the same.
+    if (err ?? failure) process.exit(1)
   })
   // An unhandled rejection is a bug: close as on SIGTERM (usage flushed), then exit 1 so that the
   // orchestrator restarts the process. Handled here, not by close-with-grace, which would exit at
   // once, unflushed, on a second one during the drain.
   process.on('unhandledRejection', (reason) => {
-    // One drain: a second rejection while it runs is logged, not a second close.
-    if (failure !== null) return app.log.error({ err: reason }, 'another unhandled rejection while closing')
+    // One drain: a rejection while one runs (after a signal, or a first rejection) is logged and
+    // makes the exit 1, but starts no second close.
+    if (closing || failure !== null) {
+      failure ??= reason
+      return app.log.error({ err: reason }, 'another unhandled rejection while closing')
+    }
     failure = reason
     void grace.close()
   })

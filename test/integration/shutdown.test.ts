@@ -446,13 +446,13 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
 // a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
 t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
   const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'rejection', {
-    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigusr2.mjs', import.meta.url).href}`,
+    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigwinch.mjs', import.meta.url).href}`,
   })
   upstream.release()
   const served = await callAs(gateway.base, parent.apiKey, { path: '/v1/orders' })
   t.equal(served.status, 200, 'a request is served before the rejection')
 
-  gateway.child.kill('SIGUSR2')
+  gateway.child.kill('SIGWINCH')
   const exit = await exitWithin(gateway, EXIT_TIMEOUT)
   t.same(exit, { code: 1, signal: null }, `the process exits 1\nstderr: ${gateway.stderr()}`)
   const errors = logLines(gateway.stdout()).filter((line) => line.level >= 50)
