@@ -3,10 +3,10 @@
 import 'uplot/dist/uPlot.min.css'
 import './console.css'
 import './screens.css'
-import { render } from 'preact'
+import { Component, type ComponentChildren, render } from 'preact'
 import { useEffect, useRef, useState } from 'preact/hooks'
-import { type Problem, session, whenKeyRefused } from './api.js'
-import { LiveRegion } from './components.js'
+import { ApiError, type Problem, session, whenKeyRefused } from './api.js'
+import { ErrorMessage, LiveRegion } from './components.js'
 import { EventsScreen } from './events.js'
 import { SignIn } from './signin.js'
 import { SubAccountScreen } from './subaccount.js'
@@ -25,9 +25,42 @@ const NAV = [
   ['/webhooks', 'Webhooks'],
 ] as const
 
+/** Sub-account ids are UUIDs: anything else (`..` above all) never reaches an API path. */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+function idOf(part: string): string | null {
+  try {
+    const id = decodeURIComponent(part)
+    return UUID.test(id) ? id : null
+  } catch {
+    return null // a malformed %-escape in the address
+  }
+}
+
+const NO_SUCH = new ApiError({
+  status: 404,
+  code: 'not_found',
+  title: 'Not found',
+  detail: 'The address does not name a sub-account.',
+})
+
+/** A screen that throws while drawing shows why, instead of leaving the page blank. */
+class Boundary extends Component<{ children: ComponentChildren }, { error: unknown }> {
+  override state = { error: null as unknown }
+  override componentDidCatch(error: unknown) {
+    this.setState({ error })
+  }
+  override render() {
+    return this.state.error === null ? this.props.children : <ErrorMessage error={this.state.error} />
+  }
+}
+
 function Screen({ route }: { route: string }) {
   const detail = /^\/sub-accounts\/([^/]+)$/.exec(route)
-  if (detail !== null) return <SubAccountScreen id={decodeURIComponent(detail[1]!)} />
+  if (detail !== null) {
+    const id = idOf(detail[1]!)
+    return id === null ? <ErrorMessage error={NO_SUCH} /> : <SubAccountScreen id={id} />
+  }
   if (route === '/usage') return <UsageScreen />
   if (route === '/events') return <EventsScreen />
   if (route === '/webhooks') return <WebhooksScreen />
@@ -100,7 +133,9 @@ function App() {
         </button>
       </header>
       <main id="main" ref={main} tabIndex={-1}>
-        <Screen route={route} />
+        <Boundary key={route}>
+          <Screen route={route} />
+        </Boundary>
       </main>
       <LiveRegion />
     </>

@@ -1,0 +1,200 @@
+// The console against hostile or odd input (docs/console.md, Security model): API strings made of
+// markup never run, a one-time secret is gone from the page's memory once its dialog closes, a
+// route the console cannot read shows a message (never a blank page), and a refused read says so.
+import t from 'tap'
+import type { CDPSession, Page } from 'playwright-core'
+import { launchBrowser } from '../helpers/browser.js'
+import { startGateway } from '../helpers/gateway.js'
+import { eventually } from '../helpers/poll.js'
+
+const gateway = await startGateway(t, { env: { WEBHOOKS_ALLOW_INSECURE: 'true' } })
+const parent = await gateway.createParent({ name: 'Hostile parent' })
+const browser = await launchBrowser(t)
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
+const page: Page = await context.newPage()
+page.setDefaultTimeout(10_000)
+
+const errors: string[] = []
+const requests: string[] = []
+page.on('pageerror', (err) => errors.push(err.message))
+page.on('request', (request) => requests.push(request.url()))
+page.on('dialog', (dialog) => void dialog.accept())
+
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  if ((await eventually(10_000, check, 100)) === null) throw new Error(`never: ${what}`)
+}
+
+async function signIn(key = parent.apiKey) {
+  await page.goto(`${gateway.url}/console`)
+  await page.getByLabel('Parent API key').fill(key)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
+}
+
+/** Markup that would run, or leave an element, if any of it were parsed as HTML. */
+const MARKUP = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+const ran = () => page.evaluate(() => (window as { __xss?: number }).__xss ?? null)
+const injected = () => page.locator('img[src="x"], main script').count()
+
+t.test('markup in every string the API returns is shown as text, never run', async (t) => {
+  const created = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: MARKUP, external_id: 'x/../b:@+', metadata: { note: MARKUP } },
+  })
+  t.equal(created.statusCode, 201, 'created')
+  const sub = created.json() as { id: string }
+  const minted = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: `/v1/sub-accounts/${sub.id}/api-keys`,
+    acting: 'self',
+    body: { name: MARKUP, scopes: ['tracking:read'] },
+  })
+  t.equal(minted.statusCode, 201, 'minted')
+  const hook = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts/webhook-endpoints',
+    acting: 'self',
+    body: {
+      url: 'http://127.0.0.1:9/"><img src=x onerror=window.__xss=4>',
+      event_types: ['api_key.*'],
+      description: MARKUP,
+    },
+  })
+  t.equal(hook.statusCode, 201, 'hook')
+
+  await signIn()
+  await page.getByTestId('subaccounts').waitFor()
+  t.match(await page.getByTestId('subaccounts').innerText(), MARKUP, 'the name, as text, in the list')
+  await page.getByRole('link', { name: MARKUP }).click()
+  await page.getByTestId('keys').waitFor()
+  t.match(await page.getByTestId('keys').innerText(), MARKUP, "the key's name, as text")
+  t.equal(await page.getByLabel('Metadata (JSON object of strings)').inputValue(), JSON.stringify({ note: MARKUP }))
+
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.getByTestId('events').waitFor()
+  for (const details of await page.locator('details').all()) await details.click()
+  t.match(await page.getByTestId('events').innerText(), 'onerror', 'the events show the data as text')
+  await page.getByRole('link', { name: 'Webhooks' }).click()
+  await page.getByTestId('endpoints').waitFor()
+  t.match(await page.getByTestId('endpoints').innerText(), 'onerror=window.__xss=4', 'the URL, as text')
+  t.equal(await page.getByTestId('endpoints').locator('a').count(), 0, 'a webhook URL is never a link')
+  await page.getByRole('button', { name: /^Deliveries/ }).click()
+  await page.getByTestId('deliveries').locator('.empty, table, .error').first().waitFor()
+
+  t.equal(await ran(), null, 'no markup ran')
+  t.equal(await injected(), 0, 'no element made from a string')
+  t.same(errors, [], 'no page error')
+})
+
+/** Every string of the page's JavaScript heap that holds `secret`, after a garbage collection. */
+async function inHeap(cdp: CDPSession, secret: string): Promise<boolean> {
+  await cdp.send('HeapProfiler.enable')
+  await cdp.send('HeapProfiler.collectGarbage')
+  let snapshot = ''
+  const onChunk = (chunk: { chunk: string }) => {
+    snapshot += chunk.chunk
+  }
+  cdp.on('HeapProfiler.addHeapSnapshotChunk', onChunk)
+  await cdp.send('HeapProfiler.takeHeapSnapshot', { reportProgress: false })
+  cdp.off('HeapProfiler.addHeapSnapshotChunk', onChunk)
+  await cdp.send('HeapProfiler.disable')
+  return snapshot.includes(secret)
+}
+
+t.test('a minted key and a webhook secret are gone from the page and its memory once closed', async (t) => {
+  const cdp = await context.newCDPSession(page)
+  const created = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: 'Secrets' },
+  })
+  const sub = created.json() as { id: string }
+  await page.goto(`${gateway.url}/console#/sub-accounts/${sub.id}`)
+  await page.getByTestId('keys').or(page.getByText('No keys yet')).first().waitFor()
+  await page.getByLabel('Name', { exact: true }).last().fill('once')
+  await page.getByLabel('Scopes').fill('tracking:read')
+  await page.getByRole('button', { name: 'Mint key' }).click()
+  await page.getByTestId('dialog').waitFor()
+  const key = await page.getByLabel('API key', { exact: true }).inputValue()
+  const clientSecret = await page.getByLabel('Client secret', { exact: true }).inputValue()
+  t.ok(await inHeap(cdp, key), 'the key is in memory while its dialog is open (the check sees it)')
+  await page.keyboard.press('Escape')
+  await page.getByTestId('dialog').waitFor({ state: 'detached' })
+  t.notOk(await inHeap(cdp, key), 'the key is nowhere in memory after the dialog closes')
+  t.notOk(await inHeap(cdp, clientSecret), 'nor its client secret')
+
+  await page.getByRole('button', { name: /^Roll/ }).first().click()
+  await page.getByTestId('dialog').waitFor()
+  const rolled = await page.getByLabel('API key', { exact: true }).inputValue()
+  await page.getByRole('button', { name: 'Close' }).click()
+  await page.getByTestId('dialog').waitFor({ state: 'detached' })
+  t.notOk(await inHeap(cdp, rolled), 'a rolled key neither')
+
+  await page.getByRole('link', { name: 'Webhooks' }).click()
+  await page.getByTestId('endpoints').waitFor()
+  await page.getByLabel('URL (https)').fill('http://127.0.0.1:9/secret-test')
+  await page.getByLabel(/Event types/).fill('api_key.*')
+  await page.getByRole('button', { name: 'Create endpoint' }).click()
+  await page.getByTestId('dialog').waitFor()
+  const secret = await page.getByLabel('Signing secret').inputValue()
+  await page.getByRole('button', { name: 'Close' }).click()
+  await page.getByTestId('dialog').waitFor({ state: 'detached' })
+  t.notOk(await inHeap(cdp, secret.slice('whsec_'.length)), 'a webhook secret neither')
+  t.same(errors, [], 'no page error')
+})
+
+t.test('an odd sub-account route: a message, not a blank page, and no call outside the API', async (t) => {
+  for (const odd of ['%E0%A4%A', '..', '%2e%2E', '.']) {
+    requests.length = 0
+    await page.goto(`${gateway.url}/console#/sub-accounts/${odd}`)
+    await page.getByRole('alert').waitFor()
+    t.match(await page.getByRole('alert').innerText(), /not_found|no such/i, `#/sub-accounts/${odd}: said`)
+    t.ok(await page.getByRole('navigation', { name: 'Sections' }).isVisible(), 'the console is still there')
+    const api = requests.filter((url) => url.includes('/v1/'))
+    t.same(
+      api.filter((url) => !url.startsWith(`${gateway.url}/v1/sub-accounts`)),
+      [],
+      'every call is to the management API',
+    )
+  }
+  t.same(errors, [], 'no page error')
+})
+
+t.test('an answer the console does not expect: a message, not a blank page', async (t) => {
+  await page.route('**/v1/sub-accounts/events*', (route) =>
+    route.fulfill({
+      contentType: 'application/json',
+      body: JSON.stringify({ data: [{ id: 'evt_1', type: 'odd', target: null, actor: null }], next_cursor: null }),
+    }),
+  )
+  await page.goto(`${gateway.url}/console#/events`)
+  await page.getByRole('alert').waitFor()
+  t.match(await page.getByRole('alert').innerText(), /console failed/i, 'said')
+  t.ok(await page.getByRole('navigation', { name: 'Sections' }).isVisible(), 'the console is still there')
+  await page.unroute('**/v1/sub-accounts/events*')
+  await page.getByRole('link', { name: 'Sub-accounts' }).click()
+  await page.getByTestId('subaccounts').waitFor()
+  t.pass('another screen works')
+  errors.length = 0
+})
+
+t.test('a read refused by the management rate says what happened and what to do', async (t) => {
+  const limited = await startGateway(t, { env: { MANAGEMENT_RATE: '2/60s' } })
+  const other = await limited.createParent({ name: 'Limited' })
+  await page.evaluate(() => sessionStorage.clear())
+  await page.goto(`${limited.url}/console`)
+  await page.getByLabel('Parent API key').fill(other.apiKey)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.getByRole('alert').waitFor()
+  const text = await page.getByRole('alert').innerText()
+  t.match(text, /429/, 'the status')
+  t.match(text, /rate_limited/, 'the code')
+  t.match(text, /wait/i, 'what to do')
+  await until(async () => (await page.getByTestId('live').innerText()).startsWith('Failed'), 'announced')
+  t.same(errors, [], 'no page error')
+})
