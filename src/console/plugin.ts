@@ -3,6 +3,7 @@
 // The page runs no inline code and loads nothing from another origin: the policy below says so.
 import { createHash } from 'node:crypto'
 import { gzipSync } from 'node:zlib'
+import { negotiate } from '@fastify/accept-negotiator'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { routeNotFound } from '../errors.js'
 import { pathOf } from '../proxy/paths.js'
@@ -31,9 +32,10 @@ function secureHeaders(reply: FastifyReply): FastifyReply {
     .header('cross-origin-opener-policy', 'same-origin')
 }
 
+/** gzip when the client takes it: `gzip;q=0` (or `*;q=0`) is a refusal, not a request. */
 function acceptsGzip(request: FastifyRequest): boolean {
   const accepted = request.headers['accept-encoding']
-  return typeof accepted === 'string' && /\bgzip\b/.test(accepted)
+  return typeof accepted === 'string' && negotiate(accepted, ['gzip', 'identity']) === 'gzip'
 }
 
 /** A body with its validator: 304 when the client has it, gzip when it takes it. */

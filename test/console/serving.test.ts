@@ -55,6 +55,15 @@ t.test('the page links one script and one stylesheet, by hash, under a same-orig
     t.equal(zipped.headers.vary, 'accept-encoding')
     t.ok(zipped.rawPayload.length < plain.rawPayload.length, 'smaller compressed')
     t.same(gunzipSync(zipped.rawPayload), plain.rawPayload, 'the same bytes')
+    for (const refusal of ['gzip;q=0', 'br;q=1, gzip;q=0.0', 'identity', '*;q=0, identity']) {
+      const refused = await gateway.call(null, {
+        method: 'GET',
+        url: `/console/assets/${name}`,
+        headers: { 'accept-encoding': refusal },
+      })
+      t.equal(refused.headers['content-encoding'], undefined, `Accept-Encoding: ${refusal}: not compressed`)
+      t.same(refused.rawPayload, plain.rawPayload)
+    }
     const again = await gateway.call(null, {
       method: 'GET',
       url: `/console/assets/${name}`,
