@@ -12,6 +12,7 @@ import { startGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { REDIS_URL } from '../helpers/redis.js'
 import { startUpstream } from '../helpers/upstream.js'
+import { startReceiver } from '../helpers/webhook-receiver.js'
 
 const upstream = await startUpstream(t, (request, response) => {
   const status = request.url === '/v1/missing' ? 404 : request.url === '/v1/boom' ? 500 : 200
@@ -22,6 +23,7 @@ const gateway = await startGateway(t, {
   upstreamUrl: upstream.url,
   usageFlushIntervalMs: 100,
   env: { WEBHOOKS_ALLOW_INSECURE: 'true' },
+  webhookDelivery: { pollIntervalMs: 50 },
 })
 const parent = await gateway.createParent({ name: 'Console parent' })
 const browser = await launchBrowser(t)
@@ -346,69 +348,58 @@ t.test('roll and revoke, then every change in the audit log', async (t) => {
   await screen('events')
 })
 
-t.test('webhook endpoints: secret once, deliveries (or the API error), delete', async (t) => {
+t.test('webhook endpoints: secret once, a real delivery listed, delete', async (t) => {
+  const receiver = await startReceiver(t)
   await page.getByRole('link', { name: 'Webhooks' }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
-  await page.getByLabel('URL (https)').fill(`${upstream.url}/hook`)
+  await page.getByLabel('URL (https)').fill(receiver.url)
   await page.getByLabel(/Event types/).fill('sub_account.* api_key.*')
   await page.getByRole('button', { name: 'Create endpoint' }).click()
   await page.getByTestId('dialog').waitFor()
-  t.match(await page.getByLabel('Signing secret').inputValue(), /^whsec_/, 'the secret, once')
+  const secret = await page.getByLabel('Signing secret').inputValue()
+  t.match(secret, /^whsec_/, 'the secret, once')
+  receiver.secret(secret)
   await page.getByRole('button', { name: 'Close' }).click()
   await page.getByTestId('dialog').waitFor({ state: 'detached' })
   t.equal(await page.locator('[data-secret]').count(), 0, 'gone when the dialog closes')
   await page.getByTestId('endpoints').waitFor()
 
-  // The real route: its list, or, on a gateway without it, its 404 shown as such.
+  // No change since it was made: the empty state.
   await page.getByRole('button', { name: /^Deliveries/ }).click()
   const deliveries = page.getByTestId('deliveries')
-  await deliveries.locator('.error, .empty, table').first().waitFor()
-  if ((await deliveries.locator('.error').count()) > 0)
-    t.match(
-      await deliveries.locator('.error').innerText(),
-      /404[\s\S]*route_not_found[\s\S]*does not serve/,
-      'a 404 said plainly',
-    )
-  else t.pass('the deliveries route answered')
-  await screen('webhooks')
+  await deliveries.getByText('No delivery yet').waitFor()
+  t.pass('no delivery yet')
 
-  // The shape the deliveries route answers, drawn (the route is answered here by the test).
-  await page.route('**/deliveries*', (route) =>
-    route.fulfill({
-      contentType: 'application/json',
-      body: JSON.stringify({
-        data: [
-          {
-            event_id: 'evt_1',
-            attempt: 2,
-            status: null,
-            error: 'connect ECONNREFUSED',
-            duration_ms: 12,
-            attempted_at: '2026-11-22T10:00:00Z',
-            next_attempt_at: '2026-11-22T10:05:00Z',
-          },
-          {
-            event_id: 'evt_2',
-            attempt: 1,
-            status: 200,
-            error: null,
-            duration_ms: 40,
-            attempted_at: '2026-11-22T09:00:00Z',
-            next_attempt_at: null,
-          },
-        ],
-        next_cursor: null,
-      }),
-    }),
-  )
-  await page.getByRole('button', { name: /^Deliveries/ }).click()
-  await page.getByRole('link', { name: 'Audit log' }).click()
-  await page.getByRole('link', { name: 'Webhooks' }).click()
-  await page.getByRole('button', { name: /^Deliveries/ }).click()
-  await deliveries.locator('table').waitFor()
-  const text = await deliveries.innerText()
-  t.match(text, /evt_1[\s\S]*ECONNREFUSED[\s\S]*evt_2[\s\S]*200/, 'attempts, statuses and errors listed')
-  await page.unroute('**/deliveries*')
+  // A change the endpoint subscribes to: the worker delivers it to the receiver, signed.
+  const made = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: 'Delivered' },
+  })
+  t.equal(made.statusCode, 201)
+  await until(async () => receiver.deliveries.length === 1, 'the receiver got the event')
+  const [got] = receiver.deliveries
+  t.ok(got?.verified, 'signed with the secret the dialog showed')
+
+  // The deliveries screen lists that very attempt, as the route answers it.
+  await until(async () => {
+    await page.getByRole('link', { name: 'Audit log' }).click()
+    await page.getByTestId('events').waitFor()
+    await page.getByRole('link', { name: 'Webhooks' }).click()
+    await page.getByRole('button', { name: /^Deliveries/ }).click()
+    await deliveries.locator('table, .empty').first().waitFor()
+    return (await deliveries.locator('tbody tr').count()) === 1
+  }, 'the attempt listed')
+  const cells = await deliveries.locator('tbody tr td').allInnerTexts()
+  t.equal(cells[0], got!.id, 'its event id, the webhook-id the receiver got')
+  t.equal(cells[1], '1', 'the first attempt')
+  t.equal(cells[2], '200', "the receiver's status")
+  t.equal(cells[3], '—', 'no error')
+  t.match(cells[4], /^\d+ ms$/, 'its duration')
+  t.equal(cells[6], '—', 'no next attempt')
+  t.match(await live().innerText(), /1 delivery shown/, 'announced')
+  await screen('webhooks')
 
   await page.getByRole('button', { name: /^Delete/ }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
