@@ -181,6 +181,55 @@ t.test('an answer the console does not expect: a message, not a blank page', asy
   errors.length = 0
 })
 
+t.test('a slow answer to an older filter never replaces the newer one', async (t) => {
+  for (const name of ['Old one', 'Old two']) {
+    const made = await gateway.call(parent.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name },
+    })
+    const id = (made.json() as { id: string }).id
+    await gateway.call(parent.apiKey, { method: 'POST', url: `/v1/sub-accounts/${id}/deactivate`, acting: 'self' })
+  }
+  // The deactivated list answers late: the user has picked "Active" by then.
+  await page.route(/\/v1\/sub-accounts\?.*status=deactivated/, async (route) => {
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    await route.continue().catch(() => {})
+  })
+  await page.goto(`${gateway.url}/console#/sub-accounts`)
+  await page.getByTestId('subaccounts').waitFor()
+  await page.getByLabel('Status').selectOption('deactivated')
+  await page.getByLabel('Status').selectOption('active')
+  await until(async () => (await page.getByTestId('live').innerText()).endsWith('shown'), 'the active list')
+  await new Promise((resolve) => setTimeout(resolve, 2_500))
+  const statuses = await page.getByTestId('subaccounts').locator('.badge').allInnerTexts()
+  t.ok(statuses.length > 0, 'a list shown')
+  t.same([...new Set(statuses)], ['active'], 'the list is the filter shown: active only')
+  t.equal(await page.getByLabel('Status').inputValue(), 'active')
+  await page.unroute(/\/v1\/sub-accounts\?.*status=deactivated/)
+
+  // On a sub-account's page, a slow read of the previous one never takes the place of the next.
+  const ids = await page
+    .getByTestId('subaccounts')
+    .getByRole('link')
+    .evaluateAll((links) => links.map((a) => a.getAttribute('href')!.replace('#/sub-accounts/', '')))
+  const [slow, fast] = ids as [string, string]
+  await page.route(`**/v1/sub-accounts/${slow}`, async (route) => {
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    await route.continue().catch(() => {})
+  })
+  await page.goto(`${gateway.url}/console#/sub-accounts/${slow}`)
+  await page.evaluate((id) => {
+    location.hash = `#/sub-accounts/${id}`
+  }, fast)
+  await page.getByTestId('sub-status').waitFor()
+  await new Promise((resolve) => setTimeout(resolve, 2_500))
+  t.equal(await page.locator('dd.mono').first().innerText(), fast, 'the page shows the sub-account it names')
+  await page.unroute(`**/v1/sub-accounts/${slow}`)
+  t.same(errors, [], 'no page error')
+})
+
 t.test('a read refused by the management rate says what happened and what to do', async (t) => {
   const limited = await startGateway(t, { env: { MANAGEMENT_RATE: '2/60s' } })
   const other = await limited.createParent({ name: 'Limited' })

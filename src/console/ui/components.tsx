@@ -156,21 +156,36 @@ export function formatTime(value: string | null): string {
     .replace(/\.\d+Z$/, ' UTC')
 }
 
-/** Runs an action, keeps its error for display and tells the live region how it went. */
+/**
+ * Runs an action, keeps its error for display and tells the live region how it went. A run that a
+ * later one of the same action (new filters, a new page) or the screen's end superseded is stale:
+ * the action asks `current()` before it shows what it read, and its outcome is dropped, so that a
+ * slow answer never replaces a newer one.
+ */
 export function useAction() {
   const [error, setError] = useState<unknown>(null)
   const [busy, setBusy] = useState(false)
-  const run = async (action: () => Promise<void>, done?: string) => {
+  const latest = useRef(0)
+  useEffect(
+    () => () => {
+      latest.current = Number.NaN // unmounted: every run is stale
+    },
+    [],
+  )
+  const run = async (action: (current: () => boolean) => Promise<void>, done?: string) => {
+    const mine = ++latest.current
+    const current = () => latest.current === mine
     setBusy(true)
     setError(null)
     try {
-      await action()
-      if (done !== undefined) announce(done)
+      await action(current)
+      if (done !== undefined && current()) announce(done)
     } catch (err) {
+      if (!current()) return
       setError(err)
       announce(`Failed: ${problemOfError(err).title}`)
     } finally {
-      setBusy(false)
+      if (current()) setBusy(false)
     }
   }
   return { error, busy, run, clear: () => setError(null) }

@@ -32,11 +32,12 @@ export function EventsScreen() {
 
   useEffect(() => {
     setPage(null)
-    load.run(async () => {
+    load.run(async (current) => {
       const next = await api<Page<AuditEvent>>(
         'GET',
         `/events${query({ type: filters.type, target_id: filters.target, limit: 25, cursor: pager.cursor })}`,
       )
+      if (!current()) return
       setPage(next)
       announce(`${next.data.length} event${next.data.length === 1 ? '' : 's'} shown`)
     })

@@ -25,9 +25,9 @@ export function KeysSection({ subId }: { subId: string }) {
   const change = useAction()
 
   useEffect(() => {
-    load.run(async () => {
+    load.run(async (current) => {
       const next = await api<Page<ApiKey>>('GET', `/${subId}/api-keys${query({ limit: 20, cursor: pager.cursor })}`)
-      setPage(next)
+      if (current()) setPage(next)
     })
   }, [subId, pager.cursor, reload])
 

@@ -14,14 +14,17 @@ export function SubAccountScreen({ id }: { id: string }) {
   const load = useAction()
   const change = useAction()
   useEffect(() => {
-    load.run(async () => setSub(await api<SubAccount>('GET', `/${encodeURIComponent(id)}`)))
+    load.run(async (current) => {
+      const found = await api<SubAccount>('GET', `/${encodeURIComponent(id)}`)
+      if (current()) setSub(found)
+    })
   }, [id])
 
   const setStatus = (to: 'deactivate' | 'reactivate') => {
     if (to === 'deactivate' && !confirm(`Deactivate ${sub?.name}? Its keys are refused until it is reactivated.`))
       return
     change.run(
-      async () => setSub(await api<SubAccount>('POST', `/${id}/${to}`)),
+      async () => setSub(await api<SubAccount>('POST', `/${sub!.id}/${to}`)),
       to === 'deactivate' ? 'Sub-account deactivated' : 'Sub-account reactivated',
     )
   }

@@ -38,11 +38,12 @@ export function SubAccountsScreen() {
 
   useEffect(() => {
     setPage(null)
-    load.run(async () => {
+    load.run(async (current) => {
       const next =
         searched === ''
           ? await api<Page<SubAccount>>('GET', query({ limit: PAGE, cursor: pager.cursor, status }))
           : { data: await search(searched, status), next_cursor: null }
+      if (!current()) return
       setPage(next)
       announce(
         `${next.data.length} sub-account${next.data.length === 1 ? '' : 's'} ${searched === '' ? 'shown' : `match “${searched}”`}`,

@@ -33,8 +33,9 @@ function RangeChart({
 
   useEffect(() => {
     setSeries(null)
-    load.run(async () => {
+    load.run(async (current) => {
       const next = await dailyUsage(range.from, range.to, subAccountId)
+      if (!current()) return
       setSeries(next)
       const all = CLASSES.reduce((n, c) => n + totalOf(next, c), 0)
       announce(`Usage from ${range.from} to ${range.to}: ${all} requests, ${totalOf(next, '429')} refused by limits`)
@@ -108,7 +109,10 @@ export function UsageScreen() {
   const [limits, setLimits] = useState<AccountLimits | null>(null)
   const load = useAction()
   useEffect(() => {
-    load.run(async () => setLimits(await api<AccountLimits>('GET', '/limits')))
+    load.run(async (current) => {
+      const read = await api<AccountLimits>('GET', '/limits')
+      if (current()) setLimits(read)
+    })
   }, [])
   return (
     <section aria-labelledby="usage-title">
@@ -127,8 +131,9 @@ export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
   const [shown, setShown] = useState(0)
   const load = useAction()
   useEffect(() => {
-    load.run(async () => {
+    load.run(async (current) => {
       const entry = (await reportEntries(firstOfMonth(), today())).find((e) => e.sub_account_id === subAccount.id)
+      if (!current()) return
       setMonth({ requests: entry?.requests ?? 0, limited: (entry?.limited.rate ?? 0) + (entry?.limited.quota ?? 0) })
     })
   }, [subAccount.id, shown])

@@ -26,11 +26,12 @@ export function WebhooksScreen() {
   const change = useAction()
 
   useEffect(() => {
-    load.run(async () => {
+    load.run(async (current) => {
       const next = await api<Page<WebhookEndpoint>>(
         'GET',
         `/webhook-endpoints${query({ limit: 20, cursor: pager.cursor })}`,
       )
+      if (!current()) return
       setPage(next)
       announce(`${next.data.length} webhook endpoint${next.data.length === 1 ? '' : 's'} shown`)
     })
@@ -151,11 +152,12 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
   const load = useAction()
   useEffect(() => {
     setPage(null)
-    load.run(async () => {
+    load.run(async (current) => {
       const next = await api<Page<Delivery>>(
         'GET',
         `/webhook-endpoints/${endpoint.id}/deliveries${query({ limit: 20, cursor: pager.cursor })}`,
       )
+      if (!current()) return
       setPage(next)
       announce(`${next.data.length} deliver${next.data.length === 1 ? 'y' : 'ies'} shown`)
     })
