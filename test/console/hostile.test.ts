@@ -143,6 +143,16 @@ t.test('a minted key and a webhook secret are gone from the page and its memory 
   await page.getByRole('button', { name: 'Close' }).click()
   await page.getByTestId('dialog').waitFor({ state: 'detached' })
   t.notOk(await inHeap(cdp, secret.slice('whsec_'.length)), 'a webhook secret neither')
+
+  // sessionStorage is the browser's, outside the JavaScript heap: the key is found only where the
+  // page's own objects hold it (the sign-in form's state did, until the next sign-in).
+  await page.getByRole('button', { name: 'Sign out' }).click()
+  await page.getByLabel('Parent API key').waitFor()
+  t.equal(await page.evaluate(() => sessionStorage.length), 0, 'sign out forgets it')
+  t.notOk(await inHeap(cdp, parent.apiKey), 'and nothing in the page holds it any more')
+  await page.getByLabel('Parent API key').fill(parent.apiKey)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('navigation', { name: 'Sections' }).waitFor()
   t.same(errors, [], 'no page error')
 })
 

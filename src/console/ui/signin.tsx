@@ -1,22 +1,24 @@
 // Sign-in: the parent key is checked with one read, then kept in sessionStorage (this tab only).
-import { useState } from 'preact/hooks'
 import { api, type Problem, session } from './api.js'
 import { ErrorMessage, useAction } from './components.js'
 
 export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSignedIn: () => void }) {
-  const [key, setKey] = useState('')
   const action = useAction()
+  // The key is read from the field on submit, never kept in component state: state outlives the
+  // screen in Preact's hooks, and signing out must leave nothing of the key in the page.
   const submit = (e: Event) => {
     e.preventDefault()
+    const form = e.currentTarget as HTMLFormElement
+    const field = form.elements.namedItem('key') as HTMLInputElement
     action.run(async () => {
-      session.signIn(key.trim())
+      session.signIn(field.value.trim())
       try {
         await api('GET', '/limits')
       } catch (err) {
         session.signOut()
         throw err
       }
-      setKey('')
+      field.value = ''
       onSignedIn()
     }, 'Signed in')
   }
@@ -34,16 +36,7 @@ export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSig
       )}
       <form onSubmit={submit} aria-describedby="signin-help">
         <label for="key">Parent API key</label>
-        <input
-          id="key"
-          name="key"
-          type="password"
-          autocomplete="off"
-          spellcheck={false}
-          required
-          value={key}
-          onInput={(e) => setKey(e.currentTarget.value)}
-        />
+        <input id="key" name="key" type="password" autocomplete="off" spellcheck={false} required />
         <p id="signin-help" class="help">
           A key of the parent account with <code>sub_accounts:read</code> and <code>sub_accounts:write</code> (the
           gateway prints one on its first start). It is kept in this tab only, and sent only to this gateway.
