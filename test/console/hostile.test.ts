@@ -3,6 +3,7 @@
 // route the console cannot read shows a message (never a blank page), and a refused read says so.
 import t from 'tap'
 import type { CDPSession, Page } from 'playwright-core'
+import { ERRORS, type ErrorCode } from '../../src/errors.js'
 import { launchBrowser } from '../helpers/browser.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
@@ -237,6 +238,39 @@ t.test('a slow answer to an older filter never replaces the newer one', async (t
   await new Promise((resolve) => setTimeout(resolve, 2_500))
   t.equal(await page.locator('dd.mono').first().innerText(), fast, 'the page shows the sub-account it names')
   await page.unroute(`**/v1/sub-accounts/${slow}`)
+  t.same(errors, [], 'no page error')
+})
+
+t.test('every error code of the API comes with advice of its own', async (t) => {
+  // What the fallbacks say: right for input the user can correct, wrong for anything else.
+  const generic = /^(Check what you entered and try again\.|This key may not do that)/
+  const inputErrors = new Set<ErrorCode>(['bad_request', 'bad_path', 'unsupported_media_type'])
+  let answer = { status: 0, code: '' }
+  await page.route('**/v1/sub-accounts/events*', (route) =>
+    route.fulfill({
+      status: answer.status,
+      contentType: 'application/problem+json',
+      body: JSON.stringify({ ...answer, title: 'T', detail: 'the detail', request_id: 'rid-1' }),
+    }),
+  )
+  for (const [code, { status }] of Object.entries(ERRORS) as [ErrorCode, { status: number }][]) {
+    if (status === 401) continue // signs the console out: console.test.ts shows what it says
+    answer = { status, code }
+    await page.goto(`${gateway.url}/console#/sub-accounts`)
+    await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
+    await page.getByRole('link', { name: 'Audit log' }).click()
+    const shown = page.locator(`.error[data-code="${code}"]`)
+    await shown.waitFor()
+    const text = await shown.innerText()
+    t.match(
+      text,
+      new RegExp(`${status} ${code}[\\s\\S]*the detail[\\s\\S]*rid-1`),
+      `${code}: status, code, detail, request id`,
+    )
+    const advice = await shown.locator('.error-advice').innerText()
+    if (!inputErrors.has(code)) t.notMatch(advice, generic, `${code}: ${advice}`)
+  }
+  await page.unroute('**/v1/sub-accounts/events*')
   t.same(errors, [], 'no page error')
 })
 

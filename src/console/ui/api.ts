@@ -63,12 +63,26 @@ export function advice(p: Problem): string {
     case 'validation_failed':
     case 'invalid_json':
       return 'Correct the values named below and try again.'
-    case 'rate_limited':
-    case 'quota_exceeded':
-      return 'Too many calls for now: wait a few seconds and try again.'
+    case 'idempotency_answer_lost':
+      return 'The change was made but its answer was lost: find it in the audit log (a key or secret made so cannot be shown again: revoke or delete it and make another).'
+    case 'tenant_deactivated':
+      return "This parent account is deactivated: ask the gateway's operator to reactivate it."
+    case 'acting_tenant_malformed':
+    case 'acting_tenant_required':
+    case 'acting_tenant_forbidden':
+    case 'acting_tenant_deactivated':
+      return "The gateway refused the console's acting tenant (it acts as the parent itself): ask the gateway's operator."
+    case 'request_timeout':
+      return 'The request took too long to reach the gateway: check the connection and try again.'
+    case 'payload_too_large':
+      return 'What you entered is too large: shorten it (metadata, description) and try again.'
+    case 'headers_too_large':
+      return 'The request was too large for the gateway: check that the key pasted at sign-in is only the key, and sign in again.'
     case 'network':
       return 'Check that the gateway is running and reachable, then try again.'
   }
+  // Every 429 (rate_limited, quota_exceeded, too_many_concurrent_requests) means the same here.
+  if (p.status === 429) return 'Too many calls for now: wait a few seconds and try again.'
   if (p.status >= 500) return 'The gateway or its database is unavailable: try again in a moment.'
   if (p.status === 401) return 'The key was refused: sign in again.'
   if (p.status === 403) return 'This key may not do that: sign in with a parent key that may.'
