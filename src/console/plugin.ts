@@ -14,10 +14,12 @@ import { CONSOLE_ASSETS, CONSOLE_PREFIX } from './paths.js'
 /**
  * Same origin only: scripts, styles, fetches; no inline code, no frames of it, no base tag.
  * `img-src data:` is for the page's empty `data:,` icon only, which keeps browsers from asking
- * for /favicon.ico (a path the proxy may take).
+ * for /favicon.ico (a path the proxy may take). Trusted Types with no policy: the console builds
+ * no markup from strings, and a sink that would (innerHTML, document.write) throws instead.
  */
 export const CONSOLE_CSP =
-  "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+  "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; " +
+  "require-trusted-types-for 'script'; trusted-types 'none'"
 
 export interface ConsoleOptions {
   /** Where the assets come from (default: prebuilt, else bundled once per process). */

@@ -84,6 +84,15 @@ t.test('markup in every string the API returns is shown as text, never run', asy
   await page.getByRole('button', { name: /^Deliveries/ }).click()
   await page.getByTestId('deliveries').locator('.empty, table, .error').first().waitFor()
 
+  const sink = await page.evaluate(() => {
+    try {
+      document.body.insertAdjacentHTML('beforeend', '<img src=x>')
+      return 'accepted'
+    } catch (err) {
+      return String(err)
+    }
+  })
+  t.match(sink, /TrustedHTML/, 'an HTML sink refuses a string (Trusted Types)')
   t.equal(await ran(), null, 'no markup ran')
   t.equal(await injected(), 0, 'no element made from a string')
   t.same(errors, [], 'no page error')
