@@ -263,11 +263,24 @@ t.test('every error code of the API comes with advice of its own', async (t) => 
     }),
   )
   for (const [code, { status }] of Object.entries(ERRORS) as [ErrorCode, { status: number }][]) {
-    if (status === 401) continue // signs the console out: console.test.ts shows what it says
     answer = { status, code }
     await page.goto(`${gateway.url}/console#/sub-accounts`)
     await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
     await page.getByRole('link', { name: 'Audit log' }).click()
+    if (status === 401) {
+      // An expired or unknown key: signed out, told why and what to do.
+      await page.getByLabel('Parent API key').waitFor()
+      const told = await page.getByRole('alert').innerText()
+      t.match(told, new RegExp(`signed out[\\s\\S]*401 ${code}[\\s\\S]*sign in again`, 'i'), `${code}: signed out`)
+      t.equal(await page.evaluate(() => sessionStorage.length), 0, `${code}: the key forgotten`)
+      await page.evaluate(() => {
+        location.hash = '#/sub-accounts' // not back to the screen that is refused
+      })
+      await page.getByLabel('Parent API key').fill(parent.apiKey)
+      await page.getByRole('button', { name: 'Sign in' }).click()
+      await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
+      continue
+    }
     const shown = page.locator(`.error[data-code="${code}"]`)
     await shown.waitFor()
     const text = await shown.innerText()
@@ -279,6 +292,14 @@ t.test('every error code of the API comes with advice of its own', async (t) => 
     const advice = await shown.locator('.error-advice').innerText()
     if (!inputErrors.has(code)) t.notMatch(advice, generic, `${code}: ${advice}`)
   }
+  await page.unroute('**/v1/sub-accounts/events*')
+
+  // No answer at all: the gateway down, or the network.
+  await page.route('**/v1/sub-accounts/events*', (route) => route.abort('connectionrefused'))
+  await page.goto(`${gateway.url}/console#/sub-accounts`)
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.locator('.error[data-code="network"]').waitFor()
+  t.match(await page.getByRole('alert').innerText(), /did not answer[\s\S]*Check that the gateway is running/)
   await page.unroute('**/v1/sub-accounts/events*')
   t.same(errors, [], 'no page error')
 })
