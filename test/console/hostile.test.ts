@@ -4,7 +4,7 @@
 import t from 'tap'
 import type { CDPSession, Page } from 'playwright-core'
 import { ERRORS, type ErrorCode } from '../../src/errors.js'
-import { launchBrowser } from '../helpers/browser.js'
+import { launchBrowser, screenshots } from '../helpers/browser.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
 
@@ -302,6 +302,50 @@ t.test('every error code of the API comes with advice of its own', async (t) => 
   t.match(await page.getByRole('alert').innerText(), /did not answer[\s\S]*Check that the gateway is running/)
   await page.unroute('**/v1/sub-accounts/events*')
   t.same(errors, [], 'no page error')
+})
+
+t.test('the longest name, external id, key name and URL the API takes fit 390 pixels', async (t) => {
+  const created = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: 'N'.repeat(200), external_id: 'e'.repeat(128), metadata: { ['k'.repeat(40)]: 'v'.repeat(200) } },
+  })
+  t.equal(created.statusCode, 201, created.body)
+  const id = (created.json() as { id: string }).id
+  const minted = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: `/v1/sub-accounts/${id}/api-keys`,
+    acting: 'self',
+    body: { name: 'K'.repeat(200), scopes: ['tracking:read'] },
+  })
+  t.equal(minted.statusCode, 201, 'minted')
+  const hook = await gateway.call(parent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts/webhook-endpoints',
+    acting: 'self',
+    body: { url: `http://127.0.0.1:9/${'u'.repeat(400)}`, event_types: ['api_key.*'] },
+  })
+  t.equal(hook.statusCode, 201, hook.body)
+  const overflow: Record<string, unknown> = {}
+  for (const [screen, hash] of [
+    ['long-subaccounts', '#/sub-accounts'],
+    ['long-subaccount', `#/sub-accounts/${id}`],
+    ['long-webhooks', '#/webhooks'],
+  ] as const) {
+    await page.goto(`${gateway.url}/console${hash}`)
+    await page.locator('table').first().waitFor()
+    if (screen === 'long-webhooks') {
+      await page
+        .getByRole('button', { name: /^Deliveries/ })
+        .last()
+        .click()
+      await page.getByTestId('deliveries').locator('.empty, table').first().waitFor()
+    }
+    const shot = await screenshots(page, screen)
+    if (shot.overflowAt390 > 0) overflow[screen] = shot.widest
+  }
+  t.same(overflow, {}, 'nothing scrolls the page sideways at 390 px')
 })
 
 t.test('a read refused by the management rate says what happened and what to do', async (t) => {
