@@ -80,6 +80,11 @@ t.test('markup in every string the API returns is shown as text, never run', asy
   await page.getByRole('link', { name: 'Webhooks' }).click()
   await page.getByTestId('endpoints').waitFor()
   t.match(await page.getByTestId('endpoints').innerText(), 'onerror=window.__xss=4', 'the URL, as text')
+  t.match(
+    await page.getByTestId('endpoints').locator('.description').innerText(),
+    MARKUP,
+    'its description, as text, under it',
+  )
   t.equal(await page.getByTestId('endpoints').locator('a').count(), 0, 'a webhook URL is never a link')
   await page.getByRole('button', { name: /^Deliveries/ }).click()
   await page.getByTestId('deliveries').locator('.empty, table, .error').first().waitFor()

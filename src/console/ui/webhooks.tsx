@@ -105,7 +105,10 @@ export function WebhooksScreen() {
             <tbody>
               {page.data.map((w) => (
                 <tr key={w.id}>
-                  <td class="mono">{w.url}</td>
+                  <td>
+                    <span class="mono">{w.url}</span>
+                    {w.description !== null && <span class="description">{w.description}</span>}
+                  </td>
                   <td class="mono">{w.event_types.join(' ')}</td>
                   <td>
                     <span class={`badge ${w.status}`}>{w.status}</span>
