@@ -353,6 +353,21 @@ t.test('the longest name, external id, key name and URL the API takes fit 390 pi
   t.same(overflow, {}, 'nothing scrolls the page sideways at 390 px')
 })
 
+t.test('a key pasted with characters no header can carry is said to be no key', async (t) => {
+  await page.evaluate(() => sessionStorage.clear())
+  await page.goto(`${gateway.url}/console`)
+  for (const pasted of ['tgw_…', `tgw_${'A'.repeat(20)} ${'A'.repeat(29)}`, 'tgw_\u200bAAAA']) {
+    await page.getByLabel('Parent API key').fill(pasted)
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.getByRole('alert').waitFor()
+    const text = await page.getByRole('alert').innerText()
+    t.match(text, /not a key[\s\S]*paste it alone/i, `${JSON.stringify(pasted)}: said`)
+    t.notMatch(text, /did not answer/, 'not blamed on the gateway')
+    t.equal(await page.evaluate(() => sessionStorage.length), 0, 'nothing kept')
+  }
+  t.same(errors, [], 'no page error')
+})
+
 t.test('a read refused by the management rate says what happened and what to do', async (t) => {
   const limited = await startGateway(t, { env: { MANAGEMENT_RATE: '2/60s' } })
   const other = await limited.createParent({ name: 'Limited' })

@@ -78,6 +78,8 @@ export function advice(p: Problem): string {
       return 'What you entered is too large: shorten it (metadata, description) and try again.'
     case 'headers_too_large':
       return 'The request was too large for the gateway: check that the key pasted at sign-in is only the key, and sign in again.'
+    case 'not_a_key':
+      return 'Copy the whole key again, from where it was first shown, and paste it alone.'
     case 'network':
       return 'Check that the gateway is running and reachable, then try again.'
   }

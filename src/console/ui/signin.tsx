@@ -1,6 +1,13 @@
 // Sign-in: the parent key is checked with one read, then kept in sessionStorage (this tab only).
-import { api, type Problem, session } from './api.js'
+import { ApiError, api, type Problem, session } from './api.js'
 import { ErrorMessage, useAction } from './components.js'
+
+const NOT_A_KEY = new ApiError({
+  status: 0,
+  code: 'not_a_key',
+  title: 'That is not a key',
+  detail: 'A key is one word of letters, digits and signs (tgw_…): this has spaces or other characters in it.',
+})
 
 export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSignedIn: () => void }) {
   const action = useAction()
@@ -11,7 +18,10 @@ export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSig
     const form = e.currentTarget as HTMLFormElement
     const field = form.elements.namedItem('key') as HTMLInputElement
     action.run(async () => {
-      session.signIn(field.value.trim())
+      const key = field.value.trim()
+      // A header carries ASCII only: fetch would throw, and "the gateway did not answer" mislead.
+      if (!/^[\x21-\x7e]+$/.test(key)) throw NOT_A_KEY
+      session.signIn(key)
       try {
         await api('GET', '/limits')
       } catch (err) {
