@@ -401,6 +401,30 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   t.match(await live().innerText(), /1 delivery shown/, 'announced')
   await screen('webhooks')
 
+  // A receiver that fails: the attempt with its status, the error and when the next one is due.
+  receiver.answer((_delivery, response) => response.writeHead(503).end())
+  const failing = await gateway.call(parent.apiKey, {
+    method: 'PATCH',
+    url: `/v1/sub-accounts/${made.json().id}`,
+    acting: 'self',
+    body: { name: 'Delivered again' },
+  })
+  t.equal(failing.statusCode, 200)
+  await until(async () => receiver.deliveries.length === 2, 'the receiver got the second event')
+  await until(async () => {
+    await page.getByRole('link', { name: 'Audit log' }).click()
+    await page.getByTestId('events').waitFor()
+    await page.getByRole('link', { name: 'Webhooks' }).click()
+    await page.getByRole('button', { name: /^Deliveries/ }).click()
+    await deliveries.locator('table').waitFor()
+    return (await deliveries.locator('tbody tr').count()) === 2
+  }, 'the failed attempt listed')
+  const failed = await deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
+  t.equal(failed[0], receiver.deliveries[1]!.id, 'newest first: the second event')
+  t.equal(failed[2], '503', "the receiver's status")
+  t.match(failed[3], /503/, 'the error')
+  t.match(failed[6], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
+
   await page.getByRole('button', { name: /^Delete/ }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
   t.pass('deleted')
