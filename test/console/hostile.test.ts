@@ -1,6 +1,8 @@
 // The console against hostile or odd input (docs/console.md, Security model): API strings made of
-// markup never run, a one-time secret is gone from the page's memory once its dialog closes, a
-// route the console cannot read shows a message (never a blank page), and a refused read says so.
+// markup never run (and Trusted Types refuse HTML sinks), one-time secrets and the signed-out key
+// are gone from the page's memory (a heap snapshot), odd addresses and unexpected answers show a
+// message (never a blank page), a late answer never replaces a newer one, every error code has
+// advice of its own, a paste that is no key is said so, and the longest strings fit 390 pixels.
 import t from 'tap'
 import type { CDPSession, Page } from 'playwright-core'
 import { ERRORS, type ErrorCode } from '../../src/errors.js'
@@ -316,7 +318,7 @@ t.test('the longest name, external id, key name and URL the API takes fit 390 pi
     acting: 'self',
     body: { name: 'N'.repeat(200), external_id: 'e'.repeat(128), metadata: { ['k'.repeat(40)]: 'v'.repeat(200) } },
   })
-  t.equal(created.statusCode, 201, created.body)
+  t.equal(created.statusCode, 201, 'created')
   const id = (created.json() as { id: string }).id
   const minted = await gateway.call(parent.apiKey, {
     method: 'POST',
@@ -331,7 +333,7 @@ t.test('the longest name, external id, key name and URL the API takes fit 390 pi
     acting: 'self',
     body: { url: `http://127.0.0.1:9/${'u'.repeat(400)}`, event_types: ['api_key.*'] },
   })
-  t.equal(hook.statusCode, 201, hook.body)
+  t.equal(hook.statusCode, 201, 'hook')
   const overflow: Record<string, unknown> = {}
   for (const [screen, hash] of [
     ['long-subaccounts', '#/sub-accounts'],
