@@ -1,7 +1,7 @@
 // What the benches share: knobs, interrupts, the Node the servers run on, the processes they
 // start (upstream, bare proxy, gateways compiled as the image runs them), databases, /metrics and
 // /proc readings, the autocannon load loop and the figures. How each bench uses them: bench/README.md.
-import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process'
+import { type ChildProcess, execFile, execFileSync, spawn, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import {
   cpSync,
@@ -282,6 +282,25 @@ export async function startBare(upstreamUrl: string, o: Wrap = {}): Promise<Serv
   })
 }
 
+/** What bench/servers.js receiver has been sent: each delivery's webhook-id and arrival (ms since the epoch). */
+export interface Received {
+  total: number
+  received: [id: string, at: number][]
+}
+
+/** The webhook receiver of bench/servers.js, in its own process: 204 to every POST. */
+export async function startReceiver(): Promise<Server & { received: (from?: number) => Promise<Received> }> {
+  const [port] = (await freePorts(1)) as [number]
+  const server = await startServer([serverNode().path, 'bench/servers.js', 'receiver'], {
+    port,
+    env: { PORT: String(port) },
+    path: '/received',
+    status: 200,
+  })
+  const received = async (from = 0) => (await (await fetch(`${server.url}/received?from=${from}`)).json()) as Received
+  return { ...server, received }
+}
+
 /**
  * How a tree's image starts node: the flags of its Dockerfile's last `CMD ["node", …, "dist/main.js"]`
  * and the NODE_OPTIONS it sets (the heap cap), so that a bench cannot drift from the image.
@@ -296,6 +315,48 @@ export function imageNode(tree: string): { flags: string[]; options: string } {
     flags: args.slice(1, -1) as string[],
     options: /NODE_OPTIONS=("[^"]*"|\S+)/.exec(dockerfile)?.[1]?.replaceAll('"', '') ?? '',
   }
+}
+
+/**
+ * A detached git worktree of `commit` in a temporary directory, for a baseline gateway in the same
+ * run: its node_modules a link to this tree's when package-lock.json is the same in both (else
+ * `npm ci` there). remove() takes the worktree away again; so does this process's exit.
+ */
+export function baselineCheckout(commit: string): {
+  tree: string
+  commit: string
+  linked: boolean
+  remove: () => void
+} {
+  const git = (...args: string[]) =>
+    execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim()
+  const full = git('rev-parse', '--verify', `${commit}^{commit}`)
+  const tree = mkdtempSync(resolve(os.tmpdir(), 'tgw-bench-baseline-'))
+  git('worktree', 'add', '--detach', tree, full)
+  let removed = false
+  const remove = () => {
+    if (removed) return
+    removed = true
+    // The link first, so that nothing can follow it into this tree's node_modules.
+    rmSync(resolve(tree, 'node_modules'), { force: true })
+    try {
+      git('worktree', 'remove', '--force', tree)
+    } catch {
+      rmSync(tree, { recursive: true, force: true })
+      git('worktree', 'prune')
+    }
+  }
+  process.on('exit', remove)
+  // Compared with this tree's file as it is, committed or not.
+  const linked = spawnSync('git', ['-C', ROOT, 'diff', '--quiet', full, '--', 'package-lock.json']).status === 0
+  try {
+    if (linked) symlinkSync(resolve(ROOT, 'node_modules'), resolve(tree, 'node_modules'))
+    else execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: tree, stdio: 'inherit' })
+  } catch (err) {
+    remove()
+    throw err
+  }
+  return { tree, commit: full.slice(0, 7), linked, remove }
 }
 
 const builds = new Map<string, string>()
@@ -362,12 +423,13 @@ export async function startGateway(
   return { ...server, metricsPort, command: `NODE_OPTIONS=${image.options} node ${args.join(' ')}` }
 }
 
-export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+/** The operator CLI of `tree` (default this one), under tsx: a baseline checkout's runs its own migrations. */
+export function runCli(args: string[], env: NodeJS.ProcessEnv, tree = ROOT): Promise<string> {
   return new Promise((done, fail) => {
     execFile(
       process.execPath,
       ['--import', 'tsx', 'src/cli.ts', ...args],
-      { cwd: ROOT, env: { ...process.env, ENCRYPTION_KEY, ...env }, timeout: 60_000 },
+      { cwd: tree, env: { ...process.env, ENCRYPTION_KEY, ...env }, timeout: 60_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${stderr.trim() || err.message}`))
         else done(stdout)
@@ -435,7 +497,7 @@ export async function seedActing(
 // socket, bench:soak's workers over a pool each.
 
 export interface Call {
-  method: 'GET' | 'POST'
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE'
   path: string
   headers?: Record<string, string>
   /** JSON text. */

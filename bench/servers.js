@@ -1,6 +1,7 @@
-// The benches' upstream and bare proxy, in plain JavaScript so that node starts them without tsx
-// (bench:instructions runs them under valgrind). `node bench/servers.js upstream|bare`, env PORT
-// and, for the bare proxy, UPSTREAM_URL. Started by bench/lib.ts startUpstream and startBare.
+// The benches' upstream, bare proxy and webhook receiver, in plain JavaScript so that node starts
+// them without tsx (bench:instructions runs them under valgrind). `node bench/servers.js
+// upstream|bare|receiver`, env PORT and, for the bare proxy, UPSTREAM_URL. Started by bench/lib.ts
+// startUpstream, startBare and startReceiver.
 import http from 'node:http'
 
 // Gone with the bench that started it (its stdin closes), and an exit on SIGTERM, not a death by
@@ -32,6 +33,27 @@ if (process.argv[2] === 'upstream') {
   const app = Fastify({ logger: false })
   await app.register(httpProxy, { upstream: process.env.UPSTREAM_URL })
   await app.listen({ host: '127.0.0.1', port })
+} else if (process.argv[2] === 'receiver') {
+  // A webhook receiver that verifies nothing: 204 to every POST, keeping its webhook-id and when
+  // its headers arrived (ms since the epoch, to a fraction), for GET /received?from=<index>.
+  const received = []
+  const server = http.createServer((req, res) => {
+    if (req.method === 'POST') {
+      received.push([req.headers['webhook-id'] ?? '', performance.timeOrigin + performance.now()])
+      req.resume()
+      req.on('end', () => {
+        res.writeHead(204)
+        res.end()
+      })
+      return
+    }
+    const from = Number(new URL(req.url, 'http://receiver').searchParams.get('from') ?? 0)
+    const body = Buffer.from(JSON.stringify({ total: received.length, received: received.slice(from) }))
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
+    res.end(body)
+  })
+  server.keepAliveTimeout = 600_000
+  server.listen(port, '127.0.0.1')
 } else {
-  throw new Error('usage: node bench/servers.js upstream|bare')
+  throw new Error('usage: node bench/servers.js upstream|bare|receiver')
 }
