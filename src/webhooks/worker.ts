@@ -30,11 +30,11 @@ export interface WorkerOptions {
   schedule: RetrySchedule
   /** How deliveries are sent (WEBHOOKS_ALLOW_INSECURE; tests add a resolver or a CA). */
   delivery?: Omit<DeliveryOptions, 'now' | 'signal'>
-  /** Attempts under way at once in this replica (default 16). */
+  /** Attempts under way at once in this replica (default 64). */
   concurrency?: number
-  /** Attempts under way at once to one endpoint, across every replica (default 4). */
+  /** Attempts under way at once to one endpoint, across every replica (default 16). */
   perEndpoint?: number
-  /** Attempts under way at once to one parent's endpoints, across every replica (default 8). */
+  /** Attempts under way at once to one parent's endpoints, across every replica (default 32). */
   perParent?: number
   /** Between looks for due deliveries when nothing else wakes the worker (default 1 s). */
   pollIntervalMs?: number
@@ -50,9 +50,14 @@ export interface WorkerOptions {
 
 export const DEFAULT_LEASE_MS = DELIVERY_TIMEOUT_MS + 15_000
 /** One endpoint's share of the attempts under way, fleet-wide: a hanging receiver holds no more than this. */
-export const DEFAULT_PER_ENDPOINT = 4
+export const DEFAULT_PER_ENDPOINT = 16
 /** One parent's share over all its endpoints: more endpoints that hang do not take more slots. */
-export const DEFAULT_PER_PARENT = 8
+export const DEFAULT_PER_PARENT = 32
+/**
+ * A replica's slots: attempts wait on the network, not the CPU, so slots are cheap; twice a
+ * parent's share, so that one parent whose receivers all hang leaves the others room.
+ */
+export const DEFAULT_CONCURRENCY = 64
 
 export class DeliveryWorker {
   private readonly inFlight = new Map<string, { abort: AbortController; done: Promise<void> }>()
@@ -110,7 +115,7 @@ export class DeliveryWorker {
   }
 
   private async pump(): Promise<void> {
-    const concurrency = this.options.concurrency ?? 16
+    const concurrency = this.options.concurrency ?? DEFAULT_CONCURRENCY
     while (!this.stopped) {
       const free = concurrency - this.inFlight.size
       if (free <= 0) return

@@ -45,7 +45,7 @@ t.test("a hanging receiver with a backlog holds its share of the slots, not anot
   tarpit.answer(() => {}) // never answers: each attempt waits out the 15 s timeout
   const noisy = await gw.createParent({ name: 'noisy' })
   await endpoint(gw, noisy.apiKey, tarpit)
-  for (let i = 0; i < 24; i++) await createSub(gw, noisy.apiKey, `backlog ${i}`)
+  for (let i = 0; i < DEFAULT_PER_ENDPOINT + 8; i++) await createSub(gw, noisy.apiKey, `backlog ${i}`)
   t.ok(await until(5_000, async () => tarpit.deliveries.length >= DEFAULT_PER_ENDPOINT))
   await sleep(300)
   t.equal(tarpit.deliveries.length, DEFAULT_PER_ENDPOINT, 'no more attempts under way to it than its share')
@@ -68,7 +68,8 @@ t.test('a parent with several hanging receivers holds its share of the slots, no
     tarpits.push(tarpit)
   }
   const underWay = () => tarpits.reduce((sum, tarpit) => sum + tarpit.deliveries.length, 0)
-  for (let i = 0; i < 6; i++) await createSub(gw, noisy.apiKey, `backlog ${i}`)
+  // More than the parent's share over its four endpoints, and less than each endpoint's share.
+  for (let i = 0; i < DEFAULT_PER_PARENT / 4 + 2; i++) await createSub(gw, noisy.apiKey, `backlog ${i}`)
   t.ok(await until(5_000, async () => underWay() >= DEFAULT_PER_PARENT))
   await sleep(300)
   t.equal(underWay(), DEFAULT_PER_PARENT, "no more attempts under way to the parent's endpoints than its share")
