@@ -7,12 +7,14 @@ import {
   cpSync,
   existsSync,
   mkdirSync,
+  lstatSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
   renameSync,
   rmSync,
   symlinkSync,
+  unlinkSync,
 } from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
@@ -337,8 +339,11 @@ export function baselineCheckout(commit: string): {
   const remove = () => {
     if (removed) return
     removed = true
-    // The link first, so that nothing can follow it into this tree's node_modules.
-    rmSync(resolve(tree, 'node_modules'), { force: true })
+    // The link first, so that nothing can follow it into this tree's node_modules. unlink, not
+    // rmSync: Node 20's rmSync refuses a link to a directory (EISDIR).
+    const modules = resolve(tree, 'node_modules')
+    if (existsSync(modules) && lstatSync(modules).isSymbolicLink()) unlinkSync(modules)
+    else rmSync(modules, { recursive: true, force: true }) // its own, from npm ci
     try {
       git('worktree', 'remove', '--force', tree)
     } catch {
