@@ -8,12 +8,13 @@ import { createParentWithKey } from './auth/mint.js'
 import { operatorOrigin } from './events/record.js'
 import type { Sql } from './store/db.js'
 import { countTenants } from './store/tenants.js'
+import { inTransaction } from './store/transaction.js'
 
 /** One whole line on stdout, written synchronously so that no log line can interleave with it. */
 const toStdout = (line: string) => writeSync(1, line)
 
 export async function bootstrapEmbedded(sql: Sql, print: (line: string) => void = toStdout): Promise<void> {
-  const created = await sql.begin(async (tx) => {
+  const created = await inTransaction(sql, async (tx) => {
     // Serialised against a concurrent bootstrap; only an empty database gets an account.
     await tx`lock table tenants in exclusive mode`
     if ((await countTenants(tx)) > 0) return null

@@ -23,6 +23,7 @@ import {
   statusOf,
   type SigningKeyStatus,
 } from './signing-key-schedule.js'
+import { inTransaction } from '../store/transaction.js'
 
 /** What WrongEncryptionKeyError says did not open. */
 const SEALED = 'the signing keys stored in the database'
@@ -120,7 +121,7 @@ export class SigningKeyStore {
    * of replicas starting together one makes it and the others load it. Returns it, or null.
    */
   async ensureSigningKey(): Promise<StoredSigningKey | null> {
-    return this.sql.begin(async (tx) => {
+    return inTransaction(this.sql, async (tx) => {
       await lockSigningKeys(tx)
       if ((await this.published(tx)).length > 0) return null
       await this.checkEncryptionKey(tx)
@@ -133,7 +134,7 @@ export class SigningKeyStore {
    * key when the one that signs has done so for `periodMs` less the lead. Returns it, or null.
    */
   async rotateIfDue(periodMs: number): Promise<StoredSigningKey | null> {
-    return this.sql.begin(async (tx) => {
+    return inTransaction(this.sql, async (tx) => {
       if (!(await tryLockSigningKeys(tx))) return null
       const now = this.clock()
       const activatesAt = rotationDue(await this.published(tx), now, periodMs)
@@ -148,7 +149,7 @@ export class SigningKeyStore {
    * with no key yet it signs at once: no verifier can have kept an older JWKS.
    */
   async rotate(): Promise<ShownSigningKey> {
-    return this.sql.begin(async (tx) => {
+    return inTransaction(this.sql, async (tx) => {
       await lockSigningKeys(tx)
       await this.checkEncryptionKey(tx)
       const now = this.clock()
@@ -164,7 +165,7 @@ export class SigningKeyStore {
    * sign nothing any more, and what they signed expires on its own.
    */
   async rotateCompromised(): Promise<{ signing_key: ShownSigningKey; withdrawn: ShownWithdrawn[] }> {
-    return this.sql.begin(async (tx) => {
+    return inTransaction(this.sql, async (tx) => {
       await lockSigningKeys(tx)
       await this.checkEncryptionKey(tx)
       const now = this.clock()
