@@ -24,9 +24,9 @@ import {
   ApiKey,
   ApiKeyPage,
   KeyParams,
-  ListKeysQuery,
   MintedApiKey,
   MintKeyBody,
+  PageQuery,
   RollKeyBody,
   SubAccountParams,
 } from './schemas.js'
@@ -86,7 +86,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       schema: {
         ...operation('listApiKeys'),
         params: SubAccountParams,
-        querystring: ListKeysQuery,
+        querystring: PageQuery,
         response: { 200: ApiKeyPage },
       },
     },

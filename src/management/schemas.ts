@@ -120,10 +120,8 @@ export const ListSubAccountsQuery = Type.Object(
   { additionalProperties: false },
 )
 
-export const ListKeysQuery = Type.Object(
-  { limit: Limit, cursor: Type.Optional(Cursor) },
-  { additionalProperties: false },
-)
+/** A page of a list that has no filter: its size and where it starts. */
+export const PageQuery = Type.Object({ limit: Limit, cursor: Type.Optional(Cursor) }, { additionalProperties: false })
 
 // Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
 export const SubAccountParams = Type.Object({ sub_id: Type.String() })

@@ -27,11 +27,11 @@ import {
   type DeliveryAttempt,
   DeliveryAttemptPage,
   CreateWebhookEndpointBody,
-  ListWebhookEndpointsQuery,
   WebhookEndpoint,
   WebhookEndpointPage,
   WebhookEndpointParams,
 } from './webhook-schemas.js'
+import { PageQuery } from './schemas.js'
 
 export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
 
@@ -114,7 +114,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
     {
       schema: {
         ...operation('listWebhookEndpoints'),
-        querystring: ListWebhookEndpointsQuery,
+        querystring: PageQuery,
         response: { 200: WebhookEndpointPage },
       },
     },
@@ -163,7 +163,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
       schema: {
         ...operation('listWebhookDeliveries'),
         params: WebhookEndpointParams,
-        querystring: ListWebhookEndpointsQuery,
+        querystring: PageQuery,
         response: { 200: DeliveryAttemptPage },
       },
     },

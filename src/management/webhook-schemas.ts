@@ -1,7 +1,7 @@
 // TypeBox schemas of the webhook endpoint routes (docs/api.md, Webhook endpoints). The response
 // schemas are the serializers too: the secret leaves only through CreatedWebhookEndpoint.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit, Page, STORABLE_TEXT, Timestamp } from './schemas.js'
+import { Page, STORABLE_TEXT, Timestamp } from './schemas.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 
@@ -59,11 +59,6 @@ export const CreatedWebhookEndpoint = Type.Object(
 )
 
 export const WebhookEndpointPage = Page(WebhookEndpoint)
-
-export const ListWebhookEndpointsQuery = Type.Object(
-  { limit: Limit, cursor: Type.Optional(Cursor) },
-  { additionalProperties: false },
-)
 
 export const DeliveryAttempt = Type.Object(
   {
