@@ -1,13 +1,15 @@
 // Minting and revoking keys with their events (docs/events.md), for the management API and the
-// CLI alike: the change and its event commit together or not at all. Rolling is in roll.ts.
-import { type Origin, recordEvent } from '../events/record.js'
+// CLI alike: each change writes its event in its own statement, so that both commit together or
+// not at all. Rolling is in roll.ts.
+import { keyObject as keyObjectSql, keyStateSql } from '../events/present-sql.js'
+import { type Origin, recordEvent, runChange, statementEvent } from '../events/record.js'
 import { presentKey } from '../management/present.js'
 import type { Sql, Tx } from '../store/db.js'
-import { type KeyRow, lockKey, revokeKey, type RevokedKeyRow } from '../store/keys.js'
+import { changeWithEvent } from '../store/events.js'
+import { KEY_COLUMNS, insertKeySql, type KeyRow, type RevokedKeyRow } from '../store/keys.js'
+import { Statement } from '../store/statement.js'
 import type { TenantRow } from '../store/tenants.js'
-import { keyState } from './key-expiry.js'
-import { type MintedKey, mintKey } from './mint.js'
-import { inTransaction } from '../store/transaction.js'
+import { type KeyToMint, keyMaterial, type MintedKey } from './mint.js'
 
 /**
  * A key as its events show it: the API's key object (never the key, its secret or a digest), and
@@ -32,28 +34,32 @@ export function recordFirstKey(tx: Tx, origin: Origin, created: { account: Tenan
   })
 }
 
-export function mintKeyWithEvent(
-  sql: Sql,
-  origin: Origin,
-  accountId: string,
-  input: Parameters<typeof mintKey>[1],
-): Promise<MintedKey> {
-  return inTransaction(sql, async (tx) => {
-    const minted = await mintKey(tx, input)
-    await recordEvent(tx, origin, {
-      accountId,
-      type: 'api_key.created',
-      target: { type: 'api_key', id: minted.row.id },
-      object: keyObject(minted.row, accountId),
-      previous: null,
-    })
-    return minted
-  })
+export function mintKeyWithEvent(sql: Sql, origin: Origin, accountId: string, input: KeyToMint): Promise<MintedKey> {
+  const { key, ...secrets } = keyMaterial(input)
+  const mint = async (db: Sql | Tx): Promise<MintedKey> => {
+    const s = new Statement()
+    const [row] = await changeWithEvent<KeyRow[]>(
+      db,
+      s,
+      `changed as (${insertKeySql(db, s, key)})`,
+      statementEvent(origin, {
+        accountId,
+        type: 'api_key.created',
+        target: { type: 'api_key', id: 'changed.id' },
+        object: keyObjectSql('changed', s.param(accountId)),
+        previous: 'null::jsonb',
+        source: 'changed',
+      }),
+      'select * from changed',
+    )
+    return { row: row!, ...secrets }
+  }
+  return runChange(sql, origin, mint, (minted) => ({ type: 'api_key', id: minted.row.id }))
 }
 
 /**
- * Revokes a key of `tenantId` (null: no such key). The row is locked first, so that a repeat
- * (the key already revoked) is told apart and writes no event.
+ * Revokes a key of `tenantId` (null: no such key). The row is locked first and its status
+ * compared in the same statement, so that a repeat (the key already revoked) writes no event.
  */
 export function revokeKeyWithEvent(
   sql: Sql,
@@ -62,18 +68,36 @@ export function revokeKeyWithEvent(
   tenantId: string,
   keyId: string,
 ): Promise<RevokedKeyRow | null> {
-  return inTransaction(sql, async (tx) => {
-    const before = await lockKey(tx, tenantId, keyId)
-    if (before === null || before.status === 'revoked') return before
-    const nowMs = Date.now()
-    const after = (await revokeKey(tx, tenantId, keyId))!
-    await recordEvent(tx, origin, {
-      accountId,
-      type: 'api_key.revoked',
-      target: { type: 'api_key', id: after.id },
-      object: keyObject(after, accountId, nowMs),
-      previous: { status: keyState(before, nowMs), revoked_at: null },
-    })
-    return after
-  })
+  const columns = `${KEY_COLUMNS}, key_digest`
+  const revoke = async (db: Sql | Tx) => {
+    const s = new Statement()
+    const [result] = await changeWithEvent<(RevokedKeyRow & { changed: boolean })[]>(
+      db,
+      s,
+      `before as (
+        select ${columns} from api_keys where id = ${s.param(keyId)} and tenant_id = ${s.param(tenantId)} for update
+      ), changed as (
+        update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now())
+        where id = (select id from before where status <> 'revoked')
+        returning ${columns}
+      )`,
+      statementEvent(origin, {
+        accountId,
+        type: 'api_key.revoked',
+        target: { type: 'api_key', id: 'changed.id' },
+        object: keyObjectSql('changed', s.param(accountId)),
+        previous: `jsonb_build_object('status', ${keyStateSql('before')}, 'revoked_at', null)`,
+        source: 'changed, before',
+      }),
+      `select changed.*, true as changed from changed
+        union all
+        select before.*, false as changed from before where not exists (select 1 from changed)`,
+    )
+    if (result === undefined) return null
+    const { changed, ...row } = result
+    return { row, changed }
+  }
+  return runChange(sql, origin, revoke, (result) =>
+    result?.changed === true ? { type: 'api_key', id: result.row.id } : null,
+  ).then((result) => result?.row ?? null)
 }

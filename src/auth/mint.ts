@@ -1,7 +1,7 @@
 // Issuing keys: the value and the client secret exist only in the return value of these
 // functions; the store receives their digests.
 import type { Sql, Tx } from '../store/db.js'
-import { insertKey, type KeyRow } from '../store/keys.js'
+import { insertKey, type KeyRow, type NewKey } from '../store/keys.js'
 import { createParentAccount, type TenantRow } from '../store/tenants.js'
 import { generateApiKey, generateClientSecret } from './keys.js'
 import { MANAGEMENT_SCOPES, uniqueScopes } from './scopes.js'
@@ -14,22 +14,22 @@ export interface MintedKey {
   keyDigest: Buffer
 }
 
-export async function mintKey(
-  db: Sql | Tx,
-  input: {
-    tenantId: string
-    name: string
-    scopes: readonly string[]
-    withClientSecret: boolean
-    /** Null or absent: never expires. */
-    expiresAt?: Date | null
-    /** The key this one replaces (a roll). */
-    rolledFrom?: string | null
-  },
-): Promise<MintedKey> {
+export interface KeyToMint {
+  tenantId: string
+  name: string
+  scopes: readonly string[]
+  withClientSecret: boolean
+  /** Null or absent: never expires. */
+  expiresAt?: Date | null
+  /** The key this one replaces (a roll). */
+  rolledFrom?: string | null
+}
+
+/** A new key's secrets and the row that stores their digests, not yet written. */
+export function keyMaterial(input: KeyToMint): { key: NewKey } & Omit<MintedKey, 'row'> {
   const { apiKey, prefix, keyDigest } = generateApiKey()
   const secret = input.withClientSecret ? generateClientSecret() : null
-  const row = await insertKey(db, {
+  const key: NewKey = {
     tenantId: input.tenantId,
     name: input.name,
     scopes: uniqueScopes(input.scopes),
@@ -38,8 +38,13 @@ export async function mintKey(
     secretDigest: secret?.secretDigest ?? null,
     expiresAt: input.expiresAt ?? null,
     rolledFrom: input.rolledFrom ?? null,
-  })
-  return { row, apiKey, clientSecret: secret?.clientSecret ?? null, keyDigest }
+  }
+  return { key, apiKey, clientSecret: secret?.clientSecret ?? null, keyDigest }
+}
+
+export async function mintKey(db: Sql | Tx, input: KeyToMint): Promise<MintedKey> {
+  const { key, ...secrets } = keyMaterial(input)
+  return { row: await insertKey(db, key), ...secrets }
 }
 
 /**

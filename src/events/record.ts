@@ -2,9 +2,10 @@
 // that an event exists if and only if its change committed. What goes into `data` is built by the
 // callers from the API's own presenters, which never show a key, a client secret or a digest.
 import { randomUUID } from 'node:crypto'
-import type { Tx } from '../store/db.js'
-import { insertEvent } from '../store/events.js'
-import { type IdempotencySlot, markIdempotentChange } from '../store/idempotency.js'
+import type { Sql, Tx } from '../store/db.js'
+import { type EventOfStatement, insertEvent } from '../store/events.js'
+import { type CommittedTarget, type IdempotencySlot, markIdempotentChange } from '../store/idempotency.js'
+import { inTransaction } from '../store/transaction.js'
 import { eventId } from './ulid.js'
 
 /** Every type of the catalogue (docs/events.md). */
@@ -65,6 +66,11 @@ export interface NewEvent {
   previous: object | null
 }
 
+/**
+ * Records an event in the transaction of a change made of several statements (a roll, a new
+ * account and its key). A change of one row writes its event in its own statement instead
+ * (runChange, below).
+ */
 export async function recordEvent(tx: Tx, origin: Origin, event: NewEvent): Promise<void> {
   await insertEvent(tx, {
     id: eventId(),
@@ -81,8 +87,52 @@ export async function recordEvent(tx: Tx, origin: Origin, event: NewEvent): Prom
   })
   // Last, so that the claim's row is locked only for the commit: a change under an Idempotency-Key
   // commits if and only if its claim still stands, and its row then says it committed.
+  await markClaim(tx, origin, event.target)
+}
+
+async function markClaim(tx: Tx, origin: Origin, target: CommittedTarget): Promise<void> {
   const claimed = origin.idempotency
-  if (claimed != null && !(await markIdempotentChange(tx, claimed.slot, claimed.claim, event.target))) {
+  if (claimed != null && !(await markIdempotentChange(tx, claimed.slot, claimed.claim, target))) {
     throw new IdempotencyClaimLostError()
   }
+}
+
+/** What an event written by its change's statement takes from the change's origin. */
+export function statementEvent(
+  origin: Origin,
+  event: { accountId: string; type: EventType } & Pick<EventOfStatement, 'target' | 'object' | 'previous' | 'source'>,
+): EventOfStatement {
+  return {
+    id: eventId(),
+    account_id: event.accountId,
+    type: event.type,
+    actor: origin.actor,
+    request_id: origin.requestId,
+    source_ip: origin.sourceIp,
+    target: event.target,
+    object: event.object,
+    previous: event.previous,
+    source: event.source,
+  }
+}
+
+/**
+ * Runs a change whose statement writes its own event (store/events.ts changeWithEvent): alone,
+ * one autocommitted statement, one round trip; under an Idempotency-Key, in a transaction that
+ * marks the claim after it, so that the change commits if and only if its claim still stands.
+ * `changed` says what the change made or changed, null when it changed nothing (and wrote no event).
+ */
+export function runChange<T>(
+  sql: Sql,
+  origin: Origin,
+  change: (db: Sql | Tx) => Promise<T>,
+  changed: (result: T) => CommittedTarget | null,
+): Promise<T> {
+  if (origin.idempotency == null) return change(sql)
+  return inTransaction(sql, async (tx) => {
+    const result = await change(tx)
+    const target = changed(result)
+    if (target !== null) await markClaim(tx, origin, target)
+    return result
+  })
 }

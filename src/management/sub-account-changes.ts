@@ -1,52 +1,126 @@
-// Changes of sub-accounts with their events (docs/events.md): each change and its event commit
-// together or not at all. The row is locked and compared first, so that a change that changes
-// nothing (a repeated deactivate, a PATCH with the values already there) writes neither the row
-// nor an event.
-import { type Origin, recordEvent } from '../events/record.js'
-import { sameJson } from '../events/same-json.js'
+// Changes of sub-accounts with their events (docs/events.md): each change writes its event in
+// its own statement, so that both commit together or not at all in one round trip. A PATCH or a
+// status change locks the row first and compares in SQL, so that a change that changes nothing (a
+// repeated deactivate, a PATCH with the values already there) writes neither the row nor an event.
+import { isoSql, NO_LIMITS, subAccountObject } from '../events/present-sql.js'
+import { type Origin, runChange, statementEvent } from '../events/record.js'
 import type { Sql, Tx } from '../store/db.js'
+import { changeWithEvent } from '../store/events.js'
+import { Statement } from '../store/statement.js'
 import {
   COLUMNS,
-  createSubAccount,
-  setSubAccountStatus,
+  insertSubAccountSql,
+  type NewSubAccount,
+  rethrowConflict,
   type SubAccountPatch,
   type TenantRow,
   type TenantStatus,
-  updateSubAccount,
 } from '../store/tenants.js'
 import { storedLimits } from '../tenancy/limits.js'
-import { presentSubAccount } from './present.js'
-import { inTransaction } from '../store/transaction.js'
 
-async function lockSubAccount(tx: Tx, parentId: string, id: string): Promise<TenantRow | null> {
-  const [row] = await tx<TenantRow[]>`
-    select ${tx.unsafe(COLUMNS)} from tenants where id = ${id} and parent_id = ${parentId} for update`
-  return row ?? null
-}
+type Db = Sql | Tx
+
+/** The sub-account's row locked, as the CTE `before` (none: unknown, or another parent's). */
+const lockedBefore = (s: Statement, parentId: string, id: string) => `before as (
+    select ${COLUMNS} from tenants where id = ${s.param(id)} and parent_id = ${s.param(parentId)} for update
+  )`
+
+/** The row changed if anything was, else the row as it was, each with whether it changed. */
+const changedOrBefore = (extra = '') => `
+  select changed.*, true as changed ${extra} from changed, before
+  union all
+  select before.*, false as changed ${extra} from before where not exists (select 1 from changed)`
+
+const SUB_ACCOUNT_CHANGED = subAccountObject('changed')
 
 export function createSubAccountWithEvent(
   sql: Sql,
   origin: Origin,
   parentId: string,
-  input: Parameters<typeof createSubAccount>[2],
+  input: NewSubAccount,
 ): Promise<TenantRow> {
-  return inTransaction(sql, async (tx) => {
-    const row = await createSubAccount(tx, parentId, input)
-    await recordEvent(tx, origin, {
-      accountId: parentId,
-      type: 'sub_account.created',
-      target: { type: 'sub_account', id: row.id },
-      object: presentSubAccount(row),
-      previous: null,
+  const create = (db: Db) =>
+    rethrowConflict(async () => {
+      const s = new Statement()
+      const [row] = await changeWithEvent<TenantRow[]>(
+        db,
+        s,
+        `changed as (${insertSubAccountSql(db, s, parentId, input)})`,
+        statementEvent(origin, {
+          accountId: parentId,
+          type: 'sub_account.created',
+          target: { type: 'sub_account', id: 'changed.id' },
+          object: SUB_ACCOUNT_CHANGED,
+          previous: 'null::jsonb',
+          source: 'changed',
+        }),
+        'select * from changed',
+      )
+      return row!
     })
-    return row
-  })
+  return runChange(sql, origin, create, (row) => ({ type: 'sub_account', id: row.id }))
 }
 
 export interface SubAccountUpdate {
+  /** The row after the patch; as it was when nothing changed. */
   row: TenantRow
-  /** The row before; the same as `row` when nothing changed. */
-  before: TenantRow
+  /** Whether the patch changed anything (and wrote an event). */
+  changed: boolean
+  /** The external_id before the patch: the caches of both go stale when it moved. */
+  previousExternalId: string | null
+}
+
+/** One field of a PATCH: how it is set, and how the row before is told apart from it and shown. */
+interface PatchedField {
+  name: string
+  set: string
+  /** True when the row before differs from what the patch sets. */
+  differs: string
+  /** The field before, as the API shows it. */
+  shownBefore: string
+}
+
+function patchedFields(db: Db, s: Statement, patch: SubAccountPatch): PatchedField[] {
+  const fields: PatchedField[] = []
+  if (patch.name !== undefined) {
+    const name = s.param(patch.name)
+    fields.push({
+      name: 'name',
+      set: `name = ${name}`,
+      differs: `before.name is distinct from ${name}::text`,
+      shownBefore: 'before.name',
+    })
+  }
+  if (patch.externalId !== undefined) {
+    const externalId = s.param(patch.externalId)
+    fields.push({
+      name: 'external_id',
+      set: `external_id = ${externalId}`,
+      differs: `before.external_id is distinct from ${externalId}::text`,
+      shownBefore: 'before.external_id',
+    })
+  }
+  if (patch.metadata !== undefined) {
+    const metadata = `${s.json(db, patch.metadata)}::jsonb`
+    fields.push({
+      name: 'metadata',
+      set: `metadata = ${metadata}`,
+      differs: `before.metadata is distinct from ${metadata}`,
+      shownBefore: 'before.metadata',
+    })
+  }
+  if (patch.limits !== undefined) {
+    const stored = storedLimits(patch.limits)
+    const limits = stored === null ? 'null::jsonb' : `${s.json(db, stored)}::jsonb`
+    // Compared as shown, where no limits at all and limits of null members are one value.
+    fields.push({
+      name: 'limits',
+      set: `limits = ${limits}`,
+      differs: `coalesce(before.limits, ${NO_LIMITS}) is distinct from coalesce(${limits}, ${NO_LIMITS})`,
+      shownBefore: `coalesce(before.limits, ${NO_LIMITS})`,
+    })
+  }
+  return fields
 }
 
 /** The patch applied, or null for an unknown sub-account (or another parent's). */
@@ -57,39 +131,48 @@ export function updateSubAccountWithEvent(
   id: string,
   patch: SubAccountPatch,
 ): Promise<SubAccountUpdate | null> {
-  return inTransaction(sql, async (tx) => {
-    const before = await lockSubAccount(tx, parentId, id)
-    if (before === null) return null
-    const shownBefore = presentSubAccount(before)
-    const wanted: Record<string, unknown> = {
-      name: patch.name,
-      external_id: patch.externalId,
-      metadata: patch.metadata,
-      limits:
-        patch.limits === undefined
-          ? undefined
-          : presentSubAccount({ ...before, limits: storedLimits(patch.limits) }).limits,
+  const update = async (db: Db): Promise<SubAccountUpdate | null> => {
+    const s = new Statement()
+    const fields = patchedFields(db, s, patch)
+    if (fields.length === 0) {
+      const [row] = await s.run<TenantRow[]>(
+        db,
+        `select ${COLUMNS} from tenants where id = ${s.param(id)} and parent_id = ${s.param(parentId)}`,
+      )
+      return row === undefined ? null : { row, changed: false, previousExternalId: row.external_id }
     }
-    const changed = Object.keys(wanted).filter(
-      (field) =>
-        wanted[field] !== undefined && !sameJson(wanted[field], shownBefore[field as keyof typeof shownBefore]),
+    // The fields that changed, each shown as it was: `previous` holds those only.
+    const previous = fields
+      .map((f) => `case when ${f.differs} then jsonb_build_object('${f.name}', ${f.shownBefore}) else '{}'::jsonb end`)
+      .join(' || ')
+    const [result] = await rethrowConflict(() =>
+      changeWithEvent<(TenantRow & { changed: boolean; previous_external_id: string | null })[]>(
+        db,
+        s,
+        `${lockedBefore(s, parentId, id)},
+        changed as (
+          update tenants set ${fields.map((f) => f.set).join(', ')}, updated_at = now()
+          where id = (select id from before where ${fields.map((f) => f.differs).join(' or ')})
+          returning ${COLUMNS}
+        )`,
+        statementEvent(origin, {
+          accountId: parentId,
+          type: 'sub_account.updated',
+          target: { type: 'sub_account', id: 'changed.id' },
+          object: SUB_ACCOUNT_CHANGED,
+          previous,
+          source: 'changed, before',
+        }),
+        changedOrBefore(', before.external_id as previous_external_id'),
+      ),
     )
-    if (changed.length === 0) return { row: before, before }
-    const row = (await updateSubAccount(tx, parentId, id, {
-      ...(changed.includes('name') ? { name: patch.name } : {}),
-      ...(changed.includes('external_id') ? { externalId: patch.externalId } : {}),
-      ...(changed.includes('metadata') ? { metadata: patch.metadata } : {}),
-      ...(changed.includes('limits') ? { limits: patch.limits } : {}),
-    }))!
-    await recordEvent(tx, origin, {
-      accountId: parentId,
-      type: 'sub_account.updated',
-      target: { type: 'sub_account', id: row.id },
-      object: presentSubAccount(row),
-      previous: Object.fromEntries(changed.map((field) => [field, shownBefore[field as keyof typeof shownBefore]])),
-    })
-    return { row, before }
-  })
+    if (result === undefined) return null
+    const { changed, previous_external_id: previousExternalId, ...row } = result
+    return { row, changed, previousExternalId }
+  }
+  return runChange(sql, origin, update, (result) =>
+    result?.changed === true ? { type: 'sub_account', id: result.row.id } : null,
+  )
 }
 
 /** The sub-account with its new status and whether it changed, or null for an unknown one. */
@@ -100,18 +183,36 @@ export function setStatusWithEvent(
   id: string,
   status: TenantStatus,
 ): Promise<{ row: TenantRow; changed: boolean } | null> {
-  return inTransaction(sql, async (tx) => {
-    const before = await lockSubAccount(tx, parentId, id)
-    if (before === null) return null
-    if (before.status === status) return { row: before, changed: false }
-    const row = (await setSubAccountStatus(tx, parentId, id, status))!
-    await recordEvent(tx, origin, {
-      accountId: parentId,
-      type: status === 'active' ? 'sub_account.reactivated' : 'sub_account.deactivated',
-      target: { type: 'sub_account', id: row.id },
-      object: presentSubAccount(row),
-      previous: { status: before.status, deactivated_at: before.deactivated_at?.toISOString() ?? null },
-    })
-    return { row, changed: true }
-  })
+  const setStatus = async (db: Db) => {
+    const s = new Statement()
+    const newStatus = s.param(status)
+    const [result] = await changeWithEvent<(TenantRow & { changed: boolean })[]>(
+      db,
+      s,
+      `${lockedBefore(s, parentId, id)},
+      changed as (
+        update tenants set
+          status = ${newStatus},
+          updated_at = now(),
+          deactivated_at = ${status === 'active' ? 'null' : 'coalesce(deactivated_at, now())'}
+        where id = (select id from before where status <> ${newStatus}::text)
+        returning ${COLUMNS}
+      )`,
+      statementEvent(origin, {
+        accountId: parentId,
+        type: status === 'active' ? 'sub_account.reactivated' : 'sub_account.deactivated',
+        target: { type: 'sub_account', id: 'changed.id' },
+        object: SUB_ACCOUNT_CHANGED,
+        previous: `jsonb_build_object('status', before.status, 'deactivated_at', ${isoSql('before.deactivated_at')})`,
+        source: 'changed, before',
+      }),
+      changedOrBefore(),
+    )
+    if (result === undefined) return null
+    const { changed, ...row } = result
+    return { row, changed }
+  }
+  return runChange(sql, origin, setStatus, (result) =>
+    result?.changed === true ? { type: 'sub_account', id: result.row.id } : null,
+  )
 }

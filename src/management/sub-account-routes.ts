@@ -103,12 +103,12 @@ export function registerSubAccountItem(app: ManagementApp, { sql, cache }: Manag
         }),
       )
       if (updated === null) throw notFound()
-      const { row, before } = updated
-      const externalIdMoved = row.external_id !== before.external_id
+      const { row, previousExternalId } = updated
+      const externalIdMoved = row.external_id !== previousExternalId
       // The cached records carry the external id and the limits (the proxy reads both from them).
       if (externalIdMoved || body.limits !== undefined) {
         await cache.invalidate(
-          [row.external_id, before.external_id]
+          [row.external_id, previousExternalId]
             .filter((externalId) => externalIdMoved && externalId !== null)
             .map((externalId) => cacheKeys.externalId(row.parent_id!, externalId!))
             .concat(subAccountEntries(row.parent_id!, row.id)),

@@ -93,14 +93,14 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       ...COMMON_OPTIONS,
       max,
       // Every query here is a point lookup or a page: a parallel worker costs more to start than
-      // the query takes (about 10 ms a usage page instead of 0.7 at 100,000 sub-accounts). And
-      // generic plans of prepared statements cannot see that a usage range is sparse or dense
-      // (627 ms a page with the day index): plan each execution. Strings: postgres.js drops
-      // falsy startup parameters. See bench/RESULTS.md at e5da086.
+      // the query takes (about 10 ms a usage page instead of 0.7 at 100,000 sub-accounts). Strings:
+      // postgres.js drops falsy startup parameters. See bench/README.md. Prepared statements keep
+      // Postgres's default plan cache: planning each write's statement cost more than running it
+      // (300-550 µs against 300); the usage reads whose plan depends on their range are planned
+      // each time instead (store/statement.ts runPlannedEachTime).
       connection: {
         application_name: applicationName,
         max_parallel_workers_per_gather: '0',
-        plan_cache_mode: 'force_custom_plan',
       },
     })
     return { sql, embedded: false, pool: { max, applicationName }, close: () => sql.end({ timeout: 5 }) }

@@ -1,10 +1,8 @@
 // Events of the audit log (docs/events.md). SQL only; callers pass `sql` or a transaction.
 import type { Sql, Tx } from './db.js'
+import { Statement } from './statement.js'
 
 type Db = Sql | Tx
-
-/** postgres.js's JSON parameter type, which plain object types do not satisfy. */
-const json = (db: Db, value: unknown) => db.json(value as Parameters<Sql['json']>[0])
 
 export interface EventRow {
   id: string
@@ -26,27 +24,77 @@ const COLUMNS = 'id, type, created_at, account_id, actor, target, request_id, so
 export const DELIVERIES_CHANNEL = 'tgw_webhook_deliveries'
 
 /**
- * Writes the event and, in the same statement, one delivery for each active endpoint of the
- * account that subscribes to its type or to its resource's every type (`api_key.*`); with any
- * queued, a NOTIFY that Postgres sends only if the transaction commits.
+ * One delivery for each active endpoint of the event's account that subscribes to its type or to
+ * its resource's every type (`api_key.*`), as a CTE over `event`. Each queued row NOTIFYs, which
+ * Postgres sends once (one channel, one payload), and only if the transaction commits.
  */
-export async function insertEvent(db: Db, event: Omit<EventRow, 'created_at'>): Promise<void> {
-  const resourceWide = `${event.type.slice(0, event.type.indexOf('.'))}.*`
-  await db`
-    with event as (
-      insert into events (id, account_id, type, actor, target, request_id, source_ip, data)
-      values (${event.id}, ${event.account_id}, ${event.type}, ${json(db, event.actor)}, ${json(db, event.target)},
-              ${event.request_id}, ${event.source_ip}, ${json(db, event.data)})
-      returning id, account_id
-    ), queued as (
+function queuedDeliveries(statement: Statement, type: string): string {
+  const resourceWide = `${type.slice(0, type.indexOf('.'))}.*`
+  return `queued as (
       insert into webhook_deliveries (event_id, endpoint_id)
       select event.id, endpoint.id from event
       join webhook_endpoints endpoint on endpoint.account_id = event.account_id
         and endpoint.status = 'active'
-        and endpoint.event_types && array[${event.type}, ${resourceWide}]::text[]
-      returning 1
-    )
-    select pg_notify(${DELIVERIES_CHANNEL}, '') where exists (select 1 from queued)`
+        and endpoint.event_types && array[${statement.param(type)}, ${statement.param(resourceWide)}]::text[]
+      returning pg_notify('${DELIVERIES_CHANNEL}', '')
+    )`
+}
+
+/** Writes the event, with its deliveries queued in the same statement (in the change's transaction). */
+export async function insertEvent(db: Db, event: Omit<EventRow, 'created_at'>): Promise<void> {
+  const s = new Statement()
+  await s.run(
+    db,
+    `with event as (
+      insert into events (id, account_id, type, actor, target, request_id, source_ip, data)
+      values (${s.param(event.id)}, ${s.param(event.account_id)}, ${s.param(event.type)}, ${s.json(db, event.actor)},
+              ${s.json(db, event.target)}, ${s.param(event.request_id)}, ${s.param(event.source_ip)}, ${s.json(db, event.data)})
+      returning id, account_id
+    ), ${queuedDeliveries(s, event.type)}
+    select 1`,
+  )
+}
+
+/**
+ * An event written by its change's own statement: its target's id, object and previous fields are
+ * SQL over the rows of the change's CTEs (`source`), so that no event is written when they have
+ * none, that is when nothing changed.
+ */
+export interface EventOfStatement extends Omit<EventRow, 'created_at' | 'target' | 'data'> {
+  target: { type: string; id: string }
+  object: string
+  previous: string
+  /** The FROM list the event is selected from: the CTE of the changed rows, and any other it reads. */
+  source: string
+}
+
+/**
+ * `with <changes>, event, queued <result>`: a change and its event (and their deliveries) in one
+ * statement, atomic without a transaction of several round trips (docs/decisions.md, Events).
+ * `changes` and `result` hold placeholders of `statement`.
+ */
+export function changeWithEvent<T extends readonly object[]>(
+  db: Db,
+  statement: Statement,
+  changes: string,
+  event: EventOfStatement,
+  result: string,
+): Promise<T> {
+  const s = statement
+  return s.run<T>(
+    db,
+    `with ${changes},
+    event as (
+      insert into events (id, account_id, type, actor, target, request_id, source_ip, data)
+      select ${s.param(event.id)}, ${s.param(event.account_id)}, ${s.param(event.type)}, ${s.json(db, event.actor)},
+             jsonb_build_object('type', ${s.param(event.target.type)}::text, 'id', ${event.target.id}),
+             ${s.param(event.request_id)}, ${s.param(event.source_ip)},
+             jsonb_build_object('object', ${event.object}, 'previous', ${event.previous})
+      from ${event.source}
+      returning id, account_id
+    ), ${queuedDeliveries(s, event.type)}
+    ${result}`,
+  )
 }
 
 export interface EventFilter {

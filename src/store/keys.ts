@@ -1,5 +1,6 @@
 // API keys of parent accounts and sub-accounts. Only digests are stored (docs/api.md).
 import type { Sql, Tx } from './db.js'
+import { Statement } from './statement.js'
 
 type Db = Sql | Tx
 
@@ -32,7 +33,8 @@ export interface KeyCredential {
 }
 
 // Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
-const COLUMNS =
+/** A key's columns as KeyRow holds them (scopes as JSON, which crosses without array types). */
+export const KEY_COLUMNS =
   'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at, expires_at, rolled_from'
 
 /** What authentication reads of a key. */
@@ -51,11 +53,19 @@ export interface NewKey {
   rolledFrom?: string | null
 }
 
+/** The insert of a key returning its row, a statement or a CTE, its values parameters of `s`. */
+export function insertKeySql(db: Db, s: Statement, key: NewKey): string {
+  return `insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest, expires_at, rolled_from)
+    values (${s.param(key.tenantId)}, ${s.param(key.name)},
+            array(select scope from jsonb_array_elements_text(${s.json(db, key.scopes)}) with ordinality as given (scope, n) order by n),
+            ${s.param(key.prefix)}, ${s.param(key.keyDigest)}, ${s.param(key.secretDigest)}, ${s.param(key.expiresAt ?? null)},
+            ${s.param(key.rolledFrom ?? null)})
+    returning ${KEY_COLUMNS}`
+}
+
 export async function insertKey(db: Db, key: NewKey): Promise<KeyRow> {
-  const [row] = await db<KeyRow[]>`
-    insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest, expires_at, rolled_from)
-    values (${key.tenantId}, ${key.name}, array(select scope from jsonb_array_elements_text(${db.json(key.scopes)}) with ordinality as given (scope, n) order by n), ${key.prefix}, ${key.keyDigest}, ${key.secretDigest}, ${key.expiresAt ?? null}, ${key.rolledFrom ?? null})
-    returning ${db.unsafe(COLUMNS)}`
+  const s = new Statement()
+  const [row] = await s.run<KeyRow[]>(db, insertKeySql(db, s, key))
   return row!
 }
 
@@ -87,7 +97,7 @@ export function listKeys(
   page: { limit: number; afterSeq: string | null },
 ): Promise<KeyPageRow[]> {
   return db<KeyPageRow[]>`
-    select ${db.unsafe(COLUMNS)}, seq::text as seq from api_keys
+    select ${db.unsafe(KEY_COLUMNS)}, seq::text as seq from api_keys
     where tenant_id = ${tenantId}
       ${page.afterSeq === null ? db`` : db`and seq > ${page.afterSeq}`}
     order by api_keys.seq
@@ -97,7 +107,7 @@ export function listKeys(
 /** One key of the tenant, revoked or not. */
 export async function getKey(db: Db, tenantId: string, keyId: string): Promise<KeyRow | null> {
   const [row] = await db<KeyRow[]>`
-    select ${db.unsafe(COLUMNS)} from api_keys where id = ${keyId} and tenant_id = ${tenantId}`
+    select ${db.unsafe(KEY_COLUMNS)} from api_keys where id = ${keyId} and tenant_id = ${tenantId}`
   return row ?? null
 }
 
@@ -110,7 +120,7 @@ export type RevokedKeyRow = KeyRow & { key_digest: Buffer }
  */
 export async function lockKey(tx: Tx, tenantId: string, keyId: string): Promise<RevokedKeyRow | null> {
   const [row] = await tx<RevokedKeyRow[]>`
-    select ${tx.unsafe(COLUMNS)}, key_digest from api_keys
+    select ${tx.unsafe(KEY_COLUMNS)}, key_digest from api_keys
     where id = ${keyId} and tenant_id = ${tenantId}
     for update`
   return row ?? null
@@ -126,7 +136,7 @@ export async function shortenKey(tx: Tx, keyId: string, expiresAt: Date, revoke:
       expires_at = least(expires_at, ${expiresAt}::timestamptz),
       ${revoke ? tx`status = 'revoked', revoked_at = coalesce(revoked_at, ${expiresAt}::timestamptz)` : tx`status = status`}
     where id = ${keyId}
-    returning ${tx.unsafe(COLUMNS)}, key_digest`
+    returning ${tx.unsafe(KEY_COLUMNS)}, key_digest`
   return row!
 }
 
@@ -135,7 +145,7 @@ export async function revokeKey(db: Db, tenantId: string, keyId: string): Promis
   const [row] = await db<RevokedKeyRow[]>`
     update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now())
     where id = ${keyId} and tenant_id = ${tenantId}
-    returning ${db.unsafe(COLUMNS)}, key_digest`
+    returning ${db.unsafe(KEY_COLUMNS)}, key_digest`
   return row ?? null
 }
 

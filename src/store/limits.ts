@@ -3,6 +3,7 @@ import { type Origin, recordEvent } from '../events/record.js'
 import { sameJson } from '../events/same-json.js'
 import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from '../tenancy/limits.js'
 import type { Sql, Tx } from './db.js'
+import { Statement } from './statement.js'
 import { COLUMNS, getTenant, type TenantRow } from './tenants.js'
 import { inTransaction } from './transaction.js'
 
@@ -111,14 +112,16 @@ function monthDays(month: string): { first: string; next: string } {
  */
 export async function monthUse(db: Db, of: MonthUseOf, month: string): Promise<number> {
   const { first, next } = monthDays(month)
-  const [row] =
+  const s = new Statement()
+  const [tenant, from, until] = [s.param(of.tenantId), s.param(first), s.param(next)]
+  const [row] = await s.runPlannedEachTime<{ used: string }[]>(
+    db,
     of.level === 'sub_account'
-      ? await db<{ used: string }[]>`
-          select coalesce(sum(forwarded), 0)::text as used from usage_daily
-          where tenant_id = ${of.tenantId} and day >= ${first} and day < ${next}`
-      : await db<{ used: string }[]>`
-          select coalesce(sum(u.forwarded), 0)::text as used
-          from tenants t join usage_daily u on u.tenant_id = t.id
-          where (t.id = ${of.tenantId} or t.parent_id = ${of.tenantId}) and u.day >= ${first} and u.day < ${next}`
+      ? `select coalesce(sum(forwarded), 0)::text as used from usage_daily
+         where tenant_id = ${tenant} and day >= ${from} and day < ${until}`
+      : `select coalesce(sum(u.forwarded), 0)::text as used
+         from tenants t join usage_daily u on u.tenant_id = t.id
+         where (t.id = ${tenant} or t.parent_id = ${tenant}) and u.day >= ${from} and u.day < ${until}`,
+  )
   return Number(row!.used)
 }

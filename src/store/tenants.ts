@@ -1,6 +1,7 @@
 // Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
 import type { TenantLimits } from '../tenancy/limits.js'
 import type { Sql, Tx } from './db.js'
+import { Statement } from './statement.js'
 
 type Db = Sql | Tx
 
@@ -38,7 +39,8 @@ function isUniqueViolation(err: unknown): boolean {
   return (err as { code?: string }).code === '23505'
 }
 
-async function rethrowConflict<T>(run: () => Promise<T>): Promise<T> {
+/** Runs a write of tenants, a taken external_id thrown as ExternalIdTakenError. */
+export async function rethrowConflict<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run()
   } catch (err) {
@@ -56,23 +58,26 @@ export function createParentAccount(db: Db, input: { name: string; externalId: s
   })
 }
 
-export function createSubAccount(
-  db: Db,
-  parentId: string,
-  input: {
-    name: string
-    externalId: string | null
-    metadata: Record<string, string>
-    /** Stored as given: absent or null for none, else an object with a limit (tenancy/limits.ts storedLimits). */
-    limits?: TenantLimits | null
-  },
-): Promise<TenantRow> {
+export interface NewSubAccount {
+  name: string
+  externalId: string | null
+  metadata: Record<string, string>
+  /** Stored as given: absent or null for none, else an object with a limit (tenancy/limits.ts storedLimits). */
+  limits?: TenantLimits | null
+}
+
+/** The insert of a sub-account returning its row, a statement or a CTE, its values parameters of `s`. */
+export function insertSubAccountSql(db: Db, s: Statement, parentId: string, input: NewSubAccount): string {
+  return `insert into tenants (parent_id, name, external_id, metadata, limits)
+    values (${s.param(parentId)}, ${s.param(input.name)}, ${s.param(input.externalId)}, ${s.json(db, input.metadata)},
+            ${input.limits == null ? 'null' : s.json(db, input.limits)})
+    returning ${COLUMNS}`
+}
+
+export function createSubAccount(db: Db, parentId: string, input: NewSubAccount): Promise<TenantRow> {
   return rethrowConflict(async () => {
-    const [row] = await db<TenantRow[]>`
-      insert into tenants (parent_id, name, external_id, metadata, limits)
-      values (${parentId}, ${input.name}, ${input.externalId}, ${db.json(input.metadata)},
-              ${input.limits == null ? null : db.json(input.limits)})
-      returning ${db.unsafe(COLUMNS)}`
+    const s = new Statement()
+    const [row] = await s.run<TenantRow[]>(db, insertSubAccountSql(db, s, parentId, input))
     return row!
   })
 }
@@ -138,51 +143,4 @@ export interface SubAccountPatch {
   metadata?: Record<string, string>
   /** Replaces the whole object; null clears it (stored as given, see createSubAccount). */
   limits?: TenantLimits | null
-}
-
-/** The updated row, with the external_id it had before (the caches of both names go stale). */
-export type UpdatedTenantRow = TenantRow & { previous_external_id: string | null }
-
-export function updateSubAccount(
-  db: Db,
-  parentId: string,
-  id: string,
-  patch: SubAccountPatch,
-): Promise<UpdatedTenantRow | null> {
-  return rethrowConflict(async () => {
-    const [row] = await db<UpdatedTenantRow[]>`
-      update tenants set
-        name = ${patch.name === undefined ? db`name` : db`${patch.name}`},
-        external_id = ${patch.externalId === undefined ? db`external_id` : db`${patch.externalId}`},
-        metadata = ${patch.metadata === undefined ? db`metadata` : db`${db.json(patch.metadata)}`},
-        limits = ${patch.limits === undefined ? db`limits` : patch.limits === null ? db`null` : db`${db.json(patch.limits)}`},
-        updated_at = now()
-      from (
-        select id as previous_id, external_id as previous_external_id from tenants
-        where id = ${id} and parent_id = ${parentId}
-        for update
-      ) previous
-      where tenants.id = previous.previous_id
-      returning ${db.unsafe(COLUMNS)}, previous.previous_external_id`
-    return row ?? null
-  })
-}
-
-/** Sets the status; repeating it changes nothing (the timestamps stay those of the first call). */
-export async function setSubAccountStatus(
-  db: Db,
-  parentId: string,
-  id: string,
-  status: TenantStatus,
-): Promise<TenantRow | null> {
-  const [row] = await db<TenantRow[]>`
-    update tenants set
-      updated_at = case when status = ${status} then updated_at else now() end,
-      deactivated_at = case
-        when ${status} = 'active' then null
-        else coalesce(deactivated_at, now()) end,
-      status = ${status}
-    where id = ${id} and parent_id = ${parentId}
-    returning ${db.unsafe(COLUMNS)}`
-  return row ?? null
 }

@@ -1,5 +1,6 @@
 // Usage counts (docs/api.md) and keys' last use. SQL only; the batching lives in usage/meter.ts.
 import type { Sql, Tx } from './db.js'
+import { Statement } from './statement.js'
 
 type Db = Sql | Tx
 
@@ -95,19 +96,23 @@ export function usageRows(
   parentId: string,
   range: { from: string; to: string; afterSeq: string | null; limit: number },
 ): Promise<UsageRow[]> {
-  return db<UsageRow[]>`
-    with page as (
+  const s = new Statement()
+  const [from, to] = [s.param(range.from), s.param(range.to)]
+  return s.runPlannedEachTime<UsageRow[]>(
+    db,
+    `with page as (
       select t.seq, t.id, t.external_id from tenants t
-      where t.parent_id = ${parentId}
-        ${range.afterSeq === null ? db`` : db`and t.seq > ${range.afterSeq}`}
+      where t.parent_id = ${s.param(parentId)}
+        ${range.afterSeq === null ? '' : `and t.seq > ${s.param(range.afterSeq)}`}
         and exists (
-          select 1 from usage_daily u where u.tenant_id = t.id and u.day between ${range.from} and ${range.to})
+          select 1 from usage_daily u where u.tenant_id = t.id and u.day between ${from} and ${to})
       order by t.seq
-      limit ${range.limit}
+      limit ${s.param(range.limit)}
     )
     select page.seq::text as seq, page.id, page.external_id,
            u.day::text as day, u.status_class, u.requests::text as requests,
            u.limited_rate::text as limited_rate, u.limited_quota::text as limited_quota
-    from page join usage_daily u on u.tenant_id = page.id and u.day between ${range.from} and ${range.to}
-    order by page.seq, u.day, u.status_class`
+    from page join usage_daily u on u.tenant_id = page.id and u.day between ${from} and ${to}
+    order by page.seq, u.day, u.status_class`,
+  )
 }

@@ -1,8 +1,9 @@
 // A change whose Postgres connection is lost while it writes its event (docs/events.md): the
-// relay closes the gateway's connection as it sends the event's insert, in the middle of the
-// change's transaction. Postgres then rolls the transaction back: neither the change nor its event
-// exists, the client hears an error, nothing escapes to the process (src/store/transaction.ts), and
-// the next request works.
+// relay closes the gateway's connection as it sends the statement that writes the sub-account and
+// its event: alone, or, under an Idempotency-Key, in the middle of the change's transaction (after
+// BEGIN, before the claim's mark and COMMIT). Either way neither the change nor its event exists,
+// the client hears an error, nothing escapes to the process (src/store/transaction.ts), and the
+// next request works.
 import t from 'tap'
 import { freshDatabase } from '../helpers/db.js'
 import { createParent, startGateway } from '../helpers/gateway.js'
@@ -21,13 +22,25 @@ const gw = await startGateway(t, {
   relays: [relay],
 })
 
-for (const how of ['rst', 'fin'] as const) {
-  t.test(`the connection lost at the event's insert (${how})`, async (t) => {
-    const parent = await createParent(db.sql, { name: `cut ${how}` })
+for (const [how, idempotent] of [
+  ['rst', false],
+  ['fin', false],
+  ['rst', true],
+  ['fin', true],
+] as const) {
+  const what = idempotent ? 'in its transaction' : 'alone'
+  t.test(`the connection lost at the change's statement, ${what} (${how})`, async (t) => {
+    const parent = await createParent(db.sql, { name: `cut ${how} ${what}` })
     const call = (name: string) =>
-      gw.call(parent.apiKey, { method: 'POST', url: '/v1/sub-accounts', acting: 'self', body: { name } })
-    // The event's type travels as a parameter of its insert, every time (the statement's text is
-    // prepared once per connection): the connection is cut after BEGIN and the sub-account's insert.
+      gw.call(parent.apiKey, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        acting: 'self',
+        body: { name },
+        headers: idempotent ? { 'idempotency-key': `cut ${name}` } : {},
+      })
+    // The event's type travels as a parameter of the statement, every time (its text is prepared
+    // once per connection): the connection is cut as that statement is sent.
     const lost = relay.closeOn('sub_account.created', how)
     const answers = []
     for (let i = 0; i < 12; i++) {
@@ -47,7 +60,7 @@ for (const how of ['rst', 'fin'] as const) {
         5_000,
         false,
       ),
-      'a connection was lost mid-transaction',
+      'a connection was lost as the change was sent',
     )
     const failed = answers.at(-1)
     t.ok(failed !== undefined && failed >= 500, `the cut request failed (${answers.join(', ')})`)

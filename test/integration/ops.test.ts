@@ -4,7 +4,12 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { serveMetrics } from '../../src/ops/metrics.js'
+import { operatorOrigin } from '../../src/events/record.js'
+import { createSubAccountWithEvent } from '../../src/management/sub-account-changes.js'
 import { openStore } from '../../src/store/db.js'
+import { monthUse } from '../../src/store/limits.js'
+import { createParentAccount } from '../../src/store/tenants.js'
+import { usageRows } from '../../src/store/usage.js'
 import { UsageMeter } from '../../src/usage/meter.js'
 import { freshDatabase } from '../helpers/db.js'
 import { createParent, metricValue as metric, startGateway } from '../helpers/gateway.js'
@@ -293,11 +298,28 @@ t.test('serveMetrics: /metrics on its own port, nothing else', async (t) => {
   t.equal((await fetch(`${base}/other`)).status, 404, 'any other path is 404')
 })
 
-t.test("the gateway's connections: no parallel query, a custom plan each time", async (t) => {
+t.test("the gateway's connections: no parallel query; writes keep their plans, usage reads do not", async (t) => {
   const store = await openStore({ databaseUrl: database.url, dataDir: '.', maxConnections: 1 })
   t.teardown(() => store.close())
   const [row] = await store.sql<{ workers: string; mode: string }[]>`
     select current_setting('max_parallel_workers_per_gather') as workers, current_setting('plan_cache_mode') as mode`
   t.equal(row?.workers, '0', 'max_parallel_workers_per_gather reached Postgres')
-  t.equal(row?.mode, 'force_custom_plan', 'plan_cache_mode reached Postgres')
+  t.equal(row?.mode, 'auto', "Postgres's own plan cache: a prepared statement's generic plan is kept")
+  // One connection: what it prepared is in its pg_prepared_statements.
+  const parent = await createParentAccount(store.sql, { name: 'plans', externalId: null })
+  const origin = operatorOrigin()
+  await createSubAccountWithEvent(store.sql, origin, parent.id, { name: 'a', externalId: null, metadata: {} })
+  await usageRows(store.sql, parent.id, { from: '2026-01-01', to: '2026-01-31', afterSeq: null, limit: 10 })
+  await monthUse(store.sql, { level: 'account', tenantId: parent.id }, '2026-01')
+  const prepared = await store.sql<{ statement: string }[]>`select statement from pg_prepared_statements`
+  t.ok(
+    prepared.some(
+      ({ statement }) => statement.includes('insert into tenants') && statement.includes('insert into events'),
+    ),
+    'a change with its event is a prepared statement',
+  )
+  t.notOk(
+    prepared.some(({ statement }) => statement.includes('usage_daily')),
+    'the usage reads are not: Postgres plans them for their range each time',
+  )
 })
