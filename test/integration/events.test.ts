@@ -241,3 +241,37 @@ t.test('atomic: when the event or the change cannot commit, neither does the oth
     t.same(await snapshot(), before, `${failing} cannot commit: no change and no event`)
   }
 })
+
+t.test('changes at once: one event for each that changed, each after the one before it', async (t) => {
+  const created = await change('POST', '/v1/sub-accounts', { name: 'race 0' })
+  const id = created.res.json().id
+  const seen = (await eventsOf(sql, parent.id)).length
+  const call = (method: 'POST' | 'PATCH', url: string, body?: unknown) =>
+    gw.call(parent.apiKey, { method, url, acting: 'self', body })
+  const eight = <T>(make: (i: number) => Promise<T>) => Promise.all(Array.from({ length: 8 }, (_, i) => make(i)))
+
+  const offs = await eight(() => call('POST', `/v1/sub-accounts/${id}/deactivate`))
+  const renames = await eight((i) => call('PATCH', `/v1/sub-accounts/${id}`, { name: `race ${i + 1}` }))
+  const key = (await call('POST', `/v1/sub-accounts/${id}/api-keys`, { name: 'k', scopes: ['orders:read'] })).json()
+  const revokes = await eight(() => call('POST', `/v1/sub-accounts/${id}/api-keys/${key.id}/revoke`))
+  t.same(
+    [...offs, ...renames, ...revokes].map((res) => res.statusCode),
+    Array(24).fill(200),
+  )
+
+  const events = await newEvents(sql, parent.id, seen)
+  const count = (type: string) => events.filter((event) => event.type === type).length
+  t.equal(count('sub_account.deactivated'), 1, 'eight deactivations at once: one event')
+  t.equal(count('api_key.revoked'), 1, 'eight revocations at once: one event')
+  const updates = events.filter((event) => event.type === 'sub_account.updated')
+  t.equal(updates.length, 8, 'eight renames: eight events')
+  // Each rename locked the row after the one before it had committed: what it saw before is
+  // what the one before set, so the names chain from the first to the row as it is now.
+  t.same(
+    updates.map((event) => event.data.previous.name),
+    ['race 0', ...updates.slice(0, -1).map((event) => event.data.object.name)],
+    'each event saw the name the one before it wrote',
+  )
+  const [row] = await sql<{ name: string }[]>`select name from tenants where id = ${id}`
+  t.equal(row?.name, updates.at(-1)?.data.object.name, 'the last event holds the row as it is')
+})
