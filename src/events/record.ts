@@ -67,9 +67,9 @@ export interface NewEvent {
 }
 
 /**
- * Records an event in the transaction of a change made of several statements (a roll, a new
- * account and its key). A change of one row writes its event in its own statement instead
- * (runChange, below).
+ * Records an event in the transaction of its change: a roll, a new account and its key, account
+ * limits, webhook endpoints (docs/decisions.md, Events). The changes of sub-accounts and keys
+ * write their event in their own statement instead (runChange, below).
  */
 export async function recordEvent(tx: Tx, origin: Origin, event: NewEvent): Promise<void> {
   await insertEvent(tx, {
