@@ -113,7 +113,10 @@ export interface EventFilter {
 /** The character after `.` in byte order: `prefix` ≤ type < this bound is every type that starts so. */
 const afterPrefix = (prefix: string) => `${prefix.slice(0, -1)}/`
 
-/** One page of a parent's events, newest first, by keyset on `seq`. */
+/**
+ * One page of a parent's events, newest first, by keyset on `seq`: ordered by the column, since the
+ * output's `seq` is its text, which sorts '9' above '10'.
+ */
 export function listEvents(db: Db, accountId: string, filter: EventFilter): Promise<EventPageRow[]> {
   const { type } = filter
   return db<EventPageRow[]>`
@@ -124,7 +127,7 @@ export function listEvents(db: Db, accountId: string, filter: EventFilter): Prom
       ${filter.targetId === null ? db`` : db`and target ->> 'id' = ${filter.targetId}`}
       ${filter.since === null ? db`` : db`and created_at >= ${filter.since}`}
       ${filter.until === null ? db`` : db`and created_at < ${filter.until}`}
-    order by seq desc
+    order by events.seq desc
     limit ${filter.limit}`
 }
 

@@ -197,7 +197,7 @@ export interface AttemptPageRow {
   next_attempt_at: Date | null
 }
 
-/** One page of an endpoint's attempts, newest first, by keyset on `seq`. */
+/** One page of an endpoint's attempts, newest first, by keyset on `seq` (the column, not its text). */
 export function listAttempts(
   db: Db,
   endpointId: string,
@@ -207,6 +207,6 @@ export function listAttempts(
     select seq::text as seq, event_id, attempt, status, error, duration_ms, attempted_at, next_attempt_at
     from webhook_attempts
     where endpoint_id = ${endpointId} ${page.beforeSeq === null ? db`` : db`and seq < ${page.beforeSeq}`}
-    order by seq desc
+    order by webhook_attempts.seq desc
     limit ${page.limit}`
 }

@@ -56,7 +56,10 @@ export async function getWebhookEndpoint(
   return row ?? null
 }
 
-/** One page of the parent's endpoints that are not deleted, oldest first, by keyset on `seq`. */
+/**
+ * One page of the parent's endpoints that are not deleted, oldest first, by keyset on `seq` (the
+ * column, not its text).
+ */
 export function listWebhookEndpoints(
   db: Db,
   accountId: string,
@@ -66,7 +69,7 @@ export function listWebhookEndpoints(
     select ${db.unsafe(COLUMNS)}, seq::text as seq from webhook_endpoints
     where account_id = ${accountId} and status <> 'deleted'
       ${page.afterSeq === null ? db`` : db`and seq > ${page.afterSeq}`}
-    order by seq
+    order by webhook_endpoints.seq
     limit ${page.limit}`
 }
 

@@ -124,3 +124,30 @@ t.test('paging: every event once, newest first, with a filter kept', async (t) =
   t.same([created.data[0].target.id, next.data[0].target.id], [b.id, a.id])
   t.equal(next.next_cursor, null)
 })
+
+t.test('newest first by seq as a number: past 9, 10 is newer', async (t) => {
+  // seq is read as text (`seq::text as seq`); the order must still be the column's, or '9' sorts
+  // above '10' and a page's cursor (seq < the last one shown) skips the newest events.
+  for (const n of [1, 2, 3, 4, 5, 6]) await as(parent.apiKey, 'POST', '/v1/sub-accounts', { name: `more ${n}` })
+  const stored = (
+    await sql<{ id: string }[]>`
+    select id from events where account_id = ${parent.id} order by seq desc`
+  ).map((row) => row.id)
+  const [{ top }] = (await sql`select max(seq)::int as top from events`) as [{ top: number }]
+  t.ok(top >= 10, `the log's seq went past 9 (${top})`)
+  t.same(
+    (await log('?limit=100')).data.map((e: { id: string }) => e.id),
+    stored,
+    'one page',
+  )
+  const seen: string[] = []
+  let cursor: string | null = null
+  do {
+    const page: { data: { id: string }[]; next_cursor: string | null } = await log(
+      `?limit=3${cursor === null ? '' : `&cursor=${cursor}`}`,
+    )
+    seen.push(...page.data.map((e) => e.id))
+    cursor = page.next_cursor
+  } while (cursor !== null)
+  t.same(seen, stored, 'paged: every event once, newest first')
+})

@@ -190,6 +190,28 @@ t.test('list: oldest first, paged with signed cursors, the parent own only', asy
   t.equal(problemOf(bad).code, 'validation_failed')
 })
 
+t.test('list: by seq as a number, 10 after 9', async (t) => {
+  // A database of its own, so that the endpoints' seq runs 1 to 11: read as text
+  // (`seq::text as seq`), the order must still be the column's, or '10' sorts before '9'.
+  const fresh = await startGateway(t, { listen: false })
+  const p = await fresh.createParent()
+  const ids: string[] = []
+  for (let n = 1; n <= 11; n++) {
+    const res = await as(p.apiKey, 'POST', PATH, { url: `${PUBLIC_URL}/${n}`, event_types: ['api_key.*'] }, {}, fresh)
+    ids.push(res.json().id)
+  }
+  const seen: string[] = []
+  let cursor: string | null = null
+  do {
+    const page: { data: { id: string }[]; next_cursor: string | null } = (
+      await as(p.apiKey, 'GET', `${PATH}?limit=4${cursor === null ? '' : `&cursor=${cursor}`}`, undefined, {}, fresh)
+    ).json()
+    seen.push(...page.data.map((e) => e.id))
+    cursor = page.next_cursor
+  } while (cursor !== null)
+  t.same(seen, ids, 'every endpoint once, oldest first')
+})
+
 t.test("get and delete: 404 for unknown, malformed and another parent's", async (t) => {
   const made = (await create({ url: PUBLIC_URL, event_types: ['sub_account.*'] })).json()
   const item = `${PATH}/${made.id}`
