@@ -115,20 +115,25 @@ const afterPrefix = (prefix: string) => `${prefix.slice(0, -1)}/`
 
 /**
  * One page of a parent's events, newest first, by keyset on `seq`: ordered by the column, since the
- * output's `seq` is its text, which sorts '9' above '10'.
+ * output's `seq` is its text, which sorts '9' above '10'. A page over a range of time or of types
+ * is planned for its values each time: how many of the parent's events the range holds decides
+ * between reading `seq` backwards and sorting the range, and a kept generic plan, which guesses,
+ * sorted every event of a wide range (450 ms a page at 1,000,000 events, against 0.1).
  */
 export function listEvents(db: Db, accountId: string, filter: EventFilter): Promise<EventPageRow[]> {
   const { type } = filter
-  return db<EventPageRow[]>`
-    select ${db.unsafe(COLUMNS)}, seq::text as seq from events
-    where account_id = ${accountId}
-      ${filter.beforeSeq === null ? db`` : db`and seq < ${filter.beforeSeq}`}
-      ${type === null ? db`` : 'exact' in type ? db`and type = ${type.exact}` : db`and type >= ${type.prefix} and type < ${afterPrefix(type.prefix)}`}
-      ${filter.targetId === null ? db`` : db`and target ->> 'id' = ${filter.targetId}`}
-      ${filter.since === null ? db`` : db`and created_at >= ${filter.since}`}
-      ${filter.until === null ? db`` : db`and created_at < ${filter.until}`}
+  const s = new Statement()
+  const text = `select ${COLUMNS}, seq::text as seq from events
+    where account_id = ${s.param(accountId)}
+      ${filter.beforeSeq === null ? '' : `and seq < ${s.param(filter.beforeSeq)}`}
+      ${type === null ? '' : 'exact' in type ? `and type = ${s.param(type.exact)}` : `and type >= ${s.param(type.prefix)} and type < ${s.param(afterPrefix(type.prefix))}`}
+      ${filter.targetId === null ? '' : `and target ->> 'id' = ${s.param(filter.targetId)}`}
+      ${filter.since === null ? '' : `and created_at >= ${s.param(filter.since)}`}
+      ${filter.until === null ? '' : `and created_at < ${s.param(filter.until)}`}
     order by events.seq desc
-    limit ${filter.limit}`
+    limit ${s.param(filter.limit)}`
+  const ranged = filter.since !== null || filter.until !== null || (type !== null && 'prefix' in type)
+  return ranged ? s.runPlannedEachTime<EventPageRow[]>(db, text) : s.run<EventPageRow[]>(db, text)
 }
 
 /**

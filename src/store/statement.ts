@@ -31,8 +31,9 @@ export class Statement {
 
   /**
    * Runs `text` unprepared, so that Postgres plans it for these values every time: for the range
-   * reads over usage, whose best plan depends on how many rows the range holds (a generic plan
-   * read a whole range for every page, 627 ms at 100,000 sub-accounts). One more round trip.
+   * reads (usage; the audit log by time or type), whose best plan depends on how many rows the
+   * range holds (a generic plan read a whole range for every page, 627 ms at 100,000
+   * sub-accounts). One more round trip.
    */
   runPlannedEachTime<T extends readonly object[]>(db: Db, text: string): Promise<T> {
     return db.unsafe(text, this.values, { prepare: false }) as unknown as Promise<T>
