@@ -5,7 +5,7 @@ import { keyObject as keyObjectSql, keyStateSql } from '../events/present-sql.js
 import { type Origin, recordEvent, runChange, statementEvent } from '../events/record.js'
 import { presentKey } from '../management/present.js'
 import type { Sql, Tx } from '../store/db.js'
-import { changeWithEvent } from '../store/events.js'
+import { changedOrBefore, changeWithEvent } from '../store/events.js'
 import { KEY_COLUMNS, insertKeySql, type KeyRow, type RevokedKeyRow } from '../store/keys.js'
 import { Statement } from '../store/statement.js'
 import type { TenantRow } from '../store/tenants.js'
@@ -89,9 +89,7 @@ export function revokeKeyWithEvent(
         previous: `jsonb_build_object('status', ${keyStateSql('before')}, 'revoked_at', null)`,
         source: 'changed, before',
       }),
-      `select changed.*, true as changed from changed
-        union all
-        select before.*, false as changed from before where not exists (select 1 from changed)`,
+      changedOrBefore(),
     )
     if (result === undefined) return null
     const { changed, ...row } = result

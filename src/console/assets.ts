@@ -30,16 +30,17 @@ const PREBUILT = new URL('./assets/', import.meta.url)
 export const SCRIPT_FILE = 'console.js'
 export const STYLE_FILE = 'console.css'
 
-function asset(base: string, ext: 'js' | 'css', bytes: Uint8Array): Asset {
+/** Bytes as the console serves them: also gzipped, and named by a hash of them (the validator). */
+export function served(bytes: Uint8Array): { body: Buffer; gzip: Buffer; hash: string; etag: string } {
   const body = Buffer.from(bytes)
   const hash = createHash('sha256').update(body).digest('base64url').slice(0, 16)
-  return {
-    name: `${base}.${hash}.${ext}`,
-    type: ext === 'js' ? 'text/javascript; charset=utf-8' : 'text/css; charset=utf-8',
-    body,
-    gzip: gzipSync(body, { level: 9 }),
-    etag: `"${hash}"`,
-  }
+  return { body, gzip: gzipSync(body, { level: 9 }), hash, etag: `"${hash}"` }
+}
+
+function asset(base: string, ext: 'js' | 'css', bytes: Uint8Array): Asset {
+  const { body, gzip, hash, etag } = served(bytes)
+  const type = ext === 'js' ? 'text/javascript; charset=utf-8' : 'text/css; charset=utf-8'
+  return { name: `${base}.${hash}.${ext}`, type, body, gzip, etag }
 }
 
 /** Bundles ./ui/main.tsx (preact, uPlot and their CSS) into one script and one stylesheet. */

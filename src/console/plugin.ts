@@ -1,13 +1,11 @@
 // The web console (docs/console.md): GET /console, a page that calls the management API from the
 // browser with the key its user pastes, and its two assets. Registered only when CONSOLE=on.
 // The page runs no inline code and loads nothing from another origin: the policy below says so.
-import { createHash } from 'node:crypto'
-import { gzipSync } from 'node:zlib'
 import { negotiate } from '@fastify/accept-negotiator'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { routeNotFound } from '../errors.js'
 import { pathOf } from '../proxy/paths.js'
-import { type Asset, type ConsoleAssets, consoleAssets } from './assets.js'
+import { type Asset, type ConsoleAssets, consoleAssets, served } from './assets.js'
 import { consolePage } from './page.js'
 import { CONSOLE_ASSETS, CONSOLE_PREFIX } from './paths.js'
 
@@ -51,13 +49,9 @@ function sendCached(request: FastifyRequest, reply: FastifyReply, body: Buffer, 
 export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, options) => {
   const assets = options.assets ?? consoleAssets
   // The page names the assets by their hashes; it is made once per set of assets.
-  let page: { for: ConsoleAssets; body: Buffer; gzip: Buffer; etag: string } | undefined
+  let page: ({ for: ConsoleAssets } & ReturnType<typeof served>) | undefined
   const pageFor = (current: ConsoleAssets) => {
-    if (page?.for !== current) {
-      const body = Buffer.from(consolePage(current))
-      const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 16)}"`
-      page = { for: current, body, gzip: gzipSync(body), etag }
-    }
+    if (page?.for !== current) page = { for: current, ...served(Buffer.from(consolePage(current))) }
     return page
   }
 

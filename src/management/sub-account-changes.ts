@@ -5,7 +5,7 @@
 import { isoSql, NO_LIMITS, subAccountObject } from '../events/present-sql.js'
 import { type Origin, runChange, statementEvent } from '../events/record.js'
 import type { Sql, Tx } from '../store/db.js'
-import { changeWithEvent } from '../store/events.js'
+import { changedOrBefore, changeWithEvent } from '../store/events.js'
 import { Statement } from '../store/statement.js'
 import {
   COLUMNS,
@@ -24,12 +24,6 @@ type Db = Sql | Tx
 const lockedBefore = (s: Statement, parentId: string, id: string) => `before as (
     select ${COLUMNS} from tenants where id = ${s.param(id)} and parent_id = ${s.param(parentId)} for update
   )`
-
-/** The row changed if anything was, else the row as it was, each with whether it changed. */
-const changedOrBefore = (extra = '') => `
-  select changed.*, true as changed ${extra} from changed, before
-  union all
-  select before.*, false as changed ${extra} from before where not exists (select 1 from changed)`
 
 const SUB_ACCOUNT_CHANGED = subAccountObject('changed')
 
@@ -134,13 +128,8 @@ export function updateSubAccountWithEvent(
   const update = async (db: Db): Promise<SubAccountUpdate | null> => {
     const s = new Statement()
     const fields = patchedFields(db, s, patch)
-    if (fields.length === 0) {
-      const [row] = await s.run<TenantRow[]>(
-        db,
-        `select ${COLUMNS} from tenants where id = ${s.param(id)} and parent_id = ${s.param(parentId)}`,
-      )
-      return row === undefined ? null : { row, changed: false, previousExternalId: row.external_id }
-    }
+    // The API's schema asks for one field at least (minProperties).
+    if (fields.length === 0) throw new Error('a PATCH of a sub-account sets one field at least')
     // The fields that changed, each shown as it was: `previous` holds those only.
     const previous = fields
       .map((f) => `case when ${f.differs} then jsonb_build_object('${f.name}', ${f.shownBefore}) else '{}'::jsonb end`)

@@ -69,6 +69,16 @@ export interface EventOfStatement extends Omit<EventRow, 'created_at' | 'target'
 }
 
 /**
+ * The result of a change that may change nothing (its CTEs `before`, the row locked, and
+ * `changed`): the changed row if there is one, else the row as it was; each with `changed`, and
+ * `extra` columns. No row: there was nothing to change.
+ */
+export const changedOrBefore = (extra = '') => `
+  select changed.*, true as changed ${extra} from changed, before
+  union all
+  select before.*, false as changed ${extra} from before where not exists (select 1 from changed)`
+
+/**
  * `with <changes>, event, queued <result>`: a change and its event (and their deliveries) in one
  * statement, atomic without a transaction of several round trips (docs/decisions.md, Events).
  * `changes` and `result` hold placeholders of `statement`.
