@@ -33,7 +33,7 @@ export const requestGuards = fp(
         done(
           new ApiError(
             'bad_path',
-            'the path may not contain .., //, ;, a control character, or an encoded dot pair, slash or backslash',
+            'the path may not contain .., //, ;, #, a control character, or an encoded dot pair, slash, backslash, ; or #, also when decoded again: encode the path once, without such parts',
           ),
         )
         return

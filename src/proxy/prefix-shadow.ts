@@ -11,13 +11,18 @@
 // Anything outside ASCII.
 // biome-ignore lint/suspicious/noControlCharactersInRegex: the range starts at NUL on purpose
 const NON_ASCII = /[^\u0000-\u007f]/
+// What a trimming upstream drops at a segment's end: dots, any Unicode space (U+0085, U+1680,
+// U+2028, U+3000…), not only the ASCII one, and the default-ignorable code points that case
+// folding deletes (U+00AD, U+180E, U+200B–U+200F, U+2060, U+FEFF…).
+const TRAILING_DOTS_AND_SPACES = /[.\p{White_Space}\p{Default_Ignorable_Code_Point}]+$/u
 
 /**
  * A segment as a folding upstream may read it: decoded (twice: some decode a path again), its
  * compatibility forms and the letters whose case folds into ASCII taken as those ASCII letters
  * (fullwidth `ｓ`, long `ſ`, dotless `ı`, the Kelvin sign: Python's casefold, Java's
  * equalsIgnoreCase, Go's EqualFold and Windows' best-fit mapping read them so), lower case, and
- * without trailing `.` and ` `.
+ * without trailing `.` and spaces (once the segment is not ASCII, any Unicode space or
+ * default-ignorable code point too).
  */
 export function foldSegment(segment: string): string {
   let folded = segment
@@ -29,7 +34,9 @@ export function foldSegment(segment: string): string {
       break
     }
   }
-  if (NON_ASCII.test(folded)) folded = folded.normalize('NFKC').toUpperCase()
+  if (NON_ASCII.test(folded)) {
+    return folded.normalize('NFKC').toUpperCase().toLowerCase().replace(TRAILING_DOTS_AND_SPACES, '')
+  }
   folded = folded.toLowerCase()
   let end = folded.length
   while (end > 0 && (folded.charCodeAt(end - 1) === 0x2e || folded.charCodeAt(end - 1) === 0x20)) end -= 1

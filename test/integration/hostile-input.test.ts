@@ -151,10 +151,25 @@ function actingOutcome(keyOf: 'owner' | 'sub', method: string, lines: string[]):
   return sub.status === 'active' ? pass(sub.id) : refuse(403, 'acting_tenant_deactivated')
 }
 
-/** docs/api.md's list: the paths refused with 400 bad_path (case-insensitive). */
+/** docs/api.md's list: the paths refused with 400 bad_path (case-insensitive), as sent or decoded once or twice. */
 function isBadPathByContract(path: string): boolean {
+  let view = path
+  for (let round = 0; round < 3; round++) {
+    if (isBadAsWritten(view)) return true
+    if (!view.includes('%')) return false
+    try {
+      view = decodeURIComponent(view)
+    } catch {
+      return false
+    }
+  }
+  return false
+}
+
+function isBadAsWritten(path: string): boolean {
   const p = path.toLowerCase()
-  if (['..', '%2e%2e', '.%2e', '%2e.', '%2f', '%5c', '\\', '//', ';'].some((bad) => p.includes(bad))) return true
+  if (['..', '%2e%2e', '.%2e', '%2e.', '%2f', '%5c', '\\', '//', ';', '%3b', '%23'].some((bad) => p.includes(bad)))
+    return true
   // A control character once percent-decoded (%00–%1f, %7f), or raw.
   // biome-ignore lint/suspicious/noControlCharactersInRegex: the model names control characters
   if (/%[01][0-9a-f]|%7f|[\u0000-\u001f\u007f]/.test(p)) return true
@@ -194,11 +209,14 @@ function decodes(path: string): boolean {
 }
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`)
-/** A decoded path as a folding upstream reads it: lower case, trailing dots and spaces of each segment dropped. */
+/**
+ * A decoded path as a folding upstream reads it: lower case, trailing dots, Unicode spaces and
+ * default-ignorable code points of each segment dropped.
+ */
 const folded = (view: string) =>
   view
     .split('/')
-    .map((segment) => segment.toLowerCase().replace(/[. ]+$/, ''))
+    .map((segment) => segment.toLowerCase().replace(/[.\p{White_Space}\p{Default_Ignorable_Code_Point}]+$/u, ''))
     .join('/')
 const isReservedView = (view: string) => RESERVED.some((reserved) => under(folded(view), reserved))
 /** What a folding /v1/shipments upstream would serve as its own (docs/api.md: such a path is never proxied elsewhere). */
@@ -640,6 +658,15 @@ t.test('paths: encodings, dots, slashes, semicolons, fragments, unicode (docs/ap
     'shipments%20',
     'Shipments%2e',
     'shipments.%20',
+    // Unicode spaces and default-ignorable code points that trimming upstreams drop at a segment's end.
+    'shipments%E1%9A%80',
+    'shipments%E2%80%A8',
+    'shipments%EF%BB%BF',
+    'shipments%C2%85',
+    'shipments%C2%AD',
+    'sub-accounts%E2%80%8B',
+    '%252e%252e',
+    '%25252f',
     'sub-accounts.',
     'SUB-ACCOUNTS',
     '%0a',
@@ -671,6 +698,7 @@ t.test('paths: encodings, dots, slashes, semicolons, fragments, unicode (docs/ap
     '/v1/shipments.',
     '/v1/shipments%20',
     '/v1/sub-accounts%2e',
+    '/v1/shipments%E2%81%A0',
   )
   const separator = fc.constantFrom('/', '/', '/', '', '//', '/./', '/../')
   const query = fc.constantFrom('', '', '', '?a=1', '?', '?../%2f;//', '?#', '#?x')

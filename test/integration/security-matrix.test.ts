@@ -289,6 +289,26 @@ t.test('prefix escape: /v1/shipments%2f..%2fadmin is 400 bad_path', async (t) =>
   await refused(t, 'GET', '/v1/shipments%2f..%2fadmin', [auth(owner.apiKey)], 400, 'bad_path')
 })
 
+// Judged as an upstream that decodes again will read them: once and twice decoded, and `;` or `#`
+// spelled as %3b or %23. Management paths too.
+for (const target of [
+  '/v1/shipments/%252e%252e/admin',
+  '/v1/shipments/%25252e%25252e/admin',
+  '/v1/shipments%252f..%252fadmin',
+  '/v1/shipments%252F%252e%252e%252Fadmin',
+  '/v1/x%255c..',
+  '/v1/orders%3bjsessionid=1',
+  '/v1/orders%3B',
+  '/v1/orders%253b',
+  '/v1/orders%23x',
+  '/v1/sub-accounts%3b/x',
+  '/v1/sub-accounts/%252e%252e',
+]) {
+  t.test(`a path an upstream reads as traversal or parameters (${target}) is 400 bad_path`, async (t) => {
+    await refused(t, 'GET', target, [auth(owner.apiKey)], 400, 'bad_path')
+  })
+}
+
 t.test('prefix escape: /v1/shipmentsX does not match the /v1/shipments route (whole segments only)', async (t) => {
   // The owner's key lacks tracking:read: the /v1/shipments route would refuse it (403).
   const { marker, exchange } = raw('GET', '/v1/shipmentsX', [auth(owner.apiKey), ['Connection', 'close']])
@@ -333,6 +353,18 @@ for (const target of [
   '/v1/sh%C4%B1pments/x',
   '/v1/%EF%BD%93hipments/x',
   '/v1/%2573hipments/x',
+  // Unicode spaces and default-ignorable code points at a segment's end, which trimming upstreams
+  // drop: Ogham space mark, line separator, BOM, next line, soft hyphen, Mongolian vowel separator,
+  // zero-width space, word joiner.
+  '/v1/shipments%E1%9A%80/x',
+  '/v1/shipments%E2%80%A8',
+  '/v1/shipments%EF%BB%BF/x',
+  '/v1/shipments%C2%85/x',
+  '/v1/shipments%C2%AD',
+  '/v1/shipments%E1%A0%8E/x',
+  '/v1/shipments%E2%80%8B/x',
+  '/v1/shipments%E2%81%A0%20./x',
+  '/v1%E3%80%80/shipments/x',
 ]) {
   t.test(`prefix shadow: ${target} is 404 route_not_found, never the catch-all`, async (t) => {
     await refused(t, 'GET', target, [auth(owner.apiKey)], 404, 'route_not_found')

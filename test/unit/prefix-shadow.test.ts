@@ -22,6 +22,23 @@ t.test('foldSegment: decoded, lower case, trailing dots and spaces dropped', asy
   t.equal(foldSegment('%E2%84%AAeys'), 'keys', 'the Kelvin sign reads as k')
   t.equal(foldSegment('%2573hipments'), 'shipments', 'decoded twice')
   t.equal(foldSegment('%252573hipments'), '%73hipments', 'not three times')
+  // Unicode spaces and default-ignorable code points at the end, as trimming upstreams drop them.
+  for (const end of [
+    '%E1%9A%80',
+    '%E2%80%A8',
+    '%E2%80%A9',
+    '%EF%BB%BF',
+    '%C2%85',
+    '%C2%AD',
+    '%E1%A0%8E',
+    '%E2%80%8B',
+    '%E2%80%8F',
+    '%E2%81%A0',
+    '%E3%80%80',
+    '%C2%A0.%E2%80%8B',
+  ])
+    t.equal(foldSegment(`orders${end}`), 'orders', `a trailing ${end} is dropped`)
+  t.equal(foldSegment('ord%C2%ADers'), 'ord\u00aders', 'only at the end')
 })
 
 t.test('the catch-all: every spelling of a longer prefix is a shadow', async (t) => {
