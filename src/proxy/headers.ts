@@ -26,7 +26,7 @@ export interface ForwardContext {
   readonly host: string | undefined
   /** The client's own Connection header: every header it names is hop-by-hop (RFC 9110 §7.6.1). */
   readonly connection: string | string[] | undefined
-  /** Headers of SPOOFING that the route lets through (`pass_headers`). */
+  /** Headers of SPOOFING that the route lets through (`pass_headers`), as `headerReading` reads them. */
   readonly passHeaders: ReadonlySet<string>
 }
 
@@ -62,11 +62,23 @@ export const SPOOFING: ReadonlySet<string> = new Set([
   'x-real-ip',
 ])
 
+const FORWARDED_FOR = 'x-forwarded-for'
+
 export const NO_HEADERS: ReadonlySet<string> = new Set()
 
 /** `-`, `_` or `.`: the separators a CGI, WSGI or Rack upstream reads alike (all become `_`). */
 function isSeparator(code: number): boolean {
   return code === 45 || code === 95 || code === 46
+}
+
+/**
+ * A (lower-case) header name as a CGI, WSGI or Rack upstream reads it: `_` and `.` taken for `-`,
+ * so that `X_HTTP_Method_Override` and `x.real.ip` are the headers they spell. The one home of
+ * that reading: the headers the gateway drops or sets, and the names of `pass_headers`, are all
+ * compared through it. Most names have neither character and are returned as they are.
+ */
+export function headerReading(name: string): string {
+  return name.indexOf('_') === -1 && name.indexOf('.') === -1 ? name : name.replace(/[_.]/g, '-')
 }
 
 /**
@@ -98,23 +110,15 @@ function connectionTokens(connection: string | string[] | undefined): ReadonlySe
 }
 
 /**
- * The headers to send upstream, built from the inbound ones. Node gives header names in lower
- * case and folds repeats into one entry, so one check per name removes every copy and spelling.
- * Headers named by Connection are dropped here too, whatever the proxy library already did
- * (GHSA-gwhp-pf74-vj37): a client must not be able to remove a header the gateway sets.
+ * The headers to send upstream, built from the inbound ones: the gateway's own first, so that no
+ * number of client headers can push them past an upstream's header limit, then the client's.
+ * Node gives header names in lower case and folds repeats into one entry, so one check per name
+ * removes every copy; `headerReading` removes every spelling. Headers named by Connection are
+ * dropped here too, whatever the proxy library already did (GHSA-gwhp-pf74-vj37): a client must
+ * not be able to remove a header the gateway sets.
  */
 export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardContext): OutgoingHttpHeaders {
-  const named = connectionTokens(context.connection)
   const out: OutgoingHttpHeaders = {}
-  // for…in rather than Object.keys: no array per request. Both header objects are plain (a copy of
-  // Node's, undici's parse), so nothing enumerable is inherited.
-  for (const name in inbound) {
-    if (isTrustedLookalike(name) || DROPPED.has(name) || named.has(name)) continue
-    if (SPOOFING.has(name) && !context.passHeaders.has(name)) continue
-    if (name === 'authorization' && !context.forwardAuthorization) continue
-    out[name] = inbound[name]
-  }
-
   const identity = context.identity
   if (identity !== null) {
     out['x-service-resolved-tenant'] = identity.resolvedTenantId
@@ -124,16 +128,28 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
     if (identity.assertion != null) out['x-service-identity'] = identity.assertion
   }
   out['x-request-id'] = context.requestId
-
-  const forwardedFor = out['x-forwarded-for']
+  const named = connectionTokens(context.connection)
+  const forwardedFor = named.has(FORWARDED_FOR) ? undefined : inbound[FORWARDED_FOR]
   if (context.clientIp !== undefined) {
-    out['x-forwarded-for'] =
+    out[FORWARDED_FOR] =
       typeof forwardedFor === 'string' && forwardedFor !== ''
         ? `${forwardedFor}, ${context.clientIp}`
         : context.clientIp
-  }
+  } else if (forwardedFor !== undefined) out[FORWARDED_FOR] = forwardedFor
   out['x-forwarded-proto'] = context.proto
   if (context.host !== undefined) out['x-forwarded-host'] = context.host
+
+  // for…in rather than Object.keys: no array per request. Both header objects are plain (a copy of
+  // Node's, undici's parse), so nothing enumerable is inherited.
+  for (const name in inbound) {
+    if (isTrustedLookalike(name) || named.has(name)) continue
+    const reading = headerReading(name)
+    // The gateway's X-Forwarded-For was written above; another spelling of it is a forgery.
+    if (DROPPED.has(reading) || reading === FORWARDED_FOR) continue
+    if (SPOOFING.has(reading) && !context.passHeaders.has(reading)) continue
+    if (name === 'authorization' && !context.forwardAuthorization) continue
+    out[name] = inbound[name]
+  }
   return out
 }
 

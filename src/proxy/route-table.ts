@@ -3,7 +3,7 @@
 import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { defaultPerTenant } from './concurrency.js'
-import { isTrustedLookalike, NO_HEADERS } from './headers.js'
+import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
 import { parseRouteIdentity, type RouteIdentity } from './route-identity.js'
 
@@ -157,7 +157,8 @@ function parsePassHeaders(where: string, value: unknown): ReadonlySet<string> {
     const name = typeof item === 'string' ? item.toLowerCase() : ''
     if (!HEADER_NAME.test(name)) fail(where, 'pass_headers must be a list of header names')
     if (isTrustedLookalike(name)) fail(where, `pass_headers may not name an X-Service-* header (${name})`)
-    names.add(name)
+    // Named once, it passes in every spelling (`X_Real_IP` too), as the dropping reads them.
+    names.add(headerReading(name))
   }
   return names
 }

@@ -486,6 +486,47 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
     )
   })
 
+  // CGI, WSGI and Rack read `_` and `.` as `-`: every spelling of every header the gateway drops or
+  // sets is dropped (its own value of the ones it sets still arrives, in the dash form).
+  t.test('every `-`/`_`/`.` spelling of a header the gateway drops or sets is dropped', async (t) => {
+    const spellings = (name: string): string[] =>
+      name
+        .split('-')
+        .reduce<string[]>(
+          (heads, part, i) =>
+            i === 0 ? [part] : heads.flatMap((head) => ['-', '_', '.'].map((sep) => head + sep + part)),
+          [],
+        )
+    const dropped = [
+      'X-HTTP-Method-Override',
+      'X-HTTP-Method',
+      'X-Method-Override',
+      'X-Original-Method',
+      'X-Original-URL',
+      'X-Rewrite-URL',
+      'X-Real-IP',
+      'X-Request-Id',
+      'X-Forwarded-Host',
+      'X-Forwarded-Proto',
+      'X-Forwarded-For',
+      'Keep-Alive',
+      'Proxy-Connection',
+    ]
+    let sent = 0
+    for (const name of dropped) {
+      // The dash form of the headers the gateway sets carries a value of the gateway's; only the
+      // other spellings are forgeries here (the dash forms have tests of their own below).
+      const forms = spellings(name).filter((form) => !(form === name && /^X-(Request-Id|Forwarded-)/.test(name)))
+      const headers = forms.map((form, i): [string, string] => [form, `evil-${i}`])
+      sent += headers.length
+      const { got } = await through(t, `spellings of ${name}`, { headers })
+      checkIdentity(t, got, identity, 'GET')
+      const evil = got.rawHeaders.filter((value, i) => i % 2 === 1 && value.includes('evil'))
+      t.same(evil, [], `no spelling of ${name} arrived (${forms.length} sent: ${forms.join(' ')})`)
+    }
+    t.ok(sent > 100, `${sent} spellings in all`)
+  })
+
   t.test('a Host that is not host[:port] is 400 and never reaches the upstream', async (t) => {
     for (const host of ['evil/v1/sub-accounts?a', 'a b', 'x@y', 'x#y', 'a:b:c', '[::1', 'x:123456']) {
       const before = upstream.received.length
@@ -504,12 +545,18 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
       path: '/real-ip/x',
       headers: [
         ['X-Real-IP', '198.51.100.4'],
+        ['X_Real_IP', '198.51.100.5'],
+        ['x.real.ip', '198.51.100.6'],
         ['Forwarded', 'for=198.51.100.4'],
         ['X-HTTP-Method-Override', 'DELETE'],
+        ['X_HTTP_Method_Override', 'DELETE'],
         ['X_Service_Scopes', 'evil-scopes'],
       ],
     })
     t.equal(got.headers['x-real-ip'], '198.51.100.4', 'X-Real-IP arrives')
+    t.equal(got.headers.x_real_ip, '198.51.100.5', 'named once in pass_headers, every spelling passes: X_Real_IP')
+    t.equal(got.headers['x.real.ip'], '198.51.100.6', 'and x.real.ip')
+    t.equal(got.headers.x_http_method_override, undefined, 'no spelling of an override the route does not name')
     t.equal(got.headers.forwarded, 'for=198.51.100.4', 'Forwarded arrives')
     t.equal(got.headers['x-http-method-override'], undefined, 'an override the route does not name is dropped')
     t.notOk(

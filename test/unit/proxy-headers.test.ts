@@ -260,6 +260,16 @@ t.test('isBadPath: every pattern of docs/api.md', async (t) => {
     '/v1/a\u0000b',
     '/v1/a\nb',
     '/v1/a\u007fb',
+    // `;` and `#` encoded, and every rule again for the path decoded once and twice.
+    '/v1/x%3bjsessionid=1',
+    '/v1/x%3B',
+    '/v1/x%23y',
+    '/v1/a%250a',
+    '/v1/%252e%252e/x',
+    '/v1/%25252e%25252e/x',
+    '/v1/a%252fb',
+    '/v1/a%253b',
+    '/v1/%252e/x',
   ]
   for (const path of bad) t.ok(isBadPath(path), `${JSON.stringify(path)} is bad`)
 
@@ -278,7 +288,9 @@ t.test('isBadPath: every pattern of docs/api.md', async (t) => {
     '/v1/a%20b%21',
     '/v1/%80',
     '/v1/a%2000',
-    '/v1/a%250a',
+    '/v1/100%25',
+    '/v1/a%2520b',
+    '/v1/%2525252e%2525252e',
   ]
   for (const path of good) t.notOk(isBadPath(path), `${path} is fine`)
 
