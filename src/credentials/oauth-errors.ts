@@ -73,9 +73,10 @@ function toOAuthError(err: FastifyError, request: FastifyRequest): OAuthError {
     request.log.error({ err }, apiError.code)
     return new OAuthError(500, 'server_error', 'the gateway could not complete this request')
   }
-  // A body that came too slowly keeps its 408 (and its Connection: close): the client may retry.
-  // Every other refusal of the request itself is RFC 6749's 400 invalid_request.
-  const status = apiError.code === 'request_timeout' ? 408 : 400
+  // A body that came too slowly keeps its 408 (and its Connection: close): the client may retry;
+  // too many headers keep their 431, as on every route. Every other refusal of the request itself
+  // is RFC 6749's 400 invalid_request.
+  const status = apiError.code === 'request_timeout' || apiError.code === 'headers_too_large' ? apiError.status : 400
   return new OAuthError(status, 'invalid_request', apiError.detail, apiError.options.headers)
 }
 

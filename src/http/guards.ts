@@ -1,11 +1,11 @@
 // What every request goes through before routing decides anything (docs/api.md): its request id,
-// the bad-path refusal, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and before a
+// the bad-path refusal, at most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and before a
 // body parser can answer 415 or 400. Management paths included.
 import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from '../proxy/paths.js'
-import { singleHeaderCounts } from './header-counts.js'
+import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -38,9 +38,16 @@ export const requestGuards = fp(
         )
         return
       }
+      const counts = singleHeaderCounts(request)
+      // Past these, an upstream may drop headers (a Node one keeps its first 2,000 fields): the
+      // gateway's own, written first, would survive, but a limit every hop agrees on is simpler.
+      if (counts.fields > MAX_HEADER_FIELDS || counts.bytes > MAX_HEADER_BYTES) {
+        done(new ApiError('headers_too_large', HEADERS_TOO_LARGE))
+        return
+      }
       // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
       // and X-Forwarded-Host would name it while an upstream might read another).
-      if (singleHeaderCounts(request).host > 1) {
+      if (counts.host > 1) {
         done(new ApiError('bad_request', 'send one Host header'))
         return
       }

@@ -7,6 +7,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { ERRORS, problem, PROBLEM_CONTENT_TYPE, type ErrorCode } from '../errors.js'
+import { HEADERS_TOO_LARGE } from './header-counts.js'
 
 export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return
@@ -18,7 +19,7 @@ export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoExcept
         : 'bad_request'
   const detail =
     code === 'headers_too_large'
-      ? 'the request head is larger than 16 KiB'
+      ? HEADERS_TOO_LARGE
       : code === 'request_timeout'
         ? 'the request was not received in time'
         : 'the request is not valid HTTP/1.1'
