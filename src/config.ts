@@ -116,6 +116,20 @@ function parseUrl(env: Env, name: string, protocols: readonly string[]): string 
   return raw
 }
 
+/**
+ * A Redis URL whose path, if any, is a database number (`/0`…`/15` on a default server): ioredis
+ * would take `/abc` or `/1x` for database 0 without a word. Whether the server has that database is
+ * asked at start (cache/redis-connection.ts).
+ */
+function parseRedisUrl(env: Env): string | undefined {
+  const raw = parseUrl(env, 'REDIS_URL', ['redis:', 'rediss:'])
+  if (raw === undefined) return undefined
+  const path = new URL(raw).pathname
+  if (path !== '' && path !== '/' && !/^\/\d{1,5}$/.test(path))
+    throw new ConfigError('REDIS_URL', 'may end with a database number only (redis://host:6379/0), not another path')
+  return raw
+}
+
 function parseRedisKeyPrefix(env: Env): string {
   const raw = read(env, 'REDIS_KEY_PREFIX')
   if (raw === undefined) return 'tgw:'
@@ -231,7 +245,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     host: read(env, 'HOST') ?? '0.0.0.0',
     databaseUrl: parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
     dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
-    redisUrl: parseUrl(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    redisUrl: parseRedisUrl(env),
     redisKeyPrefix: parseRedisKeyPrefix(env),
     upstreamUrl: parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:']),
     gatewayConfigPath,

@@ -1,6 +1,8 @@
 // When a key stops working (docs/credentials.md, key lifecycle): the `expires_at` a key is minted
 // with, and the overlap a roll leaves the old key. Shared by the management API and the CLI.
 
+import { parseDateTime } from '../dates.js'
+
 /** A key may be minted to expire at most this many years ahead. */
 export const MAX_EXPIRY_YEARS = 10
 /** A roll leaves the old key working for at most 30 days… */
@@ -16,31 +18,13 @@ export function keyState(key: { status: 'active' | 'revoked'; expires_at: Date |
   return key.expires_at !== null && key.expires_at.getTime() <= nowMs ? 'expired' : 'active'
 }
 
-// RFC 3339 §5.6 date-time: a full date, `T`, a full time with optional fraction, `Z` or an offset.
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))$/
-
-const daysInMonth = (year: number, month: number) => new Date(Date.UTC(year, month, 0)).getUTCDate()
-
 /**
  * A requested `expires_at`: an RFC 3339 date-time, in the future, at most MAX_EXPIRY_YEARS ahead.
  * Returns the instant, or what is wrong with it (a message for a field error or a CLI line).
  */
 export function parseExpiresAt(text: string, nowMs = Date.now()): { at: Date } | { error: string } {
-  const match = RFC3339.exec(text)
-  const [, year, month, day, hour, minute, second, offsetHour, offsetMinute] = (match ?? []).map(Number) as number[]
-  const valid =
-    match !== null &&
-    month! >= 1 &&
-    month! <= 12 &&
-    day! >= 1 &&
-    day! <= daysInMonth(year!, month!) &&
-    hour! <= 23 &&
-    minute! <= 59 &&
-    // A leap second (:60) cannot be stored; nobody needs a key to expire on one.
-    second! <= 59 &&
-    (match[7] === undefined || (offsetHour! <= 23 && offsetMinute! <= 59))
-  if (!valid) return { error: 'must be an RFC 3339 date-time with a time zone, such as 2027-01-31T12:00:00Z' }
-  const at = new Date(text.toUpperCase())
+  const at = parseDateTime(text)
+  if (at === null) return { error: 'must be an RFC 3339 date-time with a time zone, such as 2027-01-31T12:00:00Z' }
   if (at.getTime() <= nowMs) return { error: 'must be in the future' }
   const latest = new Date(nowMs)
   latest.setUTCFullYear(latest.getUTCFullYear() + MAX_EXPIRY_YEARS)

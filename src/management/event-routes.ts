@@ -1,5 +1,6 @@
 // The audit log (docs/api.md, Audit log; docs/events.md): the calling parent's events, newest
 // first, paged with signed cursors like the other lists.
+import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
 import { validationFailed } from '../errors.js'
 import { presentEvent } from '../events/present.js'
 import { EVENT_TYPES } from '../events/record.js'
@@ -16,12 +17,11 @@ function typeFilter(type: string | undefined): EventFilter['type'] {
   return prefix === null ? { exact: type } : { prefix }
 }
 
-/** An RFC 3339 date-time (the schema checked its form) as a Date; one Date cannot hold (a leap second) is a 400. */
+/** An RFC 3339 date-time as a Date; a leap second or a year outside 0001–9999 (dates.ts) is a 400. */
 function instant(value: string | undefined, name: 'since' | 'until'): Date | null {
   if (value === undefined) return null
-  const date = new Date(value)
-  if (Number.isNaN(date.getTime()))
-    throw validationFailed([{ path: `/querystring/${name}`, message: 'is not an RFC 3339 date-time' }])
+  const date = parseDateTime(value)
+  if (date === null) throw validationFailed([{ path: `/querystring/${name}`, message: DATE_TIME_RULE }])
   return date
 }
 

@@ -1,4 +1,5 @@
 // The usage report of docs/api.md: the date range rules and the shape of an entry.
+import { DATE_RULE, parseDate, parseDateTime, utcDate } from '../dates.js'
 import { validationFailed, type FieldError } from '../errors.js'
 import type { UsageRow } from '../store/usage.js'
 import type { UsageEntry } from '../management/schemas.js'
@@ -7,31 +8,16 @@ import { utcDay } from './meter.js'
 export const MAX_RANGE_DAYS = 366
 const DAY_MS = 86_400_000
 
-const DATE = /^\d{4}-\d{2}-\d{2}$/
-// RFC 3339 date-time. A `+` offset arrives as a space when the client did not encode it.
-const DATE_TIME = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+ -]\d{2}:\d{2})$/
-
-/** A UTC calendar date from `YYYY-MM-DD` or an RFC 3339 date-time, else null. */
+/**
+ * A UTC calendar date from `YYYY-MM-DD` or an RFC 3339 date-time (whose `+` offset arrives as a
+ * space when the client did not encode it), else null: also when an offset carries it out of
+ * 0001–9999 (dates.ts).
+ */
 export function parseReportDate(value: string): string | null {
-  if (DATE.test(value)) return isCalendarDate(value) ? value : null
-  if (DATE_TIME.test(value)) {
-    if (!isCalendarDate(value.slice(0, 10))) return null
-    const ms = Date.parse(value.replace(/ (\d{2}:\d{2})$/, '+$1'))
-    if (Number.isNaN(ms)) return null
-    // An offset can carry 9999-12-31 into year 10000, which is no longer YYYY-MM-DD.
-    const day = utcDay(ms)
-    return DATE.test(day) ? day : null
-  }
-  return null
-}
-
-/** True when `YYYY-MM-DD` names a day that exists (not 2026-02-30, not month 13). */
-function isCalendarDate(value: string): boolean {
-  const [y, m, d] = value.split('-').map(Number) as [number, number, number]
-  const date = new Date(0)
-  // setUTCFullYear, not Date.UTC: that maps the years 0–99 onto 1900–1999.
-  date.setUTCFullYear(y, m - 1, d)
-  return y >= 1 && date.getUTCFullYear() === y && date.getUTCMonth() === m - 1 && date.getUTCDate() === d
+  const date = parseDate(value)
+  if (date !== null) return date
+  const instant = parseDateTime(value.replace(/ (\d{2}:\d{2})$/, '+$1'))
+  return instant === null ? null : utcDate(instant)
 }
 
 /** The range asked for, with the defaults of docs/api.md (this month so far) and limits. */
@@ -42,8 +28,7 @@ export function reportRange(query: { from?: string; to?: string }, nowMs: number
     const given = query[name]
     if (given === undefined) return fallback
     const day = parseReportDate(given)
-    if (day === null)
-      errors.push({ path: `/querystring/${name}`, message: 'must be a date YYYY-MM-DD or an RFC 3339 date-time' })
+    if (day === null) errors.push({ path: `/querystring/${name}`, message: DATE_RULE })
     return day ?? fallback
   }
   const from = parse('from', `${today.slice(0, 8)}01`)

@@ -165,6 +165,44 @@ t.test('the gateway at start', async (t) => {
     })
   }
 
+  // The machine's Redis (or TEST_REDIS_URL's server): database 99 does not exist on a default
+  // server, and neither does a user named "bob".
+  const redisBase = new URL(process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379')
+  const redisAt = (auth: string, database: string) =>
+    `redis://${auth}${redisBase.hostname}:${redisBase.port || '6379'}/${database}`
+  for (const [what, url, refusal] of [
+    ['a database the server does not have (/99)', redisAt('', '99'), /ERR DB index is out of range/],
+    ['a user or password the server refuses', redisAt(`bob:${PASSWORD}@`, '0'), /WRONGPASS/],
+  ] as const) {
+    await t.test(`REDIS_URL with ${what}: a startup error naming REDIS_URL, never database 0`, async (t) => {
+      const run = await runNode('src/main.ts', [], {
+        DATABASE_URL: db.url,
+        REDIS_URL: url,
+        PORT: '0',
+        METRICS_PORT: '0',
+      })
+      t.equal(run.code, 1, 'exit 1')
+      t.match(run.stderr, /^gateway failed to start: REDIS_URL \(redis:\/\/[^ ]+\) was refused by the server: /)
+      t.match(run.stderr, refusal)
+      t.match(run.stderr, 'fix REDIS_URL or the server')
+      t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+    })
+  }
+
+  await t.test('REDIS_URL that does not answer: the gateway starts without Redis, and says so', async (t) => {
+    const port = await closedPort()
+    const run = await runNode(
+      'src/main.ts',
+      [],
+      { DATABASE_URL: db.url, REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}/0`, PORT: '0', METRICS_PORT: '0' },
+      12_000,
+    )
+    t.equal(run.code, null, 'still running when the test stopped it')
+    t.match(run.stderr, `warning: REDIS_URL (redis://127.0.0.1:${port}/0) did not answer; starting without Redis`)
+    t.notMatch(run.stderr, 'failed to start')
+    t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
+  })
+
   await t.test('a YAML error in the route table shows the line at fault', async (t) => {
     const dir = t.testdir({})
     const file = join(dir, 'gateway.yaml')
