@@ -124,9 +124,9 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
       if (form === undefined || Object.keys(form).length === 0)
         throw invalidRequest(`the body is empty: send grant_type=${GRANT_TYPE} as ${FORM_TYPE}`)
       const client = presentedClient(request.headers.authorization, singleHeaderCounts(request).authorization, form)
-      attempts.refuseIfLocked(client.id)
+      attempts.refuseIfLocked(client.id, request.ip)
       requireGrantType(form)
-      const key = await attempts.attempt(client.id, () => authenticateClient(sql, client))
+      const key = await attempts.attempt(client.id, request.ip, () => authenticateClient(sql, client))
       const scopes = grantedScopes(form.scope, key.scopes)
       const scope = scopes.join(' ')
       const signed = await keyring.sign(
