@@ -233,6 +233,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     issuerUrl: deps.config.issuerUrl,
     ttlSeconds: deps.config.accessTokenTtlSeconds,
     signatures: app.metrics.credentials.signatures.accessToken,
+    clientLookupCounts: {
+      query: () => app.metrics.storeLookups.postgres.inc(),
+      clientIds: (n) => app.metrics.postgresClientIds.inc(n),
+    },
     bodyTimeoutMs: deps.managementBodyTimeoutMs,
   })
   // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.

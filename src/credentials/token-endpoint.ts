@@ -12,11 +12,12 @@ import { continueAfterChecks } from '../http/expect-continue.js'
 import { singleHeaderCounts } from '../http/header-counts.js'
 import { addManagementDeadline } from '../management/hooks.js'
 import type { Tally } from '../ops/fast-metrics.js'
-import { withDeadline, type Sql } from '../store/db.js'
-import { findClientCredential, type ClientCredential } from '../store/keys.js'
+import type { Sql } from '../store/db.js'
+import type { ClientCredential } from '../store/keys.js'
 import { LOOKUP_DEADLINE_MS } from '../tenancy/lookups.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
 import { presentedClient, type PresentedClient } from './client-credentials.js'
+import { ClientLookups } from './client-lookups.js'
 import { FailedClientAttempts } from './client-lockout.js'
 import type { Keyring } from './keyring.js'
 import { invalidClient, invalidRequest, invalidScope, noStore, OAuthError, sendOAuthError } from './oauth-errors.js'
@@ -33,6 +34,8 @@ export interface TokenEndpointOptions {
   ttlSeconds: number
   /** Counts each token signed. */
   signatures: Tally
+  /** Counts each paced query for client ids, and the ids it asked for. */
+  clientLookupCounts?: { query(): void; clientIds(n: number): void }
   /** How long a body may take to arrive (the management API's, MANAGEMENT_BODY_TIMEOUT_MS by default). */
   bodyTimeoutMs?: number
 }
@@ -55,11 +58,9 @@ const UNMATCHABLE = randomBytes(32)
  * query, a digest, a constant-time comparison) for an unknown key, a wrong or missing secret, a
  * key without one, a revoked or expired key and a deactivated sub-account.
  */
-async function authenticateClient(sql: Sql, client: PresentedClient): Promise<ClientCredential> {
+async function authenticateClient(clients: ClientLookups, client: PresentedClient): Promise<ClientCredential> {
   // Key ids are UUIDs, as everyone knows: anything else is no key, and Postgres would refuse it.
-  const row = KEY_ID.test(client.id)
-    ? await withDeadline(findClientCredential(sql, client.id), LOOKUP_DEADLINE_MS)
-    : null
+  const row = KEY_ID.test(client.id) ? await clients.find(client.id) : null
   const stored = row?.secret_digest ?? null
   const expected = stored !== null && stored.length === UNMATCHABLE.length ? stored : UNMATCHABLE
   const matches = timingSafeEqual(digest(client.secret ?? ''), expected) && expected !== UNMATCHABLE
@@ -109,6 +110,14 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
   addManagementDeadline(scope, options.bodyTimeoutMs)
   scope.addHook('onRequest', continueAfterChecks(TOKEN_BODY_LIMIT))
   const attempts = new FailedClientAttempts()
+  const counts = options.clientLookupCounts
+  const clients = new ClientLookups(sql, {
+    deadlineMs: LOOKUP_DEADLINE_MS,
+    onQuery: (n) => {
+      counts?.query()
+      counts?.clientIds(n)
+    },
+  })
 
   scope.post(
     TOKEN_PATH,
@@ -126,7 +135,7 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
       const client = presentedClient(request.headers.authorization, singleHeaderCounts(request).authorization, form)
       attempts.refuseIfLocked(client.id, request.ip)
       requireGrantType(form)
-      const key = await attempts.attempt(client.id, request.ip, () => authenticateClient(sql, client))
+      const key = await attempts.attempt(client.id, request.ip, () => authenticateClient(clients, client))
       const scopes = grantedScopes(form.scope, key.scopes)
       const scope = scopes.join(' ')
       const signed = await keyring.sign(

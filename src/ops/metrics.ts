@@ -29,6 +29,8 @@ export interface Metrics {
   readonly storeLookups: { readonly redis: Counter.Internal; readonly postgres: Counter.Internal }
   /** Key digests the Postgres key queries asked for (over tier="postgres": digests per query). */
   readonly postgresKeyDigests: Counter
+  /** Client ids the token endpoint's paced Postgres queries asked for. */
+  readonly postgresClientIds: Counter
   readonly cacheHits: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   readonly cacheMisses: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   /** Background refreshes started for in-process entries in use, failed ones included (cache/tiered.ts). */
@@ -126,6 +128,11 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     postgresKeyDigests: new Counter({
       name: 'tgw_postgres_key_digests_total',
       help: 'Key digests looked up in Postgres; several share one query under load (tgw_store_lookups_total{tier="postgres"})',
+      registers,
+    }),
+    postgresClientIds: new Counter({
+      name: 'tgw_postgres_client_ids_total',
+      help: 'Client ids of token requests looked up in Postgres; several share one query under load (tgw_store_lookups_total{tier="postgres"})',
       registers,
     }),
     cacheHits: { local: cacheHits.labels('local'), redis: cacheHits.labels('redis') },

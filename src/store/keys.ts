@@ -164,11 +164,14 @@ export interface ClientCredential {
 }
 
 /** A key by id with its secret's digest and its tenant, in one query; null when there is no such key. */
-export async function findClientCredential(db: Db, id: string): Promise<ClientCredential | null> {
-  const [row] = await db<ClientCredential[]>`
+/**
+ * The client credentials of several key ids in one query (the token endpoint's paced lookups,
+ * credentials/client-lookups.ts); ids that name no key are simply absent.
+ */
+export async function findClientCredentials(db: Db, ids: readonly string[]): Promise<ClientCredential[]> {
+  return db<ClientCredential[]>`
     select k.id, k.tenant_id, to_jsonb(k.scopes) as scopes, k.status, k.expires_at, k.secret_digest,
            t.status as tenant_status, t.parent_id
     from api_keys k join tenants t on t.id = k.tenant_id
-    where k.id = ${id}`
-  return row ?? null
+    where k.id = any (array(select given.id::uuid from jsonb_array_elements_text(${db.json(ids as string[])}) as given (id)))`
 }

@@ -98,10 +98,13 @@ export function getOverAgent(
   agent: Agent,
   path: string,
   headers: Record<string, string>,
+  /** A body (then the method defaults to POST). */
+  body?: string,
 ): Promise<AgentResponse> {
   const url = new URL(base)
+  const method = body === undefined ? 'GET' : 'POST'
   return new Promise((resolve, reject) => {
-    const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers }, (response) => {
+    const request = httpRequest({ host: url.hostname, port: url.port, path, agent, headers, method }, (response) => {
       const chunks: Buffer[] = []
       response.on('data', (chunk: Buffer) => chunks.push(chunk))
       response.on('error', reject)
@@ -115,6 +118,6 @@ export function getOverAgent(
       )
     })
     request.on('error', reject)
-    request.end()
+    request.end(body)
   })
 }
