@@ -31,7 +31,8 @@ export class ClientLookups {
     private readonly options: ClientLookupOptions,
   ) {
     this.batcher = new KeyLookupBatcher<ClientCredential>(
-      async (ids) => (await findClientCredentials(sql, ids.map(uuidText))).map((row) => ({ keyDigest: uuidBytes(row.id), row })),
+      async (ids) =>
+        (await findClientCredentials(sql, ids.map(uuidText))).map((row) => ({ keyDigest: uuidBytes(row.id), row })),
       {
         pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: options.deadlineMs, ...options.pacing },
         ...(options.onQuery === undefined ? {} : { onQuery: options.onQuery }),
