@@ -1,9 +1,12 @@
 // A flood of random well-formed keys (the checksum is public) against one gateway replica on real
 // Postgres and Redis: how many Postgres queries a second it causes (store/key-lookup-batcher.ts
-// paces them), and how long a real key never seen before takes, with and without the flood.
+// paces them), and how long a real key never seen before takes, with and without the flood. Then
+// a flood of token requests naming random client ids (credentials/client-lookups.ts paces those):
+// the Postgres transactions a second it causes, as pg_stat_database counts them.
 // The flood runs in a child process (this file again, KEY_FLOOD_TARGET set), so that its load
 // generator does not share an event loop with the probes. bench/README.md has the knobs.
 import { type ChildProcess, spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { performance } from 'node:perf_hooks'
 import postgres from 'postgres'
@@ -65,28 +68,50 @@ interface SideResult {
   flood: Measured
   postgresPerSecond: number
   digestsPerSecond: number
+  transactionsPerSecond: number
   quiet: { cold: Latencies; warm: Latencies }
   flooded: { cold: Latencies; warm: Latencies }
+  token: { flood: Measured; transactionsPerSecond: number; clientIdsPerSecond: number }
 }
 
-/** The flood itself, in the child: random well-formed keys for SECONDS, any answer but 401 or 503 fails it. */
-async function floodRole(target: string, pid: number): Promise<void> {
-  const result = await load({
-    url: target,
-    headers: {},
-    connections: CONNECTIONS,
-    seconds: SECONDS,
-    pid,
-    vary: () => ({ authorization: `Bearer ${generateApiKey().apiKey}` }),
-    allowed: [401, 503],
-  })
+type FloodKind = 'keys' | 'token'
+
+/**
+ * The flood itself, in the child, for SECONDS: random well-formed keys on the proxy, or token
+ * requests naming random client ids. Any answer but 401 or 503 fails it.
+ */
+async function floodRole(target: string, pid: number, kind: FloodKind): Promise<void> {
+  const common = { url: target, connections: CONNECTIONS, seconds: SECONDS, pid, allowed: [401, 503] }
+  const result =
+    kind === 'keys'
+      ? await load({ ...common, headers: {}, vary: () => ({ authorization: `Bearer ${generateApiKey().apiKey}` }) })
+      : await load({
+          ...common,
+          method: 'POST',
+          path: '/oauth2/token',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: () => `grant_type=client_credentials&client_id=${randomUUID()}&client_secret=made-up`,
+        })
   process.stdout.write(JSON.stringify(result))
 }
 
-function startFlood(gateway: Gateway): { child: ChildProcess; done: Promise<Measured> } {
+/** Transactions of the database so far, as Postgres counts them (flushed about once a second). */
+async function transactions(sql: postgres.Sql): Promise<number> {
+  await sleep(1_500)
+  const [row] =
+    await sql`select pg_stat_clear_snapshot(), xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()`
+  return Number(row!.n)
+}
+
+function startFlood(gateway: Gateway, kind: FloodKind): { child: ChildProcess; done: Promise<Measured> } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'bench/key-flood.ts'], {
     cwd: ROOT,
-    env: { ...process.env, KEY_FLOOD_TARGET: gateway.url, KEY_FLOOD_PID: String(gateway.child.pid) },
+    env: {
+      ...process.env,
+      KEY_FLOOD_TARGET: gateway.url,
+      KEY_FLOOD_PID: String(gateway.child.pid),
+      KEY_FLOOD_KIND: kind,
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   let out = ''
@@ -153,11 +178,12 @@ async function startSide(name: string, tree: string, databaseUrl: string, upstre
 }
 
 /** The flood against one side, with PROBES probes of it meanwhile; the other sides idle. */
-async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult, 'quiet'>> {
+async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult, 'quiet' | 'token'>> {
   console.error(`${side.name}: flood of random keys, ${CONNECTIONS} connections, ${SECONDS} s…`)
+  const transactionsBefore = await transactions(sql)
   const before = await scrape(side.gateway.metricsPort)
   const started = performance.now()
-  const flood = startFlood(side.gateway)
+  const flood = startFlood(side.gateway, 'keys')
   let floodOver = false
   const done = flood.done.finally(() => {
     floodOver = true
@@ -171,13 +197,35 @@ async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult
   const floodResult = await done
   const seconds = (performance.now() - started) / 1000
   const after = await scrape(side.gateway.metricsPort)
+  const transactionsDuring = (await transactions(sql)) - transactionsBefore
   const delta = (name: string, ...labels: string[]) => metric(after, name, ...labels) - metric(before, name, ...labels)
   return {
     side: side.name,
     flood: floodResult,
     postgresPerSecond: delta('tgw_store_lookups_total', 'tier="postgres"') / seconds,
     digestsPerSecond: delta('tgw_postgres_key_digests_total') / seconds,
+    transactionsPerSecond: transactionsDuring / seconds,
     flooded: summaries(probes),
+  }
+}
+
+/** Token requests naming random client ids against one side; the Postgres transactions they cost. */
+async function floodTokens(side: Side, sql: postgres.Sql): Promise<SideResult['token']> {
+  console.error(
+    `${side.name}: flood of token requests with random client ids, ${CONNECTIONS} connections, ${SECONDS} s…`,
+  )
+  const transactionsBefore = await transactions(sql)
+  const before = await scrape(side.gateway.metricsPort)
+  const started = performance.now()
+  const flood = await startFlood(side.gateway, 'token').done
+  const seconds = (performance.now() - started) / 1000
+  const after = await scrape(side.gateway.metricsPort)
+  const transactionsDuring = (await transactions(sql)) - transactionsBefore
+  return {
+    flood,
+    transactionsPerSecond: transactionsDuring / seconds,
+    clientIdsPerSecond:
+      (metric(after, 'tgw_postgres_client_ids_total') - metric(before, 'tgw_postgres_client_ids_total')) / seconds,
   }
 }
 
@@ -199,7 +247,11 @@ async function main(): Promise<void> {
       for (const [k, side] of sides.entries()) await probeOnce(side, sql, agents[k]!, quiet[k]!, i)
     for (const agent of agents) agent.destroy()
     for (const [k, side] of sides.entries())
-      results.push({ ...(await floodSide(side, sql)), quiet: summaries(quiet[k]!) })
+      results.push({
+        ...(await floodSide(side, sql)),
+        quiet: summaries(quiet[k]!),
+        token: await floodTokens(side, sql),
+      })
   } finally {
     await sql.end({ timeout: 5 })
     for (const side of sides) {
@@ -219,13 +271,27 @@ async function main(): Promise<void> {
       `Probes: a cold key (minted just before, never seen) then a warm one, ${PROBE_GAP_MS} ms apart, GET ${PATH}: ${QUIET_PROBES} of each without flood (the sides in turn), ${PROBES} during each side's flood (p99 of ${PROBES} is their maximum).`,
       '',
       ...table(
-        ['side', 'flood req/s', 'flood statuses', 'Postgres queries/s', 'key digests/s'],
+        ['side', 'flood req/s', 'flood statuses', 'Postgres queries/s', 'key digests/s', 'Postgres transactions/s'],
         results.map((r) => [
           r.side,
           fmt(r.flood.perSecond),
           counts(r.flood.statuses),
           fmt(r.postgresPerSecond),
           fmt(r.digestsPerSecond),
+          fmt(r.transactionsPerSecond),
+        ]),
+      ),
+      '',
+      `Token flood: POST /oauth2/token naming random client ids, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
+      '',
+      ...table(
+        ['side', 'token req/s', 'statuses', 'Postgres transactions/s', 'client ids/s'],
+        results.map((r) => [
+          r.side,
+          fmt(r.token.flood.perSecond),
+          counts(r.token.flood.statuses),
+          fmt(r.token.transactionsPerSecond),
+          fmt(r.token.clientIdsPerSecond),
         ]),
       ),
       '',
@@ -241,4 +307,7 @@ async function main(): Promise<void> {
 
 const target = process.env.KEY_FLOOD_TARGET
 if (target === undefined) run(main)
-else run(() => floodRole(target, Number(process.env.KEY_FLOOD_PID)))
+else
+  run(() =>
+    floodRole(target, Number(process.env.KEY_FLOOD_PID), process.env.KEY_FLOOD_KIND === 'token' ? 'token' : 'keys'),
+  )

@@ -761,6 +761,9 @@ export interface Measured {
 export async function load(o: {
   url: string
   path?: string
+  /** GET unless told; a POST sends `body()` (a new one per request). */
+  method?: 'GET' | 'POST'
+  body?: () => string
   headers: Record<string, string>
   connections: number
   seconds?: number
@@ -786,14 +789,15 @@ export async function load(o: {
         ...(o.amount === undefined ? { duration: o.seconds } : { amount: o.amount, timeout: 30 }),
         requests: [
           {
-            method: 'GET',
+            method: o.method ?? 'GET',
             path: o.path ?? PROXIED_PATH,
-            ...(vary === undefined
+            ...(vary === undefined && o.body === undefined
               ? {}
               : {
                   setupRequest: (req: { headers?: Record<string, string> }) => ({
                     ...req,
-                    headers: { ...req.headers, ...vary() },
+                    headers: { ...req.headers, ...vary?.() },
+                    ...(o.body === undefined ? {} : { body: o.body() }),
                   }),
                 }),
             onResponse: (status: number, body: string) => {
