@@ -260,6 +260,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     upstreamDuration: app.metrics.upstreamDuration,
     recentAdmissions: app.metrics.recentAdmissions,
     clientAborts: app.metrics.clientAborts,
+    upstreamSlots: app.metrics.upstreamSlots,
     limits: limitGate({ limiter: app.limiter, meter: app.usageMeter, metrics: app.metrics.limits }),
     identity: routes.some((route) => route.identity !== null)
       ? identityAssertions({ keyring, issuer: deps.config.issuerUrl, metrics: app.metrics.credentials, cache })

@@ -50,6 +50,11 @@ export interface Metrics {
    * reading and was cut off (proxy/exchange.ts). Not answered, so in no status class and no usage.
    */
   readonly clientAborts: { readonly hungUp: Tally; readonly stoppedReading: Tally }
+  /**
+   * Each proxied route's upstream slots, read at scrape time: the proxy registers a reader per
+   * route (proxy/plugin.ts), `tgw_proxy_upstream_slots{route, state="held"|"waiting"}`.
+   */
+  readonly upstreamSlots: Map<string, () => { held: number; waiting: number }>
   /** Limits (limits/limiter.ts): decisions by policy and outcome, lease calls, degraded mode. */
   readonly limits: LimitMetrics
   /** Credentials (credentials/): signatures made, access tokens verified. */
@@ -164,6 +169,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       registers,
     }),
     clientAborts: clientAbortTallies(registers),
+    upstreamSlots: new Map(),
     limits: limitMetrics(registers),
     credentials: credentialMetrics(registers),
     webhooks: webhookMetrics(registers),
@@ -193,6 +199,20 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     postgresConnections: async () => null,
   }
 
+  new Gauge({
+    name: 'tgw_proxy_upstream_slots',
+    help: "Requests holding a route's upstream connection (held) or waiting for one (waiting), by route prefix",
+    labelNames: ['route', 'state'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, read] of metrics.upstreamSlots) {
+        const { held, waiting } = read()
+        this.set({ route, state: 'held' }, held)
+        this.set({ route, state: 'waiting' }, waiting)
+      }
+    },
+  })
   new Gauge({
     name: 'tgw_usage_flush_lag_seconds',
     help: 'Age of the oldest usage count not yet written to Postgres (0 when none is pending)',

@@ -1,10 +1,41 @@
-// How many requests a route has in flight to its upstream, and each resolved tenant's share of
-// them (docs/api.md, "time and connections are bounded"). Without it one tenant's slow uploads or
-// unread downloads take every upstream connection of a route and everyone else's requests queue
-// behind them. Plain logic, no server: a request takes a slot before it leaves for the upstream
-// and gives it back when its exchange is over.
+// How many requests a route has in flight to its upstream, each resolved tenant's share of them,
+// and each parent account's (docs/api.md, "time and connections are bounded"). Without them one
+// tenant's slow uploads or unread downloads take every upstream connection of a route and
+// everyone else's requests queue behind them; and a parent acting as many sub-accounts (which cost
+// nothing to create) would get a tenant's share per sub-account. Plain logic, no server: a request
+// takes a slot before it leaves for the upstream and gives it back when its exchange is over.
 
-export type SlotRefusal = 'tenant_busy' | 'route_busy'
+export type SlotRefusal = 'tenant_busy' | 'account_busy' | 'route_busy'
+
+/**
+ * Whose share a request counts against: the tenant it acts as, and the parent account its key
+ * belongs to (the parent itself, or a sub-account's parent). null on a public route.
+ */
+export interface SlotHolder {
+  readonly tenantId: string
+  readonly accountId: string
+}
+
+/** Counts per id, up to a share; an id goes when its count falls to zero. */
+class Shares {
+  private readonly held = new Map<string, number>()
+
+  constructor(readonly share: number) {}
+
+  /** Takes one for `id` unless it holds its share already. */
+  take(id: string): boolean {
+    const held = this.held.get(id) ?? 0
+    if (held >= this.share) return false
+    this.held.set(id, held + 1)
+    return true
+  }
+
+  giveBack(id: string): void {
+    const held = this.held.get(id)!
+    if (held <= 1) this.held.delete(id)
+    else this.held.set(id, held - 1)
+  }
+}
 
 /** Called at most once: with null when the request holds a slot, or with why it got none. */
 export type SlotCallback = (refusal: SlotRefusal | null) => void
@@ -13,7 +44,7 @@ export type SlotCallback = (refusal: SlotRefusal | null) => void
 export type Attempt = 'taken' | 'refused' | 'waiting'
 
 interface Waiter {
-  readonly tenantId: string | null
+  readonly holder: SlotHolder | null
   readonly callback: SlotCallback
   timer: NodeJS.Timeout | null
 }
@@ -21,8 +52,9 @@ interface Waiter {
 export class RouteConcurrency {
   /** Requests holding a slot. */
   private inFlight = 0
-  /** Requests holding or waiting for a slot, by resolved tenant. */
-  private readonly byTenant = new Map<string, number>()
+  /** Requests holding or waiting for a slot, by resolved tenant and by parent account. */
+  private readonly byTenant: Shares
+  private readonly byAccount: Shares
   private readonly waiters: Waiter[] = []
   /** Set while slots are handed to waiters: a waiter given one may give it back at once. */
   private handingOff = false
@@ -30,11 +62,15 @@ export class RouteConcurrency {
   constructor(
     readonly maxConnections: number,
     readonly maxPerTenant: number,
+    readonly maxPerAccount: number,
     /** How long a request may wait for a slot (the route's timeout_ms). */
     readonly maxWaitMs: number,
     /** How many may wait at once; more are refused at once (a public route has no tenant share). */
     readonly maxWaiting = maxConnections,
-  ) {}
+  ) {
+    this.byTenant = new Shares(maxPerTenant)
+    this.byAccount = new Shares(maxPerAccount)
+  }
 
   get active(): number {
     return this.inFlight
@@ -45,30 +81,33 @@ export class RouteConcurrency {
   }
 
   /**
-   * A tenant at its share is refused at once; otherwise the request takes a free slot, or waits
-   * for one at most maxWaitMs (unless too many wait already). `tenantId` is null on a public
-   * route, which has no tenant share. The callback is called only for 'refused' (at once) and
-   * 'waiting' (later, unless withdrawn).
+   * A tenant or a parent account at its share is refused at once; otherwise the request takes a
+   * free slot, or waits for one at most maxWaitMs (unless too many wait already). `holder` is
+   * null on a public route, which has no shares. The callback is called only for 'refused' (at
+   * once) and 'waiting' (later, unless withdrawn).
    */
-  tryAcquire(tenantId: string | null, callback: SlotCallback): Attempt {
-    if (tenantId !== null) {
-      const held = this.byTenant.get(tenantId) ?? 0
-      if (held >= this.maxPerTenant) {
+  tryAcquire(holder: SlotHolder | null, callback: SlotCallback): Attempt {
+    if (holder !== null) {
+      if (!this.byTenant.take(holder.tenantId)) {
         callback('tenant_busy')
         return 'refused'
       }
-      this.byTenant.set(tenantId, held + 1)
+      if (!this.byAccount.take(holder.accountId)) {
+        this.byTenant.giveBack(holder.tenantId)
+        callback('account_busy')
+        return 'refused'
+      }
     }
     if (this.inFlight < this.maxConnections && this.waiters.length === 0) {
       this.inFlight++
       return 'taken'
     }
     if (this.waiters.length >= this.maxWaiting) {
-      this.forgetTenant(tenantId)
+      this.forgetHolder(holder)
       callback('route_busy')
       return 'refused'
     }
-    const waiter: Waiter = { tenantId, callback, timer: null }
+    const waiter: Waiter = { holder, callback, timer: null }
     waiter.timer = setTimeout(() => this.giveUp(waiter), this.maxWaitMs)
     this.waiters.push(waiter)
     return 'waiting'
@@ -80,12 +119,12 @@ export class RouteConcurrency {
     if (index === -1) return
     const [waiter] = this.waiters.splice(index, 1)
     clearTimeout(waiter!.timer!)
-    this.forgetTenant(waiter!.tenantId)
+    this.forgetHolder(waiter!.holder)
   }
 
   /** Gives a slot back: the oldest waiter gets it, or it is free. */
-  release(tenantId: string | null): void {
-    this.forgetTenant(tenantId)
+  release(holder: SlotHolder | null): void {
+    this.forgetHolder(holder)
     this.inFlight--
     this.handOff()
   }
@@ -113,19 +152,23 @@ export class RouteConcurrency {
     const index = this.waiters.indexOf(waiter)
     if (index === -1) return
     this.waiters.splice(index, 1)
-    this.forgetTenant(waiter.tenantId)
+    this.forgetHolder(waiter.holder)
     waiter.callback('route_busy')
   }
 
-  private forgetTenant(tenantId: string | null): void {
-    if (tenantId === null) return
-    const held = this.byTenant.get(tenantId)!
-    if (held <= 1) this.byTenant.delete(tenantId)
-    else this.byTenant.set(tenantId, held - 1)
+  private forgetHolder(holder: SlotHolder | null): void {
+    if (holder === null) return
+    this.byTenant.giveBack(holder.tenantId)
+    this.byAccount.giveBack(holder.accountId)
   }
 }
 
 /** A quarter of the route's connections, and at least one (docs/configuration.md). */
 export function defaultPerTenant(maxConnections: number): number {
   return Math.max(1, Math.floor(maxConnections / 4))
+}
+
+/** Half of the route's connections, and at least one (docs/configuration.md). */
+export function defaultPerAccount(maxConnections: number): number {
+  return Math.max(1, Math.floor(maxConnections / 2))
 }

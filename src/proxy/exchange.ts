@@ -6,7 +6,7 @@
 import type { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Tally } from '../ops/fast-metrics.js'
-import type { RouteConcurrency } from './concurrency.js'
+import type { RouteConcurrency, SlotHolder } from './concurrency.js'
 
 export interface ClientAbortTallies {
   readonly hungUp: Tally
@@ -34,7 +34,7 @@ export class Exchange {
 
   constructor(
     private readonly slots: RouteConcurrency,
-    private readonly tenantId: string | null,
+    private readonly holder: SlotHolder | null,
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly clientAborts: ClientAbortTallies,
@@ -127,6 +127,6 @@ export class Exchange {
   private release(): void {
     if (this.released) return
     this.released = true
-    this.slots.release(this.tenantId)
+    this.slots.release(this.holder)
   }
 }

@@ -13,7 +13,7 @@ import { ApiError, payloadTooLarge, routeNotFound } from '../errors.js'
 import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
 import { tenancyAdmission } from '../tenancy/recent-admissions.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
-import { RouteConcurrency, type SlotRefusal } from './concurrency.js'
+import { RouteConcurrency, type SlotHolder, type SlotRefusal } from './concurrency.js'
 import { type ClientAbortTallies, Exchange } from './exchange.js'
 import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
 import type { LimitGate } from './limit-gate.js'
@@ -30,6 +30,8 @@ export interface ProxyOptions {
   /** Requests admitted from the last second's memory (tenancy/recent-admissions.ts). */
   recentAdmissions: Tally
   clientAborts: ClientAbortTallies
+  /** Where each route's slots are read at scrape time (tgw_proxy_upstream_slots). */
+  upstreamSlots?: Map<string, () => { held: number; waiting: number }>
   limits: LimitGate
   /** Signs the identity of requests on routes with `identity`; null when no route has it. */
   identity: IdentityAssertions | null
@@ -77,15 +79,27 @@ function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
 const RETRY_SOON = { 'retry-after': '1' }
 
 function busy(refusal: SlotRefusal, route: ProxyRoute): ApiError {
-  return refusal === 'tenant_busy'
+  if (refusal === 'tenant_busy')
+    return new ApiError(
+      'too_many_concurrent_requests',
+      `this tenant already has ${route.maxConnectionsPerTenant} requests in flight on this route`,
+      { headers: RETRY_SOON },
+    )
+  return refusal === 'account_busy'
     ? new ApiError(
         'too_many_concurrent_requests',
-        `this tenant already has ${route.maxConnectionsPerTenant} requests in flight on this route`,
+        `this account and its sub-accounts already have ${route.maxConnectionsPerAccount} requests in flight on this route`,
         { headers: RETRY_SOON },
       )
     : new ApiError('upstream_busy', `every connection to this route's upstream stayed busy for ${route.timeoutMs} ms`, {
         headers: RETRY_SOON,
       })
+}
+
+/** The tenant a request acts as, and the parent account its key belongs to: whose shares it takes. */
+function slotHolder(request: FastifyRequest): SlotHolder {
+  const keyTenant = request.principal!.tenant
+  return { tenantId: request.actingTenant!.id, accountId: keyTenant.parentId ?? keyTenant.id }
 }
 
 /** The route's scopes checked against the admitted key's: the 403 to answer, or undefined. */
@@ -115,18 +129,34 @@ function rewritePrefixFor(route: ProxyRoute): string {
 async function registerRoute(
   app: FastifyInstance,
   route: ProxyRoute,
-  { routes, lookups, upstreamDuration, recentAdmissions, clientAborts, limits, identity, consoleServed }: ProxyOptions,
+  {
+    routes,
+    lookups,
+    upstreamDuration,
+    recentAdmissions,
+    clientAborts,
+    upstreamSlots,
+    limits,
+    identity,
+    consoleServed,
+  }: ProxyOptions,
 ): Promise<void> {
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs))
 
-    const slots = new RouteConcurrency(route.maxConnections, route.maxConnectionsPerTenant, route.timeoutMs)
+    const slots = new RouteConcurrency(
+      route.maxConnections,
+      route.maxConnectionsPerTenant,
+      route.maxConnectionsPerAccount,
+      route.timeoutMs,
+    )
+    upstreamSlots?.set(route.prefix, () => ({ held: slots.active, waiting: slots.waiting }))
     /** Last of the checks: a slot to the upstream, then the 100 Continue a client may be waiting for. */
     function takeSlot(request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
       const continues = expectsContinue(request)
       if (continues && declaresTooMuch(request, route.maxBodyBytes)) return done(payloadTooLarge(route.maxBodyBytes))
-      const tenantId = route.public ? null : request.actingTenant!.id
+      const holder = route.public ? null : slotHolder(request)
       // A waiting request whose client leaves gives up its place and its tenant's share at once.
       const leave = () => slots.withdraw(start)
       const start = (refusal: SlotRefusal | null) => {
@@ -135,7 +165,7 @@ async function registerRoute(
           limits.refund(request)
           return done(busy(refusal, route))
         }
-        request.exchange = new Exchange(slots, tenantId, request, reply, clientAborts, route.responseIdleTimeoutMs)
+        request.exchange = new Exchange(slots, holder, request, reply, clientAborts, route.responseIdleTimeoutMs)
         // A client that left just as a slot came: its Exchange gave the slot back and logged it,
         // and the request goes no further (nothing is sent upstream, nothing can be answered).
         if (request.exchange.clientGone()) return limits.refund(request)
@@ -143,7 +173,7 @@ async function registerRoute(
         if (continues) reply.raw.writeContinue()
         done()
       }
-      const attempt = slots.tryAcquire(tenantId, start)
+      const attempt = slots.tryAcquire(holder, start)
       if (attempt === 'taken') start(null)
       else if (attempt === 'waiting') reply.raw.once('close', leave)
     }

@@ -2,7 +2,7 @@
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
-import { defaultPerTenant } from './concurrency.js'
+import { defaultPerAccount, defaultPerTenant } from './concurrency.js'
 import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
 import { parseRouteIdentity, type RouteIdentity } from './route-identity.js'
@@ -27,6 +27,8 @@ export interface ProxyRoute {
   readonly maxConnections: number
   /** Requests one resolved tenant may have in flight here; past it, 429 at once. */
   readonly maxConnectionsPerTenant: number
+  /** Requests of one parent account's keys (its own and its sub-accounts') in flight here; past it, 429. */
+  readonly maxConnectionsPerAccount: number
   /** How long a request body may send nothing before the exchange ends (408). */
   readonly bodyIdleTimeoutMs: number
   /** How long a client may read nothing of a response before it is cut off. */
@@ -61,6 +63,7 @@ const ROUTE_KEYS = new Set([
   'pass_headers',
   'max_connections',
   'max_connections_per_tenant',
+  'max_connections_per_account',
   'body_idle_timeout_ms',
   'response_idle_timeout_ms',
   'identity',
@@ -214,7 +217,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         forwardAuthorization: boolean(where, 'forward_authorization', entry.forward_authorization),
         passHeaders: parsePassHeaders(where, entry.pass_headers),
         ...limits,
-        maxConnectionsPerTenant: perTenantLimit(where, entry.max_connections_per_tenant, limits.maxConnections),
+        ...shareLimits(where, entry, limits.maxConnections),
         identity,
       }),
     )
@@ -233,6 +236,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         passHeaders: NO_HEADERS,
         ...defaults,
         maxConnectionsPerTenant: defaultPerTenant(defaults.maxConnections),
+        maxConnectionsPerAccount: defaultPerAccount(defaults.maxConnections),
         identity: null,
       }),
     )
@@ -266,10 +270,36 @@ function limitsOf(where: string, value: Doc, fallback: RouteLimits): RouteLimits
   }
 }
 
-function perTenantLimit(where: string, value: unknown, maxConnections: number): number {
-  const limit = positiveInteger(where, 'max_connections_per_tenant', value, defaultPerTenant(maxConnections))
-  if (limit > maxConnections) fail(where, 'max_connections_per_tenant may not exceed max_connections')
-  return limit
+/**
+ * A route's shares of its connections: per resolved tenant and per parent account. The account's
+ * holds the tenant's: set both, and a tenant share above the account's is a mistake to fix; set
+ * the tenant's alone, and the account's default (half) still bounds a parent's sub-accounts.
+ */
+function shareLimits(
+  where: string,
+  entry: Doc,
+  maxConnections: number,
+): Pick<ProxyRoute, 'maxConnectionsPerTenant' | 'maxConnectionsPerAccount'> {
+  const perTenant = positiveInteger(
+    where,
+    'max_connections_per_tenant',
+    entry.max_connections_per_tenant,
+    defaultPerTenant(maxConnections),
+  )
+  if (perTenant > maxConnections) fail(where, 'max_connections_per_tenant may not exceed max_connections')
+  const perAccount = positiveInteger(
+    where,
+    'max_connections_per_account',
+    entry.max_connections_per_account,
+    defaultPerAccount(maxConnections),
+  )
+  if (perAccount > maxConnections) fail(where, 'max_connections_per_account may not exceed max_connections')
+  if (entry.max_connections_per_account !== undefined && perTenant > perAccount)
+    fail(
+      where,
+      'max_connections_per_tenant may not exceed max_connections_per_account (a tenant is part of its account)',
+    )
+  return { maxConnectionsPerTenant: perTenant, maxConnectionsPerAccount: perAccount }
 }
 
 /** Scopes a request with this method needs on this route. */

@@ -216,6 +216,58 @@ t.test('a full route: 429 for a tenant at its share, a bounded wait for the othe
   t.equal(again.status, 200, 'slots and shares are given back: the tenant gets in again')
 })
 
+t.test(
+  "a parent's sub-accounts share one account share: four slow uploads leave the route to another parent",
+  async (t) => {
+    const upstream = await startUpstream(t)
+    const gw = await startGateway(t, {
+      gatewayConfig: {
+        routes: [{ prefix: '/v1/uploads', upstream: upstream.url, max_connections: 4, max_connections_per_tenant: 1 }],
+      },
+    })
+    const [parent, other] = [await gw.createParent(), await gw.createParent({ name: 'other' })]
+    const port = Number(new URL(gw.url).port)
+    const subs: string[] = []
+    for (let i = 1; i <= 4; i++) {
+      const res = await gw.call(parent.apiKey, {
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        acting: 'self',
+        body: { name: `sub ${i}` },
+      })
+      t.equal(res.statusCode, 201, res.body)
+      subs.push(res.json().id as string)
+    }
+    // The parent acting as each of its four sub-accounts: one upload each, its body never sent.
+    const uploads = await Promise.all(
+      subs.map((sub) =>
+        openRequest(
+          port,
+          head('POST', '/v1/uploads/big', parent.apiKey, [
+            `X-Service-Acting-Tenant: ${sub}`,
+            'Content-Length: 1048576',
+          ]),
+        ),
+      ),
+    )
+    t.teardown(() => closeAll(uploads))
+    const slots = () => metricValue(gw.app, 'tgw_proxy_upstream_slots', { route: '/v1/uploads', state: 'held' })
+    await waitFor(() => uploads.filter((u) => u.answered() !== '').length === 2)
+    const refused = uploads.filter((u) => u.answered() !== '')
+    for (const upload of refused) {
+      t.match(upload.answered(), /^HTTP\/1\.1 429 /, 'a third and fourth sub-account of the same parent: 429 at once')
+      t.match(upload.answered(), /too_many_concurrent_requests/)
+      t.match(upload.answered(), /this account and its sub-accounts already have 2 requests in flight/)
+    }
+    t.equal(await slots(), 2, 'the two others hold their slots: half of max_connections, the account share')
+    await answersQuickly(t, gw, other, '/v1/uploads/small', 'another parent, while the uploads hold')
+    closeAll(uploads)
+    await waitFor(async () => (await slots()) === 0)
+    const again = await callAs(gw.url, parent.apiKey, { path: '/v1/uploads/after', acting: subs[0]! })
+    t.equal(again.status, 200, 'the account share is given back with the slots')
+  },
+)
+
 t.test('a body that sends nothing for body_idle_timeout_ms: 408, and the upstream connection is freed', async (t) => {
   const upstream = await startUpstream(t)
   const gw = await startGateway(t, {
@@ -458,7 +510,9 @@ t.test('an unread answer the upstream sent whole gives its slot back', async (t)
     upstream: upstream.url,
     public: true,
     max_connections: 1,
-    timeout_ms: 300,
+    // Long enough for a loaded machine's upstream to answer the next request (a 504 then would
+    // say nothing of slots); the idle timeout is what ends the unread answers.
+    timeout_ms: 10_000,
     response_idle_timeout_ms: 300,
   })
   const gw = await startGateway(t, { gatewayConfig: { routes: sizes.map((_, i) => route(i)) } })
@@ -468,10 +522,21 @@ t.test('an unread answer the upstream sent whole gives its slot back', async (t)
     ),
   )
   t.teardown(() => closeAll(unread))
-  await sleep(1_500)
+  // Each unread answer ends once its client has read nothing for response_idle_timeout_ms, or
+  // sooner when it was flushed whole; either way its route's slot comes back. Waited for on the
+  // slots themselves, not a clock: on a loaded machine the timers fire late.
+  const held = async () => {
+    let sum = 0
+    for (let i = 0; i < sizes.length; i++)
+      sum += await metricValue(gw.app, 'tgw_proxy_upstream_slots', { route: `/v1/k${i}`, state: 'held' })
+    return sum
+  }
+  await waitFor(async () => (await held()) === 0, 30_000)
   const next = await Promise.all(sizes.map((_, i) => callAs(gw.url, null, { path: `/v1/k${i}/small?size=10` })))
   t.same(
-    sizes.filter((_, i) => next[i]!.status !== 200),
+    sizes.flatMap((size, i) =>
+      next[i]!.status === 200 ? [] : [`${size} bytes: ${next[i]!.status} ${next[i]!.body.slice(0, 80)}`],
+    ),
     [],
     "every route's one slot is free again, whatever the size of its unread answer",
   )

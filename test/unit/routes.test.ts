@@ -21,6 +21,7 @@ const DEFAULT_LIMITS = {
   maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
   maxConnections: DEFAULT_MAX_CONNECTIONS,
   maxConnectionsPerTenant: 64,
+  maxConnectionsPerAccount: 128,
   bodyIdleTimeoutMs: DEFAULT_BODY_IDLE_TIMEOUT_MS,
   responseIdleTimeoutMs: DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
 }
@@ -483,6 +484,13 @@ t.test('connection limits and idle timeouts', async (t) => {
         { prefix: '/inherits', upstream: UP },
         { prefix: '/own', upstream: UP, max_connections: 3, body_idle_timeout_ms: 1, response_idle_timeout_ms: 2 },
         { prefix: '/shared', upstream: UP, max_connections: 8, max_connections_per_tenant: 8 },
+        {
+          prefix: '/accounts',
+          upstream: UP,
+          max_connections: 8,
+          max_connections_per_tenant: 2,
+          max_connections_per_account: 3,
+        },
       ],
     },
     'http://catch-all:1',
@@ -492,20 +500,23 @@ t.test('connection limits and idle timeouts', async (t) => {
       r.prefix,
       r.maxConnections,
       r.maxConnectionsPerTenant,
+      r.maxConnectionsPerAccount,
       r.bodyIdleTimeoutMs,
       r.responseIdleTimeoutMs,
     ]),
     [
-      ['/inherits', 40, 10, 500, 700],
-      ['/own', 3, 1, 1, 2],
-      ['/shared', 8, 8, 500, 700],
-      ['/', 40, 10, 500, 700],
+      ['/inherits', 40, 10, 20, 500, 700],
+      ['/own', 3, 1, 1, 1, 2],
+      ['/shared', 8, 8, 4, 500, 700],
+      ['/accounts', 8, 2, 3, 500, 700],
+      ['/', 40, 10, 20, 500, 700],
     ],
-    'a quarter of max_connections per tenant (at least one); top-level values are every route default',
+    'a quarter of max_connections per tenant and half per account (at least one); top-level values are every route default',
   )
   for (const key of [
     'max_connections',
     'max_connections_per_tenant',
+    'max_connections_per_account',
     'body_idle_timeout_ms',
     'response_idle_timeout_ms',
   ]) {
@@ -520,6 +531,22 @@ t.test('connection limits and idle timeouts', async (t) => {
     'a tenant share above the route',
     undefined,
     /max_connections_per_tenant may not exceed max_connections/,
+  )
+  refuses(
+    t,
+    second({ max_connections: 8, max_connections_per_account: 9 }),
+    WHERE,
+    'an account share above the route',
+    undefined,
+    /max_connections_per_account may not exceed max_connections/,
+  )
+  refuses(
+    t,
+    second({ max_connections: 8, max_connections_per_tenant: 4, max_connections_per_account: 3 }),
+    WHERE,
+    'a tenant share above its account share',
+    undefined,
+    /max_connections_per_tenant may not exceed max_connections_per_account/,
   )
   refuses(
     t,
