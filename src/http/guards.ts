@@ -1,11 +1,13 @@
 // What every request goes through before routing decides anything (docs/api.md): its request id,
-// the bad-path refusal, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and before a
-// body parser can answer 415 or 400. Management paths included.
+// the header limits (431), the bad-path refusal, the one-Host rule, a Host that is a host[:port],
+// and the 404, all before authentication and before a body parser can answer 415 or 400. Every
+// route: proxy, management, token endpoint, ops.
 import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from '../proxy/paths.js'
-import { singleHeaderCounts } from './header-counts.js'
+import { countHeaders } from './header-counts.js'
+import { headersTooLarge } from './header-limits.js'
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -24,11 +26,17 @@ export function requestId(req: { headers: Record<string, string | string[] | und
 
 export const requestGuards = fp(
   async (app) => {
-    app.decorateRequest('singleHeaders', null)
+    app.decorateRequest('headerCounts', null)
 
     app.addHook('onRequest', (request, reply, done) => {
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
+      const counts = countHeaders(request)
+      const tooLarge = headersTooLarge(counts)
+      if (tooLarge !== null) {
+        done(tooLarge)
+        return
+      }
       if (isBadPath(pathOf(request.url))) {
         done(
           new ApiError(
@@ -40,7 +48,7 @@ export const requestGuards = fp(
       }
       // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
       // and X-Forwarded-Host would name it while an upstream might read another).
-      if (singleHeaderCounts(request).host > 1) {
+      if (counts.host > 1) {
         done(new ApiError('bad_request', 'send one Host header'))
         return
       }
