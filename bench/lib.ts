@@ -2,7 +2,7 @@
 // start (upstream, bare proxy, gateways compiled as the image runs them), databases, /metrics and
 // /proc readings, the autocannon load loop and the figures. How each bench uses them: bench/README.md.
 import { type ChildProcess, execFile, execFileSync, spawn, spawnSync } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import {
   cpSync,
   existsSync,
@@ -476,13 +476,17 @@ export async function seedActing(
   // Under valgrind (bench:instructions) a store lookup can miss its deadline: 503, and again. A
   // Redis whose limits' keys are new refuses every lease for 3 s (docs/architecture.md, limits),
   // the management API's rate included: 429, and again.
+  // A 503 may come after the sub-account was made: the retry names the same Idempotency-Key, and
+  // acts as the parent itself (a write without the acting header is refused once the parent has
+  // an active sub-account).
+  const idempotencyKey = `bench-seed-${randomUUID()}`
   let answer = { status: 0, body: '', ms: 0 }
   for (let attempt = 0; attempt < 10 && answer.status !== 201; attempt++) {
     if (attempt > 0) await sleep(1000)
     const call: Call = {
       method: 'POST',
       path: '/v1/sub-accounts',
-      headers: { authorization },
+      headers: { authorization, 'x-service-acting-tenant': 'self', 'idempotency-key': idempotencyKey },
       body: JSON.stringify({ name: 'bench-sub', external_id: 'bench-sub', limits: o.subAccount }),
     }
     answer = await request(new http.Agent(), new URL(gateway.url), call, 600_000)

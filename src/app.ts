@@ -17,7 +17,7 @@ import { credentialRoutes } from './credentials/routes.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
-import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS } from './http/header-limits.js'
+import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS } from './http/header-counts.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parsing } from './http/parsing.js'
 import { routeKinds } from './http/route-kind.js'
@@ -163,7 +163,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   // Node keeps this many header fields and drops the rest without a word (2,000 by default), and
   // with them a second Authorization the single-header rule must see. One past the limit is all
-  // the request guards need to see to refuse the request (431: http/header-limits.ts).
+  // the request guards need to see to refuse the request (431: http/guards.ts).
   app.server.maxHeadersCount = MAX_HEADER_FIELDS + 1
   deferContinue(app)
 

@@ -47,7 +47,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
     return { key: presentKey(key.row), api_key: key.apiKey }
   },
 
-  'keys revoke': async (sql, options, config) => {
+  'keys revoke': async (sql, options, config, io) => {
     const accountId = uuid(options, 'account')
     const keyId = uuid(options, 'key')
     await migrate(sql)
@@ -61,11 +61,12 @@ export const KEY_COMMANDS: Record<string, Command> = {
         config.redisKeyPrefix,
         keyEntries({ id: row.id, keyDigest: row.key_digest }),
         'the key is revoked',
+        io,
       )
     return { key: presentKey(row) }
   },
 
-  'keys roll': async (sql, options, config) => {
+  'keys roll': async (sql, options, config, io) => {
     const accountId = uuid(options, 'account')
     const keyId = uuid(options, 'key')
     const overlap = overlapSeconds(options)
@@ -94,6 +95,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
           ...keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }),
         ],
         'the key is rolled',
+        io,
       )
     return { key: presentKey(minted.row), api_key: minted.apiKey, previous_key: presentKey(old) }
   },

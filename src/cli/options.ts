@@ -12,7 +12,13 @@ export class UsageError extends Error {}
 
 export type Options = Record<string, string | boolean | undefined>
 
-export type Command = (sql: Sql, options: Options, config: Config) => Promise<unknown>
+/** Where a run writes: the process's stdout and stderr from the entry, strings kept by a test. */
+export interface CliIo {
+  stdout(text: string): void
+  stderr(text: string): void
+}
+
+export type Command = (sql: Sql, options: Options, config: Config, io: CliIo) => Promise<unknown>
 
 export function required(options: Options, name: string): string {
   const value = options[name]
@@ -52,11 +58,17 @@ export async function parentAccount(sql: Sql, id: string) {
 }
 
 /** Publishes cache invalidations, repeated after 1 s; a Redis failure is a warning, the change stands. */
-export async function tellReplicas(redisUrl: string, prefix: string, names: string[], done: string): Promise<void> {
+export async function tellReplicas(
+  redisUrl: string,
+  prefix: string,
+  names: string[],
+  done: string,
+  io: CliIo,
+): Promise<void> {
   try {
     await publishInvalidation(redisUrl, prefix, names, { repeatAfterMs: 1_000 })
   } catch (err) {
-    process.stderr.write(
+    io.stderr(
       `warning: ${done}, but Redis (REDIS_URL, ${describeRedisUrl(redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute (the cache TTL)\n`,
     )
   }

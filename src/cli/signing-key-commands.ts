@@ -7,28 +7,34 @@ import type { Config } from '../config.js'
 import { SigningKeyStore } from '../credentials/signing-key-store.js'
 import type { Sql } from '../store/db.js'
 import { migrate } from '../store/migrate.js'
+import type { CliIo } from './options.js'
 
 export type CommandOptions = Readonly<Record<string, string | boolean | undefined>>
 
-export async function rotateSigningKeys(sql: Sql, options: CommandOptions, config: Config): Promise<unknown> {
-  // cli.ts resolves it for every command; a caller that did not is a bug.
+export async function rotateSigningKeys(
+  sql: Sql,
+  options: CommandOptions,
+  config: Config,
+  io: CliIo,
+): Promise<unknown> {
+  // cli/run.ts resolves it for every command; a caller that did not is a bug.
   if (config.encryptionKey === undefined) throw new Error('ENCRYPTION_KEY is required')
   await migrate(sql)
   const store = new SigningKeyStore({ sql, encryptionKey: config.encryptionKey })
   const compromised = options.compromised === true
   const result = compromised ? await store.rotateCompromised() : { signing_key: await store.rotate() }
-  if (config.redisUrl !== undefined) await tellReplicas(config.redisUrl, config.redisKeyPrefix, compromised)
+  if (config.redisUrl !== undefined) await tellReplicas(config.redisUrl, config.redisKeyPrefix, compromised, io)
   return result
 }
 
 /** Over the invalidation bus, repeated after 1 s; a Redis failure is a warning, the change stands. */
-async function tellReplicas(redisUrl: string, prefix: string, compromised: boolean): Promise<void> {
+async function tellReplicas(redisUrl: string, prefix: string, compromised: boolean, io: CliIo): Promise<void> {
   try {
     await publishInvalidation(redisUrl, prefix, [cacheKeys.signingKeys], { repeatAfterMs: 1_000 })
   } catch (err) {
     const url = new URL(redisUrl)
     const what = compromised ? 'the old key is withdrawn' : 'the new key is published'
-    process.stderr.write(
+    io.stderr(
       `warning: ${what}, but Redis (REDIS_URL, ${url.hostname || 'localhost'}:${url.port || '6379'}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute\n`,
     )
   }

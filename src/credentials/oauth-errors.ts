@@ -2,7 +2,6 @@
 // "error_description"}`, never problem+json, since OAuth clients parse this shape. Anything else
 // thrown on the endpoint (a store deadline, a body too slow, a bug) is mapped onto it here.
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import type { ErrorCode } from '../errors.js'
 import { toApiError } from '../http/error-handler.js'
 
 export type OAuthErrorCode =
@@ -58,8 +57,6 @@ export function noStore(reply: FastifyReply): FastifyReply {
   return reply.header('cache-control', 'no-store').header('pragma', 'no-cache')
 }
 
-const KEEPS_STATUS: ReadonlySet<ErrorCode> = new Set(['request_timeout', 'headers_too_large'])
-
 /** Any error of the endpoint as RFC 6749 JSON: catalogue errors keep their meaning, not their shape. */
 function toOAuthError(err: FastifyError, request: FastifyRequest): OAuthError {
   if (err instanceof OAuthError) return err
@@ -76,10 +73,10 @@ function toOAuthError(err: FastifyError, request: FastifyRequest): OAuthError {
     request.log.error({ err }, apiError.code)
     return new OAuthError(500, 'server_error', 'the gateway could not complete this request')
   }
-  // A body that came too slowly keeps its 408 (and its Connection: close): the client may retry.
-  // Headers past the limits keep their 431, which every route answers (http/header-limits.ts).
-  // Every other refusal of the request itself is RFC 6749's 400 invalid_request.
-  const status = KEEPS_STATUS.has(apiError.code) ? apiError.status : 400
+  // A body that came too slowly keeps its 408 (and its Connection: close): the client may retry;
+  // too many headers keep their 431, as on every route. Every other refusal of the request itself
+  // is RFC 6749's 400 invalid_request.
+  const status = apiError.code === 'request_timeout' || apiError.code === 'headers_too_large' ? apiError.status : 400
   return new OAuthError(status, 'invalid_request', apiError.detail, apiError.options.headers)
 }
 

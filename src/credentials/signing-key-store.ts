@@ -125,7 +125,8 @@ export class SigningKeyStore {
       await lockSigningKeys(tx)
       if ((await this.published(tx)).length > 0) return null
       await this.checkEncryptionKey(tx)
-      return this.insertKey(tx, this.clock())
+      const now = this.clock()
+      return this.insertKey(tx, now, now)
     })
   }
 
@@ -140,7 +141,7 @@ export class SigningKeyStore {
       const activatesAt = rotationDue(await this.published(tx), now, periodMs)
       if (activatesAt === null) return null
       await this.checkEncryptionKey(tx)
-      return this.insertKey(tx, activatesAt)
+      return this.insertKey(tx, activatesAt, now)
     })
   }
 
@@ -154,7 +155,7 @@ export class SigningKeyStore {
       await this.checkEncryptionKey(tx)
       const now = this.clock()
       const published = await this.published(tx)
-      const created = await this.insertKey(tx, signerOf(published, now) === null ? now : now + NEXT_KEY_LEAD_MS)
+      const created = await this.insertKey(tx, signerOf(published, now) === null ? now : now + NEXT_KEY_LEAD_MS, now)
       return this.show(created, [...published, created], now)
     })
   }
@@ -177,7 +178,7 @@ export class SigningKeyStore {
         published.map((key) => key.kid),
         new Date(now),
       )
-      const created = await this.insertKey(tx, now)
+      const created = await this.insertKey(tx, now, now)
       return {
         signing_key: this.show(created, [created], now),
         withdrawn: withdrawn
@@ -194,11 +195,14 @@ export class SigningKeyStore {
     if (newest !== null) await this.openPrivateKey(fromRow(newest))
   }
 
-  /** Makes a key that signs from `at`; the keys before it stay published until what they signed has expired. */
-  private async insertKey(tx: Tx, at: number): Promise<StoredSigningKey> {
+  /**
+   * Makes a key at `now` that signs from `at`; the keys before it stay published until what they
+   * signed has expired. `now` is the caller's, the instant `at` was chosen from: a second reading
+   * of the clock would date the key later, and a next key would sign less than the lead after it.
+   */
+  private async insertKey(tx: Tx, at: number, now: number): Promise<StoredSigningKey> {
     // Whole seconds, as a token's times are: down for a key that signs at once (so that it does
     // in the second it is made), up for a later one (so that it never signs early).
-    const now = this.clock()
     const activatesAt = at <= now ? Math.floor(at / 1000) * 1000 : Math.ceil(at / 1000) * 1000
     const key = await generateSigningKey(activatesAt)
     const pkcs8 = await exportPKCS8(key.privateKey!)

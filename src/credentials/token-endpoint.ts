@@ -9,7 +9,7 @@ import { ACCESS_TOKEN_TYPE } from '../auth/access-tokens.js'
 import { digest } from '../auth/keys.js'
 import { SCOPE_PATTERN, scopeCovers, uniqueScopes } from '../auth/scopes.js'
 import { continueAfterChecks } from '../http/expect-continue.js'
-import { countHeaders } from '../http/header-counts.js'
+import { singleHeaderCounts } from '../http/header-counts.js'
 import { addManagementDeadline } from '../management/hooks.js'
 import type { Tally } from '../ops/fast-metrics.js'
 import { withDeadline, type Sql } from '../store/db.js'
@@ -123,10 +123,10 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
       const form = request.body as TokenForm | undefined
       if (form === undefined || Object.keys(form).length === 0)
         throw invalidRequest(`the body is empty: send grant_type=${GRANT_TYPE} as ${FORM_TYPE}`)
-      const client = presentedClient(request.headers.authorization, countHeaders(request).authorization, form)
-      attempts.refuseIfLocked(client.id)
+      const client = presentedClient(request.headers.authorization, singleHeaderCounts(request).authorization, form)
+      attempts.refuseIfLocked(client.id, request.ip)
       requireGrantType(form)
-      const key = await attempts.attempt(client.id, () => authenticateClient(sql, client))
+      const key = await attempts.attempt(client.id, request.ip, () => authenticateClient(sql, client))
       const scopes = grantedScopes(form.scope, key.scopes)
       const scope = scopes.join(' ')
       const signed = await keyring.sign(

@@ -1,13 +1,11 @@
 // What every request goes through before routing decides anything (docs/api.md): its request id,
-// the header limits (431), the bad-path refusal, the one-Host rule, a Host that is a host[:port],
-// and the 404, all before authentication and before a body parser can answer 415 or 400. Every
-// route: proxy, management, token endpoint, ops.
+// the bad-path refusal, at most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and before a
+// body parser can answer 415 or 400. Management paths included.
 import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from '../proxy/paths.js'
-import { countHeaders } from './header-counts.js'
-import { headersTooLarge } from './header-limits.js'
+import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -26,17 +24,11 @@ export function requestId(req: { headers: Record<string, string | string[] | und
 
 export const requestGuards = fp(
   async (app) => {
-    app.decorateRequest('headerCounts', null)
+    app.decorateRequest('singleHeaders', null)
 
     app.addHook('onRequest', (request, reply, done) => {
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
-      const counts = countHeaders(request)
-      const tooLarge = headersTooLarge(counts)
-      if (tooLarge !== null) {
-        done(tooLarge)
-        return
-      }
       if (isBadPath(pathOf(request.url))) {
         done(
           new ApiError(
@@ -44,6 +36,13 @@ export const requestGuards = fp(
             'the path may not contain .., //, ;, #, a control character, or an encoded dot pair, slash, backslash, ; or #, also when decoded again: encode the path once, without such parts',
           ),
         )
+        return
+      }
+      const counts = singleHeaderCounts(request)
+      // Past these, an upstream may drop headers (a Node one keeps its first 2,000 fields): the
+      // gateway's own, written first, would survive, but a limit every hop agrees on is simpler.
+      if (counts.fields > MAX_HEADER_FIELDS || counts.bytes > MAX_HEADER_BYTES) {
+        done(new ApiError('headers_too_large', HEADERS_TOO_LARGE))
         return
       }
       // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,

@@ -1,13 +1,13 @@
 // Requests Node's HTTP parser refuses (a head over 16 KiB, bad framing, a bare LF…) never reach
 // fastify's routing: they are answered here, on the socket, in the same problem+json envelope as
 // every other error (docs/api.md), and the connection is closed (its framing can no longer be
-// trusted). Fastify's clientErrorHandler. A head too large says what the header limits say.
+// trusted). Fastify's clientErrorHandler.
 import { randomUUID } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { ERRORS, problem, PROBLEM_CONTENT_TYPE, type ErrorCode } from '../errors.js'
-import { HEADERS_TOO_LARGE_DETAIL } from './header-limits.js'
+import { HEADERS_TOO_LARGE } from './header-counts.js'
 
 export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return
@@ -19,7 +19,7 @@ export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoExcept
         : 'bad_request'
   const detail =
     code === 'headers_too_large'
-      ? HEADERS_TOO_LARGE_DETAIL
+      ? HEADERS_TOO_LARGE
       : code === 'request_timeout'
         ? 'the request was not received in time'
         : 'the request is not valid HTTP/1.1'

@@ -3,7 +3,7 @@
 // 403). The proxy's variant, which remembers the last second's admissions, is recent-admissions.ts.
 import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
 import { authenticate, requireActiveTenant, type Principal } from '../auth/authenticate.js'
-import { countHeaders, type HeaderCounts } from '../http/header-counts.js'
+import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
 import { ACTING_HEADER, parseActingHeader, resolveActingTenant } from './acting.js'
 import type { TenancyLookups, TenantRecord } from './lookups.js'
 
@@ -20,7 +20,7 @@ declare module 'fastify' {
 export async function resolveInto(
   request: FastifyRequest,
   lookups: TenancyLookups,
-  counts: HeaderCounts,
+  counts: SingleHeaderCounts,
 ): Promise<void> {
   const principal = await authenticate(
     request.headers.authorization,
@@ -38,6 +38,6 @@ export async function resolveInto(
 
 export function tenancyHook(lookups: TenancyLookups): onRequestAsyncHookHandler {
   return async function resolveTenancy(request) {
-    await resolveInto(request, lookups, countHeaders(request))
+    await resolveInto(request, lookups, singleHeaderCounts(request))
   }
 }

@@ -5,7 +5,7 @@ import { performance } from 'node:perf_hooks'
 import type { FastifyRequest } from 'fastify'
 import { MAX_ACCESS_TOKEN_LENGTH } from '../auth/access-tokens.js'
 import type { Principal } from '../auth/authenticate.js'
-import { countHeaders, type HeaderCounts } from '../http/header-counts.js'
+import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
 import { ACTING_HEADER, isWriteMethod } from './acting.js'
 import { resolveInto } from './hook.js'
 import { limitSubjects } from '../limits/subjects.js'
@@ -76,7 +76,7 @@ const MAX_REMEMBERED_TOKEN_HEADER = MAX_ACCESS_TOKEN_LENGTH + 100
  * method writes (a write without the acting header has a rule of its own). Null when the request
  * is not one to remember (a header repeated or missing: the full check answers those).
  */
-function admissionKey(request: FastifyRequest, counts: HeaderCounts): string | null {
+function admissionKey(request: FastifyRequest, counts: SingleHeaderCounts): string | null {
   const authorization = request.headers.authorization
   const acting = request.headers[ACTING_HEADER]
   if (counts.authorization !== 1 || authorization === undefined || counts.acting > 1 || Array.isArray(acting))
@@ -112,7 +112,7 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
     return {
       fromRecent: () => false,
       async resolve(request) {
-        await resolveInto(request, lookups, countHeaders(request))
+        await resolveInto(request, lookups, singleHeaderCounts(request))
         request.limitSubjects = await limitSubjects(request.principal!, request.actingTenant!, lookups)
       },
     }
@@ -120,7 +120,7 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
   const recent = new RecentAdmissions(reuse.windowMs)
   return {
     fromRecent(request) {
-      const key = admissionKey(request, countHeaders(request))
+      const key = admissionKey(request, singleHeaderCounts(request))
       const admission = key === null ? undefined : recent.get(key, reuse.version())
       if (admission === undefined) return false
       // Never past the key's expiry: the full check answers 401 key_expired from then on.
@@ -135,7 +135,7 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       return true
     },
     async resolve(request) {
-      const counts = countHeaders(request)
+      const counts = singleHeaderCounts(request)
       const versionBefore = reuse.version()
       await resolveInto(request, lookups, counts)
       const principal = request.principal!

@@ -18,6 +18,8 @@ export interface RawRequest {
   /** Name/value pairs, sent in this order and case; a name may repeat. */
   headers?: [string, string][]
   body?: string | Buffer
+  /** The loopback address to connect from (127.0.0.2…), so that the gateway sees another client. */
+  localAddress?: string
 }
 
 /** One request over a fresh connection, with headers and path exactly as given. */
@@ -37,6 +39,7 @@ export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawRes
         path: options.path,
         headers: flat,
         agent: false,
+        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
       },
       (response) => {
         const chunks: Buffer[] = []

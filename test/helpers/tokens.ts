@@ -57,6 +57,8 @@ export interface TokenRequest {
   headers?: [string, string][]
   path?: string
   method?: string
+  /** The loopback address to connect from (rawRequest). */
+  localAddress?: string
 }
 
 /** POST /oauth2/token over a real socket. */
@@ -72,7 +74,13 @@ export function tokenRequest(url: string, request: TokenRequest = {}): Promise<R
   if (type !== null && body !== undefined) headers.push(['Content-Type', type])
   headers.push(['Content-Length', String(body === undefined ? 0 : Buffer.byteLength(body))])
   headers.push(...(request.headers ?? []))
-  return rawRequest(url, { method: request.method ?? 'POST', path: request.path ?? '/oauth2/token', headers, body })
+  return rawRequest(url, {
+    method: request.method ?? 'POST',
+    path: request.path ?? '/oauth2/token',
+    headers,
+    body,
+    ...(request.localAddress === undefined ? {} : { localAddress: request.localAddress }),
+  })
 }
 
 /** A token for `client` by client_secret_post; throws unless the endpoint answers 200. */

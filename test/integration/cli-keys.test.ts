@@ -1,8 +1,8 @@
 // The CLI's key lifecycle (docs/configuration.md; docs/credentials.md, key lifecycle): parent keys
-// created with an expiry and rolled, run as an operator runs the CLI, against a real Postgres, with
-// a gateway on the same database and Redis prefix. The gateway keeps records in-process for a
-// minute, so that only the CLI's message on the invalidation bus can make it refuse a rolled key
-// at once.
+// created with an expiry and rolled, the commands run in process (test/helpers/cli.ts) against a
+// real Postgres, with a gateway on the same database and Redis prefix. The gateway keeps records
+// in-process for a minute, so that only the CLI's message on the invalidation bus can make it
+// refuse a rolled key at once.
 import t from 'tap'
 import { cli } from '../helpers/cli.js'
 import { freshDatabase } from '../helpers/db.js'

@@ -1,80 +1,25 @@
-// The operator CLI (docs/configuration.md), run as an operator runs it: `npm run --silent cli --
-// ...` from the repository root, against a real Postgres. Keys it prints are then used against the
-// app.
-import { execFile } from 'node:child_process'
+// The operator CLI (docs/configuration.md) against a real Postgres and Redis: its commands run in
+// process (test/helpers/cli.ts), and the keys they print are then used against the app. The last
+// test runs the entry as an operator does, `npm run --silent cli -- ...` from the repository root.
 import { createHash } from 'node:crypto'
-import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
+import { cli, runCliProcess } from '../helpers/cli.js'
 import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway } from '../helpers/gateway.js'
-import type { JsonBody } from '../helpers/json.js'
 import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
 
-const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const MANAGEMENT = ['sub_accounts:read', 'sub_accounts:write']
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
-
-interface CliResult {
-  code: number | null
-  stdout: string
-  stderr: string
-}
 
 const db = await freshDatabase(t)
 // The app caches keys in-process; a revocation through the CLI reaches it over Redis.
 const keyPrefix = redisPrefix(t)
 const gw = await startGateway(t, { listen: false, database: db, redisKeyPrefix: keyPrefix })
-
-function runCli(args: string[]): Promise<CliResult> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DATABASE_URL: db.url,
-    ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
-    REDIS_URL,
-    REDIS_KEY_PREFIX: keyPrefix,
-  }
-  return new Promise((resolve) => {
-    execFile(
-      'npm',
-      ['run', '--silent', 'cli', '--', ...args],
-      { cwd: REPO_ROOT, env, timeout: 60_000 },
-      (err, stdout, stderr) => {
-        const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
-        resolve({ code, stdout, stderr })
-      },
-    )
-  })
-}
-
-/** Runs a command that must succeed and returns the one JSON object it printed. */
-async function cliOk(t: Test, args: string[]): Promise<JsonBody> {
-  const result = await runCli(args)
-  t.equal(result.code, 0, `exit 0: ${args.join(' ')} (stderr: ${result.stderr.trim()})`)
-  t.equal(result.stderr, '', 'nothing on stderr')
-  const lines = result.stdout.split('\n')
-  t.equal(lines.length, 2, 'exactly one line on stdout')
-  t.equal(lines[1], '', 'ending in a newline')
-  const value = JSON.parse(lines[0]!)
-  t.equal(typeof value, 'object', 'a JSON object')
-  t.notOk(Array.isArray(value), 'not an array')
-  return value
-}
-
-/** Runs a command that must fail: non-zero exit, one line on stderr, nothing on stdout. */
-async function cliFails(t: Test, args: string[], message?: RegExp): Promise<string> {
-  const result = await runCli(args)
-  t.ok(result.code !== null && result.code !== 0, `non-zero exit: ${args.join(' ')} (got ${result.code})`)
-  t.equal(result.stdout, '', 'nothing on stdout')
-  const lines = result.stderr.split('\n')
-  t.equal(lines.length, 2, `exactly one line on stderr: ${JSON.stringify(result.stderr)}`)
-  t.equal(lines[1], '', 'ending in a newline')
-  t.not(lines[0], '', 'a non-empty message')
-  if (message) t.match(lines[0], message)
-  return lines[0]!
-}
+const env = { DATABASE_URL: db.url, ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, REDIS_URL, REDIS_KEY_PREFIX: keyPrefix }
+const { ok: cliOk, fails: cliFails } = cli(env)
 
 function call(apiKey: string, method: 'GET' | 'POST', body?: unknown) {
   return gw.call(apiKey, { method, url: '/v1/sub-accounts', acting: 'self', body })
@@ -347,4 +292,25 @@ t.test('accounts limits', async (t) => {
     await setsLimits(t, ['--clear'], { rate: null, monthly_quota: null })
     t.equal(await stored(), null, 'stored as null')
   })
+})
+
+t.test('the entry, as an operator runs it: npm run --silent cli -- ...', async (t) => {
+  const shell = { ...process.env, ...env }
+  const made = await runCliProcess(['keys', 'create', '--account', acme.id, '--name', 'from the entry'], shell)
+  t.equal(made.code, 0, `exit 0 (stderr: ${made.stderr.trim()})`)
+  t.equal(made.stderr, '', 'nothing on stderr')
+  t.match(made.stdout, /^\{.*\}\n$/, 'one JSON object on one line of stdout')
+  const out = JSON.parse(made.stdout)
+  t.match(out.key, { id: UUID, name: 'from the entry', status: 'active', prefix: out.api_key.slice(0, 12) })
+  const [row] = await db.sql<{ tenant_id: string; key_digest: Buffer }[]>`
+    select tenant_id, key_digest from api_keys where id = ${out.key.id}`
+  t.equal(row!.tenant_id, acme.id, 'stored for that account')
+  t.ok(row!.key_digest.equals(sha256(out.api_key)))
+  t.equal((await call(out.api_key, 'GET')).statusCode, 200, 'the key works')
+
+  const unknown = '00000000-0000-4000-8000-000000000000'
+  const refused = await runCliProcess(['keys', 'create', '--account', unknown, '--name', 'x'], shell)
+  t.equal(refused.code, 1, 'exit 1')
+  t.equal(refused.stdout, '', 'nothing on stdout')
+  t.equal(refused.stderr, `error: no parent account ${unknown}\n`, 'one line on stderr')
 })

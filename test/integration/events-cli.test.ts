@@ -1,6 +1,6 @@
 // Events of the operator's commands (docs/events.md): the actor is the operator, with no key and
 // no address, and each command's events share a request id of its own; a command that changes
-// nothing writes none.
+// nothing writes none. The commands run in process (test/helpers/cli.ts).
 import t from 'tap'
 import { cli } from '../helpers/cli.js'
 import { freshDatabase } from '../helpers/db.js'

@@ -4,7 +4,7 @@
 // Node upstream (default settings), written before any of the client's. Issue 28, finding 2: with
 // 1,021 filler headers or more, such an upstream received none of them.
 import t, { type Test } from 'tap'
-import { HEADERS_TOO_LARGE_DETAIL } from '../../src/http/header-limits.js'
+import { HEADERS_TOO_LARGE } from '../../src/http/header-counts.js'
 import { startGateway } from '../helpers/gateway.js'
 import { problemIssue, rawExchange, requestBytes } from '../helpers/hostile.js'
 import { type RawResponse, rawRequest } from '../helpers/http.js'
@@ -94,13 +94,13 @@ async function subAccountNames(): Promise<string[]> {
 function checkRefused(t: Test, route: RouteCase, res: RawResponse, what: string): void {
   if (route.kind !== 'token') {
     const body = checkProblem(t, res, 431, 'headers_too_large', what)
-    t.equal(body.detail, HEADERS_TOO_LARGE_DETAIL, `${what}: says what to do`)
+    t.equal(body.detail, HEADERS_TOO_LARGE, `${what}: says what to do`)
     return
   }
   t.equal(res.status, 431, `${what}: status 431 (${res.body.slice(0, 200)})`)
   t.same(
     res.json(),
-    { error: 'invalid_request', error_description: HEADERS_TOO_LARGE_DETAIL },
+    { error: 'invalid_request', error_description: HEADERS_TOO_LARGE },
     `${what}: RFC 6749 JSON that says what to do`,
   )
   t.equal(res.headers['cache-control'], 'no-store', `${what}: no-store`)
@@ -170,7 +170,7 @@ t.test('a head over 16 KiB, refused by the HTTP parser: the same 431 and text', 
     null,
     '431 problem+json',
   )
-  t.equal(res === undefined ? undefined : res.json().detail, HEADERS_TOO_LARGE_DETAIL, 'the same text')
+  t.equal(res === undefined ? undefined : res.json().detail, HEADERS_TOO_LARGE, 'the same text')
   t.equal(upstream.received.length, before, 'no upstream received it')
 })
 

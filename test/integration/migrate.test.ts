@@ -1,42 +1,24 @@
 // Migrations (docs/configuration.md): applied once each under an advisory lock, so that replicas
 // can start together; a failing migration leaves nothing behind; `cli migrate` for a Helm hook.
-import { execFile } from 'node:child_process'
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import t from 'tap'
 import type { Sql } from '../../src/store/db.js'
 import { DEFAULT_MIGRATIONS_DIR, migrate, readMigrations } from '../../src/store/migrate.js'
+import { type CliResult, runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { freshDatabase } from '../helpers/db.js'
 
-const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const VERSIONS = readMigrations().map((m) => m.version)
 
-interface CliResult {
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
+/** `cli migrate` in process (test/helpers/cli.ts), in this shell without its REDIS_URL and DATABASE_URL. */
 function runCli(args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
-  const childEnv: NodeJS.ProcessEnv = { ...process.env }
-  delete childEnv.REDIS_URL
-  delete childEnv.DATABASE_URL
-  Object.assign(childEnv, { ENCRYPTION_KEY: TEST_ENCRYPTION_KEY }, env)
-  return new Promise((resolve) => {
-    execFile(
-      'npm',
-      ['run', '--silent', 'cli', '--', ...args],
-      { cwd: REPO_ROOT, env: childEnv, timeout: 60_000 },
-      (err, stdout, stderr) => {
-        const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
-        resolve({ code, stdout, stderr })
-      },
-    )
-  })
+  const shell: Record<string, string | undefined> = { ...process.env }
+  delete shell.REDIS_URL
+  delete shell.DATABASE_URL
+  return runCliHere(args, { ...shell, ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...env })
 }
 
 /** The lines of an output that must consist of whole lines: each ends in a newline. */

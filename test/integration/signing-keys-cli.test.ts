@@ -1,8 +1,9 @@
-// Signing keys through the processes an operator runs (docs/credentials.md, Signing keys): the CLI's
+// Signing keys through what an operator runs (docs/credentials.md, Signing keys): the CLI's
 // `signing-keys rotate [--compromised]` reaching two replicas over Redis within 1 s, and
 // ENCRYPTION_KEY at the start of the gateway and of every CLI command: required with
 // DATABASE_URL, made once in DATA_DIR without it, and a key that does not open the stored ones
-// refused with one line, never replaced by new keys.
+// refused with one line, never replaced by new keys. The gateway starts as a process of its own;
+// the CLI's commands run in process (test/helpers/cli.ts), each reading only the variables given.
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { readFileSync, statSync, writeFileSync } from 'node:fs'
@@ -10,6 +11,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
+import { runCliHere } from '../helpers/cli.js'
 import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'
@@ -105,7 +107,7 @@ t.test('signing-keys rotate and --compromised reach both replicas over Redis wit
   t.equal(b.app.keyring.signingKey().kid, old, 'both replicas sign with the first key')
 
   // Both polls start with the CLI: it repeats its message after 1 s before it exits.
-  const cli = runNode('src/cli.ts', ['signing-keys', 'rotate'], env)
+  const cli = runCliHere(['signing-keys', 'rotate'], env)
   const [cliRun, seen] = await Promise.all([cli, onBoth([a, b], async (gw) => (await jwksKids(gw.app)).length === 2)])
   const { signing_key: next } = printed(t, cliRun) as { signing_key: ShownKey }
   const createdAt = Date.parse(next.created_at)
@@ -123,7 +125,7 @@ t.test('signing-keys rotate and --compromised reach both replicas over Redis wit
   const token = (await a.app.keyring.sign({ iss: ISSUER, aud: ISSUER, sub: 'k' }, { typ: 'at+jwt', ttlSeconds: 900 }))
     .token
   t.ok((await verifies(a, token)) && (await verifies(b, token)), 'a token of the old key verifies on both')
-  const compromised = runNode('src/cli.ts', ['signing-keys', 'rotate', '--compromised'], env)
+  const compromised = runCliHere(['signing-keys', 'rotate', '--compromised'], env)
   const [compromisedRun, refusedAt] = await Promise.all([
     compromised,
     onBoth([a, b], async (gw) => !(await verifies(gw, token))),
@@ -153,7 +155,7 @@ t.test('signing-keys rotate and --compromised reach both replicas over Redis wit
 t.test('signing-keys rotate with Redis down: rotated, and a warning that names REDIS_URL', async (t) => {
   const db = await freshDatabase(t)
   const port = await closedPort()
-  const run = await runNode('src/cli.ts', ['signing-keys', 'rotate'], {
+  const run = await runCliHere(['signing-keys', 'rotate'], {
     DATABASE_URL: db.url,
     ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
     REDIS_URL: `redis://127.0.0.1:${port}`,
@@ -172,7 +174,7 @@ t.test('with DATABASE_URL, the gateway and every CLI command refuse to start wit
   const gateway = await runNode('src/main.ts', [], { DATABASE_URL: db.url, PORT: '0', METRICS_PORT: '0' })
   refused(t, gateway, MISSING_KEY)
   for (const args of [['migrate'], ['accounts', 'create', '--name', 'x'], ['signing-keys', 'rotate']]) {
-    refused(t, await runNode('src/cli.ts', args, { DATABASE_URL: db.url }), MISSING_KEY)
+    refused(t, await runCliHere(args, { DATABASE_URL: db.url }), MISSING_KEY)
   }
   const [row] = await db.sql<{ exists: boolean }[]>`select to_regclass('schema_migrations') is not null as exists`
   t.notOk(row!.exists, 'not a step was taken: no migration ran')
@@ -187,8 +189,8 @@ t.test('another ENCRYPTION_KEY: one line naming it, and no new key', async (t) =
   const env = { DATABASE_URL: db.url, ENCRYPTION_KEY: OTHER_KEY }
   const gateway = await runNode('src/main.ts', [], { ...env, PORT: '0', METRICS_PORT: '0' })
   refused(t, gateway, new RegExp(`^gateway failed to start: ${WRONG_KEY.source}`))
-  refused(t, await runNode('src/cli.ts', ['signing-keys', 'rotate'], env), new RegExp(`^error: ${WRONG_KEY.source}`))
-  refused(t, await runNode('src/cli.ts', ['signing-keys', 'rotate', '--compromised'], env), WRONG_KEY)
+  refused(t, await runCliHere(['signing-keys', 'rotate'], env), new RegExp(`^error: ${WRONG_KEY.source}`))
+  refused(t, await runCliHere(['signing-keys', 'rotate', '--compromised'], env), WRONG_KEY)
   const rows = await db.sql<{ kid: string; withdrawn_at: Date | null }[]>`select kid, withdrawn_at from signing_keys`
   t.same(rows, [{ kid, withdrawn_at: null }], 'the one key, untouched')
 
@@ -199,16 +201,16 @@ t.test('another ENCRYPTION_KEY: one line naming it, and no new key', async (t) =
 t.test('embedded mode: DATA_DIR/encryption.key made once, 0600, and used again', async (t) => {
   const dataDir = t.testdir({})
   const keyFile = join(dataDir, 'encryption.key')
-  const first = printed(t, await runNode('src/cli.ts', ['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
+  const first = printed(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
   t.equal((first.signing_key as { status: string }).status, 'active', 'on an empty database the key signs at once')
   t.equal(statSync(keyFile).mode & 0o777, 0o600, 'readable by its owner only')
   const made = readFileSync(keyFile, 'utf8')
   t.equal(Buffer.from(made.trim(), 'base64').length, 32, '32 bytes in base64')
 
-  const second = printed(t, await runNode('src/cli.ts', ['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
+  const second = printed(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
   t.equal((second.signing_key as { status: string }).status, 'next', 'the stored key opened under the same file')
   t.equal(readFileSync(keyFile, 'utf8'), made, 'the file is kept')
 
   writeFileSync(keyFile, `${OTHER_KEY}\n`)
-  refused(t, await runNode('src/cli.ts', ['signing-keys', 'rotate'], { DATA_DIR: dataDir }), WRONG_KEY)
+  refused(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }), WRONG_KEY)
 })

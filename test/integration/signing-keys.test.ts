@@ -273,3 +273,19 @@ t.test('--compromised withdraws every published key, retired ones too', async (t
     'only the fresh key is left',
   )
 })
+
+t.test('rotate: the next key signs the whole lead after it is made, however long the rotation takes', async (t) => {
+  const db = await freshDatabase(t)
+  // Every reading of the clock a second later, at half past: a rotation that read the clock
+  // again after choosing when the key signs would date the key later than that choice allows.
+  let now = Date.parse('2026-11-23T08:00:00.500Z')
+  const keys = store(db, () => (now += 1_000))
+  await keys.rotate()
+  const next = await keys.rotate()
+  const lead = Date.parse(next.activates_at) - Date.parse(next.created_at)
+  t.equal(next.status, 'next')
+  t.ok(
+    lead >= NEXT_KEY_LEAD_MS && lead < NEXT_KEY_LEAD_MS + 1_000,
+    `signs the lead after it was made, on a whole second (${lead} ms)`,
+  )
+})

@@ -316,6 +316,32 @@ t.test('10 failed attempts in a minute for one client_id: 429 until the oldest i
   oauthError(t, await tokenRequest(gw.url, { form: unknown }), 429, 'invalid_client', 'an unknown id')
 })
 
+t.test('the count is per client address: the right secret passes from another address', async (t) => {
+  // Whoever knows a key id (X-Service-Key-Id, audit events, a token's sub) tries wrong secrets
+  // from 127.0.0.2; the client itself connects from 127.0.0.1.
+  const target = await clientKey(gw.url, parent)
+  const attacker = { localAddress: '127.0.0.2' }
+  const wrong = post({ ...target, clientSecret: client.clientSecret })
+  for (let i = 1; i <= 10; i++)
+    oauthError(t, await tokenRequest(gw.url, { form: wrong, ...attacker }), 401, 'invalid_client', `failure ${i}`)
+  oauthError(
+    t,
+    await tokenRequest(gw.url, { form: post(target), ...attacker }),
+    429,
+    'invalid_client',
+    'locked out there',
+  )
+  const fromHome = await tokenRequest(gw.url, { form: post(target), localAddress: '127.0.0.1' })
+  t.equal(fromHome.status, 200, `the right secret from 127.0.0.1 gets its token (${fromHome.body.slice(0, 200)})`)
+  oauthError(
+    t,
+    await tokenRequest(gw.url, { form: post(target), ...attacker }),
+    429,
+    'invalid_client',
+    'still locked out there',
+  )
+})
+
 t.test('a burst of wrong secrets sent at once gets no more than 10 of them checked', async (t) => {
   const target = await clientKey(gw.url, parent)
   const wrong = post({ ...target, clientSecret: client.clientSecret })

@@ -1,0 +1,82 @@
+// The operator's commands on the database and on parent accounts (docs/configuration.md): migrate,
+// create a parent account with its first key, set its limits. Every value is checked before the
+// store is touched, so a bad one changes nothing.
+import { recordFirstKey } from '../auth/key-changes.js'
+import { createParentWithKey } from '../auth/mint.js'
+import { cacheKeys } from '../cache/index.js'
+import { operatorOrigin } from '../events/record.js'
+import { presentKey } from '../management/present.js'
+import { type LimitsChange, setAccountLimits } from '../store/limits.js'
+import { migrate } from '../store/migrate.js'
+import type { TenantRow } from '../store/tenants.js'
+import { inTransaction } from '../store/transaction.js'
+import { isExternalId } from '../tenancy/identifiers.js'
+import { parseMonthlyQuota, parseRate, shownLimits } from '../tenancy/limits.js'
+import { type Command, name, type Options, scopes, tellReplicas, UsageError, uuid } from './options.js'
+
+/** A parent account as the CLI prints it. */
+const presentAccount = (account: TenantRow) => ({
+  id: account.id,
+  name: account.name,
+  external_id: account.external_id,
+  created_at: account.created_at.toISOString(),
+})
+
+/** What `accounts limits` changes: each flag given replaces its limit, the others stay; --clear removes both. */
+function limitsChange(options: Options): LimitsChange {
+  const { rate, clear } = options
+  const quota = options['monthly-quota']
+  if (clear === true) {
+    if (rate !== undefined || quota !== undefined)
+      throw new UsageError('--clear removes both limits: give it without --rate and --monthly-quota')
+    return { rate: null, monthly_quota: null }
+  }
+  if (rate === undefined && quota === undefined)
+    throw new UsageError('give --rate N/Ws, --monthly-quota M, or --clear (--help for the usage)')
+  return {
+    ...(typeof rate === 'string' ? { rate: parseRate(rate) } : {}),
+    ...(typeof quota === 'string' ? { monthly_quota: parseMonthlyQuota(quota) } : {}),
+  }
+}
+
+export const ACCOUNT_COMMANDS: Record<string, Command> = {
+  migrate: async (sql) => ({ applied: await migrate(sql) }),
+
+  'accounts create': async (sql, options) => {
+    const externalId = options['external-id'] as string | undefined
+    if (externalId !== undefined && !isExternalId(externalId)) {
+      throw new UsageError('--external-id must be 1-128 of A-Z a-z 0-9 . _ - : @ / +')
+    }
+    const accountName = name(options)
+    const extraScopes = scopes(options) ?? []
+    await migrate(sql)
+    // The account's first key is its first event (docs/events.md: an account's creation has no type of its own).
+    const { account, key } = await inTransaction(sql, async (tx) => {
+      const created = await createParentWithKey(tx, { name: accountName, externalId: externalId ?? null, extraScopes })
+      await recordFirstKey(tx, operatorOrigin(), created)
+      return created
+    })
+    return {
+      account: presentAccount(account),
+      api_key: key.apiKey,
+      key: presentKey(key.row),
+    }
+  },
+
+  'accounts limits': async (sql, options, config, io) => {
+    const accountId = uuid(options, 'account')
+    const change = limitsChange(options)
+    await migrate(sql)
+    const account = await setAccountLimits(sql, accountId, change, operatorOrigin())
+    // The proxy reads an account's limits from its cached tenant record: tell the replicas now.
+    if (config.redisUrl !== undefined)
+      await tellReplicas(
+        config.redisUrl,
+        config.redisKeyPrefix,
+        [cacheKeys.tenant(accountId)],
+        'the limits are stored',
+        io,
+      )
+    return { account: { ...presentAccount(account), limits: shownLimits(account.limits) } }
+  },
+}
