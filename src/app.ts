@@ -17,6 +17,7 @@ import { credentialRoutes } from './credentials/routes.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
+import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS } from './http/header-counts.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parsing } from './http/parsing.js'
 import { routeKinds } from './http/route-kind.js'
@@ -86,21 +87,27 @@ export const HEADERS_TIMEOUT_MS = 10_000
 /** An idle keep-alive connection is closed after this; Node says so in `Keep-Alive: timeout=72`. */
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 /**
- * Node's limit on a request head (`--max-http-header-size`, 16 KiB): no path segment can be
- * longer, so a router limit on parameters at this size refuses nothing a client can send.
+ * Node's limit on a request head, target and headers (`maxHeaderSize`): set here rather than
+ * left to `--max-http-header-size`, which NODE_OPTIONS may raise. No path segment can be longer,
+ * so a router limit on parameters at this size refuses nothing a client can send.
  */
-const MAX_HEAD_BYTES = 16 * 1024
+const MAX_HEAD_BYTES = MAX_HEADER_BYTES
 
 /**
- * Node's HTTP server options: the head deadline, and how often Node looks for heads past it (every
- * 30 s by default, so a 10 s deadline could take 40 s). Checking walks only the connections that
- * have a request in progress.
+ * Node's HTTP server options: the head's size and deadline, and how often Node looks for heads
+ * past it (every 30 s by default, so a 10 s deadline could take 40 s). Checking walks only the
+ * connections that have a request in progress.
  */
 export function serverOptions(headersTimeoutMs: number): {
   headersTimeout: number
   connectionsCheckingInterval: number
+  maxHeaderSize: number
 } {
-  return { headersTimeout: headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, headersTimeoutMs) }
+  return {
+    headersTimeout: headersTimeoutMs,
+    connectionsCheckingInterval: Math.min(1_000, headersTimeoutMs),
+    maxHeaderSize: MAX_HEAD_BYTES,
+  }
 }
 
 function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
@@ -154,9 +161,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
   app.server.maxConnections = deps.config.maxConnections
 
-  // Node drops headers past the 2,000th without a word, and with them a second Authorization
-  // the single-header rule must see (docs/api.md). The 16 KiB limit on the head still bounds them.
-  app.server.maxHeadersCount = 0
+  // Node keeps this many header fields and drops the rest without a word (2,000 by default), and
+  // with them a second Authorization the single-header rule must see. One past the limit is all
+  // the request guards need to see to refuse the request (431: http/guards.ts).
+  app.server.maxHeadersCount = MAX_HEADER_FIELDS + 1
   deferContinue(app)
 
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.

@@ -57,7 +57,11 @@ async function trickle(socket: Socket, text: string, everyMs: number): Promise<v
 
 t.test('the default deadlines and keep-alive are what docs/api.md says', async (t) => {
   t.equal(HEADERS_TIMEOUT_MS, 10_000)
-  t.same(serverOptions(HEADERS_TIMEOUT_MS), { headersTimeout: 10_000, connectionsCheckingInterval: 1_000 })
+  t.same(serverOptions(HEADERS_TIMEOUT_MS), {
+    headersTimeout: 10_000,
+    connectionsCheckingInterval: 1_000,
+    maxHeaderSize: 16 * 1024,
+  })
   const gw = await startGateway(t, { redis: false })
   t.equal(gw.app.server.headersTimeout, 10_000, "the server's head deadline")
   t.equal(gw.app.server.keepAliveTimeout, 72_000, "the server's keep-alive timeout")
