@@ -114,7 +114,10 @@ function parsePrefix(where: string, value: unknown, consoleServed: boolean): str
   if (typeof value !== 'string') fail(where, 'prefix must be a path such as /v1/shipments')
   if (value === '/') return value
   if (!PREFIX_PATTERN.test(value)) {
-    fail(where, 'prefix must start with /, hold whole segments of letters, digits and . _ ~ - (no trailing slash)')
+    fail(
+      where,
+      "prefix must start with /, hold whole segments of letters, digits and . _ ~ ! $ & ' ( ) + , = @ - (no trailing slash)",
+    )
   }
   if (value.split('/').some((segment) => segment === '.' || segment === '..'))
     fail(where, 'prefix may not hold . or .. segments')

@@ -284,6 +284,18 @@ t.test('bad prefixes', async (t) => {
   refuses(t, { routes: { prefix: '/v1/ok', upstream: UP } }, 'top level', 'routes that is not a list')
 })
 
+t.test('a bad prefix is refused naming every character a segment may hold', async (t) => {
+  const error = configError(
+    t,
+    () => loadRouteTable({ routes: [{ prefix: '/v1/a b', upstream: UP }] }, undefined),
+    'a space',
+  )
+  // docs/configuration.md lists the same set: a user told "only . _ ~ -" would rename a valid prefix.
+  for (const ch of ['.', '_', '~', '!', '$', '&', "'", '(', ')', '+', ',', '=', '@', '-']) {
+    t.ok(error?.message.includes(` ${ch} `), `the message names ${ch}`)
+  }
+})
+
 t.test('duplicate prefixes', async (t) => {
   refuses(
     t,
