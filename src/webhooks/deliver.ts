@@ -86,7 +86,8 @@ function checkedConnector(options: DeliveryOptions): buildConnector.connector {
       const after = peer === undefined ? 'the peer address is unknown' : forbiddenAddressReason(peer)
       if (after !== null) {
         socket.destroy()
-        return callback(new WebhookUrlError(`refused: ${after}`), null)
+        // The peer address stays out of the delivery record: the parent sees only that it was refused.
+        return callback(new WebhookUrlError('refused: the connected address is not public'), null)
       }
       callback(null, socket)
     })

@@ -154,8 +154,8 @@ export async function checkName(
   if (addresses.length === 0) throw new WebhookUrlError(`url host ${name} does not resolve`)
   for (const { address } of addresses) {
     const reason = forbiddenAddressReason(address)
-    if (reason !== null)
-      throw new WebhookUrlError(`url host ${name} resolves to ${reason.replace(`${address} is `, `${address}, `)}`)
+    // Never say which address: a refusal that names it lets a parent map internal names.
+    if (reason !== null) throw new WebhookUrlError(`url host ${name} resolves to an address that is not public`)
   }
   return addresses
 }

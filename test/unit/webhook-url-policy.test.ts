@@ -129,21 +129,45 @@ t.test(
     t.equal(forbiddenAddressReason('64:ff9b:0:0:1::7f00:1'), null)
     const nat64 = resolver({ 'nat64.example.com': ['64:ff9b::a00:1'], 'sixto4.example.com': ['2002:c0a8:101::'] })
     await t.rejects(checkWebhookUrl('https://nat64.example.com/', { lookup: nat64 }), {
-      message: /resolves to 64:ff9b::a00:1, a NAT64 address of 10\.0\.0\.1, a private address$/,
+      message: /resolves to an address that is not public$/,
     })
     await t.rejects(checkWebhookUrl('https://sixto4.example.com/', { lookup: nat64 }), {
-      message: /resolves to 2002:c0a8:101::, a 6to4 address of 192\.168\.1\.1, a private address$/,
+      message: /resolves to an address that is not public$/,
     })
   },
 )
 
 t.test('names are resolved, and refused if ANY address is forbidden', async (t) => {
-  await refused(t, 'https://loopback.example.com/', /loopback\.example\.com resolves to 127\.0\.0\.1, a loopback/)
-  await refused(t, 'https://private.example.com/', /resolves to 10\.1\.2\.3, a private/)
-  await refused(t, 'https://metadata.example.com/', /resolves to 169\.254\.169\.254, a cloud metadata/)
-  await refused(t, 'https://v6loopback.example.com/', /resolves to ::1/)
-  await refused(t, 'https://mixed.example.com/', /resolves to 192\.168\.1\.1, a private/)
-  await refused(t, 'https://mapped.example.com/', /resolves to ::ffff:10\.0\.0\.1, a private/)
+  await refused(
+    t,
+    'https://loopback.example.com/',
+    /^url host loopback\.example\.com resolves to an address that is not public$/,
+  )
+  await refused(
+    t,
+    'https://private.example.com/',
+    /^url host private\.example\.com resolves to an address that is not public$/,
+  )
+  await refused(
+    t,
+    'https://metadata.example.com/',
+    /^url host metadata\.example\.com resolves to an address that is not public$/,
+  )
+  await refused(
+    t,
+    'https://v6loopback.example.com/',
+    /^url host v6loopback\.example\.com resolves to an address that is not public$/,
+  )
+  await refused(
+    t,
+    'https://mixed.example.com/',
+    /^url host mixed\.example\.com resolves to an address that is not public$/,
+  )
+  await refused(
+    t,
+    'https://mapped.example.com/',
+    /^url host mapped\.example\.com resolves to an address that is not public$/,
+  )
   await refused(t, 'https://nowhere.example.com/', /does not resolve \(ENOTFOUND\)/)
   await refused(t, 'https://metadata.google.internal/', /metadata name/)
   await refused(t, 'https://METADATA.google.internal./', /metadata name/)
@@ -196,7 +220,8 @@ t.test("the delivery's lookup answers as net asks: all addresses, or one of a fa
   t.same(await ask('hooks.example.com', { family: 6 }), [null, PUBLIC_V6, 6])
   t.same(await ask('hooks.example.com', {}), [null, PUBLIC_V4, 4])
   const [err] = await ask('mixed.example.com', {})
-  t.match(err, { name: 'WebhookUrlError', message: /192\.168\.1\.1/ })
+  t.match(err, { name: 'WebhookUrlError', message: /resolves to an address that is not public$/ })
+  t.notMatch((err as Error).message, /192\.168\.1\.1/, 'the address is not named')
   const v4only = checkedLookup(async () => [{ address: PUBLIC_V4, family: 4 }])
   const [none] = await new Promise<unknown[]>((resolve) =>
     v4only('hooks.example.com', { family: 6 }, (...args: unknown[]) => resolve(args)),
