@@ -30,7 +30,7 @@ export interface WorkerOptions {
   schedule: RetrySchedule
   /** How deliveries are sent (WEBHOOKS_ALLOW_INSECURE; tests add a resolver or a CA). */
   delivery?: Omit<DeliveryOptions, 'now' | 'signal'>
-  /** Attempts under way at once in this replica (default 64). */
+  /** Attempts under way at once in this replica (default 128). */
   concurrency?: number
   /** Attempts under way at once to one endpoint, across every replica (default 16). */
   perEndpoint?: number
@@ -54,10 +54,12 @@ export const DEFAULT_PER_ENDPOINT = 16
 /** One parent's share over all its endpoints: more endpoints that hang do not take more slots. */
 export const DEFAULT_PER_PARENT = 32
 /**
- * A replica's slots: attempts wait on the network, not the CPU, so slots are cheap; twice a
- * parent's share, so that one parent whose receivers all hang leaves the others room.
+ * A replica's slots: attempts wait on the network, not the CPU, so slots are cheap. Four parents'
+ * shares, so that up to three parents whose receivers all hang still leave a share's worth of
+ * slots to everyone else (at twice a share, two hanging parents held every slot until their 15 s
+ * timeouts ran out).
  */
-export const DEFAULT_CONCURRENCY = 64
+export const DEFAULT_CONCURRENCY = 4 * DEFAULT_PER_PARENT
 
 export class DeliveryWorker {
   private readonly inFlight = new Map<string, { abort: AbortController; done: Promise<void> }>()

@@ -1,6 +1,6 @@
 // The webhook delivery worker at its edges (docs/events.md, Delivery), against real Postgres and
 // receivers on real sockets: a hanging receiver with a backlog does not hold every slot, nor does
-// a parent with several; recording
+// a parent with several, nor three such parents; recording
 // an attempt does not deadlock with the endpoint's delete, nor with another attempt's 410, and
 // an endpoint disabled is counted once; a stop after the answer came records it rather than have
 // it sent again; a retry waits its delay after the failed attempt's end; a failure whose delivery
@@ -79,6 +79,46 @@ t.test('a parent with several hanging receivers holds its share of the slots, no
   await endpoint(gw, quiet.apiKey, receiver)
   await createSub(gw, quiet.apiKey, 'prompt')
   t.ok(await until(3_000, async () => receiver.deliveries.length === 1), "another parent's delivery is not held up")
+})
+
+t.test("three parents whose receivers all hang leave another parent's delivery room", async (t) => {
+  const gw = await gateway(t)
+  // Every hanging attempt is held until the test lets it go; one cut (the 15 s timeout) is counted.
+  const held: ServerResponse[] = []
+  let cut = 0
+  t.teardown(() => {
+    for (const response of held) if (!response.writableEnded) response.writeHead(200).end('ok')
+  })
+  const hang = (receiver: Receiver) =>
+    receiver.answer((_delivery, response) => {
+      held.push(response)
+      response.on('close', () => {
+        if (!response.writableEnded) cut++
+      })
+    })
+  const HANGING_PARENTS = 3
+  const endpointsEach = DEFAULT_PER_PARENT / DEFAULT_PER_ENDPOINT
+  for (let p = 0; p < HANGING_PARENTS; p++) {
+    const noisy = await gw.createParent({ name: `noisy ${p}` })
+    for (let e = 0; e < endpointsEach; e++) {
+      const tarpit = await startReceiver(t)
+      hang(tarpit)
+      await endpoint(gw, noisy.apiKey, tarpit)
+    }
+    // Each sub-account queues one delivery per endpoint: a backlog past every endpoint's share.
+    for (let i = 0; i < DEFAULT_PER_ENDPOINT + 2; i++) await createSub(gw, noisy.apiKey, `backlog ${p}.${i}`)
+  }
+  const fullShares = HANGING_PARENTS * DEFAULT_PER_PARENT
+  t.ok(await until(30_000, async () => held.length >= fullShares), 'every hanging parent holds its whole share')
+  t.equal(cut, 0, 'with none of their attempts cut short by the timeout')
+
+  const quiet = await gw.createParent({ name: 'quiet' })
+  const receiver = await startReceiver(t)
+  await endpoint(gw, quiet.apiKey, receiver)
+  await createSub(gw, quiet.apiKey, 'prompt')
+  t.ok(await until(30_000, async () => receiver.deliveries.length === 1), "the other parent's delivery arrives")
+  t.equal(cut, 0, 'while every hanging attempt is still under way')
+  t.equal(held.length, fullShares, 'and no hanging parent got more than its share')
 })
 
 t.test('recording an attempt while its endpoint is deleted does not deadlock with the delete', async (t) => {
