@@ -259,6 +259,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     rate: deps.config.managementRate,
     encryptionKey: answersKey,
     webhooksAllowInsecure: deps.config.webhooksAllowInsecure,
+    webhookEndpointsMax: deps.config.webhookEndpointsMax,
     idempotencySweepIntervalMs: deps.idempotencySweepIntervalMs,
     webhookLookup: deps.webhookLookup,
   })

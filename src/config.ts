@@ -5,6 +5,7 @@ import { resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import type { Rate } from './limits/bucket.js'
 import { parseRate } from './tenancy/limits.js'
+import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './management/webhook-endpoint-admission.js'
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, type RetrySchedule } from './webhooks/retry-schedule.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
@@ -46,6 +47,8 @@ export interface Config {
   readonly signingKeyRotationDays: number
   /** Webhooks to http and to any address, private ones included (WEBHOOKS_ALLOW_INSECURE, default false). */
   readonly webhooksAllowInsecure: boolean
+  /** A parent's webhook endpoints at most (WEBHOOK_ENDPOINTS_MAX, default 20, at most 1000). */
+  readonly webhookEndpointsMax: number
   /** Events older than this many days are deleted (EVENTS_RETENTION_DAYS, default 90). */
   readonly eventsRetentionDays: number
   /** Delays before each retry of a failed webhook delivery, in ms (WEBHOOKS_RETRY_SCHEDULE). */
@@ -261,6 +264,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
+    webhookEndpointsMax: parseBoundedInteger(env, 'WEBHOOK_ENDPOINTS_MAX', DEFAULT_WEBHOOK_ENDPOINTS_MAX, 1000),
     eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
     console: parseOnOff(env, 'CONSOLE', true),

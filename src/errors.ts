@@ -19,6 +19,8 @@ export const ERRORS = {
   route_not_found: { status: 404, title: 'Route not found' },
   external_id_conflict: { status: 409, title: 'External id already in use' },
   key_not_active: { status: 409, title: 'Key not active' },
+  limit_reached: { status: 409, title: 'Limit reached' },
+  url_conflict: { status: 409, title: 'URL already registered' },
   idempotency_key_in_flight: { status: 409, title: 'Idempotency key in flight' },
   idempotency_answer_lost: { status: 409, title: 'Idempotent answer lost' },
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused' },

@@ -33,7 +33,13 @@ export interface ManagementContext {
   cache: CacheInvalidator
   cursors: Cursors
   /** What the webhook endpoint routes need: the key their secrets are sealed under, and the URL rules. */
-  webhooks: { encryptionKey: Buffer; allowInsecure: boolean; lookup: LookupAll | undefined }
+  webhooks: {
+    encryptionKey: Buffer
+    allowInsecure: boolean
+    lookup: LookupAll | undefined
+    /** WEBHOOK_ENDPOINTS_MAX: a parent's endpoints at most. */
+    endpointsMax: number
+  }
 }
 
 /** Management is for parent keys acting as their own account, with the scope of the method. */

@@ -21,6 +21,7 @@ import { managementRate } from './rate.js'
 import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
 import { registerWebhookEndpointRoutes } from './webhook-endpoint-routes.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
+import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
 
 export { MANAGEMENT_PREFIX } from './common.js'
 
@@ -37,6 +38,8 @@ export interface ManagementOptions {
   encryptionKey: Buffer
   /** WEBHOOKS_ALLOW_INSECURE: webhook endpoints may be http and at any address (development, tests). */
   webhooksAllowInsecure: boolean
+  /** WEBHOOK_ENDPOINTS_MAX: a parent's webhook endpoints at most (default 20). */
+  webhookEndpointsMax?: number | undefined
   /** Resolves webhook URLs' names at creation (default node:dns lookup; tests inject a slow one). */
   webhookLookup?: LookupAll | undefined
   /** How often expired idempotency keys are deleted (default 60 s; tests shorten it). */
@@ -66,6 +69,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       encryptionKey: options.encryptionKey,
       allowInsecure: options.webhooksAllowInsecure,
       lookup: options.webhookLookup,
+      endpointsMax: options.webhookEndpointsMax ?? DEFAULT_WEBHOOK_ENDPOINTS_MAX,
     },
   }
   registerSubAccountCollection(app, context)

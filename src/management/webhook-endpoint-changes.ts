@@ -13,6 +13,7 @@ import {
   type WebhookEndpointRow,
 } from '../store/webhook-endpoints.js'
 import { generateWebhookSecret, sealedSecretFor } from '../webhooks/signature.js'
+import { admitWebhookEndpoint } from './webhook-endpoint-admission.js'
 import type { WebhookEndpoint } from './webhook-schemas.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
@@ -36,18 +37,23 @@ export interface WebhookEndpointInput {
   description: string | null
 }
 
-/** The new endpoint and its secret, in the clear for this one answer only. */
+/**
+ * The new endpoint and its secret, in the clear for this one answer only. Refused (409) past the
+ * parent's `maxEndpoints`, or for a URL it already has (webhook-endpoint-admission.ts).
+ */
 export function createWebhookEndpointWithEvent(
   sql: Sql,
   origin: Origin,
   encryptionKey: Buffer,
   accountId: string,
   input: WebhookEndpointInput,
+  maxEndpoints: number,
 ): Promise<{ row: WebhookEndpointRow; secret: string }> {
   const id = randomUUID()
   const secret = generateWebhookSecret()
   const secretSealed = seal(encryptionKey, Buffer.from(secret, 'utf8'), sealedSecretFor(id))
   return inTransaction(sql, async (tx) => {
+    await admitWebhookEndpoint(tx, accountId, input.url, maxEndpoints)
     const row = await insertWebhookEndpoint(tx, { id, accountId, secretSealed, ...input })
     await recordEvent(tx, origin, {
       accountId,

@@ -99,6 +99,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
         webhooks.encryptionKey,
         parentOf(request).id,
         { url: body.url, eventTypes: body.event_types, description: body.description ?? null },
+        webhooks.endpointsMax,
       )
       // The secret is in this response only: nothing on the way may keep a copy.
       return reply

@@ -127,6 +127,7 @@ function managementErrors(
   const body = requestBody?.content['application/json']?.schema as OpenAPIV3_1.SchemaObject | undefined
   if (body?.properties?.external_id !== undefined) errors[409] = 'Conflict'
   if (path.endsWith('/roll')) errors[409] = 'KeyNotActive'
+  if (method === 'post' && path.endsWith('/webhook-endpoints')) errors[409] = 'EndpointConflict'
   if (method === 'post' || method === 'patch') {
     errors[409] ??= 'InFlight'
     errors[422] = 'KeyReused'

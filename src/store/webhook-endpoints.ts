@@ -42,6 +42,20 @@ export async function insertWebhookEndpoint(db: Db, input: NewWebhookEndpoint): 
   return row!
 }
 
+/**
+ * Serializes the parent's endpoint creations until the transaction ends: the cap and the one-URL
+ * rule are checked and the row inserted under it, so that concurrent creates cannot both pass.
+ */
+export async function lockParentEndpoints(tx: Tx, accountId: string): Promise<void> {
+  await tx`select pg_advisory_xact_lock(hashtextextended(${`webhook_endpoints:${accountId}`}, 0))`
+}
+
+/** The id and URL of each of the parent's endpoints that is not deleted (disabled ones included). */
+export function listLiveEndpointUrls(db: Db, accountId: string): Promise<{ id: string; url: string }[]> {
+  return db<{ id: string; url: string }[]>`
+    select id, url from webhook_endpoints where account_id = ${accountId} and status <> 'deleted'`
+}
+
 /** One of the parent's endpoints that is not deleted, or null (unknown, another parent's, deleted). */
 export async function getWebhookEndpoint(
   db: Db,

@@ -12,6 +12,9 @@ import { problemOf } from '../helpers/problems.js'
 const PATH = '/v1/sub-accounts/webhook-endpoints'
 // A public address literal: the URL rules pass it without asking a resolver.
 const PUBLIC_URL = 'https://1.1.1.1/hooks/gateway'
+// A parent registers a URL once (409 url_conflict): each endpoint of these tests has its own.
+let urls = 0
+const uniqueUrl = () => `https://1.1.1.1/hooks/${++urls}`
 
 const gw = await startGateway(t, { listen: false })
 const parent = await gw.createParent()
@@ -146,7 +149,7 @@ t.test('event_types: a non-empty list of catalogue types or <resource>.*', async
     ['api_key.*', '/body/event_types'],
   ]
   for (const [eventTypes, path] of refused) {
-    const res = await create({ url: PUBLIC_URL, event_types: eventTypes })
+    const res = await create({ url: uniqueUrl(), event_types: eventTypes })
     t.equal(res.statusCode, 400, JSON.stringify(eventTypes))
     const problem = problemOf(res)
     t.equal(problem.code, 'validation_failed')
@@ -155,12 +158,12 @@ t.test('event_types: a non-empty list of catalogue types or <resource>.*', async
       `${JSON.stringify(eventTypes)}: ${JSON.stringify(problem.errors)}`,
     )
   }
-  const missing = await create({ url: PUBLIC_URL })
+  const missing = await create({ url: uniqueUrl() })
   t.equal(problemOf(missing).code, 'validation_failed', 'event_types is required')
-  const unknownField = await create({ url: PUBLIC_URL, event_types: ['api_key.*'], secret: 'whsec_mine' })
+  const unknownField = await create({ url: uniqueUrl(), event_types: ['api_key.*'], secret: 'whsec_mine' })
   t.equal(problemOf(unknownField).code, 'validation_failed', 'no secret of the caller')
   t.equal(await endpointCount(), before, 'none stored')
-  const every = await create({ url: PUBLIC_URL, event_types: ['webhook_endpoint.*', 'account.limits_updated'] })
+  const every = await create({ url: uniqueUrl(), event_types: ['webhook_endpoint.*', 'account.limits_updated'] })
   t.equal(every.statusCode, 201, every.body)
 })
 
@@ -171,7 +174,7 @@ t.test('list: oldest first, paged with signed cursors, the parent own only', asy
     const res = await create({ url: `${PUBLIC_URL}/${n}`, event_types: ['api_key.*'] }, p.apiKey)
     ids.push(res.json().id)
   }
-  await create({ url: PUBLIC_URL, event_types: ['api_key.*'] }, other.apiKey)
+  await create({ url: uniqueUrl(), event_types: ['api_key.*'] }, other.apiKey)
   const first = (await as(p.apiKey, 'GET', `${PATH}?limit=2`)).json()
   t.same(
     first.data.map((e: { id: string }) => e.id),
@@ -213,7 +216,7 @@ t.test('list: by seq as a number, 10 after 9', async (t) => {
 })
 
 t.test("get and delete: 404 for unknown, malformed and another parent's", async (t) => {
-  const made = (await create({ url: PUBLIC_URL, event_types: ['sub_account.*'] })).json()
+  const made = (await create({ url: uniqueUrl(), event_types: ['sub_account.*'] })).json()
   const item = `${PATH}/${made.id}`
   for (const url of [`${PATH}/00000000-0000-4000-8000-000000000000`, `${PATH}/not-a-uuid`]) {
     t.equal(problemOf(await as(parent.apiKey, 'GET', url)).code, 'not_found', url)
@@ -227,7 +230,7 @@ t.test("get and delete: 404 for unknown, malformed and another parent's", async 
 })
 
 t.test('delete: 204, then 404; the event shows it deleted, without its secret', async (t) => {
-  const res = await create({ url: PUBLIC_URL, event_types: ['api_key.revoked'], description: 'bye' })
+  const res = await create({ url: uniqueUrl(), event_types: ['api_key.revoked'], description: 'bye' })
   const made = res.json()
   const item = `${PATH}/${made.id}`
   const seen = (await eventsOf(sql, parent.id)).length
@@ -258,7 +261,7 @@ t.test('delete: 204, then 404; the event shows it deleted, without its secret', 
 
 t.test('an Idempotency-Key replay of the create returns the same secret; one endpoint', async (t) => {
   const p = await gw.createParent({ name: 'idempotent' })
-  const body = { url: PUBLIC_URL, event_types: ['api_key.*'] }
+  const body = { url: uniqueUrl(), event_types: ['api_key.*'] }
   const first = await as(p.apiKey, 'POST', PATH, body, { 'idempotency-key': 'create-hook-1' })
   const again = await as(p.apiKey, 'POST', PATH, body, { 'idempotency-key': 'create-hook-1' })
   t.equal(first.statusCode, 201)
@@ -286,7 +289,7 @@ async function failAtCommit(table: string): Promise<() => Promise<void>> {
 
 t.test('atomic: when the event or the change cannot commit, neither does the other', async (t) => {
   const p = await gw.createParent({ name: 'atomic' })
-  const kept = (await create({ url: PUBLIC_URL, event_types: ['api_key.*'] }, p.apiKey)).json()
+  const kept = (await create({ url: uniqueUrl(), event_types: ['api_key.*'] }, p.apiKey)).json()
   const snapshot = async () => ({
     endpoints: await sql`select id, status, deleted_at, secret_sealed from webhook_endpoints order by id`,
     events: await sql`select id from events order by id`,
@@ -295,7 +298,7 @@ t.test('atomic: when the event or the change cannot commit, neither does the oth
     const before = await snapshot()
     const undo = await failAtCommit(table)
     try {
-      const made = await create({ url: PUBLIC_URL, event_types: ['api_key.*'] }, p.apiKey)
+      const made = await create({ url: uniqueUrl(), event_types: ['api_key.*'] }, p.apiKey)
       t.equal(made.statusCode, 500, `${table} cannot commit: the create fails`)
       const deleted = await as(p.apiKey, 'DELETE', `${PATH}/${kept.id}`)
       t.equal(deleted.statusCode, 500, `${table} cannot commit: the delete fails`)
@@ -307,7 +310,7 @@ t.test('atomic: when the event or the change cannot commit, neither does the oth
 })
 
 t.test('a disabled endpoint (the delivery worker sets it) is shown so, and deleted from that status', async (t) => {
-  const made = (await create({ url: PUBLIC_URL, event_types: ['api_key.*'] })).json()
+  const made = (await create({ url: uniqueUrl(), event_types: ['api_key.*'] })).json()
   await sql`
     update webhook_endpoints set status = 'disabled', disabled_at = now(), disabled_reason = 'the receiver answered 410'
     where id = ${made.id}`
