@@ -128,6 +128,13 @@ t.test('EVENTS_RETENTION_DAYS: 90 by default, 1 to 36500', async (t) => {
     t.throws(() => loadConfig({ EVENTS_RETENTION_DAYS: bad }, ROOT), { message: /EVENTS_RETENTION_DAYS/ }, bad)
 })
 
+t.test('WEBHOOK_ENDPOINTS_MAX: 20 by default, 1 to 1000', async (t) => {
+  t.equal(loadConfig({}, ROOT).webhookEndpointsMax, 20)
+  t.equal(loadConfig({ WEBHOOK_ENDPOINTS_MAX: '5' }, ROOT).webhookEndpointsMax, 5)
+  for (const bad of ['0', '1001', '1.5', 'x'])
+    t.throws(() => loadConfig({ WEBHOOK_ENDPOINTS_MAX: bad }, ROOT), { message: /WEBHOOK_ENDPOINTS_MAX/ }, bad)
+})
+
 t.test('WEBHOOKS_RETRY_SCHEDULE: 5s to 10h by default; a list of delays', async (t) => {
   const h = 3_600_000
   t.same(loadConfig({}, ROOT).webhooksRetrySchedule, [5_000, 300_000, 1_800_000, 2 * h, 5 * h, 10 * h, 10 * h])
