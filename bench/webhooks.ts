@@ -289,7 +289,7 @@ function report(phases: Phase[], replicas: Gateway[], code: string): void {
       : [percentile(values, 0.5), percentile(values, 0.99), values.at(-1)!].map((v) => v.toFixed(1))
   const lines = [
     ...reportHead('bench:webhooks'),
-    `replicas  two gateway processes at ${code} on one database and Redis prefix (${replicas[0]!.command}), WEBHOOKS_ALLOW_INSECURE=true, the worker's defaults (64 attempts at once per replica, 16 per endpoint)`,
+    `replicas  two gateway processes at ${code} on one database and Redis prefix (${replicas[0]!.command}), WEBHOOKS_ALLOW_INSECURE=true, the worker's defaults (128 attempts at once per replica, 16 per endpoint, 32 per parent)`,
     `receiver  node bench/servers.js receiver: 204 to every POST, verifying nothing; one endpoint subscribed to sub_account.* and api_key.*`,
     ...phases.map((p) => `${p.name.padEnd(9)} ${p.load}`),
     '',
