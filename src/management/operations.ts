@@ -77,7 +77,8 @@ export const OPERATIONS = {
     description:
       "`secret` (`whsec_` and base64 of 32 bytes, which keys the deliveries' Standard Webhooks signatures) is in " +
       'this response only (Cache-Control: no-store); it is kept encrypted under ENCRYPTION_KEY. `url` is https and ' +
-      "never a loopback, private, link-local or metadata address, its name's addresses included (unless " +
+      'never a special-purpose address (loopback, private, link-local, metadata, and every block IANA marks not ' +
+      "globally reachable), its name's addresses included (unless " +
       'WEBHOOKS_ALLOW_INSECURE). `event_types`: event types of docs/events.md or `<resource>.*`. At most ' +
       'WEBHOOK_ENDPOINTS_MAX (default 20) endpoints a parent (`409 limit_reached`), and each URL once ' +
       '(`409 url_conflict`).',

@@ -21,7 +21,8 @@ export const CreateWebhookEndpointBody = Type.Object(
       minLength: 1,
       maxLength: WEBHOOK_URL_MAX_LENGTH,
       pattern: STORABLE_TEXT,
-      description: 'https, and never to a loopback, private, link-local or metadata address',
+      description:
+        'https, and never to a special-purpose address (loopback, private, link-local, metadata, and every block IANA marks not globally reachable)',
     }),
     event_types: Type.Array(EventTypeName, { minItems: 1, maxItems: WEBHOOK_EVENT_TYPES_MAX, uniqueItems: true }),
     description: Type.Optional(

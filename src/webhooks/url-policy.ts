@@ -1,11 +1,13 @@
 // Where a webhook may be sent (docs/decisions.md, webhook URLs): https only, no credentials in the
-// URL, and never to an address inside the deployment's network. The addresses are checked with
-// node:net's BlockList, which also matches IPv4-mapped IPv6 addresses against the IPv4 rules; NAT64
-// and 6to4 addresses are judged as the IPv4 address inside (embedded-ipv4.ts); the odd IPv4
-// spellings (2130706433, 0x7f.1, 127.1) are normalised by WHATWG URL before we see them.
+// URL, and never to a special-purpose address (special-purpose-addresses.ts: IANA's registries
+// and the cloud hosts' addresses); IPv4-mapped, NAT64 and 6to4 addresses are judged as the IPv4
+// address inside (embedded-ipv4.ts); the odd IPv4 spellings (2130706433, 0x7f.1, 127.1) are
+// normalised by WHATWG URL before we see them. The same function judges a URL at registration and
+// the address connected to at each delivery (deliver.ts).
 import { lookup as dnsLookup } from 'node:dns/promises'
-import { BlockList, isIP } from 'node:net'
+import { isIP } from 'node:net'
 import { embeddedIpv4 } from './embedded-ipv4.js'
+import { specialPurposeBlock } from './special-purpose-addresses.js'
 
 /** Every address a name resolves to, as node:dns `lookup(name, {all: true})` answers. */
 export type LookupAll = (hostname: string) => Promise<readonly { address: string; family: number }[]>
@@ -29,51 +31,20 @@ export class WebhookUrlError extends Error {
 
 export const defaultLookup: LookupAll = (hostname) => dnsLookup(hostname, { all: true, verbatim: true })
 
-const RANGES: readonly (readonly [string, number, 'ipv4' | 'ipv6', string])[] = [
-  ['0.0.0.0', 8, 'ipv4', 'an unspecified address'],
-  ['10.0.0.0', 8, 'ipv4', 'a private address'],
-  ['100.64.0.0', 10, 'ipv4', 'a shared (CGNAT) address'],
-  ['127.0.0.0', 8, 'ipv4', 'a loopback address'],
-  ['169.254.0.0', 16, 'ipv4', 'a link-local address'],
-  ['172.16.0.0', 12, 'ipv4', 'a private address'],
-  ['192.168.0.0', 16, 'ipv4', 'a private address'],
-  ['224.0.0.0', 4, 'ipv4', 'a multicast address'],
-  // Reserved; holds the limited broadcast 255.255.255.255.
-  ['240.0.0.0', 4, 'ipv4', 'a reserved or broadcast address'],
-  // ::/96 holds :: and ::1 and the deprecated IPv4-compatible forms (::127.0.0.1), which the
-  // IPv4 rules do not match.
-  ['::', 96, 'ipv6', 'an unspecified, loopback or IPv4-compatible address'],
-  ['fc00::', 7, 'ipv6', 'a private (unique local) address'],
-  ['fe80::', 10, 'ipv6', 'a link-local address'],
-  ['ff00::', 8, 'ipv6', 'a multicast address'],
-  // Local-use NAT64 (RFC 8215): its translator and the IPv4 addresses it reaches are the
-  // deployment's own choice, nothing to judge from outside.
-  ['64:ff9b:1::', 48, 'ipv6', 'a local-use NAT64 address'],
-  // Teredo: a tunnel through a relay, to an address (obfuscated in the last 32 bits) behind a NAT.
-  ['2001::', 32, 'ipv6', 'a Teredo address'],
-]
-
-const METADATA_ADDRESSES = ['169.254.169.254', 'fd00:ec2::254']
 const METADATA_NAMES = ['metadata.google.internal', 'metadata']
-
-const metadata = new BlockList()
-for (const address of METADATA_ADDRESSES) metadata.addAddress(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
-const ranges = RANGES.map(([network, prefix, type, reason]) => {
-  const list = new BlockList()
-  list.addSubnet(network, prefix, type)
-  return { list, reason }
-})
 
 /** Why `address` (an IP literal) must not be sent to, or null when it may. */
 export function forbiddenAddressReason(address: string): string | null {
   const family = isIP(address)
   if (family === 0) return `${address} is not an IP address`
-  const type = family === 6 ? 'ipv6' : 'ipv4'
-  if (metadata.check(address, type)) return `${address} is a cloud metadata address`
-  for (const { list, reason } of ranges) if (list.check(address, type)) return `${address} is ${reason}`
+  const block = specialPurposeBlock(address)
+  if (block !== null) return `${address} is ${block.what}`
   const embedded = family === 6 ? embeddedIpv4(address) : null
   const inner = embedded === null ? null : forbiddenAddressReason(embedded.ipv4)
-  if (inner !== null) return `${address} is a ${embedded!.kind} address of ${inner.replace(' is ', ', ')}`
+  if (inner !== null) {
+    const article = embedded!.kind === 'IPv4-mapped' ? 'an' : 'a'
+    return `${address} is ${article} ${embedded!.kind} address of ${inner.replace(' is ', ', ')}`
+  }
   return null
 }
 

@@ -134,6 +134,21 @@ t.test('a name that resolves elsewhere at delivery (DNS rebinding) is refused at
   t.equal(hook.connections(), 0, 'nothing connected to the loopback receiver')
 })
 
+t.test('a name that resolves at delivery to a special-purpose address is refused, unnamed', async (t) => {
+  // ::ffff:0:7f00:1 is SIIT's spelling of 127.0.0.1; 192.0.2.1 is TEST-NET-1.
+  for (const address of ['::ffff:0:7f00:1', '192.0.2.1']) {
+    let calls = 0
+    const rebinding: LookupAll = async () =>
+      calls++ === 0 ? [{ address: '93.184.216.34', family: 4 }] : [{ address, family: address.includes(':') ? 6 : 4 }]
+    const url = 'https://hooks.example.com/'
+    await checkWebhookUrl(url, { lookup: rebinding })
+    const result = await deliverWebhook(url, secret, event, { lookup: rebinding })
+    t.match(result, { status: null, error: /hooks\.example\.com resolves to an address that is not public$/ }, address)
+    t.notMatch(result.error, address, 'the resolved address is not in the delivery record')
+    t.equal(calls, 2, 'resolved again at delivery')
+  }
+})
+
 t.test('a redirect is not followed: its status is recorded, its target never contacted', async (t) => {
   const target = await receiver(t, ok)
   const hook = await receiver(t, (_request, response) =>

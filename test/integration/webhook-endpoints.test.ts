@@ -121,6 +121,37 @@ t.test('URL refusals: 400 validation_failed on /body/url, nothing stored', async
   t.equal((await eventsOf(sql, parent.id)).length, eventsBefore, 'no event written')
 })
 
+t.test('special-purpose addresses (IANA registries, SIIT, Azure host): 400, nothing stored', async (t) => {
+  const before = await endpointCount()
+  const cases: [string, RegExp][] = [
+    ['https://[::ffff:0:7f00:1]/hook', /IPv4-translated \(SIIT\)/],
+    ['https://198.18.0.1/hook', /benchmarking/],
+    ['https://192.0.2.1/hook', /documentation/],
+    ['https://192.0.0.170/hook', /IETF protocol assignment/],
+    ['https://192.88.99.1/hook', /6to4 relay/],
+    ['https://168.63.129.16/hook', /Azure host/],
+    ['https://[2001:db8::1]/hook', /documentation/],
+    ['https://[100::1]/hook', /discard-only/],
+    ['https://[2001:20::1]/hook', /ORCHIDv2/],
+    ['https://[fec0::1]/hook', /site-local/],
+    ['https://[64:ff9b::c612:1]/hook', /NAT64 address of 198\.18\.0\.1/],
+    ['https://[::ffff:203.0.113.9]/hook', /IPv4-mapped address of 203\.0\.113\.9/],
+  ]
+  for (const [url, reason] of cases) {
+    const res = await create({ url, event_types: ['api_key.*'] })
+    t.equal(res.statusCode, 400, url)
+    const problem = problemOf(res)
+    t.equal(problem.code, 'validation_failed', url)
+    t.equal(problem.errors?.[0]?.path, '/body/url', url)
+    t.match(problem.errors?.[0]?.message, reason, url)
+  }
+  t.equal(await endpointCount(), before, 'no endpoint stored')
+  for (const url of ['https://198.20.0.1/hook', 'https://[2001:4860:4860::8888]/hook']) {
+    const res = await create({ url, event_types: ['api_key.*'] })
+    t.equal(res.statusCode, 201, `${url}: a public address just outside passes`)
+  }
+})
+
 t.test('WEBHOOKS_ALLOW_INSECURE=true allows http to a loopback address', async (t) => {
   const insecure = await startGateway(t, { listen: false, env: { WEBHOOKS_ALLOW_INSECURE: 'true' } })
   const p = await insecure.createParent()

@@ -122,7 +122,7 @@ t.test(
       t.match(forbiddenAddressReason(address), reason, address)
       await refused(t, `https://[${address}]/`, reason)
     }
-    for (const address of ['64:ff9b::5db8:d822', '64:ff9b::93.184.216.34', '2002:5db8:d822::1', '2001:db8::1']) {
+    for (const address of ['64:ff9b::5db8:d822', '64:ff9b::93.184.216.34', '2002:5db8:d822::1', '2606:4700::1111']) {
       t.equal(forbiddenAddressReason(address), null, `${address}: a public address inside (or none) passes`)
     }
     // Not the well-known /96: the bits between are not zero, so it is no NAT64 address of 127.0.0.1.
