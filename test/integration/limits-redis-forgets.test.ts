@@ -61,13 +61,9 @@ for (const loss of ['FLUSHDB', 'restart'] as const) {
     t.comment(
       `${loss}: worst window ${worst.count} in ${worst.seconds.toFixed(3)} s, excess ${worst.excess.toFixed(1)} (bound ${bound})`,
     )
-    // Measured: FLUSHDB stays within; a restart (lease calls fail ~1 s, each replica degraded on
-    // the whole rate) still overshoots (+50 to +59 against 20): left open, see the report.
-    t.ok(
-      worst.excess <= bound,
-      `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`,
-      loss === 'restart' ? { todo: 'degraded mode across a restart holds the whole rate per replica' } : {},
-    )
+    // A restart also takes Redis away for a moment: each replica is on its own meanwhile, and the
+    // rebuilt bucket is charged for what it admitted then (scripts.ts, epoch).
+    t.ok(worst.excess <= bound, `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`)
   })
 }
 
