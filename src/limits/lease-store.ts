@@ -23,6 +23,8 @@ export interface RateCall extends LeaseCall {
   batch: number
   /** The bucket's epoch this replica last saw ('' if none): `extra` is charged to another one only. */
   epoch: string
+  /** The bucket as this replica last saw it, refilled to now (-1 if never): a rebuilt one starts so. */
+  seen: number
 }
 
 export interface RateAnswer {
@@ -138,6 +140,7 @@ export class RedisLeaseStore implements LeaseStore {
           graceMs,
           call.epoch,
           randomBytes(6).toString('hex'),
+          call.seen,
         ),
       callTimeoutMs,
     )

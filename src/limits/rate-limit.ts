@@ -51,6 +51,7 @@ export class RateLimit extends LeasedLimit {
       // admissions pass twice (docs/architecture.md, limits).
       extra,
       epoch: this.epoch,
+      seen: this.lastKnown === null ? -1 : refill(this.lastKnown, this.rate, now).tokens,
       batch: Math.max(1, Math.ceil(target / 2)),
     })
     const answeredAt = this.ctx.now()

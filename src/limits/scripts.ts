@@ -23,8 +23,10 @@ end`
  * own while Redis was unusable) is charged only to a bucket made since the caller last saw one, a
  * Redis that forgot (restarted empty), and down to empty at most: a bucket that lived through the
  * outage refilled meanwhile, and charging it would refuse for W a tenant that stayed under its rate.
+ * A bucket made for a caller that saw another one starts as that caller last saw it, refilled
+ * (`seen`), not full: full, it would let pass again what was admitted just before the loss.
  * ARGV: replica, N, W ms, keep, returned, wanted, extra, ttl ms, batch, grace ms, epoch seen ('' if
- * none), new epoch.
+ * none), new epoch, seen tokens (-1 if none).
  * Returns {granted, tokens after (string), ms until `batch` tokens, 1 if in the grace, epoch}.
  */
 export const RATE_LEASE = `${CLOCK_AND_INCARNATION}
@@ -43,12 +45,15 @@ local ep = ARGV[12]
 local tokens = n
 if now < open then tokens = 0 end
 local at = now
+local fresh = true
 local others = 0
 local registered = 0
 for i = 1, #fields, 2 do
   local f = fields[i]
   local v = fields[i + 1]
-  if f == 'tk' then tokens = tonumber(v)
+  if f == 'tk' then
+    tokens = tonumber(v)
+    fresh = false
   elseif f == 'at' then at = tonumber(v)
   elseif f == 'ep' then ep = v
   else
@@ -60,6 +65,8 @@ for i = 1, #fields, 2 do
     else others = others + amount end
   end
 end
+local rebuilt = ARGV[11] ~= '' and ARGV[11] ~= ep
+if fresh and rebuilt and tonumber(ARGV[13]) >= 0 then tokens = math.min(tokens, tonumber(ARGV[13])) end
 if now > at then tokens = tokens + (now - at) * n / w end
 -- Until now the caller's lease counted as registered, not as \`keep\`: what it spent of it since
 -- was spent while the bucket could not refill into that room, and is freed from now on only.
@@ -69,7 +76,7 @@ local cap = n - others - keep
 if tokens > cap then tokens = cap end
 -- Charged down to empty at most: a debt would refuse for up to W, after Redis is back, a tenant
 -- for what degraded mode let it do (docs/architecture.md, limits).
-if ARGV[11] ~= '' and ARGV[11] ~= ep then tokens = math.min(tokens, math.max(0, tokens - tonumber(ARGV[7]))) end
+if rebuilt then tokens = math.min(tokens, math.max(0, tokens - tonumber(ARGV[7]))) end
 if tokens < -n then tokens = -n end
 local granted = 0
 local wait = 0

@@ -13,7 +13,7 @@ const redis = redisClient(t)
 await agedRedis(redis, prefix)
 
 const N = 100
-const call = (key: string) => ({ key, requests: N, perMs: 1_000, returned: 0, extra: 0, batch: 1, epoch: '' })
+const call = (key: string) => ({ key, requests: N, perMs: 1_000, returned: 0, extra: 0, batch: 1, epoch: '', seen: -1 })
 
 // Each case: the replica leases 10 of a full bucket (90 left), waits long enough for the bucket to
 // refill those 10 were they not held (300 ms: 30 tokens), spends some, then renews keeping the rest.
@@ -54,6 +54,10 @@ t.test("a rate's extra is charged to a bucket rebuilt since the caller's epoch, 
   const rebuilt = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 30, epoch: first.epoch })
   t.not(rebuilt.epoch, first.epoch, 'a new bucket')
   t.equal(rebuilt.tokens, N - 30, 'charged for what passed while the caller was on its own')
+  // Rebuilt for a caller that saw the bucket nearly empty: it starts so, not full.
+  await redis.del(key)
+  const drained = await store.rate({ ...call(key), keep: 0, wanted: 0, epoch: first.epoch, seen: 4 })
+  t.ok(drained.tokens < 5, `starts as the caller last saw it (${drained.tokens})`)
   // A caller that never saw a bucket has nothing to charge to it.
   await redis.del(key)
   const fresh = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 30 })

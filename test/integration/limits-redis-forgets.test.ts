@@ -67,6 +67,26 @@ for (const loss of ['FLUSHDB', 'restart'] as const) {
   })
 }
 
+t.test('FLUSHDB after the first N were spent: the rebuilt bucket starts as replicas saw it, not full', async (t) => {
+  const admin = redisClient(t, { url: server.url })
+  await agedRedis(admin, prefix)
+  const subjects = [subject('drained-FLUSHDB', { rate })]
+  const limiters = replicas(t, 2, { url: server.url, prefix })
+  await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
+  // From a full bucket, measured from the start: the first N are this window's slack, spent
+  // before the loss, so a bucket rebuilt full would pass them again.
+  const load = offer(2 * rate.requests, 3_000, (i) => limiters[i % 2]!, subjects)
+  await new Promise((done) => setTimeout(done, 1_500))
+  await admin.flushdb()
+  const { admitted } = await load
+  const worst = worstWindow(admitted, rate)
+  const bound = limiters.length * Math.ceil(rate.requests / 10)
+  t.comment(
+    `worst window ${worst.count} in ${worst.seconds.toFixed(3)} s, excess ${worst.excess.toFixed(1)} (bound ${bound})`,
+  )
+  t.ok(worst.excess <= bound, `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`)
+})
+
 t.test('a fresh start against an empty Redis grants at once', async (t) => {
   const subjects = [subject('fresh', { rate: { requests: 10, perSeconds: 1 } })]
   const [limiter] = replicas(t, 1, { url: server.url, prefix: 'fresh-start:' })
