@@ -28,12 +28,18 @@ import {
   stopChild,
   table,
 } from './lib.js'
+import { type OwnRedis, startOwnRedis } from './redis-server.js'
 
 const N = envInt('BENCH_RATE', 100)
 const W = envInt('BENCH_WINDOW', 1)
 const SECONDS = envInt('BENCH_DURATION', 60)
 const REPLICAS = envInt('BENCH_REPLICAS', 3)
 const LOADS = (process.env.BENCH_LOADS || '2,10').split(',').map(Number)
+/** Losses of Redis's keys under 2× the rate, on a redis-server of the bench's own: flushdb, restart. */
+const LOSSES = (process.env.BENCH_LOSSES ?? 'flushdb,restart').split(',').filter((loss) => loss !== '')
+const LOSS_SECONDS = envInt('BENCH_LOSS_DURATION', 8)
+/** The loss comes this long into its load: the bucket's first N spent, every replica leased. */
+const LOSS_AT_MS = 3_000
 /** Past this, the bucket's first N are spent at 2× and above and every replica has its lease. */
 const WARM_MS = 2_000
 
@@ -45,12 +51,17 @@ interface Sample {
 }
 
 /** An open loop: request k leaves at k / rate, to replica k mod replicas, whatever came back. */
-async function offer(gateways: Gateway[], headers: Record<string, string>, perSecond: number): Promise<Sample[]> {
+async function offer(
+  gateways: Gateway[],
+  headers: Record<string, string>,
+  perSecond: number,
+  seconds = SECONDS,
+): Promise<Sample[]> {
   const agents = gateways.map(() => new http.Agent({ keepAlive: true, maxSockets: 64 }))
   const bases = gateways.map((g) => new URL(g.url))
   const samples: Sample[] = []
   const pending: Promise<void>[] = []
-  const total = Math.round(perSecond * SECONDS)
+  const total = Math.round(perSecond * seconds)
   const start = performance.now()
   for (let k = 0; k < total && !isInterrupted(); ) {
     const due = Math.min(total, Math.floor(((performance.now() - start) * perSecond) / 1000) + 1)
@@ -154,6 +165,46 @@ async function phase(gateways: Gateway[], databaseUrl: string, factor: number): 
   }
 }
 
+interface LossPhase {
+  loss: string
+  statuses: Record<string, number>
+  admitted: number
+  allowed: number
+  worst: { excess: number; seconds: number }
+  leaseFailures: number
+}
+
+/** 2× the rate for LOSS_SECONDS over the replicas, and Redis's keys lost LOSS_AT_MS into it. */
+async function lossPhase(gateways: Gateway[], databaseUrl: string, redis: OwnRedis, loss: string): Promise<LossPhase> {
+  const rate = { requests: N, per_seconds: W }
+  const { headers } = await seedActing(gateways[0]!, databaseUrl, { subAccount: { rate } })
+  console.error(`offering 2× the rate for ${LOSS_SECONDS} s, ${loss} after ${LOSS_AT_MS / 1000} s…`)
+  const before = await Promise.all(gateways.map((g) => scrape(g.metricsPort)))
+  const load = offer(gateways, headers, (2 * N) / W, LOSS_SECONDS)
+  await sleep(LOSS_AT_MS)
+  if (loss === 'flushdb') await redis.flushdb()
+  else if (loss === 'restart') await redis.restart()
+  else throw new Error(`BENCH_LOSSES: unknown loss ${loss} (flushdb, restart)`)
+  const samples = await load
+  const after = await Promise.all(gateways.map((g) => scrape(g.metricsPort)))
+  const statuses: Record<string, number> = {}
+  for (const s of samples) statuses[s.status] = (statuses[s.status] ?? 0) + 1
+  const admitted = samples.filter((s) => s.status === 200)
+  const span = Math.max(...samples.map((s) => s.answered)) - Math.min(...samples.map((s) => s.sent))
+  return {
+    loss,
+    statuses,
+    admitted: admitted.length,
+    allowed: N + (N * span) / (W * 1000),
+    worst: worstWindow(admitted),
+    leaseFailures: gateways.reduce(
+      (sum, _, i) =>
+        sum + metric(after[i], 'tgw_limit_lease_failures_total') - metric(before[i], 'tgw_limit_lease_failures_total'),
+      0,
+    ),
+  }
+}
+
 async function main(): Promise<void> {
   const db = await createDatabase('limacc')
   const prefix = `tgwlimacc:${db.name}:`
@@ -170,7 +221,23 @@ async function main(): Promise<void> {
     }
     const phases: Phase[] = []
     for (const factor of LOADS) phases.push(await phase(gateways, db.url, factor))
-    report(phases)
+    const losses: LossPhase[] = []
+    if (LOSSES.length > 0) {
+      const redis = await startOwnRedis()
+      try {
+        const onOwn: Gateway[] = []
+        for (let i = 0; i < REPLICAS; i++) {
+          const env = { REDIS_KEY_PREFIX: prefix, REDIS_URL: redis.url }
+          onOwn.push(await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env }))
+          started.push(onOwn[i]!)
+        }
+        for (const loss of LOSSES) losses.push(await lossPhase(onOwn, db.url, redis, loss))
+        for (const gateway of onOwn) await stopChild(gateway.child)
+      } finally {
+        await redis.stop()
+      }
+    }
+    report(phases, losses)
     const log = started.map((s) => s.output().trim()).filter((text) => text !== '')
     if (log.length > 0) console.error(`the servers wrote:\n${log.join('\n')}`)
   } catch (err) {
@@ -183,7 +250,8 @@ async function main(): Promise<void> {
   }
 }
 
-function report(phases: Phase[]): void {
+function report(phases: Phase[], losses: LossPhase[]): void {
+  const bound = REPLICAS * Math.max(1, Math.ceil(N / 10))
   const warmSeconds = (p: Phase) => p.perSecond.slice(WARM_MS / 1000)
   const lines = [
     ...reportHead('bench:limits-accuracy'),
@@ -231,6 +299,24 @@ function report(phases: Phase[]): void {
       ),
     ),
     '(from each replica’s /metrics: decisions of sub_account.rate, tgw_limit_lease_calls_total and _failures_total (a failure: that replica on its own for a while, as when Redis is down), tgw_limit_cold_waits_total)',
+    '',
+    ...(losses.length === 0
+      ? []
+      : [
+          `losses    2× the rate for ${LOSS_SECONDS} s on a redis-server of the bench's own, its keys lost ${LOSS_AT_MS / 1000} s in; bound across a loss: one lease per replica, ${REPLICAS} × ⌈N/10⌉ = ${bound}`,
+          ...table(
+            ['loss', 'statuses', 'admitted', 'allowed', 'worst window', 'within the bound', 'failed lease calls'],
+            losses.map((l) => [
+              l.loss,
+              counts(l.statuses),
+              fmt(l.admitted),
+              fmt(l.allowed),
+              `${l.worst.excess.toFixed(1)} over ${l.worst.seconds.toFixed(2)} s`,
+              l.worst.excess <= bound ? 'yes' : 'NO',
+              fmt(l.leaseFailures),
+            ]),
+          ),
+        ]),
   ]
   console.log(lines.join('\n'))
 }

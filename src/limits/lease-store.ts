@@ -21,6 +21,10 @@ export interface RateCall extends LeaseCall {
   perMs: number
   /** The answer's wait says when this many tokens will be in the bucket. */
   batch: number
+  /** The bucket's epoch this replica last saw ('' if none): `extra` is charged to another one only. */
+  epoch: string
+  /** The bucket as this replica last saw it, refilled to now (-1 if never): a rebuilt one starts so. */
+  seen: number
 }
 
 export interface RateAnswer {
@@ -30,6 +34,8 @@ export interface RateAnswer {
   waitMs: number
   /** Redis was found empty less than a grace ago: nothing is granted yet (scripts.ts). */
   inGrace: boolean
+  /** Names this copy of the bucket: a new one after Redis forgot it. */
+  epoch: string
 }
 
 export interface QuotaCall extends LeaseCall {
@@ -70,7 +76,7 @@ export interface LeaseTimings {
 export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 0, callTimeoutMs: 250 }
 
 interface LeaseCommands {
-  tgwRateLease(...args: (string | number)[]): Promise<[number, string, number, number]>
+  tgwRateLease(...args: (string | number)[]): Promise<[number, string, number, number, string]>
   tgwQuotaLease(...args: (string | number)[]): Promise<[number, string, number, string, number]>
 }
 
@@ -132,6 +138,9 @@ export class RedisLeaseStore implements LeaseStore {
           ttlMs,
           call.batch,
           graceMs,
+          call.epoch,
+          randomBytes(6).toString('hex'),
+          call.seen,
         ),
       callTimeoutMs,
     )
@@ -140,6 +149,7 @@ export class RedisLeaseStore implements LeaseStore {
       tokens: Number(reply[1]),
       waitMs: Number(reply[2]),
       inGrace: Number(reply[3]) === 1,
+      epoch: String(reply[4]),
     }
   }
 

@@ -7,7 +7,15 @@ import type { PolicyName, PolicyState } from './types.js'
 export class RateLimit extends LeasedLimit {
   /** The shared bucket's tokens after the last answer, and when it was given. */
   private lastKnown: BucketState | null = null
+  /** The shared bucket's copy the last answer came from (scripts.ts): '' before any. */
+  private epoch = ''
   private local: BucketState
+  /**
+   * Local mode: the local bucket as it would be had this replica admitted nothing on its own.
+   * What the local one lacks of it is what this replica admitted lately, as the bucket still feels
+   * it (refills forgive older units): the debt charged to a rebuilt shared bucket (`owed`).
+   */
+  private untouched: BucketState
 
   constructor(
     name: PolicyName,
@@ -18,6 +26,7 @@ export class RateLimit extends LeasedLimit {
   ) {
     super(name, ctx, now)
     this.local = fullBucket(rate, now)
+    this.untouched = this.local
     // Embedded: one process, so its own bucket is the whole truth.
     if (ctx.store === null) this.mode = 'local'
   }
@@ -29,6 +38,7 @@ export class RateLimit extends LeasedLimit {
   protected async call(now: number, { keep, returned, wanted }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     const target = Math.max(1, wanted)
+    const extra = this.mode === 'local' ? this.owed(now) : 0
     const answer = await store.rate({
       key: this.key,
       requests: this.rate.requests,
@@ -36,13 +46,17 @@ export class RateLimit extends LeasedLimit {
       keep,
       returned,
       wanted,
-      // What passed while each replica was on its own is not charged to the shared bucket: a debt
-      // of up to N would refuse everything for W after Redis came back. A quota's month is charged.
-      extra: 0,
+      // What passed while this replica was on its own, charged only to a bucket rebuilt meanwhile
+      // (Redis restarted empty): without it a rebuilt bucket starts full and the outage's
+      // admissions pass twice (docs/architecture.md, limits).
+      extra,
+      epoch: this.epoch,
+      seen: this.lastKnown === null ? -1 : refill(this.lastKnown, this.rate, now).tokens,
       batch: Math.max(1, Math.ceil(target / 2)),
     })
     const answeredAt = this.ctx.now()
     this.lastKnown = { tokens: Math.max(0, answer.tokens), at: answeredAt }
+    this.epoch = answer.epoch
     this.granted(now, answeredAt, answer, store.ttlMs)
   }
 
@@ -50,7 +64,14 @@ export class RateLimit extends LeasedLimit {
     // Each replica on its own, from the shared bucket it last saw plus the lease it holds.
     const seen = this.lastKnown === null ? fullBucket(this.rate, now) : refill(this.lastKnown, this.rate, now)
     this.local = { tokens: Math.min(this.rate.requests, seen.tokens + this.held(now)), at: now }
+    this.untouched = this.local
     return true
+  }
+
+  /** Local mode: the units this replica admitted on its own that the local bucket still lacks. */
+  private owed(now: number): number {
+    const lacking = refill(this.untouched, this.rate, now).tokens - refill(this.local, this.rate, now).tokens
+    return Math.max(0, Math.ceil(lacking - 1e-9))
   }
 
   protected localAllows(now: number): boolean {

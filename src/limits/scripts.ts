@@ -19,8 +19,15 @@ end`
  * A rate's token bucket (bucket.ts, repeated in Lua) and the unexpired leases of every replica,
  * as fields `l:<replica>` = `<amount>:<expires ms>`. Tokens in the bucket plus leases out never
  * exceed N, so a lease spent late cannot add to a bucket that refilled meanwhile.
- * ARGV: replica, N, W ms, keep, returned, wanted, extra, ttl ms, batch, grace ms.
- * Returns {granted, tokens after (string), ms until `batch` tokens, 1 if in the grace}.
+ * `ep` names this copy of the bucket, as a quota's does: `extra` (what the caller admitted on its
+ * own while Redis was unusable) is charged only to a bucket made since the caller last saw one, a
+ * Redis that forgot (restarted empty), and down to empty at most: a bucket that lived through the
+ * outage refilled meanwhile, and charging it would refuse for W a tenant that stayed under its rate.
+ * A bucket made for a caller that saw another one starts as that caller last saw it, refilled
+ * (`seen`), not full: full, it would let pass again what was admitted just before the loss.
+ * ARGV: replica, N, W ms, keep, returned, wanted, extra, ttl ms, batch, grace ms, epoch seen ('' if
+ * none), new epoch, seen tokens (-1 if none).
+ * Returns {granted, tokens after (string), ms until `batch` tokens, 1 if in the grace, epoch}.
  */
 export const RATE_LEASE = `${CLOCK_AND_INCARNATION}
 local n = tonumber(ARGV[2])
@@ -32,18 +39,23 @@ local batch = tonumber(ARGV[9])
 local mine = 'l:' .. ARGV[1]
 local open = born + tonumber(ARGV[10])
 local fields = redis.call('HGETALL', KEYS[1])
+local ep = ARGV[12]
 -- A bucket made in the grace starts empty: leases of before the loss may still be spent, and
 -- they are at most N (docs/architecture.md, limits).
 local tokens = n
 if now < open then tokens = 0 end
 local at = now
+local fresh = true
 local others = 0
 local registered = 0
 for i = 1, #fields, 2 do
   local f = fields[i]
   local v = fields[i + 1]
-  if f == 'tk' then tokens = tonumber(v)
+  if f == 'tk' then
+    tokens = tonumber(v)
+    fresh = false
   elseif f == 'at' then at = tonumber(v)
+  elseif f == 'ep' then ep = v
   else
     local sep = string.find(v, ':', 1, true)
     local amount = tonumber(string.sub(v, 1, sep - 1))
@@ -53,6 +65,8 @@ for i = 1, #fields, 2 do
     else others = others + amount end
   end
 end
+local rebuilt = ARGV[11] ~= '' and ARGV[11] ~= ep
+if fresh and rebuilt and tonumber(ARGV[13]) >= 0 then tokens = math.min(tokens, tonumber(ARGV[13])) end
 if now > at then tokens = tokens + (now - at) * n / w end
 -- Until now the caller's lease counted as registered, not as \`keep\`: what it spent of it since
 -- was spent while the bucket could not refill into that room, and is freed from now on only.
@@ -60,7 +74,9 @@ if tokens > n - others - registered then tokens = n - others - registered end
 tokens = tokens + tonumber(ARGV[5])
 local cap = n - others - keep
 if tokens > cap then tokens = cap end
-tokens = tokens - tonumber(ARGV[7])
+-- Charged down to empty at most: a debt would refuse for up to W, after Redis is back, a tenant
+-- for what degraded mode let it do (docs/architecture.md, limits).
+if rebuilt then tokens = math.min(tokens, math.max(0, tokens - tonumber(ARGV[7]))) end
 if tokens < -n then tokens = -n end
 local granted = 0
 local wait = 0
@@ -72,11 +88,11 @@ else
 end
 if keep + granted > 0 then redis.call('HSET', KEYS[1], mine, (keep + granted) .. ':' .. (now + ttl))
 else redis.call('HDEL', KEYS[1], mine) end
-redis.call('HSET', KEYS[1], 'tk', tostring(tokens), 'at', now)
+redis.call('HSET', KEYS[1], 'tk', tostring(tokens), 'at', now, 'ep', ep)
 redis.call('PEXPIRE', KEYS[1], math.max(math.ceil((n - tokens) * w / n), ttl) + 1000)
 local grace = 0
 if now < open then grace = 1 end
-return {granted, tostring(tokens), wait, grace}`
+return {granted, tostring(tokens), wait, grace, ep}`
 
 /**
  * A quota's month: `used` counts every unit granted (spent or leased), `ep` names this copy of

@@ -26,14 +26,13 @@ export async function agedRedis(redis: Redis, prefix: string): Promise<void> {
 export function replicas(
   t: TestLike,
   count: number,
-  options: { url: string; prefix: string; loadMonthUse?: LoadMonthUse; graceMs?: number; sweepEveryMs?: number },
+  options: { url: string; prefix: string; loadMonthUse?: LoadMonthUse; sweepEveryMs?: number },
 ): Limiter[] {
   return Array.from({ length: count }, () => {
     const limiter = new Limiter({
       redis: limiterClient(t, options.url),
       keyPrefix: options.prefix,
       loadMonthUse: options.loadMonthUse ?? (async () => 0),
-      ...(options.graceMs === undefined ? {} : { timings: { graceMs: options.graceMs } }),
       ...(options.sweepEveryMs === undefined ? {} : { sweepEveryMs: options.sweepEveryMs }),
     })
     t.teardown(() => limiter.close())

@@ -13,7 +13,7 @@ const redis = redisClient(t)
 await agedRedis(redis, prefix)
 
 const N = 100
-const call = (key: string) => ({ key, requests: N, perMs: 1_000, returned: 0, extra: 0, batch: 1 })
+const call = (key: string) => ({ key, requests: N, perMs: 1_000, returned: 0, extra: 0, batch: 1, epoch: '', seen: -1 })
 
 // Each case: the replica leases 10 of a full bucket (90 left), waits long enough for the bucket to
 // refill those 10 were they not held (300 ms: 30 tokens), spends some, then renews keeping the rest.
@@ -39,3 +39,31 @@ for (const [name, { spent, refunded }] of cases) {
     t.ok(passed <= N, `${spent - refunded} passed, ${keep} kept, ${renewed.granted} granted: ${passed} of ${N}`)
   })
 }
+
+t.test("a rate's extra is charged to a bucket rebuilt since the caller's epoch, not to the one it saw", async (t) => {
+  const store = new RedisLeaseStore(redis, prefix)
+  const key = `${prefix}limits:rate:extra`
+  const first = await store.rate({ ...call(key), keep: 0, wanted: 0 })
+  t.ok(first.epoch.length > 0, 'the answer names the bucket')
+  // The same bucket, lived through an outage: what passed meanwhile is not charged.
+  const same = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 30, epoch: first.epoch })
+  t.equal(same.epoch, first.epoch, 'the same bucket')
+  t.ok(same.tokens > N - 1, `not charged (${same.tokens})`)
+  // Redis forgot it (a restart): the rebuilt bucket is charged for the outage.
+  await redis.del(key)
+  const rebuilt = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 30, epoch: first.epoch })
+  t.not(rebuilt.epoch, first.epoch, 'a new bucket')
+  t.equal(rebuilt.tokens, N - 30, 'charged for what passed while the caller was on its own')
+  // Rebuilt for a caller that saw the bucket nearly empty: it starts so, not full.
+  await redis.del(key)
+  const drained = await store.rate({ ...call(key), keep: 0, wanted: 0, epoch: first.epoch, seen: 4 })
+  t.ok(drained.tokens < 5, `starts as the caller last saw it (${drained.tokens})`)
+  // A caller that never saw a bucket has nothing to charge to it.
+  await redis.del(key)
+  const fresh = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 30 })
+  t.equal(fresh.tokens, N, 'a caller without an epoch is not charged')
+  // Down to empty at most, never into a debt that would refuse for W after Redis is back.
+  await redis.del(key)
+  const most = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 3 * N, epoch: first.epoch })
+  t.equal(most.tokens, 0, 'a debt beyond the bucket is not charged')
+})

@@ -61,15 +61,31 @@ for (const loss of ['FLUSHDB', 'restart'] as const) {
     t.comment(
       `${loss}: worst window ${worst.count} in ${worst.seconds.toFixed(3)} s, excess ${worst.excess.toFixed(1)} (bound ${bound})`,
     )
-    // Measured: FLUSHDB stays within; a restart (lease calls fail ~1 s, each replica degraded on
-    // the whole rate) still overshoots (+50 to +59 against 20): left open, see the report.
-    t.ok(
-      worst.excess <= bound,
-      `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`,
-      loss === 'restart' ? { todo: 'degraded mode across a restart holds the whole rate per replica' } : {},
-    )
+    // A restart also takes Redis away for a moment: each replica is on its own meanwhile, and the
+    // rebuilt bucket is charged for what it admitted then (scripts.ts, epoch).
+    t.ok(worst.excess <= bound, `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`)
   })
 }
+
+t.test('FLUSHDB after the first N were spent: the rebuilt bucket starts as replicas saw it, not full', async (t) => {
+  const admin = redisClient(t, { url: server.url })
+  await agedRedis(admin, prefix)
+  const subjects = [subject('drained-FLUSHDB', { rate })]
+  const limiters = replicas(t, 2, { url: server.url, prefix })
+  await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
+  // From a full bucket, measured from the start: the first N are this window's slack, spent
+  // before the loss, so a bucket rebuilt full would pass them again.
+  const load = offer(2 * rate.requests, 3_000, (i) => limiters[i % 2]!, subjects)
+  await new Promise((done) => setTimeout(done, 1_500))
+  await admin.flushdb()
+  const { admitted } = await load
+  const worst = worstWindow(admitted, rate)
+  const bound = limiters.length * Math.ceil(rate.requests / 10)
+  t.comment(
+    `worst window ${worst.count} in ${worst.seconds.toFixed(3)} s, excess ${worst.excess.toFixed(1)} (bound ${bound})`,
+  )
+  t.ok(worst.excess <= bound, `overshoot ${worst.excess.toFixed(1)} ≤ ${bound}`)
+})
 
 t.test('a fresh start against an empty Redis grants at once', async (t) => {
   const subjects = [subject('fresh', { rate: { requests: 10, perSeconds: 1 } })]

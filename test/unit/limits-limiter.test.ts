@@ -47,7 +47,7 @@ class HandStore implements LeaseStore {
     const closing = limiter.close()
     for (let i = 0; i < 5; i++) {
       await flush()
-      for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false })
+      for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false, epoch: 'e' })
       for (const p of this.quotas.splice(0))
         p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '', inGrace: false })
     }
@@ -58,7 +58,7 @@ class HandStore implements LeaseStore {
   async rateAnswer(granted: number, tokens = 0, waitMs = 0): Promise<RateCall> {
     const pending = this.rates.shift()
     if (pending === undefined) throw new Error('no rate call waits')
-    pending.answer({ granted, tokens, waitMs, inGrace: false })
+    pending.answer({ granted, tokens, waitMs, inGrace: false, epoch: 'e' })
     await flush()
     return pending.call
   }
@@ -217,7 +217,7 @@ t.test('lease size follows the demand; an idle lease shrinks to one unit, then i
   const shrink = store.rates.shift()!
   t.match(shrink.call, { keep: 1, wanted: 0 }, 'idle: keeps one unit')
   t.ok(shrink.call.returned >= held - 2, `gives back the rest (${shrink.call.returned})`)
-  shrink.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false })
+  shrink.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false, epoch: 'e' })
   await flush()
   const later: RateCall[] = []
   for (let ms = 0; ms < 9_000; ms += 250) {
