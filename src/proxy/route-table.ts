@@ -52,22 +52,17 @@ const INHERITED_KEYS = [
   'response_idle_timeout_ms',
 ] as const
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
+const SHARE_KEYS = ['max_connections_per_tenant', 'max_connections_per_account'] as const
 const ROUTE_KEYS = new Set([
   'prefix',
   'upstream',
   'scopes',
   'public',
   'forward_authorization',
-  'timeout_ms',
-  'max_body_bytes',
   'pass_headers',
-  'max_connections',
-  'max_connections_per_tenant',
-  'max_connections_per_account',
-  'body_idle_timeout_ms',
-  'response_idle_timeout_ms',
   'identity',
 ])
+for (const key of [...INHERITED_KEYS, ...SHARE_KEYS]) ROUTE_KEYS.add(key)
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
 // `:` and `*` (route patterns to the router), `;` and `%` (refused paths, docs/api.md).
@@ -283,20 +278,13 @@ function shareLimits(
   entry: Doc,
   maxConnections: number,
 ): Pick<ProxyRoute, 'maxConnectionsPerTenant' | 'maxConnectionsPerAccount'> {
-  const perTenant = positiveInteger(
-    where,
-    'max_connections_per_tenant',
-    entry.max_connections_per_tenant,
-    defaultPerTenant(maxConnections),
-  )
-  if (perTenant > maxConnections) fail(where, 'max_connections_per_tenant may not exceed max_connections')
-  const perAccount = positiveInteger(
-    where,
-    'max_connections_per_account',
-    entry.max_connections_per_account,
-    defaultPerAccount(maxConnections),
-  )
-  if (perAccount > maxConnections) fail(where, 'max_connections_per_account may not exceed max_connections')
+  const share = (key: string, fallback: number) => {
+    const limit = positiveInteger(where, key, entry[key], fallback)
+    if (limit > maxConnections) fail(where, `${key} may not exceed max_connections`)
+    return limit
+  }
+  const perTenant = share('max_connections_per_tenant', defaultPerTenant(maxConnections))
+  const perAccount = share('max_connections_per_account', defaultPerAccount(maxConnections))
   if (entry.max_connections_per_account !== undefined && perTenant > perAccount)
     fail(
       where,
