@@ -54,6 +54,10 @@ export function advice(p: Problem): string {
       return 'This gateway does not serve that API route (it may be an older version): ask its operator.'
     case 'external_id_conflict':
       return 'Another sub-account already has this external id: choose another one.'
+    case 'limit_reached':
+      return 'This account has as many webhook endpoints as the gateway allows: delete one it no longer needs first.'
+    case 'url_conflict':
+      return 'This account already has an endpoint with this URL: use that one, or delete it first.'
     case 'key_not_active':
       return 'Only an active key can be rolled: mint a new key instead.'
     case 'idempotency_key_in_flight':
