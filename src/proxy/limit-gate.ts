@@ -2,6 +2,7 @@
 // upstream slot: decided from the limiter's memory, the RateLimit fields set, a refusal answered
 // 429 and counted for the tenant's usage report. A tenant without limits costs one length check.
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { ApiError } from '../errors.js'
 import type { Limiter } from '../limits/limiter.js'
 import type { Decision } from '../limits/types.js'
 import { LIMIT_POLICIES, type LimitMetrics } from '../ops/metrics.js'
@@ -14,8 +15,6 @@ export interface LimitGateOptions {
   metrics: LimitMetrics
 }
 
-type Done = (err?: Error) => void
-
 declare module 'fastify' {
   interface FastifyRequest {
     /** Whether the limiter took units for this request (they are given back if it is refused later). */
@@ -24,8 +23,8 @@ declare module 'fastify' {
 }
 
 export interface LimitGate {
-  /** Calls `next` when every limit lets the request pass; else answers through `done`. */
-  check(request: FastifyRequest, reply: FastifyReply, done: Done, next: () => void): void
+  /** undefined when every limit lets the request pass, else the 429; a promise when a limit is cold. */
+  check(request: FastifyRequest, reply: FastifyReply): ApiError | undefined | Promise<ApiError | undefined>
   /**
    * The request was refused after its limits took their units (a busy route, a departed client):
    * it was not forwarded, so it does not count. Only where it certainly was not: a refund for a
@@ -43,25 +42,25 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
     }
   }
 
-  function decide(request: FastifyRequest, reply: FastifyReply, decision: Decision, done: Done, next: () => void) {
+  function decide(request: FastifyRequest, reply: FastifyReply, decision: Decision): ApiError | undefined {
     count(decision)
     setRateLimitFields(reply, decision)
     if (!decision.allowed) {
       meter.limited(request.actingTenant!.id, refusalKind(decision))
-      return done(limitRefusal(decision))
+      return limitRefusal(decision)
     }
     request.limitsCharged = true
-    next()
+    return undefined
   }
 
   return {
-    check(request, reply, done, next) {
+    check(request, reply) {
       const subjects = request.limitSubjects
-      if (subjects === null || subjects.length === 0) return next()
-      if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects), done, next)
+      if (subjects === null || subjects.length === 0) return undefined
+      if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects))
       // A limit this replica has not seen yet, or whose lease ran dry: a Redis round trip (bounded).
       metrics.coldWaits.inc()
-      limiter.admitWhenWarm(subjects).then((decision) => decide(request, reply, decision, done, next), done)
+      return limiter.admitWhenWarm(subjects).then((decision) => decide(request, reply, decision))
     },
     refund(request) {
       if (!request.limitsCharged || request.limitSubjects === null) return
