@@ -10,10 +10,10 @@ import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
 import { ConfigError, type Config } from './config.js'
 import { consolePlugin } from './console/plugin.js'
-import { identityAssertions } from './credentials/identity-assertions.js'
-import { Keyring } from './credentials/keyring.js'
-import { oauthRoutes } from './credentials/oauth-routes.js'
-import { credentialRoutes } from './credentials/routes.js'
+import { identityAssertions } from './identity/assertions.js'
+import { Keyring } from './signing-keys/keyring.js'
+import { oauthRoutes } from './oauth/routes.js'
+import { credentialRoutes } from './oauth/paths.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
@@ -26,17 +26,17 @@ import { healthRoutes } from './ops/health.js'
 import { lazyChildLogger } from './ops/logging.js'
 import type { Metrics } from './ops/metrics.js'
 import { registerOpenApi } from './ops/openapi.js'
-import { metricsPlugin } from './plugins/metrics.js'
-import { readinessPlugin } from './plugins/readiness.js'
-import { requestAccounting } from './plugins/request-accounting.js'
-import { signingKeysPlugin } from './plugins/signing-keys.js'
-import { tenancyCachePlugin } from './plugins/tenancy-cache.js'
-import { usageMeterPlugin } from './plugins/usage-meter.js'
+import { metricsPlugin } from './ops/metrics-plugin.js'
+import { readinessPlugin } from './ops/readiness-plugin.js'
+import { requestAccounting } from './ops/request-accounting.js'
+import { signingKeysPlugin } from './signing-keys/plugin.js'
+import { tenancyCachePlugin } from './cache/plugin.js'
+import { usageMeterPlugin } from './usage/meter-plugin.js'
 import type { LeaseTimings } from './limits/lease-store.js'
-import { eventRetentionPlugin } from './plugins/event-retention.js'
-import { limitsPlugin } from './plugins/limits.js'
-import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './plugins/webhook-delivery.js'
-import { limitGate } from './proxy/limit-gate.js'
+import { eventRetentionPlugin } from './events/retention-plugin.js'
+import { limitsPlugin } from './limits/plugin.js'
+import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
+import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
 import type { Store } from './store/db.js'
@@ -50,7 +50,7 @@ export interface AppDeps {
   /**
    * The signing keys of access tokens and identity assertions, as the caller holds them (a test's
    * own). Default: the keys in the store, loaded, kept in step and rotated by the app
-   * (plugins/signing-keys.ts), which then needs `config.encryptionKey` (main.ts resolves it).
+   * (signing-keys/plugin.ts), which then needs `config.encryptionKey` (main.ts resolves it).
    */
   keyring?: Keyring
   /** The stored signing keys' clock and reload interval (default 30 s); tests move and shorten them. */
@@ -116,7 +116,7 @@ function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogge
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The signing keys (credentials/keyring.ts). */
+    /** The signing keys (signing-keys/keyring.ts). */
     keyring: Keyring
     /** Verifies and remembers access tokens (auth/access-tokens.ts), for the tenancy checks. */
     accessTokens: AccessTokens

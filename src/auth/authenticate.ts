@@ -3,7 +3,7 @@
 import { ApiError } from '../errors.js'
 import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../tenancy/lookups.js'
 import { type AccessTokens, type AccessTokenUse, looksLikeAccessToken } from './access-tokens.js'
-import { digest, isWellFormedKey } from './keys.js'
+import { digest, isWellFormedKey } from './key-format.js'
 
 export interface Principal {
   /** The key; for an access token, its key holding the token's scopes only. */

@@ -1,9 +1,9 @@
 // What a parent asks about its whole account: the usage report and its account limits with this
 // month's use (docs/api.md, Usage report; Limits and quotas).
 import { monthOf } from '../limits/month.js'
-import { monthUse, readLimits } from '../store/limits.js'
+import { monthUse, readLimits } from '../limits/store.js'
 import { usageRows } from '../store/usage.js'
-import { shownLimits } from '../tenancy/limits.js'
+import { shownLimits } from '../limits/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { AccountLimits, NoQuery, UsageQuery, UsageReport } from './schemas.js'

@@ -5,7 +5,7 @@ import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
 import { keyEntries } from '../cache/index.js'
 import { ApiError, validationFailed } from '../errors.js'
-import { getKey, listKeys } from '../store/keys.js'
+import { getKey, listKeys } from '../store/api-keys.js'
 import {
   MANAGEMENT_PREFIX,
   type ManagementApp,

@@ -3,7 +3,7 @@
 import { Type, type Static } from 'typebox'
 import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
-import { LIMIT_BOUNDS } from '../tenancy/limits.js'
+import { LIMIT_BOUNDS } from '../limits/tenant-limits.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])

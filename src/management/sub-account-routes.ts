@@ -1,7 +1,7 @@
 // Sub-accounts: create, list, get, update, deactivate and reactivate (docs/api.md, Sub-accounts).
 import { cacheKeys, subAccountEntries } from '../cache/index.js'
 import { listSubAccounts } from '../store/tenants.js'
-import { limitsFromBody } from '../tenancy/limits.js'
+import { limitsFromBody } from '../limits/tenant-limits.js'
 import {
   MANAGEMENT_PREFIX,
   type ManagementApp,

@@ -1,9 +1,9 @@
 // What the proxy's routes and their steps are built from (proxy/plugin.ts, proxy/checks.ts).
-import type { IdentityAssertions } from '../credentials/identity-assertions.js'
+import type { IdentityAssertions } from '../identity/assertions.js'
 import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import type { ClientAbortTallies } from './exchange.js'
-import type { LimitGate } from './limit-gate.js'
+import type { LimitGate } from '../limits/gate.js'
 import type { ProxyRoute } from './route-table.js'
 
 export interface ProxyOptions {

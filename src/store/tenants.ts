@@ -1,5 +1,5 @@
 // Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
-import type { TenantLimits } from '../tenancy/limits.js'
+import type { TenantLimits } from '../limits/tenant-limits.js'
 import type { Sql, Tx } from './db.js'
 import { Statement } from './statement.js'
 
@@ -62,7 +62,7 @@ export interface NewSubAccount {
   name: string
   externalId: string | null
   metadata: Record<string, string>
-  /** Stored as given: absent or null for none, else an object with a limit (tenancy/limits.ts storedLimits). */
+  /** Stored as given: absent or null for none, else an object with a limit (limits/tenant-limits.ts storedLimits). */
   limits?: TenantLimits | null
 }
 

@@ -4,7 +4,7 @@
 // report's `limited`, and a change reaching the other replica's cached records within 1 s.
 import t from 'tap'
 import { monthOf } from '../../src/limits/month.js'
-import { writeAccountLimits } from '../../src/store/limits.js'
+import { writeAccountLimits } from '../../src/limits/store.js'
 import { startGateway, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'

@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
-import { CREDENTIAL_PATHS } from '../../src/credentials/routes.js'
+import { CREDENTIAL_PATHS } from '../../src/oauth/paths.js'
 import { MANAGEMENT_PREFIX } from '../../src/management/routes.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'

@@ -11,7 +11,7 @@
 import type { Redis } from 'ioredis'
 import t from 'tap'
 import { createHash } from 'node:crypto'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { mintKey } from '../../src/auth/mint.js'
 import { metricValue, startGateway, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'

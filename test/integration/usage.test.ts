@@ -3,7 +3,7 @@
 // long, so that only an explicit flush writes: every count below is exact.
 import t from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { utcDay } from '../../src/usage/meter.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'

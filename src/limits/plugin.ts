@@ -4,10 +4,10 @@
 import fp from 'fastify-plugin'
 import { Redis } from 'ioredis'
 import { REDIS_CONNECTION } from '../cache/settings.js'
-import { DEFAULT_LEASE_TIMINGS, type LeaseTimings } from '../limits/lease-store.js'
-import { Limiter } from '../limits/limiter.js'
+import { DEFAULT_LEASE_TIMINGS, type LeaseTimings } from './lease-store.js'
+import { Limiter } from './limiter.js'
 import type { Sql } from '../store/db.js'
-import { monthUse } from '../store/limits.js'
+import { monthUse } from './store.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -19,7 +19,7 @@ export const cacheKeys = {
   anyActive: (parentId: string) => `anyActive:${parentId}`,
   /**
    * Never stored: a name on the bus only, that tells replicas to load the signing keys again
-   * (credentials/signing-key-sync.ts).
+   * (signing-keys/sync.ts).
    */
   signingKeys: 'signing-keys',
 }

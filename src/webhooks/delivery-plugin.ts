@@ -2,7 +2,7 @@
 // when it closes (attempts under way are handed back to the other replicas), and its backlog in
 // the metrics.
 import fp from 'fastify-plugin'
-import { DeliveryWorker, type WorkerOptions } from '../webhooks/worker.js'
+import { DeliveryWorker, type WorkerOptions } from './worker.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -1,11 +1,11 @@
 // Limits of tenants and the use a monthly quota counts (docs/api.md, Limits and quotas). SQL only.
 import { type Origin, recordEvent } from '../events/record.js'
 import { sameJson } from '../events/same-json.js'
-import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from '../tenancy/limits.js'
-import type { Sql, Tx } from './db.js'
-import { Statement } from './statement.js'
-import { COLUMNS, getTenant, type TenantRow } from './tenants.js'
-import { inTransaction } from './transaction.js'
+import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from './tenant-limits.js'
+import type { Sql, Tx } from '../store/db.js'
+import { Statement } from '../store/statement.js'
+import { COLUMNS, getTenant, type TenantRow } from '../store/tenants.js'
+import { inTransaction } from '../store/transaction.js'
 
 type Db = Sql | Tx
 

@@ -13,7 +13,7 @@ import {
   withdrawSigningKeys,
   type SigningKeyRow,
 } from '../store/signing-keys.js'
-import { open, seal } from './encryption.js'
+import { open, seal } from '../encryption/seal.js'
 import { generateSigningKey, SIGNING_ALGORITHM, type SigningKey } from './keyring.js'
 import {
   NEXT_KEY_LEAD_MS,
@@ -22,7 +22,7 @@ import {
   signerOf,
   statusOf,
   type SigningKeyStatus,
-} from './signing-key-schedule.js'
+} from './schedule.js'
 import { inTransaction } from '../store/transaction.js'
 
 /** What WrongEncryptionKeyError says did not open. */

@@ -2,7 +2,7 @@
 // when shutdown begins, /readyz (ops/health.ts) answers 503 from then on, and every response says
 // Connection: close.
 import fp from 'fastify-plugin'
-import type { Readiness } from '../ops/health.js'
+import type { Readiness } from './health.js'
 
 export const readinessPlugin = fp(
   async (app) => {

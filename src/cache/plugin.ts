@@ -1,7 +1,7 @@
 // The tiered cache of the tenancy lookups (docs/architecture.md, caches) as a plugin: opens its
 // Redis connections, decorates the app with it, and lets them go when the app closes.
 import fp from 'fastify-plugin'
-import { TenancyCache, type CacheTimings } from '../cache/index.js'
+import { TenancyCache, type CacheTimings } from './index.js'
 import type { Sql } from '../store/db.js'
 import { postgresLookups } from '../tenancy/lookups.js'
 

@@ -3,12 +3,12 @@
 // resolved tenant, audience and signing key, so that a warm request costs no signature.
 import { LRUCache } from 'lru-cache'
 import type { Principal } from '../auth/authenticate.js'
-import { type EvictionListener, recordOfEntry } from '../cache/keys.js'
+import { type EvictionListener, recordOfEntry } from '../cache/entry-names.js'
 import type { CredentialMetrics } from '../ops/credential-metrics.js'
 import type { Tally } from '../ops/fast-metrics.js'
 import type { RouteIdentity } from '../proxy/route-identity.js'
 import type { TenantRecord } from '../tenancy/lookups.js'
-import type { Keyring } from './keyring.js'
+import type { Keyring } from '../signing-keys/keyring.js'
 
 /** The JOSE `typ` of an assertion: a plain JWT, not an access token (`at+jwt`). */
 export const IDENTITY_TOKEN_TYPE = 'JWT'

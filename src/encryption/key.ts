@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto'
 import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
 import { ConfigError, type Config } from '../config.js'
-import { ENCRYPTION_KEY_BYTES } from './encryption.js'
+import { ENCRYPTION_KEY_BYTES } from './seal.js'
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key'
 

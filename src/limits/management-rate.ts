@@ -3,10 +3,10 @@
 // `management.rate`. Checked after authorization, before the body and its validation. Unlike a
 // tenant's limits, it lets calls through while Redis grants nothing yet (below).
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Rate } from '../limits/bucket.js'
-import type { Limiter } from '../limits/limiter.js'
-import type { Decision, LimitSubject } from '../limits/types.js'
-import { limitRefusal, setRateLimitFields } from '../proxy/limit-answer.js'
+import type { Rate } from './bucket.js'
+import type { Limiter } from './limiter.js'
+import type { Decision, LimitSubject } from './types.js'
+import { limitRefusal, setRateLimitFields } from './answer.js'
 
 export function managementRate(limiter: Limiter, rate: Rate) {
   const limits = { rate, monthlyQuota: null }

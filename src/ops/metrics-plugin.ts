@@ -1,7 +1,7 @@
 // The gateway's Prometheus metrics (docs/operations.md) as a plugin: decorates the app with them,
 // and feeds the pool gauges from the store.
 import fp from 'fastify-plugin'
-import { createMetrics, type Metrics } from '../ops/metrics.js'
+import { createMetrics, type Metrics } from './metrics.js'
 import { connectionsByState } from '../store/activity.js'
 import type { Store } from '../store/db.js'
 

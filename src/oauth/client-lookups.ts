@@ -5,7 +5,7 @@
 // for Postgres go out together in one query, at most about 200 queries a second per replica.
 import type { Sql } from '../store/db.js'
 import { DEFAULT_KEY_BATCH_PACING, type KeyBatchPacing, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
-import { type ClientCredential, findClientCredentials } from '../store/keys.js'
+import { type ClientCredential, findClientCredentials } from '../store/api-keys.js'
 
 export interface ClientLookupOptions {
   /** How long one lookup may wait for its answer, its turn included (then 503). */

@@ -4,7 +4,7 @@
 // each read).
 import fp from 'fastify-plugin'
 import { routeKindOf } from '../http/route-kind.js'
-import { logRequest } from '../ops/logging.js'
+import { logRequest } from './logging.js'
 
 export interface RequestAccountingOptions {
   /** Write the request line (fastify's own request logging is off). */

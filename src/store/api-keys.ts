@@ -166,7 +166,7 @@ export interface ClientCredential {
 /** A key by id with its secret's digest and its tenant, in one query; null when there is no such key. */
 /**
  * The client credentials of several key ids in one query (the token endpoint's paced lookups,
- * credentials/client-lookups.ts); ids that name no key are simply absent.
+ * oauth/client-lookups.ts); ids that name no key are simply absent.
  */
 export async function findClientCredentials(db: Db, ids: readonly string[]): Promise<ClientCredential[]> {
   return db<ClientCredential[]>`

@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { Type } from 'typebox'
 import { ApiError } from '../errors.js'
-import type { Keyring } from './keyring.js'
+import type { Keyring } from '../signing-keys/keyring.js'
 
 export const JWKS_PATH = '/.well-known/jwks.json'
 export const TOKEN_PATH = '/oauth2/token'

@@ -1,7 +1,7 @@
 // Who a token request says it is (RFC 6749 §2.3.1): HTTP Basic (client_secret_basic) or the form's
 // client_id and client_secret (client_secret_post), never both. The client id is the key's id; the
 // secret is the key's client secret (docs/credentials.md).
-import { invalidClient, invalidRequest } from './oauth-errors.js'
+import { invalidClient, invalidRequest } from './errors.js'
 import type { TokenForm } from './token-form.js'
 
 export interface PresentedClient {

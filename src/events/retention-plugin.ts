@@ -1,7 +1,7 @@
 // Deletes events past EVENTS_RETENTION_DAYS in the background (events/retention.ts), stopped
 // when the app closes.
 import fp from 'fastify-plugin'
-import { EventRetention, type RetentionOptions } from '../events/retention.js'
+import { EventRetention, type RetentionOptions } from './retention.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -3,7 +3,7 @@
 // 429 of a refusal with the policies that refused it.
 import type { FastifyReply } from 'fastify'
 import { ApiError } from '../errors.js'
-import type { Decision, PolicyState } from '../limits/types.js'
+import type { Decision, PolicyState } from './types.js'
 
 /** RateLimit-Policy lists every limit that applies; RateLimit gives the one closest to refusing. */
 export function setRateLimitFields(reply: FastifyReply, decision: Decision): void {

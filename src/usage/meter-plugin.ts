@@ -2,7 +2,7 @@
 // writes them to Postgres in batches, and writes the last ones when the app closes.
 import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
-import { UsageMeter } from '../usage/meter.js'
+import { UsageMeter } from './meter.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -3,14 +3,14 @@
 // (over the tenancy cache's invalidation bus, and on a timer), and stops with the app.
 import fp from 'fastify-plugin'
 import { cacheKeys } from '../cache/index.js'
-import { DAY_MS } from '../credentials/signing-key-schedule.js'
-import { SigningKeyStore } from '../credentials/signing-key-store.js'
-import { SigningKeySync } from '../credentials/signing-key-sync.js'
+import { DAY_MS } from './schedule.js'
+import { SigningKeyStore } from './store.js'
+import { SigningKeySync } from './sync.js'
 import type { Sql } from '../store/db.js'
 
 export interface SigningKeysPluginOptions {
   sql: Sql
-  /** ENCRYPTION_KEY (credentials/encryption-key.ts says where it comes from). */
+  /** ENCRYPTION_KEY (encryption/key.ts says where it comes from). */
   encryptionKey: Buffer
   /** SIGNING_KEY_ROTATION_DAYS. */
   rotationDays: number

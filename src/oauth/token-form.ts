@@ -3,7 +3,7 @@
 // never fails: it leaves a broken percent-encoding as it is and turns bytes that are not UTF-8
 // into U+FFFD, which would reach the checks as a different value than the client sent.
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { invalidRequest } from './oauth-errors.js'
+import { invalidRequest } from './errors.js'
 
 /** A token request is a few hundred bytes: a body past this is not one. */
 export const TOKEN_BODY_LIMIT = 4 * 1024

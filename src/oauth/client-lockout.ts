@@ -5,7 +5,7 @@
 // `sub`) cannot lock its owner out from elsewhere. Bounded: the least recently failed go first.
 import { isIPv4, isIPv6 } from 'node:net'
 import { LRUCache } from 'lru-cache'
-import { OAuthError } from './oauth-errors.js'
+import { OAuthError } from './errors.js'
 
 export const FAILED_ATTEMPTS_LIMIT = 10
 export const FAILED_ATTEMPTS_WINDOW_MS = 60_000

@@ -3,10 +3,10 @@
 // they changed and on a timer without it, and rotates them when they are due if it is the replica
 // that takes the lock.
 import type { FastifyBaseLogger } from 'fastify'
-import { WrongEncryptionKeyError } from './encryption.js'
+import { WrongEncryptionKeyError } from '../encryption/seal.js'
 import type { Keyring } from './keyring.js'
-import { rotationDue } from './signing-key-schedule.js'
-import type { SigningKeyStore, StoredSigningKey } from './signing-key-store.js'
+import { rotationDue } from './schedule.js'
+import type { SigningKeyStore, StoredSigningKey } from './store.js'
 
 /** Without a message on the bus, a replica sees a rotation within this (docs/credentials.md: 60 s). */
 export const DEFAULT_RELOAD_INTERVAL_MS = 30_000
