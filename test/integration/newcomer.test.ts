@@ -216,6 +216,28 @@ t.test('the gateway at start', async (t) => {
       'the line at fault, quoted',
     )
   })
+
+  // The parser reports an unclosed quote or bracket where it gave up: at the end of the file, or
+  // on the next line. The line quoted is the one where it opened (line 3 here, of 5).
+  for (const [opener, line3] of [
+    ['"', '    upstream: "http://a'],
+    ['[', '    scopes: [tracking:read'],
+  ] as const) {
+    await t.test(`an unclosed ${opener} in the route table: the line where it opened, quoted`, async (t) => {
+      const dir = t.testdir({})
+      const file = join(dir, 'gateway.yaml')
+      writeFileSync(file, `routes:\n  - prefix: /v1/a\n${line3}\n  - prefix: /v1/b\n    upstream: http://b\n`)
+      const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
+      t.equal(run.code, 1, 'exit 1')
+      t.equal(run.stderr.split('\n').length, 2, 'one line')
+      const at = `line 3, column ${line3.indexOf(opener) + 1}`
+      t.match(
+        run.stderr,
+        `; the ${opener} opened at ${at} is never closed: ${JSON.stringify(line3)}\n`,
+        'line 3, quoted',
+      )
+    })
+  }
 })
 
 t.test('the CLI', async (t) => {
