@@ -334,11 +334,21 @@ t.test('a key sent without "Bearer ": 401 that says the scheme is missing', asyn
   t.equal(body.code, 'unauthenticated')
   t.equal(body.detail, 'the Authorization header has no scheme: send Authorization: Bearer <key>')
 
-  // Anything else that is not a well-formed Bearer key is still "malformed".
-  for (const authorization of [`Basic ${parent.apiKey}`, 'Bearer tgw_short', 'Bearer', 'Basic', 'Token']) {
+  // A Bearer value that is not a well-formed key is "malformed"; another scheme is named, with
+  // what to send instead (error-messages.test.ts has the rest).
+  for (const authorization of ['Bearer tgw_short', 'Bearer', 'bearer a b']) {
     const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
     t.equal(response.statusCode, 401, authorization)
     t.equal(problemOf(response).detail, 'the API key is malformed', `${authorization}: malformed`)
+  }
+  for (const [authorization, scheme] of [
+    [`Basic ${parent.apiKey}`, 'is Basic, not Bearer'],
+    ['Basic', 'is Basic, not Bearer'],
+    ['Token', 'is not Bearer'],
+  ]) {
+    const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
+    t.equal(response.statusCode, 401, authorization)
+    t.match(problemOf(response).detail, `the Authorization scheme ${scheme}: send the API key as`, authorization)
   }
   const ok = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts', acting: 'self' })
   t.equal(ok.statusCode, 200, 'the same key with its scheme is accepted')
