@@ -239,6 +239,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sql: deps.store.sql,
     keyring,
     issuerUrl: deps.config.issuerUrl,
+    issuerUrlIsDefault: deps.config.issuerUrlIsDefault,
     ttlSeconds: deps.config.accessTokenTtlSeconds,
     signatures: app.metrics.credentials.signatures.accessToken,
     clientLookupCounts: {

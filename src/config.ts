@@ -7,6 +7,7 @@ import type { Rate } from './limits/bucket.js'
 import { parseRate } from './limits/tenant-limits.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './management/webhook-endpoint-admission.js'
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, type RetrySchedule } from './webhooks/retry-schedule.js'
+import { type YamlErrorLike, yamlProblem } from './yaml-errors.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
@@ -41,6 +42,8 @@ export interface Config {
   readonly encryptionKey: Buffer | undefined
   /** `iss` of access tokens and identity assertions, and `aud` of access tokens (ISSUER_URL). */
   readonly issuerUrl: string
+  /** ISSUER_URL was not set: `issuerUrl` is `http://localhost:<PORT>`, and a warning says so at start. */
+  readonly issuerUrlIsDefault: boolean
   /** Lifetime of an access token (ACCESS_TOKEN_TTL_SECONDS, default 900, at most 3600). */
   readonly accessTokenTtlSeconds: number
   /** A new signing key every this many days (SIGNING_KEY_ROTATION_DAYS, default 30). */
@@ -142,18 +145,6 @@ function parseRedisKeyPrefix(env: Env): string {
   return raw
 }
 
-/**
- * The parser's reason and position, and the line at fault quoted: its message puts that line in a
- * code frame below the first line, which a one-line message would cut off.
- */
-function yamlProblem(err: Error & { linePos?: { line: number }[] }, text: string): string {
-  const reason = err.message.split('\n')[0]!.replace(/:$/, '')
-  const line = err.linePos?.[0]?.line
-  const atFault = line === undefined ? undefined : text.split(/\r?\n/)[line - 1]
-  if (atFault === undefined) return reason
-  return atFault.trim() === '' ? `${reason}, an empty line` : `${reason}: ${JSON.stringify(atFault)}`
-}
-
 function loadGatewayConfig(path: string): Record<string, unknown> {
   let text: string
   try {
@@ -165,7 +156,7 @@ function loadGatewayConfig(path: string): Record<string, unknown> {
   try {
     doc = parseYaml(text)
   } catch (err) {
-    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${yamlProblem(err as Error, text)}`)
+    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${yamlProblem(err as YamlErrorLike, text)}`)
   }
   if (doc === null || doc === undefined) return {}
   if (typeof doc !== 'object' || Array.isArray(doc)) {
@@ -243,6 +234,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   }
   const gatewayConfigPath = resolve(cwd, read(env, 'GATEWAY_CONFIG') ?? 'config/gateway.yaml')
   const port = parsePort(env, 'PORT', 8080)
+  const issuerUrl = parseIssuerUrl(env)
   return Object.freeze({
     port,
     host: read(env, 'HOST') ?? '0.0.0.0',
@@ -260,7 +252,8 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
     managementRate: parseManagementRate(env),
     encryptionKey: parseEncryptionKey(env),
-    issuerUrl: parseIssuerUrl(env) ?? `http://localhost:${port}`,
+    issuerUrl: issuerUrl ?? `http://localhost:${port}`,
+    issuerUrlIsDefault: issuerUrl === undefined,
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),

@@ -48,13 +48,21 @@ export function isSubscribableEventType(name: string): boolean {
  */
 export const WEBHOOK_LOOKUP_TIMEOUT_MS = MANAGEMENT_DEADLINE_MS
 
-/** The URL rules (webhooks/url-policy.ts); a refusal is a 400 that names the field and says why. */
+/** Said of a refusal the gateway's operator could lift: a receiver on a developer's machine. */
+const INSECURE_HINT =
+  'for local development, the gateway accepts such URLs when started with WEBHOOKS_ALLOW_INSECURE=true'
+
+/**
+ * The URL rules (webhooks/url-policy.ts); a refusal is a 400 that names the field and says why.
+ * The message never names an address the host resolved to (url-policy.ts says why).
+ */
 async function checkUrl(raw: string, options: UrlPolicyOptions): Promise<void> {
   try {
     await checkWebhookUrl(raw, { ...options, lookupTimeoutMs: WEBHOOK_LOOKUP_TIMEOUT_MS })
   } catch (err) {
-    if (err instanceof WebhookUrlError) throw validationFailed([{ path: '/body/url', message: err.message }])
-    throw err
+    if (!(err instanceof WebhookUrlError)) throw err
+    const message = err.insecureWouldAllow ? `${err.message}; ${INSECURE_HINT}` : err.message
+    throw validationFailed([{ path: '/body/url', message }])
   }
 }
 

@@ -21,8 +21,30 @@ export function authorizationServerMetadata(issuerUrl: string) {
   }
 }
 
-export const oauthRoutes: FastifyPluginAsync<TokenEndpointOptions> = async (app, options) => {
+export interface OAuthRoutesOptions extends TokenEndpointOptions {
+  /** ISSUER_URL was not set: say so once the gateway listens (docs/decisions.md). */
+  issuerUrlIsDefault?: boolean
+}
+
+/**
+ * The default issuer (`http://localhost:<PORT>`) is right only for clients on the same machine
+ * that call it `localhost`: a client that checks the metadata's `issuer` against the address it
+ * fetched it from (RFC 8414 §3.3), or a token's `iss`, refuses it from anywhere else.
+ */
+function issuerDefaultWarning(issuerUrl: string): string {
+  return (
+    `ISSUER_URL is not set, so the issuer of access tokens, identity assertions and ${AUTHORIZATION_SERVER_METADATA_PATH} ` +
+    `is ${issuerUrl}, which clients reaching the gateway at any other address (127.0.0.1, a host name) will not ` +
+    'accept: set ISSUER_URL to the address clients use'
+  )
+}
+
+export const oauthRoutes: FastifyPluginAsync<OAuthRoutesOptions> = async (app, options) => {
   const metadata = authorizationServerMetadata(options.issuerUrl)
+  if (options.issuerUrlIsDefault)
+    app.addHook('onListen', async () => {
+      app.log.warn({ issuer: options.issuerUrl }, issuerDefaultWarning(options.issuerUrl))
+    })
   app.get(
     AUTHORIZATION_SERVER_METADATA_PATH,
     {
