@@ -57,13 +57,19 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
       schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
     },
     async (request) => {
-      const { limit, cursor, status, external_id } = request.query
-      const scope = { list: 'sub-accounts', owner: parentOf(request).id } as const
+      const { limit, cursor, status, external_id, q } = request.query
+      // A cursor is bound to the filters too: replayed under others it would skip their earlier
+      // rows. Without filters the owner is the parent alone, as before filters were bound.
+      const filters = [status, external_id, q].some((f) => f !== undefined)
+        ? `?${JSON.stringify([status ?? null, external_id ?? null, q ?? null])}`
+        : ''
+      const scope = { list: 'sub-accounts', owner: `${parentOf(request).id}${filters}` } as const
       const rows = await listSubAccounts(sql, parentOf(request).id, {
         limit: limit + 1,
         afterSeq: await cursors.decode(cursor, scope),
         status: status ?? null,
         externalId: external_id ?? null,
+        search: q ?? null,
       })
       return cursors.page(rows, limit, presentSubAccount, scope)
     },
