@@ -6,7 +6,7 @@ import { usageRows } from '../store/usage.js'
 import { shownLimits } from '../tenancy/limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { AccountLimits, NoQuery, UsageQuery, UsageReport } from './schemas.js'
+import { AccountLimits, NoQuery, PAGE_LIMIT_DEFAULT, UsageQuery, UsageReport } from './schemas.js'
 
 // Registered before /:sub_id; the router prefers these static segments anyway.
 export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
@@ -14,7 +14,7 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
     '/usage',
     { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
     async (request) => {
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())

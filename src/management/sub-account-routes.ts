@@ -20,6 +20,7 @@ import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEven
 import {
   CreateSubAccountBody,
   ListSubAccountsQuery,
+  PAGE_LIMIT_DEFAULT,
   SubAccount,
   SubAccountPage,
   SubAccountParams,
@@ -57,7 +58,7 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
       schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
     },
     async (request) => {
-      const { limit, cursor, status, external_id } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, status, external_id } = request.query
       const scope = { list: 'sub-accounts', owner: parentOf(request).id } as const
       const rows = await listSubAccounts(sql, parentOf(request).id, {
         limit: limit + 1,
