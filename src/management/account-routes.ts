@@ -6,7 +6,7 @@ import { usageRows } from '../store/usage.js'
 import { shownLimits } from '../limits/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { AccountLimits, NoQuery } from './schemas.js'
+import { AccountLimits, NoQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
 import { UsageQuery, UsageReport } from './usage-schemas.js'
 
 // Registered before /:sub_id; the router prefers these static segments anyway.
@@ -15,7 +15,7 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
     '/usage',
     { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
     async (request) => {
-      const { limit, cursor, sub_account_id, granularity } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())

@@ -111,7 +111,9 @@ export const ApiKeyPage = Page(ApiKey)
 export const SEARCH_MAX_LENGTH = NAME_MAX_LENGTH
 
 export const Cursor = Type.String({ minLength: 1, maxLength: 200, description: 'next_cursor of the previous page' })
-export const Limit = Type.Integer({ minimum: 1, maximum: 100, default: 20 })
+/** A page's size when the query gives none: optional to clients, filled in by the validator (useDefaults). */
+export const PAGE_LIMIT_DEFAULT = 20
+export const Limit = Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: PAGE_LIMIT_DEFAULT }))
 
 export const ListSubAccountsQuery = Type.Object(
   {

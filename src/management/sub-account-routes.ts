@@ -20,6 +20,7 @@ import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEven
 import {
   CreateSubAccountBody,
   ListSubAccountsQuery,
+  PAGE_LIMIT_DEFAULT,
   SubAccount,
   SubAccountPage,
   SubAccountParams,
@@ -57,7 +58,7 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
       schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
     },
     async (request) => {
-      const { limit, cursor, status, external_id, q } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, status, external_id, q } = request.query
       // A cursor is bound to the filters too: replayed under others it would skip their earlier
       // rows. Without filters the owner is the parent alone, as before filters were bound.
       const filters = [status, external_id, q].some((f) => f !== undefined)

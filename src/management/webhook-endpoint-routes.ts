@@ -31,7 +31,7 @@ import {
   WebhookEndpointPage,
   WebhookEndpointParams,
 } from './webhook-schemas.js'
-import { PageQuery } from './schemas.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from './schemas.js'
 
 export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
 
@@ -128,7 +128,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
       },
     },
     async (request) => {
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-endpoints', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const rows = await listWebhookEndpoints(sql, parentOf(request).id, { limit: limit + 1, afterSeq })
@@ -178,7 +178,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
     },
     async (request) => {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
       const beforeSeq = await cursors.decode(cursor, scope)
       if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()

@@ -38,6 +38,7 @@ export const credentialRoutes: FastifyPluginAsync<CredentialRoutesOptions> = asy
     JWKS_PATH,
     {
       schema: {
+        operationId: 'getJsonWebKeySet',
         summary: 'The public keys that verify access tokens and identity assertions (RFC 7517)',
         description:
           '503 (application/problem+json, code store_unavailable) while this replica has loaded no signing key yet.',

@@ -59,6 +59,7 @@ export const tokenEndpointSchema = {
       'invalid_client: unknown key, wrong secret, revoked or expired key, deactivated sub-account, key without a secret; ' +
         'with WWW-Authenticate: Basic realm="tenancy-gateway"',
     ),
+    431: errorResponse('invalid_request: more than 100 header fields, or more than 16 KiB of them'),
     429: errorResponse('invalid_client: 10 failed authentications of this client_id within a minute; see Retry-After'),
     503: errorResponse('temporarily_unavailable: the store did not answer; see Retry-After'),
   },

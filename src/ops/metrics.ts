@@ -1,10 +1,11 @@
 // Prometheus metrics (docs/operations.md), one registry per app so that several gateways in one process
 // (tests, benches) keep their own counts. Served on METRICS_PORT by main.ts, never publicly.
 import { createServer, type Server } from 'node:http'
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Registry } from 'prom-client'
 import { LatencyHistogram, talliedCounter, tally, type Tally } from './fast-metrics.js'
 import { type CredentialMetrics, credentialMetrics } from './credential-metrics.js'
 import { type LimitMetrics, limitMetrics } from '../limits/metrics.js'
+import { collectProcessMetrics } from './process-metrics.js'
 import { type WebhookMetrics, webhookMetrics } from './webhook-metrics.js'
 
 export { LIMIT_POLICIES, type LimitMetrics } from '../limits/metrics.js'
@@ -78,7 +79,7 @@ export interface Metrics {
 
 export function createMetrics(options: { processMetrics?: boolean } = {}): Metrics {
   const registry = new Registry()
-  if (options.processMetrics) collectDefaultMetrics({ register: registry })
+  if (options.processMetrics) collectProcessMetrics(registry)
   const registers = [registry]
 
   const storeLookups = new Counter({

@@ -69,6 +69,8 @@ export interface GatewayOptions {
   webhookDelivery?: AppDeps['webhookDelivery']
   /** Resolves webhook URLs' names at creation (default node:dns lookup). */
   webhookLookup?: AppDeps['webhookLookup']
+  /** Where the gateway counts (main.ts's: `createMetrics({ processMetrics: true })`); default: a registry of its own. */
+  metrics?: AppDeps['metrics']
 }
 
 export interface Parent {
@@ -199,6 +201,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       idempotencySweepIntervalMs: options.idempotencySweepIntervalMs,
       webhookDelivery: options.webhookDelivery,
       webhookLookup: options.webhookLookup,
+      metrics: options.metrics,
       ...options.deadlines,
     })
   let app: FastifyInstance
