@@ -1,7 +1,7 @@
 // A flood of random well-formed keys (the checksum is public) against one gateway replica on real
 // Postgres and Redis: how many Postgres queries a second it causes (store/key-lookup-batcher.ts
 // paces them), and how long a real key never seen before takes, with and without the flood. Then
-// a flood of token requests naming random client ids (credentials/client-lookups.ts paces those):
+// a flood of token requests naming random client ids (oauth/client-lookups.ts paces those):
 // the Postgres transactions a second it causes, as pg_stat_database counts them.
 // The flood runs in a child process (this file again, KEY_FLOOD_TARGET set), so that its load
 // generator does not share an event loop with the probes. bench/README.md has the knobs.
@@ -11,7 +11,7 @@ import http from 'node:http'
 import { performance } from 'node:perf_hooks'
 import postgres from 'postgres'
 import { createParentWithKey, mintKey } from '../src/auth/mint.js'
-import { generateApiKey } from '../src/auth/keys.js'
+import { generateApiKey } from '../src/auth/key-format.js'
 import {
   counts,
   createDatabase,

@@ -394,6 +394,15 @@ export interface Gateway extends Server {
   command: string
 }
 
+/**
+ * BENCH_PROFILE=<dir>: every gateway also writes a V8 CPU profile there when it stops
+ * (`bench/profile-summary.ts <file>` prints where its time went).
+ */
+function profiled(nodeOptions: string): string {
+  const dir = process.env.BENCH_PROFILE
+  return dir ? `${nodeOptions} --cpu-prof --cpu-prof-dir=${resolve(dir)}`.trim() : nodeOptions
+}
+
 /** A gateway process on `databaseUrl`, LOG_LEVEL=warn, ready when an unauthenticated call gets its 401. */
 export async function startGateway(
   o: Wrap & { databaseUrl: string; upstreamUrl: string; tree?: string; env?: NodeJS.ProcessEnv },
@@ -412,7 +421,7 @@ export async function startGateway(
     UPSTREAM_URL: o.upstreamUrl,
     LOG_LEVEL: 'warn',
     GATEWAY_CONFIG: resolve(tree, 'config/gateway.yaml'),
-    NODE_OPTIONS: image.options,
+    NODE_OPTIONS: profiled(image.options),
     // Benches drive the management API far faster than the default 50 calls a second per parent.
     MANAGEMENT_RATE: '1000000000/1s',
     ...o.env,

@@ -10,10 +10,10 @@ import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
 import { ConfigError, type Config } from './config.js'
 import { consolePlugin } from './console/plugin.js'
-import { identityAssertions } from './credentials/identity-assertions.js'
-import { Keyring } from './credentials/keyring.js'
-import { oauthRoutes } from './credentials/oauth-routes.js'
-import { credentialRoutes } from './credentials/routes.js'
+import { identityAssertions } from './identity/assertions.js'
+import { Keyring } from './signing-keys/keyring.js'
+import { oauthRoutes } from './oauth/routes.js'
+import { credentialRoutes } from './oauth/paths.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
@@ -26,17 +26,17 @@ import { healthRoutes } from './ops/health.js'
 import { lazyChildLogger } from './ops/logging.js'
 import type { Metrics } from './ops/metrics.js'
 import { registerOpenApi } from './ops/openapi.js'
-import { metricsPlugin } from './plugins/metrics.js'
-import { readinessPlugin } from './plugins/readiness.js'
-import { requestAccounting } from './plugins/request-accounting.js'
-import { signingKeysPlugin } from './plugins/signing-keys.js'
-import { tenancyCachePlugin } from './plugins/tenancy-cache.js'
-import { usageMeterPlugin } from './plugins/usage-meter.js'
+import { metricsPlugin } from './ops/metrics-plugin.js'
+import { readinessPlugin } from './ops/readiness-plugin.js'
+import { requestAccounting } from './ops/request-accounting.js'
+import { signingKeysPlugin } from './signing-keys/plugin.js'
+import { tenancyCachePlugin } from './cache/plugin.js'
+import { usageMeterPlugin } from './usage/meter-plugin.js'
 import type { LeaseTimings } from './limits/lease-store.js'
-import { eventRetentionPlugin } from './plugins/event-retention.js'
-import { limitsPlugin } from './plugins/limits.js'
-import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './plugins/webhook-delivery.js'
-import { limitGate } from './proxy/limit-gate.js'
+import { eventRetentionPlugin } from './events/retention-plugin.js'
+import { limitsPlugin } from './limits/plugin.js'
+import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
+import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
 import type { Store } from './store/db.js'
@@ -50,32 +50,41 @@ export interface AppDeps {
   /**
    * The signing keys of access tokens and identity assertions, as the caller holds them (a test's
    * own). Default: the keys in the store, loaded, kept in step and rotated by the app
-   * (plugins/signing-keys.ts), which then needs `config.encryptionKey` (main.ts resolves it).
+   * (signing-keys/plugin.ts), which then needs `config.encryptionKey` (main.ts resolves it).
    */
   keyring?: Keyring
-  /** The stored signing keys' clock and reload interval (default 30 s); tests move and shorten them. */
-  signingKeys?: { clock?: () => number; reloadIntervalMs?: number }
   /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
-  cacheTimings?: Partial<CacheTimings>
-  /** The limiter's lease timings (tests shorten the grace after Redis is found empty). */
-  limitTimings?: Partial<LeaseTimings>
-  /** How often the usage meter writes to Postgres. */
-  usageFlushIntervalMs?: number
-  /** The events' retention sweep: its batch size, interval and clock (tests shrink and move them). */
-  eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
-  /** The webhook worker's timings, clock and delivery options (tests shorten, move and widen them). */
-  webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
   metrics?: Metrics
   /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
   logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
-  /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS; tests shorten it). */
+  tuning?: AppTuning
+}
+
+/**
+ * Timings, clocks and stand-ins that tests shorten, move or replace; the process uses the
+ * defaults. Passed whole (test/helpers/gateway.ts hands its options over as they are), so a new
+ * one is a field here and its use below.
+ */
+export interface AppTuning {
+  /** The stored signing keys' clock and reload interval (default 30 s). */
+  signingKeys?: { clock?: () => number; reloadIntervalMs?: number }
+  cacheTimings?: Partial<CacheTimings>
+  /** The limiter's lease timings. */
+  limitTimings?: Partial<LeaseTimings>
+  /** How often the usage meter writes to Postgres. */
+  usageFlushIntervalMs?: number
+  /** The events' retention sweep: its batch size, interval and clock. */
+  eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
+  /** The webhook worker's timings, clock and delivery options. */
+  webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
+  /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS). */
   headersTimeoutMs?: number
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
   managementBodyTimeoutMs?: number
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
-  /** Resolves webhook URLs' names at creation (default node:dns lookup; tests inject their own). */
+  /** Resolves webhook URLs' names at creation (default node:dns lookup). */
   webhookLookup?: LookupAll
 }
 
@@ -116,7 +125,7 @@ function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogge
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The signing keys (credentials/keyring.ts). */
+    /** The signing keys (signing-keys/keyring.ts). */
     keyring: Keyring
     /** Verifies and remembers access tokens (auth/access-tokens.ts), for the tenancy checks. */
     accessTokens: AccessTokens
@@ -124,6 +133,7 @@ declare module 'fastify' {
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const tuning = deps.tuning ?? {}
   // A bad route table stops the gateway before it opens anything.
   const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl, deps.config.console)
   // Stored signing keys need the key that opens them; a keyring of the caller's does not.
@@ -155,7 +165,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // limit, find-my-way skips the route and a catch-all proxy route takes the path instead (404
     // route_not_found). Only parameters of regex routes cost more when longer; the gateway has none.
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_HEAD_BYTES },
-    http: serverOptions(deps.headersTimeoutMs ?? HEADERS_TIMEOUT_MS),
+    http: serverOptions(tuning.headersTimeoutMs ?? HEADERS_TIMEOUT_MS),
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
   })
   // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
@@ -171,7 +181,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
   // Filled by the signing-keys plugin below, before any route that signs is registered.
-  const keyring = deps.keyring ?? new Keyring({ clock: deps.signingKeys?.clock })
+  const keyring = deps.keyring ?? new Keyring({ clock: tuning.signingKeys?.clock })
   app.decorate('keyring', keyring)
 
   await app.register(parsing)
@@ -183,7 +193,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sql: deps.store.sql,
     redisUrl: deps.config.redisUrl,
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
-    timings: deps.cacheTimings,
+    timings: tuning.cacheTimings,
   })
   if (encryptionKey !== undefined) {
     try {
@@ -191,7 +201,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         sql: deps.store.sql,
         encryptionKey,
         rotationDays: deps.config.signingKeyRotationDays,
-        reloadIntervalMs: deps.signingKeys?.reloadIntervalMs,
+        reloadIntervalMs: tuning.signingKeys?.reloadIntervalMs,
       })
     } catch (err) {
       // A wrong ENCRYPTION_KEY: let go of what is open already (Redis) before the caller hears of it.
@@ -199,25 +209,25 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       throw err
     }
   }
-  await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: deps.usageFlushIntervalMs })
+  await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: tuning.usageFlushIntervalMs })
   await app.register(eventRetentionPlugin, {
     sql: deps.store.sql,
     retentionDays: deps.config.eventsRetentionDays,
-    ...deps.eventRetention,
+    ...tuning.eventRetention,
   })
   await app.register(webhookDeliveryPlugin, {
     sql: deps.store.sql,
     encryptionKey: answersKey,
     schedule: deps.config.webhooksRetrySchedule,
     listen: !deps.store.embedded,
-    ...deps.webhookDelivery,
-    delivery: { allowInsecure: deps.config.webhooksAllowInsecure, ...deps.webhookDelivery?.delivery },
+    ...tuning.webhookDelivery,
+    delivery: { allowInsecure: deps.config.webhooksAllowInsecure, ...tuning.webhookDelivery?.delivery },
   })
   await app.register(limitsPlugin, {
     sql: deps.store.sql,
     redisUrl: deps.config.redisUrl,
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
-    timings: deps.limitTimings,
+    timings: tuning.limitTimings,
   })
   app.decorate(
     'accessTokens',
@@ -239,13 +249,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sql: deps.store.sql,
     keyring,
     issuerUrl: deps.config.issuerUrl,
+    issuerUrlIsDefault: deps.config.issuerUrlIsDefault,
     ttlSeconds: deps.config.accessTokenTtlSeconds,
     signatures: app.metrics.credentials.signatures.accessToken,
     clientLookupCounts: {
       query: () => app.metrics.storeLookups.postgres.inc(),
       clientIds: (n) => app.metrics.postgresClientIds.inc(n),
     },
-    bodyTimeoutMs: deps.managementBodyTimeoutMs,
+    bodyTimeoutMs: tuning.managementBodyTimeoutMs,
   })
   // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.
   if (deps.config.console) await app.register(consolePlugin)
@@ -254,14 +265,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     sql: deps.store.sql,
     lookups: cache.lookups,
     cache,
-    bodyTimeoutMs: deps.managementBodyTimeoutMs,
+    bodyTimeoutMs: tuning.managementBodyTimeoutMs,
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,
     webhooksAllowInsecure: deps.config.webhooksAllowInsecure,
     webhookEndpointsMax: deps.config.webhookEndpointsMax,
-    idempotencySweepIntervalMs: deps.idempotencySweepIntervalMs,
-    webhookLookup: deps.webhookLookup,
+    idempotencySweepIntervalMs: tuning.idempotencySweepIntervalMs,
+    webhookLookup: tuning.webhookLookup,
   })
   await app.register(proxyRoutes, {
     routes,

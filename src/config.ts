@@ -4,9 +4,10 @@ import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import type { Rate } from './limits/bucket.js'
-import { parseRate } from './tenancy/limits.js'
+import { parseRate } from './limits/tenant-limits.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './management/webhook-endpoint-admission.js'
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, type RetrySchedule } from './webhooks/retry-schedule.js'
+import { type YamlErrorLike, yamlProblem } from './yaml-errors.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
@@ -20,10 +21,10 @@ export interface Config {
   readonly redisUrl: string | undefined
   /** Prefix of the gateway's Redis keys and invalidation channel (REDIS_KEY_PREFIX, default tgw:). */
   readonly redisKeyPrefix: string
-  /** The catch-all's upstream: UPSTREAM_URL, or EMBEDDED_UPSTREAM_URL (see `upstreamUrlDefaulted`). */
+  /** The catch-all's upstream: UPSTREAM_URL, or EMBEDDED_UPSTREAM_URL (see `upstreamUrlIsDefault`). */
   readonly upstreamUrl: string | undefined
   /** True when UPSTREAM_URL is unset and the embedded database's default stands in for it. */
-  readonly upstreamUrlDefaulted: boolean
+  readonly upstreamUrlIsDefault: boolean
   readonly gatewayConfigPath: string
   /** The parsed route table document; its routes are validated by the proxy. */
   readonly gatewayConfig: Readonly<Record<string, unknown>>
@@ -44,6 +45,8 @@ export interface Config {
   readonly encryptionKey: Buffer | undefined
   /** `iss` of access tokens and identity assertions, and `aud` of access tokens (ISSUER_URL). */
   readonly issuerUrl: string
+  /** ISSUER_URL was not set: `issuerUrl` is `http://localhost:<PORT>`, and a warning says so at start. */
+  readonly issuerUrlIsDefault: boolean
   /** Lifetime of an access token (ACCESS_TOKEN_TTL_SECONDS, default 900, at most 3600). */
   readonly accessTokenTtlSeconds: number
   /** A new signing key every this many days (SIGNING_KEY_ROTATION_DAYS, default 30). */
@@ -145,18 +148,6 @@ function parseRedisKeyPrefix(env: Env): string {
   return raw
 }
 
-/**
- * The parser's reason and position, and the line at fault quoted: its message puts that line in a
- * code frame below the first line, which a one-line message would cut off.
- */
-function yamlProblem(err: Error & { linePos?: { line: number }[] }, text: string): string {
-  const reason = err.message.split('\n')[0]!.replace(/:$/, '')
-  const line = err.linePos?.[0]?.line
-  const atFault = line === undefined ? undefined : text.split(/\r?\n/)[line - 1]
-  if (atFault === undefined) return reason
-  return atFault.trim() === '' ? `${reason}, an empty line` : `${reason}: ${JSON.stringify(atFault)}`
-}
-
 function loadGatewayConfig(path: string): Record<string, unknown> {
   let text: string
   try {
@@ -168,7 +159,7 @@ function loadGatewayConfig(path: string): Record<string, unknown> {
   try {
     doc = parseYaml(text)
   } catch (err) {
-    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${yamlProblem(err as Error, text)}`)
+    throw new ConfigError('GATEWAY_CONFIG', `is not valid YAML (${path}): ${yamlProblem(err as YamlErrorLike, text)}`)
   }
   if (doc === null || doc === undefined) return {}
   if (typeof doc !== 'object' || Array.isArray(doc)) {
@@ -249,14 +240,14 @@ export const EMBEDDED_UPSTREAM_URL = 'http://127.0.0.1:9000'
 /** The embedded database's default applies only when nothing else says where to proxy. */
 function upstreamOf(env: Env, databaseUrl: string | undefined, gatewayConfig: Record<string, unknown>) {
   const set = parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:'])
-  if (set !== undefined) return { upstreamUrl: set, upstreamUrlDefaulted: false }
+  if (set !== undefined) return { upstreamUrl: set, upstreamUrlIsDefault: false }
   const routes = gatewayConfig.routes
   const nothingToProxyTo =
     databaseUrl === undefined &&
     (routes === undefined || routes === null || (Array.isArray(routes) && routes.length === 0))
   return nothingToProxyTo
-    ? { upstreamUrl: EMBEDDED_UPSTREAM_URL, upstreamUrlDefaulted: true }
-    : { upstreamUrl: undefined, upstreamUrlDefaulted: false }
+    ? { upstreamUrl: EMBEDDED_UPSTREAM_URL, upstreamUrlIsDefault: true }
+    : { upstreamUrl: undefined, upstreamUrlIsDefault: false }
 }
 
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
@@ -268,6 +259,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const port = parsePort(env, 'PORT', 8080)
   const databaseUrl = parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:'])
   const gatewayConfig = loadGatewayConfig(gatewayConfigPath)
+  const issuerUrl = parseIssuerUrl(env)
   return Object.freeze({
     port,
     host: read(env, 'HOST') ?? '0.0.0.0',
@@ -285,7 +277,8 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
     managementRate: parseManagementRate(env),
     encryptionKey: parseEncryptionKey(env),
-    issuerUrl: parseIssuerUrl(env) ?? `http://localhost:${port}`,
+    issuerUrl: issuerUrl ?? `http://localhost:${port}`,
+    issuerUrlIsDefault: issuerUrl === undefined,
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),

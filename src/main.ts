@@ -6,7 +6,7 @@ import { buildApp } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
 import { checkRedisAtStart, describeRedisUrl } from './cache/redis-connection.js'
 import { ConfigError, loadConfig } from './config.js'
-import { resolveEncryptionKey } from './credentials/encryption-key.js'
+import { resolveEncryptionKey } from './encryption/key.js'
 import { loggerOptions } from './ops/logging.js'
 import { createMetrics, serveMetrics } from './ops/metrics.js'
 import { loadRouteTable } from './proxy/route-table.js'
@@ -107,7 +107,7 @@ async function main(): Promise<void> {
       await new Promise((resolve) => metricsServer.close(resolve))
     })
     await listening('PORT', config.port, config.host, () => app.listen({ port: config.port, host: config.host }))
-    if (config.upstreamUrlDefaulted)
+    if (config.upstreamUrlIsDefault)
       app.log.info(
         { upstream: config.upstreamUrl },
         'UPSTREAM_URL is unset: the embedded default takes every proxied path (npm run echo-upstream serves it)',

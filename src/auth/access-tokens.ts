@@ -5,7 +5,7 @@
 // admission window), so that revoking or expiring the key, or deactivating its tenant, ends its
 // tokens exactly as fast as it ends the key.
 import { LRUCache } from 'lru-cache'
-import type { Keyring } from '../credentials/keyring.js'
+import type { Keyring } from '../signing-keys/keyring.js'
 import { ApiError } from '../errors.js'
 import type { Tally } from '../ops/fast-metrics.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'

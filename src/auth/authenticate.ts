@@ -3,7 +3,7 @@
 import { ApiError } from '../errors.js'
 import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../tenancy/lookups.js'
 import { type AccessTokens, type AccessTokenUse, looksLikeAccessToken } from './access-tokens.js'
-import { digest, isWellFormedKey } from './keys.js'
+import { digest, isWellFormedKey, SECRET_PREFIX } from './key-format.js'
 
 export interface Principal {
   /** The key; for an access token, its key holding the token's scopes only. */
@@ -43,6 +43,37 @@ function isBareCredential(authorization: string): boolean {
   return /^tgws?_/.test(value) && !/\s/.test(value)
 }
 
+/** What to send instead, told to a caller who sent something else (docs/api.md). */
+const WHAT_TO_SEND =
+  'send the API key as `Authorization: Bearer tgw_…`; to use a key id and client secret, trade them at POST /oauth2/token for an access token'
+
+// Registered schemes (IANA's HTTP Authentication Scheme Registry), named even when sent alone.
+const KNOWN_SCHEMES = new Set(['basic', 'bearer', 'digest', 'dpop', 'hoba', 'mutual', 'negotiate', 'oauth'])
+
+/**
+ * The scheme of a header that is not `Bearer <one word>`: the word before the credentials, or a
+ * registered scheme sent alone. A lone word of another kind may be a credential: never echoed.
+ */
+function schemeOf(authorization: string): string | undefined {
+  const match = /^\s*([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32})(\s+\S)?/.exec(authorization)
+  if (match === null) return undefined
+  return match[2] !== undefined || KNOWN_SCHEMES.has(match[1]!.toLowerCase()) ? match[1] : undefined
+}
+
+/** A scheme other than Bearer (`Basic`, in any case): named, never its credentials. */
+function notBearer(authorization: string): ApiError {
+  const scheme = schemeOf(authorization)
+  // `Bearer` with no key, or with more than one word, is a malformed key, not another scheme.
+  if (scheme?.toLowerCase() === 'bearer') return unauthenticated('the API key is malformed')
+  const received = scheme === undefined ? 'is not Bearer' : `is ${scheme}, not Bearer`
+  return unauthenticated(`the Authorization scheme ${received}: ${WHAT_TO_SEND}`)
+}
+
+/** A client secret (`tgws_…`) where a key goes: it is only for the token endpoint. */
+function clientSecretSent(): ApiError {
+  return unauthenticated(`a client secret (tgws_…) is not an API key: ${WHAT_TO_SEND}`)
+}
+
 /**
  * Finds the key's record and its tenant. `occurrences` is how many Authorization headers were
  * sent: Node keeps only the first, so a second one would otherwise pass unseen. An access token
@@ -59,10 +90,13 @@ export async function authenticate(
     throw unauthenticated('an API key is required: Authorization: Bearer <key>')
   const token = bearerToken(authorization)
   if (token === null && isBareCredential(authorization)) {
+    if (authorization.trim().startsWith(SECRET_PREFIX)) throw clientSecretSent()
     throw unauthenticated('the Authorization header has no scheme: send Authorization: Bearer <key>')
   }
   if (token !== null && tokens !== undefined && looksLikeAccessToken(token)) return tokens.authenticate(token, lookups)
-  if (token === null || !isWellFormedKey(token)) throw unauthenticated('the API key is malformed')
+  if (token === null) throw notBearer(authorization)
+  if (!isWellFormedKey(token))
+    throw token.startsWith(SECRET_PREFIX) ? clientSecretSent() : unauthenticated('the API key is malformed')
   const key = await lookups.keyByDigest(digest(token))
   // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.
   if (key === null || key.status !== 'active') throw unauthenticated('the API key is unknown or revoked')

@@ -6,7 +6,7 @@ import { type Origin, recordEvent, runChange, statementEvent } from '../events/r
 import { presentKey } from '../management/present.js'
 import type { Sql, Tx } from '../store/db.js'
 import { changedOrBefore, changeWithEvent } from '../store/events.js'
-import { KEY_COLUMNS, insertKeySql, type KeyRow, type RevokedKeyRow } from '../store/keys.js'
+import { KEY_COLUMNS, insertKeySql, type KeyRow, type RevokedKeyRow } from '../store/api-keys.js'
 import { Statement } from '../store/statement.js'
 import type { TenantRow } from '../store/tenants.js'
 import { type KeyToMint, keyMaterial, type MintedKey } from './mint.js'

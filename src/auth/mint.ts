@@ -1,9 +1,9 @@
 // Issuing keys: the value and the client secret exist only in the return value of these
 // functions; the store receives their digests.
 import type { Sql, Tx } from '../store/db.js'
-import { insertKey, type KeyRow, type NewKey } from '../store/keys.js'
+import { insertKey, type KeyRow, type NewKey } from '../store/api-keys.js'
 import { createParentAccount, type TenantRow } from '../store/tenants.js'
-import { generateApiKey, generateClientSecret } from './keys.js'
+import { generateApiKey, generateClientSecret } from './key-format.js'
 import { MANAGEMENT_SCOPES, uniqueScopes } from './scopes.js'
 
 export interface MintedKey {

@@ -3,7 +3,7 @@
 // moment with no working key. Shared by the management API and the CLI.
 import { type Origin, recordEvent } from '../events/record.js'
 import type { Sql } from '../store/db.js'
-import { lockKey, shortenKey, type RevokedKeyRow } from '../store/keys.js'
+import { lockKey, shortenKey, type RevokedKeyRow } from '../store/api-keys.js'
 import { keyObject } from './key-changes.js'
 import { keyState } from './key-expiry.js'
 import { mintKey, type MintedKey } from './mint.js'

@@ -6,7 +6,7 @@
 import { Redis, type ChainableCommander } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Metrics } from '../ops/metrics.js'
-import { generationKey, GENERATION_TTL_MS, invalidationChannel } from './keys.js'
+import { generationKey, GENERATION_TTL_MS, invalidationChannel } from './entry-names.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
 
 /** What a change tells the caches once it has committed. */

@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis'
 import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
-import { cacheKeys, type EvictionListener, generationKey } from './keys.js'
+import { cacheKeys, type EvictionListener, generationKey } from './entry-names.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged } from './redis-commands.js'
 import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 

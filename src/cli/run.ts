@@ -5,9 +5,9 @@
 // Redis connection it opened before it returns.
 import { parseArgs } from 'node:util'
 import { loadConfig } from '../config.js'
-import { resolveEncryptionKey } from '../credentials/encryption-key.js'
+import { resolveEncryptionKey } from '../encryption/key.js'
 import { openStore, reachPostgres } from '../store/db.js'
-import { NotAnAccountError } from '../store/limits.js'
+import { NotAnAccountError } from '../limits/store.js'
 import { ExternalIdTakenError } from '../store/tenants.js'
 import { ACCOUNT_COMMANDS } from './account-commands.js'
 import { KEY_COMMANDS } from './key-commands.js'

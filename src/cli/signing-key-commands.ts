@@ -4,7 +4,7 @@
 // its reload interval if the message is lost.
 import { cacheKeys, publishInvalidation } from '../cache/index.js'
 import type { Config } from '../config.js'
-import { SigningKeyStore } from '../credentials/signing-key-store.js'
+import { SigningKeyStore } from '../signing-keys/store.js'
 import type { Sql } from '../store/db.js'
 import { migrate } from '../store/migrate.js'
 import type { CliIo } from './options.js'

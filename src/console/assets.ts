@@ -43,8 +43,11 @@ function asset(base: string, ext: 'js' | 'css', bytes: Uint8Array): Asset {
   return { name: `${base}.${hash}.${ext}`, type, body, gzip, etag }
 }
 
-/** Bundles ./ui/main.tsx (preact, uPlot and their CSS) into one script and one stylesheet. */
-export async function bundleConsole(): Promise<RawAssets> {
+/**
+ * Bundles ./ui/main.tsx (preact, uPlot and their CSS) into one script and one stylesheet; `inputs`
+ * names the files it read (the server's schemas are not among them: ui/types.ts imports types only).
+ */
+export async function bundleConsole(): Promise<RawAssets & { inputs: string[] }> {
   // Imported here: the image ships prebuilt assets and no esbuild (a development dependency).
   const { build } = await import('esbuild')
   const result = await build({
@@ -60,13 +63,14 @@ export async function bundleConsole(): Promise<RawAssets> {
     entryNames: 'console',
     legalComments: 'none',
     logLevel: 'silent',
+    metafile: true,
   })
   const pick = (ext: string) => {
     const file = result.outputFiles.find((f) => f.path.endsWith(ext))
     if (file === undefined) throw new Error(`the console bundle has no ${ext} output`)
     return file.contents
   }
-  return { script: pick('.js'), style: pick('.css') }
+  return { script: pick('.js'), style: pick('.css'), inputs: Object.keys(result.metafile.inputs) }
 }
 
 /** The files `npm run build` wrote, or undefined when there are none (running from src/). */

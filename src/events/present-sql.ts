@@ -6,7 +6,7 @@
 /** A timestamp column as Date#toISOString writes it: UTC, milliseconds truncated, `Z`. */
 export const isoSql = (column: string) => `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 
-/** Limits as shown when none are stored (tenancy/limits.ts shownLimits). */
+/** Limits as shown when none are stored (limits/tenant-limits.ts shownLimits). */
 export const NO_LIMITS = `'{"rate": null, "monthly_quota": null}'::jsonb`
 
 /** presentSubAccount of the row named `alias` (tenants' columns). */

@@ -1,32 +1,8 @@
 // The one way an error leaves the gateway: errors raised by fastify, Ajv, postgres.js or a socket
 // are mapped onto the error catalogue (errors.ts), then answered as problem+json (docs/api.md).
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import {
-  ApiError,
-  problem,
-  PROBLEM_CONTENT_TYPE,
-  validationFailed,
-  type ErrorCode,
-  type FieldError,
-} from '../errors.js'
-
-interface AjvErrorLike {
-  instancePath: string
-  message?: string
-  keyword: string
-  params: Record<string, unknown>
-}
-
-function fieldErrors(context: string, errors: AjvErrorLike[]): FieldError[] {
-  return errors.map((e) => {
-    let path = `/${context}${e.instancePath}`
-    if (e.keyword === 'required') path += `/${String(e.params.missingProperty)}`
-    if (e.keyword === 'additionalProperties') {
-      return { path: `${path}/${String(e.params.additionalProperty)}`, message: 'is not a known field' }
-    }
-    return { path, message: e.message ?? 'is invalid' }
-  })
-}
+import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode } from '../errors.js'
+import { type AjvErrorLike, fieldErrors } from './validation-errors.js'
 
 /** Fastify's own errors, by code, mapped onto the catalogue. */
 const FASTIFY_ERRORS: Record<string, ErrorCode> = {

@@ -5,16 +5,41 @@ import fp from 'fastify-plugin'
 import { Ajv, type Options as AjvOptions } from 'ajv'
 import addFormats from 'ajv-formats'
 import { ApiError } from '../errors.js'
+import { findJsonSyntaxError } from './json-error.js'
 
 // Bodies are validated without coercion (a number is not a name); the query string and path
 // are text, so there numbers and booleans are coerced. Unknown fields are errors, never dropped.
-const BASE_AJV: AjvOptions = { allErrors: true, removeAdditional: false, useDefaults: true, strict: false }
+// `verbose` gives an error its schema, so that an unknown field's refusal can list the known ones.
+const BASE_AJV: AjvOptions = {
+  allErrors: true,
+  removeAdditional: false,
+  useDefaults: true,
+  strict: false,
+  verbose: true,
+}
 
 /** Exported for tests of the schemas, compiled as the app compiles them. */
 export function makeAjv(coerceTypes: boolean): Ajv {
   const ajv = new Ajv({ ...BASE_AJV, coerceTypes })
   addFormats.default(ajv)
   return ajv
+}
+
+/**
+ * The 400 of a body the JSON parser refused: where it stops being JSON, or, when its syntax is
+ * fine, the prototype keys the parser refuses (docs/api.md).
+ */
+function invalidJson(body: string): ApiError {
+  const syntax = findJsonSyntaxError(body)
+  if (syntax === null)
+    return new ApiError(
+      'invalid_json',
+      'the body must be JSON without "__proto__" or "constructor": "prototype" keys, which the gateway refuses',
+    )
+  return new ApiError(
+    'invalid_json',
+    `the body must be JSON: at line ${syntax.line}, column ${syntax.column}, ${syntax.reason}`,
+  )
 }
 
 export const parsing = fp(
@@ -31,7 +56,7 @@ export const parsing = fp(
     app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
       if (body === '') return done(null, undefined)
       parseJson(request, body as string, (err, value) => {
-        if (err) return done(new ApiError('invalid_json', 'the body is not valid JSON'), undefined)
+        if (err) return done(invalidJson(body as string), undefined)
         done(null, value)
       })
     })

@@ -3,7 +3,7 @@
 // its sub-accounts. Built once per admission and remembered with it (tenancy/recent-admissions.ts),
 // so that a request admitted from memory finds them without a lookup.
 import type { Principal } from '../auth/authenticate.js'
-import type { TenantLimits } from '../tenancy/limits.js'
+import type { TenantLimits } from './tenant-limits.js'
 import type { TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import type { Limits, LimitSubject } from './types.js'
 

@@ -1,12 +1,13 @@
 // What a parent asks about its whole account: the usage report and its account limits with this
 // month's use (docs/api.md, Usage report; Limits and quotas).
 import { monthOf } from '../limits/month.js'
-import { monthUse, readLimits } from '../store/limits.js'
+import { monthUse, readLimits } from '../limits/store.js'
 import { usageRows } from '../store/usage.js'
-import { shownLimits } from '../tenancy/limits.js'
+import { shownLimits } from '../limits/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { AccountLimits, NoQuery, UsageQuery, UsageReport } from './schemas.js'
+import { AccountLimits, NoQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
+import { UsageQuery, UsageReport } from './usage-schemas.js'
 
 // Registered before /:sub_id; the router prefers these static segments anyway.
 export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
@@ -14,12 +15,19 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
     '/usage',
     { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
     async (request) => {
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())
-      const rows = await usageRows(sql, parentOf(request).id, { from, to, afterSeq, limit: limit + 1 })
-      return { from, to, ...(await cursors.page(usageEntries(rows), limit, ({ seq: _seq, ...entry }) => entry, scope)) }
+      const rows = await usageRows(sql, parentOf(request).id, {
+        from,
+        to,
+        afterSeq,
+        limit: limit + 1,
+        subAccountId: sub_account_id?.toLowerCase() ?? null,
+      })
+      const entries = usageEntries(rows, granularity ?? 'range')
+      return { from, to, ...(await cursors.page(entries, limit, ({ seq: _seq, ...entry }) => entry, scope)) }
     },
   )
 

@@ -6,7 +6,7 @@ import { presentEvent } from '../events/present.js'
 import { EVENT_TYPES } from '../events/record.js'
 import { type EventFilter, listEvents } from '../store/events.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { EventPage, EventsQuery } from './schemas.js'
+import { EventPage, EventsQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
 
 /** `api_key.revoked`, or `api_key.*` (every type of that resource); anything else is a 400. */
 function typeFilter(type: string | undefined): EventFilter['type'] {
@@ -30,7 +30,7 @@ export function registerEventRoutes(app: ManagementApp, { sql, cursors }: Manage
     '/events',
     { schema: { ...operation('listEvents'), querystring: EventsQuery, response: { 200: EventPage } } },
     async (request) => {
-      const { limit, cursor, since, until } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, since, until } = request.query
       const scope = { list: 'events', owner: parentOf(request).id } as const
       const beforeSeq = await cursors.decode(cursor, scope)
       const type = typeFilter(request.query.type)

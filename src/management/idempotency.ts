@@ -10,7 +10,7 @@
 // then a retry is 409 idempotency_answer_lost, and nothing is made twice.
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { open, seal } from '../credentials/encryption.js'
+import { open, seal } from '../encryption/seal.js'
 import { ApiError } from '../errors.js'
 import { type Sql, withDeadline } from '../store/db.js'
 import {

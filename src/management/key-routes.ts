@@ -5,7 +5,7 @@ import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
 import { keyEntries } from '../cache/index.js'
 import { ApiError, validationFailed } from '../errors.js'
-import { getKey, listKeys } from '../store/keys.js'
+import { getKey, listKeys } from '../store/api-keys.js'
 import {
   MANAGEMENT_PREFIX,
   type ManagementApp,
@@ -26,6 +26,7 @@ import {
   KeyParams,
   MintedApiKey,
   MintKeyBody,
+  PAGE_LIMIT_DEFAULT,
   PageQuery,
   RollKeyBody,
   SubAccountParams,
@@ -91,7 +92,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       },
     },
     async (request) => {
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = keyListScope(parentOf(request).id, request.params.sub_id)
       const afterSeq = await cursors.decode(cursor, scope)
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)

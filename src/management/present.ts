@@ -1,8 +1,8 @@
 // Rows to API objects: explicit field lists, timestamps as RFC 3339 strings.
 import { keyState } from '../auth/key-expiry.js'
-import type { KeyRow } from '../store/keys.js'
+import type { KeyRow } from '../store/api-keys.js'
 import type { TenantRow } from '../store/tenants.js'
-import { shownLimits } from '../tenancy/limits.js'
+import { shownLimits } from '../limits/tenant-limits.js'
 import type { ApiKey, SubAccount } from './schemas.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())

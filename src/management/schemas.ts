@@ -3,7 +3,7 @@
 import { Type, type Static } from 'typebox'
 import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
-import { LIMIT_BOUNDS } from '../tenancy/limits.js'
+import { LIMIT_BOUNDS } from '../limits/tenant-limits.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
@@ -107,8 +107,13 @@ export const Page = <T extends Parameters<typeof Type.Array>[0]>(item: T) =>
 export const SubAccountPage = Page(SubAccount)
 export const ApiKeyPage = Page(ApiKey)
 
+/** The longest `q` of the sub-accounts list: a name's length (no longer prefix can match). */
+export const SEARCH_MAX_LENGTH = NAME_MAX_LENGTH
+
 export const Cursor = Type.String({ minLength: 1, maxLength: 200, description: 'next_cursor of the previous page' })
-export const Limit = Type.Integer({ minimum: 1, maximum: 100, default: 20 })
+/** A page's size when the query gives none: optional to clients, filled in by the validator (useDefaults). */
+export const PAGE_LIMIT_DEFAULT = 20
+export const Limit = Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: PAGE_LIMIT_DEFAULT }))
 
 export const ListSubAccountsQuery = Type.Object(
   {
@@ -116,6 +121,14 @@ export const ListSubAccountsQuery = Type.Object(
     cursor: Type.Optional(Cursor),
     status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('deactivated')])),
     external_id: Type.Optional(ExternalId),
+    q: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: SEARCH_MAX_LENGTH,
+        pattern: STORABLE_TEXT,
+        description: 'a prefix of the name or of the external_id, case-insensitive',
+      }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -180,20 +193,6 @@ export const RollKeyBody = Type.Object(
 
 export { UUID_PATTERN }
 
-// The usage report (docs/api.md). Dates are checked by the handler, which also takes an RFC 3339
-// date-time as its UTC date.
-export const UsageQuery = Type.Object(
-  {
-    from: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
-    to: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
-    limit: Limit,
-    cursor: Type.Optional(Cursor),
-  },
-  { additionalProperties: false },
-)
-
-const Count = Type.Integer({ minimum: 0 })
-
 // The account's limits and this month's use (docs/api.md, Limits and quotas).
 export const AccountLimits = Type.Object(
   {
@@ -209,34 +208,6 @@ export const AccountLimits = Type.Object(
 
 /** A route that takes no query parameters still refuses unknown ones. */
 export const NoQuery = Type.Object({}, { additionalProperties: false })
-
-export const UsageEntry = Type.Object(
-  {
-    sub_account_id: Type.String({ format: 'uuid' }),
-    external_id: Nullable(Type.String()),
-    requests: Count,
-    by_status: Type.Object({ '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count }, { additionalProperties: false }),
-    days: Type.Array(
-      Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false }),
-    ),
-    limited: Type.Object(
-      { rate: Count, quota: Count },
-      { additionalProperties: false, description: "the gateway's 429s of a rate limit and of a monthly quota" },
-    ),
-  },
-  { additionalProperties: false },
-)
-export type UsageEntry = Static<typeof UsageEntry>
-
-export const UsageReport = Type.Object(
-  {
-    from: Type.String({ format: 'date' }),
-    to: Type.String({ format: 'date' }),
-    data: Type.Array(UsageEntry),
-    next_cursor: Nullable(Type.String()),
-  },
-  { additionalProperties: false },
-)
 
 // The audit log (docs/events.md). `data.object` and `data.previous` are the API's own objects,
 // described in docs/events.md for each type.

@@ -16,7 +16,7 @@ import {
   type TenantRow,
   type TenantStatus,
 } from '../store/tenants.js'
-import { storedLimits } from '../tenancy/limits.js'
+import { storedLimits } from '../limits/tenant-limits.js'
 
 type Db = Sql | Tx
 

@@ -1,7 +1,7 @@
 // Creating and deleting webhook endpoints with their events (docs/events.md): each change and its
 // event commit together or not at all. Neither event carries the secret: the presenter never shows it.
 import { randomUUID } from 'node:crypto'
-import { seal } from '../credentials/encryption.js'
+import { seal } from '../encryption/seal.js'
 import { type Origin, recordEvent } from '../events/record.js'
 import type { Sql } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'

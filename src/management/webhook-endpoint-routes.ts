@@ -31,7 +31,7 @@ import {
   WebhookEndpointPage,
   WebhookEndpointParams,
 } from './webhook-schemas.js'
-import { PageQuery } from './schemas.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from './schemas.js'
 
 export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
 
@@ -48,13 +48,21 @@ export function isSubscribableEventType(name: string): boolean {
  */
 export const WEBHOOK_LOOKUP_TIMEOUT_MS = MANAGEMENT_DEADLINE_MS
 
-/** The URL rules (webhooks/url-policy.ts); a refusal is a 400 that names the field and says why. */
+/** Said of a refusal the gateway's operator could lift: a receiver on a developer's machine. */
+const INSECURE_HINT =
+  'for local development, the gateway accepts such URLs when started with WEBHOOKS_ALLOW_INSECURE=true'
+
+/**
+ * The URL rules (webhooks/url-policy.ts); a refusal is a 400 that names the field and says why.
+ * The message never names an address the host resolved to (url-policy.ts says why).
+ */
 async function checkUrl(raw: string, options: UrlPolicyOptions): Promise<void> {
   try {
     await checkWebhookUrl(raw, { ...options, lookupTimeoutMs: WEBHOOK_LOOKUP_TIMEOUT_MS })
   } catch (err) {
-    if (err instanceof WebhookUrlError) throw validationFailed([{ path: '/body/url', message: err.message }])
-    throw err
+    if (!(err instanceof WebhookUrlError)) throw err
+    const message = err.insecureWouldAllow ? `${err.message}; ${INSECURE_HINT}` : err.message
+    throw validationFailed([{ path: '/body/url', message }])
   }
 }
 
@@ -120,7 +128,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
       },
     },
     async (request) => {
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-endpoints', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const rows = await listWebhookEndpoints(sql, parentOf(request).id, { limit: limit + 1, afterSeq })
@@ -170,7 +178,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
     },
     async (request) => {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const { limit, cursor } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
       const beforeSeq = await cursors.decode(cursor, scope)
       if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()

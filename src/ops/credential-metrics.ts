@@ -8,7 +8,7 @@ export interface CredentialMetrics {
   readonly signatures: { readonly accessToken: Tally; readonly identity: Tally }
   /** Signature checks of access tokens (a remembered token costs none), by outcome. */
   readonly tokenVerifications: { readonly valid: Tally; readonly invalid: Tally }
-  /** How many identity assertions the cache holds now; set by their holder (credentials/identity-assertions.ts). */
+  /** How many identity assertions the cache holds now; set by their holder (identity/assertions.ts). */
   identityAssertionsHeld: () => number
 }
 

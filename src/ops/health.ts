@@ -51,6 +51,7 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
     '/healthz',
     {
       schema: {
+        operationId: 'getLiveness',
         summary: 'Liveness: the process is up (no store is asked)',
         tags: ['operations'],
         response: { 200: Type.Object({ status: Type.Literal('ok') }) },
@@ -63,6 +64,7 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
     '/readyz',
     {
       schema: {
+        operationId: 'getReadiness',
         summary: 'Readiness: Postgres was reached since the start, and shutdown has not begun',
         description:
           `\`checks\` says whether each store answers now (each gets ${READINESS_TIMEOUT_MS} ms); an outage after the first ` +

@@ -1,13 +1,14 @@
 // Prometheus metrics (docs/operations.md), one registry per app so that several gateways in one process
 // (tests, benches) keep their own counts. Served on METRICS_PORT by main.ts, never publicly.
 import { createServer, type Server } from 'node:http'
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Registry } from 'prom-client'
 import { LatencyHistogram, talliedCounter, tally, type Tally } from './fast-metrics.js'
 import { type CredentialMetrics, credentialMetrics } from './credential-metrics.js'
-import { type LimitMetrics, limitMetrics } from './limit-metrics.js'
+import { type LimitMetrics, limitMetrics } from '../limits/metrics.js'
+import { collectProcessMetrics } from './process-metrics.js'
 import { type WebhookMetrics, webhookMetrics } from './webhook-metrics.js'
 
-export { LIMIT_POLICIES, type LimitMetrics } from './limit-metrics.js'
+export { LIMIT_POLICIES, type LimitMetrics } from '../limits/metrics.js'
 
 // The kinds of metric the Metrics interface holds besides prom-client's own.
 export { LatencyHistogram, Tally } from './fast-metrics.js'
@@ -57,7 +58,7 @@ export interface Metrics {
   readonly upstreamSlots: Map<string, () => { held: number; waiting: number }>
   /** Limits (limits/limiter.ts): decisions by policy and outcome, lease calls, degraded mode. */
   readonly limits: LimitMetrics
-  /** Credentials (credentials/): signatures made, access tokens verified. */
+  /** Credentials (oauth/, signing-keys/, identity/): signatures made, access tokens verified. */
   readonly credentials: CredentialMetrics
   /** Webhook deliveries (webhooks/): attempts by outcome, the oldest due delivery's wait. */
   readonly webhooks: WebhookMetrics
@@ -65,12 +66,12 @@ export interface Metrics {
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: LatencyHistogram
   readonly usageFlushFailures: Counter
-  /** Set by the usage meter (plugins/usage-meter.ts): how old the oldest count not yet in Postgres is, in ms (0: none pending). */
+  /** Set by the usage meter (usage/meter-plugin.ts): how old the oldest count not yet in Postgres is, in ms (0: none pending). */
   usageLagMs: () => number
-  /** The most connections the Postgres pool opens (set by plugins/metrics.ts; absent for the embedded one). */
+  /** The most connections the Postgres pool opens (set by ops/metrics-plugin.ts; absent for the embedded one). */
   readonly postgresPoolMax: Gauge
   /**
-   * Set by plugins/metrics.ts: this process's Postgres connections by state (active, idle, idle in
+   * Set by ops/metrics-plugin.ts: this process's Postgres connections by state (active, idle, idle in
    * transaction…) as Postgres sees them; null when they cannot be told.
    */
   postgresConnections: () => Promise<Record<string, number> | null>
@@ -78,7 +79,7 @@ export interface Metrics {
 
 export function createMetrics(options: { processMetrics?: boolean } = {}): Metrics {
   const registry = new Registry()
-  if (options.processMetrics) collectDefaultMetrics({ register: registry })
+  if (options.processMetrics) collectProcessMetrics(registry)
   const registers = [registry]
 
   const storeLookups = new Counter({

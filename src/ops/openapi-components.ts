@@ -39,16 +39,25 @@ export const ERROR_RESPONSES = {
   UnsupportedMediaType: ['unsupported_media_type'],
   StoreUnavailable: ['store_unavailable'],
   Error: ['internal_error'],
+  // The request guards' refusals (http/guards.ts), which every path can answer before its route runs.
+  HostRefused: ['bad_request'],
+  HeadersTooLarge: ['headers_too_large'],
 } as const satisfies Record<string, readonly ErrorCode[]>
 
 export type ErrorResponse = keyof typeof ERROR_RESPONSES
+
+/** What a response's codes alone do not say. */
+const WHEN: Partial<Record<ErrorResponse, string>> = {
+  HostRefused: 'A second Host header, or a Host that is not a host name or address with an optional port',
+  HeadersTooLarge: 'More than 100 header fields, or more than 16 KiB of them',
+}
 
 export function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
   const codes: readonly ErrorCode[] = ERROR_RESPONSES[name]
   const listed = codes.map((code) => `\`${code}\` (${ERRORS[code].title})`).join(', ')
   const what = name === 'Error' ? 'Any other failure; a 5xx shows no internals' : STATUS_CODES[ERRORS[codes[0]!].status]
   const response: OpenAPIV3_1.ResponseObject = {
-    description: `${what}. \`code\`: ${listed}.`,
+    description: `${what}. \`code\`: ${listed}.${WHEN[name] === undefined ? '' : ` ${WHEN[name]}.`}`,
     content: { [PROBLEM_JSON]: { schema: ref('schemas', 'Problem') } },
   }
   if (codes.includes('idempotency_key_in_flight')) {

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
-import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH } from '../credentials/routes.js'
+import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH } from '../oauth/paths.js'
 import { MANAGEMENT_PREFIX } from '../management/common.js'
 import {
   ACTING_TENANT,
@@ -53,7 +53,10 @@ function baseDocument(): OpenAPIV3_1.Document {
         'endpoints, and the OAuth 2.0 token endpoint with its metadata and keys. Every other path is proxied to ' +
         'an upstream and is not described here. Every error is `application/problem+json` (`Problem`) with a ' +
         'stable `code`, except those of the token endpoint, which are RFC 6749 JSON (`{"error", "error_description"}`).',
+      license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
     },
+    // Relative: the gateway that serves this document, wherever it is deployed (OpenAPI 3.1 §4.8.5).
+    servers: [{ url: '/', description: 'The gateway that serves this document' }],
     tags: [
       { name: 'sub-accounts', description: 'The sub-accounts of the calling parent account' },
       { name: 'api-keys', description: "A sub-account's API keys; a key's secrets are shown once, when it is created" },
@@ -161,7 +164,13 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
           response.content = { [PROBLEM_JSON]: { schema: empty ? ref('schemas', 'Problem') : json.schema } }
         }
       }
-      if (!isManagementUrl(path)) continue
+      // The request guards' refusals (the token endpoint states its own, as RFC 6749 JSON).
+      if (path !== TOKEN_PATH) responses[431] ??= ref('responses', 'HeadersTooLarge')
+      if (!isManagementUrl(path)) {
+        if (path !== TOKEN_PATH) responses[400] ??= ref('responses', 'HostRefused')
+        if (path === JWKS_PATH) responses[503] ??= ref('responses', 'StoreUnavailable')
+        continue
+      }
       operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'ActingTenant')]
       if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
       for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {

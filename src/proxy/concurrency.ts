@@ -82,20 +82,16 @@ export class RouteConcurrency {
 
   /**
    * A tenant or a parent account at its share is refused at once; otherwise the request takes a
-   * free slot, or waits for one at most maxWaitMs (unless too many wait already). `holder` is
-   * null on a public route, which has no shares. The callback is called only for 'refused' (at
-   * once) and 'waiting' (later, unless withdrawn).
+   * free slot ('taken'), or may wait for one ('wait': then call wait), unless too many wait
+   * already ('route_busy'). `holder` is null on a public route, which has no shares. Nothing is
+   * held after a refusal; after 'wait' the holder's shares are, until wait's callback or withdraw.
    */
-  tryAcquire(holder: SlotHolder | null, callback: SlotCallback): Attempt {
+  take(holder: SlotHolder | null): 'taken' | 'wait' | SlotRefusal {
     if (holder !== null) {
-      if (!this.byTenant.take(holder.tenantId)) {
-        callback('tenant_busy')
-        return 'refused'
-      }
+      if (!this.byTenant.take(holder.tenantId)) return 'tenant_busy'
       if (!this.byAccount.take(holder.accountId)) {
         this.byTenant.giveBack(holder.tenantId)
-        callback('account_busy')
-        return 'refused'
+        return 'account_busy'
       }
     }
     if (this.inFlight < this.maxConnections && this.waiters.length === 0) {
@@ -104,13 +100,28 @@ export class RouteConcurrency {
     }
     if (this.waiters.length >= this.maxWaiting) {
       this.forgetHolder(holder)
-      callback('route_busy')
-      return 'refused'
+      return 'route_busy'
     }
+    return 'wait'
+  }
+
+  /** Queues a request that take() told to wait: `callback` gets its slot, or 'route_busy' after maxWaitMs. */
+  wait(holder: SlotHolder | null, callback: SlotCallback): void {
     const waiter: Waiter = { holder, callback, timer: null }
     waiter.timer = setTimeout(() => this.giveUp(waiter), this.maxWaitMs)
     this.waiters.push(waiter)
-    return 'waiting'
+  }
+
+  /** take() and wait() in one call, the callback told of a refusal at once (for tests and simple callers). */
+  tryAcquire(holder: SlotHolder | null, callback: SlotCallback): Attempt {
+    const attempt = this.take(holder)
+    if (attempt === 'taken') return 'taken'
+    if (attempt === 'wait') {
+      this.wait(holder, callback)
+      return 'waiting'
+    }
+    callback(attempt)
+    return 'refused'
   }
 
   /** A waiting request whose client left: out of the queue, its tenant share given back, never called. */

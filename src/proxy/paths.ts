@@ -2,7 +2,7 @@
 // smuggle it past a prefix match, doubled slashes, and `;` path parameters that some servers
 // strip and others keep. Checked on the raw path, before anything decodes it.
 import { CONSOLE_PREFIX } from '../console/paths.js'
-import { CREDENTIAL_PATHS } from '../credentials/routes.js'
+import { CREDENTIAL_PATHS } from '../oauth/paths.js'
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
 import { FoldedPrefixes } from './prefix-shadow.js'
 

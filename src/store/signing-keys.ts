@@ -9,7 +9,7 @@ type Db = Sql | Tx
 export interface SigningKeyRow {
   kid: string
   public_jwk: JWK
-  /** The sealed PKCS #8 private key (credentials/encryption.ts). */
+  /** The sealed PKCS #8 private key (encryption/seal.ts). */
   private_key: Buffer
   created_at: Date
   activates_at: Date

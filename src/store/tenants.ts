@@ -1,5 +1,5 @@
 // Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
-import type { TenantLimits } from '../tenancy/limits.js'
+import type { TenantLimits } from '../limits/tenant-limits.js'
 import type { Sql, Tx } from './db.js'
 import { Statement } from './statement.js'
 
@@ -62,7 +62,7 @@ export interface NewSubAccount {
   name: string
   externalId: string | null
   metadata: Record<string, string>
-  /** Stored as given: absent or null for none, else an object with a limit (tenancy/limits.ts storedLimits). */
+  /** Stored as given: absent or null for none, else an object with a limit (limits/tenant-limits.ts storedLimits). */
   limits?: TenantLimits | null
 }
 
@@ -122,18 +122,42 @@ export interface SubAccountFilter {
   afterSeq: string | null
   status: TenantStatus | null
   externalId: string | null
+  /** A prefix of the name or of the external_id, case-insensitive (`%` and `_` are literal). */
+  search: string | null
 }
 
-/** One page, oldest first, by keyset on `seq`: the cost of a page does not grow with its depth. */
+/** `text` as the start of a LIKE pattern that matches it literally: `\\`, `%` and `_` escaped. */
+export function likePrefix(text: string): string {
+  return `${text.replace(/[\\%_]/g, '\\$&')}%`
+}
+
+/**
+ * One page, oldest first, by keyset on `seq`: the cost of a page does not grow with its depth.
+ * A search is planned for its own prefix every time (a prepared statement's generic plan cannot
+ * use the prefix indexes of migration 016 for a pattern it does not know).
+ */
 export function listSubAccounts(db: Db, parentId: string, filter: SubAccountFilter): Promise<TenantPageRow[]> {
-  return db<TenantPageRow[]>`
-    select ${db.unsafe(COLUMNS)}, seq::text as seq from tenants
-    where parent_id = ${parentId}
-      ${filter.afterSeq === null ? db`` : db`and seq > ${filter.afterSeq}`}
-      ${filter.status === null ? db`` : db`and status = ${filter.status}`}
-      ${filter.externalId === null ? db`` : db`and external_id = ${filter.externalId}`}
+  const { s, text } = subAccountPage(parentId, filter)
+  return filter.search === null ? s.run<TenantPageRow[]>(db, text) : s.runPlannedEachTime<TenantPageRow[]>(db, text)
+}
+
+/** The statement of listSubAccounts (a test reads its plan). */
+export function subAccountPage(parentId: string, filter: SubAccountFilter): { s: Statement; text: string } {
+  const s = new Statement()
+  const where = [`parent_id = ${s.param(parentId)}`]
+  if (filter.afterSeq !== null) where.push(`seq > ${s.param(filter.afterSeq)}`)
+  if (filter.status !== null) where.push(`status = ${s.param(filter.status)}`)
+  if (filter.externalId !== null) where.push(`external_id = ${s.param(filter.externalId)}`)
+  if (filter.search !== null) {
+    // lower() of the pattern in SQL, as of the column: the same case folding on both sides.
+    const pattern = `lower(${s.param(likePrefix(filter.search))})`
+    where.push(`(lower(name) like ${pattern} escape '\\' or lower(external_id) like ${pattern} escape '\\')`)
+  }
+  const text = `select ${COLUMNS}, seq::text as seq from tenants
+    where ${where.join(' and ')}
     order by tenants.seq
-    limit ${filter.limit}`
+    limit ${s.param(filter.limit)}`
+  return { s, text }
 }
 
 export interface SubAccountPatch {

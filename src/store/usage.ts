@@ -89,12 +89,13 @@ export interface UsageRow {
 
 /**
  * One page of the parent's sub-accounts that have usage between `from` and `to` (inclusive),
- * oldest first, with their counts by day and status class. `limit` counts sub-accounts.
+ * oldest first, with their counts by day and status class. `limit` counts sub-accounts;
+ * `subAccountId` keeps that one only (none if it is not the parent's).
  */
 export function usageRows(
   db: Db,
   parentId: string,
-  range: { from: string; to: string; afterSeq: string | null; limit: number },
+  range: { from: string; to: string; afterSeq: string | null; limit: number; subAccountId?: string | null },
 ): Promise<UsageRow[]> {
   const s = new Statement()
   const [from, to] = [s.param(range.from), s.param(range.to)]
@@ -104,6 +105,7 @@ export function usageRows(
       select t.seq, t.id, t.external_id from tenants t
       where t.parent_id = ${s.param(parentId)}
         ${range.afterSeq === null ? '' : `and t.seq > ${s.param(range.afterSeq)}`}
+        ${range.subAccountId == null ? '' : `and t.id = ${s.param(range.subAccountId)}`}
         and exists (
           select 1 from usage_daily u where u.tenant_id = t.id and u.day between ${from} and ${to})
       order by t.seq

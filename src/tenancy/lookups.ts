@@ -2,8 +2,8 @@
 // that a cache can sit in front of Postgres without touching the rules (docs/architecture.md, caches).
 import { withDeadline, type Sql } from '../store/db.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from '../store/key-lookup-batcher.js'
-import { findKeyById, findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/keys.js'
-import type { TenantLimits } from './limits.js'
+import { findKeyById, findKeysByDigests, type KeyCredential, type KeyStatus } from '../store/api-keys.js'
+import type { TenantLimits } from '../limits/tenant-limits.js'
 import {
   findSubAccountIdByExternalId,
   getSubAccount,

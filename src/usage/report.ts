@@ -2,7 +2,7 @@
 import { DATE_RULE, parseDate, parseDateTime, utcDate } from '../dates.js'
 import { validationFailed, type FieldError } from '../errors.js'
 import type { UsageRow } from '../store/usage.js'
-import type { UsageEntry } from '../management/schemas.js'
+import type { UsageEntry } from '../management/usage-schemas.js'
 import { utcDay } from './meter.js'
 
 export const MAX_RANGE_DAYS = 366
@@ -42,8 +42,16 @@ export function reportRange(query: { from?: string; to?: string }, nowMs: number
   return { from, to }
 }
 
+/** `range`: each day its total only (the default); `day`: each day also by status class and limits. */
+export type Granularity = 'range' | 'day'
+
+type Day = UsageEntry['days'][number]
+
 /** Rows of one page (sorted by sub-account, then day) as report entries, each with its position. */
-export function usageEntries(rows: readonly UsageRow[]): (UsageEntry & { seq: string })[] {
+export function usageEntries(
+  rows: readonly UsageRow[],
+  granularity: Granularity = 'range',
+): (UsageEntry & { seq: string })[] {
   const entries: (UsageEntry & { seq: string })[] = []
   for (const row of rows) {
     let entry = entries[entries.length - 1]
@@ -60,15 +68,34 @@ export function usageEntries(rows: readonly UsageRow[]): (UsageEntry & { seq: st
       entries.push(entry)
     }
     const requests = Number(row.requests)
+    const [rate, quota] = [Number(row.limited_rate), Number(row.limited_quota)]
+    const statusClass = `${row.status_class}xx` as keyof UsageEntry['by_status']
     entry.requests += requests
-    entry.by_status[`${row.status_class}xx` as keyof UsageEntry['by_status']] += requests
-    entry.limited.rate += Number(row.limited_rate)
-    entry.limited.quota += Number(row.limited_quota)
+    entry.by_status[statusClass] += requests
+    entry.limited.rate += rate
+    entry.limited.quota += quota
     // A limit's refusal can reach Postgres a flush before its answer: a row with no requests yet.
-    if (requests === 0) continue
-    const lastDay = entry.days[entry.days.length - 1]
-    if (lastDay !== undefined && lastDay.date === row.day) lastDay.requests += requests
-    else entry.days.push({ date: row.day, requests })
+    // By day, its refusals still count on their day, so that the days add up to the range.
+    if (requests === 0 && (granularity === 'range' || rate + quota === 0)) continue
+    let day: Day | undefined = entry.days[entry.days.length - 1]
+    if (day === undefined || day.date !== row.day) {
+      day =
+        granularity === 'day'
+          ? {
+              date: row.day,
+              requests: 0,
+              by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
+              limited: { rate: 0, quota: 0 },
+            }
+          : { date: row.day, requests: 0 }
+      entry.days.push(day)
+    }
+    day.requests += requests
+    if (day.by_status !== undefined) day.by_status[statusClass] += requests
+    if (day.limited !== undefined) {
+      day.limited.rate += rate
+      day.limited.quota += quota
+    }
   }
   return entries
 }

@@ -23,7 +23,14 @@ export interface UrlPolicyOptions {
 
 /** A webhook URL the policy refuses; the message is one line, fit for a 400 validation_failed. */
 export class WebhookUrlError extends Error {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    /**
+     * WEBHOOKS_ALLOW_INSECURE would accept it: an http URL, or a host that is local or not
+     * public. Not a name that does not resolve: the setting would take a typo for a host.
+     */
+    readonly insecureWouldAllow = false,
+  ) {
     super(message)
     this.name = 'WebhookUrlError'
   }
@@ -64,7 +71,7 @@ export function parseWebhookUrl(raw: string, options: UrlPolicyOptions = {}): UR
   }
   const allowed = options.allowInsecure ? ['https:', 'http:'] : ['https:']
   if (!allowed.includes(url.protocol))
-    throw new WebhookUrlError(`url must use ${allowed.map((p) => p.slice(0, -1)).join(' or ')}`)
+    throw new WebhookUrlError(`url must use ${allowed.map((p) => p.slice(0, -1)).join(' or ')}`, true)
   if (url.username !== '' || url.password !== '') throw new WebhookUrlError('url must not carry a user or password')
   return url
 }
@@ -79,7 +86,7 @@ export async function checkWebhookUrl(raw: string, options: UrlPolicyOptions = {
   const host = hostOf(url)
   if ('literal' in host) {
     const reason = forbiddenAddressReason(host.literal)
-    if (reason !== null) throw new WebhookUrlError(`url host ${reason}`)
+    if (reason !== null) throw new WebhookUrlError(`url host ${reason}`, true)
     return url
   }
   await checkName(host.name, options.lookup ?? defaultLookup, options.lookupTimeoutMs)
@@ -113,8 +120,9 @@ export async function checkName(
   timeoutMs?: number,
 ): Promise<readonly { address: string; family: number }[]> {
   const lower = name.toLowerCase()
-  if (METADATA_NAMES.includes(lower)) throw new WebhookUrlError(`url host ${name} is a cloud metadata name`)
-  if (lower === 'localhost' || lower.endsWith('.localhost')) throw new WebhookUrlError(`url host ${name} is loopback`)
+  if (METADATA_NAMES.includes(lower)) throw new WebhookUrlError(`url host ${name} is a cloud metadata name`, true)
+  if (lower === 'localhost' || lower.endsWith('.localhost'))
+    throw new WebhookUrlError(`url host ${name} is loopback`, true)
   let addresses: readonly { address: string; family: number }[]
   try {
     addresses = await boundedLookup(lookup, name, timeoutMs)
@@ -126,7 +134,7 @@ export async function checkName(
   for (const { address } of addresses) {
     const reason = forbiddenAddressReason(address)
     // Never say which address: a refusal that names it lets a parent map internal names.
-    if (reason !== null) throw new WebhookUrlError(`url host ${name} resolves to an address that is not public`)
+    if (reason !== null) throw new WebhookUrlError(`url host ${name} resolves to an address that is not public`, true)
   }
   return addresses
 }

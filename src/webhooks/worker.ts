@@ -6,7 +6,7 @@
 // retry coming due).
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import { open } from '../credentials/encryption.js'
+import { open } from '../encryption/seal.js'
 import { presentEvent } from '../events/present.js'
 import type { Sql } from '../store/db.js'
 import { DELIVERIES_CHANNEL } from '../store/events.js'

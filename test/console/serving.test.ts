@@ -7,6 +7,7 @@ import { join } from 'node:path'
 import { gunzipSync } from 'node:zlib'
 import t from 'tap'
 import {
+  bundleConsole,
   type ConsoleAssets,
   consoleAssets,
   keptOnceLoaded,
@@ -190,4 +191,16 @@ t.test('assets: prebuilt files first, else the bundle; a failure is tried again'
   await t.rejects(flaky(), /first try fails/)
   t.equal(await flaky(), 2, 'tried again after a failure')
   t.equal(await flaky(), 2, 'then kept')
+})
+
+t.test('the bundle holds the console, preact and uPlot only: the API types are erased', async (t) => {
+  const { inputs } = await bundleConsole()
+  t.ok(
+    inputs.some((file) => file.endsWith('src/console/ui/types.ts') || file.endsWith('src/console/ui/main.tsx')),
+    'the console itself is read',
+  )
+  const foreign = inputs.filter(
+    (file) => !/(^|\/)src\/console\/ui\//.test(file) && !/(^|\/)node_modules\/(preact|uplot)\//.test(file),
+  )
+  t.same(foreign, [], 'no server module, no typebox in the bundle')
 })

@@ -15,7 +15,7 @@
 // The gateway runs without Redis here, so that the stale window is what serves a known key once
 // its in-process entry has expired (with Redis up, Redis would answer for its own, longer TTL).
 import t, { type Test } from 'tap'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
 import { freshDatabase } from '../helpers/db.js'

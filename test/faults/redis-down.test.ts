@@ -9,7 +9,7 @@
 // channel, see redis-waits.ts); latencies seen by a client are compared, request for request and
 // interleaved, with a gateway that has no Redis at all.
 import t, { type Test } from 'tap'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { freshDatabase } from '../helpers/db.js'
 import { createParent, metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'

@@ -6,7 +6,7 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
-import { buildApp } from '../../src/app.js'
+import { type AppTuning, buildApp } from '../../src/app.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
 import type { Metrics } from '../../src/ops/metrics.js'
@@ -18,7 +18,8 @@ import type { TestLike } from './test-like.js'
 
 type AppDeps = Parameters<typeof buildApp>[0]
 
-export interface GatewayOptions {
+/** What a test may set; the app's tuning (timings, clocks, stand-ins: AppTuning) is passed whole. */
+export interface GatewayOptions extends AppTuning {
   /** Listen on 127.0.0.1:0 (default); false: build only, for `call` (which makes it ready). */
   listen?: boolean
   /** Share a database with another gateway: two replicas of one deployment. Default: a fresh one. */
@@ -36,16 +37,6 @@ export interface GatewayOptions {
   upstreamUrl?: string
   /** The GATEWAY_CONFIG document (routes etc.); default: none. */
   gatewayConfig?: Record<string, unknown>
-  cacheTimings?: AppDeps['cacheTimings']
-  /**
-   * The limiter's lease timings. By default no grace after Redis is found empty: every test
-   * starts on a key prefix of its own, which Redis has never seen (a fresh deployment needs no
-   * grace either, but cannot tell itself from one whose Redis lost its keys).
-   */
-  limitTimings?: AppDeps['limitTimings']
-  usageFlushIntervalMs?: number
-  /** The events' retention sweep (batch size, interval, clock). */
-  eventRetention?: AppDeps['eventRetention']
   /** A pino instance lets a test capture every line (default: no logging). */
   logger?: AppDeps['logger']
   /** Broken relays on the gateway's way to a store are restored before it closes: its last usage flush needs Postgres. */
@@ -59,16 +50,8 @@ export interface GatewayOptions {
    * replicas of one database), under TEST_ENCRYPTION_KEY unless `env` names another.
    */
   keyring?: AppDeps['keyring']
-  /** The stored signing keys' clock and reload interval. */
-  signingKeys?: AppDeps['signingKeys']
-  /** Shorter server and body deadlines than the defaults, so that a test of them is quick. */
-  deadlines?: Pick<AppDeps, 'headersTimeoutMs' | 'managementBodyTimeoutMs'>
-  /** How often expired idempotency keys are deleted (default 60 s). */
-  idempotencySweepIntervalMs?: number
-  /** The webhook worker's poll interval, lease, clock and delivery options. */
-  webhookDelivery?: AppDeps['webhookDelivery']
-  /** Resolves webhook URLs' names at creation (default node:dns lookup). */
-  webhookLookup?: AppDeps['webhookLookup']
+  /** Where the gateway counts (main.ts's: `createMetrics({ processMetrics: true })`); default: a registry of its own. */
+  metrics?: AppDeps['metrics']
 }
 
 export interface Parent {
@@ -161,6 +144,17 @@ async function recordingRoutes<T>(build: () => Promise<T>): Promise<{ built: T; 
   }
 }
 
+/**
+ * `count` replicas of one deployment, with the same options: one database and one Redis key prefix
+ * (and so one invalidation channel), each its own app, cache and limiter.
+ */
+export async function startReplicas(t: TestLike, count: number, options: GatewayOptions = {}): Promise<TestGateway[]> {
+  const first = await startGateway(t, options)
+  const shared = { ...options, database: first.database, redisKeyPrefix: first.redisKeyPrefix }
+  const others = await Promise.all(Array.from({ length: count - 1 }, () => startGateway(t, shared)))
+  return [first, ...others]
+}
+
 export async function startGateway(t: TestLike, options: GatewayOptions = {}): Promise<TestGateway> {
   const database = options.database ?? (await freshDatabase(t))
   const redisUrl = options.redis ?? REDIS_URL
@@ -189,17 +183,10 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       config,
       store,
       redisKeyPrefix,
-      cacheTimings: options.cacheTimings,
-      limitTimings: options.limitTimings ?? { graceMs: 0 },
-      usageFlushIntervalMs: options.usageFlushIntervalMs,
-      eventRetention: options.eventRetention,
       logger: options.logger ?? false,
       keyring: options.keyring,
-      signingKeys: options.signingKeys,
-      idempotencySweepIntervalMs: options.idempotencySweepIntervalMs,
-      webhookDelivery: options.webhookDelivery,
-      webhookLookup: options.webhookLookup,
-      ...options.deadlines,
+      metrics: options.metrics,
+      tuning: options,
     })
   let app: FastifyInstance
   let routes: RegisteredRoute[] = []

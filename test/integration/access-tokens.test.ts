@@ -4,7 +4,7 @@
 // a verified token is remembered, so that repeating it costs no signature check.
 import { exportSPKI, generateKeyPair, importJWK, type JWTPayload, SignJWT, UnsecuredJWT } from 'jose'
 import t, { type Test } from 'tap'
-import { generateSigningKey, Keyring } from '../../src/credentials/keyring.js'
+import { generateSigningKey, Keyring } from '../../src/signing-keys/keyring.js'
 import { metricValue, recentAdmissions, startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { sleep } from '../helpers/poll.js'

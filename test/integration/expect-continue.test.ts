@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
+import { subAccountVia } from '../helpers/gateway-load.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
@@ -139,4 +140,29 @@ t.test('raw: a refusal is the first and only answer; an accepted one gets 100 fi
     ['/v1/x/b'],
     'the upstream saw only the accepted request',
   )
+})
+
+t.test('a declared body over the limit is refused before the limits take anything', async (t) => {
+  const upstream = await startUpstream(t)
+  const gw = await startGateway(t, {
+    gatewayConfig: { routes: [{ prefix: '/v1/small', upstream: upstream.url, max_body_bytes: 1000 }] },
+  })
+  const parent = await gw.createParent()
+  const sub = await subAccountVia(gw.url, parent.apiKey, 'two a minute', { rate: { requests: 2, per_seconds: 60 } })
+  const upload = (length: number) =>
+    expectingClient(
+      gw.port,
+      head('POST', '/v1/small/a', [
+        `Authorization: Bearer ${parent.apiKey}`,
+        `X-Service-Acting-Tenant: ${sub}`,
+        'Content-Type: application/octet-stream',
+        `Content-Length: ${length}`,
+      ]),
+      'x'.repeat(Math.min(length, 10)),
+    )
+  for (let i = 0; i < 3; i++) t.match(await upload(1024 * 1024), /^HTTP\/1\.1 413 /, `413 ${i + 1}, no 100 before it`)
+  // Before the steps, the 413 came after the limits had charged it: these two were 429.
+  t.match(await upload(10), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /, 'the rate is whole: 200')
+  t.match(await upload(10), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /, 'and 200 again')
+  t.match(await upload(10), /^HTTP\/1\.1 429 /, 'then the rate is spent')
 })

@@ -8,7 +8,7 @@
 //
 // The seed is fixed (reproducible CI); HOSTILE_SEED=<n> replays a failure and HOSTILE_SEED=random
 // explores; HOSTILE_RUNS_SCALE multiplies the run counts.
-import { BASE62, withChecksum } from '../../src/auth/keys.js'
+import { BASE62, withChecksum } from '../../src/auth/key-format.js'
 import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import type { LightMyRequestResponse } from 'fastify'

@@ -3,7 +3,7 @@
 // expiry, a dead request's claim, the sweep and the header's own checks.
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
-import { open } from '../../src/credentials/encryption.js'
+import { open } from '../../src/encryption/seal.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { type CallOptions, type Parent, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'

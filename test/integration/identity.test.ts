@@ -12,7 +12,7 @@ import {
   type Signed,
   type SigningKey,
   type SignOptions,
-} from '../../src/credentials/keyring.js'
+} from '../../src/signing-keys/keyring.js'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'

@@ -5,7 +5,7 @@
 import { Agent } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { DEFAULT_KEY_BATCH_PACING } from '../../src/store/key-lookup-batcher.js'
 import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs, getOverAgent } from '../helpers/http.js'

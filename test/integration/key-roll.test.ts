@@ -4,7 +4,7 @@
 // upstream; they keep records in-process for a minute and send each invalidation once, so that
 // within the second the tests allow only the roll's own message can change B's answer.
 import t, { type Test } from 'tap'
-import { startGateway, type TestGateway } from '../helpers/gateway.js'
+import { startReplicas, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { checkProblem, problemOf } from '../helpers/problems.js'
@@ -15,13 +15,10 @@ const SLOW_LOCAL_EXPIRY = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalid
 const DAY_MS = 86_400_000
 
 const upstream = await startUpstream(t)
-const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
-const b = await startGateway(t, {
-  upstreamUrl: upstream.url,
-  database: a.database,
-  redisKeyPrefix: a.redisKeyPrefix,
-  cacheTimings: SLOW_LOCAL_EXPIRY,
-})
+const [a, b] = (await startReplicas(t, 2, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })) as [
+  TestGateway,
+  TestGateway,
+]
 const sql = a.database.sql
 const parent = await a.createParent()
 

@@ -4,7 +4,7 @@
 // report's `limited`, and a change reaching the other replica's cached records within 1 s.
 import t from 'tap'
 import { monthOf } from '../../src/limits/month.js'
-import { writeAccountLimits } from '../../src/store/limits.js'
+import { writeAccountLimits } from '../../src/limits/store.js'
 import { startGateway, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
@@ -72,11 +72,11 @@ t.test('validation: 400 validation_failed naming the field, nothing written', as
     [{ rate: { requests: '5', per_seconds: 1 } }, '/body/limits/rate/requests'],
     [{ rate: { requests: 5, per_seconds: 0 } }, '/body/limits/rate/per_seconds'],
     [{ rate: { requests: 5, per_seconds: 3601 } }, '/body/limits/rate/per_seconds'],
-    [{ rate: { requests: 5 } }, '/body/limits/rate'],
+    [{ rate: { requests: 5 } }, '/body/limits/rate/per_seconds'],
     [{ monthly_quota: { requests: 0 } }, '/body/limits/monthly_quota/requests'],
     [{ monthly_quota: { requests: 2.5 } }, '/body/limits/monthly_quota/requests'],
-    [{ monthly_quota: { requests: 5, per: 'month' } }, '/body/limits/monthly_quota'],
-    [{ burst: 5 }, '/body/limits'],
+    [{ monthly_quota: { requests: 5, per: 'month' } }, '/body/limits/monthly_quota/per'],
+    [{ burst: 5 }, '/body/limits/burst'],
     ['unlimited', '/body/limits'],
   ]
   for (const [limits, path] of cases) {

@@ -5,7 +5,7 @@
 import type { Agent } from 'node:http'
 import t from 'tap'
 import { monthOf } from '../../src/limits/month.js'
-import { monthUse } from '../../src/store/limits.js'
+import { monthUse } from '../../src/limits/store.js'
 import {
   type Answer,
   actingHeaders,

@@ -3,7 +3,7 @@
 // change made through one replica enforced by another (docs/architecture.md, limits).
 import t from 'tap'
 import { actingHeaders, agents, offerOverSockets, recordAdmissions, subAccountVia } from '../helpers/gateway-load.js'
-import { metricValue, startGateway } from '../helpers/gateway.js'
+import { metricValue, startReplicas } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { agedRedis, preciseNow, worstWindow } from '../helpers/limits.js'
 import { sleep } from '../helpers/poll.js'
@@ -24,24 +24,12 @@ await agedRedis(redisClient(t), prefix)
 // and the load share one event loop, which a busy machine can stall past the 250 ms a lease call
 // gets in production, and a call that misses it would make its replica degraded, on its own.
 const limitTimings = { callTimeoutMs: 2_000 }
-const first = await startGateway(t, {
+const replicas = await startReplicas(t, 3, {
   redisKeyPrefix: prefix,
   limitTimings,
   gatewayConfig: { routes: [{ prefix: '/v1/things', upstream: upstream.url }] },
 })
-const replicas = [
-  first,
-  ...(await Promise.all(
-    [1, 2].map(() =>
-      startGateway(t, {
-        database: first.database,
-        redisKeyPrefix: prefix,
-        limitTimings,
-        gatewayConfig: { routes: [{ prefix: '/v1/things', upstream: upstream.url }] },
-      }),
-    ),
-  )),
-]
+const first = replicas[0]!
 const urls = replicas.map((g) => g.url)
 const scopes = ['sub_accounts:read', 'sub_accounts:write', 'things:read']
 

@@ -2,7 +2,7 @@
 // an upstream: both levels, both kinds, the 429s and their fields, the RateLimit fields, and what
 // is not counted (refusals, public routes).
 import t from 'tap'
-import { writeAccountLimits } from '../../src/store/limits.js'
+import { writeAccountLimits } from '../../src/limits/store.js'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'

@@ -6,7 +6,7 @@
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
 import { monthOf } from '../../src/limits/month.js'
-import { monthUse, readLimits, writeAccountLimits } from '../../src/store/limits.js'
+import { monthUse, readLimits, writeAccountLimits } from '../../src/limits/store.js'
 import { createSubAccount } from '../../src/store/tenants.js'
 import { addUsage } from '../../src/store/usage.js'
 import { utcDay } from '../../src/usage/meter.js'

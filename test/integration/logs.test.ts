@@ -6,7 +6,7 @@
 import t from 'tap'
 import pino from 'pino'
 import { LOG_CENSOR, loggerOptions } from '../../src/ops/logging.js'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'

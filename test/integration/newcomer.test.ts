@@ -216,6 +216,28 @@ t.test('the gateway at start', async (t) => {
       'the line at fault, quoted',
     )
   })
+
+  // The parser reports an unclosed quote or bracket where it gave up: at the end of the file, or
+  // on the next line. The line quoted is the one where it opened (line 3 here, of 5).
+  for (const [opener, line3] of [
+    ['"', '    upstream: "http://a'],
+    ['[', '    scopes: [tracking:read'],
+  ] as const) {
+    await t.test(`an unclosed ${opener} in the route table: the line where it opened, quoted`, async (t) => {
+      const dir = t.testdir({})
+      const file = join(dir, 'gateway.yaml')
+      writeFileSync(file, `routes:\n  - prefix: /v1/a\n${line3}\n  - prefix: /v1/b\n    upstream: http://b\n`)
+      const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
+      t.equal(run.code, 1, 'exit 1')
+      t.equal(run.stderr.split('\n').length, 2, 'one line')
+      const at = `line 3, column ${line3.indexOf(opener) + 1}`
+      t.match(
+        run.stderr,
+        `; the ${opener} opened at ${at} is never closed: ${JSON.stringify(line3)}\n`,
+        'line 3, quoted',
+      )
+    })
+  }
 })
 
 t.test('the CLI', async (t) => {
@@ -312,11 +334,21 @@ t.test('a key sent without "Bearer ": 401 that says the scheme is missing', asyn
   t.equal(body.code, 'unauthenticated')
   t.equal(body.detail, 'the Authorization header has no scheme: send Authorization: Bearer <key>')
 
-  // Anything else that is not a well-formed Bearer key is still "malformed".
-  for (const authorization of [`Basic ${parent.apiKey}`, 'Bearer tgw_short', 'Bearer', 'Basic', 'Token']) {
+  // A Bearer value that is not a well-formed key is "malformed"; another scheme is named, with
+  // what to send instead (error-messages.test.ts has the rest).
+  for (const authorization of ['Bearer tgw_short', 'Bearer', 'bearer a b']) {
     const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
     t.equal(response.statusCode, 401, authorization)
     t.equal(problemOf(response).detail, 'the API key is malformed', `${authorization}: malformed`)
+  }
+  for (const [authorization, scheme] of [
+    [`Basic ${parent.apiKey}`, 'is Basic, not Bearer'],
+    ['Basic', 'is Basic, not Bearer'],
+    ['Token', 'is not Bearer'],
+  ] as const) {
+    const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
+    t.equal(response.statusCode, 401, authorization)
+    t.match(problemOf(response).detail, `the Authorization scheme ${scheme}: send the API key as`, authorization)
   }
   const ok = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts', acting: 'self' })
   t.equal(ok.statusCode, 200, 'the same key with its scheme is accepted')

@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
-import { CREDENTIAL_PATHS } from '../../src/credentials/routes.js'
+import { CREDENTIAL_PATHS } from '../../src/oauth/paths.js'
 import { MANAGEMENT_PREFIX } from '../../src/management/routes.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
@@ -142,6 +142,63 @@ t.test('OpenAPI document and docs page', async (t) => {
     t.match(deref(doc, roll.responses['401']).description, /key_expired/, 'an expired key is documented')
   })
 
+  t.test('what a linter asks of every operation: a server, a license, an operationId, a 4XX', async (t) => {
+    t.same(doc.servers, [{ url: '/', description: 'The gateway that serves this document' }], 'relative to the gateway')
+    t.match(doc.info.license, { name: 'Apache-2.0', identifier: 'Apache-2.0' })
+    const operationIds: string[] = []
+    for (const [path, item] of Object.entries(doc.paths as Record<string, Json>)) {
+      for (const [method, op] of Object.entries(item as Record<string, Json>)) {
+        t.match(op.operationId, /^[a-zA-Z]+$/, `${method} ${path}: an operationId`)
+        operationIds.push(op.operationId)
+        t.ok(
+          Object.keys(op.responses).some((status) => /^4\d\d$/.test(status)),
+          `${method} ${path}: a 4XX response (${Object.keys(op.responses)})`,
+        )
+      }
+    }
+    t.equal(new Set(operationIds).size, operationIds.length, 'operationIds are unique')
+    for (const path of ['/healthz', '/readyz', '/.well-known/jwks.json', '/.well-known/oauth-authorization-server']) {
+      const responses = doc.paths[path].get.responses
+      t.match(deref(doc, responses['400']).description, /bad_request.*Host/, `${path}: 400 for a bad Host`)
+      t.ok(isProblemJson(doc, responses['400']), `${path}: 400 is problem+json`)
+      t.match(deref(doc, responses['431']).description, /headers_too_large/, `${path}: 431`)
+    }
+    t.ok(isProblemJson(doc, doc.paths['/.well-known/jwks.json'].get.responses['503']), 'the JWKS: 503 before a key')
+    t.same(
+      Object.keys(doc.paths['/oauth2/token'].post.responses['431'].content),
+      ['application/json'],
+      'the token endpoint: 431 as RFC 6749 JSON',
+    )
+  })
+
+  t.test('`limit` is optional on every list, with the default the server applies', async (t) => {
+    const lists = Object.entries(doc.paths as Record<string, Json>).flatMap(([path, item]) => {
+      const limit = (item.get?.parameters as Json[] | undefined)?.find((p) => p.in === 'query' && p.name === 'limit')
+      return limit === undefined ? [] : [{ path, limit }]
+    })
+    t.equal(lists.length, 6, `six lists take a limit (${lists.map(({ path }) => path)})`)
+    for (const { path, limit } of lists) {
+      t.equal(limit.required, false, `${path}: limit is optional`)
+      t.match(limit.schema, { type: 'integer', minimum: 1, maximum: 100, default: 20 }, `${path}: default 20`)
+    }
+    // 21 sub-accounts, and their 21 events: a page without `limit` holds 20.
+    const parent = await gw.createParent()
+    for (let i = 0; i < 21; i++) {
+      const made = await gw.call(parent.apiKey, {
+        method: 'POST',
+        url: MANAGEMENT_PREFIX,
+        body: { name: `s${i}` },
+        acting: 'self',
+      })
+      t.equal(made.statusCode, 201, `sub-account ${i}`)
+    }
+    for (const path of [MANAGEMENT_PREFIX, `${MANAGEMENT_PREFIX}/events?type=sub_account.created`]) {
+      const page = (await gw.call(parent.apiKey, { method: 'GET', url: path })).json()
+      t.equal(page.data.length, 20, `${path}: 20 without a limit`)
+      t.type(page.next_cursor, 'string', `${path}: and a next page`)
+    }
+  })
+
   t.test('the writes take an Idempotency-Key and document its refusals', async (t) => {
     const header = doc.components.parameters.IdempotencyKey
     t.match(header, { name: 'Idempotency-Key', in: 'header', required: false, schema: { maxLength: 255 } })
@@ -199,7 +256,7 @@ t.test('OpenAPI document and docs page', async (t) => {
       'scope',
       'token_type',
     ])
-    for (const status of ['400', '401', '429', '503']) {
+    for (const status of ['400', '401', '429', '431', '503']) {
       const media = token.responses[status]?.content
       t.same(Object.keys(media ?? {}), ['application/json'], `${status}: RFC 6749 JSON, not problem+json`)
       t.same(Object.keys(media['application/json'].schema.properties).sort(), ['error', 'error_description'])

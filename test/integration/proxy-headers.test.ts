@@ -2,7 +2,7 @@
 // and what the upstream receives (docs/api.md). Every outcome is checked on what a recording
 // upstream actually got: the trusted identity on a success, nothing at all on a refusal.
 import t, { type Test } from 'tap'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { startGateway, type Parent, type TestGateway } from '../helpers/gateway.js'
 import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'

@@ -7,6 +7,7 @@ import { type AddressInfo, createServer as createNetServer, connect, type Socket
 import pino from 'pino'
 import t, { type Test } from 'tap'
 import { loggerOptions } from '../../src/ops/logging.js'
+import { subAccountVia } from '../helpers/gateway-load.js'
 import { metricValue, type Parent, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { checkProblem } from '../helpers/problems.js'
@@ -426,6 +427,36 @@ t.test('a waiter whose client hung up does not keep the connection it is given',
   t.equal(next.status, 200, 'the connection handed to the departed waiter came back at once')
   t.notOk(
     upstream.received.some((r) => r.url === '/v1/w/gone'),
+    'nothing was sent upstream for the client that left',
+  )
+})
+
+t.test('a waiter whose client hung up gives its limits back: it was never forwarded', async (t) => {
+  const upstream = await holdingUpstream(t, { holdPrefix: '/v1/l/hold', delayMs: [0, 0] })
+  const gw = await startGateway(t, {
+    gatewayConfig: { routes: [{ prefix: '/v1/l', upstream: upstream.url, max_connections: 1, timeout_ms: 10_000 }] },
+  })
+  const [a, b] = [await gw.createParent(), await gw.createParent()]
+  const sub = await subAccountVia(gw.url, b.apiKey, 'three a minute', { rate: { requests: 3, per_seconds: 60 } })
+  const holder = callAs(gw.url, a.apiKey, { path: '/v1/l/hold' })
+  await waitFor(() => upstream.held() === 1)
+  const gone = await openRequest(gw.port, head('GET', '/v1/l/gone', b.apiKey, [`X-Service-Acting-Tenant: ${sub}`]))
+  await waitFor(
+    async () => (await metricValue(gw.app, 'tgw_proxy_upstream_slots', { route: '/v1/l', state: 'waiting' })) === 1,
+  )
+  gone.socket.destroy()
+  await waitFor(
+    async () => (await metricValue(gw.app, 'tgw_proxy_upstream_slots', { route: '/v1/l', state: 'waiting' })) === 0,
+  )
+  upstream.release()
+  t.equal((await holder).status, 200)
+  const statuses: number[] = []
+  for (let i = 0; i < 4; i++)
+    statuses.push((await callAs(gw.url, b.apiKey, { path: '/v1/l/next', acting: sub })).status)
+  // Before the steps, the departed waiter kept the unit it was charged: 200, 200, 429, 429.
+  t.same(statuses, [200, 200, 200, 429], 'the three a minute are whole: the departed waiter gave its unit back')
+  t.notOk(
+    upstream.received.some((r) => r.url === '/v1/l/gone'),
     'nothing was sent upstream for the client that left',
   )
 })

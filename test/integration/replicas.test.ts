@@ -11,9 +11,9 @@
 import type { Redis } from 'ioredis'
 import t from 'tap'
 import { createHash } from 'node:crypto'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { mintKey } from '../../src/auth/mint.js'
-import { metricValue, startGateway, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
+import { metricValue, startGateway, startReplicas, type GatewayOptions, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient } from '../helpers/redis.js'
@@ -29,13 +29,10 @@ const SLOW_LOCAL_EXPIRY: GatewayOptions['cacheTimings'] = {
 }
 
 const upstream = await startUpstream(t)
-const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
-const b = await startGateway(t, {
-  upstreamUrl: upstream.url,
-  database: a.database,
-  redisKeyPrefix: a.redisKeyPrefix,
-  cacheTimings: SLOW_LOCAL_EXPIRY,
-})
+const [a, b] = (await startReplicas(t, 2, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })) as [
+  TestGateway,
+  TestGateway,
+]
 const sql = a.database.sql
 const prefix = a.redisKeyPrefix
 const channel = `${prefix}invalidate`

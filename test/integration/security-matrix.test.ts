@@ -6,7 +6,7 @@
 import { createServer, request as httpRequest, Agent } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { metricValue, recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'

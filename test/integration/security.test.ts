@@ -3,10 +3,10 @@
 // The routes come from the app itself (every route it registers), so a new route that the table
 // does not cover fails here until it is given its line.
 import t from 'tap'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { CONSOLE_PREFIX } from '../../src/console/paths.js'
-import { CREDENTIAL_PATHS } from '../../src/credentials/routes.js'
-import { revokeKey } from '../../src/store/keys.js'
+import { CREDENTIAL_PATHS } from '../../src/oauth/paths.js'
+import { revokeKey } from '../../src/store/api-keys.js'
 import { startGateway, type RegisteredRoute, type TestGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
 import type { TestLike } from '../helpers/test-like.js'

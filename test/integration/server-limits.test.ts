@@ -77,7 +77,7 @@ t.test('the default deadlines and keep-alive are what docs/api.md says', async (
 })
 
 t.test('a head that never completes is answered 408 request_timeout and closed, at its deadline', async (t) => {
-  const gw = await startGateway(t, { redis: false, deadlines: { headersTimeoutMs: 1_000 } })
+  const gw = await startGateway(t, { redis: false, headersTimeoutMs: 1_000 })
   const watched = await watch(gw.port)
   // A header byte every 100 ms: the connection is never idle, the head never ends.
   void trickle(watched.socket, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ${'a'.repeat(200)}`, 100)
@@ -145,7 +145,7 @@ t.test('MAX_CONNECTIONS: a connection beyond it is closed unanswered; one freed 
 })
 
 t.test('a management body that arrives too slowly is 408 request_timeout, and creates nothing', async (t) => {
-  const gw = await startGateway(t, { redis: false, deadlines: { managementBodyTimeoutMs: 1_000 } })
+  const gw = await startGateway(t, { redis: false, managementBodyTimeoutMs: 1_000 })
   const parent = await gw.createParent()
   const shell = JSON.stringify({ name: 'slow', metadata: { pad: '' } })
   const body = JSON.stringify({ name: 'slow', metadata: { pad: 'x'.repeat(100 - shell.length) } })

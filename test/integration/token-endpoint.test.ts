@@ -413,7 +413,7 @@ t.test('a body that does not arrive in time: 408 invalid_request, connection clo
   const slow = await startGateway(t, {
     database: gw.database,
     redisKeyPrefix: gw.redisKeyPrefix,
-    deadlines: { managementBodyTimeoutMs: 300 },
+    managementBodyTimeoutMs: 300,
   })
   const head = `POST /oauth2/token HTTP/1.1\r\nHost: gw\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ngrant_type=`
   const { responses, closedByServer } = await rawExchange(slow.port, head, { waitMs: 5000 })

@@ -1,6 +1,6 @@
 // A flood of token requests naming random client ids (a key id is a UUID: making one up costs
 // nothing) against one gateway over real sockets, on real Postgres (docs/credentials.md): the
-// Postgres queries it causes stay under the client lookups' pace (credentials/client-lookups.ts)
+// Postgres queries it causes stay under the client lookups' pace (oauth/client-lookups.ts)
 // whatever the flood's rate, and a real client still gets its token meanwhile.
 import { randomUUID } from 'node:crypto'
 import { Agent } from 'node:http'

@@ -3,7 +3,7 @@
 // long, so that only an explicit flush writes: every count below is exact.
 import t from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
-import { generateApiKey } from '../../src/auth/keys.js'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { utcDay } from '../../src/usage/meter.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
@@ -589,6 +589,119 @@ t.test('usage', async (t) => {
           ],
       'the current month so far: not the month before, not tomorrow',
     )
+  })
+
+  t.test('the report: granularity=day and sub_account_id', async (t) => {
+    const D = await gw.createParent()
+    const D1 = await createSub(D.apiKey, 'D1')
+    const D2 = await createSub(D.apiKey, 'D2')
+    const theirs = await createSub(P.apiKey, 'not D')
+    // tenant, day, class, requests, limited rate, limited quota
+    const rows: [string, string, number, number, number, number][] = [
+      [D1.id, '2025-05-01', 2, 5, 0, 0],
+      [D1.id, '2025-05-01', 4, 3, 2, 0],
+      [D1.id, '2025-05-02', 5, 1, 0, 0],
+      // A quota's refusal flushed before its answer: no request yet on that day.
+      [D1.id, '2025-05-03', 4, 0, 0, 1],
+      [D2.id, '2025-05-02', 3, 4, 0, 0],
+      [D2.id, '2025-06-01', 2, 9, 0, 0],
+      [theirs.id, '2025-05-01', 2, 6, 0, 0],
+    ]
+    for (const [tenant, day, statusClass, requests, rate, quota] of rows) {
+      await sql`insert into usage_daily (tenant_id, day, status_class, requests, limited_rate, limited_quota)
+        values (${tenant}, ${day}, ${statusClass}, ${requests}, ${rate}, ${quota})`
+    }
+    const report = async (query: string) => {
+      const res = await call(D.apiKey, { path: `/v1/sub-accounts/usage?${query}` })
+      t.equal(res.status, 200, `${query}: ${res.body.slice(0, 300)}`)
+      return res.json()
+    }
+    const zero = { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 }
+    const byDay = await report('from=2025-05-01&to=2025-05-31&granularity=day')
+    t.same(byDay.data, [
+      {
+        sub_account_id: D1.id,
+        external_id: null,
+        requests: 9,
+        by_status: { '2xx': 5, '3xx': 0, '4xx': 3, '5xx': 1 },
+        days: [
+          {
+            date: '2025-05-01',
+            requests: 8,
+            by_status: { ...zero, '2xx': 5, '4xx': 3 },
+            limited: { rate: 2, quota: 0 },
+          },
+          { date: '2025-05-02', requests: 1, by_status: { ...zero, '5xx': 1 }, limited: { rate: 0, quota: 0 } },
+          { date: '2025-05-03', requests: 0, by_status: zero, limited: { rate: 0, quota: 1 } },
+        ],
+        limited: { rate: 2, quota: 1 },
+      },
+      {
+        sub_account_id: D2.id,
+        external_id: null,
+        requests: 4,
+        by_status: { ...zero, '3xx': 4 },
+        days: [{ date: '2025-05-02', requests: 4, by_status: { ...zero, '3xx': 4 }, limited: { rate: 0, quota: 0 } }],
+        limited: { rate: 0, quota: 0 },
+      },
+    ])
+    const byRange = await report('from=2025-05-01&to=2025-05-31')
+    t.same(
+      byRange.data.map((e: { days: unknown[] }) => e.days),
+      [
+        [
+          { date: '2025-05-01', requests: 8 },
+          { date: '2025-05-02', requests: 1 },
+        ],
+        [{ date: '2025-05-02', requests: 4 }],
+      ],
+      'the default is as before: each day its total, days with requests only',
+    )
+    t.same(await report('from=2025-05-01&to=2025-05-31&granularity=range'), byRange, 'granularity=range is the default')
+
+    const onlyD2 = await report(`from=2025-05-01&to=2025-06-30&granularity=day&sub_account_id=${D2.id}`)
+    t.same(
+      onlyD2.data.map((e: { sub_account_id: string; requests: number }) => [e.sub_account_id, e.requests]),
+      [[D2.id, 13]],
+      'sub_account_id: that sub-account only',
+    )
+    t.equal(onlyD2.next_cursor, null)
+    const upper = await report(`from=2025-05-01&to=2025-05-31&sub_account_id=${D1.id.toUpperCase()}`)
+    t.same(
+      upper.data.map((e: { sub_account_id: string }) => e.sub_account_id),
+      [D1.id],
+      'an upper-case id is the same id',
+    )
+    t.same(
+      (await report(`sub_account_id=${theirs.id}&from=2025-05-01&to=2025-05-31`)).data,
+      [],
+      "another parent's: nothing",
+    )
+
+    // Paging by day keeps each sub-account's days on its page.
+    const first = await report('from=2025-05-01&to=2025-05-31&granularity=day&limit=1')
+    t.same(first.data, byDay.data.slice(0, 1))
+    const second = await report(
+      `from=2025-05-01&to=2025-05-31&granularity=day&limit=1&cursor=${encodeURIComponent(first.next_cursor)}`,
+    )
+    t.same(second.data, byDay.data.slice(1))
+    t.equal(second.next_cursor, null)
+
+    for (const [query, path] of [
+      ['granularity=week', '/querystring/granularity'],
+      ['granularity=', '/querystring/granularity'],
+      ['sub_account_id=nope', '/querystring/sub_account_id'],
+      ['granularity=day&from=2025-01-01&to=2026-01-02', '/querystring/to'],
+    ] as const) {
+      const res = await call(D.apiKey, { path: `/v1/sub-accounts/usage?${query}` })
+      t.equal(res.status, 400, query)
+      const body = problem(res)
+      t.equal(body.code, 'validation_failed', query)
+      t.ok(
+        body.errors?.some((e) => e.path === path),
+        `${query} names ${path}: ${JSON.stringify(body.errors)}`,
+      )
+    }
   })
 
   t.test('the report: validation errors are 400 validation_failed', async (t) => {

@@ -2,7 +2,7 @@
 // and kept only sealed, the URL rules, event types, list, get, delete, their events, and an
 // Idempotency-Key replay of a create.
 import t from 'tap'
-import { open } from '../../src/credentials/encryption.js'
+import { open } from '../../src/encryption/seal.js'
 import { sealedSecretFor } from '../../src/webhooks/signature.js'
 import { checkNoSecrets, eventsOf } from '../helpers/events.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'

@@ -1,9 +1,9 @@
-// Failed client authentications at the token endpoint (src/credentials/client-lockout.ts,
+// Failed client authentications at the token endpoint (src/oauth/client-lockout.ts,
 // docs/credentials.md): ten within a minute from one address lock the client id there until the
 // oldest is a minute old.
 import t from 'tap'
-import { clientAddressKey, FailedClientAttempts } from '../../src/credentials/client-lockout.js'
-import { OAuthError } from '../../src/credentials/oauth-errors.js'
+import { clientAddressKey, FailedClientAttempts } from '../../src/oauth/client-lockout.js'
+import { OAuthError } from '../../src/oauth/errors.js'
 
 const HOME = '192.0.2.7'
 

@@ -12,7 +12,7 @@ t.test('defaults of docs/configuration.md', async (t) => {
   t.equal(config.databaseUrl, undefined)
   t.equal(config.redisUrl, undefined)
   t.equal(config.upstreamUrl, 'http://127.0.0.1:9000', 'embedded, no routes: the echo upstream')
-  t.equal(config.upstreamUrlDefaulted, true)
+  t.equal(config.upstreamUrlIsDefault, true)
   t.equal(config.logLevel, 'info')
   t.equal(config.metricsPort, 9091)
   t.match(config.dataDir, /\.data$/)
@@ -58,7 +58,7 @@ t.test('UPSTREAM_URL: the echo upstream stands in only for an embedded gateway w
   for (const file of ['empty.yaml', 'no-routes.yaml']) {
     const config = embedded(file)
     t.equal(config.upstreamUrl, EMBEDDED_UPSTREAM_URL, `${file}: the default`)
-    t.equal(config.upstreamUrlDefaulted, true)
+    t.equal(config.upstreamUrlIsDefault, true)
     t.same(
       loadRouteTable(config.gatewayConfig, config.upstreamUrl).map((r) => `${r.prefix} ${r.upstream}`),
       ['/ http://127.0.0.1:9000'],
@@ -67,13 +67,13 @@ t.test('UPSTREAM_URL: the echo upstream stands in only for an embedded gateway w
   }
   const routed = embedded('routes.yaml')
   t.equal(routed.upstreamUrl, undefined, 'a route table of its own: no default')
-  t.equal(routed.upstreamUrlDefaulted, false)
+  t.equal(routed.upstreamUrlIsDefault, false)
   const withPostgres = loadConfig({ DATABASE_URL: 'postgres://u@db/x', GATEWAY_CONFIG: at('empty.yaml') }, ROOT)
   t.equal(withPostgres.upstreamUrl, undefined, 'DATABASE_URL: never a default')
-  t.equal(withPostgres.upstreamUrlDefaulted, false)
+  t.equal(withPostgres.upstreamUrlIsDefault, false)
   const named = loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:3000', GATEWAY_CONFIG: at('empty.yaml') }, ROOT)
   t.equal(named.upstreamUrl, 'http://127.0.0.1:3000', 'UPSTREAM_URL set: that one')
-  t.equal(named.upstreamUrlDefaulted, false)
+  t.equal(named.upstreamUrlIsDefault, false)
 })
 
 t.test('a bad value is one line that names the variable', async (t) => {

@@ -1,12 +1,12 @@
-// Secrets at rest (src/credentials/encryption.ts): AES-256-GCM, a fresh IV per value, and a wrong
+// Secrets at rest (src/encryption/seal.ts): AES-256-GCM, a fresh IV per value, and a wrong
 // key or an altered value refused by the tag, with a message that names ENCRYPTION_KEY.
 import { randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { ConfigError } from '../../src/config.js'
-import { MalformedSealedValueError, open, seal, WrongEncryptionKeyError } from '../../src/credentials/encryption.js'
-import { ENCRYPTION_KEY_FILE, resolveEncryptionKey } from '../../src/credentials/encryption-key.js'
+import { MalformedSealedValueError, open, seal, WrongEncryptionKeyError } from '../../src/encryption/seal.js'
+import { ENCRYPTION_KEY_FILE, resolveEncryptionKey } from '../../src/encryption/key.js'
 
 const key = randomBytes(32)
 const secret = Buffer.from('-----BEGIN PRIVATE KEY-----\nnot really\n-----END PRIVATE KEY-----\n')

@@ -1,11 +1,11 @@
-// The cache of identity assertions (src/credentials/identity-assertions.ts) on its own: what a
+// The cache of identity assertions (src/identity/assertions.ts) on its own: what a
 // principal object that outlives a change still gets, the bound, the names it ignores, and a
 // signing that fails. The gateway's behaviour end to end is test/integration/identity.test.ts.
 import { decodeJwt } from 'jose'
 import t from 'tap'
 import type { Principal } from '../../src/auth/authenticate.js'
-import { IdentityAssertions } from '../../src/credentials/identity-assertions.js'
-import { generateSigningKey, Keyring } from '../../src/credentials/keyring.js'
+import { IdentityAssertions } from '../../src/identity/assertions.js'
+import { generateSigningKey, Keyring } from '../../src/signing-keys/keyring.js'
 import { Tally } from '../../src/ops/fast-metrics.js'
 import type { TenantRecord } from '../../src/tenancy/lookups.js'
 

@@ -5,7 +5,7 @@ import {
   generateClientSecret,
   isWellFormedKey,
   isWellFormedSecret,
-} from '../../src/auth/keys.js'
+} from '../../src/auth/key-format.js'
 
 t.test('a generated key has the documented shape and a valid checksum', async (t) => {
   const { apiKey, prefix, keyDigest } = generateApiKey()

@@ -4,7 +4,13 @@
 import t from 'tap'
 import { makeAjv } from '../../src/http/parsing.js'
 import { LimitsBody } from '../../src/management/schemas.js'
-import { limitsFromBody, parseMonthlyQuota, parseRate, shownLimits, storedLimits } from '../../src/tenancy/limits.js'
+import {
+  limitsFromBody,
+  parseMonthlyQuota,
+  parseRate,
+  shownLimits,
+  storedLimits,
+} from '../../src/limits/tenant-limits.js'
 
 const validate = makeAjv(false).compile(LimitsBody)
 

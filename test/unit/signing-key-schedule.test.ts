@@ -1,4 +1,4 @@
-// When signing keys sign, rotate and leave (src/credentials/signing-key-schedule.ts), as plain
+// When signing keys sign, rotate and leave (src/signing-keys/schedule.ts), as plain
 // functions of the keys' instants and the time.
 import t from 'tap'
 import {
@@ -8,7 +8,7 @@ import {
   rotationDue,
   signerOf,
   statusOf,
-} from '../../src/credentials/signing-key-schedule.js'
+} from '../../src/signing-keys/schedule.js'
 
 const MINUTE = 60_000
 const PERIOD = 30 * DAY_MS

@@ -1,5 +1,5 @@
-// Sub-accounts: a page at a time (or, when searching, every match by name or external id), a
-// status filter, and the create form.
+// Sub-accounts: a page at a time, a search by the start of a name or external id (the API's `q`,
+// sent as the user types, once typing pauses), a status filter, and the create form.
 import { useEffect, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
@@ -7,24 +7,10 @@ import { LimitsFields, limitsFromForm } from './limits.js'
 import type { SubAccount } from './types.js'
 
 const PAGE = 20
-/** A name search reads the list 100 at a time, at most this many pages. */
-const SEARCH_PAGES = 20
-
-async function search(text: string, status: string): Promise<SubAccount[]> {
-  const needle = text.toLowerCase()
-  const found = new Map<string, SubAccount>()
-  let cursor: string | null = null
-  for (let i = 0; i < SEARCH_PAGES; i++) {
-    const page: Page<SubAccount> = await api('GET', `${query({ limit: 100, cursor, status })}`)
-    for (const s of page.data) {
-      if (s.name.toLowerCase().includes(needle) || (s.external_id ?? '').toLowerCase().includes(needle))
-        found.set(s.id, s)
-    }
-    cursor = page.next_cursor
-    if (cursor === null) break
-  }
-  return [...found.values()]
-}
+/** How long typing must pause before the search is sent: one call for a word, not one a key. */
+const SEARCH_DELAY_MS = 300
+/** The API's bound on `q` (docs/api.md, Sub-accounts). */
+const SEARCH_MAX_LENGTH = 200
 
 export function SubAccountsScreen() {
   const [status, setStatus] = useState('')
@@ -36,13 +22,21 @@ export function SubAccountsScreen() {
   const pager = usePager()
   const load = useAction()
 
+  const searchFor = (typed: string) => {
+    const next = typed.trim()
+    if (next === searched) return
+    pager.reset()
+    setSearched(next)
+  }
+  useEffect(() => {
+    const timer = setTimeout(() => searchFor(text), SEARCH_DELAY_MS)
+    return () => clearTimeout(timer)
+  }, [text])
+
   useEffect(() => {
     setPage(null)
     load.run(async (current) => {
-      const next =
-        searched === ''
-          ? await api<Page<SubAccount>>('GET', query({ limit: PAGE, cursor: pager.cursor, status }))
-          : { data: await search(searched, status), next_cursor: null }
+      const next = await api<Page<SubAccount>>('GET', query({ limit: PAGE, cursor: pager.cursor, status, q: searched }))
       if (!current()) return
       setPage(next)
       announce(
@@ -71,13 +65,22 @@ export function SubAccountsScreen() {
         class="filters"
         onSubmit={(e) => {
           e.preventDefault()
-          pager.reset()
-          setSearched(text.trim())
+          searchFor(text)
         }}
       >
         <div class="field">
           <label for="search">Name or external id</label>
-          <input id="search" type="search" value={text} onInput={(e) => setText(e.currentTarget.value)} />
+          <input
+            id="search"
+            type="search"
+            maxLength={SEARCH_MAX_LENGTH}
+            aria-describedby="search-help"
+            value={text}
+            onInput={(e) => setText(e.currentTarget.value)}
+          />
+          <span id="search-help" class="help">
+            The start of a name or external id, any case
+          </span>
         </div>
         <div class="field">
           <label for="status-filter">Status</label>
@@ -130,7 +133,7 @@ export function SubAccountsScreen() {
           </table>
         </div>
       )}
-      {searched === '' && page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Sub-accounts" />}
+      {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Sub-accounts" />}
       {searched !== '' && (
         <button
           type="button"
@@ -138,6 +141,7 @@ export function SubAccountsScreen() {
           onClick={() => {
             setText('')
             setSearched('')
+            pager.reset()
             setReload(reload + 1)
           }}
         >

@@ -1,76 +1,27 @@
-// The management API's objects, as docs/api.md shows them.
-export interface Limits {
-  rate: { requests: number; per_seconds: number } | null
-  monthly_quota: { requests: number } | null
-}
+// The management API's objects, as the server's TypeBox schemas define them: a change of a schema
+// breaks the console's typecheck (`npm run typecheck`). Type-only imports: esbuild erases them, so
+// no server code reaches the bundle (test/console/serving.test.ts checks the bundle).
+import type { Static } from 'typebox'
+import type {
+  AccountLimits as AccountLimitsSchema,
+  ApiKey as ApiKeySchema,
+  Event as EventSchema,
+  Limits as LimitsSchema,
+  MintedApiKey as MintedApiKeySchema,
+  SubAccount as SubAccountSchema,
+} from '../../management/schemas.js'
+import type { UsageEntry as UsageEntrySchema } from '../../management/usage-schemas.js'
+import type {
+  DeliveryAttempt as DeliveryAttemptSchema,
+  WebhookEndpoint as WebhookEndpointSchema,
+} from '../../management/webhook-schemas.js'
 
-export interface SubAccount {
-  id: string
-  name: string
-  external_id: string | null
-  status: 'active' | 'deactivated'
-  metadata: Record<string, string>
-  created_at: string
-  updated_at: string
-  deactivated_at: string | null
-  limits: Limits
-}
-
-export interface ApiKey {
-  id: string
-  name: string
-  scopes: string[]
-  prefix: string
-  status: 'active' | 'expired' | 'revoked'
-  created_at: string
-  expires_at: string | null
-  rolled_from: string | null
-  revoked_at: string | null
-  last_used_at: string | null
-}
-
-export interface MintedKey extends ApiKey {
-  api_key: string
-  client_secret: string
-}
-
-export interface AuditEvent {
-  id: string
-  type: string
-  created_at: string
-  actor: { type: string; key_id?: string }
-  target: { type: string; id: string }
-  request_id: string | null
-  source_ip: string | null
-  data: unknown
-}
-
-export interface UsageEntry {
-  sub_account_id: string
-  external_id: string | null
-  requests: number
-  by_status: { '2xx': number; '3xx': number; '4xx': number; '5xx': number }
-  days: { date: string; requests: number }[]
-  limited: { rate: number; quota: number }
-}
-
-export interface WebhookEndpoint {
-  id: string
-  url: string
-  event_types: string[]
-  description: string | null
-  status: 'active' | 'disabled'
-  created_at: string
-  disabled_at: string | null
-  disabled_reason: string | null
-}
-
-export interface Delivery {
-  event_id: string
-  attempt: number
-  status: number | null
-  error: string | null
-  duration_ms: number
-  attempted_at: string
-  next_attempt_at: string | null
-}
+export type Limits = Static<typeof LimitsSchema>
+export type SubAccount = Static<typeof SubAccountSchema>
+export type ApiKey = Static<typeof ApiKeySchema>
+export type MintedKey = Static<typeof MintedApiKeySchema>
+export type AuditEvent = Static<typeof EventSchema>
+export type UsageEntry = Static<typeof UsageEntrySchema>
+export type AccountLimits = Static<typeof AccountLimitsSchema>
+export type WebhookEndpoint = Static<typeof WebhookEndpointSchema>
+export type Delivery = Static<typeof DeliveryAttemptSchema>

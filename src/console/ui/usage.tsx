@@ -4,14 +4,8 @@ import { useEffect, useState } from 'preact/hooks'
 import { api } from './api.js'
 import { announce, ErrorMessage, Loading, useAction } from './components.js'
 import { UsageChart } from './chart.js'
-import type { Limits, SubAccount } from './types.js'
+import type { AccountLimits, SubAccount } from './types.js'
 import { CLASSES, type DailySeries, dailyUsage, firstOfMonth, reportEntries, today, totalOf } from './usage-data.js'
-
-interface AccountLimits {
-  account: Limits
-  month: string
-  used: number
-}
 
 function RangeChart({
   subAccountId,
@@ -132,7 +126,7 @@ export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
   const load = useAction()
   useEffect(() => {
     load.run(async (current) => {
-      const entry = (await reportEntries(firstOfMonth(), today())).find((e) => e.sub_account_id === subAccount.id)
+      const [entry] = await reportEntries(firstOfMonth(), today(), subAccount.id)
       if (!current()) return
       setMonth({ requests: entry?.requests ?? 0, limited: (entry?.limited.rate ?? 0) + (entry?.limited.quota ?? 0) })
     })

@@ -8,7 +8,7 @@ create table signing_keys (
   kid             text primary key,
   -- The public key as the JWKS publishes it (kty, crv, x, y, kid, alg, use): never a private member.
   public_jwk      jsonb not null check (jsonb_typeof(public_jwk) = 'object' and not public_jwk ? 'd'),
-  -- The private key (PKCS #8), sealed with AES-256-GCM under ENCRYPTION_KEY (credentials/encryption.ts).
+  -- The private key (PKCS #8), sealed with AES-256-GCM under ENCRYPTION_KEY (encryption/seal.ts).
   private_key     bytea not null,
   created_at      timestamptz not null default now(),
   activates_at    timestamptz not null,

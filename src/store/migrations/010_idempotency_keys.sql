@@ -15,7 +15,7 @@ create table idempotency_keys (
   status          smallint,
   -- Location, Content-Type and Cache-Control as they were sent.
   headers         jsonb,
-  -- The body, sealed with AES-256-GCM under ENCRYPTION_KEY (credentials/encryption.ts).
+  -- The body, sealed with AES-256-GCM under ENCRYPTION_KEY (encryption/seal.ts).
   body            bytea,
   primary key (key_id, idempotency_key),
   check ((status is null) = (body is null))

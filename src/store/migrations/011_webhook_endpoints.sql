@@ -1,5 +1,5 @@
 -- Webhook endpoints of a parent account (docs/api.md, Webhook endpoints). The secret signs the
--- deliveries, so it is kept sealed with AES-256-GCM under ENCRYPTION_KEY (credentials/encryption.ts),
+-- deliveries, so it is kept sealed with AES-256-GCM under ENCRYPTION_KEY (encryption/seal.ts),
 -- never in the clear; a deleted endpoint keeps its row (events and, later, deliveries name it) but
 -- loses its secret. `disabled_at` and `disabled_reason` are set by the delivery worker (a 410, or
 -- days of failures); `seq` orders the list for paging like the other lists.

@@ -1,0 +1,41 @@
+// The tiered cache of the tenancy lookups (docs/architecture.md, caches) as a plugin: opens its
+// Redis connections, decorates the app with it, and lets them go when the app closes.
+import fp from 'fastify-plugin'
+import { TenancyCache, type CacheTimings } from './index.js'
+import type { Sql } from '../store/db.js'
+import { postgresLookups } from '../tenancy/lookups.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    tenancyCache: TenancyCache
+  }
+}
+
+export interface TenancyCachePluginOptions {
+  /** Where misses go. */
+  sql: Sql
+  /** Unset: in-process cache only (one replica). */
+  redisUrl?: string | undefined
+  keyPrefix: string
+  timings?: Partial<CacheTimings> | undefined
+}
+
+export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
+  async (app, { sql, redisUrl, keyPrefix, timings }) => {
+    const { storeLookups, postgresKeyDigests } = app.metrics
+    const counts = { query: () => storeLookups.postgres.inc(), keyDigests: (n: number) => postgresKeyDigests.inc(n) }
+    const cache = new TenancyCache({
+      source: postgresLookups(sql, { counts }),
+      redisUrl,
+      keyPrefix,
+      timings,
+      log: app.log,
+      metrics: app.metrics,
+    })
+    app.decorate('tenancyCache', cache)
+    // Runs after the usage meter's (onClose hooks run last registered first): the invalidations
+    // still due go out, then Redis is let go.
+    app.addHook('onClose', () => cache.close())
+  },
+  { name: 'tenancy-cache', dependencies: ['metrics'] },
+)

@@ -1,0 +1,71 @@
+// The limits of a proxied request (docs/api.md, limits and quotas), the last check before its
+// upstream slot: decided from the limiter's memory, the RateLimit fields set, a refusal answered
+// 429 and counted for the tenant's usage report. A tenant without limits costs one length check.
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { ApiError } from '../errors.js'
+import type { Limiter } from './limiter.js'
+import type { Decision } from './types.js'
+import { LIMIT_POLICIES, type LimitMetrics } from '../ops/metrics.js'
+import type { UsageMeter } from '../usage/meter.js'
+import { limitRefusal, refusalKind, setRateLimitFields } from './answer.js'
+
+export interface LimitGateOptions {
+  limiter: Limiter
+  meter: UsageMeter
+  metrics: LimitMetrics
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Whether the limiter took units for this request (they are given back if it is refused later). */
+    limitsCharged: boolean
+  }
+}
+
+export interface LimitGate {
+  /** undefined when every limit lets the request pass, else the 429; a promise when a limit is cold. */
+  check(request: FastifyRequest, reply: FastifyReply): ApiError | undefined | Promise<ApiError | undefined>
+  /**
+   * The request was refused after its limits took their units (a busy route, a departed client):
+   * it was not forwarded, so it does not count. Only where it certainly was not: a refund for a
+   * request that went upstream after all would let one more through than the limit allows.
+   */
+  refund(request: FastifyRequest): void
+}
+
+export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitGate {
+  function count(decision: Decision): void {
+    for (const policy of decision.policies) {
+      const index = LIMIT_POLICIES.indexOf(policy.name)
+      const refused = decision.violated.includes(policy.name)
+      ;(refused ? metrics.refused : metrics.admitted)[index]!.inc()
+    }
+  }
+
+  function decide(request: FastifyRequest, reply: FastifyReply, decision: Decision): ApiError | undefined {
+    count(decision)
+    setRateLimitFields(reply, decision)
+    if (!decision.allowed) {
+      meter.limited(request.actingTenant!.id, refusalKind(decision))
+      return limitRefusal(decision)
+    }
+    request.limitsCharged = true
+    return undefined
+  }
+
+  return {
+    check(request, reply) {
+      const subjects = request.limitSubjects
+      if (subjects === null || subjects.length === 0) return undefined
+      if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects))
+      // A limit this replica has not seen yet, or whose lease ran dry: a Redis round trip (bounded).
+      metrics.coldWaits.inc()
+      return limiter.admitWhenWarm(subjects).then((decision) => decide(request, reply, decision))
+    },
+    refund(request) {
+      if (!request.limitsCharged || request.limitSubjects === null) return
+      request.limitsCharged = false
+      limiter.refund(request.limitSubjects)
+    },
+  }
+}

@@ -1,0 +1,28 @@
+// Each parent's rate on the management API (MANAGEMENT_RATE, docs/configuration.md), answered as
+// a proxied route's limits are: the RateLimit fields, and 429 rate_limited naming
+// `management.rate`. Checked after authorization, before the body and its validation. Unlike a
+// tenant's limits, it lets calls through while Redis grants nothing yet (below).
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Rate } from './bucket.js'
+import type { Limiter } from './limiter.js'
+import type { Decision, LimitSubject } from './types.js'
+import { limitRefusal, setRateLimitFields } from './answer.js'
+
+export function managementRate(limiter: Limiter, rate: Rate) {
+  const limits = { rate, monthlyQuota: null }
+  return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+    const subjects: LimitSubject[] = [{ tenantId: request.principal!.tenant.id, level: 'management', limits }]
+    const answer = (decision: Decision) => {
+      setRateLimitFields(reply, decision)
+      done(decision.allowed ? undefined : limitRefusal(decision))
+    }
+    // While Redis, just found empty (a fresh deployment, a restart), grants nothing for a few
+    // seconds (docs/architecture.md, limits), calls go through: the management API's rate protects
+    // the store and bills nobody, and an operator's first calls must not fail.
+    if (limiter.isWarm(subjects)) return limiter.inGrace(subjects) ? done() : answer(limiter.admit(subjects))
+    limiter.warm(subjects).then(async () => {
+      if (limiter.inGrace(subjects)) return done()
+      answer(await limiter.admitWhenWarm(subjects))
+    }, done)
+  }
+}

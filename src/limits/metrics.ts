@@ -1,0 +1,75 @@
+// The limits' metrics (docs/operations.md): decisions by policy and outcome fed as plain numbers
+// on the request path, and the lease calls' work, which is background.
+import { Counter, Gauge, type Registry } from 'prom-client'
+import { talliedCounter, tally, type Tally } from '../ops/fast-metrics.js'
+
+export const LIMIT_POLICIES = [
+  'sub_account.rate',
+  'sub_account.monthly_quota',
+  'account.rate',
+  'account.monthly_quota',
+  'management.rate',
+] as const
+
+export interface LimitMetrics {
+  /** By policy (LIMIT_POLICIES order): requests a policy let through, and requests it refused. */
+  readonly admitted: readonly Tally[]
+  readonly refused: readonly Tally[]
+  readonly leaseCalls: Tally
+  readonly leaseFailures: Tally
+  /** Units leased from Redis, and units given back (background work, per lease call). */
+  readonly unitsTaken: Counter
+  readonly unitsReturned: Counter
+  /** Requests that awaited a limit's first lease (limiter.warm): one per tenant and replica once warm. */
+  readonly coldWaits: Tally
+  readonly degraded: Gauge
+}
+
+export function limitMetrics(registers: Registry[]): LimitMetrics {
+  const decisions = talliedCounter(
+    {
+      name: 'tgw_limit_decisions_total',
+      help: 'Requests under a limit, by policy and outcome (admitted, refused)',
+      labelNames: ['policy', 'outcome'] as const,
+      registers,
+    },
+    LIMIT_POLICIES.flatMap((policy) => [
+      { policy, outcome: 'admitted' },
+      { policy, outcome: 'refused' },
+    ]),
+  )
+  return {
+    admitted: LIMIT_POLICIES.map((_, i) => decisions[2 * i]!),
+    refused: LIMIT_POLICIES.map((_, i) => decisions[2 * i + 1]!),
+    leaseCalls: tally({
+      name: 'tgw_limit_lease_calls_total',
+      help: 'Lease calls sent to Redis (taking, renewing or giving back units)',
+      registers,
+    }),
+    unitsTaken: new Counter({
+      name: 'tgw_limit_units_leased_total',
+      help: 'Units of limits this replica leased from Redis',
+      registers,
+    }),
+    unitsReturned: new Counter({
+      name: 'tgw_limit_units_returned_total',
+      help: 'Units of limits this replica gave back to Redis unused (refunds included)',
+      registers,
+    }),
+    leaseFailures: tally({
+      name: 'tgw_limit_lease_failures_total',
+      help: 'Lease calls that failed or timed out',
+      registers,
+    }),
+    coldWaits: tally({
+      name: 'tgw_limit_cold_waits_total',
+      help: "Requests that waited for a limit's lease from Redis (its first, or a renewal when it ran dry) before their decision",
+      registers,
+    }),
+    degraded: new Gauge({
+      name: 'tgw_limits_degraded',
+      help: '1 while Redis is unusable and this replica enforces every limit on its own',
+      registers,
+    }),
+  }
+}

@@ -1,0 +1,76 @@
+// The limiter (docs/architecture.md, limits) as a plugin: its Redis connection (none in embedded
+// mode: every limit is then enforced in this process), the month's use read from Postgres when
+// Redis has lost it, and its leases given back when the app closes.
+import fp from 'fastify-plugin'
+import { Redis } from 'ioredis'
+import { REDIS_CONNECTION } from '../cache/settings.js'
+import { DEFAULT_LEASE_TIMINGS, type LeaseTimings } from './lease-store.js'
+import { Limiter } from './limiter.js'
+import type { Sql } from '../store/db.js'
+import { monthUse } from './store.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    limiter: Limiter
+  }
+}
+
+export interface LimitsPluginOptions {
+  sql: Sql
+  /** Unset: embedded mode. */
+  redisUrl?: string | undefined
+  keyPrefix: string
+  timings?: Partial<LeaseTimings> | undefined
+}
+
+export const limitsPlugin = fp<LimitsPluginOptions>(
+  async (app, { sql, redisUrl, keyPrefix, timings }) => {
+    const metrics = app.metrics.limits
+    const meter = app.usageMeter
+    // A connection of its own: the cache's gives a command 50 ms, and a lease call that misses its
+    // deadline sends the replica into its degraded mode (each replica on its own: k replicas may
+    // admit k times a limit). A lease call is background work, so it gets the lease store's 250 ms.
+    const redis =
+      redisUrl === undefined
+        ? null
+        : new Redis(redisUrl, {
+            ...REDIS_CONNECTION,
+            enableOfflineQueue: false,
+            maxRetriesPerRequest: 0,
+            commandTimeout: { ...DEFAULT_LEASE_TIMINGS, ...timings }.callTimeoutMs,
+          })
+    // Failures are counted by the limiter (tgw_limit_lease_failures_total) and logged nowhere else.
+    redis?.on('error', () => {})
+    metrics.degraded.set(0)
+    const limiter = new Limiter({
+      redis,
+      keyPrefix,
+      ...(timings === undefined ? {} : { timings }),
+      // This replica's counts go to Postgres first, so that a month rebuilt after Redis lost it
+      // misses at most what the other replicas have not written yet (about a second of it).
+      async loadMonthUse(subject, month) {
+        await meter.flush()
+        return monthUse(
+          sql,
+          { tenantId: subject.tenantId, level: subject.level === 'account' ? 'account' : 'sub_account' },
+          month,
+        )
+      },
+      metrics: {
+        leaseRequests: metrics.leaseCalls,
+        leaseFailures: metrics.leaseFailures,
+        unitsTaken: metrics.unitsTaken,
+        unitsReturned: metrics.unitsReturned,
+        degraded: (down) => metrics.degraded.set(down ? 1 : 0),
+      },
+    })
+    app.decorate('limiter', limiter)
+    // Runs before the usage meter's (onClose hooks run last registered first): leases go back
+    // while Redis is still open.
+    app.addHook('onClose', async () => {
+      await limiter.close()
+      redis?.disconnect()
+    })
+  },
+  { name: 'limits', dependencies: ['metrics', 'usage-meter'] },
+)

@@ -1,0 +1,127 @@
+// Limits of tenants and the use a monthly quota counts (docs/api.md, Limits and quotas). SQL only.
+import { type Origin, recordEvent } from '../events/record.js'
+import { sameJson } from '../events/same-json.js'
+import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from './tenant-limits.js'
+import type { Sql, Tx } from '../store/db.js'
+import { Statement } from '../store/statement.js'
+import { COLUMNS, getTenant, type TenantRow } from '../store/tenants.js'
+import { inTransaction } from '../store/transaction.js'
+
+type Db = Sql | Tx
+
+/** A tenant's limits (null: none, or no such tenant). */
+export async function readLimits(db: Db, tenantId: string): Promise<TenantLimits | null> {
+  const [row] = await db<{ limits: TenantLimits | null }[]>`select limits from tenants where id = ${tenantId}`
+  return row?.limits ?? null
+}
+
+/**
+ * Replaces a parent account's limits (the operator's, through the CLI); null clears them. Null
+ * back when `accountId` names no parent account (a sub-account's are its parent's to set).
+ */
+export async function writeAccountLimits(
+  db: Db,
+  accountId: string,
+  limits: TenantLimits | null,
+): Promise<TenantRow | null> {
+  const stored = storedLimits(limits)
+  const [row] = await db<TenantRow[]>`
+    update tenants set limits = ${stored === null ? null : db.json(stored)}, updated_at = now()
+    where id = ${accountId} and parent_id is null
+    returning ${db.unsafe(COLUMNS)}`
+  return row ?? null
+}
+
+/** A change of some members: a member given replaces that limit (null removes it), one left out stays. */
+export type LimitsChange = { rate?: RateLimit | null; monthly_quota?: MonthlyQuota | null }
+
+/** The id names no tenant, or a sub-account (whose limits its parent sets through the API). */
+export class NotAnAccountError extends Error {
+  override name = 'NotAnAccountError'
+  constructor(
+    readonly id: string,
+    readonly subAccount: boolean,
+  ) {
+    super(subAccount ? `${id} is a sub-account` : `no parent account ${id}`)
+  }
+}
+
+/**
+ * Changes a parent account's limits member by member (the operator's `accounts limits`): the row
+ * is locked between reading the limits it keeps and writing, so two changes of different members
+ * at once both stand. A change writes its `account.limits_updated` event in the same transaction;
+ * one that changes nothing writes neither the row nor an event.
+ */
+export function setAccountLimits(
+  sql: Sql,
+  accountId: string,
+  change: LimitsChange,
+  origin: Origin,
+): Promise<TenantRow> {
+  return inTransaction(sql, async (tx) => {
+    const [current] = await tx<{ parent_id: string | null; limits: TenantLimits | null }[]>`
+      select parent_id, limits from tenants where id = ${accountId} for update`
+    if (current === undefined || current.parent_id !== null)
+      throw new NotAnAccountError(accountId, current !== undefined)
+    const next = {
+      rate: change.rate === undefined ? (current.limits?.rate ?? null) : change.rate,
+      monthly_quota:
+        change.monthly_quota === undefined ? (current.limits?.monthly_quota ?? null) : change.monthly_quota,
+    }
+    const before = shownLimits(current.limits)
+    const after = shownLimits(storedLimits(next))
+    if (sameJson(before, after)) return (await getTenant(tx, accountId))!
+    const account = (await writeAccountLimits(tx, accountId, next))!
+    await recordEvent(tx, origin, {
+      accountId,
+      type: 'account.limits_updated',
+      target: { type: 'account', id: accountId },
+      object: {
+        id: account.id,
+        name: account.name,
+        external_id: account.external_id,
+        created_at: account.created_at.toISOString(),
+        limits: after,
+      },
+      previous: { limits: before },
+    })
+    return account
+  })
+}
+
+/** Whose use a quota counts: one tenant's own, or a parent account's with all its sub-accounts'. */
+export interface MonthUseOf {
+  tenantId: string
+  level: 'sub_account' | 'account'
+}
+
+/** `YYYY-MM` → the first day of that month and of the next, as dates. */
+function monthDays(month: string): { first: string; next: string } {
+  const match = /^(\d{4})-(\d{2})$/.exec(month)
+  if (match === null) throw new Error(`not a month YYYY-MM: ${month}`)
+  const year = Number(match[1])
+  const index = Number(match[2]) - 1
+  const day = (y: number, m: number) => new Date(Date.UTC(y, m, 1)).toISOString().slice(0, 10)
+  return { first: day(year, index), next: day(year, index + 1) }
+}
+
+/**
+ * Requests forwarded upstream in one UTC month (`YYYY-MM`): what a monthly quota counts, refusals
+ * left out. At the `account` level, those acting as the parent and as any of its sub-accounts.
+ * Counts reach Postgres with the usage meter's flush, about a second after the answer.
+ */
+export async function monthUse(db: Db, of: MonthUseOf, month: string): Promise<number> {
+  const { first, next } = monthDays(month)
+  const s = new Statement()
+  const [tenant, from, until] = [s.param(of.tenantId), s.param(first), s.param(next)]
+  const [row] = await s.runPlannedEachTime<{ used: string }[]>(
+    db,
+    of.level === 'sub_account'
+      ? `select coalesce(sum(forwarded), 0)::text as used from usage_daily
+         where tenant_id = ${tenant} and day >= ${from} and day < ${until}`
+      : `select coalesce(sum(u.forwarded), 0)::text as used
+         from tenants t join usage_daily u on u.tenant_id = t.id
+         where (t.id = ${tenant} or t.parent_id = ${tenant}) and u.day >= ${from} and u.day < ${until}`,
+  )
+  return Number(row!.used)
+}

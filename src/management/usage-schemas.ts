@@ -1,0 +1,70 @@
+// TypeBox schemas of the usage report (docs/api.md, Usage report). The response schema is the
+// serializer too.
+import { Type, type Static } from 'typebox'
+import { Cursor, Limit, UUID_PATTERN } from './schemas.js'
+
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+const Count = Type.Integer({ minimum: 0 })
+
+// The usage report (docs/api.md). Dates are checked by the handler, which also takes an RFC 3339
+// date-time as its UTC date.
+export const UsageQuery = Type.Object(
+  {
+    from: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    to: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    limit: Limit,
+    cursor: Type.Optional(Cursor),
+    sub_account_id: Type.Optional(
+      Type.String({ pattern: UUID_PATTERN, description: 'only this sub-account (at most one entry)' }),
+    ),
+    granularity: Type.Optional(
+      Type.Union([Type.Literal('range'), Type.Literal('day')], {
+        description: "`day`: each day of `days` also split by status class, with its limits' 429s (default `range`)",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+const ByStatus = Type.Object(
+  { '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count },
+  { additionalProperties: false },
+)
+const Limited = Type.Object(
+  { rate: Count, quota: Count },
+  { additionalProperties: false, description: "the gateway's 429s of a rate limit and of a monthly quota" },
+)
+
+export const UsageEntry = Type.Object(
+  {
+    sub_account_id: Type.String({ format: 'uuid' }),
+    external_id: Nullable(Type.String()),
+    requests: Count,
+    by_status: ByStatus,
+    days: Type.Array(
+      Type.Object(
+        {
+          date: Type.String({ format: 'date' }),
+          requests: Count,
+          // With granularity=day only.
+          by_status: Type.Optional(ByStatus),
+          limited: Type.Optional(Limited),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    limited: Limited,
+  },
+  { additionalProperties: false },
+)
+export type UsageEntry = Static<typeof UsageEntry>
+
+export const UsageReport = Type.Object(
+  {
+    from: Type.String({ format: 'date' }),
+    to: Type.String({ format: 'date' }),
+    data: Type.Array(UsageEntry),
+    next_cursor: Nullable(Type.String()),
+  },
+  { additionalProperties: false },
+)

@@ -1,0 +1,42 @@
+// What every answered request leaves behind, in one onResponse hook: the metrics by route kind,
+// the request line, and the tenant's usage. One hook, and the route's kind read once, because it
+// runs for every proxied request (bench:proxy measures it; fastify builds `routeOptions` anew at
+// each read).
+import fp from 'fastify-plugin'
+import { routeKindOf } from '../http/route-kind.js'
+import { logRequest } from './logging.js'
+
+export interface RequestAccountingOptions {
+  /** Write the request line (fastify's own request logging is off). */
+  logRequests: boolean
+}
+
+export const requestAccounting = fp<RequestAccountingOptions>(
+  async (app, { logRequests }) => {
+    const metrics = app.metrics
+    const meter = app.usageMeter
+    app.addHook('onResponse', (request, reply, done) => {
+      const kind = routeKindOf(request)
+      metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
+      if (logRequests) logRequest(app.log, kind, request, reply)
+      const proxied = kind === 'proxy'
+      if (proxied) metrics.proxiedRequests.inc()
+      // Usage: every proxied request, and every refusal once a key authenticated, for the tenant
+      // it acted as (the key's own when the refusal came before that was resolved; docs/api.md).
+      // Forwarded: the proxy handed it to the upstream (proxy/plugin.ts stamps upstreamSentAt as
+      // it writes the upstream's headers); a gateway refusal never gets that far. Quotas count these.
+      const principal = request.principal
+      if (principal !== null) {
+        meter.keyUsed(principal.key.id)
+        if (proxied || reply.statusCode >= 400)
+          meter.record(
+            (request.actingTenant ?? principal.tenant).id,
+            reply.statusCode,
+            proxied && request.upstreamSentAt > 0,
+          )
+      }
+      done()
+    })
+  },
+  { name: 'request-accounting', dependencies: ['metrics', 'usage-meter'] },
+)

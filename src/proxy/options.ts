@@ -1,0 +1,24 @@
+// What the proxy's routes and their steps are built from (proxy/plugin.ts, proxy/checks.ts).
+import type { IdentityAssertions } from '../identity/assertions.js'
+import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
+import type { TenancyLookups } from '../tenancy/lookups.js'
+import type { ClientAbortTallies } from './exchange.js'
+import type { LimitGate } from '../limits/gate.js'
+import type { ProxyRoute } from './route-table.js'
+
+export interface ProxyOptions {
+  routes: readonly ProxyRoute[]
+  lookups: TenancyLookups
+  /** Time to the upstream's response headers, in seconds. */
+  upstreamDuration: LatencyHistogram
+  /** Requests admitted from the last second's memory (tenancy/recent-admissions.ts). */
+  recentAdmissions: Tally
+  clientAborts: ClientAbortTallies
+  /** Where each route's slots are read at scrape time (tgw_proxy_upstream_slots). */
+  upstreamSlots?: Map<string, () => { held: number; waiting: number }>
+  limits: LimitGate
+  /** Signs the identity of requests on routes with `identity`; null when no route has it. */
+  identity: IdentityAssertions | null
+  /** The console is served at /console (CONSOLE=on): no route proxies its paths. */
+  consoleServed?: boolean
+}

@@ -1,0 +1,64 @@
+// The proxy's checks as an ordered list of steps (docs/architecture.md, the proxy pipeline), run
+// by one onRequest hook. A step decides at once when it can, so a request admitted from memory
+// passes every step without a promise; a step that must wait returns one. A step that takes
+// something (a limit's units, a slot) says how to give it back: when a later step refuses the
+// request, or its client leaves, the steps already passed are undone, last first.
+import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+
+/** The request's client left while a step waited: nothing is answered, what was taken goes back. */
+export const ABANDONED = Symbol('abandoned')
+
+/** undefined: go on. An Error: refuse with it. ABANDONED: stop without an answer. */
+export type Verdict = undefined | Error | typeof ABANDONED
+
+export interface ProxyStep {
+  /** Names the step in the per-step cost table (bench/README.md) and in docs/architecture.md. */
+  readonly name: string
+  /** Decides at once, or returns a promise of its verdict. Must not throw for a client's input. */
+  check(request: FastifyRequest, reply: FastifyReply): Verdict | Promise<Verdict>
+  /** Gives back what `check` took, when a later step refuses the request or its client leaves. */
+  undo?(request: FastifyRequest): void
+}
+
+type Done = (error?: Error) => void
+
+/** The onRequest hook that runs `steps` in order. */
+export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
+  /** Undoes steps [0, passed) last first, then answers `verdict` (nothing for ABANDONED). */
+  function stop(passed: number, request: FastifyRequest, verdict: Error | typeof ABANDONED, done: Done): void {
+    for (let i = passed - 1; i >= 0; i--) steps[i]!.undo?.(request)
+    if (verdict !== ABANDONED) done(verdict)
+  }
+
+  function runFrom(first: number, request: FastifyRequest, reply: FastifyReply, done: Done): void {
+    for (let i = first; i < steps.length; i++) {
+      const verdict = steps[i]!.check(request, reply)
+      if (verdict === undefined) continue
+      if (verdict === ABANDONED || verdict instanceof Error) {
+        stop(i, request, verdict, done)
+        return
+      }
+      verdict.then(
+        (later) => {
+          if (later !== undefined) {
+            stop(i, request, later, done)
+            return
+          }
+          // A step after a wait runs outside fastify's hook runner: a throw is this request's 500.
+          try {
+            runFrom(i + 1, request, reply, done)
+          } catch (error) {
+            done(error as Error)
+          }
+        },
+        (error: Error) => stop(i, request, error, done),
+      )
+      return
+    }
+    done()
+  }
+
+  return function proxyChecks(request, reply, done) {
+    runFrom(0, request, reply, done)
+  }
+}

@@ -1,0 +1,12 @@
+// The tenant's and its account's limits (limits/gate.ts): units taken, given back if a later
+// step refuses the request or its client leaves before it is forwarded.
+import type { StepFactory } from '../checks.js'
+
+export const limitsStep: StepFactory = (route, { limits }) => {
+  if (route.public) return null
+  return {
+    name: 'limits',
+    check: (request, reply) => limits.check(request, reply),
+    undo: (request) => limits.refund(request),
+  }
+}

@@ -1,0 +1,12 @@
+// The route's scopes for the method, against the admitted key's (docs/configuration.md, routes).
+import { insufficientScope } from '../../auth/scopes.js'
+import type { StepFactory } from '../checks.js'
+import { scopesFor } from '../route-table.js'
+
+export const scopesStep: StepFactory = (route) => {
+  if (route.public) return null
+  return {
+    name: 'scopes',
+    check: (request) => insufficientScope(request.principal!.key.scopes, scopesFor(route, request.method)),
+  }
+}

@@ -1,0 +1,219 @@
+// Errors that say where and what to do (docs/api.md), over real sockets: a body that is not JSON
+// says where it stops being JSON; another scheme than Bearer, or a client secret sent as a key,
+// is told what to send; a typo deep in `limits` is named without the anyOf noise; a local webhook
+// URL mentions WEBHOOKS_ALLOW_INSECURE, never the address a name resolved to; and a gateway
+// started without ISSUER_URL says which issuer it uses. Codes and statuses are unchanged.
+import { Writable } from 'node:stream'
+import pino from 'pino'
+import t from 'tap'
+import { loggerOptions } from '../../src/ops/logging.js'
+import { startGateway } from '../helpers/gateway.js'
+import { callAs, rawRequest } from '../helpers/http.js'
+import { checkProblem } from '../helpers/problems.js'
+import { basicAuthorization, clientKey } from '../helpers/tokens.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const upstream = await startUpstream(t)
+const gw = await startGateway(t, {
+  gatewayConfig: { routes: [{ prefix: '/v1/orders', upstream: upstream.url }] },
+  // A name that resolves to a private address, and one that does not resolve: no DNS is asked.
+  webhookLookup: async (hostname) => {
+    if (hostname === 'hooks.internal.test') return [{ address: '10.20.30.40', family: 4 }]
+    throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' })
+  },
+})
+const parent = await gw.createParent()
+const client = await clientKey(gw.url, parent)
+
+const post = (path: string, body: string) =>
+  callAs(gw.url, parent.apiKey, {
+    method: 'POST',
+    path,
+    acting: 'self',
+    body,
+    headers: [['Content-Type', 'application/json']],
+  })
+const subAccountCount = async () =>
+  Number((await gw.sql`select count(*)::int as n from tenants where parent_id is not null`)[0]!.n)
+
+t.test('a body that is not JSON: where it stops being JSON, and what to send', async (t) => {
+  const before = await subAccountCount()
+  for (const [body, detail] of [
+    [
+      '{\n  "name": "a",\n}',
+      'the body must be JSON: at line 3, column 1, expected a property name in double quotes, found "}"',
+    ],
+    ['{"name": "a"', "the body must be JSON: at line 1, column 13, expected ',' or '}', found the end of the body"],
+    [
+      '{"name": "é", "x": tru}',
+      'the body must be JSON: at line 1, column 20, expected a value (an object, array, string, number, true, false or null), found "t"',
+    ],
+    [
+      '{"name": "a"} {}',
+      'the body must be JSON: at line 1, column 15, expected the end of the body (one JSON value only), found "{"',
+    ],
+  ] as const) {
+    const res = await post('/v1/sub-accounts', body)
+    const problem = checkProblem(t, res, 400, 'invalid_json', JSON.stringify(body))
+    t.equal(problem.detail, detail, JSON.stringify(body))
+  }
+  const poisoned = await post('/v1/sub-accounts', '{"name": "a", "__proto__": {"x": 1}}')
+  t.match(checkProblem(t, poisoned, 400, 'invalid_json', '__proto__').detail, /"__proto__".*which the gateway refuses/)
+  t.equal(await subAccountCount(), before, 'nothing was made')
+})
+
+t.test('another scheme than Bearer: named, and told what to send', async (t) => {
+  const basic = basicAuthorization(client.keyId, client.clientSecret)
+  const credentials = basic.slice('Basic '.length)
+  for (const scheme of ['Basic', 'basic', 'BASIC', 'bAsIc']) {
+    for (const [method, path] of [
+      ['GET', '/v1/orders/1'],
+      ['GET', '/v1/sub-accounts'],
+    ] as const) {
+      const res = await rawRequest(gw.url, { method, path, headers: [['Authorization', `${scheme} ${credentials}`]] })
+      const what = `${scheme} on ${path}`
+      const problem = checkProblem(t, res, 401, 'unauthenticated', what)
+      t.equal(res.headers['www-authenticate'], 'Bearer', `${what}: WWW-Authenticate`)
+      t.equal(
+        problem.detail,
+        `the Authorization scheme is ${scheme}, not Bearer: send the API key as \`Authorization: Bearer tgw_…\`; ` +
+          'to use a key id and client secret, trade them at POST /oauth2/token for an access token',
+        what,
+      )
+      t.notMatch(res.body, credentials, `${what}: the credentials are not echoed`)
+    }
+  }
+  const alone = await rawRequest(gw.url, { path: '/v1/orders/1', headers: [['Authorization', 'Basic']] })
+  t.match(
+    checkProblem(t, alone, 401, 'unauthenticated', 'Basic alone').detail,
+    /^the Authorization scheme is Basic, not Bearer: /,
+  )
+  const lone = await rawRequest(gw.url, { path: '/v1/orders/1', headers: [['Authorization', 'sk_live_abcdef']] })
+  const loneDetail = checkProblem(t, lone, 401, 'unauthenticated', 'an unknown lone word').detail
+  t.match(loneDetail, /^the Authorization scheme is not Bearer: send the API key as /)
+  t.notMatch(loneDetail, 'sk_live_abcdef', 'a lone word that may be a credential is not echoed')
+  t.equal(upstream.received.length, 0, 'nothing reached the upstream')
+})
+
+t.test('a client secret sent as the key: told it is not a key, and what to send', async (t) => {
+  for (const [method, path] of [
+    ['GET', '/v1/orders/1'],
+    ['GET', '/v1/sub-accounts'],
+  ] as const) {
+    for (const authorization of [
+      `Bearer ${client.clientSecret}`,
+      `bearer ${client.clientSecret}`,
+      client.clientSecret,
+    ]) {
+      const res = await rawRequest(gw.url, { method, path, headers: [['Authorization', authorization]] })
+      const what = `${authorization.slice(0, 12)}… on ${path}`
+      const problem = checkProblem(t, res, 401, 'unauthenticated', what)
+      t.equal(
+        problem.detail,
+        'a client secret (tgws_…) is not an API key: send the API key as `Authorization: Bearer tgw_…`; ' +
+          'to use a key id and client secret, trade them at POST /oauth2/token for an access token',
+        what,
+      )
+      t.notMatch(res.body, client.clientSecret, `${what}: the secret is not echoed`)
+    }
+  }
+  t.equal(upstream.received.length, 0, 'nothing reached the upstream')
+})
+
+t.test('a typo deep in limits: the field and its path, what is allowed, no anyOf noise', async (t) => {
+  const typo = { name: 'typo', limits: { rate: { requsts: 5, per_seconds: 1 } } }
+  const expected = [
+    { path: '/body/limits/rate/requests', message: 'is required' },
+    { path: '/body/limits/rate/requsts', message: 'is not a known field (allowed: requests, per_seconds)' },
+  ]
+  const before = await subAccountCount()
+  const created = await post('/v1/sub-accounts', JSON.stringify(typo))
+  const problem = checkProblem(t, created, 400, 'validation_failed', 'create')
+  t.same(problem.errors, expected, 'create: the two fields at fault, and nothing else')
+  t.equal(
+    problem.detail,
+    '/body/limits/rate/requests is required; /body/limits/rate/requsts is not a known field (allowed: requests, per_seconds)',
+  )
+  t.notMatch(created.body, /anyOf|must be null/, 'create: no anyOf noise')
+  t.equal(await subAccountCount(), before, 'nothing was made')
+
+  const sub = await post('/v1/sub-accounts', JSON.stringify({ name: 'patched' }))
+  const patched = await callAs(gw.url, parent.apiKey, {
+    method: 'PATCH',
+    path: `/v1/sub-accounts/${sub.json().id}`,
+    acting: 'self',
+    json: { limits: { rate: { requsts: 5, per_seconds: 1 } } },
+  })
+  t.same(checkProblem(t, patched, 400, 'validation_failed', 'PATCH').errors, expected, 'PATCH: the same')
+  t.notMatch(patched.body, /anyOf|must be null/, 'PATCH: no anyOf noise')
+
+  const wrongKind = await post('/v1/sub-accounts', JSON.stringify({ name: 'kind', limits: { rate: 5 } }))
+  t.same(checkProblem(t, wrongKind, 400, 'validation_failed', 'rate: 5').errors, [
+    { path: '/body/limits/rate', message: 'must be an object or null' },
+  ])
+  const unknownMember = await post('/v1/sub-accounts', JSON.stringify({ name: 'x', limits: { rates: {} } }))
+  t.same(checkProblem(t, unknownMember, 400, 'validation_failed', 'rates').errors, [
+    { path: '/body/limits/rates', message: 'is not a known field (allowed: rate, monthly_quota)' },
+  ])
+})
+
+t.test('a local or private webhook URL: WEBHOOKS_ALLOW_INSECURE named, the resolved address never', async (t) => {
+  const register = (url: string) =>
+    post('/v1/sub-accounts/webhook-endpoints', JSON.stringify({ url, event_types: ['api_key.*'] }))
+  const hint = 'for local development, the gateway accepts such URLs when started with WEBHOOKS_ALLOW_INSECURE=true'
+  for (const [url, reason] of [
+    ['https://127.0.0.1:9/hook', 'url host 127.0.0.1 is a loopback address'],
+    ['https://192.168.1.20/hook', 'url host 192.168.1.20 is a private address'],
+    ['https://localhost/hook', 'url host localhost is loopback'],
+    ['http://1.1.1.1/hook', 'url must use https'],
+    ['https://hooks.internal.test/hook', 'url host hooks.internal.test resolves to an address that is not public'],
+  ] as const) {
+    const problem = checkProblem(t, await register(url), 400, 'validation_failed', url)
+    t.same(problem.errors, [{ path: '/body/url', message: `${reason}; ${hint}` }], url)
+  }
+  const resolved = await register('https://hooks.internal.test/other')
+  t.notMatch(resolved.body, '10.20.30.40', 'the address the name resolved to is not named')
+  const unresolved = checkProblem(t, await register('https://nowhere.test/hook'), 400, 'validation_failed', 'no name')
+  t.notMatch(
+    String(unresolved.detail),
+    'WEBHOOKS_ALLOW_INSECURE',
+    'a name that does not resolve is not told to lift the rule',
+  )
+  t.equal(Number((await gw.sql`select count(*)::int as n from webhook_endpoints`)[0]!.n), 0, 'nothing was registered')
+})
+
+t.test('started without ISSUER_URL: one warning naming the issuer used, the one discovery shows', async (t) => {
+  const lines: string[] = []
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      done()
+    },
+  })
+  const logger = pino(loggerOptions('info'), sink)
+  const unset = await startGateway(t, { logger, redis: false })
+  const warnings = lines.map((line) => JSON.parse(line)).filter((entry) => /ISSUER_URL/.test(entry.msg))
+  t.equal(warnings.length, 1, 'one line')
+  const discovery = await rawRequest(unset.url, { path: '/.well-known/oauth-authorization-server' })
+  const { issuer } = discovery.json() as { issuer: string }
+  t.equal(warnings[0].level, 40, 'a warning')
+  t.equal(warnings[0].issuer, issuer, 'the issuer discovery shows')
+  t.match(
+    warnings[0].msg,
+    `ISSUER_URL is not set, so the issuer of access tokens, identity assertions and /.well-known/oauth-authorization-server is ${issuer}`,
+  )
+  t.match(warnings[0].msg, /set ISSUER_URL to the address clients use$/)
+  t.not(
+    new URL(issuer).origin,
+    new URL(unset.url).origin,
+    'reached at 127.0.0.1, the default issuer is another address',
+  )
+
+  lines.length = 0
+  await startGateway(t, { logger, redis: false, env: { ISSUER_URL: 'https://gateway.test' } })
+  t.same(
+    lines.filter((line) => /ISSUER_URL/.test(line)),
+    [],
+    'ISSUER_URL set: no warning',
+  )
+})
