@@ -511,7 +511,11 @@ async function smokeStart(runtime, node) {
 
     // docs/configuration.md: the embedded database's first start prints a parent key, once. Listing
     // sub-accounts with it goes through the migrated tables and the store's production dependencies.
-    const key = /^bootstrap parent account \S+ key (\S+)$/m.exec(stdout)?.[1]
+    // It is printed once both ports are bound, so it may follow the first /healthz answer: wait for it.
+    const bootstrapLine = /^bootstrap parent account \S+ key (\S+)$/m
+    const keyDeadline = Date.now() + 10_000
+    while (!bootstrapLine.test(stdout) && running() && Date.now() < keyDeadline) await sleep(100)
+    const key = bootstrapLine.exec(stdout)?.[1]
     if (key === undefined) fail('the first start printed no `bootstrap parent account … key …` line')
     const list = await get(`${base}/v1/sub-accounts`, { authorization: `Bearer ${key}` })
     if (list.status !== 200)

@@ -1,5 +1,6 @@
 // First start of an embedded database: nobody can run the CLI against it while the gateway holds
-// it, so the gateway creates a parent account and prints its key, once (docs/configuration.md).
+// it, so the gateway creates a parent account and prints its key, once (docs/configuration.md),
+// after it listens: a start that fails earlier must not spend the only showing of the key.
 // It stands in for the operator's `accounts create`, and writes what that writes: the first key's
 // api_key.created, by the operator (docs/decisions.md, Events).
 import { writeSync } from 'node:fs'

@@ -21,7 +21,10 @@ export interface Config {
   readonly redisUrl: string | undefined
   /** Prefix of the gateway's Redis keys and invalidation channel (REDIS_KEY_PREFIX, default tgw:). */
   readonly redisKeyPrefix: string
+  /** The catch-all's upstream: UPSTREAM_URL, or EMBEDDED_UPSTREAM_URL (see `upstreamUrlIsDefault`). */
   readonly upstreamUrl: string | undefined
+  /** True when UPSTREAM_URL is unset and the embedded database's default stands in for it. */
+  readonly upstreamUrlIsDefault: boolean
   readonly gatewayConfigPath: string
   /** The parsed route table document; its routes are validated by the proxy. */
   readonly gatewayConfig: Readonly<Record<string, unknown>>
@@ -227,6 +230,26 @@ function parseOnOff(env: Env, name: string, fallback: boolean): boolean {
   throw new ConfigError(name, `must be on or off, got "${raw}"`)
 }
 
+/**
+ * Where an embedded gateway with nothing to proxy to sends every other path: the address of
+ * `npm run echo-upstream` (scripts/echo-upstream.ts), so that a first `npm start` proxies
+ * something (docs/decisions.md, The first run's upstream).
+ */
+export const EMBEDDED_UPSTREAM_URL = 'http://127.0.0.1:9000'
+
+/** The embedded database's default applies only when nothing else says where to proxy. */
+function upstreamOf(env: Env, databaseUrl: string | undefined, gatewayConfig: Record<string, unknown>) {
+  const set = parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:'])
+  if (set !== undefined) return { upstreamUrl: set, upstreamUrlIsDefault: false }
+  const routes = gatewayConfig.routes
+  const nothingToProxyTo =
+    databaseUrl === undefined &&
+    (routes === undefined || routes === null || (Array.isArray(routes) && routes.length === 0))
+  return nothingToProxyTo
+    ? { upstreamUrl: EMBEDDED_UPSTREAM_URL, upstreamUrlIsDefault: true }
+    : { upstreamUrl: undefined, upstreamUrlIsDefault: false }
+}
+
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -234,17 +257,19 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   }
   const gatewayConfigPath = resolve(cwd, read(env, 'GATEWAY_CONFIG') ?? 'config/gateway.yaml')
   const port = parsePort(env, 'PORT', 8080)
+  const databaseUrl = parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:'])
+  const gatewayConfig = loadGatewayConfig(gatewayConfigPath)
   const issuerUrl = parseIssuerUrl(env)
   return Object.freeze({
     port,
     host: read(env, 'HOST') ?? '0.0.0.0',
-    databaseUrl: parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:']),
+    databaseUrl,
     dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
     redisUrl: parseRedisUrl(env),
     redisKeyPrefix: parseRedisKeyPrefix(env),
-    upstreamUrl: parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:']),
+    ...upstreamOf(env, databaseUrl, gatewayConfig),
     gatewayConfigPath,
-    gatewayConfig: Object.freeze(loadGatewayConfig(gatewayConfigPath)),
+    gatewayConfig: Object.freeze(gatewayConfig),
     logLevel,
     metricsPort: parsePort(env, 'METRICS_PORT', 9091),
     shutdownDelayMs: parseMilliseconds(env, 'SHUTDOWN_DELAY_MS', 0),

@@ -1,4 +1,5 @@
-// The only process code: config → store → migrations → app → listen; close-with-grace on signals.
+// The only process code: config → store → migrations → app → listen → the embedded bootstrap;
+// close-with-grace on signals.
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
@@ -53,7 +54,6 @@ async function main(): Promise<void> {
     const encryptionKey = resolveEncryptionKey(config)
     if (config.databaseUrl !== undefined) await reachPostgres(store.sql, config.databaseUrl)
     await migrate(store.sql)
-    if (store.embedded) await bootstrapEmbedded(store.sql)
     // Loads the signing keys: a wrong ENCRYPTION_KEY stops the start here.
     app = await buildApp({
       config: { ...config, encryptionKey },
@@ -107,6 +107,14 @@ async function main(): Promise<void> {
       await new Promise((resolve) => metricsServer.close(resolve))
     })
     await listening('PORT', config.port, config.host, () => app.listen({ port: config.port, host: config.host }))
+    if (config.upstreamUrlIsDefault)
+      app.log.info(
+        { upstream: config.upstreamUrl },
+        'UPSTREAM_URL is unset: the embedded default takes every proxied path (npm run echo-upstream serves it)',
+      )
+    // Only once both ports are bound: a start that fails before has created no account whose key
+    // was never shown (docs/decisions.md, The bootstrap account).
+    if (store.embedded) await bootstrapEmbedded(store.sql)
   } catch (err) {
     // Close the store (and the embedded database's lock) before the process exits.
     await shutdown()

@@ -1,140 +1,17 @@
 // Embedded mode (docs/configuration.md): no DATABASE_URL, PGlite in DATA_DIR. The gateway is
 // started the way the README says (`npm start`) and called over real HTTP; no Postgres server is
 // involved.
-import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { BOOTSTRAP_LINE, embeddedEnv, startEmbeddedGateway } from '../helpers/embedded-gateway.js'
 import { until } from '../helpers/poll.js'
-import { closedPort } from '../helpers/upstream.js'
 import { startReceiver } from '../helpers/webhook-receiver.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
-const BOOTSTRAP_LINE =
-  /^bootstrap parent account ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) key (tgw_[0-9A-Za-z]{49})$/
-const START_TIMEOUT = 60_000
-
-function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, ...extra }
-  delete env.DATABASE_URL
-  delete env.REDIS_URL
-  return env
-}
-
-/** True while any process of the group led by `pgid` is alive. */
-function groupAlive(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0)
-    return true
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
-interface Gateway {
-  child: ChildProcess
-  port: number
-  base: string
-  stdout(): string
-  stderr(): string
-  waitForStdout(pattern: RegExp, what: string): Promise<RegExpMatchArray>
-  waitListening(): Promise<void>
-  stop(): Promise<void>
-}
-
-const running = new Set<number>()
-
-// Whatever happens, no gateway outlives the test file.
-t.teardown(async () => {
-  for (const pgid of running) {
-    try {
-      process.kill(-pgid, 'SIGKILL')
-    } catch {
-      // already gone
-    }
-  }
-})
-
-async function startGateway(dataDir: string): Promise<Gateway> {
-  const port = await closedPort()
-  const metricsPort = await closedPort()
-  const child = spawn('npm', ['start'], {
-    cwd: REPO_ROOT,
-    detached: true, // its own process group: npm, sh, tsx and node are stopped together
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: childEnv({
-      DATA_DIR: dataDir,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'info',
-      METRICS_PORT: String(metricsPort),
-      // Webhooks to the test's receiver on 127.0.0.1.
-      WEBHOOKS_ALLOW_INSECURE: 'true',
-    }),
-  })
-  const pgid = child.pid!
-  running.add(pgid)
-  let out = ''
-  let err = ''
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk))
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (err += chunk))
-  let exited = false
-  const exit = new Promise<void>((resolve) =>
-    child.once('exit', () => {
-      exited = true
-      resolve()
-    }),
-  )
-
-  async function waitForStdout(pattern: RegExp, what: string): Promise<RegExpMatchArray> {
-    const deadline = Date.now() + START_TIMEOUT
-    for (;;) {
-      const match = out
-        .split('\n')
-        .map((line) => pattern.exec(line))
-        .find((m) => m !== null)
-      if (match) return match
-      if (exited) throw new Error(`the gateway exited before printing ${what}\nstdout: ${out}\nstderr: ${err}`)
-      if (Date.now() > deadline)
-        throw new Error(`no ${what} within ${START_TIMEOUT} ms\nstdout: ${out}\nstderr: ${err}`)
-      await sleep(50)
-    }
-  }
-
-  const base = `http://127.0.0.1:${port}`
-  return {
-    child,
-    port,
-    base,
-    stdout: () => out,
-    stderr: () => err,
-    waitForStdout,
-    async waitListening() {
-      await waitForStdout(/"msg":"Server listening at /, 'the "Server listening" log line')
-      // And it answers: any HTTP response (401 without a key) will do.
-      const res = await fetch(`${base}/v1/sub-accounts`)
-      await res.arrayBuffer()
-      if (res.status !== 401) throw new Error(`expected 401 without a key, got ${res.status}`)
-    },
-    async stop() {
-      if (groupAlive(pgid)) process.kill(-pgid, 'SIGTERM')
-      await exit
-      // npm may exit before its grandchild (the node process that holds the database) is done.
-      const deadline = Date.now() + 30_000
-      while (groupAlive(pgid)) {
-        if (Date.now() > deadline) {
-          process.kill(-pgid, 'SIGKILL')
-          throw new Error(`the gateway did not stop within 30 s of SIGTERM\nstdout: ${out}\nstderr: ${err}`)
-        }
-        await sleep(50)
-      }
-      running.delete(pgid)
-    },
-  }
-}
 
 function runCli(
   args: string[],
@@ -144,7 +21,7 @@ function runCli(
     execFile(
       'npm',
       ['run', '--silent', 'cli', '--', ...args],
-      { cwd: REPO_ROOT, env: childEnv(env), timeout: 60_000 },
+      { cwd: REPO_ROOT, env: embeddedEnv(env), timeout: 60_000 },
       (err, stdout, stderr) => {
         const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null
         resolve({ code, stdout, stderr })
@@ -174,7 +51,7 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
 
   // First start: a bootstrap account and its key, printed once.
-  const first = await startGateway(dataDir)
+  const first = await startEmbeddedGateway(t, dataDir, { env: { WEBHOOKS_ALLOW_INSECURE: 'true' } })
   t.teardown(async () => {
     if (first.child.exitCode === null && first.child.signalCode === null) await first.stop().catch(() => {})
   })
@@ -187,10 +64,15 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   t.equal(bootstrapLines.length, 1, 'one bootstrap line')
   t.match(bootstrapLines[0], BOOTSTRAP_LINE, 'a whole line of its own')
   t.ok(
-    first.stdout().indexOf('bootstrap') < first.stdout().indexOf('Server listening'),
-    'printed before the server listens',
+    first.stdout().indexOf('Server listening') < first.stdout().indexOf('bootstrap'),
+    'printed once the server listens',
   )
   t.equal(first.stdout().split(apiKey!).length - 1, 1, 'the key is printed exactly once (not in any log line)')
+  t.match(
+    first.stdout(),
+    /"upstream":"http:\/\/127\.0\.0\.1:9000","msg":"UPSTREAM_URL is unset: the embedded default/,
+    'no UPSTREAM_URL and no routes: the log names the default upstream',
+  )
   // It stands in for `accounts create`: the audit log opens with its first key's event, by the operator.
   const opening = await fetch(`${first.base}/v1/sub-accounts/events`, {
     headers: { authorization: `Bearer ${apiKey}` },
@@ -269,7 +151,7 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   t.notOk(existsSync(join(dataDir, 'gateway.lock')), 'the lock file is removed on a clean stop')
 
   // Second start on the same DATA_DIR: no bootstrap, the earlier key and data are still there.
-  const second = await startGateway(dataDir)
+  const second = await startEmbeddedGateway(t, dataDir, { env: { WEBHOOKS_ALLOW_INSECURE: 'true' } })
   t.teardown(async () => {
     if (second.child.exitCode === null && second.child.signalCode === null) await second.stop().catch(() => {})
   })
