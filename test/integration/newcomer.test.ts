@@ -94,8 +94,9 @@ async function silentServer(t: Test): Promise<number> {
 
 const db = await freshDatabase(t)
 
-t.test('the gateway at start', async (t) => {
-  await t.test('a Postgres that refuses: names Postgres, DATABASE_URL and where, never the password', async (t) => {
+// Each start is a process of its own, and several wait for a timeout: four at a time.
+t.test('the gateway at start', { jobs: 4 }, async (t) => {
+  t.test('a Postgres that refuses: names Postgres, DATABASE_URL and where, never the password', async (t) => {
     const port = await closedPort()
     const run = await runNode('src/main.ts', [], {
       DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway`,
@@ -109,7 +110,7 @@ t.test('the gateway at start', async (t) => {
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
   })
 
-  await t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
+  t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
     const port = await silentServer(t)
     const run = await runNode(
       'src/main.ts',
@@ -126,7 +127,7 @@ t.test('the gateway at start', async (t) => {
   })
 
   // A host that drops packets: postgres.js used to retry for minutes in silence.
-  await t.test('a host that does not answer: a message within the first-contact timeout', async (t) => {
+  t.test('a host that does not answer: a message within the first-contact timeout', async (t) => {
     const port = await silentPort(t)
     const run = await runNode(
       'src/main.ts',
@@ -146,7 +147,7 @@ t.test('the gateway at start', async (t) => {
   })
 
   for (const variable of ['METRICS_PORT', 'PORT'] as const) {
-    await t.test(`${variable} already in use: names ${variable}`, async (t) => {
+    t.test(`${variable} already in use: names ${variable}`, async (t) => {
       const holder = createServer()
       await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
       t.teardown(() => new Promise((resolve) => holder.close(resolve)))
@@ -174,7 +175,7 @@ t.test('the gateway at start', async (t) => {
     ['a database the server does not have (/99)', redisAt('', '99'), /ERR DB index is out of range/],
     ['a user or password the server refuses', redisAt(`bob:${PASSWORD}@`, '0'), /WRONGPASS/],
   ] as const) {
-    await t.test(`REDIS_URL with ${what}: a startup error naming REDIS_URL, never database 0`, async (t) => {
+    t.test(`REDIS_URL with ${what}: a startup error naming REDIS_URL, never database 0`, async (t) => {
       const run = await runNode('src/main.ts', [], {
         DATABASE_URL: db.url,
         REDIS_URL: url,
@@ -189,7 +190,7 @@ t.test('the gateway at start', async (t) => {
     })
   }
 
-  await t.test('REDIS_URL that does not answer: the gateway starts without Redis, and says so', async (t) => {
+  t.test('REDIS_URL that does not answer: the gateway starts without Redis, and says so', async (t) => {
     const port = await closedPort()
     const run = await runNode(
       'src/main.ts',
@@ -203,7 +204,7 @@ t.test('the gateway at start', async (t) => {
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
   })
 
-  await t.test('a YAML error in the route table shows the line at fault', async (t) => {
+  t.test('a YAML error in the route table shows the line at fault', async (t) => {
     const dir = t.testdir({})
     const file = join(dir, 'gateway.yaml')
     writeFileSync(file, 'routes:\n  - prefix: /v1/a\n    upstream: http://a\n   misplaced: here\n')
@@ -219,11 +220,12 @@ t.test('the gateway at start', async (t) => {
 
   // The parser reports an unclosed quote or bracket where it gave up: at the end of the file, or
   // on the next line. The line quoted is the one where it opened (line 3 here, of 5).
-  for (const [opener, line3] of [
-    ['"', '    upstream: "http://a'],
-    ['[', '    scopes: [tracking:read'],
+  for (const [opener, what, line3] of [
+    ['"', 'quote', '    upstream: "http://a'],
+    ['[', 'bracket', '    scopes: [tracking:read'],
   ] as const) {
-    await t.test(`an unclosed ${opener} in the route table: the line where it opened, quoted`, async (t) => {
+    // Named apart in words: t.testdir's folder is the name without its punctuation.
+    t.test(`an unclosed ${what} (${opener}) in the route table: the line where it opened, quoted`, async (t) => {
       const dir = t.testdir({})
       const file = join(dir, 'gateway.yaml')
       writeFileSync(file, `routes:\n  - prefix: /v1/a\n${line3}\n  - prefix: /v1/b\n    upstream: http://b\n`)
@@ -240,10 +242,10 @@ t.test('the gateway at start', async (t) => {
   }
 })
 
-t.test('the CLI', async (t) => {
+t.test('the CLI', { jobs: 4 }, async (t) => {
   const env = { DATABASE_URL: db.url }
   for (const args of [['--help'], ['-h'], ['help'], ['keys', 'create', '--help']]) {
-    await t.test(`cli ${args.join(' ')}: the usage on stdout, exit 0`, async (t) => {
+    t.test(`cli ${args.join(' ')}: the usage on stdout, exit 0`, async (t) => {
       const run = await runNode('src/cli.ts', args, env)
       t.equal(run.code, 0)
       t.equal(run.stderr, '')
@@ -254,7 +256,7 @@ t.test('the CLI', async (t) => {
     })
   }
 
-  await t.test('npm run cli -- --help works as the usage says', async (t) => {
+  t.test('npm run cli -- --help works as the usage says', async (t) => {
     const run = await new Promise<Run>((resolve) => {
       const started = Date.now()
       const child = spawn('npm', ['run', '--silent', 'cli', '--', '--help'], {
@@ -288,7 +290,7 @@ t.test('the CLI', async (t) => {
     ],
   ]
   for (const [args, runEnv, message] of failures) {
-    await t.test(`cli ${args.join(' ') || '(nothing)'}: one line starting with "error: "`, async (t) => {
+    t.test(`cli ${args.join(' ') || '(nothing)'}: one line starting with "error: "`, async (t) => {
       const run = await runNode('src/cli.ts', args, runEnv)
       t.equal(run.code, 1)
       t.equal(run.stdout, '')
