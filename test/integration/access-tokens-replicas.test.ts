@@ -8,8 +8,8 @@ import {
   type GatewayOptions,
   metricValue,
   recentAdmissions,
-  startGateway,
   type TestGateway,
+  startReplicas,
 } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
@@ -23,13 +23,10 @@ const SLOW_LOCAL_EXPIRY: GatewayOptions['cacheTimings'] = {
   reinvalidateAfterMs: 60_000,
 }
 const upstream = await startUpstream(t)
-const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
-const b = await startGateway(t, {
-  upstreamUrl: upstream.url,
-  database: a.database,
-  redisKeyPrefix: a.redisKeyPrefix,
-  cacheTimings: SLOW_LOCAL_EXPIRY,
-})
+const [a, b] = (await startReplicas(t, 2, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })) as [
+  TestGateway,
+  TestGateway,
+]
 
 // A change made before B listens would be lost to it: start once both are subscribed.
 const redis = redisClient(t)

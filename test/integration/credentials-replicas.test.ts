@@ -6,7 +6,7 @@
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from 'jose'
 import t from 'tap'
 import { cli } from '../helpers/cli.js'
-import { startGateway, type TestGateway } from '../helpers/gateway.js'
+import { startGateway, type TestGateway, startReplicas } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisClient, untilSubscribed } from '../helpers/redis.js'
@@ -20,13 +20,7 @@ const routes = {
 }
 // Entries live a minute in process: only the messages (or the clock, for an expiry) explain a change.
 const cacheTimings = { localTtlMs: 60_000, negativeTtlMs: 60_000 }
-const a = await startGateway(t, { gatewayConfig: routes, cacheTimings })
-const b = await startGateway(t, {
-  gatewayConfig: routes,
-  cacheTimings,
-  database: a.database,
-  redisKeyPrefix: a.redisKeyPrefix,
-})
+const [a, b] = (await startReplicas(t, 2, { gatewayConfig: routes, cacheTimings })) as [TestGateway, TestGateway]
 const redis = redisClient(t)
 await untilSubscribed(redis, a.redisKeyPrefix!, 2)
 

@@ -2,11 +2,10 @@
 // deployment's secret, which every replica shares (it lives in Postgres), and bound to the list and
 // the parent they came from. Over real sockets, on two replicas of one deployment.
 import t, { type Test } from 'tap'
-import { startGateway } from '../helpers/gateway.js'
+import { startReplicas, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 
-const a = await startGateway(t, { redis: false })
-const b = await startGateway(t, { redis: false, database: a.database })
+const [a, b] = (await startReplicas(t, 2, { redis: false })) as [TestGateway, TestGateway]
 const parent = await a.createParent()
 const stranger = await a.createParent()
 

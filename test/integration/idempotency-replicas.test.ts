@@ -3,11 +3,10 @@
 // The claim is Postgres's unique key, not a replica's memory: one request runs, the others are
 // replays of its answer or 409 idempotency_key_in_flight.
 import t from 'tap'
-import { startGateway } from '../helpers/gateway.js'
+import { startReplicas, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 
-const a = await startGateway(t, { pool: {} })
-const b = await startGateway(t, { pool: {}, database: a.database, redisKeyPrefix: a.redisKeyPrefix })
+const [a, b] = (await startReplicas(t, 2, { pool: {} })) as [TestGateway, TestGateway]
 
 t.test('20 concurrent POSTs with one key on two replicas make one sub-account', async (t) => {
   const parent = await a.createParent()

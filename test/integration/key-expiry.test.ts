@@ -4,7 +4,7 @@
 // instant. Two replicas (A and B) share Postgres and a Redis prefix, in front of a real upstream;
 // they keep records in-process for a minute, so only the record's own expiry can explain a refusal.
 import t, { type Test } from 'tap'
-import { recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { recentAdmissions, type TestGateway, startReplicas } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { checkProblem, problemOf } from '../helpers/problems.js'
@@ -15,13 +15,10 @@ const SLOW_LOCAL_EXPIRY = { localTtlMs: 60_000, negativeTtlMs: 60_000, reinvalid
 const EXPIRED_CHALLENGE = 'Bearer error="invalid_token", error_description="the key has expired"'
 
 const upstream = await startUpstream(t)
-const a = await startGateway(t, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })
-const b = await startGateway(t, {
-  upstreamUrl: upstream.url,
-  database: a.database,
-  redisKeyPrefix: a.redisKeyPrefix,
-  cacheTimings: SLOW_LOCAL_EXPIRY,
-})
+const [a, b] = (await startReplicas(t, 2, { upstreamUrl: upstream.url, cacheTimings: SLOW_LOCAL_EXPIRY })) as [
+  TestGateway,
+  TestGateway,
+]
 const sql = a.database.sql
 const parent = await a.createParent()
 const sub = (

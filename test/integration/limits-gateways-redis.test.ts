@@ -14,7 +14,7 @@ import {
   recordAdmissions,
   subAccountVia,
 } from '../helpers/gateway-load.js'
-import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { metricValue, type TestGateway, startReplicas } from '../helpers/gateway.js'
 import { getOverAgent } from '../helpers/http.js'
 import { agedRedis, preciseNow, worstWindow } from '../helpers/limits.js'
 import { startRedis } from '../helpers/own-redis.js'
@@ -30,7 +30,7 @@ const routes = { routes: [{ prefix: '/v1/things', upstream: upstream.url }] }
 const graceMs = 3_000
 
 /** Two replicas of one deployment on `redis` (the tests' by default), with the real grace. */
-async function twoReplicas(t: Parameters<typeof startGateway>[0], redis?: string): Promise<TestGateway[]> {
+async function twoReplicas(t: Parameters<typeof startReplicas>[0], redis?: string): Promise<TestGateway[]> {
   const prefix = redisPrefix(t)
   await agedRedis(redisClient(t, redis === undefined ? {} : { url: redis }), prefix)
   const options = {
@@ -39,9 +39,7 @@ async function twoReplicas(t: Parameters<typeof startGateway>[0], redis?: string
     limitTimings: { graceMs },
     usageFlushIntervalMs: 100,
   }
-  const a = await startGateway(t, { ...options, ...(redis === undefined ? {} : { redis }) })
-  const b = await startGateway(t, { ...options, database: a.database, ...(redis === undefined ? {} : { redis }) })
-  return [a, b]
+  return startReplicas(t, 2, { ...options, ...(redis === undefined ? {} : { redis }) })
 }
 
 /**

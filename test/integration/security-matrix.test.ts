@@ -7,7 +7,7 @@ import { createServer, request as httpRequest, Agent } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/key-format.js'
-import { metricValue, recentAdmissions, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { metricValue, recentAdmissions, type TestGateway, startReplicas } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
 import { eventually, sleep } from '../helpers/poll.js'
@@ -60,13 +60,10 @@ const routes = {
     { prefix: '/hop', upstream: `http://127.0.0.1:${(hopByHop.address() as AddressInfo).port}` },
   ],
 }
-const a = await startGateway(t, { upstreamUrl: catchAll.url, gatewayConfig: routes })
-const b = await startGateway(t, {
-  upstreamUrl: catchAll.url,
-  gatewayConfig: routes,
-  database: a.database,
-  redisKeyPrefix: a.redisKeyPrefix,
-})
+const [a, b] = (await startReplicas(t, 2, { upstreamUrl: catchAll.url, gatewayConfig: routes })) as [
+  TestGateway,
+  TestGateway,
+]
 const portA = Number(new URL(a.url).port)
 
 /** When the last change went through the management API (its invalidation is sent again 1 s later). */
