@@ -277,7 +277,7 @@ export async function startBare(upstreamUrl: string, o: Wrap = {}): Promise<Serv
   const command = [...(o.wrap ?? []), serverNode().path, ...imageNode(ROOT).flags, 'bench/servers.js', 'bare']
   return startServer(command, {
     port,
-    env: { PORT: String(port), UPSTREAM_URL: upstreamUrl },
+    env: { PORT: String(port), UPSTREAM_URL: upstreamUrl, NODE_OPTIONS: profiled(process.env.NODE_OPTIONS ?? '') },
     path: PROXIED_PATH,
     status: 200,
     timeoutMs: o.timeoutMs,
@@ -395,7 +395,7 @@ export interface Gateway extends Server {
 }
 
 /**
- * BENCH_PROFILE=<dir>: every gateway also writes a V8 CPU profile there when it stops
+ * BENCH_PROFILE=<dir>: every gateway and bare proxy also writes a V8 CPU profile there when it stops
  * (`bench/profile-summary.ts <file>` prints where its time went).
  */
 function profiled(nodeOptions: string): string {
