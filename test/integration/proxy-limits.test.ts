@@ -345,6 +345,8 @@ t.test('a client that hangs up is a client abort: info, counted apart, no 5xx, n
     logger,
     usageFlushIntervalMs: 50,
     gatewayConfig: { routes: [{ prefix: '/v1/h', upstream: upstream.url }] },
+    // Set, so that the start logs no warning about it: every warning below is the aborts'.
+    env: { ISSUER_URL: 'http://127.0.0.1' },
   })
   const parent = await gw.createParent()
 
