@@ -361,17 +361,20 @@ t.test('a client that hangs up is a client abort: info, counted apart, no 5xx, n
 
   await waitFor(async () => (await metricValue(gw.app, 'tgw_client_aborts_total', { reason: 'hung_up' })) === 2)
   upstream.release()
-  const entries = lines.map((line) => JSON.parse(line) as { level: number; msg: string; reason?: string })
+  const entries = lines.map(
+    (line) => JSON.parse(line) as { level: number; msg: string; reason?: string; reqId?: string },
+  )
   const aborts = entries.filter((entry) => entry.msg === 'client abort')
   t.equal(aborts.length, 2, 'both logged as client aborts')
   t.ok(
-    aborts.every((entry) => entry.level === 30 && entry.reason === 'hung_up'),
-    'at info',
+    aborts.every((entry) => entry.level === 30 && entry.reason === 'hung_up' && entry.reqId !== undefined),
+    'at info, with their request ids',
   )
+  // About the requests: a machine under load may also log the cache's Redis timing out, by itself.
   t.same(
-    entries.filter((entry) => entry.level >= 40).map((entry) => entry.msg),
+    entries.filter((entry) => entry.level >= 40 && entry.reqId !== undefined).map((entry) => entry.msg),
     [],
-    'nothing at warn or error',
+    'nothing about the requests at warn or error',
   )
   t.equal(await metricValue(gw.app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '5xx' }), 0, 'no 5xx')
 
