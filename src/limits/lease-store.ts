@@ -68,10 +68,10 @@ export interface LeaseTimings {
 }
 
 /**
- * No grace: a Redis that lost its keys grants at once (DESIGN §10, "a Redis that forgets refuses
- * no one"). A rebuilt bucket starts full, less what replicas re-register as they renew, so the
- * bound may be exceeded across the loss by the leases not yet re-registered: at most one lease
- * per replica (docs/architecture.md, limits).
+ * No grace: a Redis that lost its keys grants at once (docs/decisions.md, "a Redis found empty
+ * grants at once"). A rebuilt bucket starts as the replicas last saw it, charged for what they
+ * admitted on their own meanwhile, so across a flush the bound may be exceeded by at most one
+ * lease per replica (docs/architecture.md, limits).
  */
 export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 0, callTimeoutMs: 250 }
 

@@ -1,4 +1,4 @@
-// A Redis that forgets refuses no one (DESIGN §10, issue 28 finding 5), on a redis-server of the
+// A Redis that forgets refuses no one (docs/architecture.md, limits), on a redis-server of the
 // test's own: a tenant at 20 % of its rate sees no 429 across a FLUSHDB or a restart of Redis
 // (empty), nor at a fresh start against an empty Redis; the overshoot across the loss is counted
 // against the bound docs/architecture.md gives (one lease per replica).
