@@ -40,9 +40,6 @@ class Shares {
 /** Called at most once: with null when the request holds a slot, or with why it got none. */
 export type SlotCallback = (refusal: SlotRefusal | null) => void
 
-/** What tryAcquire did: the slot is held, the request was refused (its callback said why), or it waits. */
-export type Attempt = 'taken' | 'refused' | 'waiting'
-
 interface Waiter {
   readonly holder: SlotHolder | null
   readonly callback: SlotCallback
@@ -110,18 +107,6 @@ export class RouteConcurrency {
     const waiter: Waiter = { holder, callback, timer: null }
     waiter.timer = setTimeout(() => this.giveUp(waiter), this.maxWaitMs)
     this.waiters.push(waiter)
-  }
-
-  /** take() and wait() in one call, the callback told of a refusal at once (for tests and simple callers). */
-  tryAcquire(holder: SlotHolder | null, callback: SlotCallback): Attempt {
-    const attempt = this.take(holder)
-    if (attempt === 'taken') return 'taken'
-    if (attempt === 'wait') {
-      this.wait(holder, callback)
-      return 'waiting'
-    }
-    callback(attempt)
-    return 'refused'
   }
 
   /** A waiting request whose client left: out of the queue, its tenant share given back, never called. */
