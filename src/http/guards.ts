@@ -16,10 +16,23 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
  */
 const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]{0,5})?$/
 
+/**
+ * A generated id: a random UUID drawn once per process, whose last 12 hex digits count the
+ * process's requests. As unique across replicas and restarts as random ones (74 random bits each)
+ * and in the same shape, for a fraction of randomUUID's cost on every request.
+ */
+const PROCESS_ID_STEM = randomUUID().slice(0, 24)
+let generated = 0
+
+function nextRequestId(): string {
+  generated = (generated + 1) % 2 ** 48
+  return PROCESS_ID_STEM + generated.toString(16).padStart(12, '0')
+}
+
 /** Keeps the client's X-Request-Id when it is a sane token, so logs can be joined across hops. */
 export function requestId(req: { headers: Record<string, string | string[] | undefined> }): string {
   const given = req.headers['x-request-id']
-  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
+  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId()
 }
 
 export const requestGuards = fp(

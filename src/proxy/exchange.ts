@@ -3,6 +3,11 @@
 // given back once the client's side has closed and the upstream's request is settled, a client
 // that stops reading the answer is cut off, and a client that hangs up is logged and counted as
 // what it is rather than as a failed upstream.
+//
+// On the proxy's hot path: an exchange allocates no closure and no timer of its own. The client's
+// 'close' reaches it through one shared listener, and the route's ResponseWatch looks at every
+// answer in flight on one timer.
+import type { ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Tally } from '../ops/fast-metrics.js'
@@ -20,6 +25,63 @@ declare module 'fastify' {
   }
 }
 
+const EXCHANGE = Symbol('exchange')
+
+type WatchedResponse = ServerResponse & { [EXCHANGE]?: Exchange }
+
+/** The one 'close' listener of every exchange: no closure per request. */
+function onResponseClose(this: WatchedResponse): void {
+  this[EXCHANGE]?.clientClosedNow()
+}
+
+/**
+ * The answers of one route that stream to their clients, looked at together: every quarter of
+ * `idleMs`, an answer whose client has taken nothing of it for `idleMs`, with output waiting, is
+ * cut off (so after between one and one and a quarter times `idleMs`). A slow but steady reader
+ * moves the count; a slow upstream leaves nothing waiting, and is the route timeout's business.
+ * (Node's socket timeout would do neither: it stays quiet once the whole answer is queued, and
+ * carries over to the next request on a pipelined connection.) One timer for all, running only
+ * while there are answers to watch.
+ */
+export class ResponseWatch {
+  private readonly watched = new Set<Exchange>()
+  private timer: NodeJS.Timeout | null = null
+  /** Sweeps in a row that found nothing: the timer stops after two. */
+  private emptySweeps = 0
+
+  constructor(readonly idleMs: number) {}
+
+  add(exchange: Exchange): void {
+    this.watched.add(exchange)
+    this.emptySweeps = 0
+    if (this.timer === null) {
+      this.timer = setInterval(() => this.sweep(), Math.max(1, Math.ceil(this.idleMs / 4)))
+      this.timer.unref()
+    }
+  }
+
+  delete(exchange: Exchange): void {
+    this.watched.delete(exchange)
+  }
+
+  private sweep(): void {
+    if (this.watched.size === 0) {
+      if (++this.emptySweeps >= 2) {
+        clearInterval(this.timer!)
+        this.timer = null
+      }
+      return
+    }
+    const now = performance.now()
+    for (const exchange of this.watched) {
+      if (exchange.stalledSince(now, this.idleMs)) {
+        this.watched.delete(exchange)
+        exchange.cutOff()
+      }
+    }
+  }
+}
+
 export class Exchange {
   private stoppedReading = false
   private upstreamBody: Readable | null = null
@@ -27,9 +89,10 @@ export class Exchange {
   private upstreamPending = false
   private clientClosed = false
   private released = false
-  private idleTimer: NodeJS.Timeout | null = null
-  /** Bytes of the response the client's socket had handed to the kernel at the last idle check. */
-  private flushedAtLastCheck = 0
+  private watching = false
+  /** When the client's progress was last seen, and how many bytes it had taken then. */
+  private progressAt = 0
+  private flushedAtProgress = 0
   private readonly startedAt = performance.now()
 
   constructor(
@@ -38,13 +101,17 @@ export class Exchange {
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly clientAborts: ClientAbortTallies,
-    /** How long a client may take nothing of a response that waits for it. */
-    private readonly responseIdleMs: number,
+    /** Cuts off a client that takes nothing of a response that waits for it. */
+    private readonly watch: ResponseWatch,
   ) {
     // 'close' comes once, whether the answer was sent whole or the connection went first; a
     // request that waited for its slot may have lost its client already.
-    if (reply.raw.closed) this.onClose()
-    else reply.raw.once('close', this.onClose)
+    const res = reply.raw as WatchedResponse
+    if (res.closed) this.clientClosedNow()
+    else {
+      res[EXCHANGE] = this
+      res.on('close', onResponseClose)
+    }
   }
 
   /** The client is gone: nothing can be answered any more. */
@@ -70,8 +137,11 @@ export class Exchange {
   /** The upstream's answer streams to the client: from now on, a client that takes nothing of it is cut off. */
   responding(body: Readable): void {
     this.upstreamBody = body
-    this.flushedAtLastCheck = this.flushed()
-    this.idleTimer = setTimeout(this.checkIdle, this.responseIdleMs)
+    if (this.clientClosed) return
+    this.progressAt = performance.now()
+    this.flushedAtProgress = this.flushed()
+    this.watching = true
+    this.watch.add(this)
   }
 
   /** Bytes of the response the client's socket has handed to the kernel (written, not just queued). */
@@ -81,28 +151,33 @@ export class Exchange {
   }
 
   /**
-   * Every responseIdleMs: output waiting for the client and not a byte of it taken since the last
-   * check means the client stopped reading. A slow but steady reader moves the count; a slow
-   * upstream leaves nothing waiting, and is the route timeout's business. (Node's socket timeout
-   * would do neither: it stays quiet once the whole answer is queued, and carries over to the next
-   * request on a pipelined connection.)
+   * Whether the client has taken nothing of output waiting for it for `idleMs` by `now`. A check
+   * that finds progress, or nothing waiting, starts the count again.
    */
-  private readonly checkIdle = (): void => {
-    const res = this.reply.raw
-    if (this.clientClosed) return
+  stalledSince(now: number, idleMs: number): boolean {
+    if (now - this.progressAt < idleMs) return false
     const flushed = this.flushed()
-    if (res.writableLength > 0 && flushed === this.flushedAtLastCheck) {
-      this.stoppedReading = true
-      res.destroy()
-      return
-    }
-    this.flushedAtLastCheck = flushed
-    this.idleTimer!.refresh()
+    if (this.reply.raw.writableLength > 0 && flushed === this.flushedAtProgress) return true
+    this.progressAt = now
+    this.flushedAtProgress = flushed
+    return false
   }
 
-  private readonly onClose = (): void => {
+  /** The client stopped reading (ResponseWatch): its connection is cut. */
+  cutOff(): void {
+    this.watching = false
+    this.stoppedReading = true
+    this.reply.raw.destroy()
+  }
+
+  /** The client's side closed: the answer was sent whole, or the connection went first. */
+  clientClosedNow(): void {
+    if (this.clientClosed) return
     this.clientClosed = true
-    if (this.idleTimer !== null) clearTimeout(this.idleTimer)
+    if (this.watching) {
+      this.watching = false
+      this.watch.delete(this)
+    }
     if (!this.upstreamPending) this.release()
     // undici answers within the route's timeout (headers or failure); should a path ever miss
     // upstreamSettled, the slot still comes back.

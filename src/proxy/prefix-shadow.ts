@@ -15,6 +15,9 @@ const NON_ASCII = /[^\u0000-\u007f]/
 // U+2028, U+3000…), not only the ASCII one, and the default-ignorable code points that case
 // folding deletes (U+00AD, U+180E, U+200B–U+200F, U+2060, U+FEFF…).
 const TRAILING_DOTS_AND_SPACES = /[.\p{White_Space}\p{Default_Ignorable_Code_Point}]+$/u
+// A path of these alone folds to itself (no case, no encoding, no dot or space to trim): the
+// common case on the hot path, compared without building a folded copy.
+const UNFOLDED = /^[a-z0-9/_~!$&'()*+,;=:@-]*$/
 
 /**
  * A segment as a folding upstream may read it: decoded (twice: some decode a path again), its
@@ -84,6 +87,23 @@ export class FoldedPrefixes {
 
   /** True when `path` (without its query) folds to a member or to something below one. */
   covers(path: string): boolean {
+    return UNFOLDED.test(path) ? this.coversAsIs(path) : this.coversFolded(path)
+  }
+
+  /** `covers` for a path that folding leaves as it is: its own leading segments are the stems. */
+  private coversAsIs(path: string): boolean {
+    let end = 0
+    for (let depth = 1; depth <= this.maxDepth; depth += 1) {
+      end = path.indexOf('/', end + 1)
+      if (end === -1) end = path.length
+      const stem = path.slice(0, end)
+      if (depth > this.fromDepth && this.prefixes.has(stem)) return true
+      if (!this.stems.has(stem) || end === path.length) return false
+    }
+    return false
+  }
+
+  private coversFolded(path: string): boolean {
     let folded = ''
     let start = 1
     for (let depth = 1; depth <= this.maxDepth; depth += 1) {

@@ -14,9 +14,12 @@ export type ActingTarget =
   | { kind: 'ext'; externalId: string }
 
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+const LOWER_CASE = /[a-z]/
 
 export function isWriteMethod(method: string): boolean {
-  return WRITE_METHODS.has(method.toUpperCase())
+  // Node's parser gives methods in upper case: no copy for those (every proxied request asks).
+  if (WRITE_METHODS.has(method)) return true
+  return LOWER_CASE.test(method) && WRITE_METHODS.has(method.toUpperCase())
 }
 
 function malformed(detail: string): ApiError {

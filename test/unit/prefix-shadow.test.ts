@@ -98,3 +98,24 @@ t.test('FoldedPrefixes: whole segments, at any depth below a member', async (t) 
   t.notOk(reserved.covers('/'))
   t.notOk(reserved.covers(''))
 })
+
+t.test('FoldedPrefixes: a path folding leaves as it is gives the answer its folded walk gives', async (t) => {
+  // Configured prefixes fold too: a plain path may lie under `/V1/Orders.` once that is folded.
+  const prefixes = new FoldedPrefixes(['/V1/Orders.', '/v1/shipments/labels', '/docs'], 1)
+  t.ok(prefixes.covers('/v1/orders'))
+  t.ok(prefixes.covers('/v1/orders/x'))
+  t.ok(prefixes.covers('/v1/shipments/labels/9'))
+  t.notOk(prefixes.covers('/docs/x'), 'not past fromDepth')
+  t.notOk(prefixes.covers('/v1/shipments/x'))
+  // Against every segment folded by hand, over paths with and without characters that fold.
+  const segments = ['v1', 'V1', 'orders', 'orders.', 'shipments', 'labels', 'x', 'docs', '']
+  const folded = new Set(['/v1/orders', '/v1/shipments/labels'])
+  for (const a of segments)
+    for (const b of segments)
+      for (const c of segments) {
+        const path = `/${a}/${b}/${c}`
+        const parts = path.split('/').slice(1).map(foldSegment)
+        const expected = [2, 3].some((depth) => folded.has(`/${parts.slice(0, depth).join('/')}`))
+        t.equal(prefixes.covers(path), expected, path)
+      }
+})

@@ -6,7 +6,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.js'
 import type { StepFactory } from '../checks.js'
 import { RouteConcurrency, type SlotHolder, type SlotRefusal } from '../concurrency.js'
-import { Exchange } from '../exchange.js'
+import { Exchange, ResponseWatch } from '../exchange.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
 import type { ProxyRoute } from '../route-table.js'
 
@@ -44,10 +44,11 @@ export const slotStep: StepFactory = (route, { upstreamSlots, clientAborts }) =>
     route.timeoutMs,
   )
   upstreamSlots?.set(route.prefix, () => ({ held: slots.active, waiting: slots.waiting }))
+  const responses = new ResponseWatch(route.responseIdleTimeoutMs)
 
   /** The slot is held: the exchange owns it from now on. */
   function hold(request: FastifyRequest, reply: FastifyReply, holder: SlotHolder | null): Verdict {
-    request.exchange = new Exchange(slots, holder, request, reply, clientAborts, route.responseIdleTimeoutMs)
+    request.exchange = new Exchange(slots, holder, request, reply, clientAborts, responses)
     // A client that left just as the slot came: its Exchange gave the slot back and logged it.
     return request.exchange.clientGone() ? ABANDONED : undefined
   }
