@@ -44,7 +44,8 @@ function onResponseClose(this: WatchedResponse): void {
  * while there are answers to watch.
  */
 export class ResponseWatch {
-  private readonly watched = new Set<Exchange>()
+  /** The answers watched, each knowing its place (no hashing per request, as a Set would). */
+  private readonly watched: Exchange[] = []
   private timer: NodeJS.Timeout | null = null
   /** Sweeps in a row that found nothing: the timer stops after two. */
   private emptySweeps = 0
@@ -52,7 +53,8 @@ export class ResponseWatch {
   constructor(readonly idleMs: number) {}
 
   add(exchange: Exchange): void {
-    this.watched.add(exchange)
+    exchange.watchIndex = this.watched.length
+    this.watched.push(exchange)
     this.emptySweeps = 0
     if (this.timer === null) {
       this.timer = setInterval(() => this.sweep(), Math.max(1, Math.ceil(this.idleMs / 4)))
@@ -61,11 +63,18 @@ export class ResponseWatch {
   }
 
   delete(exchange: Exchange): void {
-    this.watched.delete(exchange)
+    const index = exchange.watchIndex
+    if (index === -1) return
+    exchange.watchIndex = -1
+    const last = this.watched.pop()!
+    if (last !== exchange) {
+      this.watched[index] = last
+      last.watchIndex = index
+    }
   }
 
   private sweep(): void {
-    if (this.watched.size === 0) {
+    if (this.watched.length === 0) {
       if (++this.emptySweeps >= 2) {
         clearInterval(this.timer!)
         this.timer = null
@@ -73,9 +82,11 @@ export class ResponseWatch {
       return
     }
     const now = performance.now()
-    for (const exchange of this.watched) {
+    // Backwards: a removal moves only an exchange already looked at.
+    for (let i = this.watched.length - 1; i >= 0; i--) {
+      const exchange = this.watched[i]!
       if (exchange.stalledSince(now, this.idleMs)) {
-        this.watched.delete(exchange)
+        this.delete(exchange)
         exchange.cutOff()
       }
     }
@@ -89,7 +100,8 @@ export class Exchange {
   private upstreamPending = false
   private clientClosed = false
   private released = false
-  private watching = false
+  /** Its place in the route's ResponseWatch; -1 when not watched. */
+  watchIndex = -1
   /** When the client's progress was last seen, and how many bytes it had taken then. */
   private progressAt = 0
   private flushedAtProgress = 0
@@ -140,7 +152,6 @@ export class Exchange {
     if (this.clientClosed) return
     this.progressAt = performance.now()
     this.flushedAtProgress = this.flushed()
-    this.watching = true
     this.watch.add(this)
   }
 
@@ -165,7 +176,6 @@ export class Exchange {
 
   /** The client stopped reading (ResponseWatch): its connection is cut. */
   cutOff(): void {
-    this.watching = false
     this.stoppedReading = true
     this.reply.raw.destroy()
   }
@@ -174,10 +184,7 @@ export class Exchange {
   clientClosedNow(): void {
     if (this.clientClosed) return
     this.clientClosed = true
-    if (this.watching) {
-      this.watching = false
-      this.watch.delete(this)
-    }
+    this.watch.delete(this)
     if (!this.upstreamPending) this.release()
     // undici answers within the route's timeout (headers or failure); should a path ever miss
     // upstreamSettled, the slot still comes back.
