@@ -4,10 +4,8 @@
 // that stops reading the answer is cut off, and a client that hangs up is logged and counted as
 // what it is rather than as a failed upstream.
 //
-// On the proxy's hot path: an exchange allocates no closure and no timer of its own. The client's
-// 'close' reaches it through one shared listener, and the route's ResponseWatch looks at every
-// answer in flight on one timer.
-import type { ServerResponse } from 'node:http'
+// On the proxy's hot path: an exchange allocates no timer of its own. The route's ResponseWatch
+// looks at every answer in flight on one timer.
 import type { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Tally } from '../ops/fast-metrics.js'
@@ -23,15 +21,6 @@ declare module 'fastify' {
     /** Set once a proxied request holds an upstream slot. */
     exchange: Exchange | null
   }
-}
-
-const EXCHANGE = Symbol('exchange')
-
-type WatchedResponse = ServerResponse & { [EXCHANGE]?: Exchange }
-
-/** The one 'close' listener of every exchange: no closure per request. */
-function onResponseClose(this: WatchedResponse): void {
-  this[EXCHANGE]?.clientClosedNow()
 }
 
 /**
@@ -118,12 +107,10 @@ export class Exchange {
   ) {
     // 'close' comes once, whether the answer was sent whole or the connection went first; a
     // request that waited for its slot may have lost its client already.
-    const res = reply.raw as WatchedResponse
-    if (res.closed) this.clientClosedNow()
-    else {
-      res[EXCHANGE] = this
-      res.on('close', onResponseClose)
-    }
+    // A closure rather than a property on the response: a property added to node's response
+    // objects gives every one of its inline caches a second shape to tell apart.
+    if (reply.raw.closed) this.clientClosedNow()
+    else reply.raw.on('close', () => this.clientClosedNow())
   }
 
   /** The client is gone: nothing can be answered any more. */
