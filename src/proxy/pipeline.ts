@@ -32,7 +32,14 @@ export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
 
   function runFrom(first: number, request: FastifyRequest, reply: FastifyReply, done: Done): void {
     for (let i = first; i < steps.length; i++) {
-      const verdict = steps[i]!.check(request, reply)
+      let verdict: Verdict | Promise<Verdict>
+      try {
+        verdict = steps[i]!.check(request, reply)
+      } catch (error) {
+        // A bug, not a refusal: the request's 500, and what the steps before took goes back.
+        stop(i, request, error as Error, done)
+        return
+      }
       if (verdict === undefined) continue
       if (verdict === ABANDONED || verdict instanceof Error) {
         stop(i, request, verdict, done)
@@ -44,12 +51,7 @@ export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
             stop(i, request, later, done)
             return
           }
-          // A step after a wait runs outside fastify's hook runner: a throw is this request's 500.
-          try {
-            runFrom(i + 1, request, reply, done)
-          } catch (error) {
-            done(error as Error)
-          }
+          runFrom(i + 1, request, reply, done)
         },
         (error: Error) => stop(i, request, error, done),
       )

@@ -111,3 +111,19 @@ t.test('ABANDONED (the client left): what passed is undone and nothing is answer
   t.same(log, ['a', 'b', 'c', 'undo b', 'undo a'])
   t.notOk(answered, 'done was never called')
 })
+
+t.test('a step that throws (a bug) answers with its error and undoes the steps before it', async (t) => {
+  for (const wait of [false, true]) {
+    const log: string[] = []
+    const { outcome } = run([
+      step(log, 'a', () => undefined),
+      step(log, 'b', () => (wait ? Promise.resolve(undefined) : undefined)),
+      step(log, 'c', () => {
+        throw new Error('bug in c')
+      }),
+      step(log, 'd', () => undefined),
+    ])
+    t.equal(await outcome, 'bug in c', wait ? 'after a step that waited' : 'all at once')
+    t.same(log, ['a', 'b', 'c', 'undo b', 'undo a'])
+  }
+})
