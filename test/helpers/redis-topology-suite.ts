@@ -310,7 +310,7 @@ export async function failoverUnderTraffic(t: Test, d: Deployment, how: Failover
     }
     await sleep(25)
   }
-  t.ok(newMasterAt > 0, `a new master: ${mastersBefore} -> ${mastersAfter} after ${newMasterAt - forcedAt} ms`)
+  t.ok(newMasterAt > 0, `a new master: ${mastersBefore} -> ${mastersAfter} after ${Date.now() - forcedAt} ms`)
 
   // Back: both replicas on the new master(s), Redis up, limits shared again.
   let backAt = 0
@@ -347,12 +347,14 @@ export async function failoverUnderTraffic(t: Test, d: Deployment, how: Failover
   const ready = (await callAs(d.replicas[1].url, null, { path: '/readyz' })).json() as { redis?: { masters: string[] } }
 
   t.comment(
-    `${how}: new master ${newMasterAt - forcedAt} ms after the failover was forced; back ${backAt - newMasterAt} ms after it; ` +
+    `${how}: new master ${newMasterAt - forcedAt} ms after the failover was forced; back ${backAt > 0 ? backAt - newMasterAt : 'never'} ms after it; ` +
       `Redis waits, all under: lookups ${slowest.map((w) => `${w.count} <= ${w.bound * 1_000} ms`).join(', ')}, leases ${slowestLease.map((w) => `${w.count} <= ${w.bound * 1_000} ms`).join(', ')}; longest request: warm ${waits.warm.toFixed(1)} ms, unknown key (asks Redis) ${waits.cold.toFixed(1)} ms; ` +
       `revocation seen everywhere ${revocationMs} ms after the revoke (after recovery: ${revocationAfterMs} ms); ${admitted} of N=${n}/s admitted in ${elapsed.toFixed(1)} s; ${JSON.stringify(waits.statuses)}`,
   )
-  t.ok(backAt > 0, `back within 10 s of the new master: ${backAt - newMasterAt} ms`)
-  t.ok(backAt - newMasterAt <= 5_000, `back within a few seconds of the new master (${backAt - newMasterAt} ms)`)
+  t.ok(
+    backAt > 0 && backAt - newMasterAt <= 5_000,
+    `back within a few seconds of the new master (${backAt > 0 ? `${backAt - newMasterAt} ms` : 'not within 10 s'})`,
+  )
   // The deadline of a lookup on Redis is 50 ms; the bucket above it leaves room for a busy machine.
   t.ok(
     slowest.every((w) => w.count > 0 && w.bound <= 0.1),
