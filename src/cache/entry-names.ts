@@ -44,6 +44,14 @@ export const entryKey = (keyPrefix: string, key: string) => `${keyPrefix}{${key}
  */
 export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:{${key}}`
 
+/**
+ * The names of an entry and its generation before they were hash-tagged, which replicas of the
+ * earlier version still read and write during a rolling upgrade (docs/decisions.md, "Key names
+ * changed once"). Never on a cluster, which the earlier version could not use.
+ */
+export const legacyEntryKey = (keyPrefix: string, key: string) => `${keyPrefix}${key}`
+export const legacyGenerationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:${key}`
+
 /** Longer than any fill can take (Postgres gives up after its 5 s connect timeout). */
 export const GENERATION_TTL_MS = 10 * 60_000
 

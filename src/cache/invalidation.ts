@@ -6,7 +6,14 @@
 import { Cluster } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Metrics } from '../ops/metrics.js'
-import { entryKey, generationKey, GENERATION_TTL_MS, invalidationChannel } from './entry-names.js'
+import {
+  entryKey,
+  generationKey,
+  GENERATION_TTL_MS,
+  invalidationChannel,
+  legacyEntryKey,
+  legacyGenerationKey,
+} from './entry-names.js'
 import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
 
@@ -26,7 +33,13 @@ async function sendInvalidation(redis: RedisClient, keyPrefix: string, keys: rea
   await Promise.all(
     keys.map((key) => {
       const generation = generationKey(keyPrefix, key)
-      return redis.multi().incr(generation).pexpire(generation, GENERATION_TTL_MS).del(entryKey(keyPrefix, key)).exec()
+      const multi = redis.multi().incr(generation).pexpire(generation, GENERATION_TTL_MS).del(entryKey(keyPrefix, key))
+      // The same for the names replicas of the earlier version use, during a rolling upgrade.
+      if (!(redis instanceof Cluster)) {
+        const legacy = legacyGenerationKey(keyPrefix, key)
+        multi.incr(legacy).pexpire(legacy, GENERATION_TTL_MS).del(legacyEntryKey(keyPrefix, key))
+      }
+      return multi.exec()
     }),
   )
   // On a cluster, PUBLISH reaches the subscribers of every node (docs/decisions.md).
@@ -108,10 +121,27 @@ export class InvalidationBus {
       this.options.metrics.invalidationsReceived.inc()
       const keys = parseKeyList(message)
       if (keys === null) this.options.log.warn({ channel }, 'ignored a malformed cache invalidation')
-      else this.options.evict(keys)
+      else {
+        this.options.evict(keys)
+        this.deleteTaggedEntries(keys)
+      }
     })
     subscriber.subscribe(this.channel).catch((err: unknown) => this.options.redisFailed(err))
     return subscriber
+  }
+
+  /**
+   * A replica of the earlier version deletes only the names it knows (entry-names.ts): whoever
+   * sent the message, the entries under this version's names go too, or this replica would read
+   * them back from Redis for up to its TTL. One DEL per name and replica, on a single server only
+   * (the earlier version ran on no cluster); the sender repeats its message a second later, for a
+   * fill that raced this. To go in the release after this one (docs/decisions.md).
+   */
+  private deleteTaggedEntries(keys: readonly string[]): void {
+    const redis = this.options.commands
+    if (redis instanceof Cluster || redis.status !== 'ready') return
+    const names = keys.map((key) => entryKey(this.options.keyPrefix, key))
+    redis.del(...names).catch((err: unknown) => this.options.redisFailed(err))
   }
 
   /**
