@@ -93,9 +93,9 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
       sentinels: target.sentinels.map((node) => ({ ...node })),
       name: target.name,
       // Bitnami's chart (and most Sentinel deployments) protect the sentinels with the password
-      // of the data nodes (docs/decisions.md).
+      // of the data nodes; a sentinel without one takes any. Not the user: an ACL user of the data
+      // nodes is seldom one of the sentinels' (docs/decisions.md).
       ...(credentials.password === undefined ? {} : { sentinelPassword: credentials.password }),
-      ...(credentials.username === undefined ? {} : { sentinelUsername: credentials.username }),
       // Sentinel's own +switch-master message: the client moves to the new master as soon as it
       // is elected, not when its socket to the old one breaks.
       failoverDetector: true,

@@ -4,7 +4,11 @@
 // t.comment (bench/README.md quotes them).
 import type { Test } from 'tap'
 import { generateApiKey } from '../../src/auth/key-format.js'
+import { checkRedisAtStart, RedisRefused } from '../../src/cache/redis-connection.js'
+import { loadConfig } from '../../src/config.js'
 import { limitKeys } from '../../src/limits/keys.js'
+import { runCliHere } from './cli.js'
+import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { metricValue, startReplicas, type TestGateway } from './gateway.js'
 import { callAs, type RawResponse } from './http.js'
 import { sleep } from './poll.js'
@@ -125,6 +129,39 @@ export function sharedSuite(t: Test, d: Deployment): void {
     t.equal(revoke.status, 200, 'revoked')
     const took = await refusedEverywhere(d.replicas, key.apiKey, 1_000)
     t.comment(`${d.topology.kind}: revocation seen by both replicas after ${took} ms`)
+    t.ok(took !== null, `refused everywhere within 1 s (${took} ms)`)
+  })
+
+  t.test('the start check: reachable; a password it does not take is a refusal naming the variable', async (t) => {
+    const target = loadConfig(d.topology.env).redis!
+    t.equal(await checkRedisAtStart(target), 'reachable')
+    // The test's servers have no user "nobody": AUTH as it is refused.
+    const withPassword = loadConfig({
+      ...d.topology.env,
+      REDIS_URL:
+        d.topology.kind === 'server' ? d.topology.env.REDIS_URL!.replace('//', '//nobody:wrong@') : 'redis://nobody:wrong@',
+    }).redis!
+    const refused = await checkRedisAtStart(withPassword).catch((err: unknown) => err)
+    t.ok(refused instanceof RedisRefused, `refused: ${String(refused)}`)
+    const variable = { server: 'REDIS_URL', sentinel: 'REDIS_SENTINELS', cluster: 'REDIS_CLUSTER_NODES' }[
+      d.topology.kind
+    ]
+    t.match(String(refused), new RegExp(`^RedisRefused: ${variable} `), `the error names ${variable}`)
+  })
+
+  t.test('a parent key revoked by the CLI is refused by A and B within 1 s', async (t) => {
+    const parent = await d.replicas[0].createParent({ scopes: SCOPES })
+    for (const gw of d.replicas) t.equal((await read(gw, parent.apiKey)).status, 200, 'accepted before the revoke')
+    const run = await runCliHere(['keys', 'revoke', '--account', parent.id, '--key', parent.keyId], {
+      DATABASE_URL: d.replicas[0].database.url,
+      ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+      REDIS_KEY_PREFIX: d.replicas[0].redisKeyPrefix,
+      ...d.topology.env,
+    })
+    t.equal(run.code, 0, `revoked (stderr: ${run.stderr.trim()})`)
+    t.equal(run.stderr, '', 'and the replicas were told: no warning')
+    const took = await refusedEverywhere(d.replicas, parent.apiKey, 1_000)
+    t.comment(`${d.topology.kind}: a revocation by the CLI seen by both replicas after ${took} ms`)
     t.ok(took !== null, `refused everywhere within 1 s (${took} ms)`)
   })
 
