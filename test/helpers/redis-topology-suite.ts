@@ -392,18 +392,20 @@ export async function failoverUnderTraffic(t: Test, d: Deployment, how: Failover
     backAt > 0 && backAt - newMasterAt <= 5_000,
     `back within a few seconds of the new master (${backAt > 0 ? `${backAt - newMasterAt} ms` : 'not within 10 s'})`,
   )
-  // The deadline of a lookup on Redis is 50 ms; the bucket above it leaves room for a busy machine.
+  // A lookup gives Redis 50 ms and a lease call fails at once on a lost node (bench/README.md has
+  // the figures, mostly under 25 ms); the bound leaves room for a CI machine running three files,
+  // whose timers fire late.
   t.ok(
-    slowest.every((w) => w.count > 0 && w.bound <= 0.1),
-    `no lookup waited on Redis more than 100 ms: ${slowest.map((w) => `${w.count} lookups <= ${w.bound * 1_000} ms`).join(', ')}`,
+    slowest.every((w) => w.count > 0 && w.bound <= 0.25),
+    `no lookup waited on Redis more than 250 ms: ${slowest.map((w) => `${w.count} lookups <= ${w.bound * 1_000} ms`).join(', ')}`,
   )
   t.ok(
-    slowestLease.every((w) => w.bound <= 0.1),
-    `no request waited for a lease more than 100 ms: ${slowestLease.map((w) => `${w.count} waits <= ${w.bound * 1_000} ms`).join(', ')}`,
+    slowestLease.every((w) => w.bound <= 0.25),
+    `no request waited for a lease more than 250 ms: ${slowestLease.map((w) => `${w.count} waits <= ${w.bound * 1_000} ms`).join(', ')}`,
   )
   // Requests wait on neither Redis nor a lease: what is left is the proxy and a shared 2-core machine.
   t.ok(
-    waits.warm < 250 && waits.cold < 250,
+    waits.warm < 500 && waits.cold < 500,
     `the longest requests: warm ${waits.warm.toFixed(1)} ms, unknown key ${waits.cold.toFixed(1)} ms`,
   )
   t.ok(
