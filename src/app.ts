@@ -191,7 +191,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(metricsPlugin, { store: deps.store, metrics: deps.metrics })
   await app.register(tenancyCachePlugin, {
     sql: deps.store.sql,
-    redisUrl: deps.config.redisUrl,
+    redis: deps.config.redis,
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
     timings: tuning.cacheTimings,
   })
@@ -225,7 +225,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
   await app.register(limitsPlugin, {
     sql: deps.store.sql,
-    redisUrl: deps.config.redisUrl,
+    redis: deps.config.redis,
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
     timings: tuning.limitTimings,
   })

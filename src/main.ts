@@ -4,7 +4,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
-import { checkRedisAtStart, describeRedisUrl } from './cache/redis-connection.js'
+import { checkRedisAtStart } from './cache/redis-connection.js'
+import { describeRedisTarget, variableOf } from './cache/redis-topology.js'
 import { ConfigError, loadConfig } from './config.js'
 import { resolveEncryptionKey } from './encryption/key.js'
 import { loggerOptions } from './ops/logging.js'
@@ -41,9 +42,9 @@ async function main(): Promise<void> {
   const config = loadConfig(process.env)
   const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl, config.console)
   // A refusal (a database it lacks, a wrong password) stops the start; no answer starts degraded.
-  if (config.redisUrl !== undefined && (await checkRedisAtStart(config.redisUrl)) === 'unreachable')
+  if (config.redis !== undefined && (await checkRedisAtStart(config.redis)) === 'unreachable')
     process.stderr.write(
-      `warning: REDIS_URL (${describeRedisUrl(config.redisUrl)}) did not answer; starting without Redis until it does\n`,
+      `warning: ${variableOf(config.redis)} (${describeRedisTarget(config.redis)}) did not answer; starting without Redis until it does\n`,
     )
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the gateway' })
   const metrics = createMetrics({ processMetrics: true })

@@ -28,13 +28,29 @@ export const cacheKeys = {
 export const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidate`
 
 /**
+ * An entry's name in Redis. Its name is a hash tag (`{…}`), shared with its generation: the read
+ * (MGET) and the conditional store (a script) of the two touch one slot on a cluster. The prefix
+ * holds no brace (config.ts), so the tag is the entry's name up to its first `}`, if it has one
+ * (an external id may), the same in both keys.
+ */
+export const entryKey = (keyPrefix: string, key: string) => `${keyPrefix}{${key}}`
+
+/**
  * Each entry has a generation in Redis, bumped by every invalidation of it. A fill reads the
  * generation with the entry, and stores what it read from Postgres only if the generation has not
  * moved since: otherwise an invalidation came in between, and the row it read may be the old one.
  * Without this, a fill that read the old row before a commit and wrote it to Redis after the
  * invalidation's delete would put a revoked key back for the whole Redis TTL.
  */
-export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:${key}`
+export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:{${key}}`
+
+/**
+ * The names of an entry and its generation before they were hash-tagged, which replicas of the
+ * earlier version still read and write during a rolling upgrade (docs/decisions.md, "Key names
+ * changed once"). Never on a cluster, which the earlier version could not use.
+ */
+export const legacyEntryKey = (keyPrefix: string, key: string) => `${keyPrefix}${key}`
+export const legacyGenerationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:${key}`
 
 /** Longer than any fill can take (Postgres gives up after its 5 s connect timeout). */
 export const GENERATION_TTL_MS = 10 * 60_000

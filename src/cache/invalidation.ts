@@ -3,10 +3,18 @@
 // replica's subscriber evicts them from its in-process LRU. A message Redis did not take is kept
 // and sent when Redis is back, and every message is repeated once a moment later, for a fill that
 // raced it (docs/architecture.md, caches).
-import { Redis, type ChainableCommander } from 'ioredis'
+import { Cluster } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Metrics } from '../ops/metrics.js'
-import { generationKey, GENERATION_TTL_MS, invalidationChannel } from './entry-names.js'
+import {
+  entryKey,
+  generationKey,
+  GENERATION_TTL_MS,
+  invalidationChannel,
+  legacyEntryKey,
+  legacyGenerationKey,
+} from './entry-names.js'
+import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
 
 /** What a change tells the caches once it has committed. */
@@ -14,22 +22,37 @@ export interface CacheInvalidator {
   invalidate(keys: readonly string[]): Promise<void>
 }
 
-/** The Redis side of an invalidation, queued on a MULTI: bump generations, delete, publish. */
-function queueInvalidation(multi: ChainableCommander, keyPrefix: string, keys: readonly string[]): ChainableCommander {
-  for (const key of keys) {
-    const generation = generationKey(keyPrefix, key)
-    multi.incr(generation).pexpire(generation, GENERATION_TTL_MS)
-  }
-  return multi.del(...keys.map((key) => keyPrefix + key)).publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
+/**
+ * The Redis side of an invalidation: each entry's generation bumped and the entry deleted, in one
+ * MULTI per entry (the two share a hash tag, so one slot on a cluster, where a MULTI may not span
+ * slots), then the names published. Publishing after every delete has answered: a replica that
+ * hears the message and reads Redis again finds the entry gone. Nothing needs the entries deleted
+ * together: a fill stores only under the generation it read (redis-commands.ts).
+ */
+async function sendInvalidation(redis: RedisClient, keyPrefix: string, keys: readonly string[]): Promise<void> {
+  await Promise.all(
+    keys.map((key) => {
+      const generation = generationKey(keyPrefix, key)
+      const multi = redis.multi().incr(generation).pexpire(generation, GENERATION_TTL_MS).del(entryKey(keyPrefix, key))
+      // The same for the names replicas of the earlier version use, during a rolling upgrade.
+      if (!(redis instanceof Cluster)) {
+        const legacy = legacyGenerationKey(keyPrefix, key)
+        multi.incr(legacy).pexpire(legacy, GENERATION_TTL_MS).del(legacyEntryKey(keyPrefix, key))
+      }
+      return multi.exec()
+    }),
+  )
+  // On a cluster, PUBLISH reaches the subscribers of every node (docs/decisions.md).
+  await redis.publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
 }
 
 const MAX_UNSENT_KEYS = 10_000
 
 export interface InvalidationBusOptions {
-  redisUrl: string
+  redis: RedisTarget
   keyPrefix: string
   /** The cache's command connection: invalidations are sent on it. */
-  commands: Redis
+  commands: RedisClient
   timings: CacheTimings
   log: FastifyBaseLogger
   metrics: Metrics
@@ -45,7 +68,7 @@ export interface InvalidationBusOptions {
 
 export class InvalidationBus {
   /** Its own connection: a subscribed connection can issue no other command. */
-  readonly subscriber: Redis
+  readonly subscriber: RedisClient
   private readonly channel: string
   /** Invalidations Redis did not take (it was down); sent again when it is back. */
   private readonly unsent = new Set<string>()
@@ -61,11 +84,15 @@ export class InvalidationBus {
 
   constructor(private readonly options: InvalidationBusOptions) {
     this.channel = invalidationChannel(options.keyPrefix)
-    this.subscriber = this.subscribe(options.redisUrl)
+    this.subscriber = this.subscribe(options.redis)
   }
 
-  private subscribe(url: string): Redis {
-    const subscriber = new Redis(url, {
+  /**
+   * ioredis subscribes again on every reconnection: to the new master after a Sentinel failover,
+   * to another node when a cluster's subscriber node goes away.
+   */
+  private subscribe(target: RedisTarget): RedisClient {
+    const subscriber = openRedis(target, {
       ...REDIS_CONNECTION,
       // Not on the request path: the subscription waits for the connection, however long.
       maxRetriesPerRequest: null,
@@ -86,15 +113,35 @@ export class InvalidationBus {
       up.set(1)
       this.options.distrustLocal()
     })
+    // A cluster client moves its subscription to another node when its node leaves, and says
+    // nothing of it but that a node left: messages may have been missed all the same.
+    if (subscriber instanceof Cluster) subscriber.on('-node', () => this.options.distrustLocal())
     subscriber.on('message', (channel: string, message: string) => {
       if (channel !== this.channel) return
       this.options.metrics.invalidationsReceived.inc()
       const keys = parseKeyList(message)
       if (keys === null) this.options.log.warn({ channel }, 'ignored a malformed cache invalidation')
-      else this.options.evict(keys)
+      else {
+        this.options.evict(keys)
+        this.deleteTaggedEntries(keys)
+      }
     })
     subscriber.subscribe(this.channel).catch((err: unknown) => this.options.redisFailed(err))
     return subscriber
+  }
+
+  /**
+   * A replica of the earlier version deletes only the names it knows (entry-names.ts): whoever
+   * sent the message, the entries under this version's names go too, or this replica would read
+   * them back from Redis for up to its TTL. One DEL per name and replica, on a single server only
+   * (the earlier version ran on no cluster); the sender repeats its message a second later, for a
+   * fill that raced this. To go in the release after this one (docs/decisions.md).
+   */
+  private deleteTaggedEntries(keys: readonly string[]): void {
+    const redis = this.options.commands
+    if (redis instanceof Cluster || redis.status !== 'ready') return
+    const names = keys.map((key) => entryKey(this.options.keyPrefix, key))
+    redis.del(...names).catch((err: unknown) => this.options.redisFailed(err))
   }
 
   /**
@@ -117,7 +164,7 @@ export class InvalidationBus {
     const redis = this.options.commands
     try {
       if (redis.status !== 'ready') throw new Error('redis is not connected')
-      await queueInvalidation(redis.multi(), this.options.keyPrefix, keys).exec()
+      await sendInvalidation(redis, this.options.keyPrefix, keys)
     } catch (err) {
       this.keepUnsent(keys)
       this.options.redisFailed(err)
@@ -171,15 +218,20 @@ export class InvalidationBus {
   private async deleteAllEntries(): Promise<void> {
     const redis = this.options.commands
     const prefix = this.options.keyPrefix
-    let cursor = '0'
     let deleted = 0
     try {
-      do {
-        const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
-        cursor = next
-        const entries = found.filter((name) => !name.startsWith(`${prefix}gen:`))
-        if (entries.length > 0) deleted += await redis.del(...entries)
-      } while (cursor !== '0')
+      // A cluster's keys are spread over its masters: each is scanned on its own.
+      for (const node of redis instanceof Cluster ? redis.nodes('master') : [redis]) {
+        let cursor = '0'
+        do {
+          const [next, found] = await node.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+          cursor = next
+          const entries = found.filter((name) => !name.startsWith(`${prefix}gen:`))
+          // One DEL per key: on a cluster, a DEL of several keys must keep to one slot.
+          const counts = await Promise.all(entries.map((entry) => node.del(entry)))
+          deleted += counts.reduce((sum, count) => sum + count, 0)
+        } while (cursor !== '0')
+      }
       this.options.log.warn({ deleted }, 'deleted every Redis cache entry after lost invalidations')
     } catch (err) {
       // Tried again as long as it fails: the names of the stale entries are gone.
@@ -206,17 +258,17 @@ export class InvalidationBus {
  * replica, as TenancyCache.invalidate does after a change made through the API.
  */
 export async function publishInvalidation(
-  redisUrl: string,
+  target: RedisTarget,
   keyPrefix: string,
   keys: readonly string[],
   options: { repeatAfterMs?: number } = {},
 ): Promise<void> {
   // One attempt: the CLI reports a failure rather than wait for Redis.
-  const redis = new Redis(redisUrl, { ...REDIS_CONNECTION, maxRetriesPerRequest: 1, retryStrategy: () => null })
+  const redis = openRedis(target, { ...REDIS_CONNECTION, maxRetriesPerRequest: 1, retryStrategy: () => null })
   redis.on('error', () => {
     // Reported by the command below.
   })
-  const send = () => queueInvalidation(redis.multi(), keyPrefix, keys).exec()
+  const send = () => sendInvalidation(redis, keyPrefix, keys)
   try {
     await send()
     // Sent again, as TenancyCache.invalidate does: a replica's fill that read the old row before

@@ -4,6 +4,7 @@ import fp from 'fastify-plugin'
 import { TenancyCache, type CacheTimings } from './index.js'
 import type { Sql } from '../store/db.js'
 import { postgresLookups } from '../tenancy/lookups.js'
+import type { RedisTarget } from './redis-topology.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -15,18 +16,18 @@ export interface TenancyCachePluginOptions {
   /** Where misses go. */
   sql: Sql
   /** Unset: in-process cache only (one replica). */
-  redisUrl?: string | undefined
+  redis?: RedisTarget | undefined
   keyPrefix: string
   timings?: Partial<CacheTimings> | undefined
 }
 
 export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
-  async (app, { sql, redisUrl, keyPrefix, timings }) => {
+  async (app, { sql, redis, keyPrefix, timings }) => {
     const { storeLookups, postgresKeyDigests } = app.metrics
     const counts = { query: () => storeLookups.postgres.inc(), keyDigests: (n: number) => postgresKeyDigests.inc(n) }
     const cache = new TenancyCache({
       source: postgresLookups(sql, { counts }),
-      redisUrl,
+      redis,
       keyPrefix,
       timings,
       log: app.log,

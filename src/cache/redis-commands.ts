@@ -1,6 +1,6 @@
 // The Redis tier's own commands: the connection the read path uses, the conditional store of a
 // value read from Postgres (docs/architecture.md, caches), and readiness's PING.
-import { Redis } from 'ioredis'
+import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
 
 /** Stores a fill's value in Redis only if no invalidation bumped the entry's generation meanwhile. */
@@ -17,8 +17,8 @@ export interface CommandClientEvents {
 }
 
 /** The commands connection, which starts down: `ready` once it is, `down` whenever it closes. */
-export function connectCommandClient(url: string, events: CommandClientEvents): Redis {
-  const redis = new Redis(url, {
+export function connectCommandClient(target: RedisTarget, events: CommandClientEvents): RedisClient {
+  const redis = openRedis(target, {
     // A dead Redis must cost a request tens of milliseconds at most (docs/architecture.md): no
     // queue to wait in while disconnected, no retries, and a short timeout on every command.
     ...REDIS_CONNECTION,
@@ -35,7 +35,7 @@ export function connectCommandClient(url: string, events: CommandClientEvents): 
 
 /** Sets `entry.key` to `json` for `ttlMs`, unless its generation is no longer `generation`. */
 export function storeIfUnchanged(
-  redis: Redis,
+  redis: RedisClient,
   entry: { key: string; generationKey: string },
   generation: string,
   json: string,
@@ -44,8 +44,25 @@ export function storeIfUnchanged(
   return redis.eval(STORE_IF_UNCHANGED, 2, entry.key, entry.generationKey, generation, json, ttlMs)
 }
 
+/**
+ * `command`'s answer, or a failure once `ms` have passed: a cluster client resends a command that
+ * met a closed connection or a failover (after a pause each time), beyond any one connection's
+ * command timeout, and no request may wait on Redis longer than this (docs/architecture.md).
+ */
+export async function withinMs<T>(command: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`redis did not answer within ${ms} ms`)), ms)
+  })
+  try {
+    return await Promise.race([command, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** 'ok' when Redis answers PING within `timeoutMs`, else 'down' (for readiness). */
-export async function pingWithin(redis: Redis, timeoutMs: number): Promise<'ok' | 'down'> {
+export async function pingWithin(redis: RedisClient, timeoutMs: number): Promise<'ok' | 'down'> {
   if (redis.status !== 'ready') return 'down'
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<'down'>((resolve) => {

@@ -1,26 +1,23 @@
-// Whether the Redis that REDIS_URL names will serve this gateway, asked once at start
-// (docs/operations.md): a server that refuses it (a database it does not have, such as `/99`, a
-// wrong or missing password) is a startup error naming the variable. ioredis would log the refusal
-// and carry on, on database 0 or unauthenticated, and /readyz would say ok. A server that does not
-// answer is not an error: the gateway starts degraded, as it runs through any Redis outage.
-import { Redis, ReplyError as ReplyErrorClass } from 'ioredis'
+// Whether the Redis that REDIS_URL (or REDIS_SENTINELS, or REDIS_CLUSTER_NODES) names will serve
+// this gateway, asked once at start (docs/operations.md): a server that refuses it (a database it
+// does not have, such as `/99`, a wrong or missing password) is a startup error naming the
+// variable. ioredis would log the refusal and carry on, on database 0 or unauthenticated, and
+// /readyz would say ok. A server that does not answer is not an error: the gateway starts
+// degraded, as it runs through any Redis outage.
+import { Cluster, ReplyError as ReplyErrorClass } from 'ioredis'
+import { databaseOf, describeRedisTarget, openRedis, type RedisTarget, variableOf } from './redis-topology.js'
 
 // ioredis declares it `any`; it is redis-errors' class of the server's error replies.
 const ReplyError = ReplyErrorClass as new (...args: never[]) => Error
 
 /** The server answered and refused: the gateway must not start on it. */
 export class RedisRefused extends Error {
-  constructor(url: string, reason: string) {
-    super(`REDIS_URL (${describeRedisUrl(url)}) was refused by the server: ${reason}; fix REDIS_URL or the server`)
+  constructor(target: RedisTarget, reason: string) {
+    const variable = variableOf(target)
+    const fix = variable === 'REDIS_URL' ? 'REDIS_URL' : `${variable} or REDIS_URL (its credentials)`
+    super(`${variable} (${describeRedisTarget(target)}) was refused by the server: ${reason}; fix ${fix} or the server`)
     this.name = 'RedisRefused'
   }
-}
-
-/** Host, port and database of a Redis URL, never its user or password. */
-export function describeRedisUrl(url: string): string {
-  const parsed = new URL(url)
-  const database = parsed.pathname.length > 1 ? parsed.pathname.slice(1) : '0'
-  return `${parsed.protocol}//${parsed.hostname || 'localhost'}:${parsed.port || '6379'}/${database}`
 }
 
 /**
@@ -28,8 +25,8 @@ export function describeRedisUrl(url: string): string {
  * 'unreachable' when no answer came within `timeoutMs`; rejects with RedisRefused when the server
  * refused the password or the database.
  */
-export async function checkRedisAtStart(url: string, timeoutMs = 2_000): Promise<'reachable' | 'unreachable'> {
-  const redis = new Redis(url, {
+export async function checkRedisAtStart(target: RedisTarget, timeoutMs = 2_000): Promise<'reachable' | 'unreachable'> {
+  const redis = openRedis(target, {
     lazyConnect: true,
     enableReadyCheck: false,
     enableOfflineQueue: false,
@@ -39,22 +36,34 @@ export async function checkRedisAtStart(url: string, timeoutMs = 2_000): Promise
   })
   // ioredis reports a refused AUTH or SELECT here, and only "Connection is closed" to connect().
   let refusal: Error | null = null
-  redis.on('error', (err: unknown) => {
+  const keep = (err: unknown) => {
     if (err instanceof ReplyError) refusal ??= err
+  }
+  redis.on('error', keep)
+  redis.on('node error', keep)
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('no answer')), timeoutMs * 2)
   })
   try {
     try {
-      await redis.connect()
-      await redis.ping()
-      // ioredis sent SELECT already, but a refused one only reached the error listener.
-      await redis.select(Number(new URL(url).pathname.slice(1) || '0'))
+      await Promise.race([
+        (async () => {
+          await redis.connect()
+          await redis.ping()
+          // ioredis sent SELECT already, but a refused one only reached the error listener.
+          if (!(redis instanceof Cluster)) await redis.select(databaseOf(target))
+        })(),
+        late,
+      ])
     } catch (err) {
       const reason = refusal ?? (err instanceof ReplyError ? err : null)
-      if (reason !== null) throw new RedisRefused(url, reason.message)
+      if (reason !== null) throw new RedisRefused(target, reason.message)
       return 'unreachable'
     }
     return 'reachable'
   } finally {
+    clearTimeout(timer)
     redis.disconnect()
   }
 }

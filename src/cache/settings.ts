@@ -2,6 +2,7 @@
 // off, and how it connects to Redis. docs/architecture.md (caches) explains the figures;
 // docs/configuration.md the ones a deployment sets.
 import type { FastifyBaseLogger } from 'fastify'
+import type { RedisTarget } from './redis-topology.js'
 import type { Metrics } from '../ops/metrics.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 
@@ -58,7 +59,7 @@ export interface TenancyCacheOptions {
   /** Where misses go: Postgres. */
   source: TenancyLookups
   /** Unset: in-process cache only (one replica, docs/configuration.md). */
-  redisUrl?: string | undefined
+  redis?: RedisTarget | undefined
   /** Prefix of every Redis key and of the invalidation channel, so deployments can share a Redis. */
   keyPrefix: string
   timings?: Partial<CacheTimings>

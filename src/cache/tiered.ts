@@ -2,12 +2,14 @@
 // in-process LRU with a short TTL, in front of Redis (longer TTL, shared by the replicas), in front
 // of Postgres. Changes reach it through the invalidation bus (cache/invalidation.ts).
 import { LRUCache } from 'lru-cache'
-import type { Redis } from 'ioredis'
 import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
-import { cacheKeys, type EvictionListener, generationKey } from './entry-names.js'
-import { connectCommandClient, pingWithin, storeIfUnchanged } from './redis-commands.js'
+import { cacheKeys, entryKey, type EvictionListener, generationKey } from './entry-names.js'
+import { connectCommandClient, pingWithin, storeIfUnchanged, withinMs } from './redis-commands.js'
+import { MasterWatch, type RedisMasters } from './redis-masters.js'
+import type { RedisClient, RedisTarget } from './redis-topology.js'
+import { REDIS_COMMAND_TIMEOUT_MS } from './settings.js'
 import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 
 interface Entry {
@@ -30,8 +32,9 @@ export class TenancyCache implements CacheInvalidator {
   private readonly timings: CacheTimings
   private readonly local: LRUCache<string, Entry>
   private readonly inflight = new Map<string, Promise<unknown>>()
-  private readonly redis: Redis | null
+  private readonly redis: RedisClient | null
   private readonly bus: InvalidationBus | null
+  private readonly masterWatch: MasterWatch | null
   private readonly prefix: string
   /** Bumped by every eviction: a fill that started before one must not store what it read. */
   private epoch = 0
@@ -75,12 +78,13 @@ export class TenancyCache implements CacheInvalidator {
       // Expired entries stay (until the LRU pushes them out) for the stale window.
       noDeleteOnStaleGet: true,
     })
-    this.redis = options.redisUrl === undefined ? null : this.connectCommands(options.redisUrl)
+    this.redis = options.redis === undefined ? null : this.connectCommands(options.redis)
+    this.masterWatch = this.redis === null ? null : new MasterWatch(this.redis, options.metrics)
     this.bus =
-      options.redisUrl === undefined || this.redis === null
+      options.redis === undefined || this.redis === null
         ? null
         : new InvalidationBus({
-            redisUrl: options.redisUrl,
+            redis: options.redis,
             keyPrefix: this.prefix,
             commands: this.redis,
             timings: this.timings,
@@ -94,9 +98,9 @@ export class TenancyCache implements CacheInvalidator {
     this.lookups = this.cachedLookups(options.source)
   }
 
-  private connectCommands(url: string): Redis {
+  private connectCommands(target: RedisTarget): RedisClient {
     const up = this.options.metrics.redisUp.commands
-    return connectCommandClient(url, {
+    return connectCommandClient(target, {
       failed: (err) => this.redisFailed(err),
       down: () => up.set(0),
       ready: () => {
@@ -162,8 +166,13 @@ export class TenancyCache implements CacheInvalidator {
     // null: Redis was not asked, so nothing is stored there either.
     let generation: string | null = null
     if (redis !== null) {
+      const askedAt = performance.now()
       try {
-        const [raw, seenGeneration] = await redis.mget(this.prefix + key, generationKey(this.prefix, key))
+        // The entry and its generation share a hash tag (entry-names.ts): one slot on a cluster.
+        const [raw, seenGeneration] = await withinMs(
+          redis.mget(entryKey(this.prefix, key), generationKey(this.prefix, key)),
+          REDIS_COMMAND_TIMEOUT_MS,
+        )
         generation = seenGeneration ?? ''
         if (typeof raw === 'string') {
           this.options.metrics.storeLookups.redis.inc()
@@ -174,6 +183,8 @@ export class TenancyCache implements CacheInvalidator {
         }
       } catch (err) {
         this.redisFailed(err)
+      } finally {
+        this.options.metrics.redisWait.lookup.observe((performance.now() - askedAt) / 1_000)
       }
     }
     this.options.metrics.cacheMisses.redis.inc()
@@ -215,14 +226,14 @@ export class TenancyCache implements CacheInvalidator {
     const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
     storeIfUnchanged(
       redis,
-      { key: this.prefix + key, generationKey: generationKey(this.prefix, key) },
+      { key: entryKey(this.prefix, key), generationKey: generationKey(this.prefix, key) },
       generation,
       JSON.stringify(value),
       ttl,
     ).catch((err: unknown) => this.redisFailed(err))
   }
 
-  private usableRedis(): Redis | null {
+  private usableRedis(): RedisClient | null {
     if (this.redis === null || this.redis.status !== 'ready' || Date.now() < this.redisSkipUntil) return null
     return this.redis
   }
@@ -276,13 +287,19 @@ export class TenancyCache implements CacheInvalidator {
     return this.redis === null ? 'off' : pingWithin(this.redis, timeoutMs)
   }
 
+  /** The Redis masters in use and the failovers seen (for readiness); null without Redis. */
+  get redisMasters(): (RedisMasters & { topology: RedisTarget['topology'] }) | null {
+    if (this.masterWatch === null || this.options.redis === undefined) return null
+    return { topology: this.options.redis.topology, ...this.masterWatch.state }
+  }
+
   async close(): Promise<void> {
     await this.bus?.close()
     this.redis?.disconnect()
   }
 
   /** The bus's subscriber connection, null without Redis (tests pause it to hold messages back). */
-  get subscriber(): Redis | null {
+  get subscriber(): RedisClient | null {
     return this.bus?.subscriber ?? null
   }
 }

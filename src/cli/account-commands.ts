@@ -69,9 +69,9 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     await migrate(sql)
     const account = await setAccountLimits(sql, accountId, change, operatorOrigin())
     // The proxy reads an account's limits from its cached tenant record: tell the replicas now.
-    if (config.redisUrl !== undefined)
+    if (config.redis !== undefined)
       await tellReplicas(
-        config.redisUrl,
+        config.redis,
         config.redisKeyPrefix,
         [cacheKeys.tenant(accountId)],
         'the limits are stored',

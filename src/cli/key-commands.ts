@@ -55,9 +55,9 @@ export const KEY_COMMANDS: Record<string, Command> = {
     const row = await revokeKeyWithEvent(sql, operatorOrigin(), accountId, accountId, keyId)
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
     // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
-    if (config.redisUrl !== undefined)
+    if (config.redis !== undefined)
       await tellReplicas(
-        config.redisUrl,
+        config.redis,
         config.redisKeyPrefix,
         keyEntries({ id: row.id, keyDigest: row.key_digest }),
         'the key is revoked',
@@ -86,9 +86,9 @@ export const KEY_COMMANDS: Record<string, Command> = {
       throw new UsageError(`key ${keyId} is ${result.state}: only an active key can be rolled`)
     const { old, minted } = result
     // The old key's expiry moved (or it is revoked), and the new key may be cached as unknown.
-    if (config.redisUrl !== undefined)
+    if (config.redis !== undefined)
       await tellReplicas(
-        config.redisUrl,
+        config.redis,
         config.redisKeyPrefix,
         [
           ...keyEntries({ id: old.id, keyDigest: old.key_digest }),

@@ -2,6 +2,7 @@
 // their flags, the parent account they name, and telling the replicas of a change over Redis.
 import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { publishInvalidation } from '../cache/index.js'
+import { describeRedisTarget, type RedisTarget, variableOf } from '../cache/redis-topology.js'
 import type { Config } from '../config.js'
 import type { Sql } from '../store/db.js'
 import { getTenant } from '../store/tenants.js'
@@ -59,23 +60,17 @@ export async function parentAccount(sql: Sql, id: string) {
 
 /** Publishes cache invalidations, repeated after 1 s; a Redis failure is a warning, the change stands. */
 export async function tellReplicas(
-  redisUrl: string,
+  redis: RedisTarget,
   prefix: string,
   names: string[],
   done: string,
   io: CliIo,
 ): Promise<void> {
   try {
-    await publishInvalidation(redisUrl, prefix, names, { repeatAfterMs: 1_000 })
+    await publishInvalidation(redis, prefix, names, { repeatAfterMs: 1_000 })
   } catch (err) {
     io.stderr(
-      `warning: ${done}, but Redis (REDIS_URL, ${describeRedisUrl(redisUrl)}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute (the cache TTL)\n`,
+      `warning: ${done}, but Redis (${variableOf(redis)}, ${describeRedisTarget(redis, { short: true })}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute (the cache TTL)\n`,
     )
   }
-}
-
-/** Where a Redis URL points, for messages: host:port, never the password. */
-function describeRedisUrl(redisUrl: string): string {
-  const url = new URL(redisUrl)
-  return `${url.hostname || 'localhost'}:${url.port || '6379'}`
 }

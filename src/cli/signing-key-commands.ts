@@ -3,6 +3,7 @@
 // one is withdrawn. Either way every replica is told over Redis, and finds out on its own within
 // its reload interval if the message is lost.
 import { cacheKeys, publishInvalidation } from '../cache/index.js'
+import { describeRedisTarget, type RedisTarget, variableOf } from '../cache/redis-topology.js'
 import type { Config } from '../config.js'
 import { SigningKeyStore } from '../signing-keys/store.js'
 import type { Sql } from '../store/db.js'
@@ -23,19 +24,18 @@ export async function rotateSigningKeys(
   const store = new SigningKeyStore({ sql, encryptionKey: config.encryptionKey })
   const compromised = options.compromised === true
   const result = compromised ? await store.rotateCompromised() : { signing_key: await store.rotate() }
-  if (config.redisUrl !== undefined) await tellReplicas(config.redisUrl, config.redisKeyPrefix, compromised, io)
+  if (config.redis !== undefined) await tellReplicas(config.redis, config.redisKeyPrefix, compromised, io)
   return result
 }
 
 /** Over the invalidation bus, repeated after 1 s; a Redis failure is a warning, the change stands. */
-async function tellReplicas(redisUrl: string, prefix: string, compromised: boolean, io: CliIo): Promise<void> {
+async function tellReplicas(redis: RedisTarget, prefix: string, compromised: boolean, io: CliIo): Promise<void> {
   try {
-    await publishInvalidation(redisUrl, prefix, [cacheKeys.signingKeys], { repeatAfterMs: 1_000 })
+    await publishInvalidation(redis, prefix, [cacheKeys.signingKeys], { repeatAfterMs: 1_000 })
   } catch (err) {
-    const url = new URL(redisUrl)
     const what = compromised ? 'the old key is withdrawn' : 'the new key is published'
     io.stderr(
-      `warning: ${what}, but Redis (REDIS_URL, ${url.hostname || 'localhost'}:${url.port || '6379'}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute\n`,
+      `warning: ${what}, but Redis (${variableOf(redis)}, ${describeRedisTarget(redis, { short: true })}) could not tell the replicas at once (${(err as Error).message}); they follow within a minute\n`,
     )
   }
 }

@@ -60,7 +60,11 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
       if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects))
       // A limit this replica has not seen yet, or whose lease ran dry: a Redis round trip (bounded).
       metrics.coldWaits.inc()
-      return limiter.admitWhenWarm(subjects).then((decision) => decide(request, reply, decision))
+      const waitedFrom = performance.now()
+      return limiter.admitWhenWarm(subjects).then((decision) => {
+        metrics.leaseWait.observe((performance.now() - waitedFrom) / 1_000)
+        return decide(request, reply, decision)
+      })
     },
     refund(request) {
       if (!request.limitsCharged || request.limitSubjects === null) return

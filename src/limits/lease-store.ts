@@ -2,7 +2,8 @@
 // limiter's accounting is tested against a store in memory and the scripts against Redis.
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import type { Redis } from 'ioredis'
+import type { RedisClient } from '../cache/redis-topology.js'
+import { limitKeys } from './keys.js'
 import { QUOTA_LEASE, RATE_LEASE } from './scripts.js'
 
 export interface LeaseCall {
@@ -84,7 +85,7 @@ interface LeaseCommands {
 const CONNECTING = new Set(['wait', 'connecting', 'connect'])
 
 /** Sends `send()` once `redis` is ready, and fails it if no answer came within `ms` of the start. */
-async function within<T>(redis: Redis, send: () => Promise<T>, ms: number): Promise<T> {
+async function within<T>(redis: RedisClient, send: () => Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`lease call unanswered after ${ms} ms`)), ms)
@@ -100,19 +101,19 @@ async function within<T>(redis: Redis, send: () => Promise<T>, ms: number): Prom
 /** The scripts on `redis`, loaded once each (EVALSHA, EVAL again only when Redis lost them). */
 export class RedisLeaseStore implements LeaseStore {
   readonly ttlMs: number
-  private readonly redis: Redis
+  private readonly redis: RedisClient
   private readonly commands: LeaseCommands
   private readonly replica = randomBytes(8).toString('hex')
-  private readonly incarnationKey: string
+  private readonly keyPrefix: string
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     keyPrefix: string,
     private readonly timings: LeaseTimings = DEFAULT_LEASE_TIMINGS,
   ) {
     this.ttlMs = timings.ttlMs
     this.redis = redis
-    this.incarnationKey = `${keyPrefix}limits:incarnation`
+    this.keyPrefix = keyPrefix
     if (!('tgwRateLease' in redis)) {
       redis.defineCommand('tgwRateLease', { numberOfKeys: 2, lua: RATE_LEASE })
       redis.defineCommand('tgwQuotaLease', { numberOfKeys: 2, lua: QUOTA_LEASE })
@@ -127,7 +128,7 @@ export class RedisLeaseStore implements LeaseStore {
       () =>
         this.commands.tgwRateLease(
           call.key,
-          this.incarnationKey,
+          limitKeys.incarnationOf(this.keyPrefix, call.key),
           this.replica,
           call.requests,
           call.perMs,
@@ -160,7 +161,7 @@ export class RedisLeaseStore implements LeaseStore {
       () =>
         this.commands.tgwQuotaLease(
           call.key,
-          this.incarnationKey,
+          limitKeys.incarnationOf(this.keyPrefix, call.key),
           call.requests,
           call.epoch,
           call.keep,

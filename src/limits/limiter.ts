@@ -1,6 +1,7 @@
 // The limiter the proxy asks before forwarding (docs/architecture.md, limits): every limit that
 // applies to a request, decided from memory, with leases from Redis renewed in the background.
-import type { Redis } from 'ioredis'
+import type { RedisClient } from '../cache/redis-topology.js'
+import { limitKeys } from './keys.js'
 import { DEFAULT_LEASE_TIMINGS, type LeaseStore, type LeaseTimings, RedisLeaseStore } from './lease-store.js'
 import { FORGET_AFTER_MS, type LeasedLimit, type LimitContext } from './leased-limit.js'
 import { QuotaLimit } from './quota-limit.js'
@@ -9,7 +10,7 @@ import type { Decision, LimiterMetrics, LimitSubject, LoadMonthUse } from './typ
 
 export interface LimiterOptions {
   /** null: embedded mode, every limit enforced in this process. */
-  redis: Redis | null
+  redis: RedisClient | null
   keyPrefix: string
   /** Forwarded requests of a UTC month, from Postgres (for an account: with its sub-accounts'). */
   loadMonthUse: LoadMonthUse
@@ -89,7 +90,7 @@ export class Limiter {
         if (rate !== null) {
           let limit = this.limits.get(`${base}:rate`) as RateLimit | undefined
           if (limit === undefined) {
-            const key = `${this.keyPrefix}limits:rate:${base}`
+            const key = limitKeys.rate(this.keyPrefix, base)
             limit = new RateLimit(`${level}.rate`, this.ctx, now, rate, key)
             this.limits.set(`${base}:rate`, limit)
           } else if (limit.rate.requests !== rate.requests || limit.rate.perSeconds !== rate.perSeconds) {
@@ -102,7 +103,7 @@ export class Limiter {
         if (monthlyQuota !== null && level !== 'management') {
           let limit = this.limits.get(`${base}:quota`) as QuotaLimit | undefined
           if (limit === undefined) {
-            const keyOf = (month: string) => `${this.keyPrefix}limits:quota:${base}:${month}`
+            const keyOf = (month: string) => limitKeys.quota(this.keyPrefix, base, month)
             const who = { tenantId: subject.tenantId, level }
             limit = new QuotaLimit(
               `${level}.monthly_quota`,

@@ -1,7 +1,7 @@
 // The limits' metrics (docs/operations.md): decisions by policy and outcome fed as plain numbers
 // on the request path, and the lease calls' work, which is background.
 import { Counter, Gauge, type Registry } from 'prom-client'
-import { talliedCounter, tally, type Tally } from '../ops/fast-metrics.js'
+import { type LatencySeries, talliedCounter, tally, type Tally } from '../ops/fast-metrics.js'
 
 export const LIMIT_POLICIES = [
   'sub_account.rate',
@@ -22,10 +22,12 @@ export interface LimitMetrics {
   readonly unitsReturned: Counter
   /** Requests that awaited a limit's first lease (limiter.warm): one per tenant and replica once warm. */
   readonly coldWaits: Tally
+  /** How long each of those requests waited (tgw_redis_wait_seconds{wait="lease"}). */
+  readonly leaseWait: LatencySeries
   readonly degraded: Gauge
 }
 
-export function limitMetrics(registers: Registry[]): LimitMetrics {
+export function limitMetrics(registers: Registry[]): Omit<LimitMetrics, 'leaseWait'> {
   const decisions = talliedCounter(
     {
       name: 'tgw_limit_decisions_total',

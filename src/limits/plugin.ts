@@ -2,7 +2,7 @@
 // mode: every limit is then enforced in this process), the month's use read from Postgres when
 // Redis has lost it, and its leases given back when the app closes.
 import fp from 'fastify-plugin'
-import { Redis } from 'ioredis'
+import { openRedis, type RedisTarget } from '../cache/redis-topology.js'
 import { REDIS_CONNECTION } from '../cache/settings.js'
 import { DEFAULT_LEASE_TIMINGS, type LeaseTimings } from './lease-store.js'
 import { Limiter } from './limiter.js'
@@ -18,22 +18,22 @@ declare module 'fastify' {
 export interface LimitsPluginOptions {
   sql: Sql
   /** Unset: embedded mode. */
-  redisUrl?: string | undefined
+  redis?: RedisTarget | undefined
   keyPrefix: string
   timings?: Partial<LeaseTimings> | undefined
 }
 
 export const limitsPlugin = fp<LimitsPluginOptions>(
-  async (app, { sql, redisUrl, keyPrefix, timings }) => {
+  async (app, { sql, redis: target, keyPrefix, timings }) => {
     const metrics = app.metrics.limits
     const meter = app.usageMeter
     // A connection of its own: the cache's gives a command 50 ms, and a lease call that misses its
     // deadline sends the replica into its degraded mode (each replica on its own: k replicas may
     // admit k times a limit). A lease call is background work, so it gets the lease store's 250 ms.
     const redis =
-      redisUrl === undefined
+      target === undefined
         ? null
-        : new Redis(redisUrl, {
+        : openRedis(target, {
             ...REDIS_CONNECTION,
             enableOfflineQueue: false,
             maxRetriesPerRequest: 0,

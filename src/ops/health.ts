@@ -46,6 +46,19 @@ const Checks = Type.Object({
   }),
 })
 
+const RedisState = Type.Object(
+  {
+    topology: Type.Union([Type.Literal('server'), Type.Literal('sentinel'), Type.Literal('cluster')]),
+    masters: Type.Array(Type.String(), {
+      description:
+        "host:port of each master the gateway's commands go to now (a cluster's several); empty while not connected",
+    }),
+    master_changes: Type.Integer({ description: 'Times the master changed since the start: failovers seen' }),
+    last_master_change: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { description: 'Absent without Redis' },
+)
+
 export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql, cache, readiness }) => {
   app.get(
     '/healthz',
@@ -71,7 +84,10 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
           'contact with Postgres is reported there but keeps the answer 200. 503 (application/problem+json, code not_ready): ' +
           'Postgres has not been reached since the start, or the gateway is shutting down.',
         tags: ['operations'],
-        response: { 200: Type.Object({ status: Type.Literal('ready'), checks: Checks }), 503: Type.Unknown() },
+        response: {
+          200: Type.Object({ status: Type.Literal('ready'), checks: Checks, redis: Type.Optional(RedisState) }),
+          503: Type.Unknown(),
+        },
       },
     },
     async (request, reply) => {
@@ -80,7 +96,19 @@ export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql
         cache.ping(READINESS_TIMEOUT_MS),
       ])
       const checks = { postgres, redis }
-      if (!readiness.draining && hasReachedPostgres(sql)) return { status: 'ready' as const, checks }
+      const masters = cache.redisMasters
+      const state =
+        masters === null
+          ? {}
+          : {
+              redis: {
+                topology: masters.topology,
+                masters: masters.masters,
+                master_changes: masters.changes,
+                last_master_change: masters.lastChangeAt,
+              },
+            }
+      if (!readiness.draining && hasReachedPostgres(sql)) return { status: 'ready' as const, checks, ...state }
       const detail = readiness.draining
         ? 'the gateway is shutting down'
         : `postgres cannot be reached (no answer within ${READINESS_TIMEOUT_MS} ms, or not connected), and has not been since the gateway started`

@@ -2,7 +2,7 @@
 // (tests, benches) keep their own counts. Served on METRICS_PORT by main.ts, never publicly.
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Registry } from 'prom-client'
-import { LatencyHistogram, talliedCounter, tally, type Tally } from './fast-metrics.js'
+import { LatencyHistogram, type LatencySeries, talliedCounter, tally, type Tally } from './fast-metrics.js'
 import { type CredentialMetrics, credentialMetrics } from './credential-metrics.js'
 import { type LimitMetrics, limitMetrics } from '../limits/metrics.js'
 import { collectProcessMetrics } from './process-metrics.js'
@@ -43,6 +43,10 @@ export interface Metrics {
     readonly commands: Gauge.Internal<'connection'>
     readonly subscriber: Gauge.Internal<'connection'>
   }
+  /** 1 for each Redis master the gateway's commands go to now, by address (cache/redis-masters.ts). */
+  readonly redisMaster: Gauge<'address'>
+  /** Changes of master (a failover, or a cluster's master replaced) seen since the start. */
+  readonly redisMasterChanges: Counter
   readonly proxiedRequests: Tally
   /** Proxied requests admitted from an identical admission of the last second (no lookup at all). */
   readonly recentAdmissions: Tally
@@ -65,6 +69,11 @@ export interface Metrics {
   /** Records one answered request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly upstreamDuration: LatencyHistogram
+  /**
+   * How long a request waited on Redis: a tenancy lookup before it had the entry or went on to
+   * Postgres (cache/tiered.ts), or a limit for its lease (limits/gate.ts).
+   */
+  readonly redisWait: { readonly lookup: LatencySeries; readonly lease: LatencySeries }
   readonly usageFlushFailures: Counter
   /** Set by the usage meter (usage/meter-plugin.ts): how old the oldest count not yet in Postgres is, in ms (0: none pending). */
   usageLagMs: () => number
@@ -128,6 +137,14 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
   )
   const durations = ROUTE_KINDS.map((kind) => duration.of(kind))
 
+  const redisWait = new LatencyHistogram(
+    'tgw_redis_wait_seconds',
+    'Time a request waited on Redis: a tenancy lookup (for the entry, before Postgres) or a limit (for its lease), by wait',
+    LATENCY_BUCKETS,
+    registry,
+    { name: 'wait', values: ['lookup', 'lease'] },
+  )
+
   const metrics: Metrics = {
     registry,
     storeLookups: { redis: storeLookups.labels('redis'), postgres: storeLookups.labels('postgres') },
@@ -159,6 +176,17 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       registers,
     }),
     redisUp: { commands: redisUp.labels('commands'), subscriber: redisUp.labels('subscriber') },
+    redisMaster: new Gauge({
+      name: 'tgw_redis_master',
+      help: "1 for each Redis master the gateway's commands go to now, by host:port (one, or a cluster's masters)",
+      labelNames: ['address'] as const,
+      registers,
+    }),
+    redisMasterChanges: new Counter({
+      name: 'tgw_redis_master_changes_total',
+      help: 'Times the Redis master (or a cluster master) changed since the start: failovers seen',
+      registers,
+    }),
     proxiedRequests: tally({
       name: 'tgw_proxied_requests_total',
       help: 'Requests answered on a proxied route (by the upstream or by the gateway)',
@@ -171,7 +199,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     }),
     clientAborts: clientAbortTallies(registers),
     upstreamSlots: new Map(),
-    limits: limitMetrics(registers),
+    limits: { ...limitMetrics(registers), leaseWait: redisWait.of('lease') },
     credentials: credentialMetrics(registers),
     webhooks: webhookMetrics(registers),
     observeRequest(kind, statusCode, seconds) {
@@ -186,6 +214,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       LATENCY_BUCKETS,
       registry,
     ),
+    redisWait: { lookup: redisWait.of('lookup'), lease: redisWait.of('lease') },
     usageFlushFailures: new Counter({
       name: 'tgw_usage_flush_failures_total',
       help: 'Usage flushes to Postgres that failed (their counts are kept and retried)',

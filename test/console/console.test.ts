@@ -445,7 +445,7 @@ t.test('a key revoked mid-session: signed out, told why', async (t) => {
   await KEY_COMMANDS['keys revoke']!(
     gateway.sql,
     { account: parent.id, key: second.row.id },
-    { redisUrl: REDIS_URL, redisKeyPrefix: gateway.redisKeyPrefix } as Config,
+    { redis: { topology: 'server', url: REDIS_URL }, redisKeyPrefix: gateway.redisKeyPrefix } as Config,
     // A command writes only a warning itself (Redis unreachable): shown, as the CLI shows it.
     { stdout: () => {}, stderr: (text) => process.stderr.write(text) },
   )

@@ -30,8 +30,11 @@ export interface GatewayOptions extends AppTuning {
    * Default: the gateway uses the test database's pool, which the test also writes with.
    */
   pool?: { url?: string; maxConnections?: number }
-  /** The Redis the gateway uses: the tests' by default, another by URL, false for none. */
-  redis?: string | false
+  /**
+   * The Redis the gateway uses: the tests' by default, another by URL, false for none, or the
+   * environment of a topology (REDIS_SENTINELS…, REDIS_CLUSTER_NODES: helpers/redis-topologies.ts).
+   */
+  redis?: string | false | { env: Record<string, string> }
   /** Share a key prefix (and so the invalidation channel) with another gateway. */
   redisKeyPrefix?: string
   upstreamUrl?: string
@@ -168,7 +171,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
   const config = {
     ...loadConfig({
       DATABASE_URL: databaseUrl,
-      ...(redisUrl === false ? {} : { REDIS_URL: redisUrl }),
+      ...(redisUrl === false ? {} : typeof redisUrl === 'string' ? { REDIS_URL: redisUrl } : redisUrl.env),
       ...(options.upstreamUrl === undefined ? {} : { UPSTREAM_URL: options.upstreamUrl }),
       // Tests send management calls as fast as they can: the default 50/1s is tested on its own.
       MANAGEMENT_RATE: '1000000/1s',

@@ -2,6 +2,7 @@
 // that has been in use for a while, offers at a pace, and the window bound checked on what passed.
 import { Redis } from 'ioredis'
 import { REDIS_CONNECTION } from '../../src/cache/settings.js'
+import { limitKeys } from '../../src/limits/keys.js'
 import { Limiter } from '../../src/limits/limiter.js'
 import type { LimitSubject, LoadMonthUse } from '../../src/limits/types.js'
 import { sleep } from './poll.js'
@@ -20,7 +21,8 @@ export function limiterClient(t: TestLike, url: string): Redis {
  * first 2 s of a test fall in the grace that follows an empty Redis (docs/architecture.md).
  */
 export async function agedRedis(redis: Redis, prefix: string): Promise<void> {
-  await redis.set(`${prefix}limits:incarnation`, String(Date.now() - 60_000))
+  const born = String(Date.now() - 60_000)
+  for (const key of limitKeys.incarnations(prefix)) await redis.set(key, born)
 }
 
 export function replicas(

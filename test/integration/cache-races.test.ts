@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis'
 import { pino } from 'pino'
 import t from 'tap'
 import { cacheKeys, TenancyCache, type CacheTimings } from '../../src/cache/index.js'
+import { entryKey } from '../../src/cache/entry-names.js'
 import { createMetrics, type Metrics } from '../../src/ops/metrics.js'
 import { revokeKey } from '../../src/store/api-keys.js'
 import { postgresLookups, type TenancyLookups } from '../../src/tenancy/lookups.js'
@@ -28,7 +29,7 @@ function cache(
 ): TenancyCache {
   const made = new TenancyCache({
     source,
-    redisUrl: REDIS_URL,
+    redis: { topology: 'server', url: REDIS_URL },
     keyPrefix: prefix,
     // The repeat of each invalidation comes 200 ms later; the held fill outlasts it.
     timings: { reinvalidateAfterMs: 200, ...options.timings },
@@ -74,7 +75,7 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest()
 
 t.test('a fill that read a key before its revocation does not put it back into Redis', async (t) => {
   const key = await createParent(database.sql, { name: 'race' })
-  const entry = prefix + cacheKeys.key(sha256(key.apiKey))
+  const entry = entryKey(prefix, cacheKeys.key(sha256(key.apiKey)))
   const held = heldLookups()
   const slow = cache(held.lookups)
   const other = cache(postgresLookups(database.sql))
@@ -110,7 +111,7 @@ t.test('a fill that read a key before its revocation does not put it back into R
 
 t.test('fills still store into Redis, before and after an invalidation', async (t) => {
   const key = await createParent(database.sql, { name: 'plain' })
-  const entry = prefix + cacheKeys.key(sha256(key.apiKey))
+  const entry = entryKey(prefix, cacheKeys.key(sha256(key.apiKey)))
   const first = cache(postgresLookups(database.sql))
   await ready(first)
   await first.lookups.keyByDigest(sha256(key.apiKey))
@@ -173,7 +174,7 @@ t.test(
     t.equal((await lossy.lookups.keyByDigest(digest))?.status, 'active', 'warm')
     // Revoked in Postgres and deleted from Redis, but no message reaches the replica.
     await revokeKey(database.sql, key.id, key.keyId)
-    await redis.del(prefix + cacheKeys.key(digest))
+    await redis.del(entryKey(prefix, cacheKeys.key(digest)))
     const revokedAt = Date.now()
     let status: string | undefined = 'active'
     while (status === 'active' && Date.now() - revokedAt < 2_000) {
@@ -189,7 +190,7 @@ t.test(
 t.test('a refresh that raced an invalidation does not store the row it read', async (t) => {
   const key = await createParent(database.sql, { name: 'raced' })
   const digest = sha256(key.apiKey)
-  const entry = prefix + cacheKeys.key(digest)
+  const entry = entryKey(prefix, cacheKeys.key(digest))
   // No repeat of the invalidation within the test: only the first message may evict the entry, so
   // that the refresh's own store is what the last read sees if the epoch did not stop it.
   const other = cache(postgresLookups(database.sql), { timings: { reinvalidateAfterMs: 60_000 } })
@@ -229,10 +230,10 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
   const { url } = await startRedis(t)
   const admin = redisClient(t, { url })
   const keys = await Promise.all([1, 2, 3, 4, 5].map((n) => createParent(database.sql, { name: `k${n}` })))
-  const entries = keys.map((key) => prefix + cacheKeys.key(sha256(key.apiKey)))
+  const entries = keys.map((key) => entryKey(prefix, cacheKeys.key(sha256(key.apiKey))))
   const replica = new TenancyCache({
     source: postgresLookups(database.sql),
-    redisUrl: url,
+    redis: { topology: 'server', url },
     keyPrefix: prefix,
     timings: { reinvalidateAfterMs: 60_000 },
     log: silent,

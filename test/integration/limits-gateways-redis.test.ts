@@ -4,6 +4,7 @@
 // down, shared again after. With the real grace after an empty Redis (3 s).
 import type { Agent } from 'node:http'
 import t from 'tap'
+import { limitKeys } from '../../src/limits/keys.js'
 import { monthOf } from '../../src/limits/month.js'
 import { monthUse } from '../../src/limits/store.js'
 import {
@@ -133,10 +134,10 @@ t.test(
     t.comment(`after the loss: ${JSON.stringify(afterCounts)} over ${after.length} requests in ${graceMs + 2_000} ms`)
     t.same(afterCounts, { '429 quota_exceeded': after.length }, 'every one is 429 quota_exceeded')
     t.equal(forwarded(path), quota, 'the upstream still got M')
-    const key = `${prefix}limits:quota:sub_account:${sub}:${month}`
+    const key = limitKeys.quota(prefix, `sub_account:${sub}`, month)
     const used = Number(await redis.hget(key, 'used'))
     t.ok(used >= quota, `Redis's month was rebuilt from Postgres: used ${used}`)
-    const born = Number(await redis.get(`${prefix}limits:incarnation`))
+    const born = Number(await redis.get(limitKeys.incarnationOf(prefix, key)))
     t.ok(born >= lostAt, 'a new incarnation was stamped after the loss')
   },
 )

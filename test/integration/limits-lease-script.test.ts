@@ -2,6 +2,7 @@
 // that spent its lease and renews it cannot get the room back as if the bucket had refilled into
 // it meanwhile (docs/architecture.md, limits: tokens plus leases out never exceed N).
 import t from 'tap'
+import { limitKeys } from '../../src/limits/keys.js'
 import { RedisLeaseStore } from '../../src/limits/lease-store.js'
 import { agedRedis } from '../helpers/limits.js'
 import { sleep } from '../helpers/poll.js'
@@ -27,7 +28,7 @@ const cases: [string, { spent: number; refunded: number }][] = [
 for (const [name, { spent, refunded }] of cases) {
   t.test(`a renewal after the lease was spent: ${name}`, async (t) => {
     const store = new RedisLeaseStore(redis, prefix)
-    const key = `${prefix}limits:rate:${name}`
+    const key = limitKeys.rate(prefix, name)
     const first = await store.rate({ ...call(key), keep: 0, wanted: 10 })
     t.equal(first.granted, 10)
     await sleep(300)
@@ -42,7 +43,7 @@ for (const [name, { spent, refunded }] of cases) {
 
 t.test("a rate's extra is charged to a bucket rebuilt since the caller's epoch, not to the one it saw", async (t) => {
   const store = new RedisLeaseStore(redis, prefix)
-  const key = `${prefix}limits:rate:extra`
+  const key = limitKeys.rate(prefix, 'extra')
   const first = await store.rate({ ...call(key), keep: 0, wanted: 0 })
   t.ok(first.epoch.length > 0, 'the answer names the bucket')
   // The same bucket, lived through an outage: what passed meanwhile is not charged.

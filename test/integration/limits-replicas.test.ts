@@ -1,6 +1,7 @@
 // The limiter (src/limits/) as three replicas sharing the machine's Redis: a rate offered twice
 // over, and a quota spent from two replicas whatever the interleaving (docs/architecture.md, limits).
 import t from 'tap'
+import { limitKeys } from '../../src/limits/keys.js'
 import type { LimitSubject } from '../../src/limits/types.js'
 import { agedRedis, offer, replicas, worstWindow } from '../helpers/limits.js'
 import { sleep } from '../helpers/poll.js'
@@ -66,7 +67,7 @@ t.test('a quota spent from two replicas: exactly M pass, whatever the interleavi
       }
       if (i % 4 === 0) await sleep(1)
     }
-    const key = `${prefix}limits:quota:sub_account:quota-${name}:${new Date().toISOString().slice(0, 7)}`
+    const key = limitKeys.quota(prefix, `sub_account:quota-${name}`, new Date().toISOString().slice(0, 7))
     t.equal(admitted, quota, `${name}: ${admitted} passed`)
     t.equal(Number(await redis.hget(key, 'used')), quota, `${name}: Redis counted them`)
     await Promise.all(limiters.map((limiter) => limiter.close()))

@@ -67,7 +67,13 @@ t.test('/readyz: 200 when Postgres and Redis answer, "off" without Redis', async
     'Redis reported ok once connected',
   )
   const ready = await app.inject({ method: 'GET', url: '/readyz' })
-  t.same(ready.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
+  const { redis: masters, ...body } = ready.json()
+  t.same(body, { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
+  t.match(
+    masters,
+    { topology: 'server', masters: [/^127\.0\.0\.1:\d+$/], master_changes: 0, last_master_change: null },
+    'the master the gateway uses, and no change of master yet',
+  )
 
   const alone = await gateway(t, { redis: false })
   const response = await alone.inject({ method: 'GET', url: '/readyz' })
@@ -93,7 +99,9 @@ t.test('/readyz: 200 without Redis once Postgres answered, the body naming Redis
   const noRedis = await gateway(t, { redis: DEAD_REDIS })
   const second = await noRedis.inject({ method: 'GET', url: '/readyz' })
   t.equal(second.statusCode, 200, 'a Redis outage does not take the replica out (docs/operations.md)')
-  t.same(second.json(), { status: 'ready', checks: { postgres: 'ok', redis: 'down' } })
+  const { redis: masters, ...secondBody } = second.json()
+  t.same(secondBody, { status: 'ready', checks: { postgres: 'ok', redis: 'down' } })
+  t.same(masters.masters, [], 'no master while Redis is down')
   t.equal(await metric(noRedis, 'tgw_redis_up', { connection: 'commands' }), 0, 'tgw_redis_up says so')
 })
 

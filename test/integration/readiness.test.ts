@@ -27,6 +27,12 @@ interface Readyz {
   }
 }
 
+/** The body without its `redis` member (the masters in use: ops.test.ts checks it). */
+function withoutMasters(body: Readyz['body']): Readyz['body'] {
+  const { redis: _masters, ...rest } = body as Readyz['body'] & { redis?: unknown }
+  return rest
+}
+
 async function readyz(app: FastifyInstance): Promise<Readyz> {
   const response = await app.inject({ method: 'GET', url: '/readyz' })
   return { status: response.statusCode, body: response.json() }
@@ -73,7 +79,7 @@ t.test('200 once Postgres answered, with both stores up', async (t) => {
     50,
   )
   t.not(ready, null, 'ready once Postgres answered and Redis connected')
-  t.same((await readyz(app)).body, { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
+  t.same(withoutMasters((await readyz(app)).body), { status: 'ready', checks: { postgres: 'ok', redis: 'ok' } })
   t.ok(
     (await metricValue(app, 'tgw_postgres_connections', { state: 'active' })) > 0,
     'the pool metric sees its connections',
@@ -84,7 +90,11 @@ t.test('a Postgres outage after the first contact: still 200, reported in the bo
   await postgresRelay.cut()
   const during = await readyz(app)
   t.equal(during.status, 200, 'still in the Service')
-  t.same(during.body, { status: 'ready', checks: { postgres: 'down', redis: 'ok' } }, 'the body names the outage')
+  t.same(
+    withoutMasters(during.body),
+    { status: 'ready', checks: { postgres: 'down', redis: 'ok' } },
+    'the body names the outage',
+  )
   t.equal(
     await metricValue(app, 'tgw_postgres_connections', { state: 'active' }),
     0,
@@ -104,7 +114,7 @@ t.test('a Redis outage: still 200, reported in the body and in tgw_redis_up', as
   t.not(during, null, 'the body names Redis')
   const answer = await readyz(app)
   t.equal(answer.status, 200, 'still in the Service')
-  t.same(answer.body, { status: 'ready', checks: { postgres: 'ok', redis: 'down' } })
+  t.same(withoutMasters(answer.body), { status: 'ready', checks: { postgres: 'ok', redis: 'down' } })
   t.equal(await metricValue(app, 'tgw_redis_up', { connection: 'commands' }), 0, 'tgw_redis_up says so')
   await redisRelay.restore()
   t.not(

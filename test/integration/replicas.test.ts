@@ -163,7 +163,7 @@ async function lookups(gw: TestGateway): Promise<{ postgres: number; redis: numb
   }
 }
 
-const keyEntry = (apiKey: string) => `${prefix}key:${createHash('sha256').update(apiKey).digest('hex')}`
+const keyEntry = (apiKey: string) => `${prefix}{key:${createHash('sha256').update(apiKey).digest('hex')}}`
 
 /**
  * Mints a key in Postgres only. A key minted through the API is followed by an invalidation of its

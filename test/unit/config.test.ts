@@ -10,7 +10,7 @@ t.test('defaults of docs/configuration.md', async (t) => {
   t.equal(config.port, 8080)
   t.equal(config.host, '0.0.0.0')
   t.equal(config.databaseUrl, undefined)
-  t.equal(config.redisUrl, undefined)
+  t.equal(config.redis, undefined)
   t.equal(config.upstreamUrl, 'http://127.0.0.1:9000', 'embedded, no routes: the echo upstream')
   t.equal(config.upstreamUrlIsDefault, true)
   t.equal(config.logLevel, 'info')
@@ -40,7 +40,7 @@ t.test('values are read', async (t) => {
   t.equal(config.maxConnections, 250)
   t.equal(config.port, 0)
   t.equal(config.databaseUrl, 'postgres://u:p@db/x')
-  t.equal(config.redisUrl, 'redis://r:6379')
+  t.same(config.redis, { topology: 'server', url: 'redis://r:6379' })
   t.equal(config.upstreamUrl, 'https://up')
   t.equal(config.logLevel, 'debug')
   t.equal(config.metricsPort, 9999)
@@ -174,4 +174,89 @@ t.test('WEBHOOKS_RETRY_SCHEDULE: 5s to 10h by default; a list of delays', async 
   const tooMany = Array.from({ length: 21 }, () => '1s').join(',')
   for (const bad of ['5', '5d', '1s,,2s', '-1s', '1.5s', '169h', tooMany])
     t.throws(() => loadConfig({ WEBHOOKS_RETRY_SCHEDULE: bad }, ROOT), { message: /WEBHOOKS_RETRY_SCHEDULE/ }, bad)
+})
+
+t.test('REDIS_SENTINELS and REDIS_SENTINEL_NAME: a master followed through Sentinel', async (t) => {
+  const config = loadConfig(
+    { REDIS_SENTINELS: 'tgw-redis:26379, 10.0.0.2:26380,[::1]:26381', REDIS_SENTINEL_NAME: 'mymaster' },
+    ROOT,
+  )
+  t.same(config.redis, {
+    topology: 'sentinel',
+    sentinels: [
+      { host: 'tgw-redis', port: 26379 },
+      { host: '10.0.0.2', port: 26380 },
+      { host: '::1', port: 26381 },
+    ],
+    name: 'mymaster',
+    credentials: {},
+  })
+  const withCredentials = loadConfig(
+    { REDIS_SENTINELS: 'tgw-redis:26379', REDIS_SENTINEL_NAME: 'mymaster', REDIS_URL: 'redis://:s%40cret@/2' },
+    ROOT,
+  )
+  t.same(withCredentials.redis, {
+    topology: 'sentinel',
+    sentinels: [{ host: 'tgw-redis', port: 26379 }],
+    name: 'mymaster',
+    credentials: { password: 's@cret', db: 2 },
+  })
+})
+
+t.test('REDIS_CLUSTER_NODES: the seed nodes of a cluster, REDIS_URL giving credentials only', async (t) => {
+  const config = loadConfig({ REDIS_CLUSTER_NODES: 'a:7000,b:7001', REDIS_URL: 'rediss://gw:pw@' }, ROOT)
+  t.same(config.redis, {
+    topology: 'cluster',
+    nodes: [
+      { host: 'a', port: 7000 },
+      { host: 'b', port: 7001 },
+    ],
+    credentials: { username: 'gw', password: 'pw', tls: true },
+  })
+})
+
+t.test('Redis topologies: each mistake names its variable and says what to do', async (t) => {
+  const cases: [Record<string, string>, string, RegExp][] = [
+    [
+      { REDIS_SENTINELS: 's:26379', REDIS_CLUSTER_NODES: 'c:7000', REDIS_SENTINEL_NAME: 'm' },
+      'REDIS_CLUSTER_NODES',
+      /together with REDIS_SENTINELS.*unset one/,
+    ],
+    [{ REDIS_SENTINELS: 's:26379' }, 'REDIS_SENTINEL_NAME', /must be set with REDIS_SENTINELS.*mymaster/],
+    [{ REDIS_SENTINEL_NAME: 'mymaster' }, 'REDIS_SENTINEL_NAME', /REDIS_SENTINELS is not/],
+    [{ REDIS_SENTINELS: 's:26379', REDIS_SENTINEL_NAME: 'my master' }, 'REDIS_SENTINEL_NAME', /A-Z a-z 0-9/],
+    [{ REDIS_SENTINELS: 's', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS', /host:port separated by commas.*got "s"/],
+    [{ REDIS_SENTINELS: 's:26379,,t:1', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS', /got ""/],
+    [{ REDIS_CLUSTER_NODES: 'c:0' }, 'REDIS_CLUSTER_NODES', /host:port.*got "c:0"/],
+    [{ REDIS_CLUSTER_NODES: 'c:99999' }, 'REDIS_CLUSTER_NODES', /host:port/],
+    [{ REDIS_CLUSTER_NODES: 'http://c:7000' }, 'REDIS_CLUSTER_NODES', /host:port/],
+    [
+      { REDIS_SENTINELS: 's:1', REDIS_SENTINEL_NAME: 'm', REDIS_URL: 'redis://:pw@redis:6379/0' },
+      'REDIS_URL',
+      /only credentials and a database when REDIS_SENTINELS is set.*not a host/,
+    ],
+    [
+      { REDIS_CLUSTER_NODES: 'c:7000', REDIS_URL: 'redis://:pw@/3' },
+      'REDIS_URL',
+      /must not name a database.*database 0 only/,
+    ],
+    [
+      { REDIS_CLUSTER_NODES: 'c:7000', REDIS_URL: 'redis://:pw@c:7000' },
+      'REDIS_URL',
+      /only credentials when REDIS_CLUSTER_NODES is set/,
+    ],
+  ]
+  for (const [env, variable, message] of cases) {
+    t.throws(
+      () => loadConfig(env, ROOT),
+      { name: 'ConfigError', variable, message },
+      `${JSON.stringify(env)}: ${variable}`,
+    )
+  }
+  t.throws(
+    () =>
+      loadConfig({ REDIS_SENTINELS: 's:1', REDIS_SENTINEL_NAME: 'm', REDIS_URL: 'redis://:hunter2@redis:6379' }, ROOT),
+    { message: /^(?!.*hunter2)/ },
+    'the password is never echoed',
+  )
 })

@@ -1,6 +1,7 @@
 // The limiter's accounting (src/limits/) with a fake clock: in embedded mode, and against a lease
 // store in memory whose answers the test gives by hand, so that every call and its arguments show.
 import t from 'tap'
+import { limitKeys } from '../../src/limits/keys.js'
 import type { LeaseStore, QuotaAnswer, QuotaCall, RateAnswer, RateCall } from '../../src/limits/lease-store.js'
 import { Limiter } from '../../src/limits/limiter.js'
 import { secondsToNextMonth } from '../../src/limits/month.js'
@@ -141,7 +142,7 @@ t.test('a cold limit refuses with Retry-After 1 while its first lease is fetched
   t.equal(limiter.admit(subjects).allowed, false, 'still refused while it is in flight')
   t.equal(store.rates.length, 1, 'never two calls in flight for one limit')
   const first = await store.rateAnswer(10, 80)
-  t.match(first, { key: 'p:limits:rate:sub_account:sub-1', requests: 100, perMs: 1_000, keep: 0, wanted: 10 })
+  t.match(first, { key: limitKeys.rate('p:', 'sub_account:sub-1'), requests: 100, perMs: 1_000, keep: 0, wanted: 10 })
   t.ok(limiter.isWarm(subjects))
   t.equal(limiter.admit(subjects).policies[0]!.remaining, 89, 'its lease (9 left) and the bucket as last seen (80)')
   await store.close(limiter)
@@ -340,7 +341,7 @@ t.test('a quota Redis lost is read from Postgres and sent again', async (t) => {
   await flush()
   await flush()
   const again = store.quotas.shift()!
-  t.match(again.call, { key: 'p:limits:quota:account:parent-1:2026-11', init: 42 })
+  t.match(again.call, { key: limitKeys.quota('p:', 'account:parent-1', '2026-11'), init: 42 })
   again.answer({ rebuild: false, granted: 10, used: 52, waitMs: 0, epoch: 'e', inGrace: false })
   await warming
   t.same(asked, ['account:parent-1:2026-11'])

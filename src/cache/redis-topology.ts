@@ -1,0 +1,127 @@
+// Which Redis the gateway uses and how each connection to it is opened: one server (REDIS_URL), a
+// master followed through Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_NAME), or a cluster
+// (REDIS_CLUSTER_NODES). docs/configuration.md says how to set each; docs/decisions.md why ioredis's
+// own Sentinel and Cluster clients are used as they are.
+import { Cluster, Redis, type RedisOptions } from 'ioredis'
+
+export interface HostPort {
+  host: string
+  port: number
+}
+
+/** What REDIS_URL gives beside REDIS_SENTINELS or REDIS_CLUSTER_NODES (a cluster has database 0 only). */
+export interface RedisCredentials {
+  username?: string
+  password?: string
+  db?: number
+  /** rediss:// */
+  tls?: boolean
+}
+
+export type RedisTarget =
+  | { topology: 'server'; url: string }
+  | { topology: 'sentinel'; sentinels: readonly HostPort[]; name: string; credentials: RedisCredentials }
+  | { topology: 'cluster'; nodes: readonly HostPort[]; credentials: RedisCredentials }
+
+/** A connection of the gateway to Redis, whatever the topology: a client, or ioredis's cluster client. */
+export type RedisClient = Redis | Cluster
+
+/** What each connection sets; `retryStrategy` and `enableOfflineQueue` apply to the whole client. */
+export type ConnectionOptions = Pick<
+  RedisOptions,
+  | 'protocol'
+  | 'connectTimeout'
+  | 'retryStrategy'
+  | 'enableOfflineQueue'
+  | 'maxRetriesPerRequest'
+  | 'commandTimeout'
+  | 'lazyConnect'
+  | 'enableReadyCheck'
+>
+
+/** The variables that name a target, for messages: the one an operator has to look at. */
+export function variableOf(target: RedisTarget): string {
+  if (target.topology === 'sentinel') return 'REDIS_SENTINELS'
+  if (target.topology === 'cluster') return 'REDIS_CLUSTER_NODES'
+  return 'REDIS_URL'
+}
+
+/**
+ * Where a target points, never with its user or password: `redis://host:port/db` for one server
+ * (`host:port` only when `short`), the sentinels and master set, or the seed nodes.
+ */
+export function describeRedisTarget(target: RedisTarget, { short = false } = {}): string {
+  const list = (nodes: readonly HostPort[]) => nodes.map((node) => `${node.host}:${node.port}`).join(',')
+  if (target.topology === 'sentinel') return `master ${target.name} via sentinels ${list(target.sentinels)}`
+  if (target.topology === 'cluster') return `cluster seeds ${list(target.nodes)}`
+  const parsed = new URL(target.url)
+  if (short) return `${parsed.hostname || 'localhost'}:${parsed.port || '6379'}`
+  const database = parsed.pathname.length > 1 ? parsed.pathname.slice(1) : '0'
+  return `${parsed.protocol}//${parsed.hostname || 'localhost'}:${parsed.port || '6379'}/${database}`
+}
+
+/** The credentials as ioredis takes them. */
+function optionsOf(credentials: RedisCredentials): Pick<RedisOptions, 'username' | 'password' | 'db' | 'tls'> {
+  const { tls, ...rest } = credentials
+  return { ...rest, ...(tls === true ? { tls: {} } : {}) }
+}
+
+/** The database a target selects (0 for a cluster). */
+export function databaseOf(target: RedisTarget): number {
+  if (target.topology === 'server') {
+    const path = new URL(target.url).pathname
+    return path.length > 1 ? Number(path.slice(1)) : 0
+  }
+  return target.credentials.db ?? 0
+}
+
+/**
+ * A demoted master answers writes with READONLY until the client reconnects: reconnect at once
+ * (ioredis then asks Sentinel for the new master) rather than fail every write until the socket
+ * breaks.
+ */
+const reconnectOnReadOnly = (err: Error) => err.message.startsWith('READONLY')
+
+/** Opens one connection (or one cluster client) to `target` with `options`. */
+export function openRedis(target: RedisTarget, options: ConnectionOptions): RedisClient {
+  if (target.topology === 'server') return new Redis(target.url, { ...options, reconnectOnError: reconnectOnReadOnly })
+  if (target.topology === 'sentinel') {
+    const credentials = optionsOf(target.credentials)
+    return new Redis({
+      ...options,
+      ...credentials,
+      sentinels: target.sentinels.map((node) => ({ ...node })),
+      name: target.name,
+      // Bitnami's chart (and most Sentinel deployments) protect the sentinels with the password
+      // of the data nodes; a sentinel without one takes any. Not the user: an ACL user of the data
+      // nodes is seldom one of the sentinels' (docs/decisions.md).
+      ...(credentials.password === undefined ? {} : { sentinelPassword: credentials.password }),
+      // Sentinel's own +switch-master message: the client moves to the new master as soon as it
+      // is elected, not when its socket to the old one breaks.
+      failoverDetector: true,
+      sentinelRetryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
+      reconnectOnError: reconnectOnReadOnly,
+    })
+  }
+  const { retryStrategy, enableOfflineQueue, lazyConnect, enableReadyCheck, ...perNode } = options
+  const { db: _db, ...credentials } = optionsOf(target.credentials)
+  return new Cluster(
+    target.nodes.map((node) => ({ ...node })),
+    {
+      ...(enableOfflineQueue === undefined ? {} : { enableOfflineQueue }),
+      ...(lazyConnect === undefined ? {} : { lazyConnect }),
+      ...(enableReadyCheck === undefined ? {} : { enableReadyCheck }),
+      ...(retryStrategy === undefined ? {} : { clusterRetryStrategy: (attempt: number) => retryStrategy?.(attempt) }),
+      // A master that died is replaced within a few seconds: ask the cluster for its slots again
+      // every second. A command that meets a closed connection or a cluster down fails at once,
+      // as on one server without an offline queue: ioredis would resend it after a pause, up to
+      // 16 times, while a request or a lease call waits (docs/decisions.md).
+      slotsRefreshInterval: 1_000,
+      slotsRefreshTimeout: 1_000,
+      retryDelayOnFailover: 0,
+      retryDelayOnClusterDown: 0,
+      retryDelayOnTryAgain: 50,
+      redisOptions: { ...perNode, ...credentials },
+    },
+  )
+}
