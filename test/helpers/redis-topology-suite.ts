@@ -139,7 +139,9 @@ export function sharedSuite(t: Test, d: Deployment): void {
     const withPassword = loadConfig({
       ...d.topology.env,
       REDIS_URL:
-        d.topology.kind === 'server' ? d.topology.env.REDIS_URL!.replace('//', '//nobody:wrong@') : 'redis://nobody:wrong@',
+        d.topology.kind === 'server'
+          ? d.topology.env.REDIS_URL!.replace('//', '//nobody:wrong@')
+          : 'redis://nobody:wrong@',
     }).redis!
     const refused = await checkRedisAtStart(withPassword).catch((err: unknown) => err)
     t.ok(refused instanceof RedisRefused, `refused: ${String(refused)}`)

@@ -57,7 +57,11 @@ t.test('promtool finds nothing to say about /metrics after traffic', async (t) =
   // The Redis master in use, the failovers seen, and the waits on Redis, with their series.
   t.match(text, /^tgw_redis_master\{address="[^"]+:\d+"\} 1$/m, 'tgw_redis_master names the master')
   t.match(text, /^# TYPE tgw_redis_master_changes_total counter$/m, 'tgw_redis_master_changes_total is there')
-  t.match(text, /^tgw_redis_wait_seconds_bucket\{le="0\.05",wait="lookup"\} \d+$/m, 'tgw_redis_wait_seconds has lookups')
+  t.match(
+    text,
+    /^tgw_redis_wait_seconds_bucket\{le="0\.05",wait="lookup"\} \d+$/m,
+    'tgw_redis_wait_seconds has lookups',
+  )
   for (const name of DROPPED_DEFAULT_METRICS) t.notMatch(text, new RegExp(`^${name}\\b`, 'm'), `no ${name}`)
 
   const check = promtoolCheck(text)
