@@ -97,6 +97,7 @@ t.test('a valid table', async (t) => {
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
     identity: null,
+    websocket: null,
   })
   t.same(
     routes[1],
@@ -109,6 +110,7 @@ t.test('a valid table', async (t) => {
       ...DEFAULT_LIMITS,
       passHeaders: new Set(),
       identity: null,
+      websocket: null,
     },
     'the base path is kept without its trailing slash',
   )
@@ -185,6 +187,7 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
     identity: null,
+    websocket: null,
   })
   t.same(
     loadRouteTable({}, 'http://only:1').map((route) => [route.prefix, route.upstream]),
