@@ -267,10 +267,36 @@ t.test('an end that vanishes mid-frame leaves nothing open', async (t) => {
   t.ok(await until(2000, async () => (await open('/small')) === 0), 'gauge back to 0')
 })
 
-t.test('shutdown closes open sockets with 1001', async (t) => {
+/** A client that completes its handshake by hand, then never reads or answers anything. */
+async function deafClient(port: number, path: string, key: string): Promise<import('node:net').Socket> {
+  const raw = connect(port, '127.0.0.1')
+  raw.write(
+    [
+      `GET ${path} HTTP/1.1`,
+      `Host: 127.0.0.1:${port}`,
+      'Connection: Upgrade',
+      'Upgrade: websocket',
+      'Sec-WebSocket-Version: 13',
+      'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
+      `Authorization: Bearer ${key}`,
+      '',
+      '',
+    ].join('\r\n'),
+  )
+  await new Promise((resolve) => raw.once('data', resolve))
+  raw.pause()
+  return raw
+}
+
+t.test('shutdown closes open sockets with 1001, and does not wait long for a deaf client', async (t) => {
   const own = await startGateway(t, { gatewayConfig: { routes: routes(upstream, greeter) } })
   const key = (await own.createParent({ scopes: ['live:read'] })).apiKey
   const socket = await openSocket(t, `${own.url}/live/bye`, { key })
+  const deaf = await deafClient(own.port, '/live/deaf', key)
+  t.teardown(() => deaf.destroy())
+  const started = performance.now()
   await own.close()
+  const took = performance.now() - started
   t.match(await socket.closed, { code: 1001, reason: 'going away' })
+  t.ok(took < 10_000, `closed in ${Math.round(took)} ms, not after ws's 30 s wait for the deaf one`)
 })

@@ -68,6 +68,10 @@ export class OpenSockets<S extends TrackedSocket> {
     return this.perRoute.get(route) ?? 0
   }
 
+  has(socket: S): boolean {
+    return this.sockets.has(socket)
+  }
+
   get size(): number {
     return this.sockets.size
   }

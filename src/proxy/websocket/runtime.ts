@@ -92,8 +92,17 @@ export class WebSocketRuntime {
     if (upstream.readyState !== upstream.OPEN) pair.end({ code: 1014, reason: 'upstream went away' })
   }
 
-  /** Shutdown, after the drain period (main.ts): every socket closed with 1001. */
-  closeAll(): void {
-    for (const pair of this.sockets.all()) pair.end(ENDINGS.shutdown)
+  /**
+   * Shutdown, after the drain period (main.ts): every socket closed with 1001. An end that has not
+   * answered its close within `graceMs` is cut: the server's close waits for every socket, and ws
+   * would wait 30 s for each, past SHUTDOWN_TIMEOUT_MS.
+   */
+  closeAll(graceMs = 2_000): void {
+    const open = [...this.sockets.all()]
+    for (const pair of open) pair.end(ENDINGS.shutdown)
+    if (open.length === 0) return
+    setTimeout(() => {
+      for (const pair of open) if (this.sockets.has(pair)) pair.terminate()
+    }, graceMs).unref()
   }
 }

@@ -118,6 +118,12 @@ export class SocketPair implements TrackedSocket {
     closeIfOpen(this.upstream, ending.code, ending.reason)
   }
 
+  /** Both sockets cut at once: an end that did not answer a close in time. */
+  terminate(): void {
+    this.client.terminate()
+    this.upstream.terminate()
+  }
+
   /**
    * (Re)arms the timer of the credentials' end: the key's expiry (it may have been shortened by a
    * roll) or the access token's, whichever comes first.
