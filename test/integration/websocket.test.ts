@@ -12,6 +12,7 @@ import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { sleep, until } from '../helpers/poll.js'
 import { clientKey } from '../helpers/tokens.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 import { openSocket, refusedUpgrade, startWebSocketUpstream, type WebSocketUpstream } from '../helpers/websocket.js'
 
 const written: string[] = []
@@ -22,6 +23,9 @@ const upstream = await startWebSocketUpstream(t, {
   handleProtocols: (protocols) => [...protocols].at(-1) ?? false,
 })
 const greeter = await startWebSocketUpstream(t, { greeting: 'x'.repeat(2048) })
+const deadPort = await closedPort()
+// An HTTP server that answers every upgrade with 404: an upstream that refuses it.
+const refusing = await startUpstream(t, (_request, response) => response.writeHead(404).end())
 
 function routes(up: WebSocketUpstream, big: WebSocketUpstream) {
   return [
@@ -42,6 +46,8 @@ function routes(up: WebSocketUpstream, big: WebSocketUpstream) {
     },
     { prefix: '/greets', upstream: big.url, websocket: true, websocket_max_message_bytes: 4096 },
     { prefix: '/greets-big', upstream: big.url, websocket: true, websocket_max_message_bytes: 1024 },
+    { prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}`, websocket: true },
+    { prefix: '/refusing', upstream: refusing.url, websocket: true },
   ]
 }
 
@@ -123,6 +129,20 @@ t.test('each refusal is an HTTP answer (problem+json), and the connection closes
     acting: 'self',
   })
   t.equal(off.status, 200, 'a sub-account deactivated')
+  cases.push([
+    'an unreachable upstream',
+    '/dead/x',
+    { authorization: `Bearer ${parent.apiKey}` },
+    502,
+    'upstream_unavailable',
+  ])
+  cases.push([
+    'an upstream that refuses',
+    '/refusing/x',
+    { authorization: `Bearer ${parent.apiKey}` },
+    502,
+    'upstream_unavailable',
+  ])
   cases.push([
     'a deactivated tenant',
     '/live/x',
