@@ -46,6 +46,7 @@ function routes(up: WebSocketUpstream, big: WebSocketUpstream) {
     },
     { prefix: '/greets', upstream: big.url, websocket: true, websocket_max_message_bytes: 4096 },
     { prefix: '/greets-big', upstream: big.url, websocket: true, websocket_max_message_bytes: 1024 },
+    { prefix: '/signed', upstream: up.url, websocket: true, identity: { audience: 'https://live.internal' } },
     { prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}`, websocket: true },
     { prefix: '/refusing', upstream: refusing.url, websocket: true },
   ]
@@ -82,6 +83,18 @@ t.test('an echo through the gateway; the upstream sees the trusted headers on it
   t.match(await socket.closed, { code: 1000, reason: 'bye' }, "the client's close comes back")
   t.ok(await until(2000, async () => (await open('/live')) === 0), 'the gauge is back to 0')
   t.ok(await until(2000, async () => upstream.open() === 0), "the upstream's socket closed too")
+})
+
+t.test('on a route with identity, the upgrade carries X-Service-Identity too', async (t) => {
+  const socket = await openSocket(t, `${gw.url}/signed/feed`, { key: reader.apiKey })
+  const identity = upstream.upgrades.at(-1)!['x-service-identity']
+  t.match(identity, /^[\w-]+\.[\w-]+\.[\w-]+$/, 'a signed assertion')
+  const claims = JSON.parse(Buffer.from(String(identity).split('.')[1]!, 'base64url').toString()) as Record<
+    string,
+    unknown
+  >
+  t.match(claims, { aud: 'https://live.internal', sub: reader.id, key_id: reader.keyId })
+  socket.ws.close()
 })
 
 t.test('what the upstream sends on open is not lost while the client is answered', async (t) => {
