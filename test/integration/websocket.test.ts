@@ -4,7 +4,7 @@
 // connection that then closes, the browser's subprotocol credential never reaches the upstream or
 // the logs, and the open sockets are governed: a cap per tenant, an idle timeout, a message size
 // (1009), the shutdown (1001), and nothing left behind by an end that vanishes mid-frame.
-import { connect } from 'node:net'
+import { connect, createServer } from 'node:net'
 import pino from 'pino'
 import t from 'tap'
 import { loggerOptions } from '../../src/ops/logging.js'
@@ -12,7 +12,7 @@ import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { sleep, until } from '../helpers/poll.js'
 import { clientKey } from '../helpers/tokens.js'
-import { closedPort, startUpstream } from '../helpers/upstream.js'
+import { closedPort, listenOnLoopback, startUpstream } from '../helpers/upstream.js'
 import { openSocket, refusedUpgrade, startWebSocketUpstream, type WebSocketUpstream } from '../helpers/websocket.js'
 
 const written: string[] = []
@@ -26,6 +26,9 @@ const greeter = await startWebSocketUpstream(t, { greeting: 'x'.repeat(2048) })
 const deadPort = await closedPort()
 // An HTTP server that answers every upgrade with 404: an upstream that refuses it.
 const refusing = await startUpstream(t, (_request, response) => response.writeHead(404).end())
+// A TCP server that takes connections and never says a word: an upstream that does not answer.
+const mute = createServer(() => {})
+const { port: mutePort } = await listenOnLoopback(t, mute)
 
 function routes(up: WebSocketUpstream, big: WebSocketUpstream) {
   return [
@@ -49,6 +52,7 @@ function routes(up: WebSocketUpstream, big: WebSocketUpstream) {
     { prefix: '/signed', upstream: up.url, websocket: true, identity: { audience: 'https://live.internal' } },
     { prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}`, websocket: true },
     { prefix: '/refusing', upstream: refusing.url, websocket: true },
+    { prefix: '/mute', upstream: `http://127.0.0.1:${mutePort}`, websocket: true, timeout_ms: 300 },
   ]
 }
 
@@ -155,6 +159,13 @@ t.test('each refusal is an HTTP answer (problem+json), and the connection closes
     { authorization: `Bearer ${parent.apiKey}` },
     502,
     'upstream_unavailable',
+  ])
+  cases.push([
+    'an upstream that does not answer',
+    '/mute/x',
+    { authorization: `Bearer ${parent.apiKey}` },
+    504,
+    'upstream_timeout',
   ])
   cases.push([
     'a deactivated tenant',
