@@ -256,15 +256,15 @@ export async function stopChild(
   return { code: child?.exitCode ?? null, signal: child?.signalCode ?? null }
 }
 
-/** A command prefix for the servers, e.g. valgrind's (bench:instructions). */
-type Wrap = { wrap?: string[]; timeoutMs?: number }
+/** A command prefix for the servers, e.g. valgrind's (bench:instructions); `websocket`: bench:websocket's servers. */
+type Wrap = { wrap?: string[]; timeoutMs?: number; websocket?: boolean }
 
 export async function startUpstream(o: Wrap = {}): Promise<Server> {
   const [port] = (await freePorts(1)) as [number]
   const command = [...(o.wrap ?? []), serverNode().path, 'bench/servers.js', 'upstream']
   return startServer(command, {
     port,
-    env: { PORT: String(port) },
+    env: { PORT: String(port), WEBSOCKET: o.websocket ? '1' : '0' },
     path: PROXIED_PATH,
     status: 200,
     timeoutMs: o.timeoutMs,
@@ -277,7 +277,12 @@ export async function startBare(upstreamUrl: string, o: Wrap = {}): Promise<Serv
   const command = [...(o.wrap ?? []), serverNode().path, ...imageNode(ROOT).flags, 'bench/servers.js', 'bare']
   return startServer(command, {
     port,
-    env: { PORT: String(port), UPSTREAM_URL: upstreamUrl, NODE_OPTIONS: profiled(process.env.NODE_OPTIONS ?? '') },
+    env: {
+      PORT: String(port),
+      UPSTREAM_URL: upstreamUrl,
+      NODE_OPTIONS: profiled(process.env.NODE_OPTIONS ?? ''),
+      WEBSOCKET: o.websocket ? '1' : '0',
+    },
     path: PROXIED_PATH,
     status: 200,
     timeoutMs: o.timeoutMs,

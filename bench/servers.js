@@ -1,7 +1,8 @@
 // The benches' upstream, bare proxy and webhook receiver, in plain JavaScript so that node starts
 // them without tsx (bench:instructions runs them under valgrind). `node bench/servers.js
 // upstream|bare|receiver`, env PORT and, for the bare proxy, UPSTREAM_URL. Started by bench/lib.ts
-// startUpstream, startBare and startReceiver.
+// startUpstream, startBare and startReceiver. With WEBSOCKET=1 (bench:websocket), the upstream also
+// echoes WebSocket messages and the bare proxy has `websocket: true`.
 import http from 'node:http'
 
 // Gone with the bench that started it (its stdin closes), and an exit on SIGTERM, not a death by
@@ -25,13 +26,18 @@ if (process.argv[2] === 'upstream') {
   })
   // Longer than any round, so that no proxy's pool sees its idle sockets closed between rounds.
   server.keepAliveTimeout = 600_000
+  if (process.env.WEBSOCKET === '1') {
+    const { WebSocketServer } = await import('ws')
+    const wss = new WebSocketServer({ server })
+    wss.on('connection', (ws) => ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary })))
+  }
   server.listen(port, '127.0.0.1')
 } else if (process.argv[2] === 'bare') {
   // What @fastify/http-proxy's own benchmarks/fastify-proxy.js runs: no auth, logger off.
   const { default: Fastify } = await import('fastify')
   const { default: httpProxy } = await import('@fastify/http-proxy')
   const app = Fastify({ logger: false })
-  await app.register(httpProxy, { upstream: process.env.UPSTREAM_URL })
+  await app.register(httpProxy, { upstream: process.env.UPSTREAM_URL, websocket: process.env.WEBSOCKET === '1' })
   await app.listen({ host: '127.0.0.1', port })
 } else if (process.argv[2] === 'receiver') {
   // A webhook receiver that verifies nothing: 204 to every POST, keeping its webhook-id and when

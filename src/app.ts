@@ -39,6 +39,7 @@ import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './webh
 import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
+import { WebSocketRuntime } from './proxy/websocket/runtime.js'
 import type { Store } from './store/db.js'
 import type { LookupAll } from './webhooks/url-policy.js'
 
@@ -274,8 +275,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     idempotencySweepIntervalMs: tuning.idempotencySweepIntervalMs,
     webhookLookup: tuning.webhookLookup,
   })
+  const webSockets = routes.some((route) => route.websocket !== null)
+    ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
+    : null
+  if (webSockets !== null) {
+    // Revocation reaches open sockets through the bus that clears the caches (proxy/websocket/revocation.ts).
+    cache.onEvict(webSockets.evicted)
+    app.metrics.openWebSockets = (route) => webSockets.sockets.openOn(route)
+    for (const route of routes) if (route.websocket !== null) app.metrics.webSocketRoutes.push(route.prefix)
+  }
   await app.register(proxyRoutes, {
     routes,
+    webSockets,
     lookups: cache.lookups,
     upstreamDuration: app.metrics.upstreamDuration,
     recentAdmissions: app.metrics.recentAdmissions,

@@ -15,6 +15,7 @@ export const ERRORS = {
   invalid_json: { status: 400, title: 'Invalid JSON body' },
   bad_request: { status: 400, title: 'Bad request' },
   bad_path: { status: 400, title: 'Bad path' },
+  websocket_not_enabled: { status: 400, title: 'WebSocket not enabled' },
   not_found: { status: 404, title: 'Not found' },
   route_not_found: { status: 404, title: 'Route not found' },
   external_id_conflict: { status: 409, title: 'External id already in use' },

@@ -8,6 +8,9 @@ export const LOG_REDACT = [
   'req.headers.authorization',
   'req.headers["x-api-key"]',
   'headers.authorization',
+  // A browser's WebSocket credential comes as a subprotocol (docs/api.md, WebSockets).
+  'req.headers["sec-websocket-protocol"]',
+  'headers["sec-websocket-protocol"]',
   'authorization',
   'api_key',
   'client_secret',

@@ -60,6 +60,10 @@ export interface Metrics {
    * route (proxy/plugin.ts), `tgw_proxy_upstream_slots{route, state="held"|"waiting"}`.
    */
   readonly upstreamSlots: Map<string, () => { held: number; waiting: number }>
+  /** Open WebSockets of a route prefix, read at scrape time (set by app.ts when a route carries them). */
+  openWebSockets: ((route: string) => number) | null
+  /** The route prefixes with `websocket: true`, for tgw_websockets_open. */
+  readonly webSocketRoutes: string[]
   /** Limits (limits/limiter.ts): decisions by policy and outcome, lease calls, degraded mode. */
   readonly limits: LimitMetrics
   /** Credentials (oauth/, signing-keys/, identity/): signatures made, access tokens verified. */
@@ -199,6 +203,8 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     }),
     clientAborts: clientAbortTallies(registers),
     upstreamSlots: new Map(),
+    openWebSockets: null,
+    webSocketRoutes: [],
     limits: { ...limitMetrics(registers), leaseWait: redisWait.of('lease') },
     credentials: credentialMetrics(registers),
     webhooks: webhookMetrics(registers),
@@ -241,6 +247,18 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
         this.set({ route, state: 'held' }, held)
         this.set({ route, state: 'waiting' }, waiting)
       }
+    },
+  })
+  new Gauge({
+    name: 'tgw_websockets_open',
+    help: 'WebSockets open through this replica, by route prefix',
+    labelNames: ['route'] as const,
+    registers,
+    collect() {
+      this.reset()
+      const read = metrics.openWebSockets
+      if (read === null) return
+      for (const route of metrics.webSocketRoutes) this.set({ route }, read(route))
     },
   })
   new Gauge({

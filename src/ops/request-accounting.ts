@@ -2,9 +2,17 @@
 // the request line, and the tenant's usage. One hook, and the route's kind read once, because it
 // runs for every proxied request (bench:proxy measures it; fastify builds `routeOptions` anew at
 // each read).
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { routeKindOf } from '../http/route-kind.js'
 import { logRequest } from './logging.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** What the onResponse hook leaves behind for a request: metrics, request line, usage. */
+    accountRequest(request: FastifyRequest, reply: FastifyReply): void
+  }
+}
 
 export interface RequestAccountingOptions {
   /** Write the request line (fastify's own request logging is off). */
@@ -15,7 +23,7 @@ export const requestAccounting = fp<RequestAccountingOptions>(
   async (app, { logRequests }) => {
     const metrics = app.metrics
     const meter = app.usageMeter
-    app.addHook('onResponse', (request, reply, done) => {
+    const account = (request: FastifyRequest, reply: FastifyReply): void => {
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.
       const kind = request.exchange ? 'proxy' : routeKindOf(request)
@@ -37,8 +45,14 @@ export const requestAccounting = fp<RequestAccountingOptions>(
             proxied && request.upstreamSentAt > 0,
           )
       }
+    }
+    app.addHook('onResponse', (request, reply, done) => {
+      account(request, reply)
       done()
     })
+    // A WebSocket's upgrade is never 'answered' as fastify sees it (the socket is taken over):
+    // the proxy counts it here itself once the handshake is done (proxy/websocket/runtime.ts).
+    app.decorate('accountRequest', account)
   },
   { name: 'request-accounting', dependencies: ['metrics', 'usage-meter'] },
 )

@@ -13,6 +13,8 @@ import { reservedPathStep } from './steps/reserved-path.js'
 import { scopesStep } from './steps/scopes.js'
 import { sendContinueStep } from './steps/send-continue.js'
 import { slotStep } from './steps/slot.js'
+import { websocketConnectStep } from './steps/websocket-connect.js'
+import { websocketUpgradeStep } from './steps/websocket-upgrade.js'
 
 /** Makes a route's step, or null when the step has nothing to check on that route. */
 export type StepFactory = (route: ProxyRoute, options: ProxyOptions) => ProxyStep | null
@@ -20,6 +22,7 @@ export type StepFactory = (route: ProxyRoute, options: ProxyOptions) => ProxySte
 export const PROXY_STEPS: readonly StepFactory[] = [
   reservedPathStep,
   prefixShadowStep,
+  websocketUpgradeStep,
   admissionStep,
   scopesStep,
   identityStep,
@@ -27,6 +30,7 @@ export const PROXY_STEPS: readonly StepFactory[] = [
   limitsStep,
   slotStep,
   sendContinueStep,
+  websocketConnectStep,
 ]
 
 /** The steps a route's requests pass, built once when the route is registered. */

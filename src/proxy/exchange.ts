@@ -142,6 +142,16 @@ export class Exchange {
     this.watch.add(this)
   }
 
+  /**
+   * A WebSocket's upgrade was answered (proxy/websocket/): like any request, it held its slot until
+   * its answer; the socket's life is the WebSocket limits' business, and its end no client abort.
+   */
+  upgraded(): void {
+    // Over as an exchange: the socket's 'close', much later, finds it closed and counts nothing.
+    this.clientClosed = true
+    this.release()
+  }
+
   /** Bytes of the response the client's socket has handed to the kernel (written, not just queued). */
   private flushed(): number {
     const socket = this.reply.raw.socket

@@ -2,6 +2,7 @@
 // count or spelling, no header that would change the method or path an upstream sees, then the
 // trusted headers naming the resolved tenant, and its signed form on a route that asks for it.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
+import type { FastifyRequest } from 'fastify'
 
 export const TRUSTED_PREFIX = 'x-service-'
 
@@ -13,6 +14,20 @@ export interface TrustedIdentity {
   readonly scopes: readonly string[]
   /** The same, signed (X-Service-Identity: docs/credentials.md); null or absent off such a route. */
   readonly assertion?: string | null
+}
+
+/** The identity an admitted request carries to its upstream; null before admission. */
+export function trustedIdentity(request: FastifyRequest): TrustedIdentity | null {
+  const principal = request.principal
+  const acting = request.actingTenant
+  if (principal === null || acting === null) return null
+  return {
+    resolvedTenantId: acting.id,
+    callerTenantId: principal.tenant.id,
+    keyId: principal.key.id,
+    scopes: principal.key.scopes,
+    assertion: request.serviceIdentity,
+  }
 }
 
 export interface ForwardContext {

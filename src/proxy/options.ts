@@ -5,6 +5,7 @@ import type { TenancyLookups } from '../tenancy/lookups.js'
 import type { ClientAbortTallies } from './exchange.js'
 import type { LimitGate } from '../limits/gate.js'
 import type { ProxyRoute } from './route-table.js'
+import type { WebSocketRuntime } from './websocket/runtime.js'
 
 export interface ProxyOptions {
   routes: readonly ProxyRoute[]
@@ -21,4 +22,6 @@ export interface ProxyOptions {
   identity: IdentityAssertions | null
   /** The console is served at /console (CONSOLE=on): no route proxies its paths. */
   consoleServed?: boolean
+  /** The open WebSockets (proxy/websocket/); null when no route has `websocket: true`. */
+  webSockets?: WebSocketRuntime | null
 }

@@ -8,7 +8,7 @@ import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, Fastify
 import httpProxy from '@fastify/http-proxy'
 import { ApiError, payloadTooLarge } from '../errors.js'
 import { stepsFor } from './checks.js'
-import { downstreamHeaders, upstreamHeaders, type TrustedIdentity } from './headers.js'
+import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
 import type { ProxyOptions } from './options.js'
 import { runSteps } from './pipeline.js'
 import { BodyIdleError, BodyTooLargeError, streamBody } from './request-body.js'
@@ -49,19 +49,6 @@ function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   return new ApiError('upstream_unavailable', 'the upstream could not be reached')
 }
 
-function identityOf(request: FastifyRequest): TrustedIdentity | null {
-  const principal = request.principal
-  const acting = request.actingTenant
-  if (principal === null || acting === null) return null
-  return {
-    resolvedTenantId: acting.id,
-    callerTenantId: principal.tenant.id,
-    keyId: principal.key.id,
-    scopes: principal.key.scopes,
-    assertion: request.serviceIdentity,
-  }
-}
-
 /** The upstream path: the request's own, appended to the upstream URL's base path if it has one. */
 function rewritePrefixFor(route: ProxyRoute): string {
   const basePath = new URL(route.upstream).pathname.replace(/\/+$/, '')
@@ -80,7 +67,21 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
     // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
     // counts these whatever their status). Every other route is marked by its own plugin.
     const config: FastifyContextConfig = { kind: 'proxy' }
+    const webSockets = route.websocket === null ? null : (options.webSockets ?? null)
     await scope.register(httpProxy, {
+      // Upgrades go through the router, so the steps above run for them too; the last step opens the
+      // upstream's socket, and the connection is the runtime's (proxy/websocket/runtime.ts).
+      ...(webSockets === null
+        ? {}
+        : {
+            websocket: true,
+            wsServerOptions: {
+              maxPayload: route.websocket!.maxMessageBytes,
+              perMessageDeflate: false,
+              autoPong: false,
+              handleProtocols: webSockets.handleProtocols,
+            },
+          }),
       upstream: route.upstream,
       prefix: route.prefix === '/' ? undefined : route.prefix,
       rewritePrefix: rewritePrefixFor(route),
@@ -103,7 +104,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
           ;(request as FastifyRequest).upstreamSentAt = performance.now()
           ;(request as FastifyRequest).exchange?.sentUpstream()
           return upstreamHeaders(headers, {
-            identity: route.public ? null : identityOf(request as FastifyRequest),
+            identity: route.public ? null : trustedIdentity(request as FastifyRequest),
             requestId: request.id,
             forwardAuthorization: route.forwardAuthorization,
             clientIp: request.ip,
@@ -145,4 +146,11 @@ export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options
   app.decorateRequest('limitSubjects', null)
   app.decorateRequest('limitsCharged', false)
   for (const route of options.routes) await registerRoute(app, route, options)
+  const webSockets = options.webSockets
+  // After the drain period (main.ts), before the server closes: every socket told 1001.
+  if (webSockets != null)
+    app.addHook('preClose', (done) => {
+      webSockets.closeAll()
+      done()
+    })
 }

@@ -6,6 +6,7 @@ import { defaultPerAccount, defaultPerTenant } from './concurrency.js'
 import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
 import { parseRouteIdentity, type RouteIdentity } from './route-identity.js'
+import { parseRouteWebSocket, type RouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 
 export interface ProxyRoute {
   /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
@@ -35,6 +36,8 @@ export interface ProxyRoute {
   readonly responseIdleTimeoutMs: number
   /** Sign the request's identity for the upstream (X-Service-Identity); null: no assertion. */
   readonly identity: RouteIdentity | null
+  /** WebSocket upgrades proxied (`websocket: true`) and their bounds; null: an upgrade is refused (400). */
+  readonly websocket: RouteWebSocket | null
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000
@@ -62,7 +65,7 @@ const ROUTE_KEYS = new Set([
   'pass_headers',
   'identity',
 ])
-for (const key of [...INHERITED_KEYS, ...SHARE_KEYS]) ROUTE_KEYS.add(key)
+for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS]) ROUTE_KEYS.add(key)
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
 // `:` and `*` (route patterns to the router), `;` and `%` (refused paths, docs/api.md).
@@ -206,6 +209,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
     const identity = parseRouteIdentity(entry.identity, (problem) => fail(where, problem))
     if (isPublic && identity !== null) fail(where, 'a public route cannot send a signed identity (it has none)')
     const limits = limitsOf(where, entry, defaults)
+    const websocket = parseRouteWebSocket(entry, (problem) => fail(where, problem))
     routes.push(
       Object.freeze({
         prefix,
@@ -217,6 +221,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         ...limits,
         ...shareLimits(where, entry, limits.maxConnections),
         identity,
+        websocket,
       }),
     )
   })
@@ -236,6 +241,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         maxConnectionsPerTenant: defaultPerTenant(defaults.maxConnections),
         maxConnectionsPerAccount: defaultPerAccount(defaults.maxConnections),
         identity: null,
+        websocket: null,
       }),
     )
   }

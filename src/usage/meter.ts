@@ -74,7 +74,8 @@ export class UsageMeter {
    * `forwarded`: it was sent on to an upstream, which is what a monthly quota counts (docs/api.md).
    */
   record(tenantId: string, statusCode: number, forwarded = false): void {
-    const statusClass = Math.floor(statusCode / 100)
+    // A WebSocket's 101 is its upgrade's success: counted with the 2xx (docs/api.md, WebSockets).
+    const statusClass = statusCode === 101 ? 2 : Math.floor(statusCode / 100)
     if (statusClass < 2 || statusClass > 5) return
     const counts = this.countsOf(tenantId)
     counts[statusClass - 2]!++

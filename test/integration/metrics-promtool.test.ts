@@ -26,7 +26,13 @@ t.test('promtool finds nothing to say about /metrics after traffic', async (t) =
   const metrics = createMetrics({ processMetrics: true })
   const gw = await startGateway(t, {
     metrics,
-    gatewayConfig: { routes: [{ prefix: '/v1/orders', upstream: upstream.url }] },
+    gatewayConfig: {
+      routes: [
+        { prefix: '/v1/orders', upstream: upstream.url },
+        // A route that carries WebSockets: tgw_websockets_open has a series.
+        { prefix: '/v1/live', upstream: upstream.url, websocket: true },
+      ],
+    },
   })
   const parent = await gw.createParent()
   const client = await clientKey(gw.url, parent)
@@ -51,6 +57,7 @@ t.test('promtool finds nothing to say about /metrics after traffic', async (t) =
   for (const name of ['tgw_http_requests_total', 'tgw_signatures_total', 'process_cpu_seconds_total']) {
     t.match(text, new RegExp(`^# TYPE ${name} counter$`, 'm'), `${name} is there`)
   }
+  t.match(text, /^tgw_websockets_open\{route="\/v1\/live"\} 0$/m, 'tgw_websockets_open, by route')
   for (const name of ['nodejs_active_handles', 'nodejs_active_requests', 'nodejs_active_resources']) {
     t.match(text, new RegExp(`^# TYPE ${name} gauge$`, 'm'), `${name}, by type, stays`)
   }

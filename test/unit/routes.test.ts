@@ -97,6 +97,7 @@ t.test('a valid table', async (t) => {
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
     identity: null,
+    websocket: null,
   })
   t.same(
     routes[1],
@@ -109,6 +110,7 @@ t.test('a valid table', async (t) => {
       ...DEFAULT_LIMITS,
       passHeaders: new Set(),
       identity: null,
+      websocket: null,
     },
     'the base path is kept without its trailing slash',
   )
@@ -185,6 +187,7 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
     identity: null,
+    websocket: null,
   })
   t.same(
     loadRouteTable({}, 'http://only:1').map((route) => [route.prefix, route.upstream]),
@@ -642,4 +645,61 @@ t.test('scopesFor by method', async (t) => {
   ) as [ProxyRoute]
   t.same(scopesFor(open, 'GET'), [], 'no read scopes: any key may read')
   t.same(scopesFor(open, 'DELETE'), ['o:write'])
+})
+
+t.test('websocket: true and its bounds, with their defaults; the bounds only with it', async (t) => {
+  const [plain, live, tuned] = loadRouteTable(
+    {
+      routes: [
+        { prefix: '/a', upstream: UP },
+        { prefix: '/live', upstream: UP, websocket: true },
+        {
+          prefix: '/tuned',
+          upstream: UP,
+          websocket: true,
+          max_websockets_per_tenant: 5,
+          websocket_idle_timeout_ms: 1000,
+          websocket_max_message_bytes: 2048,
+        },
+      ],
+    },
+    undefined,
+  )
+  t.equal(plain!.websocket, null, 'off by default')
+  t.same(live!.websocket, { maxPerTenant: 100, idleTimeoutMs: 300_000, maxMessageBytes: 1024 * 1024 }, 'the defaults')
+  t.same(tuned!.websocket, { maxPerTenant: 5, idleTimeoutMs: 1000, maxMessageBytes: 2048 }, 'as set')
+  t.equal(loadRouteTable({ routes: [{ prefix: '/b', upstream: UP, websocket: false }] }, undefined)[0]!.websocket, null)
+  const one = (entry: Record<string, unknown>) => ({ routes: [{ prefix: '/w', upstream: UP, ...entry }] })
+  refuses(
+    t,
+    one({ websocket: 'yes' }),
+    'routes[0] (/w)',
+    'websocket not a boolean',
+    undefined,
+    /websocket must be true or false/,
+  )
+  refuses(
+    t,
+    one({ max_websockets_per_tenant: 5 }),
+    'routes[0] (/w)',
+    'a bound without websocket',
+    undefined,
+    /max_websockets_per_tenant needs websocket: true/,
+  )
+  refuses(
+    t,
+    one({ websocket: true, websocket_idle_timeout_ms: 0 }),
+    'routes[0] (/w)',
+    'a zero timeout',
+    undefined,
+    /websocket_idle_timeout_ms must be a positive whole number/,
+  )
+  refuses(
+    t,
+    one({ websocket: true, websocket_max_message_bytes: 1.5 }),
+    'routes[0] (/w)',
+    'a fraction',
+    undefined,
+    /websocket_max_message_bytes must be a positive whole number/,
+  )
 })

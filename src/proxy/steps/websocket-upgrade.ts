@@ -1,0 +1,38 @@
+// A WebSocket upgrade (docs/api.md, WebSockets), before the tenancy check: refused on a route
+// without `websocket: true` (400 websocket_not_enabled), else checked as a WebSocket handshake and
+// its `tgw.bearer.` subprotocol taken as the credential when there is no Authorization. A request
+// that is not an upgrade passes with two property reads.
+import type { FastifyReply } from 'fastify'
+import { ApiError } from '../../errors.js'
+import type { StepFactory } from '../checks.js'
+import { asksForWebSocket, beginUpgrade, handshakeProblem, isUpgrade } from '../websocket/upgrade.js'
+
+/** An upgrade's connection ends with its answer when it is not upgraded (http-proxy destroys it): say so. */
+function answeredThenClosed(reply: FastifyReply): void {
+  reply.header('connection', 'close')
+}
+
+function notEnabled(prefix: string): ApiError {
+  return new ApiError('websocket_not_enabled', `the route ${prefix} does not carry WebSockets`)
+}
+
+export const websocketUpgradeStep: StepFactory = (route) => {
+  if (route.websocket === null)
+    return {
+      name: 'websocket upgrade',
+      // Node flags an upgrade only when some route listens for them; without one, the header tells.
+      check(request, reply) {
+        if (!isUpgrade(request.raw) && !asksForWebSocket(request.headers.upgrade)) return undefined
+        answeredThenClosed(reply)
+        return notEnabled(route.prefix)
+      },
+    }
+  return {
+    name: 'websocket upgrade',
+    check(request, reply) {
+      if (!isUpgrade(request.raw)) return undefined
+      answeredThenClosed(reply)
+      return handshakeProblem(request) ?? beginUpgrade(request)
+    },
+  }
+}

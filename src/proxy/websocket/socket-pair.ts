@@ -1,0 +1,155 @@
+// One proxied WebSocket: the client's socket and the upstream's, frames passed both ways as they
+// come (pings and pongs too, so that either end's keep-alive reaches the other), and ended on
+// both sides whatever ends it: a close from either end, a message over the route's bound (1009),
+// no frame for the idle timeout, the credentials' end (1008), or the gateway's shutdown (1001).
+import type { RawData, WebSocket } from 'ws'
+import type { TrackedSocket } from './open-sockets.js'
+import type { RouteWebSocket } from './route-options.js'
+
+/** What ended a socket: the close code and reason sent to both ends. */
+export interface Ending {
+  readonly code: number
+  readonly reason: string
+}
+
+export const ENDINGS = {
+  revoked: { code: 1008, reason: 'credentials revoked' },
+  deactivated: { code: 1008, reason: 'tenant deactivated' },
+  tokenExpired: { code: 1008, reason: 'token expired' },
+  idle: { code: 1001, reason: 'idle timeout' },
+  shutdown: { code: 1001, reason: 'going away' },
+  tooBig: { code: 1009, reason: 'message too big' },
+} as const satisfies Record<string, Ending>
+
+/** Longest a timer may wait (setTimeout's bound); a later deadline is looked at again then. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+/** Who opened the socket, for the registry and for the checks that may end it. */
+export interface SocketCredentials {
+  readonly keyId: string | null
+  readonly keyTenantId: string | null
+  readonly actingTenantId: string | null
+  /** The key's expiry (ms since the epoch), null for never. */
+  readonly keyExpiresAt: number | null
+  /** The access token's end (its `exp` and the leeway, ms since the epoch); null for a key. */
+  readonly tokenUsableUntil: number | null
+}
+
+/** A code received in a close frame, as one that may be sent on: 1005 and 1006 are never sent. */
+function relayable(code: number, vanished: number): number | undefined {
+  if (code === 1005) return undefined
+  if (code === 1006) return vanished
+  return code
+}
+
+function closeIfOpen(socket: WebSocket, code: number | undefined, reason?: string | Buffer): void {
+  if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(code, reason)
+}
+
+export class SocketPair implements TrackedSocket {
+  readonly tenantIds: readonly string[]
+  readonly keyId: string | null
+  private readonly idleTimer: NodeJS.Timeout
+  private expiryTimer: NodeJS.Timeout | null = null
+  /** Set once the pair is over on the client's side: later events change nothing. */
+  private ended = false
+
+  constructor(
+    readonly route: string,
+    private readonly client: WebSocket,
+    private readonly upstream: WebSocket,
+    readonly credentials: SocketCredentials,
+    options: RouteWebSocket,
+    /** Called once, when the client's socket has closed. */
+    private readonly onClosed: (pair: SocketPair) => void,
+  ) {
+    this.keyId = credentials.keyId
+    const tenants = [credentials.actingTenantId, credentials.keyTenantId].filter((id): id is string => id !== null)
+    this.tenantIds = [...new Set(tenants)]
+    this.idleTimer = setTimeout(() => this.end(ENDINGS.idle), options.idleTimeoutMs)
+    this.idleTimer.unref()
+    this.scheduleExpiry(credentials.keyExpiresAt)
+
+    const touch = () => this.idleTimer.refresh()
+    client.on('message', (data: RawData, isBinary: boolean) => {
+      touch()
+      upstream.send(data, { binary: isBinary })
+    })
+    upstream.on('message', (data: RawData, isBinary: boolean) => {
+      touch()
+      client.send(data, { binary: isBinary })
+    })
+    client.on('ping', (data) => {
+      touch()
+      upstream.ping(data)
+    })
+    client.on('pong', (data) => {
+      touch()
+      upstream.pong(data)
+    })
+    upstream.on('ping', (data) => {
+      touch()
+      client.ping(data)
+    })
+    upstream.on('pong', (data) => {
+      touch()
+      client.pong(data)
+    })
+    // A message over the bound: ws has closed that side with 1009 already; the other side too.
+    client.on('error', (err: Error & { code?: string }) => {
+      if (err.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') closeIfOpen(upstream, 1009, ENDINGS.tooBig.reason)
+    })
+    upstream.on('error', (err: Error & { code?: string }) => {
+      if (err.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') closeIfOpen(client, 1009, ENDINGS.tooBig.reason)
+    })
+    // A close passes to the other side with its code; an end that vanished (1006) is told as the
+    // other end going away (to the upstream) or as a bad gateway (1014, to the client).
+    upstream.on('close', (code, reason) => closeIfOpen(client, relayable(code, 1014), reason))
+    client.on('close', (code, reason) => {
+      closeIfOpen(upstream, relayable(code, 1001), reason)
+      this.finish()
+    })
+  }
+
+  /** Closes both sides with `ending` (revocation, expiry, idle, shutdown). */
+  end(ending: Ending): void {
+    if (this.ended) return
+    closeIfOpen(this.client, ending.code, ending.reason)
+    closeIfOpen(this.upstream, ending.code, ending.reason)
+  }
+
+  /** Both sockets cut at once: an end that did not answer a close in time. */
+  terminate(): void {
+    this.client.terminate()
+    this.upstream.terminate()
+  }
+
+  /**
+   * (Re)arms the timer of the credentials' end: the key's expiry (it may have been shortened by a
+   * roll) or the access token's, whichever comes first.
+   */
+  scheduleExpiry(keyExpiresAt: number | null): void {
+    if (this.ended) return
+    if (this.expiryTimer !== null) clearTimeout(this.expiryTimer)
+    this.expiryTimer = null
+    const tokenEnd = this.credentials.tokenUsableUntil
+    const tokenFirst = tokenEnd !== null && (keyExpiresAt === null || tokenEnd <= keyExpiresAt)
+    const at = tokenFirst ? tokenEnd : keyExpiresAt
+    if (at === null) return
+    const wait = at - Date.now()
+    if (wait > MAX_TIMER_MS) {
+      this.expiryTimer = setTimeout(() => this.scheduleExpiry(keyExpiresAt), MAX_TIMER_MS)
+    } else {
+      this.expiryTimer = setTimeout(() => this.end(tokenFirst ? ENDINGS.tokenExpired : ENDINGS.revoked), wait)
+    }
+    this.expiryTimer.unref()
+  }
+
+  private finish(): void {
+    if (this.ended) return
+    this.ended = true
+    clearTimeout(this.idleTimer)
+    if (this.expiryTimer !== null) clearTimeout(this.expiryTimer)
+    this.onClosed(this)
+  }
+}

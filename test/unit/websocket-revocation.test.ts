@@ -1,0 +1,122 @@
+// Which open sockets an invalidation closes, and why (proxy/websocket/revocation.ts), over
+// stand-in sockets and lookups: no I/O. The sockets' own expiry timers are here too.
+import { EventEmitter } from 'node:events'
+import t from 'tap'
+import type { WebSocket } from 'ws'
+import { OpenSockets } from '../../src/proxy/websocket/open-sockets.js'
+import { recheck, revocationListener } from '../../src/proxy/websocket/revocation.js'
+import { type SocketCredentials, SocketPair } from '../../src/proxy/websocket/socket-pair.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../../src/tenancy/lookups.js'
+
+/** A socket that records the close it was asked for. */
+class StandIn extends EventEmitter {
+  readonly CONNECTING = 0
+  readonly OPEN = 1
+  readyState = 1
+  closes: [number | undefined, string | undefined][] = []
+  close(code?: number, reason?: string): void {
+    this.closes.push([code, reason])
+    this.readyState = 2
+  }
+  terminate(): void {
+    this.readyState = 3
+  }
+}
+
+const OPTIONS = { maxPerTenant: 10, idleTimeoutMs: 60_000, maxMessageBytes: 1024 }
+
+function pair(credentials: Partial<SocketCredentials>): { pair: SocketPair; client: StandIn } {
+  const client = new StandIn()
+  const upstream = new StandIn()
+  const made = new SocketPair(
+    '/live',
+    client as unknown as WebSocket,
+    upstream as unknown as WebSocket,
+    {
+      keyId: 'k1',
+      keyTenantId: 'sub',
+      actingTenantId: 'sub',
+      keyExpiresAt: null,
+      tokenUsableUntil: null,
+      ...credentials,
+    },
+    OPTIONS,
+    () => {},
+  )
+  t.teardown(() => client.emit('close', 1000, Buffer.alloc(0)))
+  return { pair: made, client }
+}
+
+function lookups(
+  keys: Record<string, Partial<KeyRecord> | null>,
+  tenants: Record<string, Partial<TenantRecord> | null>,
+) {
+  const key = (id: string): KeyRecord | null =>
+    keys[id] === null ? null : { id, tenantId: 'sub', scopes: [], status: 'active', expiresAt: null, ...keys[id] }
+  const tenant = (id: string): TenantRecord | null =>
+    tenants[id] === null ? null : { id, parentId: 'parent', externalId: null, status: 'active', ...tenants[id] }
+  return {
+    keyById: async (id: string) => key(id),
+    tenant: async (id: string) => tenant(id),
+  } as unknown as TenancyLookups
+}
+
+t.test('a check closes a socket whose credentials no longer hold, with the reason', async (t) => {
+  const cases: [string, TenancyLookups, string | undefined][] = [
+    ['all well', lookups({ k1: {} }, {}), undefined],
+    ['revoked', lookups({ k1: { status: 'revoked' } }, {}), 'credentials revoked'],
+    ['gone', lookups({ k1: null }, {}), 'credentials revoked'],
+    ['expired', lookups({ k1: { expiresAt: Date.now() - 1 } }, {}), 'credentials revoked'],
+    ['tenant deactivated', lookups({ k1: {} }, { sub: { status: 'deactivated' } }), 'tenant deactivated'],
+    ['tenant gone', lookups({ k1: {} }, { sub: null }), 'tenant deactivated'],
+  ]
+  for (const [what, source, reason] of cases) {
+    const { pair: made, client } = pair({})
+    await recheck(made, source)
+    t.same(client.closes, reason === undefined ? [] : [[1008, reason]], what)
+  }
+  const { pair: parentActing, client } = pair({ keyTenantId: 'parent', actingTenantId: 'sub' })
+  await recheck(parentActing, lookups({ k1: { tenantId: 'parent' } }, { sub: { status: 'deactivated' } }))
+  t.same(client.closes, [[1008, 'tenant deactivated']], 'the tenant it acts as, not only its key’s')
+  const { pair: public_, client: publicClient } = pair({ keyId: null, keyTenantId: null, actingTenantId: null })
+  await recheck(public_, lookups({}, {}))
+  t.same(publicClient.closes, [], 'a public route’s socket has nothing to check')
+})
+
+t.test('an invalidation checks the sockets its names concern, all of them when messages were lost', async (t) => {
+  const sockets = new OpenSockets<SocketPair>()
+  const one = pair({ keyId: 'k1', keyTenantId: 'sub1', actingTenantId: 'sub1' })
+  const two = pair({ keyId: 'k2', keyTenantId: 'sub2', actingTenantId: 'sub2' })
+  sockets.opened(one.pair)
+  sockets.opened(two.pair)
+  const everythingRevoked = lookups({ k1: { status: 'revoked' }, k2: { status: 'revoked' } }, {})
+  const listener = revocationListener(sockets, everythingRevoked, { warn: () => {} } as never)
+  listener(['key:abcd', 'anyActive:parent'])
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same([one.client.closes, two.client.closes], [[], []], 'names of no key or tenant: nothing checked')
+  listener(['keyid:k1'])
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same([one.client.closes.length, two.client.closes.length], [1, 0], 'the key named: its socket only')
+  listener(null)
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(two.client.closes, [[1008, 'credentials revoked']], 'messages lost: every socket checked')
+
+  const failing = { keyById: async () => Promise.reject(new Error('store down')) } as unknown as TenancyLookups
+  const warned: unknown[] = []
+  const three = pair({ keyId: 'k3' })
+  sockets.opened(three.pair)
+  revocationListener(sockets, failing, { warn: (o: unknown) => warned.push(o) } as never)(['tenant:sub'])
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(three.client.closes, [], 'the store down: the socket stays, as a known key keeps working')
+  t.equal(warned.length, 1, 'and a warning says so')
+})
+
+t.test('expiry timers: the earlier of the key’s and the token’s, far ones looked at again', async (t) => {
+  const soon = pair({ keyExpiresAt: Date.now() + 30, tokenUsableUntil: Date.now() + 5_000 })
+  const token = pair({ keyExpiresAt: Date.now() + 5_000, tokenUsableUntil: Date.now() + 30 })
+  const far = pair({ keyExpiresAt: Date.now() + 40 * 24 * 3600 * 1000 })
+  await new Promise((resolve) => setTimeout(resolve, 80))
+  t.same(soon.client.closes, [[1008, 'credentials revoked']], 'the key first')
+  t.same(token.client.closes, [[1008, 'token expired']], 'the token first')
+  t.same(far.client.closes, [], 'a key 40 days from expiry (past setTimeout’s bound) is not closed now')
+})
