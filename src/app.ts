@@ -260,7 +260,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     bodyTimeoutMs: tuning.managementBodyTimeoutMs,
   })
   // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.
-  if (deps.config.console) await app.register(consolePlugin)
+  if (deps.config.console)
+    await app.register(consolePlugin, {
+      routes: routes.map(({ prefix, scopes, websocket, ...route }) => ({
+        prefix,
+        scopes,
+        websocket,
+        public: route.public,
+      })),
+    })
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,

@@ -1,9 +1,11 @@
 // The console's one HTML page: a shell that links the hashed script and stylesheet, so that the
-// browser fetches both at once, and nothing inline (the Content-Security-Policy allows none).
+// browser fetches both at once, and no inline code (the Content-Security-Policy allows none). The
+// gateway's routes come along as a JSON data block, which no browser runs.
 import type { ConsoleAssets } from './assets.js'
 import { CONSOLE_ASSETS } from './paths.js'
+import { CONSOLE_ROUTES_ELEMENT, type ConsoleRoute, routesForScript } from './route-list.js'
 
-export function consolePage(assets: ConsoleAssets): string {
+export function consolePage(assets: ConsoleAssets, routes: readonly ConsoleRoute[] = []): string {
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -14,6 +16,7 @@ export function consolePage(assets: ConsoleAssets): string {
 <link rel="icon" href="data:,">
 <link rel="stylesheet" href="${CONSOLE_ASSETS}/${assets.style.name}">
 <script type="module" src="${CONSOLE_ASSETS}/${assets.script.name}"></script>
+<script type="application/json" id="${CONSOLE_ROUTES_ELEMENT}">${routesForScript(routes)}</script>
 </head>
 <body>
 <div id="app"><p class="boot">Loading the console…</p></div>

@@ -7,6 +7,7 @@ import { routeNotFound } from '../errors.js'
 import { pathOf } from '../proxy/paths.js'
 import { type Asset, type ConsoleAssets, consoleAssets, served } from './assets.js'
 import { consolePage } from './page.js'
+import type { ConsoleRoute } from './route-list.js'
 import { CONSOLE_ASSETS, CONSOLE_PREFIX } from './paths.js'
 
 /**
@@ -22,6 +23,8 @@ export const CONSOLE_CSP =
 export interface ConsoleOptions {
   /** Where the assets come from (default: prebuilt, else bundled once per process). */
   assets?: () => Promise<ConsoleAssets>
+  /** The proxied routes the page lists (prefix, scopes, WebSockets). */
+  routes?: readonly ConsoleRoute[]
 }
 
 function secureHeaders(reply: FastifyReply): FastifyReply {
@@ -48,10 +51,11 @@ function sendCached(request: FastifyRequest, reply: FastifyReply, body: Buffer, 
 
 export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, options) => {
   const assets = options.assets ?? consoleAssets
+  const routes = options.routes ?? []
   // The page names the assets by their hashes; it is made once per set of assets.
   let page: ({ for: ConsoleAssets } & ReturnType<typeof served>) | undefined
   const pageFor = (current: ConsoleAssets) => {
-    if (page?.for !== current) page = { for: current, ...served(Buffer.from(consolePage(current))) }
+    if (page?.for !== current) page = { for: current, ...served(Buffer.from(consolePage(current, routes))) }
     return page
   }
 

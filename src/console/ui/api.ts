@@ -80,6 +80,8 @@ export function advice(p: Problem): string {
       return 'The request took too long to reach the gateway: check the connection and try again.'
     case 'payload_too_large':
       return 'What you entered is too large: shorten it (metadata, description) and try again.'
+    case 'websocket_not_enabled':
+      return 'That route does not carry WebSockets: see Routes for the ones that do, or ask the operator to set websocket: true on it.'
     case 'headers_too_large':
       return 'The request was too large for the gateway: check that the key pasted at sign-in is only the key, and sign in again.'
     case 'not_a_key':

@@ -1,5 +1,5 @@
 // The console's shell: sign-in, the navigation, and a screen per hash route (#/sub-accounts,
-// #/sub-accounts/<id>, #/usage, #/events, #/webhooks).
+// #/sub-accounts/<id>, #/usage, #/events, #/webhooks, #/routes).
 import 'uplot/dist/uPlot.min.css'
 import './console.css'
 import './screens.css'
@@ -8,6 +8,7 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, type Problem, session, whenKeyRefused } from './api.js'
 import { ErrorMessage, LiveRegion } from './components.js'
 import { EventsScreen } from './events.js'
+import { RoutesScreen } from './routes.js'
 import { SignIn } from './signin.js'
 import { SubAccountScreen } from './subaccount.js'
 import { SubAccountsScreen } from './subaccounts.js'
@@ -23,6 +24,7 @@ const NAV = [
   ['/usage', 'Usage'],
   ['/events', 'Audit log'],
   ['/webhooks', 'Webhooks'],
+  ['/routes', 'Routes'],
 ] as const
 
 /** Sub-account ids are UUIDs: anything else (`..` above all) never reaches an API path. */
@@ -64,6 +66,7 @@ function Screen({ route }: { route: string }) {
   if (route === '/usage') return <UsageScreen />
   if (route === '/events') return <EventsScreen />
   if (route === '/webhooks') return <WebhooksScreen />
+  if (route === '/routes') return <RoutesScreen />
   return <SubAccountsScreen />
 }
 

@@ -1,0 +1,23 @@
+// The proxied routes as the console lists them (the Routes screen): written into the page by the
+// server (console/page.ts), read by the browser (console/ui/routes.tsx). Nothing of node here.
+
+/** The id of the page's JSON data block. */
+export const CONSOLE_ROUTES_ELEMENT = 'gateway-routes'
+
+/** What the console shows of a proxied route: never its upstream, which is the operator's business. */
+export interface ConsoleRoute {
+  readonly prefix: string
+  readonly public: boolean
+  readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
+  /** WebSockets carried, and their bounds; null: none. */
+  readonly websocket: {
+    readonly maxPerTenant: number
+    readonly idleTimeoutMs: number
+    readonly maxMessageBytes: number
+  } | null
+}
+
+/** The list as JSON safe inside a <script> element: no `<`, so no `</script>` or `<!--`. */
+export function routesForScript(routes: readonly ConsoleRoute[]): string {
+  return JSON.stringify(routes).replace(/</g, '\\u003c')
+}
