@@ -14,7 +14,7 @@ import { scopesStep } from './steps/scopes.js'
 import { sendContinueStep } from './steps/send-continue.js'
 import { slotStep } from './steps/slot.js'
 import { websocketConnectStep } from './steps/websocket-connect.js'
-import { websocketUpgradeStep } from './steps/websocket-upgrade.js'
+import { websocketRefusalStep, websocketUpgradeStep } from './steps/websocket-upgrade.js'
 
 /** Makes a route's step, or null when the step has nothing to check on that route. */
 export type StepFactory = (route: ProxyRoute, options: ProxyOptions) => ProxyStep | null
@@ -24,6 +24,7 @@ export const PROXY_STEPS: readonly StepFactory[] = [
   prefixShadowStep,
   websocketUpgradeStep,
   admissionStep,
+  websocketRefusalStep,
   scopesStep,
   identityStep,
   declaredBodyStep,

@@ -129,13 +129,13 @@ t.test('sign-in: a wrong key is refused with a clear message, the right one sign
 t.test('the keyboard: focus follows the page, every section reached with Tab and Enter', async (t) => {
   await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur())
   const order: string[] = []
-  for (let i = 0; i < 7; i++) {
+  for (let i = 0; i < 8; i++) {
     await page.keyboard.press('Tab')
     order.push(await page.evaluate(() => document.activeElement?.textContent?.trim() ?? ''))
   }
   t.same(
     order,
-    ['Skip to content', 'Sub-accounts', 'Usage', 'Audit log', 'Webhooks', 'Sign out', 'New sub-account'],
+    ['Skip to content', 'Sub-accounts', 'Usage', 'Audit log', 'Webhooks', 'Routes', 'Sign out', 'New sub-account'],
     'skip link, navigation, sign out, then the screen',
   )
   await page.keyboard.press('Shift+Tab')

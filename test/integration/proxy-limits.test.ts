@@ -56,7 +56,7 @@ async function answersQuickly(t: Test, gw: TestGateway, parent: Parent, path: st
   const started = performance.now()
   const res = await orTimeout(callAs(gw.url, parent.apiKey, { path }), 1_000, null)
   t.ok(res !== null, `${what}: answered within 1 s`)
-  t.equal(res?.status, 200, `${what}: 200`)
+  t.equal(res?.status, 200, `${what}: 200${res?.status === 200 ? '' : ` (${res?.body.slice(0, 300)})`}`)
   t.comment(`${what}: ${Math.round(performance.now() - started)} ms`)
 }
 

@@ -1,7 +1,8 @@
-// A WebSocket upgrade (docs/api.md, WebSockets), before the tenancy check: refused on a route
-// without `websocket: true` (400 websocket_not_enabled), else checked as a WebSocket handshake and
-// its `tgw.bearer.` subprotocol taken as the credential when there is no Authorization. A request
-// that is not an upgrade passes with two property reads.
+// A WebSocket upgrade (docs/api.md, WebSockets). On a route with `websocket: true`, before the
+// tenancy check: checked as a WebSocket handshake, its `tgw.bearer.` subprotocol taken as the
+// credential when there is no Authorization. On any other route, once the key is known:
+// 400 websocket_not_enabled (a caller without a valid key learns nothing of the route but 401).
+// A request that is not an upgrade passes with a property read or two.
 import type { FastifyReply } from 'fastify'
 import { ApiError } from '../../errors.js'
 import type { StepFactory } from '../checks.js'
@@ -17,22 +18,26 @@ function notEnabled(prefix: string): ApiError {
 }
 
 export const websocketUpgradeStep: StepFactory = (route) => {
-  if (route.websocket === null)
-    return {
-      name: 'websocket upgrade',
-      // Node flags an upgrade only when some route listens for them; without one, the header tells.
-      check(request, reply) {
-        if (!isUpgrade(request.raw) && !asksForWebSocket(request.headers.upgrade)) return undefined
-        answeredThenClosed(reply)
-        return notEnabled(route.prefix)
-      },
-    }
+  if (route.websocket === null) return null
   return {
     name: 'websocket upgrade',
     check(request, reply) {
       if (!isUpgrade(request.raw)) return undefined
       answeredThenClosed(reply)
       return handshakeProblem(request) ?? beginUpgrade(request)
+    },
+  }
+}
+
+export const websocketRefusalStep: StepFactory = (route) => {
+  if (route.websocket !== null) return null
+  return {
+    name: 'websocket refusal',
+    // Node flags an upgrade only when some route listens for them; without one, the header tells.
+    check(request, reply) {
+      if (!isUpgrade(request.raw) && !asksForWebSocket(request.headers.upgrade)) return undefined
+      answeredThenClosed(reply)
+      return notEnabled(route.prefix)
     },
   }
 }
