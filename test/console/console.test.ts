@@ -21,6 +21,21 @@ const upstream = await startUpstream(t, (request, response) => {
 })
 const gateway = await startGateway(t, {
   upstreamUrl: upstream.url,
+  // Beside the catch-all: a WebSocket route and a public one, for the Routes screen.
+  gatewayConfig: {
+    routes: [
+      {
+        prefix: '/live',
+        upstream: upstream.url,
+        scopes: { read: ['live:read'], write: ['live:write'] },
+        websocket: true,
+        max_websockets_per_tenant: 7,
+        websocket_idle_timeout_ms: 120_000,
+        websocket_max_message_bytes: 65_536,
+      },
+      { prefix: '/status', upstream: `${upstream.url}/internal-base`, public: true },
+    ],
+  },
   usageFlushIntervalMs: 100,
   env: { WEBHOOKS_ALLOW_INSECURE: 'true' },
   webhookDelivery: { pollIntervalMs: 50 },
@@ -430,6 +445,23 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   await page.getByRole('button', { name: /^Delete/ }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
   t.pass('deleted')
+})
+
+t.test('routes: which carry WebSockets, with their bounds, and no upstream address', async (t) => {
+  t.notOk((await page.content()).includes(upstream.url.replace(/^http:\/\//, '')), 'no upstream address in the page')
+  await page.getByRole('link', { name: 'Routes' }).click()
+  await page.getByRole('heading', { name: 'Routes' }).waitFor()
+  const rows = await page.getByTestId('routes').locator('tbody tr').allInnerTexts()
+  const rowOf = (prefix: string) => rows.find((row) => row.startsWith(prefix)) ?? ''
+  t.match(rowOf('/live'), /live:read[\s\S]*live:write/, 'its read and write scopes')
+  t.match(
+    rowOf('/live'),
+    /Yes: up to 7 per tenant, closed after 2 min idle, messages up to 64 KiB/,
+    'a WebSocket route, with its bounds',
+  )
+  t.match(rowOf('/status'), /none \(public\)[\s\S]*No$/, 'a public route, without WebSockets')
+  t.match(rowOf('/\t'), /any key[\s\S]*No$/, 'the catch-all: any key, no WebSockets')
+  await screen('routes')
 })
 
 t.test('a key revoked mid-session: signed out, told why', async (t) => {
