@@ -6,7 +6,7 @@ import { Empty } from './components.js'
 
 /**
  * The id of route-list.ts's CONSOLE_ROUTES_ELEMENT, spelled here because the bundle takes nothing
- * from the server's modules but their types (test/console/routes.test.ts fails if they part).
+ * from the server's modules but their types (console.test.ts fails if they part).
  */
 const ROUTES_ELEMENT = 'gateway-routes'
 
