@@ -35,12 +35,14 @@ import { usageMeterPlugin } from './usage/meter-plugin.js'
 import type { LeaseTimings } from './limits/lease-store.js'
 import { eventRetentionPlugin } from './events/retention-plugin.js'
 import { limitsPlugin } from './limits/plugin.js'
+import { type AlertTimings, alertsPlugin } from './alerts/plugin.js'
+import { type RequestLogPluginOptions, requestLogPlugin } from './request-log/plugin.js'
 import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
 import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
-import type { Store } from './store/db.js'
+import type { Sql, Store } from './store/db.js'
 import type { LookupAll } from './webhooks/url-policy.js'
 
 export interface AppDeps {
@@ -54,6 +56,8 @@ export interface AppDeps {
    * (signing-keys/plugin.ts), which then needs `config.encryptionKey` (main.ts resolves it).
    */
   keyring?: Keyring
+  /** Where the request log is kept (main.ts opens REQUEST_LOG_DATABASE_URL); default the store's. */
+  requestLogSql?: Sql
   /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
   metrics?: Metrics
@@ -75,10 +79,14 @@ export interface AppTuning {
   limitTimings?: Partial<LeaseTimings>
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
+  /** The request log's buffer, batches, write interval, retention sweep and clock. */
+  requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays'>
   /** The events' retention sweep: its batch size, interval and clock. */
   eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
   /** The webhook worker's timings, clock and delivery options. */
   webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
+  /** The alerts' timings and clock: checks, the rate alerts' window, the sweep of expiring keys. */
+  alerts?: AlertTimings
   /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS). */
   headersTimeoutMs?: number
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
@@ -157,6 +165,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Connection: close), not refused: a rolling deploy should fail no request.
     return503OnClosing: false,
     genReqId: requestId,
+    // request.ip: the peer, or behind a trusted proxy the right-most X-Forwarded-For address not
+    // among TRUSTED_PROXIES (proxy-addr). Nothing trusted by default.
+    trustProxy: deps.config.trustedProxies.length === 0 ? false : [...deps.config.trustedProxies],
     clientErrorHandler: refuseClientError,
     bodyLimit: MANAGEMENT_BODY_LIMIT,
     // Refuse `{"__proto__": …}` and `{"constructor": {"prototype": …}}` outright.
@@ -181,6 +192,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
+  // A 401 for a key that exists (revoked, expired): its caller, for the request log only.
+  app.decorateRequest('refusedKey', null)
+  // Set by the error handler, and the proxy's admission step: read by the request log.
+  app.decorateReply('problemCode', null)
+  app.decorateRequest('routePrefix', '')
   // Filled by the signing-keys plugin below, before any route that signs is registered.
   const keyring = deps.keyring ?? new Keyring({ clock: tuning.signingKeys?.clock })
   app.decorate('keyring', keyring)
@@ -210,6 +226,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       throw err
     }
   }
+  await app.register(requestLogPlugin, {
+    sql: deps.requestLogSql ?? deps.store.sql,
+    retentionDays: deps.config.requestLogRetentionDays,
+    ...tuning.requestLog,
+  })
   await app.register(usageMeterPlugin, { sql: deps.store.sql, flushIntervalMs: tuning.usageFlushIntervalMs })
   await app.register(eventRetentionPlugin, {
     sql: deps.store.sql,
@@ -230,6 +251,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
     timings: tuning.limitTimings,
   })
+  await app.register(alertsPlugin, { sql: deps.store.sql, ...tuning.alerts })
   app.decorate(
     'accessTokens',
     new AccessTokens(keyring, {
@@ -282,6 +304,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     webhookEndpointsMax: deps.config.webhookEndpointsMax,
     idempotencySweepIntervalMs: tuning.idempotencySweepIntervalMs,
     webhookLookup: tuning.webhookLookup,
+    requestLogSql: app.requestLog === null ? null : app.requestLogSql,
   })
   const webSockets = routes.some((route) => route.websocket !== null)
     ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
@@ -300,7 +323,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     recentAdmissions: app.metrics.recentAdmissions,
     clientAborts: app.metrics.clientAborts,
     upstreamSlots: app.metrics.upstreamSlots,
-    limits: limitGate({ limiter: app.limiter, meter: app.usageMeter, metrics: app.metrics.limits }),
+    limits: limitGate({
+      limiter: app.limiter,
+      meter: app.usageMeter,
+      metrics: app.metrics.limits,
+      rateAlerts: app.alerts.rate,
+    }),
     identity: routes.some((route) => route.identity !== null)
       ? identityAssertions({ keyring, issuer: deps.config.issuerUrl, metrics: app.metrics.credentials, cache })
       : null,

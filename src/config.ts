@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import type { HostPort, RedisCredentials, RedisTarget } from './cache/redis-topology.js'
+import { cidrProblem } from './guardrails/ip-allowlist.js'
 import type { Rate } from './limits/bucket.js'
 import { parseRate } from './limits/tenant-limits.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './management/webhook-endpoint-admission.js'
@@ -56,6 +57,18 @@ export interface Config {
   readonly accessTokenTtlSeconds: number
   /** A new signing key every this many days (SIGNING_KEY_ROTATION_DAYS, default 30). */
   readonly signingKeyRotationDays: number
+  /**
+   * Days the request log keeps (REQUEST_LOG_RETENTION_DAYS, default 7, at most 90); 0: no request
+   * log at all (docs/configuration.md).
+   */
+  readonly requestLogRetentionDays: number
+  /**
+   * The proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES, CIDRs, default none): the
+   * client's address is then the right-most one of the header not among them.
+   */
+  readonly trustedProxies: readonly string[]
+  /** Another Postgres for the request log (REQUEST_LOG_DATABASE_URL); undefined: the store's own. */
+  readonly requestLogDatabaseUrl: string | undefined
   /** Webhooks to http and to any address, private ones included (WEBHOOKS_ALLOW_INSECURE, default false). */
   readonly webhooksAllowInsecure: boolean
   /** A parent's webhook endpoints at most (WEBHOOK_ENDPOINTS_MAX, default 20, at most 1000). */
@@ -295,6 +308,31 @@ function parseBoundedInteger(env: Env, name: string, fallback: number, max: numb
   return value
 }
 
+/** TRUSTED_PROXIES: addresses or CIDRs, separated by commas. */
+function parseTrustedProxies(env: Env): readonly string[] {
+  const raw = read(env, 'TRUSTED_PROXIES')
+  if (raw === undefined) return Object.freeze([])
+  const entries = raw.split(',').map((entry) => entry.trim())
+  for (const entry of entries) {
+    const problem = entry === '' ? 'is empty' : cidrProblem(entry)
+    if (problem !== null)
+      throw new ConfigError(
+        'TRUSTED_PROXIES',
+        `has an entry that ${problem}: list addresses or CIDRs separated by commas, e.g. 10.0.0.0/8,fd00::/8`,
+      )
+  }
+  return Object.freeze(entries)
+}
+
+/** A whole number from 0 to `max`; 0 means off. */
+function parseCount(env: Env, name: string, fallback: number, max: number): number {
+  const raw = read(env, name)
+  if (raw === undefined) return fallback
+  if (!/^\d{1,9}$/.test(raw) || Number(raw) > max)
+    throw new ConfigError(name, `must be a whole number from 0 (off) to ${max}, got "${raw}"`)
+  return Number(raw)
+}
+
 function parseBoolean(env: Env, name: string): boolean {
   const raw = read(env, name)
   if (raw === undefined || raw === 'false') return false
@@ -373,6 +411,9 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
     webhookEndpointsMax: parseBoundedInteger(env, 'WEBHOOK_ENDPOINTS_MAX', DEFAULT_WEBHOOK_ENDPOINTS_MAX, 1000),
     eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
+    trustedProxies: parseTrustedProxies(env),
+    requestLogRetentionDays: parseCount(env, 'REQUEST_LOG_RETENTION_DAYS', 7, 90),
+    requestLogDatabaseUrl: parseUrl(env, 'REQUEST_LOG_DATABASE_URL', ['postgres:', 'postgresql:']),
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
     console: parseOnOff(env, 'CONSOLE', true),
   })

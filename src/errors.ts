@@ -6,6 +6,7 @@ export const ERRORS = {
   key_expired: { status: 401, title: 'Key expired' },
   tenant_deactivated: { status: 403, title: 'Tenant deactivated' },
   insufficient_scope: { status: 403, title: 'Insufficient scope' },
+  ip_not_allowed: { status: 403, title: 'IP address not allowed' },
   parent_key_required: { status: 403, title: 'Parent key required' },
   acting_tenant_malformed: { status: 400, title: 'Malformed acting tenant' },
   acting_tenant_required: { status: 400, title: 'Acting tenant required' },

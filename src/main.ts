@@ -38,6 +38,11 @@ async function listening<T>(
   }
 }
 
+/** The signals that ask for a graceful stop. */
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const
+/** The same signal again within this long is a copy passed on by npm or tsx (see below). */
+const RELAYED_WITHIN_MS = 1_000
+
 async function main(): Promise<void> {
   const config = loadConfig(process.env)
   const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl, config.console)
@@ -47,6 +52,15 @@ async function main(): Promise<void> {
       `warning: ${variableOf(config.redis)} (${describeRedisTarget(config.redis)}) did not answer; starting without Redis until it does\n`,
     )
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, holder: 'the gateway' })
+  // The request log's own Postgres, when it has one (docs/configuration.md).
+  const logStore =
+    config.requestLogDatabaseUrl === undefined || config.requestLogRetentionDays === 0
+      ? null
+      : await openStore({
+          databaseUrl: config.requestLogDatabaseUrl,
+          dataDir: config.dataDir,
+          holder: 'the request log',
+        })
   const metrics = createMetrics({ processMetrics: true })
   let app: Awaited<ReturnType<typeof buildApp>>
   try {
@@ -59,18 +73,22 @@ async function main(): Promise<void> {
     app = await buildApp({
       config: { ...config, encryptionKey },
       store,
+      ...(logStore === null ? {} : { requestLogSql: logStore.sql }),
       routes,
       metrics,
       logger: loggerOptions(config.logLevel),
     })
   } catch (err) {
+    await logStore?.close()
     await store.close()
     throw err
   }
 
-  // The app first (in-flight requests finish, usage is flushed), then the store it wrote to.
+  // The app first (in-flight requests finish, usage and the request log are flushed), then the
+  // stores it wrote to.
   async function shutdown(): Promise<void> {
     await app.close()
+    await logStore?.close()
     await store.close()
   }
 
@@ -126,16 +144,39 @@ async function main(): Promise<void> {
   const graceMs = config.shutdownDelayMs + config.shutdownTimeoutMs + 10_000
   let failure: unknown = null
   let closing = false
-  const grace = closeWithGrace({ delay: graceMs, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
-    closing = true
-    const cause = err ?? failure
-    if (cause) app.log.error({ err: cause }, 'closing after an error')
-    else app.log.info({ signal, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs }, 'draining')
-    await drain()
-    app.log.info('closed')
-    // A rejection during a signal's drain is a bug too: exit 1 all the same.
-    if (err ?? failure) process.exit(1)
-  })
+  // SIGTERM and SIGINT are handled below, not by close-with-grace, which exits at once on a second.
+  let stopSignal: { name: NodeJS.Signals; at: number } | null = null
+  const grace = closeWithGrace(
+    { delay: graceMs, skip: ['unhandledRejection', ...STOP_SIGNALS] },
+    async ({ signal, err }) => {
+      closing = true
+      const cause = err ?? failure
+      if (cause) app.log.error({ err: cause }, 'closing after an error')
+      else
+        app.log.info(
+          { signal: signal ?? stopSignal?.name, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs },
+          'draining',
+        )
+      await drain()
+      app.log.info('closed')
+      // A rejection during a signal's drain is a bug too: exit 1 all the same.
+      if (err ?? failure) process.exit(1)
+    },
+  )
+  // `npm start` (npm, then tsx) passes a terminal's Ctrl-C or a process group's SIGTERM on to the
+  // gateway, which gets the same signal again within milliseconds: that copy is no request to stop
+  // at once. A second signal later than RELAYED_WITHIN_MS is one, and ends the drain.
+  for (const name of STOP_SIGNALS)
+    process.on(name, () => {
+      if (stopSignal === null) {
+        stopSignal = { name, at: Date.now() }
+        if (!closing) void grace.close()
+        return
+      }
+      if (Date.now() - stopSignal.at < RELAYED_WITHIN_MS) return
+      app.log.error(`second ${name}, exiting`)
+      process.exit(1)
+    })
   // An unhandled rejection is a bug: close as on SIGTERM (usage flushed), then exit 1 so that the
   // orchestrator restarts the process. Handled here, not by close-with-grace, which would exit at
   // once, unflushed, on a second one during the drain.

@@ -124,6 +124,10 @@ on one local disk, which Kubernetes cannot give a Deployment of stateless replic
 {{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.redisUrl }}{{ else }}REDIS_URL{{ end }}
 {{- end }}
 
+{{- define "tenancy-gateway.requestLogDatabaseUrlKey" -}}
+{{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.requestLogDatabaseUrl }}{{ else }}REQUEST_LOG_DATABASE_URL{{ end }}
+{{- end }}
+
 {{- define "tenancy-gateway.encryptionKeyKey" -}}
 {{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.encryptionKey }}{{ else }}ENCRYPTION_KEY{{ end }}
 {{- end }}

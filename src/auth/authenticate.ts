@@ -99,12 +99,30 @@ export async function authenticate(
     throw token.startsWith(SECRET_PREFIX) ? clientSecretSent() : unauthenticated('the API key is malformed')
   const key = await lookups.keyByDigest(digest(token))
   // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.
-  if (key === null || key.status !== 'active') throw unauthenticated('the API key is unknown or revoked')
+  if (key === null) throw unauthenticated('the API key is unknown or revoked')
+  if (key.status !== 'active') throw refusedKey(unauthenticated('the API key is unknown or revoked'), key)
   // Read from the record every time, cached or not: an expiry needs no message to the replicas.
-  if (isExpired(key)) throw keyExpired()
+  if (isExpired(key)) throw refusedKey(keyExpired(), key)
   const tenant = await lookups.tenant(key.tenantId)
   if (tenant === null) throw unauthenticated('the API key is unknown or revoked')
   return { key, tenant }
+}
+
+/**
+ * The keys behind 401s for a key that exists (revoked, expired): the request log records those
+ * for the key's account (request-log/), after the answer, so that they take no longer than an
+ * unknown key's.
+ */
+const refusedKeys = new WeakMap<Error, KeyRecord>()
+
+function refusedKey(error: ApiError, key: KeyRecord): ApiError {
+  refusedKeys.set(error, key)
+  return error
+}
+
+/** The existing key an authentication error refused, if it was one. */
+export function keyRefusedBy(error: unknown): KeyRecord | undefined {
+  return error instanceof Error ? refusedKeys.get(error) : undefined
 }
 
 /** A key of a deactivated sub-account authenticates but may do nothing (docs/api.md). */

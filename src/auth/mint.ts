@@ -23,6 +23,8 @@ export interface KeyToMint {
   expiresAt?: Date | null
   /** The key this one replaces (a roll). */
   rolledFrom?: string | null
+  /** Null or absent: any address (docs/api.md, IP allow-lists). */
+  ipAllowlist?: readonly string[] | null
 }
 
 /** A new key's secrets and the row that stores their digests, not yet written. */
@@ -38,6 +40,7 @@ export function keyMaterial(input: KeyToMint): { key: NewKey } & Omit<MintedKey,
     secretDigest: secret?.secretDigest ?? null,
     expiresAt: input.expiresAt ?? null,
     rolledFrom: input.rolledFrom ?? null,
+    ipAllowlist: input.ipAllowlist ?? null,
   }
   return { key, apiKey, clientSecret: secret?.clientSecret ?? null, keyDigest }
 }

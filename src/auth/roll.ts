@@ -8,6 +8,7 @@ import { keyObject } from './key-changes.js'
 import { keyState } from './key-expiry.js'
 import { mintKey, type MintedKey } from './mint.js'
 import { inTransaction } from '../store/transaction.js'
+import { checkScopes, type KeyRules, rolledExpiry } from '../guardrails/mint-rules.js'
 
 export type RollResult =
   | { outcome: 'rolled'; old: RevokedKeyRow; minted: MintedKey }
@@ -26,6 +27,8 @@ export interface RollInput {
   /** Who rolls it, for the event (docs/events.md), and the parent account whose log shows it. */
   origin: Origin
   accountId: string
+  /** A sub-account key's ceiling and policy: its scopes must be within them, its expiry is brought within the policy's. */
+  rules?: KeyRules
 }
 
 /**
@@ -41,13 +44,16 @@ export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
     if (old === null) return { outcome: 'not_found' }
     const state = keyState(old, nowMs)
     if (state !== 'active') return { outcome: 'not_active', state }
+    const rules = input.rules ?? { ceiling: null, policy: null }
+    checkScopes(rules, old.scopes, '/scopes', ': mint a new key within them, and revoke this one')
     const minted = await mintKey(tx, {
       tenantId: old.tenant_id,
       name: old.name,
       scopes: old.scopes,
       withClientSecret: input.withClientSecret,
-      expiresAt: old.expires_at,
+      expiresAt: rolledExpiry(rules, old.expires_at, nowMs),
       rolledFrom: old.id,
+      ipAllowlist: old.ip_allowlist,
     })
     const until = new Date(nowMs + input.overlapSeconds * 1000)
     const shortened = await shortenKey(tx, old.id, until, input.overlapSeconds === 0)

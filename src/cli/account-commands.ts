@@ -8,10 +8,11 @@ import { operatorOrigin } from '../events/record.js'
 import { presentKey } from '../management/present.js'
 import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
+import { setScopeCeilingWithEvent } from '../guardrails/ceiling-changes.js'
 import type { TenantRow } from '../store/tenants.js'
 import { inTransaction } from '../store/transaction.js'
 import { isExternalId } from '../tenancy/identifiers.js'
-import { parseMonthlyQuota, parseRate, shownLimits } from '../limits/tenant-limits.js'
+import { parseAlertThresholds, parseMonthlyQuota, parseRate, shownLimits } from '../limits/tenant-limits.js'
 import { type Command, name, type Options, scopes, tellReplicas, UsageError, uuid } from './options.js'
 
 /** A parent account as the CLI prints it. */
@@ -26,6 +27,9 @@ const presentAccount = (account: TenantRow) => ({
 function limitsChange(options: Options): LimitsChange {
   const { rate, clear } = options
   const quota = options['monthly-quota']
+  const alerts = options['quota-alerts']
+  if (alerts !== undefined && quota === undefined)
+    throw new UsageError('--quota-alerts goes with --monthly-quota M: give the quota they are shares of')
   if (clear === true) {
     if (rate !== undefined || quota !== undefined)
       throw new UsageError('--clear removes both limits: give it without --rate and --monthly-quota')
@@ -35,7 +39,14 @@ function limitsChange(options: Options): LimitsChange {
     throw new UsageError('give --rate N/Ws, --monthly-quota M, or --clear (--help for the usage)')
   return {
     ...(typeof rate === 'string' ? { rate: parseRate(rate) } : {}),
-    ...(typeof quota === 'string' ? { monthly_quota: parseMonthlyQuota(quota) } : {}),
+    ...(typeof quota === 'string'
+      ? {
+          monthly_quota: {
+            ...parseMonthlyQuota(quota),
+            ...(typeof alerts === 'string' ? { alert_thresholds: parseAlertThresholds(alerts) } : {}),
+          },
+        }
+      : {}),
   }
 }
 
@@ -79,4 +90,26 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
       )
     return { account: { ...presentAccount(account), limits: shownLimits(account.limits) } }
   },
+
+  // The ceiling is read when a key is minted or rolled, from Postgres: no cache to tell. Its
+  // change is an event of the account (account.scopes_updated), written with it.
+  'accounts scopes': async (sql, options) => {
+    const accountId = uuid(options, 'account')
+    const allowed = scopeCeilingOption(options)
+    await migrate(sql)
+    const changed = await setScopeCeilingWithEvent(sql, accountId, allowed, operatorOrigin())
+    if (changed === null) throw new UsageError(`no parent account ${accountId}`)
+    return { account: { ...presentAccount(changed.account), allowed_scopes: changed.allowed } }
+  },
+}
+
+/** `--allow a,b` (scopes or patterns), or `--any` (null): exactly one. */
+function scopeCeilingOption(options: Options): string[] | null {
+  if (options.any === true) {
+    if (options.allow !== undefined) throw new UsageError('give --allow <a,b> or --any, not both')
+    return null
+  }
+  if (typeof options.allow !== 'string')
+    throw new UsageError('give --allow <a,b,tracking:*> or --any (--help for the usage)')
+  return [...new Set(scopes({ scopes: options.allow }, '--allow')!)]
 }

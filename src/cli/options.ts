@@ -39,7 +39,7 @@ export function uuid(options: Options, flag: string): string {
   return value.toLowerCase()
 }
 
-export function scopes(options: Options): string[] | undefined {
+export function scopes(options: Options, flag = '--scopes'): string[] | undefined {
   if (typeof options.scopes !== 'string') return undefined
   const list = options.scopes
     .split(',')
@@ -47,8 +47,8 @@ export function scopes(options: Options): string[] | undefined {
     .filter((s) => s !== '')
   const pattern = new RegExp(SCOPE_PATTERN)
   const bad = list.find((s) => !pattern.test(s) || s.length > 100)
-  if (bad !== undefined) throw new UsageError(`--scopes: "${bad}" is not a scope name`)
-  if (list.length === 0 || list.length > 50) throw new UsageError('--scopes must name 1 to 50 scopes')
+  if (bad !== undefined) throw new UsageError(`${flag}: "${bad}" is not a scope name`)
+  if (list.length === 0 || list.length > 50) throw new UsageError(`${flag} must name 1 to 50 scopes`)
   return list
 }
 

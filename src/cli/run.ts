@@ -26,9 +26,13 @@ commands:
   migrate                      apply pending database migrations
   accounts create --name <name> [--external-id <id>] [--scopes <a,b>]
                                create a parent account and its first API key
-  accounts limits --account <uuid> [--rate N/Ws] [--monthly-quota M] [--clear]
+  accounts limits --account <uuid> [--rate N/Ws] [--monthly-quota M [--quota-alerts 50,80,100]] [--clear]
                                set a parent account's limits (over it and all its sub-accounts);
-                               --rate or --monthly-quota alone keeps the other, --clear removes both
+                               --rate or --monthly-quota alone keeps the other, --clear removes both;
+                               --quota-alerts: the shares of M (%) that write an alert (default 80,100)
+  accounts scopes --account <uuid> (--allow <a,b,tracking:*> | --any)
+                               the scopes (or patterns) the account may give its sub-accounts'
+                               keys; --any lifts the ceiling (the default)
   keys create --account <uuid> --name <label> [--scopes <a,b>] [--expires-at <RFC 3339>]
                                mint another API key for a parent account (never expiring unless
                                --expires-at, at most 10 years ahead)
@@ -47,7 +51,7 @@ database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as
 `
 
 const COMMAND_NAMES =
-  'migrate, accounts create, accounts limits, keys create, keys revoke, keys roll, signing-keys rotate'
+  'migrate, accounts create, accounts limits, accounts scopes, keys create, keys revoke, keys roll, signing-keys rotate'
 
 const COMMANDS: Record<string, Command> = {
   ...ACCOUNT_COMMANDS,
@@ -71,10 +75,13 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       key: { type: 'string' },
       rate: { type: 'string' },
       'monthly-quota': { type: 'string' },
+      'quota-alerts': { type: 'string' },
       clear: { type: 'boolean' },
       'expires-at': { type: 'string' },
       'expires-in-seconds': { type: 'string' },
       compromised: { type: 'boolean' },
+      allow: { type: 'string' },
+      any: { type: 'boolean' },
     },
   })
   const { help, ...options } = values

@@ -9,6 +9,9 @@ export const isoSql = (column: string) => `to_char(${column} at time zone 'UTC',
 /** Limits as shown when none are stored (limits/tenant-limits.ts shownLimits). */
 export const NO_LIMITS = `'{"rate": null, "monthly_quota": null}'::jsonb`
 
+/** A key policy as shown when none is stored (guardrails/key-policy.ts shownKeyPolicy). */
+export const NO_KEY_POLICY = `'{"allowed_scopes": null, "max_ttl_seconds": null, "ip_allowlist": null}'::jsonb`
+
 /** presentSubAccount of the row named `alias` (tenants' columns). */
 export const subAccountObject = (alias: string) => `jsonb_build_object(
   'id', ${alias}.id,
@@ -19,7 +22,8 @@ export const subAccountObject = (alias: string) => `jsonb_build_object(
   'created_at', ${isoSql(`${alias}.created_at`)},
   'updated_at', ${isoSql(`${alias}.updated_at`)},
   'deactivated_at', ${isoSql(`${alias}.deactivated_at`)},
-  'limits', coalesce(${alias}.limits, ${NO_LIMITS}))`
+  'limits', coalesce(${alias}.limits, ${NO_LIMITS}),
+  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}))`
 
 /** keyState at the statement's time: `expired` once an active key is past `expires_at`. */
 export const keyStateSql = (alias: string) =>
@@ -38,6 +42,7 @@ export const keyObject = (alias: string, accountId: string) => `jsonb_build_obje
   'created_at', ${isoSql(`${alias}.created_at`)},
   'expires_at', ${isoSql(`${alias}.expires_at`)},
   'rolled_from', ${alias}.rolled_from,
+  'ip_allowlist', ${alias}.ip_allowlist,
   'revoked_at', ${isoSql(`${alias}.revoked_at`)},
   'last_used_at', ${isoSql(`${alias}.last_used_at`)},
   'sub_account_id', case when ${alias}.tenant_id = ${accountId}::uuid then null else ${alias}.tenant_id end)`

@@ -17,16 +17,25 @@ export const EVENT_TYPES = [
   'api_key.created',
   'api_key.rolled',
   'api_key.revoked',
+  'api_key.expiring',
   'account.limits_updated',
+  'account.scopes_updated',
   'webhook_endpoint.created',
   'webhook_endpoint.deleted',
+  // Alerts: written by the gateway itself (docs/events.md, Alerts).
+  'usage.threshold_reached',
+  'rate_limit.exceeded',
 ] as const
 
 export type EventType = (typeof EVENT_TYPES)[number]
 
 export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint'
 
-export type Actor = { type: 'api_key'; key_id: string } | { type: 'operator'; key_id: null }
+export type Actor =
+  | { type: 'api_key'; key_id: string }
+  | { type: 'operator'; key_id: null }
+  /** An alert: the gateway wrote it of its own accord. */
+  | { type: 'gateway'; key_id: null }
 
 /** Who made a change, and from where: the request, or the operator's command. */
 export interface Origin {
@@ -54,6 +63,9 @@ export const operatorOrigin = (requestId: string = randomUUID()): Origin => ({
   requestId,
   sourceIp: null,
 })
+
+/** An alert's origin: no key, no request, no address (docs/events.md, Alerts). */
+export const gatewayOrigin: Origin = { actor: { type: 'gateway', key_id: null }, requestId: null, sourceIp: null }
 
 export interface NewEvent {
   /** The parent account whose audit log shows the event. */

@@ -60,6 +60,7 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
   const apiError = toApiError(err)
   if (apiError === null) {
     request.log.error({ err }, 'unhandled error')
+    reply.problemCode = 'internal_error'
     return reply
       .code(500)
       .type(PROBLEM_CONTENT_TYPE)
@@ -68,6 +69,7 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
   // A busy upstream is the limit doing its work (proxy/concurrency.ts), not a fault.
   if (apiError.status >= 500 && apiError.code !== 'upstream_busy') request.log.error({ err }, apiError.code)
   if (apiError.options.headers) reply.headers(apiError.options.headers)
+  reply.problemCode = apiError.code
   return reply
     .code(apiError.status)
     .type(PROBLEM_CONTENT_TYPE)

@@ -4,15 +4,18 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ApiError } from '../errors.js'
 import type { Limiter } from './limiter.js'
-import type { Decision } from './types.js'
+import type { Decision, LimitSubject } from './types.js'
 import { LIMIT_POLICIES, type LimitMetrics } from '../ops/metrics.js'
 import type { UsageMeter } from '../usage/meter.js'
 import { limitRefusal, refusalKind, setRateLimitFields } from './answer.js'
+import type { RateAlerts } from '../alerts/rate-alerts.js'
 
 export interface LimitGateOptions {
   limiter: Limiter
   meter: UsageMeter
   metrics: LimitMetrics
+  /** Told of each refusal by a rate, for `rate_limit.exceeded` (alerts/rate-alerts.ts). */
+  rateAlerts?: RateAlerts
 }
 
 declare module 'fastify' {
@@ -33,7 +36,7 @@ export interface LimitGate {
   refund(request: FastifyRequest): void
 }
 
-export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitGate {
+export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOptions): LimitGate {
   function count(decision: Decision): void {
     for (const policy of decision.policies) {
       const index = LIMIT_POLICIES.indexOf(policy.name)
@@ -47,6 +50,7 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
     setRateLimitFields(reply, decision)
     if (!decision.allowed) {
       meter.limited(request.actingTenant!.id, refusalKind(decision))
+      if (rateAlerts !== undefined) alertRates(rateAlerts, request.limitSubjects!, decision)
       return limitRefusal(decision)
     }
     request.limitsCharged = true
@@ -71,5 +75,15 @@ export function limitGate({ limiter, meter, metrics }: LimitGateOptions): LimitG
       request.limitsCharged = false
       limiter.refund(request.limitSubjects)
     },
+  }
+}
+
+/** Counts a refusal for each rate that refused it, for its tenant (the sub-account's, or the account's). */
+function alertRates(alerts: RateAlerts, subjects: readonly LimitSubject[], decision: Decision): void {
+  for (const subject of subjects) {
+    const rate = subject.limits.rate
+    if (rate === null || subject.level === 'management') continue
+    const policy = subject.level === 'account' ? 'account.rate' : 'sub_account.rate'
+    if (decision.violated.includes(policy)) alerts.refused(subject.tenantId, policy, rate)
   }
 }

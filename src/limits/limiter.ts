@@ -6,7 +6,7 @@ import { DEFAULT_LEASE_TIMINGS, type LeaseStore, type LeaseTimings, RedisLeaseSt
 import { FORGET_AFTER_MS, type LeasedLimit, type LimitContext } from './leased-limit.js'
 import { QuotaLimit } from './quota-limit.js'
 import { RateLimit } from './rate-limit.js'
-import type { Decision, LimiterMetrics, LimitSubject, LoadMonthUse } from './types.js'
+import type { Decision, LimiterMetrics, LimitSubject, LoadMonthUse, QuotaUse } from './types.js'
 
 export interface LimiterOptions {
   /** null: embedded mode, every limit enforced in this process. */
@@ -119,6 +119,7 @@ export class Limiter {
             limit.requests = monthlyQuota.requests
             limit.changed(now)
           }
+          limit.alertThresholds = monthlyQuota.alertThresholds ?? null
           found.push(limit)
         }
       }
@@ -207,6 +208,16 @@ export class Limiter {
       )
       if (!starved) return decision
     }
+  }
+
+  /** Every monthly quota this replica holds (used in the last 10 s), with its use as last known. */
+  quotaUses(): QuotaUse[] {
+    const uses: QuotaUse[] = []
+    for (const limit of this.limits.values()) {
+      const use = limit instanceof QuotaLimit ? limit.use() : null
+      if (use !== null) uses.push(use)
+    }
+    return uses
   }
 
   /** Shrinks, renews and gives back idle leases; forgets limits unused for a while. */

@@ -3,7 +3,7 @@
 // state is a count of the month's use, seeded from Redis or, failing that, from Postgres.
 import { type LeaseCall, type LimitContext, LeasedLimit, PROBE_EVERY_MS } from './leased-limit.js'
 import { monthBounds, monthOf, monthSeconds, secondsToNextMonth } from './month.js'
-import type { Level, LoadMonthUse, PolicyName, PolicyState } from './types.js'
+import type { Level, LoadMonthUse, PolicyName, PolicyState, QuotaUse } from './types.js'
 
 /** A month's key outlives the month by a day, so that no grant of the month can find it gone. */
 const KEY_KEPT_AFTER_MONTH_MS = 86_400_000
@@ -141,6 +141,20 @@ export class QuotaLimit extends LeasedLimit {
   /** Whether the month is spent as far as this replica knows (then Retry-After is the next month). */
   private exhausted(now: number): boolean {
     return this.lastKnownUsed !== null && this.remaining(now) === 0
+  }
+
+  /** Its own shares for usage.threshold_reached (%); null: the defaults. Set by the limiter. */
+  alertThresholds: readonly number[] | null = null
+
+  /**
+   * The month's use as this replica last knew it, its unspent lease included (so never below what
+   * was forwarded, give or take a second's flush): the alerts' hint that a threshold may be
+   * crossed (alerts/quota-alerts.ts). null before the first answer.
+   */
+  use(): QuotaUse | null {
+    const used = this.mode === 'local' ? this.localUsed : this.lastKnownUsed
+    if (used === null) return null
+    return { ...this.subject, requests: this.requests, month: this.month, used, alertThresholds: this.alertThresholds }
   }
 
   state(now: number): PolicyState {

@@ -13,7 +13,12 @@ export const NO_SUBJECTS: readonly LimitSubject[] = []
 export function limitsOf(stored: TenantLimits | null | undefined): Limits | null {
   if (stored === null || stored === undefined) return null
   const rate = stored.rate && { requests: stored.rate.requests, perSeconds: stored.rate.per_seconds }
-  const monthlyQuota = stored.monthly_quota && { requests: stored.monthly_quota.requests }
+  const quota = stored.monthly_quota
+  const monthlyQuota =
+    quota &&
+    (quota.alert_thresholds === undefined
+      ? { requests: quota.requests }
+      : { requests: quota.requests, alertThresholds: quota.alert_thresholds })
   return rate === null && monthlyQuota === null ? null : { rate, monthlyQuota }
 }
 

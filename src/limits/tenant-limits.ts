@@ -12,6 +12,11 @@ export type RateLimit = {
 export type MonthlyQuota = {
   /** M: requests per UTC calendar month. */
   readonly requests: number
+  /**
+   * The shares of M, in %, at which `usage.threshold_reached` is written (docs/events.md, Alerts);
+   * absent: 80 and 100.
+   */
+  readonly alert_thresholds?: number[]
 }
 
 /** What `limits` holds; a member that is null sets no limit of its kind. (Types, not interfaces: postgres.js takes them as JSON.) */
@@ -34,8 +39,16 @@ export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
   if (limits === null || (limits.rate === null && limits.monthly_quota === null)) return null
   return {
     rate: limits.rate && { requests: limits.rate.requests, per_seconds: limits.rate.per_seconds },
-    monthly_quota: limits.monthly_quota && { requests: limits.monthly_quota.requests },
+    monthly_quota: limits.monthly_quota && storedQuota(limits.monthly_quota),
   }
+}
+
+/** A quota as kept: its thresholds, when given, in order and once each. */
+function storedQuota(quota: MonthlyQuota): MonthlyQuota {
+  const thresholds = quota.alert_thresholds
+  return thresholds === undefined
+    ? { requests: quota.requests }
+    : { requests: quota.requests, alert_thresholds: [...new Set(thresholds)].sort((a, b) => a - b) }
 }
 
 /** A body's `limits` as a whole object: a member left out is null (docs/api.md). */
@@ -81,4 +94,14 @@ export function parseMonthlyQuota(text: string): MonthlyQuota {
   const quota = { requests: Number(text.trim()) }
   if (!within(quota.requests, requests)) throw new LimitValueError(message)
   return quota
+}
+
+/** `--quota-alerts 50,80,100`: 1 to 5 shares of the quota, in %, each 1 to 100. */
+export function parseAlertThresholds(text: string): number[] {
+  const message = '--quota-alerts must be 1 to 5 whole percentages from 1 to 100, separated by commas (e.g. 50,80,100)'
+  const parts = text.split(',').map((part) => part.trim())
+  if (parts.length > 5 || parts.some((part) => !/^\d{1,3}$/.test(part))) throw new LimitValueError(message)
+  const thresholds = parts.map(Number)
+  if (thresholds.some((percent) => percent < 1 || percent > 100)) throw new LimitValueError(message)
+  return thresholds
 }

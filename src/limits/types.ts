@@ -6,7 +6,8 @@ export type { Rate } from './bucket.js'
 
 export interface Limits {
   rate: Rate | null
-  monthlyQuota: { requests: number } | null
+  /** `alertThresholds`: its own shares (%) for usage.threshold_reached; absent: the defaults. */
+  monthlyQuota: { requests: number; alertThresholds?: readonly number[] } | null
 }
 
 export type PolicyName =
@@ -63,3 +64,16 @@ export interface LimiterMetrics {
 
 /** Where a quota's month of use is read from when Redis has lost it: Postgres. */
 export type LoadMonthUse = (subject: { tenantId: string; level: Level }, month: string) => Promise<number>
+
+/** A monthly quota as one replica holds it, and the month's use as it last knew it. */
+export interface QuotaUse {
+  tenantId: string
+  level: Level
+  /** M. */
+  requests: number
+  /** `YYYY-MM`, UTC. */
+  month: string
+  used: number
+  /** The quota's own alert thresholds (%); null: the defaults. */
+  alertThresholds: readonly number[] | null
+}

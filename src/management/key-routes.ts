@@ -5,7 +5,10 @@ import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
 import { keyEntries } from '../cache/index.js'
 import { ApiError, validationFailed } from '../errors.js'
+import { checkAllowlist } from '../guardrails/key-policy.js'
+import { checkExpiry, checkScopes } from '../guardrails/mint-rules.js'
 import { getKey, listKeys } from '../store/api-keys.js'
+import { scopeCeiling } from '../store/tenants.js'
 import {
   MANAGEMENT_PREFIX,
   type ManagementApp,
@@ -65,12 +68,18 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
         expiresAt = parsed.at
       }
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
+      const rules = { ceiling: await scopeCeiling(sql, parentOf(request).id), policy: subAccount.key_policy }
+      checkScopes(rules, scopes, '/body/scopes')
+      checkExpiry(rules, expiresAt, Date.now())
+      const ipAllowlist = request.body.ip_allowlist ?? null
+      checkAllowlist(ipAllowlist, '/body/ip_allowlist')
       const minted = await mintKeyWithEvent(sql, originOf(request), parentOf(request).id, {
         tenantId: subAccount.id,
         name: label,
         scopes,
         withClientSecret: true,
         expiresAt,
+        ipAllowlist: ipAllowlist === null ? null : [...new Set(ipAllowlist)],
       })
       await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
       // The key and the secret are in this response only: nothing on the way may keep a copy.
@@ -152,6 +161,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
         withClientSecret: true,
         origin: originOf(request),
         accountId: parentOf(request).id,
+        rules: { ceiling: await scopeCeiling(sql, parentOf(request).id), policy: subAccount.key_policy },
       })
       if (result.outcome === 'not_found') throw notFound('key')
       if (result.outcome === 'not_active')

@@ -72,6 +72,20 @@ export const OPERATIONS = {
       'are RFC 3339; `target_id` is the id of the changed resource. Kept EVENTS_RETENTION_DAYS (default 90).',
     tags: ['events'],
   },
+  listRequests: {
+    summary: "The request log: the parent's answered requests, newest first",
+    description:
+      'Every request answered after its key was known: proxied, refused by a rule, or a management call, by ' +
+      'the parent and its sub-accounts. Never headers, bodies, query strings or secrets. `status` is a status ' +
+      '(`404`) or a class (`4xx`); `sub_account_id` is the tenant the request acted as; `since` (inclusive) and ' +
+      '`until` (exclusive) are RFC 3339. Records are written in batches, about a second after the answer, and ' +
+      'kept REQUEST_LOG_RETENTION_DAYS (default 7; 0: no log, every list empty).',
+    tags: ['requests'],
+  },
+  getRequest: {
+    summary: 'One record of the request log, by its request id (X-Request-Id)',
+    tags: ['requests'],
+  },
   createWebhookEndpoint: {
     summary: 'Create a webhook endpoint',
     description:

@@ -7,7 +7,7 @@ import { validationFailed } from '../errors.js'
 
 /** The list a cursor pages through, and whose it is (a parent's id, or parent and sub-account). */
 export interface CursorScope {
-  list: 'sub-accounts' | 'api-keys' | 'usage' | 'events' | 'webhook-endpoints' | 'webhook-deliveries'
+  list: 'sub-accounts' | 'api-keys' | 'usage' | 'events' | 'webhook-endpoints' | 'webhook-deliveries' | 'requests'
   owner: string
 }
 

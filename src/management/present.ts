@@ -2,6 +2,7 @@
 import { keyState } from '../auth/key-expiry.js'
 import type { KeyRow } from '../store/api-keys.js'
 import type { TenantRow } from '../store/tenants.js'
+import { shownKeyPolicy } from '../guardrails/key-policy.js'
 import { shownLimits } from '../limits/tenant-limits.js'
 import type { ApiKey, SubAccount } from './schemas.js'
 
@@ -18,6 +19,7 @@ export function presentSubAccount(row: TenantRow): SubAccount {
     updated_at: row.updated_at.toISOString(),
     deactivated_at: iso(row.deactivated_at),
     limits: shownLimits(row.limits),
+    key_policy: shownKeyPolicy(row.key_policy),
   }
 }
 
@@ -32,6 +34,7 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     created_at: row.created_at.toISOString(),
     expires_at: iso(row.expires_at),
     rolled_from: row.rolled_from,
+    ip_allowlist: row.ip_allowlist,
     revoked_at: iso(row.revoked_at),
     last_used_at: iso(row.last_used_at),
   }

@@ -13,6 +13,7 @@ import type { TenancyLookups } from '../tenancy/lookups.js'
 import { registerAccountRoutes } from './account-routes.js'
 import { authorizeManagement, type ManagementContext } from './common.js'
 import { registerEventRoutes } from './event-routes.js'
+import { registerRequestRoutes } from './request-routes.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { addIdempotency } from './idempotency.js'
 import { registerKeyRoutes } from './key-routes.js'
@@ -44,6 +45,8 @@ export interface ManagementOptions {
   webhookLookup?: LookupAll | undefined
   /** How often expired idempotency keys are deleted (default 60 s; tests shorten it). */
   idempotencySweepIntervalMs?: number | undefined
+  /** Where the request log is kept; null when it is off (request-log/plugin.ts). */
+  requestLogSql: Sql | null
 }
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
@@ -75,6 +78,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   registerSubAccountCollection(app, context)
   registerAccountRoutes(app, context)
   registerEventRoutes(app, context)
+  registerRequestRoutes(app, context, options.requestLogSql)
   registerWebhookEndpointRoutes(app, context)
   registerSubAccountItem(app, context)
   registerKeyRoutes(app, context)

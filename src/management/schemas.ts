@@ -1,8 +1,8 @@
 // TypeBox request and response schemas of the management API (docs/api.md). Response schemas are
 // also the serializers: a field they do not name (a key digest, say) cannot leave the gateway.
 import { Type, type Static } from 'typebox'
+import { IpAllowlist, KeyPolicy, KeyPolicyBody, Scope } from './key-schemas.js'
 import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
-import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { LIMIT_BOUNDS } from '../limits/tenant-limits.js'
 import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
 
@@ -42,7 +42,16 @@ const RateLimit = Type.Object(
   { additionalProperties: false, description: 'at most `requests` per `per_seconds` seconds, as a token bucket' },
 )
 const MonthlyQuota = Type.Object(
-  { requests: LimitRequests },
+  {
+    requests: LimitRequests,
+    alert_thresholds: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 1, maximum: 100 }), {
+        minItems: 1,
+        maxItems: 5,
+        description: 'shares of `requests`, in %, that write usage.threshold_reached (absent: 80 and 100)',
+      }),
+    ),
+  },
   { additionalProperties: false, description: 'at most `requests` per UTC calendar month' },
 )
 export const LimitsBody = Type.Object(
@@ -53,8 +62,6 @@ export const Limits = Type.Object(
   { rate: Nullable(RateLimit), monthly_quota: Nullable(MonthlyQuota) },
   { additionalProperties: false },
 )
-
-const Scope = Type.String({ pattern: SCOPE_PATTERN, maxLength: 100 })
 
 export const SubAccount = Type.Object(
   {
@@ -67,6 +74,7 @@ export const SubAccount = Type.Object(
     updated_at: Timestamp,
     deactivated_at: Nullable(Timestamp),
     limits: Limits,
+    key_policy: KeyPolicy,
   },
   { additionalProperties: false },
 )
@@ -83,6 +91,7 @@ const KeyFields = {
   created_at: Timestamp,
   expires_at: Nullable(Timestamp),
   rolled_from: Nullable(Type.String({ format: 'uuid', description: 'the key this one replaced, when made by a roll' })),
+  ip_allowlist: Nullable(Type.Array(Type.String(), { description: 'the addresses it may be used from; null: any' })),
 }
 
 export const ApiKey = Type.Object(
@@ -146,6 +155,7 @@ export const CreateSubAccountBody = Type.Object(
     external_id: Type.Optional(Nullable(ExternalId)),
     metadata: Type.Optional(Metadata),
     limits: Type.Optional(Nullable(LimitsBody)),
+    key_policy: Type.Optional(Nullable(KeyPolicyBody)),
   },
   { additionalProperties: false },
 )
@@ -156,6 +166,7 @@ export const UpdateSubAccountBody = Type.Object(
     external_id: Type.Optional(Nullable(ExternalId)),
     metadata: Type.Optional(Metadata),
     limits: Type.Optional(Nullable(LimitsBody)),
+    key_policy: Type.Optional(Nullable(KeyPolicyBody)),
   },
   { additionalProperties: false, minProperties: 1 },
 )
@@ -173,6 +184,7 @@ export const MintKeyBody = Type.Object(
         }),
       ),
     ),
+    ip_allowlist: Type.Optional(Nullable(IpAllowlist)),
   },
   { additionalProperties: false },
 )
@@ -221,8 +233,10 @@ export const Event = Type.Object(
     account_id: Type.String({ format: 'uuid', description: 'the parent account' }),
     actor: Type.Object(
       {
-        type: Type.Union([Type.Literal('api_key'), Type.Literal('operator')]),
-        key_id: Nullable(Type.String({ description: 'the calling key; null for the operator (CLI)' })),
+        type: Type.Union([Type.Literal('api_key'), Type.Literal('operator'), Type.Literal('gateway')]),
+        key_id: Nullable(
+          Type.String({ description: 'the calling key; null for the operator (CLI) and the gateway (alerts)' }),
+        ),
       },
       { additionalProperties: false },
     ),
@@ -239,7 +253,7 @@ export const Event = Type.Object(
       { additionalProperties: false },
     ),
     request_id: Nullable(Type.String()),
-    source_ip: Nullable(Type.String({ description: 'the client address; null for the operator (CLI)' })),
+    source_ip: Nullable(Type.String({ description: 'the client address; null for the operator (CLI) and alerts' })),
     data: Type.Object(
       {
         object: AnyObject,

@@ -2,7 +2,7 @@
 // its own statement, so that both commit together or not at all in one round trip. A PATCH or a
 // status change locks the row first and compares in SQL, so that a change that changes nothing (a
 // repeated deactivate, a PATCH with the values already there) writes neither the row nor an event.
-import { isoSql, NO_LIMITS, subAccountObject } from '../events/present-sql.js'
+import { isoSql, NO_KEY_POLICY, NO_LIMITS, subAccountObject } from '../events/present-sql.js'
 import { type Origin, runChange, statementEvent } from '../events/record.js'
 import type { Sql, Tx } from '../store/db.js'
 import { changedOrBefore, changeWithEvent } from '../store/events.js'
@@ -112,6 +112,15 @@ function patchedFields(db: Db, s: Statement, patch: SubAccountPatch): PatchedFie
       set: `limits = ${limits}`,
       differs: `coalesce(before.limits, ${NO_LIMITS}) is distinct from coalesce(${limits}, ${NO_LIMITS})`,
       shownBefore: `coalesce(before.limits, ${NO_LIMITS})`,
+    })
+  }
+  if (patch.keyPolicy !== undefined) {
+    const policy = patch.keyPolicy === null ? 'null::jsonb' : `${s.json(db, patch.keyPolicy)}::jsonb`
+    fields.push({
+      name: 'key_policy',
+      set: `key_policy = ${policy}`,
+      differs: `coalesce(before.key_policy, ${NO_KEY_POLICY}) is distinct from coalesce(${policy}, ${NO_KEY_POLICY})`,
+      shownBefore: `coalesce(before.key_policy, ${NO_KEY_POLICY})`,
     })
   }
   return fields

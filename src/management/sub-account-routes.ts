@@ -1,6 +1,7 @@
 // Sub-accounts: create, list, get, update, deactivate and reactivate (docs/api.md, Sub-accounts).
 import { cacheKeys, subAccountEntries } from '../cache/index.js'
 import { listSubAccounts } from '../store/tenants.js'
+import { storedKeyPolicy } from '../guardrails/key-policy.js'
 import { limitsFromBody } from '../limits/tenant-limits.js'
 import {
   MANAGEMENT_PREFIX,
@@ -40,6 +41,7 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
           externalId: body.external_id ?? null,
           metadata: body.metadata ?? {},
           limits: limitsFromBody(body.limits ?? null),
+          keyPolicy: storedKeyPolicy(body.key_policy ?? null, '/body/key_policy'),
         }),
       )
       // A "not found" for its id or external_id may be cached, and the parent's active count changed.
@@ -107,13 +109,15 @@ export function registerSubAccountItem(app: ManagementApp, { sql, cache }: Manag
           metadata: body.metadata,
           // The whole object is replaced: a member left out is null, and null clears both.
           limits: body.limits === undefined ? undefined : limitsFromBody(body.limits),
+          keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
         }),
       )
       if (updated === null) throw notFound()
       const { row, previousExternalId } = updated
       const externalIdMoved = row.external_id !== previousExternalId
-      // The cached records carry the external id and the limits (the proxy reads both from them).
-      if (externalIdMoved || body.limits !== undefined) {
+      // The cached records carry the external id, the limits and the policy's allow-list (the
+      // proxy reads them from there).
+      if (externalIdMoved || body.limits !== undefined || body.key_policy !== undefined) {
         await cache.invalidate(
           [row.external_id, previousExternalId]
             .filter((externalId) => externalIdMoved && externalId !== null)

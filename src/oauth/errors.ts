@@ -9,6 +9,8 @@ export type OAuthErrorCode =
   | 'invalid_client'
   | 'unsupported_grant_type'
   | 'invalid_scope'
+  // The client authenticated, but may not have a token from where it asks (an IP allow-list).
+  | 'unauthorized_client'
   // RFC 6749 §4.1.2.1 names these two for the authorization endpoint; the token endpoint has no
   // words of its own for a failure of the server.
   | 'server_error'

@@ -20,6 +20,7 @@ import { presentedClient, type PresentedClient } from './client-credentials.js'
 import { ClientLookups } from './client-lookups.js'
 import { FailedClientAttempts } from './client-lockout.js'
 import type { Keyring } from '../signing-keys/keyring.js'
+import { ipRefusal } from '../guardrails/caller-address.js'
 import { invalidClient, invalidRequest, invalidScope, noStore, OAuthError, sendOAuthError } from './errors.js'
 import { TOKEN_PATH } from './paths.js'
 import { acceptFormsOnly, FORM_TYPE, quoted, TOKEN_BODY_LIMIT, type TokenForm } from './token-form.js'
@@ -136,6 +137,19 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
       attempts.refuseIfLocked(client.id, request.ip)
       requireGrantType(form)
       const key = await attempts.attempt(client.id, request.ip, () => authenticateClient(clients, client))
+      // Only once the client proved it holds the secret: an allow-list is not told to strangers.
+      const refusal = ipRefusal(
+        { id: key.id, tenantId: key.tenant_id, scopes: key.scopes, status: key.status, ipAllowlist: key.ip_allowlist },
+        {
+          id: key.tenant_id,
+          parentId: key.parent_id,
+          externalId: null,
+          status: key.tenant_status,
+          keyIpAllowlist: key.tenant_ip_allowlist,
+        },
+        request.ip,
+      )
+      if (refusal !== undefined) throw new OAuthError(403, 'unauthorized_client', `ip_not_allowed: ${refusal.detail}`)
       const scopes = grantedScopes(form.scope, key.scopes)
       const scope = scopes.join(' ')
       const signed = await keyring.sign(

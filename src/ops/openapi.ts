@@ -63,6 +63,7 @@ function baseDocument(): OpenAPIV3_1.Document {
       { name: 'usage', description: 'Requests counted per sub-account and day' },
       { name: 'limits', description: "The calling parent's account limits and this month's use" },
       { name: 'events', description: "The audit log: every change to the calling parent's account, newest first" },
+      { name: 'requests', description: "The request log: what the parent's integrations sent, and what they got" },
       {
         name: 'webhooks',
         description: "The calling parent's webhook endpoints; a secret is shown once, when it is made",

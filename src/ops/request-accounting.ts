@@ -4,7 +4,9 @@
 // each read).
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import type { TenantRecord } from '../tenancy/lookups.js'
 import { routeKindOf } from '../http/route-kind.js'
+import { recordOf, responseBytesOf } from '../request-log/capture.js'
 import { logRequest } from './logging.js'
 
 declare module 'fastify' {
@@ -19,10 +21,14 @@ export interface RequestAccountingOptions {
   logRequests: boolean
 }
 
+/** Stands in for a refused key's tenant until it is looked up. */
+const NO_TENANT: TenantRecord = { id: '', parentId: null, externalId: null, status: 'active' }
+
 export const requestAccounting = fp<RequestAccountingOptions>(
   async (app, { logRequests }) => {
     const metrics = app.metrics
     const meter = app.usageMeter
+    const requestLog = app.requestLog
     const account = (request: FastifyRequest, reply: FastifyReply): void => {
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.
@@ -44,6 +50,27 @@ export const requestAccounting = fp<RequestAccountingOptions>(
             reply.statusCode,
             proxied && request.upstreamSentAt > 0,
           )
+        requestLog?.add(recordOf(request, reply, principal, proxied, responseBytesOf(reply, request.exchange)))
+      } else if (request.refusedKey !== null && requestLog !== null) {
+        // A 401 for a key that exists: logged for its account once its tenant is known (after the
+        // answer, so that it took no longer than an unknown key's).
+        const key = request.refusedKey
+        const record = recordOf(
+          request,
+          reply,
+          { key, tenant: NO_TENANT },
+          kind === 'proxy',
+          responseBytesOf(reply, null),
+        )
+        app.tenancyCache.lookups.tenant(key.tenantId).then(
+          (tenant) => {
+            if (tenant === null) return
+            record.accountId = tenant.parentId ?? tenant.id
+            record.tenantId = tenant.id
+            requestLog.add(record)
+          },
+          () => {}, // the store is down: the log loses this one record, nothing else does
+        )
       }
     }
     app.addHook('onResponse', (request, reply, done) => {
@@ -54,5 +81,5 @@ export const requestAccounting = fp<RequestAccountingOptions>(
     // the proxy counts it here itself once the handshake is done (proxy/websocket/runtime.ts).
     app.decorate('accountRequest', account)
   },
-  { name: 'request-accounting', dependencies: ['metrics', 'usage-meter'] },
+  { name: 'request-accounting', dependencies: ['metrics', 'usage-meter', 'request-log'] },
 )

@@ -7,6 +7,7 @@ import type { ProxyRoute } from './route-table.js'
 import { admissionStep } from './steps/admission.js'
 import { declaredBodyStep } from './steps/declared-body.js'
 import { identityStep } from './steps/identity.js'
+import { ipAllowlistStep } from './steps/ip-allowlist.js'
 import { limitsStep } from './steps/limits.js'
 import { prefixShadowStep } from './steps/prefix-shadow.js'
 import { reservedPathStep } from './steps/reserved-path.js'
@@ -24,6 +25,7 @@ export const PROXY_STEPS: readonly StepFactory[] = [
   prefixShadowStep,
   websocketUpgradeStep,
   admissionStep,
+  ipAllowlistStep,
   websocketRefusalStep,
   scopesStep,
   identityStep,

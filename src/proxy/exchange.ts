@@ -85,6 +85,8 @@ export class ResponseWatch {
 export class Exchange {
   private stoppedReading = false
   private upstreamBody: Readable | null = null
+  /** The bytes of a chunked answer's body that came from the upstream so far. */
+  private chunkedBytes = 0
   /** Sent upstream, and neither its response headers nor its failure has come back yet. */
   private upstreamPending = false
   private clientClosed = false
@@ -136,6 +138,11 @@ export class Exchange {
   /** The upstream's answer streams to the client: from now on, a client that takes nothing of it is cut off. */
   responding(body: Readable): void {
     this.upstreamBody = body
+    // A chunked answer's length is known only by counting it (the request log's response_bytes).
+    if (this.reply.getHeader('content-length') === undefined)
+      body.on('data', (chunk: Buffer) => {
+        this.chunkedBytes += chunk.length
+      })
     if (this.clientClosed) return
     this.progressAt = performance.now()
     this.flushedAtProgress = this.flushed()
@@ -150,6 +157,11 @@ export class Exchange {
     // Over as an exchange: the socket's 'close', much later, finds it closed and counts nothing.
     this.clientClosed = true
     this.release()
+  }
+
+  /** The bytes of a chunked answer's body passed on so far (an answer with a Content-Length is measured by it). */
+  answerBytes(): number {
+    return this.chunkedBytes
   }
 
   /** Bytes of the response the client's socket has handed to the kernel (written, not just queued). */

@@ -19,6 +19,8 @@ export interface KeyRow {
   last_used_at: Date | null
   expires_at: Date | null
   rolled_from: string | null
+  /** The addresses it may be used from; null: any (docs/api.md, IP allow-lists). */
+  ip_allowlist: string[] | null
 }
 
 export type KeyPageRow = KeyRow & { seq: string }
@@ -30,15 +32,17 @@ export interface KeyCredential {
   scopes: string[]
   status: KeyStatus
   expires_at: Date | null
+  ip_allowlist: string[] | null
 }
 
 // Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
 /** A key's columns as KeyRow holds them (scopes as JSON, which crosses without array types). */
 export const KEY_COLUMNS =
-  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at, expires_at, rolled_from'
+  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at, expires_at, rolled_from, to_jsonb(ip_allowlist) as ip_allowlist'
 
 /** What authentication reads of a key. */
-const CREDENTIAL_COLUMNS = 'id, tenant_id, to_jsonb(scopes) as scopes, status, expires_at'
+const CREDENTIAL_COLUMNS =
+  'id, tenant_id, to_jsonb(scopes) as scopes, status, expires_at, to_jsonb(ip_allowlist) as ip_allowlist'
 
 export interface NewKey {
   tenantId: string
@@ -51,15 +55,19 @@ export interface NewKey {
   expiresAt?: Date | null
   /** The key this one replaces (a roll). */
   rolledFrom?: string | null
+  /** Null or absent: any address. */
+  ipAllowlist?: readonly string[] | null
 }
 
 /** The insert of a key returning its row, a statement or a CTE, its values parameters of `s`. */
 export function insertKeySql(db: Db, s: Statement, key: NewKey): string {
-  return `insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest, expires_at, rolled_from)
+  const allowlist =
+    key.ipAllowlist == null ? 'null' : `array(select jsonb_array_elements_text(${s.json(db, key.ipAllowlist)}))`
+  return `insert into api_keys (tenant_id, name, scopes, prefix, key_digest, secret_digest, expires_at, rolled_from, ip_allowlist)
     values (${s.param(key.tenantId)}, ${s.param(key.name)},
             array(select scope from jsonb_array_elements_text(${s.json(db, key.scopes)}) with ordinality as given (scope, n) order by n),
             ${s.param(key.prefix)}, ${s.param(key.keyDigest)}, ${s.param(key.secretDigest)}, ${s.param(key.expiresAt ?? null)},
-            ${s.param(key.rolledFrom ?? null)})
+            ${s.param(key.rolledFrom ?? null)}, ${allowlist})
     returning ${KEY_COLUMNS}`
 }
 
@@ -159,6 +167,9 @@ export interface ClientCredential {
   /** Null for a key minted without a client secret (parent keys). */
   secret_digest: Buffer | null
   tenant_status: 'active' | 'deactivated'
+  /** The key's own allow-list, and its sub-account's key policy's (null: any address). */
+  ip_allowlist: string[] | null
+  tenant_ip_allowlist: string[] | null
   /** The tenant's parent; null for a parent account's own key. */
   parent_id: string | null
 }
@@ -171,6 +182,7 @@ export interface ClientCredential {
 export async function findClientCredentials(db: Db, ids: readonly string[]): Promise<ClientCredential[]> {
   return db<ClientCredential[]>`
     select k.id, k.tenant_id, to_jsonb(k.scopes) as scopes, k.status, k.expires_at, k.secret_digest,
+           to_jsonb(k.ip_allowlist) as ip_allowlist, t.key_policy -> 'ip_allowlist' as tenant_ip_allowlist,
            t.status as tenant_status, t.parent_id
     from api_keys k join tenants t on t.id = k.tenant_id
     where k.id = any (array(select given.id::uuid from jsonb_array_elements_text(${db.json(ids as string[])}) as given (id)))`

@@ -1,4 +1,5 @@
 // Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
+import type { KeyPolicy } from '../guardrails/key-policy.js'
 import type { TenantLimits } from '../limits/tenant-limits.js'
 import type { Sql, Tx } from './db.js'
 import { Statement } from './statement.js'
@@ -19,6 +20,8 @@ export interface TenantRow {
   deactivated_at: Date | null
   /** null: no limits (docs/api.md, Limits and quotas). */
   limits: TenantLimits | null
+  /** A sub-account's key policy; null: none (docs/api.md, Key policies). */
+  key_policy: KeyPolicy | null
 }
 
 /** A page row also carries its position, which the caller turns into a cursor. */
@@ -33,7 +36,7 @@ export class ExternalIdTakenError extends Error {
 }
 
 export const COLUMNS =
-  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits'
+  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy'
 
 function isUniqueViolation(err: unknown): boolean {
   return (err as { code?: string }).code === '23505'
@@ -64,13 +67,16 @@ export interface NewSubAccount {
   metadata: Record<string, string>
   /** Stored as given: absent or null for none, else an object with a limit (limits/tenant-limits.ts storedLimits). */
   limits?: TenantLimits | null
+  /** Stored as given: absent or null for none (guardrails/key-policy.ts storedKeyPolicy). */
+  keyPolicy?: KeyPolicy | null
 }
 
 /** The insert of a sub-account returning its row, a statement or a CTE, its values parameters of `s`. */
 export function insertSubAccountSql(db: Db, s: Statement, parentId: string, input: NewSubAccount): string {
-  return `insert into tenants (parent_id, name, external_id, metadata, limits)
+  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy)
     values (${s.param(parentId)}, ${s.param(input.name)}, ${s.param(input.externalId)}, ${s.json(db, input.metadata)},
-            ${input.limits == null ? 'null' : s.json(db, input.limits)})
+            ${input.limits == null ? 'null' : s.json(db, input.limits)},
+            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)})
     returning ${COLUMNS}`
 }
 
@@ -167,4 +173,24 @@ export interface SubAccountPatch {
   metadata?: Record<string, string>
   /** Replaces the whole object; null clears it (stored as given, see createSubAccount). */
   limits?: TenantLimits | null
+  /** Replaces the whole policy; null clears it (stored as given). */
+  keyPolicy?: KeyPolicy | null
+}
+
+/** A parent account's scope ceiling, set by the operator (docs/api.md, Key policies); null: any. */
+export async function scopeCeiling(db: Db, accountId: string): Promise<string[] | null> {
+  const [row] = await db<{ allowed: string[] | null }[]>`
+    select to_jsonb(allowed_scopes) as allowed from tenants where id = ${accountId}`
+  return row?.allowed ?? null
+}
+
+/** Sets a parent account's scope ceiling (null: any); false when there is no such parent account. */
+export async function setScopeCeiling(db: Db, accountId: string, allowed: readonly string[] | null): Promise<boolean> {
+  const value = allowed === null ? null : db.json([...allowed])
+  const rows = await db`
+    update tenants set allowed_scopes = case when ${value}::jsonb is null then null
+      else array(select jsonb_array_elements_text(${value}::jsonb)) end, updated_at = now()
+    where id = ${accountId} and parent_id is null
+    returning id`
+  return rows.length === 1
 }

@@ -2,10 +2,10 @@
 // before the body is read and before validation (docs/api.md: 401, then the acting header, then
 // 403). The proxy's variant, which remembers the last second's admissions, is recent-admissions.ts.
 import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
-import { authenticate, requireActiveTenant, type Principal } from '../auth/authenticate.js'
+import { authenticate, keyRefusedBy, requireActiveTenant, type Principal } from '../auth/authenticate.js'
 import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
 import { ACTING_HEADER, parseActingHeader, resolveActingTenant } from './acting.js'
-import type { TenancyLookups, TenantRecord } from './lookups.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from './lookups.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -13,6 +13,8 @@ declare module 'fastify' {
     principal: Principal | null
     /** The tenant this request acts as; set once the acting rules passed. */
     actingTenant: TenantRecord | null
+    /** The key of a 401 for a key that exists (revoked, expired), for the request log. */
+    refusedKey: KeyRecord | null
   }
 }
 
@@ -22,12 +24,18 @@ export async function resolveInto(
   lookups: TenancyLookups,
   counts: SingleHeaderCounts,
 ): Promise<void> {
-  const principal = await authenticate(
-    request.headers.authorization,
-    lookups,
-    counts.authorization,
-    request.server.accessTokens,
-  )
+  let principal: Principal
+  try {
+    principal = await authenticate(
+      request.headers.authorization,
+      lookups,
+      counts.authorization,
+      request.server.accessTokens,
+    )
+  } catch (error) {
+    request.refusedKey = keyRefusedBy(error) ?? null
+    throw error
+  }
   request.principal = principal
   // docs/api.md order: 401, then the acting header (a malformed one is 400 even for a
   // deactivated key), then the 403s.

@@ -23,6 +23,8 @@ export interface KeyRecord {
    * cached before keys could expire: none could then, so absent is never.
    */
   readonly expiresAt?: number | null
+  /** The addresses it may be used from; null or absent: any (docs/api.md, IP allow-lists). */
+  readonly ipAllowlist?: readonly string[] | null
 }
 
 /** True once the key is past its expiry (docs/api.md, key expiry). */
@@ -41,6 +43,8 @@ export interface TenantRecord {
    * cached in Redis before limits existed: treat it as unknown and read the tenant again.
    */
   readonly limits?: TenantLimits | null
+  /** Its key policy's allow-list, for every key of the sub-account; null or absent: any address. */
+  readonly keyIpAllowlist?: readonly string[] | null
 }
 
 export interface TenancyLookups {
@@ -93,10 +97,18 @@ const keyRecord = (row: KeyCredential | null): KeyRecord | null =>
     scopes: row.scopes,
     status: row.status,
     expiresAt: row.expires_at === null ? null : row.expires_at.getTime(),
+    ipAllowlist: row.ip_allowlist,
   }
 
 const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
-  row && { id: row.id, parentId: row.parent_id, externalId: row.external_id, status: row.status, limits: row.limits }
+  row && {
+    id: row.id,
+    parentId: row.parent_id,
+    externalId: row.external_id,
+    status: row.status,
+    limits: row.limits,
+    keyIpAllowlist: row.key_policy?.ip_allowlist ?? null,
+  }
 
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
   const deadlineMs = options.deadlineMs ?? LOOKUP_DEADLINE_MS

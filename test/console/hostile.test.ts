@@ -132,7 +132,7 @@ t.test('a minted key and a webhook secret are gone from the page and its memory 
   await page.goto(`${gateway.url}/console#/sub-accounts/${sub.id}`)
   await page.getByTestId('keys').or(page.getByText('No keys yet')).first().waitFor()
   await page.getByLabel('Name', { exact: true }).last().fill('once')
-  await page.getByLabel('Scopes').fill('tracking:read')
+  await page.getByLabel(/^Scopes/).fill('tracking:read')
   await page.getByRole('button', { name: 'Mint key' }).click()
   await page.getByTestId('dialog').waitFor()
   const key = await page.getByLabel('API key', { exact: true }).inputValue()

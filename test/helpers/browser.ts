@@ -46,6 +46,23 @@ const STICKING_OUT = `(() => {
     .map((el) => el.tagName.toLowerCase() + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right))
 })()`
 
+/**
+ * What a page does that the console must never: ask for anything but the gateway's own (`foreign`),
+ * break its Content-Security-Policy or throw (`violations`). Filled as the page runs.
+ */
+export function watchPage(page: Page, origin: string): { foreign: string[]; violations: string[] } {
+  const foreign: string[] = []
+  const violations: string[] = []
+  page.on('request', (request) => {
+    if (!request.url().startsWith(`${origin}/`) && !request.url().startsWith('data:')) foreign.push(request.url())
+  })
+  page.on('console', (message) => {
+    if (/Content.Security.Policy|Refused to/i.test(message.text())) violations.push(message.text())
+  })
+  page.on('pageerror', (err) => violations.push(`page error: ${err.message}`))
+  return { foreign, violations }
+}
+
 export const VIEWPORTS = [
   { name: '1280', width: 1280, height: 800 },
   { name: '390', width: 390, height: 844 },

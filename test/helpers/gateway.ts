@@ -181,10 +181,16 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
     // The route table is the test's, never the repository's config/gateway.yaml.
     gatewayConfig: options.gatewayConfig ?? {},
   }
+  // REQUEST_LOG_DATABASE_URL in `env`: a pool of its own, as main.ts opens it.
+  const logStore =
+    config.requestLogDatabaseUrl === undefined
+      ? null
+      : await openStore({ databaseUrl: config.requestLogDatabaseUrl, dataDir: tmpdir() })
   const build = () =>
     buildApp({
       config,
       store,
+      ...(logStore === null ? {} : { requestLogSql: logStore.sql }),
       redisKeyPrefix,
       logger: options.logger ?? false,
       keyring: options.keyring,
@@ -199,6 +205,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       ({ built: app, routes } = await recordingRoutes(async () => ready(await build())))
     else app = await build()
   } catch (err) {
+    await logStore?.close()
     await store.close()
     throw err
   }
@@ -211,6 +218,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
         app.readiness.draining = true
         await app.close()
       } finally {
+        await logStore?.close()
         await store.close()
       }
     })())

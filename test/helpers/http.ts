@@ -33,7 +33,8 @@ export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawRes
   return new Promise((resolve, reject) => {
     const request = httpRequest(
       {
-        host: url.hostname,
+        // An IPv6 literal's brackets are the URL's, not the address's.
+        host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
         port: url.port,
         method: options.method ?? 'GET',
         path: options.path,

@@ -10,11 +10,14 @@ import { createParent } from '../helpers/gateway.js'
 
 t.test('a create replayed on the embedded database', async (t) => {
   const store = await openStore({ databaseUrl: undefined, dataDir: t.testdir({}) })
-  t.teardown(() => store.close())
   await migrate(store.sql)
   const config = loadConfig({ ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, MANAGEMENT_RATE: '1000000/1s' })
   const app = await buildApp({ config, store, logger: false })
-  t.teardown(() => app.close())
+  // The app first (its request log and usage write their last records), then its store, as main.ts.
+  t.teardown(async () => {
+    await app.close()
+    await store.close()
+  })
   const parent = await createParent(store.sql)
   const create = (name: string) =>
     app.inject({

@@ -160,6 +160,7 @@ t.test('GET one key: without secrets; 404 for a key not of this sub-account', as
     'created_at',
     'expires_at',
     'id',
+    'ip_allowlist',
     'last_used_at',
     'name',
     'prefix',

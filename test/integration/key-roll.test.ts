@@ -80,6 +80,7 @@ t.test('a roll: 201, Location, no-store, a new key like the old one; the old one
     'created_at',
     'expires_at',
     'id',
+    'ip_allowlist',
     'name',
     'prefix',
     'rolled_from',

@@ -32,6 +32,8 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/usage': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/limits': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/events': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/requests': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/requests/:id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'POST /v1/sub-accounts/webhook-endpoints': {
     body: { url: 'https://example.com/hook', event_types: ['api_key.*'] },
     scope: 'sub_accounts:write',

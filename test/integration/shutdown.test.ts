@@ -16,7 +16,7 @@ import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { createParent } from '../helpers/gateway.js'
 import { callAs, getOverAgent, rawRequest } from '../helpers/http.js'
-import { eventually } from '../helpers/poll.js'
+import { eventually, sleep } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix, requireRedis } from '../helpers/redis.js'
 import { closedPort, holdingUpstream } from '../helpers/upstream.js'
 
@@ -439,6 +439,47 @@ t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', as
     [],
     'the gateway closed the keep-alive connection itself once its request was done, without waiting for the shutdown timeout',
   )
+})
+
+// npm and tsx pass a process group's SIGTERM (or a terminal's Ctrl-C) on to the gateway, which then
+// gets it twice at once: the copy must not cut the drain short. A second signal later is a request
+// to stop now.
+t.test('the same signal twice at once drains as one; a second later stops at once', async (t) => {
+  const { upstream, gateway, parent } = await gatewayWithoutDelay(t, 'twice', { LOG_LEVEL: 'info' })
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => agent.destroy())
+  const inFlight = get(gateway.base, agent, '/v1/hold/twice', { authorization: `Bearer ${parent.apiKey}` }).then(
+    (outcome) => outcome,
+    (err: unknown) => new Error(describe(err)),
+  )
+  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+  gateway.child.kill('SIGINT')
+  gateway.child.kill('SIGINT')
+  t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
+  t.notOk(gateway.exited(), 'the copy did not end the process: it waits for the request in flight')
+  upstream.release()
+  const outcome = await inFlight
+  t.equal(outcome instanceof Error ? outcome.message : outcome.status, 200, 'the request in flight: 200')
+  t.same(await exitWithin(gateway, EXIT_TIMEOUT), { code: 0, signal: null }, `exit 0\nstderr: ${gateway.stderr()}`)
+  t.match(gateway.stdout(), /"msg":"closed"/, 'closed in full')
+
+  const second = await gatewayWithoutDelay(t, 'twice, later')
+  const held = get(second.gateway.base, new Agent({ keepAlive: true, maxSockets: 1 }), '/v1/hold/later', {
+    authorization: `Bearer ${second.parent.apiKey}`,
+  }).catch(() => null)
+  t.not(await eventually(HANG_TIMEOUT, async () => second.upstream.held() === 1), null, 'held again')
+  second.gateway.child.kill('SIGTERM')
+  await sleep(1_500)
+  t.notOk(second.gateway.exited(), 'still draining after the first')
+  second.gateway.child.kill('SIGTERM')
+  t.same(
+    await exitWithin(second.gateway, EXIT_TIMEOUT),
+    { code: 1, signal: null },
+    'a second SIGTERM later: exit 1 at once',
+  )
+  t.match(second.gateway.stdout(), /second SIGTERM, exiting/)
+  second.upstream.release()
+  await held
 })
 
 // An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway

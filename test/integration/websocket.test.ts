@@ -201,6 +201,31 @@ t.test('the rate limit refuses an upgrade as any request: 429 rate_limited', asy
   first.ws.close()
 })
 
+t.test('an IP allow-list refuses an upgrade as any request: 403 ip_not_allowed', async (t) => {
+  const client = await clientKey(gw.url, parent, ['live:read'])
+  const walled = await callAs(gw.url, parent.apiKey, {
+    method: 'PATCH',
+    path: `/v1/sub-accounts/${client.subId}`,
+    acting: 'self',
+    json: { key_policy: { ip_allowlist: ['127.0.0.9'] } },
+  })
+  t.equal(walled.status, 200, 'the sub-account allows 127.0.0.9 only')
+  const answer = await refusedUpgrade(`${gw.url}/live/x`, { authorization: `Bearer ${client.apiKey}` })
+  t.equal(answer.status, 403)
+  t.equal(problem(answer.body).code, 'ip_not_allowed')
+  t.ok(answer.ended, 'the connection is closed after the answer')
+  const opened = await callAs(gw.url, parent.apiKey, {
+    method: 'PATCH',
+    path: `/v1/sub-accounts/${client.subId}`,
+    acting: 'self',
+    json: { key_policy: { ip_allowlist: ['127.0.0.0/8'] } },
+  })
+  t.equal(opened.status, 200)
+  const socket = await openSocket(t, `${gw.url}/live/x`, { key: client.apiKey })
+  t.ok(socket.ws.readyState === socket.ws.OPEN, 'within the list, it opens')
+  socket.ws.close()
+})
+
 t.test('max_websockets_per_tenant: past it 429, and a closed socket frees its place', async (t) => {
   const sockets = await Promise.all([1, 2, 3].map(() => openSocket(t, `${gw.url}/live/cap`, { key: reader.apiKey })))
   const answer = await refusedUpgrade(`${gw.url}/live/cap`, { authorization: `Bearer ${reader.apiKey}` })

@@ -159,6 +159,27 @@ t.test('EVENTS_RETENTION_DAYS: 90 by default, 1 to 36500', async (t) => {
     t.throws(() => loadConfig({ EVENTS_RETENTION_DAYS: bad }, ROOT), { message: /EVENTS_RETENTION_DAYS/ }, bad)
 })
 
+t.test(
+  'REQUEST_LOG_RETENTION_DAYS: 7 by default, 0 (off) to 90; REQUEST_LOG_DATABASE_URL a postgres URL',
+  async (t) => {
+    t.equal(loadConfig({}, ROOT).requestLogRetentionDays, 7)
+    t.equal(loadConfig({ REQUEST_LOG_RETENTION_DAYS: '0' }, ROOT).requestLogRetentionDays, 0)
+    t.equal(loadConfig({ REQUEST_LOG_RETENTION_DAYS: '90' }, ROOT).requestLogRetentionDays, 90)
+    for (const bad of ['91', '-1', '1.5', 'x'])
+      t.throws(
+        () => loadConfig({ REQUEST_LOG_RETENTION_DAYS: bad }, ROOT),
+        { message: /REQUEST_LOG_RETENTION_DAYS.*0 \(off\) to 90/ },
+        bad,
+      )
+    t.equal(loadConfig({}, ROOT).requestLogDatabaseUrl, undefined)
+    const url = 'postgres://log:secret@db.internal:5432/log'
+    t.equal(loadConfig({ REQUEST_LOG_DATABASE_URL: url }, ROOT).requestLogDatabaseUrl, url)
+    t.throws(() => loadConfig({ REQUEST_LOG_DATABASE_URL: 'mysql://log:secret@db/log' }, ROOT), {
+      message: /REQUEST_LOG_DATABASE_URL must use one of postgres:\/\/, postgresql:\/\/$/,
+    })
+  },
+)
+
 t.test('WEBHOOK_ENDPOINTS_MAX: 20 by default, 1 to 1000', async (t) => {
   t.equal(loadConfig({}, ROOT).webhookEndpointsMax, 20)
   t.equal(loadConfig({ WEBHOOK_ENDPOINTS_MAX: '5' }, ROOT).webhookEndpointsMax, 5)

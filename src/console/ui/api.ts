@@ -80,6 +80,8 @@ export function advice(p: Problem): string {
       return 'The request took too long to reach the gateway: check the connection and try again.'
     case 'payload_too_large':
       return 'What you entered is too large: shorten it (metadata, description) and try again.'
+    case 'ip_not_allowed':
+      return 'This key may not be used from this address (its IP allow-list): sign in from an allowed address, or with a key that has no allow-list.'
     case 'websocket_not_enabled':
       return 'That route does not carry WebSockets: see Routes for the ones that do, or ask the operator to set websocket: true on it.'
     case 'headers_too_large':

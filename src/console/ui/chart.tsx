@@ -1,8 +1,10 @@
 // The usage chart: one bar a day, stacked by status class, drawn by uPlot on a canvas. The
 // numbers it was given are also on the figure (data-series) and in a table, for people who
-// cannot see the canvas, and for the tests.
+// cannot see the canvas, and for the tests. A bar's part, clicked, or its number in the table
+// leads to those requests (#/requests, filtered by sub-account, day and status class).
 import { useEffect, useRef } from 'preact/hooks'
 import uPlot from 'uplot'
+import { usageRequestsHash } from './request-filters.js'
 import { CLASSES, type DailySeries, type StatusClass } from './usage-data.js'
 
 const COLORS: Record<StatusClass, string> = {
@@ -28,7 +30,27 @@ function stacked(series: DailySeries): uPlot.AlignedData {
   return [x, ...layers.reverse()]
 }
 
-export function UsageChart({ series, label }: { series: DailySeries; label: string }) {
+/** The class drawn at `value` on day `i`: the stacked layer whose band holds it, if any. */
+function classAt(series: DailySeries, i: number, value: number): StatusClass | null {
+  let top = 0
+  for (const c of CLASSES) {
+    const count = series.counts[c][i] ?? 0
+    top += count
+    if (count > 0 && value <= top) return c
+  }
+  return null
+}
+
+export function UsageChart({
+  series,
+  label,
+  subAccountId,
+}: {
+  series: DailySeries
+  label: string
+  /** Whose requests a bar leads to: a sub-account's, or (null) the whole account's. */
+  subAccountId: string | null
+}) {
   const box = useRef<HTMLDivElement>(null)
   useEffect(() => {
     const el = box.current
@@ -56,13 +78,22 @@ export function UsageChart({ series, label }: { series: DailySeries; label: stri
       stacked(series),
       el,
     )
+    // A click on a bar shows its requests; the table below offers the same to the keyboard.
+    const showRequests = (event: MouseEvent) => {
+      const i = plot.posToIdx(event.offsetX)
+      const date = series.dates[i]
+      const c = date === undefined ? null : classAt(series, i, plot.posToVal(event.offsetY, 'y'))
+      if (date !== undefined && c !== null) location.hash = usageRequestsHash(subAccountId, date, c)
+    }
+    plot.over.addEventListener('click', showRequests)
+    plot.over.classList.add('clickable')
     const resize = new ResizeObserver(() => plot.setSize({ width: Math.max(el.clientWidth, 280), height: 260 }))
     resize.observe(el)
     return () => {
       resize.disconnect()
       plot.destroy()
     }
-  }, [series])
+  }, [series, subAccountId])
 
   return (
     <figure class="chart" data-testid="usage-chart" data-series={JSON.stringify(series)}>
@@ -77,7 +108,7 @@ export function UsageChart({ series, label }: { series: DailySeries; label: stri
         ))}
       </ul>
       <details>
-        <summary>The numbers</summary>
+        <summary>The numbers, and their requests</summary>
         <div class="table-wrap">
           <table>
             <thead>
@@ -95,7 +126,9 @@ export function UsageChart({ series, label }: { series: DailySeries; label: stri
                 <tr key={d}>
                   <th scope="row">{d}</th>
                   {CLASSES.map((c) => (
-                    <td key={c}>{series.counts[c][i]}</td>
+                    <td key={c}>
+                      <Count count={series.counts[c][i] ?? 0} date={d} c={c} subAccountId={subAccountId} />
+                    </td>
                   ))}
                 </tr>
               ))}
@@ -104,5 +137,29 @@ export function UsageChart({ series, label }: { series: DailySeries; label: stri
         </div>
       </details>
     </figure>
+  )
+}
+
+/** A day's count of a class; when there are any, a link to those requests. */
+function Count({
+  count,
+  date,
+  c,
+  subAccountId,
+}: {
+  count: number
+  date: string
+  c: StatusClass
+  subAccountId: string | null
+}) {
+  if (count === 0) return <>0</>
+  return (
+    <a href={usageRequestsHash(subAccountId, date, c)}>
+      {count}
+      <span class="visually-hidden">
+        {' '}
+        {LABELS[c]} on {date}: show these requests
+      </span>
+    </a>
   )
 }

@@ -15,11 +15,17 @@ const TYPES = [
   'api_key.created',
   'api_key.rolled',
   'api_key.revoked',
+  'api_key.expiring',
   'account.*',
   'account.limits_updated',
+  'account.scopes_updated',
   'webhook_endpoint.*',
   'webhook_endpoint.created',
   'webhook_endpoint.deleted',
+  'usage.*',
+  'usage.threshold_reached',
+  'rate_limit.*',
+  'rate_limit.exceeded',
 ]
 
 export function EventsScreen() {

@@ -1,6 +1,7 @@
-// A sub-account's API keys: list, mint (with an optional expiry), roll, revoke. A new key and its
-// client secret are shown once, in a dialog; closing it drops them from the page.
-import { useEffect, useState } from 'preact/hooks'
+// A sub-account's API keys: list, mint (with an optional expiry and IP allow-list, held to the
+// sub-account's key policy), roll, revoke, each key's requests. A new key and its client secret
+// are shown once, in a dialog; closing it drops them from the page.
+import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import {
   announce,
@@ -14,9 +15,12 @@ import {
   usePager,
   useAction,
 } from './components.js'
-import type { ApiKey, MintedKey } from './types.js'
+import { describedBy, errorsByField, FieldErrors, listOf } from './field-errors.js'
+import { describeDuration } from './key-policy.js'
+import { requestsHash } from './request-filters.js'
+import type { ApiKey, KeyPolicy, MintedKey, MintKeyRequest } from './types.js'
 
-export function KeysSection({ subId }: { subId: string }) {
+export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolicy }) {
   const [page, setPage] = useState<Page<ApiKey> | null>(null)
   const [shown, setShown] = useState<{ title: string; key: MintedKey } | null>(null)
   const [reload, setReload] = useState(0)
@@ -58,7 +62,7 @@ export function KeysSection({ subId }: { subId: string }) {
   return (
     <section class="card" aria-labelledby="keys-title">
       <h2 id="keys-title">API keys</h2>
-      <MintForm subId={subId} onMinted={(key) => minted('Key minted', key)} />
+      <MintForm subId={subId} policy={policy} onMinted={(key) => minted('Key minted', key)} />
       <ErrorMessage error={change.error} />
       <ErrorMessage error={load.error} />
       {page === null && load.error === null && <Loading what="keys" />}
@@ -72,6 +76,7 @@ export function KeysSection({ subId }: { subId: string }) {
                 <th scope="col">Name</th>
                 <th scope="col">Prefix</th>
                 <th scope="col">Scopes</th>
+                <th scope="col">Allowed from</th>
                 <th scope="col">Status</th>
                 <th scope="col">Expires</th>
                 <th scope="col">Last used</th>
@@ -84,12 +89,18 @@ export function KeysSection({ subId }: { subId: string }) {
                   <td>{k.name}</td>
                   <td class="mono">{k.prefix}…</td>
                   <td class="mono">{k.scopes.join(' ')}</td>
+                  <td class={k.ip_allowlist === null ? undefined : 'mono'}>
+                    {k.ip_allowlist?.join(' ') ?? 'any address'}
+                  </td>
                   <td>
                     <span class={`badge ${k.status}`}>{k.status}</span>
                   </td>
                   <td>{formatTime(k.expires_at)}</td>
                   <td>{formatTime(k.last_used_at)}</td>
                   <td class="row-actions">
+                    <a href={requestsHash({ key_id: k.id })}>
+                      Requests<span class="visually-hidden"> of {k.name}</span>
+                    </a>
                     {k.status === 'active' && (
                       <>
                         <label for={`overlap-${k.id}`} class="visually-hidden">
@@ -130,7 +141,13 @@ export function KeysSection({ subId }: { subId: string }) {
           <SecretField id="secret-key" label="API key" value={shown.key.api_key} />
           <SecretField id="secret-client" label="Client secret" value={shown.key.client_secret} />
           <p class="help">
-            Key id <span class="mono">{shown.key.id}</span>, expires {formatTime(shown.key.expires_at)}.
+            Key id <span class="mono">{shown.key.id}</span>, expires {formatTime(shown.key.expires_at)}, usable from{' '}
+            {shown.key.ip_allowlist === null ? (
+              'any address'
+            ) : (
+              <span class="mono">{shown.key.ip_allowlist.join(' ')}</span>
+            )}
+            .
           </p>
         </Dialog>
       )}
@@ -138,23 +155,57 @@ export function KeysSection({ subId }: { subId: string }) {
   )
 }
 
-function MintForm({ subId, onMinted }: { subId: string; onMinted: (key: MintedKey) => void }) {
+const MINT_SUBJECTS = {
+  name: 'The name',
+  scopes: 'The scopes',
+  expires_at: 'Expires at',
+  ip_allowlist: 'The IP allow-list',
+}
+
+/** A datetime-local field's value (the user's local time) for an instant, to the minute. */
+function localField(ms: number): string {
+  const d = new Date(ms)
+  const pad = (n: number) => String(n).padStart(2, '0')
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`
+}
+
+/**
+ * The form shows the policy's bounds beside the fields they bound; the API holds a mint to them
+ * (and to the account's scope ceiling, which only the operator sees), and its refusals are shown
+ * beside the field they name.
+ */
+function MintForm({
+  subId,
+  policy,
+  onMinted,
+}: {
+  subId: string
+  policy: KeyPolicy
+  onMinted: (key: MintedKey) => void
+}) {
   const action = useAction()
+  const sent = useRef<Record<string, string[]>>({})
+  const errors = errorsByField(action.error, '/body', MINT_SUBJECTS, sent.current)
+  const maxTtl = policy.max_ttl_seconds
+  // The latest expiry the policy allows, to the minute below it: still within it when submitted.
+  const latest = maxTtl === null ? null : Math.floor((Date.now() + maxTtl * 1000) / 60_000) * 60_000
   const submit = (e: Event) => {
     e.preventDefault()
     const formElement = e.currentTarget as HTMLFormElement
     const form = new FormData(formElement)
-    const scopes = String(form.get('scopes') ?? '')
-      .split(/[\s,]+/)
-      .filter((s) => s !== '')
+    const scopes = listOf(String(form.get('scopes') ?? '')) ?? []
+    const ipAllowlist = listOf(String(form.get('ip_allowlist') ?? ''))
     const expires = String(form.get('expires_at') ?? '')
+    sent.current = { scopes, ip_allowlist: ipAllowlist ?? [] }
+    const body: MintKeyRequest = {
+      name: String(form.get('name') ?? ''),
+      scopes,
+      // datetime-local is the user's local time; the API takes an instant with a zone.
+      ...(expires === '' ? {} : { expires_at: new Date(expires).toISOString() }),
+      ...(ipAllowlist === null ? {} : { ip_allowlist: ipAllowlist }),
+    }
     action.run(async () => {
-      const key = await api<MintedKey>('POST', `/${subId}/api-keys`, {
-        name: String(form.get('name') ?? ''),
-        scopes,
-        // datetime-local is the user's local time; the API takes an instant with a zone.
-        ...(expires === '' ? {} : { expires_at: new Date(expires).toISOString() }),
-      })
+      const key = await api<MintedKey>('POST', `/${subId}/api-keys`, body)
       formElement.reset()
       onMinted(key)
     }, 'Key minted: it is shown once')
@@ -164,15 +215,82 @@ function MintForm({ subId, onMinted }: { subId: string; onMinted: (key: MintedKe
       <h3 id="mint-title">Mint a key</h3>
       <div class="field">
         <label for="mint-name">Name</label>
-        <input id="mint-name" name="name" required maxLength={200} />
+        <input
+          id="mint-name"
+          name="name"
+          required
+          maxLength={200}
+          aria-invalid={errors.has('name') || undefined}
+          aria-describedby={describedBy(errors.has('name') && 'mint-name-error')}
+        />
+        <FieldErrors id="mint-name-error" messages={errors.get('name')} />
       </div>
       <div class="field">
         <label for="mint-scopes">Scopes (space or comma separated)</label>
-        <input id="mint-scopes" name="scopes" required class="mono" placeholder="tracking:read tracking:write" />
+        <input
+          id="mint-scopes"
+          name="scopes"
+          required
+          class="mono"
+          placeholder={policy.allowed_scopes?.join(' ') ?? 'tracking:read tracking:write'}
+          aria-invalid={errors.has('scopes') || undefined}
+          aria-describedby={describedBy(
+            policy.allowed_scopes !== null && 'mint-scopes-help',
+            errors.has('scopes') && 'mint-scopes-error',
+          )}
+        />
+        {policy.allowed_scopes !== null && (
+          <span id="mint-scopes-help" class="help hint" data-testid="mint-scopes-help">
+            The key policy allows only <span class="mono">{policy.allowed_scopes.join(' ')}</span> (a pattern such as
+            tracking:* allows every tracking: scope).
+          </span>
+        )}
+        <FieldErrors id="mint-scopes-error" messages={errors.get('scopes')} />
       </div>
       <div class="field">
-        <label for="mint-expires">Expires at (optional, your local time)</label>
-        <input id="mint-expires" name="expires_at" type="datetime-local" />
+        <label for="mint-expires">Expires at ({maxTtl === null ? 'optional' : 'required'}, your local time)</label>
+        <input
+          id="mint-expires"
+          name="expires_at"
+          type="datetime-local"
+          required={maxTtl !== null}
+          defaultValue={latest === null ? '' : localField(latest)}
+          aria-invalid={errors.has('expires_at') || undefined}
+          aria-describedby={describedBy(
+            maxTtl !== null && 'mint-expires-help',
+            errors.has('expires_at') && 'mint-expires-error',
+          )}
+        />
+        {maxTtl !== null && latest !== null && (
+          <span id="mint-expires-help" class="help hint" data-testid="mint-expires-help">
+            The key policy lets a key live at most {describeDuration(maxTtl)}: by{' '}
+            {formatTime(new Date(latest).toISOString())} at the latest, the time filled in.
+          </span>
+        )}
+        <FieldErrors id="mint-expires-error" messages={errors.get('expires_at')} />
+      </div>
+      <div class="field">
+        <label for="mint-ips">IP allow-list (optional)</label>
+        <textarea
+          id="mint-ips"
+          name="ip_allowlist"
+          rows={2}
+          class="mono"
+          placeholder={'203.0.113.0/24\n2001:db8::/48'}
+          aria-invalid={errors.has('ip_allowlist') || undefined}
+          aria-describedby={describedBy('mint-ips-help', errors.has('ip_allowlist') && 'mint-ips-error')}
+        />
+        <span id="mint-ips-help" class="help hint">
+          One address or CIDR a line, or comma separated; empty: any address.
+          {policy.ip_allowlist !== null && (
+            <>
+              {' '}
+              The key policy allows only <span class="mono">{policy.ip_allowlist.join(' ')}</span>: a request must come
+              from an address both lists allow.
+            </>
+          )}
+        </span>
+        <FieldErrors id="mint-ips-error" messages={errors.get('ip_allowlist')} />
       </div>
       <ErrorMessage error={action.error} />
       <button type="submit" disabled={action.busy}>

@@ -1,5 +1,5 @@
 // The console's shell: sign-in, the navigation, and a screen per hash route (#/sub-accounts,
-// #/sub-accounts/<id>, #/usage, #/events, #/webhooks, #/routes).
+// #/sub-accounts/<id>, #/usage, #/requests?<filters>, #/events, #/webhooks, #/routes).
 import 'uplot/dist/uPlot.min.css'
 import './console.css'
 import './screens.css'
@@ -8,6 +8,8 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, type Problem, session, whenKeyRefused } from './api.js'
 import { ErrorMessage, LiveRegion } from './components.js'
 import { EventsScreen } from './events.js'
+import { isUuid } from './request-filters.js'
+import { RequestsScreen } from './requests.js'
 import { RoutesScreen } from './routes.js'
 import { SignIn } from './signin.js'
 import { SubAccountScreen } from './subaccount.js'
@@ -19,21 +21,26 @@ function currentRoute(): string {
   return location.hash.replace(/^#/, '') || '/sub-accounts'
 }
 
+/** A route's path and its query (after the first `?`: the Requests screen's filters). */
+function partsOf(route: string): { path: string; search: string } {
+  const at = route.indexOf('?')
+  return at === -1 ? { path: route, search: '' } : { path: route.slice(0, at), search: route.slice(at + 1) }
+}
+
 const NAV = [
   ['/sub-accounts', 'Sub-accounts'],
   ['/usage', 'Usage'],
+  ['/requests', 'Requests'],
   ['/events', 'Audit log'],
   ['/webhooks', 'Webhooks'],
   ['/routes', 'Routes'],
 ] as const
 
 /** Sub-account ids are UUIDs: anything else (`..` above all) never reaches an API path. */
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
 function idOf(part: string): string | null {
   try {
     const id = decodeURIComponent(part)
-    return UUID.test(id) ? id : null
+    return isUuid(id) ? id : null
   } catch {
     return null // a malformed %-escape in the address
   }
@@ -57,16 +64,18 @@ class Boundary extends Component<{ children: ComponentChildren }, { error: unkno
   }
 }
 
-function Screen({ route }: { route: string }) {
-  const detail = /^\/sub-accounts\/([^/]+)$/.exec(route)
+function Screen({ path, search }: { path: string; search: string }) {
+  const detail = /^\/sub-accounts\/([^/]+)$/.exec(path)
   if (detail !== null) {
     const id = idOf(detail[1]!)
     return id === null ? <ErrorMessage error={NO_SUCH} /> : <SubAccountScreen id={id} />
   }
-  if (route === '/usage') return <UsageScreen />
-  if (route === '/events') return <EventsScreen />
-  if (route === '/webhooks') return <WebhooksScreen />
-  if (route === '/routes') return <RoutesScreen />
+  if (path === '/usage') return <UsageScreen />
+  // The filters go to the API as query parameters only (requests.tsx), the ids checked first.
+  if (path === '/requests') return <RequestsScreen search={search} />
+  if (path === '/events') return <EventsScreen />
+  if (path === '/webhooks') return <WebhooksScreen />
+  if (path === '/routes') return <RoutesScreen />
   return <SubAccountsScreen />
 }
 
@@ -75,6 +84,7 @@ function App() {
   const [refused, setRefused] = useState<Problem | null>(null)
   const [route, setRoute] = useState(currentRoute())
   const main = useRef<HTMLElement>(null)
+  const shownPath = useRef(partsOf(route).path)
 
   useEffect(() => {
     whenKeyRefused((problem) => {
@@ -83,9 +93,18 @@ function App() {
       setSignedIn(false)
     })
     const onHash = () => {
-      setRoute(currentRoute())
-      // A new screen: move focus to its heading region, as a page load would.
-      main.current?.focus()
+      const next = currentRoute()
+      setRoute(next)
+      // A new screen: move focus to its heading region, as a page load would. New filters on the
+      // same screen leave focus where it is (on the form that set them), unless what had it is gone
+      // (a link in the list), once the screen has drawn.
+      const nextPath = partsOf(next).path
+      if (nextPath !== shownPath.current) main.current?.focus()
+      else
+        setTimeout(() => {
+          if (!main.current?.contains(document.activeElement)) main.current?.focus()
+        })
+      shownPath.current = nextPath
     }
     addEventListener('hashchange', onHash)
     return () => removeEventListener('hashchange', onHash)
@@ -105,7 +124,8 @@ function App() {
       </>
     )
 
-  const section = `/${route.split('/')[1] ?? ''}`
+  const { path, search } = partsOf(route)
+  const section = `/${path.split('/')[1] ?? ''}`
   return (
     <>
       <button type="button" class="skip" onClick={() => main.current?.focus()}>
@@ -136,8 +156,8 @@ function App() {
         </button>
       </header>
       <main id="main" ref={main} tabIndex={-1}>
-        <Boundary key={route}>
-          <Screen route={route} />
+        <Boundary key={path}>
+          <Screen path={path} search={search} />
         </Boundary>
       </main>
       <LiveRegion />

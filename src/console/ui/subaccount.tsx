@@ -1,10 +1,12 @@
-// One sub-account: its details, the edit and limits forms, deactivate or reactivate, its keys and
-// its usage.
+// One sub-account: its details, the edit, limits and key policy forms, deactivate or reactivate,
+// its keys, its usage and a link to its requests.
 import { useEffect, useState } from 'preact/hooks'
 import { ApiError, api } from './api.js'
 import { ErrorMessage, formatTime, Loading, useAction } from './components.js'
+import { KeyPolicySection } from './key-policy.js'
 import { KeysSection } from './keys.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
+import { requestsHash } from './request-filters.js'
 import { describeLimits } from './subaccounts.js'
 import type { SubAccount } from './types.js'
 import { UsagePanel } from './usage.js'
@@ -61,6 +63,9 @@ export function SubAccountScreen({ id }: { id: string }) {
             )}
           </dl>
           <div class="actions">
+            <a href={requestsHash({ sub_account_id: sub.id })} class="action-link">
+              Requests
+            </a>
             {sub.status === 'active' ? (
               <button type="button" class="danger" disabled={change.busy} onClick={() => setStatus('deactivate')}>
                 Deactivate
@@ -75,8 +80,9 @@ export function SubAccountScreen({ id }: { id: string }) {
           <div class="columns">
             <EditForm key={`edit-${sub.updated_at}`} sub={sub} onSaved={setSub} />
             <LimitsForm key={`limits-${sub.updated_at}`} sub={sub} onSaved={setSub} />
+            <KeyPolicySection key={`policy-${sub.updated_at}`} sub={sub} onSaved={setSub} />
           </div>
-          <KeysSection subId={sub.id} />
+          <KeysSection subId={sub.id} policy={sub.key_policy} />
           <UsagePanel subAccount={sub} />
         </>
       )}

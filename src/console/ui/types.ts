@@ -8,8 +8,11 @@ import type {
   Event as EventSchema,
   Limits as LimitsSchema,
   MintedApiKey as MintedApiKeySchema,
+  MintKeyBody as MintKeyBodySchema,
   SubAccount as SubAccountSchema,
 } from '../../management/schemas.js'
+import type { KeyPolicy as KeyPolicySchema } from '../../management/key-schemas.js'
+import type { RequestRecord as RequestRecordSchema } from '../../management/request-schemas.js'
 import type { UsageEntry as UsageEntrySchema } from '../../management/usage-schemas.js'
 import type {
   DeliveryAttempt as DeliveryAttemptSchema,
@@ -20,8 +23,12 @@ export type Limits = Static<typeof LimitsSchema>
 export type SubAccount = Static<typeof SubAccountSchema>
 export type ApiKey = Static<typeof ApiKeySchema>
 export type MintedKey = Static<typeof MintedApiKeySchema>
+export type MintKeyRequest = Static<typeof MintKeyBodySchema>
+/** As a sub-account shows it (every member, null where none is set), and as the console sends it. */
+export type KeyPolicy = Static<typeof KeyPolicySchema>
 export type AuditEvent = Static<typeof EventSchema>
 export type UsageEntry = Static<typeof UsageEntrySchema>
 export type AccountLimits = Static<typeof AccountLimitsSchema>
 export type WebhookEndpoint = Static<typeof WebhookEndpointSchema>
 export type Delivery = Static<typeof DeliveryAttemptSchema>
+export type RequestRecord = Static<typeof RequestRecordSchema>

@@ -69,7 +69,7 @@ function RangeChart({
           <p class="totals" data-testid="usage-totals">
             {series.dates.length} days: {CLASSES.map((c) => `${totalOf(series, c)} ${c}`).join(', ')}
           </p>
-          <UsageChart series={series} label={title} />
+          <UsageChart series={series} label={title} subAccountId={subAccountId} />
         </>
       )}
     </div>

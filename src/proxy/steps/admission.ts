@@ -10,6 +10,8 @@ export const admissionStep: StepFactory = (route, { lookups, recentAdmissions })
   return {
     name: 'admission',
     check(request) {
+      // For the request log: which route, known before any refusal.
+      request.routePrefix = route.prefix
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()
         return undefined

@@ -1,0 +1,273 @@
+// Requests: the request log (DESIGN §19), newest first, 25 a page, filtered by what the address
+// says (#/requests?sub_account_id=…&status=5xx: request-filters.ts), each record's details on
+// demand.
+import { Fragment } from 'preact'
+import { useEffect, useMemo, useState } from 'preact/hooks'
+import { ApiError, api, type Page, query } from './api.js'
+import { announce, Dialog, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
+import {
+  fromUtcField,
+  hasFilters,
+  isUuid,
+  parseFilters,
+  type RequestFilters,
+  requestsHash,
+  toUtcField,
+} from './request-filters.js'
+import { servedRoutes } from './routes.js'
+import type { RequestRecord } from './types.js'
+
+const PAGE_SIZE = 25
+const STATUS_CLASSES = ['2xx', '3xx', '4xx', '5xx']
+
+/** To the millisecond: requests a second apart are the norm here. */
+function formatInstant(value: string): string {
+  const ms = Date.parse(value)
+  return Number.isNaN(ms) ? value : new Date(ms).toISOString().replace('T', ' ').replace('Z', ' UTC')
+}
+
+function formatDuration(ms: number): string {
+  return `${ms < 10 ? ms.toFixed(2) : ms.toFixed(0)} ms`
+}
+
+export function RequestsScreen({ search }: { search: string }) {
+  const parsed = useMemo(() => parseFilters(search), [search])
+  return (
+    <section aria-labelledby="requests-title">
+      <h1 id="requests-title">Requests</h1>
+      <p class="help">
+        Every request answered with this account's keys and its sub-accounts' (proxied, refused, or a management call),
+        newest first: never a header, body or query string.
+      </p>
+      <FilterForm filters={parsed.filters} />
+      {parsed.invalid.length > 0 ? (
+        <ErrorMessage
+          error={
+            new ApiError({
+              status: 0,
+              code: 'bad_filter',
+              title: 'The address has filters the console cannot use',
+              detail: 'Correct them below, or clear the filters.',
+              errors: parsed.invalid,
+            })
+          }
+        />
+      ) : (
+        // A new list for new filters: its pager starts again at the first page.
+        <RequestList key={search} filters={parsed.filters} />
+      )}
+    </section>
+  )
+}
+
+/** The form edits the address: submitting it sets the hash, which the screen reads. */
+function FilterForm({ filters }: { filters: RequestFilters }) {
+  const fieldsOf = (f: RequestFilters) => ({ ...f, since: toUtcField(f.since), until: toUtcField(f.until) })
+  const [fields, setFields] = useState(fieldsOf(filters))
+  // A link or Back changes the address under the form: the form follows.
+  useEffect(() => setFields(fieldsOf(filters)), [filters])
+  const routes = useMemo(() => {
+    const prefixes = ['management', ...servedRoutes().map((r) => r.prefix)]
+    return filters.route === '' || prefixes.includes(filters.route) ? prefixes : [...prefixes, filters.route]
+  }, [filters.route])
+  const set = (name: keyof RequestFilters) => (e: { currentTarget: { value: string } }) =>
+    setFields({ ...fields, [name]: e.currentTarget.value })
+  // An instant left as the address gave it keeps its milliseconds, which the field cannot show.
+  const instant = (name: 'since' | 'until') =>
+    fields[name] === toUtcField(filters[name]) ? filters[name] : fromUtcField(fields[name])
+
+  return (
+    <form
+      class="filters"
+      aria-label="Request filters"
+      onSubmit={(e) => {
+        e.preventDefault()
+        location.hash = requestsHash({ ...fields, since: instant('since'), until: instant('until') })
+      }}
+    >
+      <div class="field">
+        <label for="requests-sub">Sub-account id</label>
+        <input id="requests-sub" class="mono" value={fields.sub_account_id} onInput={set('sub_account_id')} />
+      </div>
+      <div class="field">
+        <label for="requests-key">Key id</label>
+        <input id="requests-key" class="mono" value={fields.key_id} onInput={set('key_id')} />
+      </div>
+      <div class="field">
+        <label for="requests-status">Status (404, or 4xx)</label>
+        <input id="requests-status" list="requests-status-classes" value={fields.status} onInput={set('status')} />
+        <datalist id="requests-status-classes">
+          {STATUS_CLASSES.map((c) => (
+            <option key={c} value={c} />
+          ))}
+        </datalist>
+      </div>
+      <div class="field">
+        <label for="requests-code">Problem code</label>
+        <input id="requests-code" class="mono" placeholder="rate_limited" value={fields.code} onInput={set('code')} />
+      </div>
+      <div class="field">
+        <label for="requests-route">Route</label>
+        <select id="requests-route" value={fields.route} onChange={set('route')}>
+          <option value="">Any</option>
+          {routes.map((r) => (
+            <option key={r} value={r}>
+              {r === 'management' ? 'management API' : r}
+            </option>
+          ))}
+        </select>
+      </div>
+      <div class="field">
+        <label for="requests-since">Since (UTC)</label>
+        <input id="requests-since" type="datetime-local" step={1} value={fields.since} onInput={set('since')} />
+      </div>
+      <div class="field">
+        <label for="requests-until">Until (UTC, not included)</label>
+        <input id="requests-until" type="datetime-local" step={1} value={fields.until} onInput={set('until')} />
+      </div>
+      <button type="submit">Filter</button>
+      {hasFilters(filters) && <a href="#/requests">Clear the filters</a>}
+    </form>
+  )
+}
+
+function RequestList({ filters }: { filters: RequestFilters }) {
+  const [page, setPage] = useState<Page<RequestRecord> | null>(null)
+  const [chosen, setChosen] = useState<RequestRecord | null>(null)
+  const [reload, setReload] = useState(0)
+  const pager = usePager()
+  const load = useAction()
+
+  useEffect(() => {
+    setPage(null)
+    load.run(async (current) => {
+      const next = await api<Page<RequestRecord>>(
+        'GET',
+        `/requests${query({ ...filters, limit: PAGE_SIZE, cursor: pager.cursor })}`,
+      )
+      if (!current()) return
+      setPage(next)
+      announce(`${next.data.length} request${next.data.length === 1 ? '' : 's'} shown`)
+    })
+  }, [pager.cursor, reload])
+
+  return (
+    <>
+      <div class="actions">
+        <button
+          type="button"
+          class="link"
+          onClick={() => {
+            // The log grows under the screen: back to the newest.
+            pager.reset()
+            setReload((n) => n + 1)
+          }}
+        >
+          Show the newest
+        </button>
+      </div>
+      <ErrorMessage error={load.error} />
+      {page === null && load.error === null && <Loading what="requests" />}
+      {page !== null && page.data.length === 0 && (
+        <Empty>
+          {hasFilters(filters) ? (
+            <>
+              No request matches these filters: widen them, or <a href="#/requests">clear them</a>.
+            </>
+          ) : (
+            'No request recorded yet. Requests made with a key of this account or of its sub-accounts are listed about a second after they are answered: make one, then choose “Show the newest”. (None ever is where the operator has turned the log off: REQUEST_LOG_RETENTION_DAYS=0.)'
+          )}
+        </Empty>
+      )}
+      {page !== null && page.data.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="requests">
+            <caption class="visually-hidden">Requests, newest first</caption>
+            <thead>
+              <tr>
+                <th scope="col">Time</th>
+                <th scope="col">Method</th>
+                <th scope="col">Path</th>
+                <th scope="col">Status</th>
+                <th scope="col">Code</th>
+                <th scope="col">Duration</th>
+                <th scope="col">Sub-account</th>
+                <th scope="col">Key</th>
+              </tr>
+            </thead>
+            <tbody>
+              {page.data.map((r) => (
+                <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
+                  <td>
+                    <button type="button" class="link open-details" onClick={() => setChosen(r)}>
+                      {formatInstant(r.time)}
+                      <span class="visually-hidden">: details of {r.id}</span>
+                    </button>
+                  </td>
+                  <td class="mono">{r.method}</td>
+                  <td class="mono path">{r.path}</td>
+                  <td>{r.status}</td>
+                  <td class="mono">{r.code ?? '—'}</td>
+                  <td>{formatDuration(r.duration_ms)}</td>
+                  <td>
+                    <TenantOf record={r} />
+                  </td>
+                  <td class="mono">{r.key_id}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Requests" />}
+      {chosen !== null && <Details record={chosen} onClose={() => setChosen(null)} />}
+    </>
+  )
+}
+
+/** The tenant a request acted as: the parent itself, or a sub-account (its page). */
+function TenantOf({ record }: { record: RequestRecord }) {
+  if (record.tenant_id === record.account_id) return <>the parent</>
+  if (!isUuid(record.tenant_id)) return <span class="mono">{record.tenant_id}</span>
+  return (
+    <a href={`#/sub-accounts/${record.tenant_id}`} class="mono">
+      {record.tenant_id}
+    </a>
+  )
+}
+
+function Details({ record: r, onClose }: { record: RequestRecord; onClose: () => void }) {
+  const facts: [string, string][] = [
+    ['Request id', r.id],
+    ['Time', formatInstant(r.time)],
+    ['Method', r.method],
+    ['Path', r.path],
+    ['Route', r.route === 'management' ? 'management API' : r.route],
+    ['Status', String(r.status)],
+    ['Problem code', r.code ?? '—'],
+    ['Duration', formatDuration(r.duration_ms)],
+    ['Request bytes', String(r.request_bytes)],
+    ['Response bytes', String(r.response_bytes)],
+    ['Source IP', r.source_ip],
+    ['Acted as', r.tenant_id === r.account_id ? `the parent (${r.tenant_id})` : r.tenant_id],
+    ['Account', r.account_id],
+    ['Key id', r.key_id],
+  ]
+  return (
+    <Dialog title={`${r.method} ${r.path}`} onClose={onClose}>
+      <dl class="facts" data-testid="request-details">
+        {facts.map(([name, value]) => (
+          <Fragment key={name}>
+            <dt>{name}</dt>
+            <dd>{value}</dd>
+          </Fragment>
+        ))}
+      </dl>
+      {isUuid(r.key_id) && (
+        <p>
+          <a href={requestsHash({ key_id: r.key_id })}>All requests of this key</a>
+        </p>
+      )}
+    </Dialog>
+  )
+}

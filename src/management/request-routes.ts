@@ -1,0 +1,83 @@
+// The request log (docs/api.md, Request log): the calling parent's answered requests, newest
+// first, filtered and paged with signed cursors like the other lists, and one by its request id.
+import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
+import { ApiError, validationFailed } from '../errors.js'
+import { listRequests, type RequestFilter, type RequestRow, requestById } from '../request-log/queries.js'
+import type { Sql } from '../store/db.js'
+import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
+import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'
+import { PAGE_LIMIT_DEFAULT } from './schemas.js'
+
+export function presentRequest(row: RequestRow): RequestRecord {
+  return {
+    id: row.id,
+    time: row.time.toISOString(),
+    account_id: row.account_id,
+    tenant_id: row.tenant_id,
+    key_id: row.key_id,
+    method: row.method,
+    route: row.route,
+    path: row.path,
+    status: row.status,
+    code: row.code,
+    duration_ms: Math.round(row.duration_ms * 1000) / 1000,
+    request_bytes: Number(row.request_bytes),
+    response_bytes: Number(row.response_bytes),
+    source_ip: row.source_ip,
+  }
+}
+
+/** An RFC 3339 date-time as a Date; a leap second or a year outside 0001–9999 (dates.ts) is a 400. */
+function instant(value: string | undefined, name: 'since' | 'until'): Date | null {
+  if (value === undefined) return null
+  const date = parseDateTime(value)
+  if (date === null) throw validationFailed([{ path: `/querystring/${name}`, message: DATE_TIME_RULE }])
+  return date
+}
+
+/** `404` or `4xx`. */
+function statusFilter(status: string | undefined): RequestFilter['status'] {
+  if (status === undefined) return null
+  return status.endsWith('xx') ? { class: Number(status[0]) } : { exact: Number(status) }
+}
+
+/** Where the log is kept, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
+export function registerRequestRoutes(app: ManagementApp, { cursors }: ManagementContext, logSql: Sql | null): void {
+  app.get(
+    '/requests',
+    { schema: { ...operation('listRequests'), querystring: RequestsQuery, response: { 200: RequestPage } } },
+    async (request) => {
+      const query = request.query
+      const { limit = PAGE_LIMIT_DEFAULT } = query
+      const scope = { list: 'requests', owner: parentOf(request).id } as const
+      const beforeSeq = await cursors.decode(query.cursor, scope)
+      const since = instant(query.since, 'since')
+      const until = instant(query.until, 'until')
+      if (since !== null && until !== null && since > until)
+        throw validationFailed([{ path: '/querystring/since', message: 'must not be after until' }])
+      if (logSql === null) return { data: [], next_cursor: null }
+      const rows = await listRequests(logSql, parentOf(request).id, {
+        tenantId: query.sub_account_id?.toLowerCase() ?? null,
+        keyId: query.key_id?.toLowerCase() ?? null,
+        status: statusFilter(query.status),
+        code: query.code ?? null,
+        route: query.route ?? null,
+        since,
+        until,
+        beforeSeq,
+        limit: limit + 1,
+      })
+      return cursors.page(rows, limit, presentRequest, scope)
+    },
+  )
+
+  app.get(
+    '/requests/:id',
+    { schema: { ...operation('getRequest'), params: RequestParams, response: { 200: RequestRecord } } },
+    async (request) => {
+      const row = logSql === null ? null : await requestById(logSql, parentOf(request).id, request.params.id)
+      if (row === null) throw new ApiError('not_found', 'no request of this account has this id in the request log')
+      return presentRequest(row)
+    },
+  )
+}

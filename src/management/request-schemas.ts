@@ -1,0 +1,64 @@
+// TypeBox schemas of the request log (docs/api.md, Request log). The response schema is the
+// serializer too: a record leaves with these fields and no other.
+import { Type, type Static } from 'typebox'
+import { Cursor, Limit, UUID_PATTERN } from './schemas.js'
+
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+
+/** A request id as the gateway keeps it (http/guards.ts: its own, or the client's sane one). */
+export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$'
+
+export const RequestsQuery = Type.Object(
+  {
+    sub_account_id: Type.Optional(
+      Type.String({
+        pattern: UUID_PATTERN,
+        description: 'the tenant the request acted as (a sub-account, or the parent)',
+      }),
+    ),
+    key_id: Type.Optional(Type.String({ pattern: UUID_PATTERN })),
+    status: Type.Optional(
+      Type.String({ pattern: '^[1-5]([0-9]{2}|xx)$', description: 'a status (`404`) or a class (`4xx`)' }),
+    ),
+    code: Type.Optional(Type.String({ pattern: '^[a-z][a-z_]{0,63}$', description: 'the problem code of a refusal' })),
+    route: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 200, description: 'a route prefix of the route table, or `management`' }),
+    ),
+    since: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, inclusive' })),
+    until: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, exclusive' })),
+    limit: Limit,
+    cursor: Type.Optional(Cursor),
+  },
+  { additionalProperties: false },
+)
+
+export const RequestParams = Type.Object(
+  { id: Type.String({ pattern: REQUEST_ID_PATTERN, description: 'the request id (X-Request-Id)' }) },
+  { additionalProperties: false },
+)
+
+export const RequestRecord = Type.Object(
+  {
+    id: Type.String({ description: 'the request id, as X-Request-Id gave it' }),
+    time: Type.String({ format: 'date-time', description: 'when the request arrived' }),
+    account_id: Type.String({ format: 'uuid', description: 'the parent account' }),
+    tenant_id: Type.String({ format: 'uuid', description: 'the tenant the request acted as' }),
+    key_id: Type.String({ format: 'uuid', description: 'the key that made it' }),
+    method: Type.String(),
+    route: Type.String({ description: 'the route prefix, or `management`' }),
+    path: Type.String({ description: 'the path, never the query string' }),
+    status: Type.Integer(),
+    code: Nullable(Type.String({ description: 'the problem code of a refusal' })),
+    duration_ms: Type.Number({ minimum: 0 }),
+    request_bytes: Type.Integer({ minimum: 0, description: 'the body as declared (Content-Length)' }),
+    response_bytes: Type.Integer({ minimum: 0 }),
+    source_ip: Type.String(),
+  },
+  { additionalProperties: false },
+)
+export type RequestRecord = Static<typeof RequestRecord>
+
+export const RequestPage = Type.Object(
+  { data: Type.Array(RequestRecord), next_cursor: Nullable(Type.String()) },
+  { additionalProperties: false },
+)

@@ -1,0 +1,65 @@
+// What the request log keeps of an answered request (docs/api.md, Request log): who, as whom,
+// what, and what came of it; never a header, a body, a query string or a secret.
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Principal } from '../auth/authenticate.js'
+import type { RequestRecord } from './record-buffer.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The prefix of the proxied route that took the request (set by the proxy's admission step). */
+    routePrefix: string
+  }
+  interface FastifyReply {
+    /** The problem code of a refusal (http/error-handler.ts); null for any other answer. */
+    problemCode: string | null
+  }
+}
+
+/** A declared length in bytes; 0 when none is declared (a chunked body is counted by the caller). */
+function declaredBytes(value: string | number | string[] | undefined): number {
+  if (value === undefined) return 0
+  const bytes = Number(value)
+  return Number.isSafeInteger(bytes) && bytes >= 0 ? bytes : 0
+}
+
+/**
+ * The record of a request answered for `caller` (its key and that key's tenant; the refused key
+ * of a 401 once it is known). `proxied`: a route of the route table, rather than management.
+ */
+export function recordOf(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  caller: Principal,
+  proxied: boolean,
+  responseBytes: number,
+): RequestRecord {
+  const url = request.url
+  const query = url.indexOf('?')
+  const tenant = caller.tenant
+  const elapsed = reply.elapsedTime
+  return {
+    id: request.id,
+    timeMs: Date.now() - elapsed,
+    accountId: tenant.parentId ?? tenant.id,
+    tenantId: (request.actingTenant ?? tenant).id,
+    keyId: caller.key.id,
+    method: request.method,
+    route: proxied ? request.routePrefix : 'management',
+    path: query === -1 ? url : url.slice(0, query),
+    status: reply.statusCode,
+    code: reply.problemCode,
+    durationMs: elapsed,
+    requestBytes: declaredBytes(request.headers['content-length']),
+    responseBytes,
+    sourceIp: request.ip,
+  }
+}
+
+/** The bytes of the answer's body: its Content-Length, else what a proxied exchange sent (chunked). */
+// The exchange is undefined outside the proxy's scopes (it is decorated there).
+export function responseBytesOf(reply: FastifyReply, exchange: { answerBytes(): number } | null | undefined): number {
+  // fastify's own copy of the headers: it hands them to writeHead, so the raw response has none.
+  const declared = reply.getHeader('content-length')
+  if (declared !== undefined) return declaredBytes(declared)
+  return exchange == null ? 0 : exchange.answerBytes()
+}

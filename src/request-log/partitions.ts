@@ -1,0 +1,66 @@
+// The request log's daily partitions: made when a day's first records are written, and dropped
+// whole once the day is past the retention (docs/operations.md, the request log).
+import type { Sql } from '../store/db.js'
+import { SCHEMA_LOCK } from './schema.js'
+
+export const DAY_MS = 86_400_000
+
+/** The UTC day of an instant, as days since the epoch. */
+export function dayOf(ms: number): number {
+  return Math.floor(ms / DAY_MS)
+}
+
+/** `request_log_20261123`: the partition of a day. */
+export function partitionName(day: number): string {
+  return `request_log_${new Date(day * DAY_MS).toISOString().slice(0, 10).replaceAll('-', '')}`
+}
+
+const PARTITION = /^request_log_(\d{4})(\d{2})(\d{2})$/
+
+/** The day a partition's name says, or null for a table that is not one. */
+export function dayOfPartition(name: string): number | null {
+  const match = PARTITION.exec(name)
+  if (match === null) return null
+  return dayOf(Date.UTC(Number(match[1]), Number(match[2]) - 1, Number(match[3])))
+}
+
+/** Makes the partition of `day` unless it exists (every replica may ask; the lock orders them). */
+export async function ensurePartition(sql: Sql, day: number): Promise<void> {
+  const from = new Date(day * DAY_MS).toISOString()
+  const to = new Date((day + 1) * DAY_MS).toISOString()
+  await sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(${SCHEMA_LOCK})`
+    await tx.unsafe(
+      `create table if not exists ${partitionName(day)} partition of request_log for values from ('${from}') to ('${to}')`,
+    )
+  })
+}
+
+/** The partitions of the request log, by day, oldest first. */
+export async function partitionDays(sql: Sql): Promise<number[]> {
+  const rows = await sql<{ name: string }[]>`
+    select child.relname as name from pg_inherits
+    join pg_class parent on parent.oid = pg_inherits.inhparent
+    join pg_class child on child.oid = pg_inherits.inhrelid
+    where parent.relname = 'request_log' and parent.relnamespace = to_regnamespace(current_schema())::oid`
+  return rows
+    .map((row) => dayOfPartition(row.name))
+    .filter((day): day is number => day !== null)
+    .sort((a, b) => a - b)
+}
+
+/**
+ * Drops the partitions of the days that ended `retentionDays` or more ago: a record is kept at
+ * least that long, and at most a day longer. Returns the days dropped.
+ */
+export async function dropExpiredPartitions(sql: Sql, retentionDays: number, nowMs: number): Promise<number[]> {
+  const firstKept = dayOf(nowMs) - retentionDays
+  const expired = (await partitionDays(sql)).filter((day) => day < firstKept)
+  for (const day of expired) {
+    await sql.begin(async (tx) => {
+      await tx`select pg_advisory_xact_lock(${SCHEMA_LOCK})`
+      await tx.unsafe(`drop table if exists ${partitionName(day)}`)
+    })
+  }
+  return expired
+}
