@@ -782,6 +782,8 @@ export async function load(o: {
   connections: number
   seconds?: number
   amount?: number
+  /** Requests a second in all, instead of as many as the server takes (autocannon's overallRate). */
+  rate?: number
   pid?: number | undefined
   vary?: () => Record<string, string>
   allowed?: readonly number[]
@@ -801,6 +803,7 @@ export async function load(o: {
         connections: o.connections,
         headers: o.headers,
         ...(o.amount === undefined ? { duration: o.seconds } : { amount: o.amount, timeout: 30 }),
+        ...(o.rate === undefined ? {} : { overallRate: o.rate }),
         requests: [
           {
             method: o.method ?? 'GET',

@@ -56,6 +56,8 @@ const CONNECTIONS = (process.env.BENCH_CONNECTIONS || '32').split(',').map((n) =
   if (!/^\d+$/.test(n.trim()) || Number(n) < 1) throw new Error(`BENCH_CONNECTIONS: "${n}" is not a count`)
   return Number(n)
 })
+/** Requests a second for part 1, instead of as many as each side takes: its CPU per request unmixed with its speed. */
+const RATE = process.env.BENCH_RATE === undefined ? undefined : envInt('BENCH_RATE', 0)
 const WRITER_RECORDS = envInt('BENCH_WRITER_RECORDS', 200_000)
 const WRITER_ROUNDS = envInt('BENCH_WRITER_ROUNDS', 3)
 const LOG_ROWS = envInt('BENCH_LOG_ROWS', 10_000_000)
@@ -89,6 +91,8 @@ type SideName = 'off' | 'on'
 interface Round extends Measured {
   side: SideName
   round: string
+  /** µs of CPU the database's Postgres backends spent per request of the round (both sides share them). */
+  postgresMicros: number
   /** Records written and dropped by the side's writer during the round (on only). */
   written: number
   dropped: number
@@ -96,6 +100,7 @@ interface Round extends Measured {
 
 async function proxyOnOff(): Promise<void> {
   const db = await createDatabase('request_log_proxy')
+  const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
   const started: Server[] = []
   try {
     const upstream = await startUpstream()
@@ -128,9 +133,19 @@ async function proxyOnOff(): Promise<void> {
       // A request warms the gateway again after idling through the other side's round.
       await fetch(`${gateway.url}/v1/things/1`, { headers: acting.headers }).then((res) => res.text())
       const before = await scrape(gateway.metricsPort)
-      const r = await load({ url: gateway.url, headers: acting.headers, connections, seconds, pid: gateway.child.pid })
+      const backends = await backendsOf(admin, db.name)
+      const postgresBefore = postgresCpu(backends)
+      const r = await load({
+        url: gateway.url,
+        headers: acting.headers,
+        connections,
+        seconds,
+        rate: RATE,
+        pid: gateway.child.pid,
+      })
       // The records of the round's last moments are written within a flush interval (250 ms).
       if (side === 'on') await sleep(500)
+      const postgresMicros = ((postgresCpu(await backendsOf(admin, db.name)) - postgresBefore) * 1e6) / r.requests
       const after = await scrape(gateway.metricsPort)
       const delta = (name: string) => (side === 'on' ? metric(after, name) - metric(before, name) : 0)
       const written = delta('tgw_request_log_written_total')
@@ -138,7 +153,7 @@ async function proxyOnOff(): Promise<void> {
       console.error(
         `${roundLine(`${side} ${connections}c ${round}`, r)}${side === 'on' ? `, ${fmt(written)} written` : ''}`,
       )
-      return { ...r, side, round, written, dropped }
+      return { ...r, side, round, postgresMicros, written, dropped }
     }
 
     for (const connections of CONNECTIONS) {
@@ -161,6 +176,7 @@ async function proxyOnOff(): Promise<void> {
     throw err
   } finally {
     for (const server of started.reverse()) await stopChild(server.child).catch((err) => console.error(err))
+    await admin.end()
     await db.drop()
   }
 }
@@ -171,12 +187,14 @@ function reportProxy(rounds: Round[], connections: number): void {
   const on = { ...medianOf(of('on')), side: 'on', round: 'median' }
   const medians = [off, on]
   const ratio = on.perSecond / off.perSecond
+  const postgresOff = median(of('off').map((r) => r.postgresMicros))
+  const postgresOn = median(of('on').map((r) => r.postgresMicros))
   const requestsOn = of('on').reduce((sum, r) => sum + r.requests, 0)
   const written = of('on').reduce((sum, r) => sum + r.written, 0)
   const dropped = of('on').reduce((sum, r) => sum + r.dropped, 0)
   say(
     '',
-    `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s); ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
+    `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s)${RATE === undefined ? '' : ` at ${fmt(RATE)} requests/s`}; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
     `two gateway processes of this build on one database, Redis and upstream: off REQUEST_LOG_RETENTION_DAYS=0, on ${RETENTION_DAYS}`,
     '',
     ...table(
@@ -190,6 +208,8 @@ function reportProxy(rounds: Round[], connections: number): void {
     `          req/s round by round: ${of('on')
       .map((r, i) => (r.perSecond / of('off')[i]!.perSecond).toFixed(3))
       .join(', ')}`,
+    `CPU µs/request (medians)  gateway off ${off.cpuMicros.toFixed(1)}, on ${on.cpuMicros.toFixed(1)} (+${(on.cpuMicros - off.cpuMicros).toFixed(1)}); ` +
+      `the database's backends off ${postgresOff.toFixed(1)}, on ${postgresOn.toFixed(1)} (+${(postgresOn - postgresOff).toFixed(1)})`,
     `on's log  ${fmt(written)} records written for ${fmt(requestsOn)} requests of its measured rounds (and their warming requests), ${fmt(dropped)} dropped`,
   )
 }

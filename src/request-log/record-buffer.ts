@@ -1,5 +1,5 @@
 // The records not yet in Postgres, in a fixed array used as a ring: a full buffer drops its oldest
-// record rather than grow (docs/operations.md, the request log).
+// record rather than grow (docs/operations.md, the request log). The writer keeps each as its JSON.
 
 /** One answered request, as the request log keeps it (docs/api.md, Request log). */
 export interface RequestRecord {
@@ -23,16 +23,16 @@ export interface RequestRecord {
   sourceIp: string
 }
 
-export class RecordBuffer {
+export class RecordBuffer<T> {
   /** A ring: `head` is the oldest record, `count` follow it. */
-  private readonly ring: (RequestRecord | null)[]
+  private readonly ring: (T | null)[]
   private head = 0
   private count = 0
   /** Records dropped because the buffer was full, since the start. */
   dropped = 0
 
   constructor(readonly capacity: number) {
-    this.ring = new Array<RequestRecord | null>(capacity).fill(null)
+    this.ring = new Array<T | null>(capacity).fill(null)
   }
 
   get size(): number {
@@ -40,7 +40,7 @@ export class RecordBuffer {
   }
 
   /** Adds a record; a full buffer lets its oldest go (counted in `dropped`). */
-  add(record: RequestRecord): void {
+  add(record: T): void {
     if (this.count === this.capacity) {
       this.head = (this.head + 1) % this.capacity
       this.count--
@@ -51,9 +51,9 @@ export class RecordBuffer {
   }
 
   /** Takes out the oldest `max` records at most, oldest first. */
-  take(max: number): RequestRecord[] {
+  take(max: number): T[] {
     const n = Math.min(max, this.count)
-    const batch = new Array<RequestRecord>(n)
+    const batch = new Array<T>(n)
     for (let i = 0; i < n; i++) {
       const at = (this.head + i) % this.capacity
       batch[i] = this.ring[at]!
@@ -68,7 +68,7 @@ export class RecordBuffer {
    * Puts back a batch whose write failed, before the records added since: it is older. What does
    * not fit goes, its oldest first, and is counted in `dropped`.
    */
-  putBack(batch: readonly RequestRecord[]): void {
+  putBack(batch: readonly T[]): void {
     const kept = Math.min(batch.length, this.capacity - this.count)
     this.dropped += batch.length - kept
     for (let i = batch.length - 1; i >= batch.length - kept; i--) {

@@ -7,7 +7,7 @@ const record = (n: number) => ({ id: `r${n}` }) as RequestRecord
 const ids = (records: readonly RequestRecord[]) => records.map((r) => r.id)
 
 t.test('a full buffer drops its oldest record, and counts it', async (t) => {
-  const buffer = new RecordBuffer(3)
+  const buffer = new RecordBuffer<RequestRecord>(3)
   for (let n = 1; n <= 5; n++) buffer.add(record(n))
   t.equal(buffer.size, 3)
   t.equal(buffer.dropped, 2)
@@ -16,7 +16,7 @@ t.test('a full buffer drops its oldest record, and counts it', async (t) => {
 })
 
 t.test('take hands out at most its batch, in order, across the ring', async (t) => {
-  const buffer = new RecordBuffer(4)
+  const buffer = new RecordBuffer<RequestRecord>(4)
   for (let n = 1; n <= 3; n++) buffer.add(record(n))
   t.same(ids(buffer.take(2)), ['r1', 'r2'])
   for (let n = 4; n <= 6; n++) buffer.add(record(n))
@@ -25,7 +25,7 @@ t.test('take hands out at most its batch, in order, across the ring', async (t) 
 })
 
 t.test('a batch put back goes before the records added since; what does not fit goes, oldest first', async (t) => {
-  const buffer = new RecordBuffer(4)
+  const buffer = new RecordBuffer<RequestRecord>(4)
   for (let n = 1; n <= 3; n++) buffer.add(record(n))
   const batch = buffer.take(3)
   buffer.add(record(4))
