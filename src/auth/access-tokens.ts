@@ -10,7 +10,7 @@ import { ApiError } from '../errors.js'
 import type { Tally } from '../ops/fast-metrics.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
 import { isExpired, type KeyRecord, type TenancyLookups } from '../tenancy/lookups.js'
-import { keyExpired, type Principal } from './authenticate.js'
+import { keyExpired, type Principal, refusedKey } from './authenticate.js'
 import { scopeCovers } from './scopes.js'
 
 /** RFC 9068 §2.1: the JOSE header's `typ` of an access token. */
@@ -157,9 +157,11 @@ export class AccessTokens {
     const verified = await this.verify(token)
     const key = await lookups.keyById(verified.keyId)
     // A token whose tenant_id is not its key's was not made from this key.
-    if (key === null || key.status !== 'active' || key.tenantId !== verified.tenantId)
+    if (key === null || key.tenantId !== verified.tenantId)
       throw invalidToken("the access token's key is unknown or revoked")
-    if (isExpired(key)) throw keyExpired()
+    // The key exists: its 401 goes to the request log of its account, as the key's own would.
+    if (key.status !== 'active') throw refusedKey(invalidToken("the access token's key is unknown or revoked"), key)
+    if (isExpired(key)) throw refusedKey(keyExpired(), key)
     const tenant = await lookups.tenant(key.tenantId)
     if (tenant === null) throw invalidToken("the access token's key is unknown or revoked")
     return {

@@ -109,13 +109,14 @@ export async function authenticate(
 }
 
 /**
- * The keys behind 401s for a key that exists (revoked, expired): the request log records those
+ * The keys behind 401s for a key that exists (revoked, expired), used directly or through an
+ * access token (access-tokens.ts): the request log records those
  * for the key's account (request-log/), after the answer, so that they take no longer than an
  * unknown key's.
  */
 const refusedKeys = new WeakMap<Error, KeyRecord>()
 
-function refusedKey(error: ApiError, key: KeyRecord): ApiError {
+export function refusedKey(error: ApiError, key: KeyRecord): ApiError {
   refusedKeys.set(error, key)
   return error
 }

@@ -7,13 +7,27 @@ import { BlockList, isIP } from 'node:net'
 export function cidrProblem(entry: string): string | null {
   const slash = entry.indexOf('/')
   const address = slash === -1 ? entry : entry.slice(0, slash)
+  // isIP takes a zone (`fe80::1%eth0`), which a match would ignore: an entry means every interface.
+  if (address.includes('%')) return 'has a zone (%…): write the address without it'
   const version = isIP(address)
   if (version === 0) return 'is not an IPv4 or IPv6 address or CIDR (203.0.113.0/24, 2001:db8::/48)'
   if (slash === -1) return null
   const prefix = entry.slice(slash + 1)
   const max = version === 4 ? 32 : 128
   if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > max) return `has a prefix length that is not 0 to ${max}`
+  if (version === 6 && Number(prefix) < 96 && coversMappedIpv4(address, Number(prefix)))
+    return 'covers ::ffff:0:0/96, so every IPv4 client too: list IPv4 clients as IPv4 (0.0.0.0/0 for all)'
   return null
+}
+
+/**
+ * Whether an IPv6 subnet holds the IPv4-mapped range: BlockList checks an IPv4 client against it
+ * as ::ffff:a.b.c.d, so `::/0`, meant as "any IPv6 client", would let every IPv4 one in as well.
+ */
+function coversMappedIpv4(address: string, prefix: number): boolean {
+  const subnet = new BlockList()
+  subnet.addSubnet(address, prefix, 'ipv6')
+  return subnet.check('::ffff:0.0.0.0', 'ipv6')
 }
 
 /** A list's BlockList, and the answers it gave lately: a check costs about 2 µs, a Map lookup 50 ns. */

@@ -218,6 +218,19 @@ t.test('IP allow-lists of a key and of a policy, IPv4 and IPv6, proxy and token 
   })
   t.equal(refusedRaw.status, 400)
   t.equal(refusedRaw.json().errors[0].path, '/body/ip_allowlist/1')
+  // An IPv6 range holding ::ffff:0:0/96 would let every IPv4 client in: refused, as is a zone.
+  for (const [entry, message] of [
+    ['::/0', /every IPv4 client/],
+    ['fe80::%eth0/64', /zone/],
+  ] as const) {
+    const refused = await manage({ ...gw, url: v4 }, parent.apiKey, 'POST', `/${sub}/api-keys`, {
+      name: 'k',
+      scopes: ['orders:read'],
+      ip_allowlist: [entry],
+    })
+    t.equal(refused.status, 400, `${entry} refused`)
+    t.match(refused.json().errors[0], { path: '/body/ip_allowlist/0', message }, `${entry}: says why`)
+  }
 
   // The token endpoint: the client proves its secret, then its address is checked.
   const token = (localAddress?: string) =>

@@ -170,6 +170,22 @@ t.test('a record for each kind of answer once the key is known, none before', as
   t.same(rows, [], 'not under any account either')
 })
 
+t.test("an access token whose key was revoked: its 401 recorded for the key's account", async (t) => {
+  const parent = await gw.createParent({ scopes: PARENT_SCOPES })
+  const client = await clientKey(gw.url, parent, ['api:read'])
+  const token = await accessToken(gw.url, client)
+  await manage(parent.apiKey, 'POST', `/${client.subId}/api-keys/${client.keyId}/revoke`)
+  const refused = await callAs(gw.url, token, { path: '/api/with-revoked-token' })
+  t.equal(refused.status, 401)
+  t.match(await recordOf(parent.apiKey, idOf(refused)), {
+    status: 401,
+    key_id: client.keyId,
+    tenant_id: client.subId,
+    account_id: parent.id,
+    path: '/api/with-revoked-token',
+  })
+})
+
 t.test('nothing secret in any record: no key, client secret, token or query string', async (t) => {
   const parent = await gw.createParent({ scopes: PARENT_SCOPES })
   const client = await clientKey(gw.url, parent, ['api:read'])
