@@ -87,6 +87,23 @@ export const lazyChildLogger: NonNullable<FastifyServerOptions['childLoggerFacto
   new LazyChildLogger(logger, bindings, options) as unknown as FastifyBaseLogger
 
 /** The request line: who called, as whom, which route, what came of it, and how long it took. */
+/**
+ * The request target as a log line shows it: never its query string (the caller's, it could hold
+ * anything), nor the authority of an absolute-form target (`http://user:password@host/…`, which
+ * the gateway refuses but still logs), and at most 200 characters.
+ */
+export function loggedPath(url: string): string {
+  let start = 0
+  if (url.charCodeAt(0) !== 0x2f /* / */) {
+    const scheme = url.indexOf('://')
+    const slash = scheme === -1 ? -1 : url.indexOf('/', scheme + 3)
+    if (slash === -1) return '(not a path)'
+    start = slash
+  }
+  const query = url.indexOf('?', start)
+  return url.slice(start, query === -1 ? url.length : query).slice(0, 200)
+}
+
 export function logRequest(
   log: FastifyBaseLogger,
   kind: RouteKind,
@@ -96,15 +113,12 @@ export function logRequest(
   // Probes come every few seconds from every kubelet: kept out of the info stream.
   const level = kind === 'ops' && reply.statusCode < 500 ? 'debug' : 'info'
   if (!(log as Logger).isLevelEnabled(level)) return
-  const url = request.url
-  const query = url.indexOf('?')
   const principal = request.principal
   log[level](
     {
       reqId: request.id,
       method: request.method,
-      // Never the query string: it is the caller's, and could hold anything.
-      path: (query === -1 ? url : url.slice(0, query)).slice(0, 200),
+      path: loggedPath(request.url),
       route: request.routeOptions.url ?? null,
       kind,
       status: reply.statusCode,

@@ -128,6 +128,10 @@ t.test('logs: no secret in any line, one request line per request', async (t) =>
     },
     200,
   )
+  // An absolute-form target with a user and password: refused, and logged without its authority.
+  const password = `pw${'z'.repeat(12)}`
+  secrets.add(password)
+  await send('absolute-form target', null, { path: `http://user:${password}@127.0.0.1/v1/things/1?q=1` }, 400)
   const own = await send(
     'proxied with the sub-account key',
     subKey.api_key,
