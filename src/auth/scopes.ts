@@ -4,6 +4,11 @@ import { ApiError } from '../errors.js'
 export const SCOPE_PATTERN = '^[a-z][a-z0-9_.-]*(:[a-z0-9_.*-]+)*$'
 export const MANAGEMENT_SCOPES = ['sub_accounts:read', 'sub_accounts:write'] as const
 
+/** A `sub_accounts` scope or pattern: a parent key's own, which a sub-account key never holds. */
+export function isManagementScope(scope: string): boolean {
+  return scope === 'sub_accounts' || scope.startsWith('sub_accounts:')
+}
+
 /**
  * True when `granted` covers `needed`: equal, or equal segment by segment where a granted
  * segment `*` stands for any one segment (`tracking:*` covers `tracking:read`).

@@ -1,6 +1,7 @@
 // The operator's commands on the database and on parent accounts (docs/configuration.md): migrate,
 // create a parent account with its first key, set its limits. Every value is checked before the
 // store is touched, so a bad one changes nothing.
+import { isManagementScope } from '../auth/scopes.js'
 import { recordFirstKey } from '../auth/key-changes.js'
 import { createParentWithKey } from '../auth/mint.js'
 import { cacheKeys } from '../cache/index.js'
@@ -111,5 +112,9 @@ function scopeCeilingOption(options: Options): string[] | null {
   }
   if (typeof options.allow !== 'string')
     throw new UsageError('give --allow <a,b,tracking:*> or --any (--help for the usage)')
-  return [...new Set(scopes({ scopes: options.allow }, '--allow')!)]
+  const allowed = [...new Set(scopes({ scopes: options.allow }, '--allow')!)]
+  const reserved = allowed.find(isManagementScope)
+  if (reserved !== undefined)
+    throw new UsageError(`--allow: "${reserved}" is a parent key's own scope, which no sub-account key can hold`)
+  return allowed
 }

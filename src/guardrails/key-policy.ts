@@ -1,5 +1,6 @@
 // A sub-account's key policy (docs/api.md, Key policies and IP allow-lists), set by its parent:
 // which scopes its keys may have, how long they may live, and from which addresses they may be used.
+import { isManagementScope } from '../auth/scopes.js'
 import { validationFailed } from '../errors.js'
 import { cidrProblem } from './ip-allowlist.js'
 
@@ -11,10 +12,16 @@ export interface KeyPolicy {
 
 /**
  * A body's policy (members left out are null) as stored: null when every member is null. A bad
- * allow-list entry is a 400 naming it (`path`: where the body holds the policy).
+ * allow-list entry, or a `sub_accounts` scope, is a 400 naming it (`path`: where the body holds
+ * the policy).
  */
 export function storedKeyPolicy(body: Partial<KeyPolicy> | null, path: string): KeyPolicy | null {
   if (body === null) return null
+  const reserved = body.allowed_scopes?.findIndex(isManagementScope) ?? -1
+  if (reserved !== -1)
+    throw validationFailed([
+      { path: `${path}/allowed_scopes/${reserved}`, message: 'sub_accounts scopes are for parent keys only' },
+    ])
   checkAllowlist(body.ip_allowlist ?? null, `${path}/ip_allowlist`)
   const policy: KeyPolicy = {
     allowed_scopes: body.allowed_scopes == null ? null : [...new Set(body.allowed_scopes)],

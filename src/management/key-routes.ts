@@ -1,5 +1,6 @@
 // API keys of a sub-account: mint, list, get, revoke, roll (docs/api.md, API keys of a
 // sub-account; docs/credentials.md, key lifecycle).
+import { isManagementScope } from '../auth/scopes.js'
 import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
 import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
@@ -54,7 +55,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
     },
     async (request, reply) => {
       const { name, scopes } = request.body
-      const reserved = scopes.findIndex((scope) => scope === 'sub_accounts' || scope.startsWith('sub_accounts:'))
+      const reserved = scopes.findIndex(isManagementScope)
       if (reserved !== -1) {
         throw validationFailed([
           { path: `/body/scopes/${reserved}`, message: 'sub_accounts scopes are for parent keys only' },

@@ -96,7 +96,7 @@ t.test("the operator's scope ceiling: minting and rolling outside it refused, no
   t.equal(lifted.code, 0)
   t.equal((await manage(gw, parent.apiKey, 'POST', `/${sub}/api-keys/${early.id}/roll`, {})).status, 201)
 
-  for (const args of [['--any', '--allow', 'a'], [], ['--allow', 'Not A Scope']]) {
+  for (const args of [['--any', '--allow', 'a'], [], ['--allow', 'Not A Scope'], ['--allow', 'a,sub_accounts:read']]) {
     const bad = await runCliHere(['accounts', 'scopes', '--account', parent.id, ...args], {
       DATABASE_URL: gw.database.url,
       ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
@@ -159,6 +159,7 @@ t.test('a key policy: scopes and life at mint and roll; tightened later', async 
     [{ ip_allowlist: ['127.0.0.1', 'example.com'] }, '/body/key_policy/ip_allowlist/1'],
     [{ max_ttl_seconds: 10 }, '/body/key_policy/max_ttl_seconds'],
     [{ allowed_scopes: [] }, '/body/key_policy/allowed_scopes'],
+    [{ allowed_scopes: ['orders:read', 'sub_accounts:read'] }, '/body/key_policy/allowed_scopes/1'],
     [{ colour: 'blue' }, '/body/key_policy/colour'],
   ] as const) {
     const res = await manage(gw, parent.apiKey, 'PATCH', `/${sub}`, { key_policy: policy })
