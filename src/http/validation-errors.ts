@@ -3,7 +3,9 @@
 // deep inside one fails both branches, and Ajv reports the typo, then "must be null" and "must
 // match a schema in anyOf" at every level above it: the branch that got further is kept, the
 // noise dropped.
+import { DATE_TIME_RULE } from '../dates.js'
 import type { FieldError } from '../errors.js'
+import { UUID_PATTERN } from '../tenancy/identifiers.js'
 
 export interface AjvErrorLike {
   instancePath: string
@@ -12,7 +14,21 @@ export interface AjvErrorLike {
   keyword: string
   params: Record<string, unknown>
   /** With Ajv's `verbose`: the schema holding the keyword (its `properties` name the known fields). */
-  parentSchema?: { properties?: Record<string, unknown> }
+  parentSchema?: { properties?: Record<string, unknown>; description?: string }
+}
+
+/**
+ * What a value must be, where Ajv would only quote the pattern or format it failed: for an id of
+ * any route, a date-time, and otherwise the schema's own description of the value.
+ */
+function ruleOf(e: AjvErrorLike): string | undefined {
+  if (e.keyword === 'pattern' && e.params.pattern === UUID_PATTERN)
+    return 'must be a UUID (8-4-4-4-12 hexadecimal digits, such as 3f0c9e5a-2b7d-4c1e-9a6f-8d2e4b1c0a57)'
+  if (e.keyword === 'format' && e.params.format === 'date-time') return DATE_TIME_RULE
+  const description = e.parentSchema?.description
+  if ((e.keyword === 'pattern' || e.keyword === 'format') && description !== undefined)
+    return `${e.message ?? 'is invalid'}: ${description}`
+  return undefined
 }
 
 const ALTERNATIVES = new Set(['anyOf', 'oneOf'])
@@ -76,6 +92,6 @@ export function fieldErrors(context: string, errors: AjvErrorLike[]): FieldError
       const allowed = known.length === 0 ? 'no fields are allowed here' : `allowed: ${known.join(', ')}`
       return { path: `${path}/${String(e.params.additionalProperty)}`, message: `is not a known field (${allowed})` }
     }
-    return { path, message: e.message ?? 'is invalid' }
+    return { path, message: ruleOf(e) ?? e.message ?? 'is invalid' }
   })
 }

@@ -267,6 +267,15 @@ t.test('filters: sub-account, key, status and class, code, route, time; bad ones
     t.equal(res.status, 400, `${bad}: 400`)
     t.equal(res.json().code, 'validation_failed')
   }
+  // Each says what the value must be, not only the pattern it failed.
+  for (const [bad, message] of [
+    ['?status=6xx', /a status \(`404`\) or a class \(`4xx`\)/],
+    ['?sub_account_id=not-a-uuid', /must be a UUID/],
+    ['?since=yesterday', /must be an RFC 3339 date-time/],
+  ] as const) {
+    const res = await requests(parent.apiKey, bad)
+    t.match(res.json().errors[0].message, message, `${bad}: says what to send`)
+  }
   const missing = await callAs(gw.url, parent.apiKey, { path: '/v1/sub-accounts/requests/no-such-id', acting: 'self' })
   t.equal(missing.status, 404)
 })
