@@ -159,7 +159,11 @@ export function registerPortalSessionRoutes(app: ManagementApp, { sql }: Managem
             accountId: parentId,
             type: 'portal_session.ended',
             target: { type: 'portal_session', id: result.row.id },
-            object: { ...presentPortalSession(result.row), ended_reason: 'deleted' },
+            object: {
+              ...presentPortalSession(result.row),
+              ended_at: result.row.ended_at!.toISOString(),
+              ended_reason: 'deleted',
+            },
             previous: { ended_at: null },
           })
         return result

@@ -63,6 +63,11 @@ export function registerExchangeRoutes(app: ManagementApp, sql: Sql, issuerUrl: 
     { schema: { ...hidden, body: ExchangeBody, response: { 201: SessionInfo } } },
     async (request, reply) => {
       const { token, embedded = false } = request.body
+      // Only the portal's own page exchanges a link: a browser that says another site sent the
+      // request (a login CSRF, planting the attacker's session) is refused.
+      const site = request.headers['sec-fetch-site']
+      if (site !== undefined && site !== 'same-origin' && site !== 'none')
+        throw new ApiError('insufficient_scope', 'a portal link is exchanged by the portal page only')
       if (!isWellFormedLinkToken(token)) throw new ApiError('unauthenticated', USED)
       const { secret, secretDigest } = generateSessionSecret()
       const session = await exchangePortalToken(sql, digest(token), secretDigest)

@@ -143,6 +143,7 @@ t.test('create, list and delete; isolation between parents; validation', async (
       'one event each, newest first',
     )
     t.match(events[1], { actor: { type: 'api_key', key_id: a.keyId }, target: { type: 'portal_session' } })
+    t.match(events[0].data, { object: { id: made.id, ended_reason: 'deleted' }, previous: { ended_at: null } })
     t.notOk(JSON.stringify(events).includes(token), 'no event holds the token')
   })
 })
@@ -199,6 +200,18 @@ t.test('the exchange: once, cookie attributes, bearer when embedded, expiry', as
       (await portal(gw, { cookie }, 'GET', '/keys', undefined, { 'sec-fetch-site': 'same-origin' })).statusCode,
       200,
     )
+  })
+
+  t.test('an exchange a browser says came from another site is refused, the link kept', async (t) => {
+    const { token: fresh } = await openSession(gw, parent, sub)
+    const res = await gw.app.inject({
+      method: 'POST',
+      url: '/portal/api/session',
+      headers: { 'content-type': 'application/json', 'sec-fetch-site': 'cross-site' },
+      payload: JSON.stringify({ token: fresh }),
+    })
+    t.equal(res.statusCode, 403)
+    t.equal((await exchange(gw, fresh)).statusCode, 201, 'the link still works from the page')
   })
 
   t.test('malformed and made-up tokens', async (t) => {
