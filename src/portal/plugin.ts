@@ -14,6 +14,7 @@ import type { Sql } from '../store/db.js'
 import { portalOriginsOfSession } from '../store/portal-sessions.js'
 import { cursorSecret } from '../store/secrets.js'
 import { isUuid } from '../tenancy/identifiers.js'
+import { addManagementDeadline } from '../management/hooks.js'
 import { Cursors } from '../management/paging.js'
 import { registerPortalApiRoutes } from './api-routes.js'
 import { registerExchangeRoutes } from './exchange-routes.js'
@@ -88,6 +89,9 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
   await app.register(
     async (api) => {
       const typed = api.withTypeProvider<TypeBoxTypeProvider>()
+      // The management API's deadlines: past 1.5 s of store work a call is 503 store_unavailable
+      // rather than hanging on a partitioned Postgres, and a body must arrive within 10 s.
+      addManagementDeadline(api)
       // JSON only, never framed, never stored.
       typed.addHook('onRequest', async (_request, reply) => {
         secureHeaders(reply, portalCsp(null)).header('cache-control', 'no-store')

@@ -470,3 +470,33 @@ t.test(
     t.equal(upstream.received.length, before, 'nothing reached the catch-all upstream')
   },
 )
+
+t.test('a portal call waits on Postgres at most the management deadline: then 503', async (t) => {
+  const gw = await startGateway(t)
+  const parent = await gw.createParent()
+  const { token } = await openSession(gw, parent, await subAccount(gw, parent))
+  const cookie = cookieValue(await exchange(gw, token))
+  let release = () => {}
+  const released = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  let locked = () => {}
+  const isLocked = new Promise<void>((resolve) => {
+    locked = resolve
+  })
+  const holder = gw.sql.begin(async (tx) => {
+    await tx`lock table portal_sessions in access exclusive mode`
+    locked()
+    await released
+  })
+  await isLocked
+  const start = Date.now()
+  const res = await portal(gw, { cookie }, 'GET', '/keys')
+  const took = Date.now() - start
+  release()
+  await holder
+  t.equal(res.statusCode, 503, res.body)
+  t.equal(res.json().code, 'store_unavailable')
+  t.ok(took >= 1_400 && took < 3_000, `answered at the deadline (${took} ms)`)
+  t.equal((await portal(gw, { cookie }, 'GET', '/keys')).statusCode, 200, 'and fine once Postgres answers')
+})
