@@ -10,11 +10,11 @@ import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
 import { managementRate } from '../limits/management-rate.js'
 import { CONSOLE_CSP } from '../console/plugin.js'
-import type { Sql } from '../store/db.js'
+import { type Sql, withDeadline } from '../store/db.js'
 import { portalOriginsOfSession } from '../store/portal-sessions.js'
 import { cursorSecret } from '../store/secrets.js'
 import { isUuid } from '../tenancy/identifiers.js'
-import { addManagementDeadline } from '../management/hooks.js'
+import { addManagementDeadline, MANAGEMENT_DEADLINE_MS } from '../management/hooks.js'
 import { Cursors } from '../management/paging.js'
 import { registerPortalApiRoutes } from './api-routes.js'
 import { registerExchangeRoutes } from './exchange-routes.js'
@@ -73,7 +73,11 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
     { schema: { hide: true } },
     async (request, reply) => {
       const session = request.query.session
-      const origins = typeof session === 'string' && isUuid(session) ? await portalOriginsOfSession(sql, session) : null
+      // Postgres slow or away: the page still loads, and no one may frame it (the safe side).
+      const origins =
+        typeof session === 'string' && isUuid(session)
+          ? await withDeadline(portalOriginsOfSession(sql, session), MANAGEMENT_DEADLINE_MS).catch(() => null)
+          : null
       // Framed by the parent's pages only; revalidated on every load, never stored elsewhere.
       secureHeaders(reply, portalCsp(origins)).type('text/html; charset=utf-8').header('cache-control', 'no-store')
       return PAGE

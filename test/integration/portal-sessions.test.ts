@@ -474,7 +474,7 @@ t.test(
 t.test('a portal call waits on Postgres at most the management deadline: then 503', async (t) => {
   const gw = await startGateway(t)
   const parent = await gw.createParent()
-  const { token } = await openSession(gw, parent, await subAccount(gw, parent))
+  const { made, token } = await openSession(gw, parent, await subAccount(gw, parent))
   const cookie = cookieValue(await exchange(gw, token))
   let release = () => {}
   const released = new Promise<void>((resolve) => {
@@ -491,13 +491,18 @@ t.test('a portal call waits on Postgres at most the management deadline: then 50
   })
   await isLocked
   const start = Date.now()
-  const res = await portal(gw, { cookie }, 'GET', '/keys')
+  const [res, page] = await Promise.all([
+    portal(gw, { cookie }, 'GET', '/keys'),
+    gw.app.inject({ method: 'GET', url: `/portal/?session=${made.id}` }),
+  ])
   const took = Date.now() - start
   release()
   await holder
   t.equal(res.statusCode, 503, res.body)
   t.equal(res.json().code, 'store_unavailable')
   t.ok(took >= 1_400 && took < 5_000, `answered at the deadline (${took} ms)`)
+  t.equal(page.statusCode, 200, 'the page still loads')
+  t.match(String(page.headers['content-security-policy']), /frame-ancestors 'none'/, 'framed by no one')
   t.equal((await portal(gw, { cookie }, 'GET', '/keys')).statusCode, 200, 'and fine once Postgres answers')
 })
 
