@@ -10,6 +10,7 @@ import { AccessTokens } from './auth/access-tokens.js'
 import type { CacheTimings } from './cache/index.js'
 import { ConfigError, type Config } from './config.js'
 import { consolePlugin } from './console/plugin.js'
+import { portalPlugin } from './portal/plugin.js'
 import { identityAssertions } from './identity/assertions.js'
 import { Keyring } from './signing-keys/keyring.js'
 import { oauthRoutes } from './oauth/routes.js'
@@ -305,7 +306,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     idempotencySweepIntervalMs: tuning.idempotencySweepIntervalMs,
     webhookLookup: tuning.webhookLookup,
     requestLogSql: app.requestLog === null ? null : app.requestLogSql,
+    portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
   })
+  // The sub-account portal comes with the console: its page and its API (portal/plugin.ts).
+  if (deps.config.console)
+    await app.register(portalPlugin, {
+      sql: deps.store.sql,
+      cache,
+      requestLogSql: app.requestLog === null ? null : app.requestLogSql,
+      issuerUrl: deps.config.issuerUrl,
+      limiter: app.limiter,
+      rate: deps.config.managementRate,
+    })
   const webSockets = routes.some((route) => route.websocket !== null)
     ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
     : null

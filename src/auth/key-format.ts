@@ -41,7 +41,8 @@ export function withChecksum(text: string): string {
   return text + checksum(text)
 }
 
-function generate(prefix: string): string {
+/** A prefix, 32 random bytes in base62 and a checksum: keys, client secrets, portal credentials. */
+export function generate(prefix: string): string {
   return withChecksum(prefix + base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH))
 }
 

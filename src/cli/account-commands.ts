@@ -10,6 +10,7 @@ import { presentKey } from '../management/present.js'
 import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
 import { setScopeCeilingWithEvent } from '../guardrails/ceiling-changes.js'
+import { httpsOrigin, PORTAL_ORIGINS_MAX, setPortalOriginsWithEvent } from '../portal/origin-changes.js'
 import type { TenantRow } from '../store/tenants.js'
 import { inTransaction } from '../store/transaction.js'
 import { isExternalId } from '../tenancy/identifiers.js'
@@ -102,6 +103,39 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     if (changed === null) throw new UsageError(`no parent account ${accountId}`)
     return { account: { ...presentAccount(changed.account), allowed_scopes: changed.allowed } }
   },
+
+  // Read from Postgres when a portal page is loaded: no cache to tell.
+  'accounts portal-origins': async (sql, options) => {
+    const accountId = uuid(options, 'account')
+    const origins = portalOriginsOption(options)
+    await migrate(sql)
+    const changed = await setPortalOriginsWithEvent(sql, accountId, origins, operatorOrigin())
+    if (changed === null) throw new UsageError(`no parent account ${accountId}`)
+    return { account: { ...presentAccount(changed.account), portal_origins: changed.origins } }
+  },
+}
+
+/** `--origins https://a.example,https://b.example`, or `--none` (null): exactly one. */
+function portalOriginsOption(options: Options): string[] | null {
+  if (options.none === true) {
+    if (options.origins !== undefined) throw new UsageError('give --origins <https://a.example,…> or --none, not both')
+    return null
+  }
+  if (typeof options.origins !== 'string')
+    throw new UsageError('give --origins <https://a.example,https://b.example> or --none (--help for the usage)')
+  const given = options.origins
+    .split(',')
+    .map((o) => o.trim())
+    .filter((o) => o !== '')
+  if (given.length === 0 || given.length > PORTAL_ORIGINS_MAX)
+    throw new UsageError(`--origins must name 1 to ${PORTAL_ORIGINS_MAX} origins`)
+  const origins = given.map((text) => {
+    const origin = httpsOrigin(text)
+    if (origin === null)
+      throw new UsageError(`--origins: "${text}" is not an https origin (https://host or https://host:port, no path)`)
+    return origin
+  })
+  return [...new Set(origins)]
 }
 
 /** `--allow a,b` (scopes or patterns), or `--any` (null): exactly one. */

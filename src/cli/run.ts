@@ -33,6 +33,9 @@ commands:
   accounts scopes --account <uuid> (--allow <a,b,tracking:*> | --any)
                                the scopes (or patterns) the account may give its sub-accounts'
                                keys; --any lifts the ceiling (the default)
+  accounts portal-origins --account <uuid> (--origins <https://a.example,…> | --none)
+                               the https origins that may embed the account's sub-account portal
+                               (its frame-ancestors); --none: no embedding (the default)
   keys create --account <uuid> --name <label> [--scopes <a,b>] [--expires-at <RFC 3339>]
                                mint another API key for a parent account (never expiring unless
                                --expires-at, at most 10 years ahead)
@@ -51,7 +54,7 @@ database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as
 `
 
 const COMMAND_NAMES =
-  'migrate, accounts create, accounts limits, accounts scopes, keys create, keys revoke, keys roll, signing-keys rotate'
+  'migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, signing-keys rotate'
 
 const COMMANDS: Record<string, Command> = {
   ...ACCOUNT_COMMANDS,
@@ -82,6 +85,8 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       compromised: { type: 'boolean' },
       allow: { type: 'string' },
       any: { type: 'boolean' },
+      origins: { type: 'string' },
+      none: { type: 'boolean' },
     },
   })
   const { help, ...options } = values

@@ -20,8 +20,11 @@ export const EVENT_TYPES = [
   'api_key.expiring',
   'account.limits_updated',
   'account.scopes_updated',
+  'account.portal_origins_updated',
   'webhook_endpoint.created',
   'webhook_endpoint.deleted',
+  'portal_session.created',
+  'portal_session.ended',
   // Alerts: written by the gateway itself (docs/events.md, Alerts).
   'usage.threshold_reached',
   'rate_limit.exceeded',
@@ -29,13 +32,15 @@ export const EVENT_TYPES = [
 
 export type EventType = (typeof EVENT_TYPES)[number]
 
-export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint'
+export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint' | 'portal_session'
 
 export type Actor =
   | { type: 'api_key'; key_id: string }
   | { type: 'operator'; key_id: null }
   /** An alert: the gateway wrote it of its own accord. */
   | { type: 'gateway'; key_id: null }
+  /** A change made in the sub-account portal: the session's id (`key_id` null, as for every actor without a key). */
+  | { type: 'portal_session'; id: string; key_id: null }
 
 /** Who made a change, and from where: the request, or the operator's command. */
 export interface Origin {
@@ -62,6 +67,13 @@ export const operatorOrigin = (requestId: string = randomUUID()): Origin => ({
   actor: { type: 'operator', key_id: null },
   requestId,
   sourceIp: null,
+})
+
+/** A change made in the portal (portal/api-routes.ts): the session, the request, the address. */
+export const portalOrigin = (sessionId: string, requestId: string, sourceIp: string): Origin => ({
+  actor: { type: 'portal_session', id: sessionId, key_id: null },
+  requestId,
+  sourceIp,
 })
 
 /** An alert's origin: no key, no request, no address (docs/events.md, Alerts). */

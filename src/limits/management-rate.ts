@@ -8,10 +8,18 @@ import type { Limiter } from './limiter.js'
 import type { Decision, LimitSubject } from './types.js'
 import { limitRefusal, setRateLimitFields } from './answer.js'
 
-export function managementRate(limiter: Limiter, rate: Rate) {
+/**
+ * `parentOf` names the parent whose budget a call spends: the calling key's account, or (the
+ * sub-account portal: portal/plugin.ts) the account of the portal session's sub-account.
+ */
+export function managementRate(
+  limiter: Limiter,
+  rate: Rate,
+  parentOf: (request: FastifyRequest) => string = (request) => request.principal!.tenant.id,
+) {
   const limits = { rate, monthlyQuota: null }
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-    const subjects: LimitSubject[] = [{ tenantId: request.principal!.tenant.id, level: 'management', limits }]
+    const subjects: LimitSubject[] = [{ tenantId: parentOf(request), level: 'management', limits }]
     const answer = (decision: Decision) => {
       setRateLimitFields(reply, decision)
       done(decision.allowed ? undefined : limitRefusal(decision))

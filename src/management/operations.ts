@@ -86,6 +86,28 @@ export const OPERATIONS = {
     summary: 'One record of the request log, by its request id (X-Request-Id)',
     tags: ['requests'],
   },
+  createPortalSession: {
+    summary: "Open a portal session for a sub-account's people",
+    description:
+      '`url` (`<ISSUER_URL>/portal/?session=<id>#<one-time token>`) is in this response only (Cache-Control: ' +
+      'no-store): the page it opens exchanges the token once for a session bound to this sub-account and ' +
+      '`permissions`, until `expires_at` (`expires_in_seconds`, 60 to 3600, default 900). A deactivated ' +
+      'sub-account: 400; at most 50 open sessions a sub-account (`409 limit_reached`). Served with the console ' +
+      '(CONSOLE=on).',
+    tags: ['portal'],
+  },
+  listPortalSessions: {
+    summary: "A sub-account's open portal sessions, newest first",
+    description: 'Sessions not ended and not expired (at most 50), without their links.',
+    tags: ['portal'],
+  },
+  deletePortalSession: {
+    summary: 'End a portal session',
+    description:
+      'Answers 204; the session is refused from now on, on every replica. Ending one that has already ended ' +
+      '(deleted, expired, or its sub-account deactivated) answers 204 too.',
+    tags: ['portal'],
+  },
   createWebhookEndpoint: {
     summary: 'Create a webhook endpoint',
     description:

@@ -41,6 +41,29 @@ function statusFilter(status: string | undefined): RequestFilter['status'] {
   return status.endsWith('xx') ? { class: Number(status[0]) } : { exact: Number(status) }
 }
 
+/** The filters of a query, checked (400 for a bad time or range); the tenant, position and size are the caller's. */
+export function requestFilter(query: {
+  key_id?: string
+  status?: string
+  code?: string
+  route?: string
+  since?: string
+  until?: string
+}): Omit<RequestFilter, 'tenantId' | 'beforeSeq' | 'limit'> {
+  const since = instant(query.since, 'since')
+  const until = instant(query.until, 'until')
+  if (since !== null && until !== null && since > until)
+    throw validationFailed([{ path: '/querystring/since', message: 'must not be after until' }])
+  return {
+    keyId: query.key_id?.toLowerCase() ?? null,
+    status: statusFilter(query.status),
+    code: query.code ?? null,
+    route: query.route ?? null,
+    since,
+    until,
+  }
+}
+
 /** Where the log is kept, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
 export function registerRequestRoutes(app: ManagementApp, { cursors }: ManagementContext, logSql: Sql | null): void {
   app.get(
@@ -51,19 +74,11 @@ export function registerRequestRoutes(app: ManagementApp, { cursors }: Managemen
       const { limit = PAGE_LIMIT_DEFAULT } = query
       const scope = { list: 'requests', owner: parentOf(request).id } as const
       const beforeSeq = await cursors.decode(query.cursor, scope)
-      const since = instant(query.since, 'since')
-      const until = instant(query.until, 'until')
-      if (since !== null && until !== null && since > until)
-        throw validationFailed([{ path: '/querystring/since', message: 'must not be after until' }])
+      const filter = requestFilter(query)
       if (logSql === null) return { data: [], next_cursor: null }
       const rows = await listRequests(logSql, parentOf(request).id, {
+        ...filter,
         tenantId: query.sub_account_id?.toLowerCase() ?? null,
-        keyId: query.key_id?.toLowerCase() ?? null,
-        status: statusFilter(query.status),
-        code: query.code ?? null,
-        route: query.route ?? null,
-        since,
-        until,
         beforeSeq,
         limit: limit + 1,
       })

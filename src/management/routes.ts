@@ -17,6 +17,7 @@ import { registerRequestRoutes } from './request-routes.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { addIdempotency } from './idempotency.js'
 import { registerKeyRoutes } from './key-routes.js'
+import { registerPortalSessionRoutes } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from '../limits/management-rate.js'
 import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
@@ -47,6 +48,8 @@ export interface ManagementOptions {
   idempotencySweepIntervalMs?: number | undefined
   /** Where the request log is kept; null when it is off (request-log/plugin.ts). */
   requestLogSql: Sql | null
+  /** The portal's public address (ISSUER_URL), when the portal is served (CONSOLE=on); null: no portal sessions. */
+  portalIssuerUrl: string | null
 }
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
@@ -82,4 +85,5 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   registerWebhookEndpointRoutes(app, context)
   registerSubAccountItem(app, context)
   registerKeyRoutes(app, context)
+  if (options.portalIssuerUrl !== null) registerPortalSessionRoutes(app, context, options.portalIssuerUrl)
 }

@@ -233,10 +233,18 @@ export const Event = Type.Object(
     account_id: Type.String({ format: 'uuid', description: 'the parent account' }),
     actor: Type.Object(
       {
-        type: Type.Union([Type.Literal('api_key'), Type.Literal('operator'), Type.Literal('gateway')]),
+        type: Type.Union([
+          Type.Literal('api_key'),
+          Type.Literal('operator'),
+          Type.Literal('gateway'),
+          Type.Literal('portal_session'),
+        ]),
         key_id: Nullable(
-          Type.String({ description: 'the calling key; null for the operator (CLI) and the gateway (alerts)' }),
+          Type.String({
+            description: 'the calling key; null for the operator (CLI), the gateway (alerts) and a portal session',
+          }),
         ),
+        id: Type.Optional(Type.String({ description: 'a portal session: its id' })),
       },
       { additionalProperties: false },
     ),
@@ -247,6 +255,7 @@ export const Event = Type.Object(
           Type.Literal('api_key'),
           Type.Literal('account'),
           Type.Literal('webhook_endpoint'),
+          Type.Literal('portal_session'),
         ]),
         id: Type.String(),
       },

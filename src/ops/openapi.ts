@@ -68,6 +68,11 @@ function baseDocument(): OpenAPIV3_1.Document {
         name: 'webhooks',
         description: "The calling parent's webhook endpoints; a secret is shown once, when it is made",
       },
+      {
+        name: 'portal',
+        description:
+          "Sessions of the sub-account portal, a page for a sub-account's people (its keys, usage, requests)",
+      },
       { name: 'operations', description: 'Liveness and readiness; no key needed' },
       {
         name: 'credentials',
@@ -132,6 +137,7 @@ function managementErrors(
   if (body?.properties?.external_id !== undefined) errors[409] = 'Conflict'
   if (path.endsWith('/roll')) errors[409] = 'KeyNotActive'
   if (method === 'post' && path.endsWith('/webhook-endpoints')) errors[409] = 'EndpointConflict'
+  if (method === 'post' && path.endsWith('/portal-sessions')) errors[409] = 'SessionLimit'
   if (method === 'post' || method === 'patch') {
     errors[409] ??= 'InFlight'
     errors[422] = 'KeyReused'

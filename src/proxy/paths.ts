@@ -4,6 +4,7 @@
 import { CONSOLE_PREFIX } from '../console/paths.js'
 import { CREDENTIAL_PATHS } from '../oauth/paths.js'
 import { MANAGEMENT_PREFIX } from '../management/routes.js'
+import { PORTAL_PREFIX } from '../portal/paths.js'
 import { FoldedPrefixes } from './prefix-shadow.js'
 
 // `..` in any mix of plain and encoded dots, encoded `/` and `\`, a plain `\`, `//`, `;` plain or
@@ -60,8 +61,9 @@ export const RESERVED_PREFIXES = [
 ] as const
 
 const RESERVED = new FoldedPrefixes(RESERVED_PREFIXES)
-// With the console on (CONSOLE=on, the default), its path is the gateway's too; off, it is any path.
-const RESERVED_WITH_CONSOLE = new FoldedPrefixes([...RESERVED_PREFIXES, CONSOLE_PREFIX])
+// With the console on (CONSOLE=on, the default), its path and the portal's are the gateway's too; off, they are any path.
+// The sub-account portal is served with the console (portal/plugin.ts).
+const RESERVED_WITH_CONSOLE = new FoldedPrefixes([...RESERVED_PREFIXES, CONSOLE_PREFIX, PORTAL_PREFIX])
 
 /**
  * True for a reserved prefix and anything below it, compared as a folding upstream would read it

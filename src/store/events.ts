@@ -9,7 +9,7 @@ export interface EventRow {
   type: string
   created_at: Date
   account_id: string
-  actor: { type: 'api_key' | 'operator' | 'gateway'; key_id: string | null }
+  actor: { type: 'api_key' | 'operator' | 'gateway' | 'portal_session'; key_id: string | null; id?: string }
   target: { type: string; id: string }
   request_id: string | null
   source_ip: string | null

@@ -6,6 +6,7 @@ import t from 'tap'
 import { generateApiKey } from '../../src/auth/key-format.js'
 import { CONSOLE_PREFIX } from '../../src/console/paths.js'
 import { CREDENTIAL_PATHS } from '../../src/oauth/paths.js'
+import { PORTAL_PREFIX } from '../../src/portal/paths.js'
 import { revokeKey } from '../../src/store/api-keys.js'
 import { startGateway, type RegisteredRoute, type TestGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
@@ -59,18 +60,33 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/:sub_id/api-keys/:key_id': { scope: 'sub_accounts:read', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': { scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/roll': { scope: 'sub_accounts:write', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/portal-sessions': {
+    body: { permissions: ['keys:read'] },
+    scope: 'sub_accounts:write',
+    namesSubAccount: true,
+  },
+  'GET /v1/sub-accounts/:sub_id/portal-sessions': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'DELETE /v1/sub-accounts/:sub_id/portal-sessions/:session_id': {
+    scope: 'sub_accounts:write',
+    namesSubAccount: true,
+  },
 }
 
 /**
  * The routes that need no key: health, readiness, the API's description, the console's page and
- * assets (its calls are the management API's, with the user's key), and the credential paths
- * (the token endpoint authenticates clients its own way: test/integration/token-endpoint.test.ts).
+ * assets (its calls are the management API's, with the user's key), the credential paths
+ * (the token endpoint authenticates clients its own way: test/integration/token-endpoint.test.ts),
+ * and the sub-account portal, which takes a portal session and never a key
+ * (test/integration/portal-sessions.test.ts).
  */
 function isOpsRoute(url: string): boolean {
   return (
-    ['/healthz', '/readyz', '/openapi.json', '/docs', CONSOLE_PREFIX, ...CREDENTIAL_PATHS].includes(url) ||
+    ['/healthz', '/readyz', '/openapi.json', '/docs', CONSOLE_PREFIX, PORTAL_PREFIX, ...CREDENTIAL_PATHS].includes(
+      url,
+    ) ||
     url.startsWith('/docs/') ||
-    url.startsWith(`${CONSOLE_PREFIX}/`)
+    url.startsWith(`${CONSOLE_PREFIX}/`) ||
+    url.startsWith(`${PORTAL_PREFIX}/`)
   )
 }
 

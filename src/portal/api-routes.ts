@@ -1,0 +1,199 @@
+// The portal's own API (docs/api.md, Portal sessions): what a session may see and do, for its one
+// sub-account only, each route behind the permission it needs. Keys are minted, rolled and revoked
+// through the management API's own functions (management/key-actions.ts), under the same key
+// policy and scope ceiling, and their events name the session as their actor.
+import type { FastifyRequest } from 'fastify'
+import { Type } from 'typebox'
+import { DEFAULT_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
+import type { CacheInvalidator } from '../cache/index.js'
+import { ApiError } from '../errors.js'
+import { portalOrigin } from '../events/record.js'
+import { monthOf } from '../limits/month.js'
+import { monthUse } from '../limits/store.js'
+import { shownLimits } from '../limits/tenant-limits.js'
+import type { ManagementApp } from '../management/common.js'
+import {
+  type KeyActionContext,
+  mintSubAccountKey,
+  revokeSubAccountKey,
+  rollSubAccountKey,
+  withSecrets,
+} from '../management/key-actions.js'
+import { type Cursors, keyListScope } from '../management/paging.js'
+import { presentKey } from '../management/present.js'
+import { presentRequest, requestFilter } from '../management/request-routes.js'
+import { RequestPage, RequestsQuery } from '../management/request-schemas.js'
+import {
+  ApiKey,
+  ApiKeyPage,
+  Limits,
+  MintedApiKey,
+  MintKeyBody,
+  PAGE_LIMIT_DEFAULT,
+  PageQuery,
+  RollKeyBody,
+} from '../management/schemas.js'
+import { UsageEntry } from '../management/usage-schemas.js'
+import { listRequests } from '../request-log/queries.js'
+import type { Sql } from '../store/db.js'
+import { listKeys } from '../store/api-keys.js'
+import { getTenant } from '../store/tenants.js'
+import { usageRows } from '../store/usage.js'
+import { usageEntries } from '../usage/report.js'
+import { isUuid } from '../tenancy/identifiers.js'
+import { requirePermission, sessionOf } from './session-auth.js'
+
+export interface PortalApiContext {
+  sql: Sql
+  cache: CacheInvalidator
+  cursors: Cursors
+  /** Where the request log is kept; null when it is off. */
+  requestLogSql: Sql | null
+}
+
+const KeyIdParams = Type.Object({ key_id: Type.String() })
+// The parent's query but `sub_account_id`: the session's own is the only one (an unknown parameter is a 400).
+const { sub_account_id: _bySubAccount, ...portalRequestFilters } = RequestsQuery.properties
+const PortalRequestsQuery = Type.Object(portalRequestFilters, { additionalProperties: false })
+const PortalUsage = Type.Object(
+  {
+    month: Type.String(),
+    used: Type.Integer({ minimum: 0 }),
+    limits: Limits,
+    usage: Type.Union([UsageEntry, Type.Null()]),
+  },
+  { additionalProperties: false },
+)
+
+const keyId = (value: string) => {
+  if (!isUuid(value)) throw new ApiError('not_found', 'no such key')
+  return value.toLowerCase()
+}
+
+/** The session's sub-account, fresh from Postgres (its key policy may have changed), and who acts. */
+async function keyContext(request: FastifyRequest, { sql, cache }: PortalApiContext): Promise<KeyActionContext> {
+  const session = sessionOf(request)
+  const subAccount = await getTenant(sql, session.sub_account_id)
+  if (subAccount === null || subAccount.status !== 'active')
+    throw new ApiError('unauthenticated', 'the portal session has ended: ask your provider for a new portal link')
+  return {
+    sql,
+    cache,
+    origin: portalOrigin(session.id, request.id, request.ip),
+    parentId: session.account_id,
+    subAccount,
+  }
+}
+
+export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiContext): void {
+  const { sql, cursors } = context
+  const hidden = { hide: true }
+
+  app.get(
+    '/keys',
+    { schema: { ...hidden, querystring: PageQuery, response: { 200: ApiKeyPage } } },
+    async (request) => {
+      requirePermission(request, 'keys:read')
+      const session = sessionOf(request)
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
+      const scope = keyListScope(session.account_id, session.sub_account_id)
+      const afterSeq = await cursors.decode(cursor, scope)
+      const rows = await listKeys(sql, session.sub_account_id, { limit: limit + 1, afterSeq })
+      const nowMs = Date.now()
+      return cursors.page(rows, limit, (row) => presentKey(row, nowMs), scope)
+    },
+  )
+
+  app.post(
+    '/keys',
+    { schema: { ...hidden, body: MintKeyBody, response: { 201: MintedApiKey } } },
+    async (request, reply) => {
+      requirePermission(request, 'keys:write')
+      const minted = await mintSubAccountKey(await keyContext(request, context), request.body)
+      // The key and its secret are in this response only.
+      return reply
+        .code(201)
+        .header('cache-control', 'no-store')
+        .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
+    },
+  )
+
+  app.post(
+    '/keys/:key_id/revoke',
+    { schema: { ...hidden, params: KeyIdParams, response: { 200: ApiKey } } },
+    async (request) => {
+      requirePermission(request, 'keys:write')
+      return presentKey(await revokeSubAccountKey(await keyContext(request, context), keyId(request.params.key_id)))
+    },
+  )
+
+  app.post(
+    '/keys/:key_id/roll',
+    {
+      schema: { ...hidden, params: KeyIdParams, body: RollKeyBody, response: { 201: MintedApiKey } },
+      preValidation: async (request) => {
+        request.body ??= {}
+      },
+    },
+    async (request, reply) => {
+      requirePermission(request, 'keys:write')
+      const { minted } = await rollSubAccountKey(
+        await keyContext(request, context),
+        keyId(request.params.key_id),
+        request.body.expires_in_seconds ?? DEFAULT_ROLL_OVERLAP_SECONDS,
+      )
+      return reply
+        .code(201)
+        .header('cache-control', 'no-store')
+        .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
+    },
+  )
+
+  // This month's use against the sub-account's own quota, and its requests by day and status.
+  app.get('/usage', { schema: { ...hidden, response: { 200: PortalUsage } } }, async (request) => {
+    requirePermission(request, 'usage:read')
+    const session = sessionOf(request)
+    const nowMs = Date.now()
+    const month = monthOf(nowMs)
+    const [subAccount, used, rows] = await Promise.all([
+      getTenant(sql, session.sub_account_id),
+      monthUse(sql, { tenantId: session.sub_account_id, level: 'sub_account' }, month),
+      usageRows(sql, session.account_id, {
+        from: `${month}-01`,
+        to: new Date(nowMs).toISOString().slice(0, 10),
+        afterSeq: null,
+        limit: 1,
+        subAccountId: session.sub_account_id,
+      }),
+    ])
+    const entry = usageEntries(rows, 'day')[0]
+    let usage: UsageEntry | null = null
+    if (entry !== undefined) {
+      const { seq: _seq, ...rest } = entry
+      usage = rest
+    }
+    return { month, used, limits: shownLimits(subAccount?.limits), usage }
+  })
+
+  app.get(
+    '/requests',
+    { schema: { ...hidden, querystring: PortalRequestsQuery, response: { 200: RequestPage } } },
+    async (request) => {
+      requirePermission(request, 'requests:read')
+      const session = sessionOf(request)
+      const { limit = PAGE_LIMIT_DEFAULT } = request.query
+      // Its own cursors: a parent's cursor of the whole account's log does not page this one.
+      const scope = { list: 'requests', owner: `${session.account_id}/${session.sub_account_id}` } as const
+      const beforeSeq = await cursors.decode(request.query.cursor, scope)
+      const filter = requestFilter(request.query)
+      if (context.requestLogSql === null) return { data: [], next_cursor: null }
+      const rows = await listRequests(context.requestLogSql, session.account_id, {
+        ...filter,
+        tenantId: session.sub_account_id,
+        beforeSeq,
+        limit: limit + 1,
+      })
+      return cursors.page(rows, limit, presentRequest, scope)
+    },
+  )
+}
