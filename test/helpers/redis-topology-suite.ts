@@ -221,11 +221,13 @@ export function sharedSuite(t: Test, d: Deployment): void {
     const start = d.forwarded(path)
     const begun = Date.now()
     const seconds = 3
+    let offered = 0
     await Promise.all(
       d.replicas.map(async (gw) => {
         // Each replica offers N a second: 2N in all.
         while (Date.now() - begun < seconds * 1_000) {
           await read(gw, d.parentKey, path, sub)
+          offered++
           await sleep(1_000 / n)
         }
       }),
@@ -233,13 +235,19 @@ export function sharedSuite(t: Test, d: Deployment): void {
     const elapsed = (Date.now() - begun) / 1_000
     const admitted = d.forwarded(path) - start
     const bound = n + n * elapsed
+    // A loaded machine offers less than 2N (each request waits for the one before): the limiter
+    // is judged on what it could have admitted, N·t or all that was offered if that was fewer.
+    const admissible = Math.min(n * elapsed, offered)
     const degraded = await Promise.all(d.replicas.map((gw) => counter(gw, 'tgw_limits_degraded')))
     t.comment(
-      `${d.topology.kind}: ${admitted} admitted in ${elapsed.toFixed(2)} s at N=${n}/s: bound ${bound.toFixed(0)}, ${((100 * admitted) / (n * elapsed)).toFixed(0)} % of N·t`,
+      `${d.topology.kind}: ${admitted} of ${offered} admitted in ${elapsed.toFixed(2)} s at N=${n}/s: bound ${bound.toFixed(0)}, ${((100 * admitted) / (n * elapsed)).toFixed(0)} % of N·t`,
     )
     t.same(degraded, [0, 0], 'the limit was shared through Redis, not enforced by each replica alone')
     t.ok(admitted <= bound, `never over: ${admitted} <= ${bound.toFixed(0)}`)
-    t.ok(admitted >= 0.9 * n * elapsed, `little under: ${admitted} >= 90 % of ${(n * elapsed).toFixed(0)}`)
+    t.ok(
+      admitted >= 0.9 * admissible,
+      `little under: ${admitted} >= 90 % of ${admissible.toFixed(0)} (N·t, or the ${offered} offered)`,
+    )
   })
 
   t.test('a quota is durable: Redis emptied, the month is rebuilt from Postgres', async (t) => {
