@@ -9,8 +9,8 @@ import { operatorOrigin } from '../events/record.js'
 import { presentKey } from '../management/present.js'
 import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
-import { setScopeCeilingWithEvent } from '../guardrails/ceiling-changes.js'
-import { httpsOrigin, PORTAL_ORIGINS_MAX, setPortalOriginsWithEvent } from '../portal/origin-changes.js'
+import { changeAccountList } from '../events/account-list-changes.js'
+import { httpsOrigin, PORTAL_ORIGINS_MAX } from '../portal/origin-changes.js'
 import type { TenantRow } from '../store/tenants.js'
 import { inTransaction } from '../store/transaction.js'
 import { isExternalId } from '../tenancy/identifiers.js'
@@ -99,9 +99,9 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     const accountId = uuid(options, 'account')
     const allowed = scopeCeilingOption(options)
     await migrate(sql)
-    const changed = await setScopeCeilingWithEvent(sql, accountId, allowed, operatorOrigin())
+    const changed = await changeAccountList(sql, accountId, 'allowed_scopes', allowed, operatorOrigin())
     if (changed === null) throw new UsageError(`no parent account ${accountId}`)
-    return { account: { ...presentAccount(changed.account), allowed_scopes: changed.allowed } }
+    return { account: { ...presentAccount(changed.account), allowed_scopes: changed.list } }
   },
 
   // Read from Postgres when a portal page is loaded: no cache to tell.
@@ -109,9 +109,9 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     const accountId = uuid(options, 'account')
     const origins = portalOriginsOption(options)
     await migrate(sql)
-    const changed = await setPortalOriginsWithEvent(sql, accountId, origins, operatorOrigin())
+    const changed = await changeAccountList(sql, accountId, 'portal_origins', origins, operatorOrigin())
     if (changed === null) throw new UsageError(`no parent account ${accountId}`)
-    return { account: { ...presentAccount(changed.account), portal_origins: changed.origins } }
+    return { account: { ...presentAccount(changed.account), portal_origins: changed.list } }
   },
 }
 

@@ -116,14 +116,3 @@ export async function portalOriginsOfSession(db: Db, sessionId: string): Promise
     where s.id = ${sessionId}`
   return row?.origins ?? null
 }
-
-/** Sets a parent account's portal origins (null: none); false when there is no such parent account. */
-export async function setPortalOrigins(db: Db, accountId: string, origins: readonly string[] | null): Promise<boolean> {
-  const value = origins === null ? null : db.json([...origins])
-  const rows = await db`
-    update tenants set portal_origins = case when ${value}::jsonb is null then null
-      else array(select jsonb_array_elements_text(${value}::jsonb)) end, updated_at = now()
-    where id = ${accountId} and parent_id is null
-    returning id`
-  return rows.length === 1
-}

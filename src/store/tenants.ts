@@ -185,10 +185,19 @@ export async function scopeCeiling(db: Db, accountId: string): Promise<string[] 
 }
 
 /** Sets a parent account's scope ceiling (null: any); false when there is no such parent account. */
-export async function setScopeCeiling(db: Db, accountId: string, allowed: readonly string[] | null): Promise<boolean> {
-  const value = allowed === null ? null : db.json([...allowed])
+/** A parent account's list column that the operator sets from the CLI (events/account-list-changes.ts). */
+export type AccountListColumn = 'allowed_scopes' | 'portal_origins'
+
+/** Sets one of a parent account's lists (null: none); false when `accountId` names no parent account. */
+export async function setAccountList(
+  db: Db,
+  accountId: string,
+  column: AccountListColumn,
+  list: readonly string[] | null,
+): Promise<boolean> {
+  const value = list === null ? null : db.json([...list])
   const rows = await db`
-    update tenants set allowed_scopes = case when ${value}::jsonb is null then null
+    update tenants set ${db(column)} = case when ${value}::jsonb is null then null
       else array(select jsonb_array_elements_text(${value}::jsonb)) end, updated_at = now()
     where id = ${accountId} and parent_id is null
     returning id`
