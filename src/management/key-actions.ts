@@ -35,12 +35,19 @@ export function withSecrets(row: Parameters<typeof presentKey>[0], apiKey: strin
   return { ...key, api_key: apiKey, client_secret: clientSecret }
 }
 
-/** Mints a key within the parent's ceiling and the sub-account's key policy (400 otherwise, saying why). */
-export async function mintSubAccountKey(
-  context: KeyActionContext,
-  body: Static<typeof MintKeyBody>,
-): Promise<MintedKey> {
-  const { sql, cache, origin, parentId, subAccount } = context
+/** A mint's body once checked on its own, before anything is looked up. */
+export interface MintRequest {
+  name: string
+  scopes: string[]
+  expiresAt: Date | null
+  ipAllowlist: string[] | null
+}
+
+/**
+ * The body's own checks (400, saying which field): run before the sub-account is looked up, so
+ * that a bad body is a 400 whatever the sub-account, never a 404 that would say which exist.
+ */
+export function checkedMintBody(body: Static<typeof MintKeyBody>): MintRequest {
   const { name, scopes } = body
   const reserved = scopes.findIndex(isManagementScope)
   if (reserved !== -1) {
@@ -55,18 +62,24 @@ export async function mintSubAccountKey(
     if ('error' in parsed) throw validationFailed([{ path: '/body/expires_at', message: parsed.error }])
     expiresAt = parsed.at
   }
-  const rules = { ceiling: await scopeCeiling(sql, parentId), policy: subAccount.key_policy }
-  checkScopes(rules, scopes, '/body/scopes')
-  checkExpiry(rules, expiresAt, Date.now())
   const ipAllowlist = body.ip_allowlist ?? null
   checkAllowlist(ipAllowlist, '/body/ip_allowlist')
+  return { name: label, scopes, expiresAt, ipAllowlist: ipAllowlist === null ? null : [...new Set(ipAllowlist)] }
+}
+
+/** Mints a key within the parent's ceiling and the sub-account's key policy (400 otherwise, saying why). */
+export async function mintSubAccountKey(context: KeyActionContext, mint: MintRequest): Promise<MintedKey> {
+  const { sql, cache, origin, parentId, subAccount } = context
+  const rules = { ceiling: await scopeCeiling(sql, parentId), policy: subAccount.key_policy }
+  checkScopes(rules, mint.scopes, '/body/scopes')
+  checkExpiry(rules, mint.expiresAt, Date.now())
   const minted = await mintKeyWithEvent(sql, origin, parentId, {
     tenantId: subAccount.id,
-    name: label,
-    scopes,
+    name: mint.name,
+    scopes: mint.scopes,
     withClientSecret: true,
-    expiresAt,
-    ipAllowlist: ipAllowlist === null ? null : [...new Set(ipAllowlist)],
+    expiresAt: mint.expiresAt,
+    ipAllowlist: mint.ipAllowlist,
   })
   await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
   return minted

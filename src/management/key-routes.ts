@@ -15,6 +15,7 @@ import {
   pathUuid,
 } from './common.js'
 import {
+  checkedMintBody,
   type KeyActionContext,
   mintSubAccountKey,
   revokeSubAccountKey,
@@ -56,7 +57,8 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
       },
     },
     async (request, reply) => {
-      const minted = await mintSubAccountKey(await keyContext(request, request.params.sub_id), request.body)
+      const mint = checkedMintBody(request.body)
+      const minted = await mintSubAccountKey(await keyContext(request, request.params.sub_id), mint)
       // The key and the secret are in this response only: nothing on the way may keep a copy.
       return reply
         .code(201)

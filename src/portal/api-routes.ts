@@ -13,6 +13,7 @@ import { monthUse } from '../limits/store.js'
 import { shownLimits } from '../limits/tenant-limits.js'
 import type { ManagementApp } from '../management/common.js'
 import {
+  checkedMintBody,
   type KeyActionContext,
   mintSubAccountKey,
   revokeSubAccountKey,
@@ -109,7 +110,8 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
     { schema: { ...hidden, body: MintKeyBody, response: { 201: MintedApiKey } } },
     async (request, reply) => {
       requirePermission(request, 'keys:write')
-      const minted = await mintSubAccountKey(await keyContext(request, context), request.body)
+      const mint = checkedMintBody(request.body)
+      const minted = await mintSubAccountKey(await keyContext(request, context), mint)
       // The key and its secret are in this response only.
       return reply
         .code(201)
