@@ -57,8 +57,13 @@ page.setDefaultTimeout(10_000)
 
 // Everything the page asks for must be the gateway's, and the policy must refuse nothing it does.
 const { foreign, violations } = watchPage(page, gateway.url)
-// Deactivate, revoke and delete ask first.
-page.on('dialog', (dialog) => void dialog.accept())
+// Deactivate, roll, revoke and delete ask first: accepted, unless a test says no (`confirmAnswer`).
+const asked: string[] = []
+let confirmAnswer = true
+page.on('dialog', (dialog) => {
+  asked.push(dialog.message())
+  void (confirmAnswer ? dialog.accept() : dialog.dismiss())
+})
 
 const findings: AxeFinding[] = []
 const overflow: Record<string, number> = {}
@@ -313,14 +318,40 @@ t.test('proxied traffic, 429s included, drawn by the usage chart', async (t) => 
   await screen('usage')
 })
 
-t.test('roll and revoke, then every change in the audit log', async (t) => {
+/** Each control of the keys table and its accessible name, as a screen reader hears it. */
+async function keyControls(): Promise<string[]> {
+  return page
+    .getByTestId('keys')
+    .locator('a, button, select, input')
+    .evaluateAll((els) =>
+      els.map((el) => {
+        const labels = 'labels' in el ? (el as HTMLSelectElement).labels : null
+        const name = labels !== null && labels.length > 0 ? labels[0]!.textContent : el.textContent
+        return `${el.tagName.toLowerCase()}: ${(name ?? '').replace(/\s+/g, ' ').trim()}`
+      }),
+    )
+}
+
+t.test('roll (asked first) and revoke, then every change in the audit log', async (t) => {
   await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
   await page.getByTestId('keys').waitFor()
-  await page
-    .getByRole('button', { name: 'Roll ci' })
-    .or(page.getByRole('button', { name: /^Roll/ }))
-    .first()
-    .click()
+  const prefix = (await page.getByTestId('keys').locator('tbody tr td').nth(1).innerText()).replace('…', '')
+  t.match(prefix, /^tgw_/, "the key's prefix listed")
+  const oldLabel = `ci (${prefix}…)`
+  t.match(await page.getByTestId('keys').innerText(), /2035-01-01/, 'an expiry listed as a time')
+
+  // Roll asks first, naming the key and how long the old one keeps working; No leaves it be.
+  confirmAnswer = false
+  await page.getByRole('button', { name: `Roll ${oldLabel}`, exact: true }).click()
+  await until(async () => asked.length > 0 && asked.at(-1)!.startsWith('Roll'), 'the roll asked first')
+  t.match(asked.at(-1), `Roll the key ${oldLabel}?`, 'the question names the key by its prefix')
+  t.match(asked.at(-1), /keeps working for a day/, 'and the overlap')
+  await sleep(300)
+  t.equal(await page.getByTestId('dialog').count(), 0, 'no roll when the answer is no')
+  t.equal(await page.getByTestId('keys').locator('tbody tr').count(), 1, 'still one key')
+  confirmAnswer = true
+
+  await page.getByRole('button', { name: `Roll ${oldLabel}`, exact: true }).click()
   await page.getByTestId('dialog').waitFor()
   const rolled = await page.getByLabel('API key', { exact: true }).inputValue()
   t.match(rolled, /^tgw_/, 'the new key, once')
@@ -328,12 +359,39 @@ t.test('roll and revoke, then every change in the audit log', async (t) => {
   await page.getByRole('button', { name: 'Close' }).click()
   await page.getByTestId('dialog').waitFor({ state: 'detached' })
   await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 2, 'two keys listed')
-  await page
-    .getByRole('button', { name: /^Revoke/ })
-    .first()
-    .click()
-  await until(async () => (await page.getByTestId('keys').innerText()).includes('revoked'), 'a key revoked')
+
+  // Two keys named ci: every control says which one it acts on, by its prefix.
+  const controls = await keyControls()
+  t.equal(controls.length, 8, 'Requests, the overlap, Roll and Revoke, for each key')
+  t.same([...new Set(controls)], controls, `every accessible name is unique: ${controls.join('; ')}`)
+  for (const control of controls) t.match(control, /\(tgw_\w+…\)/, `"${control}" names the key's prefix`)
+  const newPrefix = rolled.slice(0, prefix.length)
+  const newLabel = `ci (${newPrefix}…)`
+  await page.getByRole('button', { name: `Revoke ${newLabel}`, exact: true }).waitFor()
+  await page.getByRole('combobox', { name: `Old key of ${oldLabel} keeps working for`, exact: true }).waitFor()
+  // A key's row, by its prefix cell (another row may name it: "replaced by …").
+  const rowOf = (p: string) =>
+    page.getByTestId('keys').locator('tbody tr', { has: page.locator('td:nth-child(2)', { hasText: `${p}…` }) })
+  const statusOf = (p: string) => rowOf(p).getByTestId('key-status').innerText()
+  t.match(await statusOf(newPrefix), `replaces ${prefix}…`, 'the new key says which it replaced')
+  t.match(await statusOf(prefix), `replaced by ${newPrefix}…`, 'the old one says which replaced it')
+  t.match(await rowOf(newPrefix).innerText(), /2035-01-01/, "the new key keeps the old one's expiry")
+
+  await page.getByRole('button', { name: `Revoke ${oldLabel}`, exact: true }).click()
+  await until(async () => (await statusOf(prefix)).includes('revoked'), 'a key revoked')
+  t.match(await statusOf(prefix), /revoked\s+revoked \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/, 'when it was revoked')
+  t.equal(
+    (await keyControls()).filter((c) => c.includes(prefix)).length,
+    1,
+    'a revoked key keeps its Requests link only',
+  )
+  await page.getByLabel('Hide revoked keys').check()
+  await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 1, 'the revoked key hidden')
+  t.equal(await rowOf(prefix).count(), 0, 'the revoked key hidden')
+  await page.getByLabel('Hide revoked keys').uncheck()
+  await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 2, 'shown again')
   t.pass('rolled and revoked')
+  await screen('keys-rolled')
 
   await page.getByRole('link', { name: 'Audit log' }).click()
   await page.getByTestId('events').waitFor()
