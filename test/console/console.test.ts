@@ -95,6 +95,12 @@ t.test('sign-in: a wrong key is refused with a clear message, the right one sign
   const response = await page.goto(`${gateway.url}/console`)
   t.equal(response?.status(), 200)
   await page.getByLabel('Parent API key').waitFor()
+  t.match(await page.getByRole('heading', { level: 1 }).innerText(), /tenancy-gateway/, 'the product named')
+  t.match(
+    await page.locator('#signin-help').innerText(),
+    /embedded database, the gateway prints one on its first start; with your own Postgres/,
+    'where a key comes from, with either store',
+  )
   await page.keyboard.press('Tab')
   t.equal(await page.evaluate(() => document.activeElement?.id), 'key', 'the key field takes focus first')
   await screen('signin')
@@ -178,7 +184,16 @@ t.test('the keyboard: focus follows the page, every section reached with Tab and
   await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
 })
 
-t.test('sub-accounts: create, a conflict shown, search and filter', async (t) => {
+t.test('sub-accounts: create (or cancel), a conflict shown, search and filter', async (t) => {
+  await page.getByRole('button', { name: 'New sub-account' }).click()
+  await page.getByLabel('Name', { exact: true }).fill('Never made')
+  await page.getByRole('button', { name: 'Cancel' }).click()
+  await page.getByRole('heading', { name: 'New sub-account' }).waitFor({ state: 'detached' })
+  t.equal(
+    await page.evaluate(() => document.activeElement?.textContent),
+    'New sub-account',
+    'Cancel closes the form, focus back on its button',
+  )
   await page.getByRole('button', { name: 'New sub-account' }).click()
   await page.getByLabel('Name', { exact: true }).fill('Acme EU')
   await page.getByLabel('External id (optional)').fill('acme-eu')
@@ -251,6 +266,21 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
     'limits shown',
   )
   t.pass('limits saved')
+  t.match(
+    await page.getByTestId('limits-saved').innerText(),
+    /^✓ Limits saved at \d\d:\d\d:\d\d UTC$/,
+    'a visible confirmation under the form',
+  )
+  t.ok(await page.getByTestId('limits-saved').isVisible(), 'visible, not only in the live region')
+  await page.getByLabel('External id', { exact: true }).fill('acme-eu-1')
+  await page.getByRole('button', { name: 'Save details' }).click()
+  await page.getByTestId('edit-saved').waitFor()
+  t.match(await page.getByTestId('edit-saved').innerText(), /Details saved at/, 'the details too')
+  t.equal(await page.getByTestId('limits-saved').count(), 0, 'only the last save is confirmed')
+  await page.getByRole('button', { name: 'Copy the sub-account id' }).click()
+  t.equal(await page.evaluate(() => navigator.clipboard.readText()), subId, 'the id copied')
+  await page.getByRole('button', { name: 'Copy the external id' }).click()
+  t.equal(await page.evaluate(() => navigator.clipboard.readText()), 'acme-eu-1', 'the external id copied')
 
   await page.getByRole('button', { name: 'Deactivate' }).click()
   await until(async () => (await page.getByTestId('sub-status').innerText()) === 'deactivated', 'deactivated')
@@ -421,14 +451,14 @@ t.test('roll (asked first) and revoke, then every change in the audit log', asyn
   await page.getByLabel('Type').selectOption('')
   await page.getByLabel('Target id').fill(subId)
   await page.getByRole('button', { name: 'Filter' }).click()
-  // Its four changes, and the alerts of its rate limit above (rate_limit.exceeded targets it too).
+  // Its five changes (two saves), and the alerts of its rate limit above (rate_limit.exceeded targets it too).
   await until(async () => {
     const rows = await page
       .getByTestId('events')
       .locator('tbody tr')
       .evaluateAll((rows) => rows.map((r) => [r.getAttribute('data-target'), r.getAttribute('data-type')]))
     const changes = rows.filter(([, type]) => type?.startsWith('sub_account.')).length
-    return changes === 4 && rows.every(([id]) => id === subId)
+    return changes === 5 && rows.every(([id]) => id === subId)
   }, "the sub-account's own events")
   t.pass('filtered by type and by target')
   await screen('events')

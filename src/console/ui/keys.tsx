@@ -6,6 +6,7 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import {
   announce,
+  CopyButton,
   Dialog,
   Empty,
   ErrorMessage,
@@ -203,7 +204,7 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
           <SecretField id="secret-key" label="API key" value={shown.key.api_key} />
           <SecretField id="secret-client" label="Client secret" value={shown.key.client_secret} />
           <p class="help">
-            Key id <span class="mono">{shown.key.id}</span>,{' '}
+            Key id <span class="mono">{shown.key.id}</span> <CopyButton value={shown.key.id} what="the key id" />,{' '}
             {shown.key.expires_at === null ? 'no expiry' : `expires ${formatTime(shown.key.expires_at)}`}, usable from{' '}
             {shown.key.ip_allowlist === null ? (
               'any address'
