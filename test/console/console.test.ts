@@ -91,6 +91,52 @@ t.teardown(async () => {
   await writeArtifact('axe.json', { counts, findings })
 })
 
+/** What cardsFit asks of a subtest. */
+interface Asserts {
+  ok(value: unknown, message: string): unknown
+  equal(found: unknown, wanted: unknown, message: string): unknown
+  same(found: unknown, wanted: unknown, message: string): unknown
+}
+
+/**
+ * At 390 pixels, a table of cards: every cell of every row within the window (none off the right
+ * edge, nor scrolled to), under its column's name. Back at 1280 after.
+ */
+async function cardsFit(t: Asserts, testId: string): Promise<void> {
+  await page.setViewportSize({ width: 390, height: 844 })
+  await page.waitForTimeout(100)
+  const cells = await page
+    .getByTestId(testId)
+    .locator('tbody td')
+    .evaluateAll((tds) =>
+      tds.map((td) => {
+        const r = td.getBoundingClientRect()
+        return {
+          label: getComputedStyle(td, '::before').content,
+          right: r.right,
+          left: r.left,
+          actions: td.classList.contains('row-actions'),
+        }
+      }),
+    )
+  const wrap = await page
+    .getByTestId(testId)
+    .evaluate((table) => (table.parentElement!.scrollWidth - table.parentElement!.clientWidth) as number)
+  await page.setViewportSize({ width: 1280, height: 800 })
+  t.ok(cells.length > 0, `${testId}: cells`)
+  t.same(
+    cells.filter((c) => c.right > 391 || c.left < 0),
+    [],
+    `${testId}: every cell within the 390 px window`,
+  )
+  t.equal(wrap <= 0, true, `${testId}: nothing to scroll sideways to`)
+  t.same(
+    cells.filter((c) => !c.actions && !/^"[A-Z]/.test(c.label)),
+    [],
+    `${testId}: each cell under its column's name`,
+  )
+}
+
 t.test('sign-in: a wrong key is refused with a clear message, the right one signs in', async (t) => {
   const response = await page.goto(`${gateway.url}/console`)
   t.equal(response?.status(), 200)
@@ -541,9 +587,57 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   t.match(failed[3], /503/, 'the error')
   t.match(failed[6], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
 
+  await cardsFit(t, 'endpoints')
+  await cardsFit(t, 'deliveries-table')
   await page.getByRole('button', { name: /^Delete/ }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
   t.pass('deleted')
+})
+
+t.test('a phone: tables as cards, the sections on one line; the dark theme, axe in it', async (t) => {
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  await page.getByTestId('keys').waitFor()
+  await cardsFit(t, 'keys')
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.getByTestId('events').waitFor()
+  await cardsFit(t, 'events')
+  await page.getByRole('link', { name: 'Sub-accounts' }).click()
+  await page.getByTestId('subaccounts').waitFor()
+  await cardsFit(t, 'subaccounts')
+
+  await page.setViewportSize({ width: 390, height: 844 })
+  await page.waitForTimeout(100)
+  const tops = await page
+    .getByRole('navigation', { name: 'Sections' })
+    .locator('li')
+    .evaluateAll((lis) => lis.map((li) => Math.round(li.getBoundingClientRect().top)))
+  t.equal(tops.length, 6, 'six sections')
+  t.equal(new Set(tops).size, 1, `the sections on one line at 390 px: ${tops.join(' ')}`)
+  await page.setViewportSize({ width: 1280, height: 800 })
+
+  await page.emulateMedia({ colorScheme: 'dark' })
+  try {
+    const background = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor)
+    t.equal(background, 'rgb(13, 17, 23)', 'dark, from prefers-color-scheme')
+    for (const [path, ready, name] of [
+      ['/sub-accounts', 'subaccounts', 'subaccounts-dark'],
+      [`/sub-accounts/${subId}`, 'keys', 'subaccount-dark'],
+      ['/events', 'events', 'events-dark'],
+      ['/usage', 'usage-chart', 'usage-dark'],
+    ] as const) {
+      await page.goto(`${gateway.url}/console#${path}`)
+      await page.getByTestId(ready).waitFor()
+      const before = findings.length
+      await screen(name)
+      t.same(
+        findings.slice(before).filter((f) => f.impact === 'serious' || f.impact === 'critical'),
+        [],
+        `axe in the dark theme: ${name}`,
+      )
+    }
+  } finally {
+    await page.emulateMedia({ colorScheme: 'light' })
+  }
 })
 
 t.test('routes: which carry WebSockets, with their bounds, and no upstream address', async (t) => {

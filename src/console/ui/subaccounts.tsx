@@ -111,7 +111,7 @@ export function SubAccountsScreen() {
       )}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="subaccounts">
+          <table class="cards" data-testid="subaccounts">
             <caption class="visually-hidden">Sub-accounts</caption>
             <thead>
               <tr>
@@ -124,14 +124,16 @@ export function SubAccountsScreen() {
             <tbody>
               {page.data.map((s) => (
                 <tr key={s.id}>
-                  <td>
+                  <td data-label="Name">
                     <a href={`#/sub-accounts/${s.id}`}>{s.name}</a>
                   </td>
-                  <td class="mono">{s.external_id ?? '—'}</td>
-                  <td>
+                  <td data-label="External id" class="mono">
+                    {s.external_id ?? '—'}
+                  </td>
+                  <td data-label="Status">
                     <span class={`badge ${s.status}`}>{s.status}</span>
                   </td>
-                  <td>{describeLimits(s)}</td>
+                  <td data-label="Limits">{describeLimits(s)}</td>
                 </tr>
               ))}
             </tbody>
