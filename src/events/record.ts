@@ -25,6 +25,8 @@ export const EVENT_TYPES = [
   'webhook_endpoint.deleted',
   'portal_session.created',
   'portal_session.ended',
+  /** A test send (POST …/webhook-endpoints/{id}/test): delivered to that endpoint only. */
+  'webhook_endpoint.test',
   // Alerts: written by the gateway itself (docs/events.md, Alerts).
   'usage.threshold_reached',
   'rate_limit.exceeded',
@@ -94,27 +96,42 @@ export interface NewEvent {
  * Records an event in the transaction of its change: a roll, a new account and its key, account
  * limits, webhook endpoints (docs/decisions.md, Events). The changes of sub-accounts and keys
  * write their event in their own statement instead (runChange, below).
+ *
+ * It marks the request's Idempotency-Key claim, and returns the event's id. `deliverOnlyTo`
+ * (a test send) queues it for that endpoint alone, not for every endpoint that subscribes to it.
  */
-export async function recordEvent(tx: Tx, origin: Origin, event: NewEvent): Promise<void> {
-  await insertEvent(tx, {
-    id: eventId(),
-    account_id: event.accountId,
-    type: event.type,
-    actor: origin.actor,
-    target: event.target,
-    request_id: origin.requestId,
-    source_ip: origin.sourceIp,
-    data: {
-      object: event.object as Record<string, unknown>,
-      previous: event.previous as Record<string, unknown> | null,
+export async function recordEvent(
+  tx: Tx,
+  origin: Origin,
+  event: NewEvent,
+  deliverOnlyTo: string | null = null,
+): Promise<string> {
+  const id = eventId()
+  await insertEvent(
+    tx,
+    {
+      id,
+      account_id: event.accountId,
+      type: event.type,
+      actor: origin.actor,
+      target: event.target,
+      request_id: origin.requestId,
+      source_ip: origin.sourceIp,
+      data: {
+        object: event.object as Record<string, unknown>,
+        previous: event.previous as Record<string, unknown> | null,
+      },
     },
-  })
+    deliverOnlyTo,
+  )
   // Last, so that the claim's row is locked only for the commit: a change under an Idempotency-Key
   // commits if and only if its claim still stands, and its row then says it committed.
   await markClaim(tx, origin, event.target)
+  return id
 }
 
-async function markClaim(tx: Tx, origin: Origin, target: CommittedTarget): Promise<void> {
+/** Marks the request's Idempotency-Key claim in a change's transaction, for a change that writes no event. */
+export async function markClaim(tx: Tx, origin: Origin, target: CommittedTarget): Promise<void> {
   const claimed = origin.idempotency
   if (claimed != null && !(await markIdempotentChange(tx, claimed.slot, claimed.claim, target))) {
     throw new IdempotencyClaimLostError()

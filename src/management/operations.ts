@@ -138,4 +138,21 @@ export const OPERATIONS = {
       'docs/events.md; a 410 or five days of failures disable the endpoint.',
     tags: ['webhooks'],
   },
+  sendWebhookTest: {
+    summary: 'Send a test event to an endpoint',
+    description:
+      'Writes a `webhook_endpoint.test` event (its object: the endpoint) and queues its delivery to this endpoint ' +
+      'only, whatever the endpoint subscribes to: signed and retried like any delivery, and listed with its ' +
+      'deliveries. `409 endpoint_disabled` for a disabled endpoint.',
+    tags: ['webhooks'],
+  },
+  retryWebhookDelivery: {
+    summary: "Send an event to an endpoint again (a delivery's resend)",
+    description:
+      "The endpoint's delivery of that event is due at once: a delivered, given-up or cancelled one gets one more " +
+      'attempt (numbered after the last); a pending one is brought forward. While an attempt is under way nothing ' +
+      'changes (`queued: false`). `404` for an event the endpoint has no delivery of; `409 endpoint_disabled` for a ' +
+      'disabled endpoint. Writes no event.',
+    tags: ['webhooks'],
+  },
 } as const satisfies Record<string, { summary: string; description?: string; tags: readonly string[] }>

@@ -64,6 +64,7 @@ export const WebhookEndpointPage = Page(WebhookEndpoint)
 export const DeliveryAttempt = Type.Object(
   {
     event_id: Type.String(),
+    event_type: Type.String({ description: "the event's type (docs/events.md)" }),
     attempt: Type.Integer({ minimum: 1, description: '1 for the first attempt at the event, then each retry' }),
     status: Nullable(Type.Integer({ description: "the receiver's HTTP status" })),
     error: Nullable(Type.String({ description: 'why the attempt failed; null for a 2xx' })),
@@ -79,3 +80,27 @@ export const DeliveryAttemptPage = Page(DeliveryAttempt)
 
 // Not validated here: an id that is not a UUID is a 404 (docs/api.md), from the handler.
 export const WebhookEndpointParams = Type.Object({ endpoint_id: Type.String() })
+
+export const DeliveryParams = Type.Object({ endpoint_id: Type.String(), event_id: Type.String() })
+
+export const WebhookTestSent = Type.Object(
+  {
+    event_id: Type.String({ description: 'the `webhook_endpoint.test` event queued for the endpoint' }),
+    type: Type.Literal('webhook_endpoint.test'),
+  },
+  { additionalProperties: false },
+)
+export type WebhookTestSent = Static<typeof WebhookTestSent>
+
+export const DeliveryResent = Type.Object(
+  {
+    event_id: Type.String(),
+    attempt: Type.Integer({ minimum: 1, description: 'the number of the attempt to come' }),
+    next_attempt_at: Timestamp,
+    queued: Type.Boolean({
+      description: 'false when an attempt at it was already under way: nothing changed, its outcome is listed soon',
+    }),
+  },
+  { additionalProperties: false },
+)
+export type DeliveryResent = Static<typeof DeliveryResent>

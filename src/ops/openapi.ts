@@ -138,6 +138,7 @@ function managementErrors(
   if (path.endsWith('/roll')) errors[409] = 'KeyNotActive'
   if (method === 'post' && path.endsWith('/webhook-endpoints')) errors[409] = 'EndpointConflict'
   if (method === 'post' && path.endsWith('/portal-sessions')) errors[409] = 'SessionLimit'
+  if (method === 'post' && (path.endsWith('/test') || path.endsWith('/retry'))) errors[409] = 'EndpointDisabled'
   if (method === 'post' || method === 'patch') {
     errors[409] ??= 'InFlight'
     errors[422] = 'KeyReused'

@@ -40,8 +40,26 @@ function queuedDeliveries(statement: Statement, type: string): string {
     )`
 }
 
-/** Writes the event, with its deliveries queued in the same statement (in the change's transaction). */
-export async function insertEvent(db: Db, event: Omit<EventRow, 'created_at'>): Promise<void> {
+/** A test send's one delivery: to that endpoint if it is active, whatever it subscribes to. */
+function queuedTo(statement: Statement, endpointId: string): string {
+  return `queued as (
+      insert into webhook_deliveries (event_id, endpoint_id)
+      select event.id, endpoint.id from event
+      join webhook_endpoints endpoint on endpoint.account_id = event.account_id
+        and endpoint.id = ${statement.param(endpointId)} and endpoint.status = 'active'
+      returning pg_notify('${DELIVERIES_CHANNEL}', '')
+    )`
+}
+
+/**
+ * Writes the event, with its deliveries queued in the same statement (in the change's transaction):
+ * to every endpoint that subscribes to it, or (`deliverOnlyTo`, a test send) to that one only.
+ */
+export async function insertEvent(
+  db: Db,
+  event: Omit<EventRow, 'created_at'>,
+  deliverOnlyTo: string | null = null,
+): Promise<void> {
   const s = new Statement()
   await s.run(
     db,
@@ -50,7 +68,7 @@ export async function insertEvent(db: Db, event: Omit<EventRow, 'created_at'>): 
       values (${s.param(event.id)}, ${s.param(event.account_id)}, ${s.param(event.type)}, ${s.json(db, event.actor)},
               ${s.json(db, event.target)}, ${s.param(event.request_id)}, ${s.param(event.source_ip)}, ${s.json(db, event.data)})
       returning id, account_id
-    ), ${queuedDeliveries(s, event.type)}
+    ), ${deliverOnlyTo === null ? queuedDeliveries(s, event.type) : queuedTo(s, deliverOnlyTo)}
     select 1`,
   )
 }

@@ -2,7 +2,7 @@
 // queued by insertEvent (store/events.ts) in the transaction of their event; the workers claim,
 // record and cancel them here. Every time is the worker's clock, passed in, so that tests can move it.
 import type { Sql, Tx } from './db.js'
-import type { EventRow } from './events.js'
+import { DELIVERIES_CHANNEL, type EventRow } from './events.js'
 
 type Db = Sql | Tx
 
@@ -189,6 +189,7 @@ export async function oldestDueAgeSeconds(sql: Sql, now: Date): Promise<number> 
 export interface AttemptPageRow {
   seq: string
   event_id: string
+  event_type: string
   attempt: number
   status: number | null
   error: string | null
@@ -204,9 +205,35 @@ export function listAttempts(
   page: { limit: number; beforeSeq: string | null },
 ): Promise<AttemptPageRow[]> {
   return db<AttemptPageRow[]>`
-    select seq::text as seq, event_id, attempt, status, error, duration_ms, attempted_at, next_attempt_at
-    from webhook_attempts
-    where endpoint_id = ${endpointId} ${page.beforeSeq === null ? db`` : db`and seq < ${page.beforeSeq}`}
-    order by webhook_attempts.seq desc
+    select a.seq::text as seq, a.event_id, e.type as event_type, a.attempt, a.status, a.error, a.duration_ms,
+      a.attempted_at, a.next_attempt_at
+    from webhook_attempts a join events e on e.id = a.event_id
+    where a.endpoint_id = ${endpointId} ${page.beforeSeq === null ? db`` : db`and a.seq < ${page.beforeSeq}`}
+    order by a.seq desc
     limit ${page.limit}`
+}
+
+/**
+ * A resend (POST …/deliveries/{event_id}/retry): the endpoint's delivery of that event due at `now`,
+ * under no lease. A final one (succeeded, failed, cancelled) is pending again, for one more attempt
+ * than it had (and the retries left of the schedule, if any); a pending one is brought forward,
+ * unless an attempt is under way (a lease): then nothing changes. Null when there is no such
+ * delivery; else the attempt's number, when it is due, and whether this call made it so.
+ */
+export async function resendDelivery(
+  tx: Tx,
+  endpointId: string,
+  eventId: string,
+  now: Date,
+): Promise<{ attempt: number; nextAttemptAt: Date; queued: boolean } | null> {
+  const [updated] = await tx<{ attempt: number; next_attempt_at: Date }[]>`
+    update webhook_deliveries
+    set attempt = case when state = 'pending' then attempt else attempt + 1 end,
+      state = 'pending', next_attempt_at = ${now}, lease_token = null
+    where endpoint_id = ${endpointId} and event_id = ${eventId} and (state <> 'pending' or lease_token is null)
+    returning attempt, next_attempt_at, pg_notify(${DELIVERIES_CHANNEL}, '')`
+  if (updated !== undefined) return { attempt: updated.attempt, nextAttemptAt: updated.next_attempt_at, queued: true }
+  const [leased] = await tx<{ attempt: number; next_attempt_at: Date }[]>`
+    select attempt, next_attempt_at from webhook_deliveries where endpoint_id = ${endpointId} and event_id = ${eventId}`
+  return leased === undefined ? null : { attempt: leased.attempt, nextAttemptAt: leased.next_attempt_at, queued: false }
 }

@@ -57,8 +57,13 @@ page.setDefaultTimeout(10_000)
 
 // Everything the page asks for must be the gateway's, and the policy must refuse nothing it does.
 const { foreign, violations } = watchPage(page, gateway.url)
-// Deactivate, revoke and delete ask first.
-page.on('dialog', (dialog) => void dialog.accept())
+// Deactivate, roll, revoke and delete ask first: accepted, unless a test says no (`confirmAnswer`).
+const asked: string[] = []
+let confirmAnswer = true
+page.on('dialog', (dialog) => {
+  asked.push(dialog.message())
+  void (confirmAnswer ? dialog.accept() : dialog.dismiss())
+})
 
 const findings: AxeFinding[] = []
 const overflow: Record<string, number> = {}
@@ -86,10 +91,62 @@ t.teardown(async () => {
   await writeArtifact('axe.json', { counts, findings })
 })
 
+/** What cardsFit asks of a subtest. */
+interface Asserts {
+  ok(value: unknown, message: string): unknown
+  equal(found: unknown, wanted: unknown, message: string): unknown
+  same(found: unknown, wanted: unknown, message: string): unknown
+}
+
+/**
+ * At 390 pixels, a table of cards: every cell of every row within the window (none off the right
+ * edge, nor scrolled to), under its column's name. Back at 1280 after.
+ */
+async function cardsFit(t: Asserts, testId: string): Promise<void> {
+  await page.setViewportSize({ width: 390, height: 844 })
+  await page.waitForTimeout(100)
+  const cells = await page
+    .getByTestId(testId)
+    .locator('tbody td')
+    .evaluateAll((tds) =>
+      tds.map((td) => {
+        const r = td.getBoundingClientRect()
+        return {
+          label: getComputedStyle(td, '::before').content,
+          right: r.right,
+          left: r.left,
+          actions: td.classList.contains('row-actions'),
+        }
+      }),
+    )
+  const wrap = await page
+    .getByTestId(testId)
+    .evaluate((table) => (table.parentElement!.scrollWidth - table.parentElement!.clientWidth) as number)
+  await page.setViewportSize({ width: 1280, height: 800 })
+  t.ok(cells.length > 0, `${testId}: cells`)
+  t.same(
+    cells.filter((c) => c.right > 391 || c.left < 0),
+    [],
+    `${testId}: every cell within the 390 px window`,
+  )
+  t.equal(wrap <= 0, true, `${testId}: nothing to scroll sideways to`)
+  t.same(
+    cells.filter((c) => !c.actions && !/^"[A-Z]/.test(c.label)),
+    [],
+    `${testId}: each cell under its column's name`,
+  )
+}
+
 t.test('sign-in: a wrong key is refused with a clear message, the right one signs in', async (t) => {
   const response = await page.goto(`${gateway.url}/console`)
   t.equal(response?.status(), 200)
   await page.getByLabel('Parent API key').waitFor()
+  t.match(await page.getByRole('heading', { level: 1 }).innerText(), /tenancy-gateway/, 'the product named')
+  t.match(
+    await page.locator('#signin-help').innerText(),
+    /embedded database, the gateway prints one on its first start; with your own Postgres/,
+    'where a key comes from, with either store',
+  )
   await page.keyboard.press('Tab')
   t.equal(await page.evaluate(() => document.activeElement?.id), 'key', 'the key field takes focus first')
   await screen('signin')
@@ -173,7 +230,16 @@ t.test('the keyboard: focus follows the page, every section reached with Tab and
   await page.getByRole('heading', { name: 'Sub-accounts' }).waitFor()
 })
 
-t.test('sub-accounts: create, a conflict shown, search and filter', async (t) => {
+t.test('sub-accounts: create (or cancel), a conflict shown, search and filter', async (t) => {
+  await page.getByRole('button', { name: 'New sub-account' }).click()
+  await page.getByLabel('Name', { exact: true }).fill('Never made')
+  await page.getByRole('button', { name: 'Cancel' }).click()
+  await page.getByRole('heading', { name: 'New sub-account' }).waitFor({ state: 'detached' })
+  t.equal(
+    await page.evaluate(() => document.activeElement?.textContent),
+    'New sub-account',
+    'Cancel closes the form, focus back on its button',
+  )
   await page.getByRole('button', { name: 'New sub-account' }).click()
   await page.getByLabel('Name', { exact: true }).fill('Acme EU')
   await page.getByLabel('External id (optional)').fill('acme-eu')
@@ -246,6 +312,21 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
     'limits shown',
   )
   t.pass('limits saved')
+  t.match(
+    await page.getByTestId('limits-saved').innerText(),
+    /^✓ Limits saved at \d\d:\d\d:\d\d UTC$/,
+    'a visible confirmation under the form',
+  )
+  t.ok(await page.getByTestId('limits-saved').isVisible(), 'visible, not only in the live region')
+  await page.getByLabel('External id', { exact: true }).fill('acme-eu-1')
+  await page.getByRole('button', { name: 'Save details' }).click()
+  await page.getByTestId('edit-saved').waitFor()
+  t.match(await page.getByTestId('edit-saved').innerText(), /Details saved at/, 'the details too')
+  t.equal(await page.getByTestId('limits-saved').count(), 0, 'only the last save is confirmed')
+  await page.getByRole('button', { name: 'Copy the sub-account id' }).click()
+  t.equal(await page.evaluate(() => navigator.clipboard.readText()), subId, 'the id copied')
+  await page.getByRole('button', { name: 'Copy the external id' }).click()
+  t.equal(await page.evaluate(() => navigator.clipboard.readText()), 'acme-eu-1', 'the external id copied')
 
   await page.getByRole('button', { name: 'Deactivate' }).click()
   await until(async () => (await page.getByTestId('sub-status').innerText()) === 'deactivated', 'deactivated')
@@ -313,14 +394,40 @@ t.test('proxied traffic, 429s included, drawn by the usage chart', async (t) => 
   await screen('usage')
 })
 
-t.test('roll and revoke, then every change in the audit log', async (t) => {
+/** Each control of the keys table and its accessible name, as a screen reader hears it. */
+async function keyControls(): Promise<string[]> {
+  return page
+    .getByTestId('keys')
+    .locator('a, button, select, input')
+    .evaluateAll((els) =>
+      els.map((el) => {
+        const labels = 'labels' in el ? (el as HTMLSelectElement).labels : null
+        const name = labels !== null && labels.length > 0 ? labels[0]!.textContent : el.textContent
+        return `${el.tagName.toLowerCase()}: ${(name ?? '').replace(/\s+/g, ' ').trim()}`
+      }),
+    )
+}
+
+t.test('roll (asked first) and revoke, then every change in the audit log', async (t) => {
   await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
   await page.getByTestId('keys').waitFor()
-  await page
-    .getByRole('button', { name: 'Roll ci' })
-    .or(page.getByRole('button', { name: /^Roll/ }))
-    .first()
-    .click()
+  const prefix = (await page.getByTestId('keys').locator('tbody tr td').nth(1).innerText()).replace('…', '')
+  t.match(prefix, /^tgw_/, "the key's prefix listed")
+  const oldLabel = `ci (${prefix}…)`
+  t.match(await page.getByTestId('keys').innerText(), /2035-01-01/, 'an expiry listed as a time')
+
+  // Roll asks first, naming the key and how long the old one keeps working; No leaves it be.
+  confirmAnswer = false
+  await page.getByRole('button', { name: `Roll ${oldLabel}`, exact: true }).click()
+  await until(async () => asked.length > 0 && asked.at(-1)!.startsWith('Roll'), 'the roll asked first')
+  t.match(asked.at(-1), `Roll the key ${oldLabel}?`, 'the question names the key by its prefix')
+  t.match(asked.at(-1), /keeps working for a day/, 'and the overlap')
+  await sleep(300)
+  t.equal(await page.getByTestId('dialog').count(), 0, 'no roll when the answer is no')
+  t.equal(await page.getByTestId('keys').locator('tbody tr').count(), 1, 'still one key')
+  confirmAnswer = true
+
+  await page.getByRole('button', { name: `Roll ${oldLabel}`, exact: true }).click()
   await page.getByTestId('dialog').waitFor()
   const rolled = await page.getByLabel('API key', { exact: true }).inputValue()
   t.match(rolled, /^tgw_/, 'the new key, once')
@@ -328,12 +435,39 @@ t.test('roll and revoke, then every change in the audit log', async (t) => {
   await page.getByRole('button', { name: 'Close' }).click()
   await page.getByTestId('dialog').waitFor({ state: 'detached' })
   await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 2, 'two keys listed')
-  await page
-    .getByRole('button', { name: /^Revoke/ })
-    .first()
-    .click()
-  await until(async () => (await page.getByTestId('keys').innerText()).includes('revoked'), 'a key revoked')
+
+  // Two keys named ci: every control says which one it acts on, by its prefix.
+  const controls = await keyControls()
+  t.equal(controls.length, 8, 'Requests, the overlap, Roll and Revoke, for each key')
+  t.same([...new Set(controls)], controls, `every accessible name is unique: ${controls.join('; ')}`)
+  for (const control of controls) t.match(control, /\(tgw_\w+…\)/, `"${control}" names the key's prefix`)
+  const newPrefix = rolled.slice(0, prefix.length)
+  const newLabel = `ci (${newPrefix}…)`
+  await page.getByRole('button', { name: `Revoke ${newLabel}`, exact: true }).waitFor()
+  await page.getByRole('combobox', { name: `Old key of ${oldLabel} keeps working for`, exact: true }).waitFor()
+  // A key's row, by its prefix cell (another row may name it: "replaced by …").
+  const rowOf = (p: string) =>
+    page.getByTestId('keys').locator('tbody tr', { has: page.locator('td:nth-child(2)', { hasText: `${p}…` }) })
+  const statusOf = (p: string) => rowOf(p).getByTestId('key-status').innerText()
+  t.match(await statusOf(newPrefix), `replaces ${prefix}…`, 'the new key says which it replaced')
+  t.match(await statusOf(prefix), `replaced by ${newPrefix}…`, 'the old one says which replaced it')
+  t.match(await rowOf(newPrefix).innerText(), /2035-01-01/, "the new key keeps the old one's expiry")
+
+  await page.getByRole('button', { name: `Revoke ${oldLabel}`, exact: true }).click()
+  await until(async () => (await statusOf(prefix)).includes('revoked'), 'a key revoked')
+  t.match(await statusOf(prefix), /revoked\s+revoked \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/, 'when it was revoked')
+  t.equal(
+    (await keyControls()).filter((c) => c.includes(prefix)).length,
+    1,
+    'a revoked key keeps its Requests link only',
+  )
+  await page.getByLabel('Hide revoked keys').check()
+  await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 1, 'the revoked key hidden')
+  t.equal(await rowOf(prefix).count(), 0, 'the revoked key hidden')
+  await page.getByLabel('Hide revoked keys').uncheck()
+  await until(async () => (await page.getByTestId('keys').locator('tbody tr').count()) === 2, 'shown again')
   t.pass('rolled and revoked')
+  await screen('keys-rolled')
 
   await page.getByRole('link', { name: 'Audit log' }).click()
   await page.getByTestId('events').waitFor()
@@ -363,14 +497,14 @@ t.test('roll and revoke, then every change in the audit log', async (t) => {
   await page.getByLabel('Type').selectOption('')
   await page.getByLabel('Target id').fill(subId)
   await page.getByRole('button', { name: 'Filter' }).click()
-  // Its four changes, and the alerts of its rate limit above (rate_limit.exceeded targets it too).
+  // Its five changes (two saves), and the alerts of its rate limit above (rate_limit.exceeded targets it too).
   await until(async () => {
     const rows = await page
       .getByTestId('events')
       .locator('tbody tr')
       .evaluateAll((rows) => rows.map((r) => [r.getAttribute('data-target'), r.getAttribute('data-type')]))
     const changes = rows.filter(([, type]) => type?.startsWith('sub_account.')).length
-    return changes === 4 && rows.every(([id]) => id === subId)
+    return changes === 5 && rows.every(([id]) => id === subId)
   }, "the sub-account's own events")
   t.pass('filtered by type and by target')
   await screen('events')
@@ -453,9 +587,57 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   t.match(failed[3], /503/, 'the error')
   t.match(failed[6], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
 
+  await cardsFit(t, 'endpoints')
+  await cardsFit(t, 'deliveries-table')
   await page.getByRole('button', { name: /^Delete/ }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
   t.pass('deleted')
+})
+
+t.test('a phone: tables as cards, the sections on one line; the dark theme, axe in it', async (t) => {
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  await page.getByTestId('keys').waitFor()
+  await cardsFit(t, 'keys')
+  await page.getByRole('link', { name: 'Audit log' }).click()
+  await page.getByTestId('events').waitFor()
+  await cardsFit(t, 'events')
+  await page.getByRole('link', { name: 'Sub-accounts' }).click()
+  await page.getByTestId('subaccounts').waitFor()
+  await cardsFit(t, 'subaccounts')
+
+  await page.setViewportSize({ width: 390, height: 844 })
+  await page.waitForTimeout(100)
+  const tops = await page
+    .getByRole('navigation', { name: 'Sections' })
+    .locator('li')
+    .evaluateAll((lis) => lis.map((li) => Math.round(li.getBoundingClientRect().top)))
+  t.equal(tops.length, 6, 'six sections')
+  t.equal(new Set(tops).size, 1, `the sections on one line at 390 px: ${tops.join(' ')}`)
+  await page.setViewportSize({ width: 1280, height: 800 })
+
+  await page.emulateMedia({ colorScheme: 'dark' })
+  try {
+    const background = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor)
+    t.equal(background, 'rgb(13, 17, 23)', 'dark, from prefers-color-scheme')
+    for (const [path, ready, name] of [
+      ['/sub-accounts', 'subaccounts', 'subaccounts-dark'],
+      [`/sub-accounts/${subId}`, 'keys', 'subaccount-dark'],
+      ['/events', 'events', 'events-dark'],
+      ['/usage', 'usage-chart', 'usage-dark'],
+    ] as const) {
+      await page.goto(`${gateway.url}/console#${path}`)
+      await page.getByTestId(ready).waitFor()
+      const before = findings.length
+      await screen(name)
+      t.same(
+        findings.slice(before).filter((f) => f.impact === 'serious' || f.impact === 'critical'),
+        [],
+        `axe in the dark theme: ${name}`,
+      )
+    }
+  } finally {
+    await page.emulateMedia({ colorScheme: 'light' })
+  }
 })
 
 t.test('routes: which carry WebSockets, with their bounds, and no upstream address', async (t) => {

@@ -116,6 +116,11 @@ t.test('the key policy: none shown, a bad entry refused beside its field, then s
   await policyForm().getByRole('button', { name: 'Save key policy' }).click()
   await until(async () => (await shownPolicy()).includes('1 day'), 'the policy shown')
   t.match(await shownPolicy(), /tracking:\*[\s\S]*1 day[\s\S]*203\.0\.113\.0\/24 2001:db8::\/48/, 'shown as saved')
+  t.match(
+    await page.getByTestId('policy-saved').innerText(),
+    /^✓ Key policy saved at \d\d:\d\d:\d\d UTC$/,
+    'a visible confirmation under the form',
+  )
   t.same((await subAccount(subId)).key_policy, {
     allowed_scopes: ['tracking:*'],
     max_ttl_seconds: 86_400,
@@ -215,6 +220,7 @@ t.test('the policy removed: shown as none, the expiry optional again', async (t)
   t.match(await shownPolicy(), /any \(within the account's scope ceiling\)[\s\S]*no limit[\s\S]*any address/)
   t.same((await subAccount(subId)).key_policy, { allowed_scopes: null, max_ttl_seconds: null, ip_allowlist: null })
   t.equal(await policyForm().getByLabel('Allowed scopes or patterns').inputValue(), '', 'the form emptied')
+  t.match(await page.getByTestId('policy-saved').innerText(), /Key policy removed at/, 'said visibly')
   const expires = mintForm().getByLabel(/^Expires at \(optional/)
   t.equal(await expires.getAttribute('required'), null, 'no expiry required')
   t.equal(await expires.inputValue(), '', 'none offered')

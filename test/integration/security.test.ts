@@ -43,6 +43,11 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/webhook-endpoints': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/webhook-endpoints/:endpoint_id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'DELETE /v1/sub-accounts/webhook-endpoints/:endpoint_id': { scope: 'sub_accounts:write', namesSubAccount: false },
+  'POST /v1/sub-accounts/webhook-endpoints/:endpoint_id/test': { scope: 'sub_accounts:write', namesSubAccount: false },
+  'POST /v1/sub-accounts/webhook-endpoints/:endpoint_id/deliveries/:event_id/retry': {
+    scope: 'sub_accounts:write',
+    namesSubAccount: false,
+  },
   'GET /v1/sub-accounts/webhook-endpoints/:endpoint_id/deliveries': {
     scope: 'sub_accounts:read',
     namesSubAccount: false,

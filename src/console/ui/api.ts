@@ -58,6 +58,8 @@ export function advice(p: Problem): string {
       return 'This account has as many webhook endpoints as the gateway allows: delete one it no longer needs first.'
     case 'url_conflict':
       return 'This account already has an endpoint with this URL: use that one, or delete it first.'
+    case 'endpoint_disabled':
+      return 'The endpoint is disabled (its receiver answered 410, or failed for 5 days): make a new one for it.'
     case 'key_not_active':
       return 'Only an active key can be rolled: mint a new key instead.'
     case 'idempotency_key_in_flight':

@@ -41,6 +41,17 @@ function classAt(series: DailySeries, i: number, value: number): StatusClass | n
   return null
 }
 
+/** Steps of the requests axis: whole numbers (1, 2, 5, 10, 20, 50…). */
+const WHOLE_STEPS = [1, 2, 5].flatMap((n) => Array.from({ length: 10 }, (_, p) => n * 10 ** p)).sort((a, b) => a - b)
+
+/** An axis drawn in the page's text and line colours, read from its CSS variables. */
+function axis(): { stroke: string; grid: { stroke: string }; ticks: { stroke: string } } {
+  const style = getComputedStyle(document.documentElement)
+  const fg = style.getPropertyValue('--fg').trim() || '#1b1f24'
+  const line = style.getPropertyValue('--line').trim() || '#d0d7de'
+  return { stroke: fg, grid: { stroke: line }, ticks: { stroke: line } }
+}
+
 export function UsageChart({
   series,
   label,
@@ -63,7 +74,9 @@ export function UsageChart({
         legend: { show: false },
         cursor: { show: false },
         scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(max, 1)] } },
-        axes: [{}, { size: 50 }],
+        // The axes in the page's colours (the dark theme's too), and whole requests only: an
+        // empty chart's axis said 0.2, 0.4… requests.
+        axes: [axis(), { ...axis(), size: 50, incrs: WHOLE_STEPS }],
         series: [
           {},
           ...[...CLASSES].reverse().map((c) => ({

@@ -148,6 +148,50 @@ export function SecretField({ label, value, id }: { label: string; value: string
   )
 }
 
+/**
+ * What a change did, shown where it was made (a save: "Limits saved at 20:05:13 UTC"), for the
+ * eyes; the live region says it for screen readers, so this is no live region of its own.
+ */
+export function Confirmation({ text, testId = 'confirmation' }: { text: string | null; testId?: string }) {
+  if (text === null) return null
+  return (
+    <p class="confirmation" data-testid={testId}>
+      <span aria-hidden="true">✓ </span>
+      {text}
+    </p>
+  )
+}
+
+/** `what` and the time (UTC, to the second), for a Confirmation: two saves in a row read apart. */
+export function doneAt(what: string, at: Date = new Date()): string {
+  return `${what} at ${at.toISOString().slice(11, 19)} UTC`
+}
+
+/**
+ * A button that copies a value that is on the page anyway (an id; never a secret: SecretField
+ * does those). Its accessible name says what it copies ("Copy the sub-account id"); "Copied" once
+ * it has, said in the live region too.
+ */
+export function CopyButton({ value, what }: { value: string; what: string }) {
+  const [copied, setCopied] = useState(false)
+  const copy = async () => {
+    try {
+      await navigator.clipboard.writeText(value)
+      setCopied(true)
+      announce(`Copied ${what}`)
+      setTimeout(() => setCopied(false), 2000)
+    } catch {
+      announce(`Could not copy ${what}: select it and copy it`)
+    }
+  }
+  return (
+    <button type="button" class="copy" onClick={copy}>
+      {copied ? 'Copied' : 'Copy'}
+      <span class="visually-hidden"> {what}</span>
+    </button>
+  )
+}
+
 export function formatTime(value: string | null): string {
   if (value === null) return '—'
   return new Date(value)

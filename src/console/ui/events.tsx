@@ -82,7 +82,7 @@ export function EventsScreen() {
       {page !== null && page.data.length === 0 && <Empty>No event matches.</Empty>}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="events">
+          <table class="cards" data-testid="events">
             <caption class="visually-hidden">Events, newest first</caption>
             <thead>
               <tr>
@@ -96,9 +96,11 @@ export function EventsScreen() {
             <tbody>
               {page.data.map((e) => (
                 <tr key={e.id} data-type={e.type} data-target={e.target.id}>
-                  <td>{formatTime(e.created_at)}</td>
-                  <td class="mono">{e.type}</td>
-                  <td>
+                  <td data-label="When">{formatTime(e.created_at)}</td>
+                  <td data-label="Type" class="mono">
+                    {e.type}
+                  </td>
+                  <td data-label="Target">
                     {e.target.type === 'sub_account' ? (
                       <a href={`#/sub-accounts/${e.target.id}`} class="mono">
                         {e.target.id}
@@ -109,8 +111,8 @@ export function EventsScreen() {
                       </span>
                     )}
                   </td>
-                  <td>{e.actor.type === 'api_key' ? `key ${e.actor.key_id ?? ''}` : e.actor.type}</td>
-                  <td>
+                  <td data-label="By">{e.actor.type === 'api_key' ? `key ${e.actor.key_id ?? ''}` : e.actor.type}</td>
+                  <td data-label="Details">
                     <details>
                       <summary>
                         Data<span class="visually-hidden"> of {e.id}</span>

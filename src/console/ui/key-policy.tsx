@@ -2,7 +2,7 @@
 // allows, shown; the form that replaces it (PATCH key_policy) or removes it (key_policy: null).
 import { useRef } from 'preact/hooks'
 import { api } from './api.js'
-import { ErrorMessage, useAction } from './components.js'
+import { Confirmation, ErrorMessage, useAction } from './components.js'
 import { describedBy, errorsByField, FieldErrors, listOf } from './field-errors.js'
 import type { KeyPolicy, SubAccount } from './types.js'
 
@@ -34,7 +34,16 @@ const SUBJECTS = {
   ip_allowlist: 'The IP allow-list',
 }
 
-export function KeyPolicySection({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount) => void }) {
+export function KeyPolicySection({
+  sub,
+  onSaved,
+  confirmation = null,
+}: {
+  sub: SubAccount
+  onSaved: (s: SubAccount) => void
+  /** What the last save did, shown under the buttons (the screen keeps it: a save remounts this). */
+  confirmation?: string | null
+}) {
   // Uncontrolled fields (defaultValue): a refused save leaves what was typed beside its errors; a
   // saved one remounts the form (keyed by updated_at) with what the API keeps.
   const policy = sub.key_policy
@@ -169,6 +178,7 @@ export function KeyPolicySection({ sub, onSaved }: { sub: SubAccount; onSaved: (
           Remove the policy
         </button>
       </div>
+      <Confirmation text={save.error === null && remove.error === null ? confirmation : null} testId="policy-saved" />
     </form>
   )
 }

@@ -1,10 +1,12 @@
 // A sub-account's API keys: list, mint (with an optional expiry and IP allow-list, held to the
-// sub-account's key policy), roll, revoke, each key's requests. A new key and its client secret
-// are shown once, in a dialog; closing it drops them from the page.
+// sub-account's key policy), roll (asked first), revoke, each key's requests. A new key and its
+// client secret are shown once, in a dialog; closing it drops them from the page. Two keys may
+// share a name (a roll keeps it): every control names its key by name and prefix.
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import {
   announce,
+  CopyButton,
   Dialog,
   Empty,
   ErrorMessage,
@@ -20,10 +22,28 @@ import { describeDuration } from './key-policy.js'
 import { requestsHash } from './request-filters.js'
 import type { ApiKey, KeyPolicy, MintedKey, MintKeyRequest } from './types.js'
 
+/** How a control names the key it acts on: a roll leaves two keys of one name, never one prefix. */
+export function keyLabel(k: { name: string; prefix: string }): string {
+  return `${k.name} (${k.prefix}…)`
+}
+
+/** How long the old key keeps working after a roll, the first the default (an array: keys in order). */
+const OVERLAPS: [seconds: number, text: string][] = [
+  [86400, 'a day'],
+  [3600, 'an hour'],
+  [0, 'no time (revoke now)'],
+]
+
+/** An expiry as the list says it: "no expiry" when the key has none. */
+export function expiryText(value: string | null): string {
+  return value === null ? 'no expiry' : formatTime(value)
+}
+
 export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolicy }) {
   const [page, setPage] = useState<Page<ApiKey> | null>(null)
   const [shown, setShown] = useState<{ title: string; key: MintedKey } | null>(null)
   const [reload, setReload] = useState(0)
+  const [hideRevoked, setHideRevoked] = useState(false)
   const pager = usePager()
   const load = useAction()
   const change = useAction()
@@ -42,6 +62,12 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
   const roll = (key: ApiKey) => {
     const field = document.getElementById(`overlap-${key.id}`) as HTMLSelectElement | null
     const seconds = Number(field?.value ?? 86400)
+    const overlap = OVERLAPS.find(([s]) => s === seconds)?.[1] ?? `${seconds} s`
+    const ask =
+      seconds === 0
+        ? `Roll the key ${keyLabel(key)}? A new key replaces it, and the old one stops working at once.`
+        : `Roll the key ${keyLabel(key)}? A new key replaces it; the old one keeps working for ${overlap}.`
+    if (!confirm(ask)) return
     change.run(
       async () =>
         minted(
@@ -52,7 +78,7 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
     )
   }
   const revoke = (key: ApiKey) => {
-    if (!confirm(`Revoke the key ${key.name} (${key.prefix}…)? It stops working within a second.`)) return
+    if (!confirm(`Revoke the key ${keyLabel(key)}? It stops working within a second.`)) return
     change.run(async () => {
       await api('POST', `/${subId}/api-keys/${key.id}/revoke`)
       setReload((n) => n + 1)
@@ -67,9 +93,20 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
       <ErrorMessage error={load.error} />
       {page === null && load.error === null && <Loading what="keys" />}
       {page !== null && page.data.length === 0 && <Empty>No keys yet.</Empty>}
+      {page?.data.some((k) => k.status === 'revoked') && (
+        <label class="check">
+          <input
+            type="checkbox"
+            checked={hideRevoked}
+            onChange={(e) => setHideRevoked(e.currentTarget.checked)}
+            data-testid="hide-revoked"
+          />{' '}
+          Hide revoked keys
+        </label>
+      )}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="keys">
+          <table data-testid="keys" class="cards">
             <caption class="visually-hidden">API keys</caption>
             <thead>
               <tr>
@@ -84,44 +121,70 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
               </tr>
             </thead>
             <tbody>
-              {page.data.map((k) => (
-                <tr key={k.id} data-key-id={k.id}>
-                  <td>{k.name}</td>
-                  <td class="mono">{k.prefix}…</td>
-                  <td class="mono">{k.scopes.join(' ')}</td>
-                  <td class={k.ip_allowlist === null ? undefined : 'mono'}>
-                    {k.ip_allowlist?.join(' ') ?? 'any address'}
-                  </td>
-                  <td>
-                    <span class={`badge ${k.status}`}>{k.status}</span>
-                  </td>
-                  <td>{formatTime(k.expires_at)}</td>
-                  <td>{formatTime(k.last_used_at)}</td>
-                  <td class="row-actions">
-                    <a href={requestsHash({ key_id: k.id })}>
-                      Requests<span class="visually-hidden"> of {k.name}</span>
-                    </a>
-                    {k.status === 'active' && (
-                      <>
-                        <label for={`overlap-${k.id}`} class="visually-hidden">
-                          Old key of {k.name} keeps working for
-                        </label>
-                        <select id={`overlap-${k.id}`}>
-                          <option value="86400">a day</option>
-                          <option value="3600">an hour</option>
-                          <option value="0">no time (revoke now)</option>
-                        </select>
-                        <button type="button" disabled={change.busy} onClick={() => roll(k)}>
-                          Roll<span class="visually-hidden"> {k.name}</span>
-                        </button>
-                        <button type="button" class="danger" disabled={change.busy} onClick={() => revoke(k)}>
-                          Revoke<span class="visually-hidden"> {k.name}</span>
-                        </button>
-                      </>
-                    )}
-                  </td>
-                </tr>
-              ))}
+              {page.data
+                .filter((k) => !hideRevoked || k.status !== 'revoked')
+                .map((k) => {
+                  const label = keyLabel(k)
+                  // The key it replaced and the one that replaced it, by prefix when on this page.
+                  const replaces = page.data.find((o) => o.id === k.rolled_from)
+                  const replacedBy = page.data.find((o) => o.rolled_from === k.id)
+                  return (
+                    <tr key={k.id} data-key-id={k.id}>
+                      <td data-label="Name">{k.name}</td>
+                      <td data-label="Prefix" class="mono">
+                        {k.prefix}…
+                      </td>
+                      <td data-label="Scopes" class="mono">
+                        {k.scopes.join(' ')}
+                      </td>
+                      <td data-label="Allowed from" class={k.ip_allowlist === null ? undefined : 'mono'}>
+                        {k.ip_allowlist?.join(' ') ?? 'any address'}
+                      </td>
+                      <td data-label="Status" data-testid="key-status">
+                        <span class={`badge ${k.status}`}>{k.status}</span>
+                        {k.revoked_at !== null && <span class="sub-line">revoked {formatTime(k.revoked_at)}</span>}
+                        {k.rolled_from !== null && (
+                          <span class="sub-line">
+                            replaces{' '}
+                            <span class="mono">{replaces === undefined ? k.rolled_from : `${replaces.prefix}…`}</span>
+                          </span>
+                        )}
+                        {replacedBy !== undefined && (
+                          <span class="sub-line">
+                            replaced by <span class="mono">{replacedBy.prefix}…</span>
+                          </span>
+                        )}
+                      </td>
+                      <td data-label="Expires">{expiryText(k.expires_at)}</td>
+                      <td data-label="Last used">{k.last_used_at === null ? 'never' : formatTime(k.last_used_at)}</td>
+                      <td data-label="Actions" class="row-actions">
+                        <a href={requestsHash({ key_id: k.id })}>
+                          Requests<span class="visually-hidden"> of {label}</span>
+                        </a>
+                        {k.status === 'active' && (
+                          <>
+                            <label for={`overlap-${k.id}`} class="visually-hidden">
+                              Old key of {label} keeps working for
+                            </label>
+                            <select id={`overlap-${k.id}`}>
+                              {OVERLAPS.map(([value, text]) => (
+                                <option key={value} value={value}>
+                                  {text}
+                                </option>
+                              ))}
+                            </select>
+                            <button type="button" disabled={change.busy} onClick={() => roll(k)}>
+                              Roll<span class="visually-hidden"> {label}</span>
+                            </button>
+                            <button type="button" class="danger" disabled={change.busy} onClick={() => revoke(k)}>
+                              Revoke<span class="visually-hidden"> {label}</span>
+                            </button>
+                          </>
+                        )}
+                      </td>
+                    </tr>
+                  )
+                })}
             </tbody>
           </table>
         </div>
@@ -141,7 +204,8 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
           <SecretField id="secret-key" label="API key" value={shown.key.api_key} />
           <SecretField id="secret-client" label="Client secret" value={shown.key.client_secret} />
           <p class="help">
-            Key id <span class="mono">{shown.key.id}</span>, expires {formatTime(shown.key.expires_at)}, usable from{' '}
+            Key id <span class="mono">{shown.key.id}</span> <CopyButton value={shown.key.id} what="the key id" />,{' '}
+            {shown.key.expires_at === null ? 'no expiry' : `expires ${formatTime(shown.key.expires_at)}`}, usable from{' '}
             {shown.key.ip_allowlist === null ? (
               'any address'
             ) : (

@@ -181,7 +181,7 @@ function RequestList({ filters }: { filters: RequestFilters }) {
       )}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="requests">
+          <table class="cards" data-testid="requests">
             <caption class="visually-hidden">Requests, newest first</caption>
             <thead>
               <tr>
@@ -198,21 +198,29 @@ function RequestList({ filters }: { filters: RequestFilters }) {
             <tbody>
               {page.data.map((r) => (
                 <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
-                  <td>
+                  <td data-label="Time">
                     <button type="button" class="link open-details" onClick={() => setChosen(r)}>
                       {formatInstant(r.time)}
                       <span class="visually-hidden">: details of {r.id}</span>
                     </button>
                   </td>
-                  <td class="mono">{r.method}</td>
-                  <td class="mono path">{r.path}</td>
-                  <td>{r.status}</td>
-                  <td class="mono">{r.code ?? '—'}</td>
-                  <td>{formatDuration(r.duration_ms)}</td>
-                  <td>
+                  <td data-label="Method" class="mono">
+                    {r.method}
+                  </td>
+                  <td data-label="Path" class="mono path">
+                    {r.path}
+                  </td>
+                  <td data-label="Status">{r.status}</td>
+                  <td data-label="Code" class="mono">
+                    {r.code ?? '—'}
+                  </td>
+                  <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
+                  <td data-label="Sub-account">
                     <TenantOf record={r} />
                   </td>
-                  <td class="mono">{r.key_id}</td>
+                  <td data-label="Key" class="mono">
+                    {r.key_id}
+                  </td>
                 </tr>
               ))}
             </tbody>

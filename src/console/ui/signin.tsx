@@ -34,7 +34,11 @@ export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSig
   }
   return (
     <main class="signin" id="main">
-      <h1>tenancy-gateway console</h1>
+      <h1>Sign in to the tenancy-gateway console</h1>
+      <p class="lead">
+        tenancy-gateway is the reverse proxy in front of your API: here a parent account manages its sub-accounts, their
+        API keys, limits, usage and webhooks.
+      </p>
       {refused !== null && action.error === null && (
         <div class="error" role="alert" data-code={refused.code}>
           <p class="error-title">
@@ -48,8 +52,10 @@ export function SignIn({ refused, onSignedIn }: { refused: Problem | null; onSig
         <label for="key">Parent API key</label>
         <input id="key" name="key" type="password" autocomplete="off" spellcheck={false} required />
         <p id="signin-help" class="help">
-          A key of the parent account with <code>sub_accounts:read</code> and <code>sub_accounts:write</code> (the
-          gateway prints one on its first start). It is kept in this tab only, and sent only to this gateway.
+          A key of the parent account with <code>sub_accounts:read</code> and <code>sub_accounts:write</code>. With the
+          embedded database, the gateway prints one on its first start; with your own Postgres, the operator makes one
+          with <code>npm run cli -- accounts create</code> or <code>keys create</code>. It is kept in this tab only, and
+          sent only to this gateway.
         </p>
         <button type="submit" disabled={action.busy}>
           Sign in

@@ -2,8 +2,8 @@
 // its keys, its usage and a link to its requests.
 import { useEffect, useState } from 'preact/hooks'
 import { ApiError, api } from './api.js'
-import { ErrorMessage, formatTime, Loading, useAction } from './components.js'
-import { KeyPolicySection } from './key-policy.js'
+import { Confirmation, CopyButton, doneAt, ErrorMessage, formatTime, Loading, useAction } from './components.js'
+import { hasKeyPolicy, KeyPolicySection } from './key-policy.js'
 import { KeysSection } from './keys.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
 import { requestsHash } from './request-filters.js'
@@ -13,6 +13,14 @@ import { UsagePanel } from './usage.js'
 
 export function SubAccountScreen({ id }: { id: string }) {
   const [sub, setSub] = useState<SubAccount | null>(null)
+  // Which form saved last, and when: shown in that form. The forms remount on a save (keyed by
+  // updated_at), so the confirmation lives here, not in their own state.
+  const [saved, setSaved] = useState<{ form: 'edit' | 'limits' | 'policy'; text: string } | null>(null)
+  const savedBy = (form: 'edit' | 'limits' | 'policy', what: string) => (next: SubAccount) => {
+    setSub(next)
+    setSaved({ form, text: doneAt(what) })
+  }
+  const confirmation = (form: 'edit' | 'limits' | 'policy') => (saved?.form === form ? saved.text : null)
   const load = useAction()
   const change = useAction()
   useEffect(() => {
@@ -48,9 +56,22 @@ export function SubAccountScreen({ id }: { id: string }) {
           </div>
           <dl class="facts">
             <dt>Id</dt>
-            <dd class="mono">{sub.id}</dd>
+            <dd>
+              <span class="mono" data-testid="sub-id">
+                {sub.id}
+              </span>{' '}
+              <CopyButton value={sub.id} what="the sub-account id" />
+            </dd>
             <dt>External id</dt>
-            <dd class="mono">{sub.external_id ?? '—'}</dd>
+            <dd>
+              <span class="mono">{sub.external_id ?? '—'}</span>
+              {sub.external_id !== null && (
+                <>
+                  {' '}
+                  <CopyButton value={sub.external_id} what="the external id" />
+                </>
+              )}
+            </dd>
             <dt>Limits</dt>
             <dd data-testid="sub-limits">{describeLimits(sub)}</dd>
             <dt>Created</dt>
@@ -78,9 +99,26 @@ export function SubAccountScreen({ id }: { id: string }) {
           </div>
           <ErrorMessage error={change.error} />
           <div class="columns">
-            <EditForm key={`edit-${sub.updated_at}`} sub={sub} onSaved={setSub} />
-            <LimitsForm key={`limits-${sub.updated_at}`} sub={sub} onSaved={setSub} />
-            <KeyPolicySection key={`policy-${sub.updated_at}`} sub={sub} onSaved={setSub} />
+            <EditForm
+              key={`edit-${sub.updated_at}`}
+              sub={sub}
+              onSaved={savedBy('edit', 'Details saved')}
+              confirmation={confirmation('edit')}
+            />
+            <LimitsForm
+              key={`limits-${sub.updated_at}`}
+              sub={sub}
+              onSaved={savedBy('limits', 'Limits saved')}
+              confirmation={confirmation('limits')}
+            />
+            <KeyPolicySection
+              key={`policy-${sub.updated_at}`}
+              sub={sub}
+              onSaved={(next) =>
+                savedBy('policy', hasKeyPolicy(next.key_policy) ? 'Key policy saved' : 'Key policy removed')(next)
+              }
+              confirmation={confirmation('policy')}
+            />
           </div>
           <KeysSection subId={sub.id} policy={sub.key_policy} />
           <UsagePanel subAccount={sub} />
@@ -90,7 +128,13 @@ export function SubAccountScreen({ id }: { id: string }) {
   )
 }
 
-function EditForm({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount) => void }) {
+interface FormProps {
+  sub: SubAccount
+  onSaved: (s: SubAccount) => void
+  confirmation: string | null
+}
+
+function EditForm({ sub, onSaved, confirmation }: FormProps) {
   const action = useAction()
   const submit = (e: Event) => {
     e.preventDefault()
@@ -136,11 +180,12 @@ function EditForm({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount) 
       <button type="submit" disabled={action.busy}>
         Save details
       </button>
+      <Confirmation text={action.error === null ? confirmation : null} testId="edit-saved" />
     </form>
   )
 }
 
-function LimitsForm({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount) => void }) {
+function LimitsForm({ sub, onSaved, confirmation }: FormProps) {
   const action = useAction()
   const submit = (e: Event) => {
     e.preventDefault()
@@ -158,6 +203,7 @@ function LimitsForm({ sub, onSaved }: { sub: SubAccount; onSaved: (s: SubAccount
       <button type="submit" disabled={action.busy}>
         Save limits
       </button>
+      <Confirmation text={action.error === null ? confirmation : null} testId="limits-saved" />
     </form>
   )
 }

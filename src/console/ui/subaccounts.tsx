@@ -1,6 +1,6 @@
 // Sub-accounts: a page at a time, a search by the start of a name or external id (the API's `q`,
 // sent as the user types, once typing pauses), a status filter, and the create form.
-import { useEffect, useState } from 'preact/hooks'
+import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
@@ -19,6 +19,7 @@ export function SubAccountsScreen() {
   const [page, setPage] = useState<Page<SubAccount> | null>(null)
   const [reload, setReload] = useState(0)
   const [creating, setCreating] = useState(false)
+  const newButton = useRef<HTMLButtonElement>(null)
   const pager = usePager()
   const load = useAction()
 
@@ -49,7 +50,7 @@ export function SubAccountsScreen() {
     <section aria-labelledby="subaccounts-title">
       <div class="heading-row">
         <h1 id="subaccounts-title">Sub-accounts</h1>
-        <button type="button" onClick={() => setCreating(!creating)} aria-expanded={creating}>
+        <button type="button" ref={newButton} onClick={() => setCreating(!creating)} aria-expanded={creating}>
           New sub-account
         </button>
       </div>
@@ -58,6 +59,10 @@ export function SubAccountsScreen() {
           onCreated={(s) => {
             setCreating(false)
             location.hash = `#/sub-accounts/${s.id}`
+          }}
+          onCancel={() => {
+            setCreating(false)
+            newButton.current?.focus() // focus back where the form was opened
           }}
         />
       )}
@@ -106,7 +111,7 @@ export function SubAccountsScreen() {
       )}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="subaccounts">
+          <table class="cards" data-testid="subaccounts">
             <caption class="visually-hidden">Sub-accounts</caption>
             <thead>
               <tr>
@@ -119,14 +124,16 @@ export function SubAccountsScreen() {
             <tbody>
               {page.data.map((s) => (
                 <tr key={s.id}>
-                  <td>
+                  <td data-label="Name">
                     <a href={`#/sub-accounts/${s.id}`}>{s.name}</a>
                   </td>
-                  <td class="mono">{s.external_id ?? '—'}</td>
-                  <td>
+                  <td data-label="External id" class="mono">
+                    {s.external_id ?? '—'}
+                  </td>
+                  <td data-label="Status">
                     <span class={`badge ${s.status}`}>{s.status}</span>
                   </td>
-                  <td>{describeLimits(s)}</td>
+                  <td data-label="Limits">{describeLimits(s)}</td>
                 </tr>
               ))}
             </tbody>
@@ -159,7 +166,7 @@ export function describeLimits(s: SubAccount): string {
   return parts.length === 0 ? 'none' : parts.join(', ')
 }
 
-function CreateForm({ onCreated }: { onCreated: (s: SubAccount) => void }) {
+function CreateForm({ onCreated, onCancel }: { onCreated: (s: SubAccount) => void; onCancel: () => void }) {
   const action = useAction()
   const submit = (e: Event) => {
     e.preventDefault()
@@ -187,9 +194,14 @@ function CreateForm({ onCreated }: { onCreated: (s: SubAccount) => void }) {
       </div>
       <LimitsFields prefix="new" limits={null} />
       <ErrorMessage error={action.error} />
-      <button type="submit" disabled={action.busy}>
-        Create
-      </button>
+      <div class="actions">
+        <button type="submit" disabled={action.busy}>
+          Create
+        </button>
+        <button type="button" class="secondary" onClick={onCancel}>
+          Cancel
+        </button>
+      </div>
     </form>
   )
 }

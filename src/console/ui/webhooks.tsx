@@ -91,7 +91,7 @@ export function WebhooksScreen() {
       {page !== null && page.data.length === 0 && <Empty>No webhook endpoints yet.</Empty>}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="endpoints">
+          <table class="cards" data-testid="endpoints">
             <caption class="visually-hidden">Webhook endpoints</caption>
             <thead>
               <tr>
@@ -105,17 +105,19 @@ export function WebhooksScreen() {
             <tbody>
               {page.data.map((w) => (
                 <tr key={w.id}>
-                  <td>
+                  <td data-label="URL">
                     <span class="mono">{w.url}</span>
                     {w.description !== null && <span class="description">{w.description}</span>}
                   </td>
-                  <td class="mono">{w.event_types.join(' ')}</td>
-                  <td>
+                  <td data-label="Events" class="mono">
+                    {w.event_types.join(' ')}
+                  </td>
+                  <td data-label="Status">
                     <span class={`badge ${w.status}`}>{w.status}</span>
                     {w.disabled_reason !== null && ` (${w.disabled_reason})`}
                   </td>
-                  <td>{formatTime(w.created_at)}</td>
-                  <td class="row-actions">
+                  <td data-label="Created">{formatTime(w.created_at)}</td>
+                  <td data-label="Actions" class="row-actions">
                     <button type="button" onClick={() => setSelected(w)} aria-pressed={selected?.id === w.id}>
                       Deliveries<span class="visually-hidden"> to {w.url}</span>
                     </button>
@@ -175,7 +177,7 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
       {page !== null && page.data.length === 0 && <Empty>No delivery yet.</Empty>}
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
-          <table>
+          <table class="cards" data-testid="deliveries-table">
             <thead>
               <tr>
                 <th scope="col">Event</th>
@@ -190,13 +192,15 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
             <tbody>
               {page.data.map((d) => (
                 <tr key={`${d.event_id}-${d.attempt}`}>
-                  <td class="mono">{d.event_id}</td>
-                  <td>{d.attempt}</td>
-                  <td>{d.status ?? '—'}</td>
-                  <td>{d.error ?? '—'}</td>
-                  <td>{d.duration_ms} ms</td>
-                  <td>{formatTime(d.attempted_at)}</td>
-                  <td>{formatTime(d.next_attempt_at)}</td>
+                  <td data-label="Event" class="mono">
+                    {d.event_id}
+                  </td>
+                  <td data-label="Attempt">{d.attempt}</td>
+                  <td data-label="Status">{d.status ?? '—'}</td>
+                  <td data-label="Error">{d.error ?? '—'}</td>
+                  <td data-label="Duration">{d.duration_ms} ms</td>
+                  <td data-label="At">{formatTime(d.attempted_at)}</td>
+                  <td data-label="Next attempt">{formatTime(d.next_attempt_at)}</td>
                 </tr>
               ))}
             </tbody>
