@@ -290,6 +290,23 @@ t.test('a session ended by its provider mid-use shows the ended message', async 
   await screen(live, 'ended')
 })
 
+t.test('a reload keeps a cookie session; its expiry ends it without a call', async (t) => {
+  const { page: timed } = await freshPage()
+  await timed.clock.install()
+  await timed.goto((await portalLink(['usage:read', 'requests:read'])).url)
+  await timed.getByRole('heading', { name: 'Usage', level: 1 }).waitFor()
+  await timed.getByRole('link', { name: 'Requests' }).click()
+  await timed.getByRole('heading', { name: 'Requests', level: 1 }).waitFor()
+  await timed.reload()
+  await timed.getByRole('navigation', { name: 'Requests pages' }).waitFor() // the list read
+  t.pass('reloaded: the cookie session, on the screen the address names')
+  const before = portalCalls.length
+  await timed.clock.fastForward(901_000)
+  await timed.getByTestId('ended').waitFor()
+  t.match(await timed.getByRole('alert').innerText(), /expired[\s\S]*Ask your provider for a new link/)
+  t.equal(portalCalls.length, before, 'said without asking the API')
+})
+
 t.test('a screen without its permission is not shown', async (t) => {
   const { page: narrow } = await freshPage()
   await narrow.goto((await portalLink(['usage:read'], null)).url)
@@ -348,6 +365,14 @@ t.test('embedding: framed by an allowed origin, refused to another', async (t) =
   await frame.getByRole('link', { name: 'Usage' }).click()
   await frame.getByTestId('portal-used').waitFor()
   t.equal(await frame.getByRole('link', { name: 'Return to your provider' }).getAttribute('target'), '_top')
+  // The frame's address still holds the spent token, and the session was in the old page's memory.
+  await host.reload()
+  await frame.getByTestId('ended').waitFor()
+  t.match(
+    await frame.getByRole('alert').innerText(),
+    /already been used[\s\S]*Ask your provider for a new link/,
+    'reloaded: ended',
+  )
 
   const { context: strangers, page: stranger } = await freshPage()
   await strangers.grantPermissions(['local-network-access'], { origin: 'https://stranger.example' })
