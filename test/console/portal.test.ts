@@ -307,6 +307,33 @@ t.test('a reload keeps a cookie session; its expiry ends it without a call', asy
   t.equal(portalCalls.length, before, 'said without asking the API')
 })
 
+t.test('an exchange the gateway could not answer: the link is kept, and tried again', async (t) => {
+  const { page: unlucky } = await freshPage()
+  let refused = 0
+  await unlucky.route('**/portal/api/session', async (route) => {
+    if (route.request().method() !== 'POST' || refused > 0) return route.continue()
+    refused++
+    return route.fulfill({
+      status: 503,
+      contentType: 'application/problem+json',
+      body: JSON.stringify({
+        status: 503,
+        code: 'store_unavailable',
+        title: 'Service Unavailable',
+        detail: 'the store',
+      }),
+    })
+  })
+  await unlucky.goto((await portalLink(['usage:read'])).url)
+  await unlucky.getByTestId('open-failed').waitFor()
+  t.match(await unlucky.getByRole('alert').innerText(), /503 store_unavailable[\s\S]*try again in a moment/)
+  t.notOk(unlucky.url().includes('#'), 'the token left the address bar all the same')
+  await screen(unlucky, 'open-failed')
+  await unlucky.getByRole('button', { name: 'Try again' }).click()
+  await unlucky.getByRole('heading', { name: 'Usage', level: 1 }).waitFor()
+  t.pass('opened on the second try, with the token kept in memory')
+})
+
 t.test('a screen without its permission is not shown', async (t) => {
   const { page: narrow } = await freshPage()
   await narrow.goto((await portalLink(['usage:read'], null)).url)

@@ -8,7 +8,7 @@ import './portal.css'
 import { type ComponentChildren, render } from 'preact'
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { type Problem, problemOfError } from '../api.js'
-import { LiveRegion, Loading } from '../components.js'
+import { ErrorMessage, LiveRegion, Loading } from '../components.js'
 import { endSession, isEmbedded, openSession, type Permission, type PortalSession, whenSessionEnds } from './api.js'
 import { KeysScreen, RequestsScreen, UsageScreen } from './screens.js'
 
@@ -125,14 +125,38 @@ function Shell({ session, children }: { session: PortalSession; children: Compon
   )
 }
 
+/**
+ * The exchange failed for another reason than a refused link (the gateway or its database away, a
+ * network error): the token is still in memory and the link unused, so the user may try again.
+ */
+function OpenFailed({ error, onRetry }: { error: unknown; onRetry: () => void }) {
+  return (
+    <main id="main" data-testid="open-failed">
+      <h1>The portal could not open</h1>
+      <ErrorMessage error={error} />
+      <button type="button" onClick={onRetry}>
+        Try again
+      </button>
+    </main>
+  )
+}
+
 function App() {
   const [session, setSession] = useState<PortalSession | null>(null)
   const [ended, setEnded] = useState<Problem | null>(null)
+  const [failed, setFailed] = useState<unknown>(null)
+  const [attempt, setAttempt] = useState(0)
 
+  useEffect(() => whenSessionEnds(setEnded), [])
   useEffect(() => {
-    whenSessionEnds(setEnded)
-    openSession(token, embedded).then(setSession, (err) => endSession(problemOfError(err)))
-  }, [])
+    setFailed(null)
+    openSession(token, embedded).then(setSession, (err) => {
+      const problem = problemOfError(err)
+      // A refused link or session (401) has ended it already; a 403 (another site's request) is final too.
+      if (problem.status === 401 || problem.status === 403) endSession(problem)
+      else setFailed(err)
+    })
+  }, [attempt])
 
   // At its expiry the session ends: the page says so without waiting for a refused call.
   useEffect(() => {
@@ -156,6 +180,7 @@ function App() {
         <LiveRegion />
       </Ended>
     )
+  if (failed !== null) return <OpenFailed error={failed} onRetry={() => setAttempt((n) => n + 1)} />
   if (session === null)
     return (
       <main id="main">
