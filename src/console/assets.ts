@@ -1,4 +1,5 @@
-// The console's script and stylesheet (docs/console.md): read from dist/console/assets when the
+// The console's script and stylesheet (docs/console.md), and the sub-account portal's (docs/portal.md:
+// a second entry point on the same components and CSS): read from dist/console/assets when the
 // image's build made them (npm run build), else bundled from ./ui with esbuild on first use, once
 // per process. Each is named by a hash of its bytes, so it can be cached for good, and kept gzipped.
 import { createHash } from 'node:crypto'
@@ -27,8 +28,11 @@ export interface RawAssets {
 }
 
 const PREBUILT = new URL('./assets/', import.meta.url)
-export const SCRIPT_FILE = 'console.js'
-export const STYLE_FILE = 'console.css'
+/** The two pages built from ./ui: the console, and the sub-account portal (ui/portal/). */
+export type BundleName = 'console' | 'portal'
+const ENTRIES: Record<BundleName, string> = { console: './ui/main.tsx', portal: './ui/portal/main.tsx' }
+/** The files `npm run build` writes for a bundle: `console.js`, `portal.css`… */
+export const filesOf = (name: BundleName) => ({ script: `${name}.js`, style: `${name}.css` })
 
 /** Bytes as the console serves them: also gzipped, and named by a hash of them (the validator). */
 export function served(bytes: Uint8Array): { body: Buffer; gzip: Buffer; hash: string; etag: string } {
@@ -44,14 +48,15 @@ function asset(base: string, ext: 'js' | 'css', bytes: Uint8Array): Asset {
 }
 
 /**
- * Bundles ./ui/main.tsx (preact, uPlot and their CSS) into one script and one stylesheet; `inputs`
- * names the files it read (the server's schemas are not among them: ui/types.ts imports types only).
+ * Bundles ./ui/main.tsx (preact, uPlot and their CSS), or the portal's ./ui/portal/main.tsx, into one
+ * script and one stylesheet; `inputs` names the files it read (the server's schemas are not among
+ * them: ui/types.ts imports types only).
  */
-export async function bundleConsole(): Promise<RawAssets & { inputs: string[] }> {
+export async function bundleConsole(name: BundleName = 'console'): Promise<RawAssets & { inputs: string[] }> {
   // Imported here: the image ships prebuilt assets and no esbuild (a development dependency).
   const { build } = await import('esbuild')
   const result = await build({
-    entryPoints: [fileURLToPath(new URL('./ui/main.tsx', import.meta.url))],
+    entryPoints: [fileURLToPath(new URL(ENTRIES[name], import.meta.url))],
     bundle: true,
     minify: true,
     write: false,
@@ -60,23 +65,27 @@ export async function bundleConsole(): Promise<RawAssets & { inputs: string[] }>
     jsx: 'automatic',
     jsxImportSource: 'preact',
     outdir: 'out',
-    entryNames: 'console',
+    entryNames: name,
     legalComments: 'none',
     logLevel: 'silent',
     metafile: true,
   })
   const pick = (ext: string) => {
     const file = result.outputFiles.find((f) => f.path.endsWith(ext))
-    if (file === undefined) throw new Error(`the console bundle has no ${ext} output`)
+    if (file === undefined) throw new Error(`the ${name} bundle has no ${ext} output`)
     return file.contents
   }
   return { script: pick('.js'), style: pick('.css'), inputs: Object.keys(result.metafile.inputs) }
 }
 
 /** The files `npm run build` wrote, or undefined when there are none (running from src/). */
-export async function readPrebuilt(dir: URL = PREBUILT): Promise<RawAssets | undefined> {
+export async function readPrebuilt(dir: URL = PREBUILT, name: BundleName = 'console'): Promise<RawAssets | undefined> {
+  const files = filesOf(name)
   try {
-    const [script, style] = await Promise.all([readFile(new URL(SCRIPT_FILE, dir)), readFile(new URL(STYLE_FILE, dir))])
+    const [script, style] = await Promise.all([
+      readFile(new URL(files.script, dir)),
+      readFile(new URL(files.style, dir)),
+    ])
     return { script, style }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
@@ -87,9 +96,10 @@ export async function readPrebuilt(dir: URL = PREBUILT): Promise<RawAssets | und
 export async function loadAssets(
   source: () => Promise<RawAssets | undefined> = () => readPrebuilt(),
   bundle: () => Promise<RawAssets> = bundleConsole,
+  name: BundleName = 'console',
 ): Promise<ConsoleAssets> {
   const raw = (await source()) ?? (await bundle())
-  return { script: asset('console', 'js', raw.script), style: asset('console', 'css', raw.style) }
+  return { script: asset(name, 'js', raw.script), style: asset(name, 'css', raw.style) }
 }
 
 /** `load` run once and its result kept; a failure is not kept, so the next call tries again. */
@@ -108,3 +118,12 @@ export function keptOnceLoaded<T>(load: () => Promise<T>): () => Promise<T> {
 
 /** The process's assets: made on first use (a request for the page), once. */
 export const consoleAssets = keptOnceLoaded(() => loadAssets())
+
+/** The portal's assets (served by portal/plugin.ts), made on first use too. */
+export const portalAssets = keptOnceLoaded(() =>
+  loadAssets(
+    () => readPrebuilt(PREBUILT, 'portal'),
+    () => bundleConsole('portal'),
+    'portal',
+  ),
+)

@@ -1,12 +1,15 @@
-// `npm run build` bundles the console into dist/console/assets, so that the image serves it
-// without esbuild (docs/console.md). Run with tsx: tsx src/console/build.ts [outdir].
+// `npm run build` bundles the console and the sub-account portal into dist/console/assets, so that
+// the image serves them without esbuild (docs/console.md). Run with tsx: tsx src/console/build.ts [outdir].
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
-import { bundleConsole, SCRIPT_FILE, STYLE_FILE } from './assets.js'
+import { type BundleName, bundleConsole, filesOf } from './assets.js'
 
 const outdir = resolve(process.argv[2] ?? 'dist/console/assets')
-const { script, style } = await bundleConsole()
 await mkdir(outdir, { recursive: true })
-await writeFile(join(outdir, SCRIPT_FILE), script)
-await writeFile(join(outdir, STYLE_FILE), style)
-process.stdout.write(`console: ${script.byteLength} bytes of script, ${style.byteLength} of CSS in ${outdir}\n`)
+for (const name of ['console', 'portal'] as const satisfies readonly BundleName[]) {
+  const { script, style } = await bundleConsole(name)
+  const files = filesOf(name)
+  await writeFile(join(outdir, files.script), script)
+  await writeFile(join(outdir, files.style), style)
+  process.stdout.write(`${name}: ${script.byteLength} bytes of script, ${style.byteLength} of CSS in ${outdir}\n`)
+}

@@ -36,13 +36,13 @@ function secureHeaders(reply: FastifyReply): FastifyReply {
 }
 
 /** gzip when the client takes it: `gzip;q=0` (or `*;q=0`) is a refusal, not a request. */
-function acceptsGzip(request: FastifyRequest): boolean {
+export function acceptsGzip(request: FastifyRequest): boolean {
   const accepted = request.headers['accept-encoding']
   return typeof accepted === 'string' && negotiate(accepted, ['gzip', 'identity']) === 'gzip'
 }
 
 /** A body with its validator: 304 when the client has it, gzip when it takes it. */
-function sendCached(request: FastifyRequest, reply: FastifyReply, body: Buffer, gzip: Buffer, etag: string) {
+export function sendCached(request: FastifyRequest, reply: FastifyReply, body: Buffer, gzip: Buffer, etag: string) {
   reply.header('etag', etag).header('vary', 'accept-encoding')
   if (request.headers['if-none-match'] === etag) return reply.code(304).send()
   if (acceptsGzip(request)) return reply.header('content-encoding', 'gzip').send(gzip)

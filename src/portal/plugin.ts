@@ -1,15 +1,19 @@
-// The sub-account portal (docs/api.md, Portal sessions): its page at /portal/ and its API under
-// /portal/api, served with the console (CONSOLE=on). The page's Content-Security-Policy is the
+// The sub-account portal (docs/api.md, Portal sessions; docs/portal.md): its page at /portal/, its
+// script and stylesheet under /portal/assets, and its API under /portal/api, served with the
+// console (CONSOLE=on). The page's Content-Security-Policy is the
 // console's, but for `frame-ancestors`: the origins its parent allows to embed it (portal_origins,
 // set by the operator), `'none'` otherwise. The link names its session in the query (the token is
 // in the fragment, which never reaches the gateway), so the page knows whose origins to allow.
 import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { type Asset, type ConsoleAssets, portalAssets, served } from '../console/assets.js'
+import { routeNotFound } from '../errors.js'
+import { pathOf } from '../proxy/paths.js'
 import type { CacheInvalidator } from '../cache/index.js'
 import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
 import { managementRate } from '../limits/management-rate.js'
-import { CONSOLE_CSP } from '../console/plugin.js'
+import { CONSOLE_CSP, sendCached } from '../console/plugin.js'
 import { type Sql, withDeadline } from '../store/db.js'
 import { portalOriginsOfSession } from '../store/portal-sessions.js'
 import { cursorSecret } from '../store/secrets.js'
@@ -18,7 +22,8 @@ import { addManagementDeadline, MANAGEMENT_DEADLINE_MS } from '../management/hoo
 import { Cursors } from '../management/paging.js'
 import { registerPortalApiRoutes } from './api-routes.js'
 import { registerExchangeRoutes } from './exchange-routes.js'
-import { PORTAL_API, PORTAL_PREFIX } from './paths.js'
+import { portalPage } from './page.js'
+import { PORTAL_API, PORTAL_ASSETS, PORTAL_PREFIX } from './paths.js'
 import { sessionAuth, sessionOf } from './session-auth.js'
 
 export interface PortalOptions {
@@ -31,6 +36,8 @@ export interface PortalOptions {
   /** The portal's calls spend their parent's MANAGEMENT_RATE, as its own management calls do. */
   limiter: Limiter
   rate: Rate
+  /** Where the page's script and stylesheet come from (default: prebuilt, else bundled once per process). */
+  assets?: () => Promise<ConsoleAssets>
 }
 
 /** The console's policy with the parent's embedders as `frame-ancestors` (each a checked https origin). */
@@ -46,27 +53,17 @@ function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
     .header('referrer-policy', 'no-referrer')
 }
 
-// The page itself is to come (issue 34, second part): for now a shell that says so, under the
-// headers the page will have.
-const PAGE = `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<title>Account portal</title>
-<link rel="icon" href="data:,">
-</head>
-<body>
-<main><h1>Account portal</h1><p>The portal page is not available on this gateway yet.</p></main>
-</body>
-</html>
-`
-
 export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
   const { sql } = options
+  const assets = options.assets ?? portalAssets
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   app.decorateRequest('portalSession', null)
+  // The page names the assets by their hashes; it is made once per set of assets.
+  let page: ({ for: ConsoleAssets } & ReturnType<typeof served>) | undefined
+  const pageFor = (current: ConsoleAssets) => {
+    if (page?.for !== current) page = { for: current, ...served(Buffer.from(portalPage(current))) }
+    return page
+  }
 
   app.get<{ Querystring: { session?: unknown } }>(
     `${PORTAL_PREFIX}/`,
@@ -79,8 +76,24 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
           ? await withDeadline(portalOriginsOfSession(sql, session), MANAGEMENT_DEADLINE_MS).catch(() => null)
           : null
       // Framed by the parent's pages only; revalidated on every load, never stored elsewhere.
+      const { body, gzip, etag } = pageFor(await assets())
       secureHeaders(reply, portalCsp(origins)).type('text/html; charset=utf-8').header('cache-control', 'no-store')
-      return PAGE
+      return sendCached(request, reply, body, gzip, etag)
+    },
+  )
+
+  // The script and stylesheet: named by their hashes, cached for good; never framed themselves.
+  app.get<{ Params: { name: string } }>(
+    `${PORTAL_ASSETS}/:name`,
+    { schema: { hide: true } },
+    async (request, reply) => {
+      const current = await assets()
+      const found: Asset | undefined = [current.script, current.style].find((a) => a.name === request.params.name)
+      if (found === undefined) throw routeNotFound(request.method, pathOf(request.url))
+      secureHeaders(reply, portalCsp(null))
+        .type(found.type)
+        .header('cache-control', 'public, max-age=31536000, immutable')
+      return sendCached(request, reply, found.body, found.gzip, found.etag)
     },
   )
 

@@ -189,7 +189,8 @@ t.test("a key's requests, and a bar of the usage chart's", async (t) => {
   await page.goto(`${gateway.url}/console#/sub-accounts/${acme.id}`)
   await page.getByTestId('keys').waitFor()
   t.match(await page.getByTestId('keys').innerText(), /\tno expiry\t/, 'a key without an expiry says so')
-  await page.getByRole('link', { name: 'Requests of Acme key' }).click()
+  // Each key's controls name it by name and prefix (keys.tsx keyLabel): "Requests of Acme key (tgw_…)".
+  await page.getByRole('link', { name: /^Requests of Acme key \(tgw_/ }).click()
   await until(async () => (await attributes('data-status')).length === 3, "the key's three requests")
   t.match(page.url(), new RegExp(`key_id=${acme.keyId}`), 'filtered by the key')
 

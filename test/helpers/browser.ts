@@ -1,6 +1,7 @@
 // A real browser for the console's tests: Debian's Chromium (never a downloaded build), driven by
 // playwright-core, with the flags that keep it off the network; axe-core's check of a screen; and
-// screenshots at a desktop and a phone width into test-artifacts/console/ (docs/console.md).
+// screenshots at a desktop and a phone width into test-artifacts/console/ (docs/console.md), or
+// the portal's into test-artifacts/portal/ (docs/portal.md).
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import AxeBuilder from '@axe-core/playwright'
@@ -9,6 +10,7 @@ import type { TestLike } from './test-like.js'
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 export const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'console')
+export const PORTAL_ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal')
 
 /** Without the background-networking flags Chromium keeps calling home on a closed network. */
 const FLAGS = [
@@ -26,6 +28,7 @@ export async function launchBrowser(t: TestLike): Promise<Browser> {
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS })
   t.teardown(() => browser.close())
   await mkdir(ARTIFACTS, { recursive: true })
+  await mkdir(PORTAL_ARTIFACTS, { recursive: true })
   return browser
 }
 
@@ -69,7 +72,11 @@ export const VIEWPORTS = [
 ] as const
 
 /** The screen at both widths (back at 1280 after), and whether the phone width scrolls sideways. */
-export async function screenshots(page: Page, screen: string): Promise<{ overflowAt390: number; widest: string[] }> {
+export async function screenshots(
+  page: Page,
+  screen: string,
+  dir: string = ARTIFACTS,
+): Promise<{ overflowAt390: number; widest: string[] }> {
   let overflowAt390 = 0
   let widest: string[] = []
 
@@ -81,7 +88,7 @@ export async function screenshots(page: Page, screen: string): Promise<{ overflo
       // What sticks out, when something does: the elements whose right edge passes the window's.
       widest = await page.evaluate(STICKING_OUT)
     }
-    await page.screenshot({ path: join(ARTIFACTS, `${screen}-${viewport.name}.png`), fullPage: true })
+    await page.screenshot({ path: join(dir, `${screen}-${viewport.name}.png`), fullPage: true })
   }
   return { overflowAt390, widest }
 }

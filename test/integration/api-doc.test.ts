@@ -9,10 +9,14 @@ import type { JsonBody as Json } from '../helpers/json.js'
 const API_MD = new URL('../../docs/api.md', import.meta.url)
 
 /**
- * Served under a row's path, by that row: Swagger UI's files and the console's assets. The row
- * must say so, with the prefix in backquotes.
+ * Served under a row's path, by that row: Swagger UI's files, the console's assets and the
+ * portal's. The row must say so, with the prefix in backquotes.
  */
-const SUBTREES = { 'GET /docs': '/docs/', 'GET /console': '/console/assets/' } as const
+const SUBTREES = {
+  'GET /docs': '/docs/',
+  'GET /console': '/console/assets/',
+  'GET /portal': '/portal/assets/',
+} as const
 
 /** The Endpoints table's rows: `METHOD /path` of each, and the rest of its line. */
 function endpointRows(markdown: string): { operation: string; line: string }[] {

@@ -38,8 +38,19 @@ export function whenKeyRefused(listener: (problem: Problem) => void): void {
   onRefused = listener
 }
 
+/**
+ * A page's own advice, asked first (the portal's: its user has a link, not a key); undefined leaves
+ * an error to the console's advice below.
+ */
+let ownAdvice: (p: Problem) => string | undefined = () => undefined
+export function adviseWith(advise: (p: Problem) => string | undefined): void {
+  ownAdvice = advise
+}
+
 /** What the user can do about an error, by its code and status (docs/api.md#errors). */
 export function advice(p: Problem): string {
+  const own = ownAdvice(p)
+  if (own !== undefined) return own
   switch (p.code) {
     case 'unauthenticated':
     case 'key_expired':
@@ -101,7 +112,7 @@ export function advice(p: Problem): string {
   return 'Check what you entered and try again.'
 }
 
-async function problemOf(response: Response): Promise<Problem> {
+export async function problemOf(response: Response): Promise<Problem> {
   const fallback: Problem = {
     status: response.status,
     code: `http_${response.status}`,

@@ -1,8 +1,10 @@
 // A sub-account's API keys: list, mint (with an optional expiry and IP allow-list, held to the
 // sub-account's key policy), roll (asked first), revoke, each key's requests. A new key and its
 // client secret are shown once, in a dialog; closing it drops them from the page. Two keys may
-// share a name (a roll keeps it): every control names its key by name and prefix.
-import { useEffect, useRef, useState } from 'preact/hooks'
+// share a name (a roll keeps it): every control names its key by name and prefix. The console
+// calls the management API for them; the sub-account portal (portal/keys-client.ts) calls its own,
+// through the same screen (KeyManager), with only what its session may do.
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import {
   announce,
@@ -39,7 +41,53 @@ export function expiryText(value: string | null): string {
   return value === null ? 'no expiry' : formatTime(value)
 }
 
+/** Where a KeyManager reads and changes keys: the management API (the console) or the portal's. */
+export interface KeysClient {
+  list(cursor: string | null): Promise<Page<ApiKey>>
+  mint(body: MintKeyRequest): Promise<MintedKey>
+  roll(keyId: string, overlapSeconds: number): Promise<MintedKey>
+  revoke(keyId: string): Promise<unknown>
+  /** The address of a key's requests, or null where the page has none to show. */
+  requestsOf(key: ApiKey): string | null
+}
+
+export function subAccountKeys(subId: string): KeysClient {
+  return {
+    list: (cursor) => api<Page<ApiKey>>('GET', `/${subId}/api-keys${query({ limit: 20, cursor })}`),
+    mint: (body) => api<MintedKey>('POST', `/${subId}/api-keys`, body),
+    roll: (keyId, seconds) =>
+      api<MintedKey>('POST', `/${subId}/api-keys/${keyId}/roll`, { expires_in_seconds: seconds }),
+    revoke: (keyId) => api('POST', `/${subId}/api-keys/${keyId}/revoke`),
+    requestsOf: (key) => requestsHash({ key_id: key.id }),
+  }
+}
+
 export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolicy }) {
+  const client = useMemo(() => subAccountKeys(subId), [subId])
+  return <KeyManager client={client} policy={policy} />
+}
+
+export interface KeyManagerOptions {
+  client: KeysClient
+  policy: KeyPolicy
+  /** The list and each key's actions (false: the mint form only). Default true. */
+  canRead?: boolean
+  /** Mint, roll and revoke (false: the list only). Default true. */
+  canWrite?: boolean
+  /** A roll asks first, as a revoke does (the portal's users roll rarely). Default false. */
+  askBeforeRoll?: boolean
+  /** The section's heading. Default "API keys". */
+  title?: string
+}
+
+export function KeyManager({
+  client,
+  policy,
+  canRead = true,
+  canWrite = true,
+  askBeforeRoll = true,
+  title = 'API keys',
+}: KeyManagerOptions) {
   const [page, setPage] = useState<Page<ApiKey> | null>(null)
   const [shown, setShown] = useState<{ title: string; key: MintedKey } | null>(null)
   const [reload, setReload] = useState(0)
@@ -49,11 +97,12 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
   const change = useAction()
 
   useEffect(() => {
+    if (!canRead) return
     load.run(async (current) => {
-      const next = await api<Page<ApiKey>>('GET', `/${subId}/api-keys${query({ limit: 20, cursor: pager.cursor })}`)
+      const next = await client.list(pager.cursor)
       if (current()) setPage(next)
     })
-  }, [subId, pager.cursor, reload])
+  }, [client, canRead, pager.cursor, reload])
 
   const minted = (title: string, key: MintedKey) => {
     setShown({ title, key })
@@ -67,31 +116,27 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
       seconds === 0
         ? `Roll the key ${keyLabel(key)}? A new key replaces it, and the old one stops working at once.`
         : `Roll the key ${keyLabel(key)}? A new key replaces it; the old one keeps working for ${overlap}.`
-    if (!confirm(ask)) return
+    if (askBeforeRoll && !confirm(ask)) return
     change.run(
-      async () =>
-        minted(
-          'Key rolled',
-          await api<MintedKey>('POST', `/${subId}/api-keys/${key.id}/roll`, { expires_in_seconds: seconds }),
-        ),
+      async () => minted('Key rolled', await client.roll(key.id, seconds)),
       'Key rolled: the new key is shown once',
     )
   }
   const revoke = (key: ApiKey) => {
     if (!confirm(`Revoke the key ${keyLabel(key)}? It stops working within a second.`)) return
     change.run(async () => {
-      await api('POST', `/${subId}/api-keys/${key.id}/revoke`)
+      await client.revoke(key.id)
       setReload((n) => n + 1)
     }, 'Key revoked')
   }
 
   return (
     <section class="card" aria-labelledby="keys-title">
-      <h2 id="keys-title">API keys</h2>
-      <MintForm subId={subId} policy={policy} onMinted={(key) => minted('Key minted', key)} />
+      <h2 id="keys-title">{title}</h2>
+      {canWrite && <MintForm client={client} policy={policy} onMinted={(key) => minted('Key minted', key)} />}
       <ErrorMessage error={change.error} />
       <ErrorMessage error={load.error} />
-      {page === null && load.error === null && <Loading what="keys" />}
+      {canRead && page === null && load.error === null && <Loading what="keys" />}
       {page !== null && page.data.length === 0 && <Empty>No keys yet.</Empty>}
       {page?.data.some((k) => k.status === 'revoked') && (
         <label class="check">
@@ -158,10 +203,12 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
                       <td data-label="Expires">{expiryText(k.expires_at)}</td>
                       <td data-label="Last used">{k.last_used_at === null ? 'never' : formatTime(k.last_used_at)}</td>
                       <td data-label="Actions" class="row-actions">
-                        <a href={requestsHash({ key_id: k.id })}>
-                          Requests<span class="visually-hidden"> of {label}</span>
-                        </a>
-                        {k.status === 'active' && (
+                        {client.requestsOf(k) !== null && (
+                          <a href={client.requestsOf(k)!}>
+                            Requests<span class="visually-hidden"> of {label}</span>
+                          </a>
+                        )}
+                        {canWrite && k.status === 'active' && (
                           <>
                             <label for={`overlap-${k.id}`} class="visually-hidden">
                               Old key of {label} keeps working for
@@ -189,7 +236,7 @@ export function KeysSection({ subId, policy }: { subId: string; policy: KeyPolic
           </table>
         </div>
       )}
-      {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Keys" />}
+      {canRead && page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Keys" />}
       {shown !== null && (
         <Dialog
           title={shown.title}
@@ -239,11 +286,11 @@ function localField(ms: number): string {
  * beside the field they name.
  */
 function MintForm({
-  subId,
+  client,
   policy,
   onMinted,
 }: {
-  subId: string
+  client: KeysClient
   policy: KeyPolicy
   onMinted: (key: MintedKey) => void
 }) {
@@ -269,7 +316,7 @@ function MintForm({
       ...(ipAllowlist === null ? {} : { ip_allowlist: ipAllowlist }),
     }
     action.run(async () => {
-      const key = await api<MintedKey>('POST', `/${subId}/api-keys`, body)
+      const key = await client.mint(body)
       formElement.reset()
       onMinted(key)
     }, 'Key minted: it is shown once')

@@ -1,0 +1,202 @@
+// The portal's screens (docs/portal.md): the sub-account's keys (the console's KeyManager on the
+// portal's API), this month's usage and quota, and its request log, newest first.
+import { useEffect, useMemo, useState } from 'preact/hooks'
+import { query } from '../api.js'
+import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from '../components.js'
+import { KeyManager, type KeysClient } from '../keys.js'
+import type { KeyPolicy, RequestRecord } from '../types.js'
+import { type ApiKey, type MintedKey, type Page, type PortalUsage, portalApi } from './api.js'
+
+const portalKeys: KeysClient = {
+  list: (cursor) => portalApi<Page<ApiKey>>('GET', `/keys${query({ limit: 20, cursor })}`),
+  mint: (body) => portalApi<MintedKey>('POST', '/keys', body),
+  roll: (keyId, seconds) => portalApi<MintedKey>('POST', `/keys/${keyId}/roll`, { expires_in_seconds: seconds }),
+  revoke: (keyId) => portalApi('POST', `/keys/${keyId}/revoke`),
+  requestsOf: () => null,
+}
+
+// The portal is not shown the key policy: the API holds a mint to it (and to the provider's scope
+// ceiling), and its refusal is shown beside the field it names.
+const UNSHOWN_POLICY: KeyPolicy = { allowed_scopes: null, max_ttl_seconds: null, ip_allowlist: null }
+
+export function KeysScreen({ canRead, canWrite }: { canRead: boolean; canWrite: boolean }) {
+  return (
+    <div>
+      <h1>API keys</h1>
+      <p class="help">
+        {canWrite
+          ? 'Mint keys for your applications, roll them, and revoke the ones you no longer use. A new key is shown once.'
+          : 'The keys of this account.'}
+      </p>
+      <KeyManager
+        client={portalKeys}
+        policy={UNSHOWN_POLICY}
+        canRead={canRead}
+        canWrite={canWrite}
+        askBeforeRoll
+        title={canRead ? 'Your keys' : 'New keys'}
+      />
+    </div>
+  )
+}
+
+export function UsageScreen() {
+  const [usage, setUsage] = useState<PortalUsage | null>(null)
+  const load = useAction()
+  useEffect(() => {
+    load.run(async (current) => {
+      const read = await portalApi<PortalUsage>('GET', '/usage')
+      if (!current()) return
+      setUsage(read)
+      announce(`This month: ${read.used} requests`)
+    })
+  }, [])
+  const quota = usage?.limits.monthly_quota?.requests ?? null
+  const days = usage?.usage?.days.filter((d) => d.requests > 0) ?? []
+  return (
+    <section aria-labelledby="portal-usage-title">
+      <h1 id="portal-usage-title">Usage</h1>
+      <ErrorMessage error={load.error} />
+      {usage === null && load.error === null && <Loading what="usage" />}
+      {usage !== null && (
+        <>
+          <div class="card quota" data-testid="portal-quota">
+            <p>
+              This month ({usage.month}): <strong data-testid="portal-used">{usage.used}</strong> requests
+              {quota === null ? ', no monthly quota.' : ` of a quota of ${quota}.`}
+            </p>
+            {quota !== null && (
+              <p>
+                <label for="portal-quota-meter">Quota used</label>{' '}
+                <meter id="portal-quota-meter" min={0} max={quota} value={usage.used} />{' '}
+                {Math.round((usage.used / quota) * 100)}%
+              </p>
+            )}
+            {usage.limits.rate !== null && (
+              <p>
+                Rate limit: {usage.limits.rate.requests} requests per {usage.limits.rate.per_seconds} s.
+              </p>
+            )}
+            {usage.usage !== null && (
+              <p data-testid="portal-refused">
+                Refused by limits this month: {usage.usage.limited.rate + usage.usage.limited.quota}.
+              </p>
+            )}
+          </div>
+          {days.length === 0 ? (
+            <Empty>No requests this month yet.</Empty>
+          ) : (
+            <div class="table-wrap">
+              <table data-testid="portal-usage-days">
+                <caption>Requests by day (UTC) and status</caption>
+                <thead>
+                  <tr>
+                    <th scope="col">Day</th>
+                    <th scope="col">Requests</th>
+                    <th scope="col">2xx</th>
+                    <th scope="col">3xx</th>
+                    <th scope="col">4xx</th>
+                    <th scope="col">5xx</th>
+                    <th scope="col">Refused by limits</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {days.map((d) => (
+                    <tr key={d.date}>
+                      <th scope="row">{d.date}</th>
+                      <td>{d.requests}</td>
+                      <td>{d.by_status?.['2xx'] ?? 0}</td>
+                      <td>{d.by_status?.['3xx'] ?? 0}</td>
+                      <td>{d.by_status?.['4xx'] ?? 0}</td>
+                      <td>{d.by_status?.['5xx'] ?? 0}</td>
+                      <td>{(d.limited?.rate ?? 0) + (d.limited?.quota ?? 0)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </>
+      )}
+    </section>
+  )
+}
+
+const PAGE_SIZE = 25
+
+export function RequestsScreen() {
+  const [page, setPage] = useState<Page<RequestRecord> | null>(null)
+  const [reload, setReload] = useState(0)
+  const pager = usePager()
+  const load = useAction()
+  useEffect(() => {
+    setPage(null)
+    load.run(async (current) => {
+      const next = await portalApi<Page<RequestRecord>>(
+        'GET',
+        `/requests${query({ limit: PAGE_SIZE, cursor: pager.cursor })}`,
+      )
+      if (!current()) return
+      setPage(next)
+      announce(`${next.data.length} request${next.data.length === 1 ? '' : 's'} shown`)
+    })
+  }, [pager.cursor, reload])
+  const rows = useMemo(() => page?.data ?? [], [page])
+  return (
+    <section aria-labelledby="portal-requests-title">
+      <h1 id="portal-requests-title">Requests</h1>
+      <p class="help">
+        The requests made with this account's keys, newest first: never a header, body or query string.
+      </p>
+      <div class="actions">
+        <button
+          type="button"
+          class="link"
+          onClick={() => {
+            pager.reset()
+            setReload((n) => n + 1)
+          }}
+        >
+          Show the newest
+        </button>
+      </div>
+      <ErrorMessage error={load.error} />
+      {page === null && load.error === null && <Loading what="requests" />}
+      {page !== null && rows.length === 0 && (
+        <Empty>No request recorded yet: requests are listed about a second after they are answered.</Empty>
+      )}
+      {rows.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="portal-requests">
+            <caption class="visually-hidden">Requests, newest first</caption>
+            <thead>
+              <tr>
+                <th scope="col">Time</th>
+                <th scope="col">Method</th>
+                <th scope="col">Path</th>
+                <th scope="col">Status</th>
+                <th scope="col">Code</th>
+                <th scope="col">Duration</th>
+                <th scope="col">Key id</th>
+              </tr>
+            </thead>
+            <tbody>
+              {rows.map((r) => (
+                <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
+                  <td>{formatTime(r.time)}</td>
+                  <td class="mono">{r.method}</td>
+                  <td class="mono path">{r.path}</td>
+                  <td>{r.status}</td>
+                  <td class="mono">{r.code ?? '—'}</td>
+                  <td>{r.duration_ms < 10 ? r.duration_ms.toFixed(2) : r.duration_ms.toFixed(0)} ms</td>
+                  <td class="mono">{r.key_id}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Requests" />}
+    </section>
+  )
+}
