@@ -252,7 +252,7 @@ t.test('a slow answer to an older filter never replaces the newer one', async (t
   }, fast)
   await page.getByTestId('sub-status').waitFor()
   await new Promise((resolve) => setTimeout(resolve, 2_500))
-  t.equal(await page.locator('dd.mono').first().innerText(), fast, 'the page shows the sub-account it names')
+  t.equal(await page.getByTestId('sub-id').innerText(), fast, 'the page shows the sub-account it names')
   await page.unroute(`**/v1/sub-accounts/${slow}`)
   t.same(errors, [], 'no page error')
 })

@@ -1,11 +1,12 @@
 // One sub-account: its details, the edit, limits and key policy forms, deactivate or reactivate,
-// its keys, its usage and a link to its requests.
+// its keys, its portal links, its usage and a link to its requests.
 import { useEffect, useState } from 'preact/hooks'
 import { ApiError, api } from './api.js'
 import { Confirmation, CopyButton, doneAt, ErrorMessage, formatTime, Loading, useAction } from './components.js'
 import { hasKeyPolicy, KeyPolicySection } from './key-policy.js'
 import { KeysSection } from './keys.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
+import { PortalSessionsSection } from './portal-sessions.js'
 import { requestsHash } from './request-filters.js'
 import { describeLimits } from './subaccounts.js'
 import type { SubAccount } from './types.js'
@@ -121,6 +122,7 @@ export function SubAccountScreen({ id }: { id: string }) {
             />
           </div>
           <KeysSection subId={sub.id} policy={sub.key_policy} />
+          {sub.status === 'active' && <PortalSessionsSection subId={sub.id} />}
           <UsagePanel subAccount={sub} />
         </>
       )}
