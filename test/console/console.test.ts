@@ -19,7 +19,7 @@ import { startGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { REDIS_URL } from '../helpers/redis.js'
 import { startUpstream } from '../helpers/upstream.js'
-import { startReceiver } from '../helpers/webhook-receiver.js'
+import { answerOk, startReceiver } from '../helpers/webhook-receiver.js'
 
 const upstream = await startUpstream(t, (request, response) => {
   const status = request.url === '/v1/missing' ? 404 : request.url === '/v1/boom' ? 500 : 200
@@ -515,7 +515,15 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   await page.getByRole('link', { name: 'Webhooks' }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
   await page.getByLabel('URL (https)').fill(receiver.url)
-  await page.getByLabel(/Event types/).fill('sub_account.* api_key.*')
+  // The event types are picked from the catalogue: a kind's every event, or single types.
+  const offered = await page
+    .getByRole('group', { name: 'Event types' })
+    .getByRole('checkbox')
+    .evaluateAll((boxes) => boxes.map((b) => (b as HTMLInputElement).value))
+  for (const type of ['sub_account.*', 'sub_account.created', 'api_key.*', 'api_key.rolled', 'webhook_endpoint.test'])
+    t.ok(offered.includes(type), `${type} offered`)
+  await page.getByLabel('Every sub_account event (sub_account.*)').check()
+  await page.getByLabel('Every api_key event (api_key.*)').check()
   await page.getByRole('button', { name: 'Create endpoint' }).click()
   await page.getByTestId('dialog').waitFor()
   const secret = await page.getByLabel('Signing secret').inputValue()
@@ -553,13 +561,15 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
     await deliveries.locator('table, .empty').first().waitFor()
     return (await deliveries.locator('tbody tr').count()) === 1
   }, 'the attempt listed')
+  t.match(await page.getByTestId('endpoints').innerText(), 'sub_account.* api_key.*', 'the types picked')
   const cells = await deliveries.locator('tbody tr td').allInnerTexts()
   t.equal(cells[0], got!.id, 'its event id, the webhook-id the receiver got')
-  t.equal(cells[1], '1', 'the first attempt')
-  t.equal(cells[2], '200', "the receiver's status")
-  t.equal(cells[3], '—', 'no error')
-  t.match(cells[4], /^\d+ ms$/, 'its duration')
-  t.equal(cells[6], '—', 'no next attempt')
+  t.equal(cells[1], 'sub_account.created', 'its type')
+  t.equal(cells[2], '1', 'the first attempt')
+  t.equal(cells[3], '200', "the receiver's status")
+  t.equal(cells[4], '—', 'no error')
+  t.match(cells[5], /^\d+ ms$/, 'its duration')
+  t.equal(cells[7], '—', 'no next attempt')
   t.match(await live().innerText(), /1 delivery shown/, 'announced')
   await screen('webhooks')
 
@@ -583,9 +593,53 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   }, 'the failed attempt listed')
   const failed = await deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
   t.equal(failed[0], receiver.deliveries[1]!.id, 'newest first: the second event')
-  t.equal(failed[2], '503', "the receiver's status")
-  t.match(failed[3], /503/, 'the error')
-  t.match(failed[6], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
+  t.equal(failed[1], 'sub_account.updated', 'its type')
+  t.equal(failed[3], '503', "the receiver's status")
+  t.match(failed[4], /503/, 'the error')
+  t.match(failed[7], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
+
+  // The receiver mended: the failed event sent again at once, from its row.
+  receiver.answer(answerOk)
+  const failedId = receiver.deliveries[1]!.id
+  const buttons = await deliveries.getByRole('button').allInnerTexts()
+  t.same([...new Set(buttons)], buttons, `one Send again an event, each named by it: ${buttons.join('; ')}`)
+  await deliveries.getByRole('button', { name: `Send again ${failedId}`, exact: true }).click()
+  await page.getByTestId('resent').waitFor()
+  t.match(
+    await page.getByTestId('resent').innerText(),
+    new RegExp(`^✓ sub_account.updated ${failedId} queued again \\(attempt 2\\) at \\d\\d:\\d\\d:\\d\\d UTC$`),
+    'a visible confirmation',
+  )
+  await until(async () => receiver.deliveries.filter((d) => d.id === failedId && d.verified).length >= 2, 'sent again')
+  const firstRow = () => deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
+  const refreshDeliveries = async () => {
+    await page.getByRole('link', { name: 'Audit log' }).click()
+    await page.getByTestId('events').waitFor()
+    await page.getByRole('link', { name: 'Webhooks' }).click()
+    await page.getByRole('button', { name: /^Deliveries/ }).click()
+    await deliveries.locator('table').waitFor()
+  }
+  await until(async () => {
+    await refreshDeliveries()
+    const row = await firstRow()
+    return row[0] === failedId && row[3] === '200'
+  }, 'the resend listed, delivered')
+  t.equal((await firstRow())[2], '2', 'as its second attempt')
+
+  // A test send: a webhook_endpoint.test event to this endpoint, signed, listed with its type.
+  await page.getByRole('button', { name: `Send test event to ${receiver.url}`, exact: true }).click()
+  await page.getByTestId('test-sent').waitFor()
+  t.match(await page.getByTestId('test-sent').innerText(), /^✓ Test event evt_\w+ queued for http/, 'confirmed')
+  const testType = (d: { verified: unknown }) => (d.verified as { type?: string } | null)?.type
+  await until(async () => receiver.deliveries.some((d) => testType(d) === 'webhook_endpoint.test'), 'the test sent')
+  const testId = receiver.deliveries.find((d) => testType(d) === 'webhook_endpoint.test')!.id
+  t.match(await page.getByTestId('test-sent').innerText(), testId, 'the confirmation names the event delivered')
+  await until(async () => {
+    await refreshDeliveries()
+    const row = await firstRow()
+    return row[0] === testId && row[1] === 'webhook_endpoint.test' && row[3] === '200'
+  }, 'the test listed')
+  t.pass('the test event listed with its type')
 
   await cardsFit(t, 'endpoints')
   await cardsFit(t, 'deliveries-table')

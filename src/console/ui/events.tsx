@@ -4,8 +4,8 @@ import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
 import type { AuditEvent } from './types.js'
 
-/** The event catalogue (docs/events.md). */
-const TYPES = [
+/** The event catalogue (docs/events.md), each resource's `*` first; the webhooks form offers it too. */
+export const TYPES = [
   'sub_account.*',
   'sub_account.created',
   'sub_account.updated',
@@ -22,6 +22,7 @@ const TYPES = [
   'webhook_endpoint.*',
   'webhook_endpoint.created',
   'webhook_endpoint.deleted',
+  'webhook_endpoint.test',
   'usage.*',
   'usage.threshold_reached',
   'rate_limit.*',
