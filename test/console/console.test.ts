@@ -308,7 +308,7 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   await page.getByLabel('Monthly quota: requests').last().fill('1000')
   await page.getByRole('button', { name: 'Save limits' }).click()
   await until(
-    async () => (await page.getByTestId('sub-limits').innerText()) === '8 per 3600 s, 1000 a month',
+    async () => (await page.getByTestId('sub-limits').innerText()) === '8 per hour, 1000 a month',
     'limits shown',
   )
   t.pass('limits saved')
@@ -375,6 +375,16 @@ t.test('proxied traffic, 429s included, drawn by the usage chart', async (t) => 
   t.same(drawn, expected, "the sub-account's chart: today's counts by class, the 429s apart")
   t.match(await page.getByTestId('sub-month').innerText(), `${total} requests, 3 refused by limits`)
   t.match(await page.getByTestId('sub-quota').innerText(), /8 of 1000/, "this month's use of its quota")
+  // The numbers below the chart: the days with requests only (today), and a total.
+  await page.getByTestId('usage-chart').locator('summary').click()
+  const dayRows = await page.getByTestId('usage-chart').locator('tbody tr th').allInnerTexts()
+  t.same(dayRows, [today], 'only the days with requests listed, not every zero day of the month')
+  const totals = await page.getByTestId('usage-total').locator('td').allInnerTexts()
+  t.same(
+    totals,
+    [expected['2xx'], expected['3xx'], expected['4xx'], expected['429'], expected['5xx']].map(String),
+    'a total row, by class',
+  )
   t.ok(await page.locator('.chart-canvas canvas').count(), 'drawn on a canvas')
 
   await page.getByRole('link', { name: 'Usage' }).click()
@@ -507,7 +517,35 @@ t.test('roll (asked first) and revoke, then every change in the audit log', asyn
     return changes === 5 && rows.every(([id]) => id === subId)
   }, "the sub-account's own events")
   t.pass('filtered by type and by target')
+  // A target by its name, linked; its id under it.
+  const target = page.getByTestId('events').locator('tr[data-type^="sub_account."]').first().getByTestId('event-target')
+  t.equal(await target.getByRole('link').innerText(), 'Acme EU', 'the sub-account by its name')
+  t.match(await target.innerText(), subId, 'and its id')
   await screen('events')
+
+  // A date range: from tomorrow, nothing; to today, everything again.
+  const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10)
+  await page.getByLabel('From (UTC date)').fill(tomorrow)
+  await page.getByRole('button', { name: 'Filter' }).click()
+  await page.getByText('No event matches').waitFor()
+  await page.getByLabel('From (UTC date)').fill('')
+  await page.getByLabel(/^To \(UTC date/).fill(new Date().toISOString().slice(0, 10))
+  await page.getByRole('button', { name: 'Filter' }).click()
+  await page.getByTestId('events').waitFor()
+  t.pass('filtered by UTC dates')
+
+  // The sub-account's page links to its events.
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  await page.getByRole('link', { name: 'Events of Acme EU' }).click()
+  await page.getByTestId('events').waitFor()
+  t.equal(await page.getByLabel('Target id').inputValue(), subId, 'the filter set from the address')
+  await until(async () => {
+    const targets = await page
+      .getByTestId('events')
+      .locator('tbody tr')
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-target')))
+    return targets.length > 0 && targets.every((id) => id === subId)
+  }, "only the sub-account's events")
 })
 
 t.test('webhook endpoints: secret once, a real delivery listed, delete', async (t) => {

@@ -87,6 +87,9 @@ export function SubAccountScreen({ id }: { id: string }) {
             <a href={requestsHash({ sub_account_id: sub.id })} class="action-link">
               Requests
             </a>
+            <a href={`#/events?target_id=${encodeURIComponent(sub.id)}`} class="action-link">
+              Events<span class="visually-hidden"> of {sub.name}</span>
+            </a>
             {sub.status === 'active' ? (
               <button type="button" class="danger" disabled={change.busy} onClick={() => setStatus('deactivate')}>
                 Deactivate

@@ -3,6 +3,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
+import { perDuration } from './key-policy.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
 import type { SubAccount } from './types.js'
 
@@ -161,7 +162,7 @@ export function SubAccountsScreen() {
 
 export function describeLimits(s: SubAccount): string {
   const parts: string[] = []
-  if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} per ${s.limits.rate.per_seconds} s`)
+  if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} ${perDuration(s.limits.rate.per_seconds)}`)
   if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
   return parts.length === 0 ? 'none' : parts.join(', ')
 }
