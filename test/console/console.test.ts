@@ -697,6 +697,21 @@ t.test('a phone: tables as cards, the sections on one line; the dark theme, axe 
   await page.getByTestId('subaccounts').waitFor()
   await cardsFit(t, 'subaccounts')
 
+  // The list's sort (of the page) and its Created column.
+  const names = () => page.getByTestId('subaccounts').locator('tbody tr td:first-child').allInnerTexts()
+  t.same(await names(), ['Acme EU', 'Delivered again'], 'as listed: oldest first')
+  await page.getByLabel('Sort this page').selectOption('name-desc')
+  t.same(await names(), ['Delivered again', 'Acme EU'], 'by name, Z to A')
+  await page.getByLabel('Sort this page').selectOption('newest')
+  t.same(await names(), ['Delivered again', 'Acme EU'], 'newest first')
+  await page.getByLabel('Sort this page').selectOption('name')
+  t.same(await names(), ['Acme EU', 'Delivered again'], 'by name, A to Z')
+  t.match(
+    await page.getByTestId('subaccounts').locator('tbody tr').first().locator('td').last().innerText(),
+    /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/,
+    'when it was created',
+  )
+
   await page.setViewportSize({ width: 390, height: 844 })
   await page.waitForTimeout(100)
   const tops = await page
