@@ -226,6 +226,15 @@ const MINT_SUBJECTS = {
   ip_allowlist: 'The IP allow-list',
 }
 
+/** The expiry field's shortcuts: a label and days from now (0: no expiry), within the policy's bound. */
+const EXPIRY_PRESETS: [label: string, days: number][] = [
+  ['In 7 days', 7],
+  ['In 30 days', 30],
+  ['In 90 days', 90],
+  ['In a year', 365],
+  ['No expiry', 0],
+]
+
 /** A datetime-local field's value (the user's local time) for an instant, to the minute. */
 function localField(ms: number): string {
   const d = new Date(ms)
@@ -253,6 +262,10 @@ function MintForm({
   const maxTtl = policy.max_ttl_seconds
   // The latest expiry the policy allows, to the minute below it: still within it when submitted.
   const latest = maxTtl === null ? null : Math.floor((Date.now() + maxTtl * 1000) / 60_000) * 60_000
+  // The shortcuts the policy allows: none longer than its longest life, and no "No expiry" under one.
+  const presets = EXPIRY_PRESETS.filter(([, days]) =>
+    days === 0 ? maxTtl === null : maxTtl === null || days * 86_400 <= maxTtl,
+  )
   const submit = (e: Event) => {
     e.preventDefault()
     const formElement = e.currentTarget as HTMLFormElement
@@ -330,6 +343,23 @@ function MintForm({
             The key policy lets a key live at most {describeDuration(maxTtl)}: by{' '}
             {formatTime(new Date(latest).toISOString())} at the latest, the time filled in.
           </span>
+        )}
+        {presets.length > 0 && (
+          <div class="presets">
+            {presets.map(([label, days]) => (
+              <button
+                key={label}
+                type="button"
+                class="secondary small"
+                onClick={() => {
+                  const field = document.getElementById('mint-expires') as HTMLInputElement | null
+                  if (field !== null) field.value = days === 0 ? '' : localField(Date.now() + days * 86_400_000)
+                }}
+              >
+                {label}
+              </button>
+            ))}
+          </div>
         )}
         <FieldErrors id="mint-expires-error" messages={errors.get('expires_at')} />
       </div>
