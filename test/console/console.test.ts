@@ -329,14 +329,40 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   )
   t.ok(await page.getByTestId('limits-saved').isVisible(), 'visible, not only in the live region')
   await page.getByLabel('External id', { exact: true }).fill('acme-eu-1')
+  // Metadata, a field a row: a key twice is refused before any call, then saved.
+  await page.getByRole('button', { name: 'Add a field' }).click()
+  await page.getByLabel('Key 1', { exact: true }).fill('plan')
+  await page.getByLabel('Value 1', { exact: true }).fill('pro')
+  await page.getByRole('button', { name: 'Add a field' }).click()
+  await page.getByLabel('Key 2', { exact: true }).fill('plan')
+  await page.getByRole('button', { name: 'Save details' }).click()
+  await page.getByTestId('metadata').locator('xpath=..').getByRole('alert').waitFor()
+  t.match(
+    await page.getByTestId('metadata').locator('xpath=..').getByRole('alert').innerText(),
+    /“plan” is there twice/,
+    'a key twice, said',
+  )
+  await page.getByRole('button', { name: 'Remove field 2 (plan)' }).click()
+  await page.getByRole('button', { name: 'Add a field' }).click()
+  await page.getByLabel('Key 2', { exact: true }).fill('region')
+  await page.getByLabel('Value 2', { exact: true }).fill('eu-west')
   await page.getByRole('button', { name: 'Save details' }).click()
   await page.getByTestId('edit-saved').waitFor()
+  const saved = await gateway.call(parent.apiKey, { method: 'GET', url: `/v1/sub-accounts/${subId}`, acting: 'self' })
+  t.same(saved.json().metadata, { plan: 'pro', region: 'eu-west' }, 'the metadata saved as edited')
+  t.equal(saved.json().external_id, 'acme-eu-1', 'with the external id typed before the fields were added')
+  t.equal(await page.getByLabel('Value 2', { exact: true }).inputValue(), 'eu-west', 'shown as saved')
   t.match(await page.getByTestId('edit-saved').innerText(), /Details saved at/, 'the details too')
   t.equal(await page.getByTestId('limits-saved').count(), 0, 'only the last save is confirmed')
+  // The copy is asynchronous: the clipboard is read until it holds the value (or 10 s).
+  const clipboardHolds = (value: string) =>
+    until(async () => (await page.evaluate(() => navigator.clipboard.readText())) === value, `${value} copied`)
   await page.getByRole('button', { name: 'Copy the sub-account id' }).click()
-  t.equal(await page.evaluate(() => navigator.clipboard.readText()), subId, 'the id copied')
+  await clipboardHolds(subId)
+  t.pass('the id copied')
   await page.getByRole('button', { name: 'Copy the external id' }).click()
-  t.equal(await page.evaluate(() => navigator.clipboard.readText()), 'acme-eu-1', 'the external id copied')
+  await clipboardHolds('acme-eu-1')
+  t.pass('the external id copied')
 
   await page.getByRole('button', { name: 'Deactivate' }).click()
   await until(async () => (await page.getByTestId('sub-status').innerText()) === 'deactivated', 'deactivated')
