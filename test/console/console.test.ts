@@ -294,6 +294,16 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   await page.getByRole('button', { name: 'No expiry' }).click()
   t.equal(await page.getByLabel(/Expires at/).inputValue(), '', '"No expiry" empties it')
 
+  // The routes' scopes offered beside the field: a press adds one, a second press takes it out.
+  const picker = page.getByTestId('scope-picker')
+  t.same(await picker.getByRole('button').allInnerTexts(), ['live:read', 'live:write'], "the routes' scopes")
+  await page.getByLabel(/^Scopes/).fill('tracking:read')
+  await picker.getByRole('button', { name: 'live:read' }).click()
+  t.equal(await page.getByLabel(/^Scopes/).inputValue(), 'tracking:read live:read', 'added to the field')
+  t.equal(await picker.getByRole('button', { name: 'live:read' }).getAttribute('aria-pressed'), 'true', 'pressed')
+  await picker.getByRole('button', { name: 'live:read' }).click()
+  t.equal(await page.getByLabel(/^Scopes/).inputValue(), 'tracking:read', 'taken out again')
+
   await page.getByLabel('Name', { exact: true }).last().fill('ci')
   await page.getByLabel(/^Scopes/).fill('tracking:read tracking:write')
   await page.getByLabel(/Expires at/).fill('2035-01-01T12:00')
