@@ -19,7 +19,7 @@ import { startGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { REDIS_URL } from '../helpers/redis.js'
 import { startUpstream } from '../helpers/upstream.js'
-import { startReceiver } from '../helpers/webhook-receiver.js'
+import { answerOk, startReceiver } from '../helpers/webhook-receiver.js'
 
 const upstream = await startUpstream(t, (request, response) => {
   const status = request.url === '/v1/missing' ? 404 : request.url === '/v1/boom' ? 500 : 200
@@ -284,6 +284,26 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   await alert().waitFor()
   t.match(await alert().innerText(), /validation_failed[\s\S]*\/body\/scopes/, 'a 400 names the field')
 
+  // The expiry's shortcuts fill the field (local time, to the minute), or empty it.
+  await page.getByRole('button', { name: 'In 30 days' }).click()
+  const offset = await page.evaluate(() => {
+    const value = (document.getElementById('mint-expires') as HTMLInputElement).value
+    return new Date(value).getTime() - Date.now()
+  })
+  t.ok(Math.abs(offset - 30 * 86_400_000) < 120_000, `"In 30 days" fills in 30 days from now (${offset} ms)`)
+  await page.getByRole('button', { name: 'No expiry' }).click()
+  t.equal(await page.getByLabel(/Expires at/).inputValue(), '', '"No expiry" empties it')
+
+  // The routes' scopes offered beside the field: a press adds one, a second press takes it out.
+  const picker = page.getByTestId('scope-picker')
+  t.same(await picker.getByRole('button').allInnerTexts(), ['live:read', 'live:write'], "the routes' scopes")
+  await page.getByLabel(/^Scopes/).fill('tracking:read')
+  await picker.getByRole('button', { name: 'live:read' }).click()
+  t.equal(await page.getByLabel(/^Scopes/).inputValue(), 'tracking:read live:read', 'added to the field')
+  t.equal(await picker.getByRole('button', { name: 'live:read' }).getAttribute('aria-pressed'), 'true', 'pressed')
+  await picker.getByRole('button', { name: 'live:read' }).click()
+  t.equal(await page.getByLabel(/^Scopes/).inputValue(), 'tracking:read', 'taken out again')
+
   await page.getByLabel('Name', { exact: true }).last().fill('ci')
   await page.getByLabel(/^Scopes/).fill('tracking:read tracking:write')
   await page.getByLabel(/Expires at/).fill('2035-01-01T12:00')
@@ -308,7 +328,7 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   await page.getByLabel('Monthly quota: requests').last().fill('1000')
   await page.getByRole('button', { name: 'Save limits' }).click()
   await until(
-    async () => (await page.getByTestId('sub-limits').innerText()) === '8 per 3600 s, 1000 a month',
+    async () => (await page.getByTestId('sub-limits').innerText()) === '8 per hour, 1000 a month',
     'limits shown',
   )
   t.pass('limits saved')
@@ -319,14 +339,40 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   )
   t.ok(await page.getByTestId('limits-saved').isVisible(), 'visible, not only in the live region')
   await page.getByLabel('External id', { exact: true }).fill('acme-eu-1')
+  // Metadata, a field a row: a key twice is refused before any call, then saved.
+  await page.getByRole('button', { name: 'Add a field' }).click()
+  await page.getByLabel('Key 1', { exact: true }).fill('plan')
+  await page.getByLabel('Value 1', { exact: true }).fill('pro')
+  await page.getByRole('button', { name: 'Add a field' }).click()
+  await page.getByLabel('Key 2', { exact: true }).fill('plan')
+  await page.getByRole('button', { name: 'Save details' }).click()
+  await page.getByTestId('metadata').locator('xpath=..').getByRole('alert').waitFor()
+  t.match(
+    await page.getByTestId('metadata').locator('xpath=..').getByRole('alert').innerText(),
+    /“plan” is there twice/,
+    'a key twice, said',
+  )
+  await page.getByRole('button', { name: 'Remove field 2 (plan)' }).click()
+  await page.getByRole('button', { name: 'Add a field' }).click()
+  await page.getByLabel('Key 2', { exact: true }).fill('region')
+  await page.getByLabel('Value 2', { exact: true }).fill('eu-west')
   await page.getByRole('button', { name: 'Save details' }).click()
   await page.getByTestId('edit-saved').waitFor()
+  const saved = await gateway.call(parent.apiKey, { method: 'GET', url: `/v1/sub-accounts/${subId}`, acting: 'self' })
+  t.same(saved.json().metadata, { plan: 'pro', region: 'eu-west' }, 'the metadata saved as edited')
+  t.equal(saved.json().external_id, 'acme-eu-1', 'with the external id typed before the fields were added')
+  t.equal(await page.getByLabel('Value 2', { exact: true }).inputValue(), 'eu-west', 'shown as saved')
   t.match(await page.getByTestId('edit-saved').innerText(), /Details saved at/, 'the details too')
   t.equal(await page.getByTestId('limits-saved').count(), 0, 'only the last save is confirmed')
+  // The copy is asynchronous: the clipboard is read until it holds the value (or 10 s).
+  const clipboardHolds = (value: string) =>
+    until(async () => (await page.evaluate(() => navigator.clipboard.readText())) === value, `${value} copied`)
   await page.getByRole('button', { name: 'Copy the sub-account id' }).click()
-  t.equal(await page.evaluate(() => navigator.clipboard.readText()), subId, 'the id copied')
+  await clipboardHolds(subId)
+  t.pass('the id copied')
   await page.getByRole('button', { name: 'Copy the external id' }).click()
-  t.equal(await page.evaluate(() => navigator.clipboard.readText()), 'acme-eu-1', 'the external id copied')
+  await clipboardHolds('acme-eu-1')
+  t.pass('the external id copied')
 
   await page.getByRole('button', { name: 'Deactivate' }).click()
   await until(async () => (await page.getByTestId('sub-status').innerText()) === 'deactivated', 'deactivated')
@@ -375,6 +421,16 @@ t.test('proxied traffic, 429s included, drawn by the usage chart', async (t) => 
   t.same(drawn, expected, "the sub-account's chart: today's counts by class, the 429s apart")
   t.match(await page.getByTestId('sub-month').innerText(), `${total} requests, 3 refused by limits`)
   t.match(await page.getByTestId('sub-quota').innerText(), /8 of 1000/, "this month's use of its quota")
+  // The numbers below the chart: the days with requests only (today), and a total.
+  await page.getByTestId('usage-chart').locator('summary').click()
+  const dayRows = await page.getByTestId('usage-chart').locator('tbody tr th').allInnerTexts()
+  t.same(dayRows, [today], 'only the days with requests listed, not every zero day of the month')
+  const totals = await page.getByTestId('usage-total').locator('td').allInnerTexts()
+  t.same(
+    totals,
+    [expected['2xx'], expected['3xx'], expected['4xx'], expected['429'], expected['5xx']].map(String),
+    'a total row, by class',
+  )
   t.ok(await page.locator('.chart-canvas canvas').count(), 'drawn on a canvas')
 
   await page.getByRole('link', { name: 'Usage' }).click()
@@ -507,7 +563,35 @@ t.test('roll (asked first) and revoke, then every change in the audit log', asyn
     return changes === 5 && rows.every(([id]) => id === subId)
   }, "the sub-account's own events")
   t.pass('filtered by type and by target')
+  // A target by its name, linked; its id under it.
+  const target = page.getByTestId('events').locator('tr[data-type^="sub_account."]').first().getByTestId('event-target')
+  t.equal(await target.getByRole('link').innerText(), 'Acme EU', 'the sub-account by its name')
+  t.match(await target.innerText(), subId, 'and its id')
   await screen('events')
+
+  // A date range: from tomorrow, nothing; to today, everything again.
+  const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10)
+  await page.getByLabel('From (UTC date)').fill(tomorrow)
+  await page.getByRole('button', { name: 'Filter' }).click()
+  await page.getByText('No event matches').waitFor()
+  await page.getByLabel('From (UTC date)').fill('')
+  await page.getByLabel(/^To \(UTC date/).fill(new Date().toISOString().slice(0, 10))
+  await page.getByRole('button', { name: 'Filter' }).click()
+  await page.getByTestId('events').waitFor()
+  t.pass('filtered by UTC dates')
+
+  // The sub-account's page links to its events.
+  await page.goto(`${gateway.url}/console#/sub-accounts/${subId}`)
+  await page.getByRole('link', { name: 'Events of Acme EU' }).click()
+  await page.getByTestId('events').waitFor()
+  t.equal(await page.getByLabel('Target id').inputValue(), subId, 'the filter set from the address')
+  await until(async () => {
+    const targets = await page
+      .getByTestId('events')
+      .locator('tbody tr')
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-target')))
+    return targets.length > 0 && targets.every((id) => id === subId)
+  }, "only the sub-account's events")
 })
 
 t.test('webhook endpoints: secret once, a real delivery listed, delete', async (t) => {
@@ -515,7 +599,15 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   await page.getByRole('link', { name: 'Webhooks' }).click()
   await page.getByText('No webhook endpoints yet').waitFor()
   await page.getByLabel('URL (https)').fill(receiver.url)
-  await page.getByLabel(/Event types/).fill('sub_account.* api_key.*')
+  // The event types are picked from the catalogue: a kind's every event, or single types.
+  const offered = await page
+    .getByRole('group', { name: 'Event types' })
+    .getByRole('checkbox')
+    .evaluateAll((boxes) => boxes.map((b) => (b as HTMLInputElement).value))
+  for (const type of ['sub_account.*', 'sub_account.created', 'api_key.*', 'api_key.rolled', 'webhook_endpoint.test'])
+    t.ok(offered.includes(type), `${type} offered`)
+  await page.getByLabel('Every sub_account event (sub_account.*)').check()
+  await page.getByLabel('Every api_key event (api_key.*)').check()
   await page.getByRole('button', { name: 'Create endpoint' }).click()
   await page.getByTestId('dialog').waitFor()
   const secret = await page.getByLabel('Signing secret').inputValue()
@@ -553,13 +645,15 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
     await deliveries.locator('table, .empty').first().waitFor()
     return (await deliveries.locator('tbody tr').count()) === 1
   }, 'the attempt listed')
+  t.match(await page.getByTestId('endpoints').innerText(), 'sub_account.* api_key.*', 'the types picked')
   const cells = await deliveries.locator('tbody tr td').allInnerTexts()
   t.equal(cells[0], got!.id, 'its event id, the webhook-id the receiver got')
-  t.equal(cells[1], '1', 'the first attempt')
-  t.equal(cells[2], '200', "the receiver's status")
-  t.equal(cells[3], '—', 'no error')
-  t.match(cells[4], /^\d+ ms$/, 'its duration')
-  t.equal(cells[6], '—', 'no next attempt')
+  t.equal(cells[1], 'sub_account.created', 'its type')
+  t.equal(cells[2], '1', 'the first attempt')
+  t.equal(cells[3], '200', "the receiver's status")
+  t.equal(cells[4], '—', 'no error')
+  t.match(cells[5], /^\d+ ms$/, 'its duration')
+  t.equal(cells[7], '—', 'no next attempt')
   t.match(await live().innerText(), /1 delivery shown/, 'announced')
   await screen('webhooks')
 
@@ -583,9 +677,53 @@ t.test('webhook endpoints: secret once, a real delivery listed, delete', async (
   }, 'the failed attempt listed')
   const failed = await deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
   t.equal(failed[0], receiver.deliveries[1]!.id, 'newest first: the second event')
-  t.equal(failed[2], '503', "the receiver's status")
-  t.match(failed[3], /503/, 'the error')
-  t.match(failed[6], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
+  t.equal(failed[1], 'sub_account.updated', 'its type')
+  t.equal(failed[3], '503', "the receiver's status")
+  t.match(failed[4], /503/, 'the error')
+  t.match(failed[7], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
+
+  // The receiver mended: the failed event sent again at once, from its row.
+  receiver.answer(answerOk)
+  const failedId = receiver.deliveries[1]!.id
+  const buttons = await deliveries.getByRole('button').allInnerTexts()
+  t.same([...new Set(buttons)], buttons, `one Send again an event, each named by it: ${buttons.join('; ')}`)
+  await deliveries.getByRole('button', { name: `Send again ${failedId}`, exact: true }).click()
+  await page.getByTestId('resent').waitFor()
+  t.match(
+    await page.getByTestId('resent').innerText(),
+    new RegExp(`^✓ sub_account.updated ${failedId} queued again \\(attempt 2\\) at \\d\\d:\\d\\d:\\d\\d UTC$`),
+    'a visible confirmation',
+  )
+  await until(async () => receiver.deliveries.filter((d) => d.id === failedId && d.verified).length >= 2, 'sent again')
+  const firstRow = () => deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
+  const refreshDeliveries = async () => {
+    await page.getByRole('link', { name: 'Audit log' }).click()
+    await page.getByTestId('events').waitFor()
+    await page.getByRole('link', { name: 'Webhooks' }).click()
+    await page.getByRole('button', { name: /^Deliveries/ }).click()
+    await deliveries.locator('table').waitFor()
+  }
+  await until(async () => {
+    await refreshDeliveries()
+    const row = await firstRow()
+    return row[0] === failedId && row[3] === '200'
+  }, 'the resend listed, delivered')
+  t.equal((await firstRow())[2], '2', 'as its second attempt')
+
+  // A test send: a webhook_endpoint.test event to this endpoint, signed, listed with its type.
+  await page.getByRole('button', { name: `Send test event to ${receiver.url}`, exact: true }).click()
+  await page.getByTestId('test-sent').waitFor()
+  t.match(await page.getByTestId('test-sent').innerText(), /^✓ Test event evt_\w+ queued for http/, 'confirmed')
+  const testType = (d: { verified: unknown }) => (d.verified as { type?: string } | null)?.type
+  await until(async () => receiver.deliveries.some((d) => testType(d) === 'webhook_endpoint.test'), 'the test sent')
+  const testId = receiver.deliveries.find((d) => testType(d) === 'webhook_endpoint.test')!.id
+  t.match(await page.getByTestId('test-sent').innerText(), testId, 'the confirmation names the event delivered')
+  await until(async () => {
+    await refreshDeliveries()
+    const row = await firstRow()
+    return row[0] === testId && row[1] === 'webhook_endpoint.test' && row[3] === '200'
+  }, 'the test listed')
+  t.pass('the test event listed with its type')
 
   await cardsFit(t, 'endpoints')
   await cardsFit(t, 'deliveries-table')
@@ -604,6 +742,21 @@ t.test('a phone: tables as cards, the sections on one line; the dark theme, axe 
   await page.getByRole('link', { name: 'Sub-accounts' }).click()
   await page.getByTestId('subaccounts').waitFor()
   await cardsFit(t, 'subaccounts')
+
+  // The list's sort (of the page) and its Created column.
+  const names = () => page.getByTestId('subaccounts').locator('tbody tr td:first-child').allInnerTexts()
+  t.same(await names(), ['Acme EU', 'Delivered again'], 'as listed: oldest first')
+  await page.getByLabel('Sort this page').selectOption('name-desc')
+  t.same(await names(), ['Delivered again', 'Acme EU'], 'by name, Z to A')
+  await page.getByLabel('Sort this page').selectOption('newest')
+  t.same(await names(), ['Delivered again', 'Acme EU'], 'newest first')
+  await page.getByLabel('Sort this page').selectOption('name')
+  t.same(await names(), ['Acme EU', 'Delivered again'], 'by name, A to Z')
+  t.match(
+    await page.getByTestId('subaccounts').locator('tbody tr').first().locator('td').last().innerText(),
+    /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/,
+    'when it was created',
+  )
 
   await page.setViewportSize({ width: 390, height: 844 })
   await page.waitForTimeout(100)

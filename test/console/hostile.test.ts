@@ -73,7 +73,8 @@ t.test('markup in every string the API returns is shown as text, never run', asy
   await page.getByRole('link', { name: MARKUP }).click()
   await page.getByTestId('keys').waitFor()
   t.match(await page.getByTestId('keys').innerText(), MARKUP, "the key's name, as text")
-  t.equal(await page.getByLabel('Metadata (JSON object of strings)').inputValue(), JSON.stringify({ note: MARKUP }))
+  t.equal(await page.getByLabel('Key 1', { exact: true }).inputValue(), 'note', "the metadata's key")
+  t.equal(await page.getByLabel('Value 1', { exact: true }).inputValue(), MARKUP, 'its value, as text')
 
   await page.getByRole('link', { name: 'Audit log' }).click()
   await page.getByTestId('events').waitFor()
@@ -153,7 +154,7 @@ t.test('a minted key and a webhook secret are gone from the page and its memory 
   await page.getByRole('link', { name: 'Webhooks' }).click()
   await page.getByTestId('endpoints').waitFor()
   await page.getByLabel('URL (https)').fill('http://127.0.0.1:9/secret-test')
-  await page.getByLabel(/Event types/).fill('api_key.*')
+  await page.getByLabel('Every api_key event (api_key.*)').check()
   await page.getByRole('button', { name: 'Create endpoint' }).click()
   await page.getByTestId('dialog').waitFor()
   const secret = await page.getByLabel('Signing secret').inputValue()

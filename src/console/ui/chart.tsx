@@ -121,7 +121,7 @@ export function UsageChart({
         ))}
       </ul>
       <details>
-        <summary>The numbers, and their requests</summary>
+        <summary>The numbers (days with requests), and their requests</summary>
         <div class="table-wrap">
           <table>
             <thead>
@@ -135,17 +135,28 @@ export function UsageChart({
               </tr>
             </thead>
             <tbody>
-              {series.dates.map((d, i) => (
-                <tr key={d}>
-                  <th scope="row">{d}</th>
-                  {CLASSES.map((c) => (
-                    <td key={c}>
-                      <Count count={series.counts[c][i] ?? 0} date={d} c={c} subAccountId={subAccountId} />
-                    </td>
-                  ))}
-                </tr>
-              ))}
+              {series.dates.map((d, i) =>
+                // A day without requests is left out: the chart shows it, the table lists what there is.
+                CLASSES.every((c) => (series.counts[c][i] ?? 0) === 0) ? null : (
+                  <tr key={d}>
+                    <th scope="row">{d}</th>
+                    {CLASSES.map((c) => (
+                      <td key={c}>
+                        <Count count={series.counts[c][i] ?? 0} date={d} c={c} subAccountId={subAccountId} />
+                      </td>
+                    ))}
+                  </tr>
+                ),
+              )}
             </tbody>
+            <tfoot>
+              <tr data-testid="usage-total">
+                <th scope="row">Total</th>
+                {CLASSES.map((c) => (
+                  <td key={c}>{series.counts[c].reduce((n, v) => n + v, 0)}</td>
+                ))}
+              </tr>
+            </tfoot>
           </table>
         </div>
       </details>

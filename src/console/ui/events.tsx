@@ -1,11 +1,13 @@
-// The audit log: newest first, filtered by type (one, or a resource's `*`) and target id, paged.
+// The audit log: newest first, filtered by type (one, or a resource's `*`), target id (from the
+// address too: #/events?target_id=…, as a sub-account's page links it) and UTC dates, paged. A
+// target is shown by its name (the event's object has it), linked when it is a sub-account.
 import { useEffect, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
 import type { AuditEvent } from './types.js'
 
-/** The event catalogue (docs/events.md). */
-const TYPES = [
+/** The event catalogue (docs/events.md), each resource's `*` first; the webhooks form offers it too. */
+export const TYPES = [
   'sub_account.*',
   'sub_account.created',
   'sub_account.updated',
@@ -22,16 +24,43 @@ const TYPES = [
   'webhook_endpoint.*',
   'webhook_endpoint.created',
   'webhook_endpoint.deleted',
+  'webhook_endpoint.test',
   'usage.*',
   'usage.threshold_reached',
   'rate_limit.*',
   'rate_limit.exceeded',
 ]
 
-export function EventsScreen() {
+/** The day after a UTC date `YYYY-MM-DD`, for an `until` that takes the whole last day in. */
+function dayAfter(date: string): string {
+  const next = new Date(`${date}T00:00:00Z`)
+  next.setUTCDate(next.getUTCDate() + 1)
+  return next.toISOString()
+}
+
+/** What the event's object says the target is called: a name, a key's name and prefix, a URL. */
+function targetName(e: AuditEvent): string | null {
+  // The object is the target only in its own resource's events (an alert's object is the rate or quota).
+  if (!e.type.startsWith(`${e.target.type}.`)) return null
+  const object = (e.data as { object?: Record<string, unknown> } | null)?.object
+  if (object === undefined || object === null) return null
+  const text = (v: unknown) => (typeof v === 'string' && v !== '' ? v : null)
+  if (e.target.type === 'api_key') {
+    const name = text(object.name)
+    const prefix = text(object.prefix)
+    return name === null ? null : prefix === null ? name : `${name} (${prefix}…)`
+  }
+  if (e.target.type === 'webhook_endpoint') return text(object.url)
+  return text(object.name)
+}
+
+export function EventsScreen({ search = '' }: { search?: string }) {
+  const fromAddress = new URLSearchParams(search).get('target_id') ?? ''
   const [type, setType] = useState('')
-  const [target, setTarget] = useState('')
-  const [filters, setFilters] = useState({ type: '', target: '' })
+  const [target, setTarget] = useState(fromAddress)
+  const [from, setFrom] = useState('')
+  const [to, setTo] = useState('')
+  const [filters, setFilters] = useState({ type: '', target: fromAddress, from: '', to: '' })
   const [page, setPage] = useState<Page<AuditEvent> | null>(null)
   const pager = usePager()
   const load = useAction()
@@ -41,13 +70,20 @@ export function EventsScreen() {
     load.run(async (current) => {
       const next = await api<Page<AuditEvent>>(
         'GET',
-        `/events${query({ type: filters.type, target_id: filters.target, limit: 25, cursor: pager.cursor })}`,
+        `/events${query({
+          type: filters.type,
+          target_id: filters.target,
+          since: filters.from === '' ? '' : `${filters.from}T00:00:00Z`,
+          until: filters.to === '' ? '' : dayAfter(filters.to),
+          limit: 25,
+          cursor: pager.cursor,
+        })}`,
       )
       if (!current()) return
       setPage(next)
       announce(`${next.data.length} event${next.data.length === 1 ? '' : 's'} shown`)
     })
-  }, [filters.type, filters.target, pager.cursor])
+  }, [filters, pager.cursor])
 
   return (
     <section aria-labelledby="events-title">
@@ -57,7 +93,7 @@ export function EventsScreen() {
         onSubmit={(e) => {
           e.preventDefault()
           pager.reset()
-          setFilters({ type, target: target.trim() })
+          setFilters({ type, target: target.trim(), from, to })
         }}
       >
         <div class="field">
@@ -74,6 +110,14 @@ export function EventsScreen() {
         <div class="field">
           <label for="event-target">Target id</label>
           <input id="event-target" class="mono" value={target} onInput={(e) => setTarget(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="event-from">From (UTC date)</label>
+          <input id="event-from" type="date" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="event-to">To (UTC date, included)</label>
+          <input id="event-to" type="date" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
         </div>
         <button type="submit">Filter</button>
       </form>
@@ -100,16 +144,15 @@ export function EventsScreen() {
                   <td data-label="Type" class="mono">
                     {e.type}
                   </td>
-                  <td data-label="Target">
+                  <td data-label="Target" data-testid="event-target">
                     {e.target.type === 'sub_account' ? (
-                      <a href={`#/sub-accounts/${e.target.id}`} class="mono">
-                        {e.target.id}
-                      </a>
+                      <a href={`#/sub-accounts/${e.target.id}`}>{targetName(e) ?? e.target.id}</a>
                     ) : (
-                      <span class="mono">
-                        {e.target.type} {e.target.id}
-                      </span>
+                      <>
+                        {e.target.type.replace('_', ' ')} {targetName(e) ?? ''}
+                      </>
                     )}
+                    <span class="sub-line mono">{e.target.id}</span>
                   </td>
                   <td data-label="By">{e.actor.type === 'api_key' ? `key ${e.actor.key_id ?? ''}` : e.actor.type}</td>
                   <td data-label="Details">

@@ -24,6 +24,12 @@ export function describeDuration(seconds: number): string {
   return `${amount} ${amount === 1 ? unit.name.slice(0, -1) : unit.name}`
 }
 
+/** A rate's window in words: "per hour", "per 30 seconds", "per 2 days" (never "3600 s"). */
+export function perDuration(seconds: number): string {
+  const words = describeDuration(seconds)
+  return `per ${words.startsWith('1 ') ? words.slice(2) : words}`
+}
+
 export function hasKeyPolicy(policy: KeyPolicy): boolean {
   return policy.allowed_scopes !== null || policy.max_ttl_seconds !== null || policy.ip_allowlist !== null
 }

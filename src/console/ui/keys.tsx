@@ -22,6 +22,7 @@ import {
 import { describedBy, errorsByField, FieldErrors, listOf } from './field-errors.js'
 import { describeDuration } from './key-policy.js'
 import { requestsHash } from './request-filters.js'
+import { servedRoutes } from './routes.js'
 import type { ApiKey, KeyPolicy, MintedKey, MintKeyRequest } from './types.js'
 
 /** How a control names the key it acts on: a roll leaves two keys of one name, never one prefix. */
@@ -273,6 +274,27 @@ const MINT_SUBJECTS = {
   ip_allowlist: 'The IP allow-list',
 }
 
+/** Whether a key policy's allowed scopes (exact, or a `prefix:*` pattern) admit `scope`; none: any. */
+function allowedBy(patterns: readonly string[] | null, scope: string): boolean {
+  if (patterns === null) return true
+  return patterns.some((p) => (p.endsWith('*') ? scope.startsWith(p.slice(0, -1)) : p === scope))
+}
+
+/** The scopes the gateway's routes ask for (the page's route list), those the key policy allows. */
+function routeScopes(policy: KeyPolicy): string[] {
+  const all = servedRoutes().flatMap((r) => (r.public ? [] : [...r.scopes.read, ...r.scopes.write]))
+  return [...new Set(all)].filter((scope) => allowedBy(policy.allowed_scopes, scope)).sort()
+}
+
+/** The expiry field's shortcuts: a label and days from now (0: no expiry), within the policy's bound. */
+const EXPIRY_PRESETS: [label: string, days: number][] = [
+  ['In 7 days', 7],
+  ['In 30 days', 30],
+  ['In 90 days', 90],
+  ['In a year', 365],
+  ['No expiry', 0],
+]
+
 /** A datetime-local field's value (the user's local time) for an instant, to the minute. */
 function localField(ms: number): string {
   const d = new Date(ms)
@@ -297,9 +319,19 @@ function MintForm({
   const action = useAction()
   const sent = useRef<Record<string, string[]>>({})
   const errors = errorsByField(action.error, '/body', MINT_SUBJECTS, sent.current)
+  // The scopes field's text, so that the route scopes offered beside it show which it holds.
+  const [scopesText, setScopesText] = useState('')
+  const chosen = listOf(scopesText) ?? []
+  const offered = routeScopes(policy)
+  const toggleScope = (scope: string) =>
+    setScopesText((chosen.includes(scope) ? chosen.filter((s) => s !== scope) : [...chosen, scope]).join(' '))
   const maxTtl = policy.max_ttl_seconds
   // The latest expiry the policy allows, to the minute below it: still within it when submitted.
   const latest = maxTtl === null ? null : Math.floor((Date.now() + maxTtl * 1000) / 60_000) * 60_000
+  // The shortcuts the policy allows: none longer than its longest life, and no "No expiry" under one.
+  const presets = EXPIRY_PRESETS.filter(([, days]) =>
+    days === 0 ? maxTtl === null : maxTtl === null || days * 86_400 <= maxTtl,
+  )
   const submit = (e: Event) => {
     e.preventDefault()
     const formElement = e.currentTarget as HTMLFormElement
@@ -318,6 +350,7 @@ function MintForm({
     action.run(async () => {
       const key = await client.mint(body)
       formElement.reset()
+      setScopesText('')
       onMinted(key)
     }, 'Key minted: it is shown once')
   }
@@ -344,6 +377,8 @@ function MintForm({
           required
           class="mono"
           placeholder={policy.allowed_scopes?.join(' ') ?? 'tracking:read tracking:write'}
+          value={scopesText}
+          onInput={(e) => setScopesText(e.currentTarget.value)}
           aria-invalid={errors.has('scopes') || undefined}
           aria-describedby={describedBy(
             policy.allowed_scopes !== null && 'mint-scopes-help',
@@ -355,6 +390,22 @@ function MintForm({
             The key policy allows only <span class="mono">{policy.allowed_scopes.join(' ')}</span> (a pattern such as
             tracking:* allows every tracking: scope).
           </span>
+        )}
+        {offered.length > 0 && (
+          <div class="presets" data-testid="scope-picker">
+            <span class="help">The routes' scopes{policy.allowed_scopes === null ? '' : ' the policy allows'}:</span>
+            {offered.map((scope) => (
+              <button
+                key={scope}
+                type="button"
+                class="secondary small mono"
+                aria-pressed={chosen.includes(scope)}
+                onClick={() => toggleScope(scope)}
+              >
+                {scope}
+              </button>
+            ))}
+          </div>
         )}
         <FieldErrors id="mint-scopes-error" messages={errors.get('scopes')} />
       </div>
@@ -377,6 +428,23 @@ function MintForm({
             The key policy lets a key live at most {describeDuration(maxTtl)}: by{' '}
             {formatTime(new Date(latest).toISOString())} at the latest, the time filled in.
           </span>
+        )}
+        {presets.length > 0 && (
+          <div class="presets">
+            {presets.map(([label, days]) => (
+              <button
+                key={label}
+                type="button"
+                class="secondary small"
+                onClick={() => {
+                  const field = document.getElementById('mint-expires') as HTMLInputElement | null
+                  if (field !== null) field.value = days === 0 ? '' : localField(Date.now() + days * 86_400_000)
+                }}
+              >
+                {label}
+              </button>
+            ))}
+          </div>
         )}
         <FieldErrors id="mint-expires-error" messages={errors.get('expires_at')} />
       </div>

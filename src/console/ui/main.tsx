@@ -73,7 +73,8 @@ function Screen({ path, search }: { path: string; search: string }) {
   if (path === '/usage') return <UsageScreen />
   // The filters go to the API as query parameters only (requests.tsx), the ids checked first.
   if (path === '/requests') return <RequestsScreen search={search} />
-  if (path === '/events') return <EventsScreen />
+  // The target id from the address goes to the API as a query parameter (encoded), never in a path.
+  if (path === '/events') return <EventsScreen search={search} />
   if (path === '/webhooks') return <WebhooksScreen />
   if (path === '/routes') return <RoutesScreen />
   return <SubAccountsScreen />

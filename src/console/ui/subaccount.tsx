@@ -1,6 +1,6 @@
 // One sub-account: its details, the edit, limits and key policy forms, deactivate or reactivate,
 // its keys, its portal links, its usage and a link to its requests.
-import { useEffect, useState } from 'preact/hooks'
+import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, api } from './api.js'
 import { Confirmation, CopyButton, doneAt, ErrorMessage, formatTime, Loading, useAction } from './components.js'
 import { hasKeyPolicy, KeyPolicySection } from './key-policy.js'
@@ -88,6 +88,9 @@ export function SubAccountScreen({ id }: { id: string }) {
             <a href={requestsHash({ sub_account_id: sub.id })} class="action-link">
               Requests
             </a>
+            <a href={`#/events?target_id=${encodeURIComponent(sub.id)}`} class="action-link">
+              Events<span class="visually-hidden"> of {sub.name}</span>
+            </a>
             {sub.status === 'active' ? (
               <button type="button" class="danger" disabled={change.busy} onClick={() => setStatus('deactivate')}>
                 Deactivate
@@ -136,23 +139,40 @@ interface FormProps {
   confirmation: string | null
 }
 
+/** A metadata field being edited: its key and value, and a stable id for its row. */
+interface Field {
+  id: number
+  key: string
+  value: string
+}
+
+/** The API's bounds on metadata (docs/api.md): at most 50 keys of 1 to 40 characters, values up to 500. */
+const METADATA_MAX_KEYS = 50
+
 function EditForm({ sub, onSaved, confirmation }: FormProps) {
   const action = useAction()
+  const nextId = useRef(0)
+  const field = (key: string, value: string): Field => ({ id: nextId.current++, key, value })
+  const [fields, setFields] = useState<Field[]>(() => Object.entries(sub.metadata).map(([k, v]) => field(k, v)))
+  const edit = (id: number, change: Partial<Field>) =>
+    setFields((all) => all.map((f) => (f.id === id ? { ...f, ...change } : f)))
   const submit = (e: Event) => {
     e.preventDefault()
     const form = new FormData(e.currentTarget as HTMLFormElement)
     const externalId = String(form.get('external_id') ?? '').trim()
     action.run(async () => {
-      let metadata: unknown
-      try {
-        metadata = JSON.parse(String(form.get('metadata') ?? '{}') || '{}')
-      } catch {
-        throw new ApiError({
-          status: 0,
-          code: 'invalid_metadata',
-          title: 'Metadata is not JSON',
-          detail: 'Metadata must be a JSON object of strings, such as {"plan": "pro"}.',
-        })
+      const metadata: Record<string, string> = {}
+      for (const f of fields) {
+        const key = f.key.trim()
+        if (key === '' && f.value === '') continue // an empty row is no field
+        if (key === '' || key in metadata)
+          throw new ApiError({
+            status: 0,
+            code: 'invalid_metadata',
+            title: key === '' ? 'A metadata value has no key' : `The metadata key “${key}” is there twice`,
+            detail: 'Each metadata field needs a key of its own (1 to 40 characters); remove the field, or name it.',
+          })
+        metadata[key] = f.value
       }
       onSaved(
         await api<SubAccount>('PATCH', `/${sub.id}`, {
@@ -168,16 +188,67 @@ function EditForm({ sub, onSaved, confirmation }: FormProps) {
       <h2 id="edit-title">Details</h2>
       <div class="field">
         <label for="edit-name">Name</label>
-        <input id="edit-name" name="name" required maxLength={200} value={sub.name} />
+        {/* Uncontrolled (defaultValue): a change of the metadata rows re-renders the form, and a value
+            prop would put the saved name back over what was typed. */}
+        <input id="edit-name" name="name" required maxLength={200} defaultValue={sub.name} />
       </div>
       <div class="field">
         <label for="edit-external-id">External id</label>
-        <input id="edit-external-id" name="external_id" maxLength={128} class="mono" value={sub.external_id ?? ''} />
+        <input
+          id="edit-external-id"
+          name="external_id"
+          maxLength={128}
+          class="mono"
+          defaultValue={sub.external_id ?? ''}
+        />
       </div>
-      <div class="field">
-        <label for="edit-metadata">Metadata (JSON object of strings)</label>
-        <textarea id="edit-metadata" name="metadata" rows={3} class="mono" value={JSON.stringify(sub.metadata)} />
-      </div>
+      <fieldset class="metadata" data-testid="metadata">
+        <legend>Metadata</legend>
+        {fields.length === 0 && <p class="help">No fields.</p>}
+        {fields.map((f, i) => (
+          <div class="metadata-row" key={f.id}>
+            <div class="field">
+              <label for={`meta-key-${f.id}`}>Key {i + 1}</label>
+              <input
+                id={`meta-key-${f.id}`}
+                class="mono"
+                maxLength={40}
+                value={f.key}
+                onInput={(e) => edit(f.id, { key: e.currentTarget.value })}
+              />
+            </div>
+            <div class="field">
+              <label for={`meta-value-${f.id}`}>Value {i + 1}</label>
+              <input
+                id={`meta-value-${f.id}`}
+                maxLength={500}
+                value={f.value}
+                onInput={(e) => edit(f.id, { value: e.currentTarget.value })}
+              />
+            </div>
+            <button
+              type="button"
+              class="danger small"
+              onClick={() => setFields((all) => all.filter((other) => other.id !== f.id))}
+            >
+              Remove
+              <span class="visually-hidden">
+                {' '}
+                field {i + 1}
+                {f.key === '' ? '' : ` (${f.key})`}
+              </span>
+            </button>
+          </div>
+        ))}
+        <button
+          type="button"
+          class="secondary small"
+          disabled={fields.length >= METADATA_MAX_KEYS}
+          onClick={() => setFields((all) => [...all, field('', '')])}
+        >
+          Add a field
+        </button>
+      </fieldset>
       <ErrorMessage error={action.error} />
       <button type="submit" disabled={action.busy}>
         Save details

@@ -2,7 +2,8 @@
 // sent as the user types, once typing pauses), a status filter, and the create form.
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
-import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
+import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
+import { perDuration } from './key-policy.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
 import type { SubAccount } from './types.js'
 
@@ -12,6 +13,18 @@ const SEARCH_DELAY_MS = 300
 /** The API's bound on `q` (docs/api.md, Sub-accounts). */
 const SEARCH_MAX_LENGTH = 200
 
+/** How the page's rows may be ordered (the API lists them as made: oldest first). */
+const SORTS = {
+  listed: { label: 'As listed (oldest first)', compare: null },
+  newest: {
+    label: 'Newest first',
+    compare: (a: SubAccount, b: SubAccount) => b.created_at.localeCompare(a.created_at),
+  },
+  name: { label: 'Name, A to Z', compare: (a: SubAccount, b: SubAccount) => a.name.localeCompare(b.name) },
+  'name-desc': { label: 'Name, Z to A', compare: (a: SubAccount, b: SubAccount) => b.name.localeCompare(a.name) },
+} as const
+type SortName = keyof typeof SORTS
+
 export function SubAccountsScreen() {
   const [status, setStatus] = useState('')
   const [text, setText] = useState('')
@@ -19,6 +32,7 @@ export function SubAccountsScreen() {
   const [page, setPage] = useState<Page<SubAccount> | null>(null)
   const [reload, setReload] = useState(0)
   const [creating, setCreating] = useState(false)
+  const [sort, setSort] = useState<SortName>('listed')
   const newButton = useRef<HTMLButtonElement>(null)
   const pager = usePager()
   const load = useAction()
@@ -102,6 +116,16 @@ export function SubAccountsScreen() {
             <option value="deactivated">Deactivated</option>
           </select>
         </div>
+        <div class="field">
+          <label for="sort">Sort this page</label>
+          <select id="sort" value={sort} onChange={(e) => setSort(e.currentTarget.value as SortName)}>
+            {Object.entries(SORTS).map(([name, { label }]) => (
+              <option key={name} value={name}>
+                {label}
+              </option>
+            ))}
+          </select>
+        </div>
         <button type="submit">Search</button>
       </form>
       <ErrorMessage error={load.error} />
@@ -119,10 +143,11 @@ export function SubAccountsScreen() {
                 <th scope="col">External id</th>
                 <th scope="col">Status</th>
                 <th scope="col">Limits</th>
+                <th scope="col">Created</th>
               </tr>
             </thead>
             <tbody>
-              {page.data.map((s) => (
+              {sorted(page.data, sort).map((s) => (
                 <tr key={s.id}>
                   <td data-label="Name">
                     <a href={`#/sub-accounts/${s.id}`}>{s.name}</a>
@@ -134,6 +159,7 @@ export function SubAccountsScreen() {
                     <span class={`badge ${s.status}`}>{s.status}</span>
                   </td>
                   <td data-label="Limits">{describeLimits(s)}</td>
+                  <td data-label="Created">{formatTime(s.created_at)}</td>
                 </tr>
               ))}
             </tbody>
@@ -159,9 +185,14 @@ export function SubAccountsScreen() {
   )
 }
 
+function sorted(rows: SubAccount[], sort: SortName): SubAccount[] {
+  const { compare } = SORTS[sort]
+  return compare === null ? rows : [...rows].sort(compare)
+}
+
 export function describeLimits(s: SubAccount): string {
   const parts: string[] = []
-  if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} per ${s.limits.rate.per_seconds} s`)
+  if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} ${perDuration(s.limits.rate.per_seconds)}`)
   if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
   return parts.length === 0 ? 'none' : parts.join(', ')
 }

@@ -4,6 +4,7 @@ import { useEffect, useState } from 'preact/hooks'
 import { api } from './api.js'
 import { announce, ErrorMessage, Loading, useAction } from './components.js'
 import { UsageChart } from './chart.js'
+import { perDuration } from './key-policy.js'
 import type { AccountLimits, SubAccount } from './types.js'
 import { CLASSES, type DailySeries, dailyUsage, firstOfMonth, reportEntries, today, totalOf } from './usage-data.js'
 
@@ -92,7 +93,7 @@ function QuotaUse({ limits }: { limits: AccountLimits }) {
       )}
       {limits.account.rate !== null && (
         <p>
-          Account rate: {limits.account.rate.requests} per {limits.account.rate.per_seconds} s.
+          Account rate: {limits.account.rate.requests} {perDuration(limits.account.rate.per_seconds)}.
         </p>
       )}
     </div>

@@ -1,10 +1,12 @@
-// Webhook endpoints: create (the signing secret shown once), list, delete, and one endpoint's
-// deliveries.
+// Webhook endpoints: create (the event types picked from the catalogue; the signing secret shown
+// once), list, a test send, delete, and one endpoint's deliveries, each of which can be sent again.
 import { useEffect, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import {
   announce,
+  Confirmation,
   Dialog,
+  doneAt,
   Empty,
   ErrorMessage,
   formatTime,
@@ -14,13 +16,24 @@ import {
   usePager,
   useAction,
 } from './components.js'
+import { TYPES } from './events.js'
 import type { Delivery, WebhookEndpoint } from './types.js'
+
+/** The catalogue by resource: `sub_account` → its `*` and its types. */
+const RESOURCES = [...new Set(TYPES.map((type) => type.slice(0, type.indexOf('.'))))].map((resource) => ({
+  resource,
+  types: TYPES.filter((type) => type.startsWith(`${resource}.`) && !type.endsWith('.*')),
+}))
 
 export function WebhooksScreen() {
   const [page, setPage] = useState<Page<WebhookEndpoint> | null>(null)
   const [secret, setSecret] = useState<string | null>(null)
   const [selected, setSelected] = useState<WebhookEndpoint | null>(null)
   const [reload, setReload] = useState(0)
+  // What the last test send did, shown under the list (and said in the live region).
+  const [tested, setTested] = useState<string | null>(null)
+  // A delivery listed after a test send or a resend: the deliveries read again.
+  const [deliveriesShown, setDeliveriesShown] = useState(0)
   const pager = usePager()
   const load = useAction()
   const change = useAction()
@@ -45,15 +58,22 @@ export function WebhooksScreen() {
     change.run(async () => {
       const created = await api<WebhookEndpoint & { secret: string }>('POST', '/webhook-endpoints', {
         url: String(form.get('url') ?? '').trim(),
-        event_types: String(form.get('event_types') ?? '')
-          .split(/[\s,]+/)
-          .filter((t) => t !== ''),
+        event_types: form.getAll('event_types').map(String),
         ...(description === '' ? {} : { description }),
       })
       formElement.reset()
       setSecret(created.secret)
       setReload((n) => n + 1)
     }, 'Endpoint created: its secret is shown once')
+  }
+  const sendTest = (endpoint: WebhookEndpoint) => {
+    setTested(null)
+    change.run(async () => {
+      const sent = await api<{ event_id: string }>('POST', `/webhook-endpoints/${endpoint.id}/test`)
+      setTested(doneAt(`Test event ${sent.event_id} queued for ${endpoint.url}`))
+      setSelected(endpoint)
+      setDeliveriesShown((n) => n + 1)
+    }, `Test event queued for ${endpoint.url}`)
   }
   const remove = (endpoint: WebhookEndpoint) => {
     if (!confirm(`Delete the endpoint ${endpoint.url}? Nothing more is sent to it.`)) return
@@ -73,10 +93,26 @@ export function WebhooksScreen() {
           <label for="endpoint-url">URL (https)</label>
           <input id="endpoint-url" name="url" type="url" required class="mono" />
         </div>
-        <div class="field">
-          <label for="endpoint-types">Event types (space or comma separated; api_key.* for all of a kind)</label>
-          <input id="endpoint-types" name="event_types" required class="mono" placeholder="sub_account.* api_key.*" />
-        </div>
+        <fieldset class="event-types" aria-describedby="endpoint-types-help">
+          <legend>Event types</legend>
+          <p id="endpoint-types-help" class="help">
+            Pick at least one: every event of a kind (and those added to it later), or single types.
+          </p>
+          {RESOURCES.map(({ resource, types }) => (
+            <div key={resource} class="event-group">
+              <label class="check">
+                <input type="checkbox" name="event_types" value={`${resource}.*`} />
+                Every <span class="mono">{resource}</span> event (<span class="mono">{resource}.*</span>)
+              </label>
+              {types.map((type) => (
+                <label key={type} class="check nested">
+                  <input type="checkbox" name="event_types" value={type} />
+                  <span class="mono">{type}</span>
+                </label>
+              ))}
+            </div>
+          ))}
+        </fieldset>
         <div class="field">
           <label for="endpoint-description">Description (optional)</label>
           <input id="endpoint-description" name="description" maxLength={500} />
@@ -121,6 +157,11 @@ export function WebhooksScreen() {
                     <button type="button" onClick={() => setSelected(w)} aria-pressed={selected?.id === w.id}>
                       Deliveries<span class="visually-hidden"> to {w.url}</span>
                     </button>
+                    {w.status === 'active' && (
+                      <button type="button" disabled={change.busy} onClick={() => sendTest(w)}>
+                        Send test event<span class="visually-hidden"> to {w.url}</span>
+                      </button>
+                    )}
                     <button type="button" class="danger" disabled={change.busy} onClick={() => remove(w)}>
                       Delete<span class="visually-hidden"> {w.url}</span>
                     </button>
@@ -132,7 +173,8 @@ export function WebhooksScreen() {
         </div>
       )}
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Endpoints" />}
-      {selected !== null && <Deliveries key={selected.id} endpoint={selected} />}
+      <Confirmation text={change.error === null ? tested : null} testId="test-sent" />
+      {selected !== null && <Deliveries key={`${selected.id}-${deliveriesShown}`} endpoint={selected} />}
       {secret !== null && (
         <Dialog
           title="Endpoint created"
@@ -153,8 +195,28 @@ export function WebhooksScreen() {
 
 function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
   const [page, setPage] = useState<Page<Delivery> | null>(null)
+  const [reload, setReload] = useState(0)
+  const [resent, setResent] = useState<string | null>(null)
   const pager = usePager()
   const load = useAction()
+  const resend = useAction()
+  const sendAgain = (d: Delivery) => {
+    setResent(null)
+    resend.run(async () => {
+      const done = await api<{ attempt: number; queued: boolean }>(
+        'POST',
+        `/webhook-endpoints/${endpoint.id}/deliveries/${encodeURIComponent(d.event_id)}/retry`,
+      )
+      setResent(
+        doneAt(
+          done.queued
+            ? `${d.event_type} ${d.event_id} queued again (attempt ${done.attempt})`
+            : `An attempt at ${d.event_id} is under way already`,
+        ),
+      )
+      setReload((n) => n + 1)
+    }, `Event ${d.event_id} queued again`)
+  }
   useEffect(() => {
     setPage(null)
     load.run(async (current) => {
@@ -166,7 +228,7 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
       setPage(next)
       announce(`${next.data.length} deliver${next.data.length === 1 ? 'y' : 'ies'} shown`)
     })
-  }, [endpoint.id, pager.cursor])
+  }, [endpoint.id, pager.cursor, reload])
   return (
     <section class="card" aria-labelledby="deliveries-title" data-testid="deliveries">
       <h2 id="deliveries-title">
@@ -181,19 +243,24 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
             <thead>
               <tr>
                 <th scope="col">Event</th>
+                <th scope="col">Type</th>
                 <th scope="col">Attempt</th>
                 <th scope="col">Status</th>
                 <th scope="col">Error</th>
                 <th scope="col">Duration</th>
                 <th scope="col">At</th>
                 <th scope="col">Next attempt</th>
+                <th scope="col">Actions</th>
               </tr>
             </thead>
             <tbody>
-              {page.data.map((d) => (
-                <tr key={`${d.event_id}-${d.attempt}`}>
+              {page.data.map((d, i) => (
+                <tr key={`${d.event_id}-${d.attempt}`} data-event-id={d.event_id}>
                   <td data-label="Event" class="mono">
                     {d.event_id}
+                  </td>
+                  <td data-label="Type" class="mono">
+                    {d.event_type}
                   </td>
                   <td data-label="Attempt">{d.attempt}</td>
                   <td data-label="Status">{d.status ?? '—'}</td>
@@ -201,12 +268,22 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
                   <td data-label="Duration">{d.duration_ms} ms</td>
                   <td data-label="At">{formatTime(d.attempted_at)}</td>
                   <td data-label="Next attempt">{formatTime(d.next_attempt_at)}</td>
+                  <td data-label="Actions" class="row-actions">
+                    {/* One button an event, on its newest attempt (the list is newest first). */}
+                    {endpoint.status === 'active' && page.data.findIndex((o) => o.event_id === d.event_id) === i && (
+                      <button type="button" disabled={resend.busy} onClick={() => sendAgain(d)}>
+                        Send again<span class="visually-hidden"> {d.event_id}</span>
+                      </button>
+                    )}
+                  </td>
                 </tr>
               ))}
             </tbody>
           </table>
         </div>
       )}
+      <ErrorMessage error={resend.error} />
+      <Confirmation text={resend.error === null ? resent : null} testId="resent" />
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Deliveries" />}
     </section>
   )
