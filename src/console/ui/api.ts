@@ -141,10 +141,19 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
   if (body !== undefined) headers['content-type'] = 'application/json'
   const init: RequestInit = { method, headers, credentials: 'omit', cache: 'no-store', redirect: 'error' }
   if (body !== undefined) init.body = JSON.stringify(body)
+  return callJson<T>(`/v1/sub-accounts${path}`, init, onRefused)
+}
+
+/**
+ * One call of a JSON API (the management API's, the portal's): its answer, or an ApiError holding
+ * the problem. A read refused by the API's own rate (a 429 with a short Retry-After) waits its turn,
+ * once or twice; a 401 is told to `onRefused` before it is thrown.
+ */
+export async function callJson<T>(url: string, init: RequestInit, onRefused: (problem: Problem) => void): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     let response: Response
     try {
-      response = await fetch(`/v1/sub-accounts${path}`, init)
+      response = await fetch(url, init)
     } catch (err) {
       throw new ApiError({
         status: 0,
@@ -156,8 +165,8 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
     if (response.ok) return (response.status === 204 ? undefined : await response.json()) as T
     const retryAfter = Number(response.headers.get('retry-after') ?? 'NaN')
     const problem = await problemOf(response)
-    // The management API's own rate (50 calls a second): a read waits its turn, once or twice.
-    if (response.status === 429 && method === 'GET' && attempt < 2 && retryAfter <= 2) {
+    // The management API's own rate (50 calls a second), which portal calls spend too.
+    if (response.status === 429 && init.method === 'GET' && attempt < 2 && retryAfter <= 2) {
       await sleep(Math.max(retryAfter, 0.2) * 1000)
       continue
     }

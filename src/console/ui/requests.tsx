@@ -26,7 +26,7 @@ function formatInstant(value: string): string {
   return Number.isNaN(ms) ? value : new Date(ms).toISOString().replace('T', ' ').replace('Z', ' UTC')
 }
 
-function formatDuration(ms: number): string {
+export function formatDuration(ms: number): string {
   return `${ms < 10 ? ms.toFixed(2) : ms.toFixed(0)} ms`
 }
 

@@ -3,7 +3,7 @@
 // exchange answered, held in this module's memory only (never in storage). Its errors are the
 // console's Problems, with advice for someone who holds a link, not a key. Once the API says the
 // session has ended (401), the page is told and no further call is made.
-import { adviseWith, ApiError, type Page, type Problem, problemOf } from '../api.js'
+import { adviseWith, ApiError, callJson, type Page, type Problem } from '../api.js'
 import type { ApiKey, Limits, MintedKey, UsageEntry } from '../types.js'
 
 export type Permission = 'keys:read' | 'keys:write' | 'usage:read' | 'requests:read'
@@ -78,8 +78,6 @@ adviseWith((p) => {
   return undefined
 })
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
 /** One call of the portal's API; `path` is below /portal/api. */
 export async function portalApi<T>(method: string, path: string, body?: unknown): Promise<T> {
   if (ended !== null) throw new ApiError(ended)
@@ -95,28 +93,7 @@ export async function portalApi<T>(method: string, path: string, body?: unknown)
     redirect: 'error',
   }
   if (body !== undefined) init.body = JSON.stringify(body)
-  for (let attempt = 0; ; attempt++) {
-    let response: Response
-    try {
-      response = await fetch(`/portal/api${path}`, init)
-    } catch (err) {
-      throw new ApiError({
-        status: 0,
-        code: 'network',
-        title: 'The gateway did not answer',
-        detail: err instanceof Error ? err.message : String(err),
-      })
-    }
-    if (response.ok) return (response.status === 204 ? undefined : await response.json()) as T
-    const retryAfter = Number(response.headers.get('retry-after') ?? 'NaN')
-    const problem = await problemOf(response)
-    if (response.status === 429 && method === 'GET' && attempt < 2 && retryAfter <= 2) {
-      await sleep(Math.max(retryAfter, 0.2) * 1000)
-      continue
-    }
-    if (response.status === 401) endSession(problem)
-    throw new ApiError(problem, Number.isFinite(retryAfter) ? retryAfter : null)
-  }
+  return callJson<T>(`/portal/api${path}`, init, endSession)
 }
 
 /**

@@ -4,6 +4,7 @@ import { useEffect, useMemo, useState } from 'preact/hooks'
 import { query } from '../api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from '../components.js'
 import { KeyManager, type KeysClient } from '../keys.js'
+import { formatDuration } from '../requests.js'
 import type { KeyPolicy, RequestRecord } from '../types.js'
 import { type ApiKey, type MintedKey, type Page, type PortalUsage, portalApi } from './api.js'
 
@@ -188,7 +189,7 @@ export function RequestsScreen() {
                   <td class="mono path">{r.path}</td>
                   <td>{r.status}</td>
                   <td class="mono">{r.code ?? '—'}</td>
-                  <td>{r.duration_ms < 10 ? r.duration_ms.toFixed(2) : r.duration_ms.toFixed(0)} ms</td>
+                  <td>{formatDuration(r.duration_ms)}</td>
                   <td class="mono">{r.key_id}</td>
                 </tr>
               ))}
