@@ -275,6 +275,8 @@ t.test('a session ended by its provider mid-use shows the ended message', async 
   const ending = await portalLink()
   await live.goto(ending.url)
   await live.getByRole('heading', { name: 'API keys', level: 1 }).waitFor()
+  // The key list read first: a read still on its way would meet the end itself, before the click.
+  await live.getByTestId('keys').waitFor()
   await manage('DELETE', `/${acme.id}/portal-sessions/${ending.id}`)
   await live.getByRole('link', { name: 'Usage' }).click()
   await live.getByTestId('ended').waitFor()
@@ -427,6 +429,7 @@ t.test("a session ended by its sub-account's deactivation mid-use shows the ende
   const ending = await portalLink(ALL, RETURN_URL, gamma.id)
   await live.goto(ending.url)
   await live.getByRole('heading', { name: 'API keys', level: 1 }).waitFor()
+  await live.getByTestId('keys').waitFor()
   await manage('POST', `/${gamma.id}/deactivate`)
   await live.getByRole('link', { name: 'Usage' }).click()
   await live.getByTestId('ended').waitFor()
