@@ -10,7 +10,7 @@ import postgres from 'postgres'
 import { dayOf, ensurePartition } from '../src/request-log/partitions.js'
 import { listRequests, type RequestFilter } from '../src/request-log/queries.js'
 import type { RequestRecord } from '../src/request-log/record-buffer.js'
-import { ensureRequestLogTable } from '../src/request-log/schema.js'
+import { ensureRequestLogTable, RECORD_ARRAYS } from '../src/request-log/schema.js'
 import { DEFAULT_BATCH_RECORDS, RequestLogWriter } from '../src/request-log/writer.js'
 import { openStore } from '../src/store/db.js'
 import {
@@ -242,7 +242,9 @@ async function writerRate(): Promise<void> {
       })
       writer.tableReady = true
       writer.start()
-      const [rowsBefore] = await store.sql<{ n: string }[]>`select count(*)::text as n from request_log`
+      const [rowsBefore] = await store.sql<
+        { n: string }[]
+      >`select coalesce(sum(records), 0)::text as n from request_log_rows`
       const backends = await backendsOf(admin, db.name)
       const cpuBefore = process.cpuUsage()
       const postgresBefore = postgresCpu(backends)
@@ -266,7 +268,9 @@ async function writerRate(): Promise<void> {
       // Backends the pool opened during the round count from 0 (all their time is the round's).
       const postgresSeconds = postgresCpu(await backendsOf(admin, db.name)) - postgresBefore
       await writer.close()
-      const [rowsAfter] = await store.sql<{ n: string }[]>`select count(*)::text as n from request_log`
+      const [rowsAfter] = await store.sql<
+        { n: string }[]
+      >`select coalesce(sum(records), 0)::text as n from request_log_rows`
       const counted = Number(rowsAfter!.n) - Number(rowsBefore!.n)
       const sorted = batches.sort((a, b) => a - b)
       rows.push([
@@ -343,7 +347,9 @@ function makeRecords(n: number): RequestRecord[] {
     const tenant = (i * 7919) % (SEED_PARENTS * SEED_SUBS)
     const refused = i % 50 === 0
     return {
-      id: `bench-${i.toString(36)}-${(now + i).toString(36)}`,
+      // A made id (http/guards.ts): a process's stem and its count.
+      id: `0123abcd-0000-4000-8000-${i.toString(16).padStart(12, '0')}`,
+      idGiven: false,
       timeMs: now + i / 10,
       accountId: uuid(1, Math.floor(tenant / SEED_SUBS)),
       tenantId: uuid(2, tenant),
@@ -404,7 +410,11 @@ async function filteredPages(): Promise<void> {
     const seedSeconds = await seed(sql, parentId)
     const [{ size } = { size: '?' }] = await sql<{ size: string }[]>`
       select pg_size_pretty(sum(pg_total_relation_size(inhrelid))) as size
-      from pg_inherits where inhparent = 'request_log'::regclass`
+      from pg_inherits where inhparent = 'request_log_rows'::regclass`
+    const [{ rows, parentRows, parentRecords } = { rows: 0, parentRows: 0, parentRecords: 0 }] = await sql<
+      { rows: number; parentRows: number; parentRecords: number }[]
+    >`select count(*)::int as rows, (count(*) filter (where account_id = ${parentId}))::int as "parentRows",
+        (sum(records) filter (where account_id = ${parentId}))::int as "parentRecords" from request_log_rows`
     // The parent's own sub-accounts and keys (seeded tenants 0..SEED_SUBS-1 are its), as seed() made them.
     const subs = Array.from({ length: SEED_SUBS }, (_, i) => md5Uuid(`t${i}`))
     const keys = Array.from({ length: SEED_SUBS }, (_, i) => md5Uuid(`k${i}-${i % SEED_KEYS}`))
@@ -479,8 +489,8 @@ async function filteredPages(): Promise<void> {
     say(
       '',
       `## 3. filtered pages: ${fmt(LOG_ROWS)} records seeded over the last 7 days (${SEED_PARENTS} parents × ${SEED_SUBS} sub-accounts × ${SEED_KEYS} keys, ` +
-        `2xx 94 %, 4xx 5 % (404 2.5 %, rate_limited 1 %), 5xx 1 %) in ${seedSeconds.toFixed(0)} s; request_log with its indexes ${size}`,
-      `GET /v1/sub-accounts/requests (default limit 20) as one of the parents (${fmt(LOG_ROWS / SEED_PARENTS)} records), one keep-alive connection, ` +
+        `2xx 94 %, 4xx 5 % (404 2.5 %, rate_limited 1 %), 5xx 1 %) in ${seedSeconds.toFixed(0)} s, in ${fmt(rows)} rows of a parent's second each; request_log_rows with its indexes ${size}`,
+      `GET /v1/sub-accounts/requests (default limit 20) as the parent with half the records (${fmt(parentRecords)} records in ${fmt(parentRows)} rows), one keep-alive connection, ` +
         `${QUERY_RUNS} runs of each filter in turn after 10 untimed; load average ${os
           .loadavg()
           .map((l) => l.toFixed(2))
@@ -525,10 +535,12 @@ async function filteredPages(): Promise<void> {
 }
 
 /**
- * LOG_ROWS records, oldest first (so that `seq` follows `time` as the writer's would), over the 7
- * days up to now: the partitions made first, the indexes dropped and then made again by
+ * LOG_ROWS records, oldest first, over the 7 days up to now, in rows as a writer flushing every
+ * second makes them (schema.ts): a parent's records of a second in one row, in order, with their
+ * made ids. The partitions made first, the indexes dropped and then made again by
  * ensureRequestLogTable once the rows are in, VACUUM ANALYZE last. Tenant t belongs to parent
- * t / SEED_SUBS; parent 0 is the real one (its key reads the API).
+ * t / SEED_SUBS; parent 0 is the real one (its key reads the API) and has half the records, as a
+ * busy parent would; the others share the rest.
  */
 async function seed(sql: postgres.Sql, parentId: string): Promise<number> {
   const t0 = performance.now()
@@ -536,48 +548,63 @@ async function seed(sql: postgres.Sql, parentId: string): Promise<number> {
   const start = now - RETENTION_DAYS * 86_400_000
   for (let day = dayOf(start); day <= dayOf(now); day++) await ensurePartition(sql, day)
   const indexes = await sql<{ name: string }[]>`
-    select indexrelid::regclass::text as name from pg_index where indrelid = 'request_log'::regclass`
+    select indexrelid::regclass::text as name from pg_index where indrelid = 'request_log_rows'::regclass`
   for (const { name } of indexes) await sql.unsafe(`drop index ${name}`)
   const stepMs = (now - start) / LOG_ROWS
   for (let from = 0; from < LOG_ROWS; from += SEED_CHUNK) {
     checkInterrupted()
     const to = Math.min(LOG_ROWS, from + SEED_CHUNK)
-    // h: a hash of the row's number; t its tenant; r picks its status (per mille).
+    // h: a hash of the record's number; t its tenant; r picks its status (per mille).
     await sql.unsafe(
       `
-      insert into request_log (id, time, account_id, tenant_id, key_id, method, route, path, status, code,
-        duration_ms, request_bytes, response_bytes, source_ip)
-      select 'seed-' || i, to_timestamp(($1::float8 + (i + 0.5) * $2::float8) / 1000),
-        case when t / ${SEED_SUBS} = 0 then $3::uuid else ${seededUuid('a', `(t / ${SEED_SUBS})`)} end,
-        ${seededUuid('t', 't')}, ${seededUuid('k', `t || '-' || (h % ${SEED_KEYS})`)},
-        case when h % 5 = 0 then 'POST' else 'GET' end,
-        case when h % 50 = 1 then 'management' else '/v1' end,
-        '/v1/things/' || (h % 1000),
-        case when r < 940 then (case when h % 5 = 0 then 201 else 200 end)
-             when r < 960 then 404 when r < 965 then 404 when r < 970 then 400 when r < 980 then 429
-             when r < 983 then 403 when r < 986 then 401 when r < 990 then 409
-             when r < 994 then 502 when r < 997 then 503 when r < 999 then 504 else 500 end,
-        case when r < 960 then null when r < 965 then 'route_not_found' when r < 970 then 'validation_failed'
-             when r < 980 then 'rate_limited' when r < 983 then 'insufficient_scope' when r < 986 then 'key_expired'
-             when r < 990 then null when r < 994 then 'upstream_unavailable' when r < 997 then 'upstream_busy'
-             when r < 999 then 'upstream_timeout' else null end,
-        0.3 + (h % 5000) / 100.0, case when h % 5 = 0 then 240 else 0 end, 11 + h % 4000,
-        '10.0.' || (t / 256 % 256) || '.' || (t % 256)
+      insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+        status_set, code_set, not_2xx, id_stem, id_low, id_high, ${RECORD_ARRAYS})
+      select account_id, to_timestamp(min(time_ms) / 1000), to_timestamp(max(time_ms) / 1000), count(*),
+        array_agg(distinct tenant_id), array_agg(distinct key_id), array_agg(distinct route), array_agg(distinct status),
+        coalesce(array_agg(distinct code) filter (where code is not null), '{}'), bool_or(status / 100 <> 2),
+        '0123abcd-0000-4000-8000-', min(i), max(i),
+        array_agg('0123abcd-0000-4000-8000-' || lpad(to_hex(i), 12, '0') order by i), array_agg(time_ms order by i),
+        array_agg(tenant_id order by i), array_agg(key_id order by i), array_agg(method order by i),
+        array_agg(route order by i), array_agg(path order by i), array_agg(status order by i), array_agg(code order by i),
+        array_agg(duration_ms order by i), array_agg(request_bytes order by i), array_agg(response_bytes order by i),
+        array_agg(source_ip order by i)
       from (
-        select i, h, h % ${SEED_PARENTS * SEED_SUBS} as t, (h / ${SEED_PARENTS * SEED_SUBS}) % 1000 as r
-        from (select i, (hashint8(i) & 2147483647)::int8 as h from generate_series($4::int8, $5::int8) i) hashed
-      ) rows`,
+        select i, $1::float8 + (i + 0.5) * $2::float8 as time_ms,
+          case when t / ${SEED_SUBS} = 0 then $3::uuid else ${seededUuid('a', `(t / ${SEED_SUBS})`)} end as account_id,
+          ${seededUuid('t', 't')} as tenant_id, ${seededUuid('k', `t || '-' || (h % ${SEED_KEYS})`)} as key_id,
+          case when h % 5 = 0 then 'POST' else 'GET' end as method,
+          case when h % 50 = 1 then 'management' else '/v1' end as route,
+          '/v1/things/' || (h % 1000) as path,
+          (case when r < 940 then (case when h % 5 = 0 then 201 else 200 end)
+               when r < 960 then 404 when r < 965 then 404 when r < 970 then 400 when r < 980 then 429
+               when r < 983 then 403 when r < 986 then 401 when r < 990 then 409
+               when r < 994 then 502 when r < 997 then 503 when r < 999 then 504 else 500 end)::int2 as status,
+          case when r < 960 then null when r < 965 then 'route_not_found' when r < 970 then 'validation_failed'
+               when r < 980 then 'rate_limited' when r < 983 then 'insufficient_scope' when r < 986 then 'key_expired'
+               when r < 990 then null when r < 994 then 'upstream_unavailable' when r < 997 then 'upstream_busy'
+               when r < 999 then 'upstream_timeout' else null end as code,
+          (0.3 + (h % 5000) / 100.0)::real as duration_ms, case when h % 5 = 0 then 240 else 0 end::int8 as request_bytes,
+          (11 + h % 4000)::int8 as response_bytes, '10.0.' || (t / 256 % 256) || '.' || (t % 256) as source_ip
+        from (
+          select i, h, (h / ${SEED_PARENTS * SEED_SUBS}) % 1000 as r,
+            case when half = 0 then h % ${SEED_SUBS} else ${SEED_SUBS} + h % ${(SEED_PARENTS - 1) * SEED_SUBS} end as t
+          from (select i, (hashint8(i) & 2147483647)::int8 as h, hashint8(-i - 1) & 1 as half
+            from generate_series($4::int8, $5::int8) i) hashed
+        ) numbered
+      ) records
+      group by account_id, floor(time_ms / 1000)
+      order by min(i)`,
       [start, stepMs, parentId, from, to - 1],
     )
-    console.error(`  seeded ${fmt(to)} / ${fmt(LOG_ROWS)} rows, ${((performance.now() - t0) / 1000).toFixed(0)} s`)
+    console.error(`  seeded ${fmt(to)} / ${fmt(LOG_ROWS)} records, ${((performance.now() - t0) / 1000).toFixed(0)} s`)
   }
   console.error('  making the indexes again (schema.ts)…')
   await ensureRequestLogTable(sql)
   console.error('  VACUUM ANALYZE…')
-  await sql.unsafe('vacuum analyze request_log')
   for (const { name } of await sql<{ name: string }[]>`
-    select inhrelid::regclass::text as name from pg_inherits where inhparent = 'request_log'::regclass`)
+    select inhrelid::regclass::text as name from pg_inherits where inhparent = 'request_log_rows'::regclass`)
     await sql.unsafe(`vacuum analyze ${name}`)
+  await sql.unsafe('analyze request_log_rows')
   return (performance.now() - t0) / 1000
 }
 

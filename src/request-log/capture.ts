@@ -39,6 +39,7 @@ export function recordOf(
   const elapsed = reply.elapsedTime
   return {
     id: request.id,
+    idGiven: request.headers['x-request-id'] === request.id,
     timeMs: Date.now() - elapsed,
     accountId: tenant.parentId ?? tenant.id,
     tenantId: (request.actingTenant ?? tenant).id,

@@ -1,7 +1,9 @@
 // The request log's daily partitions: made when a day's first records are written, and dropped
 // whole once the day is past the retention (docs/operations.md, the request log).
 import type { Sql } from '../store/db.js'
-import { SCHEMA_LOCK } from './schema.js'
+
+/** Held while a replica makes the table or a partition: two replicas starting together wait in turn. */
+export const SCHEMA_LOCK = 7_346_120_019
 
 export const DAY_MS = 86_400_000
 
@@ -10,12 +12,18 @@ export function dayOf(ms: number): number {
   return Math.floor(ms / DAY_MS)
 }
 
-/** `request_log_20261123`: the partition of a day. */
+/** `request_log_rows_20261123`: the partition of a day. */
 export function partitionName(day: number): string {
-  return `request_log_${new Date(day * DAY_MS).toISOString().slice(0, 10).replaceAll('-', '')}`
+  return `request_log_rows_${new Date(day * DAY_MS).toISOString().slice(0, 10).replaceAll('-', '')}`
 }
 
-const PARTITION = /^request_log_(\d{4})(\d{2})(\d{2})$/
+export function createPartitionStatement(day: number): string {
+  const from = new Date(day * DAY_MS).toISOString()
+  const to = new Date((day + 1) * DAY_MS).toISOString()
+  return `create table if not exists ${partitionName(day)} partition of request_log_rows for values from ('${from}') to ('${to}')`
+}
+
+const PARTITION = /^request_log_rows_(\d{4})(\d{2})(\d{2})$/
 
 /** The day a partition's name says, or null for a table that is not one. */
 export function dayOfPartition(name: string): number | null {
@@ -26,13 +34,9 @@ export function dayOfPartition(name: string): number | null {
 
 /** Makes the partition of `day` unless it exists (every replica may ask; the lock orders them). */
 export async function ensurePartition(sql: Sql, day: number): Promise<void> {
-  const from = new Date(day * DAY_MS).toISOString()
-  const to = new Date((day + 1) * DAY_MS).toISOString()
   await sql.begin(async (tx) => {
     await tx`select pg_advisory_xact_lock(${SCHEMA_LOCK})`
-    await tx.unsafe(
-      `create table if not exists ${partitionName(day)} partition of request_log for values from ('${from}') to ('${to}')`,
-    )
+    await tx.unsafe(createPartitionStatement(day))
   })
 }
 
@@ -42,7 +46,7 @@ export async function partitionDays(sql: Sql): Promise<number[]> {
     select child.relname as name from pg_inherits
     join pg_class parent on parent.oid = pg_inherits.inhparent
     join pg_class child on child.oid = pg_inherits.inhrelid
-    where parent.relname = 'request_log' and parent.relnamespace = to_regnamespace(current_schema())::oid`
+    where parent.relname = 'request_log_rows' and parent.relnamespace = to_regnamespace(current_schema())::oid`
   return rows
     .map((row) => dayOfPartition(row.name))
     .filter((day): day is number => day !== null)

@@ -18,7 +18,7 @@ declare module 'fastify' {
 }
 
 export interface RequestLogPluginOptions
-  extends Partial<Pick<WriterOptions, 'bufferRecords' | 'batchRecords' | 'flushIntervalMs'>> {
+  extends Partial<Pick<WriterOptions, 'bufferRecords' | 'batchRecords' | 'flushIntervalMs' | 'rowRecords'>> {
   sql: Sql
   retentionDays: number
   /** Between retention sweeps (default an hour); the first runs at start. */

@@ -1,9 +1,15 @@
 // The request log as the API reads it (docs/api.md, Request log): one parent's records, newest
-// first by keyset on `seq`, each filter served by an index of schema.ts; a day range prunes the
-// partitions it cannot touch.
+// first. A page is read in rounds of two statements, each planned the same way whatever the data:
+// the next rows whose summaries may match (an index's order, a literal LIMIT), then, in those rows,
+// the places (row seq, position) of the records that do match, read from only the arrays the
+// filters need, and their fields by position. A round that leaves the page short looks further.
+import type { PendingQuery, Row } from 'postgres'
 import type { Sql } from '../store/db.js'
+import { madeIdParts } from './rows.js'
+import { POSITIONS_PER_ROW } from './schema.js'
 
 export interface RequestRow {
+  /** The record's place (schema.ts, POSITIONS_PER_ROW): the cursor of a page ending at it. */
   seq: string
   id: string
   time: Date
@@ -32,57 +38,167 @@ export interface RequestFilter {
   since: Date | null
   /** time < until. */
   until: Date | null
+  /** Records before this place (a RequestRow's seq). */
   beforeSeq: string | null
   limit: number
 }
 
-const COLUMNS = `seq, id, time, account_id, tenant_id, key_id, method, route, path, status, code, duration_ms,
-  request_bytes, response_bytes, source_ip`
+type Fragment = PendingQuery<Row[]>
 
-export function listRequests(sql: Sql, accountId: string, f: RequestFilter): Promise<RequestRow[]> {
-  const status = f.status
-  // An exact status also names its class: the class index then serves a rare status. That index
-  // holds only the answers that are not 2xx (schema.ts); the plain `<> 2` in the text, not a
-  // parameter, lets a generic plan prove it may use it.
-  const statusClass = status === null ? null : 'class' in status ? status.class : Math.floor(status.exact / 100)
-  const during = () => sql`
-    ${f.since === null ? sql`` : sql`and time >= ${f.since}`}
-    ${f.until === null ? sql`` : sql`and time < ${f.until}`}`
-  const matching = sql`
-    where account_id = ${accountId}
-      ${f.tenantId === null ? sql`` : sql`and tenant_id = ${f.tenantId}`}
-      ${f.keyId === null ? sql`` : sql`and key_id = ${f.keyId}`}
-      ${statusClass === null ? sql`` : sql`and status / 100 = ${statusClass}::int`}
-      ${statusClass === null || statusClass === 2 ? sql`` : sql`and status / 100 <> 2`}
-      ${status !== null && 'exact' in status ? sql`and status = ${status.exact}::int` : sql``}
-      ${f.code === null ? sql`` : sql`and code = ${f.code}`}
-      ${f.route === null ? sql`` : sql`and route = ${f.route}`}
-      ${during()}
-      ${f.beforeSeq === null ? sql`` : sql`and seq < ${f.beforeSeq}::int8`}`
-  if (f.since === null && f.until === null && f.route === null) {
-    return sql<RequestRow[]>`
-      select ${sql.unsafe(COLUMNS)} from request_log ${matching}
-      order by seq desc
-      limit ${f.limit}`
-  }
-  // A time range or a route: the page's seqs first, from an index alone (schema.ts includes time,
-  // route and status), then their rows. Walking newest first, a range that ends before the newest
-  // records of its last day skips all of them, as a rare route skips the others, and each skipped
-  // record was a read of the table (bench/README.md, Request log: a day 2.5 days ago among 10
-  // million records, 56 ms before, 2 ms this way). An array rather than a join: a generic plan,
-  // which cannot know the limit, planned a join of the page with all the account's rows.
+/** POSITIONS_PER_ROW as a literal of the statement rather than a parameter. */
+const PER_ROW = String(POSITIONS_PER_ROW)
+
+/** The records at `places` (a query of `seq, position`), newest first. */
+function recordsAt(sql: Sql, accountId: string, places: Fragment): Promise<RequestRow[]> {
   return sql<RequestRow[]>`
-    select ${sql.unsafe(COLUMNS)} from request_log
-    where account_id = ${accountId} ${during()}
-      and seq = any(array(select seq from request_log ${matching} order by seq desc limit ${f.limit}))
-    order by seq desc`
+    with place as (${places})
+    select (place.seq * ${sql.unsafe(PER_ROW)} + place.position)::int8 as seq,
+      r.ids[place.position] as id, to_timestamp(r.times_ms[place.position] / 1000) as time, r.account_id,
+      r.tenant_ids[place.position] as tenant_id, r.key_ids[place.position] as key_id,
+      r.methods[place.position] as method, r.routes[place.position] as route, r.paths[place.position] as path,
+      r.statuses[place.position] as status, r.codes[place.position] as code,
+      r.durations_ms[place.position] as duration_ms, r.request_bytes[place.position] as request_bytes,
+      r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip
+    from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
+    order by place.seq desc, place.position desc`
 }
 
-/** A record by its request id (the newest, should a client have sent the same id twice). */
+/** Rows a page's first round reads at least; each further round four times more, up to the last. */
+const FIRST_ROUND_ROWS = 32
+const LAST_ROUND_ROWS = 4_096
+
+/** What each array read by a record filter is called in its `unnest`. */
+const FIELD_OF: Record<string, string> = {
+  tenant_ids: 'tenant_id',
+  key_ids: 'key_id',
+  statuses: 'status',
+  codes: 'code',
+  routes: 'route',
+  times_ms: 'time_ms',
+}
+
+export async function listRequests(sql: Sql, accountId: string, f: RequestFilter): Promise<RequestRow[]> {
+  const { rowWhere, recordWhere, arrays } = conditionsOf(sql, f)
+  const positions =
+    arrays.length === 0
+      ? sql`generate_series(r.records, 1, -1) as f(position)`
+      : sql.unsafe(
+          `unnest(${arrays.map((a) => `r.${a}`).join(', ')}) with ordinality as f(${arrays.map((a) => FIELD_OF[a]).join(', ')}, position)`,
+        )
+  const page: RequestRow[] = []
+  let beforeRow: string | null =
+    f.beforeSeq === null ? null : (BigInt(f.beforeSeq) / BigInt(POSITIONS_PER_ROW)).toString()
+  for (let rounds = FIRST_ROUND_ROWS; ; rounds = Math.min(LAST_ROUND_ROWS, rounds * 4)) {
+    const rows = await sql<{ seq: string }[]>`
+      select seq from request_log_rows r
+      where account_id = ${accountId} ${rowWhere} ${beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`}
+      order by seq desc limit ${sql.unsafe(String(Math.max(rounds, f.limit)))}`
+    if (rows.length === 0) return page
+    const found = await recordsAt(
+      sql,
+      accountId,
+      sql`
+        select r.seq, f.position from request_log_rows r cross join lateral ${positions}
+        where r.account_id = ${accountId} and r.seq = any(${`{${rows.map((row) => row.seq).join(',')}}`}::int8[])
+          ${recordWhere}
+        order by r.seq desc, f.position desc
+        limit ${sql.unsafe(String(f.limit - page.length))}`,
+    )
+    page.push(...found)
+    if (page.length >= f.limit || rows.length < Math.max(rounds, f.limit)) return page
+    beforeRow = (BigInt(rows[rows.length - 1]!.seq) - 1n).toString()
+  }
+}
+
+/** A filter's conditions on a row's summary, and on its records (the arrays they read). */
+function conditionsOf(sql: Sql, f: RequestFilter): { rowWhere: Fragment; recordWhere: Fragment; arrays: string[] } {
+  const arrays = new Set<string>()
+  const read = (array: string) => {
+    arrays.add(array)
+    return sql.unsafe(`f.${FIELD_OF[array]}`)
+  }
+  let rowWhere = sql``
+  let recordWhere = sql``
+  const onRows = (condition: Fragment) => {
+    rowWhere = sql`${rowWhere} ${condition}`
+  }
+  const onRecords = (condition: Fragment) => {
+    recordWhere = sql`${recordWhere} ${condition}`
+  }
+  if (f.tenantId !== null) {
+    onRows(sql`and r.tenant_set @> array[${f.tenantId}::uuid]`)
+    onRecords(sql`and ${read('tenant_ids')} = ${f.tenantId}::uuid`)
+  }
+  if (f.keyId !== null) {
+    onRows(sql`and r.key_set @> array[${f.keyId}::uuid]`)
+    onRecords(sql`and ${read('key_ids')} = ${f.keyId}::uuid`)
+  }
+  const status = f.status
+  if (status !== null) {
+    const statusClass = 'class' in status ? status.class : Math.floor(status.exact / 100)
+    // `r.not_2xx` as a literal condition: the plan may then walk the rows of its partial index.
+    if (statusClass !== 2) onRows(sql`and r.not_2xx`)
+    if ('exact' in status) {
+      onRows(sql`and r.status_set @> array[${status.exact}::int2]`)
+      onRecords(sql`and ${read('statuses')} = ${status.exact}::int2`)
+    } else {
+      onRows(sql`and exists (select from unnest(r.status_set) s where s / 100 = ${status.class}::int)`)
+      onRecords(sql`and ${read('statuses')} / 100 = ${status.class}::int`)
+    }
+  }
+  if (f.code !== null) {
+    // A problem code comes only with a refusal, never a 2xx.
+    onRows(sql`and r.not_2xx and r.code_set @> array[${f.code}::text]`)
+    onRecords(sql`and ${read('codes')} = ${f.code}::text`)
+  }
+  if (f.route !== null) {
+    onRows(sql`and r.route_set @> array[${f.route}::text]`)
+    onRecords(sql`and ${read('routes')} = ${f.route}::text`)
+  }
+  if (f.since !== null) {
+    // A row holds one day's records (rows.ts): the second bound lets the plan skip older partitions.
+    onRows(sql`and r.last_time >= ${f.since} and r.first_time > ${f.since}::timestamptz - interval '1 day 1 second'`)
+    onRecords(sql`and ${read('times_ms')} >= ${f.since.getTime()}::float8`)
+  }
+  if (f.until !== null) {
+    onRows(sql`and r.first_time < ${f.until}`)
+    onRecords(sql`and ${read('times_ms')} < ${f.until.getTime()}::float8`)
+  }
+  if (f.beforeSeq !== null) onRecords(sql`and r.seq * ${sql.unsafe(PER_ROW)} + f.position < ${f.beforeSeq}::int8`)
+  return { rowWhere, recordWhere, arrays: [...arrays] }
+}
+
+/**
+ * A record by its request id. An id the gateway made is looked for first by its stem and count,
+ * then an id a client sent: a client that sends another request's id in X-Request-Id gets a
+ * record of its own, never in place of the gateway's (the newest, should it have sent one twice).
+ */
 export async function requestById(sql: Sql, accountId: string, id: string): Promise<RequestRow | null> {
-  const [row] = await sql<RequestRow[]>`
-    select ${sql.unsafe(COLUMNS)} from request_log
-    where id = ${id} and account_id = ${accountId}
-    order by seq desc limit 1`
+  const made = madeIdParts(id)
+  if (made !== null) {
+    const [row] = await recordsAt(
+      sql,
+      accountId,
+      sql`
+        select r.seq, f.position from request_log_rows r cross join lateral (
+          select u.position from unnest(r.ids) with ordinality as u(id, position)
+          where u.id = ${id} and (r.given_positions is null or u.position <> all(r.given_positions))
+          limit 1) f
+        where r.account_id = ${accountId} and r.id_stem = ${made.stem}
+          and r.id_high >= ${made.count}::int8 and r.id_low <= ${made.count}::int8
+        order by r.id_high limit 1`,
+    )
+    if (row !== undefined) return row
+  }
+  const [row] = await recordsAt(
+    sql,
+    accountId,
+    sql`
+      select r.seq, f.position from request_log_rows r cross join lateral (
+        select p.position from unnest(r.given_positions) as p(position)
+        where r.ids[p.position] = ${id} order by p.position desc limit 1) f
+      where r.account_id = ${accountId} and r.given_ids @> array[${id}::text]
+      order by r.seq desc limit 1`,
+  )
   return row ?? null
 }

@@ -1,9 +1,11 @@
 // The records not yet in Postgres, in a fixed array used as a ring: a full buffer drops its oldest
-// record rather than grow (docs/operations.md, the request log). The writer keeps each as its JSON.
+// record rather than grow (docs/operations.md, the request log).
 
 /** One answered request, as the request log keeps it (docs/api.md, Request log). */
 export interface RequestRecord {
   id: string
+  /** The id is the client's X-Request-Id, not one the gateway made. */
+  idGiven: boolean
   /** When the request arrived, ms since the epoch. */
   timeMs: number
   accountId: string

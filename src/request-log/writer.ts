@@ -1,16 +1,18 @@
 // Writes the request log off the request path (docs/operations.md, the request log): records wait
-// in a bounded buffer and go to Postgres in one multi-row INSERT a batch, one batch at a time. A
+// in a bounded buffer and go to Postgres in one INSERT a batch (its rows: rows.ts), one batch at a time. A
 // write that fails puts its batch back and is tried again after a pause that doubles up to 5 s;
 // meanwhile the buffer keeps the newest records and counts the ones it drops.
 import type { FastifyBaseLogger } from 'fastify'
 import { type Sql, withDeadline } from '../store/db.js'
 import { dayOf, ensurePartition } from './partitions.js'
-import { ensureRequestLogTable } from './schema.js'
 import { RecordBuffer, type RequestRecord } from './record-buffer.js'
+import { logRows } from './rows.js'
+import { ensureRequestLogTable, RECORD_ARRAYS } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
 export const DEFAULT_BATCH_RECORDS = 5_000
-export const DEFAULT_FLUSH_INTERVAL_MS = 250
+/** A second: at a parent's few requests a second, the longer the wait, the fuller its rows (schema.ts). */
+export const DEFAULT_FLUSH_INTERVAL_MS = 1_000
 const MAX_RETRY_PAUSE_MS = 5_000
 /** How long the app's close waits for the last writes: a Postgres that stopped answering must not hold it. */
 const CLOSE_WAIT_MS = 5_000
@@ -21,18 +23,15 @@ export interface WriterOptions {
   bufferRecords?: number
   batchRecords?: number
   flushIntervalMs?: number
+  /** Records a row at most (schema.ts, ROW_RECORDS); tests make it small to write many rows. */
+  rowRecords?: number
   /** Told of what each write did: records written, or a failure. */
   onWritten?: (records: number) => void
   onWriteFailed?: () => void
 }
 
 export class RequestLogWriter {
-  /**
-   * Each record as its JSON, made as it comes: a flat string gives the collector nothing to trace
-   * while it waits, and the flush only joins them, where serializing a batch at once held the
-   * event loop for milliseconds (bench/README.md, the request log).
-   */
-  readonly buffer: RecordBuffer<string>
+  readonly buffer: RecordBuffer<RequestRecord>
   private readonly batchRecords: number
   private readonly flushIntervalMs: number
   private timer: NodeJS.Timeout | null = null
@@ -68,7 +67,7 @@ export class RequestLogWriter {
       this.lastDay = day
       if (!this.readyDays.has(day)) this.pendingDays.add(day)
     }
-    this.buffer.add(JSON.stringify(record))
+    this.buffer.add(record)
   }
 
   /** Writes what is buffered, a batch at a time; joins a write under way. Never throws. */
@@ -99,7 +98,7 @@ export class RequestLogWriter {
     }
   }
 
-  private async write(batch: readonly string[]): Promise<void> {
+  private async write(batch: readonly RequestRecord[]): Promise<void> {
     const { sql } = this.options
     if (!this.tableReady) {
       await ensureRequestLogTable(sql)
@@ -111,17 +110,21 @@ export class RequestLogWriter {
       this.readyDays.add(day)
       this.pendingDays.delete(day)
     }
-    // One parameter, whatever the batch's size: the records as JSON text (the store's pool passes
-    // no arrays: store/db.ts), read back by field name. `json`, not `jsonb`: parsed once as it is
-    // read, without building a jsonb value first (a third less time a batch: bench/README.md).
+    // One parameter, whatever the batch's size: the rows as JSON text (the store's pool passes no
+    // arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
     await sql`
-      insert into request_log (id, time, account_id, tenant_id, key_id, method, route, path, status, code,
-        duration_ms, request_bytes, response_bytes, source_ip)
-      select "id", to_timestamp("timeMs" / 1000), "accountId", "tenantId", "keyId", "method", "route", "path",
-        "status", "code", "durationMs", "requestBytes", "responseBytes", "sourceIp"
-      from json_to_recordset(${`[${batch.join(',')}]`}::text::json) as r("id" text, "timeMs" float8, "accountId" uuid,
-        "tenantId" uuid, "keyId" uuid, "method" text, "route" text, "path" text, "status" int2, "code" text,
-        "durationMs" float4, "requestBytes" int8, "responseBytes" int8, "sourceIp" text)`
+      insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+        status_set, code_set, not_2xx, id_stem, id_low, id_high, given_ids, given_positions, ${sql.unsafe(RECORD_ARRAYS)})
+      select account_id, to_timestamp(first_ms / 1000), to_timestamp(last_ms / 1000), records, tenant_set::uuid[],
+        key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx, id_stem, id_low, id_high,
+        given_ids::text[], given_positions::int4[], ids::text[], times_ms::float8[], tenant_ids::uuid[],
+        key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
+        durations_ms::real[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
+      from json_to_recordset(${JSON.stringify(logRows(batch, this.options.rowRecords))}::text::json) as r(account_id uuid, first_ms float8,
+        last_ms float8, records int, tenant_set text, key_set text, route_set text, status_set text, code_set text,
+        not_2xx boolean, id_stem text, id_low int8, id_high int8, given_ids text, given_positions text, ids text,
+        times_ms text, tenant_ids text, key_ids text, methods text, routes text, paths text, statuses text,
+        codes text, durations_ms text, request_bytes text, response_bytes text, source_ips text)`
   }
 
   /** A partition the retention dropped must be made again before a record of its day is written. */

@@ -11,6 +11,7 @@ import { sleep, until } from '../helpers/poll.js'
 
 const record = (timeMs: number, accountId: string): RequestRecord => ({
   id: `r-${timeMs}`,
+  idGiven: true,
   timeMs,
   accountId,
   tenantId: accountId,

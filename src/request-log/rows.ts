@@ -1,0 +1,191 @@
+// Records into the request log's rows (schema.ts): grouped by parent and day in arrival order, up
+// to ROW_RECORDS a row, each field an array in Postgres's text form. The writer sends the rows as
+// one JSON parameter; Postgres reads each array with its type's own input, the cheapest of the
+// ways tried (bench/README.md, the request log).
+import { dayOf } from './partitions.js'
+import type { RequestRecord } from './record-buffer.js'
+import { ROW_RECORDS } from './schema.js'
+
+/** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
+export interface LogRow {
+  account_id: string
+  first_ms: number
+  last_ms: number
+  records: number
+  tenant_set: string
+  key_set: string
+  route_set: string
+  status_set: string
+  code_set: string
+  not_2xx: boolean
+  id_stem: string | null
+  id_low: number | null
+  id_high: number | null
+  given_ids: string | null
+  given_positions: string | null
+  ids: string
+  times_ms: string
+  tenant_ids: string
+  key_ids: string
+  methods: string
+  routes: string
+  paths: string
+  statuses: string
+  codes: string
+  durations_ms: string
+  request_bytes: string
+  response_bytes: string
+  source_ips: string
+}
+
+/** A request id the gateway made (http/guards.ts): a UUID's first 24 characters, then 12 hex digits counting. */
+const MADE_ID = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-)([0-9a-f]{12})$/
+
+/** The stem and the count of a request id of the gateway's shape; null for any other. */
+export function madeIdParts(id: string): { stem: string; count: number } | null {
+  const match = MADE_ID.exec(id)
+  return match === null ? null : { stem: match[1]!, count: Number.parseInt(match[2]!, 16) }
+}
+
+/** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
+const NEEDS_QUOTES = /[{},"\\\s]|^$|^null$/i
+
+/** A text element of an array literal. */
+function element(text: string): string {
+  if (!NEEDS_QUOTES.test(text)) return text
+  return `"${text.replace(/["\\]/g, '\\$&')}"`
+}
+
+function arrayOf(elements: readonly (string | number)[]): string {
+  return `{${elements.join(',')}}`
+}
+
+/** Builds one row's arrays as records come, in order. */
+class RowBuilder {
+  readonly ids: string[] = []
+  readonly times: number[] = []
+  readonly tenants: string[] = []
+  readonly keys: string[] = []
+  readonly methods: string[] = []
+  readonly routes: string[] = []
+  readonly paths: string[] = []
+  readonly statuses: number[] = []
+  readonly codes: string[] = []
+  readonly durations: number[] = []
+  readonly requestBytes: number[] = []
+  readonly responseBytes: number[] = []
+  readonly ips: string[] = []
+  readonly tenantSet = new Set<string>()
+  readonly keySet = new Set<string>()
+  readonly routeSet = new Set<string>()
+  readonly statusSet = new Set<number>()
+  readonly codeSet = new Set<string>()
+  readonly givenIds: string[] = []
+  readonly givenPositions: number[] = []
+  first = Number.POSITIVE_INFINITY
+  last = Number.NEGATIVE_INFINITY
+  not2xx = false
+  idStem: string | null = null
+  idLow = Number.POSITIVE_INFINITY
+  idHigh = Number.NEGATIVE_INFINITY
+
+  constructor(readonly accountId: string) {}
+
+  add(record: RequestRecord): void {
+    const made = record.idGiven ? null : madeIdParts(record.id)
+    if (made !== null && (this.idStem === null || this.idStem === made.stem)) {
+      this.idStem = made.stem
+      this.idLow = Math.min(this.idLow, made.count)
+      this.idHigh = Math.max(this.idHigh, made.count)
+    } else {
+      this.givenIds.push(element(record.id))
+      this.givenPositions.push(this.ids.length + 1)
+    }
+    this.ids.push(element(record.id))
+    this.times.push(record.timeMs)
+    this.first = Math.min(this.first, record.timeMs)
+    this.last = Math.max(this.last, record.timeMs)
+    this.tenants.push(record.tenantId)
+    this.tenantSet.add(record.tenantId)
+    this.keys.push(record.keyId)
+    this.keySet.add(record.keyId)
+    this.methods.push(element(record.method))
+    const route = element(record.route)
+    this.routes.push(route)
+    this.routeSet.add(route)
+    this.paths.push(element(record.path))
+    this.statuses.push(record.status)
+    this.statusSet.add(record.status)
+    if (record.status < 200 || record.status > 299) this.not2xx = true
+    if (record.code === null) this.codes.push('NULL')
+    else {
+      const code = element(record.code)
+      this.codes.push(code)
+      this.codeSet.add(code)
+    }
+    this.durations.push(record.durationMs)
+    this.requestBytes.push(record.requestBytes)
+    this.responseBytes.push(record.responseBytes)
+    this.ips.push(element(record.sourceIp))
+  }
+
+  get size(): number {
+    return this.ids.length
+  }
+
+  row(): LogRow {
+    const made = this.idStem !== null
+    return {
+      account_id: this.accountId,
+      // Whole milliseconds, so that to_timestamp keeps the row within its day's partition.
+      first_ms: Math.floor(this.first),
+      last_ms: Math.ceil(this.last),
+      records: this.ids.length,
+      tenant_set: arrayOf([...this.tenantSet]),
+      key_set: arrayOf([...this.keySet]),
+      route_set: arrayOf([...this.routeSet]),
+      status_set: arrayOf([...this.statusSet]),
+      code_set: arrayOf([...this.codeSet]),
+      not_2xx: this.not2xx,
+      id_stem: this.idStem,
+      id_low: made ? this.idLow : null,
+      id_high: made ? this.idHigh : null,
+      given_ids: this.givenIds.length === 0 ? null : arrayOf(this.givenIds),
+      given_positions: this.givenPositions.length === 0 ? null : arrayOf(this.givenPositions),
+      ids: arrayOf(this.ids),
+      times_ms: arrayOf(this.times),
+      tenant_ids: arrayOf(this.tenants),
+      key_ids: arrayOf(this.keys),
+      methods: arrayOf(this.methods),
+      routes: arrayOf(this.routes),
+      paths: arrayOf(this.paths),
+      statuses: arrayOf(this.statuses),
+      codes: arrayOf(this.codes),
+      durations_ms: arrayOf(this.durations),
+      request_bytes: arrayOf(this.requestBytes),
+      response_bytes: arrayOf(this.responseBytes),
+      source_ips: arrayOf(this.ips),
+    }
+  }
+}
+
+/** The rows of a batch: a row per parent and day (and per ROW_RECORDS), each in arrival order. */
+export function logRows(batch: readonly RequestRecord[], rowRecords = ROW_RECORDS): LogRow[] {
+  const rows: LogRow[] = []
+  const open = new Map<string, RowBuilder>()
+  for (const record of batch) {
+    const group = `${record.accountId}/${dayOf(record.timeMs)}`
+    let builder = open.get(group)
+    if (builder === undefined) {
+      builder = new RowBuilder(record.accountId)
+      open.set(group, builder)
+    }
+    builder.add(record)
+    if (builder.size === rowRecords) {
+      rows.push(builder.row())
+      open.delete(group)
+    }
+  }
+  for (const builder of open.values()) rows.push(builder.row())
+  return rows
+}

@@ -1,0 +1,284 @@
+// The request log's rows of records (request-log/schema.ts, rows.ts, queries.ts) on a real
+// Postgres: records of any text come back as they went in; every filter and page over many small
+// rows agrees with a plain reading of the records; an id the gateway made is found before a
+// client's copy of it; and a log of a row a record (before the arrays) is converted whole.
+import pino from 'pino'
+import t from 'tap'
+import { DAY_MS } from '../../src/request-log/partitions.js'
+import { listRequests, type RequestFilter, type RequestRow, requestById } from '../../src/request-log/queries.js'
+import type { RequestRecord } from '../../src/request-log/record-buffer.js'
+import { ensureRequestLogTable } from '../../src/request-log/schema.js'
+import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { freshDatabase } from '../helpers/db.js'
+import type { TestLike } from '../helpers/test-like.js'
+
+const uuid = (kind: number, i: number) =>
+  `${kind.toString(16).padStart(8, '0')}-0000-4000-8000-${i.toString(16).padStart(12, '0')}`
+const ACCOUNTS = [uuid(1, 1), uuid(1, 2)]
+const STEM = 'abcdef01-2345-4678-9abc-'
+const madeId = (n: number) => STEM + n.toString(16).padStart(12, '0')
+
+const NO_FILTER: RequestFilter = {
+  tenantId: null,
+  keyId: null,
+  status: null,
+  code: null,
+  route: null,
+  since: null,
+  until: null,
+  beforeSeq: null,
+  limit: 1000,
+}
+
+async function writerOn(t: TestLike, rowRecords: number) {
+  const database = await freshDatabase(t, { migrated: false })
+  const writer = new RequestLogWriter({ sql: database.sql, log: pino({ level: 'silent' }), rowRecords })
+  t.teardown(() => writer.close())
+  return { sql: database.sql, writer }
+}
+
+/** Every page of a filter, `size` a page, following the cursors as the API does. */
+async function allPages(sql: Parameters<typeof listRequests>[0], account: string, filter: RequestFilter, size: number) {
+  const seen: RequestRow[] = []
+  let beforeSeq: string | null = null
+  for (;;) {
+    const page = await listRequests(sql, account, { ...filter, beforeSeq, limit: size + 1 })
+    seen.push(...page.slice(0, size))
+    if (page.length <= size) return seen
+    beforeSeq = page[size - 1]!.seq
+  }
+}
+
+t.test('records of any text come back as they went in, each parent its own, newest first', async (t) => {
+  const { sql, writer } = await writerOn(t, 3)
+  const now = Date.now()
+  const awkward = ['/p/"quoted"', '/p/back\\slash', '/p/a b', '/p/{brace},comma', '/p/é€😀', '/p/NULL', '/p/null']
+  const records: RequestRecord[] = awkward.map((path, i) => ({
+    id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : madeId(i),
+    idGiven: i < 2,
+    timeMs: now - DAY_MS + i * 1000.25,
+    accountId: ACCOUNTS[i % 2]!,
+    tenantId: uuid(2, i),
+    keyId: uuid(3, i),
+    method: i % 2 === 0 ? 'GET' : 'POST',
+    route: i % 3 === 0 ? 'management' : '/api',
+    path,
+    status: [200, 404, 429, 503][i % 4]!,
+    code: i % 4 === 2 ? 'rate_limited' : null,
+    durationMs: 1.5 + i,
+    requestBytes: i * 10,
+    responseBytes: 2 ** 40 + i,
+    sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
+  }))
+  for (const record of records) writer.add(record)
+  await writer.flush()
+  for (const account of ACCOUNTS) {
+    const expected = records.filter((r) => r.accountId === account).reverse()
+    const listed = await listRequests(sql, account, NO_FILTER)
+    t.same(
+      listed.map((row) => ({
+        id: row.id,
+        timeMs: row.time.getTime(),
+        accountId: row.account_id,
+        tenantId: row.tenant_id,
+        keyId: row.key_id,
+        method: row.method,
+        route: row.route,
+        path: row.path,
+        status: row.status,
+        code: row.code,
+        durationMs: row.duration_ms,
+        requestBytes: Number(row.request_bytes),
+        responseBytes: Number(row.response_bytes),
+        sourceIp: row.source_ip,
+      })),
+      expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
+      `account ${account}: every field, in order`,
+    )
+  }
+  const [byView] = await sql<{ n: string }[]>`select count(*)::text as n from request_log where path like '/p/%'`
+  t.equal(byView!.n, String(records.length), 'the view reads a record a row')
+})
+
+t.test('every filter and page over many small rows agrees with the records read plainly', async (t) => {
+  // Rows of three: a page reads more rows than a round's first 32 (queries.ts) for a rare match.
+  const { sql, writer } = await writerOn(t, 3)
+  const now = Date.now()
+  const records: RequestRecord[] = []
+  for (let i = 0; i < 400; i++) {
+    const status = [200, 200, 201, 404, 429, 500][(i * 7) % 6]!
+    records.push({
+      id: madeId(1000 + i),
+      idGiven: false,
+      timeMs: now - 60_000 + i * 100,
+      accountId: ACCOUNTS[i % 3 === 0 ? 1 : 0]!,
+      tenantId: uuid(2, i % 5),
+      // One record in 100 by its own key: a rare match among rows of the others.
+      keyId: i % 100 === 50 ? uuid(3, 99) : uuid(3, i % 7),
+      method: 'GET',
+      route: i % 4 === 0 ? 'management' : '/api',
+      path: `/api/${i}`,
+      status,
+      code: status === 429 ? 'rate_limited' : status === 404 ? 'not_found' : null,
+      durationMs: 1,
+      requestBytes: 0,
+      responseBytes: 2,
+      sourceIp: '127.0.0.1',
+    })
+  }
+  for (const record of records) writer.add(record)
+  await writer.flush()
+  const [rows] = await sql<{ n: string }[]>`select count(*)::text as n from request_log_rows`
+  t.ok(Number(rows!.n) >= 400 / 3, `many rows (${rows!.n})`)
+
+  const at = (i: number) => new Date(now - 60_000 + i * 100)
+  const cases: [string, Partial<RequestFilter>, (r: RequestRecord) => boolean][] = [
+    ['no filter', {}, () => true],
+    ['sub-account', { tenantId: uuid(2, 3) }, (r) => r.tenantId === uuid(2, 3)],
+    ['key', { keyId: uuid(3, 2) }, (r) => r.keyId === uuid(3, 2)],
+    ['exact status', { status: { exact: 404 } }, (r) => r.status === 404],
+    ['exact 2xx status', { status: { exact: 201 } }, (r) => r.status === 201],
+    ['class 2xx', { status: { class: 2 } }, (r) => r.status < 300],
+    ['class 4xx', { status: { class: 4 } }, (r) => r.status >= 400 && r.status < 500],
+    ['class 5xx', { status: { class: 5 } }, (r) => r.status >= 500],
+    ['code', { code: 'rate_limited' }, (r) => r.code === 'rate_limited'],
+    ['route', { route: 'management' }, (r) => r.route === 'management'],
+    ['since', { since: at(40) }, (r) => r.timeMs >= at(40).getTime()],
+    ['until', { until: at(40) }, (r) => r.timeMs < at(40).getTime()],
+    [
+      'since and until',
+      { since: at(20), until: at(61) },
+      (r) => r.timeMs >= at(20).getTime() && r.timeMs < at(61).getTime(),
+    ],
+    [
+      'key, class and route',
+      { keyId: uuid(3, 1), status: { class: 4 }, route: '/api' },
+      (r) => r.keyId === uuid(3, 1) && r.status >= 400 && r.status < 500 && r.route === '/api',
+    ],
+    ['a rare key', { keyId: uuid(3, 99) }, (r) => r.keyId === uuid(3, 99)],
+    [
+      'key and exact status',
+      { keyId: uuid(3, 3), status: { exact: 500 } },
+      (r) => r.keyId === uuid(3, 3) && r.status === 500,
+    ],
+    ['a value no record has', { code: 'nothing_like_it' }, () => false],
+  ]
+  for (const [name, filter, matches] of cases) {
+    for (const account of ACCOUNTS) {
+      const expected = records
+        .filter((r) => r.accountId === account && matches(r))
+        .map((r) => r.id)
+        .reverse()
+      for (const size of [1, 3, 50]) {
+        const got = await allPages(sql, account, { ...NO_FILTER, ...filter }, size)
+        t.same(
+          got.map((row) => row.id),
+          expected,
+          `${name}, account ${account.slice(-1)}, pages of ${size}`,
+        )
+      }
+    }
+  }
+})
+
+t.test('a match behind many rows whose summaries pass but whose records do not is still found', async (t) => {
+  const { sql, writer } = await writerOn(t, 2)
+  const [account] = ACCOUNTS as [string]
+  // Rows of two: key A answered 200 and key B answered 500, so every row's summary has key A and
+  // 500; only the oldest row holds a record of key A answered 500.
+  for (let i = 0; i < 200; i++) {
+    const first = i === 0 || i % 2 === 0
+    writer.add({
+      id: madeId(5000 + i),
+      idGiven: false,
+      timeMs: Date.now(),
+      accountId: account,
+      tenantId: uuid(2, 1),
+      keyId: first ? uuid(3, 1) : uuid(3, 2),
+      method: 'GET',
+      route: '/api',
+      path: `/api/${i}`,
+      status: i === 0 || !first ? 500 : 200,
+      code: null,
+      durationMs: 1,
+      requestBytes: 0,
+      responseBytes: 2,
+      sourceIp: '127.0.0.1',
+    })
+  }
+  await writer.flush()
+  const found = await listRequests(sql, account, { ...NO_FILTER, keyId: uuid(3, 1), status: { exact: 500 }, limit: 21 })
+  t.same(
+    found.map((row) => row.path),
+    ['/api/0'],
+    'the one record, after reading all 100 rows',
+  )
+})
+
+t.test("an id the gateway made is found before a client's copy of it; a client's id by itself", async (t) => {
+  const { sql, writer } = await writerOn(t, 2)
+  const [account] = ACCOUNTS as [string]
+  const base = {
+    timeMs: Date.now(),
+    accountId: account,
+    tenantId: uuid(2, 1),
+    keyId: uuid(3, 1),
+    method: 'GET',
+    route: '/api',
+    status: 200,
+    code: null,
+    durationMs: 1,
+    requestBytes: 0,
+    responseBytes: 2,
+    sourceIp: '127.0.0.1',
+  }
+  writer.add({ ...base, id: madeId(7), idGiven: false, path: '/made' })
+  writer.add({ ...base, id: madeId(8), idGiven: false, path: '/other' })
+  // A client that sends the made id later, in its own row and in the same row as another.
+  writer.add({ ...base, id: madeId(7), idGiven: true, path: '/copy-1' })
+  writer.add({ ...base, id: madeId(9), idGiven: false, path: '/after' })
+  writer.add({ ...base, id: madeId(7), idGiven: true, path: '/copy-2' })
+  writer.add({ ...base, id: 'client-id-1', idGiven: true, path: '/client-old' })
+  writer.add({ ...base, id: 'client-id-1', idGiven: true, path: '/client-new' })
+  await writer.flush()
+  t.equal((await requestById(sql, account, madeId(7)))?.path, '/made', "the gateway's record, not the copies")
+  t.equal((await requestById(sql, account, madeId(9)))?.path, '/after')
+  t.equal((await requestById(sql, account, 'client-id-1'))?.path, '/client-new', "a client's id: its newest record")
+  t.equal(await requestById(sql, account, madeId(10)), null, 'an id never used')
+  t.equal(await requestById(sql, ACCOUNTS[1]!, madeId(7)), null, "another parent's record is not found")
+})
+
+t.test('a log of a row a record, from before the arrays, is converted whole at start', async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  const day = Math.floor(Date.now() / DAY_MS)
+  const from = (d: number) => new Date(d * DAY_MS).toISOString()
+  await sql.unsafe(`
+    create table request_log (seq bigint generated always as identity, id text not null, time timestamptz not null,
+      account_id uuid not null, tenant_id uuid not null, key_id uuid not null, method text not null, route text not null,
+      path text not null, status smallint not null, code text, duration_ms real not null, request_bytes bigint not null,
+      response_bytes bigint not null, source_ip text not null) partition by range (time);
+    create table request_log_old_a partition of request_log for values from ('${from(day - 1)}') to ('${from(day)}');
+    create table request_log_old_b partition of request_log for values from ('${from(day)}') to ('${from(day + 1)}');
+    insert into request_log (id, time, account_id, tenant_id, key_id, method, route, path, status, code, duration_ms,
+      request_bytes, response_bytes, source_ip)
+    select 'old-' || i, to_timestamp(${day * 86_400} - 3600 + i * 3), '${ACCOUNTS[0]}'::uuid, '${uuid(2, 1)}',
+      '${uuid(3, 1)}', 'GET', '/api', '/old/' || i, case when i % 10 = 0 then 429 else 200 end,
+      case when i % 10 = 0 then 'rate_limited' end, 1.5, i, 2, '127.0.0.1'
+    from generate_series(1, 1300) i`)
+  await ensureRequestLogTable(sql)
+  const listed = await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)
+  t.equal(listed.length, 1300, 'every record')
+  t.same(
+    listed.map((row) => row.path),
+    Array.from({ length: 1300 }, (_, i) => `/old/${1300 - i}`),
+    'newest first, as before',
+  )
+  t.equal((await requestById(sql, ACCOUNTS[0]!, 'old-1234'))?.path, '/old/1234', 'found by id')
+  const refused = await allPages(sql, ACCOUNTS[0]!, { ...NO_FILTER, code: 'rate_limited' }, 50)
+  t.equal(refused.length, 130, 'found by code')
+  const [kind] = await sql<{ kind: string }[]>`select relkind::text as kind from pg_class where relname = 'request_log'`
+  t.equal(kind?.kind, 'v', 'the old table gave its name to the view')
+  await ensureRequestLogTable(sql)
+  t.equal((await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)).length, 1300, 'a second start changes nothing')
+})
