@@ -563,10 +563,10 @@ async function seed(sql: postgres.Sql, parentId: string): Promise<number> {
         array_agg(distinct tenant_id), array_agg(distinct key_id), array_agg(distinct route), array_agg(distinct status),
         coalesce(array_agg(distinct code) filter (where code is not null), '{}'), bool_or(status / 100 <> 2),
         '0123abcd-0000-4000-8000-', min(i), max(i),
-        array_agg('0123abcd-0000-4000-8000-' || lpad(to_hex(i), 12, '0') order by i), array_agg(time_ms order by i),
+        array_agg('0123abcd-0000-4000-8000-' || lpad(to_hex(i), 12, '0') order by i), array_agg(round(time_ms * 1000)::int8 order by i),
         array_agg(tenant_id order by i), array_agg(key_id order by i), array_agg(method order by i),
         array_agg(route order by i), array_agg(path order by i), array_agg(status order by i), array_agg(code order by i),
-        array_agg(duration_ms order by i), array_agg(request_bytes order by i), array_agg(response_bytes order by i),
+        array_agg(round(duration_ms * 1000)::int8 order by i), array_agg(request_bytes order by i), array_agg(response_bytes order by i),
         array_agg(source_ip order by i)
       from (
         select i, $1::float8 + (i + 0.5) * $2::float8 as time_ms,
@@ -583,7 +583,7 @@ async function seed(sql: postgres.Sql, parentId: string): Promise<number> {
                when r < 980 then 'rate_limited' when r < 983 then 'insufficient_scope' when r < 986 then 'key_expired'
                when r < 990 then null when r < 994 then 'upstream_unavailable' when r < 997 then 'upstream_busy'
                when r < 999 then 'upstream_timeout' else null end as code,
-          (0.3 + (h % 5000) / 100.0)::real as duration_ms, case when h % 5 = 0 then 240 else 0 end::int8 as request_bytes,
+          0.3 + (h % 5000) / 100.0 as duration_ms, case when h % 5 = 0 then 240 else 0 end::int8 as request_bytes,
           (11 + h % 4000)::int8 as response_bytes, '10.0.' || (t / 256 % 256) || '.' || (t % 256) as source_ip
         from (
           select i, h, (h / ${SEED_PARENTS * SEED_SUBS}) % 1000 as r,

@@ -53,11 +53,11 @@ function recordsAt(sql: Sql, accountId: string, places: Fragment): Promise<Reque
   return sql<RequestRow[]>`
     with place as (${places})
     select (place.seq * ${sql.unsafe(PER_ROW)} + place.position)::int8 as seq,
-      r.ids[place.position] as id, to_timestamp(r.times_ms[place.position] / 1000) as time, r.account_id,
+      r.ids[place.position] as id, to_timestamp(r.times_us[place.position] / 1e6) as time, r.account_id,
       r.tenant_ids[place.position] as tenant_id, r.key_ids[place.position] as key_id,
       r.methods[place.position] as method, r.routes[place.position] as route, r.paths[place.position] as path,
       r.statuses[place.position] as status, r.codes[place.position] as code,
-      r.durations_ms[place.position] as duration_ms, r.request_bytes[place.position] as request_bytes,
+      (r.durations_us[place.position] / 1e3)::float8 as duration_ms, r.request_bytes[place.position] as request_bytes,
       r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip
     from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
     order by place.seq desc, place.position desc`
@@ -74,7 +74,7 @@ const FIELD_OF: Record<string, string> = {
   statuses: 'status',
   codes: 'code',
   routes: 'route',
-  times_ms: 'time_ms',
+  times_us: 'time_us',
 }
 
 export async function listRequests(sql: Sql, accountId: string, f: RequestFilter): Promise<RequestRow[]> {
@@ -158,11 +158,11 @@ function conditionsOf(sql: Sql, f: RequestFilter): { rowWhere: Fragment; recordW
   if (f.since !== null) {
     // A row holds one day's records (rows.ts): the second bound lets the plan skip older partitions.
     onRows(sql`and r.last_time >= ${f.since} and r.first_time > ${f.since}::timestamptz - interval '1 day 1 second'`)
-    onRecords(sql`and ${read('times_ms')} >= ${f.since.getTime()}::float8`)
+    onRecords(sql`and ${read('times_us')} >= ${f.since.getTime() * 1000}::int8`)
   }
   if (f.until !== null) {
     onRows(sql`and r.first_time < ${f.until}`)
-    onRecords(sql`and ${read('times_ms')} < ${f.until.getTime()}::float8`)
+    onRecords(sql`and ${read('times_us')} < ${f.until.getTime() * 1000}::int8`)
   }
   if (f.beforeSeq !== null) onRecords(sql`and r.seq * ${sql.unsafe(PER_ROW)} + f.position < ${f.beforeSeq}::int8`)
   return { rowWhere, recordWhere, arrays: [...arrays] }

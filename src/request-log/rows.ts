@@ -9,8 +9,8 @@ import { ROW_RECORDS } from './schema.js'
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
   account_id: string
-  first_ms: number
-  last_ms: number
+  first_us: number
+  last_us: number
   records: number
   tenant_set: string
   key_set: string
@@ -24,7 +24,7 @@ export interface LogRow {
   given_ids: string | null
   given_positions: string | null
   ids: string
-  times_ms: string
+  times_us: string
   tenant_ids: string
   key_ids: string
   methods: string
@@ -32,7 +32,7 @@ export interface LogRow {
   paths: string
   statuses: string
   codes: string
-  durations_ms: string
+  durations_us: string
   request_bytes: string
   response_bytes: string
   source_ips: string
@@ -48,12 +48,17 @@ export function madeIdParts(id: string): { stem: string; count: number } | null 
 }
 
 /** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
-const NEEDS_QUOTES = /[{},"\\\s]|^$|^null$/i
+const SPECIAL = /[{},"\\\s]/
 
-/** A text element of an array literal. */
+/** A text element of an array literal: quoted only when it must be (most never are). */
 function element(text: string): string {
-  if (!NEEDS_QUOTES.test(text)) return text
+  if (!SPECIAL.test(text) && text.length !== 0 && !(text.length === 4 && text.toLowerCase() === 'null')) return text
   return `"${text.replace(/["\\]/g, '\\$&')}"`
+}
+
+/** Microseconds, whole: an integer is cheaper to write out, and for Postgres to read, than a float. */
+function micros(ms: number): number {
+  return Math.round(ms * 1000)
 }
 
 function arrayOf(elements: readonly (string | number)[]): string {
@@ -92,17 +97,18 @@ class RowBuilder {
   constructor(readonly accountId: string) {}
 
   add(record: RequestRecord): void {
-    const made = record.idGiven ? null : madeIdParts(record.id)
-    if (made !== null && (this.idStem === null || this.idStem === made.stem)) {
-      this.idStem = made.stem
-      this.idLow = Math.min(this.idLow, made.count)
-      this.idHigh = Math.max(this.idHigh, made.count)
-    } else {
+    const count = record.idGiven ? Number.NaN : this.madeCount(record.id)
+    if (Number.isNaN(count)) {
       this.givenIds.push(element(record.id))
       this.givenPositions.push(this.ids.length + 1)
+      this.ids.push(element(record.id))
+    } else {
+      this.idLow = Math.min(this.idLow, count)
+      this.idHigh = Math.max(this.idHigh, count)
+      // A made id is hex digits and dashes: nothing to quote.
+      this.ids.push(record.id)
     }
-    this.ids.push(element(record.id))
-    this.times.push(record.timeMs)
+    this.times.push(micros(record.timeMs))
     this.first = Math.min(this.first, record.timeMs)
     this.last = Math.max(this.last, record.timeMs)
     this.tenants.push(record.tenantId)
@@ -123,10 +129,22 @@ class RowBuilder {
       this.codes.push(code)
       this.codeSet.add(code)
     }
-    this.durations.push(record.durationMs)
+    this.durations.push(micros(record.durationMs))
     this.requestBytes.push(record.requestBytes)
     this.responseBytes.push(record.responseBytes)
     this.ips.push(element(record.sourceIp))
+  }
+
+  /** The count of an id the gateway made with this row's stem (the first such id sets it); NaN for any other. */
+  private madeCount(id: string): number {
+    if (this.idStem === null) {
+      const made = madeIdParts(id)
+      if (made === null) return Number.NaN
+      this.idStem = made.stem
+      return made.count
+    }
+    // The row's later ids: the same stem, then 12 hex digits (`0x` makes Number refuse any other).
+    return id.length === 36 && id.startsWith(this.idStem) ? Number(`0x${id.slice(24)}`) : Number.NaN
   }
 
   get size(): number {
@@ -134,12 +152,12 @@ class RowBuilder {
   }
 
   row(): LogRow {
-    const made = this.idStem !== null
+    const made = this.idLow <= this.idHigh
     return {
       account_id: this.accountId,
-      // Whole milliseconds, so that to_timestamp keeps the row within its day's partition.
-      first_ms: Math.floor(this.first),
-      last_ms: Math.ceil(this.last),
+      // Whole microseconds, as Postgres keeps them: the row stays within its day's partition.
+      first_us: Math.floor(this.first * 1000),
+      last_us: Math.ceil(this.last * 1000),
       records: this.ids.length,
       tenant_set: arrayOf([...this.tenantSet]),
       key_set: arrayOf([...this.keySet]),
@@ -147,13 +165,13 @@ class RowBuilder {
       status_set: arrayOf([...this.statusSet]),
       code_set: arrayOf([...this.codeSet]),
       not_2xx: this.not2xx,
-      id_stem: this.idStem,
+      id_stem: made ? this.idStem : null,
       id_low: made ? this.idLow : null,
       id_high: made ? this.idHigh : null,
       given_ids: this.givenIds.length === 0 ? null : arrayOf(this.givenIds),
       given_positions: this.givenPositions.length === 0 ? null : arrayOf(this.givenPositions),
       ids: arrayOf(this.ids),
-      times_ms: arrayOf(this.times),
+      times_us: arrayOf(this.times),
       tenant_ids: arrayOf(this.tenants),
       key_ids: arrayOf(this.keys),
       methods: arrayOf(this.methods),
@@ -161,7 +179,7 @@ class RowBuilder {
       paths: arrayOf(this.paths),
       statuses: arrayOf(this.statuses),
       codes: arrayOf(this.codes),
-      durations_ms: arrayOf(this.durations),
+      durations_us: arrayOf(this.durations),
       request_bytes: arrayOf(this.requestBytes),
       response_bytes: arrayOf(this.responseBytes),
       source_ips: arrayOf(this.ips),

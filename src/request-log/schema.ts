@@ -21,8 +21,8 @@ export const ROW_RECORDS = 500
 export const POSITIONS_PER_ROW = 65_536
 
 /** The record columns, in the order of the arrays (writer.ts) and of `unnest` (queries.ts). */
-export const RECORD_ARRAYS = `ids, times_ms, tenant_ids, key_ids, methods, routes, paths, statuses, codes,
-  durations_ms, request_bytes, response_bytes, source_ips`
+export const RECORD_ARRAYS = `ids, times_us, tenant_ids, key_ids, methods, routes, paths, statuses, codes,
+  durations_us, request_bytes, response_bytes, source_ips`
 
 const CREATE_TABLE = `
   create table if not exists request_log_rows (
@@ -47,9 +47,10 @@ const CREATE_TABLE = `
     id_high         bigint,
     given_ids       text[],
     given_positions int4[],
-    -- The records, one array a field, in arrival order; lz4, ten times faster than pglz.
+    -- The records, one array a field, in arrival order; lz4, ten times faster than pglz. Times
+    -- and durations in whole microseconds: an integer is written and read faster than a float.
     ids             text[] compression lz4 not null,
-    times_ms        float8[] compression lz4 not null,
+    times_us        int8[] compression lz4 not null,
     tenant_ids      uuid[] compression lz4 not null,
     key_ids         uuid[] compression lz4 not null,
     methods         text[] compression lz4 not null,
@@ -57,7 +58,7 @@ const CREATE_TABLE = `
     paths           text[] compression lz4 not null,
     statuses        int2[] compression lz4 not null,
     codes           text[] compression lz4 not null,
-    durations_ms    real[] compression lz4 not null,
+    durations_us    int8[] compression lz4 not null,
     request_bytes   int8[] compression lz4 not null,
     response_bytes  int8[] compression lz4 not null,
     source_ips      text[] compression lz4 not null
@@ -76,11 +77,11 @@ const CREATE_TABLE = `
 /** A record a row, as SQL over the log reads best (tests, an operator's psql); the API reads the rows. */
 const CREATE_VIEW = `
   create or replace view request_log as
-  select r.seq * ${POSITIONS_PER_ROW} + f.position as seq, f.id, to_timestamp(f.time_ms / 1000) as time,
-    r.account_id, f.tenant_id, f.key_id, f.method, f.route, f.path, f.status, f.code, f.duration_ms,
-    f.request_bytes, f.response_bytes, f.source_ip
+  select r.seq * ${POSITIONS_PER_ROW} + f.position as seq, f.id, to_timestamp(f.time_us / 1e6) as time,
+    r.account_id, f.tenant_id, f.key_id, f.method, f.route, f.path, f.status, f.code,
+    (f.duration_us / 1e3)::float8 as duration_ms, f.request_bytes, f.response_bytes, f.source_ip
   from request_log_rows r cross join lateral unnest(${RECORD_ARRAYS}) with ordinality
-    as f(id, time_ms, tenant_id, key_id, method, route, path, status, code, duration_ms, request_bytes,
+    as f(id, time_us, tenant_id, key_id, method, route, path, status, code, duration_us, request_bytes,
       response_bytes, source_ip, position)`
 
 export async function ensureRequestLogTable(sql: Sql): Promise<void> {
@@ -112,10 +113,10 @@ async function convertRowPerRecordTable(tx: Tx): Promise<void> {
       array_agg(distinct route), array_agg(distinct status),
       coalesce(array_agg(distinct code) filter (where code is not null), '{}'), bool_or(status / 100 <> 2),
       array_agg(distinct id), array_agg(position order by seq),
-      array_agg(id order by seq), array_agg(extract(epoch from time) * 1000 order by seq),
+      array_agg(id order by seq), array_agg((extract(epoch from time) * 1e6)::int8 order by seq),
       array_agg(tenant_id order by seq), array_agg(key_id order by seq), array_agg(method order by seq),
       array_agg(route order by seq), array_agg(path order by seq), array_agg(status order by seq),
-      array_agg(code order by seq), array_agg(duration_ms order by seq), array_agg(request_bytes order by seq),
+      array_agg(code order by seq), array_agg(round(duration_ms * 1e3)::int8 order by seq), array_agg(request_bytes order by seq),
       array_agg(response_bytes order by seq), array_agg(source_ip order by seq)
     from (select *, (n - 1) / ${ROW_RECORDS} as chunk, (n - 1) % ${ROW_RECORDS} + 1 as position
       from (select *, floor(extract(epoch from time) / 86400) as day,

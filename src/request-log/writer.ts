@@ -115,16 +115,16 @@ export class RequestLogWriter {
     await sql`
       insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
         status_set, code_set, not_2xx, id_stem, id_low, id_high, given_ids, given_positions, ${sql.unsafe(RECORD_ARRAYS)})
-      select account_id, to_timestamp(first_ms / 1000), to_timestamp(last_ms / 1000), records, tenant_set::uuid[],
+      select account_id, to_timestamp(first_us / 1e6), to_timestamp(last_us / 1e6), records, tenant_set::uuid[],
         key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx, id_stem, id_low, id_high,
-        given_ids::text[], given_positions::int4[], ids::text[], times_ms::float8[], tenant_ids::uuid[],
+        given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
         key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
-        durations_ms::real[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
-      from json_to_recordset(${JSON.stringify(logRows(batch, this.options.rowRecords))}::text::json) as r(account_id uuid, first_ms float8,
-        last_ms float8, records int, tenant_set text, key_set text, route_set text, status_set text, code_set text,
+        durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
+      from json_to_recordset(${JSON.stringify(logRows(batch, this.options.rowRecords))}::text::json) as r(account_id uuid, first_us int8,
+        last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text, code_set text,
         not_2xx boolean, id_stem text, id_low int8, id_high int8, given_ids text, given_positions text, ids text,
-        times_ms text, tenant_ids text, key_ids text, methods text, routes text, paths text, statuses text,
-        codes text, durations_ms text, request_bytes text, response_bytes text, source_ips text)`
+        times_us text, tenant_ids text, key_ids text, methods text, routes text, paths text, statuses text,
+        codes text, durations_us text, request_bytes text, response_bytes text, source_ips text)`
   }
 
   /** A partition the retention dropped must be made again before a record of its day is written. */
