@@ -627,6 +627,19 @@ function explained(plan: string[], head: string[]): Explained {
   }
 }
 
+/** The statements of one page as one: their times and buffers added, their plans one after another. */
+function summed(parts: Explained[]): Explained {
+  return {
+    executionMs: parts.reduce((sum, part) => sum + part.executionMs, 0),
+    hit: parts.reduce((sum, part) => sum + part.hit, 0),
+    read: parts.reduce((sum, part) => sum + part.read, 0),
+    plan: parts.flatMap((part, n) => [
+      ...(n === 0 ? [] : ['', `-- statement ${n + 1} of ${parts.length}`]),
+      ...part.plan,
+    ]),
+  }
+}
+
 /** A parameter as an SQL literal, for EXECUTE (a Date as its ISO text: the column's type reads it). */
 function literal(value: unknown): string {
   const text = value instanceof Date ? value.toISOString() : String(value)
@@ -645,13 +658,13 @@ async function explainEach(
   accountId: string,
   filters: Filter[],
 ): Promise<{ custom: Explained; generic: Explained }[]> {
-  let caught: { query: string; parameters: unknown[] } | null = null
+  let caught: { query: string; parameters: unknown[] }[] = []
   const traced = postgres(url, {
     max: 1,
     onnotice: () => {},
     connection: { max_parallel_workers_per_gather: '0' },
     debug: (_connection, query, parameters) => {
-      caught = { query, parameters }
+      caught.push({ query, parameters })
     },
   })
   const none: RequestFilter = {
@@ -664,24 +677,40 @@ async function explainEach(
     for (const [k, f] of filters.entries()) {
       let filter: RequestFilter = { ...none, ...f.filter(0) }
       if (f.secondPage) filter = { ...filter, beforeSeq: (await listRequests(traced, accountId, filter))[19]!.seq }
+      caught = []
       await listRequests(traced, accountId, filter)
-      const { query, parameters } = caught!
-      const head = [query.replace(/\s+/g, ' ').trim(), `-- parameters ${JSON.stringify(parameters)}`]
-      const custom = planOf(
-        await traced.unsafe(`explain (analyze, buffers) ${query}`, parameters as postgres.ParameterOrJSON<never>[]),
-      )
-      const generic = await traced.begin(async (tx) => {
-        await tx.unsafe('set local plan_cache_mode = force_generic_plan')
-        await tx.unsafe(`prepare bench_filter_${k} as ${query}`)
-        const plan = planOf(
-          await tx.unsafe(
-            `explain (analyze, buffers) execute bench_filter_${k}(${parameters.map(literal).join(', ')})`,
+      // Every statement of the page (queries.ts reads a page in rounds of two), each explained.
+      const statements = caught
+      const custom: Explained[] = []
+      const generic: Explained[] = []
+      for (const [n, { query, parameters }] of statements.entries()) {
+        const head = [query.replace(/\s+/g, ' ').trim(), `-- parameters ${JSON.stringify(parameters)}`]
+        custom.push(
+          explained(
+            planOf(
+              await traced.unsafe(
+                `explain (analyze, buffers) ${query}`,
+                parameters as postgres.ParameterOrJSON<never>[],
+              ),
+            ),
+            head,
           ),
         )
-        await tx.unsafe(`deallocate bench_filter_${k}`)
-        return plan
-      })
-      results.push({ custom: explained(custom, head), generic: explained(generic, [...head, '-- generic plan']) })
+        const name = `bench_filter_${k}_${n}`
+        const plan = await traced.begin(async (tx) => {
+          await tx.unsafe('set local plan_cache_mode = force_generic_plan')
+          await tx.unsafe(`prepare ${name} as ${query}`)
+          const lines = planOf(
+            await tx.unsafe(
+              `explain (analyze, buffers) execute ${name}${parameters.length === 0 ? '' : `(${parameters.map(literal).join(', ')})`}`,
+            ),
+          )
+          await tx.unsafe(`deallocate ${name}`)
+          return lines
+        })
+        generic.push(explained(plan, [...head, '-- generic plan']))
+      }
+      results.push({ custom: summed(custom), generic: summed(generic) })
     }
     return results
   } finally {

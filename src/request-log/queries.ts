@@ -1,8 +1,9 @@
 // The request log as the API reads it (docs/api.md, Request log): one parent's records, newest
 // first. A page is read in rounds of two statements, each planned the same way whatever the data:
 // the next rows whose summaries may match (an index's order, a literal LIMIT), then, in those rows,
-// the places (row seq, position) of the records that do match, read from only the arrays the
-// filters need, and their fields by position. A round that leaves the page short looks further.
+// the places (row seq, position) of the records that do match among those rows (a range of seq: a
+// list would be a filter rather than an index condition), read from only the arrays the filters
+// need, and their fields by position. A round that leaves the page short looks further.
 import type { PendingQuery, Row } from 'postgres'
 import type { Sql } from '../store/db.js'
 import { madeIdParts } from './rows.js'
@@ -99,8 +100,8 @@ export async function listRequests(sql: Sql, accountId: string, f: RequestFilter
       accountId,
       sql`
         select r.seq, f.position from request_log_rows r cross join lateral ${positions}
-        where r.account_id = ${accountId} and r.seq = any(${`{${rows.map((row) => row.seq).join(',')}}`}::int8[])
-          ${recordWhere}
+        where r.account_id = ${accountId}
+          and r.seq between ${rows[rows.length - 1]!.seq}::int8 and ${rows[0]!.seq}::int8 ${rowWhere} ${recordWhere}
         order by r.seq desc, f.position desc
         limit ${sql.unsafe(String(f.limit - page.length))}`,
     )
