@@ -96,7 +96,7 @@ export interface MonthUseOf {
 }
 
 /** `YYYY-MM` → the first day of that month and of the next, as dates. */
-function monthDays(month: string): { first: string; next: string } {
+export function monthDays(month: string): { first: string; next: string } {
   const match = /^(\d{4})-(\d{2})$/.exec(month)
   if (match === null) throw new Error(`not a month YYYY-MM: ${month}`)
   const year = Number(match[1])

@@ -15,7 +15,7 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
     '/usage',
     { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
     async (request) => {
-      const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity } = request.query
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity, include } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())
@@ -26,7 +26,7 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
         limit: limit + 1,
         subAccountId: sub_account_id?.toLowerCase() ?? null,
       })
-      const entries = usageEntries(rows, granularity ?? 'range')
+      const entries = usageEntries(rows, granularity ?? 'range', include === 'name')
       return { from, to, ...(await cursors.page(entries, limit, ({ seq: _seq, ...entry }) => entry, scope)) }
     },
   )

@@ -6,8 +6,20 @@ export const OPERATIONS = {
     description: "Answers 201 with a Location header. `external_id` is unique among the parent's sub-accounts.",
     tags: ['sub-accounts'],
   },
-  listSubAccounts: { summary: 'List sub-accounts, oldest first', tags: ['sub-accounts'] },
-  getSubAccount: { summary: 'Get a sub-account', tags: ['sub-accounts'] },
+  listSubAccounts: {
+    summary: 'List sub-accounts, oldest first',
+    description:
+      '`sort` orders the list (`created_at`, the default, oldest first; `-created_at`; `name`; `-name`); a cursor ' +
+      'pages the sort and filters it came from (another sort: 400 naming the sort it belongs to). `include` adds ' +
+      'figures to each sub-account: `key_count` (keys neither revoked nor expired), `usage_this_month` (this UTC ' +
+      "month's requests forwarded upstream, what a monthly quota counts). Without `include` the objects are as before.",
+    tags: ['sub-accounts'],
+  },
+  getSubAccount: {
+    summary: 'Get a sub-account',
+    description: '`include` adds `key_count` and `usage_this_month`, as on the list.',
+    tags: ['sub-accounts'],
+  },
   updateSubAccount: {
     summary: 'Update a sub-account',
     description:
@@ -54,7 +66,16 @@ export const OPERATIONS = {
     description:
       '`from` and `to` are UTC dates (YYYY-MM-DD), both inclusive and at most 366 days apart; by default the ' +
       'first day of the current month and today. Lists the sub-accounts with usage in the range, each with ' +
-      'its 429s of a rate limit and of a monthly quota in `limited`.',
+      'its 429s of a rate limit and of a monthly quota in `limited` (and its `name` with include=name).',
+    tags: ['usage'],
+  },
+  getSubAccountKeyUsage: {
+    summary: "A sub-account's usage by key",
+    description:
+      '`from` and `to` as in the usage report (UTC dates, inclusive, at most 366 days; by default this month so ' +
+      'far). Each key that made requests acting as the sub-account in the range, oldest key first: its own keys ' +
+      "(`owner: sub_account`) and its parent's keys acting as it (`owner: parent`), with their requests by status " +
+      'class and by day. Counted by key from the version that added this route on; earlier days have no keys.',
     tags: ['usage'],
   },
   getAccountLimits: {

@@ -7,7 +7,15 @@ import { validationFailed } from '../errors.js'
 
 /** The list a cursor pages through, and whose it is (a parent's id, or parent and sub-account). */
 export interface CursorScope {
-  list: 'sub-accounts' | 'api-keys' | 'usage' | 'events' | 'webhook-endpoints' | 'webhook-deliveries' | 'requests'
+  list:
+    | 'sub-accounts'
+    | 'api-keys'
+    | 'usage'
+    | 'key-usage'
+    | 'events'
+    | 'webhook-endpoints'
+    | 'webhook-deliveries'
+    | 'requests'
   owner: string
 }
 
@@ -17,9 +25,12 @@ export function keyListScope(parentId: string, subId: string): CursorScope {
 }
 
 // 8 bytes of position (a bigserial) and 16 of HMAC-SHA-256 (128 bits), base64url: 32 characters.
+// A list sorted by something other than its insertion order (the sub-accounts by name) also needs
+// the sort value of the last row: its UTF-8 follows the tag, covered by it (keyed cursors, longer).
 const POSITION_BYTES = 8
 const TAG_BYTES = 16
 const CURSOR = /^[A-Za-z0-9_-]{32}$/
+const KEYED_CURSOR = /^[A-Za-z0-9_-]{32,}$/
 
 function notIssued(): Error {
   return validationFailed([{ path: '/querystring/cursor', message: 'is not a cursor issued by this API' }])
@@ -41,12 +52,13 @@ export class Cursors {
     return this.secret
   }
 
-  private static tag(key: Buffer, position: Buffer, scope: CursorScope): Buffer {
-    return createHmac('sha256', key)
-      .update(`cursor.v1\0${scope.list}\0${scope.owner}\0`)
-      .update(position)
-      .digest()
-      .subarray(0, TAG_BYTES)
+  private static tag(key: Buffer, position: Buffer, scope: CursorScope, sortKey: Buffer | null = null): Buffer {
+    const hmac = createHmac('sha256', key)
+    // A keyed cursor's tag has its own domain: a plain cursor can never pass for a keyed one.
+    hmac.update(`${sortKey === null ? 'cursor.v1' : 'cursor.keyed.v1'}\0${scope.list}\0${scope.owner}\0`)
+    hmac.update(position)
+    if (sortKey !== null) hmac.update(sortKey)
+    return hmac.digest().subarray(0, TAG_BYTES)
   }
 
   async encode(seq: string, scope: CursorScope): Promise<string> {
@@ -54,6 +66,49 @@ export class Cursors {
     position.writeBigUInt64BE(BigInt(seq))
     const tag = Cursors.tag(await this.key(), position, scope)
     return Buffer.concat([position, tag]).toString('base64url')
+  }
+
+  /** A cursor that also carries the last row's sort value (`sortKey`), for a list not in `seq` order. */
+  async encodeKeyed(seq: string, sortKey: string, scope: CursorScope): Promise<string> {
+    const position = Buffer.alloc(POSITION_BYTES)
+    position.writeBigUInt64BE(BigInt(seq))
+    const key = Buffer.from(sortKey, 'utf8')
+    const tag = Cursors.tag(await this.key(), position, scope, key)
+    return Buffer.concat([position, tag, key]).toString('base64url')
+  }
+
+  /** The position and sort value a keyed cursor names; none given is null; anything else is a 400. */
+  async decodeKeyed(cursor: string | undefined, scope: CursorScope): Promise<{ seq: string; sortKey: string } | null> {
+    if (cursor === undefined) return null
+    const found = await this.verifyKeyed(cursor, scope)
+    if (found === null) throw notIssued()
+    return found
+  }
+
+  /** Whether `cursor` is one this API issued for `scope`, plain or keyed (to tell why one is refused). */
+  async issuedFor(cursor: string, scope: CursorScope): Promise<boolean> {
+    if (CURSOR.test(cursor)) {
+      try {
+        await this.decode(cursor, scope)
+        return true
+      } catch {
+        // not a plain one for this scope; it may still be keyed
+      }
+    }
+    return (await this.verifyKeyed(cursor, scope)) !== null
+  }
+
+  private async verifyKeyed(cursor: string, scope: CursorScope): Promise<{ seq: string; sortKey: string } | null> {
+    if (!KEYED_CURSOR.test(cursor)) return null
+    const bytes = Buffer.from(cursor, 'base64url')
+    if (bytes.length < POSITION_BYTES + TAG_BYTES) return null
+    const position = bytes.subarray(0, POSITION_BYTES)
+    const key = bytes.subarray(POSITION_BYTES + TAG_BYTES)
+    const expected = Cursors.tag(await this.key(), position, scope, key)
+    if (!timingSafeEqual(bytes.subarray(POSITION_BYTES, POSITION_BYTES + TAG_BYTES), expected)) return null
+    const seq = position.readBigUInt64BE()
+    if (seq < 1n) return null
+    return { seq: seq.toString(), sortKey: key.toString('utf8') }
   }
 
   /** The position a cursor names; none given is null; anything this API did not issue for `scope` is a 400. */
@@ -69,18 +124,27 @@ export class Cursors {
     return seq.toString()
   }
 
-  /** Turns limit+1 fetched rows into a page and the cursor of the next one. */
+  /**
+   * Turns limit+1 fetched rows into a page and the cursor of the next one; with `sortKeyOf`, a
+   * keyed cursor carrying the last row's sort value.
+   */
   async page<Row extends { seq: string }, Item>(
     rows: Row[],
     limit: number,
     present: (row: Row) => Item,
     scope: CursorScope,
+    sortKeyOf?: (row: Row) => string,
   ): Promise<{ data: Item[]; next_cursor: string | null }> {
     const hasMore = rows.length > limit
     const pageRows = hasMore ? rows.slice(0, limit) : rows
-    return {
-      data: pageRows.map(present),
-      next_cursor: hasMore ? await this.encode(pageRows[pageRows.length - 1]!.seq, scope) : null,
+    const last = pageRows[pageRows.length - 1]
+    let next: string | null = null
+    if (hasMore && last !== undefined) {
+      next =
+        sortKeyOf === undefined
+          ? await this.encode(last.seq, scope)
+          : await this.encodeKeyed(last.seq, sortKeyOf(last), scope)
     }
+    return { data: pageRows.map(present), next_cursor: next }
   }
 }

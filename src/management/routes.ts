@@ -17,6 +17,7 @@ import { registerRequestRoutes } from './request-routes.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { addIdempotency } from './idempotency.js'
 import { registerKeyRoutes } from './key-routes.js'
+import { registerKeyUsageRoutes } from './key-usage-routes.js'
 import { registerPortalSessionRoutes } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from '../limits/management-rate.js'
@@ -85,5 +86,6 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   registerWebhookEndpointRoutes(app, context)
   registerSubAccountItem(app, context)
   registerKeyRoutes(app, context)
+  registerKeyUsageRoutes(app, context)
   if (options.portalIssuerUrl !== null) registerPortalSessionRoutes(app, context, options.portalIssuerUrl)
 }

@@ -113,8 +113,38 @@ export type MintedApiKey = Static<typeof MintedApiKey>
 export const Page = <T extends Parameters<typeof Type.Array>[0]>(item: T) =>
   Type.Object({ data: Type.Array(item), next_cursor: Nullable(Type.String()) }, { additionalProperties: false })
 
-export const SubAccountPage = Page(SubAccount)
+// What `include` adds to a sub-account (docs/api.md, Sub-accounts): absent unless asked for, so
+// that the default answer keeps its shape.
+const SubAccountFigures = {
+  key_count: Type.Optional(
+    Type.Integer({ minimum: 0, description: 'with include=key_count: its keys neither revoked nor expired' }),
+  ),
+  usage_this_month: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      description:
+        "with include=usage_this_month: this UTC month's requests forwarded upstream for it (what a monthly " +
+        'quota counts; refusals left out), about 2 s behind',
+    }),
+  ),
+}
+export const SubAccountWithFigures = Type.Object(
+  { ...SubAccount.properties, ...SubAccountFigures },
+  { additionalProperties: false },
+)
+export type SubAccountWithFigures = Static<typeof SubAccountWithFigures>
+
+export const SubAccountPage = Page(SubAccountWithFigures)
 export const ApiKeyPage = Page(ApiKey)
+
+/** The figures `include` may ask for, comma-separated. */
+export const SUB_ACCOUNT_INCLUDES = ['key_count', 'usage_this_month'] as const
+export type SubAccountInclude = (typeof SUB_ACCOUNT_INCLUDES)[number]
+const Include = Type.String({
+  maxLength: 100,
+  pattern: `^(${SUB_ACCOUNT_INCLUDES.join('|')})(,(${SUB_ACCOUNT_INCLUDES.join('|')}))*$`,
+  description: `figures to add to each sub-account, comma-separated: ${SUB_ACCOUNT_INCLUDES.join(', ')}`,
+})
 
 /** The longest `q` of the sub-accounts list: a name's length (no longer prefix can match). */
 export const SEARCH_MAX_LENGTH = NAME_MAX_LENGTH
@@ -124,10 +154,27 @@ export const Cursor = Type.String({ minLength: 1, maxLength: 200, description: '
 export const PAGE_LIMIT_DEFAULT = 20
 export const Limit = Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: PAGE_LIMIT_DEFAULT }))
 
+/**
+ * A cursor of the sub-accounts list: sorted by name it carries the last name (up to 200
+ * characters, 800 bytes of UTF-8), so it may be longer than other lists' cursors.
+ */
+const SubAccountCursor = Type.String({ minLength: 1, maxLength: 1200, description: 'next_cursor of the previous page' })
+
 export const ListSubAccountsQuery = Type.Object(
   {
     limit: Limit,
-    cursor: Type.Optional(Cursor),
+    cursor: Type.Optional(SubAccountCursor),
+    sort: Type.Optional(
+      Type.Union(
+        [Type.Literal('created_at'), Type.Literal('-created_at'), Type.Literal('name'), Type.Literal('-name')],
+        {
+          description:
+            '`created_at` (the default: oldest first), `-created_at` (newest first), `name` or `-name` (by name, ' +
+            'any case; equal names oldest first, or newest first with `-name`). A cursor pages the sort it came from.',
+        },
+      ),
+    ),
+    include: Type.Optional(Include),
     status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('deactivated')])),
     external_id: Type.Optional(ExternalId),
     q: Type.Optional(
@@ -144,6 +191,12 @@ export const ListSubAccountsQuery = Type.Object(
 
 /** A page of a list that has no filter: its size and where it starts. */
 export const PageQuery = Type.Object({ limit: Limit, cursor: Type.Optional(Cursor) }, { additionalProperties: false })
+
+/**
+ * The query of one sub-account's GET: only `include`. Other parameters were always ignored there,
+ * and still are (additionalProperties), so that no client that sent one is refused now.
+ */
+export const GetSubAccountQuery = Type.Object({ include: Type.Optional(Include) })
 
 // Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
 export const SubAccountParams = Type.Object({ sub_id: Type.String() })

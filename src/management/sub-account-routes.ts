@@ -18,13 +18,16 @@ import {
 } from './common.js'
 import { presentSubAccount } from './present.js'
 import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
+import { listScope, listStart, parseInclude, sortsByName, withFigures } from './sub-account-list.js'
 import {
   CreateSubAccountBody,
+  GetSubAccountQuery,
   ListSubAccountsQuery,
   PAGE_LIMIT_DEFAULT,
   SubAccount,
   SubAccountPage,
   SubAccountParams,
+  SubAccountWithFigures,
   UpdateSubAccountBody,
 } from './schemas.js'
 
@@ -60,21 +63,30 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
       schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
     },
     async (request) => {
-      const { limit = PAGE_LIMIT_DEFAULT, cursor, status, external_id, q } = request.query
-      // A cursor is bound to the filters too: replayed under others it would skip their earlier
-      // rows. Without filters the owner is the parent alone, as before filters were bound.
+      const { limit = PAGE_LIMIT_DEFAULT, cursor, status, external_id, q, sort = 'created_at' } = request.query
+      const parentId = parentOf(request).id
+      // A cursor is bound to the filters and the sort too: replayed under others it would skip
+      // their earlier rows. Without filters the owner is the parent alone, as before filters were bound.
       const filters = [status, external_id, q].some((f) => f !== undefined)
         ? `?${JSON.stringify([status ?? null, external_id ?? null, q ?? null])}`
         : ''
-      const scope = { list: 'sub-accounts', owner: `${parentOf(request).id}${filters}` } as const
-      const rows = await listSubAccounts(sql, parentOf(request).id, {
+      const owner = `${parentId}${filters}`
+      const rows = await listSubAccounts(sql, parentId, {
         limit: limit + 1,
-        afterSeq: await cursors.decode(cursor, scope),
+        ...(await listStart(cursors, cursor, owner, sort)),
+        sort,
         status: status ?? null,
         externalId: external_id ?? null,
         search: q ?? null,
       })
-      return cursors.page(rows, limit, presentSubAccount, scope)
+      const page = await cursors.page(
+        rows,
+        limit,
+        presentSubAccount,
+        listScope(owner, sort),
+        sortsByName(sort) ? (row) => row.sort_key! : undefined,
+      )
+      return { ...page, data: await withFigures(sql, parentId, page.data, parseInclude(request.query.include)) }
     },
   )
 }
@@ -83,8 +95,19 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
 export function registerSubAccountItem(app: ManagementApp, { sql, cache }: ManagementContext): void {
   app.get(
     '/:sub_id',
-    { schema: { ...operation('getSubAccount'), params: SubAccountParams, response: { 200: SubAccount } } },
-    async (request) => presentSubAccount(await ownSubAccount(sql, request, request.params.sub_id)),
+    {
+      schema: {
+        ...operation('getSubAccount'),
+        params: SubAccountParams,
+        querystring: GetSubAccountQuery,
+        response: { 200: SubAccountWithFigures },
+      },
+    },
+    async (request) => {
+      const sub = presentSubAccount(await ownSubAccount(sql, request, request.params.sub_id))
+      const [shown] = await withFigures(sql, parentOf(request).id, [sub], parseInclude(request.query.include))
+      return shown!
+    },
   )
 
   app.patch(

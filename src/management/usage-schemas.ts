@@ -22,6 +22,20 @@ export const UsageQuery = Type.Object(
         description: "`day`: each day of `days` also split by status class, with its limits' 429s (default `range`)",
       }),
     ),
+    include: Type.Optional(
+      Type.Literal('name', { description: "`name`: each entry also carries the sub-account's `name`" }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+// A sub-account's usage by key (docs/api.md, Usage by key).
+export const KeyUsageQuery = Type.Object(
+  {
+    from: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    to: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    limit: Limit,
+    cursor: Type.Optional(Cursor),
   },
   { additionalProperties: false },
 )
@@ -39,6 +53,7 @@ export const UsageEntry = Type.Object(
   {
     sub_account_id: Type.String({ format: 'uuid' }),
     external_id: Nullable(Type.String()),
+    name: Type.Optional(Type.String({ description: "with include=name: the sub-account's name" })),
     requests: Count,
     by_status: ByStatus,
     days: Type.Array(
@@ -64,6 +79,35 @@ export const UsageReport = Type.Object(
     from: Type.String({ format: 'date' }),
     to: Type.String({ format: 'date' }),
     data: Type.Array(UsageEntry),
+    next_cursor: Nullable(Type.String()),
+  },
+  { additionalProperties: false },
+)
+
+export const KeyUsageEntry = Type.Object(
+  {
+    key_id: Type.String({ format: 'uuid' }),
+    name: Type.String({ description: "the key's name" }),
+    prefix: Type.String({ description: 'the first characters of the key' }),
+    owner: Type.Union([Type.Literal('sub_account'), Type.Literal('parent')], {
+      description: "`sub_account`: one of its own keys; `parent`: a parent's key acting as it",
+    }),
+    requests: Count,
+    by_status: ByStatus,
+    days: Type.Array(
+      Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false }),
+    ),
+  },
+  { additionalProperties: false },
+)
+export type KeyUsageEntry = Static<typeof KeyUsageEntry>
+
+export const KeyUsageReport = Type.Object(
+  {
+    from: Type.String({ format: 'date' }),
+    to: Type.String({ format: 'date' }),
+    sub_account_id: Type.String({ format: 'uuid' }),
+    data: Type.Array(KeyUsageEntry),
     next_cursor: Nullable(Type.String()),
   },
   { additionalProperties: false },

@@ -49,6 +49,7 @@ export const requestAccounting = fp<RequestAccountingOptions>(
             (request.actingTenant ?? principal.tenant).id,
             reply.statusCode,
             proxied && request.upstreamSentAt > 0,
+            principal.key.id,
           )
         requestLog?.add(recordOf(request, reply, principal, proxied, responseBytesOf(reply, request.exchange)))
       } else if (request.refusedKey !== null && requestLog !== null) {

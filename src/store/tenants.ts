@@ -24,8 +24,12 @@ export interface TenantRow {
   key_policy: KeyPolicy | null
 }
 
-/** A page row also carries its position, which the caller turns into a cursor. */
-export type TenantPageRow = TenantRow & { seq: string }
+/** A page row also carries its position, which the caller turns into a cursor (and, sorted by name, its sort value). */
+export type TenantPageRow = TenantRow & { seq: string; sort_key?: string }
+
+/** The orders of the sub-accounts list (docs/api.md, Sub-accounts): a `-` is descending. */
+export const SUB_ACCOUNT_SORTS = ['created_at', '-created_at', 'name', '-name'] as const
+export type SubAccountSort = (typeof SUB_ACCOUNT_SORTS)[number]
 
 /** Thrown when an external_id is already taken among the parent's sub-accounts. */
 export class ExternalIdTakenError extends Error {
@@ -126,6 +130,10 @@ export interface SubAccountFilter {
   limit: number
   /** Return rows strictly after this position (from a cursor). */
   afterSeq: string | null
+  /** The order (default `created_at`, oldest first). */
+  sort?: SubAccountSort
+  /** Sorted by name: the last row's sort value (lower(name)), from the same cursor as `afterSeq`. */
+  afterSortKey?: string | null
   status: TenantStatus | null
   externalId: string | null
   /** A prefix of the name or of the external_id, case-insensitive (`%` and `_` are literal). */
@@ -138,7 +146,9 @@ export function likePrefix(text: string): string {
 }
 
 /**
- * One page, oldest first, by keyset on `seq`: the cost of a page does not grow with its depth.
+ * One page by keyset: on `seq` (oldest or newest first; `seq` is insertion order, as `created_at`
+ * is), or on (lower(name), seq) sorted by name, so that the cost of a page does not grow with its
+ * depth and a page never skips or repeats a row however many share a name.
  * A search is planned for its own prefix every time (a prepared statement's generic plan cannot
  * use the prefix indexes of migration 016 for a pattern it does not know).
  */
@@ -150,8 +160,18 @@ export function listSubAccounts(db: Db, parentId: string, filter: SubAccountFilt
 /** The statement of listSubAccounts (a test reads its plan). */
 export function subAccountPage(parentId: string, filter: SubAccountFilter): { s: Statement; text: string } {
   const s = new Statement()
+  const sort = filter.sort ?? 'created_at'
+  const descending = sort.startsWith('-')
+  const byName = sort.endsWith('name')
+  const after = descending ? '<' : '>'
   const where = [`parent_id = ${s.param(parentId)}`]
-  if (filter.afterSeq !== null) where.push(`seq > ${s.param(filter.afterSeq)}`)
+  if (filter.afterSeq !== null) {
+    where.push(
+      byName
+        ? `(lower(name), seq) ${after} (${s.param(filter.afterSortKey ?? '')}, ${s.param(filter.afterSeq)})`
+        : `seq ${after} ${s.param(filter.afterSeq)}`,
+    )
+  }
   if (filter.status !== null) where.push(`status = ${s.param(filter.status)}`)
   if (filter.externalId !== null) where.push(`external_id = ${s.param(filter.externalId)}`)
   if (filter.search !== null) {
@@ -159,9 +179,12 @@ export function subAccountPage(parentId: string, filter: SubAccountFilter): { s:
     const pattern = `lower(${s.param(likePrefix(filter.search))})`
     where.push(`(lower(name) like ${pattern} escape '\\' or lower(external_id) like ${pattern} escape '\\')`)
   }
-  const text = `select ${COLUMNS}, seq::text as seq from tenants
+  const direction = descending ? 'desc' : 'asc'
+  // The sort value is read back from the row (not lower-cased again in JavaScript): the cursor
+  // then holds exactly what Postgres compares, whatever the database's locale.
+  const text = `select ${COLUMNS}, seq::text as seq${byName ? ', lower(name) as sort_key' : ''} from tenants
     where ${where.join(' and ')}
-    order by tenants.seq
+    order by ${byName ? `lower(name) ${direction}, ` : ''}tenants.seq ${direction}
     limit ${s.param(filter.limit)}`
   return { s, text }
 }
@@ -182,6 +205,41 @@ export async function scopeCeiling(db: Db, accountId: string): Promise<string[] 
   const [row] = await db<{ allowed: string[] | null }[]>`
     select to_jsonb(allowed_scopes) as allowed from tenants where id = ${accountId}`
   return row?.allowed ?? null
+}
+
+/** What the sub-accounts list adds to each row on request (`include`, docs/api.md, Sub-accounts). */
+export interface SubAccountFigures {
+  /** Keys neither revoked nor expired. */
+  key_count: number
+  /** Requests forwarded upstream in the current UTC month: what a monthly quota counts. */
+  usage_this_month: number
+}
+
+/**
+ * The figures of some sub-accounts of one parent, in one statement: their active keys, and their
+ * forwarded requests from `monthStart` (YYYY-MM-DD) to `nextMonthStart` (excluded). An id that is
+ * not the parent's sub-account is left out.
+ */
+export async function subAccountFigures(
+  db: Db,
+  parentId: string,
+  ids: readonly string[],
+  month: { first: string; next: string },
+): Promise<Map<string, SubAccountFigures>> {
+  if (ids.length === 0) return new Map()
+  const rows = await db<{ id: string; key_count: number; usage_this_month: string }[]>`
+    select t.id,
+      (select count(*)::int from api_keys k
+        where k.tenant_id = t.id and k.status = 'active' and (k.expires_at is null or k.expires_at > now())
+      ) as key_count,
+      (select coalesce(sum(u.forwarded), 0)::text from usage_daily u
+        where u.tenant_id = t.id and u.day >= ${month.first}::date and u.day < ${month.next}::date
+      ) as usage_this_month
+    from tenants t
+    where t.parent_id = ${parentId} and t.id in (select jsonb_array_elements_text(${db.json([...ids])})::uuid)`
+  return new Map(
+    rows.map((row) => [row.id, { key_count: row.key_count, usage_this_month: Number(row.usage_this_month) }]),
+  )
 }
 
 /** Sets a parent account's scope ceiling (null: any); false when there is no such parent account. */

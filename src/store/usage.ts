@@ -18,6 +18,15 @@ export interface UsageCount {
   limitedQuota?: number
 }
 
+/** A key's requests of one day and status class, for the tenant it acted as (usage by key). */
+export interface KeyUsageCount {
+  tenantId: string
+  keyId: string
+  day: string
+  statusClass: number
+  requests: number
+}
+
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
 export const BATCH_MEMORY = '1 day'
 
@@ -30,8 +39,13 @@ export const BATCH_MEMORY = '1 day'
  * sides) a new statement for every row count. JSON, not arrays: postgres.js serialises no arrays
  * here (fetch_types is off, see db.ts). Returns false for a batch already applied.
  */
-export async function addUsage(sql: Sql, batchId: string, counts: readonly UsageCount[]): Promise<boolean> {
-  if (counts.length === 0) return true
+export async function addUsage(
+  sql: Sql,
+  batchId: string,
+  counts: readonly UsageCount[],
+  keyCounts: readonly KeyUsageCount[] = [],
+): Promise<boolean> {
+  if (counts.length === 0 && keyCounts.length === 0) return true
   // One statement, so one implicit transaction: postgres.js can crash the process when a
   // connection closes in the middle of an explicit one (porsager/postgres#1208).
   const [result] = await sql<{ applied: boolean }[]>`
@@ -50,6 +64,15 @@ export async function addUsage(sql: Sql, batchId: string, counts: readonly Usage
                     forwarded = usage_daily.forwarded + excluded.forwarded,
                     limited_rate = usage_daily.limited_rate + excluded.limited_rate,
                     limited_quota = usage_daily.limited_quota + excluded.limited_quota
+    ), added_by_key as (
+      insert into usage_daily_keys (tenant_id, day, key_id, status_class, requests)
+      select tenant_id, day, key_id, status_class, requests
+      from jsonb_to_recordset(${sql.json(keyCounts.map(keyUsageJson))})
+        as row (tenant_id uuid, day date, key_id uuid, status_class smallint, requests bigint)
+      where exists (select 1 from batch)
+      order by tenant_id, day, key_id, status_class
+      on conflict (tenant_id, day, key_id, status_class)
+      do update set requests = usage_daily_keys.requests + excluded.requests
     ), pruned as (
       delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval
     )
@@ -67,6 +90,14 @@ const usageJson = (c: UsageCount) => ({
   limited_quota: c.limitedQuota ?? 0,
 })
 
+const keyUsageJson = (c: KeyUsageCount) => ({
+  tenant_id: c.tenantId,
+  key_id: c.keyId,
+  day: c.day,
+  status_class: c.statusClass,
+  requests: c.requests,
+})
+
 /** Sets last_used_at where it is older (a slower replica never moves it back). */
 export async function touchKeys(db: Db, uses: readonly { keyId: string; at: Date }[]): Promise<void> {
   if (uses.length === 0) return
@@ -80,6 +111,7 @@ export interface UsageRow {
   seq: string
   id: string
   external_id: string | null
+  name: string
   day: string
   status_class: number
   requests: string
@@ -102,7 +134,7 @@ export function usageRows(
   return s.runPlannedEachTime<UsageRow[]>(
     db,
     `with page as (
-      select t.seq, t.id, t.external_id from tenants t
+      select t.seq, t.id, t.external_id, t.name from tenants t
       where t.parent_id = ${s.param(parentId)}
         ${range.afterSeq === null ? '' : `and t.seq > ${s.param(range.afterSeq)}`}
         ${range.subAccountId == null ? '' : `and t.id = ${s.param(range.subAccountId)}`}
@@ -111,10 +143,53 @@ export function usageRows(
       order by t.seq
       limit ${s.param(range.limit)}
     )
-    select page.seq::text as seq, page.id, page.external_id,
+    select page.seq::text as seq, page.id, page.external_id, page.name,
            u.day::text as day, u.status_class, u.requests::text as requests,
            u.limited_rate::text as limited_rate, u.limited_quota::text as limited_quota
     from page join usage_daily u on u.tenant_id = page.id and u.day between ${from} and ${to}
+    order by page.seq, u.day, u.status_class`,
+  )
+}
+
+export interface KeyUsageRow {
+  seq: string
+  key_id: string
+  name: string | null
+  prefix: string | null
+  /** The tenant that owns the key: the sub-account itself, or its parent (acting as it). */
+  key_tenant_id: string | null
+  day: string
+  status_class: number
+  requests: string
+}
+
+/**
+ * One page of the keys that made requests acting as `subAccountId` between `from` and `to`
+ * (inclusive), in the order they were made (api_keys.seq), with their counts by day and status
+ * class. `limit` counts keys.
+ */
+export function keyUsageRows(
+  db: Db,
+  subAccountId: string,
+  range: { from: string; to: string; afterSeq: string | null; limit: number },
+): Promise<KeyUsageRow[]> {
+  const s = new Statement()
+  const [tenant, from, to] = [s.param(subAccountId), s.param(range.from), s.param(range.to)]
+  return s.runPlannedEachTime<KeyUsageRow[]>(
+    db,
+    `with used as (
+      select distinct u.key_id from usage_daily_keys u
+      where u.tenant_id = ${tenant} and u.day between ${from} and ${to}
+    ), page as (
+      select k.seq, k.id, k.name, k.prefix, k.tenant_id from used join api_keys k on k.id = used.key_id
+      ${range.afterSeq === null ? '' : `where k.seq > ${s.param(range.afterSeq)}`}
+      order by k.seq
+      limit ${s.param(range.limit)}
+    )
+    select page.seq::text as seq, page.id as key_id, page.name, page.prefix, page.tenant_id as key_tenant_id,
+           u.day::text as day, u.status_class, u.requests::text as requests
+    from page join usage_daily_keys u
+      on u.tenant_id = ${tenant} and u.key_id = page.id and u.day between ${from} and ${to}
     order by page.seq, u.day, u.status_class`,
   )
 }

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Sql } from '../store/db.js'
-import { addUsage, touchKeys, type UsageCount } from '../store/usage.js'
+import { addUsage, type KeyUsageCount, touchKeys, type UsageCount } from '../store/usage.js'
 
 export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
@@ -34,6 +34,8 @@ export function utcDay(ms: number): string {
 interface Batch {
   readonly id: string
   readonly rows: readonly UsageCount[]
+  /** The same requests by calling key (usage by key), written in the same statement. */
+  readonly keyRows: readonly KeyUsageCount[]
   /** When its oldest count was recorded. */
   readonly since: number
 }
@@ -45,6 +47,8 @@ export class UsageMeter {
    * counting one builds no string.
    */
   private counts: PendingCounts = new Map()
+  /** The same requests by key: UTC day → tenant id → key id → requests of the classes 2xx to 5xx. */
+  private keyCounts: PendingKeyCounts = new Map()
   /** When the oldest of `counts` was recorded; null while nothing is pending. */
   private pendingSince: number | null = null
   /** A flush that failed: it may have committed, so it is retried with the same id. */
@@ -72,14 +76,16 @@ export class UsageMeter {
   /**
    * One answered request, for the tenant it acted as. Statuses below 200 are not counted.
    * `forwarded`: it was sent on to an upstream, which is what a monthly quota counts (docs/api.md).
+   * `keyId`: the key that made it, for the usage by key (the tenant's counts are kept either way).
    */
-  record(tenantId: string, statusCode: number, forwarded = false): void {
+  record(tenantId: string, statusCode: number, forwarded = false, keyId?: string): void {
     // A WebSocket's 101 is its upgrade's success: counted with the 2xx (docs/api.md, WebSockets).
     const statusClass = statusCode === 101 ? 2 : Math.floor(statusCode / 100)
     if (statusClass < 2 || statusClass > 5) return
     const counts = this.countsOf(tenantId)
     counts[statusClass - 2]!++
     if (forwarded) counts[FORWARDED + statusClass - 2]!++
+    if (keyId !== undefined) this.keyCountsOf(tenantId, keyId)[statusClass - 2]!++
   }
 
   /**
@@ -106,6 +112,27 @@ export class UsageMeter {
       tenants.set(tenantId, counts)
     }
     this.pendingSince ??= this.now()
+    return counts
+  }
+
+  /** Today's pending counts of a key acting as a tenant (made after countsOf, so pendingSince is set). */
+  private keyCountsOf(tenantId: string, keyId: string): number[] {
+    const day = this.today()
+    let tenants = this.keyCounts.get(day)
+    if (tenants === undefined) {
+      tenants = new Map()
+      this.keyCounts.set(day, tenants)
+    }
+    let keys = tenants.get(tenantId)
+    if (keys === undefined) {
+      keys = new Map()
+      tenants.set(tenantId, keys)
+    }
+    let counts = keys.get(keyId)
+    if (counts === undefined) {
+      counts = [0, 0, 0, 0]
+      keys.set(keyId, counts)
+    }
     return counts
   }
 
@@ -152,8 +179,14 @@ export class UsageMeter {
     const clear = this.inDoubt === null || (await this.send(this.inDoubt))
     if (clear) this.inDoubt = null
     if (clear && this.pendingSince !== null) {
-      const batch: Batch = { id: randomUUID(), rows: toRows(this.counts), since: this.pendingSince }
+      const batch: Batch = {
+        id: randomUUID(),
+        rows: toRows(this.counts),
+        keyRows: toKeyRows(this.keyCounts),
+        since: this.pendingSince,
+      }
       this.counts = new Map()
+      this.keyCounts = new Map()
       this.pendingSince = null
       if (!(await this.send(batch))) this.inDoubt = batch
     }
@@ -180,7 +213,7 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
-      await addUsage(this.options.sql, batch.id, batch.rows)
+      await addUsage(this.options.sql, batch.id, batch.rows, batch.keyRows)
       return true
     } catch (err) {
       this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
@@ -198,6 +231,23 @@ export class UsageMeter {
 }
 
 type PendingCounts = Map<string, Map<string, number[]>>
+type PendingKeyCounts = Map<string, Map<string, Map<string, number[]>>>
+
+/** The pending counts by key as rows, in the order of usage_daily_keys' key (no deadlock between replicas). */
+function toKeyRows(counts: PendingKeyCounts): KeyUsageCount[] {
+  const rows: KeyUsageCount[] = []
+  for (const [day, tenants] of counts) {
+    for (const [tenantId, keys] of tenants) {
+      for (const [keyId, c] of keys) {
+        for (let index = 0; index < c.length; index++) {
+          if (c[index]! > 0) rows.push({ tenantId, keyId, day, statusClass: index + 2, requests: c[index]! })
+        }
+      }
+    }
+  }
+  const key = (r: KeyUsageCount) => `${r.tenantId} ${r.day} ${r.keyId} ${r.statusClass}`
+  return rows.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
+}
 
 /** The pending counts as rows, in one fixed order (tenant, day, class) so that replicas' upserts cannot deadlock. */
 function toRows(counts: PendingCounts): UsageCount[] {

@@ -1,8 +1,8 @@
 // The usage report of docs/api.md: the date range rules and the shape of an entry.
 import { DATE_RULE, parseDate, parseDateTime, utcDate } from '../dates.js'
 import { validationFailed, type FieldError } from '../errors.js'
-import type { UsageRow } from '../store/usage.js'
-import type { UsageEntry } from '../management/usage-schemas.js'
+import type { KeyUsageRow, UsageRow } from '../store/usage.js'
+import type { KeyUsageEntry, UsageEntry } from '../management/usage-schemas.js'
 import { utcDay } from './meter.js'
 
 export const MAX_RANGE_DAYS = 366
@@ -51,6 +51,7 @@ type Day = UsageEntry['days'][number]
 export function usageEntries(
   rows: readonly UsageRow[],
   granularity: Granularity = 'range',
+  withName = false,
 ): (UsageEntry & { seq: string })[] {
   const entries: (UsageEntry & { seq: string })[] = []
   for (const row of rows) {
@@ -60,6 +61,7 @@ export function usageEntries(
         seq: row.seq,
         sub_account_id: row.id,
         external_id: row.external_id,
+        ...(withName ? { name: row.name } : {}),
         requests: 0,
         by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
         days: [],
@@ -96,6 +98,40 @@ export function usageEntries(
       day.limited.rate += rate
       day.limited.quota += quota
     }
+  }
+  return entries
+}
+
+/**
+ * Rows of one page of a sub-account's usage by key (sorted by key, then day) as entries, each with
+ * its position. A key whose row is gone (never, as keys are kept) would show with an empty name.
+ */
+export function keyUsageEntries(
+  rows: readonly KeyUsageRow[],
+  subAccountId: string,
+): (KeyUsageEntry & { seq: string })[] {
+  const entries: (KeyUsageEntry & { seq: string })[] = []
+  for (const row of rows) {
+    let entry = entries[entries.length - 1]
+    if (entry === undefined || entry.seq !== row.seq) {
+      entry = {
+        seq: row.seq,
+        key_id: row.key_id,
+        name: row.name ?? '',
+        prefix: row.prefix ?? '',
+        owner: row.key_tenant_id === subAccountId ? 'sub_account' : 'parent',
+        requests: 0,
+        by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
+        days: [],
+      }
+      entries.push(entry)
+    }
+    const requests = Number(row.requests)
+    entry.requests += requests
+    entry.by_status[`${row.status_class}xx` as keyof KeyUsageEntry['by_status']] += requests
+    const day = entry.days[entry.days.length - 1]
+    if (day?.date === row.day) day.requests += requests
+    else entry.days.push({ date: row.day, requests })
   }
   return entries
 }

@@ -1,11 +1,13 @@
-// Sub-accounts: a page at a time, a search by the start of a name or external id (the API's `q`,
-// sent as the user types, once typing pauses), a status filter, and the create form.
+// Sub-accounts: a page at a time in the order the user picks by a column's header (the API's
+// `sort`, so the order holds across pages), each with its active keys and this month's use (the
+// API's `include`), a search by the start of a name or external id (the API's `q`, sent as the
+// user types, once typing pauses), a status filter, and the create form.
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
 import { perDuration } from './key-policy.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
-import type { SubAccount } from './types.js'
+import type { SubAccount, SubAccountListed } from './types.js'
 
 const PAGE = 20
 /** How long typing must pause before the search is sent: one call for a word, not one a key. */
@@ -13,26 +15,31 @@ const SEARCH_DELAY_MS = 300
 /** The API's bound on `q` (docs/api.md, Sub-accounts). */
 const SEARCH_MAX_LENGTH = 200
 
-/** How the page's rows may be ordered (the API lists them as made: oldest first). */
-const SORTS = {
-  listed: { label: 'As listed (oldest first)', compare: null },
-  newest: {
-    label: 'Newest first',
-    compare: (a: SubAccount, b: SubAccount) => b.created_at.localeCompare(a.created_at),
-  },
-  name: { label: 'Name, A to Z', compare: (a: SubAccount, b: SubAccount) => a.name.localeCompare(b.name) },
-  'name-desc': { label: 'Name, Z to A', compare: (a: SubAccount, b: SubAccount) => b.name.localeCompare(a.name) },
-} as const
-type SortName = keyof typeof SORTS
+/** The API's orders (docs/api.md, Sub-accounts: `sort`); `-` is descending. */
+type Sort = 'created_at' | '-created_at' | 'name' | '-name'
+type SortColumn = 'name' | 'created_at'
+
+/** A header pressed: its column ascending, or descending when it was already ascending. */
+const nextSort = (current: Sort, column: SortColumn): Sort => (current === column ? `-${column}` : column)
+
+const ariaSort = (current: Sort, column: SortColumn): 'ascending' | 'descending' | undefined =>
+  current === column ? 'ascending' : current === `-${column}` ? 'descending' : undefined
+
+const SORT_WORDS: Record<Sort, string> = {
+  created_at: 'oldest first',
+  '-created_at': 'newest first',
+  name: 'by name, A to Z',
+  '-name': 'by name, Z to A',
+}
 
 export function SubAccountsScreen() {
   const [status, setStatus] = useState('')
   const [text, setText] = useState('')
   const [searched, setSearched] = useState('')
-  const [page, setPage] = useState<Page<SubAccount> | null>(null)
+  const [page, setPage] = useState<Page<SubAccountListed> | null>(null)
   const [reload, setReload] = useState(0)
   const [creating, setCreating] = useState(false)
-  const [sort, setSort] = useState<SortName>('listed')
+  const [sort, setSort] = useState<Sort>('created_at')
   const newButton = useRef<HTMLButtonElement>(null)
   const pager = usePager()
   const load = useAction()
@@ -51,14 +58,41 @@ export function SubAccountsScreen() {
   useEffect(() => {
     setPage(null)
     load.run(async (current) => {
-      const next = await api<Page<SubAccount>>('GET', query({ limit: PAGE, cursor: pager.cursor, status, q: searched }))
+      const next = await api<Page<SubAccountListed>>(
+        'GET',
+        query({
+          limit: PAGE,
+          cursor: pager.cursor,
+          status,
+          q: searched,
+          // The default order is left out of the address: the same call as before there were sorts.
+          sort: sort === 'created_at' ? null : sort,
+          include: 'key_count,usage_this_month',
+        }),
+      )
       if (!current()) return
       setPage(next)
       announce(
-        `${next.data.length} sub-account${next.data.length === 1 ? '' : 's'} ${searched === '' ? 'shown' : `match “${searched}”`}`,
+        `${next.data.length} sub-account${next.data.length === 1 ? '' : 's'} ${searched === '' ? 'shown' : `match “${searched}”`}, ${SORT_WORDS[sort]}`,
       )
     })
-  }, [status, searched, pager.cursor, reload])
+  }, [status, searched, sort, pager.cursor, reload])
+
+  /** A cursor pages one order only (the API refuses it under another): a new order starts at page 1. */
+  const sortBy = (column: SortColumn) => {
+    pager.reset()
+    setSort(nextSort(sort, column))
+  }
+  const header = (column: SortColumn, label: string) => (
+    <th scope="col" aria-sort={ariaSort(sort, column)}>
+      <button type="button" class="sort" onClick={() => sortBy(column)} data-testid={`sort-${column}`}>
+        {label}
+        <span aria-hidden="true" class="sort-mark">
+          {sort === column ? ' ▲' : sort === `-${column}` ? ' ▼' : ''}
+        </span>
+      </button>
+    </th>
+  )
 
   return (
     <section aria-labelledby="subaccounts-title">
@@ -117,11 +151,19 @@ export function SubAccountsScreen() {
           </select>
         </div>
         <div class="field">
-          <label for="sort">Sort this page</label>
-          <select id="sort" value={sort} onChange={(e) => setSort(e.currentTarget.value as SortName)}>
-            {Object.entries(SORTS).map(([name, { label }]) => (
+          {/* The headers' order as a field too: under 600 px the table is cards, without headers. */}
+          <label for="sort">Order</label>
+          <select
+            id="sort"
+            value={sort}
+            onChange={(e) => {
+              pager.reset()
+              setSort(e.currentTarget.value as Sort)
+            }}
+          >
+            {(Object.keys(SORT_WORDS) as Sort[]).map((name) => (
               <option key={name} value={name}>
-                {label}
+                {SORT_WORDS[name][0]!.toUpperCase() + SORT_WORDS[name].slice(1)}
               </option>
             ))}
           </select>
@@ -136,18 +178,21 @@ export function SubAccountsScreen() {
       {page !== null && page.data.length > 0 && (
         <div class="table-wrap">
           <table class="cards" data-testid="subaccounts">
-            <caption class="visually-hidden">Sub-accounts</caption>
+            <caption class="visually-hidden">Sub-accounts, {SORT_WORDS[sort]}</caption>
             <thead>
               <tr>
-                <th scope="col">Name</th>
+                {header('name', 'Name')}
                 <th scope="col">External id</th>
                 <th scope="col">Status</th>
+                <th scope="col">Keys</th>
+                <th scope="col">This month</th>
                 <th scope="col">Limits</th>
-                <th scope="col">Created</th>
+                {/* "Added", not "Created": no button here may be named like the form's Create. */}
+                {header('created_at', 'Added')}
               </tr>
             </thead>
             <tbody>
-              {sorted(page.data, sort).map((s) => (
+              {page.data.map((s) => (
                 <tr key={s.id}>
                   <td data-label="Name">
                     <a href={`#/sub-accounts/${s.id}`}>{s.name}</a>
@@ -158,8 +203,14 @@ export function SubAccountsScreen() {
                   <td data-label="Status">
                     <span class={`badge ${s.status}`}>{s.status}</span>
                   </td>
+                  <td data-label="Keys" class="number">
+                    {s.key_count ?? '—'}
+                  </td>
+                  <td data-label="This month" class="number">
+                    {monthUse(s)}
+                  </td>
                   <td data-label="Limits">{describeLimits(s)}</td>
-                  <td data-label="Created">{formatTime(s.created_at)}</td>
+                  <td data-label="Added">{formatTime(s.created_at)}</td>
                 </tr>
               ))}
             </tbody>
@@ -185,9 +236,12 @@ export function SubAccountsScreen() {
   )
 }
 
-function sorted(rows: SubAccount[], sort: SortName): SubAccount[] {
-  const { compare } = SORTS[sort]
-  return compare === null ? rows : [...rows].sort(compare)
+/** This month's forwarded requests, and the share of its monthly quota when it has one. */
+function monthUse(s: SubAccountListed): string {
+  if (s.usage_this_month === undefined) return '—'
+  const quota = s.limits.monthly_quota?.requests
+  const used = s.usage_this_month.toLocaleString('en')
+  return quota === undefined ? used : `${used} (${Math.round((s.usage_this_month / quota) * 100)}% of quota)`
 }
 
 export function describeLimits(s: SubAccount): string {

@@ -10,10 +10,14 @@ import type {
   MintedApiKey as MintedApiKeySchema,
   MintKeyBody as MintKeyBodySchema,
   SubAccount as SubAccountSchema,
+  SubAccountWithFigures as SubAccountWithFiguresSchema,
 } from '../../management/schemas.js'
 import type { KeyPolicy as KeyPolicySchema } from '../../management/key-schemas.js'
 import type { RequestRecord as RequestRecordSchema } from '../../management/request-schemas.js'
-import type { UsageEntry as UsageEntrySchema } from '../../management/usage-schemas.js'
+import type {
+  KeyUsageEntry as KeyUsageEntrySchema,
+  UsageEntry as UsageEntrySchema,
+} from '../../management/usage-schemas.js'
 import type {
   DeliveryAttempt as DeliveryAttemptSchema,
   WebhookEndpoint as WebhookEndpointSchema,
@@ -21,6 +25,8 @@ import type {
 
 export type Limits = Static<typeof LimitsSchema>
 export type SubAccount = Static<typeof SubAccountSchema>
+/** As the list and a GET with `include` give it: `key_count` and `usage_this_month` when asked for. */
+export type SubAccountListed = Static<typeof SubAccountWithFiguresSchema>
 export type ApiKey = Static<typeof ApiKeySchema>
 export type MintedKey = Static<typeof MintedApiKeySchema>
 export type MintKeyRequest = Static<typeof MintKeyBodySchema>
@@ -28,6 +34,7 @@ export type MintKeyRequest = Static<typeof MintKeyBodySchema>
 export type KeyPolicy = Static<typeof KeyPolicySchema>
 export type AuditEvent = Static<typeof EventSchema>
 export type UsageEntry = Static<typeof UsageEntrySchema>
+export type KeyUsageEntry = Static<typeof KeyUsageEntrySchema>
 export type AccountLimits = Static<typeof AccountLimitsSchema>
 export type WebhookEndpoint = Static<typeof WebhookEndpointSchema>
 export type Delivery = Static<typeof DeliveryAttemptSchema>

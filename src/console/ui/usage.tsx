@@ -1,12 +1,14 @@
 // Usage: the daily chart for the whole account (#/usage, with the account's quota) or for one
-// sub-account (on its page, with its month so far), over a range the user picks.
+// sub-account (on its page, with its month so far against its limits), over a range the user
+// picks, read as the screen opens; under it, who made the requests (usage-breakdown.tsx).
 import { useEffect, useState } from 'preact/hooks'
 import { api } from './api.js'
 import { announce, ErrorMessage, Loading, useAction } from './components.js'
 import { UsageChart } from './chart.js'
 import { perDuration } from './key-policy.js'
-import type { AccountLimits, SubAccount } from './types.js'
-import { CLASSES, type DailySeries, dailyUsage, firstOfMonth, reportEntries, today, totalOf } from './usage-data.js'
+import type { AccountLimits, SubAccount, SubAccountListed } from './types.js'
+import { ByKey, BySubAccount } from './usage-breakdown.js'
+import { CLASSES, dailyUsage, firstOfMonth, type RangeUsage, reportEntries, today, totalOf } from './usage-data.js'
 
 function RangeChart({
   subAccountId,
@@ -22,18 +24,20 @@ function RangeChart({
   const [to, setTo] = useState(today())
   // A new object on every submit: showing the same range again reads it again.
   const [range, setRange] = useState({ from, to })
-  const [series, setSeries] = useState<DailySeries | null>(null)
+  const [usage, setUsage] = useState<RangeUsage | null>(null)
   const load = useAction()
   const idPart = subAccountId === null ? 'account' : 'sub'
 
   useEffect(() => {
-    setSeries(null)
+    setUsage(null)
     load.run(async (current) => {
       const next = await dailyUsage(range.from, range.to, subAccountId)
       if (!current()) return
-      setSeries(next)
-      const all = CLASSES.reduce((n, c) => n + totalOf(next, c), 0)
-      announce(`Usage from ${range.from} to ${range.to}: ${all} requests, ${totalOf(next, '429')} refused by limits`)
+      setUsage(next)
+      const all = CLASSES.reduce((n, c) => n + totalOf(next.series, c), 0)
+      announce(
+        `Usage from ${range.from} to ${range.to}: ${all} requests, ${totalOf(next.series, '429')} refused by limits`,
+      )
     })
   }, [range, subAccountId])
 
@@ -64,15 +68,18 @@ function RangeChart({
         <button type="submit">Show usage</button>
       </form>
       <ErrorMessage error={load.error} />
-      {series === null && load.error === null && <Loading what="usage" />}
-      {series !== null && (
+      {usage === null && load.error === null && <Loading what="usage" />}
+      {usage !== null && (
         <>
           <p class="totals" data-testid="usage-totals">
-            {series.dates.length} days: {CLASSES.map((c) => `${totalOf(series, c)} ${c}`).join(', ')}
+            {usage.series.dates.length} days: {CLASSES.map((c) => `${totalOf(usage.series, c)} ${c}`).join(', ')}
           </p>
-          <UsageChart series={series} label={title} subAccountId={subAccountId} />
+          <UsageChart series={usage.series} label={title} subAccountId={subAccountId} />
+          {subAccountId === null && <BySubAccount entries={usage.entries} />}
         </>
       )}
+      {/* By key: its own call, for the range shown (not the one being typed). */}
+      {subAccountId !== null && <ByKey subAccountId={subAccountId} range={range} />}
     </div>
   )
 }
@@ -91,11 +98,11 @@ function QuotaUse({ limits }: { limits: AccountLimits }) {
           {Math.round((limits.used / quota) * 100)}%
         </>
       )}
-      {limits.account.rate !== null && (
-        <p>
-          Account rate: {limits.account.rate.requests} {perDuration(limits.account.rate.per_seconds)}.
-        </p>
-      )}
+      <p data-testid="account-rate">
+        {limits.account.rate === null
+          ? 'No account rate limit.'
+          : `Account rate: ${limits.account.rate.requests} ${perDuration(limits.account.rate.per_seconds)}.`}
+      </p>
     </div>
   )
 }
@@ -122,17 +129,27 @@ export function UsageScreen() {
 }
 
 export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
-  const [month, setMonth] = useState<{ requests: number; limited: number } | null>(null)
+  const [month, setMonth] = useState<{ requests: number; limited: number; forwarded: number } | null>(null)
   const [shown, setShown] = useState(0)
   const load = useAction()
   useEffect(() => {
     load.run(async (current) => {
-      const [entry] = await reportEntries(firstOfMonth(), today(), subAccount.id)
+      // The report's month (every request, the limits' 429s) and what the quota counts (forwarded
+      // requests, the API's usage_this_month): two reads, the quota's share exact.
+      const [[entry], figures] = await Promise.all([
+        reportEntries(firstOfMonth(), today(), subAccount.id),
+        api<SubAccountListed>('GET', `/${encodeURIComponent(subAccount.id)}?include=usage_this_month`),
+      ])
       if (!current()) return
-      setMonth({ requests: entry?.requests ?? 0, limited: (entry?.limited.rate ?? 0) + (entry?.limited.quota ?? 0) })
+      setMonth({
+        requests: entry?.requests ?? 0,
+        limited: (entry?.limited.rate ?? 0) + (entry?.limited.quota ?? 0),
+        forwarded: figures.usage_this_month ?? 0,
+      })
     })
   }, [subAccount.id, shown])
   const quota = subAccount.limits.monthly_quota?.requests ?? null
+  const rate = subAccount.limits.rate
   return (
     <section class="card" aria-labelledby="sub-usage-title">
       <h2 id="sub-usage-title">Usage</h2>
@@ -143,14 +160,19 @@ export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
           {quota === null ? '; no monthly quota.' : `; monthly quota ${quota}.`}
         </p>
       )}
-      {month !== null && quota !== null && (
-        // The quota counts forwarded requests; the report counts refusals too: less the limits'
-        // 429s, it is an upper bound of what the quota has used.
-        <p data-testid="sub-quota">
-          <label for="sub-quota-meter">Quota used (about)</label>{' '}
-          <meter id="sub-quota-meter" min={0} max={quota} value={month.requests - month.limited} />{' '}
-          {month.requests - month.limited} of {quota}
-        </p>
+      {month !== null && (
+        <div class="quota" data-testid="sub-use">
+          {quota !== null && (
+            <p data-testid="sub-quota">
+              <label for="sub-quota-meter">Monthly quota used</label>{' '}
+              <meter id="sub-quota-meter" min={0} max={quota} high={quota * 0.8} value={month.forwarded} />{' '}
+              {month.forwarded} of {quota} forwarded ({Math.round((month.forwarded / quota) * 100)}%)
+            </p>
+          )}
+          <p data-testid="sub-rate">
+            {rate === null ? 'No rate limit.' : `Rate limit: ${rate.requests} ${perDuration(rate.per_seconds)}.`}
+          </p>
+        </div>
       )}
       <RangeChart
         subAccountId={subAccount.id}

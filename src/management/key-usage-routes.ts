@@ -1,0 +1,33 @@
+// A sub-account's usage by key (docs/api.md, Usage by key): which of the keys that acted as it
+// made its requests, its own and its parent's. Beside the usage report, which is by sub-account.
+import { keyUsageRows } from '../store/usage.js'
+import { keyUsageEntries, reportRange } from '../usage/report.js'
+import { type ManagementApp, type ManagementContext, operation, ownSubAccount, parentOf } from './common.js'
+import { PAGE_LIMIT_DEFAULT, SubAccountParams } from './schemas.js'
+import { KeyUsageQuery, KeyUsageReport } from './usage-schemas.js'
+
+export function registerKeyUsageRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
+  app.get(
+    '/:sub_id/usage',
+    {
+      schema: {
+        ...operation('getSubAccountKeyUsage'),
+        params: SubAccountParams,
+        querystring: KeyUsageQuery,
+        response: { 200: KeyUsageReport },
+      },
+    },
+    async (request) => {
+      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
+      // Unknown or another parent's: 404 before anything else is said about the query.
+      const sub = await ownSubAccount(sql, request, request.params.sub_id)
+      // Bound to the sub-account, not the range: like the report's, a cursor names a key to go on after.
+      const scope = { list: 'key-usage', owner: `${parentOf(request).id}/${sub.id}` } as const
+      const afterSeq = await cursors.decode(cursor, scope)
+      const { from, to } = reportRange(request.query, Date.now())
+      const rows = await keyUsageRows(sql, sub.id, { from, to, afterSeq, limit: limit + 1 })
+      const page = await cursors.page(keyUsageEntries(rows, sub.id), limit, ({ seq: _seq, ...entry }) => entry, scope)
+      return { from, to, sub_account_id: sub.id, ...page }
+    },
+  )
+}
