@@ -22,6 +22,7 @@ export const EVENT_TYPES = [
   'account.scopes_updated',
   'account.portal_origins_updated',
   'webhook_endpoint.created',
+  'webhook_endpoint.updated',
   'webhook_endpoint.deleted',
   'portal_session.created',
   'portal_session.ended',

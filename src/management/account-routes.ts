@@ -1,12 +1,14 @@
-// What a parent asks about its whole account: the usage report and its account limits with this
-// month's use (docs/api.md, Usage report; Limits and quotas).
+// What a parent asks about its whole account: the usage report, its account limits with this
+// month's use, and the scopes the operator lets it grant (docs/api.md, Usage report; Limits and
+// quotas; Key policies).
 import { monthOf } from '../limits/month.js'
 import { monthUse, readLimits } from '../limits/store.js'
+import { scopeCeiling } from '../store/tenants.js'
 import { usageRows } from '../store/usage.js'
 import { shownLimits } from '../limits/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { AccountLimits, NoQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
+import { AccountLimits, AccountScopes, NoQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
 import { UsageQuery, UsageReport } from './usage-schemas.js'
 
 // Registered before /:sub_id; the router prefers these static segments anyway.
@@ -44,5 +46,12 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
       ])
       return { account: shownLimits(limits), month, used }
     },
+  )
+
+  // A read of its own, not a field of /limits: that answer's shape is kept as it is (docs/decisions.md).
+  app.get(
+    '/scopes',
+    { schema: { ...operation('getAccountScopes'), querystring: NoQuery, response: { 200: AccountScopes } } },
+    async (request) => ({ allowed_scopes: await scopeCeiling(sql, parentOf(request).id) }),
   )
 }

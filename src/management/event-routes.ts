@@ -1,12 +1,14 @@
 // The audit log (docs/api.md, Audit log; docs/events.md): the calling parent's events, newest
-// first, paged with signed cursors like the other lists.
+// first, paged with signed cursors like the other lists; one event by its id (what a webhook
+// delivery carried).
 import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
 import { validationFailed } from '../errors.js'
 import { presentEvent } from '../events/present.js'
 import { EVENT_TYPES } from '../events/record.js'
-import { type EventFilter, listEvents } from '../store/events.js'
-import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { EventPage, EventsQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
+import { type EventFilter, getEvent, listEvents } from '../store/events.js'
+import { withActorNames } from './event-actors.js'
+import { type ManagementApp, type ManagementContext, notFound, operation, parentOf } from './common.js'
+import { Event, EventPage, EventParams, EventsQuery, NoQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
 
 /** `api_key.revoked`, or `api_key.*` (every type of that resource); anything else is a 400. */
 function typeFilter(type: string | undefined): EventFilter['type'] {
@@ -25,28 +27,48 @@ function instant(value: string | undefined, name: 'since' | 'until'): Date | nul
   return date
 }
 
+/** An event id as the gateway makes them (`evt_` and a ULID): anything else names no event. */
+const EVENT_ID = /^evt_[0-9A-HJKMNP-TV-Z]{26}$/
+
 export function registerEventRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
   app.get(
     '/events',
     { schema: { ...operation('listEvents'), querystring: EventsQuery, response: { 200: EventPage } } },
     async (request) => {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, since, until } = request.query
-      const scope = { list: 'events', owner: parentOf(request).id } as const
+      const accountId = parentOf(request).id
+      const scope = { list: 'events', owner: accountId } as const
       const beforeSeq = await cursors.decode(cursor, scope)
       const type = typeFilter(request.query.type)
       const from = instant(since, 'since')
       const to = instant(until, 'until')
       if (from !== null && to !== null && from > to)
         throw validationFailed([{ path: '/querystring/since', message: 'must not be after until' }])
-      const rows = await listEvents(sql, parentOf(request).id, {
+      const rows = await listEvents(sql, accountId, {
         limit: limit + 1,
         beforeSeq,
         type,
         targetId: request.query.target_id ?? null,
+        subAccountId: request.query.sub_account_id?.toLowerCase() ?? null,
         since: from,
         until: to,
       })
-      return cursors.page(rows, limit, presentEvent, scope)
+      const page = await cursors.page(rows, limit, presentEvent, scope)
+      if (request.query.expand !== 'actor') return page
+      return { ...page, data: await withActorNames(sql, accountId, page.data) }
+    },
+  )
+
+  app.get(
+    '/events/:event_id',
+    {
+      schema: { ...operation('getEvent'), params: EventParams, querystring: NoQuery, response: { 200: Event } },
+    },
+    async (request) => {
+      const id = request.params.event_id
+      const row = EVENT_ID.test(id) ? await getEvent(sql, parentOf(request).id, id) : null
+      if (row === null) throw notFound('event')
+      return presentEvent(row)
     },
   )
 }

@@ -85,12 +85,29 @@ export const OPERATIONS = {
       '(refusals left out), as Postgres has them: at most about 2 s behind. The account limits are set by the operator.',
     tags: ['limits'],
   },
+  getAccountScopes: {
+    summary: "The scopes the parent may grant its sub-accounts' keys",
+    description:
+      "The operator's scope ceiling for the account (set with the CLI's `accounts scopes`): a key minted or rolled " +
+      "for a sub-account must have its scopes within it, and within the sub-account's own `key_policy.allowed_scopes`. " +
+      'null: any scope but `sub_accounts:*`.',
+    tags: ['api-keys'],
+  },
   listEvents: {
     summary: "The audit log: the parent's events, newest first",
     description:
       'Every change made through this API or the operator CLI, written in the transaction of the change ' +
       '(docs/events.md). `type` is an event type or `<resource>.*`; `since` (inclusive) and `until` (exclusive) ' +
-      'are RFC 3339; `target_id` is the id of the changed resource. Kept EVENTS_RETENTION_DAYS (default 90).',
+      'are RFC 3339; `target_id` is the id of the changed resource; `sub_account_id` gives the events of a ' +
+      'sub-account, its keys and its portal sessions; `expand=actor` names each actor (a key: its name, prefix ' +
+      'and sub-account; a portal session: its sub-account). Kept EVENTS_RETENTION_DAYS (default 90).',
+    tags: ['events'],
+  },
+  getEvent: {
+    summary: "One of the parent's events",
+    description:
+      'The event as the audit log lists it, and as a webhook delivery carries it in `data`. An id that is unknown, ' +
+      "another parent's, or of an event past EVENTS_RETENTION_DAYS: 404 not_found.",
     tags: ['events'],
   },
   listRequests: {
@@ -146,6 +163,16 @@ export const OPERATIONS = {
     tags: ['webhooks'],
   },
   getWebhookEndpoint: { summary: 'Get a webhook endpoint, without its secret', tags: ['webhooks'] },
+  updateWebhookEndpoint: {
+    summary: 'Change a webhook endpoint',
+    description:
+      'Any of `url`, `event_types` and `description` (null clears it), under the rules of creation (an https URL ' +
+      'to no special-purpose address, unless WEBHOOKS_ALLOW_INSECURE; each URL once, `409 url_conflict`), and ' +
+      '`status`: `disabled` stops deliveries (the pending ones are cancelled), `active` re-enables the endpoint, ' +
+      'however it was disabled. The secret is kept. Writes `webhook_endpoint.updated` with the changed fields as ' +
+      'they were; a change to what is already there writes none. An empty body or an unknown field: 400.',
+    tags: ['webhooks'],
+  },
   deleteWebhookEndpoint: {
     summary: 'Delete a webhook endpoint',
     description: 'Answers 204; nothing is delivered to it any more. A deleted endpoint is then 404 not_found.',

@@ -298,6 +298,21 @@ export const Event = Type.Object(
           }),
         ),
         id: Type.Optional(Type.String({ description: 'a portal session: its id' })),
+        // Only with `expand=actor` (docs/api.md, Audit log): who the actor is, as the store has it now.
+        name: Type.Optional(
+          Nullable(Type.String({ description: 'with expand=actor, a key: its name (null when no longer found)' })),
+        ),
+        prefix: Type.Optional(
+          Nullable(Type.String({ description: 'with expand=actor, a key: its prefix (null when no longer found)' })),
+        ),
+        sub_account_id: Type.Optional(
+          Nullable(
+            Type.String({
+              description:
+                "with expand=actor, a portal session: the sub-account it was made for; a key: its sub-account's id, null for the parent's own key",
+            }),
+          ),
+        ),
       },
       { additionalProperties: false },
     ),
@@ -330,12 +345,36 @@ export type Event = Static<typeof Event>
 
 export const EventPage = Page(Event)
 
+export const AccountScopes = Type.Object(
+  {
+    allowed_scopes: Nullable(
+      Type.Array(Type.String(), {
+        description:
+          "the operator's scope ceiling for the account (scopes and patterns such as tracking:*): a sub-account key's scopes must lie within it; null: any scope but sub_accounts:*",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+// Not validated here: an id that is not an event id is a 404, as for the other resources.
+export const EventParams = Type.Object({ event_id: Type.String() })
+
 export const EventsQuery = Type.Object(
   {
     type: Type.Optional(
       Type.String({ pattern: '^[a-z_]{1,40}\\.([a-z_]{1,40}|\\*)$', description: 'an event type, or `<resource>.*`' }),
     ),
     target_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200, pattern: STORABLE_TEXT })),
+    sub_account_id: Type.Optional(
+      Type.String({
+        pattern: UUID_PATTERN,
+        description: "a sub-account's events: those of the sub-account itself, of its keys and of its portal sessions",
+      }),
+    ),
+    expand: Type.Optional(
+      Type.Literal('actor', { description: '`actor`: each actor also carries its name, prefix or sub-account' }),
+    ),
     since: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, inclusive' })),
     until: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, exclusive' })),
     limit: Limit,

@@ -1,8 +1,8 @@
-// Creating and deleting webhook endpoints with their events (docs/events.md): each change and its
-// event commit together or not at all. Neither event carries the secret: the presenter never shows it.
+// Creating, changing and deleting webhook endpoints with their events (docs/events.md): each change
+// and its event commit together or not at all. Neither event carries the secret: the presenter never shows it.
 import { randomUUID } from 'node:crypto'
 import { seal } from '../encryption/seal.js'
-import { type Origin, recordEvent } from '../events/record.js'
+import { markClaim, type Origin, recordEvent } from '../events/record.js'
 import type { Sql } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'
 import { cancelPendingDeliveries } from '../store/webhook-deliveries.js'
@@ -10,10 +10,12 @@ import {
   getWebhookEndpoint,
   insertWebhookEndpoint,
   markWebhookEndpointDeleted,
+  updateWebhookEndpoint,
+  type WebhookEndpointChange,
   type WebhookEndpointRow,
 } from '../store/webhook-endpoints.js'
 import { generateWebhookSecret, sealedSecretFor } from '../webhooks/signature.js'
-import { admitWebhookEndpoint } from './webhook-endpoint-admission.js'
+import { admitUrlChange, admitWebhookEndpoint } from './webhook-endpoint-admission.js'
 import type { WebhookEndpoint } from './webhook-schemas.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
@@ -87,5 +89,64 @@ export function deleteWebhookEndpointWithEvent(
       previous: { status: shown.status },
     })
     return true
+  })
+}
+
+/** Why an endpoint its parent disabled is disabled (`disabled_reason`). */
+export const DISABLED_BY_PARENT = 'disabled by its parent'
+
+/**
+ * Changes the parent's endpoint and writes `webhook_endpoint.updated` with the fields that changed
+ * as they were; null when there is none to change (unknown, another parent's, deleted). A change
+ * to what is already there writes no event, as every repeat. Disabling cancels the pending
+ * deliveries, as the worker's own disabling does; enabling again queues the events to come, not
+ * those missed meanwhile.
+ */
+export function updateWebhookEndpointWithEvent(
+  sql: Sql,
+  origin: Origin,
+  accountId: string,
+  id: string,
+  change: WebhookEndpointChange,
+): Promise<WebhookEndpointRow | null> {
+  return inTransaction(sql, async (tx) => {
+    const before = await getWebhookEndpoint(tx, accountId, id, { forUpdate: true })
+    if (before === null) return null
+    const shown = presentWebhookEndpoint(before)
+    const previous: Record<string, unknown> = {}
+    const effective: WebhookEndpointChange = {}
+    if (change.url !== undefined && change.url !== before.url) {
+      previous.url = before.url
+      effective.url = change.url
+    }
+    if (change.eventTypes !== undefined && JSON.stringify(change.eventTypes) !== JSON.stringify(before.event_types)) {
+      previous.event_types = before.event_types
+      effective.eventTypes = change.eventTypes
+    }
+    if (change.description !== undefined && change.description !== before.description) {
+      previous.description = before.description
+      effective.description = change.description
+    }
+    if (change.status !== undefined && change.status !== shown.status) {
+      previous.status = shown.status
+      previous.disabled_at = shown.disabled_at
+      previous.disabled_reason = shown.disabled_reason
+      effective.status = change.status
+    }
+    if (Object.keys(effective).length === 0) {
+      await markClaim(tx, origin, { type: 'webhook_endpoint', id })
+      return before
+    }
+    if (effective.url !== undefined) await admitUrlChange(tx, accountId, id, effective.url)
+    const after = await updateWebhookEndpoint(tx, accountId, id, effective, DISABLED_BY_PARENT)
+    if (effective.status === 'disabled') await cancelPendingDeliveries(tx, id)
+    await recordEvent(tx, origin, {
+      accountId,
+      type: 'webhook_endpoint.updated',
+      target: { type: 'webhook_endpoint', id },
+      object: presentWebhookEndpoint(after),
+      previous,
+    })
+    return after
   })
 }

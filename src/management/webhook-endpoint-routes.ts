@@ -1,5 +1,5 @@
-// Webhook endpoints of the calling parent: create, list, get, delete, a test send, its deliveries
-// and a delivery's resend (docs/api.md, Webhook endpoints). Registered before /:sub_id, though the router prefers the static segment anyway.
+// Webhook endpoints of the calling parent: create, list, get, change, delete, a test send, its
+// deliveries and a delivery's resend (docs/api.md, Webhook endpoints). Registered before /:sub_id, though the router prefers the static segment anyway.
 import { Type } from 'typebox'
 import { ApiError, validationFailed } from '../errors.js'
 import { EVENT_TYPES, markClaim, recordEvent } from '../events/record.js'
@@ -22,6 +22,7 @@ import {
   createWebhookEndpointWithEvent,
   deleteWebhookEndpointWithEvent,
   presentWebhookEndpoint,
+  updateWebhookEndpointWithEvent,
 } from './webhook-endpoint-changes.js'
 import {
   CreatedWebhookEndpoint,
@@ -30,6 +31,7 @@ import {
   CreateWebhookEndpointBody,
   DeliveryParams,
   DeliveryResent,
+  UpdateWebhookEndpointBody,
   WebhookEndpoint,
   WebhookEndpointPage,
   WebhookEndpointParams,
@@ -91,6 +93,16 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
   const { sql, cursors, webhooks } = context
   const notFoundEndpoint = () => notFound('webhook endpoint')
 
+  /** A 400 naming the first event type that is neither a catalogue type nor `<resource>.*`. */
+  const checkEventTypes = (types: readonly string[]) => {
+    const unknown = types.findIndex((name) => !isSubscribableEventType(name))
+    if (unknown !== -1) {
+      throw validationFailed([
+        { path: `/body/event_types/${unknown}`, message: 'is not an event type or <resource>.* (docs/events.md)' },
+      ])
+    }
+  }
+
   app.post(
     WEBHOOK_ENDPOINTS_PATH,
     {
@@ -102,12 +114,7 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
     },
     async (request, reply) => {
       const { body } = request
-      const unknown = body.event_types.findIndex((name) => !isSubscribableEventType(name))
-      if (unknown !== -1) {
-        throw validationFailed([
-          { path: `/body/event_types/${unknown}`, message: 'is not an event type or <resource>.* (docs/events.md)' },
-        ])
-      }
+      checkEventTypes(body.event_types)
       // The resolver's wait is bounded on its own and is not store work (management/hooks.ts).
       await outsideStoreDeadline(request, reply, () =>
         checkUrl(body.url, { allowInsecure: webhooks.allowInsecure, lookup: webhooks.lookup }),
@@ -155,6 +162,38 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
     async (request) => {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const row = await getWebhookEndpoint(sql, parentOf(request).id, id)
+      if (row === null) throw notFoundEndpoint()
+      return presentWebhookEndpoint(row)
+    },
+  )
+
+  app.patch(
+    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
+    {
+      schema: {
+        ...operation('updateWebhookEndpoint'),
+        params: WebhookEndpointParams,
+        body: UpdateWebhookEndpointBody,
+        response: { 200: WebhookEndpoint },
+      },
+    },
+    async (request, reply) => {
+      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
+      const { body } = request
+      if (body.event_types !== undefined) checkEventTypes(body.event_types)
+      // The URL rules of creation, the resolver's wait outside the store deadline as there.
+      if (body.url !== undefined) {
+        const url = body.url
+        await outsideStoreDeadline(request, reply, () =>
+          checkUrl(url, { allowInsecure: webhooks.allowInsecure, lookup: webhooks.lookup }),
+        )
+      }
+      const row = await updateWebhookEndpointWithEvent(sql, originOf(request), parentOf(request).id, id, {
+        ...(body.url === undefined ? {} : { url: body.url }),
+        ...(body.event_types === undefined ? {} : { eventTypes: body.event_types }),
+        ...(body.description === undefined ? {} : { description: body.description }),
+        ...(body.status === undefined ? {} : { status: body.status }),
+      })
       if (row === null) throw notFoundEndpoint()
       return presentWebhookEndpoint(row)
     },

@@ -15,21 +15,35 @@ const EventTypeName = Type.String({
   description: 'an event type of docs/events.md, or `<resource>.*` for every type of a resource',
 })
 
+const Url = Type.String({
+  minLength: 1,
+  maxLength: WEBHOOK_URL_MAX_LENGTH,
+  pattern: STORABLE_TEXT,
+  description:
+    'https, and never to a special-purpose address (loopback, private, link-local, metadata, and every block IANA marks not globally reachable)',
+})
+const EventTypes = Type.Array(EventTypeName, { minItems: 1, maxItems: WEBHOOK_EVENT_TYPES_MAX, uniqueItems: true })
+const Description = Nullable(Type.String({ maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH, pattern: STORABLE_TEXT }))
+
 export const CreateWebhookEndpointBody = Type.Object(
+  { url: Url, event_types: EventTypes, description: Type.Optional(Description) },
+  { additionalProperties: false },
+)
+
+// PATCH …/webhook-endpoints/{id}: the fields of creation, each optional, and the status.
+export const UpdateWebhookEndpointBody = Type.Object(
   {
-    url: Type.String({
-      minLength: 1,
-      maxLength: WEBHOOK_URL_MAX_LENGTH,
-      pattern: STORABLE_TEXT,
-      description:
-        'https, and never to a special-purpose address (loopback, private, link-local, metadata, and every block IANA marks not globally reachable)',
-    }),
-    event_types: Type.Array(EventTypeName, { minItems: 1, maxItems: WEBHOOK_EVENT_TYPES_MAX, uniqueItems: true }),
-    description: Type.Optional(
-      Nullable(Type.String({ maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH, pattern: STORABLE_TEXT })),
+    url: Type.Optional(Url),
+    event_types: Type.Optional(EventTypes),
+    description: Type.Optional(Description),
+    status: Type.Optional(
+      Type.Union([Type.Literal('active'), Type.Literal('disabled')], {
+        description:
+          '`disabled`: nothing is sent to it until it is `active` again (its pending deliveries are cancelled); `active` re-enables an endpoint, however it was disabled',
+      }),
     ),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, minProperties: 1 },
 )
 
 const EndpointFields = {

@@ -132,6 +132,8 @@ export interface EventFilter {
   /** One type, or every type of a prefix that ends in `.` (`api_key.`). */
   type: { exact: string } | { prefix: string } | null
   targetId: string | null
+  /** Events whose target is this sub-account, one of its keys or one of its portal sessions. */
+  subAccountId?: string | null
   /** created_at ≥ since. */
   since: Date | null
   /** created_at < until. */
@@ -140,6 +142,25 @@ export interface EventFilter {
 
 /** The character after `.` in byte order: `prefix` ≤ type < this bound is every type that starts so. */
 const afterPrefix = (prefix: string) => `${prefix.slice(0, -1)}/`
+
+/**
+ * The ids a sub-account's events target: its own, its keys' (rolled and revoked ones too) and its
+ * portal sessions'. As an array of text, so that the (account_id, target id, seq) index finds each.
+ */
+function subAccountTargets(s: Statement, subAccountId: string): string {
+  const id = s.param(subAccountId)
+  return `array(
+      select ${id}::text
+      union all select id::text from api_keys where tenant_id = ${id}::uuid
+      union all select id::text from portal_sessions where sub_account_id = ${id}::uuid)`
+}
+
+/** One of a parent's events by its id, or null (unknown, another parent's, or past retention). */
+export async function getEvent(db: Db, accountId: string, id: string): Promise<EventRow | null> {
+  const [row] = await db<EventRow[]>`
+    select ${db.unsafe(COLUMNS)} from events where id = ${id} and account_id = ${accountId}`
+  return row ?? null
+}
 
 /**
  * One page of a parent's events, newest first, by keyset on `seq`: ordered by the column, since the
@@ -156,11 +177,14 @@ export function listEvents(db: Db, accountId: string, filter: EventFilter): Prom
       ${filter.beforeSeq === null ? '' : `and seq < ${s.param(filter.beforeSeq)}`}
       ${type === null ? '' : 'exact' in type ? `and type = ${s.param(type.exact)}` : `and type >= ${s.param(type.prefix)} and type < ${s.param(afterPrefix(type.prefix))}`}
       ${filter.targetId === null ? '' : `and target ->> 'id' = ${s.param(filter.targetId)}`}
+      ${filter.subAccountId == null ? '' : `and target ->> 'id' = any(${subAccountTargets(s, filter.subAccountId)})`}
       ${filter.since === null ? '' : `and created_at >= ${s.param(filter.since)}`}
       ${filter.until === null ? '' : `and created_at < ${s.param(filter.until)}`}
     order by events.seq desc
     limit ${s.param(filter.limit)}`
-  const ranged = filter.since !== null || filter.until !== null || (type !== null && 'prefix' in type)
+  // A sub-account's targets are as many as it has keys and sessions: planned for them too.
+  const ranged =
+    filter.since !== null || filter.until !== null || (type !== null && 'prefix' in type) || filter.subAccountId != null
   return ranged ? s.runPlannedEachTime<EventPageRow[]>(db, text) : s.run<EventPageRow[]>(db, text)
 }
 

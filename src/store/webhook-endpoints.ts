@@ -93,3 +93,42 @@ export async function markWebhookEndpointDeleted(db: Db, accountId: string, id: 
     update webhook_endpoints set status = 'deleted', deleted_at = now(), secret_sealed = null
     where id = ${id} and account_id = ${accountId}`
 }
+
+/** What a parent may change of an endpoint (docs/api.md, Webhook endpoints); absent: kept. */
+export interface WebhookEndpointChange {
+  url?: string
+  eventTypes?: string[]
+  description?: string | null
+  /** `disabled` stops deliveries (their pending ones are cancelled by the caller); `active` resumes them. */
+  status?: 'active' | 'disabled'
+}
+
+/**
+ * Writes `change` to the endpoint and returns it as it now is. A status set to what it was leaves
+ * `disabled_at` and the reason as they were; re-enabling clears them and the run of failures, so
+ * that five days of failures count from the next one.
+ */
+export async function updateWebhookEndpoint(
+  db: Db,
+  accountId: string,
+  id: string,
+  change: WebhookEndpointChange,
+  reason: string,
+): Promise<WebhookEndpointRow> {
+  const { url, eventTypes, description, status } = change
+  const [row] = await db<WebhookEndpointRow[]>`
+    update webhook_endpoints set
+      url = ${url === undefined ? db`url` : db`${url}`},
+      event_types = ${eventTypes === undefined ? db`event_types` : db`array(select t from jsonb_array_elements_text(${db.json(eventTypes)}) with ordinality as given (t, n) order by n)`},
+      description = ${description === undefined ? db`description` : db`${description}`},
+      ${
+        status === 'disabled'
+          ? db`disabled_at = coalesce(disabled_at, now()), disabled_reason = coalesce(disabled_reason, ${reason}), status = 'disabled'`
+          : status === 'active'
+            ? db`disabled_at = null, disabled_reason = null, failing_since = null, status = 'active'`
+            : db`status = status`
+      }
+    where id = ${id} and account_id = ${accountId} and status <> 'deleted'
+    returning ${db.unsafe(COLUMNS)}`
+  return row!
+}

@@ -227,6 +227,53 @@ t.test('the policy removed: shown as none, the expiry optional again', async (t)
   t.equal(await page.getByTestId('mint-scopes-help').count(), 0, 'no scope hint')
 })
 
+t.test("the scope picker: within the operator's ceiling and the key policy; typing still works", async (t) => {
+  await gateway.sql`update tenants set allowed_scopes = array['orders:read', 'tracking:*', 'billing:read']
+                    where id = ${parent.id}`
+  t.teardown(() => gateway.sql`update tenants set allowed_scopes = null where id = ${parent.id}`)
+  const patched = await gateway.call(parent.apiKey, {
+    method: 'PATCH',
+    url: `/v1/sub-accounts/${subId}`,
+    acting: 'self',
+    body: { key_policy: { allowed_scopes: ['tracking:*', 'billing:read', 'billing:write'] } },
+  })
+  t.equal(patched.statusCode, 200)
+  await page.reload()
+  await page.getByTestId('keys').waitFor()
+  const picker = mintForm().getByTestId('scope-picker')
+  await picker.waitFor()
+  t.same(
+    await picker.getByRole('button').allInnerTexts(),
+    ['billing:read', 'tracking:*'],
+    'what both lists allow: not orders:read (the policy), nor billing:write (the ceiling)',
+  )
+  t.match(await picker.innerText(), /within the account's scope ceiling and the key policy/, 'says what bounds it')
+  t.match(
+    await page.getByTestId('mint-scopes-ceiling').innerText(),
+    /ceiling \(set by the gateway's operator\) allows only orders:read tracking:\* billing:read/,
+    'the ceiling beside the field',
+  )
+  const scopes = mintForm().getByLabel(/^Scopes/)
+  t.match(await scopes.getAttribute('aria-describedby'), /mint-scopes-ceiling/, 'which describes the field')
+  // A scope the picker does not list, typed; one pressed beside it.
+  await mintForm().getByLabel('Name', { exact: true }).fill('picked')
+  await scopes.fill('tracking:read')
+  await picker.getByRole('button', { name: 'billing:read' }).click()
+  t.equal(await scopes.inputValue(), 'tracking:read billing:read')
+  await mintForm().getByRole('button', { name: 'Mint key' }).click()
+  await page.getByTestId('dialog').waitFor()
+  await page.keyboard.press('Escape')
+  await page.getByTestId('dialog').waitFor({ state: 'detached' })
+  const keys = await gateway.call(parent.apiKey, {
+    method: 'GET',
+    url: `/v1/sub-accounts/${subId}/api-keys`,
+    acting: 'self',
+  })
+  const picked = (keys.json() as { data: { name: string; scopes: string[] }[] }).data.find((k) => k.name === 'picked')
+  t.same(picked?.scopes, ['tracking:read', 'billing:read'], 'minted with both')
+  await screen('scope-picker')
+})
+
 t.test('the longest allow-list fits 390 pixels', async (t) => {
   const many = Array.from({ length: 100 }, (_, i) => `2001:db8:${i.toString(16)}:ffff:ffff:ffff:ffff:0/112`)
   const patched = await gateway.call(parent.apiKey, {

@@ -99,10 +99,13 @@ export function Dialog({
   title,
   onClose,
   children,
+  wide = false,
 }: {
   title: string
   onClose: () => void
   children: ComponentChildren
+  /** Room for a table or JSON (an event's data), not only a sentence and a field. */
+  wide?: boolean
 }) {
   const ref = useRef<HTMLDialogElement>(null)
   useEffect(() => {
@@ -111,7 +114,13 @@ export function Dialog({
     return () => dialog?.close()
   }, [])
   return (
-    <dialog ref={ref} aria-labelledby="dialog-title" onClose={onClose} data-testid="dialog">
+    <dialog
+      ref={ref}
+      aria-labelledby="dialog-title"
+      onClose={onClose}
+      data-testid="dialog"
+      class={wide ? 'wide' : undefined}
+    >
       <h2 id="dialog-title">{title}</h2>
       {children}
       <div class="dialog-actions">

@@ -1,9 +1,12 @@
-// The audit log: newest first, filtered by type (one, or a resource's `*`), target id (from the
-// address too: #/events?target_id=…, as a sub-account's page links it) and UTC dates, paged. A
-// target is shown by its name (the event's object has it), linked when it is a sub-account.
+// The audit log: newest first, filtered by type (one, or a resource's `*`), target id, sub-account
+// (its own events, its keys' and its portal sessions': #/events?sub_account_id=…, as a
+// sub-account's page links it) and UTC dates, paged. A target is shown by its name (the event's
+// object has it), an actor by the name the API gives with `expand=actor`, each linked to its
+// sub-account's page when it has one; an event's data opens in a dialog, a field a row.
 import { useEffect, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
-import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
+import { announce, Dialog, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
+import { EventData } from './event-data.js'
 import type { AuditEvent } from './types.js'
 
 /** The event catalogue (docs/events.md), each resource's `*` first; the webhooks form offers it too. */
@@ -21,10 +24,15 @@ export const TYPES = [
   'account.*',
   'account.limits_updated',
   'account.scopes_updated',
+  'account.portal_origins_updated',
   'webhook_endpoint.*',
   'webhook_endpoint.created',
+  'webhook_endpoint.updated',
   'webhook_endpoint.deleted',
   'webhook_endpoint.test',
+  'portal_session.*',
+  'portal_session.created',
+  'portal_session.ended',
   'usage.*',
   'usage.threshold_reached',
   'rate_limit.*',
@@ -54,14 +62,46 @@ function targetName(e: AuditEvent): string | null {
   return text(object.name)
 }
 
+const subAccountLink = (id: string) => `#/sub-accounts/${encodeURIComponent(id)}`
+
+/**
+ * Who made the change, as `expand=actor` names them: a key by its name and prefix (linked to its
+ * sub-account when it is one's), a portal session by its sub-account, the operator, the gateway.
+ */
+function Actor({ actor }: { actor: AuditEvent['actor'] }) {
+  if (actor.type === 'operator') return <>the operator (CLI)</>
+  if (actor.type === 'gateway') return <>the gateway (an alert)</>
+  if (actor.type === 'portal_session') {
+    const sub = actor.sub_account_id ?? null
+    return (
+      <>
+        {sub === null ? 'a portal session' : <a href={subAccountLink(sub)}>a portal session of its sub-account</a>}
+        <span class="sub-line mono">{actor.id ?? ''}</span>
+      </>
+    )
+  }
+  const named = actor.name != null ? `key ${actor.name}${actor.prefix != null ? ` (${actor.prefix}…)` : ''}` : null
+  const sub = actor.sub_account_id ?? null
+  return (
+    <>
+      {named === null ? 'a key' : sub === null ? `${named}, the parent's` : <a href={subAccountLink(sub)}>{named}</a>}
+      <span class="sub-line mono">{actor.key_id ?? ''}</span>
+    </>
+  )
+}
+
 export function EventsScreen({ search = '' }: { search?: string }) {
-  const fromAddress = new URLSearchParams(search).get('target_id') ?? ''
+  const address = new URLSearchParams(search)
+  const targetFromAddress = address.get('target_id') ?? ''
+  const subFromAddress = address.get('sub_account_id') ?? ''
   const [type, setType] = useState('')
-  const [target, setTarget] = useState(fromAddress)
+  const [target, setTarget] = useState(targetFromAddress)
+  const [sub, setSub] = useState(subFromAddress)
   const [from, setFrom] = useState('')
   const [to, setTo] = useState('')
-  const [filters, setFilters] = useState({ type: '', target: fromAddress, from: '', to: '' })
+  const [filters, setFilters] = useState({ type: '', target: targetFromAddress, sub: subFromAddress, from: '', to: '' })
   const [page, setPage] = useState<Page<AuditEvent> | null>(null)
+  const [shown, setShown] = useState<AuditEvent | null>(null)
   const pager = usePager()
   const load = useAction()
 
@@ -73,10 +113,12 @@ export function EventsScreen({ search = '' }: { search?: string }) {
         `/events${query({
           type: filters.type,
           target_id: filters.target,
+          sub_account_id: filters.sub,
           since: filters.from === '' ? '' : `${filters.from}T00:00:00Z`,
           until: filters.to === '' ? '' : dayAfter(filters.to),
           limit: 25,
           cursor: pager.cursor,
+          expand: 'actor',
         })}`,
       )
       if (!current()) return
@@ -93,7 +135,7 @@ export function EventsScreen({ search = '' }: { search?: string }) {
         onSubmit={(e) => {
           e.preventDefault()
           pager.reset()
-          setFilters({ type, target: target.trim(), from, to })
+          setFilters({ type, target: target.trim(), sub: sub.trim(), from, to })
         }}
       >
         <div class="field">
@@ -110,6 +152,10 @@ export function EventsScreen({ search = '' }: { search?: string }) {
         <div class="field">
           <label for="event-target">Target id</label>
           <input id="event-target" class="mono" value={target} onInput={(e) => setTarget(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="event-sub">Sub-account id (with its keys)</label>
+          <input id="event-sub" class="mono" value={sub} onInput={(e) => setSub(e.currentTarget.value)} />
         </div>
         <div class="field">
           <label for="event-from">From (UTC date)</label>
@@ -154,16 +200,17 @@ export function EventsScreen({ search = '' }: { search?: string }) {
                     )}
                     <span class="sub-line mono">{e.target.id}</span>
                   </td>
-                  <td data-label="By">{e.actor.type === 'api_key' ? `key ${e.actor.key_id ?? ''}` : e.actor.type}</td>
-                  <td data-label="Details">
-                    <details>
-                      <summary>
-                        Data<span class="visually-hidden"> of {e.id}</span>
-                      </summary>
-                      <pre>
-                        {JSON.stringify({ request_id: e.request_id, source_ip: e.source_ip, data: e.data }, null, 2)}
-                      </pre>
-                    </details>
+                  <td data-label="By" data-testid="event-actor">
+                    <Actor actor={e.actor} />
+                  </td>
+                  <td data-label="Details" class="row-actions">
+                    <button type="button" class="secondary small" onClick={() => setShown(e)}>
+                      Data
+                      <span class="visually-hidden">
+                        {' '}
+                        of {e.type} at {formatTime(e.created_at)}
+                      </span>
+                    </button>
                   </td>
                 </tr>
               ))}
@@ -172,6 +219,12 @@ export function EventsScreen({ search = '' }: { search?: string }) {
         </div>
       )}
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Events" />}
+      {shown !== null && (
+        <Dialog title={`${shown.type}, ${formatTime(shown.created_at)}`} onClose={() => setShown(null)} wide>
+          <p class="mono sub-line">{shown.id}</p>
+          <EventData event={shown} />
+        </Dialog>
+      )}
     </section>
   )
 }

@@ -23,6 +23,7 @@ import { describedBy, errorsByField, FieldErrors, listOf } from './field-errors.
 import { describeDuration } from './key-policy.js'
 import { requestsHash } from './request-filters.js'
 import { servedRoutes } from './routes.js'
+import { grantableScopes } from './scope-picker.js'
 import type { ApiKey, KeyPolicy, MintedKey, MintKeyRequest } from './types.js'
 
 /** How a control names the key it acts on: a roll leaves two keys of one name, never one prefix. */
@@ -50,6 +51,8 @@ export interface KeysClient {
   revoke(keyId: string): Promise<unknown>
   /** The address of a key's requests, or null where the page has none to show. */
   requestsOf(key: ApiKey): string | null
+  /** The account's scope ceiling (null: none); absent where the page cannot read it (the portal). */
+  ceiling?(): Promise<string[] | null>
 }
 
 export function subAccountKeys(subId: string): KeysClient {
@@ -60,6 +63,7 @@ export function subAccountKeys(subId: string): KeysClient {
       api<MintedKey>('POST', `/${subId}/api-keys/${keyId}/roll`, { expires_in_seconds: seconds }),
     revoke: (keyId) => api('POST', `/${subId}/api-keys/${keyId}/revoke`),
     requestsOf: (key) => requestsHash({ key_id: key.id }),
+    ceiling: async () => (await api<{ allowed_scopes: string[] | null }>('GET', '/scopes')).allowed_scopes,
   }
 }
 
@@ -274,16 +278,29 @@ const MINT_SUBJECTS = {
   ip_allowlist: 'The IP allow-list',
 }
 
-/** Whether a key policy's allowed scopes (exact, or a `prefix:*` pattern) admit `scope`; none: any. */
-function allowedBy(patterns: readonly string[] | null, scope: string): boolean {
-  if (patterns === null) return true
-  return patterns.some((p) => (p.endsWith('*') ? scope.startsWith(p.slice(0, -1)) : p === scope))
+/** The scopes the gateway's routes ask for (the page's route list). */
+function routeScopes(): string[] {
+  return servedRoutes().flatMap((r) => (r.public ? [] : [...r.scopes.read, ...r.scopes.write]))
 }
 
-/** The scopes the gateway's routes ask for (the page's route list), those the key policy allows. */
-function routeScopes(policy: KeyPolicy): string[] {
-  const all = servedRoutes().flatMap((r) => (r.public ? [] : [...r.scopes.read, ...r.scopes.write]))
-  return [...new Set(all)].filter((scope) => allowedBy(policy.allowed_scopes, scope)).sort()
+/**
+ * The account's scope ceiling, read once the form is shown: undefined while it is read or where it
+ * cannot be (the portal: the mint is held to it all the same), null when the account has none.
+ */
+function useCeiling(client: KeysClient): string[] | null | undefined {
+  const [ceiling, setCeiling] = useState<string[] | null | undefined>(undefined)
+  useEffect(() => {
+    let live = true
+    // A failed read leaves the picker unbound by the ceiling: the mint's refusal says the rest.
+    client
+      .ceiling?.()
+      .then((read) => live && setCeiling(read))
+      .catch(() => {})
+    return () => {
+      live = false
+    }
+  }, [client])
+  return ceiling
 }
 
 /** The expiry field's shortcuts: a label and days from now (0: no expiry), within the policy's bound. */
@@ -303,9 +320,9 @@ function localField(ms: number): string {
 }
 
 /**
- * The form shows the policy's bounds beside the fields they bound; the API holds a mint to them
- * (and to the account's scope ceiling, which only the operator sees), and its refusals are shown
- * beside the field they name.
+ * The form shows the policy's bounds and the account's scope ceiling beside the fields they bound,
+ * and offers the scopes within both (scope-picker.ts); the API holds a mint to them, and its
+ * refusals are shown beside the field they name. A scope the picker does not list can be typed.
  */
 function MintForm({
   client,
@@ -322,7 +339,13 @@ function MintForm({
   // The scopes field's text, so that the route scopes offered beside it show which it holds.
   const [scopesText, setScopesText] = useState('')
   const chosen = listOf(scopesText) ?? []
-  const offered = routeScopes(policy)
+  const ceiling = useCeiling(client)
+  const offered = grantableScopes(routeScopes(), ceiling ?? null, policy.allowed_scopes)
+  // What bounds the offer, said above it (with no bound it is the routes' scopes).
+  const bounds = [
+    ceiling != null && "the account's scope ceiling",
+    policy.allowed_scopes !== null && 'the key policy',
+  ].filter((bound) => bound !== false)
   const toggleScope = (scope: string) =>
     setScopesText((chosen.includes(scope) ? chosen.filter((s) => s !== scope) : [...chosen, scope]).join(' '))
   const maxTtl = policy.max_ttl_seconds
@@ -381,19 +404,34 @@ function MintForm({
           onInput={(e) => setScopesText(e.currentTarget.value)}
           aria-invalid={errors.has('scopes') || undefined}
           aria-describedby={describedBy(
+            'mint-scopes-typed',
             policy.allowed_scopes !== null && 'mint-scopes-help',
+            ceiling != null && 'mint-scopes-ceiling',
             errors.has('scopes') && 'mint-scopes-error',
           )}
         />
+        <span id="mint-scopes-typed" class="help hint">
+          Press the scopes offered below, or type any other scope the key needs.
+        </span>
         {policy.allowed_scopes !== null && (
           <span id="mint-scopes-help" class="help hint" data-testid="mint-scopes-help">
             The key policy allows only <span class="mono">{policy.allowed_scopes.join(' ')}</span> (a pattern such as
             tracking:* allows every tracking: scope).
           </span>
         )}
+        {ceiling != null && (
+          <span id="mint-scopes-ceiling" class="help hint" data-testid="mint-scopes-ceiling">
+            The account's scope ceiling (set by the gateway's operator) allows only{' '}
+            <span class="mono">{ceiling.join(' ')}</span>.
+          </span>
+        )}
         {offered.length > 0 && (
           <div class="presets" data-testid="scope-picker">
-            <span class="help">The routes' scopes{policy.allowed_scopes === null ? '' : ' the policy allows'}:</span>
+            <span class="help">
+              {bounds.length === 0
+                ? "The routes' scopes:"
+                : `The scopes this key may be given, within ${bounds.join(' and ')}:`}
+            </span>
             {offered.map((scope) => (
               <button
                 key={scope}

@@ -88,7 +88,7 @@ export function SubAccountScreen({ id }: { id: string }) {
             <a href={requestsHash({ sub_account_id: sub.id })} class="action-link">
               Requests
             </a>
-            <a href={`#/events?target_id=${encodeURIComponent(sub.id)}`} class="action-link">
+            <a href={`#/events?sub_account_id=${encodeURIComponent(sub.id)}`} class="action-link">
               Events<span class="visually-hidden"> of {sub.name}</span>
             </a>
             {sub.status === 'active' ? (

@@ -1,5 +1,6 @@
 // Webhook endpoints: create (the event types picked from the catalogue; the signing secret shown
-// once), list, a test send, delete, and one endpoint's deliveries, each of which can be sent again.
+// once), list, edit (webhook-edit.tsx), a test send, delete, and one endpoint's deliveries, each of
+// which can be sent again and shows the body its receiver got.
 import { useEffect, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import {
@@ -16,19 +17,16 @@ import {
   usePager,
   useAction,
 } from './components.js'
-import { TYPES } from './events.js'
-import type { Delivery, WebhookEndpoint } from './types.js'
-
-/** The catalogue by resource: `sub_account` → its `*` and its types. */
-const RESOURCES = [...new Set(TYPES.map((type) => type.slice(0, type.indexOf('.'))))].map((resource) => ({
-  resource,
-  types: TYPES.filter((type) => type.startsWith(`${resource}.`) && !type.endsWith('.*')),
-}))
+import { deliveredBody } from './event-data.js'
+import { EventTypesFieldset } from './event-type-picker.js'
+import type { AuditEvent, Delivery, WebhookEndpoint } from './types.js'
+import { EditEndpoint } from './webhook-edit.js'
 
 export function WebhooksScreen() {
   const [page, setPage] = useState<Page<WebhookEndpoint> | null>(null)
   const [secret, setSecret] = useState<string | null>(null)
   const [selected, setSelected] = useState<WebhookEndpoint | null>(null)
+  const [editing, setEditing] = useState<WebhookEndpoint | null>(null)
   const [reload, setReload] = useState(0)
   // What the last test send did, shown under the list (and said in the live region).
   const [tested, setTested] = useState<string | null>(null)
@@ -80,6 +78,7 @@ export function WebhooksScreen() {
     change.run(async () => {
       await api('DELETE', `/webhook-endpoints/${endpoint.id}`)
       if (selected?.id === endpoint.id) setSelected(null)
+      if (editing?.id === endpoint.id) setEditing(null)
       setReload((n) => n + 1)
     }, 'Endpoint deleted')
   }
@@ -93,26 +92,7 @@ export function WebhooksScreen() {
           <label for="endpoint-url">URL (https)</label>
           <input id="endpoint-url" name="url" type="url" required class="mono" />
         </div>
-        <fieldset class="event-types" aria-describedby="endpoint-types-help">
-          <legend>Event types</legend>
-          <p id="endpoint-types-help" class="help">
-            Pick at least one: every event of a kind (and those added to it later), or single types.
-          </p>
-          {RESOURCES.map(({ resource, types }) => (
-            <div key={resource} class="event-group">
-              <label class="check">
-                <input type="checkbox" name="event_types" value={`${resource}.*`} />
-                Every <span class="mono">{resource}</span> event (<span class="mono">{resource}.*</span>)
-              </label>
-              {types.map((type) => (
-                <label key={type} class="check nested">
-                  <input type="checkbox" name="event_types" value={type} />
-                  <span class="mono">{type}</span>
-                </label>
-              ))}
-            </div>
-          ))}
-        </fieldset>
+        <EventTypesFieldset idPrefix="endpoint" />
         <div class="field">
           <label for="endpoint-description">Description (optional)</label>
           <input id="endpoint-description" name="description" maxLength={500} />
@@ -157,6 +137,9 @@ export function WebhooksScreen() {
                     <button type="button" onClick={() => setSelected(w)} aria-pressed={selected?.id === w.id}>
                       Deliveries<span class="visually-hidden"> to {w.url}</span>
                     </button>
+                    <button type="button" onClick={() => setEditing(w)} aria-pressed={editing?.id === w.id}>
+                      Edit<span class="visually-hidden"> {w.url}</span>
+                    </button>
                     {w.status === 'active' && (
                       <button type="button" disabled={change.busy} onClick={() => sendTest(w)}>
                         Send test event<span class="visually-hidden"> to {w.url}</span>
@@ -174,6 +157,18 @@ export function WebhooksScreen() {
       )}
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Endpoints" />}
       <Confirmation text={change.error === null ? tested : null} testId="test-sent" />
+      {editing !== null && (
+        <EditEndpoint
+          key={editing.id}
+          endpoint={editing}
+          onSaved={(changed) => {
+            setEditing(changed)
+            if (selected?.id === changed.id) setSelected(changed)
+            setReload((n) => n + 1)
+          }}
+          onCancel={() => setEditing(null)}
+        />
+      )}
       {selected !== null && <Deliveries key={`${selected.id}-${deliveriesShown}`} endpoint={selected} />}
       {secret !== null && (
         <Dialog
@@ -197,6 +192,7 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
   const [page, setPage] = useState<Page<Delivery> | null>(null)
   const [reload, setReload] = useState(0)
   const [resent, setResent] = useState<string | null>(null)
+  const [payloadOf, setPayloadOf] = useState<Delivery | null>(null)
   const pager = usePager()
   const load = useAction()
   const resend = useAction()
@@ -269,7 +265,12 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
                   <td data-label="At">{formatTime(d.attempted_at)}</td>
                   <td data-label="Next attempt">{formatTime(d.next_attempt_at)}</td>
                   <td data-label="Actions" class="row-actions">
-                    {/* One button an event, on its newest attempt (the list is newest first). */}
+                    {/* One button of each an event, on its newest attempt (the list is newest first). */}
+                    {page.data.findIndex((o) => o.event_id === d.event_id) === i && (
+                      <button type="button" class="secondary" onClick={() => setPayloadOf(d)}>
+                        Payload<span class="visually-hidden"> of {d.event_id}</span>
+                      </button>
+                    )}
                     {endpoint.status === 'active' && page.data.findIndex((o) => o.event_id === d.event_id) === i && (
                       <button type="button" disabled={resend.busy} onClick={() => sendAgain(d)}>
                         Send again<span class="visually-hidden"> {d.event_id}</span>
@@ -285,6 +286,37 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
       <ErrorMessage error={resend.error} />
       <Confirmation text={resend.error === null ? resent : null} testId="resent" />
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Deliveries" />}
+      {payloadOf !== null && <Payload delivery={payloadOf} onClose={() => setPayloadOf(null)} />}
     </section>
+  )
+}
+
+/**
+ * What the receiver got for a delivery: the body, made from the event (`GET /events/{id}`) as the
+ * worker makes it, pretty-printed as text. An event past the audit log's retention is gone: said.
+ */
+function Payload({ delivery, onClose }: { delivery: Delivery; onClose: () => void }) {
+  const [event, setEvent] = useState<AuditEvent | null>(null)
+  const load = useAction()
+  useEffect(() => {
+    load.run(async (current) => {
+      const read = await api<AuditEvent>('GET', `/events/${encodeURIComponent(delivery.event_id)}`)
+      if (current()) setEvent(read)
+    })
+  }, [delivery.event_id])
+  return (
+    <Dialog title={`Payload of ${delivery.event_type}`} onClose={onClose} wide>
+      <p>
+        The body of every attempt at <span class="mono">{delivery.event_id}</span>, as its receiver got it (signed; its{' '}
+        <span class="mono">webhook-id</span> header is the event id).
+      </p>
+      <ErrorMessage error={load.error} />
+      {event === null && load.error === null && <Loading what="the payload" />}
+      {event !== null && (
+        <pre class="json" data-testid="payload">
+          {deliveredBody(event)}
+        </pre>
+      )}
+    </Dialog>
   )
 }
