@@ -681,6 +681,7 @@ async function explainEach(
       await listRequests(traced, accountId, filter)
       // Every statement of the page (queries.ts reads a page in rounds of two), each explained.
       const statements = caught
+      caught = []
       const custom: Explained[] = []
       const generic: Explained[] = []
       for (const [n, { query, parameters }] of statements.entries()) {

@@ -24,6 +24,14 @@ export function refusalKind(decision: Decision): 'rate' | 'quota' {
 }
 
 export function limitRefusal(decision: Decision): ApiError {
+  // Not known to be over: the tenant's limits were not read in time. As an unknown key is while
+  // the store cannot answer (docs/api.md), a 503 to retry, never a 429 that says it is over.
+  if (decision.undecided)
+    return new ApiError(
+      'store_unavailable',
+      `the limits of this request's tenant could not be read in time (${decision.violated.join(', ')}); retry in a second`,
+      { headers: { 'retry-after': '1' } },
+    )
   const kind = refusalKind(decision)
   const code = kind === 'quota' ? 'quota_exceeded' : 'rate_limited'
   const detail =

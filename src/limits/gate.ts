@@ -46,6 +46,8 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
   }
 
   function decide(request: FastifyRequest, reply: FastifyReply, decision: Decision): ApiError | undefined {
+    // Not refused by a limit, nor counted as such: its limits were not read in time (a 503).
+    if (decision.undecided) return limitRefusal(decision)
     count(decision)
     setRateLimitFields(reply, decision)
     if (!decision.allowed) {

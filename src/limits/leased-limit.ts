@@ -124,6 +124,11 @@ export abstract class LeasedLimit {
     }
   }
 
+  /** Whether an answer is under way: a lease call (or, for a quota, its month read from Postgres). */
+  awaitingAnswer(): boolean {
+    return this.inflight
+  }
+
   /** Resolves once the call under way, if any, is over (never rejects). */
   async settled(): Promise<void> {
     await this.pending?.catch(() => {})

@@ -32,7 +32,7 @@ const WARM_WAIT_MS = 300
  * the first may be: awaiting the settled calls instead would loop without ever yielding.
  */
 function answered(limits: readonly LeasedLimit[], now: number): Promise<unknown> {
-  if (limits.some((limit) => limit.inflight)) return Promise.all(limits.map((limit) => limit.settled()))
+  if (limits.some((limit) => limit.awaitingAnswer())) return Promise.all(limits.map((limit) => limit.settled()))
   const next = Math.min(...limits.map((limit) => limit.nextCallAt))
   return new Promise((resolve) => setTimeout(resolve, Math.max(1, next - now)).unref())
 }
@@ -202,6 +202,8 @@ export class Limiter {
       await this.warm(subjects, Math.max(1, deadline - this.now()))
       const decision = this.admit(subjects)
       const now = this.now()
+      if (!decision.allowed && now >= deadline && this.applicable(subjects, now).some((limit) => limit.mode === 'cold'))
+        return { ...decision, undecided: true }
       if (decision.allowed || now >= deadline || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
         (limit) => decision.violated.includes(limit.name) && limit.starved(now),

@@ -72,6 +72,10 @@ export class QuotaLimit extends LeasedLimit {
     )
   }
 
+  override awaitingAnswer(): boolean {
+    return this.inflight || this.loading
+  }
+
   protected async call(now: number, { keep, spent, returned, wanted, extra }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     // Redis counts `keep` only when its copy of the month is not the one this lease came from

@@ -46,6 +46,11 @@ export interface Decision {
   retryAfterSeconds: number
   /** Every policy that applies, in that order, for the RateLimit-Policy / RateLimit headers. */
   policies: PolicyState[]
+  /**
+   * Refused because a limit had no first answer within the wait (Redis or Postgres too slow): not
+   * known to be over, so not a 429 (limits/answer.ts).
+   */
+  undecided?: true
 }
 
 /** Counters the limiter feeds; every member is optional (a Tally fits `{ inc() }`). */

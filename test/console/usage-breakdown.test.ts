@@ -61,8 +61,6 @@ await send(parent.apiKey, '/v1/ok', acme.id)
 for (let i = 0; i < 2; i++) await send(quietKey.api_key, '/v1/ok')
 await gateway.app.usageMeter.flush()
 // Its limits once the traffic is in: the screens show use against them, not the limiter at work.
-// (Set before, the very first request of a new sub-account with a quota was refused
-// quota_exceeded in this embedded setup: reported, not this test's subject.)
 await manage('PATCH', `/v1/sub-accounts/${acme.id}`, {
   limits: { rate: { requests: 500, per_seconds: 60 }, monthly_quota: { requests: 40 } },
 })

@@ -1,6 +1,7 @@
 // The limiter's accounting (src/limits/) with a fake clock: in embedded mode, and against a lease
 // store in memory whose answers the test gives by hand, so that every call and its arguments show.
 import t from 'tap'
+import { limitRefusal } from '../../src/limits/answer.js'
 import { limitKeys } from '../../src/limits/keys.js'
 import type { LeaseStore, QuotaAnswer, QuotaCall, RateAnswer, RateCall } from '../../src/limits/lease-store.js'
 import { Limiter } from '../../src/limits/limiter.js'
@@ -447,4 +448,36 @@ t.test('a spent quota: the requests after its empty answer are refused from memo
   t.ok(limiter.isWarm(subjects), 'spent again: from memory again')
   t.notOk(limiter.admit(subjects).allowed)
   await store.close(limiter)
+})
+
+t.test("embedded: a new tenant's first request waits for its month's use from Postgres", async (t) => {
+  // A read of 40 ms: longer than the three rounds of a millisecond warm made when it waited on
+  // lease calls only (there are none in embedded mode), which refused the request quota_exceeded.
+  const limiter = new Limiter({
+    redis: null,
+    keyPrefix: 't:',
+    loadMonthUse: () => new Promise((done) => setTimeout(() => done(3), 40)),
+    sweepEveryMs: 0,
+  })
+  t.teardown(() => limiter.close())
+  const decision = await limiter.admitWhenWarm([sub({ monthlyQuota: { requests: 40 } })])
+  t.equal(decision.allowed, true, 'admitted')
+  t.equal(decision.policies[0]?.remaining, 36, '3 used before it, 1 by it')
+})
+
+t.test('a limit not read within the wait is undecided: a 503 to retry, not a 429', async (t) => {
+  const limiter = new Limiter({
+    redis: null,
+    keyPrefix: 't:',
+    loadMonthUse: () => new Promise((done) => setTimeout(() => done(0), 2_000)),
+    sweepEveryMs: 0,
+  })
+  t.teardown(() => limiter.close())
+  const decision = await limiter.admitWhenWarm([sub({ monthlyQuota: { requests: 40 } })], 50)
+  t.equal(decision.allowed, false)
+  t.equal(decision.undecided, true, 'not known to be over')
+  const refusal = limitRefusal(decision)
+  t.equal(refusal.code, 'store_unavailable')
+  t.equal(refusal.status, 503)
+  t.match(refusal.message, /could not be read in time/)
 })
