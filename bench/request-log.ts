@@ -680,7 +680,8 @@ async function explainEach(
       caught = []
       await listRequests(traced, accountId, filter)
       // Every statement of the page (queries.ts reads a page in rounds of two), each explained.
-      const statements = caught
+      // Its statements, not the transaction's own (begin, set local, commit).
+      const statements = caught.filter(({ query }) => /^\s*(select|with)\b/i.test(query))
       caught = []
       const custom: Explained[] = []
       const generic: Explained[] = []

@@ -282,3 +282,60 @@ t.test('a log of a row a record, from before the arrays, is converted whole at s
   await ensureRequestLogTable(sql)
   t.equal((await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)).length, 1300, 'a second start changes nothing')
 })
+
+t.test('a time range across days: each day kept in its partition, each record by its own time', async (t) => {
+  const { sql, writer } = await writerOn(t, 500)
+  const [account] = ACCOUNTS as [string]
+  const midnight = Math.floor(Date.now() / DAY_MS) * DAY_MS
+  const times = [-DAY_MS - 500, -DAY_MS / 2, -1_000, -0.4, 0, 0.6, 1_000, 5_000]
+  times.forEach((offset, i) =>
+    writer.add({
+      id: madeId(9000 + i),
+      idGiven: false,
+      timeMs: midnight + offset,
+      accountId: account,
+      tenantId: uuid(2, 1),
+      keyId: uuid(3, 1),
+      method: 'GET',
+      route: '/api',
+      path: `/t/${i}`,
+      status: 200,
+      code: null,
+      durationMs: 1,
+      requestBytes: 0,
+      responseBytes: 2,
+      sourceIp: '127.0.0.1',
+    }),
+  )
+  await writer.flush()
+  const bounds: [number | null, number | null][] = [
+    [0, null],
+    [-DAY_MS / 2, null],
+    [-DAY_MS / 2, 0],
+    [-1, 1],
+    [null, -DAY_MS / 2 + 1],
+    [-DAY_MS, DAY_MS],
+  ]
+  for (const [since, until] of bounds) {
+    const expected = times
+      .map((offset, i) => ({ offset, path: `/t/${i}` }))
+      .filter(({ offset }) => (since === null || offset >= since) && (until === null || offset < until))
+      .map(({ path }) => path)
+      .reverse()
+    const got = await allPages(
+      sql,
+      account,
+      {
+        ...NO_FILTER,
+        since: since === null ? null : new Date(midnight + since),
+        until: until === null ? null : new Date(midnight + until),
+      },
+      2,
+    )
+    t.same(
+      got.map((row) => row.path),
+      expected,
+      `since ${since} until ${until} (ms from midnight)`,
+    )
+  }
+})
