@@ -1,9 +1,8 @@
 // The request log as the API reads it (docs/api.md, Request log): one parent's records, newest
 // first. A page is read in rounds of two statements, each planned the same way whatever the data:
 // the next rows whose summaries may match (an index's order, a literal LIMIT), then, in those rows,
-// the places (row seq, position) of the records that do match among those rows (a range of seq: a
-// list would be a filter rather than an index condition), read from only the arrays the filters
-// need, and their fields by position. A round that leaves the page short looks further.
+// the places (row seq, position) of the records that do match among those rows, read from only the
+// arrays the filters need, and their fields by position. A round that leaves the page short looks further.
 import type { PendingQuery, Row } from 'postgres'
 import type { Sql, Tx } from '../store/db.js'
 import { DAY_MS, dayOf } from './partitions.js'
@@ -79,17 +78,27 @@ const FIELD_OF: Record<string, string> = {
   times_us: 'time_us',
 }
 
-export function listRequests(sql: Sql, accountId: string, f: RequestFilter): Promise<RequestRow[]> {
+/** Rows a round walks newest first by the account's index before a sub-account's or key's own index. */
+const WALKED_ROWS = 1_000
+
+/** `walkedRows`: WALKED_ROWS, which tests make small to reach the rows past them. */
+export function listRequests(
+  sql: Sql,
+  accountId: string,
+  f: RequestFilter,
+  walkedRows = WALKED_ROWS,
+): Promise<RequestRow[]> {
   // Each statement planned for its values: the generic plan Postgres may choose for a prepared
   // statement after its fifth run cannot know how rare a filter's value is (bench/README.md).
   return sql.begin(async (tx) => {
     await tx`set local plan_cache_mode = force_custom_plan`
-    return pageOf(tx, accountId, f)
+    return pageOf(tx, accountId, f, walkedRows)
   })
 }
 
-async function pageOf(sql: Tx, accountId: string, f: RequestFilter): Promise<RequestRow[]> {
+async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: number): Promise<RequestRow[]> {
   const { rowWhere, recordWhere, arrays } = conditionsOf(sql, f)
+  const byMember = f.tenantId !== null || f.keyId !== null
   const positions =
     arrays.length === 0
       ? sql`generate_series(r.records, 1, -1) as f(position)`
@@ -111,25 +120,69 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter): Promise<Req
     beforeRow = newest.seq
   }
   for (let rounds = FIRST_ROUND_ROWS; ; rounds = Math.min(LAST_ROUND_ROWS, rounds * 4)) {
-    const rows = await sql<{ seq: string }[]>`
-      select seq from request_log_rows r
-      where account_id = ${accountId} ${rowWhere} ${beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`}
-      order by seq desc limit ${sql.unsafe(String(Math.max(rounds, f.limit)))}`
+    const wanted = Math.max(rounds, f.limit)
+    const rows = await nextRows(sql, accountId, { rowWhere, byMember, beforeRow, wanted, walkedRows })
     if (rows.length === 0) return page
+    // The rows by their seqs, in no index's order (`+ 0`): a list is then an index condition,
+    // where a plan walking the index in order would test it on every row of the account.
     const found = await recordsAt(
       sql,
       accountId,
       sql`
         select r.seq, f.position from request_log_rows r cross join lateral ${positions}
-        where r.account_id = ${accountId}
-          and r.seq between ${rows[rows.length - 1]!.seq}::int8 and ${rows[0]!.seq}::int8 ${rowWhere} ${recordWhere}
-        order by r.seq desc, f.position desc
+        where r.account_id = ${accountId} and r.seq = any(${`{${rows.join(',')}}`}::int8[]) ${recordWhere}
+        order by r.seq + 0 desc, f.position desc
         limit ${sql.unsafe(String(f.limit - page.length))}`,
     )
     page.push(...found)
-    if (page.length >= f.limit || rows.length < Math.max(rounds, f.limit)) return page
-    beforeRow = (BigInt(rows[rows.length - 1]!.seq) - 1n).toString()
+    if (page.length >= f.limit || rows.length < wanted) return page
+    beforeRow = (BigInt(rows[rows.length - 1]!) - 1n).toString()
   }
+}
+
+/**
+ * The seqs of the next `wanted` rows (at most) whose summaries may match, newest first. With a
+ * sub-account or a key, the account's newest WALKED_ROWS rows are walked first (a common one fills
+ * the round there); past them, its GIN index finds the rest however rare it is, the account then a
+ * filter: as a second index, intersected with the first, it cost a read of all its entries
+ * (bench/README.md, Request log).
+ */
+async function nextRows(
+  sql: Tx,
+  accountId: string,
+  {
+    rowWhere,
+    byMember,
+    beforeRow,
+    wanted,
+    walkedRows,
+  }: { rowWhere: Fragment; byMember: boolean; beforeRow: string | null; wanted: number; walkedRows: number },
+): Promise<string[]> {
+  const before = beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`
+  const limit = (n: number) => sql.unsafe(String(n))
+  const seqs = (rows: { seq: string }[]) => rows.map((row) => row.seq)
+  if (!byMember)
+    return seqs(
+      await sql<{ seq: string }[]>`
+      select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${before}
+      order by seq desc limit ${limit(wanted)}`,
+    )
+  const [edge] = await sql<{ seq: string }[]>`
+    select seq from request_log_rows where account_id = ${accountId} ${before}
+    order by seq desc offset ${limit(walkedRows - 1)} limit 1`
+  const walked = seqs(
+    await sql<{ seq: string }[]>`
+    select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${before}
+      ${edge === undefined ? sql`` : sql`and seq >= ${edge.seq}::int8`}
+    order by seq desc limit ${limit(wanted)}`,
+  )
+  if (walked.length === wanted || edge === undefined) return walked
+  const older = seqs(
+    await sql<{ seq: string }[]>`
+    select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere} and seq < ${edge.seq}::int8
+    order by seq desc limit ${limit(wanted - walked.length)}`,
+  )
+  return [...walked, ...older]
 }
 
 /** A filter's conditions on a row's summary, and on its records (the arrays they read). */

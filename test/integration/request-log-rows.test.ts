@@ -18,6 +18,26 @@ const ACCOUNTS = [uuid(1, 1), uuid(1, 2)]
 const STEM = 'abcdef01-2345-4678-9abc-'
 const madeId = (n: number) => STEM + n.toString(16).padStart(12, '0')
 
+/** A record of the first parent, its first sub-account and key, answered 200: `fields` say the rest. */
+function record(fields: Partial<RequestRecord> & Pick<RequestRecord, 'id' | 'path'>): RequestRecord {
+  return {
+    idGiven: false,
+    timeMs: Date.now(),
+    accountId: ACCOUNTS[0]!,
+    tenantId: uuid(2, 1),
+    keyId: uuid(3, 1),
+    method: 'GET',
+    route: '/api',
+    status: 200,
+    code: null,
+    durationMs: 1,
+    requestBytes: 0,
+    responseBytes: 2,
+    sourceIp: '127.0.0.1',
+    ...fields,
+  }
+}
+
 const NO_FILTER: RequestFilter = {
   tenantId: null,
   keyId: null,
@@ -38,11 +58,17 @@ async function writerOn(t: TestLike, rowRecords: number) {
 }
 
 /** Every page of a filter, `size` a page, following the cursors as the API does. */
-async function allPages(sql: Parameters<typeof listRequests>[0], account: string, filter: RequestFilter, size: number) {
+async function allPages(
+  sql: Parameters<typeof listRequests>[0],
+  account: string,
+  filter: RequestFilter,
+  size: number,
+  walkedRows?: number,
+) {
   const seen: RequestRow[] = []
   let beforeSeq: string | null = null
   for (;;) {
-    const page = await listRequests(sql, account, { ...filter, beforeSeq, limit: size + 1 })
+    const page = await listRequests(sql, account, { ...filter, beforeSeq, limit: size + 1 }, walkedRows)
     seen.push(...page.slice(0, size))
     if (page.length <= size) return seen
     beforeSeq = page[size - 1]!.seq
@@ -107,24 +133,20 @@ t.test('every filter and page over many small rows agrees with the records read 
   const records: RequestRecord[] = []
   for (let i = 0; i < 400; i++) {
     const status = [200, 200, 201, 404, 429, 500][(i * 7) % 6]!
-    records.push({
-      id: madeId(1000 + i),
-      idGiven: false,
-      timeMs: now - 60_000 + i * 100,
-      accountId: ACCOUNTS[i % 3 === 0 ? 1 : 0]!,
-      tenantId: uuid(2, i % 5),
-      // One record in 100 by its own key: a rare match among rows of the others.
-      keyId: i % 100 === 50 ? uuid(3, 99) : uuid(3, i % 7),
-      method: 'GET',
-      route: i % 4 === 0 ? 'management' : '/api',
-      path: `/api/${i}`,
-      status,
-      code: status === 429 ? 'rate_limited' : status === 404 ? 'not_found' : null,
-      durationMs: 1,
-      requestBytes: 0,
-      responseBytes: 2,
-      sourceIp: '127.0.0.1',
-    })
+    records.push(
+      record({
+        id: madeId(1000 + i),
+        timeMs: now - 60_000 + i * 100,
+        accountId: ACCOUNTS[i % 3 === 0 ? 1 : 0]!,
+        tenantId: uuid(2, i % 5),
+        // One record in 100 by its own key: a rare match among rows of the others.
+        keyId: i % 100 === 50 ? uuid(3, 99) : uuid(3, i % 7),
+        route: i % 4 === 0 ? 'management' : '/api',
+        path: `/api/${i}`,
+        status,
+        code: status === 429 ? 'rate_limited' : status === 404 ? 'not_found' : null,
+      }),
+    )
   }
   for (const record of records) writer.add(record)
   await writer.flush()
@@ -169,12 +191,19 @@ t.test('every filter and page over many small rows agrees with the records read 
         .filter((r) => r.accountId === account && matches(r))
         .map((r) => r.id)
         .reverse()
-      for (const size of [1, 3, 50]) {
-        const got = await allPages(sql, account, { ...NO_FILTER, ...filter }, size)
+      // Walking 1,000 rows first, and 5: a sub-account's or key's rows past them by its index.
+      for (const [size, walked] of [
+        [1, 1000],
+        [3, 1000],
+        [50, 1000],
+        [3, 5],
+        [50, 5],
+      ] as const) {
+        const got = await allPages(sql, account, { ...NO_FILTER, ...filter }, size, walked)
         t.same(
           got.map((row) => row.id),
           expected,
-          `${name}, account ${account.slice(-1)}, pages of ${size}`,
+          `${name}, account ${account.slice(-1)}, pages of ${size}, ${walked} rows walked`,
         )
       }
     }
@@ -188,23 +217,14 @@ t.test('a match behind many rows whose summaries pass but whose records do not i
   // 500; only the oldest row holds a record of key A answered 500.
   for (let i = 0; i < 200; i++) {
     const first = i === 0 || i % 2 === 0
-    writer.add({
-      id: madeId(5000 + i),
-      idGiven: false,
-      timeMs: Date.now(),
-      accountId: account,
-      tenantId: uuid(2, 1),
-      keyId: first ? uuid(3, 1) : uuid(3, 2),
-      method: 'GET',
-      route: '/api',
-      path: `/api/${i}`,
-      status: i === 0 || !first ? 500 : 200,
-      code: null,
-      durationMs: 1,
-      requestBytes: 0,
-      responseBytes: 2,
-      sourceIp: '127.0.0.1',
-    })
+    writer.add(
+      record({
+        id: madeId(5000 + i),
+        keyId: first ? uuid(3, 1) : uuid(3, 2),
+        path: `/api/${i}`,
+        status: i === 0 || !first ? 500 : 200,
+      }),
+    )
   }
   await writer.flush()
   const found = await listRequests(sql, account, { ...NO_FILTER, keyId: uuid(3, 1), status: { exact: 500 }, limit: 21 })
@@ -218,28 +238,14 @@ t.test('a match behind many rows whose summaries pass but whose records do not i
 t.test("an id the gateway made is found before a client's copy of it; a client's id by itself", async (t) => {
   const { sql, writer } = await writerOn(t, 2)
   const [account] = ACCOUNTS as [string]
-  const base = {
-    timeMs: Date.now(),
-    accountId: account,
-    tenantId: uuid(2, 1),
-    keyId: uuid(3, 1),
-    method: 'GET',
-    route: '/api',
-    status: 200,
-    code: null,
-    durationMs: 1,
-    requestBytes: 0,
-    responseBytes: 2,
-    sourceIp: '127.0.0.1',
-  }
-  writer.add({ ...base, id: madeId(7), idGiven: false, path: '/made' })
-  writer.add({ ...base, id: madeId(8), idGiven: false, path: '/other' })
+  writer.add(record({ id: madeId(7), path: '/made' }))
+  writer.add(record({ id: madeId(8), path: '/other' }))
   // A client that sends the made id later, in its own row and in the same row as another.
-  writer.add({ ...base, id: madeId(7), idGiven: true, path: '/copy-1' })
-  writer.add({ ...base, id: madeId(9), idGiven: false, path: '/after' })
-  writer.add({ ...base, id: madeId(7), idGiven: true, path: '/copy-2' })
-  writer.add({ ...base, id: 'client-id-1', idGiven: true, path: '/client-old' })
-  writer.add({ ...base, id: 'client-id-1', idGiven: true, path: '/client-new' })
+  writer.add(record({ id: madeId(7), idGiven: true, path: '/copy-1' }))
+  writer.add(record({ id: madeId(9), path: '/after' }))
+  writer.add(record({ id: madeId(7), idGiven: true, path: '/copy-2' }))
+  writer.add(record({ id: 'client-id-1', idGiven: true, path: '/client-old' }))
+  writer.add(record({ id: 'client-id-1', idGiven: true, path: '/client-new' }))
   await writer.flush()
   t.equal((await requestById(sql, account, madeId(7)))?.path, '/made', "the gateway's record, not the copies")
   t.equal((await requestById(sql, account, madeId(9)))?.path, '/after')
@@ -288,25 +294,8 @@ t.test('a time range across days: each day kept in its partition, each record by
   const [account] = ACCOUNTS as [string]
   const midnight = Math.floor(Date.now() / DAY_MS) * DAY_MS
   const times = [-DAY_MS - 500, -DAY_MS / 2, -1_000, -0.4, 0, 0.6, 1_000, 5_000]
-  times.forEach((offset, i) =>
-    writer.add({
-      id: madeId(9000 + i),
-      idGiven: false,
-      timeMs: midnight + offset,
-      accountId: account,
-      tenantId: uuid(2, 1),
-      keyId: uuid(3, 1),
-      method: 'GET',
-      route: '/api',
-      path: `/t/${i}`,
-      status: 200,
-      code: null,
-      durationMs: 1,
-      requestBytes: 0,
-      responseBytes: 2,
-      sourceIp: '127.0.0.1',
-    }),
-  )
+  for (const [i, offset] of times.entries())
+    writer.add(record({ id: madeId(9000 + i), timeMs: midnight + offset, path: `/t/${i}` }))
   await writer.flush()
   const bounds: [number | null, number | null][] = [
     [0, null],
