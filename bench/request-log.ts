@@ -558,10 +558,12 @@ async function seed(sql: postgres.Sql, parentId: string): Promise<number> {
     await sql.unsafe(
       `
       insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
-        status_set, code_set, not_2xx, id_stem, id_low, id_high, ${RECORD_ARRAYS})
+        status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, ${RECORD_ARRAYS})
       select account_id, to_timestamp(min(time_ms) / 1000), to_timestamp(max(time_ms) / 1000), count(*),
         array_agg(distinct tenant_id), array_agg(distinct key_id), array_agg(distinct route), array_agg(distinct status),
         coalesce(array_agg(distinct code) filter (where code is not null), '{}'), bool_or(status / 100 <> 2),
+        coalesce(array_agg(distinct tenant_id) filter (where status / 100 <> 2), '{}'),
+        coalesce(array_agg(distinct key_id) filter (where status / 100 <> 2), '{}'),
         '0123abcd-0000-4000-8000-', min(i), max(i),
         array_agg('0123abcd-0000-4000-8000-' || lpad(to_hex(i), 12, '0') order by i), array_agg(round(time_ms * 1000)::int8 order by i),
         array_agg(tenant_id order by i), array_agg(key_id order by i), array_agg(method order by i),

@@ -121,7 +121,7 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
   }
   for (let rounds = FIRST_ROUND_ROWS; ; rounds = Math.min(LAST_ROUND_ROWS, rounds * 4)) {
     const wanted = Math.max(rounds, f.limit)
-    const rows = await nextRows(sql, accountId, { rowWhere, byMember, beforeRow, wanted, walkedRows })
+    const { rows, more } = await nextRows(sql, accountId, { rowWhere, byMember, beforeRow, wanted, walkedRows })
     if (rows.length === 0) return page
     // The rows by their seqs, in no index's order (`+ 0`): a list is then an index condition,
     // where a plan walking the index in order would test it on every row of the account.
@@ -135,17 +135,18 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
         limit ${sql.unsafe(String(f.limit - page.length))}`,
     )
     page.push(...found)
-    if (page.length >= f.limit || rows.length < wanted) return page
+    if (page.length >= f.limit || !more) return page
     beforeRow = (BigInt(rows[rows.length - 1]!) - 1n).toString()
   }
 }
 
 /**
- * The seqs of the next `wanted` rows (at most) whose summaries may match, newest first. With a
- * sub-account or a key, the account's newest WALKED_ROWS rows are walked first (a common one fills
- * the round there); past them, its GIN index finds the rest however rare it is, the account then a
- * filter: as a second index, intersected with the first, it cost a read of all its entries
- * (bench/README.md, Request log).
+ * The seqs of the next `wanted` rows whose summaries may match, newest first, and whether there
+ * may be more. With a sub-account or a key, the account's newest WALKED_ROWS rows are walked first
+ * (a common one fills the round there); past them, its GIN index finds the rest however rare it
+ * is, the account then a filter (as a second index, intersected with the first, it cost a read of
+ * all its entries), LAST_ROUND_ROWS at once: the index's rows are read and sorted whatever the
+ * limit, and a summary's matches may hold few of the records sought (bench/README.md, Request log).
  */
 async function nextRows(
   sql: Tx,
@@ -157,16 +158,18 @@ async function nextRows(
     wanted,
     walkedRows,
   }: { rowWhere: Fragment; byMember: boolean; beforeRow: string | null; wanted: number; walkedRows: number },
-): Promise<string[]> {
+): Promise<{ rows: string[]; more: boolean }> {
   const before = beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`
   const limit = (n: number) => sql.unsafe(String(n))
   const seqs = (rows: { seq: string }[]) => rows.map((row) => row.seq)
-  if (!byMember)
-    return seqs(
+  if (!byMember) {
+    const rows = seqs(
       await sql<{ seq: string }[]>`
       select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${before}
       order by seq desc limit ${limit(wanted)}`,
     )
+    return { rows, more: rows.length === wanted }
+  }
   const [edge] = await sql<{ seq: string }[]>`
     select seq from request_log_rows where account_id = ${accountId} ${before}
     order by seq desc offset ${limit(walkedRows - 1)} limit 1`
@@ -176,13 +179,15 @@ async function nextRows(
       ${edge === undefined ? sql`` : sql`and seq >= ${edge.seq}::int8`}
     order by seq desc limit ${limit(wanted)}`,
   )
-  if (walked.length === wanted || edge === undefined) return walked
+  if (walked.length === wanted) return { rows: walked, more: true }
+  if (edge === undefined) return { rows: walked, more: false }
+  const olderWanted = Math.max(wanted - walked.length, LAST_ROUND_ROWS)
   const older = seqs(
     await sql<{ seq: string }[]>`
     select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere} and seq < ${edge.seq}::int8
-    order by seq desc limit ${limit(wanted - walked.length)}`,
+    order by seq desc limit ${limit(olderWanted)}`,
   )
-  return [...walked, ...older]
+  return { rows: [...walked, ...older], more: older.length === olderWanted }
 }
 
 /** A filter's conditions on a row's summary, and on its records (the arrays they read). */
@@ -200,15 +205,19 @@ function conditionsOf(sql: Tx, f: RequestFilter): { rowWhere: Fragment; recordWh
   const onRecords = (condition: Fragment) => {
     recordWhere = sql`${recordWhere} ${condition}`
   }
+  const status = f.status
+  // Answers that are not 2xx only (a class or status other than 2xx, or a problem code, which comes
+  // only with a refusal): a sub-account's or key's rows are then those where it has one.
+  const refusals =
+    f.code !== null || (status !== null && ('class' in status ? status.class : Math.floor(status.exact / 100)) !== 2)
   if (f.tenantId !== null) {
-    onRows(sql`and r.tenant_set @> array[${f.tenantId}::uuid]`)
+    onRows(sql`and r.${sql.unsafe(refusals ? 'refused_tenant_set' : 'tenant_set')} @> array[${f.tenantId}::uuid]`)
     onRecords(sql`and ${read('tenant_ids')} = ${f.tenantId}::uuid`)
   }
   if (f.keyId !== null) {
-    onRows(sql`and r.key_set @> array[${f.keyId}::uuid]`)
+    onRows(sql`and r.${sql.unsafe(refusals ? 'refused_key_set' : 'key_set')} @> array[${f.keyId}::uuid]`)
     onRecords(sql`and ${read('key_ids')} = ${f.keyId}::uuid`)
   }
-  const status = f.status
   if (status !== null) {
     const statusClass = 'class' in status ? status.class : Math.floor(status.exact / 100)
     // `r.not_2xx` as a literal condition: the plan may then walk the rows of its partial index.

@@ -18,6 +18,8 @@ export interface LogRow {
   status_set: string
   code_set: string
   not_2xx: boolean
+  refused_tenant_set: string
+  refused_key_set: string
   id_stem: string | null
   id_low: number | null
   id_high: number | null
@@ -85,6 +87,8 @@ class RowBuilder {
   readonly routeSet = new Set<string>()
   readonly statusSet = new Set<number>()
   readonly codeSet = new Set<string>()
+  readonly refusedTenantSet = new Set<string>()
+  readonly refusedKeySet = new Set<string>()
   readonly givenIds: string[] = []
   readonly givenPositions: number[] = []
   first = Number.POSITIVE_INFINITY
@@ -122,7 +126,11 @@ class RowBuilder {
     this.paths.push(element(record.path))
     this.statuses.push(record.status)
     this.statusSet.add(record.status)
-    if (record.status < 200 || record.status > 299) this.not2xx = true
+    if (record.status < 200 || record.status > 299) {
+      this.not2xx = true
+      this.refusedTenantSet.add(record.tenantId)
+      this.refusedKeySet.add(record.keyId)
+    }
     if (record.code === null) this.codes.push('NULL')
     else {
       const code = element(record.code)
@@ -165,6 +173,8 @@ class RowBuilder {
       status_set: arrayOf([...this.statusSet]),
       code_set: arrayOf([...this.codeSet]),
       not_2xx: this.not2xx,
+      refused_tenant_set: arrayOf([...this.refusedTenantSet]),
+      refused_key_set: arrayOf([...this.refusedKeySet]),
       id_stem: made ? this.idStem : null,
       id_low: made ? this.idLow : null,
       id_high: made ? this.idHigh : null,

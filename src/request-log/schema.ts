@@ -40,6 +40,10 @@ const createTable = (compression: string) => `
     status_set      int2[] not null,
     code_set        text[] not null,
     not_2xx         boolean not null,
+    -- The sub-accounts and keys of the records that are not 2xx: a sub-account's refusals are
+    -- found among the rows that hold some, not among all its rows that hold anyone's.
+    refused_tenant_set uuid[] not null,
+    refused_key_set    uuid[] not null,
     -- The request ids the gateway made (a process's stem and a counter: http/guards.ts) as the
     -- stem and the counters' range; ids clients sent in X-Request-Id, and their positions, apart.
     id_stem         text,
@@ -70,6 +74,10 @@ const createTable = (compression: string) => `
   create index if not exists request_log_rows_not_2xx on request_log_rows (account_id, seq) where not_2xx;
   create index if not exists request_log_rows_tenants on request_log_rows using gin (tenant_set);
   create index if not exists request_log_rows_keys on request_log_rows using gin (key_set);
+  create index if not exists request_log_rows_refused_tenants on request_log_rows using gin (refused_tenant_set)
+    where not_2xx;
+  create index if not exists request_log_rows_refused_keys on request_log_rows using gin (refused_key_set)
+    where not_2xx;
   create index if not exists request_log_rows_made_ids on request_log_rows (account_id, id_stem, id_high)
     include (id_low) where id_stem is not null;
   create index if not exists request_log_rows_given_ids on request_log_rows using gin (given_ids)
@@ -111,10 +119,12 @@ async function convertRowPerRecordTable(tx: Tx): Promise<void> {
   for (const { day } of days) await tx.unsafe(createPartitionStatement(day))
   await tx.unsafe(`
     insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
-      status_set, code_set, not_2xx, given_ids, given_positions, ${RECORD_ARRAYS})
+      status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, given_ids, given_positions, ${RECORD_ARRAYS})
     select account_id, min(time), max(time), count(*), array_agg(distinct tenant_id), array_agg(distinct key_id),
       array_agg(distinct route), array_agg(distinct status),
       coalesce(array_agg(distinct code) filter (where code is not null), '{}'), bool_or(status / 100 <> 2),
+      coalesce(array_agg(distinct tenant_id) filter (where status / 100 <> 2), '{}'),
+      coalesce(array_agg(distinct key_id) filter (where status / 100 <> 2), '{}'),
       array_agg(distinct id), array_agg(position order by seq),
       array_agg(id order by seq), array_agg((extract(epoch from time) * 1e6)::int8 order by seq),
       array_agg(tenant_id order by seq), array_agg(key_id order by seq), array_agg(method order by seq),

@@ -114,15 +114,17 @@ export class RequestLogWriter {
     // arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
     await sql`
       insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
-        status_set, code_set, not_2xx, id_stem, id_low, id_high, given_ids, given_positions, ${sql.unsafe(RECORD_ARRAYS)})
+        status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids,
+        given_positions, ${sql.unsafe(RECORD_ARRAYS)})
       select account_id, to_timestamp(first_us / 1e6), to_timestamp(last_us / 1e6), records, tenant_set::uuid[],
-        key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx, id_stem, id_low, id_high,
+        key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx,
+        refused_tenant_set::uuid[], refused_key_set::uuid[], id_stem, id_low, id_high,
         given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
         key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
         durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
       from json_to_recordset(${JSON.stringify(logRows(batch, this.options.rowRecords))}::text::json) as r(account_id uuid, first_us int8,
         last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text, code_set text,
-        not_2xx boolean, id_stem text, id_low int8, id_high int8, given_ids text, given_positions text, ids text,
+        not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8, id_high int8, given_ids text, given_positions text, ids text,
         times_us text, tenant_ids text, key_ids text, methods text, routes text, paths text, statuses text,
         codes text, durations_us text, request_bytes text, response_bytes text, source_ips text)`
   }

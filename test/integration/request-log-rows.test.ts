@@ -179,6 +179,16 @@ t.test('every filter and page over many small rows agrees with the records read 
     ],
     ['a rare key', { keyId: uuid(3, 99) }, (r) => r.keyId === uuid(3, 99)],
     [
+      'sub-account and class 5xx',
+      { tenantId: uuid(2, 2), status: { class: 5 } },
+      (r) => r.tenantId === uuid(2, 2) && r.status >= 500,
+    ],
+    [
+      'sub-account and code',
+      { tenantId: uuid(2, 4), code: 'not_found' },
+      (r) => r.tenantId === uuid(2, 4) && r.code === 'not_found',
+    ],
+    [
       'key and exact status',
       { keyId: uuid(3, 3), status: { exact: 500 } },
       (r) => r.keyId === uuid(3, 3) && r.status === 500,
@@ -221,6 +231,7 @@ t.test('a match behind many rows whose summaries pass but whose records do not i
       record({
         id: madeId(5000 + i),
         keyId: first ? uuid(3, 1) : uuid(3, 2),
+        route: first ? '/a' : '/b',
         path: `/api/${i}`,
         status: i === 0 || !first ? 500 : 200,
       }),
@@ -232,6 +243,13 @@ t.test('a match behind many rows whose summaries pass but whose records do not i
     found.map((row) => row.path),
     ['/api/0'],
     'the one record, after reading all 100 rows',
+  )
+  // The same with a route: every row's summary has route /a and 500, rows found by the account's index.
+  const byRoute = await listRequests(sql, account, { ...NO_FILTER, route: '/a', status: { exact: 500 }, limit: 21 })
+  t.same(
+    byRoute.map((row) => row.path),
+    ['/api/0'],
+    'by route and status, in rounds',
   )
 })
 
