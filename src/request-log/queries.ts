@@ -119,24 +119,35 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
     if (newest === undefined) return []
     beforeRow = newest.seq
   }
-  for (let rounds = FIRST_ROUND_ROWS; ; rounds = Math.min(LAST_ROUND_ROWS, rounds * 4)) {
-    const wanted = Math.max(rounds, f.limit)
-    const { rows, more } = await nextRows(sql, accountId, { rowWhere, byMember, beforeRow, wanted, walkedRows })
-    if (rows.length === 0) return page
+  // Rows found and not read yet, newest first: a round reads the next `size` of them (more each
+  // round), and looks for more rows only once they are all read.
+  let found: string[] = []
+  let more = true
+  for (let size = FIRST_ROUND_ROWS; ; size = Math.min(LAST_ROUND_ROWS, size * 4)) {
+    const wanted = Math.max(size, f.limit)
+    if (found.length === 0) {
+      if (!more) return page
+      const next = await nextRows(sql, accountId, { rowWhere, byMember, beforeRow, wanted, walkedRows })
+      if (next.rows.length === 0) return page
+      found = next.rows
+      more = next.more
+      beforeRow = (BigInt(found[found.length - 1]!) - 1n).toString()
+    }
+    const rows = found.splice(0, wanted)
     // The rows by their seqs, in no index's order (`+ 0`): a list is then an index condition,
     // where a plan walking the index in order would test it on every row of the account.
-    const found = await recordsAt(
-      sql,
-      accountId,
-      sql`
+    page.push(
+      ...(await recordsAt(
+        sql,
+        accountId,
+        sql`
         select r.seq, f.position from request_log_rows r cross join lateral ${positions}
         where r.account_id = ${accountId} and r.seq = any(${`{${rows.join(',')}}`}::int8[]) ${recordWhere}
         order by r.seq + 0 desc, f.position desc
         limit ${sql.unsafe(String(f.limit - page.length))}`,
+      )),
     )
-    page.push(...found)
-    if (page.length >= f.limit || !more) return page
-    beforeRow = (BigInt(rows[rows.length - 1]!) - 1n).toString()
+    if (page.length >= f.limit) return page
   }
 }
 
