@@ -12,6 +12,16 @@ export function dayOf(ms: number): number {
   return Math.floor(ms / DAY_MS)
 }
 
+/** Microseconds, whole, as Postgres keeps a time (and the log a record's time and duration). */
+export function micros(ms: number): number {
+  return Math.round(ms * 1000)
+}
+
+/** The UTC day of a record's time as it is kept (to the microsecond): its row's partition. */
+export function dayOfRecord(timeMs: number): number {
+  return Math.floor(micros(timeMs) / (DAY_MS * 1000))
+}
+
 /** `request_log_rows_20261123`: the partition of a day. */
 export function partitionName(day: number): string {
   return `request_log_rows_${new Date(day * DAY_MS).toISOString().slice(0, 10).replaceAll('-', '')}`

@@ -1,8 +1,10 @@
 // The request log as a plugin (docs/operations.md, the request log): its table made, a writer
 // fed by the request accounting (ops/request-accounting.ts), the days past the retention dropped
-// every hour, and the last records written when the app closes. Off when the retention is 0.
+// every hour, an old log converted once serving, and the last records written when the app
+// closes. Off when the retention is 0.
 import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
+import { convertOldLog } from './conversion.js'
 import { requestLogMetrics } from './metrics.js'
 import { dropExpiredPartitions } from './partitions.js'
 import { ensureRequestLogTable } from './schema.js'
@@ -62,6 +64,12 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
       }
     }
     void sweep()
+    // A log of a row a record, from before the rows, moves in the background once serving.
+    app.addHook('onReady', async () => {
+      void convertOldLog(sql, app.log).catch((err) => {
+        app.log.warn({ err }, 'request log: converting the old log stopped; it goes on at the next start')
+      })
+    })
     const timer = setInterval(() => void sweep(), sweepIntervalMs)
     timer.unref()
     app.addHook('onClose', async () => {

@@ -2,7 +2,7 @@
 // to ROW_RECORDS a row, each field an array in Postgres's text form. The writer sends the rows as
 // one JSON parameter; Postgres reads each array with its type's own input, the cheapest of the
 // ways tried (bench/README.md, the request log).
-import { dayOf } from './partitions.js'
+import { dayOfRecord, micros } from './partitions.js'
 import type { RequestRecord } from './record-buffer.js'
 import { ROW_RECORDS } from './schema.js'
 
@@ -51,16 +51,16 @@ export function madeIdParts(id: string): { stem: string; count: number } | null 
 
 /** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
 const SPECIAL = /[{},"\\\s]/
+/** What Postgres text cannot hold (NUL), and what JSON cannot carry (a lone surrogate). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what is looked for
+const UNKEEPABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g
 
 /** A text element of an array literal: quoted only when it must be (most never are). */
 function element(text: string): string {
+  // One such character would fail its whole batch, retried until dropped: it is kept as U+FFFD.
+  text = text.replace(UNKEEPABLE, '\ufffd')
   if (!SPECIAL.test(text) && text.length !== 0 && !(text.length === 4 && text.toLowerCase() === 'null')) return text
   return `"${text.replace(/["\\]/g, '\\$&')}"`
-}
-
-/** Microseconds, whole: an integer is cheaper to write out, and for Postgres to read, than a float. */
-function micros(ms: number): number {
-  return Math.round(ms * 1000)
 }
 
 function arrayOf(elements: readonly (string | number)[]): string {
@@ -112,9 +112,13 @@ class RowBuilder {
       // A made id is hex digits and dashes: nothing to quote.
       this.ids.push(record.id)
     }
-    this.times.push(micros(record.timeMs))
-    this.first = Math.min(this.first, record.timeMs)
-    this.last = Math.max(this.last, record.timeMs)
+    // Whole microseconds (an integer is cheaper to write out and for Postgres to read than a
+    // float); the row's day and bounds are of these, so that a time rounded to midnight is kept
+    // in the next day's partition, where `since` looks for it.
+    const time = micros(record.timeMs)
+    this.times.push(time)
+    this.first = Math.min(this.first, time)
+    this.last = Math.max(this.last, time)
     this.tenants.push(record.tenantId)
     this.tenantSet.add(record.tenantId)
     this.keys.push(record.keyId)
@@ -163,9 +167,8 @@ class RowBuilder {
     const made = this.idLow <= this.idHigh
     return {
       account_id: this.accountId,
-      // Whole microseconds, as Postgres keeps them: the row stays within its day's partition.
-      first_us: Math.floor(this.first * 1000),
-      last_us: Math.ceil(this.last * 1000),
+      first_us: this.first,
+      last_us: this.last,
       records: this.ids.length,
       tenant_set: arrayOf([...this.tenantSet]),
       key_set: arrayOf([...this.keySet]),
@@ -202,7 +205,7 @@ export function logRows(batch: readonly RequestRecord[], rowRecords = ROW_RECORD
   const rows: LogRow[] = []
   const open = new Map<string, RowBuilder>()
   for (const record of batch) {
-    const group = `${record.accountId}/${dayOf(record.timeMs)}`
+    const group = `${record.accountId}/${dayOfRecord(record.timeMs)}`
     let builder = open.get(group)
     if (builder === undefined) {
       builder = new RowBuilder(record.accountId)

@@ -9,7 +9,7 @@
 // record. Queries (queries.ts) walk an account's rows newest first, pass over a row whose summary
 // cannot match, and read the arrays of the rest.
 import type { Sql, Tx } from '../store/db.js'
-import { createPartitionStatement, SCHEMA_LOCK } from './partitions.js'
+import { SCHEMA_LOCK } from './partitions.js'
 
 /** At most this many records a row: reading a record's fields decompresses its row's arrays. */
 export const ROW_RECORDS = 500
@@ -24,10 +24,10 @@ export const POSITIONS_PER_ROW = 65_536
 export const RECORD_ARRAYS = `ids, times_us, tenant_ids, key_ids, methods, routes, paths, statuses, codes,
   durations_us, request_bytes, response_bytes, source_ips`
 
-const createTable = (compression: string) => `
+const createTable = (compression: string, firstSeq: string) => `
   create table if not exists request_log_rows (
     -- Insertion order: pages walk it newest first and never skip or repeat a record.
-    seq             bigint generated always as identity,
+    seq             bigint generated always as identity (start with ${firstSeq}),
     account_id      uuid not null,
     first_time      timestamptz not null,
     last_time       timestamptz not null,
@@ -74,6 +74,11 @@ const createTable = (compression: string) => `
   create index if not exists request_log_rows_not_2xx on request_log_rows (account_id, seq) where not_2xx;
   create index if not exists request_log_rows_tenants on request_log_rows using gin (tenant_set);
   create index if not exists request_log_rows_keys on request_log_rows using gin (key_set);
+  -- A route, a status or a code that matches nothing (any parent may ask for one) is answered by
+  -- an index, not by a read of all the account's rows.
+  create index if not exists request_log_rows_routes on request_log_rows using gin (route_set);
+  create index if not exists request_log_rows_statuses on request_log_rows using gin (status_set);
+  create index if not exists request_log_rows_codes on request_log_rows using gin (code_set) where not_2xx;
   create index if not exists request_log_rows_refused_tenants on request_log_rows using gin (refused_tenant_set)
     where not_2xx;
   create index if not exists request_log_rows_refused_keys on request_log_rows using gin (refused_key_set)
@@ -84,7 +89,7 @@ const createTable = (compression: string) => `
     where given_ids is not null;`
 
 /** A record a row, as SQL over the log reads best (tests, an operator's psql); the API reads the rows. */
-const CREATE_VIEW = `
+export const CREATE_VIEW = `
   create or replace view request_log as
   select r.seq * ${POSITIONS_PER_ROW} + f.position as seq, f.id, to_timestamp(f.time_us / 1e6) as time,
     r.account_id, f.tenant_id, f.key_id, f.method, f.route, f.path, f.status, f.code,
@@ -98,44 +103,21 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
     await tx`select pg_advisory_xact_lock(${SCHEMA_LOCK})`
     const [lz4] = await tx<{ ok: boolean }[]>`
       select 'lz4' = any(enumvals) as ok from pg_settings where name = 'default_toast_compression'`
-    await tx.unsafe(createTable(lz4?.ok === true ? 'compression lz4' : ''))
-    await convertRowPerRecordTable(tx)
-    await tx.unsafe(CREATE_VIEW)
+    // The rows begin after the seqs of a log of a row a record, which keeps its own (conversion.ts).
+    const old = await oldLogNextSeq(tx)
+    await tx.unsafe(createTable(lz4?.ok === true ? 'compression lz4' : '', old ?? '1'))
+    if (old === null) await tx.unsafe(CREATE_VIEW)
   })
 }
 
 /**
- * Before the rows held arrays, `request_log` was a table of a row a record: its records move into
- * rows of ROW_RECORDS (their ids as sent by clients, since which the gateway made is not known),
- * and the table gives its name to the view. Once, under the schema lock, in the caller's transaction.
+ * With a log of a row a record still here (`request_log` as a table, before the rows held arrays:
+ * conversion.ts moves it), the seq after its last; null when there is none.
  */
-async function convertRowPerRecordTable(tx: Tx): Promise<void> {
-  const [old] = await tx<{ kind: string }[]>`
-    select relkind::text as kind from pg_class
-    where relname = 'request_log' and relnamespace = to_regnamespace(current_schema())::oid`
-  if (old?.kind !== 'p') return
-  const days = await tx<{ day: number }[]>`
-    select distinct floor(extract(epoch from time) / 86400)::int as day from request_log`
-  for (const { day } of days) await tx.unsafe(createPartitionStatement(day))
-  await tx.unsafe(`
-    insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
-      status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, given_ids, given_positions, ${RECORD_ARRAYS})
-    select account_id, min(time), max(time), count(*), array_agg(distinct tenant_id), array_agg(distinct key_id),
-      array_agg(distinct route), array_agg(distinct status),
-      coalesce(array_agg(distinct code) filter (where code is not null), '{}'), bool_or(status / 100 <> 2),
-      coalesce(array_agg(distinct tenant_id) filter (where status / 100 <> 2), '{}'),
-      coalesce(array_agg(distinct key_id) filter (where status / 100 <> 2), '{}'),
-      array_agg(distinct id), array_agg(position order by seq),
-      array_agg(id order by seq), array_agg((extract(epoch from time) * 1e6)::int8 order by seq),
-      array_agg(tenant_id order by seq), array_agg(key_id order by seq), array_agg(method order by seq),
-      array_agg(route order by seq), array_agg(path order by seq), array_agg(status order by seq),
-      array_agg(code order by seq), array_agg(round(duration_ms * 1e3)::int8 order by seq), array_agg(request_bytes order by seq),
-      array_agg(response_bytes order by seq), array_agg(source_ip order by seq)
-    from (select *, (n - 1) / ${ROW_RECORDS} as chunk, (n - 1) % ${ROW_RECORDS} + 1 as position
-      from (select *, floor(extract(epoch from time) / 86400) as day,
-        row_number() over (partition by account_id, floor(extract(epoch from time) / 86400) order by seq) as n
-        from request_log) numbered) records
-    group by account_id, day, chunk
-    order by min(seq);
-    drop table request_log;`)
+export async function oldLogNextSeq(tx: Sql | Tx): Promise<string | null> {
+  const [old] = await tx<{ next: string }[]>`
+    select coalesce(pg_sequence_last_value(pg_get_serial_sequence('request_log', 'seq')::regclass), 0) + 1 as next
+    from pg_class where relname = 'request_log' and relkind = 'p'
+      and relnamespace = to_regnamespace(current_schema())::oid`
+  return old === undefined ? null : String(old.next)
 }

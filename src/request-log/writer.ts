@@ -4,7 +4,7 @@
 // meanwhile the buffer keeps the newest records and counts the ones it drops.
 import type { FastifyBaseLogger } from 'fastify'
 import { type Sql, withDeadline } from '../store/db.js'
-import { dayOf, ensurePartition } from './partitions.js'
+import { dayOfRecord, ensurePartition } from './partitions.js'
 import { RecordBuffer, type RequestRecord } from './record-buffer.js'
 import { logRows } from './rows.js'
 import { ensureRequestLogTable, RECORD_ARRAYS } from './schema.js'
@@ -62,7 +62,7 @@ export class RequestLogWriter {
 
   add(record: RequestRecord): void {
     if (this.closed) return
-    const day = dayOf(record.timeMs)
+    const day = dayOfRecord(record.timeMs)
     if (day !== this.lastDay) {
       this.lastDay = day
       if (!this.readyDays.has(day)) this.pendingDays.add(day)

@@ -7,6 +7,7 @@ import t from 'tap'
 import { DAY_MS } from '../../src/request-log/partitions.js'
 import { listRequests, type RequestFilter, type RequestRow, requestById } from '../../src/request-log/queries.js'
 import type { RequestRecord } from '../../src/request-log/record-buffer.js'
+import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { freshDatabase } from '../helpers/db.js'
@@ -124,6 +125,23 @@ t.test('records of any text come back as they went in, each parent its own, newe
   }
   const [byView] = await sql<{ n: string }[]>`select count(*)::text as n from request_log where path like '/p/%'`
   t.equal(byView!.n, String(records.length), 'the view reads a record a row')
+})
+
+t.test('a NUL or a lone surrogate is kept as U+FFFD, and its batch is written', async (t) => {
+  const { sql, writer } = await writerOn(t, 500)
+  writer.add(record({ id: madeId(1), path: '/p/nul\u0000end' }))
+  writer.add(record({ id: madeId(2), path: '/p/\ud800lone' }))
+  writer.add(record({ id: madeId(3), path: '/p/pair😀', sourceIp: 'a\t"{b}\\' }))
+  await writer.flush()
+  const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
+  t.same(
+    listed.map((row) => [row.path, row.source_ip]),
+    [
+      ['/p/pair😀', 'a\t"{b}\\'],
+      ['/p/\ufffdlone', '127.0.0.1'],
+      ['/p/nul\ufffdend', '127.0.0.1'],
+    ],
+  )
 })
 
 t.test('every filter and page over many small rows agrees with the records read plainly', async (t) => {
@@ -272,7 +290,7 @@ t.test("an id the gateway made is found before a client's copy of it; a client's
   t.equal(await requestById(sql, ACCOUNTS[1]!, madeId(7)), null, "another parent's record is not found")
 })
 
-t.test('a log of a row a record, from before the arrays, is converted whole at start', async (t) => {
+t.test('a log of a row a record, from before the arrays, is converted whole once serving', async (t) => {
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
   const day = Math.floor(Date.now() / DAY_MS)
@@ -290,28 +308,40 @@ t.test('a log of a row a record, from before the arrays, is converted whole at s
       '${uuid(3, 1)}', 'GET', '/api', '/old/' || i, case when i % 10 = 0 then 429 else 200 end,
       case when i % 10 = 0 then 'rate_limited' end, 1.5, i, 2, '127.0.0.1'
     from generate_series(1, 1300) i`)
+  // The start makes the rows' table only; a record written before the conversion is newer.
   await ensureRequestLogTable(sql)
+  const writer = new RequestLogWriter({ sql, log: pino({ level: 'silent' }) })
+  t.teardown(() => writer.close())
+  writer.add(record({ id: madeId(1), path: '/new' }))
+  await writer.flush()
+  await convertOldLog(sql, pino({ level: 'silent' }))
   const listed = await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)
-  t.equal(listed.length, 1300, 'every record')
+  t.equal(listed.length, 1301, 'every record')
   t.same(
     listed.map((row) => row.path),
-    Array.from({ length: 1300 }, (_, i) => `/old/${1300 - i}`),
-    'newest first, as before',
+    ['/new', ...Array.from({ length: 1300 }, (_, i) => `/old/${1300 - i}`)],
+    'newest first, as before, the new record first',
   )
   t.equal((await requestById(sql, ACCOUNTS[0]!, 'old-1234'))?.path, '/old/1234', 'found by id')
   const refused = await allPages(sql, ACCOUNTS[0]!, { ...NO_FILTER, code: 'rate_limited' }, 50)
   t.equal(refused.length, 130, 'found by code')
   const [kind] = await sql<{ kind: string }[]>`select relkind::text as kind from pg_class where relname = 'request_log'`
   t.equal(kind?.kind, 'v', 'the old table gave its name to the view')
+  const [old] = await sql<
+    { n: string }[]
+  >`select count(*)::text as n from pg_class where relname like 'request_log_old_%'`
+  t.equal(old?.n, '0', 'the old partitions are gone')
   await ensureRequestLogTable(sql)
-  t.equal((await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)).length, 1300, 'a second start changes nothing')
+  await convertOldLog(sql, pino({ level: 'silent' }))
+  t.equal((await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)).length, 1301, 'a second start changes nothing')
 })
 
 t.test('a time range across days: each day kept in its partition, each record by its own time', async (t) => {
   const { sql, writer } = await writerOn(t, 500)
   const [account] = ACCOUNTS as [string]
   const midnight = Math.floor(Date.now() / DAY_MS) * DAY_MS
-  const times = [-DAY_MS - 500, -DAY_MS / 2, -1_000, -0.4, 0, 0.6, 1_000, 5_000]
+  // -0.0003 ms is kept as midnight to the microsecond: its row is in today's partition.
+  const times = [-DAY_MS - 500, -DAY_MS / 2, -1_000, -0.4, -0.0003, 0, 0.6, 1_000, 5_000]
   for (const [i, offset] of times.entries())
     writer.add(record({ id: madeId(9000 + i), timeMs: midnight + offset, path: `/t/${i}` }))
   await writer.flush()
@@ -326,6 +356,7 @@ t.test('a time range across days: each day kept in its partition, each record by
   for (const [since, until] of bounds) {
     const expected = times
       .map((offset, i) => ({ offset, path: `/t/${i}` }))
+      .map(({ offset, path }) => ({ offset: Math.round(offset * 1000) / 1000, path }))
       .filter(({ offset }) => (since === null || offset >= since) && (until === null || offset < until))
       .map(({ path }) => path)
       .reverse()
