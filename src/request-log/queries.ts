@@ -78,8 +78,10 @@ const FIELD_OF: Record<string, string> = {
   times_us: 'time_us',
 }
 
-/** Rows a round walks newest first by the account's index before a summary's own index. */
+/** A round's first window: the account's newest rows looked at before older ones. */
 const WALKED_ROWS = 1_000
+/** The last window is this many times the first (64,000 rows); past it, a summary's own index alone. */
+const LAST_WINDOW_TIMES = 64
 
 /** `walkedRows`: WALKED_ROWS, which tests make small to reach the rows past them. */
 export function listRequests(
@@ -155,11 +157,12 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
 /**
  * The seqs of the next `wanted` rows whose summaries may match, newest first, and whether there
  * may be more. With a filter of an indexed summary (a sub-account, a key, a route, a status, a
- * code), the account's newest WALKED_ROWS rows are walked first (a common value fills the round
- * there); past them, the summary's GIN index finds the rest however rare it is, the account then a
- * filter (as a second index, intersected with the first, it cost a read of
- * all its entries), LAST_ROUND_ROWS at once: the index's rows are read and sorted whatever the
- * limit, and a summary's matches may hold few of the records sought (bench/README.md, Request log).
+ * code), the account's rows are looked at in windows, its newest WALKED_ROWS, then four times more
+ * each time: each window is found from the account's index alone, and its rows that may match
+ * from the summary's GIN index and that window (only their pages read: a cold page is a read from
+ * disk). Past the last window, a value that rare is found by its GIN index over all the rest, the
+ * account then a filter (as a second index, intersected with the first, it cost a read of all its
+ * entries), LAST_ROUND_ROWS at once (read and sorted whatever the limit; bench/README.md).
  */
 async function nextRows(
   sql: Tx,
@@ -183,24 +186,34 @@ async function nextRows(
     )
     return { rows, more: rows.length === wanted }
   }
-  const [edge] = await sql<{ seq: string }[]>`
-    select seq from request_log_rows where account_id = ${accountId} ${before}
-    order by seq desc offset ${limit(walkedRows - 1)} limit 1`
-  const walked = seqs(
-    await sql<{ seq: string }[]>`
-    select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${before}
-      ${edge === undefined ? sql`` : sql`and seq >= ${edge.seq}::int8`}
-    order by seq desc limit ${limit(wanted)}`,
-  )
-  if (walked.length === wanted) return { rows: walked, more: true }
-  if (edge === undefined) return { rows: walked, more: false }
-  const olderWanted = Math.max(wanted - walked.length, LAST_ROUND_ROWS)
+  const rows: string[] = []
+  let upTo = beforeRow
+  for (let span = walkedRows; ; span *= 4) {
+    const below = upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`
+    // The account's next `span` rows, from its index alone; then those of them that may match.
+    const [edge] = await sql<{ seq: string }[]>`
+      select seq from request_log_rows where account_id = ${accountId} ${below}
+      order by seq desc offset ${limit(span - 1)} limit 1`
+    rows.push(
+      ...seqs(
+        await sql<{ seq: string }[]>`
+        select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${below}
+          ${edge === undefined ? sql`` : sql`and seq >= ${edge.seq}::int8`}
+        order by seq desc limit ${limit(wanted - rows.length)}`,
+      ),
+    )
+    if (rows.length === wanted) return { rows, more: true }
+    if (edge === undefined) return { rows, more: false }
+    upTo = (BigInt(edge.seq) - 1n).toString()
+    if (span >= walkedRows * LAST_WINDOW_TIMES) break
+  }
+  const olderWanted = Math.max(wanted - rows.length, LAST_ROUND_ROWS)
   const older = seqs(
     await sql<{ seq: string }[]>`
-    select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere} and seq < ${edge.seq}::int8
+    select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere} and seq <= ${upTo}::int8
     order by seq desc limit ${limit(olderWanted)}`,
   )
-  return { rows: [...walked, ...older], more: older.length === olderWanted }
+  return { rows: [...rows, ...older], more: older.length === olderWanted }
 }
 
 /** A filter's conditions on a row's summary, and on its records (the arrays they read). */

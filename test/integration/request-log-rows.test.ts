@@ -219,13 +219,15 @@ t.test('every filter and page over many small rows agrees with the records read 
         .filter((r) => r.accountId === account && matches(r))
         .map((r) => r.id)
         .reverse()
-      // Walking 1,000 rows first, and 5: a sub-account's or key's rows past them by its index.
+      // Windows of 1,000 rows first, of 5 and of 1: the later windows, and past them the index alone.
       for (const [size, walked] of [
         [1, 1000],
         [3, 1000],
         [50, 1000],
         [3, 5],
         [50, 5],
+        [3, 1],
+        [50, 1],
       ] as const) {
         const got = await allPages(sql, account, { ...NO_FILTER, ...filter }, size, walked)
         t.same(
