@@ -99,9 +99,11 @@ export function listRequests(
 }
 
 async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: number): Promise<RequestRow[]> {
-  const { rowWhere, recordWhere, arrays } = conditionsOf(sql, f)
+  const { rowWhere, recordWhere, arrays, refusals } = conditionsOf(sql, f)
   // A filter of a summary with a GIN index of its own (schema.ts): all but the times.
   const byIndex = f.tenantId !== null || f.keyId !== null || f.status !== null || f.code !== null || f.route !== null
+  // A sub-account's or key's refusals are in few rows (refused_*_set): their index at once.
+  const windows = !(refusals && (f.tenantId !== null || f.keyId !== null))
   const positions =
     arrays.length === 0
       ? sql`generate_series(r.records, 1, -1) as f(position)`
@@ -130,7 +132,7 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
     const wanted = Math.max(size, f.limit)
     if (found.length === 0) {
       if (!more) return page
-      const next = await nextRows(sql, accountId, { rowWhere, byIndex, beforeRow, wanted, walkedRows })
+      const next = await nextRows(sql, accountId, { rowWhere, byIndex, windows, beforeRow, wanted, walkedRows })
       if (next.rows.length === 0) return page
       found = next.rows
       more = next.more
@@ -157,7 +159,7 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
 /**
  * The seqs of the next `wanted` rows whose summaries may match, newest first, and whether there
  * may be more. With a filter of an indexed summary (a sub-account, a key, a route, a status, a
- * code), the account's rows are looked at in windows, its newest WALKED_ROWS, then four times more
+ * code), the account's rows are looked at in windows (unless `windows` is false), its newest WALKED_ROWS, then four times more
  * each time: each window is found from the account's index alone, and its rows that may match
  * from the summary's GIN index and that window (only their pages read: a cold page is a read from
  * disk). Past the last window, a value that rare is found by its GIN index over all the rest, the
@@ -170,10 +172,18 @@ async function nextRows(
   {
     rowWhere,
     byIndex,
+    windows,
     beforeRow,
     wanted,
     walkedRows,
-  }: { rowWhere: Fragment; byIndex: boolean; beforeRow: string | null; wanted: number; walkedRows: number },
+  }: {
+    rowWhere: Fragment
+    byIndex: boolean
+    windows: boolean
+    beforeRow: string | null
+    wanted: number
+    walkedRows: number
+  },
 ): Promise<{ rows: string[]; more: boolean }> {
   const before = beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`
   const limit = (n: number) => sql.unsafe(String(n))
@@ -188,7 +198,7 @@ async function nextRows(
   }
   const rows: string[] = []
   let upTo = beforeRow
-  for (let span = walkedRows; ; span *= 4) {
+  for (let span = walkedRows; windows; span *= 4) {
     const below = upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`
     // The account's next `span` rows, from its index alone; then those of them that may match.
     const [edge] = await sql<{ seq: string }[]>`
@@ -210,14 +220,18 @@ async function nextRows(
   const olderWanted = Math.max(wanted - rows.length, LAST_ROUND_ROWS)
   const older = seqs(
     await sql<{ seq: string }[]>`
-    select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere} and seq <= ${upTo}::int8
+    select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
+      ${upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`}
     order by seq desc limit ${limit(olderWanted)}`,
   )
   return { rows: [...rows, ...older], more: older.length === olderWanted }
 }
 
 /** A filter's conditions on a row's summary, and on its records (the arrays they read). */
-function conditionsOf(sql: Tx, f: RequestFilter): { rowWhere: Fragment; recordWhere: Fragment; arrays: string[] } {
+function conditionsOf(
+  sql: Tx,
+  f: RequestFilter,
+): { rowWhere: Fragment; recordWhere: Fragment; arrays: string[]; refusals: boolean } {
   const arrays = new Set<string>()
   const read = (array: string) => {
     arrays.add(array)
@@ -279,7 +293,7 @@ function conditionsOf(sql: Tx, f: RequestFilter): { rowWhere: Fragment; recordWh
     onRecords(sql`and ${read('times_us')} < ${f.until.getTime() * 1000}::int8`)
   }
   if (f.beforeSeq !== null) onRecords(sql`and r.seq * ${sql.unsafe(PER_ROW)} + f.position < ${f.beforeSeq}::int8`)
-  return { rowWhere, recordWhere, arrays: [...arrays] }
+  return { rowWhere, recordWhere, arrays: [...arrays], refusals }
 }
 
 /**

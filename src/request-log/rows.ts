@@ -200,23 +200,34 @@ class RowBuilder {
   }
 }
 
-/** The rows of a batch: a row per parent and day (and per ROW_RECORDS), each in arrival order. */
-export function logRows(batch: readonly RequestRecord[], rowRecords = ROW_RECORDS): LogRow[] {
-  const rows: LogRow[] = []
-  const open = new Map<string, RowBuilder>()
-  for (const record of batch) {
+/**
+ * The rows of a batch, made as its records are added: a row per parent and day (and per
+ * ROW_RECORDS), each in arrival order.
+ */
+export class BatchRows {
+  private readonly rows: LogRow[] = []
+  private readonly open = new Map<string, RowBuilder>()
+
+  constructor(private readonly rowRecords = ROW_RECORDS) {}
+
+  add(record: RequestRecord): void {
     const group = `${record.accountId}/${dayOfRecord(record.timeMs)}`
-    let builder = open.get(group)
+    let builder = this.open.get(group)
     if (builder === undefined) {
       builder = new RowBuilder(record.accountId)
-      open.set(group, builder)
+      this.open.set(group, builder)
     }
     builder.add(record)
-    if (builder.size === rowRecords) {
-      rows.push(builder.row())
-      open.delete(group)
+    if (builder.size === this.rowRecords) {
+      this.rows.push(builder.row())
+      this.open.delete(group)
     }
   }
-  for (const builder of open.values()) rows.push(builder.row())
-  return rows
+
+  /** Every row, those still open included. */
+  finish(): LogRow[] {
+    for (const builder of this.open.values()) this.rows.push(builder.row())
+    this.open.clear()
+    return this.rows
+  }
 }
