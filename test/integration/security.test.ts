@@ -33,6 +33,8 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/usage': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/limits': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/events': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/events/:event_id': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/scopes': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/requests': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/requests/:id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'POST /v1/sub-accounts/webhook-endpoints': {
@@ -43,6 +45,11 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/webhook-endpoints': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/webhook-endpoints/:endpoint_id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'DELETE /v1/sub-accounts/webhook-endpoints/:endpoint_id': { scope: 'sub_accounts:write', namesSubAccount: false },
+  'PATCH /v1/sub-accounts/webhook-endpoints/:endpoint_id': {
+    body: { description: 'd' },
+    scope: 'sub_accounts:write',
+    namesSubAccount: false,
+  },
   'POST /v1/sub-accounts/webhook-endpoints/:endpoint_id/test': { scope: 'sub_accounts:write', namesSubAccount: false },
   'POST /v1/sub-accounts/webhook-endpoints/:endpoint_id/deliveries/:event_id/retry': {
     scope: 'sub_accounts:write',
@@ -53,6 +60,7 @@ const TABLE: Record<string, RouteCase> = {
     namesSubAccount: false,
   },
   'GET /v1/sub-accounts/:sub_id': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'GET /v1/sub-accounts/:sub_id/usage': { scope: 'sub_accounts:read', namesSubAccount: true },
   'PATCH /v1/sub-accounts/:sub_id': { body: { name: 'n' }, scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/deactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/reactivate': { scope: 'sub_accounts:write', namesSubAccount: true },
