@@ -2,7 +2,8 @@
 // first, filtered and paged with signed cursors like the other lists, and one by its request id.
 import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
 import { ApiError, validationFailed } from '../errors.js'
-import { listRequests, type RequestFilter, type RequestRow, requestById } from '../request-log/queries.js'
+import type { RequestFilter } from '../request-log/filters.js'
+import { listRequests, type RequestRow, requestById } from '../request-log/queries.js'
 import type { Sql } from '../store/db.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'

@@ -1,11 +1,10 @@
 // The request log as the API reads it (docs/api.md, Request log): one parent's records, newest
-// first. A page is read in rounds of two statements, each planned the same way whatever the data:
-// the next rows whose summaries may match (an index's order, a literal LIMIT), then, in those rows,
-// the places (row seq, position) of the records that do match among those rows, read from only the
-// arrays the filters need, and their fields by position. A round that leaves the page short looks further.
-import type { PendingQuery, Row } from 'postgres'
+// first. A page is read in rounds of plain statements, each planned the same way whatever the
+// data: the next rows whose summaries may match (nextRows), then, in those rows, the places (row
+// seq, position) of the records that do match, read from only the arrays the filters need
+// (filters.ts), and their fields by position. A round that leaves the page short looks further.
 import type { Sql, Tx } from '../store/db.js'
-import { DAY_MS, dayOf } from './partitions.js'
+import { conditionsOf, type Fragment, PER_ROW, type RequestFilter } from './filters.js'
 import { madeIdParts } from './rows.js'
 import { POSITIONS_PER_ROW } from './schema.js'
 
@@ -28,27 +27,6 @@ export interface RequestRow {
   source_ip: string
 }
 
-export interface RequestFilter {
-  tenantId: string | null
-  keyId: string | null
-  /** An exact status, or a class (4 for 4xx). */
-  status: { exact: number } | { class: number } | null
-  code: string | null
-  route: string | null
-  /** time ≥ since. */
-  since: Date | null
-  /** time < until. */
-  until: Date | null
-  /** Records before this place (a RequestRow's seq). */
-  beforeSeq: string | null
-  limit: number
-}
-
-type Fragment = PendingQuery<Row[]>
-
-/** POSITIONS_PER_ROW as a literal of the statement rather than a parameter. */
-const PER_ROW = String(POSITIONS_PER_ROW)
-
 /** The records at `places` (a query of `seq, position`), newest first. */
 function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): Promise<RequestRow[]> {
   return sql<RequestRow[]>`
@@ -67,16 +45,6 @@ function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): Promise<
 /** Rows a page's first round reads at least; each further round four times more, up to the last. */
 const FIRST_ROUND_ROWS = 32
 const LAST_ROUND_ROWS = 4_096
-
-/** What each array read by a record filter is called in its `unnest`. */
-const FIELD_OF: Record<string, string> = {
-  tenant_ids: 'tenant_id',
-  key_ids: 'key_id',
-  statuses: 'status',
-  codes: 'code',
-  routes: 'route',
-  times_us: 'time_us',
-}
 
 /** A round's first window: the account's newest rows looked at before older ones. */
 const WALKED_ROWS = 1_000
@@ -99,17 +67,7 @@ export function listRequests(
 }
 
 async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: number): Promise<RequestRow[]> {
-  const { rowWhere, recordWhere, arrays, refusals } = conditionsOf(sql, f)
-  // A filter of a summary with a GIN index of its own (schema.ts): all but the times.
-  const byIndex = f.tenantId !== null || f.keyId !== null || f.status !== null || f.code !== null || f.route !== null
-  // A sub-account's or key's refusals are in few rows (refused_*_set): their index at once.
-  const windows = !(refusals && (f.tenantId !== null || f.keyId !== null))
-  const positions =
-    arrays.length === 0
-      ? sql`generate_series(r.records, 1, -1) as f(position)`
-      : sql.unsafe(
-          `unnest(${arrays.map((a) => `r.${a}`).join(', ')}) with ordinality as f(${arrays.map((a) => FIELD_OF[a]).join(', ')}, position)`,
-        )
+  const { rowWhere, recordWhere, positions, byIndex, windows } = conditionsOf(sql, f)
   const page: RequestRow[] = []
   let beforeRow: string | null =
     f.beforeSeq === null ? null : (BigInt(f.beforeSeq) / BigInt(POSITIONS_PER_ROW)).toString()
@@ -225,75 +183,6 @@ async function nextRows(
     order by seq desc limit ${limit(olderWanted)}`,
   )
   return { rows: [...rows, ...older], more: older.length === olderWanted }
-}
-
-/** A filter's conditions on a row's summary, and on its records (the arrays they read). */
-function conditionsOf(
-  sql: Tx,
-  f: RequestFilter,
-): { rowWhere: Fragment; recordWhere: Fragment; arrays: string[]; refusals: boolean } {
-  const arrays = new Set<string>()
-  const read = (array: string) => {
-    arrays.add(array)
-    return sql.unsafe(`f.${FIELD_OF[array]}`)
-  }
-  let rowWhere = sql``
-  let recordWhere = sql``
-  const onRows = (condition: Fragment) => {
-    rowWhere = sql`${rowWhere} ${condition}`
-  }
-  const onRecords = (condition: Fragment) => {
-    recordWhere = sql`${recordWhere} ${condition}`
-  }
-  const status = f.status
-  // Answers that are not 2xx only (a class or status other than 2xx, or a problem code, which comes
-  // only with a refusal): a sub-account's or key's rows are then those where it has one.
-  const refusals =
-    f.code !== null || (status !== null && ('class' in status ? status.class : Math.floor(status.exact / 100)) !== 2)
-  if (f.tenantId !== null) {
-    onRows(sql`and r.${sql.unsafe(refusals ? 'refused_tenant_set' : 'tenant_set')} @> array[${f.tenantId}::uuid]`)
-    onRecords(sql`and ${read('tenant_ids')} = ${f.tenantId}::uuid`)
-  }
-  if (f.keyId !== null) {
-    onRows(sql`and r.${sql.unsafe(refusals ? 'refused_key_set' : 'key_set')} @> array[${f.keyId}::uuid]`)
-    onRecords(sql`and ${read('key_ids')} = ${f.keyId}::uuid`)
-  }
-  if (status !== null) {
-    const statusClass = 'class' in status ? status.class : Math.floor(status.exact / 100)
-    // `r.not_2xx` as a literal condition: the plan may then walk the rows of its partial index.
-    if (statusClass !== 2) onRows(sql`and r.not_2xx`)
-    if ('exact' in status) {
-      onRows(sql`and r.status_set @> array[${status.exact}::int2]`)
-      onRecords(sql`and ${read('statuses')} = ${status.exact}::int2`)
-    } else {
-      // Any status of the class, as an overlap its GIN index answers.
-      const inClass = Array.from({ length: 100 }, (_, n) => status.class * 100 + n)
-      onRows(sql`and r.status_set && ${`{${inClass.join(',')}}`}::int2[]`)
-      onRecords(sql`and ${read('statuses')} / 100 = ${status.class}::int`)
-    }
-  }
-  if (f.code !== null) {
-    // A problem code comes only with a refusal, never a 2xx.
-    onRows(sql`and r.not_2xx and r.code_set @> array[${f.code}::text]`)
-    onRecords(sql`and ${read('codes')} = ${f.code}::text`)
-  }
-  if (f.route !== null) {
-    onRows(sql`and r.route_set @> array[${f.route}::text]`)
-    onRecords(sql`and ${read('routes')} = ${f.route}::text`)
-  }
-  if (f.since !== null) {
-    // A row holds one UTC day's records (rows.ts), so one that ends after `since` begins on its day
-    // or later: the second bound keeps the plan out of older days' partitions.
-    const sinceDay = new Date(dayOf(f.since.getTime()) * DAY_MS)
-    onRows(sql`and r.last_time >= ${f.since} and r.first_time >= ${sinceDay}`)
-    onRecords(sql`and ${read('times_us')} >= ${f.since.getTime() * 1000}::int8`)
-  }
-  if (f.until !== null) {
-    onRows(sql`and r.first_time < ${f.until}`)
-    onRecords(sql`and ${read('times_us')} < ${f.until.getTime() * 1000}::int8`)
-  }
-  if (f.beforeSeq !== null) onRecords(sql`and r.seq * ${sql.unsafe(PER_ROW)} + f.position < ${f.beforeSeq}::int8`)
-  return { rowWhere, recordWhere, arrays: [...arrays], refusals }
 }
 
 /**
