@@ -103,9 +103,10 @@ class RowBuilder {
   add(record: RequestRecord): void {
     const count = record.idGiven ? Number.NaN : this.madeCount(record.id)
     if (Number.isNaN(count)) {
-      this.givenIds.push(element(record.id))
+      const id = element(record.id)
+      this.givenIds.push(id)
       this.givenPositions.push(this.ids.length + 1)
-      this.ids.push(element(record.id))
+      this.ids.push(id)
     } else {
       this.idLow = Math.min(this.idLow, count)
       this.idHigh = Math.max(this.idHigh, count)
