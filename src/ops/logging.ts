@@ -26,8 +26,6 @@ export function loggerOptions(level: string): LoggerOptions {
   return { level, redact: { paths: LOG_REDACT, censor: LOG_CENSOR } }
 }
 
-const REPLY_FROM_FAILURE = 'response errored'
-
 /**
  * Fastify gives every request a child logger, which pino builds eagerly (bindings serialized,
  * level methods set up): a few µs per request for a logger most requests never use, since the
@@ -60,11 +58,7 @@ class LazyChildLogger {
     ;(this.real().error as (...a: unknown[]) => void)(...args)
   }
   warn(...args: unknown[]): void {
-    // @fastify/reply-from warns of every failed upstream exchange, a client that hung up included.
-    // The gateway logs those itself: an upstream failure at error with its code (http/error-handler.ts),
-    // a client abort at info (proxy/exchange.ts). Its line is kept at debug.
-    const level = args[1] === REPLY_FROM_FAILURE ? 'debug' : 'warn'
-    ;(this.real()[level] as (...a: unknown[]) => void)(...args)
+    ;(this.real().warn as (...a: unknown[]) => void)(...args)
   }
   info(...args: unknown[]): void {
     ;(this.real().info as (...a: unknown[]) => void)(...args)

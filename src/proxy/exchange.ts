@@ -6,10 +6,10 @@
 //
 // On the proxy's hot path: an exchange allocates no timer of its own. The route's ResponseWatch
 // looks at every answer in flight on one timer.
-import type { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Tally } from '../ops/fast-metrics.js'
 import type { RouteConcurrency, SlotHolder } from './concurrency.js'
+import type { UpstreamCall } from './upstream-call.js'
 
 export interface ClientAbortTallies {
   readonly hungUp: Tally
@@ -84,7 +84,9 @@ export class ResponseWatch {
 
 export class Exchange {
   private stoppedReading = false
-  private upstreamBody: Readable | null = null
+  private call: UpstreamCall | null = null
+  /** The answer's Content-Length; null when it has none, so that only counting it tells its size. */
+  private declaredBytes: number | null = null
   /** The bytes of a chunked answer's body that came from the upstream so far. */
   private chunkedBytes = 0
   /** Sent upstream, and neither its response headers nor its failure has come back yet. */
@@ -120,7 +122,7 @@ export class Exchange {
     return this.clientClosed || this.reply.raw.destroyed || this.request.raw.aborted
   }
 
-  /** The request leaves for the upstream (reply-from's rewriteRequestHeaders). */
+  /** The request leaves for the upstream (upstream-call.ts). */
   sentUpstream(): void {
     this.upstreamPending = true
   }
@@ -135,14 +137,13 @@ export class Exchange {
     if (this.clientClosed) this.release()
   }
 
-  /** The upstream's answer streams to the client: from now on, a client that takes nothing of it is cut off. */
-  responding(body: Readable): void {
-    this.upstreamBody = body
-    // A chunked answer's length is known only by counting it (the request log's response_bytes).
-    if (this.reply.getHeader('content-length') === undefined)
-      body.on('data', (chunk: Buffer) => {
-        this.chunkedBytes += chunk.length
-      })
+  /**
+   * The upstream's answer streams to the client: from now on, a client that takes nothing of it is
+   * cut off, and one that leaves ends the upstream's side. `declaredBytes`: its Content-Length.
+   */
+  responding(call: UpstreamCall, declaredBytes: number | null): void {
+    this.call = call
+    this.declaredBytes = declaredBytes
     if (this.clientClosed) return
     this.progressAt = performance.now()
     this.flushedAtProgress = this.flushed()
@@ -159,9 +160,16 @@ export class Exchange {
     this.release()
   }
 
-  /** The bytes of a chunked answer's body passed on so far (an answer with a Content-Length is measured by it). */
-  answerBytes(): number {
-    return this.chunkedBytes
+  /** A piece of the answer's body went to the client. */
+  answered(bytes: number): void {
+    // A chunked answer's length is known only by counting it (the request log's response_bytes).
+    if (this.declaredBytes === null) this.chunkedBytes += bytes
+  }
+
+  /** The bytes of the upstream's answer: its Content-Length, or what passed so far; null before it came. */
+  answerBytes(): number | null {
+    if (this.call === null) return null
+    return this.declaredBytes ?? this.chunkedBytes
   }
 
   /** Bytes of the response the client's socket has handed to the kernel (written, not just queued). */
@@ -199,8 +207,9 @@ export class Exchange {
     // upstreamSettled, the slot still comes back.
     else setTimeout(() => this.release(), this.slots.maxWaitMs + 10_000).unref()
     if (this.reply.raw.writableFinished) return
-    // The upstream broke off its answer: fastify logs that, and it is not the client's doing.
-    if (this.upstreamBody?.errored) return
+    this.call?.clientLeft()
+    // The upstream broke off its answer: upstream-call.ts logs that, and it is not the client's doing.
+    if (this.call?.broken) return
     const tally = this.stoppedReading ? this.clientAborts.stoppedReading : this.clientAborts.hungUp
     tally.inc()
     this.request.log.info(

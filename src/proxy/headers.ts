@@ -54,6 +54,8 @@ const DROPPED = new Set([
   'te',
   'trailer',
   'upgrade',
+  // The body's framing is undici's: it sends the body with its Content-Length, or chunked.
+  'transfer-encoding',
   // Answered by the gateway itself (proxy/plugin.ts): the body is on its way when the upstream is asked.
   'expect',
   'x-request-id',

@@ -56,11 +56,15 @@ export function recordOf(
   }
 }
 
-/** The bytes of the answer's body: its Content-Length, else what a proxied exchange sent (chunked). */
+/** The bytes of the answer's body: the upstream's answer passed on, else the gateway's own Content-Length. */
 // The exchange is undefined outside the proxy's scopes (it is decorated there).
-export function responseBytesOf(reply: FastifyReply, exchange: { answerBytes(): number } | null | undefined): number {
+export function responseBytesOf(
+  reply: FastifyReply,
+  exchange: { answerBytes(): number | null } | null | undefined,
+): number {
+  const passedOn = exchange?.answerBytes() ?? null
+  if (passedOn !== null) return passedOn
   // fastify's own copy of the headers: it hands them to writeHead, so the raw response has none.
   const declared = reply.getHeader('content-length')
-  if (declared !== undefined) return declaredBytes(declared)
-  return exchange == null ? 0 : exchange.answerBytes()
+  return declared === undefined ? 0 : declaredBytes(declared)
 }

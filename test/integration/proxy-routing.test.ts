@@ -100,6 +100,9 @@ t.test('the route table (docs/configuration.md)', async (t) => {
       ['/v1/shipments', ship, '/v1/shipments'],
       ['/v1/shipments/', ship, '/v1/shipments/'],
       ['/v1/shipments/9?x=1&x=2', ship, '/v1/shipments/9?x=1&x=2'],
+      // The query as the client sent it: not decoded and encoded again (`a%20b`, `flag=`).
+      ['/v1/shipments/9?q=a+b&flag&e=%7e&s=%2F', ship, '/v1/shipments/9?q=a+b&flag&e=%7e&s=%2F'],
+      ['/v1/ship%6Dents/9?q=1', ship, '/v1/shipments/9?q=1'],
       ["/v1/shipments/a%20b/caf%C3%A9/~x@y:z!$'()*+,=", ship, "/v1/shipments/a%20b/caf%C3%A9/~x@y:z!$'()*+,="],
       ['/v1/shipmentsX', catchAll, '/root/v1/shipmentsX'],
       ['/v1/shipmentsX/1', catchAll, '/root/v1/shipmentsX/1'],

@@ -1,0 +1,268 @@
+// One proxied request's exchange with its upstream (docs/architecture.md, the proxy pipeline):
+// sent through the route's undici pool, its answer written straight to the client's response as
+// it comes, under the header policy of headers.ts. No stream stands between the two: undici
+// hands each chunk over, and the client's backpressure pauses the upstream's connection.
+import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { Pool, type Dispatcher } from 'undici'
+import { ApiError, payloadTooLarge } from '../errors.js'
+import type { LatencyHistogram } from '../ops/fast-metrics.js'
+import type { Exchange } from './exchange.js'
+import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
+import { BodyIdleError, BodyTooLargeError } from './request-body.js'
+import type { ProxyRoute } from './route-table.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** performance.now() when the request left for the upstream. */
+    upstreamSentAt: number
+  }
+}
+
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
+
+/** undici's failures as the catalogue's: too slow is 504, anything else unreachable is 502. */
+export function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
+  // The request body's own failures reach undici as the body stream's error.
+  const cause = (error as { cause?: unknown }).cause
+  const bodyError = [error, cause].find((e) => e instanceof BodyTooLargeError || e instanceof BodyIdleError)
+  if (bodyError instanceof BodyTooLargeError) return payloadTooLarge(bodyError.limit)
+  if (bodyError instanceof BodyIdleError) {
+    // The rest of the body may never come: the connection cannot carry another request.
+    return new ApiError('request_timeout', `the request body sent nothing for ${bodyError.idleMs} ms`, {
+      headers: { connection: 'close' },
+    })
+  }
+  const codes = [(error as { code?: string }).code, (cause as { code?: string } | undefined)?.code]
+  if (codes.some((code) => code !== undefined && TIMEOUT_CODES.has(code))) {
+    return new ApiError('upstream_timeout', `the upstream did not answer within ${route.timeoutMs} ms`)
+  }
+  return new ApiError('upstream_unavailable', 'the upstream could not be reached')
+}
+
+/** RFC 9110 §5.5 field values; anything else in an upstream's header would make writeHead throw. */
+const INVALID_HEADER_CHAR = /[^\t\x20-\x7e\x80-\xff]/
+const INVALID_HEADER_CHARS = /[^\t\x20-\x7e\x80-\xff]/g
+
+function sanitized(headers: IncomingHttpHeaders): IncomingHttpHeaders {
+  for (const name in headers) {
+    const value = headers[name]
+    if (typeof value === 'string') {
+      if (INVALID_HEADER_CHAR.test(value)) headers[name] = value.replace(INVALID_HEADER_CHARS, '')
+    } else if (Array.isArray(value)) headers[name] = value.map((v) => v.replace(INVALID_HEADER_CHARS, ''))
+  }
+  return headers
+}
+
+/** What a route's requests are sent with, built once when the route is registered. */
+export class UpstreamTarget {
+  readonly pool: Pool
+  /** The upstream's base path and the route's prefix: what the matched prefix becomes upstream. */
+  readonly upstreamPrefix: string
+  /** The prefix as clients see it ('' for the catch-all). */
+  private readonly publicPrefix: string
+  private readonly host: string
+
+  constructor(
+    readonly route: ProxyRoute,
+    private readonly upstreamDuration: LatencyHistogram,
+    /** True once shutdown began: every answer says Connection: close (ops/readiness-plugin.ts). */
+    private readonly draining: () => boolean,
+  ) {
+    const url = new URL(route.upstream)
+    const basePath = url.pathname.replace(/\/+$/, '')
+    this.publicPrefix = route.prefix === '/' ? '' : route.prefix
+    this.upstreamPrefix = basePath + this.publicPrefix
+    this.host = url.host
+    this.pool = new Pool(url.origin, {
+      // The slots keep requests to at most this many, so undici never queues one.
+      connections: route.maxConnections,
+      headersTimeout: route.timeoutMs,
+      bodyTimeout: route.timeoutMs,
+      connectTimeout: Math.min(route.timeoutMs, 10_000),
+      // An https upstream must prove who it is (docs/configuration.md).
+      connect: { rejectUnauthorized: true },
+    })
+  }
+
+  /** The route's handler: the request, admitted by every step, goes to the upstream. */
+  forward(request: FastifyRequest, reply: FastifyReply): void {
+    const route = this.route
+    const exchange = request.exchange!
+    const call = new UpstreamCall(request, reply, exchange, this)
+    const headers = upstreamHeaders(request.headers, {
+      identity: route.public ? null : trustedIdentity(request),
+      requestId: request.id,
+      forwardAuthorization: route.forwardAuthorization,
+      clientIp: request.ip,
+      proto: request.protocol === 'https' ? 'https' : 'http',
+      host: request.headers.host,
+      connection: request.raw.headers.connection,
+      passHeaders: route.passHeaders,
+    })
+    headers.host = this.host
+    request.upstreamSentAt = performance.now()
+    exchange.sentUpstream()
+    this.pool.dispatch(
+      {
+        path: this.upstreamPath(request.url),
+        method: request.method as Dispatcher.HttpMethod,
+        headers: headers as Record<string, string | string[]>,
+        // The parser of proxy/request-body.ts hands over the request stream; none for a GET.
+        body: (request.body as NodeJS.ReadableStream | undefined) ?? null,
+      } as Dispatcher.DispatchOptions,
+      call,
+    )
+  }
+
+  /** The upstream's path and query: the request's own, its prefix replaced by the upstream's. */
+  upstreamPath(url: string): string {
+    const cut = this.publicPrefix === '' ? 0 : rawPrefixLength(url, this.publicPrefix)
+    const path = this.upstreamPrefix + url.slice(cut)
+    return path === '' || path.charCodeAt(0) === 63 /* ? */ ? `/${path}` : path
+  }
+
+  /** The upstream's response headers as the client gets them, on top of those the gateway set. */
+  answerHeaders(reply: FastifyReply, upstream: IncomingHttpHeaders, statusCode: number): OutgoingHttpHeaders {
+    const headers = sanitized(downstreamHeaders(upstream))
+    const location = headers.location
+    // An upstream with a base path points at its own paths: the client's are under the prefix.
+    if (location !== undefined && this.upstreamPrefix !== this.publicPrefix && !/^https?:\/\//.test(location))
+      headers.location = location.replace(this.upstreamPrefix, this.publicPrefix)
+    const out = reply.getHeaders() as OutgoingHttpHeaders
+    for (const name in headers) out[name] = headers[name]
+    if (statusCode === 204) {
+      // RFC 9110 §8.6: an answer without content has no Content-Type or Content-Length.
+      delete out['content-type']
+      delete out['content-length']
+    }
+    // An HTTP/1 connection cannot carry another request before this one's body is read whole.
+    if (!reply.request.raw.complete || this.draining()) out.connection = 'close'
+    return out
+  }
+
+  observeUpstream(request: FastifyRequest): void {
+    this.upstreamDuration.observe((performance.now() - request.upstreamSentAt) / 1000)
+  }
+}
+
+/**
+ * The length in `url` of `prefix`, which the router matched with its percent-encodings decoded
+ * (`/v1/th%69ngs/1` is under `/v1/things`); -1 when it is not there.
+ */
+export function rawPrefixLength(url: string, prefix: string): number {
+  if (url.startsWith(prefix)) return prefix.length
+  let decoded = ''
+  let at = 0
+  while (at < url.length && decoded.length < prefix.length) {
+    if (url.charCodeAt(at) !== 37 /* % */) {
+      decoded += url[at++]
+      continue
+    }
+    // A UTF-8 character is up to four escaped bytes.
+    let length = 3
+    for (;;) {
+      try {
+        decoded += decodeURIComponent(url.slice(at, at + length))
+        break
+      } catch {
+        if (length === 12 || url.charCodeAt(at + length) !== 37) return -1
+        length += 3
+      }
+    }
+    at += length
+  }
+  return decoded === prefix ? at : -1
+}
+
+/** The upstream's side of one request: undici's handler, writing the answer to the client. */
+export class UpstreamCall implements Dispatcher.DispatchHandler {
+  private controller: Dispatcher.DispatchController | null = null
+  /** The answer's head went to the client: a failure from now on can only cut it short. */
+  private answering = false
+  /** The upstream broke off its answer after it began (not the client's doing). */
+  broken = false
+  private done = false
+  private readonly response: ServerResponse
+
+  constructor(
+    private readonly request: FastifyRequest,
+    private readonly reply: FastifyReply,
+    private readonly exchange: Exchange,
+    private readonly target: UpstreamTarget,
+  ) {
+    this.response = reply.raw
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    // 1xx interim answers: the gateway answers the client's Expect itself (steps/send-continue.ts).
+    if (statusCode < 200) return
+    const { request, reply, exchange, target } = this
+    target.observeUpstream(request)
+    exchange.upstreamSettled()
+    if (exchange.clientGone()) {
+      this.finish()
+      controller.abort(new Error('the client left'))
+      return
+    }
+    if (statusCode > 599) {
+      this.finish()
+      controller.abort(new Error(`status ${statusCode}`))
+      reply.send(new ApiError('upstream_unavailable', `the upstream answered with status ${statusCode}`))
+      return
+    }
+    const head = target.answerHeaders(reply, headers, statusCode)
+    reply.hijack()
+    this.answering = true
+    const response = this.response
+    response.writeHead(statusCode, head)
+    const length = Number(head['content-length'] ?? Number.NaN)
+    exchange.responding(this, Number.isSafeInteger(length) ? length : null)
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.exchange.answered(chunk.length)
+    if (!this.response.write(chunk)) {
+      controller.pause()
+      this.response.once('drain', () => controller.resume())
+    }
+  }
+
+  onResponseEnd(): void {
+    this.finish()
+    this.response.end()
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    if (this.done) return
+    this.finish()
+    const exchange = this.exchange
+    if (this.answering) {
+      // Too late for an error answer: the client gets a cut-off one, as from the upstream.
+      this.broken = true
+      this.request.log.warn({ err: error }, 'the upstream broke off its answer')
+      this.response.destroy()
+      return
+    }
+    exchange.upstreamSettled()
+    // A client that hung up gets nothing, and is not an upstream failure (exchange.ts logs it).
+    if (exchange.clientGone()) return
+    this.reply.send(upstreamFailure(error, this.target.route))
+  }
+
+  /** The client left: an answer still coming is not wanted any more. */
+  clientLeft(): void {
+    if (this.done) return
+    this.finish()
+    this.controller?.abort(new Error('the client left'))
+  }
+
+  private finish(): void {
+    this.done = true
+  }
+}
