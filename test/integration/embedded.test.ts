@@ -126,6 +126,15 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   const cursor = ((await firstPage.json()) as { next_cursor: string }).next_cursor
   t.type(cursor, 'string', 'a first page of one has a next cursor')
   t.ok(await until(10_000, async () => receiver.deliveries.length === 2), 'both creations delivered')
+  // The request log is written to the embedded database too (as JSON: it takes no COPY).
+  const logged = async () => {
+    const response = await fetch(`${first.base}/v1/sub-accounts/requests?status=201`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+    })
+    return ((await response.json()) as { data: { id: string; path: string }[] }).data
+  }
+  t.ok(await until(10_000, async () => (await logged()).length >= 3), 'the creations are in the request log')
+  t.match(await logged(), [{ path: '/v1/sub-accounts' }], 'as management requests')
   t.same(
     receiver.deliveries.map((d) => `${d.verified?.type} ${d.verified?.data.target.id}`).sort(),
     [createdBody.id, secondId].map((id) => `sub_account.created ${id}`).sort(),
