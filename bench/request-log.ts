@@ -122,8 +122,12 @@ async function proxyOnOff(): Promise<void> {
       if (response.status !== 200 || seen['x-service-resolved-tenant'] !== acting.subId)
         throw new Error(`${side}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
     }
-    await sleep(1000)
-    const writtenOn = metric(await scrape(gateways.on.metricsPort), 'tgw_request_log_written_total')
+    // Written within a flush (every second) and its write: up to a few seconds after a start.
+    let writtenOn = 0
+    for (let waited = 0; !(writtenOn > 0) && waited < 5_000; waited += 250) {
+      await sleep(250)
+      writtenOn = metric(await scrape(gateways.on.metricsPort), 'tgw_request_log_written_total')
+    }
     const offSeries = (await scrape(gateways.off.metricsPort))?.has('tgw_request_log_written_total')
     if (!(writtenOn > 0) || offSeries !== false)
       throw new Error(`pre-flight: on wrote ${writtenOn} records; off has the writer's metric: ${offSeries}`)

@@ -105,6 +105,8 @@ export class UpstreamTarget {
   /** The upstream's path and query: the request's own, its prefix replaced by the upstream's. */
   upstreamPath(url: string): string {
     const cut = this.publicPrefix === '' ? 0 : rawPrefixLength(url, this.publicPrefix)
+    // The router matched the prefix, so it is there; should it not be, the path goes as it came.
+    if (cut === -1) return url
     const path = this.upstreamPrefix + url.slice(cut)
     return path === '' || path.charCodeAt(0) === 63 /* ? */ ? `/${path}` : path
   }

@@ -12,29 +12,19 @@ const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1')
 const POSTGRES_EPOCH_US = 946_684_800_000_000
 const TWO_TO_32 = 2 ** 32
 
-/** The value of a hex digit's character code. */
-function hexValue(code: number): number {
-  return code <= 57 ? code - 48 : (code | 32) - 87
-}
-
-/** A UUID's 16 bytes from its text form. */
-function uuidBytes(uuid: string): Uint8Array {
-  const bytes = new Uint8Array(16)
-  let at = 0
-  for (let i = 0; i < uuid.length; i += 2) {
-    if (uuid.charCodeAt(i) === 45 /* - */) i++
-    bytes[at++] = (hexValue(uuid.charCodeAt(i)) << 4) | hexValue(uuid.charCodeAt(i + 1))
-  }
-  return bytes
-}
+/** The value of each hex digit, by its character code. */
+const HEX = new Uint8Array(128)
+for (let code = 0; code < 10; code++) HEX[48 + code] = code
+for (let code = 0; code < 6; code++) HEX[65 + code] = HEX[97 + code] = 10 + code
 
 /** A COPY stream's bytes, written into one growing buffer. */
 export class CopyBuffer {
-  private buffer = Buffer.allocUnsafe(64 * 1024)
+  private buffer: Buffer
   private at = 0
-  private readonly uuids = new Map<string, Uint8Array>()
 
-  constructor() {
+  /** `expectedBytes`: about how large it will be, so that it seldom grows. */
+  constructor(expectedBytes = 64 * 1024) {
+    this.buffer = Buffer.allocUnsafe(expectedBytes)
     this.bytes(SIGNATURE)
     this.int32(0) // flags
     this.int32(0) // no header extension
@@ -116,14 +106,15 @@ export class CopyBuffer {
   uuidValue(uuid: string): void {
     this.int32(16)
     this.room(16)
-    // A row's sub-accounts and keys repeat: each is decoded once a batch.
-    let bytes = this.uuids.get(uuid)
-    if (bytes === undefined) {
-      bytes = uuidBytes(uuid)
-      this.uuids.set(uuid, bytes)
+    // Decoded here: Buffer's hex decoding is a native call a group of digits, and a cache of the
+    // decoded costs more than it saves when a batch holds thousands of sub-accounts and keys.
+    const buffer = this.buffer
+    let at = this.at
+    for (let i = 0; i < 36; i += 2) {
+      if (i === 8 || i === 13 || i === 18 || i === 23) i++
+      buffer[at++] = (HEX[uuid.charCodeAt(i)]! << 4) | HEX[uuid.charCodeAt(i + 1)]!
     }
-    this.buffer.set(bytes, this.at)
-    this.at += 16
+    this.at = at
   }
 
   /** Text as UTF-8 (a lone surrogate becomes U+FFFD on the way); NUL, which text cannot hold, too. */
@@ -153,12 +144,49 @@ export class CopyBuffer {
     this.at = start + written
   }
 
-  /** A one-dimensional array of `type`: its elements written by `each`, null ones as `null`. */
-  array<T>(type: ElementType, elements: readonly T[], each: (element: T) => void, hasNull = false): void {
+  // One-dimensional arrays, each element written by the matching value method above.
+
+  uuids(values: readonly string[]): void {
+    const start = this.arrayHead('uuid', values.length, false)
+    for (let i = 0; i < values.length; i++) this.uuidValue(values[i]!)
+    this.arrayEnd(start)
+  }
+
+  /** Texts, null ones as SQL NULL. */
+  texts(values: readonly (string | null)[], hasNull = false): void {
+    const start = this.arrayHead('text', values.length, hasNull)
+    for (let i = 0; i < values.length; i++) {
+      const value = values[i]!
+      if (value === null) this.null()
+      else this.textValue(value)
+    }
+    this.arrayEnd(start)
+  }
+
+  int2s(values: readonly number[]): void {
+    const start = this.arrayHead('int2', values.length, false)
+    for (let i = 0; i < values.length; i++) this.int2Value(values[i]!)
+    this.arrayEnd(start)
+  }
+
+  int4s(values: readonly number[]): void {
+    const start = this.arrayHead('int4', values.length, false)
+    for (let i = 0; i < values.length; i++) this.int4Value(values[i]!)
+    this.arrayEnd(start)
+  }
+
+  int8s(values: readonly number[]): void {
+    const start = this.arrayHead('int8', values.length, false)
+    for (let i = 0; i < values.length; i++) this.int8Value(values[i]!)
+    this.arrayEnd(start)
+  }
+
+  /** An array's header; returns where its length goes, written by arrayEnd once known. */
+  private arrayHead(type: ElementType, length: number, hasNull: boolean): number {
     this.room(24)
     const start = this.at
-    this.at += 4 // the length, once known
-    if (elements.length === 0) {
+    this.at += 4
+    if (length === 0) {
       this.int32(0) // no dimensions
       this.int32(0)
       this.int32(OID[type])
@@ -166,10 +194,13 @@ export class CopyBuffer {
       this.int32(1)
       this.int32(hasNull ? 1 : 0)
       this.int32(OID[type])
-      this.int32(elements.length)
+      this.int32(length)
       this.int32(1) // lower bound
-      for (let i = 0; i < elements.length; i++) each(elements[i]!)
     }
+    return start
+  }
+
+  private arrayEnd(start: number): void {
     this.buffer.writeInt32BE(this.at - start - 4, start)
   }
 
