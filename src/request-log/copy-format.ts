@@ -44,15 +44,20 @@ export class CopyBuffer {
     this.at += bytes.length
   }
 
+  // Big-endian, byte by byte: Buffer's writeInt32BE checks its range first, at every call.
+
   int16(n: number): void {
     this.room(2)
-    this.buffer.writeInt16BE(n, this.at)
-    this.at += 2
+    const buffer = this.buffer
+    const at = this.at
+    buffer[at] = n >>> 8
+    buffer[at + 1] = n
+    this.at = at + 2
   }
 
   int32(n: number): void {
     this.room(4)
-    this.buffer.writeInt32BE(n, this.at)
+    this.put32(n, this.at)
     this.at += 4
   }
 
@@ -60,9 +65,18 @@ export class CopyBuffer {
   int64(n: number): void {
     this.room(8)
     const high = Math.floor(n / TWO_TO_32)
-    this.buffer.writeInt32BE(high, this.at)
-    this.buffer.writeUInt32BE(n - high * TWO_TO_32, this.at + 4)
+    this.put32(high, this.at)
+    this.put32(n - high * TWO_TO_32, this.at + 4)
     this.at += 8
+  }
+
+  /** The low 32 bits of `n` at `at` (a negative `n` in two's complement). */
+  private put32(n: number, at: number): void {
+    const buffer = this.buffer
+    buffer[at] = n >>> 24
+    buffer[at + 1] = n >>> 16
+    buffer[at + 2] = n >>> 8
+    buffer[at + 3] = n
   }
 
   /** A tuple of `fields` fields begins: each value written next is one of them. */
@@ -140,7 +154,7 @@ export class CopyBuffer {
         'utf8',
       )
     }
-    buffer.writeInt32BE(written, this.at)
+    this.put32(written, this.at)
     this.at = start + written
   }
 
@@ -201,7 +215,7 @@ export class CopyBuffer {
   }
 
   private arrayEnd(start: number): void {
-    this.buffer.writeInt32BE(this.at - start - 4, start)
+    this.put32(this.at - start - 4, start)
   }
 
   /** The stream's bytes, with its trailer. */
