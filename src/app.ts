@@ -229,8 +229,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   }
   await app.register(requestLogPlugin, {
     sql: deps.requestLogSql ?? deps.store.sql,
-    // The embedded database takes no COPY from a client (request-log/writer.ts).
-    copy: deps.requestLogSql !== undefined || !deps.store.embedded,
     retentionDays: deps.config.requestLogRetentionDays,
     ...tuning.requestLog,
   })

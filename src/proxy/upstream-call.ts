@@ -125,8 +125,9 @@ export class UpstreamTarget {
       delete out['content-type']
       delete out['content-length']
     }
-    // (Node itself closes a connection whose request body was not read whole: upstream-answers.test.ts.)
-    if (this.draining()) out.connection = 'close'
+    // A connection whose request body was not read whole cannot carry another request: the
+    // client's upload would stall on it, and a shutdown wait for it.
+    if (!reply.request.raw.complete || this.draining()) out.connection = 'close'
     return out
   }
 

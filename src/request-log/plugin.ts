@@ -20,7 +20,7 @@ declare module 'fastify' {
 }
 
 export interface RequestLogPluginOptions
-  extends Partial<Pick<WriterOptions, 'bufferRecords' | 'batchRecords' | 'flushIntervalMs' | 'rowRecords' | 'copy'>> {
+  extends Partial<Pick<WriterOptions, 'bufferRecords' | 'batchRecords' | 'flushIntervalMs' | 'rowRecords'>> {
   sql: Sql
   retentionDays: number
   /** Between retention sweeps (default an hour); the first runs at start. */

@@ -7,9 +7,8 @@ import type { FastifyBaseLogger } from 'fastify'
 import { type Sql, withDeadline } from '../store/db.js'
 import { dayOfRecord, ensurePartition } from './partitions.js'
 import { RecordBuffer, type RequestRecord } from './record-buffer.js'
-import { CopyBuffer } from './copy-format.js'
-import { BatchRows, ROW_COLUMNS, type RowBuilder } from './rows.js'
-import { ensureRequestLogTable } from './schema.js'
+import { BatchRows } from './rows.js'
+import { ensureRequestLogTable, RECORD_ARRAYS } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
 export const DEFAULT_BATCH_RECORDS = 5_000
@@ -32,11 +31,6 @@ export interface WriterOptions {
   flushIntervalMs?: number
   /** Records a row at most (schema.ts, ROW_RECORDS); tests make it small to write many rows. */
   rowRecords?: number
-  /**
-   * Send rows as a binary COPY (default); false: as one JSON parameter, for the embedded PGlite,
-   * whose wire protocol takes no COPY from a client.
-   */
-  copy?: boolean
   /** Told of what each write did: records written, or a failure. */
   onWritten?: (records: number) => void
   onWriteFailed?: () => void
@@ -127,8 +121,23 @@ export class RequestLogWriter {
       rows.add(batch[i]!)
       if (i % RECORDS_A_TURN === RECORDS_A_TURN - 1) await nextTurn()
     }
-    if (this.options.copy === false) await insertAsJson(sql, rows.finish())
-    else await copyRows(sql, rows.finish())
+    // One parameter, whatever the batch's size: the rows as JSON text (the store's pool passes no
+    // arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
+    await sql`
+      insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+        status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids,
+        given_positions, ${sql.unsafe(RECORD_ARRAYS)})
+      select account_id, to_timestamp(first_us / 1e6), to_timestamp(last_us / 1e6), records, tenant_set::uuid[],
+        key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx,
+        refused_tenant_set::uuid[], refused_key_set::uuid[], id_stem, id_low, id_high,
+        given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
+        key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
+        durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
+      from json_to_recordset(${JSON.stringify(rows.finish())}::text::json) as r(account_id uuid, first_us int8,
+        last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text, code_set text,
+        not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8, id_high int8, given_ids text, given_positions text, ids text,
+        times_us text, tenant_ids text, key_ids text, methods text, routes text, paths text, statuses text,
+        codes text, durations_us text, request_bytes text, response_bytes text, source_ips text)`
   }
 
   /** A partition the retention dropped must be made again before a record of its day is written. */
@@ -153,52 +162,4 @@ export class RequestLogWriter {
       this.options.log.warn({ buffered: this.buffer.size }, 'request log: the last writes did not finish at close')
     })
   }
-}
-
-/** The rows as one binary COPY: Postgres stores each value as sent, with no text to parse. */
-/** About what a record takes in the COPY: its ids, path and address, with every length. */
-const COPY_BYTES_A_RECORD = 200
-
-async function copyRows(sql: Sql, rows: readonly RowBuilder[]): Promise<void> {
-  const out = new CopyBuffer(COPY_BYTES_A_RECORD * rows.reduce((sum, row) => sum + row.size, 0) + 4096)
-  // A row is at most RECORDS_A_TURN records: encoding a batch's rows at once held the event loop
-  // for milliseconds at a few thousand records (the p99 at one connection).
-  let sinceTurn = 0
-  for (const row of rows) {
-    row.encode(out)
-    sinceTurn += row.size
-    if (sinceTurn >= RECORDS_A_TURN) {
-      sinceTurn = 0
-      await nextTurn()
-    }
-  }
-  const bytes = out.finish()
-  const stream =
-    await sql`copy request_log_rows (${sql.unsafe(ROW_COLUMNS)}) from stdin with (format binary)`.writable()
-  await new Promise<void>((resolve, reject) => {
-    stream.on('error', reject)
-    stream.on('finish', resolve)
-    stream.end(bytes)
-  })
-}
-
-/**
- * The rows as one parameter, whatever the batch's size: JSON text (the store's pool passes no
- * arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
- */
-async function insertAsJson(sql: Sql, rows: readonly RowBuilder[]): Promise<void> {
-  await sql`
-    insert into request_log_rows (${sql.unsafe(ROW_COLUMNS)})
-    select account_id, to_timestamp(first_us / 1e6), to_timestamp(last_us / 1e6), records, tenant_set::uuid[],
-      key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx,
-      refused_tenant_set::uuid[], refused_key_set::uuid[], id_stem, id_low, id_high,
-      given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
-      key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
-      durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
-    from json_to_recordset(${JSON.stringify(rows.map((row) => row.row()))}::text::json) as r(account_id uuid,
-      first_us int8, last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text,
-      code_set text, not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8,
-      id_high int8, given_ids text, given_positions text, ids text, times_us text, tenant_ids text, key_ids text,
-      methods text, routes text, paths text, statuses text, codes text, durations_us text, request_bytes text,
-      response_bytes text, source_ips text)`
 }

@@ -52,10 +52,9 @@ const NO_FILTER: RequestFilter = {
   limit: 1000,
 }
 
-/** A writer on a fresh database; `copy: false` writes as it does to the embedded one (JSON). */
-async function writerOn(t: TestLike, rowRecords: number, copy = true) {
+async function writerOn(t: TestLike, rowRecords: number) {
   const database = await freshDatabase(t, { migrated: false })
-  const writer = new RequestLogWriter({ sql: database.sql, log: pino({ level: 'silent' }), rowRecords, copy })
+  const writer = new RequestLogWriter({ sql: database.sql, log: pino({ level: 'silent' }), rowRecords })
   t.teardown(() => writer.close())
   return { sql: database.sql, writer }
 }
@@ -78,81 +77,73 @@ async function allPages(
   }
 }
 
-/** The two ways rows go to Postgres (writer.ts): each test of what they hold runs with both. */
-const FORMS = [
-  { copy: true, form: 'binary COPY' },
-  { copy: false, form: 'JSON, as to the embedded database' },
-]
-
-for (const { copy, form } of FORMS)
-  t.test(`records of any text come back as they went in, each parent its own, newest first (${form})`, async (t) => {
-    const { sql, writer } = await writerOn(t, 3, copy)
-    const now = Date.now()
-    const awkward = ['/p/"quoted"', '/p/back\\slash', '/p/a b', '/p/{brace},comma', '/p/é€😀', '/p/NULL', '/p/null']
-    const records: RequestRecord[] = awkward.map((path, i) => ({
-      id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : madeId(i),
-      idGiven: i < 2,
-      timeMs: now - DAY_MS + i * 1000.25,
-      accountId: ACCOUNTS[i % 2]!,
-      tenantId: uuid(2, i),
-      keyId: uuid(3, i),
-      method: i % 2 === 0 ? 'GET' : 'POST',
-      route: i % 3 === 0 ? 'management' : '/api',
-      path,
-      status: [200, 404, 429, 503][i % 4]!,
-      code: i % 4 === 2 ? 'rate_limited' : null,
-      durationMs: 1.5 + i,
-      requestBytes: i * 10,
-      responseBytes: 2 ** 40 + i,
-      sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
-    }))
-    for (const record of records) writer.add(record)
-    await writer.flush()
-    for (const account of ACCOUNTS) {
-      const expected = records.filter((r) => r.accountId === account).reverse()
-      const listed = await listRequests(sql, account, NO_FILTER)
-      t.same(
-        listed.map((row) => ({
-          id: row.id,
-          timeMs: row.time.getTime(),
-          accountId: row.account_id,
-          tenantId: row.tenant_id,
-          keyId: row.key_id,
-          method: row.method,
-          route: row.route,
-          path: row.path,
-          status: row.status,
-          code: row.code,
-          durationMs: row.duration_ms,
-          requestBytes: Number(row.request_bytes),
-          responseBytes: Number(row.response_bytes),
-          sourceIp: row.source_ip,
-        })),
-        expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
-        `account ${account}: every field, in order`,
-      )
-    }
-    const [byView] = await sql<{ n: string }[]>`select count(*)::text as n from request_log where path like '/p/%'`
-    t.equal(byView!.n, String(records.length), 'the view reads a record a row')
-  })
-
-for (const { copy, form } of FORMS)
-  t.test(`a NUL or a lone surrogate is kept as U+FFFD, and its batch is written (${form})`, async (t) => {
-    const { sql, writer } = await writerOn(t, 500, copy)
-    writer.add(record({ id: madeId(1), path: '/p/nul\u0000end' }))
-    writer.add(record({ id: madeId(2), path: '/p/\ud800lone' }))
-    writer.add(record({ id: madeId(3), path: '/p/pair😀', sourceIp: 'a\t"{b}\\' }))
-    await writer.flush()
-    const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
+t.test('records of any text come back as they went in, each parent its own, newest first', async (t) => {
+  const { sql, writer } = await writerOn(t, 3)
+  const now = Date.now()
+  const awkward = ['/p/"quoted"', '/p/back\\slash', '/p/a b', '/p/{brace},comma', '/p/é€😀', '/p/NULL', '/p/null']
+  const records: RequestRecord[] = awkward.map((path, i) => ({
+    id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : madeId(i),
+    idGiven: i < 2,
+    timeMs: now - DAY_MS + i * 1000.25,
+    accountId: ACCOUNTS[i % 2]!,
+    tenantId: uuid(2, i),
+    keyId: uuid(3, i),
+    method: i % 2 === 0 ? 'GET' : 'POST',
+    route: i % 3 === 0 ? 'management' : '/api',
+    path,
+    status: [200, 404, 429, 503][i % 4]!,
+    code: i % 4 === 2 ? 'rate_limited' : null,
+    durationMs: 1.5 + i,
+    requestBytes: i * 10,
+    responseBytes: 2 ** 40 + i,
+    sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
+  }))
+  for (const record of records) writer.add(record)
+  await writer.flush()
+  for (const account of ACCOUNTS) {
+    const expected = records.filter((r) => r.accountId === account).reverse()
+    const listed = await listRequests(sql, account, NO_FILTER)
     t.same(
-      listed.map((row) => [row.path, row.source_ip]),
-      [
-        ['/p/pair😀', 'a\t"{b}\\'],
-        ['/p/\ufffdlone', '127.0.0.1'],
-        ['/p/nul\ufffdend', '127.0.0.1'],
-      ],
+      listed.map((row) => ({
+        id: row.id,
+        timeMs: row.time.getTime(),
+        accountId: row.account_id,
+        tenantId: row.tenant_id,
+        keyId: row.key_id,
+        method: row.method,
+        route: row.route,
+        path: row.path,
+        status: row.status,
+        code: row.code,
+        durationMs: row.duration_ms,
+        requestBytes: Number(row.request_bytes),
+        responseBytes: Number(row.response_bytes),
+        sourceIp: row.source_ip,
+      })),
+      expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
+      `account ${account}: every field, in order`,
     )
-  })
+  }
+  const [byView] = await sql<{ n: string }[]>`select count(*)::text as n from request_log where path like '/p/%'`
+  t.equal(byView!.n, String(records.length), 'the view reads a record a row')
+})
+
+t.test('a NUL or a lone surrogate is kept as U+FFFD, and its batch is written', async (t) => {
+  const { sql, writer } = await writerOn(t, 500)
+  writer.add(record({ id: madeId(1), path: '/p/nul\u0000end' }))
+  writer.add(record({ id: madeId(2), path: '/p/\ud800lone' }))
+  writer.add(record({ id: madeId(3), path: '/p/pair😀', sourceIp: 'a\t"{b}\\' }))
+  await writer.flush()
+  const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
+  t.same(
+    listed.map((row) => [row.path, row.source_ip]),
+    [
+      ['/p/pair😀', 'a\t"{b}\\'],
+      ['/p/\ufffdlone', '127.0.0.1'],
+      ['/p/nul\ufffdend', '127.0.0.1'],
+    ],
+  )
+})
 
 t.test('every filter and page over many small rows agrees with the records read plainly', async (t) => {
   // Rows of three: a page reads more rows than a round's first 32 (queries.ts) for a rare match.

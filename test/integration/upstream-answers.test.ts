@@ -2,10 +2,11 @@
 // (src/proxy/upstream-call.ts): the odd heads an upstream can send, from a raw socket, and a body
 // larger than every buffer on the way to a client that pauses.
 import { createServer, type Socket } from 'node:net'
-import { request as httpRequest } from 'node:http'
+import { Agent, request as httpRequest } from 'node:http'
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest, sha256 } from '../helpers/http.js'
+import { until } from '../helpers/poll.js'
 import { checkProblem } from '../helpers/problems.js'
 import type { TestLike } from '../helpers/test-like.js'
 import { listenOnLoopback, startUpstream } from '../helpers/upstream.js'
@@ -85,17 +86,45 @@ t.test("odd heads from the upstream, and the client's side of them", async (t) =
 
   t.equal(away.headers.location, 'http://elsewhere/base/based/x', 'an absolute one is left alone')
 
-  // The upstream answers before it read the body: the connection cannot carry another request
-  // (Node's server says so itself).
-  const early = await rawRequest(gw.url, {
-    method: 'POST',
-    path: '/raw/early',
-    headers: [['Content-Length', String(8 * 1024 * 1024)]],
-    body: Buffer.alloc(8 * 1024 * 1024, 1),
-  })
+  // The upstream answers before it read the body, to a keep-alive client: the connection cannot
+  // carry another request, and the client is told so (else its upload stalls on it).
+  const agent = new Agent({ keepAlive: true })
+  t.teardown(() => agent.destroy())
+  const early = await new Promise<{ status: number; connection: string | undefined; body: string }>(
+    (resolve, reject) => {
+      const request = httpRequest(
+        {
+          host: new URL(gw.url).hostname,
+          port: new URL(gw.url).port,
+          path: '/raw/early',
+          method: 'POST',
+          agent,
+          headers: { 'content-length': String(8 * 1024 * 1024) },
+        },
+        (response) => {
+          let body = ''
+          response.on('data', (chunk: Buffer) => {
+            body += chunk.toString()
+          })
+          response.on('end', () =>
+            resolve({ status: response.statusCode!, connection: response.headers.connection, body }),
+          )
+        },
+      )
+      request.on('error', reject)
+      request.end(Buffer.alloc(8 * 1024 * 1024, 1))
+    },
+  )
   t.equal(early.status, 413)
   t.equal(early.body, 'late')
-  t.equal(early.headers.connection, 'close', 'Connection: close before the body was read whole')
+  t.equal(early.connection, 'close', 'Connection: close before the body was read whole')
+  t.ok(
+    await until(
+      3_000,
+      async () => Object.values(agent.sockets).flat().length + Object.values(agent.freeSockets).flat().length === 0,
+    ),
+    "the client's connection closed",
+  )
 })
 
 t.test('a body larger than the buffers reaches a client that pauses, whole', async (t) => {
