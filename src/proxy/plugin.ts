@@ -53,7 +53,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
         proxyPayloads: false,
         config,
         disableRequestLogging: true,
-        handler: (request, reply) => handler(request, reply),
+        handler,
       })
     },
     { prefix },

@@ -172,6 +172,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private answering = false
   /** The upstream broke off its answer after it began (not the client's doing). */
   broken = false
+  /** The upstream's side is over, or no longer wanted: later callbacks change nothing. */
   private done = false
   private readonly response: ServerResponse
 
@@ -195,12 +196,12 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     target.observeUpstream(request)
     exchange.upstreamSettled()
     if (exchange.clientGone()) {
-      this.finish()
+      this.done = true
       controller.abort(new Error('the client left'))
       return
     }
     if (statusCode > 599) {
-      this.finish()
+      this.done = true
       controller.abort(new Error(`status ${statusCode}`))
       reply.send(new ApiError('upstream_unavailable', `the upstream answered with status ${statusCode}`))
       return
@@ -208,8 +209,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const head = target.answerHeaders(reply, headers, statusCode)
     reply.hijack()
     this.answering = true
-    const response = this.response
-    response.writeHead(statusCode, head)
+    this.response.writeHead(statusCode, head)
     const length = Number(head['content-length'] ?? Number.NaN)
     exchange.responding(this, Number.isSafeInteger(length) ? length : null)
   }
@@ -223,13 +223,13 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
-    this.finish()
+    this.done = true
     this.response.end()
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     if (this.done) return
-    this.finish()
+    this.done = true
     const exchange = this.exchange
     if (this.answering) {
       // Too late for an error answer: the client gets a cut-off one, as from the upstream.
@@ -247,11 +247,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** The client left: an answer still coming is not wanted any more. */
   clientLeft(): void {
     if (this.done) return
-    this.finish()
-    this.controller?.abort(new Error('the client left'))
-  }
-
-  private finish(): void {
     this.done = true
+    this.controller?.abort(new Error('the client left'))
   }
 }

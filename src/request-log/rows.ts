@@ -58,13 +58,16 @@ const UNKEEPABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff
 // biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what is looked for
 const PLAIN = /^[^{},"\\\s\u0000\ud800-\udfff]+$/
 
+/** `NULL` in any case, which an array literal would read as SQL's NULL unless quoted. */
+const isNullWord = (text: string) => text.length === 4 && text.toLowerCase() === 'null'
+
 /** A text element of an array literal: quoted only when it must be (most never are). */
 function element(text: string): string {
   // One test for the common case, rather than a replace and a test.
-  if (PLAIN.test(text) && !(text.length === 4 && text.toLowerCase() === 'null')) return text
+  if (PLAIN.test(text) && !isNullWord(text)) return text
   // One such character would fail its whole batch, retried until dropped: it is kept as U+FFFD.
   text = text.replace(UNKEEPABLE, '\ufffd')
-  if (!SPECIAL.test(text) && text.length !== 0 && !(text.length === 4 && text.toLowerCase() === 'null')) return text
+  if (!SPECIAL.test(text) && text.length !== 0 && !isNullWord(text)) return text
   return `"${text.replace(/["\\]/g, '\\$&')}"`
 }
 
