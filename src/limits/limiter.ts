@@ -167,28 +167,34 @@ export class Limiter {
 
   /**
    * Starts the first lease of every limit of these subjects not known yet (or the renewal of a
-   * starved one), and resolves when they have answered or after `maxWaitMs` (never rejects). The
+   * starved one), and resolves when they have answered or after `maxWaitMs` (never rejects),
+   * saying whether it gave up waiting. The
    * proxy awaits it only for such a limit: a new tenant's first request, or the second of a burst
    * after an idle second, waits one round trip instead of being refused.
    */
-  async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<void> {
+  async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<{ timedOut: boolean }> {
     const deadline = this.now() + maxWaitMs
     let timer: NodeJS.Timeout | undefined
+    let timedOut = false
     const late = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, maxWaitMs)
+      timer = setTimeout(() => {
+        timedOut = true
+        resolve()
+      }, maxWaitMs)
     })
     try {
       // A quota whose month Redis lost answers after a Postgres read and a second call: rounds.
       for (let round = 0; round < 3 && this.now() < deadline; round++) {
         const now = this.now()
         const cold = this.applicable(subjects, now).filter((limit) => limit.mode === 'cold' || limit.starved(now))
-        if (cold.length === 0) return
+        if (cold.length === 0) break
         for (const limit of cold) limit.ask(this.now())
         await Promise.race([answered(cold, now), late])
       }
     } finally {
       clearTimeout(timer)
     }
+    return { timedOut: timedOut || this.now() >= deadline }
   }
 
   /**
@@ -199,12 +205,15 @@ export class Limiter {
   async admitWhenWarm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<Decision> {
     const deadline = this.now() + maxWaitMs
     for (;;) {
-      await this.warm(subjects, Math.max(1, deadline - this.now()))
+      // Timed out by its own timer too: a timer may fire a little before Date.now() reaches its
+      // end (libuv counts from the loop's start), which must not make a cold limit a 429.
+      const { timedOut } = await this.warm(subjects, Math.max(1, deadline - this.now()))
       const decision = this.admit(subjects)
       const now = this.now()
-      if (!decision.allowed && now >= deadline && this.applicable(subjects, now).some((limit) => limit.mode === 'cold'))
+      const late = timedOut || now >= deadline
+      if (!decision.allowed && late && this.applicable(subjects, now).some((limit) => limit.mode === 'cold'))
         return { ...decision, undecided: true }
-      if (decision.allowed || now >= deadline || this.closed) return decision
+      if (decision.allowed || late || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
         (limit) => decision.violated.includes(limit.name) && limit.starved(now),
       )

@@ -465,6 +465,22 @@ t.test("embedded: a new tenant's first request waits for its month's use from Po
   t.equal(decision.policies[0]?.remaining, 36, '3 used before it, 1 by it')
 })
 
+t.test('a wait whose timer ends before the clock says so is undecided too, not a 429', async (t) => {
+  // Under load a timer fires before Date.now() reaches its end (libuv counts from the start of the
+  // loop's turn): the wait is over all the same. Here the clock stands still.
+  const limiter = new Limiter({
+    redis: null,
+    keyPrefix: 't:',
+    loadMonthUse: () => new Promise((done) => setTimeout(() => done(0), 2_000)),
+    now: () => 1_000_000,
+    sweepEveryMs: 0,
+  })
+  t.teardown(() => limiter.close())
+  const decision = await limiter.admitWhenWarm([sub({ monthlyQuota: { requests: 40 } })], 50)
+  t.equal(decision.undecided, true, 'not known to be over')
+  t.equal(limitRefusal(decision).code, 'store_unavailable')
+})
+
 t.test('a limit not read within the wait is undecided: a 503 to retry, not a 429', async (t) => {
   const limiter = new Limiter({
     redis: null,
