@@ -43,7 +43,7 @@ import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
-import type { Sql, Store } from './store/db.js'
+import type { Store } from './store/db.js'
 import type { LookupAll } from './webhooks/url-policy.js'
 
 export interface AppDeps {
@@ -58,7 +58,7 @@ export interface AppDeps {
    */
   keyring?: Keyring
   /** Where the request log is kept (main.ts opens REQUEST_LOG_DATABASE_URL); default the store's. */
-  requestLogSql?: Sql
+  requestLogStore?: Store
   /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
   redisKeyPrefix?: string
   metrics?: Metrics
@@ -81,7 +81,7 @@ export interface AppTuning {
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
   /** The request log's buffer, batches, write interval, retention sweep and clock. */
-  requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays'>
+  requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays' | 'openCopyConnection'>
   /** The events' retention sweep: its batch size, interval and clock. */
   eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
   /** The webhook worker's timings, clock and delivery options. */
@@ -227,8 +227,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       throw err
     }
   }
+  const logStore = deps.requestLogStore ?? deps.store
   await app.register(requestLogPlugin, {
-    sql: deps.requestLogSql ?? deps.store.sql,
+    sql: logStore.sql,
+    // A real Postgres takes the rows as a binary COPY, on a connection of the writer's own.
+    ...(logStore.openOwnConnection === undefined ? {} : { openCopyConnection: logStore.openOwnConnection }),
     retentionDays: deps.config.requestLogRetentionDays,
     ...tuning.requestLog,
   })

@@ -73,7 +73,7 @@ async function main(): Promise<void> {
     app = await buildApp({
       config: { ...config, encryptionKey },
       store,
-      ...(logStore === null ? {} : { requestLogSql: logStore.sql }),
+      ...(logStore === null ? {} : { requestLogStore: logStore }),
       routes,
       metrics,
       logger: loggerOptions(config.logLevel),

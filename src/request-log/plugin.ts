@@ -20,7 +20,12 @@ declare module 'fastify' {
 }
 
 export interface RequestLogPluginOptions
-  extends Partial<Pick<WriterOptions, 'bufferRecords' | 'batchRecords' | 'flushIntervalMs' | 'rowRecords'>> {
+  extends Partial<
+    Pick<
+      WriterOptions,
+      'bufferRecords' | 'batchRecords' | 'flushIntervalMs' | 'rowRecords' | 'openCopyConnection' | 'copyTimeoutMs'
+    >
+  > {
   sql: Sql
   retentionDays: number
   /** Between retention sweeps (default an hour); the first runs at start. */

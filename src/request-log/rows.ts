@@ -1,10 +1,12 @@
 // Records into the request log's rows (schema.ts): grouped by parent and day in arrival order, up
-// to ROW_RECORDS a row, each field an array in Postgres's text form. The writer sends the rows as
-// one JSON parameter; Postgres reads each array with its type's own input, the cheapest of the
-// ways tried (bench/README.md, the request log).
+// to ROW_RECORDS a row, each field an array. The writer sends a batch's rows to a real Postgres as
+// a binary COPY (copy-format.ts), whose values Postgres stores without parsing them; to the
+// embedded PGlite, which takes no COPY from a client, as one JSON parameter of arrays in
+// Postgres's text form (bench/README.md, the request log).
+import type { CopyBuffer } from './copy-format.js'
 import { dayOfRecord, micros } from './partitions.js'
 import type { RequestRecord } from './record-buffer.js'
-import { ROW_RECORDS } from './schema.js'
+import { RECORD_ARRAYS, ROW_RECORDS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -75,8 +77,14 @@ function arrayOf(elements: readonly (string | number)[]): string {
   return `{${elements.join(',')}}`
 }
 
-/** Builds one row's arrays as records come, in order. */
-class RowBuilder {
+/** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
+export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
+  code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
+  ${RECORD_ARRAYS}`
+const COPY_FIELDS = ROW_COLUMNS.split(',').length
+
+/** Builds one row's arrays as records come, in order; then writes it out in either form. */
+export class RowBuilder {
   readonly ids: string[] = []
   readonly times: number[] = []
   readonly tenants: string[] = []
@@ -85,7 +93,7 @@ class RowBuilder {
   readonly routes: string[] = []
   readonly paths: string[] = []
   readonly statuses: number[] = []
-  readonly codes: string[] = []
+  readonly codes: (string | null)[] = []
   readonly durations: number[] = []
   readonly requestBytes: number[] = []
   readonly responseBytes: number[] = []
@@ -102,6 +110,8 @@ class RowBuilder {
   first = Number.POSITIVE_INFINITY
   last = Number.NEGATIVE_INFINITY
   not2xx = false
+  /** Some record has no code (any answer that is not a refusal). */
+  codeless = false
   idStem: string | null = null
   idLow = Number.POSITIVE_INFINITY
   idHigh = Number.NEGATIVE_INFINITY
@@ -111,16 +121,13 @@ class RowBuilder {
   add(record: RequestRecord): void {
     const count = record.idGiven ? Number.NaN : this.madeCount(record.id)
     if (Number.isNaN(count)) {
-      const id = element(record.id)
-      this.givenIds.push(id)
+      this.givenIds.push(record.id)
       this.givenPositions.push(this.ids.length + 1)
-      this.ids.push(id)
     } else {
       this.idLow = Math.min(this.idLow, count)
       this.idHigh = Math.max(this.idHigh, count)
-      // A made id is hex digits and dashes: nothing to quote.
-      this.ids.push(record.id)
     }
+    this.ids.push(record.id)
     // Whole microseconds (an integer is cheaper to write out and for Postgres to read than a
     // float); the row's day and bounds are of these, so that a time rounded to midnight is kept
     // in the next day's partition, where `since` looks for it.
@@ -132,11 +139,10 @@ class RowBuilder {
     this.tenantSet.add(record.tenantId)
     this.keys.push(record.keyId)
     this.keySet.add(record.keyId)
-    this.methods.push(element(record.method))
-    const route = element(record.route)
-    this.routes.push(route)
-    this.routeSet.add(route)
-    this.paths.push(element(record.path))
+    this.methods.push(record.method)
+    this.routes.push(record.route)
+    this.routeSet.add(record.route)
+    this.paths.push(record.path)
     this.statuses.push(record.status)
     this.statusSet.add(record.status)
     if (record.status < 200 || record.status > 299) {
@@ -144,16 +150,13 @@ class RowBuilder {
       this.refusedTenantSet.add(record.tenantId)
       this.refusedKeySet.add(record.keyId)
     }
-    if (record.code === null) this.codes.push('NULL')
-    else {
-      const code = element(record.code)
-      this.codes.push(code)
-      this.codeSet.add(code)
-    }
+    this.codes.push(record.code)
+    if (record.code === null) this.codeless = true
+    else this.codeSet.add(record.code)
     this.durations.push(micros(record.durationMs))
     this.requestBytes.push(record.requestBytes)
     this.responseBytes.push(record.responseBytes)
-    this.ips.push(element(record.sourceIp))
+    this.ips.push(record.sourceIp)
   }
 
   /** The count of an id the gateway made with this row's stem (the first such id sets it); NaN for any other. */
@@ -172,8 +175,10 @@ class RowBuilder {
     return this.ids.length
   }
 
+  /** The row as the JSON insert reads it: each array in Postgres's text form. */
   row(): LogRow {
     const made = this.idLow <= this.idHigh
+    const texts = (values: Iterable<string>) => arrayOf(Array.from(values, element))
     return {
       account_id: this.accountId,
       first_us: this.first,
@@ -181,31 +186,74 @@ class RowBuilder {
       records: this.ids.length,
       tenant_set: arrayOf([...this.tenantSet]),
       key_set: arrayOf([...this.keySet]),
-      route_set: arrayOf([...this.routeSet]),
+      route_set: texts(this.routeSet),
       status_set: arrayOf([...this.statusSet]),
-      code_set: arrayOf([...this.codeSet]),
+      code_set: texts(this.codeSet),
       not_2xx: this.not2xx,
       refused_tenant_set: arrayOf([...this.refusedTenantSet]),
       refused_key_set: arrayOf([...this.refusedKeySet]),
       id_stem: made ? this.idStem : null,
       id_low: made ? this.idLow : null,
       id_high: made ? this.idHigh : null,
-      given_ids: this.givenIds.length === 0 ? null : arrayOf(this.givenIds),
+      given_ids: this.givenIds.length === 0 ? null : texts(this.givenIds),
       given_positions: this.givenPositions.length === 0 ? null : arrayOf(this.givenPositions),
-      ids: arrayOf(this.ids),
+      ids: texts(this.ids),
       times_us: arrayOf(this.times),
       tenant_ids: arrayOf(this.tenants),
       key_ids: arrayOf(this.keys),
-      methods: arrayOf(this.methods),
-      routes: arrayOf(this.routes),
-      paths: arrayOf(this.paths),
+      methods: texts(this.methods),
+      routes: texts(this.routes),
+      paths: texts(this.paths),
       statuses: arrayOf(this.statuses),
-      codes: arrayOf(this.codes),
+      codes: arrayOf(this.codes.map((code) => (code === null ? 'NULL' : element(code)))),
       durations_us: arrayOf(this.durations),
       request_bytes: arrayOf(this.requestBytes),
       response_bytes: arrayOf(this.responseBytes),
-      source_ips: arrayOf(this.ips),
+      source_ips: texts(this.ips),
     }
+  }
+
+  /** The row as a tuple of the binary COPY, its fields in the order of ROW_COLUMNS. */
+  encode(out: CopyBuffer): void {
+    const made = this.idLow <= this.idHigh
+    out.tuple(COPY_FIELDS)
+    out.uuidValue(this.accountId)
+    out.timestampValue(this.first)
+    out.timestampValue(this.last)
+    out.int4Value(this.ids.length)
+    out.uuids([...this.tenantSet])
+    out.uuids([...this.keySet])
+    out.texts([...this.routeSet])
+    out.int2s([...this.statusSet])
+    out.texts([...this.codeSet])
+    out.boolValue(this.not2xx)
+    out.uuids([...this.refusedTenantSet])
+    out.uuids([...this.refusedKeySet])
+    if (made) {
+      out.textValue(this.idStem!)
+      out.int8Value(this.idLow)
+      out.int8Value(this.idHigh)
+    } else for (let i = 0; i < 3; i++) out.null()
+    if (this.givenIds.length === 0) {
+      out.null()
+      out.null()
+    } else {
+      out.texts(this.givenIds)
+      out.int4s(this.givenPositions)
+    }
+    out.texts(this.ids)
+    out.int8s(this.times)
+    out.uuids(this.tenants)
+    out.uuids(this.keys)
+    out.texts(this.methods)
+    out.texts(this.routes)
+    out.texts(this.paths)
+    out.int2s(this.statuses)
+    out.texts(this.codes, this.codeless)
+    out.int8s(this.durations)
+    out.int8s(this.requestBytes)
+    out.int8s(this.responseBytes)
+    out.texts(this.ips)
   }
 }
 
@@ -214,7 +262,7 @@ class RowBuilder {
  * ROW_RECORDS), each in arrival order.
  */
 export class BatchRows {
-  private readonly rows: LogRow[] = []
+  private readonly rows: RowBuilder[] = []
   private readonly open = new Map<string, RowBuilder>()
 
   constructor(private readonly rowRecords = ROW_RECORDS) {}
@@ -228,14 +276,14 @@ export class BatchRows {
     }
     builder.add(record)
     if (builder.size === this.rowRecords) {
-      this.rows.push(builder.row())
+      this.rows.push(builder)
       this.open.delete(group)
     }
   }
 
   /** Every row, those still open included. */
-  finish(): LogRow[] {
-    for (const builder of this.open.values()) this.rows.push(builder.row())
+  finish(): RowBuilder[] {
+    for (const builder of this.open.values()) this.rows.push(builder)
     this.open.clear()
     return this.rows
   }

@@ -1,5 +1,6 @@
 // Writes the request log off the request path (docs/operations.md, the request log): records wait
-// in a bounded buffer and go to Postgres in one INSERT a batch (its rows: rows.ts), one batch at a time. A
+// in a bounded buffer and go to Postgres a batch at a time (its rows: rows.ts), as one binary COPY
+// on a connection of the writer's own (row-copy.ts), or one JSON INSERT to the embedded database. A
 // write that fails puts its batch back and is tried again after a pause that doubles up to 5 s;
 // meanwhile the buffer keeps the newest records and counts the ones it drops.
 import { setImmediate as nextTurn } from 'node:timers/promises'
@@ -7,8 +8,9 @@ import type { FastifyBaseLogger } from 'fastify'
 import { type Sql, withDeadline } from '../store/db.js'
 import { dayOfRecord, ensurePartition } from './partitions.js'
 import { RecordBuffer, type RequestRecord } from './record-buffer.js'
-import { BatchRows } from './rows.js'
-import { ensureRequestLogTable, RECORD_ARRAYS } from './schema.js'
+import { RowCopy } from './row-copy.js'
+import { BatchRows, ROW_COLUMNS, type RowBuilder } from './rows.js'
+import { ensureRequestLogTable } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
 export const DEFAULT_BATCH_RECORDS = 5_000
@@ -31,6 +33,14 @@ export interface WriterOptions {
   flushIntervalMs?: number
   /** Records a row at most (schema.ts, ROW_RECORDS); tests make it small to write many rows. */
   rowRecords?: number
+  /**
+   * Opens a client of one connection of the writer's own (store/db.ts, openOwnConnection): rows
+   * then go as a binary COPY on it (row-copy.ts). Without it, as one JSON parameter on `sql`: the
+   * embedded PGlite, which has one connection and takes no COPY from a client.
+   */
+  openCopyConnection?: (parameters: Record<string, string>) => Sql
+  /** How long a COPY may run before it is ended and its batch retried (row-copy.ts). */
+  copyTimeoutMs?: number
   /** Told of what each write did: records written, or a failure. */
   onWritten?: (records: number) => void
   onWriteFailed?: () => void
@@ -40,6 +50,7 @@ export class RequestLogWriter {
   readonly buffer: RecordBuffer<RequestRecord>
   private readonly batchRecords: number
   private readonly flushIntervalMs: number
+  private readonly rowCopy: RowCopy | null
   private timer: NodeJS.Timeout | null = null
   private writing: Promise<void> | null = null
   /** Days whose partition is known to exist. */
@@ -58,6 +69,10 @@ export class RequestLogWriter {
     this.buffer = new RecordBuffer(options.bufferRecords ?? DEFAULT_BUFFER_RECORDS)
     this.batchRecords = options.batchRecords ?? DEFAULT_BATCH_RECORDS
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
+    this.rowCopy =
+      options.openCopyConnection === undefined
+        ? null
+        : new RowCopy(options.openCopyConnection, RECORDS_A_TURN, options.copyTimeoutMs)
   }
 
   start(): void {
@@ -121,23 +136,8 @@ export class RequestLogWriter {
       rows.add(batch[i]!)
       if (i % RECORDS_A_TURN === RECORDS_A_TURN - 1) await nextTurn()
     }
-    // One parameter, whatever the batch's size: the rows as JSON text (the store's pool passes no
-    // arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
-    await sql`
-      insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
-        status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids,
-        given_positions, ${sql.unsafe(RECORD_ARRAYS)})
-      select account_id, to_timestamp(first_us / 1e6), to_timestamp(last_us / 1e6), records, tenant_set::uuid[],
-        key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx,
-        refused_tenant_set::uuid[], refused_key_set::uuid[], id_stem, id_low, id_high,
-        given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
-        key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
-        durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
-      from json_to_recordset(${JSON.stringify(rows.finish())}::text::json) as r(account_id uuid, first_us int8,
-        last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text, code_set text,
-        not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8, id_high int8, given_ids text, given_positions text, ids text,
-        times_us text, tenant_ids text, key_ids text, methods text, routes text, paths text, statuses text,
-        codes text, durations_us text, request_bytes text, response_bytes text, source_ips text)`
+    if (this.rowCopy === null) await insertAsJson(sql, rows.finish())
+    else await this.rowCopy.copy(rows.finish())
   }
 
   /** A partition the retention dropped must be made again before a record of its day is written. */
@@ -152,7 +152,8 @@ export class RequestLogWriter {
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
     // A write that hangs (Postgres gone silent, or the embedded database closed under it) stays
-    // pending: the close goes on without it, and the records it held are lost.
+    // pending: the close goes on without it, ends the COPY's connection, and the records it held
+    // are lost.
     const last = async () => {
       await this.writing
       this.retryAt = 0
@@ -161,5 +162,27 @@ export class RequestLogWriter {
     await withDeadline(last(), CLOSE_WAIT_MS).catch(() => {
       this.options.log.warn({ buffered: this.buffer.size }, 'request log: the last writes did not finish at close')
     })
+    await this.rowCopy?.close()
   }
+}
+
+/**
+ * The rows as one parameter, whatever the batch's size: JSON text (the store's pool passes no
+ * arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
+ */
+async function insertAsJson(sql: Sql, rows: readonly RowBuilder[]): Promise<void> {
+  await sql`
+    insert into request_log_rows (${sql.unsafe(ROW_COLUMNS)})
+    select account_id, to_timestamp(first_us / 1e6), to_timestamp(last_us / 1e6), records, tenant_set::uuid[],
+      key_set::uuid[], route_set::text[], status_set::int2[], code_set::text[], not_2xx,
+      refused_tenant_set::uuid[], refused_key_set::uuid[], id_stem, id_low, id_high,
+      given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
+      key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
+      durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[]
+    from json_to_recordset(${JSON.stringify(rows.map((row) => row.row()))}::text::json) as r(account_id uuid,
+      first_us int8, last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text,
+      code_set text, not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8,
+      id_high int8, given_ids text, given_positions text, ids text, times_us text, tenant_ids text, key_ids text,
+      methods text, routes text, paths text, statuses text, codes text, durations_us text, request_bytes text,
+      response_bytes text, source_ips text)`
 }

@@ -17,6 +17,12 @@ export interface Store {
    * that its connections can be told apart in pg_stat_activity (the pool-use metric).
    */
   readonly pool?: { readonly max: number; readonly applicationName: string }
+  /**
+   * A client of one connection of its own, for work that must not share the pool's connections:
+   * the request log's binary COPY (request-log/row-copy.ts). None for the embedded database,
+   * which has one connection in all. The caller ends it.
+   */
+  readonly openOwnConnection?: (parameters?: Record<string, string>) => Sql
   close(): Promise<void>
 }
 
@@ -87,9 +93,10 @@ const COMMON_OPTIONS = {
 
 export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl !== undefined) {
+    const { databaseUrl } = options
     const max = options.maxConnections ?? 10
     const applicationName = `tenancy-gateway ${randomBytes(4).toString('hex')}`
-    const sql = postgres(options.databaseUrl, {
+    const sql = postgres(databaseUrl, {
       ...COMMON_OPTIONS,
       max,
       // Every query here is a point lookup or a page: a parallel worker costs more to start than
@@ -103,9 +110,32 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         max_parallel_workers_per_gather: '0',
       },
     })
-    return { sql, embedded: false, pool: { max, applicationName }, close: () => sql.end({ timeout: 5 }) }
+    return {
+      sql,
+      embedded: false,
+      pool: { max, applicationName },
+      // Named apart from the pool, whose use is counted by its name (store/activity.ts).
+      openOwnConnection: (parameters) => openOneConnection(databaseUrl, `${applicationName} own`, parameters),
+      close: () => sql.end({ timeout: 5 }),
+    }
   }
   return openEmbeddedStore(options.dataDir, options.holder ?? `process ${process.pid}`)
+}
+
+/**
+ * A client of one connection to a real Postgres, apart from any pool (Store.openOwnConnection);
+ * `parameters` are set at its startup (`statement_timeout`, say).
+ */
+export function openOneConnection(
+  databaseUrl: string,
+  applicationName: string,
+  parameters: Record<string, string> = {},
+): Sql {
+  return postgres(databaseUrl, {
+    ...COMMON_OPTIONS,
+    max: 1,
+    connection: { ...parameters, application_name: applicationName },
+  })
 }
 
 function isAlive(pid: number): boolean {

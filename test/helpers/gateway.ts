@@ -10,7 +10,7 @@ import { type AppTuning, buildApp } from '../../src/app.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
 import type { Metrics } from '../../src/ops/metrics.js'
-import { openStore, type Sql, type Store } from '../../src/store/db.js'
+import { openOneConnection, openStore, type Sql, type Store } from '../../src/store/db.js'
 import { freshDatabase, type TestDatabase } from './db.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
@@ -166,7 +166,13 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
   const databaseUrl = options.pool?.url ?? database.url
   const store: Store =
     options.pool === undefined
-      ? { sql: database.sql, embedded: false, close: async () => {} }
+      ? {
+          sql: database.sql,
+          embedded: false,
+          // As openStore's: the request log's COPY on a connection of its own.
+          openOwnConnection: () => openOneConnection(database.url, 'tenancy-gateway test own'),
+          close: async () => {},
+        }
       : await openStore({ databaseUrl, dataDir: tmpdir(), maxConnections: options.pool.maxConnections })
   const config = {
     ...loadConfig({
@@ -190,7 +196,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
     buildApp({
       config,
       store,
-      ...(logStore === null ? {} : { requestLogSql: logStore.sql }),
+      ...(logStore === null ? {} : { requestLogStore: logStore }),
       redisKeyPrefix,
       logger: options.logger ?? false,
       keyring: options.keyring,

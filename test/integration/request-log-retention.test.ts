@@ -3,29 +3,23 @@
 // REQUEST_LOG_RETENTION_DAYS=0 nothing is recorded at all.
 import t from 'tap'
 import { DAY_MS, dayOf, partitionDays } from '../../src/request-log/partitions.js'
-import type { RequestRecord } from '../../src/request-log/record-buffer.js'
 import { freshDatabase } from '../helpers/db.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { sleep, until } from '../helpers/poll.js'
+import { logRecord } from '../helpers/request-records.js'
 
-const record = (timeMs: number, accountId: string): RequestRecord => ({
-  id: `r-${timeMs}`,
-  idGiven: true,
-  timeMs,
-  accountId,
-  tenantId: accountId,
-  keyId: accountId,
-  method: 'GET',
-  route: '/api',
-  path: '/api/x',
-  status: 200,
-  code: null,
-  durationMs: 1,
-  requestBytes: 0,
-  responseBytes: 2,
-  sourceIp: '127.0.0.1',
-})
+/** A record of `accountId` at `timeMs`. */
+const record = (timeMs: number, accountId: string) =>
+  logRecord({
+    id: `r-${timeMs}`,
+    idGiven: true,
+    timeMs,
+    accountId,
+    tenantId: accountId,
+    keyId: accountId,
+    path: '/api/x',
+  })
 
 t.test('days past the retention are dropped as whole partitions, at start and hourly', async (t) => {
   const database = await freshDatabase(t)

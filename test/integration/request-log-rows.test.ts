@@ -11,34 +11,10 @@ import type { RequestRecord } from '../../src/request-log/record-buffer.js'
 import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
+import { ACCOUNTS, logRecord as record, madeId, uuid } from '../helpers/request-records.js'
 import type { TestLike } from '../helpers/test-like.js'
-
-const uuid = (kind: number, i: number) =>
-  `${kind.toString(16).padStart(8, '0')}-0000-4000-8000-${i.toString(16).padStart(12, '0')}`
-const ACCOUNTS = [uuid(1, 1), uuid(1, 2)]
-const STEM = 'abcdef01-2345-4678-9abc-'
-const madeId = (n: number) => STEM + n.toString(16).padStart(12, '0')
-
-/** A record of the first parent, its first sub-account and key, answered 200: `fields` say the rest. */
-function record(fields: Partial<RequestRecord> & Pick<RequestRecord, 'id' | 'path'>): RequestRecord {
-  return {
-    idGiven: false,
-    timeMs: Date.now(),
-    accountId: ACCOUNTS[0]!,
-    tenantId: uuid(2, 1),
-    keyId: uuid(3, 1),
-    method: 'GET',
-    route: '/api',
-    status: 200,
-    code: null,
-    durationMs: 1,
-    requestBytes: 0,
-    responseBytes: 2,
-    sourceIp: '127.0.0.1',
-    ...fields,
-  }
-}
 
 const NO_FILTER: RequestFilter = {
   tenantId: null,
@@ -52,9 +28,15 @@ const NO_FILTER: RequestFilter = {
   limit: 1000,
 }
 
-async function writerOn(t: TestLike, rowRecords: number) {
+/** A writer on a fresh database; `copy: false` writes as it does to the embedded one (JSON). */
+async function writerOn(t: TestLike, rowRecords: number, copy = true) {
   const database = await freshDatabase(t, { migrated: false })
-  const writer = new RequestLogWriter({ sql: database.sql, log: pino({ level: 'silent' }), rowRecords })
+  const writer = new RequestLogWriter({
+    sql: database.sql,
+    log: pino({ level: 'silent' }),
+    rowRecords,
+    ...(copy ? { openCopyConnection: () => openOneConnection(database.url, 'request-log-rows test') } : {}),
+  })
   t.teardown(() => writer.close())
   return { sql: database.sql, writer }
 }
@@ -77,73 +59,81 @@ async function allPages(
   }
 }
 
-t.test('records of any text come back as they went in, each parent its own, newest first', async (t) => {
-  const { sql, writer } = await writerOn(t, 3)
-  const now = Date.now()
-  const awkward = ['/p/"quoted"', '/p/back\\slash', '/p/a b', '/p/{brace},comma', '/p/é€😀', '/p/NULL', '/p/null']
-  const records: RequestRecord[] = awkward.map((path, i) => ({
-    id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : madeId(i),
-    idGiven: i < 2,
-    timeMs: now - DAY_MS + i * 1000.25,
-    accountId: ACCOUNTS[i % 2]!,
-    tenantId: uuid(2, i),
-    keyId: uuid(3, i),
-    method: i % 2 === 0 ? 'GET' : 'POST',
-    route: i % 3 === 0 ? 'management' : '/api',
-    path,
-    status: [200, 404, 429, 503][i % 4]!,
-    code: i % 4 === 2 ? 'rate_limited' : null,
-    durationMs: 1.5 + i,
-    requestBytes: i * 10,
-    responseBytes: 2 ** 40 + i,
-    sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
-  }))
-  for (const record of records) writer.add(record)
-  await writer.flush()
-  for (const account of ACCOUNTS) {
-    const expected = records.filter((r) => r.accountId === account).reverse()
-    const listed = await listRequests(sql, account, NO_FILTER)
-    t.same(
-      listed.map((row) => ({
-        id: row.id,
-        timeMs: row.time.getTime(),
-        accountId: row.account_id,
-        tenantId: row.tenant_id,
-        keyId: row.key_id,
-        method: row.method,
-        route: row.route,
-        path: row.path,
-        status: row.status,
-        code: row.code,
-        durationMs: row.duration_ms,
-        requestBytes: Number(row.request_bytes),
-        responseBytes: Number(row.response_bytes),
-        sourceIp: row.source_ip,
-      })),
-      expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
-      `account ${account}: every field, in order`,
-    )
-  }
-  const [byView] = await sql<{ n: string }[]>`select count(*)::text as n from request_log where path like '/p/%'`
-  t.equal(byView!.n, String(records.length), 'the view reads a record a row')
-})
+/** The two ways rows go to Postgres (writer.ts): each test of what they hold runs with both. */
+const FORMS = [
+  { copy: true, form: 'binary COPY' },
+  { copy: false, form: 'JSON, as to the embedded database' },
+]
 
-t.test('a NUL or a lone surrogate is kept as U+FFFD, and its batch is written', async (t) => {
-  const { sql, writer } = await writerOn(t, 500)
-  writer.add(record({ id: madeId(1), path: '/p/nul\u0000end' }))
-  writer.add(record({ id: madeId(2), path: '/p/\ud800lone' }))
-  writer.add(record({ id: madeId(3), path: '/p/pair😀', sourceIp: 'a\t"{b}\\' }))
-  await writer.flush()
-  const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
-  t.same(
-    listed.map((row) => [row.path, row.source_ip]),
-    [
-      ['/p/pair😀', 'a\t"{b}\\'],
-      ['/p/\ufffdlone', '127.0.0.1'],
-      ['/p/nul\ufffdend', '127.0.0.1'],
-    ],
-  )
-})
+for (const { copy, form } of FORMS)
+  t.test(`records of any text come back as they went in, each parent its own, newest first (${form})`, async (t) => {
+    const { sql, writer } = await writerOn(t, 3, copy)
+    const now = Date.now()
+    const awkward = ['/p/"quoted"', '/p/back\\slash', '/p/a b', '/p/{brace},comma', '/p/é€😀', '/p/NULL', '/p/null']
+    const records: RequestRecord[] = awkward.map((path, i) => ({
+      id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : madeId(i),
+      idGiven: i < 2,
+      timeMs: now - DAY_MS + i * 1000.25,
+      accountId: ACCOUNTS[i % 2]!,
+      tenantId: uuid(2, i),
+      keyId: uuid(3, i),
+      method: i % 2 === 0 ? 'GET' : 'POST',
+      route: i % 3 === 0 ? 'management' : '/api',
+      path,
+      status: [200, 404, 429, 503][i % 4]!,
+      code: i % 4 === 2 ? 'rate_limited' : null,
+      durationMs: 1.5 + i,
+      requestBytes: i * 10,
+      responseBytes: 2 ** 40 + i,
+      sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
+    }))
+    for (const record of records) writer.add(record)
+    await writer.flush()
+    for (const account of ACCOUNTS) {
+      const expected = records.filter((r) => r.accountId === account).reverse()
+      const listed = await listRequests(sql, account, NO_FILTER)
+      t.same(
+        listed.map((row) => ({
+          id: row.id,
+          timeMs: row.time.getTime(),
+          accountId: row.account_id,
+          tenantId: row.tenant_id,
+          keyId: row.key_id,
+          method: row.method,
+          route: row.route,
+          path: row.path,
+          status: row.status,
+          code: row.code,
+          durationMs: row.duration_ms,
+          requestBytes: Number(row.request_bytes),
+          responseBytes: Number(row.response_bytes),
+          sourceIp: row.source_ip,
+        })),
+        expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
+        `account ${account}: every field, in order`,
+      )
+    }
+    const [byView] = await sql<{ n: string }[]>`select count(*)::text as n from request_log where path like '/p/%'`
+    t.equal(byView!.n, String(records.length), 'the view reads a record a row')
+  })
+
+for (const { copy, form } of FORMS)
+  t.test(`a NUL or a lone surrogate is kept as U+FFFD, and its batch is written (${form})`, async (t) => {
+    const { sql, writer } = await writerOn(t, 500, copy)
+    writer.add(record({ id: madeId(1), path: '/p/nul\u0000end' }))
+    writer.add(record({ id: madeId(2), path: '/p/\ud800lone' }))
+    writer.add(record({ id: madeId(3), path: '/p/pair😀', sourceIp: 'a\t"{b}\\' }))
+    await writer.flush()
+    const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
+    t.same(
+      listed.map((row) => [row.path, row.source_ip]),
+      [
+        ['/p/pair😀', 'a\t"{b}\\'],
+        ['/p/\ufffdlone', '127.0.0.1'],
+        ['/p/nul\ufffdend', '127.0.0.1'],
+      ],
+    )
+  })
 
 t.test('every filter and page over many small rows agrees with the records read plainly', async (t) => {
   // Rows of three: a page reads more rows than a round's first 32 (queries.ts) for a rare match.

@@ -1,0 +1,101 @@
+// The request log's rows as one binary COPY (copy-format.ts) a batch, on a connection the writer
+// owns. Postgres then stores each value as sent, with no JSON or array text to parse: about a
+// third of the database's CPU a record (bench/README.md, the request log).
+//
+// Why a connection of its own: postgres.js 3.4.9's COPY is not safe on a shared pool. It
+// pipelines other queries onto a connection whose COPY is under way, and Postgres then ends that
+// connection (the management requests on it fail); and it tells a COPY's failure only to where
+// the caller does not look (copyInto below). Here nothing else is ever sent on the connection, and
+// a COPY that fails or outlasts its time ends the connection for good: the next batch opens a new
+// one (test/faults/request-log-copy.test.ts).
+import { setImmediate as nextTurn } from 'node:timers/promises'
+import { type Sql, withDeadline } from '../store/db.js'
+import { CopyBuffer } from './copy-format.js'
+import { ROW_COLUMNS, type RowBuilder } from './rows.js'
+
+/** About what a record takes in the COPY: its ids, path and address, with every length. */
+const COPY_BYTES_A_RECORD = 200
+
+/**
+ * How long a batch's COPY may run on the server (its connection's `statement_timeout`): a few
+ * thousand records take milliseconds. A COPY waiting on a lock past it is ended by Postgres,
+ * which frees its backend and commits nothing, so that a retry cannot write its batch twice.
+ */
+export const DEFAULT_COPY_TIMEOUT_MS = 15_000
+
+export class RowCopy {
+  private connection: Sql | null = null
+  private closed = false
+
+  /**
+   * `openConnection`: a client of one connection with these startup parameters (store/db.ts,
+   * openOwnConnection). `recordsATurn`: records encoded between two turns of the event loop
+   * (writer.ts). `timeoutMs`: the server's limit; the writer's own, for a server that no longer
+   * answers at all (a network partition), is twice as long.
+   */
+  constructor(
+    private readonly openConnection: (parameters: Record<string, string>) => Sql,
+    private readonly recordsATurn: number,
+    private readonly timeoutMs = DEFAULT_COPY_TIMEOUT_MS,
+  ) {}
+
+  async copy(rows: readonly RowBuilder[]): Promise<void> {
+    const out = new CopyBuffer(COPY_BYTES_A_RECORD * rows.reduce((sum, row) => sum + row.size, 0) + 4096)
+    let sinceTurn = 0
+    for (const row of rows) {
+      row.encode(out)
+      sinceTurn += row.size
+      if (sinceTurn >= this.recordsATurn) {
+        sinceTurn = 0
+        await nextTurn()
+      }
+    }
+    const bytes = out.finish()
+    // A write the app's close gave up waiting for may go on afterwards: it opens nothing new.
+    if (this.closed) throw new Error('the request log is closed')
+    this.connection ??= this.openConnection({ statement_timeout: String(this.timeoutMs) })
+    try {
+      await withDeadline(copyInto(this.connection, bytes), 2 * this.timeoutMs)
+    } catch (err) {
+      // Whatever state the connection was left in, it is not used again.
+      void this.endConnection()
+      throw err
+    }
+  }
+
+  /** Ends the connection, and whatever is under way on it; the next copy opens a new one. */
+  private endConnection(): Promise<void> {
+    const connection = this.connection
+    this.connection = null
+    return connection === null ? Promise.resolve() : connection.end({ timeout: 0 }).catch(() => {})
+  }
+
+  /** Ends the connection for good. */
+  close(): Promise<void> {
+    this.closed = true
+    return this.endConnection()
+  }
+}
+
+async function copyInto(sql: Sql, bytes: Buffer): Promise<void> {
+  const query = sql`copy request_log_rows (${sql.unsafe(ROW_COLUMNS)}) from stdin with (format binary)`
+  // postgres.js 3.4.9 tells the end of a COPY under way, whether the server refused its rows or
+  // the connection was lost, only to its query, whose promise has already given the stream: the
+  // stream itself never finishes (porsager/postgres#1173). Its reject is where it says so.
+  const failed = new Promise<never>((_, reject) => {
+    const internal = query as unknown as { reject: (err: unknown) => void }
+    const rejectQuery = internal.reject
+    internal.reject = (err) => {
+      reject(err)
+      rejectQuery(err)
+    }
+  })
+  failed.catch(() => {}) // heard through the race below, or not at all once the COPY is done
+  const stream = await query.writable()
+  const finished = new Promise<void>((resolve, reject) => {
+    stream.on('error', reject)
+    stream.on('finish', resolve)
+    stream.end(bytes)
+  })
+  await Promise.race([finished, failed])
+}
