@@ -238,6 +238,8 @@ async function writerRate(): Promise<void> {
       let batchStarted = 0
       const writer = new RequestLogWriter({
         sql: store.sql,
+        // As the gateway's (app.ts): the rows as a binary COPY, on a connection of the writer's own.
+        openCopyConnection: store.openOwnConnection,
         log: pino({ level: 'warn' }),
         onWritten: (n) => {
           written += n
@@ -300,7 +302,7 @@ async function writerRate(): Promise<void> {
     say(
       '',
       `## 2. one writer: ${fmt(WRITER_RECORDS)} records a round into a fresh database's request_log (the table growing round by round), ` +
-        `added 1,000 at a time while fewer than ${fmt(2 * DEFAULT_BATCH_RECORDS)} wait; RequestLogWriter's defaults (batches of ${fmt(DEFAULT_BATCH_RECORDS)}), the gateway's pool; ` +
+        `added 1,000 at a time while fewer than ${fmt(2 * DEFAULT_BATCH_RECORDS)} wait; RequestLogWriter's defaults (batches of ${fmt(DEFAULT_BATCH_RECORDS)}), the gateway's pool and COPY connection; ` +
         `timed from the first add to the last batch written, rows counted after`,
       '',
       ...table(
