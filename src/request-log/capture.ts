@@ -2,7 +2,6 @@
 // what, and what came of it; never a header, a body, a query string or a secret.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Principal } from '../auth/authenticate.js'
-import type { RequestRecord } from './record-buffer.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -13,6 +12,30 @@ declare module 'fastify' {
     /** The problem code of a refusal (http/error-handler.ts); null for any other answer. */
     problemCode: string | null
   }
+}
+
+/** One answered request, as the request log keeps it (docs/api.md, Request log). */
+export interface RequestRecord {
+  id: string
+  /** The id is the client's X-Request-Id, not one the gateway made. */
+  idGiven: boolean
+  /** When the request arrived, ms since the epoch. */
+  timeMs: number
+  accountId: string
+  tenantId: string
+  keyId: string
+  method: string
+  /** The route's prefix, or `management`. */
+  route: string
+  /** The path without its query string. */
+  path: string
+  status: number
+  /** The problem code of a refusal; null for an answer that is not one. */
+  code: string | null
+  durationMs: number
+  requestBytes: number
+  responseBytes: number
+  sourceIp: string
 }
 
 /** A declared length in bytes; 0 when none is declared (a chunked body is counted by the caller). */

@@ -15,6 +15,8 @@ import { ROW_COLUMNS, type RowBuilder } from './rows.js'
 
 /** About what a record takes in the COPY: its ids, path and address, with every length. */
 const COPY_BYTES_A_RECORD = 200
+/** A batch's memory larger than this (long paths) is not kept for the next. */
+const MAX_SPARE_BYTES = 4 * 1024 * 1024
 
 /**
  * How long a batch's COPY may run on the server (its connection's `statement_timeout`): a few
@@ -26,6 +28,7 @@ export const DEFAULT_COPY_TIMEOUT_MS = 15_000
 export class RowCopy {
   private connection: Sql | null = null
   private closed = false
+  private spare: CopyBuffer | null = null
 
   /**
    * `openConnection`: a client of one connection with these startup parameters (store/db.ts,
@@ -40,7 +43,10 @@ export class RowCopy {
   ) {}
 
   async copy(rows: readonly RowBuilder[]): Promise<void> {
-    const out = new CopyBuffer(COPY_BYTES_A_RECORD * rows.reduce((sum, row) => sum + row.size, 0) + 4096)
+    // The last batch's memory, once its COPY is done with it (a failed one may still be sending it).
+    const out = this.spare ?? new CopyBuffer(COPY_BYTES_A_RECORD * rows.reduce((sum, row) => sum + row.size, 0) + 4096)
+    this.spare = null
+    out.reset()
     let sinceTurn = 0
     for (const row of rows) {
       row.encode(out)
@@ -56,6 +62,7 @@ export class RowCopy {
     this.connection ??= this.openConnection({ statement_timeout: String(this.timeoutMs) })
     try {
       await withDeadline(copyInto(this.connection, bytes), 2 * this.timeoutMs)
+      if (out.capacity <= MAX_SPARE_BYTES) this.spare = out
     } catch (err) {
       // Whatever state the connection was left in, it is not used again.
       void this.endConnection()

@@ -1,12 +1,12 @@
-// Records into the request log's rows (schema.ts): grouped by parent and day in arrival order, up
-// to ROW_RECORDS a row, each field an array. The writer sends a batch's rows to a real Postgres as
+// A row of the request log (schema.ts): up to ROW_RECORDS records of one parent and day, in
+// arrival order, each field an array, made as the records arrive (row-buffer.ts). The writer sends a batch's rows to a real Postgres as
 // a binary COPY (copy-format.ts), whose values Postgres stores without parsing them; to the
 // embedded PGlite, which takes no COPY from a client, as one JSON parameter of arrays in
 // Postgres's text form (bench/README.md, the request log).
 import type { CopyBuffer } from './copy-format.js'
-import { dayOfRecord, micros } from './partitions.js'
-import type { RequestRecord } from './record-buffer.js'
-import { RECORD_ARRAYS, ROW_RECORDS } from './schema.js'
+import { micros } from './partitions.js'
+import type { RequestRecord } from './capture.js'
+import { RECORD_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -44,6 +44,24 @@ export interface LogRow {
 
 /** A request id the gateway made (http/guards.ts): a UUID's first 24 characters, then 12 hex digits counting. */
 const MADE_ID = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-)([0-9a-f]{12})$/
+
+const MADE_ID_LENGTH = 36
+const STEM_LENGTH = 24
+
+/** The count of a made id, from its last 12 characters; -1 when one of them is not a hex digit. */
+function hexCount(id: string): number {
+  let count = 0
+  for (let i = STEM_LENGTH; i < MADE_ID_LENGTH; i++) {
+    const code = id.charCodeAt(i)
+    const digit = code >= 48 && code <= 57 ? code - 48 : code >= 97 && code <= 102 ? code - 87 : -1
+    if (digit === -1) return -1
+    count = count * 16 + digit
+  }
+  return count
+}
+
+/** A count as a made id's 12 hex digits. */
+export const hexDigits = (count: number) => count.toString(16).padStart(MADE_ID_LENGTH - STEM_LENGTH, '0')
 
 /** The stem and the count of a request id of the gateway's shape; null for any other. */
 export function madeIdParts(id: string): { stem: string; count: number } | null {
@@ -85,7 +103,11 @@ const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
 export class RowBuilder {
-  readonly ids: string[] = []
+  /**
+   * Each record's id as the count of an id the gateway made with `idStem`, or -1 for an id given
+   * by the client (in `givenIds`): a count costs no string kept until the row is written.
+   */
+  readonly madeCounts: number[] = []
   readonly times: number[] = []
   readonly tenants: string[] = []
   readonly keys: string[] = []
@@ -116,18 +138,24 @@ export class RowBuilder {
   idLow = Number.POSITIVE_INFINITY
   idHigh = Number.NEGATIVE_INFINITY
 
-  constructor(readonly accountId: string) {}
+  /**
+   * `day`: the day of its records (partitions.ts, dayOfRecord), whose partition it is written to.
+   */
+  constructor(
+    readonly accountId: string,
+    readonly day: number,
+  ) {}
 
   add(record: RequestRecord): void {
-    const count = record.idGiven ? Number.NaN : this.madeCount(record.id)
-    if (Number.isNaN(count)) {
+    const count = record.idGiven ? -1 : this.madeCount(record.id)
+    if (count === -1) {
       this.givenIds.push(record.id)
-      this.givenPositions.push(this.ids.length + 1)
+      this.givenPositions.push(this.madeCounts.length + 1)
     } else {
       this.idLow = Math.min(this.idLow, count)
       this.idHigh = Math.max(this.idHigh, count)
     }
-    this.ids.push(record.id)
+    this.madeCounts.push(count)
     // Whole microseconds (an integer is cheaper to write out and for Postgres to read than a
     // float); the row's day and bounds are of these, so that a time rounded to midnight is kept
     // in the next day's partition, where `since` looks for it.
@@ -159,20 +187,25 @@ export class RowBuilder {
     this.ips.push(record.sourceIp)
   }
 
-  /** The count of an id the gateway made with this row's stem (the first such id sets it); NaN for any other. */
+  /** The count of an id the gateway made with this row's stem (the first such id sets it); -1 for any other. */
   private madeCount(id: string): number {
     if (this.idStem === null) {
       const made = madeIdParts(id)
-      if (made === null) return Number.NaN
+      if (made === null) return -1
       this.idStem = made.stem
       return made.count
     }
-    // The row's later ids: the same stem, then 12 hex digits (`0x` makes Number refuse any other).
-    return id.length === 36 && id.startsWith(this.idStem) ? Number(`0x${id.slice(24)}`) : Number.NaN
+    return id.length === MADE_ID_LENGTH && id.startsWith(this.idStem) ? hexCount(id) : -1
   }
 
   get size(): number {
-    return this.ids.length
+    return this.madeCounts.length
+  }
+
+  /** The records' ids, in order. */
+  ids(): string[] {
+    let given = 0
+    return this.madeCounts.map((count) => (count === -1 ? this.givenIds[given++]! : this.idStem + hexDigits(count)))
   }
 
   /** The row as the JSON insert reads it: each array in Postgres's text form. */
@@ -183,7 +216,7 @@ export class RowBuilder {
       account_id: this.accountId,
       first_us: this.first,
       last_us: this.last,
-      records: this.ids.length,
+      records: this.size,
       tenant_set: arrayOf([...this.tenantSet]),
       key_set: arrayOf([...this.keySet]),
       route_set: texts(this.routeSet),
@@ -197,7 +230,7 @@ export class RowBuilder {
       id_high: made ? this.idHigh : null,
       given_ids: this.givenIds.length === 0 ? null : texts(this.givenIds),
       given_positions: this.givenPositions.length === 0 ? null : arrayOf(this.givenPositions),
-      ids: texts(this.ids),
+      ids: texts(this.ids()),
       times_us: arrayOf(this.times),
       tenant_ids: arrayOf(this.tenants),
       key_ids: arrayOf(this.keys),
@@ -220,7 +253,7 @@ export class RowBuilder {
     out.uuidValue(this.accountId)
     out.timestampValue(this.first)
     out.timestampValue(this.last)
-    out.int4Value(this.ids.length)
+    out.int4Value(this.size)
     out.uuids([...this.tenantSet])
     out.uuids([...this.keySet])
     out.texts([...this.routeSet])
@@ -241,7 +274,7 @@ export class RowBuilder {
       out.texts(this.givenIds)
       out.int4s(this.givenPositions)
     }
-    out.texts(this.ids)
+    out.requestIds(this.madeCounts, this.idStem, this.givenIds)
     out.int8s(this.times)
     out.uuids(this.tenants)
     out.uuids(this.keys)
@@ -254,37 +287,5 @@ export class RowBuilder {
     out.int8s(this.requestBytes)
     out.int8s(this.responseBytes)
     out.texts(this.ips)
-  }
-}
-
-/**
- * The rows of a batch, made as its records are added: a row per parent and day (and per
- * ROW_RECORDS), each in arrival order.
- */
-export class BatchRows {
-  private readonly rows: RowBuilder[] = []
-  private readonly open = new Map<string, RowBuilder>()
-
-  constructor(private readonly rowRecords = ROW_RECORDS) {}
-
-  add(record: RequestRecord): void {
-    const group = `${record.accountId}/${dayOfRecord(record.timeMs)}`
-    let builder = this.open.get(group)
-    if (builder === undefined) {
-      builder = new RowBuilder(record.accountId)
-      this.open.set(group, builder)
-    }
-    builder.add(record)
-    if (builder.size === this.rowRecords) {
-      this.rows.push(builder)
-      this.open.delete(group)
-    }
-  }
-
-  /** Every row, those still open included. */
-  finish(): RowBuilder[] {
-    for (const builder of this.open.values()) this.rows.push(builder)
-    this.open.clear()
-    return this.rows
   }
 }

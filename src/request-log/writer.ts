@@ -1,15 +1,17 @@
 // Writes the request log off the request path (docs/operations.md, the request log): records wait
-// in a bounded buffer and go to Postgres a batch at a time (its rows: rows.ts), as one binary COPY
+// in a bounded buffer, made into their rows as they come (row-buffer.ts, rows.ts), and go to
+// Postgres a batch of rows at a time, as one binary COPY
 // on a connection of the writer's own (row-copy.ts), or one JSON INSERT to the embedded database. A
 // write that fails puts its batch back and is tried again after a pause that doubles up to 5 s;
 // meanwhile the buffer keeps the newest records and counts the ones it drops.
-import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
 import { type Sql, withDeadline } from '../store/db.js'
 import { dayOfRecord, ensurePartition } from './partitions.js'
-import { RecordBuffer, type RequestRecord } from './record-buffer.js'
+import type { RequestRecord } from './capture.js'
+import { RowBuffer } from './row-buffer.js'
 import { RowCopy } from './row-copy.js'
-import { BatchRows, ROW_COLUMNS, type RowBuilder } from './rows.js'
+import { ROW_COLUMNS, type RowBuilder } from './rows.js'
+import { ROW_RECORDS } from './schema.js'
 import { ensureRequestLogTable } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
@@ -18,8 +20,8 @@ export const DEFAULT_BATCH_RECORDS = 5_000
 export const DEFAULT_FLUSH_INTERVAL_MS = 1_000
 const MAX_RETRY_PAUSE_MS = 5_000
 /**
- * Records made into rows between two turns of the event loop: a batch's 5,000 at once held it for
- * about 5 ms, which the requests in flight then waited (the p99 at one connection).
+ * Records encoded between two turns of the event loop (row-copy.ts): a batch's 5,000 at once held
+ * it for milliseconds, which the requests in flight then waited (the p99 at one connection).
  */
 const RECORDS_A_TURN = 500
 /** How long the app's close waits for the last writes: a Postgres that stopped answering must not hold it. */
@@ -47,7 +49,7 @@ export interface WriterOptions {
 }
 
 export class RequestLogWriter {
-  readonly buffer: RecordBuffer<RequestRecord>
+  readonly buffer: RowBuffer
   private readonly batchRecords: number
   private readonly flushIntervalMs: number
   private readonly rowCopy: RowCopy | null
@@ -66,7 +68,7 @@ export class RequestLogWriter {
   private closed = false
 
   constructor(private readonly options: WriterOptions) {
-    this.buffer = new RecordBuffer(options.bufferRecords ?? DEFAULT_BUFFER_RECORDS)
+    this.buffer = new RowBuffer(options.bufferRecords ?? DEFAULT_BUFFER_RECORDS, options.rowRecords ?? ROW_RECORDS)
     this.batchRecords = options.batchRecords ?? DEFAULT_BATCH_RECORDS
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS
     this.rowCopy =
@@ -88,7 +90,7 @@ export class RequestLogWriter {
       this.lastDay = day
       if (!this.readyDays.has(day)) this.pendingDays.add(day)
     }
-    this.buffer.add(record)
+    this.buffer.add(record, day)
   }
 
   /** Writes what is buffered, a batch at a time; joins a write under way. Never throws. */
@@ -107,7 +109,7 @@ export class RequestLogWriter {
       try {
         await this.write(batch)
         this.retryPause = 0
-        this.options.onWritten?.(batch.length)
+        this.options.onWritten?.(batch.reduce((records, row) => records + row.size, 0))
       } catch (err) {
         this.buffer.putBack(batch)
         this.retryPause = Math.min(MAX_RETRY_PAUSE_MS, Math.max(this.flushIntervalMs, this.retryPause * 2))
@@ -119,7 +121,7 @@ export class RequestLogWriter {
     }
   }
 
-  private async write(batch: readonly RequestRecord[]): Promise<void> {
+  private async write(rows: readonly RowBuilder[]): Promise<void> {
     const { sql } = this.options
     if (!this.tableReady) {
       await ensureRequestLogTable(sql)
@@ -131,13 +133,8 @@ export class RequestLogWriter {
       this.readyDays.add(day)
       this.pendingDays.delete(day)
     }
-    const rows = new BatchRows(this.options.rowRecords)
-    for (let i = 0; i < batch.length; i++) {
-      rows.add(batch[i]!)
-      if (i % RECORDS_A_TURN === RECORDS_A_TURN - 1) await nextTurn()
-    }
-    if (this.rowCopy === null) await insertAsJson(sql, rows.finish())
-    else await this.rowCopy.copy(rows.finish())
+    if (this.rowCopy === null) await insertAsJson(sql, rows)
+    else await this.rowCopy.copy(rows)
   }
 
   /** A partition the retention dropped must be made again before a record of its day is written. */

@@ -1,5 +1,5 @@
 // Request-log records made up for the tests that write them without a gateway (request-log/writer.ts).
-import type { RequestRecord } from '../../src/request-log/record-buffer.js'
+import type { RequestRecord } from '../../src/request-log/capture.js'
 
 /** A UUID that says what it is: `kind` in its first group, `i` in its last. */
 export const uuid = (kind: number, i: number) =>

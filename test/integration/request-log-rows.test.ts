@@ -7,7 +7,7 @@ import t from 'tap'
 import { DAY_MS } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
 import { listRequests, type RequestRow, requestById } from '../../src/request-log/queries.js'
-import type { RequestRecord } from '../../src/request-log/record-buffer.js'
+import type { RequestRecord } from '../../src/request-log/capture.js'
 import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
@@ -65,13 +65,17 @@ const FORMS = [
   { copy: false, form: 'JSON, as to the embedded database' },
 ]
 
+/** Made ids' counts across the 48 bits (a row keeps them as numbers: rows.ts), and one of another stem. */
+const MADE_COUNTS = [0, 0, 2, 2 ** 24 - 1, 0, 2 ** 24 + 5, 2 ** 48 - 1]
+const OTHER_STEM_ID = '01234567-89ab-4cde-8f01-00000000000a'
+
 for (const { copy, form } of FORMS)
   t.test(`records of any text come back as they went in, each parent its own, newest first (${form})`, async (t) => {
     const { sql, writer } = await writerOn(t, 3, copy)
     const now = Date.now()
     const awkward = ['/p/"quoted"', '/p/back\\slash', '/p/a b', '/p/{brace},comma', '/p/é€😀', '/p/NULL', '/p/null']
     const records: RequestRecord[] = awkward.map((path, i) => ({
-      id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : madeId(i),
+      id: i === 0 ? 'NULL' : i === 1 ? 'a"b' : i === 4 ? OTHER_STEM_ID : madeId(MADE_COUNTS[i]!),
       idGiven: i < 2,
       timeMs: now - DAY_MS + i * 1000.25,
       accountId: ACCOUNTS[i % 2]!,

@@ -1,36 +1,65 @@
-// The request log's buffer (src/request-log/record-buffer.ts): bounded, the oldest dropped and
-// counted, a failed batch taken back before the newer records, and its own excess dropped oldest first.
+// The request log's buffer (src/request-log/row-buffer.ts): records made into a row per parent and
+// day as they come; bounded, its oldest row dropped and counted; rows taken whole, oldest first; a
+// failed batch taken back before the newer rows, and its own excess dropped oldest first.
 import t from 'tap'
-import { RecordBuffer, type RequestRecord } from '../../src/request-log/record-buffer.js'
+import type { RequestRecord } from '../../src/request-log/capture.js'
+import { RowBuffer } from '../../src/request-log/row-buffer.js'
+import type { RowBuilder } from '../../src/request-log/rows.js'
+import { ACCOUNTS, logRecord } from '../helpers/request-records.js'
 
-const record = (n: number) => ({ id: `r${n}` }) as RequestRecord
-const ids = (records: readonly RequestRecord[]) => records.map((r) => r.id)
+const DAY = 20_000
+const record = (n: number, accountId = ACCOUNTS[0]!): RequestRecord => logRecord({ id: `r${n}`, path: '/', accountId })
+const ids = (rows: readonly RowBuilder[]) => rows.map((row) => row.ids().join(','))
 
-t.test('a full buffer drops its oldest record, and counts it', async (t) => {
-  const buffer = new RecordBuffer<RequestRecord>(3)
-  for (let n = 1; n <= 5; n++) buffer.add(record(n))
-  t.equal(buffer.size, 3)
-  t.equal(buffer.dropped, 2)
-  t.same(ids(buffer.take(10)), ['r3', 'r4', 'r5'], 'the newest three, oldest first')
+t.test("a parent's records fill its row, then the next; each parent and each day a row of its own", async (t) => {
+  const buffer = new RowBuffer(100, 2)
+  buffer.add(record(1), DAY)
+  buffer.add(record(2, ACCOUNTS[1]), DAY)
+  buffer.add(record(3), DAY)
+  buffer.add(record(4), DAY)
+  buffer.add(record(5), DAY + 1)
+  t.equal(buffer.size, 5)
+  const rows = buffer.take(100)
+  t.same(ids(rows), ['r1,r3', 'r2', 'r4', 'r5'], 'oldest first, by their first record')
+  t.same(
+    rows.map((row) => [row.accountId, row.day]),
+    [
+      [ACCOUNTS[0], DAY],
+      [ACCOUNTS[1], DAY],
+      [ACCOUNTS[0], DAY],
+      [ACCOUNTS[0], DAY + 1],
+    ],
+  )
   t.equal(buffer.size, 0)
 })
 
-t.test('take hands out at most its batch, in order, across the ring', async (t) => {
-  const buffer = new RecordBuffer<RequestRecord>(4)
-  for (let n = 1; n <= 3; n++) buffer.add(record(n))
-  t.same(ids(buffer.take(2)), ['r1', 'r2'])
-  for (let n = 4; n <= 6; n++) buffer.add(record(n))
-  t.same(ids(buffer.take(10)), ['r3', 'r4', 'r5', 'r6'], 'wrapped around the end of the array')
+t.test('a full buffer drops its oldest row, and counts its records', async (t) => {
+  const buffer = new RowBuffer(16, 500)
+  // A row holds an eighth of the buffer at most: a drop loses no more than that.
+  for (let n = 1; n <= 17; n++) buffer.add(record(n), DAY)
+  t.equal(buffer.size, 15)
+  t.equal(buffer.dropped, 2)
+  t.same(ids(buffer.take(100)), Array.from({ length: 7 }, (_, i) => `r${2 * i + 3},r${2 * i + 4}`).concat('r17'))
+})
+
+t.test('take hands out whole rows up to its batch (one at least), and closes an open one', async (t) => {
+  const buffer = new RowBuffer(100, 3)
+  for (let n = 1; n <= 7; n++) buffer.add(record(n), DAY)
+  t.same(ids(buffer.take(5)), ['r1,r2,r3'], 'a second row would pass the batch')
+  t.same(ids(buffer.take(1)), ['r4,r5,r6'], 'a row larger than the batch goes whole')
+  t.same(ids(buffer.take(10)), ['r7'], 'the open row, taken')
+  buffer.add(record(8), DAY)
+  t.same(ids(buffer.take(10)), ['r8'], 'a record after it starts a row of its own')
   t.equal(buffer.dropped, 0)
 })
 
-t.test('a batch put back goes before the records added since; what does not fit goes, oldest first', async (t) => {
-  const buffer = new RecordBuffer<RequestRecord>(4)
-  for (let n = 1; n <= 3; n++) buffer.add(record(n))
-  const batch = buffer.take(3)
-  buffer.add(record(4))
-  buffer.add(record(5))
+t.test('rows put back go before the rows added since; what does not fit goes, oldest first', async (t) => {
+  const buffer = new RowBuffer(16, 2)
+  for (let n = 1; n <= 6; n++) buffer.add(record(n), DAY)
+  const batch = buffer.take(6)
+  for (let n = 7; n <= 18; n++) buffer.add(record(n), DAY)
   buffer.putBack(batch)
-  t.equal(buffer.dropped, 1, 'one of the three did not fit')
-  t.same(ids(buffer.take(10)), ['r2', 'r3', 'r4', 'r5'])
+  t.equal(buffer.dropped, 2, 'the oldest row of the three did not fit')
+  t.equal(buffer.size, 16)
+  t.same(ids(buffer.take(100)), ['r3,r4', 'r5,r6', 'r7,r8', 'r9,r10', 'r11,r12', 'r13,r14', 'r15,r16', 'r17,r18'])
 })
