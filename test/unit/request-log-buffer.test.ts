@@ -63,3 +63,17 @@ t.test('rows put back go before the rows added since; what does not fit goes, ol
   t.equal(buffer.size, 16)
   t.same(ids(buffer.take(100)), ['r3,r4', 'r5,r6', 'r7,r8', 'r9,r10', 'r11,r12', 'r13,r14', 'r15,r16', 'r17,r18'])
 })
+
+t.test('a long queue taken a row at a time keeps its order as its spent front is let go', async (t) => {
+  const buffer = new RowBuffer(1_000, 1)
+  for (let n = 1; n <= 200; n++) buffer.add(record(n), DAY)
+  const taken: string[] = []
+  for (let i = 0; i < 150; i++) taken.push(...ids(buffer.take(1)))
+  for (let n = 201; n <= 210; n++) buffer.add(record(n), DAY)
+  taken.push(...ids(buffer.take(1_000)))
+  t.same(
+    taken,
+    Array.from({ length: 210 }, (_, i) => `r${i + 1}`),
+  )
+  t.equal(buffer.size, 0)
+})
