@@ -1,15 +1,32 @@
 // Configuration is read once, at boot, from the environment (docs/configuration.md), validated and frozen.
-// Nothing below this module reads process.env.
+// Nothing below this module reads process.env. The readers the settings share are in config-readers.ts
+// and the Redis settings in config-redis.ts; this file holds the Config and assembles it.
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
-import type { HostPort, RedisCredentials, RedisTarget } from './cache/redis-topology.js'
+import type { RedisTarget } from './cache/redis-topology.js'
+import {
+  ConfigError,
+  type Env,
+  parseBoolean,
+  parseBoundedInteger,
+  parseCount,
+  parseMilliseconds,
+  parseOnOff,
+  parsePort,
+  parsePositiveInteger,
+  parseUrl,
+  read,
+} from './config-readers.js'
+import { parseRedisKeyPrefix, parseRedisTarget } from './config-redis.js'
 import { cidrProblem } from './guardrails/ip-allowlist.js'
 import type { Rate } from './limits/bucket.js'
 import { parseRate } from './limits/tenant-limits.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './management/webhook-endpoint-admission.js'
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, type RetrySchedule } from './webhooks/retry-schedule.js'
 import { type YamlErrorLike, yamlProblem } from './yaml-errors.js'
+
+export { ConfigError } from './config-readers.js'
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
@@ -81,174 +98,7 @@ export interface Config {
   readonly console: boolean
 }
 
-/** A configuration mistake. Its message is one line that names the variable. */
-export class ConfigError extends Error {
-  constructor(
-    readonly variable: string,
-    problem: string,
-  ) {
-    super(`invalid configuration: ${variable} ${problem}`)
-    this.name = 'ConfigError'
-  }
-}
-
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
-
-type Env = Readonly<Record<string, string | undefined>>
-
-/** An unset or blank variable counts as unset, as a shell's `VAR=` usually intends. */
-function read(env: Env, name: string): string | undefined {
-  const value = env[name]
-  return value === undefined || value.trim() === '' ? undefined : value.trim()
-}
-
-function parsePort(env: Env, name: string, fallback: number): number {
-  const raw = read(env, name)
-  if (raw === undefined) return fallback
-  if (!/^\d{1,5}$/.test(raw) || Number(raw) > 65535) {
-    throw new ConfigError(name, `must be a port number from 0 to 65535, got "${raw}"`)
-  }
-  return Number(raw)
-}
-
-function parseMilliseconds(env: Env, name: string, fallback: number): number {
-  const raw = read(env, name)
-  if (raw === undefined) return fallback
-  if (!/^\d{1,7}$/.test(raw))
-    throw new ConfigError(name, `must be a whole number of milliseconds up to 9999999, got "${raw}"`)
-  return Number(raw)
-}
-
-function parsePositiveInteger(env: Env, name: string, fallback: number): number {
-  const raw = read(env, name)
-  if (raw === undefined) return fallback
-  if (!/^[1-9]\d{0,8}$/.test(raw))
-    throw new ConfigError(name, `must be a whole number from 1 to 999999999, got "${raw}"`)
-  return Number(raw)
-}
-
-function parseUrl(env: Env, name: string, protocols: readonly string[]): string | undefined {
-  const raw = read(env, name)
-  if (raw === undefined) return undefined
-  let url: URL
-  try {
-    url = new URL(raw)
-  } catch {
-    throw new ConfigError(name, 'is not a valid URL')
-  }
-  if (!protocols.includes(url.protocol)) {
-    // Never echo the value: a connection string may carry a password.
-    throw new ConfigError(name, `must use one of ${protocols.map((p) => p.replace(':', '://')).join(', ')}`)
-  }
-  return raw
-}
-
-/**
- * A Redis URL whose path, if any, is a database number (`/0`…`/15` on a default server): ioredis
- * would take `/abc` or `/1x` for database 0 without a word. Whether the server has that database is
- * asked at start (cache/redis-connection.ts).
- */
-function parseRedisUrl(env: Env): string | undefined {
-  const raw = parseUrl(env, 'REDIS_URL', ['redis:', 'rediss:'])
-  if (raw === undefined) return undefined
-  const path = new URL(raw).pathname
-  if (path !== '' && path !== '/' && !/^\/\d{1,5}$/.test(path))
-    throw new ConfigError('REDIS_URL', 'may end with a database number only (redis://host:6379/0), not another path')
-  return raw
-}
-
-/** `host:port,host:port,…`: a host name, an IPv4 address or a bracketed IPv6 one, and a port. */
-function parseHostPorts(env: Env, name: string, what: string): HostPort[] | undefined {
-  const raw = read(env, name)
-  if (raw === undefined) return undefined
-  const nodes: HostPort[] = []
-  for (const item of raw.split(',').map((part) => part.trim())) {
-    const match = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/.exec(item)
-    const port = match === null ? 0 : Number(match[2])
-    if (match === null || port < 1 || port > 65535)
-      throw new ConfigError(
-        name,
-        `must list ${what} as host:port separated by commas (redis-sentinel:26379,10.0.0.2:26379), got "${item}"`,
-      )
-    nodes.push({ host: match[1]!.replace(/^\[(.*)\]$/, '$1'), port })
-  }
-  return nodes
-}
-
-/**
- * REDIS_URL beside REDIS_SENTINELS or REDIS_CLUSTER_NODES: credentials and a database only
- * (`redis://:password@/0`, `rediss://user:password@`), since the sentinels or the cluster say where
- * the servers are. A URL parser refuses an empty host, hence the pattern.
- */
-function parseRedisCredentials(env: Env, alongside: string, database: boolean): RedisCredentials {
-  const raw = read(env, 'REDIS_URL')
-  if (raw === undefined) return {}
-  const match = /^(rediss?):\/\/(?:([^:@/]*)(?::([^@/]*))?@)?(?:\/(\d{0,5}))?$/.exec(raw)
-  if (match === null)
-    // Never echo the value: it may carry a password.
-    throw new ConfigError(
-      'REDIS_URL',
-      `must give only credentials${database ? ' and a database' : ''} when ${alongside} is set (redis://:password@${database ? '/0' : ''}), not a host: ${alongside} says where the servers are; or unset it`,
-    )
-  const [, scheme, username, password, db] = match
-  const number = db === undefined || db === '' ? 0 : Number(db)
-  if (!database && number !== 0)
-    throw new ConfigError(
-      'REDIS_URL',
-      `must not name a database when ${alongside} is set: a cluster has database 0 only`,
-    )
-  const decode = (part: string | undefined) =>
-    part === undefined || part === '' ? undefined : decodeURIComponent(part)
-  const user = decode(username)
-  const secret = decode(password)
-  return {
-    ...(user === undefined ? {} : { username: user }),
-    ...(secret === undefined ? {} : { password: secret }),
-    ...(number === 0 ? {} : { db: number }),
-    ...(scheme === 'rediss' ? { tls: true } : {}),
-  }
-}
-
-/** Which Redis: REDIS_URL alone, REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES. */
-function parseRedisTarget(env: Env): RedisTarget | undefined {
-  const sentinels = parseHostPorts(env, 'REDIS_SENTINELS', 'the sentinels')
-  const name = read(env, 'REDIS_SENTINEL_NAME')
-  const nodes = parseHostPorts(env, 'REDIS_CLUSTER_NODES', 'seed nodes of the cluster')
-  if (sentinels !== undefined && nodes !== undefined)
-    throw new ConfigError(
-      'REDIS_CLUSTER_NODES',
-      'cannot be set together with REDIS_SENTINELS: a deployment uses Sentinel or a cluster, unset one of them',
-    )
-  if (name !== undefined && sentinels === undefined)
-    throw new ConfigError(
-      'REDIS_SENTINEL_NAME',
-      'is set but REDIS_SENTINELS is not: list the sentinels (host:port,…) or unset it',
-    )
-  if (sentinels !== undefined) {
-    if (name === undefined)
-      throw new ConfigError(
-        'REDIS_SENTINEL_NAME',
-        "must be set with REDIS_SENTINELS: the master set's name the sentinels monitor (mymaster on Bitnami's chart)",
-      )
-    if (!/^[A-Za-z0-9._-]{1,128}$/.test(name))
-      throw new ConfigError('REDIS_SENTINEL_NAME', `must hold 1 to 128 of A-Z a-z 0-9 . _ -, got "${name}"`)
-    return { topology: 'sentinel', sentinels, name, credentials: parseRedisCredentials(env, 'REDIS_SENTINELS', true) }
-  }
-  if (nodes !== undefined) {
-    return { topology: 'cluster', nodes, credentials: parseRedisCredentials(env, 'REDIS_CLUSTER_NODES', false) }
-  }
-  const url = parseRedisUrl(env)
-  return url === undefined ? undefined : { topology: 'server', url }
-}
-
-function parseRedisKeyPrefix(env: Env): string {
-  const raw = read(env, 'REDIS_KEY_PREFIX')
-  if (raw === undefined) return 'tgw:'
-  if (!/^[A-Za-z0-9_.:-]{1,64}$/.test(raw)) {
-    throw new ConfigError('REDIS_KEY_PREFIX', 'must hold 1 to 64 of A-Z a-z 0-9 _ . : -')
-  }
-  return raw
-}
 
 function loadGatewayConfig(path: string): Record<string, unknown> {
   let text: string
@@ -302,12 +152,6 @@ function parseIssuerUrl(env: Env): string | undefined {
   return raw.replace(/\/+$/, '')
 }
 
-function parseBoundedInteger(env: Env, name: string, fallback: number, max: number): number {
-  const value = parsePositiveInteger(env, name, fallback)
-  if (value > max) throw new ConfigError(name, `must be at most ${max}, got "${value}"`)
-  return value
-}
-
 /** TRUSTED_PROXIES: addresses or CIDRs, separated by commas. */
 function parseTrustedProxies(env: Env): readonly string[] {
   const raw = read(env, 'TRUSTED_PROXIES')
@@ -324,22 +168,6 @@ function parseTrustedProxies(env: Env): readonly string[] {
   return Object.freeze(entries)
 }
 
-/** A whole number from 0 to `max`; 0 means off. */
-function parseCount(env: Env, name: string, fallback: number, max: number): number {
-  const raw = read(env, name)
-  if (raw === undefined) return fallback
-  if (!/^\d{1,9}$/.test(raw) || Number(raw) > max)
-    throw new ConfigError(name, `must be a whole number from 0 (off) to ${max}, got "${raw}"`)
-  return Number(raw)
-}
-
-function parseBoolean(env: Env, name: string): boolean {
-  const raw = read(env, name)
-  if (raw === undefined || raw === 'false') return false
-  if (raw === 'true') return true
-  throw new ConfigError(name, `must be true or false, got "${raw}"`)
-}
-
 function parseWebhookRetrySchedule(env: Env): RetrySchedule {
   const raw = read(env, 'WEBHOOKS_RETRY_SCHEDULE') ?? DEFAULT_RETRY_SCHEDULE
   try {
@@ -347,14 +175,6 @@ function parseWebhookRetrySchedule(env: Env): RetrySchedule {
   } catch (err) {
     throw new ConfigError('WEBHOOKS_RETRY_SCHEDULE', (err as Error).message)
   }
-}
-
-function parseOnOff(env: Env, name: string, fallback: boolean): boolean {
-  const raw = read(env, name)
-  if (raw === undefined) return fallback
-  if (raw === 'on') return true
-  if (raw === 'off') return false
-  throw new ConfigError(name, `must be on or off, got "${raw}"`)
 }
 
 /**

@@ -30,7 +30,7 @@ export const invalidationChannel = (keyPrefix: string) => `${keyPrefix}invalidat
 /**
  * An entry's name in Redis. Its name is a hash tag (`{…}`), shared with its generation: the read
  * (MGET) and the conditional store (a script) of the two touch one slot on a cluster. The prefix
- * holds no brace (config.ts), so the tag is the entry's name up to its first `}`, if it has one
+ * holds no brace (config-redis.ts), so the tag is the entry's name up to its first `}`, if it has one
  * (an external id may), the same in both keys.
  */
 export const entryKey = (keyPrefix: string, key: string) => `${keyPrefix}{${key}}`

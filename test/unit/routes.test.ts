@@ -238,7 +238,7 @@ t.test('bad upstream URLs', async (t) => {
     'credentials',
   )
   t.notMatch(withSecret?.message ?? '', /hunter2/, 'the password is not echoed')
-  // Nor when the URL does not parse at all (config.ts: "Never echo the value: a connection
+  // Nor when the URL does not parse at all (config-readers.ts: "Never echo the value: a connection
   // string may carry a password"); the message goes to the logs of every failed start.
   for (const upstream of ['http://user:hunter2@shipments:99999', 'http://user:hunter2@ship ments:80']) {
     const unparsable = configError(t, () => loadRouteTable(second({ upstream }), undefined), `unparsable ${upstream}`)
