@@ -8,7 +8,8 @@ import { usageRows } from '../store/usage.js'
 import { shownLimits } from '../limits/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { AccountLimits, AccountScopes, NoQuery, PAGE_LIMIT_DEFAULT } from './schemas.js'
+import { AccountLimits, AccountScopes } from './account-schemas.js'
+import { NoQuery, PAGE_LIMIT_DEFAULT } from './common-schemas.js'
 import { UsageQuery, UsageReport } from './usage-schemas.js'
 
 // Registered before /:sub_id; the router prefers these static segments anyway.

@@ -14,7 +14,7 @@ import { isUuid } from '../tenancy/identifiers.js'
 import { OPERATIONS } from './operations.js'
 import type { Cursors } from './paging.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
-import { NAME_MAX_LENGTH } from './schemas.js'
+import { NAME_MAX_LENGTH } from './common-schemas.js'
 
 export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
 

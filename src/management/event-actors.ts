@@ -1,6 +1,6 @@
 // `expand=actor` on the audit log (docs/api.md, Audit log): each event's actor with who it is, so
 // that a reader sees "key ci (tgw_ab12…)" rather than a bare id. Two reads a page, whatever its size.
-import type { Event } from './schemas.js'
+import type { Event } from './event-schemas.js'
 import type { Sql } from '../store/db.js'
 import { keyActors, portalSessionActors } from '../store/event-actors.js'
 import { isUuid } from '../tenancy/identifiers.js'

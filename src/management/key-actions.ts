@@ -17,7 +17,7 @@ import type { Sql } from '../store/db.js'
 import { scopeCeiling, type TenantRow } from '../store/tenants.js'
 import { notFound, trimmedName } from './common.js'
 import { presentKey } from './present.js'
-import type { MintKeyBody } from './schemas.js'
+import type { MintKeyBody } from './key-schemas.js'
 
 export interface KeyActionContext {
   sql: Sql

@@ -24,17 +24,9 @@ import {
 } from './key-actions.js'
 import { keyListScope } from './paging.js'
 import { presentKey } from './present.js'
-import {
-  ApiKey,
-  ApiKeyPage,
-  KeyParams,
-  MintedApiKey,
-  MintKeyBody,
-  PAGE_LIMIT_DEFAULT,
-  PageQuery,
-  RollKeyBody,
-  SubAccountParams,
-} from './schemas.js'
+import { ApiKey, ApiKeyPage, KeyParams, MintedApiKey, MintKeyBody, RollKeyBody } from './key-schemas.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
+import { SubAccountParams } from './sub-account-schemas.js'
 
 export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {
   /** The calling parent's sub-account named in the path (404 otherwise), and who acts on its keys. */

@@ -1,10 +1,12 @@
-// TypeBox schemas of what a key may be (docs/api.md, API keys; Key policies and IP allow-lists):
-// its scopes, its IP allow-list, and a sub-account's key policy. Allow-list entries are checked
-// by guardrails/ip-allowlist.ts.
-import { Type } from 'typebox'
+// TypeBox schemas of API keys (docs/api.md, API keys; Key policies and IP allow-lists): what a key
+// may be (its scopes, its IP allow-list, a sub-account's key policy), a key as shown and as minted,
+// its path, and the mint and roll bodies. Allow-list entries are checked by
+// guardrails/ip-allowlist.ts. The response schemas are the serializers too: the secrets leave only
+// through MintedApiKey.
+import { Type, type Static } from 'typebox'
+import { Name, Nullable, Page, Timestamp } from './common-schemas.js'
+import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
-
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 
 export const Scope = Type.String({ pattern: SCOPE_PATTERN, maxLength: 100 })
 
@@ -32,6 +34,73 @@ export const KeyPolicyBody = Type.Object(
     allowed_scopes: Type.Optional(KeyPolicyMembers.allowed_scopes),
     max_ttl_seconds: Type.Optional(KeyPolicyMembers.max_ttl_seconds),
     ip_allowlist: Type.Optional(KeyPolicyMembers.ip_allowlist),
+  },
+  { additionalProperties: false },
+)
+
+const KeyFields = {
+  id: Type.String({ format: 'uuid' }),
+  name: Type.String(),
+  scopes: Type.Array(Type.String()),
+  prefix: Type.String({ description: 'the first characters of the key, to tell keys apart' }),
+  status: Type.Union([Type.Literal('active'), Type.Literal('expired'), Type.Literal('revoked')], {
+    description: '`expired`: not revoked, but past `expires_at`',
+  }),
+  created_at: Timestamp,
+  expires_at: Nullable(Timestamp),
+  rolled_from: Nullable(Type.String({ format: 'uuid', description: 'the key this one replaced, when made by a roll' })),
+  ip_allowlist: Nullable(Type.Array(Type.String(), { description: 'the addresses it may be used from; null: any' })),
+}
+
+export const ApiKey = Type.Object(
+  { ...KeyFields, revoked_at: Nullable(Timestamp), last_used_at: Nullable(Timestamp) },
+  { additionalProperties: false },
+)
+export type ApiKey = Static<typeof ApiKey>
+
+export const MintedApiKey = Type.Object(
+  {
+    ...KeyFields,
+    api_key: Type.String({ description: 'returned only in this response' }),
+    client_secret: Type.String({ description: 'returned only in this response' }),
+  },
+  { additionalProperties: false },
+)
+export type MintedApiKey = Static<typeof MintedApiKey>
+
+export const ApiKeyPage = Page(ApiKey)
+
+// Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
+export const KeyParams = Type.Object({ sub_id: Type.String(), key_id: Type.String() })
+
+export const MintKeyBody = Type.Object(
+  {
+    name: Name,
+    scopes: Type.Array(Scope, { minItems: 1, maxItems: 50 }),
+    expires_at: Type.Optional(
+      Nullable(
+        Type.String({
+          format: 'date-time',
+          maxLength: 64,
+          description: `RFC 3339, in the future, at most ${MAX_EXPIRY_YEARS} years ahead; absent or null: never`,
+        }),
+      ),
+    ),
+    ip_allowlist: Type.Optional(Nullable(IpAllowlist)),
+  },
+  { additionalProperties: false },
+)
+
+// A roll's body may be absent or `{}`: the overlap is then a day.
+export const RollKeyBody = Type.Object(
+  {
+    expires_in_seconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_ROLL_OVERLAP_SECONDS,
+        description: `how long the old key keeps working (default ${DEFAULT_ROLL_OVERLAP_SECONDS}); 0 revokes it at once`,
+      }),
+    ),
   },
   { additionalProperties: false },
 )

@@ -3,7 +3,8 @@
 import { keyUsageRows } from '../store/usage.js'
 import { keyUsageEntries, reportRange } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, ownSubAccount, parentOf } from './common.js'
-import { PAGE_LIMIT_DEFAULT, SubAccountParams } from './schemas.js'
+import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
+import { SubAccountParams } from './sub-account-schemas.js'
 import { KeyUsageQuery, KeyUsageReport } from './usage-schemas.js'
 
 export function registerKeyUsageRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {

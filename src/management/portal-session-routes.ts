@@ -33,7 +33,7 @@ import {
   PortalSessionList,
   PortalSessionParams,
 } from './portal-session-schemas.js'
-import { SubAccountParams } from './schemas.js'
+import { SubAccountParams } from './sub-account-schemas.js'
 
 /** A sub-account's open sessions at most: the list needs no paging, and a leaked parent key cannot hand out links without bound. */
 export const OPEN_PORTAL_SESSIONS_MAX = 50

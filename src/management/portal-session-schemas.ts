@@ -2,7 +2,7 @@
 // schemas are the serializers too: the link (with its one-time token) leaves only through
 // CreatedPortalSession.
 import { Type, type Static } from 'typebox'
-import { STORABLE_TEXT, Timestamp } from './schemas.js'
+import { STORABLE_TEXT, Timestamp } from './common-schemas.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 

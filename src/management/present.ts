@@ -4,7 +4,8 @@ import type { KeyRow } from '../store/api-keys.js'
 import type { TenantRow } from '../store/tenants.js'
 import { shownKeyPolicy } from '../guardrails/key-policy.js'
 import { shownLimits } from '../limits/tenant-limits.js'
-import type { ApiKey, SubAccount } from './schemas.js'
+import type { ApiKey } from './key-schemas.js'
+import type { SubAccount } from './sub-account-schemas.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 

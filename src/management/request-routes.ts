@@ -7,7 +7,7 @@ import { listRequests, type RequestRow, requestById } from '../request-log/queri
 import type { Sql } from '../store/db.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'
-import { PAGE_LIMIT_DEFAULT } from './schemas.js'
+import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
 
 export function presentRequest(row: RequestRow): RequestRecord {
   return {

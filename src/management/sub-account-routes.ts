@@ -23,13 +23,13 @@ import {
   CreateSubAccountBody,
   GetSubAccountQuery,
   ListSubAccountsQuery,
-  PAGE_LIMIT_DEFAULT,
   SubAccount,
   SubAccountPage,
   SubAccountParams,
   SubAccountWithFigures,
   UpdateSubAccountBody,
-} from './schemas.js'
+} from './sub-account-schemas.js'
+import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
 
 /** The list and the create, on the prefix itself. */
 export function registerSubAccountCollection(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {

@@ -1,7 +1,8 @@
 // TypeBox schemas of the usage report (docs/api.md, Usage report). The response schema is the
 // serializer too.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit, UUID_PATTERN } from './schemas.js'
+import { Cursor, Limit } from './common-schemas.js'
+import { UUID_PATTERN } from '../tenancy/identifiers.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 const Count = Type.Integer({ minimum: 0 })

@@ -37,7 +37,7 @@ import {
   WebhookEndpointParams,
   WebhookTestSent,
 } from './webhook-schemas.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from './schemas.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
 
 export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
 

@@ -24,16 +24,9 @@ import { type Cursors, keyListScope } from '../management/paging.js'
 import { presentKey } from '../management/present.js'
 import { presentRequest, requestFilter } from '../management/request-routes.js'
 import { RequestPage, RequestsQuery } from '../management/request-schemas.js'
-import {
-  ApiKey,
-  ApiKeyPage,
-  Limits,
-  MintedApiKey,
-  MintKeyBody,
-  PAGE_LIMIT_DEFAULT,
-  PageQuery,
-  RollKeyBody,
-} from '../management/schemas.js'
+import { ApiKey, ApiKeyPage, MintedApiKey, MintKeyBody, RollKeyBody } from '../management/key-schemas.js'
+import { Limits } from '../management/limit-schemas.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from '../management/common-schemas.js'
 import { UsageEntry } from '../management/usage-schemas.js'
 import { listRequests } from '../request-log/queries.js'
 import type { Sql } from '../store/db.js'

@@ -3,7 +3,7 @@
 // both members nullable, a member left out is null, anything else refused with the field named.
 import t from 'tap'
 import { makeAjv } from '../../src/http/parsing.js'
-import { LimitsBody } from '../../src/management/schemas.js'
+import { LimitsBody } from '../../src/management/limit-schemas.js'
 import {
   limitsFromBody,
   parseMonthlyQuota,

@@ -2,17 +2,19 @@
 // breaks the console's typecheck (`npm run typecheck`). Type-only imports: esbuild erases them, so
 // no server code reaches the bundle (test/console/serving.test.ts checks the bundle).
 import type { Static } from 'typebox'
+import type { AccountLimits as AccountLimitsSchema } from '../../management/account-schemas.js'
 import type {
-  AccountLimits as AccountLimitsSchema,
   ApiKey as ApiKeySchema,
-  Event as EventSchema,
-  Limits as LimitsSchema,
+  KeyPolicy as KeyPolicySchema,
   MintedApiKey as MintedApiKeySchema,
   MintKeyBody as MintKeyBodySchema,
+} from '../../management/key-schemas.js'
+import type { Event as EventSchema } from '../../management/event-schemas.js'
+import type { Limits as LimitsSchema } from '../../management/limit-schemas.js'
+import type {
   SubAccount as SubAccountSchema,
   SubAccountWithFigures as SubAccountWithFiguresSchema,
-} from '../../management/schemas.js'
-import type { KeyPolicy as KeyPolicySchema } from '../../management/key-schemas.js'
+} from '../../management/sub-account-schemas.js'
 import type { RequestRecord as RequestRecordSchema } from '../../management/request-schemas.js'
 import type {
   KeyUsageEntry as KeyUsageEntrySchema,
