@@ -1,10 +1,8 @@
 // TypeBox schemas of the request log (docs/api.md, Request log). The response schema is the
 // serializer too: a record leaves with these fields and no other.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit } from './common-schemas.js'
+import { Cursor, Limit, Nullable } from './common-schemas.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
-
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 
 /** A request id as the gateway keeps it (http/guards.ts: its own, or the client's sane one). */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$'

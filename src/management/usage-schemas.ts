@@ -1,10 +1,9 @@
 // TypeBox schemas of the usage report (docs/api.md, Usage report). The response schema is the
 // serializer too.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit } from './common-schemas.js'
+import { Cursor, Limit, Nullable } from './common-schemas.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 const Count = Type.Integer({ minimum: 0 })
 
 // The usage report (docs/api.md). Dates are checked by the handler, which also takes an RFC 3339

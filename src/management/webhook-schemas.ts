@@ -1,9 +1,7 @@
 // TypeBox schemas of the webhook endpoint routes (docs/api.md, Webhook endpoints). The response
 // schemas are the serializers too: the secret leaves only through CreatedWebhookEndpoint.
 import { Type, type Static } from 'typebox'
-import { Page, STORABLE_TEXT, Timestamp } from './common-schemas.js'
-
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+import { Nullable, Page, STORABLE_TEXT, Timestamp } from './common-schemas.js'
 
 export const WEBHOOK_URL_MAX_LENGTH = 2048
 export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 500
