@@ -280,8 +280,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     ttlSeconds: deps.config.accessTokenTtlSeconds,
     signatures: app.metrics.credentials.signatures.accessToken,
     clientLookupCounts: {
-      query: () => app.metrics.storeLookups.postgres.inc(),
-      clientIds: (n) => app.metrics.postgresClientIds.inc(n),
+      query: () => app.metrics.cache.storeLookups.postgres.inc(),
+      clientIds: (n) => app.metrics.cache.postgresClientIds.inc(n),
     },
     bodyTimeoutMs: tuning.managementBodyTimeoutMs,
   })
@@ -327,17 +327,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   if (webSockets !== null) {
     // Revocation reaches open sockets through the bus that clears the caches (proxy/websocket/revocation.ts).
     cache.onEvict(webSockets.evicted)
-    app.metrics.openWebSockets = (route) => webSockets.sockets.openOn(route)
-    for (const route of routes) if (route.websocket !== null) app.metrics.webSocketRoutes.push(route.prefix)
+    app.metrics.proxy.openWebSockets = (route) => webSockets.sockets.openOn(route)
+    for (const route of routes) if (route.websocket !== null) app.metrics.proxy.webSocketRoutes.push(route.prefix)
   }
   await app.register(proxyRoutes, {
     routes,
     webSockets,
     lookups: cache.lookups,
-    upstreamDuration: app.metrics.upstreamDuration,
-    recentAdmissions: app.metrics.recentAdmissions,
-    clientAborts: app.metrics.clientAborts,
-    upstreamSlots: app.metrics.upstreamSlots,
+    upstreamDuration: app.metrics.proxy.upstreamDuration,
+    recentAdmissions: app.metrics.proxy.recentAdmissions,
+    clientAborts: app.metrics.proxy.clientAborts,
+    upstreamSlots: app.metrics.proxy.upstreamSlots,
     limits: limitGate({
       limiter: app.limiter,
       meter: app.usageMeter,

@@ -5,7 +5,7 @@
 // raced it (docs/architecture.md, caches).
 import { Cluster } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
-import type { Metrics } from '../ops/metrics.js'
+import type { CacheMetrics } from './metrics.js'
 import {
   entryKey,
   generationKey,
@@ -55,7 +55,7 @@ export interface InvalidationBusOptions {
   commands: RedisClient
   timings: CacheTimings
   log: FastifyBaseLogger
-  metrics: Metrics
+  metrics: CacheMetrics
   /** How many failed invalidations are remembered for when Redis is back (default 10,000). */
   maxUnsentKeys?: number | undefined
   /** A message named these entries: evict them from the in-process cache. */

@@ -23,7 +23,7 @@ export interface TenancyCachePluginOptions {
 
 export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
   async (app, { sql, redis, keyPrefix, timings }) => {
-    const { storeLookups, postgresKeyDigests } = app.metrics
+    const { storeLookups, postgresKeyDigests } = app.metrics.cache
     const counts = { query: () => storeLookups.postgres.inc(), keyDigests: (n: number) => postgresKeyDigests.inc(n) }
     const cache = new TenancyCache({
       source: postgresLookups(sql, { counts }),
@@ -31,7 +31,7 @@ export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
       keyPrefix,
       timings,
       log: app.log,
-      metrics: app.metrics,
+      metrics: app.metrics.cache,
     })
     app.decorate('tenancyCache', cache)
     // Runs after the usage meter's (onClose hooks run last registered first): the invalidations

@@ -1,7 +1,7 @@
 // Which Redis master the gateway's commands go to, and when that changed (a Sentinel failover, a
 // cluster master replaced by its replica): for /readyz and the metrics (docs/operations.md).
 import { Cluster } from 'ioredis'
-import type { Metrics } from '../ops/metrics.js'
+import type { CacheMetrics } from './metrics.js'
 import type { RedisClient } from './redis-topology.js'
 
 export interface RedisMasters {
@@ -22,7 +22,7 @@ export class MasterWatch {
 
   constructor(
     private readonly redis: RedisClient,
-    private readonly metrics: Pick<Metrics, 'redisMaster' | 'redisMasterChanges'>,
+    private readonly metrics: Pick<CacheMetrics, 'redisMaster' | 'redisMasterChanges'>,
   ) {
     const look = () => this.look()
     redis.on('ready', look)

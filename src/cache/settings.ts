@@ -3,7 +3,7 @@
 // docs/configuration.md the ones a deployment sets.
 import type { FastifyBaseLogger } from 'fastify'
 import type { RedisTarget } from './redis-topology.js'
-import type { Metrics } from '../ops/metrics.js'
+import type { CacheMetrics } from './metrics.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 
 export interface CacheTimings {
@@ -64,7 +64,7 @@ export interface TenancyCacheOptions {
   keyPrefix: string
   timings?: Partial<CacheTimings>
   log: FastifyBaseLogger
-  metrics: Metrics
+  metrics: CacheMetrics
   /** How many failed invalidations are remembered for when Redis is back (default 10,000). */
   maxUnsentKeys?: number
 }

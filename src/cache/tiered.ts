@@ -184,7 +184,7 @@ export class TenancyCache implements CacheInvalidator {
       } catch (err) {
         this.redisFailed(err)
       } finally {
-        this.options.metrics.redisWait.lookup.observe((performance.now() - askedAt) / 1_000)
+        this.options.metrics.lookupWait.observe((performance.now() - askedAt) / 1_000)
       }
     }
     this.options.metrics.cacheMisses.redis.inc()

@@ -43,6 +43,9 @@ export function tally(config: { name: string; help: string; registers: Registry[
   return talliedCounter(config)[0]!
 }
 
+/** The latency histograms' bounds, in seconds: from a cached hit (tens of µs) to a slow upstream (the 30 s default timeout). */
+export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
 /** One series of a LatencyHistogram: counts per bucket (the last one past every bound). */
 export class LatencySeries {
   readonly counts: Float64Array

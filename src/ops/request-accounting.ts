@@ -36,7 +36,7 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
       if (logRequests) logRequest(app.log, kind, request, reply)
       const proxied = kind === 'proxy'
-      if (proxied) metrics.proxiedRequests.inc()
+      if (proxied) metrics.proxy.proxiedRequests.inc()
       // Usage: every proxied request, and every refusal once a key authenticated, for the tenant
       // it acted as (the key's own when the refusal came before that was resolved; docs/api.md).
       // Forwarded: the proxy handed it to the upstream (proxy/plugin.ts stamps upstreamSentAt as

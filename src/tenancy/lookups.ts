@@ -78,7 +78,7 @@ export interface TenancyLookups {
  */
 export const LOOKUP_DEADLINE_MS = 500
 
-/** What the Postgres lookups count (ops/metrics.ts): each query sent, and the digests key queries asked for. */
+/** What the Postgres lookups count (cache/metrics.ts): each query sent, and the digests key queries asked for. */
 export interface PostgresLookupCounts {
   query(): void
   keyDigests(n: number): void

@@ -34,7 +34,7 @@ function cache(
     // The repeat of each invalidation comes 200 ms later; the held fill outlasts it.
     timings: { reinvalidateAfterMs: 200, ...options.timings },
     log: silent,
-    metrics: options.metrics ?? createMetrics(),
+    metrics: (options.metrics ?? createMetrics()).cache,
   })
   t.teardown(() => made.close())
   return made
@@ -233,7 +233,7 @@ t.test('more failed invalidations than remembered: every entry is deleted when R
     keyPrefix: prefix,
     timings: { reinvalidateAfterMs: 60_000 },
     log: silent,
-    metrics: createMetrics(),
+    metrics: createMetrics().cache,
     maxUnsentKeys: 2,
   })
   t.teardown(() => replica.close())

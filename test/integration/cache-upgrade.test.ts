@@ -21,7 +21,7 @@ const replica = new TenancyCache({
   redis: { topology: 'server', url: REDIS_URL },
   keyPrefix: prefix,
   log: pino({ level: 'silent' }),
-  metrics: createMetrics(),
+  metrics: createMetrics().cache,
 })
 t.teardown(() => replica.close())
 await untilSubscribed(redis, prefix, 1)

@@ -3,7 +3,7 @@
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { serveMetrics } from '../../src/ops/metrics.js'
+import { serveMetrics } from '../../src/ops/metrics-server.js'
 import { operatorOrigin } from '../../src/events/record.js'
 import { createSubAccountWithEvent } from '../../src/management/sub-account-changes.js'
 import { openStore } from '../../src/store/db.js'

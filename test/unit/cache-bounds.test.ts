@@ -39,7 +39,7 @@ async function rereadsAfter(keys: number, scopeCount: number, scopeLength: numbe
     keyPrefix: 'unit:',
     timings: { maxEntries: 1_000, maxEstimatedBytes: 100_000 },
     log: pino({ level: 'silent' }),
-    metrics: createMetrics(),
+    metrics: createMetrics().cache,
   })
   t.teardown(() => cache.close())
   const digests = Array.from({ length: keys }, (_, i) => Buffer.alloc(32, i))

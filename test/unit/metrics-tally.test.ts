@@ -1,4 +1,4 @@
-// The request path's metrics (src/ops/metrics.ts) count into plain numbers and a histogram of our
+// The request path's metrics (src/ops/metrics.ts, src/proxy/metrics.ts) count into plain numbers and a histogram of our
 // own; a scrape must read exactly what prom-client's own Counter and Histogram would have shown.
 import { Counter, Histogram, Registry } from 'prom-client'
 import t from 'tap'
@@ -108,16 +108,16 @@ t.test('tallied counters: what the request path counted is on the next read, and
   )
   t.same(await values(metrics.registry), await values(metrics.registry), 'reading twice does not add twice')
 
-  metrics.proxiedRequests.inc()
-  metrics.proxiedRequests.inc()
+  metrics.proxy.proxiedRequests.inc()
+  metrics.proxy.proxiedRequests.inc()
   const proxied = async () =>
     (await metrics.registry.getSingleMetric('tgw_proxied_requests_total')!.get()).values[0]?.value
   t.equal(await proxied(), 2)
-  metrics.proxiedRequests.inc()
+  metrics.proxy.proxiedRequests.inc()
   t.equal(await proxied(), 3, 'counts after a read are added to it')
   t.match(await metrics.registry.metrics(), /^tgw_proxied_requests_total 3$/m, 'and the scrape says so')
 
-  metrics.proxiedRequests.inc()
+  metrics.proxy.proxiedRequests.inc()
   metrics.registry.resetMetrics()
   t.equal(await proxied(), 0, 'a reset also drops what was counted but not yet read')
 })

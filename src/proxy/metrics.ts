@@ -1,0 +1,94 @@
+// The proxy's metrics (docs/operations.md): requests answered on proxied routes, admissions from
+// the last second's memory, clients that ended early, the time to the upstream's headers, and each
+// route's upstream slots and open WebSockets read at scrape time. Here rather than in
+// ops/metrics.ts, as limits/ keeps its own; fed on every proxied request, so through ops/fast-metrics.ts.
+import { Gauge, type Registry } from 'prom-client'
+import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } from '../ops/fast-metrics.js'
+import type { ClientAbortTallies } from './exchange.js'
+
+export interface ProxyMetrics {
+  readonly proxiedRequests: Tally
+  /** Proxied requests admitted from an identical admission of the last second (no lookup at all). */
+  readonly recentAdmissions: Tally
+  /**
+   * Proxied exchanges the client ended before its answer was complete: it hung up, or it stopped
+   * reading and was cut off (proxy/exchange.ts). Not answered, so in no status class and no usage.
+   */
+  readonly clientAborts: ClientAbortTallies
+  readonly upstreamDuration: LatencyHistogram
+  /**
+   * Each proxied route's upstream slots, read at scrape time: the proxy registers a reader per
+   * route (proxy/plugin.ts), `tgw_proxy_upstream_slots{route, state="held"|"waiting"}`.
+   */
+  readonly upstreamSlots: Map<string, () => { held: number; waiting: number }>
+  /** Open WebSockets of a route prefix, read at scrape time (set by app.ts when a route carries them). */
+  openWebSockets: ((route: string) => number) | null
+  /** The route prefixes with `websocket: true`, for tgw_websockets_open. */
+  readonly webSocketRoutes: string[]
+}
+
+export function proxyMetrics(registry: Registry): ProxyMetrics {
+  const registers = [registry]
+  const metrics: ProxyMetrics = {
+    proxiedRequests: tally({
+      name: 'tgw_proxied_requests_total',
+      help: 'Requests answered on a proxied route (by the upstream or by the gateway)',
+      registers,
+    }),
+    recentAdmissions: tally({
+      name: 'tgw_recent_admissions_total',
+      help: 'Proxied requests admitted from an identical admission of the last second, without a cache lookup',
+      registers,
+    }),
+    clientAborts: clientAbortTallies(registers),
+    upstreamDuration: new LatencyHistogram(
+      'tgw_upstream_duration_seconds',
+      'Time from sending a proxied request to the upstream to its response headers',
+      LATENCY_BUCKETS,
+      registry,
+    ),
+    upstreamSlots: new Map(),
+    openWebSockets: null,
+    webSocketRoutes: [],
+  }
+  new Gauge({
+    name: 'tgw_proxy_upstream_slots',
+    help: "Requests holding a route's upstream connection (held) or waiting for one (waiting), by route prefix",
+    labelNames: ['route', 'state'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, read] of metrics.upstreamSlots) {
+        const { held, waiting } = read()
+        this.set({ route, state: 'held' }, held)
+        this.set({ route, state: 'waiting' }, waiting)
+      }
+    },
+  })
+  new Gauge({
+    name: 'tgw_websockets_open',
+    help: 'WebSockets open through this replica, by route prefix',
+    labelNames: ['route'] as const,
+    registers,
+    collect() {
+      this.reset()
+      const read = metrics.openWebSockets
+      if (read === null) return
+      for (const route of metrics.webSocketRoutes) this.set({ route }, read(route))
+    },
+  })
+  return metrics
+}
+
+function clientAbortTallies(registers: Registry[]): ClientAbortTallies {
+  const [hungUp, stoppedReading] = talliedCounter(
+    {
+      name: 'tgw_client_aborts_total',
+      help: 'Proxied exchanges the client ended early: hung up, or stopped reading and was cut off',
+      labelNames: ['reason'] as const,
+      registers,
+    },
+    [{ reason: 'hung_up' }, { reason: 'stopped_reading' }],
+  )
+  return { hungUp: hungUp!, stoppedReading: stoppedReading! }
+}
