@@ -1,22 +1,40 @@
 // The records not yet in Postgres, already made into their rows (rows.ts) as they arrive: a queue
-// of rows, oldest first, each parent's newest still open to more records. The records themselves
-// are not kept: a record object held until the next flush outlived the young generation, and the
-// collections of the old one cost the proxy more than the writing (bench/README.md, the request
-// log). Bounded: a full buffer drops its oldest row, whose records it counts.
+// of rows, oldest first, each parent's newest of each day still open to more records. The records
+// themselves are not kept: a record object held until the next flush outlived the young
+// generation, and the collections of the old one cost the proxy more than the writing
+// (bench/README.md, the request log). Bounded in records and in rows (a row's arrays and sets take
+// memory of their own): a full buffer drops its oldest row, whose records it counts.
 import type { RequestRecord } from './capture.js'
 import { RowBuilder } from './rows.js'
 
 /** At most this share of the buffer is dropped at once: a row of a small buffer holds fewer records. */
 const ROWS_A_BUFFER_AT_LEAST = 8
+/**
+ * What a row's own memory weighs, in records: a row of one record takes about 4.4 KB, a record in
+ * a full row about 350 bytes. A buffer holds at most capacity / ROW_WEIGHT rows (ROWS_A_BUFFER_AT_LEAST
+ * at least), so that a buffer of one-record rows (many parents, Postgres down) takes no more memory
+ * than one of full rows.
+ */
+export const ROW_WEIGHT = 12
+
+/** The key of a parent's open row of an earlier day than its newest. */
+const earlierKey = (accountId: string, day: number) => `${accountId}/${day}`
 
 export class RowBuffer {
   /** The rows, oldest first, from `head` on (the queue's front is spent by moving `head`). */
   private queue: RowBuilder[] = []
   private head = 0
-  /** Each parent's row still taking records; a row is closed when full, taken, or its day ends. */
+  /** Each parent's row of its newest day still taking records; closed when full, taken or dropped. */
   private readonly open = new Map<string, RowBuilder>()
+  /**
+   * A parent's rows of earlier days still taking records (earlierKey): requests that began before
+   * midnight and end after it are recorded at their start, so two days' records come in turn for
+   * a while. Apart, so that the common case looks a parent up by its id alone.
+   */
+  private readonly openEarlier = new Map<string, RowBuilder>()
   private count = 0
   private readonly rowRecords: number
+  private readonly maxRows: number
   /** Records dropped because the buffer was full, since the start. */
   dropped = 0
 
@@ -24,7 +42,14 @@ export class RowBuffer {
     readonly capacity: number,
     rowRecords: number,
   ) {
+    if (!(capacity >= 1)) throw new RangeError(`a request log buffer holds a record at least, not ${capacity}`)
     this.rowRecords = Math.max(1, Math.min(rowRecords, Math.floor(capacity / ROWS_A_BUFFER_AT_LEAST)))
+    this.maxRows = Math.max(ROWS_A_BUFFER_AT_LEAST, Math.floor(capacity / ROW_WEIGHT))
+  }
+
+  /** Rows waiting. */
+  private get rows(): number {
+    return this.queue.length - this.head
   }
 
   /** Records waiting. */
@@ -33,20 +58,20 @@ export class RowBuffer {
   }
 
   /**
-   * Adds a record of `day` (partitions.ts, dayOfRecord) to its parent's row; a full buffer first
-   * lets its oldest row go (counted in `dropped`).
+   * Adds a record of `day` (partitions.ts, dayOfRecord) to its parent's row of that day; a full
+   * buffer first lets its oldest rows go (counted in `dropped`).
    */
   add(record: RequestRecord, day: number): void {
-    if (this.count >= this.capacity) this.dropOldest()
-    let row = this.open.get(record.accountId)
-    if (row === undefined || row.day !== day) {
-      row = new RowBuilder(record.accountId, day)
-      this.open.set(record.accountId, row)
-      this.queue.push(row)
+    const accountId = record.accountId
+    let row = this.openRow(accountId, day)
+    while (this.count >= this.capacity || (row === undefined && this.rows >= this.maxRows)) {
+      this.dropOldest()
+      row = this.openRow(accountId, day) // the row dropped may have been this one
     }
+    row ??= this.newRow(accountId, day)
     row.add(record)
     this.count++
-    if (row.size === this.rowRecords) this.open.delete(record.accountId)
+    if (row.size === this.rowRecords) this.close(row)
   }
 
   /** Takes out the oldest rows, whole, up to `maxRecords` records (one row at least), oldest first. */
@@ -73,7 +98,10 @@ export class RowBuffer {
   putBack(rows: readonly RowBuilder[]): void {
     let first = 0
     let records = rows.reduce((sum, row) => sum + row.size, 0)
-    while (first < rows.length && this.count + records > this.capacity) {
+    while (
+      first < rows.length &&
+      (this.count + records > this.capacity || this.rows + rows.length - first > this.maxRows)
+    ) {
       records -= rows[first]!.size
       this.dropped += rows[first]!.size
       first++
@@ -84,8 +112,7 @@ export class RowBuffer {
   }
 
   private dropOldest(): void {
-    const row = this.queue[this.head]
-    if (row === undefined) return
+    const row = this.queue[this.head]!
     this.head++
     this.close(row)
     this.count -= row.size
@@ -93,9 +120,30 @@ export class RowBuffer {
     this.compact()
   }
 
-  /** A row leaving the queue takes no more records. */
+  private openRow(accountId: string, day: number): RowBuilder | undefined {
+    const newest = this.open.get(accountId)
+    if (newest !== undefined && newest.day === day) return newest
+    return this.openEarlier.size === 0 ? undefined : this.openEarlier.get(earlierKey(accountId, day))
+  }
+
+  private newRow(accountId: string, day: number): RowBuilder {
+    const row = new RowBuilder(accountId, day)
+    const newest = this.open.get(accountId)
+    if (newest === undefined || newest.day < day) {
+      if (newest !== undefined) this.openEarlier.set(earlierKey(accountId, newest.day), newest)
+      this.open.set(accountId, row)
+    } else this.openEarlier.set(earlierKey(accountId, day), row)
+    this.queue.push(row)
+    return row
+  }
+
+  /** A row full, or leaving the queue, takes no more records. */
   private close(row: RowBuilder): void {
     if (this.open.get(row.accountId) === row) this.open.delete(row.accountId)
+    else {
+      const key = earlierKey(row.accountId, row.day)
+      if (this.openEarlier.get(key) === row) this.openEarlier.delete(key)
+    }
   }
 
   /** Lets go of the spent front once it is most of the array. */

@@ -28,6 +28,7 @@ async function writerOn(t: TestLike, options: { copyTimeoutMs?: number; port?: n
   const database = await freshDatabase(t, { migrated: false })
   const url = options.port === undefined ? database.url : viaPort(database.url, options.port)
   let failures = 0
+  let written = 0
   const writer = new RequestLogWriter({
     sql: database.sql,
     log: pino({ level: 'silent' }),
@@ -36,11 +37,14 @@ async function writerOn(t: TestLike, options: { copyTimeoutMs?: number; port?: n
     openCopyConnection: (parameters) => openOneConnection(url, COPY_CONNECTION, parameters),
     copyTimeoutMs: options.copyTimeoutMs ?? 600_000,
     onWriteFailed: () => failures++,
+    onWritten: (records) => {
+      written += records
+    },
   })
   t.teardown(() => writer.close())
   writer.add(logRecord({ id: madeId(0), path: '/api/0' }))
   if (!(await flushAll(writer, 5_000))) throw new Error('the table was not made, or a first batch not written')
-  return { database, writer, failures: () => failures }
+  return { database, writer, failures: () => failures, written: () => written }
 }
 
 /** Flushes until the buffer is empty (a failed write waits out its pause first). */
@@ -110,6 +114,23 @@ t.test('management requests never fail for the COPYs the log runs beside them', 
     `all ${answered} answers recorded`,
   )
 })
+
+t.test(
+  'batch after batch on one connection, each smaller or larger: none fails, each record counted once',
+  async (t) => {
+    // The COPY's memory is the last batch's (row-copy.ts): a batch shorter than the one before must
+    // send its own bytes only.
+    const { database, writer, failures, written } = await writerOn(t)
+    let next = 1
+    for (const records of [1_200, 30, 700, 5]) {
+      for (let i = 0; i < records; i++, next++) writer.add(logRecord({ id: madeId(next), path: `/api/${next}` }))
+      t.ok(await flushAll(writer, 5_000), `${records} written`)
+    }
+    t.equal(failures(), 0, 'no write failed')
+    t.equal(written(), next, 'the records written, counted as records')
+    t.same((await loggedIds(database)).sort(), madeIds(next), 'each record once')
+  },
+)
 
 t.test('a COPY whose backend is ended or cancelled is written again on a new connection', async (t) => {
   const { database, writer, failures } = await writerOn(t)

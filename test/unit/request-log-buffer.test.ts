@@ -3,9 +3,9 @@
 // failed batch taken back before the newer rows, and its own excess dropped oldest first.
 import t from 'tap'
 import type { RequestRecord } from '../../src/request-log/capture.js'
-import { RowBuffer } from '../../src/request-log/row-buffer.js'
+import { ROW_WEIGHT, RowBuffer } from '../../src/request-log/row-buffer.js'
 import type { RowBuilder } from '../../src/request-log/rows.js'
-import { ACCOUNTS, logRecord } from '../helpers/request-records.js'
+import { ACCOUNTS, logRecord, uuid } from '../helpers/request-records.js'
 
 const DAY = 20_000
 const record = (n: number, accountId = ACCOUNTS[0]!): RequestRecord => logRecord({ id: `r${n}`, path: '/', accountId })
@@ -65,7 +65,7 @@ t.test('rows put back go before the rows added since; what does not fit goes, ol
 })
 
 t.test('a long queue taken a row at a time keeps its order as its spent front is let go', async (t) => {
-  const buffer = new RowBuffer(1_000, 1)
+  const buffer = new RowBuffer(10_000, 1)
   for (let n = 1; n <= 200; n++) buffer.add(record(n), DAY)
   const taken: string[] = []
   for (let i = 0; i < 150; i++) taken.push(...ids(buffer.take(1)))
@@ -76,4 +76,56 @@ t.test('a long queue taken a row at a time keeps its order as its spent front is
     Array.from({ length: 210 }, (_, i) => `r${i + 1}`),
   )
   t.equal(buffer.size, 0)
+})
+
+t.test("a parent's requests either side of midnight fill a row of each day, not a row each", async (t) => {
+  // A request that began before midnight and ended after it is recorded at its start, so records
+  // of two days come in turn for a while.
+  const buffer = new RowBuffer(100, 10)
+  for (let n = 1; n <= 6; n++) buffer.add(record(n), n % 2 === 1 ? DAY : DAY + 1)
+  const rows = buffer.take(100)
+  t.same(ids(rows), ['r1,r3,r5', 'r2,r4,r6'])
+  t.same(
+    rows.map((row) => row.day),
+    [DAY, DAY + 1],
+  )
+
+  const more = new RowBuffer(100, 2)
+  more.add(record(1), DAY)
+  more.add(record(2), DAY + 1)
+  more.add(record(3), DAY + 1) // the newer day's row full
+  more.add(record(4), DAY)
+  t.same(ids(more.take(100)), ['r1,r4', 'r2,r3'], "the earlier day's row still takes its records")
+})
+
+t.test("a parent's open row dropped takes no more records: the next starts a row of its own", async (t) => {
+  const buffer = new RowBuffer(16, 2) // rows of 2, 8 rows at most
+  buffer.add(record(1), DAY) // the first parent's row, open
+  for (let n = 2; n <= 15; n++) buffer.add(record(n, ACCOUNTS[1]), DAY)
+  t.equal(buffer.dropped, 0, 'eight rows')
+  buffer.add(record(16, ACCOUNTS[1]), DAY)
+  t.equal(buffer.dropped, 1, "a ninth row: the oldest, the first parent's open one, went")
+  buffer.add(record(17), DAY)
+  t.equal(buffer.dropped, 3, "the first parent's record needs a row again: the next oldest went")
+  const rows = buffer.take(100)
+  t.same(ids(rows).at(-1), 'r17', "the first parent's record, in a row of its own")
+  t.equal(
+    rows.reduce((sum, row) => sum + row.size, 0),
+    14,
+    'every record taken is counted',
+  )
+  t.equal(buffer.size, 0)
+})
+
+t.test('rows of a record each are bounded too: their own memory counts', async (t) => {
+  const capacity = 16 * ROW_WEIGHT
+  const buffer = new RowBuffer(capacity, 500)
+  for (let n = 1; n <= 40; n++) buffer.add(record(n, uuid(1, n)), DAY)
+  t.equal(buffer.size, 16, 'capacity / ROW_WEIGHT rows of one record')
+  t.equal(buffer.dropped, 24)
+  t.same(
+    ids(buffer.take(1_000)),
+    Array.from({ length: 16 }, (_, i) => `r${i + 25}`),
+    'the newest kept',
+  )
 })
