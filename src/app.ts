@@ -1,14 +1,15 @@
 // buildApp: the Fastify options and the registrations, in order; it never listens (the process
-// lives in main.ts). docs/architecture.md follows a request through what is registered here.
+// lives in main.ts). What it is given is in app-deps.ts, the server's limits in
+// http/server-limits.ts. docs/architecture.md follows a request through what is registered here.
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
   type FastifyInstance,
   type FastifyServerOptions,
 } from 'fastify'
+import type { AppDeps } from './app-deps.js'
 import { AccessTokens } from './auth/access-tokens.js'
-import type { CacheTimings } from './cache/index.js'
-import { ConfigError, type Config } from './config.js'
+import { ConfigError } from './config.js'
 import { consolePlugin } from './console/plugin.js'
 import { portalPlugin } from './portal/plugin.js'
 import { identityAssertions } from './identity/assertions.js'
@@ -18,14 +19,20 @@ import { credentialRoutes } from './oauth/paths.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
-import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS } from './http/header-counts.js'
+import { MAX_HEADER_FIELDS } from './http/header-counts.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parsing } from './http/parsing.js'
 import { routeKinds } from './http/route-kind.js'
+import {
+  HEADERS_TIMEOUT_MS,
+  KEEP_ALIVE_TIMEOUT_MS,
+  MANAGEMENT_BODY_LIMIT,
+  MAX_HEAD_BYTES,
+  serverOptions,
+} from './http/server-limits.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
 import { healthRoutes } from './ops/health.js'
 import { lazyChildLogger } from './ops/logging.js'
-import type { Metrics } from './ops/metrics.js'
 import { registerOpenApi } from './ops/openapi.js'
 import { metricsPlugin } from './ops/metrics-plugin.js'
 import { readinessPlugin } from './ops/readiness-plugin.js'
@@ -33,101 +40,15 @@ import { requestAccounting } from './ops/request-accounting.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
 import { tenancyCachePlugin } from './cache/plugin.js'
 import { usageMeterPlugin } from './usage/meter-plugin.js'
-import type { LeaseTimings } from './limits/lease-store.js'
 import { eventRetentionPlugin } from './events/retention-plugin.js'
 import { limitsPlugin } from './limits/plugin.js'
-import { type AlertTimings, alertsPlugin } from './alerts/plugin.js'
-import { type RequestLogPluginOptions, requestLogPlugin } from './request-log/plugin.js'
-import { type WebhookDeliveryPluginOptions, webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
+import { alertsPlugin } from './alerts/plugin.js'
+import { requestLogPlugin } from './request-log/plugin.js'
+import { webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
 import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
-import { loadRouteTable, type ProxyRoute } from './proxy/route-table.js'
+import { loadRouteTable } from './proxy/route-table.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
-import type { Store } from './store/db.js'
-import type { LookupAll } from './webhooks/url-policy.js'
-
-export interface AppDeps {
-  config: Config
-  store: Store
-  /** The route table; by default the one in `config`, validated here. */
-  routes?: readonly ProxyRoute[]
-  /**
-   * The signing keys of access tokens and identity assertions, as the caller holds them (a test's
-   * own). Default: the keys in the store, loaded, kept in step and rotated by the app
-   * (signing-keys/plugin.ts), which then needs `config.encryptionKey` (main.ts resolves it).
-   */
-  keyring?: Keyring
-  /** Where the request log is kept (main.ts opens REQUEST_LOG_DATABASE_URL); default the store's. */
-  requestLogStore?: Store
-  /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
-  redisKeyPrefix?: string
-  metrics?: Metrics
-  /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
-  logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
-  tuning?: AppTuning
-}
-
-/**
- * Timings, clocks and stand-ins that tests shorten, move or replace; the process uses the
- * defaults. Passed whole (test/helpers/gateway.ts hands its options over as they are), so a new
- * one is a field here and its use below.
- */
-export interface AppTuning {
-  /** The stored signing keys' clock and reload interval (default 30 s). */
-  signingKeys?: { clock?: () => number; reloadIntervalMs?: number }
-  cacheTimings?: Partial<CacheTimings>
-  /** The limiter's lease timings. */
-  limitTimings?: Partial<LeaseTimings>
-  /** How often the usage meter writes to Postgres. */
-  usageFlushIntervalMs?: number
-  /** The request log's buffer, batches, write interval, retention sweep and clock. */
-  requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays' | 'openCopyConnection'>
-  /** The events' retention sweep: its batch size, interval and clock. */
-  eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
-  /** The webhook worker's timings, clock and delivery options. */
-  webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
-  /** The alerts' timings and clock: checks, the rate alerts' window, the sweep of expiring keys. */
-  alerts?: AlertTimings
-  /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS). */
-  headersTimeoutMs?: number
-  /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
-  managementBodyTimeoutMs?: number
-  /** How often expired idempotency keys are deleted (default 60 s). */
-  idempotencySweepIntervalMs?: number
-  /** Resolves webhook URLs' names at creation (default node:dns lookup). */
-  webhookLookup?: LookupAll
-}
-
-/** Management bodies are small JSON documents; proxied bodies get their own limit. */
-export const MANAGEMENT_BODY_LIMIT = 64 * 1024
-
-/** A request head must arrive within this (docs/api.md: 408 request_timeout). */
-export const HEADERS_TIMEOUT_MS = 10_000
-/** An idle keep-alive connection is closed after this; Node says so in `Keep-Alive: timeout=72`. */
-export const KEEP_ALIVE_TIMEOUT_MS = 72_000
-/**
- * Node's limit on a request head, target and headers (`maxHeaderSize`): set here rather than
- * left to `--max-http-header-size`, which NODE_OPTIONS may raise. No path segment can be longer,
- * so a router limit on parameters at this size refuses nothing a client can send.
- */
-const MAX_HEAD_BYTES = MAX_HEADER_BYTES
-
-/**
- * Node's HTTP server options: the head's size and deadline, and how often Node looks for heads
- * past it (every 30 s by default, so a 10 s deadline could take 40 s). Checking walks only the
- * connections that have a request in progress.
- */
-export function serverOptions(headersTimeoutMs: number): {
-  headersTimeout: number
-  connectionsCheckingInterval: number
-  maxHeaderSize: number
-} {
-  return {
-    headersTimeout: headersTimeoutMs,
-    connectionsCheckingInterval: Math.min(1_000, headersTimeoutMs),
-    maxHeaderSize: MAX_HEAD_BYTES,
-  }
-}
 
 function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
   return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'

@@ -6,7 +6,8 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
-import { type AppTuning, buildApp } from '../../src/app.js'
+import { buildApp } from '../../src/app.js'
+import type { AppDeps, AppTuning } from '../../src/app-deps.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
 import type { Metrics } from '../../src/ops/metrics.js'
@@ -15,8 +16,6 @@ import { freshDatabase, type TestDatabase } from './db.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
 import type { TestLike } from './test-like.js'
-
-type AppDeps = Parameters<typeof buildApp>[0]
 
 /** What a test may set; the app's tuning (timings, clocks, stand-ins: AppTuning) is passed whole. */
 export interface GatewayOptions extends AppTuning {

@@ -4,7 +4,7 @@
 // management body that does not arrive in time is 408 request_timeout, not 503 store_unavailable.
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
-import { HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, serverOptions } from '../../src/app.js'
+import { HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, serverOptions } from '../../src/http/server-limits.js'
 import { startGateway } from '../helpers/gateway.js'
 import { parseResponses, problemIssue, rawExchange, requestBytes } from '../helpers/hostile.js'
 

@@ -1,0 +1,67 @@
+// What buildApp (app.ts) is given: the configuration, the store and what a caller may hand it
+// instead of the defaults (AppDeps), and the timings, clocks and stand-ins tests change
+// (AppTuning). Apart from app.ts so that the composition root reads as the order of registration.
+import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
+import type { AlertTimings } from './alerts/plugin.js'
+import type { CacheTimings } from './cache/index.js'
+import type { Config } from './config.js'
+import type { LeaseTimings } from './limits/lease-store.js'
+import type { Metrics } from './ops/metrics.js'
+import type { ProxyRoute } from './proxy/route-table.js'
+import type { RequestLogPluginOptions } from './request-log/plugin.js'
+import type { Keyring } from './signing-keys/keyring.js'
+import type { Store } from './store/db.js'
+import type { WebhookDeliveryPluginOptions } from './webhooks/delivery-plugin.js'
+import type { LookupAll } from './webhooks/url-policy.js'
+
+export interface AppDeps {
+  config: Config
+  store: Store
+  /** The route table; by default the one in `config`, validated by buildApp. */
+  routes?: readonly ProxyRoute[]
+  /**
+   * The signing keys of access tokens and identity assertions, as the caller holds them (a test's
+   * own). Default: the keys in the store, loaded, kept in step and rotated by the app
+   * (signing-keys/plugin.ts), which then needs `config.encryptionKey` (main.ts resolves it).
+   */
+  keyring?: Keyring
+  /** Where the request log is kept (main.ts opens REQUEST_LOG_DATABASE_URL); default the store's. */
+  requestLogStore?: Store
+  /** Overrides REDIS_KEY_PREFIX (tests use one prefix per file). */
+  redisKeyPrefix?: string
+  metrics?: Metrics
+  /** A pino logger configuration, or an instance (tests capture the stream); false for none. */
+  logger?: FastifyServerOptions['logger'] | FastifyBaseLogger | false
+  tuning?: AppTuning
+}
+
+/**
+ * Timings, clocks and stand-ins that tests shorten, move or replace; the process uses the
+ * defaults. Passed whole (test/helpers/gateway.ts hands its options over as they are), so a new
+ * one is a field here and its use in buildApp (app.ts).
+ */
+export interface AppTuning {
+  /** The stored signing keys' clock and reload interval (default 30 s). */
+  signingKeys?: { clock?: () => number; reloadIntervalMs?: number }
+  cacheTimings?: Partial<CacheTimings>
+  /** The limiter's lease timings. */
+  limitTimings?: Partial<LeaseTimings>
+  /** How often the usage meter writes to Postgres. */
+  usageFlushIntervalMs?: number
+  /** The request log's buffer, batches, write interval, retention sweep and clock. */
+  requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays' | 'openCopyConnection'>
+  /** The events' retention sweep: its batch size, interval and clock. */
+  eventRetention?: { batchSize?: number; intervalMs?: number; firstSweepAfterMs?: number; clock?: () => number }
+  /** The webhook worker's timings, clock and delivery options. */
+  webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
+  /** The alerts' timings and clock: checks, the rate alerts' window, the sweep of expiring keys. */
+  alerts?: AlertTimings
+  /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS, http/server-limits.ts). */
+  headersTimeoutMs?: number
+  /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
+  managementBodyTimeoutMs?: number
+  /** How often expired idempotency keys are deleted (default 60 s). */
+  idempotencySweepIntervalMs?: number
+  /** Resolves webhook URLs' names at creation (default node:dns lookup). */
+  webhookLookup?: LookupAll
+}
