@@ -1,8 +1,8 @@
 // A row of the request log (schema.ts): up to ROW_RECORDS records of one parent and day, in
-// arrival order, each field an array, made as the records arrive (row-buffer.ts). The writer sends a batch's rows to a real Postgres as
-// a binary COPY (copy-format.ts), whose values Postgres stores without parsing them; to the
-// embedded PGlite, which takes no COPY from a client, as one JSON parameter of arrays in
-// Postgres's text form (bench/README.md, the request log).
+// arrival order, each field an array, made as the records arrive (row-buffer.ts). The writer sends
+// a batch's rows to a real Postgres as a binary COPY (copy-format.ts), whose values Postgres
+// stores without parsing them; to the embedded PGlite, which takes no COPY from a client, as one
+// JSON parameter of arrays in Postgres's text form (bench/README.md, the request log).
 import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
@@ -61,7 +61,7 @@ function hexCount(id: string): number {
 }
 
 /** A count as a made id's 12 hex digits. */
-export const hexDigits = (count: number) => count.toString(16).padStart(MADE_ID_LENGTH - STEM_LENGTH, '0')
+const hexDigits = (count: number) => count.toString(16).padStart(MADE_ID_LENGTH - STEM_LENGTH, '0')
 
 /** The stem and the count of a request id of the gateway's shape; null for any other. */
 export function madeIdParts(id: string): { stem: string; count: number } | null {

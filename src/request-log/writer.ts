@@ -1,9 +1,9 @@
 // Writes the request log off the request path (docs/operations.md, the request log): records wait
 // in a bounded buffer, made into their rows as they come (row-buffer.ts, rows.ts), and go to
-// Postgres a batch of rows at a time, as one binary COPY
-// on a connection of the writer's own (row-copy.ts), or one JSON INSERT to the embedded database. A
-// write that fails puts its batch back and is tried again after a pause that doubles up to 5 s;
-// meanwhile the buffer keeps the newest records and counts the ones it drops.
+// Postgres a batch of rows at a time, as one binary COPY on a connection of the writer's own
+// (row-copy.ts), or one JSON INSERT to the embedded database. A write that fails puts its batch
+// back and is tried again after a pause that doubles up to 5 s; meanwhile the buffer keeps the
+// newest records and counts the ones it drops.
 import type { FastifyBaseLogger } from 'fastify'
 import { type Sql, withDeadline } from '../store/db.js'
 import { dayOfRecord, ensurePartition } from './partitions.js'
@@ -11,8 +11,7 @@ import type { RequestRecord } from './capture.js'
 import { RowBuffer } from './row-buffer.js'
 import { RowCopy } from './row-copy.js'
 import { ROW_COLUMNS, type RowBuilder } from './rows.js'
-import { ROW_RECORDS } from './schema.js'
-import { ensureRequestLogTable } from './schema.js'
+import { ensureRequestLogTable, ROW_RECORDS } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
 export const DEFAULT_BATCH_RECORDS = 5_000
