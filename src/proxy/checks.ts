@@ -3,7 +3,7 @@
 // it would have to give back (limits, slot), or give its own `undo`.
 import type { ProxyStep } from './pipeline.js'
 import type { ProxyOptions } from './options.js'
-import type { ProxyRoute } from './route-table.js'
+import type { ProxyRoute } from './route.js'
 import { admissionStep } from './steps/admission.js'
 import { declaredBodyStep } from './steps/declared-body.js'
 import { identityStep } from './steps/identity.js'

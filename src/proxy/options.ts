@@ -4,7 +4,7 @@ import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import type { ClientAbortTallies } from './exchange.js'
 import type { LimitGate } from '../limits/gate.js'
-import type { ProxyRoute } from './route-table.js'
+import type { ProxyRoute } from './route.js'
 import type { WebSocketRuntime } from './websocket/runtime.js'
 
 export interface ProxyOptions {

@@ -8,7 +8,7 @@ import { stepsFor } from './checks.js'
 import type { ProxyOptions } from './options.js'
 import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
-import type { ProxyRoute } from './route-table.js'
+import type { ProxyRoute } from './route.js'
 import { UpstreamTarget } from './upstream-call.js'
 
 /** The methods a route proxies (@fastify/http-proxy's): any other is the 404 of an unknown route. */

@@ -5,57 +5,12 @@ import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { defaultPerAccount, defaultPerTenant } from './concurrency.js'
 import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
-import { parseRouteIdentity, type RouteIdentity } from './route-identity.js'
-import { parseRouteWebSocket, type RouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
+import type { ProxyRoute } from './route.js'
+import { parseRouteIdentity } from './route-identity.js'
+import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHARE_KEYS } from './route-limits.js'
+import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 
-export interface ProxyRoute {
-  /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
-  readonly prefix: string
-  /** http or https origin, optionally with a base path that the forwarded path is appended to. */
-  readonly upstream: string
-  /** Scopes a key needs here: `read` for GET, HEAD and OPTIONS, `write` for every other method. */
-  readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
-  /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */
-  readonly public: boolean
-  readonly forwardAuthorization: boolean
-  /** How long the upstream may take to send its headers, and then between body chunks. */
-  readonly timeoutMs: number
-  /** Largest request body streamed to the upstream. */
-  readonly maxBodyBytes: number
-  /** Headers the gateway drops by default that this route's upstream gets (never X-Service-*). */
-  readonly passHeaders: ReadonlySet<string>
-  /** Requests in flight to the upstream at once; past it a request waits up to timeoutMs, then 503. */
-  readonly maxConnections: number
-  /** Requests one resolved tenant may have in flight here; past it, 429 at once. */
-  readonly maxConnectionsPerTenant: number
-  /** Requests of one parent account's keys (its own and its sub-accounts') in flight here; past it, 429. */
-  readonly maxConnectionsPerAccount: number
-  /** How long a request body may send nothing before the exchange ends (408). */
-  readonly bodyIdleTimeoutMs: number
-  /** How long a client may read nothing of a response before it is cut off. */
-  readonly responseIdleTimeoutMs: number
-  /** Sign the request's identity for the upstream (X-Service-Identity); null: no assertion. */
-  readonly identity: RouteIdentity | null
-  /** WebSocket upgrades proxied (`websocket: true`) and their bounds; null: an upgrade is refused (400). */
-  readonly websocket: RouteWebSocket | null
-}
-
-export const DEFAULT_TIMEOUT_MS = 30_000
-export const DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
-export const DEFAULT_MAX_CONNECTIONS = 256
-export const DEFAULT_BODY_IDLE_TIMEOUT_MS = 10_000
-export const DEFAULT_RESPONSE_IDLE_TIMEOUT_MS = 30_000
-
-/** Options a route inherits from the top level when it does not set them. */
-const INHERITED_KEYS = [
-  'timeout_ms',
-  'max_body_bytes',
-  'max_connections',
-  'body_idle_timeout_ms',
-  'response_idle_timeout_ms',
-] as const
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
-const SHARE_KEYS = ['max_connections_per_tenant', 'max_connections_per_account'] as const
 const ROUTE_KEYS = new Set([
   'prefix',
   'upstream',
@@ -92,14 +47,6 @@ function unknownKeys(where: string, value: Record<string, unknown>, allowed: Set
   for (const key of Object.keys(value)) {
     if (!allowed.has(key)) fail(where, `unknown key "${key}" (allowed: ${[...allowed].join(', ')})`)
   }
-}
-
-function positiveInteger(where: string, key: string, value: unknown, fallback: number): number {
-  if (value === undefined) return fallback
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
-    fail(where, `${key} must be a positive whole number`)
-  }
-  return value
 }
 
 function boolean(where: string, key: string, value: unknown): boolean {
@@ -181,13 +128,7 @@ function parseScopes(where: string, value: unknown): ProxyRoute['scopes'] {
  */
 export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consoleServed = false): ProxyRoute[] {
   unknownKeys('top level', doc, TOP_LEVEL_KEYS)
-  const defaults = limitsOf('top level', doc, {
-    timeoutMs: DEFAULT_TIMEOUT_MS,
-    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
-    maxConnections: DEFAULT_MAX_CONNECTIONS,
-    bodyIdleTimeoutMs: DEFAULT_BODY_IDLE_TIMEOUT_MS,
-    responseIdleTimeoutMs: DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
-  })
+  const defaults = parseRouteLimits(doc, DEFAULT_LIMITS, (problem) => fail('top level', problem))
   const entries = doc.routes ?? []
   if (!Array.isArray(entries)) fail('top level', 'routes must be a list')
 
@@ -208,7 +149,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
       fail(where, 'a public route cannot require scopes')
     const identity = parseRouteIdentity(entry.identity, (problem) => fail(where, problem))
     if (isPublic && identity !== null) fail(where, 'a public route cannot send a signed identity (it has none)')
-    const limits = limitsOf(where, entry, defaults)
+    const limits = parseRouteLimits(entry, defaults, (problem) => fail(where, problem))
     const websocket = parseRouteWebSocket(entry, (problem) => fail(where, problem))
     routes.push(
       Object.freeze({
@@ -219,7 +160,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         forwardAuthorization: boolean(where, 'forward_authorization', entry.forward_authorization),
         passHeaders: parsePassHeaders(where, entry.pass_headers),
         ...limits,
-        ...shareLimits(where, entry, limits.maxConnections),
+        ...parseShareLimits(entry, limits.maxConnections, (problem) => fail(where, problem)),
         identity,
         websocket,
       }),
@@ -246,60 +187,4 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
     )
   }
   return routes
-}
-
-type RouteLimits = Pick<
-  ProxyRoute,
-  'timeoutMs' | 'maxBodyBytes' | 'maxConnections' | 'bodyIdleTimeoutMs' | 'responseIdleTimeoutMs'
->
-
-/** The time, size and connection limits of a route (or of the top level), each defaulting to `fallback`'s. */
-function limitsOf(where: string, value: Doc, fallback: RouteLimits): RouteLimits {
-  return {
-    timeoutMs: positiveInteger(where, 'timeout_ms', value.timeout_ms, fallback.timeoutMs),
-    maxBodyBytes: positiveInteger(where, 'max_body_bytes', value.max_body_bytes, fallback.maxBodyBytes),
-    maxConnections: positiveInteger(where, 'max_connections', value.max_connections, fallback.maxConnections),
-    bodyIdleTimeoutMs: positiveInteger(
-      where,
-      'body_idle_timeout_ms',
-      value.body_idle_timeout_ms,
-      fallback.bodyIdleTimeoutMs,
-    ),
-    responseIdleTimeoutMs: positiveInteger(
-      where,
-      'response_idle_timeout_ms',
-      value.response_idle_timeout_ms,
-      fallback.responseIdleTimeoutMs,
-    ),
-  }
-}
-
-/**
- * A route's shares of its connections: per resolved tenant and per parent account. The account's
- * holds the tenant's: set both, and a tenant share above the account's is a mistake to fix; set
- * the tenant's alone, and the account's default (half) still bounds a parent's sub-accounts.
- */
-function shareLimits(
-  where: string,
-  entry: Doc,
-  maxConnections: number,
-): Pick<ProxyRoute, 'maxConnectionsPerTenant' | 'maxConnectionsPerAccount'> {
-  const share = (key: string, fallback: number) => {
-    const limit = positiveInteger(where, key, entry[key], fallback)
-    if (limit > maxConnections) fail(where, `${key} may not exceed max_connections`)
-    return limit
-  }
-  const perTenant = share('max_connections_per_tenant', defaultPerTenant(maxConnections))
-  const perAccount = share('max_connections_per_account', defaultPerAccount(maxConnections))
-  if (entry.max_connections_per_account !== undefined && perTenant > perAccount)
-    fail(
-      where,
-      'max_connections_per_tenant may not exceed max_connections_per_account (a tenant is part of its account)',
-    )
-  return { maxConnectionsPerTenant: perTenant, maxConnectionsPerAccount: perAccount }
-}
-
-/** Scopes a request with this method needs on this route. */
-export function scopesFor(route: ProxyRoute, method: string): readonly string[] {
-  return method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? route.scopes.read : route.scopes.write
 }

@@ -11,7 +11,7 @@ import type { LatencyHistogram } from '../ops/fast-metrics.js'
 import type { Exchange } from './exchange.js'
 import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
-import type { ProxyRoute } from './route-table.js'
+import type { ProxyRoute } from './route.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

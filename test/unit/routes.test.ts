@@ -2,16 +2,15 @@
 // function: no I/O.
 import t, { type Test } from 'tap'
 import { ConfigError } from '../../src/config.js'
+import { type ProxyRoute, scopesFor } from '../../src/proxy/route.js'
 import {
   DEFAULT_BODY_IDLE_TIMEOUT_MS,
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_MAX_CONNECTIONS,
   DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
   DEFAULT_TIMEOUT_MS,
-  loadRouteTable,
-  scopesFor,
-  type ProxyRoute,
-} from '../../src/proxy/route-table.js'
+} from '../../src/proxy/route-limits.js'
+import { loadRouteTable } from '../../src/proxy/route-table.js'
 
 const UP = 'http://shipments:8080'
 

@@ -1,7 +1,7 @@
 // The route's scopes for the method, against the admitted key's (docs/configuration.md, routes).
 import { insufficientScope } from '../../auth/scopes.js'
 import type { StepFactory } from '../checks.js'
-import { scopesFor } from '../route-table.js'
+import { scopesFor } from '../route.js'
 
 export const scopesStep: StepFactory = (route) => {
   if (route.public) return null

@@ -8,7 +8,7 @@ import type { StepFactory } from '../checks.js'
 import { RouteConcurrency, type SlotHolder, type SlotRefusal } from '../concurrency.js'
 import { Exchange, ResponseWatch } from '../exchange.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
-import type { ProxyRoute } from '../route-table.js'
+import type { ProxyRoute } from '../route.js'
 
 const RETRY_SOON = { 'retry-after': '1' }
 

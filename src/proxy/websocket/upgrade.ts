@@ -9,7 +9,7 @@ import { WebSocket } from 'ws'
 import { ApiError } from '../../errors.js'
 import { upstreamHeaders } from '../headers.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
-import type { ProxyRoute } from '../route-table.js'
+import type { ProxyRoute } from '../route.js'
 import { offeredProtocols, type OfferedProtocols } from './subprotocols.js'
 
 export interface Upgrade {

@@ -1,0 +1,42 @@
+// A route as the proxy uses it (docs/configuration.md, routes): its upstream, scopes, limits and
+// options, and the scopes a method needs on it. Apart from route-table.ts, which makes the routes
+// at boot: the request path's files read a route and need none of the parsing.
+import type { RouteIdentity } from './route-identity.js'
+import type { RouteWebSocket } from './websocket/route-options.js'
+
+export interface ProxyRoute {
+  /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
+  readonly prefix: string
+  /** http or https origin, optionally with a base path that the forwarded path is appended to. */
+  readonly upstream: string
+  /** Scopes a key needs here: `read` for GET, HEAD and OPTIONS, `write` for every other method. */
+  readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
+  /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */
+  readonly public: boolean
+  readonly forwardAuthorization: boolean
+  /** How long the upstream may take to send its headers, and then between body chunks. */
+  readonly timeoutMs: number
+  /** Largest request body streamed to the upstream. */
+  readonly maxBodyBytes: number
+  /** Headers the gateway drops by default that this route's upstream gets (never X-Service-*). */
+  readonly passHeaders: ReadonlySet<string>
+  /** Requests in flight to the upstream at once; past it a request waits up to timeoutMs, then 503. */
+  readonly maxConnections: number
+  /** Requests one resolved tenant may have in flight here; past it, 429 at once. */
+  readonly maxConnectionsPerTenant: number
+  /** Requests of one parent account's keys (its own and its sub-accounts') in flight here; past it, 429. */
+  readonly maxConnectionsPerAccount: number
+  /** How long a request body may send nothing before the exchange ends (408). */
+  readonly bodyIdleTimeoutMs: number
+  /** How long a client may read nothing of a response before it is cut off. */
+  readonly responseIdleTimeoutMs: number
+  /** Sign the request's identity for the upstream (X-Service-Identity); null: no assertion. */
+  readonly identity: RouteIdentity | null
+  /** WebSocket upgrades proxied (`websocket: true`) and their bounds; null: an upgrade is refused (400). */
+  readonly websocket: RouteWebSocket | null
+}
+
+/** Scopes a request with this method needs on this route. */
+export function scopesFor(route: ProxyRoute, method: string): readonly string[] {
+  return method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? route.scopes.read : route.scopes.write
+}
