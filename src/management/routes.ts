@@ -22,6 +22,7 @@ import { registerPortalSessionRoutes } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from '../limits/management-rate.js'
 import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
+import { registerWebhookDeliveryRoutes } from './webhook-delivery-routes.js'
 import { registerWebhookEndpointRoutes } from './webhook-endpoint-routes.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
@@ -84,6 +85,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   registerEventRoutes(app, context)
   registerRequestRoutes(app, context, options.requestLogSql)
   registerWebhookEndpointRoutes(app, context)
+  registerWebhookDeliveryRoutes(app, context)
   registerSubAccountItem(app, context)
   registerKeyRoutes(app, context)
   registerKeyUsageRoutes(app, context)

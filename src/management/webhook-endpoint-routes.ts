@@ -1,10 +1,10 @@
-// Webhook endpoints of the calling parent: create, list, get, change, delete, a test send, its
-// deliveries and a delivery's resend (docs/api.md, Webhook endpoints). Registered before /:sub_id, though the router prefers the static segment anyway.
+// Webhook endpoints of the calling parent: create, list, get, change and delete (docs/api.md,
+// Webhook endpoints), with the rules of a URL and of event types; what is sent to an endpoint is
+// in webhook-delivery-routes.ts. Registered before /:sub_id, though the router prefers the static
+// segment anyway.
 import { Type } from 'typebox'
-import { ApiError, validationFailed } from '../errors.js'
-import { EVENT_TYPES, markClaim, recordEvent } from '../events/record.js'
-import { inTransaction } from '../store/transaction.js'
-import { type AttemptPageRow, listAttempts, resendDelivery } from '../store/webhook-deliveries.js'
+import { validationFailed } from '../errors.js'
+import { EVENT_TYPES } from '../events/record.js'
 import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
 import { checkWebhookUrl, type UrlPolicyOptions, WebhookUrlError } from '../webhooks/url-policy.js'
 import {
@@ -26,16 +26,11 @@ import {
 } from './webhook-endpoint-changes.js'
 import {
   CreatedWebhookEndpoint,
-  type DeliveryAttempt,
-  DeliveryAttemptPage,
   CreateWebhookEndpointBody,
-  DeliveryParams,
-  DeliveryResent,
   UpdateWebhookEndpointBody,
   WebhookEndpoint,
   WebhookEndpointPage,
   WebhookEndpointParams,
-  WebhookTestSent,
 } from './webhook-schemas.js'
 import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
 
@@ -71,23 +66,6 @@ async function checkUrl(raw: string, options: UrlPolicyOptions): Promise<void> {
     throw validationFailed([{ path: '/body/url', message }])
   }
 }
-
-const presentAttempt = (row: AttemptPageRow): DeliveryAttempt => ({
-  event_id: row.event_id,
-  event_type: row.event_type,
-  attempt: row.attempt,
-  status: row.status,
-  error: row.error,
-  duration_ms: row.duration_ms,
-  attempted_at: row.attempted_at.toISOString(),
-  next_attempt_at: row.next_attempt_at === null ? null : row.next_attempt_at.toISOString(),
-})
-
-/** An event id as the gateway makes them (`evt_` and a ULID): anything else names no delivery. */
-const EVENT_ID = /^evt_[0-9A-HJKMNP-TV-Z]{26}$/
-
-const endpointDisabled = () =>
-  new ApiError('endpoint_disabled', 'the webhook endpoint is disabled: nothing is sent to it any more')
 
 export function registerWebhookEndpointRoutes(app: ManagementApp, context: ManagementContext): void {
   const { sql, cursors, webhooks } = context
@@ -213,92 +191,6 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
       const deleted = await deleteWebhookEndpointWithEvent(sql, originOf(request), parentOf(request).id, id)
       if (!deleted) throw notFoundEndpoint()
       return reply.code(204).send(null)
-    },
-  )
-
-  app.post(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/test`,
-    {
-      schema: {
-        ...operation('sendWebhookTest'),
-        params: WebhookEndpointParams,
-        response: { 202: WebhookTestSent },
-      },
-    },
-    async (request, reply) => {
-      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const accountId = parentOf(request).id
-      const eventId = await inTransaction(sql, async (tx) => {
-        const row = await getWebhookEndpoint(tx, accountId, id, { forUpdate: true })
-        if (row === null) throw notFoundEndpoint()
-        if (row.status !== 'active') throw endpointDisabled()
-        return recordEvent(
-          tx,
-          originOf(request),
-          {
-            accountId,
-            type: 'webhook_endpoint.test',
-            target: { type: 'webhook_endpoint', id },
-            object: presentWebhookEndpoint(row),
-            previous: null,
-          },
-          id,
-        )
-      })
-      return reply.code(202).send({ event_id: eventId, type: 'webhook_endpoint.test' as const })
-    },
-  )
-
-  app.post(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries/:event_id/retry`,
-    {
-      schema: {
-        ...operation('retryWebhookDelivery'),
-        params: DeliveryParams,
-        response: { 202: DeliveryResent },
-      },
-    },
-    async (request, reply) => {
-      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const eventId = request.params.event_id
-      const accountId = parentOf(request).id
-      const resent = await inTransaction(sql, async (tx) => {
-        const row = await getWebhookEndpoint(tx, accountId, id, { forUpdate: true })
-        if (row === null) throw notFoundEndpoint()
-        if (!EVENT_ID.test(eventId)) throw notFound('delivery')
-        if (row.status !== 'active') throw endpointDisabled()
-        const done = await resendDelivery(tx, id, eventId, new Date())
-        if (done === null) throw notFound('delivery')
-        await markClaim(tx, originOf(request), { type: 'webhook_endpoint', id })
-        return done
-      })
-      return reply.code(202).send({
-        event_id: eventId,
-        attempt: resent.attempt,
-        next_attempt_at: resent.nextAttemptAt.toISOString(),
-        queued: resent.queued,
-      })
-    },
-  )
-
-  app.get(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries`,
-    {
-      schema: {
-        ...operation('listWebhookDeliveries'),
-        params: WebhookEndpointParams,
-        querystring: PageQuery,
-        response: { 200: DeliveryAttemptPage },
-      },
-    },
-    async (request) => {
-      const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
-      const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
-      const beforeSeq = await cursors.decode(cursor, scope)
-      if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()
-      const rows = await listAttempts(sql, id, { limit: limit + 1, beforeSeq })
-      return cursors.page(rows, limit, presentAttempt, scope)
     },
   )
 }
