@@ -12,6 +12,7 @@ import { createParentWithKey } from '../../src/auth/mint.js'
 import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway } from '../helpers/gateway.js'
+import { until } from '../helpers/poll.js'
 import { problemOf } from '../helpers/problems.js'
 import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
 
@@ -54,8 +55,17 @@ async function silentPort(t: Test): Promise<number> {
   return port
 }
 
-/** `node --import tsx <script> ...args` from the repository root, with only the given variables. */
-function runNode(script: string, args: string[], env: Record<string, string>, timeoutMs = 60_000): Promise<Run> {
+/**
+ * `node --import tsx <script> ...args` from the repository root, with only the given variables.
+ * It is killed after `timeoutMs`, or as soon as `stopWhen` (polled) holds: the run's `code` is then null.
+ */
+function runNode(
+  script: string,
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs = 60_000,
+  stopWhen?: (run: { stdout: string; stderr: string }) => Promise<boolean>,
+): Promise<Run> {
   const started = Date.now()
   const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
     cwd: REPO_ROOT,
@@ -74,8 +84,14 @@ function runNode(script: string, args: string[], env: Record<string, string>, ti
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+  let closed = false
+  if (stopWhen !== undefined)
+    void until(timeoutMs, async () => closed || (await stopWhen({ stdout, stderr })), 50).then(() => {
+      if (!closed) child.kill('SIGKILL')
+    })
   return new Promise((resolve) =>
     child.once('close', (code) => {
+      closed = true
       clearTimeout(timer)
       resolve({ code, stdout, stderr, ms: Date.now() - started })
     }),
@@ -192,12 +208,26 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
 
   t.test('REDIS_URL that does not answer: the gateway starts without Redis, and says so', async (t) => {
     const port = await closedPort()
+    const gatewayPort = await closedPort()
+    // Stopped once it answers on its port (it started), rather than after a fixed wait.
+    let answered = false
     const run = await runNode(
       'src/main.ts',
       [],
-      { DATABASE_URL: db.url, REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}/0`, PORT: '0', METRICS_PORT: '0' },
-      12_000,
+      {
+        DATABASE_URL: db.url,
+        REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}/0`,
+        PORT: String(gatewayPort),
+        METRICS_PORT: '0',
+      },
+      30_000,
+      async () =>
+        (answered = await fetch(`http://127.0.0.1:${gatewayPort}/healthz`).then(
+          (res) => res.status === 200,
+          () => false,
+        )),
     )
+    t.ok(answered, 'it started: /healthz answered 200')
     t.equal(run.code, null, 'still running when the test stopped it')
     t.match(run.stderr, `warning: REDIS_URL (redis://127.0.0.1:${port}/0) did not answer; starting without Redis`)
     t.notMatch(run.stderr, 'failed to start')
