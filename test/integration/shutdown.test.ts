@@ -395,146 +395,153 @@ async function gatewayWithoutDelay(t: Test, parentName: string, env: Record<stri
   return { db, upstream, gateway, parent }
 }
 
-t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
-  const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'no delay')
+// Each of these runs a gateway of its own on a database of its own, and spends most of its time
+// starting that process or waiting for it to exit: they run at once.
+t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
+  t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
+    const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'no delay')
 
-  // A keep-alive client that keeps its connection until the gateway closes it.
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-  t.teardown(() => agent.destroy())
-  const inFlight = get(gateway.base, agent, '/v1/hold/only', { authorization: `Bearer ${parent.apiKey}` }).then(
-    (outcome) => outcome,
-    (err: unknown) => new Error(describe(err)),
-  )
-  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+    // A keep-alive client that keeps its connection until the gateway closes it.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    t.teardown(() => agent.destroy())
+    const inFlight = get(gateway.base, agent, '/v1/hold/only', { authorization: `Bearer ${parent.apiKey}` }).then(
+      (outcome) => outcome,
+      (err: unknown) => new Error(describe(err)),
+    )
+    t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
 
-  gateway.child.kill('SIGTERM')
-  t.not(
-    await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10),
-    null,
-    'the gateway stopped accepting connections',
-  )
-  t.notOk(gateway.exited(), 'the process waits for the request in flight')
-  upstream.release()
-  const releasedAt = Date.now()
+    gateway.child.kill('SIGTERM')
+    t.not(
+      await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10),
+      null,
+      'the gateway stopped accepting connections',
+    )
+    t.notOk(gateway.exited(), 'the process waits for the request in flight')
+    upstream.release()
+    const releasedAt = Date.now()
 
-  const outcome = await inFlight
-  if (outcome instanceof Error) t.fail(`the request in flight failed: ${outcome.message}`)
-  else {
-    t.equal(outcome.status, 200, 'the request in flight at SIGTERM: 200')
-    t.ok(outcome.complete, 'with its whole body')
-  }
-  const exit = await exitWithin(gateway, EXIT_TIMEOUT)
-  t.same(exit, { code: 0, signal: null }, `the process exits 0 on its own\nstderr: ${gateway.stderr()}`)
-  t.comment(`exited ${Date.now() - releasedAt} ms after the request was released`)
-  t.equal(upstream.received.length, 1)
-  t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'and it is counted')
-  const lines = logLines(gateway.stdout())
-  t.same(
-    lines.filter((line) => line.level >= 50),
-    [],
-    'no error was logged',
-  )
-  t.same(
-    lines.filter((line) => /shutdown timeout/.test(line.msg)),
-    [],
-    'the gateway closed the keep-alive connection itself once its request was done, without waiting for the shutdown timeout',
-  )
-})
-
-// npm and tsx pass a process group's SIGTERM (or a terminal's Ctrl-C) on to the gateway, which then
-// gets it twice at once: the copy must not cut the drain short. A second signal later is a request
-// to stop now.
-t.test('the same signal twice at once drains as one; a second later stops at once', async (t) => {
-  const { upstream, gateway, parent } = await gatewayWithoutDelay(t, 'twice', { LOG_LEVEL: 'info' })
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-  t.teardown(() => agent.destroy())
-  const inFlight = get(gateway.base, agent, '/v1/hold/twice', { authorization: `Bearer ${parent.apiKey}` }).then(
-    (outcome) => outcome,
-    (err: unknown) => new Error(describe(err)),
-  )
-  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
-  gateway.child.kill('SIGINT')
-  gateway.child.kill('SIGINT')
-  t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
-  t.notOk(gateway.exited(), 'the copy did not end the process: it waits for the request in flight')
-  upstream.release()
-  const outcome = await inFlight
-  t.equal(outcome instanceof Error ? outcome.message : outcome.status, 200, 'the request in flight: 200')
-  t.same(await exitWithin(gateway, EXIT_TIMEOUT), { code: 0, signal: null }, `exit 0\nstderr: ${gateway.stderr()}`)
-  t.match(gateway.stdout(), /"msg":"closed"/, 'closed in full')
-
-  const second = await gatewayWithoutDelay(t, 'twice, later')
-  const held = get(second.gateway.base, new Agent({ keepAlive: true, maxSockets: 1 }), '/v1/hold/later', {
-    authorization: `Bearer ${second.parent.apiKey}`,
-  }).catch(() => null)
-  t.not(await eventually(HANG_TIMEOUT, async () => second.upstream.held() === 1), null, 'held again')
-  second.gateway.child.kill('SIGTERM')
-  await sleep(1_500)
-  t.notOk(second.gateway.exited(), 'still draining after the first')
-  second.gateway.child.kill('SIGTERM')
-  t.same(
-    await exitWithin(second.gateway, EXIT_TIMEOUT),
-    { code: 1, signal: null },
-    'a second SIGTERM later: exit 1 at once',
-  )
-  t.match(second.gateway.stdout(), /second SIGTERM, exiting/)
-  second.upstream.release()
-  await held
-})
-
-// An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway
-// must not go on in an unknown state, nor die on the spot with its counts unflushed. It drains like
-// a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
-t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
-  const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'rejection', {
-    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigwinch.mjs', import.meta.url).href}`,
+    const outcome = await inFlight
+    if (outcome instanceof Error) t.fail(`the request in flight failed: ${outcome.message}`)
+    else {
+      t.equal(outcome.status, 200, 'the request in flight at SIGTERM: 200')
+      t.ok(outcome.complete, 'with its whole body')
+    }
+    const exit = await exitWithin(gateway, EXIT_TIMEOUT)
+    t.same(exit, { code: 0, signal: null }, `the process exits 0 on its own\nstderr: ${gateway.stderr()}`)
+    t.comment(`exited ${Date.now() - releasedAt} ms after the request was released`)
+    t.equal(upstream.received.length, 1)
+    t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'and it is counted')
+    const lines = logLines(gateway.stdout())
+    t.same(
+      lines.filter((line) => line.level >= 50),
+      [],
+      'no error was logged',
+    )
+    t.same(
+      lines.filter((line) => /shutdown timeout/.test(line.msg)),
+      [],
+      'the gateway closed the keep-alive connection itself once its request was done, without waiting for the shutdown timeout',
+    )
   })
-  upstream.release()
-  const served = await callAs(gateway.base, parent.apiKey, { path: '/v1/orders' })
-  t.equal(served.status, 200, 'a request is served before the rejection')
 
-  gateway.child.kill('SIGWINCH')
-  const exit = await exitWithin(gateway, EXIT_TIMEOUT)
-  t.same(exit, { code: 1, signal: null }, `the process exits 1\nstderr: ${gateway.stderr()}`)
-  const errors = logLines(gateway.stdout()).filter((line) => line.level >= 50)
-  t.equal(errors.filter((line) => /closing after an error/.test(line.msg)).length, 1, 'it closes once')
-  t.ok(
-    errors.some((line) => /closing after an error/.test(line.msg) && JSON.stringify(line).includes('planted 1')),
-    'it logs the first rejection as the reason it closes',
-  )
-  t.ok(
-    errors.some((line) => /another unhandled rejection/.test(line.msg) && JSON.stringify(line).includes('planted 2')),
-    'and the second one as such',
-  )
-  t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'the request is counted, once')
-})
+  // npm and tsx pass a process group's SIGTERM (or a terminal's Ctrl-C) on to the gateway, which then
+  // gets it twice at once: the copy must not cut the drain short. A second signal later is a request
+  // to stop now.
+  t.test('the same signal twice at once drains as one; a second later stops at once', async (t) => {
+    // The second case's gateway starts alongside the first's: only its signals wait for the first case.
+    const [{ upstream, gateway, parent }, second] = await Promise.all([
+      gatewayWithoutDelay(t, 'twice', { LOG_LEVEL: 'info' }),
+      gatewayWithoutDelay(t, 'twice, later'),
+    ])
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    t.teardown(() => agent.destroy())
+    const inFlight = get(gateway.base, agent, '/v1/hold/twice', { authorization: `Bearer ${parent.apiKey}` }).then(
+      (outcome) => outcome,
+      (err: unknown) => new Error(describe(err)),
+    )
+    t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+    gateway.child.kill('SIGINT')
+    gateway.child.kill('SIGINT')
+    t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
+    t.notOk(gateway.exited(), 'the copy did not end the process: it waits for the request in flight')
+    upstream.release()
+    const outcome = await inFlight
+    t.equal(outcome instanceof Error ? outcome.message : outcome.status, 200, 'the request in flight: 200')
+    t.same(await exitWithin(gateway, EXIT_TIMEOUT), { code: 0, signal: null }, `exit 0\nstderr: ${gateway.stderr()}`)
+    t.match(gateway.stdout(), /"msg":"closed"/, 'closed in full')
 
-t.test('the health paths answer on the metrics port while clients hold every public connection', async (t) => {
-  const { gateway } = await gatewayWithoutDelay(t, 'probed', { MAX_CONNECTIONS: '3' })
-  // Three idle keep-alive connections, each after one cheap request: the cap of the public port.
-  const held: Socket[] = []
-  t.teardown(() => {
-    for (const socket of held) socket.destroy()
+    const held = get(second.gateway.base, new Agent({ keepAlive: true, maxSockets: 1 }), '/v1/hold/later', {
+      authorization: `Bearer ${second.parent.apiKey}`,
+    }).catch(() => null)
+    t.not(await eventually(HANG_TIMEOUT, async () => second.upstream.held() === 1), null, 'held again')
+    second.gateway.child.kill('SIGTERM')
+    await sleep(1_500)
+    t.notOk(second.gateway.exited(), 'still draining after the first')
+    second.gateway.child.kill('SIGTERM')
+    t.same(
+      await exitWithin(second.gateway, EXIT_TIMEOUT),
+      { code: 1, signal: null },
+      'a second SIGTERM later: exit 1 at once',
+    )
+    t.match(second.gateway.stdout(), /second SIGTERM, exiting/)
+    second.upstream.release()
+    await held
   })
-  for (let i = 0; i < 3; i++) {
-    const socket = connect(gateway.port, '127.0.0.1')
-    held.push(socket)
-    await new Promise<void>((resolve) => {
-      socket.once('data', () => resolve())
-      socket.write('GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\n')
+
+  // An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway
+  // must not go on in an unknown state, nor die on the spot with its counts unflushed. It drains like
+  // a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
+  t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
+    const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'rejection', {
+      NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigwinch.mjs', import.meta.url).href}`,
     })
-  }
-  const publicProbe = await rawRequest(gateway.base, { path: '/healthz' }).then(
-    (res) => res.status,
-    () => 'refused',
-  )
-  t.equal(publicProbe, 'refused', 'the public port holds no more connections')
-  const healthz = await rawRequest(gateway.metricsBase, { path: '/healthz' })
-  t.equal(healthz.status, 200, 'GET /healthz on the metrics port')
-  t.same(JSON.parse(healthz.body), { status: 'ok' })
-  const readyz = await rawRequest(gateway.metricsBase, { path: '/readyz' })
-  t.equal(readyz.status, 200, 'GET /readyz on the metrics port')
-  t.equal(JSON.parse(readyz.body).status, 'ready')
-  gateway.child.kill('SIGTERM')
-  await gateway.exit
+    upstream.release()
+    const served = await callAs(gateway.base, parent.apiKey, { path: '/v1/orders' })
+    t.equal(served.status, 200, 'a request is served before the rejection')
+
+    gateway.child.kill('SIGWINCH')
+    const exit = await exitWithin(gateway, EXIT_TIMEOUT)
+    t.same(exit, { code: 1, signal: null }, `the process exits 1\nstderr: ${gateway.stderr()}`)
+    const errors = logLines(gateway.stdout()).filter((line) => line.level >= 50)
+    t.equal(errors.filter((line) => /closing after an error/.test(line.msg)).length, 1, 'it closes once')
+    t.ok(
+      errors.some((line) => /closing after an error/.test(line.msg) && JSON.stringify(line).includes('planted 1')),
+      'it logs the first rejection as the reason it closes',
+    )
+    t.ok(
+      errors.some((line) => /another unhandled rejection/.test(line.msg) && JSON.stringify(line).includes('planted 2')),
+      'and the second one as such',
+    )
+    t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'the request is counted, once')
+  })
+
+  t.test('the health paths answer on the metrics port while clients hold every public connection', async (t) => {
+    const { gateway } = await gatewayWithoutDelay(t, 'probed', { MAX_CONNECTIONS: '3' })
+    // Three idle keep-alive connections, each after one cheap request: the cap of the public port.
+    const held: Socket[] = []
+    t.teardown(() => {
+      for (const socket of held) socket.destroy()
+    })
+    for (let i = 0; i < 3; i++) {
+      const socket = connect(gateway.port, '127.0.0.1')
+      held.push(socket)
+      await new Promise<void>((resolve) => {
+        socket.once('data', () => resolve())
+        socket.write('GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\n')
+      })
+    }
+    const publicProbe = await rawRequest(gateway.base, { path: '/healthz' }).then(
+      (res) => res.status,
+      () => 'refused',
+    )
+    t.equal(publicProbe, 'refused', 'the public port holds no more connections')
+    const healthz = await rawRequest(gateway.metricsBase, { path: '/healthz' })
+    t.equal(healthz.status, 200, 'GET /healthz on the metrics port')
+    t.same(JSON.parse(healthz.body), { status: 'ok' })
+    const readyz = await rawRequest(gateway.metricsBase, { path: '/readyz' })
+    t.equal(readyz.status, 200, 'GET /readyz on the metrics port')
+    t.equal(JSON.parse(readyz.body).status, 'ready')
+    gateway.child.kill('SIGTERM')
+    await gateway.exit
+  })
 })
