@@ -8,7 +8,8 @@ import pino from 'pino'
 import t, { type Test } from 'tap'
 import { loggerOptions } from '../../src/ops/logging.js'
 import { subAccountVia } from '../helpers/gateway-load.js'
-import { metricValue, type Parent, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { freshDatabase } from '../helpers/db.js'
+import { type GatewayOptions, metricValue, type Parent, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { checkProblem } from '../helpers/problems.js'
 import { eventually, orTimeout, sleep } from '../helpers/poll.js'
@@ -95,9 +96,14 @@ function closeAll(requests: OpenRequest[]): void {
 
 const PER_TENANT = 64 // a quarter of the default max_connections, 256
 
+// One database for every gateway of the file (a fresh one is a third of a second each): every
+// test makes its own parents, and reads back only what their tenants did.
+const db = await freshDatabase(t)
+const gatewayOnSharedDb = (t: Test, options: GatewayOptions) => startGateway(t, { ...options, database: db })
+
 t.test('128 slow uploads by one tenant leave the route to the others', async (t) => {
   const upstream = await startUpstream(t)
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: { routes: [{ prefix: '/v1/shipments', upstream: upstream.url }] },
   })
   const [slow, other] = [await gw.createParent(), await gw.createParent()]
@@ -136,7 +142,9 @@ t.test('128 unread downloads by one tenant leave the route to the others', async
     }
     sendMebibytes(response, 32)
   })
-  const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/v1/files', upstream: upstream.url }] } })
+  const gw = await gatewayOnSharedDb(t, {
+    gatewayConfig: { routes: [{ prefix: '/v1/files', upstream: upstream.url }] },
+  })
   const [greedy, other] = [await gw.createParent(), await gw.createParent()]
   // The other tenant's key is known before the downloads: what is timed below is the route's
   // share, not a cold key's first lookup on a loaded machine.
@@ -169,7 +177,7 @@ t.test('a full route: 429 for a tenant at its share, a bounded wait for the othe
       response.end()
     }, ms)
   })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: {
       routes: [
         {
@@ -224,7 +232,7 @@ t.test(
   "a parent's sub-accounts share one account share: four slow uploads leave the route to another parent",
   async (t) => {
     const upstream = await startUpstream(t)
-    const gw = await startGateway(t, {
+    const gw = await gatewayOnSharedDb(t, {
       gatewayConfig: {
         routes: [{ prefix: '/v1/uploads', upstream: upstream.url, max_connections: 4, max_connections_per_tenant: 1 }],
       },
@@ -274,7 +282,7 @@ t.test(
 
 t.test('a body that sends nothing for body_idle_timeout_ms: 408, and the upstream connection is freed', async (t) => {
   const upstream = await startUpstream(t)
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: {
       routes: [{ prefix: '/v1/u', upstream: upstream.url, body_idle_timeout_ms: 500, max_connections: 1 }],
     },
@@ -310,7 +318,7 @@ t.test('a client that stops reading is cut off after response_idle_timeout_ms', 
     if (request.url === '/v1/r/small') return void response.end('small')
     sendMebibytes(response, 32)
   })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: {
       routes: [
         {
@@ -344,7 +352,7 @@ t.test('a client that hangs up is a client abort: info, counted apart, no 5xx, n
   const lines: string[] = []
   const logger = pino(loggerOptions('info'), { write: (line: string) => lines.push(line) })
   const upstream = await holdingUpstream(t, { holdPrefix: '/v1/h/wait', delayMs: [0, 0] })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     logger,
     usageFlushIntervalMs: 50,
     gatewayConfig: { routes: [{ prefix: '/v1/h', upstream: upstream.url }] },
@@ -398,7 +406,7 @@ t.test('a client that hangs up is a client abort: info, counted apart, no 5xx, n
 
 t.test('slow responses still end with the route timeout (a wait is not an idle client)', async (t) => {
   const upstream = await holdingUpstream(t, { holdPrefix: '/v1/s/hold', delayMs: [0, 0] })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: {
       routes: [{ prefix: '/v1/s', upstream: upstream.url, timeout_ms: 400, response_idle_timeout_ms: 100 }],
     },
@@ -413,7 +421,7 @@ t.test('a waiter whose client hung up does not keep the connection it is given',
     const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
     setTimeout(() => echo(request, response, received), ms)
   })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: { routes: [{ prefix: '/v1/w', upstream: upstream.url, max_connections: 1, timeout_ms: 3_000 }] },
   })
   const [a, b, c] = [await gw.createParent(), await gw.createParent(), await gw.createParent()]
@@ -441,7 +449,7 @@ t.test('a waiter whose client hung up does not keep the connection it is given',
 
 t.test('a waiter whose client hung up gives its limits back: it was never forwarded', async (t) => {
   const upstream = await holdingUpstream(t, { holdPrefix: '/v1/l/hold', delayMs: [0, 0] })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: { routes: [{ prefix: '/v1/l', upstream: upstream.url, max_connections: 1, timeout_ms: 10_000 }] },
   })
   const [a, b] = [await gw.createParent(), await gw.createParent()]
@@ -480,7 +488,7 @@ t.test('a client that hangs up before the headers keeps its slot until the upstr
     const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
     setTimeout(() => echo(request, response, received), ms)
   })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: {
       routes: [{ prefix: '/v1/p', upstream: upstream.url, public: true, max_connections: 1, timeout_ms: 1_000 }],
     },
@@ -554,7 +562,7 @@ t.test('an unread answer the upstream sent whole gives its slot back', async (t)
     timeout_ms: 10_000,
     response_idle_timeout_ms: 300,
   })
-  const gw = await startGateway(t, { gatewayConfig: { routes: sizes.map((_, i) => route(i)) } })
+  const gw = await gatewayOnSharedDb(t, { gatewayConfig: { routes: sizes.map((_, i) => route(i)) } })
   const unread = await Promise.all(
     sizes.map((size, i) =>
       openRequest(gw.port, head('GET', `/v1/k${i}/big?size=${size}`, 'unused'), { reading: false }),
@@ -586,7 +594,7 @@ t.test('a pipelined request does not inherit the response idle timeout of the on
     const ms = Number(new URL(request.url!, 'http://u').searchParams.get('ms') ?? 0)
     setTimeout(() => echo(request, response, received), ms)
   })
-  const gw = await startGateway(t, {
+  const gw = await gatewayOnSharedDb(t, {
     gatewayConfig: {
       routes: [{ prefix: '/v1/pl', upstream: upstream.url, public: true, response_idle_timeout_ms: 300 }],
     },
@@ -602,7 +610,7 @@ t.test('a pipelined request does not inherit the response idle timeout of the on
 
 t.test('Expect other than 100-continue, or on HTTP/1.0: no 100, no bare 417, the usual checks', async (t) => {
   const upstream = await startUpstream(t)
-  const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/v1/e', upstream: upstream.url }] } })
+  const gw = await gatewayOnSharedDb(t, { gatewayConfig: { routes: [{ prefix: '/v1/e', upstream: upstream.url }] } })
   const parent = await gw.createParent()
   const ask = async (version: string, expect: string, key: string) => {
     const request = await openRequest(
