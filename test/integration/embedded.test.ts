@@ -57,6 +57,9 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   })
   const [, accountId, apiKey] = await first.waitForStdout(BOOTSTRAP_LINE, 'the bootstrap line')
   await first.waitListening()
+  // The CLI turned away while the gateway holds the database (checked below): started now, its
+  // own start (npm, tsx) overlaps the calls in between, which leave the lock as it is.
+  const lockedOut = runCli(['accounts', 'create', '--name', 'x'], { DATA_DIR: dataDir })
   const bootstrapLines = first
     .stdout()
     .split('\n')
@@ -143,7 +146,7 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
 
   // While the gateway holds the embedded database, the CLI refuses to touch it.
   t.ok(existsSync(join(dataDir, 'gateway.lock')), 'the gateway holds a lock file')
-  const cli = await runCli(['accounts', 'create', '--name', 'x'], { DATA_DIR: dataDir })
+  const cli = await lockedOut
   t.ok(cli.code !== null && cli.code !== 0, `the CLI exits non-zero (got ${cli.code})`)
   t.equal(cli.stdout, '', 'nothing on stdout')
   const errLines = cli.stderr.split('\n')
