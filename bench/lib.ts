@@ -895,6 +895,20 @@ export function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
+/**
+ * How far a ratio of medians (on's over off's) moves with the rounds drawn: the 2.5th and 97.5th
+ * percentiles over `draws` resamplings of the round pairs, with replacement (a bootstrap).
+ */
+export function ratioInterval(on: number[], off: number[], draws = 2_000): [number, number] {
+  const ratios: number[] = []
+  for (let draw = 0; draw < draws; draw++) {
+    const picks = on.map(() => Math.floor(Math.random() * on.length))
+    ratios.push(median(picks.map((i) => on[i]!)) / median(picks.map((i) => off[i]!)))
+  }
+  ratios.sort((a, b) => a - b)
+  return [ratios[Math.floor(draws * 0.025)]!, ratios[Math.floor(draws * 0.975)]!]
+}
+
 export const fmt = (n: number) => (Number.isNaN(n) ? '-' : Math.round(n).toLocaleString('en-US'))
 export const ms = (n: number) => (Number.isNaN(n) ? '-' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0))
 export const counts = (record: Record<string, number>) =>

@@ -29,6 +29,7 @@ import {
   measureInTurn,
   median,
   medianOf,
+  ratioInterval,
   metric,
   ms,
   percentile,
@@ -64,6 +65,8 @@ const WRITER_ROUNDS = envInt('BENCH_WRITER_ROUNDS', 3)
 const LOG_ROWS = envInt('BENCH_LOG_ROWS', 10_000_000)
 const QUERY_RUNS = envInt('BENCH_QUERY_RUNS', 200)
 const RETENTION_DAYS = 7
+/** Part 1 with the log off on both sides: what the bench reads when nothing differs (its noise). */
+const CONTROL = process.env.BENCH_CONTROL === '1'
 const SEED_PARENTS = 50
 const SEED_SUBS = 200
 const SEED_KEYS = 3
@@ -112,7 +115,7 @@ async function proxyOnOff(): Promise<void> {
       started.push(gateway)
       return gateway
     }
-    const gateways: Record<SideName, Gateway> = { off: await start(0), on: await start(RETENTION_DAYS) }
+    const gateways: Record<SideName, Gateway> = { off: await start(0), on: await start(CONTROL ? 0 : RETENTION_DAYS) }
     const acting = await seedActing(gateways.on, db.url)
 
     // Pre-flight: both act as the sub-account; only `on` writes records, and its record arrives.
@@ -124,12 +127,12 @@ async function proxyOnOff(): Promise<void> {
     }
     // Written within a flush (every second) and its write: up to a few seconds after a start.
     let writtenOn = 0
-    for (let waited = 0; !(writtenOn > 0) && waited < 5_000; waited += 250) {
+    for (let waited = 0; !CONTROL && !(writtenOn > 0) && waited < 5_000; waited += 250) {
       await sleep(250)
       writtenOn = metric(await scrape(gateways.on.metricsPort), 'tgw_request_log_written_total')
     }
     const offSeries = (await scrape(gateways.off.metricsPort))?.has('tgw_request_log_written_total')
-    if (!(writtenOn > 0) || offSeries !== false)
+    if ((!CONTROL && !(writtenOn > 0)) || offSeries !== false)
       throw new Error(`pre-flight: on wrote ${writtenOn} records; off has the writer's metric: ${offSeries}`)
 
     const measure = async (side: SideName, connections: number, seconds: number, round: string): Promise<Round> => {
@@ -192,6 +195,10 @@ function reportProxy(rounds: Round[], connections: number): void {
   const on = { ...medianOf(of('on')), side: 'on', round: 'median' }
   const medians = [off, on]
   const ratio = on.perSecond / off.perSecond
+  const [low, high] = ratioInterval(
+    of('on').map((r) => r.perSecond),
+    of('off').map((r) => r.perSecond),
+  )
   const postgresOff = median(of('off').map((r) => r.postgresMicros))
   const postgresOn = median(of('on').map((r) => r.postgresMicros))
   const requestsOn = of('on').reduce((sum, r) => sum + r.requests, 0)
@@ -200,7 +207,7 @@ function reportProxy(rounds: Round[], connections: number): void {
   say(
     '',
     `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s)${RATE === undefined ? '' : ` at ${fmt(RATE)} requests/s`}; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
-    `two gateway processes of this build on one database, Redis and upstream: off REQUEST_LOG_RETENTION_DAYS=0, on ${RETENTION_DAYS}`,
+    `two gateway processes of this build on one database, Redis and upstream: off REQUEST_LOG_RETENTION_DAYS=0, on ${CONTROL ? "0 as well (BENCH_CONTROL=1: the bench's own noise)" : RETENTION_DAYS}`,
     '',
     ...table(
       ['side', 'round', ...ROUND_COLUMNS],
@@ -208,7 +215,7 @@ function reportProxy(rounds: Round[], connections: number): void {
       2,
     ),
     '',
-    `on / off  req/s ${ratio.toFixed(3)} (target ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT MET'}), p50 ${(on.p50 / off.p50).toFixed(3)}, ` +
+    `on / off  req/s ${ratio.toFixed(3)} (target ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT MET'}; 95 % of resampled rounds ${low.toFixed(3)}–${high.toFixed(3)}), p50 ${(on.p50 / off.p50).toFixed(3)}, ` +
       `p99 ${(on.p99 / off.p99).toFixed(3)}, CPU/request ${(on.cpuMicros / off.cpuMicros).toFixed(3)}`,
     `          req/s round by round: ${of('on')
       .map((r, i) => (r.perSecond / of('off')[i]!.perSecond).toFixed(3))
