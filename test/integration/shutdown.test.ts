@@ -213,6 +213,24 @@ function logLines(stdout: string): { level: number; msg: string }[] {
     .map((line) => JSON.parse(line) as { level: number; msg: string })
 }
 
+/**
+ * The gateway's log after its close: no error, and no keep-alive connection cut by the shutdown
+ * timeout (the gateway closed each itself once its requests were done).
+ */
+function closedCleanly(t: Test, stdout: string): void {
+  const lines = logLines(stdout)
+  t.same(
+    lines.filter((line) => line.level >= 50),
+    [],
+    'no error was logged',
+  )
+  t.same(
+    lines.filter((line) => /shutdown timeout/.test(line.msg)),
+    [],
+    'the gateway closed its keep-alive connections itself once their requests were done, without waiting for the shutdown timeout to cut them',
+  )
+}
+
 t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost, exit 0', async (t) => {
   // The gateway migrates the empty database itself at start.
   const db = await freshDatabase(t, { migrated: false })
@@ -366,17 +384,7 @@ t.test('SIGTERM under keep-alive load: no request fails, no usage count is lost,
   t.same(await usageByClass(db.sql, sub.id), { '2xx': ok }, `usage_daily holds exactly the ${ok} answers, all 2xx`)
   t.same(await usageByClass(db.sql, parent.id), {}, "nothing counted for the parent's own tenant")
 
-  const lines = logLines(gateway.stdout())
-  t.same(
-    lines.filter((line) => line.level >= 50),
-    [],
-    'no error was logged',
-  )
-  t.same(
-    lines.filter((line) => /shutdown timeout/.test(line.msg)),
-    [],
-    'the gateway closed its keep-alive connections itself once their requests were done, without waiting for the shutdown timeout to cut them',
-  )
+  closedCleanly(t, gateway.stdout())
 })
 
 /** A gateway with SHUTDOWN_DELAY_MS=0 on a database of its own, and a parent with its key. */
@@ -431,17 +439,7 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
     t.comment(`exited ${Date.now() - releasedAt} ms after the request was released`)
     t.equal(upstream.received.length, 1)
     t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'and it is counted')
-    const lines = logLines(gateway.stdout())
-    t.same(
-      lines.filter((line) => line.level >= 50),
-      [],
-      'no error was logged',
-    )
-    t.same(
-      lines.filter((line) => /shutdown timeout/.test(line.msg)),
-      [],
-      'the gateway closed the keep-alive connection itself once its request was done, without waiting for the shutdown timeout',
-    )
+    closedCleanly(t, gateway.stdout())
   })
 
   // npm and tsx pass a process group's SIGTERM (or a terminal's Ctrl-C) on to the gateway, which then
