@@ -19,10 +19,6 @@ import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
 
-// Each test has a database (and gateways, and a relay) of its own and a clock of its own where it
-// moves one; much of their time is waiting (the reloads, a pool's close after Postgres was away).
-t.jobs = 4
-
 const ISSUER = 'http://localhost:8080'
 const VERIFY = { typ: 'at+jwt', issuer: ISSUER, audience: ISSUER, clockToleranceSeconds: 30 }
 const PRIVATE_MEMBERS = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'k', 'oth']
