@@ -152,69 +152,65 @@ t.test('signing-keys rotate and --compromised reach both replicas over Redis wit
   t.ok(await verifies(a, fresh.token), 'what one replica signs now verifies on the other')
 })
 
-// These share nothing (a database or DATA_DIR each, no Redis prefix) and assert nothing about time;
-// most of theirs goes to a gateway process's start and the embedded database's first start: at once.
-t.test('ENCRYPTION_KEY and Redis at the start of the CLI and the gateway', { jobs: 4 }, async (t) => {
-  t.test('signing-keys rotate with Redis down: rotated, and a warning that names REDIS_URL', async (t) => {
-    const db = await freshDatabase(t)
-    const port = await closedPort()
-    const run = await runCliHere(['signing-keys', 'rotate'], {
-      DATABASE_URL: db.url,
-      ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
-      REDIS_URL: `redis://127.0.0.1:${port}`,
-    })
-    t.equal(run.code, 0, 'the rotation itself succeeded')
-    t.equal(JSON.parse(run.stdout).signing_key.status, 'active', 'the first key of this database')
-    t.match(
-      run.stderr,
-      new RegExp(`^warning: the new key is published, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\)`),
-    )
-    t.equal(run.stderr.split('\n').length, 2, 'one line')
+t.test('signing-keys rotate with Redis down: rotated, and a warning that names REDIS_URL', async (t) => {
+  const db = await freshDatabase(t)
+  const port = await closedPort()
+  const run = await runCliHere(['signing-keys', 'rotate'], {
+    DATABASE_URL: db.url,
+    ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+    REDIS_URL: `redis://127.0.0.1:${port}`,
   })
+  t.equal(run.code, 0, 'the rotation itself succeeded')
+  t.equal(JSON.parse(run.stdout).signing_key.status, 'active', 'the first key of this database')
+  t.match(
+    run.stderr,
+    new RegExp(`^warning: the new key is published, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\)`),
+  )
+  t.equal(run.stderr.split('\n').length, 2, 'one line')
+})
 
-  t.test('with DATABASE_URL, the gateway and every CLI command refuse to start without ENCRYPTION_KEY', async (t) => {
-    const db = await freshDatabase(t, { migrated: false })
-    const gateway = await runNode('src/main.ts', [], { DATABASE_URL: db.url, PORT: '0', METRICS_PORT: '0' })
-    refused(t, gateway, MISSING_KEY)
-    for (const args of [['migrate'], ['accounts', 'create', '--name', 'x'], ['signing-keys', 'rotate']]) {
-      refused(t, await runCliHere(args, { DATABASE_URL: db.url }), MISSING_KEY)
-    }
-    const [row] = await db.sql<{ exists: boolean }[]>`select to_regclass('schema_migrations') is not null as exists`
-    t.notOk(row!.exists, 'not a step was taken: no migration ran')
-  })
+t.test('with DATABASE_URL, the gateway and every CLI command refuse to start without ENCRYPTION_KEY', async (t) => {
+  const db = await freshDatabase(t, { migrated: false })
+  const gateway = await runNode('src/main.ts', [], { DATABASE_URL: db.url, PORT: '0', METRICS_PORT: '0' })
+  refused(t, gateway, MISSING_KEY)
+  for (const args of [['migrate'], ['accounts', 'create', '--name', 'x'], ['signing-keys', 'rotate']]) {
+    refused(t, await runCliHere(args, { DATABASE_URL: db.url }), MISSING_KEY)
+  }
+  const [row] = await db.sql<{ exists: boolean }[]>`select to_regclass('schema_migrations') is not null as exists`
+  t.notOk(row!.exists, 'not a step was taken: no migration ran')
+})
 
-  t.test('another ENCRYPTION_KEY: one line naming it, and no new key', async (t) => {
-    const db = await freshDatabase(t)
-    const gw = await startGateway(t, { listen: false, database: db, redis: false })
-    const kid = gw.app.keyring.signingKey().kid
-    await gw.close()
+t.test('another ENCRYPTION_KEY: one line naming it, and no new key', async (t) => {
+  const db = await freshDatabase(t)
+  const gw = await startGateway(t, { listen: false, database: db, redis: false })
+  const kid = gw.app.keyring.signingKey().kid
+  await gw.close()
 
-    const env = { DATABASE_URL: db.url, ENCRYPTION_KEY: OTHER_KEY }
-    const gateway = await runNode('src/main.ts', [], { ...env, PORT: '0', METRICS_PORT: '0' })
-    refused(t, gateway, new RegExp(`^gateway failed to start: ${WRONG_KEY.source}`))
-    refused(t, await runCliHere(['signing-keys', 'rotate'], env), new RegExp(`^error: ${WRONG_KEY.source}`))
-    refused(t, await runCliHere(['signing-keys', 'rotate', '--compromised'], env), WRONG_KEY)
-    const rows = await db.sql<{ kid: string; withdrawn_at: Date | null }[]>`select kid, withdrawn_at from signing_keys`
-    t.same(rows, [{ kid, withdrawn_at: null }], 'the one key, untouched')
+  const env = { DATABASE_URL: db.url, ENCRYPTION_KEY: OTHER_KEY }
+  const gateway = await runNode('src/main.ts', [], { ...env, PORT: '0', METRICS_PORT: '0' })
+  refused(t, gateway, new RegExp(`^gateway failed to start: ${WRONG_KEY.source}`))
+  refused(t, await runCliHere(['signing-keys', 'rotate'], env), new RegExp(`^error: ${WRONG_KEY.source}`))
+  refused(t, await runCliHere(['signing-keys', 'rotate', '--compromised'], env), WRONG_KEY)
+  const rows = await db.sql<{ kid: string; withdrawn_at: Date | null }[]>`select kid, withdrawn_at from signing_keys`
+  t.same(rows, [{ kid, withdrawn_at: null }], 'the one key, untouched')
 
-    const again = await startGateway(t, { listen: false, database: db, redis: false })
-    t.equal(again.app.keyring.signingKey().kid, kid, 'the right key still opens it')
-  })
+  const again = await startGateway(t, { listen: false, database: db, redis: false })
+  t.equal(again.app.keyring.signingKey().kid, kid, 'the right key still opens it')
+})
 
-  t.test('embedded mode: DATA_DIR/encryption.key made once, 0600, and used again', async (t) => {
-    const dataDir = t.testdir({})
-    const keyFile = join(dataDir, 'encryption.key')
-    const first = printed(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
-    t.equal((first.signing_key as { status: string }).status, 'active', 'on an empty database the key signs at once')
-    t.equal(statSync(keyFile).mode & 0o777, 0o600, 'readable by its owner only')
-    const made = readFileSync(keyFile, 'utf8')
-    t.equal(Buffer.from(made.trim(), 'base64').length, 32, '32 bytes in base64')
+t.test('embedded mode: DATA_DIR/encryption.key made once, 0600, and used again', async (t) => {
+  const dataDir = t.testdir({})
+  const keyFile = join(dataDir, 'encryption.key')
+  const first = printed(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
+  t.equal((first.signing_key as { status: string }).status, 'active', 'on an empty database the key signs at once')
+  t.equal(statSync(keyFile).mode & 0o777, 0o600, 'readable by its owner only')
+  const made = readFileSync(keyFile, 'utf8')
+  t.equal(Buffer.from(made.trim(), 'base64').length, 32, '32 bytes in base64')
 
-    const second = printed(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
-    t.equal((second.signing_key as { status: string }).status, 'next', 'the stored key opened under the same file')
-    t.equal(readFileSync(keyFile, 'utf8'), made, 'the file is kept')
+  const second = printed(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }))
+  t.equal((second.signing_key as { status: string }).status, 'next', 'the stored key opened under the same file')
+  t.equal(readFileSync(keyFile, 'utf8'), made, 'the file is kept')
 
-    writeFileSync(keyFile, `${OTHER_KEY}\n`)
-    refused(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }), WRONG_KEY)
-  })
+  writeFileSync(keyFile, `${OTHER_KEY}\n`)
+  refused(t, await runCliHere(['signing-keys', 'rotate'], { DATA_DIR: dataDir }), WRONG_KEY)
 })
