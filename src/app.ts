@@ -19,7 +19,6 @@ import { credentialRoutes } from './oauth/paths.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
 import { requestGuards, requestId } from './http/guards.js'
-import { MAX_HEADER_FIELDS } from './http/header-counts.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parsing } from './http/parsing.js'
 import { routeKinds } from './http/route-kind.js'
@@ -105,10 +104,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
   app.server.maxConnections = deps.config.maxConnections
 
-  // Node keeps this many header fields and drops the rest without a word (2,000 by default), and
-  // with them a second Authorization the single-header rule must see. One past the limit is all
-  // the request guards need to see to refuse the request (431: http/guards.ts).
-  app.server.maxHeadersCount = MAX_HEADER_FIELDS + 1
+  // No count at the parser: every field reaches the request guards, which refuse past 100 in
+  // each route's shape (431: http/guards.ts; the token endpoint's is RFC 6749's). Past a count,
+  // Node 20 drops the rest without a word (a second Authorization the single-header rule must
+  // see), and Node 26, the image's, refuses on the socket before any route is known. The
+  // parser's 16 KiB a head bounds the fields kept.
+  app.server.maxHeadersCount = 0
   deferContinue(app)
 
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
