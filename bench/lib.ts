@@ -3,19 +3,7 @@
 // /proc readings, the autocannon load loop and the figures. How each bench uses them: bench/README.md.
 import { type ChildProcess, execFile, execFileSync, spawn, spawnSync } from 'node:child_process'
 import { randomBytes, randomUUID } from 'node:crypto'
-import {
-  cpSync,
-  existsSync,
-  mkdirSync,
-  lstatSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  symlinkSync,
-  unlinkSync,
-} from 'node:fs'
+import { cpSync, existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync } from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
 import net, { type AddressInfo } from 'node:net'
@@ -25,6 +13,7 @@ import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import postgres from 'postgres'
+import { fetchNode, imageNodeVersion, versionOf } from '../scripts/image-node.js'
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 export const ADMIN_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -91,58 +80,14 @@ export function run(main: () => Promise<void>): void {
 // ---------------------------------------------------------------------------------------------
 // The Node the servers run on (BENCH_NODE). The Dockerfile pins one (ARG NODE_IMAGE=node:26.x…),
 // and the proxy's cost per request differs between Node lines by more than the gap a bench is
-// after. `image` (the default): that version, or the newest of its major line the npm registry's
-// node-<platform>-<arch> packages have, fetched once into node_modules/.cache/tgw-bench-node;
-// this process's node when that fails. `current`: this process's node. Else a path to a binary.
+// after. `image` (the default): that version or its nearest (scripts/image-node.ts); this
+// process's node when that fails. `current`: this process's node. Else a path to a binary.
 
 export interface ServerNode {
   path: string
   version: string
   /** Why it is this one, for the report. */
   reason: string
-}
-
-const NODE_CACHE = resolve(ROOT, 'node_modules/.cache/tgw-bench-node')
-const NODE_PACKAGE = `node-${process.platform}-${process.arch}`
-const versionOf = (path: string) => execFileSync(path, ['--version'], { encoding: 'utf8' }).trim()
-
-/** The newest of `versions` in `wanted`'s major line that is not newer than it. */
-function nearest(versions: string[], wanted: string): string | undefined {
-  const parts = (v: string) => v.split('.').map(Number) as [number, number, number]
-  const byVersion = (a: string, b: string) =>
-    parts(a)[0] - parts(b)[0] || parts(a)[1] - parts(b)[1] || parts(a)[2] - parts(b)[2]
-  const fits = (v: string) => /^\d+\.\d+\.\d+$/.test(v) && parts(v)[0] === parts(wanted)[0] && byVersion(v, wanted) <= 0
-  return versions.filter(fits).sort(byVersion).at(-1)
-}
-
-/** The cached binary of `wanted`, else the registry's nearest (fetched into the cache), else the nearest cached. */
-function fetchNode(wanted: string): string {
-  const binary = (v: string) => resolve(NODE_CACHE, `${NODE_PACKAGE}-${v}`, 'bin/node')
-  const cached = (existsSync(NODE_CACHE) ? readdirSync(NODE_CACHE) : [])
-    .map((entry) => entry.slice(NODE_PACKAGE.length + 1))
-    .filter((v) => existsSync(binary(v)))
-  if (cached.includes(wanted)) return binary(wanted)
-  const npm = (args: string[], cwd?: string) => execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: 'pipe' })
-  let chosen: string | undefined
-  try {
-    chosen = nearest([JSON.parse(npm(['view', NODE_PACKAGE, 'versions', '--json'])) as string[]].flat(), wanted)
-  } catch (err) {
-    chosen = nearest(cached, wanted)
-    if (chosen === undefined) throw err
-  }
-  if (chosen === undefined) throw new Error(`${NODE_PACKAGE} has no release of ${wanted}'s line up to it`)
-  if (!existsSync(binary(chosen))) {
-    // Unpacked beside its place in the cache and renamed into it, so that a binary there is whole.
-    mkdirSync(NODE_CACHE, { recursive: true })
-    const work = mkdtempSync(resolve(NODE_CACHE, '.fetch-'))
-    try {
-      execFileSync('tar', ['xzf', npm(['pack', `${NODE_PACKAGE}@${chosen}`, '--silent'], work).trim()], { cwd: work })
-      renameSync(resolve(work, 'package'), resolve(NODE_CACHE, `${NODE_PACKAGE}-${chosen}`))
-    } finally {
-      rmSync(work, { recursive: true, force: true })
-    }
-  }
-  return binary(chosen)
 }
 
 function pickNode(): ServerNode {
@@ -154,9 +99,7 @@ function pickNode(): ServerNode {
     const path = choice.includes('/') ? resolve(choice) : choice
     return { path, version: versionOf(path), reason: `BENCH_NODE=${choice}` }
   }
-  const dockerfile = readFileSync(resolve(ROOT, 'Dockerfile'), 'utf8')
-  const wanted = /^ARG NODE_IMAGE=node:(\d+\.\d+\.\d+)\b/m.exec(dockerfile)?.[1]
-  if (wanted === undefined) throw new Error('Dockerfile: expected ARG NODE_IMAGE=node:<major.minor.patch>…')
+  const wanted = imageNodeVersion()
   if (process.version === `v${wanted}`) return { ...current, reason: "the image's" }
   try {
     const path = fetchNode(wanted)
