@@ -199,6 +199,8 @@ function reportProxy(rounds: Round[], connections: number): void {
     of('on').map((r) => r.perSecond),
     of('off').map((r) => r.perSecond),
   )
+  // Each round's on over the off run beside it.
+  const roundRatios = of('on').map((r, i) => r.perSecond / of('off')[i]!.perSecond)
   const postgresOff = median(of('off').map((r) => r.postgresMicros))
   const postgresOn = median(of('on').map((r) => r.postgresMicros))
   const requestsOn = of('on').reduce((sum, r) => sum + r.requests, 0)
@@ -217,8 +219,8 @@ function reportProxy(rounds: Round[], connections: number): void {
     '',
     `on / off  req/s ${ratio.toFixed(3)} (target ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT MET'}; 95 % of resampled rounds ${low.toFixed(3)}–${high.toFixed(3)}), p50 ${(on.p50 / off.p50).toFixed(3)}, ` +
       `p99 ${(on.p99 / off.p99).toFixed(3)}, CPU/request ${(on.cpuMicros / off.cpuMicros).toFixed(3)}`,
-    `          req/s round by round: ${of('on')
-      .map((r, i) => (r.perSecond / of('off')[i]!.perSecond).toFixed(3))
+    `          req/s round by round (their median ${median(roundRatios).toFixed(3)}, which a drift of the machine between rounds moves least): ${roundRatios
+      .map((r) => r.toFixed(3))
       .join(', ')}`,
     `CPU µs/request (medians)  gateway off ${off.cpuMicros.toFixed(1)}, on ${on.cpuMicros.toFixed(1)} (+${(on.cpuMicros - off.cpuMicros).toFixed(1)}); ` +
       `the database's backends off ${postgresOff.toFixed(1)}, on ${postgresOn.toFixed(1)} (+${(postgresOn - postgresOff).toFixed(1)})`,
