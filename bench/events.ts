@@ -157,6 +157,8 @@ async function load(side: Side, seconds: number, o: { timed: boolean; tolerant?:
     p50: percentile(sorted, 0.5),
     p99: percentile(sorted, 0.99),
     cpuMicros: (cpu * 1e6) / sorted.length,
+    mainThreadMicros: Number.NaN, // not measured here
+    idleShare: Number.NaN,
     statuses,
   }
 }

@@ -654,13 +654,25 @@ const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf
  * CPU seconds (user + system) a process has used, from /proc (Linux; NaN elsewhere). Unlike req/s,
  * which moves with whatever else the machine runs, CPU per request is the server's own cost.
  */
-export function cpuSeconds(pid: number | undefined): number {
+/** `thread`: its main thread's alone (the event loop's), not V8's and libuv's other threads. */
+export function cpuSeconds(pid: number | undefined, thread: 'all' | 'main' = 'all'): number {
   try {
+    const stat = thread === 'all' ? `/proc/${pid}/stat` : `/proc/${pid}/task/${pid}/stat`
     // The fields after the command name, which is in parentheses and may hold spaces.
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    const fields = readFileSync(stat, 'utf8').split(') ')[1]!.split(' ')
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
   } catch {
     return Number.NaN
+  }
+}
+
+/** The machine's CPU time so far, in ticks: all of it, and the idle part (/proc/stat's first line). */
+function machineTicks(): { total: number; idle: number } {
+  try {
+    const ticks = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.split(/\s+/).slice(1, 9).map(Number)
+    return { total: ticks.reduce((sum, n) => sum + n, 0), idle: ticks[3]! + ticks[4]! }
+  } catch {
+    return { total: Number.NaN, idle: Number.NaN }
   }
 }
 
@@ -707,6 +719,10 @@ export interface Measured {
   p99: number
   /** µs of CPU the server process spent per request; NaN off Linux. */
   cpuMicros: number
+  /** The same, its main thread's alone. */
+  mainThreadMicros: number
+  /** The share of the machine's CPU time that was idle meanwhile; NaN off Linux. */
+  idleShare: number
   statuses: Record<string, number>
 }
 
@@ -738,6 +754,8 @@ export async function load(o: {
   let wrongBodies = 0
   const vary = o.vary
   const cpuBefore = cpuSeconds(o.pid)
+  const mainBefore = cpuSeconds(o.pid, 'main')
+  const machineBefore = machineTicks()
   autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
   const result = await new Promise<AutocannonResult>((done, fail) => {
     running = autocannon!(
@@ -780,6 +798,8 @@ export async function load(o: {
   })
   running = null
   const cpu = cpuSeconds(o.pid) - cpuBefore
+  const mainCpu = cpuSeconds(o.pid, 'main') - mainBefore
+  const machineAfter = machineTicks()
   checkInterrupted()
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, { count }]) => [code, count]))
   const unexpected = Object.keys(statuses).filter((code) => !(o.allowed ?? [200]).includes(Number(code)))
@@ -796,13 +816,16 @@ export async function load(o: {
     p50: percentile(sorted, 0.5),
     p99: percentile(sorted, 0.99),
     cpuMicros: (cpu * 1e6) / requests,
+    mainThreadMicros: (mainCpu * 1e6) / requests,
+    idleShare: (machineAfter.idle - machineBefore.idle) / (machineAfter.total - machineBefore.total),
     statuses,
   }
 }
 
 /** A side's rounds as one row: the medians, and the requests summed. */
 export function medianOf(rounds: Measured[]): Measured {
-  const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros') => median(rounds.map((r) => r[key]))
+  const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros' | 'mainThreadMicros' | 'idleShare') =>
+    median(rounds.map((r) => r[key]))
   const requests = rounds.reduce((sum, r) => sum + r.requests, 0)
   return {
     requests,
@@ -810,6 +833,8 @@ export function medianOf(rounds: Measured[]): Measured {
     p50: pick('p50'),
     p99: pick('p99'),
     cpuMicros: pick('cpuMicros'),
+    mainThreadMicros: pick('mainThreadMicros'),
+    idleShare: pick('idleShare'),
     statuses: {},
   }
 }

@@ -224,6 +224,8 @@ function reportProxy(rounds: Round[], connections: number): void {
       .join(', ')}`,
     `CPU µs/request (medians)  gateway off ${off.cpuMicros.toFixed(1)}, on ${on.cpuMicros.toFixed(1)} (+${(on.cpuMicros - off.cpuMicros).toFixed(1)}); ` +
       `the database's backends off ${postgresOff.toFixed(1)}, on ${postgresOn.toFixed(1)} (+${(postgresOn - postgresOff).toFixed(1)})`,
+    `the gateway's main thread, µs/request (medians)  off ${off.mainThreadMicros.toFixed(1)}, on ${on.mainThreadMicros.toFixed(1)} (+${(on.mainThreadMicros - off.mainThreadMicros).toFixed(1)})`,
+    `machine idle (medians)  off ${(off.idleShare * 100).toFixed(1)} %, on ${(on.idleShare * 100).toFixed(1)} %`,
     `on's log  ${fmt(written)} records written for ${fmt(requestsOn)} requests of its measured rounds (and their warming requests), ${fmt(dropped)} dropped`,
   )
 }
