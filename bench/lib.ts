@@ -653,8 +653,8 @@ const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf
 /**
  * CPU seconds (user + system) a process has used, from /proc (Linux; NaN elsewhere). Unlike req/s,
  * which moves with whatever else the machine runs, CPU per request is the server's own cost.
+ * `thread: 'main'`: its main thread's alone (the event loop's), not V8's and libuv's other threads.
  */
-/** `thread`: its main thread's alone (the event loop's), not V8's and libuv's other threads. */
 export function cpuSeconds(pid: number | undefined, thread: 'all' | 'main' = 'all'): number {
   try {
     const stat = thread === 'all' ? `/proc/${pid}/stat` : `/proc/${pid}/task/${pid}/stat`

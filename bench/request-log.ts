@@ -190,22 +190,23 @@ async function proxyOnOff(): Promise<void> {
 }
 
 function reportProxy(rounds: Round[], connections: number): void {
-  const of = (side: SideName) => rounds.filter((r) => r.side === side)
-  const off = { ...medianOf(of('off')), side: 'off', round: 'median' }
-  const on = { ...medianOf(of('on')), side: 'on', round: 'median' }
+  const onRounds = rounds.filter((r) => r.side === 'on')
+  const offRounds = rounds.filter((r) => r.side === 'off')
+  const off = { ...medianOf(offRounds), side: 'off', round: 'median' }
+  const on = { ...medianOf(onRounds), side: 'on', round: 'median' }
   const medians = [off, on]
   const ratio = on.perSecond / off.perSecond
   const [low, high] = ratioInterval(
-    of('on').map((r) => r.perSecond),
-    of('off').map((r) => r.perSecond),
+    onRounds.map((r) => r.perSecond),
+    offRounds.map((r) => r.perSecond),
   )
   // Each round's on over the off run beside it.
-  const roundRatios = of('on').map((r, i) => r.perSecond / of('off')[i]!.perSecond)
-  const postgresOff = median(of('off').map((r) => r.postgresMicros))
-  const postgresOn = median(of('on').map((r) => r.postgresMicros))
-  const requestsOn = of('on').reduce((sum, r) => sum + r.requests, 0)
-  const written = of('on').reduce((sum, r) => sum + r.written, 0)
-  const dropped = of('on').reduce((sum, r) => sum + r.dropped, 0)
+  const roundRatios = onRounds.map((r, i) => r.perSecond / offRounds[i]!.perSecond)
+  const postgresOff = median(offRounds.map((r) => r.postgresMicros))
+  const postgresOn = median(onRounds.map((r) => r.postgresMicros))
+  const requestsOn = onRounds.reduce((sum, r) => sum + r.requests, 0)
+  const written = onRounds.reduce((sum, r) => sum + r.written, 0)
+  const dropped = onRounds.reduce((sum, r) => sum + r.dropped, 0)
   say(
     '',
     `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s)${RATE === undefined ? '' : ` at ${fmt(RATE)} requests/s`}; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
