@@ -1,11 +1,12 @@
 // Replays the Dockerfile (see the header of .ci/docker-check). It supports the subset this
 // project's Dockerfile uses and stops on anything else, so that a Dockerfile change the replay
 // cannot mirror turns CI red instead of passing unchecked.
-import { execFileSync, spawn } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
 import { cpSync, createWriteStream, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { basename, dirname, join, posix, relative } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
 
 const context = process.env.CONTEXT
 const work = process.env.WORK
@@ -389,45 +390,28 @@ function checkInstallScripts() {
 // ---- Node of the image's release line -------------------------------------------------------------
 // The image cannot be pulled here, but the npm registry's node-linux-<arch> packages hold Node's
 // release binaries: the smoke start runs on the image's Node (or, until that release is published
-// there, the newest of its major) rather than on this machine's Node.
+// there, the nearest of its line before it) rather than on this machine's Node. The one fetcher of
+// it is scripts/image-node.ts (the benches' and the tests' too), under the repository's tsx.
 async function installNode(version) {
-  const pkg = `node-linux-${process.arch}`
-  const major = version.split('.')[0]
-  if (!['x64', 'arm64'].includes(process.arch)) fail(`no ${pkg} package to run Node ${major} on`)
-  let published
+  const repository = join(dirname(fileURLToPath(import.meta.url)), '..')
+  let bin
   try {
-    published = JSON.parse(
-      execFileSync('npm', ['view', `${pkg}@${major}`, 'version', '--json'], {
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }),
+    bin = await new Promise((resolve, reject) =>
+      execFile(
+        process.execPath,
+        ['--import', 'tsx', 'scripts/image-node.ts', version],
+        { cwd: repository, encoding: 'utf8' },
+        (err, stdout, stderr) => (err ? reject(new Error(stderr.trim() || err.message)) : resolve(stdout.trim())),
+      ),
     )
   } catch (err) {
-    fail(
-      `cannot find ${pkg}@${major} on the npm registry: ${String(err.stderr ?? err.message)
-        .trim()
-        .split('\n')
-        .at(-1)}`,
-    )
+    fail(`Node ${version} for the smoke start: ${err.message.split('\n').at(-1)}`)
   }
-  const patchOrder = (a, b) => {
-    const [x, y] = [a, b].map((v) => v.split('.').map(Number))
-    return x[1] - y[1] || x[2] - y[2]
-  }
-  published = [published].flat().sort(patchOrder)
-  const chosen = published.includes(version) ? version : published.at(-1)
-  say(
-    `Node ${chosen} (${pkg}) for the smoke start${chosen === version ? '' : `: ${version} is not on npm yet, ${chosen} is the newest of Node ${major}`}`,
-  )
-  const prefix = join(work, 'node')
-  await run(
-    'npm',
-    ['install', '--no-save', '--no-package-lock', '--no-audit', '--no-fund', '--prefix', prefix, `${pkg}@${chosen}`],
-    { logName: 'node-install.log' },
-  )
-  const node = join(prefix, 'node_modules', pkg, 'bin', 'node')
+  const node = join(bin, 'node')
   const reported = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim()
-  if (reported !== `v${chosen}`) fail(`${node} reports ${reported}, expected v${chosen}`)
+  say(
+    `Node ${reported} for the smoke start${reported === `v${version}` ? '' : `: the nearest of ${version}'s line that could be had`}`,
+  )
   return node
 }
 

@@ -1,8 +1,9 @@
 // The Node the image runs (the Dockerfile's ARG NODE_IMAGE=node:<version>…), for the benches'
-// servers (bench/lib.ts, BENCH_NODE) and CI's tests (.ci/run): that version, or the newest of its
-// major line up to it that the npm registry's node-<platform>-<arch> packages have, fetched once
-// into node_modules/.cache/tgw-bench-node. Run directly, it prints the directory of that node
-// binary, or fails saying why.
+// servers (bench/lib.ts, BENCH_NODE), CI's tests (.ci/run) and the Dockerfile's smoke start
+// (.ci/docker-replay.mjs): that version, or the newest of its major line up to it that the npm
+// registry's node-<platform>-<arch> packages have, fetched once into
+// node_modules/.cache/tgw-bench-node. Run directly (`tsx scripts/image-node.ts [<version>]`, the
+// Dockerfile's by default), it prints the directory of that node binary, or fails saying why.
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
@@ -63,7 +64,7 @@ export function fetchNode(wanted: string): string {
 
 if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   try {
-    const path = fetchNode(imageNodeVersion())
+    const path = fetchNode(process.argv[2] ?? imageNodeVersion())
     console.log(dirname(path))
   } catch (err) {
     console.error(`the image's node could not be had: ${(err as Error).message}`)
