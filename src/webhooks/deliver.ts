@@ -87,7 +87,7 @@ function checkedConnector(options: DeliveryOptions): buildConnector.connector {
       if (after !== null) {
         socket.destroy()
         // The peer address stays out of the delivery record: the parent sees only that it was refused.
-        return callback(new WebhookUrlError('refused: the connected address is not public'), null)
+        return callback(new WebhookUrlError('refused: the connected address is not allowed'), null)
       }
       callback(null, socket)
     })

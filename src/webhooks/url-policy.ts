@@ -134,7 +134,7 @@ export async function checkName(
   for (const { address } of addresses) {
     const reason = forbiddenAddressReason(address)
     // Never say which address: a refusal that names it lets a parent map internal names.
-    if (reason !== null) throw new WebhookUrlError(`url host ${name} resolves to an address that is not public`, true)
+    if (reason !== null) throw new WebhookUrlError(`url host ${name} resolves to an address that is not allowed`, true)
   }
   return addresses
 }

@@ -166,7 +166,7 @@ t.test('a local or private webhook URL: WEBHOOKS_ALLOW_INSECURE named, the resol
     ['https://192.168.1.20/hook', 'url host 192.168.1.20 is a private address'],
     ['https://localhost/hook', 'url host localhost is loopback'],
     ['http://1.1.1.1/hook', 'url must use https'],
-    ['https://hooks.internal.test/hook', 'url host hooks.internal.test resolves to an address that is not public'],
+    ['https://hooks.internal.test/hook', 'url host hooks.internal.test resolves to an address that is not allowed'],
   ] as const) {
     const problem = checkProblem(t, await register(url), 400, 'validation_failed', url)
     t.same(problem.errors, [{ path: '/body/url', message: `${reason}; ${hint}` }], url)

@@ -129,10 +129,10 @@ t.test(
     t.equal(forbiddenAddressReason('64:ff9b:0:0:1::7f00:1'), null)
     const nat64 = resolver({ 'nat64.example.com': ['64:ff9b::a00:1'], 'sixto4.example.com': ['2002:c0a8:101::'] })
     await t.rejects(checkWebhookUrl('https://nat64.example.com/', { lookup: nat64 }), {
-      message: /resolves to an address that is not public$/,
+      message: /resolves to an address that is not allowed$/,
     })
     await t.rejects(checkWebhookUrl('https://sixto4.example.com/', { lookup: nat64 }), {
-      message: /resolves to an address that is not public$/,
+      message: /resolves to an address that is not allowed$/,
     })
   },
 )
@@ -141,32 +141,32 @@ t.test('names are resolved, and refused if ANY address is forbidden', async (t) 
   await refused(
     t,
     'https://loopback.example.com/',
-    /^url host loopback\.example\.com resolves to an address that is not public$/,
+    /^url host loopback\.example\.com resolves to an address that is not allowed$/,
   )
   await refused(
     t,
     'https://private.example.com/',
-    /^url host private\.example\.com resolves to an address that is not public$/,
+    /^url host private\.example\.com resolves to an address that is not allowed$/,
   )
   await refused(
     t,
     'https://metadata.example.com/',
-    /^url host metadata\.example\.com resolves to an address that is not public$/,
+    /^url host metadata\.example\.com resolves to an address that is not allowed$/,
   )
   await refused(
     t,
     'https://v6loopback.example.com/',
-    /^url host v6loopback\.example\.com resolves to an address that is not public$/,
+    /^url host v6loopback\.example\.com resolves to an address that is not allowed$/,
   )
   await refused(
     t,
     'https://mixed.example.com/',
-    /^url host mixed\.example\.com resolves to an address that is not public$/,
+    /^url host mixed\.example\.com resolves to an address that is not allowed$/,
   )
   await refused(
     t,
     'https://mapped.example.com/',
-    /^url host mapped\.example\.com resolves to an address that is not public$/,
+    /^url host mapped\.example\.com resolves to an address that is not allowed$/,
   )
   await refused(t, 'https://nowhere.example.com/', /does not resolve \(ENOTFOUND\)/)
   await refused(t, 'https://metadata.google.internal/', /metadata name/)
@@ -220,7 +220,7 @@ t.test("the delivery's lookup answers as net asks: all addresses, or one of a fa
   t.same(await ask('hooks.example.com', { family: 6 }), [null, PUBLIC_V6, 6])
   t.same(await ask('hooks.example.com', {}), [null, PUBLIC_V4, 4])
   const [err] = await ask('mixed.example.com', {})
-  t.match(err, { name: 'WebhookUrlError', message: /resolves to an address that is not public$/ })
+  t.match(err, { name: 'WebhookUrlError', message: /resolves to an address that is not allowed$/ })
   t.notMatch((err as Error).message, /192\.168\.1\.1/, 'the address is not named')
   const v4only = checkedLookup(async () => [{ address: PUBLIC_V4, family: 4 }])
   const [none] = await new Promise<unknown[]>((resolve) =>
