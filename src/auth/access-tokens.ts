@@ -9,8 +9,8 @@ import type { Keyring } from '../signing-keys/keyring.js'
 import { ApiError } from '../errors.js'
 import type { Tally } from '../ops/fast-metrics.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
-import { isExpired, type KeyRecord, type TenancyLookups } from '../tenancy/lookups.js'
-import { keyExpired, type Principal, refusedKey } from './authenticate.js'
+import type { KeyRecord, TenancyLookups } from '../tenancy/lookups.js'
+import { type Principal, principalOfKey } from './authenticate.js'
 import { scopeCovers } from './scopes.js'
 
 /** RFC 9068 §2.1: the JOSE header's `typ` of an access token. */
@@ -38,6 +38,8 @@ interface VerifiedToken {
   readonly scopes: readonly string[]
   /** exp plus the leeway, in ms: past it the token is refused. */
   readonly usableUntilMs: number
+  /** exp, in ms: when the sockets opened with it close (proxy/websocket/socket-pair.ts). */
+  readonly expiresAtMs: number
   /** The last key record the token was narrowed against, and the result: reused while the record is. */
   narrowed?: { from: KeyRecord; to: KeyRecord }
 }
@@ -46,6 +48,7 @@ interface VerifiedToken {
 export interface AccessTokenUse {
   readonly kid: string
   readonly usableUntilMs: number
+  readonly expiresAtMs: number
 }
 
 /** A Bearer value that is not an API key but has a JWT's three dot-separated parts: this module's. */
@@ -145,29 +148,27 @@ export class AccessTokens {
       tenantId,
       scopes: scope === '' ? [] : scope.split(' '),
       usableUntilMs: (exp + ACCESS_TOKEN_LEEWAY_SECONDS) * 1000,
+      expiresAtMs: exp * 1000,
     }
   }
 
   /**
-   * The principal of an access token: its key, found by `sub` through the caches, answered as the
-   * key itself would be (unknown or revoked 401, expired as the key), holding the token's scopes.
-   * A deactivated tenant is left to the caller, as for a key (403 tenant_deactivated).
+   * The principal of an access token: its key, found by `sub` through the caches, answered exactly
+   * as the key itself would be (unknown or revoked 401 `Bearer`, expired 401 key_expired), holding
+   * the token's scopes. A deactivated tenant is left to the caller, as for a key (403
+   * tenant_deactivated).
    */
   async authenticate(token: string, lookups: TenancyLookups): Promise<Principal> {
     const verified = await this.verify(token)
     const key = await lookups.keyById(verified.keyId)
-    // A token whose tenant_id is not its key's was not made from this key.
-    if (key === null || key.tenantId !== verified.tenantId)
-      throw invalidToken("the access token's key is unknown or revoked")
-    // The key exists: its 401 goes to the request log of its account, as the key's own would.
-    if (key.status !== 'active') throw refusedKey(invalidToken("the access token's key is unknown or revoked"), key)
-    if (isExpired(key)) throw refusedKey(keyExpired(), key)
-    const tenant = await lookups.tenant(key.tenantId)
-    if (tenant === null) throw invalidToken("the access token's key is unknown or revoked")
+    // A token whose tenant_id is not its key's was not made from this key: not a valid token.
+    if (key !== null && key.tenantId !== verified.tenantId)
+      throw invalidToken('the access token was not issued to its key')
+    const principal = await principalOfKey(key, lookups)
     return {
-      key: narrowed(verified, key),
-      tenant,
-      accessToken: { kid: verified.kid, usableUntilMs: verified.usableUntilMs },
+      key: narrowed(verified, principal.key),
+      tenant: principal.tenant,
+      accessToken: { kid: verified.kid, usableUntilMs: verified.usableUntilMs, expiresAtMs: verified.expiresAtMs },
     }
   }
 }

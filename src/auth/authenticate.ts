@@ -98,7 +98,15 @@ export async function authenticate(
   if (!isWellFormedKey(token))
     throw token.startsWith(SECRET_PREFIX) ? clientSecretSent() : unauthenticated('the API key is malformed')
   const key = await lookups.keyByDigest(digest(token))
-  // Unknown and revoked keys get one answer: a caller learns nothing about which keys existed.
+  return principalOfKey(key, lookups)
+}
+
+/**
+ * The principal of a key found by its digest, or of a verified access token's key (found by the
+ * token's `sub`): both answered alike, unknown and revoked keys with one answer, so that a caller
+ * learns nothing about which keys existed.
+ */
+export async function principalOfKey(key: KeyRecord | null, lookups: TenancyLookups): Promise<Principal> {
   if (key === null) throw unauthenticated('the API key is unknown or revoked')
   if (key.status !== 'active') throw refusedKey(unauthenticated('the API key is unknown or revoked'), key)
   // Read from the record every time, cached or not: an expiry needs no message to the replicas.

@@ -37,7 +37,7 @@ function pair(credentials: Partial<SocketCredentials>): { pair: SocketPair; clie
       keyTenantId: 'sub',
       actingTenantId: 'sub',
       keyExpiresAt: null,
-      tokenUsableUntil: null,
+      tokenExpiresAt: null,
       ...credentials,
     },
     OPTIONS,
@@ -112,11 +112,26 @@ t.test('an invalidation checks the sockets its names concern, all of them when m
 })
 
 t.test('expiry timers: the earlier of the key’s and the token’s, far ones looked at again', async (t) => {
-  const soon = pair({ keyExpiresAt: Date.now() + 30, tokenUsableUntil: Date.now() + 5_000 })
-  const token = pair({ keyExpiresAt: Date.now() + 5_000, tokenUsableUntil: Date.now() + 30 })
+  const soon = pair({ keyExpiresAt: Date.now() + 30, tokenExpiresAt: Date.now() + 5_000 })
+  const token = pair({ keyExpiresAt: Date.now() + 5_000, tokenExpiresAt: Date.now() + 30 })
   const far = pair({ keyExpiresAt: Date.now() + 40 * 24 * 3600 * 1000 })
   await new Promise((resolve) => setTimeout(resolve, 80))
   t.same(soon.client.closes, [[1008, 'credentials revoked']], 'the key first')
   t.same(token.client.closes, [[1008, 'token expired']], 'the token first')
   t.same(far.client.closes, [], 'a key 40 days from expiry (past setTimeout’s bound) is not closed now')
+})
+
+t.test('a token past its exp (opened in its leeway): closed at once, without a warning', async (t) => {
+  const warnings: Error[] = []
+  const listen = (warning: Error) => warnings.push(warning)
+  process.on('warning', listen)
+  t.teardown(() => process.off('warning', listen))
+  const late = pair({ tokenExpiresAt: Date.now() - 10_000 })
+  await new Promise((resolve) => setTimeout(resolve, 20))
+  t.same(late.client.closes, [[1008, 'token expired']])
+  t.same(
+    warnings.map((w) => w.name),
+    [],
+    'no process warning (Node 23+ warns of a negative delay)',
+  )
 })

@@ -78,7 +78,7 @@ export class WebSocketRuntime {
         keyTenantId: principal?.tenant.id ?? null,
         actingTenantId: request.actingTenant?.id ?? null,
         keyExpiresAt: principal?.key.expiresAt ?? null,
-        tokenUsableUntil: principal?.accessToken?.usableUntilMs ?? null,
+        tokenExpiresAt: principal?.accessToken?.expiresAtMs ?? null,
       },
       route.websocket!,
       (closed) => {

@@ -31,8 +31,11 @@ export interface SocketCredentials {
   readonly actingTenantId: string | null
   /** The key's expiry (ms since the epoch), null for never. */
   readonly keyExpiresAt: number | null
-  /** The access token's end (its `exp` and the leeway, ms since the epoch); null for a key. */
-  readonly tokenUsableUntil: number | null
+  /**
+   * The access token's `exp` (ms since the epoch); null for a key. Its requests are taken for the
+   * 30 s leeway after it (clocks that differ); its sockets close at it (docs/api.md, WebSockets).
+   */
+  readonly tokenExpiresAt: number | null
 }
 
 /** A code received in a close frame, as one that may be sent on: 1005 and 1006 are never sent. */
@@ -132,7 +135,7 @@ export class SocketPair implements TrackedSocket {
     if (this.ended) return
     if (this.expiryTimer !== null) clearTimeout(this.expiryTimer)
     this.expiryTimer = null
-    const tokenEnd = this.credentials.tokenUsableUntil
+    const tokenEnd = this.credentials.tokenExpiresAt
     const tokenFirst = tokenEnd !== null && (keyExpiresAt === null || tokenEnd <= keyExpiresAt)
     const at = tokenFirst ? tokenEnd : keyExpiresAt
     if (at === null) return
@@ -140,7 +143,11 @@ export class SocketPair implements TrackedSocket {
     if (wait > MAX_TIMER_MS) {
       this.expiryTimer = setTimeout(() => this.scheduleExpiry(keyExpiresAt), MAX_TIMER_MS)
     } else {
-      this.expiryTimer = setTimeout(() => this.end(tokenFirst ? ENDINGS.tokenExpired : ENDINGS.revoked), wait)
+      // Past already (a token used in its leeway): at once, without Node's negative-delay warning.
+      this.expiryTimer = setTimeout(
+        () => this.end(tokenFirst ? ENDINGS.tokenExpired : ENDINGS.revoked),
+        Math.max(0, wait),
+      )
     }
     this.expiryTimer.unref()
   }
