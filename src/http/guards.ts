@@ -11,10 +11,12 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 /**
  * RFC 9110 §7.2: Host = uri-host [ ":" port ], where uri-host is an IP literal in brackets or a
- * reg-name of unreserved, sub-delims and percent-encodings (RFC 3986 §3.2.2). Anything else
- * (`evil/v1/sub-accounts?a`) would reach the upstream as X-Forwarded-Host.
+ * reg-name of unreserved, sub-delims and percent-encodings (RFC 3986 §3.2.2), not empty (RFC 9110
+ * §4.2.1), and the port one of 0–65535. Anything else (`evil/v1/sub-accounts?a`, `:80`, `a%zz`,
+ * `a:99999`) would reach the upstream as X-Forwarded-Host.
  */
-const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]{0,5})?$/
+const VALID_HOST =
+  /^(?:\[[0-9A-Fa-f:.]+\]|(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+)(?::0*(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$/
 
 /**
  * A generated id: a random UUID drawn once per process, whose last 12 hex digits count the
@@ -65,6 +67,11 @@ export const requestGuards = fp(
         return
       }
       const host = request.headers.host
+      // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (HTTP/1.0 may leave it out).
+      if (host === undefined && request.raw.httpVersionMinor !== 0) {
+        done(new ApiError('bad_request', 'send a Host header: HTTP/1.1 requires one'))
+        return
+      }
       if (host !== undefined && !VALID_HOST.test(host)) {
         done(new ApiError('bad_request', 'the Host header must be a host name or address, with an optional port'))
         return

@@ -20,16 +20,20 @@ export const MAX_HEAD_BYTES = MAX_HEADER_BYTES
 /**
  * Node's HTTP server options: the head's size and deadline, and how often Node looks for heads
  * past it (every 30 s by default, so a 10 s deadline could take 40 s). Checking walks only the
- * connections that have a request in progress.
+ * connections that have a request in progress. Node's own check of an HTTP/1.1 request without
+ * Host is off: it answers an empty 400, and the request guards answer it in problem+json
+ * (http/guards.ts).
  */
 export function serverOptions(headersTimeoutMs: number): {
   headersTimeout: number
   connectionsCheckingInterval: number
   maxHeaderSize: number
+  requireHostHeader: boolean
 } {
   return {
     headersTimeout: headersTimeoutMs,
     connectionsCheckingInterval: Math.min(1_000, headersTimeoutMs),
     maxHeaderSize: MAX_HEAD_BYTES,
+    requireHostHeader: false,
   }
 }

@@ -20,6 +20,8 @@ export interface RawRequest {
   body?: string | Buffer
   /** The loopback address to connect from (127.0.0.2…), so that the gateway sees another client. */
   localAddress?: string
+  /** Send no Host header at all (else one is added unless `headers` has it). */
+  withoutHost?: boolean
 }
 
 /** One request over a fresh connection, with headers and path exactly as given. */
@@ -28,7 +30,7 @@ export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawRes
   const flat: string[] = []
   const given = options.headers ?? []
   // Node adds no Host header when headers are given as a list: add one unless the test did.
-  if (!given.some(([name]) => name.toLowerCase() === 'host')) flat.push('Host', url.host)
+  if (!options.withoutHost && !given.some(([name]) => name.toLowerCase() === 'host')) flat.push('Host', url.host)
   for (const [name, value] of given) flat.push(name, value)
   return new Promise((resolve, reject) => {
     const request = httpRequest(

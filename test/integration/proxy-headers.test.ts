@@ -6,6 +6,7 @@ import { generateApiKey } from '../../src/auth/key-format.js'
 import { startGateway, type Parent, type TestGateway } from '../helpers/gateway.js'
 import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
+import { rawExchange } from '../helpers/hostile.js'
 import { checkProblem } from '../helpers/problems.js'
 import { type ReceivedRequest, startUpstream } from '../helpers/upstream.js'
 
@@ -528,17 +529,46 @@ t.test('what the upstream receives (docs/api.md)', async (t) => {
   })
 
   t.test('a Host that is not host[:port] is 400 and never reaches the upstream', async (t) => {
-    for (const host of ['evil/v1/sub-accounts?a', 'a b', 'x@y', 'x#y', 'a:b:c', '[::1', 'x:123456']) {
+    const badHosts = ['evil/v1/sub-accounts?a', 'a b', 'x@y', 'x#y', 'a:b:c', '[::1', 'x:123456', 'x:65536', 'x:99999']
+    // No host, a port with no digits, a `%` that is not a percent-encoding (RFC 3986 §3.2.2).
+    badHosts.push(':80', '', 'a:', 'a%zz', '%', 'a%2')
+    for (const host of badHosts) {
       const before = upstream.received.length
       const res = await rawRequest(gw.url, { path: '/things/1', headers: [auth, ['Host', host]] })
       checkProblem(t, res, 400, 'bad_request', `Host ${JSON.stringify(host)}`)
       t.equal(upstream.received.length, before, `Host ${JSON.stringify(host)}: the upstream got nothing`)
     }
-    for (const host of ['example.com', 'example.com:8080', '127.0.0.1', '[::1]:8080', 'x', 'a-b.c_d~e']) {
+    for (const host of [
+      'example.com',
+      'example.com:8080',
+      '127.0.0.1',
+      '[::1]:8080',
+      'x',
+      'a-b.c_d~e',
+      'x:65535',
+      'x:08080',
+      'a%2Fb',
+    ]) {
       const { got } = await through(t, `Host ${host}`, { headers: [['Host', host]] })
       t.equal(got.headers['x-forwarded-host'], host, `Host ${host}: X-Forwarded-Host`)
     }
   })
+
+  t.test(
+    'an HTTP/1.1 request without Host is 400 in problem+json on every path; HTTP/1.0 may leave it out',
+    async (t) => {
+      for (const path of ['/things/1', '/v1/sub-accounts', '/healthz', '/nowhere']) {
+        const before = upstream.received.length
+        const res = await rawRequest(gw.url, { path, headers: [auth], withoutHost: true })
+        const body = checkProblem(t, res, 400, 'bad_request', `no Host, ${path}`)
+        t.match(String(body.detail), /Host/, `no Host, ${path}: the detail says what to send`)
+        t.equal(upstream.received.length, before, `no Host, ${path}: the upstream got nothing`)
+      }
+      const http10 = await rawExchange(gw.port, `GET /things/1 HTTP/1.0\r\n${auth[0]}: ${auth[1]}\r\n\r\n`)
+      t.equal(http10.responses[0]?.status, 200, 'HTTP/1.0 without Host: proxied')
+      t.equal(upstream.received.at(-1)?.headers['x-forwarded-host'], undefined, 'HTTP/1.0: no X-Forwarded-Host')
+    },
+  )
 
   t.test('a route with pass_headers lets exactly those through', async (t) => {
     const { got } = await through(t, 'GET /real-ip', {

@@ -48,8 +48,7 @@ t.test('usage', async (t) => {
   })
   const sql = gw.database.sql
   const flush = () => gw.app.usageMeter.flush()
-  // callAs hands node:http a flat header list, and node then sends no Host header, which the
-  // gateway (any HTTP/1.1 server) refuses with a bare 400: add it here.
+  // Each call names the gateway's Host itself (an HTTP/1.1 request without one is a 400).
   const host = new URL(gw.url).host
   const call = (key: string | null, options: Parameters<typeof callAs>[2]) =>
     callAs(gw.url, key, { ...options, headers: [['Host', host], ...(options.headers ?? [])] })
