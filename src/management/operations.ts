@@ -127,7 +127,7 @@ export const OPERATIONS = {
   createPortalSession: {
     summary: "Open a portal session for a sub-account's people",
     description:
-      '`url` (`<ISSUER_URL>/portal/?session=<id>#<one-time token>`) is in this response only (Cache-Control: ' +
+      '`url` (`<ISSUER_URL>/portal/#<one-time token>`) is in this response only (Cache-Control: ' +
       'no-store): the page it opens exchanges the token once for a session bound to this sub-account and ' +
       '`permissions`, until `expires_at` (`expires_in_seconds`, 60 to 3600, default 900). A deactivated ' +
       'sub-account: 400; at most 50 open sessions a sub-account (`409 limit_reached`). Served with the console ' +

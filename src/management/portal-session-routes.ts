@@ -112,9 +112,8 @@ export function registerPortalSessionRoutes(app: ManagementApp, { sql }: Managem
         return session
       })
       // The token is in this response only: nothing on the way may keep a copy. It is in the
-      // fragment, which browsers never send; the session id in the query names the parent whose
-      // portal_origins may frame the page (docs/decisions.md).
-      const url = `${issuerUrl}${PORTAL_PREFIX}/?session=${row.id}#${token}`
+      // fragment, which browsers never send (portal/plugin.ts: who may frame the page).
+      const url = `${issuerUrl}${PORTAL_PREFIX}/#${token}`
       return reply
         .code(201)
         .header('cache-control', 'no-store')

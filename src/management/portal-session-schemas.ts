@@ -57,7 +57,7 @@ export const CreatedPortalSession = Type.Object(
     ...SessionFields,
     url: Type.String({
       description:
-        "`<ISSUER_URL>/portal/?session=<id>#<one-time token>`: give it to the sub-account's user; it works once, until `expires_at`; returned only in this response",
+        "`<ISSUER_URL>/portal/#<one-time token>`: give it to the sub-account's user; it works once, until `expires_at`; returned only in this response",
     }),
   },
   { additionalProperties: false },

@@ -1,9 +1,9 @@
 // The sub-account portal (docs/api.md, Portal sessions; docs/portal.md): its page at /portal/, its
 // script and stylesheet under /portal/assets, and its API under /portal/api, served with the
 // console (CONSOLE=on). The page's Content-Security-Policy is the
-// console's, but for `frame-ancestors`: the origins its parent allows to embed it (portal_origins,
-// set by the operator), `'none'` otherwise. The link names its session in the query (the token is
-// in the fragment, which never reaches the gateway), so the page knows whose origins to allow.
+// console's, but for `frame-ancestors`: the embedding page's origin, named by its Referer, when a
+// parent allows it (portal_origins, set by the operator), `'none'` otherwise. The link's token is
+// in the fragment, which never reaches the gateway, so the page cannot know whose session it opens.
 import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { type Asset, type ConsoleAssets, portalAssets, served } from '../console/assets.js'
@@ -15,7 +15,7 @@ import type { Limiter } from '../limits/limiter.js'
 import { managementRate } from '../limits/management-rate.js'
 import { CONSOLE_CSP, sendCached } from '../console/plugin.js'
 import { type Sql, withDeadline } from '../store/db.js'
-import { portalOriginsOfSession } from '../store/portal-sessions.js'
+import { isPortalOrigin, portalOriginsOfSession } from '../store/portal-sessions.js'
 import { cursorSecret } from '../store/secrets.js'
 import { isUuid } from '../tenancy/identifiers.js'
 import { addManagementDeadline, MANAGEMENT_DEADLINE_MS } from '../management/hooks.js'
@@ -46,6 +46,22 @@ export function portalCsp(origins: readonly string[] | null): string {
   return CONSOLE_CSP.replace("frame-ancestors 'none'", `frame-ancestors ${ancestors}`)
 }
 
+/**
+ * The https origin of the page that frames the portal, from its Referer; null for none. The link
+ * (`/portal/#<token>`) names no session the server can see: a frame's request names its embedder
+ * only by Referer, which browsers send cross-origin as the origin alone unless the embedder
+ * forbids it (docs/api.md, Portal sessions).
+ */
+function embedderOf(referer: string | undefined): string | null {
+  if (referer === undefined || !referer.startsWith('https://')) return null
+  try {
+    const origin = new URL(referer).origin
+    return origin === 'null' ? null : origin
+  } catch {
+    return null
+  }
+}
+
 function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
   return reply
     .header('content-security-policy', csp)
@@ -70,11 +86,17 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
     { schema: { hide: true } },
     async (request, reply) => {
       const session = request.query.session
+      const embedder = embedderOf(request.headers.referer)
       // Postgres slow or away: the page still loads, and no one may frame it (the safe side).
       const origins =
         typeof session === 'string' && isUuid(session)
           ? await withDeadline(portalOriginsOfSession(sql, session), MANAGEMENT_DEADLINE_MS).catch(() => null)
-          : null
+          : embedder === null
+            ? null
+            : await withDeadline(isPortalOrigin(sql, embedder), MANAGEMENT_DEADLINE_MS).then(
+                (listed) => (listed ? [embedder] : null),
+                () => null,
+              )
       // Framed by the parent's pages only; revalidated on every load, never stored elsewhere.
       const { body, gzip, etag } = pageFor(await assets())
       secureHeaders(reply, portalCsp(origins)).type('text/html; charset=utf-8').header('cache-control', 'no-store')

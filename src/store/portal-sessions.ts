@@ -109,6 +109,15 @@ export async function openSessionBySecret(db: Db, secretDigest: Buffer): Promise
   return row ?? null
 }
 
+/** An active parent lists `origin` among its portal origins (tenants_portal_origins answers it). */
+export async function isPortalOrigin(db: Db, origin: string): Promise<boolean> {
+  const [row] = await db<{ listed: boolean }[]>`
+    select exists (select 1 from tenants
+      where portal_origins is not null and portal_origins @> array[${origin}::text]
+        and parent_id is null and status = 'active') as listed`
+  return row?.listed ?? false
+}
+
 /** The parent's portal origins of a session (for its page's frame-ancestors); null when none or no such session. */
 export async function portalOriginsOfSession(db: Db, sessionId: string): Promise<string[] | null> {
   const [row] = await db<{ origins: string[] | null }[]>`

@@ -83,7 +83,7 @@ t.test('create, list and delete; isolation between parents; validation', async (
     return_url: 'https://a.example/back',
     link_used: false,
   })
-  t.match(made.url, new RegExp(`^https://gw\\.example/portal/\\?session=${made.id}#tgwpl_[0-9A-Za-z]{49}$`))
+  t.match(made.url, /^https:\/\/gw\.example\/portal\/#tgwpl_[0-9A-Za-z]{49}$/, '<ISSUER_URL>/portal/#<one-time token>')
   t.ok(Date.parse(made.expires_at) - Date.now() > 890_000, 'expires in 900 s by default')
   const stored = await gw.sql`select token_digest from portal_sessions where id = ${made.id}`
   t.not(stored[0]!.token_digest.toString(), token, 'the token is stored as a digest')
@@ -241,7 +241,7 @@ t.test('no Secure cookie over plain http (the default ISSUER_URL)', async (t) =>
   const gw = await startGateway(t)
   const parent = await gw.createParent()
   const { made, token } = await openSession(gw, parent, await subAccount(gw, parent))
-  t.match(made.url, /^http:\/\/localhost:\d+\/portal\/\?session=/)
+  t.match(made.url, /^http:\/\/localhost:\d+\/portal\/#tgwpl_/)
   const setCookie = String((await exchange(gw, token)).headers['set-cookie'])
   t.notOk(setCookie.includes('Secure'), setCookie)
   t.ok(setCookie.includes('HttpOnly') && setCookie.includes('SameSite=Strict'))
@@ -413,7 +413,20 @@ t.test('the page: frame-ancestors from the parent portal origins, set by the CLI
   t.equal(set.code, 0, set.stderr)
   t.same(JSON.parse(set.stdout).account.portal_origins, ['https://a.example', 'https://b.example:8443'])
   t.match(csp(await page(`?session=${made.id}`)), /frame-ancestors https:\/\/a\.example https:\/\/b\.example:8443;/)
-  t.match(csp(await page('')), /frame-ancestors 'none'/, 'no session named: none')
+  t.match(csp(await page('')), /frame-ancestors 'none'/, 'no session named, no Referer: none')
+  // The link names no session (its token is in the fragment): a frame names its embedder by Referer.
+  const framedBy = async (referer: string) =>
+    csp(await gw.app.inject({ method: 'GET', url: '/portal/', headers: { referer } }))
+  t.match(await framedBy('https://b.example:8443/account/page?x=1'), /frame-ancestors https:\/\/b\.example:8443;/)
+  t.match(await framedBy('https://a.example/'), /frame-ancestors https:\/\/a\.example;/, 'that origin alone')
+  for (const referer of [
+    'https://stranger.example/',
+    'http://a.example/',
+    'https://a.example.evil/',
+    'https://evil.example/?https://a.example',
+    'not a url',
+  ])
+    t.match(await framedBy(referer), /frame-ancestors 'none'/, `Referer ${referer}: none`)
   t.match(csp(await page('?session=nonsense')), /frame-ancestors 'none'/)
   t.match(
     csp(await gw.app.inject({ method: 'GET', url: '/portal/api/session' })),
@@ -435,6 +448,7 @@ t.test('the page: frame-ancestors from the parent portal origins, set by the CLI
   const none = await runCliHere(['accounts', 'portal-origins', '--account', parent.id, '--none'], env)
   t.equal(none.code, 0, none.stderr)
   t.match(csp(await page(`?session=${made.id}`)), /frame-ancestors 'none'/)
+  t.match(await framedBy('https://a.example/'), /frame-ancestors 'none'/, 'an origin no longer listed: none')
   const audit = ok(await manage(gw, parent, 'GET', '/events?type=account.portal_origins_updated'), 200).data
   t.equal(audit.length, 2, 'an event for each change')
   t.match(audit[1], {
