@@ -89,6 +89,8 @@ export class Exchange {
   private declaredBytes: number | null = null
   /** The bytes of a chunked answer's body that came from the upstream so far. */
   private chunkedBytes = 0
+  /** The bytes of a chunked request body passed on so far (proxy/request-body.ts counts them). */
+  chunkedBodyBytes = 0
   /** Sent upstream, and neither its response headers nor its failure has come back yet. */
   private upstreamPending = false
   private clientClosed = false

@@ -39,6 +39,8 @@ export function streamBody(limit: number, idleMs: number) {
   ) => {
     if (declaresTooMuch(request, limit)) return done(payloadTooLarge(limit))
     const counting = request.headers['content-length'] === undefined
+    // The request log's request_bytes of a chunked body (request-log/capture.ts).
+    const exchange = request.exchange
     let seen = 0
     const body = new Transform({
       transform(chunk: Buffer, _encoding, callback: TransformCallback) {
@@ -46,6 +48,7 @@ export function streamBody(limit: number, idleMs: number) {
         if (counting) {
           seen += chunk.length
           if (seen > limit) return callback(new BodyTooLargeError(limit))
+          if (exchange) exchange.chunkedBodyBytes = seen
         }
         callback(null, chunk)
       },

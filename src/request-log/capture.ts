@@ -38,7 +38,7 @@ export interface RequestRecord {
   sourceIp: string
 }
 
-/** A declared length in bytes; 0 when none is declared (a chunked body is counted by the caller). */
+/** A declared length in bytes; 0 when none is declared. */
 function declaredBytes(value: string | number | string[] | undefined): number {
   if (value === undefined) return 0
   const bytes = Number(value)
@@ -73,7 +73,8 @@ export function recordOf(
     status: reply.statusCode,
     code: reply.problemCode,
     durationMs: elapsed,
-    requestBytes: declaredBytes(request.headers['content-length']),
+    // A chunked body has no length but the bytes the proxy passed on (none known elsewhere).
+    requestBytes: declaredBytes(request.headers['content-length']) || (request.exchange?.chunkedBodyBytes ?? 0),
     responseBytes,
     sourceIp: request.ip,
   }

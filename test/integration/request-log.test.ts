@@ -74,6 +74,7 @@ t.test('a record for each kind of answer once the key is known, none before', as
   ).id as string
   const revokedKey = await manage(parent.apiKey, 'POST', `/${sub}/api-keys`, { name: 'old', scopes: ['api:read'] })
   await manage(parent.apiKey, 'POST', `/${sub}/api-keys/${revokedKey.id}/revoke`)
+  const writer = await manage(parent.apiKey, 'POST', `/${sub}/api-keys`, { name: 'w', scopes: ['api:write'] })
 
   // Refused before the key is known: no record.
   const unknownKey = await callAs(gw.url, `tgw_${'x'.repeat(40)}`, { path: '/api/unknown-key' })
@@ -95,6 +96,21 @@ t.test('a record for each kind of answer once the key is known, none before', as
     revoked: await callAs(gw.url, revokedKey.api_key, { path: '/api/with-revoked-key' }),
     chunked: await callAs(gw.url, parent.apiKey, { path: '/api/chunked', acting: sub }),
   }
+  // A body of no declared length (a stream): sent chunked, in two pieces.
+  const streamed: RequestInit & { duplex: 'half' } = {
+    method: 'POST',
+    headers: { authorization: `Bearer ${writer.api_key}` },
+    body: new ReadableStream({
+      start(controller) {
+        controller.enqueue(Buffer.from('u'.repeat(1000)))
+        controller.enqueue(Buffer.from('v'.repeat(2000)))
+        controller.close()
+      },
+    }),
+    duplex: 'half',
+  }
+  const upload = await fetch(`${gw.url}/api/upload`, streamed)
+  t.equal(upload.status, 200, await upload.text())
   let rateLimited: RawResponse | null = null
   for (let i = 0; i < 6 && rateLimited === null; i++) {
     const res = await callAs(gw.url, parent.apiKey, { path: '/api/limited', acting: limited })
@@ -151,6 +167,9 @@ t.test('a record for each kind of answer once the key is known, none before', as
   const chunked = await recordOf(parent.apiKey, idOf(answers.chunked))
   t.equal(answers.chunked.headers['content-length'], undefined, 'the upstream answered chunked')
   t.equal(chunked.response_bytes, 1024, 'a chunked body of two chunks counted whole')
+  const uploaded = await recordOf(parent.apiKey, upload.headers.get('x-request-id')!)
+  t.equal(uploaded.request_bytes, 3000, 'a chunked upload counted as the proxy passed it on')
+  t.equal(uploaded.key_id, writer.id)
   t.equal(
     (await recordOf(parent.apiKey, idOf(answers.upstreamDown))).response_bytes,
     4,
