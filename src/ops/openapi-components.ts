@@ -40,6 +40,8 @@ export const ERROR_RESPONSES = {
   PayloadTooLarge: ['payload_too_large'],
   UnsupportedMediaType: ['unsupported_media_type'],
   StoreUnavailable: ['store_unavailable'],
+  // MANAGEMENT_RATE, every management call's (docs/api.md, Limits).
+  RateLimited: ['rate_limited'],
   Error: ['internal_error'],
   // The request guards' refusals (http/guards.ts), which every path can answer before its route runs.
   HostRefused: ['bad_request'],
@@ -50,7 +52,9 @@ export type ErrorResponse = keyof typeof ERROR_RESPONSES
 
 /** What a response's codes alone do not say. */
 const WHEN: Partial<Record<ErrorResponse, string>> = {
-  HostRefused: 'A second Host header, or a Host that is not a host name or address with an optional port',
+  HostRefused:
+    'No Host header on HTTP/1.1, a second one, or a Host that is not a host name or address with an optional port',
+  RateLimited: "The parent's management calls passed MANAGEMENT_RATE (`violated_policies`: `management.rate`)",
   HeadersTooLarge: 'More than 100 header fields, or more than 16 KiB of them',
 }
 
@@ -67,6 +71,19 @@ export function errorResponse(name: ErrorResponse): OpenAPIV3_1.ResponseObject {
       'Retry-After': {
         description: '`1` on idempotency_key_in_flight: the first request with this Idempotency-Key still runs',
         schema: { type: 'integer' },
+      },
+    }
+  }
+  if (name === 'RateLimited') {
+    response.headers = {
+      'Retry-After': { description: 'whole seconds until a call may succeed', schema: { type: 'integer' } },
+      'RateLimit-Policy': {
+        description: 'the limit: `"management.rate";q=<calls>;w=<seconds>`',
+        schema: { type: 'string' },
+      },
+      RateLimit: {
+        description: 'what is left of it: `"management.rate";r=<left>;t=<seconds>`',
+        schema: { type: 'string' },
       },
     }
   }

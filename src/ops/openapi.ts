@@ -146,10 +146,18 @@ function managementErrors(
   // A write may carry a body whatever its schema: too large, too slow or not JSON is refused before validation.
   if (method !== 'get')
     Object.assign(errors, { 408: 'RequestTimeout', 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType' })
+  errors[429] = 'RateLimited'
   errors[503] = 'StoreUnavailable'
   errors.default = 'Error'
   return errors
 }
+
+/** The 201s whose Location names what was made (docs/api.md): a sub-account, a rolled key, an endpoint. */
+const LOCATED = new Set([
+  '/v1/sub-accounts',
+  '/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll',
+  '/v1/sub-accounts/webhook-endpoints',
+])
 
 const METHODS = new Set(['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'])
 
@@ -183,6 +191,13 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
       for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {
         responses[status] ??= ref('responses', name)
+      }
+      const created = responses[201]
+      if (method === 'post' && LOCATED.has(path) && created !== undefined && !('$ref' in created)) {
+        created.headers = {
+          ...created.headers,
+          Location: { description: 'the path of what was made', schema: { type: 'string' } },
+        }
       }
     }
   }

@@ -171,6 +171,23 @@ t.test('OpenAPI document and docs page', async (t) => {
     )
   })
 
+  t.test("every management call's 429 (MANAGEMENT_RATE), and the Location of what a 201 made", async (t) => {
+    for (const [path, item] of Object.entries(doc.paths as Record<string, Json>)) {
+      if (!path.startsWith('/v1/sub-accounts')) continue
+      for (const [method, op] of Object.entries(item as Record<string, Json>)) {
+        const limited = deref(doc, op.responses['429'])
+        t.match(limited?.description, /rate_limited/, `${method} ${path}: 429`)
+        t.ok(limited?.headers?.['Retry-After'], `${method} ${path}: 429 with Retry-After`)
+      }
+    }
+    for (const path of [
+      '/v1/sub-accounts',
+      '/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll',
+      '/v1/sub-accounts/webhook-endpoints',
+    ])
+      t.ok(doc.paths[path].post.responses['201'].headers?.Location, `POST ${path}: 201 with Location`)
+  })
+
   t.test('`limit` is optional on every list, with the default the server applies', async (t) => {
     const lists = Object.entries(doc.paths as Record<string, Json>).flatMap(([path, item]) => {
       const limit = (item.get?.parameters as Json[] | undefined)?.find((p) => p.in === 'query' && p.name === 'limit')
