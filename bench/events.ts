@@ -158,7 +158,9 @@ async function load(side: Side, seconds: number, o: { timed: boolean; tolerant?:
     p99: percentile(sorted, 0.99),
     cpuMicros: (cpu * 1e6) / sorted.length,
     mainThreadMicros: Number.NaN, // not measured here
+    mainThreadSystemMicros: Number.NaN,
     idleShare: Number.NaN,
+    cpuIdleShares: [],
     statuses,
   }
 }

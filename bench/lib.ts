@@ -655,24 +655,92 @@ const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf
  * which moves with whatever else the machine runs, CPU per request is the server's own cost.
  * `thread: 'main'`: its main thread's alone (the event loop's), not V8's and libuv's other threads.
  */
-export function cpuSeconds(pid: number | undefined, thread: 'all' | 'main' = 'all'): number {
+export function cpuSeconds(
+  pid: number | undefined,
+  thread: 'all' | 'main' = 'all',
+  part: 'both' | 'system' = 'both',
+): number {
   try {
     const stat = thread === 'all' ? `/proc/${pid}/stat` : `/proc/${pid}/task/${pid}/stat`
     // The fields after the command name, which is in parentheses and may hold spaces.
     const fields = readFileSync(stat, 'utf8').split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
+    return ((part === 'both' ? Number(fields[11]) : 0) + Number(fields[12])) / CLOCK_TICKS
   } catch {
     return Number.NaN
   }
 }
 
-/** The machine's CPU time so far, in ticks: all of it, and the idle part (/proc/stat's first line). */
-function machineTicks(): { total: number; idle: number } {
+/** CPU time so far, in ticks, all of it and the idle part: the machine's (/proc/stat's first line), then each CPU's. */
+function machineTicks(): { total: number; idle: number }[] {
   try {
-    const ticks = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.split(/\s+/).slice(1, 9).map(Number)
-    return { total: ticks.reduce((sum, n) => sum + n, 0), idle: ticks[3]! + ticks[4]! }
+    return readFileSync('/proc/stat', 'utf8')
+      .split('\n')
+      .filter((line) => /^cpu\d* /.test(line))
+      .map((line) => {
+        const ticks = line.split(/\s+/).slice(1, 9).map(Number)
+        return { total: ticks.reduce((sum, n) => sum + n, 0), idle: ticks[3]! + ticks[4]! }
+      })
   } catch {
-    return { total: Number.NaN, idle: Number.NaN }
+    return []
+  }
+}
+
+/** The idle share of each of machineTicks' lines between two readings. */
+const idleShares = (before: { total: number; idle: number }[], after: { total: number; idle: number }[]) =>
+  after.map((a, i) => (a.idle - before[i]!.idle) / (a.total - before[i]!.total))
+
+// ---------------------------------------------------------------------------------------------
+// CPU pinning: on a machine of two cores, the server measured and everything else (the load, the
+// upstream, Postgres) take each other's core at moments the scheduler picks. Pinned, the server
+// has a core of its own and the others' CPU no longer counts against it (bench/README.md, the
+// request log: whether it narrows the rounds' spread is not measured yet).
+
+/** Where pinned processes run: `server` the measured one's CPU, `rest` the others'; null when not pinned. */
+export interface Pinning {
+  server: string
+  rest: string
+}
+
+/**
+ * BENCH_PIN=1 (where taskset is and the machine has two CPUs or more): the measured servers on the
+ * first CPU, the rest on the others. Otherwise (the default) wherever the scheduler puts them.
+ */
+export function pinning(): Pinning | null {
+  if (process.env.BENCH_PIN !== '1') return null
+  const cpus = allowedCpus()
+  if (cpus.length < 2) return null
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' })
+  } catch {
+    return null
+  }
+  return { server: String(cpus[0]), rest: cpus.slice(1).join(',') }
+}
+
+/** The ids of the CPUs this process may run on (a cpuset may hold `4-7`, not `0-3`); none off Linux. */
+function allowedCpus(): number[] {
+  try {
+    const list = /^Cpus_allowed_list:\s*(\S+)$/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? ''
+    return list.split(',').flatMap((part) => {
+      const [first, last = first] = part.split('-').map(Number) as [number, number?]
+      return Array.from({ length: last - first + 1 }, (_, i) => first + i)
+    })
+  } catch {
+    return []
+  }
+}
+
+/** The command prefix that starts a process on `cpus` (Wrap.wrap); none when not pinned. */
+export const pinnedTo = (cpus: string | undefined): string[] => (cpus === undefined ? [] : ['taskset', '-c', cpus])
+
+/** Moves running processes, all their threads, onto `cpus`; says which could not be moved (ended, or not ours). */
+export function pin(pids: readonly number[], cpus: string): void {
+  for (const pid of pids) {
+    try {
+      execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' })
+    } catch {
+      console.error(`pinning: process ${pid} was not moved to CPU ${cpus}`)
+    }
   }
 }
 
@@ -721,8 +789,12 @@ export interface Measured {
   cpuMicros: number
   /** The same, its main thread's alone. */
   mainThreadMicros: number
+  /** Of which in the kernel (its system calls: the sockets' reads and writes). */
+  mainThreadSystemMicros: number
   /** The share of the machine's CPU time that was idle meanwhile; NaN off Linux. */
   idleShare: number
+  /** The same, of each CPU (where the pinned processes ran: pinning()); empty off Linux. */
+  cpuIdleShares: number[]
   statuses: Record<string, number>
 }
 
@@ -755,6 +827,7 @@ export async function load(o: {
   const vary = o.vary
   const cpuBefore = cpuSeconds(o.pid)
   const mainBefore = cpuSeconds(o.pid, 'main')
+  const mainSystemBefore = cpuSeconds(o.pid, 'main', 'system')
   const machineBefore = machineTicks()
   autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
   const result = await new Promise<AutocannonResult>((done, fail) => {
@@ -799,6 +872,7 @@ export async function load(o: {
   running = null
   const cpu = cpuSeconds(o.pid) - cpuBefore
   const mainCpu = cpuSeconds(o.pid, 'main') - mainBefore
+  const mainSystem = cpuSeconds(o.pid, 'main', 'system') - mainSystemBefore
   const machineAfter = machineTicks()
   checkInterrupted()
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, { count }]) => [code, count]))
@@ -817,15 +891,18 @@ export async function load(o: {
     p99: percentile(sorted, 0.99),
     cpuMicros: (cpu * 1e6) / requests,
     mainThreadMicros: (mainCpu * 1e6) / requests,
-    idleShare: (machineAfter.idle - machineBefore.idle) / (machineAfter.total - machineBefore.total),
+    mainThreadSystemMicros: (mainSystem * 1e6) / requests,
+    idleShare: idleShares(machineBefore, machineAfter)[0] ?? Number.NaN,
+    cpuIdleShares: idleShares(machineBefore, machineAfter).slice(1),
     statuses,
   }
 }
 
 /** A side's rounds as one row: the medians, and the requests summed. */
 export function medianOf(rounds: Measured[]): Measured {
-  const pick = (key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros' | 'mainThreadMicros' | 'idleShare') =>
-    median(rounds.map((r) => r[key]))
+  const pick = (
+    key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros' | 'mainThreadMicros' | 'mainThreadSystemMicros' | 'idleShare',
+  ) => median(rounds.map((r) => r[key]))
   const requests = rounds.reduce((sum, r) => sum + r.requests, 0)
   return {
     requests,
@@ -834,7 +911,9 @@ export function medianOf(rounds: Measured[]): Measured {
     p99: pick('p99'),
     cpuMicros: pick('cpuMicros'),
     mainThreadMicros: pick('mainThreadMicros'),
+    mainThreadSystemMicros: pick('mainThreadSystemMicros'),
     idleShare: pick('idleShare'),
+    cpuIdleShares: (rounds[0]?.cpuIdleShares ?? []).map((_, cpu) => median(rounds.map((r) => r.cpuIdleShares[cpu]!))),
     statuses: {},
   }
 }

@@ -33,6 +33,10 @@ import {
   metric,
   ms,
   percentile,
+  type Pinning,
+  pin,
+  pinnedTo,
+  pinning,
   reportHead,
   ROUND_COLUMNS,
   roundCells,
@@ -106,12 +110,21 @@ async function proxyOnOff(): Promise<void> {
   const db = await createDatabase('request_log_proxy')
   const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
   const started: Server[] = []
+  // The gateways on a CPU of their own; the load (this process), the upstream and the database's
+  // backends on the others (pinning()).
+  const pins = pinning()
+  if (pins !== null) pin([process.pid], pins.rest)
   try {
-    const upstream = await startUpstream()
+    const upstream = await startUpstream({ wrap: pinnedTo(pins?.rest) })
     started.push(upstream)
     const start = async (retentionDays: number) => {
       const env = { REQUEST_LOG_RETENTION_DAYS: String(retentionDays) }
-      const gateway = await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env })
+      const gateway = await startGateway({
+        databaseUrl: db.url,
+        upstreamUrl: upstream.url,
+        env,
+        wrap: pinnedTo(pins?.server),
+      })
       started.push(gateway)
       return gateway
     }
@@ -142,6 +155,7 @@ async function proxyOnOff(): Promise<void> {
       await fetch(`${gateway.url}/v1/things/1`, { headers: acting.headers }).then((res) => res.text())
       const before = await scrape(gateway.metricsPort)
       const backends = await backendsOf(admin, db.name)
+      if (pins !== null) pin(backends, pins.rest) // the COPY's connection is opened again after a failure
       const postgresBefore = postgresCpu(backends)
       const r = await load({
         url: gateway.url,
@@ -175,7 +189,7 @@ async function proxyOnOff(): Promise<void> {
         const order: SideName[] = r % 2 === 1 ? ['off', 'on'] : ['on', 'off']
         for (const side of order) rounds.push(await measure(side, connections, DURATION, String(r)))
       }
-      reportProxy(rounds, connections)
+      reportProxy(rounds, connections, pins)
     }
     const log = started.map((s) => s.output().trim()).filter((text) => text !== '')
     if (log.length > 0) console.error(`the servers wrote:\n${log.join('\n')}`)
@@ -189,7 +203,9 @@ async function proxyOnOff(): Promise<void> {
   }
 }
 
-function reportProxy(rounds: Round[], connections: number): void {
+const percent = (share: number) => `${(share * 100).toFixed(1)} %`
+
+function reportProxy(rounds: Round[], connections: number, pins: Pinning | null): void {
   const onRounds = rounds.filter((r) => r.side === 'on')
   const offRounds = rounds.filter((r) => r.side === 'off')
   const off = { ...medianOf(offRounds), side: 'off', round: 'median' }
@@ -211,6 +227,9 @@ function reportProxy(rounds: Round[], connections: number): void {
     '',
     `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s)${RATE === undefined ? '' : ` at ${fmt(RATE)} requests/s`}; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
     `two gateway processes of this build on one database, Redis and upstream: off REQUEST_LOG_RETENTION_DAYS=0, on ${CONTROL ? "0 as well (BENCH_CONTROL=1: the bench's own noise)" : RETENTION_DAYS}`,
+    pins === null
+      ? 'not pinned: every process wherever the scheduler puts it (BENCH_PIN=1 pins them)'
+      : `pinned: the gateways on CPU ${pins.server}; the load, the upstream and the database's backends on CPU ${pins.rest} (Redis and the rest of Postgres wherever the scheduler puts them)`,
     '',
     ...table(
       ['side', 'round', ...ROUND_COLUMNS],
@@ -225,8 +244,9 @@ function reportProxy(rounds: Round[], connections: number): void {
       .join(', ')}`,
     `CPU µs/request (medians)  gateway off ${off.cpuMicros.toFixed(1)}, on ${on.cpuMicros.toFixed(1)} (+${(on.cpuMicros - off.cpuMicros).toFixed(1)}); ` +
       `the database's backends off ${postgresOff.toFixed(1)}, on ${postgresOn.toFixed(1)} (+${(postgresOn - postgresOff).toFixed(1)})`,
-    `the gateway's main thread, µs/request (medians)  off ${off.mainThreadMicros.toFixed(1)}, on ${on.mainThreadMicros.toFixed(1)} (+${(on.mainThreadMicros - off.mainThreadMicros).toFixed(1)})`,
-    `machine idle (medians)  off ${(off.idleShare * 100).toFixed(1)} %, on ${(on.idleShare * 100).toFixed(1)} %`,
+    `the gateway's main thread, µs/request (medians)  off ${off.mainThreadMicros.toFixed(1)}, on ${on.mainThreadMicros.toFixed(1)} (+${(on.mainThreadMicros - off.mainThreadMicros).toFixed(1)}); ` +
+      `of which in the kernel off ${off.mainThreadSystemMicros.toFixed(1)}, on ${on.mainThreadSystemMicros.toFixed(1)} (+${(on.mainThreadSystemMicros - off.mainThreadSystemMicros).toFixed(1)})`,
+    `machine idle (medians)  off ${percent(off.idleShare)}, on ${percent(on.idleShare)}; by CPU, off ${off.cpuIdleShares.map(percent).join(' ')}, on ${on.cpuIdleShares.map(percent).join(' ')}`,
     `on's log  ${fmt(written)} records written for ${fmt(requestsOn)} requests of its measured rounds (and their warming requests), ${fmt(dropped)} dropped`,
   )
 }
