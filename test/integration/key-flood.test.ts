@@ -61,7 +61,9 @@ t.test('random well-formed keys at full speed for 10 s: Postgres queries bounded
     [401],
     `every one of the ${flood} flood requests was 401 (${[...statuses].map(([s, n]) => `${s} ×${n}`).join(', ')})`,
   )
-  t.ok(flood > 2 * bound, `the flood (${flood} requests in ${Math.round(elapsedMs)} ms) outran the pace (${bound})`)
+  // More flood keys than the pace allows queries: without the pace, one query a key would pass the
+  // bound. (Not twice as many: a slow machine's flood may not reach that, and once is enough.)
+  t.ok(flood > bound, `the flood (${flood} requests in ${Math.round(elapsedMs)} ms) outran the pace (${bound})`)
   t.ok(queries <= bound, `${queries} Postgres queries for ${flood} flood requests, at most ${bound}`)
   t.ok(digests >= flood, `yet every flood key was looked up (${digests} digests)`)
   t.ok(realStatuses.length >= 10, `${realStatuses.length} real keys tried during the flood`)
