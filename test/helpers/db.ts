@@ -1,5 +1,8 @@
 // A fresh Postgres database per test file, on the machine's real server, dropped afterwards.
 import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import postgres from 'postgres'
 import type { Sql } from '../../src/store/db.js'
 import { migrate } from '../../src/store/migrate.js'
@@ -58,4 +61,16 @@ export async function freshDatabase(t: TestLike, options: { migrated?: boolean }
   })
   if (options.migrated !== false) await migrate(sql)
   return { url: url.toString(), sql }
+}
+
+/**
+ * A folder for the embedded database (PGlite), removed after every teardown registered later.
+ * Not t.testdir: tap removes that before the test's teardowns run, so a store still open (the
+ * app's last writes) wrote into a folder being deleted, and its close then hung.
+ */
+export function embeddedDataDir(t: TestLike): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tgw-embedded-'))
+  // Teardowns run last registered first: this one after the test's own close.
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
 }

@@ -5,11 +5,12 @@ import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { openStore } from '../../src/store/db.js'
 import { migrate } from '../../src/store/migrate.js'
+import { embeddedDataDir } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { createParent } from '../helpers/gateway.js'
 
 t.test('a create replayed on the embedded database', async (t) => {
-  const store = await openStore({ databaseUrl: undefined, dataDir: t.testdir({}) })
+  const store = await openStore({ databaseUrl: undefined, dataDir: embeddedDataDir(t) })
   await migrate(store.sql)
   const config = loadConfig({ ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, MANAGEMENT_RATE: '1000000/1s' })
   const app = await buildApp({ config, store, logger: false })

@@ -9,7 +9,7 @@ import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { openStore } from '../../src/store/db.js'
 import { postgresAddress, startRelay, viaPort } from '../faults/relay.js'
-import { freshDatabase } from '../helpers/db.js'
+import { embeddedDataDir, freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { metricValue, startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
@@ -149,7 +149,7 @@ t.test('503 while draining, stores up or not', async (t) => {
 })
 
 t.test('the embedded database (no DATABASE_URL) is reached like a real one', async (t) => {
-  const store = await openStore({ databaseUrl: undefined, dataDir: t.testdir({}) })
+  const store = await openStore({ databaseUrl: undefined, dataDir: embeddedDataDir(t) })
   const config = loadConfig({ ENCRYPTION_KEY: TEST_ENCRYPTION_KEY })
   const embedded = await buildApp({ config, store, logger: false })
   t.teardown(async () => {
