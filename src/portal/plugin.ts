@@ -62,6 +62,18 @@ function embedderOf(referer: string | undefined): string | null {
   }
 }
 
+/**
+ * The origins that may frame the page: a link of the earlier shape names its session in the query,
+ * whose parent's portal origins may; else the embedder its Referer names, if an active parent
+ * lists it. Null: none may.
+ */
+async function allowedAncestors(sql: Sql, session: unknown, referer: string | undefined): Promise<string[] | null> {
+  if (typeof session === 'string' && isUuid(session)) return portalOriginsOfSession(sql, session)
+  const embedder = embedderOf(referer)
+  if (embedder === null) return null
+  return (await isPortalOrigin(sql, embedder)) ? [embedder] : null
+}
+
 function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
   return reply
     .header('content-security-policy', csp)
@@ -85,18 +97,11 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
     `${PORTAL_PREFIX}/`,
     { schema: { hide: true } },
     async (request, reply) => {
-      const session = request.query.session
-      const embedder = embedderOf(request.headers.referer)
       // Postgres slow or away: the page still loads, and no one may frame it (the safe side).
-      const origins =
-        typeof session === 'string' && isUuid(session)
-          ? await withDeadline(portalOriginsOfSession(sql, session), MANAGEMENT_DEADLINE_MS).catch(() => null)
-          : embedder === null
-            ? null
-            : await withDeadline(isPortalOrigin(sql, embedder), MANAGEMENT_DEADLINE_MS).then(
-                (listed) => (listed ? [embedder] : null),
-                () => null,
-              )
+      const origins = await withDeadline(
+        allowedAncestors(sql, request.query.session, request.headers.referer),
+        MANAGEMENT_DEADLINE_MS,
+      ).catch(() => null)
       // Framed by the parent's pages only; revalidated on every load, never stored elsewhere.
       const { body, gzip, etag } = pageFor(await assets())
       secureHeaders(reply, portalCsp(origins)).type('text/html; charset=utf-8').header('cache-control', 'no-store')
