@@ -204,6 +204,8 @@ async function proxyOnOff(): Promise<void> {
 }
 
 const percent = (share: number) => `${(share * 100).toFixed(1)} %`
+/** A difference with its sign, + or −: the control's sides differ either way. */
+const difference = (on: number, off: number) => `${on >= off ? '+' : '−'}${Math.abs(on - off).toFixed(1)}`
 
 function reportProxy(rounds: Round[], connections: number, pins: Pinning | null): void {
   const onRounds = rounds.filter((r) => r.side === 'on')
@@ -242,10 +244,10 @@ function reportProxy(rounds: Round[], connections: number, pins: Pinning | null)
     `          req/s round by round (their median ${median(roundRatios).toFixed(3)}, which a drift of the machine between rounds moves least): ${roundRatios
       .map((r) => r.toFixed(3))
       .join(', ')}`,
-    `CPU µs/request (medians)  gateway off ${off.cpuMicros.toFixed(1)}, on ${on.cpuMicros.toFixed(1)} (+${(on.cpuMicros - off.cpuMicros).toFixed(1)}); ` +
-      `the database's backends off ${postgresOff.toFixed(1)}, on ${postgresOn.toFixed(1)} (+${(postgresOn - postgresOff).toFixed(1)})`,
-    `the gateway's main thread, µs/request (medians)  off ${off.mainThreadMicros.toFixed(1)}, on ${on.mainThreadMicros.toFixed(1)} (+${(on.mainThreadMicros - off.mainThreadMicros).toFixed(1)}); ` +
-      `of which in the kernel off ${off.mainThreadSystemMicros.toFixed(1)}, on ${on.mainThreadSystemMicros.toFixed(1)} (+${(on.mainThreadSystemMicros - off.mainThreadSystemMicros).toFixed(1)})`,
+    `CPU µs/request (medians)  gateway off ${off.cpuMicros.toFixed(1)}, on ${on.cpuMicros.toFixed(1)} (${difference(on.cpuMicros, off.cpuMicros)}); ` +
+      `the database's backends off ${postgresOff.toFixed(1)}, on ${postgresOn.toFixed(1)} (${difference(postgresOn, postgresOff)})`,
+    `the gateway's main thread, µs/request (medians)  off ${off.mainThreadMicros.toFixed(1)}, on ${on.mainThreadMicros.toFixed(1)} (${difference(on.mainThreadMicros, off.mainThreadMicros)}); ` +
+      `of which in the kernel off ${off.mainThreadSystemMicros.toFixed(1)}, on ${on.mainThreadSystemMicros.toFixed(1)} (${difference(on.mainThreadSystemMicros, off.mainThreadSystemMicros)})`,
     `machine idle (medians)  off ${percent(off.idleShare)}, on ${percent(on.idleShare)}; by CPU, off ${off.cpuIdleShares.map(percent).join(' ')}, on ${on.cpuIdleShares.map(percent).join(' ')}`,
     `on's log  ${fmt(written)} records written for ${fmt(requestsOn)} requests of its measured rounds (and their warming requests), ${fmt(dropped)} dropped`,
   )
