@@ -3,8 +3,9 @@
 import { Redis } from 'ioredis'
 import { REDIS_CONNECTION } from '../../src/cache/settings.js'
 import { limitKeys } from '../../src/limits/keys.js'
+import type { LeaseTimings } from '../../src/limits/lease-store.js'
 import { Limiter } from '../../src/limits/limiter.js'
-import type { LimitSubject, LoadMonthUse } from '../../src/limits/types.js'
+import type { LimiterMetrics, LimitSubject, LoadMonthUse } from '../../src/limits/types.js'
 import { sleep } from './poll.js'
 import type { TestLike } from './test-like.js'
 
@@ -25,17 +26,59 @@ export async function agedRedis(redis: Redis, prefix: string): Promise<void> {
   for (const key of limitKeys.incarnations(prefix)) await redis.set(key, born)
 }
 
+/**
+ * When replicas were degraded (Redis unusable: each enforced its limits alone), from the gauge's
+ * changes: a bound that allows for degraded mode's own allowance needs how long it lasted.
+ */
+export class DegradedSpells {
+  /** Spells begun, over all replicas. */
+  count = 0
+  private longest = 0
+  private readonly since = new Map<number, number>()
+
+  metricsOf(replica: number): LimiterMetrics {
+    return {
+      degraded: (down) => {
+        const now = preciseNow()
+        if (down) {
+          this.count++
+          this.since.set(replica, now)
+          return
+        }
+        const from = this.since.get(replica)
+        if (from !== undefined) this.longest = Math.max(this.longest, now - from)
+        this.since.delete(replica)
+      },
+    }
+  }
+
+  /** The longest spell of any replica, ms; one not over yet counts up to now. */
+  longestMs(): number {
+    const now = preciseNow()
+    return Math.max(this.longest, ...[...this.since.values()].map((from) => now - from))
+  }
+}
+
 export function replicas(
   t: TestLike,
   count: number,
-  options: { url: string; prefix: string; loadMonthUse?: LoadMonthUse; sweepEveryMs?: number },
+  options: {
+    url: string
+    prefix: string
+    loadMonthUse?: LoadMonthUse
+    sweepEveryMs?: number
+    timings?: Partial<LeaseTimings>
+    spells?: DegradedSpells
+  },
 ): Limiter[] {
-  return Array.from({ length: count }, () => {
+  return Array.from({ length: count }, (_, replica) => {
     const limiter = new Limiter({
       redis: limiterClient(t, options.url),
       keyPrefix: options.prefix,
       loadMonthUse: options.loadMonthUse ?? (async () => 0),
       ...(options.sweepEveryMs === undefined ? {} : { sweepEveryMs: options.sweepEveryMs }),
+      ...(options.timings === undefined ? {} : { timings: options.timings }),
+      ...(options.spells === undefined ? {} : { metrics: options.spells.metricsOf(replica) }),
     })
     t.teardown(() => limiter.close())
     return limiter

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { limitKeys } from '../../src/limits/keys.js'
 import type { LimitSubject } from '../../src/limits/types.js'
-import { agedRedis, offer, replicas, worstWindow } from '../helpers/limits.js'
+import { agedRedis, DegradedSpells, offer, replicas, worstWindow } from '../helpers/limits.js'
 import { sleep } from '../helpers/poll.js'
 import { REDIS_URL, redisClient, redisPrefix, requireRedis } from '../helpers/redis.js'
 
@@ -21,7 +21,11 @@ const subject = (tenantId: string, limits: Partial<LimitSubject['limits']>): Lim
 t.test('a rate offered twice over, spread over 3 replicas: never over, at least 95 % once warm', async (t) => {
   const rate = { requests: 100, perSeconds: 1 }
   const subjects = [subject('rate-1', { rate })]
-  const limiters = replicas(t, 3, { url: REDIS_URL, prefix })
+  // This measures how the replicas share a rate, not how fast Redis answers: the replicas and the
+  // load share one event loop, which a busy machine can stall past a lease call's 250 ms, and a
+  // replica whose call timed out enforces the rate alone (degraded), as it should.
+  const spells = new DegradedSpells()
+  const limiters = replicas(t, 3, { url: REDIS_URL, prefix, timings: { callTimeoutMs: 2_000 }, spells })
   await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
   t.ok(
     limiters.every((limiter) => limiter.isWarm(subjects)),
@@ -39,10 +43,7 @@ t.test('a rate offered twice over, spread over 3 replicas: never over, at least 
       `(bound ${(rate.requests + (rate.requests * worst.seconds) / rate.perSeconds).toFixed(1)})`,
   )
   t.ok(warm >= 0.95 * allowed, `${warm} of ${allowed} admitted once warm`)
-  t.notOk(
-    limiters.some((limiter) => limiter.degraded),
-    'Redis answered throughout',
-  )
+  t.equal(spells.count, 0, 'Redis answered throughout: no replica was ever degraded')
 })
 
 t.test('a quota spent from two replicas: exactly M pass, whatever the interleaving', async (t) => {
