@@ -3,7 +3,6 @@
 // after it listens: a start that fails earlier must not spend the only showing of the key.
 // It stands in for the operator's `accounts create`, and writes what that writes: the first key's
 // api_key.created, by the operator (docs/decisions.md, Events).
-import { writeSync } from 'node:fs'
 import { recordFirstKey } from './auth/key-changes.js'
 import { createParentWithKey } from './auth/mint.js'
 import { operatorOrigin } from './events/record.js'
@@ -11,10 +10,11 @@ import type { Sql } from './store/db.js'
 import { countTenants } from './store/tenants.js'
 import { inTransaction } from './store/transaction.js'
 
-/** One whole line on stdout, written synchronously so that no log line can interleave with it. */
-const toStdout = (line: string) => writeSync(1, line)
-
-export async function bootstrapEmbedded(sql: Sql, print: (line: string) => void = toStdout): Promise<void> {
+/**
+ * `print` writes one whole line: main.ts passes the log's own stream, so that the line follows
+ * the lines logged before it (`Server listening`), which pino writes asynchronously.
+ */
+export async function bootstrapEmbedded(sql: Sql, print: (line: string) => void): Promise<void> {
   const created = await inTransaction(sql, async (tx) => {
     // Serialised against a concurrent bootstrap; only an empty database gets an account.
     await tx`lock table tenants in exclusive mode`

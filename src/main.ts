@@ -2,6 +2,7 @@
 // close-with-grace on signals.
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
+import { pino } from 'pino'
 import { buildApp } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
 import { checkRedisAtStart } from './cache/redis-connection.js'
@@ -63,6 +64,9 @@ async function main(): Promise<void> {
           holder: 'the request log',
         })
   const metrics = createMetrics({ processMetrics: true })
+  // The log's stdout, as pino makes it by default (written asynchronously), held here so that the
+  // embedded bootstrap's key line goes out through it, after the lines logged before (bootstrap.ts).
+  const logStream = pino.destination({ dest: 1, sync: false })
   let app: Awaited<ReturnType<typeof buildApp>>
   try {
     // Before anything is asked of Postgres: without DATABASE_URL's key, nothing could be signed.
@@ -77,7 +81,7 @@ async function main(): Promise<void> {
       ...(logStore === null ? {} : { requestLogStore: logStore }),
       routes,
       metrics,
-      logger: loggerOptions(config.logLevel),
+      logger: { ...loggerOptions(config.logLevel), stream: logStream },
     })
   } catch (err) {
     await logStore?.close()
@@ -134,7 +138,7 @@ async function main(): Promise<void> {
       )
     // Only once both ports are bound: a start that fails before has created no account whose key
     // was never shown (docs/decisions.md, The bootstrap account).
-    if (store.embedded) await bootstrapEmbedded(store.sql)
+    if (store.embedded) await bootstrapEmbedded(store.sql, (line) => logStream.write(line))
   } catch (err) {
     // Close the store (and the embedded database's lock) before the process exits.
     await shutdown()
