@@ -693,7 +693,7 @@ const idleShares = (before: { total: number; idle: number }[], after: { total: n
 // CPU pinning: on a machine of two cores, the server measured and everything else (the load, the
 // upstream, Postgres) take each other's core at moments the scheduler picks. Pinned, the server
 // has a core of its own and the others' CPU no longer counts against it (bench/README.md, the
-// request log: whether it narrows the rounds' spread is not measured yet).
+// request log: it steadies the control, not the spread of on/off).
 
 /** Where pinned processes run: `server` the measured one's CPU, `rest` the others'; null when not pinned. */
 export interface Pinning {
@@ -873,7 +873,7 @@ export async function load(o: {
   const cpu = cpuSeconds(o.pid) - cpuBefore
   const mainCpu = cpuSeconds(o.pid, 'main') - mainBefore
   const mainSystem = cpuSeconds(o.pid, 'main', 'system') - mainSystemBefore
-  const machineAfter = machineTicks()
+  const idle = idleShares(machineBefore, machineTicks())
   checkInterrupted()
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, { count }]) => [code, count]))
   const unexpected = Object.keys(statuses).filter((code) => !(o.allowed ?? [200]).includes(Number(code)))
@@ -892,8 +892,8 @@ export async function load(o: {
     cpuMicros: (cpu * 1e6) / requests,
     mainThreadMicros: (mainCpu * 1e6) / requests,
     mainThreadSystemMicros: (mainSystem * 1e6) / requests,
-    idleShare: idleShares(machineBefore, machineAfter)[0] ?? Number.NaN,
-    cpuIdleShares: idleShares(machineBefore, machineAfter).slice(1),
+    idleShare: idle[0] ?? Number.NaN,
+    cpuIdleShares: idle.slice(1),
     statuses,
   }
 }

@@ -2,8 +2,8 @@
 // script and stylesheet under /portal/assets, and its API under /portal/api, served with the
 // console (CONSOLE=on). The page's Content-Security-Policy is the
 // console's, but for `frame-ancestors`: the embedding page's origin, named by its Referer, when a
-// parent allows it (portal_origins, set by the operator), `'none'` otherwise. The link's token is
-// in the fragment, which never reaches the gateway, so the page cannot know whose session it opens.
+// parent allows it (portal_origins, set by the operator), `'none'` otherwise: the link's token is
+// in the fragment, which never reaches the gateway (links of the earlier shape name their session).
 import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { type Asset, type ConsoleAssets, portalAssets, served } from '../console/assets.js'
