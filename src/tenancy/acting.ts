@@ -69,9 +69,11 @@ export async function resolveActingTenant(
     return own
   }
   if (target.kind === 'self') return own
-  if (target.kind === 'id' && target.id === own.id) return own
 
   if (!isParentKey) {
+    // A sub-account may name itself by any of its names; a parent names itself only as `self`,
+    // for its own UUID is no sub-account of it (docs/api.md, the acting header).
+    if (target.kind === 'id' && target.id === own.id) return own
     if (target.kind === 'ext' && own.externalId !== null && target.externalId === own.externalId) return own
     throw new ApiError('acting_tenant_forbidden', 'a sub-account key may act only as its own account')
   }

@@ -192,13 +192,6 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
       outcome: (method) => (method === 'GET' ? asOwner : { status: 400, code: 'acting_tenant_required' }),
     },
     { name: 'parent with active sub-accounts, self', key: owner.apiKey, acting: 'self', outcome: always(asOwner) },
-    { name: 'parent naming its own UUID', key: owner.apiKey, acting: owner.id, outcome: always(asOwner) },
-    {
-      name: 'parent naming its own UUID in upper case',
-      key: owner.apiKey,
-      acting: owner.id.toUpperCase(),
-      outcome: always(asOwner),
-    },
     // Acting as an own sub-account.
     {
       name: 'parent acting as its active sub-account by UUID',
@@ -234,6 +227,20 @@ t.test('the acting header on every proxied method (docs/api.md)', async (t) => {
     { name: 'parent naming another parent', key: owner.apiKey, acting: stranger.id, outcome: forbidden },
     { name: 'parent naming an unknown UUID', key: owner.apiKey, acting: unknownUuid, outcome: forbidden },
     { name: 'parent naming an unknown ext:', key: owner.apiKey, acting: 'ext:nobody', outcome: forbidden },
+    // The parent's own UUID is no sub-account of it: it names itself as `self` only.
+    { name: 'parent naming its own UUID', key: owner.apiKey, acting: owner.id, outcome: forbidden },
+    {
+      name: 'parent naming its own UUID in upper case',
+      key: owner.apiKey,
+      acting: owner.id.toUpperCase(),
+      outcome: forbidden,
+    },
+    {
+      name: 'parent with no sub-account naming its own UUID',
+      key: lonely.apiKey,
+      acting: lonely.id,
+      outcome: forbidden,
+    },
     {
       name: 'parent with no sub-account naming an unknown UUID',
       key: lonely.apiKey,

@@ -299,7 +299,9 @@ t.test('the acting header on management', async (t) => {
   const cases: [Record<string, string | string[]>, number, string | null][] = [
     [{ 'x-service-acting-tenant': 'self' }, 201, null],
     [{ 'X-SERVICE-ACTING-TENANT': 'self' }, 201, null],
-    [{ 'x-service-acting-tenant': owner.id.toUpperCase() }, 201, null],
+    // The parent's own UUID names no sub-account of it (docs/api.md, the acting header).
+    [{ 'x-service-acting-tenant': owner.id }, 403, 'acting_tenant_forbidden'],
+    [{ 'x-service-acting-tenant': owner.id.toUpperCase() }, 403, 'acting_tenant_forbidden'],
     [{ 'x-service-acting-tenant': '' }, 400, 'acting_tenant_malformed'],
     [{ 'x-service-acting-tenant': 'self, self' }, 400, 'acting_tenant_malformed'],
     [{ 'x-service-acting-tenant': ['self', 'self'] }, 400, 'acting_tenant_malformed'],
