@@ -144,8 +144,11 @@ function actingOutcome(keyOf: 'owner' | 'sub', method: string, lines: string[]):
   else if (value.startsWith('ext:') && EXTERNAL_ID.test(value.slice(4))) target = { ext: value.slice(4) }
   else return malformed
   const forbidden = refuse(403, 'acting_tenant_forbidden')
-  if ('id' in target && target.id === own.id) return pass(own.id)
-  if (keyOf === 'sub') return 'ext' in target && target.ext === own.externalId ? pass(own.id) : forbidden
+  // A sub-account key may name itself by its UUID or ext:; a parent's own UUID is no sub-account of it.
+  if (keyOf === 'sub') {
+    const itself = 'id' in target ? target.id === own.id : target.ext === own.externalId
+    return itself ? pass(own.id) : forbidden
+  }
   const sub = ownSubs.find((s) => ('id' in target ? s.id === target.id : s.externalId === target.ext))
   if (sub === undefined) return forbidden
   return sub.status === 'active' ? pass(sub.id) : refuse(403, 'acting_tenant_deactivated')
