@@ -1,7 +1,7 @@
 // An upstream to try the gateway with (`npm run echo-upstream`): it answers every request with
 // what the gateway let through, as JSON: the method, the path, the X-Service-* headers and the
 // request id it received, and whether an Authorization header reached it (it never should).
-// It listens on 127.0.0.1:9000, the embedded gateway's default upstream; ECHO_PORT moves it.
+// It listens on 127.0.0.1:9000 (the README's UPSTREAM_URL); ECHO_PORT moves it.
 import { createServer } from 'node:http'
 
 const port = Number(process.env.ECHO_PORT ?? 9000)

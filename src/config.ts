@@ -44,10 +44,8 @@ export interface Config {
   readonly redis: RedisTarget | undefined
   /** Prefix of the gateway's Redis keys and invalidation channel (REDIS_KEY_PREFIX, default tgw:). */
   readonly redisKeyPrefix: string
-  /** The catch-all's upstream: UPSTREAM_URL, or EMBEDDED_UPSTREAM_URL (see `upstreamUrlIsDefault`). */
+  /** The catch-all's upstream (UPSTREAM_URL); none when unset, whatever the database. */
   readonly upstreamUrl: string | undefined
-  /** True when UPSTREAM_URL is unset and the embedded database's default stands in for it. */
-  readonly upstreamUrlIsDefault: boolean
   readonly gatewayConfigPath: string
   /** The parsed route table document; its routes are validated by the proxy. */
   readonly gatewayConfig: Readonly<Record<string, unknown>>
@@ -177,26 +175,6 @@ function parseWebhookRetrySchedule(env: Env): RetrySchedule {
   }
 }
 
-/**
- * Where an embedded gateway with nothing to proxy to sends every other path: the address of
- * `npm run echo-upstream` (scripts/echo-upstream.ts), so that a first `npm start` proxies
- * something (docs/decisions.md, The first run's upstream).
- */
-export const EMBEDDED_UPSTREAM_URL = 'http://127.0.0.1:9000'
-
-/** The embedded database's default applies only when nothing else says where to proxy. */
-function upstreamOf(env: Env, databaseUrl: string | undefined, gatewayConfig: Record<string, unknown>) {
-  const set = parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:'])
-  if (set !== undefined) return { upstreamUrl: set, upstreamUrlIsDefault: false }
-  const routes = gatewayConfig.routes
-  const nothingToProxyTo =
-    databaseUrl === undefined &&
-    (routes === undefined || routes === null || (Array.isArray(routes) && routes.length === 0))
-  return nothingToProxyTo
-    ? { upstreamUrl: EMBEDDED_UPSTREAM_URL, upstreamUrlIsDefault: true }
-    : { upstreamUrl: undefined, upstreamUrlIsDefault: false }
-}
-
 export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   const logLevel = (read(env, 'LOG_LEVEL') ?? 'info') as LogLevel
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -214,7 +192,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
     redis: parseRedisTarget(env),
     redisKeyPrefix: parseRedisKeyPrefix(env),
-    ...upstreamOf(env, databaseUrl, gatewayConfig),
+    upstreamUrl: parseUrl(env, 'UPSTREAM_URL', ['http:', 'https:']),
     gatewayConfigPath,
     gatewayConfig: Object.freeze(gatewayConfig),
     logLevel,

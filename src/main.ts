@@ -131,11 +131,6 @@ async function main(): Promise<void> {
       await new Promise((resolve) => metricsServer.close(resolve))
     })
     await listening('PORT', config.port, config.host, () => app.listen({ port: config.port, host: config.host }))
-    if (config.upstreamUrlIsDefault)
-      app.log.info(
-        { upstream: config.upstreamUrl },
-        'UPSTREAM_URL is unset: the embedded default takes every proxied path (npm run echo-upstream serves it)',
-      )
     // Only once both ports are bound: a start that fails before has created no account whose key
     // was never shown (docs/decisions.md, The bootstrap account).
     if (store.embedded) await bootstrapEmbedded(store.sql, (line) => logStream.write(line))

@@ -71,11 +71,10 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
     'printed once the server listens',
   )
   t.equal(first.stdout().split(apiKey!).length - 1, 1, 'the key is printed exactly once (not in any log line)')
-  t.match(
-    first.stdout(),
-    /"upstream":"http:\/\/127\.0\.0\.1:9000","msg":"UPSTREAM_URL is unset: the embedded default/,
-    'no UPSTREAM_URL and no routes: the log names the default upstream',
-  )
+  // No UPSTREAM_URL and no route (as shipped): nothing is proxied, embedded or not.
+  const unrouted = await fetch(`${first.base}/v1/shipments/1`, { headers: { authorization: `Bearer ${apiKey}` } })
+  t.equal(unrouted.status, 404, 'a path no route takes')
+  t.match(await unrouted.json(), { code: 'route_not_found' })
   // It stands in for `accounts create`: the audit log opens with its first key's event, by the operator.
   const opening = await fetch(`${first.base}/v1/sub-accounts/events`, {
     headers: { authorization: `Bearer ${apiKey}` },

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import t from 'tap'
-import { ConfigError, EMBEDDED_UPSTREAM_URL, loadConfig } from '../../src/config.js'
+import { ConfigError, loadConfig } from '../../src/config.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
 
 const ROOT = new URL('../../', import.meta.url).pathname
@@ -11,8 +11,7 @@ t.test('defaults of docs/configuration.md', async (t) => {
   t.equal(config.host, '0.0.0.0')
   t.equal(config.databaseUrl, undefined)
   t.equal(config.redis, undefined)
-  t.equal(config.upstreamUrl, 'http://127.0.0.1:9000', 'embedded, no routes: the echo upstream')
-  t.equal(config.upstreamUrlIsDefault, true)
+  t.equal(config.upstreamUrl, undefined, 'no catch-all, embedded or not')
   t.equal(config.logLevel, 'info')
   t.equal(config.metricsPort, 9091)
   t.match(config.dataDir, /\.data$/)
@@ -47,33 +46,19 @@ t.test('values are read', async (t) => {
   t.equal(config.dataDir, '/tmp/d')
 })
 
-t.test('UPSTREAM_URL: the echo upstream stands in only for an embedded gateway with nothing to proxy to', async (t) => {
-  const dir = t.testdir({
-    'empty.yaml': '',
-    'no-routes.yaml': 'routes: []\n',
-    'routes.yaml': 'routes:\n  - prefix: /v1/shipments\n    upstream: http://shipments:8080\n',
-  })
+t.test('UPSTREAM_URL unset: no catch-all, whatever the database and the route table', async (t) => {
+  const dir = t.testdir({ 'empty.yaml': '', 'no-routes.yaml': 'routes: []\n' })
   const at = (file: string) => join(dir, file)
-  const embedded = (file: string) => loadConfig({ GATEWAY_CONFIG: at(file) }, ROOT)
   for (const file of ['empty.yaml', 'no-routes.yaml']) {
-    const config = embedded(file)
-    t.equal(config.upstreamUrl, EMBEDDED_UPSTREAM_URL, `${file}: the default`)
-    t.equal(config.upstreamUrlIsDefault, true)
-    t.same(
-      loadRouteTable(config.gatewayConfig, config.upstreamUrl).map((r) => `${r.prefix} ${r.upstream}`),
-      ['/ http://127.0.0.1:9000'],
-      `${file}: one catch-all to it`,
-    )
+    for (const env of [{}, { DATABASE_URL: 'postgres://u@db/x' }]) {
+      const config = loadConfig({ ...env, GATEWAY_CONFIG: at(file) }, ROOT)
+      const what = `${file}, ${'DATABASE_URL' in env ? 'Postgres' : 'embedded'}`
+      t.equal(config.upstreamUrl, undefined, `${what}: no upstream`)
+      t.same(loadRouteTable(config.gatewayConfig, config.upstreamUrl), [], `${what}: no route, so 404 route_not_found`)
+    }
   }
-  const routed = embedded('routes.yaml')
-  t.equal(routed.upstreamUrl, undefined, 'a route table of its own: no default')
-  t.equal(routed.upstreamUrlIsDefault, false)
-  const withPostgres = loadConfig({ DATABASE_URL: 'postgres://u@db/x', GATEWAY_CONFIG: at('empty.yaml') }, ROOT)
-  t.equal(withPostgres.upstreamUrl, undefined, 'DATABASE_URL: never a default')
-  t.equal(withPostgres.upstreamUrlIsDefault, false)
   const named = loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:3000', GATEWAY_CONFIG: at('empty.yaml') }, ROOT)
   t.equal(named.upstreamUrl, 'http://127.0.0.1:3000', 'UPSTREAM_URL set: that one')
-  t.equal(named.upstreamUrlIsDefault, false)
 })
 
 t.test('a bad value is one line that names the variable', async (t) => {
