@@ -6,11 +6,10 @@
 // tokens exactly as fast as it ends the key.
 import { LRUCache } from 'lru-cache'
 import type { Keyring } from '../signing-keys/keyring.js'
-import { ApiError } from '../errors.js'
 import type { Tally } from '../ops/fast-metrics.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
 import type { KeyRecord, TenancyLookups } from '../tenancy/lookups.js'
-import { type Principal, principalOfKey } from './authenticate.js'
+import { type Principal, principalOfKey, unauthenticated } from './authenticate.js'
 import { scopeCovers } from './scopes.js'
 
 /** RFC 9068 §2.1: the JOSE header's `typ` of an access token. */
@@ -57,10 +56,6 @@ export function looksLikeAccessToken(value: string): boolean {
   return first > 0 && value.indexOf('.', first + 1) > first && !value.startsWith('tgw')
 }
 
-function invalidToken(detail: string): ApiError {
-  return new ApiError('unauthenticated', detail, { headers: { 'www-authenticate': 'Bearer error="invalid_token"' } })
-}
-
 const INVALID = 'the access token is invalid or has expired'
 
 export interface AccessTokensOptions {
@@ -91,15 +86,15 @@ export class AccessTokens {
 
   /** The verified token, from memory or by a signature check; throws 401 unauthenticated. */
   private async verify(token: string): Promise<VerifiedToken> {
-    if (token.length > MAX_ACCESS_TOKEN_LENGTH) throw invalidToken('the access token is too large')
+    if (token.length > MAX_ACCESS_TOKEN_LENGTH) throw unauthenticated('the access token is too large')
     const now = Date.now()
     const known = this.verified.get(token)
     if (known !== undefined) {
       if (this.stillUsable(known, now)) return known
       this.verified.delete(token)
-      throw invalidToken(INVALID)
+      throw unauthenticated(INVALID)
     }
-    if (!JWS_COMPACT.test(token)) throw invalidToken('the access token is malformed')
+    if (!JWS_COMPACT.test(token)) throw unauthenticated('the access token is malformed')
     const verified = await this.check(token, now)
     const ttl = verified.usableUntilMs - now
     if (ttl > 0) this.verified.set(token, verified, { ttl })
@@ -120,7 +115,7 @@ export class AccessTokens {
       })
     } catch {
       invalid.inc()
-      throw invalidToken(INVALID)
+      throw unauthenticated(INVALID)
     }
     const { payload, kid } = result
     const { sub, client_id: clientId, tenant_id: tenantId, scope, iat, exp } = payload as Record<string, unknown>
@@ -139,7 +134,7 @@ export class AccessTokens {
       exp - iat > MAX_ACCESS_TOKEN_TTL_SECONDS
     ) {
       invalid.inc()
-      throw invalidToken(INVALID)
+      throw unauthenticated(INVALID)
     }
     valid.inc()
     return {
@@ -163,7 +158,7 @@ export class AccessTokens {
     const key = await lookups.keyById(verified.keyId)
     // A token whose tenant_id is not its key's was not made from this key: not a valid token.
     if (key !== null && key.tenantId !== verified.tenantId)
-      throw invalidToken('the access token was not issued to its key')
+      throw unauthenticated('the access token was not issued to its key')
     const principal = await principalOfKey(key, lookups)
     return {
       key: narrowed(verified, principal.key),

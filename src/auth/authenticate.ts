@@ -16,7 +16,11 @@ export interface Principal {
 
 const WWW_AUTHENTICATE = { 'www-authenticate': 'Bearer' }
 
-function unauthenticated(detail: string): ApiError {
+/**
+ * The one refusal of a credential that does not authenticate: missing, malformed, unknown,
+ * revoked, or an access token that fails its own checks (docs/api.md, Authentication).
+ */
+export function unauthenticated(detail: string): ApiError {
   return new ApiError('unauthenticated', detail, { headers: WWW_AUTHENTICATE })
 }
 

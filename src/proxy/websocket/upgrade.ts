@@ -6,6 +6,7 @@ import type { IncomingMessage } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket } from 'ws'
+import { unauthenticated } from '../../auth/authenticate.js'
 import { ApiError } from '../../errors.js'
 import { upstreamHeaders } from '../headers.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
@@ -68,10 +69,7 @@ export function handshakeProblem(request: FastifyRequest): ApiError | undefined 
  */
 export function beginUpgrade(request: FastifyRequest): ApiError | undefined {
   const offered = offeredProtocols(request.headers['sec-websocket-protocol'])
-  if (offered.bearerEntries > 1)
-    return new ApiError('unauthenticated', 'offer one tgw.bearer.<credential> subprotocol, not several', {
-      headers: { 'www-authenticate': 'Bearer' },
-    })
+  if (offered.bearerEntries > 1) return unauthenticated('offer one tgw.bearer.<credential> subprotocol, not several')
   const credentialFromProtocol = offered.credential !== null && request.headers.authorization === undefined
   if (credentialFromProtocol) request.headers.authorization = `Bearer ${offered.credential}`
   upgrades.set(request.raw, {
