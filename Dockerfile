@@ -37,6 +37,10 @@ COPY package.json package-lock.json ./
 # hasInstallScript in package-lock.json); .ci/docker-check fails if one ever gets one.
 RUN --mount=type=cache,target=/root/.npm,sharing=locked \
     npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+# The one install step the image needs: postgres.js mended as `postinstall` mends it in a checkout
+# (scripts/patch-postgres.mjs; docs/decisions.md, postgres.js as installed).
+COPY scripts/patch-postgres.mjs ./scripts/
+RUN node scripts/patch-postgres.mjs
 
 # --- runtime -------------------------------------------------------------------------------------
 FROM ${NODE_IMAGE} AS runtime

@@ -246,6 +246,8 @@ t.test('filters: sub-account, key, status and class, code, route, time; bad ones
   const b = (await manage(parent.apiKey, 'POST', '', { name: 'b' })).id as string
   const bKey = await manage(parent.apiKey, 'POST', `/${b}/api-keys`, { name: 'b key', scopes: ['api:read'] })
   const before = new Date().toISOString()
+  // A record's time is Date.now() less the request's elapsed time: up to a millisecond early.
+  await new Promise((resolve) => setTimeout(resolve, 5))
   await callAs(gw.url, parent.apiKey, { path: '/api/a1', acting: a })
   await callAs(gw.url, parent.apiKey, { path: '/api/fail', acting: a })
   await callAs(gw.url, parent.apiKey, { method: 'POST', path: '/api/a-write', acting: a, body: 'x' })

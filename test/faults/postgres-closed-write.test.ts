@@ -1,0 +1,51 @@
+// postgres.js as installed (scripts/patch-postgres.mjs mends 3.4.9): a query written to a
+// connection that has closed is refused with CONNECTION_CLOSED, not written to a null socket in a
+// setImmediate (an uncaught TypeError that ends the process), and the pool's connections work
+// afterwards. Plain sql.begin, without store/transaction.ts's guard, on a real Postgres whose
+// backend is ended under the transaction (pg_terminate_backend).
+import postgres from 'postgres'
+import t from 'tap'
+import { freshDatabase } from '../helpers/db.js'
+import { watchCrashes } from './crashes.js'
+
+const crashes = watchCrashes(t)
+const db = await freshDatabase(t, { migrated: false })
+await db.sql`create table written (n int)`
+// One connection: the one lost is the one the next transaction gets.
+const pool = postgres(db.url, { max: 1, fetch_types: false, onnotice: () => {} })
+t.teardown(() => pool.end({ timeout: 1 }))
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const codeOf = (err: unknown) => String((err as { code?: unknown }).code)
+
+for (const [what, goOn] of [
+  ['makes another query', async (tx: postgres.TransactionSql) => void (await tx`insert into written values (2)`)],
+  ['ends without one (COMMIT)', async () => {}],
+  ['fails (ROLLBACK)', async () => Promise.reject(new Error('the callback failed'))],
+] as const) {
+  t.test(`sql.begin whose connection is lost while the callback waits, which then ${what}`, async (t) => {
+    const name = `closed write: ${what}`
+    let afterLoss: string | null = null
+    const outcome = await pool
+      .begin(async (tx) => {
+        await tx`select set_config('application_name', ${name}, false)`
+        await tx`insert into written values (1)`
+        await db.sql`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${name}`
+        await sleep(100) // not a query: the connection closes meanwhile
+        await goOn(tx).then(
+          () => (afterLoss = 'went on'),
+          (err) => {
+            afterLoss = codeOf(err)
+            throw err
+          },
+        )
+      })
+      .then(() => 'committed', codeOf)
+    t.equal(outcome, 'CONNECTION_CLOSED', 'the transaction fails with the connection')
+    await sleep(300) // a write on the closed socket would run in a setImmediate by now
+    t.same(crashes, [], 'nothing escaped to the process')
+    if (what === 'makes another query') t.equal(afterLoss, 'CONNECTION_CLOSED', 'the query after the loss is refused')
+    t.same(await db.sql`select n from written`, [], 'nothing was written')
+    t.equal((await pool`select 1 as one`)[0]?.one, 1, 'the pool serves the next query')
+    t.equal((await pool.begin(async (tx) => tx`select 2 as two`))[0]?.two, 2, 'and the next transaction')
+  })
+}
