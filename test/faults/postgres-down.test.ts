@@ -46,8 +46,8 @@ const gw = await startGateway(t, {
   redis: false,
   upstreamUrl: upstream.url,
   cacheTimings: { localTtlMs: LOCAL_TTL_MS, negativeTtlMs: LOCAL_TTL_MS },
-  // No usage flush while the relay cuts: a flush is a transaction, and a connection closed in the
-  // middle of one crashes postgres.js 3.4.9 (postgres-reset.test.ts). Usage is not under test here.
+  // No usage flush while the relay cuts: a connection closed in the middle of a flush is
+  // postgres-reset.test.ts's subject. Usage is not under test here.
   usageFlushIntervalMs: 3_600_000,
   relays: [relay],
 })
