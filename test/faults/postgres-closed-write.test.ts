@@ -16,6 +16,7 @@ const pool = postgres(db.url, { max: 1, fetch_types: false, onnotice: () => {} }
 t.teardown(() => pool.end({ timeout: 1 }))
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const codeOf = (err: unknown) => String((err as { code?: unknown }).code)
+const CONNECTION_LOST = ['CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'ECONNRESET', 'EPIPE']
 
 for (const [what, goOn] of [
   ['makes another query', async (tx: postgres.TransactionSql) => void (await tx`insert into written values (2)`)],
@@ -43,7 +44,9 @@ for (const [what, goOn] of [
     t.equal(outcome, 'CONNECTION_CLOSED', 'the transaction fails with the connection')
     await sleep(300) // a write on the closed socket would run in a setImmediate by now
     t.same(crashes, [], 'nothing escaped to the process')
-    if (what === 'makes another query') t.equal(afterLoss, 'CONNECTION_CLOSED', 'the query after the loss is refused')
+    // CONNECTION_CLOSED once the pool has seen the close; on a slow machine the query may go out first.
+    if (what === 'makes another query')
+      t.ok(CONNECTION_LOST.includes(String(afterLoss)), `the query after the loss is refused (${afterLoss})`)
     t.same(await db.sql`select n from written`, [], 'nothing was written')
     t.equal((await pool`select 1 as one`)[0]?.one, 1, 'the pool serves the next query')
     t.equal((await pool.begin(async (tx) => tx`select 2 as two`))[0]?.two, 2, 'and the next transaction')
