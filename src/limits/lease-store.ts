@@ -84,17 +84,26 @@ interface LeaseCommands {
 /** Connecting, not down: a call waits for the connection, within its own deadline. */
 const CONNECTING = new Set(['wait', 'connecting', 'connect'])
 
-/** Sends `send()` once `redis` is ready, and fails it if no answer came within `ms` of the start. */
+/**
+ * Sends `send()` once `redis` is ready, and fails it if no answer came within `ms` of the start.
+ * The failure waits one turn of the event loop past its timer (timers run before I/O is read): an
+ * answer that arrived while this process was stalled (a long collection, a starved CPU) is read
+ * first, so that the stall is not taken for a slow Redis and the replica does not degrade for it.
+ */
 async function within<T>(redis: RedisClient, send: () => Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
+  let turn: NodeJS.Immediate | undefined
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`lease call unanswered after ${ms} ms`)), ms)
+    timer = setTimeout(() => {
+      turn = setImmediate(() => reject(new Error(`lease call unanswered after ${ms} ms`)))
+    }, ms)
   })
   try {
     if (CONNECTING.has(redis.status)) await Promise.race([once(redis, 'ready'), late])
     return await Promise.race([send(), late])
   } finally {
     clearTimeout(timer)
+    clearImmediate(turn)
   }
 }
 

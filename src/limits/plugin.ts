@@ -29,7 +29,9 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
     const meter = app.usageMeter
     // A connection of its own: the cache's gives a command 50 ms, and a lease call that misses its
     // deadline sends the replica into its degraded mode (each replica on its own: k replicas may
-    // admit k times a limit). A lease call is background work, so it gets the lease store's 250 ms.
+    // admit k times a limit). A lease call is background work, so it gets the lease store's 250 ms,
+    // which the store judges itself (lease-store.ts, within): ioredis's own timeout, twice that,
+    // only ends a command that is never answered, and must not fail an answer already arrived.
     const redis =
       target === undefined
         ? null
@@ -37,7 +39,7 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
             ...REDIS_CONNECTION,
             enableOfflineQueue: false,
             maxRetriesPerRequest: 0,
-            commandTimeout: { ...DEFAULT_LEASE_TIMINGS, ...timings }.callTimeoutMs,
+            commandTimeout: 2 * { ...DEFAULT_LEASE_TIMINGS, ...timings }.callTimeoutMs,
           })
     // Failures are counted by the limiter (tgw_limit_lease_failures_total) and logged nowhere else.
     redis?.on('error', () => {})

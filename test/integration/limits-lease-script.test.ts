@@ -1,9 +1,10 @@
 // The rate lease script (src/limits/scripts.ts) called directly on the machine's Redis: a replica
 // that spent its lease and renews it cannot get the room back as if the bucket had refilled into
-// it meanwhile (docs/architecture.md, limits: tokens plus leases out never exceed N).
+// it meanwhile (docs/architecture.md, limits: tokens plus leases out never exceed N). And the lease
+// store's deadline (src/limits/lease-store.ts) does not fail an answer that came in time.
 import t from 'tap'
 import { limitKeys } from '../../src/limits/keys.js'
-import { RedisLeaseStore } from '../../src/limits/lease-store.js'
+import { DEFAULT_LEASE_TIMINGS, RedisLeaseStore } from '../../src/limits/lease-store.js'
 import { agedRedis } from '../helpers/limits.js'
 import { sleep } from '../helpers/poll.js'
 import { redisClient, redisPrefix, requireRedis } from '../helpers/redis.js'
@@ -67,4 +68,38 @@ t.test("a rate's extra is charged to a bucket rebuilt since the caller's epoch, 
   await redis.del(key)
   const most = await store.rate({ ...call(key), keep: 0, wanted: 0, extra: 3 * N, epoch: first.epoch })
   t.equal(most.tokens, 0, 'a debt beyond the bucket is not charged')
+})
+
+t.test("a lease call answered while this process was stalled past the call's deadline is not failed", async (t) => {
+  const callTimeoutMs = 50
+  const store = new RedisLeaseStore(redis, prefix, { ...DEFAULT_LEASE_TIMINGS, callTimeoutMs })
+  const key = limitKeys.rate(prefix, 'stalled')
+  await store.rate({ ...call(key), keep: 0, wanted: 0 }) // the script loaded: one round trip below
+  const pending = store.rate({ ...call(key), keep: 0, wanted: 10 })
+  // The call is on the socket; this process does nothing for three deadlines (a long collection, a
+  // starved CPU) while Redis answers. The deadline's timer then runs before the answer is read.
+  const stallUntil = performance.now() + 3 * callTimeoutMs
+  while (performance.now() < stallUntil) {}
+  const answer = await pending.then(
+    (reply) => reply,
+    (err: Error) => err,
+  )
+  t.notOk(answer instanceof Error, `answered, not failed (${answer instanceof Error ? answer.message : 'granted'})`)
+  t.equal((answer as { granted: number }).granted, 10)
+  // A Redis that does answer late still fails the call, at its deadline.
+  const blocker = redisClient(t)
+  const blocked = blocker.eval(
+    "local s = redis.call('TIME') local n repeat n = redis.call('TIME') until (n[1] - s[1]) * 1000000 + n[2] - s[2] >= 200000 return 1",
+    0,
+  )
+  let redisFree = false
+  void blocked.then(() => (redisFree = true))
+  await sleep(20)
+  const late = await store.rate({ ...call(key), keep: 0, wanted: 1 }).then(
+    () => null,
+    (err: Error) => err.message,
+  )
+  t.match(late, /unanswered after 50 ms/, 'a Redis busy for 200 ms fails the call')
+  t.notOk(redisFree, 'at its deadline, before Redis is free again')
+  await blocked
 })
