@@ -21,9 +21,9 @@ const subject = (tenantId: string, limits: Partial<LimitSubject['limits']>): Lim
 t.test('a rate offered twice over, spread over 3 replicas: never over, at least 95 % once warm', async (t) => {
   const rate = { requests: 100, perSeconds: 1 }
   const subjects = [subject('rate-1', { rate })]
-  // This measures how the replicas share a rate, not how fast Redis answers: the replicas and the
-  // load share one event loop, which a busy machine can stall past a lease call's 250 ms, and a
-  // replica whose call timed out enforces the rate alone (degraded), as it should.
+  // This measures how the replicas share a rate, not how fast Redis answers: a busy machine can
+  // keep Redis from answering within a lease call's 250 ms, and a replica whose call timed out
+  // enforces the rate alone (degraded), as it should.
   const spells = new DegradedSpells()
   const limiters = replicas(t, 3, { url: REDIS_URL, prefix, timings: { callTimeoutMs: 2_000 }, spells })
   await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
