@@ -12,6 +12,7 @@ import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
 import type { Metrics } from '../../src/ops/metrics.js'
 import { openOneConnection, openStore, type Sql, type Store } from '../../src/store/db.js'
+import { closeUnderWay } from './close-watch.js'
 import { freshDatabase, type TestDatabase } from './db.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
@@ -112,6 +113,27 @@ export async function createParent(sql: Sql, options: { name?: string; scopes?: 
     })
     return { id: account.id, apiKey: scoped.apiKey, keyId: scoped.row.id }
   })
+}
+
+/**
+ * How long a gateway's close may take before the test fails naming what it waits on: closes take
+ * well under a second, and a hook waiting on a store gives up within its own few seconds.
+ */
+const CLOSE_LIMIT_MS = 60_000
+
+/** Closes `app`, or fails past `limitMs` with what the close still waits on (close-watch.ts). */
+async function closedWithin(app: FastifyInstance, limitMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(async () => {
+      reject(new Error(`the gateway's close did not end within ${limitMs} ms:\n${await closeUnderWay(app)}`))
+    }, limitMs)
+  })
+  try {
+    await Promise.race([app.close(), late])
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 /** Makes `app` ready, or closes it and rethrows. */
@@ -221,7 +243,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       for (const relay of options.relays ?? []) if (relay.mode() !== 'pass') await relay.restore()
       try {
         app.readiness.draining = true
-        await app.close()
+        await closedWithin(app, CLOSE_LIMIT_MS)
       } finally {
         await logStore?.close()
         await store.close()
