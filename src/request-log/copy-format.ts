@@ -200,10 +200,17 @@ export class CopyBuffer {
   /** Texts, null ones as SQL NULL. */
   texts(values: readonly (string | null)[], hasNull = false): void {
     const start = this.arrayHead('text', values.length, hasNull)
+    // A row's methods, routes and addresses mostly repeat the record before's: its bytes again.
+    let lastBytes = 0
     for (let i = 0; i < values.length; i++) {
       const value = values[i]!
       if (value === null) this.null()
-      else this.textValue(value)
+      else if (i > 0 && value === values[i - 1]) this.repeat(lastBytes)
+      else {
+        const at = this.at
+        this.textValue(value)
+        lastBytes = this.at - at
+      }
     }
     this.arrayEnd(start)
   }
