@@ -67,6 +67,12 @@ export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, opt
     return sendCached(request, reply, body, gzip, etag)
   })
 
+  // The page's path has no trailing slash; typed or linked with one, it is sent there.
+  app.get(`${CONSOLE_PREFIX}/`, hidden, async (request, reply) => {
+    const query = request.url.indexOf('?')
+    return reply.redirect(`${CONSOLE_PREFIX}${query === -1 ? '' : request.url.slice(query)}`, 308)
+  })
+
   app.get<{ Params: { name: string } }>(`${CONSOLE_ASSETS}/:name`, hidden, async (request, reply) => {
     const current = await assets()
     const found: Asset | undefined = [current.script, current.style].find((a) => a.name === request.params.name)

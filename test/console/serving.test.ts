@@ -106,6 +106,15 @@ t.test('with a catch-all route, the console path is never proxied while the cons
   const gateway = await startGateway(t, { listen: false, upstreamUrl: upstream.url })
   const parent = await gateway.createParent()
   t.equal((await gateway.call(parent.apiKey, { method: 'GET', url: '/console' })).statusCode, 200)
+  // With its slash, as a browser's user may type it: sent to the page, its query kept.
+  for (const [url, location] of [
+    ['/console/', '/console'],
+    ['/console/?tab=keys', '/console?tab=keys'],
+  ]) {
+    const res = await gateway.call(parent.apiKey, { method: 'GET', url })
+    t.equal(res.statusCode, 308, `${url}: redirected`)
+    t.equal(res.headers.location, location, `${url}: to the page`)
+  }
   for (const url of ['/console/x', '/Console/assets/x', '/console./x']) {
     const res = await gateway.call(parent.apiKey, { method: 'GET', url })
     t.equal(problemOf(res).code, 'route_not_found', `${url}: the gateway's, not proxied`)
