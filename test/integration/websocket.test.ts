@@ -131,6 +131,8 @@ t.test('each refusal is an HTTP answer (problem+json), and the connection closes
       400,
       'websocket_not_enabled',
     ],
+    // Once the key is known: a stranger learns nothing of the route.
+    ['a route without websocket: true, no key', '/plain/x', {}, 401, 'unauthenticated'],
     ['another protocol', '/live/x', { authorization: `Bearer ${reader.apiKey}`, upgrade: 'h2c' }, 400, 'bad_request'],
     [
       'a bad version',

@@ -3,15 +3,9 @@
 // credential when there is no Authorization. On any other route, once the key is known:
 // 400 websocket_not_enabled (a caller without a valid key learns nothing of the route but 401).
 // A request that is not an upgrade passes with a property read or two.
-import type { FastifyReply } from 'fastify'
 import { ApiError } from '../../errors.js'
 import type { StepFactory } from '../checks.js'
 import { asksForWebSocket, beginUpgrade, handshakeProblem, isUpgrade } from '../websocket/upgrade.js'
-
-/** An upgrade's connection ends with its answer when it is not upgraded (http-proxy destroys it): say so. */
-function answeredThenClosed(reply: FastifyReply): void {
-  reply.header('connection', 'close')
-}
 
 function notEnabled(prefix: string): ApiError {
   return new ApiError('websocket_not_enabled', `the route ${prefix} does not carry WebSockets`)
@@ -21,9 +15,8 @@ export const websocketUpgradeStep: StepFactory = (route) => {
   if (route.websocket === null) return null
   return {
     name: 'websocket upgrade',
-    check(request, reply) {
+    check(request) {
       if (!isUpgrade(request.raw)) return undefined
-      answeredThenClosed(reply)
       return handshakeProblem(request) ?? beginUpgrade(request)
     },
   }
@@ -34,9 +27,8 @@ export const websocketRefusalStep: StepFactory = (route) => {
   return {
     name: 'websocket refusal',
     // Node flags an upgrade only when some route listens for them; without one, the header tells.
-    check(request, reply) {
+    check(request) {
       if (!isUpgrade(request.raw) && !asksForWebSocket(request.headers.upgrade)) return undefined
-      answeredThenClosed(reply)
       return notEnabled(route.prefix)
     },
   }
