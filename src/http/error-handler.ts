@@ -2,7 +2,7 @@
 // are mapped onto the error catalogue (errors.ts), then answered as problem+json (docs/api.md).
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode } from '../errors.js'
-import { isUpgrade } from '../proxy/websocket/upgrade.js'
+import { asksForWebSocket, isUpgrade } from '../proxy/websocket/upgrade.js'
 import { type AjvErrorLike, fieldErrors } from './validation-errors.js'
 
 /** Fastify's own errors, by code, mapped onto the catalogue. */
@@ -58,9 +58,10 @@ export function toApiError(err: FastifyError): ApiError | null {
 
 /** The error handler: problem+json, and no internals on a 5xx. */
 export function sendError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  // A refused upgrade's connection ends with its answer (http-proxy destroys the socket it was
-  // handed, on any route): the answer says so.
-  if (isUpgrade(request.raw)) reply.header('connection', 'close')
+  // A refused upgrade's connection ends with its answer, and the answer says so: http-proxy
+  // destroys every socket Node handed it as an upgrade; without a route that carries WebSockets,
+  // Node hands none, and the header itself closes the connection.
+  if (isUpgrade(request.raw) || asksForWebSocket(request.headers.upgrade)) reply.header('connection', 'close')
   const apiError = toApiError(err)
   if (apiError === null) {
     request.log.error({ err }, 'unhandled error')

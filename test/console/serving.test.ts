@@ -145,9 +145,11 @@ t.test('CONSOLE=off: no console, its path is like any other', async (t) => {
     'unauthenticated',
     'proxied: a key is needed',
   )
-  const passed = await proxied.call(parent.apiKey, { method: 'GET', url: '/console' })
-  t.equal(passed.statusCode, 200)
-  t.equal(upstream.received.at(-1)?.url, '/console', 'with a catch-all: proxied like any path')
+  for (const url of ['/console', '/console/']) {
+    const passed = await proxied.call(parent.apiKey, { method: 'GET', url })
+    t.equal(passed.statusCode, 200)
+    t.equal(upstream.received.at(-1)?.url, url, `${url}: with a catch-all, proxied like any path`)
+  }
 })
 
 t.test('CONSOLE is on or off', async (t) => {

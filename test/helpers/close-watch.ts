@@ -19,31 +19,44 @@ subscribe('fastify.initialization', (message) => {
   let count = 0
   const addHook = fastify.addHook as unknown as AddHook
   const watched: AddHook = function (name, hook) {
-    if (name !== 'onClose') return addHook.call(this, name, hook)
+    // What fastify refuses or turns into a function itself (a disposable object) goes as it came.
+    if (name !== 'onClose' || typeof hook !== 'function' || (isAsync(hook) && hook.length === 3))
+      return addHook.call(this, name, hook)
     const id = count++
     const where = addedAt(new Error().stack ?? '')
-    // The same arity as the hook's: avvio passes a callback only to a hook that takes two arguments.
+    const ended = () => underWay.delete(id)
+    // The same arity as the hook's (avvio passes a callback only to a hook that takes two
+    // arguments), and the same outcome: a hook that returns at once, or throws, still does.
     const wrapped =
       hook.length >= 2
         ? function (this: unknown, instance: unknown, done: (err?: unknown) => void) {
             underWay.set(id, where)
             hook.call(this, instance, (err?: unknown) => {
-              underWay.delete(id)
+              ended()
               done(err)
             })
           }
-        : async function (this: unknown, instance: unknown) {
+        : function (this: unknown, instance: unknown) {
             underWay.set(id, where)
+            let result: unknown
             try {
-              return await hook.call(this, instance)
-            } finally {
-              underWay.delete(id)
+              result = hook.call(this, instance)
+            } catch (err) {
+              ended()
+              throw err
             }
+            if (isThenable(result)) return Promise.resolve(result).finally(ended)
+            ended()
+            return result
           }
     return addHook.call(this, name, wrapped)
   }
   fastify.addHook = watched as unknown as FastifyInstance['addHook']
 })
+
+const isAsync = (hook: AnyHook) => hook.constructor.name === 'AsyncFunction'
+const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  typeof (value as { then?: unknown } | null)?.then === 'function'
 
 /** The first frame of `stack` outside this file and the dependencies: where a hook was added. */
 function addedAt(stack: string): string {
@@ -56,6 +69,9 @@ function addedAt(stack: string): string {
   return frame?.trim().replace(/^at /, '') ?? 'unknown'
 }
 
+/** What only addHook's onClose hooks are watched leaves out. */
+const NONE_WATCHED = "none watched (then a preClose hook, a plugin's own onClose() handler or the server's close)"
+
 /**
  * What a close that has not ended waits on: its onClose hooks under way (where they were added),
  * the server's open connections, and the process's active resources by kind.
@@ -66,7 +82,7 @@ export async function closeUnderWay(app: FastifyInstance): Promise<string> {
   const resources = new Map<string, number>()
   for (const kind of process.getActiveResourcesInfo()) resources.set(kind, (resources.get(kind) ?? 0) + 1)
   return [
-    `onClose hooks under way: ${hooks.length === 0 ? 'none (the server close itself)' : hooks.join('; ')}`,
+    `onClose hooks under way: ${hooks.length === 0 ? NONE_WATCHED : hooks.join('; ')}`,
     `server: ${app.server.listening ? 'listening' : 'not listening'}, ${connections} connections open`,
     `active resources: ${[...resources].map(([kind, n]) => `${kind} ×${n}`).join(', ')}`,
   ].join('\n')

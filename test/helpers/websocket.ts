@@ -2,8 +2,9 @@
 // each upgrade it accepted, a client that opens a socket through the gateway, and a raw upgrade
 // whose refusal is read as the HTTP answer it must be.
 import { randomBytes } from 'node:crypto'
-import { createServer, type IncomingHttpHeaders, request as httpRequest } from 'node:http'
+import { createServer, type IncomingHttpHeaders } from 'node:http'
 import { WebSocket, WebSocketServer } from 'ws'
+import { rawExchange, requestBytes } from './hostile.js'
 import type { TestLike } from './test-like.js'
 import { listenOnLoopback } from './upstream.js'
 
@@ -120,36 +121,26 @@ export interface UpgradeAnswer {
   ended: boolean
 }
 
-/** A raw upgrade request, read as the HTTP answer a refusal is (rejects if the upgrade succeeds). */
-export function refusedUpgrade(url: string, headers: Record<string, string> = {}): Promise<UpgradeAnswer> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, {
-      // A connection of its own: the gateway closes it after a refused upgrade.
-      agent: false,
-      headers: {
-        connection: 'Upgrade',
-        upgrade: 'websocket',
-        'sec-websocket-version': '13',
-        'sec-websocket-key': randomBytes(16).toString('base64'),
-        ...headers,
-      },
-    })
-    req.on('upgrade', (res, socket) => {
-      socket.destroy()
-      reject(new Error(`upgraded (${res.statusCode}) where a refusal was expected`))
-    })
-    req.on('response', (res) => {
-      let body = ''
-      res.setEncoding('utf8')
-      res.on('data', (chunk: string) => (body += chunk))
-      res.on('end', () => {
-        const socket = res.socket
-        const answer = (ended: boolean) => resolve({ status: res.statusCode!, headers: res.headers, body, ended })
-        if (socket === null || socket.destroyed) answer(true)
-        else socket.once('close', () => answer(true)).setTimeout(2000, () => answer(false))
-      })
-    })
-    req.on('error', reject)
-    req.end()
-  })
+/**
+ * A raw upgrade request on a connection of its own, read as the HTTP answer a refusal is (rejects
+ * if the upgrade succeeds); `ended` only if the gateway itself closed the connection within 2 s.
+ */
+export async function refusedUpgrade(url: string, headers: Record<string, string> = {}): Promise<UpgradeAnswer> {
+  const { host, port, pathname, search } = new URL(url)
+  const sent: Record<string, string> = {
+    host,
+    connection: 'Upgrade',
+    upgrade: 'websocket',
+    'sec-websocket-version': '13',
+    'sec-websocket-key': randomBytes(16).toString('base64'),
+  }
+  for (const [name, value] of Object.entries(headers)) sent[name.toLowerCase()] = value
+  const bytes = requestBytes({ method: 'GET', target: `${pathname}${search}`, headers: Object.entries(sent) })
+  const { responses, closedByServer } = await rawExchange(Number(port), bytes, { waitMs: 2000 })
+  const answer = responses[0]
+  if (answer === undefined) throw new Error(`no answer to the upgrade of ${url}`)
+  if (answer.status === 101) throw new Error('upgraded (101) where a refusal was expected')
+  const answerHeaders: IncomingHttpHeaders = {}
+  for (const name of Object.keys(answer.headers)) answerHeaders[name] = answer.header(name)
+  return { status: answer.status, headers: answerHeaders, body: answer.body, ended: closedByServer }
 }

@@ -187,6 +187,28 @@ t.test('each refusal is an HTTP answer (problem+json), and the connection closes
   t.equal(await open('/live'), 0, 'nothing opened')
 })
 
+// Without a route that carries WebSockets Node flags no upgrade and hands none to http-proxy:
+// the refusal's own Connection: close is what ends the connection.
+t.test('a gateway with no WebSocket route refuses an upgrade, and closes its connection', async (t) => {
+  const before = upstream.upgrades.length
+  const plainOnly = await startGateway(t, {
+    database: gw.database,
+    gatewayConfig: { routes: [{ prefix: '/plain', upstream: upstream.url, scopes: { read: ['live:read'] } }] },
+  })
+  const cases: [string, Record<string, string>, number, string][] = [
+    ['with a key', { authorization: `Bearer ${reader.apiKey}` }, 400, 'websocket_not_enabled'],
+    ['without a key', {}, 401, 'unauthenticated'],
+  ]
+  for (const [what, headers, status, code] of cases) {
+    const answer = await refusedUpgrade(`${plainOnly.url}/plain/x`, headers)
+    t.equal(answer.status, status, `${what}: ${status}`)
+    t.equal(problem(answer.body).code, code, `${what}: ${code}`)
+    t.equal(answer.headers.connection, 'close', `${what}: Connection: close`)
+    t.ok(answer.ended, `${what}: the gateway closed the connection`)
+  }
+  t.equal(upstream.upgrades.length, before, 'the upstream saw no upgrade')
+})
+
 t.test('the rate limit refuses an upgrade as any request: 429 rate_limited', async (t) => {
   const client = await clientKey(gw.url, parent, ['live:read'])
   const limits = await callAs(gw.url, parent.apiKey, {

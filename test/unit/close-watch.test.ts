@@ -33,6 +33,36 @@ t.test('a close names the hooks it waits on, then none', async (t) => {
   t.notOk(closed, 'the close waits on it')
   endAsync()
   await closing
-  t.match(await closeUnderWay(app), /onClose hooks under way: none/, 'none once the close ends')
+  t.match(await closeUnderWay(app), /onClose hooks under way: none watched/, 'none once the close ends')
   t.match(await closeUnderWay(app), /server: not listening, 0 connections open/)
 })
+
+t.test(
+  'what fastify refuses or makes a hook of itself, and a hook that returns at once, behave as unwatched',
+  async (t) => {
+    const app = Fastify()
+    t.throws(
+      // biome-ignore lint/suspicious/noExplicitAny: a shape fastify's types rule out, as a plugin might still pass it
+      () => app.addHook('onClose', (async (_a: unknown, _b: unknown, _c: unknown) => {}) as any),
+      { code: 'FST_ERR_HOOK_INVALID_ASYNC_HANDLER' },
+      'an async hook that also takes a callback is refused when added',
+    )
+    let disposed = false
+    const disposable = {
+      [Symbol.asyncDispose]: async () => {
+        disposed = true
+      },
+    }
+    // biome-ignore lint/suspicious/noExplicitAny: fastify 5 takes a disposable object as an onClose hook
+    app.addHook('onClose', disposable as any)
+    let ranAtOnce = false
+    app.addHook('onClose', () => {
+      ranAtOnce = true
+    })
+    await app.ready()
+    await app.close()
+    t.ok(disposed, 'a disposable object is disposed at close')
+    t.ok(ranAtOnce, 'a hook that returns at once ran')
+    t.match(await closeUnderWay(app), /onClose hooks under way: none watched/)
+  },
+)
