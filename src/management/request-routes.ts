@@ -36,10 +36,10 @@ function instant(value: string | undefined, name: 'since' | 'until'): Date | nul
   return date
 }
 
-/** `404` or `4xx`. */
+/** `404`, or `4xx` in either case. */
 function statusFilter(status: string | undefined): RequestFilter['status'] {
   if (status === undefined) return null
-  return status.endsWith('xx') ? { class: Number(status[0]) } : { exact: Number(status) }
+  return /xx$/i.test(status) ? { class: Number(status[0]) } : { exact: Number(status) }
 }
 
 /** The filters of a query, checked (400 for a bad time or range); the tenant, position and size are the caller's. */

@@ -17,7 +17,10 @@ export const RequestsQuery = Type.Object(
     ),
     key_id: Type.Optional(Type.String({ pattern: UUID_PATTERN })),
     status: Type.Optional(
-      Type.String({ pattern: '^[1-5]([0-9]{2}|xx)$', description: 'a status (`404`) or a class (`4xx`)' }),
+      Type.String({
+        pattern: '^[1-5]([0-9]{2}|[xX]{2})$',
+        description: 'a status (`404`) or a class (`4xx`)',
+      }),
     ),
     code: Type.Optional(Type.String({ pattern: '^[a-z][a-z_]{0,63}$', description: 'the problem code of a refusal' })),
     route: Type.Optional(

@@ -260,6 +260,12 @@ t.test('filters: sub-account, key, status and class, code, route, time; bad ones
   t.same(await paths(`?sub_account_id=${a.toUpperCase()}`), ['/api/a-write', '/api/fail', '/api/a1'])
   t.same(await paths(`?key_id=${bKey.id}`), ['/api/b1'])
   t.same(await paths(`?sub_account_id=${a}&status=5xx`), ['/api/fail'])
+  const capitals = await requests(parent.apiKey, `?sub_account_id=${a}&status=5XX`)
+  t.equal(capitals.status, 200, 'a class in capitals, as often written')
+  t.same(
+    (capitals.json().data as JsonBody[] | undefined)?.map((r) => r.path),
+    ['/api/fail'],
+  )
   t.same(await paths(`?sub_account_id=${a}&status=403`), ['/api/a-write'])
   t.same(await paths(`?sub_account_id=${a}&status=4xx&code=insufficient_scope`), ['/api/a-write'])
   t.same(await paths(`?sub_account_id=${a}&status=2xx&route=/api`), ['/api/a1'])
