@@ -67,9 +67,11 @@ export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, opt
     return sendCached(request, reply, body, gzip, etag)
   })
 
-  // The page's path has no trailing slash; typed or linked with one, it is sent there.
+  // The page's path has no trailing slash; typed or linked with one, it is sent there. Not kept
+  // by browsers (a 308 is, by default): with CONSOLE=off the path may be an upstream's.
   app.get(`${CONSOLE_PREFIX}/`, hidden, async (request, reply) => {
     const query = request.url.indexOf('?')
+    reply.header('cache-control', 'no-cache')
     return reply.redirect(`${CONSOLE_PREFIX}${query === -1 ? '' : request.url.slice(query)}`, 308)
   })
 

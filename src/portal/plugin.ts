@@ -125,8 +125,10 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
   )
 
   // The link's path is /portal/; without its slash, the page's relative URLs would resolve above it.
+  // Kept by no browser, as the page is not (a 308 is, by default; an old link's query names a session).
   app.get(PORTAL_PREFIX, { schema: { hide: true } }, async (request, reply) => {
     const query = request.url.indexOf('?')
+    reply.header('cache-control', 'no-store')
     return reply.redirect(`${PORTAL_PREFIX}/${query === -1 ? '' : request.url.slice(query)}`, 308)
   })
 

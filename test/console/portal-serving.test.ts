@@ -48,6 +48,19 @@ t.test('the page links its hashed script and stylesheet, nothing inline', async 
   t.equal(problemOf(await off.call(null, { method: 'GET', url: '/portal/' })).code, 'route_not_found', 'CONSOLE=off')
 })
 
+t.test('/portal, without its slash, redirects to the page, its query kept, for no browser to keep', async (t) => {
+  const gateway = await startGateway(t, { listen: false })
+  for (const [url, location] of [
+    ['/portal', '/portal/'],
+    ['/portal?session=abc', '/portal/?session=abc'],
+  ]) {
+    const res = await gateway.call(null, { method: 'GET', url })
+    t.equal(res.statusCode, 308, `${url}: redirected`)
+    t.equal(res.headers.location, location, `${url}: to the page`)
+    t.equal(res.headers['cache-control'], 'no-store', `${url}: not kept`)
+  }
+})
+
 t.test("the portal's bundle: the console's UI and preact, no uPlot, no server module", async (t) => {
   const { inputs, script } = await bundleConsole('portal')
   t.ok(

@@ -114,6 +114,7 @@ t.test('with a catch-all route, the console path is never proxied while the cons
     const res = await gateway.call(parent.apiKey, { method: 'GET', url })
     t.equal(res.statusCode, 308, `${url}: redirected`)
     t.equal(res.headers.location, location, `${url}: to the page`)
+    t.equal(res.headers['cache-control'], 'no-cache', `${url}: not kept by browsers`)
   }
   for (const url of ['/console/x', '/Console/assets/x', '/console./x']) {
     const res = await gateway.call(parent.apiKey, { method: 'GET', url })
