@@ -49,6 +49,17 @@ export function sendCached(request: FastifyRequest, reply: FastifyReply, body: B
   return reply.send(body)
 }
 
+/**
+ * A page's other spelling sent to the page (`308`, the query kept), kept by no browser: a `308`
+ * is cached by default, and the path may later be an upstream's (`CONSOLE=off`).
+ */
+export function redirectToPage(request: FastifyRequest, reply: FastifyReply, page: string, cacheControl: string) {
+  const query = request.url.indexOf('?')
+  return reply
+    .header('cache-control', cacheControl)
+    .redirect(`${page}${query === -1 ? '' : request.url.slice(query)}`, 308)
+}
+
 export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, options) => {
   const assets = options.assets ?? consoleAssets
   const routes = options.routes ?? []
@@ -67,13 +78,10 @@ export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, opt
     return sendCached(request, reply, body, gzip, etag)
   })
 
-  // The page's path has no trailing slash; typed or linked with one, it is sent there. Not kept
-  // by browsers (a 308 is, by default): with CONSOLE=off the path may be an upstream's.
-  app.get(`${CONSOLE_PREFIX}/`, hidden, async (request, reply) => {
-    const query = request.url.indexOf('?')
-    reply.header('cache-control', 'no-cache')
-    return reply.redirect(`${CONSOLE_PREFIX}${query === -1 ? '' : request.url.slice(query)}`, 308)
-  })
+  // The page's path has no trailing slash; typed or linked with one, it is sent there.
+  app.get(`${CONSOLE_PREFIX}/`, hidden, async (request, reply) =>
+    redirectToPage(request, reply, CONSOLE_PREFIX, 'no-cache'),
+  )
 
   app.get<{ Params: { name: string } }>(`${CONSOLE_ASSETS}/:name`, hidden, async (request, reply) => {
     const current = await assets()

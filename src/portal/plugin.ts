@@ -13,7 +13,7 @@ import type { CacheInvalidator } from '../cache/index.js'
 import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
 import { managementRate } from '../limits/management-rate.js'
-import { CONSOLE_CSP, sendCached } from '../console/plugin.js'
+import { CONSOLE_CSP, redirectToPage, sendCached } from '../console/plugin.js'
 import { type Sql, withDeadline } from '../store/db.js'
 import { isPortalOrigin, portalOriginsOfSession } from '../store/portal-sessions.js'
 import { cursorSecret } from '../store/secrets.js'
@@ -125,12 +125,10 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
   )
 
   // The link's path is /portal/; without its slash, the page's relative URLs would resolve above it.
-  // Kept by no browser, as the page is not (a 308 is, by default; an old link's query names a session).
-  app.get(PORTAL_PREFIX, { schema: { hide: true } }, async (request, reply) => {
-    const query = request.url.indexOf('?')
-    reply.header('cache-control', 'no-store')
-    return reply.redirect(`${PORTAL_PREFIX}/${query === -1 ? '' : request.url.slice(query)}`, 308)
-  })
+  // no-store, as the page: an old link's query names a session.
+  app.get(PORTAL_PREFIX, { schema: { hide: true } }, async (request, reply) =>
+    redirectToPage(request, reply, `${PORTAL_PREFIX}/`, 'no-store'),
+  )
 
   await app.register(
     async (api) => {

@@ -14,6 +14,7 @@ import type { Metrics } from '../../src/ops/metrics.js'
 import { openOneConnection, openStore, type Sql, type Store } from '../../src/store/db.js'
 import { closeUnderWay } from './close-watch.js'
 import { freshDatabase, type TestDatabase } from './db.js'
+import { orTimeout } from './poll.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
 import type { TestLike } from './test-like.js'
@@ -123,17 +124,9 @@ const CLOSE_LIMIT_MS = 60_000
 
 /** Closes `app`, or fails past `limitMs` with what the close still waits on (close-watch.ts). */
 async function closedWithin(app: FastifyInstance, limitMs: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(async () => {
-      reject(new Error(`the gateway's close did not end within ${limitMs} ms:\n${await closeUnderWay(app)}`))
-    }, limitMs)
-  })
-  try {
-    await Promise.race([app.close(), late])
-  } finally {
-    clearTimeout(timer)
-  }
+  const closing = app.close().then(() => true)
+  if (!(await orTimeout(closing, limitMs, false)))
+    throw new Error(`the gateway's close did not end within ${limitMs} ms:\n${await closeUnderWay(app)}`)
 }
 
 /** Makes `app` ready, or closes it and rethrows. */
