@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from '../proxy/paths.js'
+import { isUpgrade } from '../proxy/websocket/upgrade.js'
 import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -44,6 +45,10 @@ export const requestGuards = fp(
     app.addHook('onRequest', (request, reply, done) => {
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
+      // An upgrade Node handed to http-proxy that gets any answer but a 101 (a redirect, a
+      // management 200) loses its socket after that answer: the answer says Connection: close.
+      // A property read on the hot path, no hook of its own.
+      if (isUpgrade(request.raw)) reply.raw.shouldKeepAlive = false
       if (isBadPath(pathOf(request.url))) {
         done(
           new ApiError(

@@ -122,10 +122,11 @@ export interface UpgradeAnswer {
 }
 
 /**
- * A raw upgrade request on a connection of its own, read as the HTTP answer a refusal is (rejects
- * if the upgrade succeeds); `ended` only if the gateway itself closed the connection within 2 s.
+ * A raw upgrade request on a connection of its own, read as an HTTP answer other than a 101 (a
+ * refusal, a redirect; rejects if the upgrade succeeds); `ended` only if the gateway itself closed
+ * the connection within 2 s.
  */
-export async function refusedUpgrade(url: string, headers: Record<string, string> = {}): Promise<UpgradeAnswer> {
+export async function answerToUpgrade(url: string, headers: Record<string, string> = {}): Promise<UpgradeAnswer> {
   const { host, port, pathname, search } = new URL(url)
   const sent: Record<string, string> = {
     host,

@@ -13,7 +13,7 @@ import { callAs } from '../helpers/http.js'
 import { sleep, until } from '../helpers/poll.js'
 import { clientKey } from '../helpers/tokens.js'
 import { closedPort, listenOnLoopback, startUpstream } from '../helpers/upstream.js'
-import { openSocket, refusedUpgrade, startWebSocketUpstream, type WebSocketUpstream } from '../helpers/websocket.js'
+import { openSocket, answerToUpgrade, startWebSocketUpstream, type WebSocketUpstream } from '../helpers/websocket.js'
 
 const written: string[] = []
 const logger = pino(loggerOptions('trace'), { write: (line: string) => written.push(line) })
@@ -177,7 +177,7 @@ t.test('each refusal is an HTTP answer (problem+json), and the connection closes
     'tenant_deactivated',
   ])
   for (const [what, path, headers, status, code] of cases) {
-    const answer = await refusedUpgrade(`${gw.url}${path}`, headers)
+    const answer = await answerToUpgrade(`${gw.url}${path}`, headers)
     t.equal(answer.status, status, `${what}: ${status}`)
     t.match(answer.headers['content-type'], /^application\/problem\+json/, `${what}: problem+json`)
     t.equal(problem(answer.body).code, code, `${what}: ${code}`)
@@ -200,13 +200,29 @@ t.test('a gateway with no WebSocket route refuses an upgrade, and closes its con
     ['without a key', {}, 401, 'unauthenticated'],
   ]
   for (const [what, headers, status, code] of cases) {
-    const answer = await refusedUpgrade(`${plainOnly.url}/plain/x`, headers)
+    const answer = await answerToUpgrade(`${plainOnly.url}/plain/x`, headers)
     t.equal(answer.status, status, `${what}: ${status}`)
     t.equal(problem(answer.body).code, code, `${what}: ${code}`)
     t.equal(answer.headers.connection, 'close', `${what}: Connection: close`)
     t.ok(answer.ended, `${what}: the gateway closed the connection`)
   }
   t.equal(upstream.upgrades.length, before, 'the upstream saw no upgrade')
+})
+
+// http-proxy destroys the socket of every upgrade Node hands it once the answer is sent, whatever
+// the answer: one that is no refusal must not promise keep-alive either.
+t.test('an upgrade answered by a redirect or a management 200 says Connection: close', async (t) => {
+  const cases: [string, string, Record<string, string>, number][] = [
+    ['the health check', '/healthz', {}, 200],
+    ['a management read', '/v1/sub-accounts', { authorization: `Bearer ${parent.apiKey}` }, 200],
+    ["the console's redirect", '/console/', {}, 308],
+  ]
+  for (const [what, path, headers, status] of cases) {
+    const answer = await answerToUpgrade(`${gw.url}${path}`, headers)
+    t.equal(answer.status, status, `${what}: ${status}`)
+    t.equal(answer.headers.connection, 'close', `${what}: Connection: close`)
+    t.ok(answer.ended, `${what}: the connection is closed after the answer`)
+  }
 })
 
 t.test('the rate limit refuses an upgrade as any request: 429 rate_limited', async (t) => {
@@ -219,7 +235,7 @@ t.test('the rate limit refuses an upgrade as any request: 429 rate_limited', asy
   })
   t.equal(limits.status, 200, 'a rate of 1 an hour')
   const first = await openSocket(t, `${gw.url}/live/x`, { key: client.apiKey })
-  const answer = await refusedUpgrade(`${gw.url}/live/x`, { authorization: `Bearer ${client.apiKey}` })
+  const answer = await answerToUpgrade(`${gw.url}/live/x`, { authorization: `Bearer ${client.apiKey}` })
   t.equal(answer.status, 429)
   t.equal(problem(answer.body).code, 'rate_limited')
   first.ws.close()
@@ -234,7 +250,7 @@ t.test('an IP allow-list refuses an upgrade as any request: 403 ip_not_allowed',
     json: { key_policy: { ip_allowlist: ['127.0.0.9'] } },
   })
   t.equal(walled.status, 200, 'the sub-account allows 127.0.0.9 only')
-  const answer = await refusedUpgrade(`${gw.url}/live/x`, { authorization: `Bearer ${client.apiKey}` })
+  const answer = await answerToUpgrade(`${gw.url}/live/x`, { authorization: `Bearer ${client.apiKey}` })
   t.equal(answer.status, 403)
   t.equal(problem(answer.body).code, 'ip_not_allowed')
   t.ok(answer.ended, 'the connection is closed after the answer')
@@ -252,7 +268,7 @@ t.test('an IP allow-list refuses an upgrade as any request: 403 ip_not_allowed',
 
 t.test('max_websockets_per_tenant: past it 429, and a closed socket frees its place', async (t) => {
   const sockets = await Promise.all([1, 2, 3].map(() => openSocket(t, `${gw.url}/live/cap`, { key: reader.apiKey })))
-  const answer = await refusedUpgrade(`${gw.url}/live/cap`, { authorization: `Bearer ${reader.apiKey}` })
+  const answer = await answerToUpgrade(`${gw.url}/live/cap`, { authorization: `Bearer ${reader.apiKey}` })
   t.equal(answer.status, 429, 'the fourth is refused')
   t.equal(problem(answer.body).code, 'too_many_concurrent_requests')
   t.equal(answer.headers['retry-after'], '1')
@@ -291,7 +307,7 @@ t.test('the browser credential: a subprotocol, stripped before the upstream, nev
   t.notOk('sec-websocket-protocol' in upstream.upgrades.at(-1)!, 'the upstream is offered none')
   alone.ws.close()
 
-  const twice = await refusedUpgrade(`${gw.url}/live/browser`, {
+  const twice = await answerToUpgrade(`${gw.url}/live/browser`, {
     'sec-websocket-protocol': `tgw.bearer.${reader.apiKey}, tgw.bearer.${parent.apiKey}`,
   })
   t.equal(twice.status, 401, 'two credentials: 401')
