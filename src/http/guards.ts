@@ -1,6 +1,7 @@
 // What every request goes through before routing decides anything (docs/api.md): its request id,
-// the bad-path refusal, at most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and before a
-// body parser can answer 415 or 400. Management paths included.
+// an upgrade's Connection: close, the bad-path refusal, at most 100 header fields and 16 KiB of
+// them, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication
+// and before a body parser can answer 415 or 400. Management paths included.
 import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
