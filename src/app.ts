@@ -18,6 +18,7 @@ import { oauthRoutes } from './oauth/routes.js'
 import { credentialRoutes } from './oauth/paths.js'
 import { sendError, sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
+import { parseQueryString } from './http/query-string.js'
 import { requestGuards, requestId } from './http/guards.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parsing } from './http/parsing.js'
@@ -97,7 +98,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // An id of any length reaches its route, whose handler answers 404 not_found: with a lower
     // limit, find-my-way skips the route and a catch-all proxy route takes the path instead (404
     // route_not_found). Only parameters of regex routes cost more when longer; the gateway has none.
-    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_HEAD_BYTES },
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_HEAD_BYTES, querystringParser: parseQueryString },
     http: serverOptions(tuning.headersTimeoutMs ?? HEADERS_TIMEOUT_MS),
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
   })

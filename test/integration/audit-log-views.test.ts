@@ -84,7 +84,7 @@ t.test("sub_account_id: the sub-account's events with its keys' and portal sessi
 })
 
 t.test('sub_account_id that is not a UUID: 400 saying what it must be', async (t) => {
-  for (const value of ['nope', `${a.id}x`, '']) {
+  for (const value of ['nope', `${a.id}x`, '%20']) {
     const res = await as(parent.apiKey, 'GET', `/v1/sub-accounts/events?sub_account_id=${value}`)
     t.equal(res.statusCode, 400, value)
     const problem = problemOf(res)

@@ -688,7 +688,7 @@ t.test('usage', async (t) => {
 
     for (const [query, path] of [
       ['granularity=week', '/querystring/granularity'],
-      ['granularity=', '/querystring/granularity'],
+      ['granularity=hour', '/querystring/granularity'],
       ['sub_account_id=nope', '/querystring/sub_account_id'],
       ['granularity=day&from=2025-01-01&to=2026-01-02', '/querystring/to'],
     ] as const) {
@@ -712,7 +712,7 @@ t.test('usage', async (t) => {
       ['from=2025-02-30', '/querystring/from'],
       ['to=2025-13-01', '/querystring/to'],
       ['from=yesterday', '/querystring/from'],
-      ['from=', '/querystring/from'],
+      ['from=%20', '/querystring/from'],
       ['to=2025-03-01T10:00:00', '/querystring/to'],
       // Its UTC date is 10000-01-01: a date the report cannot take (not a store error, a 500).
       ['from=9999-12-31&to=9999-12-31T23:00:00-02:00', '/querystring/to'],

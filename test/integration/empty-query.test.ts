@@ -1,0 +1,95 @@
+// A query parameter sent with no value is taken as not sent (src/http/query-string.ts), on every
+// route that reads a query: each GET of the OpenAPI document with its parameters, and the portal's
+// API, answers `?a=&b=` as it answers no query at all. A value that is given is checked as before.
+import t from 'tap'
+import type { LightMyRequestResponse } from 'fastify'
+import { startGateway } from '../helpers/gateway.js'
+import type { JsonBody } from '../helpers/json.js'
+
+const gw = await startGateway(t, { env: { ISSUER_URL: 'https://gw.example', WEBHOOKS_ALLOW_INSECURE: 'true' } })
+const parent = await gw.createParent()
+
+const manage = (method: string, path: string, body?: unknown) =>
+  gw.call(parent.apiKey, { method: method as 'GET', url: `/v1/sub-accounts${path}`, body, acting: 'self' })
+
+function ok(res: LightMyRequestResponse, status: number): JsonBody {
+  if (res.statusCode !== status) throw new Error(`expected ${status}, got ${res.statusCode}: ${res.body}`)
+  return res.json()
+}
+
+const sub = ok(await manage('POST', '', { name: 'customer' }), 201).id as string
+const key = ok(await manage('POST', `/${sub}/api-keys`, { name: 'k', scopes: ['things:read'] }), 201)
+const keyId = key.id as string
+const endpoint = ok(
+  await manage('POST', '/webhook-endpoints', { url: 'http://127.0.0.1:9/hook', event_types: ['sub_account.created'] }),
+  201,
+).id as string
+const event = (ok(await manage('GET', '/events?limit=1'), 200).data as JsonBody[])[0]!.id as string
+
+interface Operation {
+  parameters?: { name: string; in: string }[]
+}
+const document = JSON.parse((await gw.app.inject({ method: 'GET', url: '/openapi.json' })).body) as {
+  paths: Record<string, { get?: Operation }>
+}
+const PATH_VALUES: Record<string, string> = { sub_id: sub, key_id: keyId, event_id: event, endpoint_id: endpoint }
+
+/** Every GET of the document that takes a query: its path filled in, and its query's names. */
+const reads = Object.entries(document.paths).flatMap(([template, item]) => {
+  const names = (item.get?.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name)
+  if (names.length === 0) return []
+  const path = template.replace(/\{(\w+)\}/g, (_, name: string) => {
+    const value = PATH_VALUES[name]
+    if (value === undefined) throw new Error(`no value for {${name}} of ${template}: add one to PATH_VALUES`)
+    return value
+  })
+  return [{ template, path, names }]
+})
+
+t.test('every GET with a query answers its empty parameters as no query', async (t) => {
+  t.ok(reads.length >= 8, `${reads.length} operations read a query`)
+  for (const { template, path, names } of reads) {
+    const plain = await gw.call(parent.apiKey, { method: 'GET', url: path, acting: 'self' })
+    t.equal(plain.statusCode, 200, `${template}: 200 without a query`)
+    const empty = `${path}?${names.map((name) => `${name}=`).join('&')}`
+    const answer = await gw.call(parent.apiKey, { method: 'GET', url: empty, acting: 'self' })
+    t.equal(answer.statusCode, 200, `${template}: 200 with ${names.join(', ')} empty (${answer.body.slice(0, 200)})`)
+    t.same(answer.json(), plain.json(), `${template}: the same answer`)
+  }
+})
+
+t.test('a value that is given is checked as before; one sent twice is still refused', async (t) => {
+  for (const url of ['/v1/sub-accounts?limit=abc', '/v1/sub-accounts?status=', '/v1/sub-accounts?cursor=&cursor=']) {
+    const answer = await gw.call(parent.apiKey, { method: 'GET', url, acting: 'self' })
+    const wanted = url.endsWith('status=') ? 200 : 400
+    t.equal(answer.statusCode, wanted, `${url}: ${wanted}`)
+  }
+  const unknown = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts?colour=red', acting: 'self' })
+  t.equal(unknown.statusCode, 400, 'an unknown parameter with a value is refused')
+  const unknownEmpty = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts?colour=', acting: 'self' })
+  t.equal(unknownEmpty.statusCode, 200, 'an unknown parameter with no value is no parameter')
+})
+
+t.test("the portal's API: empty parameters are no parameters", async (t) => {
+  const made = ok(await manage('POST', `/${sub}/portal-sessions`, { permissions: ['keys:read', 'requests:read'] }), 201)
+  const token = (made.url as string).split('#')[1]!
+  const exchanged = await gw.app.inject({
+    method: 'POST',
+    url: '/portal/api/session',
+    headers: { 'content-type': 'application/json' },
+    payload: JSON.stringify({ token }),
+  })
+  const cookie = /^tgw_portal=([^;]+)/.exec(String(exchanged.headers['set-cookie']))![1]!
+  const portal = (url: string) =>
+    gw.app.inject({ method: 'GET', url: `/portal/api${url}`, headers: { cookie: `tgw_portal=${cookie}` } })
+  for (const [path, names] of [
+    ['/keys', ['limit', 'cursor']],
+    ['/requests', ['limit', 'cursor', 'status', 'since', 'until']],
+  ] as const) {
+    const plain = await portal(path)
+    t.equal(plain.statusCode, 200, `${path}: 200 without a query`)
+    const answer = await portal(`${path}?${names.map((name) => `${name}=`).join('&')}`)
+    t.equal(answer.statusCode, 200, `${path}: 200 with ${names.join(', ')} empty (${answer.body.slice(0, 200)})`)
+    t.same(answer.json(), plain.json(), `${path}: the same answer`)
+  }
+})
