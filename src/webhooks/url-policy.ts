@@ -71,7 +71,11 @@ export function parseWebhookUrl(raw: string, options: UrlPolicyOptions = {}): UR
   }
   const allowed = options.allowInsecure ? ['https:', 'http:'] : ['https:']
   if (!allowed.includes(url.protocol))
-    throw new WebhookUrlError(`url must use ${allowed.map((p) => p.slice(0, -1)).join(' or ')}`, true)
+    throw new WebhookUrlError(
+      `url must use ${allowed.map((p) => p.slice(0, -1)).join(' or ')}`,
+      // Only http is what WEBHOOKS_ALLOW_INSECURE would let through (ftp: never).
+      url.protocol === 'http:' && !options.allowInsecure,
+    )
   if (url.username !== '' || url.password !== '') throw new WebhookUrlError('url must not carry a user or password')
   return url
 }

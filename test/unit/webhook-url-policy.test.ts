@@ -198,6 +198,19 @@ t.test('allowInsecure lifts both the https rule and the address rule, not the us
   await t.rejects(checkWebhookUrl('http://u:p@127.0.0.1/', options), /user or password/)
 })
 
+t.test('a refusal says WEBHOOKS_ALLOW_INSECURE would lift it only when it would', async (t) => {
+  const wouldLift = (url: string, allowInsecure: boolean) =>
+    checkWebhookUrl(url, { allowInsecure, lookup }).then(
+      () => 'accepted',
+      (err: WebhookUrlError) => err.insecureWouldAllow,
+    )
+  t.equal(await wouldLift('http://hooks.example.com/', false), true, 'http, without the setting')
+  t.equal(await wouldLift('https://127.0.0.1/', false), true, 'loopback, without the setting')
+  t.equal(await wouldLift('ftp://hooks.example.com/', false), false, 'ftp: never allowed')
+  t.equal(await wouldLift('ftp://hooks.example.com/', true), false, 'ftp, with the setting already on')
+  t.equal(await wouldLift('https://u:p@hooks.example.com/', false), false, 'credentials: never allowed')
+})
+
 t.test('forbiddenAddressReason on its own', async (t) => {
   t.equal(forbiddenAddressReason(PUBLIC_V4), null)
   t.equal(forbiddenAddressReason(PUBLIC_V6), null)
