@@ -20,9 +20,10 @@ ARG NODE_IMAGE=node:26.11.1-trixie-slim
 FROM ${NODE_IMAGE} AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
-# --ignore-scripts: the only install script in the lock file is esbuild's (a development
-# dependency), which only checks its binary: the build's esbuild (tsx, and the console's bundle,
-# docs/console.md) runs the binary of its platform package, installed without scripts.
+# --ignore-scripts: the only dependency with an install script is esbuild (a development
+# dependency; denied in package.json's allowScripts too), which checks its binary: the build's
+# esbuild (tsx, and the console's bundle, docs/console.md) runs the binary of its platform
+# package, installed without scripts.
 RUN --mount=type=cache,target=/root/.npm,sharing=locked \
     npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./

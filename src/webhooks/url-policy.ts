@@ -73,8 +73,8 @@ export function parseWebhookUrl(raw: string, options: UrlPolicyOptions = {}): UR
   if (!allowed.includes(url.protocol))
     throw new WebhookUrlError(
       `url must use ${allowed.map((p) => p.slice(0, -1)).join(' or ')}`,
-      // Only http is what WEBHOOKS_ALLOW_INSECURE would let through (ftp: never).
-      url.protocol === 'http:' && !options.allowInsecure,
+      // WEBHOOKS_ALLOW_INSECURE lets http through, never another scheme nor credentials.
+      url.protocol === 'http:' && !options.allowInsecure && url.username === '' && url.password === '',
     )
   if (url.username !== '' || url.password !== '') throw new WebhookUrlError('url must not carry a user or password')
   return url

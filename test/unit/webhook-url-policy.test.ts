@@ -209,6 +209,7 @@ t.test('a refusal says WEBHOOKS_ALLOW_INSECURE would lift it only when it would'
   t.equal(await wouldLift('ftp://hooks.example.com/', false), false, 'ftp: never allowed')
   t.equal(await wouldLift('ftp://hooks.example.com/', true), false, 'ftp, with the setting already on')
   t.equal(await wouldLift('https://u:p@hooks.example.com/', false), false, 'credentials: never allowed')
+  t.equal(await wouldLift('http://u:p@hooks.example.com/', false), false, 'http with credentials: never allowed')
 })
 
 t.test('forbiddenAddressReason on its own', async (t) => {
