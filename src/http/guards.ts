@@ -46,9 +46,7 @@ export const requestGuards = fp(
     app.addHook('onRequest', (request, reply, done) => {
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
-      // An upgrade Node handed to http-proxy that gets any answer but a 101 (a redirect, a
-      // management 200) loses its socket after that answer: the answer says Connection: close.
-      // A property read on the hot path, no hook of its own.
+      // http-proxy ends an upgrade's socket after any answer but a 101: the answer says so.
       if (isUpgrade(request.raw)) reply.raw.shouldKeepAlive = false
       if (isBadPath(pathOf(request.url))) {
         done(

@@ -69,9 +69,12 @@ t.test('every GET answers its empty parameters as no query', async (t) => {
 })
 
 t.test('a value that is given is checked as before; one sent twice is still refused', async (t) => {
-  for (const url of ['/v1/sub-accounts?limit=abc', '/v1/sub-accounts?status=', '/v1/sub-accounts?cursor=&cursor=']) {
+  for (const [url, wanted] of [
+    ['/v1/sub-accounts?limit=abc', 400],
+    ['/v1/sub-accounts?status=', 200],
+    ['/v1/sub-accounts?cursor=&cursor=', 400],
+  ] as const) {
     const answer = await gw.call(parent.apiKey, { method: 'GET', url, acting: 'self' })
-    const wanted = url.endsWith('status=') ? 200 : 400
     t.equal(answer.statusCode, wanted, `${url}: ${wanted}`)
   }
   const unknown = await gw.call(parent.apiKey, { method: 'GET', url: '/v1/sub-accounts?colour=red', acting: 'self' })
