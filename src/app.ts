@@ -232,6 +232,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     idempotencySweepIntervalMs: tuning.idempotencySweepIntervalMs,
     webhookLookup: tuning.webhookLookup,
     requestLogSql: app.requestLog === null ? null : app.requestLogSql,
+    keyMinted: app.alerts.keyMinted,
     portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
   })
   // The sub-account portal comes with the console: its page and its API (portal/plugin.ts).
@@ -240,6 +241,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       sql: deps.store.sql,
       cache,
       requestLogSql: app.requestLog === null ? null : app.requestLogSql,
+      keyMinted: app.alerts.keyMinted,
       issuerUrl: deps.config.issuerUrl,
       limiter: app.limiter,
       rate: deps.config.managementRate,

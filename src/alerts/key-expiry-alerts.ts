@@ -26,6 +26,11 @@ export interface KeyExpiryAlertOptions {
 export class KeyExpiryAlerts {
   constructor(private readonly options: KeyExpiryAlertOptions) {}
 
+  /** Whether a key that ends at `expiresAt` is within a mark now: minted so, it is swept at once. */
+  withinMark(expiresAt: Date | null): boolean {
+    return expiresAt !== null && expiresAt.getTime() - this.options.clock() <= Math.max(...EXPIRY_MARK_DAYS) * DAY_MS
+  }
+
   /** One sweep: every key due for a mark gets it, and its event; old marks go. Returns the events written. */
   async sweep(): Promise<number> {
     const { sql, clock } = this.options

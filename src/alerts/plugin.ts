@@ -36,7 +36,12 @@ export interface Alerts {
   keys: KeyExpiryAlerts
   /** One check now: the rate refusals, then the quotas (what the timer does every second). */
   check(): Promise<void>
+  /** A key was minted or rolled to end at `expiresAt`: within a mark, keys are swept within a second. */
+  keyMinted(expiresAt: Date | null): void
 }
+
+/** How soon keys are swept after a key is minted within a mark (mints in a burst share the sweep). */
+const SWEEP_SOON_MS = 500
 
 export const alertsPlugin = fp<AlertsPluginOptions>(
   async (app, options) => {
@@ -62,25 +67,39 @@ export const alertsPlugin = fp<AlertsPluginOptions>(
       checking = run
       return run
     }
-    app.decorate('alerts', { rate, quota, keys, check })
 
     let stopped = false
     const checkTimer = setInterval(() => {
       check().catch((err: unknown) => log.warn({ err }, 'alerts: check failed; the next one retries'))
     }, options.checkIntervalMs ?? 1_000).unref()
+    // One chain of sweeps: each schedules the next, sooner when a key was minted within a mark
+    // meanwhile (one running may have read the keys before it).
     let sweepTimer: NodeJS.Timeout | null = null
     let sweeping: Promise<unknown> | null = null
+    let soon = false
+    const schedule = (ms: number) => {
+      if (sweepTimer !== null) clearTimeout(sweepTimer)
+      sweepTimer = setTimeout(sweep, ms).unref()
+    }
     const sweep = () => {
+      sweepTimer = null
+      soon = false
       sweeping = keys
         .sweep()
         .catch((err: unknown) => log.warn({ err }, 'alerts: sweeping expiring keys failed; the next sweep retries'))
         .finally(() => {
           sweeping = null
-          if (!stopped) sweepTimer = setTimeout(sweep, options.keySweepIntervalMs ?? 300_000).unref()
+          if (!stopped) schedule(soon ? SWEEP_SOON_MS : (options.keySweepIntervalMs ?? 300_000))
         })
     }
+    const keyMinted = (expiresAt: Date | null) => {
+      if (stopped || soon || !keys.withinMark(expiresAt)) return
+      soon = true
+      if (sweeping === null) schedule(SWEEP_SOON_MS)
+    }
+    app.decorate('alerts', { rate, quota, keys, check, keyMinted })
     app.addHook('onReady', () => {
-      sweepTimer = setTimeout(sweep, options.firstKeySweepAfterMs ?? 30_000).unref()
+      if (sweepTimer === null && sweeping === null) schedule(options.firstKeySweepAfterMs ?? 30_000)
     })
 
     // Runs before the limiter's and the meter's (onClose hooks run last registered first).

@@ -32,6 +32,8 @@ export interface ManagementContext {
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
   cursors: Cursors
+  /** Told the end of each key minted or rolled (alerts/plugin.ts: one within an expiry mark is swept at once). */
+  keyMinted: (expiresAt: Date | null) => void
   /** What the webhook endpoint routes need: the key their secrets are sealed under, and the URL rules. */
   webhooks: {
     encryptionKey: Buffer

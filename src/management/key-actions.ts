@@ -27,6 +27,8 @@ export interface KeyActionContext {
   /** The sub-account's parent: its scope ceiling applies, its audit log shows the events. */
   parentId: string
   subAccount: TenantRow
+  /** Told the end of each key minted or rolled: one within an expiry mark is swept at once (alerts/plugin.ts). */
+  keyMinted: (expiresAt: Date | null) => void
 }
 
 /** A key with its secrets, as the mint and the roll show it, once. */
@@ -82,6 +84,7 @@ export async function mintSubAccountKey(context: KeyActionContext, mint: MintReq
     ipAllowlist: mint.ipAllowlist,
   })
   await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
+  context.keyMinted(minted.row.expires_at)
   return minted
 }
 
@@ -119,5 +122,6 @@ export async function rollSubAccountKey(
     ...keyEntries({ id: old.id, keyDigest: old.key_digest }),
     ...keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }),
   ])
+  context.keyMinted(minted.row.expires_at)
   return result
 }

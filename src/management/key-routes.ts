@@ -28,7 +28,7 @@ import { ApiKey, ApiKeyPage, KeyParams, MintedApiKey, MintKeyBody, RollKeyBody }
 import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
 import { SubAccountParams } from './sub-account-schemas.js'
 
-export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {
+export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors, keyMinted }: ManagementContext): void {
   /** The calling parent's sub-account named in the path (404 otherwise), and who acts on its keys. */
   const keyContext = async (request: FastifyRequest, subId: string): Promise<KeyActionContext> => ({
     sql,
@@ -36,6 +36,7 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors }: M
     origin: originOf(request),
     parentId: parentOf(request).id,
     subAccount: await ownSubAccount(sql, request, subId),
+    keyMinted,
   })
 
   app.post(

@@ -50,6 +50,8 @@ export interface ManagementOptions {
   idempotencySweepIntervalMs?: number | undefined
   /** Where the request log is kept; null when it is off (request-log/plugin.ts). */
   requestLogSql: Sql | null
+  /** Told the end of each key minted or rolled (the alerts' keyMinted). */
+  keyMinted: (expiresAt: Date | null) => void
   /** The portal's public address (ISSUER_URL), when the portal is served (CONSOLE=on); null: no portal sessions. */
   portalIssuerUrl: string | null
 }
@@ -73,6 +75,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     sql,
     cache,
     cursors: new Cursors(() => cursorSecret(sql)),
+    keyMinted: options.keyMinted,
     webhooks: {
       encryptionKey: options.encryptionKey,
       allowInsecure: options.webhooksAllowInsecure,

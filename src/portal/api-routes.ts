@@ -43,6 +43,8 @@ export interface PortalApiContext {
   cursors: Cursors
   /** Where the request log is kept; null when it is off. */
   requestLogSql: Sql | null
+  /** Told the end of each key minted or rolled (the alerts' keyMinted). */
+  keyMinted: (expiresAt: Date | null) => void
 }
 
 const KeyIdParams = Type.Object({ key_id: Type.String() })
@@ -65,7 +67,10 @@ const keyId = (value: string) => {
 }
 
 /** The session's sub-account, fresh from Postgres (its key policy may have changed), and who acts. */
-async function keyContext(request: FastifyRequest, { sql, cache }: PortalApiContext): Promise<KeyActionContext> {
+async function keyContext(
+  request: FastifyRequest,
+  { sql, cache, keyMinted }: PortalApiContext,
+): Promise<KeyActionContext> {
   const session = sessionOf(request)
   const subAccount = await getTenant(sql, session.sub_account_id)
   if (subAccount === null || subAccount.status !== 'active')
@@ -76,6 +81,7 @@ async function keyContext(request: FastifyRequest, { sql, cache }: PortalApiCont
     origin: portalOrigin(session.id, request.id, request.ip),
     parentId: session.account_id,
     subAccount,
+    keyMinted,
   }
 }
 

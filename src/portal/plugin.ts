@@ -31,6 +31,8 @@ export interface PortalOptions {
   cache: CacheInvalidator
   /** Where the request log is kept; null when it is off. */
   requestLogSql: Sql | null
+  /** Told the end of each key minted or rolled (the alerts' keyMinted). */
+  keyMinted: (expiresAt: Date | null) => void
   /** ISSUER_URL: the links' origin; https there makes the session cookie Secure. */
   issuerUrl: string
   /** The portal's calls spend their parent's MANAGEMENT_RATE, as its own management calls do. */
@@ -153,6 +155,7 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
           cache: options.cache,
           cursors: new Cursors(() => cursorSecret(sql)),
           requestLogSql: options.requestLogSql,
+          keyMinted: options.keyMinted,
         })
       })
     },

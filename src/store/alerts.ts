@@ -40,8 +40,7 @@ export interface ExpiringKey extends KeyRow {
 
 /**
  * Active keys within `days` of their expires_at for some mark not made yet, at `now` (the alerts'
- * clock). A mark is due only if the key lived past it (a key made to last 3 days gets the 1-day
- * mark only), and never for a key that was rolled: its end was the parent's plan.
+ * clock), minted inside it or not; never a key that was rolled: its end was the parent's plan.
  */
 export async function expiringKeys(db: Db, marks: readonly number[], now: Date, limit: number): Promise<ExpiringKey[]> {
   return db<ExpiringKey[]>`
@@ -51,7 +50,6 @@ export async function expiringKeys(db: Db, marks: readonly number[], now: Date, 
       cross join (select value::int as days from jsonb_array_elements_text(${db.json([...marks])})) as m
       where k.status = 'active' and k.expires_at > ${now}
         and k.expires_at <= ${now}::timestamptz + make_interval(days => m.days)
-        and k.created_at < k.expires_at - make_interval(days => m.days)
         and not exists (select 1 from api_keys successor where successor.rolled_from = k.id)
         and not exists (
           select 1 from alert_marks a

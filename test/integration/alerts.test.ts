@@ -313,19 +313,19 @@ t.test('api_key.expiring: 7 days and 1 day before, once each, with three replica
     )
 
   await sweepAll()
-  t.same(await seen(), [], 'nothing more than 7 days ahead')
+  t.same(await seen(), ['three 7'], 'nothing more than 7 days ahead; a key minted within 7 days: its 7-day event')
   clock = Date.now() + 2.5 * DAY_MS
   await sweepAll()
-  t.same(await seen(), ['three 1'], 'a key made to last 3 days: its 1-day mark only')
+  t.same(await seen(), ['three 7', 'three 1'], 'then its 1-day event')
   clock = Date.now() + 3.5 * DAY_MS
   await sweepAll()
-  t.same(await seen(), ['three 1', 'ten 7'], '7 days before: once; an expired key: nothing')
+  t.same(await seen(), ['three 7', 'three 1', 'ten 7'], '7 days before: once; an expired key: nothing')
   clock = Date.now() + 9.5 * DAY_MS
   await sweepAll()
-  t.same(await seen(), ['three 1', 'ten 7', 'ten 1'], '1 day before: once; the revoked key: never')
+  t.same(await seen(), ['three 7', 'three 1', 'ten 7', 'ten 1'], '1 day before: once; the revoked key: never')
 
   const logged = await expiring()
-  const [, sevenDays] = logged
+  const [, , sevenDays] = logged
   t.same(sevenDays!.target, { type: 'api_key', id: tenDays })
   t.same(sevenDays!.actor, { type: 'gateway', key_id: null })
   t.equal(sevenDays!.data.object.sub_account_id, sub, 'the key as the API shows it, with its sub-account')
@@ -335,13 +335,57 @@ t.test('api_key.expiring: 7 days and 1 day before, once each, with three replica
   t.ok(
     await until(
       10_000,
-      async () => receiver.deliveries.filter((d) => d.verified?.type === 'api_key.expiring').length >= 3,
+      async () => receiver.deliveries.filter((d) => d.verified?.type === 'api_key.expiring').length >= 4,
     ),
     'delivered',
   )
   const delivered = verifiedEvents(t, receiver).filter((e) => e.type === 'api_key.expiring')
   t.same(delivered.map((e) => e.id).sort(), logged.map((e) => e.id).sort(), 'each once, as the audit log shows it')
 })
+
+t.test(
+  'api_key.expiring for a key minted or rolled within a mark: within a second, not at the next sweep',
+  async (t) => {
+    // Swept at start, then not for an hour: only the sweep a mint asks for can write these.
+    const [gw] = await startReplicas(t, 1, {
+      env,
+      gatewayConfig,
+      alerts: { keySweepIntervalMs: 3_600_000, firstKeySweepAfterMs: 0 },
+    })
+    const parent = await gw!.createParent({ scopes })
+    const sub = await subAccountVia(gw!.url, parent.apiKey, 'minted within')
+    const mint = async (name: string, ms: number) => {
+      const res = await callAs(gw!.url, parent.apiKey, {
+        method: 'POST',
+        path: `/v1/sub-accounts/${sub}/api-keys`,
+        acting: 'self',
+        json: { name, scopes: ['things:read'], expires_at: new Date(Date.now() + ms).toISOString() },
+      })
+      if (res.status !== 201) throw new Error(res.body)
+      return res.json().id as string
+    }
+    const expiring = async () =>
+      (await auditLog(gw!, parent, 'api_key.*'))
+        .filter((e) => e.type === 'api_key.expiring')
+        .map((e) => `${e.data.object.name} ${e.data.object.expires_in_days}`)
+        .sort()
+    const hours = await mint('twelve hours', 12 * 3_600_000)
+    await mint('three days', 3 * DAY_MS)
+    await mint('ten days', 10 * DAY_MS)
+    t.ok(await until(10_000, async () => (await expiring()).length >= 2), 'written soon after the mints')
+    t.same(await expiring(), ['three days 7', 'twelve hours 1'], 'the most urgent mark only; none beyond 7 days')
+
+    const rolled = await callAs(gw!.url, parent.apiKey, {
+      method: 'POST',
+      path: `/v1/sub-accounts/${sub}/api-keys/${hours}/roll`,
+      acting: 'self',
+      json: { expires_in_seconds: 0 },
+    })
+    t.equal(rolled.status, 201, rolled.body)
+    t.ok(await until(10_000, async () => (await expiring()).length >= 3), 'the new key of a roll: the same')
+    t.same(await expiring(), ['three days 7', 'twelve hours 1', 'twelve hours 1'], 'once for each key')
+  },
+)
 
 t.test("a quota's own alert_thresholds: its shares, not 80 and 100", async (t) => {
   const [gw] = await startReplicas(t, 1, { env, gatewayConfig, limitTimings: { callTimeoutMs: 2_000 } })
