@@ -9,7 +9,7 @@ import { runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { type Parent, startGateway, startReplicas, type TestGateway } from '../helpers/gateway.js'
 import type { JsonBody } from '../helpers/json.js'
-import { eventually, sleep } from '../helpers/poll.js'
+import { eventually, sleep, until } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
 
@@ -357,6 +357,24 @@ t.test('the portal API: one sub-account, its permissions, the key policy and cei
     t.equal((await portal(gw, { bearer: otherKey.api_key }, 'GET', '/keys')).statusCode, 401, 'a sub-account key')
     t.equal(upstream.received.length, 0, 'the upstream saw nothing')
   })
+})
+
+t.test('a key minted in the portal to end within a day: its api_key.expiring at once', async (t) => {
+  // The timer's first sweep is an hour away: only the sweep the mint asks for can write it.
+  const gw = await startGateway(t, { alerts: { firstKeySweepAfterMs: 3_600_000 } })
+  const parent = await gw.createParent()
+  const sub = await subAccount(gw, parent)
+  const { token } = await openSession(gw, parent, sub)
+  const as = { cookie: cookieValue(await exchange(gw, token)) }
+  const expiresAt = new Date(Date.now() + 12 * 3_600_000).toISOString()
+  const minted = ok(
+    await portal(gw, as, 'POST', '/keys', { name: 'short', scopes: ['orders:read'], expires_at: expiresAt }),
+    201,
+  )
+  const expiring = async () =>
+    ok(await manage(gw, parent, 'GET', '/events?type=api_key.expiring'), 200).data as JsonBody[]
+  t.ok(await until(10_000, async () => (await expiring()).length > 0), 'written within seconds')
+  t.match(await expiring(), [{ target: { type: 'api_key', id: minted.id }, data: { object: { expires_in_days: 1 } } }])
 })
 
 t.test('DELETE and deactivation end the session on another replica within 1 s', async (t) => {
