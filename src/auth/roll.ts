@@ -3,6 +3,7 @@
 // moment with no working key. Shared by the management API and the CLI.
 import { type Origin, recordEvent } from '../events/record.js'
 import type { Sql } from '../store/db.js'
+import { inheritKeyMarks } from '../store/alerts.js'
 import { lockKey, shortenKey, type RevokedKeyRow } from '../store/api-keys.js'
 import { keyObject } from './key-changes.js'
 import { keyState } from './key-expiry.js'
@@ -36,6 +37,7 @@ export interface RollInput {
  * is locked first: of two rolls of one key, the second waits and then sees what the first did, so
  * a key revoked by a roll with no overlap is never rolled again. The `api_key.rolled` event is
  * written in the same transaction: it targets the new key, and `previous` is the old key as it was.
+ * The new key takes the old one's `api_key.expiring` marks: its end was announced already.
  */
 export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
   return inTransaction(sql, async (tx): Promise<RollResult> => {
@@ -57,6 +59,7 @@ export function rollKey(sql: Sql, input: RollInput): Promise<RollResult> {
     })
     const until = new Date(nowMs + input.overlapSeconds * 1000)
     const shortened = await shortenKey(tx, old.id, until, input.overlapSeconds === 0)
+    await inheritKeyMarks(tx, old.id, minted.row.id)
     await recordEvent(tx, input.origin, {
       accountId: input.accountId,
       type: 'api_key.rolled',

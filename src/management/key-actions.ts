@@ -83,8 +83,8 @@ export async function mintSubAccountKey(context: KeyActionContext, mint: MintReq
     expiresAt: mint.expiresAt,
     ipAllowlist: mint.ipAllowlist,
   })
-  await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
   context.keyMinted(minted.row.expires_at)
+  await cache.invalidate(keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }))
   return minted
 }
 
@@ -117,11 +117,11 @@ export async function rollSubAccountKey(
   if (result.outcome === 'not_active')
     throw new ApiError('key_not_active', `the key is ${result.state}: only an active key can be rolled`)
   const { old, minted } = result
+  context.keyMinted(minted.row.expires_at)
   // Committed: both keys' cache entries are stale (the old key's expiry moved, the new one may be cached as unknown).
   await cache.invalidate([
     ...keyEntries({ id: old.id, keyDigest: old.key_digest }),
     ...keyEntries({ id: minted.row.id, keyDigest: minted.keyDigest }),
   ])
-  context.keyMinted(minted.row.expires_at)
   return result
 }

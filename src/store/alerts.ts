@@ -16,6 +16,17 @@ export async function claimMark(tx: Tx, kind: AlertKind, subject: string, mark: 
   return rows.length === 1
 }
 
+/**
+ * A roll's new key takes the expiry marks its predecessor was given: their end was announced, and
+ * a subscriber that rolls on `api_key.expiring` must not be told again (nor roll again).
+ */
+export async function inheritKeyMarks(tx: Tx, fromKeyId: string, toKeyId: string): Promise<void> {
+  await tx`
+    insert into alert_marks (kind, subject, mark)
+    select kind, ${toKeyId}, mark from alert_marks where kind = 'api_key.expiring' and subject = ${fromKeyId}
+    on conflict do nothing`
+}
+
 /** The parent account a tenant belongs to (itself for a parent account); null when it is gone. */
 export async function accountOf(db: Db, tenantId: string): Promise<string | null> {
   const [row] = await db<{ account_id: string }[]>`

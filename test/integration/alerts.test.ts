@@ -371,19 +371,36 @@ t.test(
         .sort()
     const hours = await mint('twelve hours', 12 * 3_600_000)
     await mint('three days', 3 * DAY_MS)
-    await mint('ten days', 10 * DAY_MS)
+    const tenDays = await mint('ten days', 10 * DAY_MS)
     t.ok(await until(10_000, async () => (await expiring()).length >= 2), 'written soon after the mints')
     t.same(await expiring(), ['three days 7', 'twelve hours 1'], 'the most urgent mark only; none beyond 7 days')
 
-    const rolled = await callAs(gw!.url, parent.apiKey, {
-      method: 'POST',
-      path: `/v1/sub-accounts/${sub}/api-keys/${hours}/roll`,
+    const roll = async (keyId: string) => {
+      const res = await callAs(gw!.url, parent.apiKey, {
+        method: 'POST',
+        path: `/v1/sub-accounts/${sub}/api-keys/${keyId}/roll`,
+        acting: 'self',
+        json: { expires_in_seconds: 0 },
+      })
+      t.equal(res.status, 201, res.body)
+    }
+    // Its new key ends when it did: told once already, it is not told again.
+    await roll(hours)
+    // A policy of 2 days brings the next roll's new key within the 7-day mark, unannounced.
+    const policy = await callAs(gw!.url, parent.apiKey, {
+      method: 'PATCH',
+      path: `/v1/sub-accounts/${sub}`,
       acting: 'self',
-      json: { expires_in_seconds: 0 },
+      json: { key_policy: { allowed_scopes: null, max_ttl_seconds: 2 * 86_400, ip_allowlist: null } },
     })
-    t.equal(rolled.status, 201, rolled.body)
-    t.ok(await until(10_000, async () => (await expiring()).length >= 3), 'the new key of a roll: the same')
-    t.same(await expiring(), ['three days 7', 'twelve hours 1', 'twelve hours 1'], 'once for each key')
+    t.equal(policy.status, 200, policy.body)
+    await roll(tenDays)
+    t.ok(await until(10_000, async () => (await expiring()).length >= 3), "a roll's new key within a mark: at once")
+    t.same(
+      await expiring(),
+      ['ten days 7', 'three days 7', 'twelve hours 1'],
+      "the new key of a roll inherits its predecessor's marks",
+    )
   },
 )
 
