@@ -1,5 +1,6 @@
 // What the management route files share: the typed instance they register on, the context the
 // plugin hands them, and the small checks every handler uses (docs/api.md, Management API).
+import type { Alerts } from '../alerts/plugin.js'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -32,8 +33,8 @@ export interface ManagementContext {
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
   cursors: Cursors
-  /** Told the end of each key minted or rolled (alerts/plugin.ts: one within an expiry mark is swept at once). */
-  keyMinted: (expiresAt: Date | null) => void
+  /** Told the end of each key minted or rolled (the alerts'). */
+  keyMinted: Alerts['keyMinted']
   /** What the webhook endpoint routes need: the key their secrets are sealed under, and the URL rules. */
   webhooks: {
     encryptionKey: Buffer

@@ -1,6 +1,7 @@
 // What can be done to a sub-account's keys, with the rules every caller must meet: the management
 // API (key-routes.ts) and the sub-account portal (portal/api-routes.ts) both mint, roll and revoke
 // through these, so a key minted in the portal is held to the same key policy and scope ceiling.
+import type { Alerts } from '../alerts/plugin.js'
 import type { Static } from 'typebox'
 import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
 import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
@@ -27,8 +28,8 @@ export interface KeyActionContext {
   /** The sub-account's parent: its scope ceiling applies, its audit log shows the events. */
   parentId: string
   subAccount: TenantRow
-  /** Told the end of each key minted or rolled: one within an expiry mark is swept at once (alerts/plugin.ts). */
-  keyMinted: (expiresAt: Date | null) => void
+  /** Told the end of each key minted or rolled (the alerts'). */
+  keyMinted: Alerts['keyMinted']
 }
 
 /** A key with its secrets, as the mint and the roll show it, once. */

@@ -1,5 +1,6 @@
 // The management API under /v1/sub-accounts (docs/api.md). Parent keys only, acting as themselves.
 // This plugin gives every route its hooks; the routes live in a file per resource beside it.
+import type { Alerts } from '../alerts/plugin.js'
 import type { FastifyPluginAsync } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CacheInvalidator } from '../cache/index.js'
@@ -50,8 +51,8 @@ export interface ManagementOptions {
   idempotencySweepIntervalMs?: number | undefined
   /** Where the request log is kept; null when it is off (request-log/plugin.ts). */
   requestLogSql: Sql | null
-  /** Told the end of each key minted or rolled (the alerts' keyMinted). */
-  keyMinted: (expiresAt: Date | null) => void
+  /** Told the end of each key minted or rolled (the alerts'). */
+  keyMinted: Alerts['keyMinted']
   /** The portal's public address (ISSUER_URL), when the portal is served (CONSOLE=on); null: no portal sessions. */
   portalIssuerUrl: string | null
 }

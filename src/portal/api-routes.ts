@@ -2,6 +2,7 @@
 // sub-account only, each route behind the permission it needs. Keys are minted, rolled and revoked
 // through the management API's own functions (management/key-actions.ts), under the same key
 // policy and scope ceiling, and their events name the session as their actor.
+import type { Alerts } from '../alerts/plugin.js'
 import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { DEFAULT_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
@@ -43,8 +44,8 @@ export interface PortalApiContext {
   cursors: Cursors
   /** Where the request log is kept; null when it is off. */
   requestLogSql: Sql | null
-  /** Told the end of each key minted or rolled (the alerts' keyMinted). */
-  keyMinted: (expiresAt: Date | null) => void
+  /** Told the end of each key minted or rolled (the alerts'). */
+  keyMinted: Alerts['keyMinted']
 }
 
 const KeyIdParams = Type.Object({ key_id: Type.String() })

@@ -4,6 +4,7 @@
 // console's, but for `frame-ancestors`: the embedding page's origin, named by its Referer, when a
 // parent allows it (portal_origins, set by the operator), `'none'` otherwise: the link's token is
 // in the fragment, which never reaches the gateway (links of the earlier shape name their session).
+import type { Alerts } from '../alerts/plugin.js'
 import type { FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { type Asset, type ConsoleAssets, portalAssets, served } from '../console/assets.js'
@@ -31,8 +32,8 @@ export interface PortalOptions {
   cache: CacheInvalidator
   /** Where the request log is kept; null when it is off. */
   requestLogSql: Sql | null
-  /** Told the end of each key minted or rolled (the alerts' keyMinted). */
-  keyMinted: (expiresAt: Date | null) => void
+  /** Told the end of each key minted or rolled (the alerts'). */
+  keyMinted: Alerts['keyMinted']
   /** ISSUER_URL: the links' origin; https there makes the session cookie Secure. */
   issuerUrl: string
   /** The portal's calls spend their parent's MANAGEMENT_RATE, as its own management calls do. */
