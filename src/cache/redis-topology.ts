@@ -82,12 +82,40 @@ export function databaseOf(target: RedisTarget): number {
  */
 const reconnectOnReadOnly = (err: Error) => err.message.startsWith('READONLY')
 
+/**
+ * How long a sentinel may take to name the master before the next one is asked: one that took the
+ * connection but hangs (a stopped process, a half-open socket) would hold the reconnection for good.
+ */
+const SENTINEL_ANSWER_MS = 1_000
+
+/** ioredis's error for a connection closed under a command or a connect. */
+const CONNECTION_CLOSED = 'Connection is closed.'
+
+/**
+ * ioredis 6.0.0 gives a Sentinel client up for good (status `end`, no retry) when its failover
+ * detector hears `+switch-master` while the client, between two connections, waits for a sentinel
+ * to name the master: the detector's disconnect fails that connect with "Connection is closed.",
+ * an error ioredis drops when the client is closed on purpose. Such a client is connected again.
+ */
+function reconnectAfterLostConnect(redis: Redis): void {
+  let lost = false
+  redis.on('error', (err: Error) => {
+    if (redis.status === 'connecting' && err.message === CONNECTION_CLOSED) lost = true
+  })
+  redis.on('end', () => {
+    // A disconnect() between the error and this event (ioredis's own flag, not reset once ended).
+    const closedOnPurpose = (redis as unknown as { manuallyClosing: boolean }).manuallyClosing
+    if (lost && !closedOnPurpose) redis.connect().catch(() => {})
+    lost = false
+  })
+}
+
 /** Opens one connection (or one cluster client) to `target` with `options`. */
 export function openRedis(target: RedisTarget, options: ConnectionOptions): RedisClient {
   if (target.topology === 'server') return new Redis(target.url, { ...options, reconnectOnError: reconnectOnReadOnly })
   if (target.topology === 'sentinel') {
     const credentials = optionsOf(target.credentials)
-    return new Redis({
+    const redis = new Redis({
       ...options,
       ...credentials,
       sentinels: target.sentinels.map((node) => ({ ...node })),
@@ -100,8 +128,12 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
       // is elected, not when its socket to the old one breaks.
       failoverDetector: true,
       sentinelRetryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
+      sentinelCommandTimeout: SENTINEL_ANSWER_MS,
       reconnectOnError: reconnectOnReadOnly,
     })
+    // A client meant to stop at its first failure (a retry strategy that gives up) is left to.
+    if (typeof options.retryStrategy?.(1) === 'number') reconnectAfterLostConnect(redis)
+    return redis
   }
   const { retryStrategy, enableOfflineQueue, lazyConnect, enableReadyCheck, ...perNode } = options
   const { db: _db, ...credentials } = optionsOf(target.credentials)

@@ -21,6 +21,10 @@ export interface OwnProcess {
   port: number
   running(): boolean
   kill(): Promise<void>
+  /** Stops it answering (SIGSTOP) without closing a socket: a node that hangs; resume() lets it go on. */
+  pause(): void
+  resume(): void
+  paused(): boolean
 }
 
 export interface Topology {
@@ -92,7 +96,10 @@ async function launch(
       await exited
     }
     t.teardown(kill)
-    return { port, running, kill }
+    let stopped = false
+    const pause = () => void (running() && child.kill('SIGSTOP') && (stopped = true))
+    const resume = () => void (running() && child.kill('SIGCONT') && (stopped = false))
+    return { port, running, kill, pause, resume, paused: () => stopped }
   }
 }
 
@@ -173,7 +180,7 @@ export async function startSentinel(t: TestLike): Promise<Topology> {
   const servers = [master, replica]
   const masters = async () => {
     for (const sentinel of sentinels) {
-      if (!sentinel.running()) continue
+      if (!sentinel.running() || sentinel.paused()) continue
       const reply = await cli(sentinel.port, 'sentinel', 'get-master-addr-by-name', SENTINEL_NAME).catch(() => '')
       const [host, port] = reply.split('\n')
       if (host && port) return [`${host}:${port}`]

@@ -285,7 +285,8 @@ export function sharedSuite(t: Test, d: Deployment): void {
   })
 }
 
-export type Failover = 'sentinel-command' | 'sentinel-kill' | 'cluster-command' | 'cluster-kill'
+/** `sentinel-kill-hung`: the master killed while the sentinel the gateways ask first hangs, until the end. */
+export type Failover = 'sentinel-command' | 'sentinel-kill' | 'sentinel-kill-hung' | 'cluster-command' | 'cluster-kill'
 
 /** The cluster's master serving `key`'s slot, and one of its replicas. */
 async function clusterNodesOf(topology: Topology, key: string): Promise<{ master: number; replica: number }> {
@@ -359,8 +360,12 @@ export async function failoverUnderTraffic(t: Test, d: Deployment, how: Failover
   const forcedAt = Date.now()
   if (how === 'sentinel-command')
     await d.topology.cli(d.topology.sentinels[0]!.port, 'sentinel', 'failover', 'tgwmaster')
-  else if (how === 'sentinel-kill') await serverAt(d.topology, mastersBefore[0]!).kill()
-  else {
+  else if (how === 'sentinel-kill' || how === 'sentinel-kill-hung') {
+    // The first of REDIS_SENTINELS: the one a client asks first for the master, and the one it is
+    // subscribed to for +switch-master. It takes connections, and answers nothing.
+    if (how === 'sentinel-kill-hung') d.topology.sentinels[0]!.pause()
+    await serverAt(d.topology, mastersBefore[0]!).kill()
+  } else {
     const nodes = await clusterNodesOf(d.topology, limitKeys.rate(d.replicas[0].redisKeyPrefix!, `sub_account:${sub}`))
     if (how === 'cluster-command') await d.topology.cli(nodes.replica, 'cluster', 'failover')
     else {
@@ -428,6 +433,7 @@ export async function failoverUnderTraffic(t: Test, d: Deployment, how: Failover
   const admitted = d.forwarded(path) - start
   const changes = await Promise.all(d.replicas.map((gw) => counter(gw, 'tgw_redis_master_changes_total')))
   const ready = (await callAs(d.replicas[1].url, null, { path: '/readyz' })).json() as { redis?: { masters: string[] } }
+  d.topology.sentinels[0]?.resume()
 
   t.comment(
     `${how}: new master ${newMasterAt - forcedAt} ms after the failover was forced; back ${backAt > 0 ? backAt - newMasterAt : 'never'} ms after it; ` +
