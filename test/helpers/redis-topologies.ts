@@ -97,9 +97,17 @@ async function launch(
     }
     t.teardown(kill)
     let stopped = false
-    const pause = () => void (running() && child.kill('SIGSTOP') && (stopped = true))
-    const resume = () => void (running() && child.kill('SIGCONT') && (stopped = false))
-    return { port, running, kill, pause, resume, paused: () => stopped }
+    const signal = (name: 'SIGSTOP' | 'SIGCONT') => {
+      if (running() && child.kill(name)) stopped = name === 'SIGSTOP'
+    }
+    return {
+      port,
+      running,
+      kill,
+      pause: () => signal('SIGSTOP'),
+      resume: () => signal('SIGCONT'),
+      paused: () => stopped,
+    }
   }
 }
 
