@@ -956,6 +956,33 @@ export function ratioInterval(on: number[], off: number[], draws = 2_000): [numb
   return [ratios[Math.floor(draws * 0.025)]!, ratios[Math.floor(draws * 0.975)]!]
 }
 
+/**
+ * On over off across pairs of processes, each pair with its rounds (on[i] beside off[i]): the
+ * geometric mean of each pair's ratio of medians, and the range that 95 % of resamplings give,
+ * drawing pairs and then each drawn pair's rounds (a process's lasting bias counts as the noise
+ * it is). One pair: its ratio of medians, and ratioInterval's range.
+ */
+export function pairsRatio(pairs: { on: number[]; off: number[] }[], draws = 2_000): [number, number, number] {
+  const meanOfLogs = (ratios: number[]) => Math.exp(ratios.reduce((sum, r) => sum + Math.log(r), 0) / ratios.length)
+  const ratioOf = (on: number[], off: number[], picks: number[]) =>
+    median(picks.map((i) => on[i]!)) / median(picks.map((i) => off[i]!))
+  const all = (n: number) => Array.from({ length: n }, (_, i) => i)
+  const pick = (n: number) => Array.from({ length: n }, () => Math.floor(Math.random() * n))
+  const estimate = meanOfLogs(pairs.map(({ on, off }) => ratioOf(on, off, all(on.length))))
+  const drawn: number[] = []
+  for (let draw = 0; draw < draws; draw++)
+    drawn.push(
+      meanOfLogs(
+        pick(pairs.length).map((p) => {
+          const { on, off } = pairs[p]!
+          return ratioOf(on, off, pick(on.length))
+        }),
+      ),
+    )
+  drawn.sort((a, b) => a - b)
+  return [estimate, drawn[Math.floor(draws * 0.025)]!, drawn[Math.floor(draws * 0.975)]!]
+}
+
 export const fmt = (n: number) => (Number.isNaN(n) ? '-' : Math.round(n).toLocaleString('en-US'))
 export const ms = (n: number) => (Number.isNaN(n) ? '-' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0))
 export const counts = (record: Record<string, number>) =>

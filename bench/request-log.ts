@@ -29,7 +29,7 @@ import {
   measureInTurn,
   median,
   medianOf,
-  ratioInterval,
+  pairsRatio,
   metric,
   ms,
   percentile,
@@ -54,7 +54,14 @@ import {
 
 const PARTS = (process.env.BENCH_PARTS || 'proxy,writer,query').split(',').map((part) => part.trim())
 const DURATION = envInt('BENCH_DURATION', 5)
-const ROUNDS = envInt('BENCH_ROUNDS', 6)
+/** Rounds per side in each pair of gateway processes. */
+const ROUNDS = envInt('BENCH_ROUNDS', 4)
+/**
+ * Pairs of gateway processes part 1 starts, one after the other: two processes of one build and
+ * settings differ by up to 5 % for their whole life (bench/README.md, the request log), which more
+ * rounds of the same pair cannot average out.
+ */
+const PAIRS = envInt('BENCH_PAIRS', 4)
 const WARMUP = envInt('BENCH_WARMUP', 5)
 const WARMUP_ROUNDS = envInt('BENCH_WARMUP_ROUNDS', 2)
 /** One load per count, e.g. `32,1`. */
@@ -92,12 +99,15 @@ async function main(): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1. The proxy with the log on against off: two gateway processes of one build on one database,
-// Redis and upstream, differing by REQUEST_LOG_RETENTION_DAYS only, loaded in alternating rounds.
+// 1. The proxy with the log on against off: pairs of gateway processes of one build on one
+// database, Redis and upstream, the two of a pair differing by REQUEST_LOG_RETENTION_DAYS only,
+// loaded in alternating rounds; one pair after the other.
 
 type SideName = 'off' | 'on'
 interface Round extends Measured {
   side: SideName
+  /** The pair of gateway processes it ran on (1 to BENCH_PAIRS). */
+  pair: number
   round: string
   /** µs of CPU the database's Postgres backends spent per request of the round (both sides share them). */
   postgresMicros: number
@@ -117,80 +127,43 @@ async function proxyOnOff(): Promise<void> {
   try {
     const upstream = await startUpstream({ wrap: pinnedTo(pins?.rest) })
     started.push(upstream)
-    const start = async (retentionDays: number) => {
-      const env = { REQUEST_LOG_RETENTION_DAYS: String(retentionDays) }
+    const start = async (side: SideName) => {
+      const retentionDays = side === 'on' && !CONTROL ? RETENTION_DAYS : 0
       const gateway = await startGateway({
         databaseUrl: db.url,
         upstreamUrl: upstream.url,
-        env,
+        env: { REQUEST_LOG_RETENTION_DAYS: String(retentionDays) },
         wrap: pinnedTo(pins?.server),
       })
       started.push(gateway)
       return gateway
     }
-    const gateways: Record<SideName, Gateway> = { off: await start(0), on: await start(CONTROL ? 0 : RETENTION_DAYS) }
-    const acting = await seedActing(gateways.on, db.url)
-
-    // Pre-flight: both act as the sub-account; only `on` writes records, and its record arrives.
-    for (const side of ['off', 'on'] as const) {
-      const response = await fetch(`${gateways[side].url}/v1/things/echo`, { headers: acting.headers })
-      const seen = (await response.json()) as Record<string, string>
-      if (response.status !== 200 || seen['x-service-resolved-tenant'] !== acting.subId)
-        throw new Error(`${side}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
-    }
-    // Written within a flush (every second) and its write: up to a few seconds after a start.
-    let writtenOn = 0
-    for (let waited = 0; !CONTROL && !(writtenOn > 0) && waited < 5_000; waited += 250) {
-      await sleep(250)
-      writtenOn = metric(await scrape(gateways.on.metricsPort), 'tgw_request_log_written_total')
-    }
-    const offSeries = (await scrape(gateways.off.metricsPort))?.has('tgw_request_log_written_total')
-    if ((!CONTROL && !(writtenOn > 0)) || offSeries !== false)
-      throw new Error(`pre-flight: on wrote ${writtenOn} records; off has the writer's metric: ${offSeries}`)
-
-    const measure = async (side: SideName, connections: number, seconds: number, round: string): Promise<Round> => {
-      await sleep(500)
-      const gateway = gateways[side]
-      // A request warms the gateway again after idling through the other side's round.
-      await fetch(`${gateway.url}/v1/things/1`, { headers: acting.headers }).then((res) => res.text())
-      const before = await scrape(gateway.metricsPort)
-      const backends = await backendsOf(admin, db.name)
-      if (pins !== null) pin(backends, pins.rest) // the COPY's connection is opened again after a failure
-      const postgresBefore = postgresCpu(backends)
-      const r = await load({
-        url: gateway.url,
-        headers: acting.headers,
-        connections,
-        seconds,
-        rate: RATE,
-        pid: gateway.child.pid,
-      })
-      // The records of the round's last moments are written within a flush interval (250 ms).
-      if (side === 'on') await sleep(500)
-      const postgresMicros = ((postgresCpu(await backendsOf(admin, db.name)) - postgresBefore) * 1e6) / r.requests
-      const after = await scrape(gateway.metricsPort)
-      const delta = (name: string) => (side === 'on' ? metric(after, name) - metric(before, name) : 0)
-      const written = delta('tgw_request_log_written_total')
-      const dropped = delta('tgw_request_log_dropped_total')
-      console.error(
-        `${roundLine(`${side} ${connections}c ${round}`, r)}${side === 'on' ? `, ${fmt(written)} written` : ''}`,
-      )
-      return { ...r, side, round, postgresMicros, written, dropped }
-    }
-
-    for (const connections of CONNECTIONS) {
-      console.error(`${connections} connections: warming up, ${WARMUP_ROUNDS} × ${WARMUP} s per side…`)
-      for (let pass = 1; pass <= WARMUP_ROUNDS; pass++)
-        for (const side of ['off', 'on'] as const) await measure(side, connections, WARMUP, `warm-up ${pass}`)
-      console.error(`${connections} connections: measuring, ${ROUNDS} × ${DURATION} s per side…`)
-      const rounds: Round[] = []
-      // The order turns every round, so that neither side always follows the other.
-      for (let r = 1; r <= ROUNDS; r++) {
-        const order: SideName[] = r % 2 === 1 ? ['off', 'on'] : ['on', 'off']
-        for (const side of order) rounds.push(await measure(side, connections, DURATION, String(r)))
+    let acting: Awaited<ReturnType<typeof seedActing>> | null = null
+    const rounds = new Map<number, Round[]>(CONNECTIONS.map((connections) => [connections, []]))
+    for (let pair = 1; pair <= PAIRS; pair++) {
+      // Each pair started in the other order than the one before: which starts first gets other ports and memory.
+      const order: SideName[] = pair % 2 === 1 ? ['off', 'on'] : ['on', 'off']
+      const gateways = {} as Record<SideName, Gateway>
+      for (const side of order) gateways[side] = await start(side)
+      acting ??= await seedActing(gateways.on, db.url)
+      await preflight(gateways, acting.headers, acting.subId)
+      const measure = measurer(gateways, acting.headers, db.name, admin, pins)
+      for (const connections of CONNECTIONS) {
+        const label = `pair ${pair} of ${PAIRS}, ${connections} connections`
+        console.error(`${label}: warming up, ${WARMUP_ROUNDS} × ${WARMUP} s per side…`)
+        for (let pass = 1; pass <= WARMUP_ROUNDS; pass++)
+          for (const side of ['off', 'on'] as const) await measure(side, connections, WARMUP, pair, `warm-up ${pass}`)
+        console.error(`${label}: measuring, ${ROUNDS} × ${DURATION} s per side…`)
+        // The order turns every round, so that neither side always follows the other.
+        for (let r = 1; r <= ROUNDS; r++) {
+          const sides: SideName[] = r % 2 === 1 ? ['off', 'on'] : ['on', 'off']
+          for (const side of sides)
+            rounds.get(connections)!.push(await measure(side, connections, DURATION, pair, String(r)))
+        }
       }
-      reportProxy(rounds, connections, pins)
+      for (const side of order) await stopChild(gateways[side].child)
     }
+    for (const connections of CONNECTIONS) reportProxy(rounds.get(connections)!, connections, pins)
     const log = started.map((s) => s.output().trim()).filter((text) => text !== '')
     if (log.length > 0) console.error(`the servers wrote:\n${log.join('\n')}`)
   } catch (err) {
@@ -203,6 +176,57 @@ async function proxyOnOff(): Promise<void> {
   }
 }
 
+/** Both act as the sub-account; only `on` writes records, and its record arrives. */
+async function preflight(gateways: Record<SideName, Gateway>, headers: Record<string, string>, subId: string) {
+  for (const side of ['off', 'on'] as const) {
+    const response = await fetch(`${gateways[side].url}/v1/things/echo`, { headers })
+    const seen = (await response.json()) as Record<string, string>
+    if (response.status !== 200 || seen['x-service-resolved-tenant'] !== subId)
+      throw new Error(`${side}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
+  }
+  // Written within a flush (every second) and its write: up to a few seconds after a start.
+  let writtenOn = 0
+  for (let waited = 0; !CONTROL && !(writtenOn > 0) && waited < 5_000; waited += 250) {
+    await sleep(250)
+    writtenOn = metric(await scrape(gateways.on.metricsPort), 'tgw_request_log_written_total')
+  }
+  const offSeries = (await scrape(gateways.off.metricsPort))?.has('tgw_request_log_written_total')
+  if ((!CONTROL && !(writtenOn > 0)) || offSeries !== false)
+    throw new Error(`pre-flight: on wrote ${writtenOn} records; off has the writer's metric: ${offSeries}`)
+}
+
+/** One round's load on a side of a pair, with its CPU, its Postgres backends' and its log's counts. */
+function measurer(
+  gateways: Record<SideName, Gateway>,
+  headers: Record<string, string>,
+  database: string,
+  admin: postgres.Sql,
+  pins: Pinning | null,
+) {
+  return async (side: SideName, connections: number, seconds: number, pair: number, round: string): Promise<Round> => {
+    await sleep(500)
+    const gateway = gateways[side]
+    // A request warms the gateway again after idling through the other side's round.
+    await fetch(`${gateway.url}/v1/things/1`, { headers }).then((res) => res.text())
+    const before = await scrape(gateway.metricsPort)
+    const backends = await backendsOf(admin, database)
+    if (pins !== null) pin(backends, pins.rest) // the COPY's connection is opened again after a failure
+    const postgresBefore = postgresCpu(backends)
+    const r = await load({ url: gateway.url, headers, connections, seconds, rate: RATE, pid: gateway.child.pid })
+    // The records of the round's last moments are written within a flush interval (250 ms).
+    if (side === 'on') await sleep(500)
+    const postgresMicros = ((postgresCpu(await backendsOf(admin, database)) - postgresBefore) * 1e6) / r.requests
+    const after = await scrape(gateway.metricsPort)
+    const delta = (name: string) => (side === 'on' ? metric(after, name) - metric(before, name) : 0)
+    const written = delta('tgw_request_log_written_total')
+    const dropped = delta('tgw_request_log_dropped_total')
+    console.error(
+      `${roundLine(`${side} ${connections}c pair ${pair} ${round}`, r)}${side === 'on' ? `, ${fmt(written)} written` : ''}`,
+    )
+    return { ...r, side, pair, round, postgresMicros, written, dropped }
+  }
+}
+
 const percent = (share: number) => `${(share * 100).toFixed(1)} %`
 /** A difference with its sign, + or −: the control's sides differ either way. */
 const difference = (on: number, off: number) => `${on >= off ? '+' : '−'}${Math.abs(on - off).toFixed(1)}`
@@ -210,15 +234,16 @@ const difference = (on: number, off: number) => `${on >= off ? '+' : '−'}${Mat
 function reportProxy(rounds: Round[], connections: number, pins: Pinning | null): void {
   const onRounds = rounds.filter((r) => r.side === 'on')
   const offRounds = rounds.filter((r) => r.side === 'off')
-  const off = { ...medianOf(offRounds), side: 'off', round: 'median' }
-  const on = { ...medianOf(onRounds), side: 'on', round: 'median' }
+  const off = { ...medianOf(offRounds), side: 'off', pair: '', round: 'median' }
+  const on = { ...medianOf(onRounds), side: 'on', pair: '', round: 'median' }
   const medians = [off, on]
-  const ratio = on.perSecond / off.perSecond
-  const [low, high] = ratioInterval(
-    onRounds.map((r) => r.perSecond),
-    offRounds.map((r) => r.perSecond),
-  )
-  // Each round's on over the off run beside it.
+  const pairs = Array.from({ length: PAIRS }, (_, i) => ({
+    on: onRounds.filter((r) => r.pair === i + 1).map((r) => r.perSecond),
+    off: offRounds.filter((r) => r.pair === i + 1).map((r) => r.perSecond),
+  }))
+  const [ratio, low, high] = pairsRatio(pairs)
+  const pairRatios = pairs.map(({ on, off }) => median(on) / median(off))
+  // Each round's on over the off run beside it (the same pair's).
   const roundRatios = onRounds.map((r, i) => r.perSecond / offRounds[i]!.perSecond)
   const postgresOff = median(offRounds.map((r) => r.postgresMicros))
   const postgresOn = median(onRounds.map((r) => r.postgresMicros))
@@ -227,20 +252,21 @@ function reportProxy(rounds: Round[], connections: number, pins: Pinning | null)
   const dropped = onRounds.reduce((sum, r) => sum + r.dropped, 0)
   say(
     '',
-    `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s)${RATE === undefined ? '' : ` at ${fmt(RATE)} requests/s`}; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
-    `two gateway processes of this build on one database, Redis and upstream: off REQUEST_LOG_RETENTION_DAYS=0, on ${CONTROL ? "0 as well (BENCH_CONTROL=1: the bench's own noise)" : RETENTION_DAYS}`,
+    `## 1. proxy, log on against off: GET /v1/things/1, ${connections} keep-alive connection(s)${RATE === undefined ? '' : ` at ${fmt(RATE)} requests/s`}; ${PAIRS} pair(s) of gateway processes started in turn, each ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, the order turning each round`,
+    `each pair two gateway processes of this build on one database, Redis and upstream: off REQUEST_LOG_RETENTION_DAYS=0, on ${CONTROL ? "0 as well (BENCH_CONTROL=1: the bench's own noise)" : RETENTION_DAYS}`,
     pins === null
       ? 'not pinned: every process wherever the scheduler puts it (BENCH_PIN=1 pins them)'
       : `pinned: the gateways on CPU ${pins.server}; the load, the upstream and the database's backends on CPU ${pins.rest} (Redis and the rest of Postgres wherever the scheduler puts them)`,
     '',
     ...table(
-      ['side', 'round', ...ROUND_COLUMNS],
-      [...rounds, ...medians].map((r) => [r.side, r.round, ...roundCells(r)]),
-      2,
+      ['side', 'pair', 'round', ...ROUND_COLUMNS],
+      [...rounds, ...medians].map((r) => [r.side, String(r.pair), r.round, ...roundCells(r)]),
+      3,
     ),
     '',
-    `on / off  req/s ${ratio.toFixed(3)} (target ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT MET'}; 95 % of resampled rounds ${low.toFixed(3)}–${high.toFixed(3)}), p50 ${(on.p50 / off.p50).toFixed(3)}, ` +
-      `p99 ${(on.p99 / off.p99).toFixed(3)}, CPU/request ${(on.cpuMicros / off.cpuMicros).toFixed(3)}`,
+    `on / off  req/s ${ratio.toFixed(3)} (target ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT MET'}; the geometric mean of the pairs' ratios of medians; 95 % of resampled pairs and rounds ${low.toFixed(3)}–${high.toFixed(3)}), ` +
+      `p50 ${(on.p50 / off.p50).toFixed(3)}, p99 ${(on.p99 / off.p99).toFixed(3)}, CPU/request ${(on.cpuMicros / off.cpuMicros).toFixed(3)}`,
+    `          req/s pair by pair: ${pairRatios.map((r) => r.toFixed(3)).join(', ')}`,
     `          req/s round by round (their median ${median(roundRatios).toFixed(3)}, which a drift of the machine between rounds moves least): ${roundRatios
       .map((r) => r.toFixed(3))
       .join(', ')}`,
