@@ -131,7 +131,7 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
       sentinelCommandTimeout: SENTINEL_ANSWER_MS,
       reconnectOnError: reconnectOnReadOnly,
     })
-    // A client meant to stop at its first failure (a retry strategy that gives up) is left to.
+    // A client meant to stop at its first failure (a retry strategy that gives up) stays ended.
     if (typeof options.retryStrategy?.(1) === 'number') reconnectAfterLostConnect(redis)
     return redis
   }
