@@ -4,7 +4,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { keyObject } from '../auth/key-changes.js'
 import { gatewayOrigin, recordEvent } from '../events/record.js'
-import { claimMark, deleteMarksBefore, type ExpiringKey, expiringKeys } from '../store/alerts.js'
+import { claimMark, deleteMarksBefore, type ExpiringKey, expiringKeys, lockExpiringKey } from '../store/alerts.js'
 import type { Sql } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'
 
@@ -51,6 +51,8 @@ export class KeyExpiryAlerts {
    */
   private mark(key: ExpiringKey, now: Date): Promise<boolean> {
     return inTransaction(this.options.sql, async (tx) => {
+      // Read before this transaction: a roll or a revoke may have come since, or be under way.
+      if (!(await lockExpiringKey(tx, key.id, now))) return false
       let won = false
       // Most urgent first: it decides whether this replica writes the event.
       for (const days of [...key.due_days].sort((a, b) => a - b)) {

@@ -40,6 +40,19 @@ export async function deleteMarksBefore(db: Db, before: Date): Promise<number> {
   return result.count
 }
 
+/**
+ * Locks the key's row as a roll or a revoke changing it does, so that each waits for the other, and
+ * tells whether the key is still due its event: active, not ended at `now`, never rolled. A mark
+ * made under the lock is one a roll then passes on (inheritKeyMarks).
+ */
+export async function lockExpiringKey(tx: Tx, keyId: string, now: Date): Promise<boolean> {
+  const [key] = await tx<{ due: boolean }[]>`
+    select status = 'active' and expires_at > ${now} as due from api_keys where id = ${keyId} for share`
+  if (key?.due !== true) return false
+  const successors = await tx`select 1 from api_keys where rolled_from = ${keyId} limit 1`
+  return successors.length === 0
+}
+
 /** A key due for an `api_key.expiring` mark, with its account (a parent's own key: its own). */
 export interface ExpiringKey extends KeyRow {
   account_id: string
@@ -62,9 +75,11 @@ export async function expiringKeys(db: Db, marks: readonly number[], now: Date, 
       where k.status = 'active' and k.expires_at > ${now}
         and k.expires_at <= ${now}::timestamptz + make_interval(days => m.days)
         and not exists (select 1 from api_keys successor where successor.rolled_from = k.id)
+        -- A mark as near or nearer made already (a 1-day one, which the rule before the prompt
+        -- sweeps gave a key minted within 7 days alone): nothing farther is told after it.
         and not exists (
           select 1 from alert_marks a
-          where a.kind = 'api_key.expiring' and a.subject = k.id::text and a.mark = m.days || 'd')
+          where a.kind = 'api_key.expiring' and a.subject = k.id::text and rtrim(a.mark, 'd')::int <= m.days)
     ), keys as (
       select id, min(days) as days, to_jsonb(array_agg(days order by days)) as due_days
       from due group by id order by id limit ${limit}

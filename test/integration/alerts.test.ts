@@ -12,7 +12,7 @@ import { callAs, getOverAgent } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
 import { runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
-import { until } from '../helpers/poll.js'
+import { sleep, until } from '../helpers/poll.js'
 import { requireRedis } from '../helpers/redis.js'
 import { type Receiver, startReceiver } from '../helpers/webhook-receiver.js'
 import { startUpstream } from '../helpers/upstream.js'
@@ -400,6 +400,69 @@ t.test(
       await expiring(),
       ['ten days 7', 'three days 7', 'twelve hours 1'],
       "the new key of a roll inherits its predecessor's marks",
+    )
+  },
+)
+
+t.test(
+  'api_key.expiring: nothing farther after a nearer mark, nothing for a key revoked as it is marked',
+  async (t) => {
+    let clock = Date.now()
+    // No sweep but the test's own.
+    const [gw] = await startReplicas(t, 1, {
+      env,
+      gatewayConfig,
+      alerts: { clock: () => clock, keySweepIntervalMs: 3_600_000, firstKeySweepAfterMs: 3_600_000 },
+    })
+    const parent = await gw!.createParent({ scopes })
+    const sub = await subAccountVia(gw!.url, parent.apiKey, 'marked')
+    const mint = async (name: string) => {
+      const expiresAt = new Date(Date.now() + 10 * DAY_MS).toISOString()
+      const res = await callAs(gw!.url, parent.apiKey, {
+        method: 'POST',
+        path: `/v1/sub-accounts/${sub}/api-keys`,
+        acting: 'self',
+        json: { name, scopes: ['things:read'], expires_at: expiresAt },
+      })
+      if (res.status !== 201) throw new Error(res.body)
+      return res.json().id as string
+    }
+    const told = await mint('told a day')
+    const revoked = await mint('revoked meanwhile')
+    const expiring = async () =>
+      (await auditLog(gw!, parent, 'api_key.*'))
+        .filter((e) => e.type === 'api_key.expiring')
+        .map((e) => `${e.data.object.name} ${e.data.object.expires_in_days}`)
+    // What the rule before prompt sweeps left of a key minted within 7 days of its end: its 1-day
+    // mark, and no 7-day one.
+    await gw!.sql`insert into alert_marks (kind, subject, mark) values ('api_key.expiring', ${told}, '1d')`
+
+    // Both within 7 days now. The revoke's transaction holds its key's row while the sweep runs.
+    clock = Date.now() + 3.5 * DAY_MS
+    let release!: () => void
+    let rowHeld!: () => void
+    const held = new Promise<void>((resolve) => (rowHeld = resolve))
+    const revoke = gw!.sql.begin(async (tx) => {
+      await tx`update api_keys set status = 'revoked', revoked_at = now() where id = ${revoked}`
+      rowHeld()
+      await new Promise<void>((resolve) => (release = resolve))
+    })
+    await held
+    const sweep = gw!.app.alerts.keys.sweep()
+    await sleep(500) // the sweep has read both keys as active by now
+    release()
+    await revoke
+    await sweep
+    const events = await expiring()
+    t.same(
+      events.filter((e) => e.startsWith('told')),
+      [],
+      'a key told 1 day: not 7 days after',
+    )
+    t.same(
+      events.filter((e) => e.startsWith('revoked')),
+      [],
+      'a key revoked while the sweep marked it: nothing',
     )
   },
 )
