@@ -83,8 +83,9 @@ export function databaseOf(target: RedisTarget): number {
 const reconnectOnReadOnly = (err: Error) => err.message.startsWith('READONLY')
 
 /**
- * How long a sentinel may take to name the master before the next one is asked: one that took the
- * connection but hangs (a stopped process, a half-open socket) would hold the reconnection for good.
+ * How long each command to a sentinel may take (asking for the master takes two) before the next
+ * sentinel is asked: one that took the connection but hangs (a stopped process, a half-open
+ * socket) would hold the reconnection for good.
  */
 const SENTINEL_ANSWER_MS = 1_000
 
@@ -132,7 +133,7 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
       reconnectOnError: reconnectOnReadOnly,
     })
     // A client meant to stop at its first failure (a retry strategy that gives up) stays ended.
-    if (typeof options.retryStrategy?.(1) === 'number') reconnectAfterLostConnect(redis)
+    if (typeof redis.options.retryStrategy?.(1) === 'number') reconnectAfterLostConnect(redis)
     return redis
   }
   const { retryStrategy, enableOfflineQueue, lazyConnect, enableReadyCheck, ...perNode } = options

@@ -361,8 +361,8 @@ export async function failoverUnderTraffic(t: Test, d: Deployment, how: Failover
   if (how === 'sentinel-command')
     await d.topology.cli(d.topology.sentinels[0]!.port, 'sentinel', 'failover', 'tgwmaster')
   else if (how === 'sentinel-kill' || how === 'sentinel-kill-hung') {
-    // The first of REDIS_SENTINELS: the one a client asks first for the master, and the one it is
-    // subscribed to for +switch-master. It takes connections, and answers nothing.
+    // The first of REDIS_SENTINELS: the one a client asks first for the master (and one of those
+    // it hears +switch-master from). It takes connections, and answers nothing.
     if (how === 'sentinel-kill-hung') d.topology.sentinels[0]!.pause()
     await serverAt(d.topology, mastersBefore[0]!).kill()
   } else {

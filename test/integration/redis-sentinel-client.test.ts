@@ -4,6 +4,7 @@
 // sentinel that takes the connection but answers nothing holds no reconnection.
 import t, { type Test } from 'tap'
 import { connectCommandClient } from '../../src/cache/redis-commands.js'
+import type { Redis } from 'ioredis'
 import type { RedisClient } from '../../src/cache/redis-topology.js'
 import { until } from '../helpers/poll.js'
 import { SENTINEL_NAME, startSentinel, type Topology } from '../helpers/redis-topologies.js'
@@ -30,27 +31,42 @@ async function openClient(t: Test): Promise<RedisClient> {
  * The first sentinel (the one asked first) hangs, and the master closes the client's connection:
  * the client is then connecting, waiting on that sentinel.
  */
-async function reconnectingOnAHungSentinel(topology: Topology, redis: RedisClient): Promise<void> {
+async function reconnectingOnAHungSentinel(t: Test, topology: Topology, redis: RedisClient): Promise<void> {
+  const id = await (redis as Redis).client('ID')
+  t.teardown(() => topology.sentinels[0]!.resume())
   topology.sentinels[0]!.pause()
   const [master] = await topology.masters()
-  await topology.cli(Number(master!.split(':')[1]), 'client', 'kill', 'type', 'normal')
+  // This client's connection only: the sentinels' own links to the master stay up (no failover).
+  await topology.cli(Number(master!.split(':')[1]), 'client', 'kill', 'id', String(id))
   if (!(await until(5_000, async () => redis.status === 'connecting', 5)))
     throw new Error(`not reconnecting: ${redis.status}`)
 }
 
 t.test('a connect cut while a sentinel is asked: the client connects again', async (t) => {
   const redis = await openClient(t)
-  await reconnectingOnAHungSentinel(topology, redis)
+  await reconnectingOnAHungSentinel(t, topology, redis)
   // What the failover detector does on +switch-master: the connection ended, the client not closed.
   redis.disconnect(true)
   topology.sentinels[0]!.resume()
   t.ok(await until(5_000, async () => redis.status === 'ready'), `ready again (${redis.status})`)
-  t.equal(await redis.ping(), 'PONG', 'and answering')
+  // Polled: a command has 50 ms, which a machine running three test files can miss.
+  t.ok(await until(2_000, async () => (await redis.ping().catch(() => null)) === 'PONG'), 'and answering')
+})
+
+t.test('a client closed as its cut connect fails stays closed', async (t) => {
+  const redis = await openClient(t)
+  await reconnectingOnAHungSentinel(t, topology, redis)
+  // The app's close between the connect's error and its end: only ioredis's own flag tells it.
+  redis.once('error', () => redis.disconnect())
+  redis.disconnect(true)
+  topology.sentinels[0]!.resume()
+  t.notOk(await until(3_000, async () => redis.status === 'ready'), 'not connected again')
+  t.equal(redis.status, 'end', 'ended')
 })
 
 t.test('a client closed while a sentinel is asked stays closed', async (t) => {
   const redis = await openClient(t)
-  await reconnectingOnAHungSentinel(topology, redis)
+  await reconnectingOnAHungSentinel(t, topology, redis)
   redis.disconnect()
   topology.sentinels[0]!.resume()
   t.notOk(await until(3_000, async () => redis.status === 'ready'), 'not connected again')
@@ -59,8 +75,7 @@ t.test('a client closed while a sentinel is asked stays closed', async (t) => {
 
 t.test('a sentinel that answers nothing: the next is asked, while it still hangs', async (t) => {
   const redis = await openClient(t)
-  await reconnectingOnAHungSentinel(topology, redis)
-  t.teardown(() => topology.sentinels[0]!.resume())
+  await reconnectingOnAHungSentinel(t, topology, redis)
   t.ok(await until(5_000, async () => redis.status === 'ready'), `ready again (${redis.status})`)
   t.ok(topology.sentinels[0]!.paused(), 'the first sentinel hangs still')
 })
