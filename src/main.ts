@@ -42,7 +42,7 @@ async function listening<T>(
 
 /** The signals that ask for a graceful stop. */
 const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const
-/** The same signal again within this long is a copy passed on by npm or tsx (see below). */
+/** The same signal again within this long is a copy passed on by npm (see below). */
 const RELAYED_WITHIN_MS = 1_000
 
 async function main(): Promise<void> {
@@ -163,9 +163,9 @@ async function main(): Promise<void> {
       if (err ?? failure) process.exit(1)
     },
   )
-  // `npm start` (npm, then tsx) passes a terminal's Ctrl-C or a process group's SIGTERM on to the
-  // gateway, which gets the same signal again within milliseconds: that copy is no request to stop
-  // at once. A second signal later than RELAYED_WITHIN_MS is one, and ends the drain.
+  // `npm start` passes a terminal's Ctrl-C or a process group's SIGTERM on to the gateway, which
+  // gets the same signal again within milliseconds: that copy is no request to stop at once. A
+  // second signal later than RELAYED_WITHIN_MS is one, and ends the drain.
   for (const name of STOP_SIGNALS)
     process.on(name, () => {
       if (stopSignal === null) {

@@ -1,5 +1,5 @@
 // The gateway started as the README says (`npm start`, no DATABASE_URL: the embedded database in
-// DATA_DIR), in a process group of its own so that npm, sh, tsx and node are stopped together.
+// DATA_DIR), in a process group of its own so that npm, sh and node are stopped together.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
