@@ -943,24 +943,10 @@ export function median(values: number[]): number {
 }
 
 /**
- * How far a ratio of medians (on's over off's) moves with the rounds drawn: the 2.5th and 97.5th
- * percentiles over `draws` resamplings of the round pairs, with replacement (a bootstrap).
- */
-export function ratioInterval(on: number[], off: number[], draws = 2_000): [number, number] {
-  const ratios: number[] = []
-  for (let draw = 0; draw < draws; draw++) {
-    const picks = on.map(() => Math.floor(Math.random() * on.length))
-    ratios.push(median(picks.map((i) => on[i]!)) / median(picks.map((i) => off[i]!)))
-  }
-  ratios.sort((a, b) => a - b)
-  return [ratios[Math.floor(draws * 0.025)]!, ratios[Math.floor(draws * 0.975)]!]
-}
-
-/**
  * On over off across pairs of processes, each pair with its rounds (on[i] beside off[i]): the
  * geometric mean of each pair's ratio of medians, and the range that 95 % of resamplings give,
  * drawing pairs and then each drawn pair's rounds (a process's lasting bias counts as the noise
- * it is). One pair: its ratio of medians, and ratioInterval's range.
+ * it is). One pair: its ratio of medians, and its rounds' range alone.
  */
 export function pairsRatio(pairs: { on: number[]; off: number[] }[], draws = 2_000): [number, number, number] {
   const meanOfLogs = (ratios: number[]) => Math.exp(ratios.reduce((sum, r) => sum + Math.log(r), 0) / ratios.length)

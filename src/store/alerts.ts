@@ -49,6 +49,7 @@ export async function lockExpiringKey(tx: Tx, keyId: string, now: Date): Promise
   const [key] = await tx<{ due: boolean }[]>`
     select status = 'active' and expires_at > ${now} as due from api_keys where id = ${keyId} for share`
   if (key?.due !== true) return false
+  // A statement of its own: its snapshot, taken once the lock is held, sees a roll committed meanwhile.
   const successors = await tx`select 1 from api_keys where rolled_from = ${keyId} limit 1`
   return successors.length === 0
 }
