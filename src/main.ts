@@ -40,7 +40,7 @@ async function listening<T>(
   }
 }
 
-/** The signals that ask for a graceful stop. */
+/** The signals that ask for a graceful stop, and when sent again later, for an immediate one. */
 const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const
 /** The same signal again within this long is a copy passed on by npm (see below). */
 const RELAYED_WITHIN_MS = 1_000
@@ -144,17 +144,20 @@ async function main(): Promise<void> {
   const graceMs = config.shutdownDelayMs + config.shutdownTimeoutMs + 10_000
   let failure: unknown = null
   let closing = false
-  // SIGTERM and SIGINT are handled below, not by close-with-grace, which exits at once on a second.
+  // SIGTERM, SIGINT and SIGHUP are handled below, not by close-with-grace, which exits at once on
+  // any second signal.
   let stopSignal: { name: NodeJS.Signals; at: number } | null = null
+  /** The signal that started the drain, for its log line. */
+  let drainedOn: NodeJS.Signals | undefined
   const grace = closeWithGrace(
-    { delay: graceMs, skip: ['unhandledRejection', ...STOP_SIGNALS] },
+    { delay: graceMs, skip: ['unhandledRejection', ...STOP_SIGNALS, 'SIGHUP'] },
     async ({ signal, err }) => {
       closing = true
       const cause = err ?? failure
       if (cause) app.log.error({ err: cause }, 'closing after an error')
       else
         app.log.info(
-          { signal: signal ?? stopSignal?.name, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs },
+          { signal: signal ?? drainedOn, delayMs: config.shutdownDelayMs, timeoutMs: config.shutdownTimeoutMs },
           'draining',
         )
       await drain()
@@ -170,13 +173,21 @@ async function main(): Promise<void> {
     process.on(name, () => {
       if (stopSignal === null) {
         stopSignal = { name, at: Date.now() }
-        if (!closing) void grace.close()
+        startDrain(name)
         return
       }
       if (Date.now() - stopSignal.at < RELAYED_WITHIN_MS) return
       app.log.error(`second ${name}, exiting`)
       process.exit(1)
     })
+  // A hangup (the terminal closed, or the kernel's word to a stopped process group whose parent
+  // went away) stops the gateway as SIGTERM does, but never cuts a drain short.
+  process.on('SIGHUP', () => startDrain('SIGHUP'))
+  function startDrain(signal: NodeJS.Signals): void {
+    if (closing) return
+    drainedOn = signal
+    void grace.close()
+  }
   // An unhandled rejection is a bug: close as on SIGTERM (usage flushed), then exit 1 so that the
   // orchestrator restarts the process. Handled here, not by close-with-grace, which would exit at
   // once, unflushed, on a second one during the drain.

@@ -486,6 +486,40 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
     await held
   })
 
+  // A hangup comes when a terminal closes (often just after its Ctrl-C), and from the kernel to a
+  // stopped process group whose parent went away (`npm start` killed while the gateway is stopped).
+  // It stops the gateway as SIGTERM does, and never cuts a drain short.
+  t.test('a hangup drains like SIGTERM, and one during a drain changes nothing', async (t) => {
+    const [hungUp, during] = await Promise.all([
+      gatewayWithoutDelay(t, 'hangup', { LOG_LEVEL: 'info' }),
+      gatewayWithoutDelay(t, 'hangup while draining', { LOG_LEVEL: 'info' }),
+    ])
+    for (const { upstream, gateway, parent } of [hungUp, during]) {
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+      t.teardown(() => agent.destroy())
+      const inFlight = get(gateway.base, agent, '/v1/hold/hangup', { authorization: `Bearer ${parent.apiKey}` }).then(
+        (outcome) => outcome,
+        (err: unknown) => new Error(describe(err)),
+      )
+      t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+      if (gateway === during.gateway) {
+        gateway.child.kill('SIGTERM')
+        await sleep(1_500)
+      }
+      gateway.child.kill('SIGHUP')
+      t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
+      await sleep(500)
+      t.notOk(gateway.exited(), 'it waits for the request in flight')
+      upstream.release()
+      const outcome = await inFlight
+      t.equal(outcome instanceof Error ? outcome.message : outcome.status, 200, 'the request in flight: 200')
+      t.same(await exitWithin(gateway, EXIT_TIMEOUT), { code: 0, signal: null }, `exit 0\nstderr: ${gateway.stderr()}`)
+      const first = gateway === during.gateway ? 'SIGTERM' : 'SIGHUP'
+      t.match(gateway.stdout(), new RegExp(`"signal":"${first}".*"msg":"draining"`), `draining on ${first}`)
+      closedCleanly(t, gateway.stdout())
+    }
+  })
+
   // An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway
   // must not go on in an unknown state, nor die on the spot with its counts unflushed. It drains like
   // a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
