@@ -127,8 +127,10 @@ async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess
       if (done) throw new Error(`the gateway exited at start\nstdout: ${out}\nstderr: ${err}`)
       try {
         // Ready once Postgres answers; wait for Redis too, which connects in the background.
+        // A gateway's own answer, not any server's 200 (an upstream's echo says nothing of Redis).
         const ready = await rawRequest(base, { path: '/readyz' })
-        return ready.status === 200 && JSON.parse(ready.body).checks?.redis !== 'down'
+        const body = ready.status === 200 ? JSON.parse(ready.body) : null
+        return body?.status === 'ready' && body.checks?.redis !== 'down'
       } catch {
         return false
       }
