@@ -1,7 +1,7 @@
 // TypeBox schemas of the request log (docs/api.md, Request log). The response schema is the
 // serializer too: a record leaves with these fields and no other.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit, Nullable } from './common-schemas.js'
+import { Cursor, Limit, Nullable, STORABLE_TEXT } from './common-schemas.js'
 import { UUID_PATTERN } from '../tenancy/identifiers.js'
 
 /** A request id as the gateway keeps it (http/guards.ts: its own, or the client's sane one). */
@@ -24,7 +24,12 @@ export const RequestsQuery = Type.Object(
     ),
     code: Type.Optional(Type.String({ pattern: '^[a-z][a-z_]{0,63}$', description: 'the problem code of a refusal' })),
     route: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 200, description: 'a route prefix of the route table, or `management`' }),
+      Type.String({
+        minLength: 1,
+        maxLength: 200,
+        pattern: STORABLE_TEXT,
+        description: 'a route prefix of the route table, or `management`',
+      }),
     ),
     since: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, inclusive' })),
     until: Type.Optional(Type.String({ format: 'date-time', maxLength: 64, description: 'RFC 3339, exclusive' })),
