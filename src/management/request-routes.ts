@@ -6,6 +6,8 @@ import type { RequestFilter } from '../request-log/filters.js'
 import { listRequests, type RequestRow, requestById } from '../request-log/queries.js'
 import type { Sql } from '../store/db.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
+import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
+import type { Cursors, CursorScope } from './paging.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'
 import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
 
@@ -65,6 +67,29 @@ export function requestFilter(query: {
   }
 }
 
+/**
+ * A page of the log, for the API and the portal: up to `limit` records, and the next page's cursor.
+ * A page that ended short of its rows' reading (queries.ts, ROWS_READ_PER_PAGE) holds fewer, even
+ * none, and its cursor goes on from the last row read.
+ */
+export async function requestPage(
+  logSql: Sql,
+  accountId: string,
+  filter: Omit<RequestFilter, 'limit'>,
+  limit: number,
+  cursors: Cursors,
+  scope: CursorScope,
+): Promise<{ data: RequestRecord[]; next_cursor: string | null }> {
+  const { rows, resumeBefore } = await listRequests(
+    logSql,
+    accountId,
+    { ...filter, limit: limit + 1 },
+    { statementTimeoutMs: MANAGEMENT_DEADLINE_MS },
+  )
+  if (resumeBefore === null) return cursors.page(rows, limit, presentRequest, scope)
+  return { data: rows.map(presentRequest), next_cursor: await cursors.encode(resumeBefore, scope) }
+}
+
 /** Where the log is kept, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
 export function registerRequestRoutes(app: ManagementApp, { cursors }: ManagementContext, logSql: Sql | null): void {
   app.get(
@@ -77,13 +102,8 @@ export function registerRequestRoutes(app: ManagementApp, { cursors }: Managemen
       const beforeSeq = await cursors.decode(query.cursor, scope)
       const filter = requestFilter(query)
       if (logSql === null) return { data: [], next_cursor: null }
-      const rows = await listRequests(logSql, parentOf(request).id, {
-        ...filter,
-        tenantId: query.sub_account_id?.toLowerCase() ?? null,
-        beforeSeq,
-        limit: limit + 1,
-      })
-      return cursors.page(rows, limit, presentRequest, scope)
+      const tenantId = query.sub_account_id?.toLowerCase() ?? null
+      return requestPage(logSql, parentOf(request).id, { ...filter, tenantId, beforeSeq }, limit, cursors, scope)
     },
   )
 

@@ -23,13 +23,12 @@ import {
 } from '../management/key-actions.js'
 import { type Cursors, keyListScope } from '../management/paging.js'
 import { presentKey } from '../management/present.js'
-import { presentRequest, requestFilter } from '../management/request-routes.js'
+import { requestFilter, requestPage } from '../management/request-routes.js'
 import { RequestPage, RequestsQuery } from '../management/request-schemas.js'
 import { ApiKey, ApiKeyPage, MintedApiKey, MintKeyBody, RollKeyBody } from '../management/key-schemas.js'
 import { Limits } from '../management/limit-schemas.js'
 import { PAGE_LIMIT_DEFAULT, PageQuery } from '../management/common-schemas.js'
 import { UsageEntry } from '../management/usage-schemas.js'
-import { listRequests } from '../request-log/queries.js'
 import type { Sql } from '../store/db.js'
 import { listKeys } from '../store/api-keys.js'
 import { getTenant } from '../store/tenants.js'
@@ -189,13 +188,15 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
       const beforeSeq = await cursors.decode(request.query.cursor, scope)
       const filter = requestFilter(request.query)
       if (context.requestLogSql === null) return { data: [], next_cursor: null }
-      const rows = await listRequests(context.requestLogSql, session.account_id, {
-        ...filter,
-        tenantId: session.sub_account_id,
-        beforeSeq,
-        limit: limit + 1,
-      })
-      return cursors.page(rows, limit, presentRequest, scope)
+      const tenantId = session.sub_account_id
+      return requestPage(
+        context.requestLogSql,
+        session.account_id,
+        { ...filter, tenantId, beforeSeq },
+        limit,
+        cursors,
+        scope,
+      )
     },
   )
 }

@@ -46,29 +46,65 @@ function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): Promise<
 const FIRST_ROUND_ROWS = 32
 const LAST_ROUND_ROWS = 4_096
 
+/**
+ * Rows whose arrays a page reads at most: a filter whose rows' summaries match and records do not
+ * (a sub-account and a key that are each in a row, never in one record) would otherwise read every
+ * row of the account for one page, seconds of Postgres a call. A page that reaches it ends short,
+ * with the cursor of where it got to (docs/api.md, Request log).
+ */
+export const ROWS_READ_PER_PAGE = 1_024
+
+/** A page as read: its records, and where the next begins when it ended at ROWS_READ_PER_PAGE. */
+export interface RequestsRead {
+  rows: RequestRow[]
+  /** The place before the oldest row read (a cursor's position), or null when the page did not end short. */
+  resumeBefore: string | null
+}
+
+export interface ReadLimits {
+  /**
+   * Each statement's `statement_timeout` (none when 0): the API's store deadline, so that no
+   * statement outlives the call's 503 and holds its pooled connection on.
+   */
+  statementTimeoutMs?: number
+  /** WALKED_ROWS, which tests make small to reach the rows past them. */
+  walkedRows?: number
+  /** ROWS_READ_PER_PAGE, which tests make small. */
+  rowsRead?: number
+}
+
 /** A round's first window: the account's newest rows looked at before older ones. */
 const WALKED_ROWS = 1_000
 /** The last window is this many times the first (64,000 rows); past it, a summary's own index alone. */
 const LAST_WINDOW_TIMES = 64
 
-/** `walkedRows`: WALKED_ROWS, which tests make small to reach the rows past them. */
 export function listRequests(
   sql: Sql,
   accountId: string,
   f: RequestFilter,
-  walkedRows = WALKED_ROWS,
-): Promise<RequestRow[]> {
-  // Each statement planned for its values: the generic plan Postgres may choose for a prepared
-  // statement after its fifth run cannot know how rare a filter's value is (bench/README.md).
+  { statementTimeoutMs = 0, walkedRows = WALKED_ROWS, rowsRead = ROWS_READ_PER_PAGE }: ReadLimits = {},
+): Promise<RequestsRead> {
   return sql.begin(async (tx) => {
-    await tx`set local plan_cache_mode = force_custom_plan`
-    return pageOf(tx, accountId, f, walkedRows)
+    // Each statement planned for its values: the generic plan Postgres may choose for a prepared
+    // statement after its fifth run cannot know how rare a filter's value is (bench/README.md).
+    await tx.unsafe(
+      `set local plan_cache_mode = force_custom_plan; set local statement_timeout = ${Math.trunc(statementTimeoutMs)}`,
+    )
+    return pageOf(tx, accountId, f, walkedRows, rowsRead)
   })
 }
 
-async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: number): Promise<RequestRow[]> {
+async function pageOf(
+  sql: Tx,
+  accountId: string,
+  f: RequestFilter,
+  walkedRows: number,
+  rowsRead: number,
+): Promise<RequestsRead> {
   const { rowWhere, recordWhere, positions, byIndex, windows } = conditionsOf(sql, f)
   const page: RequestRow[] = []
+  const done = { rows: page, resumeBefore: null }
+  let read = 0
   let beforeRow: string | null =
     f.beforeSeq === null ? null : (BigInt(f.beforeSeq) / BigInt(POSITIONS_PER_ROW)).toString()
   if (f.until !== null) {
@@ -79,7 +115,7 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
       where account_id = ${accountId} and first_time < ${f.until}
         ${beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`}
       order by seq desc limit 1`
-    if (newest === undefined) return []
+    if (newest === undefined) return done
     beforeRow = newest.seq
   }
   // Rows found and not read yet, newest first: a round reads the next `size` of them (more each
@@ -89,14 +125,15 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
   for (let size = FIRST_ROUND_ROWS; ; size = Math.min(LAST_ROUND_ROWS, size * 4)) {
     const wanted = Math.max(size, f.limit)
     if (found.length === 0) {
-      if (!more) return page
+      if (!more) return done
       const next = await nextRows(sql, accountId, { rowWhere, byIndex, windows, beforeRow, wanted, walkedRows })
-      if (next.rows.length === 0) return page
+      if (next.rows.length === 0) return done
       found = next.rows
       more = next.more
       beforeRow = (BigInt(found[found.length - 1]!) - 1n).toString()
     }
-    const rows = found.splice(0, wanted)
+    const rows = found.splice(0, Math.min(wanted, rowsRead - read))
+    read += rows.length
     // The rows by their seqs, in no index's order (`+ 0`): a list is then an index condition,
     // where a plan walking the index in order would test it on every row of the account.
     page.push(
@@ -110,7 +147,9 @@ async function pageOf(sql: Tx, accountId: string, f: RequestFilter, walkedRows: 
         limit ${sql.unsafe(String(f.limit - page.length))}`,
       )),
     )
-    if (page.length >= f.limit) return page
+    if (page.length >= f.limit) return done
+    if (read >= rowsRead && (found.length > 0 || more))
+      return { rows: page, resumeBefore: (BigInt(rows[rows.length - 1]!) * BigInt(POSITIONS_PER_ROW)).toString() }
   }
 }
 

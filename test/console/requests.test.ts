@@ -3,11 +3,15 @@
 // 404, a 403 refusal) listed once the log has written them, filtered by status class, reached
 // from a sub-account's page, a key and a bar of the usage chart, a record's details opened with
 // the keyboard, pages, the empty state, an address with an odd id; axe, the policy and 390 px.
+import pino from 'pino'
 import t from 'tap'
 import type { Page } from 'playwright-core'
+import { ROWS_READ_PER_PAGE } from '../../src/request-log/queries.js'
+import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { type AxeFinding, axeFindings, launchBrowser, screenshots } from '../helpers/browser.js'
 import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
+import { logRecord, madeId } from '../helpers/request-records.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t, (request, response) => {
@@ -276,6 +280,25 @@ t.test('an odd id in the address: said, and no call', async (t) => {
     t.match(await page.getByRole('alert').innerText(), /sub_account_id[\s\S]*not a UUID/, `${odd}: said`)
   }
   t.same(listCalls, [], 'the list was never asked for')
+})
+
+t.test('a page that read its share of the log and found none says so, and goes on', async (t) => {
+  // Rows of two whose summaries all hold route /x and status 500, with a 500 of /x in the oldest
+  // alone (queries.ts, ROWS_READ_PER_PAGE): the first page ends empty.
+  const writer = new RequestLogWriter({ sql: gateway.sql, log: pino({ level: 'silent' }), rowRecords: 2 })
+  t.teardown(() => writer.close())
+  for (let i = 0; i < ROWS_READ_PER_PAGE + 10; i++) {
+    const fields = { accountId: parent.id, tenantId: acme.id, keyId: acme.keyId }
+    writer.add(logRecord({ ...fields, id: madeId(2 * i), route: '/x', path: `/x/${i}`, status: i === 0 ? 500 : 200 }))
+    writer.add(logRecord({ ...fields, id: madeId(2 * i + 1), route: '/y', path: `/y/${i}`, status: 500 }))
+  }
+  await writer.flush()
+  await page.goto(`${gateway.url}/console#/requests?status=500&route=%2Fx`)
+  await page.getByText('No request on this page matches these filters').waitFor()
+  t.pass('the empty page says older requests may match')
+  await page.getByRole('button', { name: 'Next page' }).click()
+  await until(async () => (await attributes('data-status')).join() === '500', 'the one match on the next page')
+  t.match(await rows().innerText(), /\/x\/0/, "the oldest row's 500 of /x")
 })
 
 t.test('no policy violation, no serious axe finding, nothing wider than 390 px', async (t) => {

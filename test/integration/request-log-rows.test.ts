@@ -6,7 +6,7 @@ import pino from 'pino'
 import t from 'tap'
 import { DAY_MS } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
-import { listRequests, type RequestRow, requestById } from '../../src/request-log/queries.js'
+import { listRequests, type ReadLimits, type RequestRow, requestById } from '../../src/request-log/queries.js'
 import type { RequestRecord } from '../../src/request-log/capture.js'
 import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
@@ -41,22 +41,28 @@ async function writerOn(t: TestLike, rowRecords: number, copy = true) {
   return { sql: database.sql, writer }
 }
 
-/** Every page of a filter, `size` a page, following the cursors as the API does. */
+/** Every page of a filter, `size` a page, following the cursors as the API does (request-routes.ts). */
 async function allPages(
   sql: Parameters<typeof listRequests>[0],
   account: string,
   filter: RequestFilter,
   size: number,
-  walkedRows?: number,
+  limits: ReadLimits = {},
 ) {
   const seen: RequestRow[] = []
   let beforeSeq: string | null = null
-  for (;;) {
-    const page = await listRequests(sql, account, { ...filter, beforeSeq, limit: size + 1 }, walkedRows)
-    seen.push(...page.slice(0, size))
-    if (page.length <= size) return seen
-    beforeSeq = page[size - 1]!.seq
+  for (let pages = 1; ; pages++) {
+    const { rows, resumeBefore } = await listRequests(sql, account, { ...filter, beforeSeq, limit: size + 1 }, limits)
+    seen.push(...rows.slice(0, size))
+    if (resumeBefore !== null) beforeSeq = resumeBefore
+    else if (rows.length <= size) return { seen, pages }
+    else beforeSeq = rows[size - 1]!.seq
   }
+}
+
+/** One page's records. */
+async function list(sql: Parameters<typeof listRequests>[0], account: string, filter: RequestFilter) {
+  return (await listRequests(sql, account, filter)).rows
 }
 
 /** The two ways rows go to Postgres (writer.ts): each test of what they hold runs with both. */
@@ -95,7 +101,7 @@ for (const { copy, form } of FORMS)
     await writer.flush()
     for (const account of ACCOUNTS) {
       const expected = records.filter((r) => r.accountId === account).reverse()
-      const listed = await listRequests(sql, account, NO_FILTER)
+      const listed = await list(sql, account, NO_FILTER)
       t.same(
         listed.map((row) => ({
           id: row.id,
@@ -128,7 +134,7 @@ for (const { copy, form } of FORMS)
     writer.add(record({ id: madeId(2), path: '/p/\ud800lone' }))
     writer.add(record({ id: madeId(3), path: '/p/pair😀', sourceIp: 'a\t"{b}\\' }))
     await writer.flush()
-    const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
+    const listed = await list(sql, ACCOUNTS[0]!, NO_FILTER)
     t.same(
       listed.map((row) => [row.path, row.source_ip]),
       [
@@ -170,7 +176,7 @@ for (const { copy, form } of FORMS)
     const fields = (rows: RequestRow[]) => rows.map((row) => [row.id, row.path, row.code, row.method, row.source_ip])
     const expected = (kept: RequestRecord[]) =>
       kept.reverse().map((r) => [r.id, r.path.replace('\u0000', '\ufffd'), r.code, r.method, r.sourceIp])
-    const listed = await listRequests(sql, ACCOUNTS[0]!, NO_FILTER)
+    const listed = await list(sql, ACCOUNTS[0]!, NO_FILTER)
     t.same(fields(listed), expected([...records]), 'every record, in order')
     const filters: [string, Partial<RequestFilter>, (r: RequestRecord) => boolean][] = [
       ['tenant 2', { tenantId: uuid(2, 2) }, (r) => r.tenantId === uuid(2, 2)],
@@ -183,7 +189,7 @@ for (const { copy, form } of FORMS)
       const kept = records.filter(keeps)
       t.ok(kept.length > 0 && kept.length < records.length, `${name}: some records, not all`)
       t.same(
-        fields(await listRequests(sql, ACCOUNTS[0]!, { ...NO_FILTER, ...filter })),
+        fields(await list(sql, ACCOUNTS[0]!, { ...NO_FILTER, ...filter })),
         expected(kept),
         `${name}: found by its summary`,
       )
@@ -266,20 +272,23 @@ t.test('every filter and page over many small rows agrees with the records read 
         .map((r) => r.id)
         .reverse()
       // Windows of 1,000 rows first, of 5 and of 1: the later windows, and past them the index alone.
-      for (const [size, walked] of [
-        [1, 1000],
-        [3, 1000],
-        [50, 1000],
-        [3, 5],
-        [50, 5],
-        [3, 1],
-        [50, 1],
+      // And pages that end short, after reading 2 or 7 rows, and go on from there.
+      for (const [size, walkedRows, rowsRead] of [
+        [1, 1000, undefined],
+        [3, 1000, undefined],
+        [50, 1000, undefined],
+        [3, 5, undefined],
+        [50, 5, undefined],
+        [3, 1, undefined],
+        [50, 1, undefined],
+        [3, 1000, 2],
+        [50, 5, 7],
       ] as const) {
-        const got = await allPages(sql, account, { ...NO_FILTER, ...filter }, size, walked)
+        const { seen } = await allPages(sql, account, { ...NO_FILTER, ...filter }, size, { walkedRows, rowsRead })
         t.same(
-          got.map((row) => row.id),
+          seen.map((row) => row.id),
           expected,
-          `${name}, account ${account.slice(-1)}, pages of ${size}, ${walked} rows walked`,
+          `${name}, account ${account.slice(-1)}, pages of ${size}, ${walkedRows} rows walked, ${rowsRead ?? 'all'} read`,
         )
       }
     }
@@ -304,19 +313,31 @@ t.test('a match behind many rows whose summaries pass but whose records do not i
     )
   }
   await writer.flush()
-  const found = await listRequests(sql, account, { ...NO_FILTER, keyId: uuid(3, 1), status: { exact: 500 }, limit: 21 })
+  const keyAnd500 = { ...NO_FILTER, keyId: uuid(3, 1), status: { exact: 500 }, limit: 21 }
   t.same(
-    found.map((row) => row.path),
+    (await list(sql, account, keyAnd500)).map((row) => row.path),
     ['/api/0'],
     'the one record, after reading all 100 rows',
   )
   // The same with a route: every row's summary has route /a and 500, rows found by the account's index.
-  const byRoute = await listRequests(sql, account, { ...NO_FILTER, route: '/a', status: { exact: 500 }, limit: 21 })
+  const byRoute = { ...NO_FILTER, route: '/a', status: { exact: 500 }, limit: 21 }
   t.same(
-    byRoute.map((row) => row.path),
+    (await list(sql, account, byRoute)).map((row) => row.path),
     ['/api/0'],
     'by route and status, in rounds',
   )
+  // A page reads so many rows and no more: it ends short, empty here, and its cursor goes on. (The
+  // key's case needs no such reading: its refusals' summary names the one row.)
+  const short = await listRequests(sql, account, byRoute, { rowsRead: 30 })
+  t.same(short.rows, [], 'a page that read 30 rows of 100 ends with none')
+  t.not(short.resumeBefore, null, 'and says where the next begins')
+  const { seen, pages } = await allPages(sql, account, byRoute, 20, { rowsRead: 30 })
+  t.same(
+    seen.map((row) => row.path),
+    ['/api/0'],
+    'the record, on the last page',
+  )
+  t.equal(pages, 4, '100 rows read 30 a page take 4 pages')
 })
 
 t.test("an id the gateway made is found before a client's copy of it; a client's id by itself", async (t) => {
@@ -363,7 +384,7 @@ t.test('a log of a row a record, from before the arrays, is converted whole once
   writer.add(record({ id: madeId(1), path: '/new' }))
   await writer.flush()
   await convertOldLog(sql, pino({ level: 'silent' }))
-  const listed = await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)
+  const { seen: listed } = await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)
   t.equal(listed.length, 1301, 'every record')
   t.same(
     listed.map((row) => row.path),
@@ -371,7 +392,7 @@ t.test('a log of a row a record, from before the arrays, is converted whole once
     'newest first, as before, the new record first',
   )
   t.equal((await requestById(sql, ACCOUNTS[0]!, 'old-1234'))?.path, '/old/1234', 'found by id')
-  const refused = await allPages(sql, ACCOUNTS[0]!, { ...NO_FILTER, code: 'rate_limited' }, 50)
+  const { seen: refused } = await allPages(sql, ACCOUNTS[0]!, { ...NO_FILTER, code: 'rate_limited' }, 50)
   t.equal(refused.length, 130, 'found by code')
   const [kind] = await sql<{ kind: string }[]>`select relkind::text as kind from pg_class where relname = 'request_log'`
   t.equal(kind?.kind, 'v', 'the old table gave its name to the view')
@@ -381,7 +402,7 @@ t.test('a log of a row a record, from before the arrays, is converted whole once
   t.equal(old?.n, '0', 'the old partitions are gone')
   await ensureRequestLogTable(sql)
   await convertOldLog(sql, pino({ level: 'silent' }))
-  t.equal((await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)).length, 1301, 'a second start changes nothing')
+  t.equal((await allPages(sql, ACCOUNTS[0]!, NO_FILTER, 500)).seen.length, 1301, 'a second start changes nothing')
 })
 
 t.test('a time range across days: each day kept in its partition, each record by its own time', async (t) => {
@@ -408,7 +429,7 @@ t.test('a time range across days: each day kept in its partition, each record by
       .filter(({ offset }) => (since === null || offset >= since) && (until === null || offset < until))
       .map(({ path }) => path)
       .reverse()
-    const got = await allPages(
+    const { seen: got } = await allPages(
       sql,
       account,
       {

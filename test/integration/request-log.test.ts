@@ -1,11 +1,15 @@
 // The request log (docs/api.md, Request log) over real sockets, Postgres and an upstream: a record
 // for each kind of answer once the key is known, none before, nothing secret in any, the filters,
 // isolation between parents, and pages that stay whole while records keep coming.
+import pino from 'pino'
 import t from 'tap'
+import { ROWS_READ_PER_PAGE } from '../../src/request-log/queries.js'
+import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
 import { until } from '../helpers/poll.js'
+import { logRecord, madeId } from '../helpers/request-records.js'
 import { accessToken, clientKey } from '../helpers/tokens.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -361,4 +365,57 @@ t.test('pages stay whole while records keep coming: none skipped, none repeated'
     [],
     'every record written before the first page is on a page',
   )
+})
+
+// A filter whose rows' summaries all match while their records do not would read every row of
+// the account for one page: a page reads ROWS_READ_PER_PAGE rows at most, then ends short.
+t.test('a page reads so many rows at most: one that found none ends empty, and its cursor goes on', async (t) => {
+  const parent = await gw.createParent({ scopes: PARENT_SCOPES })
+  // Rows of two, as a replica writes them: a 200 of /a beside a 500 of /b, so that every row's
+  // summary holds route /a and status 500, and only the oldest row a 500 of /a.
+  const writer = new RequestLogWriter({ sql: gw.sql, log: pino({ level: 'silent' }), rowRecords: 2 })
+  t.teardown(() => writer.close())
+  const rows = ROWS_READ_PER_PAGE + 200
+  for (let i = 0; i < rows; i++) {
+    const fields = { accountId: parent.id, timeMs: Date.now() - 60_000 }
+    writer.add(logRecord({ ...fields, id: madeId(2 * i), route: '/a', path: `/a/${i}`, status: i === 0 ? 500 : 200 }))
+    writer.add(logRecord({ ...fields, id: madeId(2 * i + 1), route: '/b', path: `/b/${i}`, status: 500 }))
+  }
+  await writer.flush()
+
+  const first = await requests(parent.apiKey, '?route=/a&status=500')
+  t.equal(first.status, 200)
+  t.same(first.json().data, [], `the first page read ${ROWS_READ_PER_PAGE} rows of ${rows} and found none`)
+  let cursor = first.json().next_cursor as string | null
+  t.ok(cursor, 'and has a cursor all the same')
+  const found: string[] = []
+  let pages = 1
+  while (cursor !== null) {
+    const res = await requests(parent.apiKey, `?route=/a&status=500&cursor=${cursor}`)
+    t.equal(res.status, 200)
+    found.push(...(res.json().data as JsonBody[]).map((r) => r.path as string))
+    cursor = res.json().next_cursor as string | null
+    pages++
+  }
+  t.same(found, ['/a/0'], 'the one record, on the next page')
+  t.equal(pages, 2, 'which is the last')
+})
+
+// The call's deadline answers 503 (docs/api.md), and Postgres ends the page's statement with it:
+// one left waiting would hold its pooled connection, and a few, every other parent's calls.
+t.test("a page's statement ends with the call's 503: none is left holding a connection", async (t) => {
+  const parent = await gw.createParent({ scopes: PARENT_SCOPES })
+  const waiting = () => gw.sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where datname = current_database() and wait_event_type = 'Lock' and query ~ 'select seq from request_log_rows'`
+  await gw.sql.begin(async (tx) => {
+    // Held until the checks are done: the page's first statement waits for it.
+    await tx`lock table request_log_rows in access exclusive mode`
+    const res = await requests(parent.apiKey)
+    t.equal(res.status, 503, `503 at the deadline: ${res.body.slice(0, 200)}`)
+    t.ok(
+      await until(3_000, async () => (await waiting())[0]!.n === 0),
+      'no statement of the page still waits (statement_timeout)',
+    )
+  })
 })
