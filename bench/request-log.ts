@@ -745,7 +745,8 @@ async function explainEach(
     const results = []
     for (const [k, f] of filters.entries()) {
       let filter: RequestFilter = { ...none, ...f.filter(0) }
-      if (f.secondPage) filter = { ...filter, beforeSeq: (await listRequests(traced, accountId, filter)).rows[19]!.seq }
+      if (f.secondPage)
+        filter = { ...filter, beforeSeq: (await listRequests(traced, accountId, filter)).records[19]!.seq }
       caught = []
       await listRequests(traced, accountId, filter)
       // Every statement of the page (queries.ts reads a page in rounds of two), each explained.

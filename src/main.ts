@@ -42,7 +42,7 @@ async function listening<T>(
 
 /** The signals that ask for a graceful stop, and when sent again later, for an immediate one. */
 const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const
-/** The same signal again within this long is a copy passed on by npm (see below). */
+/** A stop signal again within this long is a copy passed on by npm (see below). */
 const RELAYED_WITHIN_MS = 1_000
 
 async function main(): Promise<void> {
@@ -106,7 +106,7 @@ async function main(): Promise<void> {
   async function drain(): Promise<void> {
     app.readiness.draining = true
     if (config.shutdownDelayMs > 0) await sleep(config.shutdownDelayMs)
-    const closing = shutdown()
+    const stopped = shutdown()
     const timer = setTimeout(() => {
       app.log.warn(
         { timeoutMs: config.shutdownTimeoutMs },
@@ -115,7 +115,7 @@ async function main(): Promise<void> {
       app.server.closeAllConnections()
     }, config.shutdownTimeoutMs)
     try {
-      await closing
+      await stopped
     } finally {
       clearTimeout(timer)
     }

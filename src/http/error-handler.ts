@@ -33,6 +33,7 @@ const STORE_UNREACHABLE = new Set([
   '57P02', // crash_shutdown
   '57P03', // cannot_connect_now
   'QUERY_TIMEOUT', // a lookup past its deadline (withDeadline in store/db.ts)
+  '57014', // query_canceled: a statement_timeout (the request log's pages), or an operator's cancel
 ])
 
 function isStoreUnreachable(code: string): boolean {

@@ -69,8 +69,8 @@ export function requestFilter(query: {
 
 /**
  * A page of the log, for the API and the portal: up to `limit` records, and the next page's cursor.
- * A page that ended short of its rows' reading (queries.ts, ROWS_READ_PER_PAGE) holds fewer, even
- * none, and its cursor goes on from the last row read.
+ * A page that read as much as a page may (queries.ts, MAX_ROWS_READ) holds fewer, even none, and
+ * its cursor goes on from the last row it read.
  */
 export async function requestPage(
   logSql: Sql,
@@ -80,14 +80,14 @@ export async function requestPage(
   cursors: Cursors,
   scope: CursorScope,
 ): Promise<{ data: RequestRecord[]; next_cursor: string | null }> {
-  const { rows, resumeBefore } = await listRequests(
+  const { records, resumeBefore } = await listRequests(
     logSql,
     accountId,
     { ...filter, limit: limit + 1 },
     { statementTimeoutMs: MANAGEMENT_DEADLINE_MS },
   )
-  if (resumeBefore === null) return cursors.page(rows, limit, presentRequest, scope)
-  return { data: rows.map(presentRequest), next_cursor: await cursors.encode(resumeBefore, scope) }
+  if (resumeBefore === null) return cursors.page(records, limit, presentRequest, scope)
+  return { data: records.map(presentRequest), next_cursor: await cursors.encode(resumeBefore, scope) }
 }
 
 /** Where the log is kept, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */

@@ -47,30 +47,30 @@ const FIRST_ROUND_ROWS = 32
 const LAST_ROUND_ROWS = 4_096
 
 /**
- * Rows whose arrays a page reads at most: a filter whose rows' summaries match and records do not
- * (a sub-account and a key that are each in a row, never in one record) would otherwise read every
- * row of the account for one page, seconds of Postgres a call. A page that reaches it ends short,
- * with the cursor of where it got to (docs/api.md, Request log).
+ * What a page reads at most: the arrays of so many rows, for so long. A filter whose rows'
+ * summaries match and records do not (a sub-account and a key each in a row, never in one record)
+ * would otherwise read every row of the account for one page, seconds of Postgres a call. A page
+ * that reaches either ends short, even empty, with the cursor of where it got to (docs/api.md,
+ * Request log); the time bound lets a page go on where a cold cache makes its rows slow.
  */
-export const ROWS_READ_PER_PAGE = 1_024
+export const MAX_ROWS_READ = 1_024
+export const MAX_READ_MS = 500
 
-/** A page as read: its records, and where the next begins when it ended at ROWS_READ_PER_PAGE. */
+/** A page as read: its records, and where the next begins when it ended short. */
 export interface RequestsRead {
-  rows: RequestRow[]
+  records: RequestRow[]
   /** The place before the oldest row read (a cursor's position), or null when the page did not end short. */
   resumeBefore: string | null
 }
 
 export interface ReadLimits {
-  /**
-   * Each statement's `statement_timeout` (none when 0): the API's store deadline, so that no
-   * statement outlives the call's 503 and holds its pooled connection on.
-   */
+  /** Each statement's `statement_timeout`; the server's own setting when not given. */
   statementTimeoutMs?: number
   /** WALKED_ROWS, which tests make small to reach the rows past them. */
   walkedRows?: number
-  /** ROWS_READ_PER_PAGE, which tests make small. */
-  rowsRead?: number
+  /** MAX_ROWS_READ and MAX_READ_MS, which tests make small. */
+  maxRowsRead?: number
+  maxReadMs?: number
 }
 
 /** A round's first window: the account's newest rows looked at before older ones. */
@@ -82,15 +82,20 @@ export function listRequests(
   sql: Sql,
   accountId: string,
   f: RequestFilter,
-  { statementTimeoutMs = 0, walkedRows = WALKED_ROWS, rowsRead = ROWS_READ_PER_PAGE }: ReadLimits = {},
+  {
+    statementTimeoutMs,
+    walkedRows = WALKED_ROWS,
+    maxRowsRead = MAX_ROWS_READ,
+    maxReadMs = MAX_READ_MS,
+  }: ReadLimits = {},
 ): Promise<RequestsRead> {
   return sql.begin(async (tx) => {
     // Each statement planned for its values: the generic plan Postgres may choose for a prepared
     // statement after its fifth run cannot know how rare a filter's value is (bench/README.md).
-    await tx.unsafe(
-      `set local plan_cache_mode = force_custom_plan; set local statement_timeout = ${Math.trunc(statementTimeoutMs)}`,
-    )
-    return pageOf(tx, accountId, f, walkedRows, rowsRead)
+    const timeout =
+      statementTimeoutMs === undefined ? '' : `; set local statement_timeout = ${Math.trunc(statementTimeoutMs)}`
+    await tx.unsafe(`set local plan_cache_mode = force_custom_plan${timeout}`)
+    return pageOf(tx, accountId, f, walkedRows, { rows: maxRowsRead, until: Date.now() + maxReadMs })
   })
 }
 
@@ -99,14 +104,16 @@ async function pageOf(
   accountId: string,
   f: RequestFilter,
   walkedRows: number,
-  rowsRead: number,
+  budget: { rows: number; until: number },
 ): Promise<RequestsRead> {
   const { rowWhere, recordWhere, positions, byIndex, windows } = conditionsOf(sql, f)
-  const page: RequestRow[] = []
-  const done = { rows: page, resumeBefore: null }
-  let read = 0
+  const records: RequestRow[] = []
+  const whole = (): RequestsRead => ({ records, resumeBefore: null })
+  let rowsRead = 0
+  // The row of the place before which the page begins: a cursor's record is at a position of 1 or
+  // more in its row, a page that ended short names its last row's position 0 (the row is done).
   let beforeRow: string | null =
-    f.beforeSeq === null ? null : (BigInt(f.beforeSeq) / BigInt(POSITIONS_PER_ROW)).toString()
+    f.beforeSeq === null ? null : ((BigInt(f.beforeSeq) - 1n) / BigInt(POSITIONS_PER_ROW)).toString()
   if (f.until !== null) {
     // The newest row begun before `until`, from the index alone (it holds each row's times): the
     // rows after it are not read one by one in the round below (bench/README.md, a day's page).
@@ -115,7 +122,7 @@ async function pageOf(
       where account_id = ${accountId} and first_time < ${f.until}
         ${beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`}
       order by seq desc limit 1`
-    if (newest === undefined) return done
+    if (newest === undefined) return whole()
     beforeRow = newest.seq
   }
   // Rows found and not read yet, newest first: a round reads the next `size` of them (more each
@@ -125,18 +132,18 @@ async function pageOf(
   for (let size = FIRST_ROUND_ROWS; ; size = Math.min(LAST_ROUND_ROWS, size * 4)) {
     const wanted = Math.max(size, f.limit)
     if (found.length === 0) {
-      if (!more) return done
+      if (!more) return whole()
       const next = await nextRows(sql, accountId, { rowWhere, byIndex, windows, beforeRow, wanted, walkedRows })
-      if (next.rows.length === 0) return done
+      if (next.rows.length === 0) return whole()
       found = next.rows
       more = next.more
       beforeRow = (BigInt(found[found.length - 1]!) - 1n).toString()
     }
-    const rows = found.splice(0, Math.min(wanted, rowsRead - read))
-    read += rows.length
+    const rows = found.splice(0, Math.min(wanted, budget.rows - rowsRead))
+    rowsRead += rows.length
     // The rows by their seqs, in no index's order (`+ 0`): a list is then an index condition,
     // where a plan walking the index in order would test it on every row of the account.
-    page.push(
+    records.push(
       ...(await recordsAt(
         sql,
         accountId,
@@ -144,12 +151,13 @@ async function pageOf(
         select r.seq, f.position from request_log_rows r cross join lateral ${positions}
         where r.account_id = ${accountId} and r.seq = any(${`{${rows.join(',')}}`}::int8[]) ${recordWhere}
         order by r.seq + 0 desc, f.position desc
-        limit ${sql.unsafe(String(f.limit - page.length))}`,
+        limit ${sql.unsafe(String(f.limit - records.length))}`,
       )),
     )
-    if (page.length >= f.limit) return done
-    if (read >= rowsRead && (found.length > 0 || more))
-      return { rows: page, resumeBefore: (BigInt(rows[rows.length - 1]!) * BigInt(POSITIONS_PER_ROW)).toString() }
+    if (records.length >= f.limit) return whole()
+    const spent = rowsRead >= budget.rows || Date.now() >= budget.until
+    if (spent && (found.length > 0 || more))
+      return { records, resumeBefore: (BigInt(rows[rows.length - 1]!) * BigInt(POSITIONS_PER_ROW)).toString() }
   }
 }
 

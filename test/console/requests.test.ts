@@ -6,7 +6,7 @@
 import pino from 'pino'
 import t from 'tap'
 import type { Page } from 'playwright-core'
-import { ROWS_READ_PER_PAGE } from '../../src/request-log/queries.js'
+import { MAX_ROWS_READ } from '../../src/request-log/queries.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { type AxeFinding, axeFindings, launchBrowser, screenshots } from '../helpers/browser.js'
 import { startGateway } from '../helpers/gateway.js'
@@ -284,10 +284,10 @@ t.test('an odd id in the address: said, and no call', async (t) => {
 
 t.test('a page that read its share of the log and found none says so, and goes on', async (t) => {
   // Rows of two whose summaries all hold route /x and status 500, with a 500 of /x in the oldest
-  // alone (queries.ts, ROWS_READ_PER_PAGE): the first page ends empty.
+  // alone (queries.ts, MAX_ROWS_READ): the first page ends empty.
   const writer = new RequestLogWriter({ sql: gateway.sql, log: pino({ level: 'silent' }), rowRecords: 2 })
   t.teardown(() => writer.close())
-  for (let i = 0; i < ROWS_READ_PER_PAGE + 10; i++) {
+  for (let i = 0; i < MAX_ROWS_READ + 10; i++) {
     const fields = { accountId: parent.id, tenantId: acme.id, keyId: acme.keyId }
     writer.add(logRecord({ ...fields, id: madeId(2 * i), route: '/x', path: `/x/${i}`, status: i === 0 ? 500 : 200 }))
     writer.add(logRecord({ ...fields, id: madeId(2 * i + 1), route: '/y', path: `/y/${i}`, status: 500 }))

@@ -52,17 +52,22 @@ async function allPages(
   const seen: RequestRow[] = []
   let beforeSeq: string | null = null
   for (let pages = 1; ; pages++) {
-    const { rows, resumeBefore } = await listRequests(sql, account, { ...filter, beforeSeq, limit: size + 1 }, limits)
-    seen.push(...rows.slice(0, size))
+    const { records, resumeBefore } = await listRequests(
+      sql,
+      account,
+      { ...filter, beforeSeq, limit: size + 1 },
+      limits,
+    )
+    seen.push(...records.slice(0, size))
     if (resumeBefore !== null) beforeSeq = resumeBefore
-    else if (rows.length <= size) return { seen, pages }
-    else beforeSeq = rows[size - 1]!.seq
+    else if (records.length <= size) return { seen, pages }
+    else beforeSeq = records[size - 1]!.seq
   }
 }
 
 /** One page's records. */
 async function list(sql: Parameters<typeof listRequests>[0], account: string, filter: RequestFilter) {
-  return (await listRequests(sql, account, filter)).rows
+  return (await listRequests(sql, account, filter)).records
 }
 
 /** The two ways rows go to Postgres (writer.ts): each test of what they hold runs with both. */
@@ -272,23 +277,25 @@ t.test('every filter and page over many small rows agrees with the records read 
         .map((r) => r.id)
         .reverse()
       // Windows of 1,000 rows first, of 5 and of 1: the later windows, and past them the index alone.
-      // And pages that end short, after reading 2 or 7 rows, and go on from there.
-      for (const [size, walkedRows, rowsRead] of [
-        [1, 1000, undefined],
-        [3, 1000, undefined],
-        [50, 1000, undefined],
-        [3, 5, undefined],
-        [50, 5, undefined],
-        [3, 1, undefined],
-        [50, 1, undefined],
-        [3, 1000, 2],
-        [50, 5, 7],
+      // And pages that end short, after reading 1 or 7 rows, or after a round, and go on from there.
+      for (const [size, walkedRows, maxRowsRead, maxReadMs] of [
+        [1, 1000, undefined, undefined],
+        [3, 1000, undefined, undefined],
+        [50, 1000, undefined, undefined],
+        [3, 5, undefined, undefined],
+        [50, 5, undefined, undefined],
+        [3, 1, undefined, undefined],
+        [50, 1, undefined, undefined],
+        [3, 1000, 1, undefined],
+        [50, 5, 7, undefined],
+        [50, 1000, undefined, 0],
       ] as const) {
-        const { seen } = await allPages(sql, account, { ...NO_FILTER, ...filter }, size, { walkedRows, rowsRead })
+        const limits = { walkedRows, maxRowsRead, maxReadMs }
+        const { seen } = await allPages(sql, account, { ...NO_FILTER, ...filter }, size, limits)
         t.same(
           seen.map((row) => row.id),
           expected,
-          `${name}, account ${account.slice(-1)}, pages of ${size}, ${walkedRows} rows walked, ${rowsRead ?? 'all'} read`,
+          `${name}, account ${account.slice(-1)}, pages of ${size}, ${walkedRows} rows walked, at most ${maxRowsRead ?? 'all'} read for ${maxReadMs ?? 'any'} ms`,
         )
       }
     }
@@ -328,10 +335,11 @@ t.test('a match behind many rows whose summaries pass but whose records do not i
   )
   // A page reads so many rows and no more: it ends short, empty here, and its cursor goes on. (The
   // key's case needs no such reading: its refusals' summary names the one row.)
-  const short = await listRequests(sql, account, byRoute, { rowsRead: 30 })
-  t.same(short.rows, [], 'a page that read 30 rows of 100 ends with none')
+  const thirty = { maxRowsRead: 30, maxReadMs: Number.POSITIVE_INFINITY }
+  const short = await listRequests(sql, account, byRoute, thirty)
+  t.same(short.records, [], 'a page that read 30 rows of 100 ends with none')
   t.not(short.resumeBefore, null, 'and says where the next begins')
-  const { seen, pages } = await allPages(sql, account, byRoute, 20, { rowsRead: 30 })
+  const { seen, pages } = await allPages(sql, account, byRoute, 20, thirty)
   t.same(
     seen.map((row) => row.path),
     ['/api/0'],

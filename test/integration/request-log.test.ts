@@ -3,7 +3,7 @@
 // isolation between parents, and pages that stay whole while records keep coming.
 import pino from 'pino'
 import t from 'tap'
-import { ROWS_READ_PER_PAGE } from '../../src/request-log/queries.js'
+import { MAX_ROWS_READ } from '../../src/request-log/queries.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
@@ -368,14 +368,14 @@ t.test('pages stay whole while records keep coming: none skipped, none repeated'
 })
 
 // A filter whose rows' summaries all match while their records do not would read every row of
-// the account for one page: a page reads ROWS_READ_PER_PAGE rows at most, then ends short.
+// the account for one page: a page reads MAX_ROWS_READ rows at most, then ends short.
 t.test('a page reads so many rows at most: one that found none ends empty, and its cursor goes on', async (t) => {
   const parent = await gw.createParent({ scopes: PARENT_SCOPES })
   // Rows of two, as a replica writes them: a 200 of /a beside a 500 of /b, so that every row's
   // summary holds route /a and status 500, and only the oldest row a 500 of /a.
   const writer = new RequestLogWriter({ sql: gw.sql, log: pino({ level: 'silent' }), rowRecords: 2 })
   t.teardown(() => writer.close())
-  const rows = ROWS_READ_PER_PAGE + 200
+  const rows = MAX_ROWS_READ + 200
   for (let i = 0; i < rows; i++) {
     const fields = { accountId: parent.id, timeMs: Date.now() - 60_000 }
     writer.add(logRecord({ ...fields, id: madeId(2 * i), route: '/a', path: `/a/${i}`, status: i === 0 ? 500 : 200 }))
@@ -385,7 +385,7 @@ t.test('a page reads so many rows at most: one that found none ends empty, and i
 
   const first = await requests(parent.apiKey, '?route=/a&status=500')
   t.equal(first.status, 200)
-  t.same(first.json().data, [], `the first page read ${ROWS_READ_PER_PAGE} rows of ${rows} and found none`)
+  t.same(first.json().data, [], `the first page read ${MAX_ROWS_READ} rows of ${rows} and found none`)
   let cursor = first.json().next_cursor as string | null
   t.ok(cursor, 'and has a cursor all the same')
   const found: string[] = []
@@ -397,24 +397,32 @@ t.test('a page reads so many rows at most: one that found none ends empty, and i
     cursor = res.json().next_cursor as string | null
     pages++
   }
-  t.same(found, ['/a/0'], 'the one record, on the next page')
-  t.equal(pages, 2, 'which is the last')
+  t.same(found, ['/a/0'], `the one record, on a later page, the last (${pages} pages)`)
 })
 
-// The call's deadline answers 503 (docs/api.md), and Postgres ends the page's statement with it:
-// one left waiting would hold its pooled connection, and a few, every other parent's calls.
-t.test("a page's statement ends with the call's 503: none is left holding a connection", async (t) => {
+// A page's statement that Postgres cancels (an operator's pg_cancel_backend, or its
+// statement_timeout: the call's 1.5 s) is the store failing, 503; and none outlives its call's 503,
+// to hold a pooled connection that every other parent's calls need.
+t.test("a page's statement canceled answers 503; none is left waiting after the call's 503", async (t) => {
   const parent = await gw.createParent({ scopes: PARENT_SCOPES })
-  const waiting = () => gw.sql<{ n: number }[]>`
-    select count(*)::int as n from pg_stat_activity
+  const waiting = () => gw.sql<{ pid: number }[]>`
+    select pid from pg_stat_activity
     where datname = current_database() and wait_event_type = 'Lock' and query ~ 'select seq from request_log_rows'`
   await gw.sql.begin(async (tx) => {
     // Held until the checks are done: the page's first statement waits for it.
     await tx`lock table request_log_rows in access exclusive mode`
-    const res = await requests(parent.apiKey)
-    t.equal(res.status, 503, `503 at the deadline: ${res.body.slice(0, 200)}`)
+    const canceled = requests(parent.apiKey)
+    const blocked: number[] = []
+    t.ok(await until(3_000, async () => blocked.push(...(await waiting()).map((row) => row.pid)) > 0), 'it waits')
+    await gw.sql`select pg_cancel_backend(${blocked[0]!})`
+    const answer = await canceled
+    t.equal(answer.status, 503, `canceled: 503 (${answer.body.slice(0, 200)})`)
+    t.match(answer.json(), { code: 'store_unavailable', detail: /cannot be reached/ }, 'at once, not at the deadline')
+
+    const late = await requests(parent.apiKey)
+    t.equal(late.status, 503, `503 at the deadline: ${late.body.slice(0, 200)}`)
     t.ok(
-      await until(3_000, async () => (await waiting())[0]!.n === 0),
+      await until(3_000, async () => (await waiting()).length === 0),
       'no statement of the page still waits (statement_timeout)',
     )
   })

@@ -171,7 +171,7 @@ function RequestList({ filters }: { filters: RequestFilters }) {
       {page !== null && page.data.length === 0 && (
         <Empty>
           {page.next_cursor !== null ? (
-            'No request on this page matches these filters. A page reads so much of the log and no more: older requests may match, on the next page.'
+            'No request on this page matches these filters. Each page searches only part of the log: older requests may match on the next page.'
           ) : hasFilters(filters) ? (
             <>
               No request matches these filters: widen them, or <a href="#/requests">clear them</a>.
