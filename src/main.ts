@@ -2,14 +2,13 @@
 // close-with-grace on signals.
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
-import { pino } from 'pino'
 import { buildApp } from './app.js'
 import { bootstrapEmbedded } from './bootstrap.js'
 import { checkRedisAtStart } from './cache/redis-connection.js'
 import { describeRedisTarget, variableOf } from './cache/redis-topology.js'
 import { ConfigError, loadConfig } from './config.js'
 import { resolveEncryptionKey } from './encryption/key.js'
-import { loggerOptions } from './ops/logging.js'
+import { loggerOptions, stdoutDestination } from './ops/logging.js'
 import { createMetrics } from './ops/metrics.js'
 import { serveMetrics } from './ops/metrics-server.js'
 import { loadRouteTable } from './proxy/route-table.js'
@@ -64,9 +63,9 @@ async function main(): Promise<void> {
           holder: 'the request log',
         })
   const metrics = createMetrics({ processMetrics: true })
-  // The log's stdout, as pino makes it by default (written asynchronously), held here so that the
-  // embedded bootstrap's key line goes out through it, after the lines logged before (bootstrap.ts).
-  const logStream = pino.destination({ dest: 1, sync: false })
+  // The log's stdout, held here so that the embedded bootstrap's key line goes out through it,
+  // after the lines logged before (bootstrap.ts).
+  const logStream = stdoutDestination()
   let app: Awaited<ReturnType<typeof buildApp>>
   try {
     // Before anything is asked of Postgres: without DATABASE_URL's key, nothing could be signed.

@@ -1,7 +1,7 @@
 // Logs (docs/operations.md): pino JSON, one line per request written when the response is done, and the
 // secrets of docs/api.md redacted wherever they could appear in a logged object.
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
-import type { Bindings, ChildLoggerOptions, Logger, LoggerOptions } from 'pino'
+import { type Bindings, type ChildLoggerOptions, type Logger, type LoggerOptions, pino } from 'pino'
 import type { RouteKind } from './metrics.js'
 
 export const LOG_REDACT = [
@@ -24,6 +24,25 @@ export const LOG_CENSOR = '[redacted]'
 /** The gateway's pino options: main.ts starts with them, and the log test captures with them. */
 export function loggerOptions(level: string): LoggerOptions {
   return { level, redact: { paths: LOG_REDACT, censor: LOG_CENSOR } }
+}
+
+/** Errors after which a file descriptor takes no more writes: its terminal hung up, its reader quit, it was closed. */
+const GONE_FOR_GOOD = new Set(['EIO', 'EPIPE', 'EBADF'])
+
+/**
+ * Stdout, written asynchronously as pino does by default. Once stdout is gone for good the stream
+ * writes nothing more, as pino's own destination does for EPIPE alone: otherwise the synchronous
+ * flush at exit (sonic-boom 4) retries the line every 100 ms for ever, and the gateway, drained,
+ * never exits (its embedded lock kept). Any other error is left to fail as before.
+ */
+export function stdoutDestination(): ReturnType<typeof pino.destination> {
+  const stream = pino.destination({ dest: 1, sync: false })
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (!GONE_FOR_GOOD.has(err.code ?? '')) throw err
+    const nothing = () => {}
+    Object.assign(stream, { write: () => true, flushSync: nothing, flush: nothing, end: nothing, destroy: nothing })
+  })
+  return stream
 }
 
 /**

@@ -1,7 +1,7 @@
 // Embedded mode (docs/configuration.md): no DATABASE_URL, PGlite in DATA_DIR. The gateway is
 // started the way the README says (`npm start`) and called over real HTTP; no Postgres server is
 // involved.
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { BOOTSTRAP_LINE, embeddedEnv, startEmbeddedGateway } from '../helpers/embedded-gateway.js'
 import { sleep, until } from '../helpers/poll.js'
+import { closedPort } from '../helpers/upstream.js'
 import { startReceiver } from '../helpers/webhook-receiver.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -219,3 +220,56 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
     0,
   )
 })
+
+/** True while the process `pid` is alive. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+// Node 20 asserts in its own exit (ResetStdio) on a hung-up terminal and never ends: the
+// gateway asks for 22.12 or later, and CI runs the image's.
+const NODE_MAJOR = Number(process.versions.node.split('.')[0])
+t.test(
+  'its terminal closed: the gateway drains, exits and lets go of its lock',
+  { skip: NODE_MAJOR < 22 && 'Node 20 hangs in its own exit on a hung-up terminal' },
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'tgw-embedded-'))
+    t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+    // `script` runs `npm start` on a terminal of its own and holds the terminal's other end: killed,
+    // it lets go of that end, and the kernel hangs the terminal up (a SIGHUP, then EIO for every
+    // write), as when the window of a shell that ran `npm start` is closed.
+    const terminal = spawn('script', ['--quiet', '--flush', '--command', 'npm start', '/dev/null'], {
+      cwd: REPO_ROOT,
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: embeddedEnv({
+        DATA_DIR: dataDir,
+        PORT: String(await closedPort()),
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        METRICS_PORT: String(await closedPort()),
+      }),
+    })
+    let shown = ''
+    terminal.stdout.setEncoding('utf8').on('data', (chunk: string) => (shown += chunk))
+    let gatewayPid = 0
+    t.teardown(() => {
+      terminal.kill('SIGKILL')
+      if (gatewayPid !== 0 && alive(gatewayPid)) process.kill(gatewayPid, 'SIGKILL')
+    })
+    const listening = await until(60_000, async () => /"msg":"Server listening at /.test(shown), 50)
+    t.ok(listening, listening ? 'the gateway serves on its terminal' : `it serves; shown: ${shown.slice(-600)}`)
+    const lock = join(dataDir, 'gateway.lock')
+    gatewayPid = (JSON.parse(readFileSync(lock, 'utf8')) as { pid: number }).pid
+
+    terminal.kill('SIGKILL')
+    // Its log can no longer be written: before, the gateway drained and then retried its last
+    // line every 100 ms for ever, its lock kept.
+    t.ok(await until(30_000, async () => !alive(gatewayPid), 50), 'the gateway exits within 30 s')
+    t.notOk(existsSync(lock), 'the lock file is removed: the next start may open the database')
+  },
+)
