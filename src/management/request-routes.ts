@@ -111,7 +111,12 @@ export function registerRequestRoutes(app: ManagementApp, { cursors }: Managemen
     '/requests/:id',
     { schema: { ...operation('getRequest'), params: RequestParams, response: { 200: RequestRecord } } },
     async (request) => {
-      const row = logSql === null ? null : await requestById(logSql, parentOf(request).id, request.params.id)
+      const row =
+        logSql === null
+          ? null
+          : await requestById(logSql, parentOf(request).id, request.params.id, {
+              statementTimeoutMs: MANAGEMENT_DEADLINE_MS,
+            })
       if (row === null) throw new ApiError('not_found', 'no request of this account has this id in the request log')
       return presentRequest(row)
     },

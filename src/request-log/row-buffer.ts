@@ -69,7 +69,12 @@ export class RowBuffer {
       row = this.openRow(accountId, day) // the row dropped may have been this one
     }
     row ??= this.newRow(accountId, day)
-    row.add(record)
+    if (!row.add(record)) {
+      // Its id is too far from the row's (rows.ts, MAX_ID_SPAN): a new row takes it.
+      this.close(row)
+      this.add(record, day)
+      return
+    }
     this.count++
     if (row.size === this.rowRecords) this.close(row)
   }

@@ -69,6 +69,15 @@ export function madeIdParts(id: string): { stem: string; count: number } | null 
   return match === null ? null : { stem: match[1]!, count: Number.parseInt(match[2]!, 16) }
 }
 
+/**
+ * A row's made ids lie within this many counts of one another: the lookup by id then reads only
+ * the rows whose highest count is at most this far above the one it looks for (queries.ts), a few
+ * hundred thousand index entries at worst, where it read every row of the account. A record that
+ * would stretch its row further (a refused key's, added once its tenant is known; a row left open
+ * while Postgres was away) begins a row of its own.
+ */
+export const MAX_ID_SPAN = 262_144
+
 /** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
 const SPECIAL = /[{},"\\\s]/
 /** What Postgres text cannot hold (NUL), and what JSON cannot carry (a lone surrogate). */
@@ -146,14 +155,18 @@ export class RowBuilder {
     readonly day: number,
   ) {}
 
-  add(record: RequestRecord): void {
+  /** Adds `record`, unless its made id is too far from the row's (MAX_ID_SPAN): false then, and nothing changed. */
+  add(record: RequestRecord): boolean {
     const count = record.idGiven ? -1 : this.madeCount(record.id)
     if (count === -1) {
       this.givenIds.push(record.id)
       this.givenPositions.push(this.madeCounts.length + 1)
     } else {
-      this.idLow = Math.min(this.idLow, count)
-      this.idHigh = Math.max(this.idHigh, count)
+      const low = Math.min(this.idLow, count)
+      const high = Math.max(this.idHigh, count)
+      if (high - low > MAX_ID_SPAN) return false
+      this.idLow = low
+      this.idHigh = high
     }
     this.madeCounts.push(count)
     // Whole microseconds (an integer is cheaper to write out and for Postgres to read than a
@@ -185,6 +198,7 @@ export class RowBuilder {
     this.requestBytes.push(record.requestBytes)
     this.responseBytes.push(record.responseBytes)
     this.ips.push(record.sourceIp)
+    return true
   }
 
   /** The count of an id the gateway made with this row's stem (the first such id sets it); -1 for any other. */

@@ -3,13 +3,15 @@
 // rows agrees with a plain reading of the records; an id the gateway made is found before a
 // client's copy of it; and a log of a row a record (before the arrays) is converted whole.
 import pino from 'pino'
+import postgres from 'postgres'
 import t from 'tap'
-import { DAY_MS } from '../../src/request-log/partitions.js'
+import { DAY_MS, dayOf, ensurePartition } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
 import { listRequests, type ReadLimits, type RequestRow, requestById } from '../../src/request-log/queries.js'
 import type { RequestRecord } from '../../src/request-log/capture.js'
 import { convertOldLog } from '../../src/request-log/conversion.js'
-import { ensureRequestLogTable } from '../../src/request-log/schema.js'
+import { ensureRequestLogTable, RECORD_ARRAYS } from '../../src/request-log/schema.js'
+import { MAX_ID_SPAN } from '../../src/request-log/rows.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
@@ -365,6 +367,93 @@ t.test("an id the gateway made is found before a client's copy of it; a client's
   t.equal((await requestById(sql, account, 'client-id-1'))?.path, '/client-new', "a client's id: its newest record")
   t.equal(await requestById(sql, account, madeId(10)), null, 'an id never used')
   t.equal(await requestById(sql, ACCOUNTS[1]!, madeId(7)), null, "another parent's record is not found")
+})
+
+t.test("a record whose made id is far from its row's begins a row of its own; each is found by id", async (t) => {
+  const { sql, writer } = await writerOn(t, 500)
+  const [account] = ACCOUNTS as [string]
+  const first = 1_000_000
+  writer.add(record({ id: madeId(first), path: '/first' }))
+  writer.add(record({ id: madeId(first + MAX_ID_SPAN), path: '/at-the-span' }))
+  writer.add(record({ id: madeId(first + MAX_ID_SPAN + 1), path: '/past-the-span' }))
+  // A refused key's record, added once its tenant is known, after later ones.
+  writer.add(record({ id: madeId(first - 1), path: '/late' }))
+  await writer.flush()
+  const rows = await sql<{ records: number; id_low: string; id_high: string }[]>`
+    select records, id_low::text, id_high::text from request_log_rows order by seq`
+  t.same(
+    rows.map((row) => [row.records, Number(row.id_low), Number(row.id_high)]),
+    [
+      [2, first, first + MAX_ID_SPAN],
+      [1, first + MAX_ID_SPAN + 1, first + MAX_ID_SPAN + 1],
+      [1, first - 1, first - 1],
+    ],
+    "no row's made ids span more than MAX_ID_SPAN",
+  )
+  for (const [count, path] of [
+    [first, '/first'],
+    [first + MAX_ID_SPAN, '/at-the-span'],
+    [first + MAX_ID_SPAN + 1, '/past-the-span'],
+    [first - 1, '/late'],
+  ] as const)
+    t.equal((await requestById(sql, account, madeId(count)))?.path, path, `${path} found by its id`)
+})
+
+/** What running `statement` with `parameters` reads: its EXPLAIN's shared buffers, hit or read. */
+async function buffersRead(sql: postgres.Sql, statement: string, parameters: unknown[]): Promise<number> {
+  const [explained] = await sql.unsafe(`explain (analyze, buffers, format json) ${statement}`, parameters as never[])
+  const plan = (explained!['QUERY PLAN'] as { Plan: Record<string, number> }[])[0]!.Plan
+  return plan['Shared Hit Blocks']! + plan['Shared Read Blocks']!
+}
+
+t.test('a lookup by id reads a few pages, however many rows the account has', async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [account] = ACCOUNTS as [string]
+  // 20,000 rows of one record, their made ids 1,024 apart (other parents' between them); the
+  // client of every fourth sent the same X-Request-Id, `same`, and the newest such is the last.
+  const stem = madeId(0).slice(0, 24)
+  await sql.unsafe(`
+    insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+      status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids,
+      given_positions, ${RECORD_ARRAYS})
+    select '${account}', now(), now(), 1, array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid], array['/api'],
+      array[200::int2], '{}', false, '{}', '{}',
+      case when i % 4 = 0 then null else '${stem}' end, case when i % 4 = 0 then null else i * 1024 end,
+      case when i % 4 = 0 then null else i * 1024 end,
+      case when i % 4 = 0 then array['same'] end, case when i % 4 = 0 then array[1] end,
+      array[case when i % 4 = 0 then 'same' else '${stem}' || lpad(to_hex(i * 1024), 12, '0') end],
+      array[0::int8], array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid], array['GET'], array['/api'],
+      array['/p/' || i], array[200::int2], array[null::text], array[0::int8], array[0::int8], array[0::int8],
+      array['127.0.0.1']
+    from generate_series(1, 20000) i order by i`)
+  await sql.unsafe('vacuum analyze request_log_rows')
+  // The lookup's statements, as postgres.js sends them (its debug hook), read again under EXPLAIN.
+  const statements: { statement: string; parameters: unknown[] }[] = []
+  const watched = postgres(database.url, {
+    max: 1,
+    onnotice: () => {},
+    debug: (_connection, statement, parameters) => statements.push({ statement, parameters }),
+  })
+  t.teardown(() => watched.end())
+  const lookups = [
+    { id: madeId(8), found: null, what: 'a made id between two rows' },
+    { id: madeId(19_999 * 1024), found: '/p/19999', what: 'the newest made id' },
+    { id: madeId(1024), found: '/p/1', what: 'the oldest made id' },
+    { id: 'absent', found: null, what: "a client's id sent by no request" },
+    { id: 'same', found: '/p/20000', what: "a client's id sent by 5,000 requests" },
+  ]
+  for (const { id, found, what } of lookups) {
+    statements.length = 0
+    t.equal((await requestById(watched, account, id))?.path ?? null, found, `${what}: ${found ?? 'not found'}`)
+    let buffers = 0
+    for (const { statement, parameters } of statements)
+      if (/^\s*(with|select)\b/i.test(statement)) buffers += await buffersRead(sql, statement, parameters)
+    // The rows alone take about 400 pages, and their index on the account 60.
+    t.ok(buffers < 100, `${what}: read ${buffers} pages, fewer than 100`)
+  }
 })
 
 t.test('a log of a row a record, from before the arrays, is converted whole once serving', async (t) => {

@@ -407,7 +407,7 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
   const parent = await gw.createParent({ scopes: PARENT_SCOPES })
   const waiting = () => gw.sql<{ pid: number }[]>`
     select pid from pg_stat_activity
-    where datname = current_database() and wait_event_type = 'Lock' and query ~ 'select seq from request_log_rows'`
+    where datname = current_database() and wait_event_type = 'Lock' and query ~ 'from request_log_rows'`
   await gw.sql.begin(async (tx) => {
     // Held until the checks are done: the page's first statement waits for it.
     await tx`lock table request_log_rows in access exclusive mode`
@@ -424,6 +424,16 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
     t.ok(
       await until(3_000, async () => (await waiting()).length === 0),
       'no statement of the page still waits (statement_timeout)',
+    )
+
+    const byId = await callAs(gw.url, parent.apiKey, {
+      path: '/v1/sub-accounts/requests/0123abcd-0000-4000-8000-000000000007',
+      acting: 'self',
+    })
+    t.equal(byId.status, 503, `a record by its id: 503 at the deadline: ${byId.body.slice(0, 200)}`)
+    t.ok(
+      await until(3_000, async () => (await waiting()).length === 0),
+      'no statement of the lookup still waits (statement_timeout)',
     )
   })
 })
