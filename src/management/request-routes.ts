@@ -5,6 +5,7 @@ import { ApiError, validationFailed } from '../errors.js'
 import type { RequestFilter } from '../request-log/filters.js'
 import { listRequests, type RequestRow, requestById } from '../request-log/queries.js'
 import type { Sql } from '../store/db.js'
+import type { TenancyLookups } from '../tenancy/lookups.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
 import type { Cursors, CursorScope } from './paging.js'
@@ -67,6 +68,30 @@ export function requestFilter(query: {
   }
 }
 
+/** What tells a filter's sub-account and key from another parent's. */
+export type OwnerLookups = Pick<TenancyLookups, 'subAccount' | 'keyById'>
+
+/** Whether `tenantId` is the account itself or one of its sub-accounts. */
+async function isOwnTenant(lookups: OwnerLookups, accountId: string, tenantId: string): Promise<boolean> {
+  return tenantId === accountId || (await lookups.subAccount(accountId, tenantId)) !== null
+}
+
+/**
+ * Whether the filter's sub-account and key are the account's. Another parent's match nothing and
+ * are not looked for: their rows are found through GIN indexes that hold every parent's rows, and
+ * a busy sub-account of another parent's made one page read all of its rows (queries.ts, nextRows).
+ */
+async function filterIsOwn(
+  lookups: OwnerLookups,
+  accountId: string,
+  { tenantId, keyId }: Pick<RequestFilter, 'tenantId' | 'keyId'>,
+): Promise<boolean> {
+  if (tenantId !== null && !(await isOwnTenant(lookups, accountId, tenantId))) return false
+  if (keyId === null) return true
+  const key = await lookups.keyById(keyId)
+  return key !== null && (await isOwnTenant(lookups, accountId, key.tenantId))
+}
+
 /**
  * A page of the log, for the API and the portal: up to `limit` records, and the next page's cursor.
  * A page that read as much as a page may (queries.ts, MAX_ROWS_READ) holds fewer, even none, and
@@ -74,12 +99,14 @@ export function requestFilter(query: {
  */
 export async function requestPage(
   logSql: Sql,
+  lookups: OwnerLookups,
   accountId: string,
   filter: Omit<RequestFilter, 'limit'>,
   limit: number,
   cursors: Cursors,
   scope: CursorScope,
 ): Promise<{ data: RequestRecord[]; next_cursor: string | null }> {
+  if (!(await filterIsOwn(lookups, accountId, filter))) return { data: [], next_cursor: null }
   const { records, resumeBefore } = await listRequests(
     logSql,
     accountId,
@@ -103,7 +130,15 @@ export function registerRequestRoutes(app: ManagementApp, { cursors }: Managemen
       const filter = requestFilter(query)
       if (logSql === null) return { data: [], next_cursor: null }
       const tenantId = query.sub_account_id?.toLowerCase() ?? null
-      return requestPage(logSql, parentOf(request).id, { ...filter, tenantId, beforeSeq }, limit, cursors, scope)
+      return requestPage(
+        logSql,
+        app.tenancyCache.lookups,
+        parentOf(request).id,
+        { ...filter, tenantId, beforeSeq },
+        limit,
+        cursors,
+        scope,
+      )
     },
   )
 

@@ -191,6 +191,7 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
       const tenantId = session.sub_account_id
       return requestPage(
         context.requestLogSql,
+        app.tenancyCache.lookups,
         session.account_id,
         { ...filter, tenantId, beforeSeq },
         limit,

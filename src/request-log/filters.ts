@@ -7,7 +7,9 @@ import { DAY_MS, dayOf } from './partitions.js'
 import { POSITIONS_PER_ROW } from './schema.js'
 
 export interface RequestFilter {
+  /** A sub-account of the account, or the account itself: the caller checks (request-routes.ts). */
   tenantId: string | null
+  /** A key of the account's or of one of its sub-accounts': the caller checks. */
   keyId: string | null
   /** An exact status, or a class (4 for 4xx). */
   status: { exact: number } | { class: number } | null
@@ -47,6 +49,7 @@ export function conditionsOf(
   positions: Fragment | ReturnType<Tx['unsafe']>
   byIndex: boolean
   windows: boolean
+  ownValue: boolean
 } {
   const arrays = new Set<string>()
   const read = (array: string) => {
@@ -122,5 +125,7 @@ export function conditionsOf(
     byIndex: f.tenantId !== null || f.keyId !== null || status !== null || f.code !== null || f.route !== null,
     // A sub-account's or key's refusals are in few rows (refused_*_set): their index at once.
     windows: !(refusals && (f.tenantId !== null || f.keyId !== null)),
+    // A summary's value that only this account's rows hold: its GIN index lists none of another's.
+    ownValue: f.tenantId !== null || f.keyId !== null,
   }
 }

@@ -113,7 +113,7 @@ async function pageOf(
   walkedRows: number,
   budget: { rows: number; until: number },
 ): Promise<RequestsRead> {
-  const { rowWhere, recordWhere, positions, byIndex, windows } = conditionsOf(sql, f)
+  const { rowWhere, recordWhere, positions, byIndex, windows, ownValue } = conditionsOf(sql, f)
   const records: RequestRow[] = []
   const whole = (): RequestsRead => ({ records, resumeBefore: null })
   let rowsRead = 0
@@ -136,12 +136,25 @@ async function pageOf(
   // round), and looks for more rows only once they are all read.
   let found: string[] = []
   let more = true
+  // Where the last look for rows stopped short (the seq of the oldest row it looked at), if it did.
+  let lookedTo: string | null = null
   for (let size = FIRST_ROUND_ROWS; ; size = Math.min(LAST_ROUND_ROWS, size * 4)) {
     const wanted = Math.max(size, f.limit)
     if (found.length === 0) {
+      if (lookedTo !== null) return { records, resumeBefore: (BigInt(lookedTo) * BigInt(POSITIONS_PER_ROW)).toString() }
       if (!more) return whole()
-      const next = await nextRows(sql, accountId, { rowWhere, byIndex, windows, beforeRow, wanted, walkedRows })
-      if (next.rows.length === 0) return whole()
+      const next = await nextRows(sql, accountId, {
+        rowWhere,
+        byIndex,
+        windows,
+        ownValue,
+        beforeRow,
+        wanted,
+        walkedRows,
+      })
+      lookedTo = next.lookedTo
+      if (next.rows.length === 0 && lookedTo === null) return whole()
+      if (next.rows.length === 0) continue
       found = next.rows
       more = next.more
       beforeRow = (BigInt(found[found.length - 1]!) - 1n).toString()
@@ -174,9 +187,12 @@ async function pageOf(
  * code), the account's rows are looked at in windows (unless `windows` is false), its newest WALKED_ROWS, then four times more
  * each time: each window is found from the account's index alone, and its rows that may match
  * from the summary's GIN index and that window (only their pages read: a cold page is a read from
- * disk). Past the last window, a value that rare is found by its GIN index over all the rest, the
- * account then a filter (as a second index, intersected with the first, it cost a read of all its
- * entries), LAST_ROUND_ROWS at once (read and sorted whatever the limit; bench/README.md).
+ * disk). Past the last window, a sub-account or key that rare is found by its GIN index over all
+ * the rest, the account then a filter (as a second index, intersected with the first, it cost a
+ * read of all its entries), LAST_ROUND_ROWS at once (read and sorted whatever the limit;
+ * bench/README.md). A filter of none (`ownValue` false: a route, a status, a code, whose GIN
+ * indexes hold every parent's rows) stops there instead, and says where (`lookedTo`): its value
+ * absent from the account and common in others' rows made that statement read them all.
  */
 async function nextRows(
   sql: Tx,
@@ -185,6 +201,7 @@ async function nextRows(
     rowWhere,
     byIndex,
     windows,
+    ownValue,
     beforeRow,
     wanted,
     walkedRows,
@@ -192,11 +209,12 @@ async function nextRows(
     rowWhere: Fragment
     byIndex: boolean
     windows: boolean
+    ownValue: boolean
     beforeRow: string | null
     wanted: number
     walkedRows: number
   },
-): Promise<{ rows: string[]; more: boolean }> {
+): Promise<{ rows: string[]; more: boolean; lookedTo: string | null }> {
   const before = beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`
   const limit = (n: number) => sql.unsafe(String(n))
   const seqs = (rows: { seq: string }[]) => rows.map((row) => row.seq)
@@ -206,7 +224,7 @@ async function nextRows(
       select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${before}
       order by seq desc limit ${limit(wanted)}`,
     )
-    return { rows, more: rows.length === wanted }
+    return { rows, more: rows.length === wanted, lookedTo: null }
   }
   const rows: string[] = []
   let upTo = beforeRow
@@ -224,10 +242,13 @@ async function nextRows(
         order by seq desc limit ${limit(wanted - rows.length)}`,
       ),
     )
-    if (rows.length === wanted) return { rows, more: true }
-    if (edge === undefined) return { rows, more: false }
+    if (rows.length === wanted) return { rows, more: true, lookedTo: null }
+    if (edge === undefined) return { rows, more: false, lookedTo: null }
     upTo = (BigInt(edge.seq) - 1n).toString()
-    if (span >= walkedRows * LAST_WINDOW_TIMES) break
+    if (span >= walkedRows * LAST_WINDOW_TIMES) {
+      if (!ownValue) return { rows, more: true, lookedTo: edge.seq }
+      break
+    }
   }
   const olderWanted = Math.max(wanted - rows.length, LAST_ROUND_ROWS)
   const older = seqs(
@@ -236,7 +257,7 @@ async function nextRows(
       ${upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`}
     order by seq desc limit ${limit(olderWanted)}`,
   )
-  return { rows: [...rows, ...older], more: older.length === olderWanted }
+  return { rows: [...rows, ...older], more: older.length === olderWanted, lookedTo: null }
 }
 
 /**

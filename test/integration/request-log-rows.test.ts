@@ -456,6 +456,59 @@ t.test('a lookup by id reads a few pages, however many rows the account has', as
   }
 })
 
+/** Rows of one record each of `account`, their route `route`, in order after those already there. */
+async function seedRows(sql: postgres.Sql, account: string, rows: number, route: string): Promise<void> {
+  await sql.unsafe(`
+    insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+      status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, ${RECORD_ARRAYS})
+    select '${account}', now(), now(), 1, array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid],
+      array['${route}'], array[200::int2], '{}', false, '{}', '{}', array['id-' || i], array[0::int8],
+      array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid], array['GET'], array['${route}'],
+      array['${route}/' || i], array[200::int2], array[null::text], array[0::int8], array[0::int8], array[0::int8],
+      array['127.0.0.1']
+    from generate_series(1, ${rows}) i order by i`)
+}
+
+t.test("a route no newer row of the account holds reads its windows, not every parent's rows", async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [mine, theirs] = ACCOUNTS as [string, string]
+  // One old record of /billing, then 20,000 of /api; another parent's 60,000 of /billing.
+  await seedRows(sql, mine, 1, '/billing')
+  await seedRows(sql, theirs, 60_000, '/billing')
+  await seedRows(sql, mine, 20_000, '/api')
+  await sql.unsafe('vacuum analyze request_log_rows')
+  const statements: { statement: string; parameters: unknown[] }[] = []
+  const watched = postgres(database.url, {
+    max: 1,
+    onnotice: () => {},
+    debug: (_connection, statement, parameters) => statements.push({ statement, parameters }),
+  })
+  t.teardown(() => watched.end())
+  // Windows of 100, 400, 1,600 and 6,400 rows: 8,500 of the account's a page.
+  const limits = { walkedRows: 100 }
+  const billing = { ...NO_FILTER, route: '/billing', limit: 21 }
+  const first = await listRequests(watched, mine, billing, limits)
+  let buffers = 0
+  for (const { statement, parameters } of statements)
+    if (/^\s*(with|select)\b/i.test(statement)) buffers += await buffersRead(sql, statement, parameters)
+  const [{ pages } = { pages: 0 }] = await sql<{ pages: number }[]>`
+    select sum(relpages)::int as pages from pg_class c join pg_inherits i on i.inhrelid = c.oid
+    where i.inhparent = 'request_log_rows'::regclass`
+  t.same(first.records, [], 'the first page holds none')
+  t.not(first.resumeBefore, null, 'and goes on where its windows ended')
+  t.ok(buffers < pages / 2, `it read ${buffers} pages, not the ${pages} of every parent's rows`)
+  const { seen, pages: followed } = await allPages(watched, mine, billing, 20, limits)
+  t.same(
+    seen.map((row) => row.path),
+    ['/billing/1'],
+    `the old record, on the last of ${followed} pages`,
+  )
+  t.same((await allPages(watched, theirs, billing, 100_000, limits)).seen.length, 60_000, "the other's, all")
+})
+
 t.test('a log of a row a record, from before the arrays, is converted whole once serving', async (t) => {
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql

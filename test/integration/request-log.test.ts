@@ -426,6 +426,22 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
       'no statement of the page still waits (statement_timeout)',
     )
 
+    // Another parent's sub-account or key matches nothing, known without reading the log: its rows
+    // would be found through indexes that hold every parent's rows.
+    const other = await gw.createParent({ scopes: PARENT_SCOPES })
+    const otherSub = (await manage(other.apiKey, 'POST', '', { name: 'theirs' })).id as string
+    for (const [query, whose] of [
+      [`?sub_account_id=${otherSub}`, "another parent's sub-account"],
+      [`?sub_account_id=${other.id}`, 'another parent'],
+      [`?key_id=${other.keyId}`, "another parent's key"],
+    ] as const) {
+      const foreign = await requests(parent.apiKey, query)
+      t.same(
+        [foreign.status, foreign.json()],
+        [200, { data: [], next_cursor: null }],
+        `${whose}: an empty page at once, the log not read`,
+      )
+    }
     const byId = await callAs(gw.url, parent.apiKey, {
       path: '/v1/sub-accounts/requests/0123abcd-0000-4000-8000-000000000007',
       acting: 'self',
