@@ -30,6 +30,7 @@ import {
   MAX_HEAD_BYTES,
   serverOptions,
 } from './http/server-limits.js'
+import { AccountReads, LOG_READS_AT_ONCE } from './management/log-reads.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
 import { healthRoutes } from './ops/health.js'
 import { lazyChildLogger } from './ops/logging.js'
@@ -218,6 +219,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         public: route.public,
       })),
     })
+  // One for the API and the portal: a parent's reads of its log at once are counted together.
+  const requestLogReader =
+    app.requestLog === null ? null : { sql: app.requestLogSql, reads: new AccountReads(LOG_READS_AT_ONCE) }
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
@@ -231,7 +235,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     webhookEndpointsMax: deps.config.webhookEndpointsMax,
     idempotencySweepIntervalMs: tuning.idempotencySweepIntervalMs,
     webhookLookup: tuning.webhookLookup,
-    requestLogSql: app.requestLog === null ? null : app.requestLogSql,
+    requestLog: requestLogReader,
     keyMinted: app.alerts.keyMinted,
     portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
   })
@@ -240,7 +244,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(portalPlugin, {
       sql: deps.store.sql,
       cache,
-      requestLogSql: app.requestLog === null ? null : app.requestLogSql,
+      requestLog: requestLogReader,
       keyMinted: app.alerts.keyMinted,
       issuerUrl: deps.config.issuerUrl,
       limiter: app.limiter,

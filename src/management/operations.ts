@@ -117,11 +117,14 @@ export const OPERATIONS = {
       'the parent and its sub-accounts. Never headers, bodies, query strings or secrets. `status` is a status ' +
       '(`404`) or a class (`4xx`); `sub_account_id` is the tenant the request acted as; `since` (inclusive) and ' +
       '`until` (exclusive) are RFC 3339. Records are written in batches, about a second after the answer, and ' +
-      'kept REQUEST_LOG_RETENTION_DAYS (default 7; 0: no log, every list empty).',
+      'kept REQUEST_LOG_RETENTION_DAYS (default 7; 0: no log, every list empty). A parent reads its log two ' +
+      "calls at a time on each replica (with its sub-accounts' portal lists): a third is 429 " +
+      'too_many_concurrent_requests, Retry-After: 1.',
     tags: ['requests'],
   },
   getRequest: {
     summary: 'One record of the request log, by its request id (X-Request-Id)',
+    description: "Counted with the lists among the parent's two reads of its log at a time (429 past them).",
     tags: ['requests'],
   },
   createPortalSession: {

@@ -4,10 +4,10 @@ import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
 import { ApiError, validationFailed } from '../errors.js'
 import type { RequestFilter } from '../request-log/filters.js'
 import { listRequests, type RequestRow, requestById } from '../request-log/queries.js'
-import type { Sql } from '../store/db.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
+import type { RequestLogReader } from './log-reads.js'
 import type { Cursors, CursorScope } from './paging.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'
 import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
@@ -98,7 +98,7 @@ async function filterIsOwn(
  * its cursor goes on from the last row it read.
  */
 export async function requestPage(
-  logSql: Sql,
+  log: RequestLogReader,
   lookups: OwnerLookups,
   accountId: string,
   filter: Omit<RequestFilter, 'limit'>,
@@ -107,18 +107,19 @@ export async function requestPage(
   scope: CursorScope,
 ): Promise<{ data: RequestRecord[]; next_cursor: string | null }> {
   if (!(await filterIsOwn(lookups, accountId, filter))) return { data: [], next_cursor: null }
-  const { records, resumeBefore } = await listRequests(
-    logSql,
-    accountId,
-    { ...filter, limit: limit + 1 },
-    { statementTimeoutMs: MANAGEMENT_DEADLINE_MS },
+  const { records, resumeBefore } = await log.reads.run(accountId, () =>
+    listRequests(log.sql, accountId, { ...filter, limit: limit + 1 }, { statementTimeoutMs: MANAGEMENT_DEADLINE_MS }),
   )
   if (resumeBefore === null) return cursors.page(records, limit, presentRequest, scope)
   return { data: records.map(presentRequest), next_cursor: await cursors.encode(resumeBefore, scope) }
 }
 
-/** Where the log is kept, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
-export function registerRequestRoutes(app: ManagementApp, { cursors }: ManagementContext, logSql: Sql | null): void {
+/** The log, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
+export function registerRequestRoutes(
+  app: ManagementApp,
+  { cursors }: ManagementContext,
+  log: RequestLogReader | null,
+): void {
   app.get(
     '/requests',
     { schema: { ...operation('listRequests'), querystring: RequestsQuery, response: { 200: RequestPage } } },
@@ -128,10 +129,10 @@ export function registerRequestRoutes(app: ManagementApp, { cursors }: Managemen
       const scope = { list: 'requests', owner: parentOf(request).id } as const
       const beforeSeq = await cursors.decode(query.cursor, scope)
       const filter = requestFilter(query)
-      if (logSql === null) return { data: [], next_cursor: null }
+      if (log === null) return { data: [], next_cursor: null }
       const tenantId = query.sub_account_id?.toLowerCase() ?? null
       return requestPage(
-        logSql,
+        log,
         app.tenancyCache.lookups,
         parentOf(request).id,
         { ...filter, tenantId, beforeSeq },
@@ -146,12 +147,13 @@ export function registerRequestRoutes(app: ManagementApp, { cursors }: Managemen
     '/requests/:id',
     { schema: { ...operation('getRequest'), params: RequestParams, response: { 200: RequestRecord } } },
     async (request) => {
+      const accountId = parentOf(request).id
       const row =
-        logSql === null
+        log === null
           ? null
-          : await requestById(logSql, parentOf(request).id, request.params.id, {
-              statementTimeoutMs: MANAGEMENT_DEADLINE_MS,
-            })
+          : await log.reads.run(accountId, () =>
+              requestById(log.sql, accountId, request.params.id, { statementTimeoutMs: MANAGEMENT_DEADLINE_MS }),
+            )
       if (row === null) throw new ApiError('not_found', 'no request of this account has this id in the request log')
       return presentRequest(row)
     },

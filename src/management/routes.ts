@@ -14,6 +14,7 @@ import type { TenancyLookups } from '../tenancy/lookups.js'
 import { registerAccountRoutes } from './account-routes.js'
 import { authorizeManagement, type ManagementContext } from './common.js'
 import { registerEventRoutes } from './event-routes.js'
+import type { RequestLogReader } from './log-reads.js'
 import { registerRequestRoutes } from './request-routes.js'
 import { addManagementDeadline, markManagementRoutes } from './hooks.js'
 import { addIdempotency } from './idempotency.js'
@@ -49,8 +50,8 @@ export interface ManagementOptions {
   webhookLookup?: LookupAll | undefined
   /** How often expired idempotency keys are deleted (default 60 s; tests shorten it). */
   idempotencySweepIntervalMs?: number | undefined
-  /** Where the request log is kept; null when it is off (request-log/plugin.ts). */
-  requestLogSql: Sql | null
+  /** The request log's reader; null when it is off (request-log/plugin.ts). */
+  requestLog: RequestLogReader | null
   /** Told the end of each key minted or rolled (the alerts'). */
   keyMinted: Alerts['keyMinted']
   /** The portal's public address (ISSUER_URL), when the portal is served (CONSOLE=on); null: no portal sessions. */
@@ -87,7 +88,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   registerSubAccountCollection(app, context)
   registerAccountRoutes(app, context)
   registerEventRoutes(app, context)
-  registerRequestRoutes(app, context, options.requestLogSql)
+  registerRequestRoutes(app, context, options.requestLog)
   registerWebhookEndpointRoutes(app, context)
   registerWebhookDeliveryRoutes(app, context)
   registerSubAccountItem(app, context)

@@ -36,13 +36,14 @@ import { usageRows } from '../store/usage.js'
 import { usageEntries } from '../usage/report.js'
 import { isUuid } from '../tenancy/identifiers.js'
 import { requirePermission, sessionOf } from './session-auth.js'
+import type { RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalApiContext {
   sql: Sql
   cache: CacheInvalidator
   cursors: Cursors
-  /** Where the request log is kept; null when it is off. */
-  requestLogSql: Sql | null
+  /** The request log's reader; null when it is off. */
+  requestLog: RequestLogReader | null
   /** Told the end of each key minted or rolled (the alerts'). */
   keyMinted: Alerts['keyMinted']
 }
@@ -187,10 +188,10 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
       const scope = { list: 'requests', owner: `${session.account_id}/${session.sub_account_id}` } as const
       const beforeSeq = await cursors.decode(request.query.cursor, scope)
       const filter = requestFilter(request.query)
-      if (context.requestLogSql === null) return { data: [], next_cursor: null }
+      if (context.requestLog === null) return { data: [], next_cursor: null }
       const tenantId = session.sub_account_id
       return requestPage(
-        context.requestLogSql,
+        context.requestLog,
         app.tenancyCache.lookups,
         session.account_id,
         { ...filter, tenantId, beforeSeq },

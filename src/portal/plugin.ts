@@ -26,12 +26,13 @@ import { registerExchangeRoutes } from './exchange-routes.js'
 import { portalPage } from './page.js'
 import { PORTAL_API, PORTAL_ASSETS, PORTAL_PREFIX } from './paths.js'
 import { sessionAuth, sessionOf } from './session-auth.js'
+import type { RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalOptions {
   sql: Sql
   cache: CacheInvalidator
-  /** Where the request log is kept; null when it is off. */
-  requestLogSql: Sql | null
+  /** The request log's reader, the management API's own; null when the log is off. */
+  requestLog: RequestLogReader | null
   /** Told the end of each key minted or rolled (the alerts'). */
   keyMinted: Alerts['keyMinted']
   /** ISSUER_URL: the links' origin; https there makes the session cookie Secure. */
@@ -155,7 +156,7 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
           sql,
           cache: options.cache,
           cursors: new Cursors(() => cursorSecret(sql)),
-          requestLogSql: options.requestLogSql,
+          requestLog: options.requestLog,
           keyMinted: options.keyMinted,
         })
       })

@@ -442,6 +442,29 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
         `${whose}: an empty page at once, the log not read`,
       )
     }
+    // Two reads of one parent's at once, both waiting here: a third is refused at once, a lookup by
+    // id too; another parent's read is not (it waits for the lock as the two do).
+    const both = [requests(parent.apiKey), requests(parent.apiKey, '?status=4xx')]
+    t.ok(await until(3_000, async () => (await waiting()).length === 2), 'two reads wait')
+    const third = await requests(parent.apiKey, '?route=/api')
+    t.same(
+      [third.status, third.json().code, third.headers['retry-after']],
+      [429, 'too_many_concurrent_requests', '1'],
+      `a third read of the same parent: 429 at once (${third.body.slice(0, 160)})`,
+    )
+    const thirdById = await callAs(gw.url, parent.apiKey, {
+      path: '/v1/sub-accounts/requests/0123abcd-0000-4000-8000-000000000007',
+      acting: 'self',
+    })
+    t.equal(thirdById.status, 429, 'and a lookup by id')
+    const others = requests(other.apiKey)
+    t.ok(await until(3_000, async () => (await waiting()).length === 3), "another parent's read runs")
+    t.same(
+      (await Promise.all([...both, others])).map((answer) => answer.status),
+      [503, 503, 503],
+      'all three wait for the lock until the deadline',
+    )
+
     const byId = await callAs(gw.url, parent.apiKey, {
       path: '/v1/sub-accounts/requests/0123abcd-0000-4000-8000-000000000007',
       acting: 'self',
