@@ -1,5 +1,6 @@
 // Logs (docs/operations.md): pino JSON, one line per request written when the response is done, and the
 // secrets of docs/api.md redacted wherever they could appear in a logged object.
+import { writeSync } from 'node:fs'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import { type Bindings, type ChildLoggerOptions, type Logger, type LoggerOptions, pino } from 'pino'
 import type { RouteKind } from './metrics.js'
@@ -29,6 +30,8 @@ export function loggerOptions(level: string): LoggerOptions {
 /** Errors after which a file descriptor takes no more writes: its terminal hung up, its reader quit, it was closed. */
 const GONE_FOR_GOOD = new Set(['EIO', 'EPIPE', 'EBADF'])
 
+const STDOUT = 1
+
 /**
  * Stdout, written asynchronously as pino does by default. Once stdout is gone for good the stream
  * writes nothing more, as pino's own destination does for EPIPE alone: otherwise the synchronous
@@ -36,12 +39,32 @@ const GONE_FOR_GOOD = new Set(['EIO', 'EPIPE', 'EBADF'])
  * never exits (its embedded lock kept). Any other error is left to fail as before.
  */
 export function stdoutDestination(): ReturnType<typeof pino.destination> {
-  const stream = pino.destination({ dest: 1, sync: false })
+  const stream = pino.destination({ dest: STDOUT, sync: false })
+  const letGo = () => {
+    const nothing = () => {}
+    Object.assign(stream, {
+      write: () => true,
+      flushSync: nothing,
+      flush: (done?: (err?: Error) => void) => done?.(),
+      end: nothing,
+      destroy: nothing,
+    })
+  }
   stream.on('error', (err: NodeJS.ErrnoException) => {
     if (!GONE_FOR_GOOD.has(err.code ?? '')) throw err
-    const nothing = () => {}
-    Object.assign(stream, { write: () => true, flushSync: nothing, flush: nothing, end: nothing, destroy: nothing })
+    letGo()
   })
+  // The flush at exit may come before a failed write was reported: an empty write tells a hung-up
+  // terminal or a closed descriptor first (not a pipe whose reader quit, which takes it).
+  const flushSync = stream.flushSync.bind(stream)
+  stream.flushSync = () => {
+    try {
+      writeSync(STDOUT, '')
+    } catch (err) {
+      if (GONE_FOR_GOOD.has((err as NodeJS.ErrnoException).code ?? '')) return letGo()
+    }
+    flushSync()
+  }
   return stream
 }
 
