@@ -45,6 +45,8 @@ export function conditionsOf(
   f: RequestFilter,
 ): {
   rowWhere: Fragment
+  /** The rows a window of the account's may count at all (queries.ts, nextRows): none before `since`'s day. */
+  windowWhere: Fragment
   recordWhere: Fragment
   positions: Fragment | ReturnType<Tx['unsafe']>
   byIndex: boolean
@@ -57,6 +59,7 @@ export function conditionsOf(
     return sql.unsafe(`f.${FIELD_OF[array]}`)
   }
   let rowWhere = sql``
+  let windowWhere = sql``
   let recordWhere = sql``
   const onRows = (condition: Fragment) => {
     rowWhere = sql`${rowWhere} ${condition}`
@@ -104,6 +107,7 @@ export function conditionsOf(
     // or later: the second bound keeps the plan out of older days' partitions.
     const sinceDay = new Date(dayOf(f.since.getTime()) * DAY_MS)
     onRows(sql`and r.last_time >= ${f.since} and r.first_time >= ${sinceDay}`)
+    windowWhere = sql`and r.first_time >= ${sinceDay}`
     onRecords(sql`and ${read('times_us')} >= ${f.since.getTime() * 1000}::int8`)
   }
   if (f.until !== null) {
@@ -119,6 +123,7 @@ export function conditionsOf(
         )
   return {
     rowWhere,
+    windowWhere,
     recordWhere,
     positions,
     // A filter of a summary with a GIN index of its own (schema.ts): all but the times.

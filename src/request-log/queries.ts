@@ -75,7 +75,10 @@ export interface ReadLimits {
 
 /** A round's first window: the account's newest rows looked at before older ones. */
 const WALKED_ROWS = 1_000
-/** The last window is this many times the first (64,000 rows); past it, a summary's own index alone. */
+/**
+ * The last window is this many times the first (64,000 rows); past it, a sub-account's or key's own
+ * index alone, and a page of any other filter ends short.
+ */
 const LAST_WINDOW_TIMES = 64
 
 export function listRequests(
@@ -113,7 +116,7 @@ async function pageOf(
   walkedRows: number,
   budget: { rows: number; until: number },
 ): Promise<RequestsRead> {
-  const { rowWhere, recordWhere, positions, byIndex, windows, ownValue } = conditionsOf(sql, f)
+  const { recordWhere, positions, ...rowConditions } = conditionsOf(sql, f)
   const records: RequestRow[] = []
   const whole = (): RequestsRead => ({ records, resumeBefore: null })
   let rowsRead = 0
@@ -143,15 +146,7 @@ async function pageOf(
     if (found.length === 0) {
       if (lookedTo !== null) return { records, resumeBefore: (BigInt(lookedTo) * BigInt(POSITIONS_PER_ROW)).toString() }
       if (!more) return whole()
-      const next = await nextRows(sql, accountId, {
-        rowWhere,
-        byIndex,
-        windows,
-        ownValue,
-        beforeRow,
-        wanted,
-        walkedRows,
-      })
+      const next = await nextRows(sql, accountId, { ...rowConditions, beforeRow, wanted, walkedRows })
       lookedTo = next.lookedTo
       if (next.rows.length === 0 && lookedTo === null) return whole()
       if (next.rows.length === 0) continue
@@ -199,17 +194,14 @@ async function nextRows(
   accountId: string,
   {
     rowWhere,
+    windowWhere,
     byIndex,
     windows,
     ownValue,
     beforeRow,
     wanted,
     walkedRows,
-  }: {
-    rowWhere: Fragment
-    byIndex: boolean
-    windows: boolean
-    ownValue: boolean
+  }: Omit<ReturnType<typeof conditionsOf>, 'recordWhere' | 'positions'> & {
     beforeRow: string | null
     wanted: number
     walkedRows: number
@@ -232,7 +224,7 @@ async function nextRows(
     const below = upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`
     // The account's next `span` rows, from its index alone; then those of them that may match.
     const [edge] = await sql<{ seq: string }[]>`
-      select seq from request_log_rows where account_id = ${accountId} ${below}
+      select seq from request_log_rows r where account_id = ${accountId} ${windowWhere} ${below}
       order by seq desc offset ${limit(span - 1)} limit 1`
     rows.push(
       ...seqs(

@@ -5,7 +5,7 @@
 // (bench/README.md, the request log). Bounded in records and in rows (a row's arrays and sets take
 // memory of their own): a full buffer drops its oldest row, whose records it counts.
 import type { RequestRecord } from './capture.js'
-import { RowBuilder } from './rows.js'
+import { ADDED, RowBuilder, TOO_NEW } from './rows.js'
 
 /** At most this share of the buffer is dropped at once: a row of a small buffer holds fewer records. */
 const ROWS_A_BUFFER_AT_LEAST = 8
@@ -32,6 +32,12 @@ export class RowBuffer {
    * a while. Apart, so that the common case looks a parent up by its id alone.
    */
   private readonly openEarlier = new Map<string, RowBuilder>()
+  /**
+   * A parent's row of late records of a day (earlierKey): records whose ids are too far below its
+   * open row's to join it (rows.ts, MAX_ID_SPAN), the answers of requests that took long. Apart, so
+   * that each of them does not close the row the parent's other records fill.
+   */
+  private readonly openLate = new Map<string, RowBuilder>()
   private count = 0
   private readonly rowRecords: number
   private readonly maxRows: number
@@ -69,11 +75,30 @@ export class RowBuffer {
       row = this.openRow(accountId, day) // the row dropped may have been this one
     }
     row ??= this.newRow(accountId, day)
-    if (!row.add(record)) {
-      // Its id is too far from the row's (rows.ts, MAX_ID_SPAN): a new row takes it.
-      this.close(row)
-      this.add(record, day)
+    const added = row.add(record)
+    if (added !== ADDED) {
+      // Its id too far from the row's (rows.ts, MAX_ID_SPAN): a newer one begins the parent's next row.
+      if (added === TOO_NEW) {
+        this.close(row)
+        this.add(record, day)
+      } else this.addLate(record, day)
       return
+    }
+    this.count++
+    if (row.size === this.rowRecords) this.close(row)
+  }
+
+  /** Adds a late record to the parent's row of late records of `day`, or to a new one. */
+  private addLate(record: RequestRecord, day: number): void {
+    const key = earlierKey(record.accountId, day)
+    let row = this.openLate.get(key)
+    if (row === undefined || row.add(record) !== ADDED) {
+      if (row !== undefined) this.close(row)
+      while (this.count >= this.capacity || this.rows >= this.maxRows) this.dropOldest()
+      row = new RowBuilder(record.accountId, day)
+      this.queue.push(row)
+      this.openLate.set(key, row)
+      row.add(record) // an empty row takes any record
     }
     this.count++
     if (row.size === this.rowRecords) this.close(row)
@@ -148,6 +173,7 @@ export class RowBuffer {
     else {
       const key = earlierKey(row.accountId, row.day)
       if (this.openEarlier.get(key) === row) this.openEarlier.delete(key)
+      else if (this.openLate.get(key) === row) this.openLate.delete(key)
     }
   }
 

@@ -72,11 +72,19 @@ export function madeIdParts(id: string): { stem: string; count: number } | null 
 /**
  * A row's made ids lie within this many counts of one another: the lookup by id then reads only
  * the rows whose highest count is at most this far above the one it looks for (queries.ts), a few
- * hundred thousand index entries at worst, where it read every row of the account. A record that
- * would stretch its row further (a refused key's, added once its tenant is known; a row left open
- * while Postgres was away) begins a row of its own.
+ * hundred thousand index entries at worst, where it read every row of the account. An id is counted
+ * when its request arrives and recorded when it is answered, so a request that took long (a stream,
+ * a WebSocket) comes after much newer ones; so may a refused key's record, added once its tenant is
+ * known, and any record of a row left open while Postgres was away.
  */
 export const MAX_ID_SPAN = 262_144
+
+/** What RowBuilder.add did with a record: took it. */
+export const ADDED = 0
+/** Did not take it: its made id is too far above the row's (it begins the parent's next row). */
+export const TOO_NEW = 1
+/** Did not take it: too far below (a late record, for a row of such records: row-buffer.ts). */
+export const TOO_OLD = -1
 
 /** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
 const SPECIAL = /[{},"\\\s]/
@@ -155,8 +163,8 @@ export class RowBuilder {
     readonly day: number,
   ) {}
 
-  /** Adds `record`, unless its made id is too far from the row's (MAX_ID_SPAN): false then, and nothing changed. */
-  add(record: RequestRecord): boolean {
+  /** Adds `record` (ADDED), unless its made id is too far from the row's (MAX_ID_SPAN): TOO_NEW or TOO_OLD, nothing changed. */
+  add(record: RequestRecord): number {
     const count = record.idGiven ? -1 : this.madeCount(record.id)
     if (count === -1) {
       this.givenIds.push(record.id)
@@ -164,7 +172,7 @@ export class RowBuilder {
     } else {
       const low = Math.min(this.idLow, count)
       const high = Math.max(this.idHigh, count)
-      if (high - low > MAX_ID_SPAN) return false
+      if (high - low > MAX_ID_SPAN) return count > this.idHigh ? TOO_NEW : TOO_OLD
       this.idLow = low
       this.idHigh = high
     }
@@ -198,7 +206,7 @@ export class RowBuilder {
     this.requestBytes.push(record.requestBytes)
     this.responseBytes.push(record.responseBytes)
     this.ips.push(record.sourceIp)
-    return true
+    return ADDED
   }
 
   /** The count of an id the gateway made with this row's stem (the first such id sets it); -1 for any other. */

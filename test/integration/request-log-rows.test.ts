@@ -376,8 +376,10 @@ t.test("a record whose made id is far from its row's begins a row of its own; ea
   writer.add(record({ id: madeId(first), path: '/first' }))
   writer.add(record({ id: madeId(first + MAX_ID_SPAN), path: '/at-the-span' }))
   writer.add(record({ id: madeId(first + MAX_ID_SPAN + 1), path: '/past-the-span' }))
-  // A refused key's record, added once its tenant is known, after later ones.
+  // A request that took long, answered after later ones: a row of late records; the parent's
+  // open row goes on taking the others.
   writer.add(record({ id: madeId(first - 1), path: '/late' }))
+  writer.add(record({ id: madeId(first + MAX_ID_SPAN + 2), path: '/next' }))
   await writer.flush()
   const rows = await sql<{ records: number; id_low: string; id_high: string }[]>`
     select records, id_low::text, id_high::text from request_log_rows order by seq`
@@ -385,16 +387,17 @@ t.test("a record whose made id is far from its row's begins a row of its own; ea
     rows.map((row) => [row.records, Number(row.id_low), Number(row.id_high)]),
     [
       [2, first, first + MAX_ID_SPAN],
-      [1, first + MAX_ID_SPAN + 1, first + MAX_ID_SPAN + 1],
+      [2, first + MAX_ID_SPAN + 1, first + MAX_ID_SPAN + 2],
       [1, first - 1, first - 1],
     ],
-    "no row's made ids span more than MAX_ID_SPAN",
+    "no row's made ids span more than MAX_ID_SPAN, and a late record does not close the open row",
   )
   for (const [count, path] of [
     [first, '/first'],
     [first + MAX_ID_SPAN, '/at-the-span'],
     [first + MAX_ID_SPAN + 1, '/past-the-span'],
     [first - 1, '/late'],
+    [first + MAX_ID_SPAN + 2, '/next'],
   ] as const)
     t.equal((await requestById(sql, account, madeId(count)))?.path, path, `${path} found by its id`)
 })
@@ -404,6 +407,27 @@ async function buffersRead(sql: postgres.Sql, statement: string, parameters: unk
   const [explained] = await sql.unsafe(`explain (analyze, buffers, format json) ${statement}`, parameters as never[])
   const plan = (explained!['QUERY PLAN'] as { Plan: Record<string, number> }[])[0]!.Plan
   return plan['Shared Hit Blocks']! + plan['Shared Read Blocks']!
+}
+
+/** A client of `url` whose statements are kept: `pagesRead` runs them again under EXPLAIN on `sql`. */
+function watchedClient(t: TestLike, url: string, sql: postgres.Sql) {
+  const statements: { statement: string; parameters: unknown[] }[] = []
+  const watched = postgres(url, {
+    max: 1,
+    onnotice: () => {},
+    debug: (_connection, statement, parameters) => statements.push({ statement, parameters }),
+  })
+  t.teardown(() => watched.end())
+  return {
+    watched,
+    /** The pages its reads since the last ask read, hit or not. */
+    async pagesRead(): Promise<number> {
+      let pages = 0
+      for (const { statement, parameters } of statements.splice(0))
+        if (/^\s*(with|select)\b/i.test(statement)) pages += await buffersRead(sql, statement, parameters)
+      return pages
+    },
+  }
 }
 
 t.test('a lookup by id reads a few pages, however many rows the account has', async (t) => {
@@ -431,13 +455,7 @@ t.test('a lookup by id reads a few pages, however many rows the account has', as
     from generate_series(1, 20000) i order by i`)
   await sql.unsafe('vacuum analyze request_log_rows')
   // The lookup's statements, as postgres.js sends them (its debug hook), read again under EXPLAIN.
-  const statements: { statement: string; parameters: unknown[] }[] = []
-  const watched = postgres(database.url, {
-    max: 1,
-    onnotice: () => {},
-    debug: (_connection, statement, parameters) => statements.push({ statement, parameters }),
-  })
-  t.teardown(() => watched.end())
+  const { watched, pagesRead } = watchedClient(t, database.url, sql)
   const lookups = [
     { id: madeId(8), found: null, what: 'a made id between two rows' },
     { id: madeId(19_999 * 1024), found: '/p/19999', what: 'the newest made id' },
@@ -446,22 +464,22 @@ t.test('a lookup by id reads a few pages, however many rows the account has', as
     { id: 'same', found: '/p/20000', what: "a client's id sent by 5,000 requests" },
   ]
   for (const { id, found, what } of lookups) {
-    statements.length = 0
     t.equal((await requestById(watched, account, id))?.path ?? null, found, `${what}: ${found ?? 'not found'}`)
-    let buffers = 0
-    for (const { statement, parameters } of statements)
-      if (/^\s*(with|select)\b/i.test(statement)) buffers += await buffersRead(sql, statement, parameters)
+    const buffers = await pagesRead()
     // The rows alone take about 400 pages, and their index on the account 60.
     t.ok(buffers < 100, `${what}: read ${buffers} pages, fewer than 100`)
   }
 })
 
-/** Rows of one record each of `account`, their route `route`, in order after those already there. */
-async function seedRows(sql: postgres.Sql, account: string, rows: number, route: string): Promise<void> {
+/**
+ * Rows of one record each of `account`, their route `route`, in order after those already there;
+ * at `at` (SQL), now by default.
+ */
+async function seedRows(sql: postgres.Sql, account: string, rows: number, route: string, at = 'now()'): Promise<void> {
   await sql.unsafe(`
     insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
       status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, ${RECORD_ARRAYS})
-    select '${account}', now(), now(), 1, array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid],
+    select '${account}', ${at}, ${at}, 1, array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid],
       array['${route}'], array[200::int2], '{}', false, '{}', '{}', array['id-' || i], array[0::int8],
       array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid], array['GET'], array['${route}'],
       array['${route}/' || i], array[200::int2], array[null::text], array[0::int8], array[0::int8], array[0::int8],
@@ -480,20 +498,12 @@ t.test("a route no newer row of the account holds reads its windows, not every p
   await seedRows(sql, theirs, 60_000, '/billing')
   await seedRows(sql, mine, 20_000, '/api')
   await sql.unsafe('vacuum analyze request_log_rows')
-  const statements: { statement: string; parameters: unknown[] }[] = []
-  const watched = postgres(database.url, {
-    max: 1,
-    onnotice: () => {},
-    debug: (_connection, statement, parameters) => statements.push({ statement, parameters }),
-  })
-  t.teardown(() => watched.end())
+  const { watched, pagesRead } = watchedClient(t, database.url, sql)
   // Windows of 100, 400, 1,600 and 6,400 rows: 8,500 of the account's a page.
   const limits = { walkedRows: 100 }
   const billing = { ...NO_FILTER, route: '/billing', limit: 21 }
   const first = await listRequests(watched, mine, billing, limits)
-  let buffers = 0
-  for (const { statement, parameters } of statements)
-    if (/^\s*(with|select)\b/i.test(statement)) buffers += await buffersRead(sql, statement, parameters)
+  const buffers = await pagesRead()
   const [{ pages } = { pages: 0 }] = await sql<{ pages: number }[]>`
     select sum(relpages)::int as pages from pg_class c join pg_inherits i on i.inhrelid = c.oid
     where i.inhparent = 'request_log_rows'::regclass`
@@ -507,6 +517,22 @@ t.test("a route no newer row of the account holds reads its windows, not every p
     `the old record, on the last of ${followed} pages`,
   )
   t.same((await allPages(watched, theirs, billing, 100_000, limits)).seen.length, 60_000, "the other's, all")
+})
+
+t.test("with `since`, a route's windows count only the rows of its day on", async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  const today = dayOf(Date.now())
+  await ensurePartition(sql, today - 1)
+  await ensurePartition(sql, today)
+  const [mine] = ACCOUNTS as [string]
+  await seedRows(sql, mine, 20_000, '/api', "now() - interval '1 day'")
+  await seedRows(sql, mine, 10, '/api')
+  await sql.unsafe('vacuum analyze request_log_rows')
+  const since = new Date(today * DAY_MS)
+  const page = await listRequests(sql, mine, { ...NO_FILTER, route: '/billing', since, limit: 21 }, { walkedRows: 100 })
+  t.same(page, { records: [], resumeBefore: null }, "the day's rows looked at, none matches: the last page")
 })
 
 t.test('a log of a row a record, from before the arrays, is converted whole once serving', async (t) => {

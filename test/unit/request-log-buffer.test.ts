@@ -4,8 +4,8 @@
 import t from 'tap'
 import type { RequestRecord } from '../../src/request-log/capture.js'
 import { ROW_WEIGHT, RowBuffer } from '../../src/request-log/row-buffer.js'
-import type { RowBuilder } from '../../src/request-log/rows.js'
-import { ACCOUNTS, logRecord, uuid } from '../helpers/request-records.js'
+import { MAX_ID_SPAN, type RowBuilder } from '../../src/request-log/rows.js'
+import { ACCOUNTS, logRecord, madeId, uuid } from '../helpers/request-records.js'
 
 const DAY = 20_000
 const record = (n: number, accountId = ACCOUNTS[0]!): RequestRecord => logRecord({ id: `r${n}`, path: '/', accountId })
@@ -128,4 +128,19 @@ t.test('rows of a record each are bounded too: their own memory counts', async (
     Array.from({ length: 16 }, (_, i) => `r${i + 25}`),
     'the newest kept',
   )
+})
+
+t.test("late records (ids far below the open row's) fill a row of their own; the open row goes on", async (t) => {
+  const buffer = new RowBuffer(1_000, 100)
+  const made = (n: number, accountId = ACCOUNTS[0]!) => logRecord({ id: madeId(n), path: '/', accountId })
+  const now = 3 * MAX_ID_SPAN
+  for (const n of [now, MAX_ID_SPAN, now + 1, MAX_ID_SPAN + 5, now + 2, 0, now + MAX_ID_SPAN + 1])
+    buffer.add(made(n), DAY)
+  const counts = (row: RowBuilder) => row.ids().map((id) => Number.parseInt(id.slice(24), 16))
+  t.same(
+    buffer.take(1_000).map(counts),
+    [[now, now + 1, now + 2], [MAX_ID_SPAN, MAX_ID_SPAN + 5], [0], [now + MAX_ID_SPAN + 1]],
+    'the open row, its late records in theirs (a new one when they are too far apart), then the next row',
+  )
+  t.equal(buffer.size, 0)
 })
