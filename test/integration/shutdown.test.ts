@@ -405,20 +405,37 @@ async function gatewayWithoutDelay(t: Test, parentName: string, env: Record<stri
   return { db, upstream, gateway, parent }
 }
 
+/**
+ * A request to /v1/hold/`name` on a keep-alive connection of its own, once the upstream holds it:
+ * its outcome, or the error it ended with, when the upstream lets it go.
+ */
+async function holdRequest(
+  t: Test,
+  {
+    upstream,
+    gateway,
+    parent,
+  }: Pick<Awaited<ReturnType<typeof gatewayWithoutDelay>>, 'upstream' | 'gateway' | 'parent'>,
+  name: string,
+): Promise<{ inFlight: Promise<Outcome | Error> }> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => agent.destroy())
+  const inFlight = get(gateway.base, agent, `/v1/hold/${name}`, { authorization: `Bearer ${parent.apiKey}` }).then(
+    (outcome) => outcome,
+    (err: unknown) => new Error(describe(err)),
+  )
+  t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+  return { inFlight }
+}
+
 // Each of these runs a gateway of its own on a database of its own, and spends most of its time
 // starting that process or waiting for it to exit: they run at once.
 t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
   t.test('SHUTDOWN_DELAY_MS=0: a request in flight at SIGTERM still completes', async (t) => {
-    const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'no delay')
-
+    const started = await gatewayWithoutDelay(t, 'no delay')
+    const { db, upstream, gateway, parent } = started
     // A keep-alive client that keeps its connection until the gateway closes it.
-    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-    t.teardown(() => agent.destroy())
-    const inFlight = get(gateway.base, agent, '/v1/hold/only', { authorization: `Bearer ${parent.apiKey}` }).then(
-      (outcome) => outcome,
-      (err: unknown) => new Error(describe(err)),
-    )
-    t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+    const { inFlight } = await holdRequest(t, started, 'only')
 
     gateway.child.kill('SIGTERM')
     t.not(
@@ -449,17 +466,12 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
   // to stop now.
   t.test('the same signal twice at once drains as one; a second later stops at once', async (t) => {
     // The second case's gateway starts alongside the first's: only its signals wait for the first case.
-    const [{ upstream, gateway, parent }, second] = await Promise.all([
+    const [first, second] = await Promise.all([
       gatewayWithoutDelay(t, 'twice', { LOG_LEVEL: 'info' }),
       gatewayWithoutDelay(t, 'twice, later'),
     ])
-    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-    t.teardown(() => agent.destroy())
-    const inFlight = get(gateway.base, agent, '/v1/hold/twice', { authorization: `Bearer ${parent.apiKey}` }).then(
-      (outcome) => outcome,
-      (err: unknown) => new Error(describe(err)),
-    )
-    t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+    const { upstream, gateway } = first
+    const { inFlight } = await holdRequest(t, first, 'twice')
     gateway.child.kill('SIGINT')
     gateway.child.kill('SIGINT')
     t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
@@ -496,14 +508,9 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
       gatewayWithoutDelay(t, 'hangup', { LOG_LEVEL: 'info' }),
       gatewayWithoutDelay(t, 'hangup while draining', { LOG_LEVEL: 'info' }),
     ])
-    for (const { upstream, gateway, parent } of [hungUp, during]) {
-      const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-      t.teardown(() => agent.destroy())
-      const inFlight = get(gateway.base, agent, '/v1/hold/hangup', { authorization: `Bearer ${parent.apiKey}` }).then(
-        (outcome) => outcome,
-        (err: unknown) => new Error(describe(err)),
-      )
-      t.not(await eventually(HANG_TIMEOUT, async () => upstream.held() === 1), null, 'the request reached the upstream')
+    for (const started of [hungUp, during]) {
+      const { upstream, gateway } = started
+      const { inFlight } = await holdRequest(t, started, 'hangup')
       if (gateway === during.gateway) {
         gateway.child.kill('SIGTERM')
         await sleep(1_500)
