@@ -61,8 +61,16 @@ export function conditionsOf(
   let rowWhere = sql``
   let windowWhere = sql``
   let recordWhere = sql``
+  /** A condition of the account's own values (its sub-accounts', keys', times). */
   const onRows = (condition: Fragment) => {
     rowWhere = sql`${rowWhere} ${condition}`
+  }
+  /**
+   * A route's, status's or code's: `is true` keeps it out of their GIN indexes, which list every
+   * parent's rows, so that a page reads the same whatever other parents hold (and says nothing of it).
+   */
+  const onSharedValue = (condition: Fragment) => {
+    rowWhere = sql`${rowWhere} and (${condition}) is true`
   }
   const onRecords = (condition: Fragment) => {
     recordWhere = sql`${recordWhere} ${condition}`
@@ -81,25 +89,27 @@ export function conditionsOf(
     onRecords(sql`and ${read('key_ids')} = ${f.keyId}::uuid`)
   }
   if (status !== null) {
-    // `r.not_2xx` as a literal condition: the plan may then walk the rows of its partial index.
+    // `r.not_2xx` as a literal condition: the plan may then walk the account's rows of its partial
+    // index, or read a refused sub-account's or key's (their GIN indexes are partial too).
     if (statusClass !== 2) onRows(sql`and r.not_2xx`)
     if ('exact' in status) {
-      onRows(sql`and r.status_set @> array[${status.exact}::int2]`)
+      onSharedValue(sql`r.status_set @> array[${status.exact}::int2]`)
       onRecords(sql`and ${read('statuses')} = ${status.exact}::int2`)
     } else {
-      // Any status of the class, as an overlap its GIN index answers.
+      // Any status of the class, as an overlap.
       const inClass = Array.from({ length: 100 }, (_, n) => status.class * 100 + n)
-      onRows(sql`and r.status_set && ${`{${inClass.join(',')}}`}::int2[]`)
+      onSharedValue(sql`r.status_set && ${`{${inClass.join(',')}}`}::int2[]`)
       onRecords(sql`and ${read('statuses')} / 100 = ${status.class}::int`)
     }
   }
   if (f.code !== null) {
     // A problem code comes only with a refusal, never a 2xx.
-    onRows(sql`and r.not_2xx and r.code_set @> array[${f.code}::text]`)
+    onRows(sql`and r.not_2xx`)
+    onSharedValue(sql`r.code_set @> array[${f.code}::text]`)
     onRecords(sql`and ${read('codes')} = ${f.code}::text`)
   }
   if (f.route !== null) {
-    onRows(sql`and r.route_set @> array[${f.route}::text]`)
+    onSharedValue(sql`r.route_set @> array[${f.route}::text]`)
     onRecords(sql`and ${read('routes')} = ${f.route}::text`)
   }
   if (f.since !== null) {
@@ -126,7 +136,7 @@ export function conditionsOf(
     windowWhere,
     recordWhere,
     positions,
-    // A filter of a summary with a GIN index of its own (schema.ts): all but the times.
+    // A filter of a summary (all but the times): its rows are looked for in windows (queries.ts).
     byIndex: f.tenantId !== null || f.keyId !== null || status !== null || f.code !== null || f.route !== null,
     // A sub-account's or key's refusals are in few rows (refused_*_set): their index at once.
     windows: !(refusals && (f.tenantId !== null || f.keyId !== null)),

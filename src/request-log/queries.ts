@@ -178,16 +178,15 @@ async function pageOf(
 
 /**
  * The seqs of the next `wanted` rows whose summaries may match, newest first, and whether there
- * may be more. With a filter of an indexed summary (a sub-account, a key, a route, a status, a
- * code), the account's rows are looked at in windows (unless `windows` is false), its newest WALKED_ROWS, then four times more
- * each time: each window is found from the account's index alone, and its rows that may match
- * from the summary's GIN index and that window (only their pages read: a cold page is a read from
- * disk). Past the last window, a sub-account or key that rare is found by its GIN index over all
- * the rest, the account then a filter (as a second index, intersected with the first, it cost a
- * read of all its entries), LAST_ROUND_ROWS at once (read and sorted whatever the limit;
- * bench/README.md). A filter of none (`ownValue` false: a route, a status, a code, whose GIN
- * indexes hold every parent's rows) stops there instead, and says where (`lookedTo`): its value
- * absent from the account and common in others' rows made that statement read them all.
+ * may be more. With a filter of a summary (a sub-account, a key, a route, a status, a code), the
+ * account's rows are looked at in windows (unless `windows` is false), its newest WALKED_ROWS, then
+ * four times more each time: each window is found from the account's index alone, and its rows
+ * that may match within it (through a sub-account's or key's GIN index, or read: a route's, a
+ * status's or a code's index lists every parent's rows, filters.ts). Past the last window, a
+ * sub-account or key that rare is found by its GIN index over all the rest, the account then a
+ * filter (as a second index, intersected with the first, it cost a read of all its entries),
+ * LAST_ROUND_ROWS at once (read and sorted whatever the limit; bench/README.md). A filter of
+ * neither (`ownValue` false) stops there instead, and says where (`lookedTo`).
  */
 async function nextRows(
   sql: Tx,
@@ -243,10 +242,15 @@ async function nextRows(
     }
   }
   const olderWanted = Math.max(wanted - rows.length, LAST_ROUND_ROWS)
+  // The account and the place as no index condition (`is true`): each would let the plan read an
+  // index of every parent's rows (the account's index from its second column on, for the place);
+  // and no reading of the table itself, whose rows are every parent's. The statements after this
+  // one in the page are all index lookups.
+  await sql`set local enable_seqscan = off`
   const older = seqs(
     await sql<{ seq: string }[]>`
     select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
-      ${upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`}
+      ${upTo === null ? sql`` : sql`and (seq <= ${upTo}::int8) is true`}
     order by seq desc limit ${limit(olderWanted)}`,
   )
   return { rows: [...rows, ...older], more: older.length === olderWanted, lookedTo: null }
@@ -258,7 +262,8 @@ async function nextRows(
  * record of its own, never in place of the gateway's (the newest, should it have sent one twice).
  * A made id reads only the rows whose highest count is within MAX_ID_SPAN above its own (rows.ts
  * keeps a row's ids that close), from their index alone: a count that no row of the account holds
- * read every row of the account's after it.
+ * read every row of the account's after it. A client's id reads the rows that hold it, any parent's
+ * (a few: such ids are one request's, unless a client sends one id with every request).
  */
 export async function requestById(
   sql: Sql,
@@ -289,6 +294,9 @@ export async function requestById(
       )
       if (row !== undefined) return row
     }
+    // A client's id through its GIN index alone, whatever the planner guesses of its rows: walking
+    // the account's rows, newest first, read them all for an id none holds (a lookup that misses).
+    await tx`set local enable_seqscan = off`
     const [row] = await recordsAt(
       tx,
       accountId,
@@ -296,7 +304,7 @@ export async function requestById(
         select r.seq, f.position from request_log_rows r cross join lateral (
           select p.position from unnest(r.given_positions) as p(position)
           where r.ids[p.position] = ${id} order by p.position desc limit 1) f
-        where r.account_id = ${accountId} and r.given_ids @> array[${id}::text]
+        where (r.account_id = ${accountId}) is true and r.given_ids @> array[${id}::text]
         order by r.seq desc limit 1`,
     )
     return row ?? null

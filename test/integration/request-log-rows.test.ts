@@ -453,6 +453,17 @@ t.test('a lookup by id reads a few pages, however many rows the account has', as
       array['/p/' || i], array[200::int2], array[null::text], array[0::int8], array[0::int8], array[0::int8],
       array['127.0.0.1']
     from generate_series(1, 20000) i order by i`)
+  // Another parent's 40,000 rows whose client sent `retry-1` every time: the planner then thought an
+  // id no row holds common enough to walk the account's rows, newest first, for it.
+  await sql.unsafe(`
+    insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+      status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, given_ids, given_positions, ${RECORD_ARRAYS})
+    select '${ACCOUNTS[1]}', now(), now(), 1, array['${uuid(2, 2)}'::uuid], array['${uuid(3, 2)}'::uuid],
+      array['/api'], array[200::int2], '{}', false, '{}', '{}', array['retry-1'], array[1], array['retry-1'],
+      array[0::int8], array['${uuid(2, 2)}'::uuid], array['${uuid(3, 2)}'::uuid], array['GET'], array['/api'],
+      array['/q/' || i], array[200::int2], array[null::text], array[0::int8], array[0::int8], array[0::int8],
+      array['127.0.0.1']
+    from generate_series(1, 40000) i order by i`)
   await sql.unsafe('vacuum analyze request_log_rows')
   // The lookup's statements, as postgres.js sends them (its debug hook), read again under EXPLAIN.
   const { watched, pagesRead } = watchedClient(t, database.url, sql)
@@ -461,28 +472,46 @@ t.test('a lookup by id reads a few pages, however many rows the account has', as
     { id: madeId(19_999 * 1024), found: '/p/19999', what: 'the newest made id' },
     { id: madeId(1024), found: '/p/1', what: 'the oldest made id' },
     { id: 'absent', found: null, what: "a client's id sent by no request" },
-    { id: 'same', found: '/p/20000', what: "a client's id sent by 5,000 requests" },
   ]
   for (const { id, found, what } of lookups) {
     t.equal((await requestById(watched, account, id))?.path ?? null, found, `${what}: ${found ?? 'not found'}`)
     const buffers = await pagesRead()
-    // The rows alone take about 400 pages, and their index on the account 60.
+    // The account's rows alone take about 400 pages, and their index on the account 60.
     t.ok(buffers < 100, `${what}: read ${buffers} pages, fewer than 100`)
   }
+  // One sent by 5,000 of the account's requests: the newest, its rows read to find it (the price
+  // of a lookup that misses reading the index alone).
+  t.equal((await requestById(watched, account, 'same'))?.path, '/p/20000', "a client's id sent 5,000 times: its newest")
 })
 
-/**
- * Rows of one record each of `account`, their route `route`, in order after those already there;
- * at `at` (SQL), now by default.
- */
-async function seedRows(sql: postgres.Sql, account: string, rows: number, route: string, at = 'now()'): Promise<void> {
+/** What seeded rows hold besides their route: their time (SQL), sub-account, key and answer. */
+interface Seeded {
+  at?: string
+  tenant?: string
+  key?: string
+  status?: number
+  code?: string | null
+}
+
+/** Rows of one record each of `account`, their route `route`, in order after those already there. */
+async function seedRows(
+  sql: postgres.Sql,
+  account: string,
+  rows: number,
+  route: string,
+  { at = 'now()', tenant = uuid(2, 1), key = uuid(3, 1), status = 200, code = null }: Seeded = {},
+): Promise<void> {
+  const refused = status < 200 || status > 299
+  const refusedOf = (id: string) => (refused ? `array['${id}'::uuid]` : "'{}'")
+  const codeText = code === null ? 'null::text' : `'${code}'`
   await sql.unsafe(`
     insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
       status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, ${RECORD_ARRAYS})
-    select '${account}', ${at}, ${at}, 1, array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid],
-      array['${route}'], array[200::int2], '{}', false, '{}', '{}', array['id-' || i], array[0::int8],
-      array['${uuid(2, 1)}'::uuid], array['${uuid(3, 1)}'::uuid], array['GET'], array['${route}'],
-      array['${route}/' || i], array[200::int2], array[null::text], array[0::int8], array[0::int8], array[0::int8],
+    select '${account}', ${at}, ${at}, 1, array['${tenant}'::uuid], array['${key}'::uuid],
+      array['${route}'], array[${status}::int2], ${code === null ? "'{}'" : `array[${codeText}]`}, ${refused},
+      ${refusedOf(tenant)}, ${refusedOf(key)}, array['id-' || i], array[0::int8],
+      array['${tenant}'::uuid], array['${key}'::uuid], array['GET'], array['${route}'],
+      array['${route}/' || i], array[${status}::int2], array[${codeText}], array[0::int8], array[0::int8], array[0::int8],
       array['127.0.0.1']
     from generate_series(1, ${rows}) i order by i`)
 }
@@ -519,6 +548,47 @@ t.test("a route no newer row of the account holds reads its windows, not every p
   t.same((await allPages(watched, theirs, billing, 100_000, limits)).seen.length, 60_000, "the other's, all")
 })
 
+t.test("a page reads as many pages whatever other parents' rows hold", async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [mine, theirs] = ACCOUNTS as [string, string]
+  const [myTenant, myKey] = [uuid(2, 1), uuid(3, 1)]
+  // One old refusal of /billing, then 20,000 answers of /api; none of them a 503.
+  await seedRows(sql, mine, 1, '/billing', { status: 429, code: 'rate_limited' })
+  await seedRows(sql, mine, 20_000, '/api')
+  const { watched, pagesRead } = watchedClient(t, database.url, sql)
+  const filters: [string, Partial<RequestFilter>][] = [
+    ['a route', { route: '/billing' }],
+    ['a sub-account and a route', { tenantId: myTenant, route: '/billing' }],
+    ['a status', { status: { exact: 503 } }],
+    ['a code', { code: 'upstream_unavailable' }],
+    ['a key and a class', { keyId: myKey, status: { class: 5 } }],
+  ]
+  const pagesOfEach = async () => {
+    await sql.unsafe('vacuum analyze request_log_rows')
+    const pages: number[] = []
+    for (const [, filter] of filters) {
+      await listRequests(watched, mine, { ...NO_FILTER, ...filter, limit: 21 }, { walkedRows: 100 })
+      pages.push(await pagesRead())
+    }
+    return pages
+  }
+  const alone = await pagesOfEach()
+  // Another parent's 60,000 rows of that route, that status and that code.
+  await seedRows(sql, theirs, 60_000, '/billing', {
+    tenant: uuid(2, 9),
+    key: uuid(3, 9),
+    status: 503,
+    code: 'upstream_unavailable',
+  })
+  const beside = await pagesOfEach()
+  // A few more for the indexes' depth, which every parent's rows share (before: 7 and 23 times more).
+  for (const [i, [what]] of filters.entries())
+    t.ok(beside[i]! <= alone[i]! * 1.25 + 20, `${what}: ${beside[i]} pages beside them, ${alone[i]} alone`)
+})
+
 t.test("with `since`, a route's windows count only the rows of its day on", async (t) => {
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
@@ -527,7 +597,7 @@ t.test("with `since`, a route's windows count only the rows of its day on", asyn
   await ensurePartition(sql, today - 1)
   await ensurePartition(sql, today)
   const [mine] = ACCOUNTS as [string]
-  await seedRows(sql, mine, 20_000, '/api', "now() - interval '1 day'")
+  await seedRows(sql, mine, 20_000, '/api', { at: "now() - interval '1 day'" })
   await seedRows(sql, mine, 10, '/api')
   await sql.unsafe('vacuum analyze request_log_rows')
   const since = new Date(today * DAY_MS)
