@@ -5,7 +5,6 @@
 // (filters.ts), and their fields by position. A round that leaves the page short looks further.
 import type { Sql, Tx } from '../store/db.js'
 import { conditionsOf, type Fragment, PER_ROW, type RequestFilter } from './filters.js'
-import { MAX_ID_SPAN, madeIdParts } from './rows.js'
 import { POSITIONS_PER_ROW } from './schema.js'
 
 export interface RequestRow {
@@ -28,7 +27,7 @@ export interface RequestRow {
 }
 
 /** The records at `places` (a query of `seq, position`), newest first. */
-function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): Promise<RequestRow[]> {
+export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): Promise<RequestRow[]> {
   return sql<RequestRow[]>`
     with place as (${places})
     select (place.seq * ${sql.unsafe(PER_ROW)} + place.position)::int8 as seq,
@@ -103,7 +102,7 @@ export function listRequests(
  * prepared statement after its fifth run cannot know how rare a filter's value is: bench/README.md),
  * and limited in time when asked.
  */
-async function readSettings(tx: Tx, statementTimeoutMs: number | undefined): Promise<void> {
+export async function readSettings(tx: Tx, statementTimeoutMs: number | undefined): Promise<void> {
   const timeout =
     statementTimeoutMs === undefined ? '' : `; set local statement_timeout = ${Math.trunc(statementTimeoutMs)}`
   await tx.unsafe(`set local plan_cache_mode = force_custom_plan${timeout}`)
@@ -254,59 +253,4 @@ async function nextRows(
     order by seq desc limit ${limit(olderWanted)}`,
   )
   return { rows: [...rows, ...older], more: older.length === olderWanted, lookedTo: null }
-}
-
-/**
- * A record by its request id. An id the gateway made is looked for first by its stem and count,
- * then an id a client sent: a client that sends another request's id in X-Request-Id gets a
- * record of its own, never in place of the gateway's (the newest, should it have sent one twice).
- * A made id reads only the rows whose highest count is within MAX_ID_SPAN above its own (rows.ts
- * keeps a row's ids that close), from their index alone: a count that no row of the account holds
- * read every row of the account's after it. A client's id reads the rows that hold it, any parent's
- * (a few: such ids are one request's, unless a client sends one id with every request).
- */
-export async function requestById(
-  sql: Sql,
-  accountId: string,
-  id: string,
-  { statementTimeoutMs }: Pick<ReadLimits, 'statementTimeoutMs'> = {},
-): Promise<RequestRow | null> {
-  return sql.begin(async (tx) => {
-    await readSettings(tx, statementTimeoutMs)
-    const made = madeIdParts(id)
-    if (made !== null) {
-      const [row] = await recordsAt(
-        tx,
-        accountId,
-        // The rows that may hold it from the index alone (it holds id_low), then those rows.
-        tx`
-          select r.seq, f.position from (
-            select id_high from request_log_rows
-            where account_id = ${accountId} and id_stem = ${made.stem}
-              and id_high between ${made.count}::int8 and ${made.count + MAX_ID_SPAN}::int8
-              and id_low <= ${made.count}::int8) h
-          join request_log_rows r on r.account_id = ${accountId} and r.id_stem = ${made.stem} and r.id_high = h.id_high
-          cross join lateral (
-            select u.position from unnest(r.ids) with ordinality as u(id, position)
-            where u.id = ${id} and (r.given_positions is null or u.position <> all(r.given_positions))
-            limit 1) f
-          limit 1`,
-      )
-      if (row !== undefined) return row
-    }
-    // A client's id through its GIN index alone, whatever the planner guesses of its rows: walking
-    // the account's rows, newest first, read them all for an id none holds (a lookup that misses).
-    await tx`set local enable_seqscan = off`
-    const [row] = await recordsAt(
-      tx,
-      accountId,
-      tx`
-        select r.seq, f.position from request_log_rows r cross join lateral (
-          select p.position from unnest(r.given_positions) as p(position)
-          where r.ids[p.position] = ${id} order by p.position desc limit 1) f
-        where (r.account_id = ${accountId}) is true and r.given_ids @> array[${id}::text]
-        order by r.seq desc limit 1`,
-    )
-    return row ?? null
-  })
 }

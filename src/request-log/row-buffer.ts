@@ -34,7 +34,7 @@ export class RowBuffer {
   private readonly openEarlier = new Map<string, RowBuilder>()
   /**
    * A parent's row of late records of a day (earlierKey): records whose ids are too far below its
-   * open row's to join it (rows.ts, MAX_ID_SPAN), the answers of requests that took long. Apart, so
+   * open row's to join it (made-ids.ts, MAX_ID_SPAN), the answers of requests that took long. Apart, so
    * that each of them does not close the row the parent's other records fill.
    */
   private readonly openLate = new Map<string, RowBuilder>()
@@ -77,7 +77,7 @@ export class RowBuffer {
     row ??= this.newRow(accountId, day)
     const added = row.add(record)
     if (added !== ADDED) {
-      // Its id too far from the row's (rows.ts, MAX_ID_SPAN): a newer one begins the parent's next row.
+      // Its id too far from the row's (made-ids.ts, MAX_ID_SPAN): a newer one begins the parent's next row.
       if (added === TOO_NEW) {
         this.close(row)
         this.add(record, day)

@@ -4,7 +4,8 @@
 import t from 'tap'
 import type { RequestRecord } from '../../src/request-log/capture.js'
 import { ROW_WEIGHT, RowBuffer } from '../../src/request-log/row-buffer.js'
-import { MAX_ID_SPAN, type RowBuilder } from '../../src/request-log/rows.js'
+import { MAX_ID_SPAN } from '../../src/request-log/made-ids.js'
+import type { RowBuilder } from '../../src/request-log/rows.js'
 import { ACCOUNTS, logRecord, madeId, uuid } from '../helpers/request-records.js'
 
 const DAY = 20_000
