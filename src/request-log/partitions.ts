@@ -27,10 +27,11 @@ export function partitionName(day: number): string {
   return `request_log_rows_${new Date(day * DAY_MS).toISOString().slice(0, 10).replaceAll('-', '')}`
 }
 
-export function createPartitionStatement(day: number): string {
+/** The bounds of a day's partition, as `attach partition` takes them. */
+function partitionBounds(day: number): string {
   const from = new Date(day * DAY_MS).toISOString()
   const to = new Date((day + 1) * DAY_MS).toISOString()
-  return `create table if not exists ${partitionName(day)} partition of request_log_rows for values from ('${from}') to ('${to}')`
+  return `for values from ('${from}') to ('${to}')`
 }
 
 const PARTITION = /^request_log_rows_(\d{4})(\d{2})(\d{2})$/
@@ -42,39 +43,77 @@ export function dayOfPartition(name: string): number | null {
   return dayOf(Date.UTC(Number(match[1]), Number(match[2]) - 1, Number(match[3])))
 }
 
-/** Makes the partition of `day` unless it exists (every replica may ask; the lock orders them). */
+/**
+ * Makes the partition of `day` unless it exists (every replica may ask; the lock orders them). It
+ * is made apart, then attached: attaching locks the table against other changes of its own kind
+ * only. A `partition of` would lock it whole, wait for every read under way, and make every read
+ * and write after it queue behind.
+ */
 export async function ensurePartition(sql: Sql, day: number): Promise<void> {
+  const name = partitionName(day)
   await sql.begin(async (tx) => {
     await tx`select pg_advisory_xact_lock(${SCHEMA_LOCK})`
-    await tx.unsafe(createPartitionStatement(day))
+    const [table] = await tx<{ attached: boolean }[]>`
+      select exists (select from pg_inherits where inhrelid = c.oid) as attached from pg_class c
+      where relname = ${name} and relnamespace = to_regnamespace(current_schema())::oid`
+    if (table?.attached === true) return
+    if (table === undefined)
+      await tx.unsafe(`create table ${name} (like request_log_rows
+        including defaults including constraints including storage including compression)`)
+    await tx.unsafe(`alter table request_log_rows attach partition ${name} ${partitionBounds(day)}`)
   })
 }
 
 /** The partitions of the request log, by day, oldest first. */
 export async function partitionDays(sql: Sql): Promise<number[]> {
-  const rows = await sql<{ name: string }[]>`
-    select child.relname as name from pg_inherits
-    join pg_class parent on parent.oid = pg_inherits.inhparent
-    join pg_class child on child.oid = pg_inherits.inhrelid
-    where parent.relname = 'request_log_rows' and parent.relnamespace = to_regnamespace(current_schema())::oid`
+  return (await partitionTables(sql)).filter((table) => table.attached).map((table) => table.day)
+}
+
+interface PartitionTable {
+  day: number
+  name: string
+  /** Still a partition of the log (a detach under way or cut short included). */
+  attached: boolean
+}
+
+/** The tables named as a day's partition, attached or not (a drop cut short leaves one), oldest first. */
+async function partitionTables(sql: Sql): Promise<PartitionTable[]> {
+  const rows = await sql<{ name: string; attached: boolean }[]>`
+    select c.relname as name, exists (
+      select from pg_inherits where inhrelid = c.oid and inhparent = to_regclass('request_log_rows')) as attached
+    from pg_class c
+    where c.relkind = 'r' and c.relname like 'request\\_log\\_rows\\_%'
+      and c.relnamespace = to_regnamespace(current_schema())::oid`
   return rows
-    .map((row) => dayOfPartition(row.name))
-    .filter((day): day is number => day !== null)
-    .sort((a, b) => a - b)
+    .map((row) => ({ ...row, day: dayOfPartition(row.name) }))
+    .filter((table): table is PartitionTable => table.day !== null)
+    .sort((a, b) => a.day - b.day)
 }
 
 /**
  * Drops the partitions of the days that ended `retentionDays` or more ago: a record is kept at
  * least that long, and at most a day longer. Returns the days dropped.
+ *
+ * Each is detached first, concurrently: that waits for the reads under way, which go on, and
+ * later reads no longer see it; then it is dropped alone. Dropping an attached partition would
+ * lock the whole table, as a `partition of` would. Replicas may sweep together: a detach another
+ * finished or is finishing fails or waits here, and what is then left decides.
  */
 export async function dropExpiredPartitions(sql: Sql, retentionDays: number, nowMs: number): Promise<number[]> {
   const firstKept = dayOf(nowMs) - retentionDays
-  const expired = (await partitionDays(sql)).filter((day) => day < firstKept)
-  for (const day of expired) {
-    await sql.begin(async (tx) => {
-      await tx`select pg_advisory_xact_lock(${SCHEMA_LOCK})`
-      await tx.unsafe(`drop table if exists ${partitionName(day)}`)
-    })
+  const dropped: number[] = []
+  for (const { day, name, attached } of (await partitionTables(sql)).filter((table) => table.day < firstKept)) {
+    if (attached) {
+      const detach = (how: string) => sql.unsafe(`alter table request_log_rows detach partition ${name} ${how}`)
+      // `finalize` ends a detach that a stop cut short; a concurrent detach refuses to start then.
+      await detach('concurrently')
+        .catch(() => detach('finalize'))
+        .catch(async (err) => {
+          if ((await partitionTables(sql)).some((table) => table.name === name && table.attached)) throw err
+        })
+    }
+    await sql.unsafe(`drop table if exists ${name}`)
+    dropped.push(day)
   }
-  return expired
+  return dropped
 }
