@@ -30,7 +30,7 @@ import {
   MAX_HEAD_BYTES,
   serverOptions,
 } from './http/server-limits.js'
-import { AccountReads, LOG_READS_AT_ONCE } from './management/log-reads.js'
+import { LogReads } from './management/log-reads.js'
 import { MANAGEMENT_PREFIX, managementRoutes } from './management/routes.js'
 import { healthRoutes } from './ops/health.js'
 import { lazyChildLogger } from './ops/logging.js'
@@ -220,8 +220,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       })),
     })
   // One for the API and the portal: a parent's reads of its log at once are counted together.
-  const requestLogReader =
-    app.requestLog === null ? null : { sql: app.requestLogSql, reads: new AccountReads(LOG_READS_AT_ONCE) }
+  const requestLogReader = app.requestLog === null ? null : { sql: app.requestLogSql, reads: new LogReads() }
   await app.register(managementRoutes, {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,

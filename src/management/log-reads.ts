@@ -1,35 +1,64 @@
 // Reads of the request log by the API and the portal (request-routes.ts): where they run, and how
-// many of one parent account's may run at once on this replica. A read may take up to the call's
-// deadline in Postgres; without a bound, one parent's calls at its management rate could hold
-// every pooled connection that other parents' calls and new keys' lookups need (docs/decisions.md).
+// many may run at once on this replica. A read may take up to the call's deadline in Postgres;
+// without a bound, one parent's calls at its management rate could hold every pooled connection
+// that other parents' calls and new keys' lookups need (docs/decisions.md). A parent's own reads
+// and its customers' portal reads are counted apart: a busy portal never refuses the parent's
+// console, nor one customer's portal another's.
 import { ApiError } from '../errors.js'
 import type { Sql } from '../store/db.js'
 
-/** A parent's reads of the log under way at once, its sub-accounts' portal reads with its own. */
+/** A parent's own reads of the log under way at once (its API calls and its console). */
 export const LOG_READS_AT_ONCE = 2
+/** One sub-account's portal reads under way at once. */
+export const PORTAL_READS_AT_ONCE = 2
+/** The portal reads of all of one parent's sub-accounts under way at once. */
+export const PORTALS_READS_AT_ONCE = 4
 
-/** Reads under way, by parent account: at most `atOnce` each. */
-export class AccountReads {
+/** A count of reads under way that a read takes a place in. */
+export interface ReadPlace {
+  key: string
+  atOnce: number
+  /** Who is full, as the refusal says it: "this account already has". */
+  whoHas: string
+}
+
+/** A parent's own reads. */
+export const parentPlaces = (accountId: string): ReadPlace[] => [
+  { key: accountId, atOnce: LOG_READS_AT_ONCE, whoHas: 'this account already has' },
+]
+
+/** A sub-account's portal reads: its own places, within its parent's portals' places. */
+export const portalPlaces = (accountId: string, subAccountId: string): ReadPlace[] => [
+  { key: `portals ${accountId}`, atOnce: PORTALS_READS_AT_ONCE, whoHas: "this account's portals already have" },
+  {
+    key: `portal ${accountId} ${subAccountId}`,
+    atOnce: PORTAL_READS_AT_ONCE,
+    whoHas: "this sub-account's portal already has",
+  },
+]
+
+/** Reads under way, by place. */
+export class LogReads {
   private readonly underWay = new Map<string, number>()
 
-  constructor(readonly atOnce = LOG_READS_AT_ONCE) {}
-
-  /** Runs `read` unless `accountId` has `atOnce` reads under way: `429 too_many_concurrent_requests` then. */
-  async run<T>(accountId: string, read: () => Promise<T>): Promise<T> {
-    const count = this.underWay.get(accountId) ?? 0
-    if (count >= this.atOnce)
+  /** Runs `read` unless one of `places` is full: `429 too_many_concurrent_requests` then. */
+  async run<T>(places: readonly ReadPlace[], read: () => Promise<T>): Promise<T> {
+    const full = places.find((place) => (this.underWay.get(place.key) ?? 0) >= place.atOnce)
+    if (full !== undefined)
       throw new ApiError(
         'too_many_concurrent_requests',
-        `this account already has ${this.atOnce} reads of the request log under way; retry once one has answered`,
+        `${full.whoHas} ${full.atOnce} reads of the request log under way; retry once one has answered`,
         { headers: { 'retry-after': '1' } },
       )
-    this.underWay.set(accountId, count + 1)
+    for (const { key } of places) this.underWay.set(key, (this.underWay.get(key) ?? 0) + 1)
     try {
       return await read()
     } finally {
-      const left = this.underWay.get(accountId)! - 1
-      if (left === 0) this.underWay.delete(accountId)
-      else this.underWay.set(accountId, left)
+      for (const { key } of places) {
+        const left = this.underWay.get(key)! - 1
+        if (left === 0) this.underWay.delete(key)
+        else this.underWay.set(key, left)
+      }
     }
   }
 }
@@ -37,5 +66,5 @@ export class AccountReads {
 /** Where the log is read from, and the reads under way there (one for the API and the portal). */
 export interface RequestLogReader {
   sql: Sql
-  reads: AccountReads
+  reads: LogReads
 }

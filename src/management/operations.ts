@@ -118,7 +118,7 @@ export const OPERATIONS = {
       '(`404`) or a class (`4xx`); `sub_account_id` is the tenant the request acted as; `since` (inclusive) and ' +
       '`until` (exclusive) are RFC 3339. Records are written in batches, about a second after the answer, and ' +
       'kept REQUEST_LOG_RETENTION_DAYS (default 7; 0: no log, every list empty). A parent reads its log two ' +
-      "calls at a time on each replica (with its sub-accounts' portal lists): a third is 429 " +
+      "calls at a time on each replica (its sub-accounts' portal lists are counted apart): a third is 429 " +
       'too_many_concurrent_requests, Retry-After: 1.',
     tags: ['requests'],
   },

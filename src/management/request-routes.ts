@@ -8,7 +8,7 @@ import { requestById } from '../request-log/record-by-id.js'
 import type { TenancyLookups } from '../tenancy/lookups.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
-import type { RequestLogReader } from './log-reads.js'
+import { parentPlaces, type ReadPlace, type RequestLogReader } from './log-reads.js'
 import type { Cursors, CursorScope } from './paging.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'
 import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
@@ -102,13 +102,14 @@ export async function requestPage(
   log: RequestLogReader,
   lookups: OwnerLookups,
   accountId: string,
+  places: readonly ReadPlace[],
   filter: Omit<RequestFilter, 'limit'>,
   limit: number,
   cursors: Cursors,
   scope: CursorScope,
 ): Promise<{ data: RequestRecord[]; next_cursor: string | null }> {
   if (!(await filterIsOwn(lookups, accountId, filter))) return { data: [], next_cursor: null }
-  const { records, resumeBefore } = await log.reads.run(accountId, () =>
+  const { records, resumeBefore } = await log.reads.run(places, () =>
     listRequests(log.sql, accountId, { ...filter, limit: limit + 1 }, { statementTimeoutMs: MANAGEMENT_DEADLINE_MS }),
   )
   if (resumeBefore === null) return cursors.page(records, limit, presentRequest, scope)
@@ -136,6 +137,7 @@ export function registerRequestRoutes(
         log,
         app.tenancyCache.lookups,
         parentOf(request).id,
+        parentPlaces(parentOf(request).id),
         { ...filter, tenantId, beforeSeq },
         limit,
         cursors,
@@ -152,7 +154,7 @@ export function registerRequestRoutes(
       const row =
         log === null
           ? null
-          : await log.reads.run(accountId, () =>
+          : await log.reads.run(parentPlaces(accountId), () =>
               requestById(log.sql, accountId, request.params.id, { statementTimeoutMs: MANAGEMENT_DEADLINE_MS }),
             )
       if (row === null) throw new ApiError('not_found', 'no request of this account has this id in the request log')

@@ -36,7 +36,7 @@ import { usageRows } from '../store/usage.js'
 import { usageEntries } from '../usage/report.js'
 import { isUuid } from '../tenancy/identifiers.js'
 import { requirePermission, sessionOf } from './session-auth.js'
-import type { RequestLogReader } from '../management/log-reads.js'
+import { portalPlaces, type RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalApiContext {
   sql: Sql
@@ -194,6 +194,7 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
         context.requestLog,
         app.tenancyCache.lookups,
         session.account_id,
+        portalPlaces(session.account_id, tenantId),
         { ...filter, tenantId, beforeSeq },
         limit,
         cursors,

@@ -408,6 +408,16 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
   const waiting = () => gw.sql<{ pid: number }[]>`
     select pid from pg_stat_activity
     where datname = current_database() and wait_event_type = 'Lock' and query ~ 'from request_log_rows'`
+  // A portal of one of its sub-accounts, whose reads are counted apart from the parent's own.
+  const customer = (await manage(parent.apiKey, 'POST', '', { name: 'customer' })).id as string
+  const link = await manage(parent.apiKey, 'POST', `/${customer}/portal-sessions`, { permissions: ['requests:read'] })
+  const exchanged = await fetch(`${gw.url}/portal/api/session`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ token: (link.url as string).split('#')[1] }),
+  })
+  const cookie = exchanged.headers.get('set-cookie')!.split(';')[0]!
+  const portalPage = () => fetch(`${gw.url}/portal/api/requests`, { headers: { cookie } })
   await gw.sql.begin(async (tx) => {
     // Held until the checks are done: the page's first statement waits for it.
     await tx`lock table request_log_rows in access exclusive mode`
@@ -457,12 +467,14 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
       acting: 'self',
     })
     t.equal(thirdById.status, 429, 'and a lookup by id')
+    const ofPortal = portalPage()
+    t.ok(await until(3_000, async () => (await waiting()).length === 3), "its sub-account's portal read runs")
     const others = requests(other.apiKey)
-    t.ok(await until(3_000, async () => (await waiting()).length === 3), "another parent's read runs")
+    t.ok(await until(3_000, async () => (await waiting()).length === 4), "another parent's read runs")
     t.same(
-      (await Promise.all([...both, others])).map((answer) => answer.status),
-      [503, 503, 503],
-      'all three wait for the lock until the deadline',
+      [...(await Promise.all([...both, others])).map((answer) => answer.status), (await ofPortal).status],
+      [503, 503, 503, 503],
+      'all four wait for the lock until the deadline',
     )
 
     const byId = await callAs(gw.url, parent.apiKey, {
