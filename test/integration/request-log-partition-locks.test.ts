@@ -3,6 +3,9 @@
 // attached partition locks the whole table, waits for every read under way, and queues every
 // later read behind it: a stall of the API's reads (and the writer's COPY) at every midnight and
 // every retention sweep, up to the longest read.
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import postgres from 'postgres'
 import {
@@ -14,6 +17,7 @@ import {
   partitionName,
 } from '../../src/request-log/partitions.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
+import { openStore } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
 import { until } from '../helpers/poll.js'
 
@@ -143,5 +147,27 @@ t.test('a drop cut short is finished by the next sweep', async (t) => {
     left.map((row) => row.relname),
     [name(today)],
     'both are gone, the kept day stays',
+  )
+})
+
+t.test('the embedded database makes, attaches, detaches and drops the same way', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'tgw-partitions-'))
+  const store = await openStore({ databaseUrl: undefined, dataDir })
+  t.teardown(async () => {
+    await store.close()
+    rmSync(dataDir, { recursive: true, force: true })
+  })
+  const { sql } = store
+  await ensureRequestLogTable(sql)
+  const today = dayOf(Date.now())
+  for (const day of [today - 5, today - 1, today, today]) await ensurePartition(sql, day)
+  t.same(await partitionDays(sql), [today - 5, today - 1, today])
+  t.same(await dropExpiredPartitions(sql, 2, Date.now()), [today - 5])
+  t.same(await partitionDays(sql), [today - 1, today])
+  const left = await sql<{ relname: string }[]>`
+    select relname from pg_class where relname like 'request_log_rows_2%' and relkind = 'r' order by 1`
+  t.same(
+    left.map((row) => row.relname),
+    [today - 1, today].map(partitionName),
   )
 })
