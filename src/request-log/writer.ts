@@ -111,6 +111,13 @@ export class RequestLogWriter {
         this.options.onWritten?.(batch.reduce((records, row) => records + row.size, 0))
       } catch (err) {
         this.buffer.putBack(batch)
+        // Its days' partitions are looked at again before the retry: another replica's retention
+        // sweep may have dropped a day this one still holds records of (a request that began on
+        // it), which no partition would then take, ever. Made again, the next sweep drops it.
+        for (const { day } of batch) {
+          this.readyDays.delete(day)
+          this.pendingDays.add(day)
+        }
         this.retryPause = Math.min(MAX_RETRY_PAUSE_MS, Math.max(this.flushIntervalMs, this.retryPause * 2))
         this.retryAt = Date.now() + this.retryPause
         this.options.onWriteFailed?.()

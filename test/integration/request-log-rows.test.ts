@@ -5,7 +5,7 @@
 import pino from 'pino'
 import postgres from 'postgres'
 import t from 'tap'
-import { DAY_MS, dayOf, ensurePartition } from '../../src/request-log/partitions.js'
+import { DAY_MS, dayOf, ensurePartition, partitionName } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
 import { listRequests, type ReadLimits, type RequestRow } from '../../src/request-log/queries.js'
 import { requestById } from '../../src/request-log/record-by-id.js'
@@ -16,6 +16,7 @@ import { MAX_ID_SPAN } from '../../src/request-log/made-ids.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
+import { until } from '../helpers/poll.js'
 import { ACCOUNTS, logRecord as record, madeId, uuid } from '../helpers/request-records.js'
 import type { TestLike } from '../helpers/test-like.js'
 
@@ -692,4 +693,27 @@ t.test('a time range across days: each day kept in its partition, each record by
       `since ${since} until ${until} (ms from midnight)`,
     )
   }
+})
+
+// Another replica's retention sweep drops a day this writer still holds records of (a request that
+// began on it and ended days later; or, as here, a partition gone under it): its batch is put back,
+// and the day's partition is made again before the retry, rather than every retry failing alike
+// while the rest of the log waits behind that batch.
+t.test("a day's partition dropped under the writer is made again, and its records written", async (t) => {
+  const { sql, writer } = await writerOn(t, 10)
+  const day = dayOf(Date.now())
+  writer.add(record({ id: madeId(1), path: '/p/before' }))
+  await writer.flush()
+  await sql.unsafe(`alter table request_log_rows detach partition ${partitionName(day)}`)
+  await sql.unsafe(`drop table ${partitionName(day)}`)
+  writer.add(record({ id: madeId(2), path: '/p/after' }))
+  const paths = async () => (await sql<{ path: string }[]>`select path from request_log`).map((row) => row.path)
+  t.ok(
+    await until(10_000, async () => {
+      await writer.flush()
+      return (await paths()).includes('/p/after')
+    }),
+    'written once its partition is made again',
+  )
+  t.same(await paths(), ['/p/after'], 'the dropped day lost what it held, nothing more')
 })
