@@ -141,6 +141,22 @@ export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MA
     if (timers.store === null) runStoreDeadline(timers, reply)
     done()
   })
+  // A handler still running when the deadline answered ends later, when its statements do: its
+  // outcome is an answer nobody waits for, which fastify would log again (an error at level error,
+  // an answer as a warning), a client able to cause both at will.
+  scope.addHook('onRoute', (route) => {
+    const handler = route.handler
+    route.handler = async function (this: FastifyInstance, request, reply) {
+      try {
+        const answer = await handler.call(this, request, reply)
+        return answeredByStoreDeadline(request) ? undefined : answer
+      } catch (err) {
+        if (!answeredByStoreDeadline(request)) throw err
+        request.log.info({ err }, 'a call answered 503 at its store deadline ended late')
+        return undefined
+      }
+    }
+  })
   scope.addHook('onResponse', (request, _reply, done) => {
     const timers = request.deadline
     if (timers !== null) {

@@ -5,6 +5,7 @@ import pino from 'pino'
 import t from 'tap'
 import { MAX_ROWS_READ } from '../../src/request-log/queries.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { loggerOptions } from '../../src/ops/logging.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
@@ -30,7 +31,10 @@ const upstream = await startUpstream(t, (request, response, received) => {
   response.writeHead(200, { 'content-type': 'application/json' })
   response.end(JSON.stringify(received))
 })
+/** What the gateway logs, a JSON line each. */
+const logged: string[] = []
 const gw = await startGateway(t, {
+  logger: pino(loggerOptions('info'), { write: (line: string) => logged.push(line) }),
   requestLog: { flushIntervalMs: 50 },
   gatewayConfig: {
     routes: [{ prefix: '/api', upstream: upstream.url, scopes: { read: ['api:read'], write: ['api:write'] } }],
@@ -487,4 +491,12 @@ t.test("a page's statement canceled answers 503; none is left waiting after the 
       'no statement of the lookup still waits (statement_timeout)',
     )
   })
+  // Each call answered 503 at its deadline is logged once, as that answer; its handler's own end,
+  // after its statements were canceled, is not an error of its own.
+  const late = logged.filter((line) => /reply\.sent = true|already sent|FST_ERR_REP_ALREADY_SENT/.test(line))
+  t.same(late, [], 'nothing logged of the calls that ended after their 503')
+  t.ok(
+    logged.some((line) => line.includes('a call answered 503 at its store deadline ended late')),
+    'their late end is told at level info',
+  )
 })
