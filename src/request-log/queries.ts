@@ -41,6 +41,9 @@ export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): P
     order by place.seq desc, place.position desc`
 }
 
+/** A statement ended by its `statement_timeout` (or by an operator's cancel). */
+const QUERY_CANCELED = '57014'
+
 /** Rows a page's first round reads at least; each further round four times more, up to the last. */
 const FIRST_ROUND_ROWS = 32
 const LAST_ROUND_ROWS = 4_096
@@ -54,6 +57,13 @@ const LAST_ROUND_ROWS = 4_096
  */
 export const MAX_ROWS_READ = 1_024
 export const MAX_READ_MS = 500
+
+/** What a page may still spend: rows read, time, and each statement's own limit (null: the server's). */
+interface ReadBudget {
+  rows: number
+  until: number
+  statementTimeoutMs: number | undefined
+}
 
 /** A page as read: its records, and where the next begins when it ended short. */
 export interface RequestsRead {
@@ -93,7 +103,11 @@ export function listRequests(
 ): Promise<RequestsRead> {
   return sql.begin(async (tx) => {
     await readSettings(tx, statementTimeoutMs)
-    return pageOf(tx, accountId, f, walkedRows, { rows: maxRowsRead, until: Date.now() + maxReadMs })
+    return pageOf(tx, accountId, f, walkedRows, {
+      rows: maxRowsRead,
+      until: Date.now() + maxReadMs,
+      statementTimeoutMs,
+    })
   })
 }
 
@@ -113,7 +127,7 @@ async function pageOf(
   accountId: string,
   f: RequestFilter,
   walkedRows: number,
-  budget: { rows: number; until: number },
+  budget: ReadBudget,
 ): Promise<RequestsRead> {
   const { recordWhere, positions, ...rowConditions } = conditionsOf(sql, f)
   const records: RequestRow[] = []
@@ -145,7 +159,7 @@ async function pageOf(
     if (found.length === 0) {
       if (lookedTo !== null) return { records, resumeBefore: (BigInt(lookedTo) * BigInt(POSITIONS_PER_ROW)).toString() }
       if (!more) return whole()
-      const next = await nextRows(sql, accountId, { ...rowConditions, beforeRow, wanted, walkedRows })
+      const next = await nextRows(sql, accountId, { ...rowConditions, beforeRow, wanted, walkedRows }, budget)
       lookedTo = next.lookedTo
       if (next.rows.length === 0 && lookedTo === null) return whole()
       if (next.rows.length === 0) continue
@@ -204,6 +218,7 @@ async function nextRows(
     wanted: number
     walkedRows: number
   },
+  budget: ReadBudget,
 ): Promise<{ rows: string[]; more: boolean; lookedTo: string | null }> {
   const before = beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`
   const limit = (n: number) => sql.unsafe(String(n))
@@ -218,7 +233,13 @@ async function nextRows(
   }
   const rows: string[] = []
   let upTo = beforeRow
-  for (let span = walkedRows; windows; span *= 4) {
+  // A sub-account's or key's refusals, in few rows: their index at once, the windows after it
+  // only should that take longer than the page may (below).
+  if (!windows) {
+    const older = await ownIndexRows(sql, accountId, rowWhere, upTo, wanted, budget)
+    if (older !== null) return older
+  }
+  for (let span = walkedRows; ; span *= 4) {
     const below = upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`
     // The account's next `span` rows, from its index alone; then those of them that may match.
     const [edge] = await sql<{ seq: string }[]>`
@@ -236,21 +257,53 @@ async function nextRows(
     if (edge === undefined) return { rows, more: false, lookedTo: null }
     upTo = (BigInt(edge.seq) - 1n).toString()
     if (span >= walkedRows * LAST_WINDOW_TIMES) {
-      if (!ownValue) return { rows, more: true, lookedTo: edge.seq }
-      break
+      if (!ownValue || !windows) return { rows, more: true, lookedTo: edge.seq }
+      const older = await ownIndexRows(sql, accountId, rowWhere, upTo, wanted - rows.length, budget)
+      if (older === null) return { rows, more: true, lookedTo: edge.seq }
+      return { rows: [...rows, ...older.rows], more: older.more, lookedTo: null }
     }
   }
-  const olderWanted = Math.max(wanted - rows.length, LAST_ROUND_ROWS)
-  // The account and the place as no index condition (`is true`): each would let the plan read an
-  // index of every parent's rows (the account's index from its second column on, for the place);
-  // and no reading of the table itself, whose rows are every parent's. The statements after this
-  // one in the page are all index lookups.
-  await sql`set local enable_seqscan = off`
-  const older = seqs(
-    await sql<{ seq: string }[]>`
-    select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
-      ${upTo === null ? sql`` : sql`and (seq <= ${upTo}::int8) is true`}
-    order by seq desc limit ${limit(olderWanted)}`,
-  )
-  return { rows: [...rows, ...older], more: older.length === olderWanted, lookedTo: null }
+}
+
+/**
+ * The next rows of a sub-account's or key's, from its GIN index over all the account's rows older
+ * than `upTo` (the index lists only this account's rows), LAST_ROUND_ROWS at once; null when that
+ * takes longer than the page may. The index names every row of the sub-account, and each is read
+ * before the newest can be sorted out: a busy one's that its other conditions rule out (a route
+ * it never called) would be millions, every page, past any deadline. The page then ends short
+ * where its windows got to, and the next walks on from there.
+ */
+async function ownIndexRows(
+  sql: Tx,
+  accountId: string,
+  rowWhere: Fragment,
+  upTo: string | null,
+  wanted: number,
+  budget: ReadBudget,
+): Promise<{ rows: string[]; more: boolean; lookedTo: null } | null> {
+  const olderWanted = Math.max(wanted, LAST_ROUND_ROWS)
+  const leftMs = Math.max(1, Math.round(budget.until - Date.now()))
+  try {
+    const rows = await sql.savepoint(async (bounded) => {
+      await bounded.unsafe(`set local statement_timeout = ${leftMs}`)
+      // The account and the place as no index condition (`is true`): each would let the plan read
+      // an index of every parent's rows (the account's index from its second column on, for the
+      // place); and no reading of the table itself, whose rows are every parent's. The statements
+      // after this one in the page are all index lookups.
+      await bounded`set local enable_seqscan = off`
+      return bounded<{ seq: string }[]>`
+        select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
+          ${upTo === null ? bounded`` : bounded`and (seq <= ${upTo}::int8) is true`}
+        order by seq desc limit ${bounded.unsafe(String(olderWanted))}`
+    })
+    const seqs = rows.map((row) => row.seq)
+    return { rows: seqs, more: seqs.length === olderWanted, lookedTo: null }
+  } catch (err) {
+    if ((err as { code?: string }).code !== QUERY_CANCELED) throw err
+    return null
+  } finally {
+    // What the savepoint set stays set once it is released: the page's own limit back.
+    const timeout = budget.statementTimeoutMs === undefined ? 'default' : String(Math.trunc(budget.statementTimeoutMs))
+    await sql.unsafe(`set local statement_timeout = ${timeout}; set local enable_seqscan = off`)
+  }
 }

@@ -550,6 +550,40 @@ t.test("a route no newer row of the account holds reads its windows, not every p
   t.same((await allPages(watched, theirs, billing, 100_000, limits)).seen.length, 60_000, "the other's, all")
 })
 
+// A sub-account with a route it never called: its GIN index names all its rows, each read before
+// the newest can be sorted out, so past its windows a page could never answer in time for a busy
+// one (an attack: 503 on every call at 2.3 million rows). That read is bounded by the page's time;
+// past it, the page ends where its windows got to, and the next walks on.
+t.test("a busy sub-account's rows that a route rules out are walked, never read all at once", async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [mine] = ACCOUNTS as [string]
+  const [busy, other] = [uuid(2, 1), uuid(2, 2)]
+  // The busy sub-account's one /billing record, oldest; then 40,000 of its /api; then another's 1,000.
+  await seedRows(sql, mine, 1, '/billing', { tenant: busy })
+  await seedRows(sql, mine, 40_000, '/api', { tenant: busy })
+  await seedRows(sql, mine, 1_000, '/api', { tenant: other })
+  await sql.unsafe('vacuum analyze request_log_rows')
+  // Windows of 10 to 640 rows (850 a page), and a page's time all but spent.
+  const limits = { walkedRows: 10, maxReadMs: 1 }
+  const billing = { ...NO_FILTER, tenantId: busy, route: '/billing', limit: 21 }
+  const first = await listRequests(sql, mine, billing, limits)
+  t.same(first.records, [], 'the first page holds none')
+  t.not(first.resumeBefore, null, 'and ends where its windows got to, its index read cut short')
+  const { seen, pages } = await allPages(sql, mine, billing, 20, limits)
+  t.same(
+    seen.map((row) => row.path),
+    ['/billing/1'],
+    `the old record, on the last of ${pages} pages`,
+  )
+  t.ok(pages > 2, 'found by walking, a page at a time')
+  // With the time to read it, the index finds it at once, past the windows.
+  const { seen: atOnce, pages: fewer } = await allPages(sql, mine, billing, 20, { walkedRows: 10 })
+  t.same([atOnce.map((row) => row.path), fewer], [['/billing/1'], 1], 'on the first page')
+})
+
 t.test("a page reads as many pages whatever other parents' rows hold", async (t) => {
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
