@@ -84,7 +84,23 @@ export class RowCopy {
   }
 }
 
+/**
+ * Held by a replica's COPY from before its rows take their seqs until they are committed: replicas
+ * write one at a time. Two COPYs at once interleave their seqs and commit in either order, so a
+ * row could appear after a newer one, below where a reader walking newest first already was: a
+ * page's cursor, or a client that stops at the last record it saw, would never see it.
+ */
+export const WRITE_LOCK = 7_346_120_021
+
 async function copyInto(sql: Sql, bytes: Buffer): Promise<void> {
+  // A lock of the session (the connection is the writer's alone): a COPY commits as it ends. A
+  // failed one ends the connection (RowCopy.copy), and the lock with it.
+  await sql`select pg_advisory_lock(${WRITE_LOCK})`
+  await copyStream(sql, bytes)
+  await sql`select pg_advisory_unlock(${WRITE_LOCK})`
+}
+
+async function copyStream(sql: Sql, bytes: Buffer): Promise<void> {
   const query = sql`copy request_log_rows (${sql.unsafe(ROW_COLUMNS)}) from stdin with (format binary)`
   // postgres.js 3.4.9 tells the end of a COPY under way, whether the server refused its rows or
   // the connection was lost, only to its query, whose promise has already given the stream: the

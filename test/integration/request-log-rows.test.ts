@@ -13,6 +13,7 @@ import type { RequestRecord } from '../../src/request-log/capture.js'
 import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable, RECORD_ARRAYS } from '../../src/request-log/schema.js'
 import { MAX_ID_SPAN } from '../../src/request-log/made-ids.js'
+import { WRITE_LOCK } from '../../src/request-log/row-copy.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
@@ -42,7 +43,7 @@ async function writerOn(t: TestLike, rowRecords: number, copy = true) {
     ...(copy ? { openCopyConnection: () => openOneConnection(database.url, 'request-log-rows test') } : {}),
   })
   t.teardown(() => writer.close())
-  return { sql: database.sql, writer }
+  return { sql: database.sql, url: database.url, writer }
 }
 
 /** Every page of a filter, `size` a page, following the cursors as the API does (request-routes.ts). */
@@ -750,4 +751,31 @@ t.test("a day's partition dropped under the writer is made again, and its record
     'written once its partition is made again',
   )
   t.same(await paths(), ['/p/after'], 'the dropped day lost what it held, nothing more')
+})
+
+// Replicas write one at a time (row-copy.ts, WRITE_LOCK): a row takes its seq as its COPY runs and
+// shows once committed, so two at once could show a row after a newer one, behind a reader walking
+// newest first. Here the lock is held as another replica's COPY would hold it.
+t.test("a writer's COPY waits for another's to commit, so rows show in their seqs' order", async (t) => {
+  const { sql, url, writer } = await writerOn(t, 10)
+  const other = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
+  t.teardown(() => other.end({ timeout: 1 }))
+  await other`select pg_advisory_lock(${WRITE_LOCK})`
+  writer.add(record({ id: madeId(1), path: '/p/waited' }))
+  const flushed = writer.flush()
+  const waiting = async () =>
+    (
+      await sql<{ n: number }[]>`
+      select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted
+        and objid = ${WRITE_LOCK % 2 ** 32} and classid = ${Math.floor(WRITE_LOCK / 2 ** 32)}`
+    )[0]!.n === 1
+  t.ok(await until(5_000, waiting), "the writer's COPY waits for the lock")
+  t.same(await sql`select path from request_log`, [], 'nothing written meanwhile')
+  await other`select pg_advisory_unlock(${WRITE_LOCK})`
+  await flushed
+  t.same(
+    (await sql<{ path: string }[]>`select path from request_log`).map((row) => row.path),
+    ['/p/waited'],
+    'written once the other is done',
+  )
 })
