@@ -146,15 +146,18 @@ export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MA
   // an answer as a warning), a client able to cause both at will.
   scope.addHook('onRoute', (route) => {
     const handler = route.handler
-    route.handler = async function (this: FastifyInstance, request, reply) {
-      try {
-        const answer = await handler.call(this, request, reply)
-        return answeredByStoreDeadline(request) ? undefined : answer
-      } catch (err) {
-        if (!answeredByStoreDeadline(request)) throw err
-        request.log.info({ err }, 'a call answered 503 at its store deadline ended late')
-        return undefined
-      }
+    route.handler = function (this: FastifyInstance, request, reply) {
+      const answer = handler.call(this, request, reply)
+      // A handler that answers through `reply` itself, later, is left as it is.
+      if (!(answer instanceof Promise)) return answer
+      return answer.then(
+        (payload) => (answeredByStoreDeadline(request) ? undefined : payload),
+        (err: unknown) => {
+          if (!answeredByStoreDeadline(request)) throw err
+          request.log.info({ err }, 'a call answered 503 at its store deadline ended late')
+          return undefined
+        },
+      )
     }
   })
   scope.addHook('onResponse', (request, _reply, done) => {

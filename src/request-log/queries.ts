@@ -58,7 +58,7 @@ const LAST_ROUND_ROWS = 4_096
 export const MAX_ROWS_READ = 1_024
 export const MAX_READ_MS = 500
 
-/** What a page may still spend: rows read, time, and each statement's own limit (null: the server's). */
+/** What a page may still spend: rows read, time, and each statement's own limit (undefined: the server's). */
 interface ReadBudget {
   rows: number
   until: number
