@@ -1,0 +1,145 @@
+// Which of an account's rows may hold a page's records (queries.ts reads the records in them):
+// its newest rows in windows, each found from the account's own index, then a sub-account's or
+// key's GIN index over the rest, as long as the page's time allows.
+import type { Tx } from '../store/db.js'
+import type { conditionsOf, Fragment } from './filters.js'
+
+/** A statement ended by its `statement_timeout` (or by an operator's cancel). */
+const QUERY_CANCELED = '57014'
+
+/** Rows a round reads at most (queries.ts), and the rows a sub-account's index is read for at once. */
+export const LAST_ROUND_ROWS = 4_096
+
+/** What a page may still spend: rows read, time, and each statement's own limit (undefined: the server's). */
+export interface ReadBudget {
+  rows: number
+  until: number
+  statementTimeoutMs: number | undefined
+}
+
+/** A round's first window: the account's newest rows looked at before older ones. */
+export const WALKED_ROWS = 1_000
+/**
+ * The last window is this many times the first (64,000 rows); past it, a sub-account's or key's own
+ * index alone, and a page of any other filter ends short.
+ */
+const LAST_WINDOW_TIMES = 64
+
+/**
+ * The seqs of the next `wanted` rows whose summaries may match, newest first, and whether there
+ * may be more. With a filter of a summary (a sub-account, a key, a route, a status, a code), the
+ * account's rows are looked at in windows (unless `windows` is false), its newest WALKED_ROWS, then
+ * four times more each time: each window is found from the account's index alone, and its rows
+ * that may match within it (through a sub-account's or key's GIN index, or read: a route's, a
+ * status's or a code's index lists every parent's rows, filters.ts). Past the last window, a
+ * sub-account or key that rare is found by its GIN index over all the rest, the account then a
+ * filter (as a second index, intersected with the first, it cost a read of all its entries),
+ * LAST_ROUND_ROWS at once (read and sorted whatever the limit; bench/README.md). A filter of
+ * neither (`ownValue` false) stops there instead, and says where (`lookedTo`).
+ */
+export async function nextRows(
+  sql: Tx,
+  accountId: string,
+  {
+    rowWhere,
+    windowWhere,
+    byIndex,
+    windows,
+    ownValue,
+    beforeRow,
+    wanted,
+    walkedRows,
+  }: Omit<ReturnType<typeof conditionsOf>, 'recordWhere' | 'positions'> & {
+    beforeRow: string | null
+    wanted: number
+    walkedRows: number
+  },
+  budget: ReadBudget,
+): Promise<{ rows: string[]; more: boolean; lookedTo: string | null }> {
+  const before = beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`
+  const limit = (n: number) => sql.unsafe(String(n))
+  const seqs = (rows: { seq: string }[]) => rows.map((row) => row.seq)
+  if (!byIndex) {
+    const rows = seqs(
+      await sql<{ seq: string }[]>`
+      select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${before}
+      order by seq desc limit ${limit(wanted)}`,
+    )
+    return { rows, more: rows.length === wanted, lookedTo: null }
+  }
+  const rows: string[] = []
+  let upTo = beforeRow
+  // A sub-account's or key's refusals, in few rows: their index at once, the windows after it
+  // only should that take longer than the page may (below).
+  if (!windows) {
+    const older = await ownIndexRows(sql, accountId, rowWhere, upTo, wanted, budget)
+    if (older !== null) return older
+  }
+  for (let span = walkedRows; ; span *= 4) {
+    const below = upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`
+    // The account's next `span` rows, from its index alone; then those of them that may match.
+    const [edge] = await sql<{ seq: string }[]>`
+      select seq from request_log_rows r where account_id = ${accountId} ${windowWhere} ${below}
+      order by seq desc offset ${limit(span - 1)} limit 1`
+    rows.push(
+      ...seqs(
+        await sql<{ seq: string }[]>`
+        select seq from request_log_rows r where account_id = ${accountId} ${rowWhere} ${below}
+          ${edge === undefined ? sql`` : sql`and seq >= ${edge.seq}::int8`}
+        order by seq desc limit ${limit(wanted - rows.length)}`,
+      ),
+    )
+    if (rows.length === wanted) return { rows, more: true, lookedTo: null }
+    if (edge === undefined) return { rows, more: false, lookedTo: null }
+    upTo = (BigInt(edge.seq) - 1n).toString()
+    if (span >= walkedRows * LAST_WINDOW_TIMES) {
+      if (!ownValue || !windows) return { rows, more: true, lookedTo: edge.seq }
+      const older = await ownIndexRows(sql, accountId, rowWhere, upTo, wanted - rows.length, budget)
+      if (older === null) return { rows, more: true, lookedTo: edge.seq }
+      return { rows: [...rows, ...older.rows], more: older.more, lookedTo: null }
+    }
+  }
+}
+
+/**
+ * The next rows of a sub-account's or key's, from its GIN index over all the account's rows older
+ * than `upTo` (the index lists only this account's rows), LAST_ROUND_ROWS at once; null when that
+ * takes longer than the page may. The index names every row of the sub-account, and each is read
+ * before the newest can be sorted out: a busy one's that its other conditions rule out (a route
+ * it never called) would be millions, every page, past any deadline. The page then ends short
+ * where its windows got to, and the next walks on from there.
+ */
+async function ownIndexRows(
+  sql: Tx,
+  accountId: string,
+  rowWhere: Fragment,
+  upTo: string | null,
+  wanted: number,
+  budget: ReadBudget,
+): Promise<{ rows: string[]; more: boolean; lookedTo: null } | null> {
+  const olderWanted = Math.max(wanted, LAST_ROUND_ROWS)
+  const leftMs = Math.max(1, Math.round(budget.until - Date.now()))
+  try {
+    const rows = await sql.savepoint(async (bounded) => {
+      await bounded.unsafe(`set local statement_timeout = ${leftMs}`)
+      // The account and the place as no index condition (`is true`): each would let the plan read
+      // an index of every parent's rows (the account's index from its second column on, for the
+      // place); and no reading of the table itself, whose rows are every parent's. The statements
+      // after this one in the page are all index lookups.
+      await bounded`set local enable_seqscan = off`
+      return bounded<{ seq: string }[]>`
+        select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
+          ${upTo === null ? bounded`` : bounded`and (seq <= ${upTo}::int8) is true`}
+        order by seq desc limit ${bounded.unsafe(String(olderWanted))}`
+    })
+    const seqs = rows.map((row) => row.seq)
+    return { rows: seqs, more: seqs.length === olderWanted, lookedTo: null }
+  } catch (err) {
+    if ((err as { code?: string }).code !== QUERY_CANCELED) throw err
+    return null
+  } finally {
+    // What the savepoint set stays set once it is released: the page's own limit back.
+    const timeout = budget.statementTimeoutMs === undefined ? 'default' : String(Math.trunc(budget.statementTimeoutMs))
+    await sql.unsafe(`set local statement_timeout = ${timeout}; set local enable_seqscan = off`)
+  }
+}
