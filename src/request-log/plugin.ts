@@ -1,9 +1,10 @@
 // The request log as a plugin (docs/operations.md, the request log): its table made, a writer
 // fed by the request accounting (ops/request-accounting.ts), the days past the retention dropped
-// every hour, an old log converted once serving, and the last records written when the app
-// closes. Off when the retention is 0.
+// every hour, an old log converted and an index built once serving, and the last records written
+// when the app closes. Off when the retention is 0.
 import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
+import { buildAccountIdsIndex } from './account-ids-index.js'
 import { convertOldLog } from './conversion.js'
 import { requestLogMetrics } from './metrics.js'
 import { dropExpiredPartitions } from './partitions.js'
@@ -61,6 +62,21 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
     writer.start()
     app.decorate('requestLog', writer)
 
+    // The index of client ids keyed by account, built in the background where the log had
+    // partitions before it (account-ids-index.ts), on a connection that the close ends.
+    let accountIdsIndexed = false
+    let indexConnection: Sql | null = null
+    const openCopyConnection = writerOptions.openCopyConnection
+    const openIndexConnection =
+      openCopyConnection && ((parameters: Record<string, string>) => (indexConnection = openCopyConnection(parameters)))
+    const buildIndex = async () => {
+      if (accountIdsIndexed) return
+      try {
+        accountIdsIndexed = await buildAccountIdsIndex(sql, openIndexConnection)
+      } catch (err) {
+        app.log.warn({ err }, 'request log: building the index of client ids stopped; it goes on within the hour')
+      }
+    }
     const sweep = async () => {
       try {
         writer.forgetDays(await dropExpiredPartitions(sql, retentionDays, clock()))
@@ -74,12 +90,13 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
       void convertOldLog(sql, app.log).catch((err) => {
         app.log.warn({ err }, 'request log: converting the old log stopped; it goes on at the next start')
       })
+      void buildIndex()
     })
-    const timer = setInterval(() => void sweep(), sweepIntervalMs)
+    const timer = setInterval(() => void sweep().then(buildIndex), sweepIntervalMs)
     timer.unref()
     app.addHook('onClose', async () => {
       clearInterval(timer)
-      await writer.close()
+      await Promise.all([writer.close(), (indexConnection as Sql | null)?.end({ timeout: 0 })])
     })
   },
   { name: 'request-log', dependencies: ['metrics'] },

@@ -1,6 +1,8 @@
 // A record of the request log by its request id (docs/api.md, Request log), as the API's
 // `GET …/requests/{id}` reads it.
-import type { Sql } from '../store/db.js'
+import type { Sql, Tx } from '../store/db.js'
+import { ACCOUNT_IDS, accountIdKey, accountIdsIndexed } from './account-ids-index.js'
+import type { Fragment } from './filters.js'
 import { MAX_ID_SPAN, madeIdParts } from './made-ids.js'
 import { type ReadLimits, type RequestRow, readSettings, recordsAt } from './queries.js'
 
@@ -10,8 +12,8 @@ import { type ReadLimits, type RequestRow, readSettings, recordsAt } from './que
  * record of its own, never in place of the gateway's (the newest, should it have sent one twice).
  * A made id reads only the rows whose highest count is within MAX_ID_SPAN (made-ids.ts) above its
  * own, from their index alone: a count that no row of the account held read every row after it. A
- * client's id reads the rows that hold it, any parent's (a few: such ids are one request's, unless
- * a client sends one id with every request).
+ * client's id reads the account's rows that hold it (a few: such ids are one request's, unless its
+ * clients send one id with every request).
  */
 export async function requestById(
   sql: Sql,
@@ -45,16 +47,35 @@ export async function requestById(
     // A client's id through its GIN index alone, whatever the planner guesses of its rows: walking
     // the account's rows, newest first, read them all for an id none holds (a lookup that misses).
     await tx`set local enable_seqscan = off`
-    const [row] = await recordsAt(
-      tx,
-      accountId,
-      tx`
-        select r.seq, f.position from request_log_rows r cross join lateral (
-          select p.position from unnest(r.given_positions) as p(position)
-          where r.ids[p.position] = ${id} order by p.position desc limit 1) f
-        where (r.account_id = ${accountId}) is true and r.given_ids @> array[${id}::text]
-        order by r.seq desc limit 1`,
-    )
+    const [row] = await recordsAt(tx, accountId, givenIdPlaces(tx, accountId, id, await idsKeyedByAccount(sql, tx)))
     return row ?? null
   })
+}
+
+/**
+ * The place of the newest record of the account whose client sent `id`: from the index of the
+ * ids keyed by account once it is valid (account-ids-index.ts), which lists the account's rows
+ * alone; until then from the ids' own, which lists every parent's.
+ */
+export function givenIdPlaces(tx: Tx, accountId: string, id: string, keyed: boolean): Fragment {
+  return tx`
+    select r.seq, f.position from request_log_rows r cross join lateral (
+      select p.position from unnest(r.given_positions) as p(position)
+      where r.ids[p.position] = ${id} order by p.position desc limit 1) f
+    where (r.account_id = ${accountId}) is true and ${
+      keyed
+        ? tx`r.given_ids is not null and ${tx.unsafe(ACCOUNT_IDS)}(r.account_id, r.given_ids) @> array[${accountIdKey(accountId, id)}::text]`
+        : tx`r.given_ids @> array[${id}::text]`
+    }
+    order by r.seq desc limit 1`
+}
+
+/** The logs (by their client) whose index of ids keyed by account was found valid: it stays so. */
+const keyedLogs = new WeakSet<Sql>()
+
+async function idsKeyedByAccount(sql: Sql, tx: Tx): Promise<boolean> {
+  if (keyedLogs.has(sql)) return true
+  if (!(await accountIdsIndexed(tx))) return false
+  keyedLogs.add(sql)
+  return true
 }

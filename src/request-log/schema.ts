@@ -9,6 +9,7 @@
 // record. Queries (queries.ts) walk an account's rows newest first, pass over a row whose summary
 // cannot match, and read the arrays of the rest.
 import type { Sql, Tx } from '../store/db.js'
+import { ACCOUNT_IDS, ACCOUNT_IDS_INDEX, ensureAccountIdsFunction } from './account-ids-index.js'
 import { SCHEMA_LOCK } from './partitions.js'
 
 /** At most this many records a row: reading a record's fields decompresses its row's arrays. */
@@ -85,8 +86,10 @@ const createTable = (compression: string, firstSeq: string) => `
     where not_2xx;
   create index if not exists request_log_rows_made_ids on request_log_rows (account_id, id_stem, id_high)
     include (id_low) where id_stem is not null;
-  create index if not exists request_log_rows_given_ids on request_log_rows using gin (given_ids)
-    where given_ids is not null;`
+  -- A client's ids keyed by their account (account-ids-index.ts), so that a lookup reads its own
+  -- parent's rows only. \`on only\`: a log that has partitions already builds it in the background.
+  create index if not exists ${ACCOUNT_IDS_INDEX} on only request_log_rows
+    using gin (${ACCOUNT_IDS}(account_id, given_ids)) where given_ids is not null;`
 
 /** A record a row, as SQL over the log reads best (tests, an operator's psql); the API reads the rows. */
 export const CREATE_VIEW = `
@@ -105,6 +108,7 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
       select 'lz4' = any(enumvals) as ok from pg_settings where name = 'default_toast_compression'`
     // The rows begin after the seqs of a log of a row a record, which keeps its own (conversion.ts).
     const old = await oldLogNextSeq(tx)
+    await ensureAccountIdsFunction(tx)
     await tx.unsafe(createTable(lz4?.ok === true ? 'compression lz4' : '', old ?? '1'))
     if (old === null) await tx.unsafe(CREATE_VIEW)
   })

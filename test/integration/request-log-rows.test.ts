@@ -475,6 +475,8 @@ t.test('a lookup by id reads a few pages, however many rows the account has', as
     { id: madeId(19_999 * 1024), found: '/p/19999', what: 'the newest made id' },
     { id: madeId(1024), found: '/p/1', what: 'the oldest made id' },
     { id: 'absent', found: null, what: "a client's id sent by no request" },
+    // The index keyed by account: another parent's rows that hold the id are never read.
+    { id: 'retry-1', found: null, what: "a client's id that another parent sent 40,000 times" },
   ]
   for (const { id, found, what } of lookups) {
     t.equal((await requestById(watched, account, id))?.path ?? null, found, `${what}: ${found ?? 'not found'}`)

@@ -1,0 +1,247 @@
+// The index of client ids keyed by their parent (request-log/account-ids-index.ts), on a log made
+// before it: built in the background, partition by partition, while the log is written and read;
+// a build cut short is made again; the old index of the ids alone goes once the new one is valid,
+// without queueing the log's reads and writes behind its drop.
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import pino from 'pino'
+import postgres from 'postgres'
+import t, { type Test } from 'tap'
+import {
+  ACCOUNT_IDS_INDEX,
+  accountIdsIndexed,
+  BUILD_LOCK,
+  buildAccountIdsIndex,
+} from '../../src/request-log/account-ids-index.js'
+import { dayOf, ensurePartition, partitionName } from '../../src/request-log/partitions.js'
+import { requestById } from '../../src/request-log/record-by-id.js'
+import { ensureRequestLogTable } from '../../src/request-log/schema.js'
+import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { openOneConnection, openStore, type Sql } from '../../src/store/db.js'
+import { freshDatabase } from '../helpers/db.js'
+import { startGateway } from '../helpers/gateway.js'
+import { orTimeout, until } from '../helpers/poll.js'
+import { ACCOUNTS, logRecord, uuid } from '../helpers/request-records.js'
+
+const OLD_INDEX = 'request_log_rows_given_ids'
+const BUILDER = 'account-ids test builder'
+
+/**
+ * A log as a gateway from before the index left it: the index of the ids alone, none keyed by
+ * account, two days' partitions, each parent's records with the same client ids. Then a start of
+ * this build (ensureRequestLogTable), which declares the new index on the table alone.
+ */
+async function oldLog(t: Test, sql: Sql) {
+  await ensureRequestLogTable(sql)
+  const today = dayOf(Date.now())
+  await ensurePartition(sql, today - 1)
+  await ensurePartition(sql, today)
+  await sql.unsafe(`drop index ${ACCOUNT_IDS_INDEX};
+    create index ${OLD_INDEX} on request_log_rows using gin (given_ids) where given_ids is not null`)
+  const writer = new RequestLogWriter({ sql, log: pino({ level: 'silent' }) })
+  t.teardown(() => writer.close())
+  for (const [i, accountId] of ACCOUNTS.entries())
+    for (const [day, path] of [
+      [today - 1, `/yesterday/${i}`],
+      [today, `/today/${i}`],
+    ] as const)
+      writer.add(
+        logRecord({
+          id: 'retry-1',
+          idGiven: true,
+          path,
+          accountId,
+          tenantId: uuid(2, i),
+          timeMs: day * 86_400_000 + 1,
+        }),
+      )
+  await writer.flush()
+  await ensureRequestLogTable(sql)
+  t.equal(await accountIdsIndexed(sql), false, 'the new index is declared, not yet valid')
+}
+
+/** The indexes of the log's table by name, and whether each is valid. */
+async function tableIndexes(sql: Sql) {
+  const rows = await sql<{ name: string; valid: boolean }[]>`
+    select c.relname as name, i.indisvalid as valid from pg_index i join pg_class c on c.oid = i.indexrelid
+    where i.indrelid = to_regclass('request_log_rows') order by 1`
+  return Object.fromEntries(rows.map((row) => [row.name, row.valid]))
+}
+
+/** The partitions that have their part of the new index, attached to it. */
+async function partitionsIndexed(sql: Sql) {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from pg_inherits where inhparent = to_regclass(${ACCOUNT_IDS_INDEX})`
+  return row!.n
+}
+
+/** Each parent finds its own record of the id, the newest. */
+async function lookups(t: Test, sql: Sql, what: string) {
+  t.equal((await requestById(sql, ACCOUNTS[0]!, 'retry-1'))?.path, '/today/0', `${what}: the first parent's own`)
+  t.equal((await requestById(sql, ACCOUNTS[1]!, 'retry-1'))?.path, '/today/1', `${what}: the second parent's own`)
+}
+
+/** A row of the log of today, with no records (what it holds does not matter here). */
+const INSERT_ROW = `
+  insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+    status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, given_ids, ids, times_us, tenant_ids,
+    key_ids, methods, routes, paths, statuses, codes, durations_us, request_bytes, response_bytes, source_ips)
+  values ('${ACCOUNTS[1]}', now(), now(), 0, '{}', '{}', '{}', '{}', '{}', false, '{}', '{}', '{x}', '{}', '{}',
+    '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')`
+
+/** A transaction on `url` that ran `statement` and holds its locks until `release`. */
+async function holding(url: string, statement: string) {
+  const sql = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  let ran!: () => void
+  const hasRun = new Promise<void>((resolve) => (ran = resolve))
+  const done = sql
+    .begin(async (tx) => {
+      await tx.unsafe(statement)
+      ran()
+      await released
+    })
+    .finally(() => sql.end({ timeout: 1 }))
+  await hasRun
+  return async () => {
+    release()
+    await done
+  }
+}
+
+t.test('on a log from before it, the index is built in the background while the log is written', async (t) => {
+  const { sql, url } = await freshDatabase(t, { migrated: false })
+  await oldLog(t, sql)
+  await lookups(t, sql, 'before the build (the old index)')
+  const open = (parameters: Record<string, string>) => openOneConnection(url, BUILDER, parameters)
+
+  // Another replica builds it: this one leaves it alone.
+  const other = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
+  t.teardown(() => other.end({ timeout: 1 }))
+  await other`select pg_advisory_lock(${BUILD_LOCK})`
+  t.equal(await buildAccountIdsIndex(sql, open), false, 'not built while another replica holds the lock')
+  t.equal(await partitionsIndexed(sql), 0)
+  await other`select pg_advisory_unlock(${BUILD_LOCK})`
+
+  // A write under way: the build waits for it, and the writes after it go on meanwhile. A plain
+  // `create index` would queue them behind itself.
+  const releaseWrite = await holding(url, INSERT_ROW)
+  const building = buildAccountIdsIndex(sql, open)
+  const builderWaits = async () => {
+    const [row] = await sql<{ waiting: boolean }[]>`
+      select bool_or(wait_event_type = 'Lock') as waiting from pg_stat_activity where application_name = ${BUILDER}`
+    return row?.waiting === true
+  }
+  t.ok(await until(10_000, builderWaits), 'the build waits for the write under way')
+  t.equal(
+    await orTimeout(
+      sql.unsafe(INSERT_ROW).then(() => 'written'),
+      10_000,
+      'waited',
+    ),
+    'written',
+    'a later write goes on',
+  )
+  t.equal(
+    (await orTimeout(requestById(sql, ACCOUNTS[0]!, 'retry-1'), 10_000, null))?.path,
+    '/today/0',
+    'a lookup goes on',
+  )
+
+  // Cut short (the gateway stopped): its partition's index is left invalid, and made again next time.
+  const [{ pid }] = (await sql`
+    select pid from pg_stat_activity where application_name = ${BUILDER} and wait_event_type = 'Lock'`) as unknown as [
+    { pid: number },
+  ]
+  await sql`select pg_cancel_backend(${pid})`
+  t.equal(
+    await building.then(
+      () => 'built',
+      () => 'stopped',
+    ),
+    'stopped',
+  )
+  await releaseWrite()
+  const leftovers = await sql<{ valid: boolean }[]>`
+    select i.indisvalid as valid from pg_index i join pg_class c on c.oid = i.indexrelid
+    where c.relname like 'request_log_rows_2%_account_ids'`
+  t.ok(
+    leftovers.some((index) => !index.valid),
+    'the build cut short left an invalid index',
+  )
+
+  t.equal(await buildAccountIdsIndex(sql, open), true, 'built at the next try')
+  t.equal(await partitionsIndexed(sql), 2, 'each partition has its part')
+  t.same(await tableIndexes(sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [true, undefined])
+  const invalid = await sql`select from pg_index where not indisvalid`
+  t.equal(invalid.length, 0, 'no invalid index is left')
+  await lookups(t, sql, 'after the build (keyed by account)')
+  await ensurePartition(sql, dayOf(Date.now()) + 1)
+  t.equal(await partitionsIndexed(sql), 3, 'a partition made later has it as it is attached')
+})
+
+t.test("an attach or the old index's drop gives up rather than queue the log's reads", async (t) => {
+  const { sql, url } = await freshDatabase(t, { migrated: false })
+  await oldLog(t, sql)
+  const open = (parameters: Record<string, string>) => openOneConnection(url, BUILDER, parameters)
+
+  // Today's part built by a build that stopped before its attach; then a read planned over the log
+  // holds it (as every index of the tables it reads): the attach would wait for the read.
+  const todays = `${partitionName(dayOf(Date.now()))}_account_ids`
+  await sql.unsafe(`create index ${todays} on ${partitionName(dayOf(Date.now()))}
+    using gin (request_log_account_ids(account_id, given_ids)) where given_ids is not null`)
+  const oid = async () => (await sql<{ oid: number }[]>`select ${todays}::regclass::oid as oid`)[0]!.oid
+  const built = await oid()
+  let release = await holding(url, 'select count(*) from request_log_rows')
+  t.equal(await buildAccountIdsIndex(sql, open), false, "today's not attached while a read holds it")
+  t.equal(await partitionsIndexed(sql), 1, "yesterday's built and attached")
+  t.equal(
+    (await orTimeout(requestById(sql, ACCOUNTS[0]!, 'retry-1'), 10_000, null))?.path,
+    '/today/0',
+    'a lookup went on meanwhile',
+  )
+  await release()
+
+  // A read that holds the table: the new index is made whole, and the old one kept.
+  release = await holding(url, 'lock table request_log_rows in access share mode')
+  t.equal(await buildAccountIdsIndex(sql, open), false, 'attached, the old index kept while a read holds the table')
+  t.equal(await partitionsIndexed(sql), 2)
+  t.equal(await oid(), built, "today's attached as it was built, not built again")
+  t.same(await tableIndexes(sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [true, true])
+  await lookups(t, sql, 'both indexes there')
+  await release()
+
+  t.equal(await buildAccountIdsIndex(sql, open), true, 'the old index goes at the next try')
+  t.equal((await tableIndexes(sql))[OLD_INDEX], undefined)
+})
+
+t.test('the embedded database builds it the same way, without `concurrently`', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'tgw-account-ids-'))
+  const store = await openStore({ databaseUrl: undefined, dataDir })
+  t.teardown(async () => {
+    await store.close()
+    rmSync(dataDir, { recursive: true, force: true })
+  })
+  await oldLog(t, store.sql)
+  await lookups(t, store.sql, 'before the build')
+  t.equal(await buildAccountIdsIndex(store.sql, undefined), true)
+  t.same(await tableIndexes(store.sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [
+    true,
+    undefined,
+  ])
+  await lookups(t, store.sql, 'after the build')
+})
+
+t.test('a gateway started on a log from before the index builds it once serving', async (t) => {
+  const database = await freshDatabase(t)
+  await oldLog(t, database.sql)
+  await startGateway(t, { database })
+  const whole = async () => {
+    const indexes = await tableIndexes(database.sql)
+    return indexes[ACCOUNT_IDS_INDEX] === true && indexes[OLD_INDEX] === undefined
+  }
+  t.ok(await until(20_000, whole), 'the index is whole and the old one gone')
+  await lookups(t, database.sql, 'keyed by account')
+})
