@@ -6,7 +6,7 @@
 import type { Sql, Tx } from '../store/db.js'
 import { conditionsOf, type Fragment, PER_ROW, type RequestFilter } from './filters.js'
 import { POSITIONS_PER_ROW } from './schema.js'
-import { LAST_ROUND_ROWS, nextRows, type ReadBudget, WALKED_ROWS } from './row-search.js'
+import { LAST_ROUND_ROWS, newestRowBefore, nextRows, type ReadBudget, WALKED_ROWS } from './row-search.js'
 
 export interface RequestRow {
   /** The record's place (schema.ts, POSITIONS_PER_ROW): the cursor of a page ending at it. */
@@ -122,12 +122,16 @@ async function pageOf(
   if (f.until !== null) {
     // The newest row begun before `until`, from the index alone (it holds each row's times): the
     // rows after it are not read one by one in the round below (bench/README.md, a day's page).
-    const [newest] = await sql<{ seq: string }[]>`
-      select seq from request_log_rows
-      where account_id = ${accountId} and first_time < ${f.until}
-        ${beforeRow === null ? sql`` : sql`and seq <= ${beforeRow}::int8`}
-      order by seq desc limit 1`
-    if (newest === undefined) return whole()
+    const { windowWhere } = rowConditions
+    const newest = await newestRowBefore(
+      sql,
+      accountId,
+      { until: f.until, windowWhere, upTo: beforeRow, walkedRows },
+      budget,
+    )
+    if (newest.lookedTo !== null)
+      return { records, resumeBefore: (BigInt(newest.lookedTo) * BigInt(POSITIONS_PER_ROW)).toString() }
+    if (newest.seq === null) return whole()
     beforeRow = newest.seq
   }
   // Rows found and not read yet, newest first: a round reads the next `size` of them (more each

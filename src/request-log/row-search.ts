@@ -3,6 +3,7 @@
 // key's GIN index over the rest, as long as the page's time allows.
 import type { Tx } from '../store/db.js'
 import type { conditionsOf, Fragment } from './filters.js'
+import { DAY_MS } from './partitions.js'
 
 /** A statement ended by its `statement_timeout` (or by an operator's cancel). */
 const QUERY_CANCELED = '57014'
@@ -98,6 +99,54 @@ export async function nextRows(
       if (older === null) return { rows, more: true, lookedTo: edge.seq }
       return { rows: [...rows, ...older.rows], more: older.more, lookedTo: null }
     }
+  }
+}
+
+/**
+ * The newest of the account's rows begun before `until` (at or below `upTo`). A single statement
+ * walked every row begun after `until` (a busy parent's day: millions, past any deadline), so the
+ * walk goes in windows of seqs, newest first: WALKED_ROWS × 16 seqs, then four times more up to
+ * LAST_WINDOW_TIMES × that, each holding at most as many of the account's rows (read from its
+ * index alone, which holds each row's first time), while the page has time; past it, `lookedTo` is
+ * the lowest seq looked at. Windows of seqs rather than of rows: a bound on the index's own
+ * condition costs nothing a row, where counting rows cost half again as much as the walk.
+ * Rows of a day after `until`'s are never looked at (their partitions are left out of the plan);
+ * `windowWhere`, the same for `since`.
+ */
+export async function newestRowBefore(
+  sql: Tx,
+  accountId: string,
+  {
+    until,
+    windowWhere,
+    upTo,
+    walkedRows,
+  }: { until: Date; windowWhere: Fragment; upTo: string | null; walkedRows: number },
+  budget: ReadBudget,
+): Promise<{ seq: string | null; lookedTo: string | null }> {
+  const lastDay = new Date(Math.ceil(until.getTime() / DAY_MS) * DAY_MS)
+  // The account's newest and oldest rows that may be before `until`: where the windows begin and end.
+  const bound = (order: 'asc' | 'desc') => sql<{ seq: string }[]>`
+    select seq from request_log_rows r where account_id = ${accountId} and first_time < ${lastDay} ${windowWhere}
+      ${upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`}
+    order by seq ${sql.unsafe(order)} limit 1`
+  const [newest] = await bound('desc')
+  if (newest === undefined) return { seq: null, lookedTo: null }
+  let oldest: bigint | null = null
+  let high = BigInt(newest.seq)
+  const firstSpan = BigInt(walkedRows * 16)
+  const lastSpan = firstSpan * BigInt(LAST_WINDOW_TIMES)
+  for (let span = firstSpan; ; span = span < lastSpan ? span * 4n : span) {
+    const low = high - span + 1n
+    const [found] = await sql<{ seq: string }[]>`
+      select seq from request_log_rows r where account_id = ${accountId} and first_time < ${until} ${windowWhere}
+        and seq between ${low.toString()}::int8 and ${high.toString()}::int8
+      order by seq desc limit 1`
+    if (found !== undefined) return { seq: found.seq, lookedTo: null }
+    oldest ??= BigInt((await bound('asc'))[0]?.seq ?? newest.seq)
+    if (low <= oldest) return { seq: null, lookedTo: null }
+    if (Date.now() >= budget.until) return { seq: null, lookedTo: low.toString() }
+    high = low - 1n
   }
 }
 

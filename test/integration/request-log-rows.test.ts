@@ -587,6 +587,36 @@ t.test("a busy sub-account's rows that a route rules out are walked, never read 
   t.same([atOnce.map((row) => row.path), fewer], [['/billing/1'], 1], 'on the first page')
 })
 
+// A page with `until` first finds the newest row begun before it: the rows begun after it were
+// walked in one statement (a busy parent's day: millions, past the deadline). They are counted in
+// windows, within the page's time; past it, the page ends where they got to.
+t.test('rows begun after `until` are counted in windows, and a page past its time ends there', async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [mine] = ACCOUNTS as [string]
+  await seedRows(sql, mine, 5, '/early', { at: "now() - interval '2 hours'" })
+  await seedRows(sql, mine, 4_000, '/api')
+  await sql.unsafe('vacuum analyze request_log_rows')
+  const before = { ...NO_FILTER, until: new Date(Date.now() - 3_600_000), limit: 21 }
+  const early = ['/early/5', '/early/4', '/early/3', '/early/2', '/early/1']
+  // Windows of 10 to 640 rows, and no time for a second.
+  const limits = { walkedRows: 10, maxReadMs: 0 }
+  const first = await listRequests(sql, mine, before, limits)
+  t.same(first.records, [], 'the first page holds none')
+  t.not(first.resumeBefore, null, 'and ends where its windows got to')
+  const { seen, pages } = await allPages(sql, mine, before, 20, limits)
+  t.same(
+    seen.map((row) => row.path),
+    early,
+    `the records before \`until\`, on the last of ${pages} pages`,
+  )
+  t.ok(pages > 2, 'found by walking, a page at a time')
+  const { seen: atOnce, pages: fewer } = await allPages(sql, mine, before, 20, { walkedRows: 10 })
+  t.same([atOnce.map((row) => row.path), fewer], [early, 1], 'with the time to count them, on the first page')
+})
+
 t.test("a page reads as many pages whatever other parents' rows hold", async (t) => {
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
