@@ -7,7 +7,7 @@ import type { Sql } from '../store/db.js'
 import { buildAccountIdsIndex } from './account-ids-index.js'
 import { convertOldLog } from './conversion.js'
 import { requestLogMetrics } from './metrics.js'
-import { dropExpiredPartitions } from './partitions.js'
+import { dayOf, dropExpiredPartitions } from './partitions.js'
 import { ensureRequestLogTable } from './schema.js'
 import { RequestLogWriter, type WriterOptions } from './writer.js'
 
@@ -62,21 +62,22 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
     writer.start()
     app.decorate('requestLog', writer)
 
-    // The index of client ids keyed by account, built in the background where the log had
-    // partitions before it (account-ids-index.ts), on a connection that the close ends.
-    let accountIdsIndexed = false
-    let indexConnection: Sql | null = null
-    const openCopyConnection = writerOptions.openCopyConnection
+    // The upkeep: the days past the retention dropped, at start and hourly; once serving, the
+    // index of client ids keyed by account built where the log had partitions before it
+    // (account-ids-index.ts), on connections of its own that the close ends. One step at a time,
+    // in order, so that a day's detach never waits for a build, nor a build for another.
+    let closed = false
+    let indexWhole = false
+    const indexConnections = new Set<Sql>()
+    const openOwnConnection = writerOptions.openCopyConnection
     const openIndexConnection =
-      openCopyConnection && ((parameters: Record<string, string>) => (indexConnection = openCopyConnection(parameters)))
-    const buildIndex = async () => {
-      if (accountIdsIndexed) return
-      try {
-        accountIdsIndexed = await buildAccountIdsIndex(sql, openIndexConnection)
-      } catch (err) {
-        app.log.warn({ err }, 'request log: building the index of client ids stopped; it goes on within the hour')
-      }
-    }
+      openOwnConnection &&
+      ((parameters: Record<string, string>) => {
+        if (closed) throw new Error('request log: the app closed')
+        const connection = openOwnConnection(parameters)
+        indexConnections.add(connection)
+        return connection
+      })
     const sweep = async () => {
       try {
         writer.forgetDays(await dropExpiredPartitions(sql, retentionDays, clock()))
@@ -84,19 +85,39 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
         app.log.warn({ err }, 'request log: the retention sweep failed; it runs again within the hour')
       }
     }
-    void sweep()
+    const buildIndex = async () => {
+      if (indexWhole || closed) return
+      try {
+        indexWhole = await buildAccountIdsIndex(sql, openIndexConnection, dayOf(clock()) - retentionDays)
+      } catch (err) {
+        if (!closed)
+          app.log.warn({ err }, 'request log: building the index of client ids stopped; it goes on within the hour')
+      }
+    }
+    let upkeep = Promise.resolve()
+    let steps = 0
+    const inTurn = (step: () => Promise<void>) => {
+      steps++
+      upkeep = upkeep.then(step).finally(() => steps--)
+    }
+    inTurn(sweep)
     // A log of a row a record, from before the rows, moves in the background once serving.
     app.addHook('onReady', async () => {
       void convertOldLog(sql, app.log).catch((err) => {
         app.log.warn({ err }, 'request log: converting the old log stopped; it goes on at the next start')
       })
-      void buildIndex()
+      inTurn(buildIndex)
     })
-    const timer = setInterval(() => void sweep().then(buildIndex), sweepIntervalMs)
+    const timer = setInterval(() => {
+      if (steps > 0) return // the last hour's upkeep is still under way
+      inTurn(sweep)
+      inTurn(buildIndex)
+    }, sweepIntervalMs)
     timer.unref()
     app.addHook('onClose', async () => {
+      closed = true
       clearInterval(timer)
-      await Promise.all([writer.close(), (indexConnection as Sql | null)?.end({ timeout: 0 })])
+      await Promise.all([writer.close(), ...[...indexConnections].map((connection) => connection.end({ timeout: 0 }))])
     })
   },
   { name: 'request-log', dependencies: ['metrics'] },

@@ -9,7 +9,7 @@
 // record. Queries (queries.ts) walk an account's rows newest first, pass over a row whose summary
 // cannot match, and read the arrays of the rest.
 import type { Sql, Tx } from '../store/db.js'
-import { ACCOUNT_IDS, ACCOUNT_IDS_INDEX, ensureAccountIdsFunction } from './account-ids-index.js'
+import { ACCOUNT_IDS_FUNCTION, ACCOUNT_IDS_INDEX, ensureAccountIdsFunction } from './account-ids-index.js'
 import { SCHEMA_LOCK } from './partitions.js'
 
 /** At most this many records a row: reading a record's fields decompresses its row's arrays. */
@@ -25,8 +25,18 @@ export const POSITIONS_PER_ROW = 65_536
 export const RECORD_ARRAYS = `ids, times_us, tenant_ids, key_ids, methods, routes, paths, statuses, codes,
   durations_us, request_bytes, response_bytes, source_ips`
 
-const createTable = (compression: string, firstSeq: string) => `
-  create table if not exists request_log_rows (
+/**
+ * The table and its indexes, each by its name: a start makes those missing only (below). A
+ * `create index if not exists` of an index that exists still locks the table and every partition
+ * for a moment, and waits behind a partition's index being built (account-ids-index.ts) while every
+ * write waits behind it. An index added to an existing log is declared `on only` and built in the
+ * background, as that one is: a plain one would build on every partition with all writes waiting.
+ */
+const tableObjects = (compression: string, firstSeq: string): [name: string, statement: string][] => [
+  [
+    'request_log_rows',
+    `
+  create table request_log_rows (
     -- Insertion order: pages walk it newest first and never skip or repeat a record.
     seq             bigint generated always as identity (start with ${firstSeq}),
     account_id      uuid not null,
@@ -68,28 +78,49 @@ const createTable = (compression: string, firstSeq: string) => `
     request_bytes   int8[] ${compression} not null,
     response_bytes  int8[] ${compression} not null,
     source_ips      text[] ${compression} not null
-  ) partition by range (first_time);
-  create index if not exists request_log_rows_pages on request_log_rows (account_id, seq)
-    include (first_time, last_time);
-  -- The answers that are not 2xx are a few in a hundred: a filter on them walks these rows only.
-  create index if not exists request_log_rows_not_2xx on request_log_rows (account_id, seq) where not_2xx;
-  create index if not exists request_log_rows_tenants on request_log_rows using gin (tenant_set);
-  create index if not exists request_log_rows_keys on request_log_rows using gin (key_set);
-  -- A route, a status or a code that matches nothing (any parent may ask for one) is answered by
-  -- an index, not by a read of all the account's rows.
-  create index if not exists request_log_rows_routes on request_log_rows using gin (route_set);
-  create index if not exists request_log_rows_statuses on request_log_rows using gin (status_set);
-  create index if not exists request_log_rows_codes on request_log_rows using gin (code_set) where not_2xx;
-  create index if not exists request_log_rows_refused_tenants on request_log_rows using gin (refused_tenant_set)
-    where not_2xx;
-  create index if not exists request_log_rows_refused_keys on request_log_rows using gin (refused_key_set)
-    where not_2xx;
-  create index if not exists request_log_rows_made_ids on request_log_rows (account_id, id_stem, id_high)
-    include (id_low) where id_stem is not null;
-  -- A client's ids keyed by their account (account-ids-index.ts), so that a lookup reads its own
-  -- parent's rows only. \`on only\`: a log that has partitions already builds it in the background.
-  create index if not exists ${ACCOUNT_IDS_INDEX} on only request_log_rows
-    using gin (${ACCOUNT_IDS}(account_id, given_ids)) where given_ids is not null;`
+  ) partition by range (first_time)`,
+  ],
+  [
+    'request_log_rows_pages',
+    'create index request_log_rows_pages on request_log_rows (account_id, seq) include (first_time, last_time)',
+  ],
+  // The answers that are not 2xx are a few in a hundred: a filter on them walks these rows only.
+  [
+    'request_log_rows_not_2xx',
+    'create index request_log_rows_not_2xx on request_log_rows (account_id, seq) where not_2xx',
+  ],
+  ['request_log_rows_tenants', 'create index request_log_rows_tenants on request_log_rows using gin (tenant_set)'],
+  ['request_log_rows_keys', 'create index request_log_rows_keys on request_log_rows using gin (key_set)'],
+  // A route, a status or a code that matches nothing (any parent may ask for one) is answered by
+  // an index, not by a read of all the account's rows.
+  ['request_log_rows_routes', 'create index request_log_rows_routes on request_log_rows using gin (route_set)'],
+  ['request_log_rows_statuses', 'create index request_log_rows_statuses on request_log_rows using gin (status_set)'],
+  [
+    'request_log_rows_codes',
+    'create index request_log_rows_codes on request_log_rows using gin (code_set) where not_2xx',
+  ],
+  [
+    'request_log_rows_refused_tenants',
+    'create index request_log_rows_refused_tenants on request_log_rows using gin (refused_tenant_set) where not_2xx',
+  ],
+  [
+    'request_log_rows_refused_keys',
+    'create index request_log_rows_refused_keys on request_log_rows using gin (refused_key_set) where not_2xx',
+  ],
+  [
+    'request_log_rows_made_ids',
+    `create index request_log_rows_made_ids on request_log_rows (account_id, id_stem, id_high) include (id_low)
+      where id_stem is not null`,
+  ],
+  // A client's ids keyed by their account (account-ids-index.ts), so that a lookup reads its own
+  // parent's rows only. \`on only\`: valid at once on a log without partitions; on one with them,
+  // built in the background.
+  [
+    ACCOUNT_IDS_INDEX,
+    `create index ${ACCOUNT_IDS_INDEX} on only request_log_rows
+      using gin (${ACCOUNT_IDS_FUNCTION}(account_id, given_ids)) where given_ids is not null`,
+  ],
+]
 
 /** A record a row, as SQL over the log reads best (tests, an operator's psql); the API reads the rows. */
 export const CREATE_VIEW = `
@@ -109,7 +140,12 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
     // The rows begin after the seqs of a log of a row a record, which keeps its own (conversion.ts).
     const old = await oldLogNextSeq(tx)
     await ensureAccountIdsFunction(tx)
-    await tx.unsafe(createTable(lz4?.ok === true ? 'compression lz4' : '', old ?? '1'))
+    const objects = tableObjects(lz4?.ok === true ? 'compression lz4' : '', old ?? '1')
+    const present = await tx<{ name: string }[]>`
+      select relname as name from pg_class where relnamespace = to_regnamespace(current_schema())::oid
+        and relname = any(${`{${objects.map(([name]) => name).join(',')}}`}::text[])`
+    const made = new Set(present.map((row) => row.name))
+    for (const [name, statement] of objects) if (!made.has(name)) await tx.unsafe(statement)
     if (old === null) await tx.unsafe(CREATE_VIEW)
   })
 }

@@ -14,7 +14,7 @@ import {
   BUILD_LOCK,
   buildAccountIdsIndex,
 } from '../../src/request-log/account-ids-index.js'
-import { dayOf, ensurePartition, partitionName } from '../../src/request-log/partitions.js'
+import { dayOf, dropExpiredPartitions, ensurePartition, partitionName } from '../../src/request-log/partitions.js'
 import { requestById } from '../../src/request-log/record-by-id.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
@@ -26,6 +26,8 @@ import { ACCOUNTS, logRecord, uuid } from '../helpers/request-records.js'
 
 const OLD_INDEX = 'request_log_rows_given_ids'
 const BUILDER = 'account-ids test builder'
+/** The first day kept: none is past the retention. */
+const KEEP_ALL = 0
 
 /**
  * A log as a gateway from before the index left it: the index of the ids alone, none keyed by
@@ -121,14 +123,14 @@ t.test('on a log from before it, the index is built in the background while the 
   const other = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
   t.teardown(() => other.end({ timeout: 1 }))
   await other`select pg_advisory_lock(${BUILD_LOCK})`
-  t.equal(await buildAccountIdsIndex(sql, open), false, 'not built while another replica holds the lock')
+  t.equal(await buildAccountIdsIndex(sql, open, KEEP_ALL), false, 'not built while another replica holds the lock')
   t.equal(await partitionsIndexed(sql), 0)
   await other`select pg_advisory_unlock(${BUILD_LOCK})`
 
   // A write under way: the build waits for it, and the writes after it go on meanwhile. A plain
   // `create index` would queue them behind itself.
   const releaseWrite = await holding(url, INSERT_ROW)
-  const building = buildAccountIdsIndex(sql, open)
+  const building = buildAccountIdsIndex(sql, open, KEEP_ALL)
   const builderWaits = async () => {
     const [row] = await sql<{ waiting: boolean }[]>`
       select bool_or(wait_event_type = 'Lock') as waiting from pg_stat_activity where application_name = ${BUILDER}`
@@ -148,6 +150,17 @@ t.test('on a log from before it, the index is built in the background while the 
     (await orTimeout(requestById(sql, ACCOUNTS[0]!, 'retry-1'), 10_000, null))?.path,
     '/today/0',
     'a lookup goes on',
+  )
+  // Another replica's start: its table and indexes are there, so it makes nothing (a `create index
+  // if not exists` would wait behind the build, every write then behind it, and the start fail).
+  t.equal(
+    await orTimeout(
+      ensureRequestLogTable(sql).then(() => 'started'),
+      10_000,
+      'waited',
+    ),
+    'started',
+    "another replica's start goes on",
   )
 
   // Cut short (the gateway stopped): its partition's index is left invalid, and made again next time.
@@ -172,7 +185,7 @@ t.test('on a log from before it, the index is built in the background while the 
     'the build cut short left an invalid index',
   )
 
-  t.equal(await buildAccountIdsIndex(sql, open), true, 'built at the next try')
+  t.equal(await buildAccountIdsIndex(sql, open, KEEP_ALL), true, 'built at the next try')
   t.equal(await partitionsIndexed(sql), 2, 'each partition has its part')
   t.same(await tableIndexes(sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [true, undefined])
   const invalid = await sql`select from pg_index where not indisvalid`
@@ -195,7 +208,7 @@ t.test("an attach or the old index's drop gives up rather than queue the log's r
   const oid = async () => (await sql<{ oid: number }[]>`select ${todays}::regclass::oid as oid`)[0]!.oid
   const built = await oid()
   let release = await holding(url, 'select count(*) from request_log_rows')
-  t.equal(await buildAccountIdsIndex(sql, open), false, "today's not attached while a read holds it")
+  t.equal(await buildAccountIdsIndex(sql, open, KEEP_ALL), false, "today's not attached while a read holds it")
   t.equal(await partitionsIndexed(sql), 1, "yesterday's built and attached")
   t.equal(
     (await orTimeout(requestById(sql, ACCOUNTS[0]!, 'retry-1'), 10_000, null))?.path,
@@ -206,15 +219,53 @@ t.test("an attach or the old index's drop gives up rather than queue the log's r
 
   // A read that holds the table: the new index is made whole, and the old one kept.
   release = await holding(url, 'lock table request_log_rows in access share mode')
-  t.equal(await buildAccountIdsIndex(sql, open), false, 'attached, the old index kept while a read holds the table')
+  t.equal(
+    await buildAccountIdsIndex(sql, open, KEEP_ALL),
+    false,
+    'attached, the old index kept while a read holds the table',
+  )
   t.equal(await partitionsIndexed(sql), 2)
   t.equal(await oid(), built, "today's attached as it was built, not built again")
   t.same(await tableIndexes(sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [true, true])
   await lookups(t, sql, 'both indexes there')
   await release()
 
-  t.equal(await buildAccountIdsIndex(sql, open), true, 'the old index goes at the next try')
+  t.equal(await buildAccountIdsIndex(sql, open, KEEP_ALL), true, 'the old index goes at the next try')
   t.equal((await tableIndexes(sql))[OLD_INDEX], undefined)
+})
+
+t.test('partitions past the retention are left to the sweep; the index is whole once they go', async (t) => {
+  const { sql, url } = await freshDatabase(t, { migrated: false })
+  await oldLog(t, sql)
+  const open = (parameters: Record<string, string>) => openOneConnection(url, BUILDER, parameters)
+  const today = dayOf(Date.now())
+  // Yesterday past a retention of none: its detach would wait for a build of it.
+  t.equal(await buildAccountIdsIndex(sql, open, today), false, 'not whole while an expired day lacks it')
+  t.equal(await partitionsIndexed(sql), 1, "today's built and attached")
+  const [yesterdays] = await sql<{ index: string | null }[]>`
+    select to_regclass(${`${partitionName(today - 1)}_account_ids`})::text as index`
+  t.equal(yesterdays?.index, null, "yesterday's not built")
+  t.same(await dropExpiredPartitions(sql, 0, Date.now()), [today - 1], 'the sweep drops it')
+  // Every partition left has its part, attached: the index is made valid by an attach again.
+  t.equal(await buildAccountIdsIndex(sql, open, today), true, 'whole at the next try')
+  t.same(await tableIndexes(sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [true, undefined])
+  await lookups(t, sql, 'after the build')
+
+  // With no partition left at all, the index is declared again on the table alone: valid at once.
+  const { sql: empty, url: emptyUrl } = await freshDatabase(t, { migrated: false })
+  await oldLog(t, empty)
+  for (const day of [today - 1, today])
+    await empty.unsafe(
+      `alter table request_log_rows detach partition ${partitionName(day)}; drop table ${partitionName(day)}`,
+    )
+  const openEmpty = (parameters: Record<string, string>) => openOneConnection(emptyUrl, BUILDER, parameters)
+  t.equal(await buildAccountIdsIndex(empty, openEmpty, KEEP_ALL), true, 'whole with no partition')
+  t.same(await tableIndexes(empty).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [
+    true,
+    undefined,
+  ])
+  await ensurePartition(empty, today)
+  t.equal(await partitionsIndexed(empty), 1, 'a partition made after has it')
 })
 
 t.test('the embedded database builds it the same way, without `concurrently`', async (t) => {
@@ -226,7 +277,7 @@ t.test('the embedded database builds it the same way, without `concurrently`', a
   })
   await oldLog(t, store.sql)
   await lookups(t, store.sql, 'before the build')
-  t.equal(await buildAccountIdsIndex(store.sql, undefined), true)
+  t.equal(await buildAccountIdsIndex(store.sql, undefined, KEEP_ALL), true)
   t.same(await tableIndexes(store.sql).then((indexes) => [indexes[ACCOUNT_IDS_INDEX], indexes[OLD_INDEX]]), [
     true,
     undefined,
