@@ -20,6 +20,7 @@ import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { openOneConnection, openStore, type Sql } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
+import { holding } from '../helpers/held-transaction.js'
 import { startGateway } from '../helpers/gateway.js'
 import { orTimeout, until } from '../helpers/poll.js'
 import { ACCOUNTS, logRecord, uuid } from '../helpers/request-records.js'
@@ -91,27 +92,6 @@ const INSERT_ROW = `
     key_ids, methods, routes, paths, statuses, codes, durations_us, request_bytes, response_bytes, source_ips)
   values ('${ACCOUNTS[1]}', now(), now(), 0, '{}', '{}', '{}', '{}', '{}', false, '{}', '{}', '{x}', '{}', '{}',
     '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')`
-
-/** A transaction on `url` that ran `statement` and holds its locks until `release`. */
-async function holding(url: string, statement: string) {
-  const sql = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
-  let release!: () => void
-  const released = new Promise<void>((resolve) => (release = resolve))
-  let ran!: () => void
-  const hasRun = new Promise<void>((resolve) => (ran = resolve))
-  const done = sql
-    .begin(async (tx) => {
-      await tx.unsafe(statement)
-      ran()
-      await released
-    })
-    .finally(() => sql.end({ timeout: 1 }))
-  await hasRun
-  return async () => {
-    release()
-    await done
-  }
-}
 
 t.test('on a log from before it, the index is built in the background while the log is written', async (t) => {
   const { sql, url } = await freshDatabase(t, { migrated: false })

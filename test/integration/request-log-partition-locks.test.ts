@@ -19,25 +19,11 @@ import {
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { openStore } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
+import { holding } from '../helpers/held-transaction.js'
 import { until } from '../helpers/poll.js'
 
-/** A transaction that has read the log and holds its lock (and snapshot) until `release`. */
-async function readUnderWay(url: string) {
-  const sql = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
-  let release!: () => void
-  const released = new Promise<void>((resolve) => (release = resolve))
-  let reading!: () => void
-  const read = new Promise<void>((resolve) => (reading = resolve))
-  const done = sql
-    .begin(async (tx) => {
-      await tx`select count(*) from request_log_rows`
-      reading()
-      await released
-    })
-    .finally(() => sql.end({ timeout: 1 }))
-  await read
-  return { release, done }
-}
+/** A read of the log under way: it holds its lock (and snapshot) until released. */
+const readUnderWay = (url: string) => holding(url, 'select count(*) from request_log_rows')
 
 /** Whether `work` ends while the read under way still holds the table (given 10 s). */
 async function endsWhileHeld(work: Promise<unknown>) {
@@ -59,14 +45,13 @@ t.test('a partition is made and dropped while the log is read, and no read waits
   await ensurePartition(sql, today)
 
   // Made: the next day's partition, while a read holds the table.
-  let holder = await readUnderWay(url)
+  let release = await readUnderWay(url)
   const made = ensurePartition(sql, today + 1)
   await new Promise((resolve) => setTimeout(resolve, 200))
   const read = reader`select count(*) from request_log_rows`
   t.ok(await endsWhileHeld(read), 'a read that starts after the partition is asked for is answered')
   t.ok(await endsWhileHeld(made), 'the partition is made without waiting for the read under way')
-  holder.release()
-  await holder.done
+  await release()
   t.same(await partitionDays(sql), [today - 3, today, today + 1])
   const [row] = await sql<{ compression: string | null }[]>`
     select attcompression::text as compression from pg_attribute
@@ -91,13 +76,12 @@ t.test('a partition is made and dropped while the log is read, and no read waits
   t.equal((await sql<{ n: number }[]>`select count(*)::int as n from request_log_rows`)[0]!.n, 1, 'rows go into it')
 
   // Dropped: the oldest day, past a retention of two days, while a read holds the table.
-  holder = await readUnderWay(url)
+  release = await readUnderWay(url)
   const dropped = dropExpiredPartitions(sql, 2, Date.now())
   await new Promise((resolve) => setTimeout(resolve, 200))
   const readDuringDrop = reader`select count(*) from request_log_rows`
   t.ok(await endsWhileHeld(readDuringDrop), 'a read that starts after the drop is asked for is answered')
-  holder.release()
-  await holder.done
+  await release()
   t.same(await dropped, [today - 3], 'the expired day goes once the read under way ends')
   t.same(await partitionDays(sql), [today, today + 1])
   t.same(
@@ -117,7 +101,7 @@ t.test('a drop cut short is finished by the next sweep', async (t) => {
 
   // A detach stopped while it waited for a read (the gateway stopped, say): the partition is
   // left half detached. And a day detached whose drop did not come.
-  const holder = await readUnderWay(url)
+  const release = await readUnderWay(url)
   const detacher = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
   t.teardown(() => detacher.end({ timeout: 1 }))
   const [{ pid }] = (await detacher`select pg_backend_pid() as pid`) as unknown as [{ pid: number }]
@@ -133,8 +117,7 @@ t.test('a drop cut short is finished by the next sweep', async (t) => {
   })
   await sql`select pg_cancel_backend(${pid})`
   t.equal(await stopped, 'stopped')
-  holder.release()
-  await holder.done
+  await release()
   const [pending] = await sql<{ pending: boolean }[]>`
     select inhdetachpending as pending from pg_inherits where inhrelid = ${name(today - 5)}::regclass`
   t.equal(pending?.pending, true, 'half detached')
