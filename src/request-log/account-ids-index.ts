@@ -10,7 +10,7 @@
 // it, an attach makes it valid. Until then lookups read the old index, which is dropped once this
 // one is valid. An attach and the drop wait for no read for long (LOCK_WAIT_MS): what did not get
 // its lock is done at a later sweep. A partition made later (partitions.ts) gets the index as it
-// is attached; one past the retention is left to the sweep, which drops it.
+// is attached; one past the retention, or the next to pass it, is left to the sweep, which drops it.
 import type { Sql, Tx } from '../store/db.js'
 import { dayOfPartition } from './partitions.js'
 
@@ -57,8 +57,8 @@ export async function accountIdsIndexed(sql: Sql | Tx): Promise<boolean> {
 }
 
 /**
- * Builds the index on each partition kept (from `firstKeptDay` on) that lacks it, makes it valid,
- * then drops the old index. True once all of that is done; false when some of it is left for a
+ * Builds the index on each partition kept (after `firstKeptDay`, the next to expire) that lacks it,
+ * makes it valid, then drops the old index. True once all of that is done; false when some of it is left for a
  * later call (another replica builds; a lock was not to be had within LOCK_WAIT_MS; partitions past
  * the retention still lack it). `openOwnConnection`: a client of one connection (store/db.ts), which
  * holds the build's lock and builds `concurrently`; without one (the embedded database, which one
@@ -108,8 +108,10 @@ async function buildPartitions(sql: Sql, how: 'concurrently' | '', firstKeptDay:
       select from pg_index x join pg_inherits xi on xi.inhrelid = x.indexrelid
       where x.indrelid = c.oid and xi.inhparent = to_regclass(${ACCOUNT_IDS_INDEX}))
     order by c.relname`
-  // Past the retention: the sweep drops them; a build would hold up its detach.
-  const expired = partitions.filter(({ partition }) => (dayOfPartition(partition) ?? firstKeptDay) < firstKeptDay)
+  // Past the retention, or within a day of it: the sweep drops them. A build of one would hold up
+  // its detach (and the next day's attach behind it), which another replica's sweep may start at
+  // any time, and the two then deadlock.
+  const expired = partitions.filter(({ partition }) => (dayOfPartition(partition) ?? Infinity) <= firstKeptDay)
   for (const { partition, built } of partitions) {
     if (expired.some((table) => table.partition === partition)) continue
     const index = quoted(`${partition}_account_ids`)

@@ -79,6 +79,7 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
         return connection
       })
     const sweep = async () => {
+      if (closed) return
       try {
         writer.forgetDays(await dropExpiredPartitions(sql, retentionDays, clock()))
       } catch (err) {
@@ -92,6 +93,8 @@ export const requestLogPlugin = fp<RequestLogPluginOptions>(
       } catch (err) {
         if (!closed)
           app.log.warn({ err }, 'request log: building the index of client ids stopped; it goes on within the hour')
+      } finally {
+        indexConnections.clear() // the build ends each it opened
       }
     }
     let upkeep = Promise.resolve()

@@ -109,7 +109,9 @@ export async function nextRows(
  * LAST_WINDOW_TIMES × that, each holding at most as many of the account's rows (read from its
  * index alone, which holds each row's first time), while the page has time; past it, `lookedTo` is
  * the lowest seq looked at. Windows of seqs rather than of rows: a bound on the index's own
- * condition costs nothing a row, where counting rows cost half again as much as the walk.
+ * condition costs nothing a row, where counting rows cost half again as much as the walk. Each
+ * window begins at the account's newest row below the last: a quiet parent's rows far apart in
+ * the seqs of all parents are not looked for in empty windows.
  * Rows of a day after `until`'s are never looked at (their partitions are left out of the plan);
  * `windowWhere`, the same for `since`.
  */
@@ -125,29 +127,31 @@ export async function newestRowBefore(
   budget: ReadBudget,
 ): Promise<{ seq: string | null; lookedTo: string | null }> {
   const lastDay = new Date(Math.ceil(until.getTime() / DAY_MS) * DAY_MS)
-  // The account's newest and oldest rows that may be before `until`: where the windows begin and end.
-  const bound = (order: 'asc' | 'desc') => sql<{ seq: string }[]>`
-    select seq from request_log_rows r where account_id = ${accountId} and first_time < ${lastDay} ${windowWhere}
-      ${upTo === null ? sql`` : sql`and seq <= ${upTo}::int8`}
-    order by seq ${sql.unsafe(order)} limit 1`
-  const [newest] = await bound('desc')
-  if (newest === undefined) return { seq: null, lookedTo: null }
-  let oldest: bigint | null = null
-  let high = BigInt(newest.seq)
+  // The account's newest row at or below `seq` that may be before `until`: where a window begins.
+  const newestFrom = async (seq: string | null) =>
+    (
+      await sql<{ seq: string }[]>`
+        select seq from request_log_rows r where account_id = ${accountId} and first_time < ${lastDay} ${windowWhere}
+          ${seq === null ? sql`` : sql`and seq <= ${seq}::int8`}
+        order by seq desc limit 1`
+    )[0]?.seq
+  let newest = await newestFrom(upTo)
   const firstSpan = BigInt(walkedRows * 16)
   const lastSpan = firstSpan * BigInt(LAST_WINDOW_TIMES)
-  for (let span = firstSpan; ; span = span < lastSpan ? span * 4n : span) {
+  for (let span = firstSpan; newest !== undefined; span = span < lastSpan ? span * 4n : span) {
+    const high = BigInt(newest)
     const low = high - span + 1n
     const [found] = await sql<{ seq: string }[]>`
       select seq from request_log_rows r where account_id = ${accountId} and first_time < ${until} ${windowWhere}
         and seq between ${low.toString()}::int8 and ${high.toString()}::int8
       order by seq desc limit 1`
     if (found !== undefined) return { seq: found.seq, lookedTo: null }
-    oldest ??= BigInt((await bound('asc'))[0]?.seq ?? newest.seq)
-    if (low <= oldest) return { seq: null, lookedTo: null }
-    if (Date.now() >= budget.until) return { seq: null, lookedTo: low.toString() }
-    high = low - 1n
+    // The next window begins at the account's next row: the seqs between are other parents'.
+    newest = await newestFrom((low - 1n).toString())
+    if (newest !== undefined && Date.now() >= budget.until)
+      return { seq: null, lookedTo: (BigInt(newest) + 1n).toString() }
   }
+  return { seq: null, lookedTo: null }
 }
 
 /**

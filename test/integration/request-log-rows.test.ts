@@ -650,6 +650,23 @@ t.test('rows begun after `until` are counted in windows, and a page past its tim
   t.same([atOnce.map((row) => row.path), fewer], [early, 1], 'with the time to count them, on the first page')
 })
 
+// A quiet parent's rows lie far apart among everyone's seqs: its windows begin at its own next row,
+// rather than walking the others' seqs window by window (a second at a gap of 10⁹, in a review).
+t.test("before `until`, a quiet parent's windows skip the seqs of other parents' rows", async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [mine] = ACCOUNTS as [string]
+  await seedRows(sql, mine, 1, '/early', { at: "now() - interval '2 hours'" })
+  await sql.unsafe('alter table request_log_rows alter column seq restart with 1000000000')
+  await seedRows(sql, mine, 50, '/api')
+  const before = { ...NO_FILTER, until: new Date(Date.now() - 3_600_000), limit: 21 }
+  // Windows of 160 seqs to 10,240: walked down a gap of 10⁹, they would take a hundred thousand.
+  const { seen, pages } = await allPages(sql, mine, before, 20, { walkedRows: 10 })
+  t.same([seen.map((row) => row.path), pages], [['/early/1'], 1], 'on the first page')
+})
+
 t.test("a page reads as many pages whatever other parents' rows hold", async (t) => {
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
