@@ -104,6 +104,9 @@ export async function readSettings(tx: Tx, statementTimeoutMs: number | undefine
   await tx.unsafe(`set local plan_cache_mode = force_custom_plan${timeout}`)
 }
 
+/** The cursor of a page that ended short at row `seq`: position 0, the whole row done. */
+const beforeRowCursor = (seq: string) => (BigInt(seq) * BigInt(POSITIONS_PER_ROW)).toString()
+
 async function pageOf(
   sql: Tx,
   accountId: string,
@@ -129,8 +132,7 @@ async function pageOf(
       { until: f.until, windowWhere, upTo: beforeRow, walkedRows },
       budget,
     )
-    if (newest.lookedTo !== null)
-      return { records, resumeBefore: (BigInt(newest.lookedTo) * BigInt(POSITIONS_PER_ROW)).toString() }
+    if (newest.lookedTo !== null) return { records, resumeBefore: beforeRowCursor(newest.lookedTo) }
     if (newest.seq === null) return whole()
     beforeRow = newest.seq
   }
@@ -143,7 +145,7 @@ async function pageOf(
   for (let size = FIRST_ROUND_ROWS; ; size = Math.min(LAST_ROUND_ROWS, size * 4)) {
     const wanted = Math.max(size, f.limit)
     if (found.length === 0) {
-      if (lookedTo !== null) return { records, resumeBefore: (BigInt(lookedTo) * BigInt(POSITIONS_PER_ROW)).toString() }
+      if (lookedTo !== null) return { records, resumeBefore: beforeRowCursor(lookedTo) }
       if (!more) return whole()
       const next = await nextRows(sql, accountId, { ...rowConditions, beforeRow, wanted, walkedRows }, budget)
       lookedTo = next.lookedTo
@@ -170,7 +172,6 @@ async function pageOf(
     )
     if (records.length >= f.limit) return whole()
     const spent = rowsRead >= budget.rows || Date.now() >= budget.until
-    if (spent && (found.length > 0 || more))
-      return { records, resumeBefore: (BigInt(rows[rows.length - 1]!) * BigInt(POSITIONS_PER_ROW)).toString() }
+    if (spent && (found.length > 0 || more)) return { records, resumeBefore: beforeRowCursor(rows[rows.length - 1]!) }
   }
 }
