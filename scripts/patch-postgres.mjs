@@ -3,7 +3,9 @@
 // reaches `socket.write` on a null socket in a setImmediate, an uncaught TypeError that ends the
 // process; and a teardown leaves the write timer set, so that the connection never writes again.
 // Here the write settles the pending queries with CONNECTION_CLOSED instead, and teardown resets
-// the timer (as the upstream pull requests #1209 and LanternOps/breeze#3225 do). Run by
+// the timer (as the upstream pull requests #1209 and LanternOps/breeze#3225 do). And a query
+// handed to a connection between its socket's error and its close (a turn of the event loop) was
+// settled by neither: the close settles what is left whether or not an error came first. Run by
 // `postinstall` and by the Dockerfile after its `npm ci --ignore-scripts`; idempotent. Plain
 // JavaScript: the image's production install has no TypeScript runner. docs/decisions.md.
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -37,6 +39,11 @@ const EDITS = [
     if (socket) {`,
   ],
   [
+    "closed's pending queries",
+    `    !hadError && (query || sent.length) && error(`,
+    `    if (query || sent.length) ${MARK} error(`,
+  ],
+  [
     "closed's write timer",
     `    clearImmediate(nextWriteTimer)
     socket.removeListener('data', data)`,
@@ -65,12 +72,13 @@ if (version !== PATCHED_VERSION)
 
 for (const copy of ['src', 'cjs/src', 'cf/src']) {
   const file = `${root}${copy}/connection.js`
-  let text = readFileSync(file, 'utf8')
-  if (text.includes(MARK)) continue
+  const original = readFileSync(file, 'utf8')
+  let text = original
   for (const [what, before, after] of EDITS) {
+    if (text.includes(after)) continue // mended by an earlier run (one that may have had fewer edits)
     const at = text.indexOf(before)
     if (at === -1 || text.indexOf(before, at + 1) !== -1) fail(`${copy}/connection.js: ${what} not found once`)
     text = text.slice(0, at) + after + text.slice(at + before.length)
   }
-  writeFileSync(file, text)
+  if (text !== original) writeFileSync(file, text)
 }
