@@ -4,7 +4,7 @@
 // the portal's into test-artifacts/portal/ (docs/portal.md).
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import AxeBuilder from '@axe-core/playwright'
+import { AxeBuilder } from '@axe-core/playwright'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import type { TestLike } from './test-like.js'
 
