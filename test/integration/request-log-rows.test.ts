@@ -627,6 +627,8 @@ t.test('rows begun after `until` are counted in windows, and a page past its tim
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
   await ensureRequestLogTable(sql)
+  // Two hours ago is yesterday in the first two hours of a UTC day.
+  await ensurePartition(sql, dayOf(Date.now() - 2 * 3_600_000))
   await ensurePartition(sql, dayOf(Date.now()))
   const [mine] = ACCOUNTS as [string]
   await seedRows(sql, mine, 5, '/early', { at: "now() - interval '2 hours'" })
@@ -656,6 +658,8 @@ t.test("before `until`, a quiet parent's windows skip the seqs of other parents'
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
   await ensureRequestLogTable(sql)
+  // Two hours ago is yesterday in the first two hours of a UTC day.
+  await ensurePartition(sql, dayOf(Date.now() - 2 * 3_600_000))
   await ensurePartition(sql, dayOf(Date.now()))
   const [mine] = ACCOUNTS as [string]
   await seedRows(sql, mine, 1, '/early', { at: "now() - interval '2 hours'" })
