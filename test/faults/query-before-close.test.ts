@@ -36,23 +36,20 @@ t.test('a query made between a reset and the close is refused, not lost', async 
   t.same(await pool`select 1 as one`, [{ one: 1 }], 'the pool works through the relay')
   if (socket === null) throw new Error('the pool made no socket')
 
-  let between: Promise<string> | null = null
-  ;(socket as Socket).once('error', () => {
-    // postgres.js has heard the reset; its close comes in a later turn.
-    between = pool`select 2 as two`.then(
-      () => 'answered',
-      (err: { code?: string }) => String(err.code),
-    )
-  })
-  await relay.cut('rst')
-  const outcome = await orTimeout(
-    (async () => {
-      while (between === null) await new Promise((resolve) => setTimeout(resolve, 5))
-      return between
-    })(),
-    5_000,
-    'never settled',
+  const made = socket as Socket
+  // Made once postgres.js has heard the reset: its close comes in a later turn.
+  const between = new Promise<string>((resolve) =>
+    made.once('error', () =>
+      resolve(
+        pool`select 2 as two`.then(
+          () => 'answered',
+          (err: { code?: string }) => String(err.code),
+        ),
+      ),
+    ),
   )
+  await relay.cut('rst')
+  const outcome = await orTimeout(between, 5_000, 'never settled')
   t.equal(outcome, 'CONNECTION_CLOSED', 'the query is refused as its connection closes')
   t.same(crashes, [], 'nothing escaped to the process')
 
