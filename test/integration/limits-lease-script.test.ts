@@ -88,6 +88,9 @@ t.test("a lease call answered while this process was stalled past the call's dea
   t.equal((answer as { granted: number }).granted, 10)
   // A Redis that does answer late still fails the call, at its deadline.
   const blocker = redisClient(t)
+  // Connected first: under load its connection and ready check took longer than the 20 ms below,
+  // and the call then went to a Redis not yet busy.
+  await blocker.ping()
   const blocked = blocker.eval(
     "local s = redis.call('TIME') local n repeat n = redis.call('TIME') until (n[1] - s[1]) * 1000000 + n[2] - s[2] >= 200000 return 1",
     0,
