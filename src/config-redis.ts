@@ -6,6 +6,18 @@ import type { HostPort, RedisCredentials, RedisTarget } from './cache/redis-topo
 import { ConfigError, type Env, parseUrl, read } from './config-readers.js'
 
 /**
+ * Neither form of REDIS_URL may carry a query string or a fragment: ioredis would take options from
+ * the query (`?password=`, `?db=`) past every check here. Never echo the value: it may hold a password.
+ */
+function refuseQueryOrFragment(raw: string): void {
+  if (/[?#]/.test(raw))
+    throw new ConfigError(
+      'REDIS_URL',
+      'must not have a query string or a fragment (?…, #…): give the password as redis://:password@host:6379/0, with any ? or # in it written %3F or %23',
+    )
+}
+
+/**
  * A Redis URL whose path, if any, is a database number (`/0`…`/15` on a default server): ioredis
  * would take `/abc` or `/1x` for database 0 without a word. Whether the server has that database is
  * asked at start (cache/redis-connection.ts).
@@ -13,6 +25,7 @@ import { ConfigError, type Env, parseUrl, read } from './config-readers.js'
 function parseRedisUrl(env: Env): string | undefined {
   const raw = parseUrl(env, 'REDIS_URL', ['redis:', 'rediss:'])
   if (raw === undefined) return undefined
+  refuseQueryOrFragment(raw)
   const path = new URL(raw).pathname
   if (path !== '' && path !== '/' && !/^\/\d{1,5}$/.test(path))
     throw new ConfigError('REDIS_URL', 'may end with a database number only (redis://host:6379/0), not another path')
@@ -45,6 +58,7 @@ function parseHostPorts(env: Env, name: string, what: string): HostPort[] | unde
 function parseRedisCredentials(env: Env, alongside: string, database: boolean): RedisCredentials {
   const raw = read(env, 'REDIS_URL')
   if (raw === undefined) return {}
+  refuseQueryOrFragment(raw)
   const match = /^(rediss?):\/\/(?:([^:@/]*)(?::([^@/]*))?@)?(?:\/(\d{0,5}))?$/.exec(raw)
   if (match === null)
     // Never echo the value: it may carry a password.

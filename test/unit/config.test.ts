@@ -77,6 +77,11 @@ t.test('a bad value is one line that names the variable', async (t) => {
     [{ REDIS_URL: 'redis://r:6379/1x' }, 'REDIS_URL'],
     [{ REDIS_URL: 'redis://r:6379/1/2' }, 'REDIS_URL'],
     [{ REDIS_URL: 'redis://r:6379/-1' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://r:6379/3?password=hunter2' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://r:6379?db=3' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://r:6379/3?' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://r:6379/3#x' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'rediss://:pw@r/?tls=false' }, 'REDIS_URL'],
     [{ UPSTREAM_URL: 'ftp://u' }, 'UPSTREAM_URL'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
     [{ MAX_CONNECTIONS: '0' }, 'MAX_CONNECTIONS'],
@@ -251,6 +256,17 @@ t.test('Redis topologies: each mistake names its variable and says what to do', 
       'REDIS_URL',
       /only credentials when REDIS_CLUSTER_NODES is set/,
     ],
+    [{ REDIS_URL: 'redis://r:6379/3?password=pw' }, 'REDIS_URL', /must not have a query string or a fragment/],
+    [
+      { REDIS_SENTINELS: 's:1', REDIS_SENTINEL_NAME: 'm', REDIS_URL: 'redis://:pw@/3?password=pw' },
+      'REDIS_URL',
+      /must not have a query string or a fragment/,
+    ],
+    [
+      { REDIS_CLUSTER_NODES: 'c:7000', REDIS_URL: 'redis://:pw@#x' },
+      'REDIS_URL',
+      /must not have a query string or a fragment/,
+    ],
   ]
   for (const [env, variable, message] of cases) {
     t.throws(
@@ -264,5 +280,10 @@ t.test('Redis topologies: each mistake names its variable and says what to do', 
       loadConfig({ REDIS_SENTINELS: 's:1', REDIS_SENTINEL_NAME: 'm', REDIS_URL: 'redis://:hunter2@redis:6379' }, ROOT),
     { message: /^(?!.*hunter2)/ },
     'the password is never echoed',
+  )
+  t.throws(
+    () => loadConfig({ REDIS_URL: 'redis://r:6379/3?password=hunter2' }, ROOT),
+    { message: /^(?!.*hunter2)/ },
+    'nor the query that holds one',
   )
 })
