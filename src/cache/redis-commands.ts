@@ -1,5 +1,6 @@
 // The Redis tier's own commands: the connection the read path uses, the conditional store of a
 // value read from Postgres (docs/architecture.md, caches), and readiness's PING.
+import { Command } from 'ioredis'
 import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
 
@@ -61,16 +62,24 @@ export async function withinMs<T>(command: Promise<T>, ms: number): Promise<T> {
   }
 }
 
-/** 'ok' when Redis answers PING within `timeoutMs`, else 'down' (for readiness). */
+/**
+ * 'ok' when Redis answers PING within `timeoutMs`, else 'down' (for readiness). The PING has that
+ * bound of its own: the connection's command timeout (50 ms, for the request path) would read a
+ * loaded but healthy Redis as down. ioredis gives a command the connection's timeout only when it
+ * has none yet (Command.setTimeout).
+ */
 export async function pingWithin(redis: RedisClient, timeoutMs: number): Promise<'ok' | 'down'> {
   if (redis.status !== 'ready') return 'down'
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<'down'>((resolve) => {
     timer = setTimeout(() => resolve('down'), timeoutMs)
   })
+  const ping = new Command('ping', [])
+  ping.setTimeout(timeoutMs)
+  redis.sendCommand(ping)
   try {
     return await Promise.race([
-      redis.ping().then(
+      ping.promise.then(
         () => 'ok' as const,
         () => 'down' as const,
       ),
