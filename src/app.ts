@@ -252,6 +252,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const webSockets = routes.some((route) => route.websocket !== null)
     ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
     : null
+      lookupCounts: {
+        query: () => app.metrics.cache.storeLookups.postgres.inc(),
+        credentials: (n) => app.metrics.cache.postgresPortalCredentials.inc(n),
+      },
   if (webSockets !== null) {
     // Revocation reaches open sockets through the bus that clears the caches (proxy/websocket/revocation.ts).
     cache.onEvict(webSockets.evicted)

@@ -1,6 +1,6 @@
 // The tenancy lookups' metrics (docs/operations.md): which cache tier answered, what went on to
 // Postgres, and the Redis connections and masters the cache uses. Here rather than in
-// ops/metrics.ts, as limits/ keeps its own: the cache, the key batcher and the token endpoint feed them.
+// ops/metrics.ts, as limits/ keeps its own: the cache, the key batcher, the token endpoint and the portal feed them.
 import { Counter, Gauge, type Registry } from 'prom-client'
 import type { LatencySeries } from '../ops/fast-metrics.js'
 
@@ -14,6 +14,8 @@ export interface CacheMetrics {
   readonly postgresKeyDigests: Counter
   /** Client ids the token endpoint's paced Postgres queries asked for. */
   readonly postgresClientIds: Counter
+  /** Portal credentials (session tokens, cookies, link tokens) the portal's paced Postgres queries asked for. */
+  readonly postgresPortalCredentials: Counter
   readonly cacheHits: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   readonly cacheMisses: { readonly local: Counter.Internal; readonly redis: Counter.Internal }
   /** Background refreshes started for in-process entries in use, failed ones included (cache/tiered.ts). */
@@ -71,6 +73,11 @@ export function cacheMetrics(registers: Registry[]): Omit<CacheMetrics, 'lookupW
     postgresClientIds: new Counter({
       name: 'tgw_postgres_client_ids_total',
       help: 'Client ids of token requests looked up in Postgres; several share one query under load (tgw_store_lookups_total{tier="postgres"})',
+      registers,
+    }),
+    postgresPortalCredentials: new Counter({
+      name: 'tgw_postgres_portal_credentials_total',
+      help: 'Portal session tokens, cookies and link tokens looked up in Postgres; several share one query under load (tgw_store_lookups_total{tier="postgres"})',
       registers,
     }),
     cacheHits: { local: cacheHits.labels('local'), redis: cacheHits.labels('redis') },

@@ -104,7 +104,7 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     return { account: { ...presentAccount(changed.account), allowed_scopes: changed.list } }
   },
 
-  // Read from Postgres when a portal page is loaded: no cache to tell.
+  // Read from Postgres at each exchange of a portal link: no cache to tell.
   'accounts portal-origins': async (sql, options) => {
     const accountId = uuid(options, 'account')
     const origins = portalOriginsOption(options)
@@ -132,7 +132,9 @@ function portalOriginsOption(options: Options): string[] | null {
   const origins = given.map((text) => {
     const origin = httpsOrigin(text)
     if (origin === null)
-      throw new UsageError(`--origins: "${text}" is not an https origin (https://host or https://host:port, no path)`)
+      throw new UsageError(
+        `--origins: ${JSON.stringify(text)} is not an https origin: give https://host or https://host:port, the host in letters, digits, hyphens and dots, with no path and no other character`,
+      )
     return origin
   })
   return [...new Set(origins)]

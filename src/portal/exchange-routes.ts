@@ -1,22 +1,35 @@
 // The portal's session (docs/api.md, Portal sessions): the page exchanges the link's one-time
 // token for the session's credential, once, and asks what its session may do. The token comes in
-// the body (never in a URL: it would reach logs and Referer headers).
+// the body (never in a URL: it would reach logs and Referer headers). A framed page names the
+// origins that frame it, and gets a session only when the link's parent lets each of them embed
+// the portal; the answer carries that parent's origins (docs/decisions.md, Portal sessions).
 import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
-import { ApiError } from '../errors.js'
+import { ApiError, validationFailed } from '../errors.js'
 import type { ManagementApp } from '../management/common.js'
 import type { Sql } from '../store/db.js'
 import { exchangePortalToken, type PortalSessionRow } from '../store/portal-sessions.js'
 import { getTenant } from '../store/tenants.js'
+import type { PortalCredentialLookups, PortalLink } from './credential-lookups.js'
 import { digest, generateSessionSecret, isWellFormedLinkToken } from './credentials.js'
 import { PORTAL_PREFIX } from './paths.js'
 import { SESSION_COOKIE, sessionAuth, sessionOf } from './session-auth.js'
+
+/** The most frames a page may sit in: more is no embedding a parent would make. */
+const ANCESTORS_MAX = 16
 
 const ExchangeBody = Type.Object(
   {
     token: Type.String({ minLength: 1, maxLength: 200, description: "the fragment of the portal link, without '#'" }),
     embedded: Type.Optional(
       Type.Boolean({ description: 'true: answer the session token in the body (held in memory) instead of a cookie' }),
+    ),
+    ancestor_origins: Type.Optional(
+      Type.Array(Type.String({ maxLength: 300 }), {
+        maxItems: ANCESTORS_MAX,
+        description:
+          'with embedded: the origins of the pages that frame the portal, nearest first (location.ancestorOrigins)',
+      }),
     ),
   },
   { additionalProperties: false },
@@ -33,6 +46,9 @@ const SessionInfo = Type.Object(
     expires_at: Type.String(),
     return_url: Type.Union([Type.String(), Type.Null()]),
     session_token: Type.Optional(Type.String()),
+    frame_ancestors: Type.Optional(
+      Type.Array(Type.String(), { description: "the origins the link's parent lets embed the portal" }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -56,23 +72,58 @@ async function sessionInfo(sql: Sql, session: PortalSessionRow) {
 const isHttps = (request: FastifyRequest, issuerUrl: string) =>
   request.protocol === 'https' || issuerUrl.startsWith('https:')
 
-export function registerExchangeRoutes(app: ManagementApp, sql: Sql, issuerUrl: string): void {
+const shown = (origin: string) => JSON.stringify(origin.length > 80 ? `${origin.slice(0, 80)}…` : origin)
+
+/**
+ * A framed page gets a session only when every page framing it is of an origin the link's parent
+ * lists (the frame-ancestors rule, applied before the link is taken): else 403, the link kept.
+ */
+function requireAllowedAncestors(link: PortalLink, ancestors: readonly string[] | undefined): void {
+  if (ancestors === undefined || ancestors.length === 0)
+    throw new ApiError(
+      'insufficient_scope',
+      'the portal page could not tell which site frames it, so it cannot open a session there: open the portal link in a window of its own',
+    )
+  const allowed = link.portalOrigins ?? []
+  const stranger = ancestors.find((origin) => !allowed.includes(origin))
+  if (stranger !== undefined)
+    throw new ApiError(
+      'insufficient_scope',
+      `this portal link may not be used in a page of ${shown(stranger)}: the provider does not let that site embed its portal; open the link in a window of its own`,
+    )
+}
+
+export function registerExchangeRoutes(
+  app: ManagementApp,
+  sql: Sql,
+  lookups: PortalCredentialLookups,
+  issuerUrl: string,
+): void {
   const hidden = { hide: true }
   app.post(
     '/session',
     { schema: { ...hidden, body: ExchangeBody, response: { 201: SessionInfo } } },
     async (request, reply) => {
-      const { token, embedded = false } = request.body
+      const { token, embedded = false, ancestor_origins: ancestors } = request.body
       // Only the portal's own page exchanges a link: a browser that says another site sent the
       // request (a login CSRF, planting the attacker's session) is refused.
       const site = request.headers['sec-fetch-site']
       if (site !== undefined && site !== 'same-origin' && site !== 'none')
         throw new ApiError('insufficient_scope', 'a portal link is exchanged by the portal page only')
+      if (ancestors !== undefined && !embedded)
+        throw validationFailed([
+          { path: '/ancestor_origins', message: 'goes with "embedded": true, from a framed page only' },
+        ])
       if (!isWellFormedLinkToken(token)) throw new ApiError('unauthenticated', USED)
+      const tokenDigest = digest(token)
+      // Looked up in a paced query first: a made-up link costs no statement of its own.
+      const link = await lookups.link(tokenDigest)
+      if (link === null) throw new ApiError('unauthenticated', USED)
+      if (embedded) requireAllowedAncestors(link, ancestors)
       const { secret, secretDigest } = generateSessionSecret()
-      const session = await exchangePortalToken(sql, digest(token), secretDigest)
+      const session = await exchangePortalToken(sql, tokenDigest, secretDigest)
       if (session === null) throw new ApiError('unauthenticated', USED)
-      const info = await sessionInfo(sql, session)
+      const info = { ...(await sessionInfo(sql, session)), frame_ancestors: link.portalOrigins ?? [] }
       reply.code(201).header('cache-control', 'no-store')
       // Embedded in the parent's page, the portal is a third-party frame: a SameSite=Strict cookie
       // would never come back, so the page holds the token in memory instead (docs/decisions.md).
@@ -93,7 +144,7 @@ export function registerExchangeRoutes(app: ManagementApp, sql: Sql, issuerUrl: 
 
   app.get(
     '/session',
-    { schema: { ...hidden, response: { 200: SessionInfo } }, onRequest: sessionAuth(sql) },
+    { schema: { ...hidden, response: { 200: SessionInfo } }, onRequest: sessionAuth(lookups) },
     async (request, reply) => {
       reply.header('cache-control', 'no-store')
       return sessionInfo(sql, sessionOf(request))

@@ -1,11 +1,12 @@
 // The sub-account portal (docs/api.md, Portal sessions; docs/portal.md): its page at /portal/, its
 // script and stylesheet under /portal/assets, and its API under /portal/api, served with the
-// console (CONSOLE=on). The page's Content-Security-Policy is the
-// console's, but for `frame-ancestors`: the embedding page's origin, named by its Referer, when a
-// parent allows it (portal_origins, set by the operator), `'none'` otherwise: the link's token is
-// in the fragment, which never reaches the gateway (links of the earlier shape name their session).
+// console (CONSOLE=on). The page's Content-Security-Policy is the console's, `frame-ancestors`
+// included ('none'), but for a browser loading it into a frame: then any https page may show it,
+// since the document is served before anyone knows whose link it holds (the token is in the
+// fragment), and the exchange gives a session only in a page framed by the link's parent's
+// `portal_origins` (exchange-routes.ts). Nothing a request says (Referer, query) changes the policy.
 import type { Alerts } from '../alerts/plugin.js'
-import type { FastifyPluginAsync, FastifyReply } from 'fastify'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { type Asset, type ConsoleAssets, portalAssets, served } from '../console/assets.js'
 import { routeNotFound } from '../errors.js'
@@ -15,13 +16,12 @@ import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
 import { managementRate } from '../limits/management-rate.js'
 import { CONSOLE_CSP, redirectToPage, sendCached } from '../console/plugin.js'
-import { type Sql, withDeadline } from '../store/db.js'
-import { isPortalOrigin, portalOriginsOfSession } from '../store/portal-sessions.js'
+import type { Sql } from '../store/db.js'
 import { cursorSecret } from '../store/secrets.js'
-import { isUuid } from '../tenancy/identifiers.js'
-import { addManagementDeadline, MANAGEMENT_DEADLINE_MS } from '../management/hooks.js'
+import { addManagementDeadline } from '../management/hooks.js'
 import { Cursors } from '../management/paging.js'
 import { registerPortalApiRoutes } from './api-routes.js'
+import { type PortalLookupCounts, PortalCredentialLookups } from './credential-lookups.js'
 import { registerExchangeRoutes } from './exchange-routes.js'
 import { portalPage } from './page.js'
 import { PORTAL_API, PORTAL_ASSETS, PORTAL_PREFIX } from './paths.js'
@@ -42,40 +42,26 @@ export interface PortalOptions {
   rate: Rate
   /** Where the page's script and stylesheet come from (default: prebuilt, else bundled once per process). */
   assets?: () => Promise<ConsoleAssets>
+  /** What the credential lookups send to Postgres (the metrics). */
+  lookupCounts?: PortalLookupCounts
 }
 
-/** The console's policy with the parent's embedders as `frame-ancestors` (each a checked https origin). */
-export function portalCsp(origins: readonly string[] | null): string {
-  const ancestors = origins === null || origins.length === 0 ? "'none'" : origins.join(' ')
+/** The console's policy with `frame-ancestors` these sources (none: 'none'). */
+export function portalCsp(sources: readonly string[] | null): string {
+  const ancestors = sources === null || sources.length === 0 ? "'none'" : sources.join(' ')
   return CONSOLE_CSP.replace("frame-ancestors 'none'", `frame-ancestors ${ancestors}`)
 }
 
 /**
- * The https origin of the page that frames the portal, from its Referer; null for none. The link
- * (`/portal/#<token>`) names no session the server can see: a frame's request names its embedder
- * only by Referer, which browsers send cross-origin as the origin alone unless the embedder
- * forbids it (docs/api.md, Portal sessions).
+ * Who may frame the page: no one, unless the browser says it loads it into a frame (Fetch
+ * Metadata, which no page can set); then any https page, because the response cannot know the
+ * link's parent. The frame's page gets no session unless its ancestors are that parent's.
  */
-function embedderOf(referer: string | undefined): string | null {
-  if (referer === undefined || !referer.startsWith('https://')) return null
-  try {
-    const origin = new URL(referer).origin
-    return origin === 'null' ? null : origin
-  } catch {
-    return null
-  }
-}
-
-/**
- * The origins that may frame the page: a link of the earlier shape names its session in the query,
- * whose parent's portal origins may; else the embedder its Referer names, if an active parent
- * lists it. Null: none may.
- */
-async function allowedAncestors(sql: Sql, session: unknown, referer: string | undefined): Promise<string[] | null> {
-  if (typeof session === 'string' && isUuid(session)) return portalOriginsOfSession(sql, session)
-  const embedder = embedderOf(referer)
-  if (embedder === null) return null
-  return (await isPortalOrigin(sql, embedder)) ? [embedder] : null
+const PAGE_CSP = portalCsp(null)
+const FRAMED_PAGE_CSP = portalCsp(['https:'])
+const pageCsp = (request: FastifyRequest) => {
+  const destination = request.headers['sec-fetch-dest']
+  return destination === 'iframe' || destination === 'frame' ? FRAMED_PAGE_CSP : PAGE_CSP
 }
 
 function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
@@ -87,6 +73,7 @@ function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
 
 export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
   const { sql } = options
+  const lookups = new PortalCredentialLookups(sql, options.lookupCounts ? { counts: options.lookupCounts } : {})
   const assets = options.assets ?? portalAssets
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   app.decorateRequest('portalSession', null)
@@ -97,21 +84,11 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
     return page
   }
 
-  app.get<{ Querystring: { session?: unknown } }>(
-    `${PORTAL_PREFIX}/`,
-    { schema: { hide: true } },
-    async (request, reply) => {
-      // Postgres slow or away: the page still loads, and no one may frame it (the safe side).
-      const origins = await withDeadline(
-        allowedAncestors(sql, request.query.session, request.headers.referer),
-        MANAGEMENT_DEADLINE_MS,
-      ).catch(() => null)
-      // Framed by the parent's pages only; revalidated on every load, never stored elsewhere.
-      const { body, gzip, etag } = pageFor(await assets())
-      secureHeaders(reply, portalCsp(origins)).type('text/html; charset=utf-8').header('cache-control', 'no-store')
-      return sendCached(request, reply, body, gzip, etag)
-    },
-  )
+  app.get(`${PORTAL_PREFIX}/`, { schema: { hide: true } }, async (request, reply) => {
+    const { body, gzip, etag } = pageFor(await assets())
+    secureHeaders(reply, pageCsp(request)).type('text/html; charset=utf-8').header('cache-control', 'no-store') // no cache keeps it: the policy depends on Sec-Fetch-Dest
+    return sendCached(request, reply, body, gzip, etag)
+  })
 
   // The script and stylesheet: named by their hashes, cached for good; never framed themselves.
   app.get<{ Params: { name: string } }>(
@@ -144,10 +121,10 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
       typed.addHook('onRequest', async (_request, reply) => {
         secureHeaders(reply, portalCsp(null)).header('cache-control', 'no-store')
       })
-      registerExchangeRoutes(typed, sql, options.issuerUrl)
+      registerExchangeRoutes(typed, sql, lookups, options.issuerUrl)
       await typed.register(async (authed) => {
         const withSession = authed.withTypeProvider<TypeBoxTypeProvider>()
-        withSession.addHook('onRequest', sessionAuth(sql))
+        withSession.addHook('onRequest', sessionAuth(lookups))
         withSession.addHook(
           'onRequest',
           managementRate(options.limiter, options.rate, (r) => sessionOf(r).account_id),

@@ -2,14 +2,15 @@
 // Its credential comes as the session cookie (the page at /portal/) or as a bearer (the page
 // embedded in the parent's site, where a SameSite=Strict cookie is never sent). API keys and
 // access tokens are refused here, as the session's credential is refused by /v1 and the proxy
-// (its shape is not a key's, nor a token's). Every call reads Postgres: a session ends at once,
-// on every replica, at DELETE, at its expiry, and when its sub-account is deactivated
-// (docs/decisions.md, Portal sessions: why no cache).
+// (its shape is not a key's, nor a token's). Every call reads Postgres, in a paced query shared
+// with the lookups waiting with it (credential-lookups.ts), so that forged credentials cannot
+// drive Postgres at their own rate: a session ends at once, on every replica, at DELETE, at its
+// expiry, and when its sub-account is deactivated (docs/decisions.md, Portal sessions: why no cache).
 import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.js'
 import type { PortalPermission } from '../management/portal-session-schemas.js'
-import type { Sql } from '../store/db.js'
-import { openSessionBySecret, type PortalSessionRow } from '../store/portal-sessions.js'
+import type { PortalSessionRow } from '../store/portal-sessions.js'
+import type { PortalCredentialLookups } from './credential-lookups.js'
 import { digest, isWellFormedSessionSecret } from './credentials.js'
 
 /** The session cookie: HttpOnly, SameSite=Strict, Path=/portal/ (exchange-routes.ts sets it). */
@@ -49,7 +50,7 @@ const ENDED =
   'the portal session has ended (it expired, was ended by your provider, or the account was deactivated): ask your provider for a new portal link'
 
 /** Finds the request's open session, or throws 401 (none, malformed, ended) or 403 (a cross-site cookie). */
-export function sessionAuth(sql: Sql) {
+export function sessionAuth(lookups: PortalCredentialLookups) {
   return async (request: FastifyRequest): Promise<void> => {
     const credential = credentialOf(request)
     if (credential === null)
@@ -61,7 +62,7 @@ export function sessionAuth(sql: Sql) {
     const site = request.headers['sec-fetch-site']
     if (credential.via === 'cookie' && site !== undefined && site !== 'same-origin' && site !== 'none')
       throw new ApiError('insufficient_scope', 'the portal session cookie is accepted from the portal page only')
-    const session = await openSessionBySecret(sql, digest(credential.secret))
+    const session = await lookups.session(digest(credential.secret))
     if (session === null) throw new ApiError('unauthenticated', ENDED)
     request.portalSession = session
   }

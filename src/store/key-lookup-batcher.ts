@@ -1,4 +1,5 @@
-// Key lookups to Postgres, coalesced and paced (docs/architecture.md, caches; docs/decisions.md).
+// Key lookups to Postgres, coalesced and paced (docs/architecture.md, caches; docs/decisions.md);
+// also those of client ids (oauth/client-lookups.ts) and portal credentials (portal/credential-lookups.ts).
 // The key checksum is public, so a random well-formed key costs an attacker nothing: one query
 // per key would let one client drive Postgres at its own rate. Here the digests waiting for
 // Postgres go out together in one query, one query at a time, and query starts are paced: up to
@@ -68,6 +69,8 @@ export interface KeyLookupBatcherOptions {
   /** Called as each query starts, with how many digests it asks for (the metrics). */
   onQuery?: (digests: number) => void
   clock?: BatchClock
+  /** The 503's detail for a lookup that waited past its deadline for its turn; names what was looked up. */
+  busyDetail?: string
 }
 
 export class KeyLookupBatcher<Row> {
@@ -137,7 +140,9 @@ export class KeyLookupBatcher<Row> {
     }
     pending.waiters.splice(index, 1)
     if (pending.waiters.length === 0) this.pending.delete(hex)
-    waiter.reject(new ApiError('store_unavailable', 'the key could not be looked up in time; try again'))
+    waiter.reject(
+      new ApiError('store_unavailable', this.options.busyDetail ?? 'the key could not be looked up in time; try again'),
+    )
   }
 
   /** How many digests wait for a query (not those of the query in flight). */

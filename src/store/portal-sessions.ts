@@ -100,28 +100,42 @@ export async function exchangePortalToken(
   return row ?? null
 }
 
-/** An open session by its credential's digest, with its sub-account active; null otherwise. */
-export async function openSessionBySecret(db: Db, secretDigest: Buffer): Promise<PortalSessionRow | null> {
-  const [row] = await db<PortalSessionRow[]>`
-    select ${db.unsafe(S_COLUMNS)} from portal_sessions s join tenants t on t.id = s.sub_account_id
-    where s.secret_digest = ${secretDigest} and s.ended_at is null and s.expires_at > now()
+/** Digests as the hex text a batch's query decodes (the pool sends no bytea arrays: store/db.ts). */
+const hexes = (digests: readonly Buffer[]) => digests.map((d) => d.toString('hex'))
+
+/**
+ * The open sessions (not ended, not expired, sub-account active) whose credential has one of
+ * these digests, each with its digest: one query for a batch (portal/credential-lookups.ts).
+ */
+export function openSessionsBySecrets(
+  db: Db,
+  secretDigests: readonly Buffer[],
+): Promise<(PortalSessionRow & { secret_digest: Buffer })[]> {
+  return db<(PortalSessionRow & { secret_digest: Buffer })[]>`
+    select ${db.unsafe(S_COLUMNS)}, s.secret_digest from portal_sessions s join tenants t on t.id = s.sub_account_id
+    where s.secret_digest = any (array(select decode(h, 'hex') from jsonb_array_elements_text(${db.json(hexes(secretDigests))}) as given (h)))
+      and s.ended_at is null and s.expires_at > now()
       and t.status = 'active'`
-  return row ?? null
 }
 
-/** An active parent lists `origin` among its portal origins (tenants_portal_origins answers it). */
-export async function isPortalOrigin(db: Db, origin: string): Promise<boolean> {
-  const [row] = await db<{ listed: boolean }[]>`
-    select exists (select 1 from tenants
-      where portal_origins is not null and portal_origins @> array[${origin}::text]
-        and parent_id is null and status = 'active') as listed`
-  return row?.listed ?? false
+/** A link that can still be exchanged, and its parent's portal origins as stored (null: none). */
+export interface UsableLink {
+  token_digest: Buffer
+  session_id: string
+  account_id: string
+  portal_origins: string[] | null
 }
 
-/** The parent's portal origins of a session (for its page's frame-ancestors); null when none or no such session. */
-export async function portalOriginsOfSession(db: Db, sessionId: string): Promise<string[] | null> {
-  const [row] = await db<{ origins: string[] | null }[]>`
-    select to_jsonb(t.portal_origins) as origins from portal_sessions s join tenants t on t.id = s.account_id
-    where s.id = ${sessionId}`
-  return row?.origins ?? null
+/**
+ * The links among these token digests that can still be exchanged (unused, the session open and
+ * unexpired, its sub-account active), each with its parent's portal origins: one query for a
+ * batch. The exchange itself (exchangePortalToken) takes the token, checking all this again.
+ */
+export function usableLinksByTokens(db: Db, tokenDigests: readonly Buffer[]): Promise<UsableLink[]> {
+  return db<UsableLink[]>`
+    select s.token_digest, s.id as session_id, s.account_id, to_jsonb(p.portal_origins) as portal_origins
+    from portal_sessions s join tenants t on t.id = s.sub_account_id join tenants p on p.id = s.account_id
+    where s.token_digest = any (array(select decode(h, 'hex') from jsonb_array_elements_text(${db.json(hexes(tokenDigests))}) as given (h)))
+      and s.token_used_at is null
+      and s.ended_at is null and s.expires_at > now() and t.status = 'active'`
 }

@@ -16,6 +16,8 @@ export interface PortalSession {
   expires_at: string
   return_url: string | null
   session_token?: string
+  /** The exchange's answer only: the origins the link's parent lets embed the portal. */
+  frame_ancestors?: string[]
 }
 
 /** `GET /portal/api/usage`. */
@@ -35,6 +37,29 @@ export function isEmbedded(): boolean {
   } catch {
     return true // a cross-origin top: reading it may throw in older browsers
   }
+}
+
+/**
+ * The origins of the pages that frame this one, nearest first: the browser's own list, or, where
+ * it has none (Firefox), the framing page's origin from the referrer when that page is the top.
+ * Empty when it cannot tell: the gateway then gives no session (a page framed elsewhere never gets one).
+ */
+export function ancestorOrigins(): string[] {
+  if ('ancestorOrigins' in location) return Array.from(location.ancestorOrigins)
+  try {
+    if (window.parent !== window.top || document.referrer === '') return []
+    return [new URL(document.referrer).origin]
+  } catch {
+    return []
+  }
+}
+
+/** Refused by the page itself: a framing origin the answer does not list (the gateway checked it too). */
+const FRAMED_ELSEWHERE: Problem = {
+  status: 403,
+  code: 'insufficient_scope',
+  title: 'Framed by another site',
+  detail: 'this portal link may not be used in this site: open it in a window of its own',
 }
 
 let bearer: string | null = null
@@ -106,8 +131,15 @@ export async function openSession(token: string | null, embedded: boolean): Prom
     if (embedded) throw new ApiError(NO_LINK)
     return portalApi<PortalSession>('GET', '/session')
   }
-  const session = await portalApi<PortalSession>('POST', '/session', embedded ? { token, embedded: true } : { token })
-  if (session.session_token !== undefined) bearer = session.session_token
-  const { session_token: _held, ...shown } = session
+  const ancestors = embedded ? ancestorOrigins() : []
+  const session = await portalApi<PortalSession>(
+    'POST',
+    '/session',
+    embedded ? { token, embedded: true, ancestor_origins: ancestors } : { token },
+  )
+  const { session_token: held, frame_ancestors: allowed = [], ...shown } = session
+  // The gateway gave a session for these ancestors only: a page that finds itself elsewhere drops it.
+  if (embedded && !ancestors.every((origin) => allowed.includes(origin))) throw new ApiError(FRAMED_ELSEWHERE)
+  if (held !== undefined) bearer = held
   return shown
 }
