@@ -14,7 +14,7 @@ import {
   legacyEntryKey,
   legacyGenerationKey,
 } from './entry-names.js'
-import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
+import { openRedis, type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
 
 /** What a change tells the caches once it has committed. */
@@ -103,7 +103,7 @@ export class InvalidationBus {
       const now = Date.now()
       if (now - lastWarning < this.options.timings.redisBackoffMs) return
       lastWarning = now
-      this.options.log.warn({ err }, 'redis (REDIS_URL) subscriber failed; reconnecting')
+      this.options.log.warn({ err }, `redis (${variableOf(target)}) subscriber failed; reconnecting`)
     })
     const up = this.options.metrics.redisUp.subscriber
     up.set(0)

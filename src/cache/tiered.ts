@@ -8,7 +8,7 @@ import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, entryKey, type EvictionListener, generationKey } from './entry-names.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged, withinMs } from './redis-commands.js'
 import { MasterWatch, type RedisMasters } from './redis-masters.js'
-import type { RedisClient, RedisTarget } from './redis-topology.js'
+import { type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS } from './settings.js'
 import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 
@@ -36,6 +36,8 @@ export class TenancyCache implements CacheInvalidator {
   private readonly bus: InvalidationBus | null
   private readonly masterWatch: MasterWatch | null
   private readonly prefix: string
+  /** The variable that names the Redis, for warnings (REDIS_SENTINELS, REDIS_CLUSTER_NODES or REDIS_URL). */
+  private readonly redisVariable: string
   /** Bumped by every eviction: a fill that started before one must not store what it read. */
   private epoch = 0
   /** How long a proxied route may reuse an admission (tenancy/recent-admissions.ts): a fifth of the TTL, at most 1 s. */
@@ -67,6 +69,7 @@ export class TenancyCache implements CacheInvalidator {
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
     this.prefix = options.keyPrefix
+    this.redisVariable = options.redis === undefined ? 'REDIS_URL' : variableOf(options.redis)
     this.reuseWindowMs = Math.min(1_000, Math.floor(this.timings.localTtlMs / 5))
     this.foundTtlMs = this.timings.localTtlMs - this.reuseWindowMs
     this.refreshAfterMs = Math.floor(this.foundTtlMs / 2)
@@ -243,7 +246,7 @@ export class TenancyCache implements CacheInvalidator {
     const now = Date.now()
     // One warning per backoff window, not one per request.
     if (now >= this.redisSkipUntil)
-      this.options.log.warn({ err }, 'redis (REDIS_URL) failed; using postgres until it answers again')
+      this.options.log.warn({ err }, `redis (${this.redisVariable}) failed; using postgres until it answers again`)
     this.redisSkipUntil = now + this.timings.redisBackoffMs
   }
 
