@@ -248,14 +248,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       issuerUrl: deps.config.issuerUrl,
       limiter: app.limiter,
       rate: deps.config.managementRate,
-    })
-  const webSockets = routes.some((route) => route.websocket !== null)
-    ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
-    : null
       lookupCounts: {
         query: () => app.metrics.cache.storeLookups.postgres.inc(),
         credentials: (n) => app.metrics.cache.postgresPortalCredentials.inc(n),
       },
+    })
+  const webSockets = routes.some((route) => route.websocket !== null)
+    ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
+    : null
   if (webSockets !== null) {
     // Revocation reaches open sockets through the bus that clears the caches (proxy/websocket/revocation.ts).
     cache.onEvict(webSockets.evicted)
