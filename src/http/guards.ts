@@ -1,15 +1,13 @@
-// What every request goes through before routing decides anything (docs/api.md): its request id,
-// an upgrade's Connection: close, the bad-path refusal, at most 100 header fields and 16 KiB of
-// them, the one-Host rule, a Host that is a host[:port], and the 404, all before authentication
-// and before a body parser can answer 415 or 400. Management paths included.
-import { randomUUID } from 'node:crypto'
+// What every request goes through before routing decides anything (docs/api.md): its request id
+// on the answer (request-id.ts makes it), an upgrade's Connection: close, the bad-path refusal, at
+// most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and
+// the 404, all before authentication and before a body parser can answer 415 or 400. Management
+// paths included.
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from '../proxy/paths.js'
 import { isUpgrade } from '../proxy/websocket/upgrade.js'
 import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
-
-const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 /**
  * RFC 9110 §7.2: Host = uri-host [ ":" port ], where uri-host is an IP literal in brackets or a
@@ -19,25 +17,6 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
  */
 const VALID_HOST =
   /^(?:\[[0-9A-Fa-f:.]+\]|(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+)(?::0*(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$/
-
-/**
- * A generated id: a random UUID drawn once per process, whose last 12 hex digits count the
- * process's requests. As unique across replicas and restarts as random ones (74 random bits each)
- * and in the same shape, for a fraction of randomUUID's cost on every request.
- */
-const PROCESS_ID_STEM = randomUUID().slice(0, 24)
-let generated = 0
-
-function nextRequestId(): string {
-  generated = (generated + 1) % 2 ** 48
-  return PROCESS_ID_STEM + generated.toString(16).padStart(12, '0')
-}
-
-/** Keeps the client's X-Request-Id when it is a sane token, so logs can be joined across hops. */
-export function requestId(req: { headers: Record<string, string | string[] | undefined> }): string {
-  const given = req.headers['x-request-id']
-  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId()
-}
 
 export const requestGuards = fp(
   async (app) => {
