@@ -9,6 +9,7 @@ import { Pool, type Dispatcher } from 'undici'
 import { ApiError, payloadTooLarge } from '../errors.js'
 import type { LatencyHistogram } from '../ops/fast-metrics.js'
 import type { Exchange } from './exchange.js'
+import { AnswerHeaders } from './answer-headers.js'
 import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
@@ -49,6 +50,8 @@ export class UpstreamTarget {
   /** The prefix as clients see it ('' for the catch-all). */
   private readonly publicPrefix: string
   private readonly host: string
+  /** Location and Set-Cookie as the client gets them. */
+  private readonly answerRules: AnswerHeaders
 
   constructor(
     readonly route: ProxyRoute,
@@ -61,6 +64,7 @@ export class UpstreamTarget {
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
     this.upstreamPrefix = basePath + this.publicPrefix
     this.host = url.host
+    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix)
     this.pool = new Pool(url.origin, {
       // The slots keep requests to at most this many, so undici never queues one.
       connections: route.maxConnections,
@@ -114,10 +118,7 @@ export class UpstreamTarget {
   /** The upstream's response headers as the client gets them, on top of those the gateway set. */
   answerHeaders(reply: FastifyReply, upstream: IncomingHttpHeaders, statusCode: number): OutgoingHttpHeaders {
     const headers = downstreamHeaders(upstream)
-    const location = headers.location
-    // An upstream with a base path points at its own paths: the client's are under the prefix.
-    if (location !== undefined && this.upstreamPrefix !== this.publicPrefix && !/^https?:\/\//.test(location))
-      headers.location = location.replace(this.upstreamPrefix, this.publicPrefix)
+    this.answerRules.apply(headers)
     const out = reply.getHeaders() as OutgoingHttpHeaders
     for (const name in headers) out[name] = headers[name]
     if (statusCode === 204) {

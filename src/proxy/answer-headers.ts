@@ -1,0 +1,95 @@
+// What the gateway changes in an upstream's answer headers besides the hop-by-hop ones (headers.ts),
+// DESIGN §5 "Closed after a third outside attack": a Location that names the upstream is moved
+// under the route's prefix, anything else passes as sent; a Set-Cookie naming a gateway cookie is
+// removed. Both run only when the answer carries the header.
+import type { IncomingHttpHeaders } from 'node:http'
+
+/** A path (`/…`) or an absolute http(s) URL: the two kinds of Location that can name the upstream. */
+const SCHEME = /^https?:/i
+
+/**
+ * A Set-Cookie that sets a cookie of the gateway's (`tgw_*`, portal/session-auth.ts), as a browser
+ * reads the name: any case, blanks around it, a `__Host-`/`__Secure-` prefix, or no name at all
+ * (`=tgw_portal=…`, sent back as `tgw_portal=…`). After a comma too: a client or a proxy that
+ * folds Set-Cookie lines would split there.
+ */
+const GATEWAY_COOKIE = /(?:^|,)[ \t]*(?:=[ \t]*)?(?:__host-|__secure-)?tgw_/i
+
+/** Whether a Set-Cookie value sets, or may be read as setting, a cookie the gateway uses. */
+export function setsGatewayCookie(setCookie: string): boolean {
+  return GATEWAY_COOKIE.test(setCookie)
+}
+
+/**
+ * The Set-Cookie values a client may get, each judged alone: the same value (no copy) when none
+ * is the gateway's, null when none is left.
+ */
+export function cookiesForClient(setCookie: string | string[]): string | string[] | null {
+  if (typeof setCookie === 'string') return setsGatewayCookie(setCookie) ? null : setCookie
+  if (!setCookie.some(setsGatewayCookie)) return setCookie
+  const kept = setCookie.filter((value) => !setsGatewayCookie(value))
+  return kept.length === 0 ? null : kept
+}
+
+/** The answer-header rules of one route, built once when the route is registered. */
+export class AnswerHeaders {
+  /** The upstream's origin as URL writes it (lower-case host, no default port). */
+  private readonly origin: string
+
+  constructor(
+    upstream: URL,
+    /** The upstream's path that the route's prefix becomes (its base path, then the prefix). */
+    private readonly upstreamPrefix: string,
+    /** The prefix as clients see it ('' for the catch-all). */
+    private readonly publicPrefix: string,
+  ) {
+    this.origin = upstream.origin
+  }
+
+  /** Applies the rules to `headers` (a fresh copy, headers.ts's downstreamHeaders). */
+  apply(headers: IncomingHttpHeaders): void {
+    // Read as they may come: undici gives a repeated header as an array, a single one as a string.
+    const location = headers.location as string | string[] | undefined
+    if (location !== undefined)
+      headers.location = (
+        typeof location === 'string' ? this.clientLocation(location) : location.map((l) => this.clientLocation(l))
+      ) as string
+    const cookies = headers['set-cookie'] as string | string[] | undefined
+    if (cookies !== undefined) {
+      const kept = cookiesForClient(cookies)
+      // A deleted property slows the object, but this one is written out once, and rarely.
+      if (kept === null) delete headers['set-cookie']
+      else headers['set-cookie'] = kept as string[]
+    }
+  }
+
+  /**
+   * The Location a client gets. A path under the upstream's prefix, at a segment boundary, or an
+   * absolute URL of the upstream's own origin there, is moved under the route's prefix; anything
+   * else (a relative reference, another origin, a protocol-relative `//host/…`, a path elsewhere
+   * on the upstream) passes byte for byte. Dot segments and backslashes are read as a browser
+   * reads them, so `/base/../admin` is not under `/base`.
+   */
+  clientLocation(location: string): string {
+    const first = location.charCodeAt(0)
+    const isPath = first === 47 /* / */
+    if (isPath) {
+      // `//host/…` and `/\host/…` name another host; and where the prefix maps to itself, a path is already the client's.
+      const second = location.charCodeAt(1)
+      if (second === 47 || second === 92 /* \ */ || this.upstreamPrefix === this.publicPrefix) return location
+    } else if (!SCHEME.test(location)) return location
+    let url: URL
+    try {
+      url = new URL(location, this.origin)
+    } catch {
+      return location
+    }
+    if (url.origin !== this.origin || url.username !== '' || url.password !== '') return location
+    const path = url.pathname
+    const prefix = this.upstreamPrefix
+    if (!path.startsWith(prefix) || (path.length !== prefix.length && path.charCodeAt(prefix.length) !== 47))
+      return location
+    const moved = this.publicPrefix + path.slice(prefix.length)
+    return (moved === '' ? '/' : moved) + url.search + url.hash
+  }
+}
