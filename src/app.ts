@@ -10,6 +10,7 @@ import Fastify, {
 import type { AppDeps } from './app-deps.js'
 import { AccessTokens } from './auth/access-tokens.js'
 import { ConfigError } from './config.js'
+import { keepForwardedAddresses } from './guardrails/caller-address.js'
 import { consolePlugin } from './console/plugin.js'
 import { portalPlugin } from './portal/plugin.js'
 import { identityAssertions } from './identity/assertions.js'
@@ -106,6 +107,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
   // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
   app.server.maxConnections = deps.config.maxConnections
+  // Before anything reads request.ip: an X-Forwarded-For entry that is not an address is absent.
+  if (deps.config.trustedProxies.length > 0) app.addHook('onRequest', keepForwardedAddresses)
 
   // No count at the parser: every field reaches the request guards, which refuse past 100 in
   // each route's shape (431: http/guards.ts; the token endpoint's is RFC 6749's). Past a count,

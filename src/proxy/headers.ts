@@ -34,8 +34,11 @@ export interface ForwardContext {
   readonly identity: TrustedIdentity | null
   readonly requestId: string
   readonly forwardAuthorization: boolean
-  /** The peer address the gateway saw, appended to X-Forwarded-For. */
-  readonly clientIp: string | undefined
+  /**
+   * The peer address: the hop that reached the gateway, appended to X-Forwarded-For. Not
+   * request.ip, which behind TRUSTED_PROXIES is the client the chain already names.
+   */
+  readonly peerAddress: string | undefined
   readonly proto: 'http' | 'https'
   /** The Host the client asked for, as X-Forwarded-Host. */
   readonly host: string | undefined
@@ -147,11 +150,9 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
   out['x-request-id'] = context.requestId
   const named = connectionTokens(context.connection)
   const forwardedFor = named.has(FORWARDED_FOR) ? undefined : inbound[FORWARDED_FOR]
-  if (context.clientIp !== undefined) {
-    out[FORWARDED_FOR] =
-      typeof forwardedFor === 'string' && forwardedFor !== ''
-        ? `${forwardedFor}, ${context.clientIp}`
-        : context.clientIp
+  const peer = context.peerAddress
+  if (peer !== undefined) {
+    out[FORWARDED_FOR] = typeof forwardedFor === 'string' && forwardedFor !== '' ? `${forwardedFor}, ${peer}` : peer
   } else if (forwardedFor !== undefined) out[FORWARDED_FOR] = forwardedFor
   out['x-forwarded-proto'] = context.proto
   if (context.host !== undefined) out['x-forwarded-host'] = context.host

@@ -85,7 +85,7 @@ export class UpstreamTarget {
       identity: route.public ? null : trustedIdentity(request),
       requestId: request.id,
       forwardAuthorization: route.forwardAuthorization,
-      clientIp: request.ip,
+      peerAddress: request.socket.remoteAddress,
       proto: request.protocol === 'https' ? 'https' : 'http',
       host: request.headers.host,
       connection: request.raw.headers.connection,

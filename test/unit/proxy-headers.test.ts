@@ -21,7 +21,7 @@ const context = (overrides: Partial<ForwardContext> = {}): ForwardContext => ({
   identity: IDENTITY,
   requestId: 'req-1',
   forwardAuthorization: false,
-  clientIp: '203.0.113.7',
+  peerAddress: '203.0.113.7',
   proto: 'http',
   host: 'gateway.example',
   connection: undefined,
@@ -191,7 +191,7 @@ t.test('X-Forwarded-*', async (t) => {
     'an empty value is replaced',
   )
   t.equal(
-    upstreamHeaders({ 'x-forwarded-for': '198.51.100.1' }, context({ clientIp: undefined }))['x-forwarded-for'],
+    upstreamHeaders({ 'x-forwarded-for': '198.51.100.1' }, context({ peerAddress: undefined }))['x-forwarded-for'],
     '198.51.100.1',
     'no peer address: kept as it came',
   )

@@ -100,7 +100,7 @@ export function upgradeHeaders(
     identity,
     requestId: request.id,
     forwardAuthorization: route.forwardAuthorization && !upgrade.credentialFromProtocol,
-    clientIp: request.ip,
+    peerAddress: request.socket.remoteAddress,
     proto: request.protocol === 'https' ? 'https' : 'http',
     host: request.headers.host,
     connection: request.raw.headers.connection,
