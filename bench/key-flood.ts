@@ -2,7 +2,9 @@
 // Postgres and Redis: how many Postgres queries a second it causes (store/key-lookup-batcher.ts
 // paces them), and how long a real key never seen before takes, with and without the flood. Then
 // a flood of token requests naming random client ids (oauth/client-lookups.ts paces those):
-// the Postgres transactions a second it causes, as pg_stat_database counts them.
+// the Postgres transactions a second it causes, as pg_stat_database counts them. Last, a flood of
+// made-up portal session tokens as bearers (portal/credential-lookups.ts paces their lookups): the
+// same count, with the Postgres queries and portal credentials a second.
 // The flood runs in a child process (this file again, KEY_FLOOD_TARGET set), so that its load
 // generator does not share an event loop with the probes. bench/README.md has the knobs.
 import { type ChildProcess, spawn } from 'node:child_process'
@@ -11,7 +13,8 @@ import http from 'node:http'
 import { performance } from 'node:perf_hooks'
 import postgres from 'postgres'
 import { createParentWithKey, mintKey } from '../src/auth/mint.js'
-import { generateApiKey } from '../src/auth/key-format.js'
+import { generate, generateApiKey } from '../src/auth/key-format.js'
+import { SESSION_PREFIX } from '../src/portal/credentials.js'
 import {
   counts,
   createDatabase,
@@ -42,6 +45,11 @@ const CONNECTIONS = envInt('BENCH_CONNECTIONS', 50)
 const PROBES = envInt('BENCH_N', 50)
 const QUIET_PROBES = envInt('BENCH_QUIET_N', 200)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
+/** The portal flood's length: DESIGN's figure is for 5 s. */
+const PORTAL_SECONDS = envInt('BENCH_PORTAL_DURATION', 5)
+/** Which floods to run (keys also runs the probes): all three unless told. */
+const FLOODS = new Set((process.env.BENCH_FLOODS || 'keys,token,portal').split(',').map((f) => f.trim()))
+const PORTAL_PATH = '/portal/api/keys'
 /** A sparse trickle of cold keys, as real traffic has: never two within the pacer's interval. */
 const PROBE_GAP_MS = 20
 const PATH = '/v1/sub-accounts'
@@ -63,35 +71,53 @@ interface Probes {
   warm: number[]
   failed: { cold: Record<string, number>; warm: Record<string, number> }
 }
-interface SideResult {
-  side: string
+interface KeyFloodResult {
   flood: Measured
   postgresPerSecond: number
   digestsPerSecond: number
   transactionsPerSecond: number
   quiet: { cold: Latencies; warm: Latencies }
   flooded: { cold: Latencies; warm: Latencies }
-  token: { flood: Measured; transactionsPerSecond: number; clientIdsPerSecond: number }
+}
+interface SideResult {
+  side: string
+  keys: KeyFloodResult | null
+  token: { flood: Measured; transactionsPerSecond: number; clientIdsPerSecond: number } | null
+  portal: {
+    flood: Measured
+    transactionsPerSecond: number
+    postgresPerSecond: number
+    credentialsPerSecond: number
+  } | null
 }
 
-type FloodKind = 'keys' | 'token'
+type FloodKind = 'keys' | 'token' | 'portal'
 
 /**
  * The flood itself, in the child, for SECONDS: random well-formed keys on the proxy, or token
- * requests naming random client ids. Any answer but 401 or 503 fails it.
+ * requests naming random client ids, or made-up portal session tokens as bearers (for
+ * PORTAL_SECONDS). Any answer but 401 or 503 fails it.
  */
 async function floodRole(target: string, pid: number, kind: FloodKind): Promise<void> {
   const common = { url: target, connections: CONNECTIONS, seconds: SECONDS, pid, allowed: [401, 503] }
   const result =
     kind === 'keys'
       ? await load({ ...common, headers: {}, vary: () => ({ authorization: `Bearer ${generateApiKey().apiKey}` }) })
-      : await load({
-          ...common,
-          method: 'POST',
-          path: '/oauth2/token',
-          headers: { 'content-type': 'application/x-www-form-urlencoded' },
-          body: () => `grant_type=client_credentials&client_id=${randomUUID()}&client_secret=made-up`,
-        })
+      : kind === 'portal'
+        ? await load({
+            ...common,
+            seconds: PORTAL_SECONDS,
+            path: PORTAL_PATH,
+            headers: {},
+            vary: () => ({ authorization: `Bearer ${generate(SESSION_PREFIX)}` }),
+          })
+        : await load({
+            ...common,
+            method: 'POST',
+            path: '/oauth2/token',
+            headers: { 'content-type': 'application/x-www-form-urlencoded' },
+            body: () => `grant_type=client_credentials&client_id=${randomUUID()}&client_secret=made-up`,
+          })
   process.stdout.write(JSON.stringify(result))
 }
 
@@ -178,7 +204,7 @@ async function startSide(name: string, tree: string, databaseUrl: string, upstre
 }
 
 /** The flood against one side, with PROBES probes of it meanwhile; the other sides idle. */
-async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult, 'quiet' | 'token'>> {
+async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<KeyFloodResult, 'quiet'>> {
   console.error(`${side.name}: flood of random keys, ${CONNECTIONS} connections, ${SECONDS} s…`)
   const transactionsBefore = await transactions(sql)
   const before = await scrape(side.gateway.metricsPort)
@@ -200,7 +226,6 @@ async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult
   const transactionsDuring = (await transactions(sql)) - transactionsBefore
   const delta = (name: string, ...labels: string[]) => metric(after, name, ...labels) - metric(before, name, ...labels)
   return {
-    side: side.name,
     flood: floodResult,
     postgresPerSecond: delta('tgw_store_lookups_total', 'tier="postgres"') / seconds,
     digestsPerSecond: delta('tgw_postgres_key_digests_total') / seconds,
@@ -210,7 +235,7 @@ async function floodSide(side: Side, sql: postgres.Sql): Promise<Omit<SideResult
 }
 
 /** Token requests naming random client ids against one side; the Postgres transactions they cost. */
-async function floodTokens(side: Side, sql: postgres.Sql): Promise<SideResult['token']> {
+async function floodTokens(side: Side, sql: postgres.Sql): Promise<NonNullable<SideResult['token']>> {
   console.error(
     `${side.name}: flood of token requests with random client ids, ${CONNECTIONS} connections, ${SECONDS} s…`,
   )
@@ -229,6 +254,30 @@ async function floodTokens(side: Side, sql: postgres.Sql): Promise<SideResult['t
   }
 }
 
+/**
+ * Made-up portal session tokens as bearers against one side (a real session is never among them):
+ * the Postgres transactions a second they cost, and the paced queries and credentials behind them.
+ */
+async function floodPortal(side: Side, sql: postgres.Sql): Promise<NonNullable<SideResult['portal']>> {
+  console.error(
+    `${side.name}: flood of made-up portal session tokens, ${CONNECTIONS} connections, ${PORTAL_SECONDS} s…`,
+  )
+  const transactionsBefore = await transactions(sql)
+  const before = await scrape(side.gateway.metricsPort)
+  const started = performance.now()
+  const flood = await startFlood(side.gateway, 'portal').done
+  const seconds = (performance.now() - started) / 1000
+  const after = await scrape(side.gateway.metricsPort)
+  const transactionsDuring = (await transactions(sql)) - transactionsBefore
+  const delta = (name: string, ...labels: string[]) => metric(after, name, ...labels) - metric(before, name, ...labels)
+  return {
+    flood,
+    transactionsPerSecond: transactionsDuring / seconds,
+    postgresPerSecond: delta('tgw_store_lookups_total', 'tier="postgres"') / seconds,
+    credentialsPerSecond: delta('tgw_postgres_portal_credentials_total') / seconds,
+  }
+}
+
 async function main(): Promise<void> {
   const db = await createDatabase('keyflood')
   const results: SideResult[] = []
@@ -240,17 +289,20 @@ async function main(): Promise<void> {
     sides.push(await startSide('gateway', ROOT, db.url, upstream, sql))
     if (BASELINE_TREE !== null) sides.push(await startSide('baseline', BASELINE_TREE, db.url, upstream, sql))
     // Without flood, the sides in turn, so that a slow patch of the machine lands on all of them.
-    console.error(`${QUIET_PROBES} probes of each side without flood…`)
     const quiet = sides.map(() => noProbes())
-    const agents = sides.map(() => new http.Agent({ keepAlive: true, maxSockets: 1 }))
-    for (let i = 0; i < QUIET_PROBES; i++)
-      for (const [k, side] of sides.entries()) await probeOnce(side, sql, agents[k]!, quiet[k]!, i)
-    for (const agent of agents) agent.destroy()
+    if (FLOODS.has('keys')) {
+      console.error(`${QUIET_PROBES} probes of each side without flood…`)
+      const agents = sides.map(() => new http.Agent({ keepAlive: true, maxSockets: 1 }))
+      for (let i = 0; i < QUIET_PROBES; i++)
+        for (const [k, side] of sides.entries()) await probeOnce(side, sql, agents[k]!, quiet[k]!, i)
+      for (const agent of agents) agent.destroy()
+    }
     for (const [k, side] of sides.entries())
       results.push({
-        ...(await floodSide(side, sql)),
-        quiet: summaries(quiet[k]!),
-        token: await floodTokens(side, sql),
+        side: side.name,
+        keys: FLOODS.has('keys') ? { ...(await floodSide(side, sql)), quiet: summaries(quiet[k]!) } : null,
+        token: FLOODS.has('token') ? await floodTokens(side, sql) : null,
+        portal: FLOODS.has('portal') ? await floodPortal(side, sql) : null,
       })
   } finally {
     await sql.end({ timeout: 5 })
@@ -263,44 +315,97 @@ async function main(): Promise<void> {
   }
   const lat = (l: Latencies) =>
     `${ms(l.p50)} / ${ms(l.p99)}${Object.keys(l.failed).length === 0 ? '' : ` (${counts(l.failed)})`}`
+  const keyed = results.flatMap((r) => (r.keys === null ? [] : [{ side: r.side, ...r.keys }]))
+  const tokens = results.flatMap((r) => (r.token === null ? [] : [{ side: r.side, ...r.token }]))
+  const portals = results.flatMap((r) => (r.portal === null ? [] : [{ side: r.side, ...r.portal }]))
   console.log(
     [
       ...reportHead('bench:key-flood'),
-      '',
-      `Flood: random well-formed keys, GET /v1/things/1, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
-      `Probes: a cold key (minted just before, never seen) then a warm one, ${PROBE_GAP_MS} ms apart, GET ${PATH}: ${QUIET_PROBES} of each without flood (the sides in turn), ${PROBES} during each side's flood (p99 of ${PROBES} is their maximum).`,
-      '',
-      ...table(
-        ['side', 'flood req/s', 'flood statuses', 'Postgres queries/s', 'key digests/s', 'Postgres transactions/s'],
-        results.map((r) => [
-          r.side,
-          fmt(r.flood.perSecond),
-          counts(r.flood.statuses),
-          fmt(r.postgresPerSecond),
-          fmt(r.digestsPerSecond),
-          fmt(r.transactionsPerSecond),
-        ]),
-      ),
-      '',
-      `Token flood: POST /oauth2/token naming random client ids, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
-      '',
-      ...table(
-        ['side', 'token req/s', 'statuses', 'Postgres transactions/s', 'client ids/s'],
-        results.map((r) => [
-          r.side,
-          fmt(r.token.flood.perSecond),
-          counts(r.token.flood.statuses),
-          fmt(r.token.transactionsPerSecond),
-          fmt(r.token.clientIdsPerSecond),
-        ]),
-      ),
-      '',
-      ...table(
-        ['side', 'cold key, no flood', 'cold key, flood', 'warm key, no flood', 'warm key, flood'],
-        results.map((r) => [r.side, lat(r.quiet.cold), lat(r.flooded.cold), lat(r.quiet.warm), lat(r.flooded.warm)]),
-      ),
-      '',
-      'Latencies: p50 / p99 ms, from sending to the last byte; a status other than 200 is counted in parentheses.',
+      ...(keyed.length === 0
+        ? []
+        : [
+            '',
+            `Flood: random well-formed keys, GET /v1/things/1, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
+            `Probes: a cold key (minted just before, never seen) then a warm one, ${PROBE_GAP_MS} ms apart, GET ${PATH}: ${QUIET_PROBES} of each without flood (the sides in turn), ${PROBES} during each side's flood (p99 of ${PROBES} is their maximum).`,
+            '',
+            ...table(
+              [
+                'side',
+                'flood req/s',
+                'flood statuses',
+                'Postgres queries/s',
+                'key digests/s',
+                'Postgres transactions/s',
+              ],
+              keyed.map((r) => [
+                r.side,
+                fmt(r.flood.perSecond),
+                counts(r.flood.statuses),
+                fmt(r.postgresPerSecond),
+                fmt(r.digestsPerSecond),
+                fmt(r.transactionsPerSecond),
+              ]),
+            ),
+          ]),
+      ...(tokens.length === 0
+        ? []
+        : [
+            '',
+            `Token flood: POST /oauth2/token naming random client ids, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
+            '',
+            ...table(
+              ['side', 'token req/s', 'statuses', 'Postgres transactions/s', 'client ids/s'],
+              tokens.map((r) => [
+                r.side,
+                fmt(r.flood.perSecond),
+                counts(r.flood.statuses),
+                fmt(r.transactionsPerSecond),
+                fmt(r.clientIdsPerSecond),
+              ]),
+            ),
+          ]),
+      ...(portals.length === 0
+        ? []
+        : [
+            '',
+            `Portal flood: made-up session tokens as bearers, GET ${PORTAL_PATH}, ${CONNECTIONS} connections, ${PORTAL_SECONDS} s, from a child process.`,
+            '',
+            ...table(
+              [
+                'side',
+                'flood req/s',
+                'statuses',
+                'Postgres transactions/s',
+                'Postgres queries/s',
+                'portal credentials/s',
+              ],
+              portals.map((r) => [
+                r.side,
+                fmt(r.flood.perSecond),
+                counts(r.flood.statuses),
+                fmt(r.transactionsPerSecond),
+                fmt(r.postgresPerSecond),
+                fmt(r.credentialsPerSecond),
+              ]),
+            ),
+          ]),
+      ...(keyed.length === 0
+        ? []
+        : [
+            '',
+            ...table(
+              ['side', 'cold key, no flood', 'cold key, flood', 'warm key, no flood', 'warm key, flood'],
+              keyed.map((r) => [
+                r.side,
+                lat(r.quiet.cold),
+                lat(r.flooded.cold),
+                lat(r.quiet.warm),
+                lat(r.flooded.warm),
+              ]),
+            ),
+            '',
+            'Latencies: p50 / p99 ms, from sending to the last byte; a status other than 200 is counted in parentheses.',
+          ]),
     ].join('\n'),
   )
 }
@@ -308,6 +413,4 @@ async function main(): Promise<void> {
 const target = process.env.KEY_FLOOD_TARGET
 if (target === undefined) run(main)
 else
-  run(() =>
-    floodRole(target, Number(process.env.KEY_FLOOD_PID), process.env.KEY_FLOOD_KIND === 'token' ? 'token' : 'keys'),
-  )
+  run(() => floodRole(target, Number(process.env.KEY_FLOOD_PID), (process.env.KEY_FLOOD_KIND ?? 'keys') as FloodKind))
