@@ -64,7 +64,8 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       const subjects = request.limitSubjects
       if (subjects === null || subjects.length === 0) return undefined
       if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects))
-      // A limit this replica has not seen yet, or whose lease ran dry: a Redis round trip (bounded).
+      // A limit this replica has not seen yet (or since its change), or whose lease a burst emptied
+      // while Redis has units: a Redis round trip (bounded). Never one that is reached (starved).
       metrics.coldWaits.inc()
       const waitedFrom = performance.now()
       return limiter.admitWhenWarm(subjects).then((decision) => {

@@ -34,6 +34,13 @@ export const PROBE_EVERY_MS = 1_000
 export const LEASE_HORIZON_MS = 100
 /** After an empty answer, the next call waits at least this long. */
 const MIN_RETRY_MS = 10
+/**
+ * A limit found at its limit (an answer that could not cover what was asked: a rate's bucket
+ * drained, a quota's month spent) is taken to be there until an answer that could comes this long
+ * after the last that could not: a moment's stall, after which one call finds the refill of the
+ * stall, says nothing of a client that is still past its rate.
+ */
+export const REACHED_FOR_MS = 1_000
 
 export type Mode = 'cold' | 'shared' | 'local'
 
@@ -63,6 +70,13 @@ export abstract class LeasedLimit {
   waitUntil = 0
   /** Until then Redis grants nothing to anyone: it was found empty a moment ago (scripts.ts). */
   graceUntil = 0
+  /**
+   * The last answers said the limit is reached (REACHED_FOR_MS): a dry lease refuses at once and
+   * the next lease is fetched in the background, never awaited (DESIGN §10, "No waiting").
+   */
+  reached = false
+  /** When an answer last could not cover what was asked. */
+  private reachedAt = Number.NEGATIVE_INFINITY
   /** The call (or Postgres read) under way, for `settled()`. */
   protected pending: Promise<unknown> | null = null
   private attempts = 0
@@ -135,13 +149,17 @@ export abstract class LeasedLimit {
   }
 
   /**
-   * Shared, its lease spent, and nothing known to be wrong with asking for more: the last answer
-   * did not say the shared state was empty. A request then waits for a renewal (limiter.warm), as
-   * a cold limit's first one does, rather than being refused a unit the limit still has: after a
-   * second idle the lease is down to one unit, and a second request a moment later found none.
+   * Shared, its lease spent, and the limit not known to be reached: a burst emptied the lease
+   * while Redis has units (after an idle second the lease is down to one unit). A request then
+   * waits for a renewal (limiter.warm), as a cold limit's first one does, rather than being
+   * refused a unit the limit still has. A limit that is reached is never starved: past its rate, a
+   * request is served from a lease fetched ahead or refused at once, so that in steady traffic no
+   * request waits for Redis, however often the lease runs dry.
    */
   starved(now: number): boolean {
-    return this.mode === 'shared' && this.held(now) === 0 && now >= this.waitUntil && now >= this.graceUntil
+    return (
+      this.mode === 'shared' && !this.reached && this.held(now) === 0 && now >= this.waitUntil && now >= this.graceUntil
+    )
   }
 
   /** A request waits for units: counts as demand (so the lease is not kept idle-small) and asks for them. */
@@ -169,6 +187,7 @@ export abstract class LeasedLimit {
     this.leaseExpiresAt = 0
     this.nextCallAt = 0
     this.mode = 'cold'
+    this.reached = false
   }
 
   /** Switches modes the shared state forces: Redis down. */
@@ -289,11 +308,25 @@ export abstract class LeasedLimit {
     if (granted > 0) this.ctx.metrics.unitsTaken?.inc(granted)
     this.leaseExpiresAt = this.lease > 0 ? sentAt + ttlMs : 0
     this.graceUntil = answer.inGrace ? now + waitMs : 0
+    this.noteReached(now, answer, granted < this.wantedInCall)
     this.nextCallAt = granted === 0 ? now + Math.min(PROBE_EVERY_MS, Math.max(MIN_RETRY_MS, waitMs)) : 0
-    // Units asked for and none granted: the limit is spent, and requests are refused from memory
-    // (not made to wait: starved) until the next call may go, even when the answer names no wait
-    // (a quota's month is spent until other replicas give units back, or the month ends).
+    // Units asked for and none granted: the limit is spent (reached, above), and a refusal's
+    // Retry-After counts at least to the next call, even when the answer names no wait (a quota's
+    // month is spent until other replicas give units back, or the month ends).
     const spent = granted === 0 && this.wantedInCall > 0
     this.waitUntil = spent ? Math.max(now + waitMs, this.nextCallAt) : waitMs > 0 ? now + waitMs : 0
+  }
+
+  /**
+   * An answer that could not cover what was asked (`short`), or (a rate) left the bucket below
+   * the batch its wait counts to, says the limit is reached; one that could clears it only
+   * REACHED_FOR_MS after the last that could not. An answer in the grace says nothing of the limit.
+   */
+  private noteReached(now: number, answer: Grant, short: boolean): void {
+    if (answer.inGrace) return
+    if (short || answer.waitMs > 0) {
+      this.reached = true
+      this.reachedAt = now
+    } else if (now - this.reachedAt >= REACHED_FOR_MS) this.reached = false
   }
 }

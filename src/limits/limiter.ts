@@ -158,7 +158,8 @@ export class Limiter {
 
   /**
    * Whether every limit of these subjects can decide from memory: it has had its first answer (a
-   * lease, or a local state) and is not starved (its lease spent while the shared state had more).
+   * lease, or a local state) and is not starved (its lease spent by a burst while the shared state
+   * had more). A limit that is reached always decides from memory (leased-limit.ts, starved).
    */
   isWarm(subjects: readonly LimitSubject[]): boolean {
     const now = this.now()

@@ -20,7 +20,10 @@ export interface LimitMetrics {
   /** Units leased from Redis, and units given back (background work, per lease call). */
   readonly unitsTaken: Counter
   readonly unitsReturned: Counter
-  /** Requests that awaited a limit's first lease (limiter.warm): one per tenant and replica once warm. */
+  /**
+   * Requests that awaited a limit's lease (limiter.warm): its first (one per tenant and replica), or
+   * a renewal after a burst emptied it while the limit was not reached; never past a limit.
+   */
   readonly coldWaits: Tally
   /** How long each of those requests waited (tgw_redis_wait_seconds{wait="lease"}). */
   readonly leaseWait: LatencySeries
@@ -65,7 +68,7 @@ export function limitMetrics(registers: Registry[]): Omit<LimitMetrics, 'leaseWa
     }),
     coldWaits: tally({
       name: 'tgw_limit_cold_waits_total',
-      help: "Requests that waited for a limit's lease from Redis (its first, or a renewal when it ran dry) before their decision",
+      help: "Requests that waited for a limit's lease from Redis before their decision (its first, or a renewal after a burst emptied it while the limit was not reached)",
       registers,
     }),
     degraded: new Gauge({

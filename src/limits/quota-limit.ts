@@ -49,6 +49,7 @@ export class QuotaLimit extends LeasedLimit {
       this.unreported = 0
       this.nextCallAt = 0
       this.mode = 'cold'
+      this.reached = false
       if (this.ctx.store === null || this.ctx.redisDown()) this.load(now)
     }
     super.sync(now)

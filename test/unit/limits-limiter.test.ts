@@ -439,14 +439,60 @@ t.test('a spent quota: the requests after its empty answer are refused from memo
   t.same([refused.allowed, refused.violated], [false, ['account.monthly_quota']])
   t.equal(store.quotas.length, 0, 'and no call before the next may go')
   time.advance(10)
-  t.notOk(limiter.isWarm(subjects), 'then the next request may ask again, once')
-  const asking = limiter.warm(subjects)
-  await flush()
-  t.equal(store.quotas.length, 1, 'one call')
+  t.ok(limiter.isWarm(subjects), 'then too: a spent limit never makes a request wait')
+  t.notOk(limiter.admit(subjects).allowed, 'refused from memory')
+  t.equal(store.quotas.length, 1, 'and the next call goes out in the background')
   store.quotas.shift()!.answer(spent)
-  await asking
+  await flush()
   t.ok(limiter.isWarm(subjects), 'spent again: from memory again')
   t.notOk(limiter.admit(subjects).allowed)
+  await store.close(limiter)
+})
+
+t.test('a rate past its limit: a dry lease refuses at once while the next is fetched ahead', async (t) => {
+  // DESIGN §10, "No waiting": at twice its rate a tenant's lease runs dry most of the time while
+  // Redis may hold units again; its requests used to wait for each renewal (starved).
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
+  // The first lease: 2 of the 10 asked for, the bucket drained (its next 5 tokens in 50 ms).
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(2, 0, 50)])
+  t.ok(limiter.admit(subjects).allowed)
+  t.equal(store.rates.length, 1, 'the next lease is fetched ahead, with a unit still held')
+  t.ok(limiter.admit(subjects).allowed)
+  const dry = limiter.admit(subjects)
+  t.same([dry.allowed, dry.retryAfterSeconds], [false, 1], 'dry: refused at once, Retry-After from the wait')
+  time.advance(60)
+  t.ok(limiter.isWarm(subjects), "past the answer's wait, the limit is still reached: no request waits")
+  t.notOk(limiter.admit(subjects).allowed, 'refused at once while the fetch is under way')
+  t.equal(store.rates.length, 1, 'one call in flight, no other')
+  await store.rateAnswer(3, 0, 20)
+  let admitted = 0
+  for (let i = 0; i < 5; i++) if (limiter.admit(subjects).allowed) admitted++
+  t.equal(admitted, 3, 'served from the lease fetched ahead, the rest refused')
+  // A moment later an answer covers all it asked, and more is left (the refill of a stall).
+  const spend = () => {
+    let passed = 0
+    while (limiter.admit(subjects).allowed) passed++
+    return passed
+  }
+  t.ok(store.rates[0]!.call.wanted > 0, 'a renewal is out')
+  await store.rateAnswer(store.rates[0]!.call.wanted, 50)
+  t.ok(spend() > 0)
+  t.equal(store.rates.length, 1, 'and the next one')
+  t.ok(limiter.isWarm(subjects), 'within a second of the last short answer: refused at once, not awaited')
+  time.advance(1_000)
+  await store.rateAnswer(store.rates[0]!.call.wanted, 80)
+  t.ok(spend() > 0)
+  t.notOk(limiter.isWarm(subjects), 'a second after it, an answer that covered the ask: back under, a burst waits')
   await store.close(limiter)
 })
 

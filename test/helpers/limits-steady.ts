@@ -1,0 +1,129 @@
+// A tenant past its limit over three gateway replicas of one deployment, on the tests' Redis or a
+// topology of the test's own (helpers/redis-topologies.ts): DESIGN §10, "No waiting", as
+// limits-no-waiting*.test.ts check it.
+import type { Agent } from 'node:http'
+import type { Test } from 'tap'
+import {
+  type Answer,
+  actingHeaders,
+  agents,
+  offerOverSockets,
+  recordAdmissions,
+  subAccountVia,
+} from './gateway-load.js'
+import { metricValue, startReplicas, type TestGateway } from './gateway.js'
+import { agedRedis, preciseNow, worstWindow } from './limits.js'
+import { redisClient, redisPrefix } from './redis.js'
+import { startTopology, type TopologyKind } from './redis-topologies.js'
+import type { TestLike } from './test-like.js'
+
+const scopes = ['sub_accounts:read', 'sub_accounts:write', 'things:read']
+
+export interface Deployment {
+  replicas: TestGateway[]
+  pool: Agent[]
+}
+
+/**
+ * Three replicas on the tests' Redis (`shared`) or on a topology of the test's own. How they
+ * decide, not how fast Redis answers: a busy machine can hold a lease call past the 250 ms it gets
+ * in production, and a replica whose call failed is on its own (degraded).
+ */
+export async function deploy(t: TestLike, kind: 'shared' | TopologyKind, upstreamUrl: string): Promise<Deployment> {
+  const options = {
+    limitTimings: { callTimeoutMs: 2_000 },
+    gatewayConfig: { routes: [{ prefix: '/v1/things', upstream: upstreamUrl }] },
+  }
+  if (kind === 'shared') {
+    const prefix = redisPrefix(t)
+    await agedRedis(redisClient(t), prefix)
+    return { replicas: await startReplicas(t, 3, { ...options, redisKeyPrefix: prefix }), pool: agents(t, 3) }
+  }
+  const topology = await startTopology(t, kind)
+  return { replicas: await startReplicas(t, 3, { ...options, redis: { env: topology.env } }), pool: agents(t, 3) }
+}
+
+export const coldWaits = (d: Deployment) =>
+  Promise.all(d.replicas.map((g) => metricValue(g.app, 'tgw_limit_cold_waits_total')))
+const failures = (d: Deployment) =>
+  Promise.all(d.replicas.map((g) => metricValue(g.app, 'tgw_limit_lease_failures_total')))
+
+/** `perSecond` requests a second for `ms`, round robin over the replicas. */
+export const offer = (d: Deployment, headers: Record<string, string>, path: string, perSecond: number, ms: number) =>
+  offerOverSockets({
+    urls: d.replicas.map((g) => g.url),
+    agents: d.pool,
+    perSecond,
+    ms,
+    pick: (i) => i % 3,
+    path,
+    headers,
+  })
+
+/**
+ * Offers in spells of `ms` until, in a spell after the first (which spends the bucket's N at
+ * twice the rate and more), every replica refused a request: its limit found reached there. At
+ * most 10 spells: the warm-up, after which the traffic is steady.
+ */
+export async function untilEveryReplicaRefused(
+  d: Deployment,
+  headers: Record<string, string>,
+  path: string,
+  perSecond: number,
+  ms: number,
+): Promise<Answer[]> {
+  const answers: Answer[] = []
+  for (let spell = 0; spell < 10; spell++) {
+    const { answers: spelled } = await offer(d, headers, path, perSecond, ms)
+    answers.push(...spelled)
+    const everyRefused = d.replicas.every((_, i) => spelled.some((a) => a.replica === i && a.status === 429))
+    if (spell > 0 && everyRefused) return answers
+  }
+  throw new Error('a replica never refused: the limit was never reached there')
+}
+
+export async function tenant(d: Deployment, name: string, limits: unknown) {
+  const [first] = d.replicas
+  const owner = await first!.createParent({ scopes })
+  const sub = await subAccountVia(first!.url, owner.apiKey, name, limits)
+  return actingHeaders(owner.apiKey, sub)
+}
+
+/** A rate offered twice over: once every replica found it reached, no request waits; never over, ≥ 95 %. */
+export async function twiceTheRate(t: Test, d: Deployment, name: string): Promise<void> {
+  const rate = { requests: 100, perSeconds: 1 }
+  const headers = await tenant(d, name, { rate: { requests: rate.requests, per_seconds: 1 } })
+  const path = `/v1/things/${name}`
+  const admitted = d.replicas.map((g) => recordAdmissions(g.app, 'sub_account.rate'))
+  const perSecond = 2 * rate.requests
+
+  const warmUp = await untilEveryReplicaRefused(d, headers, path, perSecond, 1_000)
+  const warm = await coldWaits(d)
+  const steady = await offer(d, headers, path, perSecond, 4_000)
+  const steadyEnd = preciseNow()
+  const after = await coldWaits(d)
+
+  const statuses = new Set(steady.answers.map((a) => `${a.status} ${a.code ?? ''}`.trim()))
+  t.same([...statuses].sort(), ['200', '429 rate_limited'], 'steady: 200s and 429 rate_limited only')
+  t.comment(
+    `warm-up ${warmUp.length} requests; cold waits per replica: at warm ${warm.join('/')}, after ${after.join('/')}`,
+  )
+  t.same(
+    after.map((n, i) => n - warm[i]!),
+    [0, 0, 0],
+    `no request waited for Redis once warm (${steady.answers.length} requests over 4 s)`,
+  )
+
+  // Never over, over every window of the whole run (warm-up included), at the gateways.
+  const all = admitted.flat().sort((a, b) => a - b)
+  const worst = worstWindow(all, rate)
+  t.ok(worst.excess <= rate.requests / 1000, `never over: worst window ${worst.count} in ${worst.seconds.toFixed(3)} s`)
+  // Little under: what the bucket refilled over the steady spell, admitted.
+  const inSteady = all.filter((at) => at >= steady.start && at < steadyEnd).length
+  const refill = (rate.requests * (steadyEnd - steady.start)) / 1000 / rate.perSeconds
+  t.comment(
+    `steady: ${inSteady} admitted of a refill of ${refill.toFixed(1)} (${((100 * inSteady) / refill).toFixed(1)} %)`,
+  )
+  t.ok(inSteady >= 0.95 * refill, `little under: ${inSteady} ≥ 95 % of ${refill.toFixed(1)}`)
+  t.same(await failures(d), [0, 0, 0], 'every lease call answered: the replicas shared the rate throughout')
+}
