@@ -258,7 +258,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       },
     })
   const webSockets = routes.some((route) => route.websocket !== null)
-    ? new WebSocketRuntime({ lookups: cache.lookups, log: app.log, account: app.accountRequest })
+    ? new WebSocketRuntime({
+        lookups: cache.lookups,
+        log: app.log,
+        account: app.accountRequest,
+        maxConnections: deps.config.maxConnections,
+      })
     : null
   if (webSockets !== null) {
     // Revocation reaches open sockets through the bus that clears the caches (proxy/websocket/revocation.ts).

@@ -657,6 +657,7 @@ t.test('websocket: true and its bounds, with their defaults; the bounds only wit
           upstream: UP,
           websocket: true,
           max_websockets_per_tenant: 5,
+          max_websockets_per_account: 12,
           websocket_idle_timeout_ms: 1000,
           websocket_max_message_bytes: 2048,
         },
@@ -665,8 +666,12 @@ t.test('websocket: true and its bounds, with their defaults; the bounds only wit
     undefined,
   )
   t.equal(plain!.websocket, null, 'off by default')
-  t.same(live!.websocket, { maxPerTenant: 100, idleTimeoutMs: 300_000, maxMessageBytes: 1024 * 1024 }, 'the defaults')
-  t.same(tuned!.websocket, { maxPerTenant: 5, idleTimeoutMs: 1000, maxMessageBytes: 2048 }, 'as set')
+  t.same(
+    live!.websocket,
+    { maxPerTenant: 100, maxPerAccount: null, idleTimeoutMs: 300_000, maxMessageBytes: 1024 * 1024 },
+    'the defaults (per account: half of MAX_CONNECTIONS, which the runtime knows)',
+  )
+  t.same(tuned!.websocket, { maxPerTenant: 5, maxPerAccount: 12, idleTimeoutMs: 1000, maxMessageBytes: 2048 }, 'as set')
   t.equal(loadRouteTable({ routes: [{ prefix: '/b', upstream: UP, websocket: false }] }, undefined)[0]!.websocket, null)
   const one = (entry: Record<string, unknown>) => ({ routes: [{ prefix: '/w', upstream: UP, ...entry }] })
   refuses(
@@ -700,5 +705,23 @@ t.test('websocket: true and its bounds, with their defaults; the bounds only wit
     'a fraction',
     undefined,
     /websocket_max_message_bytes must be a positive whole number/,
+  )
+  for (const bad of [0, -3, 2.5, '10']) {
+    refuses(
+      t,
+      one({ websocket: true, max_websockets_per_account: bad }),
+      'routes[0] (/w)',
+      `max_websockets_per_account ${JSON.stringify(bad)}`,
+      undefined,
+      /max_websockets_per_account must be a positive whole number/,
+    )
+  }
+  refuses(
+    t,
+    one({ max_websockets_per_account: 5 }),
+    'routes[0] (/w)',
+    'the account bound without websocket',
+    undefined,
+    /max_websockets_per_account needs websocket: true/,
   )
 })

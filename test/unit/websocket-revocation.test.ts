@@ -23,7 +23,7 @@ class StandIn extends EventEmitter {
   }
 }
 
-const OPTIONS = { maxPerTenant: 10, idleTimeoutMs: 60_000, maxMessageBytes: 1024 }
+const OPTIONS = { maxPerTenant: 10, maxPerAccount: null, idleTimeoutMs: 60_000, maxMessageBytes: 1024 }
 
 function pair(credentials: Partial<SocketCredentials>): { pair: SocketPair; client: StandIn } {
   const client = new StandIn()

@@ -1,19 +1,24 @@
 // The last step of a WebSocket upgrade, once every check has passed: a place under the route's
-// `max_websockets_per_tenant` (429 past it), then the upstream's socket, opened before the client
-// is answered (websocket/upgrade.ts). What it takes goes back if the upgrade goes no further.
+// `max_websockets_per_tenant` and one under its `max_websockets_per_account` (429 past either),
+// then the upstream's socket, opened before the client is answered (websocket/upgrade.ts). What it
+// takes goes back if the upgrade goes no further.
 import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.js'
 import type { StepFactory } from '../checks.js'
 import { trustedIdentity } from '../headers.js'
+import type { PlaceRefusal } from '../websocket/open-sockets.js'
 import { dialUpstream, isUpgrade, upgradeHeaders, upgradeOf } from '../websocket/upgrade.js'
 
 export const websocketConnectStep: StepFactory = (route, { webSockets }) => {
   const options = route.websocket
   if (options === null || webSockets === undefined || webSockets === null) return null
-  const tooMany = () =>
+  const maxPerAccount = options.maxPerAccount ?? webSockets.defaultMaxPerAccount
+  const tooMany = (refusal: PlaceRefusal) =>
     new ApiError(
       'too_many_concurrent_requests',
-      `this tenant already has ${options.maxPerTenant} WebSockets open on this route`,
+      refusal === 'tenant'
+        ? `this tenant already has ${options.maxPerTenant} WebSockets open on this route`
+        : `this account and its sub-accounts already have ${maxPerAccount} WebSockets open on this route`,
       { headers: { 'retry-after': '1' } },
     )
   const giveBack = (request: FastifyRequest) => {
@@ -28,9 +33,13 @@ export const websocketConnectStep: StepFactory = (route, { webSockets }) => {
       if (!isUpgrade(request.raw)) return undefined
       const upgrade = upgradeOf(request.raw)!
       const tenantId = request.actingTenant?.id ?? null
+      // A public route has no tenant, and so no places.
       if (tenantId !== null) {
-        if (!webSockets.sockets.reserve(route.prefix, tenantId, options.maxPerTenant)) return tooMany()
-        upgrade.place = tenantId
+        const keyTenant = request.principal!.tenant
+        const holder = { tenantId, accountId: keyTenant.parentId ?? keyTenant.id }
+        const refusal = webSockets.sockets.reserve(route.prefix, holder, options.maxPerTenant, maxPerAccount)
+        if (refusal !== null) return tooMany(refusal)
+        upgrade.place = holder
       }
       const identity = route.public ? null : trustedIdentity(request)
       return dialUpstream(request, reply, route, upgrade, upgradeHeaders(request, route, upgrade, identity)).then(

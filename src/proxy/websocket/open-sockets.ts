@@ -1,6 +1,7 @@
 // The sockets open on this replica (docs/architecture.md, WebSockets): counted per route for the
-// metrics and per route and tenant for `max_websockets_per_tenant`, and found by the key that
-// opened them and by the tenants they act for, so that an invalidation closes the right ones.
+// metrics, per route and tenant for `max_websockets_per_tenant` and per route and parent account
+// for `max_websockets_per_account`, and found by the key that opened them and by the tenants they
+// act for, so that an invalidation closes the right ones.
 
 /** What the registry needs of an open socket. */
 export interface TrackedSocket {
@@ -8,6 +9,35 @@ export interface TrackedSocket {
   readonly keyId: string | null
   /** The tenant the socket acts as, and the tenant that owns its key (the same for a sub-account's key). */
   readonly tenantIds: readonly string[]
+}
+
+/** Whose places an upgrade takes: the tenant it acts as, and the parent account its key belongs to. */
+export interface SocketHolder {
+  readonly tenantId: string
+  readonly accountId: string
+}
+
+/** Which cap refused a place. */
+export type PlaceRefusal = 'tenant' | 'account'
+
+/** Counts per route and id, each up to a bound given at each take. */
+class Places {
+  private readonly held = new Map<string, number>()
+
+  take(route: string, id: string, max: number): boolean {
+    const name = `${route} ${id}`
+    const held = this.held.get(name) ?? 0
+    if (held >= max) return false
+    this.held.set(name, held + 1)
+    return true
+  }
+
+  giveBack(route: string, id: string): void {
+    const name = `${route} ${id}`
+    const held = this.held.get(name) ?? 0
+    if (held <= 1) this.held.delete(name)
+    else this.held.set(name, held - 1)
+  }
 }
 
 function add<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
@@ -27,26 +57,29 @@ export class OpenSockets<S extends TrackedSocket> {
   private readonly sockets = new Set<S>()
   /** Open sockets by route prefix (the gauge). */
   private readonly perRoute = new Map<string, number>()
-  /** Places held by route and resolved tenant: sockets open and upgrades under way. */
-  private readonly places = new Map<string, number>()
+  /** Places held by route and resolved tenant, and by route and parent account: sockets open and upgrades under way. */
+  private readonly tenantPlaces = new Places()
+  private readonly accountPlaces = new Places()
   private readonly byKey = new Map<string, Set<S>>()
   private readonly byTenant = new Map<string, Set<S>>()
 
-  /** Takes one of the tenant's places on the route; false when it holds `max` already. */
-  reserve(route: string, tenantId: string, max: number): boolean {
-    const name = `${route} ${tenantId}`
-    const held = this.places.get(name) ?? 0
-    if (held >= max) return false
-    this.places.set(name, held + 1)
-    return true
+  /**
+   * Takes one of the tenant's places on the route and one of its parent account's, or neither:
+   * null when both were free, else the cap that is full.
+   */
+  reserve(route: string, holder: SocketHolder, maxPerTenant: number, maxPerAccount: number): PlaceRefusal | null {
+    if (!this.tenantPlaces.take(route, holder.tenantId, maxPerTenant)) return 'tenant'
+    if (!this.accountPlaces.take(route, holder.accountId, maxPerAccount)) {
+      this.tenantPlaces.giveBack(route, holder.tenantId)
+      return 'account'
+    }
+    return null
   }
 
-  /** Gives a place back: an upgrade that did not open, or a socket that closed. */
-  unreserve(route: string, tenantId: string): void {
-    const name = `${route} ${tenantId}`
-    const held = this.places.get(name) ?? 0
-    if (held <= 1) this.places.delete(name)
-    else this.places.set(name, held - 1)
+  /** Gives the places back: an upgrade that did not open, or a socket that closed. */
+  unreserve(route: string, holder: SocketHolder): void {
+    this.tenantPlaces.giveBack(route, holder.tenantId)
+    this.accountPlaces.giveBack(route, holder.accountId)
   }
 
   /** A socket is open (its place, if it has one, was reserved by its upgrade). */

@@ -1,9 +1,15 @@
 // A route's WebSocket options (docs/configuration.md, routes): `websocket: true` lets its upgrades
-// through, under the same checks as any request, and three bounds govern the open sockets.
+// through, under the same checks as any request, and four bounds govern the open sockets.
 
 export interface RouteWebSocket {
   /** Open sockets one resolved tenant may hold on the route (on this replica); past it, 429. */
   readonly maxPerTenant: number
+  /**
+   * Open sockets of one parent account's keys (its own and all its sub-accounts') on the route (on
+   * this replica), past it 429: creating sub-accounts buys no more sockets. null: half of the
+   * replica's MAX_CONNECTIONS (the runtime knows it).
+   */
+  readonly maxPerAccount: number | null
   /** A socket on which neither side sent a frame (pings count) for this long is closed (1001). */
   readonly idleTimeoutMs: number
   /** A message over this size, either way, closes the socket with 1009. */
@@ -17,6 +23,7 @@ export const DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES = 1024 * 1024
 export const WEBSOCKET_KEYS = [
   'websocket',
   'max_websockets_per_tenant',
+  'max_websockets_per_account',
   'websocket_idle_timeout_ms',
   'websocket_max_message_bytes',
 ] as const
@@ -33,7 +40,7 @@ export function parseRouteWebSocket(
     if (stray !== undefined) fail(`${stray} needs websocket: true`)
     return null
   }
-  const whole = (key: string, fallback: number): number => {
+  const whole = <F extends number | null>(key: string, fallback: F): number | F => {
     const value = entry[key]
     if (value === undefined) return fallback
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0)
@@ -42,6 +49,7 @@ export function parseRouteWebSocket(
   }
   return Object.freeze({
     maxPerTenant: whole('max_websockets_per_tenant', DEFAULT_MAX_WEBSOCKETS_PER_TENANT),
+    maxPerAccount: whole('max_websockets_per_account', null),
     idleTimeoutMs: whole('websocket_idle_timeout_ms', DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS),
     maxMessageBytes: whole('websocket_max_message_bytes', DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES),
   })

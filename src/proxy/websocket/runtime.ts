@@ -20,6 +20,8 @@ export interface WebSocketRuntimeOptions {
   log: FastifyBaseLogger
   /** Counts an answered upgrade as any request is counted once answered (ops/request-accounting.ts). */
   account(request: FastifyRequest, reply: FastifyReply): void
+  /** MAX_CONNECTIONS: half of it is a route's `max_websockets_per_account` unless set. */
+  maxConnections: number
 }
 
 /** What @fastify/http-proxy's WebSocket proxy calls once the client's handshake is answered. */
@@ -29,9 +31,12 @@ export class WebSocketRuntime {
   readonly sockets = new OpenSockets<SocketPair>()
   /** Told of the caches' evictions (the invalidation bus): the sockets they concern are checked. */
   readonly evicted: EvictionListener
+  /** Sockets of one parent account on a route where `max_websockets_per_account` is not set. */
+  readonly defaultMaxPerAccount: number
 
   constructor(private readonly options: WebSocketRuntimeOptions) {
     this.evicted = revocationListener(this.sockets, options.lookups, options.log)
+    this.defaultMaxPerAccount = Math.max(1, Math.floor(options.maxConnections / 2))
   }
 
   /** ws's choice of subprotocol for the client: the upstream's (websocket/subprotocols.ts). */

@@ -1,7 +1,8 @@
 // A WebSocket upgrade on its way through the proxy's steps (docs/api.md, WebSockets): what the
-// client offered, the place it holds under `max_websockets_per_tenant`, and the upstream's socket,
-// opened before the client's handshake is answered, so that the client gets the upstream's
-// choice of subprotocol, and a refusal or an unreachable upstream as an ordinary HTTP answer.
+// client offered, the places it holds under `max_websockets_per_tenant` and
+// `max_websockets_per_account`, and the upstream's socket, opened before the client's handshake
+// is answered, so that the client gets the upstream's choice of subprotocol, and a refusal or an
+// unreachable upstream as an ordinary HTTP answer.
 import type { IncomingMessage } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
@@ -11,14 +12,15 @@ import { ApiError } from '../../errors.js'
 import { upstreamHeaders } from '../headers.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
 import type { ProxyRoute } from '../route.js'
+import type { SocketHolder } from './open-sockets.js'
 import { offeredProtocols, type OfferedProtocols } from './subprotocols.js'
 
 export interface Upgrade {
   readonly offered: OfferedProtocols
   /** The credential came as the `tgw.bearer.` subprotocol: never forwarded as Authorization. */
   readonly credentialFromProtocol: boolean
-  /** The resolved tenant whose place under the route's cap this upgrade holds; null: none taken. */
-  place: string | null
+  /** The tenant and parent account whose places under the route's caps this upgrade holds; null: none taken. */
+  place: SocketHolder | null
   /** The upstream's socket, open and paused until the client's handshake is answered. */
   upstream: WebSocket | null
   /** Taken over by a SocketPair: from then on, the pair ends both sockets. */
