@@ -262,6 +262,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         lookups: cache.lookups,
         log: app.log,
         account: app.accountRequest,
+        signingKeys: keyring,
         maxConnections: deps.config.maxConnections,
       })
     : null

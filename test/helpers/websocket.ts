@@ -17,6 +17,10 @@ export interface WebSocketUpstream {
   sockets: WebSocket[]
   /** The sockets still open. */
   open(): number
+  /** With `holdHandshakes`: the upgrades received and not yet answered. */
+  held(): number
+  /** With `holdHandshakes`: answers every upgrade held so far (101). */
+  release(): void
   close(): Promise<void>
 }
 
@@ -25,6 +29,8 @@ export interface WebSocketUpstreamOptions {
   handleProtocols?: (protocols: Set<string>) => string | false
   /** Sent to each client as soon as its socket opens. */
   greeting?: string
+  /** Each upgrade waits, unanswered, until `release()`: an upgrade kept in flight as long as a test needs. */
+  holdHandshakes?: boolean
 }
 
 /** An echo server: each message comes back as it came (text or binary). */
@@ -41,14 +47,18 @@ export async function startWebSocketUpstream(
   })
   const upgrades: IncomingHttpHeaders[] = []
   const sockets: WebSocket[] = []
+  const held: (() => void)[] = []
   server.on('upgrade', (request, socket, head) => {
-    wss.handleUpgrade(request, socket, head, (ws) => {
-      upgrades.push(request.headers)
-      sockets.push(ws)
-      ws.on('error', () => {})
-      ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary }))
-      if (options.greeting !== undefined) ws.send(options.greeting)
-    })
+    const answer = () =>
+      wss.handleUpgrade(request, socket, head, (ws) => {
+        upgrades.push(request.headers)
+        sockets.push(ws)
+        ws.on('error', () => {})
+        ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary }))
+        if (options.greeting !== undefined) ws.send(options.greeting)
+      })
+    if (options.holdHandshakes === true) held.push(answer)
+    else answer()
   })
   const { port, close } = await listenOnLoopback(t, server)
   return {
@@ -57,6 +67,10 @@ export async function startWebSocketUpstream(
     upgrades,
     sockets,
     open: () => sockets.filter((ws) => ws.readyState === ws.OPEN).length,
+    held: () => held.length,
+    release: () => {
+      for (const answer of held.splice(0)) answer()
+    },
     close: async () => {
       for (const ws of sockets) ws.terminate()
       wss.close()

@@ -1,10 +1,11 @@
-// Which open sockets an invalidation closes, and why (proxy/websocket/revocation.ts), over
-// stand-in sockets and lookups: no I/O. The sockets' own expiry timers are here too.
+// Which open sockets an invalidation or the sweep closes, and why (proxy/websocket/revocation.ts,
+// sweep.ts), over stand-in sockets and lookups: no I/O. The sockets' own expiry timers are here too.
 import { EventEmitter } from 'node:events'
 import t from 'tap'
 import type { WebSocket } from 'ws'
 import { OpenSockets } from '../../src/proxy/websocket/open-sockets.js'
-import { recheck, revocationListener } from '../../src/proxy/websocket/revocation.js'
+import { type CredentialSources, recheck, revocationListener } from '../../src/proxy/websocket/revocation.js'
+import { CredentialSweep } from '../../src/proxy/websocket/sweep.js'
 import { type SocketCredentials, SocketPair } from '../../src/proxy/websocket/socket-pair.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../../src/tenancy/lookups.js'
 
@@ -38,6 +39,7 @@ function pair(credentials: Partial<SocketCredentials>): { pair: SocketPair; clie
       actingTenantId: 'sub',
       keyExpiresAt: null,
       tokenExpiresAt: null,
+      tokenKid: null,
       ...credentials,
     },
     OPTIONS,
@@ -47,22 +49,35 @@ function pair(credentials: Partial<SocketCredentials>): { pair: SocketPair; clie
   return { pair: made, client }
 }
 
+/** Where the checks read, and how many times each was asked; `withdrawn`: signing keys a rotation withdrew. */
 function lookups(
   keys: Record<string, Partial<KeyRecord> | null>,
   tenants: Record<string, Partial<TenantRecord> | null>,
-) {
+  withdrawn: string[] = [],
+): CredentialSources & { asked: string[] } {
+  const asked: string[] = []
   const key = (id: string): KeyRecord | null =>
     keys[id] === null ? null : { id, tenantId: 'sub', scopes: [], status: 'active', expiresAt: null, ...keys[id] }
   const tenant = (id: string): TenantRecord | null =>
     tenants[id] === null ? null : { id, parentId: 'parent', externalId: null, status: 'active', ...tenants[id] }
   return {
-    keyById: async (id: string) => key(id),
-    tenant: async (id: string) => tenant(id),
-  } as unknown as TenancyLookups
+    asked,
+    lookups: {
+      keyById: async (id: string) => {
+        asked.push(`key ${id}`)
+        return key(id)
+      },
+      tenant: async (id: string) => {
+        asked.push(`tenant ${id}`)
+        return tenant(id)
+      },
+    } as unknown as TenancyLookups,
+    signingKeyAccepted: (kid) => !withdrawn.includes(kid),
+  }
 }
 
 t.test('a check closes a socket whose credentials no longer hold, with the reason', async (t) => {
-  const cases: [string, TenancyLookups, string | undefined][] = [
+  const cases: [string, CredentialSources, string | undefined][] = [
     ['all well', lookups({ k1: {} }, {}), undefined],
     ['revoked', lookups({ k1: { status: 'revoked' } }, {}), 'credentials revoked'],
     ['gone', lookups({ k1: null }, {}), 'credentials revoked'],
@@ -81,6 +96,93 @@ t.test('a check closes a socket whose credentials no longer hold, with the reaso
   const { pair: public_, client: publicClient } = pair({ keyId: null, keyTenantId: null, actingTenantId: null })
   await recheck(public_, lookups({}, {}))
   t.same(publicClient.closes, [], 'a public route’s socket has nothing to check')
+  const { pair: byToken, client: tokenClient } = pair({ tokenKid: 'old' })
+  const rotated = lookups({ k1: {} }, {}, ['old'])
+  await recheck(byToken, rotated)
+  t.same(tokenClient.closes, [[1008, 'credentials revoked']], 'a token whose signing key was withdrawn')
+  t.same(rotated.asked, [], 'known from the keyring alone')
+})
+
+t.test('the sweep checks every open socket, each key and tenant once, and closes the dead ones', async (t) => {
+  const sockets = new OpenSockets<SocketPair>()
+  const opened = (credentials: Partial<SocketCredentials>) => {
+    const made = pair(credentials)
+    sockets.opened(made.pair)
+    return made
+  }
+  const live = [opened({}), opened({})]
+  const revoked = [opened({ keyId: 'k2' }), opened({ keyId: 'k2' })]
+  const deactivated = opened({ keyId: 'k3', keyTenantId: 'parent', actingTenantId: 'off' })
+  const withdrawn = opened({ keyId: 'k4', tokenKid: 'old' })
+  const kept = opened({ keyId: 'k5', tokenKid: 'new' })
+  const expiring = opened({ keyId: 'k6' })
+  const source = lookups(
+    { k1: {}, k2: { status: 'revoked' }, k3: {}, k4: {}, k5: {}, k6: { expiresAt: Date.now() + 30 } },
+    { off: { status: 'deactivated' } },
+    ['old'],
+  )
+  const sweep = new CredentialSweep(sockets, source, { warn: () => {} } as never)
+  await sweep.sweep()
+  t.same(
+    live.map((s) => s.client.closes),
+    [[], []],
+    'sockets whose key and tenants hold stay open',
+  )
+  t.same(
+    revoked.map((s) => s.client.closes),
+    [[[1008, 'credentials revoked']], [[1008, 'credentials revoked']]],
+    'every socket of a revoked key',
+  )
+  t.same(deactivated.client.closes, [[1008, 'tenant deactivated']], 'a socket acting as a deactivated tenant')
+  t.same(withdrawn.client.closes, [[1008, 'credentials revoked']], 'a token whose signing key was withdrawn')
+  t.same(kept.client.closes, [], 'a token of a published key stays')
+  t.equal(source.asked.filter((a) => a === 'key k1').length, 1, 'one lookup for a key, however many sockets')
+  t.equal(source.asked.filter((a) => a === 'tenant sub').length, 1, 'one lookup for a tenant')
+  await new Promise((resolve) => setTimeout(resolve, 80))
+  t.same(expiring.client.closes, [[1008, 'credentials revoked']], 'an expiry brought nearer is armed')
+})
+
+t.test('the sweep: one timer while sockets are open, a store that fails warned once', async (t) => {
+  const sockets = new OpenSockets<SocketPair>()
+  const warned: unknown[] = []
+  let fail = true
+  const source = lookups({ k1: {} }, {})
+  const flaky: CredentialSources = {
+    lookups: {
+      keyById: (id: string) => (fail ? Promise.reject(new Error('store down')) : source.lookups.keyById(id)),
+      tenant: (id: string) => (fail ? Promise.reject(new Error('store down')) : source.lookups.tenant(id)),
+    } as unknown as TenancyLookups,
+    signingKeyAccepted: () => true,
+  }
+  const sweep = new CredentialSweep(sockets, flaky, { warn: (o: unknown) => warned.push(o) } as never, 10)
+  const one = pair({})
+  sockets.opened(one.pair)
+  sweep.wake()
+  sweep.wake()
+  const waitFor = async (check: () => boolean) => {
+    for (let i = 0; i < 200 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  await waitFor(() => warned.length > 0)
+  await new Promise((resolve) => setTimeout(resolve, 60))
+  t.equal(warned.length, 1, 'the store down: warned once, not every sweep')
+  t.same(one.client.closes, [], 'and the socket stays, as a known key keeps working')
+  fail = false
+  await waitFor(() => source.asked.length > 0)
+  t.ok(source.asked.includes('key k1'), 'the store back: checked again')
+  sockets.closed(one.pair)
+  const before = source.asked.length
+  await new Promise((resolve) => setTimeout(resolve, 60))
+  t.equal(source.asked.length, before, 'no socket open: no sweep')
+  const two = pair({ keyId: 'k1' })
+  sockets.opened(two.pair)
+  sweep.wake()
+  await waitFor(() => source.asked.length > before)
+  t.ok(source.asked.length > before, 'a socket opened again wakes it')
+  sweep.stop()
+  sweep.wake()
+  const stopped = source.asked.length
+  await new Promise((resolve) => setTimeout(resolve, 60))
+  t.equal(source.asked.length, stopped, 'stopped: no more sweeps')
 })
 
 t.test('an invalidation checks the sockets its names concern, all of them when messages were lost', async (t) => {
@@ -101,7 +203,10 @@ t.test('an invalidation checks the sockets its names concern, all of them when m
   await new Promise((resolve) => setImmediate(resolve))
   t.same(two.client.closes, [[1008, 'credentials revoked']], 'messages lost: every socket checked')
 
-  const failing = { keyById: async () => Promise.reject(new Error('store down')) } as unknown as TenancyLookups
+  const failing = {
+    lookups: { keyById: async () => Promise.reject(new Error('store down')) } as unknown as TenancyLookups,
+    signingKeyAccepted: () => true,
+  }
   const warned: unknown[] = []
   const three = pair({ keyId: 'k3' })
   sockets.opened(three.pair)

@@ -1,7 +1,7 @@
 // The sockets open on this replica (docs/architecture.md, WebSockets): counted per route for the
 // metrics, per route and tenant for `max_websockets_per_tenant` and per route and parent account
 // for `max_websockets_per_account`, and found by the key that opened them and by the tenants they
-// act for, so that an invalidation closes the right ones.
+// act for, so that an invalidation (or the sweep, sweep.ts) closes the right ones.
 
 /** What the registry needs of an open socket. */
 export interface TrackedSocket {
@@ -115,6 +115,16 @@ export class OpenSockets<S extends TrackedSocket> {
 
   withTenant(tenantId: string): Iterable<S> {
     return this.byTenant.get(tenantId) ?? []
+  }
+
+  /** The keys that opened the sockets open now, each once. */
+  keyIds(): Iterable<string> {
+    return this.byKey.keys()
+  }
+
+  /** The tenants the sockets open now act for or whose keys opened them, each once. */
+  tenantIdsOpen(): Iterable<string> {
+    return this.byTenant.keys()
   }
 
   all(): Iterable<S> {

@@ -1,8 +1,9 @@
 // The proxy's WebSockets on one replica (docs/architecture.md, WebSockets): @fastify/http-proxy
 // (`websocket: true`) routes the upgrade through the route's steps and answers the client's
 // handshake; the connection it then makes is this one's: the upstream's socket the last step
-// opened is adopted, joined to the client's in a SocketPair, registered, counted, and ended by
-// revocation (revocation.ts) or shutdown.
+// opened is adopted, joined to the client's in a SocketPair, registered, counted, checked again
+// at once (its credential may have died while it opened), and ended by revocation (revocation.ts,
+// sweep.ts) or shutdown.
 import type { IncomingMessage } from 'node:http'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
@@ -10,9 +11,10 @@ import type { EvictionListener } from '../../cache/entry-names.js'
 import type { TenancyLookups } from '../../tenancy/lookups.js'
 import type { ProxyRoute } from '../route.js'
 import { OpenSockets } from './open-sockets.js'
-import { revocationListener } from './revocation.js'
+import { type CredentialSources, recheckOrWarn, revocationListener } from './revocation.js'
 import { ENDINGS, SocketPair } from './socket-pair.js'
 import { answeredProtocol } from './subprotocols.js'
+import { CredentialSweep } from './sweep.js'
 import { type Upgrade, upgradeOf } from './upgrade.js'
 
 export interface WebSocketRuntimeOptions {
@@ -20,6 +22,8 @@ export interface WebSocketRuntimeOptions {
   log: FastifyBaseLogger
   /** Counts an answered upgrade as any request is counted once answered (ops/request-accounting.ts). */
   account(request: FastifyRequest, reply: FastifyReply): void
+  /** The keyring (signing-keys/keyring.ts): whether a token's `kid` is still taken, and word of a new set of keys. */
+  signingKeys: { accepts(kid: string): boolean; onChange(listener: () => void): void }
   /** MAX_CONNECTIONS: half of it is a route's `max_websockets_per_account` unless set. */
   maxConnections: number
 }
@@ -33,10 +37,17 @@ export class WebSocketRuntime {
   readonly evicted: EvictionListener
   /** Sockets of one parent account on a route where `max_websockets_per_account` is not set. */
   readonly defaultMaxPerAccount: number
+  private readonly sources: CredentialSources
+  private readonly sweep: CredentialSweep
 
   constructor(private readonly options: WebSocketRuntimeOptions) {
-    this.evicted = revocationListener(this.sockets, options.lookups, options.log)
+    const { signingKeys } = options
+    this.sources = { lookups: options.lookups, signingKeyAccepted: (kid) => signingKeys.accepts(kid) }
+    this.evicted = revocationListener(this.sockets, this.sources, options.log)
+    this.sweep = new CredentialSweep(this.sockets, this.sources, options.log)
     this.defaultMaxPerAccount = Math.max(1, Math.floor(options.maxConnections / 2))
+    // A new set of signing keys (over the bus, or the reload timer) may have withdrawn a token's.
+    signingKeys.onChange(() => this.sweep.closeWithdrawnTokens())
   }
 
   /** ws's choice of subprotocol for the client: the upstream's (websocket/subprotocols.ts). */
@@ -84,6 +95,7 @@ export class WebSocketRuntime {
         actingTenantId: request.actingTenant?.id ?? null,
         keyExpiresAt: principal?.key.expiresAt ?? null,
         tokenExpiresAt: principal?.accessToken?.expiresAtMs ?? null,
+        tokenKid: principal?.accessToken?.kid ?? null,
       },
       route.websocket!,
       (closed) => {
@@ -92,9 +104,16 @@ export class WebSocketRuntime {
       },
     )
     this.sockets.opened(pair)
+    this.sweep.wake()
     upstream.resume()
     // The upstream left while the client's handshake was answered.
-    if (upstream.readyState !== upstream.OPEN) pair.end({ code: 1014, reason: 'upstream went away' })
+    if (upstream.readyState !== upstream.OPEN) {
+      pair.end({ code: 1014, reason: 'upstream went away' })
+      return
+    }
+    // The credential was checked when the upgrade began; it may have died while the upstream
+    // answered, and the message saying so found no socket to close then.
+    void recheckOrWarn(pair, this.sources, this.options.log, 'as it opened')
   }
 
   /**
@@ -103,6 +122,7 @@ export class WebSocketRuntime {
    * would wait 30 s for each, past SHUTDOWN_TIMEOUT_MS.
    */
   closeAll(graceMs = 2_000): void {
+    this.sweep.stop()
     const open = [...this.sockets.all()]
     for (const pair of open) pair.end(ENDINGS.shutdown)
     if (open.length === 0) return

@@ -36,6 +36,11 @@ export interface SocketCredentials {
    * 30 s leeway after it (clocks that differ); its sockets close at it (docs/api.md, WebSockets).
    */
   readonly tokenExpiresAt: number | null
+  /**
+   * The `kid` of the key that signed the access token; null for a key. A rotation with
+   * `--compromised` withdraws it, and the socket closes with its token's requests.
+   */
+  readonly tokenKid: string | null
 }
 
 /** A code received in a close frame, as one that may be sent on: 1005 and 1006 are never sent. */
@@ -54,6 +59,8 @@ export class SocketPair implements TrackedSocket {
   readonly keyId: string | null
   private readonly idleTimer: NodeJS.Timeout
   private expiryTimer: NodeJS.Timeout | null = null
+  /** The key's expiry the timer was armed for: the sweep's check each second re-arms it only when it moved. */
+  private armedKeyExpiry: number | null | undefined = undefined
   /** Set once the pair is over on the client's side: later events change nothing. */
   private ended = false
 
@@ -132,7 +139,8 @@ export class SocketPair implements TrackedSocket {
    * roll) or the access token's, whichever comes first.
    */
   scheduleExpiry(keyExpiresAt: number | null): void {
-    if (this.ended) return
+    if (this.ended || keyExpiresAt === this.armedKeyExpiry) return
+    this.armedKeyExpiry = keyExpiresAt
     if (this.expiryTimer !== null) clearTimeout(this.expiryTimer)
     this.expiryTimer = null
     const tokenEnd = this.credentials.tokenExpiresAt
@@ -141,7 +149,10 @@ export class SocketPair implements TrackedSocket {
     if (at === null) return
     const wait = at - Date.now()
     if (wait > MAX_TIMER_MS) {
-      this.expiryTimer = setTimeout(() => this.scheduleExpiry(keyExpiresAt), MAX_TIMER_MS)
+      this.expiryTimer = setTimeout(() => {
+        this.armedKeyExpiry = undefined
+        this.scheduleExpiry(keyExpiresAt)
+      }, MAX_TIMER_MS)
     } else {
       // Past already (a token used in its leeway): at once, without Node's negative-delay warning.
       this.expiryTimer = setTimeout(
