@@ -8,7 +8,7 @@
 // the lookup was asked: a session ended or expired is refused at once, as before.
 import { LOOKUP_DEADLINE_MS } from '../tenancy/lookups.js'
 import type { Sql } from '../store/db.js'
-import { DEFAULT_KEY_BATCH_PACING, type KeyBatchPacing, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
+import { DEFAULT_KEY_BATCH_PACING, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
 import {
   openSessionsBySecrets,
   type PortalSessionRow,
@@ -21,13 +21,6 @@ import { storedPortalOrigins } from './origin-changes.js'
 export interface PortalLookupCounts {
   query(): void
   credentials(n: number): void
-}
-
-export interface PortalLookupOptions {
-  /** How long one lookup may wait for its answer, its turn included (then 503). */
-  deadlineMs?: number
-  pacing?: Partial<KeyBatchPacing>
-  counts?: PortalLookupCounts
 }
 
 /** A link that can still be exchanged, with the origins its parent lets embed the portal (checked ones only). */
@@ -43,16 +36,15 @@ const BUSY = 'the portal session could not be looked up in time; try again'
 export class PortalCredentialLookups {
   private readonly sessions: KeyLookupBatcher<PortalSessionRow>
   private readonly links: KeyLookupBatcher<UsableLink>
-  private readonly deadlineMs: number
 
-  constructor(sql: Sql, options: PortalLookupOptions = {}) {
-    this.deadlineMs = options.deadlineMs ?? LOOKUP_DEADLINE_MS
+  /** Each lookup waits LOOKUP_DEADLINE_MS at most, its turn included (then 503), as a key's does. */
+  constructor(sql: Sql, counts: PortalLookupCounts) {
     const batching = {
-      pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: this.deadlineMs, ...options.pacing },
+      pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: LOOKUP_DEADLINE_MS },
       busyDetail: BUSY,
       onQuery: (n: number) => {
-        options.counts?.query()
-        options.counts?.credentials(n)
+        counts.query()
+        counts.credentials(n)
       },
     }
     this.sessions = new KeyLookupBatcher<PortalSessionRow>(async (digests) => {
@@ -67,12 +59,12 @@ export class PortalCredentialLookups {
 
   /** The open session whose credential has this digest (sub-account active), or null. */
   session(secretDigest: Buffer): Promise<PortalSessionRow | null> {
-    return this.sessions.lookup(secretDigest, this.deadlineMs)
+    return this.sessions.lookup(secretDigest, LOOKUP_DEADLINE_MS)
   }
 
   /** The link with this token digest if it can still be exchanged, or null. */
   async link(tokenDigest: Buffer): Promise<PortalLink | null> {
-    const row = await this.links.lookup(tokenDigest, this.deadlineMs)
+    const row = await this.links.lookup(tokenDigest, LOOKUP_DEADLINE_MS)
     if (row === null) return null
     return {
       sessionId: row.session_id,

@@ -43,7 +43,7 @@ export interface PortalOptions {
   /** Where the page's script and stylesheet come from (default: prebuilt, else bundled once per process). */
   assets?: () => Promise<ConsoleAssets>
   /** What the credential lookups send to Postgres (the metrics). */
-  lookupCounts?: PortalLookupCounts
+  lookupCounts: PortalLookupCounts
 }
 
 /** The console's policy with `frame-ancestors` these sources (none: 'none'). */
@@ -73,7 +73,7 @@ function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
 
 export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
   const { sql } = options
-  const lookups = new PortalCredentialLookups(sql, options.lookupCounts ? { counts: options.lookupCounts } : {})
+  const lookups = new PortalCredentialLookups(sql, options.lookupCounts)
   const assets = options.assets ?? portalAssets
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   app.decorateRequest('portalSession', null)

@@ -76,6 +76,8 @@ export interface KeyLookupBatcherOptions {
 export class KeyLookupBatcher<Row> {
   private readonly pacing: KeyBatchPacing
   private readonly clock: BatchClock
+  /** The 503's detail for a lookup that waited past its deadline for its turn. */
+  private readonly busyDetail: string
   /** Waiting for a query, oldest first, one entry per digest (hex). */
   private readonly pending = new Map<string, Pending<Row>>()
   private inFlight = 0
@@ -96,6 +98,7 @@ export class KeyLookupBatcher<Row> {
   ) {
     this.pacing = { ...DEFAULT_KEY_BATCH_PACING, ...options.pacing }
     this.clock = options.clock ?? realClock
+    this.busyDetail = options.busyDetail ?? 'the key could not be looked up in time; try again'
   }
 
   /**
@@ -140,9 +143,7 @@ export class KeyLookupBatcher<Row> {
     }
     pending.waiters.splice(index, 1)
     if (pending.waiters.length === 0) this.pending.delete(hex)
-    waiter.reject(
-      new ApiError('store_unavailable', this.options.busyDetail ?? 'the key could not be looked up in time; try again'),
-    )
+    waiter.reject(new ApiError('store_unavailable', this.busyDetail))
   }
 
   /** How many digests wait for a query (not those of the query in flight). */
