@@ -13,8 +13,8 @@ t.test('https origins, as a browser serialises them', async (t) => {
     ['https://b.example:8443/', 'https://b.example:8443'],
     ['https://xn--bcher-kva.example', 'https://xn--bcher-kva.example'],
     ['https://10.0.0.7:8443', 'https://10.0.0.7:8443'],
-  ])
-    t.equal(httpsOrigin(given!), origin, given)
+  ] as const)
+    t.equal(httpsOrigin(given), origin, given)
 })
 
 t.test('anything else is none', async (t) => {
