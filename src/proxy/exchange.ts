@@ -2,10 +2,13 @@
 // exchange is over on both sides (docs/api.md, "time and connections are bounded"): the slot is
 // given back once the client's side has closed and the upstream's request is settled, a client
 // that stops reading the answer is cut off, and a client that hangs up is logged and counted as
-// what it is rather than as a failed upstream.
+// what it is rather than as a failed upstream. Nothing the exchange started outlives it: when its
+// client's side closes (the answer sent whole, or the client gone), the request body still coming
+// is ended, its idle timer with it, and an upstream request still under way is aborted.
 //
 // On the proxy's hot path: an exchange allocates no timer of its own. The route's ResponseWatch
 // looks at every answer in flight on one timer.
+import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Tally } from '../ops/fast-metrics.js'
 import type { RouteConcurrency, SlotHolder } from './concurrency.js'
@@ -84,7 +87,12 @@ export class ResponseWatch {
 
 export class Exchange {
   private stoppedReading = false
+  /** The upstream's side, from the moment the request leaves for it. */
   private call: UpstreamCall | null = null
+  /** The request body on its way upstream (proxy/request-body.ts); null without one. */
+  private body: Duplex | null = null
+  /** The upstream's answer began (its head went to the client). */
+  private answering = false
   /** The answer's Content-Length; null when it has none, so that only counting it tells its size. */
   private declaredBytes: number | null = null
   /** The bytes of a chunked answer's body that came from the upstream so far. */
@@ -95,6 +103,8 @@ export class Exchange {
   private upstreamPending = false
   private clientClosed = false
   private released = false
+  /** Gives the slot back should the upstream's request never settle (clientClosedNow). */
+  private releaseLater: NodeJS.Timeout | null = null
   /** Its place in the route's ResponseWatch; -1 when not watched. */
   watchIndex = -1
   /** When the client's progress was last seen, and how many bytes it had taken then. */
@@ -125,8 +135,17 @@ export class Exchange {
   }
 
   /** The request leaves for the upstream (upstream-call.ts). */
-  sentUpstream(): void {
+  sentUpstream(call: UpstreamCall): void {
+    this.call = call
     this.upstreamPending = true
+  }
+
+  /**
+   * The request's body, as the upstream will read it: ended with the exchange. (The slot step
+   * found the client there, and nothing waits between it and the body parser.)
+   */
+  carries(body: Duplex): void {
+    this.body = body
   }
 
   /**
@@ -143,8 +162,8 @@ export class Exchange {
    * The upstream's answer streams to the client: from now on, a client that takes nothing of it is
    * cut off, and one that leaves ends the upstream's side. `declaredBytes`: its Content-Length.
    */
-  responding(call: UpstreamCall, declaredBytes: number | null): void {
-    this.call = call
+  responding(declaredBytes: number | null): void {
+    this.answering = true
     this.declaredBytes = declaredBytes
     if (this.clientClosed) return
     this.progressAt = performance.now()
@@ -170,7 +189,7 @@ export class Exchange {
 
   /** The bytes of the upstream's answer: its Content-Length, or what passed so far; null before it came. */
   answerBytes(): number | null {
-    if (this.call === null) return null
+    if (!this.answering) return null
     return this.declaredBytes ?? this.chunkedBytes
   }
 
@@ -204,10 +223,14 @@ export class Exchange {
     if (this.clientClosed) return
     this.clientClosed = true
     this.watch.delete(this)
+    // A body the upstream did not read whole (it failed, answered early, or the client left): its
+    // idle timer would otherwise run on, and its end come to nobody.
+    const body = this.body
+    if (body !== null && !body.destroyed) body.destroy()
     if (!this.upstreamPending) this.release()
-    // undici answers within the route's timeout (headers or failure); should a path ever miss
-    // upstreamSettled, the slot still comes back.
-    else setTimeout(() => this.release(), this.slots.maxWaitMs + 10_000).unref()
+    // undici settles at once once aborted (below), else within the route's timeout; should a path
+    // ever miss upstreamSettled, the slot still comes back.
+    else this.releaseLater = setTimeout(() => this.release(), this.slots.maxWaitMs + 10_000).unref()
     if (this.reply.raw.writableFinished) return
     this.call?.clientLeft()
     // The upstream broke off its answer: upstream-call.ts logs that, and it is not the client's doing.
@@ -229,6 +252,7 @@ export class Exchange {
   private release(): void {
     if (this.released) return
     this.released = true
+    if (this.releaseLater !== null) clearTimeout(this.releaseLater)
     this.slots.release(this.holder)
   }
 }

@@ -26,10 +26,20 @@ export function declaresTooMuch(request: FastifyRequest, limit: number): boolean
 }
 
 /**
+ * A body's error once nobody reads it: undici listens while it sends the body, and drops its
+ * listener when its request is over (the upstream failed, answered early, or timed out). An error
+ * after that (the client's reset, the idle timer) has nothing left to end, and must not end the
+ * process. One function for all bodies: no closure per request.
+ */
+function errorAfterTheExchange(): void {}
+
+/**
  * The content parser of a proxied route: the request stream itself goes upstream, through a
  * pass-through that counts a chunked body against the limit (the HTTP parser already holds a
  * declared one to its length) and ends it with BodyIdleError after `idleMs` without a byte.
- * Time the upstream spends not reading does not count: the client cannot send then.
+ * Time the upstream spends not reading does not count: the client cannot send then. The body is
+ * its exchange's (exchange.ts): it ends, its timer with it, when the exchange does, whatever
+ * ends that first.
  */
 export function streamBody(limit: number, idleMs: number) {
   return (
@@ -60,8 +70,10 @@ export function streamBody(limit: number, idleMs: number) {
     }, idleMs)
     body.once('finish', () => clearTimeout(idle))
     body.once('close', () => clearTimeout(idle))
+    body.on('error', errorAfterTheExchange)
     payload.on('error', (err) => body.destroy(err))
     payload.pipe(body)
+    exchange?.carries(body)
     done(null, body)
   }
 }

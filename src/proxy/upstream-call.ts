@@ -93,7 +93,7 @@ export class UpstreamTarget {
     })
     headers.host = this.host
     request.upstreamSentAt = performance.now()
-    exchange.sentUpstream()
+    exchange.sentUpstream(call)
     this.pool.dispatch(
       {
         path: this.upstreamPath(request.url),
@@ -188,6 +188,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller
+    // The client left while undici connected: nothing is sent.
+    if (this.done) controller.abort(new Error('the client left'))
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -204,7 +206,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (statusCode > 599) {
       this.done = true
       controller.abort(new Error(`status ${statusCode}`))
-      reply.send(new ApiError('upstream_unavailable', `the upstream answered with status ${statusCode}`))
+      this.fail(new ApiError('upstream_unavailable', `the upstream answered with status ${statusCode}`))
       return
     }
     const head = target.answerHeaders(reply, headers, statusCode)
@@ -212,7 +214,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.answering = true
     this.response.writeHead(statusCode, head)
     const length = Number(head['content-length'] ?? Number.NaN)
-    exchange.responding(this, Number.isSafeInteger(length) ? length : null)
+    exchange.responding(Number.isSafeInteger(length) ? length : null)
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -229,7 +231,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
-    if (this.done) return
+    if (this.done) {
+      // Aborted because the client left before the answer (clientLeft): settled all the same.
+      this.exchange.upstreamSettled()
+      return
+    }
     this.done = true
     const exchange = this.exchange
     if (this.answering) {
@@ -242,7 +248,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     exchange.upstreamSettled()
     // A client that hung up gets nothing, and is not an upstream failure (exchange.ts logs it).
     if (exchange.clientGone()) return
-    this.reply.send(upstreamFailure(error, this.target.route))
+    this.fail(upstreamFailure(error, this.target.route))
+  }
+
+  /** The gateway's own answer in place of the upstream's. */
+  private fail(error: ApiError): void {
+    // The rest of a body the upstream did not take never will be read: the connection cannot
+    // carry another request, and must not stay open on it (exchange.ts ends the body itself).
+    if (!this.request.raw.complete) this.reply.header('connection', 'close')
+    this.reply.send(error)
   }
 
   /** The client left: an answer still coming is not wanted any more. */

@@ -1,0 +1,203 @@
+// The combinations DESIGN §5 ("No request can stop a replica") names: an upstream fault × a way
+// a client's body can go. Upstreams are raw socket servers that each do one wrong thing; clients
+// are raw sockets that send a head declaring a body, then trickle, stall, abort or complete it.
+// For test/integration/exchange-faults.test.ts (each combination once) and
+// test/faults/exchange-storm.test.ts (a storm of them against a gateway process).
+import { connect, createServer, type Server, type Socket } from 'node:net'
+import type { TestLike } from './test-like.js'
+import { closedPort, listenOnLoopback } from './upstream.js'
+
+/** A body declares this many bytes, and trickles this many of them this far apart. */
+export const DECLARED_BODY_BYTES = 100
+const TRICKLE_BYTES = 4
+const TRICKLE_GAP_MS = 40
+
+export const UPSTREAM_FAULTS = [
+  'down',
+  'resetsAtFirstBodyByte',
+  'answersEarlyThenCloses',
+  'answersAfterTimeout',
+  'neverAnswers',
+] as const
+export type UpstreamFault = (typeof UPSTREAM_FAULTS)[number]
+
+export const BODY_MODES = ['tricklesThenStalls', 'stallsAtOnce', 'aborts', 'completes'] as const
+export type BodyMode = (typeof BODY_MODES)[number]
+
+/** Calls `each` with a connection's request head and how many body bytes followed it so far. */
+function onRequestBytes(server: Server, each: (socket: Socket, bodyBytes: number) => void): Server {
+  server.on('connection', (socket) => {
+    let received = Buffer.alloc(0)
+    socket.on('error', () => {})
+    socket.on('data', (chunk: Buffer) => {
+      received = Buffer.concat([received, chunk])
+      const end = received.indexOf('\r\n\r\n')
+      if (end !== -1) each(socket, received.length - end - 4)
+    })
+  })
+  return server
+}
+
+async function serve(t: TestLike, server: Server): Promise<string> {
+  const { port } = await listenOnLoopback(t, server)
+  return `http://127.0.0.1:${port}`
+}
+
+/**
+ * Starts an upstream for each fault; returns their URLs. `timeoutMs` is the routes' timeout_ms:
+ * the late upstream answers three times past it.
+ */
+export async function faultyUpstreams(t: TestLike, timeoutMs: number): Promise<Record<UpstreamFault, string>> {
+  const late = new Set<NodeJS.Timeout>()
+  t.teardown(() => {
+    for (const timer of late) clearTimeout(timer)
+  })
+  const answering = new WeakSet<Socket>()
+  const make: Record<UpstreamFault, () => Promise<string>> = {
+    // Nothing listens: a deploy, a crash.
+    down: async () => `http://127.0.0.1:${await closedPort()}`,
+    // Takes the head, and resets the connection at the first byte of the body.
+    resetsAtFirstBodyByte: () =>
+      serve(
+        t,
+        onRequestBytes(createServer(), (socket, bodyBytes) => {
+          if (bodyBytes > 0) socket.resetAndDestroy()
+        }),
+      ),
+    // Answers as soon as the head is in, before the body, and closes the connection.
+    answersEarlyThenCloses: () =>
+      serve(
+        t,
+        onRequestBytes(createServer(), (socket) => {
+          if (!socket.writableEnded)
+            socket.end('HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nearly')
+        }),
+      ),
+    // Reads everything, and answers well after the route's timeout.
+    answersAfterTimeout: () =>
+      serve(
+        t,
+        onRequestBytes(createServer(), (socket) => {
+          if (answering.has(socket)) return
+          answering.add(socket)
+          const timer = setTimeout(() => {
+            late.delete(timer)
+            if (!socket.destroyed) socket.end('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nlate')
+          }, timeoutMs * 3)
+          late.add(timer)
+          socket.once('close', () => {
+            clearTimeout(timer)
+            late.delete(timer)
+          })
+        }),
+      ),
+    // Reads everything, never writes a byte.
+    neverAnswers: () =>
+      serve(
+        t,
+        createServer((socket) => socket.on('error', () => {}).resume()),
+      ),
+  }
+  const urls = await Promise.all(UPSTREAM_FAULTS.map((fault) => make[fault]()))
+  return Object.fromEntries(UPSTREAM_FAULTS.map((fault, i) => [fault, urls[i]!])) as Record<UpstreamFault, string>
+}
+
+/**
+ * The answers a combination may get: which one depends on which timer fires first. undici sends
+ * a request's head with the first byte of its body: before that, the upstream sees nothing, and a
+ * body that stalls at once is its idle timer's (408) unless the upstream cannot be reached.
+ */
+export function allowedAnswers(fault: UpstreamFault, mode: BodyMode): readonly number[] {
+  if (fault === 'down') return [502]
+  if (mode === 'stallsAtOnce') return [408, 504]
+  if (fault === 'answersEarlyThenCloses') return [200, 502]
+  if (fault === 'resetsAtFirstBodyByte') return [502]
+  // An upstream silent while the body comes: a stalled body is 408, a whole one waits for 504.
+  return mode === 'completes' ? [504] : [408, 504]
+}
+
+export interface ClientOutcome {
+  /** The status of the answer; null when none came. */
+  status: number | null
+  /** The exchange ended: the gateway closed the connection, or (a whole body) the answer came whole. */
+  ended: boolean
+  /** What came back, for messages. */
+  text: string
+}
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+/** Whether `text` holds a whole HTTP answer (with a Content-Length, as all of the gateway's here). */
+function wholeAnswer(text: string): boolean {
+  const end = text.indexOf('\r\n\r\n')
+  if (end === -1) return false
+  const length = /\r\ncontent-length: *(\d+)/i.exec(text.slice(0, end))
+  return length !== null && text.length - end - 4 >= Number(length[1])
+}
+
+/**
+ * POSTs to `path` on a raw socket with a body of DECLARED_BODY_BYTES that goes as `mode` says.
+ * Then it waits for the gateway to close the connection (a body it did not read whole can carry
+ * no other request), for at most `closeLimitMs`; a whole body's client is done once its answer
+ * is whole. An aborting client is done once it has hung up.
+ */
+export function faultyClient(
+  port: number,
+  path: string,
+  apiKey: string | null,
+  mode: BodyMode,
+  closeLimitMs: number,
+): Promise<ClientOutcome> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let text = ''
+    let settled = false
+    const settle = (ended: boolean) => {
+      if (settled) return
+      settled = true
+      clearTimeout(limit)
+      socket.destroy()
+      const status = /^HTTP\/1\.1 (\d{3}) /.exec(text)
+      resolve({ status: status === null ? null : Number(status[1]), ended, text })
+    }
+    socket.on('error', () => {})
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString('latin1')
+      if (mode === 'completes' && wholeAnswer(text)) settle(true)
+    })
+    socket.on('close', () => settle(true))
+    const limit = setTimeout(() => settle(false), closeLimitMs)
+    socket.write(
+      [
+        `POST ${path} HTTP/1.1`,
+        'Host: gateway.test',
+        ...(apiKey === null ? [] : [`Authorization: Bearer ${apiKey}`]),
+        'Content-Type: application/octet-stream',
+        `Content-Length: ${DECLARED_BODY_BYTES}`,
+        '',
+        '',
+      ].join('\r\n'),
+    )
+    if (mode === 'stallsAtOnce') return
+    void (async () => {
+      for (let i = 0; i < TRICKLE_BYTES; i++) {
+        await pause(TRICKLE_GAP_MS)
+        if (socket.destroyed) return
+        socket.write('x')
+      }
+      if (mode === 'aborts') settle(true)
+      else if (mode === 'completes' && !socket.destroyed) socket.write('y'.repeat(DECLARED_BODY_BYTES - TRICKLE_BYTES))
+    })()
+  })
+}
+
+/** The routes of each fault, public and keyed, under /public/<fault> and /keyed/<fault>. */
+export function faultyRoutes(
+  urls: Record<UpstreamFault, string>,
+  limits: { timeout_ms: number; body_idle_timeout_ms: number },
+): Record<string, unknown>[] {
+  return UPSTREAM_FAULTS.flatMap((fault) => [
+    { prefix: `/public/${fault}`, upstream: urls[fault], public: true, ...limits },
+    { prefix: `/keyed/${fault}`, upstream: urls[fault], ...limits },
+  ])
+}
