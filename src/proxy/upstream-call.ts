@@ -11,6 +11,7 @@ import type { LatencyHistogram } from '../ops/fast-metrics.js'
 import type { Exchange } from './exchange.js'
 import { AnswerHeaders } from './answer-headers.js'
 import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
+import { interimAnswersConnector } from './interim-answers.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 
@@ -70,9 +71,9 @@ export class UpstreamTarget {
       connections: route.maxConnections,
       headersTimeout: route.timeoutMs,
       bodyTimeout: route.timeoutMs,
-      connectTimeout: Math.min(route.timeoutMs, 10_000),
-      // An https upstream must prove who it is (docs/configuration.md).
-      connect: { rejectUnauthorized: true },
+      // An https upstream must prove who it is (docs/configuration.md); a `100 Continue` it sends
+      // unasked is passed by (interim-answers.ts).
+      connect: interimAnswersConnector({ rejectUnauthorized: true, timeout: Math.min(route.timeoutMs, 10_000) }),
     })
   }
 
@@ -193,7 +194,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    // 1xx interim answers: the gateway answers the client's Expect itself (steps/send-continue.ts).
+    // 1xx informational answers (interim-answers.ts): the client gets the final one; the gateway
+    // answers the client's Expect itself (steps/send-continue.ts).
     if (statusCode < 200) return
     const { request, reply, exchange, target } = this
     target.observeUpstream(request)
