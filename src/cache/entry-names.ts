@@ -45,6 +45,16 @@ export const entryKey = (keyPrefix: string, key: string) => `${keyPrefix}{${key}
 export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:{${key}}`
 
 /**
+ * When the Postgres read behind an entry began (ms since the epoch, by the clock of the replica
+ * that read it), beside the entry and under its hash tag. A replica takes an entry from Redis only
+ * if it is no older than what it already knows of it (an invalidation it applied, a newer read):
+ * Redis may give back an entry a change deleted (a replica promoted before the delete reached it,
+ * a server restored from a snapshot), and a key refused once must stay refused (docs/decisions.md).
+ * An entry without one (stored by the earlier version) counts as the oldest.
+ */
+export const stampKey = (keyPrefix: string, key: string) => `${keyPrefix}at:{${key}}`
+
+/**
  * The names of an entry and its generation before they were hash-tagged, which replicas of the
  * earlier version still read and write during a rolling upgrade (docs/decisions.md, "Key names
  * changed once"). Never on a cluster, which the earlier version could not use.

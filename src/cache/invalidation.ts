@@ -13,6 +13,7 @@ import {
   invalidationChannel,
   legacyEntryKey,
   legacyGenerationKey,
+  stampKey,
 } from './entry-names.js'
 import { openRedis, type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
@@ -33,7 +34,11 @@ async function sendInvalidation(redis: RedisClient, keyPrefix: string, keys: rea
   await Promise.all(
     keys.map((key) => {
       const generation = generationKey(keyPrefix, key)
-      const multi = redis.multi().incr(generation).pexpire(generation, GENERATION_TTL_MS).del(entryKey(keyPrefix, key))
+      const multi = redis
+        .multi()
+        .incr(generation)
+        .pexpire(generation, GENERATION_TTL_MS)
+        .del(entryKey(keyPrefix, key), stampKey(keyPrefix, key))
       // The same for the names replicas of the earlier version use, during a rolling upgrade.
       if (!(redis instanceof Cluster)) {
         const legacy = legacyGenerationKey(keyPrefix, key)

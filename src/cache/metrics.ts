@@ -21,6 +21,8 @@ export interface CacheMetrics {
   /** Background refreshes started for in-process entries in use, failed ones included (cache/tiered.ts). */
   readonly cacheRefreshes: Counter
   readonly invalidationsReceived: Counter
+  /** Redis entries a lookup passed over: older than what this replica knew of them (cache/tiered.ts). */
+  readonly redisStaleEntries: Counter
   readonly redisErrors: Counter
   /** 1 while the connection is ready, by connection (commands, subscriber). */
   readonly redisUp: {
@@ -90,6 +92,11 @@ export function cacheMetrics(registers: Registry[]): Omit<CacheMetrics, 'lookupW
     invalidationsReceived: new Counter({
       name: 'tgw_cache_invalidations_received_total',
       help: 'Invalidation messages received from the Redis bus (each names one or more entries)',
+      registers,
+    }),
+    redisStaleEntries: new Counter({
+      name: 'tgw_cache_redis_stale_total',
+      help: 'Redis entries a lookup passed over for Postgres because they were older than what this replica knew (an invalidation it applied, a newer read): Redis gave back what a change had deleted, as after a failover that lost writes',
       registers,
     }),
     redisErrors: new Counter({

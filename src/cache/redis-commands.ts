@@ -4,11 +4,15 @@ import { Command } from 'ioredis'
 import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
 
-/** Stores a fill's value in Redis only if no invalidation bumped the entry's generation meanwhile. */
+/**
+ * Stores a fill's value, and when its Postgres read began, in Redis only if no invalidation bumped
+ * the entry's generation meanwhile.
+ */
 const STORE_IF_UNCHANGED = `
 local generation = redis.call('GET', KEYS[2]) or ''
 if generation ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[3])
 return 1`
 
 export interface CommandClientEvents {
@@ -34,15 +38,19 @@ export function connectCommandClient(target: RedisTarget, events: CommandClientE
   return redis
 }
 
-/** Sets `entry.key` to `json` for `ttlMs`, unless its generation is no longer `generation`. */
+/**
+ * Sets `entry.key` to `json` and `entry.stampKey` to `readAt` for `ttlMs`, unless its generation
+ * is no longer `generation`.
+ */
 export function storeIfUnchanged(
   redis: RedisClient,
-  entry: { key: string; generationKey: string },
+  entry: { key: string; generationKey: string; stampKey: string },
   generation: string,
-  json: string,
+  value: { json: string; readAt: number },
   ttlMs: number,
 ): Promise<unknown> {
-  return redis.eval(STORE_IF_UNCHANGED, 2, entry.key, entry.generationKey, generation, json, ttlMs)
+  const { key, generationKey, stampKey } = entry
+  return redis.eval(STORE_IF_UNCHANGED, 3, key, generationKey, stampKey, generation, value.json, ttlMs, value.readAt)
 }
 
 /**

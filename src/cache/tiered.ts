@@ -5,7 +5,7 @@ import { LRUCache } from 'lru-cache'
 import { ApiError } from '../errors.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
-import { cacheKeys, entryKey, type EvictionListener, generationKey } from './entry-names.js'
+import { cacheKeys, entryKey, type EvictionListener, generationKey, stampKey } from './entry-names.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged, withinMs } from './redis-commands.js'
 import { MasterWatch, type RedisMasters } from './redis-masters.js'
 import { type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
@@ -15,6 +15,8 @@ import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './
 interface Entry {
   readonly value: unknown
   readonly storedAt: number
+  /** When the Postgres read behind the value began (Date.now()): what this replica knows of the entry. */
+  readonly asOf: number
   /**
    * From this instant (Date.now()) a read of the entry still gets it at once, and starts one
    * fill in the background to replace it; Infinity for "not found", which simply expires.
@@ -65,6 +67,14 @@ export class TenancyCache implements CacheInvalidator {
   private postgresSkipUntil = 0
   /** Told of every name invalidated here or over the bus, and null when messages may have been lost. */
   private readonly evictListeners: EvictionListener[] = []
+  /**
+   * Per entry, the instant from which an invalidation applied here says Redis must hold a newer
+   * entry: one stamped before is what the change deleted, given back by Redis (see stampKey). Kept
+   * as long as such an entry can live in Redis.
+   */
+  private readonly invalidatedAt: LRUCache<string, number>
+  /** The latest instant of those `invalidatedAt` had to let go for room: it then holds for every entry. */
+  private forgottenInvalidations = 0
 
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
@@ -80,6 +90,13 @@ export class TenancyCache implements CacheInvalidator {
       ttl: this.foundTtlMs,
       // Expired entries stay (until the LRU pushes them out) for the stale window.
       noDeleteOnStaleGet: true,
+    })
+    this.invalidatedAt = new LRUCache<string, number>({
+      max: this.timings.maxEntries,
+      ttl: this.timings.redisTtlMs,
+      dispose: (at, _key, reason) => {
+        if (reason === 'evict') this.forgottenInvalidations = Math.max(this.forgottenInvalidations, at)
+      },
     })
     this.redis = options.redis === undefined ? null : this.connectCommands(options.redis)
     this.masterWatch = this.redis === null ? null : new MasterWatch(this.redis, options.metrics)
@@ -171,18 +188,24 @@ export class TenancyCache implements CacheInvalidator {
     if (redis !== null) {
       const askedAt = performance.now()
       try {
-        // The entry and its generation share a hash tag (entry-names.ts): one slot on a cluster.
-        const [raw, seenGeneration] = await withinMs(
-          redis.mget(entryKey(this.prefix, key), generationKey(this.prefix, key)),
+        // The entry, its generation and its stamp share a hash tag (entry-names.ts): one slot on a cluster.
+        const [raw, seenGeneration, stamp] = await withinMs(
+          redis.mget(entryKey(this.prefix, key), generationKey(this.prefix, key), stampKey(this.prefix, key)),
           REDIS_COMMAND_TIMEOUT_MS,
         )
         generation = seenGeneration ?? ''
         if (typeof raw === 'string') {
-          this.options.metrics.storeLookups.redis.inc()
-          this.options.metrics.cacheHits.redis.inc()
-          const value = JSON.parse(raw) as T | null
-          if (epoch === this.epoch) this.remember(key, value)
-          return value
+          const stampedAt = Number(stamp ?? 0) || 0
+          if (stampedAt >= this.knownAsOf(key)) {
+            this.options.metrics.storeLookups.redis.inc()
+            this.options.metrics.cacheHits.redis.inc()
+            const value = JSON.parse(raw) as T | null
+            if (epoch === this.epoch) this.remember(key, value, stampedAt)
+            return value
+          }
+          // Older than what this replica knows: Postgres instead, whose value then replaces it in
+          // Redis (its generation has not moved).
+          this.options.metrics.redisStaleEntries.inc()
         }
       } catch (err) {
         this.redisFailed(err)
@@ -193,6 +216,7 @@ export class TenancyCache implements CacheInvalidator {
     this.options.metrics.cacheMisses.redis.inc()
 
     let value: T | null
+    const readAt = Date.now()
     try {
       // Right after Postgres failed, do not make every lookup of a request wait for it again.
       if (Date.now() < this.postgresSkipUntil)
@@ -209,29 +233,49 @@ export class TenancyCache implements CacheInvalidator {
       throw err
     }
     if (epoch === this.epoch) {
-      this.remember(key, value)
-      if (generation !== null) this.storeInRedis(key, value, generation)
+      this.remember(key, value, readAt)
+      if (generation !== null) this.storeInRedis(key, value, generation, readAt)
     }
     return value
   }
 
-  private remember(key: string, value: unknown): void {
+  /**
+   * The instant before which a Redis entry is older than what this replica knows of it: the read
+   * behind its own entry (kept past its TTL, until the LRU needs the room), an invalidation applied
+   * here. Compared with a stamp another replica's clock made: clocks kept by NTP agree far closer
+   * than a fill and the change it missed are apart (docs/decisions.md).
+   */
+  private knownAsOf(key: string): number {
+    const held = this.local.peek(key, { allowStale: true })?.asOf ?? 0
+    return Math.max(held, this.invalidatedAt.get(key) ?? 0, this.forgottenInvalidations)
+  }
+
+  private remember(key: string, value: unknown, asOf: number): void {
     const now = Date.now()
     if (value === null)
-      this.local.set(key, { value, storedAt: now, refreshAt: Infinity }, { ttl: this.timings.negativeTtlMs })
-    else this.local.set(key, { value, storedAt: now, refreshAt: now + this.refreshAfterMs }, { ttl: this.foundTtlMs })
+      this.local.set(key, { value, storedAt: now, asOf, refreshAt: Infinity }, { ttl: this.timings.negativeTtlMs })
+    else
+      this.local.set(
+        key,
+        { value, storedAt: now, asOf, refreshAt: now + this.refreshAfterMs },
+        { ttl: this.foundTtlMs },
+      )
   }
 
   /** Stores a value read from Postgres, unless the entry was invalidated since `generation` was read. */
-  private storeInRedis(key: string, value: unknown, generation: string): void {
+  private storeInRedis(key: string, value: unknown, generation: string, readAt: number): void {
     const redis = this.usableRedis()
     if (redis === null) return
     const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
     storeIfUnchanged(
       redis,
-      { key: entryKey(this.prefix, key), generationKey: generationKey(this.prefix, key) },
+      {
+        key: entryKey(this.prefix, key),
+        generationKey: generationKey(this.prefix, key),
+        stampKey: stampKey(this.prefix, key),
+      },
       generation,
-      JSON.stringify(value),
+      { json: JSON.stringify(value), readAt },
       ttl,
     ).catch((err: unknown) => this.redisFailed(err))
   }
@@ -252,9 +296,12 @@ export class TenancyCache implements CacheInvalidator {
 
   private evictLocal(keys: readonly string[]): void {
     this.epoch++
+    // The change committed before this: an entry read from Postgres before now is stale.
+    const now = Date.now()
     for (const key of keys) {
       this.local.delete(key)
       this.inflight.delete(key)
+      this.invalidatedAt.set(key, now)
     }
     for (const listener of this.evictListeners) listener(keys)
   }
