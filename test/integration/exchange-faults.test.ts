@@ -5,6 +5,7 @@
 // gateway closed a connection whose body it did not read whole, and nothing the exchange started
 // raised an error nobody listened for: the gateway runs in this process, where such an error
 // would have ended it (it is caught here, to be named).
+import { connect } from 'node:net'
 import t from 'tap'
 import { watchCrashes } from '../faults/crashes.js'
 import {
@@ -18,6 +19,7 @@ import {
 import { startGateway } from '../helpers/gateway.js'
 import { until } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
+import { startWebSocketUpstream } from '../helpers/websocket.js'
 
 /** Small, so that each timer fires within the test: the body's idle timer and the route's timeout. */
 const BODY_IDLE_MS = 300
@@ -30,10 +32,14 @@ const crashes = watchCrashes(t)
 
 const healthy = await startUpstream(t)
 const urls = await faultyUpstreams(t, TIMEOUT_MS)
+// Holds each upgrade unanswered until the test releases it: the upgrade waits on a step.
+const webSockets = await startWebSocketUpstream(t, { holdHandshakes: true })
 const gw = await startGateway(t, {
   gatewayConfig: {
     routes: [
       { prefix: '/healthy', upstream: healthy.url },
+      { prefix: '/ws/public', upstream: webSockets.url, websocket: true, public: true },
+      { prefix: '/ws/keyed', upstream: webSockets.url, websocket: true },
       ...faultyRoutes(urls, { timeout_ms: TIMEOUT_MS, body_idle_timeout_ms: BODY_IDLE_MS }),
     ],
   },
@@ -95,3 +101,36 @@ for (const fault of UPSTREAM_FAULTS) {
     crashes.length = 0
   })
 }
+
+t.test('a WebSocket upgrade whose client resets while a step waits', async (t) => {
+  // Node hands an upgrade's connection over without its error listener; the steps hold it while
+  // the upstream's handshake is under way, and the client resets it meanwhile.
+  const clients = (['public', 'keyed'] as const).map((route) => {
+    const socket = connect(gw.port, '127.0.0.1')
+    socket.on('error', () => {})
+    socket.write(
+      [
+        `GET /ws/${route}/x HTTP/1.1`,
+        'Host: gateway.test',
+        ...(route === 'keyed' ? [`Authorization: Bearer ${tenant.apiKey}`] : []),
+        'Upgrade: websocket',
+        'Connection: Upgrade',
+        'Sec-WebSocket-Version: 13',
+        'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
+        '',
+        '',
+      ].join('\r\n'),
+    )
+    return socket
+  })
+  t.ok(
+    await until(CLOSE_LIMIT_MS, async () => webSockets.held() === 2),
+    "both upgrades wait for the upstream's handshake",
+  )
+  for (const socket of clients) socket.resetAndDestroy()
+  // Each reset is an error on its connection, then its close: the upgrade's slot comes back.
+  t.ok(await until(CLOSE_LIMIT_MS, async () => slotsInUse() === 0), 'both upgrades gave their slots back')
+  webSockets.release()
+  t.same(await stillServes(), [], 'the replica still answers /healthz and another tenant')
+  t.same(crashes, [], 'the resets raised no error that nobody listened for')
+})
