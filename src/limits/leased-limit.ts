@@ -162,6 +162,16 @@ export abstract class LeasedLimit {
     )
   }
 
+  /**
+   * Whether a request can be decided from memory now: the limit has had its first answer (a lease,
+   * or a local state) and is not starved. Brings the limit up to date first, as `allows` would: a
+   * quota in a new month is cold, and its first request waits rather than being refused.
+   */
+  ready(now: number): boolean {
+    this.sync(now)
+    return this.mode !== 'cold' && !this.starved(now)
+  }
+
   /** A request waits for units: counts as demand (so the lease is not kept idle-small) and asks for them. */
   ask(now: number): void {
     this.attempts++

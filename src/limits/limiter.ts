@@ -163,7 +163,7 @@ export class Limiter {
    */
   isWarm(subjects: readonly LimitSubject[]): boolean {
     const now = this.now()
-    return this.applicable(subjects, now).every((limit) => limit.mode !== 'cold' && !limit.starved(now))
+    return this.applicable(subjects, now).every((limit) => limit.ready(now))
   }
 
   /**
@@ -187,7 +187,7 @@ export class Limiter {
       // A quota whose month Redis lost answers after a Postgres read and a second call: rounds.
       for (let round = 0; round < 3 && this.now() < deadline; round++) {
         const now = this.now()
-        const cold = this.applicable(subjects, now).filter((limit) => limit.mode === 'cold' || limit.starved(now))
+        const cold = this.applicable(subjects, now).filter((limit) => !limit.ready(now))
         if (cold.length === 0) break
         for (const limit of cold) limit.ask(this.now())
         await Promise.race([answered(cold, now), late])

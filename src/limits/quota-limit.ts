@@ -10,6 +10,9 @@ const KEY_KEPT_AFTER_MONTH_MS = 86_400_000
 
 export class QuotaLimit extends LeasedLimit {
   private month: string
+  /** The month's bounds (ms): a request within them needs no date arithmetic to know its month. */
+  private monthStart: number
+  private monthEnd: number
   /** The month's use as Redis last counted it (this replica's lease included), or null. */
   private lastKnownUsed: number | null = null
   /** The key's epoch the lease was granted in (lease-store.ts). */
@@ -28,6 +31,9 @@ export class QuotaLimit extends LeasedLimit {
   ) {
     super(name, ctx, now)
     this.month = monthOf(now)
+    const bounds = monthBounds(now)
+    this.monthStart = bounds.start
+    this.monthEnd = bounds.end
     if (ctx.store === null) this.load(now)
   }
 
@@ -37,22 +43,28 @@ export class QuotaLimit extends LeasedLimit {
 
   /** A new month: nothing of the last one's lease or count may be spent in it. */
   protected override sync(now: number): void {
-    const month = monthOf(now)
-    if (month !== this.month) {
-      this.month = month
-      this.lease = 0
-      this.leaseExpiresAt = 0
-      this.lastKnownUsed = null
-      this.epoch = ''
-      this.refunds = 0
-      this.prepaid = 0
-      this.unreported = 0
-      this.nextCallAt = 0
-      this.mode = 'cold'
-      this.reached = false
-      if (this.ctx.store === null || this.ctx.redisDown()) this.load(now)
-    }
+    // Within the month's bounds (nearly always) no date is made: this runs for every request.
+    if (now < this.monthStart || now >= this.monthEnd) this.enterMonth(now)
     super.sync(now)
+  }
+
+  private enterMonth(now: number): void {
+    const bounds = monthBounds(now)
+    this.monthStart = bounds.start
+    this.monthEnd = bounds.end
+    // Out of the bounds is another month (a clock set back included).
+    this.month = monthOf(now)
+    this.lease = 0
+    this.leaseExpiresAt = 0
+    this.lastKnownUsed = null
+    this.epoch = ''
+    this.refunds = 0
+    this.prepaid = 0
+    this.unreported = 0
+    this.nextCallAt = 0
+    this.mode = 'cold'
+    this.reached = false
+    if (this.ctx.store === null || this.ctx.redisDown()) this.load(now)
   }
 
   /** Reads the month's use from Postgres into the local state (embedded, or Redis down and cold). */

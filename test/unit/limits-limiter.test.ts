@@ -496,6 +496,49 @@ t.test('a rate past its limit: a dry lease refuses at once while the next is fet
   await store.close(limiter)
 })
 
+t.test('a reached limit is not reached any more in a new month, or once its figures change', async (t) => {
+  // Reached as the month ends (or under the old figures): what Redis says of the new month (or the
+  // new limit) decides afresh, and a burst that empties its first lease waits for the renewal.
+  const time = clock(Date.UTC(2026, 10, 30, 23, 59, 59, 500))
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const quota = (requests: number) => [account({ monthlyQuota: { requests } })]
+  const answerQuota = async (granted: number, used: number) => {
+    await flush()
+    const pending = store.quotas.shift()!
+    pending.answer({ rebuild: false, granted, used, waitMs: 0, epoch: 'e', inGrace: false })
+    await flush()
+    return pending.call
+  }
+  const spent = limiter.warm(quota(5))
+  await answerQuota(0, 5)
+  await spent
+  t.ok(limiter.isWarm(quota(5)), 'November is spent: refused from memory')
+  time.advance(600)
+  t.notOk(limiter.isWarm(quota(5)), 'December: cold, its first lease awaited')
+  const december = limiter.warm(quota(5))
+  t.match(await answerQuota(1, 1), { key: limitKeys.quota('p:', 'account:parent-1', '2026-12') })
+  await december
+  t.ok(limiter.admit(quota(5)).allowed, "December's first unit")
+  t.notOk(limiter.isWarm(quota(5)), 'its lease spent by a burst, December not reached: the next request waits')
+  await answerQuota(0, 5)
+  t.ok(limiter.isWarm(quota(5)), 'then December is spent too')
+  const raising = limiter.warm(quota(50))
+  const raised = await answerQuota(1, 6)
+  t.equal(raised.requests, 50, 'a raised quota asks afresh')
+  await raising
+  t.ok(limiter.admit(quota(50)).allowed)
+  t.notOk(limiter.isWarm(quota(50)), 'and is not taken for reached: a burst waits for its renewal')
+  await store.close(limiter)
+})
+
 t.test("embedded: a new tenant's first request waits for its month's use from Postgres", async (t) => {
   // A read of 40 ms: longer than the three rounds of a millisecond warm made when it waited on
   // lease calls only (there are none in embedded mode), which refused the request quota_exceeded.
