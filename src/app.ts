@@ -29,6 +29,7 @@ import {
   HEADERS_TIMEOUT_MS,
   KEEP_ALIVE_TIMEOUT_MS,
   MANAGEMENT_BODY_LIMIT,
+  hearUpgradeErrors,
   MAX_HEAD_BYTES,
   serverOptions,
 } from './http/server-limits.js'
@@ -107,6 +108,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
   // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
   app.server.maxConnections = deps.config.maxConnections
+  hearUpgradeErrors(app.server)
   // Before anything reads request.ip: an X-Forwarded-For entry that is not an address is absent.
   if (deps.config.trustedProxies.length > 0) app.addHook('onRequest', keepForwardedAddresses)
 

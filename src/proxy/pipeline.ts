@@ -22,14 +22,6 @@ export interface ProxyStep {
 
 type Done = (error?: Error) => void
 
-/**
- * A connection Node hands over as an upgrade has lost the server's error listener, and ws takes it
- * only once every step has passed (websocket/runtime.ts). Steps may wait (a lookup, the upstream's
- * handshake): a client's reset meanwhile would be an 'error' nobody hears, and the end of the
- * process. Its close still ends what the steps started (websocket/upgrade.ts). One function for all.
- */
-function upgradeConnectionError(): void {}
-
 /** The onRequest hook that runs `steps` in order. */
 export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
   /** Undoes steps [0, passed) last first, then answers `verdict` (nothing for ABANDONED). */
@@ -69,9 +61,6 @@ export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
   }
 
   return function proxyChecks(request, reply, done) {
-    // (No raw request only in the step runner's unit test.)
-    const raw = request.raw as (typeof request.raw & { upgrade?: boolean }) | undefined
-    if (raw?.upgrade === true) raw.socket.on('error', upgradeConnectionError)
     runFrom(0, request, reply, done)
   }
 }

@@ -134,3 +134,34 @@ t.test('a WebSocket upgrade whose client resets while a step waits', async (t) =
   t.same(await stillServes(), [], 'the replica still answers /healthz and another tenant')
   t.same(crashes, [], 'the resets raised no error that nobody listened for')
 })
+
+t.test('an upgrade on a path the gateway answers itself, reset by its client', async (t) => {
+  // Every upgrade goes through the router once a route takes WebSockets: the management API's,
+  // the portal's and the token endpoint's paths too, where no proxy step gives the connection a
+  // listener. Resets land at whatever point each request has reached, so there are many.
+  const paths = ['/v1/sub-accounts', '/portal/api/session', '/oauth2/token', '/healthz']
+  const closed: Promise<void>[] = []
+  for (let i = 0; i < 200; i++) {
+    const socket = connect(gw.port, '127.0.0.1')
+    socket.on('error', () => {})
+    closed.push(new Promise((resolve) => socket.once('close', () => resolve())))
+    socket.write(
+      [
+        `GET ${paths[i % paths.length]} HTTP/1.1`,
+        'Host: gateway.test',
+        `Authorization: Bearer ${tenant.apiKey}`,
+        'Upgrade: websocket',
+        'Connection: Upgrade',
+        'Sec-WebSocket-Version: 13',
+        'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
+        '',
+        '',
+      ].join('\r\n'),
+      // Written, then reset: the gateway reads the head and meets the reset as it answers.
+      () => setImmediate(() => socket.resetAndDestroy()),
+    )
+  }
+  await Promise.all(closed)
+  t.same(await stillServes(), [], 'the replica still answers /healthz and another tenant')
+  t.same(crashes, [], 'the resets raised no error that nobody listened for')
+})
