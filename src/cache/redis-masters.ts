@@ -23,6 +23,8 @@ export class MasterWatch {
   constructor(
     private readonly redis: RedisClient,
     private readonly metrics: Pick<CacheMetrics, 'redisMaster' | 'redisMasterChanges'>,
+    /** Told of each change, as it is seen: the new master may lack writes the old one took. */
+    private readonly changed: () => void = () => {},
   ) {
     const look = () => this.look()
     redis.on('ready', look)
@@ -51,6 +53,7 @@ export class MasterWatch {
       this.changes++
       this.lastChangeAt = new Date().toISOString()
       this.metrics.redisMasterChanges.inc()
+      this.changed()
     }
     this.known = sorted
   }

@@ -73,8 +73,11 @@ export class TenancyCache implements CacheInvalidator {
    * as long as such an entry can live in Redis.
    */
   private readonly invalidatedAt: LRUCache<string, number>
-  /** The latest instant of those `invalidatedAt` had to let go for room: it then holds for every entry. */
-  private forgottenInvalidations = 0
+  /**
+   * Every Redis entry stamped before this is older than what this replica knows: the latest
+   * invalidation `invalidatedAt` had to let go for room, or the last change of Redis master seen.
+   */
+  private redisTrustedFrom = 0
 
   constructor(private readonly options: TenancyCacheOptions) {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
@@ -95,11 +98,14 @@ export class TenancyCache implements CacheInvalidator {
       max: this.timings.maxEntries,
       ttl: this.timings.redisTtlMs,
       dispose: (at, _key, reason) => {
-        if (reason === 'evict') this.forgottenInvalidations = Math.max(this.forgottenInvalidations, at)
+        if (reason === 'evict') this.redisTrustedFrom = Math.max(this.redisTrustedFrom, at)
       },
     })
     this.redis = options.redis === undefined ? null : this.connectCommands(options.redis)
-    this.masterWatch = this.redis === null ? null : new MasterWatch(this.redis, options.metrics)
+    // A new master may lack the deletes the old one took (a replica promoted before they reached
+    // it): what Redis holds from before is read from Postgres again, as after a restart.
+    this.masterWatch =
+      this.redis === null ? null : new MasterWatch(this.redis, options.metrics, () => this.distrustRedis())
     this.bus =
       options.redis === undefined || this.redis === null
         ? null
@@ -247,7 +253,7 @@ export class TenancyCache implements CacheInvalidator {
    */
   private knownAsOf(key: string): number {
     const held = this.local.peek(key, { allowStale: true })?.asOf ?? 0
-    return Math.max(held, this.invalidatedAt.get(key) ?? 0, this.forgottenInvalidations)
+    return Math.max(held, this.invalidatedAt.get(key) ?? 0, this.redisTrustedFrom)
   }
 
   private remember(key: string, value: unknown, asOf: number): void {
@@ -312,6 +318,11 @@ export class TenancyCache implements CacheInvalidator {
     this.trustedFrom = Date.now()
     this.inflight.clear()
     for (const listener of this.evictListeners) listener(null)
+  }
+
+  /** Stops taking any Redis entry stored before now: each is read from Postgres again, once. */
+  private distrustRedis(): void {
+    this.redisTrustedFrom = Date.now()
   }
 
   /** For what a replica holds beside its cache (the signing keys): see evictListeners. */

@@ -5,8 +5,11 @@
 // the promoted replica, which holds the entry as it was before the revoke. The gateways refuse the
 // key once their entries are read again (from Postgres, the master being gone), and must not take
 // the old entry back from the promoted replica. Once per master of the cluster, each on a key whose
-// entry lives there. cache-revoked-stays-revoked.test.ts forces the same promotion
-// deterministically, 20 times, for a revoke through the API.
+// entry lives there. A third gateway reads the key before and not again until it has seen the new
+// master: it never refused the key and never heard of the revoke, and must not take the old entry
+// either (what Redis held before a change of master is read from Postgres again).
+// cache-revoked-stays-revoked.test.ts forces the same promotion deterministically, 20 times, for a
+// revoke through the API.
 import { createHash } from 'node:crypto'
 import t from 'tap'
 import { cacheKeys } from '../../src/cache/index.js'
@@ -23,13 +26,14 @@ const LOCAL_TTL_MS = 1_500
 
 const topology = await startCluster(t)
 const upstream = await startUpstream(t)
-const replicas = (await startReplicas(t, 2, {
+const [busy, other, idle] = (await startReplicas(t, 3, {
   listen: false,
   redis: { env: topology.env },
   gatewayConfig: { routes: [{ prefix: '/v1/things', upstream: upstream.url }] },
   cacheTimings: { localTtlMs: LOCAL_TTL_MS },
-})) as [TestGateway, TestGateway]
-const [first] = replicas
+})) as [TestGateway, TestGateway, TestGateway]
+const replicas = [busy, other]
+const first = busy
 const prefix = first.redisKeyPrefix!
 
 /**
@@ -91,6 +95,9 @@ for (let run = 1; run <= 3; run++) {
       statuses.every((answers) => answers.every((status) => status === 200)),
       'accepted before',
     )
+    const idleRead = async () => (await idle.call(key.apiKey, { method: 'GET', url: path })).statusCode
+    t.equal(await idleRead(), 200, 'the idle gateway accepts it before')
+    const changesBefore = idle.app.tenancyCache.redisMasters!.changes
 
     // Steady reads on both gateways from here to the end.
     let stop = false
@@ -123,6 +130,14 @@ for (let run = 1; run <= 3; run++) {
     )
     stop = true
     await traffic
+    // The idle gateway's entry expired long ago: its next read goes to Redis, once it follows the
+    // new master.
+    t.ok(
+      await until(10_000, async () => idle.app.tenancyCache.redisMasters!.changes > changesBefore),
+      'the idle gateway saw the change of master',
+    )
+    const idleAnswers = [await idleRead(), await idleRead()]
+    t.same(idleAnswers, [401, 401], 'the idle gateway refuses the key: it did not take the old entry')
     for (const i of [0, 1]) {
       const after = statuses[i]!.slice(statuses[i]!.indexOf(401))
       t.ok(statuses[i]!.includes(401), `gateway ${i} refused the key`)
