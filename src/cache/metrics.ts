@@ -61,7 +61,7 @@ export function cacheMetrics(registers: Registry[]): Omit<CacheMetrics, 'lookupW
   })
   const redisUp = new Gauge({
     name: 'tgw_redis_up',
-    help: '1 while the Redis connection is ready, else 0 (absent without REDIS_URL)',
+    help: '1 while the Redis connection is ready, else 0 (absent without Redis)',
     labelNames: ['connection'] as const,
     registers,
   })
