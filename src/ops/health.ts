@@ -42,7 +42,8 @@ async function postgresAnswers(sql: Sql, timeoutMs: number): Promise<CheckResult
 const Checks = Type.Object({
   postgres: Type.Union([Type.Literal('ok'), Type.Literal('down')]),
   redis: Type.Union([Type.Literal('ok'), Type.Literal('down'), Type.Literal('off')], {
-    description: 'off: no Redis is configured (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES), in-process cache only',
+    description:
+      'off: no Redis is configured (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES), in-process cache only',
   }),
 })
 
