@@ -98,13 +98,14 @@ async function askSentinel(node: HostPort, target: SentinelTarget, timeoutMs: nu
 async function checkSentinels(target: SentinelTarget, timeoutMs: number): Promise<'named' | 'unreachable'> {
   const answers = await Promise.all(target.sentinels.map((node) => askSentinel(node, target, timeoutMs)))
   const list = target.sentinels.map((node) => `${node.host}:${node.port}`).join(',')
-  answers.forEach((answer, i) => {
-    if (answer.kind !== 'not a sentinel') return
-    const node = target.sentinels[i]!
+  const plain = answers.findIndex((answer) => answer.kind === 'not a sentinel')
+  if (plain >= 0) {
+    const { host, port } = target.sentinels[plain]!
+    const reason = (answers[plain] as { reason: string }).reason.trim()
     throw new RedisRefused(
-      `REDIS_SENTINELS (${list}) names ${node.host}:${node.port}, which is not a sentinel (${answer.reason.trim()}): list the sentinels' addresses (port 26379 by default), not the Redis servers'`,
+      `REDIS_SENTINELS (${list}) names ${host}:${port}, which is not a sentinel (${reason}): list the sentinels' addresses (port 26379 by default), not the Redis servers'`,
     )
-  })
+  }
   if (answers.some((answer) => answer.kind === 'names')) return 'named'
   const unmonitored = answers.find((answer) => answer.kind === 'unmonitored')
   if (unmonitored !== undefined) {
