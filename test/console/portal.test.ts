@@ -429,7 +429,11 @@ t.test('embedding: framed by an allowed origin; another gets no session', async 
     /may not be used in a page of "https:\/\/stranger\.example"[\s\S]*Ask your provider for a new link/,
     'the page says why',
   )
-  t.equal(await strangerFrame.getByRole('heading', { name: 'API keys' }).count(), 0, 'nothing of the portal in the frame')
+  t.equal(
+    await strangerFrame.getByRole('heading', { name: 'API keys' }).count(),
+    0,
+    'nothing of the portal in the frame',
+  )
   const sessions = (await manage('GET', `/${acme.id}/portal-sessions`)).data
   t.equal(sessions.find((s: JsonBody) => s.id === refused.id).link_used, false, 'its link was not exchanged')
 })
