@@ -53,6 +53,7 @@ import { limitGate } from './limits/gate.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { loadRouteTable } from './proxy/route-table.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
+import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
 
 function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
   return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'
@@ -221,7 +222,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       routes: routes.map(({ prefix, scopes, websocket, ...route }) => ({
         prefix,
         scopes,
-        websocket,
+        websocket: websocket && {
+          ...websocket,
+          maxPerAccount: websocket.maxPerAccount ?? defaultMaxWebSocketsPerAccount(deps.config.maxConnections),
+        },
         public: route.public,
       })),
     })

@@ -12,6 +12,8 @@ export interface ConsoleRoute {
   /** WebSockets carried, and their bounds; null: none. */
   readonly websocket: {
     readonly maxPerTenant: number
+    /** Sockets of one parent account, its sub-accounts' included (the default resolved). */
+    readonly maxPerAccount: number
     readonly idleTimeoutMs: number
     readonly maxMessageBytes: number
   } | null

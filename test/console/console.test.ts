@@ -803,7 +803,7 @@ t.test('routes: which carry WebSockets, with their bounds, and no upstream addre
   t.match(rowOf('/live'), /live:read[\s\S]*live:write/, 'its read and write scopes')
   t.match(
     rowOf('/live'),
-    /Yes: up to 7 per tenant, closed after 2 min idle, messages up to 64 KiB/,
+    /Yes: up to 7 per tenant and \d+ per parent account, closed after 2 min idle, messages up to 64 KiB/,
     'a WebSocket route, with its bounds',
   )
   t.match(rowOf('/status'), /none \(public\)[\s\S]*No$/, 'a public route, without WebSockets')

@@ -68,7 +68,7 @@ export function RoutesScreen() {
                   <td>
                     {route.websocket === null
                       ? 'No'
-                      : `Yes: up to ${route.websocket.maxPerTenant} per tenant, closed after ${seconds(route.websocket.idleTimeoutMs)} idle, messages up to ${bytes(route.websocket.maxMessageBytes)}`}
+                      : `Yes: up to ${route.websocket.maxPerTenant} per tenant and ${route.websocket.maxPerAccount} per parent account, closed after ${seconds(route.websocket.idleTimeoutMs)} idle, messages up to ${bytes(route.websocket.maxMessageBytes)}`}
                   </td>
                 </tr>
               ))}

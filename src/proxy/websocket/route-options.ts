@@ -17,6 +17,11 @@ export interface RouteWebSocket {
 }
 
 export const DEFAULT_MAX_WEBSOCKETS_PER_TENANT = 100
+
+/** A route's `max_websockets_per_account` when unset: half of the replica's MAX_CONNECTIONS. */
+export function defaultMaxWebSocketsPerAccount(maxConnections: number): number {
+  return Math.max(1, Math.floor(maxConnections / 2))
+}
 export const DEFAULT_WEBSOCKET_IDLE_TIMEOUT_MS = 300_000
 export const DEFAULT_WEBSOCKET_MAX_MESSAGE_BYTES = 1024 * 1024
 

@@ -16,6 +16,7 @@ import { ENDINGS, SocketPair } from './socket-pair.js'
 import { answeredProtocol } from './subprotocols.js'
 import { CredentialSweep } from './sweep.js'
 import { type Upgrade, upgradeOf } from './upgrade.js'
+import { defaultMaxWebSocketsPerAccount } from './route-options.js'
 
 export interface WebSocketRuntimeOptions {
   lookups: TenancyLookups
@@ -45,7 +46,7 @@ export class WebSocketRuntime {
     this.sources = { lookups: options.lookups, signingKeyAccepted: (kid) => signingKeys.accepts(kid) }
     this.evicted = revocationListener(this.sockets, this.sources, options.log)
     this.sweep = new CredentialSweep(this.sockets, this.sources, options.log)
-    this.defaultMaxPerAccount = Math.max(1, Math.floor(options.maxConnections / 2))
+    this.defaultMaxPerAccount = defaultMaxWebSocketsPerAccount(options.maxConnections)
     // A new set of signing keys (over the bus, or the reload timer) may have withdrawn a token's.
     signingKeys.onChange(() => this.sweep.closeWithdrawnTokens())
   }
