@@ -45,7 +45,7 @@ const CONNECTIONS = envInt('BENCH_CONNECTIONS', 50)
 const PROBES = envInt('BENCH_N', 50)
 const QUIET_PROBES = envInt('BENCH_QUIET_N', 200)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
-/** The portal flood's length: DESIGN's figure is for 5 s. */
+/** The portal flood's length: 5 s, as in bench/README.md, "2026-11-26: made-up portal credentials". */
 const PORTAL_SECONDS = envInt('BENCH_PORTAL_DURATION', 5)
 /** Which floods to run (keys also runs the probes): all three unless told. */
 const FLOODS = new Set((process.env.BENCH_FLOODS || 'keys,token,portal').split(',').map((f) => f.trim()))

@@ -127,7 +127,10 @@ interface Phase {
     leaseCalls: number
     leaseFailures: number
     coldWaits: number
-    /** Of them, requests that waited once warm: after WARM_MS (the target is none: DESIGN §10, "No waiting"). */
+    /**
+     * Of them, requests that waited once warm: after WARM_MS (the target is none: docs/architecture.md,
+     * "A dry lease").
+     */
     warmWaits: number
   }[]
 }

@@ -1,4 +1,4 @@
-// The request log's three figures (DESIGN §19, docs/operations.md): the proxy's throughput with the
+// The request log's three figures (docs/operations.md#request-log): the proxy's throughput with the
 // log on against off in the same run, the records a second one replica's writer puts into
 // Postgres, and the API's filtered pages over 10 million records. bench/README.md says what it
 // starts, what it prints and its knobs.

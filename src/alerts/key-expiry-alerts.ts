@@ -8,7 +8,7 @@ import { claimMark, deleteMarksBefore, type ExpiringKey, expiringKeys, lockExpir
 import type { Sql } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'
 
-/** Days before expires_at that write an event (DESIGN §20). */
+/** Days before expires_at that write an event (docs/events.md#alerts). */
 export const EXPIRY_MARK_DAYS: readonly number[] = [7, 1]
 
 const DAY_MS = 86_400_000

@@ -13,7 +13,7 @@ import { accountOf, claimMark } from '../store/alerts.js'
 import type { Sql } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'
 
-/** Shares of a monthly quota, in %, that write an event (DESIGN §20). */
+/** Shares of a monthly quota, in %, that write an event (docs/events.md#alerts). */
 export const DEFAULT_QUOTA_THRESHOLDS: readonly number[] = [80, 100]
 
 export interface QuotaAlertOptions {

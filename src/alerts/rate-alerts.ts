@@ -13,7 +13,7 @@ import { inTransaction } from '../store/transaction.js'
 
 export type RatePolicy = 'sub_account.rate' | 'account.rate'
 
-/** At most one event per tenant and policy in this long (DESIGN §20: 5 minutes). */
+/** At most one event per tenant and policy in this long (docs/events.md#alerts: 5 minutes). */
 export const RATE_ALERT_WINDOW_MS = 5 * 60_000
 
 interface Pending {

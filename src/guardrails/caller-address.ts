@@ -2,8 +2,9 @@
 // is the peer's, or behind TRUSTED_PROXIES the right-most X-Forwarded-For address not among them
 // (proxy-addr, as fastify's request.ip); an entry that is not an address is read as absent, so
 // that what the allow-lists, the request log and events take for the client is always one
-// (DESIGN §5). The address must be within the key's own allow-list and its sub-account's key
-// policy's, each where one is set, read from the records the admission already holds.
+// (docs/api.md#key-policies-and-ip-allow-lists). The address must be within the key's own
+// allow-list and its sub-account's key policy's, each where one is set, read from the records the
+// admission already holds.
 import type { IncomingMessage } from 'node:http'
 import { isIP } from 'node:net'
 import { ApiError } from '../errors.js'

@@ -1,7 +1,7 @@
 // A request's id (docs/api.md, Headers): the client's X-Request-Id when it is a sane token that is
 // not a credential, so that logs can be joined across hops; else one the gateway makes. The id is
 // stored in the request log, sent upstream and echoed on the answer: a key sent here by mistake
-// (or to plant it in a log) must not become any of those (DESIGN §5).
+// (or to plant it in a log) must not become any of those (docs/api.md#headers).
 import { randomUUID } from 'node:crypto'
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/

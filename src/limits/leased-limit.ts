@@ -72,7 +72,8 @@ export abstract class LeasedLimit {
   graceUntil = 0
   /**
    * The last answers said the limit is reached (REACHED_FOR_MS): a dry lease refuses at once and
-   * the next lease is fetched in the background, never awaited (DESIGN §10, "No waiting").
+   * the next lease is fetched in the background, never awaited
+   * (docs/architecture.md, "A dry lease").
    */
   reached = false
   /** When an answer last could not cover what was asked. */

@@ -1,5 +1,5 @@
 // What the gateway changes in an upstream's answer headers besides the hop-by-hop ones (headers.ts),
-// DESIGN §5 "Closed after a third outside attack": a Location that names the upstream is moved
+// docs/api.md, "What comes back": a Location that names the upstream is moved
 // under the route's prefix, anything else passes as sent; a Set-Cookie naming a gateway cookie is
 // removed. Both run only when the answer carries the header.
 import type { IncomingHttpHeaders } from 'node:http'

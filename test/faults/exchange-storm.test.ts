@@ -1,10 +1,10 @@
-// No request can stop a replica (DESIGN §5), under a storm: for about 30 s (and at most
-// STORM_MAX_REQUESTS requests), clients send every combination of upstream fault × body
-// behaviour (test/helpers/faulty-exchanges.ts) on public and keyed routes, many at once, against
-// a gateway in a process of its own. The process never exits, it answers /healthz and another
-// tenant's request all along, and afterwards what keeps its event loop alive (timers, sockets:
-// test/faults/active-resources.ts, loaded ahead of it) comes back to what it was before the
-// storm: nothing an exchange started outlives it.
+// No request can stop a replica (docs/api.md, "Upstream failures"), under a storm: for about 30 s
+// (and at most STORM_MAX_REQUESTS requests), clients send every combination of upstream fault ×
+// body behaviour (test/helpers/faulty-exchanges.ts) on public and keyed routes, many at once,
+// against a gateway in a process of its own. The process never exits, it answers /healthz and
+// another tenant's request all along, and afterwards what keeps its event loop alive (timers,
+// sockets: test/faults/active-resources.ts, loaded ahead of it) comes back to what it was before
+// the storm: nothing an exchange started outlives it.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { get } from 'node:http'
 import { fileURLToPath } from 'node:url'

@@ -1,4 +1,4 @@
-// The combinations DESIGN §5 ("No request can stop a replica") names: an upstream fault × a way
+// The combinations docs/api.md, "Upstream failures", names: an upstream fault × a way
 // a client's body can go. Upstreams are raw socket servers that each do one wrong thing; clients
 // are raw sockets that send a head declaring a body, then trickle, stall, abort or complete it.
 // For test/integration/exchange-faults.test.ts (each combination once) and

@@ -1,6 +1,6 @@
 // A tenant past its limit over three gateway replicas of one deployment, on the tests' Redis or a
-// topology of the test's own (helpers/redis-topologies.ts): DESIGN §10, "No waiting", as
-// limits-no-waiting*.test.ts check it.
+// topology of the test's own (helpers/redis-topologies.ts): no waiting
+// (docs/api.md#limits-and-quotas), as limits-no-waiting*.test.ts check it.
 import type { Agent } from 'node:http'
 import type { Test } from 'tap'
 import {

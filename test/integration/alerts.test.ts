@@ -1,4 +1,4 @@
-// The alerts of DESIGN §20 (docs/events.md, Alerts) with three replicas of one deployment, over real
+// The alerts (docs/events.md#alerts) with three replicas of one deployment, over real
 // sockets, Postgres and Redis: `usage.threshold_reached` at 80 % and 100 % of a quota once each,
 // `rate_limit.exceeded` at most once per window with every refusal counted once, `api_key.expiring`
 // 7 days and 1 day before expiry once each; each in the audit log, and delivered to a webhook

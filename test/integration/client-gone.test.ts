@@ -1,4 +1,4 @@
-// A client that leaves ends its exchange (DESIGN §5, "No request can stop a replica": every stream
+// A client that leaves ends its exchange (docs/api.md, "Upstream failures": every stream
 // a request starts ends with its exchange, whatever ends it first). Its upstream request goes no
 // further: one already sent is aborted, so that its slot comes back at once rather than at the
 // route's timeout; one whose connection to the upstream is still being made is never sent.

@@ -1,4 +1,4 @@
-// No request can stop a replica (DESIGN §5; docs/api.md, "time and connections are bounded"):
+// No request can stop a replica (docs/api.md, "Upstream failures", "Time and connections"):
 // every upstream fault × every way a client's body can go, on a public route and on a keyed one
 // (test/helpers/faulty-exchanges.ts). After each combination the replica still answers /healthz
 // and another tenant's request, the client got its answer (an aborting one is owed none), the

@@ -1,5 +1,6 @@
-// No waiting (DESIGN §10) on Sentinel and on a cluster of the test's own: a tenant at twice its rate
-// over three replicas waits for no lease once warm, within its bound (limits-no-waiting.test.ts).
+// No waiting (docs/api.md#limits-and-quotas) on Sentinel and on a cluster of the test's own: a
+// tenant at twice its rate over three replicas waits for no lease once warm, within its bound
+// (limits-no-waiting.test.ts).
 import { existsSync } from 'node:fs'
 import t from 'tap'
 import { deploy, twiceTheRate } from '../helpers/limits-steady.js'

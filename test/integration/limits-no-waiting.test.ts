@@ -1,9 +1,9 @@
-// No waiting (DESIGN §10): in steady traffic no request waits for Redis to decide a limit. Three
-// gateway replicas of one deployment over real sockets and the tests' Redis: a tenant past its
-// rate, and one past its monthly quota, keep sending; once every replica has found the limit
-// reached, tgw_limit_cold_waits_total stays where it was, while the rate still holds its bound and
-// admits what it refills (docs/architecture.md, limits). Sentinel and a cluster:
-// limits-no-waiting-topologies.test.ts.
+// No waiting (docs/api.md#limits-and-quotas): in steady traffic no request waits for Redis to
+// decide a limit. Three gateway replicas of one deployment over real sockets and the tests' Redis:
+// a tenant past its rate, and one past its monthly quota, keep sending; once every replica has
+// found the limit reached, tgw_limit_cold_waits_total stays where it was, while the rate still
+// holds its bound and admits what it refills (docs/architecture.md, limits). Sentinel and a
+// cluster: limits-no-waiting-topologies.test.ts.
 import t from 'tap'
 import { coldWaits, deploy, offer, tenant, twiceTheRate, untilEveryReplicaRefused } from '../helpers/limits-steady.js'
 import { requireRedis } from '../helpers/redis.js'

@@ -1,5 +1,5 @@
-// What the gateway records and rewrites (DESIGN §5, "Closed after a third outside attack"), over
-// real sockets against a real upstream: a Location moved only when it names the upstream, no
+// What the gateway records and rewrites (docs/api.md: "What comes back", IP allow-lists, Headers),
+// over real sockets against a real upstream: a Location moved only when it names the upstream, no
 // gateway cookie set by an upstream, a client address that is always an address (request log,
 // events, allow-lists) with the hop that reached the gateway appended for the upstream, and a
 // request id that is never a credential, on proxied and management routes alike.

@@ -1,7 +1,7 @@
 // The upstream's Location and Set-Cookie as the client gets them (src/proxy/answer-headers.ts,
-// DESIGN §5): a Location moved under the route's prefix only when it names the upstream's prefix
-// at a segment boundary, or its own origin there; a Set-Cookie of a gateway cookie removed, in
-// every spelling a browser reads as one.
+// docs/api.md, "What comes back"): a Location moved under the route's prefix only when it names the
+// upstream's prefix at a segment boundary, or its own origin there; a Set-Cookie of a gateway
+// cookie removed, in every spelling a browser reads as one.
 import type { IncomingHttpHeaders } from 'node:http'
 import t from 'tap'
 import { AnswerHeaders, cookiesForClient, setsGatewayCookie } from '../../src/proxy/answer-headers.js'

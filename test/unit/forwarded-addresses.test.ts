@@ -1,5 +1,6 @@
-// X-Forwarded-For behind TRUSTED_PROXIES (src/guardrails/caller-address.ts, DESIGN §5 and §20):
-// an entry that is not an address is read as absent, so that the client address is always one.
+// X-Forwarded-For behind TRUSTED_PROXIES (src/guardrails/caller-address.ts,
+// docs/api.md#key-policies-and-ip-allow-lists): an entry that is not an address is read as absent,
+// so that the client address is always one.
 import type { IncomingMessage } from 'node:http'
 import t from 'tap'
 import { forwardedAddresses, keepForwardedAddresses } from '../../src/guardrails/caller-address.js'

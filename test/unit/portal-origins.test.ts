@@ -1,6 +1,6 @@
-// What a portal origin may be (src/portal/origin-changes.ts; DESIGN §5, operator input): an https
-// origin and nothing else, since it is shown to browsers as a policy's source; a list stored
-// before the strict check is read without its bad entries.
+// What a portal origin may be (src/portal/origin-changes.ts; docs/portal.md#security, operator
+// input): an https origin and nothing else, since it is shown to browsers as a policy's source; a
+// list stored before the strict check is read without its bad entries.
 import t from 'tap'
 import { httpsOrigin, storedPortalOrigins } from '../../src/portal/origin-changes.js'
 

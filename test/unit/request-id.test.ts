@@ -1,5 +1,5 @@
-// Which X-Request-Id a client may give the request (src/http/request-id.ts, DESIGN §5): a sane
-// token that is not a credential; anything else gets an id of the gateway's own making.
+// Which X-Request-Id a client may give the request (src/http/request-id.ts, docs/api.md#headers): a
+// sane token that is not a credential; anything else gets an id of the gateway's own making.
 import t from 'tap'
 import { generate } from '../../src/auth/key-format.js'
 import { isUsableRequestId, requestId } from '../../src/http/request-id.js'

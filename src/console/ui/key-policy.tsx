@@ -1,4 +1,4 @@
-// A sub-account's key policy (DESIGN §20, docs/api.md#key-policies-and-ip-allow-lists): what it
+// A sub-account's key policy (docs/api.md#key-policies-and-ip-allow-lists): what it
 // allows, shown; the form that replaces it (PATCH key_policy) or removes it (key_policy: null).
 import { useRef } from 'preact/hooks'
 import { api } from './api.js'

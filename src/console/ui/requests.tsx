@@ -1,6 +1,6 @@
-// Requests: the request log (DESIGN §19), newest first, 25 a page, filtered by what the address
-// says (#/requests?sub_account_id=…&status=5xx: request-filters.ts), each record's details on
-// demand.
+// Requests: the request log (docs/api.md#request-log), newest first, 25 a page, filtered by what
+// the address says (#/requests?sub_account_id=…&status=5xx: request-filters.ts), each record's
+// details on demand.
 import { Fragment } from 'preact'
 import { useEffect, useMemo, useState } from 'preact/hooks'
 import { ApiError, api, type Page, query } from './api.js'
