@@ -109,7 +109,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
   // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
   app.server.maxConnections = deps.config.maxConnections
-  hearUpgradeErrors(app.server)
+  // Only where a route takes WebSockets: elsewhere Node hands no upgrade over.
+  if (routes.some((route) => route.websocket !== null)) hearUpgradeErrors(app.server)
   // Before anything reads request.ip: an X-Forwarded-For entry that is not an address is absent.
   if (deps.config.trustedProxies.length > 0) app.addHook('onRequest', keepForwardedAddresses)
 

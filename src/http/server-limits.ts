@@ -1,8 +1,8 @@
 // The limits of the HTTP server itself, which buildApp (app.ts) passes to Fastify and Node: the
 // management body limit, the request head's size and deadline, and the keep-alive timeout. Beside
 // the header limits (header-counts.ts) that the head's size is taken from.
-import type { IncomingMessage, Server } from 'node:http'
-import type { Duplex } from 'node:stream'
+import type { Server } from 'node:http'
+import type { Socket } from 'node:net'
 import { MAX_HEADER_BYTES } from './header-counts.js'
 
 /** Management bodies are small JSON documents; proxied bodies get their own limit. */
@@ -44,11 +44,12 @@ export function serverOptions(headersTimeoutMs: number): {
  * Node hands an upgrade's connection to the server's 'upgrade' listeners without its own error
  * listener, and @fastify/http-proxy routes every upgrade through the router, the management API's
  * paths too. Until ws takes the socket (or an HTTP answer ends it), a client's reset would be an
- * 'error' nobody hears, and the end of the process. The close that follows still ends whatever
- * the request started. First among the listeners, and one function for all.
+ * 'error' nobody hears, and the end of the process. So each connection gets one listener of its
+ * own when it is accepted: one function for all, and no 'upgrade' listener, whose presence alone
+ * changes which upgrades http-proxy takes and whether Node hands any over.
  */
 export function hearUpgradeErrors(server: Server): void {
-  server.prependListener('upgrade', (_request: IncomingMessage, socket: Duplex) => {
+  server.on('connection', (socket: Socket) => {
     socket.on('error', ignoreUpgradeError)
   })
 }

@@ -207,6 +207,9 @@ t.test('a gateway with no WebSocket route refuses an upgrade, and closes its con
     t.ok(answer.ended, `${what}: the gateway closed the connection`)
   }
   t.equal(upstream.upgrades.length, before, 'the upstream saw no upgrade')
+  // Node hands a request to 'upgrade' listeners whenever there is one: none may be there.
+  const h2c = await answerToUpgrade(`${plainOnly.url}/healthz`, { upgrade: 'h2c' })
+  t.equal(h2c.status, 200, 'an upgrade to another protocol is answered as HTTP/1.1')
 })
 
 // http-proxy destroys the socket of every upgrade Node hands it once the answer is sent, whatever
