@@ -155,11 +155,17 @@ export abstract class LeasedLimit {
    * waits for a renewal (limiter.warm), as a cold limit's first one does, rather than being
    * refused a unit the limit still has. A limit that is reached is never starved: past its rate, a
    * request is served from a lease fetched ahead or refused at once, so that in steady traffic no
-   * request waits for Redis, however often the lease runs dry.
+   * request waits for Redis, however often the lease runs dry. Reached is a recent word only: a
+   * client that stopped when refused, and comes back after its Retry-After, finds the bucket
+   * refilled while no call went out to say so, and its first request waits for one.
    */
   starved(now: number): boolean {
     return (
-      this.mode === 'shared' && !this.reached && this.held(now) === 0 && now >= this.waitUntil && now >= this.graceUntil
+      this.mode === 'shared' &&
+      !(this.reached && now - this.reachedAt < REACHED_FOR_MS) &&
+      this.held(now) === 0 &&
+      now >= this.waitUntil &&
+      now >= this.graceUntil
     )
   }
 

@@ -497,6 +497,29 @@ t.test('a rate past its limit: a dry lease refuses at once while the next is fet
   await store.close(limiter)
 })
 
+t.test('a limit reached, then left alone past its Retry-After: the next request waits, not refused', async (t) => {
+  // No answer comes while nobody asks, so what the last one said grows old: a client that stopped
+  // when refused and comes back as told finds the bucket refilled, and must not be refused for it.
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(2, 0, 50)])
+  while (limiter.admit(subjects).allowed);
+  t.ok(limiter.isWarm(subjects), 'reached: refused at once')
+  await store.rateAnswer(0, 0, 1_000)
+  time.advance(2_000)
+  t.notOk(limiter.isWarm(subjects), 'two seconds later: the next request waits for a lease')
+  await store.close(limiter)
+})
+
 t.test('a reached limit is not reached any more in a new month, or once its figures change', async (t) => {
   // Reached as the month ends (or under the old figures): what Redis says of the new month (or the
   // new limit) decides afresh, and a burst that empties its first lease waits for the renewal.
