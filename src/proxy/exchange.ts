@@ -140,12 +140,10 @@ export class Exchange {
     this.upstreamPending = true
   }
 
-  /**
-   * The request's body, as the upstream will read it: ended with the exchange. (The slot step
-   * found the client there, and nothing waits between it and the body parser.)
-   */
+  /** The request's body, as the upstream will read it: ended with the exchange, even one already over. */
   carries(body: Duplex): void {
     this.body = body
+    if (this.clientClosed) body.destroy()
   }
 
   /**

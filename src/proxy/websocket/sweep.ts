@@ -33,9 +33,12 @@ export class CredentialSweep {
     this.timer = setInterval(() => {
       if (this.sockets.size === 0) this.idle()
       else if (this.running === null)
-        this.running = this.sweep().finally(() => {
-          this.running = null
-        })
+        this.running = this.sweep()
+          // A throw past the lookups (closing a socket, arming its expiry) must not end the process.
+          .catch((err: unknown) => this.log.error({ err }, 'checking the open WebSockets failed'))
+          .finally(() => {
+            this.running = null
+          })
     }, this.intervalMs)
     this.timer.unref()
   }
