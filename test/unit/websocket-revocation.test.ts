@@ -8,6 +8,7 @@ import { type CredentialSources, recheck, revocationListener } from '../../src/p
 import { CredentialSweep } from '../../src/proxy/websocket/sweep.js'
 import { type SocketCredentials, SocketPair } from '../../src/proxy/websocket/socket-pair.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../../src/tenancy/lookups.js'
+import { until } from '../helpers/poll.js'
 
 /** A socket that records the close it was asked for. */
 class StandIn extends EventEmitter {
@@ -138,7 +139,8 @@ t.test('the sweep checks every open socket, each key and tenant once, and closes
   t.same(kept.client.closes, [], 'a token of a published key stays')
   t.equal(source.asked.filter((a) => a === 'key k1').length, 1, 'one lookup for a key, however many sockets')
   t.equal(source.asked.filter((a) => a === 'tenant sub').length, 1, 'one lookup for a tenant')
-  await new Promise((resolve) => setTimeout(resolve, 80))
+  // Its timer is due 30 ms after the lookup said so: waited for, not slept past.
+  await until(5_000, async () => expiring.client.closes.length > 0)
   t.same(expiring.client.closes, [[1008, 'credentials revoked']], 'an expiry brought nearer is armed')
 })
 
