@@ -1,13 +1,14 @@
 // A proxied request from the moment it holds one of its route's upstream slots until its
-// exchange is over on both sides (docs/api.md, "time and connections are bounded"): the slot is
+// exchange is over on both sides (docs/api.md, "Time and connections"): the slot is
 // given back once the client's side has closed and the upstream's request is settled, a client
 // that stops reading the answer is cut off, and a client that hangs up is logged and counted as
 // what it is rather than as a failed upstream. Nothing the exchange started outlives it: when its
 // client's side closes (the answer sent whole, or the client gone), the request body still coming
 // is ended, its idle timer with it, and an upstream request still under way is aborted.
 //
-// On the proxy's hot path: an exchange allocates no timer of its own. The route's ResponseWatch
-// looks at every answer in flight on one timer.
+// On the proxy's hot path: an exchange allocates no timer of its own while it runs (one backstop
+// only when its client leaves before the upstream answers). The route's ResponseWatch looks at
+// every answer in flight on one timer.
 import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Tally } from '../ops/fast-metrics.js'
