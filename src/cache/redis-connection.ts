@@ -55,6 +55,18 @@ function masterNames(reply: unknown): string[] {
   })
 }
 
+/** A connection made once, at start, for one question: no retry, no queue, no ready check. */
+function oneTry(timeoutMs: number) {
+  return {
+    lazyConnect: true,
+    enableReadyCheck: false,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: timeoutMs,
+  }
+}
+
 /** Asks one sentinel for the master set's address, as ioredis will, with its password. */
 async function askSentinel(node: HostPort, target: SentinelTarget, timeoutMs: number): Promise<SentinelAnswer> {
   const password = target.credentials.password
@@ -62,12 +74,7 @@ async function askSentinel(node: HostPort, target: SentinelTarget, timeoutMs: nu
     ...node,
     ...(password === undefined ? {} : { password }),
     protocol: REDIS_CONNECTION.protocol,
-    lazyConnect: true,
-    enableReadyCheck: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: timeoutMs,
+    ...oneTry(timeoutMs),
     commandTimeout: timeoutMs,
   })
   let refusal: Error | null = null
@@ -127,14 +134,7 @@ async function checkSentinels(target: SentinelTarget, timeoutMs: number): Promis
 export async function checkRedisAtStart(target: RedisTarget, timeoutMs = 2_000): Promise<'reachable' | 'unreachable'> {
   if (target.topology === 'sentinel' && (await checkSentinels(target, timeoutMs)) === 'unreachable')
     return 'unreachable'
-  const redis = openRedis(target, {
-    lazyConnect: true,
-    enableReadyCheck: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: timeoutMs,
-  })
+  const redis = openRedis(target, oneTry(timeoutMs))
   // ioredis reports a refused AUTH or SELECT here, and only "Connection is closed" to connect().
   let refusal: Error | null = null
   const keep = (err: unknown) => {

@@ -102,25 +102,28 @@ for (const fault of UPSTREAM_FAULTS) {
   })
 }
 
+/** A WebSocket upgrade's request head, as a raw client writes it. */
+function upgradeHead(path: string, keyed: boolean): string {
+  return [
+    `GET ${path} HTTP/1.1`,
+    'Host: gateway.test',
+    ...(keyed ? [`Authorization: Bearer ${tenant.apiKey}`] : []),
+    'Upgrade: websocket',
+    'Connection: Upgrade',
+    'Sec-WebSocket-Version: 13',
+    'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
+    '',
+    '',
+  ].join('\r\n')
+}
+
 t.test('a WebSocket upgrade whose client resets while a step waits', async (t) => {
   // Node hands an upgrade's connection over without its error listener; the steps hold it while
   // the upstream's handshake is under way, and the client resets it meanwhile.
   const clients = (['public', 'keyed'] as const).map((route) => {
     const socket = connect(gw.port, '127.0.0.1')
     socket.on('error', () => {})
-    socket.write(
-      [
-        `GET /ws/${route}/x HTTP/1.1`,
-        'Host: gateway.test',
-        ...(route === 'keyed' ? [`Authorization: Bearer ${tenant.apiKey}`] : []),
-        'Upgrade: websocket',
-        'Connection: Upgrade',
-        'Sec-WebSocket-Version: 13',
-        'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
-        '',
-        '',
-      ].join('\r\n'),
-    )
+    socket.write(upgradeHead(`/ws/${route}/x`, route === 'keyed'))
     return socket
   })
   t.ok(
@@ -146,17 +149,7 @@ t.test('an upgrade on a path the gateway answers itself, reset by its client', a
     socket.on('error', () => {})
     closed.push(new Promise((resolve) => socket.once('close', () => resolve())))
     socket.write(
-      [
-        `GET ${paths[i % paths.length]} HTTP/1.1`,
-        'Host: gateway.test',
-        `Authorization: Bearer ${tenant.apiKey}`,
-        'Upgrade: websocket',
-        'Connection: Upgrade',
-        'Sec-WebSocket-Version: 13',
-        'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
-        '',
-        '',
-      ].join('\r\n'),
+      upgradeHead(paths[i % paths.length]!, true),
       // Written, then reset: the gateway reads the head and meets the reset as it answers.
       () => setImmediate(() => socket.resetAndDestroy()),
     )
