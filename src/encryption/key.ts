@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto'
 import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
-import { ConfigError, type Config } from '../config.js'
+import { ConfigError } from '../config-readers.js'
 import { ENCRYPTION_KEY_BYTES } from './seal.js'
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key'
@@ -13,7 +13,11 @@ export const ENCRYPTION_KEY_FILE = 'encryption.key'
  * The key that seals the signing keys. Throws a ConfigError naming ENCRYPTION_KEY when
  * DATABASE_URL is set without it, or when the embedded key file holds something else than a key.
  */
-export function resolveEncryptionKey(config: Pick<Config, 'encryptionKey' | 'databaseUrl' | 'dataDir'>): Buffer {
+export function resolveEncryptionKey(config: {
+  readonly encryptionKey: Buffer | undefined
+  readonly databaseUrl: string | undefined
+  readonly dataDir: string
+}): Buffer {
   if (config.encryptionKey !== undefined) return config.encryptionKey
   if (config.databaseUrl !== undefined)
     throw new ConfigError(

@@ -2,7 +2,10 @@
 // request line. The management and proxy plugins mark their own routes; every other is ops.
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { RouteKind } from '../ops/metrics.js'
+
+/** Which part of the gateway answered a request. `none`: no route matched (a 404, a bad path). */
+export type RouteKind = 'management' | 'proxy' | 'token' | 'ops' | 'none'
+export const ROUTE_KINDS: readonly RouteKind[] = ['management', 'proxy', 'token', 'ops', 'none']
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -3,7 +3,7 @@
 import { writeSync } from 'node:fs'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import { type Bindings, type ChildLoggerOptions, type Logger, type LoggerOptions, pino } from 'pino'
-import type { RouteKind } from './metrics.js'
+import type { RouteKind } from '../http/route-kind.js'
 
 export const LOG_REDACT = [
   'req.headers.authorization',

@@ -12,15 +12,11 @@ import { type LimitMetrics, limitMetrics } from '../limits/metrics.js'
 import { collectProcessMetrics } from './process-metrics.js'
 import { type ProxyMetrics, proxyMetrics } from '../proxy/metrics.js'
 import { type WebhookMetrics, webhookMetrics } from './webhook-metrics.js'
-
-export { LIMIT_POLICIES, type LimitMetrics } from '../limits/metrics.js'
+import { ROUTE_KINDS, type RouteKind } from '../http/route-kind.js'
 
 // The kinds of metric the Metrics interface holds besides prom-client's own.
 export { LatencyHistogram, Tally } from './fast-metrics.js'
 
-/** Which part of the gateway answered a request. `none`: no route matched (a 404, a bad path). */
-export type RouteKind = 'management' | 'proxy' | 'token' | 'ops' | 'none'
-export const ROUTE_KINDS: readonly RouteKind[] = ['management', 'proxy', 'token', 'ops', 'none']
 const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 
 export interface Metrics {

@@ -1,6 +1,6 @@
 // The route table (docs/configuration.md): config/gateway.yaml, validated once at boot, plus the catch-all
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
-import { ConfigError } from '../config.js'
+import { ConfigError } from '../config-readers.js'
 import { SCOPE_PATTERN } from '../auth/scopes.js'
 import { defaultPerAccount, defaultPerTenant } from './concurrency.js'
 import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'

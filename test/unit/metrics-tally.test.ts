@@ -2,7 +2,8 @@
 // own; a scrape must read exactly what prom-client's own Counter and Histogram would have shown.
 import { Counter, Histogram, Registry } from 'prom-client'
 import t from 'tap'
-import { createMetrics, LatencyHistogram, type ROUTE_KINDS } from '../../src/ops/metrics.js'
+import type { ROUTE_KINDS } from '../../src/http/route-kind.js'
+import { createMetrics, LatencyHistogram } from '../../src/ops/metrics.js'
 
 const BUCKETS = [0.001, 0.01, 0.1, 1]
 // On a bound, between bounds, past the last one, zero.
