@@ -86,7 +86,8 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
 
   app.get(`${PORTAL_PREFIX}/`, { schema: { hide: true } }, async (request, reply) => {
     const { body, gzip, etag } = pageFor(await assets())
-    secureHeaders(reply, pageCsp(request)).type('text/html; charset=utf-8').header('cache-control', 'no-store') // no cache keeps it: the policy depends on Sec-Fetch-Dest
+    // No cache keeps it: the policy depends on Sec-Fetch-Dest.
+    secureHeaders(reply, pageCsp(request)).type('text/html; charset=utf-8').header('cache-control', 'no-store')
     return sendCached(request, reply, body, gzip, etag)
   })
 
