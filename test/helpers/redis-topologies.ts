@@ -63,6 +63,23 @@ async function answers(port: number, ms: number): Promise<void> {
   }
 }
 
+/**
+ * Once every test and teardown of the file has run, the process should end on its own. In some CI
+ * runs a file that killed a master or ran on Sentinel hung there after passing every test, until
+ * tap's timeout: something (not found yet) kept the event loop alive. Rather than cost the suite
+ * minutes, it says what was still open and ends the process. Call it on the file's root test.
+ */
+export function endWhenDone(t: TestLike, what: string): void {
+  t.teardown(() => {
+    setTimeout(() => {
+      process.stderr.write(
+        `${what}: still open 10 s after the last teardown: ${process.getActiveResourcesInfo().join(', ')}\n`,
+      )
+      process.exit(process.exitCode ?? 0)
+    }, 10_000).unref()
+  })
+}
+
 /** Starts `binary` with `args(port)` on a free port, killed at teardown. */
 async function launch(
   t: TestLike,

@@ -12,7 +12,7 @@ import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { metricValue, startReplicas, type TestGateway } from './gateway.js'
 import { callAs, type RawResponse } from './http.js'
 import { sleep } from './poll.js'
-import { startTopology, serverAt, type Topology, type TopologyKind } from './redis-topologies.js'
+import { endWhenDone, startTopology, serverAt, type Topology, type TopologyKind } from './redis-topologies.js'
 import { startUpstream } from './upstream.js'
 
 const SCOPES = ['sub_accounts:read', 'sub_accounts:write', 'things:read']
@@ -24,23 +24,6 @@ export interface Deployment {
   replicas: [TestGateway, TestGateway]
   parentKey: string
   forwarded(path: string): number
-}
-
-/**
- * Once every test and teardown of the file has run, the process should end on its own. In one CI
- * run out of several, a cluster file hung there after passing every test, until tap's 120 s
- * timeout: something (not found yet) kept the event loop alive after a master was killed. Rather
- * than cost the suite 90 s, it says what was still open and ends the process.
- */
-function endWhenDone(t: Test, kind: TopologyKind): void {
-  t.teardown(() => {
-    setTimeout(() => {
-      process.stderr.write(
-        `${kind}: still open 10 s after the last teardown: ${process.getActiveResourcesInfo().join(', ')}\n`,
-      )
-      process.exit(process.exitCode ?? 0)
-    }, 10_000).unref()
-  })
 }
 
 export async function deploy(t: Test, kind: TopologyKind): Promise<Deployment> {

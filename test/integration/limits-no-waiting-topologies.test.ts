@@ -4,8 +4,10 @@
 import { existsSync } from 'node:fs'
 import t from 'tap'
 import { deploy, twiceTheRate } from '../helpers/limits-steady.js'
+import { endWhenDone } from '../helpers/redis-topologies.js'
 import { startUpstream } from '../helpers/upstream.js'
 
+endWhenDone(t, 'sentinel and cluster')
 const upstream = await startUpstream(t)
 
 for (const kind of ['sentinel', 'cluster'] as const) {

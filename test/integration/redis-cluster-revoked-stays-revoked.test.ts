@@ -18,12 +18,13 @@ import { runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { metricValue, type Parent, startReplicas, type TestGateway } from '../helpers/gateway.js'
 import { sleep, until } from '../helpers/poll.js'
-import { nodeClient, serverAt, startCluster } from '../helpers/redis-topologies.js'
+import { endWhenDone, nodeClient, serverAt, startCluster } from '../helpers/redis-topologies.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 /** Short, so that the gateways refresh the key's entry often: found entries refresh after 600 ms. */
 const LOCAL_TTL_MS = 1_500
 
+endWhenDone(t, 'cluster')
 const topology = await startCluster(t)
 const upstream = await startUpstream(t)
 const [busy, other, idle] = (await startReplicas(t, 3, {
