@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks'
 import postgres from 'postgres'
 import { createParentWithKey, mintKey } from '../src/auth/mint.js'
 import { generate, generateApiKey } from '../src/auth/key-format.js'
-import { SESSION_PREFIX } from '../src/portal/credentials.js'
+import { SESSION_PREFIX } from '../src/auth/portal-credentials.js'
 import {
   counts,
   createDatabase,

@@ -21,7 +21,7 @@ import {
 import { parseRedisKeyPrefix, parseRedisTarget } from './config-redis.js'
 import { cidrProblem } from './guardrails/ip-allowlist.js'
 import type { Rate } from './limits/bucket.js'
-import { parseRate } from './limits/tenant-limits.js'
+import { parseRate } from './shared/tenant-limits.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './management/webhook-endpoint-admission.js'
 import { DEFAULT_RETRY_SCHEDULE, parseRetrySchedule, type RetrySchedule } from './webhooks/retry-schedule.js'
 import { type YamlErrorLike, yamlProblem } from './yaml-errors.js'

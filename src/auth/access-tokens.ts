@@ -6,11 +6,11 @@
 // tokens exactly as fast as it ends the key.
 import { LRUCache } from 'lru-cache'
 import type { Keyring } from '../signing-keys/keyring.js'
-import type { Tally } from '../ops/fast-metrics.js'
-import { UUID_PATTERN } from '../tenancy/identifiers.js'
-import type { KeyRecord, TenancyLookups } from '../tenancy/lookups.js'
-import { type Principal, principalOfKey, unauthenticated } from './authenticate.js'
-import { scopeCovers } from './scopes.js'
+import type { Tally } from '../shared/fast-metrics.js'
+import { UUID_PATTERN } from '../shared/identifiers.js'
+import type { KeyRecord, TenancyLookups } from '../shared/tenancy-records.js'
+import { type AccessTokenUse, type Principal, principalOfKey, unauthenticated } from './principal.js'
+import { scopeCovers } from '../shared/scopes.js'
 
 /** RFC 9068 §2.1: the JOSE header's `typ` of an access token. */
 export const ACCESS_TOKEN_TYPE = 'at+jwt'
@@ -41,13 +41,6 @@ interface VerifiedToken {
   readonly expiresAtMs: number
   /** The last key record the token was narrowed against, and the result: reused while the record is. */
   narrowed?: { from: KeyRecord; to: KeyRecord }
-}
-
-/** What a principal authenticated by an access token carries, to be checked again on reuse. */
-export interface AccessTokenUse {
-  readonly kid: string
-  readonly usableUntilMs: number
-  readonly expiresAtMs: number
 }
 
 /** A Bearer value that is not an API key but has a JWT's three dot-separated parts: this module's. */

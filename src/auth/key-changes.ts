@@ -3,7 +3,7 @@
 // not at all. Rolling is in roll.ts.
 import { keyObject as keyObjectSql, keyStateSql } from '../events/present-sql.js'
 import { type Origin, recordEvent, runChange, statementEvent } from '../events/record.js'
-import { presentKey } from '../management/present.js'
+import { presentKey } from '../schemas/present.js'
 import type { Sql, Tx } from '../store/db.js'
 import { changedOrBefore, changeWithEvent } from '../store/events.js'
 import { KEY_COLUMNS, insertKeySql, type KeyRow, type RevokedKeyRow } from '../store/api-keys.js'

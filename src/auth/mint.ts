@@ -4,7 +4,7 @@ import type { Sql, Tx } from '../store/db.js'
 import { insertKey, type KeyRow, type NewKey } from '../store/api-keys.js'
 import { createParentAccount, type TenantRow } from '../store/tenants.js'
 import { generateApiKey, generateClientSecret } from './key-format.js'
-import { MANAGEMENT_SCOPES, uniqueScopes } from './scopes.js'
+import { MANAGEMENT_SCOPES, uniqueScopes } from '../shared/scopes.js'
 
 export interface MintedKey {
   row: KeyRow

@@ -2,7 +2,7 @@
 // Postgres, and the Redis connections and masters the cache uses. Here rather than in
 // ops/metrics.ts, as limits/ keeps its own: the cache, the key batcher, the token endpoint and the portal feed them.
 import { Counter, Gauge, type Registry } from 'prom-client'
-import type { LatencySeries } from '../ops/fast-metrics.js'
+import type { LatencySeries } from '../shared/fast-metrics.js'
 
 export interface CacheMetrics {
   /**

@@ -3,7 +3,7 @@
 import fp from 'fastify-plugin'
 import { TenancyCache, type CacheTimings } from './index.js'
 import type { Sql } from '../store/db.js'
-import { postgresLookups } from '../tenancy/lookups.js'
+import { postgresLookups } from '../store/tenancy-lookups.js'
 import type { RedisTarget } from './redis-topology.js'
 
 declare module 'fastify' {

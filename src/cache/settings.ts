@@ -4,7 +4,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { RedisTarget } from './redis-topology.js'
 import type { CacheMetrics } from './metrics.js'
-import type { TenancyLookups } from '../tenancy/lookups.js'
+import type { TenancyLookups } from '../shared/tenancy-records.js'
 
 export interface CacheTimings {
   /** In-process TTL of a found record: how long a lost invalidation can go unnoticed. */

@@ -3,14 +3,13 @@
 // of Postgres. Changes reach it through the invalidation bus (cache/invalidation.ts).
 import { LRUCache } from 'lru-cache'
 import { ApiError } from '../errors.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, entryKey, type EvictionListener, generationKey, stampKey } from './entry-names.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged, withinMs } from './redis-commands.js'
 import { MasterWatch, type RedisMasters } from './redis-masters.js'
 import { type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
-import { REDIS_COMMAND_TIMEOUT_MS } from './settings.js'
-import { DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
+import { REDIS_COMMAND_TIMEOUT_MS, DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
 
 interface Entry {
   readonly value: unknown
@@ -227,7 +226,7 @@ export class TenancyCache implements CacheInvalidator {
       // Right after Postgres failed, do not make every lookup of a request wait for it again.
       if (Date.now() < this.postgresSkipUntil)
         throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
-      // The source counts its Postgres queries (tenancy/lookups.ts): key lookups share them.
+      // The source counts its Postgres queries (store/tenancy-lookups.ts): key lookups share them.
       value = await load()
     } catch (err) {
       if (!(err instanceof ApiError)) this.postgresSkipUntil = Date.now() + this.timings.postgresBackoffMs

@@ -1,20 +1,20 @@
 // The operator's commands on the database and on parent accounts (docs/configuration.md): migrate,
 // create a parent account with its first key, set its limits. Every value is checked before the
 // store is touched, so a bad one changes nothing.
-import { isManagementScope } from '../auth/scopes.js'
+import { isManagementScope } from '../shared/scopes.js'
 import { recordFirstKey } from '../auth/key-changes.js'
 import { createParentWithKey } from '../auth/mint.js'
 import { cacheKeys } from '../cache/index.js'
 import { operatorOrigin } from '../events/record.js'
-import { presentKey } from '../management/present.js'
+import { presentKey } from '../schemas/present.js'
 import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
 import { changeAccountList } from '../events/account-list-changes.js'
 import { httpsOrigin, PORTAL_ORIGINS_MAX } from '../portal/origin-changes.js'
 import type { TenantRow } from '../store/tenants.js'
 import { inTransaction } from '../store/transaction.js'
-import { isExternalId } from '../tenancy/identifiers.js'
-import { parseAlertThresholds, parseMonthlyQuota, parseRate, shownLimits } from '../limits/tenant-limits.js'
+import { isExternalId } from '../shared/identifiers.js'
+import { parseAlertThresholds, parseMonthlyQuota, parseRate, shownLimits } from '../shared/tenant-limits.js'
 import { type Command, name, type Options, scopes, tellReplicas, UsageError, uuid } from './options.js'
 
 /** A parent account as the CLI prints it. */

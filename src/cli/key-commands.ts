@@ -1,12 +1,12 @@
 // The operator's commands on parent keys (docs/configuration.md; docs/credentials.md, key
 // lifecycle): create (optionally expiring), revoke, roll. Every value is checked before the store
 // is touched, so a bad one changes nothing.
-import { MAX_ROLL_OVERLAP_SECONDS, DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
+import { MAX_ROLL_OVERLAP_SECONDS, DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../shared/key-expiry.js'
 import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import { rollKey } from '../auth/roll.js'
-import { MANAGEMENT_SCOPES } from '../auth/scopes.js'
+import { MANAGEMENT_SCOPES } from '../shared/scopes.js'
 import { keyEntries } from '../cache/index.js'
-import { presentKey } from '../management/present.js'
+import { presentKey } from '../schemas/present.js'
 import { operatorOrigin } from '../events/record.js'
 import { migrate } from '../store/migrate.js'
 import { type Command, name, type Options, parentAccount, scopes, tellReplicas, UsageError, uuid } from './options.js'

@@ -1,12 +1,12 @@
 // What the operator commands share (docs/configuration.md): their usage errors, the readers of
 // their flags, the parent account they name, and telling the replicas of a change over Redis.
-import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { SCOPE_PATTERN } from '../shared/scopes.js'
 import { publishInvalidation } from '../cache/index.js'
 import { describeRedisTarget, type RedisTarget, variableOf } from '../cache/redis-topology.js'
 import type { Config } from '../config.js'
 import type { Sql } from '../store/db.js'
 import { getTenant } from '../store/tenants.js'
-import { isUuid } from '../tenancy/identifiers.js'
+import { isUuid } from '../shared/identifiers.js'
 
 /** A mistake in the command line or its values: one line on stderr, exit 1, nothing changed. */
 export class UsageError extends Error {}

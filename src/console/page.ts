@@ -2,7 +2,7 @@
 // browser fetches both at once, and no inline code (the Content-Security-Policy allows none). The
 // gateway's routes come along as a JSON data block, which no browser runs.
 import type { ConsoleAssets } from './assets.js'
-import { CONSOLE_ASSETS } from './paths.js'
+import { CONSOLE_ASSETS } from '../shared/paths.js'
 import { CONSOLE_ROUTES_ELEMENT, type ConsoleRoute, routesForScript } from './route-list.js'
 
 export function consolePage(assets: ConsoleAssets, routes: readonly ConsoleRoute[] = []): string {

@@ -4,11 +4,11 @@
 import { negotiate } from '@fastify/accept-negotiator'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { routeNotFound } from '../errors.js'
-import { pathOf } from '../proxy/paths.js'
+import { pathOf } from '../http/bad-paths.js'
 import { type Asset, type ConsoleAssets, consoleAssets, served } from './assets.js'
 import { consolePage } from './page.js'
 import type { ConsoleRoute } from './route-list.js'
-import { CONSOLE_ASSETS, CONSOLE_PREFIX } from './paths.js'
+import { CONSOLE_ASSETS, CONSOLE_PREFIX } from '../shared/paths.js'
 
 /**
  * Same origin only: scripts, styles, fetches; no inline code, no frames of it, no base tag.

@@ -1,12 +1,12 @@
 // The API's objects built in SQL, for the events a change writes in its own statement
-// (store/events.ts changeWithEvent): field for field what management/present.ts and
+// (store/events.ts changeWithEvent): field for field what schemas/present.ts and
 // auth/key-changes.ts keyObject make of the same row. test/integration/events.test.ts holds each
 // event's object equal to the API's answer, so the two cannot drift apart unseen.
 
 /** A timestamp column as Date#toISOString writes it: UTC, milliseconds truncated, `Z`. */
 export const isoSql = (column: string) => `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 
-/** Limits as shown when none are stored (limits/tenant-limits.ts shownLimits). */
+/** Limits as shown when none are stored (shared/tenant-limits.ts shownLimits). */
 export const NO_LIMITS = `'{"rate": null, "monthly_quota": null}'::jsonb`
 
 /** A key policy as shown when none is stored (guardrails/key-policy.ts shownKeyPolicy). */

@@ -1,6 +1,6 @@
 // An event as the API shows it (docs/events.md): the audit log's items and the `data` of a
 // webhook delivery are the same document.
-import type { Event } from '../management/event-schemas.js'
+import type { Event } from '../schemas/events.js'
 import type { EventRow } from '../store/events.js'
 
 export function presentEvent(row: EventRow): Event {

@@ -8,7 +8,7 @@
 import type { IncomingMessage } from 'node:http'
 import { isIP } from 'node:net'
 import { ApiError } from '../errors.js'
-import type { KeyRecord, TenantRecord } from '../tenancy/lookups.js'
+import type { KeyRecord, TenantRecord } from '../shared/tenancy-records.js'
 import { allowsAddress } from './ip-allowlist.js'
 
 /** Why `ip` may not use the key (`key` of the allow-list's owner, `sub-account` of a policy's), or null. */

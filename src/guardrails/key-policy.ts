@@ -1,6 +1,6 @@
 // A sub-account's key policy (docs/api.md, Key policies and IP allow-lists), set by its parent:
 // which scopes its keys may have, how long they may live, and from which addresses they may be used.
-import { isManagementScope } from '../auth/scopes.js'
+import { isManagementScope } from '../shared/scopes.js'
 import { validationFailed } from '../errors.js'
 import { cidrProblem } from './ip-allowlist.js'
 

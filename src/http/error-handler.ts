@@ -2,7 +2,7 @@
 // are mapped onto the error catalogue (errors.ts), then answered as problem+json (docs/api.md).
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode } from '../errors.js'
-import { asksForWebSocket, isUpgrade } from '../proxy/websocket/upgrade.js'
+import { asksForWebSocket, isUpgrade } from './upgrade-request.js'
 import { type AjvErrorLike, fieldErrors } from './validation-errors.js'
 
 /** Fastify's own errors, by code, mapped onto the catalogue. */

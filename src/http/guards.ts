@@ -5,8 +5,8 @@
 // paths included.
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
-import { isBadPath, pathOf } from '../proxy/paths.js'
-import { isUpgrade } from '../proxy/websocket/upgrade.js'
+import { isBadPath, pathOf } from './bad-paths.js'
+import { isUpgrade } from './upgrade-request.js'
 import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
 
 /**

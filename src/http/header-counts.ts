@@ -3,7 +3,7 @@
 // once (Host, Authorization, the acting header), shared by the guards (one Host) and the tenancy
 // check (tenancy/hook.ts).
 import type { FastifyRequest } from 'fastify'
-import { ACTING_HEADER } from '../tenancy/acting.js'
+import { ACTING_HEADER } from '../shared/header-names.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -9,7 +9,7 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 /**
  * The gateway's own credentials, any case, anywhere in the id (`key:tgw_…` too): API keys `tgw_`,
  * client secrets `tgws_` (auth/key-format.ts), portal links `tgwpl_` and sessions `tgwps_`
- * (portal/credentials.ts), and any later `tgw…_`.
+ * (auth/portal-credentials.ts), and any later `tgw…_`.
  */
 const GATEWAY_CREDENTIAL = /tgw[a-z]{0,2}_/i
 

@@ -5,7 +5,7 @@
 // noise dropped.
 import { DATE_TIME_RULE } from '../dates.js'
 import type { FieldError } from '../errors.js'
-import { UUID_PATTERN } from '../tenancy/identifiers.js'
+import { UUID_PATTERN } from '../shared/identifiers.js'
 
 export interface AjvErrorLike {
   instancePath: string

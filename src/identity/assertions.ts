@@ -2,12 +2,12 @@
 // signs, which a route's upstream verifies against the JWKS. Assertions are cached per key,
 // resolved tenant, audience and signing key, so that a warm request costs no signature.
 import { LRUCache } from 'lru-cache'
-import type { Principal } from '../auth/authenticate.js'
+import type { Principal } from '../auth/principal.js'
 import { type EvictionListener, recordOfEntry } from '../cache/entry-names.js'
-import type { CredentialMetrics } from '../ops/credential-metrics.js'
-import type { Tally } from '../ops/fast-metrics.js'
-import type { RouteIdentity } from '../proxy/route-identity.js'
-import type { TenantRecord } from '../tenancy/lookups.js'
+import type { CredentialMetrics } from '../auth/credential-metrics.js'
+import type { Tally } from '../shared/fast-metrics.js'
+import type { RouteIdentity } from './route-identity.js'
+import type { TenantRecord } from '../shared/tenancy-records.js'
 import type { Keyring } from '../signing-keys/keyring.js'
 
 /** The JOSE `typ` of an assertion: a plain JWT, not an access token (`at+jwt`). */

@@ -1,7 +1,7 @@
 // The limits' metrics (docs/operations.md): decisions by policy and outcome fed as plain numbers
 // on the request path, and the lease calls' work, which is background.
 import { Counter, Gauge, type Registry } from 'prom-client'
-import { type LatencySeries, talliedCounter, tally, type Tally } from '../ops/fast-metrics.js'
+import { type LatencySeries, talliedCounter, tally, type Tally } from '../shared/fast-metrics.js'
 
 export const LIMIT_POLICIES = [
   'sub_account.rate',

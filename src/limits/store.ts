@@ -1,7 +1,13 @@
 // Limits of tenants and the use a monthly quota counts (docs/api.md, Limits and quotas). SQL only.
 import { type Origin, recordEvent } from '../events/record.js'
 import { sameJson } from '../events/same-json.js'
-import { shownLimits, storedLimits, type MonthlyQuota, type RateLimit, type TenantLimits } from './tenant-limits.js'
+import {
+  shownLimits,
+  storedLimits,
+  type MonthlyQuota,
+  type RateLimit,
+  type TenantLimits,
+} from '../shared/tenant-limits.js'
 import type { Sql, Tx } from '../store/db.js'
 import { Statement } from '../store/statement.js'
 import { COLUMNS, getTenant, type TenantRow } from '../store/tenants.js'

@@ -2,9 +2,9 @@
 // as, if any, and the parent account, whose limits bound everything that acts as it or as any of
 // its sub-accounts. Built once per admission and remembered with it (tenancy/recent-admissions.ts),
 // so that a request admitted from memory finds them without a lookup.
-import type { Principal } from '../auth/authenticate.js'
-import type { TenantLimits } from './tenant-limits.js'
-import type { TenancyLookups, TenantRecord } from '../tenancy/lookups.js'
+import type { Principal } from '../auth/principal.js'
+import type { TenantLimits } from '../shared/tenant-limits.js'
+import type { TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import type { Limits, LimitSubject } from './types.js'
 
 export const NO_SUBJECTS: readonly LimitSubject[] = []

@@ -5,12 +5,12 @@ import { monthOf } from '../limits/month.js'
 import { monthUse, readLimits } from '../limits/store.js'
 import { scopeCeiling } from '../store/tenants.js'
 import { usageRows } from '../store/usage.js'
-import { shownLimits } from '../limits/tenant-limits.js'
+import { shownLimits } from '../shared/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
-import { AccountLimits, AccountScopes } from './account-schemas.js'
-import { NoQuery, PAGE_LIMIT_DEFAULT } from './common-schemas.js'
-import { UsageQuery, UsageReport } from './usage-schemas.js'
+import { AccountLimits, AccountScopes } from '../schemas/accounts.js'
+import { NoQuery, PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
+import { UsageQuery, UsageReport } from '../schemas/usage.js'
 
 // Registered before /:sub_id; the router prefers these static segments anyway.
 export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {

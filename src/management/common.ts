@@ -5,19 +5,17 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { ApiError, validationFailed } from '../errors.js'
-import type { Principal } from '../auth/authenticate.js'
-import { requireScope } from '../auth/scopes.js'
+import type { Principal } from '../auth/principal.js'
+import { requireScope } from '../shared/scopes.js'
 import type { Origin } from '../events/record.js'
 import type { CacheInvalidator } from '../cache/index.js'
 import type { Sql } from '../store/db.js'
 import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/tenants.js'
-import { isUuid } from '../tenancy/identifiers.js'
+import { isUuid } from '../shared/identifiers.js'
 import { OPERATIONS } from './operations.js'
 import type { Cursors } from './paging.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
-import { NAME_MAX_LENGTH } from './common-schemas.js'
-
-export const MANAGEMENT_PREFIX = '/v1/sub-accounts'
+import { NAME_MAX_LENGTH } from '../schemas/common.js'
 
 export type ManagementApp = FastifyInstance<
   RawServerDefault,

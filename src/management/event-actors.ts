@@ -1,9 +1,9 @@
 // `expand=actor` on the audit log (docs/api.md, Audit log): each event's actor with who it is, so
 // that a reader sees "key ci (tgw_ab12…)" rather than a bare id. Two reads a page, whatever its size.
-import type { Event } from './event-schemas.js'
+import type { Event } from '../schemas/events.js'
 import type { Sql } from '../store/db.js'
 import { keyActors, portalSessionActors } from '../store/event-actors.js'
-import { isUuid } from '../tenancy/identifiers.js'
+import { isUuid } from '../shared/identifiers.js'
 
 /** The page's events, each actor named: a key by its name, prefix and sub-account; a portal session by its sub-account. */
 export async function withActorNames(sql: Sql, accountId: string, events: Event[]): Promise<Event[]> {

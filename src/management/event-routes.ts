@@ -8,8 +8,8 @@ import { EVENT_TYPES } from '../events/record.js'
 import { type EventFilter, getEvent, listEvents } from '../store/events.js'
 import { withActorNames } from './event-actors.js'
 import { type ManagementApp, type ManagementContext, notFound, operation, parentOf } from './common.js'
-import { Event, EventPage, EventParams, EventsQuery } from './event-schemas.js'
-import { NoQuery, PAGE_LIMIT_DEFAULT } from './common-schemas.js'
+import { Event, EventPage, EventParams, EventsQuery } from '../schemas/events.js'
+import { NoQuery, PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
 /** `api_key.revoked`, or `api_key.*` (every type of that resource); anything else is a 400. */
 function typeFilter(type: string | undefined): EventFilter['type'] {

@@ -3,10 +3,10 @@
 // through these, so a key minted in the portal is held to the same key policy and scope ceiling.
 import type { Alerts } from '../alerts/plugin.js'
 import type { Static } from 'typebox'
-import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../auth/key-expiry.js'
+import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../shared/key-expiry.js'
 import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
 import type { MintedKey } from '../auth/mint.js'
-import { isManagementScope } from '../auth/scopes.js'
+import { isManagementScope } from '../shared/scopes.js'
 import { type RollResult, rollKey } from '../auth/roll.js'
 import { type CacheInvalidator, keyEntries } from '../cache/index.js'
 import { ApiError, validationFailed } from '../errors.js'
@@ -17,8 +17,8 @@ import type { RevokedKeyRow } from '../store/api-keys.js'
 import type { Sql } from '../store/db.js'
 import { scopeCeiling, type TenantRow } from '../store/tenants.js'
 import { notFound, trimmedName } from './common.js'
-import { presentKey } from './present.js'
-import type { MintKeyBody } from './key-schemas.js'
+import { presentKey } from '../schemas/present.js'
+import type { MintKeyBody } from '../schemas/keys.js'
 
 export interface KeyActionContext {
   sql: Sql

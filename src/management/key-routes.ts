@@ -1,10 +1,9 @@
 // API keys of a sub-account: mint, list, get, revoke, roll (docs/api.md, API keys of a
 // sub-account; docs/credentials.md, key lifecycle).
 import type { FastifyRequest } from 'fastify'
-import { DEFAULT_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
+import { DEFAULT_ROLL_OVERLAP_SECONDS } from '../shared/key-expiry.js'
 import { getKey, listKeys } from '../store/api-keys.js'
 import {
-  MANAGEMENT_PREFIX,
   type ManagementApp,
   type ManagementContext,
   notFound,
@@ -14,6 +13,7 @@ import {
   parentOf,
   pathUuid,
 } from './common.js'
+import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import {
   checkedMintBody,
   type KeyActionContext,
@@ -23,10 +23,10 @@ import {
   withSecrets,
 } from './key-actions.js'
 import { keyListScope } from './paging.js'
-import { presentKey } from './present.js'
-import { ApiKey, ApiKeyPage, KeyParams, MintedApiKey, MintKeyBody, RollKeyBody } from './key-schemas.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
-import { SubAccountParams } from './sub-account-schemas.js'
+import { presentKey } from '../schemas/present.js'
+import { ApiKey, ApiKeyPage, KeyParams, MintedApiKey, MintKeyBody, RollKeyBody } from '../schemas/keys.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
+import { SubAccountParams } from '../schemas/sub-accounts.js'
 
 export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors, keyMinted }: ManagementContext): void {
   /** The calling parent's sub-account named in the path (404 otherwise), and who acts on its keys. */

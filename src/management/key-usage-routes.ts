@@ -3,9 +3,9 @@
 import { keyUsageRows } from '../store/usage.js'
 import { keyUsageEntries, reportRange } from '../usage/report.js'
 import { type ManagementApp, type ManagementContext, operation, ownSubAccount, parentOf } from './common.js'
-import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
-import { SubAccountParams } from './sub-account-schemas.js'
-import { KeyUsageQuery, KeyUsageReport } from './usage-schemas.js'
+import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
+import { SubAccountParams } from '../schemas/sub-accounts.js'
+import { KeyUsageQuery, KeyUsageReport } from '../schemas/usage.js'
 
 export function registerKeyUsageRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
   app.get(

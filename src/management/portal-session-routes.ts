@@ -5,8 +5,8 @@ import { randomUUID } from 'node:crypto'
 import { Type } from 'typebox'
 import { recordEvent } from '../events/record.js'
 import { ApiError, validationFailed } from '../errors.js'
-import { generateLinkToken } from '../portal/credentials.js'
-import { PORTAL_PREFIX } from '../portal/paths.js'
+import { generateLinkToken } from '../auth/portal-credentials.js'
+import { PORTAL_PREFIX } from '../shared/paths.js'
 import {
   countOpenPortalSessions,
   endPortalSession,
@@ -32,8 +32,8 @@ import {
   type PortalSession,
   PortalSessionList,
   PortalSessionParams,
-} from './portal-session-schemas.js'
-import { SubAccountParams } from './sub-account-schemas.js'
+} from '../schemas/portal-sessions.js'
+import { SubAccountParams } from '../schemas/sub-accounts.js'
 
 /** A sub-account's open sessions at most: the list needs no paging, and a leaked parent key cannot hand out links without bound. */
 export const OPEN_PORTAL_SESSIONS_MAX = 50

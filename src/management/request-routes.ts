@@ -5,13 +5,13 @@ import { ApiError, validationFailed } from '../errors.js'
 import type { RequestFilter } from '../request-log/filters.js'
 import { listRequests, type RequestRow } from '../request-log/queries.js'
 import { requestById } from '../request-log/record-by-id.js'
-import type { TenancyLookups } from '../tenancy/lookups.js'
+import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
 import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
 import { parentPlaces, type ReadPlace, type RequestLogReader } from './log-reads.js'
 import type { Cursors, CursorScope } from './paging.js'
-import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from './request-schemas.js'
-import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
+import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from '../schemas/requests.js'
+import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
 export function presentRequest(row: RequestRow): RequestRecord {
   return {

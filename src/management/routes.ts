@@ -10,7 +10,7 @@ import type { Limiter } from '../limits/limiter.js'
 import type { Sql } from '../store/db.js'
 import { cursorSecret } from '../store/secrets.js'
 import { tenancyHook } from '../tenancy/hook.js'
-import type { TenancyLookups } from '../tenancy/lookups.js'
+import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { registerAccountRoutes } from './account-routes.js'
 import { authorizeManagement, type ManagementContext } from './common.js'
 import { registerEventRoutes } from './event-routes.js'
@@ -28,8 +28,6 @@ import { registerWebhookDeliveryRoutes } from './webhook-delivery-routes.js'
 import { registerWebhookEndpointRoutes } from './webhook-endpoint-routes.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
-
-export { MANAGEMENT_PREFIX } from './common.js'
 
 export interface ManagementOptions {
   sql: Sql

@@ -14,9 +14,9 @@ import {
   rethrowConflict,
   type SubAccountPatch,
   type TenantRow,
-  type TenantStatus,
 } from '../store/tenants.js'
-import { storedLimits } from '../limits/tenant-limits.js'
+import type { TenantStatus } from '../shared/tenancy-records.js'
+import { storedLimits } from '../shared/tenant-limits.js'
 
 type Db = Sql | Tx
 

@@ -7,7 +7,7 @@ import { monthDays } from '../limits/store.js'
 import type { Sql } from '../store/db.js'
 import { SUB_ACCOUNT_SORTS, type SubAccountSort, subAccountFigures } from '../store/tenants.js'
 import type { CursorScope, Cursors } from './paging.js'
-import type { SubAccount, SubAccountInclude, SubAccountWithFigures } from './sub-account-schemas.js'
+import type { SubAccount, SubAccountInclude, SubAccountWithFigures } from '../schemas/sub-accounts.js'
 
 const DEFAULT_SORT: SubAccountSort = 'created_at'
 

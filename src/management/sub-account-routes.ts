@@ -2,9 +2,8 @@
 import { cacheKeys, subAccountEntries } from '../cache/index.js'
 import { listSubAccounts } from '../store/tenants.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
-import { limitsFromBody } from '../limits/tenant-limits.js'
+import { limitsFromBody } from '../shared/tenant-limits.js'
 import {
-  MANAGEMENT_PREFIX,
   type ManagementApp,
   type ManagementContext,
   notFound,
@@ -16,7 +15,8 @@ import {
   trimmedName,
   withConflictAsHttp,
 } from './common.js'
-import { presentSubAccount } from './present.js'
+import { MANAGEMENT_PREFIX } from '../shared/paths.js'
+import { presentSubAccount } from '../schemas/present.js'
 import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
 import { listScope, listStart, parseInclude, sortsByName, withFigures } from './sub-account-list.js'
 import {
@@ -28,8 +28,8 @@ import {
   SubAccountParams,
   SubAccountWithFigures,
   UpdateSubAccountBody,
-} from './sub-account-schemas.js'
-import { PAGE_LIMIT_DEFAULT } from './common-schemas.js'
+} from '../schemas/sub-accounts.js'
+import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
 /** The list and the create, on the prefix itself. */
 export function registerSubAccountCollection(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {

@@ -15,7 +15,7 @@ import {
   parentOf,
   pathUuid,
 } from './common.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 import { presentWebhookEndpoint } from './webhook-endpoint-changes.js'
 import { WEBHOOK_ENDPOINTS_PATH } from './webhook-endpoint-routes.js'
 import {
@@ -25,7 +25,7 @@ import {
   DeliveryResent,
   WebhookEndpointParams,
   WebhookTestSent,
-} from './webhook-schemas.js'
+} from '../schemas/webhooks.js'
 
 const presentAttempt = (row: AttemptPageRow): DeliveryAttempt => ({
   event_id: row.event_id,

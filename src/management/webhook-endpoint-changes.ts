@@ -16,7 +16,7 @@ import {
 } from '../store/webhook-endpoints.js'
 import { generateWebhookSecret, sealedSecretFor } from '../webhooks/signature.js'
 import { admitUrlChange, admitWebhookEndpoint } from './webhook-endpoint-admission.js'
-import type { WebhookEndpoint } from './webhook-schemas.js'
+import type { WebhookEndpoint } from '../schemas/webhooks.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 

@@ -8,7 +8,6 @@ import { EVENT_TYPES } from '../events/record.js'
 import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
 import { checkWebhookUrl, type UrlPolicyOptions, WebhookUrlError } from '../webhooks/url-policy.js'
 import {
-  MANAGEMENT_PREFIX,
   type ManagementApp,
   type ManagementContext,
   notFound,
@@ -17,6 +16,7 @@ import {
   parentOf,
   pathUuid,
 } from './common.js'
+import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import { MANAGEMENT_DEADLINE_MS, outsideStoreDeadline } from './hooks.js'
 import {
   createWebhookEndpointWithEvent,
@@ -31,8 +31,8 @@ import {
   WebhookEndpoint,
   WebhookEndpointPage,
   WebhookEndpointParams,
-} from './webhook-schemas.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from './common-schemas.js'
+} from '../schemas/webhooks.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 
 export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
 

@@ -1,7 +1,7 @@
 // The gateway as an OAuth 2.0 authorization server (docs/credentials.md): its metadata
 // (RFC 8414) and its token endpoint. Both need no key and are never proxied.
 import type { FastifyPluginAsync } from 'fastify'
-import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH } from './paths.js'
+import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH } from '../shared/paths.js'
 import { tokenEndpoint, type TokenEndpointOptions } from './token-endpoint.js'
 import { AuthorizationServerMetadata } from './token-schemas.js'
 

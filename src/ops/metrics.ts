@@ -1,13 +1,13 @@
 // Prometheus metrics (docs/operations.md), one registry per app so that several gateways in one process
 // (tests, benches) keep their own counts. Served on METRICS_PORT by main.ts (ops/metrics-server.ts),
 // never publicly. A concern's own family is defined apart (cache/metrics.ts, proxy/metrics.ts,
-// limits/metrics.ts, ops/credential-metrics.ts, ops/webhook-metrics.ts) and gathered here; defined
+// limits/metrics.ts, auth/credential-metrics.ts, ops/webhook-metrics.ts) and gathered here; defined
 // here are only the gateway's as a whole: requests by route kind, waits on Redis, usage flushes,
 // the Postgres pool.
 import { Counter, Gauge, Registry } from 'prom-client'
 import { type CacheMetrics, cacheMetrics } from '../cache/metrics.js'
-import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter } from './fast-metrics.js'
-import { type CredentialMetrics, credentialMetrics } from './credential-metrics.js'
+import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter } from '../shared/fast-metrics.js'
+import { type CredentialMetrics, credentialMetrics } from '../auth/credential-metrics.js'
 import { type LimitMetrics, limitMetrics } from '../limits/metrics.js'
 import { collectProcessMetrics } from './process-metrics.js'
 import { type ProxyMetrics, proxyMetrics } from '../proxy/metrics.js'
@@ -15,7 +15,7 @@ import { type WebhookMetrics, webhookMetrics } from './webhook-metrics.js'
 import { ROUTE_KINDS, type RouteKind } from '../http/route-kind.js'
 
 // The kinds of metric the Metrics interface holds besides prom-client's own.
-export { LatencyHistogram, Tally } from './fast-metrics.js'
+export { LatencyHistogram, Tally } from '../shared/fast-metrics.js'
 
 const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 
@@ -72,7 +72,7 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
   const durations = ROUTE_KINDS.map((kind) => duration.of(kind))
 
   // How long a request waited on Redis: a tenancy lookup before it had the entry or went on to
-  // Postgres (cache/tiered.ts), or a limit for its lease (limits/gate.ts).
+  // Postgres (cache/tiered.ts), or a limit for its lease (proxy/limit-gate.ts).
   const redisWait = new LatencyHistogram(
     'tgw_redis_wait_seconds',
     'Time a request waited on Redis: a tenancy lookup (for the entry, before Postgres) or a limit (for its lease), by wait',

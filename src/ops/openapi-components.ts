@@ -3,7 +3,7 @@
 import { STATUS_CODES } from 'node:http'
 import type { OpenAPIV3_1 } from 'openapi-types'
 import { ERRORS, type ErrorCode } from '../errors.js'
-import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../tenancy/identifiers.js'
+import { EXTERNAL_ID_PATTERN, UUID_PATTERN } from '../shared/identifiers.js'
 
 export const PROBLEM_JSON = 'application/problem+json'
 export const ref = (kind: 'schemas' | 'parameters' | 'responses', name: string): OpenAPIV3_1.ReferenceObject => ({

@@ -10,8 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
-import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH } from '../oauth/paths.js'
-import { MANAGEMENT_PREFIX } from '../management/common.js'
+import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH, MANAGEMENT_PREFIX } from '../shared/paths.js'
 import {
   ACTING_TENANT,
   ERROR_RESPONSES,

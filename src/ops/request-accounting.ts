@@ -4,7 +4,7 @@
 // each read).
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { TenantRecord } from '../tenancy/lookups.js'
+import type { TenantRecord } from '../shared/tenancy-records.js'
 import { routeKindOf } from '../http/route-kind.js'
 import { recordOf, responseBytesOf } from '../request-log/capture.js'
 import { logRequest } from './logging.js'

@@ -6,7 +6,7 @@
 // together, one query a batch, at most about 200 queries a second per replica for each kind, and a
 // lookup with nothing ahead of it starts at once. Each answer comes from a query started after
 // the lookup was asked: a session ended or expired is refused at once, as before.
-import { LOOKUP_DEADLINE_MS } from '../tenancy/lookups.js'
+import { LOOKUP_DEADLINE_MS } from '../store/tenancy-lookups.js'
 import type { Sql } from '../store/db.js'
 import { DEFAULT_KEY_BATCH_PACING, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
 import {

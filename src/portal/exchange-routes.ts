@@ -11,8 +11,8 @@ import type { Sql } from '../store/db.js'
 import { exchangePortalToken, type PortalSessionRow } from '../store/portal-sessions.js'
 import { getTenant } from '../store/tenants.js'
 import type { PortalCredentialLookups, PortalLink } from './credential-lookups.js'
-import { digest, generateSessionSecret, isWellFormedLinkToken } from './credentials.js'
-import { PORTAL_PREFIX } from './paths.js'
+import { digest, generateSessionSecret, isWellFormedLinkToken } from '../auth/portal-credentials.js'
+import { PORTAL_PREFIX } from '../shared/paths.js'
 import { SESSION_COOKIE, sessionAuth, sessionOf } from './session-auth.js'
 
 /** The most frames a page may sit in: more is no embedding a parent would make. */

@@ -1,7 +1,7 @@
 // The portal's one HTML page (docs/portal.md): a shell that links its hashed script and stylesheet
 // (the console's components and CSS, bundled from src/console/ui/portal/), and no inline code.
 import type { ConsoleAssets } from '../console/assets.js'
-import { PORTAL_ASSETS } from './paths.js'
+import { PORTAL_ASSETS } from '../shared/paths.js'
 
 export function portalPage(assets: ConsoleAssets): string {
   return `<!doctype html>

@@ -8,10 +8,10 @@
 // expiry, and when its sub-account is deactivated (docs/decisions.md, Portal sessions: why no cache).
 import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.js'
-import type { PortalPermission } from '../management/portal-session-schemas.js'
+import type { PortalPermission } from '../schemas/portal-sessions.js'
 import type { PortalSessionRow } from '../store/portal-sessions.js'
 import type { PortalCredentialLookups } from './credential-lookups.js'
-import { digest, isWellFormedSessionSecret } from './credentials.js'
+import { digest, isWellFormedSessionSecret } from '../auth/portal-credentials.js'
 
 /** The session cookie: HttpOnly, SameSite=Strict, Path=/portal/ (exchange-routes.ts sets it). */
 export const SESSION_COOKIE = 'tgw_portal'

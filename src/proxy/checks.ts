@@ -2,7 +2,7 @@
 // check is a file under steps/ and a line here: put it before the first step that takes something
 // it would have to give back (limits, slot), or give its own `undo`.
 import type { ProxyStep } from './pipeline.js'
-import type { ProxyOptions } from './options.js'
+import type { StepFactory, ProxyOptions } from './options.js'
 import type { ProxyRoute } from './route.js'
 import { admissionStep } from './steps/admission.js'
 import { declaredBodyStep } from './steps/declared-body.js'
@@ -16,9 +16,6 @@ import { sendContinueStep } from './steps/send-continue.js'
 import { slotStep } from './steps/slot.js'
 import { websocketConnectStep } from './steps/websocket-connect.js'
 import { websocketRefusalStep, websocketUpgradeStep } from './steps/websocket-upgrade.js'
-
-/** Makes a route's step, or null when the step has nothing to check on that route. */
-export type StepFactory = (route: ProxyRoute, options: ProxyOptions) => ProxyStep | null
 
 export const PROXY_STEPS: readonly StepFactory[] = [
   reservedPathStep,

@@ -11,9 +11,8 @@
 // every answer in flight on one timer.
 import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Tally } from '../ops/fast-metrics.js'
+import type { Tally } from '../shared/fast-metrics.js'
 import type { RouteConcurrency, SlotHolder } from './concurrency.js'
-import type { UpstreamCall } from './upstream-call.js'
 
 export interface ClientAbortTallies {
   readonly hungUp: Tally
@@ -86,10 +85,18 @@ export class ResponseWatch {
   }
 }
 
+/** The upstream's side of an exchange, as the exchange needs it (upstream-call.ts is one). */
+export interface UpstreamSide {
+  /** True once the upstream broke off its answer. */
+  readonly broken: boolean
+  /** The client left: the call aborts what is still under way. */
+  clientLeft(): void
+}
+
 export class Exchange {
   private stoppedReading = false
   /** The upstream's side, from the moment the request leaves for it. */
-  private call: UpstreamCall | null = null
+  private call: UpstreamSide | null = null
   /** The request body on its way upstream (proxy/request-body.ts); null without one. */
   private body: Duplex | null = null
   /** The upstream's answer began (its head went to the client). */
@@ -136,7 +143,7 @@ export class Exchange {
   }
 
   /** The request leaves for the upstream (upstream-call.ts). */
-  sentUpstream(call: UpstreamCall): void {
+  sentUpstream(call: UpstreamSide): void {
     this.call = call
     this.upstreamPending = true
   }

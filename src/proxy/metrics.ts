@@ -1,9 +1,9 @@
 // The proxy's metrics (docs/operations.md): requests answered on proxied routes, admissions from
 // the last second's memory, clients that ended early, the time to the upstream's headers, and each
 // route's upstream slots and open WebSockets read at scrape time. Here rather than in
-// ops/metrics.ts, as limits/ keeps its own; fed on every proxied request, so through ops/fast-metrics.ts.
+// ops/metrics.ts, as limits/ keeps its own; fed on every proxied request, so through shared/fast-metrics.ts.
 import { Gauge, type Registry } from 'prom-client'
-import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } from '../ops/fast-metrics.js'
+import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } from '../shared/fast-metrics.js'
 import type { ClientAbortTallies } from './exchange.js'
 
 export interface ProxyMetrics {

@@ -1,9 +1,10 @@
 // What the proxy's routes and their steps are built from (proxy/plugin.ts, proxy/checks.ts).
 import type { IdentityAssertions } from '../identity/assertions.js'
-import type { LatencyHistogram, Tally } from '../ops/fast-metrics.js'
-import type { TenancyLookups } from '../tenancy/lookups.js'
+import type { LatencyHistogram, Tally } from '../shared/fast-metrics.js'
+import type { TenancyLookups } from '../shared/tenancy-records.js'
 import type { ClientAbortTallies } from './exchange.js'
-import type { LimitGate } from '../limits/gate.js'
+import type { LimitGate } from './limit-gate.js'
+import type { ProxyStep } from './pipeline.js'
 import type { ProxyRoute } from './route.js'
 import type { WebSocketRuntime } from './websocket/runtime.js'
 
@@ -25,3 +26,6 @@ export interface ProxyOptions {
   /** The open WebSockets (proxy/websocket/); null when no route has `websocket: true`. */
   webSockets?: WebSocketRuntime | null
 }
+
+/** Makes a route's step, or null when the step has nothing to check on that route (checks.ts). */
+export type StepFactory = (route: ProxyRoute, options: ProxyOptions) => ProxyStep | null

@@ -1,12 +1,12 @@
 // The route table (docs/configuration.md): config/gateway.yaml, validated once at boot, plus the catch-all
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config-readers.js'
-import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { SCOPE_PATTERN } from '../shared/scopes.js'
 import { defaultPerAccount, defaultPerTenant } from './concurrency.js'
 import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
 import type { ProxyRoute } from './route.js'
-import { parseRouteIdentity } from './route-identity.js'
+import { parseRouteIdentity } from '../identity/route-identity.js'
 import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHARE_KEYS } from './route-limits.js'
 import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 

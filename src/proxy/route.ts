@@ -1,7 +1,7 @@
 // A route as the proxy uses it (docs/configuration.md, routes): its upstream, scopes, limits and
 // options, and the scopes a method needs on it. Apart from route-table.ts, which makes the routes
 // at boot: the request path's files read a route and need none of the parsing.
-import type { RouteIdentity } from './route-identity.js'
+import type { RouteIdentity } from '../identity/route-identity.js'
 import type { RouteWebSocket } from './websocket/route-options.js'
 
 export interface ProxyRoute {

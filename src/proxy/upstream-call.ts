@@ -7,8 +7,8 @@ import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, type Dispatcher } from 'undici'
 import { ApiError, payloadTooLarge } from '../errors.js'
-import type { LatencyHistogram } from '../ops/fast-metrics.js'
-import type { Exchange } from './exchange.js'
+import type { LatencyHistogram } from '../shared/fast-metrics.js'
+import type { Exchange, UpstreamSide } from './exchange.js'
 import { AnswerHeaders } from './answer-headers.js'
 import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
 import { interimAnswersConnector } from './interim-answers.js'
@@ -168,7 +168,7 @@ export function rawPrefixLength(url: string, prefix: string): number {
 }
 
 /** The upstream's side of one request: undici's handler, writing the answer to the client. */
-export class UpstreamCall implements Dispatcher.DispatchHandler {
+export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private controller: Dispatcher.DispatchController | null = null
   /** The answer's head went to the client: a failure from now on can only cut it short. */
   private answering = false

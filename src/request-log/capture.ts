@@ -1,7 +1,7 @@
 // What the request log keeps of an answered request (docs/api.md, Request log): who, as whom,
 // what, and what came of it; never a header, a body, a query string or a secret.
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Principal } from '../auth/authenticate.js'
+import type { Principal } from '../auth/principal.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -1,10 +1,9 @@
 // API keys of parent accounts and sub-accounts. Only digests are stored (docs/api.md).
 import type { Sql, Tx } from './db.js'
 import { Statement } from './statement.js'
+import type { KeyStatus } from '../shared/tenancy-records.js'
 
 type Db = Sql | Tx
-
-export type KeyStatus = 'active' | 'revoked'
 
 /** What a response may show of a key: never a digest. */
 export interface KeyRow {

@@ -1,12 +1,11 @@
 // Tenants: parent accounts and their sub-accounts. SQL only; callers pass `sql` or a transaction.
 import type { KeyPolicy } from '../guardrails/key-policy.js'
-import type { TenantLimits } from '../limits/tenant-limits.js'
+import type { TenantLimits } from '../shared/tenant-limits.js'
 import type { Sql, Tx } from './db.js'
 import { Statement } from './statement.js'
+import type { TenantStatus } from '../shared/tenancy-records.js'
 
 type Db = Sql | Tx
-
-export type TenantStatus = 'active' | 'deactivated'
 
 export interface TenantRow {
   id: string
@@ -69,7 +68,7 @@ export interface NewSubAccount {
   name: string
   externalId: string | null
   metadata: Record<string, string>
-  /** Stored as given: absent or null for none, else an object with a limit (limits/tenant-limits.ts storedLimits). */
+  /** Stored as given: absent or null for none, else an object with a limit (shared/tenant-limits.ts storedLimits). */
   limits?: TenantLimits | null
   /** Stored as given: absent or null for none (guardrails/key-policy.ts storedKeyPolicy). */
   keyPolicy?: KeyPolicy | null

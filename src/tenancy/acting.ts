@@ -1,11 +1,9 @@
 // The acting-tenant rules of docs/api.md as plain functions over a lookup interface, so that they
 // can be tested without a server and cached behind without change.
 import { ApiError } from '../errors.js'
-import type { Principal } from '../auth/authenticate.js'
-import type { TenancyLookups, TenantRecord } from './lookups.js'
-import { isExternalId, isUuid } from './identifiers.js'
-
-export const ACTING_HEADER = 'x-service-acting-tenant'
+import type { Principal } from '../auth/principal.js'
+import type { TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import { isExternalId, isUuid } from '../shared/identifiers.js'
 
 export type ActingTarget =
   | { kind: 'absent' }

@@ -2,10 +2,12 @@
 // before the body is read and before validation (docs/api.md: 401, then the acting header, then
 // 403). The proxy's variant, which remembers the last second's admissions, is recent-admissions.ts.
 import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
-import { authenticate, keyRefusedBy, requireActiveTenant, type Principal } from '../auth/authenticate.js'
+import { authenticate } from '../auth/authenticate.js'
+import { keyRefusedBy, requireActiveTenant, type Principal } from '../auth/principal.js'
 import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
-import { ACTING_HEADER, parseActingHeader, resolveActingTenant } from './acting.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from './lookups.js'
+import { parseActingHeader, resolveActingTenant } from './acting.js'
+import { ACTING_HEADER } from '../shared/header-names.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

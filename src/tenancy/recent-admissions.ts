@@ -4,13 +4,14 @@ import { hash } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import type { FastifyRequest } from 'fastify'
 import { MAX_ACCESS_TOKEN_LENGTH } from '../auth/access-tokens.js'
-import type { Principal } from '../auth/authenticate.js'
+import type { Principal } from '../auth/principal.js'
 import { singleHeaderCounts, type SingleHeaderCounts } from '../http/header-counts.js'
-import { ACTING_HEADER, isWriteMethod } from './acting.js'
+import { isWriteMethod } from './acting.js'
+import { ACTING_HEADER } from '../shared/header-names.js'
 import { resolveInto } from './hook.js'
 import { limitSubjects } from '../limits/subjects.js'
 import type { LimitSubject } from '../limits/types.js'
-import type { TenancyLookups, TenantRecord } from './lookups.js'
+import type { TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 
 interface Admission {
   readonly principal: Principal

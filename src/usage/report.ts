@@ -2,7 +2,7 @@
 import { DATE_RULE, parseDate, parseDateTime, utcDate } from '../dates.js'
 import { validationFailed, type FieldError } from '../errors.js'
 import type { KeyUsageRow, UsageRow } from '../store/usage.js'
-import type { KeyUsageEntry, UsageEntry } from '../management/usage-schemas.js'
+import type { KeyUsageEntry, UsageEntry } from '../schemas/usage.js'
 import { utcDay } from './meter.js'
 
 export const MAX_RANGE_DAYS = 366

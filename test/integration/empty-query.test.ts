@@ -5,8 +5,8 @@
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
-import { RequestsQuery } from '../../src/management/request-schemas.js'
-import { PageQuery } from '../../src/management/common-schemas.js'
+import { RequestsQuery } from '../../src/schemas/requests.js'
+import { PageQuery } from '../../src/schemas/common.js'
 import { startGateway } from '../helpers/gateway.js'
 import type { JsonBody } from '../helpers/json.js'
 

@@ -4,9 +4,7 @@
 // does not cover fails here until it is given its line.
 import t from 'tap'
 import { generateApiKey } from '../../src/auth/key-format.js'
-import { CONSOLE_PREFIX } from '../../src/console/paths.js'
-import { CREDENTIAL_PATHS } from '../../src/oauth/paths.js'
-import { PORTAL_PREFIX } from '../../src/portal/paths.js'
+import { CONSOLE_PREFIX, CREDENTIAL_PATHS, PORTAL_PREFIX } from '../../src/shared/paths.js'
 import { revokeKey } from '../../src/store/api-keys.js'
 import { startGateway, type RegisteredRoute, type TestGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'

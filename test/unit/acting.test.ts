@@ -2,8 +2,8 @@
 import t from 'tap'
 import { ApiError } from '../../src/errors.js'
 import { parseActingHeader, resolveActingTenant, type ActingTarget } from '../../src/tenancy/acting.js'
-import type { TenancyLookups, TenantRecord } from '../../src/tenancy/lookups.js'
-import type { Principal } from '../../src/auth/authenticate.js'
+import type { TenancyLookups, TenantRecord } from '../../src/shared/tenancy-records.js'
+import type { Principal } from '../../src/auth/principal.js'
 
 const PARENT = '11111111-1111-4111-8111-111111111111'
 const OTHER_PARENT = '22222222-2222-4222-8222-222222222222'

@@ -4,7 +4,7 @@ import { pino } from 'pino'
 import t from 'tap'
 import { TenancyCache } from '../../src/cache/tiered.js'
 import { createMetrics } from '../../src/ops/metrics.js'
-import type { KeyRecord, TenancyLookups } from '../../src/tenancy/lookups.js'
+import type { KeyRecord, TenancyLookups } from '../../src/shared/tenancy-records.js'
 
 /** A source of key records with `scopeCount` scopes of `scopeLength` characters; counts its reads. */
 function source(scopeCount: number, scopeLength: number): { lookups: TenancyLookups; reads: () => number } {

@@ -1,7 +1,6 @@
 // docs/architecture.md's "Floors": every file under src/ imports only files of its own floor or
-// below, and no files import each other in a circle, but for the debts that section lists, each
-// of which must still be there (so the lists only shrink). Type-only imports count: a type from
-// above ties a file to what stands above it as surely as a value does.
+// below, no files import each other in a circle, and neither do folders. Type-only imports count:
+// a type from above ties a file to what stands above it as surely as a value does.
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, posix } from 'node:path'
 import t from 'tap'
@@ -59,47 +58,25 @@ function importsOf(file: string): string[] {
 
 const edges = new Map(files.map((file) => [file, [...new Set(importsOf(file))]]))
 
-/** The bullets of the paragraph that `heading` opens: each bullet's backquoted names. */
-function listAfter(heading: string): string[][] {
-  const start = section.indexOf(heading)
-  if (start === -1) return []
-  const lines = section.slice(start + heading.length).split('\n')
-  const bullets: string[][] = []
-  for (const line of lines.slice(1)) {
-    if (!line.startsWith('- ')) {
-      if (bullets.length > 0) break
-      continue
-    }
-    bullets.push([...line.matchAll(/`([^`]+)`/g)].map((m) => m[1]!))
-  }
-  return bullets
-}
-
 t.test('the floors are declared, and every file stands on one', async (t) => {
   t.ok(floorEntries.length >= 20, 'the table of floors was found')
   const stale = floorEntries.filter(({ entry }) => !files.some((file) => covers(entry, file)))
   t.same(stale, [], 'entries of the floors table that name nothing under src/')
 })
 
-t.test('no import climbs to a higher floor, but the debts listed', async (t) => {
+t.test('no import climbs to a higher floor', async (t) => {
   const climbing = [...edges].flatMap(([from, tos]) =>
     tos.filter((to) => floorOf(to) > floorOf(from)).map((to) => `${from} → ${to}`),
   )
-  const listed = listAfter('Imports that still climb').map((names) => `${names[0]} → ${names[1]}`)
   t.same(
-    climbing.filter((arrow) => !listed.includes(arrow)),
+    climbing,
     [],
     'imports from a lower floor to a higher one (move the shared piece down, docs/architecture.md "Floors")',
   )
-  t.same(
-    listed.filter((arrow) => !climbing.includes(arrow)),
-    [],
-    'listed debts that are paid: strike them from docs/architecture.md "Floors"',
-  )
 })
 
-/** The circles of files: strongly connected components of more than one file (Tarjan). */
-function circles(): string[][] {
+/** The circles of a graph: strongly connected components of more than one node (Tarjan). */
+function circles(graph: Map<string, string[]>): string[][] {
   let index = 0
   const order = new Map<string, number>()
   const low = new Map<string, number>()
@@ -111,7 +88,7 @@ function circles(): string[][] {
     low.set(file, index++)
     stack.push(file)
     onStack.add(file)
-    for (const to of edges.get(file) ?? []) {
+    for (const to of graph.get(file) ?? []) {
       if (!order.has(to)) {
         visit(to)
         low.set(file, Math.min(low.get(file)!, low.get(to)!))
@@ -127,34 +104,52 @@ function circles(): string[][] {
     } while (member !== file)
     if (component.length > 1) found.push(component.sort())
   }
-  for (const file of files) if (!order.has(file)) visit(file)
+  for (const file of graph.keys()) if (!order.has(file)) visit(file)
   return found
 }
 
-t.test('no files import each other in a circle, but the debts listed', async (t) => {
-  const listed = listAfter('Circles of files that still stand')
-  const matches = (circle: string[], names: string[]) =>
-    circle.every((file) => names.some((name) => covers(name, file))) &&
-    names.every((name) => circle.some((file) => covers(name, file)))
-  const found = circles()
+t.test('no files import each other in a circle', async (t) => {
   t.same(
-    found.filter((circle) => !listed.some((names) => matches(circle, names))).map((c) => c.join(', ')),
+    circles(edges).map((c) => c.join(', ')),
     [],
     'circles of imports (break them: docs/architecture.md "Floors")',
   )
-  t.same(
-    listed.filter((names) => !found.some((circle) => matches(circle, names))),
-    [],
-    'listed circles that are broken: strike them from docs/architecture.md "Floors"',
-  )
+})
+
+/** A file's folder under src/ (`src/auth/`), or the file itself when it stands in src/. */
+const folderOf = (file: string) => {
+  const parts = file.split('/')
+  return parts.length > 2 ? `${parts[0]}/${parts[1]}/` : file
+}
+
+t.test('no folders import each other in a circle', async (t) => {
+  const folders = new Map<string, string[]>()
+  for (const [from, tos] of edges) {
+    const targets = folders.get(folderOf(from)) ?? []
+    for (const to of tos) if (folderOf(to) !== folderOf(from)) targets.push(folderOf(to))
+    folders.set(folderOf(from), targets)
+  }
+  const found = circles(folders).map((circle) => {
+    const members = new Set(circle)
+    const arrows = [...edges].flatMap(([from, tos]) =>
+      tos
+        .filter((to) => members.has(folderOf(from)) && members.has(folderOf(to)) && folderOf(from) !== folderOf(to))
+        .map((to) => `${from} → ${to}`),
+    )
+    return `${circle.join(', ')}: ${arrows.join('; ')}`
+  })
+  t.same(found, [], 'folders that import each other around a circle (docs/architecture.md "Floors")')
 })
 
 t.test('the reader of imports finds what it should', async (t) => {
   // Held on files whose imports are known, so that a reader that finds nothing cannot pass.
   t.ok(edges.get('src/app.ts')!.includes('src/config.ts'), "app.ts's imports are read")
   t.ok(edges.get('src/auth/authenticate.ts')!.includes('src/auth/access-tokens.ts'), 'so are plain imports')
-  t.equal(floorOf('src/auth/scopes.ts'), 0, 'the longest entry decides')
-  t.equal(floorOf('src/auth/mint.ts'), 2)
-  t.equal(floorOf('src/main.ts'), 5, 'a file no entry names stands at the top')
+  t.equal(floorOf('src/shared/scopes.ts'), 0)
+  t.equal(floorOf('src/auth/mint.ts'), 4)
+  t.equal(floorOf('src/main.ts'), 7, 'a file no entry names stands at the top')
+  t.equal(folderOf('src/auth/mint.ts'), 'src/auth/')
+  t.equal(folderOf('src/proxy/steps/slot.ts'), 'src/proxy/')
+  t.equal(folderOf('src/app.ts'), 'src/app.ts')
   t.ok(dirname(ROOT) !== ROOT)
 })

@@ -3,11 +3,11 @@
 // signing that fails. The gateway's behaviour end to end is test/integration/identity.test.ts.
 import { decodeJwt } from 'jose'
 import t from 'tap'
-import type { Principal } from '../../src/auth/authenticate.js'
+import type { Principal } from '../../src/auth/principal.js'
 import { IdentityAssertions } from '../../src/identity/assertions.js'
 import { generateSigningKey, Keyring } from '../../src/signing-keys/keyring.js'
-import { Tally } from '../../src/ops/fast-metrics.js'
-import type { TenantRecord } from '../../src/tenancy/lookups.js'
+import { Tally } from '../../src/shared/fast-metrics.js'
+import type { TenantRecord } from '../../src/shared/tenancy-records.js'
 
 const ROUTE = { audience: 'https://things.internal', ttlSeconds: 60 }
 const PARENT = '11111111-1111-4111-8111-111111111111'

@@ -1,7 +1,7 @@
-// The rules of a key's expiry (src/auth/key-expiry.ts, docs/credentials.md): what `expires_at`
+// The rules of a key's expiry (src/shared/key-expiry.ts, docs/credentials.md): what `expires_at`
 // a mint accepts, and the state a key is shown in.
 import t from 'tap'
-import { keyState, parseExpiresAt } from '../../src/auth/key-expiry.js'
+import { keyState, parseExpiresAt } from '../../src/shared/key-expiry.js'
 
 const NOW = Date.parse('2026-11-22T12:00:00Z')
 

@@ -3,14 +3,14 @@
 // both members nullable, a member left out is null, anything else refused with the field named.
 import t from 'tap'
 import { makeAjv } from '../../src/http/parsing.js'
-import { LimitsBody } from '../../src/management/limit-schemas.js'
+import { LimitsBody } from '../../src/schemas/limits.js'
 import {
   limitsFromBody,
   parseMonthlyQuota,
   parseRate,
   shownLimits,
   storedLimits,
-} from '../../src/limits/tenant-limits.js'
+} from '../../src/shared/tenant-limits.js'
 
 const validate = makeAjv(false).compile(LimitsBody)
 

@@ -8,7 +8,8 @@ import {
   type ForwardContext,
   type TrustedIdentity,
 } from '../../src/proxy/headers.js'
-import { isBadPath, isReservedPath, pathOf } from '../../src/proxy/paths.js'
+import { isReservedPath } from '../../src/proxy/paths.js'
+import { isBadPath, pathOf } from '../../src/http/bad-paths.js'
 
 const IDENTITY: TrustedIdentity = {
   resolvedTenantId: 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa',

@@ -7,7 +7,7 @@ import { OpenSockets } from '../../src/proxy/websocket/open-sockets.js'
 import { type CredentialSources, recheck, revocationListener } from '../../src/proxy/websocket/revocation.js'
 import { CredentialSweep } from '../../src/proxy/websocket/sweep.js'
 import { type SocketCredentials, SocketPair } from '../../src/proxy/websocket/socket-pair.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from '../../src/tenancy/lookups.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../../src/shared/tenancy-records.js'
 import { until } from '../helpers/poll.js'
 
 /** A socket that records the close it was asked for. */

@@ -2,7 +2,7 @@
 // is taken out of Sec-WebSocket-Protocol, and what the client is answered.
 import t from 'tap'
 import { answeredProtocol, offeredProtocols } from '../../src/proxy/websocket/subprotocols.js'
-import { asksForWebSocket } from '../../src/proxy/websocket/upgrade.js'
+import { asksForWebSocket } from '../../src/http/upgrade-request.js'
 
 t.test('the tgw.bearer. entry is the credential; the rest is offered upstream, in order', async (t) => {
   t.same(offeredProtocols('tgw.bearer.tgw_abc, chat.v2, chat.v1'), {

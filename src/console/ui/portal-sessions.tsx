@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks'
 import { api } from './api.js'
 import { Confirmation, Dialog, doneAt, Empty, ErrorMessage, formatTime, SecretField, useAction } from './components.js'
 
-/** The portal's permissions, as the form offers them (portal-session-schemas.ts has the list). */
+/** The portal's permissions, as the form offers them (schemas/portal-sessions.ts has the list). */
 const PERMISSIONS: [permission: string, text: string][] = [
   ['keys:read', 'see its API keys'],
   ['keys:write', 'mint, roll and revoke API keys'],

@@ -1,6 +1,6 @@
 // Which scopes the mint form offers (docs/console.md, API keys): those a key of the sub-account may
 // be given, within the operator's scope ceiling (GET /v1/sub-accounts/scopes) and the
-// sub-account's key policy, as the API will judge them (auth/scopes.ts `scopeCovers`, repeated here
+// sub-account's key policy, as the API will judge them (shared/scopes.ts `scopeCovers`, repeated here
 // because the bundle takes no server code). The API still has the last word on a mint.
 
 /** `granted` covers `needed`: equal, or equal segment by segment where a granted `*` is any one segment. */

@@ -2,28 +2,25 @@
 // breaks the console's typecheck (`npm run typecheck`). Type-only imports: esbuild erases them, so
 // no server code reaches the bundle (test/console/serving.test.ts checks the bundle).
 import type { Static } from 'typebox'
-import type { AccountLimits as AccountLimitsSchema } from '../../management/account-schemas.js'
+import type { AccountLimits as AccountLimitsSchema } from '../../schemas/accounts.js'
 import type {
   ApiKey as ApiKeySchema,
   KeyPolicy as KeyPolicySchema,
   MintedApiKey as MintedApiKeySchema,
   MintKeyBody as MintKeyBodySchema,
-} from '../../management/key-schemas.js'
-import type { Event as EventSchema } from '../../management/event-schemas.js'
-import type { Limits as LimitsSchema } from '../../management/limit-schemas.js'
+} from '../../schemas/keys.js'
+import type { Event as EventSchema } from '../../schemas/events.js'
+import type { Limits as LimitsSchema } from '../../schemas/limits.js'
 import type {
   SubAccount as SubAccountSchema,
   SubAccountWithFigures as SubAccountWithFiguresSchema,
-} from '../../management/sub-account-schemas.js'
-import type { RequestRecord as RequestRecordSchema } from '../../management/request-schemas.js'
-import type {
-  KeyUsageEntry as KeyUsageEntrySchema,
-  UsageEntry as UsageEntrySchema,
-} from '../../management/usage-schemas.js'
+} from '../../schemas/sub-accounts.js'
+import type { RequestRecord as RequestRecordSchema } from '../../schemas/requests.js'
+import type { KeyUsageEntry as KeyUsageEntrySchema, UsageEntry as UsageEntrySchema } from '../../schemas/usage.js'
 import type {
   DeliveryAttempt as DeliveryAttemptSchema,
   WebhookEndpoint as WebhookEndpointSchema,
-} from '../../management/webhook-schemas.js'
+} from '../../schemas/webhooks.js'
 
 export type Limits = Static<typeof LimitsSchema>
 export type SubAccount = Static<typeof SubAccountSchema>

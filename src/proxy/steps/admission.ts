@@ -2,7 +2,7 @@
 // or the refusal. Most requests repeat one of the last second's admissions and pass without a
 // promise; the rest go through the caches.
 import { tenancyAdmission } from '../../tenancy/recent-admissions.js'
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 
 export const admissionStep: StepFactory = (route, { lookups, recentAdmissions }) => {
   if (route.public) return null

@@ -3,7 +3,7 @@
 // refuses it as it arrives (proxy/request-body.ts).
 import { payloadTooLarge } from '../../errors.js'
 import { expectsContinue } from '../../http/expect-continue.js'
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 import { declaresTooMuch } from '../request-body.js'
 
 export const declaredBodyStep: StepFactory = (route) => ({

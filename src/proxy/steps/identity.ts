@@ -1,7 +1,7 @@
 // The signed identity for a route with `identity` (X-Service-Identity, docs/credentials.md).
 // Signed before the limits take anything: a signing that fails then has nothing to give back.
 import type { FastifyRequest } from 'fastify'
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

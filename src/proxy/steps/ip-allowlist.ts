@@ -1,7 +1,7 @@
 // The caller's address against its key's allow-list and its sub-account's (guardrails/): a 403
 // right after the key is known, on every proxied route that takes a key, WebSocket upgrades too.
 import { ipRefusal } from '../../guardrails/caller-address.js'
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 
 export const ipAllowlistStep: StepFactory = (route) => {
   if (route.public) return null

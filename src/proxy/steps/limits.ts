@@ -1,6 +1,6 @@
-// The tenant's and its account's limits (limits/gate.ts): units taken, given back if a later
+// The tenant's and its account's limits (proxy/limit-gate.ts): units taken, given back if a later
 // step refuses the request or its client leaves before it is forwarded.
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 
 export const limitsStep: StepFactory = (route, { limits }) => {
   if (route.public) return null

@@ -1,6 +1,6 @@
 // The route's scopes for the method, against the admitted key's (docs/configuration.md, routes).
-import { insufficientScope } from '../../auth/scopes.js'
-import type { StepFactory } from '../checks.js'
+import { insufficientScope } from '../../shared/scopes.js'
+import type { StepFactory } from '../options.js'
 import { scopesFor } from '../route.js'
 
 export const scopesStep: StepFactory = (route) => {

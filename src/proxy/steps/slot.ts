@@ -4,7 +4,7 @@
 // exchange is over, whatever ends it: nothing for this step to undo.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.js'
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 import { RouteConcurrency, type SlotHolder, type SlotRefusal } from '../concurrency.js'
 import { Exchange, ResponseWatch } from '../exchange.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'

@@ -4,10 +4,11 @@
 // takes goes back if the upgrade goes no further.
 import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.js'
-import type { StepFactory } from '../checks.js'
+import type { StepFactory } from '../options.js'
 import { trustedIdentity } from '../headers.js'
 import type { PlaceRefusal } from '../websocket/open-sockets.js'
-import { dialUpstream, isUpgrade, upgradeHeaders, upgradeOf } from '../websocket/upgrade.js'
+import { dialUpstream, upgradeHeaders, upgradeOf } from '../websocket/upgrade.js'
+import { isUpgrade } from '../../http/upgrade-request.js'
 
 export const websocketConnectStep: StepFactory = (route, { webSockets }) => {
   const options = route.websocket

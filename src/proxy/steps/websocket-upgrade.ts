@@ -4,8 +4,9 @@
 // 400 websocket_not_enabled (a caller without a valid key learns nothing of the route but 401).
 // A request that is not an upgrade passes with a property read or two.
 import { ApiError } from '../../errors.js'
-import type { StepFactory } from '../checks.js'
-import { asksForWebSocket, beginUpgrade, handshakeProblem, isUpgrade } from '../websocket/upgrade.js'
+import type { StepFactory } from '../options.js'
+import { beginUpgrade, handshakeProblem } from '../websocket/upgrade.js'
+import { asksForWebSocket, isUpgrade } from '../../http/upgrade-request.js'
 
 function notEnabled(prefix: string): ApiError {
   return new ApiError('websocket_not_enabled', `the route ${prefix} does not carry WebSockets`)

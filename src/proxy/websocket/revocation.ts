@@ -8,7 +8,7 @@
 // A message that came while the socket was still opening, or never came, is the sweep's (sweep.ts).
 import type { FastifyBaseLogger } from 'fastify'
 import { type EvictionListener, recordOfEntry } from '../../cache/entry-names.js'
-import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../../tenancy/lookups.js'
+import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../../shared/tenancy-records.js'
 import type { OpenSockets } from './open-sockets.js'
 import { ENDINGS, type SocketPair } from './socket-pair.js'
 

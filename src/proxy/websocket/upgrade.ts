@@ -3,11 +3,12 @@
 // `max_websockets_per_account`, and the upstream's socket, opened before the client's handshake
 // is answered, so that the client gets the upstream's choice of subprotocol, and a refusal or an
 // unreachable upstream as an ordinary HTTP answer.
+import { asksForWebSocket } from '../../http/upgrade-request.js'
 import type { IncomingMessage } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { WebSocket } from 'ws'
-import { unauthenticated } from '../../auth/authenticate.js'
+import { unauthenticated } from '../../auth/principal.js'
 import { ApiError } from '../../errors.js'
 import { upstreamHeaders } from '../headers.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
@@ -35,16 +36,6 @@ const upgrades = new WeakMap<IncomingMessage, Upgrade>()
 
 export function upgradeOf(raw: IncomingMessage): Upgrade | undefined {
   return upgrades.get(raw)
-}
-
-/** Node's flag of a request it handed to the 'upgrade' listener (@fastify/http-proxy's, when a route carries WebSockets). */
-export function isUpgrade(raw: IncomingMessage): boolean {
-  return (raw as { upgrade?: boolean }).upgrade === true
-}
-
-/** `Upgrade: websocket` (a token list, any case), as a request without Node's upgrade flag may carry it. */
-export function asksForWebSocket(upgrade: string | undefined): boolean {
-  return upgrade !== undefined && /(^|[\s,])websocket($|[\s,])/i.test(upgrade)
 }
 
 const WEBSOCKET_KEY = /^[+/0-9A-Za-z]{21}[AQgw]==$/

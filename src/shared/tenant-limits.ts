@@ -1,6 +1,6 @@
 // A tenant's limits as the API shows them and the store keeps them (docs/api.md, Limits and
 // quotas), their bounds, and the plain checks the CLI uses where the API uses the TypeBox schema
-// (management/limit-schemas.ts, built from the same bounds).
+// (schemas/limits.ts, built from the same bounds).
 
 export type RateLimit = {
   /** N: requests per window, and the bucket's capacity. */

@@ -1,7 +1,7 @@
 // The credentials' metrics (docs/operations.md): signatures made and tokens verified, fed as plain
 // numbers on the request path. Once warm, a repeated token or assertion costs neither.
 import { Gauge, type Registry } from 'prom-client'
-import { talliedCounter, type Tally } from './fast-metrics.js'
+import { talliedCounter, type Tally } from '../shared/fast-metrics.js'
 
 export interface CredentialMetrics {
   /** Signatures made: access tokens issued, identity assertions signed. */

@@ -2,10 +2,10 @@
 // (with the figures `include` adds), its list's query, its path, and the create and update bodies.
 // The response schemas are the serializers too.
 import { Type, type Static } from 'typebox'
-import { Limit, NAME_MAX_LENGTH, Name, Nullable, Page, STORABLE_TEXT, Timestamp } from './common-schemas.js'
-import { KeyPolicy, KeyPolicyBody } from './key-schemas.js'
-import { Limits, LimitsBody } from './limit-schemas.js'
-import { EXTERNAL_ID_PATTERN } from '../tenancy/identifiers.js'
+import { Limit, NAME_MAX_LENGTH, Name, Nullable, Page, STORABLE_TEXT, Timestamp } from './common.js'
+import { KeyPolicy, KeyPolicyBody } from './keys.js'
+import { Limits, LimitsBody } from './limits.js'
+import { EXTERNAL_ID_PATTERN } from '../shared/identifiers.js'
 
 export const ExternalId = Type.String({
   pattern: EXTERNAL_ID_PATTERN,

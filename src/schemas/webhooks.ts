@@ -1,7 +1,7 @@
 // TypeBox schemas of the webhook endpoint routes (docs/api.md, Webhook endpoints). The response
 // schemas are the serializers too: the secret leaves only through CreatedWebhookEndpoint.
 import { Type, type Static } from 'typebox'
-import { Nullable, Page, STORABLE_TEXT, Timestamp } from './common-schemas.js'
+import { Nullable, Page, STORABLE_TEXT, Timestamp } from './common.js'
 
 export const WEBHOOK_URL_MAX_LENGTH = 2048
 export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 500

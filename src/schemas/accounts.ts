@@ -1,8 +1,8 @@
 // TypeBox schemas of what the account routes answer about the parent account itself (docs/api.md,
 // Limits and quotas): its limits with this month's use, and the operator's scope ceiling.
 import { Type } from 'typebox'
-import { Nullable } from './common-schemas.js'
-import { Limits } from './limit-schemas.js'
+import { Nullable } from './common.js'
+import { Limits } from './limits.js'
 
 // The account's limits and this month's use (docs/api.md, Limits and quotas).
 export const AccountLimits = Type.Object(

@@ -3,14 +3,8 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { Type } from 'typebox'
 import { ApiError } from '../errors.js'
+import { JWKS_PATH } from '../shared/paths.js'
 import type { Keyring } from '../signing-keys/keyring.js'
-
-export const JWKS_PATH = '/.well-known/jwks.json'
-export const TOKEN_PATH = '/oauth2/token'
-export const AUTHORIZATION_SERVER_METADATA_PATH = '/.well-known/oauth-authorization-server'
-
-/** The credential paths: the gateway answers them itself, and no route may take them. */
-export const CREDENTIAL_PATHS = [JWKS_PATH, TOKEN_PATH, AUTHORIZATION_SERVER_METADATA_PATH] as const
 
 export interface CredentialRoutesOptions {
   keyring: Keyring

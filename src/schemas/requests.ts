@@ -1,8 +1,8 @@
 // TypeBox schemas of the request log (docs/api.md, Request log). The response schema is the
 // serializer too: a record leaves with these fields and no other.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit, Nullable, STORABLE_TEXT } from './common-schemas.js'
-import { UUID_PATTERN } from '../tenancy/identifiers.js'
+import { Cursor, Limit, Nullable, STORABLE_TEXT } from './common.js'
+import { UUID_PATTERN } from '../shared/identifiers.js'
 
 /** A request id as the gateway keeps it (http/guards.ts: its own, or the client's sane one). */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$'

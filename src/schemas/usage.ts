@@ -1,8 +1,8 @@
 // TypeBox schemas of the usage report (docs/api.md, Usage report). The response schema is the
 // serializer too.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit, Nullable } from './common-schemas.js'
-import { UUID_PATTERN } from '../tenancy/identifiers.js'
+import { Cursor, Limit, Nullable } from './common.js'
+import { UUID_PATTERN } from '../shared/identifiers.js'
 
 const Count = Type.Integer({ minimum: 0 })
 

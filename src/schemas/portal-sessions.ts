@@ -2,7 +2,7 @@
 // schemas are the serializers too: the link (with its one-time token) leaves only through
 // CreatedPortalSession.
 import { Type, type Static } from 'typebox'
-import { Nullable, STORABLE_TEXT, Timestamp } from './common-schemas.js'
+import { Nullable, STORABLE_TEXT, Timestamp } from './common.js'
 
 /** What a session may do in the portal; each names the portal's routes it opens (portal/api-routes.ts). */
 export const PORTAL_PERMISSIONS = ['keys:read', 'keys:write', 'usage:read', 'requests:read'] as const

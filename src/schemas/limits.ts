@@ -1,9 +1,9 @@
 // TypeBox schemas of a tenant's limits (docs/api.md, Limits and quotas): the rate and the monthly
 // quota, as a body sends them and as the API shows them, for a sub-account and for the account.
-// Their bounds are those the limiter uses (limits/tenant-limits.ts).
+// Their bounds are those the limiter uses (shared/tenant-limits.ts).
 import { Type } from 'typebox'
-import { Nullable } from './common-schemas.js'
-import { LIMIT_BOUNDS } from '../limits/tenant-limits.js'
+import { Nullable } from './common.js'
+import { LIMIT_BOUNDS } from '../shared/tenant-limits.js'
 
 // In a body, `limits` replaces the whole object: a member left out is null, and `limits: null`
 // clears both.

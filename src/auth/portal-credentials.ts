@@ -3,7 +3,7 @@
 // gets for it. Both are made like API keys (key-format.ts): a prefix, 32 random bytes in base62
 // and a CRC32 checksum, so that a mistyped or made-up one is refused without asking the store and
 // secret scanners recognise a leaked one; only their SHA-256 digests are stored.
-import { digest, generate, withChecksum } from '../auth/key-format.js'
+import { digest, generate, withChecksum } from './key-format.js'
 
 /** The link's one-time token: in the URL's fragment only, which browsers never send. */
 export const LINK_TOKEN_PREFIX = 'tgwpl_'

@@ -4,9 +4,9 @@
 // guardrails/ip-allowlist.ts. The response schemas are the serializers too: the secrets leave only
 // through MintedApiKey.
 import { Type, type Static } from 'typebox'
-import { Name, Nullable, Page, Timestamp } from './common-schemas.js'
-import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../auth/key-expiry.js'
-import { SCOPE_PATTERN } from '../auth/scopes.js'
+import { Name, Nullable, Page, Timestamp } from './common.js'
+import { DEFAULT_ROLL_OVERLAP_SECONDS, MAX_EXPIRY_YEARS, MAX_ROLL_OVERLAP_SECONDS } from '../shared/key-expiry.js'
+import { SCOPE_PATTERN } from '../shared/scopes.js'
 
 export const Scope = Type.String({ pattern: SCOPE_PATTERN, maxLength: 100 })
 

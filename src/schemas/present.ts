@@ -1,11 +1,11 @@
 // Rows to API objects: explicit field lists, timestamps as RFC 3339 strings.
-import { keyState } from '../auth/key-expiry.js'
+import { keyState } from '../shared/key-expiry.js'
 import type { KeyRow } from '../store/api-keys.js'
 import type { TenantRow } from '../store/tenants.js'
 import { shownKeyPolicy } from '../guardrails/key-policy.js'
-import { shownLimits } from '../limits/tenant-limits.js'
-import type { ApiKey } from './key-schemas.js'
-import type { SubAccount } from './sub-account-schemas.js'
+import { shownLimits } from '../shared/tenant-limits.js'
+import type { ApiKey } from './keys.js'
+import type { SubAccount } from './sub-accounts.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 

@@ -2,8 +2,8 @@
 // (its actor named with `expand=actor`), a page of them, the list's query and one event's path.
 // The response schemas are the serializers too.
 import { Type, type Static } from 'typebox'
-import { Cursor, Limit, Nullable, Page, STORABLE_TEXT, Timestamp } from './common-schemas.js'
-import { UUID_PATTERN } from '../tenancy/identifiers.js'
+import { Cursor, Limit, Nullable, Page, STORABLE_TEXT, Timestamp } from './common.js'
+import { UUID_PATTERN } from '../shared/identifiers.js'
 
 // `data.object` and `data.previous` are the API's own objects, described in docs/events.md for each type.
 const AnyObject = Type.Unsafe<Record<string, unknown>>({ type: 'object', additionalProperties: true })

@@ -3,11 +3,11 @@
 // 429 and counted for the tenant's usage report. A tenant without limits costs one length check.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ApiError } from '../errors.js'
-import type { Limiter } from './limiter.js'
-import type { Decision, LimitSubject } from './types.js'
-import { LIMIT_POLICIES, type LimitMetrics } from './metrics.js'
+import type { Limiter } from '../limits/limiter.js'
+import type { Decision, LimitSubject } from '../limits/types.js'
+import { LIMIT_POLICIES, type LimitMetrics } from '../limits/metrics.js'
 import type { UsageMeter } from '../usage/meter.js'
-import { limitRefusal, refusalKind, setRateLimitFields } from './answer.js'
+import { limitRefusal, refusalKind, setRateLimitFields } from '../limits/answer.js'
 import type { RateAlerts } from '../alerts/rate-alerts.js'
 
 export interface LimitGateOptions {

@@ -1,0 +1,83 @@
+// The tenancy lookups answered by Postgres (shared/tenancy-records.ts has the interface): key
+// lookups paced through one batcher, every query under a deadline.
+import { withDeadline, type Sql } from './db.js'
+import { KeyLookupBatcher, type KeyBatchPacing } from './key-lookup-batcher.js'
+import { findKeyById, findKeysByDigests, type KeyCredential } from './api-keys.js'
+import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import {
+  findSubAccountIdByExternalId,
+  getSubAccount,
+  getTenant,
+  hasActiveSubAccounts,
+  type TenantRow,
+} from './tenants.js'
+
+/**
+ * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
+ * stale window still serves, and anything else is 503 store_unavailable (docs/architecture.md,
+ * caches): a partition must not hang requests until a TCP or connect timeout, tens of seconds later.
+ * For a key, the wait for its turn in the key batcher counts too.
+ */
+export const LOOKUP_DEADLINE_MS = 500
+
+/** What the Postgres lookups count (cache/metrics.ts): each query sent, and the digests key queries asked for. */
+export interface PostgresLookupCounts {
+  query(): void
+  keyDigests(n: number): void
+}
+
+export interface PostgresLookupOptions {
+  deadlineMs?: number
+  counts?: PostgresLookupCounts
+  keyPacing?: Partial<KeyBatchPacing>
+}
+
+const keyRecord = (row: KeyCredential | null): KeyRecord | null =>
+  row && {
+    id: row.id,
+    tenantId: row.tenant_id,
+    scopes: row.scopes,
+    status: row.status,
+    expiresAt: row.expires_at === null ? null : row.expires_at.getTime(),
+    ipAllowlist: row.ip_allowlist,
+  }
+
+const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
+  row && {
+    id: row.id,
+    parentId: row.parent_id,
+    externalId: row.external_id,
+    status: row.status,
+    limits: row.limits,
+    keyIpAllowlist: row.key_policy?.ip_allowlist ?? null,
+  }
+
+export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
+  const deadlineMs = options.deadlineMs ?? LOOKUP_DEADLINE_MS
+  const counts = options.counts
+  // Key lookups are the ones anyone can make up (the checksum is public): they share paced
+  // queries (store/key-lookup-batcher.ts). The others need a key that exists first.
+  const keys = new KeyLookupBatcher<KeyCredential>(
+    async (digests) => (await findKeysByDigests(sql, digests)).map((row) => ({ keyDigest: row.key_digest, row })),
+    {
+      pacing: { queryDeadlineMs: deadlineMs, ...options.keyPacing },
+      onQuery: (n) => {
+        counts?.query()
+        counts?.keyDigests(n)
+      },
+    },
+  )
+  const ask = <T>(query: () => Promise<T>): Promise<T> => {
+    counts?.query()
+    return withDeadline(query(), deadlineMs)
+  }
+  return {
+    keyByDigest: async (keyDigest) => keyRecord(await keys.lookup(keyDigest, deadlineMs)),
+    keyById: async (id) => keyRecord(await ask(() => findKeyById(sql, id))),
+    tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),
+    subAccount: async (parentId, id) => tenantRecord(await ask(() => getSubAccount(sql, parentId, id))),
+    subAccountIdByExternalId: (parentId, externalId) =>
+      ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
+    hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),
+  }
+}
