@@ -431,7 +431,7 @@ export async function seedActing(
     await runCli(['accounts', 'limits', '--account', parent.account.id, ...limits], cliEnv)
   }
   // Under valgrind (bench:instructions) a store lookup can miss its deadline: 503, and again. A
-  // Redis whose limits' keys are new refuses every lease for 3 s (docs/architecture.md, limits),
+  // Redis whose limits' keys are new refuses every lease for 3 s (docs/internals.md, limits),
   // the management API's rate included: 429, and again.
   // A 503 may come after the sub-account was made: the retry names the same Idempotency-Key, and
   // acts as the parent itself (a write without the acting header is refused once the parent has

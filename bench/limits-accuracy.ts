@@ -1,4 +1,4 @@
-// How exactly a rate limit holds across replicas (docs/architecture.md, limits): gateway processes
+// How exactly a rate limit holds across replicas (docs/internals.md, limits): gateway processes
 // sharing Postgres and Redis, one sub-account with a rate of N per W seconds, an open-loop load of
 // a multiple of the rate spread over the replicas in turn. What passes is counted from the client's
 // side. bench/README.md says what it prints and its knobs.
@@ -128,7 +128,7 @@ interface Phase {
     leaseFailures: number
     coldWaits: number
     /**
-     * Of them, requests that waited once warm: after WARM_MS (the target is none: docs/architecture.md,
+     * Of them, requests that waited once warm: after WARM_MS (the target is none: docs/internals.md,
      * "A dry lease").
      */
     warmWaits: number

@@ -1,7 +1,7 @@
 // Throughput of the proxied path: the gateway against a bare @fastify/http-proxy, and optionally
 // against another checkout of the gateway in the same run (BENCH_BASELINE_TREE), and optionally the
 // same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1). bench/README.md
-// says what it starts, what it prints and its knobs; docs/architecture.md the path measured.
+// says what it starts, what it prints and its knobs; docs/lifecycle.md the path measured.
 import {
   type BenchLimits,
   createDatabase,

@@ -1,6 +1,6 @@
 // buildApp: the Fastify options and the registrations, in order; it never listens (the process
 // lives in main.ts). What it is given is in app-deps.ts, the server's limits in
-// http/server-limits.ts. docs/architecture.md follows a request through what is registered here.
+// http/server-limits.ts. docs/internals.md follows a request through what is registered here.
 import Fastify, {
   LogController,
   type FastifyBaseLogger,

@@ -1,6 +1,6 @@
 // The names the caches use: of an entry (the same in the in-process LRU, in Redis after the
 // prefix, and on the bus), of its generation in Redis, and of the invalidation channel.
-// docs/architecture.md (caches) says what each entry holds and who invalidates it.
+// docs/internals.md (caches) says what each entry holds and who invalidates it.
 
 /** Names of cache entries; the same names are used in Redis (after the prefix) and on the bus. */
 export const cacheKeys = {

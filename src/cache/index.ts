@@ -1,4 +1,4 @@
-// The caches of the tenancy lookups, as the rest of the gateway uses them (docs/architecture.md).
+// The caches of the tenancy lookups, as the rest of the gateway uses them (docs/internals.md).
 export { TenancyCache } from './tiered.js'
 export { publishInvalidation, type CacheInvalidator } from './invalidation.js'
 export { cacheKeys, type EvictionListener, keyEntries, subAccountEntries } from './entry-names.js'

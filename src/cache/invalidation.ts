@@ -2,7 +2,7 @@
 // the Redis entries (bumping their generations) and publishes their names on the channel; every
 // replica's subscriber evicts them from its in-process LRU. A message Redis did not take is kept
 // and sent when Redis is back, and every message is repeated once a moment later, for a fill that
-// raced it (docs/architecture.md, caches).
+// raced it (docs/internals.md, caches).
 import { Cluster } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { CacheMetrics } from './metrics.js'

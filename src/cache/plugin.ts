@@ -1,4 +1,4 @@
-// The tiered cache of the tenancy lookups (docs/architecture.md, caches) as a plugin: opens its
+// The tiered cache of the tenancy lookups (docs/internals.md, caches) as a plugin: opens its
 // Redis connections, decorates the app with it, and lets them go when the app closes.
 import fp from 'fastify-plugin'
 import { TenancyCache, type CacheTimings } from './index.js'

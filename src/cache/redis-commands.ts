@@ -1,5 +1,5 @@
 // The Redis tier's own commands: the connection the read path uses, the conditional store of a
-// value read from Postgres (docs/architecture.md, caches), and readiness's PING.
+// value read from Postgres (docs/internals.md, caches), and readiness's PING.
 import { Command } from 'ioredis'
 import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
@@ -24,7 +24,7 @@ export interface CommandClientEvents {
 /** The commands connection, which starts down: `ready` once it is, `down` whenever it closes. */
 export function connectCommandClient(target: RedisTarget, events: CommandClientEvents): RedisClient {
   const redis = openRedis(target, {
-    // A dead Redis must cost a request tens of milliseconds at most (docs/architecture.md): no
+    // A dead Redis must cost a request tens of milliseconds at most (docs/internals.md): no
     // queue to wait in while disconnected, no retries, and a short timeout on every command.
     ...REDIS_CONNECTION,
     enableOfflineQueue: false,
@@ -56,7 +56,7 @@ export function storeIfUnchanged(
 /**
  * `command`'s answer, or a failure once `ms` have passed: a cluster client resends a command that
  * met a closed connection or a failover (after a pause each time), beyond any one connection's
- * command timeout, and no request may wait on Redis longer than this (docs/architecture.md).
+ * command timeout, and no request may wait on Redis longer than this (docs/internals.md).
  */
 export async function withinMs<T>(command: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined

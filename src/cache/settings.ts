@@ -1,5 +1,5 @@
 // What the tenancy cache is given: where misses go, how long it keeps what it holds, how it backs
-// off, and how it connects to Redis. docs/architecture.md (caches) explains the figures;
+// off, and how it connects to Redis. docs/internals.md (caches) explains the figures;
 // docs/configuration.md the ones a deployment sets.
 import type { FastifyBaseLogger } from 'fastify'
 import type { RedisTarget } from './redis-topology.js'
@@ -12,7 +12,7 @@ export interface CacheTimings {
   /** In-process and Redis TTL of "not found", so a flood of one unknown key stays off Postgres. */
   negativeTtlMs: number
   redisTtlMs: number
-  /** While Postgres cannot answer, a record seen this recently is still used (docs/architecture.md). */
+  /** While Postgres cannot answer, a record seen this recently is still used (docs/internals.md). */
   staleWindowMs: number
   /** After a failed or timed-out Redis command, Redis is skipped for this long. */
   redisBackoffMs: number

@@ -1,4 +1,4 @@
-// The tiered read path of the tenancy lookups (docs/architecture.md, caches): a bounded
+// The tiered read path of the tenancy lookups (docs/internals.md, caches): a bounded
 // in-process LRU with a short TTL, in front of Redis (longer TTL, shared by the replicas), in front
 // of Postgres. Changes reach it through the invalidation bus (cache/invalidation.ts).
 import { LRUCache } from 'lru-cache'
@@ -45,7 +45,7 @@ export class TenancyCache implements CacheInvalidator {
   private readonly reuseWindowMs: number
   /**
    * The in-process TTL of a found record, shortened by that window, so that a reused admission
-   * never outlives the configured TTL (docs/architecture.md: a lost invalidation is bounded by it).
+   * never outlives the configured TTL (docs/internals.md: a lost invalidation is bounded by it).
    */
   private readonly foundTtlMs: number
   /**

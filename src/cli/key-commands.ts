@@ -54,7 +54,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
     await parentAccount(sql, accountId)
     const row = await revokeKeyWithEvent(sql, operatorOrigin(), accountId, accountId, keyId)
     if (row === null) throw new UsageError(`account ${accountId} has no key ${keyId}`)
-    // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/architecture.md, caches).
+    // Replicas cache keys: tell them now, or they notice within their in-process TTL (docs/internals.md, caches).
     if (config.redis !== undefined)
       await tellReplicas(
         config.redis,

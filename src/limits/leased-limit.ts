@@ -1,6 +1,6 @@
 // One limit (a rate or a quota of one tenant) as one replica holds it: a lease of units taken from
 // Redis, spent from memory, renewed in the background; or, in embedded mode and while Redis is
-// unusable, a state of its own (docs/architecture.md, limits). The subclasses say what a unit is.
+// unusable, a state of its own (docs/internals.md, limits). The subclasses say what a unit is.
 import type { LeaseStore } from './lease-store.js'
 
 /** What one lease call carries (lease-store.ts), with the units spent since the last one. */
@@ -73,7 +73,7 @@ export abstract class LeasedLimit {
   /**
    * The last answers said the limit is reached (REACHED_FOR_MS): a dry lease refuses at once and
    * the next lease is fetched in the background, never awaited
-   * (docs/architecture.md, "A dry lease").
+   * (docs/internals.md, "A dry lease").
    */
   reached = false
   /** When an answer last could not cover what was asked. */

@@ -1,4 +1,4 @@
-// The limiter the proxy asks before forwarding (docs/architecture.md, limits): every limit that
+// The limiter the proxy asks before forwarding (docs/internals.md, limits): every limit that
 // applies to a request, decided from memory, with leases from Redis renewed in the background.
 import type { RedisClient } from '../cache/redis-topology.js'
 import { limitKeys } from './keys.js'

@@ -25,7 +25,7 @@ export function managementRate(
       done(decision.allowed ? undefined : limitRefusal(decision))
     }
     // While Redis, just found empty (a fresh deployment, a restart), grants nothing for a few
-    // seconds (docs/architecture.md, limits), calls go through: the management API's rate protects
+    // seconds (docs/internals.md, limits), calls go through: the management API's rate protects
     // the store and bills nobody, and an operator's first calls must not fail.
     if (limiter.isWarm(subjects)) return limiter.inGrace(subjects) ? done() : answer(limiter.admit(subjects))
     limiter.warm(subjects).then(async () => {

@@ -1,4 +1,4 @@
-// The limiter (docs/architecture.md, limits) as a plugin: its Redis connection (none in embedded
+// The limiter (docs/internals.md, limits) as a plugin: its Redis connection (none in embedded
 // mode: every limit is then enforced in this process), the month's use read from Postgres when
 // Redis has lost it, and its leases given back when the app closes.
 import fp from 'fastify-plugin'

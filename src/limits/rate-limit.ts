@@ -48,7 +48,7 @@ export class RateLimit extends LeasedLimit {
       wanted,
       // What passed while this replica was on its own, charged only to a bucket rebuilt meanwhile
       // (Redis restarted empty): without it a rebuilt bucket starts full and the outage's
-      // admissions pass twice (docs/architecture.md, limits).
+      // admissions pass twice (docs/internals.md, limits).
       extra,
       epoch: this.epoch,
       seen: this.lastKnown === null ? -1 : refill(this.lastKnown, this.rate, now).tokens,

@@ -1,4 +1,4 @@
-// The two lease scripts, each run atomically by Redis (docs/architecture.md, limits). Both read
+// The two lease scripts, each run atomically by Redis (docs/internals.md, limits). Both read
 // Redis's own clock (TIME), so that replicas with skewed clocks share one bucket and one expiry.
 //
 // Both scripts know the "incarnation" of the Redis data: a key set, with its birth time, by the
@@ -41,7 +41,7 @@ local open = born + tonumber(ARGV[10])
 local fields = redis.call('HGETALL', KEYS[1])
 local ep = ARGV[12]
 -- A bucket made in the grace starts empty: leases of before the loss may still be spent, and
--- they are at most N (docs/architecture.md, limits).
+-- they are at most N (docs/internals.md, limits).
 local tokens = n
 if now < open then tokens = 0 end
 local at = now
@@ -75,7 +75,7 @@ tokens = tokens + tonumber(ARGV[5])
 local cap = n - others - keep
 if tokens > cap then tokens = cap end
 -- Charged down to empty at most: a debt would refuse for up to W, after Redis is back, a tenant
--- for what degraded mode let it do (docs/architecture.md, limits).
+-- for what degraded mode let it do (docs/internals.md, limits).
 if rebuilt then tokens = math.min(tokens, math.max(0, tokens - tonumber(ARGV[7]))) end
 if tokens < -n then tokens = -n end
 local granted = 0

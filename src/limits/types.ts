@@ -1,5 +1,5 @@
 // What the limiter decides about a request and what it reports for the RateLimit headers
-// (docs/architecture.md, limits). The proxy builds the subjects; the limiter never reads the store.
+// (docs/internals.md, limits). The proxy builds the subjects; the limiter never reads the store.
 import type { Rate } from './bucket.js'
 
 export type { Rate } from './bucket.js'

@@ -32,7 +32,7 @@ import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
 export interface ManagementOptions {
   sql: Sql
   lookups: TenancyLookups
-  /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
+  /** Told the cache entries a committed change made stale (docs/internals.md, caches). */
   cache: CacheInvalidator
   bodyTimeoutMs?: number // how long a body may take to arrive (hooks.ts)
   limiter: Limiter

@@ -1,4 +1,4 @@
-// The proxy's checks as an ordered list of steps (docs/architecture.md, the proxy pipeline), run
+// The proxy's checks as an ordered list of steps (docs/lifecycle.md, the steps), run
 // by one onRequest hook. A step decides at once when it can, so a request admitted from memory
 // passes every step without a promise; a step that must wait returns one. A step that takes
 // something (a limit's units, a slot) says how to give it back: when a later step refuses the
@@ -12,7 +12,7 @@ export const ABANDONED = Symbol('abandoned')
 export type Verdict = undefined | Error | typeof ABANDONED
 
 export interface ProxyStep {
-  /** Names the step in the per-step cost table (bench/README.md) and in docs/architecture.md. */
+  /** Names the step in the per-step cost table (bench/README.md) and in docs/lifecycle.md. */
   readonly name: string
   /** Decides at once, or returns a promise of its verdict. Must not throw for a client's input. */
   check(request: FastifyRequest, reply: FastifyReply): Verdict | Promise<Verdict>

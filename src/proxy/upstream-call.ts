@@ -1,4 +1,4 @@
-// One proxied request's exchange with its upstream (docs/architecture.md, the proxy pipeline):
+// One proxied request's exchange with its upstream (docs/lifecycle.md, the steps):
 // sent through the route's undici pool, its answer written straight to the client's response as
 // it comes, under the header policy of headers.ts. No stream stands between the two: undici
 // hands each chunk over, and the client's backpressure pauses the upstream's connection.

@@ -1,6 +1,6 @@
 // The records of keys and tenants that authentication and the acting rules read, and the questions
 // they ask of the store, behind one interface, so that a cache can sit in front of Postgres without
-// touching the rules (docs/architecture.md, caches). Postgres answers them in store/tenancy-lookups.ts.
+// touching the rules (docs/internals.md, caches). Postgres answers them in store/tenancy-lookups.ts.
 import type { TenantLimits } from './tenant-limits.js'
 
 export type KeyStatus = 'active' | 'revoked'

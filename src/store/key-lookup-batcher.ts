@@ -1,4 +1,4 @@
-// Key lookups to Postgres, coalesced and paced (docs/architecture.md, caches; docs/decisions.md);
+// Key lookups to Postgres, coalesced and paced (docs/internals.md, caches; docs/decisions.md);
 // also those of client ids (oauth/client-lookups.ts) and portal credentials (portal/credential-lookups.ts).
 // The key checksum is public, so a random well-formed key costs an attacker nothing: one query
 // per key would let one client drive Postgres at its own rate. Here the digests waiting for

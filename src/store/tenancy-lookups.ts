@@ -14,7 +14,7 @@ import {
 
 /**
  * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
- * stale window still serves, and anything else is 503 store_unavailable (docs/architecture.md,
+ * stale window still serves, and anything else is 503 store_unavailable (docs/internals.md,
  * caches): a partition must not hang requests until a TCP or connect timeout, tens of seconds later.
  * For a key, the wait for its turn in the key batcher counts too.
  */

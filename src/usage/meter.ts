@@ -1,5 +1,5 @@
 // Counts requests per tenant, UTC day and status class in memory and adds them to Postgres about
-// once a second, in one statement, and at shutdown (docs/api.md, usage; docs/architecture.md).
+// once a second, in one statement, and at shutdown (docs/api.md, usage; docs/internals.md).
 // Keys' last_used_at rides on the same flush, at most once a minute per key: nothing is written
 // on the request path.
 import { randomUUID } from 'node:crypto'

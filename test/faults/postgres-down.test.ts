@@ -1,4 +1,4 @@
-// Postgres unreachable (docs/architecture.md; outages: docs/operations.md), seen from the gateway
+// Postgres unreachable (docs/internals.md; outages: docs/operations.md), seen from the gateway
 // through a TCP relay the test owns, in its two shapes:
 //   - cut: the far end is gone; connections are destroyed and new ones refused (a stopped or
 //     crashed server, a firewall that rejects);
@@ -29,7 +29,7 @@ import { codeOf, describeTimed, timedCall, type Timed } from './timed-call.js'
 
 /** In-process TTL of a found record here (5 s by default): short, so that expiry is certain. */
 const LOCAL_TTL_MS = 300
-/** docs/architecture.md: an unknown key is refused within this long while Postgres is down. */
+/** docs/internals.md: an unknown key is refused within this long while Postgres is down. */
 const REFUSAL_BOUND_MS = 1_000
 /** How long a request may go unanswered before the test calls it a hang and abandons it. */
 const HANG_LIMIT_MS = 2_000

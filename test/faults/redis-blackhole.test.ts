@@ -1,4 +1,4 @@
-// Redis blackholed (docs/architecture.md; outages: docs/operations.md): the hard case of a Redis
+// Redis blackholed (docs/internals.md; outages: docs/operations.md): the hard case of a Redis
 // outage. Connections to Redis stay open and nothing comes back, so the client cannot know Redis
 // is gone; every command must give up on its own (50 ms) and the request go on to Postgres.
 // Requirements: requests go on; none waits more than 100 ms on Redis; and once Redis is back

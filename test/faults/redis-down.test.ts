@@ -1,4 +1,4 @@
-// Redis down (docs/architecture.md; outages: docs/operations.md): a redis-server of the test's
+// Redis down (docs/internals.md; outages: docs/operations.md): a redis-server of the test's
 // own, killed (SIGKILL, a crash) or shut down (`shutdown nosave`), then started again, empty, on
 // the same port. Two instances A and B share it and one Postgres database.
 // Requirements: keys already in the in-process cache keep working without Redis or Postgres;

@@ -6,7 +6,7 @@ import { createParent, metricValue, type Parent, type TestGateway } from '../hel
 
 /** The issue's bound on the time any request waits on Redis. */
 export const REDIS_WAIT_BOUND_MS = 100
-/** A revoke reaches every replica within this long (docs/architecture.md). */
+/** A revoke reaches every replica within this long (docs/internals.md). */
 export const BUS_BOUND_MS = 1_000
 
 /** `n` parent accounts, each with its key: a request with one asks for its key and its tenant. */

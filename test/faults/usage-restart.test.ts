@@ -1,4 +1,4 @@
-// Usage is never lost or doubled (docs/api.md, docs/architecture.md, docs/operations.md): N proxied
+// Usage is never lost or doubled (docs/api.md, docs/internals.md, docs/operations.md): N proxied
 // requests across two instances that share Postgres and Redis, one of them restarted gracefully in
 // the middle of the load (app.close() with requests in flight, then a new instance on the same
 // database), come out as exactly N in usage_daily and in the usage report, per sub-account. The

@@ -19,7 +19,7 @@ export function limiterClient(t: TestLike, url: string): Redis {
 
 /**
  * Marks the Redis data under `prefix` as born a minute ago, as on a Redis in use: otherwise the
- * first 2 s of a test fall in the grace that follows an empty Redis (docs/architecture.md).
+ * first 2 s of a test fall in the grace that follows an empty Redis (docs/internals.md).
  */
 export async function agedRedis(redis: Redis, prefix: string): Promise<void> {
   const born = String(Date.now() - 60_000)

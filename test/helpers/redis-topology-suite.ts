@@ -1,4 +1,4 @@
-// The suite every Redis topology passes (docs/architecture.md, Redis beyond one server): a plain
+// The suite every Redis topology passes (docs/internals.md, Redis beyond one server): a plain
 // server, Sentinel and a cluster, each started by helpers/redis-topologies.ts, under two replicas
 // of one deployment. Then failovers under steady traffic. Each test prints its figures with
 // t.comment (bench/README.md quotes them).

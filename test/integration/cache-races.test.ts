@@ -1,4 +1,4 @@
-// The Redis tier against a fill that races an invalidation (docs/architecture.md): real Postgres
+// The Redis tier against a fill that races an invalidation (docs/internals.md): real Postgres
 // and Redis, with the Postgres read held open so that the change lands between the read and the
 // store.
 import { createHash } from 'node:crypto'

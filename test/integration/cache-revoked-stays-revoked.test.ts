@@ -1,4 +1,4 @@
-// A revoked key stays refused on every replica, whatever Redis gives back (docs/architecture.md,
+// A revoked key stays refused on every replica, whatever Redis gives back (docs/internals.md,
 // caches): the loss of a cluster master (or a Sentinel failover) can promote a replica that never
 // got the invalidation's delete, and so hand the revoked key's old entry back to the replicas. The
 // promotion is forced here deterministically, 20 times: the entry's keys in Redis (the entry, its

@@ -1,5 +1,5 @@
 // A flood of random well-formed keys (the checksum is public: forging one costs nothing) against
-// one gateway over real sockets, on real Postgres and Redis (docs/architecture.md, caches): the
+// one gateway over real sockets, on real Postgres and Redis (docs/internals.md, caches): the
 // Postgres queries it causes stay under the key batcher's pace (store/key-lookup-batcher.ts)
 // whatever the flood's rate, and a key minted during the flood, never seen before, is served.
 import { Agent } from 'node:http'

@@ -1,5 +1,5 @@
 // Limits enforced by gateway replicas of one deployment when Redis loses its keys, is slow, or goes
-// away (docs/architecture.md, limits), over real sockets with Postgres and an upstream: a monthly
+// away (docs/internals.md, limits), over real sockets with Postgres and an upstream: a monthly
 // quota rebuilt from Postgres with no extra request, and each replica on its own while Redis is
 // down, shared again after. With the real grace after an empty Redis (3 s).
 import type { Agent } from 'node:http'

@@ -1,6 +1,6 @@
 // Limits enforced by gateway replicas of one deployment (one database, one Redis key prefix) over
 // real sockets, with Postgres, Redis and an upstream: a rate shared by three replicas, and a limits
-// change made through one replica enforced by another (docs/architecture.md, limits).
+// change made through one replica enforced by another (docs/internals.md, limits).
 import t from 'tap'
 import { actingHeaders, agents, offerOverSockets, recordAdmissions, subAccountVia } from '../helpers/gateway-load.js'
 import { metricValue, startReplicas } from '../helpers/gateway.js'

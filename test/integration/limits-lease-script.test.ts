@@ -1,6 +1,6 @@
 // The rate lease script (src/limits/scripts.ts) called directly on the machine's Redis: a replica
 // that spent its lease and renews it cannot get the room back as if the bucket had refilled into
-// it meanwhile (docs/architecture.md, limits: tokens plus leases out never exceed N). And the lease
+// it meanwhile (docs/internals.md, limits: tokens plus leases out never exceed N). And the lease
 // store's deadline (src/limits/lease-store.ts) does not fail an answer that came in time.
 import t from 'tap'
 import { limitKeys } from '../../src/limits/keys.js'

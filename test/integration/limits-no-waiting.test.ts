@@ -2,7 +2,7 @@
 // decide a limit. Three gateway replicas of one deployment over real sockets and the tests' Redis:
 // a tenant past its rate, and one past its monthly quota, keep sending; once every replica has
 // found the limit reached, tgw_limit_cold_waits_total stays where it was, while the rate still
-// holds its bound and admits what it refills (docs/architecture.md, limits). Sentinel and a
+// holds its bound and admits what it refills (docs/internals.md, limits). Sentinel and a
 // cluster: limits-no-waiting-topologies.test.ts.
 import t from 'tap'
 import { coldWaits, deploy, offer, tenant, twiceTheRate, untilEveryReplicaRefused } from '../helpers/limits-steady.js'

@@ -1,7 +1,7 @@
-// A Redis that forgets refuses no one (docs/architecture.md, limits), on a redis-server of the
+// A Redis that forgets refuses no one (docs/internals.md, limits), on a redis-server of the
 // test's own: a tenant at 20 % of its rate sees no 429 across a FLUSHDB or a restart of Redis
 // (empty), nor at a fresh start against an empty Redis; the overshoot across the loss is counted
-// against the bound docs/architecture.md gives (one lease per replica, and degraded mode's own).
+// against the bound docs/internals.md gives (one lease per replica, and degraded mode's own).
 import t from 'tap'
 import type { LimitSubject } from '../../src/limits/types.js'
 import { agedRedis, DegradedSpells, offer, replicas, worstWindow } from '../helpers/limits.js'
@@ -63,7 +63,7 @@ for (const loss of ['FLUSHDB', 'restart'] as const) {
       const leases = limiters.length * Math.ceil(rate.requests / 10)
       // A restart also takes Redis away for a moment: each replica is on its own meanwhile, and the
       // rebuilt bucket is charged for what it admitted then (scripts.ts, epoch). What the charge
-      // cannot undo is degraded mode's own allowance (docs/architecture.md, limits): over an outage
+      // cannot undo is degraded mode's own allowance (docs/internals.md, limits): over an outage
       // of t, k replicas from a drained bucket pass up to k·N·t/W where a window allows N + N·t/W.
       // That adds nothing to the leases for an outage up to W/(k−1) (1 s here); a slowed machine's
       // restart takes longer.

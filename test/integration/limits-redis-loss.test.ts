@@ -1,6 +1,6 @@
 // The limiter (src/limits/) when Redis loses its keys or goes away, on a redis-server of the
 // test's own: a quota rebuilt from the month's use with no extra request, each replica on its own
-// while Redis is down, and back to shared leases after (docs/architecture.md, limits).
+// while Redis is down, and back to shared leases after (docs/internals.md, limits).
 //
 // Postgres is not part of the limiter: `loadMonthUse` is a plain function here that returns what
 // the test admitted, which is what the gateway's usage table holds once its counts are flushed.

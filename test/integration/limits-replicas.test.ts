@@ -1,5 +1,5 @@
 // The limiter (src/limits/) as three replicas sharing the machine's Redis: a rate offered twice
-// over, and a quota spent from two replicas whatever the interleaving (docs/architecture.md, limits).
+// over, and a quota spent from two replicas whatever the interleaving (docs/internals.md, limits).
 import t from 'tap'
 import { limitKeys } from '../../src/limits/keys.js'
 import type { LimitSubject } from '../../src/limits/types.js'

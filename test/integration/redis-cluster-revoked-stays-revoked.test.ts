@@ -1,5 +1,5 @@
 // A key revoked while the cluster master holding its cache entry is lost stays refused on every
-// replica once refused (docs/architecture.md, caches): three real cluster masters with a replica
+// replica once refused (docs/internals.md, caches): three real cluster masters with a replica
 // each, two gateways under steady reads of a parent key, the entry's master killed, the key revoked
 // by the CLI before its replica is promoted. The CLI tries Redis once: its delete never reaches
 // the promoted replica, which holds the entry as it was before the revoke. The gateways refuse the

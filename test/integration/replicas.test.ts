@@ -1,4 +1,4 @@
-// Two replicas of one deployment (docs/architecture.md): gateways A and B, each on its own socket,
+// Two replicas of one deployment (docs/internals.md): gateways A and B, each on its own socket,
 // sharing one Postgres database and one Redis prefix, in front of one recording upstream. Every
 // change is made through A after B's in-process cache was warmed with the old state; B must follow
 // within 1 s.

@@ -1,4 +1,4 @@
-// Usage flushes are applied once (docs/api.md, docs/architecture.md): a flush that Postgres
+// Usage flushes are applied once (docs/api.md, docs/internals.md): a flush that Postgres
 // committed but whose reply was lost is retried with the same batch id and adds nothing twice. The
 // connection is really cut, by a relay between the meter and Postgres, right after it forwarded the
 // flush's statement (one statement, committed on its own) and before the reply comes back.

@@ -1,4 +1,4 @@
-// Usage metering and the usage report (docs/api.md, docs/architecture.md) and keys' last_used_at,
+// Usage metering and the usage report (docs/api.md, docs/internals.md) and keys' last_used_at,
 // over real sockets, real Postgres and Redis and a real upstream. The meter's timer is an hour
 // long, so that only an explicit flush writes: every count below is exact.
 import t from 'tap'

@@ -450,7 +450,7 @@ t.test('a spent quota: the requests after its empty answer are refused from memo
 })
 
 t.test('a rate past its limit: a dry lease refuses at once while the next is fetched ahead', async (t) => {
-  // No waiting (docs/architecture.md, "A dry lease"): at twice its rate a tenant's lease runs dry
+  // No waiting (docs/internals.md, "A dry lease"): at twice its rate a tenant's lease runs dry
   // most of the time while Redis may hold units again; its requests used to wait for each renewal
   // (starved).
   const time = clock()

@@ -1,4 +1,4 @@
-// On a Redis cluster a script, a MULTI and an MGET must keep to one slot (docs/architecture.md,
+// On a Redis cluster a script, a MULTI and an MGET must keep to one slot (docs/internals.md,
 // Redis beyond one server): each key the gateway touches together with another shares its slot.
 import t from 'tap'
 import { cacheKeys, entryKey, generationKey } from '../../src/cache/entry-names.js'

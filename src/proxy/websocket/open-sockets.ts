@@ -1,4 +1,4 @@
-// The sockets open on this replica (docs/architecture.md, WebSockets): counted per route for the
+// The sockets open on this replica (docs/internals.md, WebSockets): counted per route for the
 // metrics, per route and tenant for `max_websockets_per_tenant` and per route and parent account
 // for `max_websockets_per_account`, and found by the key that opened them and by the tenants they
 // act for, so that an invalidation (or the sweep, sweep.ts) closes the right ones.

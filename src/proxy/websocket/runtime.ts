@@ -1,4 +1,4 @@
-// The proxy's WebSockets on one replica (docs/architecture.md, WebSockets): @fastify/http-proxy
+// The proxy's WebSockets on one replica (docs/internals.md, WebSockets): @fastify/http-proxy
 // (`websocket: true`) routes the upgrade through the route's steps and answers the client's
 // handshake; the connection it then makes is this one's: the upstream's socket the last step
 // opened is adopted, joined to the client's in a SocketPair, registered, counted, checked again
