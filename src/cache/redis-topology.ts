@@ -2,7 +2,7 @@
 // master followed through Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_NAME), or a cluster
 // (REDIS_CLUSTER_NODES). docs/configuration.md says how to set each; docs/decisions.md why ioredis's
 // own Sentinel and Cluster clients are used as they are.
-import { Cluster, Redis, type RedisOptions } from 'ioredis'
+import { type Callback, Cluster, Redis, type RedisOptions } from 'ioredis'
 
 export interface HostPort {
   host: string
@@ -111,6 +111,36 @@ function reconnectAfterLostConnect(redis: Redis): void {
   })
 }
 
+/**
+ * ioredis's cluster client asks for the slots again a second after each refresh ends, and a
+ * refresh under way when the client is closed ends after it: the timer it then sets asks again,
+ * fails and sets the next, for ever (the client may stay `close`, never `end`), and the process
+ * never ends. A client closed on purpose asks no more, so the chain stops at its next turn.
+ */
+class EndingCluster extends Cluster {
+  private closedOnPurpose = false
+
+  override connect(): Promise<void> {
+    this.closedOnPurpose = false
+    return super.connect()
+  }
+
+  override disconnect(reconnect = false): void {
+    this.closedOnPurpose = !reconnect
+    super.disconnect(reconnect)
+  }
+
+  override quit(callback?: Callback<'OK'>): Promise<'OK'> {
+    this.closedOnPurpose = true
+    return super.quit(callback)
+  }
+
+  override refreshSlotsCache(callback?: Callback<void>): void {
+    if (this.closedOnPurpose) return
+    super.refreshSlotsCache(callback)
+  }
+}
+
 /** Opens one connection (or one cluster client) to `target` with `options`. */
 export function openRedis(target: RedisTarget, options: ConnectionOptions): RedisClient {
   if (target.topology === 'server') return new Redis(target.url, { ...options, reconnectOnError: reconnectOnReadOnly })
@@ -138,7 +168,7 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
   }
   const { retryStrategy, enableOfflineQueue, lazyConnect, enableReadyCheck, ...perNode } = options
   const { db: _db, ...credentials } = optionsOf(target.credentials)
-  return new Cluster(
+  return new EndingCluster(
     target.nodes.map((node) => ({ ...node })),
     {
       ...(enableOfflineQueue === undefined ? {} : { enableOfflineQueue }),
