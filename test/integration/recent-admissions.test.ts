@@ -1,4 +1,4 @@
-// The proxy's memory of its last admissions (src/tenancy/recent-admissions.ts, README "Caches"): the same
+// The proxy's memory of its last admissions (src/tenancy/recent-admissions.ts, docs/internals.md, caches): the same
 // request again is admitted without a lookup, and every change the gateway makes reaches that
 // memory at once, on the replica that made it. Each case: the exact request is admitted twice
 // (the second time from memory, checked on tgw_recent_admissions_total), then the change, then
