@@ -5,15 +5,13 @@
 // since the document is served before anyone knows whose link it holds (the token is in the
 // fragment), and the exchange gives a session only in a page framed by the link's parent's
 // `portal_origins` (exchange-routes.ts). Nothing a request says (Referer, query) changes the policy.
-import type { Alerts } from '../alerts/plugin.js'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { type Asset, type ConsoleAssets, portalAssets, served } from '../console/assets.js'
 import { routeNotFound } from '../errors.js'
 import { pathOf } from '../http/bad-paths.js'
-import type { CacheInvalidator } from '../cache/index.js'
 import type { Rate } from '../limits/bucket.js'
-import type { Limiter } from '../limits/limiter.js'
 import { managementRate } from '../limits/management-rate.js'
 import { CONSOLE_CSP, redirectToPage, sendCached } from '../console/plugin.js'
 import type { Sql } from '../store/db.js'
@@ -21,7 +19,7 @@ import { cursorSecret } from '../store/secrets.js'
 import { addManagementDeadline } from '../management/hooks.js'
 import { Cursors } from '../management/paging.js'
 import { registerPortalApiRoutes } from './api-routes.js'
-import { type PortalLookupCounts, PortalCredentialLookups } from './credential-lookups.js'
+import { PortalCredentialLookups } from './credential-lookups.js'
 import { registerExchangeRoutes } from './exchange-routes.js'
 import { portalPage } from './page.js'
 import { PORTAL_API, PORTAL_ASSETS, PORTAL_PREFIX } from '../shared/paths.js'
@@ -30,20 +28,14 @@ import type { RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalOptions {
   sql: Sql
-  cache: CacheInvalidator
   /** The request log's reader, the management API's own; null when the log is off. */
   requestLog: RequestLogReader | null
-  /** Told the end of each key minted or rolled (the alerts'). */
-  keyMinted: Alerts['keyMinted']
   /** ISSUER_URL: the links' origin; https there makes the session cookie Secure. */
   issuerUrl: string
-  /** The portal's calls spend their parent's MANAGEMENT_RATE, as its own management calls do. */
-  limiter: Limiter
+  /** The portal's calls spend their parent's MANAGEMENT_RATE (app.limiter), as its own management calls do. */
   rate: Rate
   /** Where the page's script and stylesheet come from (default: prebuilt, else bundled once per process). */
   assets?: () => Promise<ConsoleAssets>
-  /** What the credential lookups send to Postgres (the metrics). */
-  lookupCounts: PortalLookupCounts
 }
 
 /** The console's policy with `frame-ancestors` these sources (none: 'none'). */
@@ -71,9 +63,17 @@ function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
     .header('referrer-policy', 'no-referrer')
 }
 
-export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
+/**
+ * Reads what it needs of the app from the decorations it depends on: the cache it tells of
+ * changes, the limiter, the alerts told of each key minted, the metrics its credential lookups count in.
+ */
+const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
   const { sql } = options
-  const lookups = new PortalCredentialLookups(sql, options.lookupCounts)
+  const { tenancyCache: cache, limiter, alerts, metrics } = plugin
+  const lookups = new PortalCredentialLookups(sql, {
+    query: () => metrics.cache.storeLookups.postgres.inc(),
+    credentials: (n) => metrics.cache.postgresPortalCredentials.inc(n),
+  })
   const assets = options.assets ?? portalAssets
   const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
   app.decorateRequest('portalSession', null)
@@ -128,17 +128,24 @@ export const portalPlugin: FastifyPluginAsync<PortalOptions> = async (plugin, op
         withSession.addHook('onRequest', sessionAuth(lookups))
         withSession.addHook(
           'onRequest',
-          managementRate(options.limiter, options.rate, (r) => sessionOf(r).account_id),
+          managementRate(limiter, options.rate, (r) => sessionOf(r).account_id),
         )
         registerPortalApiRoutes(withSession, {
           sql,
-          cache: options.cache,
+          cache,
           cursors: new Cursors(() => cursorSecret(sql)),
           requestLog: options.requestLog,
-          keyMinted: options.keyMinted,
+          keyMinted: alerts.keyMinted,
         })
       })
     },
     { prefix: PORTAL_API },
   )
 }
+
+/** Encapsulated (its request decoration and hooks stay inside), with the decorations it reads checked at registration. */
+export const portalPlugin = fp(portal, {
+  name: 'portal',
+  encapsulate: true,
+  dependencies: ['tenancy-cache', 'limits', 'alerts', 'metrics'],
+})

@@ -1,17 +1,20 @@
-// What a newcomer meets in the first hour, run as they would run it: the gateway's start against a
-// Postgres that refuses or does not answer, on a port already taken, with a broken route table;
+// What a newcomer meets in the first hour: the gateway's start (in process, src/start.ts, as
+// src/main.ts runs it) against a Postgres that refuses or does not answer, on a port already
+// taken, with a broken route table;
 // the CLI's help and its errors; a key sent without `Bearer `. Each message must say what is
 // wrong and which variable to change, and never show a password.
 import { spawn } from 'node:child_process'
+import { EventEmitter } from 'node:events'
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { createParentWithKey } from '../../src/auth/mint.js'
+import { startGateway } from '../../src/start.js'
 import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
-import { startGateway } from '../helpers/gateway.js'
+import { startGateway as startTestGateway } from '../helpers/gateway.js'
 import { until } from '../helpers/poll.js'
 import { problemOf } from '../helpers/problems.js'
 import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
@@ -98,6 +101,42 @@ function runNode(
   )
 }
 
+/**
+ * The gateway's start in process (src/start.ts, as `src/main.ts` runs it), with only the given
+ * variables: what it writes, and the exit it asks for. A start that succeeds runs until `stopWhen`
+ * holds (polled, at most `timeoutMs`), then gets a SIGTERM and drains: its `code` is then null.
+ */
+async function startInProcess(
+  env: Record<string, string>,
+  timeoutMs = 60_000,
+  stopWhen?: (run: { stdout: string; stderr: string }) => Promise<boolean>,
+): Promise<Run> {
+  const started = Date.now()
+  let stdout = ''
+  let stderr = ''
+  const exits: number[] = []
+  const signals = new EventEmitter()
+  const gateway = await startGateway(
+    { HOST: '127.0.0.1', LOG_LEVEL: 'warn', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...env },
+    {
+      stdout: { write: (text: string) => (stdout += text) },
+      stderr: (text) => (stderr += text),
+      exit: (code) => exits.push(code),
+      on: (event, listener) => signals.on(event, listener),
+    },
+  )
+  if (gateway === null) return { code: exits[0] ?? null, stdout, stderr, ms: Date.now() - started }
+  const running = exits.length === 0
+  await until(
+    timeoutMs,
+    async () => exits.length > 0 || (stopWhen !== undefined && (await stopWhen({ stdout, stderr }))),
+    50,
+  )
+  signals.emit('SIGTERM', 'SIGTERM')
+  await until(timeoutMs, async () => exits.length > 0, 20)
+  return { code: running ? null : (exits[0] ?? null), stdout, stderr, ms: Date.now() - started }
+}
+
 /** A TCP server on 127.0.0.1 that accepts connections and never answers (a Postgres that hangs). */
 async function silentServer(t: Test): Promise<number> {
   return (
@@ -110,11 +149,11 @@ async function silentServer(t: Test): Promise<number> {
 
 const db = await freshDatabase(t)
 
-// Each start is a process of its own, and several wait for a timeout: four at a time.
+// Several starts wait for a timeout: four at a time.
 t.test('the gateway at start', { jobs: 4 }, async (t) => {
   t.test('a Postgres that refuses: names Postgres, DATABASE_URL and where, never the password', async (t) => {
     const port = await closedPort()
-    const run = await runNode('src/main.ts', [], {
+    const run = await startInProcess({
       DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway`,
     })
     t.equal(run.code, 1, 'exit 1')
@@ -128,9 +167,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
 
   t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
     const port = await silentServer(t)
-    const run = await runNode(
-      'src/main.ts',
-      [],
+    const run = await startInProcess(
       { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` },
       45_000,
     )
@@ -145,9 +182,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
   // A host that drops packets: postgres.js used to retry for minutes in silence.
   t.test('a host that does not answer: a message within the first-contact timeout', async (t) => {
     const port = await silentPort(t)
-    const run = await runNode(
-      'src/main.ts',
-      [],
+    const run = await startInProcess(
       { DATABASE_URL: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/gateway` },
       45_000,
     )
@@ -173,7 +208,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
         variable === 'PORT'
           ? { PORT: String(taken), METRICS_PORT: String(free) }
           : { PORT: String(free), METRICS_PORT: String(taken) }
-      const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, ...ports })
+      const run = await startInProcess({ DATABASE_URL: db.url, ...ports })
       t.equal(run.code, 1, 'exit 1')
       t.match(
         run.stderr,
@@ -192,7 +227,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
     ['a user or password the server refuses', redisAt(`bob:${PASSWORD}@`, '0'), /WRONGPASS/],
   ] as const) {
     t.test(`REDIS_URL with ${what}: a startup error naming REDIS_URL, never database 0`, async (t) => {
-      const run = await runNode('src/main.ts', [], {
+      const run = await startInProcess({
         DATABASE_URL: db.url,
         REDIS_URL: url,
         PORT: '0',
@@ -211,9 +246,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
     const gatewayPort = await closedPort()
     // Stopped once it answers on its port (it started), rather than after a fixed wait.
     let answered = false
-    const run = await runNode(
-      'src/main.ts',
-      [],
+    const run = await startInProcess(
       {
         DATABASE_URL: db.url,
         REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}/0`,
@@ -238,7 +271,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
     const dir = t.testdir({})
     const file = join(dir, 'gateway.yaml')
     writeFileSync(file, 'routes:\n  - prefix: /v1/a\n    upstream: http://a\n   misplaced: here\n')
-    const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
+    const run = await startInProcess({ DATABASE_URL: db.url, GATEWAY_CONFIG: file })
     t.equal(run.code, 1, 'exit 1')
     t.equal(run.stderr.split('\n').length, 2, 'one line')
     t.match(
@@ -259,7 +292,7 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
       const dir = t.testdir({})
       const file = join(dir, 'gateway.yaml')
       writeFileSync(file, `routes:\n  - prefix: /v1/a\n${line3}\n  - prefix: /v1/b\n    upstream: http://b\n`)
-      const run = await runNode('src/main.ts', [], { DATABASE_URL: db.url, GATEWAY_CONFIG: file })
+      const run = await startInProcess({ DATABASE_URL: db.url, GATEWAY_CONFIG: file })
       t.equal(run.code, 1, 'exit 1')
       t.equal(run.stderr.split('\n').length, 2, 'one line')
       const at = `line 3, column ${line3.indexOf(opener) + 1}`
@@ -353,7 +386,7 @@ t.test('cli keys revoke with Redis down: revoked, and a warning that names Redis
 })
 
 t.test('a key sent without "Bearer ": 401 that says the scheme is missing', async (t) => {
-  const gw = await startGateway(t, { listen: false })
+  const gw = await startTestGateway(t, { listen: false })
   const parent = await gw.createParent()
   const bare = await gw.app.inject({
     method: 'GET',

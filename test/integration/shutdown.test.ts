@@ -16,7 +16,7 @@ import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { createParent } from '../helpers/gateway.js'
 import { callAs, getOverAgent, rawRequest } from '../helpers/http.js'
-import { eventually, sleep } from '../helpers/poll.js'
+import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix, requireRedis } from '../helpers/redis.js'
 import { closedPort, holdingUpstream } from '../helpers/upstream.js'
 
@@ -461,100 +461,8 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
     closedCleanly(t, gateway.stdout())
   })
 
-  // npm and tsx pass a process group's SIGTERM (or a terminal's Ctrl-C) on to the gateway, which then
-  // gets it twice at once: the copy must not cut the drain short. A second signal later is a request
-  // to stop now.
-  t.test('the same signal twice at once drains as one; a second later stops at once', async (t) => {
-    // The second case's gateway starts alongside the first's: only its signals wait for the first case.
-    const [first, second] = await Promise.all([
-      gatewayWithoutDelay(t, 'twice', { LOG_LEVEL: 'info' }),
-      gatewayWithoutDelay(t, 'twice, later'),
-    ])
-    const { upstream, gateway } = first
-    const { inFlight } = await holdRequest(t, first, 'twice')
-    gateway.child.kill('SIGINT')
-    gateway.child.kill('SIGINT')
-    t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
-    t.notOk(gateway.exited(), 'the copy did not end the process: it waits for the request in flight')
-    upstream.release()
-    const outcome = await inFlight
-    t.equal(outcome instanceof Error ? outcome.message : outcome.status, 200, 'the request in flight: 200')
-    t.same(await exitWithin(gateway, EXIT_TIMEOUT), { code: 0, signal: null }, `exit 0\nstderr: ${gateway.stderr()}`)
-    t.match(gateway.stdout(), /"msg":"closed"/, 'closed in full')
-
-    const held = get(second.gateway.base, new Agent({ keepAlive: true, maxSockets: 1 }), '/v1/hold/later', {
-      authorization: `Bearer ${second.parent.apiKey}`,
-    }).catch(() => null)
-    t.not(await eventually(HANG_TIMEOUT, async () => second.upstream.held() === 1), null, 'held again')
-    second.gateway.child.kill('SIGTERM')
-    await sleep(1_500)
-    t.notOk(second.gateway.exited(), 'still draining after the first')
-    second.gateway.child.kill('SIGTERM')
-    t.same(
-      await exitWithin(second.gateway, EXIT_TIMEOUT),
-      { code: 1, signal: null },
-      'a second SIGTERM later: exit 1 at once',
-    )
-    t.match(second.gateway.stdout(), /second SIGTERM, exiting/)
-    second.upstream.release()
-    await held
-  })
-
-  // A hangup comes when a terminal closes (often just after its Ctrl-C), and from the kernel to a
-  // stopped process group whose parent went away (`npm start` killed while the gateway is stopped).
-  // It stops the gateway as SIGTERM does, and never cuts a drain short.
-  t.test('a hangup drains like SIGTERM, and one during a drain changes nothing', async (t) => {
-    const [hungUp, during] = await Promise.all([
-      gatewayWithoutDelay(t, 'hangup', { LOG_LEVEL: 'info' }),
-      gatewayWithoutDelay(t, 'hangup while draining', { LOG_LEVEL: 'info' }),
-    ])
-    for (const started of [hungUp, during]) {
-      const { upstream, gateway } = started
-      const { inFlight } = await holdRequest(t, started, 'hangup')
-      if (gateway === during.gateway) {
-        gateway.child.kill('SIGTERM')
-        await sleep(1_500)
-      }
-      gateway.child.kill('SIGHUP')
-      t.not(await eventually(HANG_TIMEOUT, () => refuses(gateway.port), 10), null, 'draining')
-      await sleep(500)
-      t.notOk(gateway.exited(), 'it waits for the request in flight')
-      upstream.release()
-      const outcome = await inFlight
-      t.equal(outcome instanceof Error ? outcome.message : outcome.status, 200, 'the request in flight: 200')
-      t.same(await exitWithin(gateway, EXIT_TIMEOUT), { code: 0, signal: null }, `exit 0\nstderr: ${gateway.stderr()}`)
-      const first = gateway === during.gateway ? 'SIGTERM' : 'SIGHUP'
-      t.match(gateway.stdout(), new RegExp(`"signal":"${first}".*"msg":"draining"`), `draining on ${first}`)
-      closedCleanly(t, gateway.stdout())
-    }
-  })
-
-  // An unhandled rejection is a bug somewhere (docs/operations.md names no such case): the gateway
-  // must not go on in an unknown state, nor die on the spot with its counts unflushed. It drains like
-  // a SIGTERM and exits 1, so the orchestrator restarts it and the exit shows in its events.
-  t.test('an unhandled rejection: the gateway drains, flushes usage and exits 1', async (t) => {
-    const { db, upstream, gateway, parent } = await gatewayWithoutDelay(t, 'rejection', {
-      NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${new URL('../fixtures/reject-on-sigwinch.mjs', import.meta.url).href}`,
-    })
-    upstream.release()
-    const served = await callAs(gateway.base, parent.apiKey, { path: '/v1/orders' })
-    t.equal(served.status, 200, 'a request is served before the rejection')
-
-    gateway.child.kill('SIGWINCH')
-    const exit = await exitWithin(gateway, EXIT_TIMEOUT)
-    t.same(exit, { code: 1, signal: null }, `the process exits 1\nstderr: ${gateway.stderr()}`)
-    const errors = logLines(gateway.stdout()).filter((line) => line.level >= 50)
-    t.equal(errors.filter((line) => /closing after an error/.test(line.msg)).length, 1, 'it closes once')
-    t.ok(
-      errors.some((line) => /closing after an error/.test(line.msg) && JSON.stringify(line).includes('planted 1')),
-      'it logs the first rejection as the reason it closes',
-    )
-    t.ok(
-      errors.some((line) => /another unhandled rejection/.test(line.msg) && JSON.stringify(line).includes('planted 2')),
-      'and the second one as such',
-    )
-    t.same(await usageByClass(db.sql, parent.id), { '2xx': 1 }, 'the request is counted, once')
-  })
+  // The relayed second signal, a hangup and an unhandled rejection: test/integration/start-gateway.test.ts,
+  // in process.
 
   t.test('the health paths answer on the metrics port while clients hold every public connection', async (t) => {
     const { gateway } = await gatewayWithoutDelay(t, 'probed', { MAX_CONNECTIONS: '3' })

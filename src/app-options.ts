@@ -1,0 +1,283 @@
+// What buildApp (app.ts) hands each registration, one named function a feature: the Fastify options,
+// the server's settings, and each plugin's options from AppDeps and the decorations registered
+// before it. Apart from app.ts so that buildApp reads as the order of registration.
+import type {
+  FastifyBaseLogger,
+  FastifyHttpOptions,
+  FastifyInstance,
+  FastifyServerOptions,
+  RawServerDefault,
+} from 'fastify'
+import { LogController } from 'fastify'
+import type { AppDeps } from './app-deps.js'
+import { AccessTokens } from './auth/access-tokens.js'
+import { ConfigError } from './config.js'
+import { sendFrameworkError } from './http/error-handler.js'
+import { deferContinue } from './http/expect-continue.js'
+import { refuseClientError } from './http/parser-refusal.js'
+import { parseQueryString } from './http/query-string.js'
+import { requestId } from './http/request-id.js'
+import {
+  HEADERS_TIMEOUT_MS,
+  KEEP_ALIVE_TIMEOUT_MS,
+  MANAGEMENT_BODY_LIMIT,
+  MAX_HEAD_BYTES,
+  hearUpgradeErrors,
+  serverOptions,
+} from './http/server-limits.js'
+import { keepForwardedAddresses } from './guardrails/caller-address.js'
+import { identityAssertions } from './identity/assertions.js'
+import { LogReads, type RequestLogReader } from './management/log-reads.js'
+import type { ManagementOptions } from './management/routes.js'
+import { lazyChildLogger } from './ops/logging.js'
+import type { ConsoleOptions } from './console/plugin.js'
+import type { PortalOptions } from './portal/plugin.js'
+import { limitGate } from './proxy/limit-gate.js'
+import type { ProxyOptions } from './proxy/options.js'
+import type { ProxyRoute } from './proxy/route.js'
+import { loadRouteTable } from './proxy/route-table.js'
+import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
+import { WebSocketRuntime } from './proxy/websocket/runtime.js'
+
+function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
+  return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'
+}
+
+/** What buildApp checks before it opens anything. */
+export interface CheckedDeps {
+  routes: readonly ProxyRoute[]
+  /** The key that opens the stored signing keys; undefined when the caller hands a keyring. */
+  signingKeysKey: Buffer | undefined
+  /** ENCRYPTION_KEY: kept idempotent answers and webhook secrets are sealed under it (management/). */
+  answersKey: Buffer
+}
+
+/** The route table (a bad one stops the gateway before it opens anything) and the keys. */
+export function checkDeps(deps: AppDeps): CheckedDeps {
+  const routes = deps.routes ?? loadRouteTable(deps.config.gatewayConfig, deps.config.upstreamUrl, deps.config.console)
+  // Stored signing keys need the key that opens them; a keyring of the caller's does not.
+  const signingKeysKey = deps.keyring === undefined ? deps.config.encryptionKey : undefined
+  if (deps.keyring === undefined && signingKeysKey === undefined)
+    throw new ConfigError('ENCRYPTION_KEY', 'is required to load the signing keys')
+  const answersKey = deps.config.encryptionKey
+  if (answersKey === undefined) throw new ConfigError('ENCRYPTION_KEY', 'is required to keep idempotent answers')
+  return { routes, signingKeysKey, answersKey }
+}
+
+/** True when the app writes its own lines (request accounting) and child loggers are wanted. */
+export const logging = (deps: AppDeps) => deps.logger !== undefined && deps.logger !== false
+
+export function fastifyOptions(deps: AppDeps): FastifyHttpOptions<RawServerDefault, FastifyBaseLogger> {
+  return {
+    frameworkErrors: sendFrameworkError,
+    ...(isLoggerInstance(deps.logger)
+      ? { loggerInstance: deps.logger }
+      : { logger: (deps.logger ?? false) as FastifyServerOptions['logger'] }),
+    // One line per request, written by requestAccounting, instead of fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
+    ...(logging(deps) ? { childLoggerFactory: lazyChildLogger } : {}),
+    // Requests that arrive on an open connection while the gateway closes are served (with
+    // Connection: close), not refused: a rolling deploy should fail no request.
+    return503OnClosing: false,
+    genReqId: requestId,
+    // request.ip: the peer, or behind a trusted proxy the right-most X-Forwarded-For address not
+    // among TRUSTED_PROXIES (proxy-addr). Nothing trusted by default.
+    trustProxy: deps.config.trustedProxies.length === 0 ? false : [...deps.config.trustedProxies],
+    clientErrorHandler: refuseClientError,
+    bodyLimit: MANAGEMENT_BODY_LIMIT,
+    // Refuse `{"__proto__": …}` and `{"constructor": {"prototype": …}}` outright.
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    // An id of any length reaches its route, whose handler answers 404 not_found: with a lower
+    // limit, find-my-way skips the route and a catch-all proxy route takes the path instead (404
+    // route_not_found). Only parameters of regex routes cost more when longer; the gateway has none.
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_HEAD_BYTES, querystringParser: parseQueryString },
+    http: serverOptions(deps.tuning?.headersTimeoutMs ?? HEADERS_TIMEOUT_MS),
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+  }
+}
+
+/** The server's settings and the hooks that come before anything else. */
+export function configureServer(app: FastifyInstance, deps: AppDeps, routes: readonly ProxyRoute[]): void {
+  // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
+  app.server.maxConnections = deps.config.maxConnections
+  // Only where a route takes WebSockets: elsewhere Node hands no upgrade over.
+  if (routes.some((route) => route.websocket !== null)) hearUpgradeErrors(app.server)
+  // Before anything reads request.ip: an X-Forwarded-For entry that is not an address is absent.
+  if (deps.config.trustedProxies.length > 0) app.addHook('onRequest', keepForwardedAddresses)
+  // No count at the parser: every field reaches the request guards, which refuse past 100 in
+  // each route's shape (431: http/guards.ts; the token endpoint's is RFC 6749's). Past a count,
+  // Node 20 drops the rest without a word (a second Authorization the single-header rule must
+  // see), and Node 26, the image's, refuses on the socket before any route is known. The
+  // parser's 16 KiB a head bounds the fields kept.
+  app.server.maxHeadersCount = 0
+  deferContinue(app)
+  // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
+  app.decorateRequest('principal', null)
+  app.decorateRequest('actingTenant', null)
+  // A 401 for a key that exists (revoked, expired): its caller, for the request log only.
+  app.decorateRequest('refusedKey', null)
+  // Set by the error handler, and the proxy's admission step: read by the request log.
+  app.decorateReply('problemCode', null)
+  app.decorateRequest('routePrefix', '')
+}
+
+/** The Redis the tenancy cache and the limiter share, and its key prefix. */
+const redisOf = (deps: AppDeps) => ({
+  sql: deps.store.sql,
+  redis: deps.config.redis,
+  keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
+})
+
+export const cacheOptions = (deps: AppDeps) => ({ ...redisOf(deps), timings: deps.tuning?.cacheTimings })
+
+export const limitsOptions = (deps: AppDeps) => ({ ...redisOf(deps), timings: deps.tuning?.limitTimings })
+
+export function signingKeysOptions(deps: AppDeps, encryptionKey: Buffer) {
+  return {
+    sql: deps.store.sql,
+    encryptionKey,
+    rotationDays: deps.config.signingKeyRotationDays,
+    reloadIntervalMs: deps.tuning?.signingKeys?.reloadIntervalMs,
+  }
+}
+
+export function requestLogOptions(deps: AppDeps) {
+  const logStore = deps.requestLogStore ?? deps.store
+  return {
+    sql: logStore.sql,
+    // A real Postgres takes the rows as a binary COPY, on a connection of the writer's own.
+    ...(logStore.openOwnConnection === undefined ? {} : { openCopyConnection: logStore.openOwnConnection }),
+    retentionDays: deps.config.requestLogRetentionDays,
+    ...deps.tuning?.requestLog,
+  }
+}
+
+export function eventRetentionOptions(deps: AppDeps) {
+  return { sql: deps.store.sql, retentionDays: deps.config.eventsRetentionDays, ...deps.tuning?.eventRetention }
+}
+
+export function webhookDeliveryOptions(deps: AppDeps, encryptionKey: Buffer) {
+  const tuning = deps.tuning?.webhookDelivery
+  return {
+    sql: deps.store.sql,
+    encryptionKey,
+    schedule: deps.config.webhooksRetrySchedule,
+    listen: !deps.store.embedded,
+    ...tuning,
+    delivery: { allowInsecure: deps.config.webhooksAllowInsecure, ...tuning?.delivery },
+  }
+}
+
+/** The verifier of access tokens the tenancy check uses (app.accessTokens). */
+export function accessTokens(app: FastifyInstance, deps: AppDeps): AccessTokens {
+  return new AccessTokens(app.keyring, {
+    issuer: deps.config.issuerUrl,
+    verifications: app.metrics.credentials.tokenVerifications,
+  })
+}
+
+export function oauthOptions(app: FastifyInstance, deps: AppDeps) {
+  return {
+    sql: deps.store.sql,
+    keyring: app.keyring,
+    issuerUrl: deps.config.issuerUrl,
+    issuerUrlIsDefault: deps.config.issuerUrlIsDefault,
+    ttlSeconds: deps.config.accessTokenTtlSeconds,
+    signatures: app.metrics.credentials.signatures.accessToken,
+    clientLookupCounts: {
+      query: () => app.metrics.cache.storeLookups.postgres.inc(),
+      clientIds: (n: number) => app.metrics.cache.postgresClientIds.inc(n),
+    },
+    bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
+  }
+}
+
+/** What the console's page lists of the route table. */
+export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): ConsoleOptions {
+  return {
+    routes: routes.map(({ prefix, scopes, websocket, ...route }) => ({
+      prefix,
+      scopes,
+      websocket: websocket && {
+        ...websocket,
+        maxPerAccount: websocket.maxPerAccount ?? defaultMaxWebSocketsPerAccount(deps.config.maxConnections),
+      },
+      public: route.public,
+    })),
+  }
+}
+
+/** One for the API and the portal: a parent's reads of its log at once are counted together. */
+export function requestLogReader(app: FastifyInstance): RequestLogReader | null {
+  return app.requestLog === null ? null : { sql: app.requestLogSql, reads: new LogReads() }
+}
+
+export function managementOptions(
+  app: FastifyInstance,
+  deps: AppDeps,
+  answersKey: Buffer,
+  requestLog: RequestLogReader | null,
+): ManagementOptions {
+  return {
+    sql: deps.store.sql,
+    lookups: app.tenancyCache.lookups,
+    cache: app.tenancyCache,
+    bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
+    limiter: app.limiter,
+    rate: deps.config.managementRate,
+    encryptionKey: answersKey,
+    webhooksAllowInsecure: deps.config.webhooksAllowInsecure,
+    webhookEndpointsMax: deps.config.webhookEndpointsMax,
+    idempotencySweepIntervalMs: deps.tuning?.idempotencySweepIntervalMs,
+    webhookLookup: deps.tuning?.webhookLookup,
+    requestLog,
+    keyMinted: app.alerts.keyMinted,
+    portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
+  }
+}
+
+export function portalOptions(deps: AppDeps, requestLog: RequestLogReader | null): PortalOptions {
+  return { sql: deps.store.sql, requestLog, issuerUrl: deps.config.issuerUrl, rate: deps.config.managementRate }
+}
+
+/** The open WebSockets, when a route takes them: told of revocations, counted in the metrics. */
+function webSocketRuntime(app: FastifyInstance, deps: AppDeps, routes: readonly ProxyRoute[]) {
+  if (!routes.some((route) => route.websocket !== null)) return null
+  const cache = app.tenancyCache
+  const webSockets = new WebSocketRuntime({
+    lookups: cache.lookups,
+    log: app.log,
+    account: app.accountRequest,
+    signingKeys: app.keyring,
+    maxConnections: deps.config.maxConnections,
+  })
+  // Revocation reaches open sockets through the bus that clears the caches (proxy/websocket/revocation.ts).
+  cache.onEvict(webSockets.evicted)
+  app.metrics.proxy.openWebSockets = (route) => webSockets.sockets.openOn(route)
+  for (const route of routes) if (route.websocket !== null) app.metrics.proxy.webSocketRoutes.push(route.prefix)
+  return webSockets
+}
+
+export function proxyOptions(app: FastifyInstance, deps: AppDeps, routes: readonly ProxyRoute[]): ProxyOptions {
+  const { metrics, tenancyCache: cache } = app
+  return {
+    routes,
+    webSockets: webSocketRuntime(app, deps, routes),
+    lookups: cache.lookups,
+    upstreamDuration: metrics.proxy.upstreamDuration,
+    recentAdmissions: metrics.proxy.recentAdmissions,
+    clientAborts: metrics.proxy.clientAborts,
+    upstreamSlots: metrics.proxy.upstreamSlots,
+    limits: limitGate({
+      limiter: app.limiter,
+      meter: app.usageMeter,
+      metrics: metrics.limits,
+      rateAlerts: app.alerts.rate,
+    }),
+    identity: routes.some((route) => route.identity !== null)
+      ? identityAssertions({ keyring: app.keyring, issuer: deps.config.issuerUrl, metrics: metrics.credentials, cache })
+      : null,
+    consoleServed: deps.config.console,
+  }
+}
