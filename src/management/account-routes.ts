@@ -7,17 +7,20 @@ import { scopeCeiling } from '../store/tenants.js'
 import { usageRows } from '../store/usage.js'
 import { shownLimits } from '../shared/tenant-limits.js'
 import { reportRange, usageEntries } from '../usage/report.js'
-import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
+import type { OperationTable } from './operation-table.js'
 import { AccountLimits, AccountScopes } from '../schemas/accounts.js'
 import { NoQuery, PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 import { UsageQuery, UsageReport } from '../schemas/usage.js'
 
-// Registered before /:sub_id; the router prefers these static segments anyway.
-export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
-  app.get(
-    '/usage',
-    { schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } } },
-    async (request) => {
+/** The account's reads, in the order they are registered: before /:sub_id, though the router prefers these static segments anyway. */
+export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'GET',
+    url: '/usage',
+    schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity, include } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
@@ -32,12 +35,14 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
       const entries = usageEntries(rows, granularity ?? 'range', include === 'name')
       return { from, to, ...(await cursors.page(entries, limit, ({ seq: _seq, ...entry }) => entry, scope)) }
     },
-  )
+  }),
 
-  app.get(
-    '/limits',
-    { schema: { ...operation('getAccountLimits'), querystring: NoQuery, response: { 200: AccountLimits } } },
-    async (request) => {
+  managementOperation({
+    method: 'GET',
+    url: '/limits',
+    schema: { ...operation('getAccountLimits'), querystring: NoQuery, response: { 200: AccountLimits } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
       const parentId = parentOf(request).id
       const month = monthOf(Date.now())
       // Two reads, not one snapshot: the use is a count that moves anyway (the meter flushes each second).
@@ -47,12 +52,14 @@ export function registerAccountRoutes(app: ManagementApp, { sql, cursors }: Mana
       ])
       return { account: shownLimits(limits), month, used }
     },
-  )
+  }),
 
   // A read of its own, not a field of /limits: that answer's shape is kept as it is (docs/decisions.md).
-  app.get(
-    '/scopes',
-    { schema: { ...operation('getAccountScopes'), querystring: NoQuery, response: { 200: AccountScopes } } },
-    async (request) => ({ allowed_scopes: await scopeCeiling(sql, parentOf(request).id) }),
-  )
-}
+  managementOperation({
+    method: 'GET',
+    url: '/scopes',
+    schema: { ...operation('getAccountScopes'), querystring: NoQuery, response: { 200: AccountScopes } },
+    config: { scope: 'sub_accounts:read' },
+    handler: async (request, _reply, { sql }) => ({ allowed_scopes: await scopeCeiling(sql, parentOf(request).id) }),
+  }),
+]

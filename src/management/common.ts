@@ -6,12 +6,15 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawServerDefau
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { ApiError, validationFailed } from '../errors.js'
 import type { Principal } from '../auth/principal.js'
-import { requireScope } from '../shared/scopes.js'
+import { type MANAGEMENT_SCOPES, requireScope } from '../shared/scopes.js'
 import type { Origin } from '../events/record.js'
 import type { CacheInvalidator } from '../cache/index.js'
 import type { Sql } from '../store/db.js'
 import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/tenants.js'
 import { isUuid } from '../shared/identifiers.js'
+import type { TenancyLookups } from '../shared/tenancy-records.js'
+import type { RequestLogReader } from './log-reads.js'
+import { defineOperation } from './operation-table.js'
 import { OPERATIONS } from './operations.js'
 import type { Cursors } from './paging.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
@@ -25,7 +28,7 @@ export type ManagementApp = FastifyInstance<
   TypeBoxTypeProvider
 >
 
-/** What the route files need from the plugin. */
+/** What the route files' handlers are given by the plugin. */
 export interface ManagementContext {
   sql: Sql
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
@@ -41,9 +44,27 @@ export interface ManagementContext {
     /** WEBHOOK_ENDPOINTS_MAX: a parent's endpoints at most. */
     endpointsMax: number
   }
+  /** The request log's reader; null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
+  requestLog: RequestLogReader | null
+  /** What tells a request log filter's sub-account and key from another parent's, read when a call comes. */
+  ownerLookups: () => Pick<TenancyLookups, 'subAccount' | 'keyById'>
+  /** The portal's public address (ISSUER_URL), where a portal session's link points. */
+  portalIssuerUrl: string | null
 }
 
-/** Management is for parent keys acting as their own account, with the scope of the method. */
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The scope a management operation needs (authorizeManagement checks it). */
+    scope?: ManagementScope
+  }
+}
+
+export type ManagementScope = (typeof MANAGEMENT_SCOPES)[number]
+
+/** A management operation: an entry of its resource's table, registered by routes.ts. */
+export const managementOperation = defineOperation<ManagementContext>()
+
+/** Management is for parent keys acting as their own account, with the scope of the operation (its route's config). */
 export function authorizeManagement(request: FastifyRequest): void {
   const principal = request.principal!
   if (principal.tenant.parentId !== null) {
@@ -55,10 +76,7 @@ export function authorizeManagement(request: FastifyRequest): void {
       'sub-accounts are managed by the parent acting as itself (X-Service-Acting-Tenant: self)',
     )
   }
-  requireScope(
-    principal.key.scopes,
-    request.method === 'GET' || request.method === 'HEAD' ? 'sub_accounts:read' : 'sub_accounts:write',
-  )
+  requireScope(principal.key.scopes, request.routeOptions.config.scope!)
 }
 
 /** The calling parent (authorizeManagement has made sure it is one). */

@@ -7,7 +7,8 @@ import { presentEvent } from '../events/present.js'
 import { EVENT_TYPES } from '../events/record.js'
 import { type EventFilter, getEvent, listEvents } from '../store/events.js'
 import { withActorNames } from './event-actors.js'
-import { type ManagementApp, type ManagementContext, notFound, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, notFound, operation, parentOf } from './common.js'
+import type { OperationTable } from './operation-table.js'
 import { Event, EventPage, EventParams, EventsQuery } from '../schemas/events.js'
 import { NoQuery, PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
@@ -31,11 +32,14 @@ function instant(value: string | undefined, name: 'since' | 'until'): Date | nul
 /** An event id as the gateway makes them (`evt_` and a ULID): anything else names no event. */
 const EVENT_ID = /^evt_[0-9A-HJKMNP-TV-Z]{26}$/
 
-export function registerEventRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
-  app.get(
-    '/events',
-    { schema: { ...operation('listEvents'), querystring: EventsQuery, response: { 200: EventPage } } },
-    async (request) => {
+/** The audit log's list and one event, in the order they are registered. */
+export const EVENT_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'GET',
+    url: '/events',
+    schema: { ...operation('listEvents'), querystring: EventsQuery, response: { 200: EventPage } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, since, until } = request.query
       const accountId = parentOf(request).id
       const scope = { list: 'events', owner: accountId } as const
@@ -58,18 +62,18 @@ export function registerEventRoutes(app: ManagementApp, { sql, cursors }: Manage
       if (request.query.expand !== 'actor') return page
       return { ...page, data: await withActorNames(sql, accountId, page.data) }
     },
-  )
+  }),
 
-  app.get(
-    '/events/:event_id',
-    {
-      schema: { ...operation('getEvent'), params: EventParams, querystring: NoQuery, response: { 200: Event } },
-    },
-    async (request) => {
+  managementOperation({
+    method: 'GET',
+    url: '/events/:event_id',
+    schema: { ...operation('getEvent'), params: EventParams, querystring: NoQuery, response: { 200: Event } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
       const id = request.params.event_id
       const row = EVENT_ID.test(id) ? await getEvent(sql, parentOf(request).id, id) : null
       if (row === null) throw notFound('event')
       return presentEvent(row)
     },
-  )
-}
+  }),
+]

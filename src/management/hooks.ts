@@ -1,8 +1,8 @@
 // The management API's own hooks, registered inside its plugin so that they run for its routes
-// only: the marking of its routes' kind, the deadline of a management call's store work, and the
-// deadline of its body.
+// only (routes.ts lists them in order, MANAGEMENT_HOOKS): the marking of its routes' kind, the
+// deadline of a management call's store work, and the deadline of its body.
 import { PassThrough } from 'node:stream'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler, RouteOptions } from 'fastify'
 import { ApiError } from '../errors.js'
 
 /** How long a management call's store work may take before it is answered 503 store_unavailable. */
@@ -30,11 +30,9 @@ declare module 'fastify' {
   }
 }
 
-/** Marks every route of the scope as management, for the metrics and the request line. */
-export function markManagementRoutes(scope: FastifyInstance): void {
-  scope.addHook('onRoute', (route) => {
-    route.config = { ...route.config, kind: 'management' }
-  })
+/** onRoute: marks a route of the scope as management, for the metrics and the request line. */
+export function markManagementRoute(route: RouteOptions): void {
+  route.config = { ...route.config, kind: 'management' }
 }
 
 function runStoreDeadline(timers: ManagementTimers, reply: FastifyReply): void {
@@ -101,22 +99,26 @@ export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: Fa
  * is cleared when a request body has been read, so it misses writes.) The body deadline: the
  * whole body must arrive within `bodyTimeoutMs` of the start of its reading, or it is 408
  * request_timeout and the connection is closed; a slow client is never blamed on the store.
+ * These are its hooks, each in its phase; `addManagementDeadline` adds them all to a scope.
  */
-export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MANAGEMENT_BODY_TIMEOUT_MS): void {
-  scope.decorateRequest('deadline', null)
-  scope.addHook('onRequest', (request, reply, done) => {
-    const timers: ManagementTimers = {
-      store: null,
-      storeLeftMs: MANAGEMENT_DEADLINE_MS,
-      storeSince: 0,
-      body: null,
-      answered: false,
-    }
-    request.deadline = timers
-    runStoreDeadline(timers, reply)
-    done()
-  })
-  scope.addHook('preParsing', (request, _reply, payload, done) => {
+
+/** onRequest: the store deadline starts. */
+export function startStoreDeadline(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  const timers: ManagementTimers = {
+    store: null,
+    storeLeftMs: MANAGEMENT_DEADLINE_MS,
+    storeSince: 0,
+    body: null,
+    answered: false,
+  }
+  request.deadline = timers
+  runStoreDeadline(timers, reply)
+  done()
+}
+
+/** preParsing: the store deadline pauses while the body is read, which must end within `bodyTimeoutMs`. */
+export function bodyDeadline(bodyTimeoutMs: number): preParsingHookHandler {
+  return (request, _reply, payload, done) => {
     const timers = request.deadline!
     pauseStoreDeadline(timers)
     if (!hasBody(request)) return done(null, payload)
@@ -134,38 +136,55 @@ export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MA
       )
     }, bodyTimeoutMs)
     done(null, timed)
-  })
-  scope.addHook('preValidation', (request, reply, done) => {
-    const timers = request.deadline!
+  }
+}
+
+/** preValidation: the body has arrived; the store deadline goes on with what is left. */
+export function resumeStoreDeadline(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  const timers = request.deadline!
+  clearBodyDeadline(timers)
+  if (timers.store === null) runStoreDeadline(timers, reply)
+  done()
+}
+
+/**
+ * onRoute: a handler still running when the deadline answered ends later, when its statements do:
+ * its outcome is an answer nobody waits for, which fastify would log again (an error at level
+ * error, an answer as a warning), a client able to cause both at will.
+ */
+export function dropLateAnswers(route: RouteOptions): void {
+  const handler = route.handler
+  route.handler = function (this: FastifyInstance, request, reply) {
+    const answer = handler.call(this, request, reply)
+    // A handler that answers through `reply` itself, later, is left as it is.
+    if (!(answer instanceof Promise)) return answer
+    return answer.then(
+      (payload) => (answeredByStoreDeadline(request) ? undefined : payload),
+      (err: unknown) => {
+        if (!answeredByStoreDeadline(request)) throw err
+        request.log.info({ err }, 'a call answered 503 at its store deadline ended late')
+        return undefined
+      },
+    )
+  }
+}
+
+/** onResponse: the deadlines' timers cleared. */
+export function clearDeadlines(request: FastifyRequest, _reply: FastifyReply, done: () => void): void {
+  const timers = request.deadline
+  if (timers !== null) {
+    if (timers.store !== null) clearTimeout(timers.store)
     clearBodyDeadline(timers)
-    if (timers.store === null) runStoreDeadline(timers, reply)
-    done()
-  })
-  // A handler still running when the deadline answered ends later, when its statements do: its
-  // outcome is an answer nobody waits for, which fastify would log again (an error at level error,
-  // an answer as a warning), a client able to cause both at will.
-  scope.addHook('onRoute', (route) => {
-    const handler = route.handler
-    route.handler = function (this: FastifyInstance, request, reply) {
-      const answer = handler.call(this, request, reply)
-      // A handler that answers through `reply` itself, later, is left as it is.
-      if (!(answer instanceof Promise)) return answer
-      return answer.then(
-        (payload) => (answeredByStoreDeadline(request) ? undefined : payload),
-        (err: unknown) => {
-          if (!answeredByStoreDeadline(request)) throw err
-          request.log.info({ err }, 'a call answered 503 at its store deadline ended late')
-          return undefined
-        },
-      )
-    }
-  })
-  scope.addHook('onResponse', (request, _reply, done) => {
-    const timers = request.deadline
-    if (timers !== null) {
-      if (timers.store !== null) clearTimeout(timers.store)
-      clearBodyDeadline(timers)
-    }
-    done()
-  })
+  }
+  done()
+}
+
+/** Adds the two deadlines' hooks to a scope (the management API's, the portal's API). */
+export function addManagementDeadline(scope: FastifyInstance, bodyTimeoutMs = MANAGEMENT_BODY_TIMEOUT_MS): void {
+  scope.decorateRequest('deadline', null)
+  scope.addHook('onRequest', startStoreDeadline)
+  scope.addHook('preParsing', bodyDeadline(bodyTimeoutMs))
+  scope.addHook('preValidation', resumeStoreDeadline)
+  scope.addHook('onRoute', dropLateAnswers)
+  scope.addHook('onResponse', clearDeadlines)
 }

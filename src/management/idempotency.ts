@@ -9,14 +9,14 @@
 // change committed all the same (the change's transaction marks the claim's row; events/record.ts):
 // then a retry is 409 idempotency_answer_lost, and nothing is made twice.
 import { randomUUID } from 'node:crypto'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, RequestPayload } from 'fastify'
 import { open, seal } from '../encryption/seal.js'
 import { ApiError } from '../errors.js'
 import { type Sql, withDeadline } from '../store/db.js'
 import {
-  claimIdempotencyKey,
+  claimIdempotencyKey as claimSlot,
   type IdempotencySlot,
-  keepIdempotentAnswer,
+  keepIdempotentAnswer as keepAnswer,
   type KeptAnswer,
   releaseIdempotencyKey,
 } from '../store/idempotency.js'
@@ -93,39 +93,46 @@ async function settle(
     if (value !== undefined) headers[name] = String(value)
   }
   const answer = { status: reply.statusCode, headers, sealedBody: seal(key, body, sealedFor(slot)) }
-  await keepIdempotentAnswer(sql, slot, claim!, answer, IDEMPOTENCY_KEEP_SECONDS)
+  await keepAnswer(sql, slot, claim!, answer, IDEMPOTENCY_KEEP_SECONDS)
 }
 
-/** Registers the hooks on the management scope, after its authorization and rate hooks. */
-export function addIdempotency(scope: FastifyInstance, options: IdempotencyOptions): void {
-  const { sql, encryptionKey } = options
+/**
+ * The hooks on the management scope, each in its phase, after its authorization and rate hooks
+ * (routes.ts, MANAGEMENT_HOOKS); `idempotencyRequests` declares what they share on a request.
+ */
+export function idempotencyRequests(scope: FastifyInstance): void {
   scope.decorateRequest('idempotency', null)
+}
 
-  // Before the body is read: a bad header is refused without waiting for it.
-  scope.addHook('onRequest', async (request) => {
-    if (!IDEMPOTENT_METHODS.has(request.method)) return
-    const idempotencyKey = idempotencyKeyOf(request)
-    if (idempotencyKey === null) return
-    request.idempotency = {
-      slot: { keyId: request.principal!.key.id, idempotencyKey },
-      fingerprint: new Fingerprint(request.method, request.url),
-      claim: null,
-    }
-  })
+/** onRequest, before the body is read: a bad header is refused without waiting for it. */
+export async function readIdempotencyKey(request: FastifyRequest): Promise<void> {
+  if (!IDEMPOTENT_METHODS.has(request.method)) return
+  const idempotencyKey = idempotencyKeyOf(request)
+  if (idempotencyKey === null) return
+  request.idempotency = {
+    slot: { keyId: request.principal!.key.id, idempotencyKey },
+    fingerprint: new Fingerprint(request.method, request.url),
+    claim: null,
+  }
+}
 
-  scope.addHook('preParsing', async (request, _reply, payload) => {
-    const idempotent = request.idempotency
-    return idempotent !== null && hasBody(request) ? idempotent.fingerprint.tap(payload) : payload
-  })
+/** preParsing: the body's bytes go into the fingerprint as they are read. */
+export async function fingerprintBody(request: FastifyRequest, _reply: FastifyReply, payload: RequestPayload) {
+  const idempotent = request.idempotency
+  return idempotent !== null && hasBody(request) ? idempotent.fingerprint.tap(payload) : payload
+}
 
-  // Once the body has arrived, before its validation: a request that is not the first with its
-  // key is answered here, and never reaches the handler.
-  scope.addHook('preValidation', async (request, reply) => {
+/**
+ * preValidation, once the body has arrived, before its validation: a request that is not the first
+ * with its key is answered here, and never reaches the handler.
+ */
+export function claimIdempotencyKey({ sql, encryptionKey }: IdempotencyOptions) {
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<unknown> => {
     const idempotent = request.idempotency
     if (idempotent === null) return
     const fingerprint = idempotent.fingerprint.digest()
     const claim = randomUUID()
-    const found = await claimIdempotencyKey(sql, idempotent.slot, fingerprint, claim, {
+    const found = await claimSlot(sql, idempotent.slot, fingerprint, claim, {
       keepSeconds: IDEMPOTENCY_KEEP_SECONDS,
       staleAfterSeconds: IDEMPOTENCY_STALE_CLAIM_SECONDS,
     })
@@ -155,10 +162,12 @@ export function addIdempotency(scope: FastifyInstance, options: IdempotencyOptio
       })
     }
     return replay(reply, idempotent.slot, found.answer, encryptionKey)
-  })
+  }
+}
 
-  // The answer is kept before the client sees it, so a retry that follows it finds it.
-  scope.addHook('onSend', async (request, reply, payload) => {
+/** onSend: the answer is kept before the client sees it, so a retry that follows it finds it. */
+export function keepIdempotentAnswer({ sql, encryptionKey }: IdempotencyOptions) {
+  return async (request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> => {
     if (request.idempotency?.claim == null) return payload
     stopStoreDeadline(request)
     if (answeredByStoreDeadline(request)) {
@@ -178,9 +187,12 @@ export function addIdempotency(scope: FastifyInstance, options: IdempotencyOptio
       request.log.error({ err }, 'the idempotent answer could not be kept')
     }
     return payload
-  })
+  }
+}
 
-  const sweep = new IdempotencySweep(sql, scope.log, options.sweepIntervalMs)
+/** Deletes expired keys on a timer, stopped when the scope closes. */
+export function startIdempotencySweep(scope: FastifyInstance, { sql, sweepIntervalMs }: IdempotencyOptions): void {
+  const sweep = new IdempotencySweep(sql, scope.log, sweepIntervalMs)
   sweep.start()
   scope.addHook('onClose', async () => sweep.stop())
 }

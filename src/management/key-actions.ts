@@ -2,6 +2,7 @@
 // API (key-routes.ts) and the sub-account portal (portal/api-routes.ts) both mint, roll and revoke
 // through these, so a key minted in the portal is held to the same key policy and scope ceiling.
 import type { Alerts } from '../alerts/plugin.js'
+import type { FastifyRequest } from 'fastify'
 import type { Static } from 'typebox'
 import { DEFAULT_ROLL_OVERLAP_SECONDS, parseExpiresAt } from '../shared/key-expiry.js'
 import { mintKeyWithEvent, revokeKeyWithEvent } from '../auth/key-changes.js'
@@ -30,6 +31,11 @@ export interface KeyActionContext {
   subAccount: TenantRow
   /** Told the end of each key minted or rolled (the alerts'). */
   keyMinted: Alerts['keyMinted']
+}
+
+/** The roll's preValidation: no body at all is an empty one, since every field is optional. */
+export async function noBodyIsEmpty(request: FastifyRequest): Promise<void> {
+  request.body ??= {}
 }
 
 /** A key with its secrets, as the mint and the roll show it, once. */

@@ -4,8 +4,8 @@ import type { FastifyRequest } from 'fastify'
 import { DEFAULT_ROLL_OVERLAP_SECONDS } from '../shared/key-expiry.js'
 import { getKey, listKeys } from '../store/api-keys.js'
 import {
-  type ManagementApp,
   type ManagementContext,
+  managementOperation,
   notFound,
   operation,
   originOf,
@@ -18,59 +18,68 @@ import {
   checkedMintBody,
   type KeyActionContext,
   mintSubAccountKey,
+  noBodyIsEmpty,
   revokeSubAccountKey,
   rollSubAccountKey,
   withSecrets,
 } from './key-actions.js'
+import type { OperationTable } from './operation-table.js'
 import { keyListScope } from './paging.js'
 import { presentKey } from '../schemas/present.js'
 import { ApiKey, ApiKeyPage, KeyParams, MintedApiKey, MintKeyBody, RollKeyBody } from '../schemas/keys.js'
 import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 import { SubAccountParams } from '../schemas/sub-accounts.js'
 
-export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors, keyMinted }: ManagementContext): void {
-  /** The calling parent's sub-account named in the path (404 otherwise), and who acts on its keys. */
-  const keyContext = async (request: FastifyRequest, subId: string): Promise<KeyActionContext> => ({
+/** The calling parent's sub-account named in the path (404 otherwise), and who acts on its keys. */
+async function keyContext(
+  request: FastifyRequest,
+  subId: string,
+  { sql, cache, keyMinted }: ManagementContext,
+): Promise<KeyActionContext> {
+  return {
     sql,
     cache,
     origin: originOf(request),
     parentId: parentOf(request).id,
     subAccount: await ownSubAccount(sql, request, subId),
     keyMinted,
-  })
+  }
+}
 
-  app.post(
-    '/:sub_id/api-keys',
-    {
-      schema: {
-        ...operation('createApiKey'),
-        params: SubAccountParams,
-        body: MintKeyBody,
-        response: { 201: MintedApiKey },
-      },
+/** API keys of a sub-account, in the order they are registered. */
+export const KEY_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: '/:sub_id/api-keys',
+    schema: {
+      ...operation('createApiKey'),
+      params: SubAccountParams,
+      body: MintKeyBody,
+      response: { 201: MintedApiKey },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, context) {
       const mint = checkedMintBody(request.body)
-      const minted = await mintSubAccountKey(await keyContext(request, request.params.sub_id), mint)
+      const minted = await mintSubAccountKey(await keyContext(request, request.params.sub_id, context), mint)
       // The key and the secret are in this response only: nothing on the way may keep a copy.
       return reply
         .code(201)
         .header('cache-control', 'no-store')
         .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
     },
-  )
+  }),
 
-  app.get(
-    '/:sub_id/api-keys',
-    {
-      schema: {
-        ...operation('listApiKeys'),
-        params: SubAccountParams,
-        querystring: PageQuery,
-        response: { 200: ApiKeyPage },
-      },
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id/api-keys',
+    schema: {
+      ...operation('listApiKeys'),
+      params: SubAccountParams,
+      querystring: PageQuery,
+      response: { 200: ApiKeyPage },
     },
-    async (request) => {
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = keyListScope(parentOf(request).id, request.params.sub_id)
       const afterSeq = await cursors.decode(cursor, scope)
@@ -79,52 +88,53 @@ export function registerKeyRoutes(app: ManagementApp, { sql, cache, cursors, key
       const nowMs = Date.now()
       return cursors.page(rows, limit, (row) => presentKey(row, nowMs), scope)
     },
-  )
+  }),
 
-  app.get(
-    '/:sub_id/api-keys/:key_id',
-    { schema: { ...operation('getApiKey'), params: KeyParams, response: { 200: ApiKey } } },
-    async (request) => {
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id/api-keys/:key_id',
+    schema: { ...operation('getApiKey'), params: KeyParams, response: { 200: ApiKey } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
       const { sub_id, key_id } = request.params
       const subAccount = await ownSubAccount(sql, request, sub_id)
       const row = await getKey(sql, subAccount.id, pathUuid(key_id, 'key'))
       if (row === null) throw notFound('key')
       return presentKey(row)
     },
-  )
+  }),
 
-  app.post(
-    '/:sub_id/api-keys/:key_id/revoke',
-    { schema: { ...operation('revokeApiKey'), params: KeyParams, response: { 200: ApiKey } } },
-    async (request) => {
+  managementOperation({
+    method: 'POST',
+    url: '/:sub_id/api-keys/:key_id/revoke',
+    schema: { ...operation('revokeApiKey'), params: KeyParams, response: { 200: ApiKey } },
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, _reply, context) {
       const { sub_id, key_id } = request.params
-      const context = await keyContext(request, sub_id)
-      return presentKey(await revokeSubAccountKey(context, pathUuid(key_id, 'key')))
+      const keys = await keyContext(request, sub_id, context)
+      return presentKey(await revokeSubAccountKey(keys, pathUuid(key_id, 'key')))
     },
-  )
+  }),
 
-  app.post(
-    '/:sub_id/api-keys/:key_id/roll',
-    {
-      schema: { ...operation('rollApiKey'), params: KeyParams, body: RollKeyBody, response: { 201: MintedApiKey } },
-      // No body at all is an empty one: every field is optional.
-      preValidation: async (request) => {
-        request.body ??= {}
-      },
-    },
-    async (request, reply) => {
+  managementOperation({
+    method: 'POST',
+    url: '/:sub_id/api-keys/:key_id/roll',
+    schema: { ...operation('rollApiKey'), params: KeyParams, body: RollKeyBody, response: { 201: MintedApiKey } },
+    config: { scope: 'sub_accounts:write' },
+    preValidation: noBodyIsEmpty,
+    async handler(request, reply, context) {
       const { sub_id, key_id } = request.params
-      const context = await keyContext(request, sub_id)
+      const keys = await keyContext(request, sub_id, context)
       const { minted } = await rollSubAccountKey(
-        context,
+        keys,
         pathUuid(key_id, 'key'),
         request.body.expires_in_seconds ?? DEFAULT_ROLL_OVERLAP_SECONDS,
       )
       return reply
         .code(201)
-        .header('location', `${MANAGEMENT_PREFIX}/${context.subAccount.id}/api-keys/${minted.row.id}`)
+        .header('location', `${MANAGEMENT_PREFIX}/${keys.subAccount.id}/api-keys/${minted.row.id}`)
         .header('cache-control', 'no-store')
         .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
     },
-  )
-}
+  }),
+]

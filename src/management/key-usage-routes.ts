@@ -2,23 +2,24 @@
 // made its requests, its own and its parent's. Beside the usage report, which is by sub-account.
 import { keyUsageRows } from '../store/usage.js'
 import { keyUsageEntries, reportRange } from '../usage/report.js'
-import { type ManagementApp, type ManagementContext, operation, ownSubAccount, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
+import type { OperationTable } from './operation-table.js'
 import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 import { SubAccountParams } from '../schemas/sub-accounts.js'
 import { KeyUsageQuery, KeyUsageReport } from '../schemas/usage.js'
 
-export function registerKeyUsageRoutes(app: ManagementApp, { sql, cursors }: ManagementContext): void {
-  app.get(
-    '/:sub_id/usage',
-    {
-      schema: {
-        ...operation('getSubAccountKeyUsage'),
-        params: SubAccountParams,
-        querystring: KeyUsageQuery,
-        response: { 200: KeyUsageReport },
-      },
+export const KEY_USAGE_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id/usage',
+    schema: {
+      ...operation('getSubAccountKeyUsage'),
+      params: SubAccountParams,
+      querystring: KeyUsageQuery,
+      response: { 200: KeyUsageReport },
     },
-    async (request) => {
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       // Unknown or another parent's: 404 before anything else is said about the query.
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
@@ -30,5 +31,5 @@ export function registerKeyUsageRoutes(app: ManagementApp, { sql, cursors }: Man
       const page = await cursors.page(keyUsageEntries(rows, sub.id), limit, ({ seq: _seq, ...entry }) => entry, scope)
       return { from, to, sub_account_id: sub.id, ...page }
     },
-  )
-}
+  }),
+]

@@ -16,8 +16,8 @@ import {
 } from '../store/portal-sessions.js'
 import { inTransaction } from '../store/transaction.js'
 import {
-  type ManagementApp,
   type ManagementContext,
+  managementOperation,
   notFound,
   operation,
   originOf,
@@ -34,6 +34,7 @@ import {
   PortalSessionParams,
 } from '../schemas/portal-sessions.js'
 import { SubAccountParams } from '../schemas/sub-accounts.js'
+import type { OperationTable } from './operation-table.js'
 
 /** A sub-account's open sessions at most: the list needs no paging, and a leaked parent key cannot hand out links without bound. */
 export const OPEN_PORTAL_SESSIONS_MAX = 50
@@ -64,18 +65,19 @@ function returnUrl(raw: string | undefined): string | null {
   return url.href
 }
 
-export function registerPortalSessionRoutes(app: ManagementApp, { sql }: ManagementContext, issuerUrl: string): void {
-  app.post(
-    '/:sub_id/portal-sessions',
-    {
-      schema: {
-        ...operation('createPortalSession'),
-        params: SubAccountParams,
-        body: CreatePortalSessionBody,
-        response: { 201: CreatedPortalSession },
-      },
+/** A sub-account's portal sessions: create, list, end, in the order they are registered (with the portal only). */
+export const PORTAL_SESSION_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: '/:sub_id/portal-sessions',
+    schema: {
+      ...operation('createPortalSession'),
+      params: SubAccountParams,
+      body: CreatePortalSessionBody,
+      response: { 201: CreatedPortalSession },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql, portalIssuerUrl }) {
       const back = returnUrl(request.body.return_url)
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       if (subAccount.status !== 'active')
@@ -113,40 +115,40 @@ export function registerPortalSessionRoutes(app: ManagementApp, { sql }: Managem
       })
       // The token is in this response only: nothing on the way may keep a copy. It is in the
       // fragment, which browsers never send (portal/plugin.ts: who may frame the page).
-      const url = `${issuerUrl}${PORTAL_PREFIX}/#${token}`
+      const url = `${portalIssuerUrl}${PORTAL_PREFIX}/#${token}`
       return reply
         .code(201)
         .header('cache-control', 'no-store')
         .send({ ...presentPortalSession(row), url })
     },
-  )
+  }),
 
-  app.get(
-    '/:sub_id/portal-sessions',
-    {
-      schema: {
-        ...operation('listPortalSessions'),
-        params: SubAccountParams,
-        response: { 200: PortalSessionList },
-      },
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id/portal-sessions',
+    schema: {
+      ...operation('listPortalSessions'),
+      params: SubAccountParams,
+      response: { 200: PortalSessionList },
     },
-    async (request) => {
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       const rows = await listOpenPortalSessions(sql, subAccount.id, OPEN_PORTAL_SESSIONS_MAX)
       return { data: rows.map(presentPortalSession) }
     },
-  )
+  }),
 
-  app.delete(
-    '/:sub_id/portal-sessions/:session_id',
-    {
-      schema: {
-        ...operation('deletePortalSession'),
-        params: PortalSessionParams,
-        response: { 204: Type.Null({ description: 'Ended (or it already was); no body' }) },
-      },
+  managementOperation({
+    method: 'DELETE',
+    url: '/:sub_id/portal-sessions/:session_id',
+    schema: {
+      ...operation('deletePortalSession'),
+      params: PortalSessionParams,
+      response: { 204: Type.Null({ description: 'Ended (or it already was); no body' }) },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql }) {
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       const sessionId = pathUuid(request.params.session_id, 'portal session')
       const origin = originOf(request)
@@ -171,5 +173,5 @@ export function registerPortalSessionRoutes(app: ManagementApp, { sql }: Managem
       // Every lookup of a session reads Postgres (portal/session-auth.ts): nothing cached to tell.
       return reply.code(204).send(null)
     },
-  )
-}
+  }),
+]

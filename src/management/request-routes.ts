@@ -6,9 +6,10 @@ import type { RequestFilter } from '../request-log/filters.js'
 import { listRequests, type RequestRow } from '../request-log/queries.js'
 import { requestById } from '../request-log/record-by-id.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
-import { type ManagementApp, type ManagementContext, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
 import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
 import { parentPlaces, type ReadPlace, type RequestLogReader } from './log-reads.js'
+import type { OperationTable } from './operation-table.js'
 import type { Cursors, CursorScope } from './paging.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from '../schemas/requests.js'
 import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
@@ -116,16 +117,14 @@ export async function requestPage(
   return { data: records.map(presentRequest), next_cursor: await cursors.encode(resumeBefore, scope) }
 }
 
-/** The log, or null when it is off (REQUEST_LOG_RETENTION_DAYS=0): every list is then empty. */
-export function registerRequestRoutes(
-  app: ManagementApp,
-  { cursors }: ManagementContext,
-  log: RequestLogReader | null,
-): void {
-  app.get(
-    '/requests',
-    { schema: { ...operation('listRequests'), querystring: RequestsQuery, response: { 200: RequestPage } } },
-    async (request) => {
+/** The log's list and one record, in the order they are registered; with the log off, every list is empty. */
+export const REQUEST_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'GET',
+    url: '/requests',
+    schema: { ...operation('listRequests'), querystring: RequestsQuery, response: { 200: RequestPage } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { cursors, requestLog: log, ownerLookups }) {
       const query = request.query
       const { limit = PAGE_LIMIT_DEFAULT } = query
       const scope = { list: 'requests', owner: parentOf(request).id } as const
@@ -135,7 +134,7 @@ export function registerRequestRoutes(
       const tenantId = query.sub_account_id?.toLowerCase() ?? null
       return requestPage(
         log,
-        app.tenancyCache.lookups,
+        ownerLookups(),
         parentOf(request).id,
         parentPlaces(parentOf(request).id),
         { ...filter, tenantId, beforeSeq },
@@ -144,12 +143,14 @@ export function registerRequestRoutes(
         scope,
       )
     },
-  )
+  }),
 
-  app.get(
-    '/requests/:id',
-    { schema: { ...operation('getRequest'), params: RequestParams, response: { 200: RequestRecord } } },
-    async (request) => {
+  managementOperation({
+    method: 'GET',
+    url: '/requests/:id',
+    schema: { ...operation('getRequest'), params: RequestParams, response: { 200: RequestRecord } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { requestLog: log }) {
       const accountId = parentOf(request).id
       const row =
         log === null
@@ -160,5 +161,5 @@ export function registerRequestRoutes(
       if (row === null) throw new ApiError('not_found', 'no request of this account has this id in the request log')
       return presentRequest(row)
     },
-  )
-}
+  }),
+]

@@ -1,8 +1,8 @@
 // The management API under /v1/sub-accounts (docs/api.md). Parent keys only, acting as themselves.
-// This plugin gives every route its hooks; the routes live in a file per resource beside it.
+// This plugin gives every route its hooks, MANAGEMENT_HOOKS in the order they run, then registers
+// the operations: a table per resource in the files beside it, MANAGEMENT_OPERATIONS in order.
 import type { Alerts } from '../alerts/plugin.js'
-import type { FastifyPluginAsync } from 'fastify'
-import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import type { CacheInvalidator } from '../cache/index.js'
 import { continueAfterChecks } from '../http/expect-continue.js'
 import type { Rate } from '../limits/bucket.js'
@@ -11,21 +11,37 @@ import type { Sql } from '../store/db.js'
 import { cursorSecret } from '../store/secrets.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
-import { registerAccountRoutes } from './account-routes.js'
+import { ACCOUNT_OPERATIONS } from './account-routes.js'
 import { authorizeManagement, type ManagementContext } from './common.js'
-import { registerEventRoutes } from './event-routes.js'
+import { EVENT_OPERATIONS } from './event-routes.js'
 import type { RequestLogReader } from './log-reads.js'
-import { registerRequestRoutes } from './request-routes.js'
-import { addManagementDeadline, markManagementRoutes } from './hooks.js'
-import { addIdempotency } from './idempotency.js'
-import { registerKeyRoutes } from './key-routes.js'
-import { registerKeyUsageRoutes } from './key-usage-routes.js'
-import { registerPortalSessionRoutes } from './portal-session-routes.js'
+import { REQUEST_OPERATIONS } from './request-routes.js'
+import {
+  bodyDeadline,
+  clearDeadlines,
+  dropLateAnswers,
+  MANAGEMENT_BODY_TIMEOUT_MS,
+  markManagementRoute,
+  resumeStoreDeadline,
+  startStoreDeadline,
+} from './hooks.js'
+import {
+  claimIdempotencyKey,
+  fingerprintBody,
+  idempotencyRequests,
+  keepIdempotentAnswer,
+  readIdempotencyKey,
+  startIdempotencySweep,
+} from './idempotency.js'
+import { KEY_OPERATIONS } from './key-routes.js'
+import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
+import { type OperationTable, registerOperations } from './operation-table.js'
+import { PORTAL_SESSION_OPERATIONS } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from '../limits/management-rate.js'
-import { registerSubAccountCollection, registerSubAccountItem } from './sub-account-routes.js'
-import { registerWebhookDeliveryRoutes } from './webhook-delivery-routes.js'
-import { registerWebhookEndpointRoutes } from './webhook-endpoint-routes.js'
+import { SUB_ACCOUNT_COLLECTION_OPERATIONS, SUB_ACCOUNT_ITEM_OPERATIONS } from './sub-account-routes.js'
+import { WEBHOOK_DELIVERY_OPERATIONS } from './webhook-delivery-routes.js'
+import { WEBHOOK_ENDPOINT_OPERATIONS } from './webhook-endpoint-routes.js'
 import type { LookupAll } from '../webhooks/url-policy.js'
 import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
 
@@ -56,20 +72,70 @@ export interface ManagementOptions {
   portalIssuerUrl: string | null
 }
 
+type HookPhase = 'onRoute' | 'onRequest' | 'preParsing' | 'preValidation' | 'onSend' | 'onResponse'
+
+/** A hook of the management scope: its phase, and the hook made from the plugin's options. */
+export interface ManagementHook {
+  name: string
+  phase: HookPhase
+  hook: (options: ManagementOptions, scope: FastifyInstance) => (...args: never[]) => unknown
+}
+
+/**
+ * The management scope's hooks, phase by phase, in the order they run (docs/architecture.md, the
+ * request's way). The onRoute hooks see each operation as it is registered, after these are added.
+ */
+export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
+  { name: 'route kind', phase: 'onRoute', hook: () => markManagementRoute },
+  { name: 'late answers dropped', phase: 'onRoute', hook: () => dropLateAnswers },
+  // Before the body: the store deadline covers the tenancy lookups; a refusal never waits for a body.
+  { name: 'store deadline starts', phase: 'onRequest', hook: () => startStoreDeadline },
+  { name: 'tenancy', phase: 'onRequest', hook: (o) => tenancyHook(o.lookups) },
+  { name: 'authorization', phase: 'onRequest', hook: () => async (request) => authorizeManagement(request) },
+  { name: 'management rate', phase: 'onRequest', hook: (o) => managementRate(o.limiter, o.rate) },
+  { name: 'idempotency key read', phase: 'onRequest', hook: () => readIdempotencyKey },
+  {
+    name: '100-continue',
+    phase: 'onRequest',
+    hook: (_o, scope) => continueAfterChecks(scope.initialConfig.bodyLimit ?? 0),
+  },
+  // The body, read under its own deadline.
+  {
+    name: 'body deadline',
+    phase: 'preParsing',
+    hook: (o) => bodyDeadline(o.bodyTimeoutMs ?? MANAGEMENT_BODY_TIMEOUT_MS),
+  },
+  { name: 'idempotency fingerprint', phase: 'preParsing', hook: () => fingerprintBody },
+  // Before validation: a repeated Idempotency-Key is answered here.
+  { name: 'store deadline resumes', phase: 'preValidation', hook: () => resumeStoreDeadline },
+  { name: 'idempotency claim or replay', phase: 'preValidation', hook: (o) => claimIdempotencyKey(o) },
+  { name: 'idempotent answer kept', phase: 'onSend', hook: (o) => keepIdempotentAnswer(o) },
+  { name: 'deadlines cleared', phase: 'onResponse', hook: () => clearDeadlines },
+]
+
+/** The management API's operations, in the order they are registered (the OpenAPI document's). */
+export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
+  ...SUB_ACCOUNT_COLLECTION_OPERATIONS,
+  ...ACCOUNT_OPERATIONS,
+  ...EVENT_OPERATIONS,
+  ...REQUEST_OPERATIONS,
+  ...WEBHOOK_ENDPOINT_OPERATIONS,
+  ...WEBHOOK_DELIVERY_OPERATIONS,
+  ...SUB_ACCOUNT_ITEM_OPERATIONS,
+  ...KEY_OPERATIONS,
+  ...KEY_USAGE_OPERATIONS,
+]
+
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
-  const { sql, lookups, cache } = options
-  const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
-  markManagementRoutes(plugin)
-  addManagementDeadline(plugin, options.bodyTimeoutMs)
-  app.addHook('onRequest', tenancyHook(lookups))
-  app.addHook('onRequest', async (request) => authorizeManagement(request))
-  app.addHook('onRequest', managementRate(options.limiter, options.rate))
-  addIdempotency(plugin, {
+  const { sql, cache } = options
+  plugin.decorateRequest('deadline', null)
+  idempotencyRequests(plugin)
+  for (const { phase, hook } of MANAGEMENT_HOOKS) plugin.addHook(phase as 'onRequest', hook(options, plugin) as never)
+  startIdempotencySweep(plugin, {
     sql,
     encryptionKey: options.encryptionKey,
     sweepIntervalMs: options.idempotencySweepIntervalMs,
   })
-  app.addHook('onRequest', continueAfterChecks(plugin.initialConfig.bodyLimit ?? 0))
 
   const context: ManagementContext = {
     sql,
@@ -82,15 +148,10 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
       lookup: options.webhookLookup,
       endpointsMax: options.webhookEndpointsMax ?? DEFAULT_WEBHOOK_ENDPOINTS_MAX,
     },
+    requestLog: options.requestLog,
+    ownerLookups: () => plugin.tenancyCache.lookups,
+    portalIssuerUrl: options.portalIssuerUrl,
   }
-  registerSubAccountCollection(app, context)
-  registerAccountRoutes(app, context)
-  registerEventRoutes(app, context)
-  registerRequestRoutes(app, context, options.requestLog)
-  registerWebhookEndpointRoutes(app, context)
-  registerWebhookDeliveryRoutes(app, context)
-  registerSubAccountItem(app, context)
-  registerKeyRoutes(app, context)
-  registerKeyUsageRoutes(app, context)
-  if (options.portalIssuerUrl !== null) registerPortalSessionRoutes(app, context, options.portalIssuerUrl)
+  registerOperations(plugin, MANAGEMENT_OPERATIONS, context)
+  if (options.portalIssuerUrl !== null) registerOperations(plugin, PORTAL_SESSION_OPERATIONS, context)
 }

@@ -4,8 +4,8 @@ import { listSubAccounts } from '../store/tenants.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
 import { limitsFromBody } from '../shared/tenant-limits.js'
 import {
-  type ManagementApp,
   type ManagementContext,
+  managementOperation,
   notFound,
   operation,
   originOf,
@@ -16,6 +16,7 @@ import {
   withConflictAsHttp,
 } from './common.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
+import type { OperationTable } from './operation-table.js'
 import { presentSubAccount } from '../schemas/present.js'
 import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
 import { listScope, listStart, parseInclude, sortsByName, withFigures } from './sub-account-list.js'
@@ -31,12 +32,14 @@ import {
 } from '../schemas/sub-accounts.js'
 import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
-/** The list and the create, on the prefix itself. */
-export function registerSubAccountCollection(app: ManagementApp, { sql, cache, cursors }: ManagementContext): void {
-  app.post(
-    '/',
-    { schema: { ...operation('createSubAccount'), body: CreateSubAccountBody, response: { 201: SubAccount } } },
-    async (request, reply) => {
+/** The create and the list, on the prefix itself, in the order they are registered. */
+export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: '/',
+    schema: { ...operation('createSubAccount'), body: CreateSubAccountBody, response: { 201: SubAccount } },
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql, cache }) {
       const body = request.body
       const row = await withConflictAsHttp(() =>
         createSubAccountWithEvent(sql, originOf(request), parentOf(request).id, {
@@ -55,14 +58,14 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
       ])
       return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
     },
-  )
+  }),
 
-  app.get(
-    '/',
-    {
-      schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
-    },
-    async (request) => {
+  managementOperation({
+    method: 'GET',
+    url: '/',
+    schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, status, external_id, q, sort = 'created_at' } = request.query
       const parentId = parentOf(request).id
       // A cursor is bound to the filters and the sort too: replayed under others it would skip
@@ -88,39 +91,61 @@ export function registerSubAccountCollection(app: ManagementApp, { sql, cache, c
       )
       return { ...page, data: await withFigures(sql, parentId, page.data, parseInclude(request.query.include)) }
     },
-  )
-}
+  }),
+]
 
-/** One sub-account by its id: get, update, deactivate, reactivate. */
-export function registerSubAccountItem(app: ManagementApp, { sql, cache }: ManagementContext): void {
-  app.get(
-    '/:sub_id',
-    {
-      schema: {
-        ...operation('getSubAccount'),
-        params: SubAccountParams,
-        querystring: GetSubAccountQuery,
-        response: { 200: SubAccountWithFigures },
-      },
+/** Deactivate or reactivate: the sub-account's status set, its cached entries told. */
+const setStatus = (action: 'deactivate' | 'reactivate', status: 'deactivated' | 'active') =>
+  managementOperation({
+    method: 'POST',
+    url: `/:sub_id/${action}`,
+    schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } },
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, _reply, { sql, cache }) {
+      const result = await setStatusWithEvent(
+        sql,
+        originOf(request),
+        parentOf(request).id,
+        pathUuid(request.params.sub_id),
+        status,
+      )
+      if (result === null) throw notFound()
+      const { row } = result
+      await cache.invalidate([...subAccountEntries(row.parent_id!, row.id), cacheKeys.anyActive(row.parent_id!)])
+      return presentSubAccount(row)
     },
-    async (request) => {
+  })
+
+/** One sub-account by its id: get, update, deactivate, reactivate, in the order they are registered. */
+export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id',
+    schema: {
+      ...operation('getSubAccount'),
+      params: SubAccountParams,
+      querystring: GetSubAccountQuery,
+      response: { 200: SubAccountWithFigures },
+    },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
       const sub = presentSubAccount(await ownSubAccount(sql, request, request.params.sub_id))
       const [shown] = await withFigures(sql, parentOf(request).id, [sub], parseInclude(request.query.include))
       return shown!
     },
-  )
+  }),
 
-  app.patch(
-    '/:sub_id',
-    {
-      schema: {
-        ...operation('updateSubAccount'),
-        params: SubAccountParams,
-        body: UpdateSubAccountBody,
-        response: { 200: SubAccount },
-      },
+  managementOperation({
+    method: 'PATCH',
+    url: '/:sub_id',
+    schema: {
+      ...operation('updateSubAccount'),
+      params: SubAccountParams,
+      body: UpdateSubAccountBody,
+      response: { 200: SubAccount },
     },
-    async (request) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, _reply, { sql, cache }) {
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
       const subId = pathUuid(request.params.sub_id)
@@ -150,28 +175,8 @@ export function registerSubAccountItem(app: ManagementApp, { sql, cache }: Manag
       }
       return presentSubAccount(row)
     },
-  )
+  }),
 
-  for (const [action, status] of [
-    ['deactivate', 'deactivated'],
-    ['reactivate', 'active'],
-  ] as const) {
-    app.post(
-      `/:sub_id/${action}`,
-      { schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } } },
-      async (request) => {
-        const result = await setStatusWithEvent(
-          sql,
-          originOf(request),
-          parentOf(request).id,
-          pathUuid(request.params.sub_id),
-          status,
-        )
-        if (result === null) throw notFound()
-        const { row } = result
-        await cache.invalidate([...subAccountEntries(row.parent_id!, row.id), cacheKeys.anyActive(row.parent_id!)])
-        return presentSubAccount(row)
-      },
-    )
-  }
-}
+  setStatus('deactivate', 'deactivated'),
+  setStatus('reactivate', 'active'),
+]

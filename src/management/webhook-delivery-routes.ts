@@ -7,14 +7,15 @@ import { inTransaction } from '../store/transaction.js'
 import { type AttemptPageRow, listAttempts, resendDelivery } from '../store/webhook-deliveries.js'
 import { getWebhookEndpoint } from '../store/webhook-endpoints.js'
 import {
-  type ManagementApp,
   type ManagementContext,
+  managementOperation,
   notFound,
   operation,
   originOf,
   parentOf,
   pathUuid,
 } from './common.js'
+import type { OperationTable } from './operation-table.js'
 import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 import { presentWebhookEndpoint } from './webhook-endpoint-changes.js'
 import { WEBHOOK_ENDPOINTS_PATH } from './webhook-endpoint-routes.js'
@@ -44,20 +45,20 @@ const EVENT_ID = /^evt_[0-9A-HJKMNP-TV-Z]{26}$/
 const endpointDisabled = () =>
   new ApiError('endpoint_disabled', 'the webhook endpoint is disabled: nothing is sent to it any more')
 
-export function registerWebhookDeliveryRoutes(app: ManagementApp, context: ManagementContext): void {
-  const { sql, cursors } = context
-  const notFoundEndpoint = () => notFound('webhook endpoint')
+const notFoundEndpoint = () => notFound('webhook endpoint')
 
-  app.post(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/test`,
-    {
-      schema: {
-        ...operation('sendWebhookTest'),
-        params: WebhookEndpointParams,
-        response: { 202: WebhookTestSent },
-      },
+/** A test send, a delivery's resend and the deliveries of an endpoint, in the order they are registered. */
+export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/test`,
+    schema: {
+      ...operation('sendWebhookTest'),
+      params: WebhookEndpointParams,
+      response: { 202: WebhookTestSent },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const accountId = parentOf(request).id
       const eventId = await inTransaction(sql, async (tx) => {
@@ -79,18 +80,18 @@ export function registerWebhookDeliveryRoutes(app: ManagementApp, context: Manag
       })
       return reply.code(202).send({ event_id: eventId, type: 'webhook_endpoint.test' as const })
     },
-  )
+  }),
 
-  app.post(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries/:event_id/retry`,
-    {
-      schema: {
-        ...operation('retryWebhookDelivery'),
-        params: DeliveryParams,
-        response: { 202: DeliveryResent },
-      },
+  managementOperation({
+    method: 'POST',
+    url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries/:event_id/retry`,
+    schema: {
+      ...operation('retryWebhookDelivery'),
+      params: DeliveryParams,
+      response: { 202: DeliveryResent },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const eventId = request.params.event_id
       const accountId = parentOf(request).id
@@ -111,19 +112,19 @@ export function registerWebhookDeliveryRoutes(app: ManagementApp, context: Manag
         queued: resent.queued,
       })
     },
-  )
+  }),
 
-  app.get(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries`,
-    {
-      schema: {
-        ...operation('listWebhookDeliveries'),
-        params: WebhookEndpointParams,
-        querystring: PageQuery,
-        response: { 200: DeliveryAttemptPage },
-      },
+  managementOperation({
+    method: 'GET',
+    url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries`,
+    schema: {
+      ...operation('listWebhookDeliveries'),
+      params: WebhookEndpointParams,
+      querystring: PageQuery,
+      response: { 200: DeliveryAttemptPage },
     },
-    async (request) => {
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
@@ -132,5 +133,5 @@ export function registerWebhookDeliveryRoutes(app: ManagementApp, context: Manag
       const rows = await listAttempts(sql, id, { limit: limit + 1, beforeSeq })
       return cursors.page(rows, limit, presentAttempt, scope)
     },
-  )
-}
+  }),
+]

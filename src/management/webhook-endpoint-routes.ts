@@ -8,8 +8,8 @@ import { EVENT_TYPES } from '../events/record.js'
 import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
 import { checkWebhookUrl, type UrlPolicyOptions, WebhookUrlError } from '../webhooks/url-policy.js'
 import {
-  type ManagementApp,
   type ManagementContext,
+  managementOperation,
   notFound,
   operation,
   originOf,
@@ -18,6 +18,7 @@ import {
 } from './common.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import { MANAGEMENT_DEADLINE_MS, outsideStoreDeadline } from './hooks.js'
+import type { OperationTable } from './operation-table.js'
 import {
   createWebhookEndpointWithEvent,
   deleteWebhookEndpointWithEvent,
@@ -67,30 +68,30 @@ async function checkUrl(raw: string, options: UrlPolicyOptions): Promise<void> {
   }
 }
 
-export function registerWebhookEndpointRoutes(app: ManagementApp, context: ManagementContext): void {
-  const { sql, cursors, webhooks } = context
-  const notFoundEndpoint = () => notFound('webhook endpoint')
+const notFoundEndpoint = () => notFound('webhook endpoint')
 
-  /** A 400 naming the first event type that is neither a catalogue type nor `<resource>.*`. */
-  const checkEventTypes = (types: readonly string[]) => {
-    const unknown = types.findIndex((name) => !isSubscribableEventType(name))
-    if (unknown !== -1) {
-      throw validationFailed([
-        { path: `/body/event_types/${unknown}`, message: 'is not an event type or <resource>.* (docs/events.md)' },
-      ])
-    }
+/** A 400 naming the first event type that is neither a catalogue type nor `<resource>.*`. */
+function checkEventTypes(types: readonly string[]): void {
+  const unknown = types.findIndex((name) => !isSubscribableEventType(name))
+  if (unknown !== -1) {
+    throw validationFailed([
+      { path: `/body/event_types/${unknown}`, message: 'is not an event type or <resource>.* (docs/events.md)' },
+    ])
   }
+}
 
-  app.post(
-    WEBHOOK_ENDPOINTS_PATH,
-    {
-      schema: {
-        ...operation('createWebhookEndpoint'),
-        body: CreateWebhookEndpointBody,
-        response: { 201: CreatedWebhookEndpoint },
-      },
+/** The webhook endpoints' create, list, get, change and delete, in the order they are registered. */
+export const WEBHOOK_ENDPOINT_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: WEBHOOK_ENDPOINTS_PATH,
+    schema: {
+      ...operation('createWebhookEndpoint'),
+      body: CreateWebhookEndpointBody,
+      response: { 201: CreatedWebhookEndpoint },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql, webhooks }) {
       const { body } = request
       checkEventTypes(body.event_types)
       // The resolver's wait is bounded on its own and is not store work (management/hooks.ts).
@@ -112,50 +113,50 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
         .header('cache-control', 'no-store')
         .send({ ...presentWebhookEndpoint(row), secret })
     },
-  )
+  }),
 
-  app.get(
-    WEBHOOK_ENDPOINTS_PATH,
-    {
-      schema: {
-        ...operation('listWebhookEndpoints'),
-        querystring: PageQuery,
-        response: { 200: WebhookEndpointPage },
-      },
+  managementOperation({
+    method: 'GET',
+    url: WEBHOOK_ENDPOINTS_PATH,
+    schema: {
+      ...operation('listWebhookEndpoints'),
+      querystring: PageQuery,
+      response: { 200: WebhookEndpointPage },
     },
-    async (request) => {
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-endpoints', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const rows = await listWebhookEndpoints(sql, parentOf(request).id, { limit: limit + 1, afterSeq })
       return cursors.page(rows, limit, presentWebhookEndpoint, scope)
     },
-  )
+  }),
 
-  app.get(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
-    {
-      schema: { ...operation('getWebhookEndpoint'), params: WebhookEndpointParams, response: { 200: WebhookEndpoint } },
-    },
-    async (request) => {
+  managementOperation({
+    method: 'GET',
+    url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
+    schema: { ...operation('getWebhookEndpoint'), params: WebhookEndpointParams, response: { 200: WebhookEndpoint } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const row = await getWebhookEndpoint(sql, parentOf(request).id, id)
       if (row === null) throw notFoundEndpoint()
       return presentWebhookEndpoint(row)
     },
-  )
+  }),
 
-  app.patch(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
-    {
-      schema: {
-        ...operation('updateWebhookEndpoint'),
-        params: WebhookEndpointParams,
-        body: UpdateWebhookEndpointBody,
-        response: { 200: WebhookEndpoint },
-      },
+  managementOperation({
+    method: 'PATCH',
+    url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
+    schema: {
+      ...operation('updateWebhookEndpoint'),
+      params: WebhookEndpointParams,
+      body: UpdateWebhookEndpointBody,
+      response: { 200: WebhookEndpoint },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql, webhooks }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const { body } = request
       if (body.event_types !== undefined) checkEventTypes(body.event_types)
@@ -175,22 +176,22 @@ export function registerWebhookEndpointRoutes(app: ManagementApp, context: Manag
       if (row === null) throw notFoundEndpoint()
       return presentWebhookEndpoint(row)
     },
-  )
+  }),
 
-  app.delete(
-    `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
-    {
-      schema: {
-        ...operation('deleteWebhookEndpoint'),
-        params: WebhookEndpointParams,
-        response: { 204: Type.Null({ description: 'Deleted; no body' }) },
-      },
+  managementOperation({
+    method: 'DELETE',
+    url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
+    schema: {
+      ...operation('deleteWebhookEndpoint'),
+      params: WebhookEndpointParams,
+      response: { 204: Type.Null({ description: 'Deleted; no body' }) },
     },
-    async (request, reply) => {
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const deleted = await deleteWebhookEndpointWithEvent(sql, originOf(request), parentOf(request).id, id)
       if (!deleted) throw notFoundEndpoint()
       return reply.code(204).send(null)
     },
-  )
-}
+  }),
+]

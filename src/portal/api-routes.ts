@@ -17,13 +17,15 @@ import {
   checkedMintBody,
   type KeyActionContext,
   mintSubAccountKey,
+  noBodyIsEmpty,
   revokeSubAccountKey,
   rollSubAccountKey,
   withSecrets,
 } from '../management/key-actions.js'
 import { type Cursors, keyListScope } from '../management/paging.js'
 import { presentKey } from '../schemas/present.js'
-import { requestFilter, requestPage } from '../management/request-routes.js'
+import { defineOperation, type OperationTable, registerOperations } from '../management/operation-table.js'
+import { type OwnerLookups, requestFilter, requestPage } from '../management/request-routes.js'
 import { RequestPage, RequestsQuery } from '../schemas/requests.js'
 import { ApiKey, ApiKeyPage, MintedApiKey, MintKeyBody, RollKeyBody } from '../schemas/keys.js'
 import { Limits } from '../schemas/limits.js'
@@ -35,7 +37,7 @@ import { getTenant } from '../store/tenants.js'
 import { usageRows } from '../store/usage.js'
 import { usageEntries } from '../usage/report.js'
 import { isUuid } from '../shared/identifiers.js'
-import { requirePermission, sessionOf } from './session-auth.js'
+import { checkPermission, sessionOf } from './session-auth.js'
 import { portalPlaces, type RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalApiContext {
@@ -67,6 +69,14 @@ const keyId = (value: string) => {
   return value.toLowerCase()
 }
 
+/** What the operations are given: the plugin's context, and the tenancy lookups of the request log's filters. */
+interface PortalApiOperationContext extends PortalApiContext {
+  ownerLookups: () => OwnerLookups
+}
+
+/** Every operation is left out of the OpenAPI document. */
+const hidden = { hide: true } as const
+
 /** The session's sub-account, fresh from Postgres (its key policy may have changed), and who acts. */
 async function keyContext(
   request: FastifyRequest,
@@ -86,15 +96,16 @@ async function keyContext(
   }
 }
 
-export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiContext): void {
-  const { sql, cursors } = context
-  const hidden = { hide: true }
+const portalOperation = defineOperation<PortalApiOperationContext>()
 
-  app.get(
-    '/keys',
-    { schema: { ...hidden, querystring: PageQuery, response: { 200: ApiKeyPage } } },
-    async (request) => {
-      requirePermission(request, 'keys:read')
+/** The portal API's operations, in the order they are registered, each behind its permission. */
+export const PORTAL_API_OPERATIONS: OperationTable<PortalApiOperationContext> = [
+  portalOperation({
+    method: 'GET',
+    url: '/keys',
+    schema: { ...hidden, querystring: PageQuery, response: { 200: ApiKeyPage } },
+    config: { permission: 'keys:read' },
+    async handler(request, _reply, { sql, cursors }) {
       const session = sessionOf(request)
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = keyListScope(session.account_id, session.sub_account_id)
@@ -103,13 +114,14 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
       const nowMs = Date.now()
       return cursors.page(rows, limit, (row) => presentKey(row, nowMs), scope)
     },
-  )
+  }),
 
-  app.post(
-    '/keys',
-    { schema: { ...hidden, body: MintKeyBody, response: { 201: MintedApiKey } } },
-    async (request, reply) => {
-      requirePermission(request, 'keys:write')
+  portalOperation({
+    method: 'POST',
+    url: '/keys',
+    schema: { ...hidden, body: MintKeyBody, response: { 201: MintedApiKey } },
+    config: { permission: 'keys:write' },
+    async handler(request, reply, context) {
       const mint = checkedMintBody(request.body)
       const minted = await mintSubAccountKey(await keyContext(request, context), mint)
       // The key and its secret are in this response only.
@@ -118,27 +130,24 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
         .header('cache-control', 'no-store')
         .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
     },
-  )
+  }),
 
-  app.post(
-    '/keys/:key_id/revoke',
-    { schema: { ...hidden, params: KeyIdParams, response: { 200: ApiKey } } },
-    async (request) => {
-      requirePermission(request, 'keys:write')
-      return presentKey(await revokeSubAccountKey(await keyContext(request, context), keyId(request.params.key_id)))
-    },
-  )
+  portalOperation({
+    method: 'POST',
+    url: '/keys/:key_id/revoke',
+    schema: { ...hidden, params: KeyIdParams, response: { 200: ApiKey } },
+    config: { permission: 'keys:write' },
+    handler: async (request, _reply, context) =>
+      presentKey(await revokeSubAccountKey(await keyContext(request, context), keyId(request.params.key_id))),
+  }),
 
-  app.post(
-    '/keys/:key_id/roll',
-    {
-      schema: { ...hidden, params: KeyIdParams, body: RollKeyBody, response: { 201: MintedApiKey } },
-      preValidation: async (request) => {
-        request.body ??= {}
-      },
-    },
-    async (request, reply) => {
-      requirePermission(request, 'keys:write')
+  portalOperation({
+    method: 'POST',
+    url: '/keys/:key_id/roll',
+    schema: { ...hidden, params: KeyIdParams, body: RollKeyBody, response: { 201: MintedApiKey } },
+    config: { permission: 'keys:write' },
+    preValidation: noBodyIsEmpty,
+    async handler(request, reply, context) {
       const { minted } = await rollSubAccountKey(
         await keyContext(request, context),
         keyId(request.params.key_id),
@@ -149,50 +158,56 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
         .header('cache-control', 'no-store')
         .send(withSecrets(minted.row, minted.apiKey, minted.clientSecret!))
     },
-  )
+  }),
 
   // This month's use against the sub-account's own quota, and its requests by day and status.
-  app.get('/usage', { schema: { ...hidden, response: { 200: PortalUsage } } }, async (request) => {
-    requirePermission(request, 'usage:read')
-    const session = sessionOf(request)
-    const nowMs = Date.now()
-    const month = monthOf(nowMs)
-    const [subAccount, used, rows] = await Promise.all([
-      getTenant(sql, session.sub_account_id),
-      monthUse(sql, { tenantId: session.sub_account_id, level: 'sub_account' }, month),
-      usageRows(sql, session.account_id, {
-        from: `${month}-01`,
-        to: new Date(nowMs).toISOString().slice(0, 10),
-        afterSeq: null,
-        limit: 1,
-        subAccountId: session.sub_account_id,
-      }),
-    ])
-    const entry = usageEntries(rows, 'day')[0]
-    let usage: UsageEntry | null = null
-    if (entry !== undefined) {
-      const { seq: _seq, ...rest } = entry
-      usage = rest
-    }
-    return { month, used, limits: shownLimits(subAccount?.limits), usage }
-  })
+  portalOperation({
+    method: 'GET',
+    url: '/usage',
+    schema: { ...hidden, response: { 200: PortalUsage } },
+    config: { permission: 'usage:read' },
+    async handler(request, _reply, { sql }) {
+      const session = sessionOf(request)
+      const nowMs = Date.now()
+      const month = monthOf(nowMs)
+      const [subAccount, used, rows] = await Promise.all([
+        getTenant(sql, session.sub_account_id),
+        monthUse(sql, { tenantId: session.sub_account_id, level: 'sub_account' }, month),
+        usageRows(sql, session.account_id, {
+          from: `${month}-01`,
+          to: new Date(nowMs).toISOString().slice(0, 10),
+          afterSeq: null,
+          limit: 1,
+          subAccountId: session.sub_account_id,
+        }),
+      ])
+      const entry = usageEntries(rows, 'day')[0]
+      let usage: UsageEntry | null = null
+      if (entry !== undefined) {
+        const { seq: _seq, ...rest } = entry
+        usage = rest
+      }
+      return { month, used, limits: shownLimits(subAccount?.limits), usage }
+    },
+  }),
 
-  app.get(
-    '/requests',
-    { schema: { ...hidden, querystring: PortalRequestsQuery, response: { 200: RequestPage } } },
-    async (request) => {
-      requirePermission(request, 'requests:read')
+  portalOperation({
+    method: 'GET',
+    url: '/requests',
+    schema: { ...hidden, querystring: PortalRequestsQuery, response: { 200: RequestPage } },
+    config: { permission: 'requests:read' },
+    async handler(request, _reply, { cursors, requestLog, ownerLookups }) {
       const session = sessionOf(request)
       const { limit = PAGE_LIMIT_DEFAULT } = request.query
       // Its own cursors: a parent's cursor of the whole account's log does not page this one.
       const scope = { list: 'requests', owner: `${session.account_id}/${session.sub_account_id}` } as const
       const beforeSeq = await cursors.decode(request.query.cursor, scope)
       const filter = requestFilter(request.query)
-      if (context.requestLog === null) return { data: [], next_cursor: null }
+      if (requestLog === null) return { data: [], next_cursor: null }
       const tenantId = session.sub_account_id
       return requestPage(
-        context.requestLog,
-        app.tenancyCache.lookups,
+        requestLog,
+        ownerLookups(),
         session.account_id,
         portalPlaces(session.account_id, tenantId),
         { ...filter, tenantId, beforeSeq },
@@ -201,5 +216,11 @@ export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiCo
         scope,
       )
     },
-  )
+  }),
+]
+
+/** On the session's scope: each operation's permission checked just before its handler, then the table. */
+export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiContext): void {
+  app.addHook('preHandler', checkPermission)
+  registerOperations(app, PORTAL_API_OPERATIONS, { ...context, ownerLookups: () => app.tenancyCache.lookups })
 }

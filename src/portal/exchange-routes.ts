@@ -14,6 +14,7 @@ import type { PortalCredentialLookups, PortalLink } from './credential-lookups.j
 import { digest, generateSessionSecret, isWellFormedLinkToken } from '../auth/portal-credentials.js'
 import { PORTAL_PREFIX } from '../shared/paths.js'
 import { SESSION_COOKIE, sessionAuth, sessionOf } from './session-auth.js'
+import { defineOperation, type OperationTable, registerOperations } from '../management/operation-table.js'
 
 /** The most frames a page may sit in: more is no embedding a parent would make. */
 const ANCESTORS_MAX = 16
@@ -93,17 +94,23 @@ function requireAllowedAncestors(link: PortalLink, ancestors: readonly string[] 
     )
 }
 
-export function registerExchangeRoutes(
-  app: ManagementApp,
-  sql: Sql,
-  lookups: PortalCredentialLookups,
-  issuerUrl: string,
-): void {
-  const hidden = { hide: true }
-  app.post(
-    '/session',
-    { schema: { ...hidden, body: ExchangeBody, response: { 201: SessionInfo } } },
-    async (request, reply) => {
+/** What the exchange's operations are given. */
+interface ExchangeContext {
+  sql: Sql
+  lookups: PortalCredentialLookups
+  /** ISSUER_URL: the links' origin; https there makes the session cookie Secure. */
+  issuerUrl: string
+}
+
+const exchangeOperation = defineOperation<ExchangeContext>()
+
+/** The exchange, and what the session is, in the order they are registered; out of the OpenAPI document. */
+export const EXCHANGE_OPERATIONS: OperationTable<ExchangeContext> = [
+  exchangeOperation({
+    method: 'POST',
+    url: '/session',
+    schema: { hide: true, body: ExchangeBody, response: { 201: SessionInfo } },
+    async handler(request, reply, { sql, lookups, issuerUrl }) {
       const { token, embedded = false, ancestor_origins: ancestors } = request.body
       // Only the portal's own page exchanges a link: a browser that says another site sent the
       // request (a login CSRF, planting the attacker's session) is refused.
@@ -128,26 +135,42 @@ export function registerExchangeRoutes(
       // Embedded in the parent's page, the portal is a third-party frame: a SameSite=Strict cookie
       // would never come back, so the page holds the token in memory instead (docs/decisions.md).
       if (embedded) return { ...info, session_token: secret }
-      const maxAge = Math.max(1, Math.floor((session.expires_at.getTime() - Date.now()) / 1000))
-      const attributes = [
-        `${SESSION_COOKIE}=${secret}`,
-        `Path=${PORTAL_PREFIX}/`,
-        `Max-Age=${maxAge}`,
-        'HttpOnly',
-        'SameSite=Strict',
-        ...(isHttps(request, issuerUrl) ? ['Secure'] : []),
-      ]
-      reply.header('set-cookie', attributes.join('; '))
+      reply.header('set-cookie', sessionCookie(secret, session, isHttps(request, issuerUrl)))
       return info
     },
-  )
+  }),
 
-  app.get(
-    '/session',
-    { schema: { ...hidden, response: { 200: SessionInfo } }, onRequest: sessionAuth(lookups) },
-    async (request, reply) => {
+  exchangeOperation({
+    method: 'GET',
+    url: '/session',
+    schema: { hide: true, response: { 200: SessionInfo } },
+    onRequest: ({ lookups }) => sessionAuth(lookups),
+    async handler(request, reply, { sql }) {
       reply.header('cache-control', 'no-store')
       return sessionInfo(sql, sessionOf(request))
     },
-  )
+  }),
+]
+
+/** The session cookie: its path the portal's, gone when the session expires. */
+function sessionCookie(secret: string, session: PortalSessionRow, secure: boolean): string {
+  const maxAge = Math.max(1, Math.floor((session.expires_at.getTime() - Date.now()) / 1000))
+  const attributes = [
+    `${SESSION_COOKIE}=${secret}`,
+    `Path=${PORTAL_PREFIX}/`,
+    `Max-Age=${maxAge}`,
+    'HttpOnly',
+    'SameSite=Strict',
+    ...(secure ? ['Secure'] : []),
+  ]
+  return attributes.join('; ')
+}
+
+export function registerExchangeRoutes(
+  app: ManagementApp,
+  sql: Sql,
+  lookups: PortalCredentialLookups,
+  issuerUrl: string,
+): void {
+  registerOperations(app, EXCHANGE_OPERATIONS, { sql, lookups, issuerUrl })
 }

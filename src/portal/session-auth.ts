@@ -21,6 +21,10 @@ declare module 'fastify' {
     /** The portal session of a /portal/api call, once session-auth has found it. */
     portalSession: PortalSessionRow | null
   }
+  interface FastifyContextConfig {
+    /** The permission a portal API operation needs (checkPermission checks it). */
+    permission?: PortalPermission
+  }
 }
 
 /** The value of one cookie of the request, or null. */
@@ -70,6 +74,11 @@ export function sessionAuth(lookups: PortalCredentialLookups) {
 
 /** The request's session (sessionAuth has found it). */
 export const sessionOf = (request: FastifyRequest): PortalSessionRow => request.portalSession!
+
+/** preHandler, just before the handler: 403 unless the session was given its operation's permission (its route's config). */
+export async function checkPermission(request: FastifyRequest): Promise<void> {
+  requirePermission(request, request.routeOptions.config.permission!)
+}
 
 /** 403 unless the session was given `permission`. */
 export function requirePermission(request: FastifyRequest, permission: PortalPermission): void {
