@@ -1,141 +1,17 @@
-// The console in a real browser (docs/console.md), against a gateway on a socket with the real
-// Postgres and Redis and an upstream: sign-in, sub-accounts, keys, limits, proxied traffic drawn
-// by the usage chart, the audit log, webhook endpoints, every kind of error shown, axe-core on
-// every screen, and screenshots at 1280 and 390 pixels wide.
+// The console in a real browser (docs/console.md), one account's story: sign-in, the keyboard,
+// sub-accounts, keys, limits and details, proxied traffic drawn by the usage chart, a key rolled
+// and revoked, every change in the audit log, and the screens on a phone and in the dark theme.
+// The bench (gateway, upstream, Chromium, axe): test/helpers/console-session.ts.
 import t from 'tap'
-import type { Page } from 'playwright-core'
-import { mintKey } from '../../src/auth/mint.js'
-import { KEY_COMMANDS } from '../../src/cli/key-commands.js'
-import type { Config } from '../../src/config.js'
-import {
-  type AxeFinding,
-  axeFindings,
-  launchBrowser,
-  screenshots,
-  watchPage,
-  writeArtifact,
-} from '../helpers/browser.js'
-import { startGateway } from '../helpers/gateway.js'
-import { eventually, sleep } from '../helpers/poll.js'
-import { REDIS_URL } from '../helpers/redis.js'
-import { startUpstream } from '../helpers/upstream.js'
-import { answerOk, startReceiver } from '../helpers/webhook-receiver.js'
+import { writeArtifact } from '../helpers/browser.js'
+import { sleep } from '../helpers/poll.js'
+import { alert, cardsFit, checkNothingForeign, dialogs, findings, gateway } from '../helpers/console-session.js'
+import { keepAxeFindings, live, page, parent, screen, until } from '../helpers/console-session.js'
 
-const upstream = await startUpstream(t, (request, response) => {
-  const status = request.url === '/v1/missing' ? 404 : request.url === '/v1/boom' ? 500 : 200
-  response.writeHead(status, { 'content-type': 'application/json' })
-  response.end('{}')
-})
-const gateway = await startGateway(t, {
-  upstreamUrl: upstream.url,
-  // Beside the catch-all: a WebSocket route and a public one, for the Routes screen.
-  gatewayConfig: {
-    routes: [
-      {
-        prefix: '/live',
-        upstream: upstream.url,
-        scopes: { read: ['live:read'], write: ['live:write'] },
-        websocket: true,
-        max_websockets_per_tenant: 7,
-        websocket_idle_timeout_ms: 120_000,
-        websocket_max_message_bytes: 65_536,
-      },
-      { prefix: '/status', upstream: `${upstream.url}/internal-base`, public: true },
-    ],
-  },
-  usageFlushIntervalMs: 100,
-  env: { WEBHOOKS_ALLOW_INSECURE: 'true' },
-  webhookDelivery: { pollIntervalMs: 50 },
-})
-const parent = await gateway.createParent({ name: 'Console parent' })
-const browser = await launchBrowser(t)
-const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
-await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url })
-const page: Page = await context.newPage()
-// A step that cannot happen fails in 10 s, not playwright's 30.
-page.setDefaultTimeout(10_000)
+keepAxeFindings('axe.json')
 
-// Everything the page asks for must be the gateway's, and the policy must refuse nothing it does.
-const { foreign, violations } = watchPage(page, gateway.url)
-// Deactivate, roll, revoke and delete ask first: accepted, unless a test says no (`confirmAnswer`).
-const asked: string[] = []
-let confirmAnswer = true
-page.on('dialog', (dialog) => {
-  asked.push(dialog.message())
-  void (confirmAnswer ? dialog.accept() : dialog.dismiss())
-})
-
-const findings: AxeFinding[] = []
-const overflow: Record<string, number> = {}
-const widest: Record<string, string[]> = {}
-async function screen(name: string) {
-  findings.push(...(await axeFindings(page, name)))
-  const shot = await screenshots(page, name)
-  overflow[name] = shot.overflowAt390
-  if (shot.overflowAt390 > 0) widest[name] = shot.widest
-}
-
-/** Polls `check` for up to 10 s; fails the test with `what` if it never holds. */
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  if ((await eventually(10_000, check, 100)) === null) throw new Error(`never: ${what}`)
-}
-
-const alert = () => page.getByRole('alert')
-const live = () => page.getByTestId('live')
 let subId = ''
 let mintedKey = ''
-
-t.teardown(async () => {
-  const counts = { minor: 0, moderate: 0, serious: 0, critical: 0 }
-  for (const f of findings) counts[f.impact]++
-  await writeArtifact('axe.json', { counts, findings })
-})
-
-/** What cardsFit asks of a subtest. */
-interface Asserts {
-  ok(value: unknown, message: string): unknown
-  equal(found: unknown, wanted: unknown, message: string): unknown
-  same(found: unknown, wanted: unknown, message: string): unknown
-}
-
-/**
- * At 390 pixels, a table of cards: every cell of every row within the window (none off the right
- * edge, nor scrolled to), under its column's name. Back at 1280 after.
- */
-async function cardsFit(t: Asserts, testId: string): Promise<void> {
-  await page.setViewportSize({ width: 390, height: 844 })
-  await page.waitForTimeout(100)
-  const cells = await page
-    .getByTestId(testId)
-    .locator('tbody td')
-    .evaluateAll((tds) =>
-      tds.map((td) => {
-        const r = td.getBoundingClientRect()
-        return {
-          label: getComputedStyle(td, '::before').content,
-          right: r.right,
-          left: r.left,
-          actions: td.classList.contains('row-actions'),
-        }
-      }),
-    )
-  const wrap = await page
-    .getByTestId(testId)
-    .evaluate((table) => (table.parentElement!.scrollWidth - table.parentElement!.clientWidth) as number)
-  await page.setViewportSize({ width: 1280, height: 800 })
-  t.ok(cells.length > 0, `${testId}: cells`)
-  t.same(
-    cells.filter((c) => c.right > 391 || c.left < 0),
-    [],
-    `${testId}: every cell within the 390 px window`,
-  )
-  t.equal(wrap <= 0, true, `${testId}: nothing to scroll sideways to`)
-  t.same(
-    cells.filter((c) => !c.actions && !/^"[A-Z]/.test(c.label)),
-    [],
-    `${testId}: each cell under its column's name`,
-  )
-}
 
 t.test('sign-in: a wrong key is refused with a clear message, the right one signs in', async (t) => {
   const response = await page.goto(`${gateway.url}/console`)
@@ -473,15 +349,15 @@ t.test('roll (asked first) and revoke, then every change in the audit log', asyn
   t.match(await page.getByTestId('keys').innerText(), /2035-01-01/, 'an expiry listed as a time')
 
   // Roll asks first, naming the key and how long the old one keeps working; No leaves it be.
-  confirmAnswer = false
+  dialogs.accept = false
   await page.getByRole('button', { name: `Roll ${oldLabel}`, exact: true }).click()
-  await until(async () => asked.length > 0 && asked.at(-1)!.startsWith('Roll'), 'the roll asked first')
-  t.match(asked.at(-1), `Roll the key ${oldLabel}?`, 'the question names the key by its prefix')
-  t.match(asked.at(-1), /keeps working for a day/, 'and the overlap')
+  await until(async () => dialogs.asked.length > 0 && dialogs.asked.at(-1)!.startsWith('Roll'), 'the roll asked first')
+  t.match(dialogs.asked.at(-1), `Roll the key ${oldLabel}?`, 'the question names the key by its prefix')
+  t.match(dialogs.asked.at(-1), /keeps working for a day/, 'and the overlap')
   await sleep(300)
   t.equal(await page.getByTestId('dialog').count(), 0, 'no roll when the answer is no')
   t.equal(await page.getByTestId('keys').locator('tbody tr').count(), 1, 'still one key')
-  confirmAnswer = true
+  dialogs.accept = true
 
   await page.getByRole('button', { name: `Roll ${oldLabel}`, exact: true }).click()
   await page.getByTestId('dialog').waitFor()
@@ -595,142 +471,15 @@ t.test('roll (asked first) and revoke, then every change in the audit log', asyn
   }, "the sub-account's events with its keys'")
 })
 
-t.test('webhook endpoints: secret once, a real delivery listed, delete', async (t) => {
-  const receiver = await startReceiver(t)
-  await page.getByRole('link', { name: 'Webhooks' }).click()
-  await page.getByText('No webhook endpoints yet').waitFor()
-  await page.getByLabel('URL (https)').fill(receiver.url)
-  // The event types are picked from the catalogue: a kind's every event, or single types.
-  const offered = await page
-    .getByRole('group', { name: 'Event types' })
-    .getByRole('checkbox')
-    .evaluateAll((boxes) => boxes.map((b) => (b as HTMLInputElement).value))
-  for (const type of ['sub_account.*', 'sub_account.created', 'api_key.*', 'api_key.rolled', 'webhook_endpoint.test'])
-    t.ok(offered.includes(type), `${type} offered`)
-  await page.getByLabel('Every sub_account event (sub_account.*)').check()
-  await page.getByLabel('Every api_key event (api_key.*)').check()
-  await page.getByRole('button', { name: 'Create endpoint' }).click()
-  await page.getByTestId('dialog').waitFor()
-  const secret = await page.getByLabel('Signing secret').inputValue()
-  t.match(secret, /^whsec_/, 'the secret, once')
-  receiver.secret(secret)
-  await page.getByRole('button', { name: 'Close' }).click()
-  await page.getByTestId('dialog').waitFor({ state: 'detached' })
-  t.equal(await page.locator('[data-secret]').count(), 0, 'gone when the dialog closes')
-  await page.getByTestId('endpoints').waitFor()
-
-  // No change since it was made: the empty state.
-  await page.getByRole('button', { name: /^Deliveries/ }).click()
-  const deliveries = page.getByTestId('deliveries')
-  await deliveries.getByText('No delivery yet').waitFor()
-  t.pass('no delivery yet')
-
-  // A change the endpoint subscribes to: the worker delivers it to the receiver, signed.
+// The second sub-account the list below sorts (console-webhooks.test.ts makes it by a delivery).
+t.test('a second sub-account, made through the API', async (t) => {
   const made = await gateway.call(parent.apiKey, {
     method: 'POST',
     url: '/v1/sub-accounts',
     acting: 'self',
-    body: { name: 'Delivered' },
-  })
-  t.equal(made.statusCode, 201)
-  await until(async () => receiver.deliveries.length === 1, 'the receiver got the event')
-  const [got] = receiver.deliveries
-  t.ok(got?.verified, 'signed with the secret the dialog showed')
-
-  // The deliveries screen lists that very attempt, as the route answers it.
-  await until(async () => {
-    await page.getByRole('link', { name: 'Audit log' }).click()
-    await page.getByTestId('events').waitFor()
-    await page.getByRole('link', { name: 'Webhooks' }).click()
-    await page.getByRole('button', { name: /^Deliveries/ }).click()
-    await deliveries.locator('table, .empty').first().waitFor()
-    return (await deliveries.locator('tbody tr').count()) === 1
-  }, 'the attempt listed')
-  t.match(await page.getByTestId('endpoints').innerText(), 'sub_account.* api_key.*', 'the types picked')
-  const cells = await deliveries.locator('tbody tr td').allInnerTexts()
-  t.equal(cells[0], got!.id, 'its event id, the webhook-id the receiver got')
-  t.equal(cells[1], 'sub_account.created', 'its type')
-  t.equal(cells[2], '1', 'the first attempt')
-  t.equal(cells[3], '200', "the receiver's status")
-  t.equal(cells[4], '—', 'no error')
-  t.match(cells[5], /^\d+ ms$/, 'its duration')
-  t.equal(cells[7], '—', 'no next attempt')
-  t.match(await live().innerText(), /1 delivery shown/, 'announced')
-  await screen('webhooks')
-
-  // A receiver that fails: the attempt with its status, the error and when the next one is due.
-  receiver.answer((_delivery, response) => response.writeHead(503).end())
-  const failing = await gateway.call(parent.apiKey, {
-    method: 'PATCH',
-    url: `/v1/sub-accounts/${made.json().id}`,
-    acting: 'self',
     body: { name: 'Delivered again' },
   })
-  t.equal(failing.statusCode, 200)
-  await until(async () => receiver.deliveries.length === 2, 'the receiver got the second event')
-  await until(async () => {
-    await page.getByRole('link', { name: 'Audit log' }).click()
-    await page.getByTestId('events').waitFor()
-    await page.getByRole('link', { name: 'Webhooks' }).click()
-    await page.getByRole('button', { name: /^Deliveries/ }).click()
-    await deliveries.locator('table').waitFor()
-    return (await deliveries.locator('tbody tr').count()) === 2
-  }, 'the failed attempt listed')
-  const failed = await deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
-  t.equal(failed[0], receiver.deliveries[1]!.id, 'newest first: the second event')
-  t.equal(failed[1], 'sub_account.updated', 'its type')
-  t.equal(failed[3], '503', "the receiver's status")
-  t.match(failed[4], /503/, 'the error')
-  t.match(failed[7], /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/, 'when the next attempt is due')
-
-  // The receiver mended: the failed event sent again at once, from its row.
-  receiver.answer(answerOk)
-  const failedId = receiver.deliveries[1]!.id
-  const buttons = await deliveries.getByRole('button').allInnerTexts()
-  t.same([...new Set(buttons)], buttons, `one Send again an event, each named by it: ${buttons.join('; ')}`)
-  await deliveries.getByRole('button', { name: `Send again ${failedId}`, exact: true }).click()
-  await page.getByTestId('resent').waitFor()
-  t.match(
-    await page.getByTestId('resent').innerText(),
-    new RegExp(`^✓ sub_account.updated ${failedId} queued again \\(attempt 2\\) at \\d\\d:\\d\\d:\\d\\d UTC$`),
-    'a visible confirmation',
-  )
-  await until(async () => receiver.deliveries.filter((d) => d.id === failedId && d.verified).length >= 2, 'sent again')
-  const firstRow = () => deliveries.locator('tbody tr').first().locator('td').allInnerTexts()
-  const refreshDeliveries = async () => {
-    await page.getByRole('link', { name: 'Audit log' }).click()
-    await page.getByTestId('events').waitFor()
-    await page.getByRole('link', { name: 'Webhooks' }).click()
-    await page.getByRole('button', { name: /^Deliveries/ }).click()
-    await deliveries.locator('table').waitFor()
-  }
-  await until(async () => {
-    await refreshDeliveries()
-    const row = await firstRow()
-    return row[0] === failedId && row[3] === '200'
-  }, 'the resend listed, delivered')
-  t.equal((await firstRow())[2], '2', 'as its second attempt')
-
-  // A test send: a webhook_endpoint.test event to this endpoint, signed, listed with its type.
-  await page.getByRole('button', { name: `Send test event to ${receiver.url}`, exact: true }).click()
-  await page.getByTestId('test-sent').waitFor()
-  t.match(await page.getByTestId('test-sent').innerText(), /^✓ Test event evt_\w+ queued for http/, 'confirmed')
-  const testType = (d: { verified: unknown }) => (d.verified as { type?: string } | null)?.type
-  await until(async () => receiver.deliveries.some((d) => testType(d) === 'webhook_endpoint.test'), 'the test sent')
-  const testId = receiver.deliveries.find((d) => testType(d) === 'webhook_endpoint.test')!.id
-  t.match(await page.getByTestId('test-sent').innerText(), testId, 'the confirmation names the event delivered')
-  await until(async () => {
-    await refreshDeliveries()
-    const row = await firstRow()
-    return row[0] === testId && row[1] === 'webhook_endpoint.test' && row[3] === '200'
-  }, 'the test listed')
-  t.pass('the test event listed with its type')
-
-  await cardsFit(t, 'endpoints')
-  await cardsFit(t, 'deliveries-table')
-  await page.getByRole('button', { name: /^Delete/ }).click()
-  await page.getByText('No webhook endpoints yet').waitFor()
-  t.pass('deleted')
+  t.equal(made.statusCode, 201, 'created')
 })
 
 t.test('a phone: tables as cards, the sections on one line; the dark theme, axe in it', async (t) => {
@@ -794,66 +543,4 @@ t.test('a phone: tables as cards, the sections on one line; the dark theme, axe 
   }
 })
 
-t.test('routes: which carry WebSockets, with their bounds, and no upstream address', async (t) => {
-  t.notOk((await page.content()).includes(upstream.url.replace(/^http:\/\//, '')), 'no upstream address in the page')
-  await page.getByRole('link', { name: 'Routes' }).click()
-  await page.getByRole('heading', { name: 'Routes' }).waitFor()
-  const rows = await page.getByTestId('routes').locator('tbody tr').allInnerTexts()
-  const rowOf = (prefix: string) => rows.find((row) => row.startsWith(prefix)) ?? ''
-  t.match(rowOf('/live'), /live:read[\s\S]*live:write/, 'its read and write scopes')
-  t.match(
-    rowOf('/live'),
-    /Yes: up to 7 per tenant and \d+ per parent account, closed after 2 min idle, messages up to 64 KiB/,
-    'a WebSocket route, with its bounds',
-  )
-  t.match(rowOf('/status'), /none \(public\)[\s\S]*No$/, 'a public route, without WebSockets')
-  t.match(rowOf('/\t'), /any key[\s\S]*No$/, 'the catch-all: any key, no WebSockets')
-  await screen('routes')
-})
-
-t.test('a key revoked mid-session: signed out, told why', async (t) => {
-  const second = await mintKey(gateway.sql, {
-    tenantId: parent.id,
-    name: 'console',
-    scopes: ['sub_accounts:read', 'sub_accounts:write'],
-    withClientSecret: false,
-  })
-  await page.evaluate(() => sessionStorage.clear())
-  await page.goto(`${gateway.url}/console#/sub-accounts`)
-  await page.getByLabel('Parent API key').fill(second.apiKey)
-  await page.getByRole('button', { name: 'Sign in' }).click()
-  await page.getByTestId('subaccounts').waitFor()
-  await KEY_COMMANDS['keys revoke']!(
-    gateway.sql,
-    { account: parent.id, key: second.row.id },
-    { redis: { topology: 'server', url: REDIS_URL }, redisKeyPrefix: gateway.redisKeyPrefix } as Config,
-    // A command writes only a warning itself (Redis unreachable): shown, as the CLI shows it.
-    { stdout: () => {}, stderr: (text) => process.stderr.write(text) },
-  )
-  // The next call the page makes is refused: moving between screens makes calls.
-  await until(async () => {
-    if (await page.getByLabel('Parent API key').isVisible()) return true
-    await page.evaluate(() => {
-      location.hash = location.hash === '#/events' ? '#/sub-accounts' : '#/events'
-    })
-    await sleep(300)
-    return false
-  }, 'signed out')
-  const text = await alert().innerText()
-  t.match(text, /signed out/i)
-  t.match(text, /401/)
-  t.match(text, /sign in again/i, 'what to do')
-  t.equal(await page.evaluate(() => sessionStorage.length), 0, 'the refused key is forgotten')
-})
-
-t.test('nothing from another host, no policy violation, no serious or critical axe finding', async (t) => {
-  t.same(foreign, [], 'every request went to the gateway')
-  t.same(violations, [], 'no Content-Security-Policy violation, no page error')
-  const serious = findings.filter((f) => f.impact === 'serious' || f.impact === 'critical')
-  t.same(serious, [], 'axe: no serious or critical violation on any screen')
-  t.same(
-    Object.entries(overflow).filter(([, px]) => px > 0),
-    [],
-    `no screen scrolls sideways at 390 px: ${JSON.stringify(widest)}`,
-  )
-})
+checkNothingForeign()
