@@ -103,6 +103,45 @@ function requireGrantType(form: TokenForm): void {
     throw new OAuthError(400, 'unsupported_grant_type', `grant_type must be ${GRANT_TYPE}, not ${quoted(grantType)}`)
 }
 
+/** 403 unauthorized_client when the key's or its tenant's IP allow-list leaves out `ip`. */
+function refuseByAddress(key: ClientCredential, ip: string): void {
+  const refusal = ipRefusal(
+    { id: key.id, tenantId: key.tenant_id, scopes: key.scopes, status: key.status, ipAllowlist: key.ip_allowlist },
+    {
+      id: key.tenant_id,
+      parentId: key.parent_id,
+      externalId: null,
+      status: key.tenant_status,
+      keyIpAllowlist: key.tenant_ip_allowlist,
+    },
+    ip,
+  )
+  if (refusal !== undefined) throw new OAuthError(403, 'unauthorized_client', `ip_not_allowed: ${refusal.detail}`)
+}
+
+/** The access token of `key` with `scope` (RFC 9068), signed by the keyring's current key. */
+function signAccessToken(
+  keyring: Keyring,
+  issuerUrl: string,
+  key: ClientCredential,
+  scope: string,
+  ttlSeconds: number,
+) {
+  return keyring.sign(
+    {
+      iss: issuerUrl,
+      aud: issuerUrl,
+      sub: key.id,
+      client_id: key.id,
+      tenant_id: key.tenant_id,
+      parent_id: key.parent_id,
+      scope,
+      jti: randomUUID(),
+    },
+    { typ: ACCESS_TOKEN_TYPE, ttlSeconds },
+  )
+}
+
 export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (scope, options) => {
   const { sql, keyring, issuerUrl, ttlSeconds, signatures } = options
   acceptFormsOnly(scope)
@@ -138,33 +177,10 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
       requireGrantType(form)
       const key = await attempts.attempt(client.id, request.ip, () => authenticateClient(clients, client))
       // Only once the client proved it holds the secret: an allow-list is not told to strangers.
-      const refusal = ipRefusal(
-        { id: key.id, tenantId: key.tenant_id, scopes: key.scopes, status: key.status, ipAllowlist: key.ip_allowlist },
-        {
-          id: key.tenant_id,
-          parentId: key.parent_id,
-          externalId: null,
-          status: key.tenant_status,
-          keyIpAllowlist: key.tenant_ip_allowlist,
-        },
-        request.ip,
-      )
-      if (refusal !== undefined) throw new OAuthError(403, 'unauthorized_client', `ip_not_allowed: ${refusal.detail}`)
+      refuseByAddress(key, request.ip)
       const scopes = grantedScopes(form.scope, key.scopes)
       const scope = scopes.join(' ')
-      const signed = await keyring.sign(
-        {
-          iss: issuerUrl,
-          aud: issuerUrl,
-          sub: key.id,
-          client_id: key.id,
-          tenant_id: key.tenant_id,
-          parent_id: key.parent_id,
-          scope,
-          jti: randomUUID(),
-        },
-        { typ: ACCESS_TOKEN_TYPE, ttlSeconds },
-      )
+      const signed = await signAccessToken(keyring, issuerUrl, key, scope, ttlSeconds)
       signatures.inc()
       return noStore(reply).send({
         access_token: signed.token,
