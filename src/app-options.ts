@@ -30,6 +30,7 @@ import { identityAssertions } from './identity/assertions.js'
 import { LogReads, type RequestLogReader } from './management/log-reads.js'
 import type { ManagementOptions } from './management/routes.js'
 import { lazyChildLogger } from './ops/logging.js'
+import { MANAGEMENT_PREFIX } from './shared/paths.js'
 import type { ConsoleOptions } from './console/plugin.js'
 import type { PortalOptions } from './portal/plugin.js'
 import { limitGate } from './proxy/limit-gate.js'
@@ -122,6 +123,8 @@ export function configureServer(app: FastifyInstance, deps: AppDeps, routes: rea
   app.decorateRequest('routePrefix', '')
 }
 
+export const metricsOptions = (deps: AppDeps) => ({ store: deps.store, metrics: deps.metrics })
+
 /** The Redis the tenancy cache and the limiter share, and its key prefix. */
 const redisOf = (deps: AppDeps) => ({
   sql: deps.store.sql,
@@ -152,6 +155,26 @@ export function requestLogOptions(deps: AppDeps) {
     ...deps.tuning?.requestLog,
   }
 }
+
+export const usageMeterOptions = (deps: AppDeps) => ({
+  sql: deps.store.sql,
+  flushIntervalMs: deps.tuning?.usageFlushIntervalMs,
+})
+
+export const alertsOptions = (deps: AppDeps) => ({ sql: deps.store.sql, ...deps.tuning?.alerts })
+
+/** Each request's line (with a logger), metrics, usage and request-log record. */
+export const accountingOptions = (deps: AppDeps) => ({ logRequests: logging(deps) })
+
+/** /healthz and /readyz: the store, the cache's Redis and the drain. */
+export const healthOptions = (app: FastifyInstance, deps: AppDeps) => ({
+  sql: deps.store.sql,
+  cache: app.tenancyCache,
+  readiness: app.readiness,
+})
+
+/** The JWKS and the authorization server's metadata: the keyring's public keys. */
+export const credentialOptions = (app: FastifyInstance) => ({ keyring: app.keyring })
 
 export function eventRetentionOptions(deps: AppDeps) {
   return { sql: deps.store.sql, retentionDays: deps.config.eventsRetentionDays, ...deps.tuning?.eventRetention }
@@ -218,8 +241,9 @@ export function managementOptions(
   deps: AppDeps,
   answersKey: Buffer,
   requestLog: RequestLogReader | null,
-): ManagementOptions {
+): ManagementOptions & { prefix: string } {
   return {
+    prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
     lookups: app.tenancyCache.lookups,
     cache: app.tenancyCache,

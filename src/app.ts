@@ -5,21 +5,26 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import type { AppDeps } from './app-deps.js'
 import {
   accessTokens,
+  accountingOptions,
+  alertsOptions,
   cacheOptions,
   checkDeps,
   configureServer,
   consoleOptions,
+  credentialOptions,
   eventRetentionOptions,
   fastifyOptions,
+  healthOptions,
   limitsOptions,
-  logging,
   managementOptions,
+  metricsOptions,
   oauthOptions,
   portalOptions,
   proxyOptions,
   requestLogOptions,
   requestLogReader,
   signingKeysOptions,
+  usageMeterOptions,
   webhookDeliveryOptions,
 } from './app-options.js'
 import type { AccessTokens } from './auth/access-tokens.js'
@@ -43,7 +48,6 @@ import { requestAccounting } from './ops/request-accounting.js'
 import { portalPlugin } from './portal/plugin.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { requestLogPlugin } from './request-log/plugin.js'
-import { MANAGEMENT_PREFIX } from './shared/paths.js'
 import { Keyring } from './signing-keys/keyring.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
 import { usageMeterPlugin } from './usage/meter-plugin.js'
@@ -60,7 +64,7 @@ declare module 'fastify' {
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { routes, signingKeysKey, answersKey } = checkDeps(deps)
-  const { config, store } = deps
+  const { config } = deps
   const app = Fastify(fastifyOptions(deps))
   configureServer(app, deps, routes)
   // Filled by the signing-keys plugin below, before any route that signs is registered.
@@ -70,7 +74,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(routeKinds)
   // onClose hooks run last registered first: the meter writes its last counts before the cache
   // lets Redis go.
-  await app.register(metricsPlugin, { store, metrics: deps.metrics })
+  await app.register(metricsPlugin, metricsOptions(deps))
   await app.register(tenancyCachePlugin, cacheOptions(deps))
   if (signingKeysKey !== undefined)
     try {
@@ -81,28 +85,25 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       throw err
     }
   await app.register(requestLogPlugin, requestLogOptions(deps))
-  await app.register(usageMeterPlugin, { sql: store.sql, flushIntervalMs: deps.tuning?.usageFlushIntervalMs })
+  await app.register(usageMeterPlugin, usageMeterOptions(deps))
   await app.register(eventRetentionPlugin, eventRetentionOptions(deps))
   await app.register(webhookDeliveryPlugin, webhookDeliveryOptions(deps, answersKey))
   await app.register(limitsPlugin, limitsOptions(deps))
-  await app.register(alertsPlugin, { sql: store.sql, ...deps.tuning?.alerts })
+  await app.register(alertsPlugin, alertsOptions(deps))
   app.decorate('accessTokens', accessTokens(app, deps))
-  await app.register(requestAccounting, { logRequests: logging(deps) })
+  await app.register(requestAccounting, accountingOptions(deps))
   await app.register(readinessPlugin)
   await app.register(requestGuards)
   app.setErrorHandler(sendError)
 
   await registerOpenApi(app)
-  await app.register(healthRoutes, { sql: store.sql, cache: app.tenancyCache, readiness: app.readiness })
-  await app.register(credentialRoutes, { keyring: app.keyring })
+  await app.register(healthRoutes, healthOptions(app, deps))
+  await app.register(credentialRoutes, credentialOptions(app))
   await app.register(oauthRoutes, oauthOptions(app, deps))
   // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.
   if (config.console) await app.register(consolePlugin, consoleOptions(deps, routes))
   const logReader = requestLogReader(app)
-  await app.register(managementRoutes, {
-    prefix: MANAGEMENT_PREFIX,
-    ...managementOptions(app, deps, answersKey, logReader),
-  })
+  await app.register(managementRoutes, managementOptions(app, deps, answersKey, logReader))
   // The sub-account portal comes with the console: its page and its API (portal/plugin.ts).
   if (config.console) await app.register(portalPlugin, portalOptions(deps, logReader))
   await app.register(proxyRoutes, proxyOptions(app, deps, routes))
