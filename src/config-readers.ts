@@ -7,11 +7,10 @@ export type Env = Readonly<Record<string, string | undefined>>
 
 /** A configuration mistake. Its message is one line that names the variable. */
 export class ConfigError extends Error {
-  constructor(
-    readonly variable: string,
-    problem: string,
-  ) {
+  readonly variable: string
+  constructor(variable: string, problem: string) {
     super(`invalid configuration: ${variable} ${problem}`)
+    this.variable = variable
     this.name = 'ConfigError'
   }
 }

@@ -64,10 +64,18 @@ export interface Problem {
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
 export class ApiError extends Error {
   readonly status: number
+  readonly code: ErrorCode
+  readonly detail: string
+  readonly options: {
+    errors?: FieldError[]
+    headers?: Record<string, string>
+    /** Extension members of the problem (RFC 9457 §3.2). */
+    extensions?: Pick<Problem, 'violated_policies'>
+  }
   constructor(
-    readonly code: ErrorCode,
-    readonly detail: string,
-    readonly options: {
+    code: ErrorCode,
+    detail: string,
+    options: {
       errors?: FieldError[]
       headers?: Record<string, string>
       /** Extension members of the problem (RFC 9457 §3.2). */
@@ -75,6 +83,9 @@ export class ApiError extends Error {
     } = {},
   ) {
     super(detail)
+    this.code = code
+    this.detail = detail
+    this.options = options
     this.name = 'ApiError'
     this.status = ERRORS[code].status
   }

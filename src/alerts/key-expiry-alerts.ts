@@ -24,7 +24,10 @@ export interface KeyExpiryAlertOptions {
 }
 
 export class KeyExpiryAlerts {
-  constructor(private readonly options: KeyExpiryAlertOptions) {}
+  private readonly options: KeyExpiryAlertOptions
+  constructor(options: KeyExpiryAlertOptions) {
+    this.options = options
+  }
 
   /** Whether a key that ends at `expiresAt` is within a mark now: minted so, it is swept at once. */
   withinMark(expiresAt: Date | null): boolean {

@@ -30,7 +30,10 @@ export class QuotaAlerts {
   /** `<level>:<tenant>:<month>` → thresholds whose mark is made (by any replica): never asked again. */
   private settled = new Map<string, Set<number>>()
 
-  constructor(private readonly options: QuotaAlertOptions) {}
+  private readonly options: QuotaAlertOptions
+  constructor(options: QuotaAlertOptions) {
+    this.options = options
+  }
 
   /** Asks Postgres about each quota whose known use reaches a threshold not settled yet. */
   async check(): Promise<void> {

@@ -37,7 +37,10 @@ export class RateAlerts {
   /** Rows whose refusals wait for their window's end, and when it ends (this replica added to them). */
   private readonly waiting = new Map<string, { tenantId: string; policy: RatePolicy; rate: Rate; dueAt: number }>()
 
-  constructor(private readonly options: RateAlertOptions) {}
+  private readonly options: RateAlertOptions
+  constructor(options: RateAlertOptions) {
+    this.options = options
+  }
 
   /** A request refused by a rate policy: on the request path, a map update. */
   refused(tenantId: string, policy: RatePolicy, rate: Rate): void {

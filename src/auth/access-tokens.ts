@@ -64,10 +64,11 @@ export class AccessTokens {
     sizeCalculation: (_value, token) => token.length + 256,
   })
 
-  constructor(
-    private readonly keyring: Keyring,
-    private readonly options: AccessTokensOptions,
-  ) {
+  private readonly keyring: Keyring
+  private readonly options: AccessTokensOptions
+  constructor(keyring: Keyring, options: AccessTokensOptions) {
+    this.keyring = keyring
+    this.options = options
     // A new set of signing keys (a rotation, a withdrawal) may have ended some of them.
     keyring.onChange(() => this.verified.clear())
   }

@@ -87,7 +87,9 @@ export class InvalidationBus {
   /** Repeats of invalidations, waiting for their moment. */
   private readonly repeats = new Map<NodeJS.Timeout, readonly string[]>()
 
-  constructor(private readonly options: InvalidationBusOptions) {
+  private readonly options: InvalidationBusOptions
+  constructor(options: InvalidationBusOptions) {
+    this.options = options
     this.channel = invalidationChannel(options.keyPrefix)
     this.subscriber = this.subscribe(options.redis)
   }

@@ -20,12 +20,18 @@ export class MasterWatch {
   private changes = 0
   private lastChangeAt: string | null = null
 
+  private readonly redis: RedisClient
+  private readonly metrics: Pick<CacheMetrics, 'redisMaster' | 'redisMasterChanges'>
+  /** Told of each change, as it is seen: the new master may lack writes the old one took. */
+  private readonly changed: () => void
   constructor(
-    private readonly redis: RedisClient,
-    private readonly metrics: Pick<CacheMetrics, 'redisMaster' | 'redisMasterChanges'>,
-    /** Told of each change, as it is seen: the new master may lack writes the old one took. */
-    private readonly changed: () => void = () => {},
+    redis: RedisClient,
+    metrics: Pick<CacheMetrics, 'redisMaster' | 'redisMasterChanges'>,
+    changed: () => void = () => {},
   ) {
+    this.redis = redis
+    this.metrics = metrics
+    this.changed = changed
     const look = () => this.look()
     redis.on('ready', look)
     redis.on('close', () => this.update([]))

@@ -78,7 +78,9 @@ export class TenancyCache implements CacheInvalidator {
    */
   private redisTrustedFrom = 0
 
-  constructor(private readonly options: TenancyCacheOptions) {
+  private readonly options: TenancyCacheOptions
+  constructor(options: TenancyCacheOptions) {
+    this.options = options
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
     this.prefix = options.keyPrefix
     this.redisVariable = options.redis === undefined ? 'REDIS_URL' : variableOf(options.redis)

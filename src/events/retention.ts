@@ -26,7 +26,10 @@ export class EventRetention {
   private running: Promise<number> | null = null
   private stopped = false
 
-  constructor(private readonly options: RetentionOptions) {}
+  private readonly options: RetentionOptions
+  constructor(options: RetentionOptions) {
+    this.options = options
+  }
 
   /** One sweep: batches until one comes back short. Returns how many events it deleted. */
   sweep(): Promise<number> {

@@ -115,11 +115,9 @@ export class RedisLeaseStore implements LeaseStore {
   private readonly replica = randomBytes(8).toString('hex')
   private readonly keyPrefix: string
 
-  constructor(
-    redis: RedisClient,
-    keyPrefix: string,
-    private readonly timings: LeaseTimings = DEFAULT_LEASE_TIMINGS,
-  ) {
+  private readonly timings: LeaseTimings
+  constructor(redis: RedisClient, keyPrefix: string, timings: LeaseTimings = DEFAULT_LEASE_TIMINGS) {
+    this.timings = timings
     this.ttlMs = timings.ttlMs
     this.redis = redis
     this.keyPrefix = keyPrefix

@@ -88,11 +88,11 @@ export abstract class LeasedLimit {
   private sampledAt: number
   private demandPerMs = -1
 
-  constructor(
-    readonly name: PolicyName,
-    protected readonly ctx: LimitContext,
-    now: number,
-  ) {
+  readonly name: PolicyName
+  protected readonly ctx: LimitContext
+  constructor(name: PolicyName, ctx: LimitContext, now: number) {
+    this.name = name
+    this.ctx = ctx
     this.lastAttemptAt = now
     this.sampledAt = now
   }

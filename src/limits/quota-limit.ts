@@ -20,16 +20,24 @@ export class QuotaLimit extends LeasedLimit {
   private localUsed = 0
   private loading = false
 
+  public requests: number
+  private readonly subject: { tenantId: string; level: Level }
+  private readonly keyOf: (month: string) => string
+  private readonly loadMonthUse: LoadMonthUse
   constructor(
     name: PolicyName,
     ctx: LimitContext,
     now: number,
-    public requests: number,
-    private readonly subject: { tenantId: string; level: Level },
-    private readonly keyOf: (month: string) => string,
-    private readonly loadMonthUse: LoadMonthUse,
+    requests: number,
+    subject: { tenantId: string; level: Level },
+    keyOf: (month: string) => string,
+    loadMonthUse: LoadMonthUse,
   ) {
     super(name, ctx, now)
+    this.requests = requests
+    this.subject = subject
+    this.keyOf = keyOf
+    this.loadMonthUse = loadMonthUse
     this.month = monthOf(now)
     const bounds = monthBounds(now)
     this.monthStart = bounds.start

@@ -17,14 +17,12 @@ export class RateLimit extends LeasedLimit {
    */
   private untouched: BucketState
 
-  constructor(
-    name: PolicyName,
-    ctx: LimitContext,
-    now: number,
-    public rate: Rate,
-    private readonly key: string,
-  ) {
+  public rate: Rate
+  private readonly key: string
+  constructor(name: PolicyName, ctx: LimitContext, now: number, rate: Rate, key: string) {
     super(name, ctx, now)
+    this.rate = rate
+    this.key = key
     this.local = fullBucket(rate, now)
     this.untouched = this.local
     // Embedded: one process, so its own bucket is the whole truth.

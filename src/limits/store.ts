@@ -44,11 +44,12 @@ export type LimitsChange = { rate?: RateLimit | null; monthly_quota?: MonthlyQuo
 /** The id names no tenant, or a sub-account (whose limits its parent sets through the API). */
 export class NotAnAccountError extends Error {
   override name = 'NotAnAccountError'
-  constructor(
-    readonly id: string,
-    readonly subAccount: boolean,
-  ) {
+  readonly id: string
+  readonly subAccount: boolean
+  constructor(id: string, subAccount: boolean) {
     super(subAccount ? `${id} is a sub-account` : `no parent account ${id}`)
+    this.id = id
+    this.subAccount = subAccount
   }
 }
 

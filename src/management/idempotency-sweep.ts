@@ -14,11 +14,14 @@ export class IdempotencySweep {
   private timer: NodeJS.Timeout | null = null
   private running: Promise<void> | null = null
 
-  constructor(
-    private readonly sql: Sql,
-    private readonly log: FastifyBaseLogger,
-    private readonly intervalMs = IDEMPOTENCY_SWEEP_INTERVAL_MS,
-  ) {}
+  private readonly sql: Sql
+  private readonly log: FastifyBaseLogger
+  private readonly intervalMs
+  constructor(sql: Sql, log: FastifyBaseLogger, intervalMs = IDEMPOTENCY_SWEEP_INTERVAL_MS) {
+    this.sql = sql
+    this.log = log
+    this.intervalMs = intervalMs
+  }
 
   start(): void {
     this.timer = setInterval(() => {

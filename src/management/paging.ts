@@ -40,7 +40,10 @@ export class Cursors {
   private secret: Promise<Buffer> | null = null
 
   /** `loadSecret` is asked once, when the first cursor is made or read (again after a failure). */
-  constructor(private readonly loadSecret: () => Promise<Buffer>) {}
+  private readonly loadSecret: () => Promise<Buffer>
+  constructor(loadSecret: () => Promise<Buffer>) {
+    this.loadSecret = loadSecret
+  }
 
   private key(): Promise<Buffer> {
     if (this.secret === null) {

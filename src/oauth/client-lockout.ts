@@ -62,7 +62,10 @@ export class FailedClientAttempts {
   /** Bounded by the requests in flight: an entry goes when its last attempt ends. */
   private readonly underWay = new Map<string, UnderWay>()
 
-  constructor(private readonly now: () => number = Date.now) {}
+  private readonly now: () => number
+  constructor(now: () => number = Date.now) {
+    this.now = now
+  }
 
   /**
    * One count per client id and address. Key ids are UUIDs, which the store reads in either case:

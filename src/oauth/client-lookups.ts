@@ -26,10 +26,9 @@ function uuidText(bytes: Buffer): string {
 export class ClientLookups {
   private readonly batcher: KeyLookupBatcher<ClientCredential>
 
-  constructor(
-    sql: Sql,
-    private readonly options: ClientLookupOptions,
-  ) {
+  private readonly options: ClientLookupOptions
+  constructor(sql: Sql, options: ClientLookupOptions) {
+    this.options = options
     this.batcher = new KeyLookupBatcher<ClientCredential>(
       async (ids) =>
         (await findClientCredentials(sql, ids.map(uuidText))).map((row) => ({ keyDigest: uuidBytes(row.id), row })),

@@ -31,13 +31,14 @@ export function describable(text: string): string {
 export class OAuthError extends Error {
   readonly description: string
 
-  constructor(
-    readonly status: number,
-    readonly error: OAuthErrorCode,
-    description: string,
-    readonly headers: Record<string, string> = {},
-  ) {
+  readonly status: number
+  readonly error: OAuthErrorCode
+  readonly headers: Record<string, string>
+  constructor(status: number, error: OAuthErrorCode, description: string, headers: Record<string, string> = {}) {
     super(description)
+    this.status = status
+    this.error = error
+    this.headers = headers
     this.name = 'OAuthError'
     this.description = describable(description)
   }

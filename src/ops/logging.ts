@@ -76,11 +76,14 @@ export function stdoutDestination(): ReturnType<typeof pino.destination> {
 class LazyChildLogger {
   private built: FastifyBaseLogger | null = null
 
-  constructor(
-    private readonly parent: FastifyBaseLogger,
-    private readonly bindings: Bindings,
-    private readonly options: ChildLoggerOptions,
-  ) {}
+  private readonly parent: FastifyBaseLogger
+  private readonly bindings: Bindings
+  private readonly options: ChildLoggerOptions
+  constructor(parent: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions) {
+    this.parent = parent
+    this.bindings = bindings
+    this.options = options
+  }
 
   private real(): FastifyBaseLogger {
     this.built ??= this.parent.child(this.bindings, this.options)

@@ -36,13 +36,13 @@ export class AnswerHeaders {
   /** The upstream's origin as URL writes it (lower-case host, no default port). */
   private readonly origin: string
 
-  constructor(
-    upstream: URL,
-    /** The upstream's path that the route's prefix becomes (its base path, then the prefix). */
-    private readonly upstreamPrefix: string,
-    /** The prefix as clients see it ('' for the catch-all). */
-    private readonly publicPrefix: string,
-  ) {
+  /** The upstream's path that the route's prefix becomes (its base path, then the prefix). */
+  private readonly upstreamPrefix: string
+  /** The prefix as clients see it ('' for the catch-all). */
+  private readonly publicPrefix: string
+  constructor(upstream: URL, upstreamPrefix: string, publicPrefix: string) {
+    this.upstreamPrefix = upstreamPrefix
+    this.publicPrefix = publicPrefix
     this.origin = upstream.origin
   }
 

@@ -20,7 +20,10 @@ export interface SlotHolder {
 class Shares {
   private readonly held = new Map<string, number>()
 
-  constructor(readonly share: number) {}
+  readonly share: number
+  constructor(share: number) {
+    this.share = share
+  }
 
   /** Takes one for `id` unless it holds its share already. */
   take(id: string): boolean {
@@ -56,15 +59,25 @@ export class RouteConcurrency {
   /** Set while slots are handed to waiters: a waiter given one may give it back at once. */
   private handingOff = false
 
+  readonly maxConnections: number
+  readonly maxPerTenant: number
+  readonly maxPerAccount: number
+  /** How long a request may wait for a slot (the route's timeout_ms). */
+  readonly maxWaitMs: number
+  /** How many may wait at once; more are refused at once (a public route has no tenant share). */
+  readonly maxWaiting
   constructor(
-    readonly maxConnections: number,
-    readonly maxPerTenant: number,
-    readonly maxPerAccount: number,
-    /** How long a request may wait for a slot (the route's timeout_ms). */
-    readonly maxWaitMs: number,
-    /** How many may wait at once; more are refused at once (a public route has no tenant share). */
-    readonly maxWaiting = maxConnections,
+    maxConnections: number,
+    maxPerTenant: number,
+    maxPerAccount: number,
+    maxWaitMs: number,
+    maxWaiting = maxConnections,
   ) {
+    this.maxConnections = maxConnections
+    this.maxPerTenant = maxPerTenant
+    this.maxPerAccount = maxPerAccount
+    this.maxWaitMs = maxWaitMs
+    this.maxWaiting = maxWaiting
     this.byTenant = new Shares(maxPerTenant)
     this.byAccount = new Shares(maxPerAccount)
   }

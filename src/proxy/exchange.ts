@@ -42,7 +42,10 @@ export class ResponseWatch {
   /** Sweeps in a row that found nothing: the timer stops after two. */
   private emptySweeps = 0
 
-  constructor(readonly idleMs: number) {}
+  readonly idleMs: number
+  constructor(idleMs: number) {
+    this.idleMs = idleMs
+  }
 
   add(exchange: Exchange): void {
     exchange.watchIndex = this.watched.length
@@ -120,15 +123,27 @@ export class Exchange {
   private flushedAtProgress = 0
   private readonly startedAt = performance.now()
 
+  private readonly slots: RouteConcurrency
+  private readonly holder: SlotHolder | null
+  private readonly request: FastifyRequest
+  private readonly reply: FastifyReply
+  private readonly clientAborts: ClientAbortTallies
+  /** Cuts off a client that takes nothing of a response that waits for it. */
+  private readonly watch: ResponseWatch
   constructor(
-    private readonly slots: RouteConcurrency,
-    private readonly holder: SlotHolder | null,
-    private readonly request: FastifyRequest,
-    private readonly reply: FastifyReply,
-    private readonly clientAborts: ClientAbortTallies,
-    /** Cuts off a client that takes nothing of a response that waits for it. */
-    private readonly watch: ResponseWatch,
+    slots: RouteConcurrency,
+    holder: SlotHolder | null,
+    request: FastifyRequest,
+    reply: FastifyReply,
+    clientAborts: ClientAbortTallies,
+    watch: ResponseWatch,
   ) {
+    this.slots = slots
+    this.holder = holder
+    this.request = request
+    this.reply = reply
+    this.clientAborts = clientAborts
+    this.watch = watch
     // 'close' comes once, whether the answer was sent whole or the connection went first; a
     // request that waited for its slot may have lost its client already.
     // A closure rather than a property on the response: a property added to node's response

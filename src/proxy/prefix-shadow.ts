@@ -66,10 +66,9 @@ export class FoldedPrefixes {
   private readonly stems = new Set<string>()
   private readonly maxDepth: number
 
-  constructor(
-    prefixes: Iterable<string>,
-    private readonly fromDepth = 0,
-  ) {
+  private readonly fromDepth
+  constructor(prefixes: Iterable<string>, fromDepth = 0) {
+    this.fromDepth = fromDepth
     let maxDepth = 0
     for (const prefix of prefixes) {
       const folded = foldPrefix(prefix)

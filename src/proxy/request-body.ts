@@ -6,15 +6,19 @@ import type { FastifyRequest } from 'fastify'
 import { payloadTooLarge } from '../errors.js'
 
 export class BodyTooLargeError extends Error {
-  constructor(readonly limit: number) {
+  readonly limit: number
+  constructor(limit: number) {
     super(`the request body is larger than ${limit} bytes`)
+    this.limit = limit
     this.name = 'BodyTooLargeError'
   }
 }
 
 export class BodyIdleError extends Error {
-  constructor(readonly idleMs: number) {
+  readonly idleMs: number
+  constructor(idleMs: number) {
     super(`the request body sent nothing for ${idleMs} ms`)
+    this.idleMs = idleMs
     this.name = 'BodyIdleError'
   }
 }

@@ -54,12 +54,14 @@ export class UpstreamTarget {
   /** Location and Set-Cookie as the client gets them. */
   private readonly answerRules: AnswerHeaders
 
-  constructor(
-    readonly route: ProxyRoute,
-    private readonly upstreamDuration: LatencyHistogram,
-    /** True once shutdown began: every answer says Connection: close (ops/readiness-plugin.ts). */
-    private readonly draining: () => boolean,
-  ) {
+  readonly route: ProxyRoute
+  private readonly upstreamDuration: LatencyHistogram
+  /** True once shutdown began: every answer says Connection: close (ops/readiness-plugin.ts). */
+  private readonly draining: () => boolean
+  constructor(route: ProxyRoute, upstreamDuration: LatencyHistogram, draining: () => boolean) {
+    this.route = route
+    this.upstreamDuration = upstreamDuration
+    this.draining = draining
     const url = new URL(route.upstream)
     const basePath = url.pathname.replace(/\/+$/, '')
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
@@ -178,12 +180,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private done = false
   private readonly response: ServerResponse
 
-  constructor(
-    private readonly request: FastifyRequest,
-    private readonly reply: FastifyReply,
-    private readonly exchange: Exchange,
-    private readonly target: UpstreamTarget,
-  ) {
+  private readonly request: FastifyRequest
+  private readonly reply: FastifyReply
+  private readonly exchange: Exchange
+  private readonly target: UpstreamTarget
+  constructor(request: FastifyRequest, reply: FastifyReply, exchange: Exchange, target: UpstreamTarget) {
+    this.request = request
+    this.reply = reply
+    this.exchange = exchange
+    this.target = target
     this.response = reply.raw
   }
 

@@ -44,10 +44,9 @@ export class RowBuffer {
   /** Records dropped because the buffer was full, since the start. */
   dropped = 0
 
-  constructor(
-    readonly capacity: number,
-    rowRecords: number,
-  ) {
+  readonly capacity: number
+  constructor(capacity: number, rowRecords: number) {
+    this.capacity = capacity
     if (!(capacity >= 1)) throw new RangeError(`a request log buffer holds a record at least, not ${capacity}`)
     this.rowRecords = Math.max(1, Math.min(rowRecords, Math.floor(capacity / ROWS_A_BUFFER_AT_LEAST)))
     this.maxRows = Math.max(ROWS_A_BUFFER_AT_LEAST, Math.floor(capacity / ROW_WEIGHT))

@@ -36,11 +36,18 @@ export class RowCopy {
    * (writer.ts). `timeoutMs`: the server's limit; the writer's own, for a server that no longer
    * answers at all (a network partition), is twice as long.
    */
+  private readonly openConnection: (parameters: Record<string, string>) => Sql
+  private readonly recordsATurn: number
+  private readonly timeoutMs
   constructor(
-    private readonly openConnection: (parameters: Record<string, string>) => Sql,
-    private readonly recordsATurn: number,
-    private readonly timeoutMs = DEFAULT_COPY_TIMEOUT_MS,
-  ) {}
+    openConnection: (parameters: Record<string, string>) => Sql,
+    recordsATurn: number,
+    timeoutMs = DEFAULT_COPY_TIMEOUT_MS,
+  ) {
+    this.openConnection = openConnection
+    this.recordsATurn = recordsATurn
+    this.timeoutMs = timeoutMs
+  }
 
   async copy(rows: readonly RowBuilder[]): Promise<void> {
     // The last batch's memory, once its COPY is done with it (a failed one may still be sending it).

@@ -122,10 +122,12 @@ export class RowBuilder {
   /**
    * `day`: the day of its records (partitions.ts, dayOfRecord), whose partition it is written to.
    */
-  constructor(
-    readonly accountId: string,
-    readonly day: number,
-  ) {}
+  readonly accountId: string
+  readonly day: number
+  constructor(accountId: string, day: number) {
+    this.accountId = accountId
+    this.day = day
+  }
 
   /** Adds `record` (ADDED), unless its made id is too far from the row's (MAX_ID_SPAN): TOO_NEW or TOO_OLD, nothing changed. */
   add(record: RequestRecord): number {

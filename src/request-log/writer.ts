@@ -66,7 +66,9 @@ export class RequestLogWriter {
   private retryAt = 0
   private closed = false
 
-  constructor(private readonly options: WriterOptions) {
+  private readonly options: WriterOptions
+  constructor(options: WriterOptions) {
+    this.options = options
     this.buffer = new RowBuffer(options.bufferRecords ?? DEFAULT_BUFFER_RECORDS, options.rowRecords ?? ROW_RECORDS)
     this.batchRecords = options.batchRecords ?? DEFAULT_BATCH_RECORDS
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS

@@ -51,7 +51,9 @@ export class LatencySeries {
   readonly counts: Float64Array
   sum = 0
   count = 0
-  constructor(private readonly bounds: readonly number[]) {
+  private readonly bounds: readonly number[]
+  constructor(bounds: readonly number[]) {
+    this.bounds = bounds
     this.counts = new Float64Array(bounds.length + 1)
   }
 
@@ -79,13 +81,21 @@ export class LatencyHistogram {
   /** The series of a histogram without a label (observe's, with no lookup); null with a label. */
   private readonly only: LatencySeries | null
 
+  readonly name: string
+  readonly help: string
+  private readonly bounds: readonly number[]
+  private readonly label: { name: string; values: readonly string[] } | null
   constructor(
-    readonly name: string,
-    readonly help: string,
-    private readonly bounds: readonly number[],
+    name: string,
+    help: string,
+    bounds: readonly number[],
     registry: Registry,
-    private readonly label: { name: string; values: readonly string[] } | null = null,
+    label: { name: string; values: readonly string[] } | null = null,
   ) {
+    this.name = name
+    this.help = help
+    this.bounds = bounds
+    this.label = label
     this.series = new Map((label?.values ?? ['']).map((value) => [value, new LatencySeries(bounds)]))
     this.only = label === null ? this.series.get('')! : null
     registry.registerMetric(this as unknown as Parameters<Registry['registerMetric']>[0])

@@ -39,7 +39,9 @@ export class SigningKeySync {
   private again = false
   private stopped = false
 
-  constructor(private readonly options: SigningKeySyncOptions) {
+  private readonly options: SigningKeySyncOptions
+  constructor(options: SigningKeySyncOptions) {
+    this.options = options
     this.reloadIntervalMs = options.reloadIntervalMs ?? DEFAULT_RELOAD_INTERVAL_MS
   }
 

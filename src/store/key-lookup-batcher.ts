@@ -92,10 +92,14 @@ export class KeyLookupBatcher<Row> {
    */
   private paceAt = Number.NEGATIVE_INFINITY
 
+  private readonly query: (digests: readonly Buffer[]) => Promise<readonly FoundByDigest<Row>[]>
+  private readonly options: KeyLookupBatcherOptions
   constructor(
-    private readonly query: (digests: readonly Buffer[]) => Promise<readonly FoundByDigest<Row>[]>,
-    private readonly options: KeyLookupBatcherOptions = {},
+    query: (digests: readonly Buffer[]) => Promise<readonly FoundByDigest<Row>[]>,
+    options: KeyLookupBatcherOptions = {},
   ) {
+    this.query = query
+    this.options = options
     this.pacing = { ...DEFAULT_KEY_BATCH_PACING, ...options.pacing }
     this.clock = options.clock ?? realClock
     this.busyDetail = options.busyDetail ?? 'the key could not be looked up in time; try again'

@@ -44,7 +44,10 @@ class RecentAdmissions {
   private version = -1
   private startedAt = 0
 
-  constructor(private readonly windowMs: number) {}
+  private readonly windowMs: number
+  constructor(windowMs: number) {
+    this.windowMs = windowMs
+  }
 
   /** Starts over when the window has passed or the cache's version moved. */
   private current(version: number): Map<string, Admission> {

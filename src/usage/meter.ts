@@ -63,7 +63,9 @@ export class UsageMeter {
   private flushing: Promise<void> | null = null
   private readonly now: () => number
 
-  constructor(private readonly options: MeterOptions) {
+  private readonly options: MeterOptions
+  constructor(options: MeterOptions) {
+    this.options = options
     this.now = options.now ?? Date.now
   }
 

@@ -23,15 +23,14 @@ export interface UrlPolicyOptions {
 
 /** A webhook URL the policy refuses; the message is one line, fit for a 400 validation_failed. */
 export class WebhookUrlError extends Error {
-  constructor(
-    message: string,
-    /**
-     * WEBHOOKS_ALLOW_INSECURE would accept it: an http URL, or a host that is local or not
-     * public. Not a name that does not resolve: the setting would take a typo for a host.
-     */
-    readonly insecureWouldAllow = false,
-  ) {
+  /**
+   * WEBHOOKS_ALLOW_INSECURE would accept it: an http URL, or a host that is local or not
+   * public. Not a name that does not resolve: the setting would take a typo for a host.
+   */
+  readonly insecureWouldAllow
+  constructor(message: string, insecureWouldAllow = false) {
     super(message)
+    this.insecureWouldAllow = insecureWouldAllow
     this.name = 'WebhookUrlError'
   }
 }

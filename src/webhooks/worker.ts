@@ -70,7 +70,9 @@ export class DeliveryWorker {
   private unlisten: (() => Promise<void>) | null = null
   private readonly clock: () => number
 
-  constructor(private readonly options: WorkerOptions) {
+  private readonly options: WorkerOptions
+  constructor(options: WorkerOptions) {
+    this.options = options
     this.clock = options.clock ?? Date.now
   }
 

@@ -13,11 +13,12 @@ export interface Problem {
 }
 
 export class ApiError extends Error {
-  constructor(
-    readonly problem: Problem,
-    readonly retryAfter: number | null = null,
-  ) {
+  readonly problem: Problem
+  readonly retryAfter: number | null
+  constructor(problem: Problem, retryAfter: number | null = null) {
     super(problem.detail)
+    this.problem = problem
+    this.retryAfter = retryAfter
   }
 }
 

@@ -41,7 +41,9 @@ export class WebSocketRuntime {
   private readonly sources: CredentialSources
   private readonly sweep: CredentialSweep
 
-  constructor(private readonly options: WebSocketRuntimeOptions) {
+  private readonly options: WebSocketRuntimeOptions
+  constructor(options: WebSocketRuntimeOptions) {
+    this.options = options
     const { signingKeys } = options
     this.sources = { lookups: options.lookups, signingKeyAccepted: (kid) => signingKeys.accepts(kid) }
     this.evicted = revocationListener(this.sockets, this.sources, options.log)

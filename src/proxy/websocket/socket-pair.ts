@@ -64,15 +64,25 @@ export class SocketPair implements TrackedSocket {
   /** Set once the pair is over on the client's side: later events change nothing. */
   private ended = false
 
+  readonly route: string
+  private readonly client: WebSocket
+  private readonly upstream: WebSocket
+  readonly credentials: SocketCredentials
+  /** Called once, when the client's socket has closed. */
+  private readonly onClosed: (pair: SocketPair) => void
   constructor(
-    readonly route: string,
-    private readonly client: WebSocket,
-    private readonly upstream: WebSocket,
-    readonly credentials: SocketCredentials,
+    route: string,
+    client: WebSocket,
+    upstream: WebSocket,
+    credentials: SocketCredentials,
     options: RouteWebSocket,
-    /** Called once, when the client's socket has closed. */
-    private readonly onClosed: (pair: SocketPair) => void,
+    onClosed: (pair: SocketPair) => void,
   ) {
+    this.route = route
+    this.client = client
+    this.upstream = upstream
+    this.credentials = credentials
+    this.onClosed = onClosed
     this.keyId = credentials.keyId
     const tenants = [credentials.actingTenantId, credentials.keyTenantId].filter((id): id is string => id !== null)
     this.tenantIds = [...new Set(tenants)]

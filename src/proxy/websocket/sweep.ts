@@ -20,12 +20,21 @@ export class CredentialSweep {
   private failing = false
   private stopped = false
 
+  private readonly sockets: OpenSockets<SocketPair>
+  private readonly sources: CredentialSources
+  private readonly log: FastifyBaseLogger
+  private readonly intervalMs
   constructor(
-    private readonly sockets: OpenSockets<SocketPair>,
-    private readonly sources: CredentialSources,
-    private readonly log: FastifyBaseLogger,
-    private readonly intervalMs = SWEEP_INTERVAL_MS,
-  ) {}
+    sockets: OpenSockets<SocketPair>,
+    sources: CredentialSources,
+    log: FastifyBaseLogger,
+    intervalMs = SWEEP_INTERVAL_MS,
+  ) {
+    this.sockets = sockets
+    this.sources = sources
+    this.log = log
+    this.intervalMs = intervalMs
+  }
 
   /** A socket opened: the timer runs while any is open, and stops itself when none is. */
   wake(): void {
