@@ -60,65 +60,60 @@ const RedisState = Type.Object(
   { description: 'Absent without Redis' },
 )
 
-export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql, cache, readiness }) => {
-  app.get(
-    '/healthz',
-    {
-      schema: {
-        operationId: 'getLiveness',
-        summary: 'Liveness: the process is up (no store is asked)',
-        tags: ['operations'],
-        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
-      },
-    },
-    async () => ({ status: 'ok' as const }),
-  )
+const LIVENESS_SCHEMA = {
+  operationId: 'getLiveness',
+  summary: 'Liveness: the process is up (no store is asked)',
+  tags: ['operations'],
+  response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+}
 
-  app.get(
-    '/readyz',
-    {
-      schema: {
-        operationId: 'getReadiness',
-        summary: 'Readiness: Postgres was reached since the start, and shutdown has not begun',
-        description:
-          `\`checks\` says whether each store answers now (each gets ${READINESS_TIMEOUT_MS} ms); an outage after the first ` +
-          'contact with Postgres is reported there but keeps the answer 200. 503 (application/problem+json, code not_ready): ' +
-          'Postgres has not been reached since the start, or the gateway is shutting down.',
-        tags: ['operations'],
-        response: {
-          200: Type.Object({ status: Type.Literal('ready'), checks: Checks, redis: Type.Optional(RedisState) }),
-          503: Type.Unknown(),
-        },
-      },
+const READINESS_SCHEMA = {
+  operationId: 'getReadiness',
+  summary: 'Readiness: Postgres was reached since the start, and shutdown has not begun',
+  description:
+    `\`checks\` says whether each store answers now (each gets ${READINESS_TIMEOUT_MS} ms); an outage after the first ` +
+    'contact with Postgres is reported there but keeps the answer 200. 503 (application/problem+json, code not_ready): ' +
+    'Postgres has not been reached since the start, or the gateway is shutting down.',
+  tags: ['operations'],
+  response: {
+    200: Type.Object({ status: Type.Literal('ready'), checks: Checks, redis: Type.Optional(RedisState) }),
+    503: Type.Unknown(),
+  },
+}
+
+/** The Redis part of `/readyz`: the topology and its masters, absent without Redis. */
+function redisState(cache: HealthOptions['cache']) {
+  const masters = cache.redisMasters
+  if (masters === null) return {}
+  return {
+    redis: {
+      topology: masters.topology,
+      masters: masters.masters,
+      master_changes: masters.changes,
+      last_master_change: masters.lastChangeAt,
     },
-    async (request, reply) => {
-      const [postgres, redis] = await Promise.all([
-        postgresAnswers(sql, READINESS_TIMEOUT_MS),
-        cache.ping(READINESS_TIMEOUT_MS),
-      ])
-      const checks = { postgres, redis }
-      const masters = cache.redisMasters
-      const state =
-        masters === null
-          ? {}
-          : {
-              redis: {
-                topology: masters.topology,
-                masters: masters.masters,
-                master_changes: masters.changes,
-                last_master_change: masters.lastChangeAt,
-              },
-            }
-      if (!readiness.draining && hasReachedPostgres(sql)) return { status: 'ready' as const, checks, ...state }
-      const detail = readiness.draining
-        ? 'the gateway is shutting down'
-        : `postgres cannot be reached (no answer within ${READINESS_TIMEOUT_MS} ms, or not connected), and has not been since the gateway started`
-      // The problem envelope of docs/api.md, with the checks as an extension member (RFC 9457 §3.2).
-      return reply
-        .code(503)
-        .type(PROBLEM_CONTENT_TYPE)
-        .serializer(JSON.stringify)
-        .send({ ...problem('not_ready', detail, request.id), checks, draining: readiness.draining })
-    },
-  )
+  }
+}
+
+export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql, cache, readiness }) => {
+  app.get('/healthz', { schema: LIVENESS_SCHEMA }, async () => ({ status: 'ok' as const }))
+
+  app.get('/readyz', { schema: READINESS_SCHEMA }, async (request, reply) => {
+    const [postgres, redis] = await Promise.all([
+      postgresAnswers(sql, READINESS_TIMEOUT_MS),
+      cache.ping(READINESS_TIMEOUT_MS),
+    ])
+    const checks = { postgres, redis }
+    if (!readiness.draining && hasReachedPostgres(sql))
+      return { status: 'ready' as const, checks, ...redisState(cache) }
+    const detail = readiness.draining
+      ? 'the gateway is shutting down'
+      : `postgres cannot be reached (no answer within ${READINESS_TIMEOUT_MS} ms, or not connected), and has not been since the gateway started`
+    // The problem envelope of docs/api.md, with the checks as an extension member (RFC 9457 §3.2).
+    return reply
+      .code(503)
+      .type(PROBLEM_CONTENT_TYPE)
+      .serializer(JSON.stringify)
+      .send({ ...problem('not_ready', detail, request.id), checks, draining: readiness.draining })
+  })
 }

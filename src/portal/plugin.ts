@@ -63,20 +63,10 @@ function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
     .header('referrer-policy', 'no-referrer')
 }
 
-/**
- * Reads what it needs of the app from the decorations it depends on: the cache it tells of
- * changes, the limiter, the alerts told of each key minted, the metrics its credential lookups count in.
- */
-const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
-  const { sql } = options
-  const { tenancyCache: cache, limiter, alerts, metrics } = plugin
-  const lookups = new PortalCredentialLookups(sql, {
-    query: () => metrics.cache.storeLookups.postgres.inc(),
-    credentials: (n) => metrics.cache.postgresPortalCredentials.inc(n),
-  })
-  const assets = options.assets ?? portalAssets
-  const app = plugin.withTypeProvider<TypeBoxTypeProvider>()
-  app.decorateRequest('portalSession', null)
+type PortalApp = Parameters<FastifyPluginAsync>[0]
+
+/** The page at /portal/ (its policy by Sec-Fetch-Dest), its hashed script and stylesheet, and /portal's redirect. */
+function registerPortalPage(plugin: PortalApp, assets: () => Promise<ConsoleAssets>): void {
   // The page names the assets by their hashes; it is made once per set of assets.
   let page: ({ for: ConsoleAssets } & ReturnType<typeof served>) | undefined
   const pageFor = (current: ConsoleAssets) => {
@@ -84,7 +74,7 @@ const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
     return page
   }
 
-  app.get(`${PORTAL_PREFIX}/`, { schema: { hide: true } }, async (request, reply) => {
+  plugin.get(`${PORTAL_PREFIX}/`, { schema: { hide: true } }, async (request, reply) => {
     const { body, gzip, etag } = pageFor(await assets())
     // No cache keeps it: the policy depends on Sec-Fetch-Dest.
     secureHeaders(reply, pageCsp(request)).type('text/html; charset=utf-8').header('cache-control', 'no-store')
@@ -92,7 +82,7 @@ const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
   })
 
   // The script and stylesheet: named by their hashes, cached for good; never framed themselves.
-  app.get<{ Params: { name: string } }>(
+  plugin.get<{ Params: { name: string } }>(
     `${PORTAL_ASSETS}/:name`,
     { schema: { hide: true } },
     async (request, reply) => {
@@ -108,39 +98,54 @@ const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
 
   // The link's path is /portal/; without its slash, the page's relative URLs would resolve above it.
   // no-store, as the page: an old link's query names a session.
-  app.get(PORTAL_PREFIX, { schema: { hide: true } }, async (request, reply) =>
+  plugin.get(PORTAL_PREFIX, { schema: { hide: true } }, async (request, reply) =>
     redirectToPage(request, reply, `${PORTAL_PREFIX}/`, 'no-store'),
   )
+}
 
-  await app.register(
-    async (api) => {
-      const typed = api.withTypeProvider<TypeBoxTypeProvider>()
-      // The management API's deadlines: past 1.5 s of store work a call is 503 store_unavailable
-      // rather than hanging on a partitioned Postgres, and a body must arrive within 10 s.
-      addManagementDeadline(api)
-      // JSON only, never framed, never stored.
-      typed.addHook('onRequest', async (_request, reply) => {
-        secureHeaders(reply, portalCsp(null)).header('cache-control', 'no-store')
-      })
-      registerExchangeRoutes(typed, sql, lookups, options.issuerUrl)
-      await typed.register(async (authed) => {
-        const withSession = authed.withTypeProvider<TypeBoxTypeProvider>()
-        withSession.addHook('onRequest', sessionAuth(lookups))
-        withSession.addHook(
-          'onRequest',
-          managementRate(limiter, options.rate, (r) => sessionOf(r).account_id),
-        )
-        registerPortalApiRoutes(withSession, {
-          sql,
-          cache,
-          cursors: new Cursors(() => cursorSecret(sql)),
-          requestLog: options.requestLog,
-          keyMinted: alerts.keyMinted,
-        })
-      })
-    },
-    { prefix: PORTAL_API },
-  )
+/** The API under /portal/api: the exchange, then the calls of a session, at its parent's management rate. */
+async function registerPortalApi(api: PortalApp, options: PortalOptions, lookups: PortalCredentialLookups) {
+  const { sql } = options
+  const { tenancyCache: cache, limiter, alerts } = api
+  const typed = api.withTypeProvider<TypeBoxTypeProvider>()
+  // The management API's deadlines: past 1.5 s of store work a call is 503 store_unavailable
+  // rather than hanging on a partitioned Postgres, and a body must arrive within 10 s.
+  addManagementDeadline(api)
+  // JSON only, never framed, never stored.
+  typed.addHook('onRequest', async (_request, reply) => {
+    secureHeaders(reply, portalCsp(null)).header('cache-control', 'no-store')
+  })
+  registerExchangeRoutes(typed, sql, lookups, options.issuerUrl)
+  await typed.register(async (authed) => {
+    const withSession = authed.withTypeProvider<TypeBoxTypeProvider>()
+    withSession.addHook('onRequest', sessionAuth(lookups))
+    withSession.addHook(
+      'onRequest',
+      managementRate(limiter, options.rate, (r) => sessionOf(r).account_id),
+    )
+    registerPortalApiRoutes(withSession, {
+      sql,
+      cache,
+      cursors: new Cursors(() => cursorSecret(sql)),
+      requestLog: options.requestLog,
+      keyMinted: alerts.keyMinted,
+    })
+  })
+}
+
+/**
+ * Reads what it needs of the app from the decorations it depends on: the cache it tells of
+ * changes, the limiter, the alerts told of each key minted, the metrics its credential lookups count in.
+ */
+const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
+  const { metrics } = plugin
+  const lookups = new PortalCredentialLookups(options.sql, {
+    query: () => metrics.cache.storeLookups.postgres.inc(),
+    credentials: (n) => metrics.cache.postgresPortalCredentials.inc(n),
+  })
+  plugin.decorateRequest('portalSession', null)
+  registerPortalPage(plugin, options.assets ?? portalAssets)
+  await plugin.register((api) => registerPortalApi(api, options, lookups), { prefix: PORTAL_API })
 }
 
 /** Encapsulated (its request decoration and hooks stay inside), with the decorations it reads checked at registration. */
