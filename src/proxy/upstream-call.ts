@@ -14,6 +14,7 @@ import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.j
 import { interimAnswersConnector } from './interim-answers.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
+import { lingerAfterAnswer } from '../http/lingering-close.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -262,7 +263,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private fail(error: ApiError): void {
     // The rest of a body the upstream did not take never will be read: the connection cannot
     // carry another request, and must not stay open on it (exchange.ts ends the body itself).
-    if (!this.request.raw.complete) this.reply.header('connection', 'close')
+    if (!this.request.raw.complete) {
+      this.reply.header('connection', 'close')
+      lingerAfterAnswer(this.request.raw)
+    }
     this.reply.send(error)
   }
 

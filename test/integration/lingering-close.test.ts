@@ -1,0 +1,47 @@
+// An answer sent before the request's body was read whole (an upstream that is down answers 502
+// at once) reaches a client that goes on sending its body and reads only later
+// (src/http/lingering-close.ts): the gateway closes its side but reads what still comes, so the
+// client's stack gets no reset that would throw the unread answer away.
+import { connect } from 'node:net'
+import t from 'tap'
+import { metricValue, startGateway } from '../helpers/gateway.js'
+import { until } from '../helpers/poll.js'
+import { closedPort } from '../helpers/upstream.js'
+
+const down = `http://127.0.0.1:${await closedPort()}`
+const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/down', upstream: down, public: true }] } })
+
+const bad502s = () => metricValue(gw.app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '5xx' })
+
+/** Sends a head and part of a body, the rest after the answer came, and reads only then. */
+async function answerToALateReader(): Promise<string> {
+  const socket = connect(gw.port, '127.0.0.1')
+  socket.on('error', () => {})
+  let text = ''
+  let closed = false
+  socket.on('close', () => (closed = true))
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
+  // Nothing is read until the whole body was sent: the answer waits in this side's kernel.
+  socket.pause()
+  const answered = await bad502s()
+  socket.write(`POST /down/x HTTP/1.1\r\nHost: gateway.test\r\nContent-Length: 200000\r\n\r\n${'x'.repeat(1000)}`)
+  // The gateway answers 502 as soon as the upstream refuses, and counts it once sent.
+  await until(10_000, async () => (await bad502s()) > answered)
+  // The rest of the body: bytes that reach a socket already closed would be answered by a reset.
+  for (let i = 0; i < 20 && !closed; i++) {
+    socket.write('y'.repeat(10_000))
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')))
+  socket.resume()
+  await until(10_000, async () => closed || text.includes('\r\n\r\n'))
+  socket.destroy()
+  return text
+}
+
+t.test('a client still sending its body gets the 502, not a reset', async (t) => {
+  for (let round = 0; round < 5; round++) {
+    const text = await answerToALateReader()
+    t.match(text, /^HTTP\/1\.1 502 /, `round ${round}: the 502 came (got ${JSON.stringify(text.slice(0, 40))})`)
+  }
+})
