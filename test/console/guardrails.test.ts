@@ -2,7 +2,7 @@
 // browser, against a gateway with the real Postgres and Redis: a sub-account's key policy set,
 // shown and removed through its page; the mint form's hints from it; mints outside it refused with
 // the error beside the field; a key minted within it with an IP allow-list, listed with it. CSP,
-// axe-core and the 390 px width on every screen, as test/console/console.test.ts checks them.
+// axe-core and the 390 px width on every screen, as test/console/console-account.test.ts checks them.
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import type { Page } from 'playwright-core'

@@ -11,7 +11,7 @@ export interface Crash {
 /**
  * Records every uncaught exception and unhandled rejection in this process (the gateway runs
  * in it) instead of letting the first one end the test file unreported: a test asserts the list
- * is empty. (In production, main.ts's close-with-grace turns either into a shutdown.)
+ * is empty. (In production, start.ts's stop rules, signals.ts, turn either into a shutdown.)
  */
 export function watchCrashes(t: TestLike): Crash[] {
   const crashes: Crash[] = []

@@ -2,7 +2,7 @@
 // moment it sends a given pattern, reset (a crashed peer, a NAT or firewall dropping its state) or
 // closed in order (Postgres shutting down or terminating the backend, a failover, a proxy). The
 // requirement throughout: nothing escapes to the process. An uncaught exception or an unhandled
-// rejection ends the gateway (main.ts's close-with-grace shuts it down), and every in-process cache
+// rejection ends the gateway (start.ts's stop rules, signals.ts, shut it down), and every in-process cache
 // (the stale window of docs/internals.md) and every count not yet flushed goes with it, exactly
 // when Postgres is in trouble. And requests go on, and usage arrives exactly once.
 //   - in the middle of a usage flush (addUsage in src/store/usage.ts);

@@ -1,6 +1,6 @@
 // The proxied routes written into the console's page (src/console/route-list.ts): JSON that a
 // <script> element cannot end early, whatever a prefix or scope holds. The Routes screen itself is
-// in test/console/console.test.ts.
+// in test/console/console-webhooks.test.ts.
 import t from 'tap'
 import { routesForScript } from '../../src/console/route-list.js'
 
