@@ -82,7 +82,7 @@ EXPOSE 8080 9091
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8080)+'/healthz',{signal:AbortSignal.timeout(4000)}).then(r=>process.exit(r.status===200?0:1),()=>process.exit(1))"]
 # node itself, not npm: the base image's entrypoint execs it, so node is PID 1 and gets SIGTERM,
-# which the gateway handles (close-with-grace: stop accepting, finish requests in flight, flush
+# which the gateway handles (src/signals.ts: stop accepting, finish requests in flight, flush
 # usage, close pools). That drain takes up to SHUTDOWN_DELAY_MS + SHUTDOWN_TIMEOUT_MS (0 + 10 s by
 # default), so give `docker stop --time` / terminationGracePeriodSeconds more than their sum. No
 # init process is needed: the gateway starts no child processes to reap.

@@ -12,7 +12,7 @@ const context = process.env.CONTEXT
 const work = process.env.WORK
 const HEALTH_PATH = '/healthz'
 const START_TIMEOUT_MS = 30_000
-const STOP_TIMEOUT_MS = 15_000 // close-with-grace gives the gateway 10 s
+const STOP_TIMEOUT_MS = 15_000 // the stop rules (src/signals.ts) give the gateway 10 s
 
 const started = Date.now()
 const say = (msg) => console.log(`docker-check: [${((Date.now() - started) / 1000).toFixed(1).padStart(4)} s] ${msg}`)

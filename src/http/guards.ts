@@ -7,6 +7,7 @@ import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from './bad-paths.js'
 import { isUpgrade } from './upgrade-request.js'
+import { isLingering } from './lingering-close.js'
 import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
 
 /**
@@ -23,6 +24,12 @@ export const requestGuards = fp(
     app.decorateRequest('singleHeaders', null)
 
     app.addHook('onRequest', (request, reply, done) => {
+      // Sent after a body whose connection is closing (lingering-close.ts): not served at all.
+      if (isLingering(request.raw.socket)) {
+        reply.hijack()
+        request.raw.socket.destroy()
+        return
+      }
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
       // http-proxy ends an upgrade's socket after any answer but a 101: the answer says so.

@@ -6,10 +6,18 @@ import { connect } from 'node:net'
 import t from 'tap'
 import { metricValue, startGateway } from '../helpers/gateway.js'
 import { until } from '../helpers/poll.js'
-import { closedPort } from '../helpers/upstream.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 
 const down = `http://127.0.0.1:${await closedPort()}`
-const gw = await startGateway(t, { gatewayConfig: { routes: [{ prefix: '/down', upstream: down, public: true }] } })
+const recording = await startUpstream(t)
+const gw = await startGateway(t, {
+  gatewayConfig: {
+    routes: [
+      { prefix: '/down', upstream: down, public: true },
+      { prefix: '/up', upstream: recording.url, public: true },
+    ],
+  },
+})
 
 const bad502s = () => metricValue(gw.app, 'tgw_http_requests_total', { kind: 'proxy', status_class: '5xx' })
 
@@ -44,4 +52,28 @@ t.test('a client still sending its body gets the 502, not a reset', async (t) =>
     const text = await answerToALateReader()
     t.match(text, /^HTTP\/1\.1 502 /, `round ${round}: the 502 came (got ${JSON.stringify(text.slice(0, 40))})`)
   }
+})
+
+t.test('a request sent after the rest of that body is never served', async (t) => {
+  // Half-open: the client goes on sending after the gateway's side ended, as a pipelining one may.
+  const socket = connect({ port: gw.port, host: '127.0.0.1', allowHalfOpen: true })
+  socket.on('error', () => {})
+  let text = ''
+  socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')))
+  t.teardown(() => socket.destroy())
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
+  socket.write(`POST /down/x HTTP/1.1\r\nHost: gateway.test\r\nContent-Length: 2000\r\n\r\n${'x'.repeat(1000)}`)
+  t.ok(await until(10_000, async () => text.includes('\r\n\r\n')), 'the 502 came')
+  socket.write(`${'y'.repeat(1000)}POST /up/pipelined HTTP/1.1\r\nHost: gateway.test\r\nContent-Length: 0\r\n\r\n`)
+  // Let go of by the gateway: at the pipelined request, or at the linger's bound without the rule.
+  const connections = () =>
+    new Promise<number>((resolve) => gw.app.server.getConnections((_error, count) => resolve(count)))
+  t.ok(await until(10_000, async () => (await connections()) === 0), 'the gateway let go of the connection')
+  t.match(text, /^HTTP\/1\.1 502 /, 'the one answer is the 502')
+  t.notMatch(text.slice(1), /HTTP\/1\.1 /, 'no second answer')
+  t.same(
+    recording.received.map((r) => r.url),
+    [],
+    'the upstream never got the request sent after the body',
+  )
 })
