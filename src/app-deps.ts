@@ -11,6 +11,7 @@ import type { ProxyRoute } from './proxy/route.js'
 import type { RequestLogPluginOptions } from './request-log/plugin.js'
 import type { Keyring } from './signing-keys/keyring.js'
 import type { Store } from './store/db.js'
+import type { StoreDeadlines } from './store/deadlines.js'
 import type { WebhookDeliveryPluginOptions } from './webhooks/delivery-plugin.js'
 import type { LookupAll } from './webhooks/url-policy.js'
 
@@ -60,6 +61,11 @@ export interface AppTuning {
   headersTimeoutMs?: number
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
   managementBodyTimeoutMs?: number
+  /**
+   * How long requests wait on Postgres (default STORE_DEADLINES, store/deadlines.ts). Tests lengthen
+   * them: on a loaded machine a query may queue past 500 ms, and a test is not about that.
+   */
+  storeDeadlines?: Partial<StoreDeadlines>
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
   /** Resolves webhook URLs' names at creation (default node:dns lookup). */

@@ -37,6 +37,7 @@ import { limitGate } from './proxy/limit-gate.js'
 import type { ProxyOptions } from './proxy/options.js'
 import type { ProxyRoute } from './proxy/route.js'
 import { loadRouteTable } from './proxy/route-table.js'
+import { storeDeadlinesOf } from './store/deadlines.js'
 import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
 
@@ -233,7 +234,8 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
 
 /** One for the API and the portal: a parent's reads of its log at once are counted together. */
 export function requestLogReader(app: FastifyInstance): RequestLogReader | null {
-  return app.requestLog === null ? null : { sql: app.requestLogSql, reads: new LogReads() }
+  if (app.requestLog === null) return null
+  return { sql: app.requestLogSql, reads: new LogReads(), statementTimeoutMs: storeDeadlinesOf(app).managementMs }
 }
 
 export function managementOptions(

@@ -3,6 +3,7 @@
 import fp from 'fastify-plugin'
 import { TenancyCache, type CacheTimings } from './index.js'
 import type { Sql } from '../store/db.js'
+import { storeDeadlinesOf } from '../store/deadlines.js'
 import { postgresLookups } from '../store/tenancy-lookups.js'
 import type { RedisTarget } from './redis-topology.js'
 
@@ -26,7 +27,7 @@ export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
     const { storeLookups, postgresKeyDigests } = app.metrics.cache
     const counts = { query: () => storeLookups.postgres.inc(), keyDigests: (n: number) => postgresKeyDigests.inc(n) }
     const cache = new TenancyCache({
-      source: postgresLookups(sql, { counts }),
+      source: postgresLookups(sql, { counts, deadlineMs: storeDeadlinesOf(app).lookupMs }),
       redis,
       keyPrefix,
       timings,

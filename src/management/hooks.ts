@@ -4,9 +4,7 @@
 import { PassThrough } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler, RouteOptions } from 'fastify'
 import { ApiError } from '../errors.js'
-
-/** How long a management call's store work may take before it is answered 503 store_unavailable. */
-export const MANAGEMENT_DEADLINE_MS = 1_500
+import { storeDeadlinesOf } from '../store/deadlines.js'
 
 /** How long a management body may take to arrive, once its reading starts: past it, 408 request_timeout. */
 export const MANAGEMENT_BODY_TIMEOUT_MS = 10_000
@@ -92,7 +90,7 @@ export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: Fa
 
 /**
  * Two deadlines (docs/api.md, docs/decisions.md). The store deadline: a management call waits on
- * nothing but Postgres, so past MANAGEMENT_DEADLINE_MS of store work the answer is 503
+ * nothing but Postgres, so past its deadline of store work (store/deadlines.ts) the answer is 503
  * store_unavailable, and a partition does not hang it until a TCP timeout. It runs from onRequest
  * (it covers the tenancy lookups, whose hook comes after this one), pauses while the body is read,
  * and goes on with what is left before validation and the handler. (Fastify's own handlerTimeout
@@ -106,7 +104,7 @@ export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: Fa
 export function startStoreDeadline(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const timers: ManagementTimers = {
     store: null,
-    storeLeftMs: MANAGEMENT_DEADLINE_MS,
+    storeLeftMs: storeDeadlinesOf(request.server).managementMs,
     storeSince: 0,
     body: null,
     answered: false,

@@ -20,7 +20,8 @@ import {
   type KeptAnswer,
   releaseIdempotencyKey,
 } from '../store/idempotency.js'
-import { answeredByStoreDeadline, hasBody, MANAGEMENT_DEADLINE_MS, stopStoreDeadline } from './hooks.js'
+import { storeDeadlinesOf } from '../store/deadlines.js'
+import { answeredByStoreDeadline, hasBody, stopStoreDeadline } from './hooks.js'
 import { Fingerprint, IDEMPOTENT_METHODS, idempotencyKeyOf, REPLAYED_HEADER } from './idempotency-request.js'
 import { IdempotencySweep } from './idempotency-sweep.js'
 
@@ -180,7 +181,10 @@ export function keepIdempotentAnswer({ sql, encryptionKey }: IdempotencyOptions)
       return payload
     }
     try {
-      await withDeadline(settle(sql, encryptionKey, request, reply, payload), MANAGEMENT_DEADLINE_MS)
+      await withDeadline(
+        settle(sql, encryptionKey, request, reply, payload),
+        storeDeadlinesOf(request.server).managementMs,
+      )
     } catch (err) {
       // The change (if any) is made: its answer goes out. The claim stays, as a request still in
       // flight, until it goes stale and a retry takes it over.

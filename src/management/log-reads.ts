@@ -67,4 +67,6 @@ export class LogReads {
 export interface RequestLogReader {
   sql: Sql
   reads: LogReads
+  /** A read's statement timeout: a management call's store deadline (store/deadlines.ts). */
+  statementTimeoutMs: number
 }

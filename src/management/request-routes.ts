@@ -7,7 +7,6 @@ import { listRequests, type RequestRow } from '../request-log/queries.js'
 import { requestById } from '../request-log/record-by-id.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
-import { MANAGEMENT_DEADLINE_MS } from './hooks.js'
 import { parentPlaces, type ReadPlace, type RequestLogReader } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
 import type { Cursors, CursorScope } from './paging.js'
@@ -111,7 +110,7 @@ export async function requestPage(
 ): Promise<{ data: RequestRecord[]; next_cursor: string | null }> {
   if (!(await filterIsOwn(lookups, accountId, filter))) return { data: [], next_cursor: null }
   const { records, resumeBefore } = await log.reads.run(places, () =>
-    listRequests(log.sql, accountId, { ...filter, limit: limit + 1 }, { statementTimeoutMs: MANAGEMENT_DEADLINE_MS }),
+    listRequests(log.sql, accountId, { ...filter, limit: limit + 1 }, { statementTimeoutMs: log.statementTimeoutMs }),
   )
   if (resumeBefore === null) return cursors.page(records, limit, presentRequest, scope)
   return { data: records.map(presentRequest), next_cursor: await cursors.encode(resumeBefore, scope) }
@@ -156,7 +155,7 @@ export const REQUEST_OPERATIONS: OperationTable<ManagementContext> = [
         log === null
           ? null
           : await log.reads.run(parentPlaces(accountId), () =>
-              requestById(log.sql, accountId, request.params.id, { statementTimeoutMs: MANAGEMENT_DEADLINE_MS }),
+              requestById(log.sql, accountId, request.params.id, { statementTimeoutMs: log.statementTimeoutMs }),
             )
       if (row === null) throw new ApiError('not_found', 'no request of this account has this id in the request log')
       return presentRequest(row)

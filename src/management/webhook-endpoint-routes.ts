@@ -17,7 +17,8 @@ import {
   pathUuid,
 } from './common.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
-import { MANAGEMENT_DEADLINE_MS, outsideStoreDeadline } from './hooks.js'
+import { STORE_DEADLINES } from '../store/deadlines.js'
+import { outsideStoreDeadline } from './hooks.js'
 import type { OperationTable } from './operation-table.js'
 import {
   createWebhookEndpointWithEvent,
@@ -48,7 +49,7 @@ export function isSubscribableEventType(name: string): boolean {
  * How long the URL's name may take to resolve: as long as a management call's store work. Past it
  * the URL is refused (400, as a name that does not resolve), before anything is written.
  */
-export const WEBHOOK_LOOKUP_TIMEOUT_MS = MANAGEMENT_DEADLINE_MS
+export const WEBHOOK_LOOKUP_TIMEOUT_MS = STORE_DEADLINES.managementMs
 
 /** Said of a refusal the gateway's operator could lift: a receiver on a developer's machine. */
 const INSECURE_HINT =

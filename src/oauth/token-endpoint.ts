@@ -14,7 +14,7 @@ import { addManagementDeadline } from '../management/hooks.js'
 import type { Tally } from '../shared/fast-metrics.js'
 import type { Sql } from '../store/db.js'
 import type { ClientCredential } from '../store/api-keys.js'
-import { LOOKUP_DEADLINE_MS } from '../store/tenancy-lookups.js'
+import { storeDeadlinesOf } from '../store/deadlines.js'
 import { UUID_PATTERN } from '../shared/identifiers.js'
 import { presentedClient, type PresentedClient } from './client-credentials.js'
 import { ClientLookups } from './client-lookups.js'
@@ -152,7 +152,7 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
   const attempts = new FailedClientAttempts()
   const counts = options.clientLookupCounts
   const clients = new ClientLookups(sql, {
-    deadlineMs: LOOKUP_DEADLINE_MS,
+    deadlineMs: storeDeadlinesOf(scope).lookupMs,
     onQuery: (n) => {
       counts?.query()
       counts?.clientIds(n)

@@ -6,7 +6,6 @@
 // together, one query a batch, at most about 200 queries a second per replica for each kind, and a
 // lookup with nothing ahead of it starts at once. Each answer comes from a query started after
 // the lookup was asked: a session ended or expired is refused at once, as before.
-import { LOOKUP_DEADLINE_MS } from '../store/tenancy-lookups.js'
 import type { Sql } from '../store/db.js'
 import { DEFAULT_KEY_BATCH_PACING, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
 import {
@@ -36,11 +35,13 @@ const BUSY = 'the portal session could not be looked up in time; try again'
 export class PortalCredentialLookups {
   private readonly sessions: KeyLookupBatcher<PortalSessionRow>
   private readonly links: KeyLookupBatcher<UsableLink>
+  private readonly deadlineMs: number
 
-  /** Each lookup waits LOOKUP_DEADLINE_MS at most, its turn included (then 503), as a key's does. */
-  constructor(sql: Sql, counts: PortalLookupCounts) {
+  /** Each lookup waits `deadlineMs` at most, its turn included (then 503), as a key's does. */
+  constructor(sql: Sql, counts: PortalLookupCounts, deadlineMs: number) {
+    this.deadlineMs = deadlineMs
     const batching = {
-      pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: LOOKUP_DEADLINE_MS },
+      pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: deadlineMs },
       busyDetail: BUSY,
       onQuery: (n: number) => {
         counts.query()
@@ -59,12 +60,12 @@ export class PortalCredentialLookups {
 
   /** The open session whose credential has this digest (sub-account active), or null. */
   session(secretDigest: Buffer): Promise<PortalSessionRow | null> {
-    return this.sessions.lookup(secretDigest, LOOKUP_DEADLINE_MS)
+    return this.sessions.lookup(secretDigest, this.deadlineMs)
   }
 
   /** The link with this token digest if it can still be exchanged, or null. */
   async link(tokenDigest: Buffer): Promise<PortalLink | null> {
-    const row = await this.links.lookup(tokenDigest, LOOKUP_DEADLINE_MS)
+    const row = await this.links.lookup(tokenDigest, this.deadlineMs)
     if (row === null) return null
     return {
       sessionId: row.session_id,

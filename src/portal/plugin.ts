@@ -15,6 +15,7 @@ import type { Rate } from '../limits/bucket.js'
 import { managementRate } from '../limits/management-rate.js'
 import { CONSOLE_CSP, redirectToPage, sendCached } from '../console/plugin.js'
 import type { Sql } from '../store/db.js'
+import { storeDeadlinesOf } from '../store/deadlines.js'
 import { cursorSecret } from '../store/secrets.js'
 import { addManagementDeadline } from '../management/hooks.js'
 import { Cursors } from '../management/paging.js'
@@ -139,10 +140,14 @@ async function registerPortalApi(api: PortalApp, options: PortalOptions, lookups
  */
 const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
   const { metrics } = plugin
-  const lookups = new PortalCredentialLookups(options.sql, {
-    query: () => metrics.cache.storeLookups.postgres.inc(),
-    credentials: (n) => metrics.cache.postgresPortalCredentials.inc(n),
-  })
+  const lookups = new PortalCredentialLookups(
+    options.sql,
+    {
+      query: () => metrics.cache.storeLookups.postgres.inc(),
+      credentials: (n) => metrics.cache.postgresPortalCredentials.inc(n),
+    },
+    storeDeadlinesOf(plugin).lookupMs,
+  )
   plugin.decorateRequest('portalSession', null)
   registerPortalPage(plugin, options.assets ?? portalAssets)
   await plugin.register((api) => registerPortalApi(api, options, lookups), { prefix: PORTAL_API })

@@ -1,6 +1,7 @@
 // The tenancy lookups answered by Postgres (shared/tenancy-records.ts has the interface): key
 // lookups paced through one batcher, every query under a deadline.
 import { withDeadline, type Sql } from './db.js'
+import { STORE_DEADLINES } from './deadlines.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from './key-lookup-batcher.js'
 import { findKeyById, findKeysByDigests, type KeyCredential } from './api-keys.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
@@ -12,14 +13,6 @@ import {
   type TenantRow,
 } from './tenants.js'
 
-/**
- * How long a request waits for Postgres to answer a lookup. Past it, a record seen within the
- * stale window still serves, and anything else is 503 store_unavailable (docs/internals.md,
- * caches): a partition must not hang requests until a TCP or connect timeout, tens of seconds later.
- * For a key, the wait for its turn in the key batcher counts too.
- */
-export const LOOKUP_DEADLINE_MS = 500
-
 /** What the Postgres lookups count (cache/metrics.ts): each query sent, and the digests key queries asked for. */
 export interface PostgresLookupCounts {
   query(): void
@@ -27,6 +20,7 @@ export interface PostgresLookupCounts {
 }
 
 export interface PostgresLookupOptions {
+  /** Default STORE_DEADLINES.lookupMs (store/deadlines.ts). */
   deadlineMs?: number
   counts?: PostgresLookupCounts
   keyPacing?: Partial<KeyBatchPacing>
@@ -53,7 +47,7 @@ const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
   }
 
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
-  const deadlineMs = options.deadlineMs ?? LOOKUP_DEADLINE_MS
+  const deadlineMs = options.deadlineMs ?? STORE_DEADLINES.lookupMs
   const counts = options.counts
   // Key lookups are the ones anyone can make up (the checksum is public): they share paced
   // queries (store/key-lookup-batcher.ts). The others need a key that exists first.

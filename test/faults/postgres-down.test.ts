@@ -18,6 +18,7 @@ import t, { type Test } from 'tap'
 import { generateApiKey } from '../../src/auth/key-format.js'
 import { mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
+import { STORE_DEADLINES } from '../../src/store/deadlines.js'
 import { freshDatabase } from '../helpers/db.js'
 import { createParent, metricValue, startGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
@@ -50,6 +51,8 @@ const gw = await startGateway(t, {
   // postgres-reset.test.ts's subject. Usage is not under test here.
   usageFlushIntervalMs: 3_600_000,
   relays: [relay],
+  // The deadlines are under test: the gateway's own, not a test's unhurried ones.
+  storeDeadlines: STORE_DEADLINES,
 })
 const sql = db.sql
 

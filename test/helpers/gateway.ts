@@ -15,6 +15,7 @@ import { openOneConnection, openStore, type Sql, type Store } from '../../src/st
 import { closeUnderWay } from './close-watch.js'
 import { freshDatabase, type TestDatabase } from './db.js'
 import { orTimeout } from './poll.js'
+import { UNHURRIED_STORE_DEADLINES } from './store-deadlines.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
 import type { TestLike } from './test-like.js'
@@ -215,7 +216,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       logger: options.logger ?? false,
       keyring: options.keyring,
       metrics: options.metrics,
-      tuning: options,
+      tuning: { ...options, storeDeadlines: { ...UNHURRIED_STORE_DEADLINES, ...options.storeDeadlines } },
     })
   let app: FastifyInstance
   let routes: RegisteredRoute[] = []

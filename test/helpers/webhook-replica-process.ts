@@ -7,6 +7,7 @@ import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { openStore } from '../../src/store/db.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
+import { UNHURRIED_STORE_DEADLINES } from './store-deadlines.js'
 
 if (process.send === undefined) throw new Error('run with an IPC channel')
 const databaseUrl = process.env.DATABASE_URL
@@ -20,7 +21,7 @@ const config = {
   gatewayConfig: {},
 }
 const store = await openStore({ databaseUrl, dataDir: '.' })
-const app = await buildApp({ config, store, logger: false })
+const app = await buildApp({ config, store, logger: false, tuning: { storeDeadlines: UNHURRIED_STORE_DEADLINES } })
 await app.listen({ port: 0, host: '127.0.0.1' })
 process.send({ type: 'listening', port: (app.server.address() as AddressInfo).port })
 // The test process is gone: so is this one.

@@ -2,6 +2,7 @@
 // store deadline answers 503 while the change's transaction still runs. The change commits only
 // if its claim still stands, and a change that committed is never made again by a retry.
 import t from 'tap'
+import { STORE_DEADLINES } from '../../src/store/deadlines.js'
 import { type CallOptions, type Parent, startGateway } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { problemOf } from '../helpers/problems.js'
@@ -9,7 +10,7 @@ import { problemOf } from '../helpers/problems.js'
 const PREFIX = '/v1/sub-accounts'
 
 t.test('a write answered 503 by the store deadline', async (t) => {
-  const gw = await startGateway(t, { redis: false })
+  const gw = await startGateway(t, { redis: false, storeDeadlines: STORE_DEADLINES })
   const count = async (query: string, ...params: string[]) =>
     Number((await gw.sql.unsafe(query, params))[0]!.n as number)
   const subAccounts = (parent: Parent) =>

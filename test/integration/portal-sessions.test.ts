@@ -4,6 +4,7 @@
 // ceiling; the session refused everywhere else; its end reaching another replica within 1 s;
 // audit events naming the session; a framed page given a session only where its parent allows.
 import t from 'tap'
+import { STORE_DEADLINES } from '../../src/store/deadlines.js'
 import type { LightMyRequestResponse } from 'fastify'
 import { runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
@@ -618,7 +619,7 @@ t.test(
 )
 
 t.test('a portal call waits on Postgres at most its deadline: then 503', async (t) => {
-  const gw = await startGateway(t)
+  const gw = await startGateway(t, { storeDeadlines: STORE_DEADLINES })
   const parent = await gw.createParent()
   const { made, token } = await openSession(gw, parent, await subAccount(gw, parent))
   const cookie = cookieValue(await exchange(gw, token))
@@ -646,7 +647,7 @@ t.test('a portal call waits on Postgres at most its deadline: then 503', async (
   await holder
   t.equal(res.statusCode, 503, res.body)
   t.equal(res.json().code, 'store_unavailable')
-  // The session's lookup waits LOOKUP_DEADLINE_MS at most, as a key's does (portal/credential-lookups.ts).
+  // The session's lookup waits STORE_DEADLINES.lookupMs at most, as a key's does (portal/credential-lookups.ts).
   t.ok(took < 5_000, `answered by the deadline (${took} ms)`)
   t.equal(page.statusCode, 200, 'the page still loads')
   t.match(String(page.headers['content-security-policy']), /frame-ancestors 'none'/, 'framed by no one')

@@ -1,0 +1,27 @@
+// How long a request waits on Postgres before it is answered 503 store_unavailable (docs/api.md,
+// store_unavailable; docs/internals.md, caches): a partition must not hang requests until a TCP or
+// connect timeout, tens of seconds later.
+import type { FastifyInstance } from 'fastify'
+
+export interface StoreDeadlines {
+  /**
+   * A tenancy lookup (a key, a tenant, an OAuth client, a portal credential), its turn in a
+   * lookup batcher included. Past it, a record seen within the stale window still serves.
+   */
+  lookupMs: number
+  /** A management call's store work: its tenancy lookups, then its handler. */
+  managementMs: number
+}
+
+export const STORE_DEADLINES: Readonly<StoreDeadlines> = { lookupMs: 500, managementMs: 1_500 }
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Set by buildApp (app-deps.ts's tuning may lengthen them for tests on a loaded machine). */
+    storeDeadlines?: Readonly<StoreDeadlines>
+  }
+}
+
+/** The deadlines of this app; the defaults in a scope built without buildApp (a unit test's). */
+export const storeDeadlinesOf = (app: FastifyInstance): Readonly<StoreDeadlines> =>
+  app.storeDeadlines ?? STORE_DEADLINES
