@@ -214,10 +214,13 @@ export async function startUpstream(o: Wrap = {}): Promise<Server> {
   })
 }
 
-/** The bare proxy runs with the gateway's node flags, so that the two differ by their code only. */
-export async function startBare(upstreamUrl: string, o: Wrap = {}): Promise<Server> {
+/**
+ * The bare proxy (fastify + @fastify/http-proxy) or the floor (node:http + an undici Pool), with
+ * the gateway's node flags, so that they differ from it by their code only.
+ */
+export async function startBare(upstreamUrl: string, o: Wrap = {}, which: 'bare' | 'floor' = 'bare'): Promise<Server> {
   const [port] = (await freePorts(1)) as [number]
-  const command = [...(o.wrap ?? []), serverNode().path, ...imageNode(ROOT).flags, 'bench/servers.js', 'bare']
+  const command = [...(o.wrap ?? []), serverNode().path, ...imageNode(ROOT).flags, 'bench/servers.js', which]
   return startServer(command, {
     port,
     env: {

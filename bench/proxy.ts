@@ -1,4 +1,5 @@
-// Throughput of the proxied path: the gateway against a bare @fastify/http-proxy, and optionally
+// Throughput of the proxied path: the gateway against a bare @fastify/http-proxy and against the
+// floor (node:http streaming through an undici Pool: the least a Node proxy does), and optionally
 // against another checkout of the gateway in the same run (BENCH_BASELINE_TREE), and optionally the
 // same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1). bench/README.md
 // says what it starts, what it prints and its knobs; docs/lifecycle.md the path measured.
@@ -14,6 +15,7 @@ import {
   type Measured,
   medianOf,
   metric,
+  ms,
   reportHead,
   ROUND_COLUMNS,
   roundCells,
@@ -43,7 +45,9 @@ const LIMITS = envInt('BENCH_LIMITS', 0, 0) > 0
 const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
 const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'bare' | 'gateway' | 'limits' | 'baseline'
+type SideName = 'floor' | 'bare' | 'gateway' | 'limits' | 'baseline'
+/** The sides that are not a gateway: no auth, no metrics to scrape. */
+const isProxyOnly = (name: SideName) => name === 'floor' || name === 'bare'
 interface Side {
   name: SideName
   server: Server | Gateway
@@ -73,6 +77,8 @@ async function main(): Promise<void> {
     started.push(upstream)
     const bare = await startBare(upstream.url)
     started.push(bare)
+    const floor = await startBare(upstream.url, {}, 'floor')
+    started.push(floor)
     const gateway = await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url })
     started.push(gateway)
     const baseline =
@@ -90,8 +96,9 @@ async function main(): Promise<void> {
       limitsGateway === null
         ? null
         : await seedActing(limitsGateway, db.url, { account: NEVER_REFUSING, subAccount: NEVER_REFUSING })
-    // The bare proxy gets the same request, Authorization and acting header included, and passes them on.
+    // The bare proxy and the floor get the same request, Authorization and acting header included, and pass them on.
     const sides: Side[] = [
+      { name: 'floor', server: floor, headers: acting.headers },
       { name: 'bare', server: bare, headers: acting.headers },
       { name: 'gateway', server: gateway, headers: acting.headers },
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
@@ -106,7 +113,7 @@ async function main(): Promise<void> {
         throw new Error(`${side.name}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
       const tenant = side.name === 'limits' ? limited! : acting
       if (
-        side.name !== 'bare' &&
+        !isProxyOnly(side.name) &&
         (seen['x-service-resolved-tenant'] !== tenant.subId || seen['x-service-caller-tenant'] !== tenant.parentId)
       ) {
         throw new Error(
@@ -142,7 +149,7 @@ async function main(): Promise<void> {
     const lookups = new Map<SideName, Lookups>()
     for (let r = 1; r <= ROUNDS; r++) {
       for (const side of sides) {
-        if (side.name === 'bare') {
+        if (isProxyOnly(side.name)) {
           rounds.push(await measure(side, DURATION, String(r)))
           continue
         }
@@ -191,14 +198,20 @@ function report(
 ): void {
   const of = (side: SideName) => rounds.filter((r) => r.side === side && !r.round.startsWith('warm'))
   const medians = new Map(sides.map(({ name }) => [name, { ...medianOf(of(name)), side: name, round: 'median' }]))
-  const [bare, gateway, baseline] = [medians.get('bare')!, medians.get('gateway')!, medians.get('baseline')]
+  const [floor, bare, gateway, baseline] = [
+    medians.get('floor')!,
+    medians.get('bare')!,
+    medians.get('gateway')!,
+    medians.get('baseline'),
+  ]
   const limits = medians.get('limits')
   const lines = [
     ...reportHead('bench:proxy'),
     `load      GET /v1/things/1, ${CONNECTIONS} keep-alive connections; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, alternating`,
+    `floor     node bench/servers.js floor (node:http + an undici Pool, no auth), the gateway's node flags`,
     `bare      node bench/servers.js bare (fastify + @fastify/http-proxy, no auth), the gateway's node flags`,
     ...sides
-      .filter((s) => s.name !== 'bare')
+      .filter((s) => !isProxyOnly(s.name))
       .map(
         (s) =>
           `${s.name.padEnd(9)} ${(s.server as Gateway).command}, at ${gitDescription(s.name === 'baseline' ? BASELINE_TREE! : undefined)}; parent key acting as ext:bench-sub` +
@@ -222,6 +235,12 @@ function report(
     `                    req/s round by round: ${of('gateway')
       .map((g, i) => (g.perSecond / of('bare')[i]!.perSecond).toFixed(3))
       .join(', ')}`,
+    `gateway / floor     req/s ${(gateway.perSecond / floor.perSecond).toFixed(3)} (target ≥ 0.85: ${gateway.perSecond / floor.perSecond >= 0.85 ? 'met' : 'NOT MET'}), ` +
+      `p50 ${(gateway.p50 / floor.p50).toFixed(3)}, p99 ${(gateway.p99 / floor.p99).toFixed(3)} (${ms(gateway.p99 - floor.p99)} ms above), CPU/request ${(gateway.cpuMicros / floor.cpuMicros).toFixed(3)}`,
+    `                    req/s round by round: ${of('gateway')
+      .map((g, i) => (g.perSecond / of('floor')[i]!.perSecond).toFixed(3))
+      .join(', ')}`,
+    `bare / floor        req/s ${(bare.perSecond / floor.perSecond).toFixed(3)}, CPU/request ${(bare.cpuMicros / floor.cpuMicros).toFixed(3)}`,
   ]
   if (limits !== undefined) {
     const ratio = limits.perSecond / gateway.perSecond

@@ -1,8 +1,8 @@
-// The benches' upstream, bare proxy and webhook receiver, in plain JavaScript so that node starts
-// them without tsx (bench:instructions runs them under valgrind). `node bench/servers.js
-// upstream|bare|receiver`, env PORT and, for the bare proxy, UPSTREAM_URL. Started by bench/lib.ts
-// startUpstream, startBare and startReceiver. With WEBSOCKET=1 (bench:websocket), the upstream also
-// echoes WebSocket messages and the bare proxy has `websocket: true`.
+// The benches' upstream, bare proxy, floor proxy and webhook receiver, in plain JavaScript so that
+// node starts them without tsx (bench:instructions runs them under valgrind). `node
+// bench/servers.js upstream|bare|floor|receiver`, env PORT and, for the proxies, UPSTREAM_URL.
+// Started by bench/lib.ts startUpstream, startBare and startReceiver. With WEBSOCKET=1
+// (bench:websocket), the upstream also echoes WebSocket messages and the proxies pass them.
 import http from 'node:http'
 
 // Gone with the bench that started it (its stdin closes), and an exit on SIGTERM, not a death by
@@ -39,6 +39,55 @@ if (process.argv[2] === 'upstream') {
   const app = Fastify({ logger: false })
   await app.register(httpProxy, { upstream: process.env.UPSTREAM_URL, websocket: process.env.WEBSOCKET === '1' })
   await app.listen({ host: '127.0.0.1', port })
+} else if (process.argv[2] === 'floor') {
+  // The least a Node proxy does: node:http, each request streamed through an undici Pool into the
+  // response, with no framework, no auth, no logging. With WEBSOCKET=1, `ws` pipes each socket to
+  // one of its own on the upstream.
+  const { Pool } = await import('undici')
+  const upstream = new URL(process.env.UPSTREAM_URL)
+  const pool = new Pool(upstream.origin)
+  // Hop-by-hop (RFC 9110 §7.6.1): each connection's own, never forwarded; undici refuses most of them.
+  const HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']
+  const endToEnd = (headers) => {
+    for (const name of HOP) delete headers[name]
+    return headers
+  }
+  const server = http.createServer((req, res) => {
+    const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
+    pool.stream(
+      { method: req.method, path: req.url, headers: endToEnd({ ...req.headers }), body: hasBody ? req : null },
+      ({ statusCode, headers }) => {
+        res.writeHead(statusCode, endToEnd(headers))
+        return res
+      },
+      (err) => {
+        if (err === null) return
+        if (!res.headersSent) res.writeHead(502).end()
+        else res.destroy()
+      },
+    )
+  })
+  server.keepAliveTimeout = 600_000
+  if (process.env.WEBSOCKET === '1') {
+    const { WebSocket, WebSocketServer } = await import('ws')
+    const wss = new WebSocketServer({ server })
+    wss.on('connection', (client, req) => {
+      const far = new WebSocket(`ws://${upstream.host}${req.url}`)
+      const queued = []
+      client.on('message', (data, isBinary) =>
+        far.readyState === WebSocket.OPEN ? far.send(data, { binary: isBinary }) : queued.push([data, isBinary]),
+      )
+      far.on('open', () => {
+        for (const [data, binary] of queued.splice(0)) far.send(data, { binary })
+      })
+      far.on('message', (data, isBinary) => client.send(data, { binary: isBinary }))
+      far.on('close', () => client.close())
+      client.on('close', () => far.close())
+      far.on('error', () => client.terminate())
+      client.on('error', () => far.terminate())
+    })
+  }
+  server.listen(port, '127.0.0.1')
 } else if (process.argv[2] === 'receiver') {
   // A webhook receiver that verifies nothing: 204 to every POST, keeping its webhook-id and when
   // its headers arrived (ms since the epoch, to a fraction), for GET /received?from=<index>.
@@ -61,5 +110,5 @@ if (process.argv[2] === 'upstream') {
   server.keepAliveTimeout = 600_000
   server.listen(port, '127.0.0.1')
 } else {
-  throw new Error('usage: node bench/servers.js upstream|bare|receiver')
+  throw new Error('usage: node bench/servers.js upstream|bare|floor|receiver')
 }

@@ -1,6 +1,7 @@
 // WebSockets through the gateway (docs/api.md, WebSockets): echo messages per second and the
 // latency of an echo, through the gateway, through a bare @fastify/http-proxy with
-// `websocket: true`, and to the upstream directly, in the same run, with 1 and 100 sockets; and
+// `websocket: true`, through the floor (`ws` piping each socket to one of its own on the upstream),
+// and to the upstream directly, in the same run, with 1 and 100 sockets; and
 // the latency of an upgrade against an ordinary proxied GET's. bench/README.md says what it prints.
 import http from 'node:http'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -36,7 +37,7 @@ const UPGRADES = envInt('BENCH_UPGRADES', 300)
 const SOCKET_COUNTS = [1, 100]
 const PATH = '/v1/things/1'
 
-type TargetName = 'direct' | 'bare' | 'gateway'
+type TargetName = 'direct' | 'floor' | 'bare' | 'gateway'
 interface Target {
   name: TargetName
   url: string
@@ -150,6 +151,8 @@ async function main(): Promise<void> {
     started.push(upstream)
     const bare = await startBare(upstream.url, { websocket: true })
     started.push(bare)
+    const floor = await startBare(upstream.url, { websocket: true }, 'floor')
+    started.push(floor)
     // One route carries WebSockets; its shares let one tenant's 100 sockets upgrade 25 at a time.
     const routeTable = resolve(dir, 'gateway.yaml')
     writeFileSync(
@@ -165,7 +168,8 @@ async function main(): Promise<void> {
     const acting = await seedActing(gateway, db.url)
     const targets: Target[] = [
       { name: 'direct', url: upstream.url, headers: {} },
-      // The bare proxy gets the gateway's headers and passes them on, as in bench:proxy.
+      // The proxies get the gateway's headers and pass them on, as in bench:proxy.
+      { name: 'floor', url: floor.url, headers: acting.headers },
       { name: 'bare', url: bare.url, headers: acting.headers },
       { name: 'gateway', url: gateway.url, headers: acting.headers },
     ]
@@ -195,6 +199,7 @@ async function main(): Promise<void> {
     for (const count of SOCKET_COUNTS) {
       const of = (name: TargetName) => rounds.filter((r) => r.target === name && r.sockets === count)
       const bareRate = median(of('bare').map((r) => r.perSecond))
+      const floorRate = median(of('floor').map((r) => r.perSecond))
       for (const target of targets) {
         const mine = of(target.name)
         const rate = median(mine.map((r) => r.perSecond))
@@ -203,12 +208,13 @@ async function main(): Promise<void> {
           target.name,
           fmt(rate),
           (rate / bareRate).toFixed(2),
+          (rate / floorRate).toFixed(2),
           ms(median(mine.map((r) => r.p50))),
           ms(median(mine.map((r) => r.p99))),
         ])
       }
     }
-    lines.push(...table(['sockets', 'target', 'msg/s', 'vs bare', 'p50 ms', 'p99 ms'], rows, 2), '')
+    lines.push(...table(['sockets', 'target', 'msg/s', 'vs bare', 'vs floor', 'p50 ms', 'p99 ms'], rows, 2), '')
 
     const measured = new Map<TargetName, { upgrade: number[]; get: number[] }>()
     for (const target of targets) measured.set(target.name, await latencies(target))
@@ -233,10 +239,12 @@ async function main(): Promise<void> {
     )
     const gw = measured.get('gateway')!
     const bareM = measured.get('bare')!
+    const floorM = measured.get('floor')!
     lines.push(
       '',
       `the gateway's upgrade adds ${ms(median(gw.upgrade) - median(direct.upgrade))} ms to a direct one, an ordinary GET ${ms(median(gw.get) - median(direct.get))} ms ` +
-        `(over bare: upgrade ${ms(median(gw.upgrade) - median(bareM.upgrade))} ms, GET ${ms(median(gw.get) - median(bareM.get))} ms)`,
+        `(over bare: upgrade ${ms(median(gw.upgrade) - median(bareM.upgrade))} ms, GET ${ms(median(gw.get) - median(bareM.get))} ms; ` +
+        `over the floor: upgrade ${ms(median(gw.upgrade) - median(floorM.upgrade))} ms, GET ${ms(median(gw.get) - median(floorM.get))} ms)`,
     )
     console.log(lines.join('\n'))
   } finally {
