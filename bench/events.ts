@@ -159,6 +159,8 @@ async function load(side: Side, seconds: number, o: { timed: boolean; tolerant?:
     cpuMicros: (cpu * 1e6) / sorted.length,
     mainThreadMicros: Number.NaN, // not measured here
     mainThreadSystemMicros: Number.NaN,
+    readsPerRequest: Number.NaN,
+    writesPerRequest: Number.NaN,
     idleShare: Number.NaN,
     cpuIdleShares: [],
     statuses,

@@ -673,6 +673,20 @@ export function cpuSeconds(
   }
 }
 
+/**
+ * The read and write system calls a process has made so far (/proc/<pid>/io's syscr and syscw:
+ * read, readv, write, writev… on every descriptor, sockets included); NaN off Linux.
+ */
+export function syscalls(pid: number | undefined): { reads: number; writes: number } {
+  try {
+    const io = readFileSync(`/proc/${pid}/io`, 'utf8')
+    const field = (name: string) => Number(new RegExp(`^${name}: (\\d+)$`, 'm').exec(io)?.[1] ?? Number.NaN)
+    return { reads: field('syscr'), writes: field('syscw') }
+  } catch {
+    return { reads: Number.NaN, writes: Number.NaN }
+  }
+}
+
 /** CPU time so far, in ticks, all of it and the idle part: the machine's (/proc/stat's first line), then each CPU's. */
 function machineTicks(): { total: number; idle: number }[] {
   try {
@@ -794,6 +808,9 @@ export interface Measured {
   mainThreadMicros: number
   /** Of which in the kernel (its system calls: the sockets' reads and writes). */
   mainThreadSystemMicros: number
+  /** Read and write system calls of the server process per request (syscalls()). */
+  readsPerRequest: number
+  writesPerRequest: number
   /** The share of the machine's CPU time that was idle meanwhile; NaN off Linux. */
   idleShare: number
   /** The same, of each CPU (where the pinned processes ran: pinning()); empty off Linux. */
@@ -832,6 +849,7 @@ export async function load(o: {
   const mainBefore = cpuSeconds(o.pid, 'main')
   const mainSystemBefore = cpuSeconds(o.pid, 'main', 'system')
   const machineBefore = machineTicks()
+  const syscallsBefore = syscalls(o.pid)
   autocannon ??= createRequire(import.meta.url)('autocannon') as Autocannon
   const result = await new Promise<AutocannonResult>((done, fail) => {
     running = autocannon!(
@@ -877,6 +895,7 @@ export async function load(o: {
   const mainCpu = cpuSeconds(o.pid, 'main') - mainBefore
   const mainSystem = cpuSeconds(o.pid, 'main', 'system') - mainSystemBefore
   const idle = idleShares(machineBefore, machineTicks())
+  const syscallsAfter = syscalls(o.pid)
   checkInterrupted()
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, { count }]) => [code, count]))
   const unexpected = Object.keys(statuses).filter((code) => !(o.allowed ?? [200]).includes(Number(code)))
@@ -895,6 +914,8 @@ export async function load(o: {
     cpuMicros: (cpu * 1e6) / requests,
     mainThreadMicros: (mainCpu * 1e6) / requests,
     mainThreadSystemMicros: (mainSystem * 1e6) / requests,
+    readsPerRequest: (syscallsAfter.reads - syscallsBefore.reads) / requests,
+    writesPerRequest: (syscallsAfter.writes - syscallsBefore.writes) / requests,
     idleShare: idle[0] ?? Number.NaN,
     cpuIdleShares: idle.slice(1),
     statuses,
@@ -904,7 +925,16 @@ export async function load(o: {
 /** A side's rounds as one row: the medians, and the requests summed. */
 export function medianOf(rounds: Measured[]): Measured {
   const pick = (
-    key: 'perSecond' | 'p50' | 'p99' | 'cpuMicros' | 'mainThreadMicros' | 'mainThreadSystemMicros' | 'idleShare',
+    key:
+      | 'perSecond'
+      | 'p50'
+      | 'p99'
+      | 'cpuMicros'
+      | 'mainThreadMicros'
+      | 'mainThreadSystemMicros'
+      | 'readsPerRequest'
+      | 'writesPerRequest'
+      | 'idleShare',
   ) => median(rounds.map((r) => r[key]))
   const requests = rounds.reduce((sum, r) => sum + r.requests, 0)
   return {
@@ -915,6 +945,8 @@ export function medianOf(rounds: Measured[]): Measured {
     cpuMicros: pick('cpuMicros'),
     mainThreadMicros: pick('mainThreadMicros'),
     mainThreadSystemMicros: pick('mainThreadSystemMicros'),
+    readsPerRequest: pick('readsPerRequest'),
+    writesPerRequest: pick('writesPerRequest'),
     idleShare: pick('idleShare'),
     cpuIdleShares: (rounds[0]?.cpuIdleShares ?? []).map((_, cpu) => median(rounds.map((r) => r.cpuIdleShares[cpu]!))),
     statuses: {},
@@ -922,13 +954,15 @@ export function medianOf(rounds: Measured[]): Measured {
 }
 
 /** The columns of a round in a report, and its cells. */
-export const ROUND_COLUMNS = ['requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req']
+export const ROUND_COLUMNS = ['requests', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req', 'reads/req', 'writes/req']
 export const roundCells = (r: Measured) => [
   fmt(r.requests),
   fmt(r.perSecond),
   r.p50.toFixed(3),
   r.p99.toFixed(3),
   r.cpuMicros.toFixed(1),
+  r.readsPerRequest.toFixed(2),
+  r.writesPerRequest.toFixed(2),
 ]
 
 // ---------------------------------------------------------------------------------------------
