@@ -578,30 +578,45 @@ t.test("embedded: a new tenant's first request waits for its month's use from Po
   t.equal(decision.policies[0]?.remaining, 36, '3 used before it, 1 by it')
 })
 
+/** A read of the month's use that comes back only when told: the limiter's close waits for it. */
+function heldRead() {
+  let answer = () => {}
+  const answered = new Promise<number>((done) => (answer = () => done(0)))
+  return { read: () => answered, answer }
+}
+
 t.test('a wait whose timer ends before the clock says so is undecided too, not a 429', async (t) => {
   // Under load a timer fires before Date.now() reaches its end (libuv counts from the start of the
   // loop's turn): the wait is over all the same. Here the clock stands still.
+  const held = heldRead()
   const limiter = new Limiter({
     redis: null,
     keyPrefix: 't:',
-    loadMonthUse: () => new Promise((done) => setTimeout(() => done(0), 2_000)),
+    loadMonthUse: held.read,
     now: () => 1_000_000,
     sweepEveryMs: 0,
   })
-  t.teardown(() => limiter.close())
+  t.teardown(() => {
+    held.answer()
+    return limiter.close()
+  })
   const decision = await limiter.admitWhenWarm([sub({ monthlyQuota: { requests: 40 } })], 50)
   t.equal(decision.undecided, true, 'not known to be over')
   t.equal(limitRefusal(decision).code, 'store_unavailable')
 })
 
 t.test('a limit not read within the wait is undecided: a 503 to retry, not a 429', async (t) => {
+  const held = heldRead()
   const limiter = new Limiter({
     redis: null,
     keyPrefix: 't:',
-    loadMonthUse: () => new Promise((done) => setTimeout(() => done(0), 2_000)),
+    loadMonthUse: held.read,
     sweepEveryMs: 0,
   })
-  t.teardown(() => limiter.close())
+  t.teardown(() => {
+    held.answer()
+    return limiter.close()
+  })
   const decision = await limiter.admitWhenWarm([sub({ monthlyQuota: { requests: 40 } })], 50)
   t.equal(decision.allowed, false)
   t.equal(decision.undecided, true, 'not known to be over')
