@@ -41,13 +41,15 @@ const WARMUP = envInt('BENCH_WARMUP', 5)
 const WARMUP_ROUNDS = envInt('BENCH_WARMUP_ROUNDS', 2)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const LIMITS = envInt('BENCH_LIMITS', 0, 0) > 0
+/** Adds fastify over the floor's handler: what fastify itself costs a request. */
+const FASTIFY_FLOOR = envInt('BENCH_FASTIFY_FLOOR', 0, 0) > 0
 /** Never refusing, so that the side measures the cost of deciding, on both levels (docs/api.md). */
 const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
 const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'floor' | 'bare' | 'gateway' | 'limits' | 'baseline'
+type SideName = 'floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'baseline'
 /** The sides that are not a gateway: no auth, no metrics to scrape. */
-const isProxyOnly = (name: SideName) => name === 'floor' || name === 'bare'
+const isProxyOnly = (name: SideName) => name === 'floor' || name === 'fastify-floor' || name === 'bare'
 interface Side {
   name: SideName
   server: Server | Gateway
@@ -79,6 +81,8 @@ async function main(): Promise<void> {
     started.push(bare)
     const floor = await startBare(upstream.url, {}, 'floor')
     started.push(floor)
+    const fastifyFloor = FASTIFY_FLOOR ? await startBare(upstream.url, {}, 'fastify-floor') : null
+    if (fastifyFloor !== null) started.push(fastifyFloor)
     const gateway = await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url })
     started.push(gateway)
     const baseline =
@@ -99,6 +103,9 @@ async function main(): Promise<void> {
     // The bare proxy and the floor get the same request, Authorization and acting header included, and pass them on.
     const sides: Side[] = [
       { name: 'floor', server: floor, headers: acting.headers },
+      ...(fastifyFloor === null
+        ? []
+        : [{ name: 'fastify-floor' as const, server: fastifyFloor, headers: acting.headers }]),
       { name: 'bare', server: bare, headers: acting.headers },
       { name: 'gateway', server: gateway, headers: acting.headers },
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
@@ -205,10 +212,14 @@ function report(
     medians.get('baseline'),
   ]
   const limits = medians.get('limits')
+  const fastifyFloor = medians.get('fastify-floor')
   const lines = [
     ...reportHead('bench:proxy'),
     `load      GET /v1/things/1, ${CONNECTIONS} keep-alive connections; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, alternating`,
     `floor     node bench/servers.js floor (node:http + an undici Pool, no auth), the gateway's node flags`,
+    ...(FASTIFY_FLOOR
+      ? ["fastify-floor node bench/servers.js fastify-floor (fastify over the floor's handler, the reply hijacked)"]
+      : []),
     `bare      node bench/servers.js bare (fastify + @fastify/http-proxy, no auth), the gateway's node flags`,
     ...sides
       .filter((s) => !isProxyOnly(s.name))
@@ -240,6 +251,12 @@ function report(
     `                    req/s round by round: ${of('gateway')
       .map((g, i) => (g.perSecond / of('floor')[i]!.perSecond).toFixed(3))
       .join(', ')}`,
+    ...(fastifyFloor === undefined
+      ? []
+      : [
+          `fastify-floor/floor req/s ${(fastifyFloor.perSecond / floor.perSecond).toFixed(3)}, p99 ${(fastifyFloor.p99 / floor.p99).toFixed(3)}, ` +
+            `CPU/request ${(fastifyFloor.cpuMicros / floor.cpuMicros).toFixed(3)} (${(fastifyFloor.cpuMicros - floor.cpuMicros).toFixed(1)} µs: fastify's own cost)`,
+        ]),
     `bare / floor        req/s ${(bare.perSecond / floor.perSecond).toFixed(3)}, CPU/request ${(bare.cpuMicros / floor.cpuMicros).toFixed(3)}`,
   ]
   if (limits !== undefined) {

@@ -1,6 +1,6 @@
-// The benches' upstream, bare proxy, floor proxy and webhook receiver, in plain JavaScript so that
-// node starts them without tsx (bench:instructions runs them under valgrind). `node
-// bench/servers.js upstream|bare|floor|receiver`, env PORT and, for the proxies, UPSTREAM_URL.
+// The benches' upstream, bare proxy, floor proxy (and fastify over it) and webhook receiver, in plain
+// JavaScript so that node starts them without tsx (bench:instructions runs them under valgrind).
+// `node bench/servers.js upstream|bare|floor|fastify-floor|receiver`, env PORT and, for the proxies, UPSTREAM_URL.
 // Started by bench/lib.ts startUpstream, startBare and startReceiver. With WEBSOCKET=1
 // (bench:websocket), the upstream also echoes WebSocket messages and the proxies pass them.
 import http from 'node:http'
@@ -11,6 +11,33 @@ process.stdin.on('end', () => process.exit(0)).resume()
 process.on('SIGTERM', () => process.exit(0))
 
 const port = Number(process.env.PORT)
+
+/** The floor's handler: the request streamed through an undici Pool to `upstreamUrl`, the answer back. */
+async function floorForward(upstreamUrl) {
+  const { Pool } = await import('undici')
+  const pool = new Pool(new URL(upstreamUrl).origin)
+  // Hop-by-hop (RFC 9110 §7.6.1): each connection's own, never forwarded; undici refuses most of them.
+  const HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']
+  const endToEnd = (headers) => {
+    for (const name of HOP) delete headers[name]
+    return headers
+  }
+  return (req, res) => {
+    const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
+    pool.stream(
+      { method: req.method, path: req.url, headers: endToEnd({ ...req.headers }), body: hasBody ? req : null },
+      ({ statusCode, headers }) => {
+        res.writeHead(statusCode, endToEnd(headers))
+        return res
+      },
+      (err) => {
+        if (err === null) return
+        if (!res.headersSent) res.writeHead(502).end()
+        else res.destroy()
+      },
+    )
+  }
+}
 if (process.argv[2] === 'upstream') {
   const fixed = Buffer.from('{"ok":true}')
   const server = http.createServer((req, res) => {
@@ -39,34 +66,27 @@ if (process.argv[2] === 'upstream') {
   const app = Fastify({ logger: false })
   await app.register(httpProxy, { upstream: process.env.UPSTREAM_URL, websocket: process.env.WEBSOCKET === '1' })
   await app.listen({ host: '127.0.0.1', port })
+} else if (process.argv[2] === 'fastify-floor') {
+  // A control: fastify in front of the floor's own handler (the reply hijacked), so that fastify's
+  // cost per request (its router, request and reply objects, hooks) is measured apart.
+  const { default: Fastify } = await import('fastify')
+  const forward = await floorForward(process.env.UPSTREAM_URL)
+  const app = Fastify({ logger: false })
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, payload, done) => done(null, payload))
+  const handler = (request, reply) => {
+    reply.hijack()
+    forward(request.raw, reply.raw)
+  }
+  for (const url of ['/', '/*'])
+    app.route({ url, method: ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS'], handler })
+  await app.listen({ host: '127.0.0.1', port })
 } else if (process.argv[2] === 'floor') {
   // The least a Node proxy does: node:http, each request streamed through an undici Pool into the
   // response, with no framework, no auth, no logging. With WEBSOCKET=1, `ws` pipes each socket to
   // one of its own on the upstream.
-  const { Pool } = await import('undici')
   const upstream = new URL(process.env.UPSTREAM_URL)
-  const pool = new Pool(upstream.origin)
-  // Hop-by-hop (RFC 9110 §7.6.1): each connection's own, never forwarded; undici refuses most of them.
-  const HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']
-  const endToEnd = (headers) => {
-    for (const name of HOP) delete headers[name]
-    return headers
-  }
-  const server = http.createServer((req, res) => {
-    const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
-    pool.stream(
-      { method: req.method, path: req.url, headers: endToEnd({ ...req.headers }), body: hasBody ? req : null },
-      ({ statusCode, headers }) => {
-        res.writeHead(statusCode, endToEnd(headers))
-        return res
-      },
-      (err) => {
-        if (err === null) return
-        if (!res.headersSent) res.writeHead(502).end()
-        else res.destroy()
-      },
-    )
-  })
+  const server = http.createServer(await floorForward(process.env.UPSTREAM_URL))
   server.keepAliveTimeout = 600_000
   if (process.env.WEBSOCKET === '1') {
     const { WebSocket, WebSocketServer } = await import('ws')
@@ -110,5 +130,5 @@ if (process.argv[2] === 'upstream') {
   server.keepAliveTimeout = 600_000
   server.listen(port, '127.0.0.1')
 } else {
-  throw new Error('usage: node bench/servers.js upstream|bare|floor|receiver')
+  throw new Error('usage: node bench/servers.js upstream|bare|floor|fastify-floor|receiver')
 }
