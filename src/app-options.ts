@@ -37,9 +37,9 @@ import { limitGate } from './proxy/limit-gate.js'
 import type { ProxyOptions } from './proxy/options.js'
 import type { ProxyRoute } from './proxy/route.js'
 import { loadRouteTable } from './proxy/route-table.js'
-import { storeDeadlinesOf } from './store/deadlines.js'
 import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
+import { storeDeadlinesOf } from './store/deadlines.js'
 
 function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
   return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'

@@ -49,8 +49,8 @@ import { portalPlugin } from './portal/plugin.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { requestLogPlugin } from './request-log/plugin.js'
 import { Keyring } from './signing-keys/keyring.js'
-import { STORE_DEADLINES } from './store/deadlines.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
+import { STORE_DEADLINES } from './store/deadlines.js'
 import { usageMeterPlugin } from './usage/meter-plugin.js'
 import { webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
 
@@ -68,8 +68,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config } = deps
   const app = Fastify(fastifyOptions(deps))
   configureServer(app, deps, routes)
-  // Filled by the signing-keys plugin below, before any route that signs is registered.
   app.decorate('storeDeadlines', { ...STORE_DEADLINES, ...deps.tuning?.storeDeadlines })
+  // Filled by the signing-keys plugin below, before any route that signs is registered.
   app.decorate('keyring', deps.keyring ?? new Keyring({ clock: deps.tuning?.signingKeys?.clock }))
 
   await app.register(parsing)

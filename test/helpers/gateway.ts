@@ -15,9 +15,9 @@ import { openOneConnection, openStore, type Sql, type Store } from '../../src/st
 import { closeUnderWay } from './close-watch.js'
 import { freshDatabase, type TestDatabase } from './db.js'
 import { orTimeout } from './poll.js'
-import { UNHURRIED_STORE_DEADLINES } from './store-deadlines.js'
 import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
+import { UNHURRIED_STORE_DEADLINES } from './store-deadlines.js'
 import type { TestLike } from './test-like.js'
 
 /** What a test may set; the app's tuning (timings, clocks, stand-ins: AppTuning) is passed whole. */
