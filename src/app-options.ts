@@ -34,6 +34,7 @@ import { MANAGEMENT_PREFIX } from './shared/paths.js'
 import type { ConsoleOptions } from './console/plugin.js'
 import type { PortalOptions } from './portal/plugin.js'
 import { limitGate } from './proxy/limit-gate.js'
+import { badReportCounter } from './proxy/metrics.js'
 import type { ProxyOptions } from './proxy/options.js'
 import type { ProxyRoute } from './proxy/route.js'
 import { loadRouteTable } from './proxy/route-table.js'
@@ -294,6 +295,7 @@ export function proxyOptions(app: FastifyInstance, deps: AppDeps, routes: readon
     upstreamDuration: metrics.proxy.upstreamDuration,
     recentAdmissions: metrics.proxy.recentAdmissions,
     clientAborts: metrics.proxy.clientAborts,
+    meterBadReport: badReportCounter(metrics.proxy, routes),
     upstreamSlots: metrics.proxy.upstreamSlots,
     limits: limitGate({
       limiter: app.limiter,

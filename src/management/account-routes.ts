@@ -4,9 +4,8 @@
 import { monthOf } from '../limits/month.js'
 import { monthUse, readLimits } from '../limits/store.js'
 import { scopeCeiling } from '../store/tenants.js'
-import { usageRows } from '../store/usage.js'
 import { shownLimits } from '../shared/tenant-limits.js'
-import { reportRange, usageEntries } from '../usage/report.js'
+import { readUsage, reportRange } from '../usage/report.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
 import { AccountLimits, AccountScopes } from '../schemas/accounts.js'
@@ -25,14 +24,8 @@ export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())
-      const rows = await usageRows(sql, parentOf(request).id, {
-        from,
-        to,
-        afterSeq,
-        limit: limit + 1,
-        subAccountId: sub_account_id?.toLowerCase() ?? null,
-      })
-      const entries = usageEntries(rows, granularity ?? 'range', include === 'name')
+      const range = { from, to, afterSeq, limit: limit + 1, subAccountId: sub_account_id?.toLowerCase() ?? null }
+      const entries = await readUsage(sql, parentOf(request).id, range, granularity ?? 'range', include === 'name')
       return { from, to, ...(await cursors.page(entries, limit, ({ seq: _seq, ...entry }) => entry, scope)) }
     },
   }),

@@ -1,6 +1,6 @@
 // A sub-account's usage by key (docs/api.md, Usage by key): which of the keys that acted as it
 // made its requests, its own and its parent's. Beside the usage report, which is by sub-account.
-import { keyUsageRows } from '../store/usage.js'
+import { keyUnitRows, keyUsageRows } from '../store/usage.js'
 import { keyUsageEntries, reportRange } from '../usage/report.js'
 import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
@@ -28,7 +28,13 @@ export const KEY_USAGE_OPERATIONS: OperationTable<ManagementContext> = [
       const afterSeq = await cursors.decode(cursor, scope)
       const { from, to } = reportRange(request.query, Date.now())
       const rows = await keyUsageRows(sql, sub.id, { from, to, afterSeq, limit: limit + 1 })
-      const page = await cursors.page(keyUsageEntries(rows, sub.id), limit, ({ seq: _seq, ...entry }) => entry, scope)
+      const units = await keyUnitRows(sql, sub.id, [...new Set(rows.map((row) => row.key_id))], { from, to })
+      const page = await cursors.page(
+        keyUsageEntries(rows, sub.id, units),
+        limit,
+        ({ seq: _seq, ...entry }) => entry,
+        scope,
+      )
       return { from, to, sub_account_id: sub.id, ...page }
     },
   }),

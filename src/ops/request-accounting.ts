@@ -44,12 +44,16 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       const principal = request.principal
       if (principal !== null) {
         meter.keyUsed(principal.key.id)
+        // A forwarded request counts its route's cost in request units, and the units its upstream reported.
+        const exchange = request.exchange
         if (proxied || reply.statusCode >= 400)
           meter.record(
             (request.actingTenant ?? principal.tenant).id,
             reply.statusCode,
             proxied && request.upstreamSentAt > 0,
             principal.key.id,
+            exchange?.cost,
+            exchange?.reported ?? null,
           )
         requestLog?.add(recordOf(request, reply, principal, proxied, responseBytesOf(reply, request.exchange)))
       } else if (request.refusedKey !== null && requestLog !== null) {

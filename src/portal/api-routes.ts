@@ -34,8 +34,7 @@ import { UsageEntry } from '../schemas/usage.js'
 import type { Sql } from '../store/db.js'
 import { listKeys } from '../store/api-keys.js'
 import { getTenant } from '../store/tenants.js'
-import { usageRows } from '../store/usage.js'
-import { usageEntries } from '../usage/report.js'
+import { readUsage } from '../usage/report.js'
 import { isUuid } from '../shared/identifiers.js'
 import { checkPermission, sessionOf } from './session-auth.js'
 import { portalPlaces, type RequestLogReader } from '../management/log-reads.js'
@@ -170,18 +169,23 @@ export const PORTAL_API_OPERATIONS: OperationTable<PortalApiOperationContext> = 
       const session = sessionOf(request)
       const nowMs = Date.now()
       const month = monthOf(nowMs)
-      const [subAccount, used, rows] = await Promise.all([
+      const [subAccount, used, entries] = await Promise.all([
         getTenant(sql, session.sub_account_id),
         monthUse(sql, { tenantId: session.sub_account_id, level: 'sub_account' }, month),
-        usageRows(sql, session.account_id, {
-          from: `${month}-01`,
-          to: new Date(nowMs).toISOString().slice(0, 10),
-          afterSeq: null,
-          limit: 1,
-          subAccountId: session.sub_account_id,
-        }),
+        readUsage(
+          sql,
+          session.account_id,
+          {
+            from: `${month}-01`,
+            to: new Date(nowMs).toISOString().slice(0, 10),
+            afterSeq: null,
+            limit: 1,
+            subAccountId: session.sub_account_id,
+          },
+          'day',
+        ),
       ])
-      const entry = usageEntries(rows, 'day')[0]
+      const entry = entries[0]
       let usage: UsageEntry | null = null
       if (entry !== undefined) {
         const { seq: _seq, ...rest } = entry

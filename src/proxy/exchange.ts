@@ -118,6 +118,8 @@ export class Exchange {
   private releaseLater: NodeJS.Timeout | null = null
   /** Its place in the route's ResponseWatch; -1 when not watched. */
   watchIndex = -1
+  /** The units the upstream reported by meter (proxy/meter-reports.ts); null when none did. */
+  reported: Map<string, number> | null = null
   /** When the client's progress was last seen, and how many bytes it had taken then. */
   private progressAt = 0
   private flushedAtProgress = 0
@@ -130,6 +132,8 @@ export class Exchange {
   private readonly clientAborts: ClientAbortTallies
   /** Cuts off a client that takes nothing of a response that waits for it. */
   private readonly watch: ResponseWatch
+  /** The request units it counts for once forwarded: its route's cost. */
+  readonly cost: number
   constructor(
     slots: RouteConcurrency,
     holder: SlotHolder | null,
@@ -137,7 +141,9 @@ export class Exchange {
     reply: FastifyReply,
     clientAborts: ClientAbortTallies,
     watch: ResponseWatch,
+    cost = 1,
   ) {
+    this.cost = cost
     this.slots = slots
     this.holder = holder
     this.request = request

@@ -2,9 +2,11 @@
 // the last second's memory, clients that ended early, the time to the upstream's headers, and each
 // route's upstream slots and open WebSockets read at scrape time. Here rather than in
 // ops/metrics.ts, as limits/ keeps its own; fed on every proxied request, so through shared/fast-metrics.ts.
-import { Gauge, type Registry } from 'prom-client'
+import { Counter, Gauge, type Registry } from 'prom-client'
 import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } from '../shared/fast-metrics.js'
 import type { ClientAbortTallies } from './exchange.js'
+import type { BadReportCounter } from './meter-reports.js'
+import type { ProxyRoute } from './route.js'
 
 export interface ProxyMetrics {
   readonly proxiedRequests: Tally
@@ -25,6 +27,8 @@ export interface ProxyMetrics {
   openWebSockets: ((route: string) => number) | null
   /** The route prefixes with `websocket: true`, for tgw_websockets_open. */
   readonly webSocketRoutes: string[]
+  /** Reports of units an upstream sent that were not whole numbers from 0 to 10^12 (proxy/meter-reports.ts). */
+  readonly meterBadReports: Counter<'route' | 'meter'>
 }
 
 export function proxyMetrics(registry: Registry): ProxyMetrics {
@@ -50,6 +54,13 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
     upstreamSlots: new Map(),
     openWebSockets: null,
     webSocketRoutes: [],
+    // Rare (a misbehaving upstream): a labelled counter of prom-client's, not a tally.
+    meterBadReports: new Counter({
+      name: 'tgw_meter_bad_reports_total',
+      help: 'Reports of units from an upstream that were ignored (not a whole number from 0 to 10^12), by route prefix and meter',
+      labelNames: ['route', 'meter'] as const,
+      registers,
+    }),
   }
   new Gauge({
     name: 'tgw_proxy_upstream_slots',
@@ -78,6 +89,14 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
     },
   })
   return metrics
+}
+
+/** Counts a route meter's bad reports; every route meter's series starts at 0, so that it shows before the first. */
+export function badReportCounter(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): BadReportCounter {
+  const counter = metrics.meterBadReports
+  for (const route of routes)
+    for (const meter of route.meters) counter.inc({ route: route.prefix, meter: meter.name }, 0)
+  return (route, meter) => counter.inc({ route, meter })
 }
 
 function clientAbortTallies(registers: Registry[]): ClientAbortTallies {

@@ -16,7 +16,7 @@ const METHODS: HTTPMethods[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT',
 
 async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: ProxyOptions): Promise<void> {
   const readiness = app.readiness
-  const target = new UpstreamTarget(route, options.upstreamDuration, () => readiness.draining)
+  const target = new UpstreamTarget(route, options.upstreamDuration, () => readiness.draining, options.meterBadReport)
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(
     async (scope) => {

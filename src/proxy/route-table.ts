@@ -9,6 +9,7 @@ import type { ProxyRoute } from './route.js'
 import { parseRouteIdentity } from '../identity/route-identity.js'
 import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHARE_KEYS } from './route-limits.js'
 import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
+import { METER_KEYS, parseCost, parseMeters } from './route-meters.js'
 
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
 const ROUTE_KEYS = new Set([
@@ -20,7 +21,7 @@ const ROUTE_KEYS = new Set([
   'pass_headers',
   'identity',
 ])
-for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS]) ROUTE_KEYS.add(key)
+for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS]) ROUTE_KEYS.add(key)
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
 // `:` and `*` (route patterns to the router), `;` and `%` (refused paths, docs/api.md).
@@ -151,6 +152,10 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
     if (isPublic && identity !== null) fail(where, 'a public route cannot send a signed identity (it has none)')
     const limits = parseRouteLimits(entry, defaults, (problem) => fail(where, problem))
     const websocket = parseRouteWebSocket(entry, (problem) => fail(where, problem))
+    const cost = parseCost(entry.cost, (problem) => fail(where, problem))
+    const meters = parseMeters(entry.meters, (problem) => fail(where, problem))
+    if (isPublic && (cost !== 1 || meters.length > 0))
+      fail(where, 'a public route counts no usage: it cannot have a cost or meters')
     routes.push(
       Object.freeze({
         prefix,
@@ -163,6 +168,8 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         ...parseShareLimits(entry, limits.maxConnections, (problem) => fail(where, problem)),
         identity,
         websocket,
+        cost,
+        meters,
       }),
     )
   })
@@ -183,6 +190,8 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         maxConnectionsPerAccount: defaultPerAccount(defaults.maxConnections),
         identity: null,
         websocket: null,
+        cost: 1,
+        meters: [],
       }),
     )
   }

@@ -34,6 +34,20 @@ export interface ProxyRoute {
   readonly identity: RouteIdentity | null
   /** WebSocket upgrades proxied (`websocket: true`) and their bounds; null: an upgrade is refused (400). */
   readonly websocket: RouteWebSocket | null
+  /** Request units one forwarded request counts for (the `requests` meter), 1 to 10^6. */
+  readonly cost: number
+  /** Units the upstream reports in a response header or trailer, per meter (route-meters.ts). */
+  readonly meters: readonly RouteMeter[]
+}
+
+/** A meter a route's upstream reports (docs/configuration.md, routes: `meters`). */
+export interface RouteMeter {
+  /** `[a-z][a-z0-9_]{0,31}`, never `requests`. */
+  readonly name: string
+  /** The response header, or trailer of a streamed answer, that carries the units (lower case). */
+  readonly header: string
+  /** The client sees the header or trailer too; by default it is removed. */
+  readonly expose: boolean
 }
 
 /** Scopes a request with this method needs on this route. */

@@ -12,6 +12,7 @@ import type { Exchange, UpstreamSide } from './exchange.js'
 import { AnswerHeaders } from './answer-headers.js'
 import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
 import { interimAnswersConnector } from './interim-answers.js'
+import { type BadReportCounter, MeterReports } from './meter-reports.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 import { lingerAfterAnswer } from '../http/lingering-close.js'
@@ -59,8 +60,16 @@ export class UpstreamTarget {
   private readonly upstreamDuration: LatencyHistogram
   /** True once shutdown began: every answer says Connection: close (ops/readiness-plugin.ts). */
   private readonly draining: () => boolean
-  constructor(route: ProxyRoute, upstreamDuration: LatencyHistogram, draining: () => boolean) {
+  /** The units its upstream reports; null on a route without meters. */
+  readonly meterReports: MeterReports | null
+  constructor(
+    route: ProxyRoute,
+    upstreamDuration: LatencyHistogram,
+    draining: () => boolean,
+    badReport: BadReportCounter = () => {},
+  ) {
     this.route = route
+    this.meterReports = route.meters.length === 0 ? null : new MeterReports(route, badReport)
     this.upstreamDuration = upstreamDuration
     this.draining = draining
     const url = new URL(route.upstream)
@@ -218,6 +227,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       return
     }
     const head = target.answerHeaders(reply, headers, statusCode)
+    if (target.meterReports !== null) exchange.reported = target.meterReports.fromHeaders(headers, head, request.log)
     reply.hijack()
     this.answering = true
     this.response.writeHead(statusCode, head)
@@ -233,8 +243,16 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     }
   }
 
-  onResponseEnd(): void {
+  onResponseEnd(_controller: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
     this.done = true
+    const meterReports = this.target.meterReports
+    if (meterReports !== null && trailers !== undefined) {
+      const exchange = this.exchange
+      const { units, exposed } = meterReports.fromTrailers(trailers, exchange.reported, this.request.log)
+      exchange.reported = units
+      // Node writes trailers only on a chunked answer: a fixed-length one has nowhere to put them.
+      if (exposed !== null) this.response.addTrailers(exposed)
+    }
     this.response.end()
   }
 

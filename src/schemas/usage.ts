@@ -40,6 +40,20 @@ export const KeyUsageQuery = Type.Object(
   { additionalProperties: false },
 )
 
+/**
+ * Units by meter (docs/api.md, Units): `requests`, the request units of the forwarded requests
+ * (each counts its route's cost), always; each meter an upstream reported, once it has use.
+ */
+export const Units = Type.Object(
+  { requests: Count },
+  {
+    additionalProperties: Count,
+    description:
+      "`requests`: request units (forwarded requests, each counted at its route's cost); then each reported meter with use",
+  },
+)
+export type Units = Static<typeof Units>
+
 const ByStatus = Type.Object(
   { '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count },
   { additionalProperties: false },
@@ -64,11 +78,13 @@ export const UsageEntry = Type.Object(
           // With granularity=day only.
           by_status: Type.Optional(ByStatus),
           limited: Type.Optional(Limited),
+          units: Units,
         },
         { additionalProperties: false },
       ),
     ),
     limited: Limited,
+    units: Units,
   },
   { additionalProperties: false },
 )
@@ -95,8 +111,12 @@ export const KeyUsageEntry = Type.Object(
     requests: Count,
     by_status: ByStatus,
     days: Type.Array(
-      Type.Object({ date: Type.String({ format: 'date' }), requests: Count }, { additionalProperties: false }),
+      Type.Object(
+        { date: Type.String({ format: 'date' }), requests: Count, units: Units },
+        { additionalProperties: false },
+      ),
     ),
+    units: Units,
   },
   { additionalProperties: false },
 )

@@ -27,6 +27,26 @@ export interface KeyUsageCount {
   requests: number
 }
 
+/** Units of a tenant acted as, in one usage period, of one meter (usage_period_units). */
+export interface PeriodUnitCount {
+  tenantId: string
+  /** The period's start, ISO 8601 UTC. */
+  periodStart: string
+  meter: string
+  units: number
+  /** The forwarded requests that counted them. */
+  requests: number
+}
+
+/** A key's units of one day and meter, for the tenant it acted as (usage_daily_key_units). */
+export interface KeyUnitCount {
+  tenantId: string
+  keyId: string
+  day: string
+  meter: string
+  units: number
+}
+
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
 export const BATCH_MEMORY = '1 day'
 
@@ -44,8 +64,11 @@ export async function addUsage(
   batchId: string,
   counts: readonly UsageCount[],
   keyCounts: readonly KeyUsageCount[] = [],
+  unitCounts: readonly PeriodUnitCount[] = [],
+  keyUnitCounts: readonly KeyUnitCount[] = [],
 ): Promise<boolean> {
-  if (counts.length === 0 && keyCounts.length === 0) return true
+  if (counts.length === 0 && keyCounts.length === 0 && unitCounts.length === 0 && keyUnitCounts.length === 0)
+    return true
   // One statement, so one implicit transaction: postgres.js can crash the process when a
   // connection closes in the middle of an explicit one (porsager/postgres#1208).
   const [result] = await sql<{ applied: boolean }[]>`
@@ -73,6 +96,25 @@ export async function addUsage(
       order by tenant_id, day, key_id, status_class
       on conflict (tenant_id, day, key_id, status_class)
       do update set requests = usage_daily_keys.requests + excluded.requests
+    ), added_units as (
+      insert into usage_period_units (tenant_id, period_start, meter, units, requests)
+      select tenant_id, period_start, meter, units, requests
+      from jsonb_to_recordset(${sql.json(unitCounts.map(unitJson))})
+        as row (tenant_id uuid, period_start timestamptz, meter text, units bigint, requests bigint)
+      where exists (select 1 from batch)
+      order by tenant_id, period_start, meter
+      on conflict (tenant_id, period_start, meter)
+      do update set units = usage_period_units.units + excluded.units,
+                    requests = usage_period_units.requests + excluded.requests
+    ), added_key_units as (
+      insert into usage_daily_key_units (tenant_id, day, key_id, meter, units)
+      select tenant_id, day, key_id, meter, units
+      from jsonb_to_recordset(${sql.json(keyUnitCounts.map(keyUnitJson))})
+        as row (tenant_id uuid, day date, key_id uuid, meter text, units bigint)
+      where exists (select 1 from batch)
+      order by tenant_id, day, key_id, meter
+      on conflict (tenant_id, day, key_id, meter)
+      do update set units = usage_daily_key_units.units + excluded.units
     ), pruned as (
       delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval
     )
@@ -96,6 +138,22 @@ const keyUsageJson = (c: KeyUsageCount) => ({
   day: c.day,
   status_class: c.statusClass,
   requests: c.requests,
+})
+
+const unitJson = (c: PeriodUnitCount) => ({
+  tenant_id: c.tenantId,
+  period_start: c.periodStart,
+  meter: c.meter,
+  units: c.units,
+  requests: c.requests,
+})
+
+const keyUnitJson = (c: KeyUnitCount) => ({
+  tenant_id: c.tenantId,
+  key_id: c.keyId,
+  day: c.day,
+  meter: c.meter,
+  units: c.units,
 })
 
 /** Sets last_used_at where it is older (a slower replica never moves it back). */
@@ -192,4 +250,53 @@ export function keyUsageRows(
       on u.tenant_id = ${tenant} and u.key_id = page.id and u.day between ${from} and ${to}
     order by page.seq, u.day, u.status_class`,
   )
+}
+
+export interface UnitRow {
+  tenant_id: string
+  day: string
+  meter: string
+  units: string
+}
+
+/** The units of these tenants between `from` and `to` (inclusive UTC days), by day and meter. */
+export async function unitRows(
+  db: Db,
+  tenantIds: readonly string[],
+  range: { from: string; to: string },
+): Promise<UnitRow[]> {
+  if (tenantIds.length === 0) return []
+  // The ids as one JSON document: one statement text whatever their number (see addUsage).
+  // Whole UTC days: the periods divide a day, so each falls within one.
+  return db<UnitRow[]>`
+    select u.tenant_id, (u.period_start at time zone 'UTC')::date::text as day, u.meter, sum(u.units)::text as units
+    from usage_period_units u
+    where u.tenant_id in (select value::uuid from jsonb_array_elements_text(${db.json(tenantIds as string[])}))
+      and u.period_start >= ${range.from}::date at time zone 'UTC'
+      and u.period_start < (${range.to}::date + 1) at time zone 'UTC'
+    group by 1, 2, 3
+    order by 1, 2, 3`
+}
+
+export interface KeyUnitRow {
+  key_id: string
+  day: string
+  meter: string
+  units: string
+}
+
+/** The units of these keys acting as `subAccountId` between `from` and `to` (inclusive), by day and meter. */
+export async function keyUnitRows(
+  db: Db,
+  subAccountId: string,
+  keyIds: readonly string[],
+  range: { from: string; to: string },
+): Promise<KeyUnitRow[]> {
+  if (keyIds.length === 0) return []
+  return db<KeyUnitRow[]>`
+    select u.key_id, u.day::text as day, u.meter, u.units::text as units
+    from usage_daily_key_units u
+    where u.tenant_id = ${subAccountId} and u.key_id in (select value::uuid from jsonb_array_elements_text(${db.json(keyIds as string[])}))
+      and u.day between ${range.from} and ${range.to}
+    order by 1, 2, 3`
 }

@@ -1,26 +1,46 @@
-// Counts requests per tenant, UTC day and status class in memory and adds them to Postgres about
-// once a second, in one statement, and at shutdown (docs/api.md, usage; docs/internals.md).
-// Keys' last_used_at rides on the same flush, at most once a minute per key: nothing is written
-// on the request path.
+// Counts requests per tenant, period (an hour by default) and status class in memory, and the
+// units they counted for (docs/api.md, Units), and adds them to Postgres about once a second, in
+// one statement, and at shutdown (docs/api.md, usage; docs/internals.md). Keys' last_used_at
+// rides on the same flush, at most once a minute per key: nothing is written on the request path.
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Sql } from '../store/db.js'
-import { addUsage, type KeyUsageCount, touchKeys, type UsageCount } from '../store/usage.js'
+import {
+  addUsage,
+  type KeyUnitCount,
+  type KeyUsageCount,
+  type PeriodUnitCount,
+  touchKeys,
+  type UsageCount,
+} from '../store/usage.js'
 
 export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
 const DAY_MS = 86_400_000
+/** The usage period's default length: an hour (USAGE_PERIOD_SECONDS). */
+export const DEFAULT_PERIOD_SECONDS = 3_600
+/** The built-in meter that a route's `cost` weighs: request units. */
+export const REQUESTS_METER = 'requests'
 
-// A tenant's pending counts of one day, in one array: requests of the classes 2xx to 5xx, then
-// those of them that were forwarded upstream, then the 429s of a rate limit and of a quota.
+// A tenant's pending counts of one period, in one array: requests of the classes 2xx to 5xx, then
+// those of them that were forwarded upstream, then the 429s of a rate limit and of a quota, then
+// the request units of the forwarded ones (each counts its route's cost).
 const FORWARDED = 4
 const LIMITED_RATE = 8
 const LIMITED_QUOTA = 9
+const REQUEST_UNITS = 10
+// A key's pending counts of one period: requests of the classes 2xx to 5xx, then request units.
+const KEY_REQUEST_UNITS = 4
+
+/** Units an upstream reported for one answer, by meter name (proxy/meter-reports.ts). */
+export type ReportedUnits = ReadonlyMap<string, number>
 
 export interface MeterOptions {
   sql: Sql
   log: FastifyBaseLogger
   flushIntervalMs?: number
+  /** The usage period's length in seconds, a divisor of a day (default an hour). */
+  periodSeconds?: number
   now?: () => number
   /** Told of each flush that failed (a metric). */
   onFlushFailed?: () => void
@@ -36,19 +56,26 @@ interface Batch {
   readonly rows: readonly UsageCount[]
   /** The same requests by calling key (usage by key), written in the same statement. */
   readonly keyRows: readonly KeyUsageCount[]
+  /** Units by tenant, period and meter, and by key, day and meter: the same statement again. */
+  readonly unitRows: readonly PeriodUnitCount[]
+  readonly keyUnitRows: readonly KeyUnitCount[]
   /** When its oldest count was recorded. */
   readonly since: number
 }
 
 export class UsageMeter {
   /**
-   * Requests not yet in Postgres: UTC day → tenant id → counts (FORWARDED above). Keyed
-   * by strings the request already holds (the day is cached, the id is the tenant record's), so
+   * Requests not yet in Postgres: period start (ms) → tenant id → counts (FORWARDED above). Keyed
+   * by what the request already holds (the period is cached, the id is the tenant record's), so
    * counting one builds no string.
    */
   private counts: PendingCounts = new Map()
-  /** The same requests by key: UTC day → tenant id → key id → requests of the classes 2xx to 5xx. */
+  /** The same requests by key: period start → tenant id → key id → counts (KEY_REQUEST_UNITS above). */
   private keyCounts: PendingKeyCounts = new Map()
+  /** Units upstreams reported: period start → tenant id → meter → [units, requests that reported]. */
+  private meterUnits: PendingMeterUnits = new Map()
+  /** The same by key: period start → tenant id → key id → meter → units. */
+  private keyMeterUnits: PendingKeyMeterUnits = new Map()
   /** When the oldest of `counts` was recorded; null while nothing is pending. */
   private pendingSince: number | null = null
   /** A flush that failed: it may have committed, so it is retried with the same id. */
@@ -57,8 +84,9 @@ export class UsageMeter {
   private keyUses = new Map<string, number>()
   /** keyId → when its last_used_at was last written (or queued), for the once-a-minute rule. */
   private readonly keyWrittenAt = new Map<string, number>()
-  /** The current UTC day and its bounds, so that a request does not format a date. */
-  private day = { text: '', startMs: 0, endMs: 0 }
+  /** The current period's bounds, so that a request computes none. */
+  private period = { startMs: 0, endMs: 0 }
+  private readonly periodMs: number
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
   private readonly now: () => number
@@ -67,6 +95,7 @@ export class UsageMeter {
   constructor(options: MeterOptions) {
     this.options = options
     this.now = options.now ?? Date.now
+    this.periodMs = (options.periodSeconds ?? DEFAULT_PERIOD_SECONDS) * 1000
   }
 
   start(): void {
@@ -79,15 +108,48 @@ export class UsageMeter {
    * One answered request, for the tenant it acted as. Statuses below 200 are not counted.
    * `forwarded`: it was sent on to an upstream, which is what a monthly quota counts (docs/api.md).
    * `keyId`: the key that made it, for the usage by key (the tenant's counts are kept either way).
+   * A forwarded request counts `cost` request units, and the units its upstream `reported`.
    */
-  record(tenantId: string, statusCode: number, forwarded = false, keyId?: string): void {
+  record(
+    tenantId: string,
+    statusCode: number,
+    forwarded = false,
+    keyId?: string,
+    cost = 1,
+    reported: ReportedUnits | null = null,
+  ): void {
     // A WebSocket's 101 is its upgrade's success: counted with the 2xx (docs/api.md, WebSockets).
     const statusClass = statusCode === 101 ? 2 : Math.floor(statusCode / 100)
     if (statusClass < 2 || statusClass > 5) return
     const counts = this.countsOf(tenantId)
     counts[statusClass - 2]!++
-    if (forwarded) counts[FORWARDED + statusClass - 2]!++
-    if (keyId !== undefined) this.keyCountsOf(tenantId, keyId)[statusClass - 2]!++
+    if (forwarded) {
+      counts[FORWARDED + statusClass - 2]!++
+      counts[REQUEST_UNITS]! += cost
+    }
+    if (keyId !== undefined) {
+      const keyCounts = this.keyCountsOf(tenantId, keyId)
+      keyCounts[statusClass - 2]!++
+      if (forwarded) keyCounts[KEY_REQUEST_UNITS]! += cost
+    }
+    if (forwarded && reported !== null) this.addReported(tenantId, keyId, reported)
+  }
+
+  /** An upstream's report of units, by tenant and by key (made after countsOf: the period is current). */
+  private addReported(tenantId: string, keyId: string | undefined, reported: ReportedUnits): void {
+    const byMeter = child(child(this.meterUnits, this.period.startMs), tenantId)
+    const byKeyMeter =
+      keyId === undefined ? null : child(child(child(this.keyMeterUnits, this.period.startMs), tenantId), keyId)
+    for (const [meter, units] of reported) {
+      let pair = byMeter.get(meter) as number[] | undefined
+      if (pair === undefined) {
+        pair = [0, 0]
+        byMeter.set(meter, pair)
+      }
+      pair[0]! += units
+      pair[1]!++
+      if (byKeyMeter !== null) byKeyMeter.set(meter, ((byKeyMeter.get(meter) as number | undefined) ?? 0) + units)
+    }
   }
 
   /**
@@ -99,31 +161,31 @@ export class UsageMeter {
     this.countsOf(tenantId)[kind === 'rate' ? LIMITED_RATE : LIMITED_QUOTA]!++
   }
 
-  /** Today's pending counts of a tenant (see FORWARDED), made on its first request of the day. */
+  /** The period's pending counts of a tenant (see FORWARDED), made on its first request of the period. */
   private countsOf(tenantId: string): number[] {
-    const day = this.today()
-    let tenants = this.counts.get(day)
+    const period = this.currentPeriod()
+    let tenants = this.counts.get(period)
     if (tenants === undefined) {
       tenants = new Map()
-      this.counts.set(day, tenants)
+      this.counts.set(period, tenants)
     }
     let counts = tenants.get(tenantId)
     if (counts === undefined) {
       // A literal: packed small integers, as the four counts were before.
-      counts = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+      counts = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
       tenants.set(tenantId, counts)
     }
     this.pendingSince ??= this.now()
     return counts
   }
 
-  /** Today's pending counts of a key acting as a tenant (made after countsOf, so pendingSince is set). */
+  /** The period's pending counts of a key acting as a tenant (made after countsOf: the period is current). */
   private keyCountsOf(tenantId: string, keyId: string): number[] {
-    const day = this.today()
-    let tenants = this.keyCounts.get(day)
+    const period = this.period.startMs
+    let tenants = this.keyCounts.get(period)
     if (tenants === undefined) {
       tenants = new Map()
-      this.keyCounts.set(day, tenants)
+      this.keyCounts.set(period, tenants)
     }
     let keys = tenants.get(tenantId)
     if (keys === undefined) {
@@ -132,7 +194,7 @@ export class UsageMeter {
     }
     let counts = keys.get(keyId)
     if (counts === undefined) {
-      counts = [0, 0, 0, 0]
+      counts = [0, 0, 0, 0, 0]
       keys.set(keyId, counts)
     }
     return counts
@@ -144,13 +206,14 @@ export class UsageMeter {
     return since === null ? 0 : this.now() - since
   }
 
-  private today(): string {
+  /** The start (ms) of the period under way. */
+  private currentPeriod(): number {
     const now = this.now()
-    if (now < this.day.startMs || now >= this.day.endMs) {
-      const startMs = now - (now % DAY_MS)
-      this.day = { text: utcDay(now), startMs, endMs: startMs + DAY_MS }
+    if (now < this.period.startMs || now >= this.period.endMs) {
+      const startMs = now - (now % this.periodMs)
+      this.period = { startMs, endMs: startMs + this.periodMs }
     }
-    return this.day.text
+    return this.period.startMs
   }
 
   keyUsed(keyId: string): void {
@@ -185,10 +248,14 @@ export class UsageMeter {
         id: randomUUID(),
         rows: toRows(this.counts),
         keyRows: toKeyRows(this.keyCounts),
+        unitRows: toUnitRows(this.counts, this.meterUnits),
+        keyUnitRows: toKeyUnitRows(this.keyCounts, this.keyMeterUnits),
         since: this.pendingSince,
       }
       this.counts = new Map()
       this.keyCounts = new Map()
+      this.meterUnits = new Map()
+      this.keyMeterUnits = new Map()
       this.pendingSince = null
       if (!(await this.send(batch))) this.inDoubt = batch
     }
@@ -215,7 +282,7 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
-      await addUsage(this.options.sql, batch.id, batch.rows, batch.keyRows)
+      await addUsage(this.options.sql, batch.id, batch.rows, batch.keyRows, batch.unitRows, batch.keyUnitRows)
       return true
     } catch (err) {
       this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
@@ -232,29 +299,58 @@ export class UsageMeter {
   }
 }
 
-type PendingCounts = Map<string, Map<string, number[]>>
-type PendingKeyCounts = Map<string, Map<string, Map<string, number[]>>>
+type PendingCounts = Map<number, Map<string, number[]>>
+type PendingKeyCounts = Map<number, Map<string, Map<string, number[]>>>
+type PendingMeterUnits = Map<number, Map<string, Map<string, number[]>>>
+type PendingKeyMeterUnits = Map<number, Map<string, Map<string, Map<string, number>>>>
 
-/** The pending counts by key as rows, in the order of usage_daily_keys' key (no deadlock between replicas). */
+/** The map under `key` in `parent`, made empty when missing. */
+function child<K, V extends Map<unknown, unknown>>(parent: Map<K, V>, key: K): V {
+  let found = parent.get(key)
+  if (found === undefined) {
+    found = new Map() as V
+    parent.set(key, found)
+  }
+  return found
+}
+
+/** `YYYY-MM-DD` of a period start. */
+const dayOf = (periodStartMs: number) => utcDay(periodStartMs - (periodStartMs % DAY_MS))
+
+/** Rows in one fixed order (their table's key) so that replicas' upserts cannot deadlock. */
+function sorted<T>(rows: T[], key: (row: T) => string): T[] {
+  return rows.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
+}
+
+/**
+ * The pending counts by key as rows of usage_daily_keys: periods of a day add up (one row per
+ * key, in one statement, may be updated once only).
+ */
 function toKeyRows(counts: PendingKeyCounts): KeyUsageCount[] {
-  const rows: KeyUsageCount[] = []
-  for (const [day, tenants] of counts) {
+  const rows = new Map<string, KeyUsageCount>()
+  for (const [period, tenants] of counts) {
+    const day = dayOf(period)
     for (const [tenantId, keys] of tenants) {
       for (const [keyId, c] of keys) {
-        for (let index = 0; index < c.length; index++) {
-          if (c[index]! > 0) rows.push({ tenantId, keyId, day, statusClass: index + 2, requests: c[index]! })
+        for (let index = 0; index < KEY_REQUEST_UNITS; index++) {
+          if (c[index]! === 0) continue
+          const statusClass = index + 2
+          const name = `${tenantId} ${day} ${keyId} ${statusClass}`
+          const row = rows.get(name)
+          if (row === undefined) rows.set(name, { tenantId, keyId, day, statusClass, requests: c[index]! })
+          else row.requests += c[index]!
         }
       }
     }
   }
-  const key = (r: KeyUsageCount) => `${r.tenantId} ${r.day} ${r.keyId} ${r.statusClass}`
-  return rows.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
+  return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.keyId} ${r.statusClass}`)
 }
 
-/** The pending counts as rows, in one fixed order (tenant, day, class) so that replicas' upserts cannot deadlock. */
+/** The pending counts as rows of usage_daily, periods of a day added up. */
 function toRows(counts: PendingCounts): UsageCount[] {
-  const rows: UsageCount[] = []
-  for (const [day, tenants] of counts) {
+  const rows = new Map<string, Required<UsageCount>>()
+  for (const [period, tenants] of counts) {
+    const day = dayOf(period)
     for (const [tenantId, c] of tenants) {
       for (let index = 0; index < FORWARDED; index++) {
         const statusClass = index + 2
@@ -263,20 +359,64 @@ function toRows(counts: PendingCounts): UsageCount[] {
         const limitedQuota = statusClass === 4 ? c[LIMITED_QUOTA]! : 0
         const requests = c[index]!
         const forwarded = c[FORWARDED + index]!
-        if (requests + limitedRate + limitedQuota > 0)
-          rows.push({ tenantId, day, statusClass, requests, forwarded, limitedRate, limitedQuota })
+        if (requests + limitedRate + limitedQuota === 0) continue
+        const name = `${tenantId} ${day} ${statusClass}`
+        const row = rows.get(name)
+        if (row === undefined)
+          rows.set(name, { tenantId, day, statusClass, requests, forwarded, limitedRate, limitedQuota })
+        else {
+          row.requests += requests
+          row.forwarded += forwarded
+          row.limitedRate += limitedRate
+          row.limitedQuota += limitedQuota
+        }
       }
     }
   }
-  const order = (a: UsageCount, b: UsageCount) =>
-    a.tenantId < b.tenantId
-      ? -1
-      : a.tenantId > b.tenantId
-        ? 1
-        : a.day < b.day
-          ? -1
-          : a.day > b.day
-            ? 1
-            : a.statusClass - b.statusClass
-  return rows.sort(order)
+  return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.statusClass}`)
+}
+
+/** Units by tenant, period and meter: the `requests` meter from the counts, the reported ones beside. */
+function toUnitRows(counts: PendingCounts, reported: PendingMeterUnits): PeriodUnitCount[] {
+  const rows: PeriodUnitCount[] = []
+  for (const [period, tenants] of counts) {
+    const periodStart = new Date(period).toISOString()
+    for (const [tenantId, c] of tenants) {
+      const requests = c[FORWARDED]! + c[FORWARDED + 1]! + c[FORWARDED + 2]! + c[FORWARDED + 3]!
+      if (requests > 0) rows.push({ tenantId, periodStart, meter: REQUESTS_METER, units: c[REQUEST_UNITS]!, requests })
+    }
+  }
+  for (const [period, tenants] of reported) {
+    const periodStart = new Date(period).toISOString()
+    for (const [tenantId, meters] of tenants) {
+      for (const [meter, [units, requests]] of meters)
+        rows.push({ tenantId, periodStart, meter, units: units!, requests: requests! })
+    }
+  }
+  return sorted(rows, (r) => `${r.tenantId} ${r.periodStart} ${r.meter}`)
+}
+
+/** Units by key, day and meter, periods of a day added up. */
+function toKeyUnitRows(counts: PendingKeyCounts, reported: PendingKeyMeterUnits): KeyUnitCount[] {
+  const rows = new Map<string, KeyUnitCount>()
+  const add = (tenantId: string, day: string, keyId: string, meter: string, units: number) => {
+    const name = `${tenantId} ${day} ${keyId} ${meter}`
+    const row = rows.get(name)
+    if (row === undefined) rows.set(name, { tenantId, day, keyId, meter, units })
+    else row.units += units
+  }
+  for (const [period, tenants] of counts) {
+    const day = dayOf(period)
+    for (const [tenantId, keys] of tenants) {
+      for (const [keyId, c] of keys)
+        if (c[KEY_REQUEST_UNITS]! > 0) add(tenantId, day, keyId, REQUESTS_METER, c[KEY_REQUEST_UNITS]!)
+    }
+  }
+  for (const [period, tenants] of reported) {
+    const day = dayOf(period)
+    for (const [tenantId, keys] of tenants) {
+      for (const [keyId, meters] of keys) for (const [meter, units] of meters) add(tenantId, day, keyId, meter, units)
+    }
+  }
+  return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.keyId} ${r.meter}`)
 }

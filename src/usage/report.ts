@@ -1,8 +1,9 @@
 // The usage report of docs/api.md: the date range rules and the shape of an entry.
 import { DATE_RULE, parseDate, parseDateTime, utcDate } from '../dates.js'
 import { validationFailed, type FieldError } from '../errors.js'
-import type { KeyUsageRow, UsageRow } from '../store/usage.js'
-import type { KeyUsageEntry, UsageEntry } from '../schemas/usage.js'
+import type { Sql, Tx } from '../store/db.js'
+import { type KeyUnitRow, type KeyUsageRow, type UnitRow, unitRows, type UsageRow, usageRows } from '../store/usage.js'
+import type { KeyUsageEntry, Units, UsageEntry } from '../schemas/usage.js'
 import { utcDay } from './meter.js'
 
 export const MAX_RANGE_DAYS = 366
@@ -52,6 +53,7 @@ export function usageEntries(
   rows: readonly UsageRow[],
   granularity: Granularity = 'range',
   withName = false,
+  units: readonly UnitRow[] = [],
 ): (UsageEntry & { seq: string })[] {
   const entries: (UsageEntry & { seq: string })[] = []
   for (const row of rows) {
@@ -66,6 +68,7 @@ export function usageEntries(
         by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
         days: [],
         limited: { rate: 0, quota: 0 },
+        units: { requests: 0 },
       }
       entries.push(entry)
     }
@@ -88,8 +91,9 @@ export function usageEntries(
               requests: 0,
               by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
               limited: { rate: 0, quota: 0 },
+              units: { requests: 0 },
             }
-          : { date: row.day, requests: 0 }
+          : { date: row.day, requests: 0, units: { requests: 0 } }
       entry.days.push(day)
     }
     day.requests += requests
@@ -99,7 +103,50 @@ export function usageEntries(
       day.limited.quota += quota
     }
   }
+  addUnits(
+    entries,
+    (entry) => entry.sub_account_id,
+    units.map((row) => ({ owner: row.tenant_id, day: row.day, meter: row.meter, units: row.units })),
+  )
   return entries
+}
+
+function add(units: Units, meter: string, more: number): void {
+  const byMeter = units as Record<string, number>
+  byMeter[meter] = (byMeter[meter] ?? 0) + more
+}
+
+/** Adds units by owner (a sub-account, a key), day and meter to the entries and their days. */
+function addUnits<E extends { units: Units; days: { date: string; units: Units }[] }>(
+  entries: readonly E[],
+  ownerOf: (entry: E) => string,
+  rows: readonly { owner: string; day: string; meter: string; units: string }[],
+): void {
+  const byOwner = new Map(entries.map((entry) => [ownerOf(entry), entry]))
+  for (const row of rows) {
+    const entry = byOwner.get(row.owner)
+    if (entry === undefined) continue
+    const units = Number(row.units)
+    add(entry.units, row.meter, units)
+    const day = entry.days.find((d) => d.date === row.day)
+    if (day !== undefined) add(day.units, row.meter, units)
+  }
+}
+
+/**
+ * One page of the usage report of a parent's sub-accounts (store/usage.ts's usageRows), with the
+ * units of each: `limit` counts sub-accounts.
+ */
+export async function readUsage(
+  db: Sql | Tx,
+  parentId: string,
+  range: Parameters<typeof usageRows>[2],
+  granularity: Granularity = 'range',
+  withName = false,
+): Promise<(UsageEntry & { seq: string })[]> {
+  const rows = await usageRows(db, parentId, range)
+  const units = await unitRows(db, [...new Set(rows.map((row) => row.id))], range)
+  return usageEntries(rows, granularity, withName, units)
 }
 
 /**
@@ -109,6 +156,7 @@ export function usageEntries(
 export function keyUsageEntries(
   rows: readonly KeyUsageRow[],
   subAccountId: string,
+  units: readonly KeyUnitRow[] = [],
 ): (KeyUsageEntry & { seq: string })[] {
   const entries: (KeyUsageEntry & { seq: string })[] = []
   for (const row of rows) {
@@ -123,6 +171,7 @@ export function keyUsageEntries(
         requests: 0,
         by_status: { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 },
         days: [],
+        units: { requests: 0 },
       }
       entries.push(entry)
     }
@@ -131,7 +180,12 @@ export function keyUsageEntries(
     entry.by_status[`${row.status_class}xx` as keyof KeyUsageEntry['by_status']] += requests
     const day = entry.days[entry.days.length - 1]
     if (day?.date === row.day) day.requests += requests
-    else entry.days.push({ date: row.day, requests })
+    else entry.days.push({ date: row.day, requests, units: { requests: 0 } })
   }
+  addUnits(
+    entries,
+    (entry) => entry.key_id,
+    units.map((row) => ({ owner: row.key_id, day: row.day, meter: row.meter, units: row.units })),
+  )
   return entries
 }

@@ -7,6 +7,8 @@ import type { JsonBody } from './json.js'
 export interface RawResponse {
   status: number
   headers: IncomingHttpHeaders
+  /** The trailers of a chunked answer (empty for any other). */
+  trailers?: NodeJS.Dict<string>
   body: string
   json(): JsonBody
 }
@@ -49,7 +51,13 @@ export function rawRequest(baseUrl: string, options: RawRequest): Promise<RawRes
         response.on('data', (chunk: Buffer) => chunks.push(chunk))
         response.on('end', () => {
           const body = Buffer.concat(chunks).toString('utf8')
-          resolve({ status: response.statusCode!, headers: response.headers, body, json: () => JSON.parse(body) })
+          resolve({
+            status: response.statusCode!,
+            headers: response.headers,
+            trailers: response.trailers,
+            body,
+            json: () => JSON.parse(body),
+          })
         })
         response.on('error', reject)
       },

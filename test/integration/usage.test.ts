@@ -10,6 +10,9 @@ import { callAs, type RawResponse } from '../helpers/http.js'
 import { problemOf } from '../helpers/problems.js'
 import { closedPort, startUpstream } from '../helpers/upstream.js'
 
+/** The units of usage with nothing forwarded (or written straight into usage_daily): no request units. */
+const none = { requests: 0 }
+
 const HOUR = 3_600_000
 
 /** problemOf (the envelope of docs/api.md) for a response read off a socket. */
@@ -199,16 +202,18 @@ t.test('usage', async (t) => {
         external_id: 'a',
         requests: 37,
         by_status: { '2xx': 27, '3xx': 3, '4xx': 4, '5xx': 3 },
-        days: [{ date: today, requests: 37 }],
+        days: [{ date: today, requests: 37, units: { requests: 37 } }],
         limited: { rate: 0, quota: 0 },
+        units: { requests: 37 },
       },
       {
         sub_account_id: B.id,
         external_id: 'b',
         requests: 23,
         by_status: { '2xx': 19, '3xx': 0, '4xx': 2, '5xx': 2 },
-        days: [{ date: today, requests: 23 }],
+        days: [{ date: today, requests: 23, units: { requests: 23 } }],
         limited: { rate: 0, quota: 0 },
+        units: { requests: 23 },
       },
     ])
     t.equal(body.next_cursor, null)
@@ -395,8 +400,9 @@ t.test('usage', async (t) => {
         external_id: 'd',
         requests: 2,
         by_status: { '2xx': 0, '3xx': 0, '4xx': 2, '5xx': 0 },
-        days: [{ date: today, requests: 2 }],
+        days: [{ date: today, requests: 2, units: none }],
         limited: { rate: 0, quota: 0 },
+        units: none,
       },
       'a deactivated sub-account with usage is listed',
     )
@@ -417,8 +423,9 @@ t.test('usage', async (t) => {
           external_id: 'a',
           requests: 1000,
           by_status: { '2xx': 1000, '3xx': 0, '4xx': 0, '5xx': 0 },
-          days: [{ date: today, requests: 1000 }],
+          days: [{ date: today, requests: 1000, units: none }],
           limited: { rate: 0, quota: 0 },
+          units: none,
         },
       ],
       'the other parent sees only its own, even with the same external_id',
@@ -508,26 +515,31 @@ t.test('usage', async (t) => {
         requests: 8,
         by_status: { '2xx': 7, '3xx': 0, '4xx': 1, '5xx': 0 },
         days: [
-          { date: '2025-03-01', requests: 6 },
-          { date: '2025-03-03', requests: 2 },
+          { date: '2025-03-01', requests: 6, units: none },
+          { date: '2025-03-03', requests: 2, units: none },
         ],
         limited: { rate: 0, quota: 0 },
+        units: none,
       },
       'days in order, only those with usage, classes summed per day',
     )
-    t.same(march.data[2]?.days, [{ date: '2025-03-31', requests: 4 }], 'the last day is inclusive; April is outside')
+    t.same(
+      march.data[2]?.days,
+      [{ date: '2025-03-31', requests: 4, units: none }],
+      'the last day is inclusive; April is outside',
+    )
     t.equal(march.next_cursor, null)
 
     t.same(named(await report('from=2025-03-02&to=2025-03-02')), ['R2'], 'a one-day range')
     const edge = await report('from=2025-02-28&to=2025-03-01')
     t.same(named(edge), ['R1', 'R4'], 'the first day is inclusive')
-    t.same(edge.data[0]?.days, [{ date: '2025-03-01', requests: 6 }])
+    t.same(edge.data[0]?.days, [{ date: '2025-03-01', requests: 6, units: none }])
     t.same(named(await report('from=2025-01-01&to=2025-02-27')), [], 'a range without usage: no entries')
 
     const longest = await report('from=2024-03-01&to=2025-03-01')
     t.same([longest.from, longest.to], ['2024-03-01', '2025-03-01'], '366 days are allowed')
     t.same(named(longest), ['R1', 'R4', 'R5'])
-    t.same(longest.data[2]?.days, [{ date: '2024-03-01', requests: 11 }])
+    t.same(longest.data[2]?.days, [{ date: '2024-03-01', requests: 11, units: none }])
 
     // An RFC 3339 date-time is taken as its UTC date; an unencoded + arrives as a space.
     for (const from of ['2025-03-01T00:30:00%2B01:00', '2025-03-01T00:30:00+01:00', '2025-02-27T23:00:00-01:00']) {
@@ -559,7 +571,7 @@ t.test('usage', async (t) => {
       `from=2025-03-01&to=2025-03-31&limit=1&cursor=${encodeURIComponent(firstPage.next_cursor!)}`,
     )
     t.same(named(secondPage), ['R2'], 'the cursor resumes after the entry it names')
-    t.same(secondPage.data[0]?.days, [{ date: '2025-03-02', requests: 7 }], 'a later page keeps the range')
+    t.same(secondPage.data[0]?.days, [{ date: '2025-03-02', requests: 7, units: none }], 'a later page keeps the range')
 
     // The defaults: the first of the current month up to today.
     const today = utcDay(Date.now())
@@ -581,10 +593,10 @@ t.test('usage', async (t) => {
     t.same(
       current.data[0]?.days,
       firstOfMonth === today
-        ? [{ date: today, requests: 7 }]
+        ? [{ date: today, requests: 7, units: none }]
         : [
-            { date: firstOfMonth, requests: 3 },
-            { date: today, requests: 4 },
+            { date: firstOfMonth, requests: 3, units: none },
+            { date: today, requests: 4, units: none },
           ],
       'the current month so far: not the month before, not tomorrow',
     )
@@ -629,19 +641,36 @@ t.test('usage', async (t) => {
             requests: 8,
             by_status: { ...zero, '2xx': 5, '4xx': 3 },
             limited: { rate: 2, quota: 0 },
+            units: none,
           },
-          { date: '2025-05-02', requests: 1, by_status: { ...zero, '5xx': 1 }, limited: { rate: 0, quota: 0 } },
-          { date: '2025-05-03', requests: 0, by_status: zero, limited: { rate: 0, quota: 1 } },
+          {
+            date: '2025-05-02',
+            requests: 1,
+            by_status: { ...zero, '5xx': 1 },
+            limited: { rate: 0, quota: 0 },
+            units: none,
+          },
+          { date: '2025-05-03', requests: 0, by_status: zero, limited: { rate: 0, quota: 1 }, units: none },
         ],
         limited: { rate: 2, quota: 1 },
+        units: none,
       },
       {
         sub_account_id: D2.id,
         external_id: null,
         requests: 4,
         by_status: { ...zero, '3xx': 4 },
-        days: [{ date: '2025-05-02', requests: 4, by_status: { ...zero, '3xx': 4 }, limited: { rate: 0, quota: 0 } }],
+        days: [
+          {
+            date: '2025-05-02',
+            requests: 4,
+            by_status: { ...zero, '3xx': 4 },
+            limited: { rate: 0, quota: 0 },
+            units: none,
+          },
+        ],
         limited: { rate: 0, quota: 0 },
+        units: none,
       },
     ])
     const byRange = await report('from=2025-05-01&to=2025-05-31')
@@ -649,10 +678,10 @@ t.test('usage', async (t) => {
       byRange.data.map((e: { days: unknown[] }) => e.days),
       [
         [
-          { date: '2025-05-01', requests: 8 },
-          { date: '2025-05-02', requests: 1 },
+          { date: '2025-05-01', requests: 8, units: none },
+          { date: '2025-05-02', requests: 1, units: none },
         ],
-        [{ date: '2025-05-02', requests: 4 }],
+        [{ date: '2025-05-02', requests: 4, units: none }],
       ],
       'the default is as before: each day its total, days with requests only',
     )

@@ -246,7 +246,16 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
     // A limit's refusal flushed before its answer: counted in limited, no day of its own.
     row('12', B, null, '2026-11-22', 4, 0, { rate: 0, quota: 1 }),
   ]
-  t.same(usageEntries(rows), [
+  // Units by day and meter: added to their day and to the entry; a meter only where it has use.
+  const units = [
+    { tenant_id: A, day: '2026-11-19', meter: 'requests', units: '30' },
+    { tenant_id: A, day: '2026-11-20', meter: 'requests', units: '4' },
+    { tenant_id: A, day: '2026-11-20', meter: 'tokens', units: '1500' },
+    { tenant_id: B, day: '2026-11-21', meter: 'requests', units: '9007199254740' },
+    // Another sub-account's (not on this page): no entry of its own.
+    { tenant_id: '33333333-3333-4333-8333-333333333333', day: '2026-11-21', meter: 'requests', units: '5' },
+  ]
+  t.same(usageEntries(rows, 'range', false, units), [
     {
       seq: '7',
       sub_account_id: A,
@@ -254,10 +263,11 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
       requests: 21,
       by_status: { '2xx': 15, '3xx': 1, '4xx': 2, '5xx': 3 },
       days: [
-        { date: '2026-11-19', requests: 12 },
-        { date: '2026-11-20', requests: 9 },
+        { date: '2026-11-19', requests: 12, units: { requests: 30 } },
+        { date: '2026-11-20', requests: 9, units: { requests: 4, tokens: 1500 } },
       ],
       limited: { rate: 1, quota: 0 },
+      units: { requests: 34, tokens: 1500 },
     },
     {
       seq: '12',
@@ -266,10 +276,11 @@ t.test('usageEntries: rows grouped per sub-account, by status class and by day',
       requests: 9007199254744,
       by_status: { '2xx': 9007199254740, '3xx': 0, '4xx': 4, '5xx': 0 },
       days: [
-        { date: '2026-11-20', requests: 4 },
-        { date: '2026-11-21', requests: 9007199254740 },
+        { date: '2026-11-20', requests: 4, units: { requests: 0 } },
+        { date: '2026-11-21', requests: 9007199254740, units: { requests: 9007199254740 } },
       ],
       limited: { rate: 2, quota: 2 },
+      units: { requests: 9007199254740 },
     },
   ])
   t.same(usageEntries([]), [], 'no rows, no entries')

@@ -48,7 +48,7 @@ export const slotStep: StepFactory = (route, { upstreamSlots, clientAborts }) =>
 
   /** The slot is held: the exchange owns it from now on. */
   function hold(request: FastifyRequest, reply: FastifyReply, holder: SlotHolder | null): Verdict {
-    request.exchange = new Exchange(slots, holder, request, reply, clientAborts, responses)
+    request.exchange = new Exchange(slots, holder, request, reply, clientAborts, responses, route.cost)
     // A client that left just as the slot came: its Exchange gave the slot back and logged it.
     return request.exchange.clientGone() ? ABANDONED : undefined
   }

@@ -1,0 +1,86 @@
+// The units an upstream reports for one answer (docs/api.md, Units): read from the response
+// header of each of the route's meters, or from the trailer of that name at the end of a streamed
+// answer, and taken out of what the client gets unless the meter is exposed. A value that is not a
+// whole number from 0 to 10^12 is ignored, counted and logged: a bad report never fails an answer.
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
+import type { FastifyBaseLogger } from 'fastify'
+import type { ProxyRoute, RouteMeter } from './route.js'
+
+export const MAX_REPORTED_UNITS = 1e12
+const WHOLE_NUMBER = /^[0-9]{1,13}$/
+
+/** Counts a bad report of a route's meter (tgw_meter_bad_reports_total{route, meter}). */
+export type BadReportCounter = (route: string, meter: string) => void
+
+/** The reading of one route's meters, built once when the route is registered. */
+export class MeterReports {
+  private readonly meters: readonly RouteMeter[]
+  private readonly route: string
+  private readonly badReport: BadReportCounter
+  constructor(route: ProxyRoute, badReport: BadReportCounter) {
+    this.meters = route.meters
+    this.route = route.prefix
+    this.badReport = badReport
+  }
+
+  /**
+   * The units the answer's headers report, by meter (null when none does), each header removed
+   * from `out` (what the client gets) unless its meter is exposed.
+   */
+  fromHeaders(
+    headers: IncomingHttpHeaders,
+    out: OutgoingHttpHeaders,
+    log: FastifyBaseLogger,
+  ): Map<string, number> | null {
+    let units: Map<string, number> | null = null
+    for (const meter of this.meters) {
+      const value = headers[meter.header]
+      if (value === undefined) continue
+      if (!meter.expose) delete out[meter.header]
+      const read = this.read(meter, value, log)
+      if (read === null) continue
+      units ??= new Map()
+      units.set(meter.name, read)
+    }
+    return units
+  }
+
+  /**
+   * The units a streamed answer's trailers report, over those of its headers (the trailer is the
+   * upstream's last word), and the trailers the client gets: the exposed meters' only.
+   */
+  fromTrailers(
+    trailers: IncomingHttpHeaders,
+    units: Map<string, number> | null,
+    log: FastifyBaseLogger,
+  ): { units: Map<string, number> | null; exposed: Record<string, string> | null } {
+    let exposed: Record<string, string> | null = null
+    for (const meter of this.meters) {
+      const value = trailers[meter.header]
+      if (value === undefined) continue
+      if (meter.expose && typeof value === 'string') {
+        exposed ??= {}
+        exposed[meter.header] = value
+      }
+      const read = this.read(meter, value, log)
+      if (read === null) continue
+      units ??= new Map()
+      units.set(meter.name, read)
+    }
+    return { units, exposed }
+  }
+
+  /** A report's units, or null (counted and logged) when it is not a whole number from 0 to 10^12. */
+  private read(meter: RouteMeter, value: string | string[], log: FastifyBaseLogger): number | null {
+    if (typeof value === 'string' && WHOLE_NUMBER.test(value)) {
+      const units = Number(value)
+      if (units <= MAX_REPORTED_UNITS) return units
+    }
+    this.badReport(this.route, meter.name)
+    log.warn(
+      { route: this.route, meter: meter.name, header: meter.header, value: String(value).slice(0, 64) },
+      'the upstream reported units that are not a whole number from 0 to 10^12: ignored',
+    )
+    return null
+  }
+}
