@@ -523,11 +523,8 @@ t.test('usage', async (t) => {
       },
       'days in order, only those with usage, classes summed per day',
     )
-    t.same(
-      march.data[2]?.days,
-      [{ date: '2025-03-31', requests: 4, units: none }],
-      'the last day is inclusive; April is outside',
-    )
+    const lastDay = [{ date: '2025-03-31', requests: 4, units: none }]
+    t.same(march.data[2]?.days, lastDay, 'the last day is inclusive; April is outside')
     t.equal(march.next_cursor, null)
 
     t.same(named(await report('from=2025-03-02&to=2025-03-02')), ['R2'], 'a one-day range')
@@ -628,6 +625,7 @@ t.test('usage', async (t) => {
       return res.json()
     }
     const zero = { '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 }
+    const quiet = { rate: 0, quota: 0 }
     const byDay = await report('from=2025-05-01&to=2025-05-31&granularity=day')
     t.same(byDay.data, [
       {
@@ -643,13 +641,7 @@ t.test('usage', async (t) => {
             limited: { rate: 2, quota: 0 },
             units: none,
           },
-          {
-            date: '2025-05-02',
-            requests: 1,
-            by_status: { ...zero, '5xx': 1 },
-            limited: { rate: 0, quota: 0 },
-            units: none,
-          },
+          { date: '2025-05-02', requests: 1, by_status: { ...zero, '5xx': 1 }, limited: quiet, units: none },
           { date: '2025-05-03', requests: 0, by_status: zero, limited: { rate: 0, quota: 1 }, units: none },
         ],
         limited: { rate: 2, quota: 1 },
@@ -660,15 +652,7 @@ t.test('usage', async (t) => {
         external_id: null,
         requests: 4,
         by_status: { ...zero, '3xx': 4 },
-        days: [
-          {
-            date: '2025-05-02',
-            requests: 4,
-            by_status: { ...zero, '3xx': 4 },
-            limited: { rate: 0, quota: 0 },
-            units: none,
-          },
-        ],
+        days: [{ date: '2025-05-02', requests: 4, by_status: { ...zero, '3xx': 4 }, limited: quiet, units: none }],
         limited: { rate: 0, quota: 0 },
         units: none,
       },

@@ -1,7 +1,6 @@
 // The route table of docs/configuration.md (config/gateway.yaml plus UPSTREAM_URL) as a plain
 // function: no I/O.
-import t, { type Test } from 'tap'
-import { ConfigError } from '../../src/config.js'
+import t from 'tap'
 import { type ProxyRoute, scopesFor } from '../../src/proxy/route.js'
 import {
   DEFAULT_BODY_IDLE_TIMEOUT_MS,
@@ -12,7 +11,7 @@ import {
 } from '../../src/proxy/route-limits.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
 
-const UP = 'http://shipments:8080'
+import { configError, refuses, second, UP, WHERE } from '../helpers/route-table.js'
 
 /** The time, size and connection limits every route has when nothing sets them, and its units. */
 const DEFAULT_LIMITS = {
@@ -26,45 +25,6 @@ const DEFAULT_LIMITS = {
   bodyIdleTimeoutMs: DEFAULT_BODY_IDLE_TIMEOUT_MS,
   responseIdleTimeoutMs: DEFAULT_RESPONSE_IDLE_TIMEOUT_MS,
 }
-
-/** The ConfigError `run` throws; fails the test when it returns or throws something else. */
-function configError(t: Test, run: () => unknown, name: string): ConfigError | null {
-  try {
-    run()
-  } catch (err) {
-    t.type(err, ConfigError, `${name}: a ConfigError`)
-    return err instanceof ConfigError ? err : null
-  }
-  t.fail(`${name}: accepted, expected a ConfigError`)
-  return null
-}
-
-/** Asserts a refusal whose one-line message names GATEWAY_CONFIG, `where` and `mentions`. */
-function refuses(
-  t: Test,
-  doc: Record<string, unknown>,
-  where: string,
-  name: string,
-  upstreamUrl?: string,
-  mentions?: RegExp,
-) {
-  const err = configError(t, () => loadRouteTable(doc, upstreamUrl), name)
-  if (err === null) return
-  t.equal(err.variable, 'GATEWAY_CONFIG', `${name}: names the variable`)
-  t.match(err.message, /GATEWAY_CONFIG/, `${name}: the message names GATEWAY_CONFIG`)
-  t.ok(err.message.includes(where), `${name}: the message names ${where}: ${err.message}`)
-  t.notMatch(err.message, /\n/, `${name}: one line`)
-  if (mentions) t.match(err.message, mentions, `${name}: says what is wrong`)
-}
-
-/** A table whose second route (index 1, prefix /v1/x) is `route`. */
-const second = (route: Record<string, unknown>) => ({
-  routes: [
-    { prefix: '/v1/ok', upstream: UP },
-    { prefix: '/v1/x', upstream: UP, ...route },
-  ],
-})
-const WHERE = 'routes[1] (/v1/x)'
 
 t.test('a valid table', async (t) => {
   const routes = loadRouteTable(
@@ -726,75 +686,4 @@ t.test('websocket: true and its bounds, with their defaults; the bounds only wit
     undefined,
     /max_websockets_per_account needs websocket: true/,
   )
-})
-
-t.test('cost and meters: the units a route counts (docs/configuration.md)', async (t) => {
-  const route = loadRouteTable(
-    second({
-      cost: 3,
-      meters: [
-        { name: 'tokens', header: 'X-Tokens-Used' },
-        { name: 'images_2', header: 'x-images', expose: true },
-      ],
-    }),
-    undefined,
-  )[1]
-  t.equal(route!.cost, 3)
-  t.same(
-    route!.meters,
-    [
-      { name: 'tokens', header: 'x-tokens-used', expose: false },
-      { name: 'images_2', header: 'x-images', expose: true },
-    ],
-    'headers lower-cased; expose false unless set',
-  )
-  t.ok(Object.isFrozen(route!.meters) && route!.meters.every((m) => Object.isFrozen(m)), 'frozen')
-  t.same(loadRouteTable(second({ cost: 1_000_000 }), undefined)[1]!.cost, 1_000_000, 'the largest cost')
-  const [catchAll] = loadRouteTable({}, UP)
-  t.same([catchAll!.cost, catchAll!.meters], [1, []], "UPSTREAM_URL's route: cost 1, no meters")
-
-  const eight = Array.from({ length: 8 }, (_, i) => ({ name: `m${i}`, header: `x-m${i}` }))
-  t.equal(loadRouteTable(second({ meters: eight }), undefined)[1]!.meters.length, 8, 'eight meters')
-  for (const [name, route, mentions] of [
-    ['cost 0', { cost: 0 }, /cost must be a whole number from 1 to 1000000/],
-    ['cost over 10^6', { cost: 1_000_001 }, /cost must be/],
-    ['cost 1.5', { cost: 1.5 }, /cost must be/],
-    ['cost as a string', { cost: '2' }, /cost must be/],
-    ['meters not a list', { meters: { name: 'tokens' } }, /meters must be a list/],
-    ['nine meters', { meters: [...eight, { name: 'm8', header: 'x-m8' }] }, /at most 8 meters/],
-    ['a meter not a mapping', { meters: ['tokens'] }, /meters\[0\] must be a mapping/],
-    ['a meter without a name', { meters: [{ header: 'x-t' }] }, /meters\[0\]\.name must match/],
-    ['an upper-case name', { meters: [{ name: 'Tokens', header: 'x-t' }] }, /meters\[0\]\.name must match/],
-    ['a name of 33 characters', { meters: [{ name: `t${'x'.repeat(32)}`, header: 'x-t' }] }, /\.name must match/],
-    ['the requests meter', { meters: [{ name: 'requests', header: 'x-t' }] }, /may not be requests/],
-    ['no header', { meters: [{ name: 'tokens' }] }, /meters\[0\]\.header must be a header name/],
-    ['a header with a space', { meters: [{ name: 'tokens', header: 'x t' }] }, /\.header must be a header name/],
-    ['Content-Length', { meters: [{ name: 'tokens', header: 'Content-Length' }] }, /may not be content-length/],
-    ['Transfer-Encoding', { meters: [{ name: 'tokens', header: 'transfer-encoding' }] }, /may not be/],
-    ['expose not a boolean', { meters: [{ name: 'tokens', header: 'x-t', expose: 'yes' }] }, /expose must be true/],
-    ['an unknown meter key', { meters: [{ name: 'tokens', header: 'x-t', unit: 'k' }] }, /unknown key "unit"/],
-    [
-      'a name twice',
-      {
-        meters: [
-          { name: 'tokens', header: 'x-a' },
-          { name: 'tokens', header: 'x-b' },
-        ],
-      },
-      /meters\[1\]\.name duplicates meter tokens/,
-    ],
-    [
-      'a header twice, in two spellings',
-      {
-        meters: [
-          { name: 'a', header: 'X-Used' },
-          { name: 'b', header: 'x-used' },
-        ],
-      },
-      /meters\[1\]\.header is meter a's already/,
-    ],
-    ['on a public route', { public: true, cost: 2 }, /a public route counts no usage/],
-    ['meters on a public route', { public: true, meters: [{ name: 'a', header: 'x-a' }] }, /public route/],
-  ] as const)
-    refuses(t, second(route), WHERE, name, undefined, mentions)
 })
