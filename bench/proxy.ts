@@ -1,8 +1,12 @@
 // Throughput of the proxied path: the gateway against a bare @fastify/http-proxy and against the
 // floor (node:http streaming through an undici Pool: the least a Node proxy does), and optionally
 // against another checkout of the gateway in the same run (BENCH_BASELINE_TREE), and optionally the
-// same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1). bench/README.md
+// same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1), and optionally
+// the same gateway on a route with a cost and a meter its upstream reports (BENCH_METERS=1). bench/README.md
 // says what it starts, what it prints and its knobs; docs/lifecycle.md the path measured.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import {
   type BenchLimits,
   createDatabase,
@@ -41,13 +45,15 @@ const WARMUP = envInt('BENCH_WARMUP', 5)
 const WARMUP_ROUNDS = envInt('BENCH_WARMUP_ROUNDS', 2)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const LIMITS = envInt('BENCH_LIMITS', 0, 0) > 0
+/** Adds the gateway on a route with `cost: 2` and a meter the upstream reports in every answer. */
+const METERS = envInt('BENCH_METERS', 0, 0) > 0
 /** Adds fastify over the floor's handler: what fastify itself costs a request. */
 const FASTIFY_FLOOR = envInt('BENCH_FASTIFY_FLOOR', 0, 0) > 0
 /** Never refusing, so that the side measures the cost of deciding, on both levels (docs/api.md). */
 const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
 const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'baseline'
+type SideName = 'floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'meters' | 'baseline'
 /** The sides that are not a gateway: no auth, no metrics to scrape. */
 const isProxyOnly = (name: SideName) => name === 'floor' || name === 'fastify-floor' || name === 'bare'
 interface Side {
@@ -74,8 +80,9 @@ interface Lookups {
 async function main(): Promise<void> {
   const db = await createDatabase('bench')
   const started: Server[] = []
+  const configDir = mkdtempSync(join(tmpdir(), 'bench-meters-'))
   try {
-    const upstream = await startUpstream()
+    const upstream = await startUpstream({ meter: METERS })
     started.push(upstream)
     const bare = await startBare(upstream.url)
     started.push(bare)
@@ -94,6 +101,17 @@ async function main(): Promise<void> {
     // alike (sharing one, the second side's rounds would follow the first's garbage at once).
     const limitsGateway = LIMITS ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url }) : null
     if (limitsGateway !== null) started.push(limitsGateway)
+    // The same build again, its proxied path on a route that weighs each request 2 and reads the
+    // units the upstream reports (X-Tokens-Used, in every answer): the two sides differ by the meter only.
+    const metersConfig = join(configDir, 'gateway.yaml')
+    writeFileSync(
+      metersConfig,
+      `routes:\n  - prefix: /v1/things\n    upstream: ${upstream.url}\n    cost: 2\n    meters: [{ name: tokens, header: X-Tokens-Used }]\n`,
+    )
+    const metersGateway = METERS
+      ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: { GATEWAY_CONFIG: metersConfig } })
+      : null
+    if (metersGateway !== null) started.push(metersGateway)
     const acting = await seedActing(gateway, db.url)
     // Another parent whose account and sub-account have limits: the two sides differ by them only.
     const limited =
@@ -109,6 +127,7 @@ async function main(): Promise<void> {
       { name: 'bare', server: bare, headers: acting.headers },
       { name: 'gateway', server: gateway, headers: acting.headers },
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
+      ...(metersGateway === null ? [] : [{ name: 'meters' as const, server: metersGateway, headers: acting.headers }]),
       ...(baseline === null ? [] : [{ name: 'baseline' as const, server: baseline, headers: acting.headers }]),
     ]
 
@@ -132,6 +151,10 @@ async function main(): Promise<void> {
       const applied = POLICIES.filter((name) => policy.includes(`"${name}"`))
       if (applied.length !== (side.name === 'limits' ? POLICIES.length : 0))
         throw new Error(`${side.name}: RateLimit-Policy is "${policy}"`)
+      // The meter's side takes the report out of the answer; every other passes it on.
+      const reported = response.headers.get('x-tokens-used')
+      if (METERS && (reported === null) !== (side.name === 'meters'))
+        throw new Error(`${side.name}: X-Tokens-Used is ${reported}`)
     }
 
     const measure = async (side: Side, seconds: number, round: string): Promise<Round> => {
@@ -193,6 +216,7 @@ async function main(): Promise<void> {
     // The gateways first, so that the database is idle when it is dropped.
     for (const server of started.reverse()) await stopChild(server.child).catch((err) => console.error(err))
     await db.drop()
+    rmSync(configDir, { recursive: true, force: true })
   }
 }
 
@@ -212,6 +236,7 @@ function report(
     medians.get('baseline'),
   ]
   const limits = medians.get('limits')
+  const meters = medians.get('meters')
   const fastifyFloor = medians.get('fastify-floor')
   const lines = [
     ...reportHead('bench:proxy'),
@@ -226,7 +251,8 @@ function report(
       .map(
         (s) =>
           `${s.name.padEnd(9)} ${(s.server as Gateway).command}, at ${gitDescription(s.name === 'baseline' ? BASELINE_TREE! : undefined)}; parent key acting as ext:bench-sub` +
-          (s.name === 'limits' ? ` of another parent, both with a rate of 10^9/1 s and a monthly quota of 10^9` : ''),
+          (s.name === 'limits' ? ` of another parent, both with a rate of 10^9/1 s and a monthly quota of 10^9` : '') +
+          (s.name === 'meters' ? '; the route has cost 2 and a meter read from X-Tokens-Used' : ''),
       ),
     '',
     ...table(
@@ -266,6 +292,16 @@ function report(
         `p50 ${(limits.p50 / gateway.p50).toFixed(3)}, p99 ${(limits.p99 / gateway.p99).toFixed(3)}, CPU/request ${(limits.cpuMicros / gateway.cpuMicros).toFixed(3)}`,
       `                    req/s round by round: ${of('limits')
         .map((l, i) => (l.perSecond / of('gateway')[i]!.perSecond).toFixed(3))
+        .join(', ')}`,
+    )
+  }
+  if (meters !== undefined) {
+    const cpu = meters.cpuMicros / gateway.cpuMicros
+    lines.push(
+      `meters / gateway    req/s ${(meters.perSecond / gateway.perSecond).toFixed(3)}, p99 ${(meters.p99 / gateway.p99).toFixed(3)}, ` +
+        `CPU/request ${cpu.toFixed(3)} (target ≤ 1.03: ${cpu <= 1.03 ? 'met' : 'NOT MET'}; ${(meters.cpuMicros - gateway.cpuMicros).toFixed(1)} µs)`,
+      `                    req/s round by round: ${of('meters')
+        .map((m, i) => (m.perSecond / of('gateway')[i]!.perSecond).toFixed(3))
         .join(', ')}`,
     )
   }

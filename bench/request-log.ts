@@ -430,6 +430,8 @@ function makeRecords(n: number): RequestRecord[] {
       requestBytes: i % 5 === 0 ? 240 : 0,
       responseBytes: 11 + (i % 2000),
       sourceIp: `10.0.${(tenant >> 8) & 255}.${tenant & 255}`,
+      cost: 1,
+      units: null,
     }
   })
 }

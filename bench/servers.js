@@ -40,6 +40,7 @@ async function floorForward(upstreamUrl) {
 }
 if (process.argv[2] === 'upstream') {
   const fixed = Buffer.from('{"ok":true}')
+  const meter = process.env.METER === '1'
   const server = http.createServer((req, res) => {
     req.resume()
     req.on('end', () => {
@@ -47,7 +48,10 @@ if (process.argv[2] === 'upstream') {
       // forward theirs) gets a fixed body; any other path the headers this upstream received, so
       // that a bench can check whom the gateway said the request is for.
       const body = req.url.endsWith('/things/1') ? fixed : Buffer.from(JSON.stringify(req.headers))
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
+      // METER=1: every answer reports units, as a metered upstream does (bench:proxy, BENCH_METERS).
+      const head = { 'content-type': 'application/json', 'content-length': body.length }
+      if (meter) head['x-tokens-used'] = '42'
+      res.writeHead(200, head)
       res.end(body)
     })
   })

@@ -123,6 +123,7 @@ export function configureServer(app: FastifyInstance, deps: AppDeps, routes: rea
   // Set by the error handler, and the proxy's admission step: read by the request log.
   app.decorateReply('problemCode', null)
   app.decorateRequest('routePrefix', '')
+  app.decorateRequest('routeCost', 1)
 }
 
 export const metricsOptions = (deps: AppDeps) => ({ store: deps.store, metrics: deps.metrics })

@@ -29,6 +29,9 @@ export function presentRequest(row: RequestRow): RequestRecord {
     request_bytes: Number(row.request_bytes),
     response_bytes: Number(row.response_bytes),
     source_ip: row.source_ip,
+    // Units: absent from a management record, and from rows written before they were kept.
+    ...(row.cost === null || row.cost === 0 ? {} : { cost: row.cost }),
+    ...(row.units === null ? {} : { units: JSON.parse(row.units) as Record<string, number> }),
   }
 }
 

@@ -188,16 +188,20 @@ const DROPPED_RESPONSE = new Set([
 ])
 
 /**
- * The upstream's response headers as the client gets them: without those above and those its
+ * The upstream's response headers as the client gets them: without those above, those its
  * Connection header names (so an upstream's `Connection: keep-alive` cannot override a client's
- * `Connection: close`). A new object rather than deletes on the upstream's: a deleted property
- * turns an object into a slow dictionary for every later use.
+ * `Connection: close`), and the route's `hidden` ones (its meters' reports). A new object rather
+ * than deletes on the upstream's: a deleted property turns an object into a slow dictionary for
+ * every later use.
  */
-export function downstreamHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
+export function downstreamHeaders(
+  headers: IncomingHttpHeaders,
+  hidden: ReadonlySet<string> = NO_HEADERS,
+): IncomingHttpHeaders {
   const named = connectionTokens(headers.connection)
   const out: IncomingHttpHeaders = {}
   for (const name in headers) {
-    if (DROPPED_RESPONSE.has(name) || named.has(name)) continue
+    if (DROPPED_RESPONSE.has(name) || named.has(name) || hidden.has(name)) continue
     out[name] = headers[name]
   }
   return out

@@ -2,7 +2,7 @@
 // header of each of the route's meters, or from the trailer of that name at the end of a streamed
 // answer, and taken out of what the client gets unless the meter is exposed. A value that is not a
 // whole number from 0 to 10^12 is ignored, counted and logged: a bad report never fails an answer.
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ProxyRoute, RouteMeter } from './route.js'
 
@@ -17,26 +17,21 @@ export class MeterReports {
   private readonly meters: readonly RouteMeter[]
   private readonly route: string
   private readonly badReport: BadReportCounter
+  /** The headers the client does not get (headers.ts leaves them out): the meters not exposed. */
+  readonly hidden: ReadonlySet<string>
   constructor(route: ProxyRoute, badReport: BadReportCounter) {
     this.meters = route.meters
     this.route = route.prefix
     this.badReport = badReport
+    this.hidden = new Set(route.meters.filter((meter) => !meter.expose).map((meter) => meter.header))
   }
 
-  /**
-   * The units the answer's headers report, by meter (null when none does), each header removed
-   * from `out` (what the client gets) unless its meter is exposed.
-   */
-  fromHeaders(
-    headers: IncomingHttpHeaders,
-    out: OutgoingHttpHeaders,
-    log: FastifyBaseLogger,
-  ): Map<string, number> | null {
+  /** The units the answer's headers report, by meter; null when none does. */
+  fromHeaders(headers: IncomingHttpHeaders, log: FastifyBaseLogger): Map<string, number> | null {
     let units: Map<string, number> | null = null
     for (const meter of this.meters) {
       const value = headers[meter.header]
       if (value === undefined) continue
-      if (!meter.expose) delete out[meter.header]
       const read = this.read(meter, value, log)
       if (read === null) continue
       units ??= new Map()

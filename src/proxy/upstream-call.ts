@@ -130,7 +130,7 @@ export class UpstreamTarget {
 
   /** The upstream's response headers as the client gets them, on top of those the gateway set. */
   answerHeaders(reply: FastifyReply, upstream: IncomingHttpHeaders, statusCode: number): OutgoingHttpHeaders {
-    const headers = downstreamHeaders(upstream)
+    const headers = downstreamHeaders(upstream, this.meterReports?.hidden)
     this.answerRules.apply(headers)
     const out = reply.getHeaders() as OutgoingHttpHeaders
     for (const name in headers) out[name] = headers[name]
@@ -227,7 +227,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       return
     }
     const head = target.answerHeaders(reply, headers, statusCode)
-    if (target.meterReports !== null) exchange.reported = target.meterReports.fromHeaders(headers, head, request.log)
+    if (target.meterReports !== null) exchange.reported = target.meterReports.fromHeaders(headers, request.log)
     reply.hijack()
     this.answering = true
     this.response.writeHead(statusCode, head)

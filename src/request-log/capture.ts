@@ -7,6 +7,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The prefix of the proxied route that took the request (set by the proxy's admission step). */
     routePrefix: string
+    /** The request units of that route's requests, its `cost` (set with routePrefix). */
+    routeCost: number
   }
   interface FastifyReply {
     /** The problem code of a refusal (http/error-handler.ts); null for any other answer. */
@@ -36,6 +38,10 @@ export interface RequestRecord {
   requestBytes: number
   responseBytes: number
   sourceIp: string
+  /** The route's cost (docs/api.md, Units); 0 for a management request. */
+  cost: number
+  /** The units the upstream reported, by meter, as JSON; null when it reported none. */
+  units: string | null
 }
 
 /** A declared length in bytes; 0 when none is declared. */
@@ -77,7 +83,14 @@ export function recordOf(
     requestBytes: declaredBytes(request.headers['content-length']) || (request.exchange?.chunkedBodyBytes ?? 0),
     responseBytes,
     sourceIp: request.ip,
+    cost: proxied ? request.routeCost : 0,
+    units: unitsOf(request.exchange?.reported),
   }
+}
+
+/** Reported units as the log keeps them: a JSON object, or null when there were none. */
+function unitsOf(reported: ReadonlyMap<string, number> | null | undefined): string | null {
+  return reported == null ? null : JSON.stringify(Object.fromEntries(reported))
 }
 
 /** The bytes of the answer's body: the upstream's answer passed on, else the gateway's own Content-Length. */

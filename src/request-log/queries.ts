@@ -25,6 +25,10 @@ export interface RequestRow {
   request_bytes: string
   response_bytes: string
   source_ip: string
+  /** null in a row written before units were kept. */
+  cost: number | null
+  /** JSON by meter; null when none was reported. */
+  units: string | null
 }
 
 /** The records at `places` (a query of `seq, position`), newest first. */
@@ -37,7 +41,8 @@ export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): P
       r.methods[place.position] as method, r.routes[place.position] as route, r.paths[place.position] as path,
       r.statuses[place.position] as status, r.codes[place.position] as code,
       (r.durations_us[place.position] / 1e3)::float8 as duration_ms, r.request_bytes[place.position] as request_bytes,
-      r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip
+      r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip,
+      r.costs[place.position] as cost, r.units[place.position] as units
     from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
     order by place.seq desc, place.position desc`
 }

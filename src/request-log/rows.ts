@@ -7,7 +7,7 @@ import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { RECORD_ARRAYS } from './schema.js'
+import { RECORD_ARRAYS, UNIT_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -41,6 +41,8 @@ export interface LogRow {
   request_bytes: string
   response_bytes: string
   source_ips: string
+  costs: string
+  units: string | null
 }
 
 /** What RowBuilder.add did with a record: took it. */
@@ -79,7 +81,7 @@ function arrayOf(elements: readonly (string | number)[]): string {
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
   code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}`
+  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}`
 const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
@@ -101,6 +103,10 @@ export class RowBuilder {
   readonly requestBytes: number[] = []
   readonly responseBytes: number[] = []
   readonly ips: string[] = []
+  readonly costs: number[] = []
+  readonly units: (string | null)[] = []
+  /** Some record's upstream reported units: else the row's `units` is null. */
+  reported = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
   readonly routeSet = new Set<string>()
@@ -172,6 +178,9 @@ export class RowBuilder {
     this.requestBytes.push(record.requestBytes)
     this.responseBytes.push(record.responseBytes)
     this.ips.push(record.sourceIp)
+    this.costs.push(record.cost)
+    this.units.push(record.units)
+    if (record.units !== null) this.reported = true
     return ADDED
   }
 
@@ -231,6 +240,8 @@ export class RowBuilder {
       request_bytes: arrayOf(this.requestBytes),
       response_bytes: arrayOf(this.responseBytes),
       source_ips: texts(this.ips),
+      costs: arrayOf(this.costs),
+      units: this.reported ? arrayOf(this.units.map((units) => (units === null ? 'NULL' : element(units)))) : null,
     }
   }
 
@@ -275,5 +286,8 @@ export class RowBuilder {
     out.int8s(this.requestBytes)
     out.int8s(this.responseBytes)
     out.texts(this.ips)
+    out.int4s(this.costs)
+    if (this.reported) out.texts(this.units, true)
+    else out.null()
   }
 }

@@ -26,6 +26,13 @@ export const RECORD_ARRAYS = `ids, times_us, tenant_ids, key_ids, methods, route
   durations_us, request_bytes, response_bytes, source_ips`
 
 /**
+ * The units of each record (docs/api.md, Units), added after the columns above: null in rows
+ * written before them (and in those converted from the old log). `units` is null for a whole row
+ * whose records reported none, as most rows are.
+ */
+export const UNIT_ARRAYS = 'costs, units'
+
+/**
  * The table and its indexes, each by its name: a start makes those missing only (below). A
  * `create index if not exists` of an index that exists still locks the table and every partition
  * for a moment, and waits behind a partition's index being built (account-ids-index.ts) while every
@@ -77,7 +84,11 @@ const tableObjects = (compression: string, firstSeq: string): [name: string, sta
     durations_us    int8[] ${compression} not null,
     request_bytes   int8[] ${compression} not null,
     response_bytes  int8[] ${compression} not null,
-    source_ips      text[] ${compression} not null
+    source_ips      text[] ${compression} not null,
+    -- Each record's route cost (0: a management request), and the units its upstream reported as
+    -- JSON (null: none).
+    costs           int4[] ${compression},
+    units           text[] ${compression}
   ) partition by range (first_time)`,
   ],
   [
@@ -146,8 +157,24 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
         and relname = any(${`{${objects.map(([name]) => name).join(',')}}`}::text[])`
     const made = new Set(present.map((row) => row.name))
     for (const [name, statement] of objects) if (!made.has(name)) await tx.unsafe(statement)
+    await addUnitArrays(tx, lz4?.ok === true ? 'compression lz4' : '')
     if (old === null) await tx.unsafe(CREATE_VIEW)
   })
+}
+
+/**
+ * The unit columns, on a log made before them. Only when missing: an ALTER locks the table and
+ * every partition, even one that changes nothing. Nullable without a default, so Postgres writes
+ * no row to add them.
+ */
+async function addUnitArrays(tx: Tx, compression: string): Promise<void> {
+  const [present] = await tx<{ n: number }[]>`
+    select count(*)::int as n from pg_attribute
+    where attrelid = to_regclass('request_log_rows') and attname = 'costs' and not attisdropped`
+  if (present!.n > 0) return
+  await tx.unsafe(
+    `alter table request_log_rows add column costs int4[] ${compression}, add column units text[] ${compression}`,
+  )
 }
 
 /**

@@ -60,6 +60,17 @@ export const RequestRecord = Type.Object(
     request_bytes: Type.Integer({ minimum: 0, description: 'the body as declared (Content-Length)' }),
     response_bytes: Type.Integer({ minimum: 0 }),
     source_ip: Type.String(),
+    cost: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description: "a proxied request's route cost: its request units if it was forwarded",
+      }),
+    ),
+    units: Type.Optional(
+      Type.Record(Type.String(), Type.Integer({ minimum: 0 }), {
+        description: 'the units its upstream reported, by meter; absent when it reported none',
+      }),
+    ),
   },
   { additionalProperties: false },
 )

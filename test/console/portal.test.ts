@@ -18,13 +18,26 @@ import { startUpstream } from '../helpers/upstream.js'
 const ALL = ['keys:read', 'keys:write', 'usage:read', 'requests:read']
 const RETURN_URL = 'https://provider.example/account'
 
+// Each answer but a 404 reports 10 tokens (docs/api.md, Units).
 const upstream = await startUpstream(t, (request, response) => {
-  response.writeHead(request.url?.includes('missing') ? 404 : 200, { 'content-type': 'application/json' })
+  const missing = request.url?.includes('missing')
+  response.writeHead(missing ? 404 : 200, {
+    'content-type': 'application/json',
+    ...(missing ? {} : { 'x-tokens-used': '10' }),
+  })
   response.end('{}')
 })
 const gateway = await startGateway(t, {
   gatewayConfig: {
-    routes: [{ prefix: '/api', upstream: upstream.url, scopes: { read: ['orders:read'], write: ['orders:write'] } }],
+    routes: [
+      {
+        prefix: '/api',
+        upstream: upstream.url,
+        scopes: { read: ['orders:read'], write: ['orders:write'] },
+        cost: 2,
+        meters: [{ name: 'tokens', header: 'X-Tokens-Used' }],
+      },
+    ],
   },
   usageFlushIntervalMs: 100,
   requestLog: { flushIntervalMs: 100 },
@@ -235,6 +248,11 @@ t.test('usage and requests of this sub-account only', async (t) => {
     return false
   }, "the usage screen shows Acme's 3 requests")
   t.ok(await page.getByTestId('portal-usage-days').isVisible(), 'by day')
+  t.equal(
+    await page.getByTestId('portal-units').innerText(),
+    'Units this month: 6 request units · 20 tokens.',
+    'its units: 3 forwarded at cost 2, and the tokens its upstream reported',
+  )
   await screen(page, 'usage')
 
   await page.getByRole('link', { name: 'Requests' }).click()

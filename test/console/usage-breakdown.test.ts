@@ -10,11 +10,23 @@ import { startGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 
+// Each answer but the 404 reports 100 tokens, on a route that reads them (docs/api.md, Units).
 const upstream = await startUpstream(t, (request, response) => {
-  response.writeHead(request.url === '/v1/missing' ? 404 : 200, { 'content-type': 'application/json' })
+  const missing = request.url === '/v1/missing'
+  response.writeHead(missing ? 404 : 200, {
+    'content-type': 'application/json',
+    ...(missing ? {} : { 'x-tokens-used': '100' }),
+  })
   response.end('{}')
 })
-const gateway = await startGateway(t, { upstreamUrl: upstream.url, redis: false, usageFlushIntervalMs: 3_600_000 })
+const gateway = await startGateway(t, {
+  upstreamUrl: upstream.url,
+  redis: false,
+  usageFlushIntervalMs: 3_600_000,
+  gatewayConfig: {
+    routes: [{ prefix: '/v1', upstream: upstream.url, meters: [{ name: 'tokens', header: 'X-Tokens-Used' }] }],
+  },
+})
 const parent = await gateway.createParent({ name: 'Breakdown parent' })
 
 async function manage(method: string, url: string, body?: unknown): Promise<Record<string, unknown>> {
@@ -169,10 +181,10 @@ t.test("the account's usage by sub-account, read as the screen opens", async (t)
   t.same(
     rows,
     [
-      ['Acme (the busy one)', '10', '1', '0', '0', '83%'],
-      [quiet.name, '2', '0', '0', '0', '17%'],
+      ['Acme (the busy one)', '10', '1', '0', '0', '10 request units · 900 tokens', '83%'],
+      [quiet.name, '2', '0', '0', '0', '2 request units · 200 tokens', '17%'],
     ],
-    'most requests first, with the name, the classes and the share',
+    'most requests first, with the name, the classes, the units and the share',
   )
   t.equal(
     await bySub.getByRole('link', { name: 'Acme (the busy one)' }).getAttribute('href'),
@@ -195,9 +207,9 @@ t.test("a sub-account's usage by key and its month against its limits, without p
   t.same(
     rows.map((r) => [r[0]?.split(' ')[0], ...r.slice(1)]),
     [
-      ['ci', 'its own', '6', '1', '0', '60%'],
-      ['deploy', 'its own', '3', '0', '0', '30%'],
-      [rows[2]?.[0]?.split(' ')[0], 'the parent, acting as it', '1', '0', '0', '10%'],
+      ['ci', 'its own', '6', '1', '0', '6 request units · 500 tokens', '60%'],
+      ['deploy', 'its own', '3', '0', '0', '3 request units · 300 tokens', '30%'],
+      [rows[2]?.[0]?.split(' ')[0], 'the parent, acting as it', '1', '0', '0', '1 request unit · 100 tokens', '10%'],
     ],
     'each key, most requests first, its own and the parent’s',
   )

@@ -26,6 +26,8 @@ export function logRecord(fields: Partial<RequestRecord> & Pick<RequestRecord, '
     requestBytes: 0,
     responseBytes: 2,
     sourceIp: '127.0.0.1',
+    cost: 1,
+    units: null,
     ...fields,
   }
 }

@@ -40,6 +40,9 @@ for (const { copy, form } of FORMS)
       requestBytes: i * 10,
       responseBytes: 2 ** 40 + i,
       sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
+      // Units (a management record's cost is 0), reported by some records only; none in account 2's.
+      cost: i % 3 === 0 ? 0 : 1 + i,
+      units: i === 1 ? null : i % 2 === 0 ? `{"tokens":${10 ** i},"images":${i}}` : null,
     }))
     for (const record of records) writer.add(record)
     await writer.flush()
@@ -62,6 +65,8 @@ for (const { copy, form } of FORMS)
           requestBytes: Number(row.request_bytes),
           responseBytes: Number(row.response_bytes),
           sourceIp: row.source_ip,
+          cost: row.cost,
+          units: row.units,
         })),
         expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
         `account ${account}: every field, in order`,
@@ -114,6 +119,8 @@ for (const { copy, form } of FORMS)
       requestBytes: 0,
       responseBytes: 7,
       sourceIp: i === 7 ? '::1' : '127.0.0.1',
+      cost: 1,
+      units: null,
     }))
     for (const record of records) writer.add(record)
     await writer.flush()
@@ -277,3 +284,23 @@ t.test("a writer's COPY waits for another's to commit, so rows show in their seq
     'written once the other is done',
   )
 })
+
+for (const { copy, form } of FORMS)
+  t.test(`a log made before units gains their columns at start; its rows read none (${form})`, async (t) => {
+    const { sql, writer } = await writerOn(t, 500, copy)
+    writer.add(record({ id: madeId(1), path: '/p/before', cost: 4, units: '{"tokens":9}' }))
+    await writer.flush()
+    // A log of the version before: no unit columns (their records' units were never kept).
+    await sql`alter table request_log_rows drop column costs, drop column units`
+    await ensureRequestLogTable(sql)
+    writer.add(record({ id: madeId(2), path: '/p/after', cost: 4, units: '{"tokens":9}' }))
+    await writer.flush()
+    const listed = await list(sql, ACCOUNTS[0]!, NO_FILTER)
+    t.same(
+      listed.map((row) => [row.path, row.cost, row.units]),
+      [
+        ['/p/after', 4, '{"tokens":9}'],
+        ['/p/before', null, null],
+      ],
+    )
+  })

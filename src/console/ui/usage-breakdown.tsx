@@ -4,6 +4,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import { ErrorMessage, Loading, useAction } from './components.js'
 import type { KeyUsageEntry, UsageEntry } from './types.js'
+import { unitsText } from './units.js'
 import { keyUsage, type StatusClass, sharesOf } from './usage-data.js'
 
 /** How many lines a breakdown shows; the rest are counted under it. */
@@ -16,6 +17,15 @@ function ShareCell({ requests, total, label }: { requests: number; total: number
   return (
     <td data-label="Share" class="share">
       <meter min={0} max={100} value={share} aria-label={`${label}: share of the requests`} /> {share}%
+    </td>
+  )
+}
+
+/** An entry's units: request units, then each reported meter. */
+function UnitsCell({ units }: { units: Readonly<Record<string, number>> }) {
+  return (
+    <td data-label="Units" class="units">
+      {unitsText(units)}
     </td>
   )
 }
@@ -50,6 +60,7 @@ export function BySubAccount({ entries }: { entries: readonly UsageEntry[] }) {
                   <th scope="col">4xx</th>
                   <th scope="col">Refused by limits</th>
                   <th scope="col">5xx</th>
+                  <th scope="col">Units</th>
                   <th scope="col">Share</th>
                 </tr>
               </thead>
@@ -62,6 +73,7 @@ export function BySubAccount({ entries }: { entries: readonly UsageEntry[] }) {
                         <a href={`#/sub-accounts/${id}`}>{name}</a>
                       </td>
                       <Counts requests={requests} counts={counts} />
+                      <UnitsCell units={entry.units} />
                       <ShareCell requests={requests} total={total} label={name} />
                     </tr>
                   )
@@ -128,6 +140,7 @@ export function ByKey({ subAccountId, range }: { subAccountId: string; range: { 
                   <th scope="col">Requests</th>
                   <th scope="col">4xx</th>
                   <th scope="col">5xx</th>
+                  <th scope="col">Units</th>
                   <th scope="col">Share</th>
                 </tr>
               </thead>
@@ -149,6 +162,7 @@ export function ByKey({ subAccountId, range }: { subAccountId: string; range: { 
                       <td data-label="5xx" class="number">
                         {k.by_status['5xx']}
                       </td>
+                      <UnitsCell units={k.units} />
                       <ShareCell requests={k.requests} total={total} label={label} />
                     </tr>
                   )

@@ -12,6 +12,7 @@ export const admissionStep: StepFactory = (route, { lookups, recentAdmissions })
     check(request) {
       // For the request log: which route, known before any refusal.
       request.routePrefix = route.prefix
+      request.routeCost = route.cost
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()
         return undefined

@@ -5,6 +5,7 @@ import { query } from '../api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from '../components.js'
 import { KeyManager, type KeysClient } from '../keys.js'
 import { formatDuration } from '../requests.js'
+import { unitsText } from '../units.js'
 import type { KeyPolicy, RequestRecord } from '../types.js'
 import { type ApiKey, type MintedKey, type Page, type PortalUsage, portalApi } from './api.js'
 
@@ -79,6 +80,9 @@ export function UsageScreen() {
               </p>
             )}
             {usage.usage !== null && (
+              <p data-testid="portal-units">Units this month: {unitsText(usage.usage.units)}.</p>
+            )}
+            {usage.usage !== null && (
               <p data-testid="portal-refused">
                 Refused by limits this month: {usage.usage.limited.rate + usage.usage.limited.quota}.
               </p>
@@ -99,6 +103,7 @@ export function UsageScreen() {
                     <th scope="col">4xx</th>
                     <th scope="col">5xx</th>
                     <th scope="col">Refused by limits</th>
+                    <th scope="col">Units</th>
                   </tr>
                 </thead>
                 <tbody>
@@ -111,6 +116,7 @@ export function UsageScreen() {
                       <td>{d.by_status?.['4xx'] ?? 0}</td>
                       <td>{d.by_status?.['5xx'] ?? 0}</td>
                       <td>{(d.limited?.rate ?? 0) + (d.limited?.quota ?? 0)}</td>
+                      <td>{unitsText(d.units)}</td>
                     </tr>
                   ))}
                 </tbody>
