@@ -87,6 +87,8 @@ export abstract class LeasedLimit {
   private wantedInCall = 0
   private sampledAt: number
   private demandPerMs = -1
+  /** The most units one request asked of this limit so far (a route's cost): a lease covers at least that. */
+  private largestAsk = 1
 
   readonly name: PolicyName
   protected readonly ctx: LimitContext
@@ -103,39 +105,49 @@ export abstract class LeasedLimit {
   protected abstract call(now: number, lease: LeaseCall): Promise<void>
   /** Starts the local state from the last known shared one; false when it cannot yet. */
   protected abstract enterLocal(now: number): boolean
-  protected abstract localAllows(now: number): boolean
-  protected abstract localTake(now: number): void
-  protected abstract localGiveBack(now: number): void
+  protected abstract localAllows(now: number, units: number): boolean
+  protected abstract localTake(now: number, units: number): void
+  protected abstract localGiveBack(now: number, units: number): void
   abstract state(now: number): PolicyState
-  /** When refused: ms until this limit would let a request pass (at least 1 s is answered). */
-  abstract retryAfterMs(now: number): number
+  /** When refused a request of `units`: ms until this limit would let it pass (at least 1 s is answered). */
+  abstract retryAfterMs(now: number, units: number): number
 
-  /** Whether one unit may be taken now. Counts the attempt for the lease's sizing. */
-  allows(now: number): boolean {
-    this.attempts++
+  /** The largest lease, at least the largest request seen (a cost above the cap would never pass). */
+  private leaseCap(): number {
+    return Math.max(this.cap(), this.largestAsk)
+  }
+
+  /**
+   * Whether `units` (a request's cost: 1 unless its route says more) may be taken now. Counts
+   * them for the lease's sizing.
+   */
+  allows(now: number, units = 1): boolean {
+    this.attempts += units
+    if (units > this.largestAsk) this.largestAsk = units
     this.lastAttemptAt = now
     this.sync(now)
-    if (this.mode === 'shared') return this.lease > 0 && now < this.leaseExpiresAt
-    if (this.mode === 'local') return this.localAllows(now)
+    if (this.mode === 'shared') return this.lease >= units && now < this.leaseExpiresAt
+    if (this.mode === 'local') return this.localAllows(now, units)
     return false
   }
 
-  take(now: number): void {
+  take(now: number, units = 1): void {
     if (this.mode === 'shared') {
-      this.lease--
-      this.spentSinceSend++
+      this.lease -= units
+      this.spentSinceSend += units
       return
     }
-    this.localTake(now)
-    if (this.prepaid > 0) this.prepaid--
-    else this.unreported++
+    this.localTake(now, units)
+    const prepaid = Math.min(this.prepaid, units)
+    this.prepaid -= prepaid
+    this.unreported += units - prepaid
   }
 
-  giveBack(now: number): void {
-    if (this.mode === 'shared') this.refunds++
+  giveBack(now: number, units = 1): void {
+    if (this.mode === 'shared') this.refunds += units
     else if (this.mode === 'local') {
-      this.localGiveBack(now)
-      if (this.unreported > 0) this.unreported--
+      this.localGiveBack(now, units)
+      this.unreported -= Math.min(this.unreported, units)
     }
   }
 
@@ -159,11 +171,11 @@ export abstract class LeasedLimit {
    * client that stopped when refused, and comes back after its Retry-After, finds the bucket
    * refilled while no call went out to say so, and its first request waits for one.
    */
-  starved(now: number): boolean {
+  starved(now: number, units = 1): boolean {
     return (
       this.mode === 'shared' &&
       !(this.reached && now - this.reachedAt < REACHED_FOR_MS) &&
-      this.held(now) === 0 &&
+      this.held(now) < units &&
       now >= this.waitUntil &&
       now >= this.graceUntil
     )
@@ -174,15 +186,16 @@ export abstract class LeasedLimit {
    * or a local state) and is not starved. Brings the limit up to date first, as `allows` would: a
    * quota in a new month is cold, and its first request waits rather than being refused.
    */
-  ready(now: number): boolean {
+  ready(now: number, units = 1): boolean {
     this.sync(now)
-    return this.mode !== 'cold' && !this.starved(now)
+    return this.mode !== 'cold' && !this.starved(now, units)
   }
 
   /** A request waits for units: counts as demand (so the lease is not kept idle-small) and asks for them. */
-  ask(now: number): void {
-    this.attempts++
-    this.asks++
+  ask(now: number, units = 1): void {
+    this.attempts += units
+    this.asks += units
+    if (units > this.largestAsk) this.largestAsk = units
     this.lastAttemptAt = now
     this.maintain(now)
   }
@@ -232,8 +245,9 @@ export abstract class LeasedLimit {
       this.attempts = 0
       this.sampledAt = now
     }
-    const wanted = this.demandPerMs < 0 ? this.cap() : Math.ceil(this.demandPerMs * LEASE_HORIZON_MS)
-    return Math.max(1, Math.min(this.cap(), wanted))
+    const cap = this.leaseCap()
+    const wanted = this.demandPerMs < 0 ? cap : Math.ceil(this.demandPerMs * LEASE_HORIZON_MS)
+    return Math.max(this.largestAsk, Math.min(cap, wanted))
   }
 
   /** Starts a lease call in the background if this limit needs one now. Never waits. */
@@ -258,7 +272,7 @@ export abstract class LeasedLimit {
       }
       return
     }
-    const target = Math.max(this.target(now), Math.min(this.cap(), this.asks))
+    const target = Math.max(this.target(now), Math.min(this.leaseCap(), this.asks))
     const extra = this.unreported
     if (held <= Math.floor(target / 2) || now >= this.leaseExpiresAt - store.ttlMs / 2 || extra > 0) {
       this.unreported = 0

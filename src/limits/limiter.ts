@@ -127,15 +127,18 @@ export class Limiter {
     return found
   }
 
-  /** Synchronous, from memory: takes one unit from every applicable limit only if all of them allow it. */
-  admit(subjects: readonly LimitSubject[]): Decision {
+  /**
+   * Synchronous, from memory: takes `units` (the request's cost) from every applicable limit only
+   * if all of them allow it.
+   */
+  admit(subjects: readonly LimitSubject[], units = 1): Decision {
     const now = this.now()
     const limits = this.applicable(subjects, now)
-    const refusing = limits.filter((limit) => !limit.allows(now))
-    if (refusing.length === 0) for (const limit of limits) limit.take(now)
+    const refusing = limits.filter((limit) => !limit.allows(now, units))
+    if (refusing.length === 0) for (const limit of limits) limit.take(now, units)
     if (!this.closed) for (const limit of limits) limit.maintain(now)
     let retryAfterMs = 0
-    for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now))
+    for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, units))
     return {
       allowed: refusing.length === 0,
       violated: refusing.map((limit) => limit.name),
@@ -145,9 +148,9 @@ export class Limiter {
   }
 
   /** An admitted request that was not forwarded after all (refused later by the gateway): give its units back. */
-  refund(subjects: readonly LimitSubject[]): void {
+  refund(subjects: readonly LimitSubject[], units = 1): void {
     const now = this.now()
-    for (const limit of this.applicable(subjects, now)) limit.giveBack(now)
+    for (const limit of this.applicable(subjects, now)) limit.giveBack(now, units)
   }
 
   /** Whether Redis, found empty a moment ago, grants nothing yet to a limit of these subjects. */
@@ -161,9 +164,9 @@ export class Limiter {
    * lease, or a local state) and is not starved (its lease spent by a burst while the shared state
    * had more). A limit that is reached always decides from memory (leased-limit.ts, starved).
    */
-  isWarm(subjects: readonly LimitSubject[]): boolean {
+  isWarm(subjects: readonly LimitSubject[], units = 1): boolean {
     const now = this.now()
-    return this.applicable(subjects, now).every((limit) => limit.ready(now))
+    return this.applicable(subjects, now).every((limit) => limit.ready(now, units))
   }
 
   /**
@@ -173,7 +176,7 @@ export class Limiter {
    * proxy awaits it only for such a limit: a new tenant's first request, or the second of a burst
    * after an idle second, waits one round trip instead of being refused.
    */
-  async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<{ timedOut: boolean }> {
+  async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS, units = 1): Promise<{ timedOut: boolean }> {
     const deadline = this.now() + maxWaitMs
     let timer: NodeJS.Timeout | undefined
     let timedOut = false
@@ -187,9 +190,9 @@ export class Limiter {
       // A quota whose month Redis lost answers after a Postgres read and a second call: rounds.
       for (let round = 0; round < 3 && this.now() < deadline; round++) {
         const now = this.now()
-        const cold = this.applicable(subjects, now).filter((limit) => !limit.ready(now))
+        const cold = this.applicable(subjects, now).filter((limit) => !limit.ready(now, units))
         if (cold.length === 0) break
-        for (const limit of cold) limit.ask(this.now())
+        for (const limit of cold) limit.ask(this.now(), units)
         await Promise.race([answered(cold, now), late])
       }
     } finally {
@@ -203,20 +206,20 @@ export class Limiter {
    * decides; refused while a refusing limit is still starved (a burst larger than the renewal),
    * asks again, within `maxWaitMs` in all.
    */
-  async admitWhenWarm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS): Promise<Decision> {
+  async admitWhenWarm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS, units = 1): Promise<Decision> {
     const deadline = this.now() + maxWaitMs
     for (;;) {
       // Timed out by its own timer too: a timer may fire a little before Date.now() reaches its
       // end (libuv counts from the loop's start), which must not make a cold limit a 429.
-      const { timedOut } = await this.warm(subjects, Math.max(1, deadline - this.now()))
-      const decision = this.admit(subjects)
+      const { timedOut } = await this.warm(subjects, Math.max(1, deadline - this.now()), units)
+      const decision = this.admit(subjects, units)
       const now = this.now()
       const late = timedOut || now >= deadline
       if (!decision.allowed && late && this.applicable(subjects, now).some((limit) => limit.mode === 'cold'))
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
-        (limit) => decision.violated.includes(limit.name) && limit.starved(now),
+        (limit) => decision.violated.includes(limit.name) && limit.starved(now, units),
       )
       if (!starved) return decision
     }

@@ -145,16 +145,16 @@ export class QuotaLimit extends LeasedLimit {
     return true
   }
 
-  protected localAllows(): boolean {
-    return this.localUsed < this.requests
+  protected localAllows(_now: number, units: number): boolean {
+    return this.localUsed + units <= this.requests
   }
 
-  protected localTake(): void {
-    this.localUsed++
+  protected localTake(_now: number, units: number): void {
+    this.localUsed += units
   }
 
-  protected localGiveBack(): void {
-    this.localUsed = Math.max(0, this.localUsed - 1)
+  protected localGiveBack(_now: number, units: number): void {
+    this.localUsed = Math.max(0, this.localUsed - units)
   }
 
   private remaining(now: number): number {
@@ -163,9 +163,9 @@ export class QuotaLimit extends LeasedLimit {
     return Math.max(0, Math.min(this.requests, this.requests - this.lastKnownUsed + this.held(now)))
   }
 
-  /** Whether the month is spent as far as this replica knows (then Retry-After is the next month). */
-  private exhausted(now: number): boolean {
-    return this.lastKnownUsed !== null && this.remaining(now) === 0
+  /** Whether the month has not `units` left as far as this replica knows (then Retry-After is the next month). */
+  private exhausted(now: number, units: number): boolean {
+    return this.lastKnownUsed !== null && this.remaining(now) < units
   }
 
   /** Its own shares for usage.threshold_reached (%); null: the defaults. Set by the limiter. */
@@ -192,8 +192,8 @@ export class QuotaLimit extends LeasedLimit {
     }
   }
 
-  retryAfterMs(now: number): number {
-    if (this.exhausted(now)) return secondsToNextMonth(now) * 1000
+  retryAfterMs(now: number, units: number): number {
+    if (this.exhausted(now, units)) return secondsToNextMonth(now) * 1000
     return Math.max(0, this.waitUntil - now)
   }
 }

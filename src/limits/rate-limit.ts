@@ -72,16 +72,16 @@ export class RateLimit extends LeasedLimit {
     return Math.max(0, Math.ceil(lacking - 1e-9))
   }
 
-  protected localAllows(now: number): boolean {
-    return refill(this.local, this.rate, now).tokens >= 1
+  protected localAllows(now: number, units: number): boolean {
+    return refill(this.local, this.rate, now).tokens >= units
   }
 
-  protected localTake(now: number): void {
-    this.local = take(this.local, this.rate, now, 1).state
+  protected localTake(now: number, units: number): void {
+    this.local = take(this.local, this.rate, now, units).state
   }
 
-  protected localGiveBack(now: number): void {
-    this.local = giveBack(this.local, this.rate, now, 1)
+  protected localGiveBack(now: number, units: number): void {
+    this.local = giveBack(this.local, this.rate, now, units)
   }
 
   /** Tokens this replica believes are left: its lease plus the shared bucket as last seen. */
@@ -103,8 +103,10 @@ export class RateLimit extends LeasedLimit {
     }
   }
 
-  retryAfterMs(now: number): number {
-    if (this.mode === 'local') return msUntil(this.local, this.rate, now, 1)
+  retryAfterMs(now: number, units: number): number {
+    // A request that costs more than the bucket holds never passes: told to wait a whole window.
+    if (units > this.rate.requests) return this.rate.perSeconds * 1000
+    if (this.mode === 'local') return msUntil(this.local, this.rate, now, units)
     return Math.max(0, this.waitUntil - now)
   }
 }

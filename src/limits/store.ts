@@ -113,22 +113,25 @@ export function monthDays(month: string): { first: string; next: string } {
 }
 
 /**
- * Requests forwarded upstream in one UTC month (`YYYY-MM`): what a monthly quota counts, refusals
- * left out. At the `account` level, those acting as the parent and as any of its sub-accounts.
- * Counts reach Postgres with the usage meter's flush, about a second after the answer.
+ * Request units of one UTC month (`YYYY-MM`): its forwarded requests, each at its route's cost,
+ * what a monthly quota counts (refusals left out). At the `account` level, those acting as the
+ * parent and as any of its sub-accounts. Counts reach Postgres with the usage meter's flush, about
+ * a second after the answer.
  */
 export async function monthUse(db: Db, of: MonthUseOf, month: string): Promise<number> {
   const { first, next } = monthDays(month)
   const s = new Statement()
   const [tenant, from, until] = [s.param(of.tenantId), s.param(first), s.param(next)]
+  const period = `u.meter = 'requests' and u.period_start >= ${from}::date::timestamp at time zone 'UTC'
+    and u.period_start < ${until}::date::timestamp at time zone 'UTC'`
   const [row] = await s.runPlannedEachTime<{ used: string }[]>(
     db,
     of.level === 'sub_account'
-      ? `select coalesce(sum(forwarded), 0)::text as used from usage_daily
-         where tenant_id = ${tenant} and day >= ${from} and day < ${until}`
-      : `select coalesce(sum(u.forwarded), 0)::text as used
-         from tenants t join usage_daily u on u.tenant_id = t.id
-         where (t.id = ${tenant} or t.parent_id = ${tenant}) and u.day >= ${from} and u.day < ${until}`,
+      ? `select coalesce(sum(u.units), 0)::text as used from usage_period_units u
+         where u.tenant_id = ${tenant} and ${period}`
+      : `select coalesce(sum(u.units), 0)::text as used
+         from tenants t join usage_period_units u on u.tenant_id = t.id
+         where (t.id = ${tenant} or t.parent_id = ${tenant}) and ${period}`,
   )
   return Number(row!.used)
 }

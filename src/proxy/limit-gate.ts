@@ -22,12 +22,21 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Whether the limiter took units for this request (they are given back if it is refused later). */
     limitsCharged: boolean
+    /** How many: its route's cost. */
+    limitUnits: number
   }
 }
 
 export interface LimitGate {
-  /** undefined when every limit lets the request pass, else the 429; a promise when a limit is cold. */
-  check(request: FastifyRequest, reply: FastifyReply): ApiError | undefined | Promise<ApiError | undefined>
+  /**
+   * undefined when every limit lets the request pass, else the 429; a promise when a limit is cold.
+   * `units`: the request's cost (its route's), taken from every rate and quota.
+   */
+  check(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    units?: number,
+  ): ApiError | undefined | Promise<ApiError | undefined>
   /**
    * The request was refused after its limits took their units (a busy route, a departed client):
    * it was not forwarded, so it does not count. Only where it certainly was not: a refund for a
@@ -60,15 +69,16 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
   }
 
   return {
-    check(request, reply) {
+    check(request, reply, units = 1) {
       const subjects = request.limitSubjects
       if (subjects === null || subjects.length === 0) return undefined
-      if (limiter.isWarm(subjects)) return decide(request, reply, limiter.admit(subjects))
+      request.limitUnits = units
+      if (limiter.isWarm(subjects, units)) return decide(request, reply, limiter.admit(subjects, units))
       // A limit this replica has not seen yet (or since its change), or whose lease a burst emptied
       // while Redis has units: a Redis round trip (bounded). Never one that is reached (starved).
       metrics.coldWaits.inc()
       const waitedFrom = performance.now()
-      return limiter.admitWhenWarm(subjects).then((decision) => {
+      return limiter.admitWhenWarm(subjects, undefined, units).then((decision) => {
         metrics.leaseWait.observe((performance.now() - waitedFrom) / 1_000)
         return decide(request, reply, decision)
       })
@@ -76,7 +86,7 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
     refund(request) {
       if (!request.limitsCharged || request.limitSubjects === null) return
       request.limitsCharged = false
-      limiter.refund(request.limitSubjects)
+      limiter.refund(request.limitSubjects, request.limitUnits)
     },
   }
 }

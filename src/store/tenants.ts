@@ -231,8 +231,10 @@ export async function subAccountFigures(
       (select count(*)::int from api_keys k
         where k.tenant_id = t.id and k.status = 'active' and (k.expires_at is null or k.expires_at > now())
       ) as key_count,
-      (select coalesce(sum(u.forwarded), 0)::text from usage_daily u
-        where u.tenant_id = t.id and u.day >= ${month.first}::date and u.day < ${month.next}::date
+      (select coalesce(sum(u.units), 0)::text from usage_period_units u
+        where u.tenant_id = t.id and u.meter = 'requests'
+          and u.period_start >= ${month.first}::date::timestamp at time zone 'UTC'
+          and u.period_start < ${month.next}::date::timestamp at time zone 'UTC'
       ) as usage_this_month
     from tenants t
     where t.parent_id = ${parentId} and t.id in (select jsonb_array_elements_text(${db.json([...ids])})::uuid)`

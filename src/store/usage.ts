@@ -272,8 +272,8 @@ export async function unitRows(
     select u.tenant_id, (u.period_start at time zone 'UTC')::date::text as day, u.meter, sum(u.units)::text as units
     from usage_period_units u
     where u.tenant_id in (select value::uuid from jsonb_array_elements_text(${db.json(tenantIds as string[])}))
-      and u.period_start >= ${range.from}::date at time zone 'UTC'
-      and u.period_start < (${range.to}::date + 1) at time zone 'UTC'
+      and u.period_start >= ${range.from}::date::timestamp at time zone 'UTC'
+      and u.period_start < (${range.to}::date + 1)::timestamp at time zone 'UTC'
     group by 1, 2, 3
     order by 1, 2, 3`
 }

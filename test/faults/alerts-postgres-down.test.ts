@@ -73,6 +73,8 @@ t.test('a quota check that fails is asked again at the next check', async (t) =>
   const month = new Date().toISOString().slice(0, 7)
   await db.sql`insert into usage_daily (tenant_id, day, status_class, requests, forwarded)
     values (${parent.id}, ${new Date().toISOString().slice(0, 10)}, 2, 10, 10)`
+  await db.sql`insert into usage_period_units (tenant_id, period_start, meter, units, requests)
+    values (${parent.id}, date_trunc('hour', now()), 'requests', 10, 10)`
   // An embedded limiter holding the account's quota of 10, its month's use read as 10.
   const limiter = new Limiter({ redis: null, keyPrefix: 'alerts-down', loadMonthUse: async () => 10, sweepEveryMs: 0 })
   t.teardown(() => limiter.close())

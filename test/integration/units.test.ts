@@ -173,14 +173,20 @@ t.test("the request log keeps a proxied record's cost and its reported units", a
   await call(aKey.apiKey, '/llm/complete')
   await call(aKey.apiKey, '/plain/y')
   await gw.app.requestLog!.flush()
-  const res = await gw.call(P.apiKey, { method: 'GET', url: `/v1/sub-accounts/requests?sub_account_id=${A.id}&limit=3` })
+  const res = await gw.call(P.apiKey, {
+    method: 'GET',
+    url: `/v1/sub-accounts/requests?sub_account_id=${A.id}&limit=3`,
+  })
   t.equal(res.statusCode, 200, res.body)
   const [plain, unreported, reported] = res.json().data as Record<string, unknown>[]
   t.match(reported, { path: '/llm/complete', cost: 3, units: { tokens: 77, images: 3 } })
   t.match(unreported, { path: '/llm/complete', cost: 3 })
   t.notOk('units' in unreported!, 'no report, no units')
   t.match(plain, { path: '/plain/y', cost: 1 })
-  const management = await gw.call(P.apiKey, { method: 'GET', url: '/v1/sub-accounts/requests?route=management&limit=1' })
+  const management = await gw.call(P.apiKey, {
+    method: 'GET',
+    url: '/v1/sub-accounts/requests?route=management&limit=1',
+  })
   const [own] = management.json().data as Record<string, unknown>[]
   t.notOk(own === undefined || 'cost' in own || 'units' in own, 'a management record has neither')
 })

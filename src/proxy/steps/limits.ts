@@ -1,12 +1,12 @@
-// The tenant's and its account's limits (proxy/limit-gate.ts): units taken, given back if a later
-// step refuses the request or its client leaves before it is forwarded.
+// The tenant's and its account's limits (proxy/limit-gate.ts): the route's cost in units taken,
+// given back if a later step refuses the request or its client leaves before it is forwarded.
 import type { StepFactory } from '../options.js'
 
 export const limitsStep: StepFactory = (route, { limits }) => {
   if (route.public) return null
   return {
     name: 'limits',
-    check: (request, reply) => limits.check(request, reply),
+    check: (request, reply) => limits.check(request, reply, route.cost),
     undo: (request) => limits.refund(request),
   }
 }

@@ -24,3 +24,11 @@ create table usage_daily_key_units (
   units     bigint not null check (units >= 0),
   primary key (tenant_id, day, key_id, meter)
 );
+
+-- The request units of the usage counted before this migration: every forwarded request at cost 1,
+-- at its day's first period. Monthly quotas count request units from here on (limits/store.ts).
+insert into usage_period_units (tenant_id, period_start, meter, units, requests)
+select tenant_id, day::timestamp at time zone 'UTC', 'requests', sum(forwarded), sum(forwarded)
+from usage_daily
+group by tenant_id, day
+having sum(forwarded) > 0;

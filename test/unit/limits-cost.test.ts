@@ -1,0 +1,72 @@
+// A request's cost in the limiter (src/limits/, docs/api.md, Limits and quotas) with a fake clock,
+// embedded: a request of `units` takes that many from every rate and quota, passes only if each
+// has them, is told to wait for them, and gets them back on a refund.
+import t from 'tap'
+import { Limiter } from '../../src/limits/limiter.js'
+import { secondsToNextMonth } from '../../src/limits/month.js'
+import type { LimitSubject, Limits } from '../../src/limits/types.js'
+
+const NOV = Date.UTC(2026, 10, 22, 12, 0, 0)
+const NONE: Limits = { rate: null, monthlyQuota: null }
+const sub = (limits: Partial<Limits>): LimitSubject[] => [
+  { tenantId: 'sub-1', level: 'sub_account', limits: { ...NONE, ...limits } },
+]
+
+function embedded() {
+  let at = NOV
+  const limiter = new Limiter({
+    redis: null,
+    keyPrefix: 't:',
+    loadMonthUse: async () => 0,
+    now: () => at,
+    sweepEveryMs: 0,
+  })
+  return { limiter, advance: (ms: number) => (at += ms) }
+}
+
+t.test('a rate of 12 an hour: units of 5 until fewer are left, then units of 1; a refund gives 5 back', async (t) => {
+  const { limiter } = embedded()
+  const subjects = sub({ rate: { requests: 12, perSeconds: 3600 } })
+  await limiter.warm(subjects)
+  t.ok(limiter.admit(subjects, 5).allowed)
+  const second = limiter.admit(subjects, 5)
+  t.ok(second.allowed)
+  t.equal(second.policies[0]!.remaining, 2, '10 of 12 taken')
+  const refused = limiter.admit(subjects, 5)
+  t.notOk(refused.allowed, 'only 2 left')
+  t.equal(refused.retryAfterSeconds, 900, '3 more tokens, one every 300 s')
+  t.ok(limiter.admit(subjects, 1).allowed, 'a cheaper request passes')
+  limiter.refund(subjects, 5)
+  t.ok(limiter.admit(subjects, 5).allowed, 'the 5 refunded pass again')
+  t.ok(limiter.admit(subjects, 1).allowed, 'the 1 left before the refund')
+  t.notOk(limiter.admit(subjects, 1).allowed, 'and then none')
+  await limiter.close()
+})
+
+t.test('a request costing more than the bucket never passes, and waits a window', async (t) => {
+  const { limiter, advance } = embedded()
+  const subjects = sub({ rate: { requests: 3, perSeconds: 60 } })
+  await limiter.warm(subjects)
+  const refused = limiter.admit(subjects, 5)
+  t.notOk(refused.allowed)
+  t.equal(refused.retryAfterSeconds, 60)
+  advance(3_600_000)
+  t.notOk(limiter.admit(subjects, 5).allowed, 'not after an hour either')
+  t.ok(limiter.admit(subjects, 3).allowed, 'the whole bucket at once does')
+  await limiter.close()
+})
+
+t.test('a quota of 12: units of 5 until fewer are left, then the next month', async (t) => {
+  const { limiter } = embedded()
+  const subjects = sub({ monthlyQuota: { requests: 12 } })
+  await limiter.warm(subjects)
+  t.ok(limiter.admit(subjects, 5).allowed)
+  t.ok(limiter.admit(subjects, 5).allowed)
+  const refused = limiter.admit(subjects, 5)
+  t.same(refused.violated, ['sub_account.monthly_quota'])
+  t.equal(refused.retryAfterSeconds, secondsToNextMonth(NOV), 'the next month')
+  t.ok(limiter.admit(subjects, 2).allowed, 'the 2 left, at once')
+  t.equal(limiter.quotaUses()[0]!.used, 12)
+  t.notOk(limiter.admit(subjects, 1).allowed)
+  await limiter.close()
+})
