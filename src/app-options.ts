@@ -162,6 +162,7 @@ export function requestLogOptions(deps: AppDeps) {
 export const usageMeterOptions = (deps: AppDeps) => ({
   sql: deps.store.sql,
   flushIntervalMs: deps.tuning?.usageFlushIntervalMs,
+  periodSeconds: deps.config.usagePeriodSeconds,
 })
 
 export const alertsOptions = (deps: AppDeps) => ({ sql: deps.store.sql, ...deps.tuning?.alerts })

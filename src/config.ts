@@ -77,6 +77,8 @@ export interface Config {
    * log at all (docs/configuration.md).
    */
   readonly requestLogRetentionDays: number
+  /** The usage period (USAGE_PERIOD_SECONDS, default 3600): 60 to 86400, a divisor of a day. */
+  readonly usagePeriodSeconds: number
   /**
    * The proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES, CIDRs, default none): the
    * client's address is then the right-most one of the header not among them.
@@ -211,8 +213,20 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
     trustedProxies: parseTrustedProxies(env),
     requestLogRetentionDays: parseCount(env, 'REQUEST_LOG_RETENTION_DAYS', 7, 90),
+    usagePeriodSeconds: parseUsagePeriod(env),
     requestLogDatabaseUrl: parseUrl(env, 'REQUEST_LOG_DATABASE_URL', ['postgres:', 'postgresql:']),
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
     console: parseOnOff(env, 'CONSOLE', true),
   })
+}
+
+/** USAGE_PERIOD_SECONDS: usage is counted per period, and a day holds whole periods (docs/configuration.md). */
+function parseUsagePeriod(env: Env): number {
+  const seconds = parseBoundedInteger(env, 'USAGE_PERIOD_SECONDS', 3600, 86_400)
+  if (seconds < 60 || 86_400 % seconds !== 0)
+    throw new ConfigError(
+      'USAGE_PERIOD_SECONDS',
+      `must be from 60 to 86400 seconds and divide a day (60, 300, 900, 3600, 86400…), got "${seconds}"`,
+    )
+  return seconds
 }

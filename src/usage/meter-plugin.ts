@@ -14,15 +14,18 @@ export interface UsageMeterPluginOptions {
   sql: Sql
   /** How often the meter writes to Postgres. */
   flushIntervalMs?: number | undefined
+  /** The usage period, in seconds (USAGE_PERIOD_SECONDS). */
+  periodSeconds?: number | undefined
 }
 
 export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
-  async (app, { sql, flushIntervalMs }) => {
+  async (app, { sql, flushIntervalMs, periodSeconds }) => {
     const metrics = app.metrics
     const meter = new UsageMeter({
       sql,
       log: app.log,
       flushIntervalMs,
+      periodSeconds,
       onFlushFailed: () => metrics.usageFlushFailures.inc(),
     })
     meter.start()

@@ -170,6 +170,15 @@ t.test(
   },
 )
 
+t.test('USAGE_PERIOD_SECONDS: 3600 by default, 60 to 86400, dividing a day', async (t) => {
+  t.equal(loadConfig({}, ROOT).usagePeriodSeconds, 3600)
+  for (const good of ['60', '300', '900', '86400'])
+    t.equal(loadConfig({ USAGE_PERIOD_SECONDS: good }, ROOT).usagePeriodSeconds, Number(good))
+  for (const bad of ['59', '7', '3601', '7000', '86401', '0', '1.5', 'x'])
+    t.throws(() => loadConfig({ USAGE_PERIOD_SECONDS: bad }, ROOT), { message: /USAGE_PERIOD_SECONDS/ }, bad)
+  t.throws(() => loadConfig({ USAGE_PERIOD_SECONDS: '7000' }, ROOT), { message: /divide a day/ })
+})
+
 t.test('WEBHOOK_ENDPOINTS_MAX: 20 by default, 1 to 1000', async (t) => {
   t.equal(loadConfig({}, ROOT).webhookEndpointsMax, 20)
   t.equal(loadConfig({ WEBHOOK_ENDPOINTS_MAX: '5' }, ROOT).webhookEndpointsMax, 5)
