@@ -101,6 +101,8 @@ export abstract class LeasedLimit {
 
   /** The largest lease this limit may hold, whatever the demand. */
   protected abstract cap(): number
+  /** The most units it can ever hold at once (a rate's N, a quota's M): a larger cost never passes. */
+  protected abstract capacity(): number
   /** Sends one lease call and applies its answer; rejects when Redis failed (not when Postgres did). */
   protected abstract call(now: number, lease: LeaseCall): Promise<void>
   /** Starts the local state from the last known shared one; false when it cannot yet. */
@@ -117,11 +119,17 @@ export abstract class LeasedLimit {
     return Math.max(this.cap(), this.largestAsk)
   }
 
+  /** A request of `units` can never pass this limit: it is refused at once, and asks nothing of Redis. */
+  private neverPasses(units: number): boolean {
+    return units > this.capacity()
+  }
+
   /**
    * Whether `units` (a request's cost: 1 unless its route says more) may be taken now. Counts
    * them for the lease's sizing.
    */
   allows(now: number, units = 1): boolean {
+    if (this.neverPasses(units)) return false
     this.attempts += units
     if (units > this.largestAsk) this.largestAsk = units
     this.lastAttemptAt = now
@@ -174,6 +182,7 @@ export abstract class LeasedLimit {
   starved(now: number, units = 1): boolean {
     return (
       this.mode === 'shared' &&
+      !this.neverPasses(units) &&
       !(this.reached && now - this.reachedAt < REACHED_FOR_MS) &&
       this.held(now) < units &&
       now >= this.waitUntil &&
@@ -193,6 +202,7 @@ export abstract class LeasedLimit {
 
   /** A request waits for units: counts as demand (so the lease is not kept idle-small) and asks for them. */
   ask(now: number, units = 1): void {
+    if (this.neverPasses(units)) return
     this.attempts += units
     this.asks += units
     if (units > this.largestAsk) this.largestAsk = units
@@ -265,6 +275,8 @@ export abstract class LeasedLimit {
     const idle = now - this.lastAttemptAt >= IDLE_SHRINK_MS
     if (idle) {
       const keep = Math.min(held, 1)
+      // The largest cost seen sized the lease while requests came; idle, it no longer does.
+      this.largestAsk = 1
       const halfLife = keep > 0 && now >= this.leaseExpiresAt - store.ttlMs / 2
       if (held > keep || this.refunds > 0 || this.spentSinceSend > 0 || halfLife) {
         this.lease = keep
@@ -274,7 +286,13 @@ export abstract class LeasedLimit {
     }
     const target = Math.max(this.target(now), Math.min(this.leaseCap(), this.asks))
     const extra = this.unreported
-    if (held <= Math.floor(target / 2) || now >= this.leaseExpiresAt - store.ttlMs / 2 || extra > 0) {
+    // Also when a request waits for more than is held (a cost above what is left of the lease).
+    if (
+      held <= Math.floor(target / 2) ||
+      held < this.asks ||
+      now >= this.leaseExpiresAt - store.ttlMs / 2 ||
+      extra > 0
+    ) {
       this.unreported = 0
       this.send(now, held, 0, Math.max(0, target - held), extra)
     }

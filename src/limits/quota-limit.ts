@@ -49,6 +49,10 @@ export class QuotaLimit extends LeasedLimit {
     return Math.max(1, Math.ceil(this.requests / 100))
   }
 
+  protected capacity(): number {
+    return this.requests
+  }
+
   /** A new month: nothing of the last one's lease or count may be spent in it. */
   protected override sync(now: number): void {
     // Within the month's bounds (nearly always) no date is made: this runs for every request.

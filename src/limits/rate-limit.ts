@@ -33,6 +33,10 @@ export class RateLimit extends LeasedLimit {
     return Math.max(1, Math.ceil(this.rate.requests / 10))
   }
 
+  protected capacity(): number {
+    return this.rate.requests
+  }
+
   protected async call(now: number, { keep, returned, wanted }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     const target = Math.max(1, wanted)

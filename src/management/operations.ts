@@ -12,7 +12,8 @@ export const OPERATIONS = {
       '`sort` orders the list (`created_at`, the default, oldest first; `-created_at`; `name`; `-name`); a cursor ' +
       'pages the sort and filters it came from (another sort: 400 naming the sort it belongs to). `include` adds ' +
       'figures to each sub-account: `key_count` (keys neither revoked nor expired), `usage_this_month` (this UTC ' +
-      "month's requests forwarded upstream, what a monthly quota counts). Without `include` the objects are as before.",
+      "month's request units: forwarded requests at their routes' cost, what a monthly quota counts). Without " +
+      '`include` the objects are as before.',
     tags: ['sub-accounts'],
   },
   getSubAccount: {
@@ -81,7 +82,7 @@ export const OPERATIONS = {
   getAccountLimits: {
     summary: "The parent's account limits and this month's use",
     description:
-      "`used` counts this UTC month's requests forwarded upstream for the parent and all its sub-accounts " +
+      "`used` counts this UTC month's request units (forwarded requests at their routes' cost) for the parent and all its sub-accounts " +
       '(refusals left out), as Postgres has them: at most about 2 s behind. The account limits are set by the operator.',
     tags: ['limits'],
   },

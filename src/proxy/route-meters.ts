@@ -65,6 +65,8 @@ export function parseMeters(value: unknown, fail: Fail): readonly RouteMeter[] {
     const header = typeof entry.header === 'string' ? entry.header.toLowerCase() : ''
     if (!HEADER_NAME.test(header)) fail(`${where}.header must be a header name such as X-Tokens-Used`)
     if (ANSWER_FRAMING.has(header)) fail(`${where}.header may not be ${header}: the gateway needs it as it is`)
+    // A header object's own prototype would read as a header present on every answer.
+    if (header in Object.prototype) fail(`${where}.header may not be ${header}`)
     if (entry.expose !== undefined && typeof entry.expose !== 'boolean') fail(`${where}.expose must be true or false`)
     for (const earlier of meters) {
       if (earlier.name === name) fail(`${where}.name duplicates meter ${name}`)

@@ -11,7 +11,8 @@ export const AccountLimits = Type.Object(
     month: Type.String({ pattern: '^\\d{4}-\\d{2}$', description: 'the current UTC month, YYYY-MM' }),
     used: Type.Integer({
       minimum: 0,
-      description: 'requests of this month forwarded upstream for the parent and its sub-accounts (about 2 s behind)',
+      description:
+        "request units of this month (forwarded requests at their routes' cost) for the parent and its sub-accounts (about 2 s behind)",
     }),
   },
   { additionalProperties: false },

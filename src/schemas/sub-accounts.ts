@@ -49,8 +49,8 @@ const SubAccountFigures = {
     Type.Integer({
       minimum: 0,
       description:
-        "with include=usage_this_month: this UTC month's requests forwarded upstream for it (what a monthly " +
-        'quota counts; refusals left out), about 2 s behind',
+        "with include=usage_this_month: this UTC month's request units, its forwarded requests at their routes' " +
+        'cost (what a monthly quota counts; refusals left out), about 2 s behind',
     }),
   ),
 }

@@ -210,7 +210,7 @@ export async function scopeCeiling(db: Db, accountId: string): Promise<string[] 
 export interface SubAccountFigures {
   /** Keys neither revoked nor expired. */
   key_count: number
-  /** Requests forwarded upstream in the current UTC month: what a monthly quota counts. */
+  /** Request units of the current UTC month (forwarded requests at their routes' cost): what a monthly quota counts. */
   usage_this_month: number
 }
 

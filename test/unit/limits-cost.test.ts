@@ -1,10 +1,12 @@
 // A request's cost in the limiter (src/limits/, docs/api.md, Limits and quotas) with a fake clock,
-// embedded: a request of `units` takes that many from every rate and quota, passes only if each
-// has them, is told to wait for them, and gets them back on a refund.
+// embedded and leased from a store answered by hand: a request of `units` takes that many from
+// every rate and quota, passes only if each has them, is told to wait for them, gets them back on
+// a refund, and one that can never pass asks nothing of the shared state.
 import t from 'tap'
 import { Limiter } from '../../src/limits/limiter.js'
 import { secondsToNextMonth } from '../../src/limits/month.js'
 import type { LimitSubject, Limits } from '../../src/limits/types.js'
+import { flush, HandStore } from '../helpers/lease-hand-store.js'
 
 const NOV = Date.UTC(2026, 10, 22, 12, 0, 0)
 const NONE: Limits = { rate: null, monthlyQuota: null }
@@ -69,4 +71,55 @@ t.test('a quota of 12: units of 5 until fewer are left, then the next month', as
   t.equal(limiter.quotaUses()[0]!.used, 12)
   t.notOk(limiter.admit(subjects, 1).allowed)
   await limiter.close()
+})
+
+function leased() {
+  let at = NOV
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: () => at,
+    sweepEveryMs: 0,
+  })
+  return { limiter, store, advance: (ms: number) => (at += ms) }
+}
+
+t.test('leased: a request costing more than the lease holds asks for a renewal at once', async (t) => {
+  const { limiter, store, advance } = leased()
+  const subjects = sub({ rate: { requests: 100, perSeconds: 1 } })
+  // The lease it asked for (a tenth of N), granted whole: not a limit reached.
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(10, 90)])
+  for (let i = 0; i < 3; i++) {
+    advance(1)
+    t.ok(limiter.admit(subjects, 1).allowed, 'one of cost 1')
+  }
+  t.notOk(limiter.isWarm(subjects, 8), 'one of cost 8 cannot be decided from 7')
+  const waiting = limiter.admitWhenWarm(subjects, 300, 8)
+  await flush()
+  t.equal(store.rates.length, 1, 'a lease call went out at once, though 7 left is above half the lease')
+  t.ok(store.rates[0]!.call.wanted >= 1, 'asking for more')
+  await store.rateAnswer(8, 84)
+  t.ok((await waiting).allowed, 'the request of cost 8 passes on the renewal')
+  await store.close(limiter)
+})
+
+t.test('leased: a cost above the rate is refused at once and takes nothing from Redis', async (t) => {
+  const { limiter, store, advance } = leased()
+  const subjects = sub({ rate: { requests: 10, perSeconds: 1 } })
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(1, 9)])
+  for (let i = 0; i < 20; i++) {
+    advance(1)
+    t.ok(limiter.isWarm(subjects, 50), 'decided from memory, no wait')
+    t.notOk(limiter.admit(subjects, 50).allowed)
+  }
+  await flush()
+  t.ok(
+    store.rates.every((pending) => pending.call.wanted <= 1),
+    'no lease asks for the refused requests: the bucket is left to the others',
+  )
+  t.ok(limiter.admit(subjects, 1).allowed, 'a request of cost 1 still passes')
+  await store.close(limiter)
 })

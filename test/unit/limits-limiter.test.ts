@@ -3,10 +3,11 @@
 import t from 'tap'
 import { limitRefusal } from '../../src/limits/answer.js'
 import { limitKeys } from '../../src/limits/keys.js'
-import type { LeaseStore, QuotaAnswer, QuotaCall, RateAnswer, RateCall } from '../../src/limits/lease-store.js'
 import { Limiter } from '../../src/limits/limiter.js'
 import { secondsToNextMonth } from '../../src/limits/month.js'
 import type { LimitSubject, Limits } from '../../src/limits/types.js'
+import type { RateCall } from '../../src/limits/lease-store.js'
+import { flush, HandStore } from '../helpers/lease-hand-store.js'
 
 const NOV = Date.UTC(2026, 10, 22, 12, 0, 0)
 
@@ -26,47 +27,6 @@ const account = (limits: Partial<Limits>): LimitSubject => ({
   level: 'account',
   limits: { ...NONE, ...limits },
 })
-
-interface Pending<C, A> {
-  call: C
-  answer(a: A): void
-  fail(err: Error): void
-}
-
-/** A store whose calls wait until the test answers them. */
-class HandStore implements LeaseStore {
-  readonly ttlMs = 2_000
-  readonly rates: Pending<RateCall, RateAnswer>[] = []
-  readonly quotas: Pending<QuotaCall, QuotaAnswer>[] = []
-  rate(call: RateCall): Promise<RateAnswer> {
-    return new Promise((answer, fail) => this.rates.push({ call, answer, fail }))
-  }
-  quota(call: QuotaCall): Promise<QuotaAnswer> {
-    return new Promise((answer, fail) => this.quotas.push({ call, answer, fail }))
-  }
-  /** Closes the limiter, answering the calls that gives back. */
-  async close(limiter: Limiter): Promise<void> {
-    const closing = limiter.close()
-    for (let i = 0; i < 5; i++) {
-      await flush()
-      for (const p of this.rates.splice(0)) p.answer({ granted: 0, tokens: 0, waitMs: 0, inGrace: false, epoch: 'e' })
-      for (const p of this.quotas.splice(0))
-        p.answer({ rebuild: false, granted: 0, used: 0, waitMs: 0, epoch: '', inGrace: false })
-    }
-    await closing
-  }
-
-  /** Answers the oldest rate call and lets its continuation run. */
-  async rateAnswer(granted: number, tokens = 0, waitMs = 0): Promise<RateCall> {
-    const pending = this.rates.shift()
-    if (pending === undefined) throw new Error('no rate call waits')
-    pending.answer({ granted, tokens, waitMs, inGrace: false, epoch: 'e' })
-    await flush()
-    return pending.call
-  }
-}
-
-const flush = () => new Promise((resolve) => setImmediate(resolve))
 
 function embedded(now: () => number, used = 0) {
   return new Limiter({ redis: null, keyPrefix: 't:', loadMonthUse: async () => used, now, sweepEveryMs: 0 })

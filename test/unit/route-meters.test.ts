@@ -47,6 +47,8 @@ t.test('cost and meters: the units a route counts (docs/configuration.md)', asyn
     ['a header with a space', { meters: [{ name: 'tokens', header: 'x t' }] }, /\.header must be a header name/],
     ['Content-Length', { meters: [{ name: 'tokens', header: 'Content-Length' }] }, /may not be content-length/],
     ['Transfer-Encoding', { meters: [{ name: 'tokens', header: 'transfer-encoding' }] }, /may not be/],
+    ['__proto__', { meters: [{ name: 'tokens', header: '__proto__' }] }, /may not be __proto__/],
+    ['constructor', { meters: [{ name: 'tokens', header: 'Constructor' }] }, /may not be constructor/],
     ['expose not a boolean', { meters: [{ name: 'tokens', header: 'x-t', expose: 'yes' }] }, /expose must be true/],
     ['an unknown meter key', { meters: [{ name: 'tokens', header: 'x-t', unit: 'k' }] }, /unknown key "unit"/],
     [
