@@ -239,14 +239,15 @@ t.test('a key minted within the policy: its secrets once, then rolled and revoke
 t.test('usage and requests of this sub-account only', async (t) => {
   await page.getByRole('link', { name: 'Usage' }).click()
   await page.getByRole('heading', { name: 'Usage', level: 1 }).waitFor()
-  // Acme's forwarded requests (orders/1, missing, orders/2); Other's three are not counted.
+  // Acme's forwarded requests (orders/1, missing, orders/2) at the route's cost of 2: 6 request
+  // units, what its quota counts; Other's three are not counted.
   await until(async () => {
-    if ((await page.getByTestId('portal-used').innerText()) === '3') return true
+    if ((await page.getByTestId('portal-used').innerText()) === '6') return true
     await page.getByRole('link', { name: 'API keys' }).click()
     await page.getByRole('link', { name: 'Usage' }).click()
     await page.getByTestId('portal-used').waitFor()
     return false
-  }, "the usage screen shows Acme's 3 requests")
+  }, "the usage screen shows Acme's 6 request units")
   t.ok(await page.getByTestId('portal-usage-days').isVisible(), 'by day')
   t.equal(
     await page.getByTestId('portal-units').innerText(),

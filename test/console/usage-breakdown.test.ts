@@ -215,7 +215,7 @@ t.test("a sub-account's usage by key and its month against its limits, without p
   )
   t.match(rows[0]?.[0], `${ci.prefix}…`, 'a key by its name and prefix')
   await page.getByTestId('sub-quota').waitFor()
-  t.match(await page.getByTestId('sub-quota').innerText(), /10 of 40 forwarded \(25%\)/, 'the quota, exactly')
+  t.match(await page.getByTestId('sub-quota').innerText(), /10 of 40 request units \(25%\)/, 'the quota, exactly')
   t.equal(await page.locator('#sub-quota-meter').getAttribute('value'), '10')
   t.match(await page.getByTestId('sub-rate').innerText(), /Rate limit: 500 per minute/, 'the rate in words')
   await screen('usage-by-key')

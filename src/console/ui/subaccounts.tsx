@@ -236,7 +236,7 @@ export function SubAccountsScreen() {
   )
 }
 
-/** This month's forwarded requests, and the share of its monthly quota when it has one. */
+/** This month's request units (forwarded requests at their cost), and the share of its monthly quota when it has one. */
 function monthUse(s: SubAccountListed): string {
   if (s.usage_this_month === undefined) return '—'
   const quota = s.limits.monthly_quota?.requests

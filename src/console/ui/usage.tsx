@@ -89,7 +89,7 @@ function QuotaUse({ limits }: { limits: AccountLimits }) {
   return (
     <div class="quota" data-testid="account-quota">
       <p>
-        This month ({limits.month}): <strong>{limits.used}</strong> requests forwarded
+        This month ({limits.month}): <strong>{limits.used}</strong> request units
         {quota === null ? ', no monthly quota.' : ` of a quota of ${quota}.`}
       </p>
       {quota !== null && (
@@ -166,7 +166,7 @@ export function UsagePanel({ subAccount }: { subAccount: SubAccount }) {
             <p data-testid="sub-quota">
               <label for="sub-quota-meter">Monthly quota used</label>{' '}
               <meter id="sub-quota-meter" min={0} max={quota} high={quota * 0.8} value={month.forwarded} />{' '}
-              {month.forwarded} of {quota} forwarded ({Math.round((month.forwarded / quota) * 100)}%)
+              {month.forwarded} of {quota} request units ({Math.round((month.forwarded / quota) * 100)}%)
             </p>
           )}
           <p data-testid="sub-rate">

@@ -50,7 +50,7 @@ export function UsageScreen() {
       const read = await portalApi<PortalUsage>('GET', '/usage')
       if (!current()) return
       setUsage(read)
-      announce(`This month: ${read.used} requests`)
+      announce(`This month: ${read.used} request units`)
     })
   }, [])
   const quota = usage?.limits.monthly_quota?.requests ?? null
@@ -64,7 +64,7 @@ export function UsageScreen() {
         <>
           <div class="card quota" data-testid="portal-quota">
             <p>
-              This month ({usage.month}): <strong data-testid="portal-used">{usage.used}</strong> requests
+              This month ({usage.month}): <strong data-testid="portal-used">{usage.used}</strong> request units
               {quota === null ? ', no monthly quota.' : ` of a quota of ${quota}.`}
             </p>
             {quota !== null && (
