@@ -1,7 +1,7 @@
 // A lease store in memory whose answers the test gives by hand (src/limits/lease-store.ts), so that
 // every call the limiter makes, and its arguments, show: test/unit/limits-*.test.ts.
 import type { LeaseStore, QuotaAnswer, QuotaCall, RateAnswer, RateCall } from '../../src/limits/lease-store.js'
-import type { Limiter } from '../../src/limits/limiter.js'
+import { Limiter } from '../../src/limits/limiter.js'
 
 interface Pending<C, A> {
   call: C
@@ -43,3 +43,17 @@ export class HandStore implements LeaseStore {
 }
 
 export const flush = () => new Promise((resolve) => setImmediate(resolve))
+
+/** A limiter whose limits lease from a HandStore, on the test's clock, swept only by hand. */
+export function limiterOnHand(now: () => number): { limiter: Limiter; store: HandStore } {
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now,
+    sweepEveryMs: 0,
+  })
+  return { limiter, store }
+}

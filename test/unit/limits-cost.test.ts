@@ -6,7 +6,7 @@ import t from 'tap'
 import { Limiter } from '../../src/limits/limiter.js'
 import { secondsToNextMonth } from '../../src/limits/month.js'
 import type { LimitSubject, Limits } from '../../src/limits/types.js'
-import { flush, HandStore } from '../helpers/lease-hand-store.js'
+import { flush, limiterOnHand } from '../helpers/lease-hand-store.js'
 
 const NOV = Date.UTC(2026, 10, 22, 12, 0, 0)
 const NONE: Limits = { rate: null, monthlyQuota: null }
@@ -75,16 +75,7 @@ t.test('a quota of 12: units of 5 until fewer are left, then the next month', as
 
 function leased() {
   let at = NOV
-  const store = new HandStore()
-  const limiter = new Limiter({
-    redis: null,
-    store,
-    keyPrefix: 'p:',
-    loadMonthUse: async () => 0,
-    now: () => at,
-    sweepEveryMs: 0,
-  })
-  return { limiter, store, advance: (ms: number) => (at += ms) }
+  return { ...limiterOnHand(() => at), advance: (ms: number) => (at += ms) }
 }
 
 t.test('leased: a request costing more than the lease holds asks for a renewal at once', async (t) => {
