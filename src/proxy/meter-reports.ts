@@ -2,7 +2,7 @@
 // header of each of the route's meters, or from the trailer of that name at the end of a streamed
 // answer, and taken out of what the client gets unless the meter is exposed. A value that is not a
 // whole number from 0 to 10^12 is ignored, counted and logged: a bad report never fails an answer.
-import type { IncomingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ProxyRoute, RouteMeter } from './route.js'
 
@@ -42,27 +42,25 @@ export class MeterReports {
 
   /**
    * The units a streamed answer's trailers report, over those of its headers (the trailer is the
-   * upstream's last word), and the trailers the client gets: the exposed meters' only.
+   * upstream's last word); the exposed meters' trailers are added to `response`, the others never
+   * reach the client.
    */
   fromTrailers(
     trailers: IncomingHttpHeaders,
     units: Map<string, number> | null,
+    response: ServerResponse,
     log: FastifyBaseLogger,
-  ): { units: Map<string, number> | null; exposed: Record<string, string> | null } {
-    let exposed: Record<string, string> | null = null
+  ): Map<string, number> | null {
     for (const meter of this.meters) {
       const value = trailers[meter.header]
       if (value === undefined) continue
-      if (meter.expose && typeof value === 'string') {
-        exposed ??= {}
-        exposed[meter.header] = value
-      }
+      if (meter.expose && typeof value === 'string') response.addTrailers({ [meter.header]: value })
       const read = this.read(meter, value, log)
       if (read === null) continue
       units ??= new Map()
       units.set(meter.name, read)
     }
-    return { units, exposed }
+    return units
   }
 
   /** A report's units, or null (counted and logged) when it is not a whole number from 0 to 10^12. */

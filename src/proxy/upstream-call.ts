@@ -179,6 +179,12 @@ export function rawPrefixLength(url: string, prefix: string): number {
   return decoded === prefix ? at : -1
 }
 
+/** Whether an object has a property of its own: without making a list of them. */
+function hasAny(object: object | null | undefined): boolean {
+  for (const _ in object) return true
+  return false
+}
+
 /** The upstream's side of one request: undici's handler, writing the answer to the client. */
 export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private controller: Dispatcher.DispatchController | null = null
@@ -246,12 +252,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   onResponseEnd(_controller: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
     this.done = true
     const meterReports = this.target.meterReports
-    if (meterReports !== null && trailers !== undefined) {
+    // Only a streamed answer has trailers (most answers have none to read).
+    if (meterReports !== null && hasAny(trailers)) {
       const exchange = this.exchange
-      const { units, exposed } = meterReports.fromTrailers(trailers, exchange.reported, this.request.log)
-      exchange.reported = units
-      // Node writes trailers only on a chunked answer: a fixed-length one has nowhere to put them.
-      if (exposed !== null) this.response.addTrailers(exposed)
+      exchange.reported = meterReports.fromTrailers(trailers, exchange.reported, this.response, this.request.log)
     }
     this.response.end()
   }

@@ -88,9 +88,15 @@ export function recordOf(
   }
 }
 
-/** Reported units as the log keeps them: a JSON object, or null when there were none. */
+/**
+ * Reported units as the log keeps them: a JSON object, or null when there were none. Written by
+ * hand: meter names are `[a-z0-9_]` and units whole numbers, and this runs for every metered answer.
+ */
 function unitsOf(reported: ReadonlyMap<string, number> | null | undefined): string | null {
-  return reported == null ? null : JSON.stringify(Object.fromEntries(reported))
+  if (reported == null) return null
+  let json = '{'
+  for (const [meter, units] of reported) json += `${json.length === 1 ? '' : ','}"${meter}":${units}`
+  return `${json}}`
 }
 
 /** The bytes of the answer's body: the upstream's answer passed on, else the gateway's own Content-Length. */
