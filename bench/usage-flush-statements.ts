@@ -38,11 +38,9 @@ async function main(): Promise<void> {
       const [heap, backend, started] = [heapMb(), backendMb(), performance.now()]
       for (let i = 0; i < FLUSHES; i++) {
         const rows = tenants.slice(0, mode === 'fixed' ? 500 : (i % tenants.length) + 1)
-        await addUsage(
-          sql,
-          randomUUID(),
-          rows.map((tenantId) => ({ tenantId, day: '2020-01-01', statusClass: 2, requests: 1 })),
-        )
+        await addUsage(sql, randomUUID(), {
+          counts: rows.map((tenantId) => ({ tenantId, day: '2020-01-01', statusClass: 2, requests: 1 })),
+        })
       }
       console.log(
         `${mode.padEnd(7)}  ${FLUSHES} flushes in ${((performance.now() - started) / 1000).toFixed(1)} s; ` +

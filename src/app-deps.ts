@@ -49,6 +49,8 @@ export interface AppTuning {
   limitTimings?: Partial<LeaseTimings>
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
+  /** The usage meter's clock (which dates counts and flush marks) and how often periods close. */
+  usagePeriods?: { clock?: () => number; closeIntervalMs?: number }
   /** The request log's buffer, batches, write interval, retention sweep and clock. */
   requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays' | 'openCopyConnection'>
   /** The events' retention sweep: its batch size, interval and clock. */

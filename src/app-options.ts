@@ -163,6 +163,9 @@ export const usageMeterOptions = (deps: AppDeps) => ({
   sql: deps.store.sql,
   flushIntervalMs: deps.tuning?.usageFlushIntervalMs,
   periodSeconds: deps.config.usagePeriodSeconds,
+  closeGraceSeconds: deps.config.usageCloseGraceSeconds,
+  closeIntervalMs: deps.tuning?.usagePeriods?.closeIntervalMs,
+  clock: deps.tuning?.usagePeriods?.clock,
 })
 
 export const alertsOptions = (deps: AppDeps) => ({ sql: deps.store.sql, ...deps.tuning?.alerts })
@@ -263,6 +266,7 @@ export function managementOptions(
     requestLog,
     keyMinted: app.alerts.keyMinted,
     portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
+    usageExport: { periodSeconds: deps.config.usagePeriodSeconds, source: deps.config.issuerUrl },
   }
 }
 

@@ -79,6 +79,8 @@ export interface Config {
   readonly requestLogRetentionDays: number
   /** The usage period (USAGE_PERIOD_SECONDS, default 3600): 60 to 86400, a divisor of a day. */
   readonly usagePeriodSeconds: number
+  /** How long after its end a usage period waits for late flushes before it closes (USAGE_CLOSE_GRACE_SECONDS, 1–3600, default 120). */
+  readonly usageCloseGraceSeconds: number
   /**
    * The proxies whose X-Forwarded-For is believed (TRUSTED_PROXIES, CIDRs, default none): the
    * client's address is then the right-most one of the header not among them.
@@ -214,6 +216,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     trustedProxies: parseTrustedProxies(env),
     requestLogRetentionDays: parseCount(env, 'REQUEST_LOG_RETENTION_DAYS', 7, 90),
     usagePeriodSeconds: parseUsagePeriod(env),
+    usageCloseGraceSeconds: parseBoundedInteger(env, 'USAGE_CLOSE_GRACE_SECONDS', 120, 3_600),
     requestLogDatabaseUrl: parseUrl(env, 'REQUEST_LOG_DATABASE_URL', ['postgres:', 'postgresql:']),
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
     console: parseOnOff(env, 'CONSOLE', true),

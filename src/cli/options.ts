@@ -13,6 +13,9 @@ export class UsageError extends Error {}
 
 export type Options = Record<string, string | boolean | undefined>
 
+/** What a command returns when it wrote its own output (records, not one JSON object). */
+export const WROTE_OUTPUT = Symbol('wrote output')
+
 /** Where a run writes: the process's stdout and stderr from the entry, strings kept by a test. */
 export interface CliIo {
   stdout(text: string): void

@@ -11,7 +11,8 @@ import { NotAnAccountError } from '../limits/store.js'
 import { ExternalIdTakenError } from '../store/tenants.js'
 import { ACCOUNT_COMMANDS } from './account-commands.js'
 import { KEY_COMMANDS } from './key-commands.js'
-import { type CliIo, type Command, UsageError } from './options.js'
+import { type CliIo, type Command, UsageError, WROTE_OUTPUT } from './options.js'
+import { USAGE_COMMANDS } from './usage-commands.js'
 import { rotateSigningKeys } from './signing-key-commands.js'
 
 export type { CliIo } from './options.js'
@@ -44,21 +45,26 @@ commands:
   keys roll --account <uuid> --key <key_id> [--expires-in-seconds S]
                                a new key like the old one; the old one keeps working for S
                                seconds (default 86400, at most 2592000; 0 revokes it at once)
+  usage export --from <RFC 3339> --to <RFC 3339> [--account <uuid>] [--format ndjson|csv]
+                               the closed usage periods' records of every parent account (or
+                               one), from and to at period starts; records on stdout, a CloudEvent
+                               a line (ndjson) or a CSV row; where the closed periods end on stderr
   signing-keys rotate [--compromised]
                                publish a new signing key that signs 10 minutes from now;
                                --compromised: a new key signs at once and the old one is withdrawn
   help, --help, -h             print this usage
 
-Each command prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
+Each command but usage export prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
 database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
 const COMMAND_NAMES =
-  'migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, signing-keys rotate'
+  'migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, usage export, signing-keys rotate'
 
 const COMMANDS: Record<string, Command> = {
   ...ACCOUNT_COMMANDS,
   ...KEY_COMMANDS,
+  ...USAGE_COMMANDS,
   'signing-keys rotate': rotateSigningKeys,
 }
 
@@ -87,6 +93,9 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       any: { type: 'boolean' },
       origins: { type: 'string' },
       none: { type: 'boolean' },
+      from: { type: 'string' },
+      to: { type: 'string' },
+      format: { type: 'string' },
     },
   })
   const { help, ...options } = values
@@ -136,6 +145,6 @@ export async function runCli(argv: string[], env: Env, io: CliIo): Promise<numbe
     io.stderr(`error: ${errorLine(err)}\n`)
     return 1
   }
-  io.stdout(result === HELP ? USAGE : `${JSON.stringify(result)}\n`)
+  if (result !== WROTE_OUTPUT) io.stdout(result === HELP ? USAGE : `${JSON.stringify(result)}\n`)
   return 0
 }

@@ -50,6 +50,13 @@ export interface ManagementContext {
   ownerLookups: () => Pick<TenancyLookups, 'subAccount' | 'keyById'>
   /** The portal's public address (ISSUER_URL), where a portal session's link points. */
   portalIssuerUrl: string | null
+  /** The usage period's length (USAGE_PERIOD_SECONDS) and the export's `source` (ISSUER_URL). */
+  usageExport: UsageExportSettings
+}
+
+export interface UsageExportSettings {
+  periodSeconds: number
+  source: string
 }
 
 declare module 'fastify' {

@@ -1,6 +1,6 @@
 // A sub-account's usage by key (docs/api.md, Usage by key): which of the keys that acted as it
 // made its requests, its own and its parent's. Beside the usage report, which is by sub-account.
-import { keyUnitRows, keyUsageRows } from '../store/usage.js'
+import { keyUnitRows, keyUsageRows } from '../store/usage-reads.js'
 import { keyUsageEntries, reportRange } from '../usage/report.js'
 import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'

@@ -12,7 +12,7 @@ import { cursorSecret } from '../store/secrets.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { ACCOUNT_OPERATIONS } from './account-routes.js'
-import { authorizeManagement, type ManagementContext } from './common.js'
+import { authorizeManagement, type ManagementContext, type UsageExportSettings } from './common.js'
 import { EVENT_OPERATIONS } from './event-routes.js'
 import type { RequestLogReader } from './log-reads.js'
 import { REQUEST_OPERATIONS } from './request-routes.js'
@@ -35,6 +35,7 @@ import {
 } from './idempotency.js'
 import { KEY_OPERATIONS } from './key-routes.js'
 import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
+import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { type OperationTable, registerOperations } from './operation-table.js'
 import { PORTAL_SESSION_OPERATIONS } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
@@ -70,6 +71,8 @@ export interface ManagementOptions {
   keyMinted: Alerts['keyMinted']
   /** The portal's public address (ISSUER_URL), when the portal is served (CONSOLE=on); null: no portal sessions. */
   portalIssuerUrl: string | null
+  /** The usage period and the export's source (usage-export-routes.ts). */
+  usageExport: UsageExportSettings
 }
 
 type HookPhase = 'onRoute' | 'onRequest' | 'preParsing' | 'preValidation' | 'onSend' | 'onResponse'
@@ -117,6 +120,7 @@ export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
 export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...SUB_ACCOUNT_COLLECTION_OPERATIONS,
   ...ACCOUNT_OPERATIONS,
+  ...USAGE_EXPORT_OPERATIONS,
   ...EVENT_OPERATIONS,
   ...REQUEST_OPERATIONS,
   ...WEBHOOK_ENDPOINT_OPERATIONS,
@@ -151,6 +155,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     requestLog: options.requestLog,
     ownerLookups: () => plugin.tenancyCache.lookups,
     portalIssuerUrl: options.portalIssuerUrl,
+    usageExport: options.usageExport,
   }
   registerOperations(plugin, MANAGEMENT_OPERATIONS, context)
   if (options.portalIssuerUrl !== null) registerOperations(plugin, PORTAL_SESSION_OPERATIONS, context)

@@ -1,6 +1,6 @@
-// Usage counts (docs/api.md) and keys' last use. SQL only; the batching lives in usage/meter.ts.
+// Usage counts (docs/api.md) and keys' last use, written. SQL only; the batching lives in
+// usage/meter.ts, the reads in store/usage-reads.ts.
 import type { Sql, Tx } from './db.js'
-import { Statement } from './statement.js'
 
 type Db = Sql | Tx
 
@@ -50,6 +50,21 @@ export interface KeyUnitCount {
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
 export const BATCH_MEMORY = '1 day'
 
+/** A replica's word that everything it counted before `through` (its clock) is in this flush or before. */
+export interface FlushMark {
+  replicaId: string
+  through: Date
+}
+
+/** One flush's counts; `mark` when a replica's meter sends it (see addUsage). */
+export interface UsageBatch {
+  counts: readonly UsageCount[]
+  keyCounts?: readonly KeyUsageCount[]
+  unitCounts?: readonly PeriodUnitCount[]
+  keyUnitCounts?: readonly KeyUnitCount[]
+  mark?: FlushMark
+}
+
 /**
  * Adds one flush's counts, once: in one statement, the batch id is recorded and the counts are
  * added, unless the id was already recorded (a retry of a flush that committed
@@ -58,22 +73,31 @@ export const BATCH_MEMORY = '1 day'
  * text whatever their number, where a VALUES list would prepare (and keep, per connection, on both
  * sides) a new statement for every row count. JSON, not arrays: postgres.js serialises no arrays
  * here (fetch_types is off, see db.ts). Returns false for a batch already applied.
+ *
+ * A replica's flush carries its `mark` (usage_flush_marks, which closes periods) and holds the
+ * close row FOR SHARE: units of a period closed meanwhile go to the first open one, as late
+ * units, and a close waits for the flush (docs/billing.md). Without a mark (a test seeding
+ * history), periods are written as given.
  */
-export async function addUsage(
-  sql: Sql,
-  batchId: string,
-  counts: readonly UsageCount[],
-  keyCounts: readonly KeyUsageCount[] = [],
-  unitCounts: readonly PeriodUnitCount[] = [],
-  keyUnitCounts: readonly KeyUnitCount[] = [],
-): Promise<boolean> {
-  if (counts.length === 0 && keyCounts.length === 0 && unitCounts.length === 0 && keyUnitCounts.length === 0)
+export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Promise<boolean> {
+  const { counts, keyCounts = [], unitCounts = [], keyUnitCounts = [], mark } = batch
+  if (counts.length === 0 && keyCounts.length === 0 && unitCounts.length === 0 && keyUnitCounts.length === 0) {
+    if (mark !== undefined) await markFlushed(sql, mark)
     return true
+  }
   // One statement, so one implicit transaction: postgres.js can crash the process when a
   // connection closes in the middle of an explicit one (porsager/postgres#1208).
   const [result] = await sql<{ applied: boolean }[]>`
     with batch as (
       insert into usage_batches (id) values (${batchId}) on conflict (id) do nothing returning id
+    ), closed as (
+      select case when ${mark !== undefined} then closed_until end as until
+      from usage_close where id for share
+    ), marked as (
+      insert into usage_flush_marks (replica_id, flushed_through)
+      select ${mark?.replicaId ?? null}::uuid, ${mark?.through ?? null}::timestamptz where ${mark !== undefined}
+      on conflict (replica_id) do update
+      set flushed_through = greatest(usage_flush_marks.flushed_through, excluded.flushed_through), seen_at = now()
     ), added as (
       insert into usage_daily (tenant_id, day, status_class, requests, forwarded, limited_rate, limited_quota)
       select tenant_id, day, status_class, requests, forwarded, limited_rate, limited_quota
@@ -96,16 +120,25 @@ export async function addUsage(
       order by tenant_id, day, key_id, status_class
       on conflict (tenant_id, day, key_id, status_class)
       do update set requests = usage_daily_keys.requests + excluded.requests
-    ), added_units as (
-      insert into usage_period_units (tenant_id, period_start, meter, units, requests)
-      select tenant_id, period_start, meter, units, requests
+    ), unit_rows as (
+      -- A closed period's units move to the first open one: the closed periods of a batch may
+      -- land on one row, so they are added up before the upsert (which may touch a row once).
+      select row.tenant_id, greatest(row.period_start, closed.until) as period_start, row.meter,
+             sum(row.units) as units, sum(row.requests) as requests,
+             sum(case when row.period_start < closed.until then row.units else 0 end) as late_units
       from jsonb_to_recordset(${sql.json(unitCounts.map(unitJson))})
         as row (tenant_id uuid, period_start timestamptz, meter text, units bigint, requests bigint)
+        left join closed on true
+      group by 1, 2, 3
+    ), added_units as (
+      insert into usage_period_units (tenant_id, period_start, meter, units, requests, late_units)
+      select tenant_id, period_start, meter, units, requests, late_units from unit_rows
       where exists (select 1 from batch)
       order by tenant_id, period_start, meter
       on conflict (tenant_id, period_start, meter)
       do update set units = usage_period_units.units + excluded.units,
-                    requests = usage_period_units.requests + excluded.requests
+                    requests = usage_period_units.requests + excluded.requests,
+                    late_units = usage_period_units.late_units + excluded.late_units
     ), added_key_units as (
       insert into usage_daily_key_units (tenant_id, day, key_id, meter, units)
       select tenant_id, day, key_id, meter, units
@@ -120,6 +153,14 @@ export async function addUsage(
     )
     select exists (select 1 from batch) as applied`
   return result!.applied
+}
+
+/** A flush with nothing to add: the replica's mark moves on alone (store/usage-periods.ts reads it). */
+async function markFlushed(sql: Sql, mark: FlushMark): Promise<void> {
+  await sql`
+    insert into usage_flush_marks (replica_id, flushed_through) values (${mark.replicaId}, ${mark.through})
+    on conflict (replica_id) do update
+    set flushed_through = greatest(usage_flush_marks.flushed_through, excluded.flushed_through), seen_at = now()`
 }
 
 const usageJson = (c: UsageCount) => ({
@@ -163,140 +204,4 @@ export async function touchKeys(db: Db, uses: readonly { keyId: string; at: Date
     update api_keys set last_used_at = used.at
     from jsonb_to_recordset(${db.json(uses.map((u) => ({ id: u.keyId, at: u.at.toISOString() })))}) as used (id uuid, at timestamptz)
     where api_keys.id = used.id and (api_keys.last_used_at is null or api_keys.last_used_at < used.at)`
-}
-
-export interface UsageRow {
-  seq: string
-  id: string
-  external_id: string | null
-  name: string
-  day: string
-  status_class: number
-  requests: string
-  limited_rate: string
-  limited_quota: string
-}
-
-/**
- * One page of the parent's sub-accounts that have usage between `from` and `to` (inclusive),
- * oldest first, with their counts by day and status class. `limit` counts sub-accounts;
- * `subAccountId` keeps that one only (none if it is not the parent's).
- */
-export function usageRows(
-  db: Db,
-  parentId: string,
-  range: { from: string; to: string; afterSeq: string | null; limit: number; subAccountId?: string | null },
-): Promise<UsageRow[]> {
-  const s = new Statement()
-  const [from, to] = [s.param(range.from), s.param(range.to)]
-  return s.runPlannedEachTime<UsageRow[]>(
-    db,
-    `with page as (
-      select t.seq, t.id, t.external_id, t.name from tenants t
-      where t.parent_id = ${s.param(parentId)}
-        ${range.afterSeq === null ? '' : `and t.seq > ${s.param(range.afterSeq)}`}
-        ${range.subAccountId == null ? '' : `and t.id = ${s.param(range.subAccountId)}`}
-        and exists (
-          select 1 from usage_daily u where u.tenant_id = t.id and u.day between ${from} and ${to})
-      order by t.seq
-      limit ${s.param(range.limit)}
-    )
-    select page.seq::text as seq, page.id, page.external_id, page.name,
-           u.day::text as day, u.status_class, u.requests::text as requests,
-           u.limited_rate::text as limited_rate, u.limited_quota::text as limited_quota
-    from page join usage_daily u on u.tenant_id = page.id and u.day between ${from} and ${to}
-    order by page.seq, u.day, u.status_class`,
-  )
-}
-
-export interface KeyUsageRow {
-  seq: string
-  key_id: string
-  name: string | null
-  prefix: string | null
-  /** The tenant that owns the key: the sub-account itself, or its parent (acting as it). */
-  key_tenant_id: string | null
-  day: string
-  status_class: number
-  requests: string
-}
-
-/**
- * One page of the keys that made requests acting as `subAccountId` between `from` and `to`
- * (inclusive), in the order they were made (api_keys.seq), with their counts by day and status
- * class. `limit` counts keys.
- */
-export function keyUsageRows(
-  db: Db,
-  subAccountId: string,
-  range: { from: string; to: string; afterSeq: string | null; limit: number },
-): Promise<KeyUsageRow[]> {
-  const s = new Statement()
-  const [tenant, from, to] = [s.param(subAccountId), s.param(range.from), s.param(range.to)]
-  return s.runPlannedEachTime<KeyUsageRow[]>(
-    db,
-    `with used as (
-      select distinct u.key_id from usage_daily_keys u
-      where u.tenant_id = ${tenant} and u.day between ${from} and ${to}
-    ), page as (
-      select k.seq, k.id, k.name, k.prefix, k.tenant_id from used join api_keys k on k.id = used.key_id
-      ${range.afterSeq === null ? '' : `where k.seq > ${s.param(range.afterSeq)}`}
-      order by k.seq
-      limit ${s.param(range.limit)}
-    )
-    select page.seq::text as seq, page.id as key_id, page.name, page.prefix, page.tenant_id as key_tenant_id,
-           u.day::text as day, u.status_class, u.requests::text as requests
-    from page join usage_daily_keys u
-      on u.tenant_id = ${tenant} and u.key_id = page.id and u.day between ${from} and ${to}
-    order by page.seq, u.day, u.status_class`,
-  )
-}
-
-export interface UnitRow {
-  tenant_id: string
-  day: string
-  meter: string
-  units: string
-}
-
-/** The units of these tenants between `from` and `to` (inclusive UTC days), by day and meter. */
-export async function unitRows(
-  db: Db,
-  tenantIds: readonly string[],
-  range: { from: string; to: string },
-): Promise<UnitRow[]> {
-  if (tenantIds.length === 0) return []
-  // The ids as one JSON document: one statement text whatever their number (see addUsage).
-  // Whole UTC days: the periods divide a day, so each falls within one.
-  return db<UnitRow[]>`
-    select u.tenant_id, (u.period_start at time zone 'UTC')::date::text as day, u.meter, sum(u.units)::text as units
-    from usage_period_units u
-    where u.tenant_id in (select value::uuid from jsonb_array_elements_text(${db.json(tenantIds as string[])}))
-      and u.period_start >= ${range.from}::date::timestamp at time zone 'UTC'
-      and u.period_start < (${range.to}::date + 1)::timestamp at time zone 'UTC'
-    group by 1, 2, 3
-    order by 1, 2, 3`
-}
-
-export interface KeyUnitRow {
-  key_id: string
-  day: string
-  meter: string
-  units: string
-}
-
-/** The units of these keys acting as `subAccountId` between `from` and `to` (inclusive), by day and meter. */
-export async function keyUnitRows(
-  db: Db,
-  subAccountId: string,
-  keyIds: readonly string[],
-  range: { from: string; to: string },
-): Promise<KeyUnitRow[]> {
-  if (keyIds.length === 0) return []
-  return db<KeyUnitRow[]>`
-    select u.key_id, u.day::text as day, u.meter, u.units::text as units
-    from usage_daily_key_units u
-    where u.tenant_id = ${subAccountId} and u.key_id in (select value::uuid from jsonb_array_elements_text(${db.json(keyIds as string[])}))
-      and u.day between ${range.from} and ${range.to}
-    order by 1, 2, 3`
 }

@@ -1,12 +1,15 @@
 // The usage meter (docs/api.md, usage) as a plugin: counts requests per tenant and day in memory,
-// writes them to Postgres in batches, and writes the last ones when the app closes.
+// writes them to Postgres in batches, and writes the last ones when the app closes; closes the
+// usage periods behind the replicas' flushes (usage/period-close.ts).
 import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
-import { UsageMeter } from './meter.js'
+import { DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
+import { DEFAULT_CLOSE_GRACE_SECONDS, PeriodCloser } from './period-close.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
     usageMeter: UsageMeter
+    usagePeriods: PeriodCloser
   }
 }
 
@@ -16,24 +19,43 @@ export interface UsageMeterPluginOptions {
   flushIntervalMs?: number | undefined
   /** The usage period, in seconds (USAGE_PERIOD_SECONDS). */
   periodSeconds?: number | undefined
+  /** How long after its end a period waits for late flushes (USAGE_CLOSE_GRACE_SECONDS). */
+  closeGraceSeconds?: number | undefined
+  /** How often periods are closed (default 5 s). */
+  closeIntervalMs?: number | undefined
+  /** The meter's clock, which dates counts and flush marks (tests move it). */
+  clock?: (() => number) | undefined
 }
 
 export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
-  async (app, { sql, flushIntervalMs, periodSeconds }) => {
+  async (app, { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock }) => {
     const metrics = app.metrics
     const meter = new UsageMeter({
       sql,
       log: app.log,
       flushIntervalMs,
       periodSeconds,
+      ...(clock === undefined ? {} : { now: clock }),
       onFlushFailed: () => metrics.usageFlushFailures.inc(),
     })
+    const closer = new PeriodCloser({
+      sql,
+      log: app.log,
+      periodSeconds,
+      graceSeconds: closeGraceSeconds ?? DEFAULT_CLOSE_GRACE_SECONDS,
+      intervalMs: closeIntervalMs,
+    })
     meter.start()
+    closer.start()
     metrics.usageLagMs = () => meter.lagMs()
     app.decorate('usageMeter', meter)
+    app.decorate('usagePeriods', closer)
 
     // In-flight requests are done by now (fastify closed the server first): write the last counts.
-    app.addHook('onClose', () => meter.close())
+    app.addHook('onClose', async () => {
+      await closer.stop()
+      await meter.close()
+    })
   },
   { name: 'usage-meter', dependencies: ['metrics'] },
 )

@@ -5,8 +5,10 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Sql } from '../store/db.js'
+import { forgetReplica } from '../store/usage-periods.js'
 import {
   addUsage,
+  type FlushMark,
   type KeyUnitCount,
   type KeyUsageCount,
   type PeriodUnitCount,
@@ -61,6 +63,8 @@ interface Batch {
   readonly keyUnitRows: readonly KeyUnitCount[]
   /** When its oldest count was recorded. */
   readonly since: number
+  /** Everything counted before `through` is in this batch or an earlier one (usage_flush_marks). */
+  readonly mark: FlushMark
 }
 
 export class UsageMeter {
@@ -90,6 +94,8 @@ export class UsageMeter {
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
   private readonly now: () => number
+  /** This meter's name among the replicas' flush marks. */
+  readonly replicaId = randomUUID()
 
   private readonly options: MeterOptions
   constructor(options: MeterOptions) {
@@ -243,21 +249,26 @@ export class UsageMeter {
     // counts keep adding up in memory (one batch in doubt at a time, however long Postgres is away).
     const clear = this.inDoubt === null || (await this.send(this.inDoubt))
     if (clear) this.inDoubt = null
-    if (clear && this.pendingSince !== null) {
+    if (clear) {
+      // Everything counted so far is in this batch: the mark that lets periods close (docs/billing.md).
+      // With nothing counted, the mark goes alone, and is not kept in doubt: the next one supersedes it.
+      const empty = this.pendingSince === null
+      const mark = { replicaId: this.replicaId, through: new Date(this.now()) }
       const batch: Batch = {
         id: randomUUID(),
+        mark,
         rows: toRows(this.counts),
         keyRows: toKeyRows(this.keyCounts),
         unitRows: toUnitRows(this.counts, this.meterUnits),
         keyUnitRows: toKeyUnitRows(this.keyCounts, this.keyMeterUnits),
-        since: this.pendingSince,
+        since: this.pendingSince ?? this.now(),
       }
       this.counts = new Map()
       this.keyCounts = new Map()
       this.meterUnits = new Map()
       this.keyMeterUnits = new Map()
       this.pendingSince = null
-      if (!(await this.send(batch))) this.inDoubt = batch
+      if (!(await this.send(batch)) && !empty) this.inDoubt = batch
     }
     if (keyUses.size > 0) {
       try {
@@ -282,7 +293,13 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
-      await addUsage(this.options.sql, batch.id, batch.rows, batch.keyRows, batch.unitRows, batch.keyUnitRows)
+      await addUsage(this.options.sql, batch.id, {
+        counts: batch.rows,
+        keyCounts: batch.keyRows,
+        unitCounts: batch.unitRows,
+        keyUnitCounts: batch.keyUnitRows,
+        mark: batch.mark,
+      })
       return true
     } catch (err) {
       this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
@@ -291,11 +308,18 @@ export class UsageMeter {
     }
   }
 
-  /** Stops the timer and writes what is left. */
+  /**
+   * Stops the timer and writes what is left; once it is in, periods stop waiting for this replica.
+   * If it is not, the mark stays, and ages out of the live ones (store/usage-periods.ts).
+   */
   async close(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
     await this.flush()
+    if (this.inDoubt !== null) return
+    await forgetReplica(this.options.sql, this.replicaId).catch((err: unknown) => {
+      this.options.log.warn({ err }, "usage flush mark not removed; periods wait for it until it ages out")
+    })
   }
 }
 

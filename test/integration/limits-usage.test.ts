@@ -111,23 +111,20 @@ t.test('monthUse: request units of this UTC month, of a sub-account or of a whol
   // What a quota counts is request units (usage_period_units): the periods' bounds decide the month.
   const units = (tenantId: string, periodStart: string, n: number) =>
     ({ tenantId, periodStart, meter: 'requests', units: n, requests: n }) as const
-  await addUsage(
-    sql,
-    '11111111-1111-4111-8111-111111111111',
-    [
+  await addUsage(sql, '11111111-1111-4111-8111-111111111111', {
+    counts: [
       { tenantId: A.id, day: lastMonthEnd, statusClass: 2, requests: 100, forwarded: 100 },
       { tenantId: A.id, day: nextMonthStart, statusClass: 2, requests: 100, forwarded: 100 },
       { tenantId: C.id, day: utcDay(Date.now()), statusClass: 2, requests: 50, forwarded: 50 },
       { tenantId: B.id, day: `${month}-01`, statusClass: 2, requests: 7, forwarded: 5 },
     ],
-    [],
-    [
+    unitCounts: [
       units(A.id, `${lastMonthEnd}T23:00:00.000Z`, 100),
       units(A.id, `${nextMonthStart}T00:00:00.000Z`, 100),
       units(C.id, new Date(Date.now() - (Date.now() % 3_600_000)).toISOString(), 50),
       units(B.id, `${month}-01T00:00:00.000Z`, 5),
     ],
-  )
+  })
 
   t.equal(await monthUse(sql, { tenantId: A.id, level: 'sub_account' }, month), 6, "A's forwarded, not its refusals")
   t.equal(await monthUse(sql, { tenantId: B.id, level: 'sub_account' }, month), 5, "B's, from the month's first day")

@@ -158,17 +158,14 @@ t.test('include: key_count and usage_this_month; absent, the objects are as befo
   const today = utcDay(Date.now())
   const lastMonth = new Date(Date.now())
   lastMonth.setUTCDate(0)
-  await addUsage(
-    gw.sql,
-    '11111111-1111-4111-8111-111111111111',
-    [
+  await addUsage(gw.sql, '11111111-1111-4111-8111-111111111111', {
+    counts: [
       { tenantId: first!.id, day: today, statusClass: 2, requests: 5, forwarded: 5 },
       { tenantId: first!.id, day: today, statusClass: 4, requests: 2, forwarded: 0 },
       { tenantId: first!.id, day: utcDay(lastMonth.getTime()), statusClass: 2, requests: 100, forwarded: 100 },
     ],
-    [],
     // Their request units, which the figure counts (as a quota does).
-    [
+    unitCounts: [
       { tenantId: first!.id, periodStart: `${today}T00:00:00.000Z`, meter: 'requests', units: 5, requests: 5 },
       {
         tenantId: first!.id,
@@ -178,7 +175,7 @@ t.test('include: key_count and usage_this_month; absent, the objects are as befo
         requests: 100,
       },
     ],
-  )
+  })
 
   const plain = await list({ limit: '3' })
   t.same(

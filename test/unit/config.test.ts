@@ -179,6 +179,14 @@ t.test('USAGE_PERIOD_SECONDS: 3600 by default, 60 to 86400, dividing a day', asy
   t.throws(() => loadConfig({ USAGE_PERIOD_SECONDS: '7000' }, ROOT), { message: /divide a day/ })
 })
 
+t.test('USAGE_CLOSE_GRACE_SECONDS: 120 by default, 1 to 3600', async (t) => {
+  t.equal(loadConfig({}, ROOT).usageCloseGraceSeconds, 120)
+  t.equal(loadConfig({ USAGE_CLOSE_GRACE_SECONDS: '1' }, ROOT).usageCloseGraceSeconds, 1)
+  t.equal(loadConfig({ USAGE_CLOSE_GRACE_SECONDS: '3600' }, ROOT).usageCloseGraceSeconds, 3600)
+  for (const bad of ['0', '3601', '1.5', 'x', '-1'])
+    t.throws(() => loadConfig({ USAGE_CLOSE_GRACE_SECONDS: bad }, ROOT), { message: /USAGE_CLOSE_GRACE_SECONDS/ }, bad)
+})
+
 t.test('WEBHOOK_ENDPOINTS_MAX: 20 by default, 1 to 1000', async (t) => {
   t.equal(loadConfig({}, ROOT).webhookEndpointsMax, 20)
   t.equal(loadConfig({ WEBHOOK_ENDPOINTS_MAX: '5' }, ROOT).webhookEndpointsMax, 5)

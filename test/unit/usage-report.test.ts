@@ -2,7 +2,7 @@
 // clock.
 import t from 'tap'
 import { ApiError } from '../../src/errors.js'
-import type { UsageRow } from '../../src/store/usage.js'
+import type { UsageRow } from '../../src/store/usage-reads.js'
 import { MAX_RANGE_DAYS, parseReportDate, reportRange, usageEntries } from '../../src/usage/report.js'
 
 const NOW = Date.parse('2026-11-21T15:04:05.678Z')

@@ -1,0 +1,48 @@
+// `cli -- usage export --from <RFC 3339> --to <RFC 3339> [--account <uuid>] [--format ndjson|csv]`
+// (docs/billing.md): the usage export's records of every parent account, or of one, as the export
+// route streams them for a parent. The records go to stdout as they are read, not one JSON object;
+// where the closed periods end goes to stderr.
+import type { Config } from '../config.js'
+import { ApiError } from '../errors.js'
+import type { Sql } from '../store/db.js'
+import { migrate } from '../store/migrate.js'
+import { closedUntil, exportRows } from '../store/usage-periods.js'
+import { type ExportFormat, exportInstant, exportRange, exportText } from '../usage/export.js'
+import { type CliIo, type Options, parentAccount, UsageError, uuid, WROTE_OUTPUT } from './options.js'
+
+export async function exportUsage(sql: Sql, options: Options, config: Config, io: CliIo): Promise<unknown> {
+  const format = options.format ?? 'ndjson'
+  if (format !== 'ndjson' && format !== 'csv') throw new UsageError('--format must be ndjson or csv')
+  const range = rangeOf(options, config.usagePeriodSeconds)
+  await migrate(sql)
+  const accountId = options.account === undefined ? null : (await parentAccount(sql, uuid(options, 'account'))).id
+  const closed = await closedUntil(sql)
+  const to = closed === null || closed < range.to ? closed : range.to
+  const pages = to !== null && to > range.from ? exportRows(sql, { from: range.from, to, accountId }) : []
+  for await (const text of exportText(pages, {
+    format: format satisfies ExportFormat,
+    periodSeconds: config.usagePeriodSeconds,
+    source: config.issuerUrl,
+  }))
+    io.stdout(text)
+  io.stderr(
+    closed === null
+      ? 'no usage period has closed yet: nothing is exported\n'
+      : `closed until ${exportInstant(closed)}: later periods are not exported yet\n`,
+  )
+  return WROTE_OUTPUT
+}
+
+/** --from and --to as the route reads them, refused in the words of the flags. */
+function rangeOf(options: Options, periodSeconds: number) {
+  const text = (flag: string) => (typeof options[flag] === 'string' ? (options[flag] as string) : undefined)
+  try {
+    return exportRange({ from: text('from'), to: text('to') }, periodSeconds)
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err
+    const fields = (err.options.errors ?? []).map((e) => `--${e.path.split('/').pop()} ${e.message}`)
+    throw new UsageError(fields.join('; '))
+  }
+}
+
+export const USAGE_COMMANDS = { 'usage export': exportUsage }

@@ -1,0 +1,60 @@
+// The usage export, pulled (docs/billing.md): the closed periods' units of the parent's account, as
+// CloudEvents (ndjson) or their data (csv), streamed as Postgres gives them. The push sends the same
+// records; the operator's CLI pulls them for every account.
+import { Readable } from 'node:stream'
+import { closedUntil, type ExportRow, exportRows } from '../store/usage-periods.js'
+import { EXPORT_CONTENT_TYPES, exportInstant, exportRange, exportText } from '../usage/export.js'
+import { stopStoreDeadline } from './hooks.js'
+import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
+import type { OperationTable } from './operation-table.js'
+import { UsageEvent, UsageExportQuery } from '../schemas/usage-export.js'
+
+/** The header that says where the closed periods end: the range is cut there. */
+export const CLOSED_UNTIL_HEADER = 'x-usage-closed-until'
+
+export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'GET',
+    url: '/usage/export',
+    schema: {
+      ...operation('exportUsage'),
+      querystring: UsageExportQuery,
+      response: {
+        200: {
+          description: 'The records, one a line, oldest period first',
+          content: {
+            'application/x-ndjson': { schema: UsageEvent },
+            'text/csv': { schema: { type: 'string' } },
+          },
+        },
+      },
+    },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, reply, { sql, usageExport }) {
+      const format = request.query.format ?? 'ndjson'
+      const range = exportRange(request.query, usageExport.periodSeconds)
+      const closed = await closedUntil(sql)
+      // Cut at the close: an open period's units still move, and a billed record must not.
+      const to = closed === null || closed < range.to ? closed : range.to
+      let pages: AsyncIterable<readonly ExportRow[]> | [] = []
+      if (to !== null && to > range.from) {
+        const rows = exportRows(sql, { from: range.from, to, accountId: parentOf(request).id })[Symbol.asyncIterator]()
+        // The first page under the store deadline: a store that does not answer is a 503, not an empty 200.
+        pages = pagesFrom(await rows.next(), rows)
+      }
+      stopStoreDeadline(request)
+      if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
+      reply.header('cache-control', 'no-store').type(EXPORT_CONTENT_TYPES[format])
+      return reply.send(Readable.from(exportText(pages, { format, ...usageExport })))
+    },
+  }),
+]
+
+/** The pages of a cursor whose first is read already; the cursor is closed however the reading ends. */
+async function* pagesFrom<T>(first: IteratorResult<T>, rest: AsyncIterator<T>): AsyncGenerator<T> {
+  try {
+    for (let page = first; page.done !== true; page = await rest.next()) yield page.value
+  } finally {
+    await rest.return?.()
+  }
+}

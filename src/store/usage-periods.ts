@@ -1,0 +1,79 @@
+// Closed usage periods (docs/billing.md): the replicas' flush marks, the close that follows them,
+// and the closed periods' units as export rows. SQL only; the timer is usage/period-close.ts.
+import type { Sql } from './db.js'
+
+/** A replica that has not flushed for this long is not waited for (its late units move on). */
+export const LIVE_REPLICA_SECONDS = 120
+
+/** A replica that stops: the close no longer waits for it (its last flush is in). */
+export async function forgetReplica(sql: Sql, replicaId: string): Promise<void> {
+  await sql`delete from usage_flush_marks where replica_id = ${replicaId}`
+}
+
+/**
+ * Closes the periods that end at or before every live replica's mark less `graceSeconds`, and
+ * returns where the closed periods end now (null: none closed yet). Never moves back; waits for
+ * flushes that hold the close row (store/usage.ts). Marks not seen for a day are dropped.
+ */
+export async function closePeriods(
+  sql: Sql,
+  { periodSeconds, graceSeconds }: { periodSeconds: number; graceSeconds: number },
+): Promise<Date | null> {
+  const [row] = await sql<{ closed_until: Date | null }[]>`
+    with watermark as (
+      select min(flushed_through) as at from usage_flush_marks
+      where seen_at > now() - make_interval(secs => ${LIVE_REPLICA_SECONDS})
+    ), target as (
+      select to_timestamp(floor(extract(epoch from at - make_interval(secs => ${graceSeconds})) / ${periodSeconds}) * ${periodSeconds}) as until
+      from watermark where at is not null
+    ), closed as (
+      update usage_close set closed_until = target.until, closed_at = now()
+      from target
+      where usage_close.id and (usage_close.closed_until is null or usage_close.closed_until < target.until)
+      returning usage_close.closed_until
+    ), pruned as (
+      delete from usage_flush_marks where seen_at < now() - interval '1 day'
+    )
+    select coalesce((select closed_until from closed), (select closed_until from usage_close where id)) as closed_until`
+  return row?.closed_until ?? null
+}
+
+/** Where the closed periods end (null: none closed yet). */
+export async function closedUntil(sql: Sql): Promise<Date | null> {
+  const [row] = await sql<{ closed_until: Date | null }[]>`select closed_until from usage_close where id`
+  return row?.closed_until ?? null
+}
+
+/** One tenant's units of one meter in one closed period: what an export record carries. */
+export interface ExportRow {
+  account_id: string
+  /** Null for the parent's own use. */
+  sub_account_id: string | null
+  external_id: string | null
+  meter: string
+  units: string
+  requests: string
+  period_start: Date
+  late_units: string
+}
+
+/**
+ * The units of periods starting in [from, to), of one parent's account (its own use and its
+ * sub-accounts') or of every account, in pages of `pageSize`, ordered by period, account,
+ * sub-account (the parent's own use first) and meter. The caller cuts `to` at the close.
+ */
+export function exportRows(
+  sql: Sql,
+  range: { from: Date; to: Date; accountId: string | null },
+  pageSize = 500,
+): AsyncIterable<ExportRow[]> {
+  return sql<ExportRow[]>`
+    select coalesce(t.parent_id, t.id) as account_id,
+           case when t.parent_id is null then null else t.id end as sub_account_id,
+           t.external_id, u.meter, u.units::text as units, u.requests::text as requests,
+           u.period_start, u.late_units::text as late_units
+    from usage_period_units u join tenants t on t.id = u.tenant_id
+    where u.period_start >= ${range.from} and u.period_start < ${range.to}
+      and (${range.accountId}::uuid is null or t.id = ${range.accountId} or t.parent_id = ${range.accountId})
+    order by u.period_start, coalesce(t.parent_id, t.id), t.parent_id is not null, t.id, u.meter`.cursor(pageSize)
+}

@@ -1,0 +1,55 @@
+// Closes usage periods behind the replicas' flush marks (docs/billing.md), every few seconds, on
+// every replica: the close is one idempotent statement (store/usage-periods.ts), so replicas need
+// no leader for it. A failed close is logged and tried again at the next tick.
+import type { FastifyBaseLogger } from 'fastify'
+import type { Sql } from '../store/db.js'
+import { closePeriods } from '../store/usage-periods.js'
+
+/** How often a replica tries to close periods (the first export is due within 60 s of a close). */
+export const CLOSE_INTERVAL_MS = 5_000
+/** USAGE_CLOSE_GRACE_SECONDS's default: how long after its end a period waits for late flushes. */
+export const DEFAULT_CLOSE_GRACE_SECONDS = 120
+
+export interface PeriodCloserOptions {
+  sql: Sql
+  log: FastifyBaseLogger
+  periodSeconds: number
+  graceSeconds: number
+  intervalMs?: number | undefined
+}
+
+export class PeriodCloser {
+  private timer: NodeJS.Timeout | null = null
+  private closing: Promise<Date | null> | null = null
+
+  private readonly options: PeriodCloserOptions
+  constructor(options: PeriodCloserOptions) {
+    this.options = options
+  }
+
+  start(): void {
+    if (this.timer !== null) return
+    this.timer = setInterval(() => void this.close().catch(() => {}), this.options.intervalMs ?? CLOSE_INTERVAL_MS)
+    this.timer.unref()
+  }
+
+  /** One close now; returns where the closed periods end (null: none yet). Calls at once share one. */
+  close(): Promise<Date | null> {
+    this.closing ??= closePeriods(this.options.sql, this.options)
+      .catch((err: unknown) => {
+        this.options.log.warn({ err }, 'closing usage periods failed; will retry')
+        throw err
+      })
+      .finally(() => {
+        this.closing = null
+      })
+    return this.closing
+  }
+
+  /** Stops the timer and waits for a close under way. */
+  async stop(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer)
+    this.timer = null
+    await this.closing?.catch(() => {})
+  }
+}
