@@ -13,7 +13,7 @@ export const UsageExportQuery = Type.Object(
     ),
     format: Type.Optional(
       Type.Union([Type.Literal('ndjson'), Type.Literal('csv')], {
-        description: '`ndjson` (the default): a CloudEvent a line; `csv`: the events\' data, with a header row',
+        description: "`ndjson` (the default): a CloudEvent a line; `csv`: the events' data, with a header row",
       }),
     ),
   },
@@ -28,12 +28,16 @@ export const UsageRecordData = Type.Object(
     account_id: Type.String({ format: 'uuid' }),
     sub_account_id: Nullable(Type.String({ format: 'uuid', description: "null: the parent's own use" })),
     external_id: Nullable(Type.String()),
-    meter: Type.String({ description: '`requests` (request units: requests at their route\'s cost) or a reported meter' }),
+    meter: Type.String({
+      description: "`requests` (request units: requests at their route's cost) or a reported meter",
+    }),
     units: Count,
     requests: Count,
     period_start: Instant,
     period_end: Instant,
-    late: Type.Boolean({ description: 'some units were flushed after their own period closed, and counted in this one' }),
+    late: Type.Boolean({
+      description: 'some units were flushed after their own period closed, and counted in this one',
+    }),
   },
   { additionalProperties: false },
 )

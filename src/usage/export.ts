@@ -4,7 +4,10 @@
 import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
 import { type FieldError, validationFailed } from '../errors.js'
 import type { Static } from 'typebox'
-import type { UsageEvent as UsageEventSchema, UsageRecordData as UsageRecordDataSchema } from '../schemas/usage-export.js'
+import type {
+  UsageEvent as UsageEventSchema,
+  UsageRecordData as UsageRecordDataSchema,
+} from '../schemas/usage-export.js'
 import type { ExportRow } from '../store/usage-periods.js'
 
 export type UsageRecordData = Static<typeof UsageRecordDataSchema>

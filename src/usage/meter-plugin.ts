@@ -28,7 +28,10 @@ export interface UsageMeterPluginOptions {
 }
 
 export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
-  async (app, { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock }) => {
+  async (
+    app,
+    { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock },
+  ) => {
     const metrics = app.metrics
     const meter = new UsageMeter({
       sql,

@@ -15,24 +15,28 @@ import {
   touchKeys,
   type UsageCount,
 } from '../store/usage.js'
+import {
+  FORWARDED,
+  KEY_REQUEST_UNITS,
+  LIMITED_QUOTA,
+  LIMITED_RATE,
+  type PendingCounts,
+  type PendingKeyCounts,
+  type PendingKeyMeterUnits,
+  type PendingMeterUnits,
+  REQUEST_UNITS,
+  toKeyRows,
+  toKeyUnitRows,
+  toRows,
+  toUnitRows,
+} from './flush-rows.js'
+
+export { REQUESTS_METER, utcDay } from './flush-rows.js'
 
 export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
-const DAY_MS = 86_400_000
 /** The usage period's default length: an hour (USAGE_PERIOD_SECONDS). */
 export const DEFAULT_PERIOD_SECONDS = 3_600
-/** The built-in meter that a route's `cost` weighs: request units. */
-export const REQUESTS_METER = 'requests'
-
-// A tenant's pending counts of one period, in one array: requests of the classes 2xx to 5xx, then
-// those of them that were forwarded upstream, then the 429s of a rate limit and of a quota, then
-// the request units of the forwarded ones (each counts its route's cost).
-const FORWARDED = 4
-const LIMITED_RATE = 8
-const LIMITED_QUOTA = 9
-const REQUEST_UNITS = 10
-// A key's pending counts of one period: requests of the classes 2xx to 5xx, then request units.
-const KEY_REQUEST_UNITS = 4
 
 /** Units an upstream reported for one answer, by meter name (proxy/meter-reports.ts). */
 export type ReportedUnits = ReadonlyMap<string, number>
@@ -46,11 +50,6 @@ export interface MeterOptions {
   now?: () => number
   /** Told of each flush that failed (a metric). */
   onFlushFailed?: () => void
-}
-
-/** `YYYY-MM-DD` of a UTC instant. */
-export function utcDay(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 10)
 }
 
 interface Batch {
@@ -94,6 +93,8 @@ export class UsageMeter {
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
   private readonly now: () => number
+  /** Whether the last write to Postgres went through. */
+  private lastSendOk = true
   /** This meter's name among the replicas' flush marks. */
   readonly replicaId = randomUUID()
 
@@ -293,6 +294,7 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
+      this.lastSendOk = false
       await addUsage(this.options.sql, batch.id, {
         counts: batch.rows,
         keyCounts: batch.keyRows,
@@ -300,6 +302,7 @@ export class UsageMeter {
         keyUnitCounts: batch.keyUnitRows,
         mark: batch.mark,
       })
+      this.lastSendOk = true
       return true
     } catch (err) {
       this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
@@ -310,23 +313,19 @@ export class UsageMeter {
 
   /**
    * Stops the timer and writes what is left; once it is in, periods stop waiting for this replica.
-   * If it is not, the mark stays, and ages out of the live ones (store/usage-periods.ts).
+   * A store that failed the last write is not asked again (a stop must not wait on it): the mark
+   * stays, and ages out of the live ones (store/usage-periods.ts).
    */
   async close(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
-    await this.flush()
-    if (this.inDoubt !== null) return
+    if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0) await this.flush()
+    if (this.inDoubt !== null || !this.lastSendOk) return
     await forgetReplica(this.options.sql, this.replicaId).catch((err: unknown) => {
-      this.options.log.warn({ err }, "usage flush mark not removed; periods wait for it until it ages out")
+      this.options.log.warn({ err }, 'usage flush mark not removed; periods wait for it until it ages out')
     })
   }
 }
-
-type PendingCounts = Map<number, Map<string, number[]>>
-type PendingKeyCounts = Map<number, Map<string, Map<string, number[]>>>
-type PendingMeterUnits = Map<number, Map<string, Map<string, number[]>>>
-type PendingKeyMeterUnits = Map<number, Map<string, Map<string, Map<string, number>>>>
 
 /** The map under `key` in `parent`, made empty when missing. */
 function child<K, V extends Map<unknown, unknown>>(parent: Map<K, V>, key: K): V {
@@ -336,111 +335,4 @@ function child<K, V extends Map<unknown, unknown>>(parent: Map<K, V>, key: K): V
     parent.set(key, found)
   }
   return found
-}
-
-/** `YYYY-MM-DD` of a period start. */
-const dayOf = (periodStartMs: number) => utcDay(periodStartMs - (periodStartMs % DAY_MS))
-
-/** Rows in one fixed order (their table's key) so that replicas' upserts cannot deadlock. */
-function sorted<T>(rows: T[], key: (row: T) => string): T[] {
-  return rows.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
-}
-
-/**
- * The pending counts by key as rows of usage_daily_keys: periods of a day add up (one row per
- * key, in one statement, may be updated once only).
- */
-function toKeyRows(counts: PendingKeyCounts): KeyUsageCount[] {
-  const rows = new Map<string, KeyUsageCount>()
-  for (const [period, tenants] of counts) {
-    const day = dayOf(period)
-    for (const [tenantId, keys] of tenants) {
-      for (const [keyId, c] of keys) {
-        for (let index = 0; index < KEY_REQUEST_UNITS; index++) {
-          if (c[index]! === 0) continue
-          const statusClass = index + 2
-          const name = `${tenantId} ${day} ${keyId} ${statusClass}`
-          const row = rows.get(name)
-          if (row === undefined) rows.set(name, { tenantId, keyId, day, statusClass, requests: c[index]! })
-          else row.requests += c[index]!
-        }
-      }
-    }
-  }
-  return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.keyId} ${r.statusClass}`)
-}
-
-/** The pending counts as rows of usage_daily, periods of a day added up. */
-function toRows(counts: PendingCounts): UsageCount[] {
-  const rows = new Map<string, Required<UsageCount>>()
-  for (const [period, tenants] of counts) {
-    const day = dayOf(period)
-    for (const [tenantId, c] of tenants) {
-      for (let index = 0; index < FORWARDED; index++) {
-        const statusClass = index + 2
-        // Limit refusals are 429s: they ride on the 4xx row.
-        const limitedRate = statusClass === 4 ? c[LIMITED_RATE]! : 0
-        const limitedQuota = statusClass === 4 ? c[LIMITED_QUOTA]! : 0
-        const requests = c[index]!
-        const forwarded = c[FORWARDED + index]!
-        if (requests + limitedRate + limitedQuota === 0) continue
-        const name = `${tenantId} ${day} ${statusClass}`
-        const row = rows.get(name)
-        if (row === undefined)
-          rows.set(name, { tenantId, day, statusClass, requests, forwarded, limitedRate, limitedQuota })
-        else {
-          row.requests += requests
-          row.forwarded += forwarded
-          row.limitedRate += limitedRate
-          row.limitedQuota += limitedQuota
-        }
-      }
-    }
-  }
-  return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.statusClass}`)
-}
-
-/** Units by tenant, period and meter: the `requests` meter from the counts, the reported ones beside. */
-function toUnitRows(counts: PendingCounts, reported: PendingMeterUnits): PeriodUnitCount[] {
-  const rows: PeriodUnitCount[] = []
-  for (const [period, tenants] of counts) {
-    const periodStart = new Date(period).toISOString()
-    for (const [tenantId, c] of tenants) {
-      const requests = c[FORWARDED]! + c[FORWARDED + 1]! + c[FORWARDED + 2]! + c[FORWARDED + 3]!
-      if (requests > 0) rows.push({ tenantId, periodStart, meter: REQUESTS_METER, units: c[REQUEST_UNITS]!, requests })
-    }
-  }
-  for (const [period, tenants] of reported) {
-    const periodStart = new Date(period).toISOString()
-    for (const [tenantId, meters] of tenants) {
-      for (const [meter, [units, requests]] of meters)
-        rows.push({ tenantId, periodStart, meter, units: units!, requests: requests! })
-    }
-  }
-  return sorted(rows, (r) => `${r.tenantId} ${r.periodStart} ${r.meter}`)
-}
-
-/** Units by key, day and meter, periods of a day added up. */
-function toKeyUnitRows(counts: PendingKeyCounts, reported: PendingKeyMeterUnits): KeyUnitCount[] {
-  const rows = new Map<string, KeyUnitCount>()
-  const add = (tenantId: string, day: string, keyId: string, meter: string, units: number) => {
-    const name = `${tenantId} ${day} ${keyId} ${meter}`
-    const row = rows.get(name)
-    if (row === undefined) rows.set(name, { tenantId, day, keyId, meter, units })
-    else row.units += units
-  }
-  for (const [period, tenants] of counts) {
-    const day = dayOf(period)
-    for (const [tenantId, keys] of tenants) {
-      for (const [keyId, c] of keys)
-        if (c[KEY_REQUEST_UNITS]! > 0) add(tenantId, day, keyId, REQUESTS_METER, c[KEY_REQUEST_UNITS]!)
-    }
-  }
-  for (const [period, tenants] of reported) {
-    const day = dayOf(period)
-    for (const [tenantId, keys] of tenants) {
-      for (const [keyId, meters] of keys) for (const [meter, units] of meters) add(tenantId, day, keyId, meter, units)
-    }
-  }
-  return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.keyId} ${r.meter}`)
 }

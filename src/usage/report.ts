@@ -2,7 +2,14 @@
 import { DATE_RULE, parseDate, parseDateTime, utcDate } from '../dates.js'
 import { validationFailed, type FieldError } from '../errors.js'
 import type { Sql, Tx } from '../store/db.js'
-import { type KeyUnitRow, type KeyUsageRow, type UnitRow, unitRows, type UsageRow, usageRows } from '../store/usage-reads.js'
+import {
+  type KeyUnitRow,
+  type KeyUsageRow,
+  type UnitRow,
+  unitRows,
+  type UsageRow,
+  usageRows,
+} from '../store/usage-reads.js'
 import type { KeyUsageEntry, Units, UsageEntry } from '../schemas/usage.js'
 import { utcDay } from './meter.js'
 

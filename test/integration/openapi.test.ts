@@ -127,6 +127,12 @@ t.test('OpenAPI document and docs page', async (t) => {
       t.ok(successes.length > 0, `${key}: a success response`)
       for (const status of successes) {
         if (status === '204') t.notOk(op.responses[status].content, `${key}: 204 has no body`)
+        else if (op.operationId === 'exportUsage')
+          t.same(
+            Object.keys(op.responses[status].content ?? {}).sort(),
+            ['application/x-ndjson', 'text/csv'],
+            `${key}: ndjson or csv`,
+          )
         else t.ok(op.responses[status].content?.['application/json']?.schema, `${key}: ${status} is application/json`)
       }
     }

@@ -110,7 +110,11 @@ t.test('addUsage applies a batch id once', async (t) => {
   t.equal(await addUsage(database.sql, id, { counts: rows }), true, 'applied')
   t.equal(await addUsage(database.sql, id, { counts: rows }), false, 'the same id again is not')
   t.same(await countsOf(account.id), { requests: 8, forwarded: 4, rate: 2, quota: 1 }, 'every count once')
-  t.equal(await addUsage(database.sql, '7b1d2c9e-1f0a-4c55-9d43-0a1b2c3d4e5f', { counts: rows }), true, 'another id adds')
+  t.equal(
+    await addUsage(database.sql, '7b1d2c9e-1f0a-4c55-9d43-0a1b2c3d4e5f', { counts: rows }),
+    true,
+    'another id adds',
+  )
   t.same(await countsOf(account.id), { requests: 16, forwarded: 8, rate: 4, quota: 2 }, 'onto the same rows')
 })
 

@@ -37,7 +37,9 @@ const gw = await startGateway(t, {
   usagePeriods: { clock: () => clock, closeIntervalMs: HOUR },
   env,
   gatewayConfig: {
-    routes: [{ prefix: '/llm', upstream: upstream.url, cost: 2, meters: [{ name: 'tokens', header: 'X-Tokens-Used' }] }],
+    routes: [
+      { prefix: '/llm', upstream: upstream.url, cost: 2, meters: [{ name: 'tokens', header: 'X-Tokens-Used' }] },
+    ],
   },
 })
 const sql = gw.database.sql
@@ -50,7 +52,10 @@ const C = await createSubAccount(sql, Q.id, { name: 'C', externalId: 'c', metada
 const aKey = await mintKey(sql, { tenantId: A.id, name: 'a', scopes: [], withClientSecret: false })
 
 const llm = async (key: string, tokens: number, acting?: string) => {
-  const res = await callAs(gw.url, key, { path: `/llm/x?tokens=${tokens}`, ...(acting === undefined ? {} : { acting }) })
+  const res = await callAs(gw.url, key, {
+    path: `/llm/x?tokens=${tokens}`,
+    ...(acting === undefined ? {} : { acting }),
+  })
   if (res.status !== 200) throw new Error(`${res.status} ${res.body}`)
 }
 const exportOf = (key: string, query: string) => callAs(gw.url, key, { path: `/v1/sub-accounts/usage/export?${query}` })
@@ -122,7 +127,12 @@ t.test('ndjson: a CloudEvent per tenant and meter of the parent, that the SDK re
     ...bySub[second!]!,
   ])
   const raw = JSON.parse(lines(res.body)[0]!)
-  t.match(raw, { specversion: '1.0', type: 'com.tenancy-gateway.usage', source: 'https://gateway.example', time: start })
+  t.match(raw, {
+    specversion: '1.0',
+    type: 'com.tenancy-gateway.usage',
+    source: 'https://gateway.example',
+    time: start,
+  })
 
   const again = await exportOf(P.apiKey, `from=${iso(T0 - MINUTE)}&to=${iso(T0 + 5 * MINUTE)}`)
   t.equal(again.body, res.body, 'the same records, ids and all, when exported again')
@@ -151,14 +161,16 @@ t.test('csv: a header row, the data fields, quoted where they must be', async (t
 t.test('units flushed for a closed period count in the first open one, marked late', async (t) => {
   // A replica cut off from Postgres since 20 s into the first period flushes now.
   const late = new UsageMeter({ sql, log: gw.app.log, periodSeconds: 60, now: () => T0 + 20_000 })
-  late.record(A.id, 200, true, aKey.id, 2, new Map([['tokens', 50]]))
+  late.record(A.id, 200, true, aKey.row.id, 2, new Map([['tokens', 50]]))
   await late.close()
   await llm(aKey.apiKey, 3)
   t.same(await flushAndClose(T0 + 2 * MINUTE + 5_000), new Date(T0 + 2 * MINUTE))
   const res = await exportOf(P.apiKey, `from=${iso(T0)}&to=${iso(T0 + 2 * MINUTE)}`)
   const records = lines(res.body).map((line) => JSON.parse(line).data)
   t.same(
-    records.filter((r) => r.sub_account_id === A.id && r.meter === 'tokens').map((r) => [r.period_start, r.units, r.late]),
+    records
+      .filter((r) => r.sub_account_id === A.id && r.meter === 'tokens')
+      .map((r) => [r.period_start, r.units, r.late]),
     [
       [iso(T0), 23, false],
       [iso(T0 + MINUTE), 53, true],
@@ -199,7 +211,10 @@ t.test('a close waits for a flush under way', async (t) => {
     })
   const flushing = gw.app.usageMeter.flush().then(() => order.push('flush'))
   t.ok(await waitingOn('insert into usage_batches'), 'the flush waits on the row')
-  const closing = gw.app.usagePeriods.close().then((until) => (order.push('close'), until))
+  const closing = gw.app.usagePeriods.close().then((closedUntil) => {
+    order.push('close')
+    return closedUntil
+  })
   t.ok(await waitingOn('update usage_close'), 'the close waits for the flush')
   await reserved`commit`
   t.same(await closing, new Date(T0 + 4 * MINUTE), 'then closes')
@@ -213,7 +228,9 @@ t.test('bad ranges: a 400 that names the field and says what to send', async (t)
     [`from=${iso(T0)}&to=yesterday`, /\/querystring\/to must be an RFC 3339 date-time/],
     [
       `from=${iso(T0 + 30_000)}&to=${iso(T0 + MINUTE)}`,
-      new RegExp(`/querystring/from must be at the start of a usage period \\(every 60 s from midnight UTC\\), such as ${iso(T0)}`),
+      new RegExp(
+        `/querystring/from must be at the start of a usage period \\(every 60 s from midnight UTC\\), such as ${iso(T0)}`,
+      ),
     ],
     [`from=${iso(T0)}&to=${iso(T0)}`, /\/querystring\/from must be before to/],
   ]
@@ -238,12 +255,35 @@ t.test('the CLI exports every account, or one', async (t) => {
   t.same([...accounts].sort(), [P.id, Q.id].sort(), 'both parents')
   t.match(all.stderr, `closed until ${iso(T0 + 4 * MINUTE)}`)
   const route = await exportOf(Q.apiKey, `from=${iso(T0)}&to=${iso(T0 + MINUTE)}&format=csv`)
-  const one = await operator.run(['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--account', Q.id, '--format', 'csv'])
+  const one = await operator.run([
+    'usage',
+    'export',
+    '--from',
+    iso(T0),
+    '--to',
+    iso(T0 + MINUTE),
+    '--account',
+    Q.id,
+    '--format',
+    'csv',
+  ])
   t.equal(one.stdout, route.body, "one account's, as its parent pulls it")
-  await operator.fails(t, ['usage', 'export', '--from', iso(T0 + 1_000), '--to', iso(T0 + MINUTE)], /^error: --from must be at the start of a usage period/)
+  await operator.fails(
+    t,
+    ['usage', 'export', '--from', iso(T0 + 1_000), '--to', iso(T0 + MINUTE)],
+    /^error: --from must be at the start of a usage period/,
+  )
   await operator.fails(t, ['usage', 'export', '--to', iso(T0 + MINUTE)], /^error: --from is required/)
-  await operator.fails(t, ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--format', 'xml'], /--format must be ndjson or csv/)
-  await operator.fails(t, ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--account', A.id], /no parent account/)
+  await operator.fails(
+    t,
+    ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--format', 'xml'],
+    /--format must be ndjson or csv/,
+  )
+  await operator.fails(
+    t,
+    ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--account', A.id],
+    /no parent account/,
+  )
 })
 
 t.test('a replica that stops takes its mark with it', async (t) => {

@@ -1,7 +1,7 @@
 // The usage export's records (src/usage/export.ts): CloudEvent ids that stay the same, CSV fields
 // quoted only where RFC 4180 needs it and never altered, ranges refused with the rule.
 import t from 'tap'
-import { ApiError } from '../../src/errors.js'
+import type { ApiError } from '../../src/errors.js'
 import type { ExportRow } from '../../src/store/usage-periods.js'
 import { csvLine, exportRange, exportText, usageEvent } from '../../src/usage/export.js'
 
@@ -41,7 +41,11 @@ t.test("an event: the parent's own use names the account; ids without fractions 
 t.test('CSV: quoted where a comma, quote or line break needs it, exact otherwise', async (t) => {
   t.equal(csvLine(['a', 1, true, null]), 'a,1,true,\r\n')
   t.equal(csvLine(['a,b', 'say "hi"', 'two\nlines', 'cr\r']), '"a,b","say ""hi""","two\nlines","cr\r"\r\n')
-  t.equal(csvLine(['=1+1', '-2', '@x']), '=1+1,-2,@x\r\n', 'values a spreadsheet reads as formulas are kept as they are')
+  t.equal(
+    csvLine(['=1+1', '-2', '@x']),
+    '=1+1,-2,@x\r\n',
+    'values a spreadsheet reads as formulas are kept as they are',
+  )
 })
 
 t.test('the text: a CSV header even when empty; pages joined', async (t) => {
@@ -50,7 +54,10 @@ t.test('the text: a CSV header even when empty; pages joined', async (t) => {
     for await (const chunk of exportText(pages, { format, periodSeconds: 3600, source: 's' })) text += chunk
     return text
   }
-  t.equal(await read('csv', []), 'account_id,sub_account_id,external_id,meter,units,requests,period_start,period_end,late\r\n')
+  t.equal(
+    await read('csv', []),
+    'account_id,sub_account_id,external_id,meter,units,requests,period_start,period_end,late\r\n',
+  )
   t.equal(await read('ndjson', []), '')
   t.equal((await read('ndjson', [[row], [], [row, row]])).split('\n').length, 4)
 })
@@ -72,7 +79,11 @@ t.test('ranges: required, RFC 3339, at period starts, from before to', async (t)
   t.match(fields({ from: '2026-11-26T07:30:00Z', to: '2026-11-26T09:00:00Z' }), [
     /^\/querystring\/from must be at the start of a usage period \(every 3600 s from midnight UTC\), such as 2026-11-26T07:00:00Z/,
   ])
-  t.match(fields({ from: '2026-11-26', to: '2026-11-27T00:00:00Z' }), [/^\/querystring\/from must be an RFC 3339 date-time/])
-  t.match(fields({ from: '2026-11-26T08:00:00Z', to: '2026-11-26T07:00:00Z' }), [/^\/querystring\/from must be before to/])
+  t.match(fields({ from: '2026-11-26', to: '2026-11-27T00:00:00Z' }), [
+    /^\/querystring\/from must be an RFC 3339 date-time/,
+  ])
+  t.match(fields({ from: '2026-11-26T08:00:00Z', to: '2026-11-26T07:00:00Z' }), [
+    /^\/querystring\/from must be before to/,
+  ])
   t.match(fields({ from: '1969-12-31T23:00:00Z', to: '1970-01-01T00:00:00Z' }), null, 'before 1970 too')
 })
