@@ -49,8 +49,13 @@ export interface AppTuning {
   limitTimings?: Partial<LeaseTimings>
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
-  /** The usage meter's clock (which dates counts and flush marks) and how often periods close. */
-  usagePeriods?: { clock?: () => number; closeIntervalMs?: number }
+  /** The usage meter's clock (which dates counts and flush marks), how often periods close and are pushed, the push's lease. */
+  usagePeriods?: {
+    clock?: () => number
+    closeIntervalMs?: number
+    exportIntervalMs?: number
+    exportLeaseSeconds?: number
+  }
   /** The request log's buffer, batches, write interval, retention sweep and clock. */
   requestLog?: Omit<RequestLogPluginOptions, 'sql' | 'retentionDays' | 'openCopyConnection'>
   /** The events' retention sweep: its batch size, interval and clock. */

@@ -166,6 +166,16 @@ export const usageMeterOptions = (deps: AppDeps) => ({
   closeGraceSeconds: deps.config.usageCloseGraceSeconds,
   closeIntervalMs: deps.tuning?.usagePeriods?.closeIntervalMs,
   clock: deps.tuning?.usagePeriods?.clock,
+  push:
+    deps.config.usageExport === null
+      ? null
+      : {
+          ...deps.config.usageExport,
+          source: deps.config.issuerUrl,
+          retrySchedule: deps.config.webhooksRetrySchedule,
+          intervalMs: deps.tuning?.usagePeriods?.exportIntervalMs,
+          leaseSeconds: deps.tuning?.usagePeriods?.exportLeaseSeconds,
+        },
 })
 
 export const alertsOptions = (deps: AppDeps) => ({ sql: deps.store.sql, ...deps.tuning?.alerts })

@@ -19,6 +19,7 @@ import {
   read,
 } from './config-readers.js'
 import { parseRedisKeyPrefix, parseRedisTarget } from './config-redis.js'
+import { parseUsageExport, type UsageExportTarget } from './config-usage-export.js'
 import { cidrProblem } from './guardrails/ip-allowlist.js'
 import type { Rate } from './limits/bucket.js'
 import { parseRate } from './shared/tenant-limits.js'
@@ -98,6 +99,8 @@ export interface Config {
   readonly webhooksRetrySchedule: RetrySchedule
   /** The web console at /console (CONSOLE, on or off, default on). */
   readonly console: boolean
+  /** Where the closed usage periods are pushed, and their signing secret (USAGE_EXPORT_URL and _SECRET); null: not pushed. */
+  readonly usageExport: UsageExportTarget | null
 }
 
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
@@ -220,6 +223,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     requestLogDatabaseUrl: parseUrl(env, 'REQUEST_LOG_DATABASE_URL', ['postgres:', 'postgresql:']),
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
     console: parseOnOff(env, 'CONSOLE', true),
+    usageExport: parseUsageExport(env),
   })
 }
 

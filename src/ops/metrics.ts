@@ -36,6 +36,8 @@ export interface Metrics {
   readonly usageFlushFailures: Counter
   /** Set by the usage meter (usage/meter-plugin.ts): how old the oldest count not yet in Postgres is, in ms (0: none pending). */
   usageLagMs: () => number
+  /** Set by the usage export's push (usage/exporter.ts): how far behind it is, in seconds. */
+  readonly usageExportLag: Gauge
   /** The most connections the Postgres pool opens (set by ops/metrics-plugin.ts; absent for the embedded one). */
   readonly postgresPoolMax: Gauge
   /**
@@ -100,6 +102,11 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
       registers,
     }),
     usageLagMs: () => 0,
+    usageExportLag: new Gauge({
+      name: 'tgw_usage_export_lag_seconds',
+      help: 'Seconds from the end of the oldest closed usage period with a record the receiver has not acknowledged to now (0: none, or no push)',
+      registers,
+    }),
     postgresPoolMax: new Gauge({
       name: 'tgw_postgres_pool_max',
       help: 'The most Postgres connections this process opens',

@@ -4,12 +4,15 @@
 import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
 import { DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
+import { UsageExporter, type UsageExporterOptions } from './exporter.js'
 import { DEFAULT_CLOSE_GRACE_SECONDS, PeriodCloser } from './period-close.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
     usageMeter: UsageMeter
     usagePeriods: PeriodCloser
+    /** The push of closed periods; null without USAGE_EXPORT_URL. */
+    usageExporter: UsageExporter | null
   }
 }
 
@@ -25,12 +28,14 @@ export interface UsageMeterPluginOptions {
   closeIntervalMs?: number | undefined
   /** The meter's clock, which dates counts and flush marks (tests move it). */
   clock?: (() => number) | undefined
+  /** The push of closed periods (USAGE_EXPORT_URL); null: none. */
+  push: Omit<UsageExporterOptions, 'sql' | 'log' | 'periodSeconds' | 'onLag'> | null
 }
 
 export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
   async (
     app,
-    { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock },
+    { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock, push },
   ) => {
     const metrics = app.metrics
     const meter = new UsageMeter({
@@ -48,14 +53,21 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
       graceSeconds: closeGraceSeconds ?? DEFAULT_CLOSE_GRACE_SECONDS,
       intervalMs: closeIntervalMs,
     })
+    const exporter =
+      push === null
+        ? null
+        : new UsageExporter({ ...push, sql, log: app.log, periodSeconds, onLag: (s) => metrics.usageExportLag.set(s) })
     meter.start()
     closer.start()
+    exporter?.start()
     metrics.usageLagMs = () => meter.lagMs()
     app.decorate('usageMeter', meter)
     app.decorate('usagePeriods', closer)
+    app.decorate('usageExporter', exporter)
 
     // In-flight requests are done by now (fastify closed the server first): write the last counts.
     app.addHook('onClose', async () => {
+      await exporter?.stop()
       await closer.stop()
       await meter.close()
     })

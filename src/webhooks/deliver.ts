@@ -132,10 +132,34 @@ function statusError(status: number): string | null {
 }
 
 /** POSTs `event` to `url`, signed with `secret` (`whsec_…`). Never throws. */
-export async function deliverWebhook(
+export function deliverWebhook(
   url: string,
   secret: string,
   event: WebhookEvent,
+  options: DeliveryOptions = {},
+): Promise<DeliveryResult> {
+  const body = JSON.stringify({ type: event.type, timestamp: event.created_at, data: event })
+  return postSigned(
+    url,
+    secret,
+    { id: event.id, body, contentType: 'application/json', userAgent: 'tenancy-gateway-webhooks' },
+    options,
+  )
+}
+
+/** A signed message: its `webhook-id`, body and media type, and who sends it. */
+export interface SignedMessage {
+  readonly id: string
+  readonly body: string
+  readonly contentType: string
+  readonly userAgent: string
+}
+
+/** POSTs a message to `url`, signed with `secret` as Standard Webhooks say (the usage export's too). Never throws. */
+export async function postSigned(
+  url: string,
+  secret: string,
+  message: SignedMessage,
   options: DeliveryOptions = {},
 ): Promise<DeliveryResult> {
   const started = performance.now()
@@ -149,10 +173,10 @@ export async function deliverWebhook(
   }
   // The address rules run when the connection is made (checkedConnector), on every attempt.
   const timestamp = Math.floor((options.now?.() ?? new Date()).getTime() / 1000)
-  const body = JSON.stringify({ type: event.type, timestamp: event.created_at, data: event })
+  const { id, body } = message
   let signature: string
   try {
-    signature = signWebhook(secret, event.id, timestamp, body)
+    signature = signWebhook(secret, id, timestamp, body)
   } catch (err) {
     return { status: null, error: (err as Error).message, durationMs: durationMs() }
   }
@@ -165,9 +189,9 @@ export async function deliverWebhook(
       dispatcher,
       signal,
       headers: {
-        'content-type': 'application/json',
-        'user-agent': 'tenancy-gateway-webhooks',
-        'webhook-id': event.id,
+        'content-type': message.contentType,
+        'user-agent': message.userAgent,
+        'webhook-id': id,
         'webhook-timestamp': String(timestamp),
         'webhook-signature': signature,
       },

@@ -187,6 +187,42 @@ t.test('USAGE_CLOSE_GRACE_SECONDS: 120 by default, 1 to 3600', async (t) => {
     t.throws(() => loadConfig({ USAGE_CLOSE_GRACE_SECONDS: bad }, ROOT), { message: /USAGE_CLOSE_GRACE_SECONDS/ }, bad)
 })
 
+t.test('USAGE_EXPORT_URL and USAGE_EXPORT_SECRET: both or neither; https, or http to loopback', async (t) => {
+  const secret = `whsec_${Buffer.alloc(32, 1).toString('base64')}`
+  t.equal(loadConfig({}, ROOT).usageExport, null)
+  t.same(
+    loadConfig({ USAGE_EXPORT_URL: 'https://meter.example/ingest?x=1', USAGE_EXPORT_SECRET: secret }, ROOT).usageExport,
+    {
+      url: 'https://meter.example/ingest?x=1',
+      secret,
+    },
+  )
+  for (const url of ['http://127.0.0.1:9/x', 'http://[::1]:9/x', 'http://localhost:9/x'])
+    t.equal(loadConfig({ USAGE_EXPORT_URL: url, USAGE_EXPORT_SECRET: secret }, ROOT).usageExport?.url, url)
+  const refused: [Record<string, string>, RegExp][] = [
+    [{ USAGE_EXPORT_URL: 'https://m.example' }, /USAGE_EXPORT_SECRET is required with USAGE_EXPORT_URL/],
+    [{ USAGE_EXPORT_SECRET: secret }, /USAGE_EXPORT_URL is required with USAGE_EXPORT_SECRET/],
+    [{ USAGE_EXPORT_URL: 'http://m.example/x', USAGE_EXPORT_SECRET: secret }, /USAGE_EXPORT_URL must use https/],
+    [{ USAGE_EXPORT_URL: 'http://10.0.0.1/x', USAGE_EXPORT_SECRET: secret }, /USAGE_EXPORT_URL must use https/],
+    [{ USAGE_EXPORT_URL: 'ftp://m.example/x', USAGE_EXPORT_SECRET: secret }, /USAGE_EXPORT_URL must use https/],
+    [{ USAGE_EXPORT_URL: 'not a url', USAGE_EXPORT_SECRET: secret }, /USAGE_EXPORT_URL is not a valid URL/],
+    [{ USAGE_EXPORT_URL: 'https://u:p@m.example/x', USAGE_EXPORT_SECRET: secret }, /must not carry a user or password/],
+    [{ USAGE_EXPORT_URL: 'https://m.example', USAGE_EXPORT_SECRET: 'secret' }, /USAGE_EXPORT_SECRET must be whsec_/],
+    [
+      { USAGE_EXPORT_URL: 'https://m.example', USAGE_EXPORT_SECRET: `whsec_${Buffer.alloc(16).toString('base64')}` },
+      /24 to 64 random bytes/,
+    ],
+    [
+      { USAGE_EXPORT_URL: 'https://m.example', USAGE_EXPORT_SECRET: `whsec_${Buffer.alloc(65).toString('base64')}` },
+      /24 to 64 random bytes/,
+    ],
+  ]
+  for (const [env, message] of refused) t.throws(() => loadConfig(env, ROOT), { message }, JSON.stringify(env))
+  t.throws(() => loadConfig({ USAGE_EXPORT_URL: 'https://u:hunter2@m.example', USAGE_EXPORT_SECRET: secret }, ROOT), {
+    message: /^(?!.*hunter2)/,
+  })
+})
+
 t.test('WEBHOOK_ENDPOINTS_MAX: 20 by default, 1 to 1000', async (t) => {
   t.equal(loadConfig({}, ROOT).webhookEndpointsMax, 20)
   t.equal(loadConfig({ WEBHOOK_ENDPOINTS_MAX: '5' }, ROOT).webhookEndpointsMax, 5)
