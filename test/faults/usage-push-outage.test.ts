@@ -1,0 +1,158 @@
+// The usage export's push through faults (docs/billing.md, Pushing the export): Postgres cut off
+// (through a TCP relay the test owns) while a batch is at the receiver, so its acknowledgement
+// cannot be written; then the receiver down for a while. The receiver, which dedupes by event id,
+// ends with exactly the closed periods' units Postgres holds, the batch cut off is sent again under
+// the same webhook-id, and nothing crashes. The usage clock is the test's.
+import type { ServerResponse } from 'node:http'
+import { HTTP } from 'cloudevents'
+import t from 'tap'
+import { mintKey } from '../../src/auth/mint.js'
+import { createSubAccount } from '../../src/store/tenants.js'
+import { freshDatabase } from '../helpers/db.js'
+import { metricValue, startGateway } from '../helpers/gateway.js'
+import { callAs } from '../helpers/http.js'
+import { until } from '../helpers/poll.js'
+import { startUpstream } from '../helpers/upstream.js'
+import { type Delivery, startReceiver } from '../helpers/webhook-receiver.js'
+import { watchCrashes } from './crashes.js'
+import { postgresAddress, startRelay, viaPort } from './relay.js'
+
+const HOUR = 3_600_000
+const MINUTE = 60_000
+const SECRET = `whsec_${Buffer.alloc(32, 9).toString('base64')}`
+
+const crashes = watchCrashes(t)
+const db = await freshDatabase(t)
+const relay = await startRelay(t, postgresAddress())
+const upstream = await startUpstream(t, (request, response: ServerResponse) => {
+  const tokens = new URLSearchParams(request.url!.split('?')[1] ?? '').get('tokens') ?? '0'
+  response.writeHead(200, { 'x-tokens-used': tokens }).end('done')
+})
+const receiver = await startReceiver(t, '/usage')
+receiver.secret(SECRET)
+const received = new Map<string, { key: string; units: number }>()
+const keep = (delivery: Delivery) => {
+  const events = HTTP.toEvent({
+    headers: { 'content-type': String(delivery.headers['content-type']) },
+    body: delivery.body,
+  })
+  for (const event of [events].flat()) {
+    const data = event.data as { meter: string; units: number; period_start: string }
+    received.set(event.id, { key: `${event.subject} ${data.meter} ${data.period_start}`, units: data.units })
+  }
+}
+
+const T0 = Math.floor(Date.now() / MINUTE) * MINUTE - 30 * MINUTE
+let clock = T0 + 1_000
+const gw = await startGateway(t, {
+  database: db,
+  pool: { url: viaPort(db.url, relay.port) },
+  relays: [relay],
+  redis: false,
+  usageFlushIntervalMs: HOUR,
+  usagePeriods: { clock: () => clock, closeIntervalMs: HOUR, exportIntervalMs: 50 },
+  env: {
+    USAGE_PERIOD_SECONDS: '60',
+    USAGE_CLOSE_GRACE_SECONDS: '1',
+    USAGE_EXPORT_URL: receiver.url,
+    USAGE_EXPORT_SECRET: SECRET,
+    WEBHOOKS_RETRY_SCHEDULE: '100ms,300ms',
+  },
+  gatewayConfig: {
+    routes: [
+      { prefix: '/llm', upstream: upstream.url, cost: 3, meters: [{ name: 'tokens', header: 'X-Tokens-Used' }] },
+    ],
+  },
+})
+const sql = db.sql
+const P = await gw.createParent({ name: 'P' })
+const subs = await Promise.all(
+  ['a', 'b', 'c'].map((name) => createSubAccount(sql, P.id, { name, externalId: name, metadata: {} })),
+)
+const keys = await Promise.all(
+  subs.map((sub) => mintKey(sql, { tenantId: sub.id, name: 'k', scopes: [], withClientSecret: false })),
+)
+
+const traffic = async (n: number) => {
+  for (let i = 0; i < n; i++) {
+    const res = await callAs(gw.url, keys[i % keys.length]!.apiKey, { path: `/llm/x?tokens=${i}` })
+    if (res.status !== 200) throw new Error(`${res.status} ${res.body}`)
+  }
+}
+const closeAt = async (at: number) => {
+  clock = at
+  await gw.app.usageMeter.flush()
+  return gw.app.usagePeriods.close()
+}
+const caughtUp = async () => {
+  const rows = await sql<{ key: string; units: string }[]>`
+    select u.tenant_id || ' ' || u.meter || ' ' || to_char(u.period_start at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as key,
+           u.units::text as units
+    from usage_period_units u where u.period_start < (select closed_until from usage_close)`
+  const want = new Map(rows.map((r) => [r.key, Number(r.units)]))
+  const totals = () => {
+    const got = new Map<string, number>()
+    for (const { key, units } of received.values()) got.set(key, (got.get(key) ?? 0) + units)
+    return got
+  }
+  const ok = await until(90_000, async () => {
+    const got = totals()
+    return got.size === want.size && [...want].every(([k, v]) => got.get(k) === v)
+  })
+  return { ok, detail: JSON.stringify({ want: Object.fromEntries(want), got: Object.fromEntries(totals()) }) }
+}
+
+t.test('Postgres cut off while a batch is at the receiver: the batch goes again, counted once', async (t) => {
+  let cutDone: Promise<void> | null = null
+  receiver.answer((delivery, response) => {
+    if (delivery.verified !== null) keep(delivery)
+    if (cutDone === null) {
+      // The first batch is taken; Postgres goes before the gateway can write that it was.
+      cutDone = relay.cut('rst').then(() => void response.writeHead(200).end('ok'))
+      return
+    }
+    response.writeHead(200).end('ok')
+  })
+  await traffic(30)
+  await closeAt(T0 + MINUTE + 1_000)
+  t.ok(await until(30_000, async () => cutDone !== null), 'a batch reached the receiver')
+  await cutDone
+  const failures = await metricValue(gw.app, 'tgw_usage_flush_failures_total')
+  await traffic(9) // counted in memory while Postgres is away
+  clock = T0 + 90_000
+  await gw.app.usageMeter.flush()
+  t.ok(
+    await until(30_000, async () => (await metricValue(gw.app, 'tgw_usage_flush_failures_total')) > failures),
+    'the flush failed while Postgres was cut off',
+  )
+  await relay.restore()
+  await closeAt(T0 + 2 * MINUTE + 1_000)
+  const { ok, detail } = await caughtUp()
+  t.ok(ok, `the receiver has exactly what Postgres counted: ${detail}`)
+  const firstId = receiver.deliveries[0]!.id
+  t.ok(
+    receiver.deliveries.filter((d) => d.id === firstId).length >= 2,
+    'the batch whose acknowledgement was lost came again, under its id',
+  )
+})
+
+t.test('the receiver down for a while: retried until it answers, nothing lost', async (t) => {
+  let down = true
+  let refused = 0
+  receiver.answer((delivery, response) => {
+    if (down) {
+      refused++
+      return void response.writeHead(503).end('down')
+    }
+    if (delivery.verified !== null) keep(delivery)
+    response.writeHead(200).end('ok')
+  })
+  await traffic(12)
+  await closeAt(T0 + 3 * MINUTE + 1_000)
+  t.ok(await until(30_000, async () => refused >= 3), 'attempts went on while it was down')
+  t.ok((await metricValue(gw.app, 'tgw_usage_export_lag_seconds')) > 0, 'the lag shows it')
+  down = false
+  const { ok, detail } = await caughtUp()
+  t.ok(ok, `all there once it is back: ${detail}`)
+  t.same(crashes, [], 'nothing crashed')
+})
