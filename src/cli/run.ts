@@ -45,10 +45,11 @@ commands:
   keys roll --account <uuid> --key <key_id> [--expires-in-seconds S]
                                a new key like the old one; the old one keeps working for S
                                seconds (default 86400, at most 2592000; 0 revokes it at once)
-  usage export --from <RFC 3339> --to <RFC 3339> [--account <uuid>] [--format ndjson|csv]
+  usage export [--from <RFC 3339>] [--to <RFC 3339>] [--account <uuid>] [--format ndjson|csv]
                                the closed usage periods' records of every parent account (or
-                               one), from and to at period starts; records on stdout, a CloudEvent
-                               a line (ndjson) or a CSV row; where the closed periods end on stderr
+                               one), from and to at period starts (default: this month so far);
+                               records on stdout, a CloudEvent a line (ndjson) or a CSV row;
+                               where the closed periods end on stderr
   signing-keys rotate [--compromised]
                                publish a new signing key that signs 10 minutes from now;
                                --compromised: a new key signs at once and the old one is withdrawn

@@ -1,4 +1,4 @@
-// `cli -- usage export --from <RFC 3339> --to <RFC 3339> [--account <uuid>] [--format ndjson|csv]`
+// `cli -- usage export [--from <RFC 3339>] [--to <RFC 3339>] [--account <uuid>] [--format ndjson|csv]`
 // (docs/billing.md): the usage export's records of every parent account, or of one, as the export
 // route streams them for a parent. The records go to stdout as they are read, not one JSON object;
 // where the closed periods end goes to stderr.
@@ -37,7 +37,7 @@ export async function exportUsage(sql: Sql, options: Options, config: Config, io
 function rangeOf(options: Options, periodSeconds: number) {
   const text = (flag: string) => (typeof options[flag] === 'string' ? (options[flag] as string) : undefined)
   try {
-    return exportRange({ from: text('from'), to: text('to') }, periodSeconds)
+    return exportRange({ from: text('from'), to: text('to') }, periodSeconds, Date.now())
   } catch (err) {
     if (!(err instanceof ApiError)) throw err
     const fields = (err.options.errors ?? []).map((e) => `--${e.path.split('/').pop()} ${e.message}`)

@@ -32,7 +32,7 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
     config: { scope: 'sub_accounts:read' },
     async handler(request, reply, { sql, usageExport }) {
       const format = request.query.format ?? 'ndjson'
-      const range = exportRange(request.query, usageExport.periodSeconds)
+      const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const closed = await closedUntil(sql)
       // Cut at the close: an open period's units still move, and a billed record must not.
       const to = closed === null || closed < range.to ? closed : range.to

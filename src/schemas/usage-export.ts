@@ -6,10 +6,16 @@ import { Nullable } from './common.js'
 export const UsageExportQuery = Type.Object(
   {
     from: Type.Optional(
-      Type.String({ maxLength: 64, description: 'RFC 3339, at the start of a usage period (inclusive); required' }),
+      Type.String({
+        maxLength: 64,
+        description: 'RFC 3339, at the start of a usage period (inclusive); the start of this UTC month by default',
+      }),
     ),
     to: Type.Optional(
-      Type.String({ maxLength: 64, description: 'RFC 3339, at the start of a usage period (exclusive); required' }),
+      Type.String({
+        maxLength: 64,
+        description: 'RFC 3339, at the start of a usage period (exclusive); the end of the period under way by default',
+      }),
     ),
     format: Type.Optional(
       Type.Union([Type.Literal('ndjson'), Type.Literal('csv')], {

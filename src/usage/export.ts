@@ -72,35 +72,42 @@ function csvField(value: string | number | boolean | null): string {
 export const csvRecord = (data: UsageRecordData) => csvLine(CSV_COLUMNS.map((column) => data[column]))
 
 /**
- * `from` and `to` of an export: RFC 3339 date-times at period boundaries, `from` before `to`.
- * Refused with the field and the rule, never rounded: a billing range is what was asked.
+ * `from` and `to` of an export: RFC 3339 date-times at period boundaries, `from` before `to`; by
+ * default the start of this UTC month and the end of the period under way (the answer is cut where
+ * the closed periods end anyway). Refused with the field and the rule, never rounded: a billing
+ * range is what was asked.
  */
-export function exportRange(query: { from?: string; to?: string }, periodSeconds: number): { from: Date; to: Date } {
+export function exportRange(
+  query: { from?: string | undefined; to?: string | undefined },
+  periodSeconds: number,
+  nowMs: number,
+): { from: Date; to: Date } {
   const errors: FieldError[] = []
   const periodMs = periodSeconds * 1000
-  const parse = (name: 'from' | 'to'): Date | null => {
+  const offset = (ms: number) => ((ms % periodMs) + periodMs) % periodMs
+  const monthStart = new Date(nowMs)
+  monthStart.setUTCDate(1)
+  monthStart.setUTCHours(0, 0, 0, 0)
+  const parse = (name: 'from' | 'to', fallback: Date): Date => {
     const given = query[name]
-    if (given === undefined) {
-      errors.push({ path: `/querystring/${name}`, message: `is required: ${DATE_TIME_RULE}` })
-      return null
-    }
+    if (given === undefined) return fallback
     const instant = parseDateTime(given)
     if (instant === null) errors.push({ path: `/querystring/${name}`, message: DATE_TIME_RULE })
-    else if (((instant.getTime() % periodMs) + periodMs) % periodMs !== 0)
+    else if (offset(instant.getTime()) !== 0)
       errors.push({
         path: `/querystring/${name}`,
         message: `must be at the start of a usage period (every ${periodSeconds} s from midnight UTC), such as ${exportInstant(
-          new Date(instant.getTime() - (((instant.getTime() % periodMs) + periodMs) % periodMs)),
+          new Date(instant.getTime() - offset(instant.getTime())),
         )}`,
       })
-    return instant
+    return instant ?? fallback
   }
-  const from = parse('from')
-  const to = parse('to')
+  const from = parse('from', monthStart)
+  const to = parse('to', new Date(nowMs - offset(nowMs) + periodMs))
   if (errors.length > 0) throw validationFailed(errors)
-  if (from!.getTime() >= to!.getTime())
-    throw validationFailed([{ path: '/querystring/from', message: `must be before to (${query.to})` }])
-  return { from: from!, to: to! }
+  if (from.getTime() >= to.getTime())
+    throw validationFailed([{ path: '/querystring/from', message: `must be before to (${exportInstant(to)})` }])
+  return { from, to }
 }
 
 export type ExportFormat = 'ndjson' | 'csv'

@@ -62,20 +62,26 @@ t.test('the text: a CSV header even when empty; pages joined', async (t) => {
   t.equal((await read('ndjson', [[row], [], [row, row]])).split('\n').length, 4)
 })
 
-t.test('ranges: required, RFC 3339, at period starts, from before to', async (t) => {
+t.test('ranges: RFC 3339, at period starts, from before to; this month so far by default', async (t) => {
+  const now = Date.parse('2026-11-26T07:20:00Z')
   const fields = (query: { from?: string; to?: string }) => {
     try {
-      exportRange(query, 3600)
+      exportRange(query, 3600, now)
       return null
     } catch (err) {
       return (err as ApiError).options.errors!.map((e) => `${e.path} ${e.message}`)
     }
   }
-  t.same(exportRange({ from: '2026-11-26T07:00:00Z', to: '2026-11-26T09:00:00+01:00' }, 3600), {
+  t.same(exportRange({}, 3600, now), {
+    from: new Date('2026-11-01T00:00:00Z'),
+    to: new Date('2026-11-26T08:00:00Z'),
+  })
+  t.same(exportRange({}, 60, now).to, new Date('2026-11-26T07:21:00Z'), 'the end of the period under way')
+  t.same(exportRange({ from: '2026-11-26T07:00:00Z', to: '2026-11-26T09:00:00+01:00' }, 3600, now), {
     from: new Date('2026-11-26T07:00:00Z'),
     to: new Date('2026-11-26T08:00:00Z'),
   })
-  t.match(fields({}), [/^\/querystring\/from is required/, /^\/querystring\/to is required/])
+  t.match(fields({ from: '2026-11-26T09:00:00Z' }), [/^\/querystring\/from must be before to \(2026-11-26T08:00:00Z\)/])
   t.match(fields({ from: '2026-11-26T07:30:00Z', to: '2026-11-26T09:00:00Z' }), [
     /^\/querystring\/from must be at the start of a usage period \(every 3600 s from midnight UTC\), such as 2026-11-26T07:00:00Z/,
   ])
