@@ -7,7 +7,7 @@ import { ApiError } from '../errors.js'
 import type { Sql } from '../store/db.js'
 import { migrate } from '../store/migrate.js'
 import { closedUntil, exportRows } from '../store/usage-periods.js'
-import { type ExportFormat, exportInstant, exportRange, exportText } from '../usage/export.js'
+import { type ExportFormat, exportEnd, exportInstant, exportRange, exportText } from '../usage/export.js'
 import { type CliIo, type Options, parentAccount, UsageError, uuid, WROTE_OUTPUT } from './options.js'
 
 export async function exportUsage(sql: Sql, options: Options, config: Config, io: CliIo): Promise<unknown> {
@@ -17,8 +17,8 @@ export async function exportUsage(sql: Sql, options: Options, config: Config, io
   await migrate(sql)
   const accountId = options.account === undefined ? null : (await parentAccount(sql, uuid(options, 'account'))).id
   const closed = await closedUntil(sql)
-  const to = closed === null || closed < range.to ? closed : range.to
-  const pages = to !== null && to > range.from ? exportRows(sql, { from: range.from, to, accountId }) : []
+  const to = exportEnd(range, closed)
+  const pages = to === null ? [] : exportRows(sql, { from: range.from, to, accountId })
   for await (const text of exportText(pages, {
     format: format satisfies ExportFormat,
     periodSeconds: config.usagePeriodSeconds,

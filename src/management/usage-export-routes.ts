@@ -3,8 +3,8 @@
 // records; the operator's CLI pulls them for every account.
 import { Readable } from 'node:stream'
 import { closedUntil, type ExportRow, exportRows } from '../store/usage-periods.js'
-import { EXPORT_CONTENT_TYPES, exportInstant, exportRange, exportText } from '../usage/export.js'
-import { stopStoreDeadline } from './hooks.js'
+import { EXPORT_CONTENT_TYPES, exportEnd, exportInstant, exportRange, exportText } from '../usage/export.js'
+import { answeredByStoreDeadline, stopStoreDeadline } from './hooks.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
 import { UsageEvent, UsageExportQuery } from '../schemas/usage-export.js'
@@ -34,13 +34,17 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
       const format = request.query.format ?? 'ndjson'
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const closed = await closedUntil(sql)
-      // Cut at the close: an open period's units still move, and a billed record must not.
-      const to = closed === null || closed < range.to ? closed : range.to
+      const to = exportEnd(range, closed)
       let pages: AsyncIterable<readonly ExportRow[]> | [] = []
-      if (to !== null && to > range.from) {
+      if (to !== null) {
         const rows = exportRows(sql, { from: range.from, to, accountId: parentOf(request).id })[Symbol.asyncIterator]()
         // The first page under the store deadline: a store that does not answer is a 503, not an empty 200.
-        pages = pagesFrom(await rows.next(), rows)
+        const first = await rows.next()
+        if (answeredByStoreDeadline(request)) {
+          await rows.return?.() // answered already: the cursor must not hold its connection
+          return reply
+        }
+        pages = pagesFrom(first, rows)
       }
       stopStoreDeadline(request)
       if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))

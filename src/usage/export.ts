@@ -110,6 +110,15 @@ export function exportRange(
   return { from, to }
 }
 
+/**
+ * Where an export of `range` ends: at `to`, or where the closed periods end if that is sooner (an
+ * open period's units still move, and a billed record must not); null when nothing of it is closed.
+ */
+export function exportEnd(range: { from: Date; to: Date }, closedUntil: Date | null): Date | null {
+  const end = closedUntil === null || closedUntil < range.to ? closedUntil : range.to
+  return end !== null && end > range.from ? end : null
+}
+
 export type ExportFormat = 'ndjson' | 'csv'
 
 export const EXPORT_CONTENT_TYPES: Record<ExportFormat, string> = {
