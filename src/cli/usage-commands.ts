@@ -25,6 +25,10 @@ export async function exportUsage(sql: Sql, options: Options, config: Config, io
     source: config.issuerUrl,
   }))
     io.stdout(text)
+  if (config.issuerUrlIsDefault)
+    io.stderr(
+      `warning: ISSUER_URL is not set, so the records' source is ${config.issuerUrl}: set it as the gateway has it, or a receiver that dedupes by id and source counts these records apart from the gateway's\n`,
+    )
   io.stderr(
     closed === null
       ? 'no usage period has closed yet: nothing is exported\n'

@@ -73,8 +73,9 @@ export const OPERATIONS = {
   exportUsage: {
     summary: 'Export the closed usage periods: a record per period, sub-account and meter',
     description:
-      '`from` and `to` (required) are RFC 3339 date-times at the start of a usage period (an hour by default), ' +
-      "`from` inclusive, `to` exclusive. Streams the units of the closed periods in the range, of the parent's own " +
+      '`from` and `to` are RFC 3339 date-times at the start of a usage period (an hour by default), `from` ' +
+      'inclusive, `to` exclusive; by default the start of this UTC month and the end of the period under way. ' +
+      "Streams the units of the closed periods in the range, of the parent's own " +
       "use and its sub-accounts', oldest period first: `format=ndjson` (the default) a CloudEvent 1.0 a line, " +
       "with an id that is the same however often it is exported; `format=csv` the events' data with a header row. " +
       'A range that reaches past the closed periods is cut where they end, which `X-Usage-Closed-Until` says ' +

@@ -2,7 +2,7 @@
 // CloudEvents (ndjson) or their data (csv), streamed as Postgres gives them. The push sends the same
 // records; the operator's CLI pulls them for every account.
 import { Readable } from 'node:stream'
-import { closedUntil, type ExportRow, exportRows } from '../store/usage-periods.js'
+import { closedUntil, exportRows } from '../store/usage-periods.js'
 import { EXPORT_CONTENT_TYPES, exportEnd, exportInstant, exportRange, exportText } from '../usage/export.js'
 import { answeredByStoreDeadline, stopStoreDeadline } from './hooks.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
@@ -35,30 +35,24 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const closed = await closedUntil(sql)
       const to = exportEnd(range, closed)
-      let pages: AsyncIterable<readonly ExportRow[]> | [] = []
-      if (to !== null) {
-        const rows = exportRows(sql, { from: range.from, to, accountId: parentOf(request).id })[Symbol.asyncIterator]()
-        // The first page under the store deadline: a store that does not answer is a 503, not an empty 200.
-        const first = await rows.next()
-        if (answeredByStoreDeadline(request)) {
-          await rows.return?.() // answered already: the cursor must not hold its connection
-          return reply
-        }
-        pages = pagesFrom(first, rows)
-      }
+      // The first page under the store deadline: a store that does not answer is a 503, not an
+      // empty 200. Each page is a query of its own (store/usage-periods.ts): a client that reads
+      // slowly, or leaves, holds no connection.
+      const rows = to === null ? null : exportRows(sql, { from: range.from, to, accountId: parentOf(request).id })
+      const first = rows === null ? null : await rows.next()
+      if (answeredByStoreDeadline(request)) return reply
       stopStoreDeadline(request)
       if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
       reply.header('cache-control', 'no-store').type(EXPORT_CONTENT_TYPES[format])
+      // A HEAD asks for the headers only: no page past the first is read for it.
+      if (request.method === 'HEAD') return reply.send()
+      const pages = rows === null || first === null ? [] : pagesFrom(first, rows)
       return reply.send(Readable.from(exportText(pages, { format, ...usageExport })))
     },
   }),
 ]
 
-/** The pages of a cursor whose first is read already; the cursor is closed however the reading ends. */
+/** The pages of an export whose first is read already. */
 async function* pagesFrom<T>(first: IteratorResult<T>, rest: AsyncIterator<T>): AsyncGenerator<T> {
-  try {
-    for (let page = first; page.done !== true; page = await rest.next()) yield page.value
-  } finally {
-    await rest.return?.()
-  }
+  for (let page = first; page.done !== true; page = await rest.next()) yield page.value
 }

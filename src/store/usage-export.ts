@@ -85,17 +85,9 @@ export async function exportFailed(
     where target = ${target} and holder = ${holder}`
 }
 
-/**
- * How far behind the push is, in seconds: from the end of the oldest closed period with a record
- * the receiver has not acknowledged to now; 0 when it has them all.
- */
-export async function exportLagSeconds(sql: Sql, target: string, periodSeconds: number): Promise<number> {
-  const [row] = await sql<{ lag: number | null }[]>`
-    select extract(epoch from now() - (min(u.period_start) + make_interval(secs => ${periodSeconds})))::float8 as lag
-    from usage_period_units u
-    left join usage_export_cursors x on x.target = ${target}
-    where u.period_start < (select closed_until from usage_close where id)
-      and (x.period_start is null or (u.period_start >= x.period_start
-           and (u.period_start, u.tenant_id, u.meter) > (x.period_start, x.tenant_id, x.meter)))`
-  return Math.max(0, row?.lag ?? 0)
+/** A receiver's cursor as it stands, whoever holds the lease (the lag metric reads it). */
+export async function exportCursor(sql: Sql, target: string): Promise<ExportCursor> {
+  const [row] = await sql<ExportCursor[]>`
+    select period_start, tenant_id, meter, attempts, true as due from usage_export_cursors where target = ${target}`
+  return row ?? { period_start: null, tenant_id: null, meter: null, attempts: 0, due: true }
 }

@@ -13,7 +13,9 @@ export async function forgetReplica(sql: Sql, replicaId: string): Promise<void> 
 /**
  * Closes the periods that end at or before every live replica's mark less `graceSeconds`, and
  * returns where the closed periods end now (null: none closed yet). Never moves back; waits for
- * flushes that hold the close row (store/usage.ts). Marks not seen for a day are dropped.
+ * flushes that hold the close row (store/usage.ts); closes nothing for a replica whose period
+ * length is not the closed periods' (its start refuses it: usage/period-close.ts). Marks not seen
+ * for a day are dropped.
  */
 export async function closePeriods(
   sql: Sql,
@@ -27,15 +29,22 @@ export async function closePeriods(
       select to_timestamp(floor(extract(epoch from at - make_interval(secs => ${graceSeconds})) / ${periodSeconds}) * ${periodSeconds}) as until
       from watermark where at is not null
     ), closed as (
-      update usage_close set closed_until = target.until, closed_at = now()
+      update usage_close set closed_until = target.until, closed_at = now(), period_seconds = ${periodSeconds}
       from target
       where usage_close.id and (usage_close.closed_until is null or usage_close.closed_until < target.until)
+        and (usage_close.period_seconds is null or usage_close.period_seconds = ${periodSeconds})
       returning usage_close.closed_until
     ), pruned as (
       delete from usage_flush_marks where seen_at < now() - interval '1 day'
     )
     select coalesce((select closed_until from closed), (select closed_until from usage_close where id)) as closed_until`
   return row?.closed_until ?? null
+}
+
+/** The length of the periods closed so far (null: none closed yet). */
+export async function closedPeriodSeconds(sql: Sql): Promise<number | null> {
+  const [row] = await sql<{ period_seconds: number | null }[]>`select period_seconds from usage_close where id`
+  return row?.period_seconds ?? null
 }
 
 /** Where the closed periods end (null: none closed yet). */
@@ -57,16 +66,38 @@ export interface ExportRow {
   late_units: string
 }
 
+/** Where an export page ended: the next page starts after this record. */
+type ExportKey = Pick<ExportRow, 'period_start' | 'account_id' | 'sub_account_id' | 'meter'>
+
 /**
  * The units of periods starting in [from, to), of one parent's account (its own use and its
- * sub-accounts') or of every account, in pages of `pageSize`, ordered by period, account,
- * sub-account (the parent's own use first) and meter. The caller cuts `to` at the close.
+ * sub-accounts') or of every account, page by page of `pageSize`, ordered by period, account,
+ * sub-account (the parent's own use first) and meter. Each page is a query of its own, after the
+ * last record of the one before: a slow reader holds no connection between pages. The caller
+ * cuts `to` at the close.
  */
-export function exportRows(
+export async function* exportRows(
   sql: Sql,
   range: { from: Date; to: Date; accountId: string | null },
   pageSize = 500,
-): AsyncIterable<ExportRow[]> {
+): AsyncGenerator<ExportRow[]> {
+  let after: ExportKey | null = null
+  for (;;) {
+    const page: ExportRow[] = await exportPage(sql, range, after, pageSize)
+    if (page.length > 0) yield page
+    if (page.length < pageSize) return
+    after = page[page.length - 1]!
+  }
+}
+
+function exportPage(
+  sql: Sql,
+  range: { from: Date; to: Date; accountId: string | null },
+  after: ExportKey | null,
+  limit: number,
+): Promise<ExportRow[]> {
+  // The tenant's id is the sub-account's, or the account's for its own use (sub_account_id null).
+  const tenant = after === null ? null : (after.sub_account_id ?? after.account_id)
   return sql<ExportRow[]>`
     select coalesce(t.parent_id, t.id) as account_id,
            case when t.parent_id is null then null else t.id end as sub_account_id,
@@ -75,5 +106,9 @@ export function exportRows(
     from usage_period_units u join tenants t on t.id = u.tenant_id
     where u.period_start >= ${range.from} and u.period_start < ${range.to}
       and (${range.accountId}::uuid is null or t.id = ${range.accountId} or t.parent_id = ${range.accountId})
-    order by u.period_start, coalesce(t.parent_id, t.id), t.parent_id is not null, t.id, u.meter`.cursor(pageSize)
+      and (${after === null} or (u.period_start, coalesce(t.parent_id, t.id), t.parent_id is not null, t.id, u.meter)
+           > (${after?.period_start ?? null}::timestamptz, ${after?.account_id ?? null}::uuid,
+              ${after?.sub_account_id != null}, ${tenant}::uuid, ${after?.meter ?? null}::text))
+    order by u.period_start, coalesce(t.parent_id, t.id), t.parent_id is not null, t.id, u.meter
+    limit ${limit}`
 }

@@ -10,8 +10,8 @@ import type { Sql } from '../store/db.js'
 import {
   acknowledgeExport,
   claimExport,
+  exportCursor,
   exportFailed,
-  exportLagSeconds,
   releaseExport,
   recordsAfter,
 } from '../store/usage-export.js'
@@ -90,7 +90,10 @@ export class UsageExporter {
     }
     let cursor = this.stopped ? null : await claimExport(sql, lease)
     for (let batch = 0; cursor?.due === true && batch < BATCHES_PER_TICK && !this.stopped; batch++) {
-      const rows = await recordsAfter(sql, cursor, EXPORT_BATCH_SIZE)
+      // One period a batch: its records are fixed once it is closed, so a batch sent again after
+      // a lost acknowledgement holds the same records, and has the same webhook-id.
+      const next = await recordsAfter(sql, cursor, EXPORT_BATCH_SIZE)
+      const rows = next.filter((row) => row.period_start.getTime() === next[0]?.period_start.getTime())
       if (rows.length === 0) break
       const events = rows.map((row) => usageEvent(row, this.options.periodSeconds, this.options.source))
       const result = await postSigned(
@@ -120,7 +123,17 @@ export class UsageExporter {
       if (!(await acknowledgeExport(sql, lease, last))) break // the lease went to another replica
       cursor = { period_start: last.period_start, tenant_id: last.tenant_id, meter: last.meter, attempts: 0, due: true }
     }
-    this.options.onLag?.(await exportLagSeconds(sql, this.target, this.options.periodSeconds))
+    this.options.onLag?.(await this.lagSeconds())
+  }
+
+  /**
+   * How far behind the push is: from the end of the oldest closed period with a record the
+   * receiver has not acknowledged to now (0: none). The first record after the cursor, by index.
+   */
+  private async lagSeconds(): Promise<number> {
+    const [next] = await recordsAfter(this.options.sql, await exportCursor(this.options.sql, this.target), 1)
+    if (next === undefined) return 0
+    return Math.max(0, (Date.now() - next.period_start.getTime()) / 1000 - this.options.periodSeconds)
   }
 
   /** Stops the timer, cuts an attempt under way short, and gives the lease up for another replica. */

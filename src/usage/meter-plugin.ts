@@ -5,7 +5,7 @@ import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
 import { DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
 import { UsageExporter, type UsageExporterOptions } from './exporter.js'
-import { DEFAULT_CLOSE_GRACE_SECONDS, PeriodCloser } from './period-close.js'
+import { checkPeriodLength, DEFAULT_CLOSE_GRACE_SECONDS, PeriodCloser } from './period-close.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -37,6 +37,7 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
     app,
     { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock, push },
   ) => {
+    await checkPeriodLength(sql, periodSeconds, app.log)
     const metrics = app.metrics
     const meter = new UsageMeter({
       sql,

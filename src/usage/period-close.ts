@@ -3,7 +3,8 @@
 // no leader for it. A failed close is logged and tried again at the next tick.
 import type { FastifyBaseLogger } from 'fastify'
 import type { Sql } from '../store/db.js'
-import { closePeriods } from '../store/usage-periods.js'
+import { ConfigError } from '../config-readers.js'
+import { closedPeriodSeconds, closePeriods } from '../store/usage-periods.js'
 
 /** How often a replica tries to close periods (the first export is due within 60 s of a close). */
 export const CLOSE_INTERVAL_MS = 5_000
@@ -16,6 +17,27 @@ export interface PeriodCloserOptions {
   periodSeconds: number
   graceSeconds: number
   intervalMs?: number | undefined
+}
+
+/**
+ * Refuses a period length other than that of the periods already closed: a closed period, and the
+ * records exported of it, must not change (docs/decisions.md). A closer with another length closes
+ * nothing (store/usage-periods.ts), should the check have been passed over.
+ */
+export async function checkPeriodLength(sql: Sql, periodSeconds: number, log: FastifyBaseLogger): Promise<void> {
+  let closed: number | null
+  try {
+    closed = await closedPeriodSeconds(sql)
+  } catch (err) {
+    // A store that is away at the start does not stop it; the close itself will not use another length.
+    log.warn({ err }, 'the usage periods closed so far could not be read; their length is checked at each close')
+    return
+  }
+  if (closed !== null && closed !== periodSeconds)
+    throw new ConfigError(
+      'USAGE_PERIOD_SECONDS',
+      `is ${periodSeconds}, but this database's usage periods are ${closed} s long and some have closed (and may have been billed): set it back to ${closed}, or use a new database`,
+    )
 }
 
 export class PeriodCloser {

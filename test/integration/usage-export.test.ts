@@ -9,7 +9,9 @@ import { HTTP } from 'cloudevents'
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
+import { closePeriods, exportRows } from '../../src/store/usage-periods.js'
 import { UsageMeter } from '../../src/usage/meter.js'
+import { checkPeriodLength } from '../../src/usage/period-close.js'
 import { cli } from '../helpers/cli.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
@@ -257,6 +259,16 @@ t.test('the CLI exports every account, or one', async (t) => {
   const accounts = new Set(lines(all.stdout).map((line) => JSON.parse(line).data.account_id))
   t.same([...accounts].sort(), [P.id, Q.id].sort(), 'both parents')
   t.match(all.stderr, `closed until ${iso(T0 + 4 * MINUTE)}`)
+  t.notMatch(all.stderr, /warning/, 'ISSUER_URL set: no warning')
+  const unnamed = await cli({ DATABASE_URL: gw.database.url, USAGE_PERIOD_SECONDS: '60' }).run([
+    'usage',
+    'export',
+    '--from',
+    iso(T0),
+    '--to',
+    iso(T0 + MINUTE),
+  ])
+  t.match(unnamed.stderr, /^warning: ISSUER_URL is not set, so the records' source is http:\/\/localhost:/)
   const route = await exportOf(Q.apiKey, `from=${iso(T0)}&to=${iso(T0 + MINUTE)}&format=csv`)
   const one = await operator.run([
     'usage',
@@ -287,6 +299,47 @@ t.test('the CLI exports every account, or one', async (t) => {
     ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--account', A.id],
     /no parent account/,
   )
+})
+
+t.test('pages follow each other without a gap or a repeat, whatever their size', async (t) => {
+  const read = async (pageSize: number) => {
+    const rows: unknown[] = []
+    const range = { from: new Date(T0 - MINUTE), to: new Date(T0 + 4 * MINUTE), accountId: null }
+    for await (const page of exportRows(sql, range, pageSize)) rows.push(...page)
+    return rows
+  }
+  const whole = await read(500)
+  t.ok(whole.length >= 10, `${whole.length} records`)
+  for (const size of [1, 2, 3, 7]) t.same(await read(size), whole, `pages of ${size}`)
+})
+
+t.test('a HEAD says where the closed periods end, and sends no record', async (t) => {
+  const res = await callAs(gw.url, P.apiKey, {
+    method: 'HEAD',
+    path: `/v1/sub-accounts/usage/export?from=${iso(T0)}&to=${iso(T0 + 5 * MINUTE)}`,
+  })
+  t.equal(res.status, 200)
+  t.equal(res.headers['x-usage-closed-until'], iso(T0 + 4 * MINUTE))
+  t.equal(res.body, '')
+})
+
+t.test('another period length than the closed periods is refused at the start, and closes nothing', async (t) => {
+  await t.rejects(checkPeriodLength(sql, 3600, gw.app.log), {
+    message:
+      /^invalid configuration: USAGE_PERIOD_SECONDS is 3600, but this database's usage periods are 60 s long and some have closed .*set it back to 60, or use a new database$/,
+  })
+  await t.resolves(checkPeriodLength(sql, 60, gw.app.log), 'the same length passes')
+  const [before] = await sql<{ closed_until: Date }[]>`select closed_until from usage_close`
+  // Every replica two hours on: a closer of an hour would close up to an hour boundary past the close.
+  clock = T0 + 2 * HOUR
+  await gw.app.usageMeter.flush()
+  t.same(
+    await closePeriods(sql, { periodSeconds: 3600, graceSeconds: 1 }),
+    before!.closed_until,
+    'a closer of another length moves nothing',
+  )
+  const [row] = await sql<{ period_seconds: number }[]>`select period_seconds from usage_close`
+  t.equal(row!.period_seconds, 60, 'the periods as they were')
 })
 
 t.test('a replica that stops takes its mark with it', async (t) => {

@@ -13,14 +13,16 @@ create table usage_flush_marks (
 -- One row: periods that start before `closed_until` are closed (null: none yet). A flush reads it
 -- FOR SHARE and the closer updates it, so a flush and a close never pass each other.
 create table usage_close (
-  id           boolean primary key default true check (id),
-  closed_until timestamptz,
-  closed_at    timestamptz
+  id             boolean primary key default true check (id),
+  closed_until   timestamptz,
+  closed_at      timestamptz,
+  -- The periods' length (USAGE_PERIOD_SECONDS), set by the first close and fixed from then on.
+  period_seconds integer check (period_seconds between 60 and 86400)
 );
 insert into usage_close (id) values (true);
 
 -- Of a period's units, those that a replica flushed after their own period had closed.
 alter table usage_period_units add column late_units bigint not null default 0 check (late_units >= 0);
 
--- The export reads closed periods across tenants, by period.
-create index usage_period_units_period on usage_period_units (period_start);
+-- The export and its push read closed periods across tenants, in this order.
+create index usage_period_units_period on usage_period_units (period_start, tenant_id, meter);
