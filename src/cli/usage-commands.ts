@@ -7,6 +7,7 @@ import { ApiError } from '../errors.js'
 import type { Sql } from '../store/db.js'
 import { migrate } from '../store/migrate.js'
 import { closedUntil, exportRows } from '../store/usage-periods.js'
+import { checkPeriodLength } from '../usage/period-close.js'
 import { type ExportFormat, exportEnd, exportInstant, exportRange, exportText } from '../usage/export.js'
 import { type CliIo, type Options, parentAccount, UsageError, uuid, WROTE_OUTPUT } from './options.js'
 
@@ -15,6 +16,8 @@ export async function exportUsage(sql: Sql, options: Options, config: Config, io
   if (format !== 'ndjson' && format !== 'csv') throw new UsageError('--format must be ndjson or csv')
   const range = rangeOf(options, config.usagePeriodSeconds)
   await migrate(sql)
+  // The records' period_end follows the length: the CLI's must be the gateway's.
+  await checkPeriodLength(sql, config.usagePeriodSeconds)
   const accountId = options.account === undefined ? null : (await parentAccount(sql, uuid(options, 'account'))).id
   const closed = await closedUntil(sql)
   const to = exportEnd(range, closed)

@@ -35,6 +35,12 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const closed = await closedUntil(sql)
       const to = exportEnd(range, closed)
+      const headers = () => {
+        if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
+        return reply.header('cache-control', 'no-store').type(EXPORT_CONTENT_TYPES[format])
+      }
+      // A HEAD asks for the headers only; an empty stream keeps them as a GET's (chunked).
+      if (request.method === 'HEAD') return headers().send(Readable.from([]))
       // The first page under the store deadline: a store that does not answer is a 503, not an
       // empty 200. Each page is a query of its own (store/usage-periods.ts): a client that reads
       // slowly, or leaves, holds no connection.
@@ -42,12 +48,8 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
       const first = rows === null ? null : await rows.next()
       if (answeredByStoreDeadline(request)) return reply
       stopStoreDeadline(request)
-      if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
-      reply.header('cache-control', 'no-store').type(EXPORT_CONTENT_TYPES[format])
-      // A HEAD asks for the headers only: no page past the first is read for it.
-      if (request.method === 'HEAD') return reply.send()
       const pages = rows === null || first === null ? [] : pagesFrom(first, rows)
-      return reply.send(Readable.from(exportText(pages, { format, ...usageExport })))
+      return headers().send(Readable.from(exportText(pages, { format, ...usageExport })))
     },
   }),
 ]

@@ -97,6 +97,8 @@ function exportPage(
   limit: number,
 ): Promise<ExportRow[]> {
   // The tenant's id is the sub-account's, or the account's for its own use (sub_account_id null).
+  // The page starts at its first period by index: the row comparison alone would read the range
+  // from `from` again for every page.
   const tenant = after === null ? null : (after.sub_account_id ?? after.account_id)
   return sql<ExportRow[]>`
     select coalesce(t.parent_id, t.id) as account_id,
@@ -104,7 +106,7 @@ function exportPage(
            t.external_id, u.meter, u.units::text as units, u.requests::text as requests,
            u.period_start, u.late_units::text as late_units
     from usage_period_units u join tenants t on t.id = u.tenant_id
-    where u.period_start >= ${range.from} and u.period_start < ${range.to}
+    where u.period_start >= ${after?.period_start ?? range.from} and u.period_start < ${range.to}
       and (${range.accountId}::uuid is null or t.id = ${range.accountId} or t.parent_id = ${range.accountId})
       and (${after === null} or (u.period_start, coalesce(t.parent_id, t.id), t.parent_id is not null, t.id, u.meter)
            > (${after?.period_start ?? null}::timestamptz, ${after?.account_id ?? null}::uuid,

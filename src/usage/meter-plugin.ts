@@ -37,7 +37,10 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
     app,
     { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock, push },
   ) => {
-    await checkPeriodLength(sql, periodSeconds, app.log)
+    // A store that is away at the start does not stop it; the close itself uses no other length.
+    await checkPeriodLength(sql, periodSeconds, (err) =>
+      app.log.warn({ err }, 'the usage periods closed so far could not be read; each close checks their length'),
+    )
     const metrics = app.metrics
     const meter = new UsageMeter({
       sql,

@@ -319,9 +319,9 @@ export class UsageMeter {
   async close(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
-    // A flush under way has taken its counts already: waited for, and followed by one more.
-    if (this.flushing !== null || this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0)
-      await this.flush()
+    // A flush under way has taken its counts already: waited for, then what is left is written.
+    await this.flushing
+    if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0) await this.flush()
     if (this.inDoubt !== null || !this.lastSendOk) return
     await forgetReplica(this.options.sql, this.replicaId).catch((err: unknown) => {
       this.options.log.warn({ err }, 'usage flush mark not removed; periods wait for it until it ages out')

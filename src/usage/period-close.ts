@@ -24,13 +24,18 @@ export interface PeriodCloserOptions {
  * records exported of it, must not change (docs/decisions.md). A closer with another length closes
  * nothing (store/usage-periods.ts), should the check have been passed over.
  */
-export async function checkPeriodLength(sql: Sql, periodSeconds: number, log: FastifyBaseLogger): Promise<void> {
+export async function checkPeriodLength(
+  sql: Sql,
+  periodSeconds: number,
+  unread: (err: unknown) => void = (err) => {
+    throw err
+  },
+): Promise<void> {
   let closed: number | null
   try {
     closed = await closedPeriodSeconds(sql)
   } catch (err) {
-    // A store that is away at the start does not stop it; the close itself will not use another length.
-    log.warn({ err }, 'the usage periods closed so far could not be read; their length is checked at each close')
+    unread(err)
     return
   }
   if (closed !== null && closed !== periodSeconds)

@@ -324,11 +324,16 @@ t.test('a HEAD says where the closed periods end, and sends no record', async (t
 })
 
 t.test('another period length than the closed periods is refused at the start, and closes nothing', async (t) => {
-  await t.rejects(checkPeriodLength(sql, 3600, gw.app.log), {
+  await t.rejects(checkPeriodLength(sql, 3600), {
     message:
       /^invalid configuration: USAGE_PERIOD_SECONDS is 3600, but this database's usage periods are 60 s long and some have closed .*set it back to 60, or use a new database$/,
   })
-  await t.resolves(checkPeriodLength(sql, 60, gw.app.log), 'the same length passes')
+  await t.resolves(checkPeriodLength(sql, 60), 'the same length passes')
+  await cli({ DATABASE_URL: gw.database.url, ...env, USAGE_PERIOD_SECONDS: '3600' }).fails(
+    t,
+    ['usage', 'export'],
+    /^error: invalid configuration: USAGE_PERIOD_SECONDS is 3600, but this database's usage periods are 60 s long/,
+  )
   const [before] = await sql<{ closed_until: Date }[]>`select closed_until from usage_close`
   // Every replica two hours on: a closer of an hour would close up to an hour boundary past the close.
   clock = T0 + 2 * HOUR
