@@ -294,7 +294,6 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
-      this.lastSendOk = false
       await addUsage(this.options.sql, batch.id, {
         counts: batch.rows,
         keyCounts: batch.keyRows,
@@ -305,6 +304,7 @@ export class UsageMeter {
       this.lastSendOk = true
       return true
     } catch (err) {
+      this.lastSendOk = false
       this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
       this.options.onFlushFailed?.()
       return false

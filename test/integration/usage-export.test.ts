@@ -255,34 +255,17 @@ t.test('bad ranges: a 400 that names the field and says what to send', async (t)
 
 t.test('the CLI exports every account, or one', async (t) => {
   const operator = cli({ DATABASE_URL: gw.database.url, ...env })
-  const all = await operator.run(['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE)])
+  const firstMinute = ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE)]
+  const all = await operator.run(firstMinute)
   t.equal(all.code, 0, all.stderr)
   const accounts = new Set(lines(all.stdout).map((line) => JSON.parse(line).data.account_id))
   t.same([...accounts].sort(), [P.id, Q.id].sort(), 'both parents')
   t.match(all.stderr, `closed until ${iso(T0 + 4 * MINUTE)}`)
   t.notMatch(all.stderr, /warning/, 'ISSUER_URL set: no warning')
-  const unnamed = await cli({ DATABASE_URL: gw.database.url, USAGE_PERIOD_SECONDS: '60' }).run([
-    'usage',
-    'export',
-    '--from',
-    iso(T0),
-    '--to',
-    iso(T0 + MINUTE),
-  ])
+  const unnamed = await cli({ DATABASE_URL: gw.database.url, USAGE_PERIOD_SECONDS: '60' }).run(firstMinute)
   t.match(unnamed.stderr, /^warning: ISSUER_URL is not set, so the records' source is http:\/\/localhost:/)
   const route = await exportOf(Q.apiKey, `from=${iso(T0)}&to=${iso(T0 + MINUTE)}&format=csv`)
-  const one = await operator.run([
-    'usage',
-    'export',
-    '--from',
-    iso(T0),
-    '--to',
-    iso(T0 + MINUTE),
-    '--account',
-    Q.id,
-    '--format',
-    'csv',
-  ])
+  const one = await operator.run([...firstMinute, '--account', Q.id, '--format', 'csv'])
   t.equal(one.stdout, route.body, "one account's, as its parent pulls it")
   await operator.fails(
     t,
@@ -290,16 +273,8 @@ t.test('the CLI exports every account, or one', async (t) => {
     /^error: --from must be at the start of a usage period/,
   )
   await operator.fails(t, ['usage', 'export', '--to', 'soon'], /^error: --to must be an RFC 3339 date-time/)
-  await operator.fails(
-    t,
-    ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--format', 'xml'],
-    /--format must be ndjson or csv/,
-  )
-  await operator.fails(
-    t,
-    ['usage', 'export', '--from', iso(T0), '--to', iso(T0 + MINUTE), '--account', A.id],
-    /no parent account/,
-  )
+  await operator.fails(t, [...firstMinute, '--format', 'xml'], /--format must be ndjson or csv/)
+  await operator.fails(t, [...firstMinute, '--account', A.id], /no parent account/)
 })
 
 t.test('pages follow each other without a gap or a repeat, whatever their size', async (t) => {
