@@ -170,14 +170,16 @@ t.test('rows begun after `until` are counted in windows, and a page past its tim
   const database = await freshDatabase(t, { migrated: false })
   const sql = database.sql
   await ensureRequestLogTable(sql)
-  // Two hours ago is yesterday in the first two hours of a UTC day.
-  await ensurePartition(sql, dayOf(Date.now() - 2 * 3_600_000))
-  await ensurePartition(sql, dayOf(Date.now()))
+  // All in one day's partition, yesterday's: rows in another partition than `until`'s would be
+  // passed over by partition pruning, not walked (between 00:00 and 02:00 UTC, "two hours ago" was).
+  const yesterday = Date.now() - DAY_MS
+  const day = new Date(yesterday).toISOString().slice(0, 10)
+  await ensurePartition(sql, dayOf(yesterday))
   const [mine] = ACCOUNTS as [string]
-  await seedRows(sql, mine, 5, '/early', { at: "now() - interval '2 hours'" })
-  await seedRows(sql, mine, 4_000, '/api')
+  await seedRows(sql, mine, 5, '/early', { at: `'${day}T10:00:00Z'::timestamptz` })
+  await seedRows(sql, mine, 4_000, '/api', { at: `'${day}T12:00:00Z'::timestamptz` })
   await sql.unsafe('vacuum analyze request_log_rows')
-  const before = { ...NO_FILTER, until: new Date(Date.now() - 3_600_000), limit: 21 }
+  const before = { ...NO_FILTER, until: new Date(`${day}T11:00:00Z`), limit: 21 }
   const early = ['/early/5', '/early/4', '/early/3', '/early/2', '/early/1']
   // Windows of 10 to 640 rows, and no time for a second.
   const limits = { walkedRows: 10, maxReadMs: 0 }
