@@ -431,6 +431,7 @@ function makeRecords(n: number): RequestRecord[] {
       responseBytes: 11 + (i % 2000),
       sourceIp: `10.0.${(tenant >> 8) & 255}.${tenant & 255}`,
       cost: 1,
+      forwarded: !refused,
       units: null,
     }
   })

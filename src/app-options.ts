@@ -41,6 +41,7 @@ import { loadRouteTable } from './proxy/route-table.js'
 import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
 import { storeDeadlinesOf } from './store/deadlines.js'
+import { exportTarget } from './usage/exporter.js'
 
 function isLoggerInstance(logger: AppDeps['logger']): logger is FastifyBaseLogger {
   return typeof logger === 'object' && logger !== null && typeof (logger as { child?: unknown }).child === 'function'
@@ -249,9 +250,14 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
 }
 
 /** One for the API and the portal: a parent's reads of its log at once are counted together. */
-export function requestLogReader(app: FastifyInstance): RequestLogReader | null {
+export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLogReader | null {
   if (app.requestLog === null) return null
-  return { sql: app.requestLogSql, reads: new LogReads(), statementTimeoutMs: storeDeadlinesOf(app).managementMs }
+  return {
+    sql: app.requestLogSql,
+    reads: new LogReads(),
+    statementTimeoutMs: storeDeadlinesOf(app).managementMs,
+    retentionDays: deps.config.requestLogRetentionDays,
+  }
 }
 
 export function managementOptions(
@@ -276,7 +282,11 @@ export function managementOptions(
     requestLog,
     keyMinted: app.alerts.keyMinted,
     portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
-    usageExport: { periodSeconds: deps.config.usagePeriodSeconds, source: deps.config.issuerUrl },
+    usageExport: {
+      periodSeconds: deps.config.usagePeriodSeconds,
+      source: deps.config.issuerUrl,
+      pushTarget: deps.config.usageExport === null ? null : exportTarget(deps.config.usageExport.url),
+    },
   }
 }
 

@@ -50,17 +50,21 @@ commands:
                                one), from and to at period starts (default: this month so far);
                                records on stdout, a CloudEvent a line (ndjson) or a CSV row;
                                where the closed periods end on stderr
+  usage reconcile [--from <RFC 3339>] [--to <RFC 3339>] [--account <uuid>]
+                               per sub-account and meter: the usage meter beside what limits
+                               charged, the request log's count and the export, each difference
+                               explained (docs/billing.md); an entry a line on stdout (JSON)
   signing-keys rotate [--compromised]
                                publish a new signing key that signs 10 minutes from now;
                                --compromised: a new key signs at once and the old one is withdrawn
   help, --help, -h             print this usage
 
-Each command but usage export prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
+Each command but usage export and usage reconcile prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
 database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
 const COMMAND_NAMES =
-  'migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, usage export, signing-keys rotate'
+  'migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, usage export, usage reconcile, signing-keys rotate'
 
 const COMMANDS: Record<string, Command> = {
   ...ACCOUNT_COMMANDS,

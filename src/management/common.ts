@@ -50,13 +50,15 @@ export interface ManagementContext {
   ownerLookups: () => Pick<TenancyLookups, 'subAccount' | 'keyById'>
   /** The portal's public address (ISSUER_URL), where a portal session's link points. */
   portalIssuerUrl: string | null
-  /** The usage period's length (USAGE_PERIOD_SECONDS) and the export's `source` (ISSUER_URL). */
+  /** The usage period's length (USAGE_PERIOD_SECONDS), the export's `source` (ISSUER_URL) and receiver. */
   usageExport: UsageExportSettings
 }
 
 export interface UsageExportSettings {
   periodSeconds: number
   source: string
+  /** The push's receiver as the store names it (usage/exporter.ts, exportTarget); null with no push. */
+  pushTarget: string | null
 }
 
 declare module 'fastify' {

@@ -69,4 +69,6 @@ export interface RequestLogReader {
   reads: LogReads
   /** A read's statement timeout: a management call's store deadline (store/deadlines.ts). */
   statementTimeoutMs: number
+  /** REQUEST_LOG_RETENTION_DAYS: how far back the log holds every record. */
+  retentionDays: number
 }

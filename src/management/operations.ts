@@ -70,6 +70,17 @@ export const OPERATIONS = {
       'its 429s of a rate limit and of a monthly quota in `limited` (and its `name` with include=name).',
     tags: ['usage'],
   },
+  reconcileUsage: {
+    summary: 'Reconcile usage: the meter beside the limiter, the request log and the export',
+    description:
+      '`from` and `to` as for the export (period boundaries; by default this UTC month so far). One entry per ' +
+      "sub-account (or the parent itself) and meter with use: the usage meter's units, what limits charged " +
+      "(null under no limit), the request log's count of forwarded requests (null once the log no longer holds " +
+      'the range) and what was exported (acknowledged by the push receiver, or closed with no push), with each ' +
+      'difference from the meter explained by its `kind` (`late`, `log_dropped`, `open_period`, `log_expired`, ' +
+      '`not_exported`, `not_limited`) or flagged `unexplained`.',
+    tags: ['usage'],
+  },
   exportUsage: {
     summary: 'Export the closed usage periods: a record per period, sub-account and meter',
     description:

@@ -29,6 +29,9 @@ export const requestAccounting = fp<RequestAccountingOptions>(
     const metrics = app.metrics
     const meter = app.usageMeter
     const requestLog = app.requestLog
+    // The units of the records the log drops, counted apart: reconciliation's `log_dropped`.
+    if (requestLog !== null)
+      requestLog.buffer.onDropped = (row) => row.forEachForwarded((...dropped) => meter.logDropped(...dropped))
     const account = (request: FastifyRequest, reply: FastifyReply): void => {
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.
@@ -45,6 +48,7 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       if (principal !== null) {
         meter.keyUsed(principal.key.id)
         // A forwarded request counts its route's cost in request units, and the units its upstream reported.
+        // And what its limits took of it (reconciliation).
         const exchange = request.exchange
         if (proxied || reply.statusCode >= 400)
           meter.record(
@@ -54,6 +58,7 @@ export const requestAccounting = fp<RequestAccountingOptions>(
             principal.key.id,
             exchange?.cost,
             exchange?.reported ?? null,
+            chargedOf(request),
           )
         requestLog?.add(recordOf(request, reply, principal, proxied, responseBytesOf(reply, request.exchange)))
       } else if (request.refusedKey !== null && requestLog !== null) {
@@ -88,3 +93,12 @@ export const requestAccounting = fp<RequestAccountingOptions>(
   },
   { name: 'request-accounting', dependencies: ['metrics', 'usage-meter', 'request-log'] },
 )
+
+/**
+ * What its limits took, for reconciliation: its cost (true), or nothing though some applied
+ * (false), or none applied (null). Outside the proxy's scope neither field is decorated.
+ */
+function chargedOf(request: FastifyRequest): boolean | null {
+  if (request.limitsCharged === true) return true
+  return (request.limitSubjects?.length ?? 0) > 0 ? false : null
+}

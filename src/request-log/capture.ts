@@ -40,6 +40,8 @@ export interface RequestRecord {
   sourceIp: string
   /** The route's cost (docs/api.md, Units); 0 for a management request. */
   cost: number
+  /** The proxy handed it to its upstream (what counted its units), rather than refused it. */
+  forwarded: boolean
   /** The units the upstream reported, by meter, as JSON; null when it reported none. */
   units: string | null
 }
@@ -84,6 +86,7 @@ export function recordOf(
     responseBytes,
     sourceIp: request.ip,
     cost: proxied ? request.routeCost : 0,
+    forwarded: proxied && request.upstreamSentAt > 0,
     units: unitsOf(request.exchange?.reported),
   }
 }

@@ -27,6 +27,8 @@ export interface RequestRow {
   source_ip: string
   /** null in a row written before units were kept. */
   cost: number | null
+  /** The proxy forwarded it (its cost is kept negative otherwise: schema.ts); null as `cost`. */
+  forwarded: boolean | null
   /** JSON by meter; null when none was reported. */
   units: string | null
 }
@@ -42,7 +44,7 @@ export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): P
       r.statuses[place.position] as status, r.codes[place.position] as code,
       (r.durations_us[place.position] / 1e3)::float8 as duration_ms, r.request_bytes[place.position] as request_bytes,
       r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip,
-      r.costs[place.position] as cost, r.units[place.position] as units
+      abs(r.costs[place.position]) as cost, r.costs[place.position] > 0 as forwarded, r.units[place.position] as units
     from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
     order by place.seq desc, place.position desc`
 }

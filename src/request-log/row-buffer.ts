@@ -43,6 +43,8 @@ export class RowBuffer {
   private readonly maxRows: number
   /** Records dropped because the buffer was full, since the start. */
   dropped = 0
+  /** Told of each row dropped (the usage meter counts its forwarded units: ops/request-accounting.ts). */
+  onDropped: ((row: RowBuilder) => void) | null = null
 
   readonly capacity: number
   constructor(capacity: number, rowRecords: number) {
@@ -133,6 +135,7 @@ export class RowBuffer {
     ) {
       records -= rows[first]!.size
       this.dropped += rows[first]!.size
+      this.onDropped?.(rows[first]!)
       first++
     }
     this.queue = [...rows.slice(first), ...this.queue.slice(this.head)]
@@ -146,6 +149,7 @@ export class RowBuffer {
     this.close(row)
     this.count -= row.size
     this.dropped += row.size
+    this.onDropped?.(row)
     this.compact()
   }
 

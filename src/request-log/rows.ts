@@ -178,7 +178,8 @@ export class RowBuilder {
     this.requestBytes.push(record.requestBytes)
     this.responseBytes.push(record.responseBytes)
     this.ips.push(record.sourceIp)
-    this.costs.push(record.cost)
+    // Negative for a request the gateway did not forward (schema.ts): it counted no units.
+    this.costs.push(record.forwarded ? record.cost : -record.cost)
     this.units.push(record.units)
     if (record.units !== null) this.reported = true
     return ADDED
@@ -197,6 +198,13 @@ export class RowBuilder {
 
   get size(): number {
     return this.madeCounts.length
+  }
+
+  /** Each forwarded record's tenant, end (ms), cost and reported units (a dropped row's, for reconciliation). */
+  forEachForwarded(visit: (tenantId: string, endedAtMs: number, cost: number, unitsJson: string | null) => void): void {
+    for (let i = 0; i < this.costs.length; i++)
+      if (this.costs[i]! > 0)
+        visit(this.tenants[i]!, (this.times[i]! + this.durations[i]!) / 1000, this.costs[i]!, this.units[i]!)
   }
 
   /** The records' ids, in order. */

@@ -85,7 +85,8 @@ const tableObjects = (compression: string, firstSeq: string): [name: string, sta
     request_bytes   int8[] ${compression} not null,
     response_bytes  int8[] ${compression} not null,
     source_ips      text[] ${compression} not null,
-    -- Each record's route cost (0: a management request), and the units its upstream reported as
+    -- Each record's route cost (0: a management request), negative when the gateway refused the
+    -- request before its upstream (it counted no units), and the units its upstream reported as
     -- JSON (null: none).
     costs           int4[] ${compression},
     units           text[] ${compression}

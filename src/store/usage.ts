@@ -36,6 +36,17 @@ export interface PeriodUnitCount {
   units: number
   /** The forwarded requests that counted them. */
   requests: number
+  /** Of `units`, those a limit charged and those under no limit (reconciliation); 0 if absent. */
+  charged?: number
+  unlimited?: number
+}
+
+/** Units of forwarded requests whose request log records were dropped, by the period they were served in. */
+export interface LogDropCount {
+  tenantId: string
+  periodStart: string
+  meter: string
+  units: number
 }
 
 /** A key's units of one day and meter, for the tenant it acted as (usage_daily_key_units). */
@@ -62,6 +73,7 @@ export interface UsageBatch {
   keyCounts?: readonly KeyUsageCount[]
   unitCounts?: readonly PeriodUnitCount[]
   keyUnitCounts?: readonly KeyUnitCount[]
+  logDropCounts?: readonly LogDropCount[]
   mark?: FlushMark
 }
 
@@ -77,11 +89,13 @@ export interface UsageBatch {
  * A replica's flush carries its `mark` (usage_flush_marks, which closes periods) and holds the
  * close row FOR SHARE: units of a period closed meanwhile go to the first open one, as late
  * units, and a close waits for the flush (docs/billing.md). Without a mark (a test seeding
- * history), periods are written as given.
+ * history), periods are written as given. What reconciliation compares the units with goes to
+ * usage_period_checks by the period they were served in, never moved.
  */
 export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Promise<boolean> {
-  const { counts, keyCounts = [], unitCounts = [], keyUnitCounts = [], mark } = batch
-  if (counts.length === 0 && keyCounts.length === 0 && unitCounts.length === 0 && keyUnitCounts.length === 0) {
+  const { counts, keyCounts = [], unitCounts = [], keyUnitCounts = [], logDropCounts = [], mark } = batch
+  const empty = [counts, keyCounts, unitCounts, keyUnitCounts, logDropCounts].every((rows) => rows.length === 0)
+  if (empty) {
     if (mark !== undefined) await markFlushed(sql, mark)
     return true
   }
@@ -120,16 +134,40 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       order by tenant_id, day, key_id, status_class
       on conflict (tenant_id, day, key_id, status_class)
       do update set requests = usage_daily_keys.requests + excluded.requests
+    ), unit_input as (
+      select * from jsonb_to_recordset(${sql.json(unitCounts.map(unitJson))})
+        as row (tenant_id uuid, period_start timestamptz, meter text, units bigint, requests bigint,
+                charged bigint, unlimited bigint)
     ), unit_rows as (
       -- A closed period's units move to the first open one: the closed periods of a batch may
       -- land on one row, so they are added up before the upsert (which may touch a row once).
       select row.tenant_id, greatest(row.period_start, closed.until) as period_start, row.meter,
              sum(row.units) as units, sum(row.requests) as requests,
              sum(case when row.period_start < closed.until then row.units else 0 end) as late_units
-      from jsonb_to_recordset(${sql.json(unitCounts.map(unitJson))})
-        as row (tenant_id uuid, period_start timestamptz, meter text, units bigint, requests bigint)
-        left join closed on true
+      from unit_input row left join closed on true
       group by 1, 2, 3
+    ), check_rows as (
+      select tenant_id, period_start, meter, sum(served) as served, sum(charged) as charged,
+             sum(unlimited) as unlimited, sum(dropped) as dropped
+      from (
+        select tenant_id, period_start, meter, units as served, charged, unlimited, 0 as dropped from unit_input
+        union all
+        select tenant_id, period_start, meter, 0, 0, 0, units
+        from jsonb_to_recordset(${sql.json(logDropCounts.map(logDropJson))})
+          as row (tenant_id uuid, period_start timestamptz, meter text, units bigint)
+      ) as both_kinds
+      group by 1, 2, 3
+    ), added_checks as (
+      insert into usage_period_checks (tenant_id, period_start, meter, served_units, limiter_units, unlimited_units,
+                                       log_dropped_units)
+      select tenant_id, period_start, meter, served, charged, unlimited, dropped from check_rows
+      where exists (select 1 from batch)
+      order by tenant_id, period_start, meter
+      on conflict (tenant_id, period_start, meter)
+      do update set served_units = usage_period_checks.served_units + excluded.served_units,
+                    limiter_units = usage_period_checks.limiter_units + excluded.limiter_units,
+                    unlimited_units = usage_period_checks.unlimited_units + excluded.unlimited_units,
+                    log_dropped_units = usage_period_checks.log_dropped_units + excluded.log_dropped_units
     ), added_units as (
       insert into usage_period_units (tenant_id, period_start, meter, units, requests, late_units)
       select tenant_id, period_start, meter, units, requests, late_units from unit_rows
@@ -187,6 +225,15 @@ const unitJson = (c: PeriodUnitCount) => ({
   meter: c.meter,
   units: c.units,
   requests: c.requests,
+  charged: c.charged ?? 0,
+  unlimited: c.unlimited ?? 0,
+})
+
+const logDropJson = (c: LogDropCount) => ({
+  tenant_id: c.tenantId,
+  period_start: c.periodStart,
+  meter: c.meter,
+  units: c.units,
 })
 
 const keyUnitJson = (c: KeyUnitCount) => ({

@@ -46,6 +46,9 @@ export interface UsageExporterOptions {
   onLag?: (seconds: number) => void
 }
 
+/** A receiver's name in Postgres: its URL may carry a token, so only a digest is kept. */
+export const exportTarget = (url: string) => createHash('sha256').update(url).digest('hex')
+
 export class UsageExporter {
   /** This replica's name as the lease's holder. */
   readonly holder = randomUUID()
@@ -58,8 +61,7 @@ export class UsageExporter {
 
   constructor(options: UsageExporterOptions) {
     this.options = options
-    // The receiver's name in Postgres: its URL may carry a token, so only a digest is kept.
-    this.target = createHash('sha256').update(options.url).digest('hex')
+    this.target = exportTarget(options.url)
   }
 
   start(): void {

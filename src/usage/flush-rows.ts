@@ -1,7 +1,7 @@
 // The meter's pending counts (usage/meter.ts) as the rows one flush writes (store/usage.ts): by
 // tenant and day, by key and day, units by tenant and period, units by key and day. Each set is
 // sorted by its table's key, so that two replicas flushing at once lock rows in the same order.
-import type { KeyUnitCount, KeyUsageCount, PeriodUnitCount, UsageCount } from '../store/usage.js'
+import type { KeyUnitCount, KeyUsageCount, LogDropCount, PeriodUnitCount, UsageCount } from '../store/usage.js'
 
 const DAY_MS = 86_400_000
 /** The built-in meter that a route's `cost` weighs: request units. */
@@ -9,11 +9,14 @@ export const REQUESTS_METER = 'requests'
 
 // A tenant's pending counts of one period, in one array: requests of the classes 2xx to 5xx, then
 // those of them that were forwarded upstream, then the 429s of a rate limit and of a quota, then
-// the request units of the forwarded ones (each counts its route's cost).
+// the request units of the forwarded ones (each counts its route's cost), and of those units the
+// ones a limit charged and the ones under no limit (reconciliation's limiter count).
 export const FORWARDED = 4
 export const LIMITED_RATE = 8
 export const LIMITED_QUOTA = 9
 export const REQUEST_UNITS = 10
+export const CHARGED_UNITS = 11
+export const UNLIMITED_UNITS = 12
 // A key's pending counts of one period: requests of the classes 2xx to 5xx, then request units.
 export const KEY_REQUEST_UNITS = 4
 
@@ -26,6 +29,8 @@ export type PendingCounts = Map<number, Map<string, number[]>>
 export type PendingKeyCounts = Map<number, Map<string, Map<string, number[]>>>
 export type PendingMeterUnits = Map<number, Map<string, Map<string, number[]>>>
 export type PendingKeyMeterUnits = Map<number, Map<string, Map<string, Map<string, number>>>>
+/** Units of dropped request log records: period start → tenant id → meter → units. */
+export type PendingLogDrops = Map<number, Map<string, Map<string, number>>>
 
 /** `YYYY-MM-DD` of a period start. */
 const dayOf = (periodStartMs: number) => utcDay(periodStartMs - (periodStartMs % DAY_MS))
@@ -96,14 +101,24 @@ export function toUnitRows(counts: PendingCounts, reported: PendingMeterUnits): 
     const periodStart = new Date(period).toISOString()
     for (const [tenantId, c] of tenants) {
       const requests = c[FORWARDED]! + c[FORWARDED + 1]! + c[FORWARDED + 2]! + c[FORWARDED + 3]!
-      if (requests > 0) rows.push({ tenantId, periodStart, meter: REQUESTS_METER, units: c[REQUEST_UNITS]!, requests })
+      if (requests > 0)
+        rows.push({
+          tenantId,
+          periodStart,
+          meter: REQUESTS_METER,
+          units: c[REQUEST_UNITS]!,
+          requests,
+          charged: c[CHARGED_UNITS]!,
+          unlimited: c[UNLIMITED_UNITS]!,
+        })
     }
   }
+  // No limit counts a reported meter's units (limits in them are still to come).
   for (const [period, tenants] of reported) {
     const periodStart = new Date(period).toISOString()
     for (const [tenantId, meters] of tenants) {
       for (const [meter, [units, requests]] of meters)
-        rows.push({ tenantId, periodStart, meter, units: units!, requests: requests! })
+        rows.push({ tenantId, periodStart, meter, units: units!, requests: requests!, charged: 0, unlimited: units! })
     }
   }
   return sorted(rows, (r) => `${r.tenantId} ${r.periodStart} ${r.meter}`)
@@ -132,4 +147,15 @@ export function toKeyUnitRows(counts: PendingKeyCounts, reported: PendingKeyMete
     }
   }
   return sorted([...rows.values()], (r) => `${r.tenantId} ${r.day} ${r.keyId} ${r.meter}`)
+}
+
+/** Units of dropped request log records, by tenant, period and meter. */
+export function toLogDropRows(drops: PendingLogDrops): LogDropCount[] {
+  const rows: LogDropCount[] = []
+  for (const [period, tenants] of drops) {
+    const periodStart = new Date(period).toISOString()
+    for (const [tenantId, meters] of tenants)
+      for (const [meter, units] of meters) rows.push({ tenantId, periodStart, meter, units })
+  }
+  return sorted(rows, (r) => `${r.tenantId} ${r.periodStart} ${r.meter}`)
 }

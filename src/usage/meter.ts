@@ -11,11 +11,13 @@ import {
   type FlushMark,
   type KeyUnitCount,
   type KeyUsageCount,
+  type LogDropCount,
   type PeriodUnitCount,
   touchKeys,
   type UsageCount,
 } from '../store/usage.js'
 import {
+  CHARGED_UNITS,
   FORWARDED,
   KEY_REQUEST_UNITS,
   LIMITED_QUOTA,
@@ -23,12 +25,16 @@ import {
   type PendingCounts,
   type PendingKeyCounts,
   type PendingKeyMeterUnits,
+  type PendingLogDrops,
   type PendingMeterUnits,
   REQUEST_UNITS,
+  REQUESTS_METER,
   toKeyRows,
   toKeyUnitRows,
+  toLogDropRows,
   toRows,
   toUnitRows,
+  UNLIMITED_UNITS,
 } from './flush-rows.js'
 
 export { REQUESTS_METER, utcDay } from './flush-rows.js'
@@ -60,6 +66,8 @@ interface Batch {
   /** Units by tenant, period and meter, and by key, day and meter: the same statement again. */
   readonly unitRows: readonly PeriodUnitCount[]
   readonly keyUnitRows: readonly KeyUnitCount[]
+  /** Units of dropped request log records (usage_period_checks): the same statement again. */
+  readonly logDropRows: readonly LogDropCount[]
   /** When its oldest count was recorded. */
   readonly since: number
   /** Everything counted before `through` is in this batch or an earlier one (usage_flush_marks). */
@@ -79,6 +87,8 @@ export class UsageMeter {
   private meterUnits: PendingMeterUnits = new Map()
   /** The same by key: period start → tenant id → key id → meter → units. */
   private keyMeterUnits: PendingKeyMeterUnits = new Map()
+  /** Units of forwarded requests whose request log records were dropped, by the period they ended in. */
+  private logDrops: PendingLogDrops = new Map()
   /** When the oldest of `counts` was recorded; null while nothing is pending. */
   private pendingSince: number | null = null
   /** A flush that failed: it may have committed, so it is retried with the same id. */
@@ -116,6 +126,8 @@ export class UsageMeter {
    * `forwarded`: it was sent on to an upstream, which is what a monthly quota counts (docs/api.md).
    * `keyId`: the key that made it, for the usage by key (the tenant's counts are kept either way).
    * A forwarded request counts `cost` request units, and the units its upstream `reported`.
+   * `charged`: its limits took its cost (true), or it was under none (null); false, under limits
+   * that took nothing, is never expected, and reconciliation shows it as unexplained.
    */
   record(
     tenantId: string,
@@ -124,6 +136,7 @@ export class UsageMeter {
     keyId?: string,
     cost = 1,
     reported: ReportedUnits | null = null,
+    charged: boolean | null = null,
   ): void {
     // A WebSocket's 101 is its upgrade's success: counted with the 2xx (docs/api.md, WebSockets).
     const statusClass = statusCode === 101 ? 2 : Math.floor(statusCode / 100)
@@ -133,6 +146,8 @@ export class UsageMeter {
     if (forwarded) {
       counts[FORWARDED + statusClass - 2]!++
       counts[REQUEST_UNITS]! += cost
+      if (charged === true) counts[CHARGED_UNITS]! += cost
+      else if (charged === null) counts[UNLIMITED_UNITS]! += cost
     }
     if (keyId !== undefined) {
       const keyCounts = this.keyCountsOf(tenantId, keyId)
@@ -168,6 +183,21 @@ export class UsageMeter {
     this.countsOf(tenantId)[kind === 'rate' ? LIMITED_RATE : LIMITED_QUOTA]!++
   }
 
+  /**
+   * A forwarded request's request log record that was dropped (the log's buffer was full): its
+   * units, by the period its answer ended in, for reconciliation's `log_dropped`. `unitsJson`: the
+   * units its upstream reported, as the record holds them.
+   */
+  logDropped(tenantId: string, endedAtMs: number, cost: number, unitsJson: string | null): void {
+    const period = endedAtMs - (endedAtMs % this.periodMs)
+    const byMeter = child(child(this.logDrops, period), tenantId)
+    byMeter.set(REQUESTS_METER, (byMeter.get(REQUESTS_METER) ?? 0) + cost)
+    if (unitsJson !== null)
+      for (const [meter, units] of Object.entries(JSON.parse(unitsJson) as Record<string, number>))
+        byMeter.set(meter, (byMeter.get(meter) ?? 0) + units)
+    this.pendingSince ??= this.now()
+  }
+
   /** The period's pending counts of a tenant (see FORWARDED), made on its first request of the period. */
   private countsOf(tenantId: string): number[] {
     const period = this.currentPeriod()
@@ -179,7 +209,7 @@ export class UsageMeter {
     let counts = tenants.get(tenantId)
     if (counts === undefined) {
       // A literal: packed small integers, as the four counts were before.
-      counts = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+      counts = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
       tenants.set(tenantId, counts)
     }
     this.pendingSince ??= this.now()
@@ -262,12 +292,14 @@ export class UsageMeter {
         keyRows: toKeyRows(this.keyCounts),
         unitRows: toUnitRows(this.counts, this.meterUnits),
         keyUnitRows: toKeyUnitRows(this.keyCounts, this.keyMeterUnits),
+        logDropRows: toLogDropRows(this.logDrops),
         since: this.pendingSince ?? this.now(),
       }
       this.counts = new Map()
       this.keyCounts = new Map()
       this.meterUnits = new Map()
       this.keyMeterUnits = new Map()
+      this.logDrops = new Map()
       this.pendingSince = null
       if (!(await this.send(batch)) && !empty) this.inDoubt = batch
     }
@@ -299,6 +331,7 @@ export class UsageMeter {
         keyCounts: batch.keyRows,
         unitCounts: batch.unitRows,
         keyUnitCounts: batch.keyUnitRows,
+        logDropCounts: batch.logDropRows,
         mark: batch.mark,
       })
       this.lastSendOk = true

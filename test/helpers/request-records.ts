@@ -27,6 +27,7 @@ export function logRecord(fields: Partial<RequestRecord> & Pick<RequestRecord, '
     responseBytes: 2,
     sourceIp: '127.0.0.1',
     cost: 1,
+    forwarded: true,
     units: null,
     ...fields,
   }

@@ -42,6 +42,8 @@ for (const { copy, form } of FORMS)
       sourceIp: i % 2 === 0 ? '127.0.0.1' : '::1',
       // Units (a management record's cost is 0), reported by some records only; none in account 2's.
       cost: i % 3 === 0 ? 0 : 1 + i,
+      // A refusal of the gateway's (a 429) was not forwarded: its cost comes back all the same.
+      forwarded: i % 4 !== 2,
       units: i === 1 ? null : i % 2 === 0 ? `{"tokens":${10 ** i},"images":${i}}` : null,
     }))
     for (const record of records) writer.add(record)
@@ -66,9 +68,15 @@ for (const { copy, form } of FORMS)
           responseBytes: Number(row.response_bytes),
           sourceIp: row.source_ip,
           cost: row.cost,
+          forwarded: row.forwarded,
           units: row.units,
         })),
-        expected.map(({ idGiven: _, ...r }) => ({ ...r, timeMs: Math.floor(r.timeMs) })),
+        // A management record (cost 0) reads as not forwarded: nothing of it was.
+        expected.map(({ idGiven: _, ...r }) => ({
+          ...r,
+          forwarded: r.forwarded && r.cost > 0,
+          timeMs: Math.floor(r.timeMs),
+        })),
         `account ${account}: every field, in order`,
       )
     }
@@ -120,6 +128,7 @@ for (const { copy, form } of FORMS)
       responseBytes: 7,
       sourceIp: i === 7 ? '::1' : '127.0.0.1',
       cost: 1,
+      forwarded: codes[i] === null,
       units: null,
     }))
     for (const record of records) writer.add(record)

@@ -30,6 +30,7 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/usage': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/usage/export': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/usage/reconciliation': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/limits': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/events': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/events/:event_id': { scope: 'sub_accounts:read', namesSubAccount: false },

@@ -17,6 +17,7 @@ import type {
 } from '../../schemas/sub-accounts.js'
 import type { RequestRecord as RequestRecordSchema } from '../../schemas/requests.js'
 import type { KeyUsageEntry as KeyUsageEntrySchema, UsageEntry as UsageEntrySchema } from '../../schemas/usage.js'
+import type { ReconciliationEntry as ReconciliationEntrySchema } from '../../schemas/usage-reconciliation.js'
 import type {
   DeliveryAttempt as DeliveryAttemptSchema,
   WebhookEndpoint as WebhookEndpointSchema,
@@ -34,6 +35,7 @@ export type KeyPolicy = Static<typeof KeyPolicySchema>
 export type AuditEvent = Static<typeof EventSchema>
 export type UsageEntry = Static<typeof UsageEntrySchema>
 export type KeyUsageEntry = Static<typeof KeyUsageEntrySchema>
+export type ReconciliationEntry = Static<typeof ReconciliationEntrySchema>
 export type AccountLimits = Static<typeof AccountLimitsSchema>
 export type WebhookEndpoint = Static<typeof WebhookEndpointSchema>
 export type Delivery = Static<typeof DeliveryAttemptSchema>

@@ -1,12 +1,14 @@
 // Usage: the daily chart for the whole account (#/usage, with the account's quota) or for one
 // sub-account (on its page, with its month so far against its limits), over a range the user
-// picks, read as the screen opens; under it, who made the requests (usage-breakdown.tsx).
+// picks, read as the screen opens; under it, who made the requests (usage-breakdown.tsx), and for
+// the account, reconciliation (reconciliation.tsx).
 import { useEffect, useState } from 'preact/hooks'
 import { api } from './api.js'
 import { announce, ErrorMessage, Loading, useAction } from './components.js'
 import { UsageChart } from './chart.js'
 import { perDuration } from './key-policy.js'
 import type { AccountLimits, SubAccount, SubAccountListed } from './types.js'
+import { Reconciliation } from './reconciliation.js'
 import { ByKey, BySubAccount } from './usage-breakdown.js'
 import { CLASSES, dailyUsage, firstOfMonth, type RangeUsage, reportEntries, today, totalOf } from './usage-data.js'
 
@@ -124,6 +126,7 @@ export function UsageScreen() {
       {limits === null && load.error === null && <Loading what="the account's quota" />}
       {limits !== null && <QuotaUse limits={limits} />}
       <RangeChart subAccountId={null} title="All sub-accounts" />
+      <Reconciliation />
     </section>
   )
 }
