@@ -25,7 +25,10 @@ export const EXPORT_BATCH_SIZE = 100
 export const EXPORT_INTERVAL_MS = 5_000
 /** How long a replica's lease runs without a renewal: longer than one attempt (15 s). */
 export const EXPORT_LEASE_SECONDS = 60
-/** Batches one tick sends at most, so that a long backlog still lets the lease and metric move. */
+/**
+ * Batches one tick sends at most, so that a long backlog still lets the lease and metric move; a
+ * tick that sent them all is followed by the next at once (bench/README.md, usage export).
+ */
 const BATCHES_PER_TICK = 50
 
 export interface UsageExporterOptions {
@@ -56,6 +59,8 @@ export class UsageExporter {
   private timer: NodeJS.Timeout | null = null
   private running: Promise<void> | null = null
   private stopped = false
+  /** The last round sent BATCHES_PER_TICK batches: more are waiting. */
+  private backlog = false
   private readonly abort = new AbortController()
   private readonly options: UsageExporterOptions
 
@@ -66,10 +71,13 @@ export class UsageExporter {
 
   start(): void {
     if (this.stopped || this.timer !== null) return
-    this.timer = setTimeout(() => {
-      this.timer = null
-      void this.tick().finally(() => this.start())
-    }, this.options.intervalMs ?? EXPORT_INTERVAL_MS)
+    this.timer = setTimeout(
+      () => {
+        this.timer = null
+        void this.tick().finally(() => this.start())
+      },
+      this.backlog ? 0 : (this.options.intervalMs ?? EXPORT_INTERVAL_MS),
+    )
     this.timer.unref()
   }
 
@@ -91,7 +99,9 @@ export class UsageExporter {
       leaseSeconds: this.options.leaseSeconds ?? EXPORT_LEASE_SECONDS,
     }
     let cursor = this.stopped ? null : await claimExport(sql, lease)
-    for (let batch = 0; cursor?.due === true && batch < BATCHES_PER_TICK && !this.stopped; batch++) {
+    let batch = 0
+    this.backlog = false
+    for (; cursor?.due === true && batch < BATCHES_PER_TICK && !this.stopped; batch++) {
       // One period a batch: its records are fixed once it is closed, so a batch sent again after
       // a lost acknowledgement holds the same records, and has the same webhook-id.
       const next = await recordsAfter(sql, cursor, EXPORT_BATCH_SIZE)
@@ -125,6 +135,7 @@ export class UsageExporter {
       if (!(await acknowledgeExport(sql, lease, last))) break // the lease went to another replica
       cursor = { period_start: last.period_start, tenant_id: last.tenant_id, meter: last.meter, attempts: 0, due: true }
     }
+    this.backlog = batch === BATCHES_PER_TICK
     this.options.onLag?.(await this.lagSeconds())
   }
 

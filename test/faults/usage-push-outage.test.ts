@@ -2,7 +2,9 @@
 // (through a TCP relay the test owns) while a batch is at the receiver, so its acknowledgement
 // cannot be written; then the receiver down for a while. The receiver, which dedupes by event id,
 // ends with exactly the closed periods' units Postgres holds, the batch cut off is sent again under
-// the same webhook-id, and nothing crashes. The usage clock is the test's.
+// the same webhook-id, and nothing crashes; reconciliation then finds the export whole and the
+// limiter in step with the meter. The usage clock is the test's (so the request log, which keeps
+// real times, is off).
 import type { ServerResponse } from 'node:http'
 import { HTTP } from 'cloudevents'
 import t from 'tap'
@@ -57,6 +59,7 @@ const gw = await startGateway(t, {
     USAGE_EXPORT_URL: receiver.url,
     USAGE_EXPORT_SECRET: SECRET,
     WEBHOOKS_RETRY_SCHEDULE: '100ms,300ms',
+    REQUEST_LOG_RETENTION_DAYS: '0',
   },
   gatewayConfig: {
     routes: [
@@ -72,6 +75,14 @@ const subs = await Promise.all(
 const keys = await Promise.all(
   subs.map((sub) => mintKey(sql, { tenantId: sub.id, name: 'k', scopes: [], withClientSecret: false })),
 )
+// a under a rate it never reaches: its limiter counts beside the meter through the faults.
+const limited = await callAs(gw.url, P.apiKey, {
+  method: 'PATCH',
+  path: `/v1/sub-accounts/${subs[0]!.id}`,
+  acting: 'self',
+  json: { limits: { rate: { requests: 100_000, per_seconds: 60 } } },
+})
+if (limited.status !== 200) throw new Error(`${limited.status} ${limited.body}`)
 
 const traffic = async (n: number) => {
   for (let i = 0; i < n; i++) {
@@ -155,4 +166,36 @@ t.test('the receiver down for a while: retried until it answers, nothing lost', 
   const { ok, detail } = await caughtUp()
   t.ok(ok, `all there once it is back: ${detail}`)
   t.same(crashes, [], 'nothing crashed')
+})
+
+t.test('reconciliation after the faults: exported whole, the limiter in step, nothing unexplained', async (t) => {
+  const iso = (ms: number) => `${new Date(ms).toISOString().slice(0, 19)}Z`
+  const res = await callAs(gw.url, P.apiKey, {
+    path: `/v1/sub-accounts/usage/reconciliation?from=${iso(T0)}&to=${iso(T0 + 3 * MINUTE)}`,
+  })
+  t.equal(res.status, 200)
+  const { data } = JSON.parse(res.body) as {
+    data: {
+      sub_account_id: string
+      meter: string
+      meter_units: number
+      limiter_units: number | null
+      exported_units: number
+      differences: { against: string; kind: string }[]
+    }[]
+  }
+  t.equal(data.length, 6, 'three sub-accounts, two meters')
+  for (const entry of data) {
+    t.equal(entry.exported_units, entry.meter_units, `${entry.sub_account_id} ${entry.meter}: exported whole`)
+    t.same(
+      entry.differences.map((d) => `${d.against} ${d.kind}`),
+      ['log log_expired'],
+      'only the log, which is off, differs',
+    )
+  }
+  const a = data.find((entry) => entry.sub_account_id === subs[0]!.id && entry.meter === 'requests')
+  t.ok(
+    a !== undefined && a.limiter_units === a.meter_units,
+    `a's limiter charged what the meter counted: ${JSON.stringify(a)}`,
+  )
 })
