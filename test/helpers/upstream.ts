@@ -31,6 +31,12 @@ export const echo: UpstreamHandler = (_request, response, received) => {
   response.end(JSON.stringify(received))
 }
 
+/** Answers 200 reporting `?tokens=` (0 without) in X-Tokens-Used: a metered upstream (docs/api.md, Units). */
+export const reportsTokens: UpstreamHandler = (request, response) => {
+  const tokens = new URLSearchParams(request.url!.split('?')[1] ?? '').get('tokens') ?? '0'
+  response.writeHead(200, { 'content-type': 'text/plain', 'x-tokens-used': tokens }).end('done')
+}
+
 export async function startUpstream(t: TestLike, handler: UpstreamHandler = echo): Promise<Upstream> {
   const received: ReceivedRequest[] = []
   let current = handler

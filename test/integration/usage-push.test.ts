@@ -4,7 +4,6 @@
 // a receiver that fails gets them again on the retry schedule, a lost acknowledgement sends the
 // same batch (same ids) again, a replica that stops hands over to the other, and a receiver that
 // dedupes by id ends with exactly what Postgres counted. The usage clock is the test's.
-import type { ServerResponse } from 'node:http'
 import { HTTP } from 'cloudevents'
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
@@ -12,19 +11,14 @@ import { createSubAccount } from '../../src/store/tenants.js'
 import { metricValue, startReplicas } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
-import { startUpstream } from '../helpers/upstream.js'
+import { reportsTokens, startUpstream } from '../helpers/upstream.js'
 import { startReceiver } from '../helpers/webhook-receiver.js'
 
 const HOUR = 3_600_000
 const MINUTE = 60_000
 const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
 
-function answer(url: string, response: ServerResponse): void {
-  const tokens = new URLSearchParams(url.split('?')[1] ?? '').get('tokens') ?? '0'
-  response.writeHead(200, { 'content-type': 'text/plain', 'x-tokens-used': tokens }).end('done')
-}
-
-const upstream = await startUpstream(t, (request, response) => answer(request.url!, response))
+const upstream = await startUpstream(t, reportsTokens)
 const receiver = await startReceiver(t, '/usage')
 receiver.secret(SECRET)
 /** What the receiver keeps: each event by id, as the SDK read it. */

@@ -3,17 +3,17 @@
 // meter, the meter beside what limits charged, the request log's forwarded count and the export,
 // every difference explained. Periods of a minute, a grace of a second: the test waits for one
 // real close (a minute at most).
-import type { ServerResponse } from 'node:http'
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
 import { UsageMeter } from '../../src/usage/meter.js'
+import type { ReconciliationEntry } from '../../src/usage/reconciliation.js'
 import { cli } from '../helpers/cli.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
 import { logRecord, madeId } from '../helpers/request-records.js'
-import { startUpstream } from '../helpers/upstream.js'
+import { reportsTokens, startUpstream } from '../helpers/upstream.js'
 import { startReceiver } from '../helpers/webhook-receiver.js'
 
 const HOUR = 3_600_000
@@ -21,12 +21,7 @@ const MINUTE = 60_000
 const iso = (ms: number) => `${new Date(ms).toISOString().slice(0, 19)}Z`
 const SECRET = `whsec_${Buffer.alloc(32, 9).toString('base64')}`
 
-function answer(url: string, response: ServerResponse): void {
-  const tokens = new URLSearchParams(url.split('?')[1] ?? '').get('tokens') ?? '0'
-  response.writeHead(200, { 'content-type': 'text/plain', 'x-tokens-used': tokens }).end('done')
-}
-
-const upstream = await startUpstream(t, (request, response) => answer(request.url!, response))
+const upstream = await startUpstream(t, reportsTokens)
 // The receiver refuses until the test lets it acknowledge: what is closed is then not exported.
 const receiver = await startReceiver(t, '/usage')
 receiver.secret(SECRET)
@@ -87,15 +82,7 @@ const reconciliation = async (key: string, from: number, to: number) => {
   if (res.status !== 200) throw new Error(`${res.status} ${res.body}`)
   return { closedUntil: res.headers['x-usage-closed-until'] as string | undefined, ...JSON.parse(res.body) }
 }
-type Entry = {
-  sub_account_id: string | null
-  meter: string
-  meter_units: number
-  limiter_units: number | null
-  log_units: number | null
-  exported_units: number
-  differences: { against: string; kind: string; units: number }[]
-}
+type Entry = ReconciliationEntry
 const entryOf = (data: Entry[], sub: string | null, meter: string) =>
   data.find((e) => e.sub_account_id === sub && e.meter === meter)
 const kindsOf = (entry: Entry | undefined, against: string) =>
