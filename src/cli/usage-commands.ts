@@ -70,7 +70,7 @@ export async function reconcileUsage(sql: Sql, options: Options, config: Config,
           ).sql
   try {
     const [counts, log] = await Promise.all([
-      reconciliationCounts(sql, { ...range, accountId, pushTarget }),
+      reconciliationCounts(sql, { ...range, accountId, closedUntil: closed, pushTarget }),
       logSql === null
         ? null
         : logUnitSums(

@@ -8,6 +8,7 @@ import { reconcile } from '../usage/reconciliation.js'
 import { UsageReconciliation, UsageReconciliationQuery } from '../schemas/usage-reconciliation.js'
 import { CLOSED_UNTIL_HEADER } from './usage-export-routes.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
+import { parentPlaces } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
 
 export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> = [
@@ -24,14 +25,21 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const accountId = parentOf(request).id
       const closed = await closedUntil(sql)
+      // The log's read counts among the parent's reads of its log at once, bounded as they are.
       const [counts, log] = await Promise.all([
-        reconciliationCounts(sql, { ...range, accountId, pushTarget: usageExport.pushTarget }),
+        reconciliationCounts(sql, { ...range, accountId, closedUntil: closed, pushTarget: usageExport.pushTarget }),
         requestLog === null
           ? null
-          : logUnitSums(
-              requestLog.sql,
-              { ...range, accountId, closedUntil: closed },
-              { days: requestLog.retentionDays, nowMs: Date.now() },
+          : requestLog.reads.run(parentPlaces(accountId), () =>
+              logUnitSums(
+                requestLog.sql,
+                { ...range, accountId, closedUntil: closed },
+                {
+                  days: requestLog.retentionDays,
+                  nowMs: Date.now(),
+                  statementTimeoutMs: requestLog.statementTimeoutMs,
+                },
+              ),
             ),
       ])
       if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))

@@ -30,8 +30,15 @@ export const requestAccounting = fp<RequestAccountingOptions>(
     const meter = app.usageMeter
     const requestLog = app.requestLog
     // The units of the records the log drops, counted apart: reconciliation's `log_dropped`.
+    // It runs where the log drops rows (a request's add, a failed write's put-back): never a throw there.
     if (requestLog !== null)
-      requestLog.buffer.onDropped = (row) => row.forEachForwarded((...dropped) => meter.logDropped(...dropped))
+      requestLog.buffer.onDropped = (row) => {
+        try {
+          row.forEachForwarded((...dropped) => meter.logDropped(...dropped))
+        } catch (err) {
+          app.log.warn({ err }, 'request log: the units of a dropped row were not counted')
+        }
+      }
     const account = (request: FastifyRequest, reply: FastifyReply): void => {
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.

@@ -4,7 +4,6 @@
 // unit-sums.ts): it may live in another Postgres.
 import type { Sql } from './db.js'
 import { exportCursor } from './usage-export.js'
-import { closedUntil } from './usage-periods.js'
 
 /** One tenant's counts of one meter over a range; bigints as text. `closed_*`: of periods closed. */
 export interface ReconciliationCounts {
@@ -15,11 +14,17 @@ export interface ReconciliationCounts {
   meter: string
   meter_units: string
   closed_meter_units: string
+  /** Of the meter's units, those flushed after the period they were served in had closed. */
+  late_units: string
+  closed_late_units: string
   /** By the periods the requests were served in (usage_period_checks). */
   served_units: string
   closed_served_units: string
   limiter_units: string
   unlimited_units: string
+  /** Served in the range, billed in a later period as late units. */
+  late_out_units: string
+  closed_late_out_units: string
   closed_log_dropped_units: string
   exported_units: string
 }
@@ -29,6 +34,8 @@ export interface ReconciliationRange {
   to: Date
   /** One parent's account (its own use and its sub-accounts'), or every account. */
   accountId: string | null
+  /** Where the closed periods end (store/usage-periods.ts), as the caller read it for the log too. */
+  closedUntil: Date | null
   /**
    * The push's receiver (store/usage-export.ts): exported is what it acknowledged. Null with no
    * push: exported is what a pull of the closed periods gives.
@@ -37,21 +44,26 @@ export interface ReconciliationRange {
 }
 
 type Tenant = Pick<ReconciliationCounts, 'tenant_id' | 'account_id' | 'sub_account_id' | 'meter'>
-type UnitSums = Tenant & Pick<ReconciliationCounts, 'meter_units' | 'closed_meter_units' | 'exported_units'>
-type CheckSums = Tenant &
+type UnitSums = Tenant &
   Pick<
     ReconciliationCounts,
-    'served_units' | 'closed_served_units' | 'limiter_units' | 'unlimited_units' | 'closed_log_dropped_units'
+    'meter_units' | 'closed_meter_units' | 'late_units' | 'closed_late_units' | 'exported_units'
   >
+type CheckSums = Tenant & Omit<ReconciliationCounts, keyof UnitSums>
 
-const NONE = {
+/** A tenant and meter's counts where a table has no row of it. */
+export const NO_COUNTS: Omit<ReconciliationCounts, keyof Tenant> = {
   meter_units: '0',
   closed_meter_units: '0',
+  late_units: '0',
+  closed_late_units: '0',
   exported_units: '0',
   served_units: '0',
   closed_served_units: '0',
   limiter_units: '0',
   unlimited_units: '0',
+  late_out_units: '0',
+  closed_late_out_units: '0',
   closed_log_dropped_units: '0',
 }
 
@@ -59,13 +71,13 @@ const NONE = {
  * The counts of a range, by tenant and meter with use, ordered by account, the parent's own use
  * first, then sub-account and meter. Two statements at once, one a table, on two connections: each
  * sums a month of 10^4 sub-accounts' periods in about 1.5 s (bench/README.md, usage export). The
- * close and the receiver's cursor are read first and passed in as values (joined in, they cost a
- * second more), and the account's tenants are a semi-join, hashed, for the same reason.
+ * close (the caller's, which splits the log's count too) and the receiver's cursor are passed in
+ * as values (joined in, they cost a second more), and the account's tenants are a semi-join.
  */
 export async function reconciliationCounts(sql: Sql, range: ReconciliationRange): Promise<ReconciliationCounts[]> {
   const { from, to, accountId, pushTarget } = range
   // Nothing closed yet: before any period there is.
-  const closed = (await closedUntil(sql)) ?? new Date('0001-01-01T00:00:00Z')
+  const closed = range.closedUntil ?? new Date('0001-01-01T00:00:00Z')
   // With a push, what its cursor acknowledged (nothing yet: none); without one, every closed record.
   const cursor = pushTarget === null ? null : await exportCursor(sql, pushTarget)
   const everything = cursor === null
@@ -76,10 +88,13 @@ export async function reconciliationCounts(sql: Sql, range: ReconciliationRange)
     case when t.parent_id is null then null else t.id end as sub_account_id, s.meter`
   const [units, checks] = await Promise.all([
     sql<UnitSums[]>`
-      select ${tenant()}, s.meter_units::text, s.closed_meter_units::text, s.exported_units::text
+      select ${tenant()}, s.meter_units::text, s.closed_meter_units::text, s.late_units::text,
+             s.closed_late_units::text, s.exported_units::text
       from (
         select u.tenant_id, u.meter, sum(u.units) as meter_units,
                coalesce(sum(u.units) filter (where u.period_start < ${closed}), 0) as closed_meter_units,
+               sum(u.late_units) as late_units,
+               coalesce(sum(u.late_units) filter (where u.period_start < ${closed}), 0) as closed_late_units,
                coalesce(sum(u.units) filter (where u.period_start < ${closed} and (${everything} or (${acknowledged}
                  and (u.period_start, u.tenant_id, u.meter)
                      <= (${cursor?.period_start ?? null}::timestamptz, ${cursor?.tenant_id ?? null}::uuid, ${cursor?.meter ?? null}::text)))), 0)
@@ -91,11 +106,14 @@ export async function reconciliationCounts(sql: Sql, range: ReconciliationRange)
       where s.meter_units > 0`,
     sql<CheckSums[]>`
       select ${tenant()}, s.served_units::text, s.closed_served_units::text, s.limiter_units::text,
-             s.unlimited_units::text, s.closed_log_dropped_units::text
+             s.unlimited_units::text, s.late_out_units::text, s.closed_late_out_units::text,
+             s.closed_log_dropped_units::text
       from (
         select c.tenant_id, c.meter, sum(c.served_units) as served_units,
                coalesce(sum(c.served_units) filter (where c.period_start < ${closed}), 0) as closed_served_units,
                sum(c.limiter_units) as limiter_units, sum(c.unlimited_units) as unlimited_units,
+               sum(c.late_out_units) as late_out_units,
+               coalesce(sum(c.late_out_units) filter (where c.period_start < ${closed}), 0) as closed_late_out_units,
                coalesce(sum(c.log_dropped_units) filter (where c.period_start < ${closed}), 0) as closed_log_dropped_units
         from usage_period_checks c
         where c.period_start >= ${from} and c.period_start < ${to} and c.tenant_id in ${inScope()}
@@ -105,7 +123,7 @@ export async function reconciliationCounts(sql: Sql, range: ReconciliationRange)
   const byKey = new Map<string, ReconciliationCounts>()
   for (const row of [...units, ...checks]) {
     const key = `${row.tenant_id} ${row.meter}`
-    byKey.set(key, { ...(byKey.get(key) ?? NONE), ...row })
+    byKey.set(key, { ...(byKey.get(key) ?? NO_COUNTS), ...row })
   }
   return [...byKey.values()]
     .filter((row) => row.meter_units !== '0' || row.served_units !== '0')

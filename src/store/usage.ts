@@ -148,25 +148,28 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       group by 1, 2, 3
     ), check_rows as (
       select tenant_id, period_start, meter, sum(served) as served, sum(charged) as charged,
-             sum(unlimited) as unlimited, sum(dropped) as dropped
+             sum(unlimited) as unlimited, sum(late_out) as late_out, sum(dropped) as dropped
       from (
-        select tenant_id, period_start, meter, units as served, charged, unlimited, 0 as dropped from unit_input
+        select row.tenant_id, row.period_start, row.meter, row.units as served, row.charged, row.unlimited,
+               case when row.period_start < closed.until then row.units else 0 end as late_out, 0 as dropped
+        from unit_input row left join closed on true
         union all
-        select tenant_id, period_start, meter, 0, 0, 0, units
+        select tenant_id, period_start, meter, 0, 0, 0, 0, units
         from jsonb_to_recordset(${sql.json(logDropCounts.map(logDropJson))})
           as row (tenant_id uuid, period_start timestamptz, meter text, units bigint)
       ) as both_kinds
       group by 1, 2, 3
     ), added_checks as (
       insert into usage_period_checks (tenant_id, period_start, meter, served_units, limiter_units, unlimited_units,
-                                       log_dropped_units)
-      select tenant_id, period_start, meter, served, charged, unlimited, dropped from check_rows
+                                       late_out_units, log_dropped_units)
+      select tenant_id, period_start, meter, served, charged, unlimited, late_out, dropped from check_rows
       where exists (select 1 from batch)
       order by tenant_id, period_start, meter
       on conflict (tenant_id, period_start, meter)
       do update set served_units = usage_period_checks.served_units + excluded.served_units,
                     limiter_units = usage_period_checks.limiter_units + excluded.limiter_units,
                     unlimited_units = usage_period_checks.unlimited_units + excluded.unlimited_units,
+                    late_out_units = usage_period_checks.late_out_units + excluded.late_out_units,
                     log_dropped_units = usage_period_checks.log_dropped_units + excluded.log_dropped_units
     ), added_units as (
       insert into usage_period_units (tenant_id, period_start, meter, units, requests, late_units)

@@ -84,7 +84,10 @@ export class UsageExporter {
   /** One round now: claim the lease, push what is due, report the lag. Calls at once share one. */
   tick(): Promise<void> {
     this.running ??= this.round()
-      .catch((err: unknown) => this.options.log.warn({ err }, 'usage export round failed; will retry'))
+      .catch((err: unknown) => {
+        this.backlog = false // a failed round waits the interval, never loops
+        this.options.log.warn({ err }, 'usage export round failed; will retry')
+      })
       .finally(() => {
         this.running = null
       })
@@ -98,9 +101,9 @@ export class UsageExporter {
       holder: this.holder,
       leaseSeconds: this.options.leaseSeconds ?? EXPORT_LEASE_SECONDS,
     }
+    this.backlog = false
     let cursor = this.stopped ? null : await claimExport(sql, lease)
     let batch = 0
-    this.backlog = false
     for (; cursor?.due === true && batch < BATCHES_PER_TICK && !this.stopped; batch++) {
       // One period a batch: its records are fixed once it is closed, so a batch sent again after
       // a lost acknowledgement holds the same records, and has the same webhook-id.

@@ -2,7 +2,7 @@
 // usage meter's units beside what the limiter charged, what the request log recorded and what was
 // exported, each difference from the meter explained by its kind, or flagged `unexplained`.
 import type { LogUnitSum } from '../request-log/unit-sums.js'
-import type { ReconciliationCounts } from '../store/usage-reconciliation.js'
+import { NO_COUNTS, type ReconciliationCounts } from '../store/usage-reconciliation.js'
 
 /** What explains a difference between the meter and one of the other counts. */
 export type DifferenceKind =
@@ -65,22 +65,14 @@ export function reconcile(
 
 const NO_RECORDS: LogUnitSum = { account_id: '', tenant_id: '', meter: '', closed_units: '0', open_units: '0' }
 
-const NO_COUNTS: Omit<ReconciliationCounts, 'tenant_id' | 'account_id' | 'sub_account_id' | 'meter'> = {
-  meter_units: '0',
-  closed_meter_units: '0',
-  served_units: '0',
-  closed_served_units: '0',
-  limiter_units: '0',
-  unlimited_units: '0',
-  closed_log_dropped_units: '0',
-  exported_units: '0',
-}
-
 function entryOf(row: ReconciliationCounts, log: LogUnitSum | null): ReconciliationEntry {
   const meter = Number(row.meter_units)
   const closedMeter = Number(row.closed_meter_units)
-  const served = Number(row.served_units)
-  const closedServed = Number(row.closed_served_units)
+  // Late units come into the range's periods (billed here, served before) and go out of them
+  // (served here, billed later): each side counted where it happened, so a flush that lost one
+  // shows as unexplained, not as late.
+  const late = Number(row.late_units) - Number(row.late_out_units)
+  const closedLate = Number(row.closed_late_units) - Number(row.closed_late_out_units)
   const charged = Number(row.limiter_units)
   const exported = Number(row.exported_units)
   const differences: Difference[] = []
@@ -90,9 +82,9 @@ function entryOf(row: ReconciliationCounts, log: LogUnitSum | null): Reconciliat
   // The limiter counts in the same flush as the meter, by the period a request was served in.
   if (charged > 0) {
     const unlimited = Number(row.unlimited_units)
-    add('limiter', 'late', meter - served)
+    add('limiter', 'late', late)
     add('limiter', 'not_limited', unlimited)
-    add('limiter', 'unexplained', served - unlimited - charged)
+    add('limiter', 'unexplained', meter - late - unlimited - charged)
   }
   // The log is written apart, a second behind: its open periods' records may still be on their way.
   let logUnits: number | null = null
@@ -101,10 +93,10 @@ function entryOf(row: ReconciliationCounts, log: LogUnitSum | null): Reconciliat
     const closedLog = Number(log.closed_units)
     logUnits = closedLog + Number(log.open_units)
     const dropped = Number(row.closed_log_dropped_units)
-    add('log', 'late', closedMeter - closedServed)
+    add('log', 'late', closedLate)
     add('log', 'log_dropped', dropped)
     add('log', 'open_period', meter - closedMeter - Number(log.open_units))
-    add('log', 'unexplained', closedServed - dropped - closedLog)
+    add('log', 'unexplained', closedMeter - closedLate - dropped - closedLog)
   }
   add('export', 'open_period', meter - closedMeter)
   add('export', 'not_exported', closedMeter - exported)

@@ -17,8 +17,12 @@ const counts = (fields: Partial<ReconciliationCounts>): ReconciliationCounts => 
   closed_meter_units: '10',
   served_units: '10',
   closed_served_units: '10',
+  late_units: '0',
+  closed_late_units: '0',
   limiter_units: '10',
   unlimited_units: '0',
+  late_out_units: '0',
+  closed_late_out_units: '0',
   closed_log_dropped_units: '0',
   exported_units: '10',
   ...fields,
@@ -46,23 +50,28 @@ t.test('counts that agree have no difference', async (t) => {
 })
 
 t.test('each known cause is named, and the rest is unexplained', async (t) => {
-  // 12 billed: 10 served here, 3 late in, 1 late out; 2 of its records dropped; 1 open; 4 not acknowledged.
+  // 12 billed: 10 served here, 3 late in (2 of them into closed periods), 1 late out; 2 of its
+  // records dropped; 1 open; 4 not acknowledged; and 1 of each count lost.
   const row = counts({
     meter_units: '12',
     closed_meter_units: '11',
+    late_units: '3',
+    closed_late_units: '2',
     served_units: '10',
-    closed_served_units: '9',
+    closed_served_units: '10',
     limiter_units: '7',
     unlimited_units: '2',
+    late_out_units: '1',
+    closed_late_out_units: '1',
     closed_log_dropped_units: '2',
     exported_units: '7',
   })
-  const [entry] = reconcile([row], [logged(6, 1)])
+  const [entry] = reconcile([row], [logged(7, 1)])
   t.same(entry!.differences, [
     { against: 'limiter', kind: 'late', units: 2 },
     { against: 'limiter', kind: 'not_limited', units: 2 },
     { against: 'limiter', kind: 'unexplained', units: 1 },
-    { against: 'log', kind: 'late', units: 2 },
+    { against: 'log', kind: 'late', units: 1 },
     { against: 'log', kind: 'log_dropped', units: 2 },
     { against: 'log', kind: 'unexplained', units: 1 },
     { against: 'export', kind: 'open_period', units: 1 },
