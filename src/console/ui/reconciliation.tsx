@@ -84,7 +84,7 @@ export function Reconciliation() {
         }}
       >
         <div class="field">
-          <label for="reconcile-from">From (UTC date)</label>
+          <label for="reconcile-from">First day (UTC)</label>
           <input
             id="reconcile-from"
             type="date"
@@ -94,7 +94,7 @@ export function Reconciliation() {
           />
         </div>
         <div class="field">
-          <label for="reconcile-to">To (UTC date, included)</label>
+          <label for="reconcile-to">Last day (UTC)</label>
           <input id="reconcile-to" type="date" required value={to} onInput={(e) => setTo(e.currentTarget.value)} />
         </div>
         <button type="submit">Reconcile</button>

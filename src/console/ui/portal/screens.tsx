@@ -92,7 +92,7 @@ export function UsageScreen() {
             <Empty>No requests this month yet.</Empty>
           ) : (
             <div class="table-wrap">
-              <table data-testid="portal-usage-days">
+              <table class="cards" data-testid="portal-usage-days">
                 <caption>Requests by day (UTC) and status</caption>
                 <thead>
                   <tr>
@@ -110,13 +110,13 @@ export function UsageScreen() {
                   {days.map((d) => (
                     <tr key={d.date}>
                       <th scope="row">{d.date}</th>
-                      <td>{d.requests}</td>
-                      <td>{d.by_status?.['2xx'] ?? 0}</td>
-                      <td>{d.by_status?.['3xx'] ?? 0}</td>
-                      <td>{d.by_status?.['4xx'] ?? 0}</td>
-                      <td>{d.by_status?.['5xx'] ?? 0}</td>
-                      <td>{(d.limited?.rate ?? 0) + (d.limited?.quota ?? 0)}</td>
-                      <td>{unitsText(d.units)}</td>
+                      <td data-label="Requests">{d.requests}</td>
+                      <td data-label="2xx">{d.by_status?.['2xx'] ?? 0}</td>
+                      <td data-label="3xx">{d.by_status?.['3xx'] ?? 0}</td>
+                      <td data-label="4xx">{d.by_status?.['4xx'] ?? 0}</td>
+                      <td data-label="5xx">{d.by_status?.['5xx'] ?? 0}</td>
+                      <td data-label="Refused by limits">{(d.limited?.rate ?? 0) + (d.limited?.quota ?? 0)}</td>
+                      <td data-label="Units">{unitsText(d.units)}</td>
                     </tr>
                   ))}
                 </tbody>
@@ -174,7 +174,7 @@ export function RequestsScreen() {
       )}
       {rows.length > 0 && (
         <div class="table-wrap">
-          <table data-testid="portal-requests">
+          <table class="cards" data-testid="portal-requests">
             <caption class="visually-hidden">Requests, newest first</caption>
             <thead>
               <tr>
@@ -190,13 +190,21 @@ export function RequestsScreen() {
             <tbody>
               {rows.map((r) => (
                 <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
-                  <td>{formatTime(r.time)}</td>
-                  <td class="mono">{r.method}</td>
-                  <td class="mono path">{r.path}</td>
-                  <td>{r.status}</td>
-                  <td class="mono">{r.code ?? '—'}</td>
-                  <td>{formatDuration(r.duration_ms)}</td>
-                  <td class="mono">{r.key_id}</td>
+                  <td data-label="Time">{formatTime(r.time)}</td>
+                  <td data-label="Method" class="mono">
+                    {r.method}
+                  </td>
+                  <td data-label="Path" class="mono path">
+                    {r.path}
+                  </td>
+                  <td data-label="Status">{r.status}</td>
+                  <td data-label="Code" class="mono">
+                    {r.code ?? '—'}
+                  </td>
+                  <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
+                  <td data-label="Key id" class="mono">
+                    {r.key_id}
+                  </td>
                 </tr>
               ))}
             </tbody>
