@@ -1,5 +1,6 @@
 // `usage.threshold_reached` (docs/events.md, Alerts): a tenant's forwarded requests of the month
-// reach a share of its monthly quota (80 % and 100 %), once per month and threshold. The hint is
+// (or a route meter's units) reach a share of its monthly quota (80 % and 100 %), once per month
+// and threshold. The hint is
 // in memory: each quota the limiter holds, with the month's use as its lease calls last saw it
 // (never below what was forwarded). Only when that reaches a threshold not yet settled does the
 // replica ask Postgres, the source of truth: the month's forwarded requests, counted by every
@@ -39,7 +40,7 @@ export class QuotaAlerts {
   async check(): Promise<void> {
     const settled = new Map<string, Set<number>>()
     for (const use of this.options.limiter.quotaUses()) {
-      const key = `${use.level}:${use.tenantId}:${use.month}`
+      const key = `${use.level}:${use.tenantId}:${use.meter}:${use.month}`
       // Only the quotas held now are remembered: a quota forgotten and used again costs one question.
       const done = this.settled.get(key) ?? new Set<number>()
       settled.set(key, done)
@@ -64,9 +65,15 @@ export class QuotaAlerts {
    */
   private mark(use: QuotaUse, thresholds: readonly number[]): Promise<number[]> {
     const level = use.level === 'account' ? 'account' : 'sub_account'
-    const policy = `${level}.monthly_quota`
+    // A route meter's quota counts its units: its policy names the meter, its quota says `units`.
+    const metered = use.meter !== 'requests'
+    const policy = metered ? `${level}.meters.${use.meter}.monthly_quota` : `${level}.monthly_quota`
+    const shares = use.alertThresholds ?? this.options.thresholds
+    const quota = metered
+      ? { units: use.requests, alert_thresholds: shares }
+      : { requests: use.requests, alert_thresholds: shares }
     return inTransaction(this.options.sql, async (tx) => {
-      const used = await monthUse(tx, { tenantId: use.tenantId, level }, use.month)
+      const used = await monthUse(tx, { tenantId: use.tenantId, level }, use.month, use.meter)
       const reached = thresholds.filter((percent) => used >= thresholdRequests(use.requests, percent))
       if (reached.length === 0) return []
       const accountId = await accountOf(tx, use.tenantId)
@@ -83,7 +90,8 @@ export class QuotaAlerts {
             tenant_id: use.tenantId,
             month: use.month,
             threshold_percent: percent,
-            monthly_quota: { requests: use.requests, alert_thresholds: use.alertThresholds ?? this.options.thresholds },
+            ...(metered ? { meter: use.meter } : {}),
+            monthly_quota: quota,
             used,
           },
           previous: null,

@@ -14,7 +14,15 @@ import { httpsOrigin, PORTAL_ORIGINS_MAX } from '../portal/origin-changes.js'
 import type { TenantRow } from '../store/tenants.js'
 import { inTransaction } from '../store/transaction.js'
 import { isExternalId } from '../shared/identifiers.js'
-import { parseAlertThresholds, parseMonthlyQuota, parseRate, shownLimits } from '../shared/tenant-limits.js'
+import {
+  parseAlertThresholds,
+  parseMeterName,
+  parseMeterQuota,
+  parseMeterRate,
+  parseMonthlyQuota,
+  parseRate,
+  shownLimits,
+} from '../shared/tenant-limits.js'
 import { type Command, name, type Options, scopes, tellReplicas, UsageError, uuid } from './options.js'
 
 /** A parent account as the CLI prints it. */
@@ -25,20 +33,31 @@ const presentAccount = (account: TenantRow) => ({
   created_at: account.created_at.toISOString(),
 })
 
-/** What `accounts limits` changes: each flag given replaces its limit, the others stay; --clear removes both. */
+/**
+ * What `accounts limits` changes: each flag given replaces its limit, the others stay; --clear
+ * removes both. With `--meter NAME`, the limits of that route meter, in its units.
+ */
 function limitsChange(options: Options): LimitsChange {
   const { rate, clear } = options
   const quota = options['monthly-quota']
   const alerts = options['quota-alerts']
+  const meter = typeof options.meter === 'string' ? parseMeterName(options.meter) : undefined
   if (alerts !== undefined && quota === undefined)
     throw new UsageError('--quota-alerts goes with --monthly-quota M: give the quota they are shares of')
   if (clear === true) {
     if (rate !== undefined || quota !== undefined)
       throw new UsageError('--clear removes both limits: give it without --rate and --monthly-quota')
-    return { rate: null, monthly_quota: null }
+    return { meter, rate: null, monthly_quota: null } as LimitsChange
   }
   if (rate === undefined && quota === undefined)
     throw new UsageError('give --rate N/Ws, --monthly-quota M, or --clear (--help for the usage)')
+  const thresholds = typeof alerts === 'string' ? { alert_thresholds: parseAlertThresholds(alerts) } : {}
+  if (meter !== undefined)
+    return {
+      meter,
+      ...(typeof rate === 'string' ? { rate: parseMeterRate(rate) } : {}),
+      ...(typeof quota === 'string' ? { monthly_quota: { ...parseMeterQuota(quota), ...thresholds } } : {}),
+    }
   return {
     ...(typeof rate === 'string' ? { rate: parseRate(rate) } : {}),
     ...(typeof quota === 'string'

@@ -44,6 +44,15 @@ export function take(
   return { granted, state: { tokens: current.tokens - granted, at: current.at } }
 }
 
+/**
+ * Charges `units` already used (a metered answer's, known at its end): below zero too, down to
+ * -N, as the Redis script does, so that the debt is refilled before anything passes again.
+ */
+export function charge(state: BucketState, rate: Rate, now: number, units: number): BucketState {
+  const current = refill(state, rate, now)
+  return { tokens: Math.max(-rate.requests, current.tokens - units), at: current.at }
+}
+
 /** Gives back `tokens` taken and not used, never above capacity (what is over is lost, never created). */
 export function giveBack(state: BucketState, rate: Rate, now: number, tokens: number): BucketState {
   const current = refill(state, rate, now)

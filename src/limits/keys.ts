@@ -14,12 +14,16 @@ function groupOf(subject: string): string {
   return `l${hash % LIMIT_GROUPS}`
 }
 
+/** A route meter's limits are keyed apart, in their tenant's group; the request units' as before. */
+const meterPart = (meter: string) => (meter === 'requests' ? '' : `:m:${meter}`)
+
 export const limitKeys = {
-  /** A rate's bucket and leases. */
-  rate: (prefix: string, subject: string) => `${prefix}limits:{${groupOf(subject)}}:rate:${subject}`,
+  /** A rate's bucket and leases; `meter`: a route meter's (none: the request units'). */
+  rate: (prefix: string, subject: string, meter = 'requests') =>
+    `${prefix}limits:{${groupOf(subject)}}:rate:${subject}${meterPart(meter)}`,
   /** A quota's month. */
-  quota: (prefix: string, subject: string, month: string) =>
-    `${prefix}limits:{${groupOf(subject)}}:quota:${subject}:${month}`,
+  quota: (prefix: string, subject: string, month: string, meter = 'requests') =>
+    `${prefix}limits:{${groupOf(subject)}}:quota:${subject}${meterPart(meter)}:${month}`,
   /** The incarnation of the group a limit's key is in. */
   incarnationOf(prefix: string, key: string): string {
     const tag = /\{(l\d+)\}/.exec(key.slice(prefix.length))

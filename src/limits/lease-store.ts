@@ -14,6 +14,8 @@ export interface LeaseCall {
   wanted: number
   /** Units admitted while Redis was unusable, beyond the lease held then: taken now. */
   extra: number
+  /** A metered limit's units charged beyond the lease (leased-limit.ts, charge): taken now, below zero too. */
+  debt?: number
 }
 
 export interface RateCall extends LeaseCall {
@@ -149,6 +151,7 @@ export class RedisLeaseStore implements LeaseStore {
           call.epoch,
           randomBytes(6).toString('hex'),
           call.seen,
+          call.debt ?? 0,
         ),
       callTimeoutMs,
     )

@@ -10,6 +10,8 @@ export interface LeaseCall {
   returned: number
   wanted: number
   extra: number
+  /** A metered limit's units charged beyond its lease since the last call (`charge`). */
+  debt: number
 }
 import type { LimiterMetrics, PolicyName, PolicyState } from './types.js'
 
@@ -62,6 +64,8 @@ export abstract class LeasedLimit {
   spentSinceSend = 0
   /** Units refunded by the gateway, given back on the next call (never spent again: see docs). */
   refunds = 0
+  /** A metered limit's units charged beyond its lease, owed to the shared state with the next call. */
+  debt = 0
   /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
   prepaid = 0
   unreported = 0
@@ -91,9 +95,16 @@ export abstract class LeasedLimit {
   private largestAsk = 1
 
   readonly name: PolicyName
+  /**
+   * `requests`: the request units of a route's cost, taken when a request is admitted. Else a
+   * route meter's, known only when the answer ends: a request passes while the balance is above
+   * zero (one unit held), and its units are charged after (`charge`), below zero if need be.
+   */
+  readonly meter: string
   protected readonly ctx: LimitContext
-  constructor(name: PolicyName, ctx: LimitContext, now: number) {
+  constructor(name: PolicyName, ctx: LimitContext, now: number, meter = 'requests') {
     this.name = name
+    this.meter = meter
     this.ctx = ctx
     this.lastAttemptAt = now
     this.sampledAt = now
@@ -110,6 +121,8 @@ export abstract class LeasedLimit {
   protected abstract localAllows(now: number, units: number): boolean
   protected abstract localTake(now: number, units: number): void
   protected abstract localGiveBack(now: number, units: number): void
+  /** Charges units already used to the local state, below zero (a rate) or over M (a quota) too. */
+  protected abstract localCharge(now: number, units: number): void
   abstract state(now: number): PolicyState
   /** When refused a request of `units`: ms until this limit would let it pass (at least 1 s is answered). */
   abstract retryAfterMs(now: number, units: number): number
@@ -146,6 +159,36 @@ export abstract class LeasedLimit {
       return
     }
     this.localTake(now, units)
+    this.reportLocal(units)
+  }
+
+  /** Whether its units are charged when the answer ends (a route meter's), not taken at admission. */
+  get chargedAfter(): boolean {
+    return this.meter !== 'requests'
+  }
+
+  /**
+   * A metered answer's units, once it ended: taken from the lease as far as it goes, the rest owed
+   * to the shared state with the next call (which may leave it below zero: the debt the docs
+   * bound). Cold, with nothing held, all of it is owed.
+   */
+  charge(now: number, units: number): void {
+    if (units <= 0) return
+    this.attempts += units
+    this.sync(now)
+    if (this.mode === 'local') {
+      this.localCharge(now, units)
+      this.reportLocal(units)
+      return
+    }
+    const fromLease = Math.min(this.held(now), units)
+    this.lease -= fromLease
+    this.spentSinceSend += fromLease
+    this.debt += units - fromLease
+  }
+
+  /** Units spent while local: from what was prepaid (the lease held when it began), the rest reported. */
+  private reportLocal(units: number): void {
     const prepaid = Math.min(this.prepaid, units)
     this.prepaid -= prepaid
     this.unreported += units - prepaid
@@ -242,6 +285,12 @@ export abstract class LeasedLimit {
     this.lease = 0
     this.leaseExpiresAt = 0
     this.mode = 'local'
+    // What was owed to the shared state is charged here, and reported when Redis is back.
+    if (this.debt > 0) {
+      this.localCharge(now, this.debt)
+      this.reportLocal(this.debt)
+      this.debt = 0
+    }
     // Redis is asked again in a while, not by every limit at once as it finds Redis down.
     this.nextCallAt = Math.max(this.nextCallAt, now + PROBE_EVERY_MS)
   }
@@ -278,7 +327,7 @@ export abstract class LeasedLimit {
       // The largest cost seen sized the lease while requests came; idle, it no longer does.
       this.largestAsk = 1
       const halfLife = keep > 0 && now >= this.leaseExpiresAt - store.ttlMs / 2
-      if (held > keep || this.refunds > 0 || this.spentSinceSend > 0 || halfLife) {
+      if (held > keep || this.refunds > 0 || this.spentSinceSend > 0 || this.debt > 0 || halfLife) {
         this.lease = keep
         this.send(now, keep, held - keep, 0, 0)
       }
@@ -291,7 +340,8 @@ export abstract class LeasedLimit {
       held <= Math.floor(target / 2) ||
       held < this.asks ||
       now >= this.leaseExpiresAt - store.ttlMs / 2 ||
-      extra > 0
+      extra > 0 ||
+      this.debt > 0
     ) {
       this.unreported = 0
       this.send(now, held, 0, Math.max(0, target - held), extra)
@@ -302,14 +352,15 @@ export abstract class LeasedLimit {
   async release(now: number): Promise<void> {
     if (this.ctx.store === null || this.mode !== 'shared' || this.inflight) return
     const held = this.held(now)
-    if (held === 0 && this.refunds === 0) return
+    if (held === 0 && this.refunds === 0 && this.debt === 0) return
     this.lease = 0
     await this.send(now, 0, held, 0, 0)
   }
 
   private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
     this.inflight = true
-    const call = { keep, spent: this.spentSinceSend, returned: returned + this.refunds, wanted, extra }
+    const call = { keep, spent: this.spentSinceSend, returned: returned + this.refunds, wanted, extra, debt: this.debt }
+    this.debt = 0
     this.refunds = 0
     this.spentSinceSend = 0
     this.asks = 0
@@ -323,6 +374,7 @@ export abstract class LeasedLimit {
           this.ctx.metrics.leaseFailures?.inc()
           // Units admitted while local are counted again rather than lost: under, never over.
           this.unreported += extra
+          this.debt += call.debt
           this.ctx.failed()
           this.nextCallAt = now + PROBE_EVERY_MS
           if (this.mode !== 'local') this.goLocal(now)

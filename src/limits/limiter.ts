@@ -6,7 +6,17 @@ import { DEFAULT_LEASE_TIMINGS, type LeaseStore, type LeaseTimings, RedisLeaseSt
 import { FORGET_AFTER_MS, type LeasedLimit, type LimitContext } from './leased-limit.js'
 import { QuotaLimit } from './quota-limit.js'
 import { RateLimit } from './rate-limit.js'
-import type { Decision, LimiterMetrics, LimitSubject, LoadMonthUse, QuotaUse } from './types.js'
+import type {
+  Decision,
+  Level,
+  LimiterMetrics,
+  Limits,
+  LimitSubject,
+  LoadMonthUse,
+  PolicyName,
+  QuotaUse,
+  Rate,
+} from './types.js'
 
 export interface LimiterOptions {
   /** null: embedded mode, every limit enforced in this process. */
@@ -22,6 +32,9 @@ export interface LimiterOptions {
   /** How often idle leases are shrunk, renewed or given back; 0: never on a timer (tests call sweep). */
   sweepEveryMs?: number
 }
+
+/** What a request asks of a limit: its cost, or of a route meter's, one unit held (a balance above zero). */
+const asked = (limit: LeasedLimit, units: number) => (limit.chargedAfter ? 1 : units)
 
 /** How long `warm` waits at most for the first answers. */
 const WARM_WAIT_MS = 300
@@ -79,66 +92,81 @@ export class Limiter {
     this.metrics.degraded?.(down)
   }
 
-  /** The limits that apply, in the order of the policies: sub-account first, rate before quota. */
+  /**
+   * The limits that apply, in the order of the policies: sub-account first, rate before quota,
+   * the request units' before the meters' (in name order).
+   */
   private applicable(subjects: readonly LimitSubject[], now: number): LeasedLimit[] {
     const found: LeasedLimit[] = []
     for (const level of ['sub_account', 'account', 'management'] as const) {
       for (const subject of subjects) {
         if (subject.level !== level) continue
-        const { rate, monthlyQuota } = subject.limits
-        const base = `${level}:${subject.tenantId}`
-        if (rate !== null) {
-          let limit = this.limits.get(`${base}:rate`) as RateLimit | undefined
-          if (limit === undefined) {
-            const key = limitKeys.rate(this.keyPrefix, base)
-            limit = new RateLimit(`${level}.rate`, this.ctx, now, rate, key)
-            this.limits.set(`${base}:rate`, limit)
-          } else if (limit.rate.requests !== rate.requests || limit.rate.perSeconds !== rate.perSeconds) {
-            limit.rate = rate
-            limit.changed(now)
-          }
-          found.push(limit)
-        }
+        const { rate, monthlyQuota, meters } = subject.limits
+        if (rate !== null) found.push(this.rateLimit(subject, 'requests', rate, now))
         // The management API has a rate only.
-        if (monthlyQuota !== null && level !== 'management') {
-          let limit = this.limits.get(`${base}:quota`) as QuotaLimit | undefined
-          if (limit === undefined) {
-            const keyOf = (month: string) => limitKeys.quota(this.keyPrefix, base, month)
-            const who = { tenantId: subject.tenantId, level }
-            limit = new QuotaLimit(
-              `${level}.monthly_quota`,
-              this.ctx,
-              now,
-              monthlyQuota.requests,
-              who,
-              keyOf,
-              this.loadMonthUse,
-            )
-            this.limits.set(`${base}:quota`, limit)
-          } else if (limit.requests !== monthlyQuota.requests) {
-            limit.requests = monthlyQuota.requests
-            limit.changed(now)
-          }
-          limit.alertThresholds = monthlyQuota.alertThresholds ?? null
-          found.push(limit)
+        if (level === 'management') continue
+        if (monthlyQuota !== null) found.push(this.quotaLimit(subject, 'requests', monthlyQuota, now))
+        if (meters === undefined) continue
+        for (const meter of meters) {
+          if (meter.rate !== null) found.push(this.rateLimit(subject, meter.meter, meter.rate, now))
+          if (meter.monthlyQuota !== null) found.push(this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now))
         }
       }
     }
     return found
   }
 
+  /** The policy's name: `<level>.rate`, or `<level>.meters.<meter>.rate` for a route meter's. */
+  private static policy(level: Level, meter: string, kind: 'rate' | 'monthly_quota'): PolicyName {
+    return (meter === 'requests' ? `${level}.${kind}` : `${level}.meters.${meter}.${kind}`) as PolicyName
+  }
+
+  private rateLimit(subject: LimitSubject, meter: string, rate: Rate, now: number): RateLimit {
+    const base = `${subject.level}:${subject.tenantId}`
+    const name = meter === 'requests' ? `${base}:rate` : `${base}:m:${meter}:rate`
+    let limit = this.limits.get(name) as RateLimit | undefined
+    if (limit === undefined) {
+      const key = limitKeys.rate(this.keyPrefix, base, meter)
+      limit = new RateLimit(Limiter.policy(subject.level, meter, 'rate'), this.ctx, now, rate, key, meter)
+      this.limits.set(name, limit)
+    } else if (limit.rate.requests !== rate.requests || limit.rate.perSeconds !== rate.perSeconds) {
+      limit.rate = rate
+      limit.changed(now)
+    }
+    return limit
+  }
+
+  private quotaLimit(subject: LimitSubject, meter: string, quota: NonNullable<Limits['monthlyQuota']>, now: number) {
+    const base = `${subject.level}:${subject.tenantId}`
+    const name = meter === 'requests' ? `${base}:quota` : `${base}:m:${meter}:quota`
+    let limit = this.limits.get(name) as QuotaLimit | undefined
+    if (limit === undefined) {
+      const keyOf = (month: string) => limitKeys.quota(this.keyPrefix, base, month, meter)
+      const who = { tenantId: subject.tenantId, level: subject.level, meter }
+      const policy = Limiter.policy(subject.level, meter, 'monthly_quota')
+      limit = new QuotaLimit(policy, this.ctx, now, quota.requests, who, keyOf, this.loadMonthUse)
+      this.limits.set(name, limit)
+    } else if (limit.requests !== quota.requests) {
+      limit.requests = quota.requests
+      limit.changed(now)
+    }
+    limit.alertThresholds = quota.alertThresholds ?? null
+    return limit
+  }
+
   /**
    * Synchronous, from memory: takes `units` (the request's cost) from every applicable limit only
-   * if all of them allow it.
+   * if all of them allow it. A route meter's limit takes nothing now: it lets the request pass
+   * while its balance is above zero, and is charged when the answer ends (`charge`).
    */
   admit(subjects: readonly LimitSubject[], units = 1): Decision {
     const now = this.now()
     const limits = this.applicable(subjects, now)
-    const refusing = limits.filter((limit) => !limit.allows(now, units))
-    if (refusing.length === 0) for (const limit of limits) limit.take(now, units)
+    const refusing = limits.filter((limit) => !limit.allows(now, asked(limit, units)))
+    if (refusing.length === 0) for (const limit of limits) if (!limit.chargedAfter) limit.take(now, units)
     if (!this.closed) for (const limit of limits) limit.maintain(now)
     let retryAfterMs = 0
-    for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, units))
+    for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, asked(limit, units)))
     return {
       allowed: refusing.length === 0,
       violated: refusing.map((limit) => limit.name),
@@ -147,10 +175,25 @@ export class Limiter {
     }
   }
 
+  /**
+   * An admitted request's answer ended, and its upstream reported these units by meter: charged
+   * to the limits of those meters (below zero if need be: docs/internals.md, limits in units).
+   */
+  charge(subjects: readonly LimitSubject[], reported: ReadonlyMap<string, number>): void {
+    const now = this.now()
+    for (const limit of this.applicable(subjects, now)) {
+      if (!limit.chargedAfter) continue
+      const units = reported.get(limit.meter)
+      if (units === undefined || units <= 0) continue
+      limit.charge(now, units)
+      if (!this.closed) limit.maintain(now)
+    }
+  }
+
   /** An admitted request that was not forwarded after all (refused later by the gateway): give its units back. */
   refund(subjects: readonly LimitSubject[], units = 1): void {
     const now = this.now()
-    for (const limit of this.applicable(subjects, now)) limit.giveBack(now, units)
+    for (const limit of this.applicable(subjects, now)) if (!limit.chargedAfter) limit.giveBack(now, units)
   }
 
   /** Whether Redis, found empty a moment ago, grants nothing yet to a limit of these subjects. */
@@ -166,7 +209,7 @@ export class Limiter {
    */
   isWarm(subjects: readonly LimitSubject[], units = 1): boolean {
     const now = this.now()
-    return this.applicable(subjects, now).every((limit) => limit.ready(now, units))
+    return this.applicable(subjects, now).every((limit) => limit.ready(now, asked(limit, units)))
   }
 
   /**
@@ -190,9 +233,9 @@ export class Limiter {
       // A quota whose month Redis lost answers after a Postgres read and a second call: rounds.
       for (let round = 0; round < 3 && this.now() < deadline; round++) {
         const now = this.now()
-        const cold = this.applicable(subjects, now).filter((limit) => !limit.ready(now, units))
+        const cold = this.applicable(subjects, now).filter((limit) => !limit.ready(now, asked(limit, units)))
         if (cold.length === 0) break
-        for (const limit of cold) limit.ask(this.now(), units)
+        for (const limit of cold) limit.ask(this.now(), asked(limit, units))
         await Promise.race([answered(cold, now), late])
       }
     } finally {
@@ -219,7 +262,7 @@ export class Limiter {
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
-        (limit) => decision.violated.includes(limit.name) && limit.starved(now, units),
+        (limit) => decision.violated.includes(limit.name) && limit.starved(now, asked(limit, units)),
       )
       if (!starved) return decision
     }

@@ -2,6 +2,7 @@
 // on the request path, and the lease calls' work, which is background.
 import { Counter, Gauge, type Registry } from 'prom-client'
 import { type LatencySeries, talliedCounter, tally, type Tally } from '../shared/fast-metrics.js'
+import type { PolicyName } from './types.js'
 
 export const LIMIT_POLICIES = [
   'sub_account.rate',
@@ -9,7 +10,21 @@ export const LIMIT_POLICIES = [
   'account.rate',
   'account.monthly_quota',
   'management.rate',
+  // A route meter's limits, by level and kind: not by meter, so that the series are fixed.
+  'sub_account.meters.rate',
+  'sub_account.meters.monthly_quota',
+  'account.meters.rate',
+  'account.meters.monthly_quota',
 ] as const
+
+/** The `policy` label a decision of this policy counts under: its own, or its meter's level and kind. */
+export function policyLabelIndex(name: PolicyName): number {
+  const own = (LIMIT_POLICIES as readonly string[]).indexOf(name)
+  if (own >= 0) return own
+  const level = name.startsWith('account.') ? 'account' : 'sub_account'
+  const kind = name.endsWith('.rate') ? 'rate' : 'monthly_quota'
+  return LIMIT_POLICIES.indexOf(`${level}.meters.${kind}`)
+}
 
 export interface LimitMetrics {
   /** By policy (LIMIT_POLICIES order): requests a policy let through, and requests it refused. */

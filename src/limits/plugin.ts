@@ -56,6 +56,7 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
           sql,
           { tenantId: subject.tenantId, level: subject.level === 'account' ? 'account' : 'sub_account' },
           month,
+          subject.meter,
         )
       },
       metrics: {

@@ -21,7 +21,7 @@ export class QuotaLimit extends LeasedLimit {
   private loading = false
 
   public requests: number
-  private readonly subject: { tenantId: string; level: Level }
+  private readonly subject: { tenantId: string; level: Level; meter: string }
   private readonly keyOf: (month: string) => string
   private readonly loadMonthUse: LoadMonthUse
   constructor(
@@ -29,13 +29,14 @@ export class QuotaLimit extends LeasedLimit {
     ctx: LimitContext,
     now: number,
     requests: number,
-    subject: { tenantId: string; level: Level },
+    subject: { tenantId: string; level: Level; meter?: string },
     keyOf: (month: string) => string,
     loadMonthUse: LoadMonthUse,
   ) {
-    super(name, ctx, now)
+    const meter = subject.meter ?? 'requests'
+    super(name, ctx, now, meter)
     this.requests = requests
-    this.subject = subject
+    this.subject = { tenantId: subject.tenantId, level: subject.level, meter }
     this.keyOf = keyOf
     this.loadMonthUse = loadMonthUse
     this.month = monthOf(now)
@@ -101,7 +102,7 @@ export class QuotaLimit extends LeasedLimit {
     return this.inflight || this.loading
   }
 
-  protected async call(now: number, { keep, spent, returned, wanted, extra }: LeaseCall): Promise<void> {
+  protected async call(now: number, { keep, spent, returned, wanted, extra, debt }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     // Redis counts `keep` only when its copy of the month is not the one this lease came from
     // (lost and rebuilt from Postgres): then the units spent since the last call count too, since
@@ -117,7 +118,8 @@ export class QuotaLimit extends LeasedLimit {
         keep: registered,
         returned,
         wanted,
-        extra,
+        // A metered quota's debt counts as used, over M too: nothing more is granted until the month ends.
+        extra: extra + debt,
         init,
         expireAt: monthBounds(now).end + KEY_KEPT_AFTER_MONTH_MS,
       })
@@ -159,6 +161,10 @@ export class QuotaLimit extends LeasedLimit {
 
   protected localGiveBack(_now: number, units: number): void {
     this.localUsed = Math.max(0, this.localUsed - units)
+  }
+
+  protected localCharge(_now: number, units: number): void {
+    this.localUsed += units
   }
 
   private remaining(now: number): number {

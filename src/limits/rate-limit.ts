@@ -1,6 +1,6 @@
 // A rate limit as one replica holds it (leased-limit.ts): units are tokens of the shared bucket;
 // the local state is a bucket of its own (bucket.ts), seeded from what Redis last said.
-import { type BucketState, fullBucket, giveBack, msUntil, type Rate, refill, take } from './bucket.js'
+import { type BucketState, charge, fullBucket, giveBack, msUntil, type Rate, refill, take } from './bucket.js'
 import { type LeaseCall, type LimitContext, LeasedLimit } from './leased-limit.js'
 import type { PolicyName, PolicyState } from './types.js'
 
@@ -19,8 +19,8 @@ export class RateLimit extends LeasedLimit {
 
   public rate: Rate
   private readonly key: string
-  constructor(name: PolicyName, ctx: LimitContext, now: number, rate: Rate, key: string) {
-    super(name, ctx, now)
+  constructor(name: PolicyName, ctx: LimitContext, now: number, rate: Rate, key: string, meter = 'requests') {
+    super(name, ctx, now, meter)
     this.rate = rate
     this.key = key
     this.local = fullBucket(rate, now)
@@ -37,7 +37,7 @@ export class RateLimit extends LeasedLimit {
     return this.rate.requests
   }
 
-  protected async call(now: number, { keep, returned, wanted }: LeaseCall): Promise<void> {
+  protected async call(now: number, { keep, returned, wanted, debt }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     const target = Math.max(1, wanted)
     const extra = this.mode === 'local' ? this.owed(now) : 0
@@ -55,6 +55,7 @@ export class RateLimit extends LeasedLimit {
       epoch: this.epoch,
       seen: this.lastKnown === null ? -1 : refill(this.lastKnown, this.rate, now).tokens,
       batch: Math.max(1, Math.ceil(target / 2)),
+      debt,
     })
     const answeredAt = this.ctx.now()
     this.lastKnown = { tokens: Math.max(0, answer.tokens), at: answeredAt }
@@ -86,6 +87,10 @@ export class RateLimit extends LeasedLimit {
 
   protected localGiveBack(now: number, units: number): void {
     this.local = giveBack(this.local, this.rate, now, units)
+  }
+
+  protected localCharge(now: number, units: number): void {
+    this.local = charge(this.local, this.rate, now, units)
   }
 
   /** Tokens this replica believes are left: its lease plus the shared bucket as last seen. */

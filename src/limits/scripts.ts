@@ -25,8 +25,10 @@ end`
  * outage refilled meanwhile, and charging it would refuse for W a tenant that stayed under its rate.
  * A bucket made for a caller that saw another one starts as that caller last saw it, refilled
  * (`seen`), not full: full, it would let pass again what was admitted just before the loss.
+ * `debt` is what a metered limit's answers used beyond the caller's lease (leased-limit.ts, charge):
+ * charged to any bucket, below zero too, down to -N (docs/internals.md, limits in units).
  * ARGV: replica, N, W ms, keep, returned, wanted, extra, ttl ms, batch, grace ms, epoch seen ('' if
- * none), new epoch, seen tokens (-1 if none).
+ * none), new epoch, seen tokens (-1 if none), debt.
  * Returns {granted, tokens after (string), ms until `batch` tokens, 1 if in the grace, epoch}.
  */
 export const RATE_LEASE = `${CLOCK_AND_INCARNATION}
@@ -77,6 +79,7 @@ if tokens > cap then tokens = cap end
 -- Charged down to empty at most: a debt would refuse for up to W, after Redis is back, a tenant
 -- for what degraded mode let it do (docs/internals.md, limits).
 if rebuilt then tokens = math.min(tokens, math.max(0, tokens - tonumber(ARGV[7]))) end
+tokens = tokens - (tonumber(ARGV[14]) or 0)
 if tokens < -n then tokens = -n end
 local granted = 0
 local wait = 0

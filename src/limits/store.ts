@@ -4,6 +4,8 @@ import { sameJson } from '../events/same-json.js'
 import {
   shownLimits,
   storedLimits,
+  type MeterQuota,
+  type MeterRate,
   type MonthlyQuota,
   type RateLimit,
   type TenantLimits,
@@ -38,8 +40,33 @@ export async function writeAccountLimits(
   return row ?? null
 }
 
-/** A change of some members: a member given replaces that limit (null removes it), one left out stays. */
-export type LimitsChange = { rate?: RateLimit | null; monthly_quota?: MonthlyQuota | null }
+/**
+ * A change of some members: a member given replaces that limit (null removes it), one left out
+ * stays. `meter`: the change is of that route meter's limits, the request units' stay.
+ */
+export type LimitsChange =
+  | { meter?: undefined; rate?: RateLimit | null; monthly_quota?: MonthlyQuota | null }
+  | { meter: string; rate?: MeterRate | null; monthly_quota?: MeterQuota | null }
+
+/** The limits after a change (as stored: storedLimits drops what sets nothing). */
+function changedLimits(current: TenantLimits | null, change: LimitsChange): TenantLimits {
+  if (change.meter === undefined)
+    return {
+      rate: change.rate === undefined ? (current?.rate ?? null) : change.rate,
+      monthly_quota: change.monthly_quota === undefined ? (current?.monthly_quota ?? null) : change.monthly_quota,
+      ...(current?.meters === undefined ? {} : { meters: current.meters }),
+    }
+  const meter = current?.meters?.[change.meter]
+  const changed = {
+    rate: change.rate === undefined ? (meter?.rate ?? null) : change.rate,
+    monthly_quota: change.monthly_quota === undefined ? (meter?.monthly_quota ?? null) : change.monthly_quota,
+  }
+  return {
+    rate: current?.rate ?? null,
+    monthly_quota: current?.monthly_quota ?? null,
+    meters: { ...current?.meters, [change.meter]: changed },
+  }
+}
 
 /** The id names no tenant, or a sub-account (whose limits its parent sets through the API). */
 export class NotAnAccountError extends Error {
@@ -70,11 +97,7 @@ export function setAccountLimits(
       select parent_id, limits from tenants where id = ${accountId} for update`
     if (current === undefined || current.parent_id !== null)
       throw new NotAnAccountError(accountId, current !== undefined)
-    const next = {
-      rate: change.rate === undefined ? (current.limits?.rate ?? null) : change.rate,
-      monthly_quota:
-        change.monthly_quota === undefined ? (current.limits?.monthly_quota ?? null) : change.monthly_quota,
-    }
+    const next = changedLimits(current.limits, change)
     const before = shownLimits(current.limits)
     const after = shownLimits(storedLimits(next))
     if (sameJson(before, after)) return (await getTenant(tx, accountId))!
@@ -114,15 +137,15 @@ export function monthDays(month: string): { first: string; next: string } {
 
 /**
  * Request units of one UTC month (`YYYY-MM`): its forwarded requests, each at its route's cost,
- * what a monthly quota counts (refusals left out). At the `account` level, those acting as the
+ * what a monthly quota counts (refusals left out); or a route meter's units (`meter`). At the `account` level, those acting as the
  * parent and as any of its sub-accounts. Counts reach Postgres with the usage meter's flush, about
  * a second after the answer.
  */
-export async function monthUse(db: Db, of: MonthUseOf, month: string): Promise<number> {
+export async function monthUse(db: Db, of: MonthUseOf, month: string, meter = 'requests'): Promise<number> {
   const { first, next } = monthDays(month)
   const s = new Statement()
-  const [tenant, from, until] = [s.param(of.tenantId), s.param(first), s.param(next)]
-  const period = `u.meter = 'requests' and u.period_start >= ${from}::date::timestamp at time zone 'UTC'
+  const [tenant, from, until, unit] = [s.param(of.tenantId), s.param(first), s.param(next), s.param(meter)]
+  const period = `u.meter = ${unit} and u.period_start >= ${from}::date::timestamp at time zone 'UTC'
     and u.period_start < ${until}::date::timestamp at time zone 'UTC'`
   const [row] = await s.runPlannedEachTime<{ used: string }[]>(
     db,

@@ -5,7 +5,7 @@
 import type { Principal } from '../auth/principal.js'
 import type { TenantLimits } from '../shared/tenant-limits.js'
 import type { TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
-import type { Limits, LimitSubject } from './types.js'
+import type { Limits, LimitSubject, MeterLimit } from './types.js'
 
 export const NO_SUBJECTS: readonly LimitSubject[] = []
 
@@ -13,13 +13,21 @@ export const NO_SUBJECTS: readonly LimitSubject[] = []
 export function limitsOf(stored: TenantLimits | null | undefined): Limits | null {
   if (stored === null || stored === undefined) return null
   const rate = stored.rate && { requests: stored.rate.requests, perSeconds: stored.rate.per_seconds }
-  const quota = stored.monthly_quota
-  const monthlyQuota =
-    quota &&
-    (quota.alert_thresholds === undefined
-      ? { requests: quota.requests }
-      : { requests: quota.requests, alertThresholds: quota.alert_thresholds })
-  return rate === null && monthlyQuota === null ? null : { rate, monthlyQuota }
+  const monthlyQuota = stored.monthly_quota && quotaOf(stored.monthly_quota.requests, stored.monthly_quota)
+  // A meter's N and M count its units; the limiter's limits call them `requests` either way.
+  const meters: MeterLimit[] = []
+  for (const [meter, limits] of Object.entries(stored.meters ?? {}))
+    meters.push({
+      meter,
+      rate: limits.rate && { requests: limits.rate.units, perSeconds: limits.rate.per_seconds },
+      monthlyQuota: limits.monthly_quota && quotaOf(limits.monthly_quota.units, limits.monthly_quota),
+    })
+  if (rate === null && monthlyQuota === null && meters.length === 0) return null
+  return meters.length === 0 ? { rate, monthlyQuota } : { rate, monthlyQuota, meters }
+}
+
+function quotaOf(requests: number, { alert_thresholds }: { alert_thresholds?: number[] }) {
+  return alert_thresholds === undefined ? { requests } : { requests, alertThresholds: alert_thresholds }
 }
 
 /** The subjects whose limits a request acting as `acting` must pass; empty when none has a limit. */

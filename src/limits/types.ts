@@ -8,6 +8,17 @@ export interface Limits {
   rate: Rate | null
   /** `alertThresholds`: its own shares (%) for usage.threshold_reached; absent: the defaults. */
   monthlyQuota: { requests: number; alertThresholds?: readonly number[] } | null
+  /**
+   * Limits in the units a route meter reports, in name order (empty: none). N and M count units;
+   * a request passes while the balance is above zero, and is charged when its answer ends.
+   */
+  meters?: readonly MeterLimit[]
+}
+
+export interface MeterLimit {
+  meter: string
+  rate: Rate | null
+  monthlyQuota: { requests: number; alertThresholds?: readonly number[] } | null
 }
 
 export type PolicyName =
@@ -17,6 +28,7 @@ export type PolicyName =
   | 'account.monthly_quota'
   /** A parent's rate on the management API (MANAGEMENT_RATE). */
   | 'management.rate'
+  | `${'sub_account' | 'account'}.meters.${string}.${'rate' | 'monthly_quota'}`
 
 export type Level = 'sub_account' | 'account' | 'management'
 
@@ -68,12 +80,17 @@ export interface LimiterMetrics {
 }
 
 /** Where a quota's month of use is read from when Redis has lost it: Postgres. */
-export type LoadMonthUse = (subject: { tenantId: string; level: Level }, month: string) => Promise<number>
+export type LoadMonthUse = (
+  subject: { tenantId: string; level: Level; meter: string },
+  month: string,
+) => Promise<number>
 
 /** A monthly quota as one replica holds it, and the month's use as it last knew it. */
 export interface QuotaUse {
   tenantId: string
   level: Level
+  /** `requests` (the cost's meter), or a route meter's name. */
+  meter: string
   /** M. */
   requests: number
   /** `YYYY-MM`, UTC. */

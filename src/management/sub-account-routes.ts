@@ -2,7 +2,7 @@
 import { cacheKeys, subAccountEntries } from '../cache/index.js'
 import { listSubAccounts } from '../store/tenants.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
-import { limitsFromBody } from '../shared/tenant-limits.js'
+import { bodyLimits } from './body-limits.js'
 import {
   type ManagementContext,
   managementOperation,
@@ -46,7 +46,7 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
           name: trimmedName(body.name, '/body/name'),
           externalId: body.external_id ?? null,
           metadata: body.metadata ?? {},
-          limits: limitsFromBody(body.limits ?? null),
+          limits: bodyLimits(body.limits ?? null),
           keyPolicy: storedKeyPolicy(body.key_policy ?? null, '/body/key_policy'),
         }),
       )
@@ -156,7 +156,7 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
           externalId: body.external_id,
           metadata: body.metadata,
           // The whole object is replaced: a member left out is null, and null clears both.
-          limits: body.limits === undefined ? undefined : limitsFromBody(body.limits),
+          limits: body.limits === undefined ? undefined : bodyLimits(body.limits),
           keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
         }),
       )

@@ -8,6 +8,8 @@ import type { TenantRecord } from '../shared/tenancy-records.js'
 import { routeKindOf } from '../http/route-kind.js'
 import { recordOf, responseBytesOf } from '../request-log/capture.js'
 import { logRequest } from './logging.js'
+import type { Limits } from '../limits/types.js'
+import { REQUESTS_METER } from '../usage/meter.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -65,7 +67,8 @@ export const requestAccounting = fp<RequestAccountingOptions>(
             principal.key.id,
             exchange?.cost,
             exchange?.reported ?? null,
-            chargedOf(request),
+            chargedOf(request, REQUESTS_METER),
+            exchange?.reported == null ? null : (meter) => chargedOf(request, meter),
           )
         requestLog?.add(recordOf(request, reply, principal, proxied, responseBytesOf(reply, request.exchange)))
       } else if (request.refusedKey !== null && requestLog !== null) {
@@ -102,10 +105,18 @@ export const requestAccounting = fp<RequestAccountingOptions>(
 )
 
 /**
- * What its limits took, for reconciliation: its cost (true), or nothing though some applied
- * (false), or none applied (null). Outside the proxy's scope neither field is decorated.
+ * What the limits of one meter took of it, for reconciliation: its units (true), or nothing though
+ * some applied (false), or none of that meter applied (null). Outside the proxy's scope neither
+ * field is decorated.
  */
-function chargedOf(request: FastifyRequest): boolean | null {
-  if (request.limitsCharged === true) return true
-  return (request.limitSubjects?.length ?? 0) > 0 ? false : null
+function chargedOf(request: FastifyRequest, meter: string): boolean | null {
+  const subjects = request.limitSubjects
+  if (subjects == null || !subjects.some((subject) => limitsMeter(subject.limits, meter))) return null
+  return request.limitsCharged === true
+}
+
+/** Whether these limits count this meter: `requests` (a rate or a quota), or a route meter's. */
+function limitsMeter(limits: Limits, meter: string): boolean {
+  if (meter === REQUESTS_METER) return limits.rate !== null || limits.monthlyQuota !== null
+  return limits.meters?.some((limit) => limit.meter === meter) ?? false
 }

@@ -5,7 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ApiError } from '../errors.js'
 import type { Limiter } from '../limits/limiter.js'
 import type { Decision, LimitSubject } from '../limits/types.js'
-import { LIMIT_POLICIES, type LimitMetrics } from '../limits/metrics.js'
+import { type LimitMetrics, policyLabelIndex } from '../limits/metrics.js'
 import type { UsageMeter } from '../usage/meter.js'
 import { limitRefusal, refusalKind, setRateLimitFields } from '../limits/answer.js'
 import type { RateAlerts } from '../alerts/rate-alerts.js'
@@ -43,12 +43,17 @@ export interface LimitGate {
    * request that went upstream after all would let one more through than the limit allows.
    */
   refund(request: FastifyRequest): void
+  /**
+   * Its answer ended: the units its upstream reported, charged to the limits of their meters
+   * (limits in units). A request its limits did not admit, or gave back, is charged nothing.
+   */
+  charge(request: FastifyRequest): void
 }
 
 export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOptions): LimitGate {
   function count(decision: Decision): void {
     for (const policy of decision.policies) {
-      const index = LIMIT_POLICIES.indexOf(policy.name)
+      const index = policyLabelIndex(policy.name)
       const refused = decision.violated.includes(policy.name)
       ;(refused ? metrics.refused : metrics.admitted)[index]!.inc()
     }
@@ -87,6 +92,12 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       if (!request.limitsCharged || request.limitSubjects === null) return
       request.limitsCharged = false
       limiter.refund(request.limitSubjects, request.limitUnits)
+    },
+    charge(request) {
+      const reported = request.exchange?.reported
+      const subjects = request.limitSubjects
+      if (!request.limitsCharged || reported == null || subjects === null) return
+      if (subjects.some((subject) => subject.limits.meters !== undefined)) limiter.charge(subjects, reported)
     },
   }
 }

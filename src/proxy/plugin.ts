@@ -26,6 +26,12 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
       // second's memory passes them all without a single promise.
       scope.addHook('onRequest', runSteps(stepsFor(route, options)))
       scope.addHook('onClose', () => target.pool.destroy())
+      // Units its upstream reports are known once the answer ended: then charged to limits in units.
+      if (route.meters.length > 0)
+        scope.addHook('onResponse', (request, _reply, done) => {
+          options.limits.charge(request)
+          done()
+        })
 
       // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
       // counts these whatever their status). Every other route is marked by its own plugin.

@@ -1,13 +1,12 @@
 // A route's units (docs/configuration.md, routes; docs/api.md, Units): `cost`, the request units
 // one forwarded request counts for, and `meters`, the units its upstream reports in a response
 // header or trailer. Apart from route-table.ts, as their rules are many.
+import { METER_NAME } from '../shared/tenant-limits.js'
 import type { RouteMeter } from './route.js'
 
 export const METER_KEYS = ['cost', 'meters'] as const
 export const MAX_COST = 1_000_000
 export const MAX_METERS = 8
-/** A meter's name: the usage report's and the export's key. `requests` is the cost's own meter. */
-export const METER_NAME = /^[a-z][a-z0-9_]{0,31}$/
 const METER_ENTRY_KEYS = new Set(['name', 'header', 'expose'])
 // A header field name (RFC 9110 §5.1: a token).
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/

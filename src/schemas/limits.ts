@@ -25,11 +25,51 @@ const MonthlyQuota = Type.Object(
   },
   { additionalProperties: false, description: 'at most `requests` per UTC calendar month' },
 )
+const Units = Type.Integer({ ...LIMIT_BOUNDS.units })
+const MeterRate = Type.Object(
+  { units: Units, per_seconds: Type.Integer({ ...LIMIT_BOUNDS.perSeconds }) },
+  {
+    additionalProperties: false,
+    description: 'at most `units` of the meter per `per_seconds` seconds, as a token bucket',
+  },
+)
+const MeterQuota = Type.Object(
+  {
+    units: Units,
+    alert_thresholds: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 1, maximum: 100 }), {
+        minItems: 1,
+        maxItems: 5,
+        description: 'shares of `units`, in %, that write usage.threshold_reached (absent: 80 and 100)',
+      }),
+    ),
+  },
+  { additionalProperties: false, description: 'at most `units` of the meter per UTC calendar month' },
+)
+const meterLimits = (optional: boolean) =>
+  Type.Object(
+    optional
+      ? { rate: Type.Optional(Nullable(MeterRate)), monthly_quota: Type.Optional(Nullable(MeterQuota)) }
+      : { rate: Nullable(MeterRate), monthly_quota: Nullable(MeterQuota) },
+    { additionalProperties: false },
+  )
+// By meter name (a route's meter, never `requests`; checked by the route with the name in words:
+// shared/tenant-limits.ts meterLimitsProblem). Units are known when the answer ends: a request is
+// admitted while the balance is above zero and charged after (docs/api.md, Limits in units).
+const meters = (optional: boolean) =>
+  Type.Record(Type.String({ pattern: '^[a-z][a-z0-9_]{0,31}$' }), meterLimits(optional), {
+    description:
+      'limits in the units a route meter reports, by meter name: a request passes while the balance is above zero, and its units are charged when its answer ends',
+  })
 export const LimitsBody = Type.Object(
-  { rate: Type.Optional(Nullable(RateLimit)), monthly_quota: Type.Optional(Nullable(MonthlyQuota)) },
+  {
+    rate: Type.Optional(Nullable(RateLimit)),
+    monthly_quota: Type.Optional(Nullable(MonthlyQuota)),
+    meters: Type.Optional(meters(true)),
+  },
   { additionalProperties: false },
 )
 export const Limits = Type.Object(
-  { rate: Nullable(RateLimit), monthly_quota: Nullable(MonthlyQuota) },
+  { rate: Nullable(RateLimit), monthly_quota: Nullable(MonthlyQuota), meters: Type.Optional(meters(false)) },
   { additionalProperties: false },
 )

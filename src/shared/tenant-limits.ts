@@ -19,44 +19,127 @@ export type MonthlyQuota = {
   readonly alert_thresholds?: number[]
 }
 
-/** What `limits` holds; a member that is null sets no limit of its kind. (Types, not interfaces: postgres.js takes them as JSON.) */
+/** A meter's rate: at most `units` per `per_seconds` seconds, as a token bucket of units. */
+export type MeterRate = {
+  readonly units: number
+  readonly per_seconds: number
+}
+
+/** A meter's monthly quota: at most `units` per UTC calendar month. */
+export type MeterQuota = {
+  readonly units: number
+  readonly alert_thresholds?: number[]
+}
+
+/** The limits of one meter the upstream reports (docs/api.md, Limits in units). */
+export type MeterLimits = {
+  readonly rate: MeterRate | null
+  readonly monthly_quota: MeterQuota | null
+}
+
+/**
+ * What `limits` holds; a member that is null sets no limit of its kind. `meters`, by meter name,
+ * is present only when it sets one. (Types, not interfaces: postgres.js takes them as JSON.)
+ */
 export type TenantLimits = {
   readonly rate: RateLimit | null
   readonly monthly_quota: MonthlyQuota | null
+  readonly meters?: { readonly [meter: string]: MeterLimits }
 }
+
+/** A meter's name: the usage report's and the export's key. `requests` is the cost's own meter. */
+export const METER_NAME = /^[a-z][a-z0-9_]{0,31}$/
 
 export const LIMIT_BOUNDS = {
   /** N and M: 1 to 10^9. */
   requests: { minimum: 1, maximum: 1_000_000_000 },
   /** W: 1 s to an hour. */
   perSeconds: { minimum: 1, maximum: 3_600 },
+  /** A meter's N and M: 1 to 10^12 units, what one answer may report at most. */
+  units: { minimum: 1, maximum: 1_000_000_000_000 },
+  /** Meters with limits on one tenant. */
+  meters: 16,
 } as const
 
 export const NO_LIMITS: TenantLimits = { rate: null, monthly_quota: null }
 
-/** The stored form: null when no member sets a limit, so that "no limits" has one spelling. */
+/**
+ * The stored form: null when no member sets a limit, so that "no limits" has one spelling; a
+ * meter without a limit left out, and `meters` with it when none is left, in name order.
+ */
 export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
-  if (limits === null || (limits.rate === null && limits.monthly_quota === null)) return null
+  if (limits === null) return null
+  const meters: Record<string, MeterLimits> = {}
+  for (const name of Object.keys(limits.meters ?? {}).sort()) {
+    const meter = limits.meters![name]!
+    if (meter.rate === null && meter.monthly_quota === null) continue
+    meters[name] = {
+      rate: meter.rate && { units: meter.rate.units, per_seconds: meter.rate.per_seconds },
+      monthly_quota: meter.monthly_quota && {
+        units: meter.monthly_quota.units,
+        ...storedThresholds(meter.monthly_quota.alert_thresholds),
+      },
+    }
+  }
+  const metered = Object.keys(meters).length > 0
+  if (limits.rate === null && limits.monthly_quota === null && !metered) return null
   return {
     rate: limits.rate && { requests: limits.rate.requests, per_seconds: limits.rate.per_seconds },
-    monthly_quota: limits.monthly_quota && storedQuota(limits.monthly_quota),
+    monthly_quota: limits.monthly_quota && {
+      requests: limits.monthly_quota.requests,
+      ...storedThresholds(limits.monthly_quota.alert_thresholds),
+    },
+    ...(metered ? { meters } : {}),
   }
 }
 
-/** A quota as kept: its thresholds, when given, in order and once each. */
-function storedQuota(quota: MonthlyQuota): MonthlyQuota {
-  const thresholds = quota.alert_thresholds
-  return thresholds === undefined
-    ? { requests: quota.requests }
-    : { requests: quota.requests, alert_thresholds: [...new Set(thresholds)].sort((a, b) => a - b) }
+/** A quota's thresholds as kept, when given: in order and once each. */
+function storedThresholds(thresholds: number[] | undefined): { alert_thresholds?: number[] } {
+  return thresholds === undefined ? {} : { alert_thresholds: [...new Set(thresholds)].sort((a, b) => a - b) }
 }
+
+/** A meter's limits as a body sends them: a member left out is null. */
+type MeterLimitsBody = { rate?: MeterRate | null; monthly_quota?: MeterQuota | null }
 
 /** A body's `limits` as a whole object: a member left out is null (docs/api.md). */
 export function limitsFromBody(
-  body: { rate?: RateLimit | null; monthly_quota?: MonthlyQuota | null } | null,
+  body: {
+    rate?: RateLimit | null
+    monthly_quota?: MonthlyQuota | null
+    meters?: { [meter: string]: MeterLimitsBody }
+  } | null,
 ): TenantLimits | null {
   if (body === null) return null
-  return storedLimits({ rate: body.rate ?? null, monthly_quota: body.monthly_quota ?? null })
+  const meters: Record<string, MeterLimits> = {}
+  for (const [name, meter] of Object.entries(body.meters ?? {}))
+    meters[name] = { rate: meter.rate ?? null, monthly_quota: meter.monthly_quota ?? null }
+  return storedLimits({ rate: body.rate ?? null, monthly_quota: body.monthly_quota ?? null, meters })
+}
+
+/**
+ * Why a body's `limits.meters` cannot be kept, beyond what its schema checks, or null: a name the
+ * usage report could not hold, `requests` (the cost's own meter), or too many meters. `meter`:
+ * the name at fault (null: the whole member).
+ */
+export function meterLimitsProblem(
+  meters: { [meter: string]: unknown } | undefined,
+): { meter: string | null; message: string } | null {
+  const names = Object.keys(meters ?? {})
+  if (names.length > LIMIT_BOUNDS.meters)
+    return { meter: null, message: `may name at most ${LIMIT_BOUNDS.meters} meters (${names.length} given)` }
+  for (const meter of names) {
+    if (meter === 'requests')
+      return {
+        meter,
+        message: "`requests` is the cost's own meter: limit it with limits.rate and limits.monthly_quota",
+      }
+    if (!METER_NAME.test(meter))
+      return {
+        meter,
+        message: `is not a meter's name: it must match ${METER_NAME.source} (a lower-case letter, then up to 31 of a-z 0-9 _)`,
+      }
+  }
+  return null
 }
 
 /** The API's form of stored limits: both members always present. */
@@ -86,7 +169,18 @@ export function parseRate(text: string): RateLimit {
   return rate
 }
 
-/** `--monthly-quota M`. */
+/** `--rate N/Ws` of a meter (`--meter`): N units, from 1 to 10^12. */
+export function parseMeterRate(text: string): MeterRate {
+  const match = /^(\d{1,13})\/(\d{1,5})s?$/.exec(text.trim())
+  const { units, perSeconds } = LIMIT_BOUNDS
+  const message = `--rate of a meter must be N/Ws with 1 <= N <= ${units.maximum} units and 1 <= W <= ${perSeconds.maximum} (e.g. 100000/60s)`
+  if (match === null) throw new LimitValueError(message)
+  const rate = { units: Number(match[1]), per_seconds: Number(match[2]) }
+  if (!within(rate.units, units) || !within(rate.per_seconds, perSeconds)) throw new LimitValueError(message)
+  return rate
+}
+
+/** `--monthly-quota M`: requests, or a meter's units (`--meter`). */
 export function parseMonthlyQuota(text: string): MonthlyQuota {
   const { requests } = LIMIT_BOUNDS
   const message = `--monthly-quota must be a whole number from 1 to ${requests.maximum}`
@@ -94,6 +188,28 @@ export function parseMonthlyQuota(text: string): MonthlyQuota {
   const quota = { requests: Number(text.trim()) }
   if (!within(quota.requests, requests)) throw new LimitValueError(message)
   return quota
+}
+
+/** `--monthly-quota M` of a meter (`--meter`): units, from 1 to 10^12. */
+export function parseMeterQuota(text: string): MeterQuota {
+  const { units } = LIMIT_BOUNDS
+  const message = `--monthly-quota of a meter must be a whole number of units from 1 to ${units.maximum}`
+  if (!/^\d{1,13}$/.test(text.trim())) throw new LimitValueError(message)
+  const quota = { units: Number(text.trim()) }
+  if (!within(quota.units, units)) throw new LimitValueError(message)
+  return quota
+}
+
+/** `--meter NAME`: a meter's name, never `requests` (the cost's own: give no --meter for it). */
+export function parseMeterName(text: string): string {
+  const name = text.trim()
+  if (name === 'requests')
+    throw new LimitValueError('--meter requests: requests are limited without --meter (--rate, --monthly-quota)')
+  if (!METER_NAME.test(name))
+    throw new LimitValueError(
+      `--meter must match ${METER_NAME.source} (a lower-case letter, then up to 31 of a-z 0-9 _)`,
+    )
+  return name
 }
 
 /** `--quota-alerts 50,80,100`: 1 to 5 shares of the quota, in %, each 1 to 100. */

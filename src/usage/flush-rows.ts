@@ -113,12 +113,20 @@ export function toUnitRows(counts: PendingCounts, reported: PendingMeterUnits): 
         })
     }
   }
-  // No limit counts a reported meter's units (limits in them are still to come).
+  // A reported meter's units, with those its limits charged and those under none (meter.ts).
   for (const [period, tenants] of reported) {
     const periodStart = new Date(period).toISOString()
     for (const [tenantId, meters] of tenants) {
-      for (const [meter, [units, requests]] of meters)
-        rows.push({ tenantId, periodStart, meter, units: units!, requests: requests!, charged: 0, unlimited: units! })
+      for (const [meter, [units, requests, charged, unlimited]] of meters)
+        rows.push({
+          tenantId,
+          periodStart,
+          meter,
+          units: units!,
+          requests: requests!,
+          charged: charged!,
+          unlimited: unlimited!,
+        })
     }
   }
   return sorted(rows, (r) => `${r.tenantId} ${r.periodStart} ${r.meter}`)

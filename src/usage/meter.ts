@@ -128,6 +128,7 @@ export class UsageMeter {
    * A forwarded request counts `cost` request units, and the units its upstream `reported`.
    * `charged`: its limits took its cost (true), or it was under none (null); false, under limits
    * that took nothing, is never expected, and reconciliation shows it as unexplained.
+   * `meterCharged`: the same of each reported meter's limits (limits in units), by meter name.
    */
   record(
     tenantId: string,
@@ -137,6 +138,7 @@ export class UsageMeter {
     cost = 1,
     reported: ReportedUnits | null = null,
     charged: boolean | null = null,
+    meterCharged: ((meter: string) => boolean | null) | null = null,
   ): void {
     // A WebSocket's 101 is its upgrade's success: counted with the 2xx (docs/api.md, WebSockets).
     const statusClass = statusCode === 101 ? 2 : Math.floor(statusCode / 100)
@@ -154,22 +156,31 @@ export class UsageMeter {
       keyCounts[statusClass - 2]!++
       if (forwarded) keyCounts[KEY_REQUEST_UNITS]! += cost
     }
-    if (forwarded && reported !== null) this.addReported(tenantId, keyId, reported)
+    if (forwarded && reported !== null) this.addReported(tenantId, keyId, reported, meterCharged)
   }
 
   /** An upstream's report of units, by tenant and by key (made after countsOf: the period is current). */
-  private addReported(tenantId: string, keyId: string | undefined, reported: ReportedUnits): void {
+  private addReported(
+    tenantId: string,
+    keyId: string | undefined,
+    reported: ReportedUnits,
+    meterCharged: ((meter: string) => boolean | null) | null,
+  ): void {
     const byMeter = child(child(this.meterUnits, this.period.startMs), tenantId)
     const byKeyMeter =
       keyId === undefined ? null : child(child(child(this.keyMeterUnits, this.period.startMs), tenantId), keyId)
     for (const [meter, units] of reported) {
-      let pair = byMeter.get(meter) as number[] | undefined
-      if (pair === undefined) {
-        pair = [0, 0]
-        byMeter.set(meter, pair)
+      // Units, requests, units its limits charged, units under none of its limits.
+      let sums = byMeter.get(meter) as number[] | undefined
+      if (sums === undefined) {
+        sums = [0, 0, 0, 0]
+        byMeter.set(meter, sums)
       }
-      pair[0]! += units
-      pair[1]!++
+      sums[0]! += units
+      sums[1]!++
+      const charged = meterCharged === null ? null : meterCharged(meter)
+      if (charged === true) sums[2]! += units
+      else if (charged === null) sums[3]! += units
       if (byKeyMeter !== null) byKeyMeter.set(meter, ((byKeyMeter.get(meter) as number | undefined) ?? 0) + units)
     }
   }

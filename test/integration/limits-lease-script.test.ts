@@ -106,3 +106,18 @@ t.test("a lease call answered while this process was stalled past the call's dea
   t.notOk(redisFree, 'at its deadline, before Redis is free again')
   await blocked
 })
+
+t.test("a metered rate's debt is charged to any bucket, below zero, down to -N at most", async (t) => {
+  const store = new RedisLeaseStore(redis, prefix)
+  const key = limitKeys.rate(prefix, 'debt', 'tokens')
+  const first = await store.rate({ ...call(key), keep: 0, wanted: 1 })
+  t.equal(first.granted, 1)
+  // Its answer reported 40 units: the lease's 1 spent, 39 owed. perMs 1000: 0.1 a ms refills.
+  const owed = await store.rate({ ...call(key), keep: 0, wanted: 1, debt: 39, epoch: first.epoch })
+  t.equal(owed.granted, 1, 'the bucket still had units: one granted')
+  t.ok(owed.tokens <= N - 40 - 1 + 5 && owed.tokens >= N - 40 - 1, `charged 40 in all (${owed.tokens})`)
+  const deep = await store.rate({ ...call(key), keep: 0, wanted: 1, debt: 500, epoch: owed.epoch })
+  t.equal(deep.granted, 0, 'below zero: nothing granted')
+  t.equal(deep.tokens, -N, 'a debt beyond -N is forgiven')
+  t.ok(deep.waitMs >= N * 10, `the wait covers the debt's refill (${deep.waitMs} ms)`)
+})
