@@ -1,4 +1,6 @@
 // The limits fields (rate and monthly quota) of the create and edit forms; blank means no limit.
+// Limits in units (a route meter's) are shown, set through the API, and kept by a save.
+import { perDuration } from './key-policy.js'
 import type { Limits } from './types.js'
 
 export function LimitsFields({ prefix, limits }: { prefix: string; limits: Limits | null }) {
@@ -39,6 +41,11 @@ export function LimitsFields({ prefix, limits }: { prefix: string; limits: Limit
           value={limits?.monthly_quota?.requests ?? ''}
         />
       </div>
+      {limits?.meters === undefined ? null : (
+        <p class="hint" data-testid="meter-limits">
+          In units (set through the API, kept when you save): {describeMeterLimits(limits)}
+        </p>
+      )}
     </fieldset>
   )
 }
@@ -48,8 +55,24 @@ const numberOf = (form: FormData, name: string): number | null => {
   return raw === '' ? null : Number(raw)
 }
 
-/** A rate needs both numbers; one alone is sent as given, and the API names what is missing. */
-export function limitsFromForm(form: FormData): Limits {
+/** `tokens: 50,000 per minute, 20,000,000 a month`: a tenant's limits in units, a meter after another. */
+export function describeMeterLimits(limits: Limits): string {
+  return Object.entries(limits.meters ?? {})
+    .map(([meter, { rate, monthly_quota: quota }]) => {
+      const parts: string[] = []
+      if (rate !== null) parts.push(`${rate.units.toLocaleString('en')} ${perDuration(rate.per_seconds)}`)
+      if (quota !== null) parts.push(`${quota.units.toLocaleString('en')} a month`)
+      return `${meter}: ${parts.join(', ')}`
+    })
+    .join('; ')
+}
+
+/**
+ * A rate needs both numbers; one alone is sent as given, and the API names what is missing. A
+ * PATCH replaces the whole object: what the form does not show (the quota's alert thresholds, the
+ * limits in units) goes back as `current` has it.
+ */
+export function limitsFromForm(form: FormData, current: Limits | null = null): Limits {
   const requests = numberOf(form, 'rate_requests')
   const perSeconds = numberOf(form, 'rate_per_seconds')
   const quota = numberOf(form, 'monthly_quota')
@@ -57,5 +80,14 @@ export function limitsFromForm(form: FormData): Limits {
     requests === null && perSeconds === null
       ? null
       : ({ requests, per_seconds: perSeconds ?? 1 } as { requests: number; per_seconds: number })
-  return { rate, monthly_quota: quota === null ? null : { requests: quota } }
+  const thresholds = current?.monthly_quota?.alert_thresholds
+  const monthlyQuota =
+    quota === null
+      ? null
+      : thresholds === undefined
+        ? { requests: quota }
+        : { requests: quota, alert_thresholds: thresholds }
+  return current?.meters === undefined
+    ? { rate, monthly_quota: monthlyQuota }
+    : { rate, monthly_quota: monthlyQuota, meters: current.meters }
 }

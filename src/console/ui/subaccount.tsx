@@ -264,7 +264,7 @@ function LimitsForm({ sub, onSaved, confirmation }: FormProps) {
     e.preventDefault()
     const form = new FormData(e.currentTarget as HTMLFormElement)
     action.run(
-      async () => onSaved(await api<SubAccount>('PATCH', `/${sub.id}`, { limits: limitsFromForm(form) })),
+      async () => onSaved(await api<SubAccount>('PATCH', `/${sub.id}`, { limits: limitsFromForm(form, sub.limits) })),
       'Limits saved',
     )
   }

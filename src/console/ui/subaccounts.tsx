@@ -6,7 +6,7 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
 import { perDuration } from './key-policy.js'
-import { LimitsFields, limitsFromForm } from './limits.js'
+import { describeMeterLimits, LimitsFields, limitsFromForm } from './limits.js'
 import type { SubAccount, SubAccountListed } from './types.js'
 
 const PAGE = 20
@@ -248,6 +248,7 @@ export function describeLimits(s: SubAccount): string {
   const parts: string[] = []
   if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} ${perDuration(s.limits.rate.per_seconds)}`)
   if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
+  if (s.limits.meters !== undefined) parts.push(describeMeterLimits(s.limits))
   return parts.length === 0 ? 'none' : parts.join(', ')
 }
 
