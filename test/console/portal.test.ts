@@ -242,6 +242,8 @@ t.test('a key minted within the policy: its secrets once, then rolled and revoke
 })
 
 t.test('usage and requests of this sub-account only', async (t) => {
+  // A limit in units, which the customer sees beside its use (far above what it uses here).
+  await manage('PATCH', `/${acme.id}`, { limits: { meters: { tokens: { monthly_quota: { units: 1_000_000 } } } } })
   await page.getByRole('link', { name: 'Usage' }).click()
   await page.getByRole('heading', { name: 'Usage', level: 1 }).waitFor()
   // Acme's forwarded requests (orders/1, missing, orders/2) at the route's cost of 2: 6 request
@@ -258,6 +260,11 @@ t.test('usage and requests of this sub-account only', async (t) => {
     await page.getByTestId('portal-units').innerText(),
     'Units this month: 6 request units · 20 tokens.',
     'its units: 3 forwarded at cost 2, and the tokens its upstream reported',
+  )
+  t.equal(
+    await page.getByTestId('portal-meter-limits').innerText(),
+    'Limits in units: tokens: 1,000,000 a month.',
+    'its limits in units',
   )
   await screen(page, 'usage')
 

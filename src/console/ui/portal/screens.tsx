@@ -5,6 +5,7 @@ import { query } from '../api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from '../components.js'
 import { KeyManager, type KeysClient } from '../keys.js'
 import { formatDuration } from '../requests.js'
+import { describeMeterLimits } from '../limits.js'
 import { unitsText } from '../units.js'
 import type { KeyPolicy, RequestRecord } from '../types.js'
 import { type ApiKey, type MintedKey, type Page, type PortalUsage, portalApi } from './api.js'
@@ -78,6 +79,9 @@ export function UsageScreen() {
               <p>
                 Rate limit: {usage.limits.rate.requests} requests per {usage.limits.rate.per_seconds} s.
               </p>
+            )}
+            {usage.limits.meters !== undefined && (
+              <p data-testid="portal-meter-limits">Limits in units: {describeMeterLimits(usage.limits)}.</p>
             )}
             {usage.usage !== null && (
               <p data-testid="portal-units">Units this month: {unitsText(usage.usage.units)}.</p>
