@@ -66,6 +66,8 @@ export abstract class LeasedLimit {
   refunds = 0
   /** A metered limit's units charged beyond its lease, owed to the shared state with the next call. */
   debt = 0
+  /** Counts what may no longer be sent: a quota's month that ended (quota-limit.ts). */
+  protected generation = 0
   /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
   prepaid = 0
   unreported = 0
@@ -202,6 +204,14 @@ export abstract class LeasedLimit {
     }
   }
 
+  /**
+   * Whether forgetting the limit now would lose something: units owed to Redis (a debt, or what it
+   * admitted on its own). A subclass adds what its local state holds that a new one would not.
+   */
+  holdsState(_now: number): boolean {
+    return this.debt > 0 || this.unreported > 0
+  }
+
   /** Whether an answer is under way: a lease call (or, for a quota, its month read from Postgres). */
   awaitingAnswer(): boolean {
     return this.inflight
@@ -329,7 +339,9 @@ export abstract class LeasedLimit {
       const halfLife = keep > 0 && now >= this.leaseExpiresAt - store.ttlMs / 2
       if (held > keep || this.refunds > 0 || this.spentSinceSend > 0 || this.debt > 0 || halfLife) {
         this.lease = keep
-        this.send(now, keep, held - keep, 0, 0)
+        // A metered limit whose last unit an answer's charge took asks for one again: else the
+        // next request, after a long answer, would wait for Redis (while the balance is above 0).
+        this.send(now, keep, held - keep, this.chargedAfter && keep === 0 ? 1 : 0, 0)
       }
       return
     }
@@ -360,6 +372,7 @@ export abstract class LeasedLimit {
   private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
     this.inflight = true
     const call = { keep, spent: this.spentSinceSend, returned: returned + this.refunds, wanted, extra, debt: this.debt }
+    const generation = this.generation
     this.debt = 0
     this.refunds = 0
     this.spentSinceSend = 0
@@ -373,8 +386,11 @@ export abstract class LeasedLimit {
         () => {
           this.ctx.metrics.leaseFailures?.inc()
           // Units admitted while local are counted again rather than lost: under, never over.
-          this.unreported += extra
-          this.debt += call.debt
+          // Not into another month: its count is its own.
+          if (generation === this.generation) {
+            this.unreported += extra
+            this.debt += call.debt
+          }
           this.ctx.failed()
           this.nextCallAt = now + PROBE_EVERY_MS
           if (this.mode !== 'local') this.goLocal(now)
@@ -407,6 +423,14 @@ export abstract class LeasedLimit {
     }
     this.lease += granted
     if (granted > 0) this.ctx.metrics.unitsTaken?.inc(granted)
+    // A debt charged while this call was out is paid from the grant first: the units are owed,
+    // and admitting on them would pass a request past a balance this replica knows is spent.
+    if (this.debt > 0) {
+      const paid = Math.min(this.lease, this.debt)
+      this.lease -= paid
+      this.debt -= paid
+      this.spentSinceSend += paid
+    }
     this.leaseExpiresAt = this.lease > 0 ? sentAt + ttlMs : 0
     this.graceUntil = answer.inGrace ? now + waitMs : 0
     this.noteReached(now, answer, granted < this.wantedInCall)

@@ -181,12 +181,24 @@ export class Limiter {
    */
   charge(subjects: readonly LimitSubject[], reported: ReadonlyMap<string, number>): void {
     const now = this.now()
-    for (const limit of this.applicable(subjects, now)) {
-      if (!limit.chargedAfter) continue
-      const units = reported.get(limit.meter)
-      if (units === undefined || units <= 0) continue
-      limit.charge(now, units)
-      if (!this.closed) limit.maintain(now)
+    for (const subject of subjects) {
+      for (const meter of subject.limits.meters ?? []) {
+        const units = reported.get(meter.meter)
+        if (units === undefined || units <= 0) continue
+        // The limits as they are now: the subject's are as its request found them, and a change
+        // since (read by a later request) must not be undone by an answer that ended after it.
+        const base = `${subject.level}:${subject.tenantId}:m:${meter.meter}`
+        const rate =
+          this.limits.get(`${base}:rate`) ?? (meter.rate && this.rateLimit(subject, meter.meter, meter.rate, now))
+        const quota =
+          this.limits.get(`${base}:quota`) ??
+          (meter.monthlyQuota && this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now))
+        for (const limit of [rate, quota]) {
+          if (limit === null || limit === undefined) continue
+          limit.charge(now, units)
+          if (!this.closed) limit.maintain(now)
+        }
+      }
     }
   }
 
@@ -282,7 +294,7 @@ export class Limiter {
   sweep(): void {
     const now = this.now()
     for (const [name, limit] of this.limits) {
-      if (now - limit.lastAttemptAt >= FORGET_AFTER_MS && !limit.inflight) {
+      if (now - limit.lastAttemptAt >= FORGET_AFTER_MS && !limit.inflight && !limit.holdsState(now)) {
         this.limits.delete(name)
         limit.release(now).catch(() => {})
       } else if (!this.closed) limit.maintain(now)

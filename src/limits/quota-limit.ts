@@ -74,6 +74,10 @@ export class QuotaLimit extends LeasedLimit {
     this.refunds = 0
     this.prepaid = 0
     this.unreported = 0
+    // What was spent or owed in the last month is its own: never sent to this month's key.
+    this.spentSinceSend = 0
+    this.debt = 0
+    this.generation++
     this.nextCallAt = 0
     this.mode = 'cold'
     this.reached = false

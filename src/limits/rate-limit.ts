@@ -89,6 +89,13 @@ export class RateLimit extends LeasedLimit {
     this.local = giveBack(this.local, this.rate, now, units)
   }
 
+  /** A local bucket below full: forgotten, it would come back full and let pass what it still owes. */
+  override holdsState(now: number): boolean {
+    return (
+      super.holdsState(now) || (this.mode === 'local' && refill(this.local, this.rate, now).tokens < this.rate.requests)
+    )
+  }
+
   protected localCharge(now: number, units: number): void {
     this.local = charge(this.local, this.rate, now, units)
   }

@@ -2,6 +2,8 @@
 import { type Origin, recordEvent } from '../events/record.js'
 import { sameJson } from '../events/same-json.js'
 import {
+  LIMIT_BOUNDS,
+  LimitValueError,
   shownLimits,
   storedLimits,
   type MeterQuota,
@@ -98,6 +100,11 @@ export function setAccountLimits(
     if (current === undefined || current.parent_id !== null)
       throw new NotAnAccountError(accountId, current !== undefined)
     const next = changedLimits(current.limits, change)
+    const kept = storedLimits(next)?.meters
+    if (kept !== undefined && Object.keys(kept).length > LIMIT_BOUNDS.meters)
+      throw new LimitValueError(
+        `--meter ${change.meter}: an account may have limits in at most ${LIMIT_BOUNDS.meters} meters; --clear one first`,
+      )
     const before = shownLimits(current.limits)
     const after = shownLimits(storedLimits(next))
     if (sameJson(before, after)) return (await getTenant(tx, accountId))!

@@ -16,7 +16,8 @@ export function limitsOf(stored: TenantLimits | null | undefined): Limits | null
   const monthlyQuota = stored.monthly_quota && quotaOf(stored.monthly_quota.requests, stored.monthly_quota)
   // A meter's N and M count its units; the limiter's limits call them `requests` either way.
   const meters: MeterLimit[] = []
-  for (const [meter, limits] of Object.entries(stored.meters ?? {}))
+  // In name order, as the policies are listed: jsonb keeps its keys shortest first.
+  for (const [meter, limits] of Object.entries(stored.meters ?? {}).sort(([a], [b]) => (a < b ? -1 : 1)))
     meters.push({
       meter,
       rate: limits.rate && { requests: limits.rate.units, perSeconds: limits.rate.per_seconds },

@@ -15,7 +15,7 @@ import { until } from '../helpers/poll.js'
 import type { JsonBody } from '../helpers/json.js'
 import { checkProblem } from '../helpers/problems.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
-import { reportsTokens, startUpstream } from '../helpers/upstream.js'
+import { holdingUpstream, reportsTokens, startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t, reportsTokens)
 const routes = [{ prefix: '/llm', upstream: upstream.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] }]
@@ -30,10 +30,13 @@ for (const redis of [undefined, false] as const) {
   const mode = redis === false ? 'embedded (no Redis)' : 'leased from Redis'
   t.test(mode, async (t) => {
     const keyPrefix = redis === false ? undefined : redisPrefix(t)
+    // Holds /held/… until released: answers certain to be in flight together.
+    const holding = await holdingUpstream(t, { holdPrefix: '/held', delayMs: [0, 0], reply: reportsTokens })
+    const held = { prefix: '/held', upstream: holding.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] }
     const gw = await startGateway(t, {
       usageFlushIntervalMs: 3_600_000,
       ...(redis === false ? { redis: false } : { redisKeyPrefix: keyPrefix }),
-      gatewayConfig: { routes },
+      gatewayConfig: { routes: [...routes, held] },
     })
     const parent = await gw.createParent({ name: 'P' })
     let sent = 0
@@ -82,23 +85,28 @@ for (const redis of [undefined, false] as const) {
 
     t.test('answers in flight when the balance runs out: the overdraft is at most their units', async (t) => {
       const sub = await subAccount('burst', { meters: { tokens: { monthly_quota: { units: 100 } } } })
-      const before = sent
-      // Ten at once, each reporting 40: all ten see a balance above zero.
-      const burst = await Promise.all(
-        Array.from({ length: 10 }, () => callAs(gw.url, parent.apiKey, { path: '/llm/x?tokens=40', acting: sub.id })),
+      // Five answers in flight together, each to report 40: all five were admitted while the
+      // balance was above zero, and pass; 200 of 100 is the overdraft, 40 short of their units.
+      const burst = Array.from({ length: 5 }, () =>
+        callAs(gw.url, parent.apiKey, { path: '/held/x?tokens=40', acting: sub.id }),
       )
-      sent += 10
+      const inFlight = await until(10_000, async () => holding.held() === 5)
+      t.ok(inFlight, 'all five admitted and at the upstream')
+      holding.release()
+      const answers = await Promise.all(burst)
+      sent += 5
       await accounted(gw, sent)
-      const passed = burst.filter((res) => res.status === 200).length
-      t.ok(passed >= 3, `at least the 3 answers that fit passed (${passed})`)
-      for (const res of burst)
-        if (res.status !== 200) checkProblem(t, res, 429, 'quota_exceeded', 'the rest of the burst')
+      t.same(
+        answers.map((res) => res.status),
+        [200, 200, 200, 200, 200],
+        'every answer in flight passes',
+      )
       await gw.app.usageMeter.flush()
       const used = await monthUse(gw.sql, { tenantId: sub.id, level: 'sub_account' }, monthOf(Date.now()), 'tokens')
-      t.equal(used, passed * 40, 'what passed is what is counted, all of it charged')
-      t.ok(used > 100, `the burst overdrew by the units in flight when the balance ran out: ${used} of 100`)
-      checkProblem(t, await send(sub.id, 1), 429, 'quota_exceeded', 'refused once charged')
-      t.equal(sent - before, 11)
+      t.equal(used, 200, 'all of their units charged and counted')
+      t.ok(used - 100 <= 5 * 40, `overdrawn by ${used - 100}: within the 200 units in flight when it ran out`)
+      const refused = await send(sub.id, 1)
+      checkProblem(t, refused, 429, 'quota_exceeded', 'nothing more passes once they are charged')
     })
 
     t.test('a rate of 50 tokens a minute: refused once spent, named in RateLimit', async (t) => {
@@ -113,19 +121,19 @@ for (const redis of [undefined, false] as const) {
       t.ok(wait >= 1 && wait <= 60, `Retry-After ${wait} s: until the debt is refilled`)
     })
 
-    t.test('limits in requests and in units together; a request without a report costs no tokens', async (t) => {
+    t.test('limits in requests and in units together; a report of 0 costs no tokens', async (t) => {
       const sub = await subAccount('both', {
         rate: { requests: 1000, per_seconds: 1 },
         meters: { tokens: { monthly_quota: { units: 10 } } },
       })
-      const res = await callAs(gw.url, parent.apiKey, { path: '/llm/x', acting: sub.id })
-      await accounted(gw, ++sent)
+      const res = await send(sub.id, 0)
       t.equal(res.status, 200)
       t.match(
         res.headers['ratelimit-policy'],
         /^"sub_account\.rate";q=1000;w=1, "sub_account\.meters\.tokens\.monthly_quota";q=10;w=\d+$/,
       )
-      t.equal((await send(sub.id, 10)).status, 200)
+      t.equal((await send(sub.id, 9)).status, 200, '0 then 9 of 10')
+      t.equal((await send(sub.id, 1)).status, 200, 'one left: it passes')
       const refused = await send(sub.id, 0)
       checkProblem(t, refused, 429, 'quota_exceeded', 'ten tokens used')
       t.same(refused.json().violated_policies, ['sub_account.meters.tokens.monthly_quota'], 'only the meter refuses')
@@ -216,6 +224,13 @@ for (const redis of [undefined, false] as const) {
 
       const cleared = await ok(t, ['accounts', 'limits', '--account', parent.id, '--meter', 'tokens', '--clear'])
       t.same(cleared.account.limits, { rate: { requests: 1000, per_seconds: 1 }, monthly_quota: null }, 'cleared')
+      for (let i = 0; i < 16; i++)
+        await ok(t, ['accounts', 'limits', '--account', parent.id, '--meter', `m${i}`, '--rate', '1000/1s'])
+      await fails(
+        t,
+        ['accounts', 'limits', '--account', parent.id, '--meter', 'm16', '--rate', '1000/1s'],
+        /at most 16 meters/,
+      )
     })
   })
 }
