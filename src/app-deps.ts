@@ -53,6 +53,8 @@ export interface AppTuning {
   usagePeriods?: {
     clock?: () => number
     closeIntervalMs?: number
+    /** How long a replica that stopped flushing is waited for before its periods close without it. */
+    liveReplicaSeconds?: number
     exportIntervalMs?: number
     exportLeaseSeconds?: number
   }

@@ -166,6 +166,7 @@ export const usageMeterOptions = (deps: AppDeps) => ({
   periodSeconds: deps.config.usagePeriodSeconds,
   closeGraceSeconds: deps.config.usageCloseGraceSeconds,
   closeIntervalMs: deps.tuning?.usagePeriods?.closeIntervalMs,
+  liveReplicaSeconds: deps.tuning?.usagePeriods?.liveReplicaSeconds,
   clock: deps.tuning?.usagePeriods?.clock,
   push:
     deps.config.usageExport === null

@@ -9,7 +9,7 @@ import { ApiError } from '../errors.js'
 import type { Sql } from '../store/db.js'
 import { openStore } from '../store/db.js'
 import { migrate } from '../store/migrate.js'
-import { closedUntil, exportRows } from '../store/usage-periods.js'
+import { closedUntil, exportRows, replicaLost } from '../store/usage-periods.js'
 import { reconciliationCounts } from '../store/usage-reconciliation.js'
 import { logUnitSums } from '../request-log/unit-sums.js'
 import { exportTarget } from '../usage/exporter.js'
@@ -69,7 +69,7 @@ export async function reconcileUsage(sql: Sql, options: Options, config: Config,
             })
           ).sql
   try {
-    const [counts, log] = await Promise.all([
+    const [counts, log, lost] = await Promise.all([
       reconciliationCounts(sql, { ...range, accountId, closedUntil: closed, pushTarget }),
       logSql === null
         ? null
@@ -78,8 +78,9 @@ export async function reconcileUsage(sql: Sql, options: Options, config: Config,
             { ...range, accountId, closedUntil: closed },
             { days: config.requestLogRetentionDays, nowMs: Date.now() },
           ),
+      replicaLost(sql, { ...range, closedUntil: closed }),
     ])
-    for (const entry of reconcile(counts, log)) io.stdout(`${JSON.stringify(entry)}\n`)
+    for (const entry of reconcile(counts, log, lost)) io.stdout(`${JSON.stringify(entry)}\n`)
   } finally {
     if (logSql !== null && logSql !== sql) await logSql.end({ timeout: 5 })
   }

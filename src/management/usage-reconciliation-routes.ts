@@ -1,6 +1,6 @@
 // Usage reconciliation (docs/billing.md): the parent's sub-accounts and meters of a range, the
 // meter beside the limiter, the request log and the export, every difference explained.
-import { closedUntil } from '../store/usage-periods.js'
+import { closedUntil, replicaLost } from '../store/usage-periods.js'
 import { reconciliationCounts } from '../store/usage-reconciliation.js'
 import { logUnitSums } from '../request-log/unit-sums.js'
 import { exportInstant, exportRange } from '../usage/export.js'
@@ -26,7 +26,7 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
       const accountId = parentOf(request).id
       const closed = await closedUntil(sql)
       // The log's read counts among the parent's reads of its log at once, bounded as they are.
-      const [counts, log] = await Promise.all([
+      const [counts, log, lost] = await Promise.all([
         reconciliationCounts(sql, { ...range, accountId, closedUntil: closed, pushTarget: usageExport.pushTarget }),
         requestLog === null
           ? null
@@ -41,9 +41,10 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
                 },
               ),
             ),
+        replicaLost(sql, { ...range, closedUntil: closed }),
       ])
       if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
-      return { from: exportInstant(range.from), to: exportInstant(range.to), data: reconcile(counts, log) }
+      return { from: exportInstant(range.from), to: exportInstant(range.to), data: reconcile(counts, log, lost) }
     },
   }),
 ]

@@ -20,6 +20,7 @@ export const ReconciliationDifference = Type.Object(
         Type.Literal('log_expired'),
         Type.Literal('not_exported'),
         Type.Literal('not_limited'),
+        Type.Literal('replica_lost'),
         Type.Literal('unexplained'),
       ],
       { description: 'what explains it; `unexplained` when nothing does' },

@@ -2,7 +2,10 @@
 // and the closed periods' units as export rows. SQL only; the timer is usage/period-close.ts.
 import type { Sql } from './db.js'
 
-/** A replica that has not flushed for this long is not waited for (its late units move on). */
+/**
+ * A replica that has not flushed for this long is not waited for (its late units move on): its
+ * mark becomes a loss (usage_replica_losses), unless it stopped and took its mark with it.
+ */
 export const LIVE_REPLICA_SECONDS = 120
 
 /** A replica that stops: the close no longer waits for it (its last flush is in). */
@@ -14,17 +17,28 @@ export async function forgetReplica(sql: Sql, replicaId: string): Promise<void> 
  * Closes the periods that end at or before every live replica's mark less `graceSeconds`, and
  * returns where the closed periods end now (null: none closed yet). Never moves back; waits for
  * flushes that hold the close row (store/usage.ts); closes nothing for a replica whose period
- * length is not the closed periods' (its start refuses it: usage/period-close.ts). Marks not seen
- * for a day are dropped.
+ * length is not the closed periods' (its start refuses it: usage/period-close.ts). The marks of
+ * replicas no longer live move to usage_replica_losses.
  */
 export async function closePeriods(
   sql: Sql,
-  { periodSeconds, graceSeconds }: { periodSeconds: number; graceSeconds: number },
+  {
+    periodSeconds,
+    graceSeconds,
+    liveReplicaSeconds = LIVE_REPLICA_SECONDS,
+  }: { periodSeconds: number; graceSeconds: number; liveReplicaSeconds?: number | undefined },
 ): Promise<Date | null> {
   const [row] = await sql<{ closed_until: Date | null }[]>`
     with watermark as (
       select min(flushed_through) as at from usage_flush_marks
-      where seen_at > now() - make_interval(secs => ${LIVE_REPLICA_SECONDS})
+      where seen_at > now() - make_interval(secs => ${liveReplicaSeconds})
+    ), lost as (
+      delete from usage_flush_marks where seen_at <= now() - make_interval(secs => ${liveReplicaSeconds})
+      returning replica_id, flushed_through, seen_at
+    ), recorded as (
+      insert into usage_replica_losses (replica_id, flushed_through, last_seen_at)
+      select replica_id, flushed_through, seen_at from lost
+      on conflict do nothing
     ), target as (
       select to_timestamp(floor(extract(epoch from at - make_interval(secs => ${graceSeconds})) / ${periodSeconds}) * ${periodSeconds}) as until
       from watermark where at is not null
@@ -34,11 +48,28 @@ export async function closePeriods(
       where usage_close.id and (usage_close.closed_until is null or usage_close.closed_until < target.until)
         and (usage_close.period_seconds is null or usage_close.period_seconds = ${periodSeconds})
       returning usage_close.closed_until
-    ), pruned as (
-      delete from usage_flush_marks where seen_at < now() - interval '1 day'
     )
     select coalesce((select closed_until from closed), (select closed_until from usage_close where id)) as closed_until`
   return row?.closed_until ?? null
+}
+
+/**
+ * Whether a replica was lost (killed without flushing) while serving the range's closed periods:
+ * from its last flush to when it was last seen, plus the time it was waited for.
+ */
+export async function replicaLost(
+  sql: Sql,
+  { from, to, closedUntil }: { from: Date; to: Date; closedUntil: Date | null },
+): Promise<boolean> {
+  if (closedUntil === null) return false
+  const until = closedUntil < to ? closedUntil : to
+  const [row] = await sql<{ lost: boolean }[]>`
+    select exists (
+      select 1 from usage_replica_losses
+      where flushed_through < ${until}
+        and last_seen_at + make_interval(secs => ${LIVE_REPLICA_SECONDS}) > ${from}
+    ) as lost`
+  return row?.lost ?? false
 }
 
 /** The length of the periods closed so far (null: none closed yet). */

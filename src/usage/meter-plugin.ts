@@ -26,6 +26,8 @@ export interface UsageMeterPluginOptions {
   closeGraceSeconds?: number | undefined
   /** How often periods are closed (default 5 s). */
   closeIntervalMs?: number | undefined
+  /** How long a replica that stopped flushing is waited for (tests). */
+  liveReplicaSeconds?: number | undefined
   /** The meter's clock, which dates counts and flush marks (tests move it). */
   clock?: (() => number) | undefined
   /** The push of closed periods (USAGE_EXPORT_URL); null: none. */
@@ -35,7 +37,16 @@ export interface UsageMeterPluginOptions {
 export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
   async (
     app,
-    { sql, flushIntervalMs, periodSeconds = DEFAULT_PERIOD_SECONDS, closeGraceSeconds, closeIntervalMs, clock, push },
+    {
+      sql,
+      flushIntervalMs,
+      periodSeconds = DEFAULT_PERIOD_SECONDS,
+      closeGraceSeconds,
+      closeIntervalMs,
+      liveReplicaSeconds,
+      clock,
+      push,
+    },
   ) => {
     // A store that is away at the start does not stop it; the close itself uses no other length.
     await checkPeriodLength(sql, periodSeconds, (err) =>
@@ -56,6 +67,7 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
       periodSeconds,
       graceSeconds: closeGraceSeconds ?? DEFAULT_CLOSE_GRACE_SECONDS,
       intervalMs: closeIntervalMs,
+      liveReplicaSeconds,
     })
     const exporter =
       push === null

@@ -17,6 +17,8 @@ export interface PeriodCloserOptions {
   periodSeconds: number
   graceSeconds: number
   intervalMs?: number | undefined
+  /** How long a replica that stopped flushing is waited for (default LIVE_REPLICA_SECONDS; tests shorten it). */
+  liveReplicaSeconds?: number | undefined
 }
 
 /**

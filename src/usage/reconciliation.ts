@@ -18,6 +18,11 @@ export type DifferenceKind =
   | 'not_exported'
   /** Requests forwarded while no limit applied to the sub-account (a limit set or cleared within the range). */
   | 'not_limited'
+  /**
+   * A replica was killed (or cut off for good) while serving the range: what it counted after its
+   * last flush is lost to the meter, and its request log's last records to the log, apart.
+   */
+  | 'replica_lost'
   | 'unexplained'
 
 export interface Difference {
@@ -41,31 +46,35 @@ export interface ReconciliationEntry {
   differences: Difference[]
 }
 
-/** The entries of a range: the store's counts with the log's sums (null: the log does not hold it). */
+/**
+ * The entries of a range: the store's counts with the log's sums (null: the log does not hold it).
+ * `replicaLost`: a replica was lost while serving the range's closed periods (store/usage-periods.ts).
+ */
 export function reconcile(
   counts: readonly ReconciliationCounts[],
   log: readonly LogUnitSum[] | null,
+  replicaLost = false,
 ): ReconciliationEntry[] {
   const logged = new Map<string, LogUnitSum>()
   for (const sum of log ?? []) logged.set(`${sum.tenant_id} ${sum.meter}`, sum)
   const entries = counts.map((row) => {
     const sum = log === null ? null : (logged.get(`${row.tenant_id} ${row.meter}`) ?? NO_RECORDS)
     logged.delete(`${row.tenant_id} ${row.meter}`)
-    return entryOf(row, sum)
+    return entryOf(row, sum, replicaLost)
   })
   // What the log holds and the meter never counted: all of it unexplained.
   for (const sum of logged.values()) {
     if (Number(sum.closed_units) + Number(sum.open_units) === 0) continue
     const own = sum.tenant_id === sum.account_id
     const counts = { tenant_id: sum.tenant_id, account_id: sum.account_id, sub_account_id: own ? null : sum.tenant_id }
-    entries.push(entryOf({ ...NO_COUNTS, ...counts, meter: sum.meter }, sum))
+    entries.push(entryOf({ ...NO_COUNTS, ...counts, meter: sum.meter }, sum, replicaLost))
   }
   return entries
 }
 
 const NO_RECORDS: LogUnitSum = { account_id: '', tenant_id: '', meter: '', closed_units: '0', open_units: '0' }
 
-function entryOf(row: ReconciliationCounts, log: LogUnitSum | null): ReconciliationEntry {
+function entryOf(row: ReconciliationCounts, log: LogUnitSum | null, replicaLost: boolean): ReconciliationEntry {
   const meter = Number(row.meter_units)
   const closedMeter = Number(row.closed_meter_units)
   // Late units come into the range's periods (billed here, served before) and go out of them
@@ -96,7 +105,8 @@ function entryOf(row: ReconciliationCounts, log: LogUnitSum | null): Reconciliat
     add('log', 'late', closedLate)
     add('log', 'log_dropped', dropped)
     add('log', 'open_period', meter - closedMeter - Number(log.open_units))
-    add('log', 'unexplained', closedMeter - closedLate - dropped - closedLog)
+    // The meter and the log flush apart: a replica killed between its flushes loses some of each.
+    add('log', replicaLost ? 'replica_lost' : 'unexplained', closedMeter - closedLate - dropped - closedLog)
   }
   add('export', 'open_period', meter - closedMeter)
   add('export', 'not_exported', closedMeter - exported)

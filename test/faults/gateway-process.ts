@@ -7,7 +7,8 @@
 //                               sockets: { clients, upstreams, other } }
 //      (heapUsed after two full garbage collections)
 //   <- { type: 'close' }  -> closes the app and the store, then exits 0
-// Environment: DATABASE_URL, FAULT_ROUTES (the route table document, JSON).
+// Environment: DATABASE_URL, FAULT_ROUTES (the route table document, JSON), FAULT_ENV (more of the
+// gateway's variables, a JSON object: usage periods, the request log).
 import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { buildApp } from '../../src/app.js'
@@ -25,7 +26,12 @@ const databaseUrl = process.env.DATABASE_URL
 const routesDoc = JSON.parse(process.env.FAULT_ROUTES ?? '{}') as Record<string, unknown>
 // The route table is FAULT_ROUTES, never the repository's config/gateway.yaml.
 const config = {
-  ...loadConfig({ DATABASE_URL: databaseUrl, MANAGEMENT_RATE: '1000000/1s', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY }),
+  ...loadConfig({
+    DATABASE_URL: databaseUrl,
+    MANAGEMENT_RATE: '1000000/1s',
+    ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+    ...(JSON.parse(process.env.FAULT_ENV ?? '{}') as Record<string, string>),
+  }),
   gatewayConfig: routesDoc,
 }
 const store = await openStore({ databaseUrl, dataDir: '.' })

@@ -108,3 +108,18 @@ t.test('what the log holds and the meter never counted is unexplained', async (t
   ])
   t.same(reconcile([], [logged(0, 0)]), [], 'nothing of it: no entry')
 })
+
+t.test("a replica lost while serving the range: the log's difference is replica_lost, not unexplained", async (t) => {
+  // The meter lost 2 of the killed replica's units, its log 3 others: the log holds 1 more.
+  const row = counts({ meter_units: '8', closed_meter_units: '8', served_units: '8', closed_served_units: '8' })
+  const lost = reconcile([{ ...row, limiter_units: '8', exported_units: '8' }], [logged(9)], true)
+  t.same(lost[0]!.differences, [{ against: 'log', kind: 'replica_lost', units: -1 }])
+  const none = reconcile([{ ...row, limiter_units: '8', exported_units: '8' }], [logged(9)], false)
+  t.same(none[0]!.differences, [{ against: 'log', kind: 'unexplained', units: -1 }], 'without a loss: unexplained')
+  const logOnly = reconcile([], [logged(4, 0, ACCOUNT)], true)
+  t.same(
+    logOnly[0]!.differences,
+    [{ against: 'log', kind: 'replica_lost', units: -4 }],
+    'a tenant the meter lost whole',
+  )
+})

@@ -18,6 +18,7 @@ const KINDS: Record<string, string> = {
   log_expired: 'older than the request log holds',
   not_exported: 'closed, not yet acknowledged by the receiver',
   not_limited: 'served while no limit applied',
+  replica_lost: 'lost with a replica killed between its flushes',
   unexplained: 'unexplained: report it',
 }
 
