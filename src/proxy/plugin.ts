@@ -16,7 +16,14 @@ const METHODS: HTTPMethods[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT',
 
 async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: ProxyOptions): Promise<void> {
   const readiness = app.readiness
-  const target = new UpstreamTarget(route, options.upstreamDuration, () => readiness.draining, options.meterBadReport)
+  const limits = options.limits
+  const target = new UpstreamTarget(
+    route,
+    options.upstreamDuration,
+    () => readiness.draining,
+    options.meterBadReport,
+    (request) => limits.charge(request),
+  )
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(
     async (scope) => {
@@ -26,12 +33,6 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
       // second's memory passes them all without a single promise.
       scope.addHook('onRequest', runSteps(stepsFor(route, options)))
       scope.addHook('onClose', () => target.pool.destroy())
-      // Units its upstream reports are known once the answer ended: then charged to limits in units.
-      if (route.meters.length > 0)
-        scope.addHook('onResponse', (request, _reply, done) => {
-          options.limits.charge(request)
-          done()
-        })
 
       // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
       // counts these whatever their status). Every other route is marked by its own plugin.

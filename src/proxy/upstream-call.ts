@@ -62,14 +62,18 @@ export class UpstreamTarget {
   private readonly draining: () => boolean
   /** The units its upstream reports; null on a route without meters. */
   readonly meterReports: MeterReports | null
+  /** Charges an answer's reported units to limits in units once it ended; null without meters. */
+  readonly chargeUnits: ((request: FastifyRequest) => void) | null
   constructor(
     route: ProxyRoute,
     upstreamDuration: LatencyHistogram,
     draining: () => boolean,
     badReport: BadReportCounter = () => {},
+    chargeUnits: (request: FastifyRequest) => void = () => {},
   ) {
     this.route = route
     this.meterReports = route.meters.length === 0 ? null : new MeterReports(route, badReport)
+    this.chargeUnits = route.meters.length === 0 ? null : chargeUnits
     this.upstreamDuration = upstreamDuration
     this.draining = draining
     const url = new URL(route.upstream)
@@ -257,7 +261,16 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       const exchange = this.exchange
       exchange.reported = meterReports.fromTrailers(trailers, exchange.reported, this.response, this.request.log)
     }
+    this.answered()
     this.response.end()
+  }
+
+  /**
+   * The answer is over, whole or cut short after its head: what it reported is final, and charged
+   * to the limits in units (the usage meter counts the same report when the request is answered).
+   */
+  private answered(): void {
+    if (this.answering) this.target.chargeUnits?.(this.request)
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
@@ -271,6 +284,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     if (this.answering) {
       // Too late for an error answer: the client gets a cut-off one, as from the upstream.
       this.broken = true
+      this.answered()
       this.request.log.warn({ err: error }, 'the upstream broke off its answer')
       this.response.destroy()
       return
@@ -296,6 +310,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   clientLeft(): void {
     if (this.done) return
     this.done = true
+    this.answered()
     this.controller?.abort(new Error('the client left'))
   }
 }

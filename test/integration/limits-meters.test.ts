@@ -18,7 +18,18 @@ import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
 import { holdingUpstream, reportsTokens, startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t, reportsTokens)
-const routes = [{ prefix: '/llm', upstream: upstream.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] }]
+// Streamed, the units known at the end: a trailer.
+const streaming = await startUpstream(t, (request, response) => {
+  const tokens = new URLSearchParams(request.url!.split('?')[1] ?? '').get('tokens') ?? '0'
+  response.writeHead(200, { 'content-type': 'text/event-stream', trailer: 'X-Tokens-Used' })
+  response.write('data: one\n\n')
+  response.addTrailers({ 'X-Tokens-Used': tokens })
+  response.end('data: two\n\n')
+})
+const routes = [
+  { prefix: '/llm', upstream: upstream.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] },
+  { prefix: '/sse', upstream: streaming.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] },
+]
 
 /** Waits until the gateway accounted `count` proxied requests: their units are charged by then. */
 async function accounted(gw: TestGateway, count: number): Promise<void> {
@@ -107,6 +118,18 @@ for (const redis of [undefined, false] as const) {
       t.ok(used - 100 <= 5 * 40, `overdrawn by ${used - 100}: within the 200 units in flight when it ran out`)
       const refused = await send(sub.id, 1)
       checkProblem(t, refused, 429, 'quota_exceeded', 'nothing more passes once they are charged')
+    })
+
+    t.test('a streamed answer is charged what its trailer reports', async (t) => {
+      const sub = await subAccount('streamed', { meters: { tokens: { monthly_quota: { units: 100 } } } })
+      const stream = async () => {
+        const res = await callAs(gw.url, parent.apiKey, { path: '/sse/x?tokens=60', acting: sub.id })
+        await accounted(gw, ++sent)
+        return res
+      }
+      t.equal((await stream()).status, 200)
+      t.equal((await stream()).status, 200, 'at 60 of 100 the balance is above zero')
+      checkProblem(t, await stream(), 429, 'quota_exceeded', 'at 120 of 100: refused')
     })
 
     t.test('a rate of 50 tokens a minute: refused once spent, named in RateLimit', async (t) => {
