@@ -111,8 +111,9 @@ export const requestAccounting = fp<RequestAccountingOptions>(
  */
 function chargedOf(request: FastifyRequest, meter: string): boolean | null {
   const subjects = request.limitSubjects
-  if (subjects == null || !subjects.some((subject) => limitsMeter(subject.limits, meter))) return null
-  return request.limitsCharged === true
+  if (subjects == null || subjects.length === 0) return null
+  for (const subject of subjects) if (limitsMeter(subject.limits, meter)) return request.limitsCharged === true
+  return null
 }
 
 /** Whether these limits count this meter: `requests` (a rate or a quota), or a route meter's. */
