@@ -42,12 +42,13 @@ function limitsChange(options: Options): LimitsChange {
   const quota = options['monthly-quota']
   const alerts = options['quota-alerts']
   const meter = typeof options.meter === 'string' ? parseMeterName(options.meter) : undefined
+  const shadow = options.shadow === true ? { shadow: true } : {}
   if (alerts !== undefined && quota === undefined)
     throw new UsageError('--quota-alerts goes with --monthly-quota M: give the quota they are shares of')
   if (clear === true) {
     if (rate !== undefined || quota !== undefined)
       throw new UsageError('--clear removes both limits: give it without --rate and --monthly-quota')
-    return { meter, rate: null, monthly_quota: null } as LimitsChange
+    return { meter, rate: null, monthly_quota: null, ...shadow } as LimitsChange
   }
   if (rate === undefined && quota === undefined)
     throw new UsageError('give --rate N/Ws, --monthly-quota M, or --clear (--help for the usage)')
@@ -55,10 +56,12 @@ function limitsChange(options: Options): LimitsChange {
   if (meter !== undefined)
     return {
       meter,
+      ...shadow,
       ...(typeof rate === 'string' ? { rate: parseMeterRate(rate) } : {}),
       ...(typeof quota === 'string' ? { monthly_quota: { ...parseMeterQuota(quota), ...thresholds } } : {}),
     }
   return {
+    ...shadow,
     ...(typeof rate === 'string' ? { rate: parseRate(rate) } : {}),
     ...(typeof quota === 'string'
       ? {

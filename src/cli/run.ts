@@ -27,11 +27,12 @@ commands:
   migrate                      apply pending database migrations
   accounts create --name <name> [--external-id <id>] [--scopes <a,b>]
                                create a parent account and its first API key
-  accounts limits --account <uuid> [--meter <name>] [--rate N/Ws] [--monthly-quota M [--quota-alerts 50,80,100]] [--clear]
+  accounts limits --account <uuid> [--shadow] [--meter <name>] [--rate N/Ws] [--monthly-quota M [--quota-alerts 50,80,100]] [--clear]
                                set a parent account's limits (over it and all its sub-accounts);
                                --rate or --monthly-quota alone keeps the other, --clear removes both;
                                --quota-alerts: the shares of M (%) that write an alert (default 80,100);
-                               --meter: the limits of a route meter, N and M in its units
+                               --meter: the limits of a route meter, N and M in its units;
+                               --shadow: the shadow limits (counted, never refusing), the enforced ones stay
   accounts scopes --account <uuid> (--allow <a,b,tracking:*> | --any)
                                the scopes (or patterns) the account may give its sub-accounts'
                                keys; --any lifts the ceiling (the default)
@@ -92,6 +93,7 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       'monthly-quota': { type: 'string' },
       'quota-alerts': { type: 'string' },
       meter: { type: 'string' },
+      shadow: { type: 'boolean' },
       clear: { type: 'boolean' },
       'expires-at': { type: 'string' },
       'expires-in-seconds': { type: 'string' },

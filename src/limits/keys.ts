@@ -16,14 +16,16 @@ function groupOf(subject: string): string {
 
 /** A route meter's limits are keyed apart, in their tenant's group; the request units' as before. */
 const meterPart = (meter: string) => (meter === 'requests' ? '' : `:m:${meter}`)
+/** A shadow limit counts apart from an enforced one of the same kind beside it. */
+const shadowPart = (shadow: boolean) => (shadow ? ':s' : '')
 
 export const limitKeys = {
   /** A rate's bucket and leases; `meter`: a route meter's (none: the request units'). */
-  rate: (prefix: string, subject: string, meter = 'requests') =>
-    `${prefix}limits:{${groupOf(subject)}}:rate:${subject}${meterPart(meter)}`,
+  rate: (prefix: string, subject: string, meter = 'requests', shadow = false) =>
+    `${prefix}limits:{${groupOf(subject)}}:rate:${subject}${shadowPart(shadow)}${meterPart(meter)}`,
   /** A quota's month. */
-  quota: (prefix: string, subject: string, month: string, meter = 'requests') =>
-    `${prefix}limits:{${groupOf(subject)}}:quota:${subject}${meterPart(meter)}:${month}`,
+  quota: (prefix: string, subject: string, month: string, meter = 'requests', shadow = false) =>
+    `${prefix}limits:{${groupOf(subject)}}:quota:${subject}${shadowPart(shadow)}${meterPart(meter)}:${month}`,
   /** The incarnation of the group a limit's key is in. */
   incarnationOf(prefix: string, key: string): string {
     const tag = /\{(l\d+)\}/.exec(key.slice(prefix.length))

@@ -103,6 +103,8 @@ export abstract class LeasedLimit {
    * zero (one unit held), and its units are charged after (`charge`), below zero if need be.
    */
   readonly meter: string
+  /** A shadow limit (docs/api.md): counted as an enforced one is, never refusing. Set by the limiter. */
+  shadow = false
   protected readonly ctx: LimitContext
   constructor(name: PolicyName, ctx: LimitContext, now: number, meter = 'requests') {
     this.name = name

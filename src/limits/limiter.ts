@@ -14,6 +14,7 @@ import type {
   LimitSubject,
   LoadMonthUse,
   PolicyName,
+  PolicyState,
   QuotaUse,
   Rate,
 } from './types.js'
@@ -94,40 +95,56 @@ export class Limiter {
 
   /**
    * The limits that apply, in the order of the policies: sub-account first, rate before quota,
-   * the request units' before the meters' (in name order).
+   * the request units' before the meters' (in name order), a subject's shadow limits after its own.
    */
   private applicable(subjects: readonly LimitSubject[], now: number): LeasedLimit[] {
     const found: LeasedLimit[] = []
     for (const level of ['sub_account', 'account', 'management'] as const) {
       for (const subject of subjects) {
         if (subject.level !== level) continue
-        const { rate, monthlyQuota, meters } = subject.limits
-        if (rate !== null) found.push(this.rateLimit(subject, 'requests', rate, now))
+        this.limitsOf(subject, subject.limits, false, now, found)
         // The management API has a rate only.
-        if (level === 'management') continue
-        if (monthlyQuota !== null) found.push(this.quotaLimit(subject, 'requests', monthlyQuota, now))
-        if (meters === undefined) continue
-        for (const meter of meters) {
-          if (meter.rate !== null) found.push(this.rateLimit(subject, meter.meter, meter.rate, now))
-          if (meter.monthlyQuota !== null) found.push(this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now))
-        }
+        if (level !== 'management' && subject.limits.shadow !== undefined)
+          this.limitsOf(subject, subject.limits.shadow, true, now, found)
       }
     }
     return found
   }
 
-  /** The policy's name: `<level>.rate`, or `<level>.meters.<meter>.rate` for a route meter's. */
-  private static policy(level: Level, meter: string, kind: 'rate' | 'monthly_quota'): PolicyName {
-    return (meter === 'requests' ? `${level}.${kind}` : `${level}.meters.${meter}.${kind}`) as PolicyName
+  private limitsOf(subject: LimitSubject, limits: Limits, shadow: boolean, now: number, found: LeasedLimit[]): void {
+    const { rate, monthlyQuota, meters } = limits
+    if (rate !== null) found.push(this.rateLimit(subject, 'requests', rate, now, shadow))
+    if (subject.level === 'management') return
+    if (monthlyQuota !== null) found.push(this.quotaLimit(subject, 'requests', monthlyQuota, now, shadow))
+    if (meters === undefined) return
+    for (const meter of meters) {
+      if (meter.rate !== null) found.push(this.rateLimit(subject, meter.meter, meter.rate, now, shadow))
+      if (meter.monthlyQuota !== null)
+        found.push(this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now, shadow))
+    }
   }
 
-  private rateLimit(subject: LimitSubject, meter: string, rate: Rate, now: number): RateLimit {
+  /** The policy's name: `<level>[.shadow].rate`, or `<level>[.shadow].meters.<meter>.rate` for a route meter's. */
+  private static policy(level: Level, meter: string, kind: 'rate' | 'monthly_quota', shadow: boolean): PolicyName {
+    const at = shadow ? `${level}.shadow` : level
+    return (meter === 'requests' ? `${at}.${kind}` : `${at}.meters.${meter}.${kind}`) as PolicyName
+  }
+
+  /** A limit's name in this replica's map: its level, tenant, kind, and meter and shadow if any. */
+  private static entry(subject: LimitSubject, meter: string, kind: 'rate' | 'quota', shadow: boolean): string {
+    const base = `${subject.level}:${subject.tenantId}${shadow ? ':s' : ''}`
+    return meter === 'requests' ? `${base}:${kind}` : `${base}:m:${meter}:${kind}`
+  }
+
+  private rateLimit(subject: LimitSubject, meter: string, rate: Rate, now: number, shadow = false): RateLimit {
     const base = `${subject.level}:${subject.tenantId}`
-    const name = meter === 'requests' ? `${base}:rate` : `${base}:m:${meter}:rate`
+    const name = Limiter.entry(subject, meter, 'rate', shadow)
     let limit = this.limits.get(name) as RateLimit | undefined
     if (limit === undefined) {
-      const key = limitKeys.rate(this.keyPrefix, base, meter)
-      limit = new RateLimit(Limiter.policy(subject.level, meter, 'rate'), this.ctx, now, rate, key, meter)
+      const key = limitKeys.rate(this.keyPrefix, base, meter, shadow)
+      const policy = Limiter.policy(subject.level, meter, 'rate', shadow)
+      limit = new RateLimit(policy, this.ctx, now, rate, key, meter)
+      limit.shadow = shadow
       this.limits.set(name, limit)
     } else if (limit.rate.requests !== rate.requests || limit.rate.perSeconds !== rate.perSeconds) {
       limit.rate = rate
@@ -136,15 +153,22 @@ export class Limiter {
     return limit
   }
 
-  private quotaLimit(subject: LimitSubject, meter: string, quota: NonNullable<Limits['monthlyQuota']>, now: number) {
+  private quotaLimit(
+    subject: LimitSubject,
+    meter: string,
+    quota: NonNullable<Limits['monthlyQuota']>,
+    now: number,
+    shadow = false,
+  ): QuotaLimit {
     const base = `${subject.level}:${subject.tenantId}`
-    const name = meter === 'requests' ? `${base}:quota` : `${base}:m:${meter}:quota`
+    const name = Limiter.entry(subject, meter, 'quota', shadow)
     let limit = this.limits.get(name) as QuotaLimit | undefined
     if (limit === undefined) {
-      const keyOf = (month: string) => limitKeys.quota(this.keyPrefix, base, month, meter)
+      const keyOf = (month: string) => limitKeys.quota(this.keyPrefix, base, month, meter, shadow)
       const who = { tenantId: subject.tenantId, level: subject.level, meter }
-      const policy = Limiter.policy(subject.level, meter, 'monthly_quota')
+      const policy = Limiter.policy(subject.level, meter, 'monthly_quota', shadow)
       limit = new QuotaLimit(policy, this.ctx, now, quota.requests, who, keyOf, this.loadMonthUse)
+      limit.shadow = shadow
       this.limits.set(name, limit)
     } else if (limit.requests !== quota.requests) {
       limit.requests = quota.requests
@@ -162,16 +186,35 @@ export class Limiter {
   admit(subjects: readonly LimitSubject[], units = 1): Decision {
     const now = this.now()
     const limits = this.applicable(subjects, now)
-    const refusing = limits.filter((limit) => !limit.allows(now, asked(limit, units)))
-    if (refusing.length === 0) for (const limit of limits) if (!limit.chargedAfter) limit.take(now, units)
+    const refusing: LeasedLimit[] = []
+    for (const limit of limits) if (!limit.shadow && !limit.allows(now, asked(limit, units))) refusing.push(limit)
+    // A shadow limit decides as an enforced one would, for an admitted request only, and refuses
+    // nothing: what it would refuse takes nothing of it, as a refusal takes nothing.
+    let wouldRefuse: PolicyName[] | undefined
+    let untaken: PolicyName[] | undefined
+    if (refusing.length === 0)
+      for (const limit of limits) {
+        if (limit.shadow && !limit.allows(now, asked(limit, units))) {
+          ;(untaken ??= []).push(limit.name)
+          // One not decided yet (no first answer) would refuse nothing: it is not counted so.
+          if (limit.mode !== 'cold') (wouldRefuse ??= []).push(limit.name)
+          continue
+        }
+        if (!limit.chargedAfter) limit.take(now, units)
+      }
     if (!this.closed) for (const limit of limits) limit.maintain(now)
     let retryAfterMs = 0
     for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, asked(limit, units)))
+    // The RateLimit fields are the enforced limits': a shadow limit sends none.
+    const policies: PolicyState[] = []
+    for (const limit of limits) if (!limit.shadow) policies.push(limit.state(now))
     return {
       allowed: refusing.length === 0,
       violated: refusing.map((limit) => limit.name),
       retryAfterSeconds: refusing.length === 0 ? 0 : Math.max(1, Math.ceil(retryAfterMs / 1000)),
-      policies: limits.map((limit) => limit.state(now)),
+      policies,
+      ...(wouldRefuse === undefined ? {} : { wouldRefuse }),
+      ...(untaken === undefined ? {} : { untaken }),
     }
   }
 
@@ -182,30 +225,34 @@ export class Limiter {
   charge(subjects: readonly LimitSubject[], reported: ReadonlyMap<string, number>): void {
     const now = this.now()
     for (const subject of subjects) {
-      for (const meter of subject.limits.meters ?? []) {
-        const units = reported.get(meter.meter)
-        if (units === undefined || units <= 0) continue
-        // The limits as they are now: the subject's are as its request found them, and a change
-        // since (read by a later request) must not be undone by an answer that ended after it.
-        const base = `${subject.level}:${subject.tenantId}:m:${meter.meter}`
-        const rate =
-          this.limits.get(`${base}:rate`) ?? (meter.rate && this.rateLimit(subject, meter.meter, meter.rate, now))
-        const quota =
-          this.limits.get(`${base}:quota`) ??
-          (meter.monthlyQuota && this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now))
-        for (const limit of [rate, quota]) {
-          if (limit === null || limit === undefined) continue
-          limit.charge(now, units)
-          if (!this.closed) limit.maintain(now)
+      for (const shadow of [false, true]) {
+        const meters = shadow ? subject.limits.shadow?.meters : subject.limits.meters
+        for (const meter of meters ?? []) {
+          const units = reported.get(meter.meter)
+          if (units === undefined || units <= 0) continue
+          // The limits as they are now: the subject's are as its request found them, and a change
+          // since (read by a later request) must not be undone by an answer that ended after it.
+          const rate =
+            this.limits.get(Limiter.entry(subject, meter.meter, 'rate', shadow)) ??
+            (meter.rate && this.rateLimit(subject, meter.meter, meter.rate, now, shadow))
+          const quota =
+            this.limits.get(Limiter.entry(subject, meter.meter, 'quota', shadow)) ??
+            (meter.monthlyQuota && this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now, shadow))
+          for (const limit of [rate, quota]) {
+            if (limit === null || limit === undefined) continue
+            limit.charge(now, units)
+            if (!this.closed) limit.maintain(now)
+          }
         }
       }
     }
   }
 
   /** An admitted request that was not forwarded after all (refused later by the gateway): give its units back. */
-  refund(subjects: readonly LimitSubject[], units = 1): void {
+  refund(subjects: readonly LimitSubject[], units = 1, untaken: readonly PolicyName[] = []): void {
     const now = this.now()
-    for (const limit of this.applicable(subjects, now)) if (!limit.chargedAfter) limit.giveBack(now, units)
+    for (const limit of this.applicable(subjects, now))
+      if (!limit.chargedAfter && !untaken.includes(limit.name)) limit.giveBack(now, units)
   }
 
   /** Whether Redis, found empty a moment ago, grants nothing yet to a limit of these subjects. */
@@ -270,7 +317,11 @@ export class Limiter {
       const decision = this.admit(subjects, units)
       const now = this.now()
       const late = timedOut || now >= deadline
-      if (!decision.allowed && late && this.applicable(subjects, now).some((limit) => limit.mode === 'cold'))
+      if (
+        !decision.allowed &&
+        late &&
+        this.applicable(subjects, now).some((limit) => !limit.shadow && limit.mode === 'cold')
+      )
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
@@ -284,7 +335,8 @@ export class Limiter {
   quotaUses(): QuotaUse[] {
     const uses: QuotaUse[] = []
     for (const limit of this.limits.values()) {
-      const use = limit instanceof QuotaLimit ? limit.use() : null
+      // A shadow quota's alerts are still to come (docs/api.md, Shadow limits).
+      const use = limit instanceof QuotaLimit && !limit.shadow ? limit.use() : null
       if (use !== null) uses.push(use)
     }
     return uses

@@ -17,6 +17,26 @@ export const LIMIT_POLICIES = [
   'account.meters.monthly_quota',
 ] as const
 
+/** The `policy` labels of tgw_limit_shadow_refusals_total: a shadow limit's level and kind (meters apart, not by meter). */
+export const SHADOW_POLICIES = [
+  'sub_account.shadow.rate',
+  'sub_account.shadow.monthly_quota',
+  'account.shadow.rate',
+  'account.shadow.monthly_quota',
+  'sub_account.shadow.meters.rate',
+  'sub_account.shadow.meters.monthly_quota',
+  'account.shadow.meters.rate',
+  'account.shadow.meters.monthly_quota',
+] as const
+
+/** The label a shadow limit's would-be refusal counts under. */
+export function shadowLabelIndex(name: PolicyName): number {
+  const level = name.startsWith('account.') ? 'account' : 'sub_account'
+  const kind = name.endsWith('.rate') ? 'rate' : 'monthly_quota'
+  const meters = name.includes('.meters.') ? 'meters.' : ''
+  return SHADOW_POLICIES.indexOf(`${level}.shadow.${meters}${kind}`)
+}
+
 /** The `policy` label a decision of this policy counts under: its own, or its meter's level and kind. */
 export function policyLabelIndex(name: PolicyName): number {
   const own = (LIMIT_POLICIES as readonly string[]).indexOf(name)
@@ -30,6 +50,8 @@ export interface LimitMetrics {
   /** By policy (LIMIT_POLICIES order): requests a policy let through, and requests it refused. */
   readonly admitted: readonly Tally[]
   readonly refused: readonly Tally[]
+  /** By shadow policy (SHADOW_POLICIES order): admitted requests a shadow limit would have refused. */
+  readonly shadowRefused: readonly Tally[]
   readonly leaseCalls: Tally
   readonly leaseFailures: Tally
   /** Units leased from Redis, and units given back (background work, per lease call). */
@@ -58,9 +80,19 @@ export function limitMetrics(registers: Registry[]): Omit<LimitMetrics, 'leaseWa
       { policy, outcome: 'refused' },
     ]),
   )
+  const shadowRefused = talliedCounter(
+    {
+      name: 'tgw_limit_shadow_refusals_total',
+      help: 'Admitted requests a shadow limit would have refused, by policy (it refuses none)',
+      labelNames: ['policy'] as const,
+      registers,
+    },
+    SHADOW_POLICIES.map((policy) => ({ policy })),
+  )
   return {
     admitted: LIMIT_POLICIES.map((_, i) => decisions[2 * i]!),
     refused: LIMIT_POLICIES.map((_, i) => decisions[2 * i + 1]!),
+    shadowRefused,
     leaseCalls: tally({
       name: 'tgw_limit_lease_calls_total',
       help: 'Lease calls sent to Redis (taking, renewing or giving back units)',

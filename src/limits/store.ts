@@ -46,28 +46,34 @@ export async function writeAccountLimits(
  * A change of some members: a member given replaces that limit (null removes it), one left out
  * stays. `meter`: the change is of that route meter's limits, the request units' stay.
  */
-export type LimitsChange =
+export type LimitsChange = (
   | { meter?: undefined; rate?: RateLimit | null; monthly_quota?: MonthlyQuota | null }
   | { meter: string; rate?: MeterRate | null; monthly_quota?: MeterQuota | null }
+) & {
+  /** The change is of the shadow limits (docs/api.md, Shadow limits); the enforced ones stay. */
+  shadow?: boolean
+}
 
 /** The limits after a change (as stored: storedLimits drops what sets nothing). */
 function changedLimits(current: TenantLimits | null, change: LimitsChange): TenantLimits {
+  const kept = { rate: current?.rate ?? null, monthly_quota: current?.monthly_quota ?? null }
+  const meters = current?.meters === undefined ? {} : { meters: current.meters }
+  const shadow = current?.shadow === undefined ? {} : { shadow: current.shadow }
+  if (change.shadow === true)
+    return { ...kept, ...meters, shadow: changedLimits(current?.shadow ?? null, { ...change, shadow: false }) }
   if (change.meter === undefined)
     return {
-      rate: change.rate === undefined ? (current?.rate ?? null) : change.rate,
-      monthly_quota: change.monthly_quota === undefined ? (current?.monthly_quota ?? null) : change.monthly_quota,
-      ...(current?.meters === undefined ? {} : { meters: current.meters }),
+      rate: change.rate === undefined ? kept.rate : change.rate,
+      monthly_quota: change.monthly_quota === undefined ? kept.monthly_quota : change.monthly_quota,
+      ...meters,
+      ...shadow,
     }
   const meter = current?.meters?.[change.meter]
   const changed = {
     rate: change.rate === undefined ? (meter?.rate ?? null) : change.rate,
     monthly_quota: change.monthly_quota === undefined ? (meter?.monthly_quota ?? null) : change.monthly_quota,
   }
-  return {
-    rate: current?.rate ?? null,
-    monthly_quota: current?.monthly_quota ?? null,
-    meters: { ...current?.meters, [change.meter]: changed },
-  }
+  return { ...kept, meters: { ...current?.meters, [change.meter]: changed }, ...shadow }
 }
 
 /** The id names no tenant, or a sub-account (whose limits its parent sets through the API). */
@@ -100,7 +106,8 @@ export function setAccountLimits(
     if (current === undefined || current.parent_id !== null)
       throw new NotAnAccountError(accountId, current !== undefined)
     const next = changedLimits(current.limits, change)
-    const kept = storedLimits(next)?.meters
+    const stored = storedLimits(next)
+    const kept = change.shadow === true ? stored?.shadow?.meters : stored?.meters
     if (kept !== undefined && Object.keys(kept).length > LIMIT_BOUNDS.meters)
       throw new LimitValueError(
         `--meter ${change.meter}: an account may have limits in at most ${LIMIT_BOUNDS.meters} meters; --clear one first`,

@@ -23,8 +23,14 @@ export function limitsOf(stored: TenantLimits | null | undefined): Limits | null
       rate: limits.rate && { requests: limits.rate.units, perSeconds: limits.rate.per_seconds },
       monthlyQuota: limits.monthly_quota && quotaOf(limits.monthly_quota.units, limits.monthly_quota),
     })
-  if (rate === null && monthlyQuota === null && meters.length === 0) return null
-  return meters.length === 0 ? { rate, monthlyQuota } : { rate, monthlyQuota, meters }
+  const shadow = stored.shadow === undefined ? null : limitsOf(stored.shadow)
+  if (rate === null && monthlyQuota === null && meters.length === 0 && shadow === null) return null
+  return {
+    rate,
+    monthlyQuota,
+    ...(meters.length === 0 ? {} : { meters }),
+    ...(shadow === null ? {} : { shadow }),
+  }
 }
 
 function quotaOf(requests: number, { alert_thresholds }: { alert_thresholds?: number[] }) {

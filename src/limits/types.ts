@@ -13,6 +13,8 @@ export interface Limits {
    * a request passes while the balance is above zero, and is charged when its answer ends.
    */
   meters?: readonly MeterLimit[]
+  /** Shadow limits: counted as these are, never refusing (docs/api.md, Shadow limits). */
+  shadow?: Limits
 }
 
 export interface MeterLimit {
@@ -29,6 +31,8 @@ export type PolicyName =
   /** A parent's rate on the management API (MANAGEMENT_RATE). */
   | 'management.rate'
   | `${'sub_account' | 'account'}.meters.${string}.${'rate' | 'monthly_quota'}`
+  | `${'sub_account' | 'account'}.shadow.${'rate' | 'monthly_quota'}`
+  | `${'sub_account' | 'account'}.shadow.meters.${string}.${'rate' | 'monthly_quota'}`
 
 export type Level = 'sub_account' | 'account' | 'management'
 
@@ -58,6 +62,13 @@ export interface Decision {
   retryAfterSeconds: number
   /** Every policy that applies, in that order, for the RateLimit-Policy / RateLimit headers. */
   policies: PolicyState[]
+  /**
+   * Admitted, and refused by these shadow limits had they been enforced (in the policies' order);
+   * absent when none would have.
+   */
+  wouldRefuse?: PolicyName[]
+  /** The shadow limits that took nothing of it (would refuse, or not decided yet): a refund skips them. */
+  untaken?: PolicyName[]
   /**
    * Refused because a limit had no first answer within the wait (Redis or Postgres too slow): not
    * known to be over, so not a 429 (limits/answer.ts).

@@ -4,15 +4,16 @@ import { validationFailed } from '../errors.js'
 import { limitsFromBody, meterLimitsProblem, type TenantLimits } from '../shared/tenant-limits.js'
 
 export function bodyLimits(body: Parameters<typeof limitsFromBody>[0]): TenantLimits | null {
-  const problem = meterLimitsProblem(body?.meters)
-  if (problem !== null) {
-    const path =
-      problem.meter === null
-        ? '/body/limits/meters'
-        : `/body/limits/meters/${escapePointer(problem.meter.slice(0, 64))}`
-    throw validationFailed([{ path, message: problem.message }])
-  }
+  checkMeters(body?.meters, '/body/limits/meters')
+  checkMeters(body?.shadow?.meters, '/body/limits/shadow/meters')
   return limitsFromBody(body)
+}
+
+function checkMeters(meters: { [meter: string]: unknown } | undefined, at: string): void {
+  const problem = meterLimitsProblem(meters)
+  if (problem === null) return
+  const path = problem.meter === null ? at : `${at}/${escapePointer(problem.meter.slice(0, 64))}`
+  throw validationFailed([{ path, message: problem.message }])
 }
 
 /** A JSON Pointer's reference token (RFC 6901): `~` and `/` escaped. */

@@ -4,8 +4,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ApiError } from '../errors.js'
 import type { Limiter } from '../limits/limiter.js'
-import type { Decision, LimitSubject } from '../limits/types.js'
-import { type LimitMetrics, policyLabelIndex } from '../limits/metrics.js'
+import type { Decision, LimitSubject, PolicyName } from '../limits/types.js'
+import { type LimitMetrics, policyLabelIndex, shadowLabelIndex } from '../limits/metrics.js'
 import type { UsageMeter } from '../usage/meter.js'
 import { limitRefusal, refusalKind, setRateLimitFields } from '../limits/answer.js'
 import type { RateAlerts } from '../alerts/rate-alerts.js'
@@ -24,6 +24,8 @@ declare module 'fastify' {
     limitsCharged: boolean
     /** How many: its route's cost. */
     limitUnits: number
+    /** The shadow limits that took nothing of it (a refund skips them); null: none. */
+    limitsUntaken: readonly PolicyName[] | null
   }
 }
 
@@ -57,6 +59,8 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       const refused = decision.violated.includes(policy.name)
       ;(refused ? metrics.refused : metrics.admitted)[index]!.inc()
     }
+    if (decision.wouldRefuse !== undefined)
+      for (const policy of decision.wouldRefuse) metrics.shadowRefused[shadowLabelIndex(policy)]!.inc()
   }
 
   function decide(request: FastifyRequest, reply: FastifyReply, decision: Decision): ApiError | undefined {
@@ -70,6 +74,7 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       return limitRefusal(decision)
     }
     request.limitsCharged = true
+    request.limitsUntaken = decision.untaken ?? null
     return undefined
   }
 
@@ -91,7 +96,7 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
     refund(request) {
       if (!request.limitsCharged || request.limitSubjects === null) return
       request.limitsCharged = false
-      limiter.refund(request.limitSubjects, request.limitUnits)
+      limiter.refund(request.limitSubjects, request.limitUnits, request.limitsUntaken ?? undefined)
     },
     charge(request) {
       const reported = request.exchange?.reported

@@ -74,6 +74,7 @@ export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options
   app.decorateRequest('limitSubjects', null)
   app.decorateRequest('limitsCharged', false)
   app.decorateRequest('limitUnits', 1)
+  app.decorateRequest('limitsUntaken', null)
   for (const route of options.routes) await registerRoute(app, route, options)
   const webSockets = options.webSockets
   // After the drain period (main.ts), before the server closes: every socket told 1001.

@@ -61,15 +61,29 @@ const meters = (optional: boolean) =>
     description:
       'limits in the units a route meter reports, by meter name: a request passes while the balance is above zero, and its units are charged when its answer ends',
   })
+const bodyMembers = {
+  rate: Type.Optional(Nullable(RateLimit)),
+  monthly_quota: Type.Optional(Nullable(MonthlyQuota)),
+  meters: Type.Optional(meters(true)),
+}
+const shownMembers = {
+  rate: Nullable(RateLimit),
+  monthly_quota: Nullable(MonthlyQuota),
+  meters: Type.Optional(meters(false)),
+}
+// Shadow limits: the same shape, counted as enforced limits are, never refusing (docs/api.md).
+const SHADOW = 'limits counted as enforced ones are that never refuse: what a new limit would refuse is seen first'
 export const LimitsBody = Type.Object(
   {
-    rate: Type.Optional(Nullable(RateLimit)),
-    monthly_quota: Type.Optional(Nullable(MonthlyQuota)),
-    meters: Type.Optional(meters(true)),
+    ...bodyMembers,
+    shadow: Type.Optional(Nullable(Type.Object(bodyMembers, { additionalProperties: false, description: SHADOW }))),
   },
   { additionalProperties: false },
 )
 export const Limits = Type.Object(
-  { rate: Nullable(RateLimit), monthly_quota: Nullable(MonthlyQuota), meters: Type.Optional(meters(false)) },
+  {
+    ...shownMembers,
+    shadow: Type.Optional(Type.Object(shownMembers, { additionalProperties: false, description: SHADOW })),
+  },
   { additionalProperties: false },
 )

@@ -45,7 +45,15 @@ export type TenantLimits = {
   readonly rate: RateLimit | null
   readonly monthly_quota: MonthlyQuota | null
   readonly meters?: { readonly [meter: string]: MeterLimits }
+  /**
+   * Limits of the same shape, counted as enforced ones are and never refusing (docs/api.md, Shadow
+   * limits): present only when one is set.
+   */
+  readonly shadow?: ShadowLimits
 }
+
+/** A tenant's shadow limits: the limits' shape, without a shadow of their own. */
+export type ShadowLimits = Omit<TenantLimits, 'shadow'>
 
 /** A meter's name: the usage report's and the export's key. `requests` is the cost's own meter. */
 export const METER_NAME = /^[a-z][a-z0-9_]{0,31}$/
@@ -69,6 +77,7 @@ export const NO_LIMITS: TenantLimits = { rate: null, monthly_quota: null }
  */
 export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
   if (limits === null) return null
+  const shadow = limits.shadow === undefined ? null : storedLimits({ ...limits.shadow, shadow: undefined })
   const meters: Record<string, MeterLimits> = {}
   for (const name of Object.keys(limits.meters ?? {}).sort()) {
     const meter = limits.meters![name]!
@@ -82,7 +91,7 @@ export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
     }
   }
   const metered = Object.keys(meters).length > 0
-  if (limits.rate === null && limits.monthly_quota === null && !metered) return null
+  if (limits.rate === null && limits.monthly_quota === null && !metered && shadow === null) return null
   return {
     rate: limits.rate && { requests: limits.rate.requests, per_seconds: limits.rate.per_seconds },
     monthly_quota: limits.monthly_quota && {
@@ -90,6 +99,7 @@ export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
       ...storedThresholds(limits.monthly_quota.alert_thresholds),
     },
     ...(metered ? { meters } : {}),
+    ...(shadow === null ? {} : { shadow }),
   }
 }
 
@@ -101,19 +111,24 @@ function storedThresholds(thresholds: number[] | undefined): { alert_thresholds?
 /** A meter's limits as a body sends them: a member left out is null. */
 type MeterLimitsBody = { rate?: MeterRate | null; monthly_quota?: MeterQuota | null }
 
-/** A body's `limits` as a whole object: a member left out is null (docs/api.md). */
-export function limitsFromBody(
-  body: {
-    rate?: RateLimit | null
-    monthly_quota?: MonthlyQuota | null
-    meters?: { [meter: string]: MeterLimitsBody }
-  } | null,
-): TenantLimits | null {
+type LimitsBody = {
+  rate?: RateLimit | null
+  monthly_quota?: MonthlyQuota | null
+  meters?: { [meter: string]: MeterLimitsBody }
+}
+
+/** A body's `limits` as a whole object: a member left out is null, `shadow` included (docs/api.md). */
+export function limitsFromBody(body: (LimitsBody & { shadow?: LimitsBody | null }) | null): TenantLimits | null {
   if (body === null) return null
+  const shadow = body.shadow == null ? undefined : membersOf(body.shadow)
+  return storedLimits({ ...membersOf(body), ...(shadow === undefined ? {} : { shadow }) })
+}
+
+function membersOf(body: LimitsBody): ShadowLimits {
   const meters: Record<string, MeterLimits> = {}
   for (const [name, meter] of Object.entries(body.meters ?? {}))
     meters[name] = { rate: meter.rate ?? null, monthly_quota: meter.monthly_quota ?? null }
-  return storedLimits({ rate: body.rate ?? null, monthly_quota: body.monthly_quota ?? null, meters })
+  return { rate: body.rate ?? null, monthly_quota: body.monthly_quota ?? null, meters }
 }
 
 /**

@@ -1,7 +1,7 @@
 // Limits in units on the console (docs/api.md, Limits in units), in Debian's Chromium against a
 // gateway with the real Postgres: a sub-account's limits in a meter's units are shown beside its
 // request limits, and saving the request limits from the form keeps them, with the quota's alert
-// thresholds that the form does not show (a PATCH replaces the whole object).
+// thresholds and the shadow limits, which the form does not edit (a PATCH replaces the whole object).
 import t from 'tap'
 import type { Page } from 'playwright-core'
 import { axeFindings, launchBrowser } from '../helpers/browser.js'
@@ -14,7 +14,14 @@ const created = await gateway.call(parent.apiKey, {
   method: 'POST',
   url: '/v1/sub-accounts',
   acting: 'self',
-  body: { name: 'Metered', limits: { monthly_quota: { requests: 900, alert_thresholds: [50] }, meters } },
+  body: {
+    name: 'Metered',
+    limits: {
+      monthly_quota: { requests: 900, alert_thresholds: [50] },
+      meters,
+      shadow: { rate: { requests: 2, per_seconds: 3600 } },
+    },
+  },
 })
 if (created.statusCode !== 201) throw new Error(created.body)
 const sub = created.json() as { id: string }
@@ -43,6 +50,11 @@ t.test('shown, and kept by a save of the request limits', async (t) => {
     /set through the API, kept when you save\): tokens: 50,000 per minute, 20,000,000 a month/,
     'the form says what it keeps',
   )
+  t.match(
+    await page.getByTestId('shadow-limits').innerText(),
+    /never refusing \(set through the API, kept when you save\): 2 per hour$/,
+    'and its shadow limits',
+  )
   await page.getByLabel('Rate: requests').last().fill('8')
   await page.getByLabel('Rate: per seconds').last().fill('3600')
   await page.getByRole('button', { name: 'Save limits' }).click()
@@ -54,8 +66,9 @@ t.test('shown, and kept by a save of the request limits', async (t) => {
       rate: { requests: 8, per_seconds: 3600 },
       monthly_quota: { requests: 900, alert_thresholds: [50] },
       meters: { tokens: { rate: { units: 50_000, per_seconds: 60 }, monthly_quota: { units: 20_000_000 } } },
+      shadow: { rate: { requests: 2, per_seconds: 3600 }, monthly_quota: null },
     },
-    'the rate saved; the thresholds and the limits in units kept',
+    'the rate saved; the thresholds, the limits in units and the shadow limits kept',
   )
   t.same(await axeFindings(page, 'limits-units'), [], 'axe finds nothing')
   t.same(errors, [], 'no page errors')

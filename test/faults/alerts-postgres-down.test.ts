@@ -83,7 +83,17 @@ t.test('a quota check that fails is asked again at the next check', async (t) =>
   ])
   t.same(
     limiter.quotaUses(),
-    [{ tenantId: parent.id, level: 'account', requests: 10, month, used: 10, alertThresholds: null }],
+    [
+      {
+        tenantId: parent.id,
+        level: 'account',
+        meter: 'requests',
+        requests: 10,
+        month,
+        used: 10,
+        alertThresholds: null,
+      },
+    ],
     'the limiter knows the quota is used up',
   )
   const quota = new QuotaAlerts({ sql: store.sql, log, limiter, thresholds: [80, 100] })

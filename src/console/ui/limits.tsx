@@ -46,6 +46,12 @@ export function LimitsFields({ prefix, limits }: { prefix: string; limits: Limit
           In units (set through the API, kept when you save): {describeMeterLimits(limits)}
         </p>
       )}
+      {limits?.shadow === undefined ? null : (
+        <p class="hint" data-testid="shadow-limits">
+          Shadow limits, counted and never refusing (set through the API, kept when you save):{' '}
+          {describeShadow(limits.shadow)}
+        </p>
+      )}
     </fieldset>
   )
 }
@@ -56,7 +62,7 @@ const numberOf = (form: FormData, name: string): number | null => {
 }
 
 /** `tokens: 50,000 per minute, 20,000,000 a month`: a tenant's limits in units, a meter after another. */
-export function describeMeterLimits(limits: Limits): string {
+export function describeMeterLimits(limits: Pick<Limits, 'meters'>): string {
   return Object.entries(limits.meters ?? {})
     .map(([meter, { rate, monthly_quota: quota }]) => {
       const parts: string[] = []
@@ -65,6 +71,16 @@ export function describeMeterLimits(limits: Limits): string {
       return `${meter}: ${parts.join(', ')}`
     })
     .join('; ')
+}
+
+/** A tenant's shadow limits in words: `2 per hour, 1,000 a month, tokens: 50 per minute`. */
+function describeShadow(shadow: NonNullable<Limits['shadow']>): string {
+  const parts: string[] = []
+  if (shadow.rate !== null)
+    parts.push(`${shadow.rate.requests.toLocaleString('en')} ${perDuration(shadow.rate.per_seconds)}`)
+  if (shadow.monthly_quota !== null) parts.push(`${shadow.monthly_quota.requests.toLocaleString('en')} a month`)
+  if (shadow.meters !== undefined) parts.push(describeMeterLimits(shadow))
+  return parts.join(', ')
 }
 
 /**
@@ -87,7 +103,10 @@ export function limitsFromForm(form: FormData, current: Limits | null = null): L
       : thresholds === undefined
         ? { requests: quota }
         : { requests: quota, alert_thresholds: thresholds }
-  return current?.meters === undefined
-    ? { rate, monthly_quota: monthlyQuota }
-    : { rate, monthly_quota: monthlyQuota, meters: current.meters }
+  return {
+    rate,
+    monthly_quota: monthlyQuota,
+    ...(current?.meters === undefined ? {} : { meters: current.meters }),
+    ...(current?.shadow === undefined ? {} : { shadow: current.shadow }),
+  }
 }
