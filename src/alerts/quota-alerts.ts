@@ -40,7 +40,7 @@ export class QuotaAlerts {
   async check(): Promise<void> {
     const settled = new Map<string, Set<number>>()
     for (const use of this.options.limiter.quotaUses()) {
-      const key = `${use.level}:${use.tenantId}:${use.meter}:${use.month}`
+      const key = `${use.level}:${use.tenantId}:${use.shadow ? 's:' : ''}${use.meter}:${use.month}`
       // Only the quotas held now are remembered: a quota forgotten and used again costs one question.
       const done = this.settled.get(key) ?? new Set<number>()
       settled.set(key, done)
@@ -67,7 +67,8 @@ export class QuotaAlerts {
     const level = use.level === 'account' ? 'account' : 'sub_account'
     // A route meter's quota counts its units: its policy names the meter, its quota says `units`.
     const metered = use.meter !== 'requests'
-    const policy = metered ? `${level}.meters.${use.meter}.monthly_quota` : `${level}.monthly_quota`
+    const at = use.shadow ? `${level}.shadow` : level
+    const policy = metered ? `${at}.meters.${use.meter}.monthly_quota` : `${at}.monthly_quota`
     const shares = use.alertThresholds ?? this.options.thresholds
     const quota = metered
       ? { units: use.requests, alert_thresholds: shares }
@@ -95,6 +96,7 @@ export class QuotaAlerts {
             used,
           },
           previous: null,
+          ...(use.shadow ? { shadow: true as const } : {}),
         })
       }
       return reached

@@ -11,7 +11,7 @@ import { accountOf, addRefusals, dueRateAlert, type RateAlertRow, rateAlertWritt
 import type { Sql, Tx } from '../store/db.js'
 import { inTransaction } from '../store/transaction.js'
 
-export type RatePolicy = 'sub_account.rate' | 'account.rate'
+export type RatePolicy = 'sub_account.rate' | 'account.rate' | 'sub_account.shadow.rate' | 'account.shadow.rate'
 
 /** At most one event per tenant and policy in this long (docs/events.md#alerts: 5 minutes). */
 export const RATE_ALERT_WINDOW_MS = 5 * 60_000
@@ -118,7 +118,7 @@ export class RateAlerts {
       await recordEvent(tx, gatewayOrigin, {
         accountId,
         type: 'rate_limit.exceeded',
-        target: { type: row.policy === 'account.rate' ? 'account' : 'sub_account', id: row.tenant_id },
+        target: { type: row.policy.startsWith('account.') ? 'account' : 'sub_account', id: row.tenant_id },
         object: {
           policy: row.policy,
           tenant_id: row.tenant_id,
@@ -129,6 +129,8 @@ export class RateAlerts {
           window_seconds: this.options.windowMs / 1000,
         },
         previous: null,
+        // A shadow rate's: what it would have refused (docs/api.md, Shadow limits).
+        ...(row.policy.includes('.shadow.') ? { shadow: true as const } : {}),
       })
     }
     await rateAlertWritten(tx, row.tenant_id, row.policy, new Date(now))

@@ -91,6 +91,8 @@ export interface NewEvent {
   object: object
   /** The changed fields before the change; null when there was nothing before (a creation). */
   previous: object | null
+  /** An alert of a shadow limit (docs/api.md, Shadow limits): `data.shadow` is true. */
+  shadow?: true
 }
 
 /**
@@ -121,6 +123,7 @@ export async function recordEvent(
       data: {
         object: event.object as Record<string, unknown>,
         previous: event.previous as Record<string, unknown> | null,
+        ...(event.shadow === true ? { shadow: true } : {}),
       },
     },
     deliverOnlyTo,

@@ -335,8 +335,7 @@ export class Limiter {
   quotaUses(): QuotaUse[] {
     const uses: QuotaUse[] = []
     for (const limit of this.limits.values()) {
-      // A shadow quota's alerts are still to come (docs/api.md, Shadow limits).
-      const use = limit instanceof QuotaLimit && !limit.shadow ? limit.use() : null
+      const use = limit instanceof QuotaLimit ? limit.use() : null
       if (use !== null) uses.push(use)
     }
     return uses

@@ -193,7 +193,14 @@ export class QuotaLimit extends LeasedLimit {
   use(): QuotaUse | null {
     const used = this.mode === 'local' ? this.localUsed : this.lastKnownUsed
     if (used === null) return null
-    return { ...this.subject, requests: this.requests, month: this.month, used, alertThresholds: this.alertThresholds }
+    const use = {
+      ...this.subject,
+      requests: this.requests,
+      month: this.month,
+      used,
+      alertThresholds: this.alertThresholds,
+    }
+    return this.shadow ? { ...use, shadow: true } : use
   }
 
   state(now: number): PolicyState {

@@ -102,6 +102,8 @@ export interface QuotaUse {
   level: Level
   /** `requests` (the cost's meter), or a route meter's name. */
   meter: string
+  /** A shadow quota's use (docs/api.md, Shadow limits): its alerts say so. */
+  shadow?: true
   /** M. */
   requests: number
   /** `YYYY-MM`, UTC. */

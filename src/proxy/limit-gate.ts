@@ -75,6 +75,8 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
     }
     request.limitsCharged = true
     request.limitsUntaken = decision.untaken ?? null
+    if (decision.wouldRefuse !== undefined && rateAlerts !== undefined)
+      alertShadowRates(rateAlerts, request.limitSubjects!, decision.wouldRefuse)
     return undefined
   }
 
@@ -114,5 +116,19 @@ function alertRates(alerts: RateAlerts, subjects: readonly LimitSubject[], decis
     if (rate === null || subject.level === 'management') continue
     const policy = subject.level === 'account' ? 'account.rate' : 'sub_account.rate'
     if (decision.violated.includes(policy)) alerts.refused(subject.tenantId, policy, rate)
+  }
+}
+
+/** Counts what a shadow rate would have refused, for its `rate_limit.exceeded` with `shadow: true`. */
+function alertShadowRates(
+  alerts: RateAlerts,
+  subjects: readonly LimitSubject[],
+  wouldRefuse: readonly PolicyName[],
+): void {
+  for (const subject of subjects) {
+    const rate = subject.limits.shadow?.rate
+    if (rate == null || subject.level === 'management') continue
+    const policy = subject.level === 'account' ? 'account.shadow.rate' : 'sub_account.shadow.rate'
+    if (wouldRefuse.includes(policy)) alerts.refused(subject.tenantId, policy, rate)
   }
 }

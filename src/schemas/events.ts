@@ -65,6 +65,11 @@ export const Event = Type.Object(
       {
         object: AnyObject,
         previous: Nullable(AnyObject),
+        shadow: Type.Optional(
+          Type.Literal(true, {
+            description: 'an alert of a shadow limit: what it would have refused, had it been enforced',
+          }),
+        ),
       },
       { additionalProperties: false },
     ),

@@ -7,6 +7,7 @@ import { cli } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
+import type { JsonBody } from '../helpers/json.js'
 import { until } from '../helpers/poll.js'
 import { checkProblem } from '../helpers/problems.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
@@ -60,6 +61,20 @@ t.test('a shadow rate beside an enforced one: counted and named, never refusing'
   )
   for (const res of answers.slice(0, 5))
     t.match(res.headers['ratelimit-policy'], /^"sub_account\.rate";q=5;w=3600$/, 'no RateLimit field of the shadow')
+
+  // Alerts of both: the enforced rate's refusal, and the shadow rate's would-be refusals, said so.
+  await gw.app.alerts.check()
+  const events = await callAs(gw.url, parent.apiKey, {
+    path: '/v1/sub-accounts/events?type=rate_limit.*',
+    acting: 'self',
+  })
+  const mine = (events.json().data as JsonBody[]).filter((e) => e.target.id === sub)
+  const byPolicy = new Map(mine.map((e) => [e.data.object.policy, e]))
+  t.same([...byPolicy.keys()].sort(), ['sub_account.rate', 'sub_account.shadow.rate'], 'one event each')
+  const shadowEvent = byPolicy.get('sub_account.shadow.rate')!
+  t.equal(shadowEvent.data.shadow, true, "the shadow rate's event says so in its data")
+  t.equal(shadowEvent.data.object.refused, 3, 'with what it would have refused')
+  t.equal(byPolicy.get('sub_account.rate')!.data.shadow, undefined, "the enforced rate's does not")
 })
 
 t.test("the account's shadow limits from the CLI: set, shown, kept apart from the enforced", async (t) => {
@@ -93,6 +108,24 @@ t.test("the account's shadow limits from the CLI: set, shown, kept apart from th
     await until(5_000, async () => (await shadowRefusals('account.shadow.monthly_quota')) > before),
     'counted as what it would have refused',
   )
+  // Its usage.threshold_reached, from Postgres's count of the month (5 and more of 4): shadow.
+  await gw.app.usageMeter.flush()
+  const alerted = await until(10_000, async () => {
+    await gw.app.alerts.check()
+    const res = await callAs(gw.url, parent.apiKey, { path: '/v1/sub-accounts/events?type=usage.*', acting: 'self' })
+    return (res.json().data as JsonBody[]).some((e) => e.data.object.policy === 'account.shadow.monthly_quota')
+  })
+  t.ok(alerted, "the shadow quota's thresholds alert")
+  const usageEvents = await callAs(gw.url, parent.apiKey, {
+    path: '/v1/sub-accounts/events?type=usage.*',
+    acting: 'self',
+  })
+  for (const e of usageEvents.json().data as JsonBody[])
+    t.equal(
+      e.data.shadow,
+      e.data.object.policy.includes('.shadow.') ? true : undefined,
+      `${e.data.object.policy}: shadow said`,
+    )
   const cleared = await ok(t, ['accounts', 'limits', '--account', parent.id, '--shadow', '--clear'])
   t.same(cleared.account.limits, { rate: null, monthly_quota: { requests: 1000 } }, 'the shadow cleared, the rest kept')
 })
