@@ -32,6 +32,7 @@ export function presentRequest(row: RequestRow): RequestRecord {
     // Units: absent from a management record, and from rows written before they were kept.
     ...(row.cost === null || row.cost === 0 ? {} : { cost: row.cost }),
     ...(row.units === null ? {} : { units: JSON.parse(row.units) as Record<string, number> }),
+    ...(row.would_refuse === null ? {} : { would_refuse: row.would_refuse.split(',') }),
   }
 }
 

@@ -209,7 +209,7 @@ export const PORTAL_API_OPERATIONS: OperationTable<PortalApiOperationContext> = 
       const filter = requestFilter(request.query)
       if (requestLog === null) return { data: [], next_cursor: null }
       const tenantId = session.sub_account_id
-      return requestPage(
+      const page = await requestPage(
         requestLog,
         ownerLookups(),
         session.account_id,
@@ -219,6 +219,8 @@ export const PORTAL_API_OPERATIONS: OperationTable<PortalApiOperationContext> = 
         cursors,
         scope,
       )
+      // The parent's shadow limits are its own trial, not its customer's to see.
+      return { ...page, data: page.data.map(({ would_refuse: _, ...record }) => record) }
     },
   }),
 ]

@@ -75,6 +75,7 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
     }
     request.limitsCharged = true
     request.limitsUntaken = decision.untaken ?? null
+    request.limitsWouldRefuse = decision.wouldRefuse ?? null
     if (decision.wouldRefuse !== undefined && rateAlerts !== undefined)
       alertShadowRates(rateAlerts, request.limitSubjects!, decision.wouldRefuse)
     return undefined

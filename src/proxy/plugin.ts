@@ -75,6 +75,7 @@ export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options
   app.decorateRequest('limitsCharged', false)
   app.decorateRequest('limitUnits', 1)
   app.decorateRequest('limitsUntaken', null)
+  app.decorateRequest('limitsWouldRefuse', null)
   for (const route of options.routes) await registerRoute(app, route, options)
   const webSockets = options.webSockets
   // After the drain period (main.ts), before the server closes: every socket told 1001.

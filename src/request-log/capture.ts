@@ -9,6 +9,8 @@ declare module 'fastify' {
     routePrefix: string
     /** The request units of that route's requests, its `cost` (set with routePrefix). */
     routeCost: number
+    /** The shadow limits that would have refused it (set by the proxy's limit gate); null: none. */
+    limitsWouldRefuse: readonly string[] | null
   }
   interface FastifyReply {
     /** The problem code of a refusal (http/error-handler.ts); null for any other answer. */
@@ -44,6 +46,8 @@ export interface RequestRecord {
   forwarded: boolean
   /** The units the upstream reported, by meter, as JSON; null when it reported none. */
   units: string | null
+  /** The shadow limits that would have refused it, their policies joined by commas; absent or null: none. */
+  wouldRefuse?: string | null
 }
 
 /** A declared length in bytes; 0 when none is declared. */
@@ -88,6 +92,8 @@ export function recordOf(
     cost: proxied ? request.routeCost : 0,
     forwarded: proxied && request.upstreamSentAt > 0,
     units: unitsOf(request.exchange?.reported),
+    // Only on the proxy's routes, and rarely set there.
+    wouldRefuse: request.limitsWouldRefuse?.join(',') ?? null,
   }
 }
 

@@ -31,6 +31,8 @@ export interface RequestRow {
   forwarded: boolean | null
   /** JSON by meter; null when none was reported. */
   units: string | null
+  /** The shadow policies that would have refused it, joined by commas; null: none. */
+  would_refuse: string | null
 }
 
 /** The records at `places` (a query of `seq, position`), newest first. */
@@ -44,7 +46,8 @@ export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): P
       r.statuses[place.position] as status, r.codes[place.position] as code,
       (r.durations_us[place.position] / 1e3)::float8 as duration_ms, r.request_bytes[place.position] as request_bytes,
       r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip,
-      abs(r.costs[place.position]) as cost, r.costs[place.position] > 0 as forwarded, r.units[place.position] as units
+      abs(r.costs[place.position]) as cost, r.costs[place.position] > 0 as forwarded, r.units[place.position] as units,
+      r.would_refuse[place.position] as would_refuse
     from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
     order by place.seq desc, place.position desc`
 }

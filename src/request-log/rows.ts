@@ -7,7 +7,7 @@ import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { RECORD_ARRAYS, UNIT_ARRAYS } from './schema.js'
+import { RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -43,6 +43,7 @@ export interface LogRow {
   source_ips: string
   costs: string
   units: string | null
+  would_refuse: string | null
 }
 
 /** What RowBuilder.add did with a record: took it. */
@@ -81,7 +82,7 @@ function arrayOf(elements: readonly (string | number)[]): string {
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
   code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}`
+  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}`
 const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
@@ -107,6 +108,9 @@ export class RowBuilder {
   readonly units: (string | null)[] = []
   /** Some record's upstream reported units: else the row's `units` is null. */
   reported = false
+  readonly wouldRefuse: (string | null)[] = []
+  /** Some record a shadow limit would have refused: else the row's `would_refuse` is null. */
+  shadowed = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
   readonly routeSet = new Set<string>()
@@ -182,6 +186,9 @@ export class RowBuilder {
     this.costs.push(record.forwarded ? record.cost : -record.cost)
     this.units.push(record.units)
     if (record.units !== null) this.reported = true
+    const wouldRefuse = record.wouldRefuse ?? null
+    this.wouldRefuse.push(wouldRefuse)
+    if (wouldRefuse !== null) this.shadowed = true
     return ADDED
   }
 
@@ -250,6 +257,9 @@ export class RowBuilder {
       source_ips: texts(this.ips),
       costs: arrayOf(this.costs),
       units: this.reported ? arrayOf(this.units.map((units) => (units === null ? 'NULL' : element(units)))) : null,
+      would_refuse: this.shadowed
+        ? arrayOf(this.wouldRefuse.map((policies) => (policies === null ? 'NULL' : element(policies))))
+        : null,
     }
   }
 
@@ -296,6 +306,8 @@ export class RowBuilder {
     out.texts(this.ips)
     out.int4s(this.costs)
     if (this.reported) out.texts(this.units, true)
+    else out.null()
+    if (this.shadowed) out.texts(this.wouldRefuse, true)
     else out.null()
   }
 }

@@ -33,6 +33,13 @@ export const RECORD_ARRAYS = `ids, times_us, tenant_ids, key_ids, methods, route
 export const UNIT_ARRAYS = 'costs, units'
 
 /**
+ * The shadow limits that would have refused each record (docs/api.md, Shadow limits), their
+ * policies joined by commas; added after the unit columns, and null for a whole row of records
+ * none would have refused, as most rows are.
+ */
+export const SHADOW_ARRAYS = 'would_refuse'
+
+/**
  * The table and its indexes, each by its name: a start makes those missing only (below). A
  * `create index if not exists` of an index that exists still locks the table and every partition
  * for a moment, and waits behind a partition's index being built (account-ids-index.ts) while every
@@ -89,7 +96,8 @@ const tableObjects = (compression: string, firstSeq: string): [name: string, sta
     -- request before its upstream (it counted no units), and the units its upstream reported as
     -- JSON (null: none).
     costs           int4[] ${compression},
-    units           text[] ${compression}
+    units           text[] ${compression},
+    would_refuse    text[] ${compression}
   ) partition by range (first_time)`,
   ],
   [
@@ -159,6 +167,7 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
     const made = new Set(present.map((row) => row.name))
     for (const [name, statement] of objects) if (!made.has(name)) await tx.unsafe(statement)
     await addUnitArrays(tx, lz4?.ok === true ? 'compression lz4' : '')
+    await addShadowArray(tx, lz4?.ok === true ? 'compression lz4' : '')
     if (old === null) await tx.unsafe(CREATE_VIEW)
   })
 }
@@ -176,6 +185,15 @@ async function addUnitArrays(tx: Tx, compression: string): Promise<void> {
   await tx.unsafe(
     `alter table request_log_rows add column costs int4[] ${compression}, add column units text[] ${compression}`,
   )
+}
+
+/** The shadow limits' column, on a log made before it: only when missing, as the unit columns. */
+async function addShadowArray(tx: Tx, compression: string): Promise<void> {
+  const [present] = await tx<{ n: number }[]>`
+    select count(*)::int as n from pg_attribute
+    where attrelid = to_regclass('request_log_rows') and attname = 'would_refuse' and not attisdropped`
+  if (present!.n > 0) return
+  await tx.unsafe(`alter table request_log_rows add column would_refuse text[] ${compression}`)
 }
 
 /**

@@ -71,6 +71,12 @@ export const RequestRecord = Type.Object(
         description: 'the units its upstream reported, by meter; absent when it reported none',
       }),
     ),
+    would_refuse: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'the shadow limits that would have refused it had they been enforced (it was not refused by them); absent when none would',
+      }),
+    ),
   },
   { additionalProperties: false },
 )

@@ -62,6 +62,42 @@ t.test('a shadow rate beside an enforced one: counted and named, never refusing'
   for (const res of answers.slice(0, 5))
     t.match(res.headers['ratelimit-policy'], /^"sub_account\.rate";q=5;w=3600$/, 'no RateLimit field of the shadow')
 
+  // The request log marks what the shadow rate would have refused.
+  await gw.app.requestLog!.flush()
+  const logged = await callAs(gw.url, parent.apiKey, {
+    path: `/v1/sub-accounts/requests?sub_account_id=${sub}&limit=10`,
+    acting: 'self',
+  })
+  t.equal(logged.status, 200, logged.body)
+  const marks = (logged.json().data as JsonBody[]).reverse().map((r) => r.would_refuse ?? null)
+  t.same(
+    marks,
+    [null, null, ['sub_account.shadow.rate'], ['sub_account.shadow.rate'], ['sub_account.shadow.rate'], null],
+    "the 3rd to the 5th are marked; the refused 6th is not the shadow's",
+  )
+
+  // Its customer's portal shows the same records, without the parent's trial.
+  const link = await callAs(gw.url, parent.apiKey, {
+    method: 'POST',
+    path: `/v1/sub-accounts/${sub}/portal-sessions`,
+    acting: 'self',
+    json: { permissions: ['requests:read'] },
+  })
+  const exchanged = await fetch(`${gw.url}/portal/api/session`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ token: (link.json().url as string).split('#')[1] }),
+  })
+  const cookie = exchanged.headers.get('set-cookie')!.split(';')[0]!
+  const portal = (await (await fetch(`${gw.url}/portal/api/requests`, { headers: { cookie } })).json()) as {
+    data: JsonBody[]
+  }
+  t.equal(portal.data.length, 6, 'the portal lists the six')
+  t.notOk(
+    portal.data.some((r) => 'would_refuse' in r),
+    'and no would_refuse',
+  )
+
   // Alerts of both: the enforced rate's refusal, and the shadow rate's would-be refusals, said so.
   await gw.app.alerts.check()
   const events = await callAs(gw.url, parent.apiKey, {

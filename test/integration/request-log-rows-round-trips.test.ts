@@ -45,6 +45,9 @@ for (const { copy, form } of FORMS)
       // A refusal of the gateway's (a 429) was not forwarded: its cost comes back all the same.
       forwarded: i % 4 !== 2,
       units: i === 1 ? null : i % 2 === 0 ? `{"tokens":${10 ** i},"images":${i}}` : null,
+      // What shadow limits would have refused, on some records (none in account 2's).
+      wouldRefuse:
+        i === 2 ? 'sub_account.shadow.rate' : i === 4 ? 'sub_account.shadow.rate,account.shadow.monthly_quota' : null,
     }))
     for (const record of records) writer.add(record)
     await writer.flush()
@@ -70,6 +73,7 @@ for (const { copy, form } of FORMS)
           cost: row.cost,
           forwarded: row.forwarded,
           units: row.units,
+          wouldRefuse: row.would_refuse,
         })),
         // A management record (cost 0) reads as not forwarded: nothing of it was.
         expected.map(({ idGiven: _, ...r }) => ({

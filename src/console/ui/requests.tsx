@@ -263,6 +263,8 @@ function Details({ record: r, onClose }: { record: RequestRecord; onClose: () =>
     ['Account', r.account_id],
     ['Key id', r.key_id],
   ]
+  // Shadow limits are tried before they are enforced: what they would have refused is news.
+  if (r.would_refuse !== undefined) facts.push(['Shadow limits that would refuse it', r.would_refuse.join(', ')])
   return (
     <Dialog title={`${r.method} ${r.path}`} onClose={onClose}>
       <dl class="facts" data-testid="request-details">
