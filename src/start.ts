@@ -52,6 +52,11 @@ async function listening<T>(variable: 'PORT' | 'METRICS_PORT', config: Config, l
     if (code === 'EACCES')
       throw new Error(`${where}: permission denied (ports below 1024 need privileges); set ${variable} to another`)
     if (code === 'EADDRNOTAVAIL') throw new Error(`${where}: HOST is not an address of this machine`)
+    // Not an address, nor a name that resolves (`999.1.1.1`, a typo): Node says only getaddrinfo's code.
+    if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_FAIL')
+      throw new Error(
+        `${where}: HOST is neither an IP address nor a name this machine resolves; set HOST to an address of this machine (0.0.0.0: every IPv4 interface, :: every interface)`,
+      )
     throw err
   }
 }

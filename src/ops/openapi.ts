@@ -151,6 +151,9 @@ function managementErrors(
   return errors
 }
 
+/** The writes whose body may be left out (their members all have defaults): a client need send none. */
+const BODY_MAY_BE_ABSENT = new Set(['/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll'])
+
 /** The 201s whose Location names what was made (docs/api.md): a sub-account, a rolled key, an endpoint. */
 const LOCATED = new Set([
   '/v1/sub-accounts',
@@ -191,6 +194,9 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {
         responses[status] ??= ref('responses', name)
       }
+      const body = operation.requestBody
+      if (method === 'post' && BODY_MAY_BE_ABSENT.has(path) && body !== undefined && !('$ref' in body))
+        body.required = false
       const created = responses[201]
       if (method === 'post' && LOCATED.has(path) && created !== undefined && !('$ref' in created)) {
         created.headers = {

@@ -217,6 +217,16 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
     })
   }
 
+  t.test('HOST that is no address and resolves to none: names HOST', async (t) => {
+    const run = await startInProcess({ DATABASE_URL: db.url, HOST: '999.1.1.1', PORT: '0', METRICS_PORT: '0' })
+    t.equal(run.code, 1, 'exit 1')
+    t.match(
+      run.stderr,
+      /^gateway failed to start: METRICS_PORT=0 on HOST=999\.1\.1\.1: HOST is neither an IP address nor a name this machine resolves; set HOST to/,
+    )
+    t.notMatch(run.stderr, /getaddrinfo/, "not Node's words alone")
+  })
+
   // The machine's Redis (or TEST_REDIS_URL's server): database 99 does not exist on a default
   // server, and neither does a user named "bob".
   const redisBase = new URL(process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379')

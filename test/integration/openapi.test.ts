@@ -193,6 +193,31 @@ t.test('OpenAPI document and docs page', async (t) => {
       t.ok(doc.paths[path].post.responses['201'].headers?.Location, `POST ${path}: 201 with Location`)
   })
 
+  t.test('a roll takes no body, and the document says its body is optional', async (t) => {
+    const roll = doc.paths['/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll'].post
+    t.equal(roll.requestBody.required, false, 'generated clients may send none')
+    const parent = await gw.createParent()
+    const sub = await gw.call(parent.apiKey, {
+      method: 'POST',
+      url: MANAGEMENT_PREFIX,
+      body: { name: 'r' },
+      acting: 'self',
+    })
+    const key = await gw.call(parent.apiKey, {
+      method: 'POST',
+      url: `${MANAGEMENT_PREFIX}/${sub.json().id}/api-keys`,
+      body: { name: 'k', scopes: ['orders:read'] },
+      acting: 'self',
+    })
+    t.equal(key.statusCode, 201, key.body)
+    const rolled = await gw.call(parent.apiKey, {
+      method: 'POST',
+      url: `${MANAGEMENT_PREFIX}/${sub.json().id}/api-keys/${key.json().id}/roll`,
+      acting: 'self',
+    })
+    t.equal(rolled.statusCode, 201, `rolled without a body: ${rolled.body}`)
+  })
+
   t.test('`limit` is optional on every list, with the default the server applies', async (t) => {
     const lists = Object.entries(doc.paths as Record<string, Json>).flatMap(([path, item]) => {
       const limit = (item.get?.parameters as Json[] | undefined)?.find((p) => p.in === 'query' && p.name === 'limit')
