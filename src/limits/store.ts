@@ -172,3 +172,22 @@ export async function monthUse(db: Db, of: MonthUseOf, month: string, meter = 'r
   )
   return Number(row!.used)
 }
+
+/**
+ * Each sub-account's use, by meter (`<tenant> <meter>` → units), in the usage periods that start
+ * in [from, until): what a simulated quota counts before its first replayed request
+ * (limits/simulation.ts), but for the period its range begins in.
+ */
+export async function periodUseBetween(
+  db: Db,
+  accountId: string,
+  from: Date,
+  until: Date,
+): Promise<Map<string, number>> {
+  const rows = await db<{ tenant_id: string; meter: string; units: string }[]>`
+    select u.tenant_id, u.meter, sum(u.units)::text as units
+    from tenants t join usage_period_units u on u.tenant_id = t.id
+    where t.parent_id = ${accountId} and u.period_start >= ${from} and u.period_start < ${until}
+    group by 1, 2`
+  return new Map(rows.map((row) => [`${row.tenant_id} ${row.meter}`, Number(row.units)]))
+}

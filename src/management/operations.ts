@@ -70,6 +70,16 @@ export const OPERATIONS = {
       'its 429s of a rate limit and of a monthly quota in `limited` (and its `name` with include=name).',
     tags: ['usage'],
   },
+  simulateLimits: {
+    summary: 'Simulate limits over the request log: whom they would have refused, how often and when',
+    description:
+      "Replays the range's requests of the caller's sub-accounts (or one) that reached the limits, forwarded or " +
+      'refused by one, in the order they arrived, through the limiter itself: the same token bucket, the same ' +
+      "calendar-month quota (counting the month's use before `from`), the same debts of units. Each sub-account " +
+      "is under `limits` alone (a rate starts full at the range's start). The request log must hold the range; " +
+      'at most 10^7 of its records are read.',
+    tags: ['limits'],
+  },
   reconcileUsage: {
     summary: 'Reconcile usage: the meter beside the limiter, the request log and the export',
     description:

@@ -37,6 +37,7 @@ import { KEY_OPERATIONS } from './key-routes.js'
 import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
 import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { USAGE_RECONCILIATION_OPERATIONS } from './usage-reconciliation-routes.js'
+import { LIMIT_SIMULATION_OPERATIONS } from './limit-simulation-routes.js'
 import { type OperationTable, registerOperations } from './operation-table.js'
 import { PORTAL_SESSION_OPERATIONS } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
@@ -121,6 +122,7 @@ export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
 export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...SUB_ACCOUNT_COLLECTION_OPERATIONS,
   ...ACCOUNT_OPERATIONS,
+  ...LIMIT_SIMULATION_OPERATIONS,
   ...USAGE_EXPORT_OPERATIONS,
   ...USAGE_RECONCILIATION_OPERATIONS,
   ...EVENT_OPERATIONS,

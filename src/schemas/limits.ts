@@ -73,6 +73,8 @@ const shownMembers = {
 }
 // Shadow limits: the same shape, counted as enforced limits are, never refusing (docs/api.md).
 const SHADOW = 'limits counted as enforced ones are that never refuse: what a new limit would refuse is seen first'
+/** Limits as a simulation takes them: enforced ones only, the body's members (limit-simulations.ts). */
+export const EnforcedLimitsBody = Type.Object(bodyMembers, { additionalProperties: false })
 export const LimitsBody = Type.Object(
   {
     ...bodyMembers,

@@ -1,0 +1,113 @@
+// The limit simulator (docs/api.md, The limit simulator): whom a limit would have refused over a
+// range of the request log, replayed through the limiter itself (limits/simulation.ts).
+import { validationFailed } from '../errors.js'
+import { periodUseBetween } from '../limits/store.js'
+import { limitsOf } from '../limits/subjects.js'
+import { simulateLimits } from '../limits/simulation.js'
+import { dayOf } from '../request-log/partitions.js'
+import { forwardedUnitsBetween, replayRecordBound, replayRecords } from '../request-log/replay-records.js'
+import { Simulation, SimulationBody } from '../schemas/limit-simulations.js'
+import { bodyLimits } from './body-limits.js'
+import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
+import { parentPlaces } from './log-reads.js'
+import type { OperationTable } from './operation-table.js'
+
+/** The most records one simulation reads (docs/api.md): a longer range is refused, naming the bound. */
+export const SIMULATION_MAX_RECORDS = 10_000_000
+
+/** An RFC 3339 instant of the body as a Date; a 400 naming the field when it is not one. */
+function instant(value: string, field: 'from' | 'to'): Date {
+  const date = new Date(value)
+  if (Number.isNaN(date.getTime()))
+    throw validationFailed([{ path: `/body/${field}`, message: 'must be an RFC 3339 date-time' }])
+  return date
+}
+
+export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: '/limits/simulations',
+    schema: { ...operation('simulateLimits'), body: SimulationBody, response: { 200: Simulation } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, requestLog, usageExport }) {
+      const body = request.body
+      const accountId = parentOf(request).id
+      const from = instant(body.from, 'from')
+      const to = instant(body.to, 'to')
+      if (to <= from) throw validationFailed([{ path: '/body/to', message: `must be after from (${body.from})` }])
+      const nowMs = Date.now()
+      if (to.getTime() > nowMs + 60_000)
+        throw validationFailed([
+          { path: '/body/to', message: 'must not be in the future: only past requests are replayed' },
+        ])
+      if (requestLog === null)
+        throw validationFailed([
+          {
+            path: '/body/from',
+            message: 'the request log is off (REQUEST_LOG_RETENTION_DAYS=0): there is nothing to replay',
+          },
+        ])
+      const firstDay = dayOf(nowMs) - requestLog.retentionDays
+      if (dayOf(from.getTime()) < firstDay)
+        throw validationFailed([
+          {
+            path: '/body/from',
+            message: `is before what the request log holds (${requestLog.retentionDays} days: from ${new Date(firstDay * 86_400_000).toISOString()})`,
+          },
+        ])
+      const limits = limitsOf(bodyLimits(body.limits))
+      const tenantId =
+        body.sub_account_id === undefined ? null : (await ownSubAccount(sql, request, body.sub_account_id)).id
+      const range = { accountId, tenantId, from, to }
+      // Counted among the parent's reads of its log, bounded as they are.
+      const records = await requestLog.reads.run(parentPlaces(accountId), async () => {
+        const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
+        if (bound > SIMULATION_MAX_RECORDS)
+          throw validationFailed([
+            {
+              path: '/body/from',
+              message: `the range holds up to ${bound} records of the request log, over the ${SIMULATION_MAX_RECORDS} a simulation reads: shorten it, or name a sub_account_id`,
+            },
+          ])
+        return replayRecords(requestLog.sql, range, requestLog.statementTimeoutMs)
+      })
+      // The month's use before `from`: its whole usage periods, then the log's records of the period `from` is in.
+      const monthStart = new Date(Date.UTC(from.getUTCFullYear(), from.getUTCMonth(), 1))
+      const periodMs = usageExport.periodSeconds * 1000
+      const periodStart = new Date(Math.max(monthStart.getTime(), from.getTime() - (from.getTime() % periodMs)))
+      const [periods, partial] = await Promise.all([
+        periodUseBetween(sql, accountId, monthStart, periodStart),
+        forwardedUnitsBetween(requestLog.sql, accountId, periodStart, from, requestLog.statementTimeoutMs),
+      ])
+      const before = (key: string) => (periods.get(key) ?? 0) + (partial.get(key) ?? 0)
+      const data =
+        limits === null
+          ? []
+          : await simulateLimits(
+              records.map((record) => {
+                const startMs = Number(record.time_us) / 1000
+                return {
+                  tenantId: record.tenant_id,
+                  startMs,
+                  endMs: startMs + Number(record.duration_us) / 1000,
+                  cost: record.cost,
+                  units:
+                    record.units === null
+                      ? null
+                      : new Map(Object.entries(JSON.parse(record.units) as Record<string, number>)),
+                }
+              }),
+              limits,
+              // Only the month of `from` had use before the range; a later month's starts in it.
+              (tenant, meter, month) => (month === from.toISOString().slice(0, 7) ? before(`${tenant} ${meter}`) : 0),
+            )
+      data.sort((a, b) => b.would_refuse - a.would_refuse || (a.sub_account_id < b.sub_account_id ? -1 : 1))
+      const totals = { requests: 0, would_refuse: 0 }
+      for (const entry of data) {
+        totals.requests += entry.requests
+        totals.would_refuse += entry.would_refuse
+      }
+      return { data, totals }
+    },
+  }),
+]

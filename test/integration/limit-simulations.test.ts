@@ -1,0 +1,131 @@
+// The limit simulator (docs/api.md, The limit simulator) against the real Postgres and a real
+// upstream: traffic driven through the gateway under enforced limits (embedded: one process, so
+// that the limiter's decisions are exact), then the same limits simulated over the same range of
+// the request log. The simulator's refusals per sub-account equal the real 429s, a quota counting
+// the month's use before the range; a tighter limit for every sub-account says whom it would have
+// refused; bad input is a 400 naming the field, another parent's sub-account a 404.
+import t from 'tap'
+import { startGateway } from '../helpers/gateway.js'
+import { callAs } from '../helpers/http.js'
+import type { JsonBody } from '../helpers/json.js'
+import { checkProblem } from '../helpers/problems.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const upstream = await startUpstream(t)
+const gw = await startGateway(t, {
+  redis: false,
+  usageFlushIntervalMs: 3_600_000,
+  gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] },
+})
+const parent = await gw.createParent({ name: 'P' })
+const made = async (name: string, limits: unknown) => {
+  const res = await callAs(gw.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts',
+    acting: 'self',
+    json: { name, limits },
+  })
+  if (res.status !== 201) throw new Error(res.body)
+  return res.json().id as string
+}
+const rate = { rate: { requests: 5, per_seconds: 3600 } }
+const quota = { monthly_quota: { requests: 7 } }
+const a = await made('a', rate)
+const b = await made('b', quota)
+const c = await made('c', null)
+const send = async (acting: string, n: number) => {
+  const statuses: number[] = []
+  for (let i = 0; i < n; i++) statuses.push((await callAs(gw.url, parent.apiKey, { path: '/api/x', acting })).status)
+  return statuses
+}
+const simulate = (body: unknown) =>
+  callAs(gw.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts/limits/simulations',
+    acting: 'self',
+    json: body,
+  })
+
+// Before the range: b uses 3 of its month's 7.
+if ((await send(b, 3)).join() !== '200,200,200') throw new Error("b's first three were not all forwarded")
+await gw.app.usageMeter.flush()
+await new Promise((resolve) => setTimeout(resolve, 5))
+const from = new Date().toISOString()
+// In the range: bursts past each limit, and c under none.
+const real = {
+  [a]: await send(a, 9),
+  [b]: await send(b, 6),
+  [c]: await send(c, 4),
+}
+await gw.app.requestLog!.flush()
+const to = new Date(Date.now() + 1).toISOString()
+const refusals = (statuses: number[]) => statuses.filter((s) => s === 429).length
+
+t.test('the same limits simulated over the same range refuse what the gateway refused', async (t) => {
+  t.equal(refusals(real[a]!), 4, 'the rate of 5 refused 4 of 9')
+  t.equal(refusals(real[b]!), 2, 'the quota of 7, 3 used before, refused 2 of 6')
+  for (const [sub, limits, name] of [
+    [a, rate, 'a'],
+    [b, quota, 'b'],
+  ] as const) {
+    const res = await simulate({ limits, sub_account_id: sub, from, to })
+    t.equal(res.status, 200, res.body)
+    const { data, totals } = res.json() as { data: JsonBody[]; totals: JsonBody }
+    t.equal(data.length, 1, `${name}: one sub-account`)
+    t.match(
+      data[0],
+      { sub_account_id: sub, requests: real[sub]!.length, would_refuse: refusals(real[sub]!) },
+      `${name}: as real`,
+    )
+    t.same(totals, { requests: real[sub]!.length, would_refuse: refusals(real[sub]!) })
+    t.ok(data[0]!.first_refusal_at >= from && data[0]!.first_refusal_at < to, `${name}: when, within the range`)
+    t.equal(data[0]!.units.requests, real[sub]!.length, `${name}: its request units`)
+  }
+})
+
+t.test('a tighter rate for every sub-account: whom it would have refused, most first', async (t) => {
+  const res = await simulate({ limits: { rate: { requests: 2, per_seconds: 3600 } }, from, to })
+  t.equal(res.status, 200, res.body)
+  const { data, totals } = res.json() as { data: JsonBody[]; totals: JsonBody }
+  // a: its 9 attempts (5 forwarded, 4 refused by its own rate) → 7; b: its 6 (4 + 2) → 4; c: 4 → 2.
+  t.same(
+    data.map((d) => [d.sub_account_id, d.requests, d.would_refuse]),
+    [
+      [a, 9, 7],
+      [b, 6, 4],
+      [c, 4, 2],
+    ],
+  )
+  t.same(totals, { requests: 19, would_refuse: 13 })
+  t.match(data[0]!.peak_second, { requests: Number }, 'its busiest second')
+})
+
+t.test("bad input: 400 naming the field; another parent's sub-account: 404", async (t) => {
+  const cases: [string, unknown, RegExp][] = [
+    ['an inverted range', { limits: rate, from: to, to: from }, /\/body\/to/],
+    ['a range before the log', { limits: rate, from: '2020-01-01T00:00:00Z', to }, /\/body\/from/],
+    ['a range in the future', { limits: rate, from, to: '2999-01-01T00:00:00Z' }, /\/body\/to/],
+    ['a rate of 0', { limits: { rate: { requests: 0, per_seconds: 1 } }, from, to }, /\/body\/limits\/rate\/requests/],
+    ['a shadow', { limits: { shadow: rate }, from, to }, /\/body\/limits\/shadow/],
+    ['no range', { limits: rate }, /from/],
+  ]
+  for (const [what, body, field] of cases) {
+    const res = await simulate(body)
+    checkProblem(t, res, 400, 'validation_failed', what)
+    t.match(JSON.stringify(res.json().errors), field, `${what}: names the field`)
+  }
+  const other = await gw.createParent({ name: 'Other' })
+  const theirs = await callAs(gw.url, other.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts',
+    acting: 'self',
+    json: { name: 'x' },
+  })
+  checkProblem(
+    t,
+    await simulate({ limits: rate, sub_account_id: theirs.json().id, from, to }),
+    404,
+    'not_found',
+    'theirs',
+  )
+})
