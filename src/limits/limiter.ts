@@ -53,6 +53,10 @@ function answered(limits: readonly LeasedLimit[], now: number): Promise<unknown>
 
 export class Limiter {
   private readonly limits = new Map<string, LeasedLimit>()
+  /** What `applicable` found for a subjects array, while no limit has been forgotten since. */
+  private readonly resolved = new WeakMap<readonly LimitSubject[], { generation: number; limits: LeasedLimit[] }>()
+  /** Moves whenever a limit leaves `limits`: every `resolved` entry is then looked up again. */
+  private generation = 0
   private readonly now: () => number
   private readonly ctx: LimitContext
   private readonly keyPrefix: string
@@ -98,6 +102,10 @@ export class Limiter {
    * the request units' before the meters' (in name order), a subject's shadow limits after its own.
    */
   private applicable(subjects: readonly LimitSubject[], now: number): LeasedLimit[] {
+    // The same subjects (a request admitted from memory reuses its admission's) find the same
+    // limits until one is forgotten: no names made, no lookups, for every request.
+    const known = this.resolved.get(subjects)
+    if (known !== undefined && known.generation === this.generation) return known.limits
     const found: LeasedLimit[] = []
     for (const level of ['sub_account', 'account', 'management'] as const) {
       for (const subject of subjects) {
@@ -108,6 +116,7 @@ export class Limiter {
           this.limitsOf(subject, subject.limits.shadow, true, now, found)
       }
     }
+    this.resolved.set(subjects, { generation: this.generation, limits: found })
     return found
   }
 
@@ -347,6 +356,7 @@ export class Limiter {
     for (const [name, limit] of this.limits) {
       if (now - limit.lastAttemptAt >= FORGET_AFTER_MS && !limit.inflight && !limit.holdsState(now)) {
         this.limits.delete(name)
+        this.generation++
         limit.release(now).catch(() => {})
       } else if (!this.closed) limit.maintain(now)
     }
@@ -358,6 +368,7 @@ export class Limiter {
     if (this.timer !== null) clearInterval(this.timer)
     const limits = [...this.limits.values()]
     this.limits.clear()
+    this.generation++
     await Promise.all(
       limits.map(async (limit) => {
         await limit.settled()

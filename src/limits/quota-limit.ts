@@ -204,12 +204,15 @@ export class QuotaLimit extends LeasedLimit {
   }
 
   state(now: number): PolicyState {
+    // From the month's bounds as held (brought up to date by the decision before): no date is
+    // made for the RateLimit fields of every request.
+    const inMonth = now >= this.monthStart && now < this.monthEnd
     return {
       name: this.name,
       quota: this.requests,
-      windowSeconds: monthSeconds(now),
+      windowSeconds: inMonth ? (this.monthEnd - this.monthStart) / 1000 : monthSeconds(now),
       remaining: this.remaining(now),
-      resetSeconds: secondsToNextMonth(now),
+      resetSeconds: inMonth ? Math.max(1, Math.ceil((this.monthEnd - now) / 1000)) : secondsToNextMonth(now),
     }
   }
 

@@ -4,6 +4,7 @@
 // the same calendar-month quota (counting the month's use before the range), the same debts of
 // units charged when each answer ended. No other copy of the algorithm exists to drift from it.
 import { Limiter } from './limiter.js'
+import { monthBounds } from './month.js'
 import type { Limits, LimitSubject } from './types.js'
 
 /** One request to replay. */
@@ -70,51 +71,79 @@ class Charges {
 }
 
 /**
- * Replays `requests` (in arrival order) under `limits`, as each sub-account's own: its rate
- * starts full at its first request of the range, and its quotas count the month's use before it.
+ * Replays requests (in arrival order, batch after batch as they are read) under `limits`, as each
+ * sub-account's own: its rate starts full at its first request of the range, and its quotas count
+ * the month's use before it. `close` gives the answer.
  */
+export class LimitReplay {
+  private now = 0
+  private readonly limiter: Limiter
+  private readonly subjects = new Map<string, { subjects: readonly LimitSubject[]; warmUntil: number }>()
+  private readonly tenants = new Map<string, SimulatedTenant & { second: number; inSecond: number }>()
+  private readonly charges = new Charges()
+
+  private readonly limits: Limits
+  constructor(limits: Limits, useBefore: UseBefore) {
+    this.limits = limits
+    this.limiter = new Limiter({
+      redis: null,
+      keyPrefix: 'simulation:',
+      now: () => this.now,
+      sweepEveryMs: 0,
+      loadMonthUse: async (subject, month) => useBefore(subject.tenantId, subject.meter, month),
+    })
+  }
+
+  async add(requests: readonly SimulatedRequest[]): Promise<void> {
+    const limiter = this.limiter
+    for (const request of requests) {
+      // Answers that ended before this request arrived are charged first, as they were.
+      for (
+        let charge = this.charges.due(request.startMs);
+        charge !== undefined;
+        charge = this.charges.due(request.startMs)
+      ) {
+        this.now = charge.atMs
+        limiter.charge(charge.subjects, charge.units)
+      }
+      this.now = request.startMs
+      let own = this.subjects.get(request.tenantId)
+      if (own === undefined) {
+        own = { subjects: [{ tenantId: request.tenantId, level: 'sub_account', limits: this.limits }], warmUntil: 0 }
+        this.subjects.set(request.tenantId, own)
+      }
+      // A quota's month is read before its first decision of the month (the limiter waits for it
+      // as for a lease); within the month its limits decide from memory.
+      if (request.startMs >= own.warmUntil) {
+        await limiter.warm(own.subjects, 10_000, request.cost)
+        own.warmUntil = monthBounds(request.startMs).end
+      }
+      const decision = limiter.admit(own.subjects, request.cost)
+      const tenant = tally(this.tenants, request)
+      if (!decision.allowed) {
+        tenant.would_refuse++
+        tenant.first_refusal_at ??= new Date(request.startMs).toISOString()
+      } else if (request.units !== null)
+        this.charges.push({ atMs: request.endMs, subjects: own.subjects, units: request.units })
+    }
+  }
+
+  /** Every sub-account replayed, and what the limits would have done to it. */
+  async close(): Promise<SimulatedTenant[]> {
+    await this.limiter.close()
+    return [...this.tenants.values()].map(({ second: _, inSecond: __, ...tenant }) => tenant)
+  }
+}
+
+/** `LimitReplay` over requests all at hand. */
 export async function simulateLimits(
   requests: readonly SimulatedRequest[],
   limits: Limits,
   useBefore: UseBefore,
 ): Promise<SimulatedTenant[]> {
-  let now = requests[0]?.startMs ?? 0
-  const limiter = new Limiter({
-    redis: null,
-    keyPrefix: 'simulation:',
-    now: () => now,
-    sweepEveryMs: 0,
-    loadMonthUse: async (subject, month) => useBefore(subject.tenantId, subject.meter, month),
-  })
-  const subjects = new Map<string, readonly LimitSubject[]>()
-  const tenants = new Map<string, SimulatedTenant & { second: number; inSecond: number }>()
-  const charges = new Charges()
-  try {
-    for (const request of requests) {
-      // Answers that ended before this request arrived are charged first, as they were.
-      for (let charge = charges.due(request.startMs); charge !== undefined; charge = charges.due(request.startMs)) {
-        now = charge.atMs
-        limiter.charge(charge.subjects, charge.units)
-      }
-      now = request.startMs
-      let own = subjects.get(request.tenantId)
-      if (own === undefined) {
-        own = [{ tenantId: request.tenantId, level: 'sub_account', limits }]
-        subjects.set(request.tenantId, own)
-      }
-      // A quota's month is read before its first decision (the limiter waits for it as for a lease).
-      if (!limiter.isWarm(own, request.cost)) await limiter.warm(own, 10_000, request.cost)
-      const decision = limiter.admit(own, request.cost)
-      const tenant = tally(tenants, request)
-      if (!decision.allowed) {
-        tenant.would_refuse++
-        tenant.first_refusal_at ??= new Date(request.startMs).toISOString()
-      } else if (request.units !== null) charges.push({ atMs: request.endMs, subjects: own, units: request.units })
-    }
-  } finally {
-    await limiter.close()
-  }
-  return [...tenants.values()].map(({ second: _, inSecond: __, ...tenant }) => tenant)
+  const replay = new LimitReplay(limits, useBefore)
+  await replay.add(requests)
+  return replay.close()
 }
 
 /** Counts a request for its sub-account: its units, and the busiest second. */

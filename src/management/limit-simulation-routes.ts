@@ -3,9 +3,14 @@
 import { validationFailed } from '../errors.js'
 import { periodUseBetween } from '../limits/store.js'
 import { limitsOf } from '../limits/subjects.js'
-import { simulateLimits } from '../limits/simulation.js'
+import { LimitReplay, type SimulatedRequest } from '../limits/simulation.js'
 import { dayOf } from '../request-log/partitions.js'
-import { forwardedUnitsBetween, replayRecordBound, replayRecords } from '../request-log/replay-records.js'
+import {
+  forwardedUnitsBetween,
+  type ReplayRecord,
+  replayBatches,
+  replayRecordBound,
+} from '../request-log/replay-records.js'
 import { Simulation, SimulationBody } from '../schemas/limit-simulations.js'
 import { bodyLimits } from './body-limits.js'
 import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
@@ -14,6 +19,21 @@ import type { OperationTable } from './operation-table.js'
 
 /** The most records one simulation reads (docs/api.md): a longer range is refused, naming the bound. */
 export const SIMULATION_MAX_RECORDS = 10_000_000
+
+/** No limit: every request passes (a simulation of `limits` that set none). */
+const NO_LIMITS = { rate: null, monthlyQuota: null }
+
+/** A record of the log as the replay takes it. */
+function simulatedRequest(record: ReplayRecord): SimulatedRequest {
+  const startMs = Number(record.time_us) / 1000
+  return {
+    tenantId: record.tenant_id,
+    startMs,
+    endMs: startMs + Number(record.duration_us) / 1000,
+    cost: record.cost,
+    units: record.units === null ? null : new Map(Object.entries(JSON.parse(record.units) as Record<string, number>)),
+  }
+}
 
 /** An RFC 3339 instant of the body as a Date; a 400 naming the field when it is not one. */
 function instant(value: string, field: 'from' | 'to'): Date {
@@ -59,18 +79,6 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
       const tenantId =
         body.sub_account_id === undefined ? null : (await ownSubAccount(sql, request, body.sub_account_id)).id
       const range = { accountId, tenantId, from, to }
-      // Counted among the parent's reads of its log, bounded as they are.
-      const records = await requestLog.reads.run(parentPlaces(accountId), async () => {
-        const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
-        if (bound > SIMULATION_MAX_RECORDS)
-          throw validationFailed([
-            {
-              path: '/body/from',
-              message: `the range holds up to ${bound} records of the request log, over the ${SIMULATION_MAX_RECORDS} a simulation reads: shorten it, or name a sub_account_id`,
-            },
-          ])
-        return replayRecords(requestLog.sql, range, requestLog.statementTimeoutMs)
-      })
       // The month's use before `from`: its whole usage periods, then the log's records of the period `from` is in.
       const monthStart = new Date(Date.UTC(from.getUTCFullYear(), from.getUTCMonth(), 1))
       const periodMs = usageExport.periodSeconds * 1000
@@ -79,28 +87,26 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
         periodUseBetween(sql, accountId, monthStart, periodStart),
         forwardedUnitsBetween(requestLog.sql, accountId, periodStart, from, requestLog.statementTimeoutMs),
       ])
-      const before = (key: string) => (periods.get(key) ?? 0) + (partial.get(key) ?? 0)
-      const data =
-        limits === null
-          ? []
-          : await simulateLimits(
-              records.map((record) => {
-                const startMs = Number(record.time_us) / 1000
-                return {
-                  tenantId: record.tenant_id,
-                  startMs,
-                  endMs: startMs + Number(record.duration_us) / 1000,
-                  cost: record.cost,
-                  units:
-                    record.units === null
-                      ? null
-                      : new Map(Object.entries(JSON.parse(record.units) as Record<string, number>)),
-                }
-              }),
-              limits,
-              // Only the month of `from` had use before the range; a later month's starts in it.
-              (tenant, meter, month) => (month === from.toISOString().slice(0, 7) ? before(`${tenant} ${meter}`) : 0),
-            )
+      const fromMonth = from.toISOString().slice(0, 7)
+      // Only the month of `from` had use before the range; a later month's starts in it.
+      const replay = new LimitReplay(limits ?? NO_LIMITS, (tenant, meter, month) =>
+        month === fromMonth ? (periods.get(`${tenant} ${meter}`) ?? 0) + (partial.get(`${tenant} ${meter}`) ?? 0) : 0,
+      )
+      // Counted among the parent's reads of its log, bounded as they are; replayed as it is read.
+      await requestLog.reads.run(parentPlaces(accountId), async () => {
+        const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
+        if (bound > SIMULATION_MAX_RECORDS)
+          throw validationFailed([
+            {
+              path: '/body/from',
+              message: `the range holds up to ${bound} records of the request log, over the ${SIMULATION_MAX_RECORDS} a simulation reads: shorten it, or name a sub_account_id`,
+            },
+          ])
+        await replayBatches(requestLog.sql, range, requestLog.statementTimeoutMs, (records) =>
+          replay.add(records.map(simulatedRequest)),
+        )
+      })
+      const data = await replay.close()
       data.sort((a, b) => b.would_refuse - a.would_refuse || (a.sub_account_id < b.sub_account_id ? -1 : 1))
       const totals = { requests: 0, would_refuse: 0 }
       for (const entry of data) {

@@ -45,11 +45,28 @@ export async function replayRecords(
   range: ReplayRange,
   statementTimeoutMs?: number,
 ): Promise<ReplayRecord[]> {
+  const records: ReplayRecord[] = []
+  await replayBatches(sql, range, statementTimeoutMs, async (batch) => {
+    for (const record of batch) records.push(record)
+  })
+  return records
+}
+
+/** Records a batch: Postgres reads the next while the caller replays this one. */
+const BATCH_RECORDS = 10_000
+
+/** `replayRecords` a batch at a time, in order, each handed to `each` before the next is read. */
+export async function replayBatches(
+  sql: Sql,
+  range: ReplayRange,
+  statementTimeoutMs: number | undefined,
+  each: (records: readonly ReplayRecord[]) => Promise<void>,
+): Promise<void> {
   const fromUs = range.from.getTime() * 1000
   const toUs = range.to.getTime() * 1000
-  return sql.begin(async (tx) => {
+  await sql.begin(async (tx) => {
     await readSettings(tx, statementTimeoutMs)
-    return tx<ReplayRecord[]>`
+    await tx<ReplayRecord[]>`
       select x.tenant_id, x.time_us::text, x.duration_us::text, abs(x.cost) as cost, x.units
       from request_log_rows r
         cross join lateral unnest(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.units, r.codes)
@@ -60,7 +77,7 @@ export async function replayRecords(
         and x.tenant_id <> ${range.accountId}
         and (${range.tenantId}::uuid is null or x.tenant_id = ${range.tenantId}::uuid)
         and (x.cost > 0 or x.code = any(${LIMIT_REFUSALS}::text[]))
-      order by x.time_us`
+      order by x.time_us`.cursor(BATCH_RECORDS, (rows) => each(rows))
   })
 }
 

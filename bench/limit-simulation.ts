@@ -1,0 +1,131 @@
+// The limit simulator at size (docs/api.md, The limit simulator): BENCH_RECORDS request log records
+// (10^6 by default) of BENCH_SUBS sub-accounts of one parent over the last 6 days, seeded straight
+// into the log's table; then the simulator's read (request-log/replay-records.ts, with its EXPLAIN)
+// and its replay through the limiter (limits/simulation.ts), batch by batch as the route does,
+// against the 2 s of 10^6 records (10 s of 10^7) that the issue asks.
+//   npx tsx bench/limit-simulation.ts            BENCH_RECORDS=10000000 for the larger
+import postgres from 'postgres'
+import { LimitReplay } from '../src/limits/simulation.js'
+import { limitsOf } from '../src/limits/subjects.js'
+import { dayOf, ensurePartition } from '../src/request-log/partitions.js'
+import { replayBatches, replayRecordBound } from '../src/request-log/replay-records.js'
+import { ensureRequestLogTable, RECORD_ARRAYS } from '../src/request-log/schema.js'
+import { migrate } from '../src/store/migrate.js'
+import { createDatabase, envInt, fmt, reportHead, run } from './lib.js'
+
+const RECORDS = envInt('BENCH_RECORDS', 1_000_000)
+const SUBS = envInt('BENCH_SUBS', 1_000)
+const ROUNDS = envInt('BENCH_ROUNDS', 3)
+const DAYS = 6
+/** Records a row, as the writer makes them at most. */
+const PER_ROW = 500
+
+async function main(): Promise<void> {
+  console.log(reportHead('bench/limit-simulation.ts').join('\n'))
+  const db = await createDatabase('simulation')
+  const sql = postgres(db.url, { max: 4, onnotice: () => {}, connection: { max_parallel_workers_per_gather: '0' } })
+  try {
+    await migrate(sql)
+    await ensureRequestLogTable(sql as never)
+    const [parent] = await sql<{ id: string }[]>`insert into tenants (name) values ('bench parent') returning id`
+    await sql`insert into tenants (name, parent_id) select 'sub ' || i, ${parent!.id} from generate_series(1, ${SUBS}) as i`
+    const subs = (await sql<{ id: string }[]>`select id from tenants where parent_id = ${parent!.id} order by id`).map(
+      (row) => row.id,
+    )
+    const now = Date.now()
+    const start = now - DAYS * 86_400_000
+    for (let day = dayOf(start); day <= dayOf(now); day++) await ensurePartition(sql as never, day)
+    const seeded = performance.now()
+    const stepUs = ((now - start) * 1000) / RECORDS
+    // Rows of PER_ROW records in time order, every record of a sub-account chosen by its number;
+    // one in 50 refused by a limit (its cost negative), the rest forwarded at cost 1, a third
+    // reporting tokens.
+    for (let first = 0; first < RECORDS; first += PER_ROW * 200) {
+      const last = Math.min(RECORDS, first + PER_ROW * 200) - 1
+      await sql.unsafe(
+        `
+        insert into request_log_rows (account_id, first_time, last_time, records, tenant_set, key_set, route_set,
+          status_set, code_set, not_2xx, refused_tenant_set, refused_key_set, ${RECORD_ARRAYS}, costs, units)
+        select $1::uuid, to_timestamp(min(time_us) / 1e6), to_timestamp(max(time_us) / 1e6), count(*),
+          array_agg(distinct tenant_id), array[$1::uuid], array['/api'], array_agg(distinct status), '{}', false,
+          '{}', '{}',
+          array_agg(gen_random_uuid()::text order by i), array_agg(time_us order by i), array_agg(tenant_id order by i),
+          array_agg($1::uuid order by i), array_agg('GET'::text order by i), array_agg('/api'::text order by i),
+          array_agg('/api/x'::text order by i), array_agg(status order by i), array_agg(code order by i),
+          array_agg(900::int8 order by i), array_agg(0::int8 order by i), array_agg(2::int8 order by i),
+          array_agg('10.0.0.1'::text order by i), array_agg(cost order by i), array_agg(units order by i)
+        from (
+          select i, ($2::float8 + i * $3::float8)::int8 as time_us, ($4::uuid[])[1 + (hashint8(i) & 2147483647) % $5] as tenant_id,
+            case when i % 50 = 0 then 429 else 200 end::int2 as status,
+            case when i % 50 = 0 then 'rate_limited' end as code,
+            case when i % 50 = 0 then -1 else 1 end as cost,
+            case when i % 3 = 0 then '{"tokens":' || (i % 997) || '}' end as units
+          from generate_series($6::int8, $7::int8) as i
+        ) as records
+        group by i / ${PER_ROW}
+        order by min(i)`,
+        [parent!.id, start * 1000, stepUs, `{${subs.join(',')}}`, SUBS, first, last],
+      )
+    }
+    await sql`vacuum analyze request_log_rows`
+    console.log(
+      `seeded ${fmt(RECORDS)} records (${SUBS} sub-accounts, ${DAYS} days, rows of ${PER_ROW}) in ${((performance.now() - seeded) / 1000).toFixed(1)} s`,
+    )
+    const range = { accountId: parent!.id, tenantId: null, from: new Date(start - 1000), to: new Date(now + 1000) }
+    const limits = limitsOf({
+      rate: { requests: 50, per_seconds: 60 },
+      monthly_quota: { requests: 900 },
+      meters: { tokens: { rate: null, monthly_quota: { units: 100_000 } } },
+    })!
+    const explain = await sql.unsafe(
+      `explain (analyze, buffers) select count(*) from request_log_rows r
+        cross join lateral unnest(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.units, r.codes)
+          as x (tenant_id, time_us, duration_us, cost, units, code)
+       where r.account_id = $1 and r.last_time >= $2 and r.first_time < $3
+         and x.time_us >= $4 and x.time_us < $5 and x.tenant_id <> $1
+         and (x.cost > 0 or x.code = any('{rate_limited,quota_exceeded}'::text[]))`,
+      [parent!.id, range.from, range.to, range.from.getTime() * 1000, range.to.getTime() * 1000],
+    )
+    console.log('\nthe read, EXPLAIN (ANALYZE, BUFFERS):')
+    for (const row of explain) console.log(`  ${Object.values(row)[0]}`)
+    console.log('\n| round | bound (records) | records read | read and replayed (s) | requests | would refuse |')
+    console.log('|--:|--:|--:|--:|--:|--:|')
+    for (let round = 1; round <= ROUNDS; round++) {
+      const t0 = performance.now()
+      const bound = await replayRecordBound(sql as never, range)
+      // As the route does: each batch replayed while Postgres reads the next.
+      const replay = new LimitReplay(limits, () => 0)
+      let read = 0
+      await replayBatches(sql as never, range, undefined, async (records) => {
+        read += records.length
+        await replay.add(
+          records.map((record) => {
+            const startMs = Number(record.time_us) / 1000
+            return {
+              tenantId: record.tenant_id,
+              startMs,
+              endMs: startMs + Number(record.duration_us) / 1000,
+              cost: record.cost,
+              units:
+                record.units === null
+                  ? null
+                  : new Map(Object.entries(JSON.parse(record.units) as Record<string, number>)),
+            }
+          }),
+        )
+      })
+      const data = await replay.close()
+      const t2 = performance.now()
+      const requests = data.reduce((sum, d) => sum + d.requests, 0)
+      const refused = data.reduce((sum, d) => sum + d.would_refuse, 0)
+      console.log(
+        `| ${round} | ${fmt(bound)} | ${fmt(read)} | ${((t2 - t0) / 1000).toFixed(2)} | ${fmt(requests)} | ${fmt(refused)} |`,
+      )
+    }
+  } finally {
+    await sql.end()
+    await db.drop()
+  }
+}
+
+run(main)
