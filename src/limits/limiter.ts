@@ -204,9 +204,9 @@ export class Limiter {
     if (refusing.length === 0)
       for (const limit of limits) {
         if (limit.shadow && !limit.allows(now, asked(limit, units))) {
-          ;(untaken ??= []).push(limit.name)
+          untaken = [...(untaken ?? []), limit.name]
           // One not decided yet (no first answer) would refuse nothing: it is not counted so.
-          if (limit.mode !== 'cold') (wouldRefuse ??= []).push(limit.name)
+          if (limit.mode !== 'cold') wouldRefuse = [...(wouldRefuse ?? []), limit.name]
           continue
         }
         if (!limit.chargedAfter) limit.take(now, units)
