@@ -88,7 +88,7 @@ export const OPERATIONS = {
       "(null under no limit), the request log's count of forwarded requests (null once the log no longer holds " +
       'the range) and what was exported (acknowledged by the push receiver, or closed with no push), with each ' +
       'difference from the meter explained by its `kind` (`late`, `log_dropped`, `open_period`, `log_expired`, ' +
-      '`not_exported`, `not_limited`) or flagged `unexplained`.',
+      '`not_exported`, `not_limited`, `replica_lost`) or flagged `unexplained`.',
     tags: ['usage'],
   },
   exportUsage: {

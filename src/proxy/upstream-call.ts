@@ -270,7 +270,13 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
    * to the limits in units (the usage meter counts the same report when the request is answered).
    */
   private answered(): void {
-    if (this.answering) this.target.chargeUnits?.(this.request)
+    if (!this.answering) return
+    // Never a throw here: it runs before the answer ends, and from the client's 'close' listener.
+    try {
+      this.target.chargeUnits?.(this.request)
+    } catch (err) {
+      this.request.log.warn({ err }, "limits in units: an answer's units were not charged")
+    }
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {

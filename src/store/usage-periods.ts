@@ -63,10 +63,13 @@ export async function replicaLost(
 ): Promise<boolean> {
   if (closedUntil === null) return false
   const until = closedUntil < to ? closedUntil : to
+  if (until <= from) return false
+  // The request log writes a few seconds behind the meter: its lost records may be older than the
+  // meter's last flush.
   const [row] = await sql<{ lost: boolean }[]>`
     select exists (
       select 1 from usage_replica_losses
-      where flushed_through < ${until}
+      where flushed_through - interval '10 seconds' < ${until}
         and last_seen_at + make_interval(secs => ${LIVE_REPLICA_SECONDS}) > ${from}
     ) as lost`
   return row?.lost ?? false

@@ -112,6 +112,10 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       select ${mark?.replicaId ?? null}::uuid, ${mark?.through ?? null}::timestamptz where ${mark !== undefined}
       on conflict (replica_id) do update
       set flushed_through = greatest(usage_flush_marks.flushed_through, excluded.flushed_through), seen_at = now()
+    ), recovered as (
+      -- Back after it was taken for lost (a partition, a long outage): it lost nothing, as this
+      -- flush of what it held says (store/usage-periods.ts).
+      delete from usage_replica_losses where ${mark !== undefined} and replica_id = ${mark?.replicaId ?? null}::uuid
     ), added as (
       insert into usage_daily (tenant_id, day, status_class, requests, forwarded, limited_rate, limited_quota)
       select tenant_id, day, status_class, requests, forwarded, limited_rate, limited_quota
@@ -199,9 +203,12 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
 /** A flush with nothing to add: the replica's mark moves on alone (store/usage-periods.ts reads it). */
 async function markFlushed(sql: Sql, mark: FlushMark): Promise<void> {
   await sql`
-    insert into usage_flush_marks (replica_id, flushed_through) values (${mark.replicaId}, ${mark.through})
-    on conflict (replica_id) do update
-    set flushed_through = greatest(usage_flush_marks.flushed_through, excluded.flushed_through), seen_at = now()`
+    with marked as (
+      insert into usage_flush_marks (replica_id, flushed_through) values (${mark.replicaId}, ${mark.through})
+      on conflict (replica_id) do update
+      set flushed_through = greatest(usage_flush_marks.flushed_through, excluded.flushed_through), seen_at = now()
+    )
+    delete from usage_replica_losses where replica_id = ${mark.replicaId}`
 }
 
 const usageJson = (c: UsageCount) => ({
