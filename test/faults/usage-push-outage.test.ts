@@ -1,6 +1,6 @@
 // The usage export's push through faults (docs/billing.md, Pushing the export): Postgres cut off
-// (through a TCP relay the test owns) while a batch is at the receiver, so its acknowledgement
-// cannot be written; then the receiver down for a while. The receiver, which dedupes by event id,
+// for 10 s (through a TCP relay the test owns) while a batch is at the receiver, so its
+// acknowledgement cannot be written; then the receiver down for a minute. The receiver, which dedupes by event id,
 // ends with exactly the closed periods' units Postgres holds, the batch cut off is sent again under
 // the same webhook-id, and nothing crashes; reconciliation then finds the export whole and the
 // limiter in step with the meter. The usage clock is the test's (so the request log, which keeps
@@ -20,6 +20,8 @@ import { watchCrashes } from './crashes.js'
 import { postgresAddress, startRelay, viaPort } from './relay.js'
 
 const HOUR = 3_600_000
+/** How long each is away: Postgres 10 s, the receiver a minute. */
+const OUTAGE_MS = { postgres: 10_000, receiver: 60_000 }
 const MINUTE = 60_000
 const SECRET = `whsec_${Buffer.alloc(32, 9).toString('base64')}`
 
@@ -128,6 +130,7 @@ t.test('Postgres cut off while a batch is at the receiver: the batch goes again,
   await closeAt(T0 + MINUTE + 1_000)
   t.ok(await until(30_000, async () => cutDone !== null), 'a batch reached the receiver')
   await cutDone
+  const cutAt = Date.now()
   const failures = await metricValue(gw.app, 'tgw_usage_flush_failures_total')
   await traffic(9) // counted in memory while Postgres is away
   clock = T0 + 90_000
@@ -136,6 +139,8 @@ t.test('Postgres cut off while a batch is at the receiver: the batch goes again,
     await until(30_000, async () => (await metricValue(gw.app, 'tgw_usage_flush_failures_total')) > failures),
     'the flush failed while Postgres was cut off',
   )
+  // Postgres stays away for 10 s in all, as an outage of a real database would.
+  await until(20_000, async () => Date.now() - cutAt >= OUTAGE_MS.postgres, 250)
   await relay.restore()
   await closeAt(T0 + 2 * MINUTE + 1_000)
   const { ok, detail } = await caughtUp()
@@ -147,7 +152,7 @@ t.test('Postgres cut off while a batch is at the receiver: the batch goes again,
   )
 })
 
-t.test('the receiver down for a while: retried until it answers, nothing lost', async (t) => {
+t.test('the receiver down for a minute: retried until it answers, nothing lost', async (t) => {
   let down = true
   let refused = 0
   receiver.answer((delivery, response) => {
@@ -160,7 +165,10 @@ t.test('the receiver down for a while: retried until it answers, nothing lost', 
   })
   await traffic(12)
   await closeAt(T0 + 3 * MINUTE + 1_000)
+  const downAt = Date.now()
   t.ok(await until(30_000, async () => refused >= 3), 'attempts went on while it was down')
+  // Down for a minute in all: the push keeps at it, and loses nothing.
+  await until(90_000, async () => Date.now() - downAt >= OUTAGE_MS.receiver, 500)
   t.ok((await metricValue(gw.app, 'tgw_usage_export_lag_seconds')) > 0, 'the lag shows it')
   down = false
   const { ok, detail } = await caughtUp()
