@@ -6,6 +6,7 @@
 //   npx tsx bench/limit-simulation.ts            BENCH_RECORDS=10000000 for the larger
 import postgres from 'postgres'
 import { LimitReplay } from '../src/limits/simulation.js'
+import { simulatedRequest } from '../src/management/limit-simulation-routes.js'
 import { limitsOf } from '../src/limits/subjects.js'
 import { dayOf, ensurePartition } from '../src/request-log/partitions.js'
 import { replayBatches, replayRecordBound } from '../src/request-log/replay-records.js'
@@ -98,21 +99,7 @@ async function main(): Promise<void> {
       let read = 0
       await replayBatches(sql as never, range, undefined, async (records) => {
         read += records.length
-        await replay.add(
-          records.map((record) => {
-            const startMs = Number(record.time_us) / 1000
-            return {
-              tenantId: record.tenant_id,
-              startMs,
-              endMs: startMs + Number(record.duration_us) / 1000,
-              cost: record.cost,
-              units:
-                record.units === null
-                  ? null
-                  : new Map(Object.entries(JSON.parse(record.units) as Record<string, number>)),
-            }
-          }),
-        )
+        await replay.add(records.map(simulatedRequest))
       })
       const data = await replay.close()
       const t2 = performance.now()

@@ -24,7 +24,7 @@ export const SIMULATION_MAX_RECORDS = 10_000_000
 const NO_LIMITS = { rate: null, monthlyQuota: null }
 
 /** A record of the log as the replay takes it. */
-function simulatedRequest(record: ReplayRecord): SimulatedRequest {
+export function simulatedRequest(record: ReplayRecord): SimulatedRequest {
   const startMs = Number(record.time_us) / 1000
   return {
     tenantId: record.tenant_id,
