@@ -32,6 +32,15 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/usage/export': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/usage/reconciliation': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/limits': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'POST /v1/sub-accounts/limits/simulations': {
+    body: {
+      limits: { rate: { requests: 5, per_seconds: 60 } },
+      from: '2026-01-01T00:00:00Z',
+      to: '2026-01-02T00:00:00Z',
+    },
+    scope: 'sub_accounts:read',
+    namesSubAccount: false,
+  },
   'GET /v1/sub-accounts/events': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/events/:event_id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/scopes': { scope: 'sub_accounts:read', namesSubAccount: false },
