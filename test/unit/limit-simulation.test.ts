@@ -1,0 +1,60 @@
+// The simulator's replay (src/limits/simulation.ts), in memory: a quota that crosses a month
+// boundary counts the month's use before the range, then starts the next month at nothing; units
+// are charged when each answer ended, in that order, not when it began; a busiest second and a
+// first refusal are said.
+import t from 'tap'
+import { simulateLimits, type SimulatedRequest } from '../../src/limits/simulation.js'
+import type { Limits } from '../../src/limits/types.js'
+
+const DEC = Date.UTC(2026, 11, 1)
+const request = (startMs: number, fields: Partial<SimulatedRequest> = {}): SimulatedRequest => ({
+  tenantId: 'sub-1',
+  startMs,
+  endMs: startMs + 10,
+  cost: 1,
+  units: null,
+  ...fields,
+})
+
+t.test('a quota across a month boundary: November counts its use before, December starts at 0', async (t) => {
+  const limits: Limits = { rate: null, monthlyQuota: { requests: 5 } }
+  const requests = [
+    ...Array.from({ length: 4 }, (_, i) => request(DEC - 60_000 + i * 1_000)),
+    ...Array.from({ length: 6 }, (_, i) => request(DEC + 60_000 + i * 1_000)),
+  ]
+  const months: string[] = []
+  const [tenant] = await simulateLimits(requests, limits, (_tenant, meter, month) => {
+    months.push(`${meter} ${month}`)
+    return month === '2026-11' ? 3 : 0
+  })
+  t.equal(tenant!.requests, 10)
+  t.equal(tenant!.would_refuse, 2 + 1, "November's last 2 (3 used before), and December's 6th")
+  t.equal(tenant!.first_refusal_at, new Date(DEC - 60_000 + 2_000).toISOString())
+  t.same(months, ['requests 2026-11', 'requests 2026-12'], "each month's use asked once")
+})
+
+t.test('units are charged when each answer ended, in that order', async (t) => {
+  const limits: Limits = {
+    rate: null,
+    monthlyQuota: null,
+    meters: [{ meter: 'tokens', rate: null, monthlyQuota: { requests: 100 } }],
+  }
+  const tokens = (n: number) => new Map([['tokens', n]])
+  const start = DEC + 3_600_000
+  const [tenant] = await simulateLimits(
+    [
+      // A long answer of 150 tokens, begun first, ends after the next two begin: they still pass.
+      request(start, { endMs: start + 10_000, units: tokens(150) }),
+      request(start + 1_000, { units: tokens(1) }),
+      request(start + 2_000, { units: tokens(1) }),
+      // After it ended: the balance is below zero.
+      request(start + 11_000, { units: tokens(1) }),
+    ],
+    limits,
+    () => 0,
+  )
+  t.equal(tenant!.would_refuse, 1, 'only the request after the long answer ended')
+  t.equal(tenant!.first_refusal_at, new Date(start + 11_000).toISOString())
+  t.same(tenant!.units, { requests: 4, tokens: 153 })
+  t.same(tenant!.peak_second, { at: new Date(start).toISOString(), requests: 1 })
+})
