@@ -411,6 +411,8 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv, tree = ROOT): Pro
 export interface BenchLimits {
   rate?: { requests: number; per_seconds: number }
   monthly_quota?: { requests: number }
+  /** Set them as shadow limits (counted, never refusing), with no enforced ones. */
+  shadow?: true
 }
 
 /**
@@ -418,6 +420,13 @@ export interface BenchLimits {
  * the parent's key acting as it: the request of bench:proxy and bench:instructions. Limits, if
  * given: the account's set by the CLI's `accounts limits`, the sub-account's on its creation.
  */
+/** A sub-account's `limits` as the API takes them: shadow ones under `shadow`. */
+function subAccountLimits(limits: BenchLimits | undefined): unknown {
+  if (limits?.shadow !== true) return limits
+  const { shadow: _, ...members } = limits
+  return { shadow: members }
+}
+
 export async function seedActing(
   gateway: Gateway,
   databaseUrl: string,
@@ -432,6 +441,7 @@ export async function seedActing(
   if (o.account !== undefined) {
     const { rate, monthly_quota: quota } = o.account
     const limits = [
+      ...(o.account.shadow === true ? ['--shadow'] : []),
       ...(rate === undefined ? [] : ['--rate', `${rate.requests}/${rate.per_seconds}s`]),
       ...(quota === undefined ? [] : ['--monthly-quota', String(quota.requests)]),
     ]
@@ -451,7 +461,7 @@ export async function seedActing(
       method: 'POST',
       path: '/v1/sub-accounts',
       headers: { authorization, 'x-service-acting-tenant': 'self', 'idempotency-key': idempotencyKey },
-      body: JSON.stringify({ name: 'bench-sub', external_id: 'bench-sub', limits: o.subAccount }),
+      body: JSON.stringify({ name: 'bench-sub', external_id: 'bench-sub', limits: subAccountLimits(o.subAccount) }),
     }
     answer = await request(new http.Agent(), new URL(gateway.url), call, 600_000)
     if (answer.status !== 201 && answer.status !== 503 && answer.status !== 429) break

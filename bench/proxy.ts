@@ -45,6 +45,8 @@ const WARMUP = envInt('BENCH_WARMUP', 5)
 const WARMUP_ROUNDS = envInt('BENCH_WARMUP_ROUNDS', 2)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const LIMITS = envInt('BENCH_LIMITS', 0, 0) > 0
+/** A side under the limits side's limits in shadow (counted, never refusing): needs BENCH_LIMITS. */
+const SHADOW = LIMITS && envInt('BENCH_SHADOW', 0, 0) > 0
 /** Adds the gateway on a route with `cost: 2` and a meter the upstream reports in every answer. */
 const METERS = envInt('BENCH_METERS', 0, 0) > 0
 /** Adds fastify over the floor's handler: what fastify itself costs a request. */
@@ -53,7 +55,7 @@ const FASTIFY_FLOOR = envInt('BENCH_FASTIFY_FLOOR', 0, 0) > 0
 const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
 const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'meters' | 'baseline'
+type SideName = 'floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'shadow' | 'meters' | 'baseline'
 /** The sides that are not a gateway: no auth, no metrics to scrape. */
 const isProxyOnly = (name: SideName) => name === 'floor' || name === 'fastify-floor' || name === 'bare'
 interface Side {
@@ -101,6 +103,8 @@ async function main(): Promise<void> {
     // alike (sharing one, the second side's rounds would follow the first's garbage at once).
     const limitsGateway = LIMITS ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url }) : null
     if (limitsGateway !== null) started.push(limitsGateway)
+    const shadowGateway = SHADOW ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url }) : null
+    if (shadowGateway !== null) started.push(shadowGateway)
     // The same build again, its proxied path on a route that weighs each request 2 and reads the
     // units the upstream reports (X-Tokens-Used, in every answer): the two sides differ by the meter only.
     const metersConfig = join(configDir, 'gateway.yaml')
@@ -118,6 +122,14 @@ async function main(): Promise<void> {
       limitsGateway === null
         ? null
         : await seedActing(limitsGateway, db.url, { account: NEVER_REFUSING, subAccount: NEVER_REFUSING })
+    // A third parent with the same limits in shadow: the shadow and limits sides differ by that only.
+    const shadowed =
+      shadowGateway === null
+        ? null
+        : await seedActing(shadowGateway, db.url, {
+            account: { ...NEVER_REFUSING, shadow: true },
+            subAccount: { ...NEVER_REFUSING, shadow: true },
+          })
     // The bare proxy and the floor get the same request, Authorization and acting header included, and pass them on.
     const sides: Side[] = [
       { name: 'floor', server: floor, headers: acting.headers },
@@ -127,6 +139,7 @@ async function main(): Promise<void> {
       { name: 'bare', server: bare, headers: acting.headers },
       { name: 'gateway', server: gateway, headers: acting.headers },
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
+      ...(shadowed === null ? [] : [{ name: 'shadow' as const, server: shadowGateway!, headers: shadowed.headers }]),
       ...(metersGateway === null ? [] : [{ name: 'meters' as const, server: metersGateway, headers: acting.headers }]),
       ...(baseline === null ? [] : [{ name: 'baseline' as const, server: baseline, headers: acting.headers }]),
     ]
@@ -137,7 +150,7 @@ async function main(): Promise<void> {
       const seen = (await response.json()) as Record<string, string>
       if (response.status !== 200)
         throw new Error(`${side.name}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
-      const tenant = side.name === 'limits' ? limited! : acting
+      const tenant = side.name === 'limits' ? limited! : side.name === 'shadow' ? shadowed! : acting
       if (
         !isProxyOnly(side.name) &&
         (seen['x-service-resolved-tenant'] !== tenant.subId || seen['x-service-caller-tenant'] !== tenant.parentId)
@@ -239,6 +252,7 @@ function report(
     medians.get('baseline'),
   ]
   const limits = medians.get('limits')
+  const shadow = medians.get('shadow')
   const meters = medians.get('meters')
   const fastifyFloor = medians.get('fastify-floor')
   const lines = [
@@ -255,6 +269,9 @@ function report(
         (s) =>
           `${s.name.padEnd(9)} ${(s.server as Gateway).command}, at ${gitDescription(s.name === 'baseline' ? BASELINE_TREE! : undefined)}; parent key acting as ext:bench-sub` +
           (s.name === 'limits' ? ` of another parent, both with a rate of 10^9/1 s and a monthly quota of 10^9` : '') +
+          (s.name === 'shadow'
+            ? ' of a third parent, both with the same limits in shadow (never refusing, no RateLimit fields)'
+            : '') +
           (s.name === 'meters' ? '; the route has cost 2 and a meter read from X-Tokens-Used' : ''),
       ),
     '',
@@ -298,6 +315,15 @@ function report(
         .join(', ')}`,
     )
   }
+  if (shadow !== undefined && limits !== undefined)
+    lines.push(
+      // Issue 61: a shadow limit costs what an enforced one does (counted the same, refusing nothing).
+      `shadow / limits     req/s ${(shadow.perSecond / limits.perSecond).toFixed(3)}, p99 ${(shadow.p99 / limits.p99).toFixed(3)}, ` +
+        `CPU/request ${(shadow.cpuMicros / limits.cpuMicros).toFixed(3)} (${(shadow.cpuMicros - limits.cpuMicros).toFixed(1)} µs)`,
+      `                    req/s round by round: ${of('shadow')
+        .map((l, i) => (l.perSecond / of('limits')[i]!.perSecond).toFixed(3))
+        .join(', ')}`,
+    )
   if (meters !== undefined) {
     const cpu = meters.cpuMicros / gateway.cpuMicros
     lines.push(
