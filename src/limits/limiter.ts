@@ -146,11 +146,10 @@ export class Limiter {
   }
 
   private rateLimit(subject: LimitSubject, meter: string, rate: Rate, now: number, shadow = false): RateLimit {
-    const base = `${subject.level}:${subject.tenantId}`
     const name = Limiter.entry(subject, meter, 'rate', shadow)
     let limit = this.limits.get(name) as RateLimit | undefined
     if (limit === undefined) {
-      const key = limitKeys.rate(this.keyPrefix, base, meter, shadow)
+      const key = limitKeys.rate(this.keyPrefix, `${subject.level}:${subject.tenantId}`, meter, shadow)
       const policy = Limiter.policy(subject.level, meter, 'rate', shadow)
       limit = new RateLimit(policy, this.ctx, now, rate, key, meter)
       limit.shadow = shadow
@@ -169,10 +168,10 @@ export class Limiter {
     now: number,
     shadow = false,
   ): QuotaLimit {
-    const base = `${subject.level}:${subject.tenantId}`
     const name = Limiter.entry(subject, meter, 'quota', shadow)
     let limit = this.limits.get(name) as QuotaLimit | undefined
     if (limit === undefined) {
+      const base = `${subject.level}:${subject.tenantId}`
       const keyOf = (month: string) => limitKeys.quota(this.keyPrefix, base, month, meter, shadow)
       const who = { tenantId: subject.tenantId, level: subject.level, meter }
       const policy = Limiter.policy(subject.level, meter, 'monthly_quota', shadow)

@@ -105,7 +105,9 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       const reported = request.exchange?.reported
       const subjects = request.limitSubjects
       if (!request.limitsCharged || reported == null || subjects === null) return
-      if (subjects.some((subject) => subject.limits.meters !== undefined)) limiter.charge(subjects, reported)
+      // Meters with limits, enforced or in shadow: else nothing to charge.
+      if (subjects.some(({ limits }) => limits.meters !== undefined || limits.shadow?.meters !== undefined))
+        limiter.charge(subjects, reported)
     },
   }
 }

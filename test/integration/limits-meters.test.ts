@@ -162,6 +162,21 @@ for (const redis of [undefined, false] as const) {
       t.same(refused.json().violated_policies, ['sub_account.meters.tokens.monthly_quota'], 'only the meter refuses')
     })
 
+    t.test('a shadow quota in units: charged as its answers end, counted, never refusing', async (t) => {
+      const sub = await subAccount('shadowed', { shadow: { meters: { tokens: { monthly_quota: { units: 10 } } } } })
+      const policy = 'sub_account.shadow.meters.monthly_quota'
+      const before = await metricValue(gw.app, 'tgw_limit_shadow_refusals_total', { policy })
+      t.equal((await send(sub.id, 30)).status, 200)
+      const second = await send(sub.id, 30)
+      t.equal(second.status, 200, 'never refused')
+      t.equal(second.headers['ratelimit-policy'], undefined, 'no RateLimit field of the shadow')
+      t.equal(
+        (await metricValue(gw.app, 'tgw_limit_shadow_refusals_total', { policy })) - before,
+        1,
+        'the second would have been refused: the first answer was charged 30 of 10',
+      )
+    })
+
     t.test('usage.threshold_reached for a quota in units: the meter named, its units counted', async (t) => {
       const quota = { units: 100, alert_thresholds: [50] }
       const sub = await subAccount('alerted', { meters: { tokens: { monthly_quota: quota } } })
