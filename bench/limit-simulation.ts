@@ -1,15 +1,14 @@
 // The limit simulator at size (docs/api.md, The limit simulator): BENCH_RECORDS request log records
 // (10^6 by default) of BENCH_SUBS sub-accounts of one parent over the last 6 days, seeded straight
 // into the log's table; then the simulator's read (request-log/replay-records.ts, with its EXPLAIN)
-// and its replay through the limiter (limits/simulation.ts), batch by batch as the route does,
+// and its replay through the limiter (limits/simulation.ts), record by record as the route does,
 // against the 2 s of 10^6 records (10 s of 10^7) that the issue asks.
 //   npx tsx bench/limit-simulation.ts            BENCH_RECORDS=10000000 for the larger
 import postgres from 'postgres'
 import { LimitReplay } from '../src/limits/simulation.js'
-import { simulatedRequest } from '../src/management/limit-simulation-routes.js'
 import { limitsOf } from '../src/limits/subjects.js'
 import { dayOf, ensurePartition } from '../src/request-log/partitions.js'
-import { replayBatches, replayRecordBound } from '../src/request-log/replay-records.js'
+import { replayInOrder, replayRecordBound } from '../src/request-log/replay-records.js'
 import { ensureRequestLogTable, RECORD_ARRAYS } from '../src/request-log/schema.js'
 import { migrate } from '../src/store/migrate.js'
 import { createDatabase, envInt, fmt, reportHead, run } from './lib.js'
@@ -79,13 +78,15 @@ async function main(): Promise<void> {
       meters: { tokens: { rate: null, monthly_quota: { units: 100_000 } } },
     })!
     const explain = await sql.unsafe(
-      `explain (analyze, buffers) select count(*) from request_log_rows r
-        cross join lateral unnest(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.units, r.codes)
-          as x (tenant_id, time_us, duration_us, cost, units, code)
-       where r.account_id = $1 and r.last_time >= $2 and r.first_time < $3
-         and x.time_us >= $4 and x.time_us < $5 and x.tenant_id <> $1
-         and (x.cost > 0 or x.code = any('{rate_limited,quota_exceeded}'::text[]))`,
-      [parent!.id, range.from, range.to, range.from.getTime() * 1000, range.to.getTime() * 1000],
+      `explain (analyze, buffers) select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
+         json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::jsonb[])::text as arrays
+       from (
+         select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
+         from request_log_rows r
+         where r.account_id = $1 and r.last_time >= $2 and r.first_time < $3
+         order by r.first_time offset 0
+       ) as r`,
+      [parent!.id, range.from, range.to],
     )
     console.log('\nthe read, EXPLAIN (ANALYZE, BUFFERS):')
     for (const row of explain) console.log(`  ${Object.values(row)[0]}`)
@@ -94,12 +95,18 @@ async function main(): Promise<void> {
     for (let round = 1; round <= ROUNDS; round++) {
       const t0 = performance.now()
       const bound = await replayRecordBound(sql as never, range)
-      // As the route does: each batch replayed while Postgres reads the next.
+      // As the route does: each batch of rows replayed while Postgres reads the next.
       const replay = new LimitReplay(limits, () => 0)
       let read = 0
-      await replayBatches(sql as never, range, undefined, async (records) => {
-        read += records.length
-        await replay.add(records.map(simulatedRequest))
+      await replayInOrder(sql as never, range, undefined, (row, i) => {
+        read++
+        return replay.take(
+          row.tenantIds[i]!,
+          row.timesUs[i]! / 1000,
+          (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
+          row.costs[i]!,
+          row.units?.[i] ?? null,
+        )
       })
       const data = await replay.close()
       const t2 = performance.now()

@@ -17,6 +17,7 @@ import type {
   PolicyState,
   QuotaUse,
   Rate,
+  ReportedUnits,
 } from './types.js'
 
 export interface LimiterOptions {
@@ -36,6 +37,13 @@ export interface LimiterOptions {
 
 /** What a request asks of a limit: its cost, or of a route meter's, one unit held (a balance above zero). */
 const asked = (limit: LeasedLimit, units: number) => (limit.chargedAfter ? 1 : units)
+
+/** `list` with `item` pushed, made on the first: most decisions need none. */
+function pushed<T>(list: T[] | undefined, item: T): T[] {
+  if (list === undefined) return [item]
+  list.push(item)
+  return list
+}
 
 /** How long `warm` waits at most for the first answers. */
 const WARM_WAIT_MS = 300
@@ -190,39 +198,50 @@ export class Limiter {
    * Synchronous, from memory: takes `units` (the request's cost) from every applicable limit only
    * if all of them allow it. A route meter's limit takes nothing now: it lets the request pass
    * while its balance is above zero, and is charged when the answer ends (`charge`).
+   * `forAnswer` false decides alone, for a replay, which sends no answer: no RateLimit fields
+   * (`policies` empty), no Retry-After (0).
    */
-  admit(subjects: readonly LimitSubject[], units = 1): Decision {
+  admit(subjects: readonly LimitSubject[], units = 1, forAnswer = true): Decision {
     const now = this.now()
     const limits = this.applicable(subjects, now)
-    const refusing: LeasedLimit[] = []
-    for (const limit of limits) if (!limit.shadow && !limit.allows(now, asked(limit, units))) refusing.push(limit)
+    let refusing: LeasedLimit[] | undefined
+    for (const limit of limits)
+      if (!limit.shadow && !limit.allows(now, asked(limit, units))) refusing = pushed(refusing, limit)
     // A shadow limit decides as an enforced one would, for an admitted request only, and refuses
     // nothing: what it would refuse takes nothing of it, as a refusal takes nothing.
     let wouldRefuse: PolicyName[] | undefined
     let untaken: PolicyName[] | undefined
-    if (refusing.length === 0)
+    if (refusing === undefined)
       for (const limit of limits) {
         if (limit.shadow && !limit.allows(now, asked(limit, units))) {
-          untaken = [...(untaken ?? []), limit.name]
+          untaken = pushed(untaken, limit.name)
           // One not decided yet (no first answer) would refuse nothing: it is not counted so.
-          if (limit.mode !== 'cold') wouldRefuse = [...(wouldRefuse ?? []), limit.name]
+          if (limit.mode !== 'cold') wouldRefuse = pushed(wouldRefuse, limit.name)
           continue
         }
         if (!limit.chargedAfter) limit.take(now, units)
       }
     if (!this.closed) for (const limit of limits) limit.maintain(now)
-    let retryAfterMs = 0
-    for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, asked(limit, units)))
     // The RateLimit fields are the enforced limits': a shadow limit sends none.
     const policies: PolicyState[] = []
-    for (const limit of limits) if (!limit.shadow) policies.push(limit.state(now))
+    if (forAnswer) for (const limit of limits) if (!limit.shadow) policies.push(limit.state(now))
+    if (refusing === undefined)
+      return {
+        allowed: true,
+        violated: [],
+        retryAfterSeconds: 0,
+        policies,
+        ...(wouldRefuse === undefined ? {} : { wouldRefuse }),
+        ...(untaken === undefined ? {} : { untaken }),
+      }
+    let retryAfterMs = 0
+    if (forAnswer)
+      for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, asked(limit, units)))
     return {
-      allowed: refusing.length === 0,
+      allowed: false,
       violated: refusing.map((limit) => limit.name),
-      retryAfterSeconds: refusing.length === 0 ? 0 : Math.max(1, Math.ceil(retryAfterMs / 1000)),
+      retryAfterSeconds: forAnswer ? Math.max(1, Math.ceil(retryAfterMs / 1000)) : 0,
       policies,
-      ...(wouldRefuse === undefined ? {} : { wouldRefuse }),
-      ...(untaken === undefined ? {} : { untaken }),
     }
   }
 
@@ -230,8 +249,19 @@ export class Limiter {
    * An admitted request's answer ended, and its upstream reported these units by meter: charged
    * to the limits of those meters (below zero if need be: docs/internals.md, limits in units).
    */
-  charge(subjects: readonly LimitSubject[], reported: ReadonlyMap<string, number>): void {
+  charge(subjects: readonly LimitSubject[], reported: ReportedUnits): void {
     const now = this.now()
+    // Its request's limits, found then and none forgotten since: they are the limits as they are now.
+    const known = this.resolved.get(subjects)
+    if (known !== undefined && known.generation === this.generation) {
+      for (const limit of known.limits) {
+        const units = limit.chargedAfter ? reported.get(limit.meter) : undefined
+        if (units === undefined || units <= 0) continue
+        limit.charge(now, units)
+        if (!this.closed) limit.maintain(now)
+      }
+      return
+    }
     for (const subject of subjects) {
       for (const shadow of [false, true]) {
         const meters = shadow ? subject.limits.shadow?.meters : subject.limits.meters

@@ -5,19 +5,7 @@
 // units charged when each answer ended. No other copy of the algorithm exists to drift from it.
 import { Limiter } from './limiter.js'
 import { monthBounds } from './month.js'
-import type { Limits, LimitSubject } from './types.js'
-
-/** One request to replay. */
-export interface SimulatedRequest {
-  tenantId: string
-  /** When it arrived, and when its answer ended (ms since the epoch). */
-  startMs: number
-  endMs: number
-  /** Its route's cost. */
-  cost: number
-  /** The units its upstream reported, by meter; null when none. */
-  units: ReadonlyMap<string, number> | null
-}
+import type { Limits, LimitSubject, ReportedUnits } from './types.js'
 
 /** What the limits would have done to one sub-account's requests. */
 export interface SimulatedTenant {
@@ -36,8 +24,8 @@ export type UseBefore = (tenantId: string, meter: string, month: string) => numb
 
 /** A min-heap of the charges still to come, by when their answers ended. */
 class Charges {
-  private readonly heap: { atMs: number; subjects: readonly LimitSubject[]; units: ReadonlyMap<string, number> }[] = []
-  push(charge: { atMs: number; subjects: readonly LimitSubject[]; units: ReadonlyMap<string, number> }): void {
+  private readonly heap: { atMs: number; subjects: readonly LimitSubject[]; units: ReportedUnits }[] = []
+  push(charge: { atMs: number; subjects: readonly LimitSubject[]; units: ReportedUnits }): void {
     const heap = this.heap
     heap.push(charge)
     for (let i = heap.length - 1; i > 0; ) {
@@ -70,19 +58,39 @@ class Charges {
   }
 }
 
+/** A record's reported units, as the limiter asks for them (a meter's, own properties only). */
+class Reported implements ReportedUnits {
+  readonly units: Readonly<Record<string, number>>
+  constructor(units: Readonly<Record<string, number>>) {
+    this.units = units
+  }
+  get(meter: string): number | undefined {
+    return Object.hasOwn(this.units, meter) ? this.units[meter] : undefined
+  }
+}
+
+/** A sub-account being replayed: its own subjects, and what it has counted so far. */
+interface Replayed extends SimulatedTenant {
+  subjects: readonly LimitSubject[]
+  /** Its quotas decide from memory until then (the end of the month of its last month's read). */
+  warmUntil: number
+  /** The second (whole, since the epoch) of its last request, and how many it has seen in it. */
+  second: number
+  inSecond: number
+}
+
 /**
- * Replays requests (in arrival order, batch after batch as they are read) under `limits`, as each
- * sub-account's own: its rate starts full at its first request of the range, and its quotas count
- * the month's use before it. `close` gives the answer.
+ * Replays requests, taken in the order they arrived, under `limits`, as each sub-account's own:
+ * its rate starts full at its first request of the range, and its quotas count the month's use
+ * before it. `close` gives the answer.
  */
 export class LimitReplay {
   private now = 0
   private readonly limiter: Limiter
-  private readonly subjects = new Map<string, { subjects: readonly LimitSubject[]; warmUntil: number }>()
-  private readonly tenants = new Map<string, SimulatedTenant & { second: number; inSecond: number }>()
+  private readonly tenants = new Map<string, Replayed>()
   private readonly charges = new Charges()
-
   private readonly limits: Limits
+
   constructor(limits: Limits, useBefore: UseBefore) {
     this.limits = limits
     this.limiter = new Limiter({
@@ -94,82 +102,80 @@ export class LimitReplay {
     })
   }
 
-  async add(requests: readonly SimulatedRequest[]): Promise<void> {
-    const limiter = this.limiter
-    for (const request of requests) {
-      // Answers that ended before this request arrived are charged first, as they were.
-      for (
-        let charge = this.charges.due(request.startMs);
-        charge !== undefined;
-        charge = this.charges.due(request.startMs)
-      ) {
-        this.now = charge.atMs
-        limiter.charge(charge.subjects, charge.units)
-      }
-      this.now = request.startMs
-      let own = this.subjects.get(request.tenantId)
-      if (own === undefined) {
-        own = { subjects: [{ tenantId: request.tenantId, level: 'sub_account', limits: this.limits }], warmUntil: 0 }
-        this.subjects.set(request.tenantId, own)
-      }
-      // A quota's month is read before its first decision of the month (the limiter waits for it
-      // as for a lease); within the month its limits decide from memory.
-      if (request.startMs >= own.warmUntil) {
-        await limiter.warm(own.subjects, 10_000, request.cost)
-        own.warmUntil = monthBounds(request.startMs).end
-      }
-      const decision = limiter.admit(own.subjects, request.cost)
-      const tenant = tally(this.tenants, request)
-      if (!decision.allowed) {
-        tenant.would_refuse++
-        tenant.first_refusal_at ??= new Date(request.startMs).toISOString()
-      } else if (request.units !== null)
-        this.charges.push({ atMs: request.endMs, subjects: own.subjects, units: request.units })
+  /**
+   * One request: `tenantId`'s, arrived at `startMs`, its answer ended at `endMs`, at its route's
+   * `cost`, its upstream having reported `units` (by meter, or null). A promise only when it
+   * must wait: for the month's use, read before a quota's first decision of a month (the limiter
+   * waits for it as for a lease); the next request is taken once it has settled.
+   */
+  take(
+    tenantId: string,
+    startMs: number,
+    endMs: number,
+    cost: number,
+    units: Readonly<Record<string, number>> | null,
+  ): Promise<void> | undefined {
+    // Answers that ended before this request arrived are charged first, as they were.
+    for (let charge = this.charges.due(startMs); charge !== undefined; charge = this.charges.due(startMs)) {
+      this.now = charge.atMs
+      this.limiter.charge(charge.subjects, charge.units)
     }
+    this.now = startMs
+    const tenant = this.tenants.get(tenantId) ?? this.newTenant(tenantId)
+    const reported = units === null ? null : new Reported(units)
+    if (startMs < tenant.warmUntil) {
+      this.decide(tenant, startMs, endMs, cost, reported)
+      return undefined
+    }
+    return this.limiter.warm(tenant.subjects, 10_000, cost).then(() => {
+      tenant.warmUntil = monthBounds(startMs).end
+      this.now = startMs
+      this.decide(tenant, startMs, endMs, cost, reported)
+    })
   }
 
-  /** Every sub-account replayed, and what the limits would have done to it. */
-  async close(): Promise<SimulatedTenant[]> {
-    await this.limiter.close()
-    return [...this.tenants.values()].map(({ second: _, inSecond: __, ...tenant }) => tenant)
-  }
-}
-
-/** `LimitReplay` over requests all at hand. */
-export async function simulateLimits(
-  requests: readonly SimulatedRequest[],
-  limits: Limits,
-  useBefore: UseBefore,
-): Promise<SimulatedTenant[]> {
-  const replay = new LimitReplay(limits, useBefore)
-  await replay.add(requests)
-  return replay.close()
-}
-
-/** Counts a request for its sub-account: its units, and the busiest second. */
-function tally(
-  tenants: Map<string, SimulatedTenant & { second: number; inSecond: number }>,
-  request: SimulatedRequest,
-): SimulatedTenant & { second: number; inSecond: number } {
-  let tenant = tenants.get(request.tenantId)
-  if (tenant === undefined) {
-    tenant = {
-      sub_account_id: request.tenantId,
+  private newTenant(tenantId: string): Replayed {
+    const tenant: Replayed = {
+      sub_account_id: tenantId,
       requests: 0,
       would_refuse: 0,
       first_refusal_at: null,
       peak_second: { at: '', requests: 0 },
       units: {},
+      subjects: [{ tenantId, level: 'sub_account', limits: this.limits }],
+      warmUntil: 0,
       second: -1,
       inSecond: 0,
     }
-    tenants.set(request.tenantId, tenant)
+    this.tenants.set(tenantId, tenant)
+    return tenant
   }
+
+  private decide(tenant: Replayed, startMs: number, endMs: number, cost: number, reported: Reported | null): void {
+    tally(tenant, startMs, cost, reported)
+    if (!this.limiter.admit(tenant.subjects, cost, false).allowed) {
+      tenant.would_refuse++
+      tenant.first_refusal_at ??= new Date(startMs).toISOString()
+    } else if (reported !== null) this.charges.push({ atMs: endMs, subjects: tenant.subjects, units: reported })
+  }
+
+  /** Every sub-account replayed, and what the limits would have done to it. */
+  async close(): Promise<SimulatedTenant[]> {
+    await this.limiter.close()
+    return [...this.tenants.values()].map(
+      ({ subjects: _, warmUntil: __, second: ___, inSecond: ____, ...tenant }) => tenant,
+    )
+  }
+}
+
+/** Counts a request for its sub-account: its units, and the busiest second. */
+function tally(tenant: Replayed, startMs: number, cost: number, reported: Reported | null): void {
   tenant.requests++
-  tenant.units.requests = (tenant.units.requests ?? 0) + request.cost
-  if (request.units !== null)
-    for (const [meter, units] of request.units) tenant.units[meter] = (tenant.units[meter] ?? 0) + units
-  const second = Math.floor(request.startMs / 1000)
+  tenant.units.requests = (tenant.units.requests ?? 0) + cost
+  if (reported !== null)
+    for (const meter of Object.keys(reported.units))
+      tenant.units[meter] = (tenant.units[meter] ?? 0) + reported.units[meter]!
+  const second = Math.floor(startMs / 1000)
   if (second !== tenant.second) {
     tenant.second = second
     tenant.inSecond = 0
@@ -177,5 +183,4 @@ function tally(
   tenant.inSecond++
   if (tenant.inSecond > tenant.peak_second.requests)
     tenant.peak_second = { at: new Date(second * 1000).toISOString(), requests: tenant.inSecond }
-  return tenant
 }

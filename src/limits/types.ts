@@ -112,3 +112,8 @@ export interface QuotaUse {
   /** The quota's own alert thresholds (%); null: the defaults. */
   alertThresholds: readonly number[] | null
 }
+
+/** The units an upstream reported for one answer, by meter: all a limit asks of them (a Map is one). */
+export interface ReportedUnits {
+  get(meter: string): number | undefined
+}

@@ -3,14 +3,9 @@
 import { validationFailed } from '../errors.js'
 import { periodUseBetween } from '../limits/store.js'
 import { limitsOf } from '../limits/subjects.js'
-import { LimitReplay, type SimulatedRequest } from '../limits/simulation.js'
+import { LimitReplay } from '../limits/simulation.js'
 import { dayOf } from '../request-log/partitions.js'
-import {
-  forwardedUnitsBetween,
-  type ReplayRecord,
-  replayBatches,
-  replayRecordBound,
-} from '../request-log/replay-records.js'
+import { forwardedUnitsBetween, replayInOrder, replayRecordBound } from '../request-log/replay-records.js'
 import { Simulation, SimulationBody } from '../schemas/limit-simulations.js'
 import { bodyLimits } from './body-limits.js'
 import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
@@ -22,18 +17,6 @@ export const SIMULATION_MAX_RECORDS = 10_000_000
 
 /** No limit: every request passes (a simulation of `limits` that set none). */
 const NO_LIMITS = { rate: null, monthlyQuota: null }
-
-/** A record of the log as the replay takes it. */
-export function simulatedRequest(record: ReplayRecord): SimulatedRequest {
-  const startMs = Number(record.time_us) / 1000
-  return {
-    tenantId: record.tenant_id,
-    startMs,
-    endMs: startMs + Number(record.duration_us) / 1000,
-    cost: record.cost,
-    units: record.units === null ? null : new Map(Object.entries(JSON.parse(record.units) as Record<string, number>)),
-  }
-}
 
 /** An RFC 3339 instant of the body as a Date; a 400 naming the field when it is not one. */
 function instant(value: string, field: 'from' | 'to'): Date {
@@ -102,8 +85,14 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
               message: `the range holds up to ${bound} records of the request log, over the ${SIMULATION_MAX_RECORDS} a simulation reads: shorten it, or name a sub_account_id`,
             },
           ])
-        await replayBatches(requestLog.sql, range, requestLog.statementTimeoutMs, (records) =>
-          replay.add(records.map(simulatedRequest)),
+        await replayInOrder(requestLog.sql, range, requestLog.statementTimeoutMs, (row, i) =>
+          replay.take(
+            row.tenantIds[i]!,
+            row.timesUs[i]! / 1000,
+            (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
+            row.costs[i]!,
+            row.units?.[i] ?? null,
+          ),
         )
       })
       const data = await replay.close()

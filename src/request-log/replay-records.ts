@@ -1,23 +1,11 @@
 // The requests a limit simulation replays (docs/api.md, The limit simulator): a parent's
 // sub-accounts' records of a range that reached the limits, forwarded or refused by one, in the
 // order they arrived, with what each counted (its route's cost, the units its upstream reported).
-import type { Sql } from '../store/db.js'
+import type { Sql, Tx } from '../store/db.js'
 import { readSettings } from './queries.js'
 
-/** One record as the simulator replays it. */
-export interface ReplayRecord {
-  tenant_id: string
-  /** When it arrived, µs since the epoch (as the log keeps it). */
-  time_us: string
-  duration_us: string
-  /** Its route's cost (kept negative for a request the gateway refused: read back positive). */
-  cost: number
-  /** The units its upstream reported, JSON by meter; null when none. */
-  units: string | null
-}
-
 /** The refusals of a limit: what a replay counts as having reached the limits, beside the forwarded. */
-const LIMIT_REFUSALS = '{rate_limited,quota_exceeded}'
+const LIMIT_REFUSALS = new Set(['rate_limited', 'quota_exceeded'])
 
 export interface ReplayRange {
   accountId: string
@@ -27,58 +15,192 @@ export interface ReplayRange {
   to: Date
 }
 
+/** One row of the log, as a replay reads its records: its arrays, by position. */
+export interface ReplayRow {
+  tenantIds: string[]
+  /** When each arrived, and how long its answer took (µs). */
+  timesUs: number[]
+  durationsUs: number[]
+  /** Each one's route cost, made positive (a refusal's is kept negative). */
+  costs: number[]
+  /** The units its upstream reported, by meter; null when none (the whole array, when no record reported any). */
+  units: (Readonly<Record<string, number>> | null)[] | null
+}
+
+/** The rows overlapping the range that may hold a sub-account's records of it. */
+function rowsOf(tx: Tx, range: ReplayRange) {
+  return tx`
+    from request_log_rows r
+    where r.account_id = ${range.accountId} and r.last_time >= ${range.from} and r.first_time < ${range.to}
+      and (${range.tenantId}::uuid is null or ${range.tenantId}::uuid = any(r.tenant_set))`
+}
+
 /** How many records the rows that overlap the range hold, at most: a bound read from the rows' summaries. */
 export async function replayRecordBound(sql: Sql, range: ReplayRange, statementTimeoutMs?: number): Promise<number> {
   return sql.begin(async (tx) => {
     await readSettings(tx, statementTimeoutMs)
-    const [row] = await tx<{ n: string }[]>`
-      select coalesce(sum(r.records), 0)::text as n from request_log_rows r
-      where r.account_id = ${range.accountId} and r.last_time >= ${range.from} and r.first_time < ${range.to}
-        and (${range.tenantId}::uuid is null or ${range.tenantId}::uuid = any(r.tenant_set))`
+    const [row] = await tx<{ n: string }[]>`select coalesce(sum(r.records), 0)::text as n ${rowsOf(tx, range)}`
     return Number(row!.n)
   })
 }
 
-/** The range's records that reached the limits, of sub-accounts only, in arrival order. */
-export async function replayRecords(
-  sql: Sql,
-  range: ReplayRange,
-  statementTimeoutMs?: number,
-): Promise<ReplayRecord[]> {
-  const records: ReplayRecord[] = []
-  await replayBatches(sql, range, statementTimeoutMs, async (batch) => {
-    for (const record of batch) records.push(record)
-  })
-  return records
-}
+/** Rows a batch: up to 5·10^4 records (a few MB). Postgres reads the next while the caller replays this one. */
+const BATCH_ROWS = 100
 
-/** Records a batch: Postgres reads the next while the caller replays this one. */
-const BATCH_RECORDS = 10_000
-
-/** `replayRecords` a batch at a time, in order, each handed to `each` before the next is read. */
-export async function replayBatches(
+/**
+ * The range's records that reached the limits (forwarded, or refused by a limit), of sub-accounts
+ * only, handed to `each` in the order they arrived, by their row and position. `each` returns a
+ * promise only when it must wait, and the next record waits for it.
+ *
+ * Postgres sends whole rows, in the order of their first record, as JSON (far less work for both
+ * than a row per record sorted there); each row's records are put in time order, and the rows that
+ * overlap (two replicas', or a slow answer's) merged: a record is handed on once no row still to
+ * come can hold an earlier one.
+ */
+export async function replayInOrder(
   sql: Sql,
   range: ReplayRange,
   statementTimeoutMs: number | undefined,
-  each: (records: readonly ReplayRecord[]) => Promise<void>,
+  each: (row: ReplayRow, position: number) => Promise<void> | undefined,
 ): Promise<void> {
-  const fromUs = range.from.getTime() * 1000
-  const toUs = range.to.getTime() * 1000
+  const runs = new RunHeap()
+  const emitUntil = async (horizonUs: number) => {
+    for (let run = runs.top(); run !== undefined && run.timeUs() < horizonUs; run = runs.top()) {
+      const waiting = each(run.row, run.position())
+      if (waiting !== undefined) await waiting
+      runs.advance()
+    }
+  }
+  const taken = takenRecords(range)
   await sql.begin(async (tx) => {
     await readSettings(tx, statementTimeoutMs)
-    await tx<ReplayRecord[]>`
-      select x.tenant_id, x.time_us::text, x.duration_us::text, abs(x.cost) as cost, x.units
-      from request_log_rows r
-        cross join lateral unnest(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.units, r.codes)
-          as x (tenant_id, time_us, duration_us, cost, units, code)
-      where r.account_id = ${range.accountId} and r.last_time >= ${range.from} and r.first_time < ${range.to}
-        and (${range.tenantId}::uuid is null or ${range.tenantId}::uuid = any(r.tenant_set))
-        and x.time_us >= ${fromUs} and x.time_us < ${toUs}
-        and x.tenant_id <> ${range.accountId}
-        and (${range.tenantId}::uuid is null or x.tenant_id = ${range.tenantId}::uuid)
-        and (x.cost > 0 or x.code = any(${LIMIT_REFUSALS}::text[]))
-      order by x.time_us`.cursor(BATCH_RECORDS, (rows) => each(rows))
+    // Sorted first, then made JSON row by row as they are sent: made before the sort, every row's
+    // JSON would be built (and spilled to disk) before the first is sent. `offset 0` keeps it so.
+    const query = tx<{ first_us: string; arrays: string }[]>`
+      select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
+        json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::jsonb[])::text as arrays
+      from (
+        select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
+        ${rowsOf(tx, range)}
+        order by r.first_time offset 0
+      ) as r`
+    const batches = query.cursor(BATCH_ROWS)[Symbol.asyncIterator]()
+    try {
+      let next = batches.next()
+      for (let batch = await next; !batch.done; batch = await next) {
+        next = batches.next()
+        for (const row of batch.value) {
+          // No row still to come holds a record earlier than this one's first.
+          await emitUntil(Number(row.first_us))
+          const run = taken(JSON.parse(row.arrays))
+          if (run !== null) runs.push(run)
+        }
+      }
+    } finally {
+      await batches.return?.()
+    }
   })
+  await emitUntil(Number.POSITIVE_INFINITY)
+}
+
+/** A row's arrays as Postgres sends them: tenant ids, times, durations, costs, codes, units. */
+type RowArrays = [
+  string[],
+  number[],
+  number[],
+  (number | null)[] | null,
+  (string | null)[],
+  (Record<string, number> | null)[] | null,
+]
+
+/** What a replay takes of a row: its records in the range, of the range's sub-accounts, forwarded or refused by a limit. */
+function takenRecords(range: ReplayRange): (arrays: RowArrays) => Run | null {
+  const fromUs = range.from.getTime() * 1000
+  const toUs = range.to.getTime() * 1000
+  return ([tenantIds, timesUs, durationsUs, costs, codes, units]) => {
+    const order: number[] = []
+    const positive: number[] = new Array(timesUs.length)
+    let sorted = true
+    for (let i = 0; i < timesUs.length; i++) {
+      const time = timesUs[i]!
+      if (time < fromUs || time >= toUs) continue
+      const tenant = tenantIds[i]!
+      if (tenant === range.accountId || (range.tenantId !== null && tenant !== range.tenantId)) continue
+      // A row written before costs were kept knows a limit's refusals (by code) but not its forwarded.
+      const cost = costs === null ? -1 : (costs[i] ?? -1)
+      if (cost <= 0 && !(cost < 0 && LIMIT_REFUSALS.has(codes[i]!))) continue
+      positive[i] = Math.abs(cost)
+      if (order.length > 0 && timesUs[order[order.length - 1]!]! > time) sorted = false
+      order.push(i)
+    }
+    if (order.length === 0) return null
+    if (!sorted) order.sort((a, b) => timesUs[a]! - timesUs[b]!)
+    return new Run({ tenantIds, timesUs, durationsUs, costs: positive, units }, order)
+  }
+}
+
+/** One row's records still to hand on, in time order. */
+class Run {
+  private at = 0
+  readonly row: ReplayRow
+  private readonly order: number[]
+  constructor(row: ReplayRow, order: number[]) {
+    this.row = row
+    this.order = order
+  }
+  position(): number {
+    return this.order[this.at]!
+  }
+  timeUs(): number {
+    return this.row.timesUs[this.order[this.at]!]!
+  }
+  /** Moves on; false when none is left. */
+  next(): boolean {
+    return ++this.at < this.order.length
+  }
+}
+
+/** The runs by their next record's time: a few at once (the rows that overlap in time). */
+class RunHeap {
+  private readonly heap: Run[] = []
+  top(): Run | undefined {
+    return this.heap[0]
+  }
+  push(run: Run): void {
+    this.heap.push(run)
+    this.up(this.heap.length - 1)
+  }
+  /** The top run moves on to its next record, or leaves when it has none. */
+  advance(): void {
+    const heap = this.heap
+    if (!heap[0]!.next()) {
+      const last = heap.pop()!
+      if (heap.length === 0) return
+      heap[0] = last
+    }
+    this.down(0)
+  }
+  private up(i: number): void {
+    const heap = this.heap
+    while (i > 0) {
+      const parent = (i - 1) >> 1
+      if (heap[parent]!.timeUs() <= heap[i]!.timeUs()) return
+      ;[heap[parent], heap[i]] = [heap[i]!, heap[parent]!]
+      i = parent
+    }
+  }
+  private down(i: number): void {
+    const heap = this.heap
+    for (;;) {
+      const left = 2 * i + 1
+      let least = i
+      if (left < heap.length && heap[left]!.timeUs() < heap[least]!.timeUs()) least = left
+      if (left + 1 < heap.length && heap[left + 1]!.timeUs() < heap[least]!.timeUs()) least = left + 1
+      if (least === i) return
+      ;[heap[least], heap[i]] = [heap[i]!, heap[least]!]
+      i = least
+    }
+  }
 }
 
 /**

@@ -3,11 +3,18 @@
 // are charged when each answer ended, in that order, not when it began; a busiest second and a
 // first refusal are said.
 import t from 'tap'
-import { simulateLimits, type SimulatedRequest } from '../../src/limits/simulation.js'
+import { LimitReplay, type UseBefore } from '../../src/limits/simulation.js'
 import type { Limits } from '../../src/limits/types.js'
 
+interface Request {
+  tenantId: string
+  startMs: number
+  endMs: number
+  cost: number
+  units: Record<string, number> | null
+}
 const DEC = Date.UTC(2026, 11, 1)
-const request = (startMs: number, fields: Partial<SimulatedRequest> = {}): SimulatedRequest => ({
+const request = (startMs: number, fields: Partial<Request> = {}): Request => ({
   tenantId: 'sub-1',
   startMs,
   endMs: startMs + 10,
@@ -15,6 +22,13 @@ const request = (startMs: number, fields: Partial<SimulatedRequest> = {}): Simul
   units: null,
   ...fields,
 })
+
+/** Each request taken in turn, as the route takes the log's, waiting only when the replay asks. */
+async function simulateLimits(requests: readonly Request[], limits: Limits, useBefore: UseBefore) {
+  const replay = new LimitReplay(limits, useBefore)
+  for (const r of requests) await replay.take(r.tenantId, r.startMs, r.endMs, r.cost, r.units)
+  return replay.close()
+}
 
 t.test('a quota across a month boundary: November counts its use before, December starts at 0', async (t) => {
   const limits: Limits = { rate: null, monthlyQuota: { requests: 5 } }
@@ -39,7 +53,7 @@ t.test('units are charged when each answer ended, in that order', async (t) => {
     monthlyQuota: null,
     meters: [{ meter: 'tokens', rate: null, monthlyQuota: { requests: 100 } }],
   }
-  const tokens = (n: number) => new Map([['tokens', n]])
+  const tokens = (n: number) => ({ tokens: n })
   const start = DEC + 3_600_000
   const [tenant] = await simulateLimits(
     [

@@ -1,0 +1,90 @@
+// The simulator's read of the request log (request-log/replay-records.ts) on a real Postgres: the
+// records of a range that reached the limits, of sub-accounts only, handed on in the order they
+// arrived, though two writers' rows overlap in time and a row keeps its records as they ended.
+import pino from 'pino'
+import t from 'tap'
+import type { RequestRecord } from '../../src/request-log/capture.js'
+import { replayInOrder, type ReplayRange } from '../../src/request-log/replay-records.js'
+import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { writerOn } from '../helpers/request-log-rows.js'
+import { ACCOUNTS, logRecord, madeId, uuid } from '../helpers/request-records.js'
+
+const [account, otherAccount] = ACCOUNTS as [string, string]
+const subs = [uuid(2, 1), uuid(2, 2), uuid(2, 3)]
+const base = Date.now() - 3_600_000
+let count = 0
+const record = (atS: number, fields: Partial<RequestRecord> = {}): RequestRecord =>
+  logRecord({ id: madeId(++count), path: '/api/x', timeMs: base + atS * 1000, accountId: account, ...fields })
+const range = (fromS: number, toS: number, tenantId: string | null = null): ReplayRange => ({
+  accountId: account,
+  tenantId,
+  from: new Date(base + fromS * 1000),
+  to: new Date(base + toS * 1000),
+})
+
+/** What `replayInOrder` hands on: [tenant, second, cost, units]. */
+async function replayed(sql: Parameters<typeof replayInOrder>[0], of: ReplayRange) {
+  const seen: [string, number, number, unknown][] = []
+  await replayInOrder(sql, of, undefined, (row, i) => {
+    seen.push([
+      row.tenantIds[i]!,
+      Math.round((row.timesUs[i]! / 1000 - base) / 1000),
+      row.costs[i]!,
+      row.units?.[i] ?? null,
+    ])
+    return undefined
+  })
+  return seen
+}
+
+t.test('in arrival order across overlapping rows, each kept as its answers ended', async (t) => {
+  const { sql, writer } = await writerOn(t, 4)
+  const second = new RequestLogWriter({ sql, log: pino({ level: 'silent' }), rowRecords: 3 })
+  t.teardown(() => second.close())
+  // Seconds 1..40, each written a little out of order, alternately by two writers (two replicas).
+  const seconds = Array.from({ length: 40 }, (_, i) => i + 1)
+  const asEnded = [...seconds].sort((a, b) => a + ((a * 7) % 5) - (b + ((b * 7) % 5)))
+  t.not(asEnded.join(), seconds.join(), 'the records are written out of order')
+  asEnded.forEach((s, i) => {
+    const units = s % 4 === 0 ? `{"tokens":${s}}` : null
+    ;(i % 3 === 0 ? second : writer).add(record(s, { tenantId: subs[s % 3]!, cost: 1 + (s % 2), units }))
+  })
+  await Promise.all([writer.flush(), second.flush()])
+  const seen = await replayed(sql, range(0, 100))
+  t.same(
+    seen,
+    seconds.map((s) => [subs[s % 3], s, 1 + (s % 2), s % 4 === 0 ? { tokens: s } : null]),
+    'every record, in time order, with its cost and units',
+  )
+  t.same(
+    (await replayed(sql, range(10, 20, subs[1]))).map(([, s]) => s),
+    [10, 13, 16, 19],
+    "one sub-account's, within [from, to)",
+  )
+})
+
+t.test('only what reached the limits: forwarded, or refused by a limit; never the account', async (t) => {
+  const { sql, writer } = await writerOn(t, 100)
+  const sub = subs[0]!
+  const cases: [string, RequestRecord, boolean][] = [
+    ['forwarded', record(1, { tenantId: sub }), true],
+    ['refused by a rate', record(2, { tenantId: sub, status: 429, code: 'rate_limited', forwarded: false }), true],
+    ['refused by a quota', record(3, { tenantId: sub, status: 429, code: 'quota_exceeded', forwarded: false }), true],
+    [
+      'refused before the limits',
+      record(4, { tenantId: sub, status: 403, code: 'ip_not_allowed', forwarded: false }),
+      false,
+    ],
+    ['a management request (cost 0)', record(5, { tenantId: sub, route: 'management', cost: 0 }), false],
+    ["the account's own", record(6, { tenantId: account }), false],
+    ["another account's", record(7, { tenantId: sub, accountId: otherAccount }), false],
+    ['an upstream error, forwarded', record(8, { tenantId: sub, status: 502 }), true],
+  ]
+  for (const [, r] of cases) writer.add(r)
+  await writer.flush()
+  t.same(
+    (await replayed(sql, range(0, 100))).map(([, s, cost]) => [s, cost]),
+    cases.filter(([, , taken]) => taken).map(([, r]) => [Math.round((r.timeMs - base) / 1000), 1]),
+    cases.map(([what, , taken]) => `${what}: ${taken ? 'taken' : 'not'}`).join('; '),
+  )
+})
