@@ -1,4 +1,5 @@
-// The limits fields (rate and monthly quota) of the create and edit forms; blank means no limit.
+// The limits fields (rate and monthly quota) of the create, edit and Preview forms; blank means no
+// limit. Uncontrolled (default values): a Preview shown beside them must not reset what was typed.
 // Limits in units (a route meter's) are shown, set through the API, and kept by a save.
 import { perDuration } from './key-policy.js'
 import type { Limits } from './types.js'
@@ -15,7 +16,7 @@ export function LimitsFields({ prefix, limits }: { prefix: string; limits: Limit
           type="number"
           min={1}
           inputMode="numeric"
-          value={limits?.rate?.requests ?? ''}
+          defaultValue={String(limits?.rate?.requests ?? '')}
         />
       </div>
       <div class="field">
@@ -27,7 +28,7 @@ export function LimitsFields({ prefix, limits }: { prefix: string; limits: Limit
           min={1}
           max={3600}
           inputMode="numeric"
-          value={limits?.rate?.per_seconds ?? ''}
+          defaultValue={String(limits?.rate?.per_seconds ?? '')}
         />
       </div>
       <div class="field">
@@ -38,7 +39,7 @@ export function LimitsFields({ prefix, limits }: { prefix: string; limits: Limit
           type="number"
           min={1}
           inputMode="numeric"
-          value={limits?.monthly_quota?.requests ?? ''}
+          defaultValue={String(limits?.monthly_quota?.requests ?? '')}
         />
       </div>
       {limits?.meters === undefined ? null : (

@@ -5,6 +5,7 @@ import { ApiError, api } from './api.js'
 import { Confirmation, CopyButton, doneAt, ErrorMessage, formatTime, Loading, useAction } from './components.js'
 import { hasKeyPolicy, KeyPolicySection } from './key-policy.js'
 import { KeysSection } from './keys.js'
+import { ShadowLimitsSection, useLimitPreview } from './limit-preview.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
 import { PortalSessionsSection } from './portal-sessions.js'
 import { requestsHash } from './request-filters.js'
@@ -124,6 +125,7 @@ export function SubAccountScreen({ id }: { id: string }) {
               confirmation={confirmation('policy')}
             />
           </div>
+          {sub.limits.shadow !== undefined && <ShadowLimitsSection subAccountId={sub.id} shadow={sub.limits.shadow} />}
           <KeysSection subId={sub.id} policy={sub.key_policy} />
           {sub.status === 'active' && <PortalSessionsSection subId={sub.id} />}
           <UsagePanel subAccount={sub} />
@@ -260,6 +262,7 @@ function EditForm({ sub, onSaved, confirmation }: FormProps) {
 
 function LimitsForm({ sub, onSaved, confirmation }: FormProps) {
   const action = useAction()
+  const preview = useLimitPreview(sub.id, sub.limits, () => sub.name)
   const submit = (e: Event) => {
     e.preventDefault()
     const form = new FormData(e.currentTarget as HTMLFormElement)
@@ -273,10 +276,14 @@ function LimitsForm({ sub, onSaved, confirmation }: FormProps) {
       <h2 id="limits-title">Limits</h2>
       <LimitsFields prefix="edit" limits={sub.limits} />
       <ErrorMessage error={action.error} />
-      <button type="submit" disabled={action.busy}>
-        Save limits
-      </button>
+      <div class="actions">
+        <button type="submit" disabled={action.busy}>
+          Save limits
+        </button>
+        {preview.button}
+      </div>
       <Confirmation text={action.error === null ? confirmation : null} testId="limits-saved" />
+      {preview.result}
     </form>
   )
 }

@@ -6,6 +6,7 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
 import { perDuration } from './key-policy.js'
+import { useLimitPreview } from './limit-preview.js'
 import { describeMeterLimits, LimitsFields, limitsFromForm } from './limits.js'
 import type { SubAccount, SubAccountListed } from './types.js'
 
@@ -39,6 +40,7 @@ export function SubAccountsScreen() {
   const [page, setPage] = useState<Page<SubAccountListed> | null>(null)
   const [reload, setReload] = useState(0)
   const [creating, setCreating] = useState(false)
+  const [trying, setTrying] = useState(false)
   const [sort, setSort] = useState<Sort>('created_at')
   const newButton = useRef<HTMLButtonElement>(null)
   const pager = usePager()
@@ -98,10 +100,16 @@ export function SubAccountsScreen() {
     <section aria-labelledby="subaccounts-title">
       <div class="heading-row">
         <h1 id="subaccounts-title">Sub-accounts</h1>
-        <button type="button" ref={newButton} onClick={() => setCreating(!creating)} aria-expanded={creating}>
-          New sub-account
-        </button>
+        <div class="actions">
+          <button type="button" ref={newButton} onClick={() => setCreating(!creating)} aria-expanded={creating}>
+            New sub-account
+          </button>
+          <button type="button" class="secondary" onClick={() => setTrying(!trying)} aria-expanded={trying}>
+            Try a limit on every sub-account
+          </button>
+        </div>
       </div>
+      {trying && <TryLimitForm nameOf={(id) => page?.data.find((s) => s.id === id)?.name ?? id} />}
       {creating && (
         <CreateForm
           onCreated={(s) => {
@@ -250,6 +258,23 @@ export function describeLimits(s: SubAccount): string {
   if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
   if (s.limits.meters !== undefined) parts.push(describeMeterLimits(s.limits))
   return parts.length === 0 ? 'none' : parts.join(', ')
+}
+
+/**
+ * Limits tried on every sub-account, each as its own: whom they would have refused over the last
+ * 7 days (the account-level view of a Preview; nothing is saved).
+ */
+function TryLimitForm({ nameOf }: { nameOf: (id: string) => string }) {
+  const preview = useLimitPreview(null, null, nameOf)
+  return (
+    <form class="card" onSubmit={(e) => e.preventDefault()} aria-labelledby="try-title">
+      <h2 id="try-title">Try a limit on every sub-account</h2>
+      <p class="hint">Each sub-account under these limits as its own, over the last 7 days. Nothing is saved.</p>
+      <LimitsFields prefix="try" limits={null} />
+      <div class="actions">{preview.button}</div>
+      {preview.result}
+    </form>
+  )
 }
 
 function CreateForm({ onCreated, onCancel }: { onCreated: (s: SubAccount) => void; onCancel: () => void }) {

@@ -11,6 +11,7 @@ import type {
 } from '../../schemas/keys.js'
 import type { Event as EventSchema } from '../../schemas/events.js'
 import type { Limits as LimitsSchema } from '../../schemas/limits.js'
+import type { Simulation as SimulationSchema } from '../../schemas/limit-simulations.js'
 import type {
   SubAccount as SubAccountSchema,
   SubAccountWithFigures as SubAccountWithFiguresSchema,
@@ -40,3 +41,5 @@ export type AccountLimits = Static<typeof AccountLimitsSchema>
 export type WebhookEndpoint = Static<typeof WebhookEndpointSchema>
 export type Delivery = Static<typeof DeliveryAttemptSchema>
 export type RequestRecord = Static<typeof RequestRecordSchema>
+/** What the limit simulator answers: per sub-account, most refused first, and the totals. */
+export type Simulation = Static<typeof SimulationSchema>
