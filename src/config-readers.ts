@@ -53,11 +53,14 @@ export function parseUrl(env: Env, name: string, protocols: readonly string[]): 
   try {
     url = new URL(raw)
   } catch {
-    throw new ConfigError(name, 'is not a valid URL')
+    throw new ConfigError(name, `is not a valid URL: write the scheme first, as in ${protocols[0]}//host:port`)
   }
   if (!protocols.includes(url.protocol)) {
     // Never echo the value: a connection string may carry a password.
-    throw new ConfigError(name, `must use one of ${protocols.map((p) => p.replace(':', '://')).join(', ')}`)
+    throw new ConfigError(
+      name,
+      `must use one of ${protocols.map((p) => p.replace(':', '://')).join(', ')} (a host and port alone needs one first)`,
+    )
   }
   return raw
 }

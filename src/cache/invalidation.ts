@@ -15,7 +15,8 @@ import {
   legacyGenerationKey,
   stampKey,
 } from './entry-names.js'
-import { openRedis, type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
+import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
+import type { OutageNotice } from './outage-notice.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
 
 /** What a change tells the caches once it has committed. */
@@ -69,6 +70,8 @@ export interface InvalidationBusOptions {
   distrustLocal(): void
   /** A command failed or timed out: the cache backs off Redis for a moment. */
   redisFailed(err: unknown): void
+  /** Where the subscriber's failures and returns are said (shared with the commands connection). */
+  outage: OutageNotice
 }
 
 export class InvalidationBus {
@@ -104,20 +107,15 @@ export class InvalidationBus {
       // Not on the request path: the subscription waits for the connection, however long.
       maxRetriesPerRequest: null,
     })
-    // Its errors say nothing about the command connection: no backoff for lookups, a warning only.
-    let lastWarning = 0
-    subscriber.on('error', (err) => {
-      const now = Date.now()
-      if (now - lastWarning < this.options.timings.redisBackoffMs) return
-      lastWarning = now
-      this.options.log.warn({ err }, `redis (${variableOf(target)}) subscriber failed; reconnecting`)
-    })
+    // Its errors say nothing about the command connection: no backoff for lookups, the log only.
+    subscriber.on('error', (err) => this.options.outage.failed('subscriber', err))
     const up = this.options.metrics.redisUp.subscriber
     up.set(0)
     subscriber.on('close', () => up.set(0))
     // Reconnected: messages sent while it was away are lost, so forget everything local.
     subscriber.on('ready', () => {
       up.set(1)
+      this.options.outage.recovered('subscriber')
       this.options.distrustLocal()
     })
     // A cluster client moves its subscription to another node when its node leaves, and says

@@ -7,6 +7,7 @@ import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, entryKey, type EvictionListener, generationKey, stampKey } from './entry-names.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged, withinMs } from './redis-commands.js'
+import { OutageNotice } from './outage-notice.js'
 import { MasterWatch, type RedisMasters } from './redis-masters.js'
 import { type RedisClient, type RedisTarget, variableOf } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS, DEFAULT_TIMINGS, type CacheTimings, type TenancyCacheOptions } from './settings.js'
@@ -39,6 +40,8 @@ export class TenancyCache implements CacheInvalidator {
   private readonly prefix: string
   /** The variable that names the Redis, for warnings (REDIS_SENTINELS, REDIS_CLUSTER_NODES or REDIS_URL). */
   private readonly redisVariable: string
+  /** Redis's outages, said once as they begin, once a minute, and as they end. */
+  private readonly outage: OutageNotice
   /** Bumped by every eviction: a fill that started before one must not store what it read. */
   private epoch = 0
   /** How long a proxied route may reuse an admission (tenancy/recent-admissions.ts): a fifth of the TTL, at most 1 s. */
@@ -84,6 +87,10 @@ export class TenancyCache implements CacheInvalidator {
     this.timings = { ...DEFAULT_TIMINGS, ...options.timings }
     this.prefix = options.keyPrefix
     this.redisVariable = options.redis === undefined ? 'REDIS_URL' : variableOf(options.redis)
+    this.outage = new OutageNotice(options.log, {
+      failed: `redis (${this.redisVariable}) failed; using postgres until it answers again`,
+      recovered: `redis (${this.redisVariable}) answers again`,
+    })
     this.reuseWindowMs = Math.min(1_000, Math.floor(this.timings.localTtlMs / 5))
     this.foundTtlMs = this.timings.localTtlMs - this.reuseWindowMs
     this.refreshAfterMs = Math.floor(this.foundTtlMs / 2)
@@ -121,6 +128,7 @@ export class TenancyCache implements CacheInvalidator {
             evict: (keys) => this.evictLocal(keys),
             distrustLocal: () => this.clearLocal(),
             redisFailed: (err) => this.redisFailed(err),
+            outage: this.outage,
           })
     this.lookups = this.cachedLookups(options.source)
   }
@@ -132,6 +140,7 @@ export class TenancyCache implements CacheInvalidator {
       down: () => up.set(0),
       ready: () => {
         up.set(1)
+        this.outage.recovered('commands')
         this.bus?.resendUnsent()
       },
     })
@@ -294,11 +303,8 @@ export class TenancyCache implements CacheInvalidator {
 
   private redisFailed(err: unknown): void {
     this.options.metrics.redisErrors.inc()
-    const now = Date.now()
-    // One warning per backoff window, not one per request.
-    if (now >= this.redisSkipUntil)
-      this.options.log.warn({ err }, `redis (${this.redisVariable}) failed; using postgres until it answers again`)
-    this.redisSkipUntil = now + this.timings.redisBackoffMs
+    this.outage.failed('commands', err)
+    this.redisSkipUntil = Date.now() + this.timings.redisBackoffMs
   }
 
   private evictLocal(keys: readonly string[]): void {

@@ -2,6 +2,7 @@
 // that UPSTREAM_URL adds. A mistake stops the gateway with one line that names the route.
 import { ConfigError } from '../config-readers.js'
 import { SCOPE_PATTERN } from '../shared/scopes.js'
+import { CONSOLE_PREFIX, PORTAL_PREFIX } from '../shared/paths.js'
 import { defaultPerAccount, defaultPerTenant } from './concurrency.js'
 import { headerReading, isTrustedLookalike, NO_HEADERS } from './headers.js'
 import { isReservedPath } from './paths.js'
@@ -68,9 +69,18 @@ function parsePrefix(where: string, value: unknown, consoleServed: boolean): str
   if (value.split('/').some((segment) => segment === '.' || segment === '..'))
     fail(where, 'prefix may not hold . or .. segments')
   // Folded as the gateway compares them: it refuses every spelling of a reserved path (paths.ts).
-  if (isReservedPath(value, consoleServed)) fail(where, 'prefix is served by the gateway itself')
+  if (isReservedPath(value, consoleServed))
+    fail(
+      where,
+      isReservedPath(value)
+        ? 'prefix is served by the gateway itself'
+        : `prefix is served by the gateway itself: the web console's (${CONSOLE_PREFIX}) or the portal's (${PORTAL_PREFIX}); set CONSOLE=off to route it to an upstream`,
+    )
   return value
 }
+
+/** What a URL written as a host and port alone lacks (`127.0.0.1:9000` is no URL, `localhost:9000` one of scheme `localhost:`). */
+const SCHEME_FIRST = 'write the scheme first, as in http://127.0.0.1:9000'
 
 /** Checks an upstream URL; exported so that UPSTREAM_URL gets the same rules. */
 export function parseUpstream(where: string, value: unknown): string {
@@ -80,9 +90,10 @@ export function parseUpstream(where: string, value: unknown): string {
     url = new URL(value)
   } catch {
     // Never echo the value: it may carry a password.
-    fail(where, 'upstream is not a valid URL')
+    fail(where, `upstream is not a valid URL: ${SCHEME_FIRST}`)
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') fail(where, 'upstream must use http:// or https://')
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    fail(where, `upstream must use http:// or https://: ${SCHEME_FIRST}`)
   if (url.username !== '' || url.password !== '') fail(where, 'upstream may not carry credentials')
   if (url.search !== '' || url.hash !== '') fail(where, 'upstream may not have a query or a fragment')
   // Keep the base path without its trailing slash: the forwarded path is appended to it.

@@ -254,12 +254,24 @@ export async function reachPostgres(
   } catch (err) {
     await sql.end({ timeout: 0 })
     const code = (err as { code?: unknown }).code
+    const where = describeDatabaseUrl(databaseUrl)
+    // Postgres answered: the address is right, and the message says what else is wrong.
+    if (code === '3D000') {
+      const name = decodeURIComponent(new URL(databaseUrl).pathname.slice(1))
+      throw new Error(
+        `Postgres at ${where} answers but has no database "${name}" (DATABASE_URL): create it (createdb ${name}) or name one that exists`,
+      )
+    }
+    if (code === '28P01' || code === '28000')
+      throw new Error(
+        `Postgres at ${where} answers but refuses the user or password of DATABASE_URL: ${(err as Error).message}`,
+      )
     const why =
       err instanceof QueryTimeoutError
         ? `no answer within ${timeoutMs / 1000} s`
         : code === 'CONNECT_TIMEOUT'
           ? `no answer within ${COMMON_OPTIONS.connect_timeout} s (the connection's timeout)`
           : (err as Error).message
-    throw new Error(`cannot reach Postgres at ${describeDatabaseUrl(databaseUrl)} (DATABASE_URL): ${why}`)
+    throw new Error(`cannot reach Postgres at ${where} (DATABASE_URL): ${why}`)
   }
 }

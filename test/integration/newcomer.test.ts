@@ -165,6 +165,17 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
   })
 
+  t.test('a database that does not exist: named, with how to make it, not "cannot reach"', async (t) => {
+    const url = new URL(db.url)
+    url.pathname = '/tgw_no_such_database'
+    const run = await startInProcess({ DATABASE_URL: url.href })
+    t.equal(run.code, 1, 'exit 1')
+    t.match(
+      run.stderr,
+      /^gateway failed to start: Postgres at 127\.0\.0\.1:\d+\/tgw_no_such_database answers but has no database "tgw_no_such_database" \(DATABASE_URL\): create it \(createdb tgw_no_such_database\) or name one that exists/,
+    )
+  })
+
   t.test('a Postgres that accepts and never answers: a message, not a hang', async (t) => {
     const port = await silentServer(t)
     const run = await startInProcess(

@@ -107,6 +107,28 @@ t.test('a bad value is one line that names the variable', async (t) => {
   }
 })
 
+t.test('a URL written as a host and port alone: the message says to write the scheme first', async (t) => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [
+      { UPSTREAM_URL: '127.0.0.1:9000' },
+      /UPSTREAM_URL is not a valid URL: write the scheme first, as in http:\/\/host:port$/,
+    ],
+    [
+      { UPSTREAM_URL: 'localhost:9000' },
+      /UPSTREAM_URL must use one of http:\/\/, https:\/\/ \(a host and port alone needs one first\)$/,
+    ],
+    [
+      { DATABASE_URL: '127.0.0.1:5432' },
+      /DATABASE_URL is not a valid URL: write the scheme first, as in postgres:\/\/host:port$/,
+    ],
+    [
+      { REDIS_URL: 'localhost:6379' },
+      /REDIS_URL must use one of redis:\/\/, rediss:\/\/ \(a host and port alone needs one first\)$/,
+    ],
+  ]
+  for (const [env, message] of cases) t.throws(() => loadConfig(env, ROOT), { message }, JSON.stringify(env))
+})
+
 t.test('a password in a bad URL is not echoed', async (t) => {
   t.throws(() => loadConfig({ DATABASE_URL: 'mysql://user:hunter2@db/x' }, ROOT), { message: /^(?!.*hunter2)/ })
 })
@@ -165,7 +187,8 @@ t.test(
     const url = 'postgres://log:secret@db.internal:5432/log'
     t.equal(loadConfig({ REQUEST_LOG_DATABASE_URL: url }, ROOT).requestLogDatabaseUrl, url)
     t.throws(() => loadConfig({ REQUEST_LOG_DATABASE_URL: 'mysql://log:secret@db/log' }, ROOT), {
-      message: /REQUEST_LOG_DATABASE_URL must use one of postgres:\/\/, postgresql:\/\/$/,
+      message:
+        /REQUEST_LOG_DATABASE_URL must use one of postgres:\/\/, postgresql:\/\/ \(a host and port alone needs one first\)$/,
     })
   },
 )

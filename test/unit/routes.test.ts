@@ -176,6 +176,22 @@ t.test('unknown keys', async (t) => {
   refuses(t, second({ Prefix: '/v1/y' }), WHERE, 'keys are case-sensitive', undefined, /"Prefix"/)
 })
 
+t.test("the console's and the portal's paths: refused while the console is on, saying how to free them", async (t) => {
+  for (const prefix of ['/console', '/Console/x', '/portal'])
+    t.throws(
+      () => loadRouteTable({ routes: [{ prefix, upstream: UP }] }, undefined, true),
+      {
+        message:
+          /served by the gateway itself: the web console's \(\/console\) or the portal's \(\/portal\); set CONSOLE=off/,
+      },
+      prefix,
+    )
+  t.doesNotThrow(() => loadRouteTable({ routes: [{ prefix: '/console', upstream: UP }] }, undefined, false))
+  t.throws(() => loadRouteTable({ routes: [{ prefix: '/healthz', upstream: UP }] }, undefined, true), {
+    message: /prefix is served by the gateway itself$/,
+  })
+})
+
 t.test('bad upstream URLs', async (t) => {
   const cases: [unknown, string][] = [
     ['not a url', 'not a URL'],
@@ -193,6 +209,15 @@ t.test('bad upstream URLs', async (t) => {
     refuses(t, second({ upstream }), WHERE, `upstream ${name}`)
   }
   refuses(t, { routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix: '/v1/x' }] }, WHERE, 'upstream absent')
+  for (const hostAndPort of ['shipments:8080', '127.0.0.1:9000'])
+    refuses(
+      t,
+      second({ upstream: hostAndPort }),
+      WHERE,
+      `${hostAndPort}: says to write the scheme first`,
+      undefined,
+      /write the scheme first, as in http:\/\/127\.0\.0\.1:9000$/,
+    )
   const withSecret = configError(
     t,
     () => loadRouteTable(second({ upstream: 'http://user:hunter2@shipments:8080' }), undefined),
