@@ -65,15 +65,16 @@ Each command but usage export and usage reconcile prints one JSON object on stdo
 database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
-const COMMAND_NAMES =
-  'migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, usage export, usage reconcile, signing-keys rotate'
-
 const COMMANDS: Record<string, Command> = {
   ...ACCOUNT_COMMANDS,
   ...KEY_COMMANDS,
   ...USAGE_COMMANDS,
   'signing-keys rotate': rotateSigningKeys,
 }
+
+/** Every command, in the order the usage lists them. */
+export const CLI_COMMANDS: readonly string[] = Object.keys(COMMANDS)
+const COMMAND_NAMES = CLI_COMMANDS.join(', ')
 
 /** The usage was asked for: printed on stdout, exit 0. */
 const HELP = Symbol('help')

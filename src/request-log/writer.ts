@@ -94,6 +94,11 @@ export class RequestLogWriter {
     this.buffer.add(record, day)
   }
 
+  /** Records added and not written yet (a failed write keeps its records for a retry). */
+  get pending(): number {
+    return this.buffer.size
+  }
+
   /** Writes what is buffered, a batch at a time; joins a write under way. Never throws. */
   flush(): Promise<void> {
     if (this.writing !== null) return this.writing

@@ -297,6 +297,9 @@ const expected: Record<Fault, { what: string; check: (o: Outcome) => boolean }> 
 
 const measured: string[] = []
 
+/** The faults whose upstream sends its headers at once, then breaks or trickles its body. */
+const HEADERS_FIRST = new Set<Fault>(['resetsWithLength', 'resetsChunked', 'tricklesBeyondTimeout'])
+
 /**
  * Until every faulty upstream holds no connection and the gateway no socket from a client or to
  * an upstream. (Its other sockets are its Postgres pool, which may have grown under the load.)
@@ -361,6 +364,7 @@ t.test('memory stays flat, and no socket leaks, over 1,000 faulty requests', asy
   const CONCURRENCY = 90
   const mix = faults.filter((fault) => fault !== 'tricklesWithinTimeout')
   let sent = 0
+  let lateHeaders = 0
   const wrong: string[] = []
   async function batch(n: number): Promise<void> {
     let next = 0
@@ -370,7 +374,11 @@ t.test('memory stays flat, and no socket leaks, over 1,000 faulty requests', asy
           next++
           const fault = mix[sent++ % mix.length]!
           const outcome = await call(`/${fault}/${sent}`)
-          if (!expected[fault].check(outcome)) wrong.push(`${fault}: ${describe(outcome)}`)
+          if (expected[fault].check(outcome)) continue
+          // Under this load the upstreams (this process's) may send even their headers after the
+          // timeout: a 504 is then the right answer (the single requests above hold the rest).
+          if (HEADERS_FIRST.has(fault) && expected.hangs.check(outcome)) lateHeaders++
+          else wrong.push(`${fault}: ${describe(outcome)}`)
         }
       }),
     )
@@ -393,6 +401,7 @@ t.test('memory stays flat, and no socket leaks, over 1,000 faulty requests', asy
     secondHalf <= Math.max(2 * MB, firstHalf / 2),
     `and does not grow with the count: +${round(firstHalf / MB)} MB over the first 500, +${round(secondHalf / MB)} MB over the next 500`,
   )
+  measured.push(`504s of an upstream whose headers came after the timeout, under this load: ${lateHeaders}`)
   measured.push(
     `memory over ${sent - 200} requests after a warm-up of 200: heapUsed ${round(base.heapUsed / MB)} → ${round(mid.heapUsed / MB)} → ${round(end.heapUsed / MB)} MB, ` +
       `external ${round(base.external / MB)} → ${round(mid.external / MB)} → ${round(end.external / MB)} MB, ` +

@@ -9,6 +9,7 @@ import { RECORD_ARRAYS } from '../../src/request-log/schema.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from './db.js'
+import { sleep } from './poll.js'
 import { uuid } from './request-records.js'
 import type { TestLike } from './test-like.js'
 
@@ -34,6 +35,16 @@ export async function writerOn(t: TestLike, rowRecords: number, copy = true) {
     ...(copy ? { openCopyConnection: () => openOneConnection(database.url, 'request-log-rows test') } : {}),
   })
   t.teardown(() => writer.close())
+  // A flush that failed (a timeout on a loaded machine) keeps its records for a retry and returns:
+  // a test's flush waits until they are written, not only tried.
+  const flushOnce = writer.flush.bind(writer)
+  writer.flush = async () => {
+    await flushOnce()
+    while (writer.pending > 0) {
+      await sleep(50)
+      await flushOnce()
+    }
+  }
   return { sql: database.sql, url: database.url, writer }
 }
 

@@ -198,14 +198,16 @@ t.test('the gateway at start', { jobs: 4 }, async (t) => {
       45_000,
     )
     t.equal(run.code, 1, `exit 1 (after ${run.ms} ms)`)
+    // It gave up on a deadline of its own (the run's 45 s would have killed a hang): said by its
+    // reason, not timed here, since a loaded machine starts the process itself slowly.
     t.match(
       run.stderr,
       new RegExp(
-        `^gateway failed to start: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/gateway \\(DATABASE_URL\\): `,
+        `^gateway failed to start: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/gateway \\(DATABASE_URL\\): no answer within \\d+ s`,
       ),
+      `it gave up on its own deadline (after ${run.ms} ms)`,
     )
     t.notMatch(run.stderr, PASSWORD, 'the password is not printed')
-    t.ok(run.ms < 30_000, `it gave up in ${run.ms} ms, not after minutes`)
   })
 
   for (const variable of ['METRICS_PORT', 'PORT'] as const) {
