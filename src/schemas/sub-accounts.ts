@@ -102,7 +102,7 @@ export const ListSubAccountsQuery = Type.Object(
         minLength: 1,
         maxLength: SEARCH_MAX_LENGTH,
         pattern: STORABLE_TEXT,
-        description: 'a prefix of the name or of the external_id, case-insensitive',
+        description: 'the start of any word of the name, or of the name or the external_id, case-insensitive',
       }),
     ),
   },

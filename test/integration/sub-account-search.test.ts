@@ -1,8 +1,9 @@
-// The sub-accounts list's `q` (docs/api.md, Sub-accounts): a case-insensitive prefix of the name
-// or of the external_id, with `%` and `_` taken literally, combined with the other filters and
-// with paging whose cursors are bound to the filters; and a plan that uses migration 016's indexes.
+// The sub-accounts list's `q` (docs/api.md, Sub-accounts): a case-insensitive start of any word of
+// the name, of the name or of the external_id, with `%` and `_` taken literally, combined with
+// the other filters and with paging whose cursors are bound to the filters; every way a page of
+// many matches is read gives the same pages; the matches are counted on their indexes.
 import t from 'tap'
-import { subAccountPage } from '../../src/store/tenants.js'
+import { type SearchPlan, subAccountPage, subAccountSearch } from '../../src/store/tenants.js'
 import { startGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
 
@@ -136,18 +137,110 @@ t.test('q: bad values are 400 validation_failed naming q', async (t) => {
   t.equal((await list({ q: 'x'.repeat(200) })).status, 200, '200 characters are allowed')
 })
 
-t.test('the search is planned on the prefix indexes', async (t) => {
-  // Enough sub-accounts that Postgres would rather not read them all.
+t.test('q: the start of any word of a name, and the words follow a rename', async (t) => {
+  const words = await gw.createParent()
+  const ids = new Map<string, string>()
+  for (const name of ['Warehouse North', 'North-East Depot', 'Depot Northgate', 'Southern', 'Ré North'])
+    ids.set(await create(words.apiKey, name), name)
+  const found = async (q: string) => {
+    const res = await gw.call(words.apiKey, { method: 'GET', url: '/v1/sub-accounts', query: { q } })
+    return (res.json().data as { id: string }[]).map((s) => ids.get(s.id))
+  }
+  t.same(await found('north'), ['Warehouse North', 'North-East Depot', 'Depot Northgate', 'Ré North'])
+  t.same(await found('NOR'), ['Warehouse North', 'North-East Depot', 'Depot Northgate', 'Ré North'], 'any case')
+  t.same(await found('east'), ['North-East Depot'], 'a word after a hyphen')
+  t.same(await found('ré'), ['Ré North'], 'a word of any letters')
+  t.same(await found('orth'), [], 'the middle of a word is not its start')
+  t.same(await found('depot n'), ['Depot Northgate'], 'the start of the name, across words')
+  const southern = [...ids].find(([, name]) => name === 'Southern')![0]
+  const rename = async (name: string) => {
+    const res = await gw.call(words.apiKey, {
+      method: 'PATCH',
+      url: `/v1/sub-accounts/${southern}`,
+      acting: 'self',
+      body: { name },
+    })
+    t.equal(res.statusCode, 200)
+  }
+  await rename('South North')
+  t.ok((await found('north')).includes('Southern'), 'renamed: found by its new words')
+  await rename('South')
+  t.notOk((await found('north')).includes('Southern'), 'and no longer by its old ones')
+})
+
+t.test('q with many matches: every way a page is read gives the same pages', async (t) => {
+  // 3,000 sub-accounts: "Shop …" the oldest 1,500 (dense, then none), "… Late" the newest 1,200
+  // (more than a few, all far from the oldest), every 7th deactivated.
+  const many = await gw.createParent()
+  await gw.sql`
+    insert into tenants (parent_id, name, status, deactivated_at)
+    select ${many.id}, case when i <= 1500 then 'Shop ' || i when i > 1800 then 'Depot ' || i || ' Late' else 'Yard ' || i end,
+      case when i % 7 = 0 then 'deactivated' else 'active' end, case when i % 7 = 0 then now() end
+    from generate_series(1, 3000) as i`
+  await gw.sql`analyze tenants`
+  await gw.sql`analyze tenant_name_words`
+  const all = await gw.sql<{ id: string; name: string; seq: string; status: string }[]>`
+    select id, name, seq::text, status from tenants where parent_id = ${many.id} order by tenants.seq`
+  const plans: SearchPlan[] = [{ by: 'window' }, { by: 'order' }, { by: 'walk' }]
+  for (const [q, sort, status] of [
+    ['shop', 'created_at', null],
+    ['late', 'created_at', null],
+    ['late', '-created_at', null],
+    ['shop', '-created_at', null],
+    ['depot', 'created_at', 'active'],
+  ] as const) {
+    const matching = all.filter(
+      (row) =>
+        row.name
+          .toLowerCase()
+          .split(/[^a-z0-9]+/)
+          .some((word) => word.startsWith(q)) &&
+        (status === null || row.status === status),
+    )
+    const expected = (sort.startsWith('-') ? [...matching].reverse() : matching).slice(0, 25).map((row) => row.id)
+    // The first page and the one after its 10th, as each plan reads them.
+    for (const plan of plans) {
+      if (plan.by === 'order' && status !== null) continue
+      const filter = { limit: 10, afterSeq: null, status, externalId: null, search: q, sort } as const
+      const read = async (afterSeq: string | null) => {
+        const { s, text } = subAccountPage(many.id, { ...filter, afterSeq }, plan)
+        return (await gw.sql.unsafe<{ id: string; seq: string }[]>(text, s.values as never[])).map((row) => row.id)
+      }
+      const first = await read(null)
+      const tenth = all.find((row) => row.id === expected[9])?.seq ?? null
+      const window = plan.by === 'window'
+      // A window holds only what lies in the next 500: it may find fewer (then the list reads on).
+      if (!window || first.length === 10) t.same(first, expected.slice(0, 10), `${q} ${sort} ${status}: ${plan.by}`)
+      if (!window && tenth !== null)
+        t.same(await read(tenth), expected.slice(10, 20), `${q} ${sort} ${status}: ${plan.by}, the next page`)
+    }
+    // And through the API, page after page.
+    const seen: string[] = []
+    let cursor: string | null = null
+    do {
+      const query: Record<string, string> = { q, sort, limit: '10', ...(status === null ? {} : { status }) }
+      if (cursor !== null) query.cursor = cursor
+      const res = await gw.call(many.apiKey, { method: 'GET', url: '/v1/sub-accounts', query })
+      t.equal(res.statusCode, 200, `${q} ${sort} ${status}: page ${seen.length / 10 + 1}`)
+      seen.push(...(res.json().data as { id: string }[]).map((row) => row.id))
+      cursor = res.json().next_cursor
+    } while (cursor !== null && seen.length < 25)
+    t.same(seen.slice(0, 25), expected, `${q} ${sort} ${status}: the API's pages`)
+  }
+})
+
+t.test('a search counts its matches on its indexes', async (t) => {
   const many = await gw.createParent()
   await gw.sql`
     insert into tenants (parent_id, name, external_id)
-    select ${many.id}, 'n' || i, 'e' || i from generate_series(1, 5000) as i`
+    select ${many.id}, 'n' || i || ' word' || i, 'e' || i from generate_series(1, 5000) as i`
   await gw.sql`analyze tenants`
-  const filter = { limit: 21, afterSeq: null, status: null, externalId: null, search: 'n12' }
-  const { s, text } = subAccountPage(many.id, filter)
+  await gw.sql`analyze tenant_name_words`
+  const { s, text } = subAccountSearch(many.id, 'n12')
   const plan = await gw.sql.unsafe(`explain ${text}`, s.values, { prepare: false })
   const lines = plan.map((row) => String(row['QUERY PLAN'])).join('\n')
-  t.match(lines, /Index Scan on tenants_parent_lower_name/, 'the name prefix reads its index')
-  t.match(lines, /Index Scan on tenants_parent_lower_external_id/, 'the external id prefix reads its index')
-  t.match(lines, /lower\(name\) ~>=~ 'n12'/, 'as a range of the index, not a filter of every row')
+  t.match(lines, /Index (Only )?Scan (using|on) tenant_name_words_search/, "the words' index")
+  t.match(lines, /Index Scan using tenants_parent_lower_name/, 'the name prefix reads its index')
+  t.match(lines, /Index Scan using tenants_parent_lower_external_id/, 'the external id prefix reads its index')
+  t.match(lines, /word ~>=~ 'n12'/, 'as a range of the index, not a filter of every row')
 })

@@ -1,6 +1,6 @@
 // Sub-accounts: a page at a time in the order the user picks by a column's header (the API's
 // `sort`, so the order holds across pages), each with its active keys and this month's use (the
-// API's `include`), a search by the start of a name or external id (the API's `q`, sent as the
+// API's `include`), a search by the start of any word of a name or of an external id (the API's `q`, sent as the
 // user types, once typing pauses), a status filter, and the create form.
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
@@ -140,7 +140,7 @@ export function SubAccountsScreen() {
             onInput={(e) => setText(e.currentTarget.value)}
           />
           <span id="search-help" class="help">
-            The start of a name or external id, any case
+            The start of any word of a name, or of an external id, any case
           </span>
         </div>
         <div class="field">
