@@ -10,6 +10,8 @@ import type { ManagementApp } from '../management/common.js'
 import type { Sql } from '../store/db.js'
 import { exchangePortalToken, type PortalSessionRow } from '../store/portal-sessions.js'
 import { getTenant } from '../store/tenants.js'
+import { shownKeyPolicy } from '../guardrails/key-policy.js'
+import { KeyPolicy } from '../schemas/keys.js'
 import type { PortalCredentialLookups, PortalLink } from './credential-lookups.js'
 import { digest, generateSessionSecret, isWellFormedLinkToken } from '../auth/portal-credentials.js'
 import { PORTAL_PREFIX } from '../shared/paths.js'
@@ -50,6 +52,10 @@ const SessionInfo = Type.Object(
     frame_ancestors: Type.Optional(
       Type.Array(Type.String(), { description: "the origins the link's parent lets embed the portal" }),
     ),
+    key_policy: Type.Optional({
+      ...KeyPolicy,
+      description: "with keys:write: the sub-account's key policy, so that the mint form offers only what it allows",
+    }),
   },
   { additionalProperties: false },
 )
@@ -66,6 +72,8 @@ async function sessionInfo(sql: Sql, session: PortalSessionRow) {
     permissions: session.permissions,
     expires_at: session.expires_at.toISOString(),
     return_url: session.return_url,
+    // The rules a mint is held to, shown before they are applied (docs/portal.md, Keys).
+    ...(session.permissions.includes('keys:write') ? { key_policy: shownKeyPolicy(subAccount.key_policy) } : {}),
   }
 }
 

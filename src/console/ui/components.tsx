@@ -241,5 +241,12 @@ export function useAction() {
       if (current()) setBusy(false)
     }
   }
-  return { error, busy, run, clear: () => setError(null) }
+  /**
+   * Runs the action once the user says yes to `question`, in the browser's own confirm: modal,
+   * read by screen readers, answered from the keyboard (every destructive action asks this way).
+   */
+  const runIfConfirmed = (question: string, action: (current: () => boolean) => Promise<void>, done?: string) => {
+    if (confirm(question)) void run(action, done)
+  }
+  return { error, busy, run, runIfConfirmed, clear: () => setError(null) }
 }

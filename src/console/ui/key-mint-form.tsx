@@ -144,7 +144,7 @@ export function MintForm({
           name="scopes"
           required
           class="mono"
-          placeholder={policy.allowed_scopes?.join(' ') ?? 'tracking:read tracking:write'}
+          placeholder={offered.slice(0, 2).join(' ') || undefined}
           value={scopesText}
           onInput={(e) => setScopesText(e.currentTarget.value)}
           aria-invalid={errors.has('scopes') || undefined}
@@ -156,7 +156,9 @@ export function MintForm({
           )}
         />
         <span id="mint-scopes-typed" class="help hint">
-          Press the scopes offered below, or type any other scope the key needs.
+          {offered.length > 0
+            ? 'Press the scopes offered below, or type any other scope the key needs.'
+            : 'Type the scopes the key needs, such as orders:read (your provider names them).'}
         </span>
         {policy.allowed_scopes !== null && (
           <span id="mint-scopes-help" class="help hint" data-testid="mint-scopes-help">

@@ -115,19 +115,19 @@ export function KeyManager({
       seconds === 0
         ? `Roll the key ${keyLabel(key)}? A new key replaces it, and the old one stops working at once.`
         : `Roll the key ${keyLabel(key)}? A new key replaces it; the old one keeps working for ${overlap}.`
-    if (askBeforeRoll && !confirm(ask)) return
-    change.run(
-      async () => minted('Key rolled', await client.roll(key.id, seconds)),
-      'Key rolled: the new key is shown once',
+    const rolling = async () => minted('Key rolled', await client.roll(key.id, seconds))
+    if (askBeforeRoll) change.runIfConfirmed(ask, rolling, 'Key rolled: the new key is shown once')
+    else void change.run(rolling, 'Key rolled: the new key is shown once')
+  }
+  const revoke = (key: ApiKey) =>
+    change.runIfConfirmed(
+      `Revoke the key ${keyLabel(key)}? It stops working within a second.`,
+      async () => {
+        await client.revoke(key.id)
+        setReload((n) => n + 1)
+      },
+      'Key revoked',
     )
-  }
-  const revoke = (key: ApiKey) => {
-    if (!confirm(`Revoke the key ${keyLabel(key)}? It stops working within a second.`)) return
-    change.run(async () => {
-      await client.revoke(key.id)
-      setReload((n) => n + 1)
-    }, 'Key revoked')
-  }
 
   return (
     <section class="card" aria-labelledby="keys-title">

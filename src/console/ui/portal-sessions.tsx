@@ -59,14 +59,16 @@ export function PortalSessionsSection({ subId }: { subId: string }) {
       setReload((n) => n + 1)
     }, 'Portal link made: it is shown once')
   }
-  const end = (session: PortalSession) => {
-    if (!confirm(`End the portal session ${sessionLabel(session)}? Its page stops working at once.`)) return
-    change.run(async () => {
-      await api('DELETE', `/${subId}/portal-sessions/${session.id}`)
-      setEnded(doneAt(`Session ${sessionLabel(session)} ended`))
-      setReload((n) => n + 1)
-    }, 'Portal session ended')
-  }
+  const end = (session: PortalSession) =>
+    change.runIfConfirmed(
+      `End the portal session ${sessionLabel(session)}? Its page stops working at once.`,
+      async () => {
+        await api('DELETE', `/${subId}/portal-sessions/${session.id}`)
+        setEnded(doneAt(`Session ${sessionLabel(session)} ended`))
+        setReload((n) => n + 1)
+      },
+      'Portal session ended',
+    )
 
   return (
     <section class="card" aria-labelledby="portal-title">

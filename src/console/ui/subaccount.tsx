@@ -33,12 +33,14 @@ export function SubAccountScreen({ id }: { id: string }) {
   }, [id])
 
   const setStatus = (to: 'deactivate' | 'reactivate') => {
-    if (to === 'deactivate' && !confirm(`Deactivate ${sub?.name}? Its keys are refused until it is reactivated.`))
-      return
-    change.run(
-      async () => setSub(await api<SubAccount>('POST', `/${sub!.id}/${to}`)),
-      to === 'deactivate' ? 'Sub-account deactivated' : 'Sub-account reactivated',
-    )
+    const changing = async () => setSub(await api<SubAccount>('POST', `/${sub!.id}/${to}`))
+    if (to === 'deactivate')
+      change.runIfConfirmed(
+        `Deactivate ${sub?.name}? Its keys are refused until it is reactivated.`,
+        changing,
+        'Sub-account deactivated',
+      )
+    else void change.run(changing, 'Sub-account reactivated')
   }
 
   return (

@@ -73,15 +73,17 @@ export function WebhooksScreen() {
       setDeliveriesShown((n) => n + 1)
     }, `Test event queued for ${endpoint.url}`)
   }
-  const remove = (endpoint: WebhookEndpoint) => {
-    if (!confirm(`Delete the endpoint ${endpoint.url}? Nothing more is sent to it.`)) return
-    change.run(async () => {
-      await api('DELETE', `/webhook-endpoints/${endpoint.id}`)
-      if (selected?.id === endpoint.id) setSelected(null)
-      if (editing?.id === endpoint.id) setEditing(null)
-      setReload((n) => n + 1)
-    }, 'Endpoint deleted')
-  }
+  const remove = (endpoint: WebhookEndpoint) =>
+    change.runIfConfirmed(
+      `Delete the endpoint ${endpoint.url}? Nothing more is sent to it.`,
+      async () => {
+        await api('DELETE', `/webhook-endpoints/${endpoint.id}`)
+        if (selected?.id === endpoint.id) setSelected(null)
+        if (editing?.id === endpoint.id) setEditing(null)
+        setReload((n) => n + 1)
+      },
+      'Endpoint deleted',
+    )
 
   return (
     <section aria-labelledby="webhooks-title">

@@ -4,7 +4,7 @@
 // console's Problems, with advice for someone who holds a link, not a key. Once the API says the
 // session has ended (401), the page is told and no further call is made.
 import { adviseWith, ApiError, callJson, type Page, type Problem } from '../api.js'
-import type { ApiKey, Limits, MintedKey, UsageEntry } from '../types.js'
+import type { ApiKey, KeyPolicy, Limits, MintedKey, UsageEntry } from '../types.js'
 
 export type Permission = 'keys:read' | 'keys:write' | 'usage:read' | 'requests:read'
 
@@ -18,6 +18,8 @@ export interface PortalSession {
   session_token?: string
   /** The exchange's answer only: the origins the link's parent lets embed the portal. */
   frame_ancestors?: string[]
+  /** With keys:write: the sub-account's key policy, which the mint form shows and offers within. */
+  key_policy?: KeyPolicy
 }
 
 /** `GET /portal/api/usage`. */

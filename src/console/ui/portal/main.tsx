@@ -115,7 +115,9 @@ function Shell({ session, children }: { session: PortalSession; children: Compon
         )}
       </header>
       <main id="main" ref={main} tabIndex={-1}>
-        {shown?.path === '/keys' && <KeysScreen canRead={has('keys:read')} canWrite={has('keys:write')} />}
+        {shown?.path === '/keys' && (
+          <KeysScreen canRead={has('keys:read')} canWrite={has('keys:write')} policy={session.key_policy} />
+        )}
         {shown?.path === '/usage' && <UsageScreen />}
         {shown?.path === '/requests' && <RequestsScreen />}
         <p class="help session-end">This session ends at {new Date(session.expires_at).toLocaleString()}.</p>

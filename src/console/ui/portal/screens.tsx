@@ -18,11 +18,20 @@ const portalKeys: KeysClient = {
   requestsOf: () => null,
 }
 
-// The portal is not shown the key policy: the API holds a mint to it (and to the provider's scope
-// ceiling), and its refusal is shown beside the field it names.
+// A session that may not mint is not shown the key policy. The provider's scope ceiling is not
+// shown either: the API holds a mint to it, and its refusal is shown beside the field it names.
 const UNSHOWN_POLICY: KeyPolicy = { allowed_scopes: null, max_ttl_seconds: null, ip_allowlist: null }
 
-export function KeysScreen({ canRead, canWrite }: { canRead: boolean; canWrite: boolean }) {
+export function KeysScreen({
+  canRead,
+  canWrite,
+  policy = UNSHOWN_POLICY,
+}: {
+  canRead: boolean
+  canWrite: boolean
+  /** The sub-account's key policy (the session's, with keys:write): the mint form offers within it. */
+  policy?: KeyPolicy | undefined
+}) {
   return (
     <div>
       <h1>API keys</h1>
@@ -33,7 +42,7 @@ export function KeysScreen({ canRead, canWrite }: { canRead: boolean; canWrite: 
       </p>
       <KeyManager
         client={portalKeys}
-        policy={UNSHOWN_POLICY}
+        policy={policy}
         canRead={canRead}
         canWrite={canWrite}
         askBeforeRoll

@@ -1,0 +1,71 @@
+// The portal shows the rules before it applies them (docs/portal.md, Keys), in Debian's Chromium
+// against a gateway with the real Postgres: a session that may mint is given the sub-account's key
+// policy, and the mint form offers only the lifetimes and scopes it allows; a session that may not
+// mint is not given it; with nothing to offer, the form does not say "press the scopes offered".
+import type { Page } from 'playwright-core'
+import t from 'tap'
+import { axeFindings, launchBrowser } from '../helpers/browser.js'
+import { startGateway } from '../helpers/gateway.js'
+import type { JsonBody } from '../helpers/json.js'
+
+const gateway = await startGateway(t, { redis: false })
+const parent = await gateway.createParent({ name: 'Provider' })
+async function manage(method: string, path: string, body?: unknown): Promise<JsonBody> {
+  const res = await gateway.call(parent.apiKey, {
+    method: method as 'GET',
+    url: `/v1/sub-accounts${path}`,
+    acting: 'self',
+    body,
+  })
+  if (res.statusCode >= 300) throw new Error(`${method} ${path}: ${res.statusCode} ${res.body}`)
+  return res.json()
+}
+const policy = { allowed_scopes: ['orders:*', 'tracking:read'], max_ttl_seconds: 30 * 86_400, ip_allowlist: null }
+const bounded = (await manage('POST', '', { name: 'Bounded', key_policy: policy })).id as string
+const free = (await manage('POST', '', { name: 'Free' })).id as string
+const link = async (sub: string, permissions: string[]) => {
+  const made = await manage('POST', `/${sub}/portal-sessions`, { permissions })
+  const url = new URL(made.url as string)
+  return `${gateway.url}${url.pathname}${url.search}${url.hash}`
+}
+
+const browser = await launchBrowser(t)
+const open = async (url: string): Promise<Page> => {
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage()
+  page.setDefaultTimeout(15_000)
+  await page.goto(url)
+  await page.getByTestId('portal-account').waitFor()
+  return page
+}
+const sessionOf = (page: Page) =>
+  page.evaluate(async () => (await fetch('/portal/api/session', { credentials: 'same-origin' })).json())
+
+t.test('a session that may mint is given the key policy, and the form offers only what it allows', async (t) => {
+  const page = await open(await link(bounded, ['keys:read', 'keys:write']))
+  t.same((await sessionOf(page)).key_policy, policy, 'the session carries the policy')
+  const presets = await page.locator('#mint-expires ~ .presets button').allInnerTexts()
+  t.same(presets, ['In 7 days', 'In 30 days'], 'no lifetime longer than 30 days, and no "No expiry"')
+  t.match(await page.getByTestId('mint-expires-help').innerText(), /at most 30 days/)
+  const offered = await page.getByTestId('scope-picker').getByRole('button').allInnerTexts()
+  t.same(offered, ['orders:*', 'tracking:read'], "the policy's scopes offered")
+  t.equal(await page.locator('#mint-scopes').getAttribute('placeholder'), 'orders:* tracking:read')
+  t.match(await page.locator('#mint-scopes-typed').innerText(), /^Press the scopes offered below/)
+  t.same(await axeFindings(page, 'portal-mint-rules'), [], 'axe finds nothing')
+})
+
+t.test('no policy to show: every lifetime, and no scope offered that is not there', async (t) => {
+  const page = await open(await link(free, ['keys:read', 'keys:write']))
+  t.same((await sessionOf(page)).key_policy, { allowed_scopes: null, max_ttl_seconds: null, ip_allowlist: null })
+  const presets = await page.locator('#mint-expires ~ .presets button').allInnerTexts()
+  t.same(presets, ['In 7 days', 'In 30 days', 'In 90 days', 'In a year', 'No expiry'])
+  t.equal(await page.getByTestId('scope-picker').count(), 0, 'nothing offered')
+  t.equal(await page.locator('#mint-scopes').getAttribute('placeholder'), null, 'no made-up example')
+  t.match(await page.locator('#mint-scopes-typed').innerText(), /^Type the scopes the key needs/)
+})
+
+t.test('a session that may not mint is not given the key policy', async (t) => {
+  const page = await open(await link(bounded, ['keys:read', 'usage:read']))
+  const session = await sessionOf(page)
+  t.same(session.permissions, ['keys:read', 'usage:read'])
+  t.notOk('key_policy' in session, 'no key_policy')
+})
