@@ -210,6 +210,8 @@ export class TenancyCache implements CacheInvalidator {
           REDIS_COMMAND_TIMEOUT_MS,
         )
         generation = seenGeneration ?? ''
+        // A command answered: an outage of the commands connection (a timeout, say) is over.
+        this.outage.recovered('commands')
         if (typeof raw === 'string') {
           const stampedAt = Number(stamp ?? 0) || 0
           if (stampedAt >= this.knownAsOf(key)) {

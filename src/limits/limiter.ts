@@ -251,17 +251,6 @@ export class Limiter {
    */
   charge(subjects: readonly LimitSubject[], reported: ReportedUnits): void {
     const now = this.now()
-    // Its request's limits, found then and none forgotten since: they are the limits as they are now.
-    const known = this.resolved.get(subjects)
-    if (known !== undefined && known.generation === this.generation) {
-      for (const limit of known.limits) {
-        const units = limit.chargedAfter ? reported.get(limit.meter) : undefined
-        if (units === undefined || units <= 0) continue
-        limit.charge(now, units)
-        if (!this.closed) limit.maintain(now)
-      }
-      return
-    }
     for (const subject of subjects) {
       for (const shadow of [false, true]) {
         const meters = shadow ? subject.limits.shadow?.meters : subject.limits.meters

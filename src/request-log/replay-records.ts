@@ -85,8 +85,9 @@ export async function replayInOrder(
         order by r.first_time offset 0
       ) as r`
     const batches = query.cursor(BATCH_ROWS)[Symbol.asyncIterator]()
+    let next: Promise<IteratorResult<{ first_us: string; arrays: string }[]>> | null = null
     try {
-      let next = batches.next()
+      next = batches.next()
       for (let batch = await next; !batch.done; batch = await next) {
         next = batches.next()
         for (const row of batch.value) {
@@ -97,6 +98,9 @@ export async function replayInOrder(
         }
       }
     } finally {
+      // A batch still being read must arrive before the cursor can be closed: else postgres.js
+      // waits for its consumer for ever, and the transaction and its connection with it.
+      await next?.catch(() => {})
       await batches.return?.()
     }
   })

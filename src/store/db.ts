@@ -257,7 +257,8 @@ export async function reachPostgres(
     const where = describeDatabaseUrl(databaseUrl)
     // Postgres answered: the address is right, and the message says what else is wrong.
     if (code === '3D000') {
-      const name = decodeURIComponent(new URL(databaseUrl).pathname.slice(1))
+      // The one postgres.js asked for (with no path in the URL: the user's name, or PGDATABASE).
+      const name = String(sql.options.database)
       throw new Error(
         `Postgres at ${where} answers but has no database "${name}" (DATABASE_URL): create it (createdb ${name}) or name one that exists`,
       )

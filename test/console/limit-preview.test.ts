@@ -118,3 +118,26 @@ t.test("a shadow limit's section: what it would have refused beside the real 429
   t.same(await axeFindings(page, 'shadow-limits'), [], 'axe finds nothing')
   t.same(errors, [], 'no page errors')
 })
+
+t.test('a log kept fewer days than 7: the Preview replays the days it holds', async (t) => {
+  const short = await startGateway(t, { redis: false, env: { REQUEST_LOG_RETENTION_DAYS: '3' } })
+  const shortParent = await short.createParent({ name: 'Short memory' })
+  const made = await short.call(shortParent.apiKey, {
+    method: 'POST',
+    url: '/v1/sub-accounts',
+    acting: 'self',
+    body: { name: 'Kept 3 days' },
+  })
+  const other = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage()
+  other.setDefaultTimeout(15_000)
+  await other.goto(`${short.url}/console`)
+  await other.getByLabel('Parent API key').fill(shortParent.apiKey)
+  await other.getByRole('button', { name: 'Sign in' }).click()
+  await other.getByRole('link', { name: 'Sub-accounts' }).first().waitFor()
+  await other.goto(`${short.url}/console#/sub-accounts/${made.json().id}`)
+  await other.getByLabel('Rate: requests').last().fill('2')
+  await other.getByLabel('Rate: per seconds').last().fill('60')
+  await other.getByRole('button', { name: 'Preview' }).click()
+  await other.getByTestId('preview-summary').waitFor()
+  t.match(await other.getByTestId('preview-summary').innerText(), /saw no request/, 'a Preview, not a refusal')
+})

@@ -1,7 +1,8 @@
 // The portal shows the rules before it applies them (docs/portal.md, Keys), in Debian's Chromium
 // against a gateway with the real Postgres: a session that may mint is given the sub-account's key
 // policy, and the mint form offers only the lifetimes and scopes it allows; a session that may not
-// mint is not given it; with nothing to offer, the form does not say "press the scopes offered".
+// mint is not given it; with nothing to offer, the form does not say "press the scopes offered"; a
+// refusal is said in a customer's words, once.
 import type { Page } from 'playwright-core'
 import t from 'tap'
 import { axeFindings, launchBrowser } from '../helpers/browser.js'
@@ -50,6 +51,20 @@ t.test('a session that may mint is given the key policy, and the form offers onl
   t.same(offered, ['orders:*', 'tracking:read'], "the policy's scopes offered")
   t.equal(await page.locator('#mint-scopes').getAttribute('placeholder'), 'orders:* tracking:read')
   t.match(await page.locator('#mint-scopes-typed').innerText(), /^Press the scopes offered below/)
+  // An expiry past the policy, typed: refused in words, one line in the alert.
+  await page.getByLabel('Name').fill('too long')
+  await page.getByLabel(/^Scopes/).fill('orders:read')
+  await page.locator('#mint-expires').fill('2035-01-01T12:00')
+  await page.getByRole('button', { name: 'Mint key' }).click()
+  await page.getByTestId('mint-expires-error').waitFor()
+  t.match(
+    await page.getByTestId('mint-expires-error').innerText(),
+    /^Your keys may live at most 30 days: choose an expiry before \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.$/,
+  )
+  t.equal(
+    await page.getByTestId('mint-refused').innerText(),
+    'The key was not minted: the field marked above says why.',
+  )
   t.same(await axeFindings(page, 'portal-mint-rules'), [], 'axe finds nothing')
 })
 

@@ -40,7 +40,8 @@ export async function writerOn(t: TestLike, rowRecords: number, copy = true) {
   const flushOnce = writer.flush.bind(writer)
   writer.flush = async () => {
     await flushOnce()
-    while (writer.pending > 0) {
+    for (let tries = 0; writer.pending > 0; tries++) {
+      if (tries === 200) throw new Error(`the request log kept ${writer.pending} records unwritten for 10 s`)
       await sleep(50)
       await flushOnce()
     }

@@ -88,3 +88,27 @@ t.test('only what reached the limits: forwarded, or refused by a limit; never th
     cases.map(([what, , taken]) => `${what}: ${taken ? 'taken' : 'not'}`).join('; '),
   )
 })
+
+t.test('a replay that fails mid-read ends its read: the error comes back, the connection is free', async (t) => {
+  const { sql, writer } = await writerOn(t, 2)
+  for (let s = 1; s <= 1000; s++) writer.add(record(s / 10, { tenantId: subs[0]! }))
+  await writer.flush()
+  for (const [how, fail] of [
+    [
+      'throws',
+      () => {
+        throw new Error('replay broke')
+      },
+    ],
+    ['rejects', () => Promise.reject(new Error('replay broke'))],
+  ] as const) {
+    let seen = 0
+    await t.rejects(
+      replayInOrder(sql, range(0, 1000), undefined, () => (++seen === 150 ? fail() : undefined)),
+      /replay broke/,
+      `${how} at the 150th record: the replay fails`,
+    )
+    const [counted] = await sql<{ n: number }[]>`select count(*)::int as n from request_log_rows`
+    t.equal(counted?.n, 500, 'and the pool answers the next query')
+  }
+})

@@ -33,3 +33,13 @@ t.test('once as it begins, once a minute, once as it ends', async (t) => {
   t.same(said.at(-1), ['warn', 'redis failed', undefined], 'a new outage is said again')
   t.equal(said.length, 4)
 })
+
+t.test('an answer after a failure ends the outage, though the connection never dropped', async (t) => {
+  const said: string[] = []
+  const log = { warn: (_: unknown, m: string) => said.push(m), info: (_: unknown, m: string) => said.push(m) }
+  const notice = new OutageNotice(log as never, { failed: 'failed', recovered: 'back' })
+  notice.failed('commands', new Error('timeout'))
+  notice.recovered('commands')
+  notice.failed('commands', new Error('timeout'))
+  t.same(said, ['failed', 'back', 'failed'], 'each outage said as it begins, and its end')
+})

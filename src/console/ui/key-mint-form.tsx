@@ -2,8 +2,9 @@
 // the fields bounded by the key policy and the account's scope ceiling, the scopes offered within
 // both, and the API's refusals shown beside the field they name.
 import { useEffect, useRef, useState } from 'preact/hooks'
+import { problemOfError } from './api.js'
 import { ErrorMessage, formatTime, useAction } from './components.js'
-import { describedBy, errorsByField, FieldErrors, listOf } from './field-errors.js'
+import { describedBy, errorsByField, type FieldErrorMap, FieldErrors, listOf } from './field-errors.js'
 import { describeDuration } from './key-policy.js'
 import { servedRoutes } from './routes.js'
 import { grantableScopes } from './scope-picker.js'
@@ -57,6 +58,43 @@ const EXPIRY_PRESETS: [label: string, days: number][] = [
   ['No expiry', 0],
 ]
 
+/** Every reason of a refusal is shown beside a field of the form (else the alert says it whole). */
+function allAtFields(error: unknown): boolean {
+  const reasons = problemOfError(error).errors ?? []
+  return (
+    reasons.length > 0 &&
+    reasons.every(({ path }) => path.startsWith('/body/') && (path.split('/')[2] ?? '') in MINT_SUBJECTS)
+  )
+}
+
+/**
+ * The API's reasons (written for developers: `key_policy.max_ttl_seconds (2592000)`) in words a
+ * customer reads: the key policy and the provider's bounds named as such, a lifetime in days.
+ */
+export function inCustomerWords(errors: FieldErrorMap, policy: KeyPolicy): FieldErrorMap {
+  const words = new Map<string, string[]>()
+  for (const [field, messages] of errors)
+    words.set(
+      field,
+      messages.map((message) => {
+        if (field === 'expires_at' && policy.max_ttl_seconds !== null) {
+          const latest = new Date(Date.now() + policy.max_ttl_seconds * 1000).toISOString()
+          return `Your keys may live at most ${describeDuration(policy.max_ttl_seconds)}: choose an expiry before ${formatTime(latest)}.`
+        }
+        return message
+          .replace(
+            / is outside the sub-account's key_policy\.allowed_scopes \(([^)]*)\)/,
+            ' is not a scope your keys may have (they may have $1)',
+          )
+          .replace(
+            / is outside the scopes the operator allows this account \(([^)]*)\)/,
+            ' is not a scope your provider allows (it allows $1)',
+          )
+      }),
+    )
+  return words
+}
+
 /** A datetime-local field's value (the user's local time) for an instant, to the minute. */
 function localField(ms: number): string {
   const d = new Date(ms)
@@ -73,14 +111,18 @@ export function MintForm({
   client,
   policy,
   onMinted,
+  forCustomer = false,
 }: {
   client: MintClient
   policy: KeyPolicy
   onMinted: (key: MintedKey) => void
+  /** Refusals in words a customer reads (the portal): the fields' reasons, and one line above the button. */
+  forCustomer?: boolean
 }) {
   const action = useAction()
   const sent = useRef<Record<string, string[]>>({})
-  const errors = errorsByField(action.error, '/body', MINT_SUBJECTS, sent.current)
+  const apiErrors = errorsByField(action.error, '/body', MINT_SUBJECTS, sent.current)
+  const errors = forCustomer ? inCustomerWords(apiErrors, policy) : apiErrors
   // The scopes field's text, so that the route scopes offered beside it show which it holds.
   const [scopesText, setScopesText] = useState('')
   const chosen = listOf(scopesText) ?? []
@@ -256,7 +298,14 @@ export function MintForm({
         </span>
         <FieldErrors id="mint-ips-error" messages={errors.get('ip_allowlist')} />
       </div>
-      <ErrorMessage error={action.error} />
+      {forCustomer && errors.size > 0 && allAtFields(action.error) ? (
+        <p class="error" role="alert" data-testid="mint-refused">
+          The key was not minted: {errors.size === 1 ? 'the field marked above says' : 'the fields marked above say'}{' '}
+          why.
+        </p>
+      ) : (
+        <ErrorMessage error={action.error} />
+      )}
       <button type="submit" disabled={action.busy}>
         Mint key
       </button>

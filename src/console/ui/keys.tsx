@@ -77,6 +77,8 @@ export interface KeyManagerOptions {
   askBeforeRoll?: boolean
   /** The section's heading. Default "API keys". */
   title?: string
+  /** Refusals in a customer's words (the portal), not the API's (the console). Default false. */
+  forCustomer?: boolean
 }
 
 export function KeyManager({
@@ -86,6 +88,7 @@ export function KeyManager({
   canWrite = true,
   askBeforeRoll = true,
   title = 'API keys',
+  forCustomer = false,
 }: KeyManagerOptions) {
   const [page, setPage] = useState<Page<ApiKey> | null>(null)
   const [shown, setShown] = useState<{ title: string; key: MintedKey } | null>(null)
@@ -132,7 +135,14 @@ export function KeyManager({
   return (
     <section class="card" aria-labelledby="keys-title">
       <h2 id="keys-title">{title}</h2>
-      {canWrite && <MintForm client={client} policy={policy} onMinted={(key) => minted('Key minted', key)} />}
+      {canWrite && (
+        <MintForm
+          client={client}
+          policy={policy}
+          forCustomer={forCustomer}
+          onMinted={(key) => minted('Key minted', key)}
+        />
+      )}
       <ErrorMessage error={change.error} />
       <ErrorMessage error={load.error} />
       {canRead && page === null && load.error === null && <Loading what="keys" />}

@@ -4,7 +4,7 @@
 // enforced alone, beside what the enforced limits refused.
 import type { ComponentChildren } from 'preact'
 import { useEffect, useState } from 'preact/hooks'
-import { api } from './api.js'
+import { api, problemOfError } from './api.js'
 import { ErrorMessage, formatTime, Loading, useAction } from './components.js'
 import { limitsFromForm } from './limits.js'
 import type { Limits, Simulation } from './types.js'
@@ -20,16 +20,28 @@ const CHART_BARS = 10
  * Replays `limits` over the last 7 days: for one sub-account, or for every sub-account as its own
  * (null). The simulator takes no shadow limits: it replays them as enforced ones.
  */
-export function simulate(limits: Limits, subAccountId: string | null): Promise<Simulation> {
+export async function simulate(limits: Limits, subAccountId: string | null): Promise<Simulation> {
   const { shadow: _, ...enforced } = limits
-  const to = new Date()
-  const from = new Date(to.getTime() - PREVIEW_DAYS * 86_400_000)
-  return api<Simulation>('POST', '/limits/simulations', {
-    limits: enforced,
-    ...(subAccountId === null ? {} : { sub_account_id: subAccountId }),
-    from: from.toISOString(),
-    to: to.toISOString(),
-  })
+  // Up to now, and a little after (the gateway takes up to a minute ahead): a browser's clock a
+  // little behind the gateway's still reaches its newest records.
+  const to = new Date(Date.now() + 30_000)
+  const ask = (from: string) =>
+    api<Simulation>('POST', '/limits/simulations', {
+      limits: enforced,
+      ...(subAccountId === null ? {} : { sub_account_id: subAccountId }),
+      from,
+      to: to.toISOString(),
+    })
+  try {
+    return await ask(new Date(to.getTime() - PREVIEW_DAYS * 86_400_000).toISOString())
+  } catch (err) {
+    // A log kept fewer days than the Preview's: the refusal says from when it holds them.
+    const kept = problemOfError(err)
+      .errors?.find((e) => e.path === '/body/from')
+      ?.message.match(/\(\d+ days?: from (\S+)\)/)?.[1]
+    if (kept === undefined) throw err
+    return ask(kept)
+  }
 }
 
 /**

@@ -25,7 +25,7 @@ begin
   return null;
 end
 $$;
-create trigger tenant_name_words_keep after insert or update of name on tenants
+create trigger tenant_name_words_keep after insert or update of name, parent_id on tenants
   for each row execute function tenant_name_words_keep();
 
 insert into tenant_name_words (tenant_id, parent_id, word, seq)

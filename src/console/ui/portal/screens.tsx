@@ -46,6 +46,7 @@ export function KeysScreen({
         canRead={canRead}
         canWrite={canWrite}
         askBeforeRoll
+        forCustomer
         title={canRead ? 'Your keys' : 'New keys'}
       />
     </div>
