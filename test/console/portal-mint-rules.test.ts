@@ -2,7 +2,8 @@
 // against a gateway with the real Postgres: a session that may mint is given the sub-account's key
 // policy, and the mint form offers only the lifetimes and scopes it allows; a session that may not
 // mint is not given it; with nothing to offer, the form does not say "press the scopes offered"; a
-// refusal is said in a customer's words, once.
+// refusal is said in a customer's words, once; the client secret, the roll and the usage are
+// explained, times are in one format, and an ended session's page has its header.
 import type { Page } from 'playwright-core'
 import t from 'tap'
 import { axeFindings, launchBrowser } from '../helpers/browser.js'
@@ -83,4 +84,45 @@ t.test('a session that may not mint is not given the key policy', async (t) => {
   const session = await sessionOf(page)
   t.same(session.permissions, ['keys:read', 'usage:read'])
   t.notOk('key_policy' in session, 'no key_policy')
+})
+
+t.test('a minted key: the client secret explained, the roll said in words, times in one format', async (t) => {
+  const page = await open(await link(free, ['keys:read', 'keys:write', 'usage:read']))
+  t.match(
+    await page.locator('.session-end').innerText(),
+    /^This session ends at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.$/,
+    'the session end in the tables’ format',
+  )
+  await page.getByLabel('Name').fill('app')
+  await page.getByLabel(/^Scopes/).fill('orders:read')
+  await page.getByRole('button', { name: 'Mint key' }).click()
+  const dialog = page.getByTestId('dialog')
+  await dialog.waitFor()
+  t.match(await dialog.getByTestId('client-secret-help').innerText(), /short-lived access tokens/)
+  await dialog.getByRole('button', { name: 'Close' }).click()
+  const overlap = page.locator('.overlap-label [aria-hidden="true"]').first()
+  await overlap.waitFor()
+  t.equal(await overlap.innerText(), 'Old key works for', 'the roll control says what it picks')
+  await page.getByRole('link', { name: 'Usage' }).click()
+  await page.getByTestId('portal-counted').waitFor()
+  t.match(await page.getByTestId('portal-counted').innerText(), /each at its route's cost/)
+})
+
+t.test('an ended session: the page has its header, and says to ask for a new link once', async (t) => {
+  const url = await link(free, ['usage:read'])
+  const page = await open(url)
+  const sessions = await manage('GET', `/${free}/portal-sessions`)
+  for (const session of sessions.data as { id: string }[])
+    await gateway.call(parent.apiKey, {
+      method: 'DELETE',
+      url: `/v1/sub-accounts/${free}/portal-sessions/${session.id}`,
+      acting: 'self',
+    })
+  await page.reload()
+  const ended = page.getByTestId('ended')
+  await ended.waitFor()
+  t.equal(await page.locator('header.top .brand').innerText(), 'Account portal')
+  const text = await ended.innerText()
+  t.equal(text.match(/ask your provider for a new/gi)?.length, 1, `said once: ${text}`)
+  t.same(await axeFindings(page, 'portal-ended'), [], 'axe finds nothing')
 })

@@ -219,8 +219,9 @@ export function KeyManager({
                         )}
                         {canWrite && k.status === 'active' && (
                           <>
-                            <label for={`overlap-${k.id}`} class="visually-hidden">
-                              Old key of {label} keeps working for
+                            <label for={`overlap-${k.id}`} class="overlap-label">
+                              <span class="visually-hidden">Old key of {label} keeps working for</span>
+                              <span aria-hidden="true">Old key works for</span>
                             </label>
                             <select id={`overlap-${k.id}`}>
                               {OVERLAPS.map(([value, text]) => (
@@ -259,6 +260,10 @@ export function KeyManager({
           </p>
           <SecretField id="secret-key" label="API key" value={shown.key.api_key} />
           <SecretField id="secret-client" label="Client secret" value={shown.key.client_secret} />
+          <p class="help" data-testid="client-secret-help">
+            The client secret lets an application trade the key's id for short-lived access tokens (OAuth 2.0 client
+            credentials) and send those instead of the key. Keep it as secret as the key.
+          </p>
           <p class="help">
             Key id <span class="mono">{shown.key.id}</span> <CopyButton value={shown.key.id} what="the key id" />,{' '}
             {shown.key.expires_at === null ? 'no expiry' : `expires ${formatTime(shown.key.expires_at)}`}, usable from{' '}

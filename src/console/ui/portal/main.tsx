@@ -8,7 +8,7 @@ import './portal.css'
 import { type ComponentChildren, render } from 'preact'
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { type Problem, problemOfError } from '../api.js'
-import { ErrorMessage, LiveRegion, Loading } from '../components.js'
+import { ErrorMessage, formatTime, LiveRegion, Loading } from '../components.js'
 import { endSession, isEmbedded, openSession, type Permission, type PortalSession, whenSessionEnds } from './api.js'
 import { KeysScreen, RequestsScreen, UsageScreen } from './screens.js'
 
@@ -50,25 +50,33 @@ function Ended({
   const heading = useRef<HTMLHeadingElement>(null)
   useEffect(() => heading.current?.focus(), [])
   return (
-    <main id="main" class="ended" data-testid="ended">
-      <h1 ref={heading} tabIndex={-1}>
-        {session === null ? 'This portal link cannot be used' : 'Your portal session has ended'}
-      </h1>
-      <div class="error" role="alert" data-code={problem.code}>
-        <p class="error-detail">{problem.detail || problem.title}</p>
-        <p class="error-advice">
-          <strong>Ask your provider for a new link</strong>: a portal link works once, for a limited time.
-        </p>
-      </div>
-      {session?.return_url && (
-        <p>
-          <a href={session.return_url} target="_top" rel="noreferrer">
-            Return to your provider's site
-          </a>
-        </p>
-      )}
-      {children}
-    </main>
+    <>
+      <header class="top">
+        <p class="brand">Account portal</p>
+      </header>
+      <main id="main" class="ended" data-testid="ended">
+        <h1 ref={heading} tabIndex={-1}>
+          {session === null ? 'This portal link cannot be used' : 'Your portal session has ended'}
+        </h1>
+        <div class="error" role="alert" data-code={problem.code}>
+          {/* The advice below says what to do: the gateway's own advice is not said twice. */}
+          <p class="error-detail">
+            {(problem.detail || problem.title).replace(/: ask your provider for a new .*$/, '.')}
+          </p>
+          <p class="error-advice">
+            <strong>Ask your provider for a new link</strong>: a portal link works once, for a limited time.
+          </p>
+        </div>
+        {session?.return_url && (
+          <p>
+            <a href={session.return_url} target="_top" rel="noreferrer">
+              Return to your provider's site
+            </a>
+          </p>
+        )}
+        {children}
+      </main>
+    </>
   )
 }
 
@@ -120,7 +128,7 @@ function Shell({ session, children }: { session: PortalSession; children: Compon
         )}
         {shown?.path === '/usage' && <UsageScreen />}
         {shown?.path === '/requests' && <RequestsScreen />}
-        <p class="help session-end">This session ends at {new Date(session.expires_at).toLocaleString()}.</p>
+        <p class="help session-end">This session ends at {formatTime(session.expires_at)}.</p>
         {children}
       </main>
     </>

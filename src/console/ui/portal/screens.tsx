@@ -101,6 +101,10 @@ export function UsageScreen() {
                 Refused by limits this month: {usage.usage.limited.rate + usage.usage.limited.quota}.
               </p>
             )}
+            <p class="help" data-testid="portal-counted">
+              The quota counts the requests that reached the API, each at its route's cost (request units); the days
+              below count every request made, those refused before the API included.
+            </p>
           </div>
           {days.length === 0 ? (
             <Empty>No requests this month yet.</Empty>
