@@ -1,10 +1,10 @@
 // Requests: the request log (docs/api.md#request-log), newest first, 25 a page, filtered by what
 // the address says (#/requests?sub_account_id=…&status=5xx: request-filters.ts), each record's
 // details on demand.
-import { Fragment } from 'preact'
 import { useEffect, useMemo, useState } from 'preact/hooks'
 import { ApiError, api, type Page, query } from './api.js'
-import { announce, Dialog, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
+import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
+import { type RecordColumns, RequestDetails, RequestTable } from './request-table.js'
 import {
   fromUtcField,
   hasFilters,
@@ -19,16 +19,6 @@ import type { RequestRecord } from './types.js'
 
 const PAGE_SIZE = 25
 const STATUS_CLASSES = ['2xx', '3xx', '4xx', '5xx']
-
-/** To the millisecond: requests a second apart are the norm here. */
-function formatInstant(value: string): string {
-  const ms = Date.parse(value)
-  return Number.isNaN(ms) ? value : new Date(ms).toISOString().replace('T', ' ').replace('Z', ' UTC')
-}
-
-export function formatDuration(ms: number): string {
-  return `${ms < 10 ? ms.toFixed(2) : ms.toFixed(0)} ms`
-}
 
 export function RequestsScreen({ search }: { search: string }) {
   const parsed = useMemo(() => parseFilters(search), [search])
@@ -182,57 +172,18 @@ function RequestList({ filters }: { filters: RequestFilters }) {
         </Empty>
       )}
       {page !== null && page.data.length > 0 && (
-        <div class="table-wrap">
-          <table class="cards" data-testid="requests">
-            <caption class="visually-hidden">Requests, newest first</caption>
-            <thead>
-              <tr>
-                <th scope="col">Time</th>
-                <th scope="col">Method</th>
-                <th scope="col">Path</th>
-                <th scope="col">Status</th>
-                <th scope="col">Code</th>
-                <th scope="col">Duration</th>
-                <th scope="col">Sub-account</th>
-                <th scope="col">Key</th>
-              </tr>
-            </thead>
-            <tbody>
-              {page.data.map((r) => (
-                <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
-                  <td data-label="Time">
-                    <button type="button" class="link open-details" onClick={() => setChosen(r)}>
-                      {formatInstant(r.time)}
-                      <span class="visually-hidden">: details of {r.id}</span>
-                    </button>
-                  </td>
-                  <td data-label="Method" class="mono">
-                    {r.method}
-                  </td>
-                  <td data-label="Path" class="mono path">
-                    {r.path}
-                  </td>
-                  <td data-label="Status">{r.status}</td>
-                  <td data-label="Code" class="mono">
-                    {r.code ?? '—'}
-                  </td>
-                  <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
-                  <td data-label="Sub-account">
-                    <TenantOf record={r} />
-                  </td>
-                  <td data-label="Key" class="mono">
-                    {r.key_id}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <RequestTable records={page.data} columns={CONSOLE_COLUMNS} onOpen={setChosen} testId="requests" />
       )}
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Requests" />}
       {chosen !== null && <Details record={chosen} onClose={() => setChosen(null)} />}
     </>
   )
+}
+
+/** The console's columns: the tenant a request acted as (its page), and the key's id. */
+const CONSOLE_COLUMNS: RecordColumns = {
+  tenant: (record) => <TenantOf record={record} />,
+  key: (record) => <span class="mono">{record.key_id}</span>,
 }
 
 /** The tenant a request acted as: the parent itself, or a sub-account (its page). */
@@ -247,39 +198,21 @@ function TenantOf({ record }: { record: RequestRecord }) {
 }
 
 function Details({ record: r, onClose }: { record: RequestRecord; onClose: () => void }) {
-  const facts: [string, string][] = [
-    ['Request id', r.id],
-    ['Time', formatInstant(r.time)],
-    ['Method', r.method],
-    ['Path', r.path],
-    ['Route', r.route === 'management' ? 'management API' : r.route],
-    ['Status', String(r.status)],
-    ['Problem code', r.code ?? '—'],
-    ['Duration', formatDuration(r.duration_ms)],
-    ['Request bytes', String(r.request_bytes)],
-    ['Response bytes', String(r.response_bytes)],
-    ['Source IP', r.source_ip],
-    ['Acted as', r.tenant_id === r.account_id ? `the parent (${r.tenant_id})` : r.tenant_id],
-    ['Account', r.account_id],
-    ['Key id', r.key_id],
-  ]
-  // Shadow limits are tried before they are enforced: what they would have refused is news.
-  if (r.would_refuse !== undefined) facts.push(['Shadow limits that would refuse it', r.would_refuse.join(', ')])
   return (
-    <Dialog title={`${r.method} ${r.path}`} onClose={onClose}>
-      <dl class="facts" data-testid="request-details">
-        {facts.map(([name, value]) => (
-          <Fragment key={name}>
-            <dt>{name}</dt>
-            <dd>{value}</dd>
-          </Fragment>
-        ))}
-      </dl>
+    <RequestDetails
+      record={r}
+      keyFact={['Key id', r.key_id]}
+      facts={[
+        ['Acted as', r.tenant_id === r.account_id ? `the parent (${r.tenant_id})` : r.tenant_id],
+        ['Account', r.account_id],
+      ]}
+      onClose={onClose}
+    >
       {isUuid(r.key_id) && (
         <p>
           <a href={requestsHash({ key_id: r.key_id })}>All requests of this key</a>
         </p>
       )}
-    </Dialog>
+    </RequestDetails>
   )
 }

@@ -127,7 +127,7 @@ function Shell({ session, children }: { session: PortalSession; children: Compon
           <KeysScreen canRead={has('keys:read')} canWrite={has('keys:write')} policy={session.key_policy} />
         )}
         {shown?.path === '/usage' && <UsageScreen />}
-        {shown?.path === '/requests' && <RequestsScreen />}
+        {shown?.path === '/requests' && <RequestsScreen canReadKeys={has('keys:read')} />}
         <p class="help session-end">This session ends at {formatTime(session.expires_at)}.</p>
         {children}
       </main>

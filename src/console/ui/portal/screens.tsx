@@ -1,10 +1,11 @@
 // The portal's screens (docs/portal.md): the sub-account's keys (the console's KeyManager on the
 // portal's API), this month's usage and quota, and its request log, newest first.
-import { useEffect, useMemo, useState } from 'preact/hooks'
+import { useEffect, useState } from 'preact/hooks'
 import { query } from '../api.js'
-import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from '../components.js'
+import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from '../components.js'
 import { KeyManager, type KeysClient } from '../keys.js'
-import { formatDuration } from '../requests.js'
+import { fromUtcField } from '../request-filters.js'
+import { RequestDetails, RequestTable } from '../request-table.js'
 import { describeMeterLimits } from '../limits.js'
 import { unitsText } from '../units.js'
 import type { KeyPolicy, RequestRecord } from '../types.js'
@@ -149,30 +150,72 @@ export function UsageScreen() {
 
 const PAGE_SIZE = 25
 
-export function RequestsScreen() {
+/** The portal's filters of its request log (the portal API's query, `sub_account_id` aside). */
+interface PortalRequestFilters {
+  status: string
+  code: string
+  key_id: string
+  since: string
+  until: string
+}
+const NO_FILTERS: PortalRequestFilters = { status: '', code: '', key_id: '', since: '', until: '' }
+
+/** A key as the Keys screen shows it: its name and prefix (an id the screen never shows otherwise). */
+const keyName = (key: ApiKey) => `${key.name} (${key.prefix}…)`
+
+export function RequestsScreen({ canReadKeys }: { canReadKeys: boolean }) {
+  const [filters, setFilters] = useState<PortalRequestFilters>(NO_FILTERS)
   const [page, setPage] = useState<Page<RequestRecord> | null>(null)
+  const [chosen, setChosen] = useState<RequestRecord | null>(null)
+  const [keys, setKeys] = useState<ApiKey[]>([])
   const [reload, setReload] = useState(0)
   const pager = usePager()
   const load = useAction()
+  // The keys' names, where the session may read them (one page: a sub-account has few keys).
+  useEffect(() => {
+    if (!canReadKeys) return
+    portalApi<Page<ApiKey>>('GET', `/keys${query({ limit: 100 })}`)
+      .then((read) => setKeys(read.data))
+      .catch(() => {})
+  }, [canReadKeys])
   useEffect(() => {
     setPage(null)
     load.run(async (current) => {
       const next = await portalApi<Page<RequestRecord>>(
         'GET',
-        `/requests${query({ limit: PAGE_SIZE, cursor: pager.cursor })}`,
+        `/requests${query({
+          ...filters,
+          since: filters.since === '' ? '' : fromUtcField(filters.since),
+          until: filters.until === '' ? '' : fromUtcField(filters.until),
+          limit: PAGE_SIZE,
+          cursor: pager.cursor,
+        })}`,
       )
       if (!current()) return
       setPage(next)
       announce(`${next.data.length} request${next.data.length === 1 ? '' : 's'} shown`)
     })
-  }, [pager.cursor, reload])
-  const rows = useMemo(() => page?.data ?? [], [page])
+  }, [pager.cursor, reload, filters])
+  const keyOf = (id: string) => {
+    const key = keys.find((k) => k.id === id)
+    return key === undefined ? `key ${id.slice(0, 8)}…` : keyName(key)
+  }
+  const rows = page?.data ?? []
+  const filtered = Object.values(filters).some((value) => value !== '')
   return (
     <section aria-labelledby="portal-requests-title">
       <h1 id="portal-requests-title">Requests</h1>
       <p class="help">
         The requests made with this account's keys, newest first: never a header, body or query string.
       </p>
+      <RequestFilterForm
+        filters={filters}
+        keys={keys}
+        onFilter={(next) => {
+          pager.reset()
+          setFilters(next)
+        }}
+      />
       <div class="actions">
         <button
           type="button"
@@ -188,48 +231,100 @@ export function RequestsScreen() {
       <ErrorMessage error={load.error} />
       {page === null && load.error === null && <Loading what="requests" />}
       {page !== null && rows.length === 0 && (
-        <Empty>No request recorded yet: requests are listed about a second after they are answered.</Empty>
+        <Empty>
+          {page.next_cursor !== null
+            ? 'No request on this page matches these filters: older requests may match on the next page.'
+            : filtered
+              ? 'No request matches these filters: widen them, or clear them.'
+              : 'No request recorded yet: requests are listed about a second after they are answered.'}
+        </Empty>
       )}
       {rows.length > 0 && (
-        <div class="table-wrap">
-          <table class="cards" data-testid="portal-requests">
-            <caption class="visually-hidden">Requests, newest first</caption>
-            <thead>
-              <tr>
-                <th scope="col">Time</th>
-                <th scope="col">Method</th>
-                <th scope="col">Path</th>
-                <th scope="col">Status</th>
-                <th scope="col">Code</th>
-                <th scope="col">Duration</th>
-                <th scope="col">Key id</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((r) => (
-                <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
-                  <td data-label="Time">{formatTime(r.time)}</td>
-                  <td data-label="Method" class="mono">
-                    {r.method}
-                  </td>
-                  <td data-label="Path" class="mono path">
-                    {r.path}
-                  </td>
-                  <td data-label="Status">{r.status}</td>
-                  <td data-label="Code" class="mono">
-                    {r.code ?? '—'}
-                  </td>
-                  <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
-                  <td data-label="Key id" class="mono">
-                    {r.key_id}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <RequestTable
+          records={rows}
+          columns={{ key: (r) => keyOf(r.key_id) }}
+          onOpen={setChosen}
+          testId="portal-requests"
+        />
       )}
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Requests" />}
+      {chosen !== null && (
+        <RequestDetails record={chosen} keyFact={['Key', keyOf(chosen.key_id)]} onClose={() => setChosen(null)} />
+      )}
     </section>
+  )
+}
+
+/** The filters, applied when submitted: status (a code or a class), problem code, key, time (UTC). */
+function RequestFilterForm({
+  filters,
+  keys,
+  onFilter,
+}: {
+  filters: PortalRequestFilters
+  keys: readonly ApiKey[]
+  onFilter: (filters: PortalRequestFilters) => void
+}) {
+  const [fields, setFields] = useState(filters)
+  const set = (name: keyof PortalRequestFilters) => (e: { currentTarget: { value: string } }) =>
+    setFields({ ...fields, [name]: e.currentTarget.value })
+  return (
+    <form
+      class="filters"
+      aria-label="Request filters"
+      onSubmit={(e) => {
+        e.preventDefault()
+        onFilter(fields)
+      }}
+    >
+      <div class="field">
+        <label for="portal-requests-status">Status (404, or 4xx)</label>
+        <input id="portal-requests-status" value={fields.status} onInput={set('status')} />
+      </div>
+      <div class="field">
+        <label for="portal-requests-code">Problem code</label>
+        <input
+          id="portal-requests-code"
+          class="mono"
+          placeholder="rate_limited"
+          value={fields.code}
+          onInput={set('code')}
+        />
+      </div>
+      {keys.length > 0 && (
+        <div class="field">
+          <label for="portal-requests-key">Key</label>
+          <select id="portal-requests-key" value={fields.key_id} onChange={set('key_id')}>
+            <option value="">Any</option>
+            {keys.map((key) => (
+              <option key={key.id} value={key.id}>
+                {keyName(key)}
+              </option>
+            ))}
+          </select>
+        </div>
+      )}
+      <div class="field">
+        <label for="portal-requests-since">Since (UTC)</label>
+        <input id="portal-requests-since" type="datetime-local" step={1} value={fields.since} onInput={set('since')} />
+      </div>
+      <div class="field">
+        <label for="portal-requests-until">Until (UTC, not included)</label>
+        <input id="portal-requests-until" type="datetime-local" step={1} value={fields.until} onInput={set('until')} />
+      </div>
+      <button type="submit">Filter</button>
+      {Object.values(filters).some((value) => value !== '') && (
+        <button
+          type="button"
+          class="link"
+          onClick={() => {
+            setFields(NO_FILTERS)
+            onFilter(NO_FILTERS)
+          }}
+        >
+          Clear the filters
+        </button>
+      )}
+    </form>
   )
 }

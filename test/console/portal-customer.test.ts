@@ -1,16 +1,25 @@
-// The portal shows the rules before it applies them (docs/portal.md, Keys), in Debian's Chromium
-// against a gateway with the real Postgres: a session that may mint is given the sub-account's key
+// What a parent's customer meets in the portal (docs/portal.md), in Debian's Chromium against a
+// gateway with the real Postgres and an upstream: a session that may mint is given the sub-account's key
 // policy, and the mint form offers only the lifetimes and scopes it allows; a session that may not
 // mint is not given it; with nothing to offer, the form does not say "press the scopes offered"; a
 // refusal is said in a customer's words, once; the client secret, the roll and the usage are
-// explained, times are in one format, and an ended session's page has its header.
+// explained, times are in one format, and an ended session's page has its header; the request log
+// filters by status and key and opens a record's details (the console's RequestTable).
 import type { Page } from 'playwright-core'
 import t from 'tap'
 import { axeFindings, launchBrowser } from '../helpers/browser.js'
 import { startGateway } from '../helpers/gateway.js'
+import { startUpstream } from '../helpers/upstream.js'
 import type { JsonBody } from '../helpers/json.js'
 
-const gateway = await startGateway(t, { redis: false })
+const upstream = await startUpstream(t, (request, response) => {
+  response.writeHead(request.url?.includes('missing') ? 404 : 200, { 'content-type': 'application/json' })
+  response.end('{}')
+})
+const gateway = await startGateway(t, {
+  redis: false,
+  gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url, scopes: { read: ['orders:read'], write: [] } }] },
+})
 const parent = await gateway.createParent({ name: 'Provider' })
 async function manage(method: string, path: string, body?: unknown): Promise<JsonBody> {
   const res = await gateway.call(parent.apiKey, {
@@ -66,7 +75,7 @@ t.test('a session that may mint is given the key policy, and the form offers onl
     await page.getByTestId('mint-refused').innerText(),
     'The key was not minted: the field marked above says why.',
   )
-  t.same(await axeFindings(page, 'portal-mint-rules'), [], 'axe finds nothing')
+  t.same(await axeFindings(page, 'portal-customer'), [], 'axe finds nothing')
 })
 
 t.test('no policy to show: every lifetime, and no scope offered that is not there', async (t) => {
@@ -125,4 +134,35 @@ t.test('an ended session: the page has its header, and says to ask for a new lin
   const text = await ended.innerText()
   t.equal(text.match(/ask your provider for a new/gi)?.length, 1, `said once: ${text}`)
   t.same(await axeFindings(page, 'portal-ended'), [], 'axe finds nothing')
+})
+
+t.test("the request log: filtered by status and key, a record's details, the key by its name", async (t) => {
+  const sub = (await manage('POST', '', { name: 'Logged' })).id as string
+  const key = await manage('POST', `/${sub}/api-keys`, { name: 'shop', scopes: ['orders:read'] })
+  for (const path of ['/api/orders', '/api/missing', '/api/orders'])
+    await fetch(`${gateway.url}${path}`, { headers: { authorization: `Bearer ${key.api_key}` } })
+  await gateway.app.requestLog!.flush()
+  const page = await open(await link(sub, ['keys:read', 'requests:read']))
+  await page.getByRole('link', { name: 'Requests' }).click()
+  const rows = page.getByTestId('portal-requests').locator('tbody tr')
+  await rows.nth(2).waitFor()
+  const keyCells = await rows.locator('td[data-label="Key"]').allInnerTexts()
+  t.same([...new Set(keyCells)], [`shop (${key.prefix}…)`], 'the key by its name and prefix, not its id')
+  await page.getByLabel('Status (404, or 4xx)').fill('404')
+  await page.getByRole('button', { name: 'Filter', exact: true }).click()
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=portal-requests] tbody tr').length === 1)
+  t.same(await rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-status'))), ['404'], 'the 404 only')
+  await page.getByLabel('Key').selectOption({ label: `shop (${key.prefix}…)` })
+  await page.getByRole('button', { name: 'Filter', exact: true }).click()
+  await rows.first().getByRole('button').click()
+  const details = page.getByTestId('request-details')
+  await details.waitFor()
+  const text = await details.innerText()
+  t.match(text, /Path\s+\/api\/missing/)
+  t.match(text, new RegExp(`Key\\s+shop \\(${key.prefix}…\\)`), 'the details name the key')
+  t.same(await axeFindings(page, 'portal-request-details'), [], 'axe finds nothing')
+  await page.keyboard.press('Escape')
+  await page.getByRole('button', { name: 'Clear the filters' }).click()
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=portal-requests] tbody tr').length === 3)
+  t.pass('cleared: all three again')
 })

@@ -1,0 +1,127 @@
+// The request log's table and a record's details, shared by the console's Requests screen and the
+// portal's (docs/console.md, docs/portal.md): newest first, each record's time opening its details.
+// The screen says how a record's sub-account and key are shown (the console links them; the portal
+// names the key by its name and prefix).
+import { type ComponentChildren, Fragment } from 'preact'
+import { Dialog } from './components.js'
+import type { RequestRecord } from './types.js'
+
+/** To the millisecond: requests a second apart are the norm here. */
+export function formatInstant(value: string): string {
+  const ms = Date.parse(value)
+  return Number.isNaN(ms) ? value : new Date(ms).toISOString().replace('T', ' ').replace('Z', ' UTC')
+}
+
+export function formatDuration(ms: number): string {
+  return `${ms < 10 ? ms.toFixed(2) : ms.toFixed(0)} ms`
+}
+
+/** How a screen shows a record's key, and its sub-account (absent: no such column). */
+export interface RecordColumns {
+  key: (record: RequestRecord) => ComponentChildren
+  tenant?: (record: RequestRecord) => ComponentChildren
+}
+
+export function RequestTable({
+  records,
+  columns,
+  onOpen,
+  testId,
+}: {
+  records: readonly RequestRecord[]
+  columns: RecordColumns
+  onOpen: (record: RequestRecord) => void
+  testId: string
+}) {
+  return (
+    <div class="table-wrap">
+      <table class="cards" data-testid={testId}>
+        <caption class="visually-hidden">Requests, newest first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Time</th>
+            <th scope="col">Method</th>
+            <th scope="col">Path</th>
+            <th scope="col">Status</th>
+            <th scope="col">Code</th>
+            <th scope="col">Duration</th>
+            {columns.tenant !== undefined && <th scope="col">Sub-account</th>}
+            <th scope="col">Key</th>
+          </tr>
+        </thead>
+        <tbody>
+          {records.map((r) => (
+            <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
+              <td data-label="Time">
+                <button type="button" class="link open-details" onClick={() => onOpen(r)}>
+                  {formatInstant(r.time)}
+                  <span class="visually-hidden">: details of {r.id}</span>
+                </button>
+              </td>
+              <td data-label="Method" class="mono">
+                {r.method}
+              </td>
+              <td data-label="Path" class="mono path">
+                {r.path}
+              </td>
+              <td data-label="Status">{r.status}</td>
+              <td data-label="Code" class="mono">
+                {r.code ?? '—'}
+              </td>
+              <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
+              {columns.tenant !== undefined && <td data-label="Sub-account">{columns.tenant(r)}</td>}
+              <td data-label="Key">{columns.key(r)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  )
+}
+
+/** A record's facts in a dialog: `facts` adds a screen's own (the console's account and tenant). */
+export function RequestDetails({
+  record: r,
+  keyFact,
+  facts = [],
+  onClose,
+  children,
+}: {
+  record: RequestRecord
+  /** The key, as the screen names it: `['Key id', id]`, `['Key', 'ci (tgw_ab12…)']`. */
+  keyFact: [string, string]
+  facts?: readonly [string, string][]
+  onClose: () => void
+  children?: ComponentChildren
+}) {
+  const all: [string, string][] = [
+    ['Request id', r.id],
+    ['Time', formatInstant(r.time)],
+    ['Method', r.method],
+    ['Path', r.path],
+    ['Route', r.route === 'management' ? 'management API' : r.route],
+    ['Status', String(r.status)],
+    ['Problem code', r.code ?? '—'],
+    ['Duration', formatDuration(r.duration_ms)],
+    ['Request bytes', String(r.request_bytes)],
+    ['Response bytes', String(r.response_bytes)],
+    ['Source IP', r.source_ip],
+    ...facts,
+    keyFact,
+  ]
+  // Shadow limits are tried before they are enforced: what they would have refused is news.
+  if (r.would_refuse !== undefined) all.push(['Shadow limits that would refuse it', r.would_refuse.join(', ')])
+  return (
+    <Dialog title={`${r.method} ${r.path}`} onClose={onClose}>
+      <dl class="facts" data-testid="request-details">
+        {all.map(([name, value]) => (
+          <Fragment key={name}>
+            <dt>{name}</dt>
+            <dd>{value}</dd>
+          </Fragment>
+        ))}
+      </dl>
+      {children}
+    </Dialog>
+  )
+}
