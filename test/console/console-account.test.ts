@@ -160,11 +160,11 @@ t.test('keys: mint shown once, roll, revoke; limits; deactivate and reactivate',
   await alert().waitFor()
   t.match(await alert().innerText(), /validation_failed[\s\S]*\/body\/scopes/, 'a 400 names the field')
 
-  // The expiry's shortcuts fill the field (local time, to the minute), or empty it.
+  // The expiry's shortcuts fill the field (UTC, as every time the console shows, to the minute), or empty it.
   await page.getByRole('button', { name: 'In 30 days' }).click()
   const offset = await page.evaluate(() => {
     const value = (document.getElementById('mint-expires') as HTMLInputElement).value
-    return new Date(value).getTime() - Date.now()
+    return new Date(`${value}Z`).getTime() - Date.now()
   })
   t.ok(Math.abs(offset - 30 * 86_400_000) < 120_000, `"In 30 days" fills in 30 days from now (${offset} ms)`)
   await page.getByRole('button', { name: 'No expiry' }).click()

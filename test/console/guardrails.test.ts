@@ -146,7 +146,7 @@ t.test('the mint form: the policy as hints, refusals beside their fields, a key 
   t.ok((await expires.getAttribute('required')) !== null, 'an expiry is required')
   t.match(await page.getByTestId('mint-expires-help').innerText(), /at most 1 day/, 'the longest life')
   const offered = await expires.inputValue()
-  const offeredMs = await page.evaluate((value) => new Date(value).getTime(), offered)
+  const offeredMs = await page.evaluate((value) => new Date(`${value}Z`).getTime(), offered)
   t.ok(
     offeredMs <= Date.now() + 86_400_000 && offeredMs > Date.now() + 86_400_000 - 120_000,
     `a default at the longest life, within it: ${offered}`,

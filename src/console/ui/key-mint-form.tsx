@@ -6,6 +6,7 @@ import { problemOfError } from './api.js'
 import { ErrorMessage, formatTime, useAction } from './components.js'
 import { describedBy, errorsByField, type FieldErrorMap, FieldErrors, listOf } from './field-errors.js'
 import { describeDuration } from './key-policy.js'
+import { fromUtcField, toUtcField } from './request-filters.js'
 import { servedRoutes } from './routes.js'
 import { grantableScopes } from './scope-picker.js'
 import type { KeyPolicy, MintedKey, MintKeyRequest } from './types.js'
@@ -95,11 +96,9 @@ export function inCustomerWords(errors: FieldErrorMap, policy: KeyPolicy): Field
   return words
 }
 
-/** A datetime-local field's value (the user's local time) for an instant, to the minute. */
-function localField(ms: number): string {
-  const d = new Date(ms)
-  const pad = (n: number) => String(n).padStart(2, '0')
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`
+/** A datetime-local field's value for an instant, in UTC as every time the pages show, to the minute. */
+function utcField(ms: number): string {
+  return toUtcField(new Date(Math.floor(ms / 60_000) * 60_000).toISOString()).slice(0, 16)
 }
 
 /**
@@ -153,8 +152,8 @@ export function MintForm({
     const body: MintKeyRequest = {
       name: String(form.get('name') ?? ''),
       scopes,
-      // datetime-local is the user's local time; the API takes an instant with a zone.
-      ...(expires === '' ? {} : { expires_at: new Date(expires).toISOString() }),
+      // The field is read as UTC, as every time the pages show; the API takes an instant with a zone.
+      ...(expires === '' ? {} : { expires_at: fromUtcField(expires) }),
       ...(ipAllowlist === null ? {} : { ip_allowlist: ipAllowlist }),
     }
     action.run(async () => {
@@ -237,13 +236,13 @@ export function MintForm({
         <FieldErrors id="mint-scopes-error" messages={errors.get('scopes')} />
       </div>
       <div class="field">
-        <label for="mint-expires">Expires at ({maxTtl === null ? 'optional' : 'required'}, your local time)</label>
+        <label for="mint-expires">Expires at ({maxTtl === null ? 'optional' : 'required'}, UTC)</label>
         <input
           id="mint-expires"
           name="expires_at"
           type="datetime-local"
           required={maxTtl !== null}
-          defaultValue={latest === null ? '' : localField(latest)}
+          defaultValue={latest === null ? '' : utcField(latest)}
           aria-invalid={errors.has('expires_at') || undefined}
           aria-describedby={describedBy(
             maxTtl !== null && 'mint-expires-help',
@@ -265,7 +264,7 @@ export function MintForm({
                 class="secondary small"
                 onClick={() => {
                   const field = document.getElementById('mint-expires') as HTMLInputElement | null
-                  if (field !== null) field.value = days === 0 ? '' : localField(Date.now() + days * 86_400_000)
+                  if (field !== null) field.value = days === 0 ? '' : utcField(Date.now() + days * 86_400_000)
                 }}
               >
                 {label}
