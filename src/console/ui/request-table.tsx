@@ -1,5 +1,5 @@
-// The request log's table and a record's details, shared by the console's Requests screen and the
-// portal's (docs/console.md, docs/portal.md): newest first, each record's time opening its details.
+// The request log's table, a record's details and the filter fields, shared by the console's Requests
+// screen and the portal's (docs/console.md, docs/portal.md): newest first, each record's time opening its details.
 // The screen says how a record's sub-account and key are shown (the console links them; the portal
 // names the key by its name and prefix).
 import { type ComponentChildren, Fragment } from 'preact'
@@ -123,5 +123,67 @@ export function RequestDetails({
       </dl>
       {children}
     </Dialog>
+  )
+}
+
+/** What a filter field's input calls: the screen's setter of that filter. */
+type SetFilter = (name: 'status' | 'code' | 'since' | 'until') => (e: { currentTarget: { value: string } }) => void
+
+const STATUS_CLASSES = ['2xx', '3xx', '4xx', '5xx']
+
+/** The status and problem-code filters, as both request logs take them (`idPrefix`: the screen's). */
+export function StatusCodeFields({
+  idPrefix,
+  status,
+  code,
+  set,
+}: {
+  idPrefix: string
+  status: string
+  code: string
+  set: SetFilter
+}) {
+  return (
+    <>
+      <div class="field">
+        <label for={`${idPrefix}-status`}>Status (404, or 4xx)</label>
+        <input id={`${idPrefix}-status`} list={`${idPrefix}-status-classes`} value={status} onInput={set('status')} />
+        <datalist id={`${idPrefix}-status-classes`}>
+          {STATUS_CLASSES.map((c) => (
+            <option key={c} value={c} />
+          ))}
+        </datalist>
+      </div>
+      <div class="field">
+        <label for={`${idPrefix}-code`}>Problem code</label>
+        <input id={`${idPrefix}-code`} class="mono" placeholder="rate_limited" value={code} onInput={set('code')} />
+      </div>
+    </>
+  )
+}
+
+/** The time filters, in UTC as every time the pages show; `until` is not included. */
+export function TimeRangeFields({
+  idPrefix,
+  since,
+  until,
+  set,
+}: {
+  idPrefix: string
+  since: string
+  until: string
+  set: SetFilter
+}) {
+  return (
+    <>
+      <div class="field">
+        <label for={`${idPrefix}-since`}>Since (UTC)</label>
+        <input id={`${idPrefix}-since`} type="datetime-local" step={1} value={since} onInput={set('since')} />
+      </div>
+      <div class="field">
+        <label for={`${idPrefix}-until`}>Until (UTC, not included)</label>
+        <input id={`${idPrefix}-until`} type="datetime-local" step={1} value={until} onInput={set('until')} />
+      </div>
+    </>
   )
 }

@@ -4,7 +4,7 @@
 import { useEffect, useMemo, useState } from 'preact/hooks'
 import { ApiError, api, type Page, query } from './api.js'
 import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from './components.js'
-import { type RecordColumns, RequestDetails, RequestTable } from './request-table.js'
+import { type RecordColumns, RequestDetails, RequestTable, StatusCodeFields, TimeRangeFields } from './request-table.js'
 import {
   fromUtcField,
   hasFilters,
@@ -18,7 +18,6 @@ import { servedRoutes } from './routes.js'
 import type { RequestRecord } from './types.js'
 
 const PAGE_SIZE = 25
-const STATUS_CLASSES = ['2xx', '3xx', '4xx', '5xx']
 
 export function RequestsScreen({ search }: { search: string }) {
   const parsed = useMemo(() => parseFilters(search), [search])
@@ -83,19 +82,7 @@ function FilterForm({ filters }: { filters: RequestFilters }) {
         <label for="requests-key">Key id</label>
         <input id="requests-key" class="mono" value={fields.key_id} onInput={set('key_id')} />
       </div>
-      <div class="field">
-        <label for="requests-status">Status (404, or 4xx)</label>
-        <input id="requests-status" list="requests-status-classes" value={fields.status} onInput={set('status')} />
-        <datalist id="requests-status-classes">
-          {STATUS_CLASSES.map((c) => (
-            <option key={c} value={c} />
-          ))}
-        </datalist>
-      </div>
-      <div class="field">
-        <label for="requests-code">Problem code</label>
-        <input id="requests-code" class="mono" placeholder="rate_limited" value={fields.code} onInput={set('code')} />
-      </div>
+      <StatusCodeFields idPrefix="requests" status={fields.status} code={fields.code} set={set} />
       <div class="field">
         <label for="requests-route">Route</label>
         <select id="requests-route" value={fields.route} onChange={set('route')}>
@@ -107,14 +94,7 @@ function FilterForm({ filters }: { filters: RequestFilters }) {
           ))}
         </select>
       </div>
-      <div class="field">
-        <label for="requests-since">Since (UTC)</label>
-        <input id="requests-since" type="datetime-local" step={1} value={fields.since} onInput={set('since')} />
-      </div>
-      <div class="field">
-        <label for="requests-until">Until (UTC, not included)</label>
-        <input id="requests-until" type="datetime-local" step={1} value={fields.until} onInput={set('until')} />
-      </div>
+      <TimeRangeFields idPrefix="requests" since={fields.since} until={fields.until} set={set} />
       <button type="submit">Filter</button>
       {hasFilters(filters) && <a href="#/requests">Clear the filters</a>}
     </form>

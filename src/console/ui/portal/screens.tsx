@@ -5,7 +5,7 @@ import { query } from '../api.js'
 import { announce, Empty, ErrorMessage, Loading, Pager, usePager, useAction } from '../components.js'
 import { KeyManager, type KeysClient } from '../keys.js'
 import { fromUtcField } from '../request-filters.js'
-import { RequestDetails, RequestTable } from '../request-table.js'
+import { RequestDetails, RequestTable, StatusCodeFields, TimeRangeFields } from '../request-table.js'
 import { describeMeterLimits } from '../limits.js'
 import { unitsText } from '../units.js'
 import type { KeyPolicy, RequestRecord } from '../types.js'
@@ -277,20 +277,7 @@ function RequestFilterForm({
         onFilter(fields)
       }}
     >
-      <div class="field">
-        <label for="portal-requests-status">Status (404, or 4xx)</label>
-        <input id="portal-requests-status" value={fields.status} onInput={set('status')} />
-      </div>
-      <div class="field">
-        <label for="portal-requests-code">Problem code</label>
-        <input
-          id="portal-requests-code"
-          class="mono"
-          placeholder="rate_limited"
-          value={fields.code}
-          onInput={set('code')}
-        />
-      </div>
+      <StatusCodeFields idPrefix="portal-requests" status={fields.status} code={fields.code} set={set} />
       {keys.length > 0 && (
         <div class="field">
           <label for="portal-requests-key">Key</label>
@@ -304,14 +291,7 @@ function RequestFilterForm({
           </select>
         </div>
       )}
-      <div class="field">
-        <label for="portal-requests-since">Since (UTC)</label>
-        <input id="portal-requests-since" type="datetime-local" step={1} value={fields.since} onInput={set('since')} />
-      </div>
-      <div class="field">
-        <label for="portal-requests-until">Until (UTC, not included)</label>
-        <input id="portal-requests-until" type="datetime-local" step={1} value={fields.until} onInput={set('until')} />
-      </div>
+      <TimeRangeFields idPrefix="portal-requests" since={fields.since} until={fields.until} set={set} />
       <button type="submit">Filter</button>
       {Object.values(filters).some((value) => value !== '') && (
         <button
