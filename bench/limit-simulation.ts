@@ -79,7 +79,7 @@ async function main(): Promise<void> {
     })!
     const explain = await sql.unsafe(
       `explain (analyze, buffers) select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
-         json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::jsonb[])::text as arrays
+         json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::json[])::text as arrays
        from (
          select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
          from request_log_rows r

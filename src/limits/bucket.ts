@@ -26,10 +26,16 @@ function perMs(rate: Rate): number {
   return rate.requests / (rate.perSeconds * 1000)
 }
 
-/** The bucket at `now`: refilled for the time since its state, never above capacity. A clock that went back refills nothing. */
+/** The bucket's tokens at `now`: refilled for the time since its state, never above capacity. A clock that went back refills nothing. */
+export function tokensAt(state: BucketState, rate: Rate, now: number): number {
+  if (now <= state.at) return state.tokens
+  return Math.min(rate.requests, state.tokens + (now - state.at) * perMs(rate))
+}
+
+/** The bucket at `now` (`tokensAt`, as a state). */
 export function refill(state: BucketState, rate: Rate, now: number): BucketState {
   if (now <= state.at) return state
-  return { tokens: Math.min(rate.requests, state.tokens + (now - state.at) * perMs(rate)), at: now }
+  return { tokens: tokensAt(state, rate, now), at: now }
 }
 
 /** Takes up to `wanted` whole tokens at `now`: how many it got, and the bucket after. */

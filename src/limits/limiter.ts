@@ -225,15 +225,12 @@ export class Limiter {
     // The RateLimit fields are the enforced limits': a shadow limit sends none.
     const policies: PolicyState[] = []
     if (forAnswer) for (const limit of limits) if (!limit.shadow) policies.push(limit.state(now))
-    if (refusing === undefined)
-      return {
-        allowed: true,
-        violated: [],
-        retryAfterSeconds: 0,
-        policies,
-        ...(wouldRefuse === undefined ? {} : { wouldRefuse }),
-        ...(untaken === undefined ? {} : { untaken }),
-      }
+    if (refusing === undefined) {
+      const admitted: Decision = { allowed: true, violated: [], retryAfterSeconds: 0, policies }
+      if (wouldRefuse !== undefined) admitted.wouldRefuse = wouldRefuse
+      if (untaken !== undefined) admitted.untaken = untaken
+      return admitted
+    }
     let retryAfterMs = 0
     if (forAnswer)
       for (const limit of refusing) retryAfterMs = Math.max(retryAfterMs, limit.retryAfterMs(now, asked(limit, units)))

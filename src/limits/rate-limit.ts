@@ -1,6 +1,6 @@
 // A rate limit as one replica holds it (leased-limit.ts): units are tokens of the shared bucket;
 // the local state is a bucket of its own (bucket.ts), seeded from what Redis last said.
-import { type BucketState, charge, fullBucket, giveBack, msUntil, type Rate, refill, take } from './bucket.js'
+import { type BucketState, charge, fullBucket, giveBack, msUntil, type Rate, refill, take, tokensAt } from './bucket.js'
 import { type LeaseCall, type LimitContext, LeasedLimit } from './leased-limit.js'
 import type { PolicyName, PolicyState } from './types.js'
 
@@ -78,7 +78,7 @@ export class RateLimit extends LeasedLimit {
   }
 
   protected localAllows(now: number, units: number): boolean {
-    return refill(this.local, this.rate, now).tokens >= units
+    return tokensAt(this.local, this.rate, now) >= units
   }
 
   protected localTake(now: number, units: number): void {
@@ -91,9 +91,7 @@ export class RateLimit extends LeasedLimit {
 
   /** A local bucket below full: forgotten, it would come back full and let pass what it still owes. */
   override holdsState(now: number): boolean {
-    return (
-      super.holdsState(now) || (this.mode === 'local' && refill(this.local, this.rate, now).tokens < this.rate.requests)
-    )
+    return super.holdsState(now) || (this.mode === 'local' && tokensAt(this.local, this.rate, now) < this.rate.requests)
   }
 
   protected localCharge(now: number, units: number): void {
@@ -102,7 +100,7 @@ export class RateLimit extends LeasedLimit {
 
   /** Tokens this replica believes are left: its lease plus the shared bucket as last seen. */
   private remaining(now: number): number {
-    if (this.mode === 'local') return Math.floor(refill(this.local, this.rate, now).tokens)
+    if (this.mode === 'local') return Math.floor(tokensAt(this.local, this.rate, now))
     const shared = this.lastKnown === null ? 0 : Math.floor(this.lastKnown.tokens)
     return Math.min(this.rate.requests, shared + this.held(now))
   }

@@ -22,10 +22,10 @@ export interface SimulatedTenant {
 /** The month's use of a quota before the range: `meter` of `tenantId` in the month `YYYY-MM`. */
 export type UseBefore = (tenantId: string, meter: string, month: string) => number
 
-/** A min-heap of the charges still to come, by when their answers ended. */
+/** A min-heap of a sub-account's charges still to come, by when their answers ended. */
 class Charges {
-  private readonly heap: { atMs: number; subjects: readonly LimitSubject[]; units: ReportedUnits }[] = []
-  push(charge: { atMs: number; subjects: readonly LimitSubject[]; units: ReportedUnits }): void {
+  private readonly heap: { atMs: number; units: ReportedUnits }[] = []
+  push(charge: { atMs: number; units: ReportedUnits }): void {
     const heap = this.heap
     heap.push(charge)
     for (let i = heap.length - 1; i > 0; ) {
@@ -77,7 +77,19 @@ interface Replayed extends SimulatedTenant {
   /** The second (whole, since the epoch) of its last request, and how many it has seen in it. */
   second: number
   inSecond: number
+  /** Its requests taken and not replayed yet: start, end and cost of each, in turn; and their units. */
+  queued: number[]
+  queuedUnits: (Readonly<Record<string, number>> | null)[]
+  /** Its admitted requests' units still to charge, by when their answers ended. */
+  charges: Charges
 }
+
+/**
+ * Requests held before they are replayed, a sub-account at a time: each one's limits are then
+ * touched in a run, not at random among thousands (a third less time over 10^6 requests). Its own
+ * requests keep their order, and no sub-account's limits depend on another's.
+ */
+const QUEUED_AT_MOST = 20_000
 
 /**
  * Replays requests, taken in the order they arrived, under `limits`, as each sub-account's own:
@@ -88,8 +100,10 @@ export class LimitReplay {
   private now = 0
   private readonly limiter: Limiter
   private readonly tenants = new Map<string, Replayed>()
-  private readonly charges = new Charges()
   private readonly limits: Limits
+  /** The sub-accounts with requests held, in the order of their first; and how many requests. */
+  private readonly waiting: Replayed[] = []
+  private queuedCount = 0
 
   constructor(limits: Limits, useBefore: UseBefore) {
     this.limits = limits
@@ -104,9 +118,9 @@ export class LimitReplay {
 
   /**
    * One request: `tenantId`'s, arrived at `startMs`, its answer ended at `endMs`, at its route's
-   * `cost`, its upstream having reported `units` (by meter, or null). A promise only when it
-   * must wait: for the month's use, read before a quota's first decision of a month (the limiter
-   * waits for it as for a lease); the next request is taken once it has settled.
+   * `cost`, its upstream having reported `units` (by meter, or null). Requests are taken in the
+   * order they arrived, and held until a batch is replayed (`QUEUED_AT_MOST`): a promise, then,
+   * that the next request waits for.
    */
   take(
     tenantId: string,
@@ -115,22 +129,55 @@ export class LimitReplay {
     cost: number,
     units: Readonly<Record<string, number>> | null,
   ): Promise<void> | undefined {
-    // Answers that ended before this request arrived are charged first, as they were.
-    for (let charge = this.charges.due(startMs); charge !== undefined; charge = this.charges.due(startMs)) {
+    const tenant = this.tenants.get(tenantId) ?? this.newTenant(tenantId)
+    if (tenant.queuedUnits.length === 0) this.waiting.push(tenant)
+    tenant.queued.push(startMs, endMs, cost)
+    tenant.queuedUnits.push(units)
+    if (++this.queuedCount < QUEUED_AT_MOST) return undefined
+    return this.replayQueued()
+  }
+
+  /** Replays every request held, a sub-account at a time. */
+  private async replayQueued(): Promise<void> {
+    for (const tenant of this.waiting) {
+      const { queued, queuedUnits } = tenant
+      for (let i = 0; i < queuedUnits.length; i++) {
+        const waiting = this.replay(tenant, queued[3 * i]!, queued[3 * i + 1]!, queued[3 * i + 2]!, queuedUnits[i]!)
+        if (waiting !== undefined) await waiting
+      }
+      queued.length = 0
+      queuedUnits.length = 0
+    }
+    this.waiting.length = 0
+    this.queuedCount = 0
+  }
+
+  /**
+   * One request of `tenant` through the limiter, at its time. A promise only when it must wait: for
+   * the month's use, read before a quota's first decision of a month (the limiter waits for it as
+   * for a lease).
+   */
+  private replay(
+    tenant: Replayed,
+    startMs: number,
+    endMs: number,
+    cost: number,
+    units: Readonly<Record<string, number>> | null,
+  ): Promise<void> | undefined {
+    // Its answers that ended before this request arrived are charged first, as they were.
+    for (let charge = tenant.charges.due(startMs); charge !== undefined; charge = tenant.charges.due(startMs)) {
       this.now = charge.atMs
-      this.limiter.charge(charge.subjects, charge.units)
+      this.limiter.charge(tenant.subjects, charge.units)
     }
     this.now = startMs
-    const tenant = this.tenants.get(tenantId) ?? this.newTenant(tenantId)
-    const reported = units === null ? null : new Reported(units)
     if (startMs < tenant.warmUntil) {
-      this.decide(tenant, startMs, endMs, cost, reported)
+      this.decide(tenant, startMs, endMs, cost, units)
       return undefined
     }
     return this.limiter.warm(tenant.subjects, 10_000, cost).then(() => {
       tenant.warmUntil = monthBounds(startMs).end
       this.now = startMs
-      this.decide(tenant, startMs, endMs, cost, reported)
+      this.decide(tenant, startMs, endMs, cost, units)
     })
   }
 
@@ -146,35 +193,51 @@ export class LimitReplay {
       warmUntil: 0,
       second: -1,
       inSecond: 0,
+      queued: [],
+      queuedUnits: [],
+      charges: new Charges(),
     }
     this.tenants.set(tenantId, tenant)
     return tenant
   }
 
-  private decide(tenant: Replayed, startMs: number, endMs: number, cost: number, reported: Reported | null): void {
-    tally(tenant, startMs, cost, reported)
+  private decide(
+    tenant: Replayed,
+    startMs: number,
+    endMs: number,
+    cost: number,
+    units: Readonly<Record<string, number>> | null,
+  ): void {
+    tally(tenant, startMs, cost, units)
     if (!this.limiter.admit(tenant.subjects, cost, false).allowed) {
       tenant.would_refuse++
       tenant.first_refusal_at ??= new Date(startMs).toISOString()
-    } else if (reported !== null) this.charges.push({ atMs: endMs, subjects: tenant.subjects, units: reported })
+    } else if (units !== null) tenant.charges.push({ atMs: endMs, units: new Reported(units) })
   }
 
   /** Every sub-account replayed, and what the limits would have done to it. */
   async close(): Promise<SimulatedTenant[]> {
+    await this.replayQueued()
     await this.limiter.close()
     return [...this.tenants.values()].map(
-      ({ subjects: _, warmUntil: __, second: ___, inSecond: ____, ...tenant }) => tenant,
+      ({ sub_account_id, requests, would_refuse, first_refusal_at, peak_second, units }) => ({
+        sub_account_id,
+        requests,
+        would_refuse,
+        first_refusal_at,
+        peak_second,
+        units,
+      }),
     )
   }
 }
 
 /** Counts a request for its sub-account: its units, and the busiest second. */
-function tally(tenant: Replayed, startMs: number, cost: number, reported: Reported | null): void {
+function tally(tenant: Replayed, startMs: number, cost: number, units: Readonly<Record<string, number>> | null): void {
   tenant.requests++
   tenant.units.requests = (tenant.units.requests ?? 0) + cost
-  if (reported !== null)
-    for (const meter of Object.keys(reported.units))
-      tenant.units[meter] = (tenant.units[meter] ?? 0) + reported.units[meter]!
+  if (units !== null)
+    for (const meter of Object.keys(units)) tenant.units[meter] = (tenant.units[meter] ?? 0) + units[meter]!
   const second = Math.floor(startMs / 1000)
   if (second !== tenant.second) {
     tenant.second = second

@@ -78,7 +78,7 @@ export async function replayInOrder(
     // JSON would be built (and spilled to disk) before the first is sent. `offset 0` keeps it so.
     const query = tx<{ first_us: string; arrays: string }[]>`
       select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
-        json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::jsonb[])::text as arrays
+        json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::json[])::text as arrays
       from (
         select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
         ${rowsOf(tx, range)}

@@ -72,3 +72,39 @@ t.test('units are charged when each answer ended, in that order', async (t) => {
   t.same(tenant!.units, { requests: 4, tokens: 153 })
   t.same(tenant!.peak_second, { at: new Date(start).toISOString(), requests: 1 })
 })
+
+t.test('held and replayed a sub-account at a time: the same answer as each sub-account alone', async (t) => {
+  // More requests than the replay holds at once (20,000), three sub-accounts interleaved, long
+  // answers whose units are charged after a batch ends, and a month boundary on the way.
+  const limits: Limits = {
+    rate: { requests: 40, perSeconds: 60 },
+    monthlyQuota: { requests: 9_000 },
+    meters: [{ meter: 'tokens', rate: null, monthlyQuota: { requests: 50_000 } }],
+  }
+  const tenants = ['sub-a', 'sub-b', 'sub-c']
+  const start = DEC - 3 * 3_600_000
+  const requests = Array.from({ length: 45_000 }, (_, i) =>
+    request(start + i * 500, {
+      tenantId: tenants[(i * 7) % 3]!,
+      endMs: start + i * 500 + (i % 10 === 0 ? 30_000 : 20),
+      units: i % 4 === 0 ? { tokens: i % 13 } : null,
+    }),
+  )
+  const useBefore: UseBefore = (tenant, _meter, month) => (month === '2026-11' ? tenants.indexOf(tenant) * 1_000 : 0)
+  const together = await simulateLimits(requests, limits, useBefore)
+  t.equal(together.length, 3)
+  for (const tenant of tenants) {
+    const [alone] = await simulateLimits(
+      requests.filter((r) => r.tenantId === tenant),
+      limits,
+      useBefore,
+    )
+    t.same(
+      together.find((entry) => entry.sub_account_id === tenant),
+      alone,
+      `${tenant}: as replayed alone`,
+    )
+  }
+  const refused = together.reduce((sum, entry) => sum + entry.would_refuse, 0)
+  t.ok(refused > 0 && refused < requests.length, `some refused, not all (${refused})`)
+})
