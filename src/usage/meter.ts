@@ -44,8 +44,11 @@ export const LAST_USED_RESOLUTION_MS = 60_000
 /** The usage period's default length: an hour (USAGE_PERIOD_SECONDS). */
 export const DEFAULT_PERIOD_SECONDS = 3_600
 
-/** Units an upstream reported for one answer, by meter name (proxy/meter-reports.ts). */
-export type ReportedUnits = ReadonlyMap<string, number>
+/**
+ * Units an upstream reported for one answer, by meter name (proxy/meter-reports.ts): a Map, which
+ * the meter walks; the limits ask only `get` of it (limits/types.ts, ReportedUnits).
+ */
+export type ReportedUnitsMap = ReadonlyMap<string, number>
 
 export interface MeterOptions {
   sql: Sql
@@ -136,7 +139,7 @@ export class UsageMeter {
     forwarded = false,
     keyId?: string,
     cost = 1,
-    reported: ReportedUnits | null = null,
+    reported: ReportedUnitsMap | null = null,
     charged: boolean | null = null,
     meterCharged: ((meter: string) => boolean | null) | null = null,
   ): void {
@@ -163,7 +166,7 @@ export class UsageMeter {
   private addReported(
     tenantId: string,
     keyId: string | undefined,
-    reported: ReportedUnits,
+    reported: ReportedUnitsMap,
     meterCharged: ((meter: string) => boolean | null) | null,
   ): void {
     const byMeter = child(child(this.meterUnits, this.period.startMs), tenantId)

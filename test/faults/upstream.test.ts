@@ -19,7 +19,7 @@ import t from 'tap'
 import { freshDatabase } from '../helpers/db.js'
 import { createParent } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
-import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
+import { REFUSED_URL, listenOnLoopback } from '../helpers/upstream.js'
 import { round } from './measuring.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -98,7 +98,7 @@ function resetMidBody(declareLength: boolean) {
 }
 
 const upstreams = {
-  refuses: { url: `http://127.0.0.1:${await closedPort()}`, open: () => 0, accepted: () => 0 } as Faulty,
+  refuses: { url: REFUSED_URL, open: () => 0, accepted: () => 0 } as Faulty,
   // Reads the request, never answers.
   hangs: await http(() => {}),
   // Accepts the TCP connection, swallows what it is sent, never writes a byte (it closes only

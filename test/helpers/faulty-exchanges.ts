@@ -5,7 +5,7 @@
 // test/faults/exchange-storm.test.ts (a storm of them against a gateway process).
 import { connect, createServer, type Server, type Socket } from 'node:net'
 import type { TestLike } from './test-like.js'
-import { closedPort, listenOnLoopback } from './upstream.js'
+import { REFUSED_URL, listenOnLoopback } from './upstream.js'
 
 /** A body declares this many bytes, and trickles this many of them this far apart. */
 export const DECLARED_BODY_BYTES = 100
@@ -55,7 +55,7 @@ export async function faultyUpstreams(t: TestLike, timeoutMs: number): Promise<R
   const answering = new WeakSet<Socket>()
   const make: Record<UpstreamFault, () => Promise<string>> = {
     // Nothing listens: a deploy, a crash.
-    down: async () => `http://127.0.0.1:${await closedPort()}`,
+    down: async () => REFUSED_URL,
     // Takes the head, and resets the connection at the first byte of the body.
     resetsAtFirstBodyByte: () =>
       serve(

@@ -130,7 +130,21 @@ export async function listenOnLoopback(
   return { port: (server.address() as AddressInfo).port, close, connections }
 }
 
-/** A port nothing listens on (bound, then released). */
+/**
+ * A loopback port that refuses connections for the whole run: below the range the kernel hands
+ * out for port 0 (32768–60999), and no test binds it.
+ */
+export const REFUSED_PORT = 1
+
+/** `http://127.0.0.1:<REFUSED_PORT>`: an upstream that is down for the whole run. */
+export const REFUSED_URL = `http://127.0.0.1:${REFUSED_PORT}`
+
+/**
+ * A port no server listens on now (bound, then released): for a server a test starts on it later.
+ * For an address that must refuse connections for a whole test, take REFUSED_PORT: a released
+ * port is the kernel's to hand out again, and another test's server can take it mid-test (a "down"
+ * upstream then answers, as another gateway once did with 401s and 408s in a storm of requests).
+ */
 export async function closedPort(): Promise<number> {
   const server = createServer()
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))

@@ -7,7 +7,7 @@ import { freshDatabase } from '../helpers/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { until } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
-import { closedPort } from '../helpers/upstream.js'
+import { REFUSED_PORT } from '../helpers/upstream.js'
 
 const db = await freshDatabase(t)
 const env = { DATABASE_URL: db.url, ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, REDIS_URL, REDIS_KEY_PREFIX: redisPrefix(t) }
@@ -20,7 +20,7 @@ t.test("this process's variables are not read", async (t) => {
       else process.env[name] = saved[name]
     }
   })
-  process.env.DATABASE_URL = `postgres://postgres@127.0.0.1:${await closedPort()}/nowhere`
+  process.env.DATABASE_URL = `postgres://postgres@127.0.0.1:${REFUSED_PORT}/nowhere`
   process.env.ENCRYPTION_KEY = TEST_ENCRYPTION_KEY
   delete process.env.REDIS_URL
 

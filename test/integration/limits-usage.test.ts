@@ -12,7 +12,7 @@ import { addUsage } from '../../src/store/usage.js'
 import { utcDay } from '../../src/usage/meter.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
-import { closedPort, startUpstream } from '../helpers/upstream.js'
+import { REFUSED_URL, startUpstream } from '../helpers/upstream.js'
 
 const HOUR = 3_600_000
 
@@ -21,14 +21,13 @@ const upstream = await startUpstream(t, (request, response) => {
   response.writeHead(match ? Number(match[1]) : 200, { 'content-type': 'application/json' })
   response.end('{}')
 })
-const deadPort = await closedPort()
 const gw = await startGateway(t, {
   upstreamUrl: upstream.url,
   usageFlushIntervalMs: HOUR,
   gatewayConfig: {
     routes: [
       { prefix: '/scoped', upstream: upstream.url, scopes: { read: ['tracking:read'] } },
-      { prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}` },
+      { prefix: '/dead', upstream: REFUSED_URL },
       { prefix: '/public', upstream: upstream.url, public: true },
     ],
   },

@@ -6,9 +6,9 @@ import { connect } from 'node:net'
 import t from 'tap'
 import { metricValue, startGateway } from '../helpers/gateway.js'
 import { until } from '../helpers/poll.js'
-import { closedPort, startUpstream } from '../helpers/upstream.js'
+import { REFUSED_URL, startUpstream } from '../helpers/upstream.js'
 
-const down = `http://127.0.0.1:${await closedPort()}`
+const down = REFUSED_URL
 const recording = await startUpstream(t)
 const gw = await startGateway(t, {
   gatewayConfig: {

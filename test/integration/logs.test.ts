@@ -10,7 +10,7 @@ import { generateApiKey } from '../../src/auth/key-format.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
-import { closedPort, startUpstream } from '../helpers/upstream.js'
+import { REFUSED_URL, startUpstream } from '../helpers/upstream.js'
 
 interface LogLine {
   level: number
@@ -28,12 +28,11 @@ const logger = pino(loggerOptions('trace'), { write: (line: string) => written.p
 
 t.test('logs: no secret in any line, one request line per request', async (t) => {
   const upstream = await startUpstream(t)
-  const deadPort = await closedPort()
   const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     logger,
     // A route whose upstream is down: a 502 is logged at error level with its error.
-    gatewayConfig: { routes: [{ prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}` }] },
+    gatewayConfig: { routes: [{ prefix: '/dead', upstream: REFUSED_URL }] },
   })
   const P = await gw.createParent()
 

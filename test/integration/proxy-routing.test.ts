@@ -9,7 +9,7 @@ import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { rawRequest, type RawResponse, sha256 } from '../helpers/http.js'
 import { checkProblem } from '../helpers/problems.js'
 import {
-  closedPort,
+  REFUSED_URL,
   listenOnLoopback,
   type ReceivedRequest,
   startUpstream,
@@ -422,7 +422,7 @@ async function slammingServer(t: Test): Promise<{ url: string; connections: () =
 }
 
 t.test('upstream failures (docs/api.md)', async (t) => {
-  const down = `http://127.0.0.1:${await closedPort()}`
+  const down = REFUSED_URL
   let answeredLate = false
   const lateTimers = new Set<NodeJS.Timeout>()
   t.teardown(() => {

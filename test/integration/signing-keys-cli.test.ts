@@ -17,7 +17,7 @@ import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
-import { closedPort } from '../helpers/upstream.js'
+import { REFUSED_PORT } from '../helpers/upstream.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const ISSUER = 'http://localhost:8080'
@@ -154,17 +154,16 @@ t.test('signing-keys rotate and --compromised reach both replicas over Redis wit
 
 t.test('signing-keys rotate with Redis down: rotated, and a warning that names REDIS_URL', async (t) => {
   const db = await freshDatabase(t)
-  const port = await closedPort()
   const run = await runCliHere(['signing-keys', 'rotate'], {
     DATABASE_URL: db.url,
     ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
-    REDIS_URL: `redis://127.0.0.1:${port}`,
+    REDIS_URL: `redis://127.0.0.1:${REFUSED_PORT}`,
   })
   t.equal(run.code, 0, 'the rotation itself succeeded')
   t.equal(JSON.parse(run.stdout).signing_key.status, 'active', 'the first key of this database')
   t.match(
     run.stderr,
-    new RegExp(`^warning: the new key is published, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${port}\\)`),
+    new RegExp(`^warning: the new key is published, but Redis \\(REDIS_URL, 127\\.0\\.0\\.1:${REFUSED_PORT}\\)`),
   )
   t.equal(run.stderr.split('\n').length, 2, 'one line')
 })
