@@ -4,6 +4,7 @@
 // that takes the lock.
 import type { FastifyBaseLogger } from 'fastify'
 import { WrongEncryptionKeyError } from '../encryption/seal.js'
+import { withDeadline } from '../store/db.js'
 import type { Keyring } from './keyring.js'
 import { rotationDue } from './schedule.js'
 import type { SigningKeyStore, StoredSigningKey } from './store.js'
@@ -12,6 +13,8 @@ import type { SigningKeyStore, StoredSigningKey } from './store.js'
 export const DEFAULT_RELOAD_INTERVAL_MS = 30_000
 /** A keyring still empty tries again this soon. */
 const RETRY_EMPTY_MS = 1_000
+/** How long a stop waits for a reload under way (`stop`). */
+const STOP_WAIT_MS = 2_000
 
 export interface SigningKeySyncOptions {
   store: SigningKeyStore
@@ -145,11 +148,16 @@ export class SigningKeySync {
     await this.options.announce()
   }
 
-  /** Stops the timer and waits for a reload under way. */
+  /**
+   * Stops the timer and waits for a reload or rotation under way, for STOP_WAIT_MS at most: one
+   * that takes longer waits on a Postgres that does not answer (postgres.js tries a refused
+   * connection again after pauses of up to 20 s), and the pool's end cuts it. A rotation is one
+   * transaction: cut, it changes nothing.
+   */
   async stop(): Promise<void> {
     this.stopped = true
     if (this.timer !== null) clearTimeout(this.timer)
-    await this.ticking
-    await this.running?.catch(() => {})
+    const underWay = Promise.all([this.ticking, this.running?.catch(() => {})])
+    await withDeadline(underWay, STOP_WAIT_MS).catch(() => {})
   }
 }
