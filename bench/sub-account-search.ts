@@ -5,7 +5,7 @@
 // the EXPLAIN of the slowest. Target: p99 ≤ 50 ms.
 //   npm run bench:sub-account-search
 import postgres from 'postgres'
-import { listSubAccounts, subAccountPage, subAccountSearch } from '../src/store/tenants.js'
+import { listSubAccounts, subAccountPage, subAccountSearch } from '../src/store/sub-account-list.js'
 import { migrate } from '../src/store/migrate.js'
 import { createDatabase, envInt, fmt, percentile, reportHead, run } from './lib.js'
 

@@ -1,6 +1,6 @@
 // Sub-accounts: create, list, get, update, deactivate and reactivate (docs/api.md, Sub-accounts).
 import { cacheKeys, subAccountEntries } from '../cache/index.js'
-import { listSubAccounts } from '../store/tenants.js'
+import { listSubAccounts } from '../store/sub-account-list.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
 import { bodyLimits } from './body-limits.js'
 import {

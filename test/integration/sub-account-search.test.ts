@@ -3,7 +3,7 @@
 // the other filters and with paging whose cursors are bound to the filters; every way a page of
 // many matches is read gives the same pages; the matches are counted on their indexes.
 import t from 'tap'
-import { type SearchPlan, subAccountPage, subAccountSearch } from '../../src/store/tenants.js'
+import { type SearchPlan, subAccountPage, subAccountSearch } from '../../src/store/sub-account-list.js'
 import { startGateway } from '../helpers/gateway.js'
 import { problemOf } from '../helpers/problems.js'
 
