@@ -76,7 +76,7 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
         month === fromMonth ? (periods.get(`${tenant} ${meter}`) ?? 0) + (partial.get(`${tenant} ${meter}`) ?? 0) : 0,
       )
       // Counted among the parent's reads of its log, bounded as they are; replayed as it is read.
-      await requestLog.reads.run(parentPlaces(accountId), async () => {
+      const data = await requestLog.reads.run(parentPlaces(accountId), async () => {
         const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
         if (bound > SIMULATION_MAX_RECORDS)
           throw validationFailed([
@@ -94,8 +94,9 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
             row.units?.[i] ?? null,
           ),
         )
+        // The requests still held are replayed here, within the read.
+        return replay.close()
       })
-      const data = await replay.close()
       data.sort((a, b) => b.would_refuse - a.would_refuse || (a.sub_account_id < b.sub_account_id ? -1 : 1))
       const totals = { requests: 0, would_refuse: 0 }
       for (const entry of data) {

@@ -145,6 +145,9 @@ export class SigningKeySync {
       { kid: created.kid, activatesAt: new Date(created.activatesAt).toISOString() },
       'published the next signing key',
     )
+    // Stopped meanwhile (a stop waits 2 s at most): the bus may be closed; the other replicas
+    // load the key on their next reload.
+    if (this.stopped) return
     await this.options.announce()
   }
 

@@ -76,10 +76,12 @@ t.test('units are charged when each answer ended, in that order', async (t) => {
 t.test('held and replayed a sub-account at a time: the same answer as each sub-account alone', async (t) => {
   // More requests than the replay holds at once (20,000), three sub-accounts interleaved, long
   // answers whose units are charged after a batch ends, and a month boundary on the way.
+  // Each limit binds: the request rate now and then, the request quota late in November, and the
+  // tokens' rate and quota through their charges, many of them due after a batch has ended.
   const limits: Limits = {
     rate: { requests: 40, perSeconds: 60 },
     monthlyQuota: { requests: 9_000 },
-    meters: [{ meter: 'tokens', rate: null, monthlyQuota: { requests: 50_000 } }],
+    meters: [{ meter: 'tokens', rate: { requests: 60, perSeconds: 60 }, monthlyQuota: { requests: 12_000 } }],
   }
   const tenants = ['sub-a', 'sub-b', 'sub-c']
   const start = DEC - 3 * 3_600_000
@@ -107,4 +109,12 @@ t.test('held and replayed a sub-account at a time: the same answer as each sub-a
   }
   const refused = together.reduce((sum, entry) => sum + entry.would_refuse, 0)
   t.ok(refused > 0 && refused < requests.length, `some refused, not all (${refused})`)
+  // The same requests without tokens: fewer refused, so the charges decided some.
+  const untokened = await simulateLimits(
+    requests.map((r) => ({ ...r, units: null })),
+    limits,
+    useBefore,
+  )
+  const refusedWithout = untokened.reduce((sum, entry) => sum + entry.would_refuse, 0)
+  t.ok(refusedWithout < refused, `the tokens' limits refused some (${refused - refusedWithout})`)
 })

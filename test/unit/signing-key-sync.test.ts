@@ -12,13 +12,17 @@ t.test('a stop does not wait for a reload that never ends', async (t) => {
   let asked = 0
   let answer: ((keys: []) => void) | null = null
   // A store whose reads never answer, until the test lets the last one go.
+  // A store whose first read does not answer until the test lets it go; the reads after it find
+  // no key, as a new database has none, and make none.
   const store = {
     published: () => {
-      asked++
+      if (asked++ > 0) return Promise.resolve([])
       return new Promise<[]>((resolve) => {
         answer = resolve
       })
     },
+    ensureSigningKey: async () => null,
+    unseal: async () => [],
     clock: () => Date.now(),
   } as unknown as SigningKeyStore
   const sync = new SigningKeySync({
@@ -42,4 +46,5 @@ t.test('a stop does not wait for a reload that never ends', async (t) => {
   t.equal(asked, 1, 'one read was under way')
   answer!([])
   await started
+  t.equal(asked, 2, 'once let go, the reload ended (and read once more: no key was there)')
 })
