@@ -17,13 +17,12 @@ import { createParent, metricValue as metric, startGateway } from '../helpers/ga
 import { eventually } from '../helpers/poll.js'
 import { problemOf } from '../helpers/problems.js'
 import { redisPrefix } from '../helpers/redis.js'
-import { closedPort, startUpstream } from '../helpers/upstream.js'
+import { REFUSED_PORT, startUpstream } from '../helpers/upstream.js'
 
 const database = await freshDatabase(t)
 const prefix = redisPrefix(t)
-const deadPort = await closedPort()
-const DEAD_POSTGRES = `postgres://postgres@127.0.0.1:${deadPort}/nothing`
-const DEAD_REDIS = `redis://127.0.0.1:${deadPort}`
+const DEAD_POSTGRES = `postgres://postgres@127.0.0.1:${REFUSED_PORT}/nothing`
+const DEAD_REDIS = `redis://127.0.0.1:${REFUSED_PORT}`
 
 /**
  * A gateway on the test database (or where `databaseUrl` points), with a pool of its own as

@@ -8,7 +8,7 @@ import { utcDay } from '../../src/usage/meter.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import { problemOf } from '../helpers/problems.js'
-import { closedPort, startUpstream } from '../helpers/upstream.js'
+import { REFUSED_URL, startUpstream } from '../helpers/upstream.js'
 
 /** The units of usage with nothing forwarded (or written straight into usage_daily): no request units. */
 const none = { requests: 0 }
@@ -37,7 +37,6 @@ t.test('usage', async (t) => {
     response.writeHead(status, headers)
     response.end(status === 204 || status === 304 ? undefined : JSON.stringify({ status }))
   })
-  const deadPort = await closedPort()
   const gw = await startGateway(t, {
     upstreamUrl: upstream.url,
     usageFlushIntervalMs: HOUR,
@@ -45,7 +44,7 @@ t.test('usage', async (t) => {
       routes: [
         { prefix: '/public', upstream: upstream.url, public: true },
         { prefix: '/scoped', upstream: upstream.url, scopes: { read: ['tracking:read'], write: ['tracking:write'] } },
-        { prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}` },
+        { prefix: '/dead', upstream: REFUSED_URL },
       ],
     },
   })

@@ -12,7 +12,7 @@ import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { sleep, until } from '../helpers/poll.js'
 import { clientKey } from '../helpers/tokens.js'
-import { closedPort, listenOnLoopback, startUpstream } from '../helpers/upstream.js'
+import { listenOnLoopback, REFUSED_URL, startUpstream } from '../helpers/upstream.js'
 import { openSocket, answerToUpgrade, startWebSocketUpstream, type WebSocketUpstream } from '../helpers/websocket.js'
 
 const written: string[] = []
@@ -23,7 +23,6 @@ const upstream = await startWebSocketUpstream(t, {
   handleProtocols: (protocols) => [...protocols].at(-1) ?? false,
 })
 const greeter = await startWebSocketUpstream(t, { greeting: 'x'.repeat(2048) })
-const deadPort = await closedPort()
 // An HTTP server that answers every upgrade with 404: an upstream that refuses it.
 const refusing = await startUpstream(t, (_request, response) => response.writeHead(404).end())
 // A TCP server that takes connections and never says a word: an upstream that does not answer.
@@ -50,7 +49,7 @@ function routes(up: WebSocketUpstream, big: WebSocketUpstream) {
     { prefix: '/greets', upstream: big.url, websocket: true, websocket_max_message_bytes: 4096 },
     { prefix: '/greets-big', upstream: big.url, websocket: true, websocket_max_message_bytes: 1024 },
     { prefix: '/signed', upstream: up.url, websocket: true, identity: { audience: 'https://live.internal' } },
-    { prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}`, websocket: true },
+    { prefix: '/dead', upstream: REFUSED_URL, websocket: true },
     { prefix: '/refusing', upstream: refusing.url, websocket: true },
     { prefix: '/mute', upstream: `http://127.0.0.1:${mutePort}`, websocket: true, timeout_ms: 300 },
   ]
