@@ -1,4 +1,5 @@
-// The rate lease script (src/limits/scripts.ts) called directly on the machine's Redis: a replica
+// The rate lease script (src/limits/scripts.ts) called directly on the machine's Redis (and, to
+// stall it, on a server of the test's own): a replica
 // that spent its lease and renews it cannot get the room back as if the bucket had refilled into
 // it meanwhile (docs/internals.md, limits: tokens plus leases out never exceed N). And the lease
 // store's deadline (src/limits/lease-store.ts) does not fail an answer that came in time.
@@ -6,6 +7,7 @@ import t from 'tap'
 import { limitKeys } from '../../src/limits/keys.js'
 import { DEFAULT_LEASE_TIMINGS, RedisLeaseStore } from '../../src/limits/lease-store.js'
 import { agedRedis } from '../helpers/limits.js'
+import { startRedis } from '../helpers/own-redis.js'
 import { sleep } from '../helpers/poll.js'
 import { redisClient, redisPrefix, requireRedis } from '../helpers/redis.js'
 
@@ -71,6 +73,11 @@ t.test("a rate's extra is charged to a bucket rebuilt since the caller's epoch, 
 })
 
 t.test("a lease call answered while this process was stalled past the call's deadline is not failed", async (t) => {
+  // A redis-server of its own: the busy script below would hold the machine's Redis for 200 ms,
+  // and with it every test file running beside this one.
+  const server = await startRedis(t)
+  const redis = redisClient(t, { url: server.url })
+  await agedRedis(redis, prefix)
   const callTimeoutMs = 50
   const store = new RedisLeaseStore(redis, prefix, { ...DEFAULT_LEASE_TIMINGS, callTimeoutMs })
   const key = limitKeys.rate(prefix, 'stalled')
@@ -87,7 +94,7 @@ t.test("a lease call answered while this process was stalled past the call's dea
   t.notOk(answer instanceof Error, `answered, not failed (${answer instanceof Error ? answer.message : 'granted'})`)
   t.equal((answer as { granted: number }).granted, 10)
   // A Redis that does answer late still fails the call, at its deadline.
-  const blocker = redisClient(t)
+  const blocker = redisClient(t, { url: server.url })
   // Connected first: under load its connection and ready check took longer than the 20 ms below,
   // and the call then went to a Redis not yet busy.
   await blocker.ping()

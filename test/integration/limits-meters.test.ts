@@ -78,7 +78,7 @@ for (const redis of [undefined, false] as const) {
       t.same(sub.limits, limits, 'the meter limits are shown as set')
       for (const used of [30, 60, 90]) {
         const res = await send(sub.id, 30)
-        t.equal(res.status, 200, `${used} of 100 tokens used`)
+        t.equal(res.status, 200, `${used} of 100 tokens used${res.status === 200 ? '' : `: ${res.body.slice(0, 300)}`}`)
         t.match(res.headers['ratelimit-policy'], /^"sub_account\.meters\.tokens\.monthly_quota";q=100;w=\d+$/)
       }
       t.equal((await send(sub.id, 30)).status, 200, 'at 90 of 100 the balance is above zero: it passes')
