@@ -8,6 +8,7 @@ import postgres from 'postgres'
 import { LimitReplay } from '../src/limits/simulation.js'
 import { limitsOf } from '../src/limits/subjects.js'
 import { dayOf, ensurePartition } from '../src/request-log/partitions.js'
+import { batchSelect, type ListedRow } from '../src/request-log/replay-copy.js'
 import { replayInOrder, replayRecordBound } from '../src/request-log/replay-records.js'
 import { ensureRequestLogTable, RECORD_ARRAYS } from '../src/request-log/schema.js'
 import { migrate } from '../src/store/migrate.js'
@@ -16,6 +17,9 @@ import { createDatabase, envInt, fmt, reportHead, run } from './lib.js'
 const RECORDS = envInt('BENCH_RECORDS', 1_000_000)
 const SUBS = envInt('BENCH_SUBS', 1_000)
 const ROUNDS = envInt('BENCH_ROUNDS', 3)
+/** As a server is read (a binary COPY), and as the embedded PGlite is (JSON); BENCH_READ=copy or json for one. */
+const READINGS =
+  process.env.BENCH_READ === 'copy' ? [true] : process.env.BENCH_READ === 'json' ? [false] : [true, false]
 const DAYS = 6
 /** Records a row, as the writer makes them at most. */
 const PER_ROW = 500
@@ -77,45 +81,49 @@ async function main(): Promise<void> {
       monthly_quota: { requests: 900 },
       meters: { tokens: { rate: null, monthly_quota: { units: 100_000 } } },
     })!
-    const explain = await sql.unsafe(
-      `explain (analyze, buffers) select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
-         json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::json[])::text as arrays
-       from (
-         select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
-         from request_log_rows r
-         where r.account_id = $1 and r.last_time >= $2 and r.first_time < $3
-         order by r.first_time offset 0
-       ) as r`,
-      [parent!.id, range.from, range.to],
-    )
-    console.log('\nthe read, EXPLAIN (ANALYZE, BUFFERS):')
-    for (const row of explain) console.log(`  ${Object.values(row)[0]}`)
-    console.log('\n| round | bound (records) | records read | read and replayed (s) | requests | would refuse |')
-    console.log('|--:|--:|--:|--:|--:|--:|')
-    for (let round = 1; round <= ROUNDS; round++) {
-      const t0 = performance.now()
-      const bound = await replayRecordBound(sql as never, range)
-      // As the route does: each batch of rows replayed while Postgres reads the next.
-      const replay = new LimitReplay(limits, () => 0)
-      let read = 0
-      await replayInOrder(sql as never, range, undefined, (row, i) => {
-        read++
-        return replay.take(
-          row.tenantIds[i]!,
-          row.timesUs[i]! / 1000,
-          (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
-          row.costs[i]!,
-          row.units?.[i] ?? null,
-        )
-      })
-      const data = await replay.close()
-      const t2 = performance.now()
-      const requests = data.reduce((sum, d) => sum + d.requests, 0)
-      const refused = data.reduce((sum, d) => sum + d.would_refuse, 0)
-      console.log(
-        `| ${round} | ${fmt(bound)} | ${fmt(read)} | ${((t2 - t0) / 1000).toFixed(2)} | ${fmt(requests)} | ${fmt(refused)} |`,
-      )
+    // The server's read (replay-copy.ts): the rows listed, then a COPY of each batch of them.
+    const listing = `select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us
+      from request_log_rows r
+      where r.account_id = $1 and r.last_time >= $2 and r.first_time < $3
+      order by r.first_time`
+    const listed = await sql.unsafe<ListedRow[]>(listing, [parent!.id, range.from, range.to])
+    for (const [what, statement, parameters] of [
+      ['the listing', listing, [parent!.id, range.from, range.to]],
+      ['the first COPY', batchSelect(parent!.id, listed.slice(0, 400)), []],
+    ] as const) {
+      const explain = await sql.unsafe(`explain (analyze, buffers) ${statement}`, parameters as never)
+      console.log(`\n${what}, EXPLAIN (ANALYZE, BUFFERS):`)
+      for (const row of explain) console.log(`  ${String(Object.values(row)[0]).replace(/'\{[\d,]+\}'/g, "'{…}'")}`)
     }
+    console.log(
+      '\n| round | read as | bound (records) | records read | read and replayed (s) | requests | would refuse |',
+    )
+    console.log('|--:|:--|--:|--:|--:|--:|--:|')
+    for (let round = 1; round <= ROUNDS; round++)
+      for (const copy of READINGS) {
+        const t0 = performance.now()
+        const bound = await replayRecordBound(sql as never, range)
+        // As the route does: each batch of rows replayed while Postgres reads the next.
+        const replay = new LimitReplay(limits, () => 0)
+        let read = 0
+        await replayInOrder(sql as never, range, { copy }, (row, i) => {
+          read++
+          return replay.take(
+            row.tenantIds[i]!,
+            row.timesUs[i]! / 1000,
+            (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
+            row.costs[i]!,
+            row.units?.[i] ?? null,
+          )
+        })
+        const data = await replay.close()
+        const t2 = performance.now()
+        const requests = data.reduce((sum, d) => sum + d.requests, 0)
+        const refused = data.reduce((sum, d) => sum + d.would_refuse, 0)
+        console.log(
+          `| ${round} | ${copy ? 'COPY' : 'JSON'} | ${fmt(bound)} | ${fmt(read)} | ${((t2 - t0) / 1000).toFixed(2)} | ${fmt(requests)} | ${fmt(refused)} |`,
+        )
+      }
   } finally {
     await sql.end()
     await db.drop()

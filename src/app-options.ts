@@ -257,6 +257,7 @@ export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLo
     sql: app.requestLogSql,
     reads: new LogReads(),
     statementTimeoutMs: storeDeadlinesOf(app).managementMs,
+    copies: !(deps.requestLogStore ?? deps.store).embedded,
     retentionDays: deps.config.requestLogRetentionDays,
   }
 }

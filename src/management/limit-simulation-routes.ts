@@ -85,7 +85,8 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
               message: `the range holds up to ${bound} records of the request log, over the ${SIMULATION_MAX_RECORDS} a simulation reads: shorten it, or name a sub_account_id`,
             },
           ])
-        await replayInOrder(requestLog.sql, range, requestLog.statementTimeoutMs, (row, i) =>
+        const reading = { statementTimeoutMs: requestLog.statementTimeoutMs, copy: requestLog.copies }
+        await replayInOrder(requestLog.sql, range, reading, (row, i) =>
           replay.take(
             row.tenantIds[i]!,
             row.timesUs[i]! / 1000,

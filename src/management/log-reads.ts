@@ -69,6 +69,8 @@ export interface RequestLogReader {
   reads: LogReads
   /** A read's statement timeout: a management call's store deadline (store/deadlines.ts). */
   statementTimeoutMs: number
+  /** The log's database is a Postgres server, which sends rows as a binary COPY (the embedded PGlite does not). */
+  copies: boolean
   /** REQUEST_LOG_RETENTION_DAYS: how far back the log holds every record. */
   retentionDays: number
 }

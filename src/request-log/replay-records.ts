@@ -3,6 +3,7 @@
 // order they arrived, with what each counted (its route's cost, the units its upstream reported).
 import type { Sql, Tx } from '../store/db.js'
 import { readSettings } from './queries.js'
+import { copiedRows, type ListedRow, type RowArrays, type SentRow } from './replay-copy.js'
 
 /** The refusals of a limit: what a replay counts as having reached the limits, beside the forwarded. */
 const LIMIT_REFUSALS = new Set(['rate_limited', 'quota_exceeded'])
@@ -44,23 +45,29 @@ export async function replayRecordBound(sql: Sql, range: ReplayRange, statementT
   })
 }
 
-/** Rows a batch: up to 5·10^4 records (a few MB). Postgres reads the next while the caller replays this one. */
+/** Rows a batch of the JSON read: up to 5·10^4 records (a few MB). Postgres reads the next while the caller replays this one. */
 const BATCH_ROWS = 100
+
+/** How the rows are read: as a binary COPY from a Postgres server, or as JSON (the embedded PGlite takes no COPY). */
+export interface ReplayReading {
+  statementTimeoutMs?: number
+  copy: boolean
+}
 
 /**
  * The range's records that reached the limits (forwarded, or refused by a limit), of sub-accounts
  * only, handed to `each` in the order they arrived, by their row and position. `each` returns a
  * promise only when it must wait, and the next record waits for it.
  *
- * Postgres sends whole rows, in the order of their first record, as JSON (far less work for both
- * than a row per record sorted there); each row's records are put in time order, and the rows that
+ * Postgres sends whole rows, in the order of their first record (far less work for both than a
+ * row per record sorted there); each row's records are put in time order, and the rows that
  * overlap (two replicas', or a slow answer's) merged: a record is handed on once no row still to
  * come can hold an earlier one.
  */
 export async function replayInOrder(
   sql: Sql,
   range: ReplayRange,
-  statementTimeoutMs: number | undefined,
+  reading: ReplayReading,
   each: (row: ReplayRow, position: number) => Promise<void> | undefined,
 ): Promise<void> {
   const runs = new RunHeap()
@@ -73,49 +80,54 @@ export async function replayInOrder(
   }
   const taken = takenRecords(range)
   await sql.begin(async (tx) => {
-    await readSettings(tx, statementTimeoutMs)
-    // Sorted first, then made JSON row by row as they are sent: made before the sort, every row's
-    // JSON would be built (and spilled to disk) before the first is sent. `offset 0` keeps it so.
-    const query = tx<{ first_us: string; arrays: string }[]>`
-      select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
-        json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::json[])::text as arrays
-      from (
-        select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
-        ${rowsOf(tx, range)}
-        order by r.first_time offset 0
-      ) as r`
-    const batches = query.cursor(BATCH_ROWS)[Symbol.asyncIterator]()
-    let next: Promise<IteratorResult<{ first_us: string; arrays: string }[]>> | null = null
-    try {
-      next = batches.next()
-      for (let batch = await next; !batch.done; batch = await next) {
-        next = batches.next()
-        for (const row of batch.value) {
-          // No row still to come holds a record earlier than this one's first.
-          await emitUntil(Number(row.first_us))
-          const run = taken(JSON.parse(row.arrays))
-          if (run !== null) runs.push(run)
-        }
-      }
-    } finally {
-      // A batch still being read must arrive before the cursor can be closed: else postgres.js
-      // waits for its consumer for ever, and the transaction and its connection with it.
-      await next?.catch(() => {})
-      await batches.return?.()
+    await readSettings(tx, reading.statementTimeoutMs)
+    const rows = reading.copy
+      ? copiedRows(
+          tx,
+          range.accountId,
+          await tx<ListedRow[]>`
+            select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us
+            ${rowsOf(tx, range)}
+            order by r.first_time`,
+        )
+      : rowsAsJson(tx, range)
+    for await (const row of rows) {
+      // No row still to come holds a record earlier than this one's first.
+      await emitUntil(row.firstUs)
+      const run = taken(row.arrays)
+      if (run !== null) runs.push(run)
     }
   })
   await emitUntil(Number.POSITIVE_INFINITY)
 }
 
-/** A row's arrays as Postgres sends them: tenant ids, times, durations, costs, codes, units. */
-type RowArrays = [
-  string[],
-  number[],
-  number[],
-  (number | null)[] | null,
-  (string | null)[],
-  (Record<string, number> | null)[] | null,
-]
+/** The range's rows, in the order of their first record, as JSON, read a batch at a time by a cursor. */
+async function* rowsAsJson(tx: Tx, range: ReplayRange): AsyncGenerator<SentRow> {
+  // Sorted first, then made JSON row by row as they are sent: made before the sort, every row's
+  // JSON would be built (and spilled to disk) before the first is sent. `offset 0` keeps it so.
+  const query = tx<{ first_us: string; arrays: string }[]>`
+    select (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
+      json_build_array(r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units::json[])::text as arrays
+    from (
+      select r.first_time, r.tenant_ids, r.times_us, r.durations_us, r.costs, r.codes, r.units
+      ${rowsOf(tx, range)}
+      order by r.first_time offset 0
+    ) as r`
+  const batches = query.cursor(BATCH_ROWS)[Symbol.asyncIterator]()
+  let next: Promise<IteratorResult<{ first_us: string; arrays: string }[]>> | null = null
+  try {
+    next = batches.next()
+    for (let batch = await next; !batch.done; batch = await next) {
+      next = batches.next()
+      for (const row of batch.value) yield { firstUs: Number(row.first_us), arrays: JSON.parse(row.arrays) }
+    }
+  } finally {
+    // A batch still being read must arrive before the cursor can be closed: else postgres.js
+    // waits for its consumer for ever, and the transaction and its connection with it.
+    await next?.catch(() => {})
+    await batches.return?.()
+  }
+}
 
 /** What a replay takes of a row: its records in the range, of the range's sub-accounts, forwarded or refused by a limit. */
 function takenRecords(range: ReplayRange): (arrays: RowArrays) => Run | null {

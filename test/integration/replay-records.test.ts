@@ -4,7 +4,7 @@
 import pino from 'pino'
 import t from 'tap'
 import type { RequestRecord } from '../../src/request-log/capture.js'
-import { replayInOrder, type ReplayRange } from '../../src/request-log/replay-records.js'
+import { type ReplayRange, type ReplayReading, replayInOrder } from '../../src/request-log/replay-records.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
 import { writerOn } from '../helpers/request-log-rows.js'
 import { ACCOUNTS, logRecord, madeId, uuid } from '../helpers/request-records.js'
@@ -22,10 +22,16 @@ const range = (fromS: number, toS: number, tenantId: string | null = null): Repl
   to: new Date(base + toS * 1000),
 })
 
-/** What `replayInOrder` hands on: [tenant, second, cost, units]. */
-async function replayed(sql: Parameters<typeof replayInOrder>[0], of: ReplayRange) {
+/** The two reads: a server's binary COPY (replay-copy.ts), and the JSON the embedded PGlite is read as. */
+const READINGS = [
+  ['as a COPY', { copy: true }],
+  ['as JSON', { copy: false }],
+] as const
+
+/** What `replayInOrder` hands on, read each way: [tenant, second, cost, units]. */
+async function replayed(sql: Parameters<typeof replayInOrder>[0], of: ReplayRange, reading: ReplayReading) {
   const seen: [string, number, number, unknown][] = []
-  await replayInOrder(sql, of, undefined, (row, i) => {
+  await replayInOrder(sql, of, reading, (row, i) => {
     seen.push([
       row.tenantIds[i]!,
       Math.round((row.timesUs[i]! / 1000 - base) / 1000),
@@ -50,17 +56,18 @@ t.test('in arrival order across overlapping rows, each kept as its answers ended
     ;(i % 3 === 0 ? second : writer).add(record(s, { tenantId: subs[s % 3]!, cost: 1 + (s % 2), units }))
   })
   await Promise.all([writer.flush(), second.flush()])
-  const seen = await replayed(sql, range(0, 100))
-  t.same(
-    seen,
-    seconds.map((s) => [subs[s % 3], s, 1 + (s % 2), s % 4 === 0 ? { tokens: s } : null]),
-    'every record, in time order, with its cost and units',
-  )
-  t.same(
-    (await replayed(sql, range(10, 20, subs[1]))).map(([, s]) => s),
-    [10, 13, 16, 19],
-    "one sub-account's, within [from, to)",
-  )
+  for (const [how, reading] of READINGS) {
+    t.same(
+      await replayed(sql, range(0, 100), reading),
+      seconds.map((s) => [subs[s % 3], s, 1 + (s % 2), s % 4 === 0 ? { tokens: s } : null]),
+      `${how}: every record, in time order, with its cost and units`,
+    )
+    t.same(
+      (await replayed(sql, range(10, 20, subs[1]), reading)).map(([, s]) => s),
+      [10, 13, 16, 19],
+      `${how}: one sub-account's, within [from, to)`,
+    )
+  }
 })
 
 t.test('only what reached the limits: forwarded, or refused by a limit; never the account', async (t) => {
@@ -82,33 +89,62 @@ t.test('only what reached the limits: forwarded, or refused by a limit; never th
   ]
   for (const [, r] of cases) writer.add(r)
   await writer.flush()
-  t.same(
-    (await replayed(sql, range(0, 100))).map(([, s, cost]) => [s, cost]),
-    cases.filter(([, , taken]) => taken).map(([, r]) => [Math.round((r.timeMs - base) / 1000), 1]),
-    cases.map(([what, , taken]) => `${what}: ${taken ? 'taken' : 'not'}`).join('; '),
-  )
+  for (const [how, reading] of READINGS)
+    t.same(
+      (await replayed(sql, range(0, 100), reading)).map(([, s, cost]) => [s, cost]),
+      cases.filter(([, , taken]) => taken).map(([, r]) => [Math.round((r.timeMs - base) / 1000), 1]),
+      `${how}: ${cases.map(([what, , taken]) => `${what}: ${taken ? 'taken' : 'not'}`).join('; ')}`,
+    )
+  // A row written before costs were kept: its limits' refusals are known by their codes only.
+  await sql`update request_log_rows set costs = null`
+  for (const [how, reading] of READINGS)
+    t.same(
+      (await replayed(sql, range(0, 100), reading)).map(([, s]) => s),
+      [2, 3],
+      `${how}: a row without costs gives its limits' refusals only`,
+    )
 })
 
 t.test('a replay that fails mid-read ends its read: the error comes back, the connection is free', async (t) => {
   const { sql, writer } = await writerOn(t, 2)
   for (let s = 1; s <= 1000; s++) writer.add(record(s / 10, { tenantId: subs[0]! }))
   await writer.flush()
-  for (const [how, fail] of [
-    [
-      'throws',
-      () => {
-        throw new Error('replay broke')
-      },
-    ],
-    ['rejects', () => Promise.reject(new Error('replay broke'))],
-  ] as const) {
+  for (const [read, reading] of READINGS)
+    for (const [how, fail] of [
+      [
+        'throws',
+        () => {
+          throw new Error('replay broke')
+        },
+      ],
+      ['rejects', () => Promise.reject(new Error('replay broke'))],
+    ] as const) {
+      let seen = 0
+      await t.rejects(
+        replayInOrder(sql, range(0, 1000), reading, () => (++seen === 150 ? fail() : undefined)),
+        /replay broke/,
+        `${read}, ${how} at the 150th record: the replay fails`,
+      )
+      const [counted] = await sql<{ n: number }[]>`select count(*)::int as n from request_log_rows`
+      t.equal(counted?.n, 500, 'and the pool answers the next query')
+    }
+})
+
+t.test('a replay slower than its read: every batch arrives, and the transaction goes on after each', async (t) => {
+  const { sql, writer } = await writerOn(t, 20)
+  // 1,000 rows: three COPYs of a few hundred kB, each filling the stream while the replay waits.
+  for (let s = 1; s <= 20_000; s++) writer.add(record(s / 100, { tenantId: subs[s % 3]! }))
+  await writer.flush()
+  for (const [how, reading] of READINGS) {
     let seen = 0
-    await t.rejects(
-      replayInOrder(sql, range(0, 1000), undefined, () => (++seen === 150 ? fail() : undefined)),
-      /replay broke/,
-      `${how} at the 150th record: the replay fails`,
-    )
-    const [counted] = await sql<{ n: number }[]>`select count(*)::int as n from request_log_rows`
-    t.equal(counted?.n, 500, 'and the pool answers the next query')
+    let last = 0
+    let ordered = true
+    await replayInOrder(sql, range(0, 1000), reading, (row, i) => {
+      ordered &&= row.timesUs[i]! >= last
+      last = row.timesUs[i]!
+      return ++seen % 1000 === 0 ? new Promise((resolve) => setTimeout(resolve, 5)) : undefined
+    })
+    t.equal(seen, 20_000, `${how}: every record`)
+    t.ok(ordered, `${how}: in time order`)
   }
 })

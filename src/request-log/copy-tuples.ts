@@ -1,0 +1,153 @@
+// Reading Postgres's binary COPY format (the manual's "COPY", "Binary Format"), the other way from
+// copy-format.ts: the tuples of a `COPY … TO STDOUT (FORMAT binary)` as its chunks arrive, and
+// the values of the request log's arrays read off their bytes. A number or an id read this way
+// costs no text to decode or parse (bench/README.md, the limit simulator).
+
+/** The signature, flags and header extension's length that open the stream (no extension is sent). */
+const HEADER_BYTES = 19
+const TWO_TO_32 = 2 ** 32
+
+/**
+ * The tuples of one COPY, from its chunks in order: `push` hands each complete tuple to `visit`
+ * with the buffer and offset of its first field, keeping a tuple cut between two chunks until the
+ * next. Postgres sends a tuple a message, but a stream may join or split them.
+ */
+export class CopyTuples {
+  private pending: Buffer | null = null
+  private headerRead = false
+  /** True once the trailer has arrived: the stream holds nothing more. */
+  ended = false
+
+  private readonly visit: (data: Buffer, at: number) => void
+  constructor(visit: (data: Buffer, at: number) => void) {
+    this.visit = visit
+  }
+
+  push(chunk: Buffer): void {
+    const data = this.pending === null ? chunk : Buffer.concat([this.pending, chunk])
+    this.pending = null
+    let at = 0
+    if (!this.headerRead) {
+      if (data.length < HEADER_BYTES) {
+        this.pending = data
+        return
+      }
+      at = HEADER_BYTES + data.readInt32BE(15)
+      this.headerRead = true
+    }
+    while (at + 2 <= data.length) {
+      const fields = data.readInt16BE(at)
+      if (fields === -1) {
+        this.ended = true
+        return
+      }
+      const end = tupleEnd(data, at + 2, fields)
+      if (end === -1) break
+      this.visit(data, at + 2)
+      at = end
+    }
+    if (at < data.length) this.pending = data.subarray(at)
+  }
+}
+
+/** Where a tuple whose fields start at `at` ends; -1 when its last bytes have not arrived. */
+function tupleEnd(data: Buffer, at: number, fields: number): number {
+  for (let field = 0; field < fields; field++) {
+    if (at + 4 > data.length) return -1
+    const length = data.readInt32BE(at)
+    at += 4 + Math.max(length, 0)
+  }
+  return at <= data.length ? at : -1
+}
+
+/** Moves over one field: the offset of the next. */
+export function nextField(data: Buffer, at: number): number {
+  return at + 4 + Math.max(data.readInt32BE(at), 0)
+}
+
+/** A field that is one int8, as a number (exact below 2^53, as times in microseconds are). */
+export function int8Field(data: Buffer, at: number): number {
+  return int8At(data, at + 4)
+}
+
+function int8At(data: Buffer, at: number): number {
+  return data.readInt32BE(at) * TWO_TO_32 + data.readUInt32BE(at + 4)
+}
+
+/**
+ * The elements of a one-dimensional array field, each handed to `element` with its offset and
+ * length (-1: null); null for a null field. The array's header: dimensions, a null flag and the
+ * element type, then each dimension's size and lower bound (none for an empty array).
+ */
+function eachElement(data: Buffer, at: number, element: (at: number, length: number) => void): boolean {
+  const fieldLength = data.readInt32BE(at)
+  if (fieldLength === -1) return false
+  at += 4
+  if (data.readInt32BE(at) === 0) return true
+  const count = data.readInt32BE(at + 12)
+  at += 20
+  for (let i = 0; i < count; i++) {
+    const length = data.readInt32BE(at)
+    element(at + 4, length)
+    at += 4 + Math.max(length, 0)
+  }
+  return true
+}
+
+/** An int8[] or int4[] field's numbers (null elements as null); null for a null field. */
+export function numbersField(data: Buffer, at: number): (number | null)[] | null {
+  const values: (number | null)[] = []
+  const present = eachElement(data, at, (from, length) => {
+    values.push(length === 8 ? int8At(data, from) : length === 4 ? data.readInt32BE(from) : null)
+  })
+  return present ? values : null
+}
+
+/** A text[] field's strings (null elements as null); null for a null field. */
+export function textsField(data: Buffer, at: number): (string | null)[] | null {
+  const values: (string | null)[] = []
+  const present = eachElement(data, at, (from, length) => {
+    values.push(length === -1 ? null : data.toString('utf8', from, from + length))
+  })
+  return present ? values : null
+}
+
+/**
+ * The ids of uuid[] fields as their text (`8-4-4-4-12` lowercase hex, as Postgres prints them),
+ * each made once: a range's records name a few thousand sub-accounts millions of times.
+ */
+export class UuidTexts {
+  /** By the id's first 53 bits; the rest of each is compared. */
+  private readonly known = new Map<number, KnownUuid>()
+
+  field(data: Buffer, at: number): string[] | null {
+    const ids: string[] = []
+    const present = eachElement(data, at, (from) => {
+      ids.push(this.text(data, from))
+    })
+    return present ? ids : null
+  }
+
+  private text(data: Buffer, at: number): string {
+    const a = data.readUInt32BE(at)
+    const b = data.readUInt32BE(at + 4)
+    const c = data.readUInt32BE(at + 8)
+    const d = data.readUInt32BE(at + 12)
+    const key = a * 0x200000 + (b >>> 11)
+    const first = this.known.get(key)
+    for (let known = first; known !== undefined; known = known.next)
+      if (known.b === b && known.c === c && known.d === d) return known.text
+    const hex = data.toString('hex', at, at + 16)
+    const text = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+    this.known.set(key, { b, c, d, text, next: first })
+    return text
+  }
+}
+
+interface KnownUuid {
+  b: number
+  c: number
+  d: number
+  text: string
+  next: KnownUuid | undefined
+}
