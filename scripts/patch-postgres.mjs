@@ -5,7 +5,10 @@
 // Here the write settles the pending queries with CONNECTION_CLOSED instead, and teardown resets
 // the timer (as the upstream pull requests #1209 and LanternOps/breeze#3225 do). And a query
 // handed to a connection between its socket's error and its close (a turn of the event loop) was
-// settled by neither: the close settles what is left whether or not an error came first. Run by
+// settled by neither: the close settles what is left whether or not an error came first. And a
+// COPY TO whose stream was full when it ended or failed left the socket paused (only the stream's
+// next read resumes it, and an ended stream has none), so that the connection never read the end
+// of its COPY nor anything after: the end, or the error, resumes it. Run by
 // `postinstall` and by the Dockerfile after its `npm ci --ignore-scripts`; idempotent. Plain
 // JavaScript: the image's production install has no TypeScript runner. docs/decisions.md.
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -13,6 +16,7 @@ import { fileURLToPath } from 'node:url'
 
 const PATCHED_VERSION = '3.4.9'
 const MARK = '/* tenancy-gateway: porsager/postgres#1208 */'
+const COPY_MARK = '/* tenancy-gateway: a COPY that ended full */'
 const root = fileURLToPath(new URL('../node_modules/postgres/', import.meta.url))
 
 /** [what, the 3.4.9 text, its replacement]: each must be found exactly once in every copy. */
@@ -50,6 +54,23 @@ const EDITS = [
     `    clearImmediate(nextWriteTimer)
     chunk = nextWriteTimer = null ${MARK}
     socket.removeListener('data', data)`,
+  ],
+  [
+    "a COPY's end on a paused socket",
+    `  function CopyDone() {
+    stream && stream.push(null)
+    stream = null`,
+    `  function CopyDone() {
+    stream && stream.push(null)
+    stream = null
+    socket.resume() ${COPY_MARK}`,
+  ],
+  [
+    "a COPY's error on a paused socket",
+    `  function errored(err) {
+    stream && (stream.destroy(err), stream = null)`,
+    `  function errored(err) {
+    stream && (stream.destroy(err), stream = null, socket && socket.resume()) ${COPY_MARK}`,
   ],
 ]
 

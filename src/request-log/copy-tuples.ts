@@ -3,14 +3,16 @@
 // the values of the request log's arrays read off their bytes. A number or an id read this way
 // costs no text to decode or parse (bench/README.md, the limit simulator).
 
-/** The signature, flags and header extension's length that open the stream (no extension is sent). */
+/** The stream's first bytes: its signature, then flags (none set) and the header extension's length. */
+const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1')
 const HEADER_BYTES = 19
 const TWO_TO_32 = 2 ** 32
 
 /**
  * The tuples of one COPY, from its chunks in order: `push` hands each complete tuple to `visit`
- * with the buffer and offset of its first field, keeping a tuple cut between two chunks until the
- * next. Postgres sends a tuple a message, but a stream may join or split them.
+ * with the buffer, the offset of its first field and its count of fields, keeping a tuple cut
+ * between two chunks until the next. Postgres sends a tuple a message, but a stream may join or
+ * split them.
  */
 export class CopyTuples {
   private pending: Buffer | null = null
@@ -18,8 +20,8 @@ export class CopyTuples {
   /** True once the trailer has arrived: the stream holds nothing more. */
   ended = false
 
-  private readonly visit: (data: Buffer, at: number) => void
-  constructor(visit: (data: Buffer, at: number) => void) {
+  private readonly visit: (data: Buffer, at: number, fields: number) => void
+  constructor(visit: (data: Buffer, at: number, fields: number) => void) {
     this.visit = visit
   }
 
@@ -28,10 +30,12 @@ export class CopyTuples {
     this.pending = null
     let at = 0
     if (!this.headerRead) {
-      if (data.length < HEADER_BYTES) {
+      if (data.length < HEADER_BYTES || data.length < HEADER_BYTES + data.readInt32BE(15)) {
         this.pending = data
         return
       }
+      if (!data.subarray(0, SIGNATURE.length).equals(SIGNATURE) || data.readInt32BE(11) !== 0)
+        throw new Error('request log: not a binary COPY, or one with flags this reader does not know')
       at = HEADER_BYTES + data.readInt32BE(15)
       this.headerRead = true
     }
@@ -43,7 +47,7 @@ export class CopyTuples {
       }
       const end = tupleEnd(data, at + 2, fields)
       if (end === -1) break
-      this.visit(data, at + 2)
+      this.visit(data, at + 2, fields)
       at = end
     }
     if (at < data.length) this.pending = data.subarray(at)
@@ -98,7 +102,10 @@ function eachElement(data: Buffer, at: number, element: (at: number, length: num
 export function numbersField(data: Buffer, at: number): (number | null)[] | null {
   const values: (number | null)[] = []
   const present = eachElement(data, at, (from, length) => {
-    values.push(length === 8 ? int8At(data, from) : length === 4 ? data.readInt32BE(from) : null)
+    if (length === 8) values.push(int8At(data, from))
+    else if (length === 4) values.push(data.readInt32BE(from))
+    else if (length === -1) values.push(null)
+    else throw new Error(`request log: a number of ${length} bytes in a COPY`)
   })
   return present ? values : null
 }

@@ -25,25 +25,49 @@ export interface SentRow {
 export interface ListedRow {
   seq: string
   first_us: string
+  records: number
 }
 
 /**
- * Rows a COPY. Each is a statement under the read's `statement_timeout` while the process replays
- * what it sends (about 2·10^5 records, a fraction of a second); each also costs a round trip.
+ * A COPY's rows: up to this many, and no more once they hold this many records. Each COPY is a
+ * statement under the read's `statement_timeout` while the process replays what it sends (2·10^5
+ * records: a fraction of a second); each also costs a round trip.
  */
-const COPY_ROWS = 400
+const COPY_ROWS = 2_000
+const COPY_RECORDS = 200_000
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const DIGITS = /^-?\d{1,19}$/
 
-/** The listed rows of an account, in their order, as COPY sends them. */
-export async function* copiedRows(tx: Tx, accountId: string, listed: readonly ListedRow[]): AsyncGenerator<SentRow> {
+/**
+ * An account's rows, as a listing in their order hands them on (`nextListed`: the next few, none
+ * at its end), read a batch at a time as COPYs.
+ */
+export async function* copiedRows(
+  tx: Tx,
+  accountId: string,
+  nextListed: () => Promise<readonly ListedRow[]>,
+): AsyncGenerator<SentRow> {
   const uuids = new UuidTexts()
-  for (let first = 0; first < listed.length; first += COPY_ROWS) {
-    const query = tx.unsafe(
-      `copy (${batchSelect(accountId, listed.slice(first, first + COPY_ROWS))}) to stdout (format binary)`,
-    )
-    yield* rowsOf(query, uuids)
+  let listed: readonly ListedRow[] = []
+  let at = 0
+  let listingEnded = false
+  while (!listingEnded) {
+    const batch: ListedRow[] = []
+    let records = 0
+    while (batch.length < COPY_ROWS && records < COPY_RECORDS) {
+      if (at === listed.length) {
+        listed = await nextListed()
+        at = 0
+        listingEnded = listed.length === 0
+        if (listingEnded) break
+      }
+      const row = listed[at++]!
+      batch.push(row)
+      records += row.records
+    }
+    if (batch.length > 0)
+      yield* rowsOf(tx.unsafe(`copy (${batchSelect(accountId, batch)}) to stdout (format binary)`), batch.length, uuids)
   }
 }
 
@@ -65,12 +89,15 @@ export function batchSelect(accountId: string, batch: readonly ListedRow[]): str
     order by r.first_time`
 }
 
-/** The rows one COPY sends, each as soon as its tuple has arrived. */
-async function* rowsOf(query: ReturnType<Tx['unsafe']>, uuids: UuidTexts): AsyncGenerator<SentRow> {
+/** The rows one COPY sends (`expected` of them), each as soon as its tuple has arrived. */
+async function* rowsOf(query: ReturnType<Tx['unsafe']>, expected: number, uuids: UuidTexts): AsyncGenerator<SentRow> {
   const arrived: SentRow[] = []
-  const tuples = new CopyTuples((data, at) => arrived.push(rowOf(data, at, uuids)))
-  const stream = await query.readable()
-  const chunks = stream[Symbol.asyncIterator]()
+  let sent = 0
+  const tuples = new CopyTuples((data, at, fields) => {
+    sent++
+    arrived.push(rowOf(data, at, fields, uuids))
+  })
+  const chunks = (await query.readable())[Symbol.asyncIterator]()
   let done = false
   try {
     while (!done) {
@@ -81,20 +108,19 @@ async function* rowsOf(query: ReturnType<Tx['unsafe']>, uuids: UuidTexts): Async
       arrived.length = 0
     }
     if (!tuples.ended) throw new Error('request log: a COPY of rows ended before its trailer')
+    // The rows are found by seq, bounded by their times: one whose time were read otherwise than
+    // listed would be missed, not merely slow.
+    if (sent !== expected) throw new Error(`request log: a COPY sent ${sent} rows of the ${expected} listed`)
   } finally {
     // Left early (the replay failed): the rest of the batch is read and dropped, since the COPY
     // cannot be stopped (postgres.js 3.4.9 cancels only a query it has not begun to answer).
-    while (!done)
-      done = (await chunks.next().catch(() => ({ done: true }))).done === true
-      // postgres.js pauses its socket when the stream is full, and only the stream's next read
-      // resumes it: a stream that ended full would leave the connection paused for ever, with the
-      // transaction's next statement unanswered (test/integration/replay-records.test.ts).
-    ;(stream as unknown as { _read(size: number): void })._read(0)
+    while (!done) done = (await chunks.next().catch(() => ({ done: true }))).done === true
   }
 }
 
 /** A tuple of the COPY as a row: the first record's time, then the arrays of RowArrays, in that order. */
-export function rowOf(data: Buffer, at: number, uuids: UuidTexts): SentRow {
+export function rowOf(data: Buffer, at: number, fields: number, uuids: UuidTexts): SentRow {
+  if (fields !== 7) throw new Error(`request log: a COPY's row of ${fields} fields, not 7`)
   const firstUs = int8Field(data, at)
   at = nextField(data, at)
   const tenantIds = uuids.field(data, at)!

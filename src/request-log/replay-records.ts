@@ -48,6 +48,9 @@ export async function replayRecordBound(sql: Sql, range: ReplayRange, statementT
 /** Rows a batch of the JSON read: up to 5·10^4 records (a few MB). Postgres reads the next while the caller replays this one. */
 const BATCH_ROWS = 100
 
+/** Rows a fetch of the COPY read's listing (a few hundred kB). */
+const LISTED_A_FETCH = 5_000
+
 /** How the rows are read: as a binary COPY from a Postgres server, or as JSON (the embedded PGlite takes no COPY). */
 export interface ReplayReading {
   statementTimeoutMs?: number
@@ -79,18 +82,20 @@ export async function replayInOrder(
     }
   }
   const taken = takenRecords(range)
-  await sql.begin(async (tx) => {
+  // One snapshot for the listing and every COPY after it.
+  await sql.begin('isolation level repeatable read read only', async (tx) => {
     await readSettings(tx, reading.statementTimeoutMs)
-    const rows = reading.copy
-      ? copiedRows(
-          tx,
-          range.accountId,
-          await tx<ListedRow[]>`
-            select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us
-            ${rowsOf(tx, range)}
-            order by r.first_time`,
-        )
-      : rowsAsJson(tx, range)
+    let rows: AsyncGenerator<SentRow>
+    if (reading.copy) {
+      // Listed by a cursor of the transaction's, a fetch at a time: a range of few-record rows
+      // may list millions, and the COPYs run between the fetches.
+      await tx`
+        declare replay_rows no scroll cursor for
+        select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us, r.records
+        ${rowsOf(tx, range)}
+        order by r.first_time`
+      rows = copiedRows(tx, range.accountId, () => tx.unsafe<ListedRow[]>(`fetch ${LISTED_A_FETCH} from replay_rows`))
+    } else rows = rowsAsJson(tx, range)
     for await (const row of rows) {
       // No row still to come holds a record earlier than this one's first.
       await emitUntil(row.firstUs)
@@ -116,9 +121,13 @@ async function* rowsAsJson(tx: Tx, range: ReplayRange): AsyncGenerator<SentRow> 
   const batches = query.cursor(BATCH_ROWS)[Symbol.asyncIterator]()
   let next: Promise<IteratorResult<{ first_us: string; arrays: string }[]>> | null = null
   try {
+    // Each batch is asked for before the last is replayed: its failure is heard when awaited, not
+    // as an unhandled rejection meanwhile.
     next = batches.next()
+    next.catch(() => {})
     for (let batch = await next; !batch.done; batch = await next) {
       next = batches.next()
+      next.catch(() => {})
       for (const row of batch.value) yield { firstUs: Number(row.first_us), arrays: JSON.parse(row.arrays) }
     }
   } finally {

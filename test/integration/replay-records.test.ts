@@ -148,3 +148,52 @@ t.test('a replay slower than its read: every batch arrives, and the transaction 
     t.ok(ordered, `${how}: in time order`)
   }
 })
+
+t.test('rows of one time across the COPYs and the listing fetches: each read once', async (t) => {
+  const { sql, writer } = await writerOn(t, 1)
+  // 6,000 rows of one record at one instant: three COPYs' worth of rows and two fetches of the listing.
+  for (let i = 0; i < 6_000; i++) writer.add(record(5, { tenantId: subs[i % 3]! }))
+  await writer.flush()
+  for (const [how, reading] of READINGS) {
+    const counts = new Map<string, number>()
+    await replayInOrder(sql, range(0, 10), reading, (row, i) => {
+      counts.set(row.tenantIds[i]!, (counts.get(row.tenantIds[i]!) ?? 0) + 1)
+      return undefined
+    })
+    t.same(Object.fromEntries(counts), Object.fromEntries(subs.map((sub) => [sub, 2_000])), `${how}: every record once`)
+  }
+})
+
+t.test(
+  'a COPY its statement timeout ends while the replay waits: the error comes back, the pool goes on',
+  async (t) => {
+    const { sql, writer } = await writerOn(t, 500)
+    // 40 MB in one COPY (records of about 1 kB of units): far more than the sockets hold, so that
+    // Postgres is still writing it when the replay stops to wait.
+    const units = JSON.stringify(Object.fromEntries(Array.from({ length: 90 }, (_, i) => [`meter_${i}`, i])))
+    for (let s = 1; s <= 40_000; s++) writer.add(record(s / 100, { tenantId: subs[0]!, units }))
+    await writer.flush()
+    let seen = 0
+    const copyOverran = async () => {
+      // Waits for the COPY to be blocked on its client past its timeout (condition, not time).
+      for (;;) {
+        const [row] = await sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where query like 'copy (%' and wait_event = 'ClientWrite' and clock_timestamp() - query_start > interval '1 s'`
+        if (row!.n > 0) return
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+    }
+    await t.rejects(
+      replayInOrder(sql, range(0, 1000), { copy: true, statementTimeoutMs: 500 }, () =>
+        ++seen === 100 ? copyOverran() : undefined,
+      ),
+      { code: '57014' },
+      'the replay fails with the timeout',
+    )
+    t.ok(seen >= 100 && seen < 40_000, `it stopped mid-COPY (${seen} records handed on)`)
+    const [open] = await sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity where datname = current_database() and state like 'idle in transaction%'`
+    t.equal(open!.n, 0, 'no transaction is left open')
+  },
+)

@@ -60,7 +60,7 @@ function stream(): Buffer {
 function read(chunks: Buffer[]) {
   const uuids = new UuidTexts()
   const seen: SentRow[] = []
-  const tuples = new CopyTuples((data, at) => seen.push(rowOf(data, at, uuids)))
+  const tuples = new CopyTuples((data, at, fields) => seen.push(rowOf(data, at, fields, uuids)))
   for (const chunk of chunks) tuples.push(chunk)
   return { seen, ended: tuples.ended }
 }
@@ -74,6 +74,7 @@ const cuts: [string, Buffer[]][] = [
     Array.from({ length: Math.ceil(bytes.length / 7) }, (_, i) => bytes.subarray(i * 7, i * 7 + 7)),
   ],
   ['header apart, then the rest', [bytes.subarray(0, 19), bytes.subarray(19)]],
+  ['the header cut', [bytes.subarray(0, 5), bytes.subarray(5, 23), bytes.subarray(23)]],
 ]
 for (const [how, chunks] of cuts) {
   const { seen, ended } = read(chunks)
@@ -90,4 +91,24 @@ t.test('a stream cut before its trailer has not ended, and keeps what is whole',
 t.test('ids alike in their first 53 bits are told apart by the rest', async (t) => {
   const { seen } = read([bytes])
   t.same(seen[0]!.arrays[0], [ids[0], ids[1], ids[0], ids[2]])
+})
+
+t.test('what is not such a COPY is refused, not misread', async (t) => {
+  const notCopy = Buffer.from(bytes)
+  notCopy[0] = 0x51
+  t.throws(() => read([notCopy]), /not a binary COPY/, 'another signature')
+  const flagged = Buffer.from(bytes)
+  flagged.writeInt32BE(1 << 16, 11)
+  t.throws(() => read([flagged]), /flags/, 'flags set (OIDs sent)')
+  const sixFields = Buffer.from(bytes)
+  sixFields.writeInt16BE(6, 19)
+  t.throws(() => read([sixFields]), /of 6 fields, not 7/, 'a row of another shape')
+  // Times as int2: a column of another type.
+  const out = new CopyBuffer(64)
+  out.tuple(7)
+  out.int8Value(1)
+  out.uuids([ids[0]!])
+  out.int2s([5])
+  for (let field = 0; field < 4; field++) out.null()
+  t.throws(() => read([out.finish()]), /a number of 2 bytes/, 'a number of another size')
 })
