@@ -81,8 +81,10 @@ async function main(): Promise<void> {
       monthly_quota: { requests: 900 },
       meters: { tokens: { rate: null, monthly_quota: { units: 100_000 } } },
     })!
-    // The server's read (replay-copy.ts): the rows listed, then a COPY of each batch of them.
-    const listing = `select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us
+    // The server's read (replay-copy.ts): the rows listed (by a cursor there), then a COPY of each
+    // batch of them: the first here, 400 rows of 500 records (its bound of 2·10^5 records).
+    const listing = `select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
+        r.records
       from request_log_rows r
       where r.account_id = $1 and r.last_time >= $2 and r.first_time < $3
       order by r.first_time`
