@@ -175,12 +175,16 @@ t.test(
     await writer.flush()
     let seen = 0
     const copyOverran = async () => {
-      // Waits for the COPY to be blocked on its client past its timeout (condition, not time).
+      // Waits (for a condition, not a time) until the COPY cannot end well: blocked on its client
+      // past its timeout (the error is sent once the replay reads on), or already ended by it (a
+      // loaded server that had not filled the sockets by then).
       for (;;) {
-        const [row] = await sql<{ n: number }[]>`
-        select count(*)::int as n from pg_stat_activity
-        where query like 'copy (%' and wait_event = 'ClientWrite' and clock_timestamp() - query_start > interval '1 s'`
-        if (row!.n > 0) return
+        const [row] = await sql<{ blocked: boolean; running: boolean }[]>`
+          select coalesce(bool_or(wait_event = 'ClientWrite' and clock_timestamp() - query_start > interval '1 s'), false) as blocked,
+            count(*) > 0 as running
+          from pg_stat_activity
+          where datname = current_database() and query like 'copy (%' and state = 'active'`
+        if (row!.blocked || !row!.running) return
         await new Promise((resolve) => setTimeout(resolve, 50))
       }
     }
