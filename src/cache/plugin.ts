@@ -26,8 +26,9 @@ export const tenancyCachePlugin = fp<TenancyCachePluginOptions>(
   async (app, { sql, redis, keyPrefix, timings }) => {
     const { storeLookups, postgresKeyDigests } = app.metrics.cache
     const counts = { query: () => storeLookups.postgres.inc(), keyDigests: (n: number) => postgresKeyDigests.inc(n) }
+    const { lookupMs, lookupIntervalMs } = storeDeadlinesOf(app)
     const cache = new TenancyCache({
-      source: postgresLookups(sql, { counts, deadlineMs: storeDeadlinesOf(app).lookupMs }),
+      source: postgresLookups(sql, { counts, deadlineMs: lookupMs, keyPacing: { intervalMs: lookupIntervalMs } }),
       redis,
       keyPrefix,
       timings,

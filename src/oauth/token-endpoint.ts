@@ -151,8 +151,10 @@ export const tokenEndpoint: FastifyPluginAsync<TokenEndpointOptions> = async (sc
   scope.addHook('onRequest', continueAfterChecks(TOKEN_BODY_LIMIT))
   const attempts = new FailedClientAttempts()
   const counts = options.clientLookupCounts
+  const { lookupMs, lookupIntervalMs } = storeDeadlinesOf(scope)
   const clients = new ClientLookups(sql, {
-    deadlineMs: storeDeadlinesOf(scope).lookupMs,
+    deadlineMs: lookupMs,
+    pacing: { intervalMs: lookupIntervalMs },
     onQuery: (n) => {
       counts?.query()
       counts?.clientIds(n)

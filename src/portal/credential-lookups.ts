@@ -3,10 +3,11 @@
 // a bearer or the cookie) and a link's token (`tgwpl_`) carry a public checksum, so a made-up one
 // costs nothing to send: one query each would let a flood drive Postgres at its own rate (1,274
 // forged bearers were 1,279 transactions in 5 s). Here the digests waiting for Postgres go out
-// together, one query a batch, at most about 200 queries a second per replica for each kind, and a
+// together, one query a batch, at most about 200 queries a second per replica for each kind (STORE_DEADLINES.lookupIntervalMs), and a
 // lookup with nothing ahead of it starts at once. Each answer comes from a query started after
 // the lookup was asked: a session ended or expired is refused at once, as before.
 import type { Sql } from '../store/db.js'
+import type { StoreDeadlines } from '../store/deadlines.js'
 import { DEFAULT_KEY_BATCH_PACING, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
 import {
   openSessionsBySecrets,
@@ -37,11 +38,12 @@ export class PortalCredentialLookups {
   private readonly links: KeyLookupBatcher<UsableLink>
   private readonly deadlineMs: number
 
-  /** Each lookup waits `deadlineMs` at most, its turn included (then 503), as a key's does. */
-  constructor(sql: Sql, counts: PortalLookupCounts, deadlineMs: number) {
+  /** Each lookup waits `lookupMs` at most, its turn included (then 503), as a key's does. */
+  constructor(sql: Sql, counts: PortalLookupCounts, deadlines: Pick<StoreDeadlines, 'lookupMs' | 'lookupIntervalMs'>) {
+    const deadlineMs = deadlines.lookupMs
     this.deadlineMs = deadlineMs
     const batching = {
-      pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: deadlineMs },
+      pacing: { ...DEFAULT_KEY_BATCH_PACING, queryDeadlineMs: deadlineMs, intervalMs: deadlines.lookupIntervalMs },
       busyDetail: BUSY,
       onQuery: (n: number) => {
         counts.query()

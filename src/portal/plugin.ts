@@ -146,7 +146,7 @@ const portal: FastifyPluginAsync<PortalOptions> = async (plugin, options) => {
       query: () => metrics.cache.storeLookups.postgres.inc(),
       credentials: (n) => metrics.cache.postgresPortalCredentials.inc(n),
     },
-    storeDeadlinesOf(plugin).lookupMs,
+    storeDeadlinesOf(plugin),
   )
   plugin.decorateRequest('portalSession', null)
   registerPortalPage(plugin, options.assets ?? portalAssets)

@@ -4,13 +4,15 @@
 // talks over IPC:
 //   -> { type: 'listening', port }
 //   <- { type: 'stats' }  -> { type: 'stats', heapUsed, rss, external, arrayBuffers,
-//                               sockets: { clients, upstreams, other } }
-//      (heapUsed after two full garbage collections)
+//                               sockets: { clients, upstreams, other }, loopStallMs }
+//      (heapUsed after two full garbage collections; loopStallMs: the event loop's longest
+//      delay since the last stats, which on a loaded machine can outlast a test's short timers)
 //   <- { type: 'close' }  -> closes the app and the store, then exits 0
 // Environment: DATABASE_URL, FAULT_ROUTES (the route table document, JSON), FAULT_ENV (more of the
 // gateway's variables, a JSON object: usage periods, the request log).
 import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { openStore } from '../../src/store/db.js'
@@ -56,12 +58,17 @@ function sockets(): { clients: number; upstreams: number; other: number } {
   return counts
 }
 
+const loopDelay = monitorEventLoopDelay({ resolution: 10 })
+loopDelay.enable()
+
 process.on('message', (message: { type: string }) => {
   if (message.type === 'stats') {
+    const loopStallMs = loopDelay.max / 1e6
+    loopDelay.reset()
     gc()
     gc()
     const { heapUsed, rss, external, arrayBuffers } = process.memoryUsage()
-    send({ type: 'stats', heapUsed, rss, external, arrayBuffers, sockets: sockets() })
+    send({ type: 'stats', heapUsed, rss, external, arrayBuffers, sockets: sockets(), loopStallMs })
   } else if (message.type === 'close') {
     void (async () => {
       await app.close()

@@ -116,6 +116,24 @@ export function allowedAnswers(fault: UpstreamFault, mode: BodyMode): readonly n
   return mode === 'completes' ? [504] : [408, 504]
 }
 
+/**
+ * allowedAnswers, and the body idle timer's 408 too when that timer may rightly have fired: the
+ * client took at least `bodyIdleMs` less a trickle's gap between two writes, or the gateway's
+ * event loop stalled that long (`gatewayStallMs`; its timers run before the bytes that came
+ * meanwhile are read). On an idle machine neither happens, and the answer must be the combination's.
+ */
+export function answersGiven(
+  fault: UpstreamFault,
+  mode: BodyMode,
+  outcome: ClientOutcome,
+  bodyIdleMs: number,
+  gatewayStallMs = 0,
+): readonly number[] {
+  const allowed = allowedAnswers(fault, mode)
+  const late = Math.max(outcome.longestGapMs, gatewayStallMs) >= bodyIdleMs - TRICKLE_GAP_MS
+  return late && !allowed.includes(408) ? [...allowed, 408] : allowed
+}
+
 export interface ClientOutcome {
   /** The status of the answer; null when none came. */
   status: number | null
@@ -123,6 +141,12 @@ export interface ClientOutcome {
   ended: boolean
   /** What came back, for messages. */
   text: string
+  /**
+   * The longest the client took between two writes of its request (the head, each byte trickled,
+   * the rest): on a loaded machine a gap meant to be TRICKLE_GAP_MS can outlast the gateway's body
+   * idle timer, and then a 408 is that timer's right answer.
+   */
+  longestGapMs: number
 }
 
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -152,13 +176,21 @@ export function faultyClient(
     const socket = connect(port, '127.0.0.1')
     let text = ''
     let settled = false
+    let lastWrite = performance.now()
+    let longestGapMs = 0
+    const write = (bytes: string) => {
+      const now = performance.now()
+      longestGapMs = Math.max(longestGapMs, now - lastWrite)
+      lastWrite = now
+      socket.write(bytes)
+    }
     const settle = (ended: boolean) => {
       if (settled) return
       settled = true
       clearTimeout(limit)
       socket.destroy()
       const status = /^HTTP\/1\.1 (\d{3}) /.exec(text)
-      resolve({ status: status === null ? null : Number(status[1]), ended, text })
+      resolve({ status: status === null ? null : Number(status[1]), ended, text, longestGapMs })
     }
     socket.on('error', () => {})
     socket.on('data', (chunk: Buffer) => {
@@ -167,7 +199,7 @@ export function faultyClient(
     })
     socket.on('close', () => settle(true))
     const limit = setTimeout(() => settle(false), closeLimitMs)
-    socket.write(
+    write(
       [
         `POST ${path} HTTP/1.1`,
         'Host: gateway.test',
@@ -183,10 +215,10 @@ export function faultyClient(
       for (let i = 0; i < TRICKLE_BYTES; i++) {
         await pause(TRICKLE_GAP_MS)
         if (socket.destroyed) return
-        socket.write('x')
+        write('x')
       }
       if (mode === 'aborts') settle(true)
-      else if (mode === 'completes' && !socket.destroyed) socket.write('y'.repeat(DECLARED_BODY_BYTES - TRICKLE_BYTES))
+      else if (mode === 'completes' && !socket.destroyed) write('y'.repeat(DECLARED_BODY_BYTES - TRICKLE_BYTES))
     })()
   })
 }
