@@ -71,8 +71,9 @@ export interface AppTuning {
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
   managementBodyTimeoutMs?: number
   /**
-   * How long requests wait on Postgres (default STORE_DEADLINES, store/deadlines.ts). Tests lengthen
-   * them: on a loaded machine a query may queue past 500 ms, and a test is not about that.
+   * How long requests wait on Postgres, and the lookup batchers' pace (default STORE_DEADLINES,
+   * store/deadlines.ts). Tests lengthen the waits: on a loaded machine a query may queue past
+   * 500 ms, and a test is not about that. The flood tests slow the pace, so that they outrun it.
    */
   storeDeadlines?: Partial<StoreDeadlines>
   /** How often expired idempotency keys are deleted (default 60 s). */

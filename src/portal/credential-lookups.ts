@@ -3,9 +3,10 @@
 // a bearer or the cookie) and a link's token (`tgwpl_`) carry a public checksum, so a made-up one
 // costs nothing to send: one query each would let a flood drive Postgres at its own rate (1,274
 // forged bearers were 1,279 transactions in 5 s). Here the digests waiting for Postgres go out
-// together, one query a batch, at most about 200 queries a second per replica for each kind (STORE_DEADLINES.lookupIntervalMs), and a
-// lookup with nothing ahead of it starts at once. Each answer comes from a query started after
-// the lookup was asked: a session ended or expired is refused at once, as before.
+// together, one query a batch, at most about 200 queries a second per replica for each kind
+// (STORE_DEADLINES.lookupIntervalMs), and a lookup with nothing ahead of it starts at once. Each
+// answer comes from a query started after the lookup was asked: a session ended or expired is
+// refused at once, as before.
 import type { Sql } from '../store/db.js'
 import type { StoreDeadlines } from '../store/deadlines.js'
 import { DEFAULT_KEY_BATCH_PACING, KeyLookupBatcher } from '../store/key-lookup-batcher.js'

@@ -2,6 +2,7 @@
 // store_unavailable; docs/internals.md, caches): a partition must not hang requests until a TCP or
 // connect timeout, tens of seconds later.
 import type { FastifyInstance } from 'fastify'
+import { DEFAULT_KEY_BATCH_PACING } from './key-lookup-batcher.js'
 
 export interface StoreDeadlines {
   /**
@@ -19,7 +20,11 @@ export interface StoreDeadlines {
   lookupIntervalMs: number
 }
 
-export const STORE_DEADLINES: Readonly<StoreDeadlines> = { lookupMs: 500, managementMs: 1_500, lookupIntervalMs: 5 }
+export const STORE_DEADLINES: Readonly<StoreDeadlines> = {
+  lookupMs: 500,
+  managementMs: 1_500,
+  lookupIntervalMs: DEFAULT_KEY_BATCH_PACING.intervalMs,
+}
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -4,19 +4,19 @@
 // talks over IPC:
 //   -> { type: 'listening', port }
 //   <- { type: 'stats' }  -> { type: 'stats', heapUsed, rss, external, arrayBuffers,
-//                               sockets: { clients, upstreams, other }, loopStallMs }
-//      (heapUsed after two full garbage collections; loopStallMs: the event loop's longest
-//      delay since the last stats, which on a loaded machine can outlast a test's short timers)
+//                               sockets: { clients, upstreams, other }, loopStalls }
+//      (heapUsed after two full garbage collections; loopStalls: since the last stats, when the
+//      event loop could not run for LOOP_STALL_MS or longer: test/helpers/loop-stalls.ts)
 //   <- { type: 'close' }  -> closes the app and the store, then exits 0
 // Environment: DATABASE_URL, FAULT_ROUTES (the route table document, JSON), FAULT_ENV (more of the
 // gateway's variables, a JSON object: usage periods, the request log).
 import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
-import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { openStore } from '../../src/store/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
+import { recordLoopStalls } from '../helpers/loop-stalls.js'
 
 const exposedGc = (globalThis as { gc?: () => void }).gc
 if (exposedGc === undefined) throw new Error('run with --expose-gc')
@@ -58,17 +58,17 @@ function sockets(): { clients: number; upstreams: number; other: number } {
   return counts
 }
 
-const loopDelay = monitorEventLoopDelay({ resolution: 10 })
-loopDelay.enable()
+/** The shortest stall recorded: past the short timers (200 ms and up) the fault tests set. */
+const LOOP_STALL_MS = 100
+const loopStalls = recordLoopStalls(LOOP_STALL_MS)
 
 process.on('message', (message: { type: string }) => {
   if (message.type === 'stats') {
-    const loopStallMs = loopDelay.max / 1e6
-    loopDelay.reset()
+    const stalls = loopStalls.take()
     gc()
     gc()
     const { heapUsed, rss, external, arrayBuffers } = process.memoryUsage()
-    send({ type: 'stats', heapUsed, rss, external, arrayBuffers, sockets: sockets(), loopStallMs })
+    send({ type: 'stats', heapUsed, rss, external, arrayBuffers, sockets: sockets(), loopStalls: stalls })
   } else if (message.type === 'close') {
     void (async () => {
       await app.close()

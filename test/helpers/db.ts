@@ -2,9 +2,10 @@
 // Migrated ones are copies of a template migrated once per set of migrations (CREATE DATABASE …
 // TEMPLATE): a copy takes a fraction of the server's work of running every migration again.
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import type { Sql } from '../../src/store/db.js'
 import { migrate, readMigrations } from '../../src/store/migrate.js'
@@ -64,7 +65,9 @@ export async function freshDatabase(t: TestLike, options: { migrated?: boolean }
   })
   // Each deployment draws its own paging cursors' secret (migration 005): so does each copy.
   if (migrated)
-    await sql`update gateway_secrets set value = uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid())`
+    await sql`
+      update gateway_secrets set value = uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid())
+      where name = 'cursor'`
   return { url, sql }
 }
 
@@ -85,6 +88,9 @@ async function copyTemplate(admin: postgres.Sql, name: string): Promise<void> {
   }
 }
 
+/** The module that applies the migrations: part of what a template is made by. */
+const MIGRATE_SOURCE = fileURLToPath(new URL('../../src/store/migrate.ts', import.meta.url))
+
 /** Any number: the advisory lock under which one test process at a time makes the template. */
 const TEMPLATE_LOCK_ID = 7_316_471_103
 
@@ -100,6 +106,7 @@ function migratedTemplate(admin: postgres.Sql): Promise<string> {
   template ??= (async () => {
     const digest = createHash('sha256')
     for (const migration of readMigrations()) digest.update(`${migration.version}\0${migration.sql}\0`)
+    digest.update(readFileSync(MIGRATE_SOURCE)) // how they are applied (schema_migrations) too
     const name = `tgw_template_${digest.digest('hex').slice(0, 16)}`
     await admin.begin(async (tx) => {
       await tx`select pg_advisory_xact_lock(${TEMPLATE_LOCK_ID})`
@@ -110,7 +117,7 @@ function migratedTemplate(admin: postgres.Sql): Promise<string> {
       const other = postgres(ADMIN_URL, { max: 1, onnotice: () => {} })
       try {
         for (const { datname } of await other<{ datname: string }[]>`
-          select datname from pg_database where datname like 'tgw\_template\_%'`)
+          select datname from pg_database where datname like ${'tgw\\_template\\_%'}`)
           await other.unsafe(`drop database if exists ${datname} with (force)`)
         const building = `${name}_building`
         await other.unsafe(`create database ${building}`)
@@ -124,7 +131,9 @@ function migratedTemplate(admin: postgres.Sql): Promise<string> {
         for (let tries = 0; ; tries++) {
           const [row] = await other<{ n: number }[]>`
             select count(*)::int as n from pg_stat_activity where datname = ${building}`
-          if (row?.n === 0 || tries === 100) break
+          if (row?.n === 0) break
+          if (tries === 100)
+            await other`select pg_terminate_backend(pid) from pg_stat_activity where datname = ${building}`
           await new Promise((resolve) => setTimeout(resolve, 50))
         }
         await other.unsafe(`alter database ${building} rename to ${name}`)

@@ -4,6 +4,7 @@
 // For test/integration/exchange-faults.test.ts (each combination once) and
 // test/faults/exchange-storm.test.ts (a storm of them against a gateway process).
 import { connect, createServer, type Server, type Socket } from 'node:net'
+import { type Stall, stalledWithin } from './loop-stalls.js'
 import type { TestLike } from './test-like.js'
 import { REFUSED_URL, listenOnLoopback } from './upstream.js'
 
@@ -117,21 +118,26 @@ export function allowedAnswers(fault: UpstreamFault, mode: BodyMode): readonly n
 }
 
 /**
- * allowedAnswers, and the body idle timer's 408 too when that timer may rightly have fired: the
- * client took at least `bodyIdleMs` less a trickle's gap between two writes, or the gateway's
- * event loop stalled that long (`gatewayStallMs`; its timers run before the bytes that came
- * meanwhile are read). On an idle machine neither happens, and the answer must be the combination's.
+ * Whether `outcome` is its combination's answer (allowedAnswers), or the body idle timer's 408
+ * where that timer may rightly have fired: the client took at least `bodyIdleMs` less a trickle's
+ * gap between two writes, or the gateway's event loop stalled that long during the exchange
+ * (`gatewayStalls`: its timers run before the bytes that came meanwhile are read). On an idle
+ * machine neither happens, and only the combination's answer passes. `excused`: a 408 so passed.
  */
-export function answersGiven(
+export function judgeAnswer(
   fault: UpstreamFault,
   mode: BodyMode,
   outcome: ClientOutcome,
   bodyIdleMs: number,
-  gatewayStallMs = 0,
-): readonly number[] {
-  const allowed = allowedAnswers(fault, mode)
-  const late = Math.max(outcome.longestGapMs, gatewayStallMs) >= bodyIdleMs - TRICKLE_GAP_MS
-  return late && !allowed.includes(408) ? [...allowed, 408] : allowed
+  gatewayStalls: readonly Stall[],
+): 'right' | 'excused' | 'wrong' {
+  if (outcome.status !== null && allowedAnswers(fault, mode).includes(outcome.status)) return 'right'
+  if (outcome.status !== 408 || !/sent nothing for/.test(outcome.text)) return 'wrong'
+  const longEnough = bodyIdleMs - TRICKLE_GAP_MS
+  const stalled = gatewayStalls.some(
+    (stall) => stall[1] - stall[0] >= longEnough && stalledWithin([stall], outcome.startedAt, outcome.endedAt),
+  )
+  return outcome.longestGapMs >= longEnough || stalled ? 'excused' : 'wrong'
 }
 
 export interface ClientOutcome {
@@ -147,6 +153,9 @@ export interface ClientOutcome {
    * idle timer, and then a 408 is that timer's right answer.
    */
   longestGapMs: number
+  /** When the client connected, and when it was done (Date.now()). */
+  startedAt: number
+  endedAt: number
 }
 
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -178,6 +187,7 @@ export function faultyClient(
     let settled = false
     let lastWrite = performance.now()
     let longestGapMs = 0
+    const startedAt = Date.now()
     const write = (bytes: string) => {
       const now = performance.now()
       longestGapMs = Math.max(longestGapMs, now - lastWrite)
@@ -190,7 +200,8 @@ export function faultyClient(
       clearTimeout(limit)
       socket.destroy()
       const status = /^HTTP\/1\.1 (\d{3}) /.exec(text)
-      resolve({ status: status === null ? null : Number(status[1]), ended, text, longestGapMs })
+      const endedAt = Date.now()
+      resolve({ status: status === null ? null : Number(status[1]), ended, text, longestGapMs, startedAt, endedAt })
     }
     socket.on('error', () => {})
     socket.on('data', (chunk: Buffer) => {
