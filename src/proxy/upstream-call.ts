@@ -237,6 +237,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       return
     }
     const head = target.answerHeaders(reply, headers, statusCode)
+    // An answer that comes before the body was read whole closes the connection (answerHeaders):
+    // lingering, as the gateway's own answers do (fail), or the rest of the body, arriving after
+    // the close, is answered with a reset that can make the client's stack throw the answer away.
+    if (!request.raw.complete) lingerAfterAnswer(request.raw)
     if (target.meterReports !== null) exchange.reported = target.meterReports.fromHeaders(headers, request.log)
     reply.hijack()
     this.answering = true
