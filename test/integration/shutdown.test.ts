@@ -89,6 +89,18 @@ t.teardown(() => {
  * a load balancer would wait for, and its body says Redis is connected (or off).
  */
 async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess> {
+  // A port found free may be taken by another test's socket before the gateway binds it: the
+  // gateway then refuses to start (naming the port), and another free port is tried.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await spawnGatewayOnce(env)
+    } catch (err) {
+      if (attempt === 3 || !/the port is already in use/.test((err as Error).message)) throw err
+    }
+  }
+}
+
+async function spawnGatewayOnce(env: Record<string, string>): Promise<GatewayProcess> {
   const port = await closedPort()
   const metricsPort = await closedPort()
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
