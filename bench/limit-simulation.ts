@@ -4,15 +4,17 @@
 // and its replay through the limiter (limits/simulation.ts), record by record as the route does,
 // against the 2 s of 10^6 records (10 s of 10^7) that the issue asks.
 //   npx tsx bench/limit-simulation.ts            BENCH_RECORDS=10000000 for the larger
+import { readdirSync, readFileSync } from 'node:fs'
 import postgres from 'postgres'
-import { LimitReplay } from '../src/limits/simulation.js'
+import { ReplayThread } from '../src/limits/replay-thread.js'
+import { LimitReplay, useBeforeOf } from '../src/limits/simulation.js'
 import { limitsOf } from '../src/limits/subjects.js'
 import { dayOf, ensurePartition } from '../src/request-log/partitions.js'
 import { batchSelect, type ListedRow } from '../src/request-log/replay-copy.js'
 import { replayInOrder, replayRecordBound } from '../src/request-log/replay-records.js'
 import { ensureRequestLogTable, RECORD_ARRAYS } from '../src/request-log/schema.js'
 import { migrate } from '../src/store/migrate.js'
-import { createDatabase, envInt, fmt, reportHead, run } from './lib.js'
+import { cpuSeconds, createDatabase, envInt, fmt, reportHead, run } from './lib.js'
 
 const RECORDS = envInt('BENCH_RECORDS', 1_000_000)
 const SUBS = envInt('BENCH_SUBS', 1_000)
@@ -20,6 +22,12 @@ const ROUNDS = envInt('BENCH_ROUNDS', 3)
 /** As a server is read (a binary COPY), and as the embedded PGlite is (JSON); BENCH_READ=copy or json for one. */
 const READINGS =
   process.env.BENCH_READ === 'copy' ? [true] : process.env.BENCH_READ === 'json' ? [false] : [true, false]
+/**
+ * Where the records are replayed: on a thread of their own while this one reads (the route's way
+ * from SIMULATION_THREAD_FROM_RECORDS), or on the read's thread; BENCH_REPLAY=thread or inline for one.
+ */
+const REPLAYS =
+  process.env.BENCH_REPLAY === 'thread' ? [true] : process.env.BENCH_REPLAY === 'inline' ? [false] : [true, false]
 const DAYS = 6
 /** Records a row, as the writer makes them at most. */
 const PER_ROW = 500
@@ -98,37 +106,61 @@ async function main(): Promise<void> {
       for (const row of explain) console.log(`  ${String(Object.values(row)[0]).replace(/'\{[\d,]+\}'/g, "'{…}'")}`)
     }
     console.log(
-      '\n| round | read as | bound (records) | records read | read and replayed (s) | requests | would refuse |',
+      "\n| round | read as | replayed on | bound (records) | records read | read and replayed (s) | CPU s: read's thread, process, Postgres | requests | would refuse |",
     )
-    console.log('|--:|:--|--:|--:|--:|--:|--:|')
+    console.log('|--:|:--|:--|--:|--:|--:|:--|--:|--:|')
+    const useBefore = { month: '', uses: new Map<string, number>() }
     for (let round = 1; round <= ROUNDS; round++)
-      for (const copy of READINGS) {
-        const t0 = performance.now()
-        const bound = await replayRecordBound(sql as never, range)
-        // As the route does: each batch of rows replayed while Postgres reads the next.
-        const replay = new LimitReplay(limits, () => 0)
-        let read = 0
-        await replayInOrder(sql as never, range, { copy }, (row, i) => {
-          read++
-          return replay.take(
-            row.tenantIds[i]!,
-            row.timesUs[i]! / 1000,
-            (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
-            row.costs[i]!,
-            row.units?.[i] ?? null,
+      for (const copy of READINGS)
+        for (const onThread of REPLAYS) {
+          const t0 = performance.now()
+          const cpu0 = [cpuSeconds(process.pid, 'main'), cpuSeconds(process.pid), postgresCpuSeconds()]
+          const bound = await replayRecordBound(sql as never, range)
+          // As the route does: each batch of rows replayed while Postgres reads the next.
+          const replay = onThread
+            ? new ReplayThread({ limits, useBefore })
+            : new LimitReplay(limits, useBeforeOf(useBefore))
+          let read = 0
+          await replayInOrder(sql as never, range, { copy }, (row, i) => {
+            read++
+            return replay.take(
+              row.tenantIds[i]!,
+              row.timesUs[i]! / 1000,
+              (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
+              row.costs[i]!,
+              row.units?.[i] ?? null,
+            )
+          })
+          const data = await replay.close()
+          if (replay instanceof ReplayThread) await replay.stop()
+          const t2 = performance.now()
+          const cpu = [cpuSeconds(process.pid, 'main'), cpuSeconds(process.pid), postgresCpuSeconds()]
+          const cpuCells = cpu.map((seconds, i) => (seconds - cpu0[i]!).toFixed(2)).join(', ')
+          const requests = data.reduce((sum, d) => sum + d.requests, 0)
+          const refused = data.reduce((sum, d) => sum + d.would_refuse, 0)
+          console.log(
+            `| ${round} | ${copy ? 'COPY' : 'JSON'} | ${onThread ? 'a thread' : "the read's"} | ${fmt(bound)} | ${fmt(read)} | ${((t2 - t0) / 1000).toFixed(2)} | ${cpuCells} | ${fmt(requests)} | ${fmt(refused)} |`,
           )
-        })
-        const data = await replay.close()
-        const t2 = performance.now()
-        const requests = data.reduce((sum, d) => sum + d.requests, 0)
-        const refused = data.reduce((sum, d) => sum + d.would_refuse, 0)
-        console.log(
-          `| ${round} | ${copy ? 'COPY' : 'JSON'} | ${fmt(bound)} | ${fmt(read)} | ${((t2 - t0) / 1000).toFixed(2)} | ${fmt(requests)} | ${fmt(refused)} |`,
-        )
-      }
+        }
   } finally {
     await sql.end()
     await db.drop()
+  }
+}
+
+/** The CPU seconds every process named postgres on this machine has used (the server's own share). */
+function postgresCpuSeconds(): number {
+  let seconds = 0
+  for (const pid of readdirSync('/proc'))
+    if (/^\d+$/.test(pid) && readFileOr(`/proc/${pid}/comm`) === 'postgres\n') seconds += cpuSeconds(Number(pid)) || 0
+  return seconds
+}
+
+function readFileOr(path: string): string {
+  try {
+    return readFileSync(path, 'utf8')
+  } catch {
+    return ''
   }
 }
 

@@ -76,6 +76,8 @@ export interface AppTuning {
    * 500 ms, and a test is not about that. The flood tests slow the pace, so that they outrun it.
    */
   storeDeadlines?: Partial<StoreDeadlines>
+  /** From how many records a limit simulation replays on a thread of its own (default SIMULATION_THREAD_FROM_RECORDS). */
+  simulationThreadFromRecords?: number
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
   /** Resolves webhook URLs' names at creation (default node:dns lookup). */

@@ -27,6 +27,7 @@ import {
 } from './http/server-limits.js'
 import { keepForwardedAddresses } from './guardrails/caller-address.js'
 import { identityAssertions } from './identity/assertions.js'
+import { SIMULATION_THREAD_FROM_RECORDS } from './limits/replay-thread.js'
 import { LogReads, type RequestLogReader } from './management/log-reads.js'
 import type { ManagementOptions } from './management/routes.js'
 import { lazyChildLogger } from './ops/logging.js'
@@ -259,6 +260,7 @@ export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLo
     statementTimeoutMs: storeDeadlinesOf(app).managementMs,
     copies: !(deps.requestLogStore ?? deps.store).embedded,
     retentionDays: deps.config.requestLogRetentionDays,
+    replayThreadFromRecords: deps.tuning?.simulationThreadFromRecords ?? SIMULATION_THREAD_FROM_RECORDS,
   }
 }
 

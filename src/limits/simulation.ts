@@ -22,6 +22,28 @@ export interface SimulatedTenant {
 /** The month's use of a quota before the range: `meter` of `tenantId` in the month `YYYY-MM`. */
 export type UseBefore = (tenantId: string, meter: string, month: string) => number
 
+/** The same as data (a thread's replay is handed it): `uses` by `<tenant> <meter>`, in `month` only. */
+export interface MonthUseBefore {
+  month: string
+  uses: ReadonlyMap<string, number>
+}
+
+export function useBeforeOf({ month, uses }: MonthUseBefore): UseBefore {
+  return (tenantId, meter, inMonth) => (inMonth === month ? (uses.get(`${tenantId} ${meter}`) ?? 0) : 0)
+}
+
+/** Requests taken in the order they arrived (`take`), then what the limits would have done (`close`). */
+export interface RequestReplay {
+  take(
+    tenantId: string,
+    startMs: number,
+    endMs: number,
+    cost: number,
+    units: Readonly<Record<string, number>> | null,
+  ): Promise<void> | undefined
+  close(): Promise<SimulatedTenant[]>
+}
+
 /** A min-heap of a sub-account's charges still to come, by when their answers ended. */
 class Charges {
   private readonly heap: { atMs: number; units: ReportedUnits }[] = []
@@ -96,7 +118,7 @@ const QUEUED_AT_MOST = 20_000
  * its rate starts full at its first request of the range, and its quotas count the month's use
  * before it. `close` gives the answer.
  */
-export class LimitReplay {
+export class LimitReplay implements RequestReplay {
   private now = 0
   private readonly limiter: Limiter
   private readonly tenants = new Map<string, Replayed>()

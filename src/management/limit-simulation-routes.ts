@@ -3,7 +3,8 @@
 import { validationFailed } from '../errors.js'
 import { periodUseBetween } from '../limits/store.js'
 import { limitsOf } from '../limits/subjects.js'
-import { LimitReplay } from '../limits/simulation.js'
+import { ReplayThread } from '../limits/replay-thread.js'
+import { LimitReplay, useBeforeOf } from '../limits/simulation.js'
 import { dayOf } from '../request-log/partitions.js'
 import { forwardedUnitsBetween, replayInOrder, replayRecordBound } from '../request-log/replay-records.js'
 import { Simulation, SimulationBody } from '../schemas/limit-simulations.js'
@@ -70,11 +71,10 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
         periodUseBetween(sql, accountId, monthStart, periodStart),
         forwardedUnitsBetween(requestLog.sql, accountId, periodStart, from, requestLog.statementTimeoutMs),
       ])
-      const fromMonth = from.toISOString().slice(0, 7)
       // Only the month of `from` had use before the range; a later month's starts in it.
-      const replay = new LimitReplay(limits ?? NO_LIMITS, (tenant, meter, month) =>
-        month === fromMonth ? (periods.get(`${tenant} ${meter}`) ?? 0) + (partial.get(`${tenant} ${meter}`) ?? 0) : 0,
-      )
+      const uses = new Map(periods)
+      for (const [key, units] of partial) uses.set(key, (uses.get(key) ?? 0) + units)
+      const useBefore = { month: from.toISOString().slice(0, 7), uses }
       // Counted among the parent's reads of its log, bounded as they are; replayed as it is read.
       const data = await requestLog.reads.run(parentPlaces(accountId), async () => {
         const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
@@ -85,18 +85,26 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
               message: `the range holds up to ${bound} records of the request log, over the ${SIMULATION_MAX_RECORDS} a simulation reads: shorten it, or name a sub_account_id`,
             },
           ])
-        const reading = { statementTimeoutMs: requestLog.statementTimeoutMs, copy: requestLog.copies }
-        await replayInOrder(requestLog.sql, range, reading, (row, i) =>
-          replay.take(
-            row.tenantIds[i]!,
-            row.timesUs[i]! / 1000,
-            (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
-            row.costs[i]!,
-            row.units?.[i] ?? null,
-          ),
-        )
-        // The requests still held are replayed here, within the read.
-        return replay.close()
+        const replay =
+          bound >= requestLog.replayThreadFromRecords
+            ? new ReplayThread({ limits: limits ?? NO_LIMITS, useBefore })
+            : new LimitReplay(limits ?? NO_LIMITS, useBeforeOf(useBefore))
+        try {
+          const reading = { statementTimeoutMs: requestLog.statementTimeoutMs, copy: requestLog.copies }
+          await replayInOrder(requestLog.sql, range, reading, (row, i) =>
+            replay.take(
+              row.tenantIds[i]!,
+              row.timesUs[i]! / 1000,
+              (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
+              row.costs[i]!,
+              row.units?.[i] ?? null,
+            ),
+          )
+          // The requests still held are replayed here, within the read.
+          return await replay.close()
+        } finally {
+          if (replay instanceof ReplayThread) await replay.stop()
+        }
       })
       data.sort((a, b) => b.would_refuse - a.would_refuse || (a.sub_account_id < b.sub_account_id ? -1 : 1))
       const totals = { requests: 0, would_refuse: 0 }

@@ -73,4 +73,6 @@ export interface RequestLogReader {
   copies: boolean
   /** REQUEST_LOG_RETENTION_DAYS: how far back the log holds every record. */
   retentionDays: number
+  /** A limit simulation of at least this many records (by its bound) replays them on a thread of its own. */
+  replayThreadFromRecords: number
 }

@@ -166,10 +166,18 @@ async function recordingRoutes<T>(build: () => Promise<T>): Promise<{ built: T; 
  * `count` replicas of one deployment, with the same options: one database and one Redis key prefix
  * (and so one invalidation channel), each its own app, cache and limiter.
  */
-export async function startReplicas(t: TestLike, count: number, options: GatewayOptions = {}): Promise<TestGateway[]> {
+export async function startReplicas(
+  t: TestLike,
+  count: number,
+  options: GatewayOptions = {},
+  /** What one replica (1 to count - 1) tunes otherwise than the others. */
+  replicaTuning: (replica: number) => AppTuning = () => ({}),
+): Promise<TestGateway[]> {
   const first = await startGateway(t, options)
   const shared = { ...options, database: first.database, redisKeyPrefix: first.redisKeyPrefix }
-  const others = await Promise.all(Array.from({ length: count - 1 }, () => startGateway(t, shared)))
+  const others = await Promise.all(
+    Array.from({ length: count - 1 }, (_, i) => startGateway(t, { ...shared, ...replicaTuning(i + 1) })),
+  )
   return [first, ...others]
 }
 

@@ -16,10 +16,14 @@ const { callAs } = await import('../helpers/http.js')
 const { startUpstream } = await import('../helpers/upstream.js')
 
 const upstream = await startUpstream(t)
-const replicas = await startReplicas(t, 2, {
-  usageFlushIntervalMs: 100,
-  gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] },
-})
+// The second replica replays every simulation on a thread of its own, as a large range is
+// (limits/replay-thread.ts); the first on the read's thread, as a small one is.
+const replicas = await startReplicas(
+  t,
+  2,
+  { usageFlushIntervalMs: 100, gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] } },
+  () => ({ simulationThreadFromRecords: 0 }),
+)
 const [first] = replicas
 const parent = await first!.createParent({ name: 'P' })
 const made = async (name: string, limits: unknown) => {
@@ -100,21 +104,28 @@ t.test('the traffic was what the limits allow, exactly, on two replicas', async 
   t.equal(nextMonthStart.quota.length - refused(nextMonthStart.quota), 4, 'the new month: 4')
 })
 
-t.test("each sub-account's limits simulated over the range refuse what the gateway refused", async (t) => {
-  for (const [id, got] of statuses) {
-    const res = await callAs(first!.url, parent.apiKey, {
-      method: 'POST',
-      path: '/v1/sub-accounts/limits/simulations',
-      acting: 'self',
-      json: { limits: limitsOf[id] ?? {}, sub_account_id: id, from, to },
-    })
-    t.equal(res.status, 200, res.body)
-    const { data, totals } = res.json() as { data: Record<string, unknown>[]; totals: unknown }
-    t.same(
-      data.map(({ sub_account_id, requests, would_refuse }) => ({ sub_account_id, requests, would_refuse })),
-      [{ sub_account_id: id, requests: got.length, would_refuse: refused(got) }],
-      `${id}: ${refused(got)} of ${got.length} refused, as real`,
-    )
-    t.same(totals, { requests: got.length, would_refuse: refused(got) })
-  }
-})
+for (const [replica, replayedOn] of [
+  [0, "the read's thread"],
+  [1, 'a thread of its own'],
+] as const)
+  t.test(
+    `each sub-account's limits simulated over the range refuse what the gateway refused (${replayedOn})`,
+    async (t) => {
+      for (const [id, got] of statuses) {
+        const res = await callAs(replicas[replica]!.url, parent.apiKey, {
+          method: 'POST',
+          path: '/v1/sub-accounts/limits/simulations',
+          acting: 'self',
+          json: { limits: limitsOf[id] ?? {}, sub_account_id: id, from, to },
+        })
+        t.equal(res.status, 200, res.body)
+        const { data, totals } = res.json() as { data: Record<string, unknown>[]; totals: unknown }
+        t.same(
+          data.map(({ sub_account_id, requests, would_refuse }) => ({ sub_account_id, requests, would_refuse })),
+          [{ sub_account_id: id, requests: got.length, would_refuse: refused(got) }],
+          `${id}: ${refused(got)} of ${got.length} refused, as real`,
+        )
+        t.same(totals, { requests: got.length, would_refuse: refused(got) })
+      }
+    },
+  )
