@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo, Server as NetServer, Socket } from 'node:net'
+import { stablePort } from './ports.js'
 import type { TestLike } from './test-like.js'
 
 export interface ReceivedRequest {
@@ -140,15 +141,9 @@ export const REFUSED_PORT = 1
 export const REFUSED_URL = `http://127.0.0.1:${REFUSED_PORT}`
 
 /**
- * A port no server listens on now (bound, then released): for a server a test starts on it later.
- * For an address that must refuse connections for a whole test, take REFUSED_PORT: a released
- * port is the kernel's to hand out again, and another test's server can take it mid-test (a "down"
- * upstream then answers, as another gateway once did with 401s and 408s in a storm of requests).
+ * A port no server listens on now, for a server a test starts on it later (a spawned gateway's
+ * PORT): one below the kernel's ephemeral range (ports.ts), since a port released inside it can be
+ * taken by any test's next connection before that server binds it (a spawned gateway once found its
+ * PORT in use). For an address that must refuse connections for a whole test, take REFUSED_PORT.
  */
-export async function closedPort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
+export const closedPort = stablePort
