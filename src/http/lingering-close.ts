@@ -18,6 +18,16 @@ export function isLingering(socket: Socket | null): boolean {
   return socket !== null && lingering.has(socket)
 }
 
+/**
+ * Whether the answer about to start must close the connection because the request's body was not
+ * read whole; if so, the close is made lingering here, so that the header and its manner go together.
+ */
+export function closesBeforeBodyEnds(request: IncomingMessage): boolean {
+  if (request.complete) return false
+  lingerAfterAnswer(request)
+  return true
+}
+
 /** Makes the close that follows this request's answer a lingering one. */
 export function lingerAfterAnswer(request: IncomingMessage): void {
   const socket = request.socket as Socket | null

@@ -15,7 +15,7 @@ import { interimAnswersConnector } from './interim-answers.js'
 import { type BadReportCounter, MeterReports } from './meter-reports.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
-import { lingerAfterAnswer } from '../http/lingering-close.js'
+import { closesBeforeBodyEnds } from '../http/lingering-close.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -144,8 +144,10 @@ export class UpstreamTarget {
       delete out['content-length']
     }
     // A connection whose request body was not read whole cannot carry another request: the
-    // client's upload would stall on it, and a shutdown wait for it.
-    if (!reply.request.raw.complete || this.draining()) out.connection = 'close'
+    // client's upload would stall on it, and a shutdown wait for it. It closes lingering, as the
+    // gateway's own answers do (fail), or the rest of the body, arriving after the close, is
+    // answered with a reset that can make the client's stack throw the answer away.
+    if (closesBeforeBodyEnds(reply.request.raw) || this.draining()) out.connection = 'close'
     return out
   }
 
@@ -237,10 +239,6 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       return
     }
     const head = target.answerHeaders(reply, headers, statusCode)
-    // An answer that comes before the body was read whole closes the connection (answerHeaders):
-    // lingering, as the gateway's own answers do (fail), or the rest of the body, arriving after
-    // the close, is answered with a reset that can make the client's stack throw the answer away.
-    if (!request.raw.complete) lingerAfterAnswer(request.raw)
     if (target.meterReports !== null) exchange.reported = target.meterReports.fromHeaders(headers, request.log)
     reply.hijack()
     this.answering = true
@@ -309,10 +307,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private fail(error: ApiError): void {
     // The rest of a body the upstream did not take never will be read: the connection cannot
     // carry another request, and must not stay open on it (exchange.ts ends the body itself).
-    if (!this.request.raw.complete) {
-      this.reply.header('connection', 'close')
-      lingerAfterAnswer(this.request.raw)
-    }
+    if (closesBeforeBodyEnds(this.request.raw)) this.reply.header('connection', 'close')
     this.reply.send(error)
   }
 
