@@ -1,5 +1,5 @@
 // Every path outside /v1/sub-accounts: authenticate, apply the acting rules and the route's
-// scopes, then stream the request to the route's upstream (upstream-call.ts) under the header
+// scopes, then stream the request to the route's upstream (upstream-target.ts) under the header
 // policy of docs/api.md. One encapsulated context per route, so that each has its own connection
 // pool, timeout and body limit, and the router picks the longest prefix.
 import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, HTTPMethods } from 'fastify'
@@ -9,7 +9,7 @@ import type { ProxyOptions } from './options.js'
 import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
 import type { ProxyRoute } from './route.js'
-import { UpstreamTarget } from './upstream-call.js'
+import { UpstreamTarget } from './upstream-target.js'
 
 /** The methods a route proxies (@fastify/http-proxy's): any other is the 404 of an unknown route. */
 const METHODS: HTTPMethods[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']

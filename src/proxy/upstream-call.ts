@@ -1,28 +1,16 @@
-// One proxied request's exchange with its upstream (docs/lifecycle.md, the steps):
-// sent through the route's undici pool, its answer written straight to the client's response as
-// it comes, under the header policy of headers.ts. No stream stands between the two: undici
-// hands each chunk over, and the client's backpressure pauses the upstream's connection.
+// One proxied request's exchange with its upstream (docs/lifecycle.md, the steps): undici's
+// handler, writing the answer straight to the client's response as it comes, under the header
+// policy of headers.ts. No stream stands between the two: undici hands each chunk over, and the
+// client's backpressure pauses the upstream's connection.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http'
-import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { Pool, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
 import { ApiError, payloadTooLarge } from '../errors.js'
-import type { LatencyHistogram } from '../shared/fast-metrics.js'
+import { closesBeforeBodyEnds } from '../http/lingering-close.js'
 import type { Exchange, UpstreamSide } from './exchange.js'
-import { AnswerHeaders } from './answer-headers.js'
-import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
-import { interimAnswersConnector } from './interim-answers.js'
-import { type BadReportCounter, MeterReports } from './meter-reports.js'
+import type { MeterReports } from './meter-reports.js'
 import { BodyIdleError, BodyTooLargeError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
-import { closesBeforeBodyEnds } from '../http/lingering-close.js'
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** performance.now() when the request left for the upstream. */
-    upstreamSentAt: number
-  }
-}
 
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 
@@ -45,144 +33,16 @@ export function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   return new ApiError('upstream_unavailable', 'the upstream could not be reached')
 }
 
-/** What a route's requests are sent with, built once when the route is registered. */
-export class UpstreamTarget {
-  readonly pool: Pool
-  /** The upstream's base path and the route's prefix: what the matched prefix becomes upstream. */
-  readonly upstreamPrefix: string
-  /** The prefix as clients see it ('' for the catch-all). */
-  private readonly publicPrefix: string
-  private readonly host: string
-  /** Location and Set-Cookie as the client gets them. */
-  private readonly answerRules: AnswerHeaders
-
+/** What a call needs of its route's upstream (UpstreamTarget, upstream-target.ts). */
+export interface CallTarget {
   readonly route: ProxyRoute
-  private readonly upstreamDuration: LatencyHistogram
-  /** True once shutdown began: every answer says Connection: close (ops/readiness-plugin.ts). */
-  private readonly draining: () => boolean
   /** The units its upstream reports; null on a route without meters. */
   readonly meterReports: MeterReports | null
   /** Charges an answer's reported units to limits in units once it ended; null without meters. */
   readonly chargeUnits: ((request: FastifyRequest) => void) | null
-  constructor(
-    route: ProxyRoute,
-    upstreamDuration: LatencyHistogram,
-    draining: () => boolean,
-    badReport: BadReportCounter = () => {},
-    chargeUnits: (request: FastifyRequest) => void = () => {},
-  ) {
-    this.route = route
-    this.meterReports = route.meters.length === 0 ? null : new MeterReports(route, badReport)
-    this.chargeUnits = route.meters.length === 0 ? null : chargeUnits
-    this.upstreamDuration = upstreamDuration
-    this.draining = draining
-    const url = new URL(route.upstream)
-    const basePath = url.pathname.replace(/\/+$/, '')
-    this.publicPrefix = route.prefix === '/' ? '' : route.prefix
-    this.upstreamPrefix = basePath + this.publicPrefix
-    this.host = url.host
-    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix)
-    this.pool = new Pool(url.origin, {
-      // The slots keep requests to at most this many, so undici never queues one.
-      connections: route.maxConnections,
-      headersTimeout: route.timeoutMs,
-      bodyTimeout: route.timeoutMs,
-      // An https upstream must prove who it is (docs/configuration.md); a `100 Continue` it sends
-      // unasked is passed by (interim-answers.ts).
-      connect: interimAnswersConnector({ rejectUnauthorized: true, timeout: Math.min(route.timeoutMs, 10_000) }),
-    })
-  }
-
-  /** The route's handler: the request, admitted by every step, goes to the upstream. */
-  forward(request: FastifyRequest, reply: FastifyReply): void {
-    const route = this.route
-    const exchange = request.exchange!
-    const call = new UpstreamCall(request, reply, exchange, this)
-    const headers = upstreamHeaders(request.headers, {
-      identity: route.public ? null : trustedIdentity(request),
-      requestId: request.id,
-      forwardAuthorization: route.forwardAuthorization,
-      peerAddress: request.socket.remoteAddress,
-      proto: request.protocol === 'https' ? 'https' : 'http',
-      host: request.headers.host,
-      connection: request.raw.headers.connection,
-      passHeaders: route.passHeaders,
-    })
-    headers.host = this.host
-    request.upstreamSentAt = performance.now()
-    exchange.sentUpstream(call)
-    this.pool.dispatch(
-      {
-        path: this.upstreamPath(request.url),
-        method: request.method as Dispatcher.HttpMethod,
-        headers: headers as Record<string, string | string[]>,
-        // The parser of proxy/request-body.ts hands over the request stream; none for a GET.
-        body: (request.body as NodeJS.ReadableStream | undefined) ?? null,
-      } as Dispatcher.DispatchOptions,
-      call,
-    )
-  }
-
-  /** The upstream's path and query: the request's own, its prefix replaced by the upstream's. */
-  upstreamPath(url: string): string {
-    const cut = this.publicPrefix === '' ? 0 : rawPrefixLength(url, this.publicPrefix)
-    // The router matched the prefix, so it is there; should it not be, the path goes as it came.
-    if (cut === -1) return url
-    const path = this.upstreamPrefix + url.slice(cut)
-    return path === '' || path.charCodeAt(0) === 63 /* ? */ ? `/${path}` : path
-  }
-
-  /** The upstream's response headers as the client gets them, on top of those the gateway set. */
-  answerHeaders(reply: FastifyReply, upstream: IncomingHttpHeaders, statusCode: number): OutgoingHttpHeaders {
-    const headers = downstreamHeaders(upstream, this.meterReports?.hidden)
-    this.answerRules.apply(headers)
-    const out = reply.getHeaders() as OutgoingHttpHeaders
-    for (const name in headers) out[name] = headers[name]
-    if (statusCode === 204) {
-      // RFC 9110 §8.6: an answer without content has no Content-Type or Content-Length.
-      delete out['content-type']
-      delete out['content-length']
-    }
-    // A connection whose request body was not read whole cannot carry another request: the
-    // client's upload would stall on it, and a shutdown wait for it. It closes lingering, as the
-    // gateway's own answers do (fail), or the rest of the body, arriving after the close, is
-    // answered with a reset that can make the client's stack throw the answer away.
-    if (closesBeforeBodyEnds(reply.request.raw) || this.draining()) out.connection = 'close'
-    return out
-  }
-
-  observeUpstream(request: FastifyRequest): void {
-    this.upstreamDuration.observe((performance.now() - request.upstreamSentAt) / 1000)
-  }
-}
-
-/**
- * The length in `url` of `prefix`, which the router matched with its percent-encodings decoded
- * (`/v1/th%69ngs/1` is under `/v1/things`); -1 when it is not there.
- */
-export function rawPrefixLength(url: string, prefix: string): number {
-  if (url.startsWith(prefix)) return prefix.length
-  let decoded = ''
-  let at = 0
-  while (at < url.length && decoded.length < prefix.length) {
-    if (url.charCodeAt(at) !== 37 /* % */) {
-      decoded += url[at++]
-      continue
-    }
-    // A UTF-8 character is up to four escaped bytes.
-    let length = 3
-    for (;;) {
-      try {
-        decoded += decodeURIComponent(url.slice(at, at + length))
-        break
-      } catch {
-        if (length === 12 || url.charCodeAt(at + length) !== 37) return -1
-        length += 3
-      }
-    }
-    at += length
-  }
-  return decoded === prefix ? at : -1
+  /** The upstream's response headers as the client gets them. */
+  answerHeaders(reply: FastifyReply, upstream: IncomingHttpHeaders, statusCode: number): OutgoingHttpHeaders
+  observeUpstream(request: FastifyRequest): void
 }
 
 /** Whether an object has a property of its own: without making a list of them. */
@@ -205,8 +65,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private readonly request: FastifyRequest
   private readonly reply: FastifyReply
   private readonly exchange: Exchange
-  private readonly target: UpstreamTarget
-  constructor(request: FastifyRequest, reply: FastifyReply, exchange: Exchange, target: UpstreamTarget) {
+  private readonly target: CallTarget
+  constructor(request: FastifyRequest, reply: FastifyReply, exchange: Exchange, target: CallTarget) {
     this.request = request
     this.reply = reply
     this.exchange = exchange

@@ -1,7 +1,7 @@
 // The upstream's path of a proxied request (src/proxy/upstream-call.ts): the route's prefix, as
 // the client spelled it, replaced by the upstream's base path and the prefix; the rest as sent.
 import t from 'tap'
-import { rawPrefixLength, UpstreamTarget } from '../../src/proxy/upstream-call.js'
+import { rawPrefixLength, UpstreamTarget } from '../../src/proxy/upstream-target.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
 
 const routes = loadRouteTable(
