@@ -341,10 +341,17 @@ export class Limiter {
       const decision = this.admit(subjects, units)
       const now = this.now()
       const late = timedOut || now >= deadline
+      // Refused, out of time, while a limit was not read (cold), or one that refused is starved
+      // (its lease emptied, no renewal answered, the limit not known to be reached): a 503.
       if (
         !decision.allowed &&
         late &&
-        this.applicable(subjects, now).some((limit) => !limit.shadow && limit.mode === 'cold')
+        this.applicable(subjects, now).some(
+          (limit) =>
+            !limit.shadow &&
+            (limit.mode === 'cold' ||
+              (decision.violated.includes(limit.name) && limit.starved(now, asked(limit, units)))),
+        )
       )
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision

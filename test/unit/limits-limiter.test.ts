@@ -585,3 +585,31 @@ t.test('a limit not read within the wait is undecided: a 503 to retry, not a 429
   t.equal(refusal.status, 503)
   t.match(refusal.message, /could not be read in time/)
 })
+
+t.test('a lease a burst emptied, its renewal not answered within the wait: a 503, not a 429', async (t) => {
+  // docs/api.md: a burst that empties a replica's lease while the limit is not reached waits for
+  // the renewal as a cold limit's first request does, and is refused 503 when none comes in time.
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  t.teardown(() => store.close(limiter))
+  const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(10, 90)])
+  t.ok(limiter.admit(subjects).allowed)
+  // An idle lease life: what was left of the lease is spent no more, and Redis had 90.
+  time.advance(2_001)
+  t.notOk(limiter.isWarm(subjects), 'dry, and the limit not known to be reached: the next request waits')
+  // Its renewal is never answered (a stalled Redis); the wait's timer ends it.
+  const decision = await limiter.admitWhenWarm(subjects, 30)
+  t.equal(decision.allowed, false)
+  t.equal(decision.undecided, true, 'not known to be over')
+  t.equal(limitRefusal(decision).status, 503)
+  t.equal(limitRefusal(decision).code, 'store_unavailable')
+})
