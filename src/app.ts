@@ -8,12 +8,9 @@ import {
   accountingOptions,
   alertsOptions,
   cacheOptions,
-  checkDeps,
-  configureServer,
   consoleOptions,
   credentialOptions,
   eventRetentionOptions,
-  fastifyOptions,
   healthOptions,
   limitsOptions,
   managementOptions,
@@ -27,6 +24,7 @@ import {
   usageMeterOptions,
   webhookDeliveryOptions,
 } from './app-options.js'
+import { checkDeps, configureServer, fastifyOptions } from './app-server.js'
 import type { AccessTokens } from './auth/access-tokens.js'
 import { tenancyCachePlugin } from './cache/plugin.js'
 import { consolePlugin } from './console/plugin.js'

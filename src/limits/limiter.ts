@@ -341,18 +341,7 @@ export class Limiter {
       const decision = this.admit(subjects, units)
       const now = this.now()
       const late = timedOut || now >= deadline
-      // Refused, out of time, while a limit was not read (cold), or one that refused is starved
-      // (its lease emptied, no renewal answered, the limit not known to be reached): a 503.
-      if (
-        !decision.allowed &&
-        late &&
-        this.applicable(subjects, now).some(
-          (limit) =>
-            !limit.shadow &&
-            (limit.mode === 'cold' ||
-              (decision.violated.includes(limit.name) && limit.starved(now, asked(limit, units)))),
-        )
-      )
+      if (!decision.allowed && late && this.noneKnownReached(subjects, decision, now, units))
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
@@ -360,6 +349,24 @@ export class Limiter {
       )
       if (!starved) return decision
     }
+  }
+
+  /**
+   * Whether no limit that refused is known to be reached: each was not read yet (cold), or is
+   * starved (its lease emptied, no renewal answered). Refused out of time so, a request is a 503
+   * to retry; one that a reached limit refused is a 429 all the same.
+   */
+  private noneKnownReached(subjects: readonly LimitSubject[], decision: Decision, now: number, units: number): boolean {
+    const limits = this.applicable(subjects, now)
+    return (
+      decision.violated.length > 0 &&
+      decision.violated.every((name) =>
+        limits.some(
+          (limit) =>
+            limit.name === name && !limit.shadow && (limit.mode === 'cold' || limit.starved(now, asked(limit, units))),
+        ),
+      )
+    )
   }
 
   /** Every monthly quota this replica holds (used in the last 10 s), with its use as last known. */

@@ -78,6 +78,7 @@ export class ReplayThread implements RequestReplay {
       this.wakeUp()
     })
     this.worker.on('error', (error: Error) => this.fail(error))
+    this.worker.on('messageerror', (error: Error) => this.fail(error))
     this.worker.on('exit', (code) => this.fail(new Error(`limit simulation: its thread stopped (exit ${code})`)))
   }
 
@@ -124,7 +125,8 @@ export class ReplayThread implements RequestReplay {
   /** Ends the thread; a replay still under way is dropped. */
   async stop(): Promise<void> {
     this.worker.removeAllListeners('exit')
-    this.failure ??= new Error('limit simulation: stopped')
+    // Wakes a take or a close still waiting, which then rejects.
+    this.fail(new Error('limit simulation: stopped'))
     await this.worker.terminate()
   }
 

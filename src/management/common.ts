@@ -65,6 +65,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** The scope a management operation needs (authorizeManagement checks it). */
     scope?: ManagementScope
+    /** Its store deadline, when not `managementMs` (hooks.ts): the key of StoreDeadlines it takes. */
+    storeDeadline?: 'simulationMs'
   }
 }
 

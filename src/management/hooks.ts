@@ -104,7 +104,7 @@ export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: Fa
 export function startStoreDeadline(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const timers: ManagementTimers = {
     store: null,
-    storeLeftMs: storeDeadlinesOf(request.server).managementMs,
+    storeLeftMs: storeDeadlinesOf(request.server)[request.routeOptions.config.storeDeadline ?? 'managementMs'],
     storeSince: 0,
     body: null,
     answered: false,

@@ -1,6 +1,6 @@
 // The limit simulator (docs/api.md, The limit simulator): whom a limit would have refused over a
 // range of the request log, replayed through the limiter itself (limits/simulation.ts).
-import { validationFailed } from '../errors.js'
+import { ApiError, validationFailed } from '../errors.js'
 import { periodUseBetween } from '../limits/store.js'
 import { limitsOf } from '../limits/subjects.js'
 import { ReplayThread } from '../limits/replay-thread.js'
@@ -19,6 +19,9 @@ export const SIMULATION_MAX_RECORDS = 10_000_000
 /** No limit: every request passes (a simulation of `limits` that set none). */
 const NO_LIMITS = { rate: null, monthlyQuota: null }
 
+/** A simulation whose answer nobody waits for any more stops reading with this. */
+const unwanted = () => new ApiError('store_unavailable', 'the simulation stopped: its answer is no longer wanted')
+
 /** An RFC 3339 instant of the body as a Date; a 400 naming the field when it is not one. */
 function instant(value: string, field: 'from' | 'to'): Date {
   const date = new Date(value)
@@ -32,8 +35,9 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
     method: 'POST',
     url: '/limits/simulations',
     schema: { ...operation('simulateLimits'), body: SimulationBody, response: { 200: Simulation } },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, _reply, { sql, requestLog, usageExport }) {
+    // Seconds of paced reads, each statement under the usual bound: its own store deadline (hooks.ts).
+    config: { scope: 'sub_accounts:read', storeDeadline: 'simulationMs' },
+    async handler(request, reply, { sql, requestLog, usageExport }) {
       const body = request.body
       const accountId = parentOf(request).id
       const from = instant(body.from, 'from')
@@ -91,15 +95,19 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
             : new LimitReplay(limits ?? NO_LIMITS, useBeforeOf(useBefore))
         try {
           const reading = { statementTimeoutMs: requestLog.statementTimeoutMs, copy: requestLog.copies }
-          await replayInOrder(requestLog.sql, range, reading, (row, i) =>
-            replay.take(
+          let taken = 0
+          await replayInOrder(requestLog.sql, range, reading, (row, i) => {
+            // Answered already (the store deadline's 503) or its client gone: the read and the
+            // thread end here, not after the rest of the range.
+            if ((++taken & 4095) === 0 && (reply.sent || request.socket.destroyed)) throw unwanted()
+            return replay.take(
               row.tenantIds[i]!,
               row.timesUs[i]! / 1000,
               (row.timesUs[i]! + row.durationsUs[i]!) / 1000,
               row.costs[i]!,
               row.units?.[i] ?? null,
-            ),
-          )
+            )
+          })
           // The requests still held are replayed here, within the read.
           return await replay.close()
         } finally {

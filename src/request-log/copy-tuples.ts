@@ -39,18 +39,22 @@ export class CopyTuples {
       at = HEADER_BYTES + data.readInt32BE(15)
       this.headerRead = true
     }
-    while (at + 2 <= data.length) {
-      const fields = data.readInt16BE(at)
-      if (fields === -1) {
-        this.ended = true
-        return
+    try {
+      while (at + 2 <= data.length) {
+        const fields = data.readInt16BE(at)
+        if (fields === -1) {
+          this.ended = true
+          return
+        }
+        const end = tupleEnd(data, at + 2, fields)
+        if (end === -1) break
+        this.visit(data, at + 2, fields)
+        at = end
       }
-      const end = tupleEnd(data, at + 2, fields)
-      if (end === -1) break
-      this.visit(data, at + 2, fields)
-      at = end
+      if (at < data.length) this.pending = data.subarray(at)
+    } finally {
+      forgetView()
     }
-    if (at < data.length) this.pending = data.subarray(at)
   }
 }
 
@@ -70,7 +74,14 @@ function tupleEnd(data: Buffer, at: number, fields: number): number {
  * records). Every value of a tuple is read from the same buffer, so the view is made once a chunk.
  */
 let viewed: Buffer | null = null
-let view: DataView<ArrayBufferLike> = new DataView(new ArrayBuffer(0))
+const NO_BYTES = new DataView(new ArrayBuffer(0))
+let view: DataView<ArrayBufferLike> = NO_BYTES
+/** The last chunk is not kept past its reading (a COPY's chunks run to hundreds of kB). */
+function forgetView(): void {
+  viewed = null
+  view = NO_BYTES
+}
+
 function viewOf(data: Buffer): DataView {
   if (data !== viewed) {
     viewed = data

@@ -13,6 +13,11 @@ export interface StoreDeadlines {
   /** A management call's store work: its tenancy lookups, then its handler. */
   managementMs: number
   /**
+   * The same for a limit simulation, which reads up to 10^7 records of the request log a COPY at a
+   * time (each statement still under `managementMs`): seconds of paced work, not one slow query.
+   */
+  simulationMs: number
+  /**
    * The least time between two Postgres queries of one lookup batcher (its pace: a flood of
    * made-up credentials costs one query per interval, not one each). Tests of that bound slow it,
    * so that a flood from a loaded machine still outruns it.
@@ -23,6 +28,7 @@ export interface StoreDeadlines {
 export const STORE_DEADLINES: Readonly<StoreDeadlines> = {
   lookupMs: 500,
   managementMs: 1_500,
+  simulationMs: 60_000,
   lookupIntervalMs: DEFAULT_KEY_BATCH_PACING.intervalMs,
 }
 

@@ -25,6 +25,9 @@ function canListen(port: number): Promise<boolean> {
   })
 }
 
+/** The ports this process was handed. */
+const handedOut = new Set<number>()
+
 /**
  * A free port below the ephemeral range, for a server the test will stop and start again on the
  * same port: no outgoing connection of any process can be given it meanwhile.
@@ -35,7 +38,12 @@ export async function stablePort(): Promise<number> {
   const to = Math.max(from + 1_000, low - 1)
   for (let attempt = 0; attempt < 200; attempt++) {
     const port = from + Math.floor(Math.random() * (to - from))
-    if (await canListen(port)) return port
+    // Never twice in one process: two draws in a row (PORT and METRICS_PORT) must differ.
+    if (handedOut.has(port)) continue
+    if (await canListen(port)) {
+      handedOut.add(port)
+      return port
+    }
   }
   throw new Error('no free port below the ephemeral range')
 }

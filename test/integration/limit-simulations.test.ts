@@ -129,3 +129,24 @@ t.test("bad input: 400 naming the field; another parent's sub-account: 404", asy
     'theirs',
   )
 })
+
+t.test('a simulation has a store deadline of its own, apart from the 1.5 s of other calls', async (t) => {
+  // Seconds of paced reads over 10^7 records must not be cut at the management deadline; its own
+  // (60 s by default) still answers 503 when the store is slower than that. Here 1 ms: the
+  // simulation's reads cannot be done in time, and every other call keeps its own deadline.
+  const hurried = await startGateway(t, {
+    redis: false,
+    database: gw.database,
+    storeDeadlines: { simulationMs: 1 },
+    gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] },
+  })
+  const res = await callAs(hurried.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts/limits/simulations',
+    acting: 'self',
+    json: { limits: rate, from, to },
+  })
+  checkProblem(t, res, 503, 'store_unavailable', 'past its own deadline')
+  const list = await callAs(hurried.url, parent.apiKey, { path: '/v1/sub-accounts' })
+  t.equal(list.status, 200, 'another call is not under it')
+})

@@ -613,3 +613,31 @@ t.test('a lease a burst emptied, its renewal not answered within the wait: a 503
   t.equal(limitRefusal(decision).status, 503)
   t.equal(limitRefusal(decision).code, 'store_unavailable')
 })
+
+t.test('out of time with a starved rate and a spent quota: a 429 of the quota, not a 503', async (t) => {
+  // One limit that refused is known to be reached: the request would be refused whatever the
+  // other's renewal said, and a 503 would send its client back every second to a spent month.
+  const time = clock()
+  const store = new HandStore()
+  const limiter = new Limiter({
+    redis: null,
+    store,
+    keyPrefix: 'p:',
+    loadMonthUse: async () => 0,
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  t.teardown(() => store.close(limiter))
+  const rate = sub({ rate: { requests: 100, perSeconds: 1 } })
+  const quota = account({ monthlyQuota: { requests: 5 } })
+  await Promise.all([limiter.warm([rate]), store.rateAnswer(10, 90)])
+  time.advance(2_001) // the rate's lease spent no more: starved
+  const warming = limiter.warm([quota])
+  await flush()
+  store.quotas.shift()!.answer({ rebuild: false, granted: 0, used: 5, waitMs: 0, epoch: 'e1', inGrace: false })
+  await warming
+  const decision = await limiter.admitWhenWarm([rate, quota], 30)
+  t.same(decision.violated, ['sub_account.rate', 'account.monthly_quota'], 'both refused it')
+  t.notOk(decision.undecided, 'the quota is known to be spent')
+  t.same([limitRefusal(decision).status, limitRefusal(decision).code], [429, 'quota_exceeded'])
+})

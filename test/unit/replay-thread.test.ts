@@ -79,3 +79,11 @@ t.test('a stopped thread takes nothing more', async (t) => {
   await t.rejects(thread.close(), /stopped/)
   await thread.stop()
 })
+
+t.test('stopped while the close waits for the thread: the close rejects, nothing hangs', async (t) => {
+  const thread = new ReplayThread({ limits, useBefore })
+  for (let i = 0; i < 3 * BATCH_RECORDS; i++) await thread.take(...requestAt(i))
+  const closed = t.rejects(thread.close(), /stopped/)
+  await thread.stop()
+  await closed
+})
