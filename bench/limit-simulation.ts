@@ -14,7 +14,7 @@ import { batchSelect, type ListedRow } from '../src/request-log/replay-copy.js'
 import { replayInOrder, replayRecordBound } from '../src/request-log/replay-records.js'
 import { ensureRequestLogTable, RECORD_ARRAYS } from '../src/request-log/schema.js'
 import { migrate } from '../src/store/migrate.js'
-import { cpuSeconds, createDatabase, envInt, fmt, reportHead, run } from './lib.js'
+import { cpuSeconds, createDatabase, envInt, fmt, reportHead, run, runCli, startGateway, stopChild } from './lib.js'
 
 const RECORDS = envInt('BENCH_RECORDS', 1_000_000)
 const SUBS = envInt('BENCH_SUBS', 1_000)
@@ -28,9 +28,18 @@ const READINGS =
  */
 const REPLAYS =
   process.env.BENCH_REPLAY === 'thread' ? [true] : process.env.BENCH_REPLAY === 'inline' ? [false] : [true, false]
+/** BENCH_ROUTE=1: also through the gateway's route, end to end (throughTheRoute). */
+const ROUTE = envInt('BENCH_ROUTE', 0, 0) > 0
 const DAYS = 6
 /** Records a row, as the writer makes them at most. */
 const PER_ROW = 500
+
+/** A rate, a quota and a quota of tokens, as the API takes them. */
+const ROUTE_LIMITS = {
+  rate: { requests: 50, per_seconds: 60 },
+  monthly_quota: { requests: 900 },
+  meters: { tokens: { rate: null, monthly_quota: { units: 100_000 } } },
+}
 
 async function main(): Promise<void> {
   console.log(reportHead('bench/limit-simulation.ts').join('\n'))
@@ -84,11 +93,7 @@ async function main(): Promise<void> {
       `seeded ${fmt(RECORDS)} records (${SUBS} sub-accounts, ${DAYS} days, rows of ${PER_ROW}) in ${((performance.now() - seeded) / 1000).toFixed(1)} s`,
     )
     const range = { accountId: parent!.id, tenantId: null, from: new Date(start - 1000), to: new Date(now + 1000) }
-    const limits = limitsOf({
-      rate: { requests: 50, per_seconds: 60 },
-      monthly_quota: { requests: 900 },
-      meters: { tokens: { rate: null, monthly_quota: { units: 100_000 } } },
-    })!
+    const limits = limitsOf(ROUTE_LIMITS)!
     // The server's read (replay-copy.ts): the rows listed (by a cursor there), then a COPY of each
     // batch of them: the first here, 400 rows of 500 records (its bound of 2·10^5 records).
     const listing = `select r.seq::text as seq, (extract(epoch from r.first_time) * 1000000)::int8::text as first_us,
@@ -142,9 +147,47 @@ async function main(): Promise<void> {
             `| ${round} | ${copy ? 'COPY' : 'JSON'} | ${onThread ? 'a thread' : "the read's"} | ${fmt(bound)} | ${fmt(read)} | ${((t2 - t0) / 1000).toFixed(2)} | ${cpuCells} | ${fmt(requests)} | ${fmt(refused)} |`,
           )
         }
+    if (ROUTE) await throughTheRoute(db.url, parent!.id, range)
   } finally {
     await sql.end()
     await db.drop()
+  }
+}
+
+/**
+ * The same simulation as a client asks for it: `POST /v1/sub-accounts/limits/simulations` on the
+ * built gateway over this database, with its production deadlines (docs/api.md: 60 s of store
+ * work for a simulation), a thread of its own from 200,000 records. Its totals must equal the
+ * rounds' above.
+ */
+async function throughTheRoute(databaseUrl: string, accountId: string, range: { from: Date; to: Date }) {
+  const made = JSON.parse(
+    await runCli(['keys', 'create', '--account', accountId, '--name', 'bench'], { DATABASE_URL: databaseUrl }),
+  ) as { api_key: string }
+  const gateway = await startGateway({ databaseUrl, upstreamUrl: 'http://127.0.0.1:1' })
+  try {
+    console.log('\n| the route, round | answered (s) | status | requests | would refuse |')
+    console.log('|--:|--:|--:|--:|--:|')
+    for (let round = 1; round <= ROUNDS; round++) {
+      const t0 = performance.now()
+      const res = await fetch(`${gateway.url}/v1/sub-accounts/limits/simulations`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${made.api_key}`,
+          'content-type': 'application/json',
+          'x-service-acting-tenant': 'self',
+        },
+        body: JSON.stringify({ limits: ROUTE_LIMITS, from: range.from.toISOString(), to: range.to.toISOString() }),
+        signal: AbortSignal.timeout(120_000),
+      })
+      const body = (await res.json()) as { totals?: { requests: number; would_refuse: number } }
+      const seconds = ((performance.now() - t0) / 1000).toFixed(2)
+      console.log(
+        `| ${round} | ${seconds} | ${res.status} | ${fmt(body.totals?.requests ?? Number.NaN)} | ${fmt(body.totals?.would_refuse ?? Number.NaN)} |`,
+      )
+    }
+  } finally {
+    await stopChild(gateway.child)
   }
 }
 
