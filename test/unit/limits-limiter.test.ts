@@ -7,7 +7,7 @@ import { Limiter } from '../../src/limits/limiter.js'
 import { secondsToNextMonth } from '../../src/limits/month.js'
 import type { LimitSubject, Limits } from '../../src/limits/types.js'
 import type { RateCall } from '../../src/limits/lease-store.js'
-import { flush, HandStore } from '../helpers/lease-hand-store.js'
+import { flush, HandStore, limiterOnHand } from '../helpers/lease-hand-store.js'
 
 const NOV = Date.UTC(2026, 10, 22, 12, 0, 0)
 
@@ -590,15 +590,7 @@ t.test('a lease a burst emptied, its renewal not answered within the wait: a 503
   // docs/api.md: a burst that empties a replica's lease while the limit is not reached waits for
   // the renewal as a cold limit's first request does, and is refused 503 when none comes in time.
   const time = clock()
-  const store = new HandStore()
-  const limiter = new Limiter({
-    redis: null,
-    store,
-    keyPrefix: 'p:',
-    loadMonthUse: async () => 0,
-    now: time.now,
-    sweepEveryMs: 0,
-  })
+  const { limiter, store } = limiterOnHand(time.now)
   t.teardown(() => store.close(limiter))
   const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
   await Promise.all([limiter.warm(subjects), store.rateAnswer(10, 90)])
@@ -618,15 +610,7 @@ t.test('out of time with a starved rate and a spent quota: a 429 of the quota, n
   // One limit that refused is known to be reached: the request would be refused whatever the
   // other's renewal said, and a 503 would send its client back every second to a spent month.
   const time = clock()
-  const store = new HandStore()
-  const limiter = new Limiter({
-    redis: null,
-    store,
-    keyPrefix: 'p:',
-    loadMonthUse: async () => 0,
-    now: time.now,
-    sweepEveryMs: 0,
-  })
+  const { limiter, store } = limiterOnHand(time.now)
   t.teardown(() => store.close(limiter))
   const rate = sub({ rate: { requests: 100, perSeconds: 1 } })
   const quota = account({ monthlyQuota: { requests: 5 } })
