@@ -114,7 +114,7 @@ function status(path: string, apiKey: string | null = null): Promise<number | st
 }
 
 /** Asks the process over IPC; null once it is gone. */
-function ask<T>(type: 'stats' | 'resources'): Promise<T | null> {
+function ask<T>(type: 'stats' | 'resources' | 'fill-pool', fields: Record<string, unknown> = {}): Promise<T | null> {
   if (exit !== null || !child.connected) return Promise.resolve(null)
   return new Promise((resolve) => {
     const listener = (message: T & { type: string }) => {
@@ -125,7 +125,7 @@ function ask<T>(type: 'stats' | 'resources'): Promise<T | null> {
     }
     child.on('message', listener)
     void exited.then(() => resolve(null))
-    child.send({ type })
+    child.send({ type, ...fields })
   })
 }
 
@@ -269,6 +269,9 @@ t.test('a storm of faulty exchanges: the process stays up, serves, and comes bac
     Array.from({ length: 3 * STORE_POOL_MAX }, () => status('/v1/sub-accounts?limit=1', tenant.apiKey)),
   )
   t.same([...new Set(listed)], [200], 'the management API answered the pool warm-up')
+  // Those calls may not have needed every connection at once: the pool is filled for certain.
+  const filled = await ask<{ error?: string }>('fill-pool', { connections: STORE_POOL_MAX })
+  t.same(filled, { type: 'fill-pool' }, 'every connection of the store pool is open')
   const before = await atRest(null)
   t.not(before.last, null, `the process is up after the warm-up (${exit ?? 'running'})`)
   const baseline = before.last

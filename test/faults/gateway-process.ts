@@ -7,6 +7,7 @@
 //                               sockets: { clients, upstreams, other }, loopStalls }
 //      (heapUsed after two full garbage collections; loopStalls: since the last stats, when the
 //      event loop could not run for LOOP_STALL_MS or longer: test/helpers/loop-stalls.ts)
+//   <- { type: 'fill-pool', connections }  -> { type: 'fill-pool' } once that many queries ran at once
 //   <- { type: 'close' }  -> closes the app and the store, then exits 0
 // Environment: DATABASE_URL, FAULT_ROUTES (the route table document, JSON), FAULT_ENV (more of the
 // gateway's variables, a JSON object: usage periods, the request log).
@@ -69,6 +70,15 @@ process.on('message', (message: { type: string }) => {
     gc()
     const { heapUsed, rss, external, arrayBuffers } = process.memoryUsage()
     send({ type: 'stats', heapUsed, rss, external, arrayBuffers, sockets: sockets(), loopStalls: stalls })
+  } else if (message.type === 'fill-pool') {
+    // Every connection of the store's pool open at once, so that none opens later: a baseline of
+    // its sockets and their timers that the traffic after cannot grow (postgres.js keeps an idle
+    // connection 60 s, longer than a test waits for rest).
+    const { connections } = message as { type: string; connections: number }
+    void Promise.all(Array.from({ length: connections }, () => store.sql`select pg_sleep(0.05)`)).then(
+      () => send({ type: 'fill-pool' }),
+      (error: Error) => send({ type: 'fill-pool', error: error.message }),
+    )
   } else if (message.type === 'close') {
     void (async () => {
       await app.close()
