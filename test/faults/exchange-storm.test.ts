@@ -25,6 +25,7 @@ import { createParent } from '../helpers/gateway.js'
 import type { Stall } from '../helpers/loop-stalls.js'
 import { eventually } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const BODY_IDLE_MS = 300
@@ -57,7 +58,7 @@ const routes = {
 
 const child: ChildProcess = spawn(
   process.execPath,
-  ['--expose-gc', '--import', 'tsx', '--import', './test/faults/active-resources.ts', 'test/faults/gateway-process.ts'],
+  ['--expose-gc', ...RUN_TYPESCRIPT, '--import', './test/faults/active-resources.ts', 'test/faults/gateway-process.ts'],
   {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],

@@ -1,5 +1,5 @@
 // The gateway in a process of its own, for test/faults/upstream.test.ts: run with
-// `node --expose-gc --import tsx test/faults/gateway-process.ts` and an IPC channel. It builds the
+// `node --expose-gc --import scripts/typescript.mjs test/faults/gateway-process.ts` and an IPC channel. It builds the
 // app as main.ts does (without Redis: the in-process cache only), listens on 127.0.0.1:0, and
 // talks over IPC:
 //   -> { type: 'listening', port }

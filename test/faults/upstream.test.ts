@@ -21,6 +21,7 @@ import { createParent } from '../helpers/gateway.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { REFUSED_URL, listenOnLoopback } from '../helpers/upstream.js'
 import { round } from './measuring.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 /** The routes' timeout_ms: how long an upstream may take to its headers, and between chunks. */
@@ -133,7 +134,7 @@ interface Stats {
 
 const child: ChildProcess = spawn(
   process.execPath,
-  ['--expose-gc', '--import', 'tsx', 'test/faults/gateway-process.ts'],
+  ['--expose-gc', ...RUN_TYPESCRIPT, 'test/faults/gateway-process.ts'],
   {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],

@@ -21,6 +21,7 @@ import { until } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 import { type Delivery, startReceiver } from '../helpers/webhook-receiver.js'
 import { watchCrashes } from './crashes.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
@@ -75,7 +76,7 @@ const sql = db.sql
 // The victim: the gateway in a process of its own, the same database and periods, no push.
 const child: ChildProcess = spawn(
   process.execPath,
-  ['--expose-gc', '--import', 'tsx', 'test/faults/gateway-process.ts'],
+  ['--expose-gc', ...RUN_TYPESCRIPT, 'test/faults/gateway-process.ts'],
   {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],

@@ -1,5 +1,5 @@
 // A gateway replica in a process of its own, for test/integration/webhook-replicas.test.ts to kill
-// mid-delivery: run with `node --import tsx` and an IPC channel. It builds the app as main.ts does
+// mid-delivery: run with `node --import scripts/typescript.mjs` and an IPC channel. It builds the app as main.ts does
 // (no Redis, WEBHOOKS_ALLOW_INSECURE), listens on 127.0.0.1:0 and sends { type: 'listening', port }.
 // Environment: DATABASE_URL.
 import type { AddressInfo } from 'node:net'

@@ -18,6 +18,7 @@ import { startGateway as startTestGateway } from '../helpers/gateway.js'
 import { until } from '../helpers/poll.js'
 import { problemOf } from '../helpers/problems.js'
 import { closedPort, listenOnLoopback } from '../helpers/upstream.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const PASSWORD = 'sekret-do-not-print'
@@ -59,7 +60,7 @@ async function silentPort(t: Test): Promise<number> {
 }
 
 /**
- * `node --import tsx <script> ...args` from the repository root, with only the given variables.
+ * `node --import scripts/typescript.mjs <script> ...args` from the repository root, with only the given variables.
  * It is killed after `timeoutMs`, or as soon as `stopWhen` (polled) holds: the run's `code` is then null.
  */
 function runNode(
@@ -70,7 +71,7 @@ function runNode(
   stopWhen?: (run: { stdout: string; stderr: string }) => Promise<boolean>,
 ): Promise<Run> {
   const started = Date.now()
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  const child = spawn(process.execPath, [...RUN_TYPESCRIPT, script, ...args], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: {

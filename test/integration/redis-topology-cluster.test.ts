@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { orTimeout, until } from '../helpers/poll.js'
 import { deploy, failoverUnderTraffic, sharedSuite } from '../helpers/redis-topology-suite.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const CLIENT_QUIT = fileURLToPath(new URL('../fixtures/cluster-client-quit.ts', import.meta.url))
 
@@ -14,7 +15,7 @@ t.test('a master killed under traffic', (t) => failoverUnderTraffic(t, deploymen
 
 t.test('a cluster client closed while it asks for the slots lets its process end', async (t) => {
   const { topology } = deployment
-  const child = spawn(process.execPath, ['--import', 'tsx', CLIENT_QUIT], {
+  const child = spawn(process.execPath, [...RUN_TYPESCRIPT, CLIENT_QUIT], {
     env: { ...process.env, ...topology.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })

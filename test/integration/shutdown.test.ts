@@ -19,6 +19,7 @@ import { callAs, getOverAgent, rawRequest } from '../helpers/http.js'
 import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix, requireRedis } from '../helpers/redis.js'
 import { closedPort, holdingUpstream } from '../helpers/upstream.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 await requireRedis()
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -85,7 +86,7 @@ t.teardown(() => {
 })
 
 /**
- * `node --import tsx src/main.ts` with the given environment; resolves once /readyz says 200, as
+ * `node --import scripts/typescript.mjs src/main.ts` with the given environment; resolves once /readyz says 200, as
  * a load balancer would wait for, and its body says Redis is connected (or off).
  */
 async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess> {
@@ -103,7 +104,7 @@ async function spawnGateway(env: Record<string, string>): Promise<GatewayProcess
 async function spawnGatewayOnce(env: Record<string, string>): Promise<GatewayProcess> {
   const port = await closedPort()
   const metricsPort = await closedPort()
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const child = spawn(process.execPath, [...RUN_TYPESCRIPT, 'src/main.ts'], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: {

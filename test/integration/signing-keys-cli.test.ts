@@ -18,6 +18,7 @@ import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { eventually } from '../helpers/poll.js'
 import { REDIS_URL, redisPrefix } from '../helpers/redis.js'
 import { REFUSED_PORT } from '../helpers/upstream.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const ISSUER = 'http://localhost:8080'
@@ -40,9 +41,9 @@ interface Run {
   stderr: string
 }
 
-/** `node --import tsx <script> ...args` from the repository root, with only the given variables. */
+/** `node --import scripts/typescript.mjs <script> ...args` from the repository root, with only the given variables. */
 function runNode(script: string, args: string[], env: Record<string, string>): Promise<Run> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  const child = spawn(process.execPath, [...RUN_TYPESCRIPT, script, ...args], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },

@@ -4,11 +4,12 @@ import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { orTimeout } from '../helpers/poll.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/log-to-closed-stdout.ts', import.meta.url))
 
 t.test('lines queued for a closed stdout, then an exit: the process exits 0', async (t) => {
-  const child = spawn(process.execPath, ['--import', 'tsx', FIXTURE], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...RUN_TYPESCRIPT, FIXTURE], { stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => child.kill('SIGKILL'))
   let stderr = ''
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))

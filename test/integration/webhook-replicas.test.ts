@@ -8,6 +8,7 @@ import { DEFAULT_LEASE_MS } from '../../src/webhooks/worker.js'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { until } from '../helpers/poll.js'
 import { startReceiver } from '../helpers/webhook-receiver.js'
+import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
 
 const PATH = '/v1/sub-accounts/webhook-endpoints'
 const env = { WEBHOOKS_ALLOW_INSECURE: 'true', WEBHOOKS_RETRY_SCHEDULE: '50ms' }
@@ -85,7 +86,7 @@ t.test('a replica killed mid-delivery does not lose its attempt', async (t) => {
 
   const script = fileURLToPath(new URL('../helpers/webhook-replica-process.ts', import.meta.url))
   const child: ChildProcess = fork(script, [], {
-    execArgv: ['--import', 'tsx'],
+    execArgv: [...RUN_TYPESCRIPT],
     env: { ...process.env, DATABASE_URL: db.database.url },
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   })
