@@ -84,6 +84,8 @@ export abstract class LeasedLimit {
   reached = false
   /** When an answer last could not cover what was asked. */
   private reachedAt = Number.NEGATIVE_INFINITY
+  /** When Redis last answered a lease call of this limit. */
+  answeredAt = Number.NEGATIVE_INFINITY
   /** The call (or Postgres read) under way, for `settled()`. */
   protected pending: Promise<unknown> | null = null
   private attempts = 0
@@ -411,6 +413,7 @@ export abstract class LeasedLimit {
    */
   protected granted(sentAt: number, now: number, answer: Grant, ttlMs: number): void {
     const { granted, waitMs } = answer
+    this.answeredAt = now
     if (this.mode === 'local' && answer.inGrace) {
       // Redis came back empty: no replica can lease yet, and each goes on on its own meanwhile
       // (degraded), rather than refusing everything for the grace.

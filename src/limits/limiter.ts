@@ -45,8 +45,12 @@ function pushed<T>(list: T[] | undefined, item: T): T[] {
   return list
 }
 
-/** How long `warm` waits at most for the first answers. */
-const WARM_WAIT_MS = 300
+/**
+ * How long `warm` waits past a lease call's deadline: time to handle its answer. A request waits
+ * as long as a call may take (300 ms by default), so a call sent as it began has answered or
+ * failed (then the replica decides on its own) by the end.
+ */
+const WARM_WAIT_PAST_CALL_MS = 50
 
 /**
  * Resolves once the calls these limits were just asked for are answered. When none could be sent
@@ -71,6 +75,8 @@ export class Limiter {
   private readonly loadMonthUse: LoadMonthUse
   private readonly metrics: LimiterMetrics
   private readonly timer: NodeJS.Timeout | null
+  /** How long `warm` waits at most for the first answers. */
+  private readonly warmWaitMs: number
   private down = false
   private closed = false
 
@@ -80,6 +86,7 @@ export class Limiter {
     this.loadMonthUse = options.loadMonthUse
     this.metrics = options.metrics ?? {}
     const timings = { ...DEFAULT_LEASE_TIMINGS, ...options.timings }
+    this.warmWaitMs = timings.callTimeoutMs + WARM_WAIT_PAST_CALL_MS
     const store =
       options.store ?? (options.redis === null ? null : new RedisLeaseStore(options.redis, options.keyPrefix, timings))
     this.ctx = {
@@ -302,7 +309,11 @@ export class Limiter {
    * proxy awaits it only for such a limit: a new tenant's first request, or the second of a burst
    * after an idle second, waits one round trip instead of being refused.
    */
-  async warm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS, units = 1): Promise<{ timedOut: boolean }> {
+  async warm(
+    subjects: readonly LimitSubject[],
+    maxWaitMs = this.warmWaitMs,
+    units = 1,
+  ): Promise<{ timedOut: boolean }> {
     const deadline = this.now() + maxWaitMs
     let timer: NodeJS.Timeout | undefined
     let timedOut = false
@@ -332,8 +343,9 @@ export class Limiter {
    * decides; refused while a refusing limit is still starved (a burst larger than the renewal),
    * asks again, within `maxWaitMs` in all.
    */
-  async admitWhenWarm(subjects: readonly LimitSubject[], maxWaitMs = WARM_WAIT_MS, units = 1): Promise<Decision> {
-    const deadline = this.now() + maxWaitMs
+  async admitWhenWarm(subjects: readonly LimitSubject[], maxWaitMs = this.warmWaitMs, units = 1): Promise<Decision> {
+    const waitFrom = this.now()
+    const deadline = waitFrom + maxWaitMs
     for (;;) {
       // Timed out by its own timer too: a timer may fire a little before Date.now() reaches its
       // end (libuv counts from the loop's start), which must not make a cold limit a 429.
@@ -341,7 +353,7 @@ export class Limiter {
       const decision = this.admit(subjects, units)
       const now = this.now()
       const late = timedOut || now >= deadline
-      if (!decision.allowed && late && this.noneKnownReached(subjects, decision, now, units))
+      if (!decision.allowed && late && this.noneKnownReached(subjects, decision, waitFrom, now, units))
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision
       const starved = this.applicable(subjects, now).some(
@@ -353,17 +365,27 @@ export class Limiter {
 
   /**
    * Whether no limit that refused is known to be reached: each was not read yet (cold), or is
-   * starved (its lease emptied, no renewal answered). Refused out of time so, a request is a 503
-   * to retry; one that a reached limit refused is a 429 all the same.
+   * starved (its lease emptied) with no answer from Redis since the wait began. Refused out of
+   * time so, a request is a 503 to retry. One that a reached limit refused is a 429 all the same,
+   * and so is one a starved limit refused while Redis answered: the units it granted meanwhile
+   * went to the requests ahead, so the limit is spent for now, not unknown.
    */
-  private noneKnownReached(subjects: readonly LimitSubject[], decision: Decision, now: number, units: number): boolean {
+  private noneKnownReached(
+    subjects: readonly LimitSubject[],
+    decision: Decision,
+    waitFrom: number,
+    now: number,
+    units: number,
+  ): boolean {
     const limits = this.applicable(subjects, now)
     return (
       decision.violated.length > 0 &&
       decision.violated.every((name) =>
         limits.some(
           (limit) =>
-            limit.name === name && !limit.shadow && (limit.mode === 'cold' || limit.starved(now, asked(limit, units))),
+            limit.name === name &&
+            !limit.shadow &&
+            (limit.mode === 'cold' || (limit.starved(now, asked(limit, units)) && limit.answeredAt < waitFrom)),
         ),
       )
     )

@@ -625,3 +625,24 @@ t.test('out of time with a starved rate and a spent quota: a 429 of the quota, n
   t.notOk(decision.undecided, 'the quota is known to be spent')
   t.same([limitRefusal(decision).status, limitRefusal(decision).code], [429, 'quota_exceeded'])
 })
+
+t.test('a lease a burst emptied, renewed within the wait for the requests ahead: a 429, not a 503', async (t) => {
+  // Redis answered while this request waited, and what it granted went to the requests ahead of
+  // it: the limit is spent for now, not unknown, so the refusal is the limit's own 429.
+  const time = clock()
+  const { limiter, store } = limiterOnHand(time.now)
+  t.teardown(() => store.close(limiter))
+  const subjects = [sub({ rate: { requests: 100, perSeconds: 1 } })]
+  await Promise.all([limiter.warm(subjects), store.rateAnswer(10, 90)])
+  time.advance(2_001) // an idle lease life: starved
+  const ahead = limiter.admitWhenWarm(subjects, 200)
+  const behind = limiter.admitWhenWarm(subjects, 200)
+  await flush()
+  const renewal = store.rates[0]!.call
+  await store.rateAnswer(renewal.wanted, 0)
+  t.ok((await ahead).allowed, 'the request ahead takes the renewal')
+  const decision = await behind
+  t.equal(decision.allowed, false)
+  t.notOk(decision.undecided, 'Redis answered during the wait')
+  t.same([limitRefusal(decision).status, limitRefusal(decision).code], [429, 'rate_limited'])
+})
