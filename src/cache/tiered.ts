@@ -80,6 +80,8 @@ export class TenancyCache implements CacheInvalidator {
    * invalidation `invalidatedAt` had to let go for room, or the last change of Redis master seen.
    */
   private redisTrustedFrom = 0
+  /** Stores into Redis under way (storeInRedis): awaited at close, so that none fails on it. */
+  private readonly storesUnderWay = new Set<Promise<unknown>>()
 
   private readonly options: TenancyCacheOptions
   constructor(options: TenancyCacheOptions) {
@@ -285,7 +287,7 @@ export class TenancyCache implements CacheInvalidator {
     const redis = this.usableRedis()
     if (redis === null) return
     const ttl = value === null ? this.timings.negativeTtlMs : this.timings.redisTtlMs
-    storeIfUnchanged(
+    const store = storeIfUnchanged(
       redis,
       {
         key: entryKey(this.prefix, key),
@@ -295,7 +297,15 @@ export class TenancyCache implements CacheInvalidator {
       generation,
       { json: JSON.stringify(value), readAt },
       ttl,
-    ).catch((err: unknown) => this.redisFailed(err))
+    )
+      .catch((err: unknown) => this.redisFailed(err))
+      .finally(() => this.storesUnderWay.delete(store))
+    this.storesUnderWay.add(store)
+  }
+
+  /** Resolves once every store into Redis begun so far has ended (stored, or failed). */
+  async stored(): Promise<void> {
+    await Promise.all(this.storesUnderWay)
   }
 
   private usableRedis(): RedisClient | null {
@@ -364,6 +374,7 @@ export class TenancyCache implements CacheInvalidator {
   }
 
   async close(): Promise<void> {
+    await this.stored()
     await this.bus?.close()
     this.redis?.disconnect()
   }

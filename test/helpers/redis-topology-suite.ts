@@ -185,7 +185,7 @@ export function sharedSuite(t: Test, d: Deployment): void {
       await sleep(1_200)
       const errorsBefore = await counter(a, 'tgw_redis_errors_total')
       t.equal((await read(a, fresh.apiKey)).status, 200, 'A reads it (from Postgres, into Redis)')
-      await sleep(100)
+      await a.app.tenancyCache.stored()
       if ((await counter(a, 'tgw_redis_errors_total')) === errorsBefore) key = fresh
       else t.comment(`${d.topology.kind}: A's read met a Redis error (attempt ${attempt}); again with a fresh key`)
     }
