@@ -122,11 +122,12 @@ async function* rowsAsJson(tx: Tx, range: ReplayRange): AsyncGenerator<SentRow> 
   let next: Promise<IteratorResult<{ first_us: string; arrays: string }[]>> | null = null
   try {
     // Each batch is asked for before the last is replayed: its failure is heard when awaited, not
-    // as an unhandled rejection meanwhile.
-    next = batches.next()
+    // as an unhandled rejection meanwhile. A cursor whose query has ended answers `next()` with a
+    // plain `{ done: true }`, not a promise (postgres.js): made one, so that `catch` is always there.
+    next = Promise.resolve(batches.next())
     next.catch(() => {})
     for (let batch = await next; !batch.done; batch = await next) {
-      next = batches.next()
+      next = Promise.resolve(batches.next())
       next.catch(() => {})
       for (const row of batch.value) yield { firstUs: Number(row.first_us), arrays: JSON.parse(row.arrays) }
     }

@@ -2,7 +2,7 @@
 // records of a range that reached the limits, of sub-accounts only, handed on in the order they
 // arrived, though two writers' rows overlap in time and a row keeps its records as they ended.
 import pino from 'pino'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import type { RequestRecord } from '../../src/request-log/capture.js'
 import { type ReplayRange, type ReplayReading, replayInOrder } from '../../src/request-log/replay-records.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
@@ -11,7 +11,9 @@ import { ACCOUNTS, logRecord, madeId, uuid } from '../helpers/request-records.js
 
 const [account, otherAccount] = ACCOUNTS as [string, string]
 const subs = [uuid(2, 1), uuid(2, 2), uuid(2, 3)]
-const base = Date.now() - 3_600_000
+// Yesterday at noon: the records' 100 s never cross midnight, whose partitions would split a row in two.
+const DAY_MS = 86_400_000
+const base = Math.floor(Date.now() / DAY_MS) * DAY_MS - DAY_MS / 2
 let count = 0
 const record = (atS: number, fields: Partial<RequestRecord> = {}): RequestRecord =>
   logRecord({ id: madeId(++count), path: '/api/x', timeMs: base + atS * 1000, accountId: account, ...fields })
@@ -130,16 +132,17 @@ t.test('a replay that fails mid-read ends its read: the error comes back, the co
     }
 })
 
-t.test('a replay slower than its read: every batch arrives, and the transaction goes on after each', async (t) => {
+/** 20,000 records from `fromS` on, 200 s of them, replayed slower than they are read. */
+async function replaySlowerThanRead(t: Test, fromS: number): Promise<void> {
   const { sql, writer } = await writerOn(t, 20)
   // 1,000 rows: three COPYs of a few hundred kB, each filling the stream while the replay waits.
-  for (let s = 1; s <= 20_000; s++) writer.add(record(s / 100, { tenantId: subs[s % 3]! }))
+  for (let s = 1; s <= 20_000; s++) writer.add(record(fromS + s / 100, { tenantId: subs[s % 3]! }))
   await writer.flush()
   for (const [how, reading] of READINGS) {
     let seen = 0
     let last = 0
     let ordered = true
-    await replayInOrder(sql, range(0, 1000), reading, (row, i) => {
+    await replayInOrder(sql, range(fromS, fromS + 1000), reading, (row, i) => {
       ordered &&= row.timesUs[i]! >= last
       last = row.timesUs[i]!
       return ++seen % 1000 === 0 ? new Promise((resolve) => setTimeout(resolve, 5)) : undefined
@@ -147,7 +150,17 @@ t.test('a replay slower than its read: every batch arrives, and the transaction 
     t.equal(seen, 20_000, `${how}: every record`)
     t.ok(ordered, `${how}: in time order`)
   }
-})
+}
+
+t.test('a replay slower than its read: every batch arrives, and the transaction goes on after each', (t) =>
+  replaySlowerThanRead(t, 0),
+)
+
+// Across midnight the rows lie in two days' partitions, and the JSON read's cursor had ended when
+// its last batch was asked for: postgres.js then answers a plain `{ done: true }`, not a promise.
+t.test('the same across midnight: both days read, and the JSON cursor ends cleanly', (t) =>
+  replaySlowerThanRead(t, DAY_MS / 2000 - 100),
+)
 
 t.test('rows of one time across the COPYs and the listing fetches: each read once', async (t) => {
   const { sql, writer } = await writerOn(t, 1)
