@@ -33,6 +33,8 @@ export interface LimiterOptions {
   timings?: Partial<LeaseTimings>
   /** How often idle leases are shrunk, renewed or given back; 0: never on a timer (tests call sweep). */
   sweepEveryMs?: number
+  /** How long a request waits at most for its limits' leases (300 ms; tests on a fake clock, longer). */
+  warmWaitMs?: number
 }
 
 /** What a request asks of a limit: its cost, or of a route meter's, one unit held (a balance above zero). */
@@ -45,12 +47,8 @@ function pushed<T>(list: T[] | undefined, item: T): T[] {
   return list
 }
 
-/**
- * How long `warm` waits past a lease call's deadline: time to handle its answer. A request waits
- * as long as a call may take (300 ms by default), so a call sent as it began has answered or
- * failed (then the replica decides on its own) by the end.
- */
-const WARM_WAIT_PAST_CALL_MS = 50
+/** How long `warm` waits at most for the first answers, unless told otherwise (warmWaitMs). */
+const WARM_WAIT_MS = 300
 
 /**
  * Resolves once the calls these limits were just asked for are answered. When none could be sent
@@ -86,7 +84,7 @@ export class Limiter {
     this.loadMonthUse = options.loadMonthUse
     this.metrics = options.metrics ?? {}
     const timings = { ...DEFAULT_LEASE_TIMINGS, ...options.timings }
-    this.warmWaitMs = timings.callTimeoutMs + WARM_WAIT_PAST_CALL_MS
+    this.warmWaitMs = options.warmWaitMs ?? WARM_WAIT_MS
     const store =
       options.store ?? (options.redis === null ? null : new RedisLeaseStore(options.redis, options.keyPrefix, timings))
     this.ctx = {

@@ -22,7 +22,7 @@ import {
   type UpstreamFault,
 } from '../helpers/faulty-exchanges.js'
 import { createParent } from '../helpers/gateway.js'
-import type { Stall } from '../helpers/loop-stalls.js'
+import { recordLoopStalls, type Stall } from '../helpers/loop-stalls.js'
 import { eventually } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 import { RUN_TYPESCRIPT } from '../helpers/typescript.js'
@@ -34,6 +34,8 @@ const TIMEOUT_MS = 700
 const STORM_MS = 30_000
 const STORM_MAX_REQUESTS = 4_000
 const CLIENTS_AT_ONCE = 40
+/** A stall of this process's loop worth recording (as the gateway process records its own). */
+const LOOP_STALL_MS = 100
 /** How long a client waits for the gateway to close a connection: far past every timer. */
 const CLOSE_LIMIT_MS = 10_000
 /** store/db.ts: the gateway's Postgres pool. */
@@ -208,13 +210,14 @@ async function one(
 
 /**
  * The answers that were not their combination's; `excused` counts the 408s that the body idle
- * timer gave rightly, after a client's gap or a stall of the gateway's loop during the exchange.
+ * timer gave rightly, after a client's gap or a stall of the gateway's or the upstreams' loop
+ * during the exchange.
  */
-function wrongAnswers(answered: Answered[], gatewayStalls: readonly Stall[]): { wrong: string[]; excused: number } {
+function wrongAnswers(answered: Answered[], loopStalls: readonly Stall[]): { wrong: string[]; excused: number } {
   const wrong: string[] = []
   let excused = 0
   for (const { fault, mode, what, outcome } of answered) {
-    const judged = judgeAnswer(fault, mode, outcome, BODY_IDLE_MS, gatewayStalls)
+    const judged = judgeAnswer(fault, mode, outcome, BODY_IDLE_MS, loopStalls)
     if (judged === 'excused') excused++
     if (judged !== 'wrong') continue
     const gap = Math.round(outcome.longestGapMs)
@@ -278,6 +281,10 @@ t.test('a storm of faulty exchanges: the process stays up, serves, and comes bac
   const baseline = before.last
   t.comment(`at rest before the storm: ${JSON.stringify(baseline)}`)
 
+  // This process's loop too: the upstreams answer from it, and one held here past the body idle
+  // timer makes the gateway's 408 the right answer to an upstream meant to answer early.
+  const ownStalls = recordLoopStalls(LOOP_STALL_MS)
+  t.teardown(() => ownStalls.stop())
   const started = Date.now()
   const { result: tally, probes, failures } = await probing(storm(STORM_MS, STORM_MAX_REQUESTS))
   t.comment(`${tally.sent} requests in ${Date.now() - started} ms, ${probes} probes`)
@@ -286,9 +293,13 @@ t.test('a storm of faulty exchanges: the process stays up, serves, and comes bac
   t.same(failures, [], 'it answered /healthz and another tenant all along')
   // The gateway's loop stalls since the last look at rest before the storm.
   const stalls = (await ask<{ loopStalls: Stall[] }>('stats'))?.loopStalls ?? []
-  const { wrong, excused } = wrongAnswers(tally.answered, stalls)
-  const longest = Math.max(0, ...stalls.map(([from, to]) => to - from))
-  t.comment(`the gateway's loop stalled ${stalls.length} times (at most ${longest} ms); ${excused} 408s excused`)
+  const upstreamStalls = ownStalls.take()
+  const { wrong, excused } = wrongAnswers(tally.answered, [...stalls, ...upstreamStalls])
+  const longest = (list: readonly Stall[]) => Math.max(0, ...list.map(([from, to]) => to - from))
+  t.comment(
+    `the gateway's loop stalled ${stalls.length} times (at most ${longest(stalls)} ms), the upstreams' ` +
+      `${upstreamStalls.length} times (at most ${longest(upstreamStalls)} ms); ${excused} 408s excused`,
+  )
   t.same(wrong.slice(0, 10), [], `each request got its combination's answer (${wrong.length} did not)`)
   t.same(
     tally.leftOpen.slice(0, 10),

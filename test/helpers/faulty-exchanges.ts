@@ -120,8 +120,9 @@ export function allowedAnswers(fault: UpstreamFault, mode: BodyMode): readonly n
 /**
  * Whether `outcome` is its combination's answer (allowedAnswers), or the body idle timer's 408
  * where that timer may rightly have fired: the client took at least `bodyIdleMs` less a trickle's
- * gap between two writes, or the gateway's event loop stalled that long during the exchange
- * (`gatewayStalls`: its timers run before the bytes that came meanwhile are read). On an idle
+ * gap between two writes, or an event loop of the exchange stalled that long during it
+ * (`loopStalls`: the gateway's, whose timers run before the bytes that came meanwhile are read, or
+ * the upstream's, whose early answer then comes after the gateway's timer). On an idle
  * machine neither happens, and only the combination's answer passes. `excused`: a 408 so passed.
  */
 export function judgeAnswer(
@@ -129,12 +130,12 @@ export function judgeAnswer(
   mode: BodyMode,
   outcome: ClientOutcome,
   bodyIdleMs: number,
-  gatewayStalls: readonly Stall[],
+  loopStalls: readonly Stall[],
 ): 'right' | 'excused' | 'wrong' {
   if (outcome.status !== null && allowedAnswers(fault, mode).includes(outcome.status)) return 'right'
   if (outcome.status !== 408 || !/sent nothing for/.test(outcome.text)) return 'wrong'
   const longEnough = bodyIdleMs - TRICKLE_GAP_MS
-  const stalled = gatewayStalls.some(
+  const stalled = loopStalls.some(
     (stall) => stall[1] - stall[0] >= longEnough && stalledWithin([stall], outcome.startedAt, outcome.endedAt),
   )
   return outcome.longestGapMs >= longEnough || stalled ? 'excused' : 'wrong'

@@ -46,8 +46,8 @@ export const flush = () => new Promise((resolve) => setImmediate(resolve))
 
 /**
  * A limiter whose limits lease from a HandStore, on the test's clock, swept only by hand. A request
- * waits for a lease on a real timer (the call's deadline and a little): 10 s here, so that a loaded
- * machine never ends a wait before the test answers; a test of the end of a wait names its own.
+ * waits for a lease on a real timer: 10 s here (300 ms in production), so that a loaded machine
+ * never ends a wait before the test answers; a test of the end of a wait names its own.
  */
 export function limiterOnHand(now: () => number): { limiter: Limiter; store: HandStore } {
   const store = new HandStore()
@@ -58,7 +58,7 @@ export function limiterOnHand(now: () => number): { limiter: Limiter; store: Han
     loadMonthUse: async () => 0,
     now,
     sweepEveryMs: 0,
-    timings: { callTimeoutMs: 10_000 },
+    warmWaitMs: 10_000,
   })
   return { limiter, store }
 }

@@ -184,6 +184,9 @@ export function sharedSuite(t: Test, d: Deployment): void {
       // The mint's invalidation is sent again a second later (cache/invalidation.ts): past it.
       await sleep(1_200)
       const errorsBefore = await counter(a, 'tgw_redis_errors_total')
+      // Neither replica trusts what it holds: A then reads every entry the request needs from Redis or
+      // Postgres (filling Redis), not its parent's from memory, which B may not hold.
+      for (const gw of d.replicas) gw.app.tenancyCache.clearLocal()
       t.equal((await read(a, fresh.apiKey)).status, 200, 'A reads it (from Postgres, into Redis)')
       await a.app.tenancyCache.stored()
       if ((await counter(a, 'tgw_redis_errors_total')) === errorsBefore) key = fresh
