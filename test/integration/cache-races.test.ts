@@ -129,28 +129,6 @@ t.test('fills still store into Redis, before and after an invalidation', async (
   t.ok(await until(5_000, stored), 'stored again by a fill that began after it')
 })
 
-t.test('stored(): once it resolves, the fills begun before are in Redis, even when writes wait', async (t) => {
-  // A redis-server of this test's own, so that pausing it disturbs no other test.
-  const { url } = await startRedis(t)
-  const admin = redisClient(t, { url })
-  const key = await createParent(database.sql, { name: 'paused' })
-  const entry = entryKey(prefix, cacheKeys.key(sha256(key.apiKey)))
-  const replica = new TenancyCache({
-    source: postgresLookups(database.sql),
-    redis: { topology: 'server', url },
-    keyPrefix: prefix,
-    log: silent,
-    metrics: createMetrics().cache,
-  })
-  t.teardown(() => replica.close())
-  await ready(replica)
-  // Writes wait 40 ms (within a command's 50 ms): the fill's store lands only after its answer.
-  await admin.client('PAUSE', 40, 'WRITE')
-  await replica.lookups.keyByDigest(sha256(key.apiKey))
-  await replica.stored()
-  t.ok(await admin.exists(entry), 'the entry is in Redis once stored() resolved')
-})
-
 t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
   // An in-process TTL of 1.5 s: records stay 1,200 ms (the TTL less the admission window, a fifth
   // of it), and the first read after 600 ms of that starts a refresh, which has 600 ms to land.
