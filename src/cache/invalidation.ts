@@ -87,8 +87,10 @@ export class InvalidationBus {
   private unsentOverflowed = false
   private resendTimer: NodeJS.Timeout | null = null
   private closed = false
-  /** Repeats of invalidations, waiting for their moment. */
-  private readonly repeats = new Map<NodeJS.Timeout, readonly string[]>()
+  /** Repeats of invalidations waiting for their moment, each with what sends it now. */
+  private readonly repeats = new Map<NodeJS.Timeout, () => Promise<void>>()
+  /** Each repeat published, until it has been sent (or failed and was kept for later). */
+  private readonly repeatsUnderWay = new Set<Promise<void>>()
 
   private readonly options: InvalidationBusOptions
   constructor(options: InvalidationBusOptions) {
@@ -157,12 +159,24 @@ export class InvalidationBus {
    */
   async publish(keys: readonly string[]): Promise<void> {
     await this.broadcast(keys)
+    let sent = () => {}
+    const repeat = new Promise<void>((resolve) => {
+      sent = resolve
+    })
+    const sendNow = () => this.broadcast(keys).then(sent)
     const timer = setTimeout(() => {
       this.repeats.delete(timer)
-      void this.broadcast(keys)
+      void sendNow()
     }, this.options.timings.reinvalidateAfterMs)
     timer.unref()
-    this.repeats.set(timer, keys)
+    this.repeats.set(timer, sendNow)
+    this.repeatsUnderWay.add(repeat)
+    void repeat.then(() => this.repeatsUnderWay.delete(repeat))
+  }
+
+  /** Resolves once every repeat published so far has been sent (or kept for when Redis is back). */
+  async repeated(): Promise<void> {
+    await Promise.all(this.repeatsUnderWay)
   }
 
   private async broadcast(keys: readonly string[]): Promise<void> {
@@ -253,7 +267,7 @@ export class InvalidationBus {
     const due = [...this.repeats]
     this.repeats.clear()
     for (const [timer] of due) clearTimeout(timer)
-    await Promise.all(due.map(([, keys]) => this.broadcast(keys)))
+    await Promise.all(due.map(([, sendNow]) => sendNow()))
     this.subscriber.disconnect()
   }
 }

@@ -308,6 +308,11 @@ export class TenancyCache implements CacheInvalidator {
     await Promise.all(this.storesUnderWay)
   }
 
+  /** Resolves once the repeats of every invalidation published here so far have been sent. */
+  async published(): Promise<void> {
+    await this.bus?.repeated()
+  }
+
   private usableRedis(): RedisClient | null {
     if (this.redis === null || this.redis.status !== 'ready' || Date.now() < this.redisSkipUntil) return null
     return this.redis

@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis'
 import { pino } from 'pino'
 import t from 'tap'
 import { cacheKeys, TenancyCache, type CacheTimings } from '../../src/cache/index.js'
-import { entryKey } from '../../src/cache/entry-names.js'
+import { entryKey, generationKey } from '../../src/cache/entry-names.js'
 import { createMetrics, type Metrics } from '../../src/ops/metrics.js'
 import { revokeKey } from '../../src/store/api-keys.js'
 import type { TenancyLookups } from '../../src/shared/tenancy-records.js'
@@ -120,13 +120,19 @@ t.test('fills still store into Redis, before and after an invalidation', async (
   const stored = async () => JSON.parse((await redis.get(entry)) ?? 'null')?.status === 'active'
   t.ok(await until(5_000, stored), 'stored after the first fill')
 
+  const generation = async () => Number(await redis.get(generationKey(prefix, cacheKeys.key(sha256(key.apiKey)))))
+  const generationBefore = await generation()
   await first.invalidate([cacheKeys.key(sha256(key.apiKey))])
   t.equal(await redis.get(entry), null, 'deleted by the invalidation')
-  await sleep(300)
+  // Past the invalidation's repeat, which would delete what a fill stores before it (each bumps
+  // the entry's generation).
+  await first.published()
+  t.equal(await generation(), generationBefore + 2, 'published() resolved once the repeat was sent')
   const second = cache(postgresLookups(database.sql))
   await ready(second)
   await second.lookups.keyByDigest(sha256(key.apiKey))
-  t.ok(await until(5_000, stored), 'stored again by a fill that began after it')
+  await second.stored()
+  t.ok(await stored(), 'stored again by a fill that began after the repeat, and kept')
 })
 
 t.test('an entry in use is refreshed in the background: once warm, no read waits for Redis or Postgres', async (t) => {
