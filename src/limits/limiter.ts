@@ -354,10 +354,14 @@ export class Limiter {
       if (!decision.allowed && late && this.noneKnownReached(subjects, decision, waitFrom, now, units))
         return { ...decision, undecided: true }
       if (decision.allowed || late || this.closed) return decision
-      const starved = this.applicable(subjects, now).some(
-        (limit) => decision.violated.includes(limit.name) && limit.starved(now, asked(limit, units)),
+      // Refused by a limit not known to be reached (not read yet, or starved): waits on, as long
+      // as the wait lasts. A cold limit's answer may come after warm's rounds (a call that failed
+      // while its month was read from Postgres), and is never a 429 before it.
+      const unknown = this.applicable(subjects, now).some(
+        (limit) =>
+          decision.violated.includes(limit.name) && (limit.mode === 'cold' || limit.starved(now, asked(limit, units))),
       )
-      if (!starved) return decision
+      if (!unknown) return decision
     }
   }
 

@@ -18,7 +18,8 @@ export class QuotaLimit extends LeasedLimit {
   /** The key's epoch the lease was granted in (lease-store.ts). */
   private epoch = ''
   private localUsed = 0
-  private loading = false
+  /** The month's use being read from Postgres, beside any lease call (awaited by `settled`). */
+  private monthRead: Promise<void> | null = null
 
   public requests: number
   private readonly subject: { tenantId: string; level: Level; meter: string }
@@ -86,24 +87,36 @@ export class QuotaLimit extends LeasedLimit {
 
   /** Reads the month's use from Postgres into the local state (embedded, or Redis down and cold). */
   private load(now: number): void {
-    if (this.loading) return
-    this.loading = true
+    if (this.monthRead !== null) return
     const month = this.month
-    this.pending = this.loadMonthUse(this.subject, month).then(
+    this.monthRead = this.loadMonthUse(this.subject, month).then(
       (used) => {
-        this.loading = false
+        this.monthRead = null
         if (month !== this.month || this.mode !== 'cold') return
         this.lastKnownUsed = used
         this.goLocal(now)
       },
       () => {
-        this.loading = false
+        this.monthRead = null
+        // Read again in a while (maintain), as a failed lease call is sent again.
+        this.nextCallAt = Math.max(this.nextCallAt, this.ctx.now() + PROBE_EVERY_MS)
       },
     )
   }
 
+  /** Embedded, no lease call reads the month: a month not read yet is read (again) here. */
+  override maintain(now: number): void {
+    if (this.ctx.store === null && this.mode === 'cold' && now >= this.nextCallAt) this.load(now)
+    super.maintain(now)
+  }
+
   override awaitingAnswer(): boolean {
-    return this.inflight || this.loading
+    return this.inflight || this.monthRead !== null
+  }
+
+  /** Both may be under way: a lease call, and the month read from Postgres (Redis taken for down). */
+  override async settled(): Promise<void> {
+    await Promise.all([super.settled(), this.monthRead])
   }
 
   protected async call(now: number, { keep, spent, returned, wanted, extra, debt }: LeaseCall): Promise<void> {

@@ -646,3 +646,65 @@ t.test('a lease a burst emptied, renewed within the wait for the requests ahead:
   t.notOk(decision.undecided, 'Redis answered during the wait')
   t.same([limitRefusal(decision).status, limitRefusal(decision).code], [429, 'rate_limited'])
 })
+
+t.test(
+  "a quota's lease call failing while its month is read from Postgres: the request waits for the read",
+  async (t) => {
+    // Redis was found failing a moment before (another limit's call): a new quota reads its month
+    // from Postgres and still asks Redis. When that call failed before the read came back, the wait
+    // ended at once, and the request was refused quota_exceeded by a quota nobody had read.
+    const time = clock()
+    const store = new HandStore()
+    const held = heldRead()
+    const limiter = new Limiter({
+      redis: null,
+      store,
+      keyPrefix: 'p:',
+      loadMonthUse: held.read,
+      now: time.now,
+      sweepEveryMs: 0,
+      warmWaitMs: 10_000,
+    })
+    t.teardown(() => store.close(limiter))
+    const rated = [sub({ rate: { requests: 10, perSeconds: 1 } })]
+    const warming = limiter.warm(rated)
+    await flush()
+    store.rates.shift()!.fail(new Error('down'))
+    await warming
+    t.ok(limiter.degraded, 'Redis is taken for down')
+    const quoted = [account({ monthlyQuota: { requests: 100 } })]
+    let decided = false
+    const deciding = limiter.admitWhenWarm(quoted).finally(() => (decided = true))
+    await flush()
+    store.quotas.shift()!.fail(new Error('down'))
+    for (let i = 0; i < 5; i++) await flush()
+    t.notOk(decided, 'still waiting for the month read from Postgres')
+    held.answer()
+    const decision = await deciding
+    t.equal(decision.allowed, true, 'admitted on the month as Postgres counts it')
+  },
+)
+
+t.test('embedded: a month that could not be read is a 503, and is read again a second later', async (t) => {
+  const time = clock()
+  let reads = 0
+  const limiter = new Limiter({
+    redis: null,
+    keyPrefix: 't:',
+    loadMonthUse: async () => {
+      if (++reads === 1) throw new Error('postgres did not answer')
+      return 5
+    },
+    now: time.now,
+    sweepEveryMs: 0,
+  })
+  t.teardown(() => limiter.close())
+  const quoted = [sub({ monthlyQuota: { requests: 40 } })]
+  const first = await limiter.admitWhenWarm(quoted, 50)
+  t.same([first.allowed, first.undecided], [false, true], 'not read: a 503 to retry, not a 429')
+  t.equal(reads, 1, 'not read again before a second has passed')
+  time.advance(1_000)
+  const second = await limiter.admitWhenWarm(quoted, 5_000)
+  t.equal(second.allowed, true, 'read again, and admitted')
+  t.equal(second.policies[0]?.remaining, 34, '5 used before it, 1 by it')
+})
