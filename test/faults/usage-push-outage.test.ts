@@ -108,9 +108,18 @@ const caughtUp = async () => {
     for (const { key, units } of received.values()) got.set(key, (got.get(key) ?? 0) + units)
     return got
   }
+  // The gateway writes the receiver's acknowledgement after its answer: reconciliation reads that.
+  const unacknowledged = async () => {
+    const [row] = await sql<{ n: number }[]>`
+      select count(*)::int as n from usage_period_units u
+      where u.period_start < (select closed_until from usage_close)
+        and not exists (select 1 from usage_export_cursors c
+                        where (u.period_start, u.tenant_id, u.meter) <= (c.period_start, c.tenant_id, c.meter))`
+    return row!.n
+  }
   const ok = await until(90_000, async () => {
     const got = totals()
-    return got.size === want.size && [...want].every(([k, v]) => got.get(k) === v)
+    return got.size === want.size && [...want].every(([k, v]) => got.get(k) === v) && (await unacknowledged()) === 0
   })
   return { ok, detail: JSON.stringify({ want: Object.fromEntries(want), got: Object.fromEntries(totals()) }) }
 }
