@@ -191,23 +191,27 @@ export function sharedSuite(t: Test, d: Deployment): void {
       for (const gw of d.replicas) gw.app.tenancyCache.clearLocal()
       t.equal((await read(a, fresh.apiKey)).status, 200, 'A reads it (from Postgres, into Redis)')
       await a.app.tenancyCache.stored()
-      const before = {
+      const lookups = async () => ({
         postgres: await counter(b, 'tgw_store_lookups_total', { tier: 'postgres' }),
         redis: await counter(b, 'tgw_cache_hits_total', { tier: 'redis' }),
-      }
+        stale: await counter(b, 'tgw_cache_redis_stale_total'),
+      })
+      const before = await lookups()
       t.equal((await read(b, fresh.apiKey)).status, 200, 'B accepts it')
       for (let i = 0; i < 20; i++) await read(b, fresh.apiKey)
-      const after = {
-        postgres: await counter(b, 'tgw_store_lookups_total', { tier: 'postgres' }),
-        redis: await counter(b, 'tgw_cache_hits_total', { tier: 'redis' }),
-      }
+      const after = await lookups()
       const errors = (await redisErrors()) - errorsBefore
       t.comment(
-        `${d.topology.kind}: attempt ${attempt}, Redis errors ${errors}; B's lookups for 21 requests: ${JSON.stringify({ postgres: after.postgres - before.postgres, redisHits: after.redis - before.redis })}`,
+        `${d.topology.kind}: attempt ${attempt}, Redis errors ${errors}; B's lookups for 21 requests: ${JSON.stringify({ postgres: after.postgres - before.postgres, redisHits: after.redis - before.redis, staleInRedis: after.stale - before.stale })}`,
       )
       if (errors > 0) continue
       t.ok(after.redis - before.redis >= 1, "B's first read was answered by Redis")
-      t.equal(after.postgres, before.postgres, 'B asked Postgres nothing')
+      // Only where Redis held an entry older than B knew of (B heard an invalidation after A's read
+      // from Postgres, or holds a later copy itself): B then reads Postgres, by design.
+      t.ok(
+        after.postgres - before.postgres <= after.stale - before.stale,
+        'B asked Postgres nothing that Redis held as fresh as B knew it',
+      )
       return
     }
     t.fail('a replica met a Redis error in each of 3 attempts')
