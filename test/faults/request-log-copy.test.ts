@@ -182,7 +182,8 @@ t.test('a COPY that waits on a lock past its time is ended by Postgres; its batc
   })
   await until(5_000, async () => {
     const [row] = await database.sql<{ n: number }[]>`select count(*)::int as n from pg_locks
-      where relation = 'request_log_rows'::regclass and mode = 'AccessExclusiveLock' and granted`
+      where relation = 'request_log_rows'::regclass and mode = 'AccessExclusiveLock' and granted
+        and database = (select oid from pg_database where datname = current_database())`
     return row!.n === 1
   })
   writer.add(logRecord({ id: madeId(1), path: '/api/1' }))

@@ -274,6 +274,7 @@ t.test("a day's partition dropped under the writer is made again, and its record
 // Replicas write one at a time (row-copy.ts, WRITE_LOCK): a row takes its seq as its COPY runs and
 // shows once committed, so two at once could show a row after a newer one, behind a reader walking
 // newest first. Here the lock is held as another replica's COPY would hold it.
+// pg_locks is the server's: only this test's database counts (other files' writers wait on theirs).
 t.test("a writer's COPY waits for another's to commit, so rows show in their seqs' order", async (t) => {
   const { sql, url, writer } = await writerOn(t, 10)
   const other = postgres(url, { max: 1, onnotice: () => {}, fetch_types: false })
@@ -285,6 +286,7 @@ t.test("a writer's COPY waits for another's to commit, so rows show in their seq
     (
       await sql<{ n: number }[]>`
       select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted
+        and database = (select oid from pg_database where datname = current_database())
         and objid = ${WRITE_LOCK % 2 ** 32} and classid = ${Math.floor(WRITE_LOCK / 2 ** 32)}`
     )[0]!.n === 1
   t.ok(await until(5_000, waiting), "the writer's COPY waits for the lock")
