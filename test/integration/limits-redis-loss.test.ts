@@ -6,7 +6,7 @@
 // the test admitted, which is what the gateway's usage table holds once its counts are flushed.
 import t from 'tap'
 import type { LimitSubject } from '../../src/limits/types.js'
-import { agedRedis, offer, preciseNow, replicas, worstWindow } from '../helpers/limits.js'
+import { agedRedis, DegradedSpells, offer, preciseNow, replicas, worstWindow } from '../helpers/limits.js'
 import { startRedis } from '../helpers/own-redis.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient } from '../helpers/redis.js'
@@ -65,7 +65,11 @@ t.test('Redis down: degraded, every limit held by each replica on its own; then 
   await agedRedis(admin, prefix)
   const rate = { requests: 50, perSeconds: 1 }
   const subjects = [subject('outage', { rate, monthlyQuota: { requests: 100_000 } })]
-  const limiters = replicas(t, 2, { url: server.url, prefix })
+  // How they decide, not how fast Redis answers: a loaded machine can hold a lease call past the
+  // 250 ms of production, and a replica whose call timed out is on its own again (degraded), each
+  // at the whole rate. A killed server still fails every call at once (no offline queue).
+  const spells = new DegradedSpells()
+  const limiters = replicas(t, 2, { url: server.url, prefix, timings: { callTimeoutMs: 2_000 }, spells })
   await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
   const before = await offer(4 * rate.requests, 1_000, (i) => limiters[i % 2]!, subjects)
   t.notOk(limiters[0]!.degraded, 'shared before')
@@ -97,7 +101,9 @@ t.test('Redis down: degraded, every limit held by each replica on its own; then 
     return limiters.every((limiter) => !limiter.degraded)
   })
   t.not(back, null, `shared again ${back} ms after Redis came back`)
+  const spellsBefore = spells.count
   const after = await offer(4 * rate.requests, 1_500, (i) => limiters[i % 2]!, subjects)
+  t.equal(spells.count, spellsBefore, 'every lease call answered once back: no replica on its own')
   const worst = worstWindow(after.admitted, rate)
   t.comment(
     `before ${before.admitted.length} of ${before.offered}; after ${after.admitted.length} of ${after.offered}, worst window ${worst.count} in ${worst.seconds.toFixed(3)} s`,
