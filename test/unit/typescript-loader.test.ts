@@ -1,6 +1,7 @@
 // The loader's cache of stripped TypeScript (scripts/typescript.mjs, docs/decisions.md): kept by
 // content for later processes, and never a reason to fail where it cannot be written.
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import module from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
@@ -11,8 +12,10 @@ const { stripped } = (await import(LOADER)) as { stripped(source: string, dir: U
 
 const SOURCE = 'const answer: number = 42\nexport { answer }\n'
 const JS = 'const answer         = 42\nexport { answer }\n'
+// Where Node strips no types (before 22.18), tsx runs the TypeScript and this cache is not used.
+const skip = typeof module.stripTypeScriptTypes !== 'function' && 'this Node strips no types: tsx runs instead'
 
-t.test('the stripped text is written once, then read back by content', async (t) => {
+t.test('the stripped text is written once, then read back by content', { skip }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tgw-stripped-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const cache = pathToFileURL(`${dir}/`)
@@ -26,7 +29,7 @@ t.test('the stripped text is written once, then read back by content', async (t)
   t.equal(readdirSync(dir).length, 2)
 })
 
-t.test('a cache that cannot be written: the text is stripped all the same', async (t) => {
+t.test('a cache that cannot be written: the text is stripped all the same', { skip }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tgw-stripped-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   // A folder under a regular file cannot be made, not even by root (a read-only node_modules).
