@@ -12,7 +12,9 @@ import {
   subAccountVia,
 } from './gateway-load.js'
 import { metricValue, startReplicas, type TestGateway } from './gateway.js'
+import { REACHED_FOR_MS } from '../../src/limits/leased-limit.js'
 import { agedRedis, preciseNow, worstWindow } from './limits.js'
+import { recordLoopStalls } from './loop-stalls.js'
 import { redisClient, redisPrefix } from './redis.js'
 import { startTopology, type TopologyKind } from './redis-topologies.js'
 import type { TestLike } from './test-like.js'
@@ -99,8 +101,12 @@ export async function twiceTheRate(t: Test, d: Deployment, name: string): Promis
 
   const warmUp = await untilEveryReplicaRefused(d, headers, path, perSecond, 1_000)
   const warm = await coldWaits(d)
+  // Stalls of this process's loop, which the replicas share (below).
+  const loopStalls = recordLoopStalls(50)
+  t.teardown(() => loopStalls.stop())
   const steady = await offer(d, headers, path, perSecond, 4_000)
   const steadyEnd = preciseNow()
+  loopStalls.stop()
   const after = await coldWaits(d)
 
   const statuses = new Set(steady.answers.map((a) => `${a.status} ${a.code ?? ''}`.trim()))
@@ -108,11 +114,18 @@ export async function twiceTheRate(t: Test, d: Deployment, name: string): Promis
   t.comment(
     `warm-up ${warmUp.length} requests; cold waits per replica: at warm ${warm.join('/')}, after ${after.join('/')}`,
   )
-  t.same(
-    after.map((n, i) => n - warm[i]!),
-    [0, 0, 0],
-    `no request waited for Redis once warm (${steady.answers.length} requests over 4 s)`,
-  )
+  // A limit stays known as reached for REACHED_FOR_MS after the answer that said so: a loop that
+  // could not run for about that long (a machine running five files beside stress-ng) lets the
+  // word lapse, and a request then rightly waits for the next answer. Only then are a few allowed.
+  const longestStall = Math.max(0, ...loopStalls.recorded().map(([from, to]) => to - from))
+  const waited = after.map((n, i) => n - warm[i]!)
+  if (longestStall < REACHED_FOR_MS / 2)
+    t.same(waited, [0, 0, 0], `no request waited for Redis once warm (${steady.answers.length} requests over 4 s)`)
+  else
+    t.ok(
+      waited.every((n) => n <= 10),
+      `few requests waited for Redis once warm (${waited.join('/')} of ${steady.answers.length}): the loop stalled for ${longestStall} ms`,
+    )
 
   // Never over, over every window of the whole run (warm-up included), at the gateways.
   const all = admitted.flat().sort((a, b) => a - b)
