@@ -14,6 +14,7 @@ import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { WRITE_LOCK } from '../../src/request-log/row-copy.js'
 import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
 import { until } from '../helpers/poll.js'
 import { ACCOUNTS, logRecord as record, madeId, uuid } from '../helpers/request-records.js'
@@ -319,3 +320,34 @@ for (const { copy, form } of FORMS)
       ],
     )
   })
+
+t.test('a write takes the records buffered when it began; those that come during it wait for the next', async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const written: number[] = []
+  const writer = new RequestLogWriter({
+    sql: database.sql,
+    log: pino({ level: 'silent' }),
+    openCopyConnection: () => openOneConnection(database.url, 'request-log writes test'),
+    onWritten: (records) => written.push(records),
+  })
+  t.teardown(() => writer.close())
+  const add = (n: number, path: string) => {
+    for (let i = 0; i < n; i++) writer.add(record({ id: madeId(written.length * 100 + i), path: `${path}/${i}` }))
+  }
+  add(3, '/first')
+  const first = writer.flush()
+  add(2, '/during') // the write has taken its rows, and waits for Postgres
+  await first
+  t.same(written, [3], 'the write took the 3 records buffered when it began, and ended')
+  t.equal(writer.pending, 2, 'the 2 that came during it are still buffered')
+
+  // A flush asked for during a write covers what was buffered when it was asked.
+  add(4, '/second')
+  const second = writer.flush()
+  add(1, '/asked-during')
+  const asked = writer.flush()
+  await asked
+  t.same(written, [3, 6, 1], 'the write under way, then one for the record that came during it')
+  t.equal(writer.pending, 0, 'nothing left')
+  await second
+})
