@@ -95,6 +95,9 @@ export class RequestLogWriter {
       if (!this.readyDays.has(day)) this.pendingDays.add(day)
     }
     this.buffer.add(record, day)
+    // A batch's worth waits for no tick: under heavy traffic the records go out young, before
+    // the collector would have to move them to the old generation.
+    if (this.buffer.size >= this.batchRecords && this.writing === null && this.timer !== null) void this.writeBuffered()
   }
 
   /** Records added and not written yet (a failed write keeps its records for a retry). */

@@ -351,3 +351,24 @@ t.test('a write takes the records buffered when it began; those that come during
   t.equal(writer.pending, 0, 'nothing left')
   await second
 })
+
+t.test("a started writer writes a batch's worth at once, without waiting for its tick", async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const written: number[] = []
+  const writer = new RequestLogWriter({
+    sql: database.sql,
+    log: pino({ level: 'silent' }),
+    openCopyConnection: () => openOneConnection(database.url, 'request-log batch test'),
+    batchRecords: 5,
+    flushIntervalMs: 600_000, // no tick within the test
+    onWritten: (records) => written.push(records),
+  })
+  t.teardown(() => writer.close())
+  writer.start()
+  for (let i = 0; i < 4; i++) writer.add(record({ id: madeId(300 + i), path: `/batch/${i}` }))
+  t.equal(writer.pending, 4, 'under a batch: buffered')
+  writer.add(record({ id: madeId(304), path: '/batch/4' }))
+  t.equal(writer.pending, 0, 'a batch: taken for a write at once')
+  await writer.flush() // after the write under way
+  t.same(written, [5], 'in one write')
+})
