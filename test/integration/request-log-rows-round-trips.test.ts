@@ -4,7 +4,7 @@
 // partitions, one made again under the writer; COPYs in their seqs' order.
 import pino from 'pino'
 import postgres from 'postgres'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { DAY_MS, dayOf, partitionName } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
 import type { RequestRow } from '../../src/request-log/queries.js'
@@ -13,7 +13,7 @@ import type { RequestRecord } from '../../src/request-log/capture.js'
 import { convertOldLog } from '../../src/request-log/conversion.js'
 import { ensureRequestLogTable } from '../../src/request-log/schema.js'
 import { WRITE_LOCK } from '../../src/request-log/row-copy.js'
-import { RequestLogWriter } from '../../src/request-log/writer.js'
+import { RequestLogWriter, type WriterOptions } from '../../src/request-log/writer.js'
 import { openOneConnection } from '../../src/store/db.js'
 import { freshDatabase } from '../helpers/db.js'
 import { until } from '../helpers/poll.js'
@@ -321,7 +321,8 @@ for (const { copy, form } of FORMS)
     )
   })
 
-t.test('a write takes the records buffered when it began; those that come during it wait for the next', async (t) => {
+/** A writer on a fresh database (COPY) that notes the records of each write it ends. */
+async function countingWriter(t: Test, options: Partial<WriterOptions> = {}) {
   const database = await freshDatabase(t, { migrated: false })
   const written: number[] = []
   const writer = new RequestLogWriter({
@@ -329,11 +330,19 @@ t.test('a write takes the records buffered when it began; those that come during
     log: pino({ level: 'silent' }),
     openCopyConnection: () => openOneConnection(database.url, 'request-log writes test'),
     onWritten: (records) => written.push(records),
+    ...options,
   })
   t.teardown(() => writer.close())
+  let made = 0
+  /** Adds `n` records under `path`. */
   const add = (n: number, path: string) => {
-    for (let i = 0; i < n; i++) writer.add(record({ id: madeId(written.length * 100 + i), path: `${path}/${i}` }))
+    for (let i = 0; i < n; i++) writer.add(record({ id: madeId(++made), path: `${path}/${i}` }))
   }
+  return { writer, written, add }
+}
+
+t.test('a write takes the records buffered when it began; those that come during it wait for the next', async (t) => {
+  const { writer, written, add } = await countingWriter(t)
   add(3, '/first')
   const first = writer.flush()
   add(2, '/during') // the write has taken its rows, and waits for Postgres
@@ -353,21 +362,12 @@ t.test('a write takes the records buffered when it began; those that come during
 })
 
 t.test("a started writer writes a batch's worth at once, without waiting for its tick", async (t) => {
-  const database = await freshDatabase(t, { migrated: false })
-  const written: number[] = []
-  const writer = new RequestLogWriter({
-    sql: database.sql,
-    log: pino({ level: 'silent' }),
-    openCopyConnection: () => openOneConnection(database.url, 'request-log batch test'),
-    batchRecords: 5,
-    flushIntervalMs: 600_000, // no tick within the test
-    onWritten: (records) => written.push(records),
-  })
-  t.teardown(() => writer.close())
+  // No tick within the test.
+  const { writer, written, add } = await countingWriter(t, { batchRecords: 5, flushIntervalMs: 600_000 })
   writer.start()
-  for (let i = 0; i < 4; i++) writer.add(record({ id: madeId(300 + i), path: `/batch/${i}` }))
+  add(4, '/batch')
   t.equal(writer.pending, 4, 'under a batch: buffered')
-  writer.add(record({ id: madeId(304), path: '/batch/4' }))
+  add(1, '/fifth')
   t.equal(writer.pending, 0, 'a batch: taken for a write at once')
   await writer.flush() // after the write under way
   t.same(written, [5], 'in one write')
