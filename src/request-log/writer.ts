@@ -124,7 +124,7 @@ export class RequestLogWriter {
 
   /**
    * The records buffered when it began, and no more: a write that went on while requests kept
-   * coming would never end, and under steady traffic the log wrote a small COPY after each other
+   * coming would never end, and under steady traffic the log wrote one small COPY after another
    * (every 90 ms, rows of a tenth of a second), rather than full rows once a second.
    */
   private async writeAll(): Promise<void> {
