@@ -47,6 +47,8 @@ export interface AppTuning {
   cacheTimings?: Partial<CacheTimings>
   /** The limiter's lease timings. */
   limitTimings?: Partial<LeaseTimings>
+  /** How long a request waits at most for its limits' first answers (default 300 ms, limits/limiter.ts). */
+  limitWarmWaitMs?: number
   /** How often the usage meter writes to Postgres. */
   usageFlushIntervalMs?: number
   /** The usage meter's clock (which dates counts and flush marks), how often periods close and are pushed, the push's lease. */

@@ -33,7 +33,11 @@ const redisOf = (deps: AppDeps) => ({
 
 export const cacheOptions = (deps: AppDeps) => ({ ...redisOf(deps), timings: deps.tuning?.cacheTimings })
 
-export const limitsOptions = (deps: AppDeps) => ({ ...redisOf(deps), timings: deps.tuning?.limitTimings })
+export const limitsOptions = (deps: AppDeps) => ({
+  ...redisOf(deps),
+  timings: deps.tuning?.limitTimings,
+  warmWaitMs: deps.tuning?.limitWarmWaitMs,
+})
 
 export function signingKeysOptions(deps: AppDeps, encryptionKey: Buffer) {
   return {

@@ -21,10 +21,12 @@ export interface LimitsPluginOptions {
   redis?: RedisTarget | undefined
   keyPrefix: string
   timings?: Partial<LeaseTimings> | undefined
+  /** How long a request waits at most for its limits' first answers (the limiter's default when unset). */
+  warmWaitMs?: number | undefined
 }
 
 export const limitsPlugin = fp<LimitsPluginOptions>(
-  async (app, { sql, redis: target, keyPrefix, timings }) => {
+  async (app, { sql, redis: target, keyPrefix, timings, warmWaitMs }) => {
     const metrics = app.metrics.limits
     const meter = app.usageMeter
     // A connection of its own: the cache's gives a command 50 ms, and a lease call that misses its
@@ -48,6 +50,7 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
       redis,
       keyPrefix,
       ...(timings === undefined ? {} : { timings }),
+      ...(warmWaitMs === undefined ? {} : { warmWaitMs }),
       // This replica's counts go to Postgres first, so that a month rebuilt after Redis lost it
       // misses at most what the other replicas have not written yet (about a second of it).
       async loadMonthUse(subject, month) {

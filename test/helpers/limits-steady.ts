@@ -13,7 +13,7 @@ import {
 } from './gateway-load.js'
 import { metricValue, startReplicas, type TestGateway } from './gateway.js'
 import { REACHED_FOR_MS } from '../../src/limits/leased-limit.js'
-import { agedRedis, preciseNow, worstWindow } from './limits.js'
+import { agedRedis, preciseNow, UNHURRIED_LIMITS, worstWindow } from './limits.js'
 import { recordLoopStalls } from './loop-stalls.js'
 import { redisClient, redisPrefix } from './redis.js'
 import { startTopology, type TopologyKind } from './redis-topologies.js'
@@ -33,7 +33,7 @@ export interface Deployment {
  */
 export async function deploy(t: TestLike, kind: 'shared' | TopologyKind, upstreamUrl: string): Promise<Deployment> {
   const options = {
-    limitTimings: { callTimeoutMs: 2_000 },
+    ...UNHURRIED_LIMITS,
     gatewayConfig: { routes: [{ prefix: '/v1/things', upstream: upstreamUrl }] },
   }
   if (kind === 'shared') {
@@ -41,7 +41,8 @@ export async function deploy(t: TestLike, kind: 'shared' | TopologyKind, upstrea
     await agedRedis(redisClient(t), prefix)
     return { replicas: await startReplicas(t, 3, { ...options, redisKeyPrefix: prefix }), pool: agents(t, 3) }
   }
-  const topology = await startTopology(t, kind)
+  // No failover here: a loaded machine that starves a master for a second must not start one.
+  const topology = await startTopology(t, kind, { failoverAfterMs: 10_000 })
   return { replicas: await startReplicas(t, 3, { ...options, redis: { env: topology.env } }), pool: agents(t, 3) }
 }
 

@@ -9,6 +9,15 @@ import type { LimiterMetrics, LimitSubject, LoadMonthUse } from '../../src/limit
 import { sleep } from './poll.js'
 import type { TestLike } from './test-like.js'
 
+/**
+ * The limits' timings for a test about what they let through, not how fast Redis answers: a busy
+ * machine can hold a lease call past the 250 ms it gets in production (the replica then decides
+ * on its own for a while: degraded, where exact counts do not hold), and a quota's first answer (a
+ * lease call, a month read from Postgres, a second call) past the 300 ms a request waits for it
+ * (the request is then a 503 to retry).
+ */
+export const UNHURRIED_LIMITS = { limitTimings: { callTimeoutMs: 2_000 }, limitWarmWaitMs: 10_000 } as const
+
 /** A client like the gateway's: no offline queue, no retries (the lease store bounds each call). */
 export function limiterClient(t: TestLike, url: string): Redis {
   const client = new Redis(url, { ...REDIS_CONNECTION, enableOfflineQueue: false, maxRetriesPerRequest: 0 })

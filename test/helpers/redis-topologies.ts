@@ -27,6 +27,15 @@ export interface OwnProcess {
   paused(): boolean
 }
 
+/**
+ * How long a master may not answer before it is failed over: short by default (a failover test
+ * waits for it), long where a test is not about failover and a loaded machine may starve a master
+ * for that long.
+ */
+export interface TopologyOptions {
+  failoverAfterMs?: number
+}
+
 export interface Topology {
   kind: TopologyKind
   /** The gateway's environment for this deployment (REDIS_URL, or REDIS_SENTINELS…, or REDIS_CLUSTER_NODES). */
@@ -160,9 +169,9 @@ export const SENTINEL_NAME = 'tgwmaster'
 
 /**
  * One master, one replica, three sentinels with quorum 2, which find the master down after 500 ms
- * and fail over within a second or two.
+ * (unless told otherwise) and fail over within a second or two.
  */
-export async function startSentinel(t: TestLike): Promise<Topology> {
+export async function startSentinel(t: TestLike, { failoverAfterMs = 500 }: TopologyOptions = {}): Promise<Topology> {
   const dir = tempDir(t, 'sentinel')
   const master = await launch(t, dir, '/usr/bin/redis-server', (port) => [
     '--port',
@@ -192,7 +201,7 @@ export async function startSentinel(t: TestLike): Promise<Topology> {
             'bind 127.0.0.1',
             `dir ${dir}`,
             `sentinel monitor ${SENTINEL_NAME} 127.0.0.1 ${master.port} 2`,
-            `sentinel down-after-milliseconds ${SENTINEL_NAME} 500`,
+            `sentinel down-after-milliseconds ${SENTINEL_NAME} ${failoverAfterMs}`,
             `sentinel failover-timeout ${SENTINEL_NAME} 2000`,
             `sentinel parallel-syncs ${SENTINEL_NAME} 1`,
             '',
@@ -262,7 +271,7 @@ async function clusterMasters(servers: OwnProcess[]): Promise<string[]> {
 }
 
 /** Three masters with a replica each (`redis-cli --cluster create --cluster-replicas 1`). */
-export async function startCluster(t: TestLike): Promise<Topology> {
+export async function startCluster(t: TestLike, { failoverAfterMs = 1_000 }: TopologyOptions = {}): Promise<Topology> {
   const dir = tempDir(t, 'cluster')
   const servers: OwnProcess[] = []
   for (let i = 0; i < 6; i++)
@@ -276,9 +285,9 @@ export async function startCluster(t: TestLike): Promise<Topology> {
         'yes',
         '--cluster-config-file',
         join(dir, `nodes-${port}.conf`),
-        // A master that stops answering is failed over ~2 s later.
+        // A master that stops answering is failed over ~2 s later (by default).
         '--cluster-node-timeout',
-        '1000',
+        String(failoverAfterMs),
       ]),
     )
   await run(
@@ -310,9 +319,9 @@ export async function startCluster(t: TestLike): Promise<Topology> {
   }
 }
 
-export function startTopology(t: TestLike, kind: TopologyKind): Promise<Topology> {
-  if (kind === 'sentinel') return startSentinel(t)
-  if (kind === 'cluster') return startCluster(t)
+export function startTopology(t: TestLike, kind: TopologyKind, options: TopologyOptions = {}): Promise<Topology> {
+  if (kind === 'sentinel') return startSentinel(t, options)
+  if (kind === 'cluster') return startCluster(t, options)
   return startServer(t)
 }
 
@@ -322,6 +331,45 @@ export function serverAt(topology: Topology, address: string): OwnProcess {
   const server = topology.servers.find((s) => s.port === port)
   if (server === undefined) throw new Error(`no server of the test's on ${address}`)
   return server
+}
+
+/** An answer to PING later than this is a server that could not run (or a network that held it). */
+const PING_LATE_MS = 50
+
+/**
+ * Time the topology's running servers could not answer: a loaded machine starves them as it does
+ * the test's own process, and that time is not the gateway's. Each is PINGed every 10 ms; what an
+ * answer took past PING_LATE_MS counts as lost, and so does a PING still out. The most any one
+ * server lost, until stopped (which closes its clients).
+ */
+export function serverStalls(topology: Topology): { lostMs(): number; stop(): void } {
+  let running = true
+  const probes = topology.servers
+    .filter((server) => server.running() && !server.paused())
+    .map((server) => {
+      const client = new Redis(server.port, '127.0.0.1', { maxRetriesPerRequest: 1 })
+      client.on('error', () => {})
+      const probe = { lost: 0, sentAt: 0, client }
+      void (async () => {
+        while (running) {
+          probe.sentAt = performance.now()
+          await probe.client.ping().catch(() => {})
+          const took = performance.now() - probe.sentAt
+          probe.sentAt = 0
+          if (took > PING_LATE_MS) probe.lost += took - PING_LATE_MS
+          await sleep(10)
+        }
+      })()
+      return probe
+    })
+  const outstanding = (sentAt: number) => (sentAt === 0 ? 0 : Math.max(0, performance.now() - sentAt - PING_LATE_MS))
+  return {
+    lostMs: () => Math.round(Math.max(0, ...probes.map((p) => p.lost + outstanding(p.sentAt)))),
+    stop: () => {
+      running = false
+      for (const probe of probes) probe.client.disconnect()
+    },
+  }
 }
 
 /** A plain client of one node, for assertions. */

@@ -9,6 +9,7 @@ import { setAccountLimits } from '../../src/limits/store.js'
 import { actingHeaders, agents, subAccountVia } from '../helpers/gateway-load.js'
 import { type Parent, startReplicas, type TestGateway } from '../helpers/gateway.js'
 import { callAs, getOverAgent } from '../helpers/http.js'
+import { UNHURRIED_LIMITS } from '../helpers/limits.js'
 import type { JsonBody } from '../helpers/json.js'
 import { runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
@@ -59,7 +60,7 @@ function verifiedEvents(t: Test, receiver: Receiver): JsonBody[] {
 }
 
 t.test('usage.threshold_reached: 80 % and 100 %, once each per quota, from three replicas under load', async (t) => {
-  const replicas = await startReplicas(t, 3, { env, gatewayConfig, limitTimings: { callTimeoutMs: 2_000 } })
+  const replicas = await startReplicas(t, 3, { env, gatewayConfig, ...UNHURRIED_LIMITS })
   const first = replicas[0]!
   const parent = await first.createParent({ scopes })
   // The account's quota is set before any request reads the account.
@@ -133,7 +134,7 @@ t.test('rate_limit.exceeded: at most one per window, every refusal counted once'
   const replicas = await startReplicas(t, 3, {
     env,
     gatewayConfig,
-    limitTimings: { callTimeoutMs: 2_000 },
+    ...UNHURRIED_LIMITS,
     alerts: { clock: () => clock, checkIntervalMs: 100 },
   })
   const first = replicas[0]!
@@ -211,7 +212,7 @@ t.test("rate_limit.exceeded of an account's rate: the parent's, whoever it acts 
   const replicas = await startReplicas(t, 3, {
     env,
     gatewayConfig,
-    limitTimings: { callTimeoutMs: 2_000 },
+    ...UNHURRIED_LIMITS,
     alerts: { clock: () => clock, checkIntervalMs: 100 },
   })
   const first = replicas[0]!
@@ -468,7 +469,7 @@ t.test(
 )
 
 t.test("a quota's own alert_thresholds: its shares, not 80 and 100", async (t) => {
-  const [gw] = await startReplicas(t, 1, { env, gatewayConfig, limitTimings: { callTimeoutMs: 2_000 } })
+  const [gw] = await startReplicas(t, 1, { env, gatewayConfig, ...UNHURRIED_LIMITS })
   const parent = await gw!.createParent({ scopes })
   const sub = await subAccountVia(gw!.url, parent.apiKey, 'own shares', {
     monthly_quota: { requests: 20, alert_thresholds: [90, 25, 25] },

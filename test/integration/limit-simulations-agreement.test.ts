@@ -14,6 +14,7 @@ const clock = installWallClock(nextMonth - 3_600_000)
 const { startReplicas } = await import('../helpers/gateway.js')
 const { callAs } = await import('../helpers/http.js')
 const { startUpstream } = await import('../helpers/upstream.js')
+const { UNHURRIED_LIMITS } = await import('../helpers/limits.js')
 
 const upstream = await startUpstream(t)
 // The second replica replays every simulation on a thread of its own, as a large range is
@@ -21,7 +22,12 @@ const upstream = await startUpstream(t)
 const replicas = await startReplicas(
   t,
   2,
-  { usageFlushIntervalMs: 100, gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] } },
+  // Exact refusals on a busy machine too: never degraded, never a 503 for a slow first answer.
+  {
+    ...UNHURRIED_LIMITS,
+    usageFlushIntervalMs: 100,
+    gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] },
+  },
   () => ({ simulationThreadFromRecords: 0 }),
 )
 const [first] = replicas
