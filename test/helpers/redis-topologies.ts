@@ -351,6 +351,8 @@ export function serverStalls(topology: Topology): { lostMs(): number; stop(): vo
       client.on('error', () => {})
       const probe = { lost: 0, sentAt: 0, client }
       void (async () => {
+        // The first answer also waits for the connection, which is the probe's, not the server's.
+        await client.ping().catch(() => {})
         while (running) {
           probe.sentAt = performance.now()
           await probe.client.ping().catch(() => {})
