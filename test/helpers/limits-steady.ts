@@ -16,7 +16,7 @@ import { REACHED_FOR_MS } from '../../src/limits/leased-limit.js'
 import { agedRedis, preciseNow, UNHURRIED_LIMITS, worstWindow } from './limits.js'
 import { recordLoopStalls } from './loop-stalls.js'
 import { redisClient, redisPrefix } from './redis.js'
-import { startTopology, type TopologyKind } from './redis-topologies.js'
+import { serverStalls, startTopology, type Topology, type TopologyKind } from './redis-topologies.js'
 import type { TestLike } from './test-like.js'
 
 const scopes = ['sub_accounts:read', 'sub_accounts:write', 'things:read']
@@ -24,6 +24,8 @@ const scopes = ['sub_accounts:read', 'sub_accounts:write', 'things:read']
 export interface Deployment {
   replicas: TestGateway[]
   pool: Agent[]
+  /** A topology of the test's own; none on the tests' Redis. */
+  topology?: Topology
 }
 
 /**
@@ -43,13 +45,19 @@ export async function deploy(t: TestLike, kind: 'shared' | TopologyKind, upstrea
   }
   // No failover here: a loaded machine that starves a master for a second must not start one.
   const topology = await startTopology(t, kind, { failoverAfterMs: 10_000 })
-  return { replicas: await startReplicas(t, 3, { ...options, redis: { env: topology.env } }), pool: agents(t, 3) }
+  return {
+    replicas: await startReplicas(t, 3, { ...options, redis: { env: topology.env } }),
+    pool: agents(t, 3),
+    topology,
+  }
 }
 
 export const coldWaits = (d: Deployment) =>
   Promise.all(d.replicas.map((g) => metricValue(g.app, 'tgw_limit_cold_waits_total')))
 const failures = (d: Deployment) =>
   Promise.all(d.replicas.map((g) => metricValue(g.app, 'tgw_limit_lease_failures_total')))
+const leaseCalls = (d: Deployment) =>
+  Promise.all(d.replicas.map((g) => metricValue(g.app, 'tgw_limit_lease_calls_total')))
 
 /** `perSecond` requests a second for `ms`, round robin over the replicas. */
 export const offer = (d: Deployment, headers: Record<string, string>, path: string, perSecond: number, ms: number) =>
@@ -105,10 +113,15 @@ export async function twiceTheRate(t: Test, d: Deployment, name: string): Promis
   // Stalls of this process's loop, which the replicas share (below).
   const loopStalls = recordLoopStalls(50)
   t.teardown(() => loopStalls.stop())
+  // And what the topology's servers could not answer: said when the check fails, never excused.
+  const servers = d.topology === undefined ? null : serverStalls(d.topology)
+  const callsBefore = await leaseCalls(d)
   const steady = await offer(d, headers, path, perSecond, 4_000)
   const steadyEnd = preciseNow()
   loopStalls.stop()
+  servers?.stop()
   const after = await coldWaits(d)
+  const calls = (await leaseCalls(d)).map((n, i) => n - callsBefore[i]!)
 
   const statuses = new Set(steady.answers.map((a) => `${a.status} ${a.code ?? ''}`.trim()))
   t.same([...statuses].sort(), ['200', '429 rate_limited'], 'steady: 200s and 429 rate_limited only')
@@ -120,12 +133,12 @@ export async function twiceTheRate(t: Test, d: Deployment, name: string): Promis
   // word lapse, and a request then rightly waits for the next answer. Only then are a few allowed.
   const longestStall = Math.max(0, ...loopStalls.recorded().map(([from, to]) => to - from))
   const waited = after.map((n, i) => n - warm[i]!)
-  if (longestStall < REACHED_FOR_MS / 2)
-    t.same(
-      waited,
-      [0, 0, 0],
-      `no request waited for Redis once warm (${steady.answers.length} requests over 4 s; the longest stall of the loop: ${longestStall} ms)`,
-    )
+  const refusals = steady.answers.filter((a) => a.status === 429).length
+  const seen =
+    `${steady.answers.length} requests over 4 s, ${refusals} refused; lease calls ${calls.join('/')}; ` +
+    `the longest stall of the loop: ${longestStall} ms` +
+    (servers === null ? '' : `; Redis servers lost ${servers.lostMs()} ms`)
+  if (longestStall < REACHED_FOR_MS / 2) t.same(waited, [0, 0, 0], `no request waited for Redis once warm (${seen})`)
   else
     t.ok(
       waited.every((n) => n <= 10),
