@@ -106,38 +106,47 @@ export async function offer(
   ms: number,
   pick: (i: number) => Limiter,
   subjects: readonly LimitSubject[],
-): Promise<{ admitted: number[]; offered: number; start: number }> {
+): Promise<{ admitted: number[]; admittedFrom: number[]; offered: number; start: number }> {
   const start = preciseNow()
   const admitted: number[] = []
+  const admittedFrom: number[] = []
   let offered = 0
   for (;;) {
     const elapsed = preciseNow() - start
     if (elapsed >= ms) break
     const due = Math.floor((elapsed * perSecond) / 1000)
     while (offered < due) {
-      if (pick(offered).admit(subjects).allowed) admitted.push(preciseNow())
+      const before = preciseNow()
+      if (pick(offered).admit(subjects).allowed) {
+        admitted.push(preciseNow())
+        admittedFrom.push(before)
+      }
       offered++
     }
     await sleep(1)
   }
-  return { admitted, offered, start }
+  return { admitted, admittedFrom, offered, start }
 }
 
 /**
  * The tightest window over `admitted` (sorted instants, ms): the most that passed beyond N + N·t/W
  * in any window between two admissions (<= 0 when the bound holds), and where (`from`: its first).
+ * `admittedFrom`, when known, holds the instant read before each admission: the machine may take
+ * the CPU from the process between an admission and the clock read after it (for milliseconds,
+ * beside a CPU hog), so a window runs from the first's instant before to the last's after.
  */
 export function worstWindow(
   admitted: readonly number[],
   rate: { requests: number; perSeconds: number },
+  admittedFrom: readonly number[] = admitted,
 ): { excess: number; count: number; seconds: number; from: number } {
   let worst = { excess: Number.NEGATIVE_INFINITY, count: 0, seconds: 0, from: 0 }
   for (let i = 0; i < admitted.length; i++) {
     for (let j = i; j < admitted.length; j++) {
-      const seconds = (admitted[j]! - admitted[i]!) / 1000
+      const seconds = (admitted[j]! - admittedFrom[i]!) / 1000
       const count = j - i + 1
       const excess = count - (rate.requests + (rate.requests * seconds) / rate.perSeconds)
-      if (excess > worst.excess) worst = { excess, count, seconds, from: admitted[i]! }
+      if (excess > worst.excess) worst = { excess, count, seconds, from: admittedFrom[i]! }
     }
   }
   return worst

@@ -57,8 +57,8 @@ for (const loss of ['FLUSHDB', 'restart'] as const) {
         await server.kill()
         await server.start()
       }
-      const { admitted } = await lost
-      const worst = worstWindow(admitted, rate)
+      const { admitted, admittedFrom } = await lost
+      const worst = worstWindow(admitted, rate, admittedFrom)
       // One lease per replica: a rate's lease is at most ceil(N/10) (rate-limit.ts, cap).
       const leases = limiters.length * Math.ceil(rate.requests / 10)
       // A restart also takes Redis away for a moment: each replica is on its own meanwhile, and the
@@ -90,8 +90,8 @@ t.test('FLUSHDB after the first N were spent: the rebuilt bucket starts as repli
   const load = offer(2 * rate.requests, 3_000, (i) => limiters[i % 2]!, subjects)
   await new Promise((done) => setTimeout(done, 1_500))
   await admin.flushdb()
-  const { admitted } = await load
-  const worst = worstWindow(admitted, rate)
+  const { admitted, admittedFrom } = await load
+  const worst = worstWindow(admitted, rate, admittedFrom)
   const bound = limiters.length * Math.ceil(rate.requests / 10)
   t.comment(
     `worst window ${worst.count} in ${worst.seconds.toFixed(3)} s, excess ${worst.excess.toFixed(1)} (bound ${bound})`,

@@ -104,7 +104,7 @@ t.test('Redis down: degraded, every limit held by each replica on its own; then 
   const spellsBefore = spells.count
   const after = await offer(4 * rate.requests, 1_500, (i) => limiters[i % 2]!, subjects)
   t.equal(spells.count, spellsBefore, 'every lease call answered once back: no replica on its own')
-  const worst = worstWindow(after.admitted, rate)
+  const worst = worstWindow(after.admitted, rate, after.admittedFrom)
   t.comment(
     `before ${before.admitted.length} of ${before.offered}; after ${after.admitted.length} of ${after.offered}, worst window ${worst.count} in ${worst.seconds.toFixed(3)} s`,
   )
