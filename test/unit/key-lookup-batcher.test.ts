@@ -208,10 +208,11 @@ t.test('a query that never answers fails its lookups at its deadline and frees t
     },
     { pacing: { queryDeadlineMs: 20 } },
   )
-  const stuck = batcher.lookup(digestOf(1))
+  // Its refusal is awaited from the start: a slow machine may reach the deadline before `settle`.
+  const stuck = t.rejects(batcher.lookup(digestOf(1)), QueryTimeoutError)
   await settle()
   const next = batcher.lookup(digestOf(2))
-  await t.rejects(stuck, QueryTimeoutError)
+  await stuck
   t.equal(await next, 'found', 'the next query went out once the stuck one was given up')
   t.equal(calls, 2)
 })
