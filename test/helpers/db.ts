@@ -1,6 +1,9 @@
 // A fresh Postgres database per test file, on the machine's real server, dropped afterwards.
 // Migrated ones are copies of a template migrated once per set of migrations (CREATE DATABASE …
 // TEMPLATE): a copy takes a fraction of the server's work of running every migration again.
+// Under tap's runner a file's databases are dropped when the whole run ends (drop-run-databases.ts,
+// the runner's `after`): every DROP DATABASE makes Postgres checkpoint, which writes out every other
+// running file's changed pages, and in a run of hundreds of files that was half the server's CPU.
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -13,6 +16,17 @@ import { stopTheRun, type TestLike } from './test-like.js'
 
 /** The server tests use; override with TEST_DATABASE_URL (any database on it; we create our own). */
 export const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+
+/** The runner's process when tap's runner started this file (its children have TAP_CHILD_ID). */
+const RUNNER_PID = process.env.TAP_CHILD_ID !== undefined ? process.ppid : undefined
+
+/** What names this process's databases: by the run whose `after` drops them, if there is one. */
+const RUN_PREFIX = RUNNER_PID === undefined ? 'tgw_test_' : runDatabasePrefix(RUNNER_PID)
+
+/** The names of the databases of the tap run whose runner is `runnerPid`, up to their own part. */
+export function runDatabasePrefix(runnerPid: number): string {
+  return `tgw_test_r${runnerPid}_`
+}
 
 export interface TestDatabase {
   url: string
@@ -40,7 +54,7 @@ function cannotReach(err: unknown): Error {
 export async function freshDatabase(t: TestLike, options: { migrated?: boolean } = {}): Promise<TestDatabase> {
   // Once the server did not answer, every later test of the file fails at once, with the same words.
   if (unreachable !== undefined) throw unreachable
-  const name = `tgw_test_${randomBytes(6).toString('hex')}`
+  const name = `${RUN_PREFIX}${randomBytes(6).toString('hex')}`
   const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {}, connect_timeout: 10 })
   const migrated = options.migrated !== false
   try {
@@ -60,7 +74,12 @@ export async function freshDatabase(t: TestLike, options: { migrated?: boolean }
   const sql = postgres(url, { max: 10, onnotice: () => {}, fetch_types: false })
   t.teardown(async () => {
     await sql.end({ timeout: 5 })
-    await admin.unsafe(`drop database if exists ${name} with (force)`)
+    if (RUNNER_PID === undefined) await admin.unsafe(`drop database if exists ${name} with (force)`)
+    else {
+      // Closed as a drop would close it (WITH (FORCE)), for the runner's `after` to drop.
+      await admin.unsafe(`alter database ${name} allow_connections false`)
+      await admin`select pg_terminate_backend(pid) from pg_stat_activity where datname = ${name}`
+    }
     await admin.end({ timeout: 5 })
   })
   // Each deployment draws its own paging cursors' secret (migration 005): so does each copy.
