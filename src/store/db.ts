@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
+import { processIsAlive } from '../shared/process-alive.js'
 
 export type Sql = postgres.Sql
 export type Tx = postgres.TransactionSql
@@ -138,15 +139,6 @@ export function openOneConnection(
   })
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
 /**
  * PGlite is a single backend inside one process: two processes on one data directory would
  * corrupt it. A lock file with our PID keeps a second one out; a lock left by a dead process is
@@ -168,7 +160,7 @@ function lockDataDir(dataDir: string, holder: string): () => void {
         // A half-written lock file: treated as stale below.
       }
       // Our own PID counts as busy too: a second PGlite on one directory in one process corrupts it.
-      if (typeof owner.pid === 'number' && isAlive(owner.pid)) {
+      if (typeof owner.pid === 'number' && processIsAlive(owner.pid)) {
         throw new EmbeddedDatabaseBusyError(dataDir, `${owner.holder ?? 'another process'} (pid ${owner.pid})`)
       }
       rmSync(lockPath, { force: true })

@@ -3,19 +3,10 @@
 // without dropping them (killed, or stopped at a failure). One connection; the server's trouble is
 // reported, not thrown: the run's own result stands.
 import postgres from 'postgres'
+import { processIsAlive } from '../../src/shared/process-alive.js'
 import { ADMIN_URL, runDatabasePrefix } from './db.js'
 
 const RUN_PATTERN = /^tgw_test_r(\d+)_[0-9a-f]+$/
-
-/** Whether a process with this id runs on this machine. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
 
 const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {}, connect_timeout: 10 })
 try {
@@ -25,7 +16,7 @@ try {
   for (const { datname } of names) {
     const runner = RUN_PATTERN.exec(datname)?.[1]
     if (runner === undefined) continue
-    if (datname.startsWith(ours) || !alive(Number(runner)))
+    if (datname.startsWith(ours) || !processIsAlive(Number(runner)))
       await admin.unsafe(`drop database if exists ${datname} with (force)`)
   }
 } catch (err) {

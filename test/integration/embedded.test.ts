@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { processIsAlive } from '../../src/shared/process-alive.js'
 import { BOOTSTRAP_LINE, embeddedEnv, startEmbeddedGateway } from '../helpers/embedded-gateway.js'
 import { sleep, until } from '../helpers/poll.js'
 import { closedPort } from '../helpers/upstream.js'
@@ -221,16 +222,6 @@ t.test('npm start on an empty DATA_DIR, the CLI locked out, a restart keeps ever
   )
 })
 
-/** True while the process `pid` is alive. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
 // Node 20 asserts in its own exit (ResetStdio) on a hung-up terminal and never ends: the
 // gateway asks for 22.12 or later, and CI runs the image's.
 const NODE_MAJOR = Number(process.versions.node.split('.')[0])
@@ -259,7 +250,7 @@ t.test(
     let gatewayPid = 0
     t.teardown(() => {
       terminal.kill('SIGKILL')
-      if (gatewayPid !== 0 && alive(gatewayPid)) process.kill(gatewayPid, 'SIGKILL')
+      if (gatewayPid !== 0 && processIsAlive(gatewayPid)) process.kill(gatewayPid, 'SIGKILL')
     })
     // Its signal handlers are set once it has started in full: the first start's key line is the last.
     const started = await until(60_000, async () => /bootstrap parent account /.test(shown), 50)
@@ -270,7 +261,7 @@ t.test(
     terminal.kill('SIGKILL')
     // Its log can no longer be written: before, the gateway drained and then retried its last
     // line every 100 ms for ever, its lock kept.
-    t.ok(await until(30_000, async () => !alive(gatewayPid), 50), 'the gateway exits within 30 s')
+    t.ok(await until(30_000, async () => !processIsAlive(gatewayPid), 50), 'the gateway exits within 30 s')
     const unlocked = !existsSync(lock)
     t.ok(unlocked, `the lock file is removed: it closed in full${unlocked ? '' : `; shown: ${shown.slice(-600)}`}`)
   },
