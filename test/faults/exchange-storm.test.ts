@@ -217,7 +217,7 @@ function wrongAnswers(answered: Answered[], loopStalls: readonly Stall[]): { wro
   const wrong: string[] = []
   let excused = 0
   for (const { fault, mode, what, outcome } of answered) {
-    const judged = judgeAnswer(fault, mode, outcome, BODY_IDLE_MS, loopStalls)
+    const judged = judgeAnswer(fault, mode, outcome, { bodyIdleMs: BODY_IDLE_MS, timeoutMs: TIMEOUT_MS }, loopStalls)
     if (judged === 'excused') excused++
     if (judged !== 'wrong') continue
     const gap = Math.round(outcome.longestGapMs)

@@ -93,7 +93,9 @@ export async function screenshots(
       // What sticks out, when something does: the elements whose right edge passes the window's.
       widest = await page.evaluate(STICKING_OUT)
     }
-    await page.screenshot({ path: join(dir, `${screen}-${viewport.name}.png`), fullPage: true })
+    // A long page at 390 px is a tall image: a loaded machine can take longer than the page's
+    // default timeout for an action to paint it, and the shot only records what a test asserted.
+    await page.screenshot({ path: join(dir, `${screen}-${viewport.name}.png`), fullPage: true, timeout: 60_000 })
   }
   return { overflowAt390, widest }
 }

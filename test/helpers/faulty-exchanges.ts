@@ -117,28 +117,57 @@ export function allowedAnswers(fault: UpstreamFault, mode: BodyMode): readonly n
   return mode === 'completes' ? [504] : [408, 504]
 }
 
+/** The route's timers the faulty exchanges run against. */
+export interface RouteTimers {
+  bodyIdleMs: number
+  timeoutMs: number
+}
+
 /**
- * Whether `outcome` is its combination's answer (allowedAnswers), or the body idle timer's 408
- * where that timer may rightly have fired: the client took at least `bodyIdleMs` less a trickle's
- * gap between two writes, or an event loop of the exchange stalled that long during it
- * (`loopStalls`: the gateway's, whose timers run before the bytes that came meanwhile are read, or
- * the upstream's, whose early answer then comes after the gateway's timer). On an idle
- * machine neither happens, and only the combination's answer passes. `excused`: a 408 so passed.
+ * Whether `outcome` is its combination's answer (allowedAnswers), or a timer's answer where that
+ * timer may rightly have fired on a loaded machine (`excused`):
+ * - the body idle timer's 408, where the client took at least `bodyIdleMs` less a trickle's gap
+ *   between two writes, or an event loop of the exchange stalled that long during it;
+ * - the route timeout's 504 to an upstream that answers at once, where the loops stalled during the
+ *   exchange for half of `timeoutMs` or more in all.
+ *
+ * `loopStalls` are the gateway's, whose timers run before the bytes that came meanwhile are read,
+ * and the upstreams', whose early answer then comes after the gateway's timer. The half: stalls
+ * shorter than the recorder's threshold go unrecorded, and a loaded machine has many. On an idle
+ * machine neither happens, and only the combination's answer passes.
  */
 export function judgeAnswer(
   fault: UpstreamFault,
   mode: BodyMode,
   outcome: ClientOutcome,
-  bodyIdleMs: number,
+  timers: RouteTimers,
   loopStalls: readonly Stall[],
 ): 'right' | 'excused' | 'wrong' {
   if (outcome.status !== null && allowedAnswers(fault, mode).includes(outcome.status)) return 'right'
+  if (outcome.status === 504 && /did not answer within/.test(outcome.text))
+    return stalledFor(loopStalls, outcome.startedAt, outcome.endedAt) >= timers.timeoutMs / 2 ? 'excused' : 'wrong'
   if (outcome.status !== 408 || !/sent nothing for/.test(outcome.text)) return 'wrong'
-  const longEnough = bodyIdleMs - TRICKLE_GAP_MS
+  const longEnough = timers.bodyIdleMs - TRICKLE_GAP_MS
   const stalled = loopStalls.some(
     (stall) => stall[1] - stall[0] >= longEnough && stalledWithin([stall], outcome.startedAt, outcome.endedAt),
   )
   return outcome.longestGapMs >= longEnough || stalled ? 'excused' : 'wrong'
+}
+
+/** How long, in all, at least one of the loops was stalled between `from` and `to` (overlaps once). */
+export function stalledFor(stalls: readonly Stall[], from: number, to: number): number {
+  const within = stalls
+    .map(([start, end]) => [Math.max(start, from), Math.min(end, to)] as const)
+    .filter(([start, end]) => end > start)
+    .sort((a, b) => a[0] - b[0])
+  let total = 0
+  let reached = from
+  for (const [start, end] of within) {
+    if (end <= reached) continue
+    total += end - Math.max(start, reached)
+    reached = end
+  }
+  return total
 }
 
 export interface ClientOutcome {

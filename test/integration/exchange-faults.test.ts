@@ -91,7 +91,13 @@ for (const fault of UPSTREAM_FAULTS) {
         if (mode !== 'aborts') {
           const allowed = allowedAnswers(fault, mode)
           t.not(
-            judgeAnswer(fault, mode, outcome, BODY_IDLE_MS, loopStalls.recorded()),
+            judgeAnswer(
+              fault,
+              mode,
+              outcome,
+              { bodyIdleMs: BODY_IDLE_MS, timeoutMs: TIMEOUT_MS },
+              loopStalls.recorded(),
+            ),
             'wrong',
             `${what}: answered ${allowed.join(' or ')} (got ${JSON.stringify(outcome.text.slice(0, 40))})`,
           )

@@ -1,10 +1,10 @@
 // How the fault tests judge an answer on a loaded machine (test/helpers/faulty-exchanges.ts): the
-// body idle timer's 408 passes only where a gap of the client's or a stall of the gateway's loop
-// during that very exchange let it fire rightly.
+// body idle timer's 408, or the route timeout's 504, passes only where a gap of the client's or
+// stalls of the loops during that very exchange let it fire rightly.
 import t from 'tap'
-import { type ClientOutcome, judgeAnswer } from '../helpers/faulty-exchanges.js'
+import { type ClientOutcome, judgeAnswer, stalledFor } from '../helpers/faulty-exchanges.js'
 
-const IDLE_MS = 300
+const TIMERS = { bodyIdleMs: 300, timeoutMs: 700 }
 const idle408 = 'HTTP/1.1 408 Request Timeout\r\n\r\n{"detail":"the request body sent nothing for 300 ms"}'
 const outcome = (text: string, longestGapMs = 40): ClientOutcome => ({
   status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)![1]),
@@ -16,33 +16,33 @@ const outcome = (text: string, longestGapMs = 40): ClientOutcome => ({
 })
 
 t.test("the combination's own answer is right, whatever the stalls", async (t) => {
-  t.equal(judgeAnswer('resetsAtFirstBodyByte', 'completes', outcome('HTTP/1.1 502 Bad Gateway'), IDLE_MS, []), 'right')
-  t.equal(judgeAnswer('neverAnswers', 'stallsAtOnce', outcome(idle408), IDLE_MS, []), 'right')
+  t.equal(judgeAnswer('resetsAtFirstBodyByte', 'completes', outcome('HTTP/1.1 502 Bad Gateway'), TIMERS, []), 'right')
+  t.equal(judgeAnswer('neverAnswers', 'stallsAtOnce', outcome(idle408), TIMERS, []), 'right')
 })
 
 t.test('a 408 where none was due is wrong on an idle machine', async (t) => {
-  t.equal(judgeAnswer('resetsAtFirstBodyByte', 'tricklesThenStalls', outcome(idle408), IDLE_MS, []), 'wrong')
+  t.equal(judgeAnswer('resetsAtFirstBodyByte', 'tricklesThenStalls', outcome(idle408), TIMERS, []), 'wrong')
   t.equal(
-    judgeAnswer('neverAnswers', 'completes', outcome(idle408), IDLE_MS, [[9_000, 9_900]]),
+    judgeAnswer('neverAnswers', 'completes', outcome(idle408), TIMERS, [[9_000, 9_900]]),
     'wrong',
     'a stall before the exchange',
   )
   t.equal(
-    judgeAnswer('neverAnswers', 'completes', outcome(idle408), IDLE_MS, [[10_500, 10_600]]),
+    judgeAnswer('neverAnswers', 'completes', outcome(idle408), TIMERS, [[10_500, 10_600]]),
     'wrong',
     'a stall too short',
   )
 })
 
 t.test('a 408 after a long enough gap or stall during the exchange is excused', async (t) => {
-  t.equal(judgeAnswer('neverAnswers', 'completes', outcome(idle408, 270), IDLE_MS, []), 'excused', "the client's gap")
+  t.equal(judgeAnswer('neverAnswers', 'completes', outcome(idle408, 270), TIMERS, []), 'excused', "the client's gap")
   t.equal(
-    judgeAnswer('down', 'stallsAtOnce', outcome(idle408), IDLE_MS, [[10_500, 10_800]]),
+    judgeAnswer('down', 'stallsAtOnce', outcome(idle408), TIMERS, [[10_500, 10_800]]),
     'excused',
     'a stall within',
   )
   t.equal(
-    judgeAnswer('down', 'stallsAtOnce', outcome(idle408), IDLE_MS, [[9_800, 10_100]]),
+    judgeAnswer('down', 'stallsAtOnce', outcome(idle408), TIMERS, [[9_800, 10_100]]),
     'excused',
     'overlapping its start',
   )
@@ -50,9 +50,58 @@ t.test('a 408 after a long enough gap or stall during the exchange is excused', 
 
 t.test("only the body idle timer's 408 is excused, and no other status", async (t) => {
   const other408 = 'HTTP/1.1 408 Request Timeout\r\n\r\n{"detail":"the request head took too long"}'
-  t.equal(judgeAnswer('neverAnswers', 'completes', outcome(other408, 500), IDLE_MS, []), 'wrong')
+  t.equal(judgeAnswer('neverAnswers', 'completes', outcome(other408, 500), TIMERS, []), 'wrong')
   t.equal(
-    judgeAnswer('neverAnswers', 'completes', outcome('HTTP/1.1 503 Service Unavailable', 500), IDLE_MS, []),
+    judgeAnswer('neverAnswers', 'completes', outcome('HTTP/1.1 503 Service Unavailable', 500), TIMERS, []),
     'wrong',
+  )
+})
+
+t.test(
+  "the route timeout's 504 to an upstream that answers at once is excused only after long stalls within",
+  async (t) => {
+    const late504 = 'HTTP/1.1 504 Gateway Timeout\r\n\r\n{"detail":"the upstream did not answer within 700 ms"}'
+    t.equal(judgeAnswer('answersEarlyThenCloses', 'completes', outcome(late504), TIMERS, []), 'wrong', 'no stall')
+    t.equal(
+      judgeAnswer('answersEarlyThenCloses', 'completes', outcome(late504), TIMERS, [
+        [10_100, 10_300],
+        [8_000, 9_900],
+      ]),
+      'wrong',
+      '200 ms within, the rest before the exchange',
+    )
+    t.equal(
+      judgeAnswer('answersEarlyThenCloses', 'completes', outcome(late504), TIMERS, [
+        [10_100, 10_300],
+        [10_200, 10_400],
+        [10_800, 10_900],
+      ]),
+      'excused',
+      '300 ms of one loop and the other overlapping it, and 100 more: 400 ms in all',
+    )
+    t.equal(
+      judgeAnswer('answersEarlyThenCloses', 'completes', outcome('HTTP/1.1 504 Gateway Timeout\r\n\r\n{}'), TIMERS, [
+        [10_000, 11_000],
+      ]),
+      'wrong',
+      'another 504',
+    )
+  },
+)
+
+t.test('stalledFor counts the time any loop stalled within the span once', async (t) => {
+  t.equal(stalledFor([], 0, 100), 0)
+  t.equal(
+    stalledFor(
+      [
+        [-50, 20],
+        [10, 30],
+        [25, 40],
+        [90, 200],
+      ],
+      0,
+      100,
+    ),
+    50,
   )
 })
