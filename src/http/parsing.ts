@@ -1,29 +1,10 @@
-// How bodies and parameters are read on the gateway's own routes (management, ops): the Ajv
-// validators and the content-type parsers. Proxied routes replace the parsers with a stream of
-// their own (proxy/plugin.ts).
+// How bodies and parameters are read on the gateway's own routes (management, ops): their
+// schemas' compilers (schema-compilers.ts) and the content-type parsers. Proxied routes replace
+// the parsers with a stream of their own (proxy/plugin.ts).
 import fp from 'fastify-plugin'
-import { Ajv, type Options as AjvOptions } from 'ajv'
-import addFormats from 'ajv-formats'
 import { ApiError } from '../errors.js'
 import { findJsonSyntaxError } from './json-error.js'
-
-// Bodies are validated without coercion (a number is not a name); the query string and path
-// are text, so there numbers and booleans are coerced. Unknown fields are errors, never dropped.
-// `verbose` gives an error its schema, so that an unknown field's refusal can list the known ones.
-const BASE_AJV: AjvOptions = {
-  allErrors: true,
-  removeAdditional: false,
-  useDefaults: true,
-  strict: false,
-  verbose: true,
-}
-
-/** Exported for tests of the schemas, compiled as the app compiles them. */
-export function makeAjv(coerceTypes: boolean): Ajv {
-  const ajv = new Ajv({ ...BASE_AJV, coerceTypes })
-  addFormats.default(ajv)
-  return ajv
-}
+import { serializerFor, validatorFor } from './schema-compilers.js'
 
 /**
  * The 400 of a body the JSON parser refused: where it stops being JSON, or, when its syntax is
@@ -44,11 +25,8 @@ function invalidJson(body: string): ApiError {
 
 export const parsing = fp(
   async (app) => {
-    const bodyAjv = makeAjv(false)
-    const textAjv = makeAjv(true)
-    app.setValidatorCompiler(({ schema, httpPart }) =>
-      (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object),
-    )
+    app.setValidatorCompiler(({ schema, httpPart }) => validatorFor(schema, httpPart))
+    app.setSerializerCompiler((route) => serializerFor(route))
 
     // JSON only, and a POST without a body is fine with or without a JSON content type (docs/api.md).
     app.removeAllContentTypeParsers()

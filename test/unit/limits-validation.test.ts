@@ -2,7 +2,7 @@
 // compiles bodies, and the CLI's parsers, against the same bounds. 1 ≤ N, M ≤ 10^9; 1 ≤ W ≤ 3600;
 // both members nullable, a member left out is null, anything else refused with the field named.
 import t from 'tap'
-import { makeAjv } from '../../src/http/parsing.js'
+import { makeAjv } from '../../src/http/schema-compilers.js'
 import { LimitsBody } from '../../src/schemas/limits.js'
 import {
   limitsFromBody,
