@@ -26,7 +26,7 @@ function invalidJson(body: string): ApiError {
 export const parsing = fp(
   async (app) => {
     app.setValidatorCompiler(({ schema, httpPart }) => validatorFor(schema, httpPart))
-    app.setSerializerCompiler((route) => serializerFor(route))
+    app.setSerializerCompiler(({ schema }) => serializerFor(schema))
 
     // JSON only, and a POST without a body is fine with or without a JSON content type (docs/api.md).
     app.removeAllContentTypeParsers()

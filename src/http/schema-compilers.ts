@@ -29,25 +29,32 @@ export function makeAjv(coerceTypes: boolean): Ajv {
 let ajvs: { body: Ajv; text: Ajv } | null = null
 const validators = new Map<string, ValidateFunction>()
 
+type RequestPart = 'body' | 'text'
+const partOf = (httpPart: string | undefined): RequestPart => (httpPart === 'body' ? 'body' : 'text')
+
 /**
- * The validator of a request part: the body's, or the query string's, path's or headers' (text).
- * What fastify reads of a validator (`errors` after a call, `schemaEnv` to pass the parent in)
- * is the compiled one's.
+ * The validator of a request part, compiled now (or before, in this process): the body's, or the
+ * query string's, path's or headers' (text, coerced).
+ */
+export function compiledValidator(schema: unknown, httpPart: string | undefined): ValidateFunction {
+  const part = partOf(httpPart)
+  const key = `${part} ${JSON.stringify(schema)}`
+  let compiled = validators.get(key)
+  if (compiled === undefined) {
+    ajvs ??= { body: makeAjv(false), text: makeAjv(true) }
+    compiled = ajvs[part].compile(schema as object)
+    validators.set(key, compiled)
+  }
+  return compiled
+}
+
+/**
+ * The validator fastify holds for a route: compiledValidator's at its first call. What fastify
+ * reads of a validator (`errors` after a call, `schemaEnv` to pass the parent in) is the compiled one's.
  */
 export function validatorFor(schema: unknown, httpPart: string | undefined): ValidateFunction {
-  const part = httpPart === 'body' ? 'body' : 'text'
   let compiled: ValidateFunction | undefined
-  const compile = (): ValidateFunction => {
-    if (compiled !== undefined) return compiled
-    const key = `${part} ${JSON.stringify(schema)}`
-    compiled = validators.get(key)
-    if (compiled === undefined) {
-      ajvs ??= { body: makeAjv(false), text: makeAjv(true) }
-      compiled = ajvs[part].compile(schema as object)
-      validators.set(key, compiled)
-    }
-    return compiled
-  }
+  const compile = () => (compiled ??= compiledValidator(schema, httpPart))
   const validate = ((data: unknown, context?: unknown) =>
     (compile() as (data: unknown, context?: unknown) => boolean)(data, context)) as ValidateFunction
   Object.defineProperties(validate, {
@@ -57,21 +64,23 @@ export function validatorFor(schema: unknown, httpPart: string | undefined): Val
   return validate
 }
 
+type Serializer = (data: unknown) => string
 const buildSerializer = SerializerSelector()({}, {})
-const serializers = new Map<string, (data: unknown) => string>()
+const serializers = new Map<string, Serializer>()
 
-/** The serializer of an answer's body by its schema. */
-export function serializerFor(route: { schema: unknown }): (data: unknown) => string {
-  let compiled: ((data: unknown) => string) | undefined
-  return (data) => {
-    if (compiled === undefined) {
-      const key = JSON.stringify(route.schema)
-      compiled = serializers.get(key)
-      if (compiled === undefined) {
-        compiled = buildSerializer(route as Parameters<typeof buildSerializer>[0]) as (data: unknown) => string
-        serializers.set(key, compiled)
-      }
-    }
-    return compiled(data)
+/** The serializer of an answer's body by its schema, compiled now (or before, in this process). */
+export function compiledSerializer(schema: unknown): Serializer {
+  const key = JSON.stringify(schema)
+  let compiled = serializers.get(key)
+  if (compiled === undefined) {
+    compiled = buildSerializer({ schema } as Parameters<typeof buildSerializer>[0]) as Serializer
+    serializers.set(key, compiled)
   }
+  return compiled
+}
+
+/** The serializer fastify holds for an answer: compiledSerializer's at its first call. */
+export function serializerFor(schema: unknown): Serializer {
+  let compiled: Serializer | undefined
+  return (data) => (compiled ??= compiledSerializer(schema))(data)
 }

@@ -69,6 +69,8 @@ export interface Parent {
 export interface RegisteredRoute {
   method: string
   url: string
+  /** Its schemas, as registered: body, querystring, params, headers, response by status. */
+  schema?: Record<string, unknown>
 }
 
 export type CallOptions = Omit<InjectOptions, 'body' | 'payload'> & { body?: unknown; acting?: string }
@@ -151,7 +153,9 @@ async function recordingRoutes<T>(build: () => Promise<T>): Promise<{ built: T; 
     const { fastify } = message as { fastify: FastifyInstance }
     fastify.addHook('onRoute', (route) => {
       // Read now: fastify reuses the options object for a prefixed root's trailing-slash alias.
-      for (const method of [route.method].flat()) routes.push({ method, url: route.url })
+      const schema = route.schema as Record<string, unknown> | undefined
+      for (const method of [route.method].flat())
+        routes.push({ method, url: route.url, ...(schema === undefined ? {} : { schema }) })
     })
   }
   subscribe('fastify.initialization', onInstance)

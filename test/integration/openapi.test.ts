@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
+import { compiledSerializer, compiledValidator } from '../../src/http/schema-compilers.js'
 import { CREDENTIAL_PATHS, MANAGEMENT_PREFIX } from '../../src/shared/paths.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
@@ -341,6 +342,34 @@ t.test('OpenAPI document and docs page', async (t) => {
     const missing = await get('/docs/static/no-such-file.js')
     t.equal(missing.status, 404, 'a missing asset is a 404')
     t.match(String(missing.headers['content-type']), /^application\/problem\+json/, '… as problem+json')
+  })
+
+  t.test("every route's schemas compile: at first use, so no start fails on one", async (t) => {
+    const broken: string[] = []
+    let compiled = 0
+    const compile = (what: string, build: () => unknown) => {
+      try {
+        build()
+        compiled++
+      } catch (err) {
+        broken.push(`${what}: ${(err as Error).message}`)
+      }
+    }
+    for (const { method, url, schema } of routes) {
+      for (const part of ['body', 'querystring', 'params', 'headers'] as const)
+        if (schema?.[part] !== undefined)
+          compile(`${method} ${url} ${part}`, () => compiledValidator(schema[part], part))
+      for (const [status, answer] of Object.entries((schema?.response ?? {}) as Record<string, Json>)) {
+        const byType: Record<string, Json> =
+          answer?.content === undefined
+            ? { '': answer }
+            : Object.fromEntries(Object.entries(answer.content as Json).map(([type, m]) => [type, (m as Json).schema]))
+        for (const [type, body] of Object.entries(byType))
+          compile(`${method} ${url} ${status} ${type}`, () => compiledSerializer(body))
+      }
+    }
+    t.same(broken, [], 'none failed')
+    t.ok(compiled > 100, `${compiled} validators and serializers compiled`)
   })
 
   t.test('nothing above reached the upstream', async (t) => {
