@@ -54,7 +54,10 @@ export function compiledValidator(schema: unknown, httpPart: string | undefined)
  */
 export function validatorFor(schema: unknown, httpPart: string | undefined): ValidateFunction {
   let compiled: ValidateFunction | undefined
-  const compile = () => (compiled ??= compiledValidator(schema, httpPart))
+  const compile = () => {
+    compiled ??= compiledValidator(schema, httpPart)
+    return compiled
+  }
   const validate = ((data: unknown, context?: unknown) =>
     (compile() as (data: unknown, context?: unknown) => boolean)(data, context)) as ValidateFunction
   Object.defineProperties(validate, {
@@ -82,5 +85,8 @@ export function compiledSerializer(schema: unknown): Serializer {
 /** The serializer fastify holds for an answer: compiledSerializer's at its first call. */
 export function serializerFor(schema: unknown): Serializer {
   let compiled: Serializer | undefined
-  return (data) => (compiled ??= compiledSerializer(schema))(data)
+  return (data) => {
+    compiled ??= compiledSerializer(schema)
+    return compiled(data)
+  }
 }
