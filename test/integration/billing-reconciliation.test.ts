@@ -2,7 +2,8 @@
 // real Postgres and Redis, on the real clock (the request log keeps real times): per sub-account and
 // meter, the meter beside what limits charged, the request log's forwarded count and the export,
 // every difference explained. Periods of a minute, a grace of a second: the test waits for one
-// real close (a minute at most).
+// real close (a minute at most). Its name starts it early among the integration files, which tap
+// runs in the order of their paths: started late, its wait for the clock would end the suite.
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
 import { createSubAccount } from '../../src/store/tenants.js'
