@@ -96,8 +96,9 @@ export class TenancyCache implements CacheInvalidator {
     this.reuseWindowMs = Math.min(1_000, Math.floor(this.timings.localTtlMs / 5))
     this.foundTtlMs = this.timings.localTtlMs - this.reuseWindowMs
     this.refreshAfterMs = Math.floor(this.foundTtlMs / 2)
+    // Bounded by bytes here and by count in remember(), never by lru-cache's `max`: that allocates
+    // arrays of `max` slots at once (100,000 by default), a cost every app paid at its start.
     this.local = new LRUCache<string, Entry>({
-      max: this.timings.maxEntries,
       maxSize: this.timings.maxEstimatedBytes,
       sizeCalculation: estimatedBytes,
       ttl: this.foundTtlMs,
@@ -105,7 +106,9 @@ export class TenancyCache implements CacheInvalidator {
       noDeleteOnStaleGet: true,
     })
     this.invalidatedAt = new LRUCache<string, number>({
-      max: this.timings.maxEntries,
+      // A count as a size: as `max` would bound it, without allocating its slots up front.
+      maxSize: this.timings.maxEntries,
+      sizeCalculation: () => 1,
       ttl: this.timings.redisTtlMs,
       dispose: (at, _key, reason) => {
         if (reason === 'evict') this.redisTrustedFrom = Math.max(this.redisTrustedFrom, at)
@@ -280,6 +283,8 @@ export class TenancyCache implements CacheInvalidator {
         { value, storedAt: now, asOf, refreshAt: now + this.refreshAfterMs },
         { ttl: this.foundTtlMs },
       )
+    // The least recently used goes, as lru-cache's `max` would have it go.
+    if (this.local.size > this.timings.maxEntries) this.local.pop()
   }
 
   /** Stores a value read from Postgres, unless the entry was invalidated since `generation` was read. */

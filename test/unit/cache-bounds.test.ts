@@ -31,13 +31,18 @@ function source(scopeCount: number, scopeLength: number): { lookups: TenancyLook
   }
 }
 
-async function rereadsAfter(keys: number, scopeCount: number, scopeLength: number): Promise<number> {
+/** In-process only (no Redis); by default a budget of about 100 kB, and room for 1,000 entries by count. */
+async function rereadsAfter(
+  keys: number,
+  scopeCount: number,
+  scopeLength: number,
+  maxEntries = 1_000,
+): Promise<number> {
   const from = source(scopeCount, scopeLength)
-  // In-process only (no Redis); a budget of about 100 kB, and room for 1,000 entries by count.
   const cache = new TenancyCache({
     source: from.lookups,
     keyPrefix: 'unit:',
-    timings: { maxEntries: 1_000, maxEstimatedBytes: 100_000 },
+    timings: { maxEntries, maxEstimatedBytes: 100_000 },
     log: pino({ level: 'silent' }),
     metrics: createMetrics().cache,
   })
@@ -56,4 +61,11 @@ t.test('small records: 50 keys fit, a second pass reads nothing again', async (t
 t.test('records with 50 scopes of 100 characters: the size budget, not the count, evicts', async (t) => {
   // About 10 kB each by the estimate: some 9 fit in 100 kB, so a second pass over 50 reads them all again.
   t.equal(await rereadsAfter(50, 50, 100), 50)
+})
+
+t.test('small records past the count: the count evicts, the least recently used first', async (t) => {
+  // 50 small records fit the size budget many times over; room for 20 by count, so a second pass
+  // in the same order finds each one evicted by the records after it.
+  t.equal(await rereadsAfter(50, 2, 12, 20), 50)
+  t.equal(await rereadsAfter(20, 2, 12, 20), 0, 'as many as the count: all kept')
 })
