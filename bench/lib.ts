@@ -215,13 +215,13 @@ export async function startUpstream(o: Wrap & { meter?: boolean } = {}): Promise
 }
 
 /**
- * The bare proxy (fastify + @fastify/http-proxy), the floor (node:http + an undici Pool) or fastify
- * over the floor's handler, with the gateway's node flags, so that they differ from it by their code only.
+ * The bare proxy (fastify + @fastify/http-proxy), the floor (node:http + an undici Pool), the floor
+ * with the contract's headers, or fastify over the floor's handler, with the gateway's node flags, so that they differ from it by their code only.
  */
 export async function startBare(
   upstreamUrl: string,
   o: Wrap = {},
-  which: 'bare' | 'floor' | 'fastify-floor' = 'bare',
+  which: 'bare' | 'floor' | 'headers-floor' | 'fastify-floor' = 'bare',
 ): Promise<Server> {
   const [port] = (await freePorts(1)) as [number]
   const command = [...(o.wrap ?? []), serverNode().path, ...imageNode(ROOT).flags, 'bench/servers.js', which]

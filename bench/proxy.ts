@@ -51,13 +51,16 @@ const SHADOW = LIMITS && envInt('BENCH_SHADOW', 0, 0) > 0
 const METERS = envInt('BENCH_METERS', 0, 0) > 0
 /** Adds fastify over the floor's handler: what fastify itself costs a request. */
 const FASTIFY_FLOOR = envInt('BENCH_FASTIFY_FLOOR', 0, 0) > 0
+/** Adds the floor with the headers the contract puts on every exchange: what those alone cost. */
+const HEADERS_FLOOR = envInt('BENCH_HEADERS_FLOOR', 0, 0) > 0
 /** Never refusing, so that the side measures the cost of deciding, on both levels (docs/api.md). */
 const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
 const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'shadow' | 'meters' | 'baseline'
+type SideName = 'floor' | 'headers-floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'shadow' | 'meters' | 'baseline'
 /** The sides that are not a gateway: no auth, no metrics to scrape. */
-const isProxyOnly = (name: SideName) => name === 'floor' || name === 'fastify-floor' || name === 'bare'
+const isProxyOnly = (name: SideName) =>
+  name === 'floor' || name === 'headers-floor' || name === 'fastify-floor' || name === 'bare'
 interface Side {
   name: SideName
   server: Server | Gateway
@@ -92,6 +95,8 @@ async function main(): Promise<void> {
     started.push(floor)
     const fastifyFloor = FASTIFY_FLOOR ? await startBare(upstream.url, {}, 'fastify-floor') : null
     if (fastifyFloor !== null) started.push(fastifyFloor)
+    const headersFloor = HEADERS_FLOOR ? await startBare(upstream.url, {}, 'headers-floor') : null
+    if (headersFloor !== null) started.push(headersFloor)
     const gateway = await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url })
     started.push(gateway)
     const baseline =
@@ -136,6 +141,9 @@ async function main(): Promise<void> {
       ...(fastifyFloor === null
         ? []
         : [{ name: 'fastify-floor' as const, server: fastifyFloor, headers: acting.headers }]),
+      ...(headersFloor === null
+        ? []
+        : [{ name: 'headers-floor' as const, server: headersFloor, headers: acting.headers }]),
       { name: 'bare', server: bare, headers: acting.headers },
       { name: 'gateway', server: gateway, headers: acting.headers },
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
@@ -255,12 +263,16 @@ function report(
   const shadow = medians.get('shadow')
   const meters = medians.get('meters')
   const fastifyFloor = medians.get('fastify-floor')
+  const headersFloor = medians.get('headers-floor')
   const lines = [
     ...reportHead('bench:proxy'),
     `load      GET /v1/things/1, ${CONNECTIONS} keep-alive connections; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, alternating`,
     `floor     node bench/servers.js floor (node:http + an undici Pool, no auth), the gateway's node flags`,
     ...(FASTIFY_FLOOR
       ? ["fastify-floor node bench/servers.js fastify-floor (fastify over the floor's handler, the reply hijacked)"]
+      : []),
+    ...(HEADERS_FLOOR
+      ? ["headers-floor node bench/servers.js headers-floor (the floor with the contract's headers each way, fixed values)"]
       : []),
     `bare      node bench/servers.js bare (fastify + @fastify/http-proxy, no auth), the gateway's node flags`,
     ...sides
@@ -302,6 +314,14 @@ function report(
       : [
           `fastify-floor/floor req/s ${(fastifyFloor.perSecond / floor.perSecond).toFixed(3)}, p99 ${(fastifyFloor.p99 / floor.p99).toFixed(3)}, ` +
             `CPU/request ${(fastifyFloor.cpuMicros / floor.cpuMicros).toFixed(3)} (${(fastifyFloor.cpuMicros - floor.cpuMicros).toFixed(1)} µs: fastify's own cost)`,
+        ]),
+    ...(headersFloor === undefined
+      ? []
+      : [
+          `headers-floor/floor req/s ${(headersFloor.perSecond / floor.perSecond).toFixed(3)}, p99 ${(headersFloor.p99 / floor.p99).toFixed(3)}, ` +
+            `CPU/request ${(headersFloor.cpuMicros / floor.cpuMicros).toFixed(3)} (${(headersFloor.cpuMicros - floor.cpuMicros).toFixed(1)} µs: the contract's headers)`,
+          `gateway / headers-floor req/s ${(gateway.perSecond / headersFloor.perSecond).toFixed(3)}, p99 ${(gateway.p99 / headersFloor.p99).toFixed(3)}, ` +
+            `CPU/request ${(gateway.cpuMicros / headersFloor.cpuMicros).toFixed(3)}`,
         ]),
     `bare / floor        req/s ${(bare.perSecond / floor.perSecond).toFixed(3)}, CPU/request ${(bare.cpuMicros / floor.cpuMicros).toFixed(3)}`,
   ]

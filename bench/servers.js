@@ -1,6 +1,6 @@
 // The benches' upstream, bare proxy, floor proxy (and fastify over it) and webhook receiver, in plain
 // JavaScript so that node starts them without tsx (bench:instructions runs them under valgrind).
-// `node bench/servers.js upstream|bare|floor|fastify-floor|receiver`, env PORT and, for the proxies, UPSTREAM_URL.
+// `node bench/servers.js upstream|bare|floor|headers-floor|fastify-floor|receiver`, env PORT and, for the proxies, UPSTREAM_URL.
 // Started by bench/lib.ts startUpstream, startBare and startReceiver. With WEBSOCKET=1
 // (bench:websocket), the upstream also echoes WebSocket messages and the proxies pass them.
 import http from 'node:http'
@@ -12,8 +12,13 @@ process.on('SIGTERM', () => process.exit(0))
 
 const port = Number(process.env.PORT)
 
-/** The floor's handler: the request streamed through an undici Pool to `upstreamUrl`, the answer back. */
-async function floorForward(upstreamUrl) {
+/**
+ * The floor's handler: the request streamed through an undici Pool to `upstreamUrl`, the answer
+ * back. `contractHeaders`: also the headers the gateway's contract makes every proxied exchange
+ * carry, with fixed values (the headers-floor side): client X-Service-* dropped, the four trusted
+ * headers, X-Request-Id and X-Forwarded-For/-Proto/-Host added upstream, X-Request-Id on the answer.
+ */
+async function floorForward(upstreamUrl, contractHeaders = false) {
   const { Pool } = await import('undici')
   const pool = new Pool(new URL(upstreamUrl).origin)
   // Hop-by-hop (RFC 9110 §7.6.1): each connection's own, never forwarded; undici refuses most of them.
@@ -22,12 +27,36 @@ async function floorForward(upstreamUrl) {
     for (const name of HOP) delete headers[name]
     return headers
   }
+  const stem = `${process.pid.toString(16)}-`
+  let counter = 0
+  const withContract = (req, id) => {
+    const out = {
+      'x-service-resolved-tenant': '0b8a3c2e-5d4f-4e6a-9b1c-2d3e4f5a6b7c',
+      'x-service-caller-tenant': '1c9b4d3f-6e5a-4f7b-8c2d-3e4f5a6b7c8d',
+      'x-service-key-id': '2d0c5e4a-7f6b-4a8c-9d3e-4f5a6b7c8d9e',
+      'x-service-scopes': 'read write',
+      'x-request-id': id,
+      'x-forwarded-for': req.socket.remoteAddress,
+      'x-forwarded-proto': 'http',
+      'x-forwarded-host': req.headers.host,
+    }
+    for (const name in req.headers) if (!name.startsWith('x-service-') && !HOP.includes(name)) out[name] = req.headers[name]
+    return out
+  }
   return (req, res) => {
     const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
+    const id = contractHeaders ? stem + (++counter).toString(36) : ''
     pool.stream(
-      { method: req.method, path: req.url, headers: endToEnd({ ...req.headers }), body: hasBody ? req : null },
+      {
+        method: req.method,
+        path: req.url,
+        headers: contractHeaders ? withContract(req, id) : endToEnd({ ...req.headers }),
+        body: hasBody ? req : null,
+      },
       ({ statusCode, headers }) => {
-        res.writeHead(statusCode, endToEnd(headers))
+        const answer = endToEnd(headers)
+        if (contractHeaders) answer['x-request-id'] = id
+        res.writeHead(statusCode, answer)
         return res
       },
       (err) => {
@@ -85,12 +114,12 @@ if (process.argv[2] === 'upstream') {
   for (const url of ['/', '/*'])
     app.route({ url, method: ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS'], handler })
   await app.listen({ host: '127.0.0.1', port })
-} else if (process.argv[2] === 'floor') {
+} else if (process.argv[2] === 'floor' || process.argv[2] === 'headers-floor') {
   // The least a Node proxy does: node:http, each request streamed through an undici Pool into the
   // response, with no framework, no auth, no logging. With WEBSOCKET=1, `ws` pipes each socket to
-  // one of its own on the upstream.
+  // one of its own on the upstream. headers-floor: the same, with the contract's headers.
   const upstream = new URL(process.env.UPSTREAM_URL)
-  const server = http.createServer(await floorForward(process.env.UPSTREAM_URL))
+  const server = http.createServer(await floorForward(process.env.UPSTREAM_URL, process.argv[2] === 'headers-floor'))
   server.keepAliveTimeout = 600_000
   if (process.env.WEBSOCKET === '1') {
     const { WebSocket, WebSocketServer } = await import('ws')
