@@ -57,7 +57,16 @@ const HEADERS_FLOOR = envInt('BENCH_HEADERS_FLOOR', 0, 0) > 0
 const NEVER_REFUSING: BenchLimits = { rate: { requests: 1e9, per_seconds: 1 }, monthly_quota: { requests: 1e9 } }
 const POLICIES = ['sub_account.rate', 'sub_account.monthly_quota', 'account.rate', 'account.monthly_quota']
 
-type SideName = 'floor' | 'headers-floor' | 'fastify-floor' | 'bare' | 'gateway' | 'limits' | 'shadow' | 'meters' | 'baseline'
+type SideName =
+  | 'floor'
+  | 'headers-floor'
+  | 'fastify-floor'
+  | 'bare'
+  | 'gateway'
+  | 'limits'
+  | 'shadow'
+  | 'meters'
+  | 'baseline'
 /** The sides that are not a gateway: no auth, no metrics to scrape. */
 const isProxyOnly = (name: SideName) =>
   name === 'floor' || name === 'headers-floor' || name === 'fastify-floor' || name === 'bare'
@@ -272,7 +281,9 @@ function report(
       ? ["fastify-floor node bench/servers.js fastify-floor (fastify over the floor's handler, the reply hijacked)"]
       : []),
     ...(HEADERS_FLOOR
-      ? ["headers-floor node bench/servers.js headers-floor (the floor with the contract's headers each way, fixed values)"]
+      ? [
+          "headers-floor node bench/servers.js headers-floor (the floor with the contract's headers each way, fixed values)",
+        ]
       : []),
     `bare      node bench/servers.js bare (fastify + @fastify/http-proxy, no auth), the gateway's node flags`,
     ...sides

@@ -40,7 +40,8 @@ async function floorForward(upstreamUrl, contractHeaders = false) {
       'x-forwarded-proto': 'http',
       'x-forwarded-host': req.headers.host,
     }
-    for (const name in req.headers) if (!name.startsWith('x-service-') && !HOP.includes(name)) out[name] = req.headers[name]
+    for (const name in req.headers)
+      if (!name.startsWith('x-service-') && !HOP.includes(name)) out[name] = req.headers[name]
     return out
   }
   return (req, res) => {
