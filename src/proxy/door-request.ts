@@ -21,7 +21,6 @@ export type ErrorAnswer = (error: FastifyError, request: FastifyRequest, reply: 
 export class DoorRequest {
   readonly id: string
   readonly raw: IncomingMessage
-  readonly log: FastifyBaseLogger
   readonly server: FastifyInstance
   readonly routeOptions: DoorRouteOptions
   readonly is404 = false
@@ -42,19 +41,21 @@ export class DoorRequest {
   limitUnits = 1
   limitsUntaken: FastifyRequest['limitsUntaken'] = null
   limitsWouldRefuse: FastifyRequest['limitsWouldRefuse'] = null
+  /** Made at its first line: most requests write none. */
+  private logger: FastifyBaseLogger | null = null
 
-  constructor(
-    id: string,
-    raw: IncomingMessage,
-    log: FastifyBaseLogger,
-    server: FastifyInstance,
-    routeOptions: DoorRouteOptions,
-  ) {
+  constructor(id: string, raw: IncomingMessage, server: FastifyInstance, routeOptions: DoorRouteOptions) {
     this.id = id
     this.raw = raw
-    this.log = log
     this.server = server
     this.routeOptions = routeOptions
+  }
+
+  /** The request's child logger, made by the app's factory as fastify makes it (its request id bound). */
+  get log(): FastifyBaseLogger {
+    const server = this.server
+    this.logger ??= server.childLoggerFactory.call(server, server.log, { reqId: this.id }, {}, this.raw)
+    return this.logger
   }
 
   get headers(): IncomingHttpHeaders {
@@ -81,7 +82,6 @@ export class DoorRequest {
 export class DoorReply {
   readonly raw: ServerResponse
   readonly request: DoorRequest
-  readonly log: FastifyBaseLogger
   /** Set by the error handler and the admission step: read by the request log. */
   problemCode: string | null = null
   /** The headers set before the answer's head is written, as fastify keeps them apart from Node's. */
@@ -95,19 +95,15 @@ export class DoorReply {
   constructor(raw: ServerResponse, request: DoorRequest, answerError: ErrorAnswer, draining: () => boolean) {
     this.raw = raw
     this.request = request
-    this.log = request.log
     this.answerError = answerError
     this.draining = draining
   }
 
+  get log(): FastifyBaseLogger {
+    return this.request.log
+  }
   get statusCode(): number {
     return this.raw.statusCode
-  }
-  set statusCode(code: number) {
-    this.raw.statusCode = code
-  }
-  get sent(): boolean {
-    return this.raw.headersSent
   }
   /** Milliseconds since the request came, until its answer ended. */
   get elapsedTime(): number {
@@ -136,9 +132,6 @@ export class DoorReply {
   /** The headers set so far: the upstream call writes the answer's head from them, once. */
   getHeaders(): OutgoingHttpHeaders {
     return this.own
-  }
-  hasHeader(name: string): boolean {
-    return this.own[name.toLowerCase()] !== undefined
   }
   type(contentType: string): this {
     return this.header('content-type', contentType)

@@ -28,15 +28,19 @@ function route(method: string | string[], url: string, door: boolean): RouteOpti
 async function serve(
   t: TestLike,
   door: FrontDoor,
+  overrides: Partial<FrontDoorOptions> = {},
+  logged: string[] = [],
 ): Promise<(method: string, path: string, body?: string) => Promise<string>> {
   const server = createServer((_req: IncomingMessage, res: ServerResponse) => res.end('fastify'))
-  const app = { log: { child: () => app.log }, childLoggerFactory: () => ({}) } as unknown as FastifyInstance
+  const log = { error: (_fields: unknown, message: string) => logged.push(message) }
+  const app = { log, childLoggerFactory: () => log } as unknown as FastifyInstance
   const options: FrontDoorOptions = {
     guards: pass,
-    answerError: () => {},
+    answerError: (error, _request, reply) => reply.raw.writeHead(500).end(`refused: ${error.message}`),
     account: () => {},
     makeRequestId: () => 'id',
     draining: () => false,
+    ...overrides,
   }
   door.install(server, app, options)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
@@ -47,9 +51,50 @@ async function serve(
       method: method as 'GET',
       ...(body === undefined ? {} : { body }),
     })
-    return answer.body.text()
+    return `${answer.statusCode === 200 ? '' : `${answer.statusCode} `}${await answer.body.text()}`
   }
 }
+
+/** A door with one proxy route, /v1/things/*, whose steps and handler are given. */
+function doorWith(checks: onRequestHookHandler, forward: (request: unknown, reply: { raw: ServerResponse }) => void) {
+  const door = new FrontDoor({ maxParamLength: 100 })
+  door.mirror({ method: 'GET', url: '/v1/things/*', config: { door: { checks, forward } }, handler: () => {} } as never)
+  return door
+}
+
+const throws = () => {
+  throw new Error('a bug')
+}
+
+t.test('a throw anywhere on the way is answered by the error handler, as fastify answers a bug', async (t) => {
+  const ok = (_request: unknown, reply: { raw: ServerResponse }) => reply.raw.end('door')
+  const inGuards = await serve(t, doorWith(pass, ok), { guards: throws })
+  t.equal(await inGuards('GET', '/v1/things/1'), '500 refused: a bug', 'in the guards')
+  const inChecks = await serve(t, doorWith(throws, ok))
+  t.equal(await inChecks('GET', '/v1/things/1'), '500 refused: a bug', 'in the steps')
+  const refusing = await serve(
+    t,
+    doorWith((_r, _p, done) => done(new Error('no')), ok),
+  )
+  t.equal(await refusing('GET', '/v1/things/1'), '500 refused: no', 'a refusal')
+  const inForward = await serve(t, doorWith(pass, throws))
+  t.equal(await inForward('GET', '/v1/things/1'), '500 refused: a bug', 'in the handler')
+})
+
+t.test('an error handler or accounting that fails is logged, and the answer still ends', async (t) => {
+  const logged: string[] = []
+  const failing = await serve(
+    t,
+    doorWith(throws, () => {}),
+    { answerError: throws },
+    logged,
+  )
+  t.equal(await failing('GET', '/v1/things/1'), '500 ', 'a bare 500')
+  const ok = (_request: unknown, reply: { raw: ServerResponse }) => reply.raw.end('door')
+  const unaccounted = await serve(t, doorWith(pass, ok), { account: throws }, logged)
+  t.equal(await unaccounted('GET', '/v1/things/1'), 'door')
+  t.same(logged, ['the error answer failed', 'request accounting failed'])
+})
 
 t.test('the door takes bodiless requests on proxy routes, and leaves the rest to fastify', async (t) => {
   const door = new FrontDoor({ maxParamLength: 100 })
