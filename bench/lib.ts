@@ -232,7 +232,6 @@ export async function startBare(
       UPSTREAM_URL: upstreamUrl,
       NODE_OPTIONS: profiled(process.env.NODE_OPTIONS ?? ''),
       WEBSOCKET: o.websocket ? '1' : '0',
-      SPIN_US: which === 'headers-floor' ? (process.env.BENCH_SPIN_US ?? '0') : '0',
     },
     path: PROXIED_PATH,
     status: 200,

@@ -282,8 +282,7 @@ function report(
       : []),
     ...(HEADERS_FLOOR
       ? [
-          "headers-floor node bench/servers.js headers-floor (the floor with the contract's headers each way, fixed values)" +
-            (process.env.BENCH_SPIN_US ? `, and ${process.env.BENCH_SPIN_US} µs of busy JavaScript a request` : ''),
+          "headers-floor node bench/servers.js headers-floor (the floor with the contract's headers each way, fixed values)",
         ]
       : []),
     `bare      node bench/servers.js bare (fastify + @fastify/http-proxy, no auth), the gateway's node flags`,

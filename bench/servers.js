@@ -44,11 +44,7 @@ async function floorForward(upstreamUrl, contractHeaders = false) {
       if (!name.startsWith('x-service-') && !HOP.includes(name)) out[name] = req.headers[name]
     return out
   }
-  // SPIN_US (the headers-floor side with BENCH_SPIN_US): that many µs of busy JavaScript a request,
-  // a known amount of work in place of a gateway's, to see what else grows with it.
-  const spinMs = Number(process.env.SPIN_US ?? 0) / 1000
   return (req, res) => {
-    if (spinMs > 0) for (const until = performance.now() + spinMs; performance.now() < until; );
     const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
     const id = contractHeaders ? stem + (++counter).toString(36) : ''
     pool.stream(

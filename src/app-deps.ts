@@ -70,8 +70,6 @@ export interface AppTuning {
   alerts?: AlertTimings
   /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS, http/server-limits.ts). */
   headersTimeoutMs?: number
-  /** false: fastify serves every proxied request, none goes through the front door (proxy/front-door.ts). */
-  frontDoor?: boolean
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
   managementBodyTimeoutMs?: number
   /**

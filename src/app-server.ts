@@ -11,9 +11,8 @@ import { LogController } from 'fastify'
 import type { AppDeps } from './app-deps.js'
 import { ConfigError } from './config.js'
 import { keepForwardedAddresses } from './guardrails/caller-address.js'
-import { sendError, sendFrameworkError } from './http/error-handler.js'
+import { sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
-import { guardRequest } from './http/guards.js'
 import { refuseClientError } from './http/parser-refusal.js'
 import { parseQueryString } from './http/query-string.js'
 import { requestId } from './http/request-id.js'
@@ -26,7 +25,6 @@ import {
   serverOptions,
 } from './http/server-limits.js'
 import { lazyChildLogger } from './ops/logging.js'
-import { FrontDoor } from './proxy/front-door.js'
 import type { ProxyRoute } from './proxy/route.js'
 import { loadRouteTable } from './proxy/route-table.js'
 
@@ -112,28 +110,4 @@ export function configureServer(app: FastifyInstance, deps: AppDeps, routes: rea
   app.decorateReply('problemCode', null)
   app.decorateRequest('routePrefix', '')
   app.decorateRequest('routeCost', 1)
-  // Behind TRUSTED_PROXIES, request.ip is fastify's reading of the chain: the door stays shut.
-  if (deps.tuning?.frontDoor !== false && deps.config.trustedProxies.length === 0) openFrontDoor(app)
-}
-
-/** Proxied requests without a body served before fastify's router (proxy/front-door.ts). */
-function openFrontDoor(app: FastifyInstance): void {
-  const door = new FrontDoor({ maxParamLength: MAX_HEAD_BYTES })
-  app.decorate('frontDoor', door)
-  app.addHook('onRoute', (route) => door.mirror(route))
-  app.addHook('onReady', (done) => {
-    const readiness = app.readiness
-    door.install(app.server, app, {
-      guards: guardRequest,
-      answerError: sendError,
-      account: app.accountRequest,
-      makeRequestId: requestId,
-      draining: () => readiness.draining,
-    })
-    done()
-  })
-  app.addHook('preClose', (done) => {
-    door.close()
-    done()
-  })
 }

@@ -3,7 +3,6 @@
 // most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and
 // the 404, all before authentication and before a body parser can answer 415 or 400. Management
 // paths included.
-import type { onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from './bad-paths.js'
@@ -20,62 +19,60 @@ import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCou
 const VALID_HOST =
   /^(?:\[[0-9A-Fa-f:.]+\]|(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+)(?::0*(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$/
 
-/** The onRequest hook of every route; the proxy's front door runs it too (proxy/front-door.ts). */
-export const guardRequest: onRequestHookHandler = (request, reply, done) => {
-  // Sent after a body whose connection is closing (lingering-close.ts): not served at all.
-  if (isLingering(request.raw.socket)) {
-    reply.hijack()
-    request.raw.socket.destroy()
-    return
-  }
-  // Every response carries the request id, errors included (they keep the headers set here).
-  reply.header('x-request-id', request.id)
-  // http-proxy ends an upgrade's socket after any answer but a 101: the answer says so.
-  if (isUpgrade(request.raw)) reply.raw.shouldKeepAlive = false
-  if (isBadPath(pathOf(request.url))) {
-    done(
-      new ApiError(
-        'bad_path',
-        'the path may not contain .., //, ;, #, a control character, or an encoded dot pair, slash, backslash, ; or #, also when decoded again: encode the path once, without such parts',
-      ),
-    )
-    return
-  }
-  const counts = singleHeaderCounts(request)
-  // Past these, an upstream may drop headers (a Node one keeps its first 2,000 fields): the
-  // gateway's own, written first, would survive, but a limit every hop agrees on is simpler.
-  if (counts.fields > MAX_HEADER_FIELDS || counts.bytes > MAX_HEADER_BYTES) {
-    done(new ApiError('headers_too_large', HEADERS_TOO_LARGE))
-    return
-  }
-  // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
-  // and X-Forwarded-Host would name it while an upstream might read another).
-  if (counts.host > 1) {
-    done(new ApiError('bad_request', 'send one Host header'))
-    return
-  }
-  const host = request.headers.host
-  // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (HTTP/1.0 may leave it out).
-  if (host === undefined && request.raw.httpVersionMinor !== 0) {
-    done(new ApiError('bad_request', 'send a Host header: HTTP/1.1 requires one'))
-    return
-  }
-  if (host !== undefined && !VALID_HOST.test(host)) {
-    done(new ApiError('bad_request', 'the Host header must be a host name or address, with an optional port'))
-    return
-  }
-  // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.
-  if (request.is404) {
-    done(routeNotFound(request.method, pathOf(request.url)))
-    return
-  }
-  done()
-}
-
 export const requestGuards = fp(
   async (app) => {
     app.decorateRequest('singleHeaders', null)
-    app.addHook('onRequest', guardRequest)
+
+    app.addHook('onRequest', (request, reply, done) => {
+      // Sent after a body whose connection is closing (lingering-close.ts): not served at all.
+      if (isLingering(request.raw.socket)) {
+        reply.hijack()
+        request.raw.socket.destroy()
+        return
+      }
+      // Every response carries the request id, errors included (they keep the headers set here).
+      reply.header('x-request-id', request.id)
+      // http-proxy ends an upgrade's socket after any answer but a 101: the answer says so.
+      if (isUpgrade(request.raw)) reply.raw.shouldKeepAlive = false
+      if (isBadPath(pathOf(request.url))) {
+        done(
+          new ApiError(
+            'bad_path',
+            'the path may not contain .., //, ;, #, a control character, or an encoded dot pair, slash, backslash, ; or #, also when decoded again: encode the path once, without such parts',
+          ),
+        )
+        return
+      }
+      const counts = singleHeaderCounts(request)
+      // Past these, an upstream may drop headers (a Node one keeps its first 2,000 fields): the
+      // gateway's own, written first, would survive, but a limit every hop agrees on is simpler.
+      if (counts.fields > MAX_HEADER_FIELDS || counts.bytes > MAX_HEADER_BYTES) {
+        done(new ApiError('headers_too_large', HEADERS_TOO_LARGE))
+        return
+      }
+      // RFC 9112 §3.2: a request with more than one Host is a 400 (Node keeps the first silently,
+      // and X-Forwarded-Host would name it while an upstream might read another).
+      if (counts.host > 1) {
+        done(new ApiError('bad_request', 'send one Host header'))
+        return
+      }
+      const host = request.headers.host
+      // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (HTTP/1.0 may leave it out).
+      if (host === undefined && request.raw.httpVersionMinor !== 0) {
+        done(new ApiError('bad_request', 'send a Host header: HTTP/1.1 requires one'))
+        return
+      }
+      if (host !== undefined && !VALID_HOST.test(host)) {
+        done(new ApiError('bad_request', 'the Host header must be a host name or address, with an optional port'))
+        return
+      }
+      // Fastify parses the body for its 404 handler too: answer before a parser can say 415 or 400.
+      if (request.is404) {
+        done(routeNotFound(request.method, pathOf(request.url)))
+        return
+      }
+      done()
+    })
 
     app.setNotFoundHandler((request) => {
       throw routeNotFound(request.method, pathOf(request.url))

@@ -31,21 +31,18 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
       scope.addContentTypeParser('*', streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs))
       // Every check, in order (proxy/checks.ts), in one hook: a request admitted from the last
       // second's memory passes them all without a single promise.
-      const checks = runSteps(stepsFor(route, options))
-      scope.addHook('onRequest', checks)
+      scope.addHook('onRequest', runSteps(stepsFor(route, options)))
       scope.addHook('onClose', () => target.pool.destroy())
 
       // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
       // counts these whatever their status). Every other route is marked by its own plugin.
+      const config: FastifyContextConfig = { kind: 'proxy' }
       const handler = target.forward.bind(target)
       const webSockets = route.websocket === null ? null : (options.webSockets ?? null)
       if (webSockets === null) {
-        // The front door (front-door.ts) serves these routes' requests without a body itself.
-        const config: FastifyContextConfig = { kind: 'proxy', door: { checks, forward: handler } }
         for (const url of ['/', '/*']) scope.route({ url, method: METHODS, config, handler })
         return
       }
-      const config: FastifyContextConfig = { kind: 'proxy' }
       // Upgrades go through the router, so the steps above run for them too; the last step opens the
       // upstream's socket, and the connection is the runtime's (proxy/websocket/runtime.ts). Every
       // other request of the route goes as on any route.
