@@ -38,6 +38,11 @@ import {
 
 const DURATION = envInt('BENCH_DURATION', 5)
 const CONNECTIONS = envInt('BENCH_CONNECTIONS', 50)
+/**
+ * Requests a second for every side alike (0: as many as each takes). Below every side's maximum,
+ * CPU per request compares the same load: no side pays for being slower (peers waiting longer).
+ */
+const RATE = envInt('BENCH_RATE', 0, 0)
 const ROUNDS = envInt('BENCH_ROUNDS', 6)
 const WARMUP = envInt('BENCH_WARMUP', 5)
 // Two: after one, the gateway's first measured round was its slowest of six in 13 of 14 runs, 15–40%
@@ -194,6 +199,7 @@ async function main(): Promise<void> {
         headers: side.headers,
         connections: CONNECTIONS,
         seconds,
+        ...(RATE > 0 ? { rate: RATE } : {}),
         pid: side.server.child.pid,
       })
       console.error(roundLine(`${side.name} ${round}`, r))
@@ -275,7 +281,7 @@ function report(
   const headersFloor = medians.get('headers-floor')
   const lines = [
     ...reportHead('bench:proxy'),
-    `load      GET /v1/things/1, ${CONNECTIONS} keep-alive connections; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, alternating`,
+    `load      GET /v1/things/1, ${CONNECTIONS} keep-alive connections${RATE > 0 ? `, ${RATE} requests a second to each side` : ''}; ${WARMUP_ROUNDS} × ${WARMUP} s per side to warm up, then ${ROUNDS} × ${DURATION} s per side, alternating`,
     `floor     node bench/servers.js floor (node:http + an undici Pool, no auth), the gateway's node flags`,
     ...(FASTIFY_FLOOR
       ? ["fastify-floor node bench/servers.js fastify-floor (fastify over the floor's handler, the reply hijacked)"]
@@ -308,6 +314,13 @@ function report(
       2,
     ),
     "(median rows: medians over the rounds, requests their sum; CPU µs/req: the server process's user + system time over the round, per request)",
+    // Whether a gap is JavaScript or the kernel's (the sockets' system calls): the main thread's split.
+    `main thread µs/req, user + kernel: ${[...medians.values()]
+      .map(
+        (m) =>
+          `${m.side} ${(m.mainThreadMicros - m.mainThreadSystemMicros).toFixed(1)} + ${m.mainThreadSystemMicros.toFixed(1)}`,
+      )
+      .join(', ')}`,
     '',
     `gateway / bare      req/s ${(gateway.perSecond / bare.perSecond).toFixed(3)} (target ≥ 0.95: ${gateway.perSecond / bare.perSecond >= 0.95 ? 'met' : 'NOT MET'}), ` +
       `p50 ${(gateway.p50 / bare.p50).toFixed(3)}, p99 ${(gateway.p99 / bare.p99).toFixed(3)}, CPU/request ${(gateway.cpuMicros / bare.cpuMicros).toFixed(3)}`,
