@@ -127,7 +127,8 @@ export interface RouteTimers {
  * Whether `outcome` is its combination's answer (allowedAnswers), or a timer's answer where that
  * timer may rightly have fired on a loaded machine (`excused`):
  * - the body idle timer's 408, where the client took at least `bodyIdleMs` less a trickle's gap
- *   between two writes, or an event loop of the exchange stalled that long during it;
+ *   between two writes, or an event loop of the exchange stalled that long during it, or the two
+ *   together (the client's longest gap and the loops' stalls during the exchange) came to that;
  * - the route timeout's 504 to an upstream that answers at once, where the loops stalled during the
  *   exchange for half of `timeoutMs` or more in all.
  *
@@ -151,7 +152,10 @@ export function judgeAnswer(
   const stalled = loopStalls.some(
     (stall) => stall[1] - stall[0] >= longEnough && stalledWithin([stall], outcome.startedAt, outcome.endedAt),
   )
-  return outcome.longestGapMs >= longEnough || stalled ? 'excused' : 'wrong'
+  // The silence the gateway saw: the client's gap, lengthened by the loops' stalls meanwhile (at most
+  // all of those during the exchange).
+  const gapAndStalls = outcome.longestGapMs + stalledFor(loopStalls, outcome.startedAt, outcome.endedAt)
+  return gapAndStalls >= longEnough || stalled ? 'excused' : 'wrong'
 }
 
 /** How long, in all, at least one of the loops was stalled between `from` and `to` (overlaps once). */
