@@ -3,6 +3,7 @@
 // `node bench/servers.js upstream|bare|floor|headers-floor|fastify-floor|receiver`, env PORT and, for the proxies, UPSTREAM_URL.
 // Started by bench/lib.ts startUpstream, startBare and startReceiver. With WEBSOCKET=1
 // (bench:websocket), the upstream also echoes WebSocket messages and the proxies pass them.
+import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 
 // Gone with the bench that started it (its stdin closes), and an exit on SIGTERM, not a death by
@@ -27,14 +28,16 @@ async function floorForward(upstreamUrl, contractHeaders = false) {
     for (const name of HOP) delete headers[name]
     return headers
   }
-  const stem = `${process.pid.toString(16)}-`
+  // Ids and scopes as long as the gateway's (http/request-id.ts; a parent key's scopes), so that the
+  // side writes as many bytes as the gateway does.
+  const stem = randomUUID().slice(0, 24)
   let counter = 0
   const withContract = (req, id) => {
     const out = {
       'x-service-resolved-tenant': '0b8a3c2e-5d4f-4e6a-9b1c-2d3e4f5a6b7c',
       'x-service-caller-tenant': '1c9b4d3f-6e5a-4f7b-8c2d-3e4f5a6b7c8d',
       'x-service-key-id': '2d0c5e4a-7f6b-4a8c-9d3e-4f5a6b7c8d9e',
-      'x-service-scopes': 'read write',
+      'x-service-scopes': 'sub_accounts:read sub_accounts:write',
       'x-request-id': id,
       'x-forwarded-for': req.socket.remoteAddress,
       'x-forwarded-proto': 'http',
@@ -46,7 +49,7 @@ async function floorForward(upstreamUrl, contractHeaders = false) {
   }
   return (req, res) => {
     const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
-    const id = contractHeaders ? stem + (++counter).toString(36) : ''
+    const id = contractHeaders ? stem + (++counter).toString(16).padStart(12, '0') : ''
     pool.stream(
       {
         method: req.method,
