@@ -117,6 +117,17 @@ t.test("the upgrade counts as a request: the month's use and the request line", 
   t.match(line, /"status":101/, 'a request line with status 101')
 })
 
+/** Handshakes that ws's server refuses: a subprotocol list it cannot read, an Upgrade that is a list. */
+const BAD_HANDSHAKES: [string, Record<string, string>][] = [
+  ['a subprotocol offered twice', { 'sec-websocket-protocol': 'chat, chat' }],
+  ['a subprotocol with a space', { 'sec-websocket-protocol': 'a b' }],
+  ['a subprotocol with a slash', { 'sec-websocket-protocol': 'chat, a/b' }],
+  ['a quoted subprotocol', { 'sec-websocket-protocol': '"x"' }],
+  ['an empty subprotocol entry', { 'sec-websocket-protocol': 'a,,b' }],
+  ['a credential entry with a space', { 'sec-websocket-protocol': 'tgw.bearer.x y, chat' }],
+  ['Upgrade as a list', { upgrade: 'foo, websocket' }],
+]
+
 t.test('each refusal is an HTTP answer (problem+json), and the connection closes', async (t) => {
   const client = await clientKey(gw.url, parent, ['live:read'])
   const cases: [string, string, Record<string, string>, number, string][] = [
@@ -140,6 +151,14 @@ t.test('each refusal is an HTTP answer (problem+json), and the connection closes
       400,
       'bad_request',
     ],
+    // What ws would refuse once the upstream's socket is open is refused before it is dialled.
+    ...BAD_HANDSHAKES.map(([what, headers]): [string, string, Record<string, string>, number, string] => [
+      what,
+      '/live/x',
+      { authorization: `Bearer ${reader.apiKey}`, ...headers },
+      400,
+      'bad_request',
+    ]),
   ]
   const off = await callAs(gw.url, parent.apiKey, {
     method: 'POST',
@@ -285,6 +304,34 @@ t.test('max_websockets_per_tenant: past it 429, and a closed socket frees its pl
     }
   })
   t.ok(again, 'a place freed by a close is taken again')
+  for (const socket of sockets) socket.ws.close()
+  await Promise.all(sockets.map((socket) => socket.closed))
+  t.ok(await until(2000, async () => (await open('/live')) === 0), 'all closed')
+})
+
+t.test('a handshake refused before the upstream takes no place under the cap, and dials nothing', async (t) => {
+  const dialled = upstream.upgrades.length
+  // Twice the cap (3) of each: had any held a place, the upgrade after them would get 429.
+  for (const [what, headers] of BAD_HANDSHAKES) {
+    for (let i = 0; i < 6; i++) {
+      const answer = await answerToUpgrade(`${gw.url}/live/cap`, {
+        authorization: `Bearer ${reader.apiKey}`,
+        ...headers,
+      })
+      if (answer.status !== 400) t.fail(`${what}: ${answer.status} ${answer.body}`)
+    }
+  }
+  const detail = (headers: Record<string, string>) =>
+    answerToUpgrade(`${gw.url}/live/cap`, { authorization: `Bearer ${reader.apiKey}`, ...headers }).then(
+      (answer) => (JSON.parse(answer.body) as { detail: string }).detail,
+    )
+  t.match(await detail({ 'sec-websocket-protocol': 'chat, tgw.bearer.k, chat' }), /entry 3 repeats entry 1/)
+  const secret = await detail({ 'sec-websocket-protocol': 'chat, tgw.bearer.secret value' })
+  t.match(secret, /entry 2 is not a subprotocol name/, 'the entry told by its place')
+  t.notMatch(secret, /secret/, 'and never quoted: it may be a credential')
+  t.equal(upstream.upgrades.length, dialled, 'the upstream was never dialled')
+  const sockets = await Promise.all([1, 2, 3].map(() => openSocket(t, `${gw.url}/live/cap`, { key: reader.apiKey })))
+  t.equal(sockets.length, 3, 'the cap is whole: three sockets open')
   for (const socket of sockets) socket.ws.close()
   await Promise.all(sockets.map((socket) => socket.closed))
   t.ok(await until(2000, async () => (await open('/live')) === 0), 'all closed')

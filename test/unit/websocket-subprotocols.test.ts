@@ -1,7 +1,7 @@
 // The browser's credential as a subprotocol (docs/api.md, WebSockets), as plain functions: what
 // is taken out of Sec-WebSocket-Protocol, and what the client is answered.
 import t from 'tap'
-import { answeredProtocol, offeredProtocols } from '../../src/proxy/websocket/subprotocols.js'
+import { answeredProtocol, offeredProtocols, subprotocolListProblem } from '../../src/proxy/websocket/subprotocols.js'
 import { asksForWebSocket } from '../../src/http/upgrade-request.js'
 
 t.test('the tgw.bearer. entry is the credential; the rest is offered upstream, in order', async (t) => {
@@ -44,4 +44,17 @@ t.test('Upgrade: websocket, as a token list in any case', async (t) => {
   t.notOk(asksForWebSocket('h2c'))
   t.notOk(asksForWebSocket('websockets'))
   t.notOk(asksForWebSocket(undefined))
+})
+
+t.test("a subprotocol list ws could not read is told apart, by each entry's place", async (t) => {
+  t.equal(subprotocolListProblem(undefined), null, 'none offered')
+  t.equal(subprotocolListProblem('tgw.bearer.tgw_abc, chat.v2,chat.v1 '), null, 'tokens, spaces around commas')
+  t.equal(subprotocolListProblem(['chat.v1', 'tgw.bearer.a.b.c']), null, 'repeated headers')
+  t.match(subprotocolListProblem('chat, chat'), /entry 2 repeats entry 1/)
+  t.match(subprotocolListProblem(['chat', 'chat']), /entry 2 repeats entry 1/, 'across repeated headers')
+  t.match(subprotocolListProblem('a,,b'), /entry 2 is empty/)
+  t.match(subprotocolListProblem(' , chat'), /entry 1 is empty/)
+  for (const bad of ['a b', 'a/b', '"x"', 'chat\u00a0', 'x;y', 'é'])
+    t.match(subprotocolListProblem(`ok, ${bad}`), /entry 2 is not a subprotocol name/, JSON.stringify(bad))
+  t.notMatch(subprotocolListProblem('tgw.bearer.secret value'), /secret/, 'an entry is never quoted')
 })

@@ -5,6 +5,7 @@
 import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.js'
 import type { StepFactory } from '../options.js'
+import type { Verdict } from '../pipeline.js'
 import { trustedIdentity } from '../headers.js'
 import type { PlaceRefusal } from '../websocket/open-sockets.js'
 import { dialUpstream, upgradeHeaders, upgradeOf } from '../websocket/upgrade.js'
@@ -43,13 +44,20 @@ export const websocketConnectStep: StepFactory = (route, { webSockets }) => {
         upgrade.place = holder
       }
       const identity = route.public ? null : trustedIdentity(request)
-      return dialUpstream(request, reply, route, upgrade, upgradeHeaders(request, route, upgrade, identity)).then(
-        (verdict) => {
-          if (verdict === undefined) webSockets.awaitHandshake(reply, route, upgrade)
-          else giveBack(request)
-          return verdict
-        },
-      )
+      let dialled: Promise<Verdict>
+      try {
+        dialled = dialUpstream(request, reply, route, upgrade, upgradeHeaders(request, route, upgrade, identity))
+      } catch (error) {
+        // A throw is the request's 500 (pipeline.ts), which undoes only the steps before this one:
+        // the place this step took goes back here, or it would be held until the process ends.
+        giveBack(request)
+        throw error
+      }
+      return dialled.then((verdict) => {
+        if (verdict === undefined) webSockets.awaitHandshake(reply, route, upgrade)
+        else giveBack(request)
+        return verdict
+      })
     },
   }
 }

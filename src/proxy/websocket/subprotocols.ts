@@ -15,6 +15,37 @@ export interface OfferedProtocols {
 
 const NONE: OfferedProtocols = { credential: null, bearerEntries: 0, application: [] }
 
+/** RFC 9110 §5.6.2: what a subprotocol's name is made of (RFC 6455 §4.1). */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+const OPTIONAL_WHITESPACE = /^[ \t]+|[ \t]+$/g
+
+/**
+ * What is wrong with a `Sec-WebSocket-Protocol` list, or null when nothing is: each entry must be a
+ * token, and none may come twice (RFC 6455 §4.1). ws refuses such a list on either side, the
+ * upstream's socket included: it is refused before anything is taken or dialled.
+ */
+export function subprotocolListProblem(header: string | string[] | undefined): string | null {
+  if (header === undefined) return null
+  // Entries are told by their place, never quoted: one of them may hold the browser's credential.
+  const seen = new Map<string, number>()
+  for (const value of Array.isArray(header) ? header : [header]) {
+    for (const entry of value.split(',')) {
+      const place = seen.size + 1
+      // Spaces and tabs only, as ws's own reading of the list (String.trim would take more).
+      const protocol = entry.replace(OPTIONAL_WHITESPACE, '')
+      if (protocol === '')
+        return `Sec-WebSocket-Protocol: entry ${place} is empty; separate subprotocols with single commas`
+      if (!TOKEN.test(protocol))
+        return `Sec-WebSocket-Protocol: entry ${place} is not a subprotocol name (letters, digits and !#$%&'*+-.^_\`|~ only)`
+      const first = seen.get(protocol)
+      if (first !== undefined)
+        return `Sec-WebSocket-Protocol: entry ${place} repeats entry ${first}; offer each subprotocol once`
+      seen.set(protocol, place)
+    }
+  }
+  return null
+}
+
 /** Reads `Sec-WebSocket-Protocol` (Node joins repeated headers with ", "). */
 export function offeredProtocols(header: string | string[] | undefined): OfferedProtocols {
   if (header === undefined) return NONE

@@ -14,7 +14,7 @@ import { upstreamHeaders } from '../headers.js'
 import { ABANDONED, type Verdict } from '../pipeline.js'
 import type { ProxyRoute } from '../route.js'
 import type { SocketHolder } from './open-sockets.js'
-import { offeredProtocols, type OfferedProtocols } from './subprotocols.js'
+import { offeredProtocols, type OfferedProtocols, subprotocolListProblem } from './subprotocols.js'
 
 export interface Upgrade {
   readonly offered: OfferedProtocols
@@ -40,11 +40,19 @@ export function upgradeOf(raw: IncomingMessage): Upgrade | undefined {
 
 const WEBSOCKET_KEY = /^[+/0-9A-Za-z]{21}[AQgw]==$/
 
-/** RFC 6455 §4.2.1: what makes an upgrade a WebSocket opening handshake; the refusal otherwise. */
+/**
+ * RFC 6455 §4.2.1: what makes an upgrade a WebSocket opening handshake; the refusal otherwise. Each
+ * check is at least as strict as ws's own (websocket-server.js, handleUpgrade), which answers the
+ * client after the upstream's socket is open: nothing ws would refuse gets that far.
+ */
 export function handshakeProblem(request: FastifyRequest): ApiError | undefined {
   const headers = request.headers
   if (!asksForWebSocket(headers.upgrade))
     return new ApiError('bad_request', 'the gateway upgrades connections only to WebSocket (Upgrade: websocket)')
+  // ws answers the client's handshake and takes `websocket` alone, once the upstream's socket is
+  // open: a list naming it too is refused here, before a place is taken or the upstream dialled.
+  if (headers.upgrade!.trim().toLowerCase() !== 'websocket')
+    return new ApiError('bad_request', 'send Upgrade: websocket alone, not a list of protocols')
   if (request.method !== 'GET') return new ApiError('bad_request', 'a WebSocket upgrade must be a GET')
   if (headers['sec-websocket-version'] !== '13')
     return new ApiError('bad_request', 'Sec-WebSocket-Version must be 13', {
@@ -53,6 +61,8 @@ export function handshakeProblem(request: FastifyRequest): ApiError | undefined 
   const key = headers['sec-websocket-key']
   if (typeof key !== 'string' || !WEBSOCKET_KEY.test(key.trim()))
     return new ApiError('bad_request', 'Sec-WebSocket-Key must be 16 bytes in base64')
+  const protocols = subprotocolListProblem(headers['sec-websocket-protocol'])
+  if (protocols !== null) return new ApiError('bad_request', protocols)
   return undefined
 }
 
