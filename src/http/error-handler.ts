@@ -41,9 +41,23 @@ function isStoreUnreachable(code: string): boolean {
   return STORE_UNREACHABLE.has(code) || /^08[0-9A-Z]{3}$/.test(code)
 }
 
+/**
+ * The request's own body failed because its client closed the connection before sending all of
+ * it (Node's `aborted`, code ECONNRESET, as a store's lost connection is too): the client's doing.
+ */
+function bodyCutShort(err: FastifyError, request: FastifyRequest): boolean {
+  return err.code === 'ECONNRESET' && (request.raw.errored === err || request.raw.aborted)
+}
+
 /** The catalogue's error for any error thrown on a request; null for a bug (answered 500). */
-export function toApiError(err: FastifyError): ApiError | null {
+export function toApiError(err: FastifyError, request: FastifyRequest): ApiError | null {
   if (err instanceof ApiError) return err
+  if (bodyCutShort(err, request)) {
+    // Not the store's failure nor the gateway's: a client abort, answered (if anyone still
+    // listens) and counted as the client error it is.
+    request.log.info({ method: request.method, path: request.url.split('?', 1)[0]!.slice(0, 200) }, 'client abort')
+    return new ApiError('bad_request', 'the connection closed before the whole request body came; send it again')
+  }
   if (err.code && isStoreUnreachable(err.code))
     return new ApiError('store_unavailable', 'the store cannot be reached; try again')
   if (err.validation)
@@ -63,7 +77,7 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
   // destroys every socket Node handed it as an upgrade; without a route that carries WebSockets,
   // Node hands none, and the header itself closes the connection.
   if (isUpgrade(request.raw) || asksForWebSocket(request.headers.upgrade)) reply.header('connection', 'close')
-  const apiError = toApiError(err)
+  const apiError = toApiError(err, request)
   if (apiError === null) {
     request.log.error({ err }, 'unhandled error')
     reply.problemCode = 'internal_error'

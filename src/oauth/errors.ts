@@ -63,7 +63,7 @@ export function noStore(reply: FastifyReply): FastifyReply {
 /** Any error of the endpoint as RFC 6749 JSON: catalogue errors keep their meaning, not their shape. */
 function toOAuthError(err: FastifyError, request: FastifyRequest): OAuthError {
   if (err instanceof OAuthError) return err
-  const apiError = toApiError(err)
+  const apiError = toApiError(err, request)
   if (apiError === null) {
     request.log.error({ err }, 'unhandled error')
     return new OAuthError(500, 'server_error', 'the gateway could not complete this request')
