@@ -2,8 +2,9 @@
 // servers (bench/lib.ts, BENCH_NODE), CI's tests (.ci/run) and the Dockerfile's smoke start
 // (.ci/docker-replay.mjs): that version, or the newest of its major line up to it that the npm
 // registry's node-<platform>-<arch> packages have, fetched once into
-// node_modules/.cache/tgw-bench-node. Run directly (`tsx scripts/image-node.ts [<version>]`, the
-// Dockerfile's by default), it prints the directory of that node binary, or fails saying why.
+// node_modules/.cache/tgw-bench-node. Run directly (`tsx scripts/image-node.ts [<version> |
+// --engines-floor]`, the Dockerfile's by default; the oldest package.json's `engines` allows), it
+// prints the directory of that node binary, or fails saying why.
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
@@ -62,9 +63,20 @@ export function fetchNode(wanted: string): string {
   return binary(chosen)
 }
 
+/** The oldest Node package.json's `engines` allows (`>=22.12` is `22.12.0`). */
+export function enginesFloorVersion(tree = ROOT): string {
+  const range = (JSON.parse(readFileSync(resolve(tree, 'package.json'), 'utf8')) as { engines?: { node?: string } })
+    .engines?.node
+  const floor = /^>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(range ?? '')
+  if (floor === null)
+    throw new Error(`package.json: expected engines.node ">=<major>[.<minor>[.<patch>]]", not ${range}`)
+  return `${floor[1]}.${floor[2] ?? 0}.${floor[3] ?? 0}`
+}
+
 if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   try {
-    const path = fetchNode(process.argv[2] ?? imageNodeVersion())
+    const asked = process.argv[2]
+    const path = fetchNode(asked === '--engines-floor' ? enginesFloorVersion() : (asked ?? imageNodeVersion()))
     console.log(dirname(path))
   } catch (err) {
     console.error(`the image's node could not be had: ${(err as Error).message}`)

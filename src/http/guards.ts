@@ -8,6 +8,7 @@ import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from './bad-paths.js'
 import { isUpgrade } from './upgrade-request.js'
 import { isLingering } from './lingering-close.js'
+import { closeWithConnection } from './queued-answer.js'
 import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
 
 /**
@@ -30,6 +31,8 @@ export const requestGuards = fp(
         request.raw.socket.destroy()
         return
       }
+      // A pipelined request's answer, queued behind another, says 'close' if its connection goes first.
+      closeWithConnection(reply.raw, request.raw.socket)
       // Every response carries the request id, errors included (they keep the headers set here).
       reply.header('x-request-id', request.id)
       // http-proxy ends an upgrade's socket after any answer but a 101: the answer says so.
