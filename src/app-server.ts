@@ -13,7 +13,7 @@ import { ConfigError } from './config.js'
 import { keepForwardedAddresses } from './guardrails/caller-address.js'
 import { sendFrameworkError } from './http/error-handler.js'
 import { deferContinue } from './http/expect-continue.js'
-import { refuseClientError } from './http/parser-refusal.js'
+import { refuseClientError, refuseConnect } from './http/parser-refusal.js'
 import { parseQueryString } from './http/query-string.js'
 import { requestId } from './http/request-id.js'
 import {
@@ -101,6 +101,7 @@ export function configureServer(app: FastifyInstance, deps: AppDeps, routes: rea
   // parser's 16 KiB a head bounds the fields kept.
   app.server.maxHeadersCount = 0
   deferContinue(app)
+  refuseConnect(app.server)
   // Set by the tenancy checks of the management and proxy routes; read for every request's usage.
   app.decorateRequest('principal', null)
   app.decorateRequest('actingTenant', null)
