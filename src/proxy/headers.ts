@@ -83,6 +83,7 @@ export const SPOOFING: ReadonlySet<string> = new Set([
 ])
 
 const FORWARDED_FOR = 'x-forwarded-for'
+const CONTENT_LENGTH = 'content-length'
 
 export const NO_HEADERS: ReadonlySet<string> = new Set()
 
@@ -162,8 +163,9 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
   for (const name in inbound) {
     if (isTrustedLookalike(name) || named.has(name)) continue
     const reading = headerReading(name)
-    // The gateway's X-Forwarded-For was written above; another spelling of it is a forgery.
-    if (DROPPED.has(reading) || reading === FORWARDED_FOR) continue
+    // The gateway's X-Forwarded-For was written above; another spelling of it is a forgery. So is
+    // another spelling of Content-Length: a folding upstream would read the body's length twice.
+    if (DROPPED.has(reading) || reading === FORWARDED_FOR || (reading === CONTENT_LENGTH && name !== reading)) continue
     if (SPOOFING.has(reading) && !context.passHeaders.has(reading)) continue
     if (name === 'authorization' && !context.forwardAuthorization) continue
     out[name] = inbound[name]

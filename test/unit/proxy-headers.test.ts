@@ -381,6 +381,15 @@ t.test('lookalikes of X-Service-* are dropped: _ and . read as - (a CGI upstream
   }
 })
 
+t.test('another spelling of a framing header is dropped: Content_Length, transfer.encoding', async (t) => {
+  const spellings = ['content_length', 'content.length', 'transfer_encoding', 'transfer.encoding']
+  const sent: IncomingHttpHeaders = { 'content-length': '5' }
+  for (const name of spellings) sent[name] = '1000'
+  const out = upstreamHeaders(sent, context())
+  for (const name of spellings) t.notOk(name in out, `${name} dropped`)
+  t.equal(out['content-length'], '5', 'the real Content-Length goes on (undici frames the body by it)')
+})
+
 t.test('method, path and address overrides are dropped unless the route passes them', async (t) => {
   t.same([...SPOOFING].sort(), [
     'forwarded',
