@@ -8,7 +8,7 @@ import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 
 /** Whether `answer` waits behind another on its connection (Node assigns it the socket later). */
-export function isQueued(answer: ServerResponse): boolean {
+function isQueued(answer: ServerResponse): boolean {
   return answer.socket === null
 }
 
