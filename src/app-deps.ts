@@ -80,6 +80,8 @@ export interface AppTuning {
   storeDeadlines?: Partial<StoreDeadlines>
   /** From how many records a limit simulation replays on a thread of its own (default SIMULATION_THREAD_FROM_RECORDS). */
   simulationThreadFromRecords?: number
+  /** The most sub-accounts a limit simulation replays (default SIMULATION_MAX_SUB_ACCOUNTS). */
+  simulationMaxSubAccounts?: number
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
   /** Resolves webhook URLs' names at creation (default node:dns lookup). */

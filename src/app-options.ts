@@ -8,6 +8,7 @@ import { logging } from './app-server.js'
 import { AccessTokens } from './auth/access-tokens.js'
 import { identityAssertions } from './identity/assertions.js'
 import { SIMULATION_THREAD_FROM_RECORDS } from './limits/replay-thread.js'
+import { SIMULATION_MAX_SUB_ACCOUNTS } from './limits/simulation.js'
 import { LogReads, type RequestLogReader } from './management/log-reads.js'
 import type { ManagementOptions } from './management/routes.js'
 import { MANAGEMENT_PREFIX } from './shared/paths.js'
@@ -159,6 +160,7 @@ export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLo
     copies: !(deps.requestLogStore ?? deps.store).embedded,
     retentionDays: deps.config.requestLogRetentionDays,
     replayThreadFromRecords: deps.tuning?.simulationThreadFromRecords ?? SIMULATION_THREAD_FROM_RECORDS,
+    simulationMaxSubAccounts: deps.tuning?.simulationMaxSubAccounts ?? SIMULATION_MAX_SUB_ACCOUNTS,
   }
 }
 

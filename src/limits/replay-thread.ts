@@ -69,6 +69,10 @@ export class ReplayThread implements RequestReplay {
   /** Wakes whoever waits for the thread (the read when too far ahead, or the close) at each answer. */
   private wake: (() => void) | null = null
 
+  get subAccounts(): number {
+    return this.tenantIndices.size
+  }
+
   constructor(data: ReplayThreadData) {
     this.worker = new Worker(WORKER_FILE, { workerData: data })
     this.worker.on('message', (answer: ReplayAnswer) => {

@@ -32,6 +32,13 @@ export function useBeforeOf({ month, uses }: MonthUseBefore): UseBefore {
   return (tenantId, meter, inMonth) => (inMonth === month ? (uses.get(`${tenantId} ${meter}`) ?? 0) : 0)
 }
 
+/**
+ * The most sub-accounts one simulation replays (docs/api.md). Each holds its limits' state and its
+ * line of the answer until the close, about 3 KB: a range of 10^5 active sub-accounts would outgrow
+ * a replica's heap (160 MB in the image) and stop it. Past it the read stops with a 400.
+ */
+export const SIMULATION_MAX_SUB_ACCOUNTS = 20_000
+
 /** Requests taken in the order they arrived (`take`), then what the limits would have done (`close`). */
 export interface RequestReplay {
   take(
@@ -42,6 +49,8 @@ export interface RequestReplay {
     units: Readonly<Record<string, number>> | null,
   ): Promise<void> | undefined
   close(): Promise<SimulatedTenant[]>
+  /** The sub-accounts taken so far: each holds its own limits' state until the close. */
+  readonly subAccounts: number
 }
 
 /** A min-heap of a sub-account's charges still to come, by when their answers ended. */
@@ -126,6 +135,10 @@ export class LimitReplay implements RequestReplay {
   /** The sub-accounts with requests held, in the order of their first; and how many requests. */
   private readonly waiting: Replayed[] = []
   private queuedCount = 0
+
+  get subAccounts(): number {
+    return this.tenants.size
+  }
 
   constructor(limits: Limits, useBefore: UseBefore) {
     this.limits = limits

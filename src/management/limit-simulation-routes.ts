@@ -16,6 +16,14 @@ import type { OperationTable } from './operation-table.js'
 /** The most records one simulation reads (docs/api.md): a longer range is refused, naming the bound. */
 export const SIMULATION_MAX_RECORDS = 10_000_000
 
+const tooManySubAccounts = (most: number) =>
+  validationFailed([
+    {
+      path: '/body/from',
+      message: `the range holds requests of more than ${most} sub-accounts, the most a simulation replays: name a sub_account_id, or shorten the range`,
+    },
+  ])
+
 /** No limit: every request passes (a simulation of `limits` that set none). */
 const NO_LIMITS = { rate: null, monthlyQuota: null }
 
@@ -100,6 +108,9 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
             // Answered already (the store deadline's 503) or its client gone: the read and the
             // thread end here, not after the rest of the range.
             if ((++taken & 4095) === 0 && (reply.sent || request.socket.destroyed)) throw unwanted()
+            // Checked before the next take, so that no promise of the replay is left behind.
+            if (replay.subAccounts > requestLog.simulationMaxSubAccounts)
+              throw tooManySubAccounts(requestLog.simulationMaxSubAccounts)
             return replay.take(
               row.tenantIds[i]!,
               row.timesUs[i]! / 1000,

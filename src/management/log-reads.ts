@@ -75,4 +75,6 @@ export interface RequestLogReader {
   retentionDays: number
   /** A limit simulation of at least this many records (by its bound) replays them on a thread of its own. */
   replayThreadFromRecords: number
+  /** The most sub-accounts a limit simulation replays (SIMULATION_MAX_SUB_ACCOUNTS). */
+  simulationMaxSubAccounts: number
 }

@@ -150,3 +150,43 @@ t.test('a simulation has a store deadline of its own, apart from the 1.5 s of ot
   const list = await callAs(hurried.url, parent.apiKey, { path: '/v1/sub-accounts' })
   t.equal(list.status, 200, 'another call is not under it')
 })
+
+t.test('a range of more sub-accounts than a simulation replays: 400 naming the bound, on either thread', async (t) => {
+  // Each sub-account holds its state until the answer: past the bound a replica's heap would give
+  // out (a range of 10^5 active sub-accounts stopped one). Here the bound is 2, the range has 3.
+  for (const [where, threadFrom] of [
+    ["the read's thread", 1_000_000],
+    ['a thread of its own', 0],
+  ] as const) {
+    for (const [most, expected] of [
+      [2, 400],
+      [3, 200],
+    ] as const) {
+      const bounded = await startGateway(t, {
+        redis: false,
+        database: gw.database,
+        simulationMaxSubAccounts: most,
+        simulationThreadFromRecords: threadFrom,
+        gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] },
+      })
+      const simulateOn = (body: unknown) =>
+        callAs(bounded.url, parent.apiKey, {
+          method: 'POST',
+          path: '/v1/sub-accounts/limits/simulations',
+          acting: 'self',
+          json: body,
+        })
+      const all = await simulateOn({ limits: rate, from, to })
+      if (expected === 400) {
+        checkProblem(t, all, 400, 'validation_failed', `${where}, at most ${most}`)
+        t.match(all.body, /more than 2 sub-accounts, the most a simulation replays: name a sub_account_id/)
+        const one = await simulateOn({ limits: rate, sub_account_id: a, from, to })
+        t.equal(one.status, 200, `${where}: one sub-account named is replayed`)
+      } else {
+        t.equal(all.status, 200, `${where}, at most ${most}: answered`)
+        t.equal((all.json().data as unknown[]).length, 3, 'every sub-account of the range')
+      }
+      await bounded.close()
+    }
+  }
+})
