@@ -17,6 +17,12 @@ const ROWS_A_BUFFER_AT_LEAST = 8
  */
 export const ROW_WEIGHT = 12
 
+/**
+ * The most characters of paths the buffer holds (about 16 MB): a record's path is up to 16 KiB, so
+ * that 100,000 records of long paths would otherwise outgrow a replica's heap (160 MB in the image).
+ */
+export const DEFAULT_BUFFER_PATH_CHARS = 16 * 1024 * 1024
+
 /** The key of a parent's open row of an earlier day than its newest. */
 const earlierKey = (accountId: string, day: number) => `${accountId}/${day}`
 
@@ -39,6 +45,9 @@ export class RowBuffer {
    */
   private readonly openLate = new Map<string, RowBuilder>()
   private count = 0
+  /** The characters of the paths of the records waiting (RowBuilder.pathChars). */
+  private pathChars = 0
+  private readonly maxPathChars: number
   private readonly rowRecords: number
   private readonly maxRows: number
   /** Records dropped because the buffer was full, since the start. */
@@ -47,8 +56,9 @@ export class RowBuffer {
   onDropped: ((row: RowBuilder) => void) | null = null
 
   readonly capacity: number
-  constructor(capacity: number, rowRecords: number) {
+  constructor(capacity: number, rowRecords: number, maxPathChars = DEFAULT_BUFFER_PATH_CHARS) {
     this.capacity = capacity
+    this.maxPathChars = maxPathChars
     if (!(capacity >= 1)) throw new RangeError(`a request log buffer holds a record at least, not ${capacity}`)
     this.rowRecords = Math.max(1, Math.min(rowRecords, Math.floor(capacity / ROWS_A_BUFFER_AT_LEAST)))
     this.maxRows = Math.max(ROWS_A_BUFFER_AT_LEAST, Math.floor(capacity / ROW_WEIGHT))
@@ -71,7 +81,11 @@ export class RowBuffer {
   add(record: RequestRecord, day: number): void {
     const accountId = record.accountId
     let row = this.openRow(accountId, day)
-    while (this.count >= this.capacity || (row === undefined && this.rows >= this.maxRows)) {
+    while (
+      this.count >= this.capacity ||
+      (row === undefined && this.rows >= this.maxRows) ||
+      this.overPathChars(record)
+    ) {
       this.dropOldest()
       row = this.openRow(accountId, day) // the row dropped may have been this one
     }
@@ -86,7 +100,13 @@ export class RowBuffer {
       return
     }
     this.count++
+    this.pathChars += record.path.length
     if (row.size === this.rowRecords) this.close(row)
+  }
+
+  /** Whether `record`'s path would take the buffer past its characters of paths, with rows to drop for it. */
+  private overPathChars(record: RequestRecord): boolean {
+    return this.pathChars + record.path.length > this.maxPathChars && this.rows > 0
   }
 
   /** Adds a late record to the parent's row of late records of `day`, or to a new one. */
@@ -95,13 +115,14 @@ export class RowBuffer {
     let row = this.openLate.get(key)
     if (row === undefined || row.add(record) !== ADDED) {
       if (row !== undefined) this.close(row)
-      while (this.count >= this.capacity || this.rows >= this.maxRows) this.dropOldest()
+      while (this.count >= this.capacity || this.rows >= this.maxRows || this.overPathChars(record)) this.dropOldest()
       row = new RowBuilder(record.accountId, day)
       this.queue.push(row)
       this.openLate.set(key, row)
       row.add(record) // an empty row takes any record
     }
     this.count++
+    this.pathChars += record.path.length
     if (row.size === this.rowRecords) this.close(row)
   }
 
@@ -116,6 +137,7 @@ export class RowBuffer {
       this.close(row)
       taken.push(row)
       records += row.size
+      this.pathChars -= row.pathChars
     }
     this.count -= records
     this.compact()
@@ -129,11 +151,15 @@ export class RowBuffer {
   putBack(rows: readonly RowBuilder[]): void {
     let first = 0
     let records = rows.reduce((sum, row) => sum + row.size, 0)
+    let pathChars = rows.reduce((sum, row) => sum + row.pathChars, 0)
     while (
       first < rows.length &&
-      (this.count + records > this.capacity || this.rows + rows.length - first > this.maxRows)
+      (this.count + records > this.capacity ||
+        this.rows + rows.length - first > this.maxRows ||
+        this.pathChars + pathChars > this.maxPathChars)
     ) {
       records -= rows[first]!.size
+      pathChars -= rows[first]!.pathChars
       this.dropped += rows[first]!.size
       this.onDropped?.(rows[first]!)
       first++
@@ -141,6 +167,7 @@ export class RowBuffer {
     this.queue = [...rows.slice(first), ...this.queue.slice(this.head)]
     this.head = 0
     this.count += records
+    this.pathChars += pathChars
   }
 
   private dropOldest(): void {
@@ -148,6 +175,7 @@ export class RowBuffer {
     this.head++
     this.close(row)
     this.count -= row.size
+    this.pathChars -= row.pathChars
     this.dropped += row.size
     this.onDropped?.(row)
     this.compact()

@@ -120,6 +120,8 @@ export class RowBuilder {
   readonly refusedKeySet = new Set<string>()
   readonly givenIds: string[] = []
   readonly givenPositions: number[] = []
+  /** The characters of its records' paths: the one field a client sizes (up to the head's 16 KiB). */
+  pathChars = 0
   first = Number.POSITIVE_INFINITY
   last = Number.NEGATIVE_INFINITY
   not2xx = false
@@ -168,6 +170,7 @@ export class RowBuilder {
     this.routes.push(record.route)
     this.routeSet.add(record.route)
     this.paths.push(record.path)
+    this.pathChars += record.path.length
     this.statuses.push(record.status)
     this.statusSet.add(record.status)
     if (record.status < 200 || record.status > 299) {

@@ -145,3 +145,29 @@ t.test("late records (ids far below the open row's) fill a row of their own; the
   )
   t.equal(buffer.size, 0)
 })
+
+t.test('the buffer holds so many characters of paths at most: the oldest rows go, counted', async (t) => {
+  // Paths are the one field a client sizes (up to 16 KiB): 100,000 of them would outgrow a heap.
+  const long = (n: number, accountId = ACCOUNTS[0]!) =>
+    logRecord({ id: `r${n}`, path: `/${'a'.repeat(299)}`, accountId })
+  const buffer = new RowBuffer(1_000, 2, 1_000)
+  for (let n = 1; n <= 3; n++) buffer.add(long(n), DAY)
+  t.equal(buffer.dropped, 0, '900 characters fit in 1,000')
+  buffer.add(long(4), DAY)
+  t.equal(buffer.dropped, 2, 'the fourth takes the oldest row (two records) out')
+  t.same(ids(buffer.take(100)), ['r3,r4'])
+  // Taken rows no longer count; put back, they count again, and what does not fit goes.
+  for (let n = 5; n <= 7; n++) buffer.add(long(n, ACCOUNTS[1]), DAY)
+  t.equal(buffer.dropped, 2, 'the taken rows made room')
+  const batch = buffer.take(100)
+  buffer.add(long(8), DAY)
+  buffer.add(long(9), DAY)
+  buffer.putBack(batch)
+  t.equal(buffer.dropped, 4, 'of the three put back, the oldest row goes: two more dropped')
+  t.same(ids(buffer.take(100)), ['r7', 'r8,r9'])
+  t.equal(buffer.size, 0)
+  // A record of a short path beside them is not held to the long ones' share.
+  const mixed = new RowBuffer(1_000, 2, 1_000)
+  for (let n = 1; n <= 50; n++) mixed.add(record(n), DAY)
+  t.equal(mixed.dropped, 0, 'fifty one-character paths fit')
+})
