@@ -10,7 +10,7 @@ import { forwardedUnitsBetween, replayInOrder, replayRecordBound } from '../requ
 import { Simulation, SimulationBody } from '../schemas/limit-simulations.js'
 import { bodyLimits } from './body-limits.js'
 import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
-import { parentPlaces } from './log-reads.js'
+import { simulationPlaces } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
 
 /** The most records one simulation reads (docs/api.md): a longer range is refused, naming the bound. */
@@ -87,8 +87,9 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
       const uses = new Map(periods)
       for (const [key, units] of partial) uses.set(key, (uses.get(key) ?? 0) + units)
       const useBefore = { month: from.toISOString().slice(0, 7), uses }
-      // Counted among the parent's reads of its log, bounded as they are; replayed as it is read.
-      const data = await requestLog.reads.run(parentPlaces(accountId), async () => {
+      // Counted among the parent's reads of its log, bounded as they are, and one simulation at a
+      // time on this replica; replayed as it is read.
+      const data = await requestLog.reads.run(simulationPlaces(accountId), async () => {
         const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
         if (bound > SIMULATION_MAX_RECORDS)
           throw validationFailed([

@@ -14,17 +14,37 @@ export const PORTAL_READS_AT_ONCE = 2
 /** The portal reads of all of one parent's sub-accounts under way at once. */
 export const PORTALS_READS_AT_ONCE = 4
 
+/**
+ * Limit simulations under way at once on this replica, whoever's: each may hold up to
+ * SIMULATION_MAX_SUB_ACCOUNTS sub-accounts' state (about 60 MB), and two of them would outgrow a
+ * replica's heap (160 MB in the image) where one does not.
+ */
+export const SIMULATIONS_AT_ONCE = 1
+
 /** A count of reads under way that a read takes a place in. */
 export interface ReadPlace {
   key: string
   atOnce: number
   /** Who is full, as the refusal says it: "this account already has". */
   whoHas: string
+  /** What is under way, as the refusal says it (default: reads of the request log). */
+  what?: string
 }
 
 /** A parent's own reads. */
 export const parentPlaces = (accountId: string): ReadPlace[] => [
   { key: accountId, atOnce: LOG_READS_AT_ONCE, whoHas: 'this account already has' },
+]
+
+/** A limit simulation: a parent's read, and the replica's one simulation at a time. */
+export const simulationPlaces = (accountId: string): ReadPlace[] => [
+  ...parentPlaces(accountId),
+  {
+    key: 'limit simulations',
+    atOnce: SIMULATIONS_AT_ONCE,
+    whoHas: 'this replica already has',
+    what: 'limit simulation',
+  },
 ]
 
 /** A sub-account's portal reads: its own places, within its parent's portals' places. */
@@ -47,7 +67,7 @@ export class LogReads {
     if (full !== undefined)
       throw new ApiError(
         'too_many_concurrent_requests',
-        `${full.whoHas} ${full.atOnce} reads of the request log under way; retry once one has answered`,
+        `${full.whoHas} ${full.atOnce} ${full.what ?? 'reads of the request log'} under way; retry once one has answered`,
         { headers: { 'retry-after': '1' } },
       )
     for (const { key } of places) this.underWay.set(key, (this.underWay.get(key) ?? 0) + 1)

@@ -4,7 +4,7 @@
 // counted apart from its own, two a sub-account and four for all of them.
 import t from 'tap'
 import { ApiError } from '../../src/errors.js'
-import { LogReads, parentPlaces, portalPlaces } from '../../src/management/log-reads.js'
+import { LogReads, parentPlaces, portalPlaces, simulationPlaces } from '../../src/management/log-reads.js'
 
 /** A read that ends when told. */
 function heldRead() {
@@ -77,4 +77,21 @@ t.test("portal reads: two a sub-account, four for a parent's portals, none of th
   t.equal(await reads.run(portalPlaces('a', 's3'), async () => 's3'), 's3')
   for (const h of held) h.end('done')
   t.same(await Promise.all([...parents, ...ofOne, ...ofAnother]), ['done', 'done', 'done', 'done', 's2', 'done'])
+})
+
+t.test("one limit simulation at a time on a replica, whoever's; other reads go on beside it", async (t) => {
+  // Each may hold 20,000 sub-accounts' state: two at once would outgrow a replica's heap.
+  const reads = new LogReads()
+  const simulation = heldRead()
+  const running = reads.run(simulationPlaces('a'), simulation.read)
+  const refused = await reads.run(simulationPlaces('b'), async () => 'second').catch((err: unknown) => err)
+  t.match(refused, {
+    code: 'too_many_concurrent_requests',
+    status: 429,
+    detail: /^this replica already has 1 limit simulation under way; retry once one has answered/,
+  })
+  t.equal(await reads.run(parentPlaces('a'), async () => 'page'), 'page', "the parent's other read runs beside it")
+  simulation.end('done')
+  t.equal(await running, 'done')
+  t.equal(await reads.run(simulationPlaces('b'), async () => 'next'), 'next', 'the next runs once it has answered')
 })
