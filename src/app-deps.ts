@@ -82,6 +82,8 @@ export interface AppTuning {
   simulationThreadFromRecords?: number
   /** The most sub-accounts a limit simulation replays (default SIMULATION_MAX_SUB_ACCOUNTS). */
   simulationMaxSubAccounts?: number
+  /** The most sub-account meters one usage reconciliation answers (default RECONCILIATION_MAX_ROWS). */
+  reconciliationMaxRows?: number
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
   /** Resolves webhook URLs' names at creation (default node:dns lookup). */

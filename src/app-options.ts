@@ -11,6 +11,7 @@ import { SIMULATION_THREAD_FROM_RECORDS } from './limits/replay-thread.js'
 import { SIMULATION_MAX_SUB_ACCOUNTS } from './limits/simulation.js'
 import { LogReads, type RequestLogReader } from './management/log-reads.js'
 import type { ManagementOptions } from './management/routes.js'
+import { RECONCILIATION_MAX_ROWS } from './management/usage-reconciliation-routes.js'
 import { MANAGEMENT_PREFIX } from './shared/paths.js'
 import type { ConsoleOptions } from './console/plugin.js'
 import type { PortalOptions } from './portal/plugin.js'
@@ -190,6 +191,7 @@ export function managementOptions(
       periodSeconds: deps.config.usagePeriodSeconds,
       source: deps.config.issuerUrl,
       pushTarget: deps.config.usageExport === null ? null : exportTarget(deps.config.usageExport.url),
+      reconciliationMaxRows: deps.tuning?.reconciliationMaxRows ?? RECONCILIATION_MAX_ROWS,
     },
   }
 }

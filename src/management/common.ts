@@ -59,6 +59,8 @@ export interface UsageExportSettings {
   source: string
   /** The push's receiver as the store names it (usage/exporter.ts, exportTarget); null with no push. */
   pushTarget: string | null
+  /** The most sub-account meters one reconciliation answers (RECONCILIATION_MAX_ROWS). */
+  reconciliationMaxRows: number
 }
 
 declare module 'fastify' {

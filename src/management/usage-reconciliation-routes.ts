@@ -1,7 +1,8 @@
 // Usage reconciliation (docs/billing.md): the parent's sub-accounts and meters of a range, the
 // meter beside the limiter, the request log and the export, every difference explained.
 import { closedUntil, replicaLost } from '../store/usage-periods.js'
-import { reconciliationCounts } from '../store/usage-reconciliation.js'
+import { reconciliationCounts, TooManyRows } from '../store/usage-reconciliation.js'
+import { validationFailed } from '../errors.js'
 import { logUnitSums } from '../request-log/unit-sums.js'
 import { exportInstant, exportRange } from '../usage/export.js'
 import { reconcile } from '../usage/reconciliation.js'
@@ -10,6 +11,20 @@ import { CLOSED_UNTIL_HEADER } from './usage-export-routes.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
 import { parentPlaces } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
+
+/**
+ * The most sub-account meters one reconciliation answers (docs/api.md): each is a line of the
+ * answer from three counts, and 10^5 of them ran a replica out of its heap. Past it: 400.
+ */
+export const RECONCILIATION_MAX_ROWS = 20_000
+
+const tooManyRows = (most: number) =>
+  validationFailed([
+    {
+      path: '/querystring/from',
+      message: `the range holds more than ${most} sub-account meters, the most one reconciliation answers: shorten it`,
+    },
+  ])
 
 export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
@@ -26,8 +41,17 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
       const accountId = parentOf(request).id
       const closed = await closedUntil(sql)
       // The log's read counts among the parent's reads of its log at once, bounded as they are.
+      const maxRows = usageExport.reconciliationMaxRows
       const [counts, log, lost] = await Promise.all([
-        reconciliationCounts(sql, { ...range, accountId, closedUntil: closed, pushTarget: usageExport.pushTarget }),
+        reconciliationCounts(sql, {
+          ...range,
+          accountId,
+          closedUntil: closed,
+          pushTarget: usageExport.pushTarget,
+          maxRows,
+        }).catch((err: unknown) => {
+          throw err instanceof TooManyRows ? tooManyRows(maxRows) : err
+        }),
         requestLog === null
           ? null
           : requestLog.reads.run(parentPlaces(accountId), () =>
@@ -38,11 +62,13 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
                   days: requestLog.retentionDays,
                   nowMs: Date.now(),
                   statementTimeoutMs: requestLog.statementTimeoutMs,
+                  maxRows,
                 },
               ),
             ),
         replicaLost(sql, { ...range, closedUntil: closed }),
       ])
+      if (log !== null && log.length > maxRows) throw tooManyRows(maxRows)
       if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
       return { from: exportInstant(range.from), to: exportInstant(range.to), data: reconcile(counts, log, lost) }
     },

@@ -24,7 +24,7 @@ export interface LogUnitSum {
 export async function logUnitSums(
   sql: Sql,
   range: { from: Date; to: Date; accountId: string | null; closedUntil: Date | null },
-  retention: { days: number; nowMs: number; statementTimeoutMs?: number },
+  retention: { days: number; nowMs: number; statementTimeoutMs?: number; maxRows?: number },
 ): Promise<LogUnitSum[] | null> {
   if (dayOf(range.from.getTime()) - 1 < dayOf(retention.nowMs) - retention.days) return null
   const fromUs = range.from.getTime() * 1000
@@ -50,6 +50,7 @@ export async function logUnitSums(
     where ${account}
       and r.first_time >= ${firstDay} and r.first_time < ${range.to}
       and x.cost > 0 and x.time_us + x.duration_us >= ${fromUs} and x.time_us + x.duration_us < ${toUs}
-    group by 1, 2, 3`
+    group by 1, 2, 3
+    ${retention.maxRows === undefined ? sql`` : sql`limit ${retention.maxRows + 1}`}`
   })
 }

@@ -41,6 +41,8 @@ export interface ReconciliationRange {
    * push: exported is what a pull of the closed periods gives.
    */
   pushTarget: string | null
+  /** At most this many rows of each count are read (more: TooManyRows); none: every row (the CLI). */
+  maxRows?: number
 }
 
 type Tenant = Pick<ReconciliationCounts, 'tenant_id' | 'account_id' | 'sub_account_id' | 'meter'>
@@ -74,6 +76,9 @@ export const NO_COUNTS: Omit<ReconciliationCounts, keyof Tenant> = {
  * close (the caller's, which splits the log's count too) and the receiver's cursor are passed in
  * as values (joined in, they cost a second more), and the account's tenants are a semi-join.
  */
+/** A range with more sub-accounts' meters than `maxRows`: its answer would outgrow a replica's heap. */
+export class TooManyRows extends Error {}
+
 export async function reconciliationCounts(sql: Sql, range: ReconciliationRange): Promise<ReconciliationCounts[]> {
   const { from, to, accountId, pushTarget } = range
   // Nothing closed yet: before any period there is.
@@ -86,6 +91,8 @@ export async function reconciliationCounts(sql: Sql, range: ReconciliationRange)
     sql`(select id from tenants where ${accountId}::uuid is null or id = ${accountId} or parent_id = ${accountId})`
   const tenant = () => sql`t.id as tenant_id, coalesce(t.parent_id, t.id) as account_id,
     case when t.parent_id is null then null else t.id end as sub_account_id, s.meter`
+  // One row past the bound tells it is passed, without reading the rest.
+  const bounded = () => (range.maxRows === undefined ? sql`` : sql`limit ${range.maxRows + 1}`)
   const [units, checks] = await Promise.all([
     sql<UnitSums[]>`
       select ${tenant()}, s.meter_units::text, s.closed_meter_units::text, s.late_units::text,
@@ -103,7 +110,7 @@ export async function reconciliationCounts(sql: Sql, range: ReconciliationRange)
         where u.period_start >= ${from} and u.period_start < ${to} and u.tenant_id in ${inScope()}
         group by 1, 2
       ) as s join tenants t on t.id = s.tenant_id
-      where s.meter_units > 0`,
+      where s.meter_units > 0 ${bounded()}`,
     sql<CheckSums[]>`
       select ${tenant()}, s.served_units::text, s.closed_served_units::text, s.limiter_units::text,
              s.unlimited_units::text, s.late_out_units::text, s.closed_late_out_units::text,
@@ -118,8 +125,9 @@ export async function reconciliationCounts(sql: Sql, range: ReconciliationRange)
         from usage_period_checks c
         where c.period_start >= ${from} and c.period_start < ${to} and c.tenant_id in ${inScope()}
         group by 1, 2
-      ) as s join tenants t on t.id = s.tenant_id`,
+      ) as s join tenants t on t.id = s.tenant_id ${bounded()}`,
   ])
+  if (range.maxRows !== undefined && Math.max(units.length, checks.length) > range.maxRows) throw new TooManyRows()
   const byKey = new Map<string, ReconciliationCounts>()
   for (const row of [...units, ...checks]) {
     const key = `${row.tenant_id} ${row.meter}`

@@ -11,6 +11,7 @@ import { UsageMeter } from '../../src/usage/meter.js'
 import type { ReconciliationEntry } from '../../src/usage/reconciliation.js'
 import { cli } from '../helpers/cli.js'
 import { startGateway } from '../helpers/gateway.js'
+import { checkProblem } from '../helpers/problems.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
 import { logRecord, madeId } from '../helpers/request-records.js'
@@ -164,6 +165,33 @@ t.test('open periods: the counts line up, and what is still open is said so', as
       entry.differences.some((x) => x.kind === 'unexplained'),
       `nothing unexplained: ${JSON.stringify(entry)}`,
     )
+})
+
+t.test('a range of more sub-account meters than one answer holds: 400 naming the bound', async (t) => {
+  // Each meter of each sub-account is a line of the answer: 10^5 of them ran a replica out of its
+  // heap. Here the bound is 2, and P's range has more; a bound it fits answers as before.
+  const { data } = await reconciliation(P.apiKey, FROM, TO)
+  t.ok(data.length > 2, `P's range has ${data.length} lines`)
+  for (const [most, status] of [
+    [2, 400],
+    [data.length, 200],
+  ] as const) {
+    const bounded = await startGateway(t, {
+      database: gw.database,
+      reconciliationMaxRows: most,
+      usagePeriods: { closeIntervalMs: HOUR, exportIntervalMs: HOUR },
+      requestLog: { flushIntervalMs: HOUR },
+      env: { USAGE_PERIOD_SECONDS: '60', ISSUER_URL: 'https://gateway.example' },
+    })
+    const res = await callAs(bounded.url, P.apiKey, {
+      path: `/v1/sub-accounts/usage/reconciliation?from=${iso(FROM)}&to=${iso(TO)}`,
+    })
+    if (status === 400) {
+      checkProblem(t, res, 400, 'validation_failed', 'past the bound')
+      t.match(res.body, /more than 2 sub-account meters, the most one reconciliation answers: shorten it/)
+    } else t.equal(res.status, 200, `at most ${most}: answered`)
+    await bounded.close()
+  }
 })
 
 t.test('closed: the export acknowledged, the log short by its dropped records only', async (t) => {
