@@ -126,17 +126,22 @@ export class RowBuffer {
     if (row.size === this.rowRecords) this.close(row)
   }
 
-  /** Takes out the oldest rows, whole, up to `maxRecords` records (one row at least), oldest first. */
-  take(maxRecords: number): RowBuilder[] {
+  /**
+   * Takes out the oldest rows, whole, up to `maxRecords` records and `maxPathChars` characters of
+   * paths (one row at least), oldest first.
+   */
+  take(maxRecords: number, maxPathChars = Number.POSITIVE_INFINITY): RowBuilder[] {
     const taken: RowBuilder[] = []
     let records = 0
+    let pathChars = 0
     while (this.head < this.queue.length) {
       const row = this.queue[this.head]!
-      if (taken.length > 0 && records + row.size > maxRecords) break
+      if (taken.length > 0 && (records + row.size > maxRecords || pathChars + row.pathChars > maxPathChars)) break
       this.head++
       this.close(row)
       taken.push(row)
       records += row.size
+      pathChars += row.pathChars
       this.pathChars -= row.pathChars
     }
     this.count -= records

@@ -15,6 +15,11 @@ import { ensureRequestLogTable, ROW_RECORDS } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
 export const DEFAULT_BATCH_RECORDS = 5_000
+/**
+ * The most characters of paths one batch takes (about 4 MB): a batch of 5,000 records of 16 KiB
+ * paths, with its COPY's bytes beside it, would take most of a replica's heap.
+ */
+export const DEFAULT_BATCH_PATH_CHARS = 4 * 1024 * 1024
 /** A second: at a parent's few requests a second, the longer the wait, the fuller its rows (schema.ts). */
 export const DEFAULT_FLUSH_INTERVAL_MS = 1_000
 const MAX_RETRY_PAUSE_MS = 5_000
@@ -130,7 +135,7 @@ export class RequestLogWriter {
   private async writeAll(): Promise<void> {
     let left = this.buffer.size
     while (left > 0 && this.buffer.size > 0) {
-      const batch = this.buffer.take(this.batchRecords)
+      const batch = this.buffer.take(this.batchRecords, DEFAULT_BATCH_PATH_CHARS)
       const records = batch.reduce((sum, row) => sum + row.size, 0)
       left -= records
       try {

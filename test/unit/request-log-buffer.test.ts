@@ -171,3 +171,12 @@ t.test('the buffer holds so many characters of paths at most: the oldest rows go
   for (let n = 1; n <= 50; n++) mixed.add(record(n), DAY)
   t.equal(mixed.dropped, 0, 'fifty one-character paths fit')
 })
+
+t.test('a batch takes so many characters of paths at most (one row at least)', async (t) => {
+  const long = (n: number) => logRecord({ id: `r${n}`, path: `/${'a'.repeat(299)}` })
+  const buffer = new RowBuffer(1_000, 1)
+  for (let n = 1; n <= 4; n++) buffer.add(long(n), DAY)
+  t.same(ids(buffer.take(100, 700)), ['r1', 'r2'], 'two rows of 300 fit in 700, a third does not')
+  t.same(ids(buffer.take(100, 100)), ['r3'], 'a row larger than the bound goes whole')
+  t.same(ids(buffer.take(100)), ['r4'], 'no bound: every row')
+})
