@@ -27,8 +27,11 @@ export const DEFAULT_BUFFER_PATH_CHARS = 16 * 1024 * 1024
 const earlierKey = (accountId: string, day: number) => `${accountId}/${day}`
 
 export class RowBuffer {
-  /** The rows, oldest first, from `head` on (the queue's front is spent by moving `head`). */
-  private queue: RowBuilder[] = []
+  /**
+   * The rows, oldest first, from `head` on (the queue's front is spent by moving `head`, each spent
+   * place emptied: a row taken or dropped must not stay reachable until the next compaction).
+   */
+  private queue: (RowBuilder | null)[] = []
   private head = 0
   /** Each parent's row of its newest day still taking records; closed when full, taken or dropped. */
   private readonly open = new Map<string, RowBuilder>()
@@ -137,6 +140,7 @@ export class RowBuffer {
     while (this.head < this.queue.length) {
       const row = this.queue[this.head]!
       if (taken.length > 0 && (records + row.size > maxRecords || pathChars + row.pathChars > maxPathChars)) break
+      this.queue[this.head] = null
       this.head++
       this.close(row)
       taken.push(row)
@@ -177,6 +181,7 @@ export class RowBuffer {
 
   private dropOldest(): void {
     const row = this.queue[this.head]!
+    this.queue[this.head] = null
     this.head++
     this.close(row)
     this.count -= row.size
