@@ -3,7 +3,7 @@
 // are charged when each answer ended, in that order, not when it began; a busiest second and a
 // first refusal are said.
 import t from 'tap'
-import { LimitReplay, type UseBefore } from '../../src/limits/simulation.js'
+import { LimitReplay, TENANTS_A_TURN, type UseBefore } from '../../src/limits/simulation.js'
 import type { Limits } from '../../src/limits/types.js'
 
 interface Request {
@@ -117,4 +117,23 @@ t.test('held and replayed a sub-account at a time: the same answer as each sub-a
   )
   const refusedWithout = untokened.reduce((sum, entry) => sum + entry.would_refuse, 0)
   t.ok(refusedWithout < refused, `the tokens' limits refused some (${refused - refusedWithout})`)
+})
+
+t.test('thousands of sub-accounts let the event loop turn while they are replayed', async (t) => {
+  // Each one's first request waits for its month's use: promises only, which never let a timer or
+  // a socket in. The replay lets a turn through every TENANTS_A_TURN sub-accounts.
+  const limits: Limits = { rate: null, monthlyQuota: { requests: 5 } }
+  const requests = Array.from({ length: 4 * TENANTS_A_TURN }, (_, i) => request(DEC + i, { tenantId: `sub-${i}` }))
+  let turns = 0
+  let counting = true
+  const count = () => {
+    if (!counting) return
+    turns++
+    setImmediate(count)
+  }
+  setImmediate(count)
+  const tenants = await simulateLimits(requests, limits, () => 0)
+  counting = false
+  t.equal(tenants.length, 4 * TENANTS_A_TURN, 'every sub-account replayed')
+  t.ok(turns >= 3, `the event loop turned ${turns} times meanwhile`)
 })
