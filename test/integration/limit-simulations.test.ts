@@ -38,13 +38,15 @@ const send = async (acting: string, n: number) => {
   for (let i = 0; i < n; i++) statuses.push((await callAs(gw.url, parent.apiKey, { path: '/api/x', acting })).status)
   return statuses
 }
-const simulate = (body: unknown) =>
-  callAs(gw.url, parent.apiKey, {
+/** A simulation asked of the gateway at `url`, as the parent. */
+const simulateAt = (url: string) => (body: unknown) =>
+  callAs(url, parent.apiKey, {
     method: 'POST',
     path: '/v1/sub-accounts/limits/simulations',
     acting: 'self',
     json: body,
   })
+const simulate = simulateAt(gw.url)
 
 // Before the range: b uses 3 of its month's 7.
 if ((await send(b, 3)).join() !== '200,200,200') throw new Error("b's first three were not all forwarded")
@@ -169,13 +171,7 @@ t.test('a range of more sub-accounts than a simulation replays: 400 naming the b
         simulationThreadFromRecords: threadFrom,
         gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url }] },
       })
-      const simulateOn = (body: unknown) =>
-        callAs(bounded.url, parent.apiKey, {
-          method: 'POST',
-          path: '/v1/sub-accounts/limits/simulations',
-          acting: 'self',
-          json: body,
-        })
+      const simulateOn = simulateAt(bounded.url)
       const all = await simulateOn({ limits: rate, from, to })
       if (expected === 400) {
         checkProblem(t, all, 400, 'validation_failed', `${where}, at most ${most}`)
