@@ -23,6 +23,8 @@ class StandIn extends EventEmitter {
   terminate(): void {
     this.readyState = 3
   }
+  /** A side held back reads again before it is closed (socket-pair.ts): nothing to record. */
+  resume(): void {}
 }
 
 const OPTIONS = { maxPerTenant: 10, maxPerAccount: null, idleTimeoutMs: 60_000, maxMessageBytes: 1024 }

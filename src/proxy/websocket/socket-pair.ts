@@ -2,6 +2,8 @@
 // come (pings and pongs too, so that either end's keep-alive reaches the other), and ended on
 // both sides whatever ends it: a close from either end, a message over the route's bound (1009),
 // no frame for the idle timeout, the credentials' end (1008), or the gateway's shutdown (1001).
+// A side that reads slower than the other writes holds the writer back (`relay`): the frames wait
+// in the writer's buffers, not in the gateway's memory.
 import type { RawData, WebSocket } from 'ws'
 import type { TrackedSocket } from './open-sockets.js'
 import type { RouteWebSocket } from './route-options.js'
@@ -20,6 +22,24 @@ export const ENDINGS = {
   shutdown: { code: 1001, reason: 'going away' },
   tooBig: { code: 1009, reason: 'message too big' },
 } as const satisfies Record<string, Ending>
+
+/**
+ * Bytes waiting to be written to one side past which the other side is no longer read, until they
+ * are written. The kernel's socket buffers come first; past them, a frame or two in flight.
+ */
+export const RELAY_HIGH_WATER_BYTES = 64 * 1024
+
+/**
+ * Passes one frame from `from` to `to` (`write` sends it and calls back once it is written), and
+ * stops reading `from` while `to` has more than RELAY_HIGH_WATER_BYTES waiting. Each written
+ * frame looks again; the last to be written finds the buffer below the mark and resumes.
+ */
+function relay(from: WebSocket, to: WebSocket, write: (written: (err?: Error | null) => void) => void): void {
+  write((err) => {
+    if (!err && from.isPaused && to.bufferedAmount <= RELAY_HIGH_WATER_BYTES) from.resume()
+  })
+  if (to.bufferedAmount > RELAY_HIGH_WATER_BYTES) from.pause()
+}
 
 /** Longest a timer may wait (setTimeout's bound); a later deadline is looked at again then. */
 const MAX_TIMER_MS = 2 ** 31 - 1
@@ -93,27 +113,27 @@ export class SocketPair implements TrackedSocket {
     const touch = () => this.idleTimer.refresh()
     client.on('message', (data: RawData, isBinary: boolean) => {
       touch()
-      upstream.send(data, { binary: isBinary })
+      relay(client, upstream, (written) => upstream.send(data, { binary: isBinary }, written))
     })
     upstream.on('message', (data: RawData, isBinary: boolean) => {
       touch()
-      client.send(data, { binary: isBinary })
+      relay(upstream, client, (written) => client.send(data, { binary: isBinary }, written))
     })
     client.on('ping', (data) => {
       touch()
-      upstream.ping(data)
+      relay(client, upstream, (written) => upstream.ping(data, undefined, written))
     })
     client.on('pong', (data) => {
       touch()
-      upstream.pong(data)
+      relay(client, upstream, (written) => upstream.pong(data, undefined, written))
     })
     upstream.on('ping', (data) => {
       touch()
-      client.ping(data)
+      relay(upstream, client, (written) => client.ping(data, undefined, written))
     })
     upstream.on('pong', (data) => {
       touch()
-      client.pong(data)
+      relay(upstream, client, (written) => client.pong(data, undefined, written))
     })
     // A message over the bound: ws has closed that side with 1009 already; the other side too.
     client.on('error', (err: Error & { code?: string }) => {
@@ -124,8 +144,13 @@ export class SocketPair implements TrackedSocket {
     })
     // A close passes to the other side with its code; an end that vanished (1006) is told as the
     // other end going away (to the upstream) or as a bad gateway (1014, to the client).
-    upstream.on('close', (code, reason) => closeIfOpen(client, relayable(code, 1014), reason))
+    // A side held back reads again, so that its close frame can be heard.
+    upstream.on('close', (code, reason) => {
+      client.resume()
+      closeIfOpen(client, relayable(code, 1014), reason)
+    })
     client.on('close', (code, reason) => {
+      upstream.resume()
       closeIfOpen(upstream, relayable(code, 1001), reason)
       this.finish()
     })
@@ -134,6 +159,8 @@ export class SocketPair implements TrackedSocket {
   /** Closes both sides with `ending` (revocation, expiry, idle, shutdown). */
   end(ending: Ending): void {
     if (this.ended) return
+    this.client.resume()
+    this.upstream.resume()
     closeIfOpen(this.client, ending.code, ending.reason)
     closeIfOpen(this.upstream, ending.code, ending.reason)
   }
