@@ -1,9 +1,11 @@
 // The management API's own hooks, registered inside its plugin so that they run for its routes
 // only (routes.ts lists them in order, MANAGEMENT_HOOKS): the marking of its routes' kind, the
-// deadline of a management call's store work, and the deadline of its body.
+// refusal of a query its route does not take, the deadline of a management call's store work,
+// and the deadline of its body.
 import { PassThrough } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler, RouteOptions } from 'fastify'
 import { ApiError } from '../errors.js'
+import { NoQuery } from '../schemas/common.js'
 import { storeDeadlinesOf } from '../store/deadlines.js'
 
 /** How long a management body may take to arrive, once its reading starts: past it, 408 request_timeout. */
@@ -31,6 +33,18 @@ declare module 'fastify' {
 /** onRoute: marks a route of the scope as management, for the metrics and the request line. */
 export function markManagementRoute(route: RouteOptions): void {
   route.config = { ...route.config, kind: 'management' }
+}
+
+/**
+ * onRoute: a route that declares no query takes none, so an unknown parameter is refused (400
+ * validation_failed naming `/querystring/<name>`), never ignored while the change is made
+ * (docs/api.md, Conventions). Here rather than in each route's schema, so that a route cannot
+ * forget it; one that declares its own query (a page, `include`) keeps it as it is. The schema is
+ * replaced, never changed in place: the operation tables' schemas are shared by every app.
+ */
+export function refuseUnknownQuery(route: RouteOptions): void {
+  if (route.schema?.querystring !== undefined) return
+  route.schema = { ...route.schema, querystring: NoQuery }
 }
 
 function runStoreDeadline(timers: ManagementTimers, reply: FastifyReply): void {

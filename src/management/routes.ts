@@ -22,6 +22,7 @@ import {
   dropLateAnswers,
   MANAGEMENT_BODY_TIMEOUT_MS,
   markManagementRoute,
+  refuseUnknownQuery,
   resumeStoreDeadline,
   startStoreDeadline,
 } from './hooks.js'
@@ -93,6 +94,7 @@ export interface ManagementHook {
 export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
   { name: 'route kind', phase: 'onRoute', hook: () => markManagementRoute },
   { name: 'late answers dropped', phase: 'onRoute', hook: () => dropLateAnswers },
+  { name: 'unknown query refused', phase: 'onRoute', hook: () => refuseUnknownQuery },
   // Before the body: the store deadline covers the tenancy lookups; a refusal never waits for a body.
   { name: 'store deadline starts', phase: 'onRequest', hook: () => startStoreDeadline },
   { name: 'tenancy', phase: 'onRequest', hook: (o) => tenancyHook(o.lookups) },

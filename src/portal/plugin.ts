@@ -17,7 +17,7 @@ import { CONSOLE_CSP, redirectToPage, sendCached } from '../console/plugin.js'
 import type { Sql } from '../store/db.js'
 import { storeDeadlinesOf } from '../store/deadlines.js'
 import { cursorSecret } from '../store/secrets.js'
-import { addManagementDeadline } from '../management/hooks.js'
+import { addManagementDeadline, refuseUnknownQuery } from '../management/hooks.js'
 import { Cursors } from '../management/paging.js'
 import { registerPortalApiRoutes } from './api-routes.js'
 import { PortalCredentialLookups } from './credential-lookups.js'
@@ -112,6 +112,8 @@ async function registerPortalApi(api: PortalApp, options: PortalOptions, lookups
   // The management API's deadlines: past 1.5 s of store work a call is 503 store_unavailable
   // rather than hanging on a partitioned Postgres, and a body must arrive within 10 s.
   addManagementDeadline(api)
+  // A query its route does not take is refused, as on the management API (before any route is added).
+  api.addHook('onRoute', refuseUnknownQuery)
   // JSON only, never framed, never stored.
   typed.addHook('onRequest', async (_request, reply) => {
     secureHeaders(reply, portalCsp(null)).header('cache-control', 'no-store')
