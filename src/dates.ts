@@ -11,7 +11,7 @@ const DATE = /^(\d{4})-(\d{2})-(\d{2})$/
 export const EARLIEST = '0001-01-01T00:00:00Z'
 export const LATEST = '9999-12-31T23:59:59.999Z'
 const EARLIEST_MS = Date.parse(EARLIEST)
-const LATEST_MS = Date.parse(LATEST)
+export const LATEST_MS = Date.parse(LATEST)
 
 /** What a field error says of a date-time this module refused. */
 export const DATE_TIME_RULE = `must be an RFC 3339 date-time with a time zone, from ${EARLIEST} to 9999-12-31T23:59:59Z, such as 2027-01-31T12:00:00Z`

@@ -1,6 +1,7 @@
 // Which of an account's rows may hold a page's records (queries.ts reads the records in them):
 // its newest rows in windows, each found from the account's own index, then a sub-account's or
 // key's GIN index over the rest, as long as the page's time allows.
+import { LATEST_MS } from '../dates.js'
 import type { Tx } from '../store/db.js'
 import type { conditionsOf, Fragment } from './filters.js'
 import { DAY_MS } from './partitions.js'
@@ -126,7 +127,9 @@ export async function newestRowBefore(
   }: { until: Date; windowWhere: Fragment; upTo: string | null; walkedRows: number },
   budget: ReadBudget,
 ): Promise<{ seq: string | null; lookedTo: string | null }> {
-  const lastDay = new Date(Math.ceil(until.getTime() / DAY_MS) * DAY_MS)
+  // At most the last instant a client may name (dates.ts): 9999-12-31's next midnight is the year
+  // 10000, which the store cannot read as sent (22009), and which no row is before `until` anyway.
+  const lastDay = new Date(Math.min(Math.ceil(until.getTime() / DAY_MS) * DAY_MS, LATEST_MS))
   // The account's newest row at or below `seq` that may be before `until`: where a window begins.
   const newestFrom = async (seq: string | null) =>
     (

@@ -315,6 +315,40 @@ t.test('filters: sub-account, key, status and class, code, route, time; bad ones
   t.equal(missing.status, 404)
 })
 
+// The last day of 9999 is a day like any other (docs/api.md): its next midnight, where a page's
+// search for its newest row stops, is no time the store takes, nor one to ask it for.
+t.test('until on the last day of 9999: the records before it, never a 500', async (t) => {
+  const parent = await gw.createParent({ scopes: PARENT_SCOPES })
+  const sub = (await manage(parent.apiKey, 'POST', '', { name: 'late' })).id as string
+  const link = await manage(parent.apiKey, 'POST', `/${sub}/portal-sessions`, { permissions: ['requests:read'] })
+  const exchanged = await fetch(`${gw.url}/portal/api/session`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ token: (link.url as string).split('#')[1] }),
+  })
+  const cookie = exchanged.headers.get('set-cookie')!.split(';')[0]!
+  await recordOf(parent.apiKey, idOf(await callAs(gw.url, parent.apiKey, { path: '/api/late', acting: sub })))
+  for (const at of ['9999-12-31T23:59:59.999Z', '9999-12-31T00:00:00.001Z', '9999-12-31T23:00:00-00:59']) {
+    const until = encodeURIComponent(at)
+    for (const query of [
+      `?until=${until}`,
+      `?sub_account_id=${sub}&until=${until}`,
+      `?since=0001-01-01T00:00:00Z&until=${until}`,
+    ]) {
+      const res = await requests(parent.apiKey, query)
+      t.equal(res.status, 200, `${query}: ${res.body.slice(0, 200)}`)
+      // The parent's own calls here are recorded too: the management ones.
+      const paths = ((res.json().data as JsonBody[] | undefined) ?? []).map((r) => r.path)
+      t.ok(paths.includes('/api/late'), `${query}: the record`)
+    }
+    const portal = await fetch(`${gw.url}/portal/api/requests?until=${until}`, { headers: { cookie } })
+    const body = await portal.text()
+    t.equal(portal.status, 200, `portal ?until=${at}: ${body.slice(0, 200)}`)
+    const paths = (JSON.parse(body).data as JsonBody[] | undefined)?.map((r) => r.path)
+    t.same(paths, ['/api/late'], "the portal too: its sub-account's record")
+  }
+})
+
 t.test('isolation: a parent sees its own records only, by any way of asking', async (t) => {
   const one = await gw.createParent({ scopes: PARENT_SCOPES })
   const other = await gw.createParent({ scopes: PARENT_SCOPES })
