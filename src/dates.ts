@@ -60,6 +60,15 @@ export function parseDateTime(text: string): Date | null {
   return ms < EARLIEST_MS || ms > LATEST_MS ? null : new Date(ms)
 }
 
+/**
+ * Whether a date-time's fraction has digits past the millisecond that are not zero: parseDateTime
+ * drops them (a Date holds milliseconds), which a rule that takes exact instants only must refuse.
+ */
+export function finerThanMilliseconds(text: string): boolean {
+  const fraction = DATE_TIME.exec(text)?.[7] ?? ''
+  return /[1-9]/.test(fraction.slice(4))
+}
+
 /** A calendar date `YYYY-MM-DD` that exists, from 0001-01-01 to 9999-12-31, or null. */
 export function parseDate(text: string): string | null {
   const match = DATE.exec(text)

@@ -1,7 +1,7 @@
 // The usage export's records (docs/billing.md): one per closed period, tenant and meter, as a
 // CloudEvent 1.0 (structured JSON) or a CSV row of its data. The same records whether pulled (the
 // export route, the CLI) or pushed, with ids that stay the same however often they are sent.
-import { DATE_TIME_RULE, parseDateTime } from '../dates.js'
+import { DATE_TIME_RULE, finerThanMilliseconds, parseDateTime } from '../dates.js'
 import { type FieldError, validationFailed } from '../errors.js'
 import type { Static } from 'typebox'
 import type {
@@ -93,7 +93,8 @@ export function exportRange(
     if (given === undefined) return fallback
     const instant = parseDateTime(given)
     if (instant === null) errors.push({ path: `/querystring/${name}`, message: DATE_TIME_RULE })
-    else if (offset(instant.getTime()) !== 0)
+    // `.0009Z` after a period start is not it either, though its Date is (parseDateTime).
+    else if (offset(instant.getTime()) !== 0 || finerThanMilliseconds(given))
       errors.push({
         path: `/querystring/${name}`,
         message: `must be at the start of a usage period (every ${periodSeconds} s from midnight UTC), such as ${exportInstant(

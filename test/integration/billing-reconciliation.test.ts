@@ -272,6 +272,22 @@ t.test('bad ranges are refused naming the field; another parent sees its own onl
   })
   t.equal(crooked.status, 400)
   t.match(JSON.parse(crooked.body), { code: 'validation_failed', errors: [{ path: '/querystring/from' }] })
+  // Never rounded, past the millisecond either: `.0009Z` after a period start is not it.
+  for (const [name, query] of [
+    ['from', `from=${iso(FROM).replace('Z', '.0009Z')}&to=${iso(TO)}`],
+    ['to', `from=${iso(FROM)}&to=${iso(TO).replace('Z', '.000000001Z')}`],
+  ] as const) {
+    const res = await callAs(gw.url, P.apiKey, { path: `/v1/sub-accounts/usage/reconciliation?${query}` })
+    t.equal(res.status, 400, `${query}: ${res.body.slice(0, 200)}`)
+    t.match(JSON.parse(res.body), {
+      code: 'validation_failed',
+      errors: [{ path: `/querystring/${name}`, message: /must be at the start of a usage period/ }],
+    })
+  }
+  const zeros = await callAs(gw.url, P.apiKey, {
+    path: `/v1/sub-accounts/usage/reconciliation?from=${iso(FROM).replace('Z', '.000000Z')}&to=${iso(TO)}`,
+  })
+  t.equal(zeros.status, 200, 'a fraction of zeros is the period start itself')
   const inverted = await callAs(gw.url, P.apiKey, {
     path: `/v1/sub-accounts/usage/reconciliation?from=${iso(TO)}&to=${iso(FROM)}`,
   })

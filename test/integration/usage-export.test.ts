@@ -237,12 +237,21 @@ t.test('bad ranges: a 400 that names the field and says what to send', async (t)
     ],
     [`from=${iso(T0)}&to=${iso(T0)}`, /\/querystring\/from must be before to/],
   ]
+  // Never rounded, past the millisecond either: a fraction that is not all zeros is no period start.
+  const notStart = (name: string) =>
+    new RegExp(`/querystring/${name} must be at the start of a usage period .*, such as ${iso(T0)}`)
+  for (const fraction of ['.0009', '.000000001', '.001']) {
+    cases.push([`from=${iso(T0).replace('Z', `${fraction}Z`)}&to=${iso(T0 + MINUTE)}`, notStart('from')])
+    cases.push([`from=${iso(T0 - MINUTE)}&to=${iso(T0).replace('Z', `${fraction}Z`)}`, notStart('to')])
+  }
   for (const [query, detail] of cases) {
     const res = await exportOf(P.apiKey, query)
     t.equal(res.status, 400, query)
     t.equal(res.json().code, 'validation_failed')
     t.match(res.json().detail, detail, query)
   }
+  const zeros = await exportOf(P.apiKey, `from=${iso(T0).replace('Z', '.000000000Z')}&to=${iso(T0 + MINUTE)}`)
+  t.equal(zeros.status, 200, 'a fraction of zeros is the period start itself')
   const plain = await exportOf(P.apiKey, '')
   t.equal(plain.status, 200, 'no query: this month, as far as it is closed')
   t.equal(plain.headers['x-usage-closed-until'], iso(T0 + 4 * MINUTE))
@@ -270,6 +279,11 @@ t.test('the CLI exports every account, or one', async (t) => {
   await operator.fails(
     t,
     ['usage', 'export', '--from', iso(T0 + 1_000), '--to', iso(T0 + MINUTE)],
+    /^error: --from must be at the start of a usage period/,
+  )
+  await operator.fails(
+    t,
+    ['usage', 'export', '--from', iso(T0).replace('Z', '.0009Z'), '--to', iso(T0 + MINUTE)],
     /^error: --from must be at the start of a usage period/,
   )
   await operator.fails(t, ['usage', 'export', '--to', 'soon'], /^error: --to must be an RFC 3339 date-time/)

@@ -1,6 +1,6 @@
 // dates.ts: one reading of RFC 3339 and the range 0001–9999 (in UTC) for every date a client sends.
 import t from 'tap'
-import { parseDate, parseDateTime, utcDate } from '../../src/dates.js'
+import { finerThanMilliseconds, parseDate, parseDateTime, utcDate } from '../../src/dates.js'
 
 t.test('parseDateTime: valid instants, any offset, any fraction', async (t) => {
   t.equal(parseDateTime('2026-11-23T08:00:00Z')?.toISOString(), '2026-11-23T08:00:00.000Z')
@@ -49,4 +49,11 @@ t.test('parseDate: days that exist, 0001-01-01 to 9999-12-31', async (t) => {
   ])
     t.equal(parseDate(text), null, text)
   t.equal(utcDate(parseDateTime('0001-01-01T23:30:00-01:00')!), '0001-01-02')
+})
+
+t.test('finerThanMilliseconds: digits past the millisecond that parseDateTime drops', async (t) => {
+  for (const text of ['2026-11-23T08:00:00.0009Z', '2026-11-23T08:00:00.000000001+01:00', '2026-11-23T08:00:00.1231Z'])
+    t.equal(finerThanMilliseconds(text), true, text)
+  for (const text of ['2026-11-23T08:00:00Z', '2026-11-23T08:00:00.5Z', '2026-11-23T08:00:00.123000000Z', 'soon'])
+    t.equal(finerThanMilliseconds(text), false, text)
 })
