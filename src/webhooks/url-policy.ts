@@ -4,7 +4,7 @@
 // address inside (embedded-ipv4.ts); the odd IPv4 spellings (2130706433, 0x7f.1, 127.1) are
 // normalised by WHATWG URL before we see them. The same function judges a URL at registration and
 // the address connected to at each delivery (deliver.ts).
-import { lookup as dnsLookup } from 'node:dns/promises'
+import { Resolver } from 'node:dns/promises'
 import { isIP } from 'node:net'
 import { embeddedIpv4 } from './embedded-ipv4.js'
 import { specialPurposeBlock } from './special-purpose-addresses.js'
@@ -15,7 +15,7 @@ export type LookupAll = (hostname: string) => Promise<readonly { address: string
 export interface UrlPolicyOptions {
   /** WEBHOOKS_ALLOW_INSECURE: http and any address (development, tests). */
   readonly allowInsecure?: boolean
-  /** Resolves names; node:dns lookup by default (tests inject their own). */
+  /** Resolves names; `resolverLookup()` by default (tests inject their own). */
   readonly lookup?: LookupAll
   /** How long a name may take to resolve before the URL is refused (default: no bound of its own). */
   readonly lookupTimeoutMs?: number
@@ -35,7 +35,38 @@ export class WebhookUrlError extends Error {
   }
 }
 
-export const defaultLookup: LookupAll = (hostname) => dnsLookup(hostname, { all: true, verbatim: true })
+/** How long one query to one nameserver waits for its answer, and how many times it is sent. */
+export const NAME_QUERY_TIMEOUT_MS = 500
+export const NAME_QUERY_TRIES = 2
+
+/**
+ * Resolves a name's A and AAAA records with node:dns's `Resolver` (c-ares, on the event loop), not
+ * `dns.lookup`: getaddrinfo runs on libuv's thread pool, which runs at most two lookups at once
+ * and cannot stop one, so a parent naming hosts whose nameserver never answers held every lookup
+ * of the replica (its upstreams', Postgres's, Redis's) for 10 s a name. These queries end on
+ * their own after their tries. They read /etc/resolv.conf, not /etc/hosts (docs/decisions.md).
+ * `servers`: the nameservers to ask instead of the system's (tests).
+ */
+export function resolverLookup(servers?: readonly string[]): LookupAll {
+  return async (hostname) => {
+    const resolver = new Resolver({ timeout: NAME_QUERY_TIMEOUT_MS, tries: NAME_QUERY_TRIES })
+    if (servers !== undefined) resolver.setServers(servers)
+    const records = (query: Promise<string[]>, family: 4 | 6) =>
+      query.then(
+        (addresses) => addresses.map((address) => ({ address, family })),
+        (err: NodeJS.ErrnoException) => err,
+      )
+    const [v4, v6] = await Promise.all([
+      records(resolver.resolve4(hostname), 4),
+      records(resolver.resolve6(hostname), 6),
+    ])
+    // A name with only one family answers the other with ENODATA: what it has is its addresses.
+    if (v4 instanceof Error && v6 instanceof Error) throw v4
+    return [...(v4 instanceof Error ? [] : v4), ...(v6 instanceof Error ? [] : v6)]
+  }
+}
+
+export const defaultLookup: LookupAll = resolverLookup()
 
 const METADATA_NAMES = ['metadata.google.internal', 'metadata']
 
@@ -96,7 +127,7 @@ export async function checkWebhookUrl(raw: string, options: UrlPolicyOptions = {
   return url
 }
 
-/** `lookup(name)`, or a refusal once `timeoutMs` has passed (the lookup itself cannot be stopped). */
+/** `lookup(name)`, or a refusal once `timeoutMs` has passed (the lookup ends on its own, later). */
 async function boundedLookup(lookup: LookupAll, name: string, timeoutMs: number | undefined) {
   if (timeoutMs === undefined) return lookup(name)
   let timer: NodeJS.Timeout | undefined
