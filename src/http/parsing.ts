@@ -1,6 +1,7 @@
 // How bodies and parameters are read on the gateway's own routes (management, ops): their
 // schemas' compilers (schema-compilers.ts) and the content-type parsers. Proxied routes replace
 // the parsers with a stream of their own (proxy/plugin.ts).
+import { isUtf8 } from 'node:buffer'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.js'
 import { findJsonSyntaxError } from './json-error.js'
@@ -23,6 +24,14 @@ function invalidJson(body: string): ApiError {
   )
 }
 
+/**
+ * The 400 of a body that is not UTF-8. JSON is UTF-8 (RFC 8259), whatever charset a client's type
+ * names: decoded as it was, a byte that is not became U+FFFD and was stored so.
+ */
+function notUtf8(): ApiError {
+  return new ApiError('invalid_json', 'the body must be JSON in UTF-8: it holds bytes that are not UTF-8')
+}
+
 export const parsing = fp(
   async (app) => {
     app.setValidatorCompiler(({ schema, httpPart }) => validatorFor(schema, httpPart))
@@ -31,10 +40,12 @@ export const parsing = fp(
     // JSON only, and a POST without a body is fine with or without a JSON content type (docs/api.md).
     app.removeAllContentTypeParsers()
     const parseJson = app.getDefaultJsonParser('error', 'error')
-    app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, bytes, done) => {
+      if (!isUtf8(bytes as Buffer)) return done(notUtf8(), undefined)
+      const body = (bytes as Buffer).toString('utf8')
       if (body === '') return done(null, undefined)
-      parseJson(request, body as string, (err, value) => {
-        if (err) return done(invalidJson(body as string), undefined)
+      parseJson(request, body, (err, value) => {
+        if (err) return done(invalidJson(body), undefined)
         done(null, value)
       })
     })

@@ -30,6 +30,58 @@ t.test('errors', async (t) => {
     }
   })
 
+  t.test(
+    'a body whose bytes are not UTF-8 is 400 invalid_json, whatever charset it names, and makes nothing',
+    async (t) => {
+      // A parent of its own: one with sub-accounts must name the tenant it acts as, on every call.
+      const key = (await gw.createParent()).apiKey
+      const count = async () =>
+        (await gw.call(key, { method: 'GET', url: '/v1/sub-accounts?limit=100' })).json().data.length as number
+      const before = await count()
+      for (const [bytes, type] of [
+        [Buffer.from('{"name":"caf\xe9"}', 'latin1'), 'application/json; charset=iso-8859-1'],
+        [Buffer.from('{"name":"caf\xe9"}', 'latin1'), 'application/json'],
+        // A lone surrogate, encoded as UTF-8 must never encode one.
+        [Buffer.from([...Buffer.from('{"name":"a'), 0xed, 0xa0, 0x80, ...Buffer.from('"}')]), 'application/json'],
+      ] as const) {
+        const res = await gw.app.inject({
+          method: 'POST',
+          url: '/v1/sub-accounts',
+          headers: { authorization: `Bearer ${key}`, 'x-service-acting-tenant': 'self', 'content-type': type },
+          payload: bytes,
+        })
+        t.equal(res.statusCode, 400, `${type}: ${bytes.toString('hex')}`)
+        t.match(problemOf(res), { code: 'invalid_json', detail: /UTF-8/ })
+      }
+      // UTF-16's bytes of ASCII are UTF-8 with NULs between: not JSON, and said so where.
+      const wide = await gw.app.inject({
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        headers: {
+          authorization: `Bearer ${key}`,
+          'x-service-acting-tenant': 'self',
+          'content-type': 'application/json; charset=utf-16',
+        },
+        payload: Buffer.from('{"name":"a"}', 'utf16le'),
+      })
+      t.match(problemOf(wide), { status: 400, code: 'invalid_json' }, 'UTF-16')
+      t.equal(await count(), before, 'no sub-account was made')
+      // JSON is UTF-8 (RFC 8259): a charset parameter changes nothing when the bytes are.
+      const named = await gw.app.inject({
+        method: 'POST',
+        url: '/v1/sub-accounts',
+        headers: {
+          authorization: `Bearer ${key}`,
+          'x-service-acting-tenant': 'self',
+          'content-type': 'application/json; charset=iso-8859-1',
+        },
+        payload: Buffer.from('{"name":"café"}', 'utf8'),
+      })
+      t.equal(named.statusCode, 201, 'UTF-8 bytes under another charset')
+      t.equal(named.json().name, 'café')
+    },
+  )
+
   t.test('prototype-pollution keys are refused', async (t) => {
     for (const body of [
       '{"name":"a","__proto__":{"admin":true}}',
