@@ -1,6 +1,8 @@
 // The request log's buffer (src/request-log/row-buffer.ts): records made into a row per parent and
 // day as they come; bounded, its oldest row dropped and counted; rows taken whole, oldest first; a
 // failed batch taken back before the newer rows, and its own excess dropped oldest first.
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import type { RequestRecord } from '../../src/request-log/capture.js'
 import { ROW_WEIGHT, RowBuffer } from '../../src/request-log/row-buffer.js'
@@ -179,4 +181,27 @@ t.test('a batch takes so many characters of paths at most (one row at least)', a
   t.same(ids(buffer.take(100, 700)), ['r1', 'r2'], 'two rows of 300 fit in 700, a third does not')
   t.same(ids(buffer.take(100, 100)), ['r3'], 'a row larger than the bound goes whole')
   t.same(ids(buffer.take(100)), ['r4'], 'no bound: every row')
+})
+
+t.test('a row taken is not kept reachable by the buffer', async (t) => {
+  // A full collection on demand: whether the buffer still reaches a row is then plain.
+  setFlagsFromString('--expose-gc')
+  const collect = runInNewContext('gc') as () => void
+  const buffer = new RowBuffer(4, 1)
+  const rowsOf = (n: number) => {
+    buffer.add(record(n), DAY)
+    return buffer.take(1)
+  }
+  // A row taken (as a batch is written), then rows dropped (past the bound) behind it: fewer than
+  // the 64 spent places after which the queue is compacted anyway.
+  const taken = new WeakRef(rowsOf(1)[0]!)
+  for (let n = 2; n <= 7; n++) buffer.add(record(n), DAY)
+  t.equal(buffer.dropped, 2, 'two rows dropped')
+  const dropped = buffer.take(100).map((row) => row.ids().join(','))
+  t.same(dropped, ['r4', 'r5', 'r6', 'r7'])
+  // WeakRefs hold their target until the current job ends.
+  await new Promise((resolve) => setImmediate(resolve))
+  collect()
+  t.equal(taken.deref(), undefined, 'a taken row is collected once its batch lets go of it')
+  t.equal(buffer.size, 0)
 })
