@@ -20,6 +20,7 @@ import {
   HEADERS_TIMEOUT_MS,
   hearUpgradeErrors,
   KEEP_ALIVE_TIMEOUT_MS,
+  limitConnections,
   MANAGEMENT_BODY_LIMIT,
   MAX_HEAD_BYTES,
   serverOptions,
@@ -88,8 +89,8 @@ export function fastifyOptions(deps: AppDeps): FastifyHttpOptions<RawServerDefau
 
 /** The server's settings and the hooks that come before anything else. */
 export function configureServer(app: FastifyInstance, deps: AppDeps, routes: readonly ProxyRoute[]): void {
-  // Past MAX_CONNECTIONS, Node closes a new connection as soon as it is accepted.
-  app.server.maxConnections = deps.config.maxConnections
+  // At MAX_CONNECTIONS, a new connection closes idle keep-alive ones to make room, else it is closed.
+  limitConnections(app.server, deps.config.maxConnections)
   // Only where a route takes WebSockets: elsewhere Node hands no upgrade over.
   if (routes.some((route) => route.websocket !== null)) hearUpgradeErrors(app.server)
   // Before anything reads request.ip: an X-Forwarded-For entry that is not an address is absent.

@@ -1,12 +1,21 @@
 // The server's own limits (docs/api.md, docs/configuration.md), over real sockets: a request head
 // must arrive within its deadline (408), an idle keep-alive connection closes after 72 s (Node
-// says so in Keep-Alive), the gateway holds at most MAX_CONNECTIONS client connections, and a
-// management body that does not arrive in time is 408 request_timeout, not 503 store_unavailable.
+// says so in Keep-Alive), the gateway holds at most MAX_CONNECTIONS client connections (a new one
+// at the limit closes idle keep-alive ones to make room, never busy ones), and a management body
+// that does not arrive in time is 408 request_timeout, not 503 store_unavailable.
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
-import { HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, serverOptions } from '../../src/http/server-limits.js'
-import { startGateway } from '../helpers/gateway.js'
+import {
+  evictionBatch,
+  HEADERS_TIMEOUT_MS,
+  KEEP_ALIVE_TIMEOUT_MS,
+  serverOptions,
+} from '../../src/http/server-limits.js'
+import { startGateway, type TestGateway } from '../helpers/gateway.js'
 import { parseResponses, problemIssue, rawExchange, requestBytes } from '../helpers/hostile.js'
+import { until } from '../helpers/poll.js'
+import { holdingUpstream } from '../helpers/upstream.js'
+import { openSocket, startWebSocketUpstream } from '../helpers/websocket.js'
 
 /** A socket's whole story: what the server sent, and when it closed, in ms after `connectedAt`. */
 interface Watched {
@@ -68,7 +77,7 @@ t.test('the default deadlines and keep-alive are what docs/api.md says', async (
   t.equal(gw.app.server.headersTimeout, 10_000, "the server's head deadline")
   t.equal(gw.app.server.keepAliveTimeout, 72_000, "the server's keep-alive timeout")
   t.equal(KEEP_ALIVE_TIMEOUT_MS, 72_000)
-  t.equal(gw.app.server.maxConnections, 10_000, 'MAX_CONNECTIONS defaults to 10,000')
+  t.equal(gw.app.server.maxConnections, 10_001, "MAX_CONNECTIONS defaults to 10,000 (Node's limit one above)")
   const { responses } = await rawExchange(
     gw.port,
     requestBytes({ method: 'GET', target: '/healthz', headers: [['Host', 'x']] }),
@@ -117,33 +126,104 @@ t.test('a head that never completes is answered 408 request_timeout and closed, 
   kept.socket.destroy()
 })
 
-t.test('MAX_CONNECTIONS: a connection beyond it is closed unanswered; one freed makes room', async (t) => {
+/** How many client connections the gateway holds now, as Node counts them. */
+function connectionsHeld(gw: TestGateway): Promise<number> {
+  return new Promise((resolve, reject) =>
+    gw.app.server.getConnections((err, count) => (err ? reject(err) : resolve(count))),
+  )
+}
+
+const health = requestBytes({ method: 'GET', target: '/healthz', headers: [['Host', 'x']] })
+
+t.test('MAX_CONNECTIONS: none idle, one beyond it is closed unanswered; one freed makes room', async (t) => {
   const gw = await startGateway(t, { redis: false, env: { MAX_CONNECTIONS: '3' } })
-  t.equal(gw.app.server.maxConnections, 3)
-  const health = requestBytes({ method: 'GET', target: '/healthz', headers: [['Host', 'x']] })
-  const held: Watched[] = []
-  for (let i = 0; i < 3; i++) {
+  t.equal(gw.app.server.maxConnections, 4, "Node's own limit, one above, is never reached")
+  // None is idle: one has sent nothing yet, two are sending their head (10 s to finish it).
+  const held: Watched[] = [await watch(gw.port)]
+  for (let i = 0; i < 2; i++) {
     const watched = await watch(gw.port)
-    watched.socket.write(health)
+    watched.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n')
     held.push(watched)
   }
-  // Each of the three is accepted and answered (and stays open, keep-alive).
-  for (const [i, watched] of held.entries()) {
-    const started = Date.now()
-    while (parseResponses(watched.received()).complete < 1 && Date.now() - started < 3_000)
-      await new Promise((resolve) => setTimeout(resolve, 20))
-    t.equal(parseResponses(watched.received()).responses[0]?.status, 200, `connection ${i + 1} is served`)
-  }
+  t.ok(await until(3_000, async () => (await connectionsHeld(gw)) === 3), 'the three are held')
   const fourth = await rawExchange(gw.port, health, { until: 1, waitMs: 3_000 })
   t.equal(fourth.responses.length, 0, 'the fourth connection gets no answer')
   t.ok(fourth.closedByServer, 'and is closed by the gateway')
+  t.same(
+    held.map((watched) => watched.socket.closed),
+    [false, false, false],
+    'none of the three was closed to make room',
+  )
 
   held[0]!.socket.destroy()
-  await held[0]!.closed
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.ok(await until(3_000, async () => (await connectionsHeld(gw)) === 2), 'one closes')
   const after = await rawExchange(gw.port, health, { until: 1, waitMs: 3_000 })
   t.equal(after.responses[0]?.status, 200, 'once one closes, a new connection is served')
+  held[1]!.socket.write('\r\n')
+  t.ok(
+    await until(3_000, async () => parseResponses(held[1]!.received()).complete === 1),
+    'a head that was arriving is still answered',
+  )
+  t.equal(parseResponses(held[1]!.received()).responses[0]?.status, 200)
   for (const watched of held) watched.socket.destroy()
+})
+
+t.test('MAX_CONNECTIONS: at the limit, a new client closes idle keep-alive connections, never busy ones', async (t) => {
+  const slow = await holdingUpstream(t, { holdPrefix: '/slow/', delayMs: [0, 0] })
+  const live = await startWebSocketUpstream(t)
+  const gw = await startGateway(t, {
+    redis: false,
+    env: { MAX_CONNECTIONS: '6' },
+    gatewayConfig: {
+      routes: [
+        { prefix: '/slow', upstream: slow.url, public: true },
+        { prefix: '/live', upstream: live.url, public: true, websocket: true },
+      ],
+    },
+  })
+  // Busy: an open WebSocket, and a request held in flight by its upstream.
+  const socket = await openSocket(t, `${gw.url}/live`)
+  const inFlight = await watch(gw.port)
+  inFlight.socket.write(requestBytes({ method: 'GET', target: '/slow/x', headers: [['Host', 'x']] }))
+  t.ok(await until(3_000, async () => slow.held() === 1), 'the request is held by the upstream')
+  // Idle: four keep-alive connections that each sent one request, were answered, and sit.
+  const idle: Watched[] = []
+  for (let i = 0; i < 4; i++) {
+    const watched = await watch(gw.port)
+    watched.socket.write(health)
+    idle.push(watched)
+  }
+  t.ok(
+    await until(3_000, async () => idle.every((watched) => parseResponses(watched.received()).complete === 1)),
+    'the four idle ones were answered',
+  )
+  t.equal(await connectionsHeld(gw), 6, 'the limit is reached')
+
+  const newcomer = await rawExchange(gw.port, health, { until: 1, waitMs: 3_000 })
+  t.equal(newcomer.responses[0]?.status, 200, 'a new client is served')
+  t.ok(
+    await until(3_000, async () => idle.some((watched) => watched.socket.closed)),
+    'an idle keep-alive connection was closed to make room',
+  )
+  const closedIdle = idle.filter((watched) => watched.socket.closed).length
+  t.ok(closedIdle <= evictionBatch(6), `${closedIdle} closed, at most a batch (${evictionBatch(6)})`)
+  t.notOk(inFlight.socket.closed, 'the request in flight keeps its connection')
+  t.equal(socket.ws.readyState, socket.ws.OPEN, 'the WebSocket stays open')
+
+  slow.release()
+  t.ok(
+    await until(3_000, async () => parseResponses(inFlight.received()).complete === 1),
+    'the request in flight completes',
+  )
+  t.equal(parseResponses(inFlight.received()).responses[0]?.status, 200)
+  socket.ws.send('still here')
+  t.equal(await socket.next(), 'still here', 'and the WebSocket still carries messages')
+
+  // An idle connection left open serves its next request as before.
+  const kept = idle.find((watched) => !watched.socket.closed)!
+  kept.socket.write(health)
+  t.ok(await until(3_000, async () => parseResponses(kept.received()).complete === 2), 'a kept one serves again')
+  for (const watched of [inFlight, ...idle]) watched.socket.destroy()
 })
 
 t.test('a management body that arrives too slowly is 408 request_timeout, and creates nothing', async (t) => {

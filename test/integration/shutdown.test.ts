@@ -479,7 +479,9 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
 
   t.test('the health paths answer on the metrics port while clients hold every public connection', async (t) => {
     const { gateway } = await gatewayWithoutDelay(t, 'probed', { MAX_CONNECTIONS: '3' })
-    // Three idle keep-alive connections, each after one cheap request: the cap of the public port.
+    // Three busy connections, the cap of the public port (idle ones would make room): each sends
+    // one cheap request and, in the same write, the start of a head it never finishes. Its answer
+    // to the first says it was accepted; the gateway read the second head's start with it.
     const held: Socket[] = []
     t.teardown(() => {
       for (const socket of held) socket.destroy()
@@ -489,7 +491,7 @@ t.test('one gateway each, with SHUTDOWN_DELAY_MS=0', { jobs: 4 }, async (t) => {
       held.push(socket)
       await new Promise<void>((resolve) => {
         socket.once('data', () => resolve())
-        socket.write('GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\n')
+        socket.write('GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: gw\r\n')
       })
     }
     const publicProbe = await rawRequest(gateway.base, { path: '/healthz' }).then(
