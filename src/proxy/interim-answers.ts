@@ -1,11 +1,14 @@
 // An upstream's informational answers before its final one (RFC 9110 §15.2): not an error, the
-// client gets the final answer. undici passes 102 and 103 to the handler (upstream-call.ts skips
-// them) but takes an unsolicited `100 Continue` for a broken connection, which would be a 502;
-// the gateway never asks for one (the upstream never sees Expect), yet an upstream may send it.
-// So each route's pool connects through `interimAnswersConnector`: on each upstream socket, from
-// the moment a request's head is sent until its answer's final status line has come, a 100 found
-// where an answer begins is dropped before undici parses it. Once the final status line is seen,
-// the bytes go to undici untouched until the next request: one look per answer.
+// client gets the final answer (upstream-call.ts passes none of them on). undici would get them
+// wrong two ways: it takes an unsolicited `100 Continue` for a broken connection, which would be a
+// 502 (the gateway never asks for one: the upstream never sees Expect, yet an upstream may send
+// it); and each other 1xx it reads refreshes its headers timeout, so an upstream sending a 102 or
+// 103 every so often, and never a final answer, held its request past the route's `timeout_ms` for
+// as long as it liked. So each route's pool connects through `interimAnswersConnector`: on each
+// upstream socket, from the moment a request's head is sent until its answer's final status line
+// has come, every informational head found where an answer begins (but a 101) is dropped before
+// undici parses it. Once the final status line is seen, the bytes go to undici untouched until the
+// next request: one look per answer.
 import { subscribe } from 'node:diagnostics_channel'
 import type { Socket } from 'node:net'
 import { buildConnector } from 'undici'
@@ -14,7 +17,11 @@ import { buildConnector } from 'undici'
 const STATUS_LINE_BYTES = 12
 const HTTP_1 = Buffer.from('HTTP/1.')
 const HEAD_END = Buffer.from('\r\n\r\n')
-/** An informational head held longer than this is not one undici would take: it is passed on. */
+/**
+ * An informational head held longer than this ends the connection (a 502): undici, which counts
+ * only the fields' bytes against its 16 KiB, could take one a little longer, and every answer it
+ * takes would start its headers timeout again.
+ */
 const MAX_HEAD_BYTES = 16 * 1024
 const DIGIT_0 = 0x30
 
@@ -28,13 +35,15 @@ interface WatchedSocket extends Socket {
 export class InterimAnswers {
   /** A request's head went out, and its answer's final status line has not come yet. */
   awaitingStatus = false
+  /** An informational head longer than MAX_HEAD_BYTES came: nothing more is to be read. */
+  tooLong = false
   /** The start of an answer's head, not whole yet. */
   private held: Buffer | null = null
 
   /**
    * What undici is to read of `chunk` (null: what the socket read last) and of what was held
-   * before it: the same bytes less each `100` head that begins an answer, or null when nothing
-   * is left to read yet.
+   * before it: the same bytes less each informational head but a 101 that begins an answer, or
+   * null when nothing is left to read yet.
    */
   pass(chunk: Buffer | null): Buffer | null {
     let data = chunk
@@ -60,18 +69,19 @@ export class InterimAnswers {
       if (end === -1) {
         if (data.length - at > MAX_HEAD_BYTES) {
           this.awaitingStatus = false
-          break
+          this.tooLong = true
+          return null
         }
         this.held = data.subarray(at)
         return joined(kept, null)
       }
       // An informational answer has no content: it ends with its head.
       const next = end + HEAD_END.length
-      if (status !== 100) {
+      // 101: what follows is another protocol's, not answers.
+      if (status === 101) {
         kept ??= []
         kept.push(data.subarray(at, next))
-        // 101: what follows is another protocol's, not answers.
-        if (status === 101) this.awaitingStatus = false
+        this.awaitingStatus = false
       }
       at = next
     }
@@ -112,6 +122,10 @@ function watch(socket: WatchedSocket): void {
     if (!answers.awaitingStatus) return chunk
     for (;;) {
       const passed = answers.pass(chunk)
+      if (answers.tooLong) {
+        this.destroy(new Error("an upstream's informational answer has a head of more than 16 KiB"))
+        return null
+      }
       // Nothing to give undici yet: read on, until the socket has nothing more for now.
       if (passed !== null || chunk === null) return passed
       chunk = read.call(this, size) as Buffer | null
@@ -126,7 +140,7 @@ subscribe('undici:client:sendHeaders', (message) => {
   if (answers !== undefined) answers.awaitingStatus = true
 })
 
-/** undici's connector with `options`, whose sockets pass an upstream's `100 Continue` by. */
+/** undici's connector with `options`, whose sockets pass an upstream's informational answers by. */
 export function interimAnswersConnector(options: buildConnector.BuildOptions): buildConnector.connector {
   const connect = buildConnector(options)
   return (target, callback) =>

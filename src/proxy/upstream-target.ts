@@ -63,8 +63,8 @@ export class UpstreamTarget implements CallTarget {
       connections: route.maxConnections,
       headersTimeout: route.timeoutMs,
       bodyTimeout: route.timeoutMs,
-      // An https upstream must prove who it is (docs/configuration.md); a `100 Continue` it sends
-      // unasked is passed by (interim-answers.ts).
+      // An https upstream must prove who it is (docs/configuration.md); its informational answers
+      // are passed by, and cannot start the headers timeout again (interim-answers.ts).
       connect: interimAnswersConnector({ rejectUnauthorized: true, timeout: Math.min(route.timeoutMs, 10_000) }),
     })
   }

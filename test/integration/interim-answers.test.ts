@@ -2,11 +2,13 @@
 // `103 Early Hints` before its final answer is not an error, the client gets the final answer.
 // The upstream is a raw socket server, so that the 1xx heads go out exactly as written: in one
 // write with the final answer, one by one, a byte at a time, before the request's body is read,
-// and on a connection kept alive for the next request.
+// and on a connection kept alive for the next request. And they cannot put off the route's
+// timeout_ms: an upstream that sends 1xx after 1xx and never a final answer is a 504 all the same.
 import { Agent, request as httpRequest } from 'node:http'
 import { createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
+import { orTimeout } from '../helpers/poll.js'
 import { listenOnLoopback } from '../helpers/upstream.js'
 
 const CONTINUE = 'HTTP/1.1 100 Continue\r\n\r\n'
@@ -24,6 +26,31 @@ async function writeApart(socket: Socket, pieces: string[], gapMs = 15): Promise
     await pause(gapMs)
   }
 }
+
+/** The route under test for the 1xx that never end: its timeout_ms, and how often they come. */
+const SHORT_TIMEOUT_MS = 1_000
+const INTERIM_EVERY_MS = 300
+/** How many informational answers the upstream wrote, by path, to requests that got no final one. */
+const interimsSent = new Map<string, number>()
+
+/**
+ * Writes `interim` now and every INTERIM_EVERY_MS until the gateway closes the connection, and
+ * never a final answer: each comes well within the route's timeout of the one before it.
+ */
+function interimForever(path: string, interim: string, first: string = interim) {
+  return (socket: Socket) => {
+    let count = 0
+    const send = (bytes: string) => {
+      socket.write(bytes)
+      interimsSent.set(path, ++count)
+    }
+    send(first)
+    const timer = setInterval(() => send(interim), INTERIM_EVERY_MS)
+    socket.once('close', () => clearInterval(timer))
+  }
+}
+
+const PROCESSING = 'HTTP/1.1 102 Processing\r\n\r\n'
 
 /** How the upstream answers a request, by its path: once its head is in, and once its body is. */
 interface Script {
@@ -50,6 +77,20 @@ const scripts: Record<string, Script> = {
   '/keep-alive': { onBody: (s) => s.write(CONTINUE + final('again')) },
   // Not an answer at all: undici's to refuse, as before (502).
   '/garbage': { onBody: (s) => s.end('SSH-2.0-OpenSSH\r\n\r\n') },
+  // Informational answers every INTERIM_EVERY_MS, never a final one (to the short route).
+  '/processing-forever': { onBody: interimForever('/processing-forever', PROCESSING) },
+  '/hints-forever': { onBody: interimForever('/hints-forever', EARLY_HINTS) },
+  '/continue-forever': { onBody: interimForever('/continue-forever', CONTINUE) },
+  '/mixed-forever': { onBody: interimForever('/mixed-forever', PROCESSING + EARLY_HINTS + CONTINUE) },
+  // A 103 whose head is a little over 16 KiB, in two reads (undici would take it: it counts only
+  // the fields), then 103s that, once undici took one, would all have reached it too.
+  '/long-hint-then-hints': {
+    onBody: (s) => {
+      // 26 bytes of status line, 8 of `X-Long: `: past 16 KiB before the head's end has come.
+      s.write(`HTTP/1.1 103 Early Hints\r\nX-Long: ${'a'.repeat(16 * 1024 - 24)}`)
+      setTimeout(() => !s.destroyed && interimForever('/long-hint-then-hints', EARLY_HINTS, '\r\n\r\n')(s), 50)
+    },
+  },
 }
 
 /** For each request to /keep-alive: how many requests its connection had carried before it. */
@@ -68,7 +109,7 @@ const upstream = createServer((socket) => {
         const text = buffered.subarray(0, end).toString('latin1')
         const path = text
           .split(' ', 2)[1]!
-          .replace(/^\/interim/, '')
+          .replace(/^\/(short-)?interim/, '')
           .split('?')[0]!
         const length = Number(/\r\ncontent-length: *(\d+)/i.exec(text)?.[1] ?? 0)
         head = { script: scripts[path] ?? scripts['/one-write']!, length }
@@ -89,13 +130,18 @@ const upstream = createServer((socket) => {
 const { port: upstreamPort } = await listenOnLoopback(t, upstream)
 
 const gw = await startGateway(t, {
-  gatewayConfig: { routes: [{ prefix: '/interim', upstream: `http://127.0.0.1:${upstreamPort}`, timeout_ms: 5_000 }] },
+  gatewayConfig: {
+    routes: [
+      { prefix: '/interim', upstream: `http://127.0.0.1:${upstreamPort}`, timeout_ms: 5_000 },
+      { prefix: '/short-interim', upstream: `http://127.0.0.1:${upstreamPort}`, timeout_ms: SHORT_TIMEOUT_MS },
+    ],
+  },
 })
 const parent = await gw.createParent()
 
 function call(
   path: string,
-  options: { body?: string; agent?: Agent } = {},
+  options: { body?: string; agent?: Agent; prefix?: string } = {},
 ): Promise<{ status: number; body: string; headers: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
     const request = httpRequest(
@@ -103,7 +149,7 @@ function call(
         host: '127.0.0.1',
         port: gw.port,
         method: options.body === undefined ? 'GET' : 'POST',
-        path: `/interim${path}`,
+        path: `${options.prefix ?? '/interim'}${path}`,
         headers: { authorization: `Bearer ${parent.apiKey}` },
         agent: options.agent ?? false,
       },
@@ -168,4 +214,30 @@ t.test('what is not an answer at all is still 502', async (t) => {
   const answer = await call('/garbage')
   t.equal(answer.status, 502)
   t.match(answer.body, /upstream_unavailable/)
+})
+
+for (const path of ['/processing-forever', '/hints-forever', '/continue-forever', '/mixed-forever']) {
+  t.test(`${path}: 1xx after 1xx never put off the route's timeout_ms: 504`, async (t) => {
+    const started = performance.now()
+    // Without the gateway's answer, the request would be held for as long as the upstream likes.
+    const answer = await orTimeout(call(path, { prefix: '/short-interim' }), SHORT_TIMEOUT_MS * 5, null)
+    const took = performance.now() - started
+    t.ok(answer !== null, `answered within 5 × timeout_ms (${SHORT_TIMEOUT_MS} ms)`)
+    t.equal(answer?.status, 504, 'upstream_timeout')
+    t.match(answer?.body, /upstream_timeout/)
+    t.ok(took >= SHORT_TIMEOUT_MS * 0.9, `not before timeout_ms: ${Math.round(took)} ms`)
+    const sent = interimsSent.get(path) ?? 0
+    t.ok(sent >= 3, `the upstream sent ${sent} informational answers before the 504`)
+  })
+}
+
+t.test('an informational head past 16 KiB ends the connection: 502, not a wait without end', async (t) => {
+  const answer = await orTimeout(
+    call('/long-hint-then-hints', { prefix: '/short-interim' }),
+    SHORT_TIMEOUT_MS * 5,
+    null,
+  )
+  t.ok(answer !== null, `answered within 5 × timeout_ms (${SHORT_TIMEOUT_MS} ms)`)
+  t.equal(answer?.status, 502)
+  t.match(answer?.body, /upstream_unavailable/)
 })
