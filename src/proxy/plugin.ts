@@ -28,7 +28,11 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
   await app.register(
     async (scope) => {
       scope.removeAllContentTypeParsers()
-      scope.addContentTypeParser('*', streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs))
+      // A body's grace before its rate counts: the longer of the route's two timeouts (docs/api.md).
+      scope.addContentTypeParser(
+        '*',
+        streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs, Math.max(route.timeoutMs, route.bodyIdleTimeoutMs)),
+      )
       // Every check, in order (proxy/checks.ts), in one hook: a request admitted from the last
       // second's memory passes them all without a single promise.
       scope.addHook('onRequest', runSteps(stepsFor(route, options)))

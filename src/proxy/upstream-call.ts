@@ -9,7 +9,7 @@ import { ApiError, payloadTooLarge } from '../errors.js'
 import { closesBeforeBodyEnds } from '../http/lingering-close.js'
 import type { Exchange, UpstreamSide } from './exchange.js'
 import type { MeterReports } from './meter-reports.js'
-import { BodyIdleError, BodyTooLargeError } from './request-body.js'
+import { BodyIdleError, BodyTooLargeError, BodyTooSlowError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
@@ -18,13 +18,13 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'
 export function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   // The request body's own failures reach undici as the body stream's error.
   const cause = (error as { cause?: unknown }).cause
-  const bodyError = [error, cause].find((e) => e instanceof BodyTooLargeError || e instanceof BodyIdleError)
+  const bodyError = [error, cause].find(
+    (e) => e instanceof BodyTooLargeError || e instanceof BodyIdleError || e instanceof BodyTooSlowError,
+  )
   if (bodyError instanceof BodyTooLargeError) return payloadTooLarge(bodyError.limit)
-  if (bodyError instanceof BodyIdleError) {
+  if (bodyError instanceof BodyIdleError || bodyError instanceof BodyTooSlowError) {
     // The rest of the body may never come: the connection cannot carry another request.
-    return new ApiError('request_timeout', `the request body sent nothing for ${bodyError.idleMs} ms`, {
-      headers: { connection: 'close' },
-    })
+    return new ApiError('request_timeout', bodyError.message, { headers: { connection: 'close' } })
   }
   const codes = [(error as { code?: string }).code, (cause as { code?: string } | undefined)?.code]
   if (codes.some((code) => code !== undefined && TIMEOUT_CODES.has(code))) {

@@ -130,7 +130,11 @@ export interface RouteTimers {
  *   between two writes, or an event loop of the exchange stalled that long during it, or the two
  *   together (the client's longest gap and the loops' stalls during the exchange) came to that;
  * - the route timeout's 504 to an upstream that answers at once, where the loops stalled during the
- *   exchange for half of `timeoutMs` or more in all.
+ *   exchange for half of `timeoutMs` or more in all;
+ * - the minimum body rate's 408 (proxy/request-body.ts), where the exchange lasted at least the
+ *   body's grace, the longer of the two timers: the 100 bytes are due well within it plus their
+ *   rate's allowance, so only a loaded machine's delays between writes (each shorter than
+ *   `bodyIdleMs`) can bring it about.
  *
  * `loopStalls` are the gateway's, whose timers run before the bytes that came meanwhile are read,
  * and the upstreams', whose early answer then comes after the gateway's timer. The half: stalls
@@ -147,6 +151,10 @@ export function judgeAnswer(
   if (outcome.status !== null && allowedAnswers(fault, mode).includes(outcome.status)) return 'right'
   if (outcome.status === 504 && /did not answer within/.test(outcome.text))
     return stalledFor(loopStalls, outcome.startedAt, outcome.endedAt) >= timers.timeoutMs / 2 ? 'excused' : 'wrong'
+  if (outcome.status === 408 && /came slower than/.test(outcome.text)) {
+    const graceMs = Math.max(timers.bodyIdleMs, timers.timeoutMs)
+    return outcome.endedAt - outcome.startedAt >= graceMs ? 'excused' : 'wrong'
+  }
   if (outcome.status !== 408 || !/sent nothing for/.test(outcome.text)) return 'wrong'
   const longEnough = timers.bodyIdleMs - TRICKLE_GAP_MS
   const stalled = loopStalls.some(

@@ -62,6 +62,14 @@ t.test("only the body idle timer's 408 is excused, and no other status", async (
   )
 })
 
+t.test("the minimum body rate's 408 is excused only once the exchange lasted the body's grace", async (t) => {
+  const slow408 =
+    'HTTP/1.1 408 Request Timeout\r\n\r\n{"detail":"the request body came slower than 240 bytes a second"}'
+  const lasting = (ms: number): ClientOutcome => ({ ...outcome(slow408), endedAt: 10_000 + ms })
+  t.equal(judgeAnswer('neverAnswers', 'completes', lasting(1_000), TIMERS, []), 'excused', 'past the grace (700 ms)')
+  t.equal(judgeAnswer('neverAnswers', 'completes', lasting(400), TIMERS, []), 'wrong', 'before it')
+})
+
 t.test(
   "the route timeout's 504 to an upstream that answers at once is excused only after long stalls within",
   async (t) => {
