@@ -8,6 +8,7 @@ export const ERRORS = {
   insufficient_scope: { status: 403, title: 'Insufficient scope' },
   ip_not_allowed: { status: 403, title: 'IP address not allowed' },
   parent_key_required: { status: 403, title: 'Parent key required' },
+  service_worker_refused: { status: 403, title: 'Service worker refused' },
   acting_tenant_malformed: { status: 400, title: 'Malformed acting tenant' },
   acting_tenant_required: { status: 400, title: 'Acting tenant required' },
   acting_tenant_forbidden: { status: 403, title: 'Acting tenant forbidden' },

@@ -13,6 +13,7 @@ import { prefixShadowStep } from './steps/prefix-shadow.js'
 import { reservedPathStep } from './steps/reserved-path.js'
 import { scopesStep } from './steps/scopes.js'
 import { sendContinueStep } from './steps/send-continue.js'
+import { serviceWorkerStep } from './steps/service-worker.js'
 import { slotStep } from './steps/slot.js'
 import { websocketConnectStep } from './steps/websocket-connect.js'
 import { websocketRefusalStep, websocketUpgradeStep } from './steps/websocket-upgrade.js'
@@ -20,6 +21,7 @@ import { websocketRefusalStep, websocketUpgradeStep } from './steps/websocket-up
 export const PROXY_STEPS: readonly StepFactory[] = [
   reservedPathStep,
   prefixShadowStep,
+  serviceWorkerStep,
   websocketUpgradeStep,
   admissionStep,
   ipAllowlistStep,

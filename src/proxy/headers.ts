@@ -175,8 +175,11 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
 
 /**
  * Response headers the client never gets from the upstream: the hop-by-hop ones (RFC 9110
- * §7.6.1), which describe the upstream's connection, not ours, and X-Request-Id, which is the
- * gateway's (set on every reply before routing, http/guards.ts).
+ * §7.6.1), which describe the upstream's connection, not ours; X-Request-Id, which is the
+ * gateway's (set on every reply before routing, http/guards.ts); and Service-Worker-Allowed, which
+ * would let a worker of a route's path take a scope above it, up to the console and the portal on
+ * the same origin (steps/service-worker.ts refuses the worker's script itself). One look-up a
+ * header, as for the others: no cost beyond it.
  */
 const DROPPED_RESPONSE = new Set([
   'connection',
@@ -187,6 +190,7 @@ const DROPPED_RESPONSE = new Set([
   'upgrade',
   'transfer-encoding',
   'x-request-id',
+  'service-worker-allowed',
 ])
 
 /**

@@ -96,6 +96,8 @@ export function advice(p: Problem): string {
       return 'What you entered is too large: shorten it (metadata, description) and try again.'
     case 'ip_not_allowed':
       return 'This key may not be used from this address (its IP allow-list): sign in from an allowed address, or with a key that has no allow-list.'
+    case 'service_worker_refused':
+      return "The gateway serves no service worker's script through its routes (a worker there would control the console and the portal): load the page without one."
     case 'websocket_not_enabled':
       return 'That route does not carry WebSockets: see Routes for the ones that do, or ask the operator to set websocket: true on it.'
     case 'headers_too_large':
