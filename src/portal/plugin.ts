@@ -62,6 +62,7 @@ function secureHeaders(reply: FastifyReply, csp: string): FastifyReply {
     .header('content-security-policy', csp)
     .header('x-content-type-options', 'nosniff')
     .header('referrer-policy', 'no-referrer')
+    .header('cross-origin-opener-policy', 'same-origin')
 }
 
 type PortalApp = Parameters<FastifyPluginAsync>[0]

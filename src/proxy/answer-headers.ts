@@ -1,8 +1,19 @@
 // What the gateway changes in an upstream's answer headers besides the hop-by-hop ones (headers.ts),
 // docs/api.md, "What comes back": a Location that names the upstream is moved
 // under the route's prefix, anything else passes as sent; a Set-Cookie naming a gateway cookie is
-// removed. Both run only when the answer carries the header.
+// removed. Both run only when the answer carries the header. On a public route, unless it says
+// `same_origin_documents: true`, every answer is sandboxed (PUBLIC_ROUTE_CSP), an upstream's own
+// policy kept beside it.
 import type { IncomingHttpHeaders } from 'node:http'
+
+/**
+ * The policy of every answer of a public route (docs/api.md, "What comes back"): a document it
+ * renders runs its scripts, forms, popups and downloads, but in an opaque origin (no
+ * `allow-same-origin`), so it cannot use the gateway origin's cookies, storage or service workers,
+ * the console's and the portal's included. Set on the reply before the route's checks
+ * (proxy/plugin.ts), so that the gateway's own refusals carry it too.
+ */
+export const PUBLIC_ROUTE_CSP = 'sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads'
 
 /** A path (`/…`) or an absolute http(s) URL: the two kinds of Location that can name the upstream. */
 const SCHEME = /^https?:/i
@@ -40,10 +51,13 @@ export class AnswerHeaders {
   private readonly upstreamPrefix: string
   /** The prefix as clients see it ('' for the catch-all). */
   private readonly publicPrefix: string
-  constructor(upstream: URL, upstreamPrefix: string, publicPrefix: string) {
+  /** The route's answers carry PUBLIC_ROUTE_CSP (a public route without `same_origin_documents`). */
+  private readonly sandboxed: boolean
+  constructor(upstream: URL, upstreamPrefix: string, publicPrefix: string, sandboxed = false) {
     this.upstreamPrefix = upstreamPrefix
     this.publicPrefix = publicPrefix
     this.origin = upstream.origin
+    this.sandboxed = sandboxed
   }
 
   /** Applies the rules to `headers` (a fresh copy, headers.ts's downstreamHeaders). */
@@ -60,6 +74,15 @@ export class AnswerHeaders {
       // A deleted property slows the object, but this one is written out once, and rarely.
       if (kept === null) delete headers['set-cookie']
       else headers['set-cookie'] = kept as string[]
+    }
+    // The reply carries the sandbox already; an upstream's own policy would replace it, so both
+    // go, theirs first (a browser enforces every policy it gets).
+    if (this.sandboxed) {
+      const policy = headers['content-security-policy'] as string | string[] | undefined
+      if (policy !== undefined)
+        headers['content-security-policy'] = (typeof policy === 'string'
+          ? [policy, PUBLIC_ROUTE_CSP]
+          : [...policy, PUBLIC_ROUTE_CSP]) as unknown as string
     }
   }
 

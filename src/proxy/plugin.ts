@@ -9,7 +9,8 @@ import type { ProxyOptions } from './options.js'
 import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
 import type { ProxyRoute } from './route.js'
-import { UpstreamTarget } from './upstream-target.js'
+import { isSandboxed, UpstreamTarget } from './upstream-target.js'
+import { PUBLIC_ROUTE_CSP } from './answer-headers.js'
 
 /** The methods a route proxies (@fastify/http-proxy's): any other is the 404 of an unknown route. */
 const METHODS: HTTPMethods[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']
@@ -33,6 +34,13 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
         '*',
         streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs, Math.max(route.timeoutMs, route.bodyIdleTimeoutMs)),
       )
+      // A public route's every answer, its refusals included, renders in an opaque origin
+      // (answer-headers.ts); the upstream's answer keeps it beside its own policy.
+      if (isSandboxed(route))
+        scope.addHook('onRequest', (_request, reply, done) => {
+          reply.header('content-security-policy', PUBLIC_ROUTE_CSP)
+          done()
+        })
       // Every check, in order (proxy/checks.ts), in one hook: a request admitted from the last
       // second's memory passes them all without a single promise.
       scope.addHook('onRequest', runSteps(stepsFor(route, options)))

@@ -18,6 +18,7 @@ const ROUTE_KEYS = new Set([
   'upstream',
   'scopes',
   'public',
+  'same_origin_documents',
   'forward_authorization',
   'pass_headers',
   'identity',
@@ -156,6 +157,9 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
     if (earlier !== undefined) fail(where, `prefix duplicates ${earlier}`)
     seen.set(prefix, `routes[${index}]`)
     const isPublic = boolean(where, 'public', entry.public)
+    const sameOriginDocuments = boolean(where, 'same_origin_documents', entry.same_origin_documents)
+    if (sameOriginDocuments && !isPublic)
+      fail(where, "same_origin_documents is a public route's option (a keyed route's answers are never sandboxed)")
     const scopes = parseScopes(where, entry.scopes)
     if (isPublic && (scopes.read.length > 0 || scopes.write.length > 0))
       fail(where, 'a public route cannot require scopes')
@@ -173,6 +177,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         upstream: parseUpstream(where, entry.upstream),
         scopes,
         public: isPublic,
+        sameOriginDocuments,
         forwardAuthorization: boolean(where, 'forward_authorization', entry.forward_authorization),
         passHeaders: parsePassHeaders(where, entry.pass_headers),
         ...limits,
@@ -194,6 +199,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         upstream: parseUpstream('UPSTREAM_URL', upstreamUrl),
         scopes: { read: [], write: [] },
         public: false,
+        sameOriginDocuments: false,
         forwardAuthorization: false,
         passHeaders: NO_HEADERS,
         ...defaults,

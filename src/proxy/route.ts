@@ -13,6 +13,12 @@ export interface ProxyRoute {
   readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
   /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */
   readonly public: boolean
+  /**
+   * A public route's answers are not sandboxed (`same_origin_documents: true`): its pages run on
+   * the gateway's origin, with its cookies and storage. Always false on a keyed route, whose
+   * answers no browser can load as a document (a navigation carries no Authorization).
+   */
+  readonly sameOriginDocuments: boolean
   readonly forwardAuthorization: boolean
   /** How long the upstream may take to send its headers, and then between body chunks. */
   readonly timeoutMs: number

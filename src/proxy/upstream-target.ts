@@ -57,7 +57,7 @@ export class UpstreamTarget implements CallTarget {
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
     this.upstreamPrefix = basePath + this.publicPrefix
     this.host = url.host
-    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix)
+    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix, isSandboxed(route))
     this.pool = new Pool(url.origin, {
       // The slots keep requests to at most this many, so undici never queues one.
       connections: route.maxConnections,
@@ -130,6 +130,11 @@ export class UpstreamTarget implements CallTarget {
   observeUpstream(request: FastifyRequest): void {
     this.upstreamDuration.observe((performance.now() - request.upstreamSentAt) / 1000)
   }
+}
+
+/** Whether a route's answers carry PUBLIC_ROUTE_CSP: a public route's, unless it opts out. */
+export function isSandboxed(route: ProxyRoute): boolean {
+  return route.public && !route.sameOriginDocuments
 }
 
 /**

@@ -15,6 +15,7 @@ t.test('the page links its hashed script and stylesheet, nothing inline', async 
   t.equal(page.statusCode, 200)
   t.equal(page.headers['content-security-policy'], portalCsp(null))
   t.equal(page.headers['cache-control'], 'no-store')
+  t.equal(page.headers['cross-origin-opener-policy'], 'same-origin', "no opener across origins, as the console's")
   t.notMatch(page.body, /<script>|<style|style=|https?:\/\//, 'nothing inline, nothing from another host')
   const names = [...page.body.matchAll(/\/portal\/assets\/(portal\.[\w-]+\.(?:js|css))/g)].map((m) => m[1]!)
   t.equal(names.length, 2, 'one script and one stylesheet')

@@ -54,6 +54,7 @@ t.test('a valid table', async (t) => {
     upstream: 'http://shipments:8080',
     scopes: { read: ['tracking:read'], write: ['tracking:write', 'tracking:admin'] },
     public: false,
+    sameOriginDocuments: false,
     forwardAuthorization: false,
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
@@ -67,6 +68,7 @@ t.test('a valid table', async (t) => {
       upstream: 'https://shipments.internal/base',
       scopes: { read: [], write: [] },
       public: true,
+      sameOriginDocuments: false,
       forwardAuthorization: false,
       ...DEFAULT_LIMITS,
       passHeaders: new Set(),
@@ -144,6 +146,7 @@ t.test('UPSTREAM_URL adds a catch-all, last', async (t) => {
     upstream: 'https://backend.internal:8443/api',
     scopes: { read: [], write: [] },
     public: false,
+    sameOriginDocuments: false,
     forwardAuthorization: false,
     ...DEFAULT_LIMITS,
     passHeaders: new Set(),
@@ -711,4 +714,23 @@ t.test('websocket: true and its bounds, with their defaults; the bounds only wit
     undefined,
     /max_websockets_per_account needs websocket: true/,
   )
+})
+
+t.test("same_origin_documents: a public route's opt-out of the sandbox, and nothing else's", async (t) => {
+  const table = (route: Record<string, unknown>) => loadRouteTable(second(route), undefined)[1]!
+  t.equal(table({ public: true }).sameOriginDocuments, false, 'a public route is sandboxed by default')
+  t.equal(table({ public: true, same_origin_documents: true }).sameOriginDocuments, true, 'unless it opts out')
+  t.equal(table({ public: true, same_origin_documents: false }).sameOriginDocuments, false)
+  t.equal(table({}).sameOriginDocuments, false, 'a keyed route')
+  t.equal(loadRouteTable({ routes: [] }, UP)[0]!.sameOriginDocuments, false, "UPSTREAM_URL's catch-all")
+  refuses(t, second({ same_origin_documents: true }), WHERE, 'on a keyed route', undefined, /public route's option/)
+  for (const value of ['true', 1, null])
+    refuses(
+      t,
+      second({ public: true, same_origin_documents: value }),
+      WHERE,
+      `same_origin_documents ${JSON.stringify(value)}`,
+      undefined,
+      /same_origin_documents must be true or false/,
+    )
 })
