@@ -27,16 +27,20 @@ declare module 'fastify' {
   }
 }
 
-/** The value of one cookie of the request, or null. */
-export function cookieOf(request: FastifyRequest, name: string): string | null {
+/** The values of every cookie of the request named `name`, in the order the browser sent them. */
+export function cookiesOf(request: FastifyRequest, name: string): string[] {
   const header = request.headers.cookie
-  if (header === undefined) return null
+  if (header === undefined) return []
+  const values: string[] = []
   for (const part of header.split(';')) {
     const eq = part.indexOf('=')
-    if (eq !== -1 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim()
+    if (eq !== -1 && part.slice(0, eq).trim() === name) values.push(part.slice(eq + 1).trim())
   }
-  return null
+  return values
 }
+
+const TWO_COOKIES =
+  'the request carries more than one portal session cookie (tgw_portal), one of which this portal did not set: clear the cookies of this site in your browser, then open a new portal link from your provider'
 
 /** The session's credential and how it came; null when none did. */
 function credentialOf(request: FastifyRequest): { secret: string; via: 'bearer' | 'cookie' } | null {
@@ -46,8 +50,11 @@ function credentialOf(request: FastifyRequest): { secret: string; via: 'bearer' 
     if (match === null) throw new ApiError('unauthenticated', 'Authorization must be "Bearer <portal session token>"')
     return { secret: match[1]!, via: 'bearer' }
   }
-  const cookie = cookieOf(request, SESSION_COOKIE)
-  return cookie === null ? null : { secret: cookie, via: 'cookie' }
+  // Two are never the portal's own (one name, one path): another cookie beside it, planted by a
+  // sibling host or an answer that is not the gateway's, and the first is not necessarily ours.
+  const cookies = cookiesOf(request, SESSION_COOKIE)
+  if (cookies.length > 1) throw new ApiError('unauthenticated', TWO_COOKIES)
+  return cookies.length === 0 ? null : { secret: cookies[0]!, via: 'cookie' }
 }
 
 const ENDED =

@@ -1,6 +1,6 @@
 // What the gateway changes in an upstream's answer headers besides the hop-by-hop ones (headers.ts),
 // docs/api.md, "What comes back": a Location that names the upstream is moved
-// under the route's prefix, anything else passes as sent; a Set-Cookie naming a gateway cookie is
+// under the route's prefix, anything else passes as sent; a Set-Cookie holding `tgw_` anywhere is
 // removed. Both run only when the answer carries the header. On a public route, unless it says
 // `same_origin_documents: true`, every answer is sandboxed (PUBLIC_ROUTE_CSP), an upstream's own
 // policy kept beside it.
@@ -19,12 +19,14 @@ export const PUBLIC_ROUTE_CSP = 'sandbox allow-scripts allow-forms allow-popups 
 const SCHEME = /^https?:/i
 
 /**
- * A Set-Cookie that sets a cookie of the gateway's (`tgw_*`, portal/session-auth.ts), as a browser
- * reads the name: any case, blanks around it, a `__Host-`/`__Secure-` prefix, or no name at all
- * (`=tgw_portal=…`, sent back as `tgw_portal=…`). After a comma too: a client or a proxy that
- * folds Set-Cookie lines would split there.
+ * A Set-Cookie that may set a cookie of the gateway's (`tgw_*`, portal/session-auth.ts): `tgw_`
+ * anywhere in the value, in any case. Not the name as one browser reads it: browsers differ in
+ * what they trim or skip before a name (Chromium read `\xA0tgw_portal=…` as `tgw_portal`, which a
+ * pattern for blanks, prefixes, a nameless cookie and a folded comma let through), so no such
+ * pattern can be complete. A value that merely holds `tgw_` (`a=tgw_x`, `Path=/tgw_`) goes too: a
+ * superset of the rule, and no upstream has a reason to send one.
  */
-const GATEWAY_COOKIE = /(?:^|,)[ \t]*(?:=[ \t]*)?(?:__host-|__secure-)?tgw_/i
+const GATEWAY_COOKIE = /tgw_/i
 
 /** Whether a Set-Cookie value sets, or may be read as setting, a cookie the gateway uses. */
 export function setsGatewayCookie(setCookie: string): boolean {

@@ -82,44 +82,65 @@ t.test('apply: each Location of a repeated header, and nothing when there is non
   t.same(none, { 'content-type': 'text/plain' }, 'an answer without either header is left as it is')
 })
 
-t.test('a Set-Cookie naming a gateway cookie, in any spelling a browser reads as one', async (t) => {
-  const gateways = [
-    'tgw_portal=tgwps_x',
-    'tgw_portal=x; Path=/portal/; HttpOnly; SameSite=Strict',
-    'tgw_portal=x; Domain=example.com; Path=/',
-    'TGW_PORTAL=x',
-    'Tgw_Portal=x; Path=/',
-    'tgw_other=1',
-    'tgw_=1',
-    ' tgw_portal=x',
-    '\ttgw_portal=x',
-    'tgw_portal',
-    'tgw_portal; Path=/',
-    '=tgw_portal=x',
-    ' = tgw_portal=x',
-    '__Host-tgw_portal=x; Secure; Path=/',
-    '__Secure-tgw_portal=x; Secure',
-    '__HOST-TGW_portal=x; Secure; Path=/',
-    '__secure-tgw_x=1',
-    'a=1, tgw_portal=x',
-    'a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT,tgw_portal=x',
-  ]
-  for (const value of gateways) t.ok(setsGatewayCookie(value), `removed: ${JSON.stringify(value)}`)
-  const others = [
-    'a=1',
-    'session=abc; Path=/; HttpOnly',
-    'tgw=1',
-    'tgw-portal=1',
-    'tgwportal=1',
-    'xtgw_portal=1',
-    'my_tgw_portal=1',
-    'a=tgw_portal',
-    'a=1; Path=/tgw_portal',
-    '__Host-session=1; Secure; Path=/',
-    'a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT',
-  ]
-  for (const value of others) t.notOk(setsGatewayCookie(value), `kept: ${JSON.stringify(value)}`)
-})
+t.test(
+  'a Set-Cookie holding tgw_ anywhere, in any case: every spelling a browser may read as a gateway cookie',
+  async (t) => {
+    const gateways = [
+      'tgw_portal=tgwps_x',
+      'tgw_portal=x; Path=/portal/; HttpOnly; SameSite=Strict',
+      'tgw_portal=x; Domain=example.com; Path=/',
+      'TGW_PORTAL=x',
+      'Tgw_Portal=x; Path=/',
+      'tgw_other=1',
+      'tgw_=1',
+      ' tgw_portal=x',
+      '\ttgw_portal=x',
+      'tgw_portal',
+      'tgw_portal; Path=/',
+      '=tgw_portal=x',
+      ' = tgw_portal=x',
+      '__Host-tgw_portal=x; Secure; Path=/',
+      '__Secure-tgw_portal=x; Secure',
+      '__HOST-TGW_portal=x; Secure; Path=/',
+      '__secure-tgw_x=1',
+      'a=1, tgw_portal=x',
+      'a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT,tgw_portal=x',
+      // Bytes before the name that a browser may skip (Chromium stored `\xA0tgw_portal` as `tgw_portal`).
+      '\xa0tgw_portal=x; Path=/portal/api',
+      '\x80tgw_portal=x',
+      '\xfftgw_portal=x',
+      '\x0btgw_portal=x',
+      '\x0ctgw_portal=x',
+      '\ufefftgw_portal=x',
+      '\u3000tgw_portal=x',
+      '"tgw_portal"=x',
+      'tgw_portal\xa0=x',
+      '__Host-\xa0tgw_portal=x; Secure; Path=/',
+      'a=b,\xa0tgw_portal=x',
+      // Anything else holding tgw_: a superset of the names, which no upstream needs to send.
+      'xtgw_portal=1',
+      'my_tgw_portal=1',
+      'a=tgw_portal',
+      'a=1; Path=/tgw_portal',
+      'a=1; Domain=TGW_.example',
+    ]
+    for (const byte of [0x80, 0x85, 0x9f, 0xa0, 0xad, 0xc2, 0xfe, 0xff])
+      gateways.push(`${String.fromCharCode(byte)}tgw_portal=x; Path=/portal/api`)
+    for (const value of gateways) t.ok(setsGatewayCookie(value), `removed: ${JSON.stringify(value)}`)
+    const others = [
+      'a=1',
+      'session=abc; Path=/; HttpOnly',
+      'tgw=1',
+      'tgw-portal=1',
+      'tgwportal=1',
+      'tgw.portal=1',
+      'tg_w_portal=1',
+      '__Host-session=1; Secure; Path=/',
+      'a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT',
+    ]
+    for (const value of others) t.notOk(setsGatewayCookie(value), `kept: ${JSON.stringify(value)}`)
+  },
+)
 
 t.test('each Set-Cookie value judged alone', async (t) => {
   const mixed = ['a=1', 'tgw_portal=x', 'b=2; Path=/', 'TGW_PORTAL=y; Path=/portal/']
