@@ -2,7 +2,8 @@
 // on the answer (request-id.ts makes it), an upgrade's Connection: close, the bad-path refusal, at
 // most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and
 // the 404, all before authentication and before a body parser can answer 415 or 400. Management
-// paths included.
+// paths included. And, on the way out, X-Content-Type-Options: nosniff on every answer the gateway
+// writes itself (never a proxied one).
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from './bad-paths.js'
@@ -75,6 +76,15 @@ export const requestGuards = fp(
         return
       }
       done()
+    })
+
+    // Every answer the gateway writes itself (management, the portal's API, the token endpoint,
+    // the ops paths, every refusal) is to be read as the type it says, never sniffed into a
+    // script or a page. A proxied answer never comes here: upstream-call.ts writes it after
+    // reply.hijack(), its headers the upstream's, and its hot path pays nothing for this.
+    app.addHook('onSend', (_request, reply, payload, done) => {
+      reply.header('x-content-type-options', 'nosniff')
+      done(null, payload)
     })
 
     app.setNotFoundHandler((request) => {
