@@ -15,6 +15,23 @@ import { PUBLIC_ROUTE_CSP } from './answer-headers.js'
 /** The methods a route proxies (@fastify/http-proxy's): any other is the 404 of an unknown route. */
 const METHODS: HTTPMethods[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']
 
+/** How a route's scope reads request bodies, and (a public route) the sandbox of its answers. */
+function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
+  scope.removeAllContentTypeParsers()
+  // A body's grace before its rate counts: the longer of the route's two timeouts (docs/api.md).
+  scope.addContentTypeParser(
+    '*',
+    streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs, Math.max(route.timeoutMs, route.bodyIdleTimeoutMs)),
+  )
+  // A public route's every answer, its refusals included, renders in an opaque origin
+  // (answer-headers.ts); the upstream's answer keeps it beside its own policy.
+  if (isSandboxed(route))
+    scope.addHook('onRequest', (_request, reply, done) => {
+      reply.header('content-security-policy', PUBLIC_ROUTE_CSP)
+      done()
+    })
+}
+
 async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: ProxyOptions): Promise<void> {
   const readiness = app.readiness
   const limits = options.limits
@@ -28,19 +45,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(
     async (scope) => {
-      scope.removeAllContentTypeParsers()
-      // A body's grace before its rate counts: the longer of the route's two timeouts (docs/api.md).
-      scope.addContentTypeParser(
-        '*',
-        streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs, Math.max(route.timeoutMs, route.bodyIdleTimeoutMs)),
-      )
-      // A public route's every answer, its refusals included, renders in an opaque origin
-      // (answer-headers.ts); the upstream's answer keeps it beside its own policy.
-      if (isSandboxed(route))
-        scope.addHook('onRequest', (_request, reply, done) => {
-          reply.header('content-security-policy', PUBLIC_ROUTE_CSP)
-          done()
-        })
+      readBodiesAndSandbox(scope, route)
       // Every check, in order (proxy/checks.ts), in one hook: a request admitted from the last
       // second's memory passes them all without a single promise.
       scope.addHook('onRequest', runSteps(stepsFor(route, options)))
