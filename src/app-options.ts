@@ -63,6 +63,8 @@ export function requestLogOptions(deps: AppDeps) {
 
 export const usageMeterOptions = (deps: AppDeps) => ({
   sql: deps.store.sql,
+  // A real Postgres takes the meter's writes on a connection of its own, ended when one hangs.
+  openConnection: deps.store.openOwnConnection,
   flushIntervalMs: deps.tuning?.usageFlushIntervalMs,
   periodSeconds: deps.config.usagePeriodSeconds,
   closeGraceSeconds: deps.config.usageCloseGraceSeconds,

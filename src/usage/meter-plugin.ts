@@ -2,8 +2,8 @@
 // writes them to Postgres in batches, and writes the last ones when the app closes; closes the
 // usage periods behind the replicas' flushes (usage/period-close.ts).
 import fp from 'fastify-plugin'
-import type { Sql } from '../store/db.js'
-import { DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
+import { type Sql, withDeadline } from '../store/db.js'
+import { CLOSE_TIMEOUT_MS, DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
 import { UsageExporter, type UsageExporterOptions } from './exporter.js'
 import { checkPeriodLength, DEFAULT_CLOSE_GRACE_SECONDS, PeriodCloser } from './period-close.js'
 
@@ -18,6 +18,8 @@ declare module 'fastify' {
 
 export interface UsageMeterPluginOptions {
   sql: Sql
+  /** A client of one connection of the meter's own, for its writes (store/db.ts, openOwnConnection). */
+  openConnection?: ((parameters: Record<string, string>) => Sql) | undefined
   /** How often the meter writes to Postgres. */
   flushIntervalMs?: number | undefined
   /** The usage period, in seconds (USAGE_PERIOD_SECONDS). */
@@ -39,6 +41,7 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
     app,
     {
       sql,
+      openConnection,
       flushIntervalMs,
       periodSeconds = DEFAULT_PERIOD_SECONDS,
       closeGraceSeconds,
@@ -55,6 +58,7 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
     const metrics = app.metrics
     const meter = new UsageMeter({
       sql,
+      openConnection,
       log: app.log,
       flushIntervalMs,
       periodSeconds,
@@ -81,11 +85,15 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
     app.decorate('usagePeriods', closer)
     app.decorate('usageExporter', exporter)
 
-    // In-flight requests are done by now (fastify closed the server first): write the last counts.
+    // In-flight requests are done by now (fastify closed the server first): write the last counts,
+    // within the meter's own bound. A close or an export stuck on Postgres holds up neither that
+    // nor the stop: each is waited for no longer than the meter's bound.
     app.addHook('onClose', async () => {
-      await exporter?.stop()
-      await closer.stop()
+      const others = Promise.all([exporter?.stop(), closer.stop()])
       await meter.close()
+      await withDeadline(others, CLOSE_TIMEOUT_MS).catch(() => {
+        app.log.warn('usage: a period close or an export was still under way at the stop; left to end with the process')
+      })
     })
   },
   { name: 'usage-meter', dependencies: ['metrics'] },

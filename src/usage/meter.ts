@@ -2,9 +2,12 @@
 // units they counted for (docs/api.md, Units), and adds them to Postgres about once a second, in
 // one statement, and at shutdown (docs/api.md, usage; docs/internals.md). Keys' last_used_at
 // rides on the same flush, at most once a minute per key: nothing is written on the request path.
+// Every write has a deadline, on a connection of the meter's own that a write past it ends: a
+// Postgres that stops answering (a lock, a primary gone without a reset) fails the flush, which
+// keeps its batch in doubt, and a stop waits for it no longer than CLOSE_TIMEOUT_MS.
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import type { Sql } from '../store/db.js'
+import { QueryTimeoutError, type Sql, withDeadline } from '../store/db.js'
 import { forgetReplica } from '../store/usage-periods.js'
 import {
   addUsage,
@@ -43,6 +46,24 @@ export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
 /** The usage period's default length: an hour (USAGE_PERIOD_SECONDS). */
 export const DEFAULT_PERIOD_SECONDS = 3_600
+/**
+ * How long Postgres may run one of the meter's writes (its connection's `statement_timeout` and
+ * `lock_timeout`): a flush takes milliseconds; one that waits on a lock past this is cancelled by
+ * Postgres, which commits nothing of it.
+ */
+export const WRITE_TIMEOUT_MS = 3_000
+/**
+ * How much longer the meter waits for an answer before it ends the connection (a server that no
+ * longer answers at all): the flush fails, its batch is in doubt, the next write opens a new one.
+ */
+const WRITE_ANSWER_MARGIN_MS = 1_000
+/**
+ * How long a stop may spend on the last writes, the one under way included (docs/operations.md,
+ * Graceful shutdown): well inside the 10 s the process is given after its requests have finished.
+ */
+export const CLOSE_TIMEOUT_MS = 6_000
+/** The pause between two of the stop's tries on a fresh connection. */
+const CLOSE_RETRY_PAUSE_MS = 200
 
 /**
  * Units an upstream reported for one answer, by meter name (proxy/meter-reports.ts): a Map, which
@@ -53,6 +74,16 @@ export type ReportedUnitsMap = ReadonlyMap<string, number>
 export interface MeterOptions {
   sql: Sql
   log: FastifyBaseLogger
+  /**
+   * Opens a client of one connection of the meter's own (store/db.ts, openOwnConnection), with
+   * these startup parameters: its writes go there, and a write past its deadline ends it. Without
+   * it (the embedded PGlite), on `sql`, under the same deadline, with nothing ended.
+   */
+  openConnection?: ((parameters: Record<string, string>) => Sql) | undefined
+  /** Postgres's limit on one write (WRITE_TIMEOUT_MS); the meter waits a second more. */
+  writeTimeoutMs?: number | undefined
+  /** How long close() may take at most (CLOSE_TIMEOUT_MS). */
+  closeTimeoutMs?: number | undefined
   flushIntervalMs?: number
   /** The usage period's length in seconds, a divisor of a day (default an hour). */
   periodSeconds?: number
@@ -108,6 +139,12 @@ export class UsageMeter {
   private readonly now: () => number
   /** Whether the last write to Postgres went through. */
   private lastSendOk = true
+  /** Writes that failed since the last that went through: the first is logged, the rest counted. */
+  private failedInARow = 0
+  /** The meter's own connection (MeterOptions.openConnection), opened at its first write. */
+  private connection: Sql | null = null
+  /** While close() runs: when (performance.now()) its writes must be over. */
+  private stopBy: number | null = null
   /** This meter's name among the replicas' flush marks. */
   readonly replicaId = randomUUID()
 
@@ -120,7 +157,11 @@ export class UsageMeter {
 
   start(): void {
     if (this.timer !== null) return
-    this.timer = setInterval(() => void this.flush(), this.options.flushIntervalMs ?? FLUSH_INTERVAL_MS)
+    // A flush still under way at the next tick (Postgres slow or gone): the tick after it will do.
+    // Chained, every tick of an outage would have queued one more flush behind it.
+    this.timer = setInterval(() => {
+      if (this.flushing === null) void this.flush()
+    }, this.options.flushIntervalMs ?? FLUSH_INTERVAL_MS)
     this.timer.unref()
   }
 
@@ -292,9 +333,9 @@ export class UsageMeter {
     // A batch whose outcome is unknown goes again, as it was, before anything newer: its id keeps
     // a retry of a flush that did commit from adding its counts twice. Until it is through, new
     // counts keep adding up in memory (one batch in doubt at a time, however long Postgres is away).
-    const clear = this.inDoubt === null || (await this.send(this.inDoubt))
-    if (clear) this.inDoubt = null
-    if (clear) {
+    let through = this.inDoubt === null || (await this.send(this.inDoubt))
+    if (through) {
+      this.inDoubt = null
       // Everything counted so far is in this batch: the mark that lets periods close (docs/billing.md).
       // With nothing counted, the mark goes alone, and is not kept in doubt: the next one supersedes it.
       const empty = this.pendingSince === null
@@ -315,20 +356,63 @@ export class UsageMeter {
       this.keyMeterUnits = new Map()
       this.logDrops = new Map()
       this.pendingSince = null
-      if (!(await this.send(batch)) && !empty) this.inDoubt = batch
+      // In doubt from the moment it is sent (its age is the lag; a stop that gives up counts it),
+      // until Postgres says it is in.
+      if (!empty) this.inDoubt = batch
+      through = await this.send(batch)
+      if (through) this.inDoubt = null
     }
-    if (keyUses.size > 0) {
+    // Postgres did not take the counts: the keys' last use waits for it too.
+    if (keyUses.size > 0 && !through) this.keepKeyUses(keyUses)
+    else if (keyUses.size > 0) {
       try {
-        await touchKeys(
-          this.options.sql,
-          [...keyUses].map(([keyId, at]) => ({ keyId, at: new Date(at) })),
+        await this.run((sql) =>
+          touchKeys(
+            sql,
+            [...keyUses].map(([keyId, at]) => ({ keyId, at: new Date(at) })),
+          ),
         )
       } catch (err) {
         this.options.log.warn({ err, keys: keyUses.size }, 'last_used_at flush failed; will retry')
         this.options.onFlushFailed?.()
-        for (const [keyId, at] of keyUses) if (!this.keyUses.has(keyId)) this.keyUses.set(keyId, at)
+        this.keepKeyUses(keyUses)
       }
     }
+  }
+
+  /** Key uses a write did not take, kept for the next (a newer use of a key wins). */
+  private keepKeyUses(keyUses: Map<string, number>): void {
+    for (const [keyId, at] of keyUses) if (!this.keyUses.has(keyId)) this.keyUses.set(keyId, at)
+  }
+
+  /**
+   * Runs one write under its deadline: on the meter's own connection, which any failure ends
+   * (whatever state it was left in, a write in doubt must not wait behind a dead socket), or on
+   * the pool (the embedded database). During close(), no later than its end.
+   */
+  private async run<T>(write: (sql: Sql) => Promise<T>): Promise<T> {
+    const writeTimeoutMs = this.options.writeTimeoutMs ?? WRITE_TIMEOUT_MS
+    let timeoutMs = writeTimeoutMs + WRITE_ANSWER_MARGIN_MS
+    if (this.stopBy !== null) timeoutMs = Math.min(timeoutMs, Math.floor(this.stopBy - performance.now()))
+    if (timeoutMs <= 0) throw new QueryTimeoutError(0)
+    const { openConnection } = this.options
+    if (openConnection === undefined) return withDeadline(write(this.options.sql), timeoutMs)
+    const timeout = String(writeTimeoutMs)
+    this.connection ??= openConnection({ statement_timeout: timeout, lock_timeout: timeout })
+    const connection = this.connection
+    try {
+      return await withDeadline(write(connection), timeoutMs)
+    } catch (err) {
+      if (this.connection === connection) void this.endConnection()
+      throw err
+    }
+  }
+
+  /** Ends the meter's own connection, and whatever is under way on it; the next write opens another. */
+  private endConnection(): Promise<void> {
+    const connection = this.connection
+    this.connection = null
+    return connection === null ? Promise.resolve() : connection.end({ timeout: 0 }).catch(() => {})
   }
 
   /** The once-a-minute memory only needs the last minute. */
@@ -340,39 +424,85 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
-      await addUsage(this.options.sql, batch.id, {
-        counts: batch.rows,
-        keyCounts: batch.keyRows,
-        unitCounts: batch.unitRows,
-        keyUnitCounts: batch.keyUnitRows,
-        logDropCounts: batch.logDropRows,
-        mark: batch.mark,
-      })
+      await this.run((sql) =>
+        addUsage(sql, batch.id, {
+          counts: batch.rows,
+          keyCounts: batch.keyRows,
+          unitCounts: batch.unitRows,
+          keyUnitCounts: batch.keyUnitRows,
+          logDropCounts: batch.logDropRows,
+          mark: batch.mark,
+        }),
+      )
+      if (this.failedInARow > 0)
+        this.options.log.info(
+          { failures: this.failedInARow, batch: batch.id },
+          'usage flush went through again; the counts kept meanwhile are in',
+        )
+      this.failedInARow = 0
       this.lastSendOk = true
       return true
     } catch (err) {
       this.lastSendOk = false
-      this.options.log.warn({ err, rows: batch.rows.length, batch: batch.id }, 'usage flush failed; will retry')
+      // Once per outage: every failure is counted (tgw_usage_flush_failures_total), and the lag
+      // (tgw_usage_flush_lag_seconds) says how long it has lasted.
+      if (this.failedInARow++ === 0)
+        this.options.log.warn(
+          { err, rows: batch.rows.length, batch: batch.id },
+          'usage flush failed; the counts are kept and retried every second with the same batch id',
+        )
       this.options.onFlushFailed?.()
       return false
     }
   }
 
+  /** What Postgres has not taken: the batch in doubt and the counts pending, requests and units by meter. */
+  private unwritten(): { requests: number; units: Record<string, number> } {
+    const rows = [...(this.inDoubt?.rows ?? []), ...toRows(this.counts)]
+    const unitRows = [...(this.inDoubt?.unitRows ?? []), ...toUnitRows(this.counts, this.meterUnits)]
+    const units: Record<string, number> = {}
+    for (const row of unitRows) units[row.meter] = (units[row.meter] ?? 0) + row.units
+    return { requests: rows.reduce((sum, row) => sum + row.requests, 0), units }
+  }
+
   /**
-   * Stops the timer and writes what is left; once it is in, periods stop waiting for this replica.
-   * A store that failed the last write is not asked again (a stop must not wait on it): the mark
-   * stays, and ages out of the live ones (store/usage-periods.ts).
+   * Stops the timer and writes what is left, within `closeTimeoutMs` (the write under way
+   * included): a write that fails is tried again on a fresh connection until then. Once it is
+   * in, periods stop waiting for this replica. If Postgres never takes it, what it could not write
+   * is logged at error, and the replica's mark stays: the close records the loss once it has not
+   * been heard from for 120 s (store/usage-periods.ts), as it does for a replica killed.
    */
   async close(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
-    // A flush under way has taken its counts already: waited for, then what is left is written.
-    await this.flushing
-    if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0) await this.flush()
-    if (this.inDoubt !== null || !this.lastSendOk) return
-    await forgetReplica(this.options.sql, this.replicaId).catch((err: unknown) => {
-      this.options.log.warn({ err }, 'usage flush mark not removed; periods wait for it until it ages out')
-    })
+    const closeTimeoutMs = this.options.closeTimeoutMs ?? CLOSE_TIMEOUT_MS
+    this.stopBy = performance.now() + closeTimeoutMs
+    try {
+      // A flush under way has taken its counts already: waited for (its write ends by its own
+      // deadline, or this one), then what is left is written.
+      await this.flushing
+      for (;;) {
+        if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0 || !this.lastSendOk)
+          await this.flush()
+        if (this.inDoubt === null && this.pendingSince === null && this.lastSendOk) break
+        if (this.stopBy - performance.now() <= CLOSE_RETRY_PAUSE_MS) break
+        await new Promise((resolve) => setTimeout(resolve, CLOSE_RETRY_PAUSE_MS))
+      }
+      if (this.inDoubt !== null || this.pendingSince !== null) {
+        const { requests, units } = this.unwritten()
+        this.options.log.error(
+          { requests, units, batch: this.inDoubt?.id, closeTimeoutMs },
+          'usage: Postgres did not take the last counts before the stop; they are lost (unless the last try commits late), and the periods they belong to will record this replica as lost after 120 s',
+        )
+        return
+      }
+      if (!this.lastSendOk) return
+      await this.run((sql) => forgetReplica(sql, this.replicaId)).catch((err: unknown) => {
+        this.options.log.warn({ err }, 'usage flush mark not removed; periods wait for it until it ages out')
+      })
+    } finally {
+      await this.endConnection()
+    }
   }
 }
 
