@@ -3,7 +3,8 @@
 // usage periods behind the replicas' flushes (usage/period-close.ts).
 import fp from 'fastify-plugin'
 import { type Sql, withDeadline } from '../store/db.js'
-import { CLOSE_TIMEOUT_MS, DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
+import { DEFAULT_PERIOD_SECONDS, UsageMeter } from './meter.js'
+import { CLOSE_TIMEOUT_MS } from './meter-writes.js'
 import { UsageExporter, type UsageExporterOptions } from './exporter.js'
 import { checkPeriodLength, DEFAULT_CLOSE_GRACE_SECONDS, PeriodCloser } from './period-close.js'
 

@@ -7,7 +7,7 @@
 // keeps its batch in doubt, and a stop waits for it no longer than CLOSE_TIMEOUT_MS.
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import { QueryTimeoutError, type Sql, withDeadline } from '../store/db.js'
+import type { Sql } from '../store/db.js'
 import { forgetReplica } from '../store/usage-periods.js'
 import {
   addUsage,
@@ -39,6 +39,7 @@ import {
   toUnitRows,
   UNLIMITED_UNITS,
 } from './flush-rows.js'
+import { CLOSE_TIMEOUT_MS, MeterWrites } from './meter-writes.js'
 
 export { REQUESTS_METER, utcDay } from './flush-rows.js'
 
@@ -46,22 +47,6 @@ export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
 /** The usage period's default length: an hour (USAGE_PERIOD_SECONDS). */
 export const DEFAULT_PERIOD_SECONDS = 3_600
-/**
- * How long Postgres may run one of the meter's writes (its connection's `statement_timeout` and
- * `lock_timeout`): a flush takes milliseconds; one that waits on a lock past this is cancelled by
- * Postgres, which commits nothing of it.
- */
-export const WRITE_TIMEOUT_MS = 3_000
-/**
- * How much longer the meter waits for an answer before it ends the connection (a server that no
- * longer answers at all): the flush fails, its batch is in doubt, the next write opens a new one.
- */
-const WRITE_ANSWER_MARGIN_MS = 1_000
-/**
- * How long a stop may spend on the last writes, the one under way included (docs/operations.md,
- * Graceful shutdown): well inside the 10 s the process is given after its requests have finished.
- */
-export const CLOSE_TIMEOUT_MS = 6_000
 /** The pause between two of the stop's tries on a fresh connection. */
 const CLOSE_RETRY_PAUSE_MS = 200
 
@@ -141,10 +126,8 @@ export class UsageMeter {
   private lastSendOk = true
   /** Writes that failed since the last that went through: the first is logged, the rest counted. */
   private failedInARow = 0
-  /** The meter's own connection (MeterOptions.openConnection), opened at its first write. */
-  private connection: Sql | null = null
-  /** While close() runs: when (performance.now()) its writes must be over. */
-  private stopBy: number | null = null
+  /** Where and how long its writes run (meter-writes.ts). */
+  private readonly writes: MeterWrites
   /** This meter's name among the replicas' flush marks. */
   readonly replicaId = randomUUID()
 
@@ -153,6 +136,7 @@ export class UsageMeter {
     this.options = options
     this.now = options.now ?? Date.now
     this.periodMs = (options.periodSeconds ?? DEFAULT_PERIOD_SECONDS) * 1000
+    this.writes = new MeterWrites(options)
   }
 
   start(): void {
@@ -366,7 +350,7 @@ export class UsageMeter {
     if (keyUses.size > 0 && !through) this.keepKeyUses(keyUses)
     else if (keyUses.size > 0) {
       try {
-        await this.run((sql) =>
+        await this.writes.run((sql) =>
           touchKeys(
             sql,
             [...keyUses].map(([keyId, at]) => ({ keyId, at: new Date(at) })),
@@ -385,36 +369,6 @@ export class UsageMeter {
     for (const [keyId, at] of keyUses) if (!this.keyUses.has(keyId)) this.keyUses.set(keyId, at)
   }
 
-  /**
-   * Runs one write under its deadline: on the meter's own connection, which any failure ends
-   * (whatever state it was left in, a write in doubt must not wait behind a dead socket), or on
-   * the pool (the embedded database). During close(), no later than its end.
-   */
-  private async run<T>(write: (sql: Sql) => Promise<T>): Promise<T> {
-    const writeTimeoutMs = this.options.writeTimeoutMs ?? WRITE_TIMEOUT_MS
-    let timeoutMs = writeTimeoutMs + WRITE_ANSWER_MARGIN_MS
-    if (this.stopBy !== null) timeoutMs = Math.min(timeoutMs, Math.floor(this.stopBy - performance.now()))
-    if (timeoutMs <= 0) throw new QueryTimeoutError(0)
-    const { openConnection } = this.options
-    if (openConnection === undefined) return withDeadline(write(this.options.sql), timeoutMs)
-    const timeout = String(writeTimeoutMs)
-    this.connection ??= openConnection({ statement_timeout: timeout, lock_timeout: timeout })
-    const connection = this.connection
-    try {
-      return await withDeadline(write(connection), timeoutMs)
-    } catch (err) {
-      if (this.connection === connection) void this.endConnection()
-      throw err
-    }
-  }
-
-  /** Ends the meter's own connection, and whatever is under way on it; the next write opens another. */
-  private endConnection(): Promise<void> {
-    const connection = this.connection
-    this.connection = null
-    return connection === null ? Promise.resolve() : connection.end({ timeout: 0 }).catch(() => {})
-  }
-
   /** The once-a-minute memory only needs the last minute. */
   private forgetOldKeyWrites(): void {
     const cutoff = this.now() - LAST_USED_RESOLUTION_MS
@@ -424,7 +378,7 @@ export class UsageMeter {
   /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
   private async send(batch: Batch): Promise<boolean> {
     try {
-      await this.run((sql) =>
+      await this.writes.run((sql) =>
         addUsage(sql, batch.id, {
           counts: batch.rows,
           keyCounts: batch.keyRows,
@@ -476,7 +430,8 @@ export class UsageMeter {
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
     const closeTimeoutMs = this.options.closeTimeoutMs ?? CLOSE_TIMEOUT_MS
-    this.stopBy = performance.now() + closeTimeoutMs
+    const stopBy = performance.now() + closeTimeoutMs
+    this.writes.stopBy = stopBy
     try {
       // A flush under way has taken its counts already: waited for (its write ends by its own
       // deadline, or this one), then what is left is written.
@@ -485,7 +440,7 @@ export class UsageMeter {
         if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0 || !this.lastSendOk)
           await this.flush()
         if (this.inDoubt === null && this.pendingSince === null && this.lastSendOk) break
-        if (this.stopBy - performance.now() <= CLOSE_RETRY_PAUSE_MS) break
+        if (stopBy - performance.now() <= CLOSE_RETRY_PAUSE_MS) break
         await new Promise((resolve) => setTimeout(resolve, CLOSE_RETRY_PAUSE_MS))
       }
       if (this.inDoubt !== null || this.pendingSince !== null) {
@@ -497,11 +452,13 @@ export class UsageMeter {
         return
       }
       if (!this.lastSendOk) return
-      await this.run((sql) => forgetReplica(sql, this.replicaId)).catch((err: unknown) => {
-        this.options.log.warn({ err }, 'usage flush mark not removed; periods wait for it until it ages out')
-      })
+      await this.writes
+        .run((sql) => forgetReplica(sql, this.replicaId))
+        .catch((err: unknown) => {
+          this.options.log.warn({ err }, 'usage flush mark not removed; periods wait for it until it ages out')
+        })
     } finally {
-      await this.endConnection()
+      await this.writes.end()
     }
   }
 }
