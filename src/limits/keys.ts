@@ -26,6 +26,11 @@ export const limitKeys = {
   /** A quota's month. */
   quota: (prefix: string, subject: string, month: string, meter = 'requests', shadow = false) =>
     `${prefix}limits:{${groupOf(subject)}}:quota:${subject}${shadowPart(shadow)}${meterPart(meter)}:${month}`,
+  /**
+   * The last report a replica made of a quota's month (scripts.ts, QUOTA_LEASE): the month's key
+   * and more, so in its slot.
+   */
+  reportOf: (quotaKey: string, replica: string) => `${quotaKey}:report:${replica}`,
   /** The incarnation of the group a limit's key is in. */
   incarnationOf(prefix: string, key: string): string {
     const tag = /\{(l\d+)\}/.exec(key.slice(prefix.length))

@@ -49,6 +49,8 @@ export interface QuotaCall extends LeaseCall {
   /** The month's use read from Postgres, or -1 when not read yet. */
   init: number
   expireAt: number
+  /** Names the report among this replica's: sent again after a timeout, it is applied once (scripts.ts). */
+  report: string
 }
 
 export type QuotaAnswer =
@@ -78,6 +80,12 @@ export interface LeaseTimings {
  */
 export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 0, callTimeoutMs: 250 }
 
+/**
+ * How long Redis remembers the last report a replica made of a month (scripts.ts, QUOTA_LEASE). A
+ * report is sent again only while the last copy sent has no answer; the name must outlive every
+ * copy still on its way: an hour covers a Redis that runs one copy, then stops answering again.
+ */
+export const REPORT_KEPT_MS = 3_600_000
 interface LeaseCommands {
   tgwRateLease(...args: (string | number)[]): Promise<[number, string, number, number, string]>
   tgwQuotaLease(...args: (string | number)[]): Promise<[number, string, number, string, number]>
@@ -125,7 +133,7 @@ export class RedisLeaseStore implements LeaseStore {
     this.keyPrefix = keyPrefix
     if (!('tgwRateLease' in redis)) {
       redis.defineCommand('tgwRateLease', { numberOfKeys: 2, lua: RATE_LEASE })
-      redis.defineCommand('tgwQuotaLease', { numberOfKeys: 2, lua: QUOTA_LEASE })
+      redis.defineCommand('tgwQuotaLease', { numberOfKeys: 3, lua: QUOTA_LEASE })
     }
     this.commands = redis as unknown as LeaseCommands
   }
@@ -172,6 +180,7 @@ export class RedisLeaseStore implements LeaseStore {
         this.commands.tgwQuotaLease(
           call.key,
           limitKeys.incarnationOf(this.keyPrefix, call.key),
+          limitKeys.reportOf(call.key, this.replica),
           call.requests,
           call.epoch,
           call.keep,
@@ -182,6 +191,8 @@ export class RedisLeaseStore implements LeaseStore {
           call.expireAt,
           randomBytes(6).toString('hex'),
           graceMs,
+          call.report,
+          REPORT_KEPT_MS,
         ),
       callTimeoutMs,
     )

@@ -12,7 +12,15 @@ export interface LeaseCall {
   extra: number
   /** A metered limit's units charged beyond its lease since the last call (`charge`). */
   debt: number
+  /**
+   * Names this call's report among this replica's: a quota's script applies one report once, so
+   * that a call sent again after its answer failed to come is not counted twice (scripts.ts).
+   */
+  report: string
 }
+
+/** Report names, unique in this process (the store adds the replica's own name). */
+let reports = 0
 import type { LimiterMetrics, PolicyName, PolicyState } from './types.js'
 
 export interface LimitContext {
@@ -68,6 +76,19 @@ export abstract class LeasedLimit {
   debt = 0
   /** Counts what may no longer be sent: a quota's month that ended (quota-limit.ts). */
   protected generation = 0
+  /**
+   * Whether a call whose answer did not come in time is sent again as it was, its report's name
+   * with it, before any other: true where the store applies a report once (a quota). Else its
+   * units are added to the next call's (a rate's bucket refills what a second report took).
+   */
+  protected readonly resendsUnanswered: boolean = false
+  /**
+   * The call sent whose answer has not come (resendsUnanswered): Redis may have run it, may run
+   * it still (a paused or hung server runs what was written to it), or never got it. Until an
+   * answer says its fate, it is the only call sent, as it was: what was admitted meanwhile waits
+   * for the next one, so that no unit is in two reports.
+   */
+  private unsettled: { call: LeaseCall; generation: number } | null = null
   /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
   prepaid = 0
   unreported = 0
@@ -209,11 +230,11 @@ export abstract class LeasedLimit {
   }
 
   /**
-   * Whether forgetting the limit now would lose something: units owed to Redis (a debt, or what it
-   * admitted on its own). A subclass adds what its local state holds that a new one would not.
+   * Whether forgetting the limit now would lose something: units owed to Redis (a debt, what it
+   * admitted on its own, or a call not known to have been run). A subclass adds what its local state holds that a new one would not.
    */
   holdsState(_now: number): boolean {
-    return this.debt > 0 || this.unreported > 0
+    return this.debt > 0 || this.unreported > 0 || this.unsettled !== null
   }
 
   /** Whether an answer is under way: a lease call (or, for a quota, its month read from Postgres). */
@@ -327,6 +348,14 @@ export abstract class LeasedLimit {
   maintain(now: number): void {
     const store = this.ctx.store
     if (store === null || this.inflight || now < this.nextCallAt) return
+    if (this.unsettled !== null) {
+      // Another month's call is that month's own: never sent to this month's key.
+      if (this.unsettled.generation === this.generation) {
+        void this.dispatch(now, this.unsettled.call)
+        return
+      }
+      this.unsettled = null
+    }
     if (this.mode !== 'shared') {
       const extra = this.mode === 'local' ? this.unreported : 0
       this.unreported -= extra
@@ -366,7 +395,7 @@ export abstract class LeasedLimit {
 
   /** Gives back the whole lease (closing, or forgetting an idle limit). */
   async release(now: number): Promise<void> {
-    if (this.ctx.store === null || this.mode !== 'shared' || this.inflight) return
+    if (this.ctx.store === null || this.mode !== 'shared' || this.inflight || this.unsettled !== null) return
     const held = this.held(now)
     if (held === 0 && this.refunds === 0 && this.debt === 0) return
     this.lease = 0
@@ -374,25 +403,40 @@ export abstract class LeasedLimit {
   }
 
   private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
-    this.inflight = true
-    const call = { keep, spent: this.spentSinceSend, returned: returned + this.refunds, wanted, extra, debt: this.debt }
-    const generation = this.generation
+    const call = {
+      keep,
+      spent: this.spentSinceSend,
+      returned: returned + this.refunds,
+      wanted,
+      extra,
+      debt: this.debt,
+      report: String(++reports),
+    }
     this.debt = 0
     this.refunds = 0
     this.spentSinceSend = 0
     this.asks = 0
-    this.wantedInCall = wanted
-    this.ctx.metrics.leaseRequests?.inc()
     if (call.returned > 0) this.ctx.metrics.unitsReturned?.inc(call.returned)
+    return this.dispatch(now, call)
+  }
+
+  /** Sends `call` (a new one, or one unanswered sent again) and applies its answer or failure. */
+  private dispatch(now: number, call: LeaseCall): Promise<void> {
+    this.inflight = true
+    const generation = this.generation
+    if (this.resendsUnanswered) this.unsettled = { call, generation }
+    this.wantedInCall = call.wanted
+    this.ctx.metrics.leaseRequests?.inc()
     const sent = this.call(now, call)
       .then(
         () => {},
         () => {
           this.ctx.metrics.leaseFailures?.inc()
           // Units admitted while local are counted again rather than lost: under, never over.
-          // Not into another month: its count is its own.
-          if (generation === this.generation) {
-            this.unreported += extra
+          // Not into another month: its count is its own. A store that applies a report once
+          // gets the same call again instead (`unsettled`): Redis may yet run this one.
+          if (!this.resendsUnanswered && generation === this.generation) {
+            this.unreported += call.extra
             this.debt += call.debt
           }
           this.ctx.failed()
@@ -414,6 +458,8 @@ export abstract class LeasedLimit {
   protected granted(sentAt: number, now: number, answer: Grant, ttlMs: number): void {
     const { granted, waitMs } = answer
     this.answeredAt = now
+    // Redis ran the call (now, or before: a report it had applied answers as it did then).
+    this.unsettled = null
     if (this.mode === 'local' && answer.inGrace) {
       // Redis came back empty: no replica can lease yet, and each goes on on its own meanwhile
       // (degraded), rather than refusing everything for the grace.

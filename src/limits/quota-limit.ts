@@ -9,6 +9,8 @@ import type { Level, LoadMonthUse, PolicyName, PolicyState, QuotaUse } from './t
 const KEY_KEPT_AFTER_MONTH_MS = 86_400_000
 
 export class QuotaLimit extends LeasedLimit {
+  /** The script applies a report once (scripts.ts): an unanswered call goes again as it was. */
+  protected override readonly resendsUnanswered = true
   private month: string
   /** The month's bounds (ms): a request within them needs no date arithmetic to know its month. */
   private monthStart: number
@@ -119,7 +121,7 @@ export class QuotaLimit extends LeasedLimit {
     await Promise.all([super.settled(), this.monthRead])
   }
 
-  protected async call(now: number, { keep, spent, returned, wanted, extra, debt }: LeaseCall): Promise<void> {
+  protected async call(now: number, { keep, spent, returned, wanted, extra, debt, report }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     // Redis counts `keep` only when its copy of the month is not the one this lease came from
     // (lost and rebuilt from Postgres): then the units spent since the last call count too, since
@@ -138,6 +140,7 @@ export class QuotaLimit extends LeasedLimit {
         // A metered quota's debt counts as used, over M too: nothing more is granted until the month ends.
         extra: extra + debt,
         init,
+        report,
         expireAt: monthBounds(now).end + KEY_KEPT_AFTER_MONTH_MS,
       })
       if (month !== this.month) return

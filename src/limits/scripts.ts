@@ -102,33 +102,50 @@ return {granted, tostring(tokens), wait, grace, ep}`
  * the key. Missing and no `init` given: returns {-1} so that the caller reads Postgres and calls
  * again. A caller whose epoch differs re-registers what it keeps; returns count only in the
  * epoch they were granted in.
- * ARGV: M, epoch, keep, returned, wanted, extra, init (-1: unknown), expire at ms, new epoch, grace ms.
+ * Each call is a report named by its caller (KEYS[3], one a replica and month: `<name>:<granted>`),
+ * applied once: a caller whose answer did not come in time sends the same report again, and Redis
+ * may have run the first (a paused or stopped server runs what was written to it once it goes on).
+ * A report already applied to this copy of the month changes nothing and answers its grant again.
+ * ARGV: M, epoch, keep, returned, wanted, extra, init (-1: unknown), expire at ms, new epoch, grace ms,
+ * report's name, ms the name is kept.
  * Returns {granted, used after (string), ms until grants resume, epoch, 1 if in the grace}.
  */
 export const QUOTA_LEASE = `${CLOCK_AND_INCARNATION}
 local m = tonumber(ARGV[1])
 local used = tonumber(redis.call('HGET', KEYS[1], 'used'))
 local epoch
+local made = false
 if not used then
   if tonumber(ARGV[7]) < 0 then return {-1, '0', 0, '', 0} end
   used = tonumber(ARGV[7])
   epoch = ARGV[9]
+  made = true
   redis.call('HSET', KEYS[1], 'ep', epoch)
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
 else
   epoch = redis.call('HGET', KEYS[1], 'ep')
 end
-if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) else used = used + tonumber(ARGV[3]) end
-used = used + tonumber(ARGV[6])
-if used < 0 then used = 0 end
-local granted = 0
 local wait = 0
 local grace = 0
 local open = born + tonumber(ARGV[10])
 if now < open then
   wait = open - now
   grace = 1
-else granted = math.max(0, math.min(tonumber(ARGV[5]), m - used)) end
+end
+-- Applied to a copy of the month that is gone (the name outlived it): applied again to this one.
+local last = redis.call('GET', KEYS[3])
+if last and not made then
+  local sep = string.find(last, ':', 1, true)
+  if sep and string.sub(last, 1, sep - 1) == ARGV[11] then
+    return {tonumber(string.sub(last, sep + 1)), tostring(used), wait, epoch, grace}
+  end
+end
+if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) else used = used + tonumber(ARGV[3]) end
+used = used + tonumber(ARGV[6])
+if used < 0 then used = 0 end
+local granted = 0
+if grace == 0 then granted = math.max(0, math.min(tonumber(ARGV[5]), m - used)) end
 used = used + granted
 redis.call('HSET', KEYS[1], 'used', used)
+redis.call('SET', KEYS[3], ARGV[11] .. ':' .. granted, 'PX', ARGV[12])
 return {granted, tostring(used), wait, epoch, grace}`

@@ -20,6 +20,10 @@ export interface OwnRedis {
   shutdown(): Promise<void>
   /** Starts it again, empty, on the same port. */
   start(): Promise<void>
+  /** SIGSTOP: it stops answering, its sockets open (what was written to it runs once resumed). */
+  pause(): void
+  /** SIGCONT after `pause`. */
+  resume(): void
 }
 
 /** Resolves once something on `port` answers PING with PONG, or rejects after `ms`. */
@@ -155,6 +159,12 @@ export async function startRedis(t: TestLike): Promise<OwnRedis> {
     async start() {
       if (running()) return
       await launch(port)
+    },
+    pause() {
+      if (running()) child!.kill('SIGSTOP')
+    },
+    resume() {
+      if (running()) child!.kill('SIGCONT')
     },
   }
 }

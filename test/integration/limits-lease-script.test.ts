@@ -128,3 +128,20 @@ t.test("a metered rate's debt is charged to any bucket, below zero, down to -N a
   t.equal(deep.tokens, -N, 'a debt beyond -N is forgiven')
   t.ok(deep.waitMs >= N * 10, `the wait covers the debt's refill (${deep.waitMs} ms)`)
 })
+
+t.test(
+  "a quota's report sent again (its answer came too late) is applied once, and answers its grant again",
+  async (t) => {
+    const store = new RedisLeaseStore(redis, prefix)
+    const key = limitKeys.quota(prefix, 'report-twice', '2026-11')
+    const quota = { key, requests: 1_000, returned: 0, init: 100, expireAt: Date.now() + 60_000 }
+    const first = await store.quota({ ...quota, epoch: '', keep: 0, wanted: 10, extra: 0, report: 'r1' })
+    t.match(first, { rebuild: false, granted: 10, used: 110 })
+    const epoch = first.rebuild ? '' : first.epoch
+    // 40 admitted on its own while Redis did not answer: the call ran, its answer was too late.
+    const report = { ...quota, epoch, keep: 0, wanted: 10, extra: 40, report: 'r2' }
+    t.match(await store.quota(report), { granted: 10, used: 160 })
+    t.match(await store.quota(report), { granted: 10, used: 160 }, 'sent again: the same answer, nothing added')
+    t.match(await store.quota({ ...report, report: 'r3' }), { granted: 10, used: 210 }, 'another report is added')
+  },
+)

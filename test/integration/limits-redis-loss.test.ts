@@ -1,10 +1,12 @@
 // The limiter (src/limits/) when Redis loses its keys or goes away, on a redis-server of the
 // test's own: a quota rebuilt from the month's use with no extra request, each replica on its own
-// while Redis is down, and back to shared leases after (docs/internals.md, limits).
+// while Redis is down, and back to shared leases after (docs/internals.md, limits); a quota's
+// month counted once across a Redis that stops answering for a while, or restarts empty.
 //
 // Postgres is not part of the limiter: `loadMonthUse` is a plain function here that returns what
 // the test admitted, which is what the gateway's usage table holds once its counts are flushed.
-import t from 'tap'
+import t, { type Test } from 'tap'
+import { limitKeys } from '../../src/limits/keys.js'
 import type { LimitSubject } from '../../src/limits/types.js'
 import { agedRedis, DegradedSpells, offer, preciseNow, replicas, worstWindow } from '../helpers/limits.js'
 import { startRedis } from '../helpers/own-redis.js'
@@ -110,4 +112,87 @@ t.test('Redis down: degraded, every limit held by each replica on its own; then 
   )
   t.ok(worst.excess <= rate.requests / 1000, 'one shared rate again')
   t.ok(after.admitted.length >= 0.95 * rate.requests * 1.5, 'and it admits what the rate allows')
+})
+
+/**
+ * A quota of 1,000 on two replicas, as the attack on it ran: 300 requests, then 500 over 4 s while
+ * `fault` keeps Redis from answering (each replica on its own, probing Redis once a second), then
+ * Redis back (`mend`), then 300 more. Redis's count of the month, once both replicas are back on
+ * their leases, is what passed plus the leases they hold, and the 200 left of the month pass.
+ */
+async function quotaAcross(
+  t: Test,
+  tenant: string,
+  fault: () => Promise<void> | void,
+  mend: () => Promise<void> | void,
+): Promise<void> {
+  await agedRedis(admin, prefix)
+  const quota = 1_000
+  const subjects = [subject(tenant, { monthlyQuota: { requests: quota } })]
+  const key = limitKeys.quota(prefix, `account:${tenant}`, new Date().toISOString().slice(0, 7))
+  // What passed: the usage table's count, once the meters wrote it (Postgres for a rebuilt month).
+  let served = 0
+  // Production's timings: a call unanswered after 250 ms is a failure, and Redis may run it later.
+  const limiters = replicas(t, 2, { url: server.url, prefix, loadMonthUse: async () => served })
+  await Promise.all(limiters.map((limiter) => limiter.warm(subjects)))
+  /** Offers `count` requests evenly over `ms`, alternating replicas; returns how many passed. */
+  const serve = async (count: number, ms: number): Promise<number> => {
+    const start = Date.now()
+    let passed = 0
+    for (let i = 0; i < count; i++) {
+      const due = start + (i * ms) / count
+      if (Date.now() < due) await sleep(due - Date.now())
+      if (limiters[i % 2]!.admit(subjects).allowed) passed++
+    }
+    served += passed
+    return passed
+  }
+  const first = await serve(300, 1_000)
+  t.ok(first >= 270, `the first 300 pass, but for a dry lease's moment (${first})`)
+  await fault()
+  // A few are refused while the first call goes unanswered (a dry lease, and no answer yet to say
+  // Redis is gone): the gateway's requests would wait for it, then be told to retry.
+  const alone = await serve(500, 4_000)
+  t.ok(
+    limiters.every((limiter) => limiter.degraded),
+    'both replicas on their own meanwhile',
+  )
+  t.ok(alone >= 400, `each replica admits on its own, under the month (${alone} of 500)`)
+  await mend()
+  const back = await eventually(10_000, async () => limiters.every((limiter) => !limiter.degraded))
+  t.not(back, null, `both on their leases again ${back} ms after Redis answered`)
+  const used = async () => Number(await admin.hget(key, 'used'))
+  // What each replica admitted on its own goes with its call after the one that found Redis back.
+  const counted = await eventually(5_000, async () => (await used()) >= served)
+  t.not(counted, null, `every unit that passed is counted (${await used()} ≥ ${served})`)
+  // Each replica holds at most a lease (ceil(M/100)), and may have left one unspent when it went
+  // on its own (counted when granted): at most two a replica above what passed.
+  const slack = 2 * limiters.length * Math.ceil(quota / 100)
+  const after = await used()
+  t.comment(`${served} passed, Redis counts ${after}`)
+  t.ok(after <= served + slack, `and once (${after} ≤ ${served} + ${slack})`)
+  const last = await serve(300, 1_000)
+  const final = await used()
+  t.comment(`then ${last} of 300 passed; ${served} in all, Redis counts ${final}`)
+  t.ok(served <= quota, `never over the month (${served} of ${quota})`)
+  t.ok(served >= quota - slack, `the rest of the month passes (${served} of ${quota})`)
+  t.ok(final <= served + slack, `nothing counted twice later either (${final} ≤ ${served} + ${slack})`)
+}
+
+t.test('a quota across a Redis stopped (SIGSTOP) for 4 s: each unit counted once', async (t) => {
+  await quotaAcross(
+    t,
+    'stopped',
+    () => server.pause(),
+    () => server.resume(),
+  )
+})
+
+t.test('a quota across CLIENT PAUSE WRITE (as FAILOVER pauses): each unit counted once', async (t) => {
+  await quotaAcross(
+    t,
+    'paused',
+    async () => void (await admin.client('PAUSE', '60000', 'WRITE')),
+    async () => void (await admin.client('UNPAUSE')),
+  )
 })

@@ -49,6 +49,7 @@ t.test("a limit's keys share a slot with their group's incarnation", async (t) =
     const quota = limitKeys.quota('tgw:', subject, '2026-11')
     t.equal(slotOf(rate), slotOf(limitKeys.incarnationOf('tgw:', rate)), rate)
     t.equal(slotOf(quota), slotOf(limitKeys.incarnationOf('tgw:', quota)), quota)
+    t.equal(slotOf(quota), slotOf(limitKeys.reportOf(quota, '0123456789abcdef')), "a quota's reports")
     t.equal(slotOf(rate), slotOf(quota), 'the rate and the quota of one subject are together')
     groups.add(limitKeys.incarnationOf('tgw:', rate))
   }
