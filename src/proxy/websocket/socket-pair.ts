@@ -29,12 +29,30 @@ export const ENDINGS = {
  */
 export const RELAY_HIGH_WATER_BYTES = 64 * 1024
 
+/** The most a frame adds to its payload on the wire (RFC 6455 §5.2: 2 + 8 bytes of length + 4 of mask). */
+const FRAME_HEADER_BYTES = 14
+
+/** A message's or control frame's payload size, as ws hands it over. */
+const sizeOf = (data: RawData): number =>
+  Array.isArray(data) ? data.reduce((sum, part) => sum + part.length, 0) : data.byteLength
+
 /**
- * Passes one frame from `from` to `to` (`write` sends it and calls back once it is written), and
- * stops reading `from` while `to` has more than RELAY_HIGH_WATER_BYTES waiting. Each written
- * frame looks again; the last to be written finds the buffer below the mark and resumes.
+ * Passes one frame of `bytes` from `from` to `to` (`write` sends it, and calls `written` back once
+ * it is written, when given one), and stops reading `from` while `to` has more than
+ * RELAY_HIGH_WATER_BYTES waiting. Only a frame that may take `to` past the mark asks to be told
+ * (a callback costs the write a tick); the last such frame to be written finds the buffer below the
+ * mark and resumes.
  */
-function relay(from: WebSocket, to: WebSocket, write: (written: (err?: Error | null) => void) => void): void {
+function relay(
+  from: WebSocket,
+  to: WebSocket,
+  bytes: number,
+  write: (written: ((err?: Error | null) => void) | undefined) => void,
+): void {
+  if (to.bufferedAmount + bytes + FRAME_HEADER_BYTES <= RELAY_HIGH_WATER_BYTES) {
+    write(undefined)
+    return
+  }
   write((err) => {
     if (!err && from.isPaused && to.bufferedAmount <= RELAY_HIGH_WATER_BYTES) from.resume()
   })
@@ -113,27 +131,27 @@ export class SocketPair implements TrackedSocket {
     const touch = () => this.idleTimer.refresh()
     client.on('message', (data: RawData, isBinary: boolean) => {
       touch()
-      relay(client, upstream, (written) => upstream.send(data, { binary: isBinary }, written))
+      relay(client, upstream, sizeOf(data), (written) => upstream.send(data, { binary: isBinary }, written))
     })
     upstream.on('message', (data: RawData, isBinary: boolean) => {
       touch()
-      relay(upstream, client, (written) => client.send(data, { binary: isBinary }, written))
+      relay(upstream, client, sizeOf(data), (written) => client.send(data, { binary: isBinary }, written))
     })
     client.on('ping', (data) => {
       touch()
-      relay(client, upstream, (written) => upstream.ping(data, undefined, written))
+      relay(client, upstream, data.length, (written) => upstream.ping(data, undefined, written))
     })
     client.on('pong', (data) => {
       touch()
-      relay(client, upstream, (written) => upstream.pong(data, undefined, written))
+      relay(client, upstream, data.length, (written) => upstream.pong(data, undefined, written))
     })
     upstream.on('ping', (data) => {
       touch()
-      relay(upstream, client, (written) => client.ping(data, undefined, written))
+      relay(upstream, client, data.length, (written) => client.ping(data, undefined, written))
     })
     upstream.on('pong', (data) => {
       touch()
-      relay(upstream, client, (written) => client.pong(data, undefined, written))
+      relay(upstream, client, data.length, (written) => client.pong(data, undefined, written))
     })
     // A message over the bound: ws has closed that side with 1009 already; the other side too.
     client.on('error', (err: Error & { code?: string }) => {
