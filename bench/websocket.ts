@@ -1,8 +1,9 @@
 // WebSockets through the gateway (docs/api.md, WebSockets): echo messages per second and the
 // latency of an echo, through the gateway, through a bare @fastify/http-proxy with
 // `websocket: true`, through the floor (`ws` piping each socket to one of its own on the upstream),
-// and to the upstream directly, in the same run, with 1 and 100 sockets; and
-// the latency of an upgrade against an ordinary proxied GET's. bench/README.md says what it prints.
+// and to the upstream directly, in the same run, with 1 and 100 sockets (and through another
+// checkout of the gateway: BENCH_BASELINE_TREE); and the latency of an upgrade against an ordinary
+// proxied GET's. bench/README.md says what it prints.
 import http from 'node:http'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
@@ -36,8 +37,9 @@ const MESSAGE_BYTES = envInt('BENCH_MESSAGE_BYTES', 64)
 const UPGRADES = envInt('BENCH_UPGRADES', 300)
 const SOCKET_COUNTS = [1, 100]
 const PATH = '/v1/things/1'
+const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 
-type TargetName = 'direct' | 'floor' | 'bare' | 'gateway'
+type TargetName = 'direct' | 'floor' | 'bare' | 'gateway' | 'baseline'
 interface Target {
   name: TargetName
   url: string
@@ -165,6 +167,17 @@ async function main(): Promise<void> {
       env: { GATEWAY_CONFIG: routeTable },
     })
     started.push(gateway)
+    // The same route table, database and key: a same-run A/B of the gateway against that checkout.
+    const baseline =
+      BASELINE_TREE === null
+        ? null
+        : await startGateway({
+            databaseUrl: db.url,
+            upstreamUrl: upstream.url,
+            env: { GATEWAY_CONFIG: routeTable },
+            tree: BASELINE_TREE,
+          })
+    if (baseline !== null) started.push(baseline)
     const acting = await seedActing(gateway, db.url)
     const targets: Target[] = [
       { name: 'direct', url: upstream.url, headers: {} },
@@ -172,6 +185,7 @@ async function main(): Promise<void> {
       { name: 'floor', url: floor.url, headers: acting.headers },
       { name: 'bare', url: bare.url, headers: acting.headers },
       { name: 'gateway', url: gateway.url, headers: acting.headers },
+      ...(baseline === null ? [] : [{ name: 'baseline' as const, url: baseline.url, headers: acting.headers }]),
     ]
 
     const lines = reportHead('bench:websocket')
@@ -215,6 +229,14 @@ async function main(): Promise<void> {
       }
     }
     lines.push(...table(['sockets', 'target', 'msg/s', 'vs bare', 'vs floor', 'p50 ms', 'p99 ms'], rows, 2), '')
+    if (baseline !== null) {
+      const rate = (name: TargetName, count: number) =>
+        median(rounds.filter((r) => r.target === name && r.sockets === count).map((r) => r.perSecond))
+      const ratios = SOCKET_COUNTS.map(
+        (count) => `${count}: ${(rate('gateway', count) / rate('baseline', count)).toFixed(3)}`,
+      )
+      lines.push(`gateway/baseline msg/s (${BASELINE_TREE}), by sockets: ${ratios.join(', ')}`, '')
+    }
 
     const measured = new Map<TargetName, { upgrade: number[]; get: number[] }>()
     for (const target of targets) measured.set(target.name, await latencies(target))
