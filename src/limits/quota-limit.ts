@@ -121,15 +121,12 @@ export class QuotaLimit extends LeasedLimit {
     await Promise.all([super.settled(), this.monthRead])
   }
 
-  protected async call(now: number, { keep, returned, wanted, extra, debt, report }: LeaseCall): Promise<void> {
+  protected async call(now: number, { keep, spent, returned, wanted, extra, debt, report }: LeaseCall): Promise<void> {
     const store = this.ctx.store!
     // Redis counts `keep` only when its copy of the month is not the one this lease came from
-    // (lost and rebuilt from Postgres). The units spent since the last call, and those admitted
-    // alone (`extra`), are not counted to such a copy: Postgres holds them once the usage meter
-    // wrote them (this replica's, before its own read of the month), and counting them again
-    // refused requests under the quota. Those spent after the month was read, or not yet written
-    // then, are missed: over by at most a lease per replica, and a moment of degraded mode's
-    // traffic (docs/internals.md, limits).
+    // (lost and rebuilt from Postgres): then the units spent since the last call count too, since
+    // the month may have been read before they were spent. Counted twice at worst: under, not over.
+    const registered = keep + spent
     const month = this.month
     let init = -1
     for (;;) {
@@ -137,7 +134,7 @@ export class QuotaLimit extends LeasedLimit {
         key: this.keyOf(month),
         requests: this.requests,
         epoch: this.epoch,
-        keep,
+        keep: registered,
         returned,
         wanted,
         // A metered quota's debt counts as used, over M too: nothing more is granted until the month ends.
@@ -148,10 +145,6 @@ export class QuotaLimit extends LeasedLimit {
       })
       if (month !== this.month) return
       if (!answer.rebuild) {
-        // A copy rebuilt from Postgres since the one this replica saw: what it admitted alone
-        // and has not reported yet is in it as far as the meter wrote it, as the script judges
-        // the units this call carried (scripts.ts, QUOTA_LEASE).
-        if (this.epoch !== '' && answer.epoch !== this.epoch) this.unreported = 0
         this.epoch = answer.epoch
         this.lastKnownUsed = answer.used
         this.granted(now, this.ctx.now(), answer, store.ttlMs)

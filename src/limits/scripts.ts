@@ -101,10 +101,7 @@ return {granted, tostring(tokens), wait, grace, ep}`
  * A quota's month: `used` counts every unit granted (spent or leased), `ep` names this copy of
  * the key. Missing and no `init` given: returns {-1} so that the caller reads Postgres and calls
  * again. A caller whose epoch differs re-registers what it keeps; returns count only in the
- * epoch they were granted in. `extra` (units the caller admitted alone, or a metered quota's debt)
- * is added to the copy the caller last saw, and to one when it never saw any (that one may have
- * lived through the outage); a copy rebuilt from Postgres since the caller's (by this call or
- * another's) holds them already, as far as the meters wrote them, and is not charged again.
+ * epoch they were granted in.
  * Each call is a report named by its caller (KEYS[3], one a replica and month: `<name>:<granted>`),
  * applied once: a caller whose answer did not come in time sends the same report again, and Redis
  * may have run the first (a paused or stopped server runs what was written to it once it goes on).
@@ -143,12 +140,8 @@ if last and not made then
     return {tonumber(string.sub(last, sep + 1)), tostring(used), wait, epoch, grace}
   end
 end
-if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) + tonumber(ARGV[6])
-elseif made or ARGV[2] ~= '' then
-  -- Rebuilt from Postgres since the caller's copy: what it admitted alone, as far as its meter
-  -- wrote it, is in the month read (and the caller wrote its own just before reading): not again.
-  used = used + tonumber(ARGV[3])
-else used = used + tonumber(ARGV[3]) + tonumber(ARGV[6]) end
+if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) else used = used + tonumber(ARGV[3]) end
+used = used + tonumber(ARGV[6])
 if used < 0 then used = 0 end
 local granted = 0
 if grace == 0 then granted = math.max(0, math.min(tonumber(ARGV[5]), m - used)) end

@@ -145,20 +145,3 @@ t.test(
     t.match(await store.quota({ ...report, report: 'r3' }), { granted: 10, used: 210 }, 'another report is added')
   },
 )
-
-t.test("a quota's month rebuilt from Postgres is not charged again what the caller admitted alone", async (t) => {
-  const store = new RedisLeaseStore(redis, prefix)
-  const key = limitKeys.quota(prefix, 'rebuilt', '2026-11')
-  const quota = { key, requests: 1_000, returned: 0, wanted: 0, expireAt: Date.now() + 60_000 }
-  const seen = await store.quota({ ...quota, epoch: '', keep: 0, extra: 0, init: 100, report: 'a1' })
-  const epoch = seen.rebuild ? '' : seen.epoch
-  await redis.del(key)
-  // Lost; 40 admitted alone meanwhile, written to the usage table: the month reads 140.
-  t.match(await store.quota({ ...quota, epoch, keep: 5, extra: 40, init: -1, report: 'a2' }), { rebuild: true })
-  t.match(await store.quota({ ...quota, epoch, keep: 5, extra: 40, init: 140, report: 'a2' }), { used: 145 }, 'made')
-  // Another replica's report to the copy rebuilt since the one it saw: its keep only.
-  const other = await store.quota({ ...quota, epoch, keep: 3, extra: 20, init: -1, report: 'b1' })
-  t.match(other, { used: 148 }, 'rebuilt since')
-  // A replica that never saw a copy: the one it meets may have lived through, so it is charged.
-  t.match(await store.quota({ ...quota, epoch: '', keep: 0, extra: 7, init: -1, report: 'c1' }), { used: 155 })
-})

@@ -59,7 +59,7 @@ t.test('FLUSHDB near the end of a quota: rebuilt from the month, no extra reques
   // Across the loss at most one quota lease (ceil(M/100), quota-limit.ts) per replica over.
   const bound = quota + 2 * Math.ceil(quota / 100)
   t.ok(admitted <= bound, `at most a lease per replica over (${admitted} of ${quota}, bound ${bound})`)
-  // A unit spent from a lease after the month's read is not re-registered: a few may pass over.
+  // A unit spent between a lease call and the month's read counts twice: a few may be lost.
   t.ok(admitted >= quota - (2 * quota) / 100, 'at most a lease per replica short')
 })
 
@@ -142,11 +142,9 @@ async function quotaAcross(
     for (let i = 0; i < count; i++) {
       const due = start + (i * ms) / count
       if (Date.now() < due) await sleep(due - Date.now())
-      if (limiters[i % 2]!.admit(subjects).allowed) {
-        passed++
-        served++
-      }
+      if (limiters[i % 2]!.admit(subjects).allowed) passed++
     }
+    served += passed
     return passed
   }
   const first = await serve(300, 1_000)
@@ -198,15 +196,3 @@ t.test('a quota across CLIENT PAUSE WRITE (as FAILOVER pauses): each unit counte
     async () => void (await admin.client('UNPAUSE')),
   )
 })
-
-t.test(
-  'a quota across a restart of Redis (empty): the month rebuilt from Postgres, each unit counted once',
-  async (t) => {
-    await quotaAcross(
-      t,
-      'restarted',
-      () => server.kill(),
-      () => server.start(),
-    )
-  },
-)
