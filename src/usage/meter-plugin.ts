@@ -88,11 +88,12 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
 
     // In-flight requests are done by now (fastify closed the server first): write the last counts,
     // within the meter's own bound. A close or an export stuck on Postgres holds up neither that
-    // nor the stop: each is waited for no longer than the meter's bound.
+    // nor the stop: they run beside it and are waited for only until the same bound ends.
     app.addHook('onClose', async () => {
+      const stopBy = performance.now() + CLOSE_TIMEOUT_MS
       const others = Promise.all([exporter?.stop(), closer.stop()])
       await meter.close()
-      await withDeadline(others, CLOSE_TIMEOUT_MS).catch(() => {
+      await withDeadline(others, Math.max(0, Math.floor(stopBy - performance.now()))).catch(() => {
         app.log.warn('usage: a period close or an export was still under way at the stop; left to end with the process')
       })
     })
