@@ -8,9 +8,8 @@
 import type { Page } from 'playwright-core'
 import t from 'tap'
 import { axeFindings, launchBrowser } from '../helpers/browser.js'
-import { startGateway } from '../helpers/gateway.js'
+import { managementAs, startGateway } from '../helpers/gateway.js'
 import { startUpstream } from '../helpers/upstream.js'
-import type { JsonBody } from '../helpers/json.js'
 
 const upstream = await startUpstream(t, (request, response) => {
   response.writeHead(request.url?.includes('missing') ? 404 : 200, { 'content-type': 'application/json' })
@@ -21,16 +20,7 @@ const gateway = await startGateway(t, {
   gatewayConfig: { routes: [{ prefix: '/api', upstream: upstream.url, scopes: { read: ['orders:read'], write: [] } }] },
 })
 const parent = await gateway.createParent({ name: 'Provider' })
-async function manage(method: string, path: string, body?: unknown): Promise<JsonBody> {
-  const res = await gateway.call(parent.apiKey, {
-    method: method as 'GET',
-    url: `/v1/sub-accounts${path}`,
-    acting: 'self',
-    body,
-  })
-  if (res.statusCode >= 300) throw new Error(`${method} ${path}: ${res.statusCode} ${res.body}`)
-  return res.json()
-}
+const manage = managementAs(gateway, parent.apiKey)
 const policy = { allowed_scopes: ['orders:*', 'tracking:read'], max_ttl_seconds: 30 * 86_400, ip_allowlist: null }
 const bounded = (await manage('POST', '', { name: 'Bounded', key_policy: policy })).id as string
 const free = (await manage('POST', '', { name: 'Free' })).id as string

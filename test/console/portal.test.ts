@@ -10,7 +10,7 @@ import type { BrowserContext, Page } from 'playwright-core'
 import { type AxeFinding, axeFindings, launchBrowser, PORTAL_ARTIFACTS, screenshots } from '../helpers/browser.js'
 import { runCliHere } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
-import { startGateway } from '../helpers/gateway.js'
+import { managementAs, startGateway } from '../helpers/gateway.js'
 import type { JsonBody } from '../helpers/json.js'
 import { eventually } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
@@ -44,16 +44,7 @@ const gateway = await startGateway(t, {
 })
 const parent = await gateway.createParent({ name: 'Provider' })
 
-async function manage(method: string, path: string, body?: unknown): Promise<JsonBody> {
-  const res = await gateway.call(parent.apiKey, {
-    method: method as 'GET',
-    url: `/v1/sub-accounts${path}`,
-    acting: 'self',
-    body,
-  })
-  if (res.statusCode >= 300) throw new Error(`${method} ${path}: ${res.statusCode} ${res.body}`)
-  return res.body === '' ? null : res.json()
-}
+const manage = managementAs(gateway, parent.apiKey)
 
 async function subAccountWithKey(name: string, keyPolicy?: JsonBody): Promise<{ id: string; apiKey: string }> {
   const { id } = await manage('POST', '', { name, ...(keyPolicy === undefined ? {} : { key_policy: keyPolicy }) })

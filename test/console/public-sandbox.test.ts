@@ -7,7 +7,7 @@
 import t from 'tap'
 import type { Page } from 'playwright-core'
 import { launchBrowser } from '../helpers/browser.js'
-import { startGateway } from '../helpers/gateway.js'
+import { managementAs, startGateway } from '../helpers/gateway.js'
 import type { JsonBody } from '../helpers/json.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -51,16 +51,7 @@ const gateway = await startGateway(t, {
 })
 const parent = await gateway.createParent({ name: 'Provider' })
 
-async function manage(method: string, path: string, body?: unknown): Promise<JsonBody> {
-  const res = await gateway.call(parent.apiKey, {
-    method: method as 'GET',
-    url: `/v1/sub-accounts${path}`,
-    acting: 'self',
-    body,
-  })
-  if (res.statusCode >= 300) throw new Error(`${method} ${path}: ${res.statusCode} ${res.body}`)
-  return res.json()
-}
+const manage = managementAs(gateway, parent.apiKey)
 
 const sub = (await manage('POST', '', { name: 'Victim' })).id as string
 const stolenKeys = async () =>

@@ -19,6 +19,7 @@ import { TEST_ENCRYPTION_KEY } from './encryption-key.js'
 import { REDIS_URL, redisPrefix, requireRedis } from './redis.js'
 import { UNHURRIED_STORE_DEADLINES } from './store-deadlines.js'
 import type { TestLike } from './test-like.js'
+import type { JsonBody } from './json.js'
 
 /** What a test may set; the app's tuning (timings, clocks, stand-ins: AppTuning) is passed whole. */
 export interface GatewayOptions extends AppTuning {
@@ -312,4 +313,21 @@ export async function metricValue(
 /** tgw_recent_admissions_total: requests a gateway admitted from its memory of the last second. */
 export async function recentAdmissions(gateway: { app: { metrics: Metrics } }): Promise<number> {
   return metricValue(gateway.app, 'tgw_recent_admissions_total')
+}
+
+/**
+ * The management API as `apiKey` acting as itself, for a test's setup: the body of a 2xx (null
+ * when empty), or a throw naming the call and its answer.
+ */
+export function managementAs(gateway: TestGateway, apiKey: string) {
+  return async (method: string, path: string, body?: unknown): Promise<JsonBody> => {
+    const res = await gateway.call(apiKey, {
+      method: method as 'GET',
+      url: `/v1/sub-accounts${path}`,
+      acting: 'self',
+      body,
+    })
+    if (res.statusCode >= 300) throw new Error(`${method} ${path}: ${res.statusCode} ${res.body}`)
+    return res.body === '' ? null : res.json()
+  }
 }
