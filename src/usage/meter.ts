@@ -122,9 +122,7 @@ export class UsageMeter {
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
   private readonly now: () => number
-  /** Whether the last write to Postgres went through. */
-  private lastSendOk = true
-  /** Writes that failed since the last that went through: the first is logged, the rest counted. */
+  /** Writes that failed since the last that went through (0: the last went through): the first is logged, the rest counted. */
   private failedInARow = 0
   /** Where and how long its writes run (meter-writes.ts). */
   private readonly writes: MeterWrites
@@ -394,10 +392,8 @@ export class UsageMeter {
           'usage flush went through again; the counts kept meanwhile are in',
         )
       this.failedInARow = 0
-      this.lastSendOk = true
       return true
     } catch (err) {
-      this.lastSendOk = false
       // Once per outage: every failure is counted (tgw_usage_flush_failures_total), and the lag
       // (tgw_usage_flush_lag_seconds) says how long it has lasted.
       if (this.failedInARow++ === 0)
@@ -437,9 +433,9 @@ export class UsageMeter {
       // deadline, or this one), then what is left is written.
       await this.flushing
       for (;;) {
-        if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0 || !this.lastSendOk)
+        if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0 || this.failedInARow > 0)
           await this.flush()
-        if (this.inDoubt === null && this.pendingSince === null && this.lastSendOk) break
+        if (this.inDoubt === null && this.pendingSince === null && this.failedInARow === 0) break
         if (stopBy - performance.now() <= CLOSE_RETRY_PAUSE_MS) break
         await new Promise((resolve) => setTimeout(resolve, CLOSE_RETRY_PAUSE_MS))
       }
@@ -451,7 +447,7 @@ export class UsageMeter {
         )
         return
       }
-      if (!this.lastSendOk) return
+      if (this.failedInARow > 0) return
       await this.writes
         .run((sql) => forgetReplica(sql, this.replicaId))
         .catch((err: unknown) => {
