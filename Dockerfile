@@ -39,7 +39,8 @@ COPY package.json package-lock.json ./
 RUN --mount=type=cache,target=/root/.npm,sharing=locked \
     npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 # The one install step the image needs: postgres.js mended as `postinstall` mends it in a checkout
-# (scripts/patch-postgres.mjs; docs/decisions.md, postgres.js as installed).
+# (scripts/patch-postgres.mjs;
+# docs/decisions/0160-postgres-js-as-installed-mended-where-it-writes.md).
 COPY scripts/patch-postgres.mjs ./scripts/
 RUN node scripts/patch-postgres.mjs
 

@@ -10,7 +10,8 @@
 // next read resumes it, and an ended stream has none), so that the connection never read the end
 // of its COPY nor anything after: the end, or the error, resumes it. Run by
 // `postinstall` and by the Dockerfile after its `npm ci --ignore-scripts`; idempotent. Plain
-// JavaScript: the image's production install has no TypeScript runner. docs/decisions.md.
+// JavaScript: the image's production install has no TypeScript runner.
+// docs/decisions/0160-postgres-js-as-installed-mended-where-it-writes.md.
 import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 

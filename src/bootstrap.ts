@@ -1,8 +1,9 @@
 // First start of an embedded database: nobody can run the CLI against it while the gateway holds
 // it, so the gateway creates a parent account and prints its key, once (docs/configuration.md),
-// after it listens: a start that fails earlier must not spend the only showing of the key.
-// It stands in for the operator's `accounts create`, and writes what that writes: the first key's
-// api_key.created, by the operator (docs/decisions.md, Events).
+// after it listens: a start that fails earlier must not spend the only showing of the key. It
+// stands in for the operator's `accounts create`, and writes what that writes: the first key's
+// api_key.created, by the operator
+// (docs/decisions/0167-the-embedded-bootstrap-account-writes-what.md).
 import { recordFirstKey } from './auth/key-changes.js'
 import { createParentWithKey } from './auth/mint.js'
 import { operatorOrigin } from './events/record.js'

@@ -129,7 +129,7 @@ async function start(
     })
     await listening('PORT', config, () => app.listen({ port: config.port, host: config.host }))
     // Only once both ports are bound: a start that fails before has created no account whose key
-    // was never shown (docs/decisions.md, The bootstrap account).
+    // was never shown (docs/decisions/0249-the-bootstrap-account-is-made-once-the-gateway.md).
     if (store.embedded) await bootstrapEmbedded(store.sql, (line) => io.stdout.write(line))
   } catch (err) {
     // Close the store (and the embedded database's lock) before the process exits.

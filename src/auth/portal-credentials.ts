@@ -1,8 +1,9 @@
-// The portal's two credentials (docs/decisions.md, Portal sessions): the one-time link token that
-// a parent hands its customer in the portal URL's fragment, and the session credential the page
-// gets for it. Both are made like API keys (key-format.ts): a prefix, 32 random bytes in base62
-// and a CRC32 checksum, so that a mistyped or made-up one is refused without asking the store and
-// secret scanners recognise a leaked one; only their SHA-256 digests are stored.
+// The portal's two credentials (docs/decisions/0192-two-credentials-both-made-like-api-keys.md):
+// the one-time link token that a parent hands its customer in the portal URL's fragment, and the
+// session credential the page gets for it. Both are made like API keys (key-format.ts): a prefix,
+// 32 random bytes in base62 and a CRC32 checksum, so that a mistyped or made-up one is refused
+// without asking the store and secret scanners recognise a leaked one; only their SHA-256 digests
+// are stored.
 import { digest, generate, withChecksum } from './key-format.js'
 
 /** The link's one-time token: in the URL's fragment only, which browsers never send. */

@@ -9,8 +9,9 @@ export const cacheKeys = {
   keyById: (keyId: string) => `keyid:${keyId}`,
   tenant: (tenantId: string) => `tenant:${tenantId}`,
   /**
-   * A sub-account as its parent names it in the acting header: another parent's sub-account and
-   * an id that does not exist are both "not found" here, cached alike (docs/decisions.md).
+   * A sub-account as its parent names it in the acting header: another parent's sub-account and an
+   * id that does not exist are both "not found" here, cached alike
+   * (docs/decisions/0030-not-yours-and-no-such-take-the-same-time-too.md).
    */
   subAccount: (parentId: string, id: string) => `sub:${parentId}:${id}`,
   externalId: (parentId: string, externalId: string) => `ext:${parentId}:${externalId}`,
@@ -48,16 +49,18 @@ export const generationKey = (keyPrefix: string, key: string) => `${keyPrefix}ge
  * When the Postgres read behind an entry began (ms since the epoch, by the clock of the replica
  * that read it), beside the entry and under its hash tag. A replica takes an entry from Redis only
  * if it is no older than what it already knows of it (an invalidation it applied, a newer read):
- * Redis may give back an entry a change deleted (a replica promoted before the delete reached it,
- * a server restored from a snapshot), and a key refused once must stay refused (docs/decisions.md).
- * An entry without one (stored by the earlier version) counts as the oldest.
+ * Redis may give back an entry a change deleted (a replica promoted before the delete reached it, a
+ * server restored from a snapshot), and a key refused once must stay refused
+ * (docs/decisions/0226-a-replica-never-takes-from-redis-an-entry-older.md). An entry without one
+ * (stored by the earlier version) counts as the oldest.
  */
 export const stampKey = (keyPrefix: string, key: string) => `${keyPrefix}at:{${key}}`
 
 /**
  * The names of an entry and its generation before they were hash-tagged, which replicas of the
- * earlier version still read and write during a rolling upgrade (docs/decisions.md, "Key names
- * changed once"). Never on a cluster, which the earlier version could not use.
+ * earlier version still read and write during a rolling upgrade
+ * (docs/decisions/0235-key-names-changed-once.md). Never on a cluster, which the earlier version
+ * could not use.
  */
 export const legacyEntryKey = (keyPrefix: string, key: string) => `${keyPrefix}${key}`
 export const legacyGenerationKey = (keyPrefix: string, key: string) => `${keyPrefix}gen:${key}`

@@ -48,7 +48,8 @@ async function sendInvalidation(redis: RedisClient, keyPrefix: string, keys: rea
       return multi.exec()
     }),
   )
-  // On a cluster, PUBLISH reaches the subscribers of every node (docs/decisions.md).
+  // On a cluster, PUBLISH reaches the subscribers of every node
+  // (docs/decisions/0232-plain-publish-subscribe-on-a-cluster-not-sharded.md).
   await redis.publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
 }
 
@@ -138,11 +139,12 @@ export class InvalidationBus {
   }
 
   /**
-   * A replica of the earlier version deletes only the names it knows (entry-names.ts): whoever
-   * sent the message, the entries under this version's names go too, or this replica would read
-   * them back from Redis for up to its TTL. One DEL per name and replica, on a single server only
-   * (the earlier version ran on no cluster); the sender repeats its message a second later, for a
-   * fill that raced this. To go in the release after this one (docs/decisions.md).
+   * A replica of the earlier version deletes only the names it knows (entry-names.ts): whoever sent
+   * the message, the entries under this version's names go too, or this replica would read them
+   * back from Redis for up to its TTL. One DEL per name and replica, on a single server only (the
+   * earlier version ran on no cluster); the sender repeats its message a second later, for a fill
+   * that raced this. To go in the release after this one
+   * (docs/decisions/0235-key-names-changed-once.md).
    */
   private deleteTaggedEntries(keys: readonly string[]): void {
     const redis = this.options.commands

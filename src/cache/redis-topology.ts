@@ -1,7 +1,8 @@
 // Which Redis the gateway uses and how each connection to it is opened: one server (REDIS_URL), a
 // master followed through Sentinel (REDIS_SENTINELS + REDIS_SENTINEL_NAME), or a cluster
-// (REDIS_CLUSTER_NODES). docs/configuration.md says how to set each; docs/decisions.md why ioredis's
-// own Sentinel and Cluster clients are used as they are.
+// (REDIS_CLUSTER_NODES). docs/configuration.md says how to set each;
+// docs/decisions/0228-iorediss-own-sentinel-and-cluster-clients.md why ioredis's own Sentinel and
+// Cluster clients are used as they are.
 import { type Callback, Cluster, Redis, type RedisOptions } from 'ioredis'
 
 export interface HostPort {
@@ -151,9 +152,10 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
       ...credentials,
       sentinels: target.sentinels.map((node) => ({ ...node })),
       name: target.name,
-      // Bitnami's chart (and most Sentinel deployments) protect the sentinels with the password
-      // of the data nodes; a sentinel without one takes any. Not the user: an ACL user of the data
-      // nodes is seldom one of the sentinels' (docs/decisions.md).
+      // Bitnami's chart (and most Sentinel deployments) protect the sentinels with the password of
+      // the data nodes; a sentinel without one takes any. Not the user: an ACL user of the data
+      // nodes is seldom one of the sentinels'
+      // (docs/decisions/0229-the-sentinels-get-the-servers-password-not-their.md).
       ...(credentials.password === undefined ? {} : { sentinelPassword: credentials.password }),
       // Sentinel's own +switch-master message: the client moves to the new master as soon as it
       // is elected, not when its socket to the old one breaks.
@@ -176,9 +178,10 @@ export function openRedis(target: RedisTarget, options: ConnectionOptions): Redi
       ...(enableReadyCheck === undefined ? {} : { enableReadyCheck }),
       ...(retryStrategy === undefined ? {} : { clusterRetryStrategy: (attempt: number) => retryStrategy?.(attempt) }),
       // A master that died is replaced within a few seconds: ask the cluster for its slots again
-      // every second. A command that meets a closed connection or a cluster down fails at once,
-      // as on one server without an offline queue: ioredis would resend it after a pause, up to
-      // 16 times, while a request or a lease call waits (docs/decisions.md).
+      // every second. A command that meets a closed connection or a cluster down fails at once, as
+      // on one server without an offline queue: ioredis would resend it after a pause, up to 16
+      // times, while a request or a lease call waits
+      // (docs/decisions/0234-a-cluster-client-fails-fast-on-a-lost-node.md).
       slotsRefreshInterval: 1_000,
       slotsRefreshTimeout: 1_000,
       retryDelayOnFailover: 0,

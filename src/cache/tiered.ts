@@ -266,7 +266,8 @@ export class TenancyCache implements CacheInvalidator {
    * The instant before which a Redis entry is older than what this replica knows of it: the read
    * behind its own entry (kept past its TTL, until the LRU needs the room), an invalidation applied
    * here. Compared with a stamp another replica's clock made: clocks kept by NTP agree far closer
-   * than a fill and the change it missed are apart (docs/decisions.md).
+   * than a fill and the change it missed are apart
+   * (docs/decisions/0226-a-replica-never-takes-from-redis-an-entry-older.md).
    */
   private knownAsOf(key: string): number {
     const held = this.local.peek(key, { allowStale: true })?.asOf ?? 0

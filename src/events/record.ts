@@ -50,7 +50,10 @@ export interface Origin {
   actor: Actor
   requestId: string | null
   sourceIp: string | null
-  /** The request's Idempotency-Key claim, which the change marks in its transaction (docs/decisions.md). */
+  /**
+   * The request's Idempotency-Key claim, which the change marks in its transaction
+   * (docs/decisions/0153-a-change-marks-its-claim-in-its-own-transaction.md).
+   */
   idempotency?: { slot: IdempotencySlot; claim: string } | null
 }
 
@@ -97,8 +100,9 @@ export interface NewEvent {
 
 /**
  * Records an event in the transaction of its change: a roll, a new account and its key, account
- * limits, webhook endpoints (docs/decisions.md, Events). The changes of sub-accounts and keys
- * write their event in their own statement instead (runChange, below).
+ * limits, webhook endpoints (docs/decisions/0154-events-are-written-by-the-code-that-makes.md). The
+ * changes of sub-accounts and keys write their event in their own statement instead (runChange,
+ * below).
  *
  * It marks the request's Idempotency-Key claim, and returns the event's id. `deliverOnlyTo`
  * (a test send) queues it for that endpoint alone, not for every endpoint that subscribes to it.

@@ -79,10 +79,11 @@ export const FRUITLESS_WALK_PAUSE_MS = 100
 
 /**
  * How many idle keep-alive connections one arrival at the limit closes at most: a 64th of the
- * limit, at least one (docs/decisions.md, Operations). Every walk reads Node's whole list, so
- * closing one at a time would cost a walk of up to MAX_CONNECTIONS per arrival at the limit;
- * a 64th makes each walk pay for the next arrivals too (about 64 connections looked at per
- * connection admitted, whatever the limit), and leaves the other idle connections their keep-alive.
+ * limit, at least one (docs/decisions/0244-at-the-limit-a-newcomer-closes-idle-keep-alive.md).
+ * Every walk reads Node's whole list, so closing one at a time would cost a walk of up to
+ * MAX_CONNECTIONS per arrival at the limit; a 64th makes each walk pay for the next arrivals too
+ * (about 64 connections looked at per connection admitted, whatever the limit), and leaves the
+ * other idle connections their keep-alive.
  */
 export function evictionBatch(max: number): number {
   return Math.max(1, Math.ceil(max / 64))

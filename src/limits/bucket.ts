@@ -1,7 +1,8 @@
-// The arithmetic of a rate limit (docs/decisions.md, limits): a token bucket of capacity N that
-// refills at N per W seconds, so that over any t seconds at most N + N·t/W requests pass. Plain
-// functions over a state, so that the in-process limiter and the Redis script (which repeats
-// these lines in Lua) agree, and so that both are tested without a clock or a server.
+// The arithmetic of a rate limit (docs/decisions/0108-leases-not-a-redis-call-per-request.md): a
+// token bucket of capacity N that refills at N per W seconds, so that over any t seconds at most
+// N + N·t/W requests pass. Plain functions over a state, so that the in-process limiter and the
+// Redis script (which repeats these lines in Lua) agree, and so that both are tested without a
+// clock or a server.
 
 export interface Rate {
   /** N: the bucket's capacity, and what it refills over `perSeconds`. */

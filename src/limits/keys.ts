@@ -2,7 +2,7 @@
 // (scripts.ts), so the two share a hash tag: one slot on a cluster, where a script may not touch
 // keys of two slots. A tag per limit would need an incarnation key per limit, which nothing would
 // ever delete; instead every limit falls in one of LIMIT_GROUPS groups, each with its own
-// incarnation (docs/decisions.md, "Limits in 16 slots").
+// incarnation (docs/decisions/0233-limits-in-16-slots.md).
 
 /** How many hash tags (so at most how many slots, and how many incarnation keys) limits use. */
 export const LIMIT_GROUPS = 16

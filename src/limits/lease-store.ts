@@ -73,10 +73,10 @@ export interface LeaseTimings {
 }
 
 /**
- * No grace: a Redis that lost its keys grants at once (docs/decisions.md, "a Redis found empty
- * grants at once"). A rebuilt bucket starts as the replicas last saw it, charged for what they
- * admitted on their own meanwhile, so across a flush the bound may be exceeded by at most one
- * lease per replica (docs/internals.md, limits).
+ * No grace: a Redis that lost its keys grants at once
+ * (docs/decisions/0111-a-redis-found-empty-grants-at-once.md). A rebuilt bucket starts as the
+ * replicas last saw it, charged for what they admitted on their own meanwhile, so across a flush
+ * the bound may be exceeded by at most one lease per replica (docs/internals.md, limits).
  */
 export const DEFAULT_LEASE_TIMINGS: LeaseTimings = { ttlMs: 2_000, graceMs: 0, callTimeoutMs: 250 }
 

@@ -47,7 +47,8 @@ export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
     },
   }),
 
-  // A read of its own, not a field of /limits: that answer's shape is kept as it is (docs/decisions.md).
+  // A read of its own, not a field of /limits: that answer's shape is kept as it is
+  // (docs/decisions/0185-the-scope-ceiling-read-on-its-own-get-v1-sub.md).
   managementOperation({
     method: 'GET',
     url: '/scopes',

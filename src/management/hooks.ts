@@ -103,15 +103,17 @@ export async function outsideStoreDeadline<T>(request: FastifyRequest, reply: Fa
 }
 
 /**
- * Two deadlines (docs/api.md, docs/decisions.md). The store deadline: a management call waits on
- * nothing but Postgres, so past its deadline of store work (store/deadlines.ts) the answer is 503
- * store_unavailable, and a partition does not hang it until a TCP timeout. It runs from onRequest
- * (it covers the tenancy lookups, whose hook comes after this one), pauses while the body is read,
- * and goes on with what is left before validation and the handler. (Fastify's own handlerTimeout
- * is cleared when a request body has been read, so it misses writes.) The body deadline: the
- * whole body must arrive within `bodyTimeoutMs` of the start of its reading, or it is 408
- * request_timeout and the connection is closed; a slow client is never blamed on the store.
- * These are its hooks, each in its phase; `addManagementDeadline` adds them all to a scope.
+ * Two deadlines (docs/api.md, docs/decisions/0240-deadlines.md,
+ * docs/decisions/0242-the-management-deadline-counts-store-work-only.md). The store deadline: a
+ * management call waits on nothing but Postgres, so past its deadline of store work
+ * (store/deadlines.ts) the answer is 503 store_unavailable, and a partition does not hang it until
+ * a TCP timeout. It runs from onRequest (it covers the tenancy lookups, whose hook comes after this
+ * one), pauses while the body is read, and goes on with what is left before validation and the
+ * handler. (Fastify's own handlerTimeout is cleared when a request body has been read, so it misses
+ * writes.) The body deadline: the whole body must arrive within `bodyTimeoutMs` of the start of its
+ * reading, or it is 408 request_timeout and the connection is closed; a slow client is never blamed
+ * on the store. These are its hooks, each in its phase; `addManagementDeadline` adds them all to a
+ * scope.
  */
 
 /** onRequest: the store deadline starts. */

@@ -37,9 +37,10 @@ export function idempotencyKeyOf(request: FastifyRequest): string | null {
 }
 
 /**
- * A request's fingerprint in the making: the method and the path (as sent, query included) now,
- * the body's bytes as they pass. Two requests are the same when their bytes are: a body sent
- * again with other spacing or member order is another body (docs/decisions.md).
+ * A request's fingerprint in the making: the method and the path (as sent, query included) now, the
+ * body's bytes as they pass. Two requests are the same when their bytes are: a body sent again with
+ * other spacing or member order is another body
+ * (docs/decisions/0148-compared-by-the-raw-bodys-bytes.md).
  */
 export class Fingerprint {
   private readonly hash: Hash

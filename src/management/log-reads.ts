@@ -1,9 +1,10 @@
 // Reads of the request log by the API and the portal (request-routes.ts): where they run, and how
 // many may run at once on this replica. A read may take up to the call's deadline in Postgres;
 // without a bound, one parent's calls at its management rate could hold every pooled connection
-// that other parents' calls and new keys' lookups need (docs/decisions.md). A parent's own reads
-// and its customers' portal reads are counted apart: a busy portal never refuses the parent's
-// console, nor one customer's portal another's.
+// that other parents' calls and new keys' lookups need
+// (docs/decisions/0221-two-reads-of-the-log-at-once-a-parent.md). A parent's own reads and its
+// customers' portal reads are counted apart: a busy portal never refuses the parent's console, nor
+// one customer's portal another's.
 import { ApiError } from '../errors.js'
 import type { Sql } from '../store/db.js'
 

@@ -1,8 +1,10 @@
 // The token endpoint's lookups of a client id in Postgres, coalesced and paced as the proxy's key
-// lookups are (store/key-lookup-batcher.ts, docs/decisions.md). A client_id is a UUID, which
-// anyone can make up: one query per token request would let a flood of random ids drive Postgres
-// at the flood's rate (764 requests a second were 682 transactions a second). Here the ids waiting
-// for Postgres go out together in one query, at most about 200 queries a second per replica.
+// lookups are (store/key-lookup-batcher.ts,
+// docs/decisions/0021-client-ids-share-paced-queries-as-key-digests-do.md). A client_id is a UUID,
+// which anyone can make up: one query per token request would let a flood of random ids drive
+// Postgres at the flood's rate (764 requests a second were 682 transactions a second). Here the ids
+// waiting for Postgres go out together in one query, at most about 200 queries a second per
+// replica.
 import type { Sql } from '../store/db.js'
 import { DEFAULT_KEY_BATCH_PACING, type KeyBatchPacing, KeyLookupBatcher } from '../store/key-lookup-batcher.js'
 import { type ClientCredential, findClientCredentials } from '../store/api-keys.js'

@@ -7,7 +7,8 @@ import { AuthorizationServerMetadata } from './token-schemas.js'
 
 /**
  * RFC 8414 §2. `response_types_supported` is required, but names what an authorization endpoint
- * answers, and the gateway has none: the honest list is empty (docs/decisions.md).
+ * answers, and the gateway has none: the honest list is empty
+ * (docs/decisions/0023-response-types-supported-and-no-scopes-supported.md).
  * `scopes_supported` is left out: a parent names its keys' scopes freely, so no list is complete.
  */
 export function authorizationServerMetadata(issuerUrl: string) {
@@ -22,7 +23,10 @@ export function authorizationServerMetadata(issuerUrl: string) {
 }
 
 export interface OAuthRoutesOptions extends TokenEndpointOptions {
-  /** ISSUER_URL was not set: say so once the gateway listens (docs/decisions.md). */
+  /**
+   * ISSUER_URL was not set: say so once the gateway listens
+   * (docs/decisions/0062-issuer-url-keeps-its-default-and-says-so.md).
+   */
   issuerUrlIsDefault?: boolean
 }
 

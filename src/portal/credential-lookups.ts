@@ -1,9 +1,10 @@
 // The portal's lookups of its credentials in Postgres, coalesced and paced as the proxy's key
-// lookups are (store/key-lookup-batcher.ts, docs/decisions.md). A session credential (`tgwps_`, as
-// a bearer or the cookie) and a link's token (`tgwpl_`) carry a public checksum, so a made-up one
-// costs nothing to send: one query each would let a flood drive Postgres at its own rate (1,274
-// forged bearers were 1,279 transactions in 5 s). Here the digests waiting for Postgres go out
-// together, one query a batch, at most about 200 queries a second per replica for each kind
+// lookups are (store/key-lookup-batcher.ts,
+// docs/decisions/0189-portal-credentials-are-looked-up-like-keys-grouped.md). A session credential
+// (`tgwps_`, as a bearer or the cookie) and a link's token (`tgwpl_`) carry a public checksum, so a
+// made-up one costs nothing to send: one query each would let a flood drive Postgres at its own
+// rate (1,274 forged bearers were 1,279 transactions in 5 s). Here the digests waiting for Postgres
+// go out together, one query a batch, at most about 200 queries a second per replica for each kind
 // (STORE_DEADLINES.lookupIntervalMs), and a lookup with nothing ahead of it starts at once. Each
 // answer comes from a query started after the lookup was asked: a session ended or expired is
 // refused at once, as before.

@@ -1,8 +1,9 @@
-// The portal's session (docs/api.md, Portal sessions): the page exchanges the link's one-time
-// token for the session's credential, once, and asks what its session may do. The token comes in
-// the body (never in a URL: it would reach logs and Referer headers). A framed page names the
-// origins that frame it, and gets a session only when the link's parent lets each of them embed
-// the portal; the answer carries that parent's origins (docs/decisions.md, Portal sessions).
+// The portal's session (docs/api.md, Portal sessions): the page exchanges the link's one-time token
+// for the session's credential, once, and asks what its session may do. The token comes in the body
+// (never in a URL: it would reach logs and Referer headers). A framed page names the origins that
+// frame it, and gets a session only when the link's parent lets each of them embed the portal; the
+// answer carries that parent's origins
+// (docs/decisions/0191-a-framed-portal-page-gets-its-session-only.md).
 import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { ApiError, validationFailed } from '../errors.js'
@@ -141,7 +142,8 @@ export const EXCHANGE_OPERATIONS: OperationTable<ExchangeContext> = [
       const info = { ...(await sessionInfo(sql, session)), frame_ancestors: link.portalOrigins ?? [] }
       reply.code(201).header('cache-control', 'no-store')
       // Embedded in the parent's page, the portal is a third-party frame: a SameSite=Strict cookie
-      // would never come back, so the page holds the token in memory instead (docs/decisions.md).
+      // would never come back, so the page holds the token in memory instead
+      // (docs/decisions/0193-cookie-for-the-page-bearer-when-embedded.md).
       if (embedded) return { ...info, session_token: secret }
       reply.header('set-cookie', sessionCookie(secret, session, isHttps(request, issuerUrl)))
       return info

@@ -1,11 +1,12 @@
 // Who calls the portal's API (docs/api.md, Portal sessions): a portal session, and nothing else.
 // Its credential comes as the session cookie (the page at /portal/) or as a bearer (the page
-// embedded in the parent's site, where a SameSite=Strict cookie is never sent). API keys and
-// access tokens are refused here, as the session's credential is refused by /v1 and the proxy
-// (its shape is not a key's, nor a token's). Every call reads Postgres, in a paced query shared
-// with the lookups waiting with it (credential-lookups.ts), so that forged credentials cannot
-// drive Postgres at their own rate: a session ends at once, on every replica, at DELETE, at its
-// expiry, and when its sub-account is deactivated (docs/decisions.md, Portal sessions: why no cache).
+// embedded in the parent's site, where a SameSite=Strict cookie is never sent). API keys and access
+// tokens are refused here, as the session's credential is refused by /v1 and the proxy (its shape
+// is not a key's, nor a token's). Every call reads Postgres, in a paced query shared with the
+// lookups waiting with it (credential-lookups.ts), so that forged credentials cannot drive Postgres
+// at their own rate: a session ends at once, on every replica, at DELETE, at its expiry, and when
+// its sub-account is deactivated
+// (docs/decisions/0194-the-session-is-read-from-postgres-on-every-portal.md).
 import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.js'
 import type { PortalPermission } from '../schemas/portal-sessions.js'

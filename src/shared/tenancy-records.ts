@@ -47,9 +47,9 @@ export interface TenancyLookups {
   keyById(id: string): Promise<KeyRecord | null>
   tenant(id: string): Promise<TenantRecord | null>
   /**
-   * The sub-account `id` of `parentId`; null when there is none, whether the id names no tenant
-   * or another's: the acting rules ask this, never `tenant`, so that both take one path (and one
-   * time) through the caches (docs/decisions.md, the acting header).
+   * The sub-account `id` of `parentId`; null when there is none, whether the id names no tenant or
+   * another's: the acting rules ask this, never `tenant`, so that both take one path (and one time)
+   * through the caches (docs/decisions/0030-not-yours-and-no-such-take-the-same-time-too.md).
    */
   subAccount(parentId: string, id: string): Promise<TenantRecord | null>
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>

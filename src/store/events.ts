@@ -98,7 +98,8 @@ export const changedOrBefore = (extra = '') => `
 
 /**
  * `with <changes>, event, queued <result>`: a change and its event (and their deliveries) in one
- * statement, atomic without a transaction of several round trips (docs/decisions.md, Events).
+ * statement, atomic without a transaction of several round trips
+ * (docs/decisions/0155-a-one-statement-change-builds-its-events-object.md).
  * `changes` and `result` hold placeholders of `statement`.
  */
 export function changeWithEvent<T extends readonly object[]>(

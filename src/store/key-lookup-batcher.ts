@@ -1,8 +1,9 @@
-// Key lookups to Postgres, coalesced and paced (docs/internals.md, caches; docs/decisions.md);
-// also those of client ids (oauth/client-lookups.ts) and portal credentials (portal/credential-lookups.ts).
-// The key checksum is public, so a random well-formed key costs an attacker nothing: one query
-// per key would let one client drive Postgres at its own rate. Here the digests waiting for
-// Postgres go out together in one query, one query at a time, and query starts are paced: up to
+// Key lookups to Postgres, coalesced and paced (docs/internals.md, caches;
+// docs/decisions/0241-key-lookups-are-batched-and-paced-not-refused.md); also those of client ids
+// (oauth/client-lookups.ts) and portal credentials (portal/credential-lookups.ts). The key checksum is
+// public, so a random well-formed key costs an attacker nothing: one query per key would let one client
+// drive Postgres at its own rate. Here the digests waiting for Postgres go out together in one query, one
+// query at a time, and query starts are paced: up to
 // `burst` at once, then one per `intervalMs`. A lookup with nothing ahead of it starts at once.
 // Nothing is refused here: a lookup waits its turn, and its caller's deadline bounds the wait.
 import { ApiError } from '../errors.js'

@@ -1,4 +1,5 @@
-// sql.begin, made safe against a connection lost in the middle (docs/decisions.md, Events).
+// sql.begin, made safe against a connection lost in the middle
+// (docs/decisions/0159-a-transaction-whose-connection-is-lost-sends.md).
 //
 // postgres.js 3.4.9 writes to a transaction's connection whatever the transaction does next, even
 // once that connection has closed: the write runs on a null socket in a setImmediate, an uncaught

@@ -78,8 +78,8 @@ export async function resolveActingTenant(
 
   const targetId = target.kind === 'id' ? target.id : await lookups.subAccountIdByExternalId(own.id, target.externalId)
   // Unknown and another parent's sub-account get the same answer, so tenant ids cannot be probed;
-  // asked by parent, they also take the same way through the caches, so timing tells them apart
-  // no better (docs/decisions.md, the acting header).
+  // asked by parent, they also take the same way through the caches, so timing tells them apart no
+  // better (docs/decisions/0030-not-yours-and-no-such-take-the-same-time-too.md).
   const tenant = targetId === null ? null : await lookups.subAccount(own.id, targetId)
   if (tenant === null || tenant.parentId !== own.id) {
     throw new ApiError('acting_tenant_forbidden', 'the acting tenant is not a sub-account of this account')

@@ -57,7 +57,8 @@ export const CSV_COLUMNS: readonly (keyof UsageRecordData)[] = [
 
 /**
  * A record as a CSV line (RFC 4180, CRLF): a null is an empty field; a field with a comma, quote or
- * line break is quoted. Values are exact, never altered for spreadsheets (docs/decisions.md).
+ * line break is quoted. Values are exact, never altered for spreadsheets
+ * (docs/decisions/0301-csv-values-are-exact.md).
  */
 export function csvLine(values: readonly (string | number | boolean | null)[]): string {
   return `${values.map(csvField).join(',')}\r\n`

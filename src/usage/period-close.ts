@@ -23,8 +23,9 @@ export interface PeriodCloserOptions {
 
 /**
  * Refuses a period length other than that of the periods already closed: a closed period, and the
- * records exported of it, must not change (docs/decisions.md). A closer with another length closes
- * nothing (store/usage-periods.ts), should the check have been passed over.
+ * records exported of it, must not change
+ * (docs/decisions/0300-the-periods-length-is-fixed-once-a-period-has.md). A closer with another
+ * length closes nothing (store/usage-periods.ts), should the check have been passed over.
  */
 export async function checkPeriodLength(
   sql: Sql,

@@ -1,6 +1,7 @@
 // One webhook delivery (Standard Webhooks): the signed POST, sent over a connection whose address is
-// checked when it is made, not only when the endpoint was created (docs/decisions.md, webhook
-// delivery). Used by the webhook delivery worker (worker.ts).
+// checked when it is made, not only when the endpoint was created
+// (docs/decisions/0129-the-address-is-checked-when-the-connection-is-made.md). Used by the webhook
+// delivery worker (worker.ts).
 import { isIP, type LookupFunction } from 'node:net'
 import { Agent, buildConnector, type Dispatcher, request } from 'undici'
 import { signWebhook } from './signature.js'

@@ -1,10 +1,11 @@
-// IPv4 addresses carried inside IPv6 ones that reach them (docs/decisions.md, webhook URLs):
-// IPv4-mapped ::ffff:0:0/96 (RFC 4291: a dual-stack socket connects to the IPv4 address), NAT64's
-// well-known prefix 64:ff9b::/96 (RFC 6052: the last 32 bits) and 6to4's 2002::/16 (RFC 3056:
-// bits 16 to 47). A dual-stack socket, a gateway behind NAT64 or a 6to4 relay would deliver to the
-// IPv4 address inside, so it is judged as that address. The other IPv6 blocks that carry an IPv4
-// address (SIIT's ::ffff:0:0:0/96, local-use NAT64 64:ff9b:1::/48) lead where the deployment's own
-// translator says and are refused whole (special-purpose-addresses.ts).
+// IPv4 addresses carried inside IPv6 ones that reach them
+// (docs/decisions/0127-webhook-urls-https-no-credentials-public-addresses.md): IPv4-mapped
+// ::ffff:0:0/96 (RFC 4291: a dual-stack socket connects to the IPv4 address), NAT64's well-known
+// prefix 64:ff9b::/96 (RFC 6052: the last 32 bits) and 6to4's 2002::/16 (RFC 3056: bits 16 to 47).
+// A dual-stack socket, a gateway behind NAT64 or a 6to4 relay would deliver to the IPv4 address
+// inside, so it is judged as that address. The other IPv6 blocks that carry an IPv4 address (SIIT's
+// ::ffff:0:0:0/96, local-use NAT64 64:ff9b:1::/48) lead where the deployment's own translator says
+// and are refused whole (special-purpose-addresses.ts).
 import { isIP } from 'node:net'
 
 /** The eight 16-bit groups of an IPv6 literal (a zone dropped, a dotted IPv4 tail folded in). */

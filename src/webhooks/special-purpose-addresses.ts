@@ -1,10 +1,11 @@
-// The addresses a webhook may never be sent to (docs/decisions.md, webhook URLs), in one place:
-// every block of IANA's IPv4 and IPv6 special-purpose address registries (RFC 6890 and the RFCs
-// that updated them) that is not globally reachable, plus the blocks outside those registries that
-// no public receiver lives in (multicast, the deprecated site-local and IPv4-compatible IPv6
-// blocks) and the cloud hosts' own addresses. A block the registry marks globally reachable (the
-// AS112 and AMT blocks, the anycast 192.0.0.9 and 192.0.0.10) is refused anyway when it sits inside a larger
-// block that is not: we refuse whole blocks, never carve exceptions out of them.
+// The addresses a webhook may never be sent to
+// (docs/decisions/0128-every-special-purpose-block-that-is-not-globally.md), in one place: every block of
+// IANA's IPv4 and IPv6 special-purpose address registries (RFC 6890 and the RFCs that updated them) that is
+// not globally reachable, plus the blocks outside those registries that no public receiver lives in
+// (multicast, the deprecated site-local and IPv4-compatible IPv6 blocks) and the cloud hosts' own addresses.
+// A block the registry marks globally reachable (the AS112 and AMT blocks, the anycast 192.0.0.9 and
+// 192.0.0.10) is refused anyway when it sits inside a larger block that is not: we refuse whole blocks,
+// never carve exceptions out of them.
 //
 // The blocks that carry an IPv4 address to which a network delivers (IPv4-mapped, NAT64's
 // 64:ff9b::/96, 6to4) are not here: they are judged as the IPv4 address inside (embedded-ipv4.ts).

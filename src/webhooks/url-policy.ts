@@ -1,9 +1,10 @@
-// Where a webhook may be sent (docs/decisions.md, webhook URLs): https only, no credentials in the
-// URL, and never to a special-purpose address (special-purpose-addresses.ts: IANA's registries
-// and the cloud hosts' addresses); IPv4-mapped, NAT64 and 6to4 addresses are judged as the IPv4
-// address inside (embedded-ipv4.ts); the odd IPv4 spellings (2130706433, 0x7f.1, 127.1) are
-// normalised by WHATWG URL before we see them. The same function judges a URL at registration and
-// the address connected to at each delivery (deliver.ts).
+// Where a webhook may be sent
+// (docs/decisions/0127-webhook-urls-https-no-credentials-public-addresses.md): https only, no
+// credentials in the URL, and never to a special-purpose address (special-purpose-addresses.ts:
+// IANA's registries and the cloud hosts' addresses); IPv4-mapped, NAT64 and 6to4 addresses are
+// judged as the IPv4 address inside (embedded-ipv4.ts); the odd IPv4 spellings (2130706433, 0x7f.1,
+// 127.1) are normalised by WHATWG URL before we see them. The same function judges a URL at
+// registration and the address connected to at each delivery (deliver.ts).
 import { Resolver } from 'node:dns/promises'
 import { isIP } from 'node:net'
 import { embeddedIpv4 } from './embedded-ipv4.js'
@@ -42,9 +43,10 @@ export const NAME_QUERY_TRIES = 2
 /**
  * Resolves a name's A and AAAA records with node:dns's `Resolver` (c-ares, on the event loop), not
  * `dns.lookup`: getaddrinfo runs on libuv's thread pool, which runs at most two lookups at once
- * and cannot stop one, so a parent naming hosts whose nameserver never answers held every lookup
- * of the replica (its upstreams', Postgres's, Redis's) for 10 s a name. These queries end on
- * their own after their tries. They read /etc/resolv.conf, not /etc/hosts (docs/decisions.md).
+ * and cannot stop one, so a parent naming hosts whose nameserver never answers held every lookup of
+ * the replica (its upstreams', Postgres's, Redis's) for 10 s a name. These queries end on their own
+ * after their tries. They read /etc/resolv.conf, not /etc/hosts
+ * (docs/decisions/0131-a-webhooks-name-is-resolved-by-c-ares.md).
  * `servers`: the nameservers to ask instead of the system's (tests).
  */
 export function resolverLookup(servers?: readonly string[]): LookupAll {

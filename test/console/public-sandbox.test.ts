@@ -1,9 +1,10 @@
 // A public route's page in a real browser, on the portal's origin (docs/api.md, "What comes back";
-// docs/decisions.md): with a portal session open in the same browser, the page an upstream serves
-// on a public route calls /portal/api with the visitor's cookie, as the attacker's did, and gets
-// nothing (its origin is opaque: the call is cross-site, the cookie stays home) and mints no key;
-// while the same page on a route with `same_origin_documents: true` still runs same-origin, which
-// is what that option means. A service worker asked for from either page is not registered.
+// docs/decisions/0072-a-public-routes-answers-are-sandboxed.md): with a portal session open in the
+// same browser, the page an upstream serves on a public route calls /portal/api with the visitor's
+// cookie, as the attacker's did, and gets nothing (its origin is opaque: the call is cross-site,
+// the cookie stays home) and mints no key; while the same page on a route with
+// `same_origin_documents: true` still runs same-origin, which is what that option means. A service
+// worker asked for from either page is not registered.
 import t from 'tap'
 import type { Page } from 'playwright-core'
 import { launchBrowser } from '../helpers/browser.js'

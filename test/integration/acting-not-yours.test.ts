@@ -1,7 +1,8 @@
-// "Not yours" and "no such" look alike (docs/decisions.md, the acting header): a parent naming
-// another parent's sub-account, one that replica has just served, gets the answer a UUID that
-// exists nowhere gets, by the same way through the caches (tgw_cache_* and tgw_store_lookups_total
-// move alike), not just with the same words. Real sockets, Postgres and Redis.
+// "Not yours" and "no such" look alike
+// (docs/decisions/0030-not-yours-and-no-such-take-the-same-time-too.md): a parent naming another
+// parent's sub-account, one that replica has just served, gets the answer a UUID that exists
+// nowhere gets, by the same way through the caches (tgw_cache_* and tgw_store_lookups_total move
+// alike), not just with the same words. Real sockets, Postgres and Redis.
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import { metricValue, startGateway } from '../helpers/gateway.js'

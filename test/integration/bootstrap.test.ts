@@ -1,7 +1,8 @@
-// The embedded database's bootstrap account (src/bootstrap.ts; docs/decisions.md, Events): it
-// stands in for the operator's `accounts create`, and its audit log opens as that command's does,
-// with the first key's api_key.created by the operator. Run here on the real Postgres; the
-// embedded start itself is test/integration/embedded.test.ts.
+// The embedded database's bootstrap account (src/bootstrap.ts;
+// docs/decisions/0167-the-embedded-bootstrap-account-writes-what.md): it stands in for the
+// operator's `accounts create`, and its audit log opens as that command's does, with the first
+// key's api_key.created by the operator. Run here on the real Postgres; the embedded start itself
+// is test/integration/embedded.test.ts.
 import t from 'tap'
 import { bootstrapEmbedded } from '../../src/bootstrap.js'
 import { checkNoSecrets, eventsOf } from '../helpers/events.js'

@@ -1,6 +1,7 @@
-// A rolling upgrade from the version whose Redis names had no hash tags (docs/decisions.md, "Key
-// names changed once"): replicas of both versions share one Redis and one channel, and a change
-// made through either must reach the other's Redis entries, not only its in-process cache.
+// A rolling upgrade from the version whose Redis names had no hash tags
+// (docs/decisions/0235-key-names-changed-once.md): replicas of both versions share one Redis and
+// one channel, and a change made through either must reach the other's Redis entries, not only its
+// in-process cache.
 import { pino } from 'pino'
 import t from 'tap'
 import { cacheKeys, TenancyCache } from '../../src/cache/index.js'

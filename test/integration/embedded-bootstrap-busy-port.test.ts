@@ -1,7 +1,7 @@
-// The bootstrap key of an embedded database is printed once, so a start that fails must not
-// spend it (src/main.ts; docs/decisions.md, The bootstrap account): with PORT or METRICS_PORT
-// taken on the first start, no account is created and no key printed; the next start that binds
-// both prints one, and that key works.
+// The bootstrap key of an embedded database is printed once, so a start that fails must not spend
+// it (src/main.ts; docs/decisions/0249-the-bootstrap-account-is-made-once-the-gateway.md): with
+// PORT or METRICS_PORT taken on the first start, no account is created and no key printed; the next
+// start that binds both prints one, and that key works.
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer, type Server } from 'node:net'
 import { tmpdir } from 'node:os'

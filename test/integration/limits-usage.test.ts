@@ -1,8 +1,9 @@
-// What a monthly quota counts (docs/api.md, Limits and quotas; docs/decisions.md, Usage counts for
-// quotas): the usage meter tells requests forwarded upstream apart from the gateway's refusals,
-// over real sockets to a real upstream, and monthUse sums the forwarded ones of one UTC month, for
-// a sub-account or for a parent with all its sub-accounts. The meter's timer is an hour long, so
-// only an explicit flush writes and every count is exact.
+// What a monthly quota counts (docs/api.md, Limits and quotas;
+// docs/decisions/0049-usage-counts-for-quotas.md): the usage meter tells requests forwarded
+// upstream apart from the gateway's refusals, over real sockets to a real upstream, and monthUse
+// sums the forwarded ones of one UTC month, for a sub-account or for a parent with all its
+// sub-accounts. The meter's timer is an hour long, so only an explicit flush writes and every count
+// is exact.
 import t from 'tap'
 import { mintKey } from '../../src/auth/mint.js'
 import { monthOf } from '../../src/limits/month.js'

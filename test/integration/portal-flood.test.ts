@@ -1,8 +1,9 @@
 // Floods of made-up portal credentials (their checksum is public: forging one costs nothing)
-// against one gateway over real sockets, on real Postgres (docs/decisions.md, Portal sessions):
-// session tokens as bearers, as cookies, and link tokens at the exchange. The Postgres queries
-// each flood causes stay under the paced lookups' bound (portal/credential-lookups.ts) whatever
-// its rate, as Postgres itself counts them too, and a real session or link works meanwhile.
+// against one gateway over real sockets, on real Postgres
+// (docs/decisions/0189-portal-credentials-are-looked-up-like-keys-grouped.md): session tokens as
+// bearers, as cookies, and link tokens at the exchange. The Postgres queries each flood causes stay
+// under the paced lookups' bound (portal/credential-lookups.ts) whatever its rate, as Postgres
+// itself counts them too, and a real session or link works meanwhile.
 import { Agent } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'

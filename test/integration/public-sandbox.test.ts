@@ -1,10 +1,11 @@
-// A public route's answers are sandboxed (docs/api.md, "What comes back"; docs/decisions.md), over
-// real sockets against a real upstream: every answer of a `public: true` route, the gateway's own
-// refusals included, carries `Content-Security-Policy: sandbox …` without `allow-same-origin`, so
-// that a page its upstream serves cannot use the portal's cookie on the shared origin; an
-// upstream's own policy is kept, the sandbox a second header after it; a keyed route's answers and
-// those of a route with `same_origin_documents: true` carry none of the gateway's. The page in a
-// browser is test/console/public-sandbox.test.ts.
+// A public route's answers are sandboxed (docs/api.md, "What comes back";
+// docs/decisions/0072-a-public-routes-answers-are-sandboxed.md), over real sockets against a real
+// upstream: every answer of a `public: true` route, the gateway's own refusals included, carries
+// `Content-Security-Policy: sandbox …` without `allow-same-origin`, so that a page its upstream
+// serves cannot use the portal's cookie on the shared origin; an upstream's own policy is kept, the
+// sandbox a second header after it; a keyed route's answers and those of a route with
+// `same_origin_documents: true` carry none of the gateway's. The page in a browser is
+// test/console/public-sandbox.test.ts.
 import t from 'tap'
 import { request } from 'undici'
 import { PUBLIC_ROUTE_CSP } from '../../src/proxy/answer-headers.js'

@@ -1,5 +1,6 @@
-// The loader's cache of stripped TypeScript (scripts/typescript.mjs, docs/decisions.md): kept by
-// content for later processes, and never a reason to fail where it cannot be written.
+// The loader's cache of stripped TypeScript (scripts/typescript.mjs,
+// docs/decisions/0310-typescript-runs-on-nodes-own-type-stripping-tsx.md): kept by content for
+// later processes, and never a reason to fail where it cannot be written.
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import module from 'node:module'
 import { tmpdir } from 'node:os'

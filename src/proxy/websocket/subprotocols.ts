@@ -69,7 +69,8 @@ export function offeredProtocols(header: string | string[] | undefined): Offered
  * The subprotocol the gateway answers the client with: the upstream's choice. When the upstream
  * chose none and the client offered nothing but its credential, that entry: a browser fails a
  * handshake that names no subprotocol when it offered one (RFC 6455 §4.1), and the value goes back
- * only to the client that sent it (docs/decisions.md).
+ * only to the client that sent it
+ * (docs/decisions/0098-the-browsers-credential-as-a-subprotocol-answered.md).
  */
 export function answeredProtocol(offered: ReadonlySet<string>, upstreamChoice: string): string | false {
   if (upstreamChoice !== '') return offered.has(upstreamChoice) ? upstreamChoice : false

@@ -1,8 +1,8 @@
 -- A secret shared by every replica of a deployment, made once by Postgres itself: paging cursors
--- carry an HMAC under it (docs/decisions.md, Paging cursors), so the API accepts only cursors it
--- issued, whichever replica issued them. 32 bytes from two v4 UUIDs: 244 bits from
--- gen_random_uuid(), which draws on the server's cryptographically strong random source (core
--- since PostgreSQL 13, and in PGlite, without pgcrypto).
+-- carry an HMAC under it (docs/decisions/0042-cursors-are-signed-with-a-secret-postgres-keeps.md),
+-- so the API accepts only cursors it issued, whichever replica issued them. 32 bytes from two v4
+-- UUIDs: 244 bits from gen_random_uuid(), which draws on the server's cryptographically strong
+-- random source (core since PostgreSQL 13, and in PGlite, without pgcrypto).
 create table if not exists gateway_secrets (
   name  text primary key,
   value bytea not null check (octet_length(value) >= 32)

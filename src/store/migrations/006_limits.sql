@@ -4,8 +4,9 @@
 alter table tenants add column limits jsonb
   check (limits is null or jsonb_typeof(limits) = 'object');
 
--- Usage counts that tell what the gateway forwarded apart from what it refused (docs/decisions.md,
--- Usage counts for quotas). On each (tenant, day, status class) row beside `requests`:
+-- Usage counts that tell what the gateway forwarded apart from what it refused
+-- (docs/decisions/0049-usage-counts-for-quotas.md). On each (tenant, day, status class) row beside
+-- `requests`:
 --   forwarded      of those requests, the ones sent on to an upstream: what a monthly quota counts;
 --   limited_rate   429s of a rate limit, and limited_quota of a monthly quota (both on the 4xx row).
 -- Constant defaults: Postgres adds the columns without rewriting the table. The check is NOT VALID
