@@ -1,14 +1,17 @@
 // docs/api.md shows a sub-account, a key and a mint's answer with the fields the API sends, and
 // docs/events.md a sub-account in an event: the examples and the mint's field list are held to the
 // response schemas (issue 82: `key_policy` was missing from the sub-account, `ip_allowlist` from
-// the mint's answer).
-import { readFileSync } from 'node:fs'
+// the mint's answer), and every key prefix they show is as long as a real one (it was 8 or 10
+// characters in places, where the API shows 12).
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
+import { generateApiKey } from '../../src/auth/key-format.js'
 import { ApiKey, MintedApiKey } from '../../src/schemas/keys.js'
 import { SubAccount } from '../../src/schemas/sub-accounts.js'
 
-const read = (page: string) => readFileSync(join(import.meta.dirname, '..', '..', 'docs', page), 'utf8')
+const ROOT = join(import.meta.dirname, '..', '..')
+const read = (page: string) => readFileSync(join(ROOT, 'docs', page), 'utf8')
 const doc = read('api.md')
 
 /** The text of the `### <heading>` section, up to the next heading. */
@@ -45,4 +48,32 @@ t.test("the sub-account of docs/events.md's first example is whole", async (t) =
   const example = /`sub_account.created`:\n\n```json\n([\s\S]*?)\n```/.exec(read('events.md'))?.[1] ?? '{}'
   const event = JSON.parse(example) as { data?: { object?: object } }
   t.same(Object.keys(event.data?.object ?? {}).sort(), fields(SubAccount))
+})
+
+t.test("the key of docs/events.md's api_key.created is whole", async (t) => {
+  const example = /\n```json\n(\{"type": "api_key.created"[\s\S]*?)\n```/.exec(read('events.md'))?.[1] ?? '{}'
+  const event = JSON.parse(example) as { data?: { object?: object } }
+  t.same(Object.keys(event.data?.object ?? {}).sort(), [...fields(ApiKey), 'sub_account_id'].sort())
+})
+
+t.test('every key prefix the docs show is as long as the API makes it', async (t) => {
+  const length = generateApiKey().prefix.length
+  const pages = [
+    ...readdirSync(join(ROOT, 'docs'))
+      .filter((name) => name.endsWith('.md'))
+      .map((name) => `docs/${name}`),
+    'README.md',
+  ]
+  const shown = pages.flatMap((page) => {
+    const text = readFileSync(join(ROOT, page), 'utf8')
+    // `"prefix": "tgw_…"` in an object, and `(tgw_……)`, a key named by its prefix on a screen.
+    const prefixes = [...text.matchAll(/"prefix": ?"(tgw_[^"]*)"/g), ...text.matchAll(/\((tgw_[A-Za-z0-9]+)…/g)]
+    return prefixes.map((m) => ({ page, prefix: m[1]! }))
+  })
+  t.ok(shown.length >= 5, `the examples were found (${shown.length})`)
+  t.same(
+    shown.filter(({ prefix }) => prefix.length !== length),
+    [],
+    `prefixes of other than ${length} characters`,
+  )
 })
