@@ -165,10 +165,12 @@ const METHODS = new Set(['get', 'put', 'post', 'delete', 'options', 'head', 'pat
 
 /** Whole-document additions: the acting header and the errors of every documented operation. */
 function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document {
+  const tagged = new Set<string>()
   for (const [path, item] of Object.entries(document.paths ?? {})) {
     for (const [method, value] of Object.entries(item ?? {})) {
       if (!METHODS.has(method)) continue
       const operation = value as OpenAPIV3_1.OperationObject
+      for (const tag of operation.tags ?? []) tagged.add(tag)
       operation.responses ??= {}
       const responses = operation.responses
       for (const [status, response] of Object.entries(responses)) {
@@ -206,6 +208,9 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       }
     }
   }
+  // Only the groups that hold an operation: with CONSOLE=off the portal's routes are not served,
+  // and its tag would be an empty group on /docs.
+  document.tags = document.tags?.filter((tag) => tagged.has(tag.name))
   return document
 }
 
