@@ -163,12 +163,14 @@ t.test('docs/decisions.md lists every decision once, by its number and title, an
 })
 
 t.test('every decision is numbered and has its title and status', async (t) => {
+  const numbered = decisionFiles.map((name) => Number.parseInt(name, 10)).filter((n) => !Number.isNaN(n))
+  const next = String(Math.max(0, ...numbered) + 1).padStart(4, '0')
   const misshapen = decisionFiles.flatMap((name) => {
     const [title = '', blank, status = ''] = read(`${DECISIONS}/${name}`).split('\n')
     const faults = [
       /^\d{4}-[a-z0-9]+(-[a-z0-9]+)*\.md$/.test(name)
         ? null
-        : 'name is not NNNN-slug.md (XXXX: give it the next number)',
+        : `name is not NNNN-slug.md (XXXX: give it the next number, ${next}, and its line in the index)`,
       title.startsWith('# ') ? null : 'first line is not "# <title>"',
       blank === '' && status.startsWith('Status: ') ? null : 'third line is not "Status: …"',
     ].filter((fault) => fault !== null)
