@@ -19,10 +19,12 @@ export class UnwrittenUnits {
   add(now: number, units: number): void {
     if (units <= 0) return
     const last = this.entries.at(-1)
-    if (last !== undefined && now - last.first < ENTRY_SPAN_MS && now >= last.at) {
+    // A clock set back stamps them later than they were: kept longer, never forgotten early.
+    const at = last === undefined ? now : Math.max(now, last.at)
+    if (last !== undefined && at - last.first < ENTRY_SPAN_MS) {
       last.units += units
-      last.at = now
-    } else this.entries.push({ first: now, at: now, units })
+      last.at = at
+    } else this.entries.push({ first: at, at, units })
     this.sum += units
   }
 
