@@ -99,11 +99,12 @@ return {granted, tostring(tokens), wait, grace, ep}`
 
 /**
  * A quota's month: `used` counts every unit granted (spent or leased), `ep` names this copy of
- * the key. Missing and no `init` given: returns {-1} so that the caller reads Postgres and calls
- * again. A caller whose epoch differs re-registers what it keeps, and adds what it admitted that
- * Postgres may not have held when the copy was read (`unwritten`: its units spent or admitted
- * alone since the last answer included); returns count only in the epoch they were granted in,
- * and `extra` only there too (a copy rebuilt since counts it in `unwritten`).
+ * the key, `init` the month's use it was made from. Missing and no `init` given: returns {-1} so
+ * that the caller reads Postgres and calls again; so too when the caller saw another copy (this
+ * one was rebuilt since) and did not read. A caller whose epoch differs re-registers what it
+ * keeps, and adds what it admitted that Postgres may not have held when this copy was read
+ * (docs/internals.md, "A month rebuilt from Postgres"); returns count only in the epoch they were
+ * granted in, and `extra` only there too (a rebuilt copy counts it in what was not written).
  * Each call is a report named by its caller (KEYS[3], one a replica and month: `<name>:<granted>`),
  * applied once: a caller whose answer did not come in time sends the same report again, and Redis
  * may have run the first (a paused or stopped server runs what was written to it once it goes on).
@@ -148,13 +149,14 @@ if last and not made then
     return {tonumber(string.sub(last, sep + 1)), tostring(used), wait, epoch, grace}
   end
 end
+-- A copy made since the one the caller saw, from another's read: the caller reads the month too.
+if ARGV[2] ~= epoch and ARGV[2] ~= '' and not made and init < 0 and read >= 0 then return {-1, '0', 0, '', 0} end
 if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) + tonumber(ARGV[6])
 elseif made then used = used + tonumber(ARGV[3]) + tonumber(ARGV[14])
 elseif init >= 0 and read >= 0 then
-  -- The caller read the month too, after its meter wrote: the copy was read before that write
-  -- went in only if the caller's read found more (the month's use only grows), and then misses
-  -- at most that much beside what the caller had not written when it read.
-  used = used + tonumber(ARGV[3]) + tonumber(ARGV[14]) + math.max(0, init - read)
+  -- The caller's read came after its meter wrote: the copy's read missed that write only if the
+  -- caller's found more (the month's use only grows), and then by at most the difference.
+  used = used + tonumber(ARGV[3]) + math.min(tonumber(ARGV[13]), tonumber(ARGV[14]) + math.max(0, init - read))
 else used = used + tonumber(ARGV[3]) + tonumber(ARGV[13]) end
 if used < 0 then used = 0 end
 local granted = 0

@@ -98,9 +98,7 @@ async function request(
   units: number,
   meterName: string | null,
 ): Promise<number> {
-  const decision = limiter.isWarm(subjects)
-    ? limiter.admit(subjects)
-    : await limiter.admitWhenWarm(subjects, 10_000)
+  const decision = limiter.isWarm(subjects) ? limiter.admit(subjects) : await limiter.admitWhenWarm(subjects, 10_000)
   if (!decision.allowed) return 0
   if (meterName !== null) limiter.charge(subjects, new Map([[meterName, units]]))
   meter.record(units)
@@ -248,16 +246,24 @@ t.test('a Redis stalled (SIGSTOP) past the calls deadline leaves no unspent leas
   // A trickle while Redis does not answer: the next call (a renewal) fails, and each replica goes
   // on alone, with most of its lease unspent.
   let turn = 0
-  const alone = await eventually(10_000, async () => {
-    served += await request(both[turn++ % 2]!, subjects, 1, null)
-    return both.every(({ limiter }) => limiter.degraded)
-  }, 100)
+  const alone = await eventually(
+    10_000,
+    async () => {
+      served += await request(both[turn++ % 2]!, subjects, 1, null)
+      return both.every(({ limiter }) => limiter.degraded)
+    },
+    100,
+  )
   server.resume()
   t.not(alone, null, 'both replicas went on alone')
-  const back = await eventually(10_000, async () => {
-    for (const replica of both) served += await request(replica, subjects, 1, null)
-    return both.every(({ limiter }) => !limiter.degraded)
-  }, 100)
+  const back = await eventually(
+    10_000,
+    async () => {
+      for (const replica of both) served += await request(replica, subjects, 1, null)
+      return both.every(({ limiter }) => !limiter.degraded)
+    },
+    100,
+  )
   t.not(back, null, 'both back on their leases')
   // Closing gives back what each holds: what is left counted is what was served.
   await Promise.all(both.map(({ limiter }) => limiter.close()))
