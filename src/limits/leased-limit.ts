@@ -3,10 +3,9 @@
 // unusable, a state of its own (docs/internals.md, limits). The subclasses say what a unit is.
 import type { LeaseStore } from './lease-store.js'
 
-/** What one lease call carries (lease-store.ts), with the units spent since the last one. */
+/** What one lease call carries (lease-store.ts). */
 export interface LeaseCall {
   keep: number
-  spent: number
   returned: number
   wanted: number
   extra: number
@@ -68,7 +67,7 @@ export abstract class LeasedLimit {
   leaseExpiresAt = 0
   inflight = false
   nextCallAt = 0
-  /** Units spent from the lease since the last call was sent: a quota re-registers them (quota-limit.ts). */
+  /** Units spent from the lease since the last call was sent: an idle limit then calls, to renew what it keeps. */
   spentSinceSend = 0
   /** Units refunded by the gateway, given back on the next call (never spent again: see docs). */
   refunds = 0
@@ -412,7 +411,6 @@ export abstract class LeasedLimit {
   private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
     const call = {
       keep,
-      spent: this.spentSinceSend,
       returned: returned + this.refunds,
       wanted,
       extra,

@@ -20,7 +20,7 @@ interface QuotaLeaseCall extends LeaseCall {
   /**
    * The units this replica admitted in the month that Postgres may not hold (UnwrittenUnits), as
    * they were when the call was made: what a copy of the month rebuilt since the last answer
-   * counts, beside `keep`, instead of the call's spent units, `extra` and `debt`.
+   * counts beside `keep`, instead of `extra` and `debt` (which it holds, with the units spent).
    */
   unwritten: number
 }
