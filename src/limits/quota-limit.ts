@@ -182,7 +182,8 @@ export class QuotaLimit extends LeasedLimit {
   }
 
   protected async call(now: number, lease: LeaseCall): Promise<void> {
-    const { keep, returned, wanted, extra, debt, report, unwritten } = lease as QuotaLeaseCall
+    const { returned, wanted, extra, debt, report } = lease as QuotaLeaseCall
+    let { keep, unwritten } = lease as QuotaLeaseCall
     this.unsettled = { call: lease as QuotaLeaseCall, generation: this.generation }
     const store = this.ctx.store!
     const month = this.month
@@ -220,8 +221,16 @@ export class QuotaLimit extends LeasedLimit {
       // not Redis's: the call is tried again later, and Redis is not marked down.
       try {
         const read = await this.readMonth(month)
+        if (month !== this.month) return
         init = read.used
-        // Only what the call carries: what is admitted from now on goes with the next call.
+        // The copy is made, or met, from what this replica holds now: the lease it still has (none
+        // when on its own), and every unit it admitted that Postgres may not hold, what it owed
+        // alone included (sent too, that would count twice what the read holds). What is admitted
+        // from now on goes with the next call.
+        keep = this.held(this.ctx.now())
+        unwritten = this.unwritten.total()
+        this.unreported = 0
+        this.debt = 0
         sinceRead = Math.min(unwritten, this.unwritten.since(read.writtenBefore))
       } catch {
         this.nextCallAt = this.ctx.now() + PROBE_EVERY_MS
