@@ -51,6 +51,13 @@ export interface QuotaCall extends LeaseCall {
   expireAt: number
   /** Names the report among this replica's: sent again after a timeout, it is applied once (scripts.ts). */
   report: string
+  /**
+   * Units this replica admitted in the month that Postgres may not hold yet: counted, beside
+   * `keep`, by a copy of the month other than `epoch` (rebuilt since), instead of `extra`.
+   */
+  unwritten?: number
+  /** Instead of `unwritten` when this call's `init` makes the copy: what was not written when it was read. */
+  unwrittenSinceRead?: number
 }
 
 export type QuotaAnswer =
@@ -193,6 +200,8 @@ export class RedisLeaseStore implements LeaseStore {
           graceMs,
           call.report,
           REPORT_KEPT_MS,
+          call.unwritten ?? 0,
+          call.unwrittenSinceRead ?? call.unwritten ?? 0,
         ),
       callTimeoutMs,
     )

@@ -3,30 +3,29 @@
 // unusable, a state of its own (docs/internals.md, limits). The subclasses say what a unit is.
 import type { LeaseStore } from './lease-store.js'
 
-/** What one lease call carries (lease-store.ts), with the units spent since the last one. */
+/** What one lease call carries (lease-store.ts). */
 export interface LeaseCall {
   keep: number
-  spent: number
   returned: number
   wanted: number
   extra: number
   /** A metered limit's units charged beyond its lease since the last call (`charge`). */
   debt: number
-  /**
-   * Names this call's report among this replica's: a quota's script applies one report once, so
-   * that a call sent again after its answer failed to come is not counted twice (scripts.ts).
-   */
-  report: string
 }
 
-/** Report names, unique in this process (the store adds the replica's own name). */
-let reports = 0
 import type { LimiterMetrics, PolicyName, PolicyState } from './types.js'
 
 export interface LimitContext {
   /** null: embedded mode, every limit is local for good. */
   store: LeaseStore | null
   now(): number
+  /**
+   * How long ago (ms) the oldest count this replica's usage meter has not written to Postgres was
+   * made (0: all written): a quota's month rebuilt from Postgres misses what was counted since.
+   */
+  unwrittenForMs(): number
+  /** Has the usage meter write what it counted (before a month is read from Postgres); never rejects. */
+  writeUsage(): Promise<void>
   /** Whether Redis failed lately: shared limits switch to their local state. */
   redisDown(): boolean
   failed(): void
@@ -68,7 +67,7 @@ export abstract class LeasedLimit {
   leaseExpiresAt = 0
   inflight = false
   nextCallAt = 0
-  /** Units spent from the lease since the last call was sent: a quota re-registers them (quota-limit.ts). */
+  /** Units spent from the lease since the last call was sent: an idle limit then calls, to renew what it keeps. */
   spentSinceSend = 0
   /** Units refunded by the gateway, given back on the next call (never spent again: see docs). */
   refunds = 0
@@ -76,19 +75,6 @@ export abstract class LeasedLimit {
   debt = 0
   /** Counts what may no longer be sent: a quota's month that ended (quota-limit.ts). */
   protected generation = 0
-  /**
-   * Whether a call whose answer did not come in time is sent again as it was, its report's name
-   * with it, before any other: true where the store applies a report once (a quota). Else its
-   * units are added to the next call's (a rate's bucket refills what a second report took).
-   */
-  protected readonly resendsUnanswered: boolean = false
-  /**
-   * The call sent whose answer has not come (resendsUnanswered): Redis may have run it, may run
-   * it still (a paused or hung server runs what was written to it), or never got it. Until an
-   * answer says its fate, it is the only call sent, as it was: what was admitted meanwhile waits
-   * for the next one, so that no unit is in two reports.
-   */
-  private unsettled: { call: LeaseCall; generation: number } | null = null
   /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
   prepaid = 0
   unreported = 0
@@ -230,11 +216,11 @@ export abstract class LeasedLimit {
   }
 
   /**
-   * Whether forgetting the limit now would lose something: units owed to Redis (a debt, what it
-   * admitted on its own, or a call not known to have been run). A subclass adds what its local state holds that a new one would not.
+   * Whether forgetting the limit now would lose something: units owed to Redis (a debt, or what it
+   * admitted on its own). A subclass adds what its local state holds that a new one would not.
    */
   holdsState(_now: number): boolean {
-    return this.debt > 0 || this.unreported > 0 || this.unsettled !== null
+    return this.debt > 0 || this.unreported > 0
   }
 
   /** Whether an answer is under way: a lease call (or, for a quota, its month read from Postgres). */
@@ -348,13 +334,10 @@ export abstract class LeasedLimit {
   maintain(now: number): void {
     const store = this.ctx.store
     if (store === null || this.inflight || now < this.nextCallAt) return
-    if (this.unsettled !== null) {
-      // Another month's call is that month's own: never sent to this month's key.
-      if (this.unsettled.generation === this.generation) {
-        void this.dispatch(now, this.unsettled.call)
-        return
-      }
-      this.unsettled = null
+    const again = this.unanswered()
+    if (again !== null) {
+      void this.dispatch(now, again)
+      return
     }
     if (this.mode !== 'shared') {
       const extra = this.mode === 'local' ? this.unreported : 0
@@ -393,9 +376,32 @@ export abstract class LeasedLimit {
     }
   }
 
+  /**
+   * A call sent whose answer did not come, to be sent again as it was before any other (a quota's:
+   * quota-limit.ts); null: none, or the limit's units go with the next call instead (`failedCall`).
+   */
+  protected unanswered(): LeaseCall | null {
+    return null
+  }
+
+  /**
+   * A call failed (Redis did not answer in time): its units are added to the next call's. Units
+   * admitted while local are counted again rather than lost: under, never over (a rate's bucket
+   * refills what a second report took). A quota sends the call again instead (quota-limit.ts).
+   */
+  protected failedCall(call: LeaseCall): void {
+    this.unreported += call.extra
+    this.debt += call.debt
+  }
+
+  /** A new call, as the subclass sends it (a quota names its report: quota-limit.ts). */
+  protected prepared(call: LeaseCall): LeaseCall {
+    return call
+  }
+
   /** Gives back the whole lease (closing, or forgetting an idle limit). */
   async release(now: number): Promise<void> {
-    if (this.ctx.store === null || this.mode !== 'shared' || this.inflight || this.unsettled !== null) return
+    if (this.ctx.store === null || this.mode !== 'shared' || this.inflight || this.unanswered() !== null) return
     const held = this.held(now)
     if (held === 0 && this.refunds === 0 && this.debt === 0) return
     this.lease = 0
@@ -405,26 +411,23 @@ export abstract class LeasedLimit {
   private send(now: number, keep: number, returned: number, wanted: number, extra: number): Promise<void> {
     const call = {
       keep,
-      spent: this.spentSinceSend,
       returned: returned + this.refunds,
       wanted,
       extra,
       debt: this.debt,
-      report: String(++reports),
     }
     this.debt = 0
     this.refunds = 0
     this.spentSinceSend = 0
     this.asks = 0
     if (call.returned > 0) this.ctx.metrics.unitsReturned?.inc(call.returned)
-    return this.dispatch(now, call)
+    return this.dispatch(now, this.prepared(call))
   }
 
   /** Sends `call` (a new one, or one unanswered sent again) and applies its answer or failure. */
   private dispatch(now: number, call: LeaseCall): Promise<void> {
     this.inflight = true
     const generation = this.generation
-    if (this.resendsUnanswered) this.unsettled = { call, generation }
     this.wantedInCall = call.wanted
     this.ctx.metrics.leaseRequests?.inc()
     const sent = this.call(now, call)
@@ -432,13 +435,8 @@ export abstract class LeasedLimit {
         () => {},
         () => {
           this.ctx.metrics.leaseFailures?.inc()
-          // Units admitted while local are counted again rather than lost: under, never over.
-          // Not into another month: its count is its own. A store that applies a report once
-          // gets the same call again instead (`unsettled`): Redis may yet run this one.
-          if (!this.resendsUnanswered && generation === this.generation) {
-            this.unreported += call.extra
-            this.debt += call.debt
-          }
+          // Not into another month: its count is its own.
+          if (generation === this.generation) this.failedCall(call)
           this.ctx.failed()
           this.nextCallAt = now + PROBE_EVERY_MS
           if (this.mode !== 'local') this.goLocal(now)
@@ -458,8 +456,6 @@ export abstract class LeasedLimit {
   protected granted(sentAt: number, now: number, answer: Grant, ttlMs: number): void {
     const { granted, waitMs } = answer
     this.answeredAt = now
-    // Redis ran the call (now, or before: a report it had applied answers as it did then).
-    this.unsettled = null
     if (this.mode === 'local' && answer.inGrace) {
       // Redis came back empty: no replica can lease yet, and each goes on on its own meanwhile
       // (degraded), rather than refusing everything for the grace.

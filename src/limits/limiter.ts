@@ -26,6 +26,14 @@ export interface LimiterOptions {
   keyPrefix: string
   /** Forwarded requests of a UTC month, from Postgres (for an account: with its sub-accounts'). */
   loadMonthUse: LoadMonthUse
+  /**
+   * How long ago (ms) the oldest count the usage meter has not written to Postgres was made (the
+   * meter's lag; 0: all written): a month rebuilt from Postgres misses what was counted since, and
+   * each replica counts it again (docs/internals.md). Unset: 0, as when `loadMonthUse` is exact.
+   */
+  unwrittenForMs?: () => number
+  /** Has the usage meter write what it counted, before a month is read (unset: nothing to write). */
+  writeUsage?: () => Promise<void>
   now?: () => number
   metrics?: LimiterMetrics
   /** Another lease store than Redis's (tests); takes precedence over `redis`. */
@@ -90,6 +98,8 @@ export class Limiter {
     this.ctx = {
       store,
       now: this.now,
+      unwrittenForMs: options.unwrittenForMs ?? (() => 0),
+      writeUsage: options.writeUsage ?? (async () => {}),
       redisDown: () => this.down,
       failed: () => this.setDown(true),
       answered: () => this.setDown(false),

@@ -51,10 +51,9 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
       keyPrefix,
       ...(timings === undefined ? {} : { timings }),
       ...(warmWaitMs === undefined ? {} : { warmWaitMs }),
-      // This replica's counts go to Postgres first, so that a month rebuilt after Redis lost it
-      // misses at most what the other replicas have not written yet (about a second of it).
+      // This replica's counts go to Postgres before a month is read (writeUsage); what a replica's
+      // meter had not written when it was read, that replica counts again (unwrittenForMs).
       async loadMonthUse(subject, month) {
-        await meter.flush()
         return monthUse(
           sql,
           { tenantId: subject.tenantId, level: subject.level === 'account' ? 'account' : 'sub_account' },
@@ -62,6 +61,8 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
           subject.meter,
         )
       },
+      unwrittenForMs: () => meter.lagMs(),
+      writeUsage: () => meter.flush(),
       metrics: {
         leaseRequests: metrics.leaseCalls,
         leaseFailures: metrics.leaseFailures,

@@ -99,31 +99,40 @@ return {granted, tostring(tokens), wait, grace, ep}`
 
 /**
  * A quota's month: `used` counts every unit granted (spent or leased), `ep` names this copy of
- * the key. Missing and no `init` given: returns {-1} so that the caller reads Postgres and calls
- * again. A caller whose epoch differs re-registers what it keeps; returns count only in the
- * epoch they were granted in.
+ * the key, `init` the month's use it was made from. Missing and no `init` given: returns {-1} so
+ * that the caller reads Postgres and calls again; so too when the caller saw another copy (this
+ * one was rebuilt since) and did not read. A caller whose epoch differs re-registers what it
+ * keeps, and adds what it admitted that Postgres may not have held when this copy was read
+ * (docs/internals.md, "A month rebuilt from Postgres"); returns count only in the epoch they were
+ * granted in, and `extra` only there too (a rebuilt copy counts it in what was not written).
  * Each call is a report named by its caller (KEYS[3], one a replica and month: `<name>:<granted>`),
  * applied once: a caller whose answer did not come in time sends the same report again, and Redis
  * may have run the first (a paused or stopped server runs what was written to it once it goes on).
  * A report already applied to this copy of the month changes nothing and answers its grant again.
  * ARGV: M, epoch, keep, returned, wanted, extra, init (-1: unknown), expire at ms, new epoch, grace ms,
- * report's name, ms the name is kept.
+ * report's name, ms the name is kept, unwritten, unwritten since the caller's read (when it read the
+ * month, `init`: its read holds the rest, and a copy made from another read is charged the
+ * difference when the caller's found more).
  * Returns {granted, used after (string), ms until grants resume, epoch, 1 if in the grace}.
  */
 export const QUOTA_LEASE = `${CLOCK_AND_INCARNATION}
 local m = tonumber(ARGV[1])
 local used = tonumber(redis.call('HGET', KEYS[1], 'used'))
+local init = tonumber(ARGV[7])
 local epoch
 local made = false
+-- The month's use the copy was made from (-1: unknown).
+local read = -1
 if not used then
-  if tonumber(ARGV[7]) < 0 then return {-1, '0', 0, '', 0} end
-  used = tonumber(ARGV[7])
+  if init < 0 then return {-1, '0', 0, '', 0} end
+  used = init
   epoch = ARGV[9]
   made = true
-  redis.call('HSET', KEYS[1], 'ep', epoch)
+  redis.call('HSET', KEYS[1], 'ep', epoch, 'init', init)
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
 else
   epoch = redis.call('HGET', KEYS[1], 'ep')
+  read = tonumber(redis.call('HGET', KEYS[1], 'init')) or -1
 end
 local wait = 0
 local grace = 0
@@ -140,8 +149,15 @@ if last and not made then
     return {tonumber(string.sub(last, sep + 1)), tostring(used), wait, epoch, grace}
   end
 end
-if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) else used = used + tonumber(ARGV[3]) end
-used = used + tonumber(ARGV[6])
+-- A copy made since the one the caller saw, from another's read: the caller reads the month too.
+if ARGV[2] ~= epoch and ARGV[2] ~= '' and not made and init < 0 and read >= 0 then return {-1, '0', 0, '', 0} end
+if ARGV[2] == epoch then used = used - tonumber(ARGV[4]) + tonumber(ARGV[6])
+elseif made then used = used + tonumber(ARGV[3]) + tonumber(ARGV[14])
+elseif init >= 0 and read >= 0 then
+  -- The caller's read came after its meter wrote: the copy's read missed that write only if the
+  -- caller's found more (the month's use only grows), and then by at most the difference.
+  used = used + tonumber(ARGV[3]) + math.min(tonumber(ARGV[13]), tonumber(ARGV[14]) + math.max(0, init - read))
+else used = used + tonumber(ARGV[3]) + tonumber(ARGV[13]) end
 if used < 0 then used = 0 end
 local granted = 0
 if grace == 0 then granted = math.max(0, math.min(tonumber(ARGV[5]), m - used)) end

@@ -145,3 +145,47 @@ t.test(
     t.match(await store.quota({ ...report, report: 'r3' }), { granted: 10, used: 210 }, 'another report is added')
   },
 )
+
+t.test("a quota's month rebuilt since the caller's copy counts what Postgres may not have held", async (t) => {
+  const store = new RedisLeaseStore(redis, prefix)
+  const key = limitKeys.quota(prefix, 'rebuilt', '2026-11')
+  const quota = { key, requests: 10_000, returned: 0, wanted: 0, expireAt: Date.now() + 60_000 }
+  let reports = 0
+  const ask = async (fields: {
+    epoch: string
+    keep: number
+    extra: number
+    init: number
+    unwritten: number
+    unwrittenSinceRead?: number
+  }) => {
+    const answer = await store.quota({ ...quota, ...fields, report: `r${++reports}` })
+    if (answer.rebuild) throw new Error('a copy was expected')
+    return answer
+  }
+  const seen = await ask({ epoch: '', keep: 0, extra: 0, init: 100, unwritten: 0 })
+  t.equal(seen.used, 100, 'made from the read')
+  const same = await ask({ epoch: seen.epoch, keep: 5, extra: 7, init: -1, unwritten: 30 })
+  t.equal(same.used, 107, 'the copy the caller saw: its extra, nothing of what it kept or did not write')
+
+  await redis.del(key)
+  t.match(await store.quota({ ...quota, epoch: seen.epoch, keep: 5, extra: 7, init: -1, unwritten: 30, report: 'x' }), {
+    rebuild: true,
+  })
+  const mine = await ask({ epoch: seen.epoch, keep: 5, extra: 7, init: 200, unwritten: 30, unwrittenSinceRead: 3 })
+  t.not(mine.epoch, seen.epoch, 'a new copy')
+  t.equal(mine.used, 208, "made from the caller's read: what it keeps, and what it had not written when it read")
+  t.match(
+    await store.quota({ ...quota, epoch: seen.epoch, keep: 4, extra: 9, init: -1, unwritten: 20, report: 'y' }),
+    { rebuild: true },
+    'another replica that saw the old copy reads the month too',
+  )
+  const later = await ask({ epoch: seen.epoch, keep: 2, extra: 9, init: 210, unwritten: 20, unwrittenSinceRead: 1 })
+  t.equal(later.used, 221, 'one whose read found more: that difference too (2 + 1 + 10)')
+  const much = await ask({ epoch: seen.epoch, keep: 2, extra: 9, init: 300, unwritten: 20, unwrittenSinceRead: 1 })
+  t.equal(much.used, 243, 'never more than all it had not written (2 + 20)')
+  const earlier = await ask({ epoch: seen.epoch, keep: 2, extra: 9, init: 150, unwritten: 20, unwrittenSinceRead: 1 })
+  t.equal(earlier.used, 246, 'one whose read found less: its read is in the copy (2 + 1)')
+  const known = await ask({ epoch: mine.epoch, keep: 3, extra: 2, init: -1, unwritten: 50 })
+  t.equal(known.used, 248, 'the copy it saw: its extra only')
+})
