@@ -7,7 +7,7 @@ import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
+import { OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -44,6 +44,7 @@ export interface LogRow {
   costs: string
   units: string | null
   would_refuse: string | null
+  outcomes: string | null
 }
 
 /** What RowBuilder.add did with a record: took it. */
@@ -79,10 +80,15 @@ function arrayOf(elements: readonly (string | number)[]): string {
   return `{${elements.join(',')}}`
 }
 
+/** An array literal of texts that may be SQL's NULL. */
+function nullableTexts(elements: readonly (string | null)[]): string {
+  return arrayOf(elements.map((text) => (text === null ? 'NULL' : element(text))))
+}
+
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
   code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}`
+  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}`
 const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
@@ -111,6 +117,9 @@ export class RowBuilder {
   readonly wouldRefuse: (string | null)[] = []
   /** Some record a shadow limit would have refused: else the row's `would_refuse` is null. */
   shadowed = false
+  /** Each record's outcome, null for `completed`; `cut` when some is not: else the row's `outcomes` is null. */
+  readonly outcomes: (string | null)[] = []
+  cut = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
   readonly routeSet = new Set<string>()
@@ -192,6 +201,9 @@ export class RowBuilder {
     const wouldRefuse = record.wouldRefuse ?? null
     this.wouldRefuse.push(wouldRefuse)
     if (wouldRefuse !== null) this.shadowed = true
+    const outcome = record.outcome === undefined || record.outcome === 'completed' ? null : record.outcome
+    this.outcomes.push(outcome)
+    if (outcome !== null) this.cut = true
     return ADDED
   }
 
@@ -253,16 +265,15 @@ export class RowBuilder {
       routes: texts(this.routes),
       paths: texts(this.paths),
       statuses: arrayOf(this.statuses),
-      codes: arrayOf(this.codes.map((code) => (code === null ? 'NULL' : element(code)))),
+      codes: nullableTexts(this.codes),
       durations_us: arrayOf(this.durations),
       request_bytes: arrayOf(this.requestBytes),
       response_bytes: arrayOf(this.responseBytes),
       source_ips: texts(this.ips),
       costs: arrayOf(this.costs),
-      units: this.reported ? arrayOf(this.units.map((units) => (units === null ? 'NULL' : element(units)))) : null,
-      would_refuse: this.shadowed
-        ? arrayOf(this.wouldRefuse.map((policies) => (policies === null ? 'NULL' : element(policies))))
-        : null,
+      units: this.reported ? nullableTexts(this.units) : null,
+      would_refuse: this.shadowed ? nullableTexts(this.wouldRefuse) : null,
+      outcomes: this.cut ? nullableTexts(this.outcomes) : null,
     }
   }
 
@@ -311,6 +322,8 @@ export class RowBuilder {
     if (this.reported) out.texts(this.units, true)
     else out.null()
     if (this.shadowed) out.texts(this.wouldRefuse, true)
+    else out.null()
+    if (this.cut) out.texts(this.outcomes, true)
     else out.null()
   }
 }
