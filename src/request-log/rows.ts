@@ -3,6 +3,7 @@
 // a batch's rows to a real Postgres as a binary COPY (copy-format.ts), whose values Postgres
 // stores without parsing them; to the embedded PGlite, which takes no COPY from a client, as one
 // JSON parameter of arrays in Postgres's text form (bench/README.md, the request log).
+import { arrayOf, element, nullableTexts } from './array-literals.js'
 import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
@@ -53,37 +54,6 @@ export const ADDED = 0
 export const TOO_NEW = 1
 /** Did not take it: too far below (a late record, for a row of such records: row-buffer.ts). */
 export const TOO_OLD = -1
-
-/** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
-const SPECIAL = /[{},"\\\s]/
-/** What Postgres text cannot hold (NUL), and what JSON cannot carry (a lone surrogate). */
-// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what is looked for
-const UNKEEPABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g
-/** Text with none of either (nor any surrogate): almost every id, method, route, path and address. */
-// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what is looked for
-const PLAIN = /^[^{},"\\\s\u0000\ud800-\udfff]+$/
-
-/** `NULL` in any case, which an array literal would read as SQL's NULL unless quoted. */
-const isNullWord = (text: string) => text.length === 4 && text.toLowerCase() === 'null'
-
-/** A text element of an array literal: quoted only when it must be (most never are). */
-function element(text: string): string {
-  // One test for the common case, rather than a replace and a test.
-  if (PLAIN.test(text) && !isNullWord(text)) return text
-  // One such character would fail its whole batch, retried until dropped: it is kept as U+FFFD.
-  text = text.replace(UNKEEPABLE, '\ufffd')
-  if (!SPECIAL.test(text) && text.length !== 0 && !isNullWord(text)) return text
-  return `"${text.replace(/["\\]/g, '\\$&')}"`
-}
-
-function arrayOf(elements: readonly (string | number)[]): string {
-  return `{${elements.join(',')}}`
-}
-
-/** An array literal of texts that may be SQL's NULL. */
-function nullableTexts(elements: readonly (string | null)[]): string {
-  return arrayOf(elements.map((text) => (text === null ? 'NULL' : element(text))))
-}
 
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
