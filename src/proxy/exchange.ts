@@ -131,6 +131,8 @@ export class Exchange {
   /** Sent upstream, and neither its response headers nor its failure has come back yet. */
   private upstreamPending = false
   private clientClosed = false
+  /** A WebSocket's upgrade was answered: its answer is whole, though the response never finishes. */
+  private upgradeAnswered = false
   private released = false
   /** Gives the slot back should the upstream's request never settle (clientClosedNow). */
   private releaseLater: NodeJS.Timeout | null = null
@@ -226,6 +228,7 @@ export class Exchange {
   upgraded(): void {
     // Over as an exchange: the socket's 'close', much later, finds it closed and counts nothing.
     this.clientClosed = true
+    this.upgradeAnswered = true
     this.release()
   }
 
@@ -249,7 +252,7 @@ export class Exchange {
    * client (which left, reset, or stopped reading and was cut off).
    */
   outcome(): RequestOutcome {
-    if (this.reply.raw.writableFinished) return 'completed'
+    if (this.reply.raw.writableFinished || this.upgradeAnswered) return 'completed'
     return this.call?.broken === true ? 'upstream_aborted' : 'client_aborted'
   }
 
