@@ -324,6 +324,26 @@ for (const { copy, form } of FORMS)
     )
   })
 
+for (const { copy, form } of FORMS)
+  t.test(`a log made before outcomes gains their column at start; its records read completed (${form})`, async (t) => {
+    const { sql, writer } = await writerOn(t, 500, copy)
+    writer.add(record({ id: madeId(1), path: '/p/before' }))
+    await writer.flush()
+    // A log of the version before: no outcomes column.
+    await sql`alter table request_log_rows drop column outcomes`
+    await ensureRequestLogTable(sql)
+    writer.add(record({ id: madeId(2), path: '/p/after', outcome: 'upstream_aborted' }))
+    await writer.flush()
+    const listed = await list(sql, ACCOUNTS[0]!, NO_FILTER)
+    t.same(
+      listed.map((row) => [row.path, row.outcome]),
+      [
+        ['/p/after', 'upstream_aborted'],
+        ['/p/before', 'completed'],
+      ],
+    )
+  })
+
 /** A writer on a fresh database (COPY) that notes the records of each write it ends. */
 async function countingWriter(t: Test, options: Partial<WriterOptions> = {}) {
   const database = await freshDatabase(t, { migrated: false })
