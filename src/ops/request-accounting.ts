@@ -53,7 +53,7 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       }
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.
-      const kind = request.exchange ? 'proxy' : routeKindOf(request)
+      const kind = exchange ? 'proxy' : routeKindOf(request)
       metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
       if (logRequests) logRequest(app.log, kind, request, reply)
       const proxied = kind === 'proxy'

@@ -322,7 +322,12 @@ export class Exchange {
   private countCutShort(): void {
     const response = this.reply.raw
     if (!response.headersSent) response.statusCode = CLIENT_CLOSED_REQUEST
-    this.account(this.request, this.reply)
+    // Never a throw here: it runs in the response's 'close' listener.
+    try {
+      this.account(this.request, this.reply)
+    } catch (err) {
+      this.request.log.error({ err }, 'an answer cut short was not counted')
+    }
   }
 
   private release(): void {

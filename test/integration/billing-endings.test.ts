@@ -7,6 +7,7 @@
 // the real clock: periods of a minute, a grace of a second (the test waits for one real close).
 // Its name starts it early among the integration files, as billing-reconciliation's does.
 import { connect, createServer, type Socket } from 'node:net'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import t from 'tap'
 import { monthOf } from '../../src/limits/month.js'
 import { monthUse } from '../../src/limits/store.js'
@@ -223,6 +224,13 @@ t.test("the issue's case: three resets after 64 bytes of a 10-chunk answer, then
   t.ok(await logged(tenant, 7))
   t.equal((await usage(tenant)).requests, 7, 'the refusal counts too, as before')
   t.equal(servedTo(tenant).length, 6)
+})
+
+t.test('an exchange already counted is not counted again, whichever of its ends comes second', async (t) => {
+  // fastify's onResponse may come on the response's 'error', and the exchange's close after it:
+  // both call the same accounting, which returns at once for an exchange it counted.
+  const counted = { exchange: { accounted: true } } as unknown as FastifyRequest
+  t.doesNotThrow(() => gw.app.accountRequest(counted, {} as FastifyReply), 'nothing read, nothing counted')
 })
 
 t.test('a client that closes cleanly mid-answer: the bytes it was sent, client_aborted', async (t) => {
