@@ -272,14 +272,23 @@ t.test('a Content-Length cut short: the bytes sent, not those declared', async (
 t.test('a metered answer whose trailer never comes: counted, its units 0', async (t) => {
   const tenant = await subAccount('no-trailer')
   cases.push({ name: 'no-trailer', tenant, tokens: 0 })
+  // The client resets before it; then the upstream breaks off before it.
   await rawGet('/m/x?mode=hold&n=2&trailer', tenant, { when: (body) => body.includes('!'), how: 'reset' })
-  t.ok(await logged(tenant, 1))
+  await rawGet('/m/x?mode=break&n=2&trailer', tenant)
+  t.ok(await logged(tenant, 2))
   const report = await usage(tenant)
-  t.equal(report.requests, 1)
+  t.equal(report.requests, 2)
   t.notOk(report.units.tokens, 'no tokens: none was reported')
-  const [record] = await records(tenant)
-  t.match(record, { status: 200, response_bytes: 2 * CHUNK, outcome: 'client_aborted' })
-  t.equal(record!.units, undefined, 'the record reports no units')
+  const log = await records(tenant)
+  t.match(log, [
+    { status: 200, response_bytes: 2 * CHUNK, outcome: 'client_aborted' },
+    { status: 200, response_bytes: 2 * CHUNK, outcome: 'upstream_aborted' },
+  ])
+  t.same(
+    log.map((record) => record.units),
+    [undefined, undefined],
+    'the records report no units',
+  )
 })
 
 t.test('a metered answer whose units came in its header, cut short: its units count', async (t) => {
@@ -291,6 +300,11 @@ t.test('a metered answer whose units came in its header, cut short: its units co
   t.equal(report.requests, 1)
   t.equal(report.units.tokens, 42, 'the 42 tokens of the header')
   t.match(await records(tenant), [{ status: 200, outcome: 'client_aborted', units: { tokens: 42 } }])
+  t.equal(
+    await monthUse(gw.sql, { tenantId: tenant, level: 'sub_account' }, monthOf(Date.now()), 'tokens'),
+    42,
+    "a tokens quota's month counts them",
+  )
 })
 
 t.test('a client that leaves before any answer: counted 499, its upstream had it', async (t) => {
