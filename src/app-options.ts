@@ -229,6 +229,7 @@ export function proxyOptions(app: FastifyInstance, deps: AppDeps, routes: readon
     upstreamDuration: metrics.proxy.upstreamDuration,
     recentAdmissions: metrics.proxy.recentAdmissions,
     clientAborts: metrics.proxy.clientAborts,
+    account: app.accountRequest,
     meterBadReport: badReportCounter(metrics.proxy, routes),
     upstreamSlots: metrics.proxy.upstreamSlots,
     limits: limitGate({

@@ -33,6 +33,7 @@ export function presentRequest(row: RequestRow): RequestRecord {
     ...(row.cost === null || row.cost === 0 ? {} : { cost: row.cost }),
     ...(row.units === null ? {} : { units: JSON.parse(row.units) as Record<string, number> }),
     ...(row.would_refuse === null ? {} : { would_refuse: row.would_refuse.split(',') }),
+    outcome: row.outcome,
   }
 }
 

@@ -1,7 +1,9 @@
 // What every answered request leaves behind, in one onResponse hook: the metrics by route kind,
 // the request line, and the tenant's usage. One hook, and the route's kind read once, because it
 // runs for every proxied request (bench:proxy measures it; fastify builds `routeOptions` anew at
-// each read).
+// each read). fastify calls onResponse only for an answer that ended whole (the response's
+// 'finish', or its rare 'error'): a forwarded request whose answer was cut short, by its client or
+// its upstream, is counted by its exchange when the client's side closes (proxy/exchange.ts), once.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { TenantRecord } from '../shared/tenancy-records.js'
@@ -42,9 +44,16 @@ export const requestAccounting = fp<RequestAccountingOptions>(
         }
       }
     const account = (request: FastifyRequest, reply: FastifyReply): void => {
+      // A proxied exchange has two ends that may both come (onResponse on an 'error', then the
+      // exchange's close): it counts at the first. Undefined outside the proxy's scopes.
+      const exchange = request.exchange
+      if (exchange != null) {
+        if (exchange.accounted) return
+        exchange.accounted = true
+      }
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.
-      const kind = request.exchange ? 'proxy' : routeKindOf(request)
+      const kind = exchange ? 'proxy' : routeKindOf(request)
       metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
       if (logRequests) logRequest(app.log, kind, request, reply)
       const proxied = kind === 'proxy'
@@ -58,7 +67,6 @@ export const requestAccounting = fp<RequestAccountingOptions>(
         meter.keyUsed(principal.key.id)
         // A forwarded request counts its route's cost in request units, and the units its upstream reported.
         // And what its limits took of it (reconciliation).
-        const exchange = request.exchange
         if (proxied || reply.statusCode >= 400)
           meter.record(
             (request.actingTenant ?? principal.tenant).id,
@@ -98,7 +106,8 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       done()
     })
     // A WebSocket's upgrade is never 'answered' as fastify sees it (the socket is taken over):
-    // the proxy counts it here itself once the handshake is done (proxy/websocket/runtime.ts).
+    // the proxy counts it here itself once the handshake is done (proxy/websocket/runtime.ts); so
+    // does an exchange whose answer was cut short (proxy/exchange.ts).
     app.decorate('accountRequest', account)
   },
   { name: 'request-accounting', dependencies: ['metrics', 'usage-meter', 'request-log'] },

@@ -11,6 +11,7 @@
 // every answer in flight on one timer.
 import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { RequestOutcome } from '../request-log/capture.js'
 import type { Tally } from '../shared/fast-metrics.js'
 import type { RouteConcurrency, SlotHolder } from './concurrency.js'
 
@@ -18,6 +19,19 @@ export interface ClientAbortTallies {
   readonly hungUp: Tally
   readonly stoppedReading: Tally
 }
+
+/**
+ * Counts an exchange for usage, limits, the metrics and the request log (ops/request-accounting.ts,
+ * the app's `accountRequest`): fastify's onResponse does it for an answer that ended whole, the
+ * exchange for one that did not (fastify never calls onResponse for it).
+ */
+export type AccountExchange = (request: FastifyRequest, reply: FastifyReply) => void
+
+/**
+ * The status a forwarded request is counted with when its client left before any answer began:
+ * nginx's 499, "client closed request" (counted with the 4xx, the client's doing).
+ */
+export const CLIENT_CLOSED_REQUEST = 499
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -92,6 +106,8 @@ export class ResponseWatch {
 export interface UpstreamSide {
   /** True once the upstream broke off its answer. */
   readonly broken: boolean
+  /** True once the request went out on an upstream connection (it may have been served). */
+  readonly sent: boolean
   /** The client left: the call aborts what is still under way. */
   clientLeft(): void
 }
@@ -106,13 +122,17 @@ export class Exchange {
   private answering = false
   /** The answer's Content-Length; null when it has none, so that only counting it tells its size. */
   private declaredBytes: number | null = null
-  /** The bytes of a chunked answer's body that came from the upstream so far. */
-  private chunkedBytes = 0
+  /** The bytes of the answer's body passed on to the client so far. */
+  private passedBytes = 0
+  /** Counted (accountRequest): once, whichever of its ends came first. */
+  accounted = false
   /** The bytes of a chunked request body passed on so far (proxy/request-body.ts counts them). */
   chunkedBodyBytes = 0
   /** Sent upstream, and neither its response headers nor its failure has come back yet. */
   private upstreamPending = false
   private clientClosed = false
+  /** A WebSocket's upgrade was answered: its answer is whole, though the response never finishes. */
+  private upgradeAnswered = false
   private released = false
   /** Gives the slot back should the upstream's request never settle (clientClosedNow). */
   private releaseLater: NodeJS.Timeout | null = null
@@ -132,6 +152,7 @@ export class Exchange {
   private readonly clientAborts: ClientAbortTallies
   /** Cuts off a client that takes nothing of a response that waits for it. */
   private readonly watch: ResponseWatch
+  private readonly account: AccountExchange
   /** The request units it counts for once forwarded: its route's cost. */
   readonly cost: number
   constructor(
@@ -141,9 +162,11 @@ export class Exchange {
     reply: FastifyReply,
     clientAborts: ClientAbortTallies,
     watch: ResponseWatch,
+    account: AccountExchange,
     cost = 1,
   ) {
     this.cost = cost
+    this.account = account
     this.slots = slots
     this.holder = holder
     this.request = request
@@ -205,19 +228,32 @@ export class Exchange {
   upgraded(): void {
     // Over as an exchange: the socket's 'close', much later, finds it closed and counts nothing.
     this.clientClosed = true
+    this.upgradeAnswered = true
     this.release()
   }
 
   /** A piece of the answer's body went to the client. */
   answered(bytes: number): void {
-    // A chunked answer's length is known only by counting it (the request log's response_bytes).
-    if (this.declaredBytes === null) this.chunkedBytes += bytes
+    // A chunked answer's length, or a cut one's, is known only by counting it (response_bytes).
+    this.passedBytes += bytes
   }
 
-  /** The bytes of the upstream's answer: its Content-Length, or what passed so far; null before it came. */
+  /**
+   * The bytes of the upstream's answer: its Content-Length once it ended whole (a HEAD's too), else
+   * what passed on to the client; null before it came.
+   */
   answerBytes(): number | null {
     if (!this.answering) return null
-    return this.declaredBytes ?? this.chunkedBytes
+    return this.declaredBytes !== null && this.reply.raw.writableFinished ? this.declaredBytes : this.passedBytes
+  }
+
+  /**
+   * How the exchange ended, for the request log: whole, or cut short by the upstream or by the
+   * client (which left, reset, or stopped reading and was cut off).
+   */
+  outcome(): RequestOutcome {
+    if (this.reply.raw.writableFinished || this.upgradeAnswered) return 'completed'
+    return this.call?.broken === true ? 'upstream_aborted' : 'client_aborted'
   }
 
   /** Bytes of the response the client's socket has handed to the kernel (written, not just queued). */
@@ -259,9 +295,11 @@ export class Exchange {
     // ever miss upstreamSettled, the slot still comes back.
     else this.releaseLater = setTimeout(() => this.release(), this.slots.maxWaitMs + 10_000).unref()
     if (this.reply.raw.writableFinished) return
-    this.call?.clientLeft()
+    const call = this.call
+    call?.clientLeft()
+    if (call?.sent === true) this.countCutShort()
     // The upstream broke off its answer: upstream-call.ts logs that, and it is not the client's doing.
-    if (this.call?.broken) return
+    if (call?.broken) return
     const tally = this.stoppedReading ? this.clientAborts.stoppedReading : this.clientAborts.hungUp
     tally.inc()
     this.request.log.info(
@@ -274,6 +312,22 @@ export class Exchange {
       },
       'client abort',
     )
+  }
+
+  /**
+   * A forwarded request whose answer did not end whole: counted all the same, as what was served
+   * (fastify's onResponse comes only for an answer that ended whole). Its status is the upstream's,
+   * or CLIENT_CLOSED_REQUEST when its client left before any answer began.
+   */
+  private countCutShort(): void {
+    const response = this.reply.raw
+    if (!response.headersSent) response.statusCode = CLIENT_CLOSED_REQUEST
+    // Never a throw here: it runs in the response's 'close' listener.
+    try {
+      this.account(this.request, this.reply)
+    } catch (err) {
+      this.request.log.error({ err }, 'an answer cut short was not counted')
+    }
   }
 
   private release(): void {

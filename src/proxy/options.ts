@@ -2,7 +2,7 @@
 import type { IdentityAssertions } from '../identity/assertions.js'
 import type { LatencyHistogram, Tally } from '../shared/fast-metrics.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
-import type { ClientAbortTallies } from './exchange.js'
+import type { AccountExchange, ClientAbortTallies } from './exchange.js'
 import type { LimitGate } from './limit-gate.js'
 import type { BadReportCounter } from './meter-reports.js'
 import type { ProxyStep } from './pipeline.js'
@@ -17,6 +17,8 @@ export interface ProxyOptions {
   /** Requests admitted from the last second's memory (tenancy/recent-admissions.ts). */
   recentAdmissions: Tally
   clientAborts: ClientAbortTallies
+  /** Counts a forwarded request whose answer was cut short (the app's accountRequest). */
+  account: AccountExchange
   /** Counts an upstream's report of units that is not a whole number (tgw_meter_bad_reports_total). */
   meterBadReport?: BadReportCounter
   /** Where each route's slots are read at scrape time (tgw_proxy_upstream_slots). */

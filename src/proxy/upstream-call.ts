@@ -58,6 +58,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private answering = false
   /** The upstream broke off its answer after it began (not the client's doing). */
   broken = false
+  /** The request went out on an upstream connection: from now on it counts, however it ends. */
+  sent = false
   /** The upstream's side is over, or no longer wanted: later callbacks change nothing. */
   private done = false
   private readonly response: ServerResponse
@@ -78,6 +80,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     this.controller = controller
     // The client left while undici connected: nothing is sent.
     if (this.done) controller.abort(new Error('the client left'))
+    else this.sent = true
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {

@@ -18,6 +18,13 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * How a request's exchange ended (docs/api.md, Request log): its answer went whole
+ * (`completed`), or its client left or reset before the last byte (`client_aborted`), or its
+ * upstream broke off (`upstream_aborted`). Kept as text: later kinds of ending add values.
+ */
+export type RequestOutcome = 'completed' | 'client_aborted' | 'upstream_aborted'
+
 /** One answered request, as the request log keeps it (docs/api.md, Request log). */
 export interface RequestRecord {
   id: string
@@ -48,6 +55,8 @@ export interface RequestRecord {
   units: string | null
   /** The shadow limits that would have refused it, their policies joined by commas; absent or null: none. */
   wouldRefuse?: string | null
+  /** How its exchange ended; absent: `completed`. */
+  outcome?: RequestOutcome
 }
 
 /** A declared length in bytes; 0 when none is declared. */
@@ -94,6 +103,7 @@ export function recordOf(
     units: unitsOf(request.exchange?.reported),
     // Only on the proxy's routes, and rarely set there.
     wouldRefuse: request.limitsWouldRefuse?.join(',') ?? null,
+    outcome: request.exchange?.outcome() ?? 'completed',
   }
 }
 

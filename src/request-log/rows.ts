@@ -3,11 +3,12 @@
 // a batch's rows to a real Postgres as a binary COPY (copy-format.ts), whose values Postgres
 // stores without parsing them; to the embedded PGlite, which takes no COPY from a client, as one
 // JSON parameter of arrays in Postgres's text form (bench/README.md, the request log).
+import { arrayOf, element, nullableTexts } from './array-literals.js'
 import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
+import { OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -44,6 +45,7 @@ export interface LogRow {
   costs: string
   units: string | null
   would_refuse: string | null
+  outcomes: string | null
 }
 
 /** What RowBuilder.add did with a record: took it. */
@@ -53,36 +55,10 @@ export const TOO_NEW = 1
 /** Did not take it: too far below (a late record, for a row of such records: row-buffer.ts). */
 export const TOO_OLD = -1
 
-/** Characters that an array element must be quoted for (Postgres, "Array Value Input"). */
-const SPECIAL = /[{},"\\\s]/
-/** What Postgres text cannot hold (NUL), and what JSON cannot carry (a lone surrogate). */
-// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what is looked for
-const UNKEEPABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g
-/** Text with none of either (nor any surrogate): almost every id, method, route, path and address. */
-// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what is looked for
-const PLAIN = /^[^{},"\\\s\u0000\ud800-\udfff]+$/
-
-/** `NULL` in any case, which an array literal would read as SQL's NULL unless quoted. */
-const isNullWord = (text: string) => text.length === 4 && text.toLowerCase() === 'null'
-
-/** A text element of an array literal: quoted only when it must be (most never are). */
-function element(text: string): string {
-  // One test for the common case, rather than a replace and a test.
-  if (PLAIN.test(text) && !isNullWord(text)) return text
-  // One such character would fail its whole batch, retried until dropped: it is kept as U+FFFD.
-  text = text.replace(UNKEEPABLE, '\ufffd')
-  if (!SPECIAL.test(text) && text.length !== 0 && !isNullWord(text)) return text
-  return `"${text.replace(/["\\]/g, '\\$&')}"`
-}
-
-function arrayOf(elements: readonly (string | number)[]): string {
-  return `{${elements.join(',')}}`
-}
-
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
   code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}`
+  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}`
 const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
@@ -111,6 +87,9 @@ export class RowBuilder {
   readonly wouldRefuse: (string | null)[] = []
   /** Some record a shadow limit would have refused: else the row's `would_refuse` is null. */
   shadowed = false
+  /** Each record's outcome, null for `completed`; `cut` when some is not: else the row's `outcomes` is null. */
+  readonly outcomes: (string | null)[] = []
+  cut = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
   readonly routeSet = new Set<string>()
@@ -192,6 +171,9 @@ export class RowBuilder {
     const wouldRefuse = record.wouldRefuse ?? null
     this.wouldRefuse.push(wouldRefuse)
     if (wouldRefuse !== null) this.shadowed = true
+    const outcome = record.outcome === undefined || record.outcome === 'completed' ? null : record.outcome
+    this.outcomes.push(outcome)
+    if (outcome !== null) this.cut = true
     return ADDED
   }
 
@@ -253,16 +235,15 @@ export class RowBuilder {
       routes: texts(this.routes),
       paths: texts(this.paths),
       statuses: arrayOf(this.statuses),
-      codes: arrayOf(this.codes.map((code) => (code === null ? 'NULL' : element(code)))),
+      codes: nullableTexts(this.codes),
       durations_us: arrayOf(this.durations),
       request_bytes: arrayOf(this.requestBytes),
       response_bytes: arrayOf(this.responseBytes),
       source_ips: texts(this.ips),
       costs: arrayOf(this.costs),
-      units: this.reported ? arrayOf(this.units.map((units) => (units === null ? 'NULL' : element(units)))) : null,
-      would_refuse: this.shadowed
-        ? arrayOf(this.wouldRefuse.map((policies) => (policies === null ? 'NULL' : element(policies))))
-        : null,
+      units: this.reported ? nullableTexts(this.units) : null,
+      would_refuse: this.shadowed ? nullableTexts(this.wouldRefuse) : null,
+      outcomes: this.cut ? nullableTexts(this.outcomes) : null,
     }
   }
 
@@ -311,6 +292,8 @@ export class RowBuilder {
     if (this.reported) out.texts(this.units, true)
     else out.null()
     if (this.shadowed) out.texts(this.wouldRefuse, true)
+    else out.null()
+    if (this.cut) out.texts(this.outcomes, true)
     else out.null()
   }
 }

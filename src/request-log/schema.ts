@@ -40,6 +40,13 @@ export const UNIT_ARRAYS = 'costs, units'
 export const SHADOW_ARRAYS = 'would_refuse'
 
 /**
+ * How each record's exchange ended (capture.ts, RequestOutcome), added after the shadow column:
+ * null for `completed`, and for a whole row of records that all ended whole, as most rows are.
+ * Text rather than an enum: later kinds of ending add values without a change of the table.
+ */
+export const OUTCOME_ARRAYS = 'outcomes'
+
+/**
  * The table and its indexes, each by its name: a start makes those missing only (below). A
  * `create index if not exists` of an index that exists still locks the table and every partition
  * for a moment, and waits behind a partition's index being built (account-ids-index.ts) while every
@@ -97,7 +104,8 @@ const tableObjects = (compression: string, firstSeq: string): [name: string, sta
     -- JSON (null: none).
     costs           int4[] ${compression},
     units           text[] ${compression},
-    would_refuse    text[] ${compression}
+    would_refuse    text[] ${compression},
+    outcomes        text[] ${compression}
   ) partition by range (first_time)`,
   ],
   [
@@ -167,7 +175,8 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
     const made = new Set(present.map((row) => row.name))
     for (const [name, statement] of objects) if (!made.has(name)) await tx.unsafe(statement)
     await addUnitArrays(tx, lz4?.ok === true ? 'compression lz4' : '')
-    await addShadowArray(tx, lz4?.ok === true ? 'compression lz4' : '')
+    await addArray(tx, 'would_refuse', lz4?.ok === true ? 'compression lz4' : '')
+    await addArray(tx, 'outcomes', lz4?.ok === true ? 'compression lz4' : '')
     if (old === null) await tx.unsafe(CREATE_VIEW)
   })
 }
@@ -187,13 +196,13 @@ async function addUnitArrays(tx: Tx, compression: string): Promise<void> {
   )
 }
 
-/** The shadow limits' column, on a log made before it: only when missing, as the unit columns. */
-async function addShadowArray(tx: Tx, compression: string): Promise<void> {
+/** A text column added later (the shadow limits', the outcomes), on a log made before it: only when missing, as the unit columns. */
+async function addArray(tx: Tx, column: 'would_refuse' | 'outcomes', compression: string): Promise<void> {
   const [present] = await tx<{ n: number }[]>`
     select count(*)::int as n from pg_attribute
-    where attrelid = to_regclass('request_log_rows') and attname = 'would_refuse' and not attisdropped`
+    where attrelid = to_regclass('request_log_rows') and attname = ${column} and not attisdropped`
   if (present!.n > 0) return
-  await tx.unsafe(`alter table request_log_rows add column would_refuse text[] ${compression}`)
+  await tx.unsafe(`alter table request_log_rows add column ${column} text[] ${compression}`)
 }
 
 /**

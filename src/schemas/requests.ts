@@ -77,6 +77,11 @@ export const RequestRecord = Type.Object(
           'the shadow limits that would have refused it had they been enforced (it was not refused by them); absent when none would',
       }),
     ),
+    outcome: Type.String({
+      description:
+        'how its exchange ended: `completed` (the answer went whole), `client_aborted` (the client left, reset, or was cut off for not reading, before the last byte), `upstream_aborted` (the upstream broke off its answer); more values may come',
+      examples: ['completed'],
+    }),
   },
   { additionalProperties: false },
 )

@@ -132,4 +132,13 @@ t.test('a client that leaves while the upstream connection is made: nothing is s
   )
   t.match(answer, /^HTTP\/1\.1 200 /)
   t.same(received, ['/tls/staying'], 'the upstream never received the request whose client had left')
+  // What was never sent is not counted: usage has the answered request only.
+  const used = async () => {
+    await gw.app.usageMeter.flush()
+    const [row] = await gw.sql<{ n: number }[]>`
+      select coalesce(sum(requests), 0)::int as n from usage_daily where tenant_id = ${parent.id}`
+    return row!.n
+  }
+  t.ok(await until(WAIT_LIMIT_MS, async () => (await used()) >= 1), 'the answered request is counted')
+  t.equal(await used(), 1, 'and the one never sent is not')
 })

@@ -201,6 +201,9 @@ t.test('behind a trusted proxy: source_ip is an address, the upstream gets the h
   const upgradeOf = () => sockets.upgrades.find((headers) => headers['x-test-marker'] === marker)
   t.ok(await until(5_000, async () => upgradeOf() !== undefined), 'the upstream took the upgrade')
   t.equal(upgradeOf()?.['x-forwarded-for'], '203.0.113.9, 127.0.0.1', "a WebSocket upstream's too")
+  // Its answer is the upgrade, whole, though fastify's response never finishes.
+  const upgrade = await recordOf(upgradeOf()!['x-request-id'] as string)
+  t.match(upgrade, { status: 101, outcome: 'completed' }, "the upgrade's record: it ended whole")
   socket.ws.close()
   // From a peer that is not a trusted proxy, the chain is the client's say: it counts for nothing.
   const direct = await fromProxy('/api/who', ['203.0.113.9'], { localAddress: '127.0.0.2' })

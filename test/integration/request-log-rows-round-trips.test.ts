@@ -49,6 +49,8 @@ for (const { copy, form } of FORMS)
       // What shadow limits would have refused, on some records (none in account 2's).
       wouldRefuse:
         i === 2 ? 'sub_account.shadow.rate' : i === 4 ? 'sub_account.shadow.rate,account.shadow.monthly_quota' : null,
+      // How each ended: some of account 2's cut short, all of account 1's whole (its rows keep no outcomes).
+      outcome: i === 3 ? 'client_aborted' : i === 5 ? 'upstream_aborted' : 'completed',
     }))
     for (const record of records) writer.add(record)
     await writer.flush()
@@ -75,6 +77,7 @@ for (const { copy, form } of FORMS)
           forwarded: row.forwarded,
           units: row.units,
           wouldRefuse: row.would_refuse,
+          outcome: row.outcome,
         })),
         // A management record (cost 0) reads as not forwarded: nothing of it was.
         expected.map(({ idGiven: _, ...r }) => ({
@@ -317,6 +320,26 @@ for (const { copy, form } of FORMS)
       [
         ['/p/after', 4, '{"tokens":9}'],
         ['/p/before', null, null],
+      ],
+    )
+  })
+
+for (const { copy, form } of FORMS)
+  t.test(`a log made before outcomes gains their column at start; its records read completed (${form})`, async (t) => {
+    const { sql, writer } = await writerOn(t, 500, copy)
+    writer.add(record({ id: madeId(1), path: '/p/before' }))
+    await writer.flush()
+    // A log of the version before: no outcomes column.
+    await sql`alter table request_log_rows drop column outcomes`
+    await ensureRequestLogTable(sql)
+    writer.add(record({ id: madeId(2), path: '/p/after', outcome: 'upstream_aborted' }))
+    await writer.flush()
+    const listed = await list(sql, ACCOUNTS[0]!, NO_FILTER)
+    t.same(
+      listed.map((row) => [row.path, row.outcome]),
+      [
+        ['/p/after', 'upstream_aborted'],
+        ['/p/before', 'completed'],
       ],
     )
   })

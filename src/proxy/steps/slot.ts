@@ -36,7 +36,7 @@ function slotHolder(request: FastifyRequest): SlotHolder {
   return { tenantId: request.actingTenant!.id, accountId: keyTenant.parentId ?? keyTenant.id }
 }
 
-export const slotStep: StepFactory = (route, { upstreamSlots, clientAborts }) => {
+export const slotStep: StepFactory = (route, { upstreamSlots, clientAborts, account }) => {
   const slots = new RouteConcurrency(
     route.maxConnections,
     route.maxConnectionsPerTenant,
@@ -48,7 +48,7 @@ export const slotStep: StepFactory = (route, { upstreamSlots, clientAborts }) =>
 
   /** The slot is held: the exchange owns it from now on. */
   function hold(request: FastifyRequest, reply: FastifyReply, holder: SlotHolder | null): Verdict {
-    request.exchange = new Exchange(slots, holder, request, reply, clientAborts, responses, route.cost)
+    request.exchange = new Exchange(slots, holder, request, reply, clientAborts, responses, account, route.cost)
     // A client that left just as the slot came: its Exchange gave the slot back and logged it.
     return request.exchange.clientGone() ? ABANDONED : undefined
   }
