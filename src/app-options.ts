@@ -28,7 +28,8 @@ export const metricsOptions = (deps: AppDeps) => ({ store: deps.store, metrics: 
 
 /** The Redis the tenancy cache and the limiter share, and its key prefix. */
 const redisOf = (deps: AppDeps) => ({
-  sql: deps.store.sql,
+  // The lookups' own connections: a flood of heavy reads never holds up a key's first request.
+  sql: deps.store.lookupSql ?? deps.store.sql,
   redis: deps.config.redis,
   keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
 })
@@ -91,6 +92,7 @@ export const accountingOptions = (deps: AppDeps) => ({ logRequests: logging(deps
 /** /healthz and /readyz: the store, the cache's Redis and the drain. */
 export const healthOptions = (app: FastifyInstance, deps: AppDeps) => ({
   sql: deps.store.sql,
+  probeSql: deps.store.lookupSql ?? deps.store.sql,
   cache: app.tenancyCache,
   readiness: app.readiness,
 })
@@ -157,7 +159,8 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
 export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLogReader | null {
   if (app.requestLog === null) return null
   return {
-    sql: app.requestLogSql,
+    // The heavy reads' own pool, whose statements stop with their call (management/heavy-reads.ts).
+    sql: (deps.requestLogStore ?? deps.store).heavyReadSql ?? app.requestLogSql,
     reads: new LogReads(),
     statementTimeoutMs: storeDeadlinesOf(app).managementMs,
     copies: !(deps.requestLogStore ?? deps.store).embedded,
@@ -176,6 +179,7 @@ export function managementOptions(
   return {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
+    heavyReadSql: deps.store.heavyReadSql,
     lookups: app.tenancyCache.lookups,
     cache: app.tenancyCache,
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
