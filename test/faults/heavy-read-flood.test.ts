@@ -41,7 +41,8 @@ const sql = db.sql
 const flooder = await createParent(sql, { name: 'flooder' })
 const other = await createParent(sql, { name: 'other' })
 const sub = await createSubAccount(sql, other.id, { name: 'customer', externalId: null, metadata: {} })
-const newKey = (name: string) => mintKey(sql, { tenantId: sub.id, name, scopes: ['orders:read'], withClientSecret: false })
+const newKey = (name: string) =>
+  mintKey(sql, { tenantId: sub.id, name, scopes: ['orders:read'], withClientSecret: false })
 const warm = await newKey('warm')
 
 /** The flood's statements waiting in Postgres: those of the gateway that wait for the lock. */
@@ -72,7 +73,9 @@ t.test('a parent flooding reconciliations takes nothing from the others', async 
   const floodCalls: Promise<Timed>[] = []
   const flooder_ = (async () => {
     while (flood) {
-      floodCalls.push(timedCall(gw.url, flooder.apiKey, { path: '/v1/sub-accounts/usage/reconciliation' }, HANG_LIMIT_MS))
+      floodCalls.push(
+        timedCall(gw.url, flooder.apiKey, { path: '/v1/sub-accounts/usage/reconciliation' }, HANG_LIMIT_MS),
+      )
       await sleep(FLOOD_EVERY_MS)
     }
   })()
@@ -93,7 +96,8 @@ t.test('a parent flooding reconciliations takes nothing from the others', async 
       timedCall(gw.url, warm.apiKey, { path: '/orders' }, HANG_LIMIT_MS),
       timedCall(gw.url, null, { path: '/readyz' }, HANG_LIMIT_MS),
     ])
-    const postgres = ready.res === null ? null : (ready.res.json() as { checks?: { postgres?: string } }).checks?.postgres
+    const postgres =
+      ready.res === null ? null : (ready.res.json() as { checks?: { postgres?: string } }).checks?.postgres
     outcomes.push(
       `list ${list.res?.status} read ${created.res?.status} new key ${first.res?.status} warm key ${again.res?.status} readyz ${ready.res?.status}/${postgres}`,
     )
