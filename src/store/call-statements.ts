@@ -72,7 +72,8 @@ function remember<T>(made: T): T {
 }
 
 /**
- * `sql` whose statements (tagged, `unsafe`, and those of its transactions) made within
+ * `sql` whose statements (tagged, `unsafe`, and those of its transactions, savepoints aside: no
+ * heavy read makes one) made within
  * `stoppedBy` are cancelled when that call is stopped; outside it, `sql` itself.
  */
 export function cancellable(sql: Sql): Sql {
@@ -82,18 +83,11 @@ export function cancellable(sql: Sql): Sql {
     const work = args.pop() as (tx: Sql) => unknown
     return (sql.begin as (...a: unknown[]) => unknown)(...args, (tx: Sql) => work(cancellable(tx)))
   }) as Sql['begin']
-  const savepoint = (...args: unknown[]) => {
-    const work = args.pop() as (tx: Sql) => unknown
-    return (sql as unknown as { savepoint: (...a: unknown[]) => unknown }).savepoint(...args, (tx: Sql) =>
-      work(cancellable(tx)),
-    )
-  }
   return new Proxy(sql, {
     apply: (target, thisArg, args) => remember(Reflect.apply(target, thisArg, args)),
     get: (target, property, receiver) => {
       if (property === 'unsafe') return unsafe
       if (property === 'begin') return begin
-      if (property === 'savepoint' && 'savepoint' in target) return savepoint
       return Reflect.get(target, property, receiver)
     },
   })
