@@ -92,7 +92,8 @@ run(async () => {
     let flooding = true
     const flood: Record<string, number> = {}
     const floodAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
-    const from = new Date(Date.now() - PERIODS * 3_600_000).toISOString()
+    // At a period's start (USAGE_PERIOD_SECONDS is an hour): the whole seeded history.
+    const from = new Date((Math.floor(Date.now() / 3_600_000) - PERIODS) * 3_600_000).toISOString()
     const calls: Promise<void>[] = []
     const floodLoop = (async () => {
       while (flooding) {

@@ -5,7 +5,6 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { processIsAlive } from '../shared/process-alive.js'
-import { cancellable } from './call-statements.js'
 
 export type Sql = postgres.Sql
 export type Tx = postgres.TransactionSql
@@ -28,8 +27,8 @@ export interface Store {
   /**
    * The heavy reads' own connections (management/heavy-reads.ts): reconciliation, the export's
    * pull, usage reports, the request log's reads, the simulator's. HEAVY_READ_CONNECTIONS of them,
-   * named `<application_name> reads`; their statements are cancelled when their call is answered
-   * 503 (store/call-statements.ts). However many heavy reads come, the pool's connections stay
+   * named `<application_name> reads`; the management API reads through it cancellable
+   * (store/call-statements.ts), so that a call answered 503 stops its statements. However many heavy reads come, the pool's connections stay
    * for the other calls and the background work.
    */
   readonly heavyReadSql?: Sql
@@ -144,7 +143,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     return {
       sql,
       lookupSql,
-      heavyReadSql: cancellable(heavyReadSql),
+      heavyReadSql,
       embedded: false,
       pool: { max, applicationName },
       // Named apart from the pool, whose use is counted by its name (store/activity.ts).
