@@ -107,7 +107,7 @@ const COMMON_OPTIONS = {
 } as const
 
 /** A replica's connections for the tenancy lookups, the limits' rebuild and /readyz (Store.lookupSql). */
-export const LOOKUP_CONNECTIONS = 2
+export const LOOKUP_CONNECTIONS = 4
 /** A replica's connections for the heavy reads (Store.heavyReadSql). */
 export const HEAVY_READ_CONNECTIONS = 4
 /**
