@@ -30,7 +30,7 @@ export interface HealthOptions {
   /** The pool whose first contact since the start makes the replica ready. */
   sql: Sql
   /** Where `select 1` is asked: the lookups' own connections, which no management call holds. */
-  probeSql?: Sql
+  probeSql: Sql
   cache: TenancyCache
   readiness: Readiness
 }
