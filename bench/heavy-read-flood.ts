@@ -91,6 +91,9 @@ run(async () => {
 
     let flooding = true
     const flood: Record<string, number> = {}
+    const tally = (outcome: string) => {
+      flood[outcome] = (flood[outcome] ?? 0) + 1
+    }
     const floodAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
     // At a period's start (USAGE_PERIOD_SECONDS is an hour): the whole seeded history.
     const from = new Date((Math.floor(Date.now() / 3_600_000) - PERIODS) * 3_600_000).toISOString()
@@ -103,8 +106,8 @@ run(async () => {
             path: `/v1/sub-accounts/usage/reconciliation?from=${encodeURIComponent(from)}`,
             headers: { authorization: `Bearer ${heavy!.key.apiKey}` },
           }).then(
-            (a) => void (flood[a.status] = (flood[a.status] ?? 0) + 1),
-            () => void (flood.error = (flood.error ?? 0) + 1),
+            (a) => tally(String(a.status)),
+            () => tally('error'),
           ),
         )
         await sleep(1_000 / FLOOD_RATE)
