@@ -21,6 +21,8 @@ import type { ProxyOptions } from './proxy/options.js'
 import type { ProxyRoute } from './proxy/route.js'
 import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
 import { WebSocketRuntime } from './proxy/websocket/runtime.js'
+import { cancellable } from './store/call-statements.js'
+import type { Store } from './store/db.js'
 import { storeDeadlinesOf } from './store/deadlines.js'
 import { exportTarget } from './usage/exporter.js'
 
@@ -28,7 +30,8 @@ export const metricsOptions = (deps: AppDeps) => ({ store: deps.store, metrics: 
 
 /** The Redis the tenancy cache and the limiter share, and its key prefix. */
 const redisOf = (deps: AppDeps) => ({
-  sql: deps.store.sql,
+  // The lookups' own connections: a flood of heavy reads never holds up a key's first request.
+  sql: deps.store.lookupSql ?? deps.store.sql,
   redis: deps.config.redis,
   keyPrefix: deps.redisKeyPrefix ?? deps.config.redisKeyPrefix,
 })
@@ -91,6 +94,7 @@ export const accountingOptions = (deps: AppDeps) => ({ logRequests: logging(deps
 /** /healthz and /readyz: the store, the cache's Redis and the drain. */
 export const healthOptions = (app: FastifyInstance, deps: AppDeps) => ({
   sql: deps.store.sql,
+  probeSql: deps.store.lookupSql ?? deps.store.sql,
   cache: app.tenancyCache,
   readiness: app.readiness,
 })
@@ -153,11 +157,20 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
   }
 }
 
+/**
+ * A store's heavy reads' pool, its statements cancelled when their call is stopped
+ * (management/heavy-reads.ts); none for the embedded database, whose one connection a cancel
+ * could not reach.
+ */
+const cancellableReads = (store: Store) =>
+  store.heavyReadSql === undefined ? undefined : cancellable(store.heavyReadSql)
+
 /** One for the API and the portal: a parent's reads of its log at once are counted together. */
 export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLogReader | null {
   if (app.requestLog === null) return null
   return {
-    sql: app.requestLogSql,
+    // The heavy reads' own pool, whose statements stop with their call (management/heavy-reads.ts).
+    sql: cancellableReads(deps.requestLogStore ?? deps.store) ?? app.requestLogSql,
     reads: new LogReads(),
     statementTimeoutMs: storeDeadlinesOf(app).managementMs,
     copies: !(deps.requestLogStore ?? deps.store).embedded,
@@ -176,6 +189,7 @@ export function managementOptions(
   return {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
+    heavyReadSql: cancellableReads(deps.store),
     lookups: app.tenancyCache.lookups,
     cache: app.tenancyCache,
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,

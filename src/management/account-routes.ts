@@ -18,8 +18,8 @@ export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
     method: 'GET',
     url: '/usage',
     schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, _reply, { sql, cursors }) {
+    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    async handler(request, _reply, { reads: sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity, include } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
       const afterSeq = await cursors.decode(cursor, scope)

@@ -31,6 +31,11 @@ export type ManagementApp = FastifyInstance<
 /** What the route files' handlers are given by the plugin. */
 export interface ManagementContext {
   sql: Sql
+  /**
+   * The heavy reads' pool (store/db.ts, heavyReadSql): what a route marked `heavyRead`
+   * (heavy-reads.ts) reads through, so that its statements stop when its call is answered 503.
+   */
+  reads: Sql
   /** Told the cache entries a committed change made stale (docs/architecture.md, caches). */
   cache: CacheInvalidator
   cursors: Cursors

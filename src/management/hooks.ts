@@ -21,6 +21,8 @@ interface ManagementTimers {
   body: NodeJS.Timeout | null
   /** The store deadline answered 503: the handler may still run, its answer will find the reply sent. */
   answered: boolean
+  /** Aborted when the store deadline answers 503: the call's heavy reads stop their statements (heavy-reads.ts). */
+  readonly stop: AbortController
 }
 
 declare module 'fastify' {
@@ -52,6 +54,7 @@ function runStoreDeadline(timers: ManagementTimers, reply: FastifyReply): void {
   timers.store = setTimeout(() => {
     if (reply.sent) return
     timers.answered = true
+    timers.stop.abort(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
     reply.send(new ApiError('store_unavailable', 'the store did not answer in time; try again'))
   }, timers.storeLeftMs)
 }
@@ -124,6 +127,7 @@ export function startStoreDeadline(request: FastifyRequest, reply: FastifyReply,
     storeSince: 0,
     body: null,
     answered: false,
+    stop: new AbortController(),
   }
   request.deadline = timers
   runStoreDeadline(timers, reply)

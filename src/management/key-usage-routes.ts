@@ -18,8 +18,8 @@ export const KEY_USAGE_OPERATIONS: OperationTable<ManagementContext> = [
       querystring: KeyUsageQuery,
       response: { 200: KeyUsageReport },
     },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, _reply, { sql, cursors }) {
+    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    async handler(request, _reply, { reads: sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       // Unknown or another parent's: 404 before anything else is said about the query.
       const sub = await ownSubAccount(sql, request, request.params.sub_id)

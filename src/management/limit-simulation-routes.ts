@@ -10,7 +10,6 @@ import { forwardedUnitsBetween, replayInOrder, replayRecordBound } from '../requ
 import { Simulation, SimulationBody } from '../schemas/limit-simulations.js'
 import { bodyLimits } from './body-limits.js'
 import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
-import { simulationPlaces } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
 
 /** The most records one simulation reads (docs/api.md): a longer range is refused, naming the bound. */
@@ -44,8 +43,9 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
     url: '/limits/simulations',
     schema: { ...operation('simulateLimits'), body: SimulationBody, response: { 200: Simulation } },
     // Seconds of paced reads, each statement under the usual bound: its own store deadline (hooks.ts).
-    config: { scope: 'sub_accounts:read', storeDeadline: 'simulationMs' },
-    async handler(request, reply, { sql, requestLog, usageExport }) {
+    // Its place is the replica's one simulation place (log-reads.ts), not the heavy reads' gate.
+    config: { scope: 'sub_accounts:read', storeDeadline: 'simulationMs', heavyRead: 'own place' },
+    async handler(request, reply, { sql, reads, requestLog, usageExport }) {
       const body = request.body
       const accountId = parentOf(request).id
       const from = instant(body.from, 'from')
@@ -80,7 +80,7 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
       const periodMs = usageExport.periodSeconds * 1000
       const periodStart = new Date(Math.max(monthStart.getTime(), from.getTime() - (from.getTime() % periodMs)))
       const [periods, partial] = await Promise.all([
-        periodUseBetween(sql, accountId, monthStart, periodStart),
+        periodUseBetween(reads, accountId, monthStart, periodStart),
         forwardedUnitsBetween(requestLog.sql, accountId, periodStart, from, requestLog.statementTimeoutMs),
       ])
       // Only the month of `from` had use before the range; a later month's starts in it.
@@ -88,8 +88,8 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
       for (const [key, units] of partial) uses.set(key, (uses.get(key) ?? 0) + units)
       const useBefore = { month: from.toISOString().slice(0, 7), uses }
       // Counted among the parent's reads of its log, bounded as they are, and one simulation at a
-      // time on this replica; replayed as it is read.
-      const data = await requestLog.reads.run(simulationPlaces(accountId), async () => {
+      // time on this replica, parents in turn; replayed as it is read.
+      const data = await requestLog.reads.simulate(accountId, request.deadline!.stop.signal, async () => {
         const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
         if (bound > SIMULATION_MAX_RECORDS)
           throw validationFailed([

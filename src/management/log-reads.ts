@@ -6,6 +6,7 @@
 // customers' portal reads are counted apart: a busy portal never refuses the parent's console, nor
 // one customer's portal another's.
 import { ApiError } from '../errors.js'
+import { FairGate } from '../shared/fair-gate.js'
 import type { Sql } from '../store/db.js'
 
 /** A parent's own reads of the log under way at once (its API calls and its console). */
@@ -18,7 +19,9 @@ export const PORTALS_READS_AT_ONCE = 4
 /**
  * Limit simulations under way at once on this replica, whoever's: each may hold up to
  * SIMULATION_MAX_SUB_ACCOUNTS sub-accounts' state (about 60 MB), and two of them would outgrow a
- * replica's heap (160 MB in the image) where one does not.
+ * replica's heap (160 MB in the image) where one does not. A simulation that finds the place
+ * taken waits for it, within its deadline, and the place goes to the parents in turn
+ * (shared/fair-gate.ts): one parent's simulations one after another never keep another's out.
  */
 export const SIMULATIONS_AT_ONCE = 1
 
@@ -28,24 +31,11 @@ export interface ReadPlace {
   atOnce: number
   /** Who is full, as the refusal says it: "this account already has". */
   whoHas: string
-  /** What is under way, as the refusal says it (default: reads of the request log). */
-  what?: string
 }
 
 /** A parent's own reads. */
 export const parentPlaces = (accountId: string): ReadPlace[] => [
   { key: accountId, atOnce: LOG_READS_AT_ONCE, whoHas: 'this account already has' },
-]
-
-/** A limit simulation: a parent's read, and the replica's one simulation at a time. */
-export const simulationPlaces = (accountId: string): ReadPlace[] => [
-  ...parentPlaces(accountId),
-  {
-    key: 'limit simulations',
-    atOnce: SIMULATIONS_AT_ONCE,
-    whoHas: 'this replica already has',
-    what: 'limit simulation',
-  },
 ]
 
 /** A sub-account's portal reads: its own places, within its parent's portals' places. */
@@ -61,6 +51,24 @@ export const portalPlaces = (accountId: string, subAccountId: string): ReadPlace
 /** Reads under way, by place. */
 export class LogReads {
   private readonly underWay = new Map<string, number>()
+  /** The replica's simulation place, taken by parents in turn. */
+  private readonly simulations = new FairGate(SIMULATIONS_AT_ONCE, LOG_READS_AT_ONCE)
+
+  /**
+   * Runs a limit simulation of `accountId`: one of the parent's reads (refused as `run` refuses),
+   * which waits for the replica's simulation place, its parent's turn, until `stop` aborts (its
+   * deadline: the wait then rejects with the abort's reason).
+   */
+  simulate<T>(accountId: string, stop: AbortSignal, read: () => Promise<T>): Promise<T> {
+    return this.run(parentPlaces(accountId), async () => {
+      const leave = await this.simulations.enter(accountId, stop)!
+      try {
+        return await read()
+      } finally {
+        leave()
+      }
+    })
+  }
 
   /** Runs `read` unless one of `places` is full: `429 too_many_concurrent_requests` then. */
   async run<T>(places: readonly ReadPlace[], read: () => Promise<T>): Promise<T> {
@@ -68,7 +76,7 @@ export class LogReads {
     if (full !== undefined)
       throw new ApiError(
         'too_many_concurrent_requests',
-        `${full.whoHas} ${full.atOnce} ${full.what ?? 'reads of the request log'} under way; retry once one has answered`,
+        `${full.whoHas} ${full.atOnce} reads of the request log under way; retry once one has answered`,
         { headers: { 'retry-after': '1' } },
       )
     for (const { key } of places) this.underWay.set(key, (this.underWay.get(key) ?? 0) + 1)

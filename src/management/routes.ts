@@ -16,6 +16,7 @@ import { authorizeManagement, type ManagementContext, type UsageExportSettings }
 import { EVENT_OPERATIONS } from './event-routes.js'
 import type { RequestLogReader } from './log-reads.js'
 import { REQUEST_OPERATIONS } from './request-routes.js'
+import { gateHeavyReads } from './heavy-reads.js'
 import {
   bodyDeadline,
   clearDeadlines,
@@ -51,6 +52,8 @@ import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
 
 export interface ManagementOptions {
   sql: Sql
+  /** The heavy reads' own pool (Store.heavyReadSql); `sql` when the store has none (heavy-reads.ts). */
+  heavyReadSql?: Sql
   lookups: TenancyLookups
   /** Told the cache entries a committed change made stale (docs/internals.md, caches). */
   cache: CacheInvalidator
@@ -93,6 +96,8 @@ export interface ManagementHook {
  */
 export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
   { name: 'route kind', phase: 'onRoute', hook: () => markManagementRoute },
+  // Inside the late answers' drop: a heavy read that waited past its deadline ends late too.
+  { name: 'heavy reads gated', phase: 'onRoute', hook: () => gateHeavyReads() },
   { name: 'late answers dropped', phase: 'onRoute', hook: () => dropLateAnswers },
   { name: 'unknown query refused', phase: 'onRoute', hook: () => refuseUnknownQuery },
   // Before the body: the store deadline covers the tenancy lookups; a refusal never waits for a body.
@@ -149,6 +154,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
 
   const context: ManagementContext = {
     sql,
+    reads: options.heavyReadSql ?? sql,
     cache,
     cursors: new Cursors(() => cursorSecret(sql)),
     keyMinted: options.keyMinted,

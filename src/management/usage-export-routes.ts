@@ -29,8 +29,9 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
         },
       },
     },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, reply, { sql, usageExport }) {
+    // Gated until its first page: the pages after it are a query each, read as the client takes them.
+    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    async handler(request, reply, { reads: sql, usageExport }) {
       const format = request.query.format ?? 'ndjson'
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const closed = await closedUntil(sql)

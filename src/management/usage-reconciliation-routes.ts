@@ -35,8 +35,8 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
       querystring: UsageReconciliationQuery,
       response: { 200: UsageReconciliation },
     },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, reply, { sql, usageExport, requestLog }) {
+    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    async handler(request, reply, { reads: sql, usageExport, requestLog }) {
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const accountId = parentOf(request).id
       const closed = await closedUntil(sql)

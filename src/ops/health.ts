@@ -27,7 +27,10 @@ declare module 'fastify' {
 }
 
 export interface HealthOptions {
+  /** The pool whose first contact since the start makes the replica ready. */
   sql: Sql
+  /** Where `select 1` is asked: the lookups' own connections, which no management call holds. */
+  probeSql: Sql
   cache: TenancyCache
   readiness: Readiness
 }
@@ -95,12 +98,15 @@ function redisState(cache: HealthOptions['cache']) {
   }
 }
 
-export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (app, { sql, cache, readiness }) => {
+export const healthRoutes: FastifyPluginAsync<HealthOptions> = async (
+  app,
+  { sql, probeSql = sql, cache, readiness },
+) => {
   app.get('/healthz', { schema: LIVENESS_SCHEMA }, async () => ({ status: 'ok' as const }))
 
   app.get('/readyz', { schema: READINESS_SCHEMA }, async (request, reply) => {
     const [postgres, redis] = await Promise.all([
-      postgresAnswers(sql, READINESS_TIMEOUT_MS),
+      postgresAnswers(probeSql, READINESS_TIMEOUT_MS),
       cache.ping(READINESS_TIMEOUT_MS),
     ])
     const checks = { postgres, redis }

@@ -19,6 +19,20 @@ export interface Store {
    */
   readonly pool?: { readonly max: number; readonly applicationName: string }
   /**
+   * Connections of their own for the paths no management call may hold up: the tenancy lookups
+   * (a key's first request), the limits' month rebuild and /readyz. LOOKUP_CONNECTIONS of them,
+   * named `<application_name> lookups`. The embedded database's one connection otherwise.
+   */
+  readonly lookupSql?: Sql
+  /**
+   * The heavy reads' own connections (management/heavy-reads.ts): reconciliation, the export's
+   * pull, usage reports, the request log's reads, the simulator's. HEAVY_READ_CONNECTIONS of them,
+   * named `<application_name> reads`; the management API reads through it cancellable
+   * (store/call-statements.ts), so that a call answered 503 stops its statements. However many heavy reads come, the pool's connections stay
+   * for the other calls and the background work.
+   */
+  readonly heavyReadSql?: Sql
+  /**
    * A client of one connection of its own, for work that must not share the pool's connections:
    * the request log's binary COPY (request-log/row-copy.ts). None for the embedded database,
    * which has one connection in all. The caller ends it.
@@ -92,32 +106,51 @@ const COMMON_OPTIONS = {
   fetch_types: false,
 } as const
 
+/** A replica's connections for the tenancy lookups, the limits' rebuild and /readyz (Store.lookupSql). */
+export const LOOKUP_CONNECTIONS = 4
+/** A replica's connections for the heavy reads (Store.heavyReadSql). */
+export const HEAVY_READ_CONNECTIONS = 4
+/**
+ * The heavy reads' connections' `statement_timeout`, should a cancel not reach Postgres: the
+ * longest call deadline (a limit simulation's, store/deadlines.ts). A call's statements are
+ * cancelled at its own deadline (store/call-statements.ts); the request log's set theirs lower.
+ */
+export const HEAVY_READ_STATEMENT_TIMEOUT_MS = 60_000
+
 export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl !== undefined) {
     const { databaseUrl } = options
     const max = options.maxConnections ?? 10
     const applicationName = `tenancy-gateway ${randomBytes(4).toString('hex')}`
-    const sql = postgres(databaseUrl, {
-      ...COMMON_OPTIONS,
-      max,
-      // Every query here is a point lookup or a page: a parallel worker costs more to start than
-      // the query takes (about 10 ms a usage page instead of 0.7 at 100,000 sub-accounts). Strings:
-      // postgres.js drops falsy startup parameters. See bench/README.md. Prepared statements keep
-      // Postgres's default plan cache: planning each write's statement cost more than running it
-      // (300-550 µs against 300); the usage reads whose plan depends on their range are planned
-      // each time instead (store/statement.ts runPlannedEachTime).
-      connection: {
-        application_name: applicationName,
-        max_parallel_workers_per_gather: '0',
-      },
+    // Every query here is a point lookup or a page: a parallel worker costs more to start than
+    // the query takes (about 10 ms a usage page instead of 0.7 at 100,000 sub-accounts). Strings:
+    // postgres.js drops falsy startup parameters. See bench/README.md. Prepared statements keep
+    // Postgres's default plan cache: planning each write's statement cost more than running it
+    // (300-550 µs against 300); the usage reads whose plan depends on their range are planned
+    // each time instead (store/statement.ts runPlannedEachTime).
+    const pool = (size: number, name: string, parameters: Record<string, string> = {}) =>
+      postgres(databaseUrl, {
+        ...COMMON_OPTIONS,
+        max: size,
+        connection: { ...parameters, application_name: name, max_parallel_workers_per_gather: '0' },
+      })
+    const sql = pool(max, applicationName)
+    // Pools of their own, opened as they are first used (docs/operations.md, connections).
+    const lookupSql = pool(LOOKUP_CONNECTIONS, `${applicationName} lookups`)
+    const heavyReadSql = pool(HEAVY_READ_CONNECTIONS, `${applicationName} reads`, {
+      statement_timeout: String(HEAVY_READ_STATEMENT_TIMEOUT_MS),
     })
     return {
       sql,
+      lookupSql,
+      heavyReadSql,
       embedded: false,
       pool: { max, applicationName },
       // Named apart from the pool, whose use is counted by its name (store/activity.ts).
       openOwnConnection: (parameters) => openOneConnection(databaseUrl, `${applicationName} own`, parameters),
-      close: () => sql.end({ timeout: 5 }),
+      close: async () => {
+        await Promise.all([sql, lookupSql, heavyReadSql].map((each) => each.end({ timeout: 5 })))
+      },
     }
   }
   return openEmbeddedStore(options.dataDir, options.holder ?? `process ${process.pid}`)

@@ -275,8 +275,23 @@ async function scenario(t: Test, mode: Mode): Promise<void> {
       `the unused key is served once Postgres is back (last: ${last === null ? 'none' : describeTimed(last, HANG_LIMIT_MS)})`,
     )
     measured.push(`${mode}: outage of ${outageMs} ms; the unused key was served ${took} ms after the restore`)
-    const list = await timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, RECOVERY_LIMIT_MS)
-    t.equal(list.res?.status, 200, `the management API answers again (${describeTimed(list)})`)
+    // The management API reads through a pool of its own, apart from the lookups' (docs/operations.md,
+    // Postgres connections): it reconnects on its own backoff, so it may come back a little later.
+    let list: Timed | null = null
+    const listTook = await eventually(
+      RECOVERY_LIMIT_MS,
+      async () => {
+        list = await timedCall(gw.url, parent.apiKey, { path: '/v1/sub-accounts' }, HANG_LIMIT_MS)
+        return list.res?.status === 200
+      },
+      50,
+    )
+    t.not(
+      listTook,
+      null,
+      `the management API answers again (last: ${list === null ? 'none' : describeTimed(list, HANG_LIMIT_MS)})`,
+    )
+    measured.push(`${mode}: the management API answered again ${(took ?? 0) + (listTook ?? 0)} ms after the restore`)
     const random = await timedCall(gw.url, randoms[0]!, { path: '/orders' }, RECOVERY_LIMIT_MS)
     t.ok(
       random.res?.status === 401 && codeOf(random.res) === 'unauthenticated',

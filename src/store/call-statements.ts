@@ -1,0 +1,94 @@
+// Statements that end with their call: a heavy read answered 503 at its store deadline must not
+// go on holding a pooled connection for seconds, for an answer nobody waits for (docs/operations.md,
+// the heavy reads). `cancellable(sql)` is the pool as its callers know it, which remembers each
+// statement made within `stoppedBy(signal, work)`; when the signal aborts, each of them that was
+// sent is cancelled (Postgres's CancelRequest, postgres.js's query.cancel()), each still queued
+// for a connection is taken off the queue, and a statement made afterwards fails at once.
+import { AsyncLocalStorage } from 'node:async_hooks'
+import type { Sql } from './db.js'
+
+/** What is thrown by a statement made after its call was stopped. */
+export class StatementsStoppedError extends Error {
+  /** query_canceled, as Postgres names a cancelled statement: the error handler answers 503. */
+  readonly code = '57014'
+  constructor() {
+    super('the call was answered already: its statements are stopped')
+    this.name = 'StatementsStoppedError'
+  }
+}
+
+/** postgres.js's Query, as far as a cancel needs it (postgres/src/query.js, 3.4.9). */
+interface PendingQuery {
+  /** Set when the query was handed to the pool (awaited): a fragment or an unused query never is. */
+  executed?: boolean
+  /** The pool's canceller, cleared by postgres.js once used: ours is called directly, so that its failure has a listener. */
+  canceller?: ((query: PendingQuery) => Promise<void>) | null
+}
+
+interface Call {
+  readonly made: Set<PendingQuery>
+  stopped: boolean
+}
+
+const current = new AsyncLocalStorage<Call>()
+
+function cancel(query: PendingQuery): void {
+  const canceller = query.canceller
+  // Never handed to the pool: there is nothing to cancel, and a rejection nobody awaits.
+  if (!query.executed || typeof canceller !== 'function') return
+  query.canceller = null
+  // A cancel that cannot reach Postgres fails on its own connection; the statement's own error (or
+  // its answer) still goes to the call.
+  canceller(query).catch(() => {})
+}
+
+/**
+ * Runs `work`, whose statements through a `cancellable` pool are cancelled when `signal` aborts.
+ * Resolves or rejects as `work` does.
+ */
+export async function stoppedBy<T>(signal: AbortSignal, work: () => Promise<T>): Promise<T> {
+  const call: Call = { made: new Set(), stopped: signal.aborted }
+  const stop = () => {
+    call.stopped = true
+    for (const query of call.made) cancel(query)
+    call.made.clear()
+  }
+  signal.addEventListener('abort', stop, { once: true })
+  try {
+    return await current.run(call, work)
+  } finally {
+    signal.removeEventListener('abort', stop)
+    call.made.clear()
+  }
+}
+
+/** Remembers `made` in the call under way, if any; refuses it if that call was stopped. */
+function remember<T>(made: T): T {
+  const call = current.getStore()
+  if (call === undefined || typeof made !== 'object' || made === null || !('cancel' in made)) return made
+  if (call.stopped) throw new StatementsStoppedError()
+  call.made.add(made as PendingQuery)
+  return made
+}
+
+/**
+ * `sql` whose statements (tagged, `unsafe`, and those of its transactions, savepoints aside: no
+ * heavy read makes one) made within
+ * `stoppedBy` are cancelled when that call is stopped; outside it, `sql` itself.
+ */
+export function cancellable(sql: Sql): Sql {
+  const unsafe: Sql['unsafe'] = (...args) => remember(sql.unsafe(...args))
+  // postgres.js hands a transaction its own `tx`: made cancellable too, so are its statements.
+  const begin = ((...args: unknown[]) => {
+    const work = args.pop() as (tx: Sql) => unknown
+    return (sql.begin as (...a: unknown[]) => unknown)(...args, (tx: Sql) => work(cancellable(tx)))
+  }) as Sql['begin']
+  return new Proxy(sql, {
+    apply: (target, thisArg, args) => remember(Reflect.apply(target, thisArg, args)),
+    get: (target, property, receiver) => {
+      if (property === 'unsafe') return unsafe
+      if (property === 'begin') return begin
+      return Reflect.get(target, property, receiver)
+    },
+  })
+}

@@ -1,0 +1,75 @@
+// Statements that end with their call (src/store/call-statements.ts), on a real Postgres: those
+// made within `stoppedBy` are cancelled when its signal aborts, in Postgres as in the pool's
+// queue and in a transaction; one made afterwards fails at once; a fragment is left alone, and
+// statements made outside any call are never touched.
+import t from 'tap'
+import postgres from 'postgres'
+import { cancellable, StatementsStoppedError, stoppedBy } from '../../src/store/call-statements.js'
+import { freshDatabase } from '../helpers/db.js'
+import { until } from '../helpers/poll.js'
+
+const db = await freshDatabase(t, { migrated: false })
+const pool = postgres(db.url, {
+  max: 1,
+  fetch_types: false,
+  onnotice: () => {},
+  connection: { application_name: 'call statements' },
+})
+t.teardown(() => pool.end({ timeout: 1 }))
+const sql = cancellable(pool)
+
+const sleeping = async () => {
+  const [row] = await db.sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity where application_name = 'call statements' and query like '%pg_sleep%' and state = 'active'`
+  return row!.n
+}
+
+t.test('an abort cancels what runs, what waits for a connection, and what comes after', async (t) => {
+  const stop = new AbortController()
+  const outcome = stoppedBy(stop.signal, async () => {
+    const fragment = sql`pg_sleep(0)`
+    const running = sql`select pg_sleep(30) as slept`.then(
+      () => 'answered',
+      (err: { code?: string }) => err.code,
+    )
+    const queued = sql.unsafe('select pg_sleep(30)').then(
+      () => 'answered',
+      (err: { code?: string }) => err.code,
+    )
+    t.ok(await until(10_000, async () => (await sleeping()) === 1), 'the first statement runs')
+    stop.abort(new Error('503'))
+    const ended = await Promise.all([running, queued])
+    t.throws(() => sql`select 1`, StatementsStoppedError, 'a statement made afterwards fails at once')
+    t.ok(fragment, 'a fragment is left as it was')
+    return ended
+  })
+  t.same(await outcome, ['57014', '57014'], 'both cancelled: the one in Postgres, the one queued')
+  t.equal(await sleeping(), 0, 'nothing of the call runs on')
+  t.same(await sql`select 1 as one`, [{ one: 1 }], 'outside a call, statements run as ever')
+})
+
+t.test("a transaction's statements are cancelled too", async (t) => {
+  const stop = new AbortController()
+  const outcome = stoppedBy(stop.signal, () =>
+    sql.begin(async (tx) => {
+      await tx`select 1`
+      return tx`select pg_sleep(30)`
+    }),
+  ).then(
+    () => 'answered',
+    (err: { code?: string }) => err.code,
+  )
+  t.ok(await until(10_000, async () => (await sleeping()) === 1), 'the statement runs')
+  stop.abort()
+  t.equal(await outcome, '57014')
+  t.equal(await sleeping(), 0)
+})
+
+t.test('an aborted signal stops the call before its first statement', async (t) => {
+  const stop = new AbortController()
+  stop.abort()
+  await t.rejects(
+    stoppedBy(stop.signal, async () => sql`select 1`),
+    StatementsStoppedError,
+  )
+})
