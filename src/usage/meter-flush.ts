@@ -139,12 +139,12 @@ export class MeterFlush {
 
   /**
    * Writes the batches not written yet, then `next` (if any): true once all are in. A batch in
-   * doubt stops there (`next` is kept, in doubt too, unless it has no rows: a mark alone is
-   * superseded by the next one).
+   * doubt stops there (`next` is kept, in doubt too, unless it has no rows: a mark alone is not
+   * kept, the next one supersedes it). The meter sends `next` only once the others are in.
    */
   async write(next?: Batch): Promise<boolean> {
     if (next !== undefined) {
-      if (rowCount(next) === 0 && this.queue.length === 0) return this.send(next).then((outcome) => outcome === 'in')
+      if (rowCount(next) === 0) return (await this.send(next)) === 'in'
       this.queue.push(next)
     }
     while (this.queue.length > 0) {
@@ -207,8 +207,8 @@ export class MeterFlush {
   }
 }
 
-/** The one row of a batch of one row. */
+/** The one row of a batch of one row, named by its kind (`{unitRows: {…}}`). */
 function onlyRow(batch: BatchRows): unknown {
-  for (const kind of KINDS) if (batch[kind].length > 0) return { [kind]: batch[kind][0] }
-  return null
+  const kind = KINDS.find((k) => batch[k].length > 0)!
+  return { [kind]: batch[kind][0] }
 }
