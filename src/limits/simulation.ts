@@ -281,8 +281,10 @@ export class LimitReplay implements RequestReplay {
 function tally(tenant: Replayed, startMs: number, cost: number, units: Readonly<Record<string, number>> | null): void {
   tenant.requests++
   tenant.units.requests = (tenant.units.requests ?? 0) + cost
+  // A meter's name is data: `constructor` is read as an own property only, never Object's.
   if (units !== null)
-    for (const meter of Object.keys(units)) tenant.units[meter] = (tenant.units[meter] ?? 0) + units[meter]!
+    for (const meter of Object.keys(units))
+      tenant.units[meter] = (Object.hasOwn(tenant.units, meter) ? tenant.units[meter]! : 0) + units[meter]!
   const second = Math.floor(startMs / 1000)
   if (second !== tenant.second) {
     tenant.second = second

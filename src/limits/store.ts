@@ -68,7 +68,8 @@ function changedLimits(current: TenantLimits | null, change: LimitsChange): Tena
       ...meters,
       ...shadow,
     }
-  const meter = current?.meters?.[change.meter]
+  const byName = current?.meters
+  const meter = byName !== undefined && Object.hasOwn(byName, change.meter) ? byName[change.meter] : undefined
   const changed = {
     rate: change.rate === undefined ? (meter?.rate ?? null) : change.rate,
     monthly_quota: change.monthly_quota === undefined ? (meter?.monthly_quota ?? null) : change.monthly_quota,

@@ -34,6 +34,8 @@ export interface Metrics {
   /** Records one answered request. */
   observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
   readonly usageFlushFailures: Counter
+  /** Usage counts Postgres refused for their data, dropped from their flush (usage/meter-flush.ts). */
+  readonly usageFlushRowsRefused: Counter
   /** Set by the usage meter (usage/meter-plugin.ts): how old the oldest count not yet in Postgres is, in ms (0: none pending). */
   usageLagMs: () => number
   /** Set by the usage export's push (usage/exporter.ts): how far behind it is, in seconds. */
@@ -99,6 +101,11 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     usageFlushFailures: new Counter({
       name: 'tgw_usage_flush_failures_total',
       help: 'Usage flushes to Postgres that failed (their counts are kept and retried)',
+      registers,
+    }),
+    usageFlushRowsRefused: new Counter({
+      name: 'tgw_usage_flush_rows_refused_total',
+      help: 'Usage counts Postgres refused for their data: dropped, and the rest of their flush written',
       registers,
     }),
     usageLagMs: () => 0,

@@ -1,13 +1,16 @@
 // The units an upstream reports for one answer (docs/api.md, Units): read from the response
 // header of each of the route's meters, or from the trailer of that name at the end of a streamed
-// answer, and taken out of what the client gets unless the meter is exposed. A value that is not a
-// whole number from 0 to 10^12 is ignored, counted and logged: a bad report never fails an answer.
+// answer, and taken out of what the client gets unless the meter is exposed. A value is read as
+// HTTP reads a field value: the spaces and tabs around it are not part of it (RFC 9110 §5.5), so
+// `  9  ` reports 9. What is left, if not a whole number from 0 to 10^12, is ignored, counted and
+// logged: a bad report never fails an answer.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ProxyRoute, RouteMeter } from './route.js'
 
 export const MAX_REPORTED_UNITS = 1e12
-const WHOLE_NUMBER = /^[0-9]{1,13}$/
+/** A whole number of at most 13 digits, with optional whitespace (OWS: spaces and tabs) around it. */
+const WHOLE_NUMBER = /^[ \t]*([0-9]{1,13})[ \t]*$/
 
 /** Counts a bad report of a route's meter (tgw_meter_bad_reports_total{route, meter}). */
 export type BadReportCounter = (route: string, meter: string) => void
@@ -65,8 +68,9 @@ export class MeterReports {
 
   /** A report's units, or null (counted and logged) when it is not a whole number from 0 to 10^12. */
   private read(meter: RouteMeter, value: string | string[], log: FastifyBaseLogger): number | null {
-    if (typeof value === 'string' && WHOLE_NUMBER.test(value)) {
-      const units = Number(value)
+    const digits = typeof value === 'string' ? WHOLE_NUMBER.exec(value)?.[1] : undefined
+    if (digits !== undefined) {
+      const units = Number(digits)
       if (units <= MAX_REPORTED_UNITS) return units
     }
     this.badReport(this.route, meter.name)

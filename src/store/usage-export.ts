@@ -46,7 +46,9 @@ export function recordsAfter(sql: Sql, cursor: ExportCursor, limit: number): Pro
   return sql<PushRow[]>`
     select u.tenant_id, coalesce(t.parent_id, t.id) as account_id,
            case when t.parent_id is null then null else t.id end as sub_account_id,
-           t.external_id, u.meter, u.units::text as units, u.requests::text as requests,
+           -- The external_id at the close (a closed period never changes; migration 028).
+           case when u.closed_at is null then t.external_id else u.external_id_at_close end as external_id,
+           u.meter, u.units::text as units, u.requests::text as requests,
            u.period_start, u.late_units::text as late_units
     from usage_period_units u join tenants t on t.id = u.tenant_id
     where u.period_start < (select closed_until from usage_close where id)

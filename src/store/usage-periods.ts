@@ -39,6 +39,9 @@ export async function closePeriods(
       insert into usage_replica_losses (replica_id, flushed_through, last_seen_at)
       select replica_id, flushed_through, seen_at from lost
       on conflict do nothing
+    ), previous as (
+      -- The close as this statement found it (a CTE sees no other's writes).
+      select closed_until from usage_close where id
     ), target as (
       select to_timestamp(floor(extract(epoch from at - make_interval(secs => ${graceSeconds})) / ${periodSeconds}) * ${periodSeconds}) as until
       from watermark where at is not null
@@ -47,7 +50,14 @@ export async function closePeriods(
       from target
       where usage_close.id and (usage_close.closed_until is null or usage_close.closed_until < target.until)
         and (usage_close.period_seconds is null or usage_close.period_seconds = ${periodSeconds})
-      returning usage_close.closed_until
+      returning usage_close.closed_until, usage_close.closed_at
+    ), frozen as (
+      -- The periods this close closes keep their tenant's external_id as it is now (a closed
+      -- period never changes): only these, found by the index on period_start.
+      update usage_period_units u set closed_at = closed.closed_at, external_id_at_close = t.external_id
+      from closed, tenants t
+      where u.period_start >= coalesce((select closed_until from previous), '-infinity'::timestamptz)
+        and u.period_start < closed.closed_until and t.id = u.tenant_id
     )
     select coalesce((select closed_until from closed), (select closed_until from usage_close where id)) as closed_until`
   return row?.closed_until ?? null
@@ -137,7 +147,9 @@ function exportPage(
   return sql<ExportRow[]>`
     select coalesce(t.parent_id, t.id) as account_id,
            case when t.parent_id is null then null else t.id end as sub_account_id,
-           t.external_id, u.meter, u.units::text as units, u.requests::text as requests,
+           -- The external_id at the close (a closed period never changes; migration 028).
+           case when u.closed_at is null then t.external_id else u.external_id_at_close end as external_id,
+           u.meter, u.units::text as units, u.requests::text as requests,
            u.period_start, u.late_units::text as late_units
     from usage_period_units u join tenants t on t.id = u.tenant_id
     where u.period_start >= ${after?.period_start ?? range.from} and u.period_start < ${range.to}

@@ -58,6 +58,15 @@ export interface KeyUnitCount {
   units: number
 }
 
+/**
+ * The most any usage count holds (docs/billing.md, Bounds): 2^53 − 1, the largest integer every
+ * JSON reader keeps exact (RFC 7493 §2.2, Number.MAX_SAFE_INTEGER), 9,007 times a day of 10^12
+ * units, far below bigint's 2^63 − 1. A row's sum stops there (saturates) instead of failing the
+ * flush that would carry it past: each upsert below adds `least(row, MAX − added) + added`, which
+ * never leaves bigint, whatever the row held. Written as the literal 9007199254740991 in the SQL.
+ */
+export const USAGE_COUNT_MAX = Number.MAX_SAFE_INTEGER
+
 /** How long a flush's id is remembered: a retry later than that could add its counts twice. */
 export const BATCH_MEMORY = '1 day'
 
@@ -125,10 +134,10 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       where exists (select 1 from batch)
       order by tenant_id, day, status_class
       on conflict (tenant_id, day, status_class)
-      do update set requests = usage_daily.requests + excluded.requests,
-                    forwarded = usage_daily.forwarded + excluded.forwarded,
-                    limited_rate = usage_daily.limited_rate + excluded.limited_rate,
-                    limited_quota = usage_daily.limited_quota + excluded.limited_quota
+      do update set requests = least(usage_daily.requests, 9007199254740991 - excluded.requests) + excluded.requests,
+                    forwarded = least(usage_daily.forwarded, 9007199254740991 - excluded.forwarded) + excluded.forwarded,
+                    limited_rate = least(usage_daily.limited_rate, 9007199254740991 - excluded.limited_rate) + excluded.limited_rate,
+                    limited_quota = least(usage_daily.limited_quota, 9007199254740991 - excluded.limited_quota) + excluded.limited_quota
     ), added_by_key as (
       insert into usage_daily_keys (tenant_id, day, key_id, status_class, requests)
       select tenant_id, day, key_id, status_class, requests
@@ -137,7 +146,7 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       where exists (select 1 from batch)
       order by tenant_id, day, key_id, status_class
       on conflict (tenant_id, day, key_id, status_class)
-      do update set requests = usage_daily_keys.requests + excluded.requests
+      do update set requests = least(usage_daily_keys.requests, 9007199254740991 - excluded.requests) + excluded.requests
     ), unit_input as (
       select * from jsonb_to_recordset(${sql.json(unitCounts.map(unitJson))})
         as row (tenant_id uuid, period_start timestamptz, meter text, units bigint, requests bigint,
@@ -146,13 +155,14 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       -- A closed period's units move to the first open one: the closed periods of a batch may
       -- land on one row, so they are added up before the upsert (which may touch a row once).
       select row.tenant_id, greatest(row.period_start, closed.until) as period_start, row.meter,
-             sum(row.units) as units, sum(row.requests) as requests,
-             sum(case when row.period_start < closed.until then row.units else 0 end) as late_units
+             least(sum(row.units), 9007199254740991) as units, least(sum(row.requests), 9007199254740991) as requests,
+             least(sum(case when row.period_start < closed.until then row.units else 0 end), 9007199254740991) as late_units
       from unit_input row left join closed on true
       group by 1, 2, 3
     ), check_rows as (
-      select tenant_id, period_start, meter, sum(served) as served, sum(charged) as charged,
-             sum(unlimited) as unlimited, sum(late_out) as late_out, sum(dropped) as dropped
+      select tenant_id, period_start, meter, least(sum(served), 9007199254740991) as served,
+             least(sum(charged), 9007199254740991) as charged, least(sum(unlimited), 9007199254740991) as unlimited,
+             least(sum(late_out), 9007199254740991) as late_out, least(sum(dropped), 9007199254740991) as dropped
       from (
         select row.tenant_id, row.period_start, row.meter, row.units as served, row.charged, row.unlimited,
                case when row.period_start < closed.until then row.units else 0 end as late_out, 0 as dropped
@@ -170,20 +180,20 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       where exists (select 1 from batch)
       order by tenant_id, period_start, meter
       on conflict (tenant_id, period_start, meter)
-      do update set served_units = usage_period_checks.served_units + excluded.served_units,
-                    limiter_units = usage_period_checks.limiter_units + excluded.limiter_units,
-                    unlimited_units = usage_period_checks.unlimited_units + excluded.unlimited_units,
-                    late_out_units = usage_period_checks.late_out_units + excluded.late_out_units,
-                    log_dropped_units = usage_period_checks.log_dropped_units + excluded.log_dropped_units
+      do update set served_units = least(usage_period_checks.served_units, 9007199254740991 - excluded.served_units) + excluded.served_units,
+                    limiter_units = least(usage_period_checks.limiter_units, 9007199254740991 - excluded.limiter_units) + excluded.limiter_units,
+                    unlimited_units = least(usage_period_checks.unlimited_units, 9007199254740991 - excluded.unlimited_units) + excluded.unlimited_units,
+                    late_out_units = least(usage_period_checks.late_out_units, 9007199254740991 - excluded.late_out_units) + excluded.late_out_units,
+                    log_dropped_units = least(usage_period_checks.log_dropped_units, 9007199254740991 - excluded.log_dropped_units) + excluded.log_dropped_units
     ), added_units as (
       insert into usage_period_units (tenant_id, period_start, meter, units, requests, late_units)
       select tenant_id, period_start, meter, units, requests, late_units from unit_rows
       where exists (select 1 from batch)
       order by tenant_id, period_start, meter
       on conflict (tenant_id, period_start, meter)
-      do update set units = usage_period_units.units + excluded.units,
-                    requests = usage_period_units.requests + excluded.requests,
-                    late_units = usage_period_units.late_units + excluded.late_units
+      do update set units = least(usage_period_units.units, 9007199254740991 - excluded.units) + excluded.units,
+                    requests = least(usage_period_units.requests, 9007199254740991 - excluded.requests) + excluded.requests,
+                    late_units = least(usage_period_units.late_units, 9007199254740991 - excluded.late_units) + excluded.late_units
     ), added_key_units as (
       insert into usage_daily_key_units (tenant_id, day, key_id, meter, units)
       select tenant_id, day, key_id, meter, units
@@ -192,7 +202,7 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       where exists (select 1 from batch)
       order by tenant_id, day, key_id, meter
       on conflict (tenant_id, day, key_id, meter)
-      do update set units = usage_daily_key_units.units + excluded.units
+      do update set units = least(usage_daily_key_units.units, 9007199254740991 - excluded.units) + excluded.units
     ), pruned as (
       delete from usage_batches where flushed_at < now() - ${BATCH_MEMORY}::interval
     )

@@ -65,6 +65,7 @@ export const usageMeterPlugin = fp<UsageMeterPluginOptions>(
       periodSeconds,
       ...(clock === undefined ? {} : { now: clock }),
       onFlushFailed: () => metrics.usageFlushFailures.inc(),
+      onRowRefused: () => metrics.usageFlushRowsRefused.inc(),
     })
     const closer = new PeriodCloser({
       sql,

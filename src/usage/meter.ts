@@ -1,47 +1,23 @@
-// Counts requests per tenant, period (an hour by default) and status class in memory, and the
-// units they counted for (docs/api.md, Units), and adds them to Postgres about once a second, in
-// one statement, and at shutdown (docs/api.md, usage; docs/internals.md). Keys' last_used_at
-// rides on the same flush, at most once a minute per key: nothing is written on the request path.
-// Every write has a deadline, on a connection of the meter's own that a write past it ends: a
-// Postgres that stops answering (a lock, a primary gone without a reset) fails the flush, which
-// keeps its batch in doubt, and a stop waits for it no longer than CLOSE_TIMEOUT_MS.
+// The usage meter (docs/api.md, usage; docs/internals.md): counts requests per tenant, period (an
+// hour by default) and status class in memory, and the units they counted for (docs/api.md,
+// Units), and adds them to Postgres about once a second, in one statement, and at shutdown. Keys'
+// last_used_at rides on the same flush, at most once a minute per key: nothing is written on the
+// request path. The counting is usage/meter-counts.ts, the batches and their retries
+// usage/meter-flush.ts, where and how long a write runs usage/meter-writes.ts: every write has a
+// deadline, on a connection of the meter's own that a write past it ends, so a Postgres that stops
+// answering fails the flush, which keeps its batch in doubt, and a stop waits for it no longer
+// than CLOSE_TIMEOUT_MS.
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Sql } from '../store/db.js'
 import { forgetReplica } from '../store/usage-periods.js'
-import {
-  addUsage,
-  type FlushMark,
-  type KeyUnitCount,
-  type KeyUsageCount,
-  type LogDropCount,
-  type PeriodUnitCount,
-  touchKeys,
-  type UsageCount,
-} from '../store/usage.js'
-import {
-  CHARGED_UNITS,
-  FORWARDED,
-  KEY_REQUEST_UNITS,
-  LIMITED_QUOTA,
-  LIMITED_RATE,
-  type PendingCounts,
-  type PendingKeyCounts,
-  type PendingKeyMeterUnits,
-  type PendingLogDrops,
-  type PendingMeterUnits,
-  REQUEST_UNITS,
-  REQUESTS_METER,
-  toKeyRows,
-  toKeyUnitRows,
-  toLogDropRows,
-  toRows,
-  toUnitRows,
-  UNLIMITED_UNITS,
-} from './flush-rows.js'
+import { touchKeys } from '../store/usage.js'
+import { PendingUsage, type ReportedUnitsMap, saturatingAdd } from './meter-counts.js'
+import { type Batch, MeterFlush } from './meter-flush.js'
 import { CLOSE_TIMEOUT_MS, MeterWrites } from './meter-writes.js'
 
 export { REQUESTS_METER, utcDay } from './flush-rows.js'
+export type { ReportedUnitsMap } from './meter-counts.js'
 
 export const FLUSH_INTERVAL_MS = 1_000
 export const LAST_USED_RESOLUTION_MS = 60_000
@@ -49,12 +25,6 @@ export const LAST_USED_RESOLUTION_MS = 60_000
 export const DEFAULT_PERIOD_SECONDS = 3_600
 /** The pause between two of the stop's tries on a fresh connection. */
 const CLOSE_RETRY_PAUSE_MS = 200
-
-/**
- * Units an upstream reported for one answer, by meter name (proxy/meter-reports.ts): a Map, which
- * the meter walks; the limits ask only `get` of it (limits/types.ts, ReportedUnits).
- */
-export type ReportedUnitsMap = ReadonlyMap<string, number>
 
 export interface MeterOptions {
   sql: Sql
@@ -75,55 +45,22 @@ export interface MeterOptions {
   now?: () => number
   /** Told of each flush that failed (a metric). */
   onFlushFailed?: () => void
-}
-
-interface Batch {
-  readonly id: string
-  readonly rows: readonly UsageCount[]
-  /** The same requests by calling key (usage by key), written in the same statement. */
-  readonly keyRows: readonly KeyUsageCount[]
-  /** Units by tenant, period and meter, and by key, day and meter: the same statement again. */
-  readonly unitRows: readonly PeriodUnitCount[]
-  readonly keyUnitRows: readonly KeyUnitCount[]
-  /** Units of dropped request log records (usage_period_checks): the same statement again. */
-  readonly logDropRows: readonly LogDropCount[]
-  /** When its oldest count was recorded. */
-  readonly since: number
-  /** Everything counted before `through` is in this batch or an earlier one (usage_flush_marks). */
-  readonly mark: FlushMark
+  /** Told of each count Postgres refused for its data, which is dropped (a metric; usage/meter-flush.ts). */
+  onRowRefused?: () => void
 }
 
 export class UsageMeter {
-  /**
-   * Requests not yet in Postgres: period start (ms) → tenant id → counts (FORWARDED above). Keyed
-   * by what the request already holds (the period is cached, the id is the tenant record's), so
-   * counting one builds no string.
-   */
-  private counts: PendingCounts = new Map()
-  /** The same requests by key: period start → tenant id → key id → counts (KEY_REQUEST_UNITS above). */
-  private keyCounts: PendingKeyCounts = new Map()
-  /** Units upstreams reported: period start → tenant id → meter → [units, requests that reported]. */
-  private meterUnits: PendingMeterUnits = new Map()
-  /** The same by key: period start → tenant id → key id → meter → units. */
-  private keyMeterUnits: PendingKeyMeterUnits = new Map()
-  /** Units of forwarded requests whose request log records were dropped, by the period they ended in. */
-  private logDrops: PendingLogDrops = new Map()
-  /** When the oldest of `counts` was recorded; null while nothing is pending. */
-  private pendingSince: number | null = null
-  /** A flush that failed: it may have committed, so it is retried with the same id. */
-  private inDoubt: Batch | null = null
+  /** The counts not yet taken by a flush. */
+  private readonly counts: PendingUsage
+  /** The batches taken and not yet written (in doubt, or halves of a refused one). */
+  private readonly flushes: MeterFlush
   /** keyId → last use not yet written. */
   private keyUses = new Map<string, number>()
   /** keyId → when its last_used_at was last written (or queued), for the once-a-minute rule. */
   private readonly keyWrittenAt = new Map<string, number>()
-  /** The current period's bounds, so that a request computes none. */
-  private period = { startMs: 0, endMs: 0 }
-  private readonly periodMs: number
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
   private readonly now: () => number
-  /** Writes that failed since the last that went through (0: the last went through): the first is logged, the rest counted. */
-  private failedInARow = 0
   /** Where and how long its writes run (meter-writes.ts). */
   private readonly writes: MeterWrites
   /** This meter's name among the replicas' flush marks. */
@@ -133,8 +70,14 @@ export class UsageMeter {
   constructor(options: MeterOptions) {
     this.options = options
     this.now = options.now ?? Date.now
-    this.periodMs = (options.periodSeconds ?? DEFAULT_PERIOD_SECONDS) * 1000
+    this.counts = new PendingUsage((options.periodSeconds ?? DEFAULT_PERIOD_SECONDS) * 1000, this.now)
     this.writes = new MeterWrites(options)
+    this.flushes = new MeterFlush({
+      writes: this.writes,
+      log: options.log,
+      onFlushFailed: options.onFlushFailed,
+      onRowRefused: options.onRowRefused,
+    })
   }
 
   start(): void {
@@ -166,49 +109,7 @@ export class UsageMeter {
     charged: boolean | null = null,
     meterCharged: ((meter: string) => boolean | null) | null = null,
   ): void {
-    // A WebSocket's 101 is its upgrade's success: counted with the 2xx (docs/api.md, WebSockets).
-    const statusClass = statusCode === 101 ? 2 : Math.floor(statusCode / 100)
-    if (statusClass < 2 || statusClass > 5) return
-    const counts = this.countsOf(tenantId)
-    counts[statusClass - 2]!++
-    if (forwarded) {
-      counts[FORWARDED + statusClass - 2]!++
-      counts[REQUEST_UNITS]! += cost
-      if (charged === true) counts[CHARGED_UNITS]! += cost
-      else if (charged === null) counts[UNLIMITED_UNITS]! += cost
-    }
-    if (keyId !== undefined) {
-      const keyCounts = this.keyCountsOf(tenantId, keyId)
-      keyCounts[statusClass - 2]!++
-      if (forwarded) keyCounts[KEY_REQUEST_UNITS]! += cost
-    }
-    if (forwarded && reported !== null) this.addReported(tenantId, keyId, reported, meterCharged)
-  }
-
-  /** An upstream's report of units, by tenant and by key (made after countsOf: the period is current). */
-  private addReported(
-    tenantId: string,
-    keyId: string | undefined,
-    reported: ReportedUnitsMap,
-    meterCharged: ((meter: string) => boolean | null) | null,
-  ): void {
-    const byMeter = child(child(this.meterUnits, this.period.startMs), tenantId)
-    const byKeyMeter =
-      keyId === undefined ? null : child(child(child(this.keyMeterUnits, this.period.startMs), tenantId), keyId)
-    for (const [meter, units] of reported) {
-      // Units, requests, units its limits charged, units under none of its limits.
-      let sums = byMeter.get(meter) as number[] | undefined
-      if (sums === undefined) {
-        sums = [0, 0, 0, 0]
-        byMeter.set(meter, sums)
-      }
-      sums[0]! += units
-      sums[1]!++
-      const charged = meterCharged === null ? null : meterCharged(meter)
-      if (charged === true) sums[2]! += units
-      else if (charged === null) sums[3]! += units
-      if (byKeyMeter !== null) byKeyMeter.set(meter, ((byKeyMeter.get(meter) as number | undefined) ?? 0) + units)
-    }
+    this.counts.record(tenantId, statusCode, forwarded, keyId, cost, reported, charged, meterCharged)
   }
 
   /**
@@ -217,7 +118,7 @@ export class UsageMeter {
    * other refusal, which `record` counts when it is answered.
    */
   limited(tenantId: string, kind: 'rate' | 'quota'): void {
-    this.countsOf(tenantId)[kind === 'rate' ? LIMITED_RATE : LIMITED_QUOTA]!++
+    this.counts.limited(tenantId, kind)
   }
 
   /**
@@ -226,68 +127,13 @@ export class UsageMeter {
    * units its upstream reported, as the record holds them.
    */
   logDropped(tenantId: string, endedAtMs: number, cost: number, unitsJson: string | null): void {
-    const period = endedAtMs - (endedAtMs % this.periodMs)
-    const byMeter = child(child(this.logDrops, period), tenantId)
-    byMeter.set(REQUESTS_METER, (byMeter.get(REQUESTS_METER) ?? 0) + cost)
-    if (unitsJson !== null)
-      for (const [meter, units] of Object.entries(JSON.parse(unitsJson) as Record<string, number>))
-        byMeter.set(meter, (byMeter.get(meter) ?? 0) + units)
-    this.pendingSince ??= this.now()
-  }
-
-  /** The period's pending counts of a tenant (see FORWARDED), made on its first request of the period. */
-  private countsOf(tenantId: string): number[] {
-    const period = this.currentPeriod()
-    let tenants = this.counts.get(period)
-    if (tenants === undefined) {
-      tenants = new Map()
-      this.counts.set(period, tenants)
-    }
-    let counts = tenants.get(tenantId)
-    if (counts === undefined) {
-      // A literal: packed small integers, as the four counts were before.
-      counts = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-      tenants.set(tenantId, counts)
-    }
-    this.pendingSince ??= this.now()
-    return counts
-  }
-
-  /** The period's pending counts of a key acting as a tenant (made after countsOf: the period is current). */
-  private keyCountsOf(tenantId: string, keyId: string): number[] {
-    const period = this.period.startMs
-    let tenants = this.keyCounts.get(period)
-    if (tenants === undefined) {
-      tenants = new Map()
-      this.keyCounts.set(period, tenants)
-    }
-    let keys = tenants.get(tenantId)
-    if (keys === undefined) {
-      keys = new Map()
-      tenants.set(tenantId, keys)
-    }
-    let counts = keys.get(keyId)
-    if (counts === undefined) {
-      counts = [0, 0, 0, 0, 0]
-      keys.set(keyId, counts)
-    }
-    return counts
+    this.counts.logDropped(tenantId, endedAtMs, cost, unitsJson)
   }
 
   /** How long the oldest count not yet in Postgres has waited, in ms; 0 when none is pending. */
   lagMs(): number {
-    const since = this.inDoubt?.since ?? this.pendingSince
+    const since = this.flushes.since ?? this.counts.since
     return since === null ? 0 : this.now() - since
-  }
-
-  /** The start (ms) of the period under way. */
-  private currentPeriod(): number {
-    const now = this.now()
-    if (now < this.period.startMs || now >= this.period.endMs) {
-      const startMs = now - (now % this.periodMs)
-      this.period = { startMs, endMs: startMs + this.periodMs }
-    }
-    return this.period.startMs
   }
 
   keyUsed(keyId: string): void {
@@ -312,37 +158,20 @@ export class UsageMeter {
     this.keyUses = new Map()
     this.forgetOldKeyWrites()
 
-    // A batch whose outcome is unknown goes again, as it was, before anything newer: its id keeps
-    // a retry of a flush that did commit from adding its counts twice. Until it is through, new
-    // counts keep adding up in memory (one batch in doubt at a time, however long Postgres is away).
-    let through = this.inDoubt === null || (await this.send(this.inDoubt))
+    // Batches not yet written go first, as they were. Until they are through, new counts keep
+    // adding up in memory (one batch in doubt at a time, however long Postgres is away).
+    let through = await this.flushes.write()
     if (through) {
-      this.inDoubt = null
       // Everything counted so far is in this batch: the mark that lets periods close (docs/billing.md).
       // With nothing counted, the mark goes alone, and is not kept in doubt: the next one supersedes it.
-      const empty = this.pendingSince === null
-      const mark = { replicaId: this.replicaId, through: new Date(this.now()) }
+      const since = this.counts.since ?? this.now()
       const batch: Batch = {
         id: randomUUID(),
-        mark,
-        rows: toRows(this.counts),
-        keyRows: toKeyRows(this.keyCounts),
-        unitRows: toUnitRows(this.counts, this.meterUnits),
-        keyUnitRows: toKeyUnitRows(this.keyCounts, this.keyMeterUnits),
-        logDropRows: toLogDropRows(this.logDrops),
-        since: this.pendingSince ?? this.now(),
+        mark: { replicaId: this.replicaId, through: new Date(this.now()) },
+        since,
+        ...this.counts.take(),
       }
-      this.counts = new Map()
-      this.keyCounts = new Map()
-      this.meterUnits = new Map()
-      this.keyMeterUnits = new Map()
-      this.logDrops = new Map()
-      this.pendingSince = null
-      // In doubt from the moment it is sent (its age is the lag; a stop that gives up counts it),
-      // until Postgres says it is in.
-      if (!empty) this.inDoubt = batch
-      through = await this.send(batch)
-      if (through) this.inDoubt = null
+      through = await this.flushes.write(batch)
     }
     // Postgres did not take the counts: the keys' last use waits for it too.
     if (keyUses.size > 0 && !through) this.keepKeyUses(keyUses)
@@ -373,46 +202,17 @@ export class UsageMeter {
     for (const [keyId, at] of this.keyWrittenAt) if (at <= cutoff) this.keyWrittenAt.delete(keyId)
   }
 
-  /** Adds one batch to Postgres; false when that failed (it may or may not have committed). */
-  private async send(batch: Batch): Promise<boolean> {
-    try {
-      await this.writes.run((sql) =>
-        addUsage(sql, batch.id, {
-          counts: batch.rows,
-          keyCounts: batch.keyRows,
-          unitCounts: batch.unitRows,
-          keyUnitCounts: batch.keyUnitRows,
-          logDropCounts: batch.logDropRows,
-          mark: batch.mark,
-        }),
-      )
-      if (this.failedInARow > 0)
-        this.options.log.info(
-          { failures: this.failedInARow, batch: batch.id },
-          'usage flush went through again; the counts kept meanwhile are in',
-        )
-      this.failedInARow = 0
-      return true
-    } catch (err) {
-      // Once per outage: every failure is counted (tgw_usage_flush_failures_total), and the lag
-      // (tgw_usage_flush_lag_seconds) says how long it has lasted.
-      if (this.failedInARow++ === 0)
-        this.options.log.warn(
-          { err, rows: batch.rows.length, batch: batch.id },
-          'usage flush failed; the counts are kept and retried every second with the same batch id',
-        )
-      this.options.onFlushFailed?.()
-      return false
-    }
-  }
-
-  /** What Postgres has not taken: the batch in doubt and the counts pending, requests and units by meter. */
+  /** What Postgres has not taken: the batches not written and the counts pending, requests and units by meter. */
   private unwritten(): { requests: number; units: Record<string, number> } {
-    const rows = [...(this.inDoubt?.rows ?? []), ...toRows(this.counts)]
-    const unitRows = [...(this.inDoubt?.unitRows ?? []), ...toUnitRows(this.counts, this.meterUnits)]
-    const units: Record<string, number> = {}
-    for (const row of unitRows) units[row.meter] = (units[row.meter] ?? 0) + row.units
-    return { requests: rows.reduce((sum, row) => sum + row.requests, 0), units }
+    const batches = [...this.flushes.unwritten(), this.counts.peek()]
+    // A Map, then an object made from it: a meter may be called `constructor` (names are data).
+    const units = new Map<string, number>()
+    let requests = 0
+    for (const batch of batches) {
+      for (const row of batch.rows) requests += row.requests
+      for (const row of batch.unitRows) units.set(row.meter, saturatingAdd(units.get(row.meter) ?? 0, row.units))
+    }
+    return { requests, units: Object.fromEntries(units) }
   }
 
   /**
@@ -428,26 +228,27 @@ export class UsageMeter {
     const closeTimeoutMs = this.options.closeTimeoutMs ?? CLOSE_TIMEOUT_MS
     const stopBy = performance.now() + closeTimeoutMs
     this.writes.stopBy = stopBy
+    const flushes = this.flushes
     try {
       // A flush under way has taken its counts already: waited for (its write ends by its own
       // deadline, or this one), then what is left is written.
       await this.flushing
       for (;;) {
-        if (this.pendingSince !== null || this.inDoubt !== null || this.keyUses.size > 0 || this.failedInARow > 0)
+        if (this.counts.since !== null || flushes.pending || this.keyUses.size > 0 || flushes.failedInARow > 0)
           await this.flush()
-        if (this.inDoubt === null && this.pendingSince === null && this.failedInARow === 0) break
+        if (!flushes.pending && this.counts.since === null && flushes.failedInARow === 0) break
         if (stopBy - performance.now() <= CLOSE_RETRY_PAUSE_MS) break
         await new Promise((resolve) => setTimeout(resolve, CLOSE_RETRY_PAUSE_MS))
       }
-      if (this.inDoubt !== null || this.pendingSince !== null) {
+      if (flushes.pending || this.counts.since !== null) {
         const { requests, units } = this.unwritten()
         this.options.log.error(
-          { requests, units, batch: this.inDoubt?.id, closeTimeoutMs },
+          { requests, units, batch: flushes.firstId, closeTimeoutMs },
           'usage: Postgres did not take the last counts before the stop; they are lost (unless the last try commits late), and the periods they belong to will record this replica as lost after 120 s',
         )
         return
       }
-      if (this.failedInARow > 0) return
+      if (flushes.failedInARow > 0) return
       await this.writes
         .run((sql) => forgetReplica(sql, this.replicaId))
         .catch((err: unknown) => {
@@ -457,14 +258,4 @@ export class UsageMeter {
       await this.writes.end()
     }
   }
-}
-
-/** The map under `key` in `parent`, made empty when missing. */
-function child<K, V extends Map<unknown, unknown>>(parent: Map<K, V>, key: K): V {
-  let found = parent.get(key)
-  if (found === undefined) {
-    found = new Map() as V
-    parent.set(key, found)
-  }
-  return found
 }

@@ -11,6 +11,7 @@ import {
   usageRows,
 } from '../store/usage-reads.js'
 import type { KeyUsageEntry, Units, UsageEntry } from '../schemas/usage.js'
+import { USAGE_COUNT_MAX } from '../store/usage.js'
 import { utcDay } from './meter.js'
 
 export const MAX_RANGE_DAYS = 366
@@ -118,9 +119,19 @@ export function usageEntries(
   return entries
 }
 
+/**
+ * Adds `more` units of `meter`, saturating at USAGE_COUNT_MAX (docs/billing.md, Bounds). A meter's
+ * name is data: read as an own property only (`constructor` is no function here), and written as one.
+ */
 function add(units: Units, meter: string, more: number): void {
   const byMeter = units as Record<string, number>
-  byMeter[meter] = (byMeter[meter] ?? 0) + more
+  const sum = (Object.hasOwn(byMeter, meter) ? byMeter[meter]! : 0) + more
+  Object.defineProperty(byMeter, meter, {
+    value: Math.min(sum, USAGE_COUNT_MAX),
+    writable: true,
+    enumerable: true,
+    configurable: true,
+  })
 }
 
 /** Adds units by owner (a sub-account, a key), day and meter to the entries and their days. */

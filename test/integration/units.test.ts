@@ -154,6 +154,25 @@ t.test('bad reports are ignored and counted, and the answer is the upstream’s'
   t.equal(used.requests! - usedBefore.requests!, (bad.length + 2) * 3, 'every forwarded request still counts its cost')
 })
 
+t.test('a report with whitespace around it is its value, header or trailer (RFC 9110 §5.5)', async (t) => {
+  const before = await metricValue(gw.app, 'tgw_meter_bad_reports_total', { route: '/llm', meter: 'tokens' })
+  const usedBefore = (await usage()).get(A.id)!.units as Record<string, number>
+  for (const value of ['  9  ', '\t9', '9 \t']) {
+    const res = await call(aKey.apiKey, `/llm/complete?tokens=${encodeURIComponent(value)}`)
+    t.equal(res.status, 200)
+  }
+  t.equal((await call(aKey.apiKey, `/llm/stream?tokens=${encodeURIComponent('  9  ')}`)).status, 200)
+  // Whitespace alone, or around something else, is still a bad report.
+  t.equal((await call(aKey.apiKey, `/llm/complete?tokens=${encodeURIComponent(' 9 9 ')}`)).status, 200)
+  const used = (await usage()).get(A.id)!.units as Record<string, number>
+  t.equal(used.tokens! - usedBefore.tokens!, 4 * 9, '`  9  ` counts 9, four times')
+  t.equal(
+    await metricValue(gw.app, 'tgw_meter_bad_reports_total', { route: '/llm', meter: 'tokens' }),
+    before + 1,
+    'only ` 9 9 ` is a bad report',
+  )
+})
+
 t.test('many concurrent answers: the meter equals what the upstream reported', async (t) => {
   const before = ((await usage()).get(A.id)!.units as Record<string, number>).tokens!
   let reported = 0

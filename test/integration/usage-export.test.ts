@@ -313,6 +313,50 @@ t.test('a HEAD says where the closed periods end, and sends no record', async (t
   t.equal(res.body, '')
 })
 
+t.test(
+  "a closed period's record keeps the external_id of its close; a rename changes only later periods",
+  async (t) => {
+    const closed = `from=${iso(T0)}&to=${iso(T0 + MINUTE)}`
+    const before = {
+      ndjson: await exportOf(P.apiKey, closed),
+      csv: await exportOf(P.apiKey, `${closed}&format=csv`),
+    }
+    t.match(before.csv.body, /"a,""1"""/, 'the external_id of the close')
+    const renamed = await gw.call(P.apiKey, {
+      method: 'PATCH',
+      url: `/v1/sub-accounts/${A.id}`,
+      acting: 'self',
+      body: { external_id: 'a-renamed' },
+    })
+    t.equal(renamed.statusCode, 200, renamed.body)
+    t.equal(renamed.json().external_id, 'a-renamed')
+    const after = {
+      ndjson: await exportOf(P.apiKey, closed),
+      csv: await exportOf(P.apiKey, `${closed}&format=csv`),
+    }
+    t.equal(after.ndjson.body, before.ndjson.body, 'the pulled CloudEvents, byte for byte')
+    t.equal(after.csv.body, before.csv.body, 'the pulled CSV, byte for byte')
+    const rows = []
+    for await (const page of exportRows(sql, { from: new Date(T0), to: new Date(T0 + MINUTE), accountId: P.id }))
+      rows.push(...page)
+    t.ok(
+      rows.filter((row) => row.sub_account_id === A.id).every((row) => row.external_id === 'a,"1"'),
+      'what the push reads too',
+    )
+
+    // A period still open at the rename closes with the new one.
+    clock = T0 + 4 * MINUTE + 20_000
+    await llm(aKey.apiKey, 3)
+    t.same(await flushAndClose(T0 + 5 * MINUTE + 5_000), new Date(T0 + 5 * MINUTE))
+    const later = await exportOf(P.apiKey, `from=${iso(T0 + 4 * MINUTE)}&to=${iso(T0 + 5 * MINUTE)}`)
+    const externals = lines(later.body)
+      .map((line) => JSON.parse(line).data)
+      .filter((data) => data.sub_account_id === A.id)
+      .map((data) => data.external_id)
+    t.ok(externals.length > 0 && externals.every((id) => id === 'a-renamed'), `the later period's: ${externals}`)
+  },
+)
+
 t.test('another period length than the closed periods is refused at the start, and closes nothing', async (t) => {
   await t.rejects(checkPeriodLength(sql, 3600), {
     message:

@@ -22,7 +22,7 @@ export function errorsByField(
   for (const { path, message } of problemOfError(error).errors ?? []) {
     if (!path.startsWith(`${base}/`)) continue
     const [field = '', index] = path.slice(base.length + 1).split('/')
-    if (!(field in subjects)) continue
+    if (!Object.hasOwn(subjects, field)) continue
     const entry = index === undefined ? undefined : sent[field]?.[Number(index)]
     const subject = index === undefined ? subjects[field] : entry
     const text = subject === undefined || message.startsWith(subject) ? message : `${subject} ${message}`

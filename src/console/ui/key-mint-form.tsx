@@ -64,7 +64,7 @@ function allAtFields(error: unknown): boolean {
   const reasons = problemOfError(error).errors ?? []
   return (
     reasons.length > 0 &&
-    reasons.every(({ path }) => path.startsWith('/body/') && (path.split('/')[2] ?? '') in MINT_SUBJECTS)
+    reasons.every(({ path }) => path.startsWith('/body/') && Object.hasOwn(MINT_SUBJECTS, path.split('/')[2] ?? ''))
   )
 }
 

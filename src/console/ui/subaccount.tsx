@@ -165,24 +165,26 @@ function EditForm({ sub, onSaved, confirmation }: FormProps) {
     const form = new FormData(e.currentTarget as HTMLFormElement)
     const externalId = String(form.get('external_id') ?? '').trim()
     action.run(async () => {
-      const metadata: Record<string, string> = {}
+      // A Map: a key is data (`constructor`, `__proto__` are keys like any other), never a property.
+      const metadata = new Map<string, string>()
       for (const f of fields) {
         const key = f.key.trim()
         if (key === '' && f.value === '') continue // an empty row is no field
-        if (key === '' || key in metadata)
+        if (key === '' || metadata.has(key))
           throw new ApiError({
             status: 0,
             code: 'invalid_metadata',
             title: key === '' ? 'A metadata value has no key' : `The metadata key “${key}” is there twice`,
             detail: 'Each metadata field needs a key of its own (1 to 40 characters); remove the field, or name it.',
           })
-        metadata[key] = f.value
+        metadata.set(key, f.value)
       }
       onSaved(
         await api<SubAccount>('PATCH', `/${sub.id}`, {
           name: String(form.get('name') ?? ''),
           external_id: externalId === '' ? null : externalId,
-          metadata,
+          // fromEntries defines each key as an own property, `__proto__` included.
+          metadata: Object.fromEntries(metadata),
         }),
       )
     }, 'Sub-account saved')
