@@ -152,7 +152,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       return
     }
     // A 204 or 304 naming a length: its head was all of it (no-content.ts).
-    if (this.withoutContent && isLengthMismatch(error)) return this.onResponseEnd(controller, {})
+    if (this.withoutContent && isLengthMismatch(error)) {
+      this.onResponseEnd(controller, {})
+      return
+    }
     this.done = true
     const exchange = this.exchange
     if (this.answering) {
