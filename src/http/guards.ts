@@ -2,8 +2,8 @@
 // on the answer (request-id.ts makes it), an upgrade's Connection: close, the bad-path refusal, no
 // transfer coding but chunked (transfer-coding.ts), at most 100 header fields and 16 KiB of them,
 // the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and
-// before a body parser can answer 415 or 400. Management paths included. And, on the way out, X-Content-Type-Options: nosniff on every answer the gateway
-// writes itself (never a proxied one).
+// before a body parser can answer 415 or 400. Management paths included. And, on the way out,
+// X-Content-Type-Options: nosniff on every answer the gateway writes itself (never a proxied one).
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from './bad-paths.js'
