@@ -36,6 +36,7 @@ export const ERRORS = {
   quota_exceeded: { status: 429, title: 'Quota exceeded' },
   headers_too_large: { status: 431, title: 'Request header fields too large' },
   internal_error: { status: 500, title: 'Internal error' },
+  not_implemented: { status: 501, title: 'Not implemented' },
   upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
   store_unavailable: { status: 503, title: 'Store unavailable' },
   upstream_busy: { status: 503, title: 'Upstream busy' },

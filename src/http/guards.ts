@@ -1,16 +1,17 @@
 // What every request goes through before routing decides anything (docs/api.md): its request id
-// on the answer (request-id.ts makes it), an upgrade's Connection: close, the bad-path refusal, at
-// most 100 header fields and 16 KiB of them, the one-Host rule, a Host that is a host[:port], and
-// the 404, all before authentication and before a body parser can answer 415 or 400. Management
-// paths included. And, on the way out, X-Content-Type-Options: nosniff on every answer the gateway
-// writes itself (never a proxied one).
+// on the answer (request-id.ts makes it), an upgrade's Connection: close, the bad-path refusal, no
+// transfer coding but chunked (transfer-coding.ts), at most 100 header fields and 16 KiB of them,
+// the one-Host rule, a Host that is a host[:port], and the 404, all before authentication and
+// before a body parser can answer 415 or 400. Management paths included. And, on the way out,
+// X-Content-Type-Options: nosniff on every answer the gateway writes itself (never a proxied one).
 import fp from 'fastify-plugin'
 import { ApiError, routeNotFound } from '../errors.js'
 import { isBadPath, pathOf } from './bad-paths.js'
 import { isUpgrade } from './upgrade-request.js'
-import { isLingering } from './lingering-close.js'
+import { closesBeforeBodyEnds, isLingering } from './lingering-close.js'
 import { closeWithConnection } from './queued-answer.js'
 import { HEADERS_TOO_LARGE, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, singleHeaderCounts } from './header-counts.js'
+import { undecodedCoding, undecodedCodingRefusal } from './transfer-coding.js'
 
 /**
  * RFC 9110 §7.2: Host = uri-host [ ":" port ], where uri-host is an IP literal in brackets or a
@@ -45,6 +46,15 @@ export const requestGuards = fp(
             'the path may not contain .., //, ;, #, a control character, or an encoded dot pair, slash, backslash, ; or #, also when decoded again: encode the path once, without such parts',
           ),
         )
+        return
+      }
+      // RFC 9112 §6.1: a coding the gateway cannot decode (`gzip, chunked`) is a 501, its body
+      // unread, and its connection closed (lingering while the body still comes): Node's parser
+      // may refuse the same request once its head is handed over (transfer-coding.ts).
+      if (undecodedCoding(request.headers['transfer-encoding'])) {
+        closesBeforeBodyEnds(request.raw)
+        reply.header('connection', 'close')
+        done(undecodedCodingRefusal(request.raw.socket))
         return
       }
       const counts = singleHeaderCounts(request)

@@ -9,21 +9,28 @@ import type { Duplex } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { ERRORS, problem, PROBLEM_CONTENT_TYPE, type ErrorCode } from '../errors.js'
 import { HEADERS_TOO_LARGE } from './header-counts.js'
+import { codingRefusedBefore, isUndecodedCodingRefusal, UNDECODED_CODING } from './transfer-coding.js'
 
 export function refuseClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return
+  // Refused by guards.ts already, its answer closing the connection once written.
+  if (isUndecodedCodingRefusal(err) && codingRefusedBefore(socket)) return
   const code: ErrorCode =
     err.code === 'HPE_HEADER_OVERFLOW'
       ? 'headers_too_large'
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? 'request_timeout'
-        : 'bad_request'
+        : isUndecodedCodingRefusal(err)
+          ? 'not_implemented'
+          : 'bad_request'
   const detail =
     code === 'headers_too_large'
       ? HEADERS_TOO_LARGE
       : code === 'request_timeout'
         ? 'the request was not received in time'
-        : 'the request is not valid HTTP/1.1'
+        : code === 'not_implemented'
+          ? UNDECODED_CODING
+          : 'the request is not valid HTTP/1.1'
   const requestId = randomUUID()
   this.log.debug({ err, reqId: requestId }, 'refused by the HTTP parser')
   if (socket.writable) socket.write(answerBytes(code, detail, requestId))

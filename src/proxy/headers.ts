@@ -80,6 +80,17 @@ export const SPOOFING: ReadonlySet<string> = new Set([
   'x-rewrite-url',
   'forwarded',
   'x-real-ip',
+  // The client's address as CDNs, load balancers and frameworks name it (Akamai's True-Client-IP,
+  // Cloudflare's, Fastly's…): an upstream that trusts one would take the address a client wrote.
+  'true-client-ip',
+  'x-client-ip',
+  'client-ip',
+  'cf-connecting-ip',
+  'fastly-client-ip',
+  'x-cluster-client-ip',
+  'x-originating-ip',
+  'x-remote-ip',
+  'x-remote-addr',
 ])
 
 const FORWARDED_FOR = 'x-forwarded-for'

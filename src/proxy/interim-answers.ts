@@ -12,6 +12,7 @@
 import { subscribe } from 'node:diagnostics_channel'
 import type { Socket } from 'node:net'
 import { buildConnector } from 'undici'
+import { readPastWriteErrors } from './early-answers.js'
 
 /** `HTTP/1.1 200`: what tells an answer's status. */
 const STATUS_LINE_BYTES = 12
@@ -140,13 +141,19 @@ subscribe('undici:client:sendHeaders', (message) => {
   if (answers !== undefined) answers.awaitingStatus = true
 })
 
-/** undici's connector with `options`, whose sockets pass an upstream's informational answers by. */
+/**
+ * undici's connector with `options`, whose sockets pass an upstream's informational answers by,
+ * and read an early answer past a failed write of the request body (early-answers.ts).
+ */
 export function interimAnswersConnector(options: buildConnector.BuildOptions): buildConnector.connector {
   const connect = buildConnector(options)
   return (target, callback) =>
     connect(target, (error, socket) => {
       // A failed connection gives its error alone.
-      if (error === null) watch(socket)
+      if (error === null) {
+        watch(socket)
+        readPastWriteErrors(socket)
+      }
       ;(callback as (error: Error | null, socket: Socket | null) => void)(error, socket)
     })
 }

@@ -9,6 +9,7 @@ import { ApiError, payloadTooLarge } from '../errors.js'
 import { closesBeforeBodyEnds } from '../http/lingering-close.js'
 import type { Exchange, UpstreamSide } from './exchange.js'
 import type { MeterReports } from './meter-reports.js'
+import { hasNoContent, isLengthMismatch } from './no-content.js'
 import { BodyIdleError, BodyTooLargeError, BodyTooSlowError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 
@@ -56,6 +57,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   private controller: Dispatcher.DispatchController | null = null
   /** The answer's head went to the client: a failure from now on can only cut it short. */
   private answering = false
+  /** The answer has no content (a 204, a 304, an answer to HEAD: no-content.ts), whatever its head says. */
+  private withoutContent = false
   /** The upstream broke off its answer after it began (not the client's doing). */
   broken = false
   /** The request went out on an upstream connection: from now on it counts, however it ends. */
@@ -106,7 +109,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     reply.hijack()
     this.answering = true
     this.response.writeHead(statusCode, head)
-    const length = Number(head['content-length'] ?? Number.NaN)
+    this.withoutContent = hasNoContent(statusCode, request.method)
+    const length = this.withoutContent ? 0 : Number(head['content-length'] ?? Number.NaN)
     exchange.responding(Number.isSafeInteger(length) ? length : null)
   }
 
@@ -144,10 +148,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     }
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+  onResponseError(controller: Dispatcher.DispatchController, error: Error): void {
     if (this.done) {
       // Aborted because the client left before the answer (clientLeft): settled all the same.
       this.exchange.upstreamSettled()
+      return
+    }
+    // A 204 or 304 naming a length: its head was all of it (no-content.ts).
+    if (this.withoutContent && isLengthMismatch(error)) {
+      this.onResponseEnd(controller, {})
       return
     }
     this.done = true

@@ -6,6 +6,7 @@ import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, type Dispatcher } from 'undici'
 import { closesBeforeBodyEnds } from '../http/lingering-close.js'
+import { mergedRateLimitFields } from '../limits/upstream-fields.js'
 import type { LatencyHistogram } from '../shared/fast-metrics.js'
 import { AnswerHeaders } from './answer-headers.js'
 import { downstreamHeaders, trustedIdentity, upstreamHeaders } from './headers.js'
@@ -113,7 +114,13 @@ export class UpstreamTarget implements CallTarget {
     const headers = downstreamHeaders(upstream, this.meterReports?.hidden)
     this.answerRules.apply(headers)
     const out = reply.getHeaders() as OutgoingHttpHeaders
+    // The gateway's RateLimit fields stay first, the upstream's after them (limits/upstream-fields.ts).
+    const limitFields =
+      headers.ratelimit === undefined && headers['ratelimit-policy'] === undefined
+        ? null
+        : mergedRateLimitFields(out, headers)
     for (const name in headers) out[name] = headers[name]
+    if (limitFields !== null) Object.assign(out, limitFields)
     if (statusCode === 204) {
       // RFC 9110 §8.6: an answer without content has no Content-Type or Content-Length.
       delete out['content-type']

@@ -265,7 +265,7 @@ const PROBLEM_FIELDS = ['type', 'title', 'status', 'detail', 'code', 'request_id
  * authenticated, counted or forwarded.
  */
 export function isParserRefusal(res: RawHttpResponse): boolean {
-  if (res.status !== 400 && res.status !== 431) return false
+  if (res.status !== 400 && res.status !== 431 && res.status !== 501) return false
   if (!/^application\/problem\+json/.test(res.header('content-type') ?? '')) return false
   if (res.header('connection') !== 'close' || res.header('x-request-id') === undefined) return false
   // (A HEAD request's answer is read without its body.)
@@ -274,6 +274,7 @@ export function isParserRefusal(res: RawHttpResponse): boolean {
     const body = JSON.parse(res.body) as { code?: string; detail?: string }
     return (
       (body.code === 'headers_too_large' && res.status === 431) ||
+      (body.code === 'not_implemented' && res.status === 501 && /chunked alone/.test(body.detail ?? '')) ||
       (body.code === 'bad_request' && res.status === 400 && body.detail === 'the request is not valid HTTP/1.1')
     )
   } catch {

@@ -66,8 +66,8 @@ t.test('smuggling: Content-Length with Transfer-Encoding: xchunked is 400', asyn
   )
 })
 
-t.test('smuggling: Transfer-Encoding: chunked, identity (chunked not last) is 400', async (t) => {
-  await smuggle(t, [['Transfer-Encoding', 'chunked, identity']], '0\r\n\r\n')
+t.test('smuggling: Transfer-Encoding: chunked, identity (chunked not last) is 501, a coding not decoded', async (t) => {
+  await smuggle(t, [['Transfer-Encoding', 'chunked, identity']], '0\r\n\r\n', 501)
 })
 
 t.test('smuggling: a Transfer-Encoding line folded onto the next (obs-fold) is 400', async (t) => {

@@ -392,13 +392,22 @@ t.test('another spelling of a framing header is dropped: Content_Length, transfe
 
 t.test('method, path and address overrides are dropped unless the route passes them', async (t) => {
   t.same([...SPOOFING].sort(), [
+    'cf-connecting-ip',
+    'client-ip',
+    'fastly-client-ip',
     'forwarded',
+    'true-client-ip',
+    'x-client-ip',
+    'x-cluster-client-ip',
     'x-http-method',
     'x-http-method-override',
     'x-method-override',
     'x-original-method',
     'x-original-url',
+    'x-originating-ip',
     'x-real-ip',
+    'x-remote-addr',
+    'x-remote-ip',
     'x-rewrite-url',
   ])
   const sent = { ...inbound(), ...Object.fromEntries([...SPOOFING].map((name) => [name, 'client-said'])) }
