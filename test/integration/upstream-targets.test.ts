@@ -5,11 +5,11 @@
 // back-off (on a clock the test moves), the cap on targets out, active checks, and the panic.
 import { createServer } from 'node:http'
 import t, { type Test } from 'tap'
-import { callAs } from '../helpers/http.js'
 import { metricValue, type Parent, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { subAccountVia } from '../helpers/gateway-load.js'
 import { until } from '../helpers/poll.js'
 import { listenOn, stablePort } from '../helpers/ports.js'
+import { openSocket, startWebSocketUpstream } from '../helpers/websocket.js'
 import { echo, holdingUpstream, startUpstream, type Upstream } from '../helpers/upstream.js'
 
 const PREFIX = '/v1/things'
@@ -220,4 +220,24 @@ t.test('when every target is out, requests go to all of them and the route says 
   )
   healthy = true
   t.ok(await until(10_000, async () => (await panic()) === 0), 'and back to 0 when they pass')
+})
+
+t.test('WebSockets on a route with targets are balanced too', async (t) => {
+  const upstreams = await Promise.all([0, 1].map(() => startWebSocketUpstream(t)))
+  const setup = await gatewayWith(t, {
+    targets: upstreams.map((u) => ({ url: u.url })),
+    balance: 'round_robin',
+    websocket: true,
+  })
+  for (let i = 0; i < 4; i++) {
+    const socket = await openSocket(t, `${setup.gw.url}${PREFIX}/live`, { key: setup.parent.apiKey })
+    socket.ws.send('ping')
+    t.equal(await socket.next(), 'ping')
+  }
+  t.same(
+    upstreams.map((u) => u.upgrades.length),
+    [2, 2],
+    'two upgrades each',
+  )
+  t.equal(upstreams[1]!.upgrades[0]!.host, `127.0.0.1:${upstreams[1]!.port}`, "each target's own Host")
 })

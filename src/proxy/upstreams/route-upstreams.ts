@@ -102,13 +102,26 @@ export class RouteUpstreams implements UpstreamsReadout {
    */
   pick(tenantId: string | undefined): Target {
     const now = this.clock()
+    const target = this.choose(tenantId, now)
+    this.outlier.dispatched(target.outlier, now)
+    return target
+  }
+
+  /**
+   * The target for a WebSocket of `tenantId`: picked as a request's, but a socket is no trial
+   * (its life says nothing of the target's answers) and passive health does not hear of it.
+   */
+  pickForSocket(tenantId: string | undefined): Target {
+    return this.choose(tenantId, this.clock())
+  }
+
+  /** The balancer's pick among the targets that may take a request, or among all when none may (panic). */
+  private choose(tenantId: string | undefined, now: number): Target {
     const candidates = this.candidates
-    candidates.length = 0
     for (const target of this.targets)
       if (target.healthy && this.outlier.admits(target.outlier, now)) candidates.push(target)
     const target = this.balancer.pick(candidates.length === 0 ? this.targets : candidates, tenantId)
     candidates.length = 0
-    this.outlier.dispatched(target.outlier, now)
     return target
   }
 
