@@ -60,7 +60,9 @@ export class UpstreamTarget implements CallTarget {
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
     this.upstreamPrefix = basePath + this.publicPrefix
     this.host = url.host
-    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix, isSandboxed(route))
+    // With targets, a Location may name any of them (the first is `url`).
+    const targetOrigins = route.targets?.targets.map((target) => new URL(target.url).origin) ?? []
+    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix, isSandboxed(route), targetOrigins)
     this.pool = upstreams ?? upstreamPool(url.origin, route)
   }
 

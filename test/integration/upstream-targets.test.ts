@@ -241,3 +241,23 @@ t.test('WebSockets on a route with targets are balanced too', async (t) => {
   )
   t.equal(upstreams[1]!.upgrades[0]!.host, `127.0.0.1:${upstreams[1]!.port}`, "each target's own Host")
 })
+
+t.test("a Location naming the target that answered is moved under the route's prefix", async (t) => {
+  const upstreams = await Promise.all(
+    [0, 1].map(() =>
+      startUpstream(t, (request, response) => {
+        response.writeHead(302, { location: `http://${request.headers.host}${PREFIX}/next` }).end()
+      }),
+    ),
+  )
+  const setup = await gatewayWith(t, { targets: upstreams.map((u) => ({ url: u.url })), balance: 'round_robin' })
+  for (let i = 0; i < 2; i++) {
+    const res = await setup.gw.call(setup.parent.apiKey, { method: 'GET', url: `${PREFIX}/x` })
+    t.equal(res.headers.location, `${PREFIX}/next`)
+  }
+  t.same(
+    upstreams.map((u) => u.received.length),
+    [1, 1],
+    'one from each target',
+  )
+})
