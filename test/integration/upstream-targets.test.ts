@@ -261,3 +261,13 @@ t.test("a Location naming the target that answered is moved under the route's pr
     'one from each target',
   )
 })
+
+t.test('a public route with targets balances its requests too', async (t) => {
+  const upstreams = await Promise.all([0, 1].map(() => startUpstream(t)))
+  const setup = await gatewayWith(t, { targets: upstreams.map((u) => ({ url: u.url })), public: true })
+  for (let i = 0; i < 20; i++) {
+    const res = await setup.gw.call(null, { method: 'GET', url: `${PREFIX}/x` })
+    t.equal(res.statusCode, 200)
+  }
+  t.equal(upstreams[0]!.received.length + upstreams[1]!.received.length, 20, 'every request to one of them')
+})

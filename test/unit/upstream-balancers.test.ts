@@ -63,3 +63,7 @@ t.test('tenant_hash: a tenant on one target; losing one moves only its tenants',
   t.ok(onHeavy > 300, `weights hold: ${onHeavy} of 400 on the target of weight 9`)
   t.equal(tenantHash.pick(targets([1, 1], [5, 0]), undefined).name, 1, 'no tenant: least_request')
 })
+
+t.test('tenant_hash with one target left: that one', async (t) => {
+  t.equal(tenantHash.pick(targets([3]), randomUUID()).name, 0)
+})

@@ -153,6 +153,11 @@ t.test('mistakes are refused, naming the route and the field', async (t) => {
       targets([{ url: A }], { health_check: { path: '/h', statuses: [] } }),
       /health_check\.statuses must be a list of HTTP statuses from 200 to 599/,
     ],
+    [
+      'statuses not numbers',
+      targets([{ url: A }], { health_check: { path: '/h', statuses: ['200'] } }),
+      /from 200 to 599/,
+    ],
     ['statuses 100', targets([{ url: A }], { health_check: { path: '/h', statuses: [100] } }), /from 200 to 599/],
   ]
   for (const [name, doc, mentions] of cases) refuses(t, doc, WHERE, name, undefined, mentions)

@@ -24,13 +24,13 @@ function weightedRandom<T extends Balanced>(candidates: readonly T[], skip: numb
   let total = 0
   for (let i = 0; i < candidates.length; i++) if (i !== skip) total += candidates[i]!.weight
   let at = Math.random() * total
-  for (let i = 0; i < candidates.length; i++) {
+  let chosen = -1
+  for (let i = 0; i < candidates.length && at >= 0; i++) {
     if (i === skip) continue
+    chosen = i
     at -= candidates[i]!.weight
-    if (at < 0) return i
   }
-  // Rounding left `at` at 0 past the last: the last one counted.
-  return skip === candidates.length - 1 ? candidates.length - 2 : candidates.length - 1
+  return chosen
 }
 
 /**

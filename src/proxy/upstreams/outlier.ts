@@ -38,7 +38,7 @@ export class Outlier {
     options: OutlierOptions,
     states: readonly OutlierState[],
     clock: () => number,
-    onEject: (index: number) => void = () => {},
+    onEject: (index: number) => void,
   ) {
     this.options = options
     this.states = states

@@ -2,7 +2,6 @@
 // flight (least_request reads them) and tells passive health (outlier.ts) how each ended. It
 // wraps the request's own handler (upstream-call.ts) and passes every callback on unchanged.
 import type { IncomingHttpHeaders } from 'node:http'
-import type { Duplex } from 'node:stream'
 import type { Dispatcher } from 'undici'
 import type { Outcome } from './outlier.js'
 
@@ -70,17 +69,6 @@ class TargetCall implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
     this.inner.onRequestStart?.(controller, context)
-  }
-
-  onRequestUpgrade(
-    controller: Dispatcher.DispatchController,
-    statusCode: number,
-    headers: IncomingHttpHeaders,
-    socket: Duplex,
-  ): void {
-    this.tell('success')
-    this.end()
-    this.inner.onRequestUpgrade?.(controller, statusCode, headers, socket)
   }
 
   onResponseStart(
