@@ -127,6 +127,8 @@ export class RouteUpstreams implements UpstreamsReadout {
 
   /** undici's Dispatcher.dispatch, through the picked target's pool. */
   dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
+    // The resolved tenant as the gateway itself sets it for the upstream (headers.ts): a client's
+    // X-Service-* never gets this far. A public route has none.
     const tenant = (options as DispatchOptions).headers['x-service-resolved-tenant']
     return this.pick(typeof tenant === 'string' ? tenant : undefined).dispatcher.dispatch(options, handler)
   }
