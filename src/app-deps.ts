@@ -86,6 +86,8 @@ export interface AppTuning {
   reconciliationMaxRows?: number
   /** How often expired idempotency keys are deleted (default 60 s). */
   idempotencySweepIntervalMs?: number
+  /** The clock of a route's passive health, in ms (default Date.now): a test moves it past a target's back-off. */
+  upstreamClock?: () => number
   /** Resolves webhook URLs' names at creation (default node:dns lookup). */
   webhookLookup?: LookupAll
 }

@@ -48,6 +48,8 @@ export function cookiesForClient(setCookie: string | string[]): string | string[
 export class AnswerHeaders {
   /** The upstream's origin as URL writes it (lower-case host, no default port). */
   private readonly origin: string
+  /** The origins of a route's other targets (proxy/upstreams/): a Location naming one is the upstream's too. */
+  private readonly otherOrigins: readonly string[]
 
   /** The upstream's path that the route's prefix becomes (its base path, then the prefix). */
   private readonly upstreamPrefix: string
@@ -55,7 +57,14 @@ export class AnswerHeaders {
   private readonly publicPrefix: string
   /** The route's answers carry PUBLIC_ROUTE_CSP (a public route without `same_origin_documents`). */
   private readonly sandboxed: boolean
-  constructor(upstream: URL, upstreamPrefix: string, publicPrefix: string, sandboxed = false) {
+  constructor(
+    upstream: URL,
+    upstreamPrefix: string,
+    publicPrefix: string,
+    sandboxed = false,
+    otherOrigins: readonly string[] = [],
+  ) {
+    this.otherOrigins = otherOrigins
     this.upstreamPrefix = upstreamPrefix
     this.publicPrefix = publicPrefix
     this.origin = upstream.origin
@@ -109,7 +118,12 @@ export class AnswerHeaders {
     } catch {
       return location
     }
-    if (url.origin !== this.origin || url.username !== '' || url.password !== '') return location
+    if (
+      (url.origin !== this.origin && !this.otherOrigins.includes(url.origin)) ||
+      url.username !== '' ||
+      url.password !== ''
+    )
+      return location
     const path = url.pathname
     const prefix = this.upstreamPrefix
     if (!path.startsWith(prefix) || (path.length !== prefix.length && path.charCodeAt(prefix.length) !== 47))

@@ -7,6 +7,7 @@ import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } 
 import type { ClientAbortTallies } from './exchange.js'
 import type { BadReportCounter } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
+import type { RouteUpstreams } from './upstreams/route-upstreams.js'
 
 export interface ProxyMetrics {
   readonly proxiedRequests: Tally
@@ -27,6 +28,10 @@ export interface ProxyMetrics {
   openWebSockets: ((route: string) => number) | null
   /** The route prefixes with `websocket: true`, for tgw_websockets_open. */
   readonly webSocketRoutes: string[]
+  /** The targets of each route that has them, read at scrape time (tgw_upstream_target_up, tgw_upstream_panic). */
+  readonly upstreamTargets: Map<string, RouteUpstreams>
+  /** Targets taken out by passive health, by route prefix and target URL. */
+  readonly upstreamEjections: Counter<'route' | 'target'>
   /** Reports of units an upstream sent that were not whole numbers from 0 to 10^12 (proxy/meter-reports.ts). */
   readonly meterBadReports: Counter<'route' | 'meter'>
 }
@@ -52,6 +57,14 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
       registry,
     ),
     upstreamSlots: new Map(),
+    upstreamTargets: new Map(),
+    // Rare (a failing target), so a labelled counter of prom-client's.
+    upstreamEjections: new Counter({
+      name: 'tgw_upstream_ejections_total',
+      help: "Times a route's target was taken out by passive health (failures in a row), by route prefix and target",
+      labelNames: ['route', 'target'] as const,
+      registers,
+    }),
     openWebSockets: null,
     webSocketRoutes: [],
     // Rare (a misbehaving upstream): a labelled counter of prom-client's, not a tally.
@@ -77,6 +90,27 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
     },
   })
   new Gauge({
+    name: 'tgw_upstream_target_up',
+    help: "1 when a route's target may take requests (not ejected, passing its health checks), else 0; cell empty for a route without cells",
+    labelNames: ['route', 'cell', 'target'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, readout] of metrics.upstreamTargets)
+        for (const { target, up } of readout.readTargets()) this.set({ route, cell: '', target }, up ? 1 : 0)
+    },
+  })
+  new Gauge({
+    name: 'tgw_upstream_panic',
+    help: '1 when every target of a route is out, so that its requests go to all of them',
+    labelNames: ['route'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, readout] of metrics.upstreamTargets) this.set({ route }, readout.panic() ? 1 : 0)
+    },
+  })
+  new Gauge({
     name: 'tgw_websockets_open',
     help: 'WebSockets open through this replica, by route prefix',
     labelNames: ['route'] as const,
@@ -90,6 +124,17 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
   })
   return metrics
 }
+
+/** Counts a route's ejections; every target's series starts at 0, so that it shows before the first. */
+export function ejectionCounter(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): EjectionCounter {
+  const counter = metrics.upstreamEjections
+  for (const route of routes)
+    for (const target of route.targets?.targets ?? []) counter.inc({ route: route.prefix, target: target.url }, 0)
+  return (route, target) => counter.inc({ route, target })
+}
+
+/** Counts one ejection of a route's target (tgw_upstream_ejections_total). */
+export type EjectionCounter = (route: string, target: string) => void
 
 /** Counts a route meter's bad reports; every route meter's series starts at 0, so that it shows before the first. */
 export function badReportCounter(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): BadReportCounter {

@@ -5,8 +5,10 @@ import type { TenancyLookups } from '../shared/tenancy-records.js'
 import type { AccountExchange, ClientAbortTallies } from './exchange.js'
 import type { LimitGate } from './limit-gate.js'
 import type { BadReportCounter } from './meter-reports.js'
+import type { EjectionCounter } from './metrics.js'
 import type { ProxyStep } from './pipeline.js'
 import type { ProxyRoute } from './route.js'
+import type { RouteUpstreams } from './upstreams/route-upstreams.js'
 import type { WebSocketRuntime } from './websocket/runtime.js'
 
 export interface ProxyOptions {
@@ -23,6 +25,15 @@ export interface ProxyOptions {
   meterBadReport?: BadReportCounter
   /** Where each route's slots are read at scrape time (tgw_proxy_upstream_slots). */
   upstreamSlots?: Map<string, () => { held: number; waiting: number }>
+  /**
+   * Each route's targets and their balancer, by prefix (proxy/plugin.ts fills it): WebSockets are
+   * balanced through it, and the metrics read it at scrape time (tgw_upstream_target_up, tgw_upstream_panic).
+   */
+  upstreamTargets?: Map<string, RouteUpstreams>
+  /** Counts a target's ejection (tgw_upstream_ejections_total). */
+  upstreamEjections?: EjectionCounter
+  /** Passive health's clock, in ms (default Date.now; a test moves it past a back-off). */
+  upstreamClock?: () => number
   limits: LimitGate
   /** Signs the identity of requests on routes with `identity`; null when no route has it. */
   identity: IdentityAssertions | null

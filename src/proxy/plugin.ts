@@ -9,7 +9,8 @@ import type { ProxyOptions } from './options.js'
 import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
 import type { ProxyRoute } from './route.js'
-import { isSandboxed, UpstreamTarget } from './upstream-target.js'
+import { isSandboxed, UpstreamTarget, upstreamPool } from './upstream-target.js'
+import { RouteUpstreams } from './upstreams/route-upstreams.js'
 import { PUBLIC_ROUTE_CSP } from './answer-headers.js'
 
 /** The methods a route proxies (@fastify/http-proxy's): any other is the 404 of an unknown route. */
@@ -32,15 +33,29 @@ function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
     })
 }
 
+/** A route's targets and their balancer (upstreams/); null for a route with one upstream. */
+function balancedTargets(route: ProxyRoute, options: ProxyOptions): RouteUpstreams | null {
+  if (route.targets === null) return null
+  const upstreams = new RouteUpstreams(route.targets, {
+    makePool: (origin) => upstreamPool(origin, route),
+    clock: options.upstreamClock,
+    onEject: (target) => options.upstreamEjections?.(route.prefix, target),
+  })
+  options.upstreamTargets?.set(route.prefix, upstreams)
+  return upstreams
+}
+
 async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: ProxyOptions): Promise<void> {
   const readiness = app.readiness
   const limits = options.limits
+  const upstreams = balancedTargets(route, options)
   const target = new UpstreamTarget(
     route,
     options.upstreamDuration,
     () => readiness.draining,
     options.meterBadReport,
     (request) => limits.charge(request),
+    upstreams,
   )
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(

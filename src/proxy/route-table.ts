@@ -11,6 +11,7 @@ import { parseRouteIdentity } from '../identity/route-identity.js'
 import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHARE_KEYS } from './route-limits.js'
 import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 import { METER_KEYS, parseCost, parseMeters } from './route-meters.js'
+import { parseRouteTargets, TARGET_KEYS } from './upstreams/route-options.js'
 
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
 const ROUTE_KEYS = new Set([
@@ -23,7 +24,8 @@ const ROUTE_KEYS = new Set([
   'pass_headers',
   'identity',
 ])
-for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS]) ROUTE_KEYS.add(key)
+for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS, ...TARGET_KEYS])
+  ROUTE_KEYS.add(key)
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
 // `:` and `*` (route patterns to the router), `;` and `%` (refused paths, docs/api.md).
@@ -83,20 +85,23 @@ function parsePrefix(where: string, value: unknown, consoleServed: boolean): str
 /** What a URL written as a host and port alone lacks (`127.0.0.1:9000` is no URL, `localhost:9000` one of scheme `localhost:`). */
 const SCHEME_FIRST = 'write the scheme first, as in http://127.0.0.1:9000'
 
-/** Checks an upstream URL; exported so that UPSTREAM_URL gets the same rules. */
-export function parseUpstream(where: string, value: unknown): string {
-  if (typeof value !== 'string') fail(where, 'upstream must be an http or https URL')
+/**
+ * Checks an upstream URL; exported so that UPSTREAM_URL gets the same rules. `field` names it in
+ * the message (`upstream`, or a target's `targets[2].url`).
+ */
+export function parseUpstream(where: string, value: unknown, field = 'upstream'): string {
+  if (typeof value !== 'string') fail(where, `${field} must be an http or https URL`)
   let url: URL
   try {
     url = new URL(value)
   } catch {
     // Never echo the value: it may carry a password.
-    fail(where, `upstream is not a valid URL: ${SCHEME_FIRST}`)
+    fail(where, `${field} is not a valid URL: ${SCHEME_FIRST}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
-    fail(where, `upstream must use http:// or https://: ${SCHEME_FIRST}`)
-  if (url.username !== '' || url.password !== '') fail(where, 'upstream may not carry credentials')
-  if (url.search !== '' || url.hash !== '') fail(where, 'upstream may not have a query or a fragment')
+    fail(where, `${field} must use http:// or https://: ${SCHEME_FIRST}`)
+  if (url.username !== '' || url.password !== '') fail(where, `${field} may not carry credentials`)
+  if (url.search !== '' || url.hash !== '') fail(where, `${field} may not have a query or a fragment`)
   // Keep the base path without its trailing slash: the forwarded path is appended to it.
   const base = url.pathname.replace(/\/+$/, '')
   return `${url.origin}${base}`
@@ -171,10 +176,17 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
     const meters = parseMeters(entry.meters, (problem) => fail(where, problem))
     if (isPublic && (cost !== 1 || meters.length > 0))
       fail(where, 'a public route counts no usage: it cannot have a cost or meters')
+    const targets = parseRouteTargets(
+      entry,
+      isPublic,
+      (value, field) => parseUpstream(where, value, field),
+      (problem) => fail(where, problem),
+    )
     routes.push(
       Object.freeze({
         prefix,
-        upstream: parseUpstream(where, entry.upstream),
+        upstream: targets === null ? parseUpstream(where, entry.upstream) : targets.targets[0]!.url,
+        targets,
         scopes,
         public: isPublic,
         sameOriginDocuments,
@@ -197,6 +209,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
       Object.freeze({
         prefix: '/',
         upstream: parseUpstream('UPSTREAM_URL', upstreamUrl),
+        targets: null,
         scopes: { read: [], write: [] },
         public: false,
         sameOriginDocuments: false,

@@ -14,6 +14,7 @@ import { interimAnswersConnector } from './interim-answers.js'
 import { type BadReportCounter, MeterReports } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
 import { type CallTarget, UpstreamCall } from './upstream-call.js'
+import type { RouteUpstreams } from './upstreams/route-upstreams.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -24,7 +25,8 @@ declare module 'fastify' {
 
 /** What a route's requests are sent with, built once when the route is registered. */
 export class UpstreamTarget implements CallTarget {
-  readonly pool: Pool
+  /** The upstream's pool; on a route with targets, their balancer (upstreams/), a pool per target. */
+  readonly pool: Pool | RouteUpstreams
   /** The upstream's base path and the route's prefix: what the matched prefix becomes upstream. */
   readonly upstreamPrefix: string
   /** The prefix as clients see it ('' for the catch-all). */
@@ -47,6 +49,7 @@ export class UpstreamTarget implements CallTarget {
     draining: () => boolean,
     badReport: BadReportCounter = () => {},
     chargeUnits: (request: FastifyRequest) => void = () => {},
+    upstreams: RouteUpstreams | null = null,
   ) {
     this.route = route
     this.meterReports = route.meters.length === 0 ? null : new MeterReports(route, badReport)
@@ -58,16 +61,10 @@ export class UpstreamTarget implements CallTarget {
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
     this.upstreamPrefix = basePath + this.publicPrefix
     this.host = url.host
-    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix, isSandboxed(route))
-    this.pool = new Pool(url.origin, {
-      // The slots keep requests to at most this many, so undici never queues one.
-      connections: route.maxConnections,
-      headersTimeout: route.timeoutMs,
-      bodyTimeout: route.timeoutMs,
-      // An https upstream must prove who it is (docs/configuration.md); its informational answers
-      // are passed by, and cannot start the headers timeout again (interim-answers.ts).
-      connect: interimAnswersConnector({ rejectUnauthorized: true, timeout: Math.min(route.timeoutMs, 10_000) }),
-    })
+    // With targets, a Location may name any of them (the first is `url`).
+    const targetOrigins = route.targets?.targets.map((target) => new URL(target.url).origin) ?? []
+    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix, isSandboxed(route), targetOrigins)
+    this.pool = upstreams ?? upstreamPool(url.origin, route)
   }
 
   /** The route's handler: the request, admitted by every step, goes to the upstream. */
@@ -137,6 +134,20 @@ export class UpstreamTarget implements CallTarget {
   observeUpstream(request: FastifyRequest): void {
     this.upstreamDuration.observe((performance.now() - request.upstreamSentAt) / 1000)
   }
+}
+
+/** The pool of one upstream (or of one of a route's targets) at `origin`. */
+export function upstreamPool(origin: string, route: ProxyRoute): Pool {
+  return new Pool(origin, {
+    // The slots keep requests to at most this many, so undici never queues one (with targets, the
+    // route's slots bound them all: one target can carry the route alone).
+    connections: route.maxConnections,
+    headersTimeout: route.timeoutMs,
+    bodyTimeout: route.timeoutMs,
+    // An https upstream must prove who it is (docs/configuration.md); its informational answers
+    // are passed by, and cannot start the headers timeout again (interim-answers.ts).
+    connect: interimAnswersConnector({ rejectUnauthorized: true, timeout: Math.min(route.timeoutMs, 10_000) }),
+  })
 }
 
 /** Whether a route's answers carry PUBLIC_ROUTE_CSP: a public route's, unless it opts out. */

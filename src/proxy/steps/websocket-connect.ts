@@ -11,9 +11,11 @@ import type { PlaceRefusal } from '../websocket/open-sockets.js'
 import { dialUpstream, upgradeHeaders, upgradeOf } from '../websocket/upgrade.js'
 import { isUpgrade } from '../../http/upgrade-request.js'
 
-export const websocketConnectStep: StepFactory = (route, { webSockets }) => {
+export const websocketConnectStep: StepFactory = (route, { webSockets, upstreamTargets }) => {
   const options = route.websocket
   if (options === null || webSockets === undefined || webSockets === null) return null
+  // A route with targets: the socket goes to one its balancer picks (proxy/upstreams/).
+  const balancer = route.targets === null ? undefined : upstreamTargets?.get(route.prefix)
   const maxPerAccount = options.maxPerAccount ?? webSockets.defaultMaxPerAccount
   const tooMany = (refusal: PlaceRefusal) =>
     new ApiError(
@@ -46,7 +48,15 @@ export const websocketConnectStep: StepFactory = (route, { webSockets }) => {
       const identity = route.public ? null : trustedIdentity(request)
       let dialled: Promise<Verdict>
       try {
-        dialled = dialUpstream(request, reply, route, upgrade, upgradeHeaders(request, route, upgrade, identity))
+        const target = balancer?.pickForSocket(tenantId ?? undefined).url
+        dialled = dialUpstream(
+          request,
+          reply,
+          route,
+          upgrade,
+          upgradeHeaders(request, route, upgrade, identity),
+          target,
+        )
       } catch (error) {
         // A throw is the request's 500 (pipeline.ts), which undoes only the steps before this one:
         // the place this step took goes back here, or it would be held until the process ends.

@@ -87,9 +87,12 @@ export function beginUpgrade(request: FastifyRequest): ApiError | undefined {
   return undefined
 }
 
-/** Where the upstream's socket is: the route's upstream as ws(s), its base path, then the request's path and query. */
-export function upstreamSocketUrl(route: ProxyRoute, url: string): string {
-  return `ws${route.upstream.slice(4)}${url}`
+/**
+ * Where the upstream's socket is: the route's upstream (or the target `upstream` the balancer
+ * picked) as ws(s), its base path, then the request's path and query.
+ */
+export function upstreamSocketUrl(route: ProxyRoute, url: string, upstream = route.upstream): string {
+  return `ws${upstream.slice(4)}${url}`
 }
 
 /** The headers of the upstream's upgrade: the same policy as any request (headers.ts), less the handshake's own. */
@@ -133,9 +136,10 @@ export function dialUpstream(
   route: ProxyRoute,
   upgrade: Upgrade,
   headers: Record<string, string | string[] | number | undefined>,
+  target = route.upstream,
 ): Promise<Verdict> {
   const options = route.websocket!
-  const upstream = new WebSocket(upstreamSocketUrl(route, request.url), [...upgrade.offered.application], {
+  const upstream = new WebSocket(upstreamSocketUrl(route, request.url, target), [...upgrade.offered.application], {
     headers,
     maxPayload: options.maxMessageBytes,
     perMessageDeflate: false,

@@ -1,0 +1,156 @@
+// A route's targets (docs/configuration.md, routes: `targets`), as one undici dispatcher that
+// upstream-target.ts sends through as it would through one pool: each request goes to the target
+// its balancer picks among those that may take one (not ejected by passive health, not failing
+// active checks), through that target's own pool of max_connections. When none may, the route
+// panics and picks among all of them: a wrong health check must not take a service down.
+import type { Dispatcher } from 'undici'
+import type { Pool } from 'undici'
+import { type Balanced, type Balancer, hashString, leastRequest, roundRobin, tenantHash } from './balancers.js'
+import { type Checked, HealthChecks } from './health-check.js'
+import { type Outcome, Outlier, OutlierState } from './outlier.js'
+import type { Balance, RouteTargets } from './route-options.js'
+import { accountingInterceptor, type TargetAccount } from './target-call.js'
+
+/** One target: its pools, its load and its health. */
+export class Target implements Balanced, Checked, TargetAccount {
+  readonly url: string
+  readonly host: string
+  readonly weight: number
+  readonly seed: number
+  /** Its own pool; `dispatcher` is the same, with the balancer's accounting on top. */
+  readonly pool: Pool
+  readonly dispatcher: Dispatcher
+  inFlight = 0
+  current = 0
+  healthy = true
+  readonly outlier = new OutlierState()
+
+  private readonly onSettled: (outcome: Outcome) => void
+  constructor(url: string, weight: number, pool: Pool, onSettled: (outcome: Outcome) => void) {
+    this.url = url
+    this.host = new URL(url).host
+    this.weight = weight
+    this.seed = hashString(url)
+    this.pool = pool
+    this.onSettled = onSettled
+    this.dispatcher = pool.compose(accountingInterceptor(this, this.host))
+  }
+
+  settled(outcome: Outcome): void {
+    this.onSettled(outcome)
+  }
+}
+
+/** A target's state at scrape time (tgw_upstream_target_up). */
+export interface TargetReading {
+  readonly target: string
+  readonly up: boolean
+}
+
+/** What the metrics read of a route's targets (proxy/metrics.ts). */
+export interface UpstreamsReadout {
+  readTargets(): TargetReading[]
+  /** Every target is out: requests go to all of them. */
+  panic(): boolean
+}
+
+export interface RouteUpstreamsOptions {
+  /** Each target's pool, made as the route's one-upstream pool is (upstream-target.ts). */
+  makePool(origin: string): Pool
+  /** The clock of passive health, in ms (default Date.now; tests move it). */
+  clock?: () => number
+  /** A target was ejected (tgw_upstream_ejections_total). */
+  onEject?(target: string): void
+}
+
+function balancerFor(balance: Balance): Balancer {
+  if (balance === 'round_robin') return roundRobin()
+  return balance === 'tenant_hash' ? tenantHash : leastRequest
+}
+
+type DispatchOptions = Dispatcher.DispatchOptions & { headers: Record<string, string | string[] | undefined> }
+
+export class RouteUpstreams implements UpstreamsReadout {
+  readonly targets: readonly Target[]
+  private readonly balancer: Balancer
+  private readonly outlier: Outlier
+  private readonly checks: HealthChecks | null
+  private readonly clock: () => number
+  /** The targets that may take a request, refilled at each pick (one array for all requests). */
+  private readonly candidates: Target[] = []
+
+  constructor(options: RouteTargets, deps: RouteUpstreamsOptions) {
+    this.clock = deps.clock ?? Date.now
+    const targets: Target[] = options.targets.map(
+      ({ url, weight }, index) =>
+        new Target(url, weight, deps.makePool(new URL(url).origin), (outcome) => this.outlier.settled(index, outcome)),
+    )
+    this.targets = targets
+    this.balancer = balancerFor(options.balance)
+    this.outlier = new Outlier(
+      options.outlier,
+      targets.map((target) => target.outlier),
+      this.clock,
+      (index) => deps.onEject?.(targets[index]!.url),
+    )
+    this.checks = options.healthCheck === null ? null : new HealthChecks(options.healthCheck, targets)
+  }
+
+  /**
+   * The target for a request of `tenantId` (the resolved tenant, for tenant_hash). Marks the
+   * target's trial request taken when it is on trial.
+   */
+  pick(tenantId: string | undefined): Target {
+    const now = this.clock()
+    const target = this.choose(tenantId, now)
+    this.outlier.dispatched(target.outlier, now)
+    return target
+  }
+
+  /**
+   * The target for a WebSocket of `tenantId`: picked as a request's, but a socket is no trial
+   * (its life says nothing of the target's answers) and passive health does not hear of it.
+   */
+  pickForSocket(tenantId: string | undefined): Target {
+    return this.choose(tenantId, this.clock())
+  }
+
+  /** The balancer's pick among the targets that may take a request, or among all when none may (panic). */
+  private choose(tenantId: string | undefined, now: number): Target {
+    const candidates = this.candidates
+    for (const target of this.targets)
+      if (target.healthy && this.outlier.admits(target.outlier, now)) candidates.push(target)
+    const target = this.balancer.pick(candidates.length === 0 ? this.targets : candidates, tenantId)
+    candidates.length = 0
+    return target
+  }
+
+  /** undici's Dispatcher.dispatch, through the picked target's pool. */
+  dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
+    // The resolved tenant as the gateway itself sets it for the upstream (headers.ts): a client's
+    // X-Service-* never gets this far. A public route has none.
+    const tenant = (options as DispatchOptions).headers['x-service-resolved-tenant']
+    return this.pick(typeof tenant === 'string' ? tenant : undefined).dispatcher.dispatch(options, handler)
+  }
+
+  /** Up: passing its checks (or without them) and not ejected. */
+  private isUp(target: Target, now: number): boolean {
+    return target.healthy && !this.outlier.isEjected(target.outlier, now)
+  }
+
+  readTargets(): TargetReading[] {
+    const now = this.clock()
+    return this.targets.map((target) => ({ target: target.url, up: this.isUp(target, now) }))
+  }
+
+  panic(): boolean {
+    const now = this.clock()
+    return !this.targets.some((target) => this.isUp(target, now))
+  }
+
+  /** Ends the checks and every pool (the route's scope closes). */
+  async destroy(): Promise<void> {
+    this.checks?.close()
+    await Promise.all(this.targets.map((target) => target.pool.destroy()))
+  }
+}
