@@ -26,7 +26,8 @@ export function compareVersions(a, b) {
 export function enginesFloor(packageJson = new URL('../package.json', import.meta.url)) {
   const range = JSON.parse(readFileSync(packageJson, 'utf8')).engines?.node ?? ''
   const floor = /^>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(range)
-  if (floor === null) throw new Error(`package.json: expected engines.node ">=<major>[.<minor>[.<patch>]]", not ${range}`)
+  if (floor === null)
+    throw new Error(`package.json: expected engines.node ">=<major>[.<minor>[.<patch>]]", not ${range}`)
   return `${floor[1]}.${floor[2] ?? 0}.${floor[3] ?? 0}`
 }
 
