@@ -95,6 +95,29 @@ t.test('another scheme than Bearer: named, and told what to send', async (t) => 
   t.equal(upstream.received.length, 0, 'nothing reached the upstream')
 })
 
+t.test('a mistyped key: what is wrong with it (its checksum, its length), never the key itself', async (t) => {
+  const key = parent.apiKey
+  const at = 10
+  const mistyped = `${key.slice(0, at)}${key[at] === 'a' ? 'b' : 'a'}${key.slice(at + 1)}`
+  for (const [sent, reason] of [
+    [mistyped, 'its checksum (the last 6 characters) does not match the rest: a character is mistyped'],
+    [key.slice(0, -1), 'an API key has 49 characters after tgw_, this one 48'],
+    [`${key}x`, 'an API key has 49 characters after tgw_, this one 50'],
+    [`${key.slice(0, -1)}-`, 'an API key has only letters and digits after tgw_'],
+    [key.slice(4), 'an API key starts with tgw_'],
+    ['Bearer', 'send one key after Bearer'],
+  ] as const) {
+    const res = await rawRequest(gw.url, {
+      path: '/v1/sub-accounts',
+      headers: [['Authorization', sent === 'Bearer' ? sent : `Bearer ${sent}`]],
+    })
+    const problem = checkProblem(t, res, 401, 'unauthenticated', reason)
+    t.equal(problem.detail, `the API key is malformed: ${reason}; copy the whole key, as it was shown once`, reason)
+    // No run of 8 characters of the key comes back.
+    for (let i = 4; i + 8 <= key.length; i++) t.notMatch(problem.detail, key.slice(i, i + 8), `${reason}: not echoed`)
+  }
+})
+
 t.test('a client secret sent as the key: told it is not a key, and what to send', async (t) => {
   for (const [method, path] of [
     ['GET', '/v1/orders/1'],

@@ -460,7 +460,7 @@ t.test('a key sent without "Bearer ": 401 that says the scheme is missing', asyn
   for (const authorization of ['Bearer tgw_short', 'Bearer', 'bearer a b']) {
     const response = await gw.app.inject({ method: 'GET', url: '/v1/sub-accounts', headers: { authorization } })
     t.equal(response.statusCode, 401, authorization)
-    t.equal(problemOf(response).detail, 'the API key is malformed', `${authorization}: malformed`)
+    t.match(problemOf(response).detail, /^the API key is malformed: /, `${authorization}: malformed`)
   }
   for (const [authorization, scheme] of [
     [`Basic ${parent.apiKey}`, 'is Basic, not Bearer'],
