@@ -118,6 +118,30 @@ t.test('a mistyped key: what is wrong with it (its checksum, its length), never 
   }
 })
 
+t.test('an external_id where the path takes a UUID: 404 pointing to ?external_id=', async (t) => {
+  const externalId = `acme-eu-${Date.now()}`
+  const made = await post('/v1/sub-accounts', JSON.stringify({ name: 'Acme EU', external_id: externalId }))
+  t.equal(made.status, 201)
+  const get = (path: string) => callAs(gw.url, parent.apiKey, { method: 'GET', path, acting: 'self' })
+  const hint = `; to find the one whose external_id is ${externalId}, GET /v1/sub-accounts?external_id=${externalId}`
+  for (const path of [`/v1/sub-accounts/${externalId}`, `/v1/sub-accounts/${externalId}/api-keys`]) {
+    const problem = checkProblem(t, await get(path), 404, 'not_found', path)
+    t.equal(problem.detail, `no such sub-account: the path takes its id, a UUID${hint}`, path)
+  }
+  const found = await get(`/v1/sub-accounts?external_id=${externalId}`)
+  t.same(
+    (found.json() as { data: { external_id: string }[] }).data.map((s) => s.external_id),
+    [externalId],
+    'where it points finds it',
+  )
+  const plus = checkProblem(t, await get('/v1/sub-accounts/eu+1'), 404, 'not_found', 'a + in it')
+  t.match(plus.detail, /GET \/v1\/sub-accounts\?external_id=eu%2B1$/, 'encoded for a query')
+  const endpoint = checkProblem(t, await get('/v1/sub-accounts/webhook-endpoints/acme'), 404, 'not_found', 'endpoint')
+  t.equal(endpoint.detail, 'no such webhook endpoint: the path takes its id, a UUID', 'another id: no hint')
+  const unknown = checkProblem(t, await get(`/v1/sub-accounts/${crypto.randomUUID()}`), 404, 'not_found', 'unknown')
+  t.equal(unknown.detail, 'no such sub-account', 'a UUID no one has: as before')
+})
+
 t.test('a client secret sent as the key: told it is not a key, and what to send', async (t) => {
   for (const [method, path] of [
     ['GET', '/v1/orders/1'],
