@@ -122,3 +122,24 @@ export function routeNotFound(method: string, path: string): ApiError {
 export function payloadTooLarge(limit: number): ApiError {
   return new ApiError('payload_too_large', `the request body is larger than ${limit} bytes`)
 }
+
+/**
+ * A request's Content-Type as a refusal names it: its media type (before any parameter), cut to 60
+ * characters, anything but visible ASCII as `?`; `no Content-Type` when it has none.
+ */
+export function contentTypeSent(header: string | undefined): string {
+  const type = (header ?? '')
+    .split(';', 1)[0]!
+    .trim()
+    .slice(0, 60)
+    .replace(/[^\x21-\x7e]/g, '?')
+  return type === '' ? 'no Content-Type' : `Content-Type ${type}`
+}
+
+/** The 415 of a body whose type the endpoint does not take, naming the type that came. */
+export function unsupportedMediaType(accepted: string, header: string | undefined): ApiError {
+  return new ApiError(
+    'unsupported_media_type',
+    `this endpoint accepts ${accepted} only; the body came with ${contentTypeSent(header)}`,
+  )
+}

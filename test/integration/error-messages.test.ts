@@ -142,6 +142,45 @@ t.test('an external_id where the path takes a UUID: 404 pointing to ?external_id
   t.equal(unknown.detail, 'no such sub-account', 'a UUID no one has: as before')
 })
 
+t.test('a body of another type: the Content-Type that came is named', async (t) => {
+  const before = await subAccountCount()
+  const send = (headers: [string, string][]) =>
+    callAs(gw.url, parent.apiKey, {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      body: '{"name":"a"}',
+      headers,
+    })
+  for (const [type, came] of [
+    ['text/plain; charset=utf-8', 'Content-Type text/plain'],
+    ['application/x-www-form-urlencoded', 'Content-Type application/x-www-form-urlencoded'],
+    [null, 'no Content-Type'],
+  ] as const) {
+    const res = await send(type === null ? [] : [['Content-Type', type]])
+    const problem = checkProblem(t, res, 415, 'unsupported_media_type', String(type))
+    t.equal(problem.detail, `this endpoint accepts application/json only; the body came with ${came}`, String(type))
+  }
+  const notAType = checkProblem(t, await send([['Content-Type', 'json']]), 415, 'unsupported_media_type', 'json')
+  t.equal(
+    notAType.detail,
+    'the body came with Content-Type json, which is not a media type (type/subtype, as application/json)',
+  )
+  t.equal(await subAccountCount(), before, 'nothing was made')
+
+  const token = await rawRequest(gw.url, {
+    method: 'POST',
+    path: '/oauth2/token',
+    headers: [['Content-Type', 'application/json']],
+    body: '{"grant_type":"client_credentials"}',
+  })
+  t.equal(token.status, 400, 'the token endpoint: 400 invalid_request, as OAuth answers')
+  t.same(token.json(), {
+    error: 'invalid_request',
+    error_description: 'the body must be application/x-www-form-urlencoded; it came with Content-Type application/json',
+  })
+})
+
 t.test('a client secret sent as the key: told it is not a key, and what to send', async (t) => {
   for (const [method, path] of [
     ['GET', '/v1/orders/1'],
