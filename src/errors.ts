@@ -63,26 +63,24 @@ export interface Problem {
 }
 
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
+export interface ApiErrorOptions {
+  errors?: FieldError[]
+  headers?: Record<string, string>
+  /** Extension members of the problem (RFC 9457 §3.2). */
+  extensions?: Pick<Problem, 'violated_policies'>
+  /**
+   * What the operator's log line of a 5xx says, beyond the answer: its message and fields (an
+   * upstream's URL, its route, the cause). Never sent to the client.
+   */
+  log?: { message: string; fields: Record<string, unknown> }
+}
+
 export class ApiError extends Error {
   readonly status: number
   readonly code: ErrorCode
   readonly detail: string
-  readonly options: {
-    errors?: FieldError[]
-    headers?: Record<string, string>
-    /** Extension members of the problem (RFC 9457 §3.2). */
-    extensions?: Pick<Problem, 'violated_policies'>
-  }
-  constructor(
-    code: ErrorCode,
-    detail: string,
-    options: {
-      errors?: FieldError[]
-      headers?: Record<string, string>
-      /** Extension members of the problem (RFC 9457 §3.2). */
-      extensions?: Pick<Problem, 'violated_policies'>
-    } = {},
-  ) {
+  readonly options: ApiErrorOptions
+  constructor(code: ErrorCode, detail: string, options: ApiErrorOptions = {}) {
     super(detail)
     this.code = code
     this.detail = detail

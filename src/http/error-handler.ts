@@ -99,7 +99,10 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
       .send(problem('internal_error', 'the gateway could not complete this request', request.id))
   }
   // A busy upstream is the limit doing its work (proxy/concurrency.ts), not a fault.
-  if (apiError.status >= 500 && apiError.code !== 'upstream_busy') request.log.error({ err }, apiError.code)
+  if (apiError.status >= 500 && apiError.code !== 'upstream_busy') {
+    const log = apiError.options.log
+    request.log.error({ err, code: apiError.code, ...log?.fields }, log?.message ?? apiError.code)
+  }
   if (apiError.options.headers) reply.headers(apiError.options.headers)
   reply.problemCode = apiError.code
   return reply

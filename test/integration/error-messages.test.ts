@@ -11,7 +11,7 @@ import { startGateway } from '../helpers/gateway.js'
 import { callAs, rawRequest } from '../helpers/http.js'
 import { checkProblem } from '../helpers/problems.js'
 import { basicAuthorization, clientKey } from '../helpers/tokens.js'
-import { startUpstream } from '../helpers/upstream.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t)
 const gw = await startGateway(t, {
@@ -266,6 +266,36 @@ t.test('a local or private webhook URL: WEBHOOKS_ALLOW_INSECURE named, the resol
     'a name that does not resolve is not told to lift the rule',
   )
   t.equal(Number((await gw.sql`select count(*)::int as n from webhook_endpoints`)[0]!.n), 0, 'nothing was registered')
+})
+
+t.test('an upstream that cannot be reached: the log names its URL, its route and the cause', async (t) => {
+  const lines: string[] = []
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      done()
+    },
+  })
+  const port = await closedPort()
+  const upstreamUrl = `http://127.0.0.1:${port}/base`
+  const down = await startGateway(t, {
+    logger: pino(loggerOptions('info'), sink),
+    redis: false,
+    gatewayConfig: { routes: [{ prefix: '/v1/down', upstream: upstreamUrl }] },
+  })
+  const owner = await down.createParent()
+  const res = await callAs(down.url, owner.apiKey, { path: '/v1/down/x' })
+  t.equal(checkProblem(t, res, 502, 'upstream_unavailable', 'refused').detail, 'the upstream could not be reached')
+  t.notMatch(res.body, String(port), 'the client is told nothing of the upstream')
+  const logged = lines.map((line) => JSON.parse(line)).filter((entry) => entry.code === 'upstream_unavailable')
+  t.equal(logged.length, 1, 'one line')
+  t.match(logged[0], {
+    level: 50,
+    upstream: upstreamUrl,
+    route: '/v1/down',
+    cause: new RegExp(`ECONNREFUSED 127\\.0\\.0\\.1:${port}`),
+    msg: new RegExp(`^the upstream could not be reached: ${upstreamUrl} \\(route /v1/down\\): .*ECONNREFUSED`),
+  })
 })
 
 t.test('started without ISSUER_URL: one warning naming the issuer used, the one discovery shows', async (t) => {

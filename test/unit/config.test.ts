@@ -143,7 +143,7 @@ t.test('HOST with a port: HOST first, the port belongs in PORT', async (t) => {
       '[::1]:8081',
       'invalid configuration: HOST is "[::1]:8081": an address without a port; the port belongs in PORT (HOST=::1 PORT=8081)',
     ],
-  ])
+  ] as const)
     t.throws(() => loadConfig({ HOST: host }, ROOT), { name: 'ConfigError', variable: 'HOST', message }, host)
   for (const host of ['::1', '::', 'fe80::1', '127.0.0.1', 'localhost', 'gw.internal'])
     t.equal(loadConfig({ HOST: host }, ROOT).host, host, `${host} is an address`)
