@@ -6,11 +6,11 @@
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
+// tap's own packages, installed with it: its runner's configuration, and the Test class as built.
 import { TapConfig } from '@tapjs/config'
 import { signature } from '@tapjs/test/test-built'
 import { foregroundChild } from 'foreground-child'
 
-// tap's own packages (its runner's config and built Test class), installed beside it.
 const tapPackage = new URL(import.meta.resolve('tap/package.json'))
 const TAP = fileURLToPath(new URL(JSON.parse(readFileSync(tapPackage, 'utf8')).bin.tap, tapPackage))
 
