@@ -51,7 +51,7 @@ function imageNodeDir() {
 export function decide(version, floor, findNode = imageNodeDir, versionIn = nodeVersionIn) {
   if (compareVersions(version, floor) >= 0) return { run: null }
   const why = `node ${version} is older than package.json's engines (>=${floor})`
-  const howTo = `install Node ${floor} or later (e.g. \`nvm install 26\`, or put \`npx tsx scripts/image-node.ts\`'s directory first on PATH) and run it again`
+  const howTo = `install Node ${floor} or later (\`nvm install 26\`, say) and run it again`
   let dir
   let found
   try {
