@@ -30,6 +30,22 @@ export function parsePort(env: Env, name: string, fallback: number): number {
   return Number(raw)
 }
 
+/**
+ * HOST: the address both listeners bind (an IP address or a name), never with a port. `localhost:8081`
+ * or `[::1]:8081` is refused, leading with HOST and saying the port goes into PORT; `::1` and other
+ * IPv6 addresses without brackets are addresses.
+ */
+export function parseHost(env: Env): string {
+  const raw = read(env, 'HOST') ?? '0.0.0.0'
+  const withPort = /^\[([^\]]*)\]:(\d+)$/.exec(raw) ?? /^([^:]*):(\d+)$/.exec(raw)
+  if (withPort !== null)
+    throw new ConfigError(
+      'HOST',
+      `is "${raw}": an address without a port; the port belongs in PORT (HOST=${withPort[1]} PORT=${withPort[2]})`,
+    )
+  return raw
+}
+
 export function parseMilliseconds(env: Env, name: string, fallback: number): number {
   const raw = read(env, name)
   if (raw === undefined) return fallback

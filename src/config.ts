@@ -11,6 +11,7 @@ import {
   parseBoolean,
   parseBoundedInteger,
   parseCount,
+  parseHost,
   parseMilliseconds,
   parseOnOff,
   parsePort,
@@ -105,12 +106,20 @@ export interface Config {
 
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
 
-function loadGatewayConfig(path: string): Record<string, unknown> {
+/** The route table's YAML at `path` (GATEWAY_CONFIG, `named` as set; relative ones resolved against `cwd`). */
+function loadGatewayConfig(path: string, named: string | undefined, cwd: string): Record<string, unknown> {
   let text: string
   try {
     text = readFileSync(path, 'utf8')
   } catch (err) {
-    throw new ConfigError('GATEWAY_CONFIG', `cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'} ${path}`)
+    const code = (err as NodeJS.ErrnoException).code ?? 'error'
+    if (code === 'ENOENT')
+      throw new ConfigError(
+        'GATEWAY_CONFIG',
+        `${named === undefined ? 'is not set, and its default config/gateway.yaml' : `(${named})`} does not exist: ${path} ` +
+          `(a relative path starts at the working directory, ${cwd}); name a route table that exists, by an absolute path or one from there`,
+      )
+    throw new ConfigError('GATEWAY_CONFIG', `cannot be read: ${code} ${path}`)
   }
   let doc: unknown
   try {
@@ -187,14 +196,15 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
   if (!LOG_LEVELS.includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`)
   }
-  const gatewayConfigPath = resolve(cwd, read(env, 'GATEWAY_CONFIG') ?? 'config/gateway.yaml')
+  const gatewayConfigNamed = read(env, 'GATEWAY_CONFIG')
+  const gatewayConfigPath = resolve(cwd, gatewayConfigNamed ?? 'config/gateway.yaml')
   const port = parsePort(env, 'PORT', 8080)
   const databaseUrl = parseUrl(env, 'DATABASE_URL', ['postgres:', 'postgresql:'])
-  const gatewayConfig = loadGatewayConfig(gatewayConfigPath)
+  const gatewayConfig = loadGatewayConfig(gatewayConfigPath, gatewayConfigNamed, cwd)
   const issuerUrl = parseIssuerUrl(env)
   return Object.freeze({
     port,
-    host: read(env, 'HOST') ?? '0.0.0.0',
+    host: parseHost(env),
     databaseUrl,
     dataDir: resolve(cwd, read(env, 'DATA_DIR') ?? '.data'),
     redis: parseRedisTarget(env),

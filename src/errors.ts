@@ -64,26 +64,24 @@ export interface Problem {
 }
 
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
+export interface ApiErrorOptions {
+  errors?: FieldError[]
+  headers?: Record<string, string>
+  /** Extension members of the problem (RFC 9457 §3.2). */
+  extensions?: Pick<Problem, 'violated_policies'>
+  /**
+   * What the operator's log line of a 5xx says, beyond the answer: its message and fields (an
+   * upstream's URL, its route, the cause). Never sent to the client.
+   */
+  log?: { message: string; fields: Record<string, unknown> }
+}
+
 export class ApiError extends Error {
   readonly status: number
   readonly code: ErrorCode
   readonly detail: string
-  readonly options: {
-    errors?: FieldError[]
-    headers?: Record<string, string>
-    /** Extension members of the problem (RFC 9457 §3.2). */
-    extensions?: Pick<Problem, 'violated_policies'>
-  }
-  constructor(
-    code: ErrorCode,
-    detail: string,
-    options: {
-      errors?: FieldError[]
-      headers?: Record<string, string>
-      /** Extension members of the problem (RFC 9457 §3.2). */
-      extensions?: Pick<Problem, 'violated_policies'>
-    } = {},
-  ) {
+  readonly options: ApiErrorOptions
+  constructor(code: ErrorCode, detail: string, options: ApiErrorOptions = {}) {
     super(detail)
     this.code = code
     this.detail = detail
@@ -122,4 +120,25 @@ export function routeNotFound(method: string, path: string): ApiError {
 /** The 413 of a body over a limit, declared or counted. */
 export function payloadTooLarge(limit: number): ApiError {
   return new ApiError('payload_too_large', `the request body is larger than ${limit} bytes`)
+}
+
+/**
+ * A request's Content-Type as a refusal names it: its media type (before any parameter), cut to 60
+ * characters, anything but visible ASCII as `?`; `no Content-Type` when it has none.
+ */
+export function contentTypeSent(header: string | undefined): string {
+  const type = (header ?? '')
+    .split(';', 1)[0]!
+    .trim()
+    .slice(0, 60)
+    .replace(/[^\x21-\x7e]/g, '?')
+  return type === '' ? 'no Content-Type' : `Content-Type ${type}`
+}
+
+/** The 415 of a body whose type the endpoint does not take, naming the type that came. */
+export function unsupportedMediaType(accepted: string, header: string | undefined): ApiError {
+  return new ApiError(
+    'unsupported_media_type',
+    `this endpoint accepts ${accepted} only; the body came with ${contentTypeSent(header)}`,
+  )
 }

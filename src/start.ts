@@ -75,6 +75,12 @@ async function openStores(config: Config): Promise<{ store: Store; logStore: Sto
   return { store, logStore }
 }
 
+/** Logged once listening when no route and no UPSTREAM_URL give the proxy anything to serve. */
+export const NOTHING_TO_PROXY =
+  "nothing to proxy: GATEWAY_CONFIG's route table has no routes and UPSTREAM_URL is not set, so every path but the " +
+  "gateway's own answers 404 route_not_found: set UPSTREAM_URL to the upstream (npm run echo-upstream serves one on " +
+  'http://127.0.0.1:9000) or add routes to GATEWAY_CONFIG'
+
 /** Builds and listens; whatever fails closes what was opened before it is thrown. */
 async function start(
   env: Env,
@@ -128,6 +134,7 @@ async function start(
       await new Promise((resolve) => metricsServer.close(resolve))
     })
     await listening('PORT', config, () => app.listen({ port: config.port, host: config.host }))
+    if (routes.length === 0) app.log.warn(NOTHING_TO_PROXY)
     // Only once both ports are bound: a start that fails before has created no account whose key
     // was never shown (docs/decisions/0249-the-bootstrap-account-is-made-once-the-gateway.md).
     if (store.embedded) await bootstrapEmbedded(store.sql, (line) => io.stdout.write(line))

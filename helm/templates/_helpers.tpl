@@ -91,9 +91,12 @@ it takes the namespace's "default" instead (the Job needs no API access; its tok
 
 {{/*
 repository:tag, or repository@digest when a digest is given. Never "latest": the tag defaults to
-the chart's appVersion and the schema refuses "latest".
+the chart's appVersion, and "latest" fails the render saying why (the schema cannot say why).
 */}}
 {{- define "tenancy-gateway.image" -}}
+{{- if eq (toString .Values.image.tag) "latest" }}
+{{- fail (printf "tenancy-gateway: image.tag=latest is refused: latest names whatever was pushed last, so the replicas of one release (and its migration Job) could run different builds, and a rollback would not go back to the old one; set image.tag to a release (empty: the chart's appVersion, %s) or image.digest to sha256:…" .Chart.AppVersion) }}
+{{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}

@@ -4,7 +4,7 @@ import type { ApiError } from '../errors.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { type AccessTokens, looksLikeAccessToken } from './access-tokens.js'
 import { type Principal, principalOfKey, unauthenticated } from './principal.js'
-import { digest, isWellFormedKey, SECRET_PREFIX } from './key-format.js'
+import { digest, isWellFormedKey, malformedKeyReason, SECRET_PREFIX } from './key-format.js'
 
 /** Extracts the key from `Authorization: Bearer <key>` (the scheme is case-insensitive). */
 export function bearerToken(authorization: string | undefined): string | null {
@@ -39,11 +39,14 @@ function schemeOf(authorization: string): string | undefined {
   return match[2] !== undefined || KNOWN_SCHEMES.has(match[1]!.toLowerCase()) ? match[1] : undefined
 }
 
+/** The 401's detail for a Bearer value that is no key: what is wrong with it, then what to do. */
+const malformedKey = (reason: string) => `the API key is malformed: ${reason}; copy the whole key, as it was shown once`
+
 /** A scheme other than Bearer (`Basic`, in any case): named, never its credentials. */
 function notBearer(authorization: string): ApiError {
   const scheme = schemeOf(authorization)
   // `Bearer` with no key, or with more than one word, is a malformed key, not another scheme.
-  if (scheme?.toLowerCase() === 'bearer') return unauthenticated('the API key is malformed')
+  if (scheme?.toLowerCase() === 'bearer') return unauthenticated(malformedKey('send one key after Bearer'))
   const received = scheme === undefined ? 'is not Bearer' : `is ${scheme}, not Bearer`
   return unauthenticated(`the Authorization scheme ${received}: ${WHAT_TO_SEND}`)
 }
@@ -75,7 +78,9 @@ export async function authenticate(
   if (token !== null && tokens !== undefined && looksLikeAccessToken(token)) return tokens.authenticate(token, lookups)
   if (token === null) throw notBearer(authorization)
   if (!isWellFormedKey(token))
-    throw token.startsWith(SECRET_PREFIX) ? clientSecretSent() : unauthenticated('the API key is malformed')
+    throw token.startsWith(SECRET_PREFIX)
+      ? clientSecretSent()
+      : unauthenticated(malformedKey(malformedKeyReason(token)))
   const key = await lookups.keyByDigest(digest(token))
   return principalOfKey(key, lookups)
 }

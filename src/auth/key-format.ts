@@ -59,6 +59,20 @@ export function isWellFormedKey(value: string): boolean {
   return KEY_SHAPE.test(value) && hasValidChecksum(value)
 }
 
+/**
+ * Why `value` is not a well-formed API key, as a 401 says it (docs/api.md, Authentication): its
+ * prefix, its length, a character no key has, or its checksum (a character mistyped). The key
+ * itself is never repeated. Only for a value `isWellFormedKey` refused.
+ */
+export function malformedKeyReason(value: string): string {
+  if (!value.startsWith(KEY_PREFIX)) return `an API key starts with ${KEY_PREFIX}`
+  const length = value.length - KEY_PREFIX.length
+  const whole = BODY_LENGTH + CHECKSUM_LENGTH
+  if (length !== whole) return `an API key has ${whole} characters after ${KEY_PREFIX}, this one ${length}`
+  if (!KEY_SHAPE.test(value)) return `an API key has only letters and digits after ${KEY_PREFIX}`
+  return `its checksum (the last ${CHECKSUM_LENGTH} characters) does not match the rest: a character is mistyped`
+}
+
 export function isWellFormedSecret(value: string): boolean {
   return SECRET_SHAPE.test(value) && hasValidChecksum(value)
 }

@@ -1,13 +1,19 @@
 // The one way an error leaves the gateway: errors raised by fastify, Ajv, postgres.js or a socket
 // are mapped onto the error catalogue (errors.ts), then answered as problem+json (docs/api.md).
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import { ApiError, problem, PROBLEM_CONTENT_TYPE, validationFailed, type ErrorCode } from '../errors.js'
+import {
+  ApiError,
+  contentTypeSent,
+  problem,
+  PROBLEM_CONTENT_TYPE,
+  validationFailed,
+  type ErrorCode,
+} from '../errors.js'
 import { asksForWebSocket, isUpgrade } from './upgrade-request.js'
 import { type AjvErrorLike, fieldErrors } from './validation-errors.js'
 
 /** Fastify's own errors, by code, mapped onto the catalogue. */
 const FASTIFY_ERRORS: Record<string, ErrorCode> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
   FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
@@ -62,6 +68,12 @@ export function toApiError(err: FastifyError, request: FastifyRequest): ApiError
     return new ApiError('store_unavailable', 'the store cannot be reached; try again')
   if (err.validation)
     return validationFailed(fieldErrors(err.validationContext ?? 'body', err.validation as AjvErrorLike[]))
+  // A Content-Type that is no media type (`json`): fastify's message names none.
+  if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE')
+    return new ApiError(
+      'unsupported_media_type',
+      `the body came with ${contentTypeSent(request.headers['content-type'])}, which is not a media type (type/subtype, as application/json)`,
+    )
   const code = err.code ? FASTIFY_ERRORS[err.code] : undefined
   if (code) return new ApiError(code, err.message)
   // Any other client error fastify raises (a bad header, say) keeps its status class.
@@ -87,7 +99,10 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
       .send(problem('internal_error', 'the gateway could not complete this request', request.id))
   }
   // A busy upstream is the limit doing its work (proxy/concurrency.ts), not a fault.
-  if (apiError.status >= 500 && apiError.code !== 'upstream_busy') request.log.error({ err }, apiError.code)
+  if (apiError.status >= 500 && apiError.code !== 'upstream_busy') {
+    const log = apiError.options.log
+    request.log.error({ err, code: apiError.code, ...log?.fields }, log?.message ?? apiError.code)
+  }
   if (apiError.options.headers) reply.headers(apiError.options.headers)
   reply.problemCode = apiError.code
   return reply

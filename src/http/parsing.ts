@@ -3,7 +3,7 @@
 // the parsers with a stream of their own (proxy/plugin.ts).
 import { isUtf8 } from 'node:buffer'
 import fp from 'fastify-plugin'
-import { ApiError } from '../errors.js'
+import { ApiError, unsupportedMediaType } from '../errors.js'
 import { findJsonSyntaxError } from './json-error.js'
 import { serializerFor, validatorFor } from './schema-compilers.js'
 
@@ -54,7 +54,7 @@ export const parsing = fp(
     // empty chunked one without a type: nothing to parse, so accept both. A body of any other type
     // is refused at its first byte.
     app.addContentTypeParser('*', (request, payload, done) => {
-      const unsupported = () => new ApiError('unsupported_media_type', 'this endpoint accepts application/json only')
+      const unsupported = () => unsupportedMediaType('application/json', request.headers['content-type'])
       if (request.headers['content-length'] === '0') return done(null, undefined)
       if (request.headers['content-length'] !== undefined) return done(unsupported(), undefined)
       let settled = false

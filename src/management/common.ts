@@ -11,7 +11,7 @@ import type { Origin } from '../events/record.js'
 import type { CacheInvalidator } from '../cache/index.js'
 import type { Sql } from '../store/db.js'
 import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/tenants.js'
-import { isUuid } from '../shared/identifiers.js'
+import { isExternalId, isUuid } from '../shared/identifiers.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
 import type { RequestLogReader } from './log-reads.js'
 import { defineOperation } from './operation-table.js'
@@ -136,10 +136,18 @@ export async function withConflictAsHttp<T>(run: () => Promise<T>): Promise<T> {
 
 export const notFound = (what = 'sub-account') => new ApiError('not_found', `no such ${what}`)
 
-/** A path id, lower-cased; one that is not a UUID names nothing (docs/api.md: 404). */
-export function pathUuid(value: string, what?: string): string {
-  if (!isUuid(value)) throw notFound(what)
-  return value.toLowerCase()
+/**
+ * A path id, lower-cased; one that is not a UUID names nothing (docs/api.md: 404), and the detail
+ * says the path takes an id. A sub-account's path segment shaped as an external_id (`acme-eu`) is
+ * pointed to the list's `?external_id=`, which finds the sub-account by it.
+ */
+export function pathUuid(value: string, what = 'sub-account'): string {
+  if (isUuid(value)) return value.toLowerCase()
+  const byExternalId =
+    what === 'sub-account' && isExternalId(value)
+      ? `; to find the one whose external_id is ${value}, GET /v1/sub-accounts?external_id=${encodeURIComponent(value)}`
+      : ''
+  throw new ApiError('not_found', `no such ${what}: the path takes its id, a UUID${byExternalId}`)
 }
 
 /** The caller's sub-account named in the path, or 404 (also for another parent's). */

@@ -3,6 +3,7 @@
 // never fails: it leaves a broken percent-encoding as it is and turns bytes that are not UTF-8
 // into U+FFFD, which would reach the checks as a different value than the client sent.
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { contentTypeSent } from '../errors.js'
 import { invalidRequest } from './errors.js'
 
 /** A token request is a few hundred bytes: a body past this is not one. */
@@ -77,7 +78,9 @@ export function acceptFormsOnly(scope: FastifyInstance): void {
     },
   )
   scope.addContentTypeParser('*', (request, _payload, done) => {
-    const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().slice(0, 60)
-    done(invalidRequest(`the body must be ${FORM_TYPE}${type === '' ? '' : `, not ${type}`}`), undefined)
+    done(
+      invalidRequest(`the body must be ${FORM_TYPE}; it came with ${contentTypeSent(request.headers['content-type'])}`),
+      undefined,
+    )
   })
 }

@@ -29,9 +29,36 @@ export function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   }
   const codes = [(error as { code?: string }).code, (cause as { code?: string } | undefined)?.code]
   if (codes.some((code) => code !== undefined && TIMEOUT_CODES.has(code))) {
-    return new ApiError('upstream_timeout', `the upstream did not answer within ${route.timeoutMs} ms`)
+    return new ApiError('upstream_timeout', `the upstream did not answer within ${route.timeoutMs} ms`, {
+      log: upstreamLog(`the upstream did not answer within ${route.timeoutMs} ms`, error, route),
+    })
   }
-  return new ApiError('upstream_unavailable', 'the upstream could not be reached')
+  return new ApiError('upstream_unavailable', 'the upstream could not be reached', {
+    log: upstreamLog('the upstream could not be reached', error, route),
+  })
+}
+
+/**
+ * The operator's line of an upstream that failed: which upstream (its URL, which holds no
+ * credentials: route-table.ts refuses them), behind which route, and why, in undici's or the
+ * socket's own words and code (`ECONNREFUSED`, `UND_ERR_SOCKET`), its cause's too.
+ */
+function upstreamLog(
+  what: string,
+  error: Error,
+  route: ProxyRoute,
+): { message: string; fields: Record<string, unknown> } {
+  const why = [error, (error as { cause?: unknown }).cause]
+    .filter((e): e is Error => e instanceof Error)
+    .map((e) => {
+      const code = (e as { code?: string }).code
+      return code === undefined || e.message.includes(code) ? e.message : `${code} ${e.message}`
+    })
+    .join(': ')
+  return {
+    message: `${what}: ${route.upstream} (route ${route.prefix}): ${why}`,
+    fields: { upstream: route.upstream, route: route.prefix, cause: why },
+  }
 }
 
 /** What a call needs of its route's upstream (UpstreamTarget, upstream-target.ts). */

@@ -43,7 +43,19 @@ export function parseActingHeader(
     if (isExternalId(externalId)) return { kind: 'ext', externalId }
     throw malformed('X-Service-Acting-Tenant has an external_id that cannot exist')
   }
-  throw malformed('X-Service-Acting-Tenant must be self, a tenant UUID or ext:<external_id>')
+  throw malformed(`X-Service-Acting-Tenant must be self, a tenant UUID or ext:<external_id>${didYouMean(value)}`)
+}
+
+/**
+ * What the sender most likely meant, when it is a value the header takes: `self` and the `ext:`
+ * prefix in another case (`SELF`, `EXT:acme-eu`), or an external_id sent bare (`acme-eu`).
+ */
+function didYouMean(value: string): string {
+  if (value.toLowerCase() === 'self') return '; self is lower-case: send self'
+  if (value.slice(0, 4).toLowerCase() === 'ext:' && isExternalId(value.slice(4)))
+    return `; the ext: prefix is lower-case: send ext:${value.slice(4)}`
+  if (isExternalId(value)) return `; to act as the sub-account whose external_id is ${value}, send ext:${value}`
+  return ''
 }
 
 /** Returns the tenant the request acts as, or throws the first rule it breaks. */

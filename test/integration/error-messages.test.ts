@@ -11,7 +11,7 @@ import { startGateway } from '../helpers/gateway.js'
 import { callAs, rawRequest } from '../helpers/http.js'
 import { checkProblem } from '../helpers/problems.js'
 import { basicAuthorization, clientKey } from '../helpers/tokens.js'
-import { startUpstream } from '../helpers/upstream.js'
+import { closedPort, startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t)
 const gw = await startGateway(t, {
@@ -93,6 +93,92 @@ t.test('another scheme than Bearer: named, and told what to send', async (t) => 
   t.match(loneDetail, /^the Authorization scheme is not Bearer: send the API key as /)
   t.notMatch(loneDetail, 'sk_live_abcdef', 'a lone word that may be a credential is not echoed')
   t.equal(upstream.received.length, 0, 'nothing reached the upstream')
+})
+
+t.test('a mistyped key: what is wrong with it (its checksum, its length), never the key itself', async (t) => {
+  const key = parent.apiKey
+  const at = 10
+  const mistyped = `${key.slice(0, at)}${key[at] === 'a' ? 'b' : 'a'}${key.slice(at + 1)}`
+  for (const [sent, reason] of [
+    [mistyped, 'its checksum (the last 6 characters) does not match the rest: a character is mistyped'],
+    [key.slice(0, -1), 'an API key has 49 characters after tgw_, this one 48'],
+    [`${key}x`, 'an API key has 49 characters after tgw_, this one 50'],
+    [`${key.slice(0, -1)}-`, 'an API key has only letters and digits after tgw_'],
+    [key.slice(4), 'an API key starts with tgw_'],
+    ['Bearer', 'send one key after Bearer'],
+  ] as const) {
+    const res = await rawRequest(gw.url, {
+      path: '/v1/sub-accounts',
+      headers: [['Authorization', sent === 'Bearer' ? sent : `Bearer ${sent}`]],
+    })
+    const problem = checkProblem(t, res, 401, 'unauthenticated', reason)
+    t.equal(problem.detail, `the API key is malformed: ${reason}; copy the whole key, as it was shown once`, reason)
+    // No run of 8 characters of the key comes back.
+    for (let i = 4; i + 8 <= key.length; i++) t.notMatch(problem.detail, key.slice(i, i + 8), `${reason}: not echoed`)
+  }
+})
+
+t.test('an external_id where the path takes a UUID: 404 pointing to ?external_id=', async (t) => {
+  const externalId = `acme-eu-${Date.now()}`
+  const made = await post('/v1/sub-accounts', JSON.stringify({ name: 'Acme EU', external_id: externalId }))
+  t.equal(made.status, 201)
+  const get = (path: string) => callAs(gw.url, parent.apiKey, { method: 'GET', path, acting: 'self' })
+  const hint = `; to find the one whose external_id is ${externalId}, GET /v1/sub-accounts?external_id=${externalId}`
+  for (const path of [`/v1/sub-accounts/${externalId}`, `/v1/sub-accounts/${externalId}/api-keys`]) {
+    const problem = checkProblem(t, await get(path), 404, 'not_found', path)
+    t.equal(problem.detail, `no such sub-account: the path takes its id, a UUID${hint}`, path)
+  }
+  const found = await get(`/v1/sub-accounts?external_id=${externalId}`)
+  t.same(
+    (found.json() as { data: { external_id: string }[] }).data.map((s) => s.external_id),
+    [externalId],
+    'where it points finds it',
+  )
+  const plus = checkProblem(t, await get('/v1/sub-accounts/eu+1'), 404, 'not_found', 'a + in it')
+  t.match(plus.detail, /GET \/v1\/sub-accounts\?external_id=eu%2B1$/, 'encoded for a query')
+  const endpoint = checkProblem(t, await get('/v1/sub-accounts/webhook-endpoints/acme'), 404, 'not_found', 'endpoint')
+  t.equal(endpoint.detail, 'no such webhook endpoint: the path takes its id, a UUID', 'another id: no hint')
+  const unknown = checkProblem(t, await get(`/v1/sub-accounts/${crypto.randomUUID()}`), 404, 'not_found', 'unknown')
+  t.equal(unknown.detail, 'no such sub-account', 'a UUID no one has: as before')
+})
+
+t.test('a body of another type: the Content-Type that came is named', async (t) => {
+  const before = await subAccountCount()
+  const send = (headers: [string, string][]) =>
+    callAs(gw.url, parent.apiKey, {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      body: '{"name":"a"}',
+      headers,
+    })
+  for (const [type, came] of [
+    ['text/plain; charset=utf-8', 'Content-Type text/plain'],
+    ['application/x-www-form-urlencoded', 'Content-Type application/x-www-form-urlencoded'],
+    [null, 'no Content-Type'],
+  ] as const) {
+    const res = await send(type === null ? [] : [['Content-Type', type]])
+    const problem = checkProblem(t, res, 415, 'unsupported_media_type', String(type))
+    t.equal(problem.detail, `this endpoint accepts application/json only; the body came with ${came}`, String(type))
+  }
+  const notAType = checkProblem(t, await send([['Content-Type', 'json']]), 415, 'unsupported_media_type', 'json')
+  t.equal(
+    notAType.detail,
+    'the body came with Content-Type json, which is not a media type (type/subtype, as application/json)',
+  )
+  t.equal(await subAccountCount(), before, 'nothing was made')
+
+  const token = await rawRequest(gw.url, {
+    method: 'POST',
+    path: '/oauth2/token',
+    headers: [['Content-Type', 'application/json']],
+    body: '{"grant_type":"client_credentials"}',
+  })
+  t.equal(token.status, 400, 'the token endpoint: 400 invalid_request, as OAuth answers')
+  t.same(token.json(), {
+    error: 'invalid_request',
+    error_description: 'the body must be application/x-www-form-urlencoded; it came with Content-Type application/json',
+  })
 })
 
 t.test('a client secret sent as the key: told it is not a key, and what to send', async (t) => {
@@ -180,6 +266,36 @@ t.test('a local or private webhook URL: WEBHOOKS_ALLOW_INSECURE named, the resol
     'a name that does not resolve is not told to lift the rule',
   )
   t.equal(Number((await gw.sql`select count(*)::int as n from webhook_endpoints`)[0]!.n), 0, 'nothing was registered')
+})
+
+t.test('an upstream that cannot be reached: the log names its URL, its route and the cause', async (t) => {
+  const lines: string[] = []
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      done()
+    },
+  })
+  const port = await closedPort()
+  const upstreamUrl = `http://127.0.0.1:${port}/base`
+  const down = await startGateway(t, {
+    logger: pino(loggerOptions('info'), sink),
+    redis: false,
+    gatewayConfig: { routes: [{ prefix: '/v1/down', upstream: upstreamUrl }] },
+  })
+  const owner = await down.createParent()
+  const res = await callAs(down.url, owner.apiKey, { path: '/v1/down/x' })
+  t.equal(checkProblem(t, res, 502, 'upstream_unavailable', 'refused').detail, 'the upstream could not be reached')
+  t.notMatch(res.body, String(port), 'the client is told nothing of the upstream')
+  const logged = lines.map((line) => JSON.parse(line)).filter((entry) => entry.code === 'upstream_unavailable')
+  t.equal(logged.length, 1, 'one line')
+  t.match(logged[0], {
+    level: 50,
+    upstream: upstreamUrl,
+    route: '/v1/down',
+    cause: new RegExp(`ECONNREFUSED 127\\.0\\.0\\.1:${port}`),
+    msg: new RegExp(`^the upstream could not be reached: ${upstreamUrl} \\(route /v1/down\\): .*ECONNREFUSED`),
+  })
 })
 
 t.test('started without ISSUER_URL: one warning naming the issuer used, the one discovery shows', async (t) => {

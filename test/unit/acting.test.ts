@@ -94,6 +94,24 @@ t.test('parsing', async (t) => {
   )
 })
 
+t.test('a malformed header that looks like a value it takes: what to send instead', async (t) => {
+  const detail = (value: string) => {
+    try {
+      parseActingHeader(value)
+    } catch (err) {
+      return (err as Error).message
+    }
+    return 'accepted'
+  }
+  const start = 'X-Service-Acting-Tenant must be self, a tenant UUID or ext:<external_id>'
+  t.equal(detail('acme-eu'), `${start}; to act as the sub-account whose external_id is acme-eu, send ext:acme-eu`)
+  t.equal(detail('EXT:acme-eu'), `${start}; the ext: prefix is lower-case: send ext:acme-eu`)
+  t.equal(detail('Ext:acme-eu'), `${start}; the ext: prefix is lower-case: send ext:acme-eu`)
+  t.equal(detail('SELF'), `${start}; self is lower-case: send self`)
+  t.equal(detail('EXT:a b'), start, 'no suggestion of a value that cannot be')
+  t.equal(detail('me too'), start)
+})
+
 t.test('absent header', async (t) => {
   for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
     t.equal(

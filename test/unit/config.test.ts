@@ -129,6 +129,42 @@ t.test('a URL written as a host and port alone: the message says to write the sc
   for (const [env, message] of cases) t.throws(() => loadConfig(env, ROOT), { message }, JSON.stringify(env))
 })
 
+t.test('HOST with a port: HOST first, the port belongs in PORT', async (t) => {
+  for (const [host, message] of [
+    [
+      'localhost:8081',
+      'invalid configuration: HOST is "localhost:8081": an address without a port; the port belongs in PORT (HOST=localhost PORT=8081)',
+    ],
+    [
+      '127.0.0.1:80',
+      'invalid configuration: HOST is "127.0.0.1:80": an address without a port; the port belongs in PORT (HOST=127.0.0.1 PORT=80)',
+    ],
+    [
+      '[::1]:8081',
+      'invalid configuration: HOST is "[::1]:8081": an address without a port; the port belongs in PORT (HOST=::1 PORT=8081)',
+    ],
+  ] as const)
+    t.throws(() => loadConfig({ HOST: host }, ROOT), { name: 'ConfigError', variable: 'HOST', message }, host)
+  for (const host of ['::1', '::', 'fe80::1', '127.0.0.1', 'localhost', 'gw.internal'])
+    t.equal(loadConfig({ HOST: host }, ROOT).host, host, `${host} is an address`)
+})
+
+t.test('a route table that does not exist: said so, with where a relative path starts', async (t) => {
+  const dir = t.testdir({})
+  t.throws(() => loadConfig({ GATEWAY_CONFIG: 'conf/routes.yaml' }, dir), {
+    variable: 'GATEWAY_CONFIG',
+    message: `invalid configuration: GATEWAY_CONFIG (conf/routes.yaml) does not exist: ${join(dir, 'conf/routes.yaml')} (a relative path starts at the working directory, ${dir}); name a route table that exists, by an absolute path or one from there`,
+  })
+  t.throws(() => loadConfig({}, dir), {
+    message: `invalid configuration: GATEWAY_CONFIG is not set, and its default config/gateway.yaml does not exist: ${join(dir, 'config/gateway.yaml')} (a relative path starts at the working directory, ${dir}); name a route table that exists, by an absolute path or one from there`,
+  })
+  t.throws(
+    () => loadConfig({ GATEWAY_CONFIG: dir }, dir),
+    { message: /^invalid configuration: GATEWAY_CONFIG cannot be read: EISDIR / },
+    'another failure: its code',
+  )
+})
+
 t.test('a password in a bad URL is not echoed', async (t) => {
   t.throws(() => loadConfig({ DATABASE_URL: 'mysql://user:hunter2@db/x' }, ROOT), { message: /^(?!.*hunter2)/ })
 })
