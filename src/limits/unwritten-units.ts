@@ -4,6 +4,12 @@
 
 /** Units admitted within this many ms share one entry (stamped with the latest of them). */
 const ENTRY_SPAN_MS = 50
+/**
+ * The most entries a quota keeps (a minute of them): while Postgres is away the meter's lag, and
+ * with it what is kept, has no end, so past this the two oldest merge into one stamped with the
+ * later time (kept longer: counted twice at worst, never dropped).
+ */
+export const MAX_ENTRIES = 1_200
 
 /**
  * Units by the local time (ms) they were admitted, oldest first, in entries of at most
@@ -24,7 +30,15 @@ export class UnwrittenUnits {
     if (last !== undefined && at - last.first < ENTRY_SPAN_MS) {
       last.units += units
       last.at = at
-    } else this.entries.push({ first: at, at, units })
+    } else {
+      this.entries.push({ first: at, at, units })
+      if (this.entries.length > MAX_ENTRIES) {
+        const oldest = this.entries.shift()!
+        const next = this.entries[0]!
+        next.first = oldest.first
+        next.units += oldest.units
+      }
+    }
     this.sum += units
   }
 

@@ -2,7 +2,7 @@
 // forgetting errs on the side of keeping a unit, so that a rebuilt month counts it twice rather
 // than not at all.
 import t from 'tap'
-import { UnwrittenUnits } from '../../src/limits/unwritten-units.js'
+import { MAX_ENTRIES, UnwrittenUnits } from '../../src/limits/unwritten-units.js'
 
 t.test('units by the time they were admitted, forgotten once written', async (t) => {
   const units = new UnwrittenUnits()
@@ -36,4 +36,16 @@ t.test('units given back come off the latest, never below zero', async (t) => {
   t.equal(units.total(), 1)
   units.clear()
   t.equal(units.total(), 0)
+})
+
+t.test('a long outage keeps every unit in a bounded number of entries, forgotten no earlier', async (t) => {
+  const units = new UnwrittenUnits()
+  const spans = MAX_ENTRIES * 3
+  for (let i = 0; i < spans; i++) units.add(i * 100, 1)
+  t.equal(units.total(), spans, 'no unit lost')
+  t.equal(units.since((MAX_ENTRIES * 2 + 1) * 100), MAX_ENTRIES - 1, 'the latest entries are as they were')
+  units.forgetBefore((spans - 10) * 100)
+  t.equal(units.total(), 10, 'forgotten once their latest unit is written')
+  const entries = (units as unknown as { entries: unknown[] }).entries
+  t.ok(entries.length <= MAX_ENTRIES, `at most ${MAX_ENTRIES} entries`)
 })
