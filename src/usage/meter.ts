@@ -60,6 +60,8 @@ export class UsageMeter {
   private readonly keyWrittenAt = new Map<string, number>()
   private timer: NodeJS.Timeout | null = null
   private flushing: Promise<void> | null = null
+  /** The one flush that callers arriving while `flushing` runs wait for. */
+  private nextFlush: Promise<void> | null = null
   private readonly now: () => number
   /** Where and how long its writes run (meter-writes.ts). */
   private readonly writes: MeterWrites
@@ -144,13 +146,24 @@ export class UsageMeter {
     this.keyUses.set(keyId, now)
   }
 
-  /** Writes what is pending; concurrent calls share one flush. What fails is kept for the next. */
+  /**
+   * Writes what is pending. Calls made while a flush runs share one flush after it, which writes
+   * all they counted: a hundred callers (each quota's month read, at a month's start) are two
+   * flushes, not a hundred in a row. What fails is kept for the next.
+   */
   flush(): Promise<void> {
-    if (this.flushing !== null) return this.flushing.then(() => this.flush())
-    this.flushing = this.write().finally(() => {
-      this.flushing = null
-    })
-    return this.flushing
+    if (this.flushing === null) {
+      this.flushing = this.write().finally(() => {
+        this.flushing = null
+      })
+      return this.flushing
+    }
+    const after = () => {
+      this.nextFlush = null
+      return this.flush()
+    }
+    this.nextFlush ??= this.flushing.then(after, after)
+    return this.nextFlush
   }
 
   private async write(): Promise<void> {
