@@ -12,8 +12,13 @@ import { stoppedBy } from '../store/call-statements.js'
 
 /** Heavy reads under way (or waiting for a connection) at once on a replica, all parents together. */
 export const HEAVY_READS_AT_ONCE = 4
-/** One parent's heavy reads in the gate at once, under way or waiting: more are refused 429. */
+/** One parent's heavy reads under way at once: its others wait for their turn. */
 export const HEAVY_READS_PER_ACCOUNT = 2
+/**
+ * One parent's heavy reads in the gate at once, under way or waiting: more are refused 429. A
+ * screen of the console asks for several at once (a month's usage, its days, the request log).
+ */
+export const HEAVY_READS_IN_GATE_PER_ACCOUNT = 8
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -28,7 +33,7 @@ declare module 'fastify' {
 const tooMany = () =>
   new ApiError(
     'too_many_concurrent_requests',
-    `this account already has ${HEAVY_READS_PER_ACCOUNT} heavy reads (reconciliation, export, usage, request log) under way; retry once one has answered`,
+    `this account already has ${HEAVY_READS_IN_GATE_PER_ACCOUNT} heavy reads (reconciliation, export, usage, request log) under way or waiting; retry once one has answered`,
     { headers: { 'retry-after': '1' } },
   )
 
@@ -38,7 +43,9 @@ const tooMany = () =>
  * waits never reaches the store. Registered before dropLateAnswers, which then drops what such a
  * call ends with.
  */
-export function gateHeavyReads(gate = new FairGate(HEAVY_READS_AT_ONCE, HEAVY_READS_PER_ACCOUNT)) {
+export function gateHeavyReads(
+  gate = new FairGate(HEAVY_READS_AT_ONCE, HEAVY_READS_IN_GATE_PER_ACCOUNT, HEAVY_READS_PER_ACCOUNT),
+) {
   return (route: RouteOptions): void => {
     const kind = route.config?.heavyRead
     if (kind === undefined) return

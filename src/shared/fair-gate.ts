@@ -1,8 +1,8 @@
 // A fixed number of places shared fairly between owners (parent accounts): the heavy reads of a
 // replica (management/heavy-reads.ts) and its one limit simulation (management/log-reads.ts).
-// An owner may have at most `perOwner` calls in the gate, holding a place or waiting for one; a
-// place that frees goes to the waiting owner that holds the fewest places, then to the one served
-// least recently, then to the one waiting longest. So one owner never holds a place twice while
+// An owner may have at most `perOwner` calls in the gate, holding a place or waiting for one, and
+// hold at most `holdPerOwner` places at once; a place that frees goes to the waiting owner that
+// holds the fewest places, then to the one served least recently, then to the one waiting longest. So one owner never holds a place twice while
 // another waits, however fast it asks (round robin between owners, FIFO within one).
 
 /** Gives the place back; a second call does nothing. */
@@ -32,10 +32,13 @@ export class FairGate {
   readonly places: number
   /** How many calls of one owner may be in the gate at once, holding or waiting. */
   readonly perOwner: number
+  /** How many places one owner may hold at once (its other calls in the gate wait). */
+  readonly holdPerOwner: number
 
-  constructor(places: number, perOwner: number) {
+  constructor(places: number, perOwner: number, holdPerOwner = perOwner) {
     this.places = places
     this.perOwner = perOwner
+    this.holdPerOwner = Math.min(holdPerOwner, perOwner)
   }
 
   /** Places held now, and calls waiting for one (metrics, tests). */
@@ -55,15 +58,17 @@ export class FairGate {
    */
   enter(owner: string, signal?: AbortSignal): Promise<Leave> | null {
     let entry = this.owners.get(owner)
+    if (entry !== undefined && entry.inGate >= this.perOwner) return null
+    // Before an entry is made: a call that never enters leaves nothing behind.
+    if (signal?.aborted) return Promise.reject(signal.reason)
     if (entry === undefined) {
       entry = { inGate: 0, holding: 0, lastServed: -1, waiting: [] }
       this.owners.set(owner, entry)
     }
-    if (entry.inGate >= this.perOwner) return null
-    if (signal?.aborted) return Promise.reject(signal.reason)
     entry.inGate++
     const ownerEntry = entry
-    if (this.holding < this.places && this.waiting === 0) return Promise.resolve(this.give(owner, ownerEntry))
+    if (this.holding < this.places && this.waiting === 0 && entry.holding < this.holdPerOwner)
+      return Promise.resolve(this.give(owner, ownerEntry))
     return new Promise<Leave>((resolve, reject) => {
       const abort = () => {
         ownerEntry.waiting.splice(ownerEntry.waiting.indexOf(waiter), 1)
@@ -79,6 +84,8 @@ export class FairGate {
       }
       ownerEntry.waiting.push(waiter)
       signal?.addEventListener('abort', abort, { once: true })
+      // Waiters held back only by their owners' holdPerOwner leave a free place to this one.
+      this.next()
     })
   }
 
@@ -108,7 +115,7 @@ export class FairGate {
     while (this.holding < this.places) {
       let best: Owner | undefined
       for (const entry of this.owners.values()) {
-        if (entry.waiting.length === 0) continue
+        if (entry.waiting.length === 0 || entry.holding >= this.holdPerOwner) continue
         if (best === undefined || before(entry, best)) best = entry
       }
       if (best === undefined) return

@@ -86,3 +86,28 @@ t.test('a waiter whose signal aborts leaves the line; a place given back twice c
   t.equal(gate.held, 0)
   t.equal(gate.waiting, 0)
 })
+
+t.test('an owner holds at most holdPerOwner places; its other calls wait without keeping others out', async (t) => {
+  const gate = new FairGate(4, 8, 2)
+  const { order, enter, leave } = recorder(gate)
+  for (const name of ['a1', 'a2', 'a3', 'a4']) void enter('a', name)
+  await turn()
+  t.same(order, ['a1', 'a2'], 'two places held, two calls waiting, two places free')
+  t.equal(gate.waiting, 2)
+  void enter('b', 'b1')
+  await turn()
+  t.same(order, ['a1', 'a2', 'b1'], "another owner takes a free place at once, past a's waiting calls")
+  leave('a1')
+  await turn()
+  t.same(order, ['a1', 'a2', 'b1', 'a3'], "a's next call takes the place a gave back")
+  // a2, a3 and a4 are in the gate: five more make eight, and a ninth is refused.
+  for (let i = 5; i <= 9; i++) t.not(enter('a', `a${i}`), null)
+  t.equal(enter('a', 'a10'), null, 'a ninth call of one owner in the gate is refused at once')
+})
+
+t.test('a call whose signal has aborted before it enters leaves no trace of its owner', async (t) => {
+  const gate = new FairGate(1, 1)
+  const owners = (gate as unknown as { owners: Map<string, unknown> }).owners
+  await t.rejects(gate.enter('late', AbortSignal.abort(new Error('gone')))!, /gone/)
+  t.equal(owners.size, 0)
+})
