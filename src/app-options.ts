@@ -221,7 +221,13 @@ export function managementOptions(
 }
 
 export function portalOptions(deps: AppDeps, requestLog: RequestLogReader | null): PortalOptions {
-  return { sql: deps.store.sql, callSql: callSql(deps.store), requestLog, issuerUrl: deps.config.issuerUrl, rate: deps.config.managementRate }
+  return {
+    sql: deps.store.sql,
+    callSql: callSql(deps.store),
+    requestLog,
+    issuerUrl: deps.config.issuerUrl,
+    rate: deps.config.managementRate,
+  }
 }
 
 /** The open WebSockets, when a route takes them: told of revocations, counted in the metrics. */

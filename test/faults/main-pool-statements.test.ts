@@ -86,7 +86,12 @@ t.test('a management call answered 503 stops its statement on the main pool at o
   )
   t.equal(call.res?.status, 503, 'answered 503 at the deadline')
   t.equal(codeOf(call.res), 'store_unavailable')
-  t.ok(await until(HANG_LIMIT_MS, async () => (await waiting()) === 0), 'its statement is gone, the lock still held')
+  const gone = await until(HANG_LIMIT_MS, async () => (await waiting()) === 0)
+  t.ok(gone, 'its statement is gone, the lock still held', {
+    waiting: gone
+      ? []
+      : await db.sql`select application_name, state, left(query, 200) as query from pg_stat_activity where wait_event_type = 'Lock'`,
+  })
   await release()
   const [row] = await db.sql<{ name: string }[]>`select name from tenants where id = ${sub.id}`
   t.equal(row!.name, 'customer', 'the cancelled update changed nothing')
