@@ -63,7 +63,9 @@ t.test('a management call answered 503 stops its statement on the main pool at o
     // so that only the cancel can end the statement while the lock is held.
     pool: { statementTimeoutMs: 10 * HANG_LIMIT_MS },
     redis: false,
-    storeDeadlines: { managementMs: 2_000 },
+    // Long enough that the update waits on the lock when the cancel comes (a cancel that lands
+    // between a statement's describe and execute steps is lost: the pool's timeout then ends it).
+    storeDeadlines: { managementMs: 5_000 },
   })
   const parent = await createParent(db.sql, { name: 'parent' })
   const sub = await createSubAccount(db.sql, parent.id, { name: 'customer', externalId: null, metadata: {} })
