@@ -165,6 +165,13 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
 const cancellableReads = (store: Store) =>
   store.heavyReadSql === undefined ? undefined : cancellable(store.heavyReadSql)
 
+/**
+ * A store's main pool as the management API's and the portal's calls use it: their statements
+ * are cancelled when the call is answered 503 at its store deadline (management/hooks.ts,
+ * dropLateAnswers). The embedded database's one connection as it is: a cancel could not reach it.
+ */
+const callSql = (store: Store) => (store.embedded ? store.sql : cancellable(store.sql))
+
 /** One for the API and the portal: a parent's reads of its log at once are counted together. */
 export function requestLogReader(app: FastifyInstance, deps: AppDeps): RequestLogReader | null {
   if (app.requestLog === null) return null
@@ -189,6 +196,7 @@ export function managementOptions(
   return {
     prefix: MANAGEMENT_PREFIX,
     sql: deps.store.sql,
+    callSql: callSql(deps.store),
     heavyReadSql: cancellableReads(deps.store),
     lookups: app.tenancyCache.lookups,
     cache: app.tenancyCache,
@@ -213,7 +221,13 @@ export function managementOptions(
 }
 
 export function portalOptions(deps: AppDeps, requestLog: RequestLogReader | null): PortalOptions {
-  return { sql: deps.store.sql, requestLog, issuerUrl: deps.config.issuerUrl, rate: deps.config.managementRate }
+  return {
+    sql: deps.store.sql,
+    callSql: callSql(deps.store),
+    requestLog,
+    issuerUrl: deps.config.issuerUrl,
+    rate: deps.config.managementRate,
+  }
 }
 
 /** The open WebSockets, when a route takes them: told of revocations, counted in the metrics. */

@@ -6,6 +6,7 @@ import { PassThrough } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler, RouteOptions } from 'fastify'
 import { ApiError } from '../errors.js'
 import { NoQuery } from '../schemas/common.js'
+import { stoppedBy } from '../store/call-statements.js'
 import { storeDeadlinesOf } from '../store/deadlines.js'
 
 /** How long a management body may take to arrive, once its reading starts: past it, 408 request_timeout. */
@@ -21,7 +22,7 @@ interface ManagementTimers {
   body: NodeJS.Timeout | null
   /** The store deadline answered 503: the handler may still run, its answer will find the reply sent. */
   answered: boolean
-  /** Aborted when the store deadline answers 503: the call's heavy reads stop their statements (heavy-reads.ts). */
+  /** Aborted when the store deadline answers 503: the call's statements stop (dropLateAnswers). */
   readonly stop: AbortController
 }
 
@@ -166,14 +167,18 @@ export function resumeStoreDeadline(request: FastifyRequest, reply: FastifyReply
 }
 
 /**
- * onRoute: a handler still running when the deadline answered ends later, when its statements do:
- * its outcome is an answer nobody waits for, which fastify would log again (an error at level
- * error, an answer as a warning), a client able to cause both at will.
+ * onRoute: a handler's statements through a `cancellable` pool (the scope's, app-options.ts) are
+ * cancelled when the store deadline answers 503 (store/call-statements.ts): none runs on for an
+ * answer nobody waits for. The handler then ends with their error, or with what it made of it: an
+ * outcome nobody waits for either, which fastify would log again (an error at level error, an
+ * answer as a warning), a client able to cause both at will; it is dropped.
  */
 export function dropLateAnswers(route: RouteOptions): void {
   const handler = route.handler
   route.handler = function (this: FastifyInstance, request, reply) {
-    const answer = handler.call(this, request, reply)
+    const stop = request.deadline?.stop.signal
+    const run = () => handler.call(this, request, reply)
+    const answer = stop === undefined ? run() : stoppedBy(stop, run)
     // A handler that answers through `reply` itself, later, is left as it is.
     if (!(answer instanceof Promise)) return answer
     return answer.then(

@@ -52,6 +52,11 @@ import { DEFAULT_WEBHOOK_ENDPOINTS_MAX } from './webhook-endpoint-admission.js'
 
 export interface ManagementOptions {
   sql: Sql
+  /**
+   * The main pool as the handlers use it: their statements are cancelled when their call is
+   * answered 503 at its store deadline (store/call-statements.ts, hooks.ts); `sql` when none.
+   */
+  callSql?: Sql
   /** The heavy reads' own pool (Store.heavyReadSql); `sql` when the store has none (heavy-reads.ts). */
   heavyReadSql?: Sql
   lookups: TenancyLookups
@@ -153,9 +158,10 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
   })
 
   const context: ManagementContext = {
-    sql,
+    sql: options.callSql ?? sql,
     reads: options.heavyReadSql ?? sql,
     cache,
+    // The plain pool: the secret, read once, serves every call, whichever was first.
     cursors: new Cursors(() => cursorSecret(sql)),
     keyMinted: options.keyMinted,
     webhooks: {

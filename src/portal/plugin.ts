@@ -29,6 +29,11 @@ import type { RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalOptions {
   sql: Sql
+  /**
+   * The main pool as the handlers use it: their statements are cancelled when their call is
+   * answered 503 at its store deadline (management/hooks.ts); `sql` when none.
+   */
+  callSql?: Sql
   /** The request log's reader, the management API's own; null when the log is off. */
   requestLog: RequestLogReader | null
   /** ISSUER_URL: the links' origin; https there makes the session cookie Secure. */
@@ -108,6 +113,8 @@ function registerPortalPage(plugin: PortalApp, assets: () => Promise<ConsoleAsse
 /** The API under /portal/api: the exchange, then the calls of a session, at its parent's management rate. */
 async function registerPortalApi(api: PortalApp, options: PortalOptions, lookups: PortalCredentialLookups) {
   const { sql } = options
+  // The handlers' statements stop when their call is answered 503 (management/hooks.ts).
+  const callSql = options.callSql ?? sql
   const { tenancyCache: cache, limiter, alerts } = api
   const typed = api.withTypeProvider<TypeBoxTypeProvider>()
   // The management API's deadlines: past 1.5 s of store work a call is 503 store_unavailable
@@ -119,7 +126,7 @@ async function registerPortalApi(api: PortalApp, options: PortalOptions, lookups
   typed.addHook('onRequest', async (_request, reply) => {
     secureHeaders(reply, portalCsp(null)).header('cache-control', 'no-store')
   })
-  registerExchangeRoutes(typed, sql, lookups, options.issuerUrl)
+  registerExchangeRoutes(typed, callSql, lookups, options.issuerUrl)
   await typed.register(async (authed) => {
     const withSession = authed.withTypeProvider<TypeBoxTypeProvider>()
     withSession.addHook('onRequest', sessionAuth(lookups))
@@ -128,8 +135,9 @@ async function registerPortalApi(api: PortalApp, options: PortalOptions, lookups
       managementRate(limiter, options.rate, (r) => sessionOf(r).account_id),
     )
     registerPortalApiRoutes(withSession, {
-      sql,
+      sql: callSql,
       cache,
+      // The plain pool: the secret, read once, serves every call, whichever was first.
       cursors: new Cursors(() => cursorSecret(sql)),
       requestLog: options.requestLog,
       keyMinted: alerts.keyMinted,

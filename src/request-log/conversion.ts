@@ -5,7 +5,7 @@
 // record, below the new rows' (schema.ts starts them after the old log's last), so that pages stay
 // newest first across both.
 import type { FastifyBaseLogger } from 'fastify'
-import type { Sql, Tx } from '../store/db.js'
+import { type Sql, type Tx, withoutTimeouts } from '../store/db.js'
 import { ensurePartition } from './partitions.js'
 import { CREATE_VIEW, oldLogNextSeq, RECORD_ARRAYS, ROW_RECORDS } from './schema.js'
 
@@ -19,10 +19,15 @@ export async function convertOldLog(sql: Sql, log: FastifyBaseLogger): Promise<v
     if (partition === undefined) break
     // The new partitions of its days first, each in a short transaction of its own (the writer
     // makes partitions under the same lock), then the day itself.
-    for (const { day } of await sql<{ day: number }[]>`
-      select distinct floor(extract(epoch from time) / 86400)::int as day from ${sql(partition)}`)
-      await ensurePartition(sql, day)
+    // Each reads or writes a whole day: without the pool's timeouts (store/db.ts), once.
+    const days = await sql.begin(async (tx) => {
+      await withoutTimeouts(tx)
+      return tx<{ day: number }[]>`
+        select distinct floor(extract(epoch from time) / 86400)::int as day from ${tx(partition)}`
+    })
+    for (const { day } of days) await ensurePartition(sql, day)
     await sql.begin(async (tx) => {
+      await withoutTimeouts(tx)
       await tx`select pg_advisory_xact_lock(${CONVERSION_LOCK})`
       if ((await oldestOldPartition(tx)) !== partition) return
       await convertPartition(tx, partition)

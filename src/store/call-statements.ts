@@ -44,9 +44,11 @@ function cancel(query: PendingQuery): void {
 
 /**
  * Runs `work`, whose statements through a `cancellable` pool are cancelled when `signal` aborts.
- * Resolves or rejects as `work` does.
+ * Returns what `work` returns: a promise settles as `work`'s does. `work` is entered at once, so a
+ * route's handler may be run through it as it is (management/hooks.ts); one that answers later
+ * through its reply, returning nothing, keeps its statements stoppable until its request is gone.
  */
-export async function stoppedBy<T>(signal: AbortSignal, work: () => Promise<T>): Promise<T> {
+export function stoppedBy<T>(signal: AbortSignal, work: () => T): T {
   const call: Call = { made: new Set(), stopped: signal.aborted }
   const stop = () => {
     call.stopped = true
@@ -54,12 +56,19 @@ export async function stoppedBy<T>(signal: AbortSignal, work: () => Promise<T>):
     call.made.clear()
   }
   signal.addEventListener('abort', stop, { once: true })
-  try {
-    return await current.run(call, work)
-  } finally {
+  const done = () => {
     signal.removeEventListener('abort', stop)
     call.made.clear()
   }
+  let result: T
+  try {
+    result = current.run(call, work)
+  } catch (err) {
+    done()
+    throw err
+  }
+  if (result instanceof Promise) return result.finally(done) as T
+  return result
 }
 
 /** Remembers `made` in the call under way, if any; refuses it if that call was stopped. */

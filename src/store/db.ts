@@ -83,6 +83,11 @@ export interface StoreOptions {
   maxConnections?: number
   /** Who holds the embedded database, written into its lock file. */
   holder?: string
+  /**
+   * The pool's `statement_timeout` and `lock_timeout` (default MAIN_STATEMENT_TIMEOUT_MS): no
+   * longer than a management call's store deadline. The embedded database has none.
+   */
+  statementTimeoutMs?: number
 }
 
 export class EmbeddedDatabaseBusyError extends Error {
@@ -105,6 +110,31 @@ const COMMON_OPTIONS = {
   // hangs); the gateway does not use reserve().
   fetch_types: false,
 } as const
+
+/**
+ * The main pool's `statement_timeout` and `lock_timeout`, in ms: a management call's store deadline
+ * (store/deadlines.ts, STORE_DEADLINES.managementMs, is this one), so that no statement of a call, the portal's, the token endpoint's or a
+ * background job's outlives the call it serves, and a job's statement blocked by a lock ends
+ * (Postgres cancels it: 57014 or 55P03) and is tried again at the job's next turn. A call answered
+ * 503 earlier has its statements cancelled at once (store/call-statements.ts). The work that may
+ * take longer sets its own, in its transaction: the migrations none (store/migrate.ts).
+ */
+export const MAIN_STATEMENT_TIMEOUT_MS = 1_500
+/**
+ * The main pool's `idle_in_transaction_session_timeout`: a transaction left open by work that no
+ * longer runs (its process stalled, its promise lost) gives its locks and connection back. Far
+ * above any transaction's own pauses, which are between statements of one piece of work.
+ */
+export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000
+
+/**
+ * Lifts the pool's `statement_timeout` and `lock_timeout` for the rest of transaction `tx` (SET
+ * LOCAL), for work that may rightly run long and must end with its own outcome, never a timeout:
+ * the migrations (a deploy fails on their error, not on their length), a one-time conversion.
+ */
+export async function withoutTimeouts(tx: Tx): Promise<void> {
+  await tx.unsafe('set local statement_timeout = 0; set local lock_timeout = 0')
+}
 
 /** A replica's connections for the tenancy lookups, the limits' rebuild and /readyz (Store.lookupSql). */
 export const LOOKUP_CONNECTIONS = 4
@@ -134,7 +164,12 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         max: size,
         connection: { ...parameters, application_name: name, max_parallel_workers_per_gather: '0' },
       })
-    const sql = pool(max, applicationName)
+    const timeout = String(options.statementTimeoutMs ?? MAIN_STATEMENT_TIMEOUT_MS)
+    const sql = pool(max, applicationName, {
+      statement_timeout: timeout,
+      lock_timeout: timeout,
+      idle_in_transaction_session_timeout: String(IDLE_IN_TRANSACTION_TIMEOUT_MS),
+    })
     // Pools of their own, opened as they are first used (docs/operations.md, connections).
     const lookupSql = pool(LOOKUP_CONNECTIONS, `${applicationName} lookups`)
     const heavyReadSql = pool(HEAVY_READ_CONNECTIONS, `${applicationName} reads`, {

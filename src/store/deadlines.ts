@@ -2,6 +2,7 @@
 // store_unavailable; docs/internals.md, caches): a partition must not hang requests until a TCP or
 // connect timeout, tens of seconds later.
 import type { FastifyInstance } from 'fastify'
+import { MAIN_STATEMENT_TIMEOUT_MS } from './db.js'
 import { DEFAULT_KEY_BATCH_PACING } from './key-lookup-batcher.js'
 
 export interface StoreDeadlines {
@@ -27,7 +28,8 @@ export interface StoreDeadlines {
 
 export const STORE_DEADLINES: Readonly<StoreDeadlines> = {
   lookupMs: 500,
-  managementMs: 1_500,
+  // The main pool's statement_timeout is the same: no statement of a call outlives its deadline.
+  managementMs: MAIN_STATEMENT_TIMEOUT_MS,
   simulationMs: 60_000,
   lookupIntervalMs: DEFAULT_KEY_BATCH_PACING.intervalMs,
 }

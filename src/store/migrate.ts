@@ -1,11 +1,12 @@
 // Numbered SQL migrations (migrations/NNN_name.sql), applied in order, each exactly once.
 // All pending migrations run in one transaction that first takes a transaction-level advisory
 // lock: replicas that start together queue on the lock, and the later ones find nothing to do.
-// A failing migration rolls back entirely and its error propagates: the deploy must fail.
+// A failing migration rolls back entirely and its error propagates: the deploy must fail. They
+// run without the pool's statement and lock timeouts (store/db.ts), which would fail a long one.
 import { readdirSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { join } from 'node:path'
-import type { Sql } from './db.js'
+import { type Sql, withoutTimeouts } from './db.js'
 
 export const DEFAULT_MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url))
 
@@ -37,6 +38,9 @@ export function readMigrations(dir: string = DEFAULT_MIGRATIONS_DIR): Migration[
 export async function migrate(sql: Sql, dir: string = DEFAULT_MIGRATIONS_DIR): Promise<number[]> {
   const migrations = readMigrations(dir)
   return sql.begin(async (tx) => {
+    // No timeout of the pool's: a migration ends by its own outcome, however long a large table
+    // takes, and a replica waits on the lock for as long as another migrates.
+    await withoutTimeouts(tx)
     await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID})`
     await tx`
       create table if not exists schema_migrations (

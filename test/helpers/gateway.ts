@@ -32,7 +32,8 @@ export interface GatewayOptions extends AppTuning {
    * timeout), on `url`: through a relay that a fault test breaks, or where nothing answers.
    * Default: the gateway uses the test database's pool, which the test also writes with.
    */
-  pool?: { url?: string; maxConnections?: number }
+  /** The gateway's own pools (openStore); statementTimeoutMs: the main pool's, default the management deadline. */
+  pool?: { url?: string; maxConnections?: number; statementTimeoutMs?: number }
   /**
    * The Redis the gateway uses: the tests' by default, another by URL, false for none, or the
    * environment of a topology (REDIS_SENTINELS…, REDIS_CLUSTER_NODES: helpers/redis-topologies.ts).
@@ -201,7 +202,16 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
           openOwnConnection: () => openOneConnection(database.url, 'tenancy-gateway test own'),
           close: async () => {},
         }
-      : await openStore({ databaseUrl, dataDir: tmpdir(), maxConnections: options.pool.maxConnections })
+      : await openStore({
+          databaseUrl,
+          dataDir: tmpdir(),
+          maxConnections: options.pool.maxConnections,
+          // As long as the call's deadline, which tests lengthen for a loaded machine.
+          statementTimeoutMs:
+            options.pool.statementTimeoutMs ??
+            options.storeDeadlines?.managementMs ??
+            UNHURRIED_STORE_DEADLINES.managementMs,
+        })
   const config = {
     ...loadConfig({
       DATABASE_URL: databaseUrl,

@@ -73,3 +73,28 @@ t.test('an aborted signal stops the call before its first statement', async (t) 
     StatementsStoppedError,
   )
 })
+
+t.test('work that is no promise: a throw goes to the caller, a value is returned as it is', async (t) => {
+  const stop = new AbortController()
+  t.throws(
+    () =>
+      stoppedBy(stop.signal, () => {
+        throw new Error('at once')
+      }),
+    /at once/,
+  )
+  // A handler that answers later through its reply: its statements stay stoppable.
+  let later!: Promise<unknown>
+  t.equal(
+    stoppedBy(stop.signal, () => {
+      later = sql`select pg_sleep(30)`.then(
+        () => 'ran',
+        (err: { code?: string }) => err.code,
+      )
+      return 'answered later'
+    }),
+    'answered later',
+  )
+  stop.abort()
+  t.equal(await later, '57014', 'cancelled when its call is stopped')
+})
