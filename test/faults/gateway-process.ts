@@ -15,7 +15,7 @@ import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { buildApp } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { openStore } from '../../src/store/db.js'
+import { HEAVY_READ_CONNECTIONS, LOOKUP_CONNECTIONS, openStore } from '../../src/store/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { recordLoopStalls } from '../helpers/loop-stalls.js'
 
@@ -71,11 +71,18 @@ process.on('message', (message: { type: string }) => {
     const { heapUsed, rss, external, arrayBuffers } = process.memoryUsage()
     send({ type: 'stats', heapUsed, rss, external, arrayBuffers, sockets: sockets(), loopStalls: stalls })
   } else if (message.type === 'fill-pool') {
-    // Every connection of the store's pool open at once, so that none opens later: a baseline of
-    // its sockets and their timers that the traffic after cannot grow (postgres.js keeps an idle
+    // Every connection of the store's pools open at once (the main pool's `connections`, and the
+    // lookups' and the heavy reads' all of theirs), so that none opens later: a baseline of their
+    // sockets and their timers that the traffic after cannot grow (postgres.js keeps an idle
     // connection 60 s, longer than a test waits for rest).
     const { connections } = message as { type: string; connections: number }
-    void Promise.all(Array.from({ length: connections }, () => store.sql`select pg_sleep(0.05)`)).then(
+    const fill = (sql: typeof store.sql | undefined, n: number) =>
+      sql === undefined ? [] : Array.from({ length: n }, () => sql`select pg_sleep(0.05)`)
+    void Promise.all([
+      ...fill(store.sql, connections),
+      ...fill(store.lookupSql, LOOKUP_CONNECTIONS),
+      ...fill(store.heavyReadSql, HEAVY_READ_CONNECTIONS),
+    ]).then(
       () => send({ type: 'fill-pool' }),
       (error: Error) => send({ type: 'fill-pool', error: error.message }),
     )
