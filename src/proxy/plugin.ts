@@ -37,7 +37,7 @@ function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
 function balancedTargets(route: ProxyRoute, options: ProxyOptions): RouteUpstreams | null {
   if (route.targets === null) return null
   const upstreams = new RouteUpstreams(route.targets, {
-    makePool: (origin) => upstreamPool(origin, route),
+    makePool: (origin, connections) => upstreamPool(origin, route, connections),
     clock: options.upstreamClock,
     onEject: (target) => options.upstreamEjections?.(route.prefix, target),
   })

@@ -137,11 +137,11 @@ export class UpstreamTarget implements CallTarget {
 }
 
 /** The pool of one upstream (or of one of a route's targets) at `origin`. */
-export function upstreamPool(origin: string, route: ProxyRoute): Pool {
+export function upstreamPool(origin: string, route: ProxyRoute, connections = route.maxConnections): Pool {
   return new Pool(origin, {
     // The slots keep requests to at most this many, so undici never queues one (with targets, the
     // route's slots bound them all: one target can carry the route alone).
-    connections: route.maxConnections,
+    connections,
     headersTimeout: route.timeoutMs,
     bodyTimeout: route.timeoutMs,
     // An https upstream must prove who it is (docs/configuration.md); its informational answers

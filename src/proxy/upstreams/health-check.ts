@@ -1,16 +1,18 @@
 // Active health (docs/configuration.md, routes: `health_check`): each replica sends a GET of the
 // route's check path to every target, every interval_ms give or take a tenth (jitter, so that
-// replicas started together do not check in step), over the target's own pool. A target fails
-// `unhealthy_after` checks in a row to be taken out and passes `healthy_after` to come back; a
-// target starts healthy, so that a fresh replica serves at once. Timers are unref'd and end with
+// replicas started together do not check in step), over a connection of the target's own: a target
+// whose pool is taken by long answers (streams, long polls) is busy, not down, and a check queued
+// behind them would time out. A target fails `unhealthy_after` checks in a row to be taken out
+// and passes `healthy_after` to come back; a target starts healthy, so that a fresh replica
+// serves at once. Timers are unref'd and end with
 // close(): the route's scope closes them with its pools (proxy/plugin.ts).
 import type { Dispatcher } from 'undici'
 import type { HealthCheckOptions } from './route-options.js'
 
 /** What a check reads and writes of a target. */
 export interface Checked {
-  /** Its pool, without the balancer's accounting: a check is not a request of the route. */
-  readonly pool: Dispatcher
+  /** The checks' own pool of one connection (null: none is made without checks). */
+  readonly checkPool: Dispatcher | null
   readonly host: string
   /** False once it failed unhealthy_after checks in a row, until it passes healthy_after. */
   healthy: boolean
@@ -60,8 +62,10 @@ export class HealthChecks {
 
   /** One check: true when the target answered a passing status within timeout_ms. Never rejects. */
   private async check(target: Checked): Promise<boolean> {
+    const pool = target.checkPool
+    if (pool === null) return false
     try {
-      const answer = await target.pool.request({
+      const answer = await pool.request({
         method: 'GET',
         path: this.options.path,
         headers: { host: target.host, 'user-agent': 'tenancy-gateway-health-check' },

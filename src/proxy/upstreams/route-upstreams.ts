@@ -19,6 +19,8 @@ export class Target implements Balanced, Checked, TargetAccount {
   readonly seed: number
   /** Its own pool; `dispatcher` is the same, with the balancer's accounting on top. */
   readonly pool: Pool
+  /** One connection of its own for the active checks (none without them): never behind requests. */
+  readonly checkPool: Pool | null
   readonly dispatcher: Dispatcher
   inFlight = 0
   current = 0
@@ -26,8 +28,15 @@ export class Target implements Balanced, Checked, TargetAccount {
   readonly outlier = new OutlierState()
 
   private readonly onSettled: (outcome: Outcome) => void
-  constructor(url: string, weight: number, pool: Pool, onSettled: (outcome: Outcome) => void) {
+  constructor(
+    url: string,
+    weight: number,
+    pool: Pool,
+    checkPool: Pool | null,
+    onSettled: (outcome: Outcome) => void,
+  ) {
     this.url = url
+    this.checkPool = checkPool
     this.host = new URL(url).host
     this.weight = weight
     this.seed = hashString(url)
@@ -55,8 +64,11 @@ export interface UpstreamsReadout {
 }
 
 export interface RouteUpstreamsOptions {
-  /** Each target's pool, made as the route's one-upstream pool is (upstream-target.ts). */
-  makePool(origin: string): Pool
+  /**
+   * Each target's pool, made as the route's one-upstream pool is (upstream-target.ts), of the
+   * route's max_connections, or of `connections` (the active checks' one).
+   */
+  makePool(origin: string, connections?: number): Pool
   /** The clock of passive health, in ms (default Date.now; tests move it). */
   clock?: () => number
   /** A target was ejected (tgw_upstream_ejections_total). */
@@ -81,10 +93,13 @@ export class RouteUpstreams implements UpstreamsReadout {
 
   constructor(options: RouteTargets, deps: RouteUpstreamsOptions) {
     this.clock = deps.clock ?? Date.now
-    const targets: Target[] = options.targets.map(
-      ({ url, weight }, index) =>
-        new Target(url, weight, deps.makePool(new URL(url).origin), (outcome) => this.outlier.settled(index, outcome)),
-    )
+    const checked = options.healthCheck !== null
+    const targets: Target[] = options.targets.map(({ url, weight }, index) => {
+      const origin = new URL(url).origin
+      return new Target(url, weight, deps.makePool(origin), checked ? deps.makePool(origin, 1) : null, (outcome) =>
+        this.outlier.settled(index, outcome),
+      )
+    })
     this.targets = targets
     this.balancer = balancerFor(options.balance)
     this.outlier = new Outlier(
@@ -151,6 +166,6 @@ export class RouteUpstreams implements UpstreamsReadout {
   /** Ends the checks and every pool (the route's scope closes). */
   async destroy(): Promise<void> {
     this.checks?.close()
-    await Promise.all(this.targets.map((target) => target.pool.destroy()))
+    await Promise.all(this.targets.flatMap((target) => [target.pool.destroy(), target.checkPool?.destroy()]))
   }
 }
