@@ -5,7 +5,7 @@
 // cancelled when the call is answered 503 at its store deadline (store/call-statements.ts). A
 // parent that floods them within its management rate thus holds at most its share of the reads'
 // connections, never the pool's, and never those of the lookups.
-import type { FastifyInstance, RouteOptions } from 'fastify'
+import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify'
 import { ApiError } from '../errors.js'
 import { FairGate } from '../shared/fair-gate.js'
 import { stoppedBy } from '../store/call-statements.js'
@@ -28,6 +28,27 @@ declare module 'fastify' {
      */
     heavyRead?: 'gated' | 'own place'
   }
+}
+
+/**
+ * How long a later page of a streamed heavy read (the export's) waits for its turn, in ms: past
+ * it the answer is cut short, as when its store fails (its first page had the call's deadline).
+ */
+export const PAGE_TURN_WAIT_MS = 10_000
+
+/** Runs one more statement of a heavy read that outlives its handler, in a place of the gate. */
+export type HeavyReadTurn = <T>(work: () => Promise<T>) => Promise<T>
+
+/** The turn of each gated call whose handler is under way or done (heavyReadTurn). */
+const turns = new WeakMap<FastifyRequest, HeavyReadTurn>()
+
+/**
+ * The turn of `request`, a gated heavy read, for what it reads after its handler returned (the
+ * export's later pages, each a statement): a place of the gate taken for each, in its parent's
+ * turn, so that a stream read fast holds no more of the replica than its parent's share.
+ */
+export function heavyReadTurn(request: FastifyRequest): HeavyReadTurn {
+  return turns.get(request) ?? ((work) => work())
 }
 
 const tooMany = () =>
@@ -54,7 +75,18 @@ export function gateHeavyReads(
       const stop = request.deadline!.stop.signal
       const run = () => stoppedBy(stop, async () => handler.call(this, request, reply))
       if (kind === 'own place') return run()
-      const entering = gate.enter(request.principal!.tenant.id, stop)
+      const parent = request.principal!.tenant.id
+      turns.set(request, async (work) => {
+        const page = gate.enter(parent, AbortSignal.timeout(PAGE_TURN_WAIT_MS))
+        if (page === null) throw tooMany()
+        const leavePage = await page
+        try {
+          return await work()
+        } finally {
+          leavePage()
+        }
+      })
+      const entering = gate.enter(parent, stop)
       if (entering === null) throw tooMany()
       const leave = await entering
       try {

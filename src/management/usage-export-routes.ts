@@ -4,6 +4,7 @@
 import { Readable } from 'node:stream'
 import { closedUntil, exportRows } from '../store/usage-periods.js'
 import { EXPORT_CONTENT_TYPES, exportEnd, exportInstant, exportRange, exportText } from '../usage/export.js'
+import { heavyReadTurn } from './heavy-reads.js'
 import { answeredByStoreDeadline, stopStoreDeadline } from './hooks.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
@@ -29,7 +30,8 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
         },
       },
     },
-    // Gated until its first page: the pages after it are a query each, read as the client takes them.
+    // Gated: its first page in the call's place, each page after it (a query each, read as the
+    // client takes them) in a place of its own.
     config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
     async handler(request, reply, { reads: sql, usageExport }) {
       const format = request.query.format ?? 'ndjson'
@@ -45,7 +47,16 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
       // The first page under the store deadline: a store that does not answer is a 503, not an
       // empty 200. Each page is a query of its own (store/usage-periods.ts): a client that reads
       // slowly, or leaves, holds no connection.
-      const rows = to === null ? null : exportRows(sql, { from: range.from, to, accountId: parentOf(request).id })
+      // The pages after the first each take a place of the heavy reads' gate (heavy-reads.ts).
+      const rows =
+        to === null
+          ? null
+          : exportRows(
+              sql,
+              { from: range.from, to, accountId: parentOf(request).id },
+              undefined,
+              heavyReadTurn(request),
+            )
       const first = rows === null ? null : await rows.next()
       if (answeredByStoreDeadline(request)) return reply
       stopStoreDeadline(request)

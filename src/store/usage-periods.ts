@@ -118,16 +118,19 @@ type ExportKey = Pick<ExportRow, 'period_start' | 'account_id' | 'sub_account_id
  * sub-accounts') or of every account, page by page of `pageSize`, ordered by period, account,
  * sub-account (the parent's own use first) and meter. Each page is a query of its own, after the
  * last record of the one before: a slow reader holds no connection between pages. The caller
- * cuts `to` at the close.
+ * cuts `to` at the close. `laterPage` runs each page's statement after the first (the management
+ * API's gate: a place each, in the parent's turn).
  */
 export async function* exportRows(
   sql: Sql,
   range: { from: Date; to: Date; accountId: string | null },
   pageSize = 500,
+  laterPage: <T>(work: () => Promise<T>) => Promise<T> = (work) => work(),
 ): AsyncGenerator<ExportRow[]> {
   let after: ExportKey | null = null
   for (;;) {
-    const page: ExportRow[] = await exportPage(sql, range, after, pageSize)
+    const read = () => exportPage(sql, range, after, pageSize)
+    const page: ExportRow[] = await (after === null ? read() : laterPage(read))
     if (page.length > 0) yield page
     if (page.length < pageSize) return
     after = page[page.length - 1]!
