@@ -28,13 +28,7 @@ export class Target implements Balanced, Checked, TargetAccount {
   readonly outlier = new OutlierState()
 
   private readonly onSettled: (outcome: Outcome) => void
-  constructor(
-    url: string,
-    weight: number,
-    pool: Pool,
-    checkPool: Pool | null,
-    onSettled: (outcome: Outcome) => void,
-  ) {
+  constructor(url: string, weight: number, pool: Pool, checkPool: Pool | null, onSettled: (outcome: Outcome) => void) {
     this.url = url
     this.checkPool = checkPool
     this.host = new URL(url).host
