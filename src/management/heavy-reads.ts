@@ -1,7 +1,8 @@
 // The heavy reads of the management API (docs/operations.md, the heavy reads): reconciliation, the
 // export's pull, the usage reports, the request log's reads and the limit simulator. They read
-// through their own small pool (Store.heavyReadSql); here they take a place of this replica's
-// gate first, shared fairly between parents (shared/fair-gate.ts), and their statements are
+// through their own small pool (Store.heavyReadSql); here the gated ones take a place of this
+// replica's gate first, shared fairly between parents (shared/fair-gate.ts; the request log's reads
+// and the simulator keep places of their own, log-reads.ts), and the statements of all are
 // cancelled when the call is answered 503 at its store deadline (store/call-statements.ts). A
 // parent that floods them within its management rate thus holds at most its share of the reads'
 // connections, never the pool's, and never those of the lookups.
@@ -16,7 +17,7 @@ export const HEAVY_READS_AT_ONCE = 4
 export const HEAVY_READS_PER_ACCOUNT = 2
 /**
  * One parent's heavy reads in the gate at once, under way or waiting: more are refused 429. A
- * screen of the console asks for several at once (a month's usage, its days, the request log).
+ * screen of the console asks for several at once (a month's usage and its days).
  */
 export const HEAVY_READS_IN_GATE_PER_ACCOUNT = 8
 
@@ -54,7 +55,7 @@ export function heavyReadTurn(request: FastifyRequest): HeavyReadTurn {
 const tooMany = () =>
   new ApiError(
     'too_many_concurrent_requests',
-    `this account already has ${HEAVY_READS_IN_GATE_PER_ACCOUNT} heavy reads (reconciliation, export, usage, request log) under way or waiting; retry once one has answered`,
+    `this account already has ${HEAVY_READS_IN_GATE_PER_ACCOUNT} heavy reads (reconciliation, export, usage) under way or waiting; retry once one has answered`,
     { headers: { 'retry-after': '1' } },
   )
 
