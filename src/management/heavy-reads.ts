@@ -77,24 +77,20 @@ export function gateHeavyReads(
       const run = () => stoppedBy(stop, async () => handler.call(this, request, reply))
       if (kind === 'own place') return run()
       const parent = request.principal!.tenant.id
-      turns.set(request, async (work) => {
-        const page = gate.enter(parent, AbortSignal.timeout(PAGE_TURN_WAIT_MS))
-        if (page === null) throw tooMany()
-        const leavePage = await page
-        try {
-          return await work()
-        } finally {
-          leavePage()
-        }
-      })
-      const entering = gate.enter(parent, stop)
-      if (entering === null) throw tooMany()
-      const leave = await entering
-      try {
-        return await run()
-      } finally {
-        leave()
-      }
+      turns.set(request, (work) => inTurn(gate, parent, AbortSignal.timeout(PAGE_TURN_WAIT_MS), work))
+      return inTurn(gate, parent, stop, run)
     }
+  }
+}
+
+/** Runs `work` in a place of `gate`, in `parent`'s turn, waiting until `signal` aborts at most. */
+async function inTurn<T>(gate: FairGate, parent: string, signal: AbortSignal, work: () => Promise<T>): Promise<T> {
+  const entering = gate.enter(parent, signal)
+  if (entering === null) throw tooMany()
+  const leave = await entering
+  try {
+    return await work()
+  } finally {
+    leave()
   }
 }
