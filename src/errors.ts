@@ -9,6 +9,7 @@ export const ERRORS = {
   ip_not_allowed: { status: 403, title: 'IP address not allowed' },
   parent_key_required: { status: 403, title: 'Parent key required' },
   service_worker_refused: { status: 403, title: 'Service worker refused' },
+  cors_refused: { status: 403, title: 'CORS request refused' },
   acting_tenant_malformed: { status: 400, title: 'Malformed acting tenant' },
   acting_tenant_required: { status: 400, title: 'Acting tenant required' },
   acting_tenant_forbidden: { status: 403, title: 'Acting tenant forbidden' },

@@ -3,8 +3,10 @@
 // under the route's prefix, anything else passes as sent; a Set-Cookie holding `tgw_` anywhere is
 // removed. Both run only when the answer carries the header. On a public route, unless it says
 // `same_origin_documents: true`, every answer is sandboxed (PUBLIC_ROUTE_CSP), an upstream's own
-// policy kept beside it.
+// policy kept beside it. On a route with `cors`, the upstream's own Access-Control-* fields are
+// dropped: the gateway's (cors/policy.ts, set on the reply before the checks) are the route's.
 import type { IncomingHttpHeaders } from 'node:http'
+import { isCorsField } from './cors/policy.js'
 
 /**
  * The policy of every answer of a public route (docs/api.md, "What comes back"): a document it
@@ -57,13 +59,17 @@ export class AnswerHeaders {
   private readonly publicPrefix: string
   /** The route's answers carry PUBLIC_ROUTE_CSP (a public route without `same_origin_documents`). */
   private readonly sandboxed: boolean
+  /** The route has `cors`: the upstream's Access-Control-* fields go. */
+  private readonly cors: boolean
   constructor(
     upstream: URL,
     upstreamPrefix: string,
     publicPrefix: string,
     sandboxed = false,
     otherOrigins: readonly string[] = [],
+    cors = false,
   ) {
+    this.cors = cors
     this.otherOrigins = otherOrigins
     this.upstreamPrefix = upstreamPrefix
     this.publicPrefix = publicPrefix
@@ -86,6 +92,8 @@ export class AnswerHeaders {
       if (kept === null) delete headers['set-cookie']
       else headers['set-cookie'] = kept as string[]
     }
+    // An upstream's grant would widen the route's policy (or, for a refused origin, make one).
+    if (this.cors) for (const name in headers) if (isCorsField(name)) delete headers[name]
     // The reply carries the sandbox already; an upstream's own policy would replace it, so both
     // go, theirs first (a browser enforces every policy it gets).
     if (this.sandboxed) {

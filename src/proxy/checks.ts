@@ -5,6 +5,7 @@ import type { ProxyStep } from './pipeline.js'
 import type { StepFactory, ProxyOptions } from './options.js'
 import type { ProxyRoute } from './route.js'
 import { admissionStep } from './steps/admission.js'
+import { corsStep } from './steps/cors.js'
 import { declaredBodyStep } from './steps/declared-body.js'
 import { identityStep } from './steps/identity.js'
 import { ipAllowlistStep } from './steps/ip-allowlist.js'
@@ -21,6 +22,7 @@ import { websocketRefusalStep, websocketUpgradeStep } from './steps/websocket-up
 export const PROXY_STEPS: readonly StepFactory[] = [
   reservedPathStep,
   prefixShadowStep,
+  corsStep,
   serviceWorkerStep,
   websocketUpgradeStep,
   admissionStep,

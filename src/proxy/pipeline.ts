@@ -8,8 +8,11 @@ import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify
 /** The request's client left while a step waited: nothing is answered, what was taken goes back. */
 export const ABANDONED = Symbol('abandoned')
 
-/** undefined: go on. An Error: refuse with it. ABANDONED: stop without an answer. */
-export type Verdict = undefined | Error | typeof ABANDONED
+/** The step sent the request's answer itself (a CORS preflight's 204): the later steps and the upstream are skipped. */
+export const ANSWERED = Symbol('answered')
+
+/** undefined: go on. An Error: refuse with it. ABANDONED: stop without an answer. ANSWERED: stop, answered. */
+export type Verdict = undefined | Error | typeof ABANDONED | typeof ANSWERED
 
 export interface ProxyStep {
   /** Names the step in the per-step cost table (bench/README.md) and in docs/lifecycle.md. */
@@ -24,10 +27,16 @@ type Done = (error?: Error) => void
 
 /** The onRequest hook that runs `steps` in order. */
 export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
-  /** Undoes steps [0, passed) last first, then answers `verdict` (nothing for ABANDONED). */
-  function stop(passed: number, request: FastifyRequest, verdict: Error | typeof ABANDONED, done: Done): void {
+  /** Undoes steps [0, passed) last first, then answers `verdict` (nothing for ABANDONED or ANSWERED). */
+  function stop(
+    passed: number,
+    request: FastifyRequest,
+    verdict: Error | typeof ABANDONED | typeof ANSWERED,
+    done: Done,
+  ): void {
     for (let i = passed - 1; i >= 0; i--) steps[i]!.undo?.(request)
-    if (verdict !== ABANDONED) done(verdict)
+    // An answered request's hook never calls done: fastify's way to answer from onRequest.
+    if (verdict instanceof Error) done(verdict)
   }
 
   function runFrom(first: number, request: FastifyRequest, reply: FastifyReply, done: Done): void {
@@ -41,7 +50,7 @@ export function runSteps(steps: readonly ProxyStep[]): onRequestHookHandler {
         return
       }
       if (verdict === undefined) continue
-      if (verdict === ABANDONED || verdict instanceof Error) {
+      if (verdict === ABANDONED || verdict === ANSWERED || verdict instanceof Error) {
         stop(i, request, verdict, done)
         return
       }

@@ -12,6 +12,7 @@ import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHA
 import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 import { METER_KEYS, parseCost, parseMeters } from './route-meters.js'
 import { parseRouteTargets, TARGET_KEYS } from './upstreams/route-options.js'
+import { parseRouteCors } from './cors/route-options.js'
 
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
 const ROUTE_KEYS = new Set([
@@ -23,6 +24,7 @@ const ROUTE_KEYS = new Set([
   'forward_authorization',
   'pass_headers',
   'identity',
+  'cors',
 ])
 for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS, ...TARGET_KEYS])
   ROUTE_KEYS.add(key)
@@ -198,6 +200,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         websocket,
         cost,
         meters,
+        cors: parseRouteCors(entry.cors, (problem) => fail(where, problem)),
       }),
     )
   })
@@ -222,6 +225,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         websocket: null,
         cost: 1,
         meters: [],
+        cors: null,
       }),
     )
   }

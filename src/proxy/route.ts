@@ -2,6 +2,7 @@
 // options, and the scopes a method needs on it. Apart from route-table.ts, which makes the routes
 // at boot: the request path's files read a route and need none of the parsing.
 import type { RouteIdentity } from '../identity/route-identity.js'
+import type { RouteCors } from './cors/route-options.js'
 import type { RouteTargets } from './upstreams/route-options.js'
 import type { RouteWebSocket } from './websocket/route-options.js'
 
@@ -50,6 +51,8 @@ export interface ProxyRoute {
   readonly cost: number
   /** Units the upstream reports in a response header or trailer, per meter (route-meters.ts). */
   readonly meters: readonly RouteMeter[]
+  /** Pages of other origins may call the route from a browser (cors/); null: no CORS field, a preflight is a request like any. */
+  readonly cors: RouteCors | null
 }
 
 /** A meter a route's upstream reports (docs/configuration.md, routes: `meters`). */

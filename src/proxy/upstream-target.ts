@@ -5,6 +5,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, type Dispatcher } from 'undici'
+import { append as appendVary } from 'vary'
 import { closesBeforeBodyEnds } from '../http/lingering-close.js'
 import { mergedRateLimitFields } from '../limits/upstream-fields.js'
 import type { LatencyHistogram } from '../shared/fast-metrics.js'
@@ -63,7 +64,14 @@ export class UpstreamTarget implements CallTarget {
     this.host = url.host
     // With targets, a Location may name any of them (the first is `url`).
     const targetOrigins = route.targets?.targets.map((target) => new URL(target.url).origin) ?? []
-    this.answerRules = new AnswerHeaders(url, this.upstreamPrefix, this.publicPrefix, isSandboxed(route), targetOrigins)
+    this.answerRules = new AnswerHeaders(
+      url,
+      this.upstreamPrefix,
+      this.publicPrefix,
+      isSandboxed(route),
+      targetOrigins,
+      route.cors !== null,
+    )
     this.pool = upstreams ?? upstreamPool(url.origin, route)
   }
 
@@ -116,8 +124,11 @@ export class UpstreamTarget implements CallTarget {
       headers.ratelimit === undefined && headers['ratelimit-policy'] === undefined
         ? null
         : mergedRateLimitFields(out, headers)
+    // The reply's `Vary: Origin` (a CORS route's, steps/cors.ts) stays beside the upstream's own.
+    const varyOrigin = out.vary !== undefined && headers.vary !== undefined ? out.vary : undefined
     for (const name in headers) out[name] = headers[name]
     if (limitFields !== null) Object.assign(out, limitFields)
+    if (varyOrigin !== undefined) out.vary = appendVary(String(headers.vary), String(varyOrigin))
     if (statusCode === 204) {
       // RFC 9110 §8.6: an answer without content has no Content-Type or Content-Length.
       delete out['content-type']

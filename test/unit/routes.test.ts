@@ -18,6 +18,7 @@ const DEFAULT_LIMITS = {
   targets: null,
   cost: 1,
   meters: [],
+  cors: null,
   timeoutMs: DEFAULT_TIMEOUT_MS,
   maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
   maxConnections: DEFAULT_MAX_CONNECTIONS,
