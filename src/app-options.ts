@@ -2,6 +2,7 @@
 // options from AppDeps and the decorations registered before it (the Fastify options and the
 // server's settings are app-server.ts's). Apart from app.ts so that buildApp reads as the order of
 // registration.
+import { routeStatuses } from './proxy/route-status.js'
 import type { FastifyInstance } from 'fastify'
 import type { AppDeps } from './app-deps.js'
 import { logging } from './app-server.js'
@@ -192,6 +193,7 @@ export function managementOptions(
   deps: AppDeps,
   answersKey: Buffer,
   requestLog: RequestLogReader | null,
+  routes: readonly ProxyRoute[],
 ): ManagementOptions & { prefix: string } {
   return {
     prefix: MANAGEMENT_PREFIX,
@@ -211,6 +213,8 @@ export function managementOptions(
     requestLog,
     keyMinted: app.alerts.keyMinted,
     portalIssuerUrl: deps.config.console ? deps.config.issuerUrl : null,
+    // The proxy fills the map as it registers its routes, after this: it is read when a call comes.
+    routeStatuses: () => routeStatuses(routes, app.metrics.proxy.upstreamTargets),
     usageExport: {
       periodSeconds: deps.config.usagePeriodSeconds,
       source: deps.config.issuerUrl,

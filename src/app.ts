@@ -103,7 +103,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.
   if (config.console) await app.register(consolePlugin, consoleOptions(deps, routes))
   const logReader = requestLogReader(app, deps)
-  await app.register(managementRoutes, managementOptions(app, deps, answersKey, logReader))
+  await app.register(managementRoutes, managementOptions(app, deps, answersKey, logReader, routes))
   // The sub-account portal comes with the console: its page and its API (portal/plugin.ts).
   if (config.console) await app.register(portalPlugin, portalOptions(deps, logReader))
   await app.register(proxyRoutes, proxyOptions(app, deps, routes))

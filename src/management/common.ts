@@ -1,5 +1,6 @@
 // What the management route files share: the typed instance they register on, the context the
 // plugin hands them, and the small checks every handler uses (docs/api.md, Management API).
+import type { RouteStatus } from '../proxy/route-status.js'
 import type { Alerts } from '../alerts/plugin.js'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawServerDefault } from 'fastify'
@@ -55,6 +56,8 @@ export interface ManagementContext {
   ownerLookups: () => Pick<TenancyLookups, 'subAccount' | 'keyById'>
   /** The portal's public address (ISSUER_URL), where a portal session's link points. */
   portalIssuerUrl: string | null
+  /** The proxied routes and their targets' state now (GET /routes). */
+  routeStatuses: () => RouteStatus[]
   /** The usage period's length (USAGE_PERIOD_SECONDS), the export's `source` (ISSUER_URL) and receiver. */
   usageExport: UsageExportSettings
 }

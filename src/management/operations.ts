@@ -128,6 +128,15 @@ export const OPERATIONS = {
       'null: any scope but `sub_accounts:*`.',
     tags: ['api-keys'],
   },
+  listRoutes: {
+    summary: "List the routes the gateway proxies, with their targets' state",
+    description:
+      'Each route of the route table: the scopes a key needs there, whether it carries WebSockets, the origins whose ' +
+      'pages may call it from a browser, and, on a route with several targets, each target (by its place, never its ' +
+      'address) up, ejected by passive health or failing its active checks, and whether the route is in panic (every ' +
+      'target out, requests sent to all). The same for every parent; the state is that of the replica that answers.',
+    tags: ['routes'],
+  },
   listEvents: {
     summary: "The audit log: the parent's events, newest first",
     description:

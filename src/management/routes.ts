@@ -12,6 +12,8 @@ import { cursorSecret } from '../store/secrets.js'
 import { tenancyHook } from '../tenancy/hook.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { ACCOUNT_OPERATIONS } from './account-routes.js'
+import { PROXIED_ROUTE_OPERATIONS } from './proxied-route-routes.js'
+import type { RouteStatus } from '../proxy/route-status.js'
 import { authorizeManagement, type ManagementContext, type UsageExportSettings } from './common.js'
 import { EVENT_OPERATIONS } from './event-routes.js'
 import type { RequestLogReader } from './log-reads.js'
@@ -82,6 +84,8 @@ export interface ManagementOptions {
   keyMinted: Alerts['keyMinted']
   /** The portal's public address (ISSUER_URL), when the portal is served (CONSOLE=on); null: no portal sessions. */
   portalIssuerUrl: string | null
+  /** The proxied routes and their targets' state now (GET /routes), read when asked. */
+  routeStatuses: () => RouteStatus[]
   /** The usage period and the export's source (usage-export-routes.ts). */
   usageExport: UsageExportSettings
 }
@@ -134,6 +138,7 @@ export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
 export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...SUB_ACCOUNT_COLLECTION_OPERATIONS,
   ...ACCOUNT_OPERATIONS,
+  ...PROXIED_ROUTE_OPERATIONS,
   ...LIMIT_SIMULATION_OPERATIONS,
   ...USAGE_EXPORT_OPERATIONS,
   ...USAGE_RECONCILIATION_OPERATIONS,
@@ -173,6 +178,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     requestLog: options.requestLog,
     ownerLookups: () => plugin.tenancyCache.lookups,
     portalIssuerUrl: options.portalIssuerUrl,
+    routeStatuses: options.routeStatuses,
     usageExport: options.usageExport,
   }
   registerOperations(plugin, MANAGEMENT_OPERATIONS, context)

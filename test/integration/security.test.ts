@@ -44,6 +44,7 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/events': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/events/:event_id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/scopes': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/routes': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/requests': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/requests/:id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'POST /v1/sub-accounts/webhook-endpoints': {

@@ -92,6 +92,7 @@ const TABLE: Record<string, Line> = {
   'GET /v1/sub-accounts/events': {},
   'GET /v1/sub-accounts/events/:event_id': {},
   'GET /v1/sub-accounts/scopes': {},
+  'GET /v1/sub-accounts/routes': {},
   'GET /v1/sub-accounts/requests': {},
   'GET /v1/sub-accounts/requests/:id': {},
   'POST /v1/sub-accounts/webhook-endpoints': {

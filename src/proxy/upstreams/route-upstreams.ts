@@ -50,6 +50,17 @@ export interface TargetReading {
   readonly up: boolean
 }
 
+/**
+ * A target as the Routes screen shows it (proxy/route-status.ts): `failing_checks` when its active
+ * checks took it out (whether or not passive health did too), `ejected` when passive health did.
+ */
+export type TargetState = 'up' | 'ejected' | 'failing_checks'
+
+export interface TargetStatus {
+  readonly weight: number
+  readonly state: TargetState
+}
+
 /** What the metrics read of a route's targets (proxy/metrics.ts). */
 export interface UpstreamsReadout {
   readTargets(): TargetReading[]
@@ -150,6 +161,15 @@ export class RouteUpstreams implements UpstreamsReadout {
   readTargets(): TargetReading[] {
     const now = this.clock()
     return this.targets.map((target) => ({ target: target.url, up: this.isUp(target, now) }))
+  }
+
+  /** Each target's weight and state, in the route table's order. */
+  readStates(): TargetStatus[] {
+    const now = this.clock()
+    return this.targets.map((target) => ({
+      weight: target.weight,
+      state: !target.healthy ? 'failing_checks' : this.outlier.isEjected(target.outlier, now) ? 'ejected' : 'up',
+    }))
   }
 
   panic(): boolean {

@@ -1,0 +1,54 @@
+// The proxied routes as the management API lists them (GET /v1/sub-accounts/routes, docs/api.md)
+// for the console's Routes screen: what a key needs on each, whether browsers on other origins may
+// call it, and, on a route with targets, each target's state now and whether the route is in panic.
+// Read when asked, from the balancers the proxy keeps (upstreams/): each replica answers for itself.
+import type { ProxyRoute } from './route.js'
+import type { RouteUpstreams, TargetState } from './upstreams/route-upstreams.js'
+
+/** One target, by its place in the route table: never its URL, which is the operator's business. */
+export interface TargetView {
+  /** 1 for the route's first target. */
+  readonly position: number
+  readonly weight: number
+  /**
+   * The cell the target serves; null on a route without cells. (Cells, when a route has them,
+   * fill this in from the route's `cells`: the screen already groups by it.)
+   */
+  readonly cell: string | null
+  readonly state: TargetState
+}
+
+export interface RouteStatus {
+  readonly prefix: string
+  readonly public: boolean
+  readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
+  readonly websocket: boolean
+  /** The origins whose pages may call it from a browser (`["*"]`: any); null without `cors`. */
+  readonly cors: { readonly origins: readonly string[]; readonly credentials: boolean } | null
+  /** `upstream`: one upstream, not watched (targets empty); otherwise the route's `balance`. */
+  readonly balance: 'upstream' | 'least_request' | 'round_robin' | 'tenant_hash'
+  readonly targets: readonly TargetView[]
+  /** Every target is out, so requests go to all of them (tgw_upstream_panic). */
+  readonly panic: boolean
+}
+
+/** The routes' status now; `upstreams` is the proxy's map of each balanced route's targets, by prefix. */
+export function routeStatuses(
+  routes: readonly ProxyRoute[],
+  upstreams: ReadonlyMap<string, RouteUpstreams>,
+): RouteStatus[] {
+  return routes.map((route) => {
+    const balanced = route.targets === null ? undefined : upstreams.get(route.prefix)
+    return {
+      prefix: route.prefix,
+      public: route.public,
+      scopes: route.scopes,
+      websocket: route.websocket !== null,
+      cors: route.cors && { origins: route.cors.originList, credentials: route.cors.credentials },
+      balance: route.targets?.balance ?? 'upstream',
+      targets:
+        balanced?.readStates().map(({ weight, state }, i) => ({ position: i + 1, weight, cell: null, state })) ?? [],
+      panic: balanced?.panic() ?? false,
+    }
+  })
+}
