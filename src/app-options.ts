@@ -146,9 +146,10 @@ export function oauthOptions(app: FastifyInstance, deps: AppDeps) {
 /** What the console's page lists of the route table. */
 export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): ConsoleOptions {
   return {
-    routes: routes.map(({ prefix, scopes, websocket, ...route }) => ({
+    routes: routes.map(({ prefix, scopes, websocket, cors, ...route }) => ({
       prefix,
       scopes,
+      cors: cors && { origins: cors.originList },
       websocket: websocket && {
         ...websocket,
         maxPerAccount: websocket.maxPerAccount ?? defaultMaxWebSocketsPerAccount(deps.config.maxConnections),

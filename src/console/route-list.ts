@@ -17,6 +17,8 @@ export interface ConsoleRoute {
     readonly idleTimeoutMs: number
     readonly maxMessageBytes: number
   } | null
+  /** The origins whose pages may call it from a browser (`["*"]`: any); null: none (no `cors`). */
+  readonly cors: { readonly origins: readonly string[] } | null
 }
 
 /** The list as JSON safe inside a <script> element: no `<`, so no `</script>` or `<!--`. */

@@ -168,8 +168,12 @@ t.test('routes: which carry WebSockets, with their bounds, and no upstream addre
     /Yes: up to 7 per tenant and \d+ per parent account, closed after 2 min idle, messages up to 64 KiB/,
     'a WebSocket route, with its bounds',
   )
-  t.match(rowOf('/status'), /none \(public\)[\s\S]*No$/, 'a public route, without WebSockets')
-  t.match(rowOf('/\t'), /any key[\s\S]*No$/, 'the catch-all: any key, no WebSockets')
+  t.match(
+    rowOf('/status'),
+    /none \(public\)[\s\S]*No\s+Same origin only\s/,
+    'a public route, without WebSockets or CORS',
+  )
+  t.match(rowOf('/\t'), /any key[\s\S]*No\s+Same origin only\s/, 'the catch-all: any key, no WebSockets')
   await screen('routes')
 })
 

@@ -11,6 +11,7 @@ t.test('the list is JSON a script element cannot end early', async (t) => {
       public: false,
       scopes: { read: [], write: [] },
       websocket: null,
+      cors: null,
     },
   ]
   const text = routesForScript(hostile)

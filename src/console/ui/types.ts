@@ -17,6 +17,7 @@ import type {
   SubAccountWithFigures as SubAccountWithFiguresSchema,
 } from '../../schemas/sub-accounts.js'
 import type { RequestRecord as RequestRecordSchema } from '../../schemas/requests.js'
+import type { RouteStatus as RouteStatusSchema } from '../../schemas/routes.js'
 import type { KeyUsageEntry as KeyUsageEntrySchema, UsageEntry as UsageEntrySchema } from '../../schemas/usage.js'
 import type { ReconciliationEntry as ReconciliationEntrySchema } from '../../schemas/usage-reconciliation.js'
 import type {
@@ -43,3 +44,5 @@ export type Delivery = Static<typeof DeliveryAttemptSchema>
 export type RequestRecord = Static<typeof RequestRecordSchema>
 /** What the limit simulator answers: per sub-account, most refused first, and the totals. */
 export type Simulation = Static<typeof SimulationSchema>
+/** A proxied route as GET /routes lists it: its targets' state now, and whether it is in panic. */
+export type RouteStatus = Static<typeof RouteStatusSchema>
