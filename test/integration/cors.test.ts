@@ -205,6 +205,10 @@ t.test("the gateway's refusals carry the fields for an allowed origin, and only 
       else t.same(corsFields(res), [], `${what} from ${origin}: no Access-Control-* field`)
     }
   }
+  // An OPTIONS without Access-Control-Request-Method is no preflight: a request like any, key and all.
+  const options = await rawRequest(gw.url, { method: 'OPTIONS', path: '/v1/things', headers: [['Origin', APP]] })
+  checkProblem(t, options, 401, 'unauthenticated', 'an OPTIONS that is no preflight')
+  allowedFields(t, options, APP, 'an OPTIONS that is no preflight')
   // The rate limit: its 429 carries the fields the page reads to wait.
   let refused: RawResponse | undefined
   await until(30_000, async () => {
