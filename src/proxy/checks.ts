@@ -5,6 +5,7 @@ import type { ProxyStep } from './pipeline.js'
 import type { StepFactory, ProxyOptions } from './options.js'
 import type { ProxyRoute } from './route.js'
 import { admissionStep } from './steps/admission.js'
+import { cellStep } from './steps/cell.js'
 import { declaredBodyStep } from './steps/declared-body.js'
 import { identityStep } from './steps/identity.js'
 import { ipAllowlistStep } from './steps/ip-allowlist.js'
@@ -27,6 +28,7 @@ export const PROXY_STEPS: readonly StepFactory[] = [
   ipAllowlistStep,
   websocketRefusalStep,
   scopesStep,
+  cellStep,
   identityStep,
   declaredBodyStep,
   limitsStep,
