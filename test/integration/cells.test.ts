@@ -12,7 +12,7 @@ import { eventsOf } from '../helpers/events.js'
 import { metricValue, type GatewayOptions, startReplicas, type TestGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
-import { eventually, until } from '../helpers/poll.js'
+import { eventually, orTimeout, until } from '../helpers/poll.js'
 import { REDIS_URL } from '../helpers/redis.js'
 import { type ReceivedRequest, startUpstream, type Upstream } from '../helpers/upstream.js'
 import { openSocket, startWebSocketUpstream } from '../helpers/websocket.js'
@@ -205,6 +205,15 @@ t.test("a tenant's requests reach its cell's targets only, with the gateway's X-
   t.not(moved, null, "the parent's default reaches B")
   const self = await get(b, parent.apiKey, '/api/x', 'self')
   t.equal(self.json().headers['x-service-cell'], 'us', 'the parent acting as itself: its default')
+  // The sub-account's own key: its parent's record is read through the caches.
+  const minted = await manage(a, parent.apiKey, 'POST', `/${nowhere.id}/api-keys`, {
+    name: 'own',
+    scopes: ['orders:read'],
+  })
+  t.equal(minted.status, 201, minted.body)
+  const own = await get(b, minted.json().api_key, '/api/x')
+  t.equal(own.json().headers['x-service-cell'], 'us', "its own key: its parent's default too")
+  t.equal(own.json().headers['x-service-resolved-tenant'], nowhere.id)
 
   t.equal(await metricValue(b.app, 'tgw_upstream_target_up', { route: '/api', cell: 'eu', target: euB.url }), 1)
   t.equal(await metricValue(b.app, 'tgw_upstream_target_up', { route: '/api', cell: 'us', target: us.url }), 1)
@@ -283,12 +292,35 @@ t.test("a tenant's WebSocket on its old cell closes with 1012 when a PATCH moves
 
   const patch = await manage(a, parent.apiKey, 'PATCH', `/${sub.id}`, { placement: 'eu' })
   t.equal(patch.status, 200)
-  const closed = await socket.closed
-  t.equal(closed.code, 1012, 'closed with 1012 so that the client reconnects')
+  // Bounded, so that a socket never closed fails here rather than at the test's timeout.
+  const closed = await orTimeout(socket.closed, 10_000, null)
+  t.equal(closed?.code, 1012, 'closed with 1012 so that the client reconnects')
   t.equal(other.ws.readyState, other.ws.OPEN, "another tenant's socket stays open")
 
   const again = await opened(sub.id)
   t.equal(wsEu.upgrades.at(-1)!['x-service-cell'], 'eu', 'the reconnect lands on eu')
   again.ws.close()
   other.ws.close()
+})
+
+t.test("a change of the parent's default closes the sockets of its sub-accounts placed nowhere", async (t) => {
+  const parent = await a.createParent()
+  await operator.ok(t, ['accounts', 'placement', '--account', parent.id, '--cells', 'eu,us'])
+  const sub = await created(t, parent.apiKey, { name: 'follows its parent' })
+  const placed = await created(t, parent.apiKey, { name: 'placed in eu', placement: 'eu' })
+  // Their own keys: the socket names the sub-account alone, and its parent through its cell.
+  const keyOf = async (id: string) => {
+    const res = await manage(a, parent.apiKey, 'POST', `/${id}/api-keys`, { name: 'live', scopes: ['orders:read'] })
+    t.equal(res.status, 201, res.body)
+    return res.json().api_key as string
+  }
+  const follows = await openSocket(t, `${b.url}/live/feed`, { key: await keyOf(sub.id) })
+  const stays = await openSocket(t, `${b.url}/live/feed`, { key: await keyOf(placed.id) })
+  t.equal(wsEu.upgrades.at(-1)!['x-service-cell'], 'eu')
+
+  await operator.ok(t, ['accounts', 'placement', '--account', parent.id, '--cells', 'eu,us', '--default', 'us'])
+  const closed = await orTimeout(follows.closed, 10_000, null)
+  t.equal(closed?.code, 1012, "the sub-account placed nowhere moved with its parent's default: 1012")
+  t.equal(stays.ws.readyState, stays.ws.OPEN, 'the one placed in eu stays')
+  stays.ws.close()
 })
