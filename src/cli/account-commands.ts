@@ -9,10 +9,10 @@ import { operatorOrigin } from '../events/record.js'
 import { presentKey } from '../schemas/present.js'
 import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
-import { getTenant } from '../store/tenants.js'
 import { changeAccountList } from '../events/account-list-changes.js'
 import { httpsOrigin, PORTAL_ORIGINS_MAX } from '../portal/origin-changes.js'
-import { type AccountCells, setAccountCells, type TenantRow } from '../store/tenants.js'
+import type { AccountCells, TenantRow } from '../store/tenants.js'
+import { changeAccountCells } from '../events/account-placement-changes.js'
 import { CELL_NAME } from '../proxy/upstreams/route-cells.js'
 import { inTransaction } from '../store/transaction.js'
 import { isExternalId } from '../shared/identifiers.js'
@@ -129,13 +129,15 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
   },
 
   // A parent's default cell is in its cached tenant record (the proxy places its sub-accounts with
-  // it): the replicas are told, and their sockets on a cell it left close (docs/api.md, Cells).
+  // it): the replicas are told, and their sockets on a cell it left close (docs/api.md, Cells). Its
+  // change is an event of the account (account.placement_updated), written with it.
   'accounts placement': async (sql, options, config, io) => {
     const accountId = uuid(options, 'account')
     const cells = placementOption(options)
     await migrate(sql)
-    if (!(await setAccountCells(sql, accountId, cells))) throw new UsageError(`no parent account ${accountId}`)
-    if (config.redis !== undefined)
+    const changed = await changeAccountCells(sql, accountId, cells, operatorOrigin())
+    if (changed === null) throw new UsageError(`no parent account ${accountId}`)
+    if (changed.changed && config.redis !== undefined)
       await tellReplicas(
         config.redis,
         config.redisKeyPrefix,
@@ -143,8 +145,7 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
         'the placement is stored',
         io,
       )
-    const account = (await getTenant(sql, accountId))!
-    return { account: { ...presentAccount(account), cells: cells.allowed, default_cell: cells.default } }
+    return { account: { ...presentAccount(changed.account), cells: cells.allowed, default_cell: cells.default } }
   },
 
   // Read from Postgres at each exchange of a portal link: no cache to tell.

@@ -120,6 +120,17 @@ t.test('accounts placement: the cells a parent may use and its default; a bad va
   t.same([out.account.cells, out.account.default_cell], [['eu', 'us'], 'us'])
   const cleared = await operator.ok(t, ['accounts', 'placement', '--account', parent.id, '--none'])
   t.same([cleared.account.cells, cleared.account.default_cell], [null, null])
+  await operator.ok(t, ['accounts', 'placement', '--account', parent.id, '--none'])
+  const events = (await eventsOf(sql, parent.id)).filter((e) => e.type === 'account.placement_updated')
+  t.match(events, [
+    {
+      actor: { type: 'operator' },
+      target: { type: 'account', id: parent.id },
+      data: { object: { cells: ['eu', 'us'], default_cell: 'us' }, previous: { cells: null, default_cell: null } },
+    },
+    { data: { object: { cells: null, default_cell: null }, previous: { cells: ['eu', 'us'], default_cell: 'us' } } },
+  ])
+  t.equal(events.length, 2, 'each change an event; the repeat none')
 })
 
 t.test('a placement the parent may not use is 400 naming its cells, and nothing is written', async (t) => {
