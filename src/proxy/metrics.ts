@@ -7,6 +7,7 @@ import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } 
 import type { ClientAbortTallies } from './exchange.js'
 import type { BadReportCounter } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
+import { cellTargetUrls } from './upstreams/route-cells.js'
 import type { SocketBalancer, UpstreamsReadout } from './upstreams/route-upstreams.js'
 
 export interface ProxyMetrics {
@@ -129,7 +130,8 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
 export function ejectionCounter(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): EjectionCounter {
   const counter = metrics.upstreamEjections
   for (const route of routes)
-    for (const target of route.targets?.targets ?? []) counter.inc({ route: route.prefix, target: target.url }, 0)
+    for (const url of [...(route.targets?.targets.map((target) => target.url) ?? []), ...cellTargetUrls(route.cells)])
+      counter.inc({ route: route.prefix, target: url }, 0)
   return (route, target) => counter.inc({ route, target })
 }
 

@@ -228,6 +228,11 @@ t.test("a tenant's requests reach its cell's targets only, with the gateway's X-
 
   t.equal(await metricValue(b.app, 'tgw_upstream_target_up', { route: '/api', cell: 'eu', target: euB.url }), 1)
   t.equal(await metricValue(b.app, 'tgw_upstream_target_up', { route: '/api', cell: 'us', target: us.url }), 1)
+  const ejections = await b.app.metrics.registry.getSingleMetric('tgw_upstream_ejections_total')!.get()
+  t.ok(
+    ejections.values.some((v) => v.labels.route === '/api' && v.labels.target === us.url),
+    "a cell's target's ejections start at 0",
+  )
 })
 
 t.test('a route with no targets for the cell is 421 cell_not_served, and sends nothing', async (t) => {
