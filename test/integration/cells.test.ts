@@ -14,7 +14,7 @@ import { callAs, type RawResponse } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
 import { eventually, orTimeout, until } from '../helpers/poll.js'
 import { REDIS_URL } from '../helpers/redis.js'
-import { type ReceivedRequest, startUpstream, type Upstream } from '../helpers/upstream.js'
+import { REFUSED_URL, type ReceivedRequest, startUpstream, type Upstream } from '../helpers/upstream.js'
 import { openSocket, startWebSocketUpstream } from '../helpers/websocket.js'
 
 // B keeps records in-process for a minute, and A's second send of each invalidation is put off by
@@ -32,7 +32,8 @@ const own = await startUpstream(t)
 const usOnly = await startUpstream(t)
 const wsEu = await startWebSocketUpstream(t)
 const wsUs = await startWebSocketUpstream(t)
-const all: Record<string, Upstream> = { euA, euB, us, own, usOnly }
+const usLive = await startUpstream(t)
+const all: Record<string, Upstream> = { euA, euB, us, own, usOnly, usLive }
 
 const [a, b] = (await startReplicas(t, 2, {
   cacheTimings: SLOW_LOCAL_EXPIRY,
@@ -49,6 +50,15 @@ const [a, b] = (await startReplicas(t, 2, {
       },
       // Its own upstream serves a tenant placed nowhere; it has no eu.
       { prefix: '/solo', upstream: own.url, cells: { us: { targets: [{ url: usOnly.url }] } } },
+      // Every eu target down: eu's requests fail, and never go to us.
+      {
+        prefix: '/down',
+        cells: {
+          eu: { targets: [{ url: REFUSED_URL }], outlier: { eject_after: 1, max_ejected_percent: 100 } },
+          us: { targets: [{ url: usLive.url }] },
+        },
+        default_cell: 'eu',
+      },
       {
         prefix: '/live',
         websocket: true,
@@ -251,6 +261,18 @@ t.test('a route with no targets for the cell is 421 cell_not_served, and sends n
   t.equal(plain.status, 200, "placed nowhere: the route's own upstream")
   t.same(Object.keys(since(before)), ['own'])
   t.equal(plain.json().headers['x-service-cell'], undefined, 'and no X-Service-Cell')
+})
+
+t.test('a cell whose targets are all down fails its requests, never sends them to another cell', async (t) => {
+  const parent = await a.createParent()
+  const before = counts()
+  for (let i = 0; i < 6; i++) {
+    const res = await get(a, parent.apiKey, '/down/x', 'self')
+    t.equal(res.status, 502, `eu is down: 502 (${res.body})`)
+  }
+  t.same(since(before), {}, 'the us target got none of them')
+  t.equal(await metricValue(a.app, 'tgw_upstream_target_up', { route: '/down', cell: 'eu' }), 0, 'eu is out')
+  t.equal(await metricValue(a.app, 'tgw_upstream_panic', { route: '/down' }), 1, 'and its cell panics')
 })
 
 t.test('a PATCH on A moves the tenant on B within 1 s; the log and the event carry the cell', async (t) => {
