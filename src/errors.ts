@@ -32,6 +32,7 @@ export const ERRORS = {
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  cell_not_served: { status: 421, title: 'Cell not served' },
   too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },
   rate_limited: { status: 429, title: 'Rate limited' },
   quota_exceeded: { status: 429, title: 'Quota exceeded' },
@@ -62,6 +63,9 @@ export interface Problem {
   errors?: FieldError[]
   /** A limit's refusal: the policies that refused it (docs/api.md). */
   violated_policies?: readonly string[]
+  /** A 421 cell_not_served: the tenant's cell, and the prefix of the route that has no targets for it. */
+  cell?: string
+  route?: string
 }
 
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
@@ -69,7 +73,7 @@ export interface ApiErrorOptions {
   errors?: FieldError[]
   headers?: Record<string, string>
   /** Extension members of the problem (RFC 9457 §3.2). */
-  extensions?: Pick<Problem, 'violated_policies'>
+  extensions?: Pick<Problem, 'violated_policies' | 'cell' | 'route'>
   /**
    * What the operator's log line of a 5xx says, beyond the answer: its message and fields (an
    * upstream's URL, its route, the cause). Never sent to the client.

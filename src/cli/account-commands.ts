@@ -11,7 +11,9 @@ import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
 import { changeAccountList } from '../events/account-list-changes.js'
 import { httpsOrigin, PORTAL_ORIGINS_MAX } from '../portal/origin-changes.js'
-import type { TenantRow } from '../store/tenants.js'
+import type { AccountCells, TenantRow } from '../store/tenants.js'
+import { changeAccountCells } from '../events/account-placement-changes.js'
+import { CELL_NAME } from '../proxy/upstreams/route-cells.js'
 import { inTransaction } from '../store/transaction.js'
 import { isExternalId } from '../shared/identifiers.js'
 import {
@@ -126,6 +128,26 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     return { account: { ...presentAccount(changed.account), allowed_scopes: changed.list } }
   },
 
+  // A parent's default cell is in its cached tenant record (the proxy places its sub-accounts with
+  // it): the replicas are told, and their sockets on a cell it left close (docs/api.md, Cells). Its
+  // change is an event of the account (account.placement_updated), written with it.
+  'accounts placement': async (sql, options, config, io) => {
+    const accountId = uuid(options, 'account')
+    const cells = placementOption(options)
+    await migrate(sql)
+    const changed = await changeAccountCells(sql, accountId, cells, operatorOrigin())
+    if (changed === null) throw new UsageError(`no parent account ${accountId}`)
+    if (changed.changed && config.redis !== undefined)
+      await tellReplicas(
+        config.redis,
+        config.redisKeyPrefix,
+        [cacheKeys.tenant(accountId)],
+        'the placement is stored',
+        io,
+      )
+    return { account: { ...presentAccount(changed.account), cells: cells.allowed, default_cell: cells.default } }
+  },
+
   // Read from Postgres at each exchange of a portal link: no cache to tell.
   'accounts portal-origins': async (sql, options) => {
     const accountId = uuid(options, 'account')
@@ -135,6 +157,27 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     if (changed === null) throw new UsageError(`no parent account ${accountId}`)
     return { account: { ...presentAccount(changed.account), portal_origins: changed.list } }
   },
+}
+
+/** `--cells eu,us [--default eu]`, or `--none` (no cells, no default): exactly one. */
+function placementOption(options: Options): AccountCells {
+  if (options.none === true) {
+    if (options.cells !== undefined || options.default !== undefined)
+      throw new UsageError('give --cells <eu,us> [--default eu] or --none, not both')
+    return { allowed: null, default: null }
+  }
+  if (typeof options.cells !== 'string')
+    throw new UsageError('give --cells <eu,us> [--default eu] or --none (--help for the usage)')
+  const allowed = [...new Set(options.cells.split(',').map((cell) => cell.trim()))]
+  const bad = allowed.find((cell) => !CELL_NAME.test(cell))
+  if (bad !== undefined)
+    throw new UsageError(
+      `--cells: ${JSON.stringify(bad.slice(0, 40))} is not a cell name: 1 to 32 of a-z, 0-9 and -, starting with a letter`,
+    )
+  const fallback = options.default
+  if (fallback !== undefined && (typeof fallback !== 'string' || !allowed.includes(fallback)))
+    throw new UsageError(`--default must be one of --cells (${allowed.join(', ')})`)
+  return { allowed, default: fallback ?? null }
 }
 
 /** `--origins https://a.example,https://b.example`, or `--none` (null): exactly one. */

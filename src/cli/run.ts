@@ -39,6 +39,9 @@ commands:
   accounts portal-origins --account <uuid> (--origins <https://a.example,…> | --none)
                                the https origins that may embed the account's sub-account portal
                                (its frame-ancestors); --none: no embedding (the default)
+  accounts placement --account <uuid> (--cells <eu,us> [--default <eu>] | --none)
+                               the cells the account may place its sub-accounts in, and the cell
+                               of those it places nowhere (and of itself); --none: no cells
   keys create --account <uuid> --name <label> [--scopes <a,b>] [--expires-at <RFC 3339>]
                                mint another API key for a parent account (never expiring unless
                                --expires-at, at most 10 years ahead)
@@ -103,6 +106,8 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       any: { type: 'boolean' },
       origins: { type: 'string' },
       none: { type: 'boolean' },
+      cells: { type: 'string' },
+      default: { type: 'string' },
       from: { type: 'string' },
       to: { type: 'string' },
       format: { type: 'string' },

@@ -23,7 +23,8 @@ export const subAccountObject = (alias: string) => `jsonb_build_object(
   'updated_at', ${isoSql(`${alias}.updated_at`)},
   'deactivated_at', ${isoSql(`${alias}.deactivated_at`)},
   'limits', coalesce(${alias}.limits, ${NO_LIMITS}),
-  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}))`
+  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}),
+  'placement', ${alias}.placement)`
 
 /** keyState at the statement's time: `expired` once an active key is past `expires_at`. */
 export const keyStateSql = (alias: string) =>

@@ -21,6 +21,7 @@ export const EVENT_TYPES = [
   'account.limits_updated',
   'account.scopes_updated',
   'account.portal_origins_updated',
+  'account.placement_updated',
   'webhook_endpoint.created',
   'webhook_endpoint.updated',
   'webhook_endpoint.deleted',

@@ -123,6 +123,15 @@ function patchedFields(db: Db, s: Statement, patch: SubAccountPatch): PatchedFie
       shownBefore: `coalesce(before.key_policy, ${NO_KEY_POLICY})`,
     })
   }
+  if (patch.placement !== undefined) {
+    const placement = s.param(patch.placement)
+    fields.push({
+      name: 'placement',
+      set: `placement = ${placement}`,
+      differs: `before.placement is distinct from ${placement}::text`,
+      shownBefore: 'before.placement',
+    })
+  }
   return fields
 }
 

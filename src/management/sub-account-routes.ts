@@ -3,6 +3,7 @@ import { cacheKeys, subAccountEntries } from '../cache/index.js'
 import { listSubAccounts } from '../store/sub-account-list.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
 import { bodyLimits } from './body-limits.js'
+import { allowedPlacement } from './placement.js'
 import {
   type ManagementContext,
   managementOperation,
@@ -41,6 +42,7 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
     config: { scope: 'sub_accounts:write' },
     async handler(request, reply, { sql, cache }) {
       const body = request.body
+      const placement = await allowedPlacement(sql, parentOf(request).id, body.placement)
       const row = await withConflictAsHttp(() =>
         createSubAccountWithEvent(sql, originOf(request), parentOf(request).id, {
           name: trimmedName(body.name, '/body/name'),
@@ -48,6 +50,7 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
           metadata: body.metadata ?? {},
           limits: bodyLimits(body.limits ?? null),
           keyPolicy: storedKeyPolicy(body.key_policy ?? null, '/body/key_policy'),
+          placement: placement ?? null,
         }),
       )
       // A "not found" for its id or external_id may be cached, and the parent's active count changed.
@@ -149,6 +152,7 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
       const subId = pathUuid(request.params.sub_id)
+      const placement = await allowedPlacement(sql, parentOf(request).id, body.placement)
       // The update is scoped to the parent: no row back means unknown or another parent's.
       const updated = await withConflictAsHttp(() =>
         updateSubAccountWithEvent(sql, originOf(request), parentOf(request).id, subId, {
@@ -158,14 +162,21 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
           // The whole object is replaced: a member left out is null, and null clears both.
           limits: body.limits === undefined ? undefined : bodyLimits(body.limits),
           keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
+          placement,
         }),
       )
       if (updated === null) throw notFound()
       const { row, previousExternalId } = updated
       const externalIdMoved = row.external_id !== previousExternalId
-      // The cached records carry the external id, the limits and the policy's allow-list (the
-      // proxy reads them from there).
-      if (externalIdMoved || body.limits !== undefined || body.key_policy !== undefined) {
+      // The cached records carry the external id, the limits, the policy's allow-list and the
+      // placement (the proxy reads them from there). The eviction's message also closes the
+      // sub-account's WebSockets on a cell it left (proxy/websocket/placement.ts).
+      if (
+        externalIdMoved ||
+        body.limits !== undefined ||
+        body.key_policy !== undefined ||
+        body.placement !== undefined
+      ) {
         await cache.invalidate(
           [row.external_id, previousExternalId]
             .filter((externalId) => externalIdMoved && externalId !== null)

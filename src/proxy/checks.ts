@@ -6,6 +6,7 @@ import type { StepFactory, ProxyOptions } from './options.js'
 import type { ProxyRoute } from './route.js'
 import { admissionStep } from './steps/admission.js'
 import { corsStep } from './steps/cors.js'
+import { cellStep } from './steps/cell.js'
 import { declaredBodyStep } from './steps/declared-body.js'
 import { identityStep } from './steps/identity.js'
 import { ipAllowlistStep } from './steps/ip-allowlist.js'
@@ -29,6 +30,7 @@ export const PROXY_STEPS: readonly StepFactory[] = [
   ipAllowlistStep,
   websocketRefusalStep,
   scopesStep,
+  cellStep,
   identityStep,
   declaredBodyStep,
   limitsStep,

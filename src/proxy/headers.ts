@@ -6,6 +6,9 @@ import type { FastifyRequest } from 'fastify'
 
 export const TRUSTED_PREFIX = 'x-service-'
 
+/** The cell that serves the request (docs/api.md, Cells), on a route with cells: the gateway's alone. */
+export const CELL_HEADER = 'x-service-cell'
+
 /** Who the request acts as; null on a public route, where nothing is injected. */
 export interface TrustedIdentity {
   readonly resolvedTenantId: string
@@ -46,6 +49,8 @@ export interface ForwardContext {
   readonly connection: string | string[] | undefined
   /** Headers of SPOOFING that the route lets through (`pass_headers`), as `headerReading` reads them. */
   readonly passHeaders: ReadonlySet<string>
+  /** The request's cell (steps/cell.ts), sent as X-Service-Cell; null or absent: none. */
+  readonly cell?: string | null
 }
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) and those the gateway sets itself.
@@ -159,6 +164,7 @@ export function upstreamHeaders(inbound: IncomingHttpHeaders, context: ForwardCo
     out['x-service-scopes'] = identity.scopes.join(' ')
     if (identity.assertion != null) out['x-service-identity'] = identity.assertion
   }
+  if (context.cell != null) out[CELL_HEADER] = context.cell
   out['x-request-id'] = context.requestId
   const named = connectionTokens(context.connection)
   const forwardedFor = named.has(FORWARDED_FOR) ? undefined : inbound[FORWARDED_FOR]

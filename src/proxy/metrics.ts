@@ -7,7 +7,8 @@ import { LATENCY_BUCKETS, LatencyHistogram, talliedCounter, tally, type Tally } 
 import type { ClientAbortTallies } from './exchange.js'
 import type { BadReportCounter } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
-import type { RouteUpstreams } from './upstreams/route-upstreams.js'
+import { cellTargetUrls } from './upstreams/route-cells.js'
+import type { SocketBalancer, UpstreamsReadout } from './upstreams/route-upstreams.js'
 
 export interface ProxyMetrics {
   readonly proxiedRequests: Tally
@@ -29,7 +30,7 @@ export interface ProxyMetrics {
   /** The route prefixes with `websocket: true`, for tgw_websockets_open. */
   readonly webSocketRoutes: string[]
   /** The targets of each route that has them, read at scrape time (tgw_upstream_target_up, tgw_upstream_panic). */
-  readonly upstreamTargets: Map<string, RouteUpstreams>
+  readonly upstreamTargets: Map<string, UpstreamsReadout & SocketBalancer>
   /** Targets taken out by passive health, by route prefix and target URL. */
   readonly upstreamEjections: Counter<'route' | 'target'>
   /** Reports of units an upstream sent that were not whole numbers from 0 to 10^12 (proxy/meter-reports.ts). */
@@ -97,7 +98,7 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
     collect() {
       this.reset()
       for (const [route, readout] of metrics.upstreamTargets)
-        for (const { target, up } of readout.readTargets()) this.set({ route, cell: '', target }, up ? 1 : 0)
+        for (const { target, cell, up } of readout.readTargets()) this.set({ route, cell, target }, up ? 1 : 0)
     },
   })
   new Gauge({
@@ -129,7 +130,8 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
 export function ejectionCounter(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): EjectionCounter {
   const counter = metrics.upstreamEjections
   for (const route of routes)
-    for (const target of route.targets?.targets ?? []) counter.inc({ route: route.prefix, target: target.url }, 0)
+    for (const url of [...(route.targets?.targets.map((target) => target.url) ?? []), ...cellTargetUrls(route.cells)])
+      counter.inc({ route: route.prefix, target: url }, 0)
   return (route, target) => counter.inc({ route, target })
 }
 

@@ -8,7 +8,7 @@ import type { BadReportCounter } from './meter-reports.js'
 import type { EjectionCounter } from './metrics.js'
 import type { ProxyStep } from './pipeline.js'
 import type { ProxyRoute } from './route.js'
-import type { RouteUpstreams } from './upstreams/route-upstreams.js'
+import type { SocketBalancer, UpstreamsReadout } from './upstreams/route-upstreams.js'
 import type { WebSocketRuntime } from './websocket/runtime.js'
 
 export interface ProxyOptions {
@@ -26,10 +26,11 @@ export interface ProxyOptions {
   /** Where each route's slots are read at scrape time (tgw_proxy_upstream_slots). */
   upstreamSlots?: Map<string, () => { held: number; waiting: number }>
   /**
-   * Each route's targets and their balancer, by prefix (proxy/plugin.ts fills it): WebSockets are
-   * balanced through it, and the metrics read it at scrape time (tgw_upstream_target_up, tgw_upstream_panic).
+   * Each route's targets and their balancer, or its cells', by prefix (proxy/plugin.ts fills it):
+   * WebSockets are balanced through it, and the metrics read it at scrape time
+   * (tgw_upstream_target_up, tgw_upstream_panic).
    */
-  upstreamTargets?: Map<string, RouteUpstreams>
+  upstreamTargets?: Map<string, UpstreamsReadout & SocketBalancer>
   /** Counts a target's ejection (tgw_upstream_ejections_total). */
   upstreamEjections?: EjectionCounter
   /** Passive health's clock, in ms (default Date.now; a test moves it past a back-off). */

@@ -10,6 +10,7 @@ import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 import { isSandboxed, UpstreamTarget, upstreamPool } from './upstream-target.js'
+import { CellUpstreams } from './upstreams/cell-upstreams.js'
 import { RouteUpstreams } from './upstreams/route-upstreams.js'
 import { PUBLIC_ROUTE_CSP } from './answer-headers.js'
 
@@ -33,14 +34,28 @@ function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
     })
 }
 
-/** A route's targets and their balancer (upstreams/); null for a route with one upstream. */
-function balancedTargets(route: ProxyRoute, options: ProxyOptions): RouteUpstreams | null {
-  if (route.targets === null) return null
-  const upstreams = new RouteUpstreams(route.targets, {
-    makePool: (origin, connections) => upstreamPool(origin, route, connections),
+/**
+ * A route's targets and their balancer (upstreams/), or its cells and a balancer each; null for a
+ * route with one upstream and no cells.
+ */
+function balancedTargets(route: ProxyRoute, options: ProxyOptions): RouteUpstreams | CellUpstreams | null {
+  if (route.targets === null && route.cells === null) return null
+  const deps = {
+    makePool: (origin: string, connections?: number) => upstreamPool(origin, route, connections),
     clock: options.upstreamClock,
-    onEject: (target) => options.upstreamEjections?.(route.prefix, target),
-  })
+    onEject: (target: string) => options.upstreamEjections?.(route.prefix, target),
+  }
+  const own = route.targets === null ? null : new RouteUpstreams(route.targets, deps)
+  const cells = route.cells
+  const upstreams =
+    cells === null
+      ? own!
+      : new CellUpstreams(
+          cells,
+          own ?? (cells.ownUpstream ? upstreamPool(new URL(route.upstream).origin, route) : null),
+          route.upstream,
+          deps,
+        )
   options.upstreamTargets?.set(route.prefix, upstreams)
   return upstreams
 }
@@ -101,6 +116,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
 
 export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options) => {
   app.decorateRequest('upstreamSentAt', 0)
+  app.decorateRequest('cell', null)
   app.decorateRequest('serviceIdentity', null)
   app.decorateRequest('exchange', null)
   app.decorateRequest('limitSubjects', null)

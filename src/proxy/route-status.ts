@@ -3,17 +3,14 @@
 // call it, and, on a route with targets, each target's state now and whether the route is in panic.
 // Read when asked, from the balancers the proxy keeps (upstreams/): each replica answers for itself.
 import type { ProxyRoute } from './route.js'
-import type { RouteUpstreams, TargetState } from './upstreams/route-upstreams.js'
+import type { TargetState, TargetStatus, UpstreamsReadout } from './upstreams/route-upstreams.js'
 
 /** One target, by its place in the route table: never its URL, which is the operator's business. */
 export interface TargetView {
-  /** 1 for the route's first target. */
+  /** 1 for the first target of its cell (or of the route's own targets). */
   readonly position: number
   readonly weight: number
-  /**
-   * The cell the target serves; null on a route without cells. (Cells, when a route has them,
-   * fill this in from the route's `cells`: the screen already groups by it.)
-   */
+  /** The cell the target serves; null for the route's own targets. */
   readonly cell: string | null
   readonly state: TargetState
 }
@@ -35,10 +32,10 @@ export interface RouteStatus {
 /** The routes' status now; `upstreams` is the proxy's map of each balanced route's targets, by prefix. */
 export function routeStatuses(
   routes: readonly ProxyRoute[],
-  upstreams: ReadonlyMap<string, RouteUpstreams>,
+  upstreams: ReadonlyMap<string, UpstreamsReadout>,
 ): RouteStatus[] {
   return routes.map((route) => {
-    const balanced = route.targets === null ? undefined : upstreams.get(route.prefix)
+    const balanced = route.targets === null && route.cells === null ? undefined : upstreams.get(route.prefix)
     return {
       prefix: route.prefix,
       public: route.public,
@@ -46,9 +43,18 @@ export function routeStatuses(
       websocket: route.websocket !== null,
       cors: route.cors && { origins: route.cors.originList, credentials: route.cors.credentials },
       balance: route.targets?.balance ?? 'upstream',
-      targets:
-        balanced?.readStates().map(({ weight, state }, i) => ({ position: i + 1, weight, cell: null, state })) ?? [],
+      targets: balanced === undefined ? [] : byPlace(balanced.readStates()),
       panic: balanced?.panic() ?? false,
     }
+  })
+}
+
+/** Numbers each target by its place among its cell's (or the route's own) targets. */
+function byPlace(states: readonly TargetStatus[]): TargetView[] {
+  const counts = new Map<string | null, number>()
+  return states.map(({ weight, cell, state }) => {
+    const position = (counts.get(cell) ?? 0) + 1
+    counts.set(cell, position)
+    return { position, weight, cell, state }
   })
 }

@@ -13,6 +13,7 @@ import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.j
 import { METER_KEYS, parseCost, parseMeters } from './route-meters.js'
 import { parseRouteTargets, TARGET_KEYS } from './upstreams/route-options.js'
 import { parseRouteCors } from './cors/route-options.js'
+import { CELL_KEYS, checkCellBase, parseRouteCells } from './upstreams/route-cells.js'
 
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
 const ROUTE_KEYS = new Set([
@@ -26,7 +27,7 @@ const ROUTE_KEYS = new Set([
   'identity',
   'cors',
 ])
-for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS, ...TARGET_KEYS])
+for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS, ...TARGET_KEYS, ...CELL_KEYS])
   ROUTE_KEYS.add(key)
 const SCOPE_KEYS = new Set(['read', 'write'])
 // Characters a prefix segment may hold: unreserved and most sub-delims of RFC 3986, but not
@@ -184,11 +185,27 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
       (value, field) => parseUpstream(where, value, field),
       (problem) => fail(where, problem),
     )
+    const cells = parseRouteCells(
+      entry,
+      isPublic,
+      targets !== null || entry.upstream !== undefined,
+      (value, field) => parseUpstream(where, value, field),
+      (problem) => fail(where, problem),
+    )
+    // With cells alone, the route's scheme and base path are its cells' (the default cell's first target).
+    const upstream =
+      targets !== null
+        ? targets.targets[0]!.url
+        : cells !== null && entry.upstream === undefined
+          ? cells.cells.get(cells.defaultCell!)!.targets[0]!.url
+          : parseUpstream(where, entry.upstream)
+    if (cells !== null) checkCellBase(cells, upstream, (problem) => fail(where, problem))
     routes.push(
       Object.freeze({
         prefix,
-        upstream: targets === null ? parseUpstream(where, entry.upstream) : targets.targets[0]!.url,
+        upstream,
         targets,
+        cells,
         scopes,
         public: isPublic,
         sameOriginDocuments,
@@ -213,6 +230,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         prefix: '/',
         upstream: parseUpstream('UPSTREAM_URL', upstreamUrl),
         targets: null,
+        cells: null,
         scopes: { read: [], write: [] },
         public: false,
         sameOriginDocuments: false,

@@ -3,6 +3,7 @@
 // at boot: the request path's files read a route and need none of the parsing.
 import type { RouteIdentity } from '../identity/route-identity.js'
 import type { RouteCors } from './cors/route-options.js'
+import type { RouteCells } from './upstreams/route-cells.js'
 import type { RouteTargets } from './upstreams/route-options.js'
 import type { RouteWebSocket } from './websocket/route-options.js'
 
@@ -16,6 +17,12 @@ export interface ProxyRoute {
    * targets, `upstream` is the first target's URL: their scheme and base path are the same.
    */
   readonly targets: RouteTargets | null
+  /**
+   * Named sets of targets, each serving the tenants placed in it (steps/cell.ts), and the route's
+   * default cell; null on a route without cells. `upstream` and `targets` beside them serve a
+   * tenant placed nowhere, when there is no default cell.
+   */
+  readonly cells: RouteCells | null
   /** Scopes a key needs here: `read` for GET, HEAD and OPTIONS, `write` for every other method. */
   readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
   /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */

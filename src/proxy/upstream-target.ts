@@ -15,6 +15,8 @@ import { interimAnswersConnector } from './interim-answers.js'
 import { type BadReportCounter, MeterReports } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
 import { type CallTarget, UpstreamCall } from './upstream-call.js'
+import type { CellUpstreams } from './upstreams/cell-upstreams.js'
+import { cellTargetUrls } from './upstreams/route-cells.js'
 import type { RouteUpstreams } from './upstreams/route-upstreams.js'
 
 declare module 'fastify' {
@@ -26,8 +28,11 @@ declare module 'fastify' {
 
 /** What a route's requests are sent with, built once when the route is registered. */
 export class UpstreamTarget implements CallTarget {
-  /** The upstream's pool; on a route with targets, their balancer (upstreams/), a pool per target. */
-  readonly pool: Pool | RouteUpstreams
+  /**
+   * The upstream's pool; on a route with targets, their balancer (upstreams/), a pool per target;
+   * on a route with cells, a balancer per cell.
+   */
+  readonly pool: Pool | RouteUpstreams | CellUpstreams
   /** The upstream's base path and the route's prefix: what the matched prefix becomes upstream. */
   readonly upstreamPrefix: string
   /** The prefix as clients see it ('' for the catch-all). */
@@ -50,7 +55,7 @@ export class UpstreamTarget implements CallTarget {
     draining: () => boolean,
     badReport: BadReportCounter = () => {},
     chargeUnits: (request: FastifyRequest) => void = () => {},
-    upstreams: RouteUpstreams | null = null,
+    upstreams: RouteUpstreams | CellUpstreams | null = null,
   ) {
     this.route = route
     this.meterReports = route.meters.length === 0 ? null : new MeterReports(route, badReport)
@@ -62,8 +67,11 @@ export class UpstreamTarget implements CallTarget {
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
     this.upstreamPrefix = basePath + this.publicPrefix
     this.host = url.host
-    // With targets, a Location may name any of them (the first is `url`).
-    const targetOrigins = route.targets?.targets.map((target) => new URL(target.url).origin) ?? []
+    // With targets or cells, a Location may name any of them (the first is `url`).
+    const targetOrigins = [
+      ...(route.targets?.targets.map((target) => target.url) ?? []),
+      ...cellTargetUrls(route.cells),
+    ].map((target) => new URL(target).origin)
     this.answerRules = new AnswerHeaders(
       url,
       this.upstreamPrefix,
@@ -89,6 +97,7 @@ export class UpstreamTarget implements CallTarget {
       host: request.headers.host,
       connection: request.raw.headers.connection,
       passHeaders: route.passHeaders,
+      cell: request.cell,
     })
     headers.host = this.host
     request.upstreamSentAt = performance.now()

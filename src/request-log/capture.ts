@@ -57,6 +57,8 @@ export interface RequestRecord {
   wouldRefuse?: string | null
   /** How its exchange ended; absent: `completed`. */
   outcome?: RequestOutcome
+  /** The cell that served it (docs/api.md, Cells); absent or null: none. */
+  cell?: string | null
 }
 
 /** A declared length in bytes; 0 when none is declared. */
@@ -104,6 +106,8 @@ export function recordOf(
     // Only on the proxy's routes, and rarely set there.
     wouldRefuse: request.limitsWouldRefuse?.join(',') ?? null,
     outcome: request.exchange?.outcome() ?? 'completed',
+    // Set by the proxy's cell step, on a route with cells only.
+    cell: request.cell ?? null,
   }
 }
 

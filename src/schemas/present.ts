@@ -21,6 +21,7 @@ export function presentSubAccount(row: TenantRow): SubAccount {
     deactivated_at: iso(row.deactivated_at),
     limits: shownLimits(row.limits),
     key_policy: shownKeyPolicy(row.key_policy),
+    placement: row.placement,
   }
 }
 

@@ -82,6 +82,12 @@ export const RequestRecord = Type.Object(
         'how its exchange ended: `completed` (the answer went whole), `client_aborted` (the client left, reset, or was cut off for not reading, before the last byte), `upstream_aborted` (the upstream broke off its answer); more values may come',
       examples: ['completed'],
     }),
+    cell: Type.Optional(
+      Type.String({
+        description: 'the cell that served it, on a route with cells (docs/api.md, Cells); absent: none',
+        examples: ['eu'],
+      }),
+    ),
   },
   { additionalProperties: false },
 )

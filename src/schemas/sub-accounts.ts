@@ -34,6 +34,13 @@ export const SubAccount = Type.Object(
     deactivated_at: Nullable(Timestamp),
     limits: Limits,
     key_policy: KeyPolicy,
+    placement: Nullable(
+      Type.String({
+        description:
+          "the cell that serves it on routes with cells (docs/api.md, Cells); null: its parent account's default cell, else the route's",
+        examples: ['eu'],
+      }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -115,6 +122,15 @@ export const ListSubAccountsQuery = Type.Object(
  */
 export const GetSubAccountQuery = Type.Object({ include: Type.Optional(Include) })
 
+/** A placement as a body gives it: checked against the parent's cells by the handler, whose refusal names them. */
+const PlacementBody = Nullable(
+  Type.String({
+    maxLength: 100,
+    description: 'one of the cells the operator lets the parent account use, or null to follow its default',
+    examples: ['eu'],
+  }),
+)
+
 // Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
 export const SubAccountParams = Type.Object({ sub_id: Type.String() })
 
@@ -125,6 +141,7 @@ export const CreateSubAccountBody = Type.Object(
     metadata: Type.Optional(Metadata),
     limits: Type.Optional(Nullable(LimitsBody)),
     key_policy: Type.Optional(Nullable(KeyPolicyBody)),
+    placement: Type.Optional(PlacementBody),
   },
   { additionalProperties: false },
 )
@@ -136,6 +153,7 @@ export const UpdateSubAccountBody = Type.Object(
     metadata: Type.Optional(Metadata),
     limits: Type.Optional(Nullable(LimitsBody)),
     key_policy: Type.Optional(Nullable(KeyPolicyBody)),
+    placement: Type.Optional(PlacementBody),
   },
   { additionalProperties: false, minProperties: 1 },
 )

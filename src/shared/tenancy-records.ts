@@ -38,6 +38,11 @@ export interface TenantRecord {
   readonly limits?: TenantLimits | null
   /** Its key policy's allow-list, for every key of the sub-account; null or absent: any address. */
   readonly keyIpAllowlist?: readonly string[] | null
+  /**
+   * A sub-account's cell, or a parent account's default cell (docs/api.md, Cells); null or absent:
+   * none (a record an older version cached had none: no tenant was placed before cells).
+   */
+  readonly placement?: string | null
 }
 
 export interface TenancyLookups {

@@ -44,6 +44,7 @@ const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
     status: row.status,
     limits: row.limits,
     keyIpAllowlist: row.key_policy?.ip_allowlist ?? null,
+    placement: row.placement,
   }
 
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {

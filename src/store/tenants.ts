@@ -21,6 +21,8 @@ export interface TenantRow {
   limits: TenantLimits | null
   /** A sub-account's key policy; null: none (docs/api.md, Key policies). */
   key_policy: KeyPolicy | null
+  /** A sub-account's cell, or a parent account's default cell for its sub-accounts; null: none (docs/api.md, Cells). */
+  placement: string | null
 }
 
 /** A page row also carries its position, which the caller turns into a cursor (and, sorted by name, its sort value). */
@@ -39,7 +41,7 @@ export class ExternalIdTakenError extends Error {
 }
 
 export const COLUMNS =
-  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy'
+  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy, placement'
 
 function isUniqueViolation(err: unknown): boolean {
   return (err as { code?: string }).code === '23505'
@@ -72,14 +74,16 @@ export interface NewSubAccount {
   limits?: TenantLimits | null
   /** Stored as given: absent or null for none (guardrails/key-policy.ts storedKeyPolicy). */
   keyPolicy?: KeyPolicy | null
+  /** One of the parent's allowed cells (checked by the caller); absent or null for none. */
+  placement?: string | null
 }
 
 /** The insert of a sub-account returning its row, a statement or a CTE, its values parameters of `s`. */
 export function insertSubAccountSql(db: Db, s: Statement, parentId: string, input: NewSubAccount): string {
-  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy)
+  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy, placement)
     values (${s.param(parentId)}, ${s.param(input.name)}, ${s.param(input.externalId)}, ${s.json(db, input.metadata)},
             ${input.limits == null ? 'null' : s.json(db, input.limits)},
-            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)})
+            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)}, ${s.param(input.placement ?? null)})
     returning ${COLUMNS}`
 }
 
@@ -134,6 +138,8 @@ export interface SubAccountPatch {
   limits?: TenantLimits | null
   /** Replaces the whole policy; null clears it (stored as given). */
   keyPolicy?: KeyPolicy | null
+  /** One of the parent's allowed cells (checked by the caller); null clears it. */
+  placement?: string | null
 }
 
 /** A parent account's scope ceiling, set by the operator (docs/api.md, Key policies); null: any. */
@@ -195,6 +201,32 @@ export async function setAccountList(
   const rows = await db`
     update tenants set ${db(column)} = case when ${value}::jsonb is null then null
       else array(select jsonb_array_elements_text(${value}::jsonb)) end, updated_at = now()
+    where id = ${accountId} and parent_id is null
+    returning id`
+  return rows.length === 1
+}
+
+/** A parent account's cells (docs/api.md, Cells): those its sub-accounts may be placed in, and its default. */
+export interface AccountCells {
+  /** null: none set (no sub-account may be placed). */
+  allowed: string[] | null
+  default: string | null
+}
+
+/** The cells of parent account `accountId`; null when it names no parent account. */
+export async function accountCells(db: Db, accountId: string): Promise<AccountCells | null> {
+  const [row] = await db<{ allowed: string[] | null; placement: string | null }[]>`
+    select to_jsonb(allowed_cells) as allowed, placement from tenants where id = ${accountId} and parent_id is null`
+  return row === undefined ? null : { allowed: row.allowed, default: row.placement }
+}
+
+/** Sets a parent account's cells; false when `accountId` names no parent account. */
+export async function setAccountCells(db: Db, accountId: string, cells: AccountCells): Promise<boolean> {
+  const allowed = cells.allowed === null ? null : db.json([...cells.allowed])
+  const rows = await db`
+    update tenants set allowed_cells = case when ${allowed}::jsonb is null then null
+      else array(select jsonb_array_elements_text(${allowed}::jsonb)) end,
+      placement = ${cells.default}, updated_at = now()
     where id = ${accountId} and parent_id is null
     returning id`
   return rows.length === 1

@@ -39,6 +39,7 @@ t.test('management API', async (t) => {
       'limits',
       'metadata',
       'name',
+      'placement',
       'status',
       'updated_at',
     ])

@@ -30,6 +30,14 @@ const gw = await startGateway(t, {
       { prefix: '/v1/checked', targets: [{ url: sickUrl }], health_check: CHECK },
       { prefix: '/v1/single', upstream: good.url, scopes: { read: ['things:read'] }, websocket: true },
       { prefix: '/v1/browser', upstream: good.url, cors: { origins: ['https://app.example.com'], credentials: true } },
+      {
+        prefix: '/v1/celled',
+        targets: [{ url: good.url }],
+        cells: {
+          eu: { targets: [{ url: good.url }, { url: sickUrl, weight: 2 }] },
+          us: { targets: [{ url: good.url }] },
+        },
+      },
     ],
   },
 })
@@ -46,7 +54,7 @@ t.test('each route with its facts; a route with one upstream lists no target', a
   const all = await routes()
   t.same(
     all.map((route) => route.prefix),
-    ['/v1/balanced', '/v1/checked', '/v1/single', '/v1/browser'],
+    ['/v1/balanced', '/v1/checked', '/v1/single', '/v1/browser', '/v1/celled'],
     "the route table's order",
   )
   t.same(all[2], {
@@ -90,4 +98,13 @@ t.test('a target failing its active checks, alone on its route: failing_checks a
     'out by its checks',
   )
   t.equal((await routeOf('/v1/checked')).panic, true, 'every target out: panic')
+})
+
+t.test("a route with cells lists its own targets, then each cell's, numbered within each", async (t) => {
+  t.same((await routeOf('/v1/celled')).targets, [
+    { position: 1, weight: 1, cell: null, state: 'up' },
+    { position: 1, weight: 1, cell: 'eu', state: 'up' },
+    { position: 2, weight: 2, cell: 'eu', state: 'up' },
+    { position: 1, weight: 1, cell: 'us', state: 'up' },
+  ])
 })

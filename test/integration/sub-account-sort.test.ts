@@ -189,6 +189,7 @@ t.test('include: key_count and usage_this_month; absent, the objects are as befo
       'limits',
       'metadata',
       'name',
+      'placement',
       'status',
       'updated_at',
     ],

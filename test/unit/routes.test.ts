@@ -16,6 +16,7 @@ import { configError, refuses, second, UP, WHERE } from '../helpers/route-table.
 /** The time, size and connection limits every route has when nothing sets them, and its units. */
 const DEFAULT_LIMITS = {
   targets: null,
+  cells: null,
   cost: 1,
   meters: [],
   cors: null,

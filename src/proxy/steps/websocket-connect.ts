@@ -14,8 +14,9 @@ import { isUpgrade } from '../../http/upgrade-request.js'
 export const websocketConnectStep: StepFactory = (route, { webSockets, upstreamTargets }) => {
   const options = route.websocket
   if (options === null || webSockets === undefined || webSockets === null) return null
-  // A route with targets: the socket goes to one its balancer picks (proxy/upstreams/).
-  const balancer = route.targets === null ? undefined : upstreamTargets?.get(route.prefix)
+  // A route with targets or cells: the socket goes to one its balancer picks (proxy/upstreams/),
+  // among its cell's.
+  const balancer = route.targets === null && route.cells === null ? undefined : upstreamTargets?.get(route.prefix)
   const maxPerAccount = options.maxPerAccount ?? webSockets.defaultMaxPerAccount
   const tooMany = (refusal: PlaceRefusal) =>
     new ApiError(
@@ -48,7 +49,7 @@ export const websocketConnectStep: StepFactory = (route, { webSockets, upstreamT
       const identity = route.public ? null : trustedIdentity(request)
       let dialled: Promise<Verdict>
       try {
-        const target = balancer?.pickForSocket(tenantId ?? undefined).url
+        const target = balancer?.socketTarget(tenantId ?? undefined, request.cell)
         dialled = dialUpstream(
           request,
           reply,

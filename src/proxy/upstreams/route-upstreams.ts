@@ -47,6 +47,8 @@ export class Target implements Balanced, Checked, TargetAccount {
 /** A target's state at scrape time (tgw_upstream_target_up). */
 export interface TargetReading {
   readonly target: string
+  /** The route's cell the target serves; '' for a route's own targets. */
+  readonly cell: string
   readonly up: boolean
 }
 
@@ -58,14 +60,24 @@ export type TargetState = 'up' | 'ejected' | 'failing_checks'
 
 export interface TargetStatus {
   readonly weight: number
+  /** The route's cell the target serves; null for a route's own targets. */
+  readonly cell: string | null
   readonly state: TargetState
 }
 
 /** What the metrics read of a route's targets (proxy/metrics.ts). */
 export interface UpstreamsReadout {
   readTargets(): TargetReading[]
+  /** Each target's weight, cell and state, in the route table's order (proxy/route-status.ts). */
+  readStates(): TargetStatus[]
   /** Every target is out: requests go to all of them. */
   panic(): boolean
+}
+
+/** What a WebSocket's upgrade picks its upstream from (steps/websocket-connect.ts). */
+export interface SocketBalancer {
+  /** The URL of the target for a socket of `tenantId` in `cell` (null: placed nowhere). */
+  socketTarget(tenantId: string | undefined, cell: string | null): string
 }
 
 export interface RouteUpstreamsOptions {
@@ -78,6 +90,8 @@ export interface RouteUpstreamsOptions {
   clock?: () => number
   /** A target was ejected (tgw_upstream_ejections_total). */
   onEject?(target: string): void
+  /** The cell these targets serve (route-cells.ts); absent for a route's own targets. */
+  cell?: string
 }
 
 function balancerFor(balance: Balance): Balancer {
@@ -87,17 +101,19 @@ function balancerFor(balance: Balance): Balancer {
 
 type DispatchOptions = Dispatcher.DispatchOptions & { headers: Record<string, string | string[] | undefined> }
 
-export class RouteUpstreams implements UpstreamsReadout {
+export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
   readonly targets: readonly Target[]
   private readonly balancer: Balancer
   private readonly outlier: Outlier
   private readonly checks: HealthChecks | null
   private readonly clock: () => number
+  private readonly cell: string
   /** The targets that may take a request, refilled at each pick (one array for all requests). */
   private readonly candidates: Target[] = []
 
   constructor(options: RouteTargets, deps: RouteUpstreamsOptions) {
     this.clock = deps.clock ?? Date.now
+    this.cell = deps.cell ?? ''
     const checked = options.healthCheck !== null
     const targets: Target[] = options.targets.map(({ url, weight }, index) => {
       const origin = new URL(url).origin
@@ -135,6 +151,11 @@ export class RouteUpstreams implements UpstreamsReadout {
     return this.choose(tenantId, this.clock())
   }
 
+  /** A route's own targets serve a socket of any cell the cell step let through (none, here). */
+  socketTarget(tenantId: string | undefined, _cell: string | null): string {
+    return this.pickForSocket(tenantId).url
+  }
+
   /** The balancer's pick among the targets that may take a request, or among all when none may (panic). */
   private choose(tenantId: string | undefined, now: number): Target {
     const candidates = this.candidates
@@ -160,14 +181,16 @@ export class RouteUpstreams implements UpstreamsReadout {
 
   readTargets(): TargetReading[] {
     const now = this.clock()
-    return this.targets.map((target) => ({ target: target.url, up: this.isUp(target, now) }))
+    return this.targets.map((target) => ({ target: target.url, cell: this.cell, up: this.isUp(target, now) }))
   }
 
   /** Each target's weight and state, in the route table's order. */
   readStates(): TargetStatus[] {
     const now = this.clock()
+    const cell = this.cell === '' ? null : this.cell
     return this.targets.map((target) => ({
       weight: target.weight,
+      cell,
       state: !target.healthy ? 'failing_checks' : this.outlier.isEjected(target.outlier, now) ? 'ejected' : 'up',
     }))
   }

@@ -9,6 +9,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { type EvictionListener, recordOfEntry } from '../../cache/entry-names.js'
 import { isExpired, type KeyRecord, type TenancyLookups, type TenantRecord } from '../../shared/tenancy-records.js'
+import { cellOf } from '../upstreams/route-cells.js'
 import type { OpenSockets } from './open-sockets.js'
 import { ENDINGS, type SocketPair } from './socket-pair.js'
 
@@ -56,6 +57,14 @@ export async function recheck(pair: SocketPair, sources: CredentialSources): Pro
       return
     }
   }
+  const cell = pair.credentials.cell
+  if (cell == null || actingTenantId === null) return
+  // Placed elsewhere since it opened (its own placement, or its parent's default): 1012, so that
+  // its client reconnects to its new cell (docs/api.md, Cells).
+  const acting = await sources.lookups.tenant(actingTenantId)
+  const parent =
+    acting?.placement == null && cell.parentId !== null ? await sources.lookups.tenant(cell.parentId) : null
+  if (acting !== null && cellOf(acting, parent, cell.defaultCell) !== cell.served) pair.end(ENDINGS.cellChanged)
 }
 
 /** Checks a socket again; the store unreachable leaves it open, as a known key keeps working. */

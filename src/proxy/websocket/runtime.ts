@@ -99,6 +99,10 @@ export class WebSocketRuntime {
         keyExpiresAt: principal?.key.expiresAt ?? null,
         tokenExpiresAt: principal?.accessToken?.expiresAtMs ?? null,
         tokenKid: principal?.accessToken?.kid ?? null,
+        cell:
+          route.cells === null || request.actingTenant === null
+            ? null
+            : { served: request.cell, defaultCell: route.cells.defaultCell, parentId: request.actingTenant.parentId },
       },
       route.websocket!,
       (closed) => {

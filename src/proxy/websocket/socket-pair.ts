@@ -21,6 +21,8 @@ export const ENDINGS = {
   idle: { code: 1001, reason: 'idle timeout' },
   shutdown: { code: 1001, reason: 'going away' },
   tooBig: { code: 1009, reason: 'message too big' },
+  // RFC 6455 §7.4.1 (IANA registry): 1012 Service Restart, "reconnect": the new one lands on the tenant's new cell.
+  cellChanged: { code: 1012, reason: 'tenant placed in another cell' },
 } as const satisfies Record<string, Ending>
 
 /**
@@ -79,6 +81,18 @@ export interface SocketCredentials {
    * `--compromised` withdraws it, and the socket closes with its token's requests.
    */
   readonly tokenKid: string | null
+  /**
+   * On a route with cells: the cell that serves the socket (null: placed nowhere, the route's own
+   * upstream), the route's default cell, and the acting tenant's parent account (null: none). A
+   * change of placement that moves the tenant elsewhere closes it (1012, revocation.ts).
+   */
+  readonly cell?: SocketCell | null
+}
+
+export interface SocketCell {
+  readonly served: string | null
+  readonly defaultCell: string | null
+  readonly parentId: string | null
 }
 
 /** A code received in a close frame, as one that may be sent on: 1005 and 1006 are never sent. */
@@ -122,7 +136,10 @@ export class SocketPair implements TrackedSocket {
     this.credentials = credentials
     this.onClosed = onClosed
     this.keyId = credentials.keyId
-    const tenants = [credentials.actingTenantId, credentials.keyTenantId].filter((id): id is string => id !== null)
+    // On a route with cells, the parent account too: a change of its default cell concerns the socket.
+    const tenants = [credentials.actingTenantId, credentials.keyTenantId, credentials.cell?.parentId ?? null].filter(
+      (id): id is string => id !== null,
+    )
     this.tenantIds = [...new Set(tenants)]
     this.idleTimer = setTimeout(() => this.end(ENDINGS.idle), options.idleTimeoutMs)
     this.idleTimer.unref()

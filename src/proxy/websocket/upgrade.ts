@@ -111,6 +111,7 @@ export function upgradeHeaders(
     host: request.headers.host,
     connection: request.raw.headers.connection,
     passHeaders: route.passHeaders,
+    cell: request.cell,
   })
   // ws writes the handshake's own (key, version, protocols) and the upstream's Host.
   for (const name of Object.keys(headers)) {
