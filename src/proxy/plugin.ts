@@ -22,7 +22,12 @@ function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
   // A body's grace before its rate counts: the longer of the route's two timeouts (docs/api.md).
   scope.addContentTypeParser(
     '*',
-    streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs, Math.max(route.timeoutMs, route.bodyIdleTimeoutMs)),
+    streamBody(
+      route.maxBodyBytes,
+      route.bodyIdleTimeoutMs,
+      Math.max(route.timeoutMs, route.bodyIdleTimeoutMs),
+      route.retries.attempts === 0 ? 0 : route.retries.bufferBytes,
+    ),
   )
   // A public route's every answer, its refusals included, renders in an opaque origin
   // (answer-headers.ts); the upstream's answer keeps it beside its own policy.
@@ -56,6 +61,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
     options.meterBadReport,
     (request) => limits.charge(request),
     upstreams,
+    options.upstreamRetries?.(route.prefix),
   )
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(
@@ -103,6 +109,7 @@ export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options
   app.decorateRequest('upstreamSentAt', 0)
   app.decorateRequest('serviceIdentity', null)
   app.decorateRequest('exchange', null)
+  app.decorateRequest('heldBody', null)
   app.decorateRequest('limitSubjects', null)
   app.decorateRequest('limitsCharged', false)
   app.decorateRequest('limitUnits', 1)

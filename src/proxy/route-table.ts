@@ -11,6 +11,7 @@ import { parseRouteIdentity } from '../identity/route-identity.js'
 import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHARE_KEYS } from './route-limits.js'
 import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 import { METER_KEYS, parseCost, parseMeters } from './route-meters.js'
+import { DEFAULT_RETRIES, parseRetries } from './upstreams/retry-options.js'
 import { parseRouteTargets, TARGET_KEYS } from './upstreams/route-options.js'
 
 const TOP_LEVEL_KEYS = new Set(['routes', ...INHERITED_KEYS])
@@ -23,6 +24,7 @@ const ROUTE_KEYS = new Set([
   'forward_authorization',
   'pass_headers',
   'identity',
+  'retries',
 ])
 for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS, ...TARGET_KEYS])
   ROUTE_KEYS.add(key)
@@ -187,6 +189,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         prefix,
         upstream: targets === null ? parseUpstream(where, entry.upstream) : targets.targets[0]!.url,
         targets,
+        retries: parseRetries(entry.retries, (problem) => fail(where, problem)),
         scopes,
         public: isPublic,
         sameOriginDocuments,
@@ -210,6 +213,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         prefix: '/',
         upstream: parseUpstream('UPSTREAM_URL', upstreamUrl),
         targets: null,
+        retries: DEFAULT_RETRIES,
         scopes: { read: [], write: [] },
         public: false,
         sameOriginDocuments: false,

@@ -2,6 +2,7 @@
 // options, and the scopes a method needs on it. Apart from route-table.ts, which makes the routes
 // at boot: the request path's files read a route and need none of the parsing.
 import type { RouteIdentity } from '../identity/route-identity.js'
+import type { RetryOptions } from './upstreams/retry-options.js'
 import type { RouteTargets } from './upstreams/route-options.js'
 import type { RouteWebSocket } from './websocket/route-options.js'
 
@@ -15,6 +16,8 @@ export interface ProxyRoute {
    * targets, `upstream` is the first target's URL: their scheme and base path are the same.
    */
   readonly targets: RouteTargets | null
+  /** When a failed upstream request is sent again (upstreams/retry-call.ts), with one upstream or targets. */
+  readonly retries: RetryOptions
   /** Scopes a key needs here: `read` for GET, HEAD and OPTIONS, `write` for every other method. */
   readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
   /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */

@@ -10,12 +10,14 @@ import {
   DEFAULT_TIMEOUT_MS,
 } from '../../src/proxy/route-limits.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
+import { DEFAULT_RETRIES } from '../../src/proxy/upstreams/retry-options.js'
 
 import { configError, refuses, second, UP, WHERE } from '../helpers/route-table.js'
 
 /** The time, size and connection limits every route has when nothing sets them, and its units. */
 const DEFAULT_LIMITS = {
   targets: null,
+  retries: DEFAULT_RETRIES,
   cost: 1,
   meters: [],
   timeoutMs: DEFAULT_TIMEOUT_MS,
