@@ -10,6 +10,7 @@ import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 import { isSandboxed, UpstreamTarget, upstreamPool } from './upstream-target.js'
+import { heldBodyBytes } from './upstreams/retry-options.js'
 import { RouteUpstreams } from './upstreams/route-upstreams.js'
 import { PUBLIC_ROUTE_CSP } from './answer-headers.js'
 
@@ -26,7 +27,7 @@ function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
       route.maxBodyBytes,
       route.bodyIdleTimeoutMs,
       Math.max(route.timeoutMs, route.bodyIdleTimeoutMs),
-      route.retries.attempts === 0 ? 0 : route.retries.bufferBytes,
+      heldBodyBytes(route.retries),
     ),
   )
   // A public route's every answer, its refusals included, renders in an opaque origin

@@ -9,6 +9,7 @@ import t, { type Test } from 'tap'
 import { monthOf } from '../../src/limits/month.js'
 import { monthUse } from '../../src/limits/store.js'
 import { metricValue, type Parent, startGateway, type TestGateway } from '../helpers/gateway.js'
+import { subAccountVia } from '../helpers/gateway-load.js'
 import { callAs, rawRequest, sha256 } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
 import { echo, REFUSED_URL, startUpstream, type Upstream, type UpstreamHandler } from '../helpers/upstream.js'
@@ -87,7 +88,7 @@ for (const [kind, handler, status] of [
     const setup = await gatewayWith(t, {
       targets: [{ url: bad.url }, { url: good.url }],
       balance: 'round_robin',
-      retries: { on: ['connect_failure', 'reset', 503] },
+      retries: { on: ['connect_failure', 'reset', 503], budget_percent: 100 },
     })
     const body = randomBytes(1000)
     const plain: number[] = []
@@ -113,6 +114,24 @@ for (const [kind, handler, status] of [
   })
 }
 
+t.test("a retry goes to another target, even past tenant_hash's choice", async (t) => {
+  const bad = await startUpstream(t, answers503)
+  const good = await startUpstream(t)
+  const setup = await gatewayWith(t, {
+    targets: [{ url: bad.url }, { url: good.url }],
+    balance: 'tenant_hash',
+    // The budget is not under test here: every retry allowed.
+    retries: { on: [503], budget_percent: 100 },
+  })
+  for (let i = 0; i < 12; i++) {
+    const tenant = await subAccountVia(setup.gw.url, setup.parent.apiKey, `tenant ${i}`)
+    const res = await callAs(setup.gw.url, setup.parent.apiKey, { path: `${PREFIX}/x`, acting: tenant })
+    t.equal(res.status, 200, 'a tenant hashed to the failing target is answered by the other')
+  }
+  t.equal(good.received.length, 12)
+  t.equal(await retried(setup, '503'), bad.received.length, 'each that met the 503 was retried, once')
+})
+
 t.test('a reset or 503 is not retried unless `on` lists it', async (t) => {
   const bad = await startUpstream(t, answers503)
   const good = await startUpstream(t)
@@ -129,7 +148,7 @@ t.test('a body longer than buffer_bytes is never retried, declared or streamed',
   const setup = await gatewayWith(t, {
     targets: [{ url: bad.url }, { url: good.url }],
     balance: 'round_robin',
-    retries: { on: [503], buffer_bytes: 1024 },
+    retries: { on: [503], buffer_bytes: 1024, budget_percent: 100 },
   })
   const long = randomBytes(4096)
   const statuses: number[] = []
@@ -170,16 +189,21 @@ t.test('the budget stops a retry storm', async (t) => {
 })
 
 t.test('the backoff never passes timeout_ms', async (t) => {
-  const failing = await startUpstream(t, answers503)
+  // Ten answered first, so that the budget (100 % of them) leaves room for every retry.
+  const failing = await startUpstream(t, (request, response, received) =>
+    failing.received.length <= 10 ? echo(request, response, received) : answers503(request, response, received),
+  )
   const setup = await gatewayWith(t, {
     upstream: failing.url,
     timeout_ms: 300,
     retries: { attempts: 5, on: [503], budget_percent: 100 },
   })
+  for (let i = 0; i < 10; i++) t.equal((await send(setup, 'GET')).status, 200)
   t.equal((await send(setup, 'GET')).status, 503)
+  const attempts = failing.received.length - 10
   // Five retries wait at least 12.5 + 25 + 50 + 100 + 200 ms: more than 300.
-  t.ok(failing.received.length <= 5, `at most four retries within 300 ms (${failing.received.length - 1})`)
-  t.ok(failing.received.length >= 2, 'and at least one')
+  t.ok(attempts <= 5, `at most four retries within 300 ms (${attempts - 1})`)
+  t.ok(attempts >= 2, 'and at least one')
 })
 
 t.test('a client that leaves during the backoff ends it, and its slot comes back', async (t) => {
@@ -213,7 +237,7 @@ t.test('a request retried counts once: usage, the request log, the quota, and th
     {
       targets: [{ url: bad.url }, { url: good.url }],
       balance: 'round_robin',
-      retries: { on: [503] },
+      retries: { on: [503], budget_percent: 100 },
       meters: [{ name: 'tokens', header: 'X-Tokens-Used' }],
     },
     { usageFlushIntervalMs: 50, requestLog: { flushIntervalMs: 50 } },

@@ -33,6 +33,16 @@ export const DEFAULT_RETRIES: RetryOptions = Object.freeze({
   bufferBytes: 65_536,
 })
 
+/**
+ * The body a route holds for its retries, in bytes: none when it retries only connect failures,
+ * which send the body again unread (retry-call.ts), or not at all.
+ */
+export function heldBodyBytes(retries: RetryOptions): number {
+  if (retries.attempts === 0) return 0
+  for (const reason of retries.on) if (reason !== 'connect_failure') return retries.bufferBytes
+  return 0
+}
+
 type Fail = (problem: string) => never
 
 function wholeNumber(field: string, value: unknown, fallback: number, min: number, max: number, fail: Fail): number {
