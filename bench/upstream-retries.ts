@@ -180,7 +180,7 @@ async function faults(gateway: Server, headers: Record<string, string>, targets:
 
 run(async () => {
   const started: Server[] = []
-  const db = await createDatabase('upstream-retries')
+  const db = await createDatabase('upstream_retries')
   const configDir = mkdtempSync(join(tmpdir(), 'tgw-bench-retries-'))
   try {
     const none = await startUpstream()
