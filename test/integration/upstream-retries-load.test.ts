@@ -6,7 +6,7 @@
 // timeout_ms, which a retry cannot follow (docs/decisions: what a retry counts as a failure).
 import { randomBytes } from 'node:crypto'
 import t from 'tap'
-import { startGateway } from '../helpers/gateway.js'
+import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { echo, startUpstream, type UpstreamHandler } from '../helpers/upstream.js'
 
@@ -73,4 +73,8 @@ t.test('GETs under load see no error while a target flaps, one is slow and one i
     `a POST fails only with its target's failure (${statuses.POST!.filter((s) => s !== 200).length} did)`,
   )
   t.ok(killed.received.length > 0 && flapper.received.length > 0, 'the failing targets had their share')
+  t.ok(
+    (await metricValue(gw.app, 'tgw_upstream_ejections_total', { route: PREFIX, target: killed.url })) >= 1,
+    'passive health heard the attempts clients never saw fail, and took the killed target out',
+  )
 })
