@@ -81,7 +81,11 @@ export class UpstreamTarget implements CallTarget {
             counters: retryCounters,
             send:
               pool instanceof Pool
-                ? (options, handler) => pool.dispatch(options, handler)
+                ? (options, handler) => {
+                    // One upstream: a retry goes to it again, on another connection (the failed one is closed).
+                    pool.dispatch(options, handler)
+                    return null
+                  }
                 : (options, handler, avoid) => pool.dispatchAvoiding(options, handler, avoid as Target | null),
           }
   }

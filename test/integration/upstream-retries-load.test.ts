@@ -7,11 +7,10 @@
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { metricValue, startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { echo, startUpstream, type UpstreamHandler } from '../helpers/upstream.js'
-import type { Test } from 'tap'
 
 const PREFIX = '/v1/fleet'
 const REQUESTS = 400
