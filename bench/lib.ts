@@ -202,12 +202,18 @@ export async function stopChild(
 /** A command prefix for the servers, e.g. valgrind's (bench:instructions); `websocket`: bench:websocket's servers. */
 type Wrap = { wrap?: string[]; timeoutMs?: number; websocket?: boolean }
 
-export async function startUpstream(o: Wrap & { meter?: boolean } = {}): Promise<Server> {
+/** `delayMs`: every answer that long after its request (a slow target). */
+export async function startUpstream(o: Wrap & { meter?: boolean; delayMs?: number } = {}): Promise<Server> {
   const [port] = (await freePorts(1)) as [number]
   const command = [...(o.wrap ?? []), serverNode().path, 'bench/servers.js', 'upstream']
   return startServer(command, {
     port,
-    env: { PORT: String(port), WEBSOCKET: o.websocket ? '1' : '0', METER: o.meter ? '1' : '0' },
+    env: {
+      PORT: String(port),
+      WEBSOCKET: o.websocket ? '1' : '0',
+      METER: o.meter ? '1' : '0',
+      DELAY_MS: String(o.delayMs ?? 0),
+    },
     path: PROXIED_PATH,
     status: 200,
     timeoutMs: o.timeoutMs,

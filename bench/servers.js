@@ -74,9 +74,12 @@ async function floorForward(upstreamUrl, contractHeaders = false) {
 if (process.argv[2] === 'upstream') {
   const fixed = Buffer.from('{"ok":true}')
   const meter = process.env.METER === '1'
+  // DELAY_MS: every answer that long after its request (a slow target: bench:upstream-retries).
+  const delayMs = Number(process.env.DELAY_MS ?? 0)
   const server = http.createServer((req, res) => {
     req.resume()
-    req.on('end', () => {
+    req.on('end', () => (delayMs > 0 ? setTimeout(answer, delayMs) : answer()))
+    function answer() {
       // The proxied path of bench/lib.ts (and any path ending like it, as bench:identity's routes
       // forward theirs) gets a fixed body; any other path the headers this upstream received, so
       // that a bench can check whom the gateway said the request is for.
@@ -86,7 +89,7 @@ if (process.argv[2] === 'upstream') {
       if (meter) head['x-tokens-used'] = '42'
       res.writeHead(200, head)
       res.end(body)
-    })
+    }
   })
   // Longer than any round, so that no proxy's pool sees its idle sockets closed between rounds.
   server.keepAliveTimeout = 600_000

@@ -17,7 +17,7 @@ import { MANAGEMENT_PREFIX } from './shared/paths.js'
 import type { ConsoleOptions } from './console/plugin.js'
 import type { PortalOptions } from './portal/plugin.js'
 import { limitGate } from './proxy/limit-gate.js'
-import { badReportCounter, ejectionCounter } from './proxy/metrics.js'
+import { badReportCounter, ejectionCounter, retryCounters } from './proxy/metrics.js'
 import type { ProxyOptions } from './proxy/options.js'
 import type { ProxyRoute } from './proxy/route.js'
 import { defaultMaxWebSocketsPerAccount } from './proxy/websocket/route-options.js'
@@ -267,6 +267,7 @@ export function proxyOptions(app: FastifyInstance, deps: AppDeps, routes: readon
     upstreamSlots: metrics.proxy.upstreamSlots,
     upstreamTargets: metrics.proxy.upstreamTargets,
     upstreamEjections: ejectionCounter(metrics.proxy, routes),
+    upstreamRetries: retryCounters(metrics.proxy, routes),
     upstreamClock: deps.tuning?.upstreamClock,
     limits: limitGate({
       limiter: app.limiter,

@@ -9,6 +9,8 @@ import type { BadReportCounter } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
 import { cellTargetUrls } from './upstreams/route-cells.js'
 import type { SocketBalancer, UpstreamsReadout } from './upstreams/route-upstreams.js'
+import type { RetryCounters } from './upstreams/retry-call.js'
+import { RETRY_REASONS } from './upstreams/retry-options.js'
 
 export interface ProxyMetrics {
   readonly proxiedRequests: Tally
@@ -33,6 +35,10 @@ export interface ProxyMetrics {
   readonly upstreamTargets: Map<string, UpstreamsReadout & SocketBalancer>
   /** Targets taken out by passive health, by route prefix and target URL. */
   readonly upstreamEjections: Counter<'route' | 'target'>
+  /** Upstream requests sent again (upstreams/retry-call.ts), by route prefix and what failed. */
+  readonly upstreamRetries: Counter<'route' | 'reason'>
+  /** Retries the route's budget refused, by route prefix. */
+  readonly retryBudgetExhausted: Counter<'route'>
   /** Reports of units an upstream sent that were not whole numbers from 0 to 10^12 (proxy/meter-reports.ts). */
   readonly meterBadReports: Counter<'route' | 'meter'>
 }
@@ -64,6 +70,19 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
       name: 'tgw_upstream_ejections_total',
       help: "Times a route's target was taken out by passive health (failures in a row), by route prefix and target",
       labelNames: ['route', 'target'] as const,
+      registers,
+    }),
+    // Rare (a failing upstream): labelled counters of prom-client's.
+    upstreamRetries: new Counter({
+      name: 'tgw_upstream_retries_total',
+      help: 'Upstream requests sent again after a failure, by route prefix and reason (connect_failure, reset, 502, 503, 504)',
+      labelNames: ['route', 'reason'] as const,
+      registers,
+    }),
+    retryBudgetExhausted: new Counter({
+      name: 'tgw_upstream_retry_budget_exhausted_total',
+      help: "Retries not made because the route's retry budget was spent, by route prefix",
+      labelNames: ['route'] as const,
       registers,
     }),
     openWebSockets: null,
@@ -137,6 +156,32 @@ export function ejectionCounter(metrics: ProxyMetrics, routes: readonly ProxyRou
 
 /** Counts one ejection of a route's target (tgw_upstream_ejections_total). */
 export type EjectionCounter = (route: string, target: string) => void
+
+/**
+ * Each retrying route's counters, by prefix; every reason it retries, and its budget, start at 0,
+ * so that they show before the first.
+ */
+export function retryCounters(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): (route: string) => RetryCounters {
+  const byRoute = new Map<string, RetryCounters>()
+  for (const route of routes) {
+    if (route.retries.attempts === 0) continue
+    const prefix = route.prefix
+    const reasons = new Map(
+      RETRY_REASONS.filter((reason) => route.retries.on.has(reason)).map((reason) => {
+        const child = metrics.upstreamRetries.labels({ route: prefix, reason })
+        child.inc(0)
+        return [reason, child] as const
+      }),
+    )
+    const exhausted = metrics.retryBudgetExhausted.labels({ route: prefix })
+    exhausted.inc(0)
+    byRoute.set(prefix, {
+      retried: (reason) => reasons.get(reason)?.inc(),
+      exhausted: () => exhausted.inc(),
+    })
+  }
+  return (route) => byRoute.get(route) ?? { retried() {}, exhausted() {} }
+}
 
 /** Counts a route meter's bad reports; every route meter's series starts at 0, so that it shows before the first. */
 export function badReportCounter(metrics: ProxyMetrics, routes: readonly ProxyRoute[]): BadReportCounter {

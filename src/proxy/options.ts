@@ -8,6 +8,7 @@ import type { BadReportCounter } from './meter-reports.js'
 import type { EjectionCounter } from './metrics.js'
 import type { ProxyStep } from './pipeline.js'
 import type { ProxyRoute } from './route.js'
+import type { RetryCounters } from './upstreams/retry-call.js'
 import type { SocketBalancer, UpstreamsReadout } from './upstreams/route-upstreams.js'
 import type { WebSocketRuntime } from './websocket/runtime.js'
 
@@ -33,6 +34,8 @@ export interface ProxyOptions {
   upstreamTargets?: Map<string, UpstreamsReadout & SocketBalancer>
   /** Counts a target's ejection (tgw_upstream_ejections_total). */
   upstreamEjections?: EjectionCounter
+  /** A route's retry counters, by prefix (tgw_upstream_retries_total, tgw_upstream_retry_budget_exhausted_total). */
+  upstreamRetries?: (route: string) => RetryCounters
   /** Passive health's clock, in ms (default Date.now; a test moves it past a back-off). */
   upstreamClock?: () => number
   limits: LimitGate

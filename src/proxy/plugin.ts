@@ -11,6 +11,7 @@ import { streamBody } from './request-body.js'
 import type { ProxyRoute } from './route.js'
 import { isSandboxed, UpstreamTarget, upstreamPool } from './upstream-target.js'
 import { CellUpstreams } from './upstreams/cell-upstreams.js'
+import { heldBodyBytes } from './upstreams/retry-options.js'
 import { RouteUpstreams } from './upstreams/route-upstreams.js'
 import { PUBLIC_ROUTE_CSP } from './answer-headers.js'
 
@@ -23,7 +24,12 @@ function readBodiesAndSandbox(scope: FastifyInstance, route: ProxyRoute): void {
   // A body's grace before its rate counts: the longer of the route's two timeouts (docs/api.md).
   scope.addContentTypeParser(
     '*',
-    streamBody(route.maxBodyBytes, route.bodyIdleTimeoutMs, Math.max(route.timeoutMs, route.bodyIdleTimeoutMs)),
+    streamBody(
+      route.maxBodyBytes,
+      route.bodyIdleTimeoutMs,
+      Math.max(route.timeoutMs, route.bodyIdleTimeoutMs),
+      heldBodyBytes(route.retries),
+    ),
   )
   // A public route's every answer, its refusals included, renders in an opaque origin
   // (answer-headers.ts); the upstream's answer keeps it beside its own policy.
@@ -71,6 +77,7 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
     options.meterBadReport,
     (request) => limits.charge(request),
     upstreams,
+    options.upstreamRetries?.(route.prefix),
   )
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(
@@ -119,6 +126,7 @@ export const proxyRoutes: FastifyPluginAsync<ProxyOptions> = async (app, options
   app.decorateRequest('cell', null)
   app.decorateRequest('serviceIdentity', null)
   app.decorateRequest('exchange', null)
+  app.decorateRequest('heldBody', null)
   app.decorateRequest('limitSubjects', null)
   app.decorateRequest('limitsCharged', false)
   app.decorateRequest('limitUnits', 1)

@@ -5,6 +5,7 @@ import { performance } from 'node:perf_hooks'
 import { Transform, type TransformCallback } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import { payloadTooLarge } from '../errors.js'
+import { HeldBody } from './held-body.js'
 
 export class BodyTooLargeError extends Error {
   readonly limit: number
@@ -62,8 +63,10 @@ function errorAfterTheExchange(): void {}
  * the body is sent). Time the upstream spends not reading counts for neither: the client cannot
  * send then. The body is its exchange's (exchange.ts): it ends, its timer with it, when the
  * exchange does, whatever ends that first. The rate costs a clock read a chunk, no timer.
+ * A body of at most `holdBytes` (the route's retries.buffer_bytes; 0: none) is held as it passes
+ * (held-body.ts), so that a retry can send it again.
  */
-export function streamBody(limit: number, idleMs: number, graceMs: number) {
+export function streamBody(limit: number, idleMs: number, graceMs: number, holdBytes = 0) {
   return (
     request: FastifyRequest,
     payload: NodeJS.ReadableStream,
@@ -79,6 +82,10 @@ export function streamBody(limit: number, idleMs: number, graceMs: number) {
     let notReading = 0
     /** When the body's buffer last came full (the upstream not reading); -1 while it is not. */
     let fullSince = -1
+    const declared = request.headers['content-length']
+    const held =
+      holdBytes > 0 && (declared === undefined || Number(declared) <= holdBytes) ? new HeldBody(holdBytes) : null
+    request.heldBody = held
     const body = new Transform({
       transform(chunk: Buffer, _encoding, callback: TransformCallback) {
         idle.refresh()
@@ -93,9 +100,14 @@ export function streamBody(limit: number, idleMs: number, graceMs: number) {
           if (seen > limit) return callback(new BodyTooLargeError(limit))
           if (exchange) exchange.chunkedBodyBytes = seen
         }
+        held?.hold(chunk)
         callback(null, chunk)
         // Full: no more chunks come until the upstream reads.
         if (body.readableLength >= body.readableHighWaterMark) fullSince = now
+      },
+      flush(callback: TransformCallback) {
+        held?.ended()
+        callback()
       },
     })
     const idle = setTimeout(function bodyIdle() {

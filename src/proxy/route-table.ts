@@ -11,6 +11,7 @@ import { parseRouteIdentity } from '../identity/route-identity.js'
 import { DEFAULT_LIMITS, INHERITED_KEYS, parseRouteLimits, parseShareLimits, SHARE_KEYS } from './route-limits.js'
 import { parseRouteWebSocket, WEBSOCKET_KEYS } from './websocket/route-options.js'
 import { METER_KEYS, parseCost, parseMeters } from './route-meters.js'
+import { DEFAULT_RETRIES, parseRetries } from './upstreams/retry-options.js'
 import { parseRouteTargets, TARGET_KEYS } from './upstreams/route-options.js'
 import { parseRouteCors } from './cors/route-options.js'
 import { CELL_KEYS, checkCellBase, parseRouteCells } from './upstreams/route-cells.js'
@@ -26,6 +27,7 @@ const ROUTE_KEYS = new Set([
   'pass_headers',
   'identity',
   'cors',
+  'retries',
 ])
 for (const key of [...INHERITED_KEYS, ...SHARE_KEYS, ...WEBSOCKET_KEYS, ...METER_KEYS, ...TARGET_KEYS, ...CELL_KEYS])
   ROUTE_KEYS.add(key)
@@ -206,6 +208,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         upstream,
         targets,
         cells,
+        retries: parseRetries(entry.retries, (problem) => fail(where, problem)),
         scopes,
         public: isPublic,
         sameOriginDocuments,
@@ -231,6 +234,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         upstream: parseUpstream('UPSTREAM_URL', upstreamUrl),
         targets: null,
         cells: null,
+        retries: DEFAULT_RETRIES,
         scopes: { read: [], write: [] },
         public: false,
         sameOriginDocuments: false,

@@ -4,6 +4,7 @@
 import type { RouteIdentity } from '../identity/route-identity.js'
 import type { RouteCors } from './cors/route-options.js'
 import type { RouteCells } from './upstreams/route-cells.js'
+import type { RetryOptions } from './upstreams/retry-options.js'
 import type { RouteTargets } from './upstreams/route-options.js'
 import type { RouteWebSocket } from './websocket/route-options.js'
 
@@ -23,6 +24,8 @@ export interface ProxyRoute {
    * tenant placed nowhere, when there is no default cell.
    */
   readonly cells: RouteCells | null
+  /** When a failed upstream request is sent again (upstreams/retry-call.ts), with one upstream or targets. */
+  readonly retries: RetryOptions
   /** Scopes a key needs here: `read` for GET, HEAD and OPTIONS, `write` for every other method. */
   readonly scopes: { readonly read: readonly string[]; readonly write: readonly string[] }
   /** No key needed: X-Service-* are still stripped, nothing is injected, nothing is counted. */

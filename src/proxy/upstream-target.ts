@@ -16,8 +16,10 @@ import { type BadReportCounter, MeterReports } from './meter-reports.js'
 import type { ProxyRoute } from './route.js'
 import { type CallTarget, UpstreamCall } from './upstream-call.js'
 import type { CellUpstreams } from './upstreams/cell-upstreams.js'
+import { RetryBudget } from './upstreams/retry-budget.js'
+import { type RetryCounters, type RetryRoute, RetryingCall } from './upstreams/retry-call.js'
 import { cellTargetUrls } from './upstreams/route-cells.js'
-import type { RouteUpstreams } from './upstreams/route-upstreams.js'
+import type { RouteUpstreams, Target } from './upstreams/route-upstreams.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -49,6 +51,8 @@ export class UpstreamTarget implements CallTarget {
   readonly meterReports: MeterReports | null
   /** Charges an answer's reported units to limits in units once it ended; null without meters. */
   readonly chargeUnits: ((request: FastifyRequest) => void) | null
+  /** The route's retries (upstreams/retry-call.ts); null when it has none (`attempts: 0`). */
+  private readonly retry: RetryRoute | null
   constructor(
     route: ProxyRoute,
     upstreamDuration: LatencyHistogram,
@@ -56,6 +60,7 @@ export class UpstreamTarget implements CallTarget {
     badReport: BadReportCounter = () => {},
     chargeUnits: (request: FastifyRequest) => void = () => {},
     upstreams: RouteUpstreams | CellUpstreams | null = null,
+    retryCounters: RetryCounters = NO_RETRY_COUNTERS,
   ) {
     this.route = route
     this.meterReports = route.meters.length === 0 ? null : new MeterReports(route, badReport)
@@ -80,7 +85,25 @@ export class UpstreamTarget implements CallTarget {
       targetOrigins,
       route.cors !== null,
     )
-    this.pool = upstreams ?? upstreamPool(url.origin, route)
+    const pool = upstreams ?? upstreamPool(url.origin, route)
+    this.pool = pool
+    this.retry =
+      route.retries.attempts === 0
+        ? null
+        : {
+            options: route.retries,
+            timeoutMs: route.timeoutMs,
+            budget: new RetryBudget(route.retries.budgetPercent),
+            counters: retryCounters,
+            send:
+              pool instanceof Pool
+                ? (options, handler) => {
+                    // One upstream: a retry goes to it again, on another connection (the failed one is closed).
+                    pool.dispatch(options, handler)
+                    return null
+                  }
+                : (options, handler, avoid) => pool.dispatchAvoiding(options, handler, avoid as Target | null),
+          }
   }
 
   /** The route's handler: the request, admitted by every step, goes to the upstream. */
@@ -101,17 +124,22 @@ export class UpstreamTarget implements CallTarget {
     })
     headers.host = this.host
     request.upstreamSentAt = performance.now()
-    exchange.sentUpstream(call)
-    this.pool.dispatch(
-      {
-        path: this.upstreamPath(request.url),
-        method: request.method as Dispatcher.HttpMethod,
-        headers: headers as Record<string, string | string[]>,
-        // The parser of proxy/request-body.ts hands over the request stream; none for a GET.
-        body: (request.body as NodeJS.ReadableStream | undefined) ?? null,
-      } as Dispatcher.DispatchOptions,
-      call,
-    )
+    const options = {
+      path: this.upstreamPath(request.url),
+      method: request.method as Dispatcher.HttpMethod,
+      headers: headers as Record<string, string | string[]>,
+      // The parser of proxy/request-body.ts hands over the request stream; none for a GET.
+      body: (request.body as NodeJS.ReadableStream | undefined) ?? null,
+    } as Dispatcher.DispatchOptions
+    const retry = this.retry
+    if (retry === null) {
+      exchange.sentUpstream(call)
+      this.pool.dispatch(options, call)
+      return
+    }
+    const retrying = new RetryingCall(call, request, exchange, retry, options)
+    exchange.sentUpstream(retrying)
+    retrying.start()
   }
 
   /** The upstream's path and query: the request's own, its prefix replaced by the upstream's. */
@@ -155,6 +183,8 @@ export class UpstreamTarget implements CallTarget {
     this.upstreamDuration.observe((performance.now() - request.upstreamSentAt) / 1000)
   }
 }
+
+const NO_RETRY_COUNTERS: RetryCounters = { retried() {}, exhausted() {} }
 
 /** The pool of one upstream (or of one of a route's targets) at `origin`. */
 export function upstreamPool(origin: string, route: ProxyRoute, connections = route.maxConnections): Pool {

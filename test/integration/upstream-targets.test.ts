@@ -149,6 +149,8 @@ t.test('a killed target is ejected at its fifth failure, then tried with one req
   const setup = await gatewayWith(t, {
     targets: [{ url: live[0]!.url }, { url: live[1]!.url }, { url: dead.url }],
     balance: 'round_robin',
+    // Each failure reaches the client, to be counted (a retry would answer it from another target).
+    retries: { attempts: 0 },
   })
   const ejections = () => metricValue(setup.gw.app, 'tgw_upstream_ejections_total', { route: PREFIX, target: dead.url })
   t.equal(await ejections(), 0, 'the series shows before the first ejection')
@@ -184,6 +186,7 @@ t.test('at most max_ejected_percent of the targets are out at once', async (t) =
     targets: [{ url: live.url }, ...dead.map((d) => ({ url: d.url }))],
     balance: 'round_robin',
     outlier: { eject_after: 2 },
+    retries: { attempts: 0 },
   })
   const statuses: number[] = []
   for (let i = 0; i < 30; i++) statuses.push(await get(setup))

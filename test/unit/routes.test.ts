@@ -10,6 +10,7 @@ import {
   DEFAULT_TIMEOUT_MS,
 } from '../../src/proxy/route-limits.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
+import { DEFAULT_RETRIES } from '../../src/proxy/upstreams/retry-options.js'
 
 import { configError, refuses, second, UP, WHERE } from '../helpers/route-table.js'
 
@@ -17,6 +18,7 @@ import { configError, refuses, second, UP, WHERE } from '../helpers/route-table.
 const DEFAULT_LIMITS = {
   targets: null,
   cells: null,
+  retries: DEFAULT_RETRIES,
   cost: 1,
   meters: [],
   cors: null,

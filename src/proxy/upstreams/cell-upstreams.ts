@@ -10,6 +10,7 @@ import {
   RouteUpstreams,
   type RouteUpstreamsOptions,
   type SocketBalancer,
+  type Target,
   type TargetReading,
   type TargetStatus,
   type UpstreamsReadout,
@@ -38,11 +39,26 @@ export class CellUpstreams implements UpstreamsReadout, SocketBalancer {
 
   /** undici's Dispatcher.dispatch, through the cell's targets. */
   dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
+    this.dispatchAvoiding(options, handler, null)
+    return true
+  }
+
+  /**
+   * One attempt of a request, through its cell's targets only, to one other than `avoid` when the
+   * cell has another (a retry, retry-call.ts); the target, or null for the route's one upstream.
+   */
+  dispatchAvoiding(
+    options: Dispatcher.DispatchOptions,
+    handler: Dispatcher.DispatchHandler,
+    avoid: Target | null,
+  ): Target | null {
     const cell = (options as DispatchOptions).headers[CELL_HEADER]
     const upstreams = typeof cell === 'string' ? this.byCell.get(cell) : this.own
     // Unreachable past the cell step; a bug here must not send the request to another cell.
     if (upstreams == null) throw new Error(`no targets for cell ${String(cell)}`)
-    return upstreams.dispatch(options, handler)
+    if (upstreams instanceof RouteUpstreams) return upstreams.dispatchAvoiding(options, handler, avoid)
+    upstreams.dispatch(options, handler)
+    return null
   }
 
   socketTarget(tenantId: string | undefined, cell: string | null): string {

@@ -136,9 +136,9 @@ export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
    * The target for a request of `tenantId` (the resolved tenant, for tenant_hash). Marks the
    * target's trial request taken when it is on trial.
    */
-  pick(tenantId: string | undefined): Target {
+  pick(tenantId: string | undefined, avoid: Target | null = null): Target {
     const now = this.clock()
-    const target = this.choose(tenantId, now)
+    const target = this.choose(tenantId, now, avoid)
     this.outlier.dispatched(target.outlier, now)
     return target
   }
@@ -156,22 +156,42 @@ export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
     return this.pickForSocket(tenantId).url
   }
 
-  /** The balancer's pick among the targets that may take a request, or among all when none may (panic). */
-  private choose(tenantId: string | undefined, now: number): Target {
+  /**
+   * The balancer's pick among the targets that may take a request, or among all when none may
+   * (panic). `avoid`, the target a retry's failed attempt went to, is left out when another exists.
+   */
+  private choose(tenantId: string | undefined, now: number, avoid: Target | null = null): Target {
     const candidates = this.candidates
     for (const target of this.targets)
-      if (target.healthy && this.outlier.admits(target.outlier, now)) candidates.push(target)
-    const target = this.balancer.pick(candidates.length === 0 ? this.targets : candidates, tenantId)
+      if (target !== avoid && target.healthy && this.outlier.admits(target.outlier, now)) candidates.push(target)
+    if (candidates.length === 0 && avoid !== null)
+      for (const target of this.targets) if (target !== avoid) candidates.push(target)
+    const target = this.balancer.pick(
+      candidates.length > 0 ? candidates : avoid !== null ? [avoid] : this.targets,
+      tenantId,
+    )
     candidates.length = 0
     return target
   }
 
   /** undici's Dispatcher.dispatch, through the picked target's pool. */
   dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
+    this.dispatchAvoiding(options, handler, null)
+    return true
+  }
+
+  /** One attempt of a request, to a target other than `avoid` when there is one (retry-call.ts); the target. */
+  dispatchAvoiding(
+    options: Dispatcher.DispatchOptions,
+    handler: Dispatcher.DispatchHandler,
+    avoid: Target | null,
+  ): Target {
     // The resolved tenant as the gateway itself sets it for the upstream (headers.ts): a client's
     // X-Service-* never gets this far. A public route has none.
     const tenant = (options as DispatchOptions).headers['x-service-resolved-tenant']
-    return this.pick(typeof tenant === 'string' ? tenant : undefined).dispatcher.dispatch(options, handler)
+    const target = this.pick(typeof tenant === 'string' ? tenant : undefined, avoid)
+    target.dispatcher.dispatch(options, handler)
+    return target
   }
 
   /** Up: passing its checks (or without them) and not ejected. */

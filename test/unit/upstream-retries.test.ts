@@ -1,0 +1,149 @@
+// A route's retries without I/O (docs/configuration.md, routes: `retries`): the option as the
+// route table reads it, the budget on a clock the test moves, the backoff's bounds, what a failure
+// counts as, and a retry's wait for its answer kept inside the route's timeout_ms.
+import { performance } from 'node:perf_hooks'
+import type { FastifyRequest } from 'fastify'
+import t from 'tap'
+import type { Dispatcher } from 'undici'
+import type { Exchange } from '../../src/proxy/exchange.js'
+import { loadRouteTable } from '../../src/proxy/route-table.js'
+import type { UpstreamCall } from '../../src/proxy/upstream-call.js'
+import { MIN_RETRIES, RetryBudget } from '../../src/proxy/upstreams/retry-budget.js'
+import { backoffMs, failureReason, RetryingCall } from '../../src/proxy/upstreams/retry-call.js'
+import { DEFAULT_RETRIES, heldBodyBytes } from '../../src/proxy/upstreams/retry-options.js'
+import { until } from '../helpers/poll.js'
+import { refuses, second, WHERE } from '../helpers/route-table.js'
+
+const coded = (code: string) => Object.assign(new Error(code), { code })
+
+t.test('retries, with their defaults', async (t) => {
+  const [first, route] = loadRouteTable(
+    second({ retries: { attempts: 3, on: ['reset', 503, '504'], budget_percent: 50, buffer_bytes: 0 } }),
+    'http://catch.all:1',
+  )
+  t.equal(first!.retries, DEFAULT_RETRIES, 'a route without retries: one, on connect_failure')
+  t.same(DEFAULT_RETRIES, { attempts: 1, on: new Set(['connect_failure']), budgetPercent: 20, bufferBytes: 65_536 })
+  t.same(route!.retries, { attempts: 3, on: new Set(['reset', '503', '504']), budgetPercent: 50, bufferBytes: 0 })
+  const [, partial] = loadRouteTable(second({ retries: { attempts: 0 } }), undefined)
+  t.same(partial!.retries, { ...DEFAULT_RETRIES, attempts: 0 }, 'the rest defaulted')
+})
+
+t.test('a body is held only for a retry that needs it', async (t) => {
+  t.equal(heldBodyBytes(DEFAULT_RETRIES), 0, 'a connect failure sends the body again unread')
+  t.equal(heldBodyBytes({ ...DEFAULT_RETRIES, on: new Set(['connect_failure', '503']) }), 65_536)
+  t.equal(heldBodyBytes({ ...DEFAULT_RETRIES, attempts: 0, on: new Set(['reset']) }), 0, 'no retries, nothing held')
+})
+
+t.test('each mistake in retries refused with its field', async (t) => {
+  const cases: [string, unknown, RegExp][] = [
+    ['a list', [1], /retries must be a mapping/],
+    ['attempts 6', { attempts: 6 }, /retries\.attempts must be a whole number from 0 to 5/],
+    ['attempts -1', { attempts: -1 }, /retries\.attempts/],
+    ['attempts "1"', { attempts: '1' }, /retries\.attempts/],
+    ['on a string', { on: 'reset' }, /retries\.on must be a list of connect_failure, reset, 502, 503, 504/],
+    ['on 500', { on: [500] }, /retries\.on .*\(not 500\)/],
+    ['on timeout', { on: ['timeout'] }, /retries\.on .*\(not "timeout"\)/],
+    ['budget 101', { budget_percent: 101 }, /retries\.budget_percent must be a whole number from 0 to 100/],
+    ['buffer 1.5', { buffer_bytes: 1.5 }, /retries\.buffer_bytes must be a whole number from 0 to 16777216/],
+    ['unknown key', { retry_on: [] }, /retries: unknown key "retry_on"/],
+  ]
+  for (const [name, retries, mentions] of cases) refuses(t, second({ retries }), WHERE, name, undefined, mentions)
+})
+
+t.test('the budget: a share of the last 10 s of requests, at least 3', async (t) => {
+  const clock = { now: 1_000_000 }
+  const budget = new RetryBudget(20, () => clock.now)
+  for (let i = 0; i < MIN_RETRIES; i++) t.ok(budget.tryRetry(), 'a quiet route still retries')
+  t.notOk(budget.tryRetry(), 'but no more than 3')
+  for (let i = 0; i < 50; i++) budget.request()
+  t.ok(budget.tryRetry(), '20 % of 50 is 10')
+  for (let i = 0; i < 6; i++) budget.tryRetry()
+  t.notOk(budget.tryRetry(), 'ten in all')
+  clock.now += 5_000
+  t.notOk(budget.tryRetry(), 'still within the window')
+  clock.now += 5_000
+  t.ok(budget.tryRetry(), 'after 10 s the window has moved on')
+  clock.now += 60_000
+  for (let i = 0; i < MIN_RETRIES; i++) t.ok(budget.tryRetry())
+  t.notOk(budget.tryRetry(), 'long after, the floor again')
+  clock.now -= 30_000
+  t.notOk(budget.tryRetry(), 'a clock set back counts in the newest bucket')
+  const none = new RetryBudget(0, () => clock.now)
+  for (let i = 0; i < 1000; i++) none.request()
+  for (let i = 0; i < MIN_RETRIES; i++) t.ok(none.tryRetry(), 'budget_percent 0 still allows the floor')
+  t.notOk(none.tryRetry())
+})
+
+t.test('the backoff: 25 ms doubled, jittered to half of it and more', async (t) => {
+  t.same(
+    [0, 1, 2, 4].map((n) => [backoffMs(n, () => 0), backoffMs(n, () => 0.999999)].map(Math.round)),
+    [
+      [13, 25],
+      [25, 50],
+      [50, 100],
+      [200, 400],
+    ],
+  )
+})
+
+t.test('what a failure counts as', async (t) => {
+  t.equal(failureReason(coded('ECONNREFUSED'), false), 'connect_failure')
+  t.equal(failureReason(coded('UND_ERR_CONNECT_TIMEOUT'), false), 'connect_failure')
+  t.equal(failureReason(coded('UND_ERR_SOCKET'), true), 'reset')
+  t.equal(failureReason(coded('ECONNRESET'), true), 'reset')
+  t.equal(failureReason(coded('UND_ERR_HEADERS_TIMEOUT'), true), null, 'a timeout spent the time: never retried')
+  t.equal(failureReason(new Error('the client left'), false), null, "the gateway's own abort")
+  t.equal(failureReason(new Error('the client left'), true), null)
+})
+
+t.test('a retry waits for its answer no longer than what is left of timeout_ms', async (t) => {
+  const sent: Dispatcher.DispatchOptions[] = []
+  const handlers: Dispatcher.DispatchHandler[] = []
+  const request = {
+    method: 'GET',
+    headers: {},
+    heldBody: null,
+    upstreamSentAt: performance.now(),
+  } as unknown as FastifyRequest
+  const exchange = { clientGone: () => false, upstreamSettled() {} } as unknown as Exchange
+  const passed: number[] = []
+  const inner = {
+    onRequestStart() {},
+    onResponseStart(_c: unknown, status: number) {
+      passed.push(status)
+    },
+    onResponseError() {},
+    clientLeft() {},
+  } as unknown as UpstreamCall
+  const call = new RetryingCall(
+    inner,
+    request,
+    exchange,
+    {
+      options: { ...DEFAULT_RETRIES, attempts: 5, on: new Set(['503']) },
+      timeoutMs: 300,
+      budget: new RetryBudget(100),
+      counters: { retried() {}, exhausted() {} },
+      send(options, handler) {
+        sent.push(options)
+        handlers.push(handler)
+        return null
+      },
+    },
+    { path: '/', method: 'GET', headers: {} },
+  )
+  call.start()
+  const controller = { abort() {} } as unknown as Dispatcher.DispatchController
+  for (let answered = 0; ; answered++) {
+    const handler = handlers[answered]!
+    handler.onRequestStart?.(controller, {})
+    handler.onResponseStart?.(controller, 503, {}, 'Service Unavailable')
+    if (passed.length > 0) break
+    t.ok(await until(5_000, async () => handlers.length > answered + 1), 'retried')
+    const timeout = sent[answered + 1]!.headersTimeout!
+    t.ok(timeout <= 300 - 12, `the retry's headers timeout, ${timeout} ms, is what is left of 300`)
+    t.ok(timeout >= 1)
+  }
+  t.same(passed, [503], 'the last 503 goes to the client')
+  t.ok(sent.length <= 5, `no retry would end past 300 ms (${sent.length - 1} made)`)
+})
