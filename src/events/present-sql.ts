@@ -23,7 +23,18 @@ export const subAccountObject = (alias: string) => `jsonb_build_object(
   'updated_at', ${isoSql(`${alias}.updated_at`)},
   'deactivated_at', ${isoSql(`${alias}.deactivated_at`)},
   'limits', coalesce(${alias}.limits, ${NO_LIMITS}),
-  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}))`
+  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}),
+  'plan_id', ${alias}.plan_id)`
+
+/** presentPlan of the row named `alias` (plans' columns). */
+export const planObject = (alias: string) => `jsonb_build_object(
+  'id', ${alias}.id,
+  'name', ${alias}.name,
+  'limits', coalesce(${alias}.limits, ${NO_LIMITS}),
+  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}),
+  'metadata', ${alias}.metadata,
+  'created_at', ${isoSql(`${alias}.created_at`)},
+  'updated_at', ${isoSql(`${alias}.updated_at`)})`
 
 /** keyState at the statement's time: `expired` once an active key is past `expires_at`. */
 export const keyStateSql = (alias: string) =>

@@ -14,7 +14,7 @@ export const ExternalId = Type.String({
 
 // Written as plain JSON Schema: TypeBox's Record becomes patternProperties "^.*$", and `.` does not
 // match a newline, so a key holding one would escape the value check.
-const Metadata = Type.Unsafe<Record<string, string>>({
+export const Metadata = Type.Unsafe<Record<string, string>>({
   type: 'object',
   additionalProperties: { type: 'string', maxLength: 500, pattern: STORABLE_TEXT },
   maxProperties: 50,
@@ -34,10 +34,23 @@ export const SubAccount = Type.Object(
     deactivated_at: Nullable(Timestamp),
     limits: Limits,
     key_policy: KeyPolicy,
+    plan_id: Nullable(
+      Type.String({
+        format: 'uuid',
+        description: "its plan; null: the parent's default plan (default_plan_id), if any, holds",
+      }),
+    ),
+    // The limits and the key policy enforced (docs/api.md, Plans): its own where it sets a kind,
+    // else its plan's (plan_id, or the parent's default plan).
+    effective_limits: Limits,
+    effective_key_policy: KeyPolicy,
   },
   { additionalProperties: false },
 )
 export type SubAccount = Static<typeof SubAccount>
+
+/** A plan's id in a body: one of the parent's plans, or null for none. */
+const PlanId = Nullable(Type.String({ format: 'uuid', description: "one of the parent's plans (null: none)" }))
 
 // What `include` adds to a sub-account (docs/api.md, Sub-accounts): absent unless asked for, so
 // that the default answer keeps its shape.
@@ -125,6 +138,7 @@ export const CreateSubAccountBody = Type.Object(
     metadata: Type.Optional(Metadata),
     limits: Type.Optional(Nullable(LimitsBody)),
     key_policy: Type.Optional(Nullable(KeyPolicyBody)),
+    plan_id: Type.Optional(PlanId),
   },
   { additionalProperties: false },
 )
@@ -136,6 +150,7 @@ export const UpdateSubAccountBody = Type.Object(
     metadata: Type.Optional(Metadata),
     limits: Type.Optional(Nullable(LimitsBody)),
     key_policy: Type.Optional(Nullable(KeyPolicyBody)),
+    plan_id: Type.Optional(PlanId),
   },
   { additionalProperties: false, minProperties: 1 },
 )

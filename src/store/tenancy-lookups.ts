@@ -4,7 +4,8 @@ import { withDeadline, type Sql } from './db.js'
 import { STORE_DEADLINES } from './deadlines.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from './key-lookup-batcher.js'
 import { findKeyById, findKeysByDigests, type KeyCredential } from './api-keys.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import type { KeyRecord, PlanRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import { getPlanById, type PlanRow } from './plans.js'
 import {
   findSubAccountIdByExternalId,
   getSubAccount,
@@ -44,7 +45,12 @@ const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
     status: row.status,
     limits: row.limits,
     keyIpAllowlist: row.key_policy?.ip_allowlist ?? null,
+    planId: row.plan_id,
+    defaultPlanId: row.default_plan_id,
   }
+
+const planRecord = (row: PlanRow | null): PlanRecord | null =>
+  row && { id: row.id, limits: row.limits, keyIpAllowlist: row.key_policy?.ip_allowlist ?? null }
 
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
   const deadlineMs = options.deadlineMs ?? STORE_DEADLINES.lookupMs
@@ -73,5 +79,6 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
     subAccountIdByExternalId: (parentId, externalId) =>
       ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
     hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),
+    plan: async (id) => planRecord(await ask(() => getPlanById(sql, id))),
   }
 }

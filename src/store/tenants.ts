@@ -21,6 +21,10 @@ export interface TenantRow {
   limits: TenantLimits | null
   /** A sub-account's key policy; null: none (docs/api.md, Key policies). */
   key_policy: KeyPolicy | null
+  /** A sub-account's plan; null: its parent's default plan, if any (docs/api.md, Plans). */
+  plan_id: string | null
+  /** A parent account's plan for its sub-accounts without one; null: none. */
+  default_plan_id: string | null
 }
 
 /** A page row also carries its position, which the caller turns into a cursor (and, sorted by name, its sort value). */
@@ -39,7 +43,8 @@ export class ExternalIdTakenError extends Error {
 }
 
 export const COLUMNS =
-  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy'
+  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy, ' +
+  'plan_id, default_plan_id'
 
 function isUniqueViolation(err: unknown): boolean {
   return (err as { code?: string }).code === '23505'
@@ -72,14 +77,17 @@ export interface NewSubAccount {
   limits?: TenantLimits | null
   /** Stored as given: absent or null for none (guardrails/key-policy.ts storedKeyPolicy). */
   keyPolicy?: KeyPolicy | null
+  /** Its plan, one of the parent's (checked before: management/plan-checks.ts); absent or null for none. */
+  planId?: string | null
 }
 
 /** The insert of a sub-account returning its row, a statement or a CTE, its values parameters of `s`. */
 export function insertSubAccountSql(db: Db, s: Statement, parentId: string, input: NewSubAccount): string {
-  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy)
+  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy, plan_id)
     values (${s.param(parentId)}, ${s.param(input.name)}, ${s.param(input.externalId)}, ${s.json(db, input.metadata)},
             ${input.limits == null ? 'null' : s.json(db, input.limits)},
-            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)})
+            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)},
+            ${input.planId == null ? 'null' : `${s.param(input.planId)}::uuid`})
     returning ${COLUMNS}`
 }
 
@@ -134,6 +142,8 @@ export interface SubAccountPatch {
   limits?: TenantLimits | null
   /** Replaces the whole policy; null clears it (stored as given). */
   keyPolicy?: KeyPolicy | null
+  /** One of the parent's plans (checked before); null: none, the parent's default then holds. */
+  planId?: string | null
 }
 
 /** A parent account's scope ceiling, set by the operator (docs/api.md, Key policies); null: any. */
