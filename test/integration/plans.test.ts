@@ -203,6 +203,10 @@ t.test('effective limits, kind by kind: its own where it sets that kind, else it
   t.same(sub.effective_key_policy, { allowed_scopes: ['a:read'], max_ttl_seconds: 60, ip_allowlist: null })
   const listed = (await ok(P, 'GET', '')).data.find((s: Json) => s.id === sub.id)
   t.same(listed.effective_limits, expected, 'the list shows the same')
+  // The event's object is built by SQL (events/present-sql.ts): the same rule, the same answer.
+  const [created] = await sql<{ object: Json }[]>`
+    select data -> 'object' as object from events where type = 'sub_account.created' and target ->> 'id' = ${sub.id}`
+  t.same(created!.object, sub, "sub_account.created's object is the answer, effective limits and all")
 
   // Without a plan_id: the parent's default, then nothing.
   const bare = await ok(P, 'POST', '', { name: 'bare', limits: { rate: own.rate } }, 201)
@@ -215,6 +219,10 @@ t.test('effective limits, kind by kind: its own where it sets that kind, else it
   // A change of the plan shows in every sub-account under it.
   await ok(P, 'PATCH', `/plans/${plan.id}`, { limits: { monthly_quota: { requests: 5 } } })
   t.same((await ok(P, 'GET', `/${bare.id}`)).effective_limits, { rate: own.rate, monthly_quota: { requests: 5 } })
+  const renamed = await ok(P, 'PATCH', `/${bare.id}`, { name: 'renamed' })
+  const [updated] = await sql<{ object: Json }[]>`
+    select data -> 'object' as object from events where type = 'sub_account.updated' and target ->> 'id' = ${bare.id}`
+  t.same(updated!.object, renamed, 'under the default plan too')
   await ok(P, 'PATCH', '/settings', { default_plan_id: null })
 })
 
