@@ -33,12 +33,15 @@ t.test('management API', async (t) => {
     t.same(Object.keys(body).sort(), [
       'created_at',
       'deactivated_at',
+      'effective_key_policy',
+      'effective_limits',
       'external_id',
       'id',
       'key_policy',
       'limits',
       'metadata',
       'name',
+      'plan_id',
       'status',
       'updated_at',
     ])
