@@ -94,3 +94,16 @@ export async function setDefaultPlan(
 /** Whether a plan is in use: a sub-account's plan, or an account's default (a delete is then refused). */
 export const PLAN_IN_USE_SQL = (planAlias: string) =>
   `exists (select 1 from tenants where plan_id = ${planAlias}.id) or exists (select 1 from tenants where default_plan_id = ${planAlias}.id)`
+
+/** The plan in force for a sub-account: its own plan, else its parent's default; null: none. */
+export async function planInForceOf(
+  db: Db,
+  subAccount: { plan_id: string | null; parent_id: string | null },
+): Promise<PlanRow | null> {
+  if (subAccount.parent_id === null) return null
+  const [row] = await db<PlanRow[]>`
+    select ${db.unsafe(PLAN_COLUMNS)} from plans
+    where id = coalesce(${subAccount.plan_id}::uuid,
+      (select default_plan_id from tenants where id = ${subAccount.parent_id}))`
+  return row ?? null
+}

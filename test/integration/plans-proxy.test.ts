@@ -5,10 +5,11 @@
 // plan's change is one UPDATE of one row, whatever the number of its sub-accounts (10^5 here).
 import t from 'tap'
 import { type GatewayOptions, startReplicas } from '../helpers/gateway.js'
-import { callAs } from '../helpers/http.js'
+import { callAs, rawRequest } from '../helpers/http.js'
 import { agedRedis, preciseNow, UNHURRIED_LIMITS } from '../helpers/limits.js'
 import { eventually, sleep } from '../helpers/poll.js'
 import { redisClient, requireRedis } from '../helpers/redis.js'
+import { tokenRequest } from '../helpers/tokens.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 await requireRedis()
@@ -169,4 +170,61 @@ t.test("a plan's change is one UPDATE of one row, with 10^5 sub-accounts on it; 
       `B refused ${after?.toFixed(0)} ms after it`,
   )
   t.ok(after !== null && after <= 1_000, 'B refuses within 1 s')
+})
+
+t.test("a plan's key policy: mints held to it, its allow-list enforced, a change of it on B within 1 s", async (t) => {
+  const parent = await a.createParent({ scopes })
+  const plan = await manage(parent.apiKey, 'POST', '/plans', {
+    name: 'fenced',
+    key_policy: { allowed_scopes: ['things:read'], max_ttl_seconds: 3600, ip_allowlist: ['127.0.0.2/32'] },
+  })
+  const sub = await manage(parent.apiKey, 'POST', '', { name: 'fenced', plan_id: plan.id })
+  const mint = (body: Record<string, unknown>) =>
+    callAs(a.url, parent.apiKey, {
+      method: 'POST',
+      path: `/v1/sub-accounts/${sub.id}/api-keys`,
+      acting: 'self',
+      json: { name: 'k', ...body },
+    })
+  const soon = new Date(Date.now() + 1_800_000).toISOString()
+  const noExpiry = await mint({ scopes: ['things:read'] })
+  t.equal(noExpiry.status, 400, "the plan's max_ttl_seconds: an expires_at is required")
+  t.match(noExpiry.json().errors, [{ path: '/body/expires_at' }])
+  const outside = await mint({ scopes: ['other:read'], expires_at: soon })
+  t.equal(outside.status, 400, "a scope outside the plan's allowed_scopes")
+  t.match(outside.json().errors, [{ path: /^\/body\/scopes/ }])
+  const minted = await mint({ scopes: ['things:read'], expires_at: soon })
+  t.equal(minted.status, 201, minted.body)
+  const key = minted.json() as { id: string; api_key: string; client_secret: string }
+
+  const from = (gw: typeof a, localAddress: string) =>
+    rawRequest(gw.url, {
+      path: '/v1/things/fenced',
+      headers: [['Authorization', `Bearer ${key.api_key}`]],
+      localAddress,
+    })
+  const refused = await from(a, '127.0.0.1')
+  t.equal(refused.status, 403)
+  t.match(refused.json(), { code: 'ip_not_allowed' })
+  t.equal((await from(a, '127.0.0.2')).status, 200, "from the plan's allow-list: passes")
+  const token = (localAddress: string) =>
+    tokenRequest(a.url, {
+      form: { grant_type: 'client_credentials', client_id: key.id, client_secret: key.client_secret },
+      localAddress,
+    })
+  t.equal((await token('127.0.0.1')).status, 403, "the token endpoint holds the plan's allow-list too")
+  t.equal((await token('127.0.0.2')).status, 200)
+
+  t.equal((await from(b, '127.0.0.1')).status, 403, 'B refuses 127.0.0.1 too')
+  const sentAt = preciseNow()
+  await manage(parent.apiKey, 'PATCH', `/plans/${plan.id}`, {
+    key_policy: { allowed_scopes: ['things:read'], max_ttl_seconds: 3600, ip_allowlist: ['127.0.0.1/32'] },
+  })
+  const changedAt = preciseNow()
+  const passed = await eventually(5_000, async () => (await from(b, '127.0.0.1')).status === 200)
+  const after = preciseNow() - changedAt
+  t.comment(
+    `B let 127.0.0.1 through ${after.toFixed(0)} ms after the PATCH answered (${(changedAt - sentAt).toFixed(0)} ms)`,
+  )
+  t.ok(passed !== null && after <= 1_000, 'B follows the changed allow-list within 1 s')
 })
