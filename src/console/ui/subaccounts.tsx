@@ -8,7 +8,7 @@ import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, us
 import { perDuration } from './key-policy.js'
 import { useLimitPreview } from './limit-preview.js'
 import { describeMeterLimits, LimitsFields, limitsFromForm } from './limits.js'
-import type { SubAccount, SubAccountListed } from './types.js'
+import type { Limits, SubAccount, SubAccountListed } from './types.js'
 
 const PAGE = 20
 /** How long typing must pause before the search is sent: one call for a word, not one a key. */
@@ -252,7 +252,7 @@ function monthUse(s: SubAccountListed): string {
   return quota === undefined ? used : `${used} (${Math.round((s.usage_this_month / quota) * 100)}% of quota)`
 }
 
-export function describeLimits(s: SubAccount): string {
+export function describeLimits(s: { limits: Limits }): string {
   const parts: string[] = []
   if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} ${perDuration(s.limits.rate.per_seconds)}`)
   if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
