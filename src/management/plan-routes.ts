@@ -18,9 +18,8 @@ import {
   UpdateAccountSettingsBody,
   UpdatePlanBody,
 } from '../schemas/plans.js'
-import { getPlan, listPlans } from '../store/plans.js'
+import { getPlan, listPlans, lockedDefaultPlan, setDefaultPlan } from '../store/plans.js'
 import { getTenant } from '../store/tenants.js'
-import { setDefaultPlan } from '../store/plans.js'
 import { inTransaction } from '../store/transaction.js'
 import { bodyLimits } from './body-limits.js'
 import {
@@ -35,7 +34,7 @@ import {
 } from './common.js'
 import type { OperationTable } from './operation-table.js'
 import { createPlanWithEvent, deletePlanWithEvent, updatePlanWithEvent } from './plan-changes.js'
-import { checkOwnPlan } from './sub-account-plans.js'
+import { checkOwnPlan, withPlanStillThere } from './sub-account-plans.js'
 
 export const PLANS_PATH = '/plans'
 export const SETTINGS_PATH = '/settings'
@@ -151,23 +150,24 @@ export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
       const planId = request.body.default_plan_id?.toLowerCase() ?? null
       await checkOwnPlan(sql, accountId, planId, '/body/default_plan_id')
       const origin = originOf(request)
-      const changed = await inTransaction(sql, async (tx) => {
-        const before = await getTenant(tx, accountId)
-        const previous = before?.default_plan_id ?? null
-        if (previous === planId) {
-          await markClaim(tx, origin, { type: 'account', id: accountId })
-          return false
-        }
-        await setDefaultPlan(tx, accountId, planId)
-        await recordEvent(tx, origin, {
-          accountId,
-          type: 'account.settings_updated',
-          target: { type: 'account', id: accountId },
-          object: { default_plan_id: planId },
-          previous: { default_plan_id: previous },
-        })
-        return true
-      })
+      const changed = await withPlanStillThere('/body/default_plan_id', () =>
+        inTransaction(sql, async (tx) => {
+          const previous = await lockedDefaultPlan(tx, accountId)
+          if (previous === planId) {
+            await markClaim(tx, origin, { type: 'account', id: accountId })
+            return false
+          }
+          await setDefaultPlan(tx, accountId, planId)
+          await recordEvent(tx, origin, {
+            accountId,
+            type: 'account.settings_updated',
+            target: { type: 'account', id: accountId },
+            object: { default_plan_id: planId },
+            previous: { default_plan_id: previous },
+          })
+          return true
+        }),
+      )
       // The account's record names its default plan (the limiter reads it for its sub-accounts).
       if (changed) await cache.invalidate([cacheKeys.tenant(accountId)])
       return { default_plan_id: planId }

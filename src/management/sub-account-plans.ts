@@ -25,6 +25,22 @@ export async function checkOwnPlan(
 }
 
 /**
+ * Runs a write that names a plan checked by checkOwnPlan: a plan deleted since (it was in use by
+ * nothing then) fails the write's foreign key, answered as the check would have (400 at `path`).
+ */
+export async function withPlanStillThere<T>(path: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write()
+  } catch (err) {
+    if ((err as { code?: string }).code === '23503' && /plan_id/.test((err as { message?: string }).message ?? ''))
+      throw validationFailed([
+        { path, message: 'names a plan deleted since: give the id of one of your plans, or null' },
+      ])
+    throw err
+  }
+}
+
+/**
  * Sub-accounts of one parent as the API shows them, each with the plan in force (its own, else
  * the parent's default), read in one statement; `present` wraps the rows in another form when needed.
  */

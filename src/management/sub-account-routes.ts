@@ -18,7 +18,7 @@ import {
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import type { OperationTable } from './operation-table.js'
 import { presentSubAccount } from '../schemas/present.js'
-import { checkOwnPlan, planFinder, presentOne } from './sub-account-plans.js'
+import { checkOwnPlan, planFinder, presentOne, withPlanStillThere } from './sub-account-plans.js'
 import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
 import { listScope, listStart, parseInclude, sortsByName, withFigures } from './sub-account-list.js'
 import {
@@ -52,7 +52,9 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
         planId: body.plan_id?.toLowerCase() ?? null,
       }
       await checkOwnPlan(sql, parentId, input.planId, '/body/plan_id')
-      const row = await withConflictAsHttp(() => createSubAccountWithEvent(sql, originOf(request), parentId, input))
+      const row = await withPlanStillThere('/body/plan_id', () =>
+        withConflictAsHttp(() => createSubAccountWithEvent(sql, originOf(request), parentId, input)),
+      )
       // A "not found" for its id or external_id may be cached, and the parent's active count changed.
       await cache.invalidate([
         ...subAccountEntries(row.parent_id!, row.id),
@@ -160,16 +162,18 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
       const planId = body.plan_id === undefined ? undefined : (body.plan_id?.toLowerCase() ?? null)
       await checkOwnPlan(sql, parentId, planId, '/body/plan_id')
       // The update is scoped to the parent: no row back means unknown or another parent's.
-      const updated = await withConflictAsHttp(() =>
-        updateSubAccountWithEvent(sql, originOf(request), parentId, subId, {
-          name,
-          externalId: body.external_id,
-          metadata: body.metadata,
-          // The whole object is replaced: a member left out is null, and null clears both.
-          limits: body.limits === undefined ? undefined : bodyLimits(body.limits),
-          keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
-          planId,
-        }),
+      const updated = await withPlanStillThere('/body/plan_id', () =>
+        withConflictAsHttp(() =>
+          updateSubAccountWithEvent(sql, originOf(request), parentId, subId, {
+            name,
+            externalId: body.external_id,
+            metadata: body.metadata,
+            // The whole object is replaced: a member left out is null, and null clears both.
+            limits: body.limits === undefined ? undefined : bodyLimits(body.limits),
+            keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
+            planId,
+          }),
+        ),
       )
       if (updated === null) throw notFound()
       const { row, previousExternalId } = updated

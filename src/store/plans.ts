@@ -78,6 +78,13 @@ export async function isOwnPlan(db: Db, accountId: string, id: string): Promise<
   return row!.own
 }
 
+/** A parent account's default plan, its row locked until the transaction ends (null: none). */
+export async function lockedDefaultPlan(tx: Tx, accountId: string): Promise<string | null> {
+  const [row] = await tx<{ default_plan_id: string | null }[]>`
+    select default_plan_id from tenants where id = ${accountId} for update`
+  return row?.default_plan_id ?? null
+}
+
 /** Sets a parent account's default plan (null: none); the account's row after it. */
 export async function setDefaultPlan(
   db: Db,

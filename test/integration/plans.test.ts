@@ -4,7 +4,9 @@
 // effective limits and key policy decided kind by kind; the events; Idempotency-Key on a create.
 import t from 'tap'
 import { startGateway, type Parent } from '../helpers/gateway.js'
+import { holding } from '../helpers/held-transaction.js'
 import type { JsonBody } from '../helpers/json.js'
+import { eventually } from '../helpers/poll.js'
 
 const gw = await startGateway(t, { listen: false })
 const sql = gw.database.sql
@@ -235,4 +237,34 @@ t.test('an Idempotency-Key on a create makes one plan, answered twice alike', as
   t.equal(two.statusCode, 201)
   t.equal(two.json().id, one.json().id, 'the same plan')
   t.equal((await ok(P, 'GET', '/plans')).data.length, 1, 'one plan')
+})
+
+t.test('a plan deleted while a write that names it waits: 400 naming the field, nothing written', async (t) => {
+  const P = await gw.createParent()
+  for (const [what, send, path] of [
+    ['a create', (planId: string) => call(P, 'POST', '', { name: 'late', plan_id: planId }), '/body/plan_id'],
+    [
+      'the default',
+      (planId: string) => call(P, 'PATCH', '/settings', { default_plan_id: planId }),
+      '/body/default_plan_id',
+    ],
+  ] as const) {
+    const plan = await ok(P, 'POST', '/plans', { name: 'going' }, 201)
+    // The delete holds the plan's row: the write's check saw the plan, its foreign key waits.
+    const release = await holding(gw.database.url, `delete from plans where id = '${plan.id}'`)
+    const answer = send(plan.id)
+    const waiting = await eventually(10_000, async () => {
+      const [row] = await sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock' and query ilike '%plan_id%'`
+      return row!.n > 0
+    })
+    t.ok(waiting !== null, `${what} waits on the plan's row`)
+    await release()
+    const res = await answer
+    t.equal(res.statusCode, 400, `${what}: ${res.body}`)
+    t.match(res.json(), { code: 'validation_failed', errors: [{ path }] })
+  }
+  t.equal((await ok(P, 'GET', '')).data.length, 0, 'no sub-account made')
+  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: null }, 'no default set')
 })
