@@ -53,6 +53,19 @@ t.test('a plan made on the Plans screen, the default, and picked for a sub-accou
   const [plan] = (await manage('GET', '/plans')).data
   t.match(plan, { name: 'Pro', limits: { rate: { requests: 100, per_seconds: 60 }, monthly_quota: null } })
 
+  // A new sub-account's form offers the plans.
+  await page.getByRole('link', { name: 'Sub-accounts' }).click()
+  await page.getByRole('button', { name: 'New sub-account' }).click()
+  const create = page.getByRole('form', { name: 'New sub-account' })
+  await create.getByLabel('Name').fill('Born on Pro')
+  await create.getByLabel('Plan', { exact: true }).selectOption(plan.id)
+  await create.getByRole('button', { name: 'Create' }).click()
+  await until(
+    async () => (await manage('GET', '?q=born')).data.some((s: { plan_id: string }) => s.plan_id === plan.id),
+    'made on the plan',
+  )
+  await page.getByRole('link', { name: 'Plans' }).click()
+  await page.getByTestId('plans').waitFor()
   await page.getByLabel('Default plan of sub-accounts without one').selectOption(plan.id)
   await until(async () => (await manage('GET', '/settings')).default_plan_id === plan.id, 'the default saved')
   await screen('plans')

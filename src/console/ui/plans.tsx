@@ -2,25 +2,12 @@
 // each plan's limits, a create form, a delete (refused while a sub-account or the default names
 // the plan), and the account's default plan. The sub-account page has the picker (PlanPicker).
 import { useEffect, useState } from 'preact/hooks'
-import { api, type Page } from './api.js'
+import { api } from './api.js'
 import { Confirmation, doneAt, Empty, ErrorMessage, Loading, useAction } from './components.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
+import { PlanSelect, usePlans } from './plan-select.js'
 import { describeLimits } from './subaccounts.js'
 import type { Plan, SubAccount } from './types.js'
-
-/** The parent's plans, oldest first (the first 100: a parent sells a few). */
-function usePlans(): { plans: Plan[] | null; error: unknown; reload: () => void } {
-  const [plans, setPlans] = useState<Plan[] | null>(null)
-  const [round, setRound] = useState(0)
-  const load = useAction()
-  useEffect(() => {
-    load.run(async (current) => {
-      const page = await api<Page<Plan>>('GET', '/plans?limit=100')
-      if (current()) setPlans(page.data)
-    })
-  }, [round])
-  return { plans, error: load.error, reload: () => setRound((n) => n + 1) }
-}
 
 export function PlansScreen() {
   const { plans, error, reload } = usePlans()
@@ -151,17 +138,7 @@ export function PlanPicker({ sub, onSaved }: { sub: SubAccount; onSaved: (s: Sub
       {plans === null && error === null && <Loading what="the plans" />}
       {plans !== null && (
         <>
-          <div class="field">
-            <label for="sub-plan">Plan</label>
-            <select id="sub-plan" name="plan_id" defaultValue={sub.plan_id ?? ''}>
-              <option value="">No plan of its own (the default plan, if any)</option>
-              {plans.map((plan) => (
-                <option key={plan.id} value={plan.id}>
-                  {plan.name}
-                </option>
-              ))}
-            </select>
-          </div>
+          <PlanSelect id="sub-plan" plans={plans} chosen={sub.plan_id} />
           <p class="help" data-testid="effective-limits">
             Limits in force: {describeLimits({ limits: sub.effective_limits })}
           </p>
