@@ -142,6 +142,14 @@ t.test("a sub-account's plan_id and the default_plan_id: the parent's own plan, 
   t.same(await ok(P, 'PATCH', '/settings', { default_plan_id: mine.id }), { default_plan_id: mine.id })
   t.same(await ok(P, 'GET', '/settings'), { default_plan_id: mine.id })
   t.equal((await call(P, 'PATCH', '/settings', {})).statusCode, 400, 'the member is required')
+  t.same(await ok(P, 'PATCH', '/settings', { default_plan_id: mine.id }), { default_plan_id: mine.id }, 'again')
+  const settingsEvents = await sql<{ data: JsonBody }[]>`
+    select data from events where account_id = ${P.id} and type = 'account.settings_updated'`
+  t.same(
+    settingsEvents.map((e) => e.data),
+    [{ object: { default_plan_id: mine.id }, previous: { default_plan_id: null } }],
+    'one account.settings_updated: the repeat and the refusal wrote none',
+  )
 })
 
 t.test('DELETE is refused with 409 plan_in_use while a sub-account or the default names it', async (t) => {
