@@ -26,6 +26,7 @@ export const ERRORS = {
   limit_reached: { status: 409, title: 'Limit reached' },
   url_conflict: { status: 409, title: 'URL already registered' },
   endpoint_disabled: { status: 409, title: 'Webhook endpoint disabled' },
+  plan_in_use: { status: 409, title: 'Plan in use' },
   idempotency_key_in_flight: { status: 409, title: 'Idempotency key in flight' },
   idempotency_answer_lost: { status: 409, title: 'Idempotent answer lost' },
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused' },

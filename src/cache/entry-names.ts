@@ -19,6 +19,11 @@ export const cacheKeys = {
   // running side by side during a deploy never read each other's value.
   anyActive: (parentId: string) => `anyActive:${parentId}`,
   /**
+   * A plan's limits (docs/api.md, Plans). Tenant records name their plan by id, so a change of a
+   * plan drops this one entry on every replica, whatever the number of its sub-accounts.
+   */
+  plan: (planId: string) => `plan:${planId}`,
+  /**
    * Never stored: a name on the bus only, that tells replicas to load the signing keys again
    * (signing-keys/sync.ts).
    */

@@ -3,7 +3,7 @@
 // of Postgres. Changes reach it through the invalidation bus (cache/invalidation.ts).
 import { LRUCache } from 'lru-cache'
 import { ApiError } from '../errors.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import type { KeyRecord, PlanRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, entryKey, type EvictionListener, generationKey, stampKey } from './entry-names.js'
 import { connectCommandClient, pingWithin, storeIfUnchanged, withinMs } from './redis-commands.js'
@@ -164,6 +164,7 @@ export class TenancyCache implements CacheInvalidator {
         ),
       hasActiveSubAccounts: async (parentId) =>
         (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
+      plan: (id) => this.read<PlanRecord>(cacheKeys.plan(id), () => source.plan(id)),
       reuse: { version: () => this.epoch, windowMs: this.reuseWindowMs },
     }
   }

@@ -24,7 +24,28 @@ export const subAccountObject = (alias: string) => `jsonb_build_object(
   'deactivated_at', ${isoSql(`${alias}.deactivated_at`)},
   'limits', coalesce(${alias}.limits, ${NO_LIMITS}),
   'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}),
-  'placement', ${alias}.placement)`
+  'placement', ${alias}.placement,
+  'plan_id', ${alias}.plan_id,
+  'effective_limits', coalesce(plan_effective_limits(${alias}.limits, ${planInForce(alias, 'limits')}), ${NO_LIMITS}),
+  'effective_key_policy',
+    coalesce(plan_effective_key_policy(${alias}.key_policy, ${planInForce(alias, 'key_policy')}), ${NO_KEY_POLICY}))`
+
+/**
+ * A column of the plan in force for the sub-account row `alias` (docs/api.md, Plans): its own
+ * plan, else its parent's default; null when it has none.
+ */
+const planInForce = (alias: string, column: 'limits' | 'key_policy') => `(select p.${column} from plans p
+    where p.id = coalesce(${alias}.plan_id, (select d.default_plan_id from tenants d where d.id = ${alias}.parent_id)))`
+
+/** presentPlan of the row named `alias` (plans' columns). */
+export const planObject = (alias: string) => `jsonb_build_object(
+  'id', ${alias}.id,
+  'name', ${alias}.name,
+  'limits', coalesce(${alias}.limits, ${NO_LIMITS}),
+  'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}),
+  'metadata', ${alias}.metadata,
+  'created_at', ${isoSql(`${alias}.created_at`)},
+  'updated_at', ${isoSql(`${alias}.updated_at`)})`
 
 /** keyState at the statement's time: `expired` once an active key is past `expires_at`. */
 export const keyStateSql = (alias: string) =>

@@ -22,9 +22,13 @@ export const EVENT_TYPES = [
   'account.scopes_updated',
   'account.portal_origins_updated',
   'account.placement_updated',
+  'account.settings_updated',
   'webhook_endpoint.created',
   'webhook_endpoint.updated',
   'webhook_endpoint.deleted',
+  'plan.created',
+  'plan.updated',
+  'plan.deleted',
   'portal_session.created',
   'portal_session.ended',
   /** A test send (POST …/webhook-endpoints/{id}/test): delivered to that endpoint only. */
@@ -36,7 +40,7 @@ export const EVENT_TYPES = [
 
 export type EventType = (typeof EVENT_TYPES)[number]
 
-export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint' | 'portal_session'
+export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint' | 'portal_session' | 'plan'
 
 export type Actor =
   | { type: 'api_key'; key_id: string }

@@ -31,6 +31,19 @@ export function storedKeyPolicy(body: Partial<KeyPolicy> | null, path: string): 
   return Object.values(policy).every((member) => member === null) ? null : policy
 }
 
+/**
+ * The policy in force for a sub-account whose own is `own` under a plan whose policy is `plan`
+ * (docs/api.md, Plans): member by member, its own where it sets one, else its plan's.
+ */
+export function effectiveKeyPolicy(own: KeyPolicy | null, plan: KeyPolicy | null): KeyPolicy | null {
+  if (plan === null || own === null) return own ?? plan
+  return {
+    allowed_scopes: own.allowed_scopes ?? plan.allowed_scopes,
+    max_ttl_seconds: own.max_ttl_seconds ?? plan.max_ttl_seconds,
+    ip_allowlist: own.ip_allowlist ?? plan.ip_allowlist,
+  }
+}
+
 /** As the API shows it: every member, null where none is set. */
 export function shownKeyPolicy(stored: KeyPolicy | null): KeyPolicy {
   return stored ?? { allowed_scopes: null, max_ttl_seconds: null, ip_allowlist: null }

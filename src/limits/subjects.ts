@@ -3,6 +3,7 @@
 // its sub-accounts. Built once per admission and remembered with it (tenancy/recent-admissions.ts),
 // so that a request admitted from memory finds them without a lookup.
 import type { Principal } from '../auth/principal.js'
+import { effectiveLimits } from '../shared/plan-limits.js'
 import type { TenantLimits } from '../shared/tenant-limits.js'
 import type { TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import type { Limits, LimitSubject, MeterLimit } from './types.js'
@@ -46,9 +47,13 @@ export async function limitSubjects(
   const subjects: LimitSubject[] = []
   let account: TenantRecord | null = acting
   if (acting.parentId !== null) {
-    const own = limitsOf(acting.limits)
-    if (own !== null) subjects.push({ tenantId: acting.id, level: 'sub_account', limits: own })
     account = principal.tenant.id === acting.parentId ? principal.tenant : await lookups.tenant(acting.parentId)
+    // Its plan's limits, read through the plan's own entry (docs/api.md, Plans): its own plan,
+    // else its parent's default.
+    const planId = acting.planId ?? account?.defaultPlanId ?? null
+    const plan = planId === null ? null : await lookups.plan(planId)
+    const own = limitsOf(effectiveLimits(acting.limits, plan?.limits))
+    if (own !== null) subjects.push({ tenantId: acting.id, level: 'sub_account', limits: own })
   }
   const accountLimits = account === null ? null : limitsOf(account.limits)
   if (account !== null && accountLimits !== null)

@@ -12,10 +12,11 @@ import { type RollResult, rollKey } from '../auth/roll.js'
 import { type CacheInvalidator, keyEntries } from '../cache/index.js'
 import { ApiError, validationFailed } from '../errors.js'
 import type { Origin } from '../events/record.js'
-import { checkAllowlist } from '../guardrails/key-policy.js'
+import { checkAllowlist, effectiveKeyPolicy, type KeyPolicy } from '../guardrails/key-policy.js'
 import { checkExpiry, checkScopes } from '../guardrails/mint-rules.js'
 import type { RevokedKeyRow } from '../store/api-keys.js'
 import type { Sql } from '../store/db.js'
+import { planInForceOf } from '../store/plans.js'
 import { scopeCeiling, type TenantRow } from '../store/tenants.js'
 import { notFound, trimmedName } from './common.js'
 import { presentKey } from '../schemas/present.js'
@@ -76,10 +77,15 @@ export function checkedMintBody(body: Static<typeof MintKeyBody>): MintRequest {
   return { name: label, scopes, expiresAt, ipAllowlist: ipAllowlist === null ? null : [...new Set(ipAllowlist)] }
 }
 
+/** The sub-account's key policy in force: its own, filled in member by member from its plan (docs/api.md, Plans). */
+async function policyInForce(sql: Sql, subAccount: TenantRow): Promise<KeyPolicy | null> {
+  return effectiveKeyPolicy(subAccount.key_policy, (await planInForceOf(sql, subAccount))?.key_policy ?? null)
+}
+
 /** Mints a key within the parent's ceiling and the sub-account's key policy (400 otherwise, saying why). */
 export async function mintSubAccountKey(context: KeyActionContext, mint: MintRequest): Promise<MintedKey> {
   const { sql, cache, origin, parentId, subAccount } = context
-  const rules = { ceiling: await scopeCeiling(sql, parentId), policy: subAccount.key_policy }
+  const rules = { ceiling: await scopeCeiling(sql, parentId), policy: await policyInForce(sql, subAccount) }
   checkScopes(rules, mint.scopes, '/body/scopes')
   checkExpiry(rules, mint.expiresAt, Date.now())
   const minted = await mintKeyWithEvent(sql, origin, parentId, {
@@ -118,7 +124,7 @@ export async function rollSubAccountKey(
     withClientSecret: true,
     origin,
     accountId: parentId,
-    rules: { ceiling: await scopeCeiling(sql, parentId), policy: subAccount.key_policy },
+    rules: { ceiling: await scopeCeiling(sql, parentId), policy: await policyInForce(sql, subAccount) },
   })
   if (result.outcome === 'not_found') throw notFound('key')
   if (result.outcome === 'not_active')

@@ -38,6 +38,36 @@ export const OPERATIONS = {
     description: 'Repeating is harmless.',
     tags: ['sub-accounts'],
   },
+  createPlan: {
+    summary: 'Create a plan',
+    description:
+      'A plan holds limits and a key policy, of the shapes a sub-account has, for the sub-accounts that name it ' +
+      "(`plan_id`) or, without one, for all of them when it is the account's `default_plan_id`. Answers 201 with a " +
+      'Location header.',
+    tags: ['plans'],
+  },
+  listPlans: { summary: 'List plans, oldest first', tags: ['plans'] },
+  getPlan: { summary: 'Get a plan', tags: ['plans'] },
+  updatePlan: {
+    summary: 'Update a plan',
+    description:
+      "Only the fields given change; `limits` and `key_policy` are replaced as a whole, as a sub-account's. Every " +
+      'replica enforces the change for all of its sub-accounts within about a second. An empty body is refused.',
+    tags: ['plans'],
+  },
+  deletePlan: {
+    summary: 'Delete a plan',
+    description:
+      "409 plan_in_use while a sub-account's `plan_id` or the account's `default_plan_id` names it; nothing is changed then.",
+    tags: ['plans'],
+  },
+  getAccountSettings: { summary: "The account's settings for its sub-accounts", tags: ['plans'] },
+  updateAccountSettings: {
+    summary: "Set the account's settings for its sub-accounts",
+    description:
+      "`default_plan_id`: one of the account's plans, the plan of every sub-account without a `plan_id`; null: none.",
+    tags: ['plans'],
+  },
   createApiKey: {
     summary: 'Create an API key for a sub-account',
     description:

@@ -14,6 +14,7 @@ export interface CursorScope {
     | 'key-usage'
     | 'events'
     | 'webhook-endpoints'
+    | 'plans'
     | 'webhook-deliveries'
     | 'requests'
   owner: string

@@ -43,6 +43,7 @@ import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { USAGE_RECONCILIATION_OPERATIONS } from './usage-reconciliation-routes.js'
 import { LIMIT_SIMULATION_OPERATIONS } from './limit-simulation-routes.js'
 import { type OperationTable, registerOperations } from './operation-table.js'
+import { PLAN_OPERATIONS } from './plan-routes.js'
 import { PORTAL_SESSION_OPERATIONS } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from '../limits/management-rate.js'
@@ -139,6 +140,7 @@ export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...SUB_ACCOUNT_COLLECTION_OPERATIONS,
   ...ACCOUNT_OPERATIONS,
   ...PROXIED_ROUTE_OPERATIONS,
+  ...PLAN_OPERATIONS,
   ...LIMIT_SIMULATION_OPERATIONS,
   ...USAGE_EXPORT_OPERATIONS,
   ...USAGE_RECONCILIATION_OPERATIONS,

@@ -132,6 +132,15 @@ function patchedFields(db: Db, s: Statement, patch: SubAccountPatch): PatchedFie
       shownBefore: 'before.placement',
     })
   }
+  if (patch.planId !== undefined) {
+    const planId = patch.planId === null ? 'null::uuid' : `${s.param(patch.planId)}::uuid`
+    fields.push({
+      name: 'plan_id',
+      set: `plan_id = ${planId}`,
+      differs: `before.plan_id is distinct from ${planId}`,
+      shownBefore: 'before.plan_id',
+    })
+  }
   return fields
 }
 

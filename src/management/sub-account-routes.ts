@@ -19,6 +19,7 @@ import {
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import type { OperationTable } from './operation-table.js'
 import { presentSubAccount } from '../schemas/present.js'
+import { checkOwnPlan, planFinder, presentOne, withPlanStillThere } from './sub-account-plans.js'
 import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
 import { listScope, listStart, parseInclude, sortsByName, withFigures } from './sub-account-list.js'
 import {
@@ -42,16 +43,19 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
     config: { scope: 'sub_accounts:write' },
     async handler(request, reply, { sql, cache }) {
       const body = request.body
-      const placement = await allowedPlacement(sql, parentOf(request).id, body.placement)
-      const row = await withConflictAsHttp(() =>
-        createSubAccountWithEvent(sql, originOf(request), parentOf(request).id, {
-          name: trimmedName(body.name, '/body/name'),
-          externalId: body.external_id ?? null,
-          metadata: body.metadata ?? {},
-          limits: bodyLimits(body.limits ?? null),
-          keyPolicy: storedKeyPolicy(body.key_policy ?? null, '/body/key_policy'),
-          placement: placement ?? null,
-        }),
+      const parentId = parentOf(request).id
+      const input = {
+        name: trimmedName(body.name, '/body/name'),
+        externalId: body.external_id ?? null,
+        metadata: body.metadata ?? {},
+        limits: bodyLimits(body.limits ?? null),
+        keyPolicy: storedKeyPolicy(body.key_policy ?? null, '/body/key_policy'),
+        planId: body.plan_id?.toLowerCase() ?? null,
+        placement: (await allowedPlacement(sql, parentId, body.placement)) ?? null,
+      }
+      await checkOwnPlan(sql, parentId, input.planId, '/body/plan_id')
+      const row = await withPlanStillThere('/body/plan_id', () =>
+        withConflictAsHttp(() => createSubAccountWithEvent(sql, originOf(request), parentId, input)),
       )
       // A "not found" for its id or external_id may be cached, and the parent's active count changed.
       await cache.invalidate([
@@ -59,7 +63,10 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
         cacheKeys.anyActive(row.parent_id!),
         ...(row.external_id === null ? [] : [cacheKeys.externalId(row.parent_id!, row.external_id)]),
       ])
-      return reply.code(201).header('location', `${MANAGEMENT_PREFIX}/${row.id}`).send(presentSubAccount(row))
+      return reply
+        .code(201)
+        .header('location', `${MANAGEMENT_PREFIX}/${row.id}`)
+        .send(await presentOne(sql, parentId, row))
     },
   }),
 
@@ -85,10 +92,11 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
         externalId: external_id ?? null,
         search: q ?? null,
       })
+      const planOf = await planFinder(sql, parentId, rows)
       const page = await cursors.page(
         rows,
         limit,
-        presentSubAccount,
+        (row) => presentSubAccount(row, planOf(row)),
         listScope(owner, sort),
         sortsByName(sort) ? (row) => row.sort_key! : undefined,
       )
@@ -115,7 +123,7 @@ const setStatus = (action: 'deactivate' | 'reactivate', status: 'deactivated' | 
       if (result === null) throw notFound()
       const { row } = result
       await cache.invalidate([...subAccountEntries(row.parent_id!, row.id), cacheKeys.anyActive(row.parent_id!)])
-      return presentSubAccount(row)
+      return presentOne(sql, row.parent_id!, row)
     },
   })
 
@@ -132,7 +140,7 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
     },
     config: { scope: 'sub_accounts:read' },
     async handler(request, _reply, { sql }) {
-      const sub = presentSubAccount(await ownSubAccount(sql, request, request.params.sub_id))
+      const sub = await presentOne(sql, parentOf(request).id, await ownSubAccount(sql, request, request.params.sub_id))
       const [shown] = await withFigures(sql, parentOf(request).id, [sub], parseInclude(request.query.include))
       return shown!
     },
@@ -152,29 +160,36 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')
       const subId = pathUuid(request.params.sub_id)
-      const placement = await allowedPlacement(sql, parentOf(request).id, body.placement)
+      const parentId = parentOf(request).id
+      const planId = body.plan_id === undefined ? undefined : (body.plan_id?.toLowerCase() ?? null)
+      await checkOwnPlan(sql, parentId, planId, '/body/plan_id')
+      const placement = await allowedPlacement(sql, parentId, body.placement)
       // The update is scoped to the parent: no row back means unknown or another parent's.
-      const updated = await withConflictAsHttp(() =>
-        updateSubAccountWithEvent(sql, originOf(request), parentOf(request).id, subId, {
-          name,
-          externalId: body.external_id,
-          metadata: body.metadata,
-          // The whole object is replaced: a member left out is null, and null clears both.
-          limits: body.limits === undefined ? undefined : bodyLimits(body.limits),
-          keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
-          placement,
-        }),
+      const updated = await withPlanStillThere('/body/plan_id', () =>
+        withConflictAsHttp(() =>
+          updateSubAccountWithEvent(sql, originOf(request), parentId, subId, {
+            name,
+            externalId: body.external_id,
+            metadata: body.metadata,
+            // The whole object is replaced: a member left out is null, and null clears both.
+            limits: body.limits === undefined ? undefined : bodyLimits(body.limits),
+            keyPolicy: body.key_policy === undefined ? undefined : storedKeyPolicy(body.key_policy, '/body/key_policy'),
+            planId,
+            placement,
+          }),
+        ),
       )
       if (updated === null) throw notFound()
       const { row, previousExternalId } = updated
       const externalIdMoved = row.external_id !== previousExternalId
-      // The cached records carry the external id, the limits, the policy's allow-list and the
-      // placement (the proxy reads them from there). The eviction's message also closes the
+      // The cached records carry the external id, the limits, the policy's allow-list, the plan
+      // and the placement (the proxy reads them from there). The eviction's message also closes the
       // sub-account's WebSockets on a cell it left (proxy/websocket/placement.ts).
       if (
         externalIdMoved ||
         body.limits !== undefined ||
         body.key_policy !== undefined ||
+        planId !== undefined ||
         body.placement !== undefined
       ) {
         await cache.invalidate(
@@ -184,7 +199,7 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
             .concat(subAccountEntries(row.parent_id!, row.id)),
         )
       }
-      return presentSubAccount(row)
+      return presentOne(sql, parentId, row)
     },
   }),
 

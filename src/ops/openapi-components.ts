@@ -33,6 +33,7 @@ export const ERROR_RESPONSES = {
   EndpointConflict: ['limit_reached', 'url_conflict', 'idempotency_key_in_flight', 'idempotency_answer_lost'],
   SessionLimit: ['limit_reached', 'idempotency_key_in_flight', 'idempotency_answer_lost'],
   EndpointDisabled: ['endpoint_disabled', 'idempotency_key_in_flight', 'idempotency_answer_lost'],
+  PlanInUse: ['plan_in_use'],
   KeyNotActive: ['key_not_active', 'idempotency_key_in_flight', 'idempotency_answer_lost'],
   InFlight: ['idempotency_key_in_flight', 'idempotency_answer_lost'],
   KeyReused: ['idempotency_key_reused'],

@@ -62,6 +62,10 @@ function baseDocument(): OpenAPIV3_1.Document {
       { name: 'usage', description: 'Requests counted per sub-account and day' },
       { name: 'limits', description: "The calling parent's account limits and this month's use" },
       { name: 'routes', description: 'The routes the gateway proxies and the state of their targets' },
+      {
+        name: 'plans',
+        description: "Limits and key policies defined once and given to many sub-accounts; the account's default plan",
+      },
       { name: 'events', description: "The audit log: every change to the calling parent's account, newest first" },
       { name: 'requests', description: "The request log: what the parent's integrations sent, and what they got" },
       {
@@ -138,6 +142,7 @@ function managementErrors(
   if (path.endsWith('/roll')) errors[409] = 'KeyNotActive'
   if (method === 'post' && path.endsWith('/webhook-endpoints')) errors[409] = 'EndpointConflict'
   if (method === 'post' && path.endsWith('/portal-sessions')) errors[409] = 'SessionLimit'
+  if (method === 'delete' && path.endsWith('/plans/{plan_id}')) errors[409] = 'PlanInUse'
   if (method === 'post' && (path.endsWith('/test') || path.endsWith('/retry'))) errors[409] = 'EndpointDisabled'
   if (method === 'post' || method === 'patch') {
     errors[409] ??= 'InFlight'
@@ -160,6 +165,7 @@ const LOCATED = new Set([
   '/v1/sub-accounts',
   '/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll',
   '/v1/sub-accounts/webhook-endpoints',
+  '/v1/sub-accounts/plans',
 ])
 
 const METHODS = new Set(['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'])

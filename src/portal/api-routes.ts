@@ -11,7 +11,9 @@ import { ApiError } from '../errors.js'
 import { portalOrigin } from '../events/record.js'
 import { monthOf } from '../limits/month.js'
 import { monthUse } from '../limits/store.js'
+import { effectiveLimits } from '../shared/plan-limits.js'
 import { shownLimits } from '../shared/tenant-limits.js'
+import { planInForceOf } from '../store/plans.js'
 import type { ManagementApp } from '../management/common.js'
 import {
   checkedMintBody,
@@ -191,7 +193,9 @@ export const PORTAL_API_OPERATIONS: OperationTable<PortalApiOperationContext> = 
         const { seq: _seq, ...rest } = entry
         usage = rest
       }
-      return { month, used, limits: shownLimits(subAccount?.limits), usage }
+      // The limits in force: its own, filled in from its plan (docs/api.md, Plans).
+      const plan = subAccount === null ? null : await planInForceOf(sql, subAccount)
+      return { month, used, limits: shownLimits(effectiveLimits(subAccount?.limits, plan?.limits)), usage }
     },
   }),
 

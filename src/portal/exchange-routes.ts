@@ -11,7 +11,8 @@ import type { ManagementApp } from '../management/common.js'
 import type { Sql } from '../store/db.js'
 import { exchangePortalToken, type PortalSessionRow } from '../store/portal-sessions.js'
 import { getTenant } from '../store/tenants.js'
-import { shownKeyPolicy } from '../guardrails/key-policy.js'
+import { effectiveKeyPolicy, shownKeyPolicy } from '../guardrails/key-policy.js'
+import { planInForceOf } from '../store/plans.js'
 import { KeyPolicy } from '../schemas/keys.js'
 import type { PortalCredentialLookups, PortalLink } from './credential-lookups.js'
 import { digest, generateSessionSecret, isWellFormedLinkToken } from '../auth/portal-credentials.js'
@@ -74,7 +75,14 @@ async function sessionInfo(sql: Sql, session: PortalSessionRow) {
     expires_at: session.expires_at.toISOString(),
     return_url: session.return_url,
     // The rules a mint is held to, shown before they are applied (docs/portal.md, Keys).
-    ...(session.permissions.includes('keys:write') ? { key_policy: shownKeyPolicy(subAccount.key_policy) } : {}),
+    // Its own, filled in from its plan (docs/api.md, Plans): the policy a mint is held to.
+    ...(session.permissions.includes('keys:write')
+      ? {
+          key_policy: shownKeyPolicy(
+            effectiveKeyPolicy(subAccount.key_policy, (await planInForceOf(sql, subAccount))?.key_policy ?? null),
+          ),
+        }
+      : {}),
   }
 }
 

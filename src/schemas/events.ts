@@ -21,6 +21,7 @@ export const Event = Type.Object(
           Type.Literal('operator'),
           Type.Literal('gateway'),
           Type.Literal('portal_session'),
+          Type.Literal('plan'),
         ]),
         key_id: Nullable(
           Type.String({

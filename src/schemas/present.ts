@@ -2,14 +2,21 @@
 import { keyState } from '../shared/key-expiry.js'
 import type { KeyRow } from '../store/api-keys.js'
 import type { TenantRow } from '../store/tenants.js'
-import { shownKeyPolicy } from '../guardrails/key-policy.js'
+import type { PlanRow } from '../store/plans.js'
+import { effectiveKeyPolicy, shownKeyPolicy } from '../guardrails/key-policy.js'
+import { effectiveLimits } from '../shared/plan-limits.js'
 import { shownLimits } from '../shared/tenant-limits.js'
 import type { ApiKey } from './keys.js'
+import type { Plan } from './plans.js'
 import type { SubAccount } from './sub-accounts.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 
-export function presentSubAccount(row: TenantRow): SubAccount {
+/**
+ * `plan`: the plan in force (its own `plan_id`'s, else its parent's default), null for none: what
+ * its effective limits and key policy fall back on (docs/api.md, Plans).
+ */
+export function presentSubAccount(row: TenantRow, plan: Pick<PlanRow, 'limits' | 'key_policy'> | null): SubAccount {
   return {
     id: row.id,
     name: row.name,
@@ -22,6 +29,21 @@ export function presentSubAccount(row: TenantRow): SubAccount {
     limits: shownLimits(row.limits),
     key_policy: shownKeyPolicy(row.key_policy),
     placement: row.placement,
+    plan_id: row.plan_id,
+    effective_limits: shownLimits(effectiveLimits(row.limits, plan?.limits)),
+    effective_key_policy: shownKeyPolicy(effectiveKeyPolicy(row.key_policy, plan?.key_policy ?? null)),
+  }
+}
+
+export function presentPlan(row: PlanRow): Plan {
+  return {
+    id: row.id,
+    name: row.name,
+    limits: shownLimits(row.limits),
+    key_policy: shownKeyPolicy(row.key_policy),
+    metadata: row.metadata,
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
   }
 }
 

@@ -14,7 +14,7 @@ export const ExternalId = Type.String({
 
 // Written as plain JSON Schema: TypeBox's Record becomes patternProperties "^.*$", and `.` does not
 // match a newline, so a key holding one would escape the value check.
-const Metadata = Type.Unsafe<Record<string, string>>({
+export const Metadata = Type.Unsafe<Record<string, string>>({
   type: 'object',
   additionalProperties: { type: 'string', maxLength: 500, pattern: STORABLE_TEXT },
   maxProperties: 50,
@@ -41,10 +41,23 @@ export const SubAccount = Type.Object(
         examples: ['eu'],
       }),
     ),
+    plan_id: Nullable(
+      Type.String({
+        format: 'uuid',
+        description: "its plan; null: the parent's default plan (default_plan_id), if any, holds",
+      }),
+    ),
+    // The limits and the key policy enforced (docs/api.md, Plans): its own where it sets a kind,
+    // else its plan's (plan_id, or the parent's default plan).
+    effective_limits: Limits,
+    effective_key_policy: KeyPolicy,
   },
   { additionalProperties: false },
 )
 export type SubAccount = Static<typeof SubAccount>
+
+/** A plan's id in a body: one of the parent's plans, or null for none. */
+const PlanId = Nullable(Type.String({ format: 'uuid', description: "one of the parent's plans (null: none)" }))
 
 // What `include` adds to a sub-account (docs/api.md, Sub-accounts): absent unless asked for, so
 // that the default answer keeps its shape.
@@ -142,6 +155,7 @@ export const CreateSubAccountBody = Type.Object(
     limits: Type.Optional(Nullable(LimitsBody)),
     key_policy: Type.Optional(Nullable(KeyPolicyBody)),
     placement: Type.Optional(PlacementBody),
+    plan_id: Type.Optional(PlanId),
   },
   { additionalProperties: false },
 )
@@ -154,6 +168,7 @@ export const UpdateSubAccountBody = Type.Object(
     limits: Type.Optional(Nullable(LimitsBody)),
     key_policy: Type.Optional(Nullable(KeyPolicyBody)),
     placement: Type.Optional(PlacementBody),
+    plan_id: Type.Optional(PlanId),
   },
   { additionalProperties: false, minProperties: 1 },
 )

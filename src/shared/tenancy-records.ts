@@ -43,6 +43,22 @@ export interface TenantRecord {
    * none (a record an older version cached had none: no tenant was placed before cells).
    */
   readonly placement?: string | null
+  /**
+   * A sub-account's plan (docs/api.md, Plans); null or absent: its parent's `defaultPlanId`. Kept
+   * as an id, its limits read through `TenancyLookups.plan`: a plan's change is one entry to drop
+   * on every replica, whatever the number of its sub-accounts.
+   */
+  readonly planId?: string | null
+  /** A parent account's plan for its sub-accounts without one; null or absent: none. */
+  readonly defaultPlanId?: string | null
+}
+
+/** A plan as the limiter reads it: its limits (null: none); the rest is the API's. */
+export interface PlanRecord {
+  readonly id: string
+  readonly limits: TenantLimits | null
+  /** Its key policy's allow-list; null: any address. */
+  readonly keyIpAllowlist: readonly string[] | null
 }
 
 export interface TenancyLookups {
@@ -59,6 +75,8 @@ export interface TenancyLookups {
   subAccount(parentId: string, id: string): Promise<TenantRecord | null>
   subAccountIdByExternalId(parentId: string, externalId: string): Promise<string | null>
   hasActiveSubAccounts(parentId: string): Promise<boolean>
+  /** The plan with this id, whoever's (a tenant record names only its own parent's); null: none. */
+  plan(id: string): Promise<PlanRecord | null>
   /**
    * Behind a cache: how a caller may reuse answers for a moment. `version()` moves whenever a
    * cached answer may have changed (an eviction); answers may be reused for `windowMs` while it

@@ -181,7 +181,12 @@ export interface ClientCredential {
 export async function findClientCredentials(db: Db, ids: readonly string[]): Promise<ClientCredential[]> {
   return db<ClientCredential[]>`
     select k.id, k.tenant_id, to_jsonb(k.scopes) as scopes, k.status, k.expires_at, k.secret_digest,
-           to_jsonb(k.ip_allowlist) as ip_allowlist, t.key_policy -> 'ip_allowlist' as tenant_ip_allowlist,
+           to_jsonb(k.ip_allowlist) as ip_allowlist,
+           -- Its own policy's allow-list, else its plan's (docs/api.md, Plans).
+           coalesce(nullif(t.key_policy -> 'ip_allowlist', 'null'::jsonb),
+             (select p.key_policy -> 'ip_allowlist' from plans p
+               where p.id = coalesce(t.plan_id, (select d.default_plan_id from tenants d where d.id = t.parent_id))))
+             as tenant_ip_allowlist,
            t.status as tenant_status, t.parent_id
     from api_keys k join tenants t on t.id = k.tenant_id
     where k.id = any (array(select given.id::uuid from jsonb_array_elements_text(${db.json(ids as string[])}) as given (id)))`

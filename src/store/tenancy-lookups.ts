@@ -4,7 +4,8 @@ import { withDeadline, type Sql } from './db.js'
 import { STORE_DEADLINES } from './deadlines.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from './key-lookup-batcher.js'
 import { findKeyById, findKeysByDigests, type KeyCredential } from './api-keys.js'
-import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import type { KeyRecord, PlanRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
+import { getPlanById, type PlanRow } from './plans.js'
 import {
   findSubAccountIdByExternalId,
   getSubAccount,
@@ -45,7 +46,12 @@ const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
     limits: row.limits,
     keyIpAllowlist: row.key_policy?.ip_allowlist ?? null,
     placement: row.placement,
+    planId: row.plan_id,
+    defaultPlanId: row.default_plan_id,
   }
+
+const planRecord = (row: PlanRow | null): PlanRecord | null =>
+  row && { id: row.id, limits: row.limits, keyIpAllowlist: row.key_policy?.ip_allowlist ?? null }
 
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
   const deadlineMs = options.deadlineMs ?? STORE_DEADLINES.lookupMs
@@ -74,5 +80,6 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
     subAccountIdByExternalId: (parentId, externalId) =>
       ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
     hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),
+    plan: async (id) => planRecord(await ask(() => getPlanById(sql, id))),
   }
 }

@@ -23,6 +23,10 @@ export interface TenantRow {
   key_policy: KeyPolicy | null
   /** A sub-account's cell, or a parent account's default cell for its sub-accounts; null: none (docs/api.md, Cells). */
   placement: string | null
+  /** A sub-account's plan; null: its parent's default plan, if any (docs/api.md, Plans). */
+  plan_id: string | null
+  /** A parent account's plan for its sub-accounts without one; null: none. */
+  default_plan_id: string | null
 }
 
 /** A page row also carries its position, which the caller turns into a cursor (and, sorted by name, its sort value). */
@@ -41,7 +45,8 @@ export class ExternalIdTakenError extends Error {
 }
 
 export const COLUMNS =
-  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy, placement'
+  'id, parent_id, name, external_id, status, metadata, created_at, updated_at, deactivated_at, limits, key_policy, ' +
+  'placement, plan_id, default_plan_id'
 
 function isUniqueViolation(err: unknown): boolean {
   return (err as { code?: string }).code === '23505'
@@ -76,14 +81,17 @@ export interface NewSubAccount {
   keyPolicy?: KeyPolicy | null
   /** One of the parent's allowed cells (checked by the caller); absent or null for none. */
   placement?: string | null
+  /** Its plan, one of the parent's (checked before: management/plan-checks.ts); absent or null for none. */
+  planId?: string | null
 }
 
 /** The insert of a sub-account returning its row, a statement or a CTE, its values parameters of `s`. */
 export function insertSubAccountSql(db: Db, s: Statement, parentId: string, input: NewSubAccount): string {
-  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy, placement)
+  return `insert into tenants (parent_id, name, external_id, metadata, limits, key_policy, plan_id, placement)
     values (${s.param(parentId)}, ${s.param(input.name)}, ${s.param(input.externalId)}, ${s.json(db, input.metadata)},
             ${input.limits == null ? 'null' : s.json(db, input.limits)},
-            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)}, ${s.param(input.placement ?? null)})
+            ${input.keyPolicy == null ? 'null' : s.json(db, input.keyPolicy)},
+            ${input.planId == null ? 'null' : `${s.param(input.planId)}::uuid`}, ${s.param(input.placement ?? null)})
     returning ${COLUMNS}`
 }
 
@@ -140,6 +148,8 @@ export interface SubAccountPatch {
   keyPolicy?: KeyPolicy | null
   /** One of the parent's allowed cells (checked by the caller); null clears it. */
   placement?: string | null
+  /** One of the parent's plans (checked before); null: none, the parent's default then holds. */
+  planId?: string | null
 }
 
 /** A parent account's scope ceiling, set by the operator (docs/api.md, Key policies); null: any. */

@@ -1,5 +1,6 @@
 // The proxy's tenancy check (tenancy/hook.ts) behind a memory of the last second's admissions:
 // a client that sends the same key (or access token) and acting header again is admitted without a lookup.
+import { withPlanAllowlist } from './plan-policy.js'
 import { hash } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import type { FastifyRequest } from 'fastify'
@@ -117,6 +118,7 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       fromRecent: () => false,
       async resolve(request) {
         await resolveInto(request, lookups, singleHeaderCounts(request))
+        request.principal = await withPlanAllowlist(request.principal!, lookups)
         request.limitSubjects = await limitSubjects(request.principal!, request.actingTenant!, lookups)
       },
     }
@@ -142,7 +144,8 @@ export function tenancyAdmission(lookups: TenancyLookups): TenancyAdmission {
       const counts = singleHeaderCounts(request)
       const versionBefore = reuse.version()
       await resolveInto(request, lookups, counts)
-      const principal = request.principal!
+      const principal = await withPlanAllowlist(request.principal!, lookups)
+      request.principal = principal
       const actingTenant = request.actingTenant!
       request.limitSubjects = await limitSubjects(principal, actingTenant, lookups)
       // A change evicted while this check ran may have been read before it: not remembered.

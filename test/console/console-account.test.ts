@@ -76,7 +76,7 @@ t.test('sign-in: a wrong key is refused with a clear message, the right one sign
 t.test('the keyboard: focus follows the page, every section reached with Tab and Enter', async (t) => {
   await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur())
   const order: string[] = []
-  for (let i = 0; i < 9; i++) {
+  for (let i = 0; i < 10; i++) {
     await page.keyboard.press('Tab')
     order.push(await page.evaluate(() => document.activeElement?.textContent?.trim() ?? ''))
   }
@@ -85,6 +85,7 @@ t.test('the keyboard: focus follows the page, every section reached with Tab and
     [
       'Skip to content',
       'Sub-accounts',
+      'Plans',
       'Usage',
       'Requests',
       'Audit log',
@@ -515,7 +516,7 @@ t.test('a phone: tables as cards, the sections on one line; the dark theme, axe 
     .getByRole('navigation', { name: 'Sections' })
     .locator('li')
     .evaluateAll((lis) => lis.map((li) => Math.round(li.getBoundingClientRect().top)))
-  t.equal(tops.length, 6, 'six sections')
+  t.equal(tops.length, 7, 'seven sections')
   t.equal(new Set(tops).size, 1, `the sections on one line at 390 px: ${tops.join(' ')}`)
   await page.setViewportSize({ width: 1280, height: 800 })
 

@@ -33,6 +33,8 @@ t.test('management API', async (t) => {
     t.same(Object.keys(body).sort(), [
       'created_at',
       'deactivated_at',
+      'effective_key_policy',
+      'effective_limits',
       'external_id',
       'id',
       'key_policy',
@@ -40,6 +42,7 @@ t.test('management API', async (t) => {
       'metadata',
       'name',
       'placement',
+      'plan_id',
       'status',
       'updated_at',
     ])

@@ -224,7 +224,7 @@ t.test('OpenAPI document and docs page', async (t) => {
       const limit = (item.get?.parameters as Json[] | undefined)?.find((p) => p.in === 'query' && p.name === 'limit')
       return limit === undefined ? [] : [{ path, limit }]
     })
-    t.equal(lists.length, 8, `eight lists take a limit (${lists.map(({ path }) => path)})`)
+    t.equal(lists.length, 9, `nine lists take a limit (${lists.map(({ path }) => path)})`)
     for (const { path, limit } of lists) {
       t.equal(limit.required, false, `${path}: limit is optional`)
       t.match(limit.schema, { type: 'integer', minimum: 1, maximum: 100, default: 20 }, `${path}: default 20`)

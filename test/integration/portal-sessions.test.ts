@@ -323,6 +323,15 @@ t.test('the portal API: one sub-account, its permissions, the key policy and cei
   t.test('usage and requests of its own sub-account', async (t) => {
     const usage = ok(await portal(gw, as, 'GET', '/usage'), 200)
     t.match(usage, { month: /^\d{4}-\d{2}$/, used: 0, limits: { rate: null, monthly_quota: null } })
+    // A plan's limits are the sub-account's too, where it sets none of their kind (docs/api.md, Plans).
+    const plan = ok(
+      await manage(gw, parent, 'POST', '/plans', { name: 'p', limits: { monthly_quota: { requests: 77 } } }),
+      201,
+    )
+    ok(await manage(gw, parent, 'PATCH', `/${sub}`, { plan_id: plan.id }), 200)
+    const planned = ok(await portal(gw, as, 'GET', '/usage'), 200)
+    t.same(planned.limits, { rate: null, monthly_quota: { requests: 77 } }, "the plan's quota shows in the portal")
+    ok(await manage(gw, parent, 'PATCH', `/${sub}`, { plan_id: null }), 200)
     const requests = ok(await portal(gw, as, 'GET', '/requests'), 200)
     t.same(requests, { data: [], next_cursor: null })
     t.equal((await portal(gw, as, 'GET', `/requests?sub_account_id=${otherSub}`)).statusCode, 400, 'no other')

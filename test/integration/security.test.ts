@@ -45,6 +45,17 @@ const TABLE: Record<string, RouteCase> = {
   'GET /v1/sub-accounts/events/:event_id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/scopes': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/routes': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'POST /v1/sub-accounts/plans': { body: { name: 'p' }, scope: 'sub_accounts:write', namesSubAccount: false },
+  'GET /v1/sub-accounts/plans': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'GET /v1/sub-accounts/plans/:plan_id': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'PATCH /v1/sub-accounts/plans/:plan_id': { body: { name: 'p' }, scope: 'sub_accounts:write', namesSubAccount: false },
+  'DELETE /v1/sub-accounts/plans/:plan_id': { scope: 'sub_accounts:write', namesSubAccount: false },
+  'GET /v1/sub-accounts/settings': { scope: 'sub_accounts:read', namesSubAccount: false },
+  'PATCH /v1/sub-accounts/settings': {
+    body: { default_plan_id: null },
+    scope: 'sub_accounts:write',
+    namesSubAccount: false,
+  },
   'GET /v1/sub-accounts/requests': { scope: 'sub_accounts:read', namesSubAccount: false },
   'GET /v1/sub-accounts/requests/:id': { scope: 'sub_accounts:read', namesSubAccount: false },
   'POST /v1/sub-accounts/webhook-endpoints': {

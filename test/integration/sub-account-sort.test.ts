@@ -183,6 +183,8 @@ t.test('include: key_count and usage_this_month; absent, the objects are as befo
     [
       'created_at',
       'deactivated_at',
+      'effective_key_policy',
+      'effective_limits',
       'external_id',
       'id',
       'key_policy',
@@ -190,6 +192,7 @@ t.test('include: key_count and usage_this_month; absent, the objects are as befo
       'metadata',
       'name',
       'placement',
+      'plan_id',
       'status',
       'updated_at',
     ],

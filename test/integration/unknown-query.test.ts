@@ -61,7 +61,10 @@ const endpoint = ok(
   201,
 ).id as string
 
+const plan = ok(await manage('POST', '/plans', { name: 'plan' }), 201).id as string
+
 const PATH_VALUES: Record<string, string> = {
+  plan_id: plan,
   sub_id: sub,
   key_id: subKey.id as string,
   session_id: session.id as string,
@@ -93,6 +96,13 @@ const TABLE: Record<string, Line> = {
   'GET /v1/sub-accounts/events/:event_id': {},
   'GET /v1/sub-accounts/scopes': {},
   'GET /v1/sub-accounts/routes': {},
+  'POST /v1/sub-accounts/plans': { body: { name: 'made by a bogus query' } },
+  'GET /v1/sub-accounts/plans': {},
+  'GET /v1/sub-accounts/plans/:plan_id': {},
+  'PATCH /v1/sub-accounts/plans/:plan_id': { body: { name: 'renamed by a bogus query' } },
+  'DELETE /v1/sub-accounts/plans/:plan_id': {},
+  'GET /v1/sub-accounts/settings': {},
+  'PATCH /v1/sub-accounts/settings': { body: { default_plan_id: plan } },
   'GET /v1/sub-accounts/requests': {},
   'GET /v1/sub-accounts/requests/:id': {},
   'POST /v1/sub-accounts/webhook-endpoints': {

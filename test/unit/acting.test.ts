@@ -29,6 +29,7 @@ function lookups(activeCount: (parentId: string) => number): TenancyLookups {
     subAccountIdByExternalId: async (parentId, ext) =>
       tenants.find((x) => x.parentId === parentId && x.externalId === ext)?.id ?? null,
     hasActiveSubAccounts: async (parentId) => activeCount(parentId) > 0,
+    plan: async () => null,
   }
 }
 

@@ -26,6 +26,7 @@ function source(scopeCount: number, scopeLength: number): { lookups: TenancyLook
       subAccount: async () => null,
       subAccountIdByExternalId: async () => null,
       hasActiveSubAccounts: async () => false,
+      plan: async () => null,
     },
     reads: () => reads,
   }

@@ -72,6 +72,8 @@ export function advice(p: Problem): string {
       return 'This account already has an endpoint with this URL: use that one, or delete it first.'
     case 'endpoint_disabled':
       return 'The endpoint is disabled (its receiver answered 410, or failed for 5 days): make a new one for it.'
+    case 'plan_in_use':
+      return 'Sub-accounts or the default plan still use this plan: give them another plan (or none) first.'
     case 'key_not_active':
       return 'Only an active key can be rolled: mint a new key instead.'
     case 'idempotency_key_in_flight':

@@ -1,5 +1,5 @@
 // The console's shell: sign-in, the navigation, and a screen per hash route (#/sub-accounts,
-// #/sub-accounts/<id>, #/usage, #/requests?<filters>, #/events, #/webhooks, #/routes).
+// #/sub-accounts/<id>, #/plans, #/usage, #/requests?<filters>, #/events, #/webhooks, #/routes).
 import 'uplot/dist/uPlot.min.css'
 import './console.css'
 import './screens.css'
@@ -9,6 +9,7 @@ import { ApiError, type Problem, session, whenKeyRefused } from './api.js'
 import { ErrorMessage, LiveRegion } from './components.js'
 import { EventsScreen } from './events.js'
 import { isUuid } from './request-filters.js'
+import { PlansScreen } from './plans.js'
 import { RequestsScreen } from './requests.js'
 import { RoutesScreen } from './routes.js'
 import { SignIn } from './signin.js'
@@ -29,6 +30,7 @@ function partsOf(route: string): { path: string; search: string } {
 
 const NAV = [
   ['/sub-accounts', 'Sub-accounts'],
+  ['/plans', 'Plans'],
   ['/usage', 'Usage'],
   ['/requests', 'Requests'],
   ['/events', 'Audit log'],
@@ -77,6 +79,7 @@ function Screen({ path, search }: { path: string; search: string }) {
   if (path === '/events') return <EventsScreen search={search} />
   if (path === '/webhooks') return <WebhooksScreen />
   if (path === '/routes') return <RoutesScreen />
+  if (path === '/plans') return <PlansScreen />
   return <SubAccountsScreen />
 }
 

@@ -7,6 +7,7 @@ import { hasKeyPolicy, KeyPolicySection } from './key-policy.js'
 import { KeysSection } from './keys.js'
 import { ShadowLimitsSection, useLimitPreview } from './limit-preview.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
+import { PlanPicker } from './plans.js'
 import { PortalSessionsSection } from './portal-sessions.js'
 import { requestsHash } from './request-filters.js'
 import { describeLimits } from './subaccounts.js'
@@ -127,6 +128,7 @@ export function SubAccountScreen({ id }: { id: string }) {
               confirmation={confirmation('policy')}
             />
           </div>
+          <PlanPicker key={`plan-${sub.updated_at}`} sub={sub} onSaved={setSub} />
           {sub.limits.shadow !== undefined && <ShadowLimitsSection subAccountId={sub.id} shadow={sub.limits.shadow} />}
           <KeysSection subId={sub.id} policy={sub.key_policy} />
           {sub.status === 'active' && <PortalSessionsSection subId={sub.id} />}

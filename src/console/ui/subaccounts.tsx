@@ -8,7 +8,8 @@ import { announce, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, us
 import { perDuration } from './key-policy.js'
 import { useLimitPreview } from './limit-preview.js'
 import { describeMeterLimits, LimitsFields, limitsFromForm } from './limits.js'
-import type { SubAccount, SubAccountListed } from './types.js'
+import { PlanSelect, usePlans } from './plan-select.js'
+import type { Limits, SubAccount, SubAccountListed } from './types.js'
 
 const PAGE = 20
 /** How long typing must pause before the search is sent: one call for a word, not one a key. */
@@ -252,7 +253,7 @@ function monthUse(s: SubAccountListed): string {
   return quota === undefined ? used : `${used} (${Math.round((s.usage_this_month / quota) * 100)}% of quota)`
 }
 
-export function describeLimits(s: SubAccount): string {
+export function describeLimits(s: { limits: Limits }): string {
   const parts: string[] = []
   if (s.limits.rate !== null) parts.push(`${s.limits.rate.requests} ${perDuration(s.limits.rate.per_seconds)}`)
   if (s.limits.monthly_quota !== null) parts.push(`${s.limits.monthly_quota.requests} a month`)
@@ -279,6 +280,8 @@ function TryLimitForm({ nameOf }: { nameOf: (id: string) => string }) {
 
 function CreateForm({ onCreated, onCancel }: { onCreated: (s: SubAccount) => void; onCancel: () => void }) {
   const action = useAction()
+  // Offered when the account has plans; a failed read leaves the form as it was without them.
+  const { plans } = usePlans()
   const submit = (e: Event) => {
     e.preventDefault()
     const form = new FormData(e.currentTarget as HTMLFormElement)
@@ -288,6 +291,7 @@ function CreateForm({ onCreated, onCancel }: { onCreated: (s: SubAccount) => voi
         name: String(form.get('name') ?? ''),
         external_id: externalId === '' ? null : externalId,
         limits: limitsFromForm(form),
+        ...(form.get('plan_id') ? { plan_id: String(form.get('plan_id')) } : {}),
       })
       onCreated(created)
     }, 'Sub-account created')
@@ -303,6 +307,7 @@ function CreateForm({ onCreated, onCancel }: { onCreated: (s: SubAccount) => voi
         <label for="new-external-id">External id (optional)</label>
         <input id="new-external-id" name="external_id" maxLength={128} class="mono" />
       </div>
+      {plans !== null && plans.length > 0 && <PlanSelect id="new-plan" plans={plans} chosen={null} />}
       <LimitsFields prefix="new" limits={null} />
       <ErrorMessage error={action.error} />
       <div class="actions">

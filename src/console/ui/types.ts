@@ -11,6 +11,7 @@ import type {
 } from '../../schemas/keys.js'
 import type { Event as EventSchema } from '../../schemas/events.js'
 import type { Limits as LimitsSchema } from '../../schemas/limits.js'
+import type { Plan as PlanSchema } from '../../schemas/plans.js'
 import type { Simulation as SimulationSchema } from '../../schemas/limit-simulations.js'
 import type {
   SubAccount as SubAccountSchema,
@@ -27,6 +28,7 @@ import type {
 
 export type Limits = Static<typeof LimitsSchema>
 export type SubAccount = Static<typeof SubAccountSchema>
+export type Plan = Static<typeof PlanSchema>
 /** As the list and a GET with `include` give it: `key_count` and `usage_this_month` when asked for. */
 export type SubAccountListed = Static<typeof SubAccountWithFiguresSchema>
 export type ApiKey = Static<typeof ApiKeySchema>
