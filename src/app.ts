@@ -45,6 +45,7 @@ import { readinessPlugin } from './ops/readiness-plugin.js'
 import { requestAccounting } from './ops/request-accounting.js'
 import { portalPlugin } from './portal/plugin.js'
 import { proxyRoutes } from './proxy/plugin.js'
+import { decideOnlyProxiedPaths, shapeRefusal } from './proxy/decision.js'
 import { requestLogPlugin } from './request-log/plugin.js'
 import { Keyring } from './signing-keys/keyring.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
@@ -95,6 +96,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(readinessPlugin)
   await app.register(requestGuards)
   app.setErrorHandler(sendError)
+  // A decision only for the route table's paths, and its refusal as its asker reads it (AUTHZ_PORT);
+  // every other request passes untouched.
+  app.addHook('onRequest', decideOnlyProxiedPaths)
+  app.addHook('onSend', shapeRefusal)
 
   await registerOpenApi(app)
   await app.register(healthRoutes, healthOptions(app, deps))

@@ -182,10 +182,20 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
       (value, field) => parseUpstream(where, value, field),
       (problem) => fail(where, problem),
     )
+    // Neither upstream nor targets: a route only decided for (docs/forward-auth.md).
+    const decidedOnly = targets === null && entry.upstream === undefined
+    if (decidedOnly && websocket !== null)
+      fail(where, 'websocket needs an upstream (a route without one is only decided for, on AUTHZ_PORT)')
+    if (decidedOnly && meters.length > 0)
+      fail(where, "meters need an upstream's answers (a route without an upstream is only decided for, on AUTHZ_PORT)")
     routes.push(
       Object.freeze({
         prefix,
-        upstream: targets === null ? parseUpstream(where, entry.upstream) : targets.targets[0]!.url,
+        upstream: decidedOnly
+          ? null
+          : targets === null
+            ? parseUpstream(where, entry.upstream)
+            : targets.targets[0]!.url,
         targets,
         scopes,
         public: isPublic,

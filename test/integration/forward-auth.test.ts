@@ -1,0 +1,229 @@
+// Forward authorization (docs/forward-auth.md): AUTHZ_PORT answers /nginx, /forward-auth,
+// /envoy/<path> and POST /verify with the proxy's own decision, and nothing else; PORT never
+// answers them. Asked directly here, over real sockets, against the answers PORT gives the same
+// request: status, problem body, WWW-Authenticate, Retry-After and RateLimit fields alike. The
+// proxies in front (nginx, Caddy) are in forward-auth-proxies.test.ts.
+import t from 'tap'
+import { startGateway } from '../helpers/gateway.js'
+import { callAs, type RawResponse, rawRequest } from '../helpers/http.js'
+import { sleep } from '../helpers/poll.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const upstream = await startUpstream(t)
+const gw = await startGateway(t, {
+  authz: true,
+  gatewayConfig: {
+    routes: [
+      { prefix: '/v1/things', upstream: upstream.url, scopes: { read: ['things:read'], write: ['things:write'] } },
+      // Only decided for: no upstream.
+      { prefix: '/v1/decided', scopes: { read: ['things:read'] } },
+      { prefix: '/v1/costly', upstream: upstream.url, cost: 5 },
+    ],
+  },
+})
+const parent = await gw.createParent({ scopes: ['sub_accounts:read', 'sub_accounts:write', 'things:read'] })
+
+async function subAccount(name: string, requests: number): Promise<string> {
+  const res = await callAs(gw.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts',
+    acting: 'self',
+    json: { name, limits: { rate: { requests, per_seconds: 600 } } },
+  })
+  if (res.status !== 201) throw new Error(`create ${name}: ${res.status} ${res.body}`)
+  return res.json().id as string
+}
+
+/** The request `path` as each endpoint is asked about it, with the client's own headers. */
+function ask(
+  endpoint: 'nginx' | 'forward-auth' | 'envoy',
+  method: string,
+  path: string,
+  headers: [string, string][],
+): Promise<RawResponse> {
+  if (endpoint === 'nginx')
+    return rawRequest(gw.authzUrl, {
+      path: '/nginx',
+      headers: [['X-Original-Method', method], ['X-Original-URI', path], ...headers],
+    })
+  if (endpoint === 'forward-auth')
+    return rawRequest(gw.authzUrl, {
+      path: '/forward-auth',
+      headers: [
+        ['X-Forwarded-Method', method],
+        ['X-Forwarded-Uri', path],
+        ['X-Forwarded-Host', 'api.example.com'],
+        ['X-Forwarded-Proto', 'https'],
+        ...headers,
+      ],
+    })
+  return rawRequest(gw.authzUrl, { method, path: `/envoy${path}`, headers })
+}
+
+const bearer = (key: string): [string, string] => ['Authorization', `Bearer ${key}`]
+const problemOf = (res: RawResponse) => {
+  const { request_id: _id, ...rest } = JSON.parse(res.body) as Record<string, unknown>
+  return rest
+}
+
+t.test('an allowed request: 200 with the trusted headers, on each endpoint', async (t) => {
+  for (const endpoint of ['nginx', 'forward-auth', 'envoy'] as const) {
+    const res = await ask(endpoint, 'GET', '/v1/things/a?x=1', [
+      bearer(parent.apiKey),
+      ['X-Request-Id', `req-${endpoint}`],
+    ])
+    t.equal(res.status, 200, endpoint)
+    t.equal(res.headers['x-service-resolved-tenant'], parent.id, `${endpoint}: resolved tenant`)
+    t.equal(res.headers['x-service-caller-tenant'], parent.id)
+    t.equal(res.headers['x-service-key-id'], parent.keyId)
+    t.match(res.headers['x-service-scopes'], /things:read/)
+    t.equal(res.headers['x-request-id'], `req-${endpoint}`)
+    t.equal(res.body, '')
+  }
+  t.equal(upstream.received.length, 0, 'nothing was proxied')
+})
+
+t.test("each refusal is the proxy's: status, body and headers; nginx gets it as 401 or 403", async (t) => {
+  const cases: { name: string; method: string; path: string; headers: [string, string][] }[] = [
+    { name: 'no key', method: 'GET', path: '/v1/things/a', headers: [] },
+    { name: 'unknown key', method: 'GET', path: '/v1/things/a', headers: [bearer(`tgw_${'x'.repeat(40)}`)] },
+    { name: 'missing scope', method: 'POST', path: '/v1/things/a', headers: [bearer(parent.apiKey)] },
+    { name: 'no route', method: 'GET', path: '/nowhere', headers: [bearer(parent.apiKey)] },
+    { name: 'bad path', method: 'GET', path: '/v1/things/../x', headers: [bearer(parent.apiKey)] },
+    {
+      name: 'acting malformed',
+      method: 'GET',
+      path: '/v1/things/a',
+      headers: [bearer(parent.apiKey), ['X-Service-Acting-Tenant', 'nobody']],
+    },
+  ]
+  for (const c of cases) {
+    const proxied = await callAs(gw.url, null, { method: c.method, path: c.path, headers: c.headers })
+    t.ok(proxied.status >= 400, `${c.name}: refused through the proxy (${proxied.status})`)
+    for (const endpoint of ['forward-auth', 'envoy'] as const) {
+      const decided = await ask(endpoint, c.method, c.path, c.headers)
+      t.equal(decided.status, proxied.status, `${c.name}, ${endpoint}: same status`)
+      t.same(problemOf(decided), problemOf(proxied), `${c.name}, ${endpoint}: same problem`)
+      t.equal(
+        decided.headers['www-authenticate'],
+        proxied.headers['www-authenticate'],
+        `${c.name}: same WWW-Authenticate`,
+      )
+      t.match(decided.headers['content-type'], /application\/problem\+json/)
+    }
+    const nginx = await ask('nginx', c.method, c.path, c.headers)
+    t.equal(nginx.status, proxied.status === 401 ? 401 : 403, `${c.name}, nginx: 401 or 403`)
+    t.equal(nginx.headers['x-tgw-status'], String(proxied.status), `${c.name}, nginx: the real status`)
+    t.same(
+      problemOf({ ...nginx, body: String(nginx.headers['x-tgw-problem']) }),
+      problemOf(proxied),
+      `${c.name}, nginx: the problem on one line`,
+    )
+  }
+  t.equal(upstream.received.length, 0, 'nothing was proxied')
+})
+
+t.test('a limit refuses a decision as it refuses a proxied request: 429, Retry-After, RateLimit', async (t) => {
+  const sub = await subAccount('one-a-while', 2)
+  const asSub: [string, string][] = [bearer(parent.apiKey), ['X-Service-Acting-Tenant', sub]]
+  const first = await ask('envoy', 'GET', '/v1/things/a', asSub)
+  t.equal(first.status, 200)
+  t.match(first.headers['ratelimit-policy'], /"sub_account.rate";q=2;w=600/)
+  t.equal(first.headers['x-service-resolved-tenant'], sub)
+  // A small limit leases a unit at a time (limits-proxy.test.ts): a pause lets the renewal land.
+  await sleep(150)
+  t.equal(
+    (await callAs(gw.url, parent.apiKey, { path: '/v1/things/a', acting: sub })).status,
+    200,
+    'the proxy takes the second',
+  )
+  await sleep(150)
+  const proxied = await callAs(gw.url, parent.apiKey, { path: '/v1/things/a', acting: sub })
+  t.equal(proxied.status, 429)
+  for (const endpoint of ['forward-auth', 'envoy'] as const) {
+    const decided = await ask(endpoint, 'GET', '/v1/things/a', asSub)
+    t.equal(decided.status, 429, endpoint)
+    t.ok(Number(decided.headers['retry-after']) >= 1, `${endpoint}: Retry-After`)
+    t.same(problemOf(decided).violated_policies, ['sub_account.rate'])
+    t.equal(decided.headers['ratelimit-policy'], proxied.headers['ratelimit-policy'])
+  }
+  const nginx = await ask('nginx', 'GET', '/v1/things/a', asSub)
+  t.equal(nginx.status, 403)
+  t.equal(nginx.headers['x-tgw-status'], '429')
+  t.ok(Number(nginx.headers['retry-after']) >= 1, 'nginx: Retry-After')
+  t.same(JSON.parse(String(nginx.headers['x-tgw-problem'])).code, 'rate_limited')
+})
+
+t.test('POST /verify', async (t) => {
+  const verify = (body: unknown) =>
+    rawRequest(gw.authzUrl, {
+      method: 'POST',
+      path: '/verify',
+      headers: [['Content-Type', 'application/json']],
+      body: JSON.stringify(body),
+    })
+  const valid = await verify({ key: parent.apiKey, path: '/v1/things/a' })
+  t.equal(valid.status, 200)
+  t.same(valid.json(), {
+    valid: true,
+    key_id: parent.keyId,
+    caller_tenant_id: parent.id,
+    resolved_tenant_id: parent.id,
+    scopes: ['sub_accounts:read', 'sub_accounts:write', 'things:read'],
+    ratelimit: null,
+  })
+  t.same((await verify({ key: 'tgw_nope', path: '/v1/things/a' })).json(), {
+    valid: false,
+    code: 'unauthenticated',
+    status: 401,
+  })
+  t.same((await verify({ key: parent.apiKey, acting_tenant: 'self', method: 'POST', path: '/v1/things/a' })).json(), {
+    valid: false,
+    code: 'insufficient_scope',
+    status: 403,
+  })
+  const sub = await subAccount('verified', 5)
+  const acting = await verify({ key: parent.apiKey, acting_tenant: sub, path: '/v1/costly/x', cost: 2 })
+  t.equal(acting.json().resolved_tenant_id, sub)
+  t.match(acting.json().ratelimit, { policy: '"sub_account.rate";q=5;w=600' })
+  const bad = await verify({ key: parent.apiKey, cost: 0, extra: true })
+  t.equal(bad.status, 400)
+  t.equal(bad.json().code, 'validation_failed')
+  t.same(
+    bad.json().errors.map((e: { path: string }) => e.path),
+    ['/extra', '/cost'],
+  )
+  t.equal((await rawRequest(gw.authzUrl, { method: 'POST', path: '/verify', body: '{' })).json().code, 'invalid_json')
+  t.equal((await rawRequest(gw.authzUrl, { path: '/verify' })).status, 404, 'POST only')
+})
+
+t.test('AUTHZ_PORT serves only its endpoints; PORT never decides', async (t) => {
+  for (const path of ['/v1/things/a', '/healthz', '/openapi.json', '/v1/sub-accounts', '/nginxx', '/']) {
+    const res = await callAs(gw.authzUrl, parent.apiKey, { path })
+    t.equal(res.status, 404, `AUTHZ_PORT ${path}`)
+    t.equal(res.json().code, 'route_not_found')
+  }
+  // Asked about the gateway's own paths: never decided, never run.
+  for (const path of ['/v1/sub-accounts', '/healthz', '/oauth2/token', '/console']) {
+    const res = await ask('envoy', 'GET', path, [bearer(parent.apiKey)])
+    t.equal(res.status, 404, `a decision about ${path}`)
+    t.equal(res.json().code, 'route_not_found')
+  }
+  // On PORT, the endpoints' paths are paths like any other (no route: 404), and a route only
+  // decided for is no route at all.
+  for (const path of ['/nginx', '/forward-auth', '/envoy/v1/things/a', '/verify', '/v1/decided/x']) {
+    const res = await callAs(gw.url, parent.apiKey, {
+      path,
+      headers: [
+        ['X-Original-URI', '/v1/things/a'],
+        ['X-Original-Method', 'GET'],
+      ],
+    })
+    t.equal(res.status, 404, `PORT ${path}`)
+    t.equal(res.json().code, 'route_not_found')
+    t.notOk(res.headers['x-service-resolved-tenant'])
+  }
+  const decided = await ask('envoy', 'GET', '/v1/decided/x', [bearer(parent.apiKey)])
+  t.equal(decided.status, 200, 'a route without an upstream is decided for')
+  t.equal(decided.headers['x-service-key-id'], parent.keyId)
+})
