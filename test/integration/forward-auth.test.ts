@@ -6,12 +6,15 @@
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse, rawRequest } from '../helpers/http.js'
-import { sleep } from '../helpers/poll.js'
+import { monthOf } from '../../src/limits/month.js'
+import { monthUse } from '../../src/limits/store.js'
+import { sleep, until } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t)
 const gw = await startGateway(t, {
   authz: true,
+  requestLog: { flushIntervalMs: 50 },
   gatewayConfig: {
     routes: [
       { prefix: '/v1/things', upstream: upstream.url, scopes: { read: ['things:read'], write: ['things:write'] } },
@@ -226,4 +229,50 @@ t.test('AUTHZ_PORT serves only its endpoints; PORT never decides', async (t) => 
   const decided = await ask('envoy', 'GET', '/v1/decided/x', [bearer(parent.apiKey)])
   t.equal(decided.status, 200, 'a route without an upstream is decided for')
   t.equal(decided.headers['x-service-key-id'], parent.keyId)
+})
+
+t.test('a decision counts as the proxy counts: usage, quota and the request log, outcome decided', async (t) => {
+  const made = await callAs(gw.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts',
+    acting: 'self',
+    json: { name: 'counted', limits: { monthly_quota: { requests: 12 } } },
+  })
+  const sub = made.json().id as string
+  const asSub: [string, string][] = [bearer(parent.apiKey), ['X-Service-Acting-Tenant', sub]]
+  const proxiedBefore = upstream.received.length
+  t.equal((await ask('envoy', 'GET', '/v1/costly/1', asSub)).status, 200)
+  t.equal((await ask('forward-auth', 'GET', '/v1/costly/2', asSub)).status, 200)
+  // 10 of 12 units taken: a third of cost 5 is over the quota; nginx hears 403, the log the 429.
+  const refused = await ask('nginx', 'GET', '/v1/costly/3', asSub)
+  t.equal(refused.status, 403)
+  t.equal(refused.headers['x-tgw-status'], '429')
+  t.equal(upstream.received.length, proxiedBefore, 'nothing was proxied')
+
+  await gw.app.usageMeter.flush()
+  t.equal(
+    await monthUse(gw.sql, { tenantId: sub, level: 'sub_account' }, monthOf(Date.now())),
+    10,
+    'the quota counts 2 × 5',
+  )
+  const usage = await callAs(gw.url, parent.apiKey, { path: `/v1/sub-accounts/usage?sub_account_id=${sub}` })
+  const [entry] = usage.json().data
+  t.equal(entry.requests, 3, 'three decisions answered')
+  t.same(entry.units, { requests: 10 }, 'the two allowed count their cost')
+  t.same(entry.by_status, { '2xx': 2, '3xx': 0, '4xx': 1, '5xx': 0 })
+
+  let records: { status: number; outcome: string; path: string; route: string }[] = []
+  t.ok(
+    await until(10_000, async () => {
+      const page = await callAs(gw.url, parent.apiKey, { path: `/v1/sub-accounts/requests?sub_account_id=${sub}` })
+      records = page.json().data
+      return records.length === 3
+    }),
+    'the request log holds the three',
+  )
+  t.same(records.map((r) => [r.path, r.status, r.outcome, r.route]).sort(), [
+    ['/v1/costly/1', 200, 'decided', '/v1/costly'],
+    ['/v1/costly/2', 200, 'decided', '/v1/costly'],
+    ['/v1/costly/3', 429, 'decided', '/v1/costly'],
+  ])
 })
