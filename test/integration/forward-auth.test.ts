@@ -188,7 +188,11 @@ t.test('POST /verify', async (t) => {
   const sub = await subAccount('verified', 5)
   const acting = await verify({ key: parent.apiKey, acting_tenant: sub, path: '/v1/costly/x', cost: 2 })
   t.equal(acting.json().resolved_tenant_id, sub)
-  t.match(acting.json().ratelimit, { policy: '"sub_account.rate";q=5;w=600' })
+  t.match(
+    acting.json().ratelimit,
+    { policy: '"sub_account.rate";q=5;w=600', current: /^"sub_account.rate";r=3;/ },
+    'cost 2 taken of 5',
+  )
   const bad = await verify({ key: parent.apiKey, cost: 0, extra: true })
   t.equal(bad.status, 400)
   t.equal(bad.json().code, 'validation_failed')
