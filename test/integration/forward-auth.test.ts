@@ -9,9 +9,10 @@ import { callAs, type RawResponse, rawRequest } from '../helpers/http.js'
 import { monthOf } from '../../src/limits/month.js'
 import { monthUse } from '../../src/limits/store.js'
 import { sleep, until } from '../helpers/poll.js'
-import { startUpstream } from '../helpers/upstream.js'
+import { holdingUpstream, startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t)
+const holding = await holdingUpstream(t, { holdPrefix: '/v1/narrow/hold', delayMs: [0, 0] })
 const gw = await startGateway(t, {
   authz: true,
   requestLog: { flushIntervalMs: 50 },
@@ -21,6 +22,14 @@ const gw = await startGateway(t, {
       // Only decided for: no upstream.
       { prefix: '/v1/decided', scopes: { read: ['things:read'] } },
       { prefix: '/v1/costly', upstream: upstream.url, cost: 5 },
+      // One slot in all: one request held upstream takes it.
+      {
+        prefix: '/v1/narrow',
+        upstream: holding.url,
+        max_connections: 1,
+        max_connections_per_tenant: 1,
+        max_connections_per_account: 1,
+      },
     ],
   },
 })
@@ -279,4 +288,16 @@ t.test('a decision counts as the proxy counts: usage, quota and the request log,
     ['/v1/costly/2', 200, 'decided', '/v1/costly'],
     ['/v1/costly/3', 429, 'decided', '/v1/costly'],
   ])
+})
+
+t.test('the concurrency caps do not apply to a decision: it takes no upstream slot', async (t) => {
+  const inFlight = callAs(gw.url, parent.apiKey, { path: '/v1/narrow/hold' })
+  t.ok(await until(10_000, async () => holding.held() === 1), 'a proxied request holds the only slot')
+  const refused = await callAs(gw.url, parent.apiKey, { path: '/v1/narrow/x' })
+  t.equal(refused.status, 429, 'through the proxy, the tenant has no share left')
+  t.equal(refused.json().code, 'too_many_concurrent_requests')
+  const decided = await ask('envoy', 'GET', '/v1/narrow/x', [bearer(parent.apiKey)])
+  t.equal(decided.status, 200, 'decided all the same')
+  holding.release()
+  t.equal((await inFlight).status, 200)
 })
