@@ -51,9 +51,11 @@ function shapeStatusLine(response: ServerResponse, kind: DecisionKind): void {
 
 /** Hands the request, now the one asked about, to the app's router. */
 function decide(app: FastifyInstance, raw: IncomingMessage, response: ServerResponse, kind: DecisionKind): void {
-  // The asking request's own body (there should be none) is not the original's: never parsed.
+  // The asking request's own body (there should be none) is not the original's: never parsed,
+  // and no 100 Continue is owed for it (the proxy in front answers the client's Expect).
   delete raw.headers['content-length']
   delete raw.headers['transfer-encoding']
+  delete raw.headers.expect
   raw.resume()
   shapeStatusLine(response, kind)
   app.routing(raw, response)
@@ -81,6 +83,8 @@ async function verify(app: FastifyInstance, raw: IncomingMessage, response: Serv
 function handle(app: FastifyInstance, raw: IncomingMessage, response: ServerResponse): void {
   const path = (raw.url ?? '/').split('?', 1)[0]
   if (path === '/verify' && raw.method === 'POST') {
+    // Its body is the question: a client that waits for 100 Continue is told to send it.
+    if (raw.headers.expect?.toLowerCase() === '100-continue') response.writeContinue()
     verify(app, raw, response).catch((err: Error) => {
       app.log.warn({ err }, 'authz: a /verify request failed')
       if (!response.headersSent) refuse(raw, response, new ApiError('bad_request', 'the body could not be read'))
@@ -110,6 +114,9 @@ export async function listenForDecisions(
 ): Promise<DecisionListener> {
   const server = createServer(serverOptions(headersTimeoutMs), (raw, response) => handle(app, raw, response))
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
+  // A question carrying the client's Expect: 100-continue is answered with the decision alone,
+  // never a 100 first (which nginx's auth_request would take for the answer).
+  server.on('checkContinue', (raw, response) => handle(app, raw, response))
   // A socket error on a connection of a proxy that went away: the connection's end, nothing more.
   server.on('clientError', (_err, socket) => socket.destroy())
   await new Promise<void>((resolve, reject) => {

@@ -12,16 +12,6 @@ import { routeNotFound } from '../errors.js'
 import { pathOf } from '../http/bad-paths.js'
 import { routeKindOf } from '../http/route-kind.js'
 
-/** The fields an allowed decision carries for the upstream (docs/forward-auth.md, the answer). */
-export const DECISION_FIELDS = [
-  'x-service-resolved-tenant',
-  'x-service-caller-tenant',
-  'x-service-key-id',
-  'x-service-scopes',
-  'x-service-identity',
-  // X-Service-Cell goes here, where the route has cells (placement): set beside the others.
-] as const
-
 /** A route's handler for a decision that every step let through. */
 export function answerDecision(request: FastifyRequest, reply: FastifyReply, mark: DecisionMark): void {
   const identity = trustedIdentity(request)
@@ -38,6 +28,8 @@ export function answerDecision(request: FastifyRequest, reply: FastifyReply, mar
     reply.header('x-service-key-id', identity.keyId)
     reply.header('x-service-scopes', identity.scopes.join(' '))
     if (identity.assertion != null) reply.header('x-service-identity', identity.assertion)
+    // X-Service-Cell, where the route has cells (placement), is set here beside the others: the
+    // proxy in front routes by it (docs/forward-auth.md, a `map` from it to an upstream).
   }
   reply.send()
 }

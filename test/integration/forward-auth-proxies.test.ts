@@ -39,6 +39,7 @@ async function subAccount(
   name: string,
   rate: number,
   keyPolicy?: unknown,
+  scopes = ['things:read'],
 ): Promise<{ id: string; key: string; keyId: string }> {
   const made = await manage('POST', '', {
     name,
@@ -47,7 +48,7 @@ async function subAccount(
   })
   if (made.status !== 201) throw new Error(`create ${name}: ${made.status} ${made.body}`)
   const id = made.json().id as string
-  const key = await manage('POST', `/${id}/api-keys`, { name: 'k', scopes: ['things:read'] })
+  const key = await manage('POST', `/${id}/api-keys`, { name: 'k', scopes })
   if (key.status !== 201) throw new Error(`key for ${name}: ${key.status} ${key.body}`)
   return { id, key: key.json().api_key as string, keyId: key.json().id as string }
 }
@@ -56,7 +57,7 @@ let sent = 0
 /** The same request through the gateway's proxy and through `front`, with one request id. */
 async function both(
   front: FrontProxy,
-  options: { method?: string; path: string; headers: [string, string][]; localAddress?: string },
+  options: { method?: string; path: string; headers: [string, string][]; localAddress?: string; body?: string },
 ): Promise<{
   gateway: RawResponse
   front: RawResponse
@@ -142,6 +143,28 @@ for (const [name, front] of Object.entries(proxies)) {
       t.equal(answers.gateway.status, refusal.status, `${refusal.case}: the gateway's own answer`)
       sameAnswer(t, refusal.case, answers.gateway, answers.front)
       t.equal(answers.upstreamSaw.front, undefined, `${refusal.case}: nothing reached the upstream`)
+    }
+  })
+
+  t.test(`${name}: a write with a body, and one that expects 100 Continue`, async (t) => {
+    const sub = await subAccount(`${name}-writer`, 1000, undefined, ['things:read', 'things:write'])
+    const body = JSON.stringify({ n: name, pad: 'x'.repeat(2000) })
+    for (const expect of [false, true]) {
+      const answers = await both(front, {
+        method: 'POST',
+        path: '/v1/things',
+        headers: [
+          ['Authorization', `Bearer ${sub.key}`],
+          ['Content-Type', 'application/json'],
+          ['Content-Length', String(body.length)],
+          ...(expect ? ([['Expect', '100-continue']] as [string, string][]) : []),
+        ],
+        body,
+      })
+      sameAnswer(t, `POST${expect ? ' with Expect' : ''}`, answers.gateway, answers.front)
+      t.equal(answers.front.status, 200, front.log())
+      t.equal(answers.upstreamSaw.front?.bodyBytes, body.length, 'the whole body reached the upstream')
+      t.same(trusted(answers.upstreamSaw.front), trusted(answers.upstreamSaw.gateway))
     }
   })
 
