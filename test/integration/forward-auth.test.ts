@@ -3,6 +3,7 @@
 // answers them. Asked directly here, over real sockets, against the answers PORT gives the same
 // request: status, problem body, WWW-Authenticate, Retry-After and RateLimit fields alike. The
 // proxies in front (nginx, Caddy) are in forward-auth-proxies.test.ts.
+import { request as httpRequest } from 'node:http'
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse, rawRequest } from '../helpers/http.js'
@@ -300,4 +301,29 @@ t.test('the concurrency caps do not apply to a decision: it takes no upstream sl
   t.equal(decided.status, 200, 'decided all the same')
   holding.release()
   t.equal((await inFlight).status, 200)
+})
+
+t.test("a question carrying the client's Expect: 100-continue gets the decision, no 100 before it", async (t) => {
+  const informational: number[] = []
+  const status = await new Promise<number>((resolve, reject) => {
+    const url = new URL(gw.authzUrl)
+    const request = httpRequest(
+      {
+        host: url.hostname,
+        port: url.port,
+        path: '/envoy/v1/things/a',
+        headers: { authorization: `Bearer ${parent.apiKey}`, expect: '100-continue' },
+        agent: false,
+      },
+      (response) => {
+        response.resume()
+        response.on('end', () => resolve(response.statusCode!))
+      },
+    )
+    request.on('information', (info) => informational.push(info.statusCode))
+    request.on('error', reject)
+    request.end()
+  })
+  t.equal(status, 200)
+  t.same(informational, [], 'no 100 Continue: Envoy or Traefik would take it for the answer')
 })
