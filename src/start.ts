@@ -147,7 +147,9 @@ async function start(
     const authzPort = config.authzPort
     // Once the app is ready (its router is what decides).
     if (authzPort !== null)
-      decisions = await listening('AUTHZ_PORT', config, () => listenForDecisions(app, authzPort, config.host))
+      decisions = await listening('AUTHZ_PORT', config, () =>
+        listenForDecisions(app, authzPort, config.host, config.maxConnections),
+      )
     if (routes.length === 0) app.log.warn(NOTHING_TO_PROXY)
     // Only once both ports are bound: a start that fails before has created no account whose key
     // was never shown (docs/decisions/0249-the-bootstrap-account-is-made-once-the-gateway.md).

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import { ApiError, problem, PROBLEM_CONTENT_TYPE } from '../errors.js'
 import { type DecisionKind, markDecision } from '../http/decision-mark.js'
 import { requestId } from '../http/request-id.js'
-import { HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, serverOptions } from '../http/server-limits.js'
+import { HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, limitConnections, serverOptions } from '../http/server-limits.js'
 import { originalRequest } from './endpoints.js'
 import { readBody, verifyQuestion } from './verify.js'
 
@@ -105,15 +105,20 @@ function handle(app: FastifyInstance, raw: IncomingMessage, response: ServerResp
   decide(app, raw, response, original.kind)
 }
 
-/** Listens on AUTHZ_PORT; the listener is closed before the app, on the drain (start.ts). */
+/**
+ * Listens on AUTHZ_PORT; the listener is closed before the app, on the drain (start.ts). It holds
+ * at most `maxConnections` (MAX_CONNECTIONS, as PORT: the proxies in front keep theirs open).
+ */
 export async function listenForDecisions(
   app: FastifyInstance,
   port: number,
   host: string,
+  maxConnections = 10_000,
   headersTimeoutMs = HEADERS_TIMEOUT_MS,
 ): Promise<DecisionListener> {
   const server = createServer(serverOptions(headersTimeoutMs), (raw, response) => handle(app, raw, response))
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
+  limitConnections(server, maxConnections)
   // A question carrying the client's Expect: 100-continue is answered with the decision alone,
   // never a 100 first (which nginx's auth_request would take for the answer).
   server.on('checkContinue', (raw, response) => handle(app, raw, response))
