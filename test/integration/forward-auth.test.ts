@@ -4,9 +4,11 @@
 // request: status, problem body, WWW-Authenticate, Retry-After and RateLimit fields alike. The
 // proxies in front (nginx, Caddy) are in forward-auth-proxies.test.ts.
 import { request as httpRequest } from 'node:http'
+import { connect } from 'node:net'
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs, type RawResponse, rawRequest } from '../helpers/http.js'
+import { listenForDecisions } from '../../src/forward-auth/listener.js'
 import { monthOf } from '../../src/limits/month.js'
 import { monthUse } from '../../src/limits/store.js'
 import { sleep, until } from '../helpers/poll.js'
@@ -326,4 +328,45 @@ t.test("a question carrying the client's Expect: 100-continue gets the decision,
   })
   t.equal(status, 200)
   t.same(informational, [], 'no 100 Continue: Envoy or Traefik would take it for the answer')
+})
+
+t.test('AUTHZ_PORT holds at most MAX_CONNECTIONS: past them, with none idle, a connection is closed', async (t) => {
+  const listener = await listenForDecisions(gw.app, 0, '127.0.0.1', 2)
+  t.teardown(() => listener.close())
+  // Two heads still arriving: held, and not idle.
+  const held = [0, 1].map(() => connect(listener.port, '127.0.0.1'))
+  t.teardown(() => {
+    for (const socket of held) socket.destroy()
+  })
+  for (const socket of held) {
+    socket.on('error', () => {})
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
+    socket.write('GET /envoy/v1/things/a HTTP/1.1\r\nHost: a\r\n')
+  }
+  t.ok(
+    await until(10_000, async () => {
+      const count = await new Promise<number>((resolve) => listener.server.getConnections((_err, n) => resolve(n)))
+      return count === 2
+    }),
+    'both held',
+  )
+  await t.rejects(
+    rawRequest(`http://127.0.0.1:${listener.port}`, { path: '/envoy/v1/things/a', headers: [bearer(parent.apiKey)] }),
+    'a third is closed unanswered',
+  )
+  for (const socket of held) socket.destroy()
+  t.ok(
+    await until(10_000, async () => {
+      try {
+        const res = await rawRequest(`http://127.0.0.1:${listener.port}`, {
+          path: '/envoy/v1/things/a',
+          headers: [bearer(parent.apiKey)],
+        })
+        return res.status === 200
+      } catch {
+        return false
+      }
+    }),
+    'served again once they are gone',
+  )
 })
