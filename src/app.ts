@@ -59,6 +59,8 @@ declare module 'fastify' {
     keyring: Keyring
     /** Verifies and remembers access tokens (auth/access-tokens.ts), for the tenancy checks. */
     accessTokens: AccessTokens
+    /** Built with AUTHZ_PORT: its hooks are in place, and it may be handed decisions (forward-auth/). */
+    decides: boolean
   }
 }
 
@@ -96,10 +98,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(readinessPlugin)
   await app.register(requestGuards)
   app.setErrorHandler(sendError)
-  // A decision only for the route table's paths, and its refusal as its asker reads it (AUTHZ_PORT);
-  // every other request passes untouched.
-  app.addHook('onRequest', decideOnlyProxiedPaths)
-  app.addHook('onSend', shapeRefusal)
+  // With AUTHZ_PORT: a decision only for the route table's paths, and its refusal as its asker
+  // reads it. Without, nothing of it is on any request's way.
+  app.decorate('decides', config.authzPort !== null)
+  if (app.decides) {
+    app.addHook('onRequest', decideOnlyProxiedPaths)
+    app.addHook('onSend', shapeRefusal)
+  }
 
   await registerOpenApi(app)
   await app.register(healthRoutes, healthOptions(app, deps))

@@ -116,6 +116,8 @@ export async function listenForDecisions(
   maxConnections = 10_000,
   headersTimeoutMs = HEADERS_TIMEOUT_MS,
 ): Promise<DecisionListener> {
+  // Without its hooks, the app would run a decision about /v1/sub-accounts as a management call.
+  if (!app.decides) throw new Error('the app was built without AUTHZ_PORT: it cannot be handed decisions')
   const server = createServer(serverOptions(headersTimeoutMs), (raw, response) => handle(app, raw, response))
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
   limitConnections(server, maxConnections)

@@ -225,6 +225,8 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       // Tests send management calls as fast as they can: the default 50/1s is tested on its own.
       MANAGEMENT_RATE: '1000000/1s',
       ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+      // Built to decide (app.ts); the listener itself is started below, on a port of its own.
+      ...(options.authz === true ? { AUTHZ_PORT: '0' } : {}),
       ...options.env,
     }),
     // The route table is the test's, never the repository's config/gateway.yaml.

@@ -370,3 +370,8 @@ t.test('AUTHZ_PORT holds at most MAX_CONNECTIONS: past them, with none idle, a c
     'served again once they are gone',
   )
 })
+
+t.test('an app built without AUTHZ_PORT is never handed decisions', async (t) => {
+  const plain = await startGateway(t, { listen: false })
+  await t.rejects(listenForDecisions(plain.app, 0, '127.0.0.1'), /built without AUTHZ_PORT/)
+})
