@@ -43,6 +43,10 @@ export function readBody(raw: IncomingMessage): Promise<string | ApiError> {
     raw.on('data', onData)
     raw.once('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
     raw.once('error', reject)
+    // A caller that leaves before its body has all come: nothing to answer, nothing left waiting.
+    raw.once('close', () => {
+      if (!raw.complete) resolve(new ApiError('bad_request', 'the connection closed before the whole body came'))
+    })
   })
 }
 
