@@ -25,6 +25,7 @@ const gw = await startGateway(t, {
       // Only decided for: no upstream.
       { prefix: '/v1/decided', scopes: { read: ['things:read'] } },
       { prefix: '/v1/costly', upstream: upstream.url, cost: 5 },
+      { prefix: '/v1/signed', upstream: upstream.url, identity: { audience: 'signed-things' } },
       // One slot in all: one request held upstream takes it.
       {
         prefix: '/v1/narrow',
@@ -374,4 +375,16 @@ t.test('AUTHZ_PORT holds at most MAX_CONNECTIONS: past them, with none idle, a c
 t.test('an app built without AUTHZ_PORT is never handed decisions', async (t) => {
   const plain = await startGateway(t, { listen: false })
   await t.rejects(listenForDecisions(plain.app, 0, '127.0.0.1'), /built without AUTHZ_PORT/)
+})
+
+t.test('on a route that signs, the decision carries X-Service-Identity, as the upstream would get it', async (t) => {
+  const decided = await ask('nginx', 'GET', '/v1/signed/a', [bearer(parent.apiKey)])
+  t.equal(decided.status, 200)
+  const token = String(decided.headers['x-service-identity'])
+  const claims = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8'))
+  t.match(claims, { aud: 'signed-things', sub: parent.id, key_id: parent.keyId })
+  t.notOk(
+    (await ask('nginx', 'GET', '/v1/things/a', [bearer(parent.apiKey)])).headers['x-service-identity'],
+    'none elsewhere',
+  )
 })
