@@ -2,8 +2,11 @@
 // requests a second on PORT, from one gateway process, same key, same run, alternating rounds.
 // A decision runs the same steps as the proxied request (key, acting header, scopes, limits) and
 // answers 200 with the trusted headers; the proxied one also goes to the upstream and back. The
-// target is decided / proxied ≥ 2. Then a revoked key's next decision. bench/README.md has figures.
+// target is decided / proxied ≥ 2. A third side: nginx (Debian's, docs/examples/forward-auth/
+// nginx.conf as the tests run it) asking the gateway and proxying to the upstream itself, against
+// the gateway proxying alone. Then a revoked key's next decision. bench/README.md has figures.
 import http from 'node:http'
+import { startNginx } from '../test/helpers/front-proxies.js'
 import {
   createDatabase,
   envInt,
@@ -35,7 +38,7 @@ const CONNECTIONS = envInt('BENCH_CONNECTIONS', 32)
 const ROUNDS = envInt('BENCH_ROUNDS', 6)
 const WARMUP = envInt('BENCH_WARMUP', 5)
 
-type SideName = 'proxied' | 'decided'
+type SideName = 'proxied' | 'decided' | 'nginx'
 interface Round extends Measured {
   side: SideName
 }
@@ -43,6 +46,7 @@ interface Round extends Measured {
 async function main(): Promise<void> {
   const db = await createDatabase('forward_auth')
   const started: Server[] = []
+  const cleanups: (() => unknown)[] = []
   try {
     const upstream = await startUpstream()
     started.push(upstream)
@@ -53,9 +57,11 @@ async function main(): Promise<void> {
     started.push(gateway)
     const authzUrl = `http://127.0.0.1:${authzPort}`
     const seed = await seedActing(gateway, db.url)
-    const sides = [
-      { name: 'proxied' as const, url: gateway.url, path: PROXIED_PATH, expectBody: undefined },
-      { name: 'decided' as const, url: authzUrl, path: `/envoy${PROXIED_PATH}`, expectBody: null },
+    const nginx = await startNginx({ teardown: (fn) => cleanups.push(fn) }, authzUrl, upstream.url)
+    const sides: { name: SideName; url: string; path: string; expectBody: null | undefined }[] = [
+      { name: 'proxied', url: gateway.url, path: PROXIED_PATH, expectBody: undefined },
+      { name: 'decided', url: authzUrl, path: `/envoy${PROXIED_PATH}`, expectBody: null },
+      { name: 'nginx', url: nginx.url, path: PROXIED_PATH, expectBody: undefined },
     ]
     for (const side of sides) {
       const response = await fetch(`${side.url}${side.path}`, { headers: seed.headers })
@@ -106,18 +112,21 @@ async function main(): Promise<void> {
     const of = (name: SideName) => rounds.filter((r) => r.side === name)
     const proxied = medianOf(of('proxied'))
     const decided = medianOf(of('decided'))
+    const viaNginx = medianOf(of('nginx'))
     const ratio = decided.perSecond / proxied.perSecond
     console.log(
       [
         ...reportHead('bench:forward-auth'),
         `load      GET ${PROXIED_PATH} as a parent acting as its sub-account, ${CONNECTIONS} keep-alive connections; ${ROUNDS} × ${DURATION} s per side, alternating`,
-        `sides     proxied: on PORT, to the upstream and back; decided: GET /envoy${PROXIED_PATH} on AUTHZ_PORT (Envoy ext_authz's form), the same gateway process`,
+        `sides     proxied: on PORT, to the upstream and back; decided: GET /envoy${PROXIED_PATH} on AUTHZ_PORT (Envoy ext_authz's form), the same gateway process;`,
+        `          nginx: one nginx worker with docs/examples/forward-auth/nginx.conf, asking /nginx and proxying to the upstream (CPU/request: the gateway's)`,
         '',
         ...table(
           ['side', ...ROUND_COLUMNS],
           [
             ['proxied', ...roundCells(proxied)],
             ['decided', ...roundCells(decided)],
+            ['nginx', ...roundCells(viaNginx)],
           ],
         ),
         '',
@@ -126,6 +135,7 @@ async function main(): Promise<void> {
         `                    req/s round by round: ${of('decided')
           .map((d, i) => (d.perSecond / of('proxied')[i]!.perSecond).toFixed(2))
           .join(', ')}`,
+        `nginx / proxied     req/s ${(viaNginx.perSecond / proxied.perSecond).toFixed(2)}, p99 ${(viaNginx.p99 / proxied.p99).toFixed(2)}, the gateway's CPU/request ${(viaNginx.cpuMicros / proxied.cpuMicros).toFixed(2)}`,
         `revoked key         refused on AUTHZ_PORT ${refusedAfterMs.toFixed(0)} ms after the CLI's revoke returned (target ≤ 1000)`,
       ].join('\n'),
     )
@@ -133,6 +143,7 @@ async function main(): Promise<void> {
     if (!isInterrupted()) for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
     throw err
   } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup()
     for (const server of started.reverse()) await stopChild(server.child).catch((err) => console.error(err))
     await db.drop()
   }
