@@ -105,6 +105,12 @@ t.test("each refusal is the proxy's: status, body and headers; nginx gets it as 
     { name: 'unknown key', method: 'GET', path: '/v1/things/a', headers: [bearer(`tgw_${'x'.repeat(40)}`)] },
     { name: 'missing scope', method: 'POST', path: '/v1/things/a', headers: [bearer(parent.apiKey)] },
     { name: 'no route', method: 'GET', path: '/nowhere', headers: [bearer(parent.apiKey)] },
+    {
+      name: 'an upgrade where no WebSocket is carried',
+      method: 'GET',
+      path: '/v1/things/a',
+      headers: [bearer(parent.apiKey), ['Upgrade', 'websocket']],
+    },
     { name: 'bad path', method: 'GET', path: '/v1/things/../x', headers: [bearer(parent.apiKey)] },
     {
       name: 'acting malformed',
