@@ -41,11 +41,11 @@ export const PROXY_STEPS: readonly StepFactory[] = [
  * The steps a decision passes (proxy/decision.ts): the proxy's own, in the same order, but for
  * those that need the exchange itself. The asking proxy holds the connection to its upstream, so
  * no slot is taken (the route's concurrency caps do not apply), nor a body read (no 100 Continue,
- * no declared length to judge), nor a WebSocket opened (the asking proxy upgrades).
+ * no declared length to judge), nor a WebSocket opened (the asking proxy upgrades). A route
+ * without WebSockets still refuses an upgrade, as on PORT.
  */
 const EXCHANGE_ONLY: ReadonlySet<StepFactory> = new Set([
   websocketUpgradeStep,
-  websocketRefusalStep,
   declaredBodyStep,
   slotStep,
   sendContinueStep,
