@@ -859,6 +859,8 @@ export async function load(o: {
   vary?: () => Record<string, string>
   allowed?: readonly number[]
   onResponse?: () => void
+  /** The body every 200 must have: the upstream's (default), or null for any (a decision's is empty). */
+  expectBody?: string | null
 }): Promise<Measured> {
   checkInterrupted()
   let latencies = new Float64Array(1 << 16)
@@ -893,7 +895,7 @@ export async function load(o: {
                   }),
                 }),
             onResponse: (status: number, body: string) => {
-              if (status === 200 && body !== UPSTREAM_BODY) wrongBodies++
+              if (status === 200 && o.expectBody !== null && body !== (o.expectBody ?? UPSTREAM_BODY)) wrongBodies++
             },
           },
         ],

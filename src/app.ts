@@ -45,6 +45,7 @@ import { readinessPlugin } from './ops/readiness-plugin.js'
 import { requestAccounting } from './ops/request-accounting.js'
 import { portalPlugin } from './portal/plugin.js'
 import { proxyRoutes } from './proxy/plugin.js'
+import { decideOnlyProxiedPaths, shapeRefusal } from './proxy/decision.js'
 import { requestLogPlugin } from './request-log/plugin.js'
 import { Keyring } from './signing-keys/keyring.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
@@ -58,6 +59,8 @@ declare module 'fastify' {
     keyring: Keyring
     /** Verifies and remembers access tokens (auth/access-tokens.ts), for the tenancy checks. */
     accessTokens: AccessTokens
+    /** Built with AUTHZ_PORT: its hooks are in place, and it may be handed decisions (forward-auth/). */
+    decides: boolean
   }
 }
 
@@ -95,6 +98,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(readinessPlugin)
   await app.register(requestGuards)
   app.setErrorHandler(sendError)
+  // With AUTHZ_PORT: a decision only for the route table's paths, and its refusal as its asker
+  // reads it. Without, nothing of it is on any request's way.
+  app.decorate('decides', config.authzPort !== null)
+  if (app.decides) {
+    app.addHook('onRequest', decideOnlyProxiedPaths)
+    app.addHook('onSend', shapeRefusal)
+  }
 
   await registerOpenApi(app)
   await app.register(healthRoutes, healthOptions(app, deps))

@@ -53,6 +53,8 @@ export interface Config {
   readonly gatewayConfig: Readonly<Record<string, unknown>>
   readonly logLevel: LogLevel
   readonly metricsPort: number
+  /** Forward authorization's own port (AUTHZ_PORT: docs/forward-auth.md); null: off. */
+  readonly authzPort: number | null
   /** After SIGTERM, how long /readyz says 503 before the gateway stops accepting (SHUTDOWN_DELAY_MS). */
   readonly shutdownDelayMs: number
   /** Then how long in-flight requests get to finish before their connections are cut (SHUTDOWN_TIMEOUT_MS). */
@@ -214,6 +216,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     gatewayConfig: Object.freeze(gatewayConfig),
     logLevel,
     metricsPort: parsePort(env, 'METRICS_PORT', 9091),
+    authzPort: parseAuthzPort(env, port),
     shutdownDelayMs: parseMilliseconds(env, 'SHUTDOWN_DELAY_MS', 0),
     shutdownTimeoutMs: parseMilliseconds(env, 'SHUTDOWN_TIMEOUT_MS', 10_000),
     maxConnections: parsePositiveInteger(env, 'MAX_CONNECTIONS', 10_000),
@@ -235,6 +238,22 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     console: parseOnOff(env, 'CONSOLE', true),
     usageExport: parseUsageExport(env),
   })
+}
+
+/**
+ * AUTHZ_PORT: unset, no forward authorization. Its endpoints take no key of their own, so it is
+ * never PORT, nor METRICS_PORT: a port shared with either would serve decisions to every client.
+ */
+function parseAuthzPort(env: Env, port: number): number | null {
+  if (read(env, 'AUTHZ_PORT') === undefined) return null
+  const authzPort = parsePort(env, 'AUTHZ_PORT', 0)
+  const metricsPort = parsePort(env, 'METRICS_PORT', 9091)
+  if (authzPort !== 0 && (authzPort === port || authzPort === metricsPort))
+    throw new ConfigError(
+      'AUTHZ_PORT',
+      `must differ from ${authzPort === port ? 'PORT' : 'METRICS_PORT'} (${authzPort}): it answers without a key, so only the proxy in front may reach it; set another port`,
+    )
+  return authzPort
 }
 
 /** USAGE_PERIOD_SECONDS: usage is counted per period, and a day holds whole periods (docs/configuration.md). */

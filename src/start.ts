@@ -14,6 +14,7 @@ import { loggerOptions } from './ops/logging.js'
 import { createMetrics } from './ops/metrics.js'
 import { serveMetrics } from './ops/metrics-server.js'
 import { loadRouteTable } from './proxy/route-table.js'
+import { type DecisionListener, listenForDecisions } from './forward-auth/listener.js'
 import { HANDLED_SIGNALS, type ProcessEvent, StopRules } from './signals.js'
 import { type Store, openStore, reachPostgres } from './store/db.js'
 import { migrate } from './store/migrate.js'
@@ -40,12 +41,16 @@ export interface RunningGateway {
 type Env = Readonly<Record<string, string | undefined>>
 
 /** Runs `listen`, naming the variable behind a port that cannot be had (Node's message names none). */
-async function listening<T>(variable: 'PORT' | 'METRICS_PORT', config: Config, listen: () => Promise<T>): Promise<T> {
+async function listening<T>(
+  variable: 'PORT' | 'METRICS_PORT' | 'AUTHZ_PORT',
+  config: Config,
+  listen: () => Promise<T>,
+): Promise<T> {
   try {
     return await listen()
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
-    const port = variable === 'PORT' ? config.port : config.metricsPort
+    const port = variable === 'PORT' ? config.port : variable === 'METRICS_PORT' ? config.metricsPort : config.authzPort
     const where = `${variable}=${port} on HOST=${config.host}`
     if (code === 'EADDRINUSE')
       throw new Error(`${where}: the port is already in use; stop what holds it or set ${variable} to another`)
@@ -85,7 +90,7 @@ export const NOTHING_TO_PROXY =
 async function start(
   env: Env,
   io: GatewayIo,
-): Promise<{ app: FastifyInstance; config: Config; close(): Promise<void> }> {
+): Promise<{ app: FastifyInstance; config: Config; close(): Promise<void>; decisions: DecisionListener | null }> {
   const config = loadConfig(env)
   const routes = loadRouteTable(config.gatewayConfig, config.upstreamUrl, config.console)
   // A refusal (a database it lacks, a wrong password) stops the start; no answer starts degraded.
@@ -96,6 +101,7 @@ async function start(
   const { store, logStore } = await openStores(config)
   const metrics = createMetrics({ processMetrics: true })
   let app: FastifyInstance
+  let decisions: DecisionListener | null = null
   const closeStores = async () => {
     await logStore?.close()
     await store.close()
@@ -133,7 +139,17 @@ async function start(
     app.addHook('onClose', async () => {
       await new Promise((resolve) => metricsServer.close(resolve))
     })
+    // Closed with PORT, before the stores: decisions in flight end, and are counted, first.
+    app.addHook('preClose', async () => {
+      await decisions?.close()
+    })
     await listening('PORT', config, () => app.listen({ port: config.port, host: config.host }))
+    const authzPort = config.authzPort
+    // Once the app is ready (its router is what decides).
+    if (authzPort !== null)
+      decisions = await listening('AUTHZ_PORT', config, () =>
+        listenForDecisions(app, authzPort, config.host, config.maxConnections),
+      )
     if (routes.length === 0) app.log.warn(NOTHING_TO_PROXY)
     // Only once both ports are bound: a start that fails before has created no account whose key
     // was never shown (docs/decisions/0249-the-bootstrap-account-is-made-once-the-gateway.md).
@@ -143,7 +159,7 @@ async function start(
     await close()
     throw err
   }
-  return { app, config, close }
+  return { app, config, close, decisions }
 }
 
 /**
@@ -151,7 +167,12 @@ async function start(
  * stops accepting, and requests in flight get SHUTDOWN_TIMEOUT_MS before their connections are cut.
  * Usage is flushed and the pools closed either way.
  */
-async function drain(app: FastifyInstance, config: Config, close: () => Promise<void>): Promise<void> {
+async function drain(
+  app: FastifyInstance,
+  config: Config,
+  close: () => Promise<void>,
+  decisions: DecisionListener | null,
+): Promise<void> {
   app.readiness.draining = true
   if (config.shutdownDelayMs > 0) await sleep(config.shutdownDelayMs)
   const stopped = close()
@@ -161,6 +182,7 @@ async function drain(app: FastifyInstance, config: Config, close: () => Promise<
       'requests still in flight at the shutdown timeout; closing their connections',
     )
     app.server.closeAllConnections()
+    decisions?.server.closeAllConnections()
   }, config.shutdownTimeoutMs)
   try {
     await stopped
@@ -184,7 +206,7 @@ export async function startGateway(env: Env, io: GatewayIo): Promise<RunningGate
     io.exit(1)
     return null
   }
-  const { app, config, close } = started
+  const { app, config, close, decisions } = started
   const rules = new StopRules(io.clock)
   // The last resort: whatever still hangs (a store that does not close) ends with the process.
   const graceMs = config.shutdownDelayMs + config.shutdownTimeoutMs + 10_000
@@ -194,7 +216,7 @@ export async function startGateway(env: Env, io: GatewayIo): Promise<RunningGate
       io.exit(1)
     }, graceMs)
     try {
-      await drain(app, config, close)
+      await drain(app, config, close, decisions)
       app.log.info('closed')
       io.exit(rules.exitCode())
     } catch (err) {

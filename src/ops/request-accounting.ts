@@ -12,6 +12,7 @@ import { recordOf, responseBytesOf } from '../request-log/capture.js'
 import { logRequest } from './logging.js'
 import type { Limits } from '../limits/types.js'
 import { REQUESTS_METER } from '../usage/meter.js'
+import { decidedAllowed } from '../http/decision-mark.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -57,6 +58,8 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
       if (logRequests) logRequest(app.log, kind, request, reply)
       const proxied = kind === 'proxy'
+      // A decision let through counts as forwarded (AUTHZ_PORT: the asking proxy forwards it).
+      const forwarded = proxied && (request.upstreamSentAt > 0 || decidedAllowed(request.raw, reply.statusCode))
       if (proxied) metrics.proxy.proxiedRequests.inc()
       // Usage: every proxied request, and every refusal once a key authenticated, for the tenant
       // it acted as (the key's own when the refusal came before that was resolved; docs/api.md).
@@ -71,9 +74,9 @@ export const requestAccounting = fp<RequestAccountingOptions>(
           meter.record(
             (request.actingTenant ?? principal.tenant).id,
             reply.statusCode,
-            proxied && request.upstreamSentAt > 0,
+            forwarded,
             principal.key.id,
-            exchange?.cost,
+            exchange?.cost ?? request.routeCost,
             exchange?.reported ?? null,
             chargedOf(request, REQUESTS_METER),
             exchange?.reported == null ? null : (meter) => chargedOf(request, meter),

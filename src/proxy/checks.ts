@@ -4,6 +4,7 @@
 import type { ProxyStep } from './pipeline.js'
 import type { StepFactory, ProxyOptions } from './options.js'
 import type { ProxyRoute } from './route.js'
+import { decidedOnlyStep } from './steps/decided-only.js'
 import { admissionStep } from './steps/admission.js'
 import { corsStep } from './steps/cors.js'
 import { cellStep } from './steps/cell.js'
@@ -21,6 +22,7 @@ import { websocketConnectStep } from './steps/websocket-connect.js'
 import { websocketRefusalStep, websocketUpgradeStep } from './steps/websocket-upgrade.js'
 
 export const PROXY_STEPS: readonly StepFactory[] = [
+  decidedOnlyStep,
   reservedPathStep,
   prefixShadowStep,
   corsStep,
@@ -39,10 +41,31 @@ export const PROXY_STEPS: readonly StepFactory[] = [
   websocketConnectStep,
 ]
 
-/** The steps a route's requests pass, built once when the route is registered. */
-export function stepsFor(route: ProxyRoute, options: ProxyOptions): ProxyStep[] {
+/**
+ * The steps a decision passes (proxy/decision.ts): the proxy's own, in the same order, but for
+ * those that need the exchange itself. The asking proxy holds the connection to its upstream, so
+ * no slot is taken (the route's concurrency caps do not apply), nor a body read (no 100 Continue,
+ * no declared length to judge), nor a WebSocket opened (the asking proxy upgrades). A route
+ * without WebSockets still refuses an upgrade, as on PORT.
+ */
+const EXCHANGE_ONLY: ReadonlySet<StepFactory> = new Set([
+  websocketUpgradeStep,
+  declaredBodyStep,
+  slotStep,
+  sendContinueStep,
+  websocketConnectStep,
+])
+
+export const DECISION_STEPS: readonly StepFactory[] = PROXY_STEPS.filter((make) => !EXCHANGE_ONLY.has(make))
+
+/** The steps a route's requests pass (or its decisions, from DECISION_STEPS), built once when the route is registered. */
+export function stepsFor(
+  route: ProxyRoute,
+  options: ProxyOptions,
+  factories: readonly StepFactory[] = PROXY_STEPS,
+): ProxyStep[] {
   const steps: ProxyStep[] = []
-  for (const make of PROXY_STEPS) {
+  for (const make of factories) {
     const step = make(route, options)
     if (step !== null) steps.push(step)
   }

@@ -2,9 +2,18 @@
 // scopes, then stream the request to the route's upstream (upstream-target.ts) under the header
 // policy of docs/api.md. One encapsulated context per route, so that each has its own connection
 // pool, timeout and body limit, and the router picks the longest prefix.
-import type { FastifyContextConfig, FastifyInstance, FastifyPluginAsync, HTTPMethods } from 'fastify'
+import type {
+  FastifyContextConfig,
+  FastifyInstance,
+  FastifyPluginAsync,
+  HTTPMethods,
+  onRequestHookHandler,
+  RouteHandlerMethod,
+} from 'fastify'
 import httpProxy from '@fastify/http-proxy'
-import { stepsFor } from './checks.js'
+import { DECISION_STEPS, stepsFor } from './checks.js'
+import { answerDecision } from './decision.js'
+import { decisionOf } from '../http/decision-mark.js'
 import type { ProxyOptions } from './options.js'
 import { runSteps } from './pipeline.js'
 import { streamBody } from './request-body.js'
@@ -58,40 +67,64 @@ function balancedTargets(route: ProxyRoute, options: ProxyOptions): RouteUpstrea
       ? own!
       : new CellUpstreams(
           cells,
-          own ?? (cells.ownUpstream ? upstreamPool(new URL(route.upstream).origin, route) : null),
-          route.upstream,
+          // A route with cells always has an upstream (route-table.ts: its cells' when none is given).
+          own ?? (cells.ownUpstream ? upstreamPool(new URL(route.upstream!).origin, route) : null),
+          route.upstream!,
           deps,
         )
   options.upstreamTargets?.set(route.prefix, upstreams)
   return upstreams
 }
 
+/** The route's checks: the proxy's steps, or a decision's (AUTHZ_PORT: proxy/decision.ts). */
+function routeChecks(route: ProxyRoute, options: ProxyOptions): onRequestHookHandler {
+  const proxied = runSteps(stepsFor(route, options))
+  const decided = runSteps(stepsFor(route, options, DECISION_STEPS))
+  return function checks(request, reply, done) {
+    if (decisionOf(request.raw) === null) proxied.call(this, request, reply, done)
+    else decided.call(this, request, reply, done)
+  }
+}
+
+/** What answers a request every step let through: its upstream, or the decision. */
+function routeHandler(target: UpstreamTarget | null): RouteHandlerMethod {
+  return (request, reply) => {
+    const mark = decisionOf(request.raw)
+    if (mark !== null) answerDecision(request, reply, mark)
+    // Without an upstream, the decided-only step refused every request that is not a decision.
+    else target!.forward(request, reply)
+  }
+}
+
 async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: ProxyOptions): Promise<void> {
   const readiness = app.readiness
   const limits = options.limits
   const upstreams = balancedTargets(route, options)
-  const target = new UpstreamTarget(
-    route,
-    options.upstreamDuration,
-    () => readiness.draining,
-    options.meterBadReport,
-    (request) => limits.charge(request),
-    upstreams,
-    options.upstreamRetries?.(route.prefix),
-  )
+  const target =
+    route.upstream === null
+      ? null
+      : new UpstreamTarget(
+          route,
+          options.upstreamDuration,
+          () => readiness.draining,
+          options.meterBadReport,
+          (request) => limits.charge(request),
+          upstreams,
+          options.upstreamRetries?.(route.prefix),
+        )
   const prefix = route.prefix === '/' ? undefined : route.prefix
   await app.register(
     async (scope) => {
       readBodiesAndSandbox(scope, route)
       // Every check, in order (proxy/checks.ts), in one hook: a request admitted from the last
       // second's memory passes them all without a single promise.
-      scope.addHook('onRequest', runSteps(stepsFor(route, options)))
-      scope.addHook('onClose', () => target.pool.destroy())
+      scope.addHook('onRequest', routeChecks(route, options))
+      if (target !== null) scope.addHook('onClose', () => target.pool.destroy())
 
       // Marks its routes as proxied, for the metrics, the request line, and the usage meter (which
       // counts these whatever their status). Every other route is marked by its own plugin.
       const config: FastifyContextConfig = { kind: 'proxy' }
-      const handler = target.forward.bind(target)
+      const handler = routeHandler(target)
       const webSockets = route.websocket === null ? null : (options.webSockets ?? null)
       if (webSockets === null) {
         for (const url of ['/', '/*']) scope.route({ url, method: METHODS, config, handler })
@@ -108,8 +141,8 @@ async function registerRoute(app: FastifyInstance, route: ProxyRoute, options: P
           autoPong: false,
           handleProtocols: webSockets.handleProtocols,
         },
-        upstream: route.upstream,
-        rewritePrefix: target.upstreamPrefix,
+        upstream: route.upstream!,
+        rewritePrefix: target!.upstreamPrefix,
         // Bodies stream through untouched: the parser above hands over the request stream.
         proxyPayloads: false,
         config,

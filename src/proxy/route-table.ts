@@ -194,14 +194,21 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
       (value, field) => parseUpstream(where, value, field),
       (problem) => fail(where, problem),
     )
+    // No upstream, targets nor cells: a route only decided for (docs/forward-auth.md).
+    const decidedOnly = targets === null && cells === null && entry.upstream === undefined
+    if (decidedOnly && websocket !== null)
+      fail(where, 'websocket needs an upstream (a route without one is only decided for, on AUTHZ_PORT)')
+    if (decidedOnly && meters.length > 0)
+      fail(where, "meters need an upstream's answers (a route without an upstream is only decided for, on AUTHZ_PORT)")
     // With cells alone, the route's scheme and base path are its cells' (the default cell's first target).
-    const upstream =
-      targets !== null
+    const upstream = decidedOnly
+      ? null
+      : targets !== null
         ? targets.targets[0]!.url
         : cells !== null && entry.upstream === undefined
           ? cells.cells.get(cells.defaultCell!)!.targets[0]!.url
           : parseUpstream(where, entry.upstream)
-    if (cells !== null) checkCellBase(cells, upstream, (problem) => fail(where, problem))
+    if (cells !== null && upstream !== null) checkCellBase(cells, upstream, (problem) => fail(where, problem))
     routes.push(
       Object.freeze({
         prefix,

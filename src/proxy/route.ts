@@ -11,8 +11,11 @@ import type { RouteWebSocket } from './websocket/route-options.js'
 export interface ProxyRoute {
   /** `/` for the catch-all; otherwise whole segments, no trailing slash. */
   readonly prefix: string
-  /** http or https origin, optionally with a base path that the forwarded path is appended to. */
-  readonly upstream: string
+  /**
+   * http or https origin, optionally with a base path that the forwarded path is appended to.
+   * null: the route is only decided for (AUTHZ_PORT); on PORT its paths are 404 route_not_found.
+   */
+  readonly upstream: string | null
   /**
    * Several targets, balanced and watched (upstreams/); null on a route with one `upstream`. With
    * targets, `upstream` is the first target's URL: their scheme and base path are the same.

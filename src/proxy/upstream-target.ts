@@ -67,7 +67,8 @@ export class UpstreamTarget implements CallTarget {
     this.chargeUnits = route.meters.length === 0 ? null : chargeUnits
     this.upstreamDuration = upstreamDuration
     this.draining = draining
-    const url = new URL(route.upstream)
+    // Built only for a route with an upstream (plugin.ts): one only decided for has none to call.
+    const url = new URL(route.upstream!)
     const basePath = url.pathname.replace(/\/+$/, '')
     this.publicPrefix = route.prefix === '/' ? '' : route.prefix
     this.upstreamPrefix = basePath + this.publicPrefix

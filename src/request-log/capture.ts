@@ -2,6 +2,7 @@
 // what, and what came of it; never a header, a body, a query string or a secret.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Principal } from '../auth/principal.js'
+import { decidedAllowed, decisionOf } from '../http/decision-mark.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -21,9 +22,10 @@ declare module 'fastify' {
 /**
  * How a request's exchange ended (docs/api.md, Request log): its answer went whole
  * (`completed`), or its client left or reset before the last byte (`client_aborted`), or its
- * upstream broke off (`upstream_aborted`). Kept as text: later kinds of ending add values.
+ * upstream broke off (`upstream_aborted`), or it was only decided (`decided`: AUTHZ_PORT, its
+ * upstream's answer unknown). Kept as text: later kinds of ending add values.
  */
-export type RequestOutcome = 'completed' | 'client_aborted' | 'upstream_aborted'
+export type RequestOutcome = 'completed' | 'client_aborted' | 'upstream_aborted' | 'decided'
 
 /** One answered request, as the request log keeps it (docs/api.md, Request log). */
 export interface RequestRecord {
@@ -101,11 +103,11 @@ export function recordOf(
     responseBytes,
     sourceIp: request.ip,
     cost: proxied ? request.routeCost : 0,
-    forwarded: proxied && request.upstreamSentAt > 0,
+    forwarded: proxied && (request.upstreamSentAt > 0 || decidedAllowed(request.raw, reply.statusCode)),
     units: unitsOf(request.exchange?.reported),
     // Only on the proxy's routes, and rarely set there.
     wouldRefuse: request.limitsWouldRefuse?.join(',') ?? null,
-    outcome: request.exchange?.outcome() ?? 'completed',
+    outcome: request.exchange?.outcome() ?? (decisionOf(request.raw) === null ? 'completed' : 'decided'),
     // Set by the proxy's cell step, on a route with cells only.
     cell: request.cell ?? null,
   }

@@ -79,7 +79,7 @@ export const RequestRecord = Type.Object(
     ),
     outcome: Type.String({
       description:
-        'how its exchange ended: `completed` (the answer went whole), `client_aborted` (the client left, reset, or was cut off for not reading, before the last byte), `upstream_aborted` (the upstream broke off its answer); more values may come',
+        'how its exchange ended: `completed` (the answer went whole), `client_aborted` (the client left, reset, or was cut off for not reading, before the last byte), `upstream_aborted` (the upstream broke off its answer), `decided` (answered on AUTHZ_PORT for a proxy in front, which forwards it: its upstream answer unknown to the gateway); more values may come',
       examples: ['completed'],
     }),
     cell: Type.Optional(

@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import { buildApp } from '../../src/app.js'
+import { listenForDecisions } from '../../src/forward-auth/listener.js'
 import type { AppDeps, AppTuning } from '../../src/app-deps.js'
 import { createParentWithKey, mintKey } from '../../src/auth/mint.js'
 import { loadConfig } from '../../src/config.js'
@@ -25,6 +26,8 @@ import type { JsonBody } from './json.js'
 export interface GatewayOptions extends AppTuning {
   /** Listen on 127.0.0.1:0 (default); false: build only, for `call` (which makes it ready). */
   listen?: boolean
+  /** Also listen for decisions (AUTHZ_PORT) on 127.0.0.1:0, as start.ts does: `authzUrl`. */
+  authz?: boolean
   /** Share a database with another gateway: two replicas of one deployment. Default: a fresh one. */
   database?: TestDatabase
   /**
@@ -81,6 +84,8 @@ export interface TestGateway {
   app: FastifyInstance
   /** http://127.0.0.1:<port> once it listens; '' when built with `listen: false`. */
   url: string
+  /** With `authz`: http://127.0.0.1:<port> of its decisions' listener (AUTHZ_PORT); else ''. */
+  authzUrl: string
   port: number
   database: TestDatabase
   /** The test database's pool (not the gateway's own, when it has one). */
@@ -220,6 +225,8 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
       // Tests send management calls as fast as they can: the default 50/1s is tested on its own.
       MANAGEMENT_RATE: '1000000/1s',
       ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+      // Built to decide (app.ts); the listener itself is started below, on a port of its own.
+      ...(options.authz === true ? { AUTHZ_PORT: '0' } : {}),
       ...options.env,
     }),
     // The route table is the test's, never the repository's config/gateway.yaml.
@@ -268,10 +275,20 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
     })())
   t.teardown(close)
 
+  // As start.ts: the decisions' listener closes with the app, before its stores.
+  let closeDecisions = async () => {}
+  if (options.authz === true) app.addHook('preClose', () => closeDecisions())
   let port = 0
   if (options.listen !== false) {
     await app.listen({ port: 0, host: '127.0.0.1' })
     port = (app.server.address() as AddressInfo).port
+  }
+  let authzUrl = ''
+  if (options.authz === true) {
+    await app.ready()
+    const decisions = await listenForDecisions(app, 0, '127.0.0.1')
+    closeDecisions = () => decisions.close()
+    authzUrl = `http://127.0.0.1:${decisions.port}`
   }
 
   const call: TestGateway['call'] = (apiKey, { body, acting, headers, ...rest }) =>
@@ -289,6 +306,7 @@ export async function startGateway(t: TestLike, options: GatewayOptions = {}): P
   return {
     app,
     url: port === 0 ? '' : `http://127.0.0.1:${port}`,
+    authzUrl,
     port,
     database,
     sql: database.sql,

@@ -2,7 +2,8 @@
 // src/signals.ts on a gateway that listens, with its signals, exit and clock played by the test.
 // test/integration/shutdown.test.ts keeps the process whole (signals really delivered, under load).
 import { EventEmitter } from 'node:events'
-import { Agent } from 'node:http'
+import { Agent, createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { startGateway } from '../../src/start.js'
 import { freshDatabase } from '../helpers/db.js'
@@ -229,4 +230,31 @@ t.test('a start that fails writes one line and exits 1', async (t) => {
   t.same(exits, [1])
   t.match(err, /^invalid configuration: MANAGEMENT_RATE .*\n$/)
   t.equal(err.split('\n').length, 2, 'one line')
+})
+
+// AUTHZ_PORT (docs/forward-auth.md) listens with the gateway, decides, and closes with it on the
+// drain, its decisions counted and flushed before the stores close; a port that cannot be had
+// stops the start naming the variable.
+t.test('AUTHZ_PORT decides while the gateway runs and closes with it; a taken one is named', async (t) => {
+  const authzPort = await closedPort()
+  const g = await started(t, 'authz', { AUTHZ_PORT: String(authzPort) })
+  g.upstream.release()
+  const authz = `http://127.0.0.1:${authzPort}`
+  const decided = await callAs(authz, g.parent.apiKey, { path: '/envoy/v1/orders' })
+  t.equal(decided.status, 200, 'a decision on AUTHZ_PORT')
+  t.equal(decided.headers['x-service-key-id'], g.parent.keyId)
+  t.equal((await callAs(g.base, g.parent.apiKey, { path: '/envoy/v1/orders' })).status, 200, 'PORT proxies the path')
+  t.equal(g.upstream.received.at(-1)?.url, '/envoy/v1/orders', 'as a path like any other')
+  g.signal('SIGTERM')
+  t.same(await g.exited(), [0], 'exit 0')
+  t.same(await usageByClass(g.db.sql, g.parent.id), { '2xx': 2 }, 'the decision and the request are counted')
+  await t.rejects(callAs(authz, g.parent.apiKey, { path: '/envoy/v1/orders' }), { code: 'ECONNREFUSED' }, 'closed')
+
+  const holder = createServer()
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())))
+  const taken = String((holder.address() as AddressInfo).port)
+  await t.rejects(started(t, 'authz taken', { AUTHZ_PORT: taken }), {
+    message: new RegExp(`AUTHZ_PORT=${taken} on HOST=127.0.0.1: the port is already in use`),
+  })
 })

@@ -14,6 +14,7 @@ t.test('defaults of docs/configuration.md', async (t) => {
   t.equal(config.upstreamUrl, undefined, 'no catch-all, embedded or not')
   t.equal(config.logLevel, 'info')
   t.equal(config.metricsPort, 9091)
+  t.equal(config.authzPort, null, 'no forward authorization')
   t.match(config.dataDir, /\.data$/)
   t.match(config.gatewayConfigPath, /config\/gateway\.yaml$/)
   t.equal(config.maxConnections, 10_000)
@@ -31,6 +32,7 @@ t.test('values are read', async (t) => {
       UPSTREAM_URL: 'https://up',
       LOG_LEVEL: 'debug',
       METRICS_PORT: '9999',
+      AUTHZ_PORT: '9998',
       DATA_DIR: '/tmp/d',
       MAX_CONNECTIONS: ' 250 ',
     },
@@ -43,6 +45,7 @@ t.test('values are read', async (t) => {
   t.equal(config.upstreamUrl, 'https://up')
   t.equal(config.logLevel, 'debug')
   t.equal(config.metricsPort, 9999)
+  t.equal(config.authzPort, 9998)
   t.equal(config.dataDir, '/tmp/d')
 })
 
@@ -70,6 +73,10 @@ t.test('a bad value is one line that names the variable', async (t) => {
     [{ PORT: '70000' }, 'PORT'],
     [{ PORT: '-1' }, 'PORT'],
     [{ METRICS_PORT: '1.5' }, 'METRICS_PORT'],
+    [{ AUTHZ_PORT: 'x' }, 'AUTHZ_PORT'],
+    [{ AUTHZ_PORT: '8080' }, 'AUTHZ_PORT'],
+    [{ PORT: '9000', AUTHZ_PORT: '9000' }, 'AUTHZ_PORT'],
+    [{ AUTHZ_PORT: '9091' }, 'AUTHZ_PORT'],
     [{ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL'],
     [{ DATABASE_URL: 'not a url' }, 'DATABASE_URL'],
     [{ REDIS_URL: 'http://r' }, 'REDIS_URL'],

@@ -216,7 +216,25 @@ t.test('bad upstream URLs', async (t) => {
   for (const [upstream, name] of cases) {
     refuses(t, second({ upstream }), WHERE, `upstream ${name}`)
   }
-  refuses(t, { routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix: '/v1/x' }] }, WHERE, 'upstream absent')
+  // Without an upstream (nor targets), a route is only decided for (AUTHZ_PORT, docs/forward-auth.md).
+  const [, decided] = loadRouteTable({ routes: [{ prefix: '/v1/ok', upstream: UP }, { prefix: '/v1/x' }] }, undefined)
+  t.equal(decided!.upstream, null, 'upstream absent: decided only')
+  refuses(
+    t,
+    second({ upstream: undefined, websocket: true }),
+    WHERE,
+    'websocket, no upstream',
+    undefined,
+    /websocket needs an upstream/,
+  )
+  refuses(
+    t,
+    second({ upstream: undefined, meters: [{ name: 'tokens', header: 'x-tokens' }] }),
+    WHERE,
+    'meters, no upstream',
+    undefined,
+    /meters need an upstream/,
+  )
   for (const hostAndPort of ['shipments:8080', '127.0.0.1:9000'])
     refuses(
       t,

@@ -3,6 +3,7 @@
 // promise; the rest go through the caches.
 import { tenancyAdmission } from '../../tenancy/recent-admissions.js'
 import type { StepFactory } from '../options.js'
+import { decisionOf } from '../../http/decision-mark.js'
 
 export const admissionStep: StepFactory = (route, { lookups, recentAdmissions }) => {
   if (route.public) return null
@@ -12,7 +13,8 @@ export const admissionStep: StepFactory = (route, { lookups, recentAdmissions })
     check(request) {
       // For the request log: which route, known before any refusal.
       request.routePrefix = route.prefix
-      request.routeCost = route.cost
+      // A decision may name its own cost (/verify's `cost`), taken and counted as the route's would be.
+      request.routeCost = decisionOf(request.raw)?.cost ?? route.cost
       if (admission.fromRecent(request)) {
         recentAdmissions.inc()
         return undefined

@@ -92,6 +92,8 @@ export function beginUpgrade(request: FastifyRequest): ApiError | undefined {
  * picked) as ws(s), its base path, then the request's path and query.
  */
 export function upstreamSocketUrl(route: ProxyRoute, url: string, upstream = route.upstream): string {
+  // A route with `websocket` has an upstream (route-table.ts refuses one without).
+  if (upstream === null) throw new Error(`route ${route.prefix} has no upstream`)
   return `ws${upstream.slice(4)}${url}`
 }
 
