@@ -155,6 +155,7 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
         maxPerAccount: websocket.maxPerAccount ?? defaultMaxWebSocketsPerAccount(deps.config.maxConnections),
       },
       public: route.public,
+      decided: route.upstream === null ? 'only' : deps.config.authzPort === null ? null : 'also',
     })),
   }
 }

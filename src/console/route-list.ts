@@ -19,6 +19,12 @@ export interface ConsoleRoute {
   } | null
   /** The origins whose pages may call it from a browser (`["*"]`: any); null: none (no `cors`). */
   readonly cors: { readonly origins: readonly string[] } | null
+  /**
+   * Forward authorization (AUTHZ_PORT): `only` for a route without an upstream, decided for a
+   * proxy in front and never proxied; `also` for a proxied route while AUTHZ_PORT is set; null
+   * while it is not.
+   */
+  readonly decided: 'only' | 'also' | null
 }
 
 /** The list as JSON safe inside a <script> element: no `<`, so no `</script>` or `<!--`. */

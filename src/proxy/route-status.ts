@@ -22,8 +22,11 @@ export interface RouteStatus {
   readonly websocket: boolean
   /** The origins whose pages may call it from a browser (`["*"]`: any); null without `cors`. */
   readonly cors: { readonly origins: readonly string[]; readonly credentials: boolean } | null
-  /** `upstream`: one upstream, not watched (targets empty); otherwise the route's `balance`. */
-  readonly balance: 'upstream' | 'least_request' | 'round_robin' | 'tenant_hash'
+  /**
+   * `upstream`: one upstream, not watched (targets empty); `cells`: cells alone, each balancing its
+   * own targets; otherwise the route's `balance`.
+   */
+  readonly balance: 'upstream' | 'cells' | 'least_request' | 'round_robin' | 'tenant_hash'
   readonly targets: readonly TargetView[]
   /** Every target is out, so requests go to all of them (tgw_upstream_panic). */
   readonly panic: boolean
@@ -42,7 +45,7 @@ export function routeStatuses(
       scopes: route.scopes,
       websocket: route.websocket !== null,
       cors: route.cors && { origins: route.cors.originList, credentials: route.cors.credentials },
-      balance: route.targets?.balance ?? 'upstream',
+      balance: route.targets?.balance ?? (route.cells === null ? 'upstream' : 'cells'),
       targets: balanced === undefined ? [] : byPlace(balanced.readStates()),
       panic: balanced?.panic() ?? false,
     }

@@ -35,11 +35,15 @@ export const RouteStatus = Type.Object(
     balance: Type.Union(
       [
         Type.Literal('upstream'),
+        Type.Literal('cells'),
         Type.Literal('least_request'),
         Type.Literal('round_robin'),
         Type.Literal('tenant_hash'),
       ],
-      { description: 'upstream: one upstream, not watched (no targets listed); else how its targets are balanced' },
+      {
+        description:
+          'upstream: one upstream, not watched (no targets listed); cells: cells alone, each balancing its own targets; else how its targets are balanced',
+      },
     ),
     targets: Type.Array(TargetView, { description: "each target's state on the replica that answers" }),
     panic: Type.Boolean({ description: 'every target is out: requests go to all of them' }),

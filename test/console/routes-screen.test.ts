@@ -17,6 +17,8 @@ const sick = createServer((request, response) => {
 const sickUrl = `http://127.0.0.1:${(await listenOnLoopback(t, sick)).port}`
 
 const gateway = await startGateway(t, {
+  // Forward authorization on: every route is decided for too, one only.
+  authz: true,
   gatewayConfig: {
     routes: [
       {
@@ -32,6 +34,8 @@ const gateway = await startGateway(t, {
       },
       { prefix: '/v1/browser', upstream: good.url, cors: { origins: ['https://app.example.com'] } },
       { prefix: '/v1/anyone', upstream: good.url, cors: { origins: ['*'] } },
+      { prefix: '/v1/decided', scopes: { read: ['things:read'] } },
+      { prefix: '/v1/celled', cells: { eu: { targets: [{ url: good.url }] } }, default_cell: 'eu' },
     ],
   },
 })
@@ -61,6 +65,18 @@ t.test("each route's targets, their state, and who may call it from a browser", 
   t.match(await rowOf('/v1/browser').innerText(), /Pages of https:\/\/app\.example\.com\s+One upstream \(not watched\)/)
   t.match(await rowOf('/v1/anyone').innerText(), /Pages of any origin/)
   t.match(await rowOf('/v1/balanced').innerText(), /Same origin only/, 'a route without cors')
+  t.match(await rowOf('/v1/decided').innerText(), /Decided for a proxy in front only/, 'a route only decided for')
+  t.match(
+    await rowOf('/v1/browser').innerText(),
+    /Also decided for a proxy in front/,
+    'AUTHZ_PORT set: also decided for',
+  )
+  await page.getByTestId('targets /v1/celled').waitFor()
+  t.match(
+    await rowOf('/v1/celled').innerText(),
+    /eu[\s\S]*Target 1 \(weight 1\): up/,
+    "a cell's targets under its name",
+  )
 
   // A request round robin sends to the refusing target first (it is retried on the other).
   const target2 = rowOf('/v1/balanced').locator('li[data-state]').nth(1)

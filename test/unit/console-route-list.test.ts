@@ -12,6 +12,7 @@ t.test('the list is JSON a script element cannot end early', async (t) => {
       scopes: { read: [], write: [] },
       websocket: null,
       cors: null,
+      decided: null,
     },
   ]
   const text = routesForScript(hostile)

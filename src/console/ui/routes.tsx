@@ -53,11 +53,10 @@ function browsers(cors: ConsoleRoute['cors']): string {
   return cors.origins[0] === '*' ? 'Pages of any origin' : `Pages of ${cors.origins.join(', ')}`
 }
 
-/**
- * The hook for forward authorization: a route the gateway decides for a proxy in front of it (and
- * may not proxy itself) says so here, under its prefix. No route is decided for yet: null.
- */
-function decidedFor(_route: ConsoleRoute): string | null {
+/** Whether the gateway decides for a proxy in front of it on this route (AUTHZ_PORT), said under its prefix. */
+function decidedFor(route: ConsoleRoute): string | null {
+  if (route.decided === 'only') return 'Decided for a proxy in front only: the gateway does not proxy it'
+  if (route.decided === 'also') return 'Also decided for a proxy in front (forward authorization)'
   return null
 }
 
@@ -97,7 +96,11 @@ function Targets({ status, failed }: { status: RouteStatus | undefined; failed: 
           </ul>
         </div>
       ))}
-      <p class="hint">Balanced by {status.balance.replace('_', ' ')}</p>
+      <p class="hint">
+        {status.balance === 'cells'
+          ? 'Each cell balances its own targets'
+          : `Balanced by ${status.balance.replace('_', ' ')}`}
+      </p>
     </div>
   )
 }
