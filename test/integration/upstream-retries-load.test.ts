@@ -166,6 +166,11 @@ t.test('a hung target under load, with per_try_timeout_ms: GETs see no error, no
     },
   })
   const parent = await gw.createParent()
+  const { values } = await gw.app.metrics.registry.getSingleMetric('tgw_upstream_retries_total')!.get()
+  t.ok(
+    values.some((v) => v.labels.route === PREFIX && v.labels.reason === 'per_try_timeout' && v.value === 0),
+    'its per_try_timeout series shows from the start, at 0',
+  )
   for (let i = 0; i < 6; i++)
     t.equal((await callAs(gw.url, parent.apiKey, { path: `${PREFIX}/x` })).status, 200, 'all three answer')
   const heardBefore = hung.received.length
