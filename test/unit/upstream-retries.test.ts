@@ -79,6 +79,7 @@ t.test('per_try_timeout_ms: below the route timeout_ms, off by default', async (
     ['zero', { retries: { per_try_timeout_ms: 0 } }, /retries\.per_try_timeout_ms must be a whole number of ms/],
     ['a fraction', { retries: { per_try_timeout_ms: 1.5 } }, /retries\.per_try_timeout_ms/],
     ['a string', { retries: { per_try_timeout_ms: '500' } }, /leave it out to let each attempt wait/],
+    ['without retries', { retries: { attempts: 0, per_try_timeout_ms: 500 } }, /needs attempts of 1 or more/],
   ]
   for (const [name, entry, mentions] of cases) refuses(t, second(entry), WHERE, name, undefined, mentions)
 })

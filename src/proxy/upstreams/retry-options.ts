@@ -1,6 +1,7 @@
 // A route's `retries` (docs/configuration.md, routes): how many times a failed upstream request is
-// sent again, on which failures, within what share of the route's traffic, and how much of a
-// request body is held to send it again. On a route with one `upstream` as on one with `targets`.
+// sent again, on which failures, within what share of the route's traffic, how much of a request
+// body is held to send it again, and how long one attempt may wait for its answer's head. On a
+// route with one `upstream` as on one with `targets`.
 
 /**
  * The failures a retry may answer, in Envoy's words: `connect_failure` (no connection, so nothing
@@ -101,8 +102,12 @@ export function parseRetries(value: unknown, timeoutMs: number, fail: Fail): Ret
   const entry = value as Record<string, unknown>
   for (const key of Object.keys(entry))
     if (!RETRY_KEYS.has(key)) fail(`retries: unknown key "${key}" (allowed: ${[...RETRY_KEYS].join(', ')})`)
+  const attempts = wholeNumber('attempts', entry.attempts, DEFAULT_RETRIES.attempts, 0, MAX_RETRY_ATTEMPTS, fail)
+  // A route without retries has no attempts to time: its one request has timeout_ms alone.
+  if (attempts === 0 && entry.per_try_timeout_ms !== undefined)
+    fail('retries.per_try_timeout_ms needs attempts of 1 or more; without retries, lower timeout_ms instead')
   return Object.freeze({
-    attempts: wholeNumber('attempts', entry.attempts, DEFAULT_RETRIES.attempts, 0, MAX_RETRY_ATTEMPTS, fail),
+    attempts,
     on: parseOn(entry.on, fail),
     budgetPercent: wholeNumber('budget_percent', entry.budget_percent, DEFAULT_RETRIES.budgetPercent, 0, 100, fail),
     bufferBytes: wholeNumber(
