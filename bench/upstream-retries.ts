@@ -3,7 +3,8 @@
 // of one without retries (`attempts: 0`: what the retry layer costs), rounds taken in turn at a
 // fixed rate; (b) a route of four targets under GETs and POSTs (no Idempotency-Key) for
 // BENCH_FAULT_SECONDS while one target is killed and another hung (SIGSTOP), one slow all along:
-// what the clients saw, by method, and what the gateway counted (retries, the budget, ejections).
+// what the clients saw, by method, and what the gateway counted (retries, the budget, ejections),
+// with the route's per_try_timeout_ms (BENCH_PER_TRY_MS, 0: without it).
 // bench/README.md says what it prints and its knobs.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -40,6 +41,8 @@ const FAULT_RATE = envInt('BENCH_FAULT_RATE', 400)
 /** The slow target's delay, and the fault route's timeout_ms. */
 const SLOW_MS = 50
 const FAULT_TIMEOUT_MS = 2000
+/** The fault route's retries.per_try_timeout_ms; 0 leaves it out (each attempt may wait all of timeout_ms). */
+const PER_TRY_MS = envInt('BENCH_PER_TRY_MS', 500)
 
 interface AutocannonResult {
   errors: number
@@ -151,10 +154,10 @@ async function faults(gateway: Server, headers: Record<string, string>, targets:
   for (const timer of timers) clearTimeout(timer)
   targets.hung!.child.kill('SIGCONT')
   const scraped = await scrape((gateway as unknown as { metricsPort: number }).metricsPort)
-  const reasons = ['connect_failure', 'reset', '502', '503', '504']
+  const reasons = ['connect_failure', 'reset', '502', '503', '504', 'per_try_timeout']
   return [
     '',
-    `(b) route /fleet, four targets (least_request, timeout_ms ${FAULT_TIMEOUT_MS}, retries on every kind, 2 attempts): "stable", "slow" (${SLOW_MS} ms each), "killed", "hung"; GET and POST (no Idempotency-Key) in turn for ${FAULT_SECONDS} s at ${fmt(FAULT_RATE)} req/s, ${CONNECTIONS} connections:`,
+    `(b) route /fleet, four targets (least_request, timeout_ms ${FAULT_TIMEOUT_MS}, retries on every kind, 2 attempts, per_try_timeout_ms ${PER_TRY_MS === 0 ? 'none' : PER_TRY_MS}): "stable", "slow" (${SLOW_MS} ms each), "killed", "hung"; GET and POST (no Idempotency-Key) in turn for ${FAULT_SECONDS} s at ${fmt(FAULT_RATE)} req/s, ${CONNECTIONS} connections:`,
     '',
     ...events.map((e) => `- ${e}`),
     '',
@@ -207,7 +210,7 @@ run(async () => {
         `    targets: [${Object.values(fleet)
           .map((u) => `{ url: ${u.url} }`)
           .join(', ')}]`,
-        '    retries: { attempts: 2, on: [connect_failure, reset, 502, 503, 504] }',
+        `    retries: { attempts: 2, on: [connect_failure, reset, 502, 503, 504]${PER_TRY_MS === 0 ? '' : `, per_try_timeout_ms: ${PER_TRY_MS}`} }`,
         '',
       ].join('\n'),
     )

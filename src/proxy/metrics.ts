@@ -10,7 +10,7 @@ import type { ProxyRoute } from './route.js'
 import { cellTargetUrls } from './upstreams/route-cells.js'
 import type { SocketBalancer, UpstreamsReadout } from './upstreams/route-upstreams.js'
 import type { RetryCounters } from './upstreams/retry-call.js'
-import { RETRY_REASONS } from './upstreams/retry-options.js'
+import { type RetriedReason, RETRY_REASONS } from './upstreams/retry-options.js'
 
 export interface ProxyMetrics {
   readonly proxiedRequests: Tally
@@ -75,7 +75,7 @@ export function proxyMetrics(registry: Registry): ProxyMetrics {
     // Rare (a failing upstream): labelled counters of prom-client's.
     upstreamRetries: new Counter({
       name: 'tgw_upstream_retries_total',
-      help: 'Upstream requests sent again after a failure, by route prefix and reason (connect_failure, reset, 502, 503, 504)',
+      help: 'Upstream requests sent again after a failure, by route prefix and reason (connect_failure, reset, 502, 503, 504, per_try_timeout)',
       labelNames: ['route', 'reason'] as const,
       registers,
     }),
@@ -166,8 +166,11 @@ export function retryCounters(metrics: ProxyMetrics, routes: readonly ProxyRoute
   for (const route of routes) {
     if (route.retries.attempts === 0) continue
     const prefix = route.prefix
+    const retried: RetriedReason[] = RETRY_REASONS.filter((reason) => route.retries.on.has(reason))
+    // An attempt past per_try_timeout_ms is retried as its 504.
+    if (route.retries.perTryTimeoutMs !== null && route.retries.on.has('504')) retried.push('per_try_timeout')
     const reasons = new Map(
-      RETRY_REASONS.filter((reason) => route.retries.on.has(reason)).map((reason) => {
+      retried.map((reason) => {
         const child = metrics.upstreamRetries.labels({ route: prefix, reason })
         child.inc(0)
         return [reason, child] as const

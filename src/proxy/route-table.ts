@@ -215,7 +215,7 @@ export function loadRouteTable(doc: Doc, upstreamUrl: string | undefined, consol
         upstream,
         targets,
         cells,
-        retries: parseRetries(entry.retries, (problem) => fail(where, problem)),
+        retries: parseRetries(entry.retries, limits.timeoutMs, (problem) => fail(where, problem)),
         scopes,
         public: isPublic,
         sameOriginDocuments,

@@ -12,6 +12,7 @@ import type { MeterReports } from './meter-reports.js'
 import { hasNoContent, isLengthMismatch } from './no-content.js'
 import { BodyIdleError, BodyTooLargeError, BodyTooSlowError } from './request-body.js'
 import type { ProxyRoute } from './route.js'
+import { PerTryTimeoutError } from './upstreams/per-try-timeout.js'
 
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 
@@ -29,8 +30,10 @@ export function upstreamFailure(error: Error, route: ProxyRoute): ApiError {
   }
   const codes = [(error as { code?: string }).code, (cause as { code?: string } | undefined)?.code]
   if (codes.some((code) => code !== undefined && TIMEOUT_CODES.has(code))) {
-    return new ApiError('upstream_timeout', `the upstream did not answer within ${route.timeoutMs} ms`, {
-      log: upstreamLog(`the upstream did not answer within ${route.timeoutMs} ms`, error, route),
+    // An attempt that waited out retries.per_try_timeout_ms, not retried, had that long.
+    const within = error instanceof PerTryTimeoutError ? error.timeoutMs : route.timeoutMs
+    return new ApiError('upstream_timeout', `the upstream did not answer within ${within} ms`, {
+      log: upstreamLog(`the upstream did not answer within ${within} ms`, error, route),
     })
   }
   return new ApiError('upstream_unavailable', 'the upstream could not be reached', {

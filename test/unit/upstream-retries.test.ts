@@ -1,6 +1,6 @@
 // A route's retries without I/O (docs/configuration.md, routes: `retries`): the option as the
 // route table reads it, the budget on a clock the test moves, the backoff's bounds, what a failure
-// counts as, and a retry's wait for its answer kept inside the route's timeout_ms.
+// counts as, a retry's wait for its answer kept inside the route's timeout_ms, and per_try_timeout_ms.
 import { performance } from 'node:perf_hooks'
 import type { FastifyRequest } from 'fastify'
 import t from 'tap'
@@ -8,9 +8,10 @@ import type { Dispatcher } from 'undici'
 import type { Exchange } from '../../src/proxy/exchange.js'
 import { loadRouteTable } from '../../src/proxy/route-table.js'
 import type { UpstreamCall } from '../../src/proxy/upstream-call.js'
+import { PerTryTimeoutError } from '../../src/proxy/upstreams/per-try-timeout.js'
 import { MIN_RETRIES, RetryBudget } from '../../src/proxy/upstreams/retry-budget.js'
 import { backoffMs, failureReason, RetryingCall } from '../../src/proxy/upstreams/retry-call.js'
-import { DEFAULT_RETRIES, heldBodyBytes } from '../../src/proxy/upstreams/retry-options.js'
+import { DEFAULT_RETRIES, heldBodyBytes, type RetryOptions } from '../../src/proxy/upstreams/retry-options.js'
 import { until } from '../helpers/poll.js'
 import { refuses, second, WHERE } from '../helpers/route-table.js'
 
@@ -22,8 +23,20 @@ t.test('retries, with their defaults', async (t) => {
     'http://catch.all:1',
   )
   t.equal(first!.retries, DEFAULT_RETRIES, 'a route without retries: one, on connect_failure')
-  t.same(DEFAULT_RETRIES, { attempts: 1, on: new Set(['connect_failure']), budgetPercent: 20, bufferBytes: 65_536 })
-  t.same(route!.retries, { attempts: 3, on: new Set(['reset', '503', '504']), budgetPercent: 50, bufferBytes: 0 })
+  t.same(DEFAULT_RETRIES, {
+    attempts: 1,
+    on: new Set(['connect_failure']),
+    budgetPercent: 20,
+    bufferBytes: 65_536,
+    perTryTimeoutMs: null,
+  })
+  t.same(route!.retries, {
+    attempts: 3,
+    on: new Set(['reset', '503', '504']),
+    budgetPercent: 50,
+    bufferBytes: 0,
+    perTryTimeoutMs: null,
+  })
   const [, partial] = loadRouteTable(second({ retries: { attempts: 0 } }), undefined)
   t.same(partial!.retries, { ...DEFAULT_RETRIES, attempts: 0 }, 'the rest defaulted')
 })
@@ -48,6 +61,27 @@ t.test('each mistake in retries refused with its field', async (t) => {
     ['unknown key', { retry_on: [] }, /retries: unknown key "retry_on"/],
   ]
   for (const [name, retries, mentions] of cases) refuses(t, second({ retries }), WHERE, name, undefined, mentions)
+})
+
+t.test('per_try_timeout_ms: below the route timeout_ms, off by default', async (t) => {
+  const [, route] = loadRouteTable(second({ timeout_ms: 2000, retries: { per_try_timeout_ms: 500 } }), undefined)
+  t.equal(route!.retries.perTryTimeoutMs, 500)
+  const [, fallback] = loadRouteTable(second({ retries: { per_try_timeout_ms: 29_999 } }), undefined)
+  t.equal(fallback!.retries.perTryTimeoutMs, 29_999, 'below the default timeout_ms (30000) when the route sets none')
+  const cases: [string, Record<string, unknown>, RegExp][] = [
+    ['equal to timeout_ms', { timeout_ms: 2000, retries: { per_try_timeout_ms: 2000 } }, /from 1 to 1999/],
+    [
+      'above timeout_ms',
+      { timeout_ms: 2000, retries: { per_try_timeout_ms: 5000 } },
+      /below the route's timeout_ms \(2000\)/,
+    ],
+    ['above the default timeout_ms', { retries: { per_try_timeout_ms: 30_000 } }, /timeout_ms \(30000\)/],
+    ['zero', { retries: { per_try_timeout_ms: 0 } }, /retries\.per_try_timeout_ms must be a whole number of ms/],
+    ['a fraction', { retries: { per_try_timeout_ms: 1.5 } }, /retries\.per_try_timeout_ms/],
+    ['a string', { retries: { per_try_timeout_ms: '500' } }, /leave it out to let each attempt wait/],
+    ['without retries', { retries: { attempts: 0, per_try_timeout_ms: 500 } }, /needs attempts of 1 or more/],
+  ]
+  for (const [name, entry, mentions] of cases) refuses(t, second(entry), WHERE, name, undefined, mentions)
 })
 
 t.test('the budget: a share of the last 10 s of requests, at least 3', async (t) => {
@@ -92,6 +126,11 @@ t.test('what a failure counts as', async (t) => {
   t.equal(failureReason(coded('UND_ERR_SOCKET'), true), 'reset')
   t.equal(failureReason(coded('ECONNRESET'), true), 'reset')
   t.equal(failureReason(coded('UND_ERR_HEADERS_TIMEOUT'), true), null, 'a timeout spent the time: never retried')
+  t.equal(
+    failureReason(coded('UND_ERR_HEADERS_TIMEOUT'), true, true),
+    'per_try_timeout',
+    'an attempt past per_try_timeout_ms: retried as its 504',
+  )
   t.equal(failureReason(new Error('the client left'), false), null, "the gateway's own abort")
   t.equal(failureReason(new Error('the client left'), true), null)
 })
@@ -146,4 +185,93 @@ t.test('a retry waits for its answer no longer than what is left of timeout_ms',
   }
   t.same(passed, [503], 'the last 503 goes to the client')
   t.ok(sent.length <= 5, `no retry would end past 300 ms (${sent.length - 1} made)`)
+})
+
+/** A RetryingCall for a `method` request on a route with `retries`, and what it sent and passed on. */
+function perTryCall(method: string, retries: Partial<RetryOptions>, timeoutMs = 10_000) {
+  const sent: Dispatcher.DispatchOptions[] = []
+  const handlers: Dispatcher.DispatchHandler[] = []
+  const retried: string[] = []
+  const errors: Error[] = []
+  const request = {
+    method,
+    headers: {},
+    heldBody: null,
+    upstreamSentAt: performance.now(),
+  } as unknown as FastifyRequest
+  const exchange = { clientGone: () => false, upstreamSettled() {} } as unknown as Exchange
+  const inner = {
+    onRequestStart() {},
+    onResponseError(_c: unknown, error: Error) {
+      errors.push(error)
+    },
+    clientLeft() {},
+  } as unknown as UpstreamCall
+  const call = new RetryingCall(
+    inner,
+    request,
+    exchange,
+    {
+      options: { ...DEFAULT_RETRIES, ...retries },
+      timeoutMs,
+      budget: new RetryBudget(100),
+      counters: { retried: (reason) => retried.push(reason), exhausted() {} },
+      send(options, handler) {
+        sent.push(options)
+        handlers.push(handler)
+        return null
+      },
+    },
+    { path: '/', method: method as Dispatcher.HttpMethod, headers: {} },
+  )
+  call.start()
+  /** Attempt `n` went out and waited out its headers timeout. */
+  const timesOut = (n: number) => {
+    const controller = { abort() {} } as unknown as Dispatcher.DispatchController
+    handlers[n]!.onRequestStart?.(controller, {})
+    handlers[n]!.onResponseError?.(controller, coded('UND_ERR_HEADERS_TIMEOUT'))
+  }
+  return { sent, handlers, retried, errors, timesOut }
+}
+
+t.test('an attempt past per_try_timeout_ms is retried as its 504', async (t) => {
+  const get = perTryCall('GET', { attempts: 2, on: new Set(['504']), perTryTimeoutMs: 100 })
+  t.equal(get.sent[0]!.headersTimeout, 100, 'the first attempt waits per_try_timeout_ms for its head')
+  get.timesOut(0)
+  t.ok(await until(5_000, async () => get.handlers.length === 2), 'retried')
+  t.equal(get.sent[1]!.headersTimeout, 100, 'and so does the retry')
+  t.same(get.retried, ['per_try_timeout'], 'counted as per_try_timeout')
+  get.timesOut(1)
+  t.ok(await until(5_000, async () => get.handlers.length === 3))
+  get.timesOut(2)
+  t.equal(get.errors.length, 1, 'retries spent: the last timeout goes to the client')
+  t.type(get.errors[0], PerTryTimeoutError)
+  t.equal((get.errors[0] as PerTryTimeoutError).timeoutMs, 100, "the client's 504 names per_try_timeout_ms")
+
+  const post = perTryCall('POST', { attempts: 2, on: new Set(['504']), perTryTimeoutMs: 100 })
+  post.timesOut(0)
+  t.equal(post.handlers.length, 1, 'a POST without Idempotency-Key is not sent twice')
+  t.type(post.errors[0], PerTryTimeoutError, 'it gets the 504')
+
+  const unlisted = perTryCall('GET', { attempts: 2, on: new Set(['503']), perTryTimeoutMs: 100 })
+  unlisted.timesOut(0)
+  t.equal(unlisted.handlers.length, 1, 'not retried when `on` lacks 504')
+  t.same(unlisted.retried, [])
+
+  const off = perTryCall('GET', { attempts: 2, on: new Set(['504']) })
+  t.equal(off.sent[0]!.headersTimeout, undefined, "without it, the pool's timeout_ms")
+  off.timesOut(0)
+  t.equal(off.handlers.length, 1, "a timeout of the route's is never retried")
+  t.notOk(off.errors[0] instanceof PerTryTimeoutError, "undici's own error goes on")
+})
+
+t.test('a retry waits per_try_timeout_ms only while it is shorter than what is left of timeout_ms', async (t) => {
+  const call = perTryCall('GET', { attempts: 1, on: new Set(['504']), perTryTimeoutMs: 299 }, 300)
+  t.equal(call.sent[0]!.headersTimeout, 299)
+  call.timesOut(0)
+  t.ok(await until(5_000, async () => call.handlers.length === 2), 'retried')
+  const timeout = call.sent[1]!.headersTimeout!
+  t.ok(timeout < 299, `the retry waits what is left of 300 ms (${timeout})`)
+  call.timesOut(1)
+  t.notOk(call.errors[0] instanceof PerTryTimeoutError, 'and its timeout is the route timeout')
 })

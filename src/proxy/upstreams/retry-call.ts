@@ -3,6 +3,8 @@
 // own small handler, so that the callbacks of an attempt given up (a 503 whose answer is dropped)
 // never reach the client. The call passes on the attempt it keeps; until then a failure the rules
 // allow is sent again, after a jittered backoff, to another target when the route has several.
+// With `per_try_timeout_ms`, each attempt waits for its head no longer than that (undici's
+// headersTimeout, whose expiry closes the connection): a hung target costs a try, not the request.
 // The request counts once whatever its attempts (the exchange and fastify see one request);
 // passive health hears every attempt, as each goes through its target's interceptor (target-call.ts).
 import type { IncomingHttpHeaders } from 'node:http'
@@ -11,8 +13,9 @@ import type { FastifyRequest } from 'fastify'
 import type { Dispatcher } from 'undici'
 import type { Exchange, UpstreamSide } from '../exchange.js'
 import type { UpstreamCall } from '../upstream-call.js'
+import { HEADERS_TIMEOUT, PerTryTimeoutError } from './per-try-timeout.js'
 import type { RetryBudget } from './retry-budget.js'
-import type { RetryOptions, RetryReason } from './retry-options.js'
+import type { RetriedReason, RetryOptions, RetryReason } from './retry-options.js'
 import { errorOutcome } from './target-call.js'
 
 /** RFC 9110 §9.2.2's idempotent methods the proxy carries: sending one twice does no more than once. */
@@ -28,17 +31,26 @@ export function backoffMs(retry: number, random: () => number = Math.random): nu
   return ceiling / 2 + (random() * ceiling) / 2
 }
 
-/** What an attempt's failure is, as a retry reason; null when it is none (a timeout, the client's abort). */
-export function failureReason(error: Error, reached: boolean): RetryReason | null {
+/**
+ * What an attempt's failure is, as a retry reason; null when it is none (the route's timeout, the
+ * client's abort). `perTry`: the attempt's headers timeout was per_try_timeout_ms, not the route's.
+ */
+export function failureReason(error: Error, reached: boolean, perTry = false): RetriedReason | null {
   // Before the request went out on a connection, a failure of the target's is a connect failure.
   if (!reached) return errorOutcome(error) === 'failure' ? 'connect_failure' : null
   const code = (error as { code?: string }).code ?? (error as { cause?: { code?: string } }).cause?.code
+  if (code === HEADERS_TIMEOUT) return perTry ? 'per_try_timeout' : null
   return code !== undefined && RESET_CODES.has(code) ? 'reset' : null
+}
+
+/** The kind of `on` a retry reason stands for: a per-try timeout is its attempt's 504. */
+function listedAs(reason: RetriedReason): RetryReason {
+  return reason === 'per_try_timeout' ? '504' : reason
 }
 
 /** Counts retries and the budget's refusals (tgw_upstream_retries_total, ..._budget_exhausted_total). */
 export interface RetryCounters {
-  retried(reason: RetryReason): void
+  retried(reason: RetriedReason): void
   exhausted(): void
 }
 
@@ -62,9 +74,12 @@ export interface RetryRoute {
 class Attempt implements Dispatcher.DispatchHandler {
   /** Its request went out on a connection (undici's onRequestStart). */
   reached = false
+  /** Its headers timeout is per_try_timeout_ms (shorter than what was left of timeout_ms). */
+  readonly perTry: boolean
   private readonly call: RetryingCall
-  constructor(call: RetryingCall) {
+  constructor(call: RetryingCall, perTry: boolean) {
     this.call = call
+    this.perTry = perTry
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -139,8 +154,17 @@ export class RetryingCall implements UpstreamSide {
     this.send()
   }
 
+  /**
+   * Sends an attempt. It waits for its head what is left of the route's timeout (the first: the
+   * pool's, all of it), or per_try_timeout_ms when that is shorter.
+   */
   private send(): void {
-    const attempt = new Attempt(this)
+    const left = Math.max(1, Math.ceil(this.deadline - performance.now()))
+    const perTryMs = this.route.options.perTryTimeoutMs
+    const perTry = perTryMs !== null && perTryMs < left
+    if (perTry) this.options = { ...this.options, headersTimeout: perTryMs }
+    else if (this.retries > 0) this.options = { ...this.options, headersTimeout: left }
+    const attempt = new Attempt(this, perTry)
     this.current = attempt
     this.avoid = this.route.send(this.options, attempt, this.avoid)
   }
@@ -181,13 +205,17 @@ export class RetryingCall implements UpstreamSide {
   failed(attempt: Attempt, controller: Dispatcher.DispatchController, error: Error): void {
     if (attempt !== this.current) return
     if (!this.settled) {
-      const reason = failureReason(error, attempt.reached)
+      const reason = failureReason(error, attempt.reached, attempt.perTry)
       if (reason !== null && this.mayRetry(reason)) {
         this.current = null
         this.retryLater(reason)
         return
       }
       this.settle()
+      if (reason === 'per_try_timeout') {
+        this.inner.onResponseError(controller, new PerTryTimeoutError(this.route.options.perTryTimeoutMs!, error))
+        return
+      }
     }
     this.inner.onResponseError(controller, error)
   }
@@ -199,9 +227,9 @@ export class RetryingCall implements UpstreamSide {
    * route's timeout, and room in the route's budget (asked last: a refusal for another reason
    * takes none of it).
    */
-  private mayRetry(reason: RetryReason): boolean {
+  private mayRetry(reason: RetriedReason): boolean {
     const { options, budget, counters } = this.route
-    if (this.settled || this.retries >= options.attempts || !options.on.has(reason)) return false
+    if (this.settled || this.retries >= options.attempts || !options.on.has(listedAs(reason))) return false
     if (this.exchange.clientGone()) return false
     const request = this.request
     if (reason !== 'connect_failure') {
@@ -224,13 +252,11 @@ export class RetryingCall implements UpstreamSide {
     return true
   }
 
-  private retryLater(reason: RetryReason): void {
+  private retryLater(reason: RetriedReason): void {
     this.retries++
     this.route.counters.retried(reason)
     this.timer = setTimeout(() => {
       this.timer = null
-      // The attempt waits for its head no longer than the route's timeout allows.
-      this.options = { ...this.options, headersTimeout: Math.max(1, Math.ceil(this.deadline - performance.now())) }
       this.send()
     }, this.nextDelay)
   }

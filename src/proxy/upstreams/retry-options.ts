@@ -1,6 +1,7 @@
 // A route's `retries` (docs/configuration.md, routes): how many times a failed upstream request is
-// sent again, on which failures, within what share of the route's traffic, and how much of a
-// request body is held to send it again. On a route with one `upstream` as on one with `targets`.
+// sent again, on which failures, within what share of the route's traffic, how much of a request
+// body is held to send it again, and how long one attempt may wait for its answer's head. On a
+// route with one `upstream` as on one with `targets`.
 
 /**
  * The failures a retry may answer, in Envoy's words: `connect_failure` (no connection, so nothing
@@ -8,6 +9,12 @@
  * and the upstream's own 502, 503 and 504.
  */
 export type RetryReason = 'connect_failure' | 'reset' | '502' | '503' | '504'
+
+/**
+ * Why a retry was made, as tgw_upstream_retries_total's `reason`: the failure's kind, or
+ * `per_try_timeout` for an attempt given up after `per_try_timeout_ms` (retried as its 504).
+ */
+export type RetriedReason = RetryReason | 'per_try_timeout'
 
 export interface RetryOptions {
   /** Retries after the first attempt, 0 to 5 (attempts in all: one more). */
@@ -18,12 +25,18 @@ export interface RetryOptions {
   readonly budgetPercent: number
   /** The largest request body held to be sent again, in bytes; a longer one is never retried. */
   readonly bufferBytes: number
+  /**
+   * How long one attempt waits for its answer's head once its request went out, in ms, below the
+   * route's timeout_ms (Envoy's per_try_timeout); null: the rest of timeout_ms. An attempt past it
+   * is abandoned, its connection closed, and counts as its 504.
+   */
+  readonly perTryTimeoutMs: number | null
 }
 
 export const RETRY_REASONS: readonly RetryReason[] = ['connect_failure', 'reset', '502', '503', '504']
 export const MAX_RETRY_ATTEMPTS = 5
 export const MAX_RETRY_BUFFER_BYTES = 16 * 1024 * 1024
-const RETRY_KEYS = new Set(['attempts', 'on', 'budget_percent', 'buffer_bytes'])
+const RETRY_KEYS = new Set(['attempts', 'on', 'budget_percent', 'buffer_bytes', 'per_try_timeout_ms'])
 
 /** One retry, on connect_failure alone: safe for any method, since nothing reached the upstream. */
 export const DEFAULT_RETRIES: RetryOptions = Object.freeze({
@@ -31,6 +44,7 @@ export const DEFAULT_RETRIES: RetryOptions = Object.freeze({
   on: new Set<RetryReason>(['connect_failure']),
   budgetPercent: 20,
   bufferBytes: 65_536,
+  perTryTimeoutMs: null,
 })
 
 /**
@@ -66,16 +80,34 @@ function parseOn(value: unknown, fail: Fail): ReadonlySet<RetryReason> {
   return on
 }
 
-/** A route's `retries`, its defaults filled in; `fail` throws route-table.ts's one-line error. */
-export function parseRetries(value: unknown, fail: Fail): RetryOptions {
+/** `per_try_timeout_ms`: 1 ms or more, and below the route's `timeoutMs`, or an attempt could never end first. */
+function perTryTimeout(value: unknown, timeoutMs: number, fail: Fail): number | null {
+  if (value === undefined) return null
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value >= timeoutMs)
+    fail(
+      `retries.per_try_timeout_ms must be a whole number of ms from 1 to ${timeoutMs - 1}, below the route's ` +
+        `timeout_ms (${timeoutMs}); leave it out to let each attempt wait for what is left of timeout_ms`,
+    )
+  return value
+}
+
+/**
+ * A route's `retries`, its defaults filled in; `timeoutMs`, the route's timeout_ms, bounds
+ * per_try_timeout_ms. `fail` throws route-table.ts's one-line error.
+ */
+export function parseRetries(value: unknown, timeoutMs: number, fail: Fail): RetryOptions {
   if (value === undefined) return DEFAULT_RETRIES
   if (typeof value !== 'object' || value === null || Array.isArray(value))
-    fail('retries must be a mapping with attempts, on, budget_percent and buffer_bytes')
+    fail('retries must be a mapping with attempts, on, budget_percent, buffer_bytes and per_try_timeout_ms')
   const entry = value as Record<string, unknown>
   for (const key of Object.keys(entry))
     if (!RETRY_KEYS.has(key)) fail(`retries: unknown key "${key}" (allowed: ${[...RETRY_KEYS].join(', ')})`)
+  const attempts = wholeNumber('attempts', entry.attempts, DEFAULT_RETRIES.attempts, 0, MAX_RETRY_ATTEMPTS, fail)
+  // A route without retries has no attempts to time: its one request has timeout_ms alone.
+  if (attempts === 0 && entry.per_try_timeout_ms !== undefined)
+    fail('retries.per_try_timeout_ms needs attempts of 1 or more; without retries, lower timeout_ms instead')
   return Object.freeze({
-    attempts: wholeNumber('attempts', entry.attempts, DEFAULT_RETRIES.attempts, 0, MAX_RETRY_ATTEMPTS, fail),
+    attempts,
     on: parseOn(entry.on, fail),
     budgetPercent: wholeNumber('budget_percent', entry.budget_percent, DEFAULT_RETRIES.budgetPercent, 0, 100, fail),
     bufferBytes: wholeNumber(
@@ -86,5 +118,6 @@ export function parseRetries(value: unknown, fail: Fail): RetryOptions {
       MAX_RETRY_BUFFER_BYTES,
       fail,
     ),
+    perTryTimeoutMs: perTryTimeout(entry.per_try_timeout_ms, timeoutMs, fail),
   })
 }
