@@ -106,6 +106,10 @@ export function advice(p: Problem): string {
       return 'The request was too large for the gateway: check that the key pasted at sign-in is only the key, and sign in again.'
     case 'not_a_key':
       return 'Copy the whole key again, from where it was first shown, and paste it alone.'
+    case 'cors_refused':
+      return "A page on another origin asked for what the route's cors does not allow: add its origin, method or headers to the route's cors, or call from an allowed origin."
+    case 'cell_not_served':
+      return "That route has no targets for the tenant's cell: place the sub-account in a cell the route serves, or ask the operator to add the cell to the route."
     case 'network':
       return 'Check that the gateway is running and reachable, then try again.'
   }
