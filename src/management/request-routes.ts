@@ -34,6 +34,7 @@ export function presentRequest(row: RequestRow): RequestRecord {
     ...(row.units === null ? {} : { units: JSON.parse(row.units) as Record<string, number> }),
     ...(row.would_refuse === null ? {} : { would_refuse: row.would_refuse.split(',') }),
     outcome: row.outcome,
+    ...(row.trace_id === null ? {} : { trace_id: row.trace_id }),
   }
 }
 

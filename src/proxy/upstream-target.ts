@@ -83,6 +83,13 @@ export class UpstreamTarget implements CallTarget {
       passHeaders: route.passHeaders,
     })
     headers.host = this.host
+    // Where the request is dispatched, so that each attempt has its client span, whose id the
+    // upstream gets as its parent; the client's tracestate passes as it came.
+    const trace = request.trace
+    if (trace !== null) {
+      call.span = trace.upstream(route.upstream, request.method)
+      headers.traceparent = call.span.traceparent
+    }
     request.upstreamSentAt = performance.now()
     exchange.sentUpstream(call)
     this.pool.dispatch(

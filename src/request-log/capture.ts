@@ -57,6 +57,8 @@ export interface RequestRecord {
   wouldRefuse?: string | null
   /** How its exchange ended; absent: `completed`. */
   outcome?: RequestOutcome
+  /** Its trace's id (32 hex digits), with tracing on; absent or null: not traced. */
+  traceId?: string | null
 }
 
 /** A declared length in bytes; 0 when none is declared. */
@@ -104,6 +106,7 @@ export function recordOf(
     // Only on the proxy's routes, and rarely set there.
     wouldRefuse: request.limitsWouldRefuse?.join(',') ?? null,
     outcome: request.exchange?.outcome() ?? 'completed',
+    traceId: request.trace?.traceId ?? null,
   }
 }
 

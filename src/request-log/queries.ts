@@ -35,6 +35,8 @@ export interface RequestRow {
   would_refuse: string | null
   /** How its exchange ended (capture.ts, RequestOutcome); `completed` in rows written before outcomes were kept. */
   outcome: string
+  /** Its trace's id; null when it was not traced. */
+  trace_id: string | null
 }
 
 /** The records at `places` (a query of `seq, position`), newest first. */
@@ -49,7 +51,8 @@ export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): P
       (r.durations_us[place.position] / 1e3)::float8 as duration_ms, r.request_bytes[place.position] as request_bytes,
       r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip,
       abs(r.costs[place.position]) as cost, r.costs[place.position] > 0 as forwarded, r.units[place.position] as units,
-      r.would_refuse[place.position] as would_refuse, coalesce(r.outcomes[place.position], 'completed') as outcome
+      r.would_refuse[place.position] as would_refuse, coalesce(r.outcomes[place.position], 'completed') as outcome,
+      r.trace_ids[place.position] as trace_id
     from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
     order by place.seq desc, place.position desc`
 }

@@ -8,7 +8,7 @@ import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
+import { OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, TRACE_ARRAYS, UNIT_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -46,6 +46,7 @@ export interface LogRow {
   units: string | null
   would_refuse: string | null
   outcomes: string | null
+  trace_ids: string | null
 }
 
 /** What RowBuilder.add did with a record: took it. */
@@ -58,7 +59,7 @@ export const TOO_OLD = -1
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
   code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}`
+  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}, ${TRACE_ARRAYS}`
 const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
@@ -90,6 +91,9 @@ export class RowBuilder {
   /** Each record's outcome, null for `completed`; `cut` when some is not: else the row's `outcomes` is null. */
   readonly outcomes: (string | null)[] = []
   cut = false
+  /** Each record's trace id, null when not traced; `traced` when some was: else the row's `trace_ids` is null. */
+  readonly traceIds: (string | null)[] = []
+  traced = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
   readonly routeSet = new Set<string>()
@@ -174,6 +178,9 @@ export class RowBuilder {
     const outcome = record.outcome === undefined || record.outcome === 'completed' ? null : record.outcome
     this.outcomes.push(outcome)
     if (outcome !== null) this.cut = true
+    const traceId = record.traceId ?? null
+    this.traceIds.push(traceId)
+    if (traceId !== null) this.traced = true
     return ADDED
   }
 
@@ -244,6 +251,7 @@ export class RowBuilder {
       units: this.reported ? nullableTexts(this.units) : null,
       would_refuse: this.shadowed ? nullableTexts(this.wouldRefuse) : null,
       outcomes: this.cut ? nullableTexts(this.outcomes) : null,
+      trace_ids: this.traced ? nullableTexts(this.traceIds) : null,
     }
   }
 
@@ -294,6 +302,8 @@ export class RowBuilder {
     if (this.shadowed) out.texts(this.wouldRefuse, true)
     else out.null()
     if (this.cut) out.texts(this.outcomes, true)
+    else out.null()
+    if (this.traced) out.texts(this.traceIds, true)
     else out.null()
   }
 }

@@ -82,6 +82,14 @@ export const RequestRecord = Type.Object(
         'how its exchange ended: `completed` (the answer went whole), `client_aborted` (the client left, reset, or was cut off for not reading, before the last byte), `upstream_aborted` (the upstream broke off its answer); more values may come',
       examples: ['completed'],
     }),
+    trace_id: Type.Optional(
+      Type.String({
+        pattern: '^[0-9a-f]{32}$',
+        description:
+          "its trace's id (W3C Trace Context), the trace a collector received with tracing on; absent when it was not traced",
+        examples: ['4bf92f3577b34da6a3ce929d0e0e4736'],
+      }),
+    ),
   },
   { additionalProperties: false },
 )
