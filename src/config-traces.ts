@@ -3,7 +3,6 @@
 // gateway's two. Stricter than the specification on one point: a value it would warn about and
 // ignore is a start-up error naming the variable, since a gateway that silently traces nothing is
 // worse than one that does not start.
-import { parseKeyPairsIntoRecord } from '@opentelemetry/core'
 import { ConfigError, type Env, parseUrl, read } from './config-readers.js'
 
 /** OTEL_TRACES_SAMPLER's values (the specification's, less the vendors' `xray` and `jaeger_remote`). */
@@ -49,21 +48,29 @@ export interface TraceSettings {
   readonly clientContext: 'continue' | 'ignore'
 }
 
-/** A `key=value,key=value` list (W3C Baggage's form, percent-encoded values), refused when malformed. */
+/**
+ * A `key=value,key=value` list, values percent-encoded (the specification's form for headers and
+ * resource attributes), refused when malformed. Read here rather than with @opentelemetry/core's
+ * reader, which skips a bad entry without a word, and so that a gateway that does not trace loads
+ * none of the SDK.
+ */
 function parsePairs(env: Env, name: string): Record<string, string> {
   const raw = read(env, name)
   if (raw === undefined) return {}
+  const pairs: Record<string, string> = {}
   for (const entry of raw.split(',')) {
     const at = entry.indexOf('=')
-    if (at <= 0 || entry.slice(0, at).trim() === '')
-      // Never echo the value: headers carry a collector's credentials.
+    const key = entry.slice(0, at).trim()
+    // Never echo the value: headers carry a collector's credentials.
+    if (at <= 0 || key === '')
       throw new ConfigError(name, 'must be a list of key=value pairs separated by commas (values percent-encoded)')
+    try {
+      pairs[decodeURIComponent(key)] = decodeURIComponent(entry.slice(at + 1).trim())
+    } catch {
+      throw new ConfigError(name, `has a value that is not valid percent-encoding (for ${key})`)
+    }
   }
-  try {
-    return parseKeyPairsIntoRecord(raw)
-  } catch {
-    throw new ConfigError(name, 'has a value that is not valid percent-encoding')
-  }
+  return pairs
 }
 
 /** A whole number of milliseconds or spans from `min` to `max`. */
