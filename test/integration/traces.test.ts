@@ -143,6 +143,42 @@ t.test('a refusal: its span says the problem code, and no upstream span', async 
   t.equal(collector.spans.filter((s) => s.traceId === trace).length, 1, 'nothing was sent upstream')
 })
 
+t.test("a limit's refusal: its policies on the span; the lease it waited for a child span", async (t) => {
+  const sub = (
+    await callAs(gw.url, parent.apiKey, {
+      method: 'POST',
+      path: '/v1/sub-accounts',
+      acting: 'self',
+      json: { name: 'limited', limits: { rate: { requests: 1, per_seconds: 3600 } } },
+    })
+  ).json() as { id: string }
+  const traces = ['2af7651916cd43dd8448eb211c80319c', '3af7651916cd43dd8448eb211c80319c']
+  const statuses: number[] = []
+  for (const trace of traces)
+    statuses.push(
+      (
+        await callAs(gw.url, parent.apiKey, {
+          path: '/api/limited',
+          acting: sub.id,
+          headers: [['traceparent', `00-${trace}-${CLIENT_SPAN}-01`]],
+        })
+      ).status,
+    )
+  t.same(statuses, [200, 429])
+  const first = await spansOfTrace(collector, traces[0]!, 3)
+  const server = first.find((span) => span.kind === SERVER)!
+  const lease = first.find((span) => span.name === 'limit lease')
+  t.ok(lease, 'the first request waited for its lease: a span of it')
+  t.equal(lease?.parentSpanId, server.spanId, "a child of the request's span")
+  t.equal(server.attributes['tenancy.resolved_tenant_id'], sub.id, 'acting as the sub-account')
+  const [refused] = await spansOfTrace(collector, traces[1]!, 1)
+  t.match(refused!.attributes, {
+    'http.response.status_code': 429,
+    'tenancy.refusal': 'rate_limited',
+    'tenancy.violated_policies': ['sub_account.rate'],
+  })
+})
+
 t.test('a management call: its span is named by its route template', async (t) => {
   const res = await callAs(gw.url, parent.apiKey, {
     method: 'POST',
