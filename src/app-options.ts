@@ -161,6 +161,7 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
       },
       public: route.public,
     })),
+    traceUrlTemplate: deps.config.traceUrlTemplate,
   }
 }
 
