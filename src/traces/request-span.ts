@@ -94,8 +94,11 @@ export class RequestSpan implements RequestTrace {
       },
       this.context,
     )
+    let ended = false
     return {
       end(errorType) {
+        if (ended) return
+        ended = true
         if (errorType !== undefined) {
           span.setAttribute('error.type', errorType)
           span.setStatus({ code: SpanStatusCode.ERROR })

@@ -41,10 +41,12 @@ const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c'
 const CLIENT_SPAN = 'b7ad6b7169203331'
 const traceparent = (flags = '01') => `00-${CLIENT_TRACE}-${CLIENT_SPAN}-${flags}`
 
-/** The spans `collector` received of trace `traceId`, once `count` of them came (polled). */
+/** The spans `collector` received of trace `traceId`, once `count` of them and its server span came (polled). */
 async function spansOfTrace(from: Collector, traceId: string, count: number): Promise<ReceivedSpan[]> {
-  await until(10_000, async () => from.spans.filter((span) => span.traceId === traceId).length >= count)
-  return from.spans.filter((span) => span.traceId === traceId)
+  const ofTrace = () => from.spans.filter((span) => span.traceId === traceId)
+  // The server span ends last: once it is here, so is every span of its request.
+  await until(10_000, async () => ofTrace().length >= count && ofTrace().some((span) => span.kind === SERVER))
+  return ofTrace()
 }
 
 /** The server span whose name is `name`, once received (polled). */
@@ -76,9 +78,24 @@ t.test('a proxied request: its server span continues the client, its client span
   t.equal(flags, '01')
   t.equal(received.headers.tracestate, 'vendor=opaque', "the client's tracestate passes")
 
-  const spans = await spansOfTrace(collector, CLIENT_TRACE, 2)
+  // Its key's first request: looked up in Redis, then in Postgres, before the upstream.
+  const spans = await spansOfTrace(collector, CLIENT_TRACE, 4)
   const server = spans.find((span) => span.kind === SERVER)!
-  const client = spans.find((span) => span.kind === CLIENT)!
+  const client = spans.find((span) => span.kind === CLIENT && 'http.request.method' in span.attributes)!
+  const redis = spans.find((span) => span.attributes['db.system.name'] === 'redis')
+  const postgres = spans.find((span) => span.attributes['db.system.name'] === 'postgresql')
+  t.match(redis, {
+    kind: CLIENT,
+    name: 'MGET',
+    parentSpanId: server.spanId,
+    attributes: { 'db.operation.name': 'MGET' },
+  })
+  t.match(postgres, {
+    kind: CLIENT,
+    name: 'SELECT',
+    parentSpanId: server.spanId,
+    attributes: { 'db.operation.name': 'SELECT' },
+  })
   t.equal(server.name, 'GET /api')
   t.equal(server.parentSpanId, CLIENT_SPAN, "the server span's parent is the client's span")
   t.equal(client.parentSpanId, server.spanId, 'the client span is a child of the server span')
