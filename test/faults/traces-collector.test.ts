@@ -27,6 +27,7 @@ async function gatewayTracingTo(t: TestLike, endpoint: string, exportTimeoutMs: 
       OTEL_BSP_MAX_QUEUE_SIZE: '16',
       OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '8',
       OTEL_EXPORTER_OTLP_TIMEOUT: String(exportTimeoutMs),
+      OTEL_BSP_EXPORT_TIMEOUT: String(exportTimeoutMs),
     },
   })
 }
@@ -50,7 +51,7 @@ async function dropped(gw: TestGateway): Promise<number> {
   return metric.values.reduce((sum, value) => sum + value.value, 0)
 }
 
-/** The hanging collector's exports wait 10 minutes: only the stop's own bound lets it end. */
+/** The hanging collector's exports (and the processor's wait for them) take 10 minutes: only the stop's own bound lets it end. */
 const FAULTS: { name: string; mode: CollectorMode | 'down'; exportTimeoutMs: number }[] = [
   { name: 'down (connections refused)', mode: 'down', exportTimeoutMs: 300 },
   { name: 'hanging (never answers)', mode: 'hang', exportTimeoutMs: 600_000 },
