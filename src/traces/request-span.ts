@@ -22,6 +22,21 @@ import type { RequestTrace, UpstreamSpan, WorkAttributes, WorkSpan } from '../sh
 
 const propagator = new W3CTraceContextPropagator()
 
+/** `server.address` and `server.port` of each upstream, parsed once (not per request). */
+const servers = new Map<string, Attributes>()
+function serverOf(upstream: string): Attributes {
+  let server = servers.get(upstream)
+  if (server === undefined) {
+    const url = new URL(upstream)
+    server = {
+      'server.address': url.hostname,
+      'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+    }
+    servers.set(upstream, server)
+  }
+  return server
+}
+
 /** `/v1/things/*` or `/v1/things/` → `/v1/things`; the catch-all's `/*` → `/`. */
 function routePrefixOf(url: string): string {
   return url.replace(/\/\*?$/, '') || '/'
@@ -56,23 +71,14 @@ export class RequestSpan implements RequestTrace {
     this.tracer = tracer
     const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
     const clientSpan = trace.getSpanContext(client)
-    const links: Link[] =
+    const links: Link[] | undefined =
       clientContext === 'ignore' && clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
         ? [{ context: clientSpan }]
-        : []
+        : undefined
     const route = routeOf(request)
-    const attributes: Attributes = {
-      'http.request.method': request.method,
-      'url.path': pathOf(request.url),
-      'url.scheme': request.protocol,
-      'client.address': request.ip,
-    }
-    if (route !== null) attributes['http.route'] = route
-    const agent = request.headers['user-agent']
-    if (agent !== undefined) attributes['user_agent.original'] = agent
     this.span = tracer.startSpan(
       route === null ? request.method : `${request.method} ${route}`,
-      { kind: SpanKind.SERVER, attributes, links },
+      { kind: SpanKind.SERVER, attributes: { 'http.request.method': request.method }, links },
       clientContext === 'continue' ? client : ROOT_CONTEXT,
     )
     const spanContext = this.span.spanContext()
@@ -80,6 +86,17 @@ export class RequestSpan implements RequestTrace {
     this.spanId = spanContext.spanId
     this.sampled = (spanContext.traceFlags & TraceFlags.SAMPLED) !== 0
     this.context = trace.setSpan(ROOT_CONTEXT, this.span)
+    // An unsampled span records nothing: its attributes are not even made (most requests at 0.01).
+    if (!this.span.isRecording()) return
+    const attributes: Attributes = {
+      'url.path': pathOf(request.url),
+      'url.scheme': request.protocol,
+      'client.address': request.ip,
+    }
+    if (route !== null) attributes['http.route'] = route
+    const agent = request.headers['user-agent']
+    if (agent !== undefined) attributes['user_agent.original'] = agent
+    this.span.setAttributes(attributes)
   }
 
   work(name: string, attributes: WorkAttributes): WorkSpan {
@@ -109,19 +126,12 @@ export class RequestSpan implements RequestTrace {
   }
 
   upstream(upstream: string, method: string): UpstreamSpan {
-    const url = new URL(upstream)
     const span = this.tracer.startSpan(
       method,
-      {
-        kind: SpanKind.CLIENT,
-        attributes: {
-          'http.request.method': method,
-          'server.address': url.hostname,
-          'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
-        },
-      },
+      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method } },
       this.context,
     )
+    if (span.isRecording()) span.setAttributes(serverOf(upstream))
     const carrier: Record<string, string> = {}
     propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, {
       set: (target, key, value) => {
@@ -131,6 +141,10 @@ export class RequestSpan implements RequestTrace {
     return {
       traceparent: carrier.traceparent!,
       end(statusCode, errorType) {
+        if (!span.isRecording()) {
+          span.end()
+          return
+        }
         if (statusCode !== null) span.setAttribute('http.response.status_code', statusCode)
         // A client span's error is any status from 400 (the semantic conventions' HTTP client spans).
         const error = errorType ?? (statusCode !== null && statusCode >= 400 ? String(statusCode) : undefined)
@@ -152,6 +166,12 @@ export class RequestSpan implements RequestTrace {
   finish(request: FastifyRequest, reply: FastifyReply): void {
     const span = this.span
     const status = reply.statusCode
+    if (!span.isRecording()) {
+      // An unsampled WebSocket's span waits for its close all the same (it ends nothing more).
+      if (status === 101) this.upgraded = true
+      else span.end()
+      return
+    }
     span.setAttribute('http.response.status_code', status)
     const principal = request.principal
     if (principal !== null) {
