@@ -2,9 +2,12 @@
 // floor (node:http streaming through an undici Pool: the least a Node proxy does), and optionally
 // against another checkout of the gateway in the same run (BENCH_BASELINE_TREE), and optionally the
 // same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1), and optionally
-// the same gateway on a route with a cost and a meter its upstream reports (BENCH_METERS=1). bench/README.md
+// the same gateway on a route with a cost and a meter its upstream reports (BENCH_METERS=1), and
+// optionally the same gateway tracing one request in a hundred and every request (BENCH_TRACES=1). bench/README.md
 // says what it starts, what it prints and its knobs; docs/lifecycle.md the path measured.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { createServer, type Server as HttpServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
@@ -54,6 +57,11 @@ const LIMITS = envInt('BENCH_LIMITS', 0, 0) > 0
 const SHADOW = LIMITS && envInt('BENCH_SHADOW', 0, 0) > 0
 /** Adds the gateway on a route with `cost: 2` and a meter the upstream reports in every answer. */
 const METERS = envInt('BENCH_METERS', 0, 0) > 0
+/**
+ * Adds the gateway tracing to a collector that takes every export (a sink in this process): at a
+ * ratio of 0.01 (`traced-0.01`) and every request (`traced`).
+ */
+const TRACES = envInt('BENCH_TRACES', 0, 0) > 0
 /** Adds fastify over the floor's handler: what fastify itself costs a request. */
 const FASTIFY_FLOOR = envInt('BENCH_FASTIFY_FLOOR', 0, 0) > 0
 /** Adds the floor with the headers the contract puts on every exchange: what those alone cost. */
@@ -71,6 +79,8 @@ type SideName =
   | 'limits'
   | 'shadow'
   | 'meters'
+  | 'traced-0.01'
+  | 'traced'
   | 'baseline'
 /** The sides that are not a gateway: no auth, no metrics to scrape. */
 const isProxyOnly = (name: SideName) =>
@@ -99,6 +109,7 @@ interface Lookups {
 async function main(): Promise<void> {
   const db = await createDatabase('bench')
   const started: Server[] = []
+  let sink: Sink | null = null
   const configDir = mkdtempSync(join(tmpdir(), 'bench-meters-'))
   try {
     const upstream = await startUpstream({ meter: METERS })
@@ -131,6 +142,20 @@ async function main(): Promise<void> {
       metersConfig,
       `routes:\n  - prefix: /v1/things\n    upstream: ${upstream.url}\n    cost: 2\n    meters: [{ name: tokens, header: X-Tokens-Used }]\n`,
     )
+    sink = TRACES ? await startSink() : null
+    const tracing = (sampler: string) => ({
+      OTEL_EXPORTER_OTLP_ENDPOINT: sink!.url,
+      OTEL_TRACES_SAMPLER: sampler,
+      OTEL_TRACES_SAMPLER_ARG: '0.01',
+    })
+    const sampledGateway = TRACES
+      ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: tracing('parentbased_traceidratio') })
+      : null
+    if (sampledGateway !== null) started.push(sampledGateway)
+    const tracedGateway = TRACES
+      ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: tracing('parentbased_always_on') })
+      : null
+    if (tracedGateway !== null) started.push(tracedGateway)
     const metersGateway = METERS
       ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: { GATEWAY_CONFIG: metersConfig } })
       : null
@@ -163,6 +188,10 @@ async function main(): Promise<void> {
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
       ...(shadowed === null ? [] : [{ name: 'shadow' as const, server: shadowGateway!, headers: shadowed.headers }]),
       ...(metersGateway === null ? [] : [{ name: 'meters' as const, server: metersGateway, headers: acting.headers }]),
+      ...(sampledGateway === null
+        ? []
+        : [{ name: 'traced-0.01' as const, server: sampledGateway, headers: acting.headers }]),
+      ...(tracedGateway === null ? [] : [{ name: 'traced' as const, server: tracedGateway, headers: acting.headers }]),
       ...(baseline === null ? [] : [{ name: 'baseline' as const, server: baseline, headers: acting.headers }]),
     ]
 
@@ -247,7 +276,15 @@ async function main(): Promise<void> {
     }
     const coldWaits =
       limitsGateway === null ? 0 : metric(await scrape(limitsGateway.metricsPort), 'tgw_limit_cold_waits_total')
-    report(rounds, sides, lookups, started, coldWaits)
+    const dropped =
+      tracedGateway === null
+        ? null
+        : {
+            sampled: metric(await scrape(sampledGateway!.metricsPort), 'tgw_trace_spans_dropped_total'),
+            traced: metric(await scrape(tracedGateway.metricsPort), 'tgw_trace_spans_dropped_total'),
+            exports: sink!.exports(),
+          }
+    report(rounds, sides, lookups, started, coldWaits, dropped)
   } catch (err) {
     if (!isInterrupted()) for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
     throw err
@@ -256,6 +293,7 @@ async function main(): Promise<void> {
     for (const server of started.reverse()) await stopChild(server.child).catch((err) => console.error(err))
     await db.drop()
     rmSync(configDir, { recursive: true, force: true })
+    await sink?.close()
   }
 }
 
@@ -265,6 +303,7 @@ function report(
   lookups: Map<SideName, Lookups>,
   started: Server[],
   coldWaits: number,
+  dropped: { sampled: number; traced: number; exports: number } | null,
 ): void {
   const of = (side: SideName) => rounds.filter((r) => r.side === side && !r.round.startsWith('warm'))
   const medians = new Map(sides.map(({ name }) => [name, { ...medianOf(of(name)), side: name, round: 'median' }]))
@@ -301,7 +340,9 @@ function report(
           (s.name === 'shadow'
             ? ' of a third parent, both with the same limits in shadow (never refusing, no RateLimit fields)'
             : '') +
-          (s.name === 'meters' ? '; the route has cost 2 and a meter read from X-Tokens-Used' : ''),
+          (s.name === 'meters' ? '; the route has cost 2 and a meter read from X-Tokens-Used' : '') +
+          (s.name === 'traced-0.01' ? '; tracing, OTEL_TRACES_SAMPLER=parentbased_traceidratio at 0.01' : '') +
+          (s.name === 'traced' ? '; tracing every request (parentbased_always_on)' : ''),
       ),
     '',
     ...table(
@@ -378,6 +419,22 @@ function report(
         .join(', ')}`,
     )
   }
+  for (const [name, target] of [
+    ['traced-0.01', 1.03],
+    ['traced', 1.2],
+  ] as const) {
+    const traced = medians.get(name)
+    if (traced === undefined) continue
+    const cpu = traced.cpuMicros / gateway.cpuMicros
+    lines.push(
+      `${`${name} / gateway`.padEnd(20)}req/s ${(traced.perSecond / gateway.perSecond).toFixed(3)}, p99 ${(traced.p99 / gateway.p99).toFixed(3)}, ` +
+        `CPU/request ${cpu.toFixed(3)} (target ≤ ${target}: ${cpu <= target ? 'met' : 'NOT MET'}; ${(traced.cpuMicros - gateway.cpuMicros).toFixed(1)} µs)`,
+    )
+  }
+  if (dropped !== null)
+    lines.push(
+      `traces              spans dropped over the run: traced-0.01 ${fmt(dropped.sampled)}, traced ${fmt(dropped.traced)}; exports the sink took: ${fmt(dropped.exports)}`,
+    )
   if (baseline !== undefined) {
     lines.push(
       `baseline / bare     req/s ${(baseline.perSecond / bare.perSecond).toFixed(3)}, CPU/request ${(baseline.cpuMicros / bare.cpuMicros).toFixed(3)}`,
@@ -401,6 +458,34 @@ function report(
   console.log(lines.join('\n'))
   const log = started.map((s) => s.output().trim()).filter((text) => text !== '')
   if (log.length > 0) console.error(`the servers wrote:\n${log.join('\n')}`)
+}
+
+/** An OTLP/HTTP collector that takes every export and keeps nothing: the traced sides' endpoint. */
+interface Sink {
+  url: string
+  exports(): number
+  close(): Promise<void>
+}
+
+async function startSink(): Promise<Sink> {
+  let exports = 0
+  const server: HttpServer = createServer((request, response) => {
+    request.resume()
+    request.on('end', () => {
+      exports++
+      response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end()
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    exports: () => exports,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+  }
 }
 
 run(main)

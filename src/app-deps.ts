@@ -68,6 +68,8 @@ export interface AppTuning {
   webhookDelivery?: Partial<Omit<WebhookDeliveryPluginOptions, 'sql' | 'encryptionKey' | 'schedule'>>
   /** The alerts' timings and clock: checks, the rate alerts' window, the sweep of expiring keys. */
   alerts?: AlertTimings
+  /** How long the stop waits for the last spans to reach the collector (default TRACE_FLUSH_BOUND_MS, traces/plugin.ts). */
+  traceFlushBoundMs?: number
   /** How long a request head may take to arrive (default HEADERS_TIMEOUT_MS, http/server-limits.ts). */
   headersTimeoutMs?: number
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */

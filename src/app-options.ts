@@ -25,9 +25,16 @@ import { WebSocketRuntime } from './proxy/websocket/runtime.js'
 import { cancellable } from './store/call-statements.js'
 import type { Store } from './store/db.js'
 import { storeDeadlinesOf } from './store/deadlines.js'
+import { TRACE_FLUSH_BOUND_MS, type TracesOptions } from './traces/plugin.js'
 import { exportTarget } from './usage/exporter.js'
 
 export const metricsOptions = (deps: AppDeps) => ({ store: deps.store, metrics: deps.metrics })
+
+/** Tracing's settings (null: off), and how long the stop waits for the last spans. */
+export const tracesOptions = (deps: AppDeps): TracesOptions => ({
+  settings: deps.config.traces,
+  flushBoundMs: deps.tuning?.traceFlushBoundMs ?? TRACE_FLUSH_BOUND_MS,
+})
 
 /** The Redis the tenancy cache and the limiter share, and its key prefix. */
 const redisOf = (deps: AppDeps) => ({
@@ -157,6 +164,7 @@ export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): Co
       public: route.public,
       decided: route.upstream === null ? 'only' : deps.config.authzPort === null ? null : 'also',
     })),
+    traceUrlTemplate: deps.config.traceUrlTemplate,
   }
 }
 

@@ -21,6 +21,7 @@ import {
   requestLogOptions,
   requestLogReader,
   signingKeysOptions,
+  tracesOptions,
   usageMeterOptions,
   webhookDeliveryOptions,
 } from './app-options.js'
@@ -50,6 +51,7 @@ import { requestLogPlugin } from './request-log/plugin.js'
 import { Keyring } from './signing-keys/keyring.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
 import { STORE_DEADLINES } from './store/deadlines.js'
+import { tracesPlugin } from './traces/plugin.js'
 import { usageMeterPlugin } from './usage/meter-plugin.js'
 import { webhookDeliveryPlugin } from './webhooks/delivery-plugin.js'
 
@@ -78,6 +80,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // onClose hooks run last registered first: the meter writes its last counts before the cache
   // lets Redis go.
   await app.register(metricsPlugin, metricsOptions(deps))
+  // Before every other hook: a request refused by the guards has its span too.
+  await app.register(tracesPlugin, tracesOptions(deps))
   await app.register(tenancyCachePlugin, cacheOptions(deps))
   if (signingKeysKey !== undefined)
     try {

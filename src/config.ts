@@ -20,6 +20,7 @@ import {
   read,
 } from './config-readers.js'
 import { parseRedisKeyPrefix, parseRedisTarget } from './config-redis.js'
+import { parseTraceSettings, parseTraceUrlTemplate, type TraceSettings } from './config-traces.js'
 import { parseUsageExport, type UsageExportTarget } from './config-usage-export.js'
 import { cidrProblem } from './guardrails/ip-allowlist.js'
 import type { Rate } from './limits/bucket.js'
@@ -104,6 +105,10 @@ export interface Config {
   readonly console: boolean
   /** Where the closed usage periods are pushed, and their signing secret (USAGE_EXPORT_URL and _SECRET); null: not pushed. */
   readonly usageExport: UsageExportTarget | null
+  /** Traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables); null: off. */
+  readonly traces: TraceSettings | null
+  /** A trace's page, `{trace_id}` standing for its id (TRACE_URL_TEMPLATE); null: the console shows the id alone. */
+  readonly traceUrlTemplate: string | null
 }
 
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
@@ -237,6 +242,8 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     webhooksRetrySchedule: parseWebhookRetrySchedule(env),
     console: parseOnOff(env, 'CONSOLE', true),
     usageExport: parseUsageExport(env),
+    traces: parseTraceSettings(env),
+    traceUrlTemplate: parseTraceUrlTemplate(env),
   })
 }
 

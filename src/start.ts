@@ -132,8 +132,12 @@ async function start(
   }
   try {
     const metricsServer = await listening('METRICS_PORT', config, () =>
-      serveMetrics(metrics.registry, config.metricsPort, config.host, (path) =>
-        app.inject({ method: 'GET', url: path }),
+      serveMetrics(
+        metrics.registry,
+        config.metricsPort,
+        config.host,
+        (path) => app.inject({ method: 'GET', url: path }),
+        config.traces !== null,
       ),
     )
     app.addHook('onClose', async () => {

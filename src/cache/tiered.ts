@@ -3,6 +3,7 @@
 // of Postgres. Changes reach it through the invalidation bus (cache/invalidation.ts).
 import { LRUCache } from 'lru-cache'
 import { ApiError } from '../errors.js'
+import type { RequestTrace } from '../shared/request-trace.js'
 import type { KeyRecord, PlanRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import { InvalidationBus, type CacheInvalidator } from './invalidation.js'
 import { cacheKeys, entryKey, type EvictionListener, generationKey, stampKey } from './entry-names.js'
@@ -151,26 +152,31 @@ export class TenancyCache implements CacheInvalidator {
     })
   }
 
-  private cachedLookups(source: TenancyLookups): TenancyLookups {
+  /** The lookups through the tiers; with `trace`, the Redis and Postgres calls a fill makes are its spans. */
+  private cachedLookups(source: TenancyLookups, trace: RequestTrace | null = null): TenancyLookups {
     return {
-      keyByDigest: (keyDigest) => this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest)),
-      keyById: (id) => this.read<KeyRecord>(cacheKeys.keyById(id), () => source.keyById(id)),
-      tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id)),
+      keyByDigest: (keyDigest) =>
+        this.read<KeyRecord>(cacheKeys.key(keyDigest), () => source.keyByDigest(keyDigest), trace),
+      keyById: (id) => this.read<KeyRecord>(cacheKeys.keyById(id), () => source.keyById(id), trace),
+      tenant: (id) => this.read<TenantRecord>(cacheKeys.tenant(id), () => source.tenant(id), trace),
       subAccount: (parentId, id) =>
-        this.read<TenantRecord>(cacheKeys.subAccount(parentId, id), () => source.subAccount(parentId, id)),
+        this.read<TenantRecord>(cacheKeys.subAccount(parentId, id), () => source.subAccount(parentId, id), trace),
       subAccountIdByExternalId: (parentId, externalId) =>
-        this.read<string>(cacheKeys.externalId(parentId, externalId), () =>
-          source.subAccountIdByExternalId(parentId, externalId),
+        this.read<string>(
+          cacheKeys.externalId(parentId, externalId),
+          () => source.subAccountIdByExternalId(parentId, externalId),
+          trace,
         ),
       hasActiveSubAccounts: async (parentId) =>
-        (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId)))!,
+        (await this.read<boolean>(cacheKeys.anyActive(parentId), () => source.hasActiveSubAccounts(parentId), trace))!,
       plan: (id) => this.read<PlanRecord>(cacheKeys.plan(id), () => source.plan(id)),
       reuse: { version: () => this.epoch, windowMs: this.reuseWindowMs },
+      traced: trace === null ? (requestTrace) => this.cachedLookups(source, requestTrace) : undefined,
     }
   }
 
   /** The in-process entry, else one shared fill from Redis or Postgres per key at a time. */
-  private read<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
+  private read<T>(key: string, load: () => Promise<T | null>, trace: RequestTrace | null = null): Promise<T | null> {
     const entry = this.local.get(key, { allowStale: false })
     if (entry !== undefined && entry.storedAt > this.trustedFrom) {
       this.options.metrics.cacheHits.local.inc()
@@ -180,12 +186,17 @@ export class TenancyCache implements CacheInvalidator {
     this.options.metrics.cacheMisses.local.inc()
     const pending = this.inflight.get(key)
     if (pending !== undefined) return pending as Promise<T | null>
-    return this.startFill(key, load)
+    // A fill another request started is its: this one waits for it without a span of its own.
+    return this.startFill(key, load, trace)
   }
 
   /** One fill of the entry at a time: later misses of it share this one until it settles. */
-  private startFill<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
-    const fill = this.fill(key, load).finally(() => {
+  private startFill<T>(
+    key: string,
+    load: () => Promise<T | null>,
+    trace: RequestTrace | null = null,
+  ): Promise<T | null> {
+    const fill = this.fill(key, load, trace).finally(() => {
       if (this.inflight.get(key) === fill) this.inflight.delete(key)
     })
     this.inflight.set(key, fill)
@@ -202,13 +213,15 @@ export class TenancyCache implements CacheInvalidator {
     this.startFill(key, load).catch(() => {})
   }
 
-  private async fill<T>(key: string, load: () => Promise<T | null>): Promise<T | null> {
+  private async fill<T>(key: string, load: () => Promise<T | null>, trace: RequestTrace | null): Promise<T | null> {
     const epoch = this.epoch
     const redis = this.usableRedis()
     // null: Redis was not asked, so nothing is stored there either.
     let generation: string | null = null
     if (redis !== null) {
       const askedAt = performance.now()
+      const span = trace?.work('MGET', { system: 'redis', operation: 'MGET' })
+      let failure: string | undefined
       try {
         // The entry, its generation and its stamp share a hash tag (entry-names.ts): one slot on a cluster.
         const [raw, seenGeneration, stamp] = await withinMs(
@@ -232,8 +245,10 @@ export class TenancyCache implements CacheInvalidator {
           this.options.metrics.redisStaleEntries.inc()
         }
       } catch (err) {
+        failure = (err as { code?: string }).code ?? (err as Error).name
         this.redisFailed(err)
       } finally {
+        span?.end(failure)
         this.options.metrics.lookupWait.observe((performance.now() - askedAt) / 1_000)
       }
     }
@@ -246,7 +261,14 @@ export class TenancyCache implements CacheInvalidator {
       if (Date.now() < this.postgresSkipUntil)
         throw new ApiError('store_unavailable', 'the store cannot be reached; try again')
       // The source counts its Postgres queries (store/tenancy-lookups.ts): key lookups share them.
-      value = await load()
+      const span = trace?.work('SELECT', { system: 'postgresql', operation: 'SELECT' })
+      try {
+        value = await load()
+      } catch (err) {
+        span?.end(err instanceof ApiError ? err.code : ((err as { code?: string }).code ?? (err as Error).name))
+        throw err
+      }
+      span?.end()
     } catch (err) {
       if (!(err instanceof ApiError)) this.postgresSkipUntil = Date.now() + this.timings.postgresBackoffMs
       // Postgres cannot answer: a record seen within the stale window still serves; an unknown

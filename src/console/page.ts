@@ -3,9 +3,20 @@
 // gateway's routes come along as a JSON data block, which no browser runs.
 import type { ConsoleAssets } from './assets.js'
 import { CONSOLE_ASSETS } from '../shared/paths.js'
-import { CONSOLE_ROUTES_ELEMENT, type ConsoleRoute, routesForScript } from './route-list.js'
+import {
+  CONSOLE_ROUTES_ELEMENT,
+  CONSOLE_TRACE_URL_ELEMENT,
+  type ConsoleRoute,
+  jsonForScript,
+  routesForScript,
+} from './route-list.js'
 
-export function consolePage(assets: ConsoleAssets, routes: readonly ConsoleRoute[] = []): string {
+/** `traceUrl`: TRACE_URL_TEMPLATE, which links a request's trace id to its trace (null: unset). */
+export function consolePage(
+  assets: ConsoleAssets,
+  routes: readonly ConsoleRoute[] = [],
+  traceUrl: string | null = null,
+): string {
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -17,6 +28,7 @@ export function consolePage(assets: ConsoleAssets, routes: readonly ConsoleRoute
 <link rel="stylesheet" href="${CONSOLE_ASSETS}/${assets.style.name}">
 <script type="module" src="${CONSOLE_ASSETS}/${assets.script.name}"></script>
 <script type="application/json" id="${CONSOLE_ROUTES_ELEMENT}">${routesForScript(routes)}</script>
+<script type="application/json" id="${CONSOLE_TRACE_URL_ELEMENT}">${jsonForScript(traceUrl)}</script>
 </head>
 <body>
 <div id="app"><p class="boot">Loading the console…</p></div>

@@ -25,6 +25,8 @@ export interface ConsoleOptions {
   assets?: () => Promise<ConsoleAssets>
   /** The proxied routes the page lists (prefix, scopes, WebSockets). */
   routes?: readonly ConsoleRoute[]
+  /** TRACE_URL_TEMPLATE: a request's trace id links to its trace; null or absent: shown alone. */
+  traceUrlTemplate?: string | null
 }
 
 function secureHeaders(reply: FastifyReply): FastifyReply {
@@ -66,7 +68,8 @@ export const consolePlugin: FastifyPluginAsync<ConsoleOptions> = async (app, opt
   // The page names the assets by their hashes; it is made once per set of assets.
   let page: ({ for: ConsoleAssets } & ReturnType<typeof served>) | undefined
   const pageFor = (current: ConsoleAssets) => {
-    if (page?.for !== current) page = { for: current, ...served(Buffer.from(consolePage(current, routes))) }
+    if (page?.for !== current)
+      page = { for: current, ...served(Buffer.from(consolePage(current, routes, options.traceUrlTemplate ?? null))) }
     return page
   }
 

@@ -27,7 +27,15 @@ export interface ConsoleRoute {
   readonly decided: 'only' | 'also' | null
 }
 
+/** The id of the page's JSON data block holding TRACE_URL_TEMPLATE (null when unset). */
+export const CONSOLE_TRACE_URL_ELEMENT = 'gateway-trace-url'
+
 /** The list as JSON safe inside a <script> element: no `<`, so no `</script>` or `<!--`. */
 export function routesForScript(routes: readonly ConsoleRoute[]): string {
-  return JSON.stringify(routes).replace(/</g, '\\u003c')
+  return jsonForScript(routes)
+}
+
+/** Any value as JSON safe inside a <script> element. */
+export function jsonForScript(value: unknown): string {
+  return JSON.stringify(value).replace(/</g, '\\u003c')
 }

@@ -93,6 +93,7 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
   if (apiError === null) {
     request.log.error({ err }, 'unhandled error')
     reply.problemCode = 'internal_error'
+    request.trace?.refused('internal_error')
     return reply
       .code(500)
       .type(PROBLEM_CONTENT_TYPE)
@@ -105,6 +106,7 @@ export function sendError(err: FastifyError, request: FastifyRequest, reply: Fas
   }
   if (apiError.options.headers) reply.headers(apiError.options.headers)
   reply.problemCode = apiError.code
+  request.trace?.refused(apiError.code, apiError.options.extensions?.violated_policies)
   return reply
     .code(apiError.status)
     .type(PROBLEM_CONTENT_TYPE)

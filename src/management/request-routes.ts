@@ -35,6 +35,7 @@ export function presentRequest(row: RequestRow): RequestRecord {
     ...(row.would_refuse === null ? {} : { would_refuse: row.would_refuse.split(',') }),
     outcome: row.outcome,
     ...(row.cell === null ? {} : { cell: row.cell }),
+    ...(row.trace_id === null ? {} : { trace_id: row.trace_id }),
   }
 }
 

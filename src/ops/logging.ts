@@ -165,6 +165,8 @@ export function logRequest(
       callerTenant: principal?.tenant.id ?? null,
       resolvedTenant: request.actingTenant?.id ?? null,
       keyId: principal?.key.id ?? null,
+      // With tracing on: the request's trace, for the log's backend to open (traces/plugin.ts).
+      ...(request.trace === null ? {} : { trace_id: request.trace.traceId }),
     },
     'request',
   )

@@ -2,7 +2,12 @@
 // port, and the health paths beside it. Apart from ops/metrics.ts, which defines what is counted:
 // this is the HTTP plumbing main.ts starts, and knows nothing of the metrics it serves.
 import { createServer, type Server } from 'node:http'
-import type { Registry } from 'prom-client'
+import { Registry } from 'prom-client'
+
+/** What a scrape is answered from: a registry's text and its content type. */
+type Exposition = { metrics(): Promise<string>; readonly contentType: string }
+/** A registered metric as the registry reads it (prom-client's own and fast-metrics.ts's). */
+type ReadableMetric = { name: string; get(): Promise<{ name: string; type: string }> }
 
 /** What the metrics listener answers for the health paths: the public app's own answer. */
 export type ProbeAnswer = (path: '/healthz' | '/readyz') => Promise<{
@@ -10,6 +15,31 @@ export type ProbeAnswer = (path: '/healthz' | '/readyz') => Promise<{
   headers: Record<string, unknown>
   body: string
 }>
+
+/**
+ * The same metrics in the OpenMetrics exposition, which alone carries exemplars (the request
+ * duration's trace ids). prom-client renders a registry in one format, and renaming a counter for
+ * OpenMetrics (its `_total` goes to the sample) on the metric itself would change the Prometheus
+ * text too: each metric is read through a stand-in that carries the OpenMetrics name.
+ */
+function openMetricsView(registry: Registry): Exposition {
+  // prom-client's types omit the constructor's content type.
+  const OpenMetricsRegistry = Registry as unknown as new (contentType: string) => Registry
+  const view = new OpenMetricsRegistry(Registry.OPENMETRICS_CONTENT_TYPE)
+  for (const metric of registry.getMetricsAsArray() as unknown as ReadableMetric[]) {
+    const get = async () => {
+      const read = await metric.get()
+      return read.type === 'counter' ? { ...read, name: read.name.replace(/_total$/, '') } : read
+    }
+    view.registerMetric({ name: metric.name, get } as unknown as Parameters<Registry['registerMetric']>[0])
+  }
+  return view
+}
+
+/** Whether a scraper's Accept names the OpenMetrics text format (Prometheus asks for it first). */
+function acceptsOpenMetrics(accept: string | undefined): boolean {
+  return accept?.includes('application/openmetrics-text') === true
+}
 
 /**
  * `GET /metrics` on its own port (docs/configuration.md: never on the public one), and the health
@@ -21,6 +51,8 @@ export async function serveMetrics(
   port: number,
   host: string,
   probe?: ProbeAnswer,
+  /** Answer a scraper that asks for OpenMetrics in it (tracing on: the exemplars' format). */
+  openMetrics = false,
 ): Promise<Server> {
   const server = createServer((request, response) => {
     const path = request.url?.split('?')[0]
@@ -40,8 +72,11 @@ export async function serveMetrics(
       response.writeHead(404).end()
       return
     }
-    registry.metrics().then(
-      (text) => response.writeHead(200, { 'content-type': registry.contentType }).end(text),
+    // Built at each scrape: a metric registered since (a plugin's) is in it.
+    const exposed: Exposition =
+      openMetrics && acceptsOpenMetrics(request.headers.accept) ? openMetricsView(registry) : registry
+    exposed.metrics().then(
+      (text) => response.writeHead(200, { 'content-type': exposed.contentType }).end(text),
       () => response.writeHead(500).end(),
     )
   })

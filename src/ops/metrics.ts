@@ -31,8 +31,8 @@ export interface Metrics {
   readonly credentials: CredentialMetrics
   /** Webhook deliveries (webhooks/): attempts by outcome, the oldest due delivery's wait. */
   readonly webhooks: WebhookMetrics
-  /** Records one answered request. */
-  observeRequest(kind: RouteKind, statusCode: number, seconds: number): void
+  /** Records one answered request; `traceId`, a sampled trace's, is kept as its bucket's exemplar. */
+  observeRequest(kind: RouteKind, statusCode: number, seconds: number, traceId?: string | null): void
   readonly usageFlushFailures: Counter
   /** Usage counts Postgres refused for their data, dropped from their flush (usage/meter-flush.ts). */
   readonly usageFlushRowsRefused: Counter
@@ -92,11 +92,12 @@ export function createMetrics(options: { processMetrics?: boolean } = {}): Metri
     limits: { ...limitMetrics(registers), leaseWait: redisWait.of('lease') },
     credentials: credentialMetrics(registers),
     webhooks: webhookMetrics(registers),
-    observeRequest(kind, statusCode, seconds) {
+    observeRequest(kind, statusCode, seconds, traceId) {
       const k = kindIndex[kind]
       const cls = Math.floor(statusCode / 100) - 1
       if (cls >= 0 && cls < STATUS_CLASSES.length) requestTallies[k * STATUS_CLASSES.length + cls]!.inc()
-      durations[k]!.observe(seconds)
+      if (traceId == null) durations[k]!.observe(seconds)
+      else durations[k]!.observeWithExemplar(seconds, traceId)
     },
     usageFlushFailures: new Counter({
       name: 'tgw_usage_flush_failures_total',

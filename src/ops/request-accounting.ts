@@ -55,7 +55,13 @@ export const requestAccounting = fp<RequestAccountingOptions>(
       // A request that held an upstream slot was proxied (only the proxy's scopes have the field):
       // known without fastify's routeOptions, an object it builds anew at each read.
       const kind = exchange ? 'proxy' : routeKindOf(request)
-      metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
+      const trace = request.trace
+      if (trace === null) metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000)
+      else {
+        trace.finish(request, reply)
+        // A sampled trace is the duration's exemplar: a spike on the histogram opens its trace.
+        metrics.observeRequest(kind, reply.statusCode, reply.elapsedTime / 1000, trace.sampled ? trace.traceId : null)
+      }
       if (logRequests) logRequest(app.log, kind, request, reply)
       const proxied = kind === 'proxy'
       // A decision let through counts as forwarded (AUTHZ_PORT: the asking proxy forwards it).

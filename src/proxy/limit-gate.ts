@@ -91,10 +91,18 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       // while Redis has units: a Redis round trip (bounded). Never one that is reached (starved).
       metrics.coldWaits.inc()
       const waitedFrom = performance.now()
-      return limiter.admitWhenWarm(subjects, undefined, units).then((decision) => {
-        metrics.leaseWait.observe((performance.now() - waitedFrom) / 1_000)
-        return decide(request, reply, decision)
-      })
+      const span = request.trace?.work('limit lease', { operation: 'lease' })
+      return limiter.admitWhenWarm(subjects, undefined, units).then(
+        (decision) => {
+          metrics.leaseWait.observe((performance.now() - waitedFrom) / 1_000)
+          span?.end(decision.undecided ? 'store_unavailable' : undefined)
+          return decide(request, reply, decision)
+        },
+        (error: unknown) => {
+          span?.end('internal_error')
+          throw error
+        },
+      )
     },
     refund(request) {
       if (!request.limitsCharged || request.limitSubjects === null) return

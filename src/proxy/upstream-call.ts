@@ -6,6 +6,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'n
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Dispatcher } from 'undici'
 import { ApiError, payloadTooLarge } from '../errors.js'
+import type { UpstreamSpan } from '../shared/request-trace.js'
 import { closesBeforeBodyEnds } from '../http/lingering-close.js'
 import type { Exchange, UpstreamSide } from './exchange.js'
 import type { MeterReports } from './meter-reports.js'
@@ -95,6 +96,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   sent = false
   /** The upstream's side is over, or no longer wanted: later callbacks change nothing. */
   private done = false
+  /** This attempt's client span, started as it is dispatched; null with tracing off. */
+  span: UpstreamSpan | null = null
+  /** The upstream's final status, once its head came. */
+  private statusCode: number | null = null
   private readonly response: ServerResponse
 
   private readonly request: FastifyRequest
@@ -120,6 +125,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     // 1xx informational answers (interim-answers.ts): the client gets the final one; the gateway
     // answers the client's Expect itself (steps/send-continue.ts).
     if (statusCode < 200) return
+    this.statusCode = statusCode
     const { request, reply, exchange, target } = this
     target.observeUpstream(request)
     exchange.upstreamSettled()
@@ -131,6 +137,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     if (statusCode > 599) {
       this.done = true
       controller.abort(new Error(`status ${statusCode}`))
+      this.endSpan('upstream_unavailable')
       this.fail(new ApiError('upstream_unavailable', `the upstream answered with status ${statusCode}`))
       return
     }
@@ -161,7 +168,16 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
       exchange.reported = meterReports.fromTrailers(trailers, exchange.reported, this.response, this.request.log)
     }
     this.answered()
+    this.endSpan()
     this.response.end()
+  }
+
+  /** Ends this attempt's client span, if it has one (tracing on), once. */
+  private endSpan(errorType?: string): void {
+    const span = this.span
+    if (span === null) return
+    this.span = null
+    span.end(this.statusCode, errorType)
   }
 
   /**
@@ -182,6 +198,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     if (this.done) {
       // Aborted because the client left before the answer (clientLeft): settled all the same.
       this.exchange.upstreamSettled()
+      this.endSpan('client_aborted')
       return
     }
     // A 204 or 304 naming a length: its head was all of it (no-content.ts).
@@ -194,6 +211,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     if (this.answering) {
       // Too late for an error answer: the client gets a cut-off one, as from the upstream.
       this.broken = true
+      this.endSpan('upstream_aborted')
       this.answered()
       this.request.log.warn({ err: error }, 'the upstream broke off its answer')
       this.response.destroy()
@@ -201,8 +219,13 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     }
     exchange.upstreamSettled()
     // A client that hung up gets nothing, and is not an upstream failure (exchange.ts logs it).
-    if (exchange.clientGone()) return
-    this.fail(upstreamFailure(error, this.target.route))
+    if (exchange.clientGone()) {
+      this.endSpan('client_aborted')
+      return
+    }
+    const failure = upstreamFailure(error, this.target.route)
+    this.endSpan(failure.code)
+    this.fail(failure)
   }
 
   /** The gateway's own answer in place of the upstream's. */
@@ -218,6 +241,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     if (this.done) return
     this.done = true
     this.answered()
+    this.endSpan('client_aborted')
     this.controller?.abort(new Error('the client left'))
   }
 }

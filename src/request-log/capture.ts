@@ -61,6 +61,8 @@ export interface RequestRecord {
   outcome?: RequestOutcome
   /** The cell that served it (docs/api.md, Cells); absent or null: none. */
   cell?: string | null
+  /** Its trace's id (32 hex digits), with tracing on; absent or null: not traced. */
+  traceId?: string | null
 }
 
 /** A declared length in bytes; 0 when none is declared. */
@@ -110,6 +112,7 @@ export function recordOf(
     outcome: request.exchange?.outcome() ?? (decisionOf(request.raw) === null ? 'completed' : 'decided'),
     // Set by the proxy's cell step, on a route with cells only.
     cell: request.cell ?? null,
+    traceId: request.trace?.traceId ?? null,
   }
 }
 

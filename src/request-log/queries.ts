@@ -37,6 +37,8 @@ export interface RequestRow {
   outcome: string
   /** The cell that served it; null: none (a route without cells, or a row written before cells were kept). */
   cell: string | null
+  /** Its trace's id; null when it was not traced. */
+  trace_id: string | null
 }
 
 /** The records at `places` (a query of `seq, position`), newest first. */
@@ -52,7 +54,8 @@ export function recordsAt(sql: Sql | Tx, accountId: string, places: Fragment): P
       r.response_bytes[place.position] as response_bytes, r.source_ips[place.position] as source_ip,
       abs(r.costs[place.position]) as cost, r.costs[place.position] > 0 as forwarded, r.units[place.position] as units,
       r.would_refuse[place.position] as would_refuse, coalesce(r.outcomes[place.position], 'completed') as outcome,
-      r.cells[place.position] as cell
+      r.cells[place.position] as cell,
+      r.trace_ids[place.position] as trace_id
     from place join request_log_rows r on r.account_id = ${accountId} and r.seq = place.seq
     order by place.seq desc, place.position desc`
 }

@@ -8,7 +8,7 @@ import type { CopyBuffer } from './copy-format.js'
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { CELL_ARRAYS, OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, UNIT_ARRAYS } from './schema.js'
+import { CELL_ARRAYS, OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, TRACE_ARRAYS, UNIT_ARRAYS } from './schema.js'
 
 /** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
 export interface LogRow {
@@ -47,6 +47,7 @@ export interface LogRow {
   would_refuse: string | null
   outcomes: string | null
   cells: string | null
+  trace_ids: string | null
 }
 
 /** What RowBuilder.add did with a record: took it. */
@@ -59,7 +60,7 @@ export const TOO_OLD = -1
 /** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
 export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
   code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}, ${CELL_ARRAYS}`
+  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}, ${CELL_ARRAYS}, ${TRACE_ARRAYS}`
 const COPY_FIELDS = ROW_COLUMNS.split(',').length
 
 /** Builds one row's arrays as records come, in order; then writes it out in either form. */
@@ -94,6 +95,9 @@ export class RowBuilder {
   /** Each record's cell, null for none; `celled` when some has one: else the row's `cells` is null. */
   readonly cells: (string | null)[] = []
   celled = false
+  /** Each record's trace id, null when not traced; `traced` when some was: else the row's `trace_ids` is null. */
+  readonly traceIds: (string | null)[] = []
+  traced = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
   readonly routeSet = new Set<string>()
@@ -181,6 +185,9 @@ export class RowBuilder {
     const cell = record.cell ?? null
     this.cells.push(cell)
     if (cell !== null) this.celled = true
+    const traceId = record.traceId ?? null
+    this.traceIds.push(traceId)
+    if (traceId !== null) this.traced = true
     return ADDED
   }
 
@@ -252,6 +259,7 @@ export class RowBuilder {
       would_refuse: this.shadowed ? nullableTexts(this.wouldRefuse) : null,
       outcomes: this.cut ? nullableTexts(this.outcomes) : null,
       cells: this.celled ? nullableTexts(this.cells) : null,
+      trace_ids: this.traced ? nullableTexts(this.traceIds) : null,
     }
   }
 
@@ -304,6 +312,8 @@ export class RowBuilder {
     if (this.cut) out.texts(this.outcomes, true)
     else out.null()
     if (this.celled) out.texts(this.cells, true)
+    else out.null()
+    if (this.traced) out.texts(this.traceIds, true)
     else out.null()
   }
 }

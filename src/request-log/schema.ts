@@ -53,6 +53,12 @@ export const OUTCOME_ARRAYS = 'outcomes'
 export const CELL_ARRAYS = 'cells'
 
 /**
+ * Each record's trace id (docs/operations.md, Traces), added after the outcomes: null for a whole
+ * row of records that were not traced, as every row is with tracing off.
+ */
+export const TRACE_ARRAYS = 'trace_ids'
+
+/**
  * The table and its indexes, each by its name: a start makes those missing only (below). A
  * `create index if not exists` of an index that exists still locks the table and every partition
  * for a moment, and waits behind a partition's index being built (account-ids-index.ts) while every
@@ -112,7 +118,8 @@ const tableObjects = (compression: string, firstSeq: string): [name: string, sta
     units           text[] ${compression},
     would_refuse    text[] ${compression},
     outcomes        text[] ${compression},
-    cells           text[] ${compression}
+    cells           text[] ${compression},
+    trace_ids       text[] ${compression}
   ) partition by range (first_time)`,
   ],
   [
@@ -185,6 +192,7 @@ export async function ensureRequestLogTable(sql: Sql): Promise<void> {
     await addArray(tx, 'would_refuse', lz4?.ok === true ? 'compression lz4' : '')
     await addArray(tx, 'outcomes', lz4?.ok === true ? 'compression lz4' : '')
     await addArray(tx, 'cells', lz4?.ok === true ? 'compression lz4' : '')
+    await addArray(tx, 'trace_ids', lz4?.ok === true ? 'compression lz4' : '')
     if (old === null) await tx.unsafe(CREATE_VIEW)
   })
 }
@@ -204,8 +212,12 @@ async function addUnitArrays(tx: Tx, compression: string): Promise<void> {
   )
 }
 
-/** A text column added later (the shadow limits', the outcomes, the cells), on a log made before it: only when missing, as the unit columns. */
-async function addArray(tx: Tx, column: 'would_refuse' | 'outcomes' | 'cells', compression: string): Promise<void> {
+/** A text column added later (the shadow limits', the outcomes, the cells, the trace ids), on a log made before it: only when missing, as the unit columns. */
+async function addArray(
+  tx: Tx,
+  column: 'would_refuse' | 'outcomes' | 'cells' | 'trace_ids',
+  compression: string,
+): Promise<void> {
   const [present] = await tx<{ n: number }[]>`
     select count(*)::int as n from pg_attribute
     where attrelid = to_regclass('request_log_rows') and attname = ${column} and not attisdropped`

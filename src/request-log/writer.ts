@@ -215,11 +215,12 @@ async function insertAsJson(sql: Sql, rows: readonly RowBuilder[]): Promise<void
       given_ids::text[], given_positions::int4[], ids::text[], times_us::int8[], tenant_ids::uuid[],
       key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
       durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[], costs::int4[],
-      units::text[], would_refuse::text[], outcomes::text[], cells::text[]
+      units::text[], would_refuse::text[], outcomes::text[], cells::text[], trace_ids::text[]
     from json_to_recordset(${JSON.stringify(rows.map((row) => row.row()))}::text::json) as r(account_id uuid,
       first_us int8, last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text,
       code_set text, not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8,
       id_high int8, given_ids text, given_positions text, ids text, times_us text, tenant_ids text, key_ids text,
       methods text, routes text, paths text, statuses text, codes text, durations_us text, request_bytes text,
-      response_bytes text, source_ips text, costs text, units text, would_refuse text, outcomes text, cells text)`
+      response_bytes text, source_ips text, costs text, units text, would_refuse text, outcomes text, cells text,
+      trace_ids text)`
 }

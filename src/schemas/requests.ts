@@ -88,6 +88,14 @@ export const RequestRecord = Type.Object(
         examples: ['eu'],
       }),
     ),
+    trace_id: Type.Optional(
+      Type.String({
+        pattern: '^[0-9a-f]{32}$',
+        description:
+          "its trace's id (W3C Trace Context), the trace a collector received with tracing on; absent when it was not traced",
+        examples: ['4bf92f3577b34da6a3ce929d0e0e4736'],
+      }),
+    ),
   },
   { additionalProperties: false },
 )

@@ -46,11 +46,21 @@ export function tally(config: { name: string; help: string; registers: Registry[
 /** The latency histograms' bounds, in seconds: from a cached hit (tens of µs) to a slow upstream (the 30 s default timeout). */
 export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
+/** The OpenMetrics exemplar of a bucket: the last traced observation that fell in it. */
+export interface Exemplar {
+  readonly labelSet: { readonly trace_id: string }
+  readonly value: number
+  /** Seconds since the epoch. */
+  readonly timestamp: number
+}
+
 /** One series of a LatencyHistogram: counts per bucket (the last one past every bound). */
 export class LatencySeries {
   readonly counts: Float64Array
   sum = 0
   count = 0
+  /** Per bucket, its exemplar; null until a traced request is observed (tracing off: always). */
+  exemplars: (Exemplar | null)[] | null = null
   private readonly bounds: readonly number[]
   constructor(bounds: readonly number[]) {
     this.bounds = bounds
@@ -66,6 +76,17 @@ export class LatencySeries {
     this.counts[i]!++
     this.sum += seconds
     this.count++
+  }
+
+  /** observe, keeping the trace as the exemplar of the bucket the value fell in. */
+  observeWithExemplar(seconds: number, traceId: string): void {
+    if (!Number.isFinite(seconds)) return
+    this.observe(seconds)
+    const bounds = this.bounds
+    let i = 0
+    while (i < bounds.length && seconds > bounds[i]!) i++
+    this.exemplars ??= new Array<Exemplar | null>(bounds.length + 1).fill(null)
+    this.exemplars[i] = { labelSet: { trace_id: traceId }, value: seconds, timestamp: Date.now() / 1000 }
   }
 }
 
@@ -120,6 +141,7 @@ export class LatencyHistogram {
 
   reset(): void {
     for (const series of this.series.values()) {
+      series.exemplars = null
       series.counts.fill(0)
       series.sum = 0
       series.count = 0
@@ -128,7 +150,12 @@ export class LatencyHistogram {
 
   /** prom-client's shape: cumulative buckets with `le`, then _sum and _count, per series seen. */
   async get() {
-    const values: { labels: Record<string, string | number>; value: number; metricName: string; exemplar?: null }[] = []
+    const values: {
+      labels: Record<string, string | number>
+      value: number
+      metricName: string
+      exemplar?: Exemplar | null
+    }[] = []
     for (const [labelValue, series] of this.series) {
       if (this.label !== null && series.count === 0) continue
       const labels: Record<string, string> = this.label === null ? {} : { [this.label.name]: labelValue }
@@ -139,14 +166,14 @@ export class LatencyHistogram {
           labels: { le: bound, ...labels },
           value: cumulative,
           metricName: `${this.name}_bucket`,
-          exemplar: null,
+          exemplar: series.exemplars?.[i] ?? null,
         })
       })
       values.push({
         labels: { le: '+Inf', ...labels },
         value: series.count,
         metricName: `${this.name}_bucket`,
-        exemplar: null,
+        exemplar: series.exemplars?.[this.bounds.length] ?? null,
       })
       values.push({ labels, value: series.sum, metricName: `${this.name}_sum` })
       values.push({ labels, value: series.count, metricName: `${this.name}_count` })

@@ -1,6 +1,7 @@
 // The records of keys and tenants that authentication and the acting rules read, and the questions
 // they ask of the store, behind one interface, so that a cache can sit in front of Postgres without
 // touching the rules (docs/internals.md, caches). Postgres answers them in store/tenancy-lookups.ts.
+import type { RequestTrace } from './request-trace.js'
 import type { TenantLimits } from './tenant-limits.js'
 
 export type KeyStatus = 'active' | 'revoked'
@@ -84,4 +85,9 @@ export interface TenancyLookups {
    * comes from the store as it is.
    */
   readonly reuse?: { version(): number; readonly windowMs: number }
+  /**
+   * Behind a cache: the same lookups, whose calls to Redis and Postgres (a miss's fill) are spans
+   * of `trace` (docs/operations.md, Traces). Absent without a cache, and on a view already traced.
+   */
+  readonly traced?: (trace: RequestTrace) => TenancyLookups
 }

@@ -1,6 +1,7 @@
 // Wires authentication and the acting rules into fastify: an onRequest hook, so that both run
 // before the body is read and before validation (docs/api.md: 401, then the acting header, then
 // 403). The proxy's variant, which remembers the last second's admissions, is recent-admissions.ts.
+// With tracing on, the lookups' store calls are the request's spans (their traced view).
 import type { FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
 import { authenticate } from '../auth/authenticate.js'
 import { keyRefusedBy, requireActiveTenant, type Principal } from '../auth/principal.js'
@@ -23,9 +24,12 @@ declare module 'fastify' {
 /** Resolves the principal and acting tenant of a request, then sets them on it (docs/api.md order). */
 export async function resolveInto(
   request: FastifyRequest,
-  lookups: TenancyLookups,
+  untraced: TenancyLookups,
   counts: SingleHeaderCounts,
 ): Promise<void> {
+  // With tracing on, the store calls the lookups make for this request are its spans.
+  const trace = request.trace
+  const lookups = trace === null || untraced.traced === undefined ? untraced : untraced.traced(trace)
   let principal: Principal
   try {
     principal = await authenticate(

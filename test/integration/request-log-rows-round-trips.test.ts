@@ -344,6 +344,29 @@ for (const { copy, form } of FORMS)
     )
   })
 
+for (const { copy, form } of FORMS)
+  t.test(`a log made before trace ids gains their column at start; each record keeps its own (${form})`, async (t) => {
+    const { sql, writer } = await writerOn(t, 500, copy)
+    writer.add(record({ id: madeId(1), path: '/p/before' }))
+    await writer.flush()
+    // A log of the version before: no trace_ids column.
+    await sql`alter table request_log_rows drop column trace_ids`
+    await ensureRequestLogTable(sql)
+    const traced = '4bf92f3577b34da6a3ce929d0e0e4736'
+    writer.add(record({ id: madeId(2), path: '/p/traced', traceId: traced }))
+    writer.add(record({ id: madeId(3), path: '/p/untraced' }))
+    await writer.flush()
+    const listed = await list(sql, ACCOUNTS[0]!, NO_FILTER)
+    t.same(
+      listed.map((row) => [row.path, row.trace_id]),
+      [
+        ['/p/untraced', null],
+        ['/p/traced', traced],
+        ['/p/before', null],
+      ],
+    )
+  })
+
 /** A writer on a fresh database (COPY) that notes the records of each write it ends. */
 async function countingWriter(t: Test, options: Partial<WriterOptions> = {}) {
   const database = await freshDatabase(t, { migrated: false })

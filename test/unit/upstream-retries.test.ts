@@ -159,6 +159,7 @@ t.test('a retry waits for its answer no longer than what is left of timeout_ms',
     request,
     exchange,
     {
+      upstreamUrl: 'http://127.0.0.1:1',
       options: { ...DEFAULT_RETRIES, attempts: 5, on: new Set(['503']) },
       timeoutMs: 300,
       budget: new RetryBudget(100),
@@ -212,6 +213,7 @@ function perTryCall(method: string, retries: Partial<RetryOptions>, timeoutMs = 
     request,
     exchange,
     {
+      upstreamUrl: 'http://127.0.0.1:1',
       options: { ...DEFAULT_RETRIES, ...retries },
       timeoutMs,
       budget: new RetryBudget(100),

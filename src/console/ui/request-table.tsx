@@ -79,6 +79,33 @@ export function RequestTable({
   )
 }
 
+/**
+ * The id of route-list.ts's CONSOLE_TRACE_URL_ELEMENT (spelled here: the bundle takes nothing from
+ * the server's modules but their types): TRACE_URL_TEMPLATE as the page came with it.
+ */
+const TRACE_URL_ELEMENT = 'gateway-trace-url'
+
+/** TRACE_URL_TEMPLATE, or null when unset (or on a page without it, the portal's). */
+function traceUrlTemplate(): string | null {
+  try {
+    const value: unknown = JSON.parse(document.getElementById(TRACE_URL_ELEMENT)?.textContent ?? 'null')
+    return typeof value === 'string' ? value : null
+  } catch {
+    return null
+  }
+}
+
+/** A trace id, linked to its trace when TRACE_URL_TEMPLATE is set. */
+function TraceId({ id }: { id: string }) {
+  const template = traceUrlTemplate()
+  if (template === null) return <span class="mono">{id}</span>
+  return (
+    <a class="mono" href={template.replaceAll('{trace_id}', encodeURIComponent(id))} rel="noreferrer" target="_blank">
+      {id}
+    </a>
+  )
+}
+
 /** A record's facts in a dialog: `facts` adds a screen's own (the console's account and tenant). */
 export function RequestDetails({
   record: r,
@@ -111,10 +138,12 @@ export function RequestDetails({
   ]
   // Shadow limits are tried before they are enforced: what they would have refused is news.
   if (r.would_refuse !== undefined) all.push(['Shadow limits that would refuse it', r.would_refuse.join(', ')])
+  const shown: [string, ComponentChildren][] = all
+  if (r.trace_id !== undefined) shown.push(['Trace', <TraceId id={r.trace_id} />])
   return (
     <Dialog title={`${r.method} ${r.path}`} onClose={onClose}>
       <dl class="facts" data-testid="request-details">
-        {all.map(([name, value]) => (
+        {shown.map(([name, value]) => (
           <Fragment key={name}>
             <dt>{name}</dt>
             <dd>{value}</dd>

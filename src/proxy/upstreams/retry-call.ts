@@ -63,6 +63,8 @@ export type SendAttempt = (
 
 /** What a route's calls share: its rules, its budget, its counters, and how an attempt is sent. */
 export interface RetryRoute {
+  /** The route's upstream origin (its first target's, with targets): a client span's `server.address`. */
+  readonly upstreamUrl: string
   readonly options: RetryOptions
   readonly timeoutMs: number
   readonly budget: RetryBudget
@@ -186,6 +188,7 @@ export class RetryingCall implements UpstreamSide {
         // Its answer is dropped (the connection with it): the client gets the next attempt's.
         this.current = null
         controller.abort(new Error(`the upstream answered ${statusCode}: retried`))
+        this.endAttemptSpan(statusCode, reason)
         this.retryLater(reason)
         return
       }
@@ -208,6 +211,7 @@ export class RetryingCall implements UpstreamSide {
       const reason = failureReason(error, attempt.reached, attempt.perTry)
       if (reason !== null && this.mayRetry(reason)) {
         this.current = null
+        this.endAttemptSpan(null, reason)
         this.retryLater(reason)
         return
       }
@@ -257,8 +261,32 @@ export class RetryingCall implements UpstreamSide {
     this.route.counters.retried(reason)
     this.timer = setTimeout(() => {
       this.timer = null
+      this.startAttemptSpan()
       this.send()
     }, this.nextDelay)
+  }
+
+  /**
+   * With tracing on, a retried attempt's client span ends with what failed it (its status, if it
+   * answered, and the retry's reason as `error.type`); the next attempt gets its own span and a
+   * `traceparent` naming it (docs/operations.md, Traces).
+   */
+  private endAttemptSpan(statusCode: number | null, reason: string): void {
+    const span = this.inner.span
+    if (span == null) return
+    this.inner.span = null
+    span.end(statusCode, reason)
+  }
+
+  private startAttemptSpan(): void {
+    const trace = this.request.trace
+    if (trace == null) return
+    const span = trace.upstream(this.route.upstreamUrl, this.request.method)
+    this.inner.span = span
+    this.options = {
+      ...this.options,
+      headers: { ...(this.options.headers as Record<string, string | string[]>), traceparent: span.traceparent },
+    }
   }
 
   /** No more retries: the attempt under way is the answer, and the held body can go. */

@@ -86,6 +86,12 @@ export class WebSocketRuntime {
     request.exchange?.upgraded()
     upgrade.reply.code(101)
     this.options.account(request, upgrade.reply)
+    // The upgrade's span stays open while the socket does: its close is an event on it.
+    const trace = request.trace
+    if (trace !== null) {
+      const connection = request.raw.socket
+      client.once('close', (code) => trace.closed(code, connection.bytesRead, connection.bytesWritten))
+    }
     const principal = request.principal
     const place = upgrade.place
     const pair = new SocketPair(

@@ -1,0 +1,209 @@
+// A request's trace (shared/request-trace.ts) on the OpenTelemetry SDK: the server span, named and
+// attributed as the HTTP semantic conventions say, the tenancy beside them, and the child spans of
+// what the request waits for. The client's W3C Trace Context is continued, or (TRACE_CLIENT_CONTEXT
+// =ignore) linked from a new trace. What is recorded is chosen here and only here: never a key, a
+// secret, a token, an Authorization or Cookie header, a query string or a body.
+import {
+  type Attributes,
+  type Context,
+  defaultTextMapGetter,
+  type Link,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  TraceFlags,
+  trace,
+} from '@opentelemetry/api'
+import { W3CTraceContextPropagator } from '@opentelemetry/core'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { RequestTrace, UpstreamSpan, WorkAttributes, WorkSpan } from '../shared/request-trace.js'
+
+const propagator = new W3CTraceContextPropagator()
+
+/** `server.address` and `server.port` of each upstream, parsed once (not per request). */
+const servers = new Map<string, Attributes>()
+function serverOf(upstream: string): Attributes {
+  let server = servers.get(upstream)
+  if (server === undefined) {
+    const url = new URL(upstream)
+    server = {
+      'server.address': url.hostname,
+      'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+    }
+    servers.set(upstream, server)
+  }
+  return server
+}
+
+/** `/v1/things/*` or `/v1/things/` → `/v1/things`; the catch-all's `/*` → `/`. */
+function routePrefixOf(url: string): string {
+  return url.replace(/\/\*?$/, '') || '/'
+}
+
+/** The span's name and `http.route` (OpenTelemetry's HTTP server spans): the route's template, or its prefix when proxied. */
+function routeOf(request: FastifyRequest): string | null {
+  if (request.is404) return null
+  const url = request.routeOptions.url
+  if (url === undefined) return null
+  return request.routeOptions.config.kind === 'proxy' ? routePrefixOf(url) : url
+}
+
+/** The request's path without its query (`url.path`: a query may carry a credential). */
+function pathOf(url: string): string {
+  const query = url.indexOf('?')
+  return query === -1 ? url : url.slice(0, query)
+}
+
+export class RequestSpan implements RequestTrace {
+  readonly traceId: string
+  readonly spanId: string
+  readonly sampled: boolean
+  private readonly tracer: Tracer
+  private readonly span: Span
+  /** The server span's context: the parent of every span of this request. */
+  private readonly context: Context
+  private readonly startedAt = performance.now()
+  private upgraded = false
+
+  constructor(tracer: Tracer, clientContext: 'continue' | 'ignore', request: FastifyRequest) {
+    this.tracer = tracer
+    const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
+    const clientSpan = trace.getSpanContext(client)
+    const links: Link[] | undefined =
+      clientContext === 'ignore' && clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
+        ? [{ context: clientSpan }]
+        : undefined
+    const route = routeOf(request)
+    this.span = tracer.startSpan(
+      route === null ? request.method : `${request.method} ${route}`,
+      { kind: SpanKind.SERVER, attributes: { 'http.request.method': request.method }, links },
+      clientContext === 'continue' ? client : ROOT_CONTEXT,
+    )
+    const spanContext = this.span.spanContext()
+    this.traceId = spanContext.traceId
+    this.spanId = spanContext.spanId
+    this.sampled = (spanContext.traceFlags & TraceFlags.SAMPLED) !== 0
+    this.context = trace.setSpan(ROOT_CONTEXT, this.span)
+    // An unsampled span records nothing: its attributes are not even made (most requests at 0.01).
+    if (!this.span.isRecording()) return
+    const attributes: Attributes = {
+      'url.path': pathOf(request.url),
+      'url.scheme': request.protocol,
+      'client.address': request.ip,
+    }
+    if (route !== null) attributes['http.route'] = route
+    const agent = request.headers['user-agent']
+    if (agent !== undefined) attributes['user_agent.original'] = agent
+    this.span.setAttributes(attributes)
+  }
+
+  work(name: string, attributes: WorkAttributes): WorkSpan {
+    const span = this.tracer.startSpan(
+      name,
+      {
+        kind: attributes.system === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT,
+        attributes:
+          attributes.system === undefined
+            ? { 'tenancy.wait': attributes.operation }
+            : { 'db.system.name': attributes.system, 'db.operation.name': attributes.operation },
+      },
+      this.context,
+    )
+    let ended = false
+    return {
+      end(errorType) {
+        if (ended) return
+        ended = true
+        if (errorType !== undefined) {
+          span.setAttribute('error.type', errorType)
+          span.setStatus({ code: SpanStatusCode.ERROR })
+        }
+        span.end()
+      },
+    }
+  }
+
+  upstream(upstream: string, method: string): UpstreamSpan {
+    const span = this.tracer.startSpan(
+      method,
+      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method } },
+      this.context,
+    )
+    if (span.isRecording()) span.setAttributes(serverOf(upstream))
+    const carrier: Record<string, string> = {}
+    propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, {
+      set: (target, key, value) => {
+        target[key] = value
+      },
+    })
+    return {
+      traceparent: carrier.traceparent!,
+      end(statusCode, errorType) {
+        if (!span.isRecording()) {
+          span.end()
+          return
+        }
+        if (statusCode !== null) span.setAttribute('http.response.status_code', statusCode)
+        // A client span's error is any status from 400 (the semantic conventions' HTTP client spans).
+        const error = errorType ?? (statusCode !== null && statusCode >= 400 ? String(statusCode) : undefined)
+        if (error !== undefined) {
+          span.setAttribute('error.type', error)
+          span.setStatus({ code: SpanStatusCode.ERROR })
+        }
+        span.end()
+      },
+    }
+  }
+
+  refused(code: string, violatedPolicies?: readonly string[]): void {
+    this.span.setAttribute('tenancy.refusal', code)
+    if (violatedPolicies !== undefined && violatedPolicies.length > 0)
+      this.span.setAttribute('tenancy.violated_policies', [...violatedPolicies])
+  }
+
+  finish(request: FastifyRequest, reply: FastifyReply): void {
+    const span = this.span
+    const status = reply.statusCode
+    if (!span.isRecording()) {
+      // An unsampled WebSocket's span waits for its close all the same (it ends nothing more).
+      if (status === 101) this.upgraded = true
+      else span.end()
+      return
+    }
+    span.setAttribute('http.response.status_code', status)
+    const principal = request.principal
+    if (principal !== null) {
+      const tenant = principal.tenant
+      span.setAttributes({
+        'tenancy.key_id': principal.key.id,
+        'tenancy.caller_tenant_id': tenant.id,
+        'tenancy.resolved_tenant_id': (request.actingTenant ?? tenant).id,
+        'tenancy.account_id': tenant.parentId ?? tenant.id,
+      })
+    }
+    // A server span's error is a 5xx only: a 4xx is the client's (the semantic conventions).
+    if (status >= 500) {
+      span.setAttribute('error.type', reply.problemCode ?? String(status))
+      span.setStatus({ code: SpanStatusCode.ERROR })
+    }
+    if (status === 101) {
+      this.upgraded = true
+      return
+    }
+    span.end()
+  }
+
+  closed(code: number, receivedBytes: number, sentBytes: number): void {
+    if (!this.upgraded) return
+    this.upgraded = false
+    this.span.addEvent('websocket.close', {
+      'websocket.close.code': code,
+      'websocket.duration': (performance.now() - this.startedAt) / 1000,
+      'websocket.received_bytes': receivedBytes,
+      'websocket.sent_bytes': sentBytes,
+    })
+    this.span.end()
+  }
+}
