@@ -38,6 +38,7 @@ export const keyObject = (alias: string, accountId: string) => `jsonb_build_obje
   'name', ${alias}.name,
   'scopes', ${alias}.scopes,
   'prefix', ${alias}.prefix,
+  'origin', ${alias}.origin,
   'status', ${keyStateSql(alias)},
   'created_at', ${isoSql(`${alias}.created_at`)},
   'expires_at', ${isoSql(`${alias}.expires_at`)},

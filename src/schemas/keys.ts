@@ -42,7 +42,12 @@ const KeyFields = {
   id: Type.String({ format: 'uuid' }),
   name: Type.String(),
   scopes: Type.Array(Type.String()),
-  prefix: Type.String({ description: 'the first characters of the key, to tell keys apart' }),
+  prefix: Type.String({
+    description: 'the first characters of the key, to tell keys apart; an imported key its first four, or none',
+  }),
+  origin: Type.Union([Type.Literal('minted'), Type.Literal('imported')], {
+    description: '`imported`: brought over from elsewhere (POST /v1/sub-accounts/api-keys/imports)',
+  }),
   status: Type.Union([Type.Literal('active'), Type.Literal('expired'), Type.Literal('revoked')], {
     description: '`expired`: not revoked, but past `expires_at`',
   }),

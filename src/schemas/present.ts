@@ -31,6 +31,7 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     name: row.name,
     scopes: row.scopes,
     prefix: row.prefix,
+    origin: row.origin,
     status: keyState(row, nowMs),
     created_at: row.created_at.toISOString(),
     expires_at: iso(row.expires_at),

@@ -5,6 +5,8 @@ import type { KeyStatus } from '../shared/tenancy-records.js'
 
 type Db = Sql | Tx
 
+export type KeyOrigin = 'minted' | 'imported'
+
 /** What a response may show of a key: never a digest. */
 export interface KeyRow {
   id: string
@@ -12,6 +14,8 @@ export interface KeyRow {
   name: string
   scopes: string[]
   prefix: string
+  /** `imported`: brought over from elsewhere, in any format (docs/key-imports.md). */
+  origin: KeyOrigin
   status: KeyStatus
   created_at: Date
   revoked_at: Date | null
@@ -37,7 +41,7 @@ export interface KeyCredential {
 // Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
 /** A key's columns as KeyRow holds them (scopes as JSON, which crosses without array types). */
 export const KEY_COLUMNS =
-  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at, expires_at, rolled_from, to_jsonb(ip_allowlist) as ip_allowlist'
+  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, origin, status, created_at, revoked_at, last_used_at, expires_at, rolled_from, to_jsonb(ip_allowlist) as ip_allowlist'
 
 /** What authentication reads of a key. */
 const CREDENTIAL_COLUMNS =

@@ -163,6 +163,7 @@ t.test('GET one key: without secrets; 404 for a key not of this sub-account', as
     'ip_allowlist',
     'last_used_at',
     'name',
+    'origin',
     'prefix',
     'revoked_at',
     'rolled_from',
