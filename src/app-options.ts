@@ -201,6 +201,7 @@ export function managementOptions(
     lookups: app.tenancyCache.lookups,
     cache: app.tenancyCache,
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
+    streamedBodyTimeoutMs: deps.tuning?.managementStreamedBodyTimeoutMs,
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,

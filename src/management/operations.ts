@@ -46,6 +46,18 @@ export const OPERATIONS = {
       '(401 key_expired) from that instant on.',
     tags: ['api-keys'],
   },
+  importApiKeys: {
+    summary: 'Import API keys from elsewhere',
+    description:
+      'An `application/x-ndjson` body, one key a line (at most 100,000 lines and 64 MiB): `sub_account_id` or ' +
+      '`external_id`, `name`, `scopes`, `expires_at`?, and `key` (its value, hashed at once, never stored) or ' +
+      '`key_sha256` (its SHA-256, hex or base64). The answer streams a line per input line, ' +
+      '`{"line", "status": "imported" | "exists" | "invalid", "key_id"?, "error"?}`, then `{"summary"}`. ' +
+      'A key this account has already is `exists`: importing a file again imports nothing twice. ' +
+      '`dry_run=true` checks every line and writes nothing. An imported key authenticates, expires, rolls and ' +
+      'revokes as a minted one, in its own format.',
+    tags: ['api-keys'],
+  },
   listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },
   getApiKey: { summary: 'Get an API key of a sub-account, without its secrets', tags: ['api-keys'] },
   revokeApiKey: {

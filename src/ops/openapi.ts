@@ -10,6 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
+import { IMPORT_REQUEST_BODY } from '../schemas/key-imports.js'
 import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH, MANAGEMENT_PREFIX } from '../shared/paths.js'
 import {
   ACTING_TENANT,
@@ -151,6 +152,14 @@ function managementErrors(
   return errors
 }
 
+/**
+ * The writes whose body their handler reads as a stream (a key import): no body schema on the route,
+ * so the document is told here, and they take no Idempotency-Key (an import is idempotent itself).
+ */
+const STREAMED_BODIES: Record<string, OpenAPIV3_1.RequestBodyObject> = {
+  [`${MANAGEMENT_PREFIX}/api-keys/imports`]: IMPORT_REQUEST_BODY as OpenAPIV3_1.RequestBodyObject,
+}
+
 /** The writes whose body may be left out (their members all have defaults): a client need send none. */
 const BODY_MAY_BE_ABSENT = new Set(['/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll'])
 
@@ -192,8 +201,11 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
         continue
       }
       operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'ActingTenant')]
-      if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
+      const streamed = method === 'post' ? STREAMED_BODIES[path] : undefined
+      if (streamed !== undefined) operation.requestBody = streamed
+      else if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
       for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {
+        if (streamed !== undefined && (name === 'InFlight' || name === 'KeyReused')) continue
         responses[status] ??= ref('responses', name)
       }
       const body = operation.requestBody
