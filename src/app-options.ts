@@ -3,6 +3,8 @@
 // server's settings are app-server.ts's). Apart from app.ts so that buildApp reads as the order of
 // registration.
 import type { FastifyInstance } from 'fastify'
+import { GitHubKeys } from './secret-scanning/github-keys.js'
+import type { SecretScanningOptions } from './secret-scanning/routes.js'
 import type { AppDeps } from './app-deps.js'
 import { logging } from './app-server.js'
 import { AccessTokens } from './auth/access-tokens.js'
@@ -138,6 +140,16 @@ export function oauthOptions(app: FastifyInstance, deps: AppDeps) {
       query: () => app.metrics.cache.storeLookups.postgres.inc(),
       clientIds: (n: number) => app.metrics.cache.postgresClientIds.inc(n),
     },
+    bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
+  }
+}
+
+/** GitHub's secret scanning endpoint: its keys' URL, and the revocation path of the management API. */
+export function secretScanningOptions(app: FastifyInstance, deps: AppDeps): SecretScanningOptions {
+  return {
+    sql: callSql(deps.store),
+    cache: app.tenancyCache,
+    keys: new GitHubKeys({ url: deps.config.secretScanningKeysUrl }),
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
   }
 }

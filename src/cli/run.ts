@@ -40,6 +40,10 @@ commands:
   accounts portal-origins --account <uuid> (--origins <https://a.example,…> | --none)
                                the https origins that may embed the account's sub-account portal
                                (its frame-ancestors); --none: no embedding (the default)
+  accounts leak-policy --account <uuid> --policy revoke|alert
+                               what a leaked key of the account comes to, when GitHub's secret
+                               scanning or the account reports it: revoked at once (revoke, the
+                               default) or an api_key.leaked event only (alert)
   keys create --account <uuid> --name <label> [--scopes <a,b>] [--expires-at <RFC 3339>]
                                mint another API key for a parent account (never expiring unless
                                --expires-at, at most 10 years ahead)
@@ -114,6 +118,7 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       format: { type: 'string' },
       file: { type: 'string' },
       'dry-run': { type: 'boolean' },
+      policy: { type: 'string' },
     },
   })
   const { help, ...options } = values

@@ -46,4 +46,5 @@ export const keyObject = (alias: string, accountId: string) => `jsonb_build_obje
   'ip_allowlist', ${alias}.ip_allowlist,
   'revoked_at', ${isoSql(`${alias}.revoked_at`)},
   'last_used_at', ${isoSql(`${alias}.last_used_at`)},
+  'leaked', ${alias}.leaked,
   'sub_account_id', case when ${alias}.tenant_id = ${accountId}::uuid then null else ${alias}.tenant_id end)`

@@ -58,6 +58,22 @@ export const OPERATIONS = {
       'revokes as a minted one, in its own format.',
     tags: ['api-keys'],
   },
+  reportLeakedKey: {
+    summary: 'Report a leaked key of the account',
+    description:
+      '`{"key"}`: a key of the account (its own or a sub-account\'s) found where it should not be. A live key gets ' +
+      "the account's `leak_policy` at once (`revoke`: refused on every replica within about a second; `alert`: " +
+      'marked only), an `api_key.leaked` event, and `leaked` on its record; the answer is the key as it now is. ' +
+      'Reporting it again changes nothing. A value that is no key of the account: 404.',
+    tags: ['api-keys'],
+  },
+  updateSettings: {
+    summary: "Change the account's settings",
+    description:
+      "`leak_policy`: what a leaked key of the account comes to, when GitHub's secret scanning or the account " +
+      'reports it: `revoke` (the default) or `alert` (an `api_key.leaked` event only).',
+    tags: ['api-keys'],
+  },
   listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },
   getApiKey: { summary: 'Get an API key of a sub-account, without its secrets', tags: ['api-keys'] },
   revokeApiKey: {

@@ -39,6 +39,7 @@ import {
 } from './idempotency.js'
 import { KEY_OPERATIONS } from './key-routes.js'
 import { KEY_IMPORT_OPERATIONS } from './key-import-routes.js'
+import { KEY_LEAK_OPERATIONS } from './key-leak-routes.js'
 import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
 import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { USAGE_RECONCILIATION_OPERATIONS } from './usage-reconciliation-routes.js'
@@ -149,6 +150,7 @@ export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...SUB_ACCOUNT_ITEM_OPERATIONS,
   ...KEY_OPERATIONS,
   ...KEY_IMPORT_OPERATIONS,
+  ...KEY_LEAK_OPERATIONS,
   ...KEY_USAGE_OPERATIONS,
 ]
 

@@ -57,8 +57,25 @@ const KeyFields = {
   ip_allowlist: Nullable(Type.Array(Type.String(), { description: 'the addresses it may be used from; null: any' })),
 }
 
+/** A reported leak (docs/secret-scanning.md): when, where, and who reported it. */
+export const KeyLeak = Type.Object(
+  {
+    at: Timestamp,
+    url: Nullable(Type.String({ description: 'where the key was found, when the report said' })),
+    source: Type.String({
+      description: 'who reported it: `github` (secret scanning), or `parent` (the account itself)',
+    }),
+  },
+  { additionalProperties: false },
+)
+
 export const ApiKey = Type.Object(
-  { ...KeyFields, revoked_at: Nullable(Timestamp), last_used_at: Nullable(Timestamp) },
+  {
+    ...KeyFields,
+    revoked_at: Nullable(Timestamp),
+    last_used_at: Nullable(Timestamp),
+    leaked: Nullable(KeyLeak),
+  },
   { additionalProperties: false },
 )
 export type ApiKey = Static<typeof ApiKey>

@@ -39,5 +39,6 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     ip_allowlist: row.ip_allowlist,
     revoked_at: iso(row.revoked_at),
     last_used_at: iso(row.last_used_at),
+    leaked: row.leaked,
   }
 }
