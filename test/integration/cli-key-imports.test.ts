@@ -77,3 +77,23 @@ t.test('keys import: a missing file or account is one line, exit 1, and nothing 
   )
   t.equal(await countKeys(), before)
 })
+
+t.test('accounts leak-policy: set, its event, and a bad value refused with nothing changed', async (t) => {
+  const policy = async () =>
+    (await db.sql`select leak_policy from tenants where id = ${parent.id}`)[0]!.leak_policy as string
+  t.equal(await policy(), 'revoke', 'revoke by default')
+  await fails(t, ['accounts', 'leak-policy', '--account', parent.id, '--policy', 'never'], /--policy must be revoke/)
+  t.equal(await policy(), 'revoke', 'unchanged')
+  const done = await run(['accounts', 'leak-policy', '--account', parent.id, '--policy', 'alert'])
+  t.equal(done.code, 0, done.stderr)
+  t.match(JSON.parse(done.stdout), { account: { id: parent.id, leak_policy: 'alert' } })
+  t.equal(await policy(), 'alert')
+  const events =
+    await db.sql`select actor, data from events where account_id = ${parent.id} and type = 'account.settings_updated'`
+  t.equal(events.length, 1)
+  t.match(events[0], { actor: { type: 'operator' }, data: { previous: { leak_policy: 'revoke' } } })
+  await run(['accounts', 'leak-policy', '--account', parent.id, '--policy', 'alert'])
+  const again =
+    await db.sql`select count(*)::int as n from events where account_id = ${parent.id} and type = 'account.settings_updated'`
+  t.equal(again[0]!.n, 1, 'the same again writes no event')
+})

@@ -151,6 +151,11 @@ t.test(
     t.equal(shown.status, 'active')
     t.match(shown.leaked, { source: 'content' })
     t.equal((await leakEvents(key.id))[0]!.data.object.action, 'alert')
+    const marked = (await manage('GET', `/${sub}/api-keys/${key.id}`, undefined, owner.apiKey)).json().leaked
+    await report([item(key.api_key, 'https://github.com/acme/other/blob/def/config.js')])
+    t.equal((await leakEvents(key.id)).length, 1, 'reported again, still live: no second event')
+    const now = (await manage('GET', `/${sub}/api-keys/${key.id}`, undefined, owner.apiKey)).json().leaked
+    t.same(now, marked, 'the first mark kept')
   },
 )
 

@@ -437,6 +437,7 @@ t.test('management API', async (t) => {
       'id',
       'ip_allowlist',
       'last_used_at',
+      'leaked',
       'name',
       'origin',
       'prefix',

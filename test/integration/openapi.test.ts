@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { compiledSerializer, compiledValidator } from '../../src/http/schema-compilers.js'
-import { CREDENTIAL_PATHS, MANAGEMENT_PREFIX } from '../../src/shared/paths.js'
+import { CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH, MANAGEMENT_PREFIX } from '../../src/shared/paths.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
 import type { JsonBody as Json } from '../helpers/json.js'
@@ -277,7 +277,8 @@ t.test('OpenAPI document and docs page', async (t) => {
     for (const path of Object.keys(doc.paths)) {
       t.notMatch(path, /\*/, `${path}: no wildcard`)
       t.ok(
-        path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz', ...CREDENTIAL_PATHS].includes(path),
+        path.startsWith(MANAGEMENT_PREFIX) ||
+          ['/healthz', '/readyz', ...CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH].includes(path),
         `${path}: served by the gateway itself`,
       )
     }
