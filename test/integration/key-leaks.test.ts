@@ -39,7 +39,7 @@ const upstream = await startUpstream(t)
 const [a, b] = (await startReplicas(t, 2, {
   upstreamUrl: upstream.url,
   cacheTimings: SLOW_LOCAL_EXPIRY,
-  env: { SECRET_SCANNING_KEYS_URL: keysUrl },
+  env: { SECRET_SCANNING_KEYS_URL: keysUrl, WEBHOOKS_ALLOW_INSECURE: 'true' },
 })) as [TestGateway, TestGateway]
 const sql = a.database.sql
 await untilSubscribed(redisClient(t), a.redisKeyPrefix!, 2)
@@ -128,6 +128,23 @@ t.test(
     t.equal(await countEvents(), before, 'and nothing changed')
   },
 )
+
+t.test("api_key.leaked goes to the account's webhooks", async (t) => {
+  const owner = await a.createParent({ name: 'hooked' })
+  const sub = (await manage('POST', '', { name: 's' }, owner.apiKey)).json().id
+  const endpoint = await manage(
+    'POST',
+    '/webhook-endpoints',
+    { url: 'http://127.0.0.1:9/hook', event_types: ['api_key.leaked'] },
+    owner.apiKey,
+  )
+  t.equal(endpoint.statusCode, 201, endpoint.body)
+  const key = await mint(owner.apiKey, sub)
+  t.equal((await report([item(key.api_key)])).status, 200)
+  const [queued] = await sql`select count(*)::int as n from webhook_deliveries d join events e on e.id = d.event_id
+    where e.type = 'api_key.leaked' and e.target ->> 'id' = ${key.id} and d.endpoint_id = ${endpoint.json().id}`
+  t.equal(queued!.n, 1, 'a delivery queued with the event')
+})
 
 t.test(
   "leak_policy alert: the key keeps working, marked, and the event says so; the setting's own event",
