@@ -30,6 +30,8 @@ async function getJson(url: string): Promise<unknown> {
     headers: { accept: 'application/json', 'user-agent': 'tenancy-gateway' },
     headersTimeout: FETCH_TIMEOUT_MS,
     bodyTimeout: FETCH_TIMEOUT_MS,
+    // Asked at most once a minute: no connection is kept for the next time, nor past the app's close.
+    reset: true,
   })
   const declared = Number(res.headers['content-length'] ?? 0)
   if (res.statusCode !== 200 || declared > MAX_DOCUMENT_BYTES) {

@@ -162,6 +162,7 @@ t.test('GET one key: without secrets; 404 for a key not of this sub-account', as
     'id',
     'ip_allowlist',
     'last_used_at',
+    'leaked',
     'name',
     'origin',
     'prefix',

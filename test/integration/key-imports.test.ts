@@ -135,6 +135,38 @@ t.test('keys in three forms import, authenticate on both replicas, and show as i
   t.equal(await countKeys(), before, 'nothing imported twice')
 })
 
+t.test('2,500 lines: written in batches, a repeat across batches is exists with its id', async (t) => {
+  const subId = await newSub()
+  const keys = Array.from({ length: 2_400 }, (_, i) => foreignKey(`bulk${i}-`))
+  const lines: unknown[] = keys.map((key, i) => ({
+    sub_account_id: subId,
+    name: `k${i}`,
+    scopes: ['orders:read'],
+    key,
+  }))
+  // Lines 2,401 to 2,500 repeat keys of the first batch.
+  for (let i = 0; i < 100; i++)
+    lines.push({ sub_account_id: subId, name: 'again', scopes: ['orders:read'], key: keys[i] })
+  const started = performance.now()
+  const { res, lines: answered, summary } = await importKeys(ndjson(lines))
+  const took = performance.now() - started
+  t.equal(res.status, 200, res.body.slice(0, 200))
+  t.same(summary, { lines: 2_500, imported: 2_400, exists: 100, invalid: 0, dry_run: false })
+  t.same(
+    answered.map((l) => l.line),
+    Array.from({ length: 2_500 }, (_, i) => i + 1),
+    'every line answered, in order',
+  )
+  t.same(
+    answered.slice(2_400).map((l) => l.key_id),
+    answered.slice(0, 100).map((l) => l.key_id),
+    'each repeat names the key its first line made',
+  )
+  const [row] = await sql`select count(*)::int as n from api_keys where tenant_id = ${subId}`
+  t.equal(row!.n, 2_400)
+  t.comment(`2,500 lines imported in ${took.toFixed(0)} ms`)
+})
+
 t.test('dry_run checks every line and writes nothing', async (t) => {
   const subId = await newSub()
   const key = foreignKey('dry-')
