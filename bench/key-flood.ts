@@ -8,7 +8,7 @@
 // The flood runs in a child process (this file again, KEY_FLOOD_TARGET set), so that its load
 // generator does not share an event loop with the probes. bench/README.md has the knobs.
 import { type ChildProcess, spawn } from 'node:child_process'
-import { randomUUID } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { performance } from 'node:perf_hooks'
 import postgres from 'postgres'
@@ -50,6 +50,14 @@ const PORTAL_SECONDS = envInt('BENCH_PORTAL_DURATION', 5)
 /** Which floods to run (keys also runs the probes): all three unless told. */
 const FLOODS = new Set((process.env.BENCH_FLOODS || 'keys,token,portal').split(',').map((f) => f.trim()))
 const PORTAL_PATH = '/portal/api/keys'
+/**
+ * The key flood's made-up keys: `tgw` (the default), well-formed gateway keys; `foreign`, values in
+ * another format, as an imported key may be (32 random bytes in base64url after `sk_`), which the
+ * gateway looks up the same way (docs/key-imports.md).
+ */
+const KEY_FORMAT = process.env.BENCH_KEY_FORMAT === 'foreign' ? 'foreign' : 'tgw'
+const madeUpKey = () =>
+  KEY_FORMAT === 'foreign' ? `sk_${randomBytes(32).toString('base64url')}` : generateApiKey().apiKey
 /** A sparse trickle of cold keys, as real traffic has: never two within the pacer's interval. */
 const PROBE_GAP_MS = 20
 const PATH = '/v1/sub-accounts'
@@ -102,7 +110,7 @@ async function floodRole(target: string, pid: number, kind: FloodKind): Promise<
   const common = { url: target, connections: CONNECTIONS, seconds: SECONDS, pid, allowed: [401, 503] }
   const result =
     kind === 'keys'
-      ? await load({ ...common, headers: {}, vary: () => ({ authorization: `Bearer ${generateApiKey().apiKey}` }) })
+      ? await load({ ...common, headers: {}, vary: () => ({ authorization: `Bearer ${madeUpKey()}` }) })
       : kind === 'portal'
         ? await load({
             ...common,
@@ -325,7 +333,7 @@ async function main(): Promise<void> {
         ? []
         : [
             '',
-            `Flood: random well-formed keys, GET /v1/things/1, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
+            `Flood: random ${KEY_FORMAT === 'foreign' ? 'values in a foreign format (sk_ + 43 base64url characters)' : 'well-formed keys'}, GET /v1/things/1, ${CONNECTIONS} connections, ${SECONDS} s, from a child process.`,
             `Probes: a cold key (minted just before, never seen) then a warm one, ${PROBE_GAP_MS} ms apart, GET ${PATH}: ${QUIET_PROBES} of each without flood (the sides in turn), ${PROBES} during each side's flood (p99 of ${PROBES} is their maximum).`,
             '',
             ...table(

@@ -74,6 +74,8 @@ export interface AppTuning {
   headersTimeoutMs?: number
   /** How long a management body may take to arrive (default MANAGEMENT_BODY_TIMEOUT_MS). */
   managementBodyTimeoutMs?: number
+  /** How long a streamed management body (a key import) may take (default STREAMED_BODY_TIMEOUT_MS). */
+  managementStreamedBodyTimeoutMs?: number
   /**
    * How long requests wait on Postgres, and the lookup batchers' pace (default STORE_DEADLINES,
    * store/deadlines.ts). Tests lengthen the waits: on a loaded machine a query may queue past

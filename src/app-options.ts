@@ -4,6 +4,8 @@
 // registration.
 import { routeStatuses } from './proxy/route-status.js'
 import type { FastifyInstance } from 'fastify'
+import { GitHubKeys } from './secret-scanning/github-keys.js'
+import type { SecretScanningOptions } from './secret-scanning/routes.js'
 import type { AppDeps } from './app-deps.js'
 import { logging } from './app-server.js'
 import { AccessTokens } from './auth/access-tokens.js'
@@ -150,6 +152,16 @@ export function oauthOptions(app: FastifyInstance, deps: AppDeps) {
   }
 }
 
+/** GitHub's secret scanning endpoint: its keys' URL, and the revocation path of the management API. */
+export function secretScanningOptions(app: FastifyInstance, deps: AppDeps): SecretScanningOptions {
+  return {
+    sql: callSql(deps.store),
+    cache: app.tenancyCache,
+    keys: new GitHubKeys({ url: deps.config.secretScanningKeysUrl }),
+    bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
+  }
+}
+
 /** What the console's page lists of the route table. */
 export function consoleOptions(deps: AppDeps, routes: readonly ProxyRoute[]): ConsoleOptions {
   return {
@@ -213,6 +225,7 @@ export function managementOptions(
     lookups: app.tenancyCache.lookups,
     cache: app.tenancyCache,
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
+    streamedBodyTimeoutMs: deps.tuning?.managementStreamedBodyTimeoutMs,
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,

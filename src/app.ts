@@ -20,6 +20,7 @@ import {
   proxyOptions,
   requestLogOptions,
   requestLogReader,
+  secretScanningOptions,
   signingKeysOptions,
   tracesOptions,
   usageMeterOptions,
@@ -47,6 +48,7 @@ import { requestAccounting } from './ops/request-accounting.js'
 import { portalPlugin } from './portal/plugin.js'
 import { proxyRoutes } from './proxy/plugin.js'
 import { decideOnlyProxiedPaths, shapeRefusal } from './proxy/decision.js'
+import { secretScanningRoutes } from './secret-scanning/routes.js'
 import { requestLogPlugin } from './request-log/plugin.js'
 import { Keyring } from './signing-keys/keyring.js'
 import { signingKeysPlugin } from './signing-keys/plugin.js'
@@ -114,6 +116,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(healthRoutes, healthOptions(app, deps))
   await app.register(credentialRoutes, credentialOptions(app))
   await app.register(oauthRoutes, oauthOptions(app, deps))
+  await app.register(secretScanningRoutes, secretScanningOptions(app, deps))
   // The web console (CONSOLE=on): a page over the management API; off, its path is like any other.
   if (config.console) await app.register(consolePlugin, consoleOptions(deps, routes))
   const logReader = requestLogReader(app, deps)

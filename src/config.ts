@@ -95,6 +95,11 @@ export interface Config {
   readonly requestLogDatabaseUrl: string | undefined
   /** Webhooks to http and to any address, private ones included (WEBHOOKS_ALLOW_INSECURE, default false). */
   readonly webhooksAllowInsecure: boolean
+  /**
+   * Where GitHub's secret scanning public keys are fetched (SECRET_SCANNING_KEYS_URL): https, or
+   * http to a loopback address (tests); default GitHub's own (docs/secret-scanning.md).
+   */
+  readonly secretScanningKeysUrl: string
   /** A parent's webhook endpoints at most (WEBHOOK_ENDPOINTS_MAX, default 20, at most 1000). */
   readonly webhookEndpointsMax: number
   /** Events older than this many days are deleted (EVENTS_RETENTION_DAYS, default 90). */
@@ -232,6 +237,7 @@ export function loadConfig(env: Env, cwd: string = process.cwd()): Config {
     accessTokenTtlSeconds: parseBoundedInteger(env, 'ACCESS_TOKEN_TTL_SECONDS', 900, 3600),
     signingKeyRotationDays: parseBoundedInteger(env, 'SIGNING_KEY_ROTATION_DAYS', 30, 3650),
     webhooksAllowInsecure: parseBoolean(env, 'WEBHOOKS_ALLOW_INSECURE'),
+    secretScanningKeysUrl: parseSecretScanningKeysUrl(env),
     webhookEndpointsMax: parseBoundedInteger(env, 'WEBHOOK_ENDPOINTS_MAX', DEFAULT_WEBHOOK_ENDPOINTS_MAX, 1000),
     eventsRetentionDays: parseBoundedInteger(env, 'EVENTS_RETENTION_DAYS', 90, 36500),
     trustedProxies: parseTrustedProxies(env),
@@ -261,6 +267,24 @@ function parseAuthzPort(env: Env, port: number): number | null {
       `must differ from ${authzPort === port ? 'PORT' : 'METRICS_PORT'} (${authzPort}): it answers without a key, so only the proxy in front may reach it; set another port`,
     )
   return authzPort
+}
+
+/** GitHub's secret scanning public keys (docs/secret-scanning.md). */
+export const GITHUB_SECRET_SCANNING_KEYS_URL = 'https://api.github.com/meta/public_keys/secret_scanning'
+
+/** SECRET_SCANNING_KEYS_URL: https, or http to a loopback address only (a report's keys are trusted whole). */
+function parseSecretScanningKeysUrl(env: Env): string {
+  const raw = parseUrl(env, 'SECRET_SCANNING_KEYS_URL', ['https:', 'http:'])
+  if (raw === undefined) return GITHUB_SECRET_SCANNING_KEYS_URL
+  const url = new URL(raw)
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1')
+  const loopback = host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+  if (url.protocol === 'http:' && !loopback)
+    throw new ConfigError(
+      'SECRET_SCANNING_KEYS_URL',
+      'must use https:// (http:// only to a loopback address, for tests)',
+    )
+  return raw
 }
 
 /** USAGE_PERIOD_SECONDS: usage is counted per period, and a day holds whole periods (docs/configuration.md). */

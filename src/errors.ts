@@ -41,8 +41,10 @@ export const ERRORS = {
   internal_error: { status: 500, title: 'Internal error' },
   not_implemented: { status: 501, title: 'Not implemented' },
   upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
+  signature_invalid: { status: 401, title: 'Signature invalid' },
   store_unavailable: { status: 503, title: 'Store unavailable' },
   upstream_busy: { status: 503, title: 'Upstream busy' },
+  scanner_keys_unavailable: { status: 503, title: 'Secret scanning keys unavailable' },
   not_ready: { status: 503, title: 'Not ready' },
   upstream_timeout: { status: 504, title: 'Upstream timeout' },
 } as const satisfies Record<string, { status: number; title: string }>

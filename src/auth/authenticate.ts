@@ -1,10 +1,12 @@
 // Authentication (docs/api.md): the Bearer key is checked for shape and checksum before any store
-// is asked, then looked up by its SHA-256 digest.
+// is asked, then looked up by its SHA-256 digest. A value in another format may be a key imported
+// from elsewhere (docs/key-imports.md): looked up by its SHA-256 digest too, through the same
+// cache and paced lookups as a made-up `tgw_` key, so that a flood of either costs Postgres alike.
 import type { ApiError } from '../errors.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { type AccessTokens, looksLikeAccessToken } from './access-tokens.js'
 import { type Principal, principalOfKey, unauthenticated } from './principal.js'
-import { digest, isWellFormedKey, malformedKeyReason, SECRET_PREFIX } from './key-format.js'
+import { digest, isForeignKey, isWellFormedKey, KEY_PREFIX, malformedKeyReason, SECRET_PREFIX } from './key-format.js'
 
 /** Extracts the key from `Authorization: Bearer <key>` (the scheme is case-insensitive). */
 export function bearerToken(authorization: string | undefined): string | null {
@@ -77,10 +79,14 @@ export async function authenticate(
   }
   if (token !== null && tokens !== undefined && looksLikeAccessToken(token)) return tokens.authenticate(token, lookups)
   if (token === null) throw notBearer(authorization)
-  if (!isWellFormedKey(token))
+  if (!isWellFormedKey(token) && !isForeignKey(token))
     throw token.startsWith(SECRET_PREFIX)
       ? clientSecretSent()
       : unauthenticated(malformedKey(malformedKeyReason(token)))
   const key = await lookups.keyByDigest(digest(token))
+  // Said of the value's format only, never of what the store holds: a mistyped gateway key (its
+  // prefix left out) is told what a gateway key looks like.
+  if (key === null && !token.startsWith(KEY_PREFIX))
+    throw unauthenticated(`the API key is unknown or revoked; a key the gateway made starts with ${KEY_PREFIX}`)
   return principalOfKey(key, lookups)
 }

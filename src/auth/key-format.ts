@@ -73,6 +73,24 @@ export function malformedKeyReason(value: string): string {
   return `its checksum (the last ${CHECKSUM_LENGTH} characters) does not match the rest: a character is mistyped`
 }
 
+/**
+ * A key brought over from elsewhere (docs/key-imports.md): 16 to 256 printable ASCII characters
+ * without spaces, in any format. A Bearer value of this shape that is not a gateway key's is looked
+ * up as one, through the same paced lookups as a made-up `tgw_` key (store/key-lookup-batcher.ts).
+ */
+export const FOREIGN_KEY_SHAPE = /^[\x21-\x7e]{16,256}$/
+
+/** The gateway's own prefixes (`tgw_`, `tgws_`, the portal's `tgwpl_` and `tgwps_`): never a foreign key's. */
+const GATEWAY_PREFIX = /^tgw[a-z]*_/
+
+/** True when `value` may be an imported key: the shape above, without a gateway prefix. */
+export function isForeignKey(value: string): boolean {
+  return FOREIGN_KEY_SHAPE.test(value) && !GATEWAY_PREFIX.test(value)
+}
+
+/** How many leading characters of an imported key are kept in clear, when its value was given. */
+export const IMPORTED_PREFIX_LENGTH = 4
+
 export function isWellFormedSecret(value: string): boolean {
   return SECRET_SHAPE.test(value) && hasValidChecksum(value)
 }

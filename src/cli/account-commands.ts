@@ -10,6 +10,7 @@ import { presentKey } from '../schemas/present.js'
 import { type LimitsChange, setAccountLimits } from '../limits/store.js'
 import { migrate } from '../store/migrate.js'
 import { changeAccountList } from '../events/account-list-changes.js'
+import { changeAccountSettings } from '../events/account-settings.js'
 import { httpsOrigin, PORTAL_ORIGINS_MAX } from '../portal/origin-changes.js'
 import type { AccountCells, TenantRow } from '../store/tenants.js'
 import { changeAccountCells } from '../events/account-placement-changes.js'
@@ -156,6 +157,18 @@ export const ACCOUNT_COMMANDS: Record<string, Command> = {
     const changed = await changeAccountList(sql, accountId, 'portal_origins', origins, operatorOrigin())
     if (changed === null) throw new UsageError(`no parent account ${accountId}`)
     return { account: { ...presentAccount(changed.account), portal_origins: changed.list } }
+  },
+
+  // Read from Postgres when a leak is reported: no cache to tell.
+  'accounts leak-policy': async (sql, options) => {
+    const accountId = uuid(options, 'account')
+    const policy = options.policy
+    if (policy !== 'revoke' && policy !== 'alert')
+      throw new UsageError('--policy must be revoke (a leaked key is revoked at once) or alert (an event only)')
+    await migrate(sql)
+    const changed = await changeAccountSettings(sql, accountId, { leak_policy: policy }, operatorOrigin())
+    if (changed === null) throw new UsageError(`no parent account ${accountId}`)
+    return { account: { ...presentAccount(changed.account), leak_policy: changed.settings.leak_policy } }
   },
 }
 

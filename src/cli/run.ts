@@ -11,6 +11,7 @@ import { NotAnAccountError } from '../limits/store.js'
 import { ExternalIdTakenError } from '../store/tenants.js'
 import { ACCOUNT_COMMANDS } from './account-commands.js'
 import { KEY_COMMANDS } from './key-commands.js'
+import { importKeys } from './key-import-command.js'
 import { type CliIo, type Command, UsageError, WROTE_OUTPUT } from './options.js'
 import { USAGE_COMMANDS } from './usage-commands.js'
 import { rotateSigningKeys } from './signing-key-commands.js'
@@ -42,6 +43,10 @@ commands:
   accounts placement --account <uuid> (--cells <eu,us> [--default <eu>] | --none)
                                the cells the account may place its sub-accounts in, and the cell
                                of those it places nowhere (and of itself); --none: no cells
+  accounts leak-policy --account <uuid> --policy revoke|alert
+                               what a leaked key of the account comes to, when GitHub's secret
+                               scanning or the account reports it: revoked at once (revoke, the
+                               default) or an api_key.leaked event only (alert)
   keys create --account <uuid> --name <label> [--scopes <a,b>] [--expires-at <RFC 3339>]
                                mint another API key for a parent account (never expiring unless
                                --expires-at, at most 10 years ahead)
@@ -50,6 +55,10 @@ commands:
   keys roll --account <uuid> --key <key_id> [--expires-in-seconds S]
                                a new key like the old one; the old one keeps working for S
                                seconds (default 86400, at most 2592000; 0 revokes it at once)
+  keys import --account <uuid> --file <keys.ndjson> [--dry-run]
+                               import a parent account's own keys from elsewhere, a JSON object
+                               a line (docs/key-imports.md); a result a line on stdout, then the
+                               summary; --dry-run checks every line and writes nothing
   usage export [--from <RFC 3339>] [--to <RFC 3339>] [--account <uuid>] [--format ndjson|csv]
                                the closed usage periods' records of every parent account (or
                                one), from and to at period starts (default: this month so far);
@@ -64,13 +73,14 @@ commands:
                                --compromised: a new key signs at once and the old one is withdrawn
   help, --help, -h             print this usage
 
-Each command but usage export and usage reconcile prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
+Each command but keys import, usage export and usage reconcile prints one JSON object on stdout. It reads DATABASE_URL (or DATA_DIR for the embedded
 database), ENCRYPTION_KEY, REDIS_URL and GATEWAY_CONFIG from the environment, as the gateway does.
 `
 
 const COMMANDS: Record<string, Command> = {
   ...ACCOUNT_COMMANDS,
   ...KEY_COMMANDS,
+  'keys import': importKeys,
   ...USAGE_COMMANDS,
   'signing-keys rotate': rotateSigningKeys,
 }
@@ -111,6 +121,9 @@ async function run(argv: string[], env: Env, io: CliIo): Promise<unknown> {
       from: { type: 'string' },
       to: { type: 'string' },
       format: { type: 'string' },
+      file: { type: 'string' },
+      'dry-run': { type: 'boolean' },
+      policy: { type: 'string' },
     },
   })
   const { help, ...options } = values

@@ -60,6 +60,7 @@ export const keyObject = (alias: string, accountId: string) => `jsonb_build_obje
   'name', ${alias}.name,
   'scopes', ${alias}.scopes,
   'prefix', ${alias}.prefix,
+  'origin', ${alias}.origin,
   'status', ${keyStateSql(alias)},
   'created_at', ${isoSql(`${alias}.created_at`)},
   'expires_at', ${isoSql(`${alias}.expires_at`)},
@@ -67,4 +68,5 @@ export const keyObject = (alias: string, accountId: string) => `jsonb_build_obje
   'ip_allowlist', ${alias}.ip_allowlist,
   'revoked_at', ${isoSql(`${alias}.revoked_at`)},
   'last_used_at', ${isoSql(`${alias}.last_used_at`)},
+  'leaked', ${alias}.leaked,
   'sub_account_id', case when ${alias}.tenant_id = ${accountId}::uuid then null else ${alias}.tenant_id end)`

@@ -18,6 +18,8 @@ export const EVENT_TYPES = [
   'api_key.rolled',
   'api_key.revoked',
   'api_key.expiring',
+  /** A leak reported by secret scanning or by the parent (docs/secret-scanning.md). */
+  'api_key.leaked',
   'account.limits_updated',
   'account.scopes_updated',
   'account.portal_origins_updated',

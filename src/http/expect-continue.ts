@@ -31,10 +31,14 @@ export function expectsContinue(request: FastifyRequest): boolean {
   return (request.raw as Marked)[EXPECTS_CONTINUE] === true
 }
 
-/** For a route whose checks all ran in onRequest: 413 for a declared body over `limit`, else 100. */
-export function continueAfterChecks(limit: number) {
+/**
+ * For a route whose checks all ran in onRequest: 413 for a declared body over `limit` (or the
+ * route's own body limit), else 100.
+ */
+export function continueAfterChecks(scopeLimit: number) {
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
     if (!expectsContinue(request)) return done()
+    const limit = request.routeOptions.bodyLimit ?? scopeLimit
     const declared = request.headers['content-length']
     if (declared !== undefined && Number(declared) > limit) {
       return done(payloadTooLarge(limit))

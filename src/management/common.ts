@@ -77,6 +77,11 @@ declare module 'fastify' {
     scope?: ManagementScope
     /** Its store deadline, when not `managementMs` (hooks.ts): the key of StoreDeadlines it takes. */
     storeDeadline?: 'simulationMs'
+    /**
+     * The handler reads the body as a stream (application/x-ndjson, a key import): no JSON parse,
+     * no Idempotency-Key, and its own body deadline (hooks.ts).
+     */
+    streamedBody?: true
   }
 }
 

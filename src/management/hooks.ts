@@ -12,6 +12,12 @@ import { storeDeadlinesOf } from '../store/deadlines.js'
 /** How long a management body may take to arrive, once its reading starts: past it, 408 request_timeout. */
 export const MANAGEMENT_BODY_TIMEOUT_MS = 10_000
 
+/**
+ * The same for a body its handler reads as a stream (a key import, up to 64 MiB: about a minute
+ * at 1 MB/s, with room to spare).
+ */
+export const STREAMED_BODY_TIMEOUT_MS = 120_000
+
 interface ManagementTimers {
   /** The store deadline's timer, while it runs. */
   store: NodeJS.Timeout | null
@@ -136,11 +142,15 @@ export function startStoreDeadline(request: FastifyRequest, reply: FastifyReply,
 }
 
 /** preParsing: the store deadline pauses while the body is read, which must end within `bodyTimeoutMs`. */
-export function bodyDeadline(bodyTimeoutMs: number): preParsingHookHandler {
+export function bodyDeadline(
+  bodyTimeoutMs: number,
+  streamedTimeoutMs = STREAMED_BODY_TIMEOUT_MS,
+): preParsingHookHandler {
   return (request, _reply, payload, done) => {
     const timers = request.deadline!
     pauseStoreDeadline(timers)
     if (!hasBody(request)) return done(null, payload)
+    const timeoutMs = request.routeOptions.config.streamedBody === true ? streamedTimeoutMs : bodyTimeoutMs
     // The body parser reads this stream: destroyed at the deadline, it fails the parse with the 408.
     const timed = new PassThrough()
     timed.on('error', () => {}) // the parser hears it; nothing else must
@@ -149,21 +159,36 @@ export function bodyDeadline(bodyTimeoutMs: number): preParsingHookHandler {
     timers.body = setTimeout(() => {
       timers.body = null
       timed.destroy(
-        new ApiError('request_timeout', `the request body did not arrive within ${bodyTimeoutMs} ms`, {
+        new ApiError('request_timeout', `the request body did not arrive within ${timeoutMs} ms`, {
           headers: { connection: 'close' },
         }),
       )
-    }, bodyTimeoutMs)
+    }, timeoutMs)
     done(null, timed)
   }
 }
 
-/** preValidation: the body has arrived; the store deadline goes on with what is left. */
+/**
+ * preValidation: the body has arrived; the store deadline goes on with what is left. A body the
+ * handler reads as a stream has not: its handler calls `streamedBodyRead` once it has.
+ */
 export function resumeStoreDeadline(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  if (request.routeOptions.config.streamedBody === true) {
+    done()
+    return
+  }
   const timers = request.deadline!
   clearBodyDeadline(timers)
   if (timers.store === null) runStoreDeadline(timers, reply)
   done()
+}
+
+/** A streamed body has been read (its handler's): the body deadline ends, the store deadline goes on. */
+export function streamedBodyRead(request: FastifyRequest, reply: FastifyReply): void {
+  const timers = request.deadline
+  if (timers === null) return
+  clearBodyDeadline(timers)
+  if (timers.store === null && !reply.sent) runStoreDeadline(timers, reply)
 }
 
 /**

@@ -108,6 +108,8 @@ export function idempotencyRequests(scope: FastifyInstance): void {
 /** onRequest, before the body is read: a bad header is refused without waiting for it. */
 export async function readIdempotencyKey(request: FastifyRequest): Promise<void> {
   if (!IDEMPOTENT_METHODS.has(request.method)) return
+  // A streamed body is not read before the handler (a key import, idempotent by itself).
+  if (request.routeOptions.config.streamedBody === true) return
   const idempotencyKey = idempotencyKeyOf(request)
   if (idempotencyKey === null) return
   request.idempotency = {

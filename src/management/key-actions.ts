@@ -41,7 +41,7 @@ export async function noBodyIsEmpty(request: FastifyRequest): Promise<void> {
 
 /** A key with its secrets, as the mint and the roll show it, once. */
 export function withSecrets(row: Parameters<typeof presentKey>[0], apiKey: string, clientSecret: string) {
-  const { revoked_at: _revoked, last_used_at: _used, ...key } = presentKey(row)
+  const { revoked_at: _revoked, last_used_at: _used, leaked: _leaked, ...key } = presentKey(row)
   return { ...key, api_key: apiKey, client_secret: clientSecret }
 }
 

@@ -43,6 +43,8 @@ export interface Operation<C, S extends FastifySchema = FastifySchema> {
   schema: S
   /** The route's config: what its caller must hold (`scope`, `permission`), read by the scope's hooks. */
   config?: FastifyContextConfig
+  /** The route's own body limit, when not its scope's (a streamed body). */
+  bodyLimit?: number
   /** A route-level onRequest hook, after the scope's own. */
   onRequest?: RouteHook<C>
   /** A route-level preValidation hook, after the scope's own. */
@@ -70,6 +72,7 @@ export function registerOperations<C>(scope: FastifyInstance, table: OperationTa
       handler: (request, reply) => operation.handler(request, reply, context),
     }
     if (operation.config !== undefined) route.config = operation.config
+    if (operation.bodyLimit !== undefined) route.bodyLimit = operation.bodyLimit
     if (operation.onRequest !== undefined) route.onRequest = operation.onRequest(context)
     if (operation.preValidation !== undefined) route.preValidation = operation.preValidation
     scope.route(route)

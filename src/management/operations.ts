@@ -61,12 +61,18 @@ export const OPERATIONS = {
       "409 plan_in_use while a sub-account's `plan_id` or the account's `default_plan_id` names it; nothing is changed then.",
     tags: ['plans'],
   },
-  getAccountSettings: { summary: "The account's settings for its sub-accounts", tags: ['plans'] },
+  getAccountSettings: {
+    summary: "The account's settings: its default plan and its leak policy",
+    tags: ['sub-accounts'],
+  },
   updateAccountSettings: {
-    summary: "Set the account's settings for its sub-accounts",
+    summary: "Change the account's settings",
     description:
-      "`default_plan_id`: one of the account's plans, the plan of every sub-account without a `plan_id`; null: none.",
-    tags: ['plans'],
+      "Any of: `default_plan_id`, one of the account's plans, the plan of every sub-account without a `plan_id` " +
+      "(null: none); `leak_policy`, what a leaked key of the account comes to when GitHub's secret scanning or the " +
+      'account reports it: `revoke` (the default) or `alert` (an `api_key.leaked` event only). Members left out ' +
+      'keep their value; a change writes one `account.settings_updated` event.',
+    tags: ['sub-accounts'],
   },
   createApiKey: {
     summary: 'Create an API key for a sub-account',
@@ -74,6 +80,27 @@ export const OPERATIONS = {
       '`api_key` and `client_secret` are in this response only (Cache-Control: no-store). ' +
       'A sub-account key may not carry `sub_accounts:*` scopes. With `expires_at` it is refused ' +
       '(401 key_expired) from that instant on.',
+    tags: ['api-keys'],
+  },
+  importApiKeys: {
+    summary: 'Import API keys from elsewhere',
+    description:
+      'An `application/x-ndjson` body, one key a line (at most 100,000 lines and 64 MiB): `sub_account_id` or ' +
+      '`external_id`, `name`, `scopes`, `expires_at`?, and `key` (its value, hashed at once, never stored) or ' +
+      '`key_sha256` (its SHA-256, hex or base64). The answer streams a line per input line, ' +
+      '`{"line", "status": "imported" | "exists" | "invalid", "key_id"?, "error"?}`, then `{"summary"}`. ' +
+      'A key this account has already is `exists`: importing a file again imports nothing twice. ' +
+      '`dry_run=true` checks every line and writes nothing. An imported key authenticates, expires, rolls and ' +
+      'revokes as a minted one, in its own format.',
+    tags: ['api-keys'],
+  },
+  reportLeakedKey: {
+    summary: 'Report a leaked key of the account',
+    description:
+      '`{"key"}`: a key of the account (its own or a sub-account\'s) found where it should not be. A live key gets ' +
+      "the account's `leak_policy` at once (`revoke`: refused on every replica within about a second; `alert`: " +
+      'marked only), an `api_key.leaked` event, and `leaked` on its record; the answer is the key as it now is. ' +
+      'Reporting it again changes nothing. A value that is no key of the account: 404.',
     tags: ['api-keys'],
   },
   listApiKeys: { summary: "List a sub-account's API keys, without their secrets", tags: ['api-keys'] },

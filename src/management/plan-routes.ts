@@ -1,26 +1,15 @@
-// Plans of the calling parent: create, list, get, change and delete (docs/api.md, Plans); and the
-// account's settings, whose `default_plan_id` is the plan of its sub-accounts without one. A
+// Plans of the calling parent: create, list, get, change and delete (docs/api.md, Plans); the
+// account's `default_plan_id` is in its settings (settings-routes.ts). A
 // change of a plan is one row and one cache entry (`plan:<id>`) dropped on every replica: its
 // sub-accounts name it, and the limiter reads its limits through it (limits/subjects.ts).
 import { Type } from 'typebox'
 import { cacheKeys } from '../cache/index.js'
-import { recordEvent, markClaim } from '../events/record.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import { presentPlan } from '../schemas/present.js'
-import { NoQuery, PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
-import {
-  AccountSettings,
-  CreatePlanBody,
-  Plan,
-  PlanPage,
-  PlanParams,
-  UpdateAccountSettingsBody,
-  UpdatePlanBody,
-} from '../schemas/plans.js'
-import { getPlan, listPlans, lockedDefaultPlan, setDefaultPlan } from '../store/plans.js'
-import { getTenant } from '../store/tenants.js'
-import { inTransaction } from '../store/transaction.js'
+import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
+import { CreatePlanBody, Plan, PlanPage, PlanParams, UpdatePlanBody } from '../schemas/plans.js'
+import { getPlan, listPlans } from '../store/plans.js'
 import { bodyLimits } from './body-limits.js'
 import {
   type ManagementContext,
@@ -34,14 +23,12 @@ import {
 } from './common.js'
 import type { OperationTable } from './operation-table.js'
 import { createPlanWithEvent, deletePlanWithEvent, updatePlanWithEvent } from './plan-changes.js'
-import { checkOwnPlan, withPlanStillThere } from './sub-account-plans.js'
 
 export const PLANS_PATH = '/plans'
-export const SETTINGS_PATH = '/settings'
 
 const notFoundPlan = () => notFound('plan')
 
-/** The plans' create, list, get, change and delete, then the settings, in the order they are registered. */
+/** The plans' create, list, get, change and delete, in the order they are registered. */
 export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
@@ -122,55 +109,6 @@ export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
       if (!(await deletePlanWithEvent(sql, originOf(request), parentOf(request).id, id))) throw notFoundPlan()
       await cache.invalidate([cacheKeys.plan(id)])
       return reply.code(204).send(null)
-    },
-  }),
-
-  managementOperation({
-    method: 'GET',
-    url: SETTINGS_PATH,
-    schema: { ...operation('getAccountSettings'), querystring: NoQuery, response: { 200: AccountSettings } },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, _reply, { sql }) {
-      const account = await getTenant(sql, parentOf(request).id)
-      return { default_plan_id: account?.default_plan_id ?? null }
-    },
-  }),
-
-  managementOperation({
-    method: 'PATCH',
-    url: SETTINGS_PATH,
-    schema: {
-      ...operation('updateAccountSettings'),
-      body: UpdateAccountSettingsBody,
-      response: { 200: AccountSettings },
-    },
-    config: { scope: 'sub_accounts:write' },
-    async handler(request, _reply, { sql, cache }) {
-      const accountId = parentOf(request).id
-      const planId = request.body.default_plan_id?.toLowerCase() ?? null
-      await checkOwnPlan(sql, accountId, planId, '/body/default_plan_id')
-      const origin = originOf(request)
-      const changed = await withPlanStillThere('/body/default_plan_id', () =>
-        inTransaction(sql, async (tx) => {
-          const previous = await lockedDefaultPlan(tx, accountId)
-          if (previous === planId) {
-            await markClaim(tx, origin, { type: 'account', id: accountId })
-            return false
-          }
-          await setDefaultPlan(tx, accountId, planId)
-          await recordEvent(tx, origin, {
-            accountId,
-            type: 'account.settings_updated',
-            target: { type: 'account', id: accountId },
-            object: { default_plan_id: planId },
-            previous: { default_plan_id: previous },
-          })
-          return true
-        }),
-      )
-      // The account's record names its default plan (the limiter reads it for its sub-accounts).
-      if (changed) await cache.invalidate([cacheKeys.tenant(accountId)])
-      return { default_plan_id: planId }
     },
   }),
 ]

@@ -5,6 +5,7 @@ import type { Alerts } from '../alerts/plugin.js'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import type { CacheInvalidator } from '../cache/index.js'
 import { continueAfterChecks } from '../http/expect-continue.js'
+import { unsupportedMediaType } from '../errors.js'
 import type { Rate } from '../limits/bucket.js'
 import type { Limiter } from '../limits/limiter.js'
 import type { Sql } from '../store/db.js'
@@ -24,6 +25,7 @@ import {
   clearDeadlines,
   dropLateAnswers,
   MANAGEMENT_BODY_TIMEOUT_MS,
+  STREAMED_BODY_TIMEOUT_MS,
   markManagementRoute,
   refuseUnknownQuery,
   resumeStoreDeadline,
@@ -38,12 +40,15 @@ import {
   startIdempotencySweep,
 } from './idempotency.js'
 import { KEY_OPERATIONS } from './key-routes.js'
+import { KEY_IMPORT_OPERATIONS } from './key-import-routes.js'
+import { KEY_LEAK_OPERATIONS } from './key-leak-routes.js'
 import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
 import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { USAGE_RECONCILIATION_OPERATIONS } from './usage-reconciliation-routes.js'
 import { LIMIT_SIMULATION_OPERATIONS } from './limit-simulation-routes.js'
 import { type OperationTable, registerOperations } from './operation-table.js'
 import { PLAN_OPERATIONS } from './plan-routes.js'
+import { SETTINGS_OPERATIONS } from './settings-routes.js'
 import { PORTAL_SESSION_OPERATIONS } from './portal-session-routes.js'
 import { Cursors } from './paging.js'
 import { managementRate } from '../limits/management-rate.js'
@@ -66,6 +71,7 @@ export interface ManagementOptions {
   /** Told the cache entries a committed change made stale (docs/internals.md, caches). */
   cache: CacheInvalidator
   bodyTimeoutMs?: number // how long a body may take to arrive (hooks.ts)
+  streamedBodyTimeoutMs?: number | undefined // the same for a body read as a stream (a key import)
   limiter: Limiter
   /** Each parent's rate here (MANAGEMENT_RATE). */
   rate: Rate
@@ -125,7 +131,8 @@ export const MANAGEMENT_HOOKS: readonly ManagementHook[] = [
   {
     name: 'body deadline',
     phase: 'preParsing',
-    hook: (o) => bodyDeadline(o.bodyTimeoutMs ?? MANAGEMENT_BODY_TIMEOUT_MS),
+    hook: (o) =>
+      bodyDeadline(o.bodyTimeoutMs ?? MANAGEMENT_BODY_TIMEOUT_MS, o.streamedBodyTimeoutMs ?? STREAMED_BODY_TIMEOUT_MS),
   },
   { name: 'idempotency fingerprint', phase: 'preParsing', hook: () => fingerprintBody },
   // Before validation: a repeated Idempotency-Key is answered here.
@@ -141,6 +148,7 @@ export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...ACCOUNT_OPERATIONS,
   ...PROXIED_ROUTE_OPERATIONS,
   ...PLAN_OPERATIONS,
+  ...SETTINGS_OPERATIONS,
   ...LIMIT_SIMULATION_OPERATIONS,
   ...USAGE_EXPORT_OPERATIONS,
   ...USAGE_RECONCILIATION_OPERATIONS,
@@ -150,12 +158,20 @@ export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...WEBHOOK_DELIVERY_OPERATIONS,
   ...SUB_ACCOUNT_ITEM_OPERATIONS,
   ...KEY_OPERATIONS,
+  ...KEY_IMPORT_OPERATIONS,
+  ...KEY_LEAK_OPERATIONS,
   ...KEY_USAGE_OPERATIONS,
 ]
 
 export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (plugin, options) => {
   const { sql, cache } = options
   plugin.decorateRequest('deadline', null)
+  // A route that reads its body as a stream (config.streamedBody, a key import) gets it as it
+  // comes; any other refuses ndjson as it refuses every type but JSON.
+  plugin.addContentTypeParser('application/x-ndjson', (request, payload, done) => {
+    if (request.routeOptions.config.streamedBody === true) return done(null, payload)
+    done(unsupportedMediaType('application/json', request.headers['content-type']), undefined)
+  })
   idempotencyRequests(plugin)
   for (const { phase, hook } of MANAGEMENT_HOOKS) plugin.addHook(phase as 'onRequest', hook(options, plugin) as never)
   startIdempotencySweep(plugin, {

@@ -10,7 +10,15 @@ import type { FastifyInstance } from 'fastify'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
-import { AUTHORIZATION_SERVER_METADATA_PATH, JWKS_PATH, TOKEN_PATH, MANAGEMENT_PREFIX } from '../shared/paths.js'
+import { IMPORT_REQUEST_BODY } from '../schemas/key-imports.js'
+import { GitHubReport } from '../schemas/key-leaks.js'
+import {
+  AUTHORIZATION_SERVER_METADATA_PATH,
+  JWKS_PATH,
+  MANAGEMENT_PREFIX,
+  SECRET_SCANNING_GITHUB_PATH,
+  TOKEN_PATH,
+} from '../shared/paths.js'
 import {
   ACTING_TENANT,
   ERROR_RESPONSES,
@@ -26,7 +34,13 @@ export const OPENAPI_PATH = '/openapi.json'
 export const DOCS_PREFIX = '/docs'
 
 /** Routes served without a key that belong in the document (the docs' own routes do not). */
-const PUBLIC_OPERATIONS = new Set(['/healthz', '/readyz', JWKS_PATH, AUTHORIZATION_SERVER_METADATA_PATH])
+const PUBLIC_OPERATIONS = new Set([
+  '/healthz',
+  '/readyz',
+  JWKS_PATH,
+  AUTHORIZATION_SERVER_METADATA_PATH,
+  SECRET_SCANNING_GITHUB_PATH,
+])
 
 const BEARER = 'bearerAuth'
 const CLIENT_BASIC = 'clientSecretBasic'
@@ -78,6 +92,10 @@ function baseDocument(): OpenAPIV3_1.Document {
           "Sessions of the sub-account portal, a page for a sub-account's people (its keys, usage, requests)",
       },
       { name: 'operations', description: 'Liveness and readiness; no key needed' },
+      {
+        name: 'secret-scanning',
+        description: "Leaked keys reported by GitHub's secret scanning, signed by GitHub; no key needed",
+      },
       {
         name: 'credentials',
         description: 'Access tokens for sub-account keys (OAuth 2.0 client credentials) and the keys that sign them',
@@ -157,6 +175,20 @@ function managementErrors(
   return errors
 }
 
+/** GitHub's report, read as bytes for its signature: documented here rather than validated by a schema. */
+const GITHUB_REPORT_BODY: OpenAPIV3_1.RequestBodyObject = {
+  required: true,
+  content: { 'application/json': { schema: GitHubReport as OpenAPIV3_1.SchemaObject } },
+}
+
+/**
+ * The writes whose body their handler reads as a stream (a key import): no body schema on the route,
+ * so the document is told here, and they take no Idempotency-Key (an import is idempotent itself).
+ */
+const STREAMED_BODIES: Record<string, OpenAPIV3_1.RequestBodyObject> = {
+  [`${MANAGEMENT_PREFIX}/api-keys/imports`]: IMPORT_REQUEST_BODY as OpenAPIV3_1.RequestBodyObject,
+}
+
 /** The writes whose body may be left out (their members all have defaults): a client need send none. */
 const BODY_MAY_BE_ABSENT = new Set(['/v1/sub-accounts/{sub_id}/api-keys/{key_id}/roll'])
 
@@ -196,11 +228,28 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       if (!isManagementUrl(path)) {
         if (path !== TOKEN_PATH) responses[400] ??= ref('responses', 'HostRefused')
         if (path === JWKS_PATH) responses[503] ??= ref('responses', 'StoreUnavailable')
+        if (path === SECRET_SCANNING_GITHUB_PATH) {
+          operation.requestBody = GITHUB_REPORT_BODY
+          Object.assign(responses, {
+            400: responses[400] ?? ref('responses', 'BadRequest'),
+            401: {
+              description: 'signature_invalid: unsigned, wrongly signed, or under an unknown key',
+              content: { [PROBLEM_JSON]: { schema: ref('schemas', 'Problem') } },
+            },
+            503: {
+              description: "scanner_keys_unavailable: GitHub's keys could not be fetched",
+              content: { [PROBLEM_JSON]: { schema: ref('schemas', 'Problem') } },
+            },
+          })
+        }
         continue
       }
       operation.parameters = [...(operation.parameters ?? []), ref('parameters', 'ActingTenant')]
-      if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
+      const streamed = method === 'post' ? STREAMED_BODIES[path] : undefined
+      if (streamed !== undefined) operation.requestBody = streamed
+      else if (method === 'post' || method === 'patch') operation.parameters.push(ref('parameters', 'IdempotencyKey'))
       for (const [status, name] of Object.entries(managementErrors(method, path, operation))) {
+        if (streamed !== undefined && (name === 'InFlight' || name === 'KeyReused')) continue
         responses[status] ??= ref('responses', name)
       }
       const body = operation.requestBody

@@ -1,6 +1,12 @@
 // Paths no route may take: the gateway's own, in every spelling a folding upstream would read
 // as one of them (prefix-shadow.ts).
-import { CONSOLE_PREFIX, CREDENTIAL_PATHS, MANAGEMENT_PREFIX, PORTAL_PREFIX } from '../shared/paths.js'
+import {
+  CONSOLE_PREFIX,
+  CREDENTIAL_PATHS,
+  MANAGEMENT_PREFIX,
+  PORTAL_PREFIX,
+  SECRET_SCANNING_GITHUB_PATH,
+} from '../shared/paths.js'
 import { FoldedPrefixes } from './prefix-shadow.js'
 
 /**
@@ -14,6 +20,7 @@ export const RESERVED_PREFIXES = [
   '/openapi.json',
   '/docs',
   ...CREDENTIAL_PATHS,
+  SECRET_SCANNING_GITHUB_PATH,
 ] as const
 
 const RESERVED = new FoldedPrefixes(RESERVED_PREFIXES)

@@ -42,7 +42,12 @@ const KeyFields = {
   id: Type.String({ format: 'uuid' }),
   name: Type.String(),
   scopes: Type.Array(Type.String()),
-  prefix: Type.String({ description: 'the first characters of the key, to tell keys apart' }),
+  prefix: Type.String({
+    description: 'the first characters of the key, to tell keys apart; an imported key its first four, or none',
+  }),
+  origin: Type.Union([Type.Literal('minted'), Type.Literal('imported')], {
+    description: '`imported`: brought over from elsewhere (POST /v1/sub-accounts/api-keys/imports)',
+  }),
   status: Type.Union([Type.Literal('active'), Type.Literal('expired'), Type.Literal('revoked')], {
     description: '`expired`: not revoked, but past `expires_at`',
   }),
@@ -52,8 +57,25 @@ const KeyFields = {
   ip_allowlist: Nullable(Type.Array(Type.String(), { description: 'the addresses it may be used from; null: any' })),
 }
 
+/** A reported leak (docs/secret-scanning.md): when, where, and who reported it. */
+export const KeyLeak = Type.Object(
+  {
+    at: Timestamp,
+    url: Nullable(Type.String({ description: 'where the key was found, when the report said' })),
+    source: Type.String({
+      description: 'who reported it: `github` (secret scanning), or `parent` (the account itself)',
+    }),
+  },
+  { additionalProperties: false },
+)
+
 export const ApiKey = Type.Object(
-  { ...KeyFields, revoked_at: Nullable(Timestamp), last_used_at: Nullable(Timestamp) },
+  {
+    ...KeyFields,
+    revoked_at: Nullable(Timestamp),
+    last_used_at: Nullable(Timestamp),
+    leaked: Nullable(KeyLeak),
+  },
   { additionalProperties: false },
 )
 export type ApiKey = Static<typeof ApiKey>

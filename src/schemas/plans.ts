@@ -47,20 +47,3 @@ export const UpdatePlanBody = Type.Object(
 )
 
 /** The calling account's settings for its sub-accounts. */
-export const AccountSettings = Type.Object(
-  {
-    default_plan_id: Nullable(
-      Type.String({ format: 'uuid', description: 'the plan of the sub-accounts without a plan_id; null: none' }),
-    ),
-  },
-  { additionalProperties: false },
-)
-
-export const UpdateAccountSettingsBody = Type.Object(
-  {
-    default_plan_id: Nullable(
-      Type.String({ format: 'uuid', description: "one of the account's plans, or null for none" }),
-    ),
-  },
-  { additionalProperties: false },
-)

@@ -54,6 +54,7 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     name: row.name,
     scopes: row.scopes,
     prefix: row.prefix,
+    origin: row.origin,
     status: keyState(row, nowMs),
     created_at: row.created_at.toISOString(),
     expires_at: iso(row.expires_at),
@@ -61,5 +62,6 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     ip_allowlist: row.ip_allowlist,
     revoked_at: iso(row.revoked_at),
     last_used_at: iso(row.last_used_at),
+    leaked: row.leaked,
   }
 }

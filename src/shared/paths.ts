@@ -10,6 +10,9 @@ export const AUTHORIZATION_SERVER_METADATA_PATH = '/.well-known/oauth-authorizat
 /** The credential paths: the gateway answers them itself, and no route may take them. */
 export const CREDENTIAL_PATHS = [JWKS_PATH, TOKEN_PATH, AUTHORIZATION_SERVER_METADATA_PATH] as const
 
+/** Where GitHub's secret scanning reports leaked keys (docs/secret-scanning.md): no route may take it. */
+export const SECRET_SCANNING_GITHUB_PATH = '/v1/secret-scanning/github'
+
 // Where the console lives (docs/console.md): its page, and its assets below it.
 export const CONSOLE_PREFIX = '/console'
 export const CONSOLE_ASSETS = `${CONSOLE_PREFIX}/assets`

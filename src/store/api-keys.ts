@@ -5,6 +5,8 @@ import type { KeyStatus } from '../shared/tenancy-records.js'
 
 type Db = Sql | Tx
 
+export type KeyOrigin = 'minted' | 'imported'
+
 /** What a response may show of a key: never a digest. */
 export interface KeyRow {
   id: string
@@ -12,6 +14,8 @@ export interface KeyRow {
   name: string
   scopes: string[]
   prefix: string
+  /** `imported`: brought over from elsewhere, in any format (docs/key-imports.md). */
+  origin: KeyOrigin
   status: KeyStatus
   created_at: Date
   revoked_at: Date | null
@@ -20,6 +24,16 @@ export interface KeyRow {
   rolled_from: string | null
   /** The addresses it may be used from; null: any (docs/api.md, IP allow-lists). */
   ip_allowlist: string[] | null
+  /** When, where and by whom a leak of it was reported (docs/secret-scanning.md); null: never. */
+  leaked: KeyLeak | null
+}
+
+/** A reported leak of a key, as a key object shows it. */
+export interface KeyLeak {
+  /** RFC 3339, UTC. */
+  at: string
+  url: string | null
+  source: string
 }
 
 export type KeyPageRow = KeyRow & { seq: string }
@@ -36,8 +50,12 @@ export interface KeyCredential {
 
 // Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
 /** A key's columns as KeyRow holds them (scopes as JSON, which crosses without array types). */
+/** When a leak was reported, as Date#toISOString writes it (the key object's other times are so). */
+const LEAKED_AT = `to_char(leaked_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+
 export const KEY_COLUMNS =
-  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, status, created_at, revoked_at, last_used_at, expires_at, rolled_from, to_jsonb(ip_allowlist) as ip_allowlist'
+  'id, tenant_id, name, to_jsonb(scopes) as scopes, prefix, origin, status, created_at, revoked_at, last_used_at, expires_at, rolled_from, to_jsonb(ip_allowlist) as ip_allowlist, ' +
+  `case when leaked_at is null then null else jsonb_build_object('at', ${LEAKED_AT}, 'url', leaked_url, 'source', leaked_source) end as leaked`
 
 /** What authentication reads of a key. */
 const CREDENTIAL_COLUMNS =

@@ -28,6 +28,12 @@ interface PendingQuery {
 interface Call {
   readonly made: Set<PendingQuery>
   stopped: boolean
+  /**
+   * `work` has settled: a statement made after it (a stream the handler answered with, read on in
+   * the call's async context: a key import's later batches) is not remembered, else each would be
+   * held, with its rows, until the process ends.
+   */
+  ended: boolean
 }
 
 const current = new AsyncLocalStorage<Call>()
@@ -49,7 +55,7 @@ function cancel(query: PendingQuery): void {
  * through its reply, returning nothing, keeps its statements stoppable until its request is gone.
  */
 export function stoppedBy<T>(signal: AbortSignal, work: () => T): T {
-  const call: Call = { made: new Set(), stopped: signal.aborted }
+  const call: Call = { made: new Set(), stopped: signal.aborted, ended: false }
   const stop = () => {
     call.stopped = true
     for (const query of call.made) cancel(query)
@@ -57,6 +63,7 @@ export function stoppedBy<T>(signal: AbortSignal, work: () => T): T {
   }
   signal.addEventListener('abort', stop, { once: true })
   const done = () => {
+    call.ended = true
     signal.removeEventListener('abort', stop)
     call.made.clear()
   }
@@ -76,7 +83,7 @@ function remember<T>(made: T): T {
   const call = current.getStore()
   if (call === undefined || typeof made !== 'object' || made === null || !('cancel' in made)) return made
   if (call.stopped) throw new StatementsStoppedError()
-  call.made.add(made as PendingQuery)
+  if (!call.ended) call.made.add(made as PendingQuery)
   return made
 }
 

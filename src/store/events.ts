@@ -28,7 +28,7 @@ export const DELIVERIES_CHANNEL = 'tgw_webhook_deliveries'
  * its resource's every type (`api_key.*`), as a CTE over `event`. Each queued row NOTIFYs, which
  * Postgres sends once (one channel, one payload), and only if the transaction commits.
  */
-function queuedDeliveries(statement: Statement, type: string): string {
+export function queuedDeliveries(statement: Statement, type: string): string {
   const resourceWide = `${type.slice(0, type.indexOf('.'))}.*`
   return `queued as (
       insert into webhook_deliveries (event_id, endpoint_id)

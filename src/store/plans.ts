@@ -78,26 +78,6 @@ export async function isOwnPlan(db: Db, accountId: string, id: string): Promise<
   return row!.own
 }
 
-/** A parent account's default plan, its row locked until the transaction ends (null: none). */
-export async function lockedDefaultPlan(tx: Tx, accountId: string): Promise<string | null> {
-  const [row] = await tx<{ default_plan_id: string | null }[]>`
-    select default_plan_id from tenants where id = ${accountId} for update`
-  return row?.default_plan_id ?? null
-}
-
-/** Sets a parent account's default plan (null: none); the account's row after it. */
-export async function setDefaultPlan(
-  db: Db,
-  accountId: string,
-  planId: string | null,
-): Promise<{ default_plan_id: string | null; updated_at: Date } | null> {
-  const [row] = await db<{ default_plan_id: string | null; updated_at: Date }[]>`
-    update tenants set default_plan_id = ${planId}, updated_at = now()
-    where id = ${accountId} and parent_id is null
-    returning default_plan_id, updated_at`
-  return row ?? null
-}
-
 /** Whether a plan is in use: a sub-account's plan, or an account's default (a delete is then refused). */
 export const PLAN_IN_USE_SQL = (planAlias: string) =>
   `exists (select 1 from tenants where plan_id = ${planAlias}.id) or exists (select 1 from tenants where default_plan_id = ${planAlias}.id)`

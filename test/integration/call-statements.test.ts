@@ -2,6 +2,8 @@
 // made within `stoppedBy` are cancelled when its signal aborts, in Postgres as in the pool's
 // queue and in a transaction; one made afterwards fails at once; a fragment is left alone, and
 // statements made outside any call are never touched.
+import v8 from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import postgres from 'postgres'
 import { cancellable, StatementsStoppedError, stoppedBy } from '../../src/store/call-statements.js'
@@ -97,4 +99,31 @@ t.test('work that is no promise: a throw goes to the caller, a value is returned
   )
   stop.abort()
   t.equal(await later, '57014', 'cancelled when its call is stopped')
+})
+
+t.test('a statement made once the work has settled, in its async context, is not held by the call', async (t) => {
+  const stop = new AbortController()
+  const own = postgres(db.url, { max: 1, fetch_types: false, onnotice: () => {} })
+  t.teardown(() => own.end({ timeout: 1 }))
+  const ownSql = cancellable(own)
+  // The work answers with a stream read on afterwards (a key import): its later statements are
+  // made in the work's async context, after it settled. Each one held would keep its rows.
+  let made!: WeakRef<object>
+  let ran!: Promise<number>
+  await stoppedBy(stop.signal, async () => {
+    ran = new Promise<void>((resolve) => setTimeout(resolve, 20)).then(async () => {
+      const query = ownSql`select generate_series(1, 1000) as n`
+      made = new WeakRef(query)
+      return (await query).length
+    })
+    return 'answered'
+  })
+  t.equal(await ran, 1000, 'it ran')
+  v8.setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  const collected = await until(5_000, async () => {
+    gc()
+    return made.deref() === undefined
+  })
+  t.ok(collected, 'the statement, and its rows, are let go')
 })

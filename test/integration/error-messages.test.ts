@@ -104,7 +104,7 @@ t.test('a mistyped key: what is wrong with it (its checksum, its length), never 
     [key.slice(0, -1), 'an API key has 49 characters after tgw_, this one 48'],
     [`${key}x`, 'an API key has 49 characters after tgw_, this one 50'],
     [`${key.slice(0, -1)}-`, 'an API key has only letters and digits after tgw_'],
-    [key.slice(4), 'an API key starts with tgw_'],
+    [`sk-${key.slice(4, 10)}`, 'an API key starts with tgw_'],
     ['Bearer', 'send one key after Bearer'],
   ] as const) {
     const res = await rawRequest(gw.url, {
@@ -117,6 +117,18 @@ t.test('a mistyped key: what is wrong with it (its checksum, its length), never 
     for (let i = 4; i + 8 <= key.length; i++) t.notMatch(problem.detail, key.slice(i, i + 8), `${reason}: not echoed`)
   }
 })
+
+t.test(
+  'a key without its tgw_: unknown (it may be a key imported from elsewhere), and what a key starts with',
+  async (t) => {
+    const res = await rawRequest(gw.url, {
+      path: '/v1/sub-accounts',
+      headers: [['Authorization', `Bearer ${parent.apiKey.slice(4)}`]],
+    })
+    const problem = checkProblem(t, res, 401, 'unauthenticated', 'looked up as an imported key would be')
+    t.equal(problem.detail, 'the API key is unknown or revoked; a key the gateway made starts with tgw_')
+  },
+)
 
 t.test('an external_id where the path takes a UUID: 404 pointing to ?external_id=', async (t) => {
   const externalId = `acme-eu-${Date.now()}`

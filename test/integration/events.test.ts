@@ -120,7 +120,7 @@ t.test('api_key.created, rolled and revoked: no secret anywhere', async (t) => {
   t.match(created, { ...byApi(minted.requestId), type: 'api_key.created', target: { type: 'api_key', id: key.id } })
   const { api_key: _k, client_secret: _s, ...shown } = key
   t.same(created.data, {
-    object: { ...shown, revoked_at: null, last_used_at: null, sub_account_id: subId },
+    object: { ...shown, revoked_at: null, last_used_at: null, leaked: null, sub_account_id: subId },
     previous: null,
   })
 

@@ -82,6 +82,7 @@ t.test('a roll: 201, Location, no-store, a new key like the old one; the old one
     'id',
     'ip_allowlist',
     'name',
+    'origin',
     'prefix',
     'rolled_from',
     'scopes',

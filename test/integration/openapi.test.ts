@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { compiledSerializer, compiledValidator } from '../../src/http/schema-compilers.js'
-import { CREDENTIAL_PATHS, MANAGEMENT_PREFIX } from '../../src/shared/paths.js'
+import { CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH, MANAGEMENT_PREFIX } from '../../src/shared/paths.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
 import type { JsonBody as Json } from '../helpers/json.js'
@@ -128,6 +128,8 @@ t.test('OpenAPI document and docs page', async (t) => {
       t.ok(successes.length > 0, `${key}: a success response`)
       for (const status of successes) {
         if (status === '204') t.notOk(op.responses[status].content, `${key}: 204 has no body`)
+        else if (op.operationId === 'importApiKeys')
+          t.same(Object.keys(op.responses[status].content ?? {}), ['application/x-ndjson'], `${key}: ndjson`)
         else if (op.operationId === 'exportUsage')
           t.same(
             Object.keys(op.responses[status].content ?? {}).sort(),
@@ -257,7 +259,8 @@ t.test('OpenAPI document and docs page', async (t) => {
         (parameter) => parameter.$ref === '#/components/parameters/IdempotencyKey',
       )
       // The contract gives POST and PATCH keys; a DELETE repeated is a 404, and changes nothing.
-      if (method === 'get' || method === 'delete') {
+      // A key import reads its body as a stream, and is idempotent itself (docs/key-imports.md).
+      if (method === 'get' || method === 'delete' || path === '/v1/sub-accounts/api-keys/imports') {
         t.notOk(takesKey, `${key}: no Idempotency-Key`)
         continue
       }
@@ -274,7 +277,8 @@ t.test('OpenAPI document and docs page', async (t) => {
     for (const path of Object.keys(doc.paths)) {
       t.notMatch(path, /\*/, `${path}: no wildcard`)
       t.ok(
-        path.startsWith(MANAGEMENT_PREFIX) || ['/healthz', '/readyz', ...CREDENTIAL_PATHS].includes(path),
+        path.startsWith(MANAGEMENT_PREFIX) ||
+          ['/healthz', '/readyz', ...CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH].includes(path),
         `${path}: served by the gateway itself`,
       )
     }

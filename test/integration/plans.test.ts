@@ -138,16 +138,23 @@ t.test("a sub-account's plan_id and the default_plan_id: the parent's own plan, 
 
   const settings = await call(P, 'PATCH', '/settings', { default_plan_id: theirs.id })
   t.match(settings.json(), { code: 'validation_failed', errors: [{ path: '/body/default_plan_id' }] })
-  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: null }, 'unchanged')
-  t.same(await ok(P, 'PATCH', '/settings', { default_plan_id: mine.id }), { default_plan_id: mine.id })
-  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: mine.id })
-  t.equal((await call(P, 'PATCH', '/settings', {})).statusCode, 400, 'the member is required')
-  t.same(await ok(P, 'PATCH', '/settings', { default_plan_id: mine.id }), { default_plan_id: mine.id }, 'again')
+  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: null, leak_policy: 'revoke' }, 'unchanged')
+  t.same(await ok(P, 'PATCH', '/settings', { default_plan_id: mine.id }), {
+    default_plan_id: mine.id,
+    leak_policy: 'revoke',
+  })
+  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: mine.id, leak_policy: 'revoke' })
+  t.equal((await call(P, 'PATCH', '/settings', {})).statusCode, 400, 'a member is required')
+  t.same(
+    await ok(P, 'PATCH', '/settings', { default_plan_id: mine.id }),
+    { default_plan_id: mine.id, leak_policy: 'revoke' },
+    'again',
+  )
   const settingsEvents = await sql<{ data: JsonBody }[]>`
     select data from events where account_id = ${P.id} and type = 'account.settings_updated'`
   t.same(
     settingsEvents.map((e) => e.data),
-    [{ object: { default_plan_id: mine.id }, previous: { default_plan_id: null } }],
+    [{ object: { default_plan_id: mine.id, leak_policy: 'revoke' }, previous: { default_plan_id: null } }],
     'one account.settings_updated: the repeat and the refusal wrote none',
   )
 })

@@ -197,6 +197,13 @@ export function KeyManager({
                       <td data-label="Status" data-testid="key-status">
                         <span class={`badge ${k.status}`}>{k.status}</span>
                         {k.revoked_at !== null && <span class="sub-line">revoked {formatTime(k.revoked_at)}</span>}
+                        {k.origin === 'imported' && <span class="sub-line">imported</span>}
+                        {k.leaked !== null && (
+                          <span class="sub-line" data-testid="key-leaked">
+                            leaked {formatTime(k.leaked.at)} ({k.leaked.source})
+                            {k.leaked.url !== null && <span class="mono"> {k.leaked.url}</span>}
+                          </span>
+                        )}
                         {k.rolled_from !== null && (
                           <span class="sub-line">
                             replaces{' '}

@@ -1,0 +1,103 @@
+// Importing keys from elsewhere into the parent's sub-accounts (docs/key-imports.md; docs/api.md,
+// Importing keys): an ndjson body of up to 64 MiB, read as a stream, never parsed whole, and an
+// ndjson answer, a line per input line, then a summary.
+import { Readable } from 'node:stream'
+import type { FastifyRequest } from 'fastify'
+import { readImportBody } from '../auth/key-import-body.js'
+import { importAnswer } from '../auth/key-imports.js'
+import { ApiError, payloadTooLarge, unsupportedMediaType, validationFailed } from '../errors.js'
+import { ImportAnswerLine, ImportQuery, IMPORT_MAX_BYTES } from '../schemas/key-imports.js'
+import { answeredByStoreDeadline, stopStoreDeadline, streamedBodyRead } from './hooks.js'
+import { type ManagementContext, managementOperation, operation, originOf, parentOf } from './common.js'
+import type { OperationTable } from './operation-table.js'
+
+const NDJSON = 'application/x-ndjson'
+
+/** The media type of the request's Content-Type, lower-case, without parameters. */
+const mediaType = (request: FastifyRequest) =>
+  (request.headers['content-type'] ?? '').split(';', 1)[0]!.trim().toLowerCase()
+
+/** A body that breaks a limit: refused whole, nothing imported; the rest is not read. */
+const tooLarge = (what: 'bytes' | 'lines', limit: number) =>
+  what === 'bytes'
+    ? payloadTooLarge(limit)
+    : new ApiError('payload_too_large', `the body has more than ${limit} lines: split the file and import each part`, {
+        headers: { connection: 'close' },
+      })
+
+export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: '/api-keys/imports',
+    schema: {
+      ...operation('importApiKeys'),
+      querystring: ImportQuery,
+      // No body schema: the body is a stream its handler reads (ops/openapi.ts documents it).
+      response: {
+        200: {
+          description: 'A line per input line, in order, then the summary',
+          content: { [NDJSON]: { schema: ImportAnswerLine } },
+        },
+      },
+    },
+    config: { scope: 'sub_accounts:write', streamedBody: true },
+    bodyLimit: IMPORT_MAX_BYTES,
+    // Before the body: a wrong type or a declared size over the limit is refused at once.
+    onRequest: () => async (request) => {
+      if (mediaType(request) !== NDJSON) throw unsupportedMediaType(NDJSON, request.headers['content-type'])
+      if (Number(request.headers['content-length'] ?? 0) > IMPORT_MAX_BYTES) throw payloadTooLarge(IMPORT_MAX_BYTES)
+    },
+    async handler(request, reply, { sql, cache }) {
+      const body = request.body as unknown
+      if (!(body instanceof Readable))
+        throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
+      const read = await readImportBody(body, 'sub-accounts')
+      if ('tooLarge' in read) {
+        body.resume() // the rest is dropped as it comes, and the connection closed after the answer
+        throw tooLarge(read.tooLarge, read.limit)
+      }
+      streamedBodyRead(request, reply)
+      if (read.lines.length === 0)
+        throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
+      const answer = importAnswer(
+        {
+          sql,
+          cache,
+          accountId: parentOf(request).id,
+          owner: 'sub-accounts',
+          origin: originOf(request),
+          dryRun: request.query.dry_run === true,
+        },
+        read.lines,
+      )
+      // The first batch under the store deadline: a store that does not answer is a 503, not a
+      // 200 cut short. The batches after it are statements of their own, each under the pool's
+      // statement timeout; the answer is on its way by then.
+      const first = await answer.next()
+      if (answeredByStoreDeadline(request)) return reply
+      stopStoreDeadline(request)
+      return (
+        reply
+          .header('cache-control', 'no-store')
+          .type(`${NDJSON}; charset=utf-8`)
+          // A stream, not the schema's object: the schema documents its lines, no serializer writes them.
+          .send(Readable.from(answerFrom(first, answer)) as never)
+      )
+    },
+  }),
+]
+
+/**
+ * The answer's text from its first part on; a store failure after it ends the answer with an
+ * `{"error"}` line instead of the summary: the lines answered stand, and importing the file again
+ * writes only what is missing.
+ */
+async function* answerFrom(first: IteratorResult<string>, rest: AsyncGenerator<string>): AsyncGenerator<string> {
+  try {
+    for (let part = first; part.done !== true; part = await rest.next()) yield part.value
+  } catch (err) {
+    const detail = 'the store failed during the import: the lines answered stand; import the file again for the rest'
+    const code = err instanceof ApiError ? err.code : 'store_unavailable'
+    yield `${JSON.stringify({ error: { code, detail } })}\n`
+  }
+}
