@@ -281,5 +281,5 @@ t.test('a plan deleted while a write that names it waits: 400 naming the field, 
     t.match(res.json(), { code: 'validation_failed', errors: [{ path }] })
   }
   t.equal((await ok(P, 'GET', '')).data.length, 0, 'no sub-account made')
-  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: null }, 'no default set')
+  t.same(await ok(P, 'GET', '/settings'), { default_plan_id: null, leak_policy: 'revoke' }, 'no default set')
 })

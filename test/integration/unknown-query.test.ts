@@ -74,7 +74,7 @@ const PATH_VALUES: Record<string, string> = {
 }
 
 /** What a route is sent with `?bogus=1`: a valid body, so that only the query is at fault. */
-type Line = { body?: unknown; ignores?: true }
+type Line = { body?: unknown; ignores?: true; contentType?: string }
 
 /** Every route of the management API and of the portal's, by the method and pattern it is registered under. */
 const TABLE: Record<string, Line> = {
@@ -103,6 +103,8 @@ const TABLE: Record<string, Line> = {
   'DELETE /v1/sub-accounts/plans/:plan_id': {},
   'GET /v1/sub-accounts/settings': {},
   'PATCH /v1/sub-accounts/settings': { body: { default_plan_id: plan } },
+  'POST /v1/sub-accounts/api-keys/imports': { body: '', contentType: 'application/x-ndjson' },
+  'POST /v1/sub-accounts/api-keys/leaks': { body: { key: 'k' } },
   'GET /v1/sub-accounts/requests': {},
   'GET /v1/sub-accounts/requests/:id': {},
   'POST /v1/sub-accounts/webhook-endpoints': {
@@ -152,11 +154,17 @@ function apiRoutes(registered: readonly RegisteredRoute[]): string[] {
 }
 
 /** A request as the route's caller sends it: the parent's key, or the portal session's cookie. */
-function send(name: string, query: string, body?: unknown): Promise<LightMyRequestResponse> {
+function send(name: string, query: string, body?: unknown, contentType?: string): Promise<LightMyRequestResponse> {
   const [method, pattern] = name.split(' ') as [string, string]
   const url = `${pattern.replace(/:(\w+)/g, (_, id: string) => PATH_VALUES[id]!)}${query}`
   if (!pattern.startsWith(PORTAL_API))
-    return gw.call(parent.apiKey, { method: method as 'GET', url, body, acting: 'self' })
+    return gw.call(parent.apiKey, {
+      method: method as 'GET',
+      url,
+      body,
+      acting: 'self',
+      ...(contentType === undefined ? {} : { headers: { 'content-type': contentType } }),
+    })
   return gw.app.inject({
     method: method as 'GET',
     url,
@@ -208,7 +216,7 @@ t.test('every route refuses ?bogus=1 with 400 validation_failed, and nothing cha
   for (const name of apiRoutes(gw.routes)) {
     const line = TABLE[name]
     if (line === undefined || line.ignores) continue
-    const res = await send(name, '?bogus=1', line.body)
+    const res = await send(name, '?bogus=1', line.body, line.contentType)
     t.equal(res.statusCode, 400, `${name}?bogus=1: 400 (${res.body.slice(0, 200)})`)
     if (res.statusCode !== 400) continue
     const problem = problemOf(res)
