@@ -26,6 +26,9 @@ export const EVENT_TYPES = [
   'webhook_endpoint.deleted',
   'portal_session.created',
   'portal_session.ended',
+  /** Prepaid credits (docs/api.md, Credits): a grant made, a grant voided. */
+  'credits.granted',
+  'credits.voided',
   /** A test send (POST …/webhook-endpoints/{id}/test): delivered to that endpoint only. */
   'webhook_endpoint.test',
   // Alerts: written by the gateway itself (docs/events.md, Alerts).
@@ -35,7 +38,7 @@ export const EVENT_TYPES = [
 
 export type EventType = (typeof EVENT_TYPES)[number]
 
-export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint' | 'portal_session'
+export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint' | 'portal_session' | 'credit_grant'
 
 export type Actor =
   | { type: 'api_key'; key_id: string }

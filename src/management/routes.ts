@@ -38,6 +38,7 @@ import {
   startIdempotencySweep,
 } from './idempotency.js'
 import { KEY_OPERATIONS } from './key-routes.js'
+import { CREDIT_OPERATIONS } from './credit-routes.js'
 import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
 import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { USAGE_RECONCILIATION_OPERATIONS } from './usage-reconciliation-routes.js'
@@ -148,6 +149,7 @@ export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...WEBHOOK_DELIVERY_OPERATIONS,
   ...SUB_ACCOUNT_ITEM_OPERATIONS,
   ...KEY_OPERATIONS,
+  ...CREDIT_OPERATIONS,
   ...KEY_USAGE_OPERATIONS,
 ]
 

@@ -14,7 +14,7 @@ export const ExternalId = Type.String({
 
 // Written as plain JSON Schema: TypeBox's Record becomes patternProperties "^.*$", and `.` does not
 // match a newline, so a key holding one would escape the value check.
-const Metadata = Type.Unsafe<Record<string, string>>({
+export const Metadata = Type.Unsafe<Record<string, string>>({
   type: 'object',
   additionalProperties: { type: 'string', maxLength: 500, pattern: STORABLE_TEXT },
   maxProperties: 50,

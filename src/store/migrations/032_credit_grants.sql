@@ -1,0 +1,24 @@
+-- Prepaid credits (docs/api.md, Credits): a sub-account's balance of a route meter is made of
+-- grants, each of `units` with what is left of them. Use burns them in the order of the index
+-- below (priority, then soonest expiry, then oldest); a voided grant's rest is gone at once, an
+-- expired one's at its expiry.
+create table credit_grants (
+  id              uuid primary key,
+  sub_account_id  uuid not null references tenants (id),
+  -- The sub-account's parent, denormalised: every lookup is scoped by it.
+  account_id      uuid not null references tenants (id),
+  meter           text not null check (meter ~ '^[a-z][a-z0-9_]{0,31}$' and meter <> 'requests'),
+  units           bigint not null check (units between 1 and 1000000000000),
+  units_left      bigint not null check (units_left between 0 and units),
+  priority        integer not null default 100 check (priority between 0 and 1000),
+  expires_at      timestamptz,
+  voided_at       timestamptz,
+  created_at      timestamptz not null default now(),
+  metadata        jsonb not null default '{}'::jsonb,
+  -- Grants are listed and burned in one order: the creation's sequence breaks a tie of instants.
+  seq             bigint generated always as identity
+);
+
+-- The burn order of a sub-account's meter, live grants only.
+create index credit_grants_burn_order on credit_grants
+  (sub_account_id, meter, priority, expires_at nulls last, created_at, seq) where voided_at is null;
