@@ -32,6 +32,7 @@ export const ERRORS = {
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  credits_exhausted: { status: 402, title: 'Credits exhausted' },
   too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },
   rate_limited: { status: 429, title: 'Rate limited' },
   quota_exceeded: { status: 429, title: 'Quota exceeded' },
@@ -62,6 +63,8 @@ export interface Problem {
   errors?: FieldError[]
   /** A limit's refusal: the policies that refused it (docs/api.md). */
   violated_policies?: readonly string[]
+  /** A refusal of credits: the meters whose balance is spent (docs/api.md, Credits). */
+  meters?: readonly string[]
 }
 
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
@@ -69,7 +72,7 @@ export interface ApiErrorOptions {
   errors?: FieldError[]
   headers?: Record<string, string>
   /** Extension members of the problem (RFC 9457 §3.2). */
-  extensions?: Pick<Problem, 'violated_policies'>
+  extensions?: Pick<Problem, 'violated_policies' | 'meters'>
   /**
    * What the operator's log line of a 5xx says, beyond the answer: its message and fields (an
    * upstream's URL, its route, the cause). Never sent to the client.

@@ -31,14 +31,17 @@ export function presentCreditGrant(row: CreditGrantRow): CreditGrant {
 }
 
 /**
- * A sub-account's balance of each meter: the units left of its live grants, for every meter that
- * has a grant or is named by `creditMeters` (its credit limits), in name order.
+ * A sub-account's balance of each meter: the units left of its live grants less what it owes (used
+ * beyond them, so below zero then), for every meter that has a grant or is named by `creditMeters`
+ * (its credit limits), in name order.
  */
 export function creditBalances(
   rows: readonly CreditGrantRow[],
   creditMeters: readonly string[],
+  debts: ReadonlyMap<string, number>,
 ): { meter: string; units_left: number }[] {
   const left = new Map<string, number>(creditMeters.map((meter) => [meter, 0]))
+  for (const [meter, owed] of debts) left.set(meter, -owed)
   for (const row of rows) left.set(row.meter, (left.get(row.meter) ?? 0) + (row.live ? row.units_left : 0))
   return [...left.keys()].sort().map((meter) => ({ meter, units_left: left.get(meter)! }))
 }

@@ -2,7 +2,8 @@
 // The changes and their events are in credit-changes.ts.
 import { validationFailed } from '../errors.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
-import { listCreditGrants } from '../store/credit-grants.js'
+import { listCreditGrants, readCreditDebts } from '../store/credit-grants.js'
+import { subAccountEntries } from '../cache/index.js'
 import {
   CreateCreditGrantBody,
   CreditBalances,
@@ -49,7 +50,7 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
       response: { 201: CreditGrant },
     },
     config: { scope: 'sub_accounts:write' },
-    async handler(request, reply, { sql }) {
+    async handler(request, reply, { sql, cache }) {
       const { body } = request
       const expiresAt = checkedGrant(body, Date.now())
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
@@ -62,6 +63,8 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
         expiresAt,
         metadata: body.metadata ?? {},
       })
+      // Every replica reads the sub-account's grants again within a second (its limits' schedule).
+      await cache.invalidate(subAccountEntries(parentOf(request).id, sub.id))
       return reply
         .code(201)
         .header('location', `${MANAGEMENT_PREFIX}/${sub.id}/credits/grants/${row.id}`)
@@ -76,9 +79,12 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
     config: { scope: 'sub_accounts:read' },
     async handler(request, _reply, { sql }) {
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
-      const rows = await listCreditGrants(sql, parentOf(request).id, sub.id)
+      const [rows, debts] = await Promise.all([
+        listCreditGrants(sql, parentOf(request).id, sub.id),
+        readCreditDebts(sql, sub.id),
+      ])
       return {
-        balances: creditBalances(rows, Object.keys(sub.limits?.credits ?? {})),
+        balances: creditBalances(rows, Object.keys(sub.limits?.credits ?? {}), debts),
         grants: rows.map(presentCreditGrant),
       }
     },
@@ -89,11 +95,12 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
     url: '/:sub_id/credits/grants/:grant_id/void',
     schema: { ...operation('voidCreditGrant'), params: CreditGrantParams, response: { 200: CreditGrant } },
     config: { scope: 'sub_accounts:write' },
-    async handler(request, _reply, { sql }) {
+    async handler(request, _reply, { sql, cache }) {
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
       const id = pathUuid(request.params.grant_id, 'credit grant')
       const row = await voidCreditsWithEvent(sql, originOf(request), parentOf(request).id, sub.id, id)
       if (row === null) throw notFound('credit grant')
+      await cache.invalidate(subAccountEntries(parentOf(request).id, sub.id))
       return presentCreditGrant(row)
     },
   }),

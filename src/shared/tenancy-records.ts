@@ -38,6 +38,17 @@ export interface TenantRecord {
   readonly limits?: TenantLimits | null
   /** Its key policy's allow-list, for every key of the sub-account; null or absent: any address. */
   readonly keyIpAllowlist?: readonly string[] | null
+  /**
+   * A sub-account's grants of each meter its `limits.credits` names (docs/api.md, Credits), as the
+   * limiter takes them (limits/types.ts, CreditBalance); absent: none read (no credit limit).
+   */
+  readonly credits?: { readonly [meter: string]: CreditGrants }
+}
+
+/** A meter's grants as read: what the ones that no longer count gave, and the live ones. */
+export interface CreditGrants {
+  readonly settled: number
+  readonly live: readonly { units: number; left: number; expiresAt: number | null }[]
 }
 
 export interface TenancyLookups {

@@ -1,6 +1,7 @@
 // Prepaid credit grants of sub-accounts (docs/api.md, Credits). SQL only; callers pass `sql` or a
 // transaction. A grant's rest is gone once it is voided or expired: `units_left` as the API shows
 // it is 0 then, while the row keeps what was left, which billing tells apart from what was burned.
+import type { CreditGrants } from '../shared/tenancy-records.js'
 import type { Sql, Tx } from './db.js'
 
 type Db = Sql | Tx
@@ -38,13 +39,32 @@ export interface NewCreditGrant {
   metadata: Record<string, string>
 }
 
-export async function insertCreditGrant(db: Db, grant: NewCreditGrant): Promise<CreditGrantRow> {
+/**
+ * Makes a grant (in the caller's transaction): it first pays what the sub-account owes in that
+ * meter (units used beyond every grant), so it starts with that much burned.
+ */
+export async function insertCreditGrant(db: Tx, grant: NewCreditGrant): Promise<CreditGrantRow> {
+  const [owed] = await db<{ units: number }[]>`
+    select units::float8 as units from credit_debts
+    where sub_account_id = ${grant.subAccountId} and meter = ${grant.meter} for update`
+  const paid = Math.min(owed?.units ?? 0, grant.units)
+  if (paid > 0)
+    await db`update credit_debts set units = units - ${paid}
+             where sub_account_id = ${grant.subAccountId} and meter = ${grant.meter}`
   const [row] = await db<CreditGrantRow[]>`
-    insert into credit_grants (id, sub_account_id, account_id, meter, units, units_left, priority, expires_at, metadata)
-    values (${grant.id}, ${grant.subAccountId}, ${grant.accountId}, ${grant.meter}, ${grant.units}, ${grant.units},
-            ${grant.priority}, ${grant.expiresAt}, ${db.json(grant.metadata)})
+    insert into credit_grants (id, sub_account_id, account_id, meter, units, units_left, priority, expires_at,
+                               metadata, debt_paid)
+    values (${grant.id}, ${grant.subAccountId}, ${grant.accountId}, ${grant.meter}, ${grant.units},
+            ${grant.units - paid}, ${grant.priority}, ${grant.expiresAt}, ${db.json(grant.metadata)}, ${paid})
     returning ${db.unsafe(COLUMNS)}`
   return row!
+}
+
+/** What the sub-account owes in each meter (units used beyond every grant), by meter; none: absent. */
+export async function readCreditDebts(db: Db, subAccountId: string): Promise<Map<string, number>> {
+  const rows = await db<{ meter: string; units: number }[]>`
+    select meter, units::float8 as units from credit_debts where sub_account_id = ${subAccountId} and units > 0`
+  return new Map(rows.map((row) => [row.meter, row.units]))
 }
 
 /**
@@ -82,4 +102,38 @@ export async function voidCreditGrant(db: Db, id: string): Promise<CreditGrantRo
     update credit_grants set voided_at = now() where id = ${id} and voided_at is null
     returning ${db.unsafe(COLUMNS)}`
   return row ?? null
+}
+
+/**
+ * What the limiter needs of a sub-account's grants of these meters: for each, what the grants
+ * that no longer count gave (the units burned from them), and the live ones with their expiry.
+ */
+export async function readCreditGrants(
+  db: Db,
+  subAccountId: string,
+  meters: readonly string[],
+): Promise<Record<string, CreditGrants>> {
+  const rows = await db<{ meter: string; live: boolean; units: number; left: number; expires_at: Date | null }[]>`
+    select meter, (voided_at is null and (expires_at is null or expires_at > now())) as live,
+           units::float8 as units, units_left::float8 as left, expires_at
+    from credit_grants
+    where sub_account_id = ${subAccountId} and meter in (select jsonb_array_elements_text(${db.json([...meters])}))`
+  const found: Record<string, { settled: number; live: CreditGrants['live'][number][] }> = {}
+  for (const meter of meters) found[meter] = { settled: 0, live: [] }
+  for (const row of rows) {
+    const grants = found[row.meter]!
+    if (row.live) grants.live.push({ units: row.units, left: row.left, expiresAt: row.expires_at?.getTime() ?? null })
+    else grants.settled += row.units - row.left
+  }
+  return found
+}
+
+/** The credits' use of a meter: every unit burned from the sub-account's grants, and its debt. */
+export async function readCreditUse(db: Db, subAccountId: string, meter: string): Promise<number> {
+  const [row] = await db<{ used: number }[]>`
+    select coalesce((select sum(units - units_left) from credit_grants
+                     where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8
+         + coalesce((select units from credit_debts
+                      where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8 as used`
+  return row!.used
 }

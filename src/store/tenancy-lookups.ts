@@ -3,6 +3,7 @@
 import { withDeadline, type Sql } from './db.js'
 import { STORE_DEADLINES } from './deadlines.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from './key-lookup-batcher.js'
+import { readCreditGrants } from './credit-grants.js'
 import { findKeyById, findKeysByDigests, type KeyCredential } from './api-keys.js'
 import type { KeyRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import {
@@ -46,6 +47,16 @@ const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
     keyIpAllowlist: row.key_policy?.ip_allowlist ?? null,
   }
 
+/**
+ * A sub-account under credit limits has its grants read with it (one more query, for those only):
+ * the record is what a grant or a void invalidates (docs/api.md, Credits).
+ */
+async function withCredits(sql: Sql, record: TenantRecord | null): Promise<TenantRecord | null> {
+  const meters = Object.keys(record?.limits?.credits ?? {})
+  if (record === null || meters.length === 0) return record
+  return { ...record, credits: await readCreditGrants(sql, record.id, meters) }
+}
+
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
   const deadlineMs = options.deadlineMs ?? STORE_DEADLINES.lookupMs
   const counts = options.counts
@@ -68,8 +79,9 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
   return {
     keyByDigest: async (keyDigest) => keyRecord(await keys.lookup(keyDigest, deadlineMs)),
     keyById: async (id) => keyRecord(await ask(() => findKeyById(sql, id))),
-    tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),
-    subAccount: async (parentId, id) => tenantRecord(await ask(() => getSubAccount(sql, parentId, id))),
+    tenant: (id) => ask(async () => withCredits(sql, tenantRecord(await getTenant(sql, id)))),
+    subAccount: (parentId, id) =>
+      ask(async () => withCredits(sql, tenantRecord(await getSubAccount(sql, parentId, id)))),
     subAccountIdByExternalId: (parentId, externalId) =>
       ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
     hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),

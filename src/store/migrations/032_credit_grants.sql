@@ -15,6 +15,8 @@ create table credit_grants (
   voided_at       timestamptz,
   created_at      timestamptz not null default now(),
   metadata        jsonb not null default '{}'::jsonb,
+  -- What the grant paid, when it was made, of the debt its sub-account had in that meter.
+  debt_paid       bigint not null default 0,
   -- Grants are listed and burned in one order: the creation's sequence breaks a tie of instants.
   seq             bigint generated always as identity
 );
@@ -22,3 +24,21 @@ create table credit_grants (
 -- The burn order of a sub-account's meter, live grants only.
 create index credit_grants_burn_order on credit_grants
   (sub_account_id, meter, priority, expires_at nulls last, created_at, seq) where voided_at is null;
+
+-- Units used beyond every live grant (answers in flight when the balance ran out, docs/api.md,
+-- Credits): owed by the next grant, which starts with that much burned.
+create table credit_debts (
+  sub_account_id  uuid not null references tenants (id),
+  meter           text not null,
+  units           bigint not null check (units >= 0),
+  primary key (sub_account_id, meter)
+);
+
+-- The units burned from each grant by the use of each usage period: the usage export's
+-- `data.credits` and the reconciliation of grants (docs/billing.md).
+create table credit_burns (
+  grant_id      uuid not null references credit_grants (id),
+  period_start  timestamptz not null,
+  units         bigint not null check (units >= 0),
+  primary key (grant_id, period_start)
+);
