@@ -34,6 +34,9 @@ export const EVENT_TYPES = [
   // Alerts: written by the gateway itself (docs/events.md, Alerts).
   'usage.threshold_reached',
   'rate_limit.exceeded',
+  'credits.low',
+  'credits.exhausted',
+  'credits.expired',
 ] as const
 
 export type EventType = (typeof EVENT_TYPES)[number]

@@ -26,6 +26,7 @@ export function credited(balance: CreditBalance, now: number): number {
 
 export class CreditLimit extends QuotaLimit {
   balance: CreditBalance
+  private readonly tenantId: string
   constructor(
     name: PolicyName,
     ctx: LimitContext,
@@ -39,6 +40,7 @@ export class CreditLimit extends QuotaLimit {
       loadCreditUse({ tenantId: who.tenantId, meter: who.meter }),
     )
     this.balance = balance
+    this.tenantId = subject.tenantId
   }
 
   /** A grant that expired since the last decision takes its rest with it, here as on every replica. */
@@ -49,6 +51,19 @@ export class CreditLimit extends QuotaLimit {
       this.changed(now)
     }
     super.sync(now)
+  }
+
+  /** The sub-account and meter, and what its live grants give now. */
+  credit(): { tenantId: string; meter: string; granted: number } {
+    const now = this.ctx.now()
+    let granted = 0
+    for (const grant of this.balance.live) if (grant.expiresAt === null || now < grant.expiresAt) granted += grant.units
+    return { tenantId: this.tenantId, meter: this.meter, granted }
+  }
+
+  /** The balance as this replica knows it (0 before the first answer). */
+  left(now: number): number {
+    return this.state(now).remaining
   }
 
   /** Credits write no usage.threshold_reached: their own events say when they run low. */

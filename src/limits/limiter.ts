@@ -73,6 +73,17 @@ function answered(limits: readonly LeasedLimit[], now: number): Promise<unknown>
   return new Promise((resolve) => setTimeout(resolve, Math.max(1, next - now)).unref())
 }
 
+/** A credit as one replica knows it: its sub-account, meter, threshold and balance (≤ 0: spent). */
+export interface CreditUse {
+  tenantId: string
+  meter: string
+  lowThresholdPercent: number
+  /** What this replica believes is left, its lease included: never more than one lease above the truth. */
+  remaining: number
+  /** The units of the live grants. */
+  granted: number
+}
+
 export class Limiter {
   private readonly limits = new Map<string, LeasedLimit>()
   /** What `applicable` found for a subjects array, while no limit has been forgotten since. */
@@ -318,6 +329,24 @@ export class Limiter {
         if (!this.closed) limit.maintain(now)
       }
     }
+  }
+
+  /**
+   * The credits this replica holds, with their balance as it last knew it (approximate across
+   * replicas: a hint that an alert may be due, which Postgres then decides: alerts/credit-alerts.ts).
+   */
+  creditUses(): CreditUse[] {
+    const now = this.now()
+    const uses: CreditUse[] = []
+    for (const limit of this.limits.values()) {
+      if (!(limit instanceof CreditLimit)) continue
+      uses.push({
+        ...limit.credit(),
+        lowThresholdPercent: limit.balance.lowThresholdPercent,
+        remaining: limit.left(now),
+      })
+    }
+    return uses
   }
 
   /** An admitted request that was not forwarded after all (refused later by the gateway): give its units back. */

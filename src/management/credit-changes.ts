@@ -11,24 +11,7 @@ import {
   voidCreditGrant,
 } from '../store/credit-grants.js'
 import { inTransaction } from '../store/transaction.js'
-import type { CreditGrant } from '../schemas/credits.js'
-
-const iso = (date: Date | null) => (date === null ? null : date.toISOString())
-
-/** A grant as the API shows it: a voided or expired grant has nothing left. */
-export function presentCreditGrant(row: CreditGrantRow): CreditGrant {
-  return {
-    id: row.id,
-    meter: row.meter,
-    units: row.units,
-    units_left: row.live ? row.units_left : 0,
-    priority: row.priority,
-    expires_at: iso(row.expires_at),
-    voided_at: iso(row.voided_at),
-    created_at: row.created_at.toISOString(),
-    metadata: row.metadata,
-  }
-}
+import { presentCreditGrant } from '../schemas/present.js'
 
 /**
  * A sub-account's balance of each meter: the units left of its live grants less what it owes (used

@@ -22,7 +22,8 @@ import {
   parentOf,
   pathUuid,
 } from './common.js'
-import { creditBalances, grantCreditsWithEvent, presentCreditGrant, voidCreditsWithEvent } from './credit-changes.js'
+import { creditBalances, grantCreditsWithEvent, voidCreditsWithEvent } from './credit-changes.js'
+import { presentCreditGrant } from '../schemas/present.js'
 import type { OperationTable } from './operation-table.js'
 
 /** Checks a body's `meter` and `expires_at` beyond its schema; the expiry as a Date, or null. */

@@ -6,6 +6,8 @@ import { shownKeyPolicy } from '../guardrails/key-policy.js'
 import { shownLimits } from '../shared/tenant-limits.js'
 import type { ApiKey } from './keys.js'
 import type { SubAccount } from './sub-accounts.js'
+import type { CreditGrant } from './credits.js'
+import type { CreditGrantRow } from '../store/credit-grants.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 
@@ -38,5 +40,20 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     ip_allowlist: row.ip_allowlist,
     revoked_at: iso(row.revoked_at),
     last_used_at: iso(row.last_used_at),
+  }
+}
+
+/** A credit grant: a voided or expired grant has nothing left (docs/api.md, Credits). */
+export function presentCreditGrant(row: CreditGrantRow): CreditGrant {
+  return {
+    id: row.id,
+    meter: row.meter,
+    units: row.units,
+    units_left: row.live ? row.units_left : 0,
+    priority: row.priority,
+    expires_at: iso(row.expires_at),
+    voided_at: iso(row.voided_at),
+    created_at: row.created_at.toISOString(),
+    metadata: row.metadata,
   }
 }

@@ -137,3 +137,33 @@ export async function readCreditUse(db: Db, subAccountId: string, meter: string)
                       where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8 as used`
   return row!.used
 }
+
+/**
+ * A meter's credits as Postgres has them: the balance (units left of the live grants, less the
+ * debt), the units its live grants gave, and the newest grant's sequence (a new grant re-arms the
+ * alerts of the meter: alerts/credit-alerts.ts).
+ */
+export async function readCreditState(
+  db: Db,
+  subAccountId: string,
+  meter: string,
+): Promise<{ balance: number; granted: number; newest: string }> {
+  const [row] = await db<{ balance: number; granted: number; newest: string | null }[]>`
+    select coalesce(sum(units_left) filter (where live), 0)::float8
+             - coalesce((select units from credit_debts where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8
+             as balance,
+           coalesce(sum(units) filter (where live), 0)::float8 as granted,
+           max(seq)::text as newest
+    from (select units, units_left, seq, voided_at is null and (expires_at is null or expires_at > now()) as live
+          from credit_grants where sub_account_id = ${subAccountId} and meter = ${meter}) as grants`
+  return { balance: row!.balance, granted: row!.granted, newest: row!.newest ?? '0' }
+}
+
+/** Grants that expired within the last 30 days and have no credits.expired yet (alert_marks), oldest first. */
+export function expiredUnmarked(db: Db, limit: number): Promise<CreditGrantRow[]> {
+  return db<CreditGrantRow[]>`
+    select ${db.unsafe(COLUMNS)} from credit_grants g
+    where voided_at is null and expires_at <= now() and expires_at > now() - interval '30 days'
+      and not exists (select 1 from alert_marks m where m.kind = 'credits.expired' and m.subject = g.id::text)
+    order by expires_at limit ${limit}`
+}

@@ -177,3 +177,69 @@ t.test("an expired grant's rest is gone at its expiry, to the second", async (t)
   const after = await credits(sub)
   t.same(after.balances, [{ meter: 'tokens', units_left: 0 }], 'its rest is gone')
 })
+
+/** The parent's events of `type` about `targetId`, oldest first. */
+const eventsOf = (type: string, targetId: string) =>
+  a.database.sql<{ data: { object: Record<string, unknown> } }[]>`
+    select data from events where account_id = ${P.id} and type = ${type} and target->>'id' = ${targetId} order by id`
+
+async function waitForEvents(type: string, targetId: string, count: number) {
+  const found = await until(10_000, async () => {
+    await a.app.alerts.check()
+    await b.app.alerts.check()
+    return (await eventsOf(type, targetId)).length >= count
+  })
+  if (!found) throw new Error(`no ${type} of ${targetId}`)
+  return eventsOf(type, targetId)
+}
+
+t.test('credits.low below the threshold, credits.exhausted at zero, once each until a grant', async (t) => {
+  const sub = await subWithCredits()
+  await grant(sub, { units: 100 })
+  t.equal((await send(a, sub, 85)).status, 200)
+  await a.app.usageMeter.flush()
+  await a.app.alerts.check()
+  t.equal((await eventsOf('credits.low', sub)).length, 0, '15 of 100 left: not below 10 %')
+  t.equal((await send(a, sub, 10)).status, 200)
+  await a.app.usageMeter.flush()
+  const low = await waitForEvents('credits.low', sub, 1)
+  t.match(low[0]!.data.object, {
+    sub_account_id: sub,
+    meter: 'tokens',
+    units_left: 5,
+    granted_units: 100,
+    low_threshold_percent: 10,
+  })
+  t.equal((await send(b, sub, 10)).status, 200, '5 left: above zero, passes')
+  await b.app.usageMeter.flush()
+  const exhausted = await waitForEvents('credits.exhausted', sub, 1)
+  t.match(exhausted[0]!.data.object, { units_left: -5 })
+  await a.app.alerts.check()
+  await b.app.alerts.check()
+  t.equal((await eventsOf('credits.low', sub)).length, 1, 'one credits.low from both replicas')
+  t.equal((await eventsOf('credits.exhausted', sub)).length, 1, 'one credits.exhausted')
+  // A new grant re-arms them.
+  await grant(sub, { units: 10 })
+  await passesOn(a, sub, 0)
+  t.equal((await send(a, sub, 5)).status, 200)
+  await a.app.usageMeter.flush()
+  await waitForEvents('credits.exhausted', sub, 2)
+  t.pass('a new grant spent again: credits.exhausted again')
+})
+
+t.test('credits.expired once per grant whose expiry passed, with what it took', async (t) => {
+  const sub = await subWithCredits()
+  const expiring = await grant(sub, { units: 40, expires_at: new Date(Date.now() + 1_500).toISOString() })
+  t.equal((await send(a, sub, 15)).status, 200)
+  await a.app.usageMeter.flush()
+  const expired = await waitForEvents('credits.expired', expiring.id, 1)
+  t.match(expired[0]!.data.object, {
+    id: expiring.id,
+    sub_account_id: sub,
+    units: 40,
+    units_left: 0,
+    units_expired: 25,
+  })
+  await b.app.alerts.check()
+  t.equal((await eventsOf('credits.expired', expiring.id)).length, 1, 'written once')
+})

@@ -42,3 +42,6 @@ create table credit_burns (
   units         bigint not null check (units >= 0),
   primary key (grant_id, period_start)
 );
+
+-- The sweep of expired grants (credits.expired) reads the grants that expired lately, by index.
+create index credit_grants_expiry on credit_grants (expires_at) where voided_at is null and expires_at is not null;
