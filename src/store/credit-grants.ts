@@ -167,3 +167,28 @@ export function expiredUnmarked(db: Db, limit: number): Promise<CreditGrantRow[]
       and not exists (select 1 from alert_marks m where m.kind = 'credits.expired' and m.subject = g.id::text)
     order by expires_at limit ${limit}`
 }
+
+/** A sub-account's credits of a meter over all their grants (usage reconciliation). */
+export interface CreditLedgerRow {
+  sub_account_id: string
+  meter: string
+  granted: number
+  left: number
+  /** Left in grants when they expired or were voided. */
+  expired: number
+  debt_paid: number
+  /** The burn log's sum (credit_burns): what the export carries. */
+  burned: number
+}
+
+/** Every credit ledger of the parent's sub-accounts, in (sub-account, meter) order. */
+export function creditLedgers(db: Db, accountId: string): Promise<CreditLedgerRow[]> {
+  return db<CreditLedgerRow[]>`
+    select g.sub_account_id, g.meter, sum(g.units)::float8 as granted,
+           coalesce(sum(g.units_left) filter (where g.voided_at is null and (g.expires_at is null or g.expires_at > now())), 0)::float8 as left,
+           coalesce(sum(g.units_left) filter (where g.voided_at is not null or g.expires_at <= now()), 0)::float8 as expired,
+           sum(g.debt_paid)::float8 as debt_paid,
+           coalesce(sum((select sum(b.units) from credit_burns b where b.grant_id = g.id)), 0)::float8 as burned
+    from credit_grants g where g.account_id = ${accountId}
+    group by g.sub_account_id, g.meter order by g.sub_account_id, g.meter`
+}

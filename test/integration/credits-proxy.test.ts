@@ -11,6 +11,8 @@ import { eventually, until } from '../helpers/poll.js'
 import { checkProblem } from '../helpers/problems.js'
 import { redisClient } from '../helpers/redis.js'
 import { reportsTokens, startUpstream } from '../helpers/upstream.js'
+import { exportRows } from '../../src/store/usage-periods.js'
+import { usageEvent } from '../../src/usage/export.js'
 
 const HOUR = 3_600_000
 const upstream = await startUpstream(t, reportsTokens)
@@ -242,4 +244,56 @@ t.test('credits.expired once per grant whose expiry passed, with what it took', 
   })
   await b.app.alerts.check()
   t.equal((await eventsOf('credits.expired', expiring.id)).length, 1, 'written once')
+})
+
+t.test('the export carries the units burned from each grant; reconciliation checks the ledger', async (t) => {
+  const sub = await subWithCredits()
+  const first = await grant(sub, { units: 30, priority: 1 })
+  const second = await grant(sub, { units: 100 })
+  const expiring = await grant(sub, {
+    units: 50,
+    priority: 500,
+    expires_at: new Date(Date.now() + 1_500).toISOString(),
+  })
+  const voided = await grant(sub, { units: 20, priority: 600 })
+  t.equal((await manage('POST', `/${sub}/credits/grants/${voided.id}/void`)).status, 200)
+  t.equal((await send(a, sub, 25)).status, 200)
+  t.equal((await send(b, sub, 15)).status, 200)
+  await a.app.usageMeter.flush()
+  await b.app.usageMeter.flush()
+  // The expiring grant's 50 are gone at its expiry.
+  const gone = await until(
+    10_000,
+    async () => (await credits(sub)).grants.find((g) => g.id === expiring.id)!.units_left === 0,
+  )
+  t.ok(gone, 'the expiring grant expired')
+  const rows: Parameters<typeof usageEvent>[0][] = []
+  const from = new Date(Date.now() - 2 * HOUR)
+  for await (const page of exportRows(a.database.sql, { from, to: new Date(Date.now() + HOUR), accountId: P.id }))
+    rows.push(...page.filter((row) => row.sub_account_id === sub && row.meter === 'tokens'))
+  const burned = rows.flatMap((row) => usageEvent(row, 3_600, 'https://gateway.example').data.credits ?? [])
+  const byGrant = new Map<string, number>()
+  for (const burn of burned) byGrant.set(burn.grant_id, (byGrant.get(burn.grant_id) ?? 0) + burn.units)
+  t.same(
+    Object.fromEntries(byGrant),
+    { [first.id]: 30, [second.id]: 10 },
+    "the records' data.credits: 30 of the first grant, 10 of the second",
+  )
+  const res = await manage('GET', '/usage/reconciliation')
+  t.equal(res.status, 200)
+  const ledger = (res.json() as { credits: Record<string, unknown>[] }).credits.find((c) => c.sub_account_id === sub)
+  t.same(
+    ledger,
+    {
+      sub_account_id: sub,
+      meter: 'tokens',
+      granted_units: 200,
+      left_units: 90,
+      expired_units: 70,
+      debt_paid_units: 0,
+      burned_units: 40,
+      unexplained_units: 0,
+    },
+    'burned = granted − left − expired (voided or expired)',
+  )
 })
