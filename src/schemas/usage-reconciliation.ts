@@ -62,7 +62,9 @@ const CreditLedger = Type.Object(
     left_units: Type.Integer({ description: 'left in live grants' }),
     expired_units: Type.Integer({ description: 'left in grants when they expired, or were voided: gone' }),
     debt_paid_units: Type.Integer({ description: 'what new grants paid of units used beyond every grant' }),
-    burned_units: Type.Integer({ description: "the units burned from the grants, as the export's `credits` carry them" }),
+    burned_units: Type.Integer({
+      description: "the units burned from the grants, as the export's `credits` carry them",
+    }),
     unexplained_units: Type.Integer({
       description: 'granted − left − expired − debt paid − burned: 0 unless the ledger lost a burn',
     }),
