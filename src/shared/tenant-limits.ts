@@ -122,6 +122,19 @@ export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
   }
 }
 
+/**
+ * The credits in force for a sub-account whose own are `own` under a plan whose credits are `plan`
+ * (docs/api.md, Credits): meter by meter, its own where it sets that meter's, else the plan's; in
+ * name order, null when neither sets one. Each meter's credit is a kind of its own, as each
+ * meter's rate and quota are.
+ */
+export function creditsInForce(
+  own: TenantLimits['credits'] | undefined,
+  plan: TenantLimits['credits'] | undefined,
+): TenantLimits['credits'] | null {
+  return storedCredits({ ...plan, ...own })
+}
+
 /** Credits as kept: in name order, the threshold filled in; null when none is set. */
 function storedCredits(credits: TenantLimits['credits']): TenantLimits['credits'] | null {
   const names = Object.keys(credits ?? {}).sort()
