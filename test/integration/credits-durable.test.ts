@@ -5,6 +5,7 @@ import t from 'tap'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
+import { UNHURRIED_LIMITS } from '../helpers/limits.js'
 import { checkProblem } from '../helpers/problems.js'
 import { redisClient } from '../helpers/redis.js'
 import { reportsTokens, startUpstream } from '../helpers/upstream.js'
@@ -43,12 +44,18 @@ async function send(gw: TestGateway, key: string, sub: string, tokens: number) {
 }
 
 t.test('embedded (no Redis): enforced in process, and by a replica started after', async (t) => {
-  const a = await startGateway(t, { redis: false, usageFlushIntervalMs: HOUR, gatewayConfig: { routes } })
+  const a = await startGateway(t, {
+    ...UNHURRIED_LIMITS,
+    redis: false,
+    usageFlushIntervalMs: HOUR,
+    gatewayConfig: { routes },
+  })
   const { parent, sub } = await setUp(a)
   for (let i = 0; i < 3; i++) t.equal((await send(a, parent.apiKey, sub, 30)).status, 200)
   await a.app.usageMeter.flush()
   // A second gateway on the same database reads 90 burned: 10 left, one answer passes.
   const b = await startGateway(t, {
+    ...UNHURRIED_LIMITS,
     redis: false,
     usageFlushIntervalMs: HOUR,
     gatewayConfig: { routes },
@@ -59,7 +66,7 @@ t.test('embedded (no Redis): enforced in process, and by a replica started after
 })
 
 t.test("Redis forgets the credits' keys: rebuilt from what Postgres burned", async (t) => {
-  const gw = await startGateway(t, { usageFlushIntervalMs: HOUR, gatewayConfig: { routes } })
+  const gw = await startGateway(t, { ...UNHURRIED_LIMITS, usageFlushIntervalMs: HOUR, gatewayConfig: { routes } })
   const { parent, sub } = await setUp(gw)
   for (let i = 0; i < 3; i++) t.equal((await send(gw, parent.apiKey, sub, 30)).status, 200)
   await gw.app.usageMeter.flush()

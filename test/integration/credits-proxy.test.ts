@@ -8,6 +8,7 @@ import t from 'tap'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { eventually, until } from '../helpers/poll.js'
+import { UNHURRIED_LIMITS } from '../helpers/limits.js'
 import { checkProblem } from '../helpers/problems.js'
 import { redisClient } from '../helpers/redis.js'
 import { reportsTokens, startUpstream } from '../helpers/upstream.js'
@@ -17,8 +18,9 @@ import { usageEvent } from '../../src/usage/export.js'
 const HOUR = 3_600_000
 const upstream = await startUpstream(t, reportsTokens)
 const routes = [{ prefix: '/llm', upstream: upstream.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] }]
-const a = await startGateway(t, { usageFlushIntervalMs: HOUR, gatewayConfig: { routes } })
+const a = await startGateway(t, { ...UNHURRIED_LIMITS, usageFlushIntervalMs: HOUR, gatewayConfig: { routes } })
 const b = await startGateway(t, {
+  ...UNHURRIED_LIMITS,
   usageFlushIntervalMs: HOUR,
   gatewayConfig: { routes },
   database: a.database,
