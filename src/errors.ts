@@ -34,6 +34,7 @@ export const ERRORS = {
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   cell_not_served: { status: 421, title: 'Cell not served' },
+  credits_exhausted: { status: 402, title: 'Credits exhausted' },
   too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },
   rate_limited: { status: 429, title: 'Rate limited' },
   quota_exceeded: { status: 429, title: 'Quota exceeded' },
@@ -69,6 +70,8 @@ export interface Problem {
   /** A 421 cell_not_served: the tenant's cell, and the prefix of the route that has no targets for it. */
   cell?: string
   route?: string
+  /** A refusal of credits: the meters whose balance is spent (docs/api.md, Credits). */
+  meters?: readonly string[]
 }
 
 /** An error the gateway answers on purpose. Anything else thrown becomes a 500 without details. */
@@ -76,7 +79,7 @@ export interface ApiErrorOptions {
   errors?: FieldError[]
   headers?: Record<string, string>
   /** Extension members of the problem (RFC 9457 §3.2). */
-  extensions?: Pick<Problem, 'violated_policies' | 'cell' | 'route'>
+  extensions?: Pick<Problem, 'violated_policies' | 'cell' | 'route' | 'meters'>
   /**
    * What the operator's log line of a 5xx says, beyond the answer: its message and fields (an
    * upstream's URL, its route, the cause). Never sent to the client.

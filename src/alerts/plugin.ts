@@ -4,6 +4,7 @@
 // Decorates `app.alerts`; the timers stop, and the last refusals are added, when the app closes.
 import fp from 'fastify-plugin'
 import type { Sql } from '../store/db.js'
+import { CreditAlerts } from './credit-alerts.js'
 import { KeyExpiryAlerts } from './key-expiry-alerts.js'
 import { DEFAULT_QUOTA_THRESHOLDS, QuotaAlerts } from './quota-alerts.js'
 import { RATE_ALERT_WINDOW_MS, RateAlerts } from './rate-alerts.js'
@@ -34,6 +35,7 @@ export interface Alerts {
   rate: RateAlerts
   quota: QuotaAlerts
   keys: KeyExpiryAlerts
+  credits: CreditAlerts
   /** One check now: the rate refusals, then the quotas (what the timer does every second). */
   check(): Promise<void>
   /** A key was minted or rolled to end at `expiresAt`: within a mark, keys are swept within a second. */
@@ -50,6 +52,7 @@ export const alertsPlugin = fp<AlertsPluginOptions>(
     const rate = new RateAlerts({ sql, log, clock, windowMs: options.rateWindowMs ?? RATE_ALERT_WINDOW_MS })
     const quota = new QuotaAlerts({ sql, log, limiter: app.limiter, thresholds: DEFAULT_QUOTA_THRESHOLDS })
     const keys = new KeyExpiryAlerts({ sql, log, clock })
+    const credits = new CreditAlerts({ sql, log, limiter: app.limiter })
 
     // One check at a time: a call while one runs waits for it, then makes its own (it may have
     // something the running one began too early to see).
@@ -60,6 +63,7 @@ export const alertsPlugin = fp<AlertsPluginOptions>(
         try {
           await rate.flush()
           await quota.check()
+          await credits.check()
         } finally {
           checking = null
         }
@@ -97,7 +101,7 @@ export const alertsPlugin = fp<AlertsPluginOptions>(
       soon = true
       if (sweeping === null) schedule(SWEEP_SOON_MS)
     }
-    app.decorate('alerts', { rate, quota, keys, check, keyMinted })
+    app.decorate('alerts', { rate, quota, keys, credits, check, keyMinted })
     app.addHook('onReady', () => {
       if (sweepTimer === null && sweeping === null) schedule(options.firstKeySweepAfterMs ?? 30_000)
     })

@@ -33,16 +33,29 @@ export const EVENT_TYPES = [
   'plan.deleted',
   'portal_session.created',
   'portal_session.ended',
+  /** Prepaid credits (docs/api.md, Credits): a grant made, a grant voided. */
+  'credits.granted',
+  'credits.voided',
   /** A test send (POST …/webhook-endpoints/{id}/test): delivered to that endpoint only. */
   'webhook_endpoint.test',
   // Alerts: written by the gateway itself (docs/events.md, Alerts).
   'usage.threshold_reached',
   'rate_limit.exceeded',
+  'credits.low',
+  'credits.exhausted',
+  'credits.expired',
 ] as const
 
 export type EventType = (typeof EVENT_TYPES)[number]
 
-export type TargetType = 'sub_account' | 'api_key' | 'account' | 'webhook_endpoint' | 'portal_session' | 'plan'
+export type TargetType =
+  | 'sub_account'
+  | 'api_key'
+  | 'account'
+  | 'webhook_endpoint'
+  | 'portal_session'
+  | 'plan'
+  | 'credit_grant'
 
 export type Actor =
   | { type: 'api_key'; key_id: string }

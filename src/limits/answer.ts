@@ -18,10 +18,19 @@ export function setRateLimitFields(reply: FastifyReply, decision: Decision): voi
   )
 }
 
-/** Which kind of limit refused: a quota when one did (it lasts until the next month), else a rate. */
+/**
+ * Which kind of limit refused: a quota when one did (it lasts until the next month) or a sub-account's
+ * credits (until a grant), else a rate.
+ */
 export function refusalKind(decision: Decision): 'rate' | 'quota' {
-  return decision.violated.some((name) => name.endsWith('monthly_quota')) ? 'quota' : 'rate'
+  return decision.violated.some((name) => name.endsWith('monthly_quota') || name.startsWith(CREDITS)) ? 'quota' : 'rate'
 }
+
+const CREDITS = 'sub_account.credits.'
+
+/** The meters whose credits refused, or none. */
+const spentMeters = (decision: Decision) =>
+  decision.violated.filter((name) => name.startsWith(CREDITS)).map((name) => name.slice(CREDITS.length))
 
 export function limitRefusal(decision: Decision): ApiError {
   // Not known to be over: the tenant's limits were not read in time. As an unknown key is while
@@ -31,6 +40,14 @@ export function limitRefusal(decision: Decision): ApiError {
       'store_unavailable',
       `the limits of this request's tenant could not be read in time (${decision.violated.join(', ')}); retry in a second`,
       { headers: { 'retry-after': '1' } },
+    )
+  // Credits refuse with 402: no wait brings them back, a grant does.
+  const meters = spentMeters(decision)
+  if (meters.length > 0)
+    return new ApiError(
+      'credits_exhausted',
+      `the prepaid credits of ${meters.map((m) => `\`${m}\``).join(', ')} are used up (${decision.violated.join(', ')}); a new grant restores them`,
+      { extensions: { violated_policies: decision.violated, meters } },
     )
   const kind = refusalKind(decision)
   const code = kind === 'quota' ? 'quota_exceeded' : 'rate_limited'

@@ -26,6 +26,9 @@ export const limitKeys = {
   /** A quota's month. */
   quota: (prefix: string, subject: string, month: string, meter = 'requests', shadow = false) =>
     `${prefix}limits:{${groupOf(subject)}}:quota:${subject}${shadowPart(shadow)}${meterPart(meter)}:${month}`,
+  /** A sub-account's credits of a meter: counted as a quota's month is, read again each month. */
+  credit: (prefix: string, subject: string, meter: string, month: string) =>
+    `${prefix}limits:{${groupOf(subject)}}:credit:${subject}:${meter}:${month}`,
   /**
    * The last report a replica made of a quota's month (scripts.ts, QUOTA_LEASE): the month's key
    * and more, so in its slot.

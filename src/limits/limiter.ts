@@ -5,8 +5,10 @@ import { limitKeys } from './keys.js'
 import { DEFAULT_LEASE_TIMINGS, type LeaseStore, type LeaseTimings, RedisLeaseStore } from './lease-store.js'
 import { FORGET_AFTER_MS, type LeasedLimit, type LimitContext } from './leased-limit.js'
 import { QuotaLimit } from './quota-limit.js'
+import { CreditLimit, type LoadCreditUse } from './credit-limit.js'
 import { RateLimit } from './rate-limit.js'
 import type {
+  CreditBalance,
   Decision,
   Level,
   LimiterMetrics,
@@ -26,6 +28,8 @@ export interface LimiterOptions {
   keyPrefix: string
   /** Forwarded requests of a UTC month, from Postgres (for an account: with its sub-accounts'). */
   loadMonthUse: LoadMonthUse
+  /** The units burned from a sub-account's grants of a meter, and its debt, from Postgres (credits). */
+  loadCreditUse?: LoadCreditUse
   /**
    * How long ago (ms) the oldest count the usage meter has not written to Postgres was made (the
    * meter's lag; 0: all written): a month rebuilt from Postgres misses what was counted since, and
@@ -69,6 +73,17 @@ function answered(limits: readonly LeasedLimit[], now: number): Promise<unknown>
   return new Promise((resolve) => setTimeout(resolve, Math.max(1, next - now)).unref())
 }
 
+/** A credit as one replica knows it: its sub-account, meter, threshold and balance (≤ 0: spent). */
+export interface CreditUse {
+  tenantId: string
+  meter: string
+  lowThresholdPercent: number
+  /** What this replica believes is left, its lease included: never more than one lease above the truth. */
+  remaining: number
+  /** The units of the live grants. */
+  granted: number
+}
+
 export class Limiter {
   private readonly limits = new Map<string, LeasedLimit>()
   /** What `applicable` found for a subjects array, while no limit has been forgotten since. */
@@ -79,6 +94,7 @@ export class Limiter {
   private readonly ctx: LimitContext
   private readonly keyPrefix: string
   private readonly loadMonthUse: LoadMonthUse
+  private readonly loadCreditUse: LoadCreditUse
   private readonly metrics: LimiterMetrics
   private readonly timer: NodeJS.Timeout | null
   /** How long `warm` waits at most for the first answers. */
@@ -90,6 +106,7 @@ export class Limiter {
     this.now = options.now ?? Date.now
     this.keyPrefix = options.keyPrefix
     this.loadMonthUse = options.loadMonthUse
+    this.loadCreditUse = options.loadCreditUse ?? (async () => 0)
     this.metrics = options.metrics ?? {}
     const timings = { ...DEFAULT_LEASE_TIMINGS, ...options.timings }
     this.warmWaitMs = options.warmWaitMs ?? WARM_WAIT_MS
@@ -144,16 +161,32 @@ export class Limiter {
   }
 
   private limitsOf(subject: LimitSubject, limits: Limits, shadow: boolean, now: number, found: LeasedLimit[]): void {
-    const { rate, monthlyQuota, meters } = limits
+    const { rate, monthlyQuota, meters, credits } = limits
     if (rate !== null) found.push(this.rateLimit(subject, 'requests', rate, now, shadow))
     if (subject.level === 'management') return
     if (monthlyQuota !== null) found.push(this.quotaLimit(subject, 'requests', monthlyQuota, now, shadow))
-    if (meters === undefined) return
-    for (const meter of meters) {
+    for (const meter of meters ?? []) {
       if (meter.rate !== null) found.push(this.rateLimit(subject, meter.meter, meter.rate, now, shadow))
       if (meter.monthlyQuota !== null)
         found.push(this.quotaLimit(subject, meter.meter, meter.monthlyQuota, now, shadow))
     }
+    // A sub-account's credits, after its other limits (never a shadow's).
+    if (!shadow && subject.level === 'sub_account')
+      for (const credit of credits ?? []) found.push(this.creditLimit(subject, credit, now))
+  }
+
+  /** A sub-account's credits of a meter; a new schedule of grants replaces the one held. */
+  private creditLimit(subject: LimitSubject, balance: CreditBalance, now: number): CreditLimit {
+    const name = `${subject.level}:${subject.tenantId}:c:${balance.meter}`
+    let limit = this.limits.get(name) as CreditLimit | undefined
+    if (limit === undefined) {
+      const base = `${subject.level}:${subject.tenantId}`
+      const keyOf = (month: string) => limitKeys.credit(this.keyPrefix, base, balance.meter, month)
+      const policy: PolicyName = `sub_account.credits.${balance.meter}`
+      limit = new CreditLimit(policy, this.ctx, now, balance, subject, keyOf, this.loadCreditUse)
+      this.limits.set(name, limit)
+    } else limit.balance = balance
+    return limit
   }
 
   /** The policy's name: `<level>[.shadow].rate`, or `<level>[.shadow].meters.<meter>.rate` for a route meter's. */
@@ -238,8 +271,10 @@ export class Limiter {
       }
     if (!this.closed) for (const limit of limits) limit.maintain(now)
     // The RateLimit fields are the enforced limits': a shadow limit sends none.
+    // Credits are no RateLimit field either: a balance of grants has no window.
     const policies: PolicyState[] = []
-    if (forAnswer) for (const limit of limits) if (!limit.shadow) policies.push(limit.state(now))
+    if (forAnswer)
+      for (const limit of limits) if (!limit.shadow && !(limit instanceof CreditLimit)) policies.push(limit.state(now))
     if (refusing === undefined) {
       const admitted: Decision = { allowed: true, violated: [], retryAfterSeconds: 0, policies }
       if (wouldRefuse !== undefined) admitted.wouldRefuse = wouldRefuse
@@ -284,7 +319,34 @@ export class Limiter {
           }
         }
       }
+      for (const credit of subject.limits.credits ?? []) {
+        const units = reported.get(credit.meter)
+        if (units === undefined || units <= 0) continue
+        const limit =
+          this.limits.get(`${subject.level}:${subject.tenantId}:c:${credit.meter}`) ??
+          this.creditLimit(subject, credit, now)
+        limit.charge(now, units)
+        if (!this.closed) limit.maintain(now)
+      }
     }
+  }
+
+  /**
+   * The credits this replica holds, with their balance as it last knew it (approximate across
+   * replicas: a hint that an alert may be due, which Postgres then decides: alerts/credit-alerts.ts).
+   */
+  creditUses(): CreditUse[] {
+    const now = this.now()
+    const uses: CreditUse[] = []
+    for (const limit of this.limits.values()) {
+      if (!(limit instanceof CreditLimit)) continue
+      uses.push({
+        ...limit.credit(),
+        lowThresholdPercent: limit.balance.lowThresholdPercent,
+        remaining: limit.left(now),
+      })
+    }
+    return uses
   }
 
   /** An admitted request that was not forwarded after all (refused later by the gateway): give its units back. */

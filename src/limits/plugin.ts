@@ -8,6 +8,7 @@ import { DEFAULT_LEASE_TIMINGS, type LeaseTimings } from './lease-store.js'
 import { Limiter } from './limiter.js'
 import type { Sql } from '../store/db.js'
 import { monthUse } from './store.js'
+import { readCreditUse } from '../store/credit-grants.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -61,6 +62,8 @@ export const limitsPlugin = fp<LimitsPluginOptions>(
           subject.meter,
         )
       },
+      // Credits: what the meter's flushes burned from the grants (store/usage.ts), and the debt.
+      loadCreditUse: (subject) => readCreditUse(sql, subject.tenantId, subject.meter),
       unwrittenForMs: () => meter.lagMs(),
       writeUsage: () => meter.flush(),
       metrics: {

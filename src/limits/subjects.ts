@@ -6,12 +6,15 @@ import type { Principal } from '../auth/principal.js'
 import { effectiveLimits } from '../shared/plan-limits.js'
 import type { TenantLimits } from '../shared/tenant-limits.js'
 import type { TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
-import type { Limits, LimitSubject, MeterLimit } from './types.js'
+import type { CreditBalance, Limits, LimitSubject, MeterLimit } from './types.js'
 
 export const NO_SUBJECTS: readonly LimitSubject[] = []
 
 /** The limiter's form of stored limits; null when none is set (an older cached record has none). */
-export function limitsOf(stored: TenantLimits | null | undefined): Limits | null {
+export function limitsOf(
+  stored: TenantLimits | null | undefined,
+  grants?: TenantRecord['credits'] | undefined,
+): Limits | null {
   if (stored === null || stored === undefined) return null
   const rate = stored.rate && { requests: stored.rate.requests, perSeconds: stored.rate.per_seconds }
   const monthlyQuota = stored.monthly_quota && quotaOf(stored.monthly_quota.requests, stored.monthly_quota)
@@ -25,13 +28,36 @@ export function limitsOf(stored: TenantLimits | null | undefined): Limits | null
       monthlyQuota: limits.monthly_quota && quotaOf(limits.monthly_quota.units, limits.monthly_quota),
     })
   const shadow = stored.shadow === undefined ? null : limitsOf(stored.shadow)
-  if (rate === null && monthlyQuota === null && meters.length === 0 && shadow === null) return null
+  const credits = creditsOf(stored.credits, grants)
+  if (rate === null && monthlyQuota === null && meters.length === 0 && shadow === null && credits.length === 0)
+    return null
   return {
     rate,
     monthlyQuota,
     ...(meters.length === 0 ? {} : { meters }),
+    ...(credits.length === 0 ? {} : { credits }),
     ...(shadow === null ? {} : { shadow }),
   }
+}
+
+/**
+ * Each credit limit with its grants, in name order. The plans' "a plan's credits apply when the
+ * sub-account sets none" is the choice of `stored.credits` (the limits in force) made before this.
+ * A record read without its grants (cached by an older version) has none: the credits refuse until
+ * it is read again, never admit blind.
+ */
+function creditsOf(stored: TenantLimits['credits'], grants: TenantRecord['credits']): CreditBalance[] {
+  const credits: CreditBalance[] = []
+  for (const [meter, credit] of Object.entries(stored ?? {}).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const held = grants?.[meter]
+    credits.push({
+      meter,
+      settled: held?.settled ?? 0,
+      live: held?.live ?? [],
+      lowThresholdPercent: credit.low_threshold_percent,
+    })
+  }
+  return credits
 }
 
 function quotaOf(requests: number, { alert_thresholds }: { alert_thresholds?: number[] }) {
@@ -52,7 +78,7 @@ export async function limitSubjects(
     // else its parent's default.
     const planId = acting.planId ?? account?.defaultPlanId ?? null
     const plan = planId === null ? null : await lookups.plan(planId)
-    const own = limitsOf(effectiveLimits(acting.limits, plan?.limits))
+    const own = limitsOf(effectiveLimits(acting.limits, plan?.limits), acting.credits)
     if (own !== null) subjects.push({ tenantId: acting.id, level: 'sub_account', limits: own })
   }
   const accountLimits = account === null ? null : limitsOf(account.limits)

@@ -15,6 +15,23 @@ export interface Limits {
   meters?: readonly MeterLimit[]
   /** Shadow limits: counted as these are, never refusing (docs/api.md, Shadow limits). */
   shadow?: Limits
+  /** A sub-account's required prepaid credits, in meter name order (absent: none). */
+  credits?: readonly CreditBalance[]
+}
+
+/**
+ * A meter's credits as a replica knows them (docs/api.md, Credits): what its grants give, as a
+ * schedule of expiries, so that a grant's rest is gone at its expiry on every replica, to the
+ * second, without a word from the store. The balance is what they give less what use burned
+ * (counted as a quota's use is: credit-limit.ts).
+ */
+export interface CreditBalance {
+  meter: string
+  /** What the grants that no longer count (voided, expired when read) gave: the units burned from them. */
+  settled: number
+  /** The grants that counted when read: `units`, `left` then, and `expiresAt` (ms; null: never). */
+  live: readonly { units: number; left: number; expiresAt: number | null }[]
+  lowThresholdPercent: number
 }
 
 export interface MeterLimit {
@@ -33,6 +50,7 @@ export type PolicyName =
   | `${'sub_account' | 'account'}.meters.${string}.${'rate' | 'monthly_quota'}`
   | `${'sub_account' | 'account'}.shadow.${'rate' | 'monthly_quota'}`
   | `${'sub_account' | 'account'}.shadow.meters.${string}.${'rate' | 'monthly_quota'}`
+  | `sub_account.credits.${string}`
 
 export type Level = 'sub_account' | 'account' | 'management'
 

@@ -6,6 +6,8 @@ import { limitsFromBody, meterLimitsProblem, type TenantLimits } from '../shared
 export function bodyLimits(body: Parameters<typeof limitsFromBody>[0]): TenantLimits | null {
   checkMeters(body?.meters, '/body/limits/meters')
   checkMeters(body?.shadow?.meters, '/body/limits/shadow/meters')
+  // Credits are of the same route meters (docs/api.md, Credits).
+  checkMeters(body?.credits, '/body/limits/credits')
   return limitsFromBody(body)
 }
 

@@ -250,6 +250,27 @@ export const OPERATIONS = {
       '(deleted, expired, or its sub-account deactivated) answers 204 too.',
     tags: ['portal'],
   },
+  createCreditGrant: {
+    summary: 'Grant prepaid credits of a meter to a sub-account',
+    description:
+      'Answers 201 with a Location header. `meter` is a route meter (never `requests`); `units` 1 to 10^12; ' +
+      '`expires_at`, in the future, is when what is left of the grant is gone; `priority` 0 to 1000 (default 100). ' +
+      'Use burns grants in order of priority (lower first), then soonest expiry, then oldest. Writes credits.granted.',
+    tags: ['credits'],
+  },
+  getCredits: {
+    summary: "A sub-account's credit balances and grants",
+    description:
+      "`balances`: each meter's units left in live grants (every meter with a grant or a credit limit); `grants`: " +
+      'the live ones first in the order use burns them, then voided and expired ones, newest first.',
+    tags: ['credits'],
+  },
+  voidCreditGrant: {
+    summary: 'Void a credit grant',
+    description:
+      'What is left of it is gone at once (`units_left` 0, `voided_at` set); writes credits.voided. Repeating is harmless.',
+    tags: ['credits'],
+  },
   createWebhookEndpoint: {
     summary: 'Create a webhook endpoint',
     description:

@@ -42,6 +42,7 @@ import {
 import { KEY_OPERATIONS } from './key-routes.js'
 import { KEY_IMPORT_OPERATIONS } from './key-import-routes.js'
 import { KEY_LEAK_OPERATIONS } from './key-leak-routes.js'
+import { CREDIT_OPERATIONS } from './credit-routes.js'
 import { KEY_USAGE_OPERATIONS } from './key-usage-routes.js'
 import { USAGE_EXPORT_OPERATIONS } from './usage-export-routes.js'
 import { USAGE_RECONCILIATION_OPERATIONS } from './usage-reconciliation-routes.js'
@@ -160,6 +161,7 @@ export const MANAGEMENT_OPERATIONS: OperationTable<ManagementContext> = [
   ...KEY_OPERATIONS,
   ...KEY_IMPORT_OPERATIONS,
   ...KEY_LEAK_OPERATIONS,
+  ...CREDIT_OPERATIONS,
   ...KEY_USAGE_OPERATIONS,
 ]
 

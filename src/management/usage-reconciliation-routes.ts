@@ -5,7 +5,8 @@ import { reconciliationCounts, TooManyRows } from '../store/usage-reconciliation
 import { validationFailed } from '../errors.js'
 import { logUnitSums } from '../request-log/unit-sums.js'
 import { exportInstant, exportRange } from '../usage/export.js'
-import { reconcile } from '../usage/reconciliation.js'
+import { reconcile, reconcileCredits } from '../usage/reconciliation.js'
+import { creditLedgers } from '../store/credit-grants.js'
 import { UsageReconciliation, UsageReconciliationQuery } from '../schemas/usage-reconciliation.js'
 import { CLOSED_UNTIL_HEADER } from './usage-export-routes.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
@@ -42,7 +43,7 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
       const closed = await closedUntil(sql)
       // The log's read counts among the parent's reads of its log at once, bounded as they are.
       const maxRows = usageExport.reconciliationMaxRows
-      const [counts, log, lost] = await Promise.all([
+      const [counts, log, lost, ledgers] = await Promise.all([
         reconciliationCounts(sql, {
           ...range,
           accountId,
@@ -67,10 +68,16 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
               ),
             ),
         replicaLost(sql, { ...range, closedUntil: closed }),
+        creditLedgers(sql, accountId),
       ])
       if (log !== null && log.length > maxRows) throw tooManyRows(maxRows)
       if (closed !== null) reply.header(CLOSED_UNTIL_HEADER, exportInstant(closed))
-      return { from: exportInstant(range.from), to: exportInstant(range.to), data: reconcile(counts, log, lost) }
+      return {
+        from: exportInstant(range.from),
+        to: exportInstant(range.to),
+        data: reconcile(counts, log, lost),
+        credits: reconcileCredits(ledgers),
+      }
     },
   }),
 ]

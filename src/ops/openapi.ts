@@ -75,6 +75,7 @@ function baseDocument(): OpenAPIV3_1.Document {
       { name: 'api-keys', description: "A sub-account's API keys; a key's secrets are shown once, when it is created" },
       { name: 'usage', description: 'Requests counted per sub-account and day' },
       { name: 'limits', description: "The calling parent's account limits and this month's use" },
+      { name: 'credits', description: "A sub-account's prepaid credits: grants of a meter's units, and the balances" },
       { name: 'routes', description: 'The routes the gateway proxies and the state of their targets' },
       {
         name: 'plans',

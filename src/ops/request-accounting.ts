@@ -137,5 +137,8 @@ function chargedOf(request: FastifyRequest, meter: string): boolean | null {
 /** Whether these limits count this meter: `requests` (a rate or a quota), or a route meter's. */
 function limitsMeter(limits: Limits, meter: string): boolean {
   if (meter === REQUESTS_METER) return limits.rate !== null || limits.monthlyQuota !== null
-  return limits.meters?.some((limit) => limit.meter === meter) ?? false
+  return (
+    (limits.meters?.some((limit) => limit.meter === meter) ?? false) ||
+    (limits.credits?.some((credit) => credit.meter === meter) ?? false)
+  )
 }

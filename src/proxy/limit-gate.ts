@@ -113,8 +113,13 @@ export function limitGate({ limiter, meter, metrics, rateAlerts }: LimitGateOpti
       const reported = request.exchange?.reported
       const subjects = request.limitSubjects
       if (!request.limitsCharged || reported == null || subjects === null) return
-      // Meters with limits, enforced or in shadow: else nothing to charge.
-      if (subjects.some(({ limits }) => limits.meters !== undefined || limits.shadow?.meters !== undefined))
+      // Meters with limits, enforced or in shadow, or credits: else nothing to charge.
+      if (
+        subjects.some(
+          ({ limits }) =>
+            limits.meters !== undefined || limits.shadow?.meters !== undefined || limits.credits !== undefined,
+        )
+      )
         limiter.charge(subjects, reported)
     },
   }

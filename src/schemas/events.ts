@@ -55,6 +55,7 @@ export const Event = Type.Object(
           Type.Literal('account'),
           Type.Literal('webhook_endpoint'),
           Type.Literal('portal_session'),
+          Type.Literal('credit_grant'),
         ]),
         id: Type.String(),
       },

@@ -71,6 +71,29 @@ const shownMembers = {
   monthly_quota: Nullable(MonthlyQuota),
   meters: Type.Optional(meters(false)),
 }
+// Prepaid credits by meter name (a route's meter, checked as `meters` are): a request passes while
+// the sub-account's balance of grants of that meter is above zero (docs/api.md, Credits).
+const LOW_THRESHOLD = {
+  minimum: 1,
+  maximum: 99,
+  description: 'credits.low is written when the balance falls below this share (%) of the units its live grants gave',
+}
+const REQUIRED = Type.Literal(true, { description: 'a request under it passes only while the balance is above zero' })
+const credit = (shown: boolean) =>
+  Type.Object(
+    {
+      required: REQUIRED,
+      low_threshold_percent: shown
+        ? Type.Integer(LOW_THRESHOLD)
+        : Type.Optional(Type.Integer({ ...LOW_THRESHOLD, description: `${LOW_THRESHOLD.description}; default 10` })),
+    },
+    { additionalProperties: false },
+  )
+const credits = (shown: boolean) =>
+  Type.Record(Type.String({ pattern: '^[a-z][a-z0-9_]{0,31}$' }), credit(shown), {
+    description:
+      "prepaid credits by meter name: a request passes while the sub-account's balance of that meter is above zero",
+  })
 // Shadow limits: the same shape, counted as enforced limits are, never refusing (docs/api.md).
 const SHADOW = 'limits counted as enforced ones are that never refuse: what a new limit would refuse is seen first'
 /** Limits as a simulation takes them: enforced ones only, the body's members (limit-simulations.ts). */
@@ -78,6 +101,7 @@ export const EnforcedLimitsBody = Type.Object(bodyMembers, { additionalPropertie
 export const LimitsBody = Type.Object(
   {
     ...bodyMembers,
+    credits: Type.Optional(credits(false)),
     shadow: Type.Optional(Nullable(Type.Object(bodyMembers, { additionalProperties: false, description: SHADOW }))),
   },
   { additionalProperties: false },
@@ -85,6 +109,7 @@ export const LimitsBody = Type.Object(
 export const Limits = Type.Object(
   {
     ...shownMembers,
+    credits: Type.Optional(credits(true)),
     shadow: Type.Optional(Type.Object(shownMembers, { additionalProperties: false, description: SHADOW })),
   },
   { additionalProperties: false },

@@ -9,6 +9,8 @@ import { shownLimits } from '../shared/tenant-limits.js'
 import type { ApiKey } from './keys.js'
 import type { Plan } from './plans.js'
 import type { SubAccount } from './sub-accounts.js'
+import type { CreditGrant } from './credits.js'
+import type { CreditGrantRow } from '../store/credit-grants.js'
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 
@@ -63,5 +65,20 @@ export function presentKey(row: KeyRow, nowMs = Date.now()): ApiKey {
     revoked_at: iso(row.revoked_at),
     last_used_at: iso(row.last_used_at),
     leaked: row.leaked,
+  }
+}
+
+/** A credit grant: a voided or expired grant has nothing left (docs/api.md, Credits). */
+export function presentCreditGrant(row: CreditGrantRow): CreditGrant {
+  return {
+    id: row.id,
+    meter: row.meter,
+    units: row.units,
+    units_left: row.live ? row.units_left : 0,
+    priority: row.priority,
+    expires_at: iso(row.expires_at),
+    voided_at: iso(row.voided_at),
+    created_at: row.created_at.toISOString(),
+    metadata: row.metadata,
   }
 }

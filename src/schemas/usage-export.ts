@@ -44,6 +44,15 @@ export const UsageRecordData = Type.Object(
     late: Type.Boolean({
       description: 'some units were flushed after their own period closed, and counted in this one',
     }),
+    credits: Type.Optional(
+      Type.Array(
+        Type.Object({ grant_id: Type.String({ format: 'uuid' }), units: Count }, { additionalProperties: false }),
+        {
+          description:
+            "the units of this record burned from each of the sub-account's credit grants of the meter; absent when none was",
+        },
+      ),
+    ),
   },
   { additionalProperties: false },
 )

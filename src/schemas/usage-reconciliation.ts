@@ -52,11 +52,34 @@ export const ReconciliationEntry = Type.Object(
   { additionalProperties: false },
 )
 
+// A sub-account's credits of a meter, over all their grants: what was burned, beside what the
+// grants say went (docs/billing.md, Credits).
+const CreditLedger = Type.Object(
+  {
+    sub_account_id: Type.String({ format: 'uuid' }),
+    meter: Type.String(),
+    granted_units: Units,
+    left_units: Type.Integer({ description: 'left in live grants' }),
+    expired_units: Type.Integer({ description: 'left in grants when they expired, or were voided: gone' }),
+    debt_paid_units: Type.Integer({ description: 'what new grants paid of units used beyond every grant' }),
+    burned_units: Type.Integer({
+      description: "the units burned from the grants, as the export's `credits` carry them",
+    }),
+    unexplained_units: Type.Integer({
+      description: 'granted − left − expired − debt paid − burned: 0 unless the ledger lost a burn',
+    }),
+  },
+  { additionalProperties: false },
+)
+
 export const UsageReconciliation = Type.Object(
   {
     from: Type.String({ format: 'date-time' }),
     to: Type.String({ format: 'date-time' }),
     data: Type.Array(ReconciliationEntry),
+    credits: Type.Array(CreditLedger, {
+      description: "every credit ledger (sub-account and meter) of the parent's, over all its grants",
+    }),
   },
   { additionalProperties: false },
 )

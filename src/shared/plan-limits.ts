@@ -1,9 +1,15 @@
 // A sub-account's effective limits (docs/api.md, Plans): decided kind by kind, its own where it
 // sets that kind, else its plan's. A kind is the rate, the monthly quota, each meter's rate and
-// its monthly quota, and each of the same in `shadow`; so a plan's meter quota still holds for a
+// its monthly quota, each meter's credit, and each of the same in `shadow`; so a plan's meter quota still holds for a
 // sub-account that sets only its own rate. Plain functions over the stored forms, used by the
 // answers of the API and by the limiter's subjects alike, so that what is shown is what is enforced.
-import { type MeterLimits, type ShadowLimits, storedLimits, type TenantLimits } from './tenant-limits.js'
+import {
+  creditsInForce,
+  type MeterLimits,
+  type ShadowLimits,
+  storedLimits,
+  type TenantLimits,
+} from './tenant-limits.js'
 
 /**
  * The limits in force for a tenant whose own are `own` under a plan whose limits are `plan` (null:
@@ -24,7 +30,12 @@ export function effectiveLimits(
           ownShadow ?? { rate: null, monthly_quota: null },
           planShadow ?? { rate: null, monthly_quota: null },
         )
-  return storedLimits({ ...mergedMembers(own, plan), ...(shadow === undefined ? {} : { shadow }) })
+  const credits = creditsInForce(own.credits, plan.credits)
+  return storedLimits({
+    ...mergedMembers(own, plan),
+    ...(shadow === undefined ? {} : { shadow }),
+    ...(credits === null ? {} : { credits }),
+  })
 }
 
 function mergedMembers(own: ShadowLimits, plan: ShadowLimits): ShadowLimits {

@@ -52,6 +52,12 @@ export interface TenantRecord {
   readonly planId?: string | null
   /** A parent account's plan for its sub-accounts without one; null or absent: none. */
   readonly defaultPlanId?: string | null
+  /**
+   * A sub-account's grants, by meter (docs/api.md, Credits), as the limiter takes them
+   * (limits/types.ts, CreditBalance): of each meter its own `limits.credits` names, or, without
+   * those, of every meter it has grants of (its plan's credits may name them); absent: none read.
+   */
+  readonly credits?: { readonly [meter: string]: CreditGrants }
 }
 
 /** A plan as the limiter reads it: its limits (null: none); the rest is the API's. */
@@ -60,6 +66,12 @@ export interface PlanRecord {
   readonly limits: TenantLimits | null
   /** Its key policy's allow-list; null: any address. */
   readonly keyIpAllowlist: readonly string[] | null
+}
+
+/** A meter's grants as read: what the ones that no longer count gave, and the live ones. */
+export interface CreditGrants {
+  readonly settled: number
+  readonly live: readonly { units: number; left: number; expiresAt: number | null }[]
 }
 
 export interface TenancyLookups {

@@ -38,13 +38,29 @@ export type MeterLimits = {
 }
 
 /**
- * What `limits` holds; a member that is null sets no limit of its kind. `meters`, by meter name,
- * is present only when it sets one. (Types, not interfaces: postgres.js takes them as JSON.)
+ * A prepaid credit of one meter (docs/api.md, Credits): with `required`, a request under it passes
+ * while the meter's balance of grants is above zero. `low_threshold_percent`: the share (%) of the
+ * units granted by its live grants below which the balance is low (credits.low); kept filled in.
+ */
+export type CreditLimit = {
+  readonly required: true
+  readonly low_threshold_percent: number
+}
+
+/** `low_threshold_percent` when a body gives none. */
+export const DEFAULT_LOW_THRESHOLD_PERCENT = 10
+
+/**
+ * What `limits` holds; a member that is null sets no limit of its kind. `meters` and `credits`, by
+ * meter name, are present only when they set one. (Types, not interfaces: postgres.js takes them
+ * as JSON.)
  */
 export type TenantLimits = {
   readonly rate: RateLimit | null
   readonly monthly_quota: MonthlyQuota | null
   readonly meters?: { readonly [meter: string]: MeterLimits }
+  /** A sub-account's prepaid credits, by meter name (never in `shadow`, nor on a parent account). */
+  readonly credits?: { readonly [meter: string]: CreditLimit }
   /**
    * Limits of the same shape, counted as enforced ones are and never refusing (docs/api.md, Shadow
    * limits): present only when one is set.
@@ -53,7 +69,7 @@ export type TenantLimits = {
 }
 
 /** A tenant's shadow limits: the limits' shape, without a shadow of their own. */
-export type ShadowLimits = Omit<TenantLimits, 'shadow'>
+export type ShadowLimits = Omit<TenantLimits, 'shadow' | 'credits'>
 
 /** A meter's name: the usage report's and the export's key. `requests` is the cost's own meter. */
 export const METER_NAME = /^[a-z][a-z0-9_]{0,31}$/
@@ -91,7 +107,9 @@ export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
     }
   }
   const metered = Object.keys(meters).length > 0
-  if (limits.rate === null && limits.monthly_quota === null && !metered && shadow === null) return null
+  const credits = storedCredits(limits.credits)
+  if (limits.rate === null && limits.monthly_quota === null && !metered && shadow === null && credits === null)
+    return null
   return {
     rate: limits.rate && { requests: limits.rate.requests, per_seconds: limits.rate.per_seconds },
     monthly_quota: limits.monthly_quota && {
@@ -99,8 +117,35 @@ export function storedLimits(limits: TenantLimits | null): TenantLimits | null {
       ...storedThresholds(limits.monthly_quota.alert_thresholds),
     },
     ...(metered ? { meters } : {}),
+    ...(credits === null ? {} : { credits }),
     ...(shadow === null ? {} : { shadow }),
   }
+}
+
+/**
+ * The credits in force for a sub-account whose own are `own` under a plan whose credits are `plan`
+ * (docs/api.md, Credits): meter by meter, its own where it sets that meter's, else the plan's; in
+ * name order, null when neither sets one. Each meter's credit is a kind of its own, as each
+ * meter's rate and quota are.
+ */
+export function creditsInForce(
+  own: TenantLimits['credits'] | undefined,
+  plan: TenantLimits['credits'] | undefined,
+): TenantLimits['credits'] | null {
+  return storedCredits({ ...plan, ...own })
+}
+
+/** Credits as kept: in name order, the threshold filled in; null when none is set. */
+function storedCredits(credits: TenantLimits['credits']): TenantLimits['credits'] | null {
+  const names = Object.keys(credits ?? {}).sort()
+  if (names.length === 0) return null
+  const kept: Record<string, CreditLimit> = {}
+  for (const name of names)
+    kept[name] = {
+      required: true,
+      low_threshold_percent: credits![name]!.low_threshold_percent ?? DEFAULT_LOW_THRESHOLD_PERCENT,
+    }
+  return kept
 }
 
 /** A quota's thresholds as kept, when given: in order and once each. */
@@ -117,11 +162,22 @@ type LimitsBody = {
   meters?: { [meter: string]: MeterLimitsBody }
 }
 
+/** A credit as a body sends it: the threshold may be left out (DEFAULT_LOW_THRESHOLD_PERCENT). */
+type CreditBody = { required: true; low_threshold_percent?: number }
+
 /** A body's `limits` as a whole object: a member left out is null, `shadow` included (docs/api.md). */
-export function limitsFromBody(body: (LimitsBody & { shadow?: LimitsBody | null }) | null): TenantLimits | null {
+export function limitsFromBody(
+  body: (LimitsBody & { shadow?: LimitsBody | null; credits?: { [meter: string]: CreditBody } }) | null,
+): TenantLimits | null {
   if (body === null) return null
   const shadow = body.shadow == null ? undefined : membersOf(body.shadow)
-  return storedLimits({ ...membersOf(body), ...(shadow === undefined ? {} : { shadow }) })
+  const credits: Record<string, CreditLimit> = {}
+  for (const [name, credit] of Object.entries(body.credits ?? {}))
+    credits[name] = {
+      required: true,
+      low_threshold_percent: credit.low_threshold_percent ?? DEFAULT_LOW_THRESHOLD_PERCENT,
+    }
+  return storedLimits({ ...membersOf(body), credits, ...(shadow === undefined ? {} : { shadow }) })
 }
 
 function membersOf(body: LimitsBody): ShadowLimits {

@@ -6,7 +6,12 @@ import type { KeyRow } from './api-keys.js'
 
 type Db = Sql | Tx
 
-export type AlertKind = 'usage.threshold_reached' | 'api_key.expiring'
+export type AlertKind =
+  | 'usage.threshold_reached'
+  | 'api_key.expiring'
+  | 'credits.low'
+  | 'credits.exhausted'
+  | 'credits.expired'
 
 /** Inserts the mark; true when this transaction made it (and so writes its event). */
 export async function claimMark(tx: Tx, kind: AlertKind, subject: string, mark: string): Promise<boolean> {

@@ -3,6 +3,7 @@
 import { withDeadline, type Sql } from './db.js'
 import { STORE_DEADLINES } from './deadlines.js'
 import { KeyLookupBatcher, type KeyBatchPacing } from './key-lookup-batcher.js'
+import { readCreditGrants } from './credit-grants.js'
 import { findKeyById, findKeysByDigests, type KeyCredential } from './api-keys.js'
 import type { KeyRecord, PlanRecord, TenancyLookups, TenantRecord } from '../shared/tenancy-records.js'
 import { getPlanById, type PlanRow } from './plans.js'
@@ -53,6 +54,18 @@ const tenantRecord = (row: TenantRow | null): TenantRecord | null =>
 const planRecord = (row: PlanRow | null): PlanRecord | null =>
   row && { id: row.id, limits: row.limits, keyIpAllowlist: row.key_policy?.ip_allowlist ?? null }
 
+/**
+ * A sub-account has its grants read with it (one more query, sub-accounts only): of the meters its
+ * own credit limits name, or, without those, of every meter it has grants of, since its plan (its
+ * own, or its parent's default: not known here) may require credits. The record is what a grant or
+ * a void invalidates (docs/api.md, Credits).
+ */
+async function withCredits(sql: Sql, record: TenantRecord | null): Promise<TenantRecord | null> {
+  if (record === null || record.parentId === null) return record
+  const meters = Object.keys(record.limits?.credits ?? {})
+  return { ...record, credits: await readCreditGrants(sql, record.id, meters.length === 0 ? null : meters) }
+}
+
 export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): TenancyLookups {
   const deadlineMs = options.deadlineMs ?? STORE_DEADLINES.lookupMs
   const counts = options.counts
@@ -75,8 +88,9 @@ export function postgresLookups(sql: Sql, options: PostgresLookupOptions = {}): 
   return {
     keyByDigest: async (keyDigest) => keyRecord(await keys.lookup(keyDigest, deadlineMs)),
     keyById: async (id) => keyRecord(await ask(() => findKeyById(sql, id))),
-    tenant: async (id) => tenantRecord(await ask(() => getTenant(sql, id))),
-    subAccount: async (parentId, id) => tenantRecord(await ask(() => getSubAccount(sql, parentId, id))),
+    tenant: (id) => ask(async () => withCredits(sql, tenantRecord(await getTenant(sql, id)))),
+    subAccount: (parentId, id) =>
+      ask(async () => withCredits(sql, tenantRecord(await getSubAccount(sql, parentId, id)))),
     subAccountIdByExternalId: (parentId, externalId) =>
       ask(() => findSubAccountIdByExternalId(sql, parentId, externalId)),
     hasActiveSubAccounts: (parentId) => ask(() => hasActiveSubAccounts(sql, parentId)),

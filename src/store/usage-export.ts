@@ -1,7 +1,7 @@
 // SQL of the usage export's push (docs/billing.md, Pushing the export): the receiver's cursor, the
 // lease that lets one replica export at a time, and the closed records after the cursor.
 import type { Sql } from './db.js'
-import type { ExportRow } from './usage-periods.js'
+import { type ExportRow, RECORD_CREDITS } from './usage-periods.js'
 
 /** Where a receiver stands: the last record it acknowledged, and its retries. */
 export interface ExportCursor {
@@ -49,7 +49,7 @@ export function recordsAfter(sql: Sql, cursor: ExportCursor, limit: number): Pro
            -- The external_id at the close (a closed period never changes; migration 028).
            case when u.closed_at is null then t.external_id else u.external_id_at_close end as external_id,
            u.meter, u.units::text as units, u.requests::text as requests,
-           u.period_start, u.late_units::text as late_units
+           u.period_start, u.late_units::text as late_units, ${sql.unsafe(RECORD_CREDITS)}
     from usage_period_units u join tenants t on t.id = u.tenant_id
     where u.period_start < (select closed_until from usage_close where id)
       and (not ${after} or (u.period_start >= ${cursor.period_start}

@@ -108,7 +108,18 @@ export interface ExportRow {
   requests: string
   period_start: Date
   late_units: string
+  /** The units burned from each credit grant of the tenant and meter in the period, by grant id; null: none. */
+  credits?: { grant_id: string; units: number }[] | null
 }
+
+/**
+ * A record's burns (credit_burns, written by the flush that wrote its units): the grants of its
+ * tenant and meter, with what the period burned of each, in grant id order.
+ */
+export const RECORD_CREDITS = `(select jsonb_agg(jsonb_build_object('grant_id', g.id, 'units', b.units) order by g.id)
+    from credit_burns b join credit_grants g on g.id = b.grant_id
+    where g.sub_account_id = u.tenant_id and g.meter = u.meter and b.period_start = u.period_start and b.units > 0)
+  as credits`
 
 /** Where an export page ended: the next page starts after this record. */
 type ExportKey = Pick<ExportRow, 'period_start' | 'account_id' | 'sub_account_id' | 'meter'>
@@ -153,7 +164,7 @@ function exportPage(
            -- The external_id at the close (a closed period never changes; migration 028).
            case when u.closed_at is null then t.external_id else u.external_id_at_close end as external_id,
            u.meter, u.units::text as units, u.requests::text as requests,
-           u.period_start, u.late_units::text as late_units
+           u.period_start, u.late_units::text as late_units, ${sql.unsafe(RECORD_CREDITS)}
     from usage_period_units u join tenants t on t.id = u.tenant_id
     where u.period_start >= ${after?.period_start ?? range.from} and u.period_start < ${range.to}
       and (${range.accountId}::uuid is null or t.id = ${range.accountId} or t.parent_id = ${range.accountId})

@@ -84,6 +84,11 @@ export interface UsageBatch {
   keyUnitCounts?: readonly KeyUnitCount[]
   logDropCounts?: readonly LogDropCount[]
   mark?: FlushMark
+  /**
+   * When the batch's oldest count was made: its units burn the credit grants that were live then
+   * (one expired since took units used before its expiry). Absent: now.
+   */
+  since?: Date
 }
 
 /**
@@ -102,7 +107,7 @@ export interface UsageBatch {
  * usage_period_checks by the period they were served in, never moved.
  */
 export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Promise<boolean> {
-  const { counts, keyCounts = [], unitCounts = [], keyUnitCounts = [], logDropCounts = [], mark } = batch
+  const { counts, keyCounts = [], unitCounts = [], keyUnitCounts = [], logDropCounts = [], mark, since } = batch
   const empty = [counts, keyCounts, unitCounts, keyUnitCounts, logDropCounts].every((rows) => rows.length === 0)
   if (empty) {
     if (mark !== undefined) await markFlushed(sql, mark)
@@ -159,6 +164,45 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
              least(sum(case when row.period_start < closed.until then row.units else 0 end), 9007199254740991) as late_units
       from unit_input row left join closed on true
       group by 1, 2, 3
+    ), credit_use as (
+      -- A meter's units burn the sub-account's live grants of it, in the burn order, in this
+      -- statement: the credits' use in Postgres is what the meter wrote (store/credit-grants.ts).
+      select tenant_id, meter, sum(units) as units, max(period_start) as period_start
+      from unit_rows where exists (select 1 from batch) group by 1, 2
+    ), credit_locked as (
+      select g.id, g.sub_account_id, g.meter, g.units_left, g.priority, g.expires_at, g.seq
+      from credit_grants g
+      where (g.sub_account_id, g.meter) in (select tenant_id, meter from credit_use)
+        and g.voided_at is null and g.units_left > 0
+        and (g.expires_at is null or g.expires_at > coalesce(${since ?? null}::timestamptz, now()))
+      order by g.id
+      for update
+    ), credit_order as (
+      select l.*, coalesce(sum(l.units_left) over (partition by l.sub_account_id, l.meter
+                           order by l.priority, l.expires_at nulls last, l.seq
+                           rows between unbounded preceding and 1 preceding), 0) as before
+      from credit_locked l
+    ), credit_taken as (
+      select o.id, least(o.units_left, u.units - o.before) as units, u.period_start
+      from credit_order o join credit_use u on u.tenant_id = o.sub_account_id and u.meter = o.meter
+      where u.units > o.before
+    ), credit_burned as (
+      update credit_grants g set units_left = g.units_left - t.units from credit_taken t where g.id = t.id
+    ), credit_burn_log as (
+      insert into credit_burns (grant_id, period_start, units)
+      select id, period_start, units from credit_taken order by id
+      on conflict (grant_id, period_start) do update set units = credit_burns.units + excluded.units
+    ), credit_owed as (
+      -- Beyond every live grant, under a credit limit: owed by the next grant.
+      insert into credit_debts (sub_account_id, meter, units)
+      select u.tenant_id, u.meter, u.units - coalesce(sum(o.units_left), 0)
+      from credit_use u
+      join tenants t on t.id = u.tenant_id and t.limits -> 'credits' ? u.meter
+      left join credit_order o on o.sub_account_id = u.tenant_id and o.meter = u.meter
+      group by u.tenant_id, u.meter, u.units
+      having u.units > coalesce(sum(o.units_left), 0)
+      order by 1, 2
+      on conflict (sub_account_id, meter) do update set units = credit_debts.units + excluded.units
     ), check_rows as (
       select tenant_id, period_start, meter, least(sum(served), 9007199254740991) as served,
              least(sum(charged), 9007199254740991) as charged, least(sum(unlimited), 9007199254740991) as unlimited,

@@ -38,12 +38,15 @@ export function usageEvent(row: ExportRow, periodSeconds: number, source: string
       period_start: periodStart,
       period_end: exportInstant(new Date(row.period_start.getTime() + periodSeconds * 1000)),
       late: row.late_units !== '0',
+      // What billing draws down: the units of this record burned from each credit grant.
+      ...(row.credits == null ? {} : { credits: row.credits }),
     },
   }
 }
 
 /** The CSV columns: the fields of an event's data, in this order. */
-export const CSV_COLUMNS: readonly (keyof UsageRecordData)[] = [
+// A record's credits (nested, per grant) are the ndjson's only: CSV keeps one line a record.
+export const CSV_COLUMNS: readonly Exclude<keyof UsageRecordData, 'credits'>[] = [
   'account_id',
   'sub_account_id',
   'external_id',

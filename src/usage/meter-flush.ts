@@ -176,6 +176,7 @@ export class MeterFlush {
           keyUnitCounts: batch.keyUnitRows,
           logDropCounts: batch.logDropRows,
           mark: batch.mark,
+          since: new Date(batch.since),
         }),
       )
       if (this.failedInARow > 0)

@@ -2,6 +2,7 @@
 // usage meter's units beside what the limiter charged, what the request log recorded and what was
 // exported, each difference from the meter explained by its kind, or flagged `unexplained`.
 import type { LogUnitSum } from '../request-log/unit-sums.js'
+import type { CreditLedgerRow } from '../store/credit-grants.js'
 import { NO_COUNTS, type ReconciliationCounts } from '../store/usage-reconciliation.js'
 
 /** What explains a difference between the meter and one of the other counts. */
@@ -120,4 +121,18 @@ function entryOf(row: ReconciliationCounts, log: LogUnitSum | null, replicaLost:
     exported_units: exported,
     differences,
   }
+}
+
+/** A credit ledger as reconciliation shows it: every unit granted is left, expired, paid a debt, or burned. */
+export function reconcileCredits(rows: readonly CreditLedgerRow[]) {
+  return rows.map((row) => ({
+    sub_account_id: row.sub_account_id,
+    meter: row.meter,
+    granted_units: row.granted,
+    left_units: row.left,
+    expired_units: row.expired,
+    debt_paid_units: row.debt_paid,
+    burned_units: row.burned,
+    unexplained_units: row.granted - row.left - row.expired - row.debt_paid - row.burned,
+  }))
 }

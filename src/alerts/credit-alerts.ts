@@ -1,0 +1,108 @@
+// The credits' alerts (docs/events.md, Credits): `credits.low` when a meter's balance falls below
+// its threshold share of the units its live grants gave, `credits.exhausted` when it reaches zero,
+// each once until a new grant of the meter re-arms them; `credits.expired` once per grant whose
+// expiry passed with units left. The hint is in memory (each credit the limiter holds, with its
+// balance as its lease calls last saw it); Postgres decides, and the mark's winning insert writes
+// the event, however many replicas see it.
+import type { FastifyBaseLogger } from 'fastify'
+import { gatewayOrigin, recordEvent } from '../events/record.js'
+import type { CreditUse, Limiter } from '../limits/limiter.js'
+import { presentCreditGrant } from '../schemas/present.js'
+import { accountOf, claimMark } from '../store/alerts.js'
+import { expiredUnmarked, readCreditState } from '../store/credit-grants.js'
+import type { Sql } from '../store/db.js'
+import { inTransaction } from '../store/transaction.js'
+
+/** Expired grants written per check at most: the rest wait for the next (a second later). */
+const EXPIRED_PER_CHECK = 100
+
+export interface CreditAlertOptions {
+  sql: Sql
+  limiter: Limiter
+  log: FastifyBaseLogger
+}
+
+/** Whether a balance is low: below `percent` % of `granted` (or spent). */
+const isLow = (balance: number, granted: number, percent: number) => balance <= 0 || balance * 100 < percent * granted
+
+export class CreditAlerts {
+  /** `<tenant>:<meter>` → the state last decided (`<granted>:<low|exhausted>`): not asked again. */
+  private settled = new Map<string, string>()
+  private readonly options: CreditAlertOptions
+  constructor(options: CreditAlertOptions) {
+    this.options = options
+  }
+
+  async check(): Promise<void> {
+    const settled = new Map<string, string>()
+    for (const use of this.options.limiter.creditUses()) {
+      if (!isLow(use.remaining, use.granted, use.lowThresholdPercent)) continue
+      const key = `${use.tenantId}:${use.meter}`
+      const state = `${use.granted}:${use.remaining <= 0 ? 'exhausted' : 'low'}`
+      if (this.settled.get(key) === state) {
+        settled.set(key, state)
+        continue
+      }
+      try {
+        await this.mark(use)
+        settled.set(key, state)
+      } catch (err) {
+        this.options.log.warn({ err }, 'credit alerts: checking a balance failed; will retry')
+      }
+    }
+    this.settled = settled
+    await this.sweepExpired()
+  }
+
+  /** Writes what Postgres's balance calls for and no replica wrote yet. */
+  private async mark(use: CreditUse): Promise<void> {
+    const { sql } = this.options
+    await inTransaction(sql, async (tx) => {
+      const state = await readCreditState(tx, use.tenantId, use.meter)
+      const accountId = await accountOf(tx, use.tenantId)
+      if (accountId === null) return
+      const subject = `${use.tenantId}:${use.meter}`
+      const object = {
+        sub_account_id: use.tenantId,
+        meter: use.meter,
+        units_left: state.balance,
+        granted_units: state.granted,
+        low_threshold_percent: use.lowThresholdPercent,
+      }
+      const kinds: ('credits.low' | 'credits.exhausted')[] = []
+      if (isLow(state.balance, state.granted, use.lowThresholdPercent)) kinds.push('credits.low')
+      if (state.balance <= 0) kinds.push('credits.exhausted')
+      for (const kind of kinds) {
+        if (!(await claimMark(tx, kind, subject, `g${state.newest}`))) continue
+        await recordEvent(tx, gatewayOrigin, {
+          accountId,
+          type: kind,
+          target: { type: 'sub_account', id: use.tenantId },
+          object,
+          previous: null,
+        })
+      }
+    })
+  }
+
+  /** `credits.expired` for each grant whose expiry passed: what was left of it is gone. */
+  private async sweepExpired(): Promise<void> {
+    const { sql } = this.options
+    for (const grant of await expiredUnmarked(sql, EXPIRED_PER_CHECK)) {
+      await inTransaction(sql, async (tx) => {
+        if (!(await claimMark(tx, 'credits.expired', grant.id, 'expired'))) return
+        await recordEvent(tx, gatewayOrigin, {
+          accountId: grant.account_id,
+          type: 'credits.expired',
+          target: { type: 'credit_grant', id: grant.id },
+          object: {
+            ...presentCreditGrant(grant),
+            sub_account_id: grant.sub_account_id,
+            units_expired: grant.units_left,
+          },
+          previous: null,
+        })
+      })
+    }
+  }
+}

@@ -1,0 +1,108 @@
+// A sub-account's prepaid credits: grant, list with the balances, void (docs/api.md, Credits).
+// The changes and their events are in credit-changes.ts.
+import { validationFailed } from '../errors.js'
+import { MANAGEMENT_PREFIX } from '../shared/paths.js'
+import { listCreditGrants, readCreditDebts } from '../store/credit-grants.js'
+import { subAccountEntries } from '../cache/index.js'
+import {
+  CreateCreditGrantBody,
+  CreditBalances,
+  CreditGrant,
+  CreditGrantParams,
+  DEFAULT_GRANT_PRIORITY,
+} from '../schemas/credits.js'
+import { SubAccountParams } from '../schemas/sub-accounts.js'
+import {
+  type ManagementContext,
+  managementOperation,
+  notFound,
+  operation,
+  originOf,
+  ownSubAccount,
+  parentOf,
+  pathUuid,
+} from './common.js'
+import { creditBalances, grantCreditsWithEvent, voidCreditsWithEvent } from './credit-changes.js'
+import { presentCreditGrant } from '../schemas/present.js'
+import type { OperationTable } from './operation-table.js'
+
+/** Checks a body's `meter` and `expires_at` beyond its schema; the expiry as a Date, or null. */
+function checkedGrant(body: { meter: string; expires_at?: string | null | undefined }, now: number): Date | null {
+  if (body.meter === 'requests')
+    throw validationFailed([
+      { path: '/body/meter', message: "is `requests`, the cost's own meter: credits are of a route's meters" },
+    ])
+  if (body.expires_at == null) return null
+  const expiresAt = new Date(body.expires_at)
+  if (!(expiresAt.getTime() > now))
+    throw validationFailed([{ path: '/body/expires_at', message: 'must be in the future' }])
+  return expiresAt
+}
+
+/** A sub-account's credits, in the order they are registered. */
+export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
+  managementOperation({
+    method: 'POST',
+    url: '/:sub_id/credits/grants',
+    schema: {
+      ...operation('createCreditGrant'),
+      params: SubAccountParams,
+      body: CreateCreditGrantBody,
+      response: { 201: CreditGrant },
+    },
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, reply, { sql, cache }) {
+      const { body } = request
+      const expiresAt = checkedGrant(body, Date.now())
+      const sub = await ownSubAccount(sql, request, request.params.sub_id)
+      const row = await grantCreditsWithEvent(sql, originOf(request), {
+        subAccountId: sub.id,
+        accountId: parentOf(request).id,
+        meter: body.meter,
+        units: body.units,
+        priority: body.priority ?? DEFAULT_GRANT_PRIORITY,
+        expiresAt,
+        metadata: body.metadata ?? {},
+      })
+      // Every replica reads the sub-account's grants again within a second (its limits' schedule).
+      await cache.invalidate(subAccountEntries(parentOf(request).id, sub.id))
+      return reply
+        .code(201)
+        .header('location', `${MANAGEMENT_PREFIX}/${sub.id}/credits/grants/${row.id}`)
+        .send(presentCreditGrant(row))
+    },
+  }),
+
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id/credits',
+    schema: { ...operation('getCredits'), params: SubAccountParams, response: { 200: CreditBalances } },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql }) {
+      const sub = await ownSubAccount(sql, request, request.params.sub_id)
+      const [rows, debts] = await Promise.all([
+        listCreditGrants(sql, parentOf(request).id, sub.id),
+        readCreditDebts(sql, sub.id),
+      ])
+      return {
+        balances: creditBalances(rows, Object.keys(sub.limits?.credits ?? {}), debts),
+        grants: rows.map(presentCreditGrant),
+      }
+    },
+  }),
+
+  managementOperation({
+    method: 'POST',
+    url: '/:sub_id/credits/grants/:grant_id/void',
+    schema: { ...operation('voidCreditGrant'), params: CreditGrantParams, response: { 200: CreditGrant } },
+    config: { scope: 'sub_accounts:write' },
+    async handler(request, _reply, { sql, cache }) {
+      const sub = await ownSubAccount(sql, request, request.params.sub_id)
+      const id = pathUuid(request.params.grant_id, 'credit grant')
+      const row = await voidCreditsWithEvent(sql, originOf(request), parentOf(request).id, sub.id, id)
+      if (row === null) throw notFound('credit grant')
+      await cache.invalidate(subAccountEntries(parentOf(request).id, sub.id))
+      return presentCreditGrant(row)
+    },
+  }),
+]

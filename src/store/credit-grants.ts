@@ -1,0 +1,198 @@
+// Prepaid credit grants of sub-accounts (docs/api.md, Credits). SQL only; callers pass `sql` or a
+// transaction. A grant's rest is gone once it is voided or expired: `units_left` as the API shows
+// it is 0 then, while the row keeps what was left, which billing tells apart from what was burned.
+import type { CreditGrants } from '../shared/tenancy-records.js'
+import type { Sql, Tx } from './db.js'
+
+type Db = Sql | Tx
+
+export interface CreditGrantRow {
+  id: string
+  sub_account_id: string
+  account_id: string
+  meter: string
+  units: number
+  /** What use has not burned; its rest is gone when `voided_at` or `expires_at` has passed. */
+  units_left: number
+  priority: number
+  expires_at: Date | null
+  voided_at: Date | null
+  created_at: Date
+  metadata: Record<string, string>
+  /** Whether the grant still counts: not voided and not expired, by the database's clock. */
+  live: boolean
+}
+
+// bigint columns cross as numbers: units stay below 2^53 (at most 10^12 a grant).
+const COLUMNS = `id, sub_account_id, account_id, meter, units::float8 as units, units_left::float8 as units_left,
+  priority, expires_at, voided_at, created_at, metadata,
+  (voided_at is null and (expires_at is null or expires_at > now())) as live`
+
+export interface NewCreditGrant {
+  id: string
+  subAccountId: string
+  accountId: string
+  meter: string
+  units: number
+  priority: number
+  expiresAt: Date | null
+  metadata: Record<string, string>
+}
+
+/**
+ * Makes a grant (in the caller's transaction): it first pays what the sub-account owes in that
+ * meter (units used beyond every grant), so it starts with that much burned.
+ */
+export async function insertCreditGrant(db: Tx, grant: NewCreditGrant): Promise<CreditGrantRow> {
+  const [owed] = await db<{ units: number }[]>`
+    select units::float8 as units from credit_debts
+    where sub_account_id = ${grant.subAccountId} and meter = ${grant.meter} for update`
+  const paid = Math.min(owed?.units ?? 0, grant.units)
+  if (paid > 0)
+    await db`update credit_debts set units = units - ${paid}
+             where sub_account_id = ${grant.subAccountId} and meter = ${grant.meter}`
+  const [row] = await db<CreditGrantRow[]>`
+    insert into credit_grants (id, sub_account_id, account_id, meter, units, units_left, priority, expires_at,
+                               metadata, debt_paid)
+    values (${grant.id}, ${grant.subAccountId}, ${grant.accountId}, ${grant.meter}, ${grant.units},
+            ${grant.units - paid}, ${grant.priority}, ${grant.expiresAt}, ${db.json(grant.metadata)}, ${paid})
+    returning ${db.unsafe(COLUMNS)}`
+  return row!
+}
+
+/** What the sub-account owes in each meter (units used beyond every grant), by meter; none: absent. */
+export async function readCreditDebts(db: Db, subAccountId: string): Promise<Map<string, number>> {
+  const rows = await db<{ meter: string; units: number }[]>`
+    select meter, units::float8 as units from credit_debts where sub_account_id = ${subAccountId} and units > 0`
+  return new Map(rows.map((row) => [row.meter, row.units]))
+}
+
+/**
+ * A sub-account's grants: the live ones first, in the order use burns them (priority, soonest
+ * expiry, oldest), then the others (voided, expired), newest first.
+ */
+export function listCreditGrants(db: Db, accountId: string, subAccountId: string): Promise<CreditGrantRow[]> {
+  return db<CreditGrantRow[]>`
+    select * from (
+      select ${db.unsafe(COLUMNS)}, seq from credit_grants
+      where account_id = ${accountId} and sub_account_id = ${subAccountId}
+    ) as grants
+    order by live desc, case when live then priority end, case when live then expires_at end nulls last,
+             case when live then seq end, created_at desc, seq desc`
+}
+
+/** One grant of the sub-account, or null; `forUpdate` locks it until the transaction ends. */
+export async function getCreditGrant(
+  db: Db,
+  accountId: string,
+  subAccountId: string,
+  id: string,
+  { forUpdate = false } = {},
+): Promise<CreditGrantRow | null> {
+  const [row] = await db<CreditGrantRow[]>`
+    select ${db.unsafe(COLUMNS)} from credit_grants
+    where id = ${id} and account_id = ${accountId} and sub_account_id = ${subAccountId}
+    ${forUpdate ? db`for update` : db``}`
+  return row ?? null
+}
+
+/** Voids a grant not voided yet: its rest is gone from now on. Null when it was voided already. */
+export async function voidCreditGrant(db: Db, id: string): Promise<CreditGrantRow | null> {
+  const [row] = await db<CreditGrantRow[]>`
+    update credit_grants set voided_at = now() where id = ${id} and voided_at is null
+    returning ${db.unsafe(COLUMNS)}`
+  return row ?? null
+}
+
+/**
+ * What the limiter needs of a sub-account's grants of these meters (null: of every meter it has
+ * grants of): for each, what the grants that no longer count gave (the units burned from them),
+ * and the live ones with their expiry.
+ */
+export async function readCreditGrants(
+  db: Db,
+  subAccountId: string,
+  meters: readonly string[] | null,
+): Promise<Record<string, CreditGrants>> {
+  const rows = await db<{ meter: string; live: boolean; units: number; left: number; expires_at: Date | null }[]>`
+    select meter, (voided_at is null and (expires_at is null or expires_at > now())) as live,
+           units::float8 as units, units_left::float8 as left, expires_at
+    from credit_grants
+    where sub_account_id = ${subAccountId}
+      and (${meters === null} or meter in (select jsonb_array_elements_text(${db.json([...(meters ?? [])])})))`
+  // A meter's name is data: no prototype for it to meet.
+  const found: Record<string, { settled: number; live: CreditGrants['live'][number][] }> = Object.create(null)
+  for (const meter of meters ?? []) found[meter] = { settled: 0, live: [] }
+  for (const row of rows) {
+    found[row.meter] ??= { settled: 0, live: [] }
+    const grants = found[row.meter]!
+    if (row.live) grants.live.push({ units: row.units, left: row.left, expiresAt: row.expires_at?.getTime() ?? null })
+    else grants.settled += row.units - row.left
+  }
+  return found
+}
+
+/** The credits' use of a meter: every unit burned from the sub-account's grants, and its debt. */
+export async function readCreditUse(db: Db, subAccountId: string, meter: string): Promise<number> {
+  const [row] = await db<{ used: number }[]>`
+    select coalesce((select sum(units - units_left) from credit_grants
+                     where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8
+         + coalesce((select units from credit_debts
+                      where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8 as used`
+  return row!.used
+}
+
+/**
+ * A meter's credits as Postgres has them: the balance (units left of the live grants, less the
+ * debt), the units its live grants gave, and the newest grant's sequence (a new grant re-arms the
+ * alerts of the meter: alerts/credit-alerts.ts).
+ */
+export async function readCreditState(
+  db: Db,
+  subAccountId: string,
+  meter: string,
+): Promise<{ balance: number; granted: number; newest: string }> {
+  const [row] = await db<{ balance: number; granted: number; newest: string | null }[]>`
+    select coalesce(sum(units_left) filter (where live), 0)::float8
+             - coalesce((select units from credit_debts where sub_account_id = ${subAccountId} and meter = ${meter}), 0)::float8
+             as balance,
+           coalesce(sum(units) filter (where live), 0)::float8 as granted,
+           max(seq)::text as newest
+    from (select units, units_left, seq, voided_at is null and (expires_at is null or expires_at > now()) as live
+          from credit_grants where sub_account_id = ${subAccountId} and meter = ${meter}) as grants`
+  return { balance: row!.balance, granted: row!.granted, newest: row!.newest ?? '0' }
+}
+
+/** Grants that expired within the last 30 days and have no credits.expired yet (alert_marks), oldest first. */
+export function expiredUnmarked(db: Db, limit: number): Promise<CreditGrantRow[]> {
+  return db<CreditGrantRow[]>`
+    select ${db.unsafe(COLUMNS)} from credit_grants g
+    where voided_at is null and expires_at <= now() and expires_at > now() - interval '30 days'
+      and not exists (select 1 from alert_marks m where m.kind = 'credits.expired' and m.subject = g.id::text)
+    order by expires_at limit ${limit}`
+}
+
+/** A sub-account's credits of a meter over all their grants (usage reconciliation). */
+export interface CreditLedgerRow {
+  sub_account_id: string
+  meter: string
+  granted: number
+  left: number
+  /** Left in grants when they expired or were voided. */
+  expired: number
+  debt_paid: number
+  /** The burn log's sum (credit_burns): what the export carries. */
+  burned: number
+}
+
+/** Every credit ledger of the parent's sub-accounts, in (sub-account, meter) order. */
+export function creditLedgers(db: Db, accountId: string): Promise<CreditLedgerRow[]> {
+  return db<CreditLedgerRow[]>`
+    select g.sub_account_id, g.meter, sum(g.units)::float8 as granted,
+           coalesce(sum(g.units_left) filter (where g.voided_at is null and (g.expires_at is null or g.expires_at > now())), 0)::float8 as left,
+           coalesce(sum(g.units_left) filter (where g.voided_at is not null or g.expires_at <= now()), 0)::float8 as expired,
+           sum(g.debt_paid)::float8 as debt_paid,
+           coalesce(sum((select sum(b.units) from credit_burns b where b.grant_id = g.id)), 0)::float8 as burned
+    from credit_grants g where g.account_id = ${accountId}
+    group by g.sub_account_id, g.meter order by g.sub_account_id, g.meter`
+}
