@@ -101,6 +101,20 @@ t.test('no grant: 402 credits_exhausted naming the meter; a grant lets requests 
   await passesOn(b, sub, 0)
 })
 
+t.test("a plan's credits hold for a sub-account on it that sets none of its own", async (t) => {
+  const plan = await manage('POST', '/plans', { name: 'prepaid', limits: { credits: { tokens: { required: true } } } })
+  t.equal(plan.status, 201, plan.body)
+  const created = await manage('POST', '', { name: 'on a plan', plan_id: plan.json().id })
+  t.equal(created.status, 201, created.body)
+  const sub = created.json().id as string
+  t.same(created.json().effective_limits.credits, { tokens: { required: true, low_threshold_percent: 10 } })
+  const refused = await send(a, sub, 1)
+  checkProblem(t, refused, 402, 'credits_exhausted', "the plan's credit, nothing granted: refused")
+  await grant(sub, { units: 100 })
+  t.equal((await send(a, sub, 0)).status, 200, 'granted: passes')
+  await passesOn(b, sub, 0)
+})
+
 t.test('passes while above zero, charged after, 402 at zero; a new grant pays the debt', async (t) => {
   const sub = await subWithCredits()
   const made = await grant(sub, { units: 100 })

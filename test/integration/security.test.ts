@@ -94,6 +94,13 @@ const TABLE: Record<string, RouteCase> = {
     namesSubAccount: true,
   },
   'GET /v1/sub-accounts/:sub_id/api-keys': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/credits/grants': {
+    body: { meter: 'tokens', units: 1 },
+    scope: 'sub_accounts:write',
+    namesSubAccount: true,
+  },
+  'GET /v1/sub-accounts/:sub_id/credits': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'POST /v1/sub-accounts/:sub_id/credits/grants/:grant_id/void': { scope: 'sub_accounts:write', namesSubAccount: true },
   'GET /v1/sub-accounts/:sub_id/api-keys/:key_id': { scope: 'sub_accounts:read', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': { scope: 'sub_accounts:write', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/roll': { scope: 'sub_accounts:write', namesSubAccount: true },

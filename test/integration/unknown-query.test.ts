@@ -71,6 +71,7 @@ const PATH_VALUES: Record<string, string> = {
   endpoint_id: endpoint,
   event_id: event,
   id: randomUUID(),
+  grant_id: randomUUID(),
 }
 
 /** What a route is sent with `?bogus=1`: a valid body, so that only the query is at fault. */
@@ -125,6 +126,9 @@ const TABLE: Record<string, Line> = {
   'POST /v1/sub-accounts/:sub_id/reactivate': {},
   'POST /v1/sub-accounts/:sub_id/api-keys': { body: { name: 'minted by a bogus query', scopes: ['a:b'] } },
   'GET /v1/sub-accounts/:sub_id/api-keys': {},
+  'POST /v1/sub-accounts/:sub_id/credits/grants': { body: { meter: 'tokens', units: 1 } },
+  'GET /v1/sub-accounts/:sub_id/credits': {},
+  'POST /v1/sub-accounts/:sub_id/credits/grants/:grant_id/void': {},
   'GET /v1/sub-accounts/:sub_id/api-keys/:key_id': {},
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': {},
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/roll': {},

@@ -106,6 +106,12 @@ export function advice(p: Problem): string {
       return 'The request was too large for the gateway: check that the key pasted at sign-in is only the key, and sign in again.'
     case 'not_a_key':
       return 'Copy the whole key again, from where it was first shown, and paste it alone.'
+    case 'credits_exhausted':
+      return "That sub-account's prepaid credits are spent: grant it more credits (Credits), or take the credit limit off its limits or its plan."
+    case 'signature_invalid':
+      return "The report's signature did not verify: only GitHub's secret scanning sends these, signed."
+    case 'scanner_keys_unavailable':
+      return "The gateway could not fetch GitHub's secret scanning keys: try again in a moment, and ask the operator to check SECRET_SCANNING_KEYS_URL."
     case 'cors_refused':
       return "A page on another origin asked for what the route's cors does not allow: add its origin, method or headers to the route's cors, or call from an allowed origin."
     case 'cell_not_served':
