@@ -1,8 +1,8 @@
-// nginx and Caddy (Debian's /usr/sbin/nginx and /usr/bin/caddy) in front of an upstream, asking a
-// gateway's AUTHZ_PORT, run from the configurations docs/forward-auth.md shows
-// (docs/examples/forward-auth/), with only their addresses replaced. Each runs in the foreground
-// as a child of the test, on a free port, in a temporary directory of its own; stopped at
-// teardown, and by a watchdog should the test process die first.
+// nginx and Caddy (Debian's /usr/sbin/nginx with its headers-more module, and /usr/bin/caddy) in
+// front of an upstream, asking a gateway's AUTHZ_PORT, run from the configurations
+// docs/forward-auth.md shows (docs/examples/forward-auth/), with only their addresses replaced.
+// Each runs in the foreground as a child of the test, on a free port, in a temporary directory of
+// its own; stopped at teardown, and by a watchdog should the test process die first.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
@@ -71,7 +71,10 @@ async function run(
   return { url: `http://127.0.0.1:${port}`, log: () => stderr }
 }
 
-/** docs/examples/forward-auth/nginx.conf in a main configuration of the test's own. */
+/**
+ * docs/examples/forward-auth/nginx.conf in a main configuration of the test's own, which loads
+ * headers-more (Debian's libnginx-mod-http-headers-more-filter) as Debian's own nginx.conf does.
+ */
 export async function startNginx(t: TestLike, authzUrl: string, upstreamUrl: string): Promise<FrontProxy> {
   const dir = mkdtempSync(join(tmpdir(), 'tgw-nginx-'))
   const port = await stablePort()
@@ -83,6 +86,7 @@ export async function startNginx(t: TestLike, authzUrl: string, upstreamUrl: str
   writeFileSync(
     join(dir, 'nginx.conf'),
     `daemon off;
+load_module /usr/lib/nginx/modules/ngx_http_headers_more_filter_module.so;
 worker_processes 1;
 pid ${dir}/nginx.pid;
 error_log stderr warn;

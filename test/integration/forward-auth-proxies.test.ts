@@ -2,9 +2,10 @@
 // the configuration docs/forward-auth.md shows (docs/examples/forward-auth/, helpers/front-proxies.ts):
 // a client through them gets exactly what it gets through the gateway's own proxy (status, body,
 // Retry-After, WWW-Authenticate, RateLimit fields, and the trusted headers its upstream
-// receives), for an allowed request and each refusal; a client's forged X-Service-* never reaches
-// the upstream; a revoked key is refused at once; an allow-list reads the client's address from
-// the X-Forwarded-For the proxy in front sends, under TRUSTED_PROXIES.
+// receives), for an allowed request and each refusal; no X-Service-* of the client's, any name,
+// case or count, reaches the upstream, while its acting header still reaches the decision; a
+// revoked key is refused at once; an allow-list reads the client's address from the
+// X-Forwarded-For the proxy in front sends, under TRUSTED_PROXIES.
 import t, { type Test } from 'tap'
 import { type FrontProxy, startCaddy, startNginx } from '../helpers/front-proxies.js'
 import { startGateway } from '../helpers/gateway.js'
@@ -101,7 +102,11 @@ function sameAnswer(t: Test, name: string, a: RawResponse, b: RawResponse): void
 for (const [name, front] of Object.entries(proxies)) {
   t.test(`${name}: allowed, and each refusal, as through the gateway`, async (t) => {
     const sub = await subAccount(`${name}-roomy`, 1000)
-    const allowed = await both(front, { path: '/v1/things/a?x=1', headers: [['Authorization', `Bearer ${sub.key}`]] })
+    // The path and query as the client sent them (nginx hands an allowed request to a named location).
+    const allowed = await both(front, {
+      path: '/v1/things/%7Ea?x=%20y',
+      headers: [['Authorization', `Bearer ${sub.key}`]],
+    })
     sameAnswer(t, 'allowed', allowed.gateway, allowed.front)
     t.equal(allowed.front.status, 200, front.log())
     t.match(allowed.front.headers.ratelimit, /^"sub_account.rate";r=\d+;t=\d+$/)
@@ -135,6 +140,17 @@ for (const [name, front] of Object.entries(proxies)) {
           ['X-Service-Acting-Tenant', parent.id],
         ],
         status: 403,
+      },
+      {
+        // Asked with every copy, as the gateway's proxy reads them, before any is removed.
+        case: 'acting sent twice',
+        path: '/v1/things/a',
+        headers: [
+          ['Authorization', `Bearer ${sub.key}`],
+          ['X-Service-Acting-Tenant', 'self'],
+          ['x-service-acting-tenant', 'self'],
+        ],
+        status: 400,
       },
       { case: 'no route', path: '/v2/other', headers: [['Authorization', `Bearer ${sub.key}`]], status: 404 },
     ]
@@ -202,6 +218,60 @@ for (const [name, front] of Object.entries(proxies)) {
     t.same(seen, trusted(answers.upstreamSaw.gateway), 'what the upstream trusts is what the gateway sends')
     t.equal(seen['x-service-resolved-tenant'], sub.id)
     t.notOk(JSON.stringify(seen).includes('forged'), 'no forged value')
+  })
+
+  t.test(`${name}: an X-Service-* name the gateway never sets never reaches the upstream`, async (t) => {
+    const sub = await subAccount(`${name}-inventor`, 1000)
+    const invented: [string, string][] = [
+      ['X-Service-Whatever', 'invented'],
+      ['x-service-whatever', 'invented-again'],
+      ['X-SERVICE-WHATEVER', 'invented'],
+      ['X-Service-Whatever', 'invented-thrice'],
+      ['x-sErViCe-Tier', 'gold'],
+      ['X_Service_Whatever', 'invented'],
+      ['x.service.whatever', 'invented'],
+      ['X-Service-', 'invented'],
+    ]
+    const answers = await both(front, {
+      path: '/v1/things/a',
+      headers: [['Authorization', `Bearer ${sub.key}`], ...invented],
+    })
+    t.equal(answers.front.status, 200, front.log())
+    const seen = trusted(answers.upstreamSaw.front)
+    t.same(seen, trusted(answers.upstreamSaw.gateway), 'what the upstream trusts is what the gateway sends')
+    t.same(Object.keys(seen).sort(), [
+      'x-request-id',
+      'x-service-caller-tenant',
+      'x-service-key-id',
+      'x-service-resolved-tenant',
+      'x-service-scopes',
+    ])
+    t.equal(seen['x-service-resolved-tenant'], sub.id, "the decision's fields still arrive")
+    t.equal(seen['x-service-key-id'], sub.keyId)
+    const names = Object.keys(answers.upstreamSaw.front?.headers ?? {})
+    t.notOk(
+      names.some((header) => /whatever|tier/.test(header)),
+      `no invented name: ${names.join(' ')}`,
+    )
+    t.notOk(JSON.stringify(answers.upstreamSaw.front?.headers).includes('invented'), 'no invented value')
+  })
+
+  t.test(`${name}: the acting header reaches the decision, never the upstream`, async (t) => {
+    const sub = await subAccount(`${name}-acted`, 1000)
+    const answers = await both(front, {
+      path: '/v1/things/a',
+      headers: [
+        ['Authorization', `Bearer ${parent.apiKey}`],
+        ['x-service-acting-tenant', sub.id],
+      ],
+    })
+    sameAnswer(t, 'acting', answers.gateway, answers.front)
+    t.equal(answers.front.status, 200, front.log())
+    const seen = trusted(answers.upstreamSaw.front)
+    t.same(seen, trusted(answers.upstreamSaw.gateway), 'what the upstream trusts is what the gateway sends')
+    t.equal(seen['x-service-resolved-tenant'], sub.id, 'acting as the sub-account')
+    t.equal(seen['x-service-caller-tenant'], parent.id)
+    t.equal(seen['x-service-acting-tenant'], undefined, 'the acting header was for the gateway alone')
   })
 
   t.test(`${name}: a revoked key is refused at once`, async (t) => {
