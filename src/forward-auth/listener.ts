@@ -11,6 +11,7 @@ import { ApiError, problem, PROBLEM_CONTENT_TYPE } from '../errors.js'
 import { type DecisionKind, markDecision } from '../http/decision-mark.js'
 import { requestId } from '../http/request-id.js'
 import { HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, limitConnections, serverOptions } from '../http/server-limits.js'
+import { VERIFY_PATH } from '../shared/paths.js'
 import { originalRequest } from './endpoints.js'
 import { readBody, verifyQuestion } from './verify.js'
 
@@ -82,7 +83,7 @@ async function verify(app: FastifyInstance, raw: IncomingMessage, response: Serv
 
 function handle(app: FastifyInstance, raw: IncomingMessage, response: ServerResponse): void {
   const path = (raw.url ?? '/').split('?', 1)[0]
-  if (path === '/verify' && raw.method === 'POST') {
+  if (path === VERIFY_PATH && raw.method === 'POST') {
     // Its body is the question: a client that waits for 100 Continue is told to send it.
     if (raw.headers.expect?.toLowerCase() === '100-continue') response.writeContinue()
     verify(app, raw, response).catch((err: Error) => {
@@ -92,7 +93,7 @@ function handle(app: FastifyInstance, raw: IncomingMessage, response: ServerResp
     })
     return
   }
-  const original = path === '/verify' ? new ApiError('route_not_found', 'POST /verify only') : originalRequest(raw)
+  const original = path === VERIFY_PATH ? new ApiError('route_not_found', 'POST /verify only') : originalRequest(raw)
   if (original instanceof ApiError) {
     raw.resume()
     refuse(raw, response, original)

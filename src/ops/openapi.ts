@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs'
 import { STATUS_CODES } from 'node:http'
 import type { FastifyInstance } from 'fastify'
+import { VerifyAnswer, VerifyQuestion } from '../schemas/verify.js'
 import swagger, { type SwaggerTransform, type SwaggerTransformObject } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { OpenAPIV3_1 } from 'openapi-types'
@@ -18,6 +19,7 @@ import {
   MANAGEMENT_PREFIX,
   SECRET_SCANNING_GITHUB_PATH,
   TOKEN_PATH,
+  VERIFY_PATH,
 } from '../shared/paths.js'
 import {
   ACTING_TENANT,
@@ -183,6 +185,47 @@ const GITHUB_REPORT_BODY: OpenAPIV3_1.RequestBodyObject = {
 }
 
 /**
+ * POST /verify (docs/api.md, Verifying a key): served on AUTHZ_PORT only, never on PORT, where this
+ * document is; its own `servers` says so. Its body is read by the decisions' listener, not a route,
+ * so it is described here.
+ */
+const VERIFY_PATH_ITEM = {
+  servers: [
+    {
+      url: 'http://{host}:{authz_port}',
+      description: "The gateway's AUTHZ_PORT: reachable only by the services it decides for, never PORT",
+      variables: { host: { default: 'localhost' }, authz_port: { default: '9092' } },
+    },
+  ],
+  post: {
+    operationId: 'verifyKey',
+    summary: 'Verify a key for a request (AUTHZ_PORT)',
+    description:
+      'For a service behind no proxy: the decision the proxy would make for a request with this key, acting ' +
+      'header, method and path (its route, scopes, allow-lists, limits and cost), counted as that request. ' +
+      'Always 200 with `valid`: a refusal is `{"valid": false, "code", "status"}` with what the proxy would ' +
+      'have answered. AUTHZ_PORT has no key of its own: bind it where only your services reach it.',
+    tags: ['credentials'],
+    security: [],
+    requestBody: {
+      required: true,
+      content: { 'application/json': { schema: VerifyQuestion as OpenAPIV3_1.SchemaObject } },
+    },
+    responses: {
+      200: {
+        description: 'The decision',
+        content: { 'application/json': { schema: VerifyAnswer } },
+      },
+      400: ref('responses', 'BadRequest'),
+      413: {
+        description: 'payload_too_large: a body over 16 KiB',
+        content: { [PROBLEM_JSON]: { schema: ref('schemas', 'Problem') } },
+      },
+    },
+  },
+}
+
+/**
  * The writes whose body their handler reads as a stream (a key import): no body schema on the route,
  * so the document is told here, and they take no Idempotency-Key (an import is idempotent itself).
  */
@@ -265,6 +308,7 @@ function completeDocument(document: OpenAPIV3_1.Document): OpenAPIV3_1.Document 
       }
     }
   }
+  document.paths = { ...document.paths, [VERIFY_PATH]: VERIFY_PATH_ITEM as unknown as OpenAPIV3_1.PathItemObject }
   // Only the groups that hold an operation: with CONSOLE=off the portal's routes are not served,
   // and its tag would be an empty group on /docs.
   document.tags = document.tags?.filter((tag) => tagged.has(tag.name))

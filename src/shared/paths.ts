@@ -10,6 +10,9 @@ export const AUTHORIZATION_SERVER_METADATA_PATH = '/.well-known/oauth-authorizat
 /** The credential paths: the gateway answers them itself, and no route may take them. */
 export const CREDENTIAL_PATHS = [JWKS_PATH, TOKEN_PATH, AUTHORIZATION_SERVER_METADATA_PATH] as const
 
+/** Where a service behind no proxy verifies a key, on AUTHZ_PORT only (docs/api.md, Verifying a key). */
+export const VERIFY_PATH = '/verify'
+
 /** Where GitHub's secret scanning reports leaked keys (docs/secret-scanning.md): no route may take it. */
 export const SECRET_SCANNING_GITHUB_PATH = '/v1/secret-scanning/github'
 

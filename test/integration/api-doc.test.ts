@@ -57,8 +57,12 @@ t.test('docs/api.md lists what the app serves, once, and nothing else', async (t
   t.equal(res.statusCode, 200)
   const doc: Json = res.json()
 
+  // A path item with servers of its own is served on another port (AUTHZ_PORT's POST /verify):
+  // docs/api.md gives it a section of its own, not a row of PORT's endpoints.
   const documented = Object.entries(doc.paths as Record<string, Record<string, Json>>).flatMap(([path, item]) =>
-    Object.entries(item).map(([method, op]) => ({ operation: `${method.toUpperCase()} ${path}`, op })),
+    Object.entries(item)
+      .filter(([method]) => method !== 'servers')
+      .map(([method, op]) => ({ operation: `${method.toUpperCase()} ${path}`, op, elsewhere: 'servers' in item })),
   )
   t.ok(documented.length > 20, `the OpenAPI document has the operations (${documented.length})`)
   const operationIds = new Set<string>()
@@ -87,7 +91,15 @@ t.test('docs/api.md lists what the app serves, once, and nothing else', async (t
       .map((route) => `${route.method} ${openApiPath(route.url)}`)
       .filter((operation) => !Object.values(SUBTREES).some((prefix) => operation.split(' ')[1]!.startsWith(prefix))),
   )
-  for (const { operation } of documented) {
+  for (const { operation, elsewhere } of documented) {
+    if (elsewhere) {
+      t.match(
+        readFileSync(API_MD, 'utf8'),
+        `\`${operation}\``,
+        `${operation} (OpenAPI, another port) is in docs/api.md`,
+      )
+      continue
+    }
     t.ok(listed.includes(operation), `${operation} (OpenAPI) has its row in docs/api.md`)
     t.ok(served.has(operation), `${operation} (OpenAPI) is a route the app registers`)
   }

@@ -5,7 +5,12 @@ import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { compiledSerializer, compiledValidator } from '../../src/http/schema-compilers.js'
-import { CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH, MANAGEMENT_PREFIX } from '../../src/shared/paths.js'
+import {
+  CREDENTIAL_PATHS,
+  MANAGEMENT_PREFIX,
+  SECRET_SCANNING_GITHUB_PATH,
+  VERIFY_PATH,
+} from '../../src/shared/paths.js'
 import { startGateway } from '../helpers/gateway.js'
 import { rawRequest } from '../helpers/http.js'
 import type { JsonBody as Json } from '../helpers/json.js'
@@ -156,6 +161,7 @@ t.test('OpenAPI document and docs page', async (t) => {
     const operationIds: string[] = []
     for (const [path, item] of Object.entries(doc.paths as Record<string, Json>)) {
       for (const [method, op] of Object.entries(item as Record<string, Json>)) {
+        if (method === 'servers') continue // a path item's own (POST /verify, on AUTHZ_PORT)
         t.match(op.operationId, /^[a-zA-Z]+$/, `${method} ${path}: an operationId`)
         operationIds.push(op.operationId)
         t.ok(
@@ -278,7 +284,7 @@ t.test('OpenAPI document and docs page', async (t) => {
       t.notMatch(path, /\*/, `${path}: no wildcard`)
       t.ok(
         path.startsWith(MANAGEMENT_PREFIX) ||
-          ['/healthz', '/readyz', ...CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH].includes(path),
+          ['/healthz', '/readyz', ...CREDENTIAL_PATHS, SECRET_SCANNING_GITHUB_PATH, VERIFY_PATH].includes(path),
         `${path}: served by the gateway itself`,
       )
     }
@@ -290,6 +296,19 @@ t.test('OpenAPI document and docs page', async (t) => {
       t.ok(doc.paths[path]?.get, `${path} is documented`)
       t.same(doc.paths[path]?.get?.security ?? [], [], `${path} needs no key`)
     }
+  })
+
+  t.test('POST /verify: described on its own server, AUTHZ_PORT, without a key', async (t) => {
+    const item = doc.paths[VERIFY_PATH]
+    t.match(item?.servers, [{ url: 'http://{host}:{authz_port}', variables: { authz_port: {} } }], 'not PORT')
+    t.match(item?.post, { operationId: 'verifyKey', tags: ['credentials'], security: [] })
+    t.same(item?.post.requestBody.content['application/json'].schema.required, ['key'])
+    const answers = item?.post.responses['200'].content['application/json'].schema.anyOf as Json[]
+    t.same(
+      answers.map((answer) => answer.properties.valid.const),
+      [true, false],
+      'an answer says valid, true or false',
+    )
   })
 
   t.test('the credential endpoints: a form in, a token or an RFC 6749 error out', async (t) => {
