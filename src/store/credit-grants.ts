@@ -185,8 +185,12 @@ export interface CreditLedgerRow {
   burned: number
 }
 
-/** Every credit ledger of the parent's sub-accounts, in (sub-account, meter) order. */
-export function creditLedgers(db: Db, accountId: string): Promise<CreditLedgerRow[]> {
+/**
+ * Every credit ledger of the parent's sub-accounts, in (sub-account, meter) order. Async, so that a
+ * statement refused at once (its heavy read stopped, call-statements.ts) rejects rather than throws
+ * while the reconciliation's other reads are already under way, which would leave theirs unheard.
+ */
+export async function creditLedgers(db: Db, accountId: string): Promise<CreditLedgerRow[]> {
   return db<CreditLedgerRow[]>`
     select g.sub_account_id, g.meter, sum(g.units)::float8 as granted,
            coalesce(sum(g.units_left) filter (where g.voided_at is null and (g.expires_at is null or g.expires_at > now())), 0)::float8 as left,

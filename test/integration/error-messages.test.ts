@@ -251,7 +251,10 @@ t.test('a typo deep in limits: the field and its path, what is allowed, no anyOf
   ])
   const unknownMember = await post('/v1/sub-accounts', JSON.stringify({ name: 'x', limits: { rates: {} } }))
   t.same(checkProblem(t, unknownMember, 400, 'validation_failed', 'rates').errors, [
-    { path: '/body/limits/rates', message: 'is not a known field (allowed: rate, monthly_quota, meters, shadow)' },
+    {
+      path: '/body/limits/rates',
+      message: 'is not a known field (allowed: rate, monthly_quota, meters, shadow, credits)',
+    },
   ])
 })
 
