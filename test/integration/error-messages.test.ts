@@ -253,7 +253,7 @@ t.test('a typo deep in limits: the field and its path, what is allowed, no anyOf
   t.same(checkProblem(t, unknownMember, 400, 'validation_failed', 'rates').errors, [
     {
       path: '/body/limits/rates',
-      message: 'is not a known field (allowed: rate, monthly_quota, meters, shadow, credits)',
+      message: 'is not a known field (allowed: rate, monthly_quota, meters, credits, shadow)',
     },
   ])
 })

@@ -396,7 +396,7 @@ t.test('the CLI', { jobs: 4 }, async (t) => {
     [
       ['frobnicate'],
       env,
-      /^error: unknown command "frobnicate"; the commands are migrate, accounts create, accounts limits, accounts scopes, accounts portal-origins, keys create, keys revoke, keys roll, usage export, usage reconcile, signing-keys rotate \(--help for the usage\)$/,
+      /^error: unknown command "frobnicate"; the commands are migrate, accounts create, accounts limits, accounts scopes, accounts placement, accounts portal-origins, accounts leak-policy, keys create, keys revoke, keys roll, keys import, usage export, usage reconcile, signing-keys rotate \(--help for the usage\)$/,
     ],
     [[], env, /^error: a command is required: .*--help/],
     [['accounts', 'create'], env, /^error: --name is required$/],
