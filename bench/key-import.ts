@@ -22,6 +22,7 @@ import {
   percentile,
   PROXIED_PATH,
   reportHead,
+  rssBytes,
   request,
   run,
   sleep,
@@ -38,6 +39,8 @@ const SUB_ACCOUNTS = envInt('BENCH_SUB_ACCOUNTS', 100)
 const SAMPLE = envInt('BENCH_SAMPLE', 100)
 /** Every n-th key is given by its SHA-256 (hex) only, as an export of hashes would. */
 const DIGEST_EVERY = 10
+/** The gateway's V8 old-space cap in MiB; unset, the image's (Dockerfile NODE_OPTIONS, 160). */
+const MAX_OLD_SPACE_MB = process.env.BENCH_MAX_OLD_SPACE_MB ? envInt('BENCH_MAX_OLD_SPACE_MB', 160) : null
 
 interface Counters {
   transactions: number
@@ -95,7 +98,14 @@ async function main(): Promise<void> {
   let report: string[]
   try {
     upstream = await startUpstream()
-    gateway = await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: { REDIS_KEY_PREFIX: prefix } })
+    gateway = await startGateway({
+      databaseUrl: db.url,
+      upstreamUrl: upstream.url,
+      env: {
+        REDIS_KEY_PREFIX: prefix,
+        ...(MAX_OLD_SPACE_MB === null ? {} : { NODE_OPTIONS: `--max-old-space-size=${MAX_OLD_SPACE_MB}` }),
+      },
+    })
     const { key: parentKey } = await sql.begin((tx) =>
       createParentWithKey(tx, { name: 'key-import bench', externalId: null, extraScopes: [] }),
     )
@@ -125,13 +135,23 @@ async function main(): Promise<void> {
     console.error(`importing ${fmt(KEYS)} keys (${(Buffer.byteLength(body) / 2 ** 20).toFixed(1)} MiB)…`)
     const before = await counters(sql)
     const started = performance.now()
+    const running = gateway
+    let peakRss = rssBytes(running.child.pid)
+    const sampling = setInterval(() => {
+      peakRss = Math.max(peakRss, rssBytes(running.child.pid) || 0)
+    }, 250)
     const answer = await post(
-      gateway,
+      running,
       '/v1/sub-accounts/api-keys/imports',
       parentKey.apiKey,
       'application/x-ndjson',
       body,
-    )
+    ).catch((err: unknown) => {
+      const after = ((performance.now() - started) / 1000).toFixed(1)
+      clearInterval(sampling)
+      throw new Error(`the import failed after ${after} s (${String(err)}); the gateway wrote:\n${running.output()}`)
+    })
+    clearInterval(sampling)
     const seconds = (performance.now() - started) / 1000
     const after = await counters(sql)
     if (answer.status !== 200) throw new Error(`import: ${answer.status} ${answer.text.slice(0, 500)}`)
@@ -161,15 +181,24 @@ async function main(): Promise<void> {
     report = [
       ...reportHead('bench:key-import'),
       '',
-      `Import: ${fmt(KEYS)} lines (sk_live_ keys, one in ${DIGEST_EVERY} by its SHA-256 only) over ${SUB_ACCOUNTS} sub-accounts named by external_id, one POST, ${IMPORT_BATCH_LINES} lines a batch.`,
+      `Import: ${fmt(KEYS)} lines (sk_live_ keys, one in ${DIGEST_EVERY} by its SHA-256 only) over ${SUB_ACCOUNTS} sub-accounts named by external_id, one POST, ${IMPORT_BATCH_LINES} lines a batch; gateway old space ${MAX_OLD_SPACE_MB === null ? "the image's" : `${MAX_OLD_SPACE_MB} MiB`}.`,
       '',
       ...table(
-        ['seconds', 'lines/s', 'summary', 'Postgres transactions', 'rows inserted', 'statements by the code'],
+        [
+          'seconds',
+          'lines/s',
+          'summary',
+          'gateway peak RSS',
+          'Postgres transactions',
+          'rows inserted',
+          'statements by the code',
+        ],
         [
           [
             seconds.toFixed(1),
             fmt(KEYS / seconds),
             `${fmt(summary.imported!)} imported`,
+            `${fmt(peakRss / 2 ** 20)} MiB`,
             fmt(after.transactions - before.transactions),
             fmt(after.inserted - before.inserted),
             `${fmt(batches * 3)} (${batches} batches × 3)`,
