@@ -73,7 +73,10 @@ t.test('GETs under load see no error while a target flaps, one is slow and one i
     'every GET answered 200',
   )
   const posts = upstreams.reduce((sum, u) => sum + u.received.filter((r) => r.method === 'POST').length, 0)
-  t.equal(posts, REQUESTS / 2, 'each POST reached an upstream once: none sent twice')
+  // A POST cut on the killed target may never have been read whole (nor recorded) there: at most
+  // one arrival a POST, and at least one for each answered 200.
+  t.ok(posts <= REQUESTS / 2, `no POST sent twice (${posts} arrived of ${REQUESTS / 2})`)
+  t.ok(posts >= statuses.POST!.filter((s) => s === 200).length, 'each POST answered 200 arrived')
   t.ok(
     statuses.POST!.every((s) => s === 200 || s === 502 || s === 503),
     `a POST fails only with its target's failure (${statuses.POST!.filter((s) => s !== 200).length} did)`,
