@@ -86,7 +86,11 @@ class LazyChildLogger {
   }
 
   private real(): FastifyBaseLogger {
-    this.built ??= this.parent.child(this.bindings, this.options)
+    if (this.built === null) {
+      // A lazy parent's child() is lazy: the real child hangs off its real logger.
+      const parent = this.parent instanceof LazyChildLogger ? this.parent.real() : this.parent
+      this.built = parent.child(this.bindings, this.options)
+    }
     return this.built
   }
 
@@ -117,8 +121,13 @@ class LazyChildLogger {
   silent(...args: unknown[]): void {
     ;(this.real().silent as (...a: unknown[]) => void)(...args)
   }
+  /** Lazy too: a child made before anything is logged (a sampled trace's ids) costs nothing until used. */
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
-    return this.real().child(bindings, options)
+    return new LazyChildLogger(
+      this as unknown as FastifyBaseLogger,
+      bindings,
+      options ?? {},
+    ) as unknown as FastifyBaseLogger
   }
 }
 

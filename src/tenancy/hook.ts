@@ -27,9 +27,10 @@ export async function resolveInto(
   untraced: TenancyLookups,
   counts: SingleHeaderCounts,
 ): Promise<void> {
-  // With tracing on, the store calls the lookups make for this request are its spans.
+  // With tracing on, the store calls the lookups make for a sampled request are its spans. An
+  // unsampled one's would record nothing: no traced view (its closures) is made for it.
   const trace = request.trace
-  const lookups = trace === null || untraced.traced === undefined ? untraced : untraced.traced(trace)
+  const lookups = trace === null || !trace.sampled || untraced.traced === undefined ? untraced : untraced.traced(trace)
   let principal: Principal
   try {
     principal = await authenticate(

@@ -28,15 +28,17 @@ export const tracesPlugin = fp<TracesOptions>(
     if (settings === null) return
     // Loaded here, not imported above: a gateway that does not trace never loads the SDK.
     const { startTracing } = await import('./tracer.js')
-    const { RequestSpan } = await import('./request-span.js')
+    const { startRequestTrace } = await import('./request-span.js')
     const tracing = startTracing(settings, (spans) => dropped.inc(spans))
     const { tracer } = tracing
     const clientContext = settings.clientContext
     app.addHook('onRequest', (request, _reply, done) => {
-      const span = new RequestSpan(tracer, clientContext, request)
-      request.trace = span
-      // Every line the request logs names its trace (and its server span) for the log's backend.
-      request.log = request.log.child({ trace_id: span.traceId, span_id: span.spanId })
+      const trace = startRequestTrace(tracer, clientContext, request)
+      request.trace = trace
+      // Every line a sampled request logs names its trace (and its server span) for the log's
+      // backend. An unsampled one has no trace to open: no second logger (its request line still
+      // carries trace_id, ops/logging.ts).
+      if (trace.sampled) request.log = request.log.child({ trace_id: trace.traceId, span_id: trace.spanId })
       done()
     })
     app.addHook('onClose', async () => {

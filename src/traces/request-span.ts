@@ -13,12 +13,12 @@ import {
   SpanKind,
   SpanStatusCode,
   type Tracer,
-  TraceFlags,
   trace,
 } from '@opentelemetry/api'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RequestTrace, UpstreamSpan, WorkAttributes, WorkSpan } from '../shared/request-trace.js'
+import { UnsampledTrace } from './unsampled-trace.js'
 
 const propagator = new W3CTraceContextPropagator()
 
@@ -56,10 +56,43 @@ function pathOf(url: string): string {
   return query === -1 ? url : url.slice(0, query)
 }
 
+/** The upstream's `traceparent` for `span` (W3C Trace Context, version 00), as the propagator writes it. */
+function traceparentOf(span: Span): string {
+  const { traceId, spanId, traceFlags } = span.spanContext()
+  return `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`
+}
+
+/**
+ * The request's trace: the sampler decides once, at the server span. Unsampled (most requests at a
+ * low ratio), an `UnsampledTrace` that makes no span and builds no attribute; sampled, a `RequestSpan`.
+ */
+export function startRequestTrace(
+  tracer: Tracer,
+  clientContext: 'continue' | 'ignore',
+  request: FastifyRequest,
+): RequestSpan | UnsampledTrace {
+  const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
+  const clientSpan = trace.getSpanContext(client)
+  const links: Link[] | undefined =
+    clientContext === 'ignore' && clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
+      ? [{ context: clientSpan }]
+      : undefined
+  const route = routeOf(request)
+  const span = tracer.startSpan(
+    route === null ? request.method : `${request.method} ${route}`,
+    { kind: SpanKind.SERVER, attributes: { 'http.request.method': request.method }, links },
+    clientContext === 'continue' ? client : ROOT_CONTEXT,
+  )
+  // Not recording: the SDK's non-recording span, which needs no end; nothing under it is sampled.
+  if (!span.isRecording()) return new UnsampledTrace(span.spanContext().traceId)
+  return new RequestSpan(tracer, span, route, request)
+}
+
+/** A sampled request's trace: its server span recording, and the spans of what it waits for. */
 export class RequestSpan implements RequestTrace {
   readonly traceId: string
   readonly spanId: string
-  readonly sampled: boolean
+  readonly sampled = true
   private readonly tracer: Tracer
   private readonly span: Span
   /** The server span's context: the parent of every span of this request. */
@@ -67,27 +100,13 @@ export class RequestSpan implements RequestTrace {
   private readonly startedAt = performance.now()
   private upgraded = false
 
-  constructor(tracer: Tracer, clientContext: 'continue' | 'ignore', request: FastifyRequest) {
+  constructor(tracer: Tracer, span: Span, route: string | null, request: FastifyRequest) {
     this.tracer = tracer
-    const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
-    const clientSpan = trace.getSpanContext(client)
-    const links: Link[] | undefined =
-      clientContext === 'ignore' && clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
-        ? [{ context: clientSpan }]
-        : undefined
-    const route = routeOf(request)
-    this.span = tracer.startSpan(
-      route === null ? request.method : `${request.method} ${route}`,
-      { kind: SpanKind.SERVER, attributes: { 'http.request.method': request.method }, links },
-      clientContext === 'continue' ? client : ROOT_CONTEXT,
-    )
-    const spanContext = this.span.spanContext()
+    this.span = span
+    const spanContext = span.spanContext()
     this.traceId = spanContext.traceId
     this.spanId = spanContext.spanId
-    this.sampled = (spanContext.traceFlags & TraceFlags.SAMPLED) !== 0
-    this.context = trace.setSpan(ROOT_CONTEXT, this.span)
-    // An unsampled span records nothing: its attributes are not even made (most requests at 0.01).
-    if (!this.span.isRecording()) return
+    this.context = trace.setSpan(ROOT_CONTEXT, span)
     const attributes: Attributes = {
       'url.path': pathOf(request.url),
       'url.scheme': request.protocol,
@@ -96,7 +115,7 @@ export class RequestSpan implements RequestTrace {
     if (route !== null) attributes['http.route'] = route
     const agent = request.headers['user-agent']
     if (agent !== undefined) attributes['user_agent.original'] = agent
-    this.span.setAttributes(attributes)
+    span.setAttributes(attributes)
   }
 
   work(name: string, attributes: WorkAttributes): WorkSpan {
@@ -128,23 +147,12 @@ export class RequestSpan implements RequestTrace {
   upstream(upstream: string, method: string): UpstreamSpan {
     const span = this.tracer.startSpan(
       method,
-      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method } },
+      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method, ...serverOf(upstream) } },
       this.context,
     )
-    if (span.isRecording()) span.setAttributes(serverOf(upstream))
-    const carrier: Record<string, string> = {}
-    propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, {
-      set: (target, key, value) => {
-        target[key] = value
-      },
-    })
     return {
-      traceparent: carrier.traceparent!,
+      traceparent: traceparentOf(span),
       end(statusCode, errorType) {
-        if (!span.isRecording()) {
-          span.end()
-          return
-        }
         if (statusCode !== null) span.setAttribute('http.response.status_code', statusCode)
         // A client span's error is any status from 400 (the semantic conventions' HTTP client spans).
         const error = errorType ?? (statusCode !== null && statusCode >= 400 ? String(statusCode) : undefined)
@@ -166,12 +174,6 @@ export class RequestSpan implements RequestTrace {
   finish(request: FastifyRequest, reply: FastifyReply): void {
     const span = this.span
     const status = reply.statusCode
-    if (!span.isRecording()) {
-      // An unsampled WebSocket's span waits for its close all the same (it ends nothing more).
-      if (status === 101) this.upgraded = true
-      else span.end()
-      return
-    }
     span.setAttribute('http.response.status_code', status)
     const principal = request.principal
     if (principal !== null) {

@@ -33,6 +33,7 @@ const tracingGateway = (to: Collector, env: Record<string, string> = {}, logger 
         { prefix: '/live', upstream: sockets.url, websocket: true },
         // Round robin: a request sent to the refusing target first is retried on the other.
         { prefix: '/retried', targets: [{ url: REFUSED_URL }, { url: upstream.url }], balance: 'round_robin' },
+        { prefix: '/down', upstream: REFUSED_URL },
       ],
     },
     env: { OTEL_EXPORTER_OTLP_ENDPOINT: to.url, OTEL_BSP_SCHEDULE_DELAY: '20', ...env },
@@ -181,6 +182,47 @@ t.test('an unsampled client: the upstream still gets a traceparent naming the ga
   t.not(parentId, CLIENT_SPAN)
   t.equal(flags, '00', 'not sampled, as the client said (parentbased_always_on)')
 })
+
+t.test(
+  'log lines: a sampled request’s name its trace and server span, an unsampled one’s only its request line',
+  async (t) => {
+    const linesOf = (reqId: string) =>
+      logged.map((l) => JSON.parse(l)).filter((l) => l.reqId === reqId) as Record<string, unknown>[]
+    const sampledTrace = randomBytes(16).toString('hex')
+    const sampled = await callAs(gw.url, parent.apiKey, {
+      path: '/down/x',
+      headers: [['traceparent', `00-${sampledTrace}-${CLIENT_SPAN}-01`]],
+    })
+    t.equal(sampled.status, 502)
+    const unsampledTrace = randomBytes(16).toString('hex')
+    const unsampled = await callAs(gw.url, parent.apiKey, {
+      path: '/down/x',
+      headers: [['traceparent', `00-${unsampledTrace}-${CLIENT_SPAN}-00`]],
+    })
+    t.equal(unsampled.status, 502)
+    for (const res of [sampled, unsampled]) {
+      const id = String(res.headers['x-request-id'])
+      await until(10_000, async () => linesOf(id).some((l) => l.msg === 'request'))
+    }
+    const server = await serverSpan(collector, 'GET /down', (span) => span.traceId === sampledTrace)
+    const sampledLines = linesOf(String(sampled.headers['x-request-id'])).filter((l) => l.msg !== 'request')
+    t.ok(sampledLines.length > 0, 'the failed upstream call is logged')
+    for (const line of sampledLines) {
+      t.equal(line.trace_id, sampledTrace, `"${line.msg}" names the trace`)
+      t.equal(line.span_id, server.spanId, `"${line.msg}" names the server span`)
+    }
+    const unsampledLines = linesOf(String(unsampled.headers['x-request-id']))
+    t.ok(unsampledLines.length > 1, 'the failed upstream call is logged')
+    for (const line of unsampledLines) {
+      if (line.msg === 'request') t.equal(line.trace_id, unsampledTrace, 'the request line names the trace')
+      else t.notOk('trace_id' in line || 'span_id' in line, `"${line.msg}" names no trace: none was recorded`)
+    }
+    t.notOk(
+      collector.spans.some((span) => span.traceId === unsampledTrace),
+      'nothing of the unsampled request was exported',
+    )
+  },
+)
 
 t.test('a refusal: its span says the problem code, and no upstream span', async (t) => {
   const trace = '1af7651916cd43dd8448eb211c80319c'
