@@ -6,52 +6,11 @@
 import { Cluster } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { CacheMetrics } from './metrics.js'
-import {
-  entryKey,
-  generationKey,
-  GENERATION_TTL_MS,
-  invalidationChannel,
-  legacyEntryKey,
-  legacyGenerationKey,
-  stampKey,
-} from './entry-names.js'
+import { entryKey, invalidationChannel } from './entry-names.js'
+import { parseKeyList, sendInvalidation } from './invalidation-messages.js'
 import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import type { OutageNotice } from './outage-notice.js'
 import { REDIS_CONNECTION, type CacheTimings } from './settings.js'
-
-/** What a change tells the caches once it has committed. */
-export interface CacheInvalidator {
-  invalidate(keys: readonly string[]): Promise<void>
-}
-
-/**
- * The Redis side of an invalidation: each entry's generation bumped and the entry deleted, in one
- * MULTI per entry (the two share a hash tag, so one slot on a cluster, where a MULTI may not span
- * slots), then the names published. Publishing after every delete has answered: a replica that
- * hears the message and reads Redis again finds the entry gone. Nothing needs the entries deleted
- * together: a fill stores only under the generation it read (redis-commands.ts).
- */
-async function sendInvalidation(redis: RedisClient, keyPrefix: string, keys: readonly string[]): Promise<void> {
-  await Promise.all(
-    keys.map((key) => {
-      const generation = generationKey(keyPrefix, key)
-      const multi = redis
-        .multi()
-        .incr(generation)
-        .pexpire(generation, GENERATION_TTL_MS)
-        .del(entryKey(keyPrefix, key), stampKey(keyPrefix, key))
-      // The same for the names replicas of the earlier version use, during a rolling upgrade.
-      if (!(redis instanceof Cluster)) {
-        const legacy = legacyGenerationKey(keyPrefix, key)
-        multi.incr(legacy).pexpire(legacy, GENERATION_TTL_MS).del(legacyEntryKey(keyPrefix, key))
-      }
-      return multi.exec()
-    }),
-  )
-  // On a cluster, PUBLISH reaches the subscribers of every node
-  // (docs/decisions/0232-plain-publish-subscribe-on-a-cluster-not-sharded.md).
-  await redis.publish(invalidationChannel(keyPrefix), JSON.stringify(keys))
-}
 
 const MAX_UNSENT_KEYS = 10_000
 
@@ -272,43 +231,4 @@ export class InvalidationBus {
     await Promise.all(due.map(([, sendNow]) => sendNow()))
     this.subscriber.disconnect()
   }
-}
-
-/**
- * For a process without a cache of its own (the CLI): deletes the Redis entries and tells every
- * replica, as TenancyCache.invalidate does after a change made through the API.
- */
-export async function publishInvalidation(
-  target: RedisTarget,
-  keyPrefix: string,
-  keys: readonly string[],
-  options: { repeatAfterMs?: number } = {},
-): Promise<void> {
-  // One attempt: the CLI reports a failure rather than wait for Redis.
-  const redis = openRedis(target, { ...REDIS_CONNECTION, maxRetriesPerRequest: 1, retryStrategy: () => null })
-  redis.on('error', () => {
-    // Reported by the command below.
-  })
-  const send = () => sendInvalidation(redis, keyPrefix, keys)
-  try {
-    await send()
-    // Sent again, as TenancyCache.invalidate does: a replica's fill that read the old row before
-    // the commit may have written it back to Redis after the first delete.
-    if (options.repeatAfterMs !== undefined) {
-      await new Promise((resolve) => setTimeout(resolve, options.repeatAfterMs))
-      await send()
-    }
-  } finally {
-    redis.disconnect()
-  }
-}
-
-function parseKeyList(message: string): string[] | null {
-  try {
-    const keys: unknown = JSON.parse(message)
-    if (Array.isArray(keys) && keys.every((key) => typeof key === 'string')) return keys as string[]
-  } catch {
-    // Falls through: not JSON.
-  }
-  return null
 }

@@ -228,9 +228,12 @@ t.test('a refresh that raced an invalidation does not store the row it read', as
   // Past its refresh point (the TTL is long, so move the entry's clock instead of waiting), with
   // the Redis entry gone, the next read answers from memory and the refresh goes to Postgres.
   type Entry = { value: unknown; storedAt: number; refreshAt: number }
+  // The in-process tier's LRU (cache/local-tier.ts).
   const local = (
-    slow as unknown as { local: { get(key: string): Entry | undefined; set(key: string, entry: Entry): void } }
-  ).local
+    slow as unknown as {
+      local: { local: { get(key: string): Entry | undefined; set(key: string, entry: Entry): void } }
+    }
+  ).local.local
   const stored = local.get(cacheKeys.key(digest))!
   local.set(cacheKeys.key(digest), { ...stored, refreshAt: 0 })
   await redis.del(entry)
