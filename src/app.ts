@@ -8,24 +8,26 @@ import {
   accountingOptions,
   alertsOptions,
   cacheOptions,
-  consoleOptions,
   credentialOptions,
   eventRetentionOptions,
   healthOptions,
   limitsOptions,
-  managementOptions,
   metricsOptions,
-  oauthOptions,
-  portalOptions,
-  proxyOptions,
   requestLogOptions,
-  requestLogReader,
-  secretScanningOptions,
   signingKeysOptions,
   tracesOptions,
   usageMeterOptions,
   webhookDeliveryOptions,
 } from './app-options.js'
+import { proxyOptions } from './app-proxy-options.js'
+import {
+  consoleOptions,
+  managementOptions,
+  oauthOptions,
+  portalOptions,
+  requestLogReader,
+  secretScanningOptions,
+} from './app-surface-options.js'
 import { checkDeps, configureServer, fastifyOptions } from './app-server.js'
 import type { AccessTokens } from './auth/access-tokens.js'
 import { tenancyCachePlugin } from './cache/plugin.js'

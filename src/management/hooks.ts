@@ -192,7 +192,7 @@ export function streamedBodyRead(request: FastifyRequest, reply: FastifyReply): 
 }
 
 /**
- * onRoute: a handler's statements through a `cancellable` pool (the scope's, app-options.ts) are
+ * onRoute: a handler's statements through a `cancellable` pool (the scope's, app-surface-options.ts) are
  * cancelled when the store deadline answers 503 (store/call-statements.ts): none runs on for an
  * answer nobody waits for. The handler then ends with their error, or with what it made of it: an
  * outcome nobody waits for either, which fastify would log again (an error at level error, an
