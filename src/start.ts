@@ -16,7 +16,8 @@ import { serveMetrics } from './ops/metrics-server.js'
 import { loadRouteTable } from './proxy/route-table.js'
 import { type DecisionListener, listenForDecisions } from './forward-auth/listener.js'
 import { HANDLED_SIGNALS, type ProcessEvent, StopRules } from './signals.js'
-import { type Store, openStore, reachPostgres } from './store/db.js'
+import { type Store, openStore } from './store/db.js'
+import { reachPostgres } from './store/first-contact.js'
 import { migrate } from './store/migrate.js'
 
 /** What the gateway is given of its process; main.ts passes the process's own. */

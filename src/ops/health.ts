@@ -8,7 +8,8 @@ import type { FastifyPluginAsync } from 'fastify'
 import { Type } from 'typebox'
 import type { TenancyCache } from '../cache/tiered.js'
 import { PROBLEM_CONTENT_TYPE, problem } from '../errors.js'
-import { hasReachedPostgres, withDeadline, type Sql } from '../store/db.js'
+import { withDeadline, type Sql } from '../store/db.js'
+import { hasReachedPostgres } from '../store/first-contact.js'
 
 /** Long enough for a loaded but healthy store, short enough for a kubelet's 1 s probe timeout. */
 export const READINESS_TIMEOUT_MS = 800

@@ -48,7 +48,7 @@ export interface KeyCredential {
   ip_allowlist: string[] | null
 }
 
-// Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see db.ts).
+// Arrays come back as JSON: postgres.js parses no arrays (fetch_types is off, see postgres-options.ts).
 /** A key's columns as KeyRow holds them (scopes as JSON, which crosses without array types). */
 /** When a leak was reported, as Date#toISOString writes it (the key object's other times are so). */
 const LEAKED_AT = `to_char(leaked_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
@@ -96,7 +96,7 @@ export async function insertKey(db: Db, key: NewKey): Promise<KeyRow> {
 
 /**
  * The keys of several digests in one query (store/key-lookup-batcher.ts). The digests cross as a
- * JSON array of hex strings (postgres.js serialises no arrays here, see db.ts), so that the
+ * JSON array of hex strings (postgres.js serialises no arrays here, see postgres-options.ts), so that the
  * statement's text is the same for any number of them.
  */
 export async function findKeysByDigests(

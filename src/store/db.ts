@@ -1,10 +1,10 @@
 // The connection to Postgres: a real server when DATABASE_URL is set, else the embedded PGlite
 // database in DATA_DIR, served to the same postgres.js code over a loopback socket (docs/configuration.md).
+// The embedded database is embedded-store.ts's; the first contact with a real Postgres, first-contact.ts's.
 import { randomBytes } from 'node:crypto'
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
 import postgres from 'postgres'
-import { processIsAlive } from '../shared/process-alive.js'
+import { openEmbeddedStore } from './embedded-store.js'
+import { COMMON_OPTIONS } from './postgres-options.js'
 
 export type Sql = postgres.Sql
 export type Tx = postgres.TransactionSql
@@ -89,27 +89,6 @@ export interface StoreOptions {
    */
   statementTimeoutMs?: number
 }
-
-export class EmbeddedDatabaseBusyError extends Error {
-  constructor(dataDir: string, holder: string) {
-    super(`the embedded database in ${dataDir} is in use by ${holder}; stop it or set DATABASE_URL`)
-    this.name = 'EmbeddedDatabaseBusyError'
-  }
-}
-
-const COMMON_OPTIONS = {
-  onnotice: () => {},
-  // Connection-level timeouts, so that an unreachable database fails a request instead of hanging it.
-  connect_timeout: 5,
-  idle_timeout: 60,
-  // No array-type query on each new connection: postgres.js 3.4.9 drops that query's promise, so
-  // a connection lost during it is an unhandled rejection (test/faults/postgres-reset.test.ts).
-  // Without it postgres.js neither parses nor serialises arrays: they cross as JSON instead
-  // (to_jsonb on the way out, jsonb_to_recordset and jsonb_array_elements_text on the way in).
-  // Beware: with it off, postgres.js 3.4.9 never hands a new connection to sql.reserve() (it
-  // hangs); the gateway does not use reserve().
-  fetch_types: false,
-} as const
 
 /**
  * The main pool's `statement_timeout` and `lock_timeout`, in ms: a management call's store deadline
@@ -205,134 +184,4 @@ export function openOneConnection(
     max: 1,
     connection: { ...parameters, application_name: applicationName },
   })
-}
-
-/**
- * PGlite is a single backend inside one process: two processes on one data directory would
- * corrupt it. A lock file with our PID keeps a second one out; a lock left by a dead process is
- * taken over.
- */
-function lockDataDir(dataDir: string, holder: string): () => void {
-  mkdirSync(dataDir, { recursive: true })
-  const lockPath = join(dataDir, 'gateway.lock')
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(lockPath, JSON.stringify({ pid: process.pid, holder }), { flag: 'wx' })
-      return () => rmSync(lockPath, { force: true })
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
-      let owner: { pid?: number; holder?: string } = {}
-      try {
-        owner = JSON.parse(readFileSync(lockPath, 'utf8'))
-      } catch {
-        // A half-written lock file: treated as stale below.
-      }
-      // Our own PID counts as busy too: a second PGlite on one directory in one process corrupts it.
-      if (typeof owner.pid === 'number' && processIsAlive(owner.pid)) {
-        throw new EmbeddedDatabaseBusyError(dataDir, `${owner.holder ?? 'another process'} (pid ${owner.pid})`)
-      }
-      rmSync(lockPath, { force: true })
-    }
-  }
-  throw new EmbeddedDatabaseBusyError(dataDir, 'another process')
-}
-
-async function openEmbeddedStore(dataDir: string, holder: string): Promise<Store> {
-  const unlock = lockDataDir(dataDir, holder)
-  try {
-    // Loaded lazily: a deployment on a real Postgres never pays for the WebAssembly build.
-    const { PGlite } = await import('@electric-sql/pglite')
-    const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket')
-    const db = await PGlite.create(join(dataDir, 'pgdata'))
-    // PGlite is one backend session: several pooled connections break as soon as transactions
-    // and plain queries interleave, so both sides use exactly one connection.
-    const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: 1 })
-    await server.start()
-    const [host, port] = server.getServerConn().split(':')
-    const sql = postgres({
-      ...COMMON_OPTIONS,
-      host,
-      port: Number(port),
-      user: 'postgres',
-      database: 'postgres',
-      max: 1,
-      // Never let the one connection go idle-closed: the socket has a single slot and no
-      // password, so a free slot could be taken by any local process.
-      idle_timeout: 0,
-      max_lifetime: null,
-    })
-    return {
-      sql,
-      embedded: true,
-      close: async () => {
-        try {
-          await sql.end({ timeout: 5 })
-          await server.stop()
-          await db.close()
-        } finally {
-          unlock()
-        }
-      },
-    }
-  } catch (err) {
-    unlock()
-    throw err
-  }
-}
-
-/**
- * True once one of the pool's connections has completed its startup with Postgres since the
- * process started: postgres.js keeps the parameters the server reports then (server_version
- * among them) for the pool's lifetime, whatever happens to the connection afterwards.
- */
-export function hasReachedPostgres(sql: Sql): boolean {
-  return sql.parameters.server_version !== undefined
-}
-
-/** How long a start waits for its first answer from a real Postgres (docs/operations.md). */
-export const FIRST_CONTACT_TIMEOUT_MS = 10_000
-
-/** Where a connection string points, for messages: host:port/database, never the password. */
-export function describeDatabaseUrl(databaseUrl: string): string {
-  const url = new URL(databaseUrl)
-  return `${url.hostname || 'localhost'}:${url.port || '5432'}${url.pathname.length > 1 ? url.pathname : ''}`
-}
-
-/**
- * Waits for a real Postgres's first answer, and fails with a message that names Postgres,
- * DATABASE_URL and where it was tried. postgres.js retries a host that does not answer without
- * end (each attempt ends at connect_timeout, and the next begins), so a start would otherwise hang
- * in silence. On failure the pool is ended at once: nothing was sent that is worth waiting for.
- */
-export async function reachPostgres(
-  sql: Sql,
-  databaseUrl: string,
-  timeoutMs = FIRST_CONTACT_TIMEOUT_MS,
-): Promise<void> {
-  try {
-    await withDeadline(sql`select 1`, timeoutMs)
-  } catch (err) {
-    await sql.end({ timeout: 0 })
-    const code = (err as { code?: unknown }).code
-    const where = describeDatabaseUrl(databaseUrl)
-    // Postgres answered: the address is right, and the message says what else is wrong.
-    if (code === '3D000') {
-      // The one postgres.js asked for (with no path in the URL: the user's name, or PGDATABASE).
-      const name = String(sql.options.database)
-      throw new Error(
-        `Postgres at ${where} answers but has no database "${name}" (DATABASE_URL): create it (createdb ${name}) or name one that exists`,
-      )
-    }
-    if (code === '28P01' || code === '28000')
-      throw new Error(
-        `Postgres at ${where} answers but refuses the user or password of DATABASE_URL: ${(err as Error).message}`,
-      )
-    const why =
-      err instanceof QueryTimeoutError
-        ? `no answer within ${timeoutMs / 1000} s`
-        : code === 'CONNECT_TIMEOUT'
-          ? `no answer within ${COMMON_OPTIONS.connect_timeout} s (the connection's timeout)`
-          : (err as Error).message
-    throw new Error(`cannot reach Postgres at ${where} (DATABASE_URL): ${why}`)
-  }
 }

@@ -5,7 +5,7 @@ import type { Sql, Tx } from './db.js'
 
 type Db = Sql | Tx
 
-// The ids cross as JSON, as every list does here: the pool does not fetch array types (db.ts). The
+// The ids cross as JSON, as every list does here: the pool does not fetch array types (postgres-options.ts). The
 // callers pass UUIDs only (the events' own actor ids).
 
 export interface KeyActor {

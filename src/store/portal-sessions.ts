@@ -18,7 +18,7 @@ export interface PortalSessionRow {
   token_used_at: Date | null
 }
 
-// Arrays cross as JSON: the pool does not fetch array types (store/db.ts).
+// Arrays cross as JSON: the pool does not fetch array types (store/postgres-options.ts).
 const COLUMNS =
   'id, sub_account_id, account_id, to_jsonb(permissions) as permissions, return_url, created_at, expires_at, ended_at, ended_reason, token_used_at'
 /** The same, of `portal_sessions s` in a join. */
@@ -100,7 +100,7 @@ export async function exchangePortalToken(
   return row ?? null
 }
 
-/** Digests as the hex text a batch's query decodes (the pool sends no bytea arrays: store/db.ts). */
+/** Digests as the hex text a batch's query decodes (the pool sends no bytea arrays: store/postgres-options.ts). */
 const hexes = (digests: readonly Buffer[]) => digests.map((d) => d.toString('hex'))
 
 /**

@@ -20,7 +20,7 @@ export interface WebhookEndpointRow {
 
 export type WebhookEndpointPageRow = WebhookEndpointRow & { seq: string }
 
-// Arrays cross as JSON: the pool does not fetch array types (store/db.ts).
+// Arrays cross as JSON: the pool does not fetch array types (store/postgres-options.ts).
 const COLUMNS =
   'id, account_id, url, to_jsonb(event_types) as event_types, description, status, created_at, disabled_at, disabled_reason'
 

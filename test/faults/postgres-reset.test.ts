@@ -99,7 +99,7 @@ t.test('the connection is closed in order (FIN)', (t) => lostMidFlush(t, 'fin'))
 
 // postgres.js (3.4.9) sends a new connection's first query, the array-type query of its default
 // fetch_types, from a function whose promise it drops: a connection lost during it was an
-// unhandled rejection. src/store/db.ts turns fetch_types off. Whatever a new connection's first
+// unhandled rejection. src/store/postgres-options.ts turns fetch_types off. Whatever a new connection's first
 // query is, losing it must reach the request, not the process.
 t.test('a new connection lost during its first query', async (t) => {
   const relay2 = await startRelay(t, postgresAddress())
