@@ -11,7 +11,8 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { type Sql, withDeadline } from '../store/db.js'
 import { CopyBuffer } from './copy-format.js'
-import { ROW_COLUMNS, type RowBuilder } from './rows.js'
+import { encodeRow, ROW_COLUMNS } from './row-forms.js'
+import type { RowBuilder } from './rows.js'
 
 /** About what a record takes in the COPY: its ids, path and address, with every length. */
 const COPY_BYTES_A_RECORD = 200
@@ -56,7 +57,7 @@ export class RowCopy {
     out.reset()
     let sinceTurn = 0
     for (const row of rows) {
-      row.encode(out)
+      encodeRow(row, out)
       sinceTurn += row.size
       if (sinceTurn >= this.recordsATurn) {
         sinceTurn = 0

@@ -1,54 +1,9 @@
 // A row of the request log (schema.ts): up to ROW_RECORDS records of one parent and day, in
-// arrival order, each field an array, made as the records arrive (row-buffer.ts). The writer sends
-// a batch's rows to a real Postgres as a binary COPY (copy-format.ts), whose values Postgres
-// stores without parsing them; to the embedded PGlite, which takes no COPY from a client, as one
-// JSON parameter of arrays in Postgres's text form (bench/README.md, the request log).
-import { arrayOf, element, nullableTexts } from './array-literals.js'
-import type { CopyBuffer } from './copy-format.js'
+// arrival order, each field an array, made as the records arrive (row-buffer.ts). How a row is
+// written out, as a binary COPY tuple or in Postgres's text form, is row-forms.ts's.
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { CELL_ARRAYS, OUTCOME_ARRAYS, RECORD_ARRAYS, SHADOW_ARRAYS, TRACE_ARRAYS, UNIT_ARRAYS } from './schema.js'
-
-/** A row as the writer's INSERT reads it (json_to_recordset's column list in writer.ts). */
-export interface LogRow {
-  account_id: string
-  first_us: number
-  last_us: number
-  records: number
-  tenant_set: string
-  key_set: string
-  route_set: string
-  status_set: string
-  code_set: string
-  not_2xx: boolean
-  refused_tenant_set: string
-  refused_key_set: string
-  id_stem: string | null
-  id_low: number | null
-  id_high: number | null
-  given_ids: string | null
-  given_positions: string | null
-  ids: string
-  times_us: string
-  tenant_ids: string
-  key_ids: string
-  methods: string
-  routes: string
-  paths: string
-  statuses: string
-  codes: string
-  durations_us: string
-  request_bytes: string
-  response_bytes: string
-  source_ips: string
-  costs: string
-  units: string | null
-  would_refuse: string | null
-  outcomes: string | null
-  cells: string | null
-  trace_ids: string | null
-}
 
 /** What RowBuilder.add did with a record: took it. */
 export const ADDED = 0
@@ -57,13 +12,7 @@ export const TOO_NEW = 1
 /** Did not take it: too far below (a late record, for a row of such records: row-buffer.ts). */
 export const TOO_OLD = -1
 
-/** The columns a row is written to (schema.ts), in the order of LogRow and of `encode`'s fields. */
-export const ROW_COLUMNS = `account_id, first_time, last_time, records, tenant_set, key_set, route_set, status_set,
-  code_set, not_2xx, refused_tenant_set, refused_key_set, id_stem, id_low, id_high, given_ids, given_positions,
-  ${RECORD_ARRAYS}, ${UNIT_ARRAYS}, ${SHADOW_ARRAYS}, ${OUTCOME_ARRAYS}, ${CELL_ARRAYS}, ${TRACE_ARRAYS}`
-const COPY_FIELDS = ROW_COLUMNS.split(',').length
-
-/** Builds one row's arrays as records come, in order; then writes it out in either form. */
+/** Builds one row's arrays as records come, in order; row-forms.ts writes it out in either form. */
 export class RowBuilder {
   /**
    * Each record's id as the count of an id the gateway made with `idStem`, or -1 for an id given
@@ -217,103 +166,5 @@ export class RowBuilder {
   ids(): string[] {
     let given = 0
     return this.madeCounts.map((count) => (count === -1 ? this.givenIds[given++]! : this.idStem + hexDigits(count)))
-  }
-
-  /** The row as the JSON insert reads it: each array in Postgres's text form. */
-  row(): LogRow {
-    const made = this.idLow <= this.idHigh
-    const texts = (values: Iterable<string>) => arrayOf(Array.from(values, element))
-    return {
-      account_id: this.accountId,
-      first_us: this.first,
-      last_us: this.last,
-      records: this.size,
-      tenant_set: arrayOf([...this.tenantSet]),
-      key_set: arrayOf([...this.keySet]),
-      route_set: texts(this.routeSet),
-      status_set: arrayOf([...this.statusSet]),
-      code_set: texts(this.codeSet),
-      not_2xx: this.not2xx,
-      refused_tenant_set: arrayOf([...this.refusedTenantSet]),
-      refused_key_set: arrayOf([...this.refusedKeySet]),
-      id_stem: made ? this.idStem : null,
-      id_low: made ? this.idLow : null,
-      id_high: made ? this.idHigh : null,
-      given_ids: this.givenIds.length === 0 ? null : texts(this.givenIds),
-      given_positions: this.givenPositions.length === 0 ? null : arrayOf(this.givenPositions),
-      ids: texts(this.ids()),
-      times_us: arrayOf(this.times),
-      tenant_ids: arrayOf(this.tenants),
-      key_ids: arrayOf(this.keys),
-      methods: texts(this.methods),
-      routes: texts(this.routes),
-      paths: texts(this.paths),
-      statuses: arrayOf(this.statuses),
-      codes: nullableTexts(this.codes),
-      durations_us: arrayOf(this.durations),
-      request_bytes: arrayOf(this.requestBytes),
-      response_bytes: arrayOf(this.responseBytes),
-      source_ips: texts(this.ips),
-      costs: arrayOf(this.costs),
-      units: this.reported ? nullableTexts(this.units) : null,
-      would_refuse: this.shadowed ? nullableTexts(this.wouldRefuse) : null,
-      outcomes: this.cut ? nullableTexts(this.outcomes) : null,
-      cells: this.celled ? nullableTexts(this.cells) : null,
-      trace_ids: this.traced ? nullableTexts(this.traceIds) : null,
-    }
-  }
-
-  /** The row as a tuple of the binary COPY, its fields in the order of ROW_COLUMNS. */
-  encode(out: CopyBuffer): void {
-    const made = this.idLow <= this.idHigh
-    out.tuple(COPY_FIELDS)
-    out.uuidValue(this.accountId)
-    out.timestampValue(this.first)
-    out.timestampValue(this.last)
-    out.int4Value(this.size)
-    out.uuids([...this.tenantSet])
-    out.uuids([...this.keySet])
-    out.texts([...this.routeSet])
-    out.int2s([...this.statusSet])
-    out.texts([...this.codeSet])
-    out.boolValue(this.not2xx)
-    out.uuids([...this.refusedTenantSet])
-    out.uuids([...this.refusedKeySet])
-    if (made) {
-      out.textValue(this.idStem!)
-      out.int8Value(this.idLow)
-      out.int8Value(this.idHigh)
-    } else for (let i = 0; i < 3; i++) out.null()
-    if (this.givenIds.length === 0) {
-      out.null()
-      out.null()
-    } else {
-      out.texts(this.givenIds)
-      out.int4s(this.givenPositions)
-    }
-    out.requestIds(this.madeCounts, this.idStem, this.givenIds)
-    out.int8s(this.times)
-    out.uuids(this.tenants)
-    out.uuids(this.keys)
-    out.texts(this.methods)
-    out.texts(this.routes)
-    out.texts(this.paths)
-    out.int2s(this.statuses)
-    out.texts(this.codes, this.codeless)
-    out.int8s(this.durations)
-    out.int8s(this.requestBytes)
-    out.int8s(this.responseBytes)
-    out.texts(this.ips)
-    out.int4s(this.costs)
-    if (this.reported) out.texts(this.units, true)
-    else out.null()
-    if (this.shadowed) out.texts(this.wouldRefuse, true)
-    else out.null()
-    if (this.cut) out.texts(this.outcomes, true)
-    else out.null()
-    if (this.celled) out.texts(this.cells, true)
-    else out.null()
-    if (this.traced) out.texts(this.traceIds, true)
-    else out.null()
   }
 }

@@ -10,7 +10,8 @@ import { dayOfRecord, ensurePartition } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { RowBuffer } from './row-buffer.js'
 import { RowCopy } from './row-copy.js'
-import { ROW_COLUMNS, type RowBuilder } from './rows.js'
+import { ROW_COLUMNS, rowText } from './row-forms.js'
+import type { RowBuilder } from './rows.js'
 import { ensureRequestLogTable, ROW_RECORDS } from './schema.js'
 
 export const DEFAULT_BUFFER_RECORDS = 100_000
@@ -204,7 +205,7 @@ export class RequestLogWriter {
 
 /**
  * The rows as one parameter, whatever the batch's size: JSON text (the store's pool passes no
- * arrays: store/db.ts), each array in Postgres's own text form, read by its type's input.
+ * arrays: store/postgres-options.ts), each array in Postgres's own text form, read by its type's input.
  */
 async function insertAsJson(sql: Sql, rows: readonly RowBuilder[]): Promise<void> {
   await sql`
@@ -216,7 +217,7 @@ async function insertAsJson(sql: Sql, rows: readonly RowBuilder[]): Promise<void
       key_ids::uuid[], methods::text[], routes::text[], paths::text[], statuses::int2[], codes::text[],
       durations_us::int8[], request_bytes::int8[], response_bytes::int8[], source_ips::text[], costs::int4[],
       units::text[], would_refuse::text[], outcomes::text[], cells::text[], trace_ids::text[]
-    from json_to_recordset(${JSON.stringify(rows.map((row) => row.row()))}::text::json) as r(account_id uuid,
+    from json_to_recordset(${JSON.stringify(rows.map(rowText))}::text::json) as r(account_id uuid,
       first_us int8, last_us int8, records int, tenant_set text, key_set text, route_set text, status_set text,
       code_set text, not_2xx boolean, refused_tenant_set text, refused_key_set text, id_stem text, id_low int8,
       id_high int8, given_ids text, given_positions text, ids text, times_us text, tenant_ids text, key_ids text,
