@@ -1,7 +1,7 @@
 // The meter's pending counts (usage/meter.ts) as the rows one flush writes (store/usage.ts): by
 // tenant and day, by key and day, units by tenant and period, units by key and day. Each set is
 // sorted by its table's key, so that two replicas flushing at once lock rows in the same order.
-import type { KeyUnitCount, KeyUsageCount, LogDropCount, PeriodUnitCount, UsageCount } from '../store/usage.js'
+import type { KeyUnitCount, KeyUsageCount, LogDropCount, PeriodUnitCount, UsageCount } from '../store/usage-batch.js'
 
 const DAY_MS = 86_400_000
 /** The built-in meter that a route's `cost` weighs: request units. */

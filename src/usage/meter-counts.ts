@@ -4,7 +4,7 @@
 //
 // Every sum saturates at USAGE_COUNT_MAX (docs/billing.md, Bounds): the store's rows do too, so
 // that no count, however many reports of 10^12 a tenant sends, can overflow a row and stop a flush.
-import { USAGE_COUNT_MAX } from '../store/usage.js'
+import { USAGE_COUNT_MAX } from '../store/usage-batch.js'
 import {
   CHARGED_UNITS,
   FORWARDED,

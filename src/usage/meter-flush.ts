@@ -8,15 +8,15 @@
 // tenant's bad row never holds up the others' counts, nor is a refused batch retried whole forever.
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import {
-  addUsage,
-  type FlushMark,
-  type KeyUnitCount,
-  type KeyUsageCount,
-  type LogDropCount,
-  type PeriodUnitCount,
-  type UsageCount,
-} from '../store/usage.js'
+import { addUsage } from '../store/usage.js'
+import type {
+  FlushMark,
+  KeyUnitCount,
+  KeyUsageCount,
+  LogDropCount,
+  PeriodUnitCount,
+  UsageCount,
+} from '../store/usage-batch.js'
 import type { MeterWrites } from './meter-writes.js'
 
 /** One flush's rows (flush-rows.ts makes them): each set sorted by its table's key. */

@@ -11,7 +11,7 @@ import {
   usageRows,
 } from '../store/usage-reads.js'
 import type { KeyUsageEntry, Units, UsageEntry } from '../schemas/usage.js'
-import { USAGE_COUNT_MAX } from '../store/usage.js'
+import { USAGE_COUNT_MAX } from '../store/usage-batch.js'
 import { utcDay } from './meter.js'
 
 export const MAX_RANGE_DAYS = 366

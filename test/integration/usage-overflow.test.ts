@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import { pino } from 'pino'
 import t from 'tap'
-import { USAGE_COUNT_MAX } from '../../src/store/usage.js'
+import { USAGE_COUNT_MAX } from '../../src/store/usage-batch.js'
 import { UsageMeter } from '../../src/usage/meter.js'
 import { utcDay } from '../../src/usage/flush-rows.js'
 import { freshDatabase } from '../helpers/db.js'
