@@ -472,11 +472,17 @@ export async function seedActing(
     answer = await request(new http.Agent(), new URL(gateway.url), call, 600_000)
     if (answer.status !== 201 && answer.status !== 503 && answer.status !== 429) break
   }
-  if (answer.status !== 201)
+  // The 503 came after the sub-account was made, and its answer was not kept: the retry is told
+  // so, with the sub-account's id (docs/api.md, Idempotency).
+  const lost =
+    answer.status === 409 && answer.body.includes('idempotency_answer_lost')
+      ? /sub_account ([0-9a-f-]{36})/.exec(answer.body)?.[1]
+      : undefined
+  if (answer.status !== 201 && lost === undefined)
     throw new Error(`POST /v1/sub-accounts answered ${answer.status}: ${answer.body.slice(0, 500)}`)
   return {
     parentId: parent.account.id,
-    subId: (JSON.parse(answer.body) as { id: string }).id,
+    subId: lost ?? (JSON.parse(answer.body) as { id: string }).id,
     headers: { authorization, 'x-service-acting-tenant': 'ext:bench-sub' },
   }
 }

@@ -68,6 +68,8 @@ function upstreamLog(
 /** What a call needs of its route's upstream (UpstreamTarget, upstream-target.ts). */
 export interface CallTarget {
   readonly route: ProxyRoute
+  /** The upstream's origin (the first target's, with targets): a client span's `server.address`. */
+  readonly origin: string
   /** The units its upstream reports; null on a route without meters. */
   readonly meterReports: MeterReports | null
   /** Charges an answer's reported units to limits in units once it ended; null without meters. */
@@ -96,8 +98,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   sent = false
   /** The upstream's side is over, or no longer wanted: later callbacks change nothing. */
   private done = false
-  /** This attempt's client span, started as it is dispatched; null with tracing off. */
-  span: UpstreamSpan | null = null
+  /** The client span of the attempt under way, started as it is dispatched; null with tracing off. */
+  private span: UpstreamSpan | null = null
   /** The upstream's final status, once its head came. */
   private statusCode: number | null = null
   private readonly response: ServerResponse
@@ -112,6 +114,28 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
     this.exchange = exchange
     this.target = target
     this.response = reply.raw
+  }
+
+  /**
+   * With tracing on, starts the client span of the attempt about to be sent with `headers`, and
+   * names it in their `traceparent`, so that the upstream's spans hang from it; the client's
+   * tracestate passes as it came. Each attempt, the first and every retry (retry-call.ts), has its
+   * own span: this is where the upstream's traceparent is set.
+   */
+  startSpan(headers: OutgoingHttpHeaders): void {
+    const trace = this.request.trace
+    if (trace == null) return
+    const span = trace.upstream(this.target.origin, this.request.method)
+    this.span = span
+    headers.traceparent = span.traceparent
+  }
+
+  /**
+   * The attempt under way was given up to be sent again (retry-call.ts): its span ends with what
+   * failed it, its status if it answered, and the retry's reason as `error.type`.
+   */
+  attemptRetried(statusCode: number | null, reason: string): void {
+    this.endSpan(reason, statusCode)
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -173,11 +197,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   }
 
   /** Ends this attempt's client span, if it has one (tracing on), once. */
-  private endSpan(errorType?: string): void {
+  private endSpan(errorType?: string, statusCode = this.statusCode): void {
     const span = this.span
     if (span === null) return
     this.span = null
-    span.end(this.statusCode, errorType)
+    span.end(statusCode, errorType)
   }
 
   /**

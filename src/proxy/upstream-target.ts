@@ -52,7 +52,7 @@ export class UpstreamTarget implements CallTarget {
   /** Charges an answer's reported units to limits in units once it ended; null without meters. */
   readonly chargeUnits: ((request: FastifyRequest) => void) | null
   /** The upstream's origin (the first target's, with targets): a client span's `server.address`. */
-  private readonly origin: string
+  readonly origin: string
   /** The route's retries (upstreams/retry-call.ts); null when it has none (`attempts: 0`). */
   private readonly retry: RetryRoute | null
   constructor(
@@ -95,7 +95,6 @@ export class UpstreamTarget implements CallTarget {
       route.retries.attempts === 0
         ? null
         : {
-            upstreamUrl: url.origin,
             options: route.retries,
             timeoutMs: route.timeoutMs,
             budget: new RetryBudget(route.retries.budgetPercent),
@@ -128,13 +127,7 @@ export class UpstreamTarget implements CallTarget {
       cell: request.cell,
     })
     headers.host = this.host
-    // Where the request is dispatched, so that each attempt has its client span, whose id the
-    // upstream gets as its parent; the client's tracestate passes as it came.
-    const trace = request.trace
-    if (trace !== null) {
-      call.span = trace.upstream(this.origin, request.method)
-      headers.traceparent = call.span.traceparent
-    }
+    call.startSpan(headers)
     request.upstreamSentAt = performance.now()
     const options = {
       path: this.upstreamPath(request.url),

@@ -97,3 +97,23 @@ t.test('at most max_ejected_percent of the targets, rounded down, are out at onc
   t.equal(route(1).outlier.maxEjected, 0, 'one target of one: never out (it would only panic)')
   t.equal(route(4, { ejectAfter: 1, maxEjectedPercent: 100 }).outlier.maxEjected, 4)
 })
+
+t.test('out counts the targets ejected or on trial, as they go and come back', async (t) => {
+  const r = route(4, { ejectAfter: 2, maxEjectedPercent: 100 })
+  t.equal(r.outlier.out, 0, 'none at the start: a pick needs no look at each target')
+  for (let i = 0; i < 2; i++) r.send(0, 'failure')
+  for (let i = 0; i < 2; i++) r.send(1, 'failure')
+  t.equal(r.outlier.out, 2)
+  r.clock.now += 30_000
+  t.equal(r.outlier.out, 2, 'on trial is still out: its one trial request is marked at the pick')
+  r.send(0, 'failure')
+  t.equal(r.outlier.out, 2, 'a failed trial goes out again, counted once')
+  r.send(1, 'neutral')
+  t.equal(r.outlier.out, 2, 'a trial whose client left is no verdict')
+  r.send(1, 'success')
+  t.equal(r.outlier.out, 1, 'a passed trial is back')
+  r.send(1, 'success')
+  r.clock.now += 60_000
+  r.send(0, 'success')
+  t.equal(r.outlier.out, 0, 'all back')
+})

@@ -10,8 +10,9 @@ import { loadRouteTable } from '../../src/proxy/route-table.js'
 import type { UpstreamCall } from '../../src/proxy/upstream-call.js'
 import { PerTryTimeoutError } from '../../src/proxy/upstreams/per-try-timeout.js'
 import { MIN_RETRIES, RetryBudget } from '../../src/proxy/upstreams/retry-budget.js'
-import { backoffMs, failureReason, RetryingCall } from '../../src/proxy/upstreams/retry-call.js'
+import { RetryingCall } from '../../src/proxy/upstreams/retry-call.js'
 import { DEFAULT_RETRIES, heldBodyBytes, type RetryOptions } from '../../src/proxy/upstreams/retry-options.js'
+import { backoffMs, failureReason } from '../../src/proxy/upstreams/retry-rules.js'
 import { until } from '../helpers/poll.js'
 import { refuses, second, WHERE } from '../helpers/route-table.js'
 
@@ -153,13 +154,14 @@ t.test('a retry waits for its answer no longer than what is left of timeout_ms',
     },
     onResponseError() {},
     clientLeft() {},
+    startSpan() {},
+    attemptRetried() {},
   } as unknown as UpstreamCall
   const call = new RetryingCall(
     inner,
     request,
     exchange,
     {
-      upstreamUrl: 'http://127.0.0.1:1',
       options: { ...DEFAULT_RETRIES, attempts: 5, on: new Set(['503']) },
       timeoutMs: 300,
       budget: new RetryBudget(100),
@@ -207,13 +209,14 @@ function perTryCall(method: string, retries: Partial<RetryOptions>, timeoutMs = 
       errors.push(error)
     },
     clientLeft() {},
+    startSpan() {},
+    attemptRetried() {},
   } as unknown as UpstreamCall
   const call = new RetryingCall(
     inner,
     request,
     exchange,
     {
-      upstreamUrl: 'http://127.0.0.1:1',
       options: { ...DEFAULT_RETRIES, ...retries },
       timeoutMs,
       budget: new RetryBudget(100),

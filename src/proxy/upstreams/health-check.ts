@@ -28,8 +28,11 @@ export class HealthChecks {
   private closed = false
 
   private readonly options: HealthCheckOptions
-  constructor(options: HealthCheckOptions, targets: readonly Checked[]) {
+  /** A target's `healthy` changed. */
+  private readonly changed: () => void
+  constructor(options: HealthCheckOptions, targets: readonly Checked[], changed: () => void = () => {}) {
     this.options = options
+    this.changed = changed
     for (const target of targets) this.schedule(target, { passed: 0, failed: 0 })
   }
 
@@ -46,6 +49,7 @@ export class HealthChecks {
     const timer = setTimeout(() => {
       this.timers.delete(timer)
       this.check(target).then((ok) => {
+        const was = target.healthy
         if (ok) {
           streak.failed = 0
           if (++streak.passed >= this.options.healthyAfter) target.healthy = true
@@ -53,6 +57,7 @@ export class HealthChecks {
           streak.passed = 0
           if (++streak.failed >= this.options.unhealthyAfter) target.healthy = false
         }
+        if (target.healthy !== was) this.changed()
         this.schedule(target, streak)
       })
     }, delay)

@@ -34,6 +34,11 @@ export class Outlier {
   private readonly onEject: (index: number) => void
   /** How many may be out at once. */
   readonly maxEjected: number
+  /**
+   * How many are out or on trial (ejectedUntil set), kept as they go and come back: while none is,
+   * a pick needs neither the clock nor a look at each target (route-upstreams.ts).
+   */
+  out = 0
   constructor(
     options: OutlierOptions,
     states: readonly OutlierState[],
@@ -69,23 +74,20 @@ export class Outlier {
     const onTrial = state.trialInFlight
     state.trialInFlight = false
     if (outcome === 'neutral') return
-    const now = this.clock()
     if (outcome === 'success') {
       state.failures = 0
       if (onTrial) {
         state.ejectedUntil = 0
-        state.returnedAt = now
+        state.returnedAt = this.clock()
+        this.out--
       }
       return
     }
+    const now = this.clock()
     state.failures++
     // A trial that failed goes out again, its place already counted; otherwise only within the cap.
     if (onTrial) this.eject(index, now)
-    else if (
-      state.ejectedUntil === 0 &&
-      state.failures >= this.options.ejectAfter &&
-      this.ejectedCount() < this.maxEjected
-    )
+    else if (state.ejectedUntil === 0 && state.failures >= this.options.ejectAfter && this.out < this.maxEjected)
       this.eject(index, now)
   }
 
@@ -94,16 +96,11 @@ export class Outlier {
     // A target that stayed in for the longest back-off starts again from the first.
     if (state.ejections > 0 && state.ejectedUntil === 0 && now - state.returnedAt >= MAX_EJECTION_MS)
       state.ejections = 0
+    // A failed trial goes out again, already counted.
+    if (state.ejectedUntil === 0) this.out++
     state.ejectedUntil = now + Math.min(BASE_EJECTION_MS * 2 ** state.ejections, MAX_EJECTION_MS)
     state.ejections++
     state.failures = 0
     this.onEject(index)
-  }
-
-  /** Targets out or on trial. */
-  private ejectedCount(): number {
-    let count = 0
-    for (const state of this.states) if (state.ejectedUntil !== 0) count++
-    return count
   }
 }

@@ -9,7 +9,7 @@ import { type Balanced, type Balancer, hashString, leastRequest, roundRobin, ten
 import { type Checked, HealthChecks } from './health-check.js'
 import { type Outcome, Outlier, OutlierState } from './outlier.js'
 import type { Balance, RouteTargets } from './route-options.js'
-import { accountingInterceptor, type TargetAccount } from './target-call.js'
+import { type TargetAccount, TargetCall } from './target-call.js'
 
 /** One target: its pools, its load and its health. */
 export class Target implements Balanced, Checked, TargetAccount {
@@ -17,11 +17,10 @@ export class Target implements Balanced, Checked, TargetAccount {
   readonly host: string
   readonly weight: number
   readonly seed: number
-  /** Its own pool; `dispatcher` is the same, with the balancer's accounting on top. */
+  /** Its own pool of max_connections. */
   readonly pool: Pool
   /** One connection of its own for the active checks (none without them): never behind requests. */
   readonly checkPool: Pool | null
-  readonly dispatcher: Dispatcher
   inFlight = 0
   current = 0
   healthy = true
@@ -36,7 +35,18 @@ export class Target implements Balanced, Checked, TargetAccount {
     this.seed = hashString(url)
     this.pool = pool
     this.onSettled = onSettled
-    this.dispatcher = pool.compose(accountingInterceptor(this, this.host))
+  }
+
+  /**
+   * Sends a request through its pool, counted in flight until its answer ends, its outcome told
+   * to passive health (target-call.ts). Straight to the pool: an undici interceptor composed on
+   * it would cost a Proxy's trap and two more calls a request.
+   */
+  send(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): void {
+    // The upstream's Host is the target's (upstream-target.ts set the route's first).
+    ;(options.headers as Record<string, string>).host = this.host
+    this.inFlight++
+    this.pool.dispatch(options, new TargetCall(handler, this))
   }
 
   settled(outcome: Outcome): void {
@@ -108,6 +118,10 @@ export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
   private readonly checks: HealthChecks | null
   private readonly clock: () => number
   private readonly cell: string
+  /** The balancer reads the request's tenant (tenant_hash). */
+  private readonly byTenant: boolean
+  /** Targets failing their active checks, counted as the checks change them. */
+  private unhealthy = 0
   /** The targets that may take a request, refilled at each pick (one array for all requests). */
   private readonly candidates: Target[] = []
 
@@ -123,13 +137,19 @@ export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
     })
     this.targets = targets
     this.balancer = balancerFor(options.balance)
+    this.byTenant = options.balance === 'tenant_hash'
     this.outlier = new Outlier(
       options.outlier,
       targets.map((target) => target.outlier),
       this.clock,
       (index) => deps.onEject?.(targets[index]!.url),
     )
-    this.checks = options.healthCheck === null ? null : new HealthChecks(options.healthCheck, targets)
+    this.checks =
+      options.healthCheck === null
+        ? null
+        : new HealthChecks(options.healthCheck, targets, () => {
+            this.unhealthy = targets.filter((target) => !target.healthy).length
+          })
   }
 
   /**
@@ -137,6 +157,9 @@ export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
    * target's trial request taken when it is on trial.
    */
   pick(tenantId: string | undefined, avoid: Target | null = null): Target {
+    // Every target in (the usual case): no clock, no list; no target is on trial.
+    if (avoid === null && this.unhealthy === 0 && this.outlier.out === 0)
+      return this.balancer.pick(this.targets, tenantId)
     const now = this.clock()
     const target = this.choose(tenantId, now, avoid)
     this.outlier.dispatched(target.outlier, now)
@@ -188,9 +211,9 @@ export class RouteUpstreams implements UpstreamsReadout, SocketBalancer {
   ): Target {
     // The resolved tenant as the gateway itself sets it for the upstream (headers.ts): a client's
     // X-Service-* never gets this far. A public route has none.
-    const tenant = (options as DispatchOptions).headers['x-service-resolved-tenant']
+    const tenant = this.byTenant ? (options as DispatchOptions).headers['x-service-resolved-tenant'] : undefined
     const target = this.pick(typeof tenant === 'string' ? tenant : undefined, avoid)
-    target.dispatcher.dispatch(options, handler)
+    target.send(options, handler)
     return target
   }
 

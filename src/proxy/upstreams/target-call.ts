@@ -1,6 +1,7 @@
-// The balancer's undici interceptor on each target's pool: it counts the target's requests in
-// flight (least_request reads them) and tells passive health (outlier.ts) how each ended. It
-// wraps the request's own handler (upstream-call.ts) and passes every callback on unchanged.
+// The balancer's handler around each request sent to a target (route-upstreams.ts): it counts the
+// target's requests in flight (least_request reads them) and tells passive health (outlier.ts) how
+// each ended. It wraps the request's own handler (upstream-call.ts, or a retry's attempt) and
+// passes every callback on unchanged.
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Dispatcher } from 'undici'
 import type { Outcome } from './outlier.js'
@@ -34,7 +35,7 @@ export function statusOutcome(status: number): Outcome {
   return status >= 502 && status <= 504 ? 'failure' : 'success'
 }
 
-/** What the interceptor tells its target of a request's end. */
+/** What the handler tells its target of a request's end. */
 export interface TargetAccount {
   inFlight: number
   /** The request's answer began (its status known) or it failed: once per request. */
@@ -42,7 +43,7 @@ export interface TargetAccount {
 }
 
 /** A request's handler, wrapped: the callbacks pass through, the target learns how it ended. */
-class TargetCall implements Dispatcher.DispatchHandler {
+export class TargetCall implements Dispatcher.DispatchHandler {
   /** The outcome was told; the request may still be under way (its body streaming). */
   private told = false
   /** Its answer ended or failed: the target has one request fewer in flight. */
@@ -94,15 +95,5 @@ class TargetCall implements Dispatcher.DispatchHandler {
     this.tell(errorOutcome(error))
     this.end()
     this.inner.onResponseError?.(controller, error)
-  }
-}
-
-/** The interceptor for one target: each request counted in flight, its end told to `target`. */
-export function accountingInterceptor(target: TargetAccount, host: string): Dispatcher.DispatcherComposeInterceptor {
-  return (dispatch) => (options, handler) => {
-    // The upstream's Host is the target's (upstream-target.ts set the route's first).
-    ;(options.headers as Record<string, string>).host = host
-    target.inFlight++
-    return dispatch(options, new TargetCall(handler, target))
   }
 }
