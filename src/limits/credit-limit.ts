@@ -4,7 +4,7 @@
 // Postgres the same way (the usage meter's flush burns grants in the statement that writes the
 // units: store/usage.ts). Redis's key still names the month, so that it is read again from
 // Postgres each month, which holds the whole count.
-import type { LimitContext } from './leased-limit.js'
+import type { LimitContext } from './lease-terms.js'
 import { QuotaLimit } from './quota-limit.js'
 import type { CreditBalance, Level, PolicyName, PolicyState, QuotaUse } from './types.js'
 

@@ -1,7 +1,8 @@
 // A rate limit as one replica holds it (leased-limit.ts): units are tokens of the shared bucket;
 // the local state is a bucket of its own (bucket.ts), seeded from what Redis last said.
 import { type BucketState, charge, fullBucket, giveBack, msUntil, type Rate, refill, take, tokensAt } from './bucket.js'
-import { type LeaseCall, type LimitContext, LeasedLimit } from './leased-limit.js'
+import { LeasedLimit } from './leased-limit.js'
+import type { LeaseCall, LimitContext } from './lease-terms.js'
 import type { PolicyName, PolicyState } from './types.js'
 
 export class RateLimit extends LeasedLimit {

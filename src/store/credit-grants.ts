@@ -105,29 +105,39 @@ export async function voidCreditGrant(db: Db, id: string): Promise<CreditGrantRo
 }
 
 /**
- * What the limiter needs of a sub-account's grants of these meters (null: of every meter it has
- * grants of): for each, what the grants that no longer count gave (the units burned from them),
- * and the live ones with their expiry.
+ * A grant as the tenant's lookup reads it (`GRANTS_OF_TENANT`): its meter, whether it counts, its
+ * units, what is left of them, and its expiry (ms; null: never).
  */
-export async function readCreditGrants(
-  db: Db,
-  subAccountId: string,
-  meters: readonly string[] | null,
-): Promise<Record<string, CreditGrants>> {
-  const rows = await db<{ meter: string; live: boolean; units: number; left: number; expires_at: Date | null }[]>`
-    select meter, (voided_at is null and (expires_at is null or expires_at > now())) as live,
-           units::float8 as units, units_left::float8 as left, expires_at
-    from credit_grants
-    where sub_account_id = ${subAccountId}
-      and (${meters === null} or meter in (select jsonb_array_elements_text(${db.json([...(meters ?? [])])})))`
+export type GrantTuple = [meter: string, live: boolean, units: number, left: number, expiresAt: number | null]
+
+/**
+ * What the limiter needs of a sub-account's grants, as a column of the statement that reads the
+ * tenant (`tenants`, store/tenancy-lookups.ts), so that a lookup is one statement whether it has
+ * credits or not: of each meter its own `limits.credits` names, or, without those, of every meter
+ * it has grants of (its plan, its own or its parent's default, is not known there and may name
+ * them); null for a parent account.
+ */
+export const GRANTS_OF_TENANT = `case when tenants.parent_id is null then null else coalesce((
+    select json_agg(json_build_array(g.meter, g.voided_at is null and (g.expires_at is null or g.expires_at > now()),
+                                     g.units::float8, g.units_left::float8, floor(extract(epoch from g.expires_at) * 1000)))
+    from credit_grants g
+    where g.sub_account_id = tenants.id
+      and (coalesce(tenants.limits -> 'credits', '{}'::jsonb) = '{}'::jsonb
+           or g.meter in (select jsonb_object_keys(tenants.limits -> 'credits')))), '[]') end as credit_grants`
+
+/**
+ * The grants `GRANTS_OF_TENANT` read, by meter: for each, what the grants that no longer count gave
+ * (the units burned from them), and the live ones with their expiry; each meter `named` has one.
+ */
+export function creditGrantsOf(grants: readonly GrantTuple[], named: readonly string[]): Record<string, CreditGrants> {
   // A meter's name is data: no prototype for it to meet.
   const found: Record<string, { settled: number; live: CreditGrants['live'][number][] }> = Object.create(null)
-  for (const meter of meters ?? []) found[meter] = { settled: 0, live: [] }
-  for (const row of rows) {
-    found[row.meter] ??= { settled: 0, live: [] }
-    const grants = found[row.meter]!
-    if (row.live) grants.live.push({ units: row.units, left: row.left, expiresAt: row.expires_at?.getTime() ?? null })
-    else grants.settled += row.units - row.left
+  for (const meter of named) found[meter] = { settled: 0, live: [] }
+  for (const [meter, live, units, left, expiresAt] of grants) {
+    found[meter] ??= { settled: 0, live: [] }
+    const meterGrants = found[meter]!
+    if (live) meterGrants.live.push({ units, left, expiresAt })
+    else meterGrants.settled += units - left
   }
   return found
 }

@@ -12,7 +12,7 @@ import {
   subAccountVia,
 } from './gateway-load.js'
 import { metricValue, startReplicas, type TestGateway } from './gateway.js'
-import { REACHED_FOR_MS } from '../../src/limits/leased-limit.js'
+import { REACHED_FOR_MS } from '../../src/limits/lease-terms.js'
 import { agedRedis, preciseNow, UNHURRIED_LIMITS, worstWindow } from './limits.js'
 import { recordLoopStalls } from './loop-stalls.js'
 import { redisClient, redisPrefix } from './redis.js'
