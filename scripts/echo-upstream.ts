@@ -1,7 +1,9 @@
 // An upstream to try the gateway with (`npm run echo-upstream`): it answers every request with
 // what the gateway let through, as JSON: the method, the path, the X-Service-* headers and the
 // request id it received, and whether an Authorization header reached it (it never should).
-// It listens on 127.0.0.1:9000 (the README's UPSTREAM_URL); ECHO_PORT moves it.
+// It listens on 127.0.0.1:9000 (the README's UPSTREAM_URL); ECHO_PORT moves it. A request with a
+// `tokens` query parameter (a whole number) is answered with `X-Tokens-Used` set to it, for a
+// route's meter to count (docs/billing.md, a plan with a monthly quota and a credit top-up).
 import { createServer } from 'node:http'
 
 const port = Number(process.env.ECHO_PORT ?? 9000)
@@ -23,8 +25,12 @@ const server = createServer((request, response) => {
   }
   // Drain the request body (unread, it could stall the connection), then answer.
   request.resume()
+  const tokens = new URL(request.url ?? '/', 'http://echo').searchParams.get('tokens')
   request.on('end', () => {
-    response.writeHead(200, { 'content-type': 'application/json' })
+    response.writeHead(200, {
+      'content-type': 'application/json',
+      ...(tokens !== null && /^\d{1,15}$/.test(tokens) ? { 'x-tokens-used': tokens } : {}),
+    })
     response.end(`${JSON.stringify(body, null, 2)}\n`)
   })
 })

@@ -10,7 +10,10 @@ import {
   type NewCreditGrant,
   voidCreditGrant,
 } from '../store/credit-grants.js'
+import { planInForceOf } from '../store/plans.js'
+import type { TenantRow } from '../store/tenants.js'
 import { inTransaction } from '../store/transaction.js'
+import { effectiveLimits } from '../shared/plan-limits.js'
 import { presentCreditGrant } from '../schemas/present.js'
 
 /**
@@ -27,6 +30,12 @@ export function creditBalances(
   for (const [meter, owed] of debts) left.set(meter, -owed)
   for (const row of rows) left.set(row.meter, (left.get(row.meter) ?? 0) + (row.live ? row.units_left : 0))
   return [...left.keys()].sort().map((meter) => ({ meter, units_left: left.get(meter)! }))
+}
+
+/** The meters of the sub-account's credit limits in force: its own, else its plan's (docs/api.md, Plans). */
+export async function creditMetersInForce(sql: Sql, sub: TenantRow): Promise<string[]> {
+  const plan = await planInForceOf(sql, sub)
+  return Object.keys(effectiveLimits(sub.limits, plan?.limits)?.credits ?? {})
 }
 
 /** What an event about a grant shows: the grant, and the sub-account it belongs to. */

@@ -3,12 +3,16 @@
 import { validationFailed } from '../errors.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import { listCreditGrants, readCreditDebts } from '../store/credit-grants.js'
+import { burnBuckets, grantHistory } from '../store/credit-history.js'
+import { reportRange } from '../usage/report.js'
 import { subAccountEntries } from '../cache/index.js'
 import {
   CreateCreditGrantBody,
   CreditBalances,
   CreditGrant,
   CreditGrantParams,
+  CreditHistory,
+  CreditHistoryQuery,
   DEFAULT_GRANT_PRIORITY,
 } from '../schemas/credits.js'
 import { SubAccountParams } from '../schemas/sub-accounts.js'
@@ -22,7 +26,8 @@ import {
   parentOf,
   pathUuid,
 } from './common.js'
-import { creditBalances, grantCreditsWithEvent, voidCreditsWithEvent } from './credit-changes.js'
+import { creditBalances, creditMetersInForce, grantCreditsWithEvent, voidCreditsWithEvent } from './credit-changes.js'
+import { burnBucketSeconds, creditHistory } from './credit-history.js'
 import { presentCreditGrant } from '../schemas/present.js'
 import type { OperationTable } from './operation-table.js'
 
@@ -38,6 +43,8 @@ function checkedGrant(body: { meter: string; expires_at?: string | null | undefi
     throw validationFailed([{ path: '/body/expires_at', message: 'must be in the future' }])
   return expiresAt
 }
+
+const DAY_MS = 86_400_000
 
 /** A sub-account's credits, in the order they are registered. */
 export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
@@ -80,14 +87,52 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
     config: { scope: 'sub_accounts:read' },
     async handler(request, _reply, { sql }) {
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
-      const [rows, debts] = await Promise.all([
+      const [rows, debts, meters] = await Promise.all([
         listCreditGrants(sql, parentOf(request).id, sub.id),
         readCreditDebts(sql, sub.id),
+        creditMetersInForce(sql, sub),
       ])
       return {
-        balances: creditBalances(rows, Object.keys(sub.limits?.credits ?? {}), debts),
+        balances: creditBalances(rows, meters, debts),
         grants: rows.map(presentCreditGrant),
       }
+    },
+  }),
+
+  // What its grants held over time, for the console's burn-down: read-only, from the grants and
+  // the burn log (docs/decisions/XXXX-the-credits-history-is-read-from-the-burn-log.md).
+  managementOperation({
+    method: 'GET',
+    url: '/:sub_id/credits/history',
+    schema: {
+      ...operation('getCreditHistory'),
+      params: SubAccountParams,
+      querystring: CreditHistoryQuery,
+      response: { 200: CreditHistory },
+    },
+    config: { scope: 'sub_accounts:read' },
+    async handler(request, _reply, { sql, usageExport }) {
+      // Unknown or another parent's: 404 before anything is said about the range.
+      const sub = await ownSubAccount(sql, request, request.params.sub_id)
+      const nowMs = Date.now()
+      const { from, to } = reportRange(request.query, nowMs)
+      const fromMs = Date.parse(from)
+      const untilMs = Date.parse(to) + DAY_MS
+      const bucketSeconds = burnBucketSeconds(usageExport.periodSeconds, fromMs, untilMs)
+      const [grants, burns, debts, creditMeters] = await Promise.all([
+        grantHistory(sql, parentOf(request).id, sub.id),
+        burnBuckets(sql, sub.id, { from: new Date(fromMs), until: new Date(untilMs), bucketSeconds }),
+        readCreditDebts(sql, sub.id),
+        creditMetersInForce(sql, sub),
+      ])
+      const endMs = Math.max(fromMs, Math.min(untilMs, nowMs))
+      const meters = creditHistory(grants, burns, creditMeters, debts, {
+        fromMs,
+        endMs,
+        nowMs,
+        bucketSeconds,
+      })
+      return { from, to, meters }
     },
   }),
 

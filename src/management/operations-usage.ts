@@ -84,6 +84,16 @@ export const USAGE_OPERATION_DOCS = {
       'the live ones first in the order use burns them, then voided and expired ones, newest first.',
     tags: ['credits'],
   },
+  getCreditHistory: {
+    summary: "A sub-account's credits over time",
+    description:
+      '`from` and `to` as in the usage report (UTC dates, inclusive, at most 366 days; by default this month so ' +
+      'far). For each meter with a grant or a credit limit, the units left in its live grants, point by point: ' +
+      "`start` (at `from`), each grant made, each usage period's burns (at the period's end, or now for the open " +
+      'one; several periods summed when the range holds more than 1,000), what was left of a grant at its expiry ' +
+      'or void, and `end`. `owed_units`: what is owed now, beyond every grant (not in the points).',
+    tags: ['credits'],
+  },
   voidCreditGrant: {
     summary: 'Void a credit grant',
     description:

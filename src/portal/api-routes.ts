@@ -39,6 +39,7 @@ import { getTenant } from '../store/tenants.js'
 import { readUsage } from '../usage/report.js'
 import { isUuid } from '../shared/identifiers.js'
 import { checkPermission, sessionOf } from './session-auth.js'
+import { PORTAL_CREDIT_OPERATIONS } from './credit-routes.js'
 import { portalPlaces, type RequestLogReader } from '../management/log-reads.js'
 
 export interface PortalApiContext {
@@ -232,5 +233,8 @@ export const PORTAL_API_OPERATIONS: OperationTable<PortalApiOperationContext> = 
 /** On the session's scope: each operation's permission checked just before its handler, then the table. */
 export function registerPortalApiRoutes(app: ManagementApp, context: PortalApiContext): void {
   app.addHook('preHandler', checkPermission)
-  registerOperations(app, PORTAL_API_OPERATIONS, { ...context, ownerLookups: () => app.tenancyCache.lookups })
+  registerOperations(app, [...PORTAL_API_OPERATIONS, ...PORTAL_CREDIT_OPERATIONS], {
+    ...context,
+    ownerLookups: () => app.tenancyCache.lookups,
+  })
 }

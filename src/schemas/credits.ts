@@ -72,3 +72,66 @@ export const CreditBalances = Type.Object(
 
 // Path ids are not validated here: one that is not a UUID is a 404 (docs/api.md), from the handler.
 export const CreditGrantParams = Type.Object({ sub_id: Type.String(), grant_id: Type.String() })
+
+// A sub-account's credits over time (docs/api.md, Credits): what its grants held, point by point.
+export const CreditHistoryQuery = Type.Object(
+  {
+    from: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+    to: Type.Optional(Type.String({ maxLength: 64, description: 'YYYY-MM-DD (UTC), inclusive' })),
+  },
+  { additionalProperties: false },
+)
+
+export const CreditHistoryPoint = Type.Object(
+  {
+    at: Timestamp,
+    kind: Type.Union(
+      [
+        Type.Literal('start'),
+        Type.Literal('granted'),
+        Type.Literal('burned'),
+        Type.Literal('expired'),
+        Type.Literal('voided'),
+        Type.Literal('end'),
+      ],
+      {
+        description:
+          '`granted` (a grant made), `burned` (the use of a usage period, at its end), `expired` and `voided` (what ' +
+          'was left of a grant gone); `start` and `end`: the units left at the bounds of the range',
+      },
+    ),
+    change: Type.Integer({
+      description: 'what the point changed: positive for a grant, negative otherwise; 0 at start and end',
+    }),
+    units_left: Type.Integer({ description: 'the units left in the live grants of the meter after this point' }),
+    grant_id: Nullable(
+      Type.String({ format: 'uuid', description: 'the grant made, expired or voided; null otherwise' }),
+    ),
+  },
+  { additionalProperties: false },
+)
+export type CreditHistoryPoint = Static<typeof CreditHistoryPoint>
+/** What changed the units left at a point of the history; `start` and `end` bound the range. */
+export type CreditHistoryKind = CreditHistoryPoint['kind']
+
+export const CreditHistory = Type.Object(
+  {
+    from: Type.String({ format: 'date' }),
+    to: Type.String({ format: 'date' }),
+    meters: Type.Array(
+      Type.Object(
+        {
+          meter: Type.String(),
+          owed_units: Type.Integer({
+            description: 'units used beyond every grant, owed now (the next grant pays them first): not in the points',
+          }),
+          points: Type.Array(CreditHistoryPoint, { description: 'in time order, from `start` to `end`' }),
+        },
+        { additionalProperties: false },
+      ),
+      { description: 'by meter name: each meter with a grant or a credit limit' },
+    ),
+  },
+  { additionalProperties: false },
+)
+export type CreditHistory = Static<typeof CreditHistory>

@@ -134,6 +134,7 @@ t.test('the link opens the portal; the token leaves the address bar at once', as
   t.same(await page.getByRole('navigation', { name: 'Sections' }).getByRole('link').allInnerTexts(), [
     'API keys',
     'Usage',
+    'Credits',
     'Requests',
   ])
   t.equal(await page.getByRole('link', { name: 'Return to your provider' }).getAttribute('href'), RETURN_URL)
@@ -365,8 +366,8 @@ t.test('an exchange the gateway could not answer: the link is kept, and tried ag
 
 t.test('a screen without its permission is not shown', async (t) => {
   const { page: narrow } = await freshPage()
-  await narrow.goto((await portalLink(['usage:read'], null)).url)
-  await narrow.getByRole('heading', { name: 'Usage', level: 1 }).waitFor()
+  await narrow.goto((await portalLink(['requests:read'], null)).url)
+  await narrow.getByRole('heading', { name: 'Requests', level: 1 }).waitFor()
   t.equal(await narrow.getByRole('navigation', { name: 'Sections' }).count(), 0, 'one screen: no navigation')
   t.equal(await narrow.getByRole('link', { name: 'Return to your provider' }).count(), 0, 'no return_url: no link')
   await narrow.evaluate(() => {
@@ -374,6 +375,11 @@ t.test('a screen without its permission is not shown', async (t) => {
   })
   await narrow.waitForTimeout(200)
   t.equal(await narrow.getByRole('heading', { name: 'API keys' }).count(), 0, 'no keys screen by address')
+  await narrow.evaluate(() => {
+    location.hash = '#/credits'
+  })
+  await narrow.waitForTimeout(200)
+  t.equal(await narrow.getByRole('heading', { name: 'Credits' }).count(), 0, 'no credits screen without usage:read')
 
   const { page: reader } = await freshPage()
   await reader.goto((await portalLink(['keys:read', 'requests:read'])).url)
@@ -488,7 +494,7 @@ t.test("the parent's console: a link made with the permissions chosen, shown onc
   await console_.goto(`${gateway.url}/console#/sub-accounts/${acme.id}`)
   const form = console_.getByTestId('portal-form')
   await form.waitFor()
-  await form.getByLabel("see this month's usage").uncheck()
+  await form.getByLabel("see this month's usage and its credits").uncheck()
   await form.getByLabel('Lasts').selectOption({ label: '1 hour' })
   await form.getByRole('button', { name: 'Make a portal link' }).click()
   const shown = console_.getByTestId('dialog')

@@ -1,6 +1,7 @@
 // `npm run echo-upstream` (scripts/echo-upstream.ts), the README quickstart's upstream, run as
 // the README runs it, behind a real gateway: it answers with the method, the path and the
-// X-Service-* headers it received, and says that no Authorization reached it.
+// X-Service-* headers it received, and says that no Authorization reached it; `?tokens=N` is
+// reported as X-Tokens-Used.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
@@ -75,5 +76,15 @@ t.test(
       },
       'exactly what the gateway sent: the forged header dropped, the trusted ones set',
     )
+
+    // `?tokens=N` is reported as X-Tokens-Used, for a meter to count (docs/billing.md's example).
+    const reported = await fetch(`http://127.0.0.1:${echoPort}/llm/chat?tokens=300`)
+    t.equal(reported.headers.get('x-tokens-used'), '300')
+    await reported.text()
+    for (const query of ['', '?tokens=', '?tokens=-1', '?tokens=1e3']) {
+      const plain = await fetch(`http://127.0.0.1:${echoPort}/llm/chat${query}`)
+      t.equal(plain.headers.get('x-tokens-used'), null, `${query || 'no query'}: none`)
+      await plain.text()
+    }
   },
 )

@@ -337,6 +337,54 @@ t.test('the portal API: one sub-account, its permissions, the key policy and cei
     t.equal((await portal(gw, as, 'GET', `/requests?sub_account_id=${otherSub}`)).statusCode, 400, 'no other')
   })
 
+  t.test(
+    "credits: its own balance and grants, never another sub-account's, without the parent's metadata",
+    async (t) => {
+      const grant = async (id: string, body: JsonBody) =>
+        ok(await manage(gw, parent, 'POST', `/${id}/credits/grants`, { meter: 'tokens', ...body }), 201)
+      const mine = await grant(sub, { units: 700, metadata: { invoice: 'in_mine' } })
+      const theirs = await grant(otherSub, { units: 9000, metadata: { invoice: 'in_theirs' } })
+      const credits = ok(await portal(gw, as, 'GET', '/credits'), 200)
+      t.same(credits.balances, [{ meter: 'tokens', units_left: 700 }])
+      t.same(
+        credits.grants.map((g: JsonBody) => g.id),
+        [mine.id],
+        "its own grant only: the other sub-account's is not there",
+      )
+      const { metadata: _, ...shown } = mine
+      t.same(credits.grants[0], shown, "the grant as the parent sees it, less the parent's metadata")
+      t.notMatch(JSON.stringify(credits), theirs.id)
+      t.notMatch(JSON.stringify(credits), /in_mine|in_theirs/)
+      for (const query of [`?sub_account_id=${otherSub}`, `?id=${otherSub}`])
+        t.equal((await portal(gw, as, 'GET', `/credits${query}`)).statusCode, 400, `${query}: no other`)
+      // The other sub-account's own session sees its own, and not this one's.
+      const { token: other } = await openSession(gw, parent, otherSub, { permissions: ['usage:read'] })
+      const otherCredits = ok(
+        await portal(gw, { cookie: cookieValue(await exchange(gw, other)) }, 'GET', '/credits'),
+        200,
+      )
+      t.same(
+        otherCredits.grants.map((g: JsonBody) => g.id),
+        [theirs.id],
+      )
+      t.same(otherCredits.balances, [{ meter: 'tokens', units_left: 9000 }])
+      // A plan's credit limit names its meter too: a balance of 0 before any grant.
+      const plan = ok(
+        await manage(gw, parent, 'POST', '/plans', {
+          name: 'credits',
+          limits: { credits: { calls: { required: true } } },
+        }),
+        201,
+      )
+      ok(await manage(gw, parent, 'PATCH', `/${sub}`, { plan_id: plan.id }), 200)
+      t.same(ok(await portal(gw, as, 'GET', '/credits'), 200).balances, [
+        { meter: 'calls', units_left: 0 },
+        { meter: 'tokens', units_left: 700 },
+      ])
+      ok(await manage(gw, parent, 'PATCH', `/${sub}`, { plan_id: null }), 200)
+    },
+  )
+
   t.test('permissions are enforced per route', async (t) => {
     const cases: [string, string, string, unknown?][] = [
       ['keys:read', 'GET', '/keys'],
@@ -344,6 +392,7 @@ t.test('the portal API: one sub-account, its permissions, the key policy and cei
       ['keys:write', 'POST', `/keys/${keyId}/revoke`],
       ['keys:write', 'POST', `/keys/${keyId}/roll`, {}],
       ['usage:read', 'GET', '/usage'],
+      ['usage:read', 'GET', '/credits'],
       ['requests:read', 'GET', '/requests'],
     ]
     for (const permission of ALL) {

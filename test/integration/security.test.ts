@@ -100,6 +100,7 @@ const TABLE: Record<string, RouteCase> = {
     namesSubAccount: true,
   },
   'GET /v1/sub-accounts/:sub_id/credits': { scope: 'sub_accounts:read', namesSubAccount: true },
+  'GET /v1/sub-accounts/:sub_id/credits/history': { scope: 'sub_accounts:read', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/credits/grants/:grant_id/void': { scope: 'sub_accounts:write', namesSubAccount: true },
   'GET /v1/sub-accounts/:sub_id/api-keys/:key_id': { scope: 'sub_accounts:read', namesSubAccount: true },
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': { scope: 'sub_accounts:write', namesSubAccount: true },

@@ -128,6 +128,7 @@ const TABLE: Record<string, Line> = {
   'GET /v1/sub-accounts/:sub_id/api-keys': {},
   'POST /v1/sub-accounts/:sub_id/credits/grants': { body: { meter: 'tokens', units: 1 } },
   'GET /v1/sub-accounts/:sub_id/credits': {},
+  'GET /v1/sub-accounts/:sub_id/credits/history': {},
   'POST /v1/sub-accounts/:sub_id/credits/grants/:grant_id/void': {},
   'GET /v1/sub-accounts/:sub_id/api-keys/:key_id': {},
   'POST /v1/sub-accounts/:sub_id/api-keys/:key_id/revoke': {},
@@ -142,6 +143,7 @@ const TABLE: Record<string, Line> = {
   [`POST ${PORTAL_API}/keys/:key_id/revoke`]: {},
   [`POST ${PORTAL_API}/keys/:key_id/roll`]: {},
   [`GET ${PORTAL_API}/usage`]: {},
+  [`GET ${PORTAL_API}/credits`]: {},
   [`GET ${PORTAL_API}/requests`]: {},
 }
 

@@ -42,10 +42,12 @@ function classAt(series: DailySeries, i: number, value: number): StatusClass | n
 }
 
 /** Steps of the requests axis: whole numbers (1, 2, 5, 10, 20, 50…). */
-const WHOLE_STEPS = [1, 2, 5].flatMap((n) => Array.from({ length: 10 }, (_, p) => n * 10 ** p)).sort((a, b) => a - b)
+export const WHOLE_STEPS = [1, 2, 5]
+  .flatMap((n) => Array.from({ length: 10 }, (_, p) => n * 10 ** p))
+  .sort((a, b) => a - b)
 
 /** An axis drawn in the page's text and line colours, read from its CSS variables. */
-function axis(): { stroke: string; grid: { stroke: string }; ticks: { stroke: string } } {
+export function axis(): { stroke: string; grid: { stroke: string }; ticks: { stroke: string } } {
   const style = getComputedStyle(document.documentElement)
   const fg = style.getPropertyValue('--fg').trim() || '#1b1f24'
   const line = style.getPropertyValue('--line').trim() || '#d0d7de'

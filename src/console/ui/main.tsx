@@ -1,5 +1,5 @@
 // The console's shell: sign-in, the navigation, and a screen per hash route (#/sub-accounts,
-// #/sub-accounts/<id>, #/plans, #/usage, #/requests?<filters>, #/events, #/webhooks, #/routes).
+// #/sub-accounts/<id>, #/sub-accounts/<id>/credits, #/plans, #/usage, #/requests?<filters>, #/events, #/webhooks, #/routes).
 import 'uplot/dist/uPlot.min.css'
 import './console.css'
 import './screens.css'
@@ -7,6 +7,7 @@ import { Component, type ComponentChildren, render } from 'preact'
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, type Problem, session, whenKeyRefused } from './api.js'
 import { ErrorMessage, LiveRegion } from './components.js'
+import { CreditsScreen } from './credits.js'
 import { EventsScreen } from './events.js'
 import { isUuid } from './request-filters.js'
 import { PlansScreen } from './plans.js'
@@ -67,10 +68,11 @@ class Boundary extends Component<{ children: ComponentChildren }, { error: unkno
 }
 
 function Screen({ path, search }: { path: string; search: string }) {
-  const detail = /^\/sub-accounts\/([^/]+)$/.exec(path)
+  const detail = /^\/sub-accounts\/([^/]+)(\/credits)?$/.exec(path)
   if (detail !== null) {
     const id = idOf(detail[1]!)
-    return id === null ? <ErrorMessage error={NO_SUCH} /> : <SubAccountScreen id={id} />
+    if (id === null) return <ErrorMessage error={NO_SUCH} />
+    return detail[2] === undefined ? <SubAccountScreen id={id} /> : <CreditsScreen id={id} />
   }
   if (path === '/usage') return <UsageScreen />
   // The filters go to the API as query parameters only (requests.tsx), the ids checked first.

@@ -9,7 +9,7 @@ import { Confirmation, Dialog, doneAt, Empty, ErrorMessage, formatTime, SecretFi
 const PERMISSIONS: [permission: string, text: string][] = [
   ['keys:read', 'see its API keys'],
   ['keys:write', 'mint, roll and revoke API keys'],
-  ['usage:read', "see this month's usage"],
+  ['usage:read', "see this month's usage and its credits"],
   ['requests:read', 'see its request log'],
 ]
 

@@ -1,5 +1,5 @@
 // One sub-account: its details, the edit, limits and key policy forms, deactivate or reactivate,
-// its keys, its portal links, its usage and a link to its requests.
+// its keys, its portal links, its usage and links to its requests, events and credits.
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, api } from './api.js'
 import { Confirmation, CopyButton, doneAt, ErrorMessage, formatTime, Loading, useAction } from './components.js'
@@ -94,6 +94,9 @@ export function SubAccountScreen({ id }: { id: string }) {
             </a>
             <a href={`#/events?sub_account_id=${encodeURIComponent(sub.id)}`} class="action-link">
               Events<span class="visually-hidden"> of {sub.name}</span>
+            </a>
+            <a href={`#/sub-accounts/${encodeURIComponent(sub.id)}/credits`} class="action-link">
+              Credits<span class="visually-hidden"> of {sub.name}</span>
             </a>
             {sub.status === 'active' ? (
               <button type="button" class="danger" disabled={change.busy} onClick={() => setStatus('deactivate')}>

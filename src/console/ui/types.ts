@@ -10,6 +10,11 @@ import type {
   MintKeyBody as MintKeyBodySchema,
 } from '../../schemas/keys.js'
 import type { Event as EventSchema } from '../../schemas/events.js'
+import type {
+  CreditBalances as CreditBalancesSchema,
+  CreditGrant as CreditGrantSchema,
+  CreditHistory as CreditHistorySchema,
+} from '../../schemas/credits.js'
 import type { Limits as LimitsSchema } from '../../schemas/limits.js'
 import type { Plan as PlanSchema } from '../../schemas/plans.js'
 import type { Simulation as SimulationSchema } from '../../schemas/limit-simulations.js'
@@ -48,3 +53,9 @@ export type RequestRecord = Static<typeof RequestRecordSchema>
 export type Simulation = Static<typeof SimulationSchema>
 /** A proxied route as GET /routes lists it: its targets' state now, and whether it is in panic. */
 export type RouteStatus = Static<typeof RouteStatusSchema>
+/** GET …/credits: each meter's balance, and the grants (live first, in the order use burns them). */
+export type Credits = Static<typeof CreditBalancesSchema>
+export type CreditGrant = Static<typeof CreditGrantSchema>
+/** GET …/credits/history: each meter's units left, point by point. */
+export type CreditHistory = Static<typeof CreditHistorySchema>
+export type CreditSeries = CreditHistory['meters'][number]

@@ -1,7 +1,8 @@
 // The sub-account portal's page (docs/portal.md): the link's one-time token read from the address's
 // fragment and removed from it at once, exchanged for the session (a cookie; a bearer in memory
-// when framed), then a screen per permission the session has (#/keys, #/usage, #/requests). When
-// the session ends (used link, expiry, ended by the provider), the page says so and calls no more.
+// when framed), then the screens the session's permissions grant (#/keys, #/usage and #/credits,
+// #/requests). When the session ends (used link, expiry, ended by the provider), the page says so
+// and calls no more.
 import '../console.css'
 import '../screens.css'
 import './portal.css'
@@ -10,6 +11,7 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { type Problem, problemOfError } from '../api.js'
 import { ErrorMessage, formatTime, LiveRegion, Loading } from '../components.js'
 import { endSession, isEmbedded, openSession, type Permission, type PortalSession, whenSessionEnds } from './api.js'
+import { CreditsScreen } from './credits.js'
 import { KeysScreen, RequestsScreen, UsageScreen } from './screens.js'
 
 /**
@@ -30,6 +32,7 @@ const embedded = isEmbedded()
 const SCREENS = [
   { path: '/keys', label: 'API keys', needs: ['keys:read', 'keys:write'] },
   { path: '/usage', label: 'Usage', needs: ['usage:read'] },
+  { path: '/credits', label: 'Credits', needs: ['usage:read'] },
   { path: '/requests', label: 'Requests', needs: ['requests:read'] },
 ] as const satisfies readonly { path: string; label: string; needs: readonly Permission[] }[]
 
@@ -127,6 +130,7 @@ function Shell({ session, children }: { session: PortalSession; children: Compon
           <KeysScreen canRead={has('keys:read')} canWrite={has('keys:write')} policy={session.key_policy} />
         )}
         {shown?.path === '/usage' && <UsageScreen />}
+        {shown?.path === '/credits' && <CreditsScreen />}
         {shown?.path === '/requests' && <RequestsScreen canReadKeys={has('keys:read')} />}
         <p class="help session-end">This session ends at {formatTime(session.expires_at)}.</p>
         {children}
