@@ -10,10 +10,13 @@
 //   <- { type: 'fill-pool', connections }  -> { type: 'fill-pool' } once that many queries ran at once
 //   <- { type: 'close' }  -> closes the app and the store, then exits 0
 // Environment: DATABASE_URL, FAULT_ROUTES (the route table document, JSON), FAULT_ENV (more of the
-// gateway's variables, a JSON object: usage periods, the request log).
+// gateway's variables, a JSON object: usage periods, the request log, REDIS_URL and
+// REDIS_KEY_PREFIX for a replica that shares a Redis), FAULT_TUNING (the app's timings, a JSON
+// object of AppTuning's: a loaded machine's lease calls and waits, as test/helpers/limits.ts's).
 import { Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { buildApp } from '../../src/app.js'
+import type { AppTuning } from '../../src/app-deps.js'
 import { loadConfig } from '../../src/config.js'
 import { HEAVY_READ_CONNECTIONS, LOOKUP_CONNECTIONS, openStore } from '../../src/store/db.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
@@ -38,7 +41,8 @@ const config = {
   gatewayConfig: routesDoc,
 }
 const store = await openStore({ databaseUrl, dataDir: '.' })
-const app = await buildApp({ config, store, logger: false })
+const tuning = JSON.parse(process.env.FAULT_TUNING ?? '{}') as AppTuning
+const app = await buildApp({ config, store, logger: false, tuning })
 await app.listen({ port: 0, host: '127.0.0.1' })
 const port = (app.server.address() as AddressInfo).port
 
