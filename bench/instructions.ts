@@ -15,6 +15,7 @@ import {
   drive,
   type Load,
   seedOutsideValgrind,
+  startPatiently,
 } from './callgrind.js'
 import {
   createDatabase,
@@ -37,7 +38,8 @@ const WARMUP_REQUESTS = envInt('BENCH_WARMUP_REQUESTS', 20_000)
 const REQUESTS = envInt('BENCH_REQUESTS', 5_000)
 /** Rounds of the gateway and the baseline counted side by side, after one of the bare proxy. */
 const ROUNDS = envInt('BENCH_ROUNDS', 1)
-const CONNECTIONS = 50
+/** Fewer on a busy machine: each waits its turn in a loop a hundred times slower, and so do its store lookups. */
+const CONNECTIONS = envInt('BENCH_CONNECTIONS', 50)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 
 async function main(): Promise<void> {
@@ -52,11 +54,13 @@ async function main(): Promise<void> {
     console.error('starting the servers under valgrind (a minute or more)…')
     const timeoutMs = 600_000
     const [bare, gateway, baseline] = await Promise.all([
-      startBare(upstream.url, { wrap, timeoutMs }),
-      startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, wrap, timeoutMs }),
+      startPatiently(() => startBare(upstream.url, { wrap, timeoutMs })),
+      startPatiently(() => startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, wrap, timeoutMs })),
       BASELINE_TREE === null
         ? null
-        : startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, tree: BASELINE_TREE, wrap, timeoutMs }),
+        : startPatiently(() =>
+            startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, tree: BASELINE_TREE, wrap, timeoutMs }),
+          ),
     ])
     started.push(bare, gateway, ...(baseline === null ? [] : [baseline]))
     console.error(`${fmt(WARMUP_REQUESTS)} requests to warm up, then ${fmt(REQUESTS)} counted, per side…`)

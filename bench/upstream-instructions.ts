@@ -19,6 +19,7 @@ import {
   drive,
   type Load,
   seedOutsideValgrind,
+  startPatiently,
 } from './callgrind.js'
 import {
   createDatabase,
@@ -34,8 +35,8 @@ import {
   stopChild,
 } from './lib.js'
 
-const WARMUP_REQUESTS = envInt('BENCH_WARMUP_REQUESTS', 4_000)
-const REQUESTS = envInt('BENCH_REQUESTS', 2_000)
+const WARMUP_REQUESTS = envInt('BENCH_WARMUP_REQUESTS', 2_000)
+const REQUESTS = envInt('BENCH_REQUESTS', 1_000)
 const ROUNDS = envInt('BENCH_ROUNDS', 6)
 /** Few: each waits its turn in the gateway's loop, under valgrind a hundred times slower, and so do its store lookups. */
 const CONNECTIONS = envInt('BENCH_CONNECTIONS', 8)
@@ -67,13 +68,15 @@ run(async () => {
     )
     const headers = await seedOutsideValgrind(db.url, one.url)
     console.error('starting the gateway under valgrind (a minute or more)…')
-    const gateway = await startGateway({
-      databaseUrl: db.url,
-      upstreamUrl: one.url,
-      wrap: callgrind.wrap,
-      timeoutMs: 600_000,
-      env: { GATEWAY_CONFIG: config },
-    })
+    const gateway = await startPatiently(() =>
+      startGateway({
+        databaseUrl: db.url,
+        upstreamUrl: one.url,
+        wrap: callgrind.wrap,
+        timeoutMs: 600_000,
+        env: { GATEWAY_CONFIG: config },
+      }),
+    )
     started.push(gateway)
     const loads = Object.fromEntries(
       ROUTES.map((route) => [route, { headers, path: `/${route}${PROXIED_PATH}` }]),
