@@ -100,7 +100,7 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
   }),
 
   // What its grants held over time, for the console's burn-down: read-only, from the grants and
-  // the burn log (docs/decisions/XXXX-the-credits-history-is-read-from-the-burn-log.md).
+  // the burn log (docs/decisions/0381-the-credits-history-is-read-from-the-burn-log.md).
   managementOperation({
     method: 'GET',
     url: '/:sub_id/credits/history',

@@ -1,7 +1,7 @@
 // A customer's prepaid credits in the portal (docs/portal.md): its balance of each meter and its
 // grants, read-only, for the session's own sub-account only, behind `usage:read`. The grants'
 // `metadata` is the parent's own record (an invoice id, a note) and stays out, as the parent's
-// shadow limits do (docs/decisions/XXXX-the-portal-shows-credits-under-usage-read.md).
+// shadow limits do (docs/decisions/0382-the-portal-shows-credits-under-usage-read.md).
 import { Type } from 'typebox'
 import { ApiError } from '../errors.js'
 import { creditBalances, creditMetersInForce } from '../management/credit-changes.js'
