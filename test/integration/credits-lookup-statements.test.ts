@@ -2,7 +2,7 @@
 // statement that reads the sub-account (docs/api.md, Credits): one statement, whether it has
 // credits or not, counted as postgres.js sends them (its debug hook). A second statement for the
 // grants of every sub-account looked up was a Postgres round trip more per cache miss. And that
-// statement reads a sub-account's grants by index, not the whole table (migration 034).
+// statement reads a sub-account's grants by index, not the whole table (migration 033).
 import { randomUUID } from 'node:crypto'
 import postgres from 'postgres'
 import t from 'tap'
