@@ -404,7 +404,8 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv, tree = ROOT): Pro
     execFile(
       process.execPath,
       ['--import', 'tsx', 'src/cli.ts', ...args],
-      { cwd: tree, env: { ...process.env, ENCRYPTION_KEY, ...env }, timeout: 60_000 },
+      // Minutes: under tsx, on a machine loaded to 30 on 2 cores, a command took more than one.
+      { cwd: tree, env: { ...process.env, ENCRYPTION_KEY, ...env }, timeout: 300_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${stderr.trim() || err.message}`))
         else done(stdout)
