@@ -41,8 +41,8 @@ export function limitsOf(
 }
 
 /**
- * Each credit limit with its grants, in name order. The plans' "a plan's credits apply when the
- * sub-account sets none" is the choice of `stored.credits` (the limits in force) made before this.
+ * Each credit limit with its grants, in name order. Which credits are in force (a meter's own
+ * credit, else its plan's) is the choice of `stored.credits`, made before this.
  * A record read without its grants (cached by an older version) has none: the credits refuse until
  * it is read again, never admit blind.
  */

@@ -54,8 +54,8 @@ export interface TenantRecord {
   readonly defaultPlanId?: string | null
   /**
    * A sub-account's grants, by meter (docs/api.md, Credits), as the limiter takes them
-   * (limits/types.ts, CreditBalance): of each meter its own `limits.credits` names, or, without
-   * those, of every meter it has grants of (its plan's credits may name them); absent: none read.
+   * (limits/types.ts, CreditBalance): of every meter it has grants of, and of each its own
+   * `limits.credits` names; absent: none read.
    */
   readonly credits?: { readonly [meter: string]: CreditGrants }
 }

@@ -113,17 +113,15 @@ export type GrantTuple = [meter: string, live: boolean, units: number, left: num
 /**
  * What the limiter needs of a sub-account's grants, as a column of the statement that reads the
  * tenant (`tenants`, store/tenancy-lookups.ts), so that a lookup is one statement whether it has
- * credits or not: of each meter its own `limits.credits` names, or, without those, of every meter
- * it has grants of (its plan, its own or its parent's default, is not known there and may name
- * them); null for a parent account.
+ * credits or not: of every meter it has grants of, since the credits in force are its own and its
+ * plan's, meter by meter (shared/plan-limits.ts), and the plan is not known there; null for a
+ * parent account.
  */
 export const GRANTS_OF_TENANT = `case when tenants.parent_id is null then null else coalesce((
     select json_agg(json_build_array(g.meter, g.voided_at is null and (g.expires_at is null or g.expires_at > now()),
                                      g.units::float8, g.units_left::float8, floor(extract(epoch from g.expires_at) * 1000)))
     from credit_grants g
-    where g.sub_account_id = tenants.id
-      and (coalesce(tenants.limits -> 'credits', '{}'::jsonb) = '{}'::jsonb
-           or g.meter in (select jsonb_object_keys(tenants.limits -> 'credits')))), '[]') end as credit_grants`
+    where g.sub_account_id = tenants.id), '[]') end as credit_grants`
 
 /**
  * The grants `GRANTS_OF_TENANT` read, by meter: for each, what the grants that no longer count gave

@@ -116,12 +116,15 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
       select id, period_start, units from credit_taken order by id
       on conflict (grant_id, period_start) do update set units = credit_burns.units + excluded.units
     ), credit_owed as (
-      -- Beyond every live grant, under a credit limit: owed by the next grant.
+      -- Beyond every live grant, under a credit limit in force (its own or its plan's, as
+      -- shared/plan-limits.ts decides): owed by the next grant.
       insert into credit_debts (sub_account_id, meter, units)
       select u.tenant_id, u.meter, u.units - coalesce(sum(o.units_left), 0)
       from credit_use u
-      join tenants t on t.id = u.tenant_id and t.limits -> 'credits' ? u.meter
+      join tenants t on t.id = u.tenant_id
+      left join plans p on p.id = coalesce(t.plan_id, (select d.default_plan_id from tenants d where d.id = t.parent_id))
       left join credit_order o on o.sub_account_id = u.tenant_id and o.meter = u.meter
+      where t.limits -> 'credits' ? u.meter or p.limits -> 'credits' ? u.meter
       group by u.tenant_id, u.meter, u.units
       having u.units > coalesce(sum(o.units_left), 0)
       order by 1, 2

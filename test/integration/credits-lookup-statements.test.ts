@@ -76,7 +76,7 @@ t.test('a parent account: one statement, no credits read', async (t) => {
   t.notOk(found.found !== null && 'credits' in found.found, 'a parent has no credits')
 })
 
-t.test("a sub-account's own credit: its meter's grants, read in the same statement", async (t) => {
+t.test("a sub-account's own credit: its grants, read in the same statement", async (t) => {
   const sub = await createSubAccount(sql, parent.id, {
     name: 'own',
     externalId: null,
@@ -92,8 +92,11 @@ t.test("a sub-account's own credit: its meter's grants, read in the same stateme
   t.equal(found.statements, 1, 'one statement')
   t.same(
     found.found?.credits,
-    { tokens: { settled: 25, live: [{ units: 100, left: 100, expiresAt: expiresAt.getTime() }] } },
-    "the meter its own credit names: the voided grant's burned units settled, the live one with its expiry",
+    {
+      tokens: { settled: 25, live: [{ units: 100, left: 100, expiresAt: expiresAt.getTime() }] },
+      images: { settled: 0, live: [{ units: 7, left: 7, expiresAt: null }] },
+    },
+    "every meter's grants, its own credit's and another's (a plan's credit may name it): the voided grant's burned units settled, the live one with its expiry",
   )
   const none = await createSubAccount(sql, parent.id, {
     name: 'own-no-grants',

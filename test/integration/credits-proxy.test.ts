@@ -17,7 +17,10 @@ import { usageEvent } from '../../src/usage/export.js'
 
 const HOUR = 3_600_000
 const upstream = await startUpstream(t, reportsTokens)
-const routes = [{ prefix: '/llm', upstream: upstream.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] }]
+const routes = [
+  { prefix: '/llm', upstream: upstream.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] },
+  { prefix: '/img', upstream: upstream.url, meters: [{ name: 'images', header: 'x-tokens-used' }] },
+]
 const a = await startGateway(t, { ...UNHURRIED_LIMITS, usageFlushIntervalMs: HOUR, gatewayConfig: { routes } })
 const b = await startGateway(t, {
   ...UNHURRIED_LIMITS,
@@ -37,8 +40,8 @@ t.ok(subscribed !== null, 'both replicas listen for invalidations')
 
 const accountedBy = new Map<TestGateway, number>()
 /** One request reporting `tokens` through `gw`, acting as `acting`, accounted (so charged) before the answer. */
-async function send(gw: TestGateway, acting: string, tokens: number) {
-  const res = await callAs(gw.url, P.apiKey, { path: `/llm/x?tokens=${tokens}`, acting })
+async function send(gw: TestGateway, acting: string, tokens: number, prefix = '/llm') {
+  const res = await callAs(gw.url, P.apiKey, { path: `${prefix}/x?tokens=${tokens}`, acting })
   const count = (accountedBy.get(gw) ?? 0) + 1
   accountedBy.set(gw, count)
   const done = await until(10_000, async () => (await metricValue(gw.app, 'tgw_proxied_requests_total')) >= count)
@@ -113,6 +116,61 @@ t.test("a plan's credits hold for a sub-account on it that sets none of its own"
   await grant(sub, { units: 100 })
   t.equal((await send(a, sub, 0)).status, 200, 'granted: passes')
   await passesOn(b, sub, 0)
+})
+
+t.test("a plan's credit of one meter holds beside a sub-account's own of another, each with its grants", async (t) => {
+  const plan = await manage('POST', '/plans', { name: 'images', limits: { credits: { images: { required: true } } } })
+  t.equal(plan.status, 201, plan.body)
+  const created = await manage('POST', '', {
+    name: 'both',
+    plan_id: plan.json().id,
+    limits: { credits: { tokens: { required: true } } },
+  })
+  t.equal(created.status, 201, created.body)
+  const sub = created.json().id as string
+  t.same(Object.keys(created.json().effective_limits.credits), ['images', 'tokens'], 'both credits are in force')
+  await grant(sub, { units: 100 })
+  const refused = await send(a, sub, 1)
+  checkProblem(t, refused, 402, 'credits_exhausted', "its own meter granted, the plan's not: refused")
+  t.same(refused.json().meters, ['images'], "the plan's meter is the one used up")
+  await grant(sub, { meter: 'images', units: 100 })
+  const passed = await send(a, sub, 1, '/img')
+  t.equal(passed.status, 200, `both granted: passes (${passed.body.slice(0, 200)})`)
+  t.equal((await send(a, sub, 1)).status, 200, 'on either route')
+  const { balances } = await credits(sub)
+  t.same(
+    balances,
+    [
+      { meter: 'images', units_left: 99 },
+      { meter: 'tokens', units_left: 99 },
+    ],
+    'each meter burns its own',
+  )
+})
+
+t.test("under a plan's credit, what went beyond the grants is owed, as under a sub-account's own", async (t) => {
+  const plan = await manage('POST', '/plans', {
+    name: 'overdrawn',
+    limits: { credits: { tokens: { required: true } } },
+  })
+  t.equal(plan.status, 201, plan.body)
+  const planId = plan.json().id as string
+  const onPlan = (await manage('POST', '', { name: 'its plan', plan_id: planId })).json().id as string
+  // A parent's default plan holds for a sub-account without one of its own.
+  const settings = await manage('PATCH', '/settings', { default_plan_id: planId })
+  t.equal(settings.status, 200, settings.body)
+  const onDefault = (await manage('POST', '', { name: 'the default plan' })).json().id as string
+  t.teardown(async () => {
+    await manage('PATCH', '/settings', { default_plan_id: null })
+  })
+  for (const sub of [onPlan, onDefault]) {
+    await grant(sub, { units: 100 })
+    t.equal((await send(a, sub, 60)).status, 200, '60 of 100')
+    t.equal((await send(a, sub, 60)).status, 200, '120 of 100: admitted while the balance was above zero')
+    checkProblem(t, await send(a, sub, 1), 402, 'credits_exhausted', 'then refused')
+    t.same((await credits(sub)).balances, [{ meter: 'tokens', units_left: -20 }], 'the 20 beyond the grant are owed')
+    t.equal((await grant(sub, { units: 50 })).units_left, 30, 'the next grant pays them')
+  }
 })
 
 t.test('passes while above zero, charged after, 402 at zero; a new grant pays the debt', async (t) => {
