@@ -1,15 +1,19 @@
-// What bench:instructions and bench:upstream-instructions share: servers run under valgrind's
+// What bench:instructions, bench:upstream-instructions and bench:credit-instructions share: servers run under valgrind's
 // callgrind, keep-alive load from this process (not under it), and a count of the instructions a
 // server ran over a span of requests (callgrind_control --zero, the requests, --dump). A server
 // may be counted many times: each dump is read once and removed. bench/README.md.
-import { execFile } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { execFile, execFileSync } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import os from 'node:os'
 import { resolve } from 'node:path'
 import {
+  createDatabase,
   fmt,
+  type Gateway,
   isInterrupted,
+  median,
+  reportHead,
   PROXIED_PATH,
   request,
   type Server,
@@ -65,6 +69,63 @@ export function callgrindWrap(collect: Collect = 'all'): Callgrind {
   }
 }
 
+/** A report's head: reportHead's lines, then valgrind's version and what was counted. */
+export const valgrindHead = (script: string, collect: Collect) => [
+  ...reportHead(script),
+  `valgrind  ${execFileSync('valgrind', ['--version'], { encoding: 'utf8' }).trim()} (callgrind), the load from this process and the upstreams not under it`,
+  collectLine(collect),
+]
+
+/** What a bench counting loads in turn on one gateway has to hand (`inTurnBench`). */
+export interface InTurnFrame {
+  callgrind: Callgrind
+  databaseUrl: string
+  /** Servers to stop at the end, the last first. */
+  started: Server[]
+  /** Writes `yaml` as a gateway's configuration file: the environment that names it. */
+  config(yaml: string): { GATEWAY_CONFIG: string }
+  /** The gateway to count, under callgrind (startPatiently), stopped at the end. */
+  startCounted(upstreamUrl: string, env: Record<string, string>): Promise<Gateway>
+}
+
+/**
+ * The frame of bench:upstream-instructions and bench:credit-instructions: a fresh database (named
+ * after `label`), callgrind's folder, a folder for configuration files, and, however `body` ends,
+ * every server stopped, the folders removed and the database dropped.
+ */
+export async function inTurnBench(label: string, body: (frame: InTurnFrame) => Promise<void>): Promise<void> {
+  const callgrind = callgrindWrap(collectKnob())
+  const started: Server[] = []
+  const db = await createDatabase(label)
+  const configDir = mkdtempSync(resolve(os.tmpdir(), `tgw-bench-${label}-`))
+  let configs = 0
+  try {
+    await body({
+      callgrind,
+      databaseUrl: db.url,
+      started,
+      config: (yaml) => {
+        const path = resolve(configDir, `gateway-${++configs}.yaml`)
+        writeFileSync(path, yaml)
+        return { GATEWAY_CONFIG: path }
+      },
+      startCounted: async (upstreamUrl, env) => {
+        console.error('starting the gateway under valgrind (a minute or more)…')
+        const gateway = await startPatiently(() =>
+          startGateway({ databaseUrl: db.url, upstreamUrl, wrap: callgrind.wrap, timeoutMs: 600_000, env }),
+        )
+        started.push(gateway)
+        return gateway
+      },
+    })
+  } finally {
+    for (const server of started.reverse()) await stopChild(server.child, 30_000)
+    rmSync(configDir, { recursive: true, force: true })
+    await db.drop()
+    callgrind.remove()
+  }
+}
+
 /** The report's line on what was counted. */
 export const collectLine = (collect: Collect) =>
   `counted   ${collect === 'io' ? "BENCH_COLLECT=io: the instructions run inside libuv's I/O poll (uv__io_poll), on the main thread; not the timers' nor V8's threads'" : 'BENCH_COLLECT=all: every instruction of the process, its threads included'}`
@@ -74,10 +135,19 @@ export const collectLine = (collect: Collect) =>
  * a busy machine, one under it misses the store's deadlines on every try of the management call.
  * The headers of the parent's key acting as the sub-account.
  */
-export async function seedOutsideValgrind(databaseUrl: string, upstreamUrl: string): Promise<Record<string, string>> {
-  const gateway = await startGateway({ databaseUrl, upstreamUrl })
+export async function seedOutsideValgrind(
+  databaseUrl: string,
+  upstreamUrl: string,
+  o: {
+    /** The gateway's environment (GATEWAY_CONFIG, say). */
+    env?: Record<string, string>
+    /** What is made, by default seedActing's parent and sub-account. */
+    seed?: (gateway: Gateway, databaseUrl: string) => Promise<{ headers: Record<string, string> }>
+  } = {},
+): Promise<Record<string, string>> {
+  const gateway = await startGateway({ databaseUrl, upstreamUrl, ...(o.env === undefined ? {} : { env: o.env }) })
   try {
-    return (await seedActing(gateway, databaseUrl)).headers
+    return (await (o.seed ?? seedActing)(gateway, databaseUrl)).headers
   } finally {
     await stopChild(gateway.child)
   }
@@ -210,3 +280,41 @@ export async function countRequests(
 
 export const countedLine = (side: string, c: Counted) =>
   `  ${side}: ${fmt(c.perRequest)} instructions per request (${fmt(c.requests)} requests, ${fmt(c.resent)} resent, ${c.seconds.toFixed(0)} s)`
+
+/**
+ * Instructions per request of each of `loads` on one `server`, counted in turn: `warmup` requests
+ * a load uncounted (500 at a time, in turn), then `rounds` rounds of `requests` counted a load, the
+ * order turned each round, so that what the process does by the second weighs about the same on
+ * each and the code the JIT made is the same. Each round's count, by load.
+ */
+export async function countInTurn<Name extends string>(
+  server: Server,
+  loads: Record<Name, Load>,
+  o: { warmup: number; requests: number; rounds: number; connections: number; outDir: string },
+): Promise<Record<Name, Counted[]>> {
+  const names = Object.keys(loads) as Name[]
+  const chunk = 500
+  console.error(`${fmt(o.warmup)} requests a load to warm up, in turn…`)
+  for (let sent = 0; sent < o.warmup; sent += chunk)
+    for (const name of names) await drive(server.url, loads[name], Math.min(chunk, o.warmup - sent), o.connections)
+  const rounds = Object.fromEntries(names.map((name) => [name, [] as Counted[]])) as Record<Name, Counted[]>
+  for (let round = 0; round < o.rounds; round++) {
+    const shift = round % names.length
+    for (const name of [...names.slice(shift), ...names.slice(0, shift)]) {
+      const counted = await countRequests(server, loads[name], o.requests, o.connections, o.outDir)
+      rounds[name].push(counted)
+      console.error(countedLine(`${name} round ${round + 1}`, counted))
+    }
+  }
+  return rounds
+}
+
+/** A report's line of the ratios `on`/`off`, round by round, and their median. */
+export function ratioLine(what: string, on: readonly Counted[], off: readonly Counted[]): string {
+  const ratios = on.map((c, i) => c.perRequest / off[i]!.perRequest)
+  return `${what}  median ${median(ratios).toFixed(3)}; rounds ${ratios.map((x) => x.toFixed(3)).join(', ')}`
+}
+
+/** A report's line of one load's median instructions per request and the seconds its rounds took. */
+export const medianLine = (name: string, counted: readonly Counted[], width = 6) =>
+  `${name.padEnd(width)} ${fmt(median(counted.map((c) => c.perRequest))).padStart(10)} instructions per request (median); seconds a round ${counted.map((c) => c.seconds.toFixed(0)).join(', ')}`

@@ -420,6 +420,8 @@ export interface BenchLimits {
   monthly_quota?: { requests: number }
   /** Set them as shadow limits (counted, never refusing), with no enforced ones. */
   shadow?: true
+  /** Required credits by meter (a sub-account's only: docs/api.md, Credits). */
+  credits?: Record<string, { required: true }>
 }
 
 /**
@@ -486,6 +488,23 @@ export async function seedActing(
     subId: lost ?? (JSON.parse(answer.body) as { id: string }).id,
     headers: { authorization, 'x-service-acting-tenant': 'ext:bench-sub' },
   }
+}
+
+/**
+ * A parent (by the CLI) whose sub-account `ext:bench-sub` needs a credit of `tokens`, granted
+ * 10^12 units by the API: far beyond what a run burns (the upstream reports 42 an answer). The
+ * gateway must have a route reporting `tokens` (a grant of a meter no route reports is refused).
+ */
+export async function seedCredited(gateway: Gateway, databaseUrl: string): ReturnType<typeof seedActing> {
+  const seeded = await seedActing(gateway, databaseUrl, { subAccount: { credits: { tokens: { required: true } } } })
+  const granted = await request(new http.Agent(), new URL(gateway.url), {
+    method: 'POST',
+    path: `/v1/sub-accounts/${seeded.subId}/credits/grants`,
+    headers: { authorization: seeded.headers.authorization!, 'x-service-acting-tenant': 'self' },
+    body: JSON.stringify({ meter: 'tokens', units: 1e12 }),
+  })
+  if (granted.status !== 201) throw new Error(`the credit's grant answered ${granted.status}: ${granted.body}`)
+  return seeded
 }
 
 // ---------------------------------------------------------------------------------------------

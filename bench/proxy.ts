@@ -2,7 +2,8 @@
 // floor (node:http streaming through an undici Pool: the least a Node proxy does), and optionally
 // against another checkout of the gateway in the same run (BENCH_BASELINE_TREE), and optionally the
 // same gateway acting as a tenant under limits that never refuse (BENCH_LIMITS=1), and optionally
-// the same gateway on a route with a cost and a meter its upstream reports (BENCH_METERS=1), and
+// the same gateway on a route with a cost and a meter its upstream reports (BENCH_METERS=1), and on
+// that route under a required credit (BENCH_CREDITS=1), and
 // optionally the same gateway tracing one request in a hundred and every request (BENCH_TRACES=1). bench/README.md
 // says what it starts, what it prints and its knobs; docs/lifecycle.md the path measured.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -31,6 +32,7 @@ import {
   scrape,
   type Server,
   seedActing,
+  seedCredited,
   sleep,
   startBare,
   startGateway,
@@ -58,6 +60,12 @@ const SHADOW = LIMITS && envInt('BENCH_SHADOW', 0, 0) > 0
 /** Adds the gateway on a route with `cost: 2` and a meter the upstream reports in every answer. */
 const METERS = envInt('BENCH_METERS', 0, 0) > 0
 /**
+ * Adds the meters side's route acting as a sub-account whose credit of that meter is required and
+ * granted 10^12 units (never exhausted): the credits and meters sides differ by the credit only.
+ * Needs BENCH_METERS.
+ */
+const CREDITS = METERS && envInt('BENCH_CREDITS', 0, 0) > 0
+/**
  * Adds the gateway tracing to a collector that takes every export (a sink in this process): at a
  * ratio of 0.01 (`traced-0.01`) and every request (`traced`).
  */
@@ -79,6 +87,7 @@ type SideName =
   | 'limits'
   | 'shadow'
   | 'meters'
+  | 'credits'
   | 'traced-0.01'
   | 'traced'
   | 'baseline'
@@ -160,6 +169,10 @@ async function main(): Promise<void> {
       ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: { GATEWAY_CONFIG: metersConfig } })
       : null
     if (metersGateway !== null) started.push(metersGateway)
+    const creditsGateway = CREDITS
+      ? await startGateway({ databaseUrl: db.url, upstreamUrl: upstream.url, env: { GATEWAY_CONFIG: metersConfig } })
+      : null
+    if (creditsGateway !== null) started.push(creditsGateway)
     const acting = await seedActing(gateway, db.url)
     // Another parent whose account and sub-account have limits: the two sides differ by them only.
     const limited =
@@ -174,6 +187,8 @@ async function main(): Promise<void> {
             account: { ...NEVER_REFUSING, shadow: true },
             subAccount: { ...NEVER_REFUSING, shadow: true },
           })
+    // A fourth parent whose sub-account needs a credit of the meter, granted far beyond the run.
+    const credited = creditsGateway === null ? null : await seedCredited(creditsGateway, db.url)
     // The bare proxy and the floor get the same request, Authorization and acting header included, and pass them on.
     const sides: Side[] = [
       { name: 'floor', server: floor, headers: acting.headers },
@@ -188,6 +203,7 @@ async function main(): Promise<void> {
       ...(limited === null ? [] : [{ name: 'limits' as const, server: limitsGateway!, headers: limited.headers }]),
       ...(shadowed === null ? [] : [{ name: 'shadow' as const, server: shadowGateway!, headers: shadowed.headers }]),
       ...(metersGateway === null ? [] : [{ name: 'meters' as const, server: metersGateway, headers: acting.headers }]),
+      ...(credited === null ? [] : [{ name: 'credits' as const, server: creditsGateway!, headers: credited.headers }]),
       ...(sampledGateway === null
         ? []
         : [{ name: 'traced-0.01' as const, server: sampledGateway, headers: acting.headers }]),
@@ -201,7 +217,14 @@ async function main(): Promise<void> {
       const seen = (await response.json()) as Record<string, string>
       if (response.status !== 200)
         throw new Error(`${side.name}: GET /v1/things/echo answered ${response.status}: ${JSON.stringify(seen)}`)
-      const tenant = side.name === 'limits' ? limited! : side.name === 'shadow' ? shadowed! : acting
+      const tenant =
+        side.name === 'limits'
+          ? limited!
+          : side.name === 'shadow'
+            ? shadowed!
+            : side.name === 'credits'
+              ? credited!
+              : acting
       if (
         !isProxyOnly(side.name) &&
         (seen['x-service-resolved-tenant'] !== tenant.subId || seen['x-service-caller-tenant'] !== tenant.parentId)
@@ -217,7 +240,7 @@ async function main(): Promise<void> {
         throw new Error(`${side.name}: RateLimit-Policy is "${policy}"`)
       // The meter's side takes the report out of the answer; every other passes it on.
       const reported = response.headers.get('x-tokens-used')
-      if (METERS && (reported === null) !== (side.name === 'meters'))
+      if (METERS && (reported === null) !== (side.name === 'meters' || side.name === 'credits'))
         throw new Error(`${side.name}: X-Tokens-Used is ${reported}`)
     }
 
@@ -316,6 +339,7 @@ function report(
   const limits = medians.get('limits')
   const shadow = medians.get('shadow')
   const meters = medians.get('meters')
+  const credits = medians.get('credits')
   const fastifyFloor = medians.get('fastify-floor')
   const headersFloor = medians.get('headers-floor')
   const lines = [
@@ -341,6 +365,9 @@ function report(
             ? ' of a third parent, both with the same limits in shadow (never refusing, no RateLimit fields)'
             : '') +
           (s.name === 'meters' ? '; the route has cost 2 and a meter read from X-Tokens-Used' : '') +
+          (s.name === 'credits'
+            ? ` of a fourth parent; the meters side's route, the sub-account's credit of its meter required, 10^12 granted`
+            : '') +
           (s.name === 'traced-0.01' ? '; tracing, OTEL_TRACES_SAMPLER=parentbased_traceidratio at 0.01' : '') +
           (s.name === 'traced' ? '; tracing every request (parentbased_always_on)' : ''),
       ),
@@ -416,6 +443,16 @@ function report(
         `CPU/request ${cpu.toFixed(3)} (target ≤ 1.03: ${cpu <= 1.03 ? 'met' : 'NOT MET'}; ${(meters.cpuMicros - gateway.cpuMicros).toFixed(1)} µs)`,
       `                    req/s round by round: ${of('meters')
         .map((m, i) => (m.perSecond / of('gateway')[i]!.perSecond).toFixed(3))
+        .join(', ')}`,
+    )
+  }
+  if (credits !== undefined && meters !== undefined) {
+    const cpu = credits.cpuMicros / meters.cpuMicros
+    lines.push(
+      `credits / meters    req/s ${(credits.perSecond / meters.perSecond).toFixed(3)}, p99 ${(credits.p99 / meters.p99).toFixed(3)}, ` +
+        `CPU/request ${cpu.toFixed(3)} (target ≤ 1.03: ${cpu <= 1.03 ? 'met' : 'NOT MET'}; ${(credits.cpuMicros - meters.cpuMicros).toFixed(1)} µs)`,
+      `                    req/s round by round: ${of('credits')
+        .map((c, i) => (c.perSecond / of('meters')[i]!.perSecond).toFixed(3))
         .join(', ')}`,
     )
   }
