@@ -105,3 +105,37 @@ t.test('the client gone while the answer streams: the spool is closed', async (t
   res.destroy()
   t.ok(await until(10_000, async () => openSpools().length === 0), 'the spool is closed once the reader is gone')
 })
+
+t.test("a line over 64 KiB is invalid, its neighbours imported; names cross the spool's chunks whole", async (t) => {
+  const long = JSON.stringify({ sub_account_id: sub, name: 'long', scopes: ['orders:read'], key: 'x'.repeat(70_000) })
+  // Names of multi-byte characters, enough of them that the spool's 64 KiB reads end inside some.
+  const named = Array.from({ length: 600 }, (_, i) => ({
+    sub_account_id: sub,
+    name: `clé ${i} ${'€'.repeat(40)}`,
+    scopes: ['orders:read'],
+    key: `sk_${randomBytes(18).toString('base64url')}`,
+  }))
+  const res = await callAs(gateway.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts/api-keys/imports',
+    acting: 'self',
+    headers: [['Content-Type', 'application/x-ndjson']],
+    body: `${line()}${long}\n${named.map((l) => JSON.stringify(l)).join('\n')}\n`,
+  })
+  t.equal(res.status, 200)
+  const answer = res.body
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l))
+  t.same(answer[1], { line: 2, status: 'invalid', error: 'longer than 65536 bytes: each line holds one key' })
+  t.same(answer.at(-1).summary, { lines: 602, imported: 601, exists: 0, invalid: 1, dry_run: false })
+  const ids = answer.slice(2, -1).map((l: { key_id: string }) => l.key_id)
+  const rows = await sql<{ id: string; name: string }[]>`
+    select id, name from api_keys where id = any (array(select jsonb_array_elements_text(${sql.json(ids)})::uuid))`
+  const byId = new Map(rows.map((r) => [r.id, r.name]))
+  t.same(
+    ids.map((id: string) => byId.get(id)),
+    named.map((l) => l.name),
+    'each name as sent',
+  )
+})
