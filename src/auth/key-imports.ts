@@ -1,5 +1,5 @@
 // Importing keys from elsewhere (docs/key-imports.md), for the management API and the CLI alike:
-// the lines read from the body (key-import-body.ts) go to the store a batch at a time, each batch
+// the lines read from the body's spool (key-import-body.ts) go to the store a batch at a time, each batch
 // a few queries and one writing statement, and the answer comes back a line per input line, then a
 // summary. An imported key is a key like a minted one (its digest is SHA-256 of its value), so it
 // authenticates, expires, rolls and revokes as one; a key of the account that has the value
@@ -14,6 +14,7 @@ import { checkExpiry, checkScopes, type KeyRules } from '../guardrails/mint-rule
 import type { Sql } from '../store/db.js'
 import { existingKeys, type ImportedKey, importTenants, insertImportedKeys } from '../store/key-imports.js'
 import { scopeCeiling } from '../store/tenants.js'
+import type { SpooledBody } from './key-import-body.js'
 import type { ImportEntry, ImportOwner, ReadLine } from './key-import-lines.js'
 
 /**
@@ -51,22 +52,37 @@ export interface ImportSummary {
   dry_run: boolean
 }
 
-/** The answer's lines: one result per input line, in order, then `{"summary": …}`; ndjson text. */
-export async function* importAnswer(run: ImportRun, lines: readonly ReadLine[]): AsyncGenerator<string> {
-  const summary: ImportSummary = { lines: lines.length, imported: 0, exists: 0, invalid: 0, dry_run: run.dryRun }
-  const ceiling = run.owner === 'sub-accounts' ? await scopeCeiling(run.sql, run.accountId) : null
-  /** Digests this import has seen (hex), with the key they went to: a repeated line is `exists`. */
-  const seen = new Map<string, string | undefined>()
-  for (let from = 0; from < lines.length; from += IMPORT_BATCH_LINES) {
-    const results = await importBatch(run, ceiling, lines.slice(from, from + IMPORT_BATCH_LINES), seen)
-    let text = ''
-    for (const result of results) {
-      summary[result.status]++
-      text += `${JSON.stringify(result)}\n`
+/**
+ * The answer's lines: one result per input line, in order, then `{"summary": …}`; ndjson text.
+ * The lines come back from the body's spool a batch at a time; the spool is closed when the
+ * answer ends, however it ends (done, a store failure, or its reader gone: `return()`).
+ */
+export async function* importAnswer(run: ImportRun, body: SpooledBody): AsyncGenerator<string> {
+  try {
+    const summary: ImportSummary = { lines: body.lines, imported: 0, exists: 0, invalid: 0, dry_run: run.dryRun }
+    const ceiling = run.owner === 'sub-accounts' ? await scopeCeiling(run.sql, run.accountId) : null
+    /** The repeated digests (hex) this import has seen, with the key they went to: a repeat is `exists`. */
+    const seen = new Map<string, string | undefined>()
+    const answer = async (batch: ReadLine[]) => {
+      let text = ''
+      for (const result of await importBatch(run, ceiling, batch, body.repeated, seen)) {
+        summary[result.status]++
+        text += `${JSON.stringify(result)}\n`
+      }
+      return text
     }
-    yield text
+    let batch: ReadLine[] = []
+    for await (const line of body.spool.lines()) {
+      batch.push(line)
+      if (batch.length < IMPORT_BATCH_LINES) continue
+      yield await answer(batch)
+      batch = []
+    }
+    if (batch.length > 0) yield await answer(batch)
+    yield `${JSON.stringify({ summary })}\n`
+  } finally {
+    await body.spool.close()
   }
-  yield `${JSON.stringify({ summary })}\n`
 }
 
 /** Why a line's key breaks its account's rules (scope ceiling, key policy), or null. */
@@ -85,6 +101,7 @@ async function importBatch(
   run: ImportRun,
   ceiling: string[] | null,
   batch: readonly ReadLine[],
+  repeated: ReadonlySet<string>,
   seen: Map<string, string | undefined>,
 ): Promise<LineResult[]> {
   const { sql, accountId } = run
@@ -144,7 +161,8 @@ async function importBatch(
       results.set(line, { line, status: 'invalid', error: problem })
       continue
     }
-    seen.set(hex, undefined)
+    // Only a digest that a later line gives again need be remembered (key-import-body.ts).
+    if (repeated.has(hex)) seen.set(hex, undefined)
     toWrite.push({
       entry,
       key: {
@@ -201,7 +219,7 @@ async function write(
     const id = written.get(key.key_digest)
     const other = takenByDigest.get(key.key_digest)
     if (id !== undefined) {
-      seen.set(key.key_digest, id)
+      if (seen.has(key.key_digest)) seen.set(key.key_digest, id)
       results.set(entry.line, { line: entry.line, status: 'imported', key_id: id })
     } else if (other !== undefined && other.account_id === run.accountId) {
       results.set(entry.line, { line: entry.line, status: 'exists', key_id: other.id })

@@ -6,7 +6,7 @@ import { PassThrough } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler, RouteOptions } from 'fastify'
 import { ApiError } from '../errors.js'
 import { NoQuery } from '../schemas/common.js'
-import { stoppedBy } from '../store/call-statements.js'
+import { stoppedBy, unstoppable } from '../store/call-statements.js'
 import { storeDeadlinesOf } from '../store/deadlines.js'
 
 /** How long a management body may take to arrive, once its reading starts: past it, 408 request_timeout. */
@@ -94,6 +94,8 @@ export const answeredByStoreDeadline = (request: FastifyRequest): boolean => req
 export function stopStoreDeadline(request: FastifyRequest): void {
   const timers = request.deadline
   if (timers !== null) pauseStoreDeadline(timers)
+  // Nothing cancels the call's statements now: none need be remembered (a streamed answer's).
+  unstoppable()
 }
 
 /**

@@ -1,6 +1,7 @@
 // Importing keys from elsewhere into the parent's sub-accounts (docs/key-imports.md; docs/api.md,
-// Importing keys): an ndjson body of up to 64 MiB, read as a stream, never parsed whole, and an
-// ndjson answer, a line per input line, then a summary.
+// Importing keys): an ndjson body of up to 64 MiB, read as a stream into a spool on disk, never
+// held whole, then written a batch at a time, and an ndjson answer, a line per input line, then a
+// summary (docs/decisions/0371).
 import { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import { readImportBody } from '../auth/key-import-body.js'
@@ -57,8 +58,11 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
         throw tooLarge(read.tooLarge, read.limit)
       }
       streamedBodyRead(request, reply)
-      if (read.lines.length === 0)
+      if (read.lines === 0) {
+        await read.spool.close()
         throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
+      }
+      // The answer closes the spool when it ends, however it ends (auth/key-imports.ts).
       const answer = importAnswer(
         {
           sql,
@@ -68,13 +72,16 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
           origin: originOf(request),
           dryRun: request.query.dry_run === true,
         },
-        read.lines,
+        read,
       )
       // The first batch under the store deadline: a store that does not answer is a 503, not a
       // 200 cut short. The batches after it are statements of their own, each under the pool's
       // statement timeout; the answer is on its way by then.
       const first = await answer.next()
-      if (answeredByStoreDeadline(request)) return reply
+      if (answeredByStoreDeadline(request)) {
+        await answer.return(undefined)
+        return reply
+      }
       stopStoreDeadline(request)
       return (
         reply
@@ -90,7 +97,8 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
 /**
  * The answer's text from its first part on; a store failure after it ends the answer with an
  * `{"error"}` line instead of the summary: the lines answered stand, and importing the file again
- * writes only what is missing.
+ * writes only what is missing. A reader gone (the stream destroyed) ends `rest` too, which closes
+ * the import's spool.
  */
 async function* answerFrom(first: IteratorResult<string>, rest: AsyncGenerator<string>): AsyncGenerator<string> {
   try {
@@ -99,5 +107,7 @@ async function* answerFrom(first: IteratorResult<string>, rest: AsyncGenerator<s
     const detail = 'the store failed during the import: the lines answered stand; import the file again for the rest'
     const code = err instanceof ApiError ? err.code : 'store_unavailable'
     yield `${JSON.stringify({ error: { code, detail } })}\n`
+  } finally {
+    await rest.return(undefined)
   }
 }

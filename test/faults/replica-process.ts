@@ -28,19 +28,25 @@ export async function startReplicaProcess(
     env?: Record<string, string>
     /** Timings only (FAULT_TUNING: JSON). */
     tuning?: AppTuning
+    /** More of node's own flags: the image's heap cap (`--max-old-space-size=160`, Dockerfile). */
+    nodeFlags?: readonly string[]
   },
 ): Promise<ReplicaProcess> {
-  const child = spawn(process.execPath, ['--expose-gc', ...RUN_TYPESCRIPT, 'test/faults/gateway-process.ts'], {
-    cwd: REPO_ROOT,
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    env: {
-      ...process.env,
-      DATABASE_URL: options.databaseUrl,
-      FAULT_ROUTES: JSON.stringify({ routes: options.routes }),
-      FAULT_ENV: JSON.stringify(options.env ?? {}),
-      FAULT_TUNING: JSON.stringify(options.tuning ?? {}),
+  const child = spawn(
+    process.execPath,
+    ['--expose-gc', ...(options.nodeFlags ?? []), ...RUN_TYPESCRIPT, 'test/faults/gateway-process.ts'],
+    {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      env: {
+        ...process.env,
+        DATABASE_URL: options.databaseUrl,
+        FAULT_ROUTES: JSON.stringify({ routes: options.routes }),
+        FAULT_ENV: JSON.stringify(options.env ?? {}),
+        FAULT_TUNING: JSON.stringify(options.tuning ?? {}),
+      },
     },
-  })
+  )
   let output = ''
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))

@@ -6,7 +6,7 @@ import v8 from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import postgres from 'postgres'
-import { cancellable, StatementsStoppedError, stoppedBy } from '../../src/store/call-statements.js'
+import { cancellable, StatementsStoppedError, stoppedBy, unstoppable } from '../../src/store/call-statements.js'
 import { freshDatabase } from '../helpers/db.js'
 import { until } from '../helpers/poll.js'
 
@@ -126,4 +126,33 @@ t.test('a statement made once the work has settled, in its async context, is not
     return made.deref() === undefined
   })
   t.ok(collected, 'the statement, and its rows, are let go')
+})
+
+t.test('a call made unstoppable holds no statement, while its work is still under way', async (t) => {
+  const stop = new AbortController()
+  const own = postgres(db.url, { max: 1, fetch_types: false, onnotice: () => {} })
+  t.teardown(() => own.end({ timeout: 1 }))
+  const ownSql = cancellable(own)
+  v8.setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  // The work settles only once its answer is sent (a handler that returns its reply, a key
+  // import's stream): its statements after `unstoppable` are let go while it runs.
+  let made!: WeakRef<object>
+  let collected = false
+  await stoppedBy(stop.signal, async () => {
+    await ownSql`select 1 as n`
+    unstoppable()
+    // In a function of its own: the work's own scope, suspended below, holds no reference to it.
+    const rows = async () => {
+      const query = ownSql`select generate_series(1, 1000) as n`
+      made = new WeakRef(query)
+      return (await query).length
+    }
+    t.equal(await rows(), 1000, 'it ran')
+    collected = await until(5_000, async () => {
+      gc()
+      return made.deref() === undefined
+    })
+  })
+  t.ok(collected, 'the statement, and its rows, are let go before the work settles')
 })
