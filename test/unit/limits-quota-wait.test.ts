@@ -102,3 +102,27 @@ t.test('a quota that an answer found spent is a 429 all the same', async (t) => 
   t.notOk(decision.undecided, 'known to be spent')
   t.same([limitRefusal(decision).status, limitRefusal(decision).code], [429, 'quota_exceeded'])
 })
+
+t.test("a quota's lease that ran out unspent goes back with the next call: a credit is not lost", async (t) => {
+  // A limit's first lease is the cap (M/100: 10^10 of a credit of 10^12), and Redis counts every
+  // unit granted as used until it is given back. A process stalled past the lease's life spends it
+  // no more: unless it is given back, 1 % of the credit is gone at each stall, until a 402.
+  const time = clock()
+  const { limiter, store } = limiterOnHand(time.now)
+  t.teardown(() => store.close(limiter))
+  for (const subjects of [[credited], [quoted]]) {
+    const first = limiter.admitWhenWarm(subjects)
+    await flush()
+    const lease = grantAll(store, 0)
+    t.ok((await first).allowed, 'admitted on its first lease')
+    t.equal(lease, TERA / 100, 'the cap: no demand known yet')
+    time.advance(2_001) // a stall past the lease's life
+    const next = limiter.admitWhenWarm(subjects)
+    await flush()
+    const renewal = store.quotas[0]!.call
+    const unspent = subjects[0] === quoted ? lease - 1 : lease
+    t.equal(renewal.returned, unspent, 'what was left of it is given back')
+    grantAll(store, lease)
+    t.ok((await next).allowed)
+  }
+})
