@@ -84,6 +84,7 @@ export abstract class LeaseHolding {
    */
   changed(now: number): void {
     if (this.mode !== 'shared') return
+    this.dropLapsed(now)
     this.refunds += this.held(now)
     this.lease = 0
     this.leaseExpiresAt = 0
@@ -97,7 +98,24 @@ export abstract class LeaseHolding {
     if (this.mode !== 'local' && this.ctx.store !== null && this.ctx.redisDown()) this.goLocal(now)
   }
 
+  /**
+   * A lease that ran out unspent (a process stalled past its life) is spent no more: what was left
+   * of it goes to `lapsed`, once.
+   */
+  protected dropLapsed(now: number): void {
+    if (this.mode !== 'shared' || this.lease <= 0 || now < this.leaseExpiresAt) return
+    this.lapsed(this.lease)
+    this.lease = 0
+  }
+
+  /**
+   * Units of a lease that ran out unspent. Redis forgets a rate's lease at its expiry (scripts.ts);
+   * a quota's month counts them as used until they are given back (quota-limit.ts).
+   */
+  protected lapsed(_units: number): void {}
+
   protected goLocal(now: number): void {
+    this.dropLapsed(now)
     const prepaid = this.held(now)
     if (!this.enterLocal(now)) return
     this.prepaid = prepaid

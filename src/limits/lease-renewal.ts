@@ -66,8 +66,8 @@ export abstract class LeaseRenewal extends LeaseHolding {
       this.send(now, 0, 0, this.target(now), extra)
       return
     }
+    this.dropLapsed(now)
     const held = this.held(now)
-    if (held === 0) this.lease = 0
     const idle = now - this.lastAttemptAt >= IDLE_SHRINK_MS
     if (idle) {
       const keep = Math.min(held, 1)
@@ -123,6 +123,7 @@ export abstract class LeaseRenewal extends LeaseHolding {
   /** Gives back the whole lease (closing, or forgetting an idle limit). */
   async release(now: number): Promise<void> {
     if (this.ctx.store === null || this.mode !== 'shared' || this.inflight || this.unanswered() !== null) return
+    this.dropLapsed(now)
     const held = this.held(now)
     if (held === 0 && this.refunds === 0 && this.debt === 0) return
     this.lease = 0

@@ -107,6 +107,17 @@ export abstract class LeasedLimit extends LeaseRenewal {
     return this.mode !== 'cold' && !this.starved(now, units)
   }
 
+  /**
+   * Whether its units come back with time (a rate's bucket): a renewal answered while a request
+   * waited, and gone to the requests ahead (or to the debt of answers that ended meanwhile), then
+   * says the limit is spent for now. A quota's or credits' units do not: one of 10^12 is spent only
+   * when an answer could not cover what was asked (`reached`), never because a slow process found
+   * its lease dry again (limit-waits.ts).
+   */
+  refillsInTime(): boolean {
+    return false
+  }
+
   /** A request waits for units: counts as demand (so the lease is not kept idle-small) and asks for them. */
   ask(now: number, units = 1): void {
     if (this.neverPasses(units)) return

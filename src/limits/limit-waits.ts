@@ -90,8 +90,11 @@ export class LimitWaits {
    * Whether no limit that refused is known to be reached: each was not read yet (cold), or is
    * starved (its lease emptied) with no answer from Redis since the wait began. Refused out of
    * time so, a request is a 503 to retry. One that a reached limit refused is a 429 all the same,
-   * and so is one a starved limit refused while Redis answered: the units it granted meanwhile
-   * went to the requests ahead, so the limit is spent for now, not unknown.
+   * and so is one a starved rate refused while Redis answered: the units it granted meanwhile went
+   * to the requests ahead, so the rate is spent for now, not unknown. A starved quota or credit is
+   * unknown however Redis answered: its units do not come back with time, and only an answer that
+   * could not cover what was asked says it is spent (a slow process that finds each grant gone to
+   * the debt of answers ended meanwhile, or expired on arrival, was refused 402 with 10^12 left).
    */
   private noneKnownReached(
     subjects: readonly LimitSubject[],
@@ -108,7 +111,8 @@ export class LimitWaits {
           (limit) =>
             limit.name === name &&
             !limit.shadow &&
-            (limit.mode === 'cold' || (limit.starved(now, asked(limit, units)) && limit.answeredAt < waitFrom)),
+            (limit.mode === 'cold' ||
+              (limit.starved(now, asked(limit, units)) && (limit.answeredAt < waitFrom || !limit.refillsInTime()))),
         ),
       )
     )

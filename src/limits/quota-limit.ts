@@ -29,6 +29,15 @@ export class QuotaLimit extends QuotaReports {
     return true
   }
 
+  /**
+   * The month counts every unit granted as used until it is given back: a lease that ran out
+   * unspent goes back with the next call, or a stall past a lease's life would take it from the
+   * month for good (a limit's first lease is M/100: 1 % of a credit at each stall).
+   */
+  protected override lapsed(units: number): void {
+    this.refunds += units
+  }
+
   protected localAllows(_now: number, units: number): boolean {
     return this.localUsed + units <= this.requests
   }

@@ -118,6 +118,11 @@ export class RateLimit extends LeasedLimit {
     }
   }
 
+  /** A bucket refills: a renewal gone to the requests ahead says it is spent for now (leased-limit.ts). */
+  override refillsInTime(): boolean {
+    return true
+  }
+
   retryAfterMs(now: number, units: number): number {
     // A request that costs more than the bucket holds never passes: told to wait a whole window.
     if (units > this.rate.requests) return this.rate.perSeconds * 1000
