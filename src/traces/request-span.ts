@@ -4,7 +4,6 @@
 // =ignore) linked from a new trace. What is recorded is chosen here and only here: never a key, a
 // secret, a token, an Authorization or Cookie header, a query string or a body.
 import {
-  type Attributes,
   type Context,
   defaultTextMapGetter,
   type Link,
@@ -22,16 +21,19 @@ import { UnsampledTrace } from './unsampled-trace.js'
 
 const propagator = new W3CTraceContextPropagator()
 
-/** `server.address` and `server.port` of each upstream, parsed once (not per request). */
-const servers = new Map<string, Attributes>()
-function serverOf(upstream: string): Attributes {
+/** `server.address` and `server.port` of an upstream. */
+interface ServerAttributes {
+  address: string
+  port: number
+}
+
+/** Each upstream's, parsed once (not per request). */
+const servers = new Map<string, ServerAttributes>()
+function serverOf(upstream: string): ServerAttributes {
   let server = servers.get(upstream)
   if (server === undefined) {
     const url = new URL(upstream)
-    server = {
-      'server.address': url.hostname,
-      'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
-    }
+    server = { address: url.hostname, port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) }
     servers.set(upstream, server)
   }
   return server
@@ -78,9 +80,11 @@ export function startRequestTrace(
       ? [{ context: clientSpan }]
       : undefined
   const route = routeOf(request)
+  // No attributes at the start: the SDK copies and checks them twice more before the span's own
+  // check (its sampler's input), and the specification's samplers read none. Set on the span below.
   const span = tracer.startSpan(
     route === null ? request.method : `${request.method} ${route}`,
-    { kind: SpanKind.SERVER, attributes: { 'http.request.method': request.method }, links },
+    { kind: SpanKind.SERVER, links },
     clientContext === 'continue' ? client : ROOT_CONTEXT,
   )
   // Not recording: the SDK's non-recording span, which needs no end; nothing under it is sampled.
@@ -107,29 +111,28 @@ export class RequestSpan implements RequestTrace {
     this.traceId = spanContext.traceId
     this.spanId = spanContext.spanId
     this.context = trace.setSpan(ROOT_CONTEXT, span)
-    const attributes: Attributes = {
-      'url.path': pathOf(request.url),
-      'url.scheme': request.protocol,
-      'client.address': request.ip,
-    }
-    if (route !== null) attributes['http.route'] = route
+    // One call a value, no object of them: setAttributes would walk one made for it.
+    span.setAttribute('http.request.method', request.method)
+    span.setAttribute('url.path', pathOf(request.url))
+    span.setAttribute('url.scheme', request.protocol)
+    span.setAttribute('client.address', request.ip)
+    if (route !== null) span.setAttribute('http.route', route)
     const agent = request.headers['user-agent']
-    if (agent !== undefined) attributes['user_agent.original'] = agent
-    span.setAttributes(attributes)
+    if (agent !== undefined) span.setAttribute('user_agent.original', agent)
   }
 
   work(name: string, attributes: WorkAttributes): WorkSpan {
+    const system = attributes.system
     const span = this.tracer.startSpan(
       name,
-      {
-        kind: attributes.system === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT,
-        attributes:
-          attributes.system === undefined
-            ? { 'tenancy.wait': attributes.operation }
-            : { 'db.system.name': attributes.system, 'db.operation.name': attributes.operation },
-      },
+      { kind: system === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT },
       this.context,
     )
+    if (system === undefined) span.setAttribute('tenancy.wait', attributes.operation)
+    else {
+      span.setAttribute('db.system.name', system)
+      span.setAttribute('db.operation.name', attributes.operation)
+    }
     let ended = false
     return {
       end(errorType) {
@@ -145,11 +148,11 @@ export class RequestSpan implements RequestTrace {
   }
 
   upstream(upstream: string, method: string): UpstreamSpan {
-    const span = this.tracer.startSpan(
-      method,
-      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method, ...serverOf(upstream) } },
-      this.context,
-    )
+    const span = this.tracer.startSpan(method, { kind: SpanKind.CLIENT }, this.context)
+    const server = serverOf(upstream)
+    span.setAttribute('http.request.method', method)
+    span.setAttribute('server.address', server.address)
+    span.setAttribute('server.port', server.port)
     return {
       traceparent: traceparentOf(span),
       end(statusCode, errorType) {
@@ -178,12 +181,10 @@ export class RequestSpan implements RequestTrace {
     const principal = request.principal
     if (principal !== null) {
       const tenant = principal.tenant
-      span.setAttributes({
-        'tenancy.key_id': principal.key.id,
-        'tenancy.caller_tenant_id': tenant.id,
-        'tenancy.resolved_tenant_id': (request.actingTenant ?? tenant).id,
-        'tenancy.account_id': tenant.parentId ?? tenant.id,
-      })
+      span.setAttribute('tenancy.key_id', principal.key.id)
+      span.setAttribute('tenancy.caller_tenant_id', tenant.id)
+      span.setAttribute('tenancy.resolved_tenant_id', (request.actingTenant ?? tenant).id)
+      span.setAttribute('tenancy.account_id', tenant.parentId ?? tenant.id)
     }
     // A server span's error is a 5xx only: a 4xx is the client's (the semantic conventions).
     if (status >= 500) {

@@ -17,6 +17,7 @@ import {
 } from '@opentelemetry/sdk-trace'
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
 import type { TraceSettings } from '../config-traces.js'
+import { ids } from './ids.js'
 
 /** The SDK's running parts, as the plugin holds them. */
 export interface Tracing {
@@ -88,6 +89,7 @@ export function startTracing(settings: TraceSettings, onDropped: (spans: number)
       [ATTR_SERVICE_NAME]: settings.serviceName,
     }),
     sampler: samplerOf(settings),
+    idGenerator: ids,
     spanProcessors: [processor],
   })
   return {
