@@ -35,8 +35,24 @@ function hex64(high: number, low: number): string {
 }
 
 export class FastIdGenerator implements IdGenerator {
+  /** The trace id the next root span takes (`takeTraceIdOnce`), or null: a new one. */
+  private next: string | null = null
+
+  /**
+   * The next root span the tracer starts takes `traceId`: the one its sampler already decided on
+   * (request-span.ts asks the sampler before it asks for a span). Call just before startSpan.
+   */
+  takeTraceIdOnce(traceId: string): void {
+    this.next = traceId
+  }
+
   /** 32 hex digits; all zeros (invalid) becomes ...01, as the SDK's does. */
   generateTraceId(): string {
+    const next = this.next
+    if (next !== null) {
+      this.next = null
+      return next
+    }
     const a = random32()
     const b = random32()
     const c = random32()

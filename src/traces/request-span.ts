@@ -15,8 +15,11 @@ import {
   trace,
 } from '@opentelemetry/api'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
+import { SamplingDecision } from '@opentelemetry/sdk-trace'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RequestTrace, UpstreamSpan, WorkAttributes, WorkSpan } from '../shared/request-trace.js'
+import { ids } from './ids.js'
+import type { Tracing } from './tracer.js'
 import { UnsampledTrace } from './unsampled-trace.js'
 
 const propagator = new W3CTraceContextPropagator()
@@ -65,31 +68,32 @@ function traceparentOf(span: Span): string {
 }
 
 /**
- * The request's trace: the sampler decides once, at the server span. Unsampled (most requests at a
- * low ratio), an `UnsampledTrace` that makes no span and builds no attribute; sampled, a `RequestSpan`.
+ * The request's trace. The tracer's own sampler decides first, as the SDK's startSpan would (the
+ * same context, trace id, name, kind and links): unsampled (most requests at a low ratio), an
+ * `UnsampledTrace`, no SDK span, no attribute; sampled, a `RequestSpan`, whose server span the
+ * SDK starts on that trace id (the specification's samplers decide the same twice).
  */
 export function startRequestTrace(
-  tracer: Tracer,
+  tracing: Pick<Tracing, 'tracer' | 'sampler'>,
   clientContext: 'continue' | 'ignore',
   request: FastifyRequest,
 ): RequestSpan | UnsampledTrace {
   const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
   const clientSpan = trace.getSpanContext(client)
-  const links: Link[] | undefined =
-    clientContext === 'ignore' && clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
-      ? [{ context: clientSpan }]
-      : undefined
+  const valid = clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
+  const continued = clientContext === 'continue' && valid
+  const links: Link[] | undefined = clientContext === 'ignore' && valid ? [{ context: clientSpan! }] : undefined
   const route = routeOf(request)
+  const name = route === null ? request.method : `${request.method} ${route}`
+  const parent = clientContext === 'continue' ? client : ROOT_CONTEXT
+  const traceId = continued ? clientSpan!.traceId : ids.generateTraceId()
+  const { decision } = tracing.sampler.shouldSample(parent, traceId, name, SpanKind.SERVER, {}, links ?? [])
+  if (decision === SamplingDecision.NOT_RECORD) return new UnsampledTrace(traceId)
+  if (!continued) ids.takeTraceIdOnce(traceId)
   // No attributes at the start: the SDK copies and checks them twice more before the span's own
   // check (its sampler's input), and the specification's samplers read none. Set on the span below.
-  const span = tracer.startSpan(
-    route === null ? request.method : `${request.method} ${route}`,
-    { kind: SpanKind.SERVER, links },
-    clientContext === 'continue' ? client : ROOT_CONTEXT,
-  )
-  // Not recording: the SDK's non-recording span, which needs no end; nothing under it is sampled.
-  if (!span.isRecording()) return new UnsampledTrace(span.spanContext().traceId)
-  return new RequestSpan(tracer, span, route, request)
+  const span = tracing.tracer.startSpan(name, { kind: SpanKind.SERVER, links }, parent)
+  return new RequestSpan(tracing.tracer, span, route, request)
 }
 
 /** A sampled request's trace: its server span recording, and the spans of what it waits for. */
