@@ -61,7 +61,8 @@ t.test('a sampled trace is on the id its sampler decided; an unsampled one makes
     sampled,
     'only the sampled ones made spans, on their ids',
   )
-  t.equal(ids.generateTraceId() === ids.generateTraceId(), false, 'no id is left to be taken again')
+  const [first, second] = [ids.generateTraceId(), ids.generateTraceId()]
+  t.not(first, second, 'no id is left to be taken again')
   await provider.shutdown()
 })
 
