@@ -5,6 +5,8 @@
 // BENCH_BASELINE_TREE, a fourth side: that checkout's gateway, untraced (`off` against the tree
 // before tracing). Each round counts every side in turn, the order turned each round, so that a
 // slow patch of the machine lands on all of them; ratios to `off` per round and their median.
+// BENCH_BASELINE_TRACES=1 traces the baseline checkout too (`baseline-0.01`, `baseline-always`):
+// each mode of this tree against the same mode of that one, in the same run.
 // BENCH_COLLECT=io is the figure to trust: the batch processor exports from the span's end once a
 // batch is full, inside the I/O poll, so the export's encoding is counted with the requests.
 // bench/README.md.
@@ -43,10 +45,11 @@ const ROUNDS = envInt('BENCH_ROUNDS', 3)
 /** Few: each waits its turn in the gateway's loop, under valgrind a hundred times slower, and so do its store lookups. */
 const CONNECTIONS = envInt('BENCH_CONNECTIONS', 8)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
+const BASELINE_TRACES = BASELINE_TREE !== null && envInt('BENCH_BASELINE_TRACES', 0, 0) > 0
 /** Warm-up requests are sent to the sides in turn, this many at a time. */
 const WARMUP_CHUNK = 500
 
-type Side = 'off' | '0.01' | 'always' | 'baseline'
+type Side = 'off' | '0.01' | 'always' | 'baseline' | 'baseline-0.01' | 'baseline-always'
 
 run(async () => {
   const callgrind = callgrindWrap(collectKnob())
@@ -69,6 +72,12 @@ run(async () => {
       ['0.01', tracing('parentbased_traceidratio'), undefined],
       ['always', tracing('parentbased_always_on'), undefined],
       ...(BASELINE_TREE === null ? [] : [['baseline', {}, BASELINE_TREE] as [Side, NodeJS.ProcessEnv, string]]),
+      ...(BASELINE_TRACES
+        ? ([
+            ['baseline-0.01', tracing('parentbased_traceidratio'), BASELINE_TREE],
+            ['baseline-always', tracing('parentbased_always_on'), BASELINE_TREE],
+          ] as [Side, NodeJS.ProcessEnv, string][])
+        : []),
     ]
     console.error('starting the gateways under valgrind, one at a time (minutes)…')
     const sides: [Side, Server][] = []
@@ -101,10 +110,11 @@ run(async () => {
     const perRequest = (side: Side) => median(rounds.get(side)!.map((c) => c.perRequest))
     const ratios = (on: Side, off: Side) =>
       rounds.get(on)!.map((c, i) => c.perRequest / rounds.get(off)![i]!.perRequest)
-    const line = (what: string, on: Side, off: Side, target: number) => {
+    const line = (what: string, on: Side, off: Side, target?: number) => {
       const r = ratios(on, off)
       const m = median(r)
-      return `${what.padEnd(18)} ${m.toFixed(3)} (target ≤ ${target}: ${m <= target ? 'met' : 'NOT MET'}; ${fmt(perRequest(on) - perRequest(off))} instructions); rounds ${r.map((x) => x.toFixed(3)).join(', ')}`
+      const verdict = target === undefined ? '' : `target ≤ ${target}: ${m <= target ? 'met' : 'NOT MET'}; `
+      return `${what.padEnd(28)} ${m.toFixed(3)} (${verdict}${fmt(perRequest(on) - perRequest(off))} instructions); rounds ${r.map((x) => x.toFixed(3)).join(', ')}`
     }
     console.log(
       [
@@ -126,6 +136,14 @@ run(async () => {
         ...(BASELINE_TREE === null ? [] : [line('off / baseline', 'off', 'baseline', 1.01)]),
         line('0.01 / off', '0.01', 'off', 1.03),
         line('always / off', 'always', 'off', 1.2),
+        ...(BASELINE_TRACES
+          ? [
+              line('baseline-0.01 / baseline', 'baseline-0.01', 'baseline', 1.03),
+              line('baseline-always / baseline', 'baseline-always', 'baseline', 1.2),
+              line('0.01 / baseline-0.01', '0.01', 'baseline-0.01'),
+              line('always / baseline-always', 'always', 'baseline-always'),
+            ]
+          : []),
         `exports   the sink took ${fmt(sink.exports())}`,
       ].join('\n'),
     )
