@@ -46,6 +46,8 @@ const ROUNDS = envInt('BENCH_ROUNDS', 3)
 const CONNECTIONS = envInt('BENCH_CONNECTIONS', 8)
 const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const BASELINE_TRACES = BASELINE_TREE !== null && envInt('BENCH_BASELINE_TRACES', 0, 0) > 0
+/** Start the sides last first: whether a side's count follows its place in the start order (bench/README.md). */
+const START_REVERSED = envInt('BENCH_START_REVERSED', 0, 0) > 0
 /** Warm-up requests are sent to the sides in turn, this many at a time. */
 const WARMUP_CHUNK = 500
 
@@ -81,7 +83,7 @@ run(async () => {
     ]
     console.error('starting the gateways under valgrind, one at a time (minutes)…')
     const sides: [Side, Server][] = []
-    for (const [side, env, tree] of envs) {
+    for (const [side, env, tree] of START_REVERSED ? [...envs].reverse() : envs) {
       const gateway = await startPatiently(() =>
         startGateway({
           databaseUrl: db.url,
@@ -95,6 +97,8 @@ run(async () => {
       started.push(gateway)
       sides.push([side, gateway])
     }
+    // Counted in the same turns either way.
+    if (START_REVERSED) sides.reverse()
     console.error(`${fmt(WARMUP_REQUESTS)} requests a side to warm up, in turn…`)
     for (let sent = 0; sent < WARMUP_REQUESTS; sent += WARMUP_CHUNK)
       for (const [, server] of sides) await drive(server.url, load, WARMUP_CHUNK, CONNECTIONS)
