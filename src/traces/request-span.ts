@@ -4,6 +4,7 @@
 // =ignore) linked from a new trace. What is recorded is chosen here and only here: never a key, a
 // secret, a token, an Authorization or Cookie header, a query string or a body.
 import {
+  type Attributes,
   type Context,
   defaultTextMapGetter,
   type Link,
@@ -67,6 +68,10 @@ function traceparentOf(span: Span): string {
   return `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`
 }
 
+/** The sampler's attributes and links when there are none: read, never written, by the specification's samplers. */
+const NONE: Readonly<Attributes> = Object.freeze({})
+const NO_LINKS: Link[] = Object.freeze([]) as unknown as Link[]
+
 /**
  * The request's trace. The tracer's own sampler decides first, as the SDK's startSpan would (the
  * same context, trace id, name, kind and links): unsampled (most requests at a low ratio), an
@@ -87,7 +92,7 @@ export function startRequestTrace(
   const name = route === null ? request.method : `${request.method} ${route}`
   const parent = clientContext === 'continue' ? client : ROOT_CONTEXT
   const traceId = continued ? clientSpan!.traceId : ids.generateTraceId()
-  const { decision } = tracing.sampler.shouldSample(parent, traceId, name, SpanKind.SERVER, {}, links ?? [])
+  const { decision } = tracing.sampler.shouldSample(parent, traceId, name, SpanKind.SERVER, NONE, links ?? NO_LINKS)
   if (decision === SamplingDecision.NOT_RECORD) return new UnsampledTrace(traceId)
   if (!continued) ids.takeTraceIdOnce(traceId)
   // No attributes at the start: the SDK copies and checks them twice more before the span's own
