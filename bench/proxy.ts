@@ -7,8 +7,6 @@
 // optionally the same gateway tracing one request in a hundred and every request (BENCH_TRACES=1). bench/README.md
 // says what it starts, what it prints and its knobs; docs/lifecycle.md the path measured.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer, type Server as HttpServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
@@ -40,6 +38,7 @@ import {
   stopChild,
   table,
 } from './lib.js'
+import { type Sink, startSink } from './otlp-sink.js'
 
 const DURATION = envInt('BENCH_DURATION', 5)
 const CONNECTIONS = envInt('BENCH_CONNECTIONS', 50)
@@ -495,34 +494,6 @@ function report(
   console.log(lines.join('\n'))
   const log = started.map((s) => s.output().trim()).filter((text) => text !== '')
   if (log.length > 0) console.error(`the servers wrote:\n${log.join('\n')}`)
-}
-
-/** An OTLP/HTTP collector that takes every export and keeps nothing: the traced sides' endpoint. */
-interface Sink {
-  url: string
-  exports(): number
-  close(): Promise<void>
-}
-
-async function startSink(): Promise<Sink> {
-  let exports = 0
-  const server: HttpServer = createServer((request, response) => {
-    request.resume()
-    request.on('end', () => {
-      exports++
-      response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end()
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    exports: () => exports,
-    close: () =>
-      new Promise((resolve) => {
-        server.closeAllConnections()
-        server.close(() => resolve())
-      }),
-  }
 }
 
 run(main)

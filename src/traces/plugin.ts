@@ -30,10 +30,9 @@ export const tracesPlugin = fp<TracesOptions>(
     const { startTracing } = await import('./tracer.js')
     const { startRequestTrace } = await import('./request-span.js')
     const tracing = startTracing(settings, (spans) => dropped.inc(spans))
-    const { tracer } = tracing
     const clientContext = settings.clientContext
     app.addHook('onRequest', (request, _reply, done) => {
-      const trace = startRequestTrace(tracer, clientContext, request)
+      const trace = startRequestTrace(tracing, clientContext, request)
       request.trace = trace
       // Every line a sampled request logs names its trace (and its server span) for the log's
       // backend. An unsampled one has no trace to open: no second logger (its request line still

@@ -16,22 +16,28 @@ import {
   trace,
 } from '@opentelemetry/api'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
+import { SamplingDecision } from '@opentelemetry/sdk-trace'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RequestTrace, UpstreamSpan, WorkAttributes, WorkSpan } from '../shared/request-trace.js'
+import { ids } from './ids.js'
+import type { Tracing } from './tracer.js'
 import { UnsampledTrace } from './unsampled-trace.js'
 
 const propagator = new W3CTraceContextPropagator()
 
-/** `server.address` and `server.port` of each upstream, parsed once (not per request). */
-const servers = new Map<string, Attributes>()
-function serverOf(upstream: string): Attributes {
+/** `server.address` and `server.port` of an upstream. */
+interface ServerAttributes {
+  address: string
+  port: number
+}
+
+/** Each upstream's, parsed once (not per request). */
+const servers = new Map<string, ServerAttributes>()
+function serverOf(upstream: string): ServerAttributes {
   let server = servers.get(upstream)
   if (server === undefined) {
     const url = new URL(upstream)
-    server = {
-      'server.address': url.hostname,
-      'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
-    }
+    server = { address: url.hostname, port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) }
     servers.set(upstream, server)
   }
   return server
@@ -62,30 +68,37 @@ function traceparentOf(span: Span): string {
   return `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`
 }
 
+/** The sampler's attributes and links when there are none: read, never written, by the specification's samplers. */
+const NONE: Readonly<Attributes> = Object.freeze({})
+const NO_LINKS: Link[] = Object.freeze([]) as unknown as Link[]
+
 /**
- * The request's trace: the sampler decides once, at the server span. Unsampled (most requests at a
- * low ratio), an `UnsampledTrace` that makes no span and builds no attribute; sampled, a `RequestSpan`.
+ * The request's trace. The tracer's own sampler decides first, as the SDK's startSpan would (the
+ * same context, trace id, name, kind and links): unsampled (most requests at a low ratio), an
+ * `UnsampledTrace`, no SDK span, no attribute; sampled, a `RequestSpan`, whose server span the
+ * SDK starts on that trace id (the specification's samplers decide the same twice).
  */
 export function startRequestTrace(
-  tracer: Tracer,
+  tracing: Pick<Tracing, 'tracer' | 'sampler'>,
   clientContext: 'continue' | 'ignore',
   request: FastifyRequest,
 ): RequestSpan | UnsampledTrace {
   const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
   const clientSpan = trace.getSpanContext(client)
-  const links: Link[] | undefined =
-    clientContext === 'ignore' && clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
-      ? [{ context: clientSpan }]
-      : undefined
+  const valid = clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
+  const continued = clientContext === 'continue' && valid
+  const links: Link[] | undefined = clientContext === 'ignore' && valid ? [{ context: clientSpan! }] : undefined
   const route = routeOf(request)
-  const span = tracer.startSpan(
-    route === null ? request.method : `${request.method} ${route}`,
-    { kind: SpanKind.SERVER, attributes: { 'http.request.method': request.method }, links },
-    clientContext === 'continue' ? client : ROOT_CONTEXT,
-  )
-  // Not recording: the SDK's non-recording span, which needs no end; nothing under it is sampled.
-  if (!span.isRecording()) return new UnsampledTrace(span.spanContext().traceId)
-  return new RequestSpan(tracer, span, route, request)
+  const name = route === null ? request.method : `${request.method} ${route}`
+  const parent = clientContext === 'continue' ? client : ROOT_CONTEXT
+  const traceId = continued ? clientSpan!.traceId : ids.generateTraceId()
+  const { decision } = tracing.sampler.shouldSample(parent, traceId, name, SpanKind.SERVER, NONE, links ?? NO_LINKS)
+  if (decision === SamplingDecision.NOT_RECORD) return new UnsampledTrace(traceId)
+  if (!continued) ids.takeTraceIdOnce(traceId)
+  // No attributes at the start: the SDK copies and checks them twice more before the span's own
+  // check (its sampler's input), and the specification's samplers read none. Set on the span below.
+  const span = tracing.tracer.startSpan(name, { kind: SpanKind.SERVER, links }, parent)
+  return new RequestSpan(tracing.tracer, span, route, request)
 }
 
 /** A sampled request's trace: its server span recording, and the spans of what it waits for. */
@@ -107,29 +120,28 @@ export class RequestSpan implements RequestTrace {
     this.traceId = spanContext.traceId
     this.spanId = spanContext.spanId
     this.context = trace.setSpan(ROOT_CONTEXT, span)
-    const attributes: Attributes = {
-      'url.path': pathOf(request.url),
-      'url.scheme': request.protocol,
-      'client.address': request.ip,
-    }
-    if (route !== null) attributes['http.route'] = route
+    // One call a value, no object of them: setAttributes would walk one made for it.
+    span.setAttribute('http.request.method', request.method)
+    span.setAttribute('url.path', pathOf(request.url))
+    span.setAttribute('url.scheme', request.protocol)
+    span.setAttribute('client.address', request.ip)
+    if (route !== null) span.setAttribute('http.route', route)
     const agent = request.headers['user-agent']
-    if (agent !== undefined) attributes['user_agent.original'] = agent
-    span.setAttributes(attributes)
+    if (agent !== undefined) span.setAttribute('user_agent.original', agent)
   }
 
   work(name: string, attributes: WorkAttributes): WorkSpan {
+    const system = attributes.system
     const span = this.tracer.startSpan(
       name,
-      {
-        kind: attributes.system === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT,
-        attributes:
-          attributes.system === undefined
-            ? { 'tenancy.wait': attributes.operation }
-            : { 'db.system.name': attributes.system, 'db.operation.name': attributes.operation },
-      },
+      { kind: system === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT },
       this.context,
     )
+    if (system === undefined) span.setAttribute('tenancy.wait', attributes.operation)
+    else {
+      span.setAttribute('db.system.name', system)
+      span.setAttribute('db.operation.name', attributes.operation)
+    }
     let ended = false
     return {
       end(errorType) {
@@ -145,11 +157,11 @@ export class RequestSpan implements RequestTrace {
   }
 
   upstream(upstream: string, method: string): UpstreamSpan {
-    const span = this.tracer.startSpan(
-      method,
-      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method, ...serverOf(upstream) } },
-      this.context,
-    )
+    const span = this.tracer.startSpan(method, { kind: SpanKind.CLIENT }, this.context)
+    const server = serverOf(upstream)
+    span.setAttribute('http.request.method', method)
+    span.setAttribute('server.address', server.address)
+    span.setAttribute('server.port', server.port)
     return {
       traceparent: traceparentOf(span),
       end(statusCode, errorType) {
@@ -178,12 +190,10 @@ export class RequestSpan implements RequestTrace {
     const principal = request.principal
     if (principal !== null) {
       const tenant = principal.tenant
-      span.setAttributes({
-        'tenancy.key_id': principal.key.id,
-        'tenancy.caller_tenant_id': tenant.id,
-        'tenancy.resolved_tenant_id': (request.actingTenant ?? tenant).id,
-        'tenancy.account_id': tenant.parentId ?? tenant.id,
-      })
+      span.setAttribute('tenancy.key_id', principal.key.id)
+      span.setAttribute('tenancy.caller_tenant_id', tenant.id)
+      span.setAttribute('tenancy.resolved_tenant_id', (request.actingTenant ?? tenant).id)
+      span.setAttribute('tenancy.account_id', tenant.parentId ?? tenant.id)
     }
     // A server span's error is a 5xx only: a 4xx is the client's (the semantic conventions).
     if (status >= 500) {

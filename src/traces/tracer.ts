@@ -17,10 +17,13 @@ import {
 } from '@opentelemetry/sdk-trace'
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
 import type { TraceSettings } from '../config-traces.js'
+import { ids } from './ids.js'
 
 /** The SDK's running parts, as the plugin holds them. */
 export interface Tracing {
   readonly tracer: Tracer
+  /** The tracer's sampler, asked once before a request's server span (request-span.ts). */
+  readonly sampler: Sampler
   /** Sends what is queued, then stops; gives up after `boundMs` (the stop's bound): spans are lost, never the stop. */
   shutdown(boundMs: number): Promise<void>
 }
@@ -81,17 +84,20 @@ export function startTracing(settings: TraceSettings, onDropped: (spans: number)
     exportTimeoutMillis: settings.batch.exportTimeoutMs,
     selfObsMeterProvider: dropsReportedTo(onDropped),
   })
+  const sampler = samplerOf(settings)
   const provider = new TracerProvider({
     resource: resourceFromAttributes({
       ...settings.resourceAttributes,
       // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES (the specification).
       [ATTR_SERVICE_NAME]: settings.serviceName,
     }),
-    sampler: samplerOf(settings),
+    sampler,
+    idGenerator: ids,
     spanProcessors: [processor],
   })
   return {
     tracer: provider.getTracer('tenancy-gateway'),
+    sampler,
     async shutdown(boundMs) {
       let timer: NodeJS.Timeout | undefined
       const bound = new Promise<void>((resolve) => {

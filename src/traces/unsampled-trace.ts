@@ -3,11 +3,8 @@
 // unsampled parent are unsampled too (parent-based, or the same trace id's ratio), so none is made:
 // no SDK span, no attribute, no context. Only the upstream's `traceparent` is written, naming a
 // fresh span id for the gateway's call as W3C Trace Context asks, with the flags unsampled (00).
-import { RandomIdGenerator } from '@opentelemetry/sdk-trace'
 import type { RequestTrace, UpstreamSpan, WorkSpan } from '../shared/request-trace.js'
-
-/** The SDK's own generator: 16 hex digits, never all zeros. */
-const ids = new RandomIdGenerator()
+import { ids } from './ids.js'
 
 const noWork: WorkSpan = { end() {} }
 const noEnd = (): void => {}
