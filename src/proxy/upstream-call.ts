@@ -131,6 +131,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler, UpstreamSide {
   }
 
   /**
+   * The attempt under way was handed to its target with `headers` (a balanced route's pool set
+   * their Host to the target it picked): its span names that target.
+   */
+  dispatched(headers: OutgoingHttpHeaders): void {
+    const host = headers.host
+    if (this.span !== null && typeof host === 'string') this.span.sentTo(host)
+  }
+
+  /**
    * The attempt under way was given up to be sent again (retry-call.ts): its span ends with what
    * failed it, its status if it answered, and the retry's reason as `error.type`.
    */

@@ -140,6 +140,7 @@ export class UpstreamTarget implements CallTarget {
     if (retry === null) {
       exchange.sentUpstream(call)
       this.pool.dispatch(options, call)
+      call.dispatched(headers)
       return
     }
     const retrying = new RetryingCall(call, request, exchange, retry, options)

@@ -14,6 +14,12 @@ export interface WorkSpan {
 export interface UpstreamSpan {
   /** W3C Trace Context: the upstream's `traceparent`, this span its parent, sampled or not. */
   readonly traceparent: string
+  /**
+   * The attempt was handed to `host` (`host:port`, the Host field the gateway sent it with): the
+   * target a balanced route's pick chose, named as the span's `server.address` and `server.port`
+   * in place of the route's first target's, which it started with.
+   */
+  sentTo(host: string): void
   /** Ends it with the upstream's status; with `errorType` when there was none (a refusal, a timeout). */
   end(statusCode: number | null, errorType?: string): void
 }

@@ -31,7 +31,11 @@ interface ServerAttributes {
   port: number
 }
 
-/** Each upstream's, parsed once (not per request). */
+/**
+ * Each upstream's, parsed once (not per request), by its origin or, once an attempt is sent, by
+ * the Host field it went with (as a URL of the route's scheme): both come from the route table,
+ * never from a client, so the map holds an entry or two a target.
+ */
 const servers = new Map<string, ServerAttributes>()
 function serverOf(upstream: string): ServerAttributes {
   let server = servers.get(upstream)
@@ -164,6 +168,12 @@ export class RequestSpan implements RequestTrace {
     span.setAttribute('server.port', server.port)
     return {
       traceparent: traceparentOf(span),
+      sentTo(host) {
+        // A Host field without a port names the scheme's default: the route's (its first target's).
+        const target = serverOf(`${upstream.startsWith('https:') ? 'https' : 'http'}://${host}`)
+        if (target.address !== server.address) span.setAttribute('server.address', target.address)
+        if (target.port !== server.port) span.setAttribute('server.port', target.port)
+      },
       end(statusCode, errorType) {
         if (statusCode !== null) span.setAttribute('http.response.status_code', statusCode)
         // A client span's error is any status from 400 (the semantic conventions' HTTP client spans).

@@ -23,7 +23,7 @@ export class UnsampledTrace implements RequestTrace {
   }
 
   upstream(): UpstreamSpan {
-    return { traceparent: `00-${this.traceId}-${ids.generateSpanId()}-00`, end: noEnd }
+    return { traceparent: `00-${this.traceId}-${ids.generateSpanId()}-00`, sentTo: noEnd, end: noEnd }
   }
 
   refused(): void {}

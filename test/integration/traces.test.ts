@@ -12,7 +12,7 @@ import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
 import { type Collector, type ReceivedSpan, startCollector } from '../helpers/otlp-collector.js'
-import { REFUSED_URL, startUpstream } from '../helpers/upstream.js'
+import { REFUSED_PORT, REFUSED_URL, startUpstream } from '../helpers/upstream.js'
 import { openSocket, startWebSocketUpstream } from '../helpers/websocket.js'
 
 const SERVER = 2
@@ -142,34 +142,40 @@ t.test('a proxied request: its server span continues the client, its client span
   t.equal(line?.trace_id, CLIENT_TRACE, 'the request line names its trace')
 })
 
-t.test('a retried request: a client span per attempt, the upstream named by the last', async (t) => {
-  for (let i = 0; i < 10; i++) {
-    const trace = randomBytes(16).toString('hex')
-    const res = await callAs(gw.url, parent.apiKey, {
-      path: '/retried/x',
-      headers: [['traceparent', `00-${trace}-${CLIENT_SPAN}-01`]],
-    })
-    t.equal(res.status, 200)
-    const spans = await spansOfTrace(collector, trace, 2)
-    const server = spans.find((span) => span.kind === SERVER)!
-    const clients = spans.filter((span) => span.kind === CLIENT && 'http.request.method' in span.attributes)
-    if (clients.length === 1) continue // the good target first: nothing retried
-    t.equal(clients.length, 2, 'two attempts, two client spans')
-    const failed = clients.find((span) => span.attributes['error.type'] === 'connect_failure')
-    const kept = clients.find((span) => span !== failed)!
-    t.ok(failed, "the failed attempt's span says why it failed")
-    t.equal(kept.attributes['http.response.status_code'], 200, 'the kept attempt has the answer')
-    for (const span of clients) t.equal(span.parentSpanId, server.spanId, 'each a child of the server span')
-    const received = upstream.received.at(-1)!
-    t.equal(
-      String(received.headers.traceparent).split('-')[2],
-      kept.spanId,
-      "the upstream's parent is the kept attempt",
-    )
-    return
-  }
-  t.fail('no request went to the refusing target first in 10')
-})
+t.test(
+  'a retried request: a client span per attempt, each naming its target, the upstream named by the last',
+  async (t) => {
+    for (let i = 0; i < 10; i++) {
+      const trace = randomBytes(16).toString('hex')
+      const res = await callAs(gw.url, parent.apiKey, {
+        path: '/retried/x',
+        headers: [['traceparent', `00-${trace}-${CLIENT_SPAN}-01`]],
+      })
+      t.equal(res.status, 200)
+      const spans = await spansOfTrace(collector, trace, 2)
+      const server = spans.find((span) => span.kind === SERVER)!
+      const clients = spans.filter((span) => span.kind === CLIENT && 'http.request.method' in span.attributes)
+      if (clients.length === 1) continue // the good target first: nothing retried
+      t.equal(clients.length, 2, 'two attempts, two client spans')
+      const failed = clients.find((span) => span.attributes['error.type'] === 'connect_failure')
+      const kept = clients.find((span) => span !== failed)!
+      t.ok(failed, "the failed attempt's span says why it failed")
+      t.equal(kept.attributes['http.response.status_code'], 200, 'the kept attempt has the answer')
+      // Each span names the target its attempt went to, not the route's first.
+      t.equal(failed!.attributes['server.port'], REFUSED_PORT, 'the failed attempt names the refusing target')
+      t.equal(kept.attributes['server.port'], Number(new URL(upstream.url).port), 'the kept one names the upstream')
+      for (const span of clients) t.equal(span.parentSpanId, server.spanId, 'each a child of the server span')
+      const received = upstream.received.at(-1)!
+      t.equal(
+        String(received.headers.traceparent).split('-')[2],
+        kept.spanId,
+        "the upstream's parent is the kept attempt",
+      )
+      return
+    }
+    t.fail('no request went to the refusing target first in 10')
+  },
+)
 
 t.test('an unsampled client: the upstream still gets a traceparent naming the gateway’s call, unsampled', async (t) => {
   const res = await callAs(gw.url, parent.apiKey, {

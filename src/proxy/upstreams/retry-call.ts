@@ -105,6 +105,7 @@ export class RetryingCall implements UpstreamSide, AttemptOwner {
     const attempt = new Attempt(this, perTry)
     this.current = attempt
     this.avoid = this.route.send(this.options, attempt, this.avoid)
+    this.inner.dispatched(this.options.headers as OutgoingHttpHeaders)
   }
 
   started(attempt: Attempt, controller: Dispatcher.DispatchController): void {
