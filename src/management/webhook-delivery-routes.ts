@@ -6,16 +6,9 @@ import { markClaim, recordEvent } from '../events/record.js'
 import { inTransaction } from '../store/transaction.js'
 import { type AttemptPageRow, listAttempts, resendDelivery } from '../store/webhook-deliveries.js'
 import { getWebhookEndpoint } from '../store/webhook-endpoints.js'
-import {
-  type ManagementContext,
-  managementOperation,
-  notFound,
-  operation,
-  originOf,
-  parentOf,
-  pathUuid,
-} from './common.js'
+import { type ManagementContext, managementOperation, notFound, originOf, parentOf, pathUuid } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 import { presentWebhookEndpoint } from './webhook-endpoint-changes.js'
 import { WEBHOOK_ENDPOINTS_PATH } from './webhook-endpoint-routes.js'
@@ -52,12 +45,10 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/test`,
-    schema: {
-      ...operation('sendWebhookTest'),
+    ...accountOperation('sub_accounts:write', 'sendWebhookTest', {
       params: WebhookEndpointParams,
       response: { 202: WebhookTestSent },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const accountId = parentOf(request).id
@@ -85,12 +76,10 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries/:event_id/retry`,
-    schema: {
-      ...operation('retryWebhookDelivery'),
+    ...accountOperation('sub_accounts:write', 'retryWebhookDelivery', {
       params: DeliveryParams,
       response: { 202: DeliveryResent },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const eventId = request.params.event_id
@@ -117,13 +106,11 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries`,
-    schema: {
-      ...operation('listWebhookDeliveries'),
+    ...accountOperation('sub_accounts:read', 'listWebhookDeliveries', {
       params: WebhookEndpointParams,
       querystring: PageQuery,
       response: { 200: DeliveryAttemptPage },
-    },
-    config: { scope: 'sub_accounts:read' },
+    }),
     async handler(request, _reply, { sql, cursors }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
