@@ -8,8 +8,9 @@ import { type AttemptPageRow, listAttempts, resendDelivery } from '../store/webh
 import { getWebhookEndpoint } from '../store/webhook-endpoints.js'
 import { type ManagementContext, managementOperation, notFound, originOf, parentOf, pathUuid } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import type { PageStart } from './paging.js'
 import { accountOperation } from './operation-shapes.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
+import { PageQuery } from '../schemas/common.js'
 import { presentWebhookEndpoint } from './webhook-endpoint-changes.js'
 import { WEBHOOK_ENDPOINTS_PATH } from './webhook-endpoint-routes.js'
 import {
@@ -113,12 +114,13 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
     }),
     async handler(request, _reply, { sql, cursors }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
-      const beforeSeq = await cursors.decode(cursor, scope)
-      if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()
-      const rows = await listAttempts(sql, id, { limit: limit + 1, beforeSeq })
-      return cursors.page(rows, limit, presentAttempt, scope)
+      // Newest first: the cursor's position is the one to read before.
+      const attempts = async ({ limit, afterSeq }: PageStart) => {
+        if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()
+        return listAttempts(sql, id, { limit, beforeSeq: afterSeq })
+      }
+      return cursors.list(request.query, scope, attempts, presentAttempt)
     },
   }),
 ]
