@@ -22,7 +22,7 @@ export interface SchemaParts {
 /** The id of an operation's entry in the document (operations.ts). */
 export type OperationId = keyof typeof OPERATIONS
 
-/** Config beside the scope: a heavy read, a store deadline of its own, a streamed body (common.ts). */
+/** Config beside the scope: a heavy read (heavy-reads.ts), a store deadline of its own, a streamed body (common.ts). */
 export type ExtraConfig = Omit<FastifyContextConfig, 'scope'>
 
 /**
