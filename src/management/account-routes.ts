@@ -6,8 +6,9 @@ import { monthUse, readLimits } from '../limits/store.js'
 import { scopeCeiling } from '../store/tenants.js'
 import { shownLimits } from '../shared/tenant-limits.js'
 import { readUsage, reportRange } from '../usage/report.js'
-import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 import { AccountLimits, AccountScopes } from '../schemas/accounts.js'
 import { NoQuery, PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 import { UsageQuery, UsageReport } from '../schemas/usage.js'
@@ -17,8 +18,12 @@ export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/usage',
-    schema: { ...operation('getUsage'), querystring: UsageQuery, response: { 200: UsageReport } },
-    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    ...accountOperation(
+      'sub_accounts:read',
+      'getUsage',
+      { querystring: UsageQuery, response: { 200: UsageReport } },
+      { heavyRead: 'gated' },
+    ),
     async handler(request, _reply, { reads: sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, sub_account_id, granularity, include } = request.query
       const scope = { list: 'usage', owner: parentOf(request).id } as const
@@ -33,8 +38,10 @@ export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/limits',
-    schema: { ...operation('getAccountLimits'), querystring: NoQuery, response: { 200: AccountLimits } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'getAccountLimits', {
+      querystring: NoQuery,
+      response: { 200: AccountLimits },
+    }),
     async handler(request, _reply, { sql }) {
       const parentId = parentOf(request).id
       const month = monthOf(Date.now())
@@ -52,8 +59,10 @@ export const ACCOUNT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/scopes',
-    schema: { ...operation('getAccountScopes'), querystring: NoQuery, response: { 200: AccountScopes } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'getAccountScopes', {
+      querystring: NoQuery,
+      response: { 200: AccountScopes },
+    }),
     handler: async (request, _reply, { sql }) => ({ allowed_scopes: await scopeCeiling(sql, parentOf(request).id) }),
   }),
 ]

@@ -15,12 +15,10 @@ import {
   CreditHistoryQuery,
   DEFAULT_GRANT_PRIORITY,
 } from '../schemas/credits.js'
-import { SubAccountParams } from '../schemas/sub-accounts.js'
 import {
   type ManagementContext,
   managementOperation,
   notFound,
-  operation,
   originOf,
   ownSubAccount,
   parentOf,
@@ -30,6 +28,7 @@ import { creditBalances, creditMetersInForce, grantCreditsWithEvent, voidCredits
 import { burnBucketSeconds, creditHistory } from './credit-history.js'
 import { presentCreditGrant } from '../schemas/present.js'
 import type { OperationTable } from './operation-table.js'
+import { subAccountOperation } from './operation-shapes.js'
 
 /** Checks a body's `meter` and `expires_at` beyond its schema; the expiry as a Date, or null. */
 function checkedGrant(body: { meter: string; expires_at?: string | null | undefined }, now: number): Date | null {
@@ -51,13 +50,10 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/:sub_id/credits/grants',
-    schema: {
-      ...operation('createCreditGrant'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:write', 'createCreditGrant', {
       body: CreateCreditGrantBody,
       response: { 201: CreditGrant },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql, cache }) {
       const { body } = request
       const expiresAt = checkedGrant(body, Date.now())
@@ -83,8 +79,7 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id/credits',
-    schema: { ...operation('getCredits'), params: SubAccountParams, response: { 200: CreditBalances } },
-    config: { scope: 'sub_accounts:read' },
+    ...subAccountOperation('sub_accounts:read', 'getCredits', { response: { 200: CreditBalances } }),
     async handler(request, _reply, { sql }) {
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
       const [rows, debts, meters] = await Promise.all([
@@ -104,13 +99,10 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id/credits/history',
-    schema: {
-      ...operation('getCreditHistory'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:read', 'getCreditHistory', {
       querystring: CreditHistoryQuery,
       response: { 200: CreditHistory },
-    },
-    config: { scope: 'sub_accounts:read' },
+    }),
     async handler(request, _reply, { sql, usageExport }) {
       // Unknown or another parent's: 404 before anything is said about the range.
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
@@ -139,8 +131,10 @@ export const CREDIT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/:sub_id/credits/grants/:grant_id/void',
-    schema: { ...operation('voidCreditGrant'), params: CreditGrantParams, response: { 200: CreditGrant } },
-    config: { scope: 'sub_accounts:write' },
+    ...subAccountOperation('sub_accounts:write', 'voidCreditGrant', {
+      params: CreditGrantParams,
+      response: { 200: CreditGrant },
+    }),
     async handler(request, _reply, { sql, cache }) {
       const sub = await ownSubAccount(sql, request, request.params.sub_id)
       const id = pathUuid(request.params.grant_id, 'credit grant')

@@ -7,8 +7,9 @@ import { presentEvent } from '../events/present.js'
 import { EVENT_TYPES } from '../events/record.js'
 import { type EventFilter, getEvent, listEvents } from '../store/events.js'
 import { withActorNames } from './event-actors.js'
-import { type ManagementContext, managementOperation, notFound, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, notFound, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 import { Event, EventPage, EventParams, EventsQuery } from '../schemas/events.js'
 import { NoQuery, PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
@@ -37,8 +38,7 @@ export const EVENT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/events',
-    schema: { ...operation('listEvents'), querystring: EventsQuery, response: { 200: EventPage } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'listEvents', { querystring: EventsQuery, response: { 200: EventPage } }),
     async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, since, until } = request.query
       const accountId = parentOf(request).id
@@ -67,8 +67,11 @@ export const EVENT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/events/:event_id',
-    schema: { ...operation('getEvent'), params: EventParams, querystring: NoQuery, response: { 200: Event } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'getEvent', {
+      params: EventParams,
+      querystring: NoQuery,
+      response: { 200: Event },
+    }),
     async handler(request, _reply, { sql }) {
       const id = request.params.event_id
       const row = EVENT_ID.test(id) ? await getEvent(sql, parentOf(request).id, id) : null

@@ -6,15 +6,18 @@ import { reportLeaks } from '../auth/key-leaks.js'
 import { presentKey } from '../schemas/present.js'
 import { LeakedKey, ReportLeakBody } from '../schemas/key-leaks.js'
 import { accountKeyByDigest } from '../store/key-leaks.js'
-import { type ManagementContext, managementOperation, notFound, operation, originOf, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, notFound, originOf, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 
 export const KEY_LEAK_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/api-keys/leaks',
-    schema: { ...operation('reportLeakedKey'), body: ReportLeakBody, response: { 200: LeakedKey } },
-    config: { scope: 'sub_accounts:write' },
+    ...accountOperation('sub_accounts:write', 'reportLeakedKey', {
+      body: ReportLeakBody,
+      response: { 200: LeakedKey },
+    }),
     async handler(request, _reply, { sql, cache }) {
       const accountId = parentOf(request).id
       const keyDigest = digest(request.body.key)

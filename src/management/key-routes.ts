@@ -7,7 +7,6 @@ import {
   type ManagementContext,
   managementOperation,
   notFound,
-  operation,
   originOf,
   ownSubAccount,
   parentOf,
@@ -24,11 +23,11 @@ import {
   withSecrets,
 } from './key-actions.js'
 import type { OperationTable } from './operation-table.js'
+import { subAccountOperation } from './operation-shapes.js'
 import { keyListScope } from './paging.js'
 import { presentKey } from '../schemas/present.js'
 import { ApiKey, ApiKeyPage, KeyParams, MintedApiKey, MintKeyBody, RollKeyBody } from '../schemas/keys.js'
 import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
-import { SubAccountParams } from '../schemas/sub-accounts.js'
 
 /** The calling parent's sub-account named in the path (404 otherwise), and who acts on its keys. */
 async function keyContext(
@@ -51,13 +50,10 @@ export const KEY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/:sub_id/api-keys',
-    schema: {
-      ...operation('createApiKey'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:write', 'createApiKey', {
       body: MintKeyBody,
       response: { 201: MintedApiKey },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, context) {
       const mint = checkedMintBody(request.body)
       const minted = await mintSubAccountKey(await keyContext(request, request.params.sub_id, context), mint)
@@ -72,13 +68,10 @@ export const KEY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id/api-keys',
-    schema: {
-      ...operation('listApiKeys'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:read', 'listApiKeys', {
       querystring: PageQuery,
       response: { 200: ApiKeyPage },
-    },
-    config: { scope: 'sub_accounts:read' },
+    }),
     async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = keyListScope(parentOf(request).id, request.params.sub_id)
@@ -93,8 +86,7 @@ export const KEY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id/api-keys/:key_id',
-    schema: { ...operation('getApiKey'), params: KeyParams, response: { 200: ApiKey } },
-    config: { scope: 'sub_accounts:read' },
+    ...subAccountOperation('sub_accounts:read', 'getApiKey', { params: KeyParams, response: { 200: ApiKey } }),
     async handler(request, _reply, { sql }) {
       const { sub_id, key_id } = request.params
       const subAccount = await ownSubAccount(sql, request, sub_id)
@@ -107,8 +99,7 @@ export const KEY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/:sub_id/api-keys/:key_id/revoke',
-    schema: { ...operation('revokeApiKey'), params: KeyParams, response: { 200: ApiKey } },
-    config: { scope: 'sub_accounts:write' },
+    ...subAccountOperation('sub_accounts:write', 'revokeApiKey', { params: KeyParams, response: { 200: ApiKey } }),
     async handler(request, _reply, context) {
       const { sub_id, key_id } = request.params
       const keys = await keyContext(request, sub_id, context)
@@ -119,8 +110,11 @@ export const KEY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/:sub_id/api-keys/:key_id/roll',
-    schema: { ...operation('rollApiKey'), params: KeyParams, body: RollKeyBody, response: { 201: MintedApiKey } },
-    config: { scope: 'sub_accounts:write' },
+    ...subAccountOperation('sub_accounts:write', 'rollApiKey', {
+      params: KeyParams,
+      body: RollKeyBody,
+      response: { 201: MintedApiKey },
+    }),
     preValidation: noBodyIsEmpty,
     async handler(request, reply, context) {
       const { sub_id, key_id } = request.params

@@ -2,23 +2,22 @@
 // made its requests, its own and its parent's. Beside the usage report, which is by sub-account.
 import { keyUnitRows, keyUsageRows } from '../store/usage-reads.js'
 import { keyUsageEntries, reportRange } from '../usage/report.js'
-import { type ManagementContext, managementOperation, operation, ownSubAccount, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, ownSubAccount, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { subAccountOperation } from './operation-shapes.js'
 import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
-import { SubAccountParams } from '../schemas/sub-accounts.js'
 import { KeyUsageQuery, KeyUsageReport } from '../schemas/usage.js'
 
 export const KEY_USAGE_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id/usage',
-    schema: {
-      ...operation('getSubAccountKeyUsage'),
-      params: SubAccountParams,
-      querystring: KeyUsageQuery,
-      response: { 200: KeyUsageReport },
-    },
-    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    ...subAccountOperation(
+      'sub_accounts:read',
+      'getSubAccountKeyUsage',
+      { querystring: KeyUsageQuery, response: { 200: KeyUsageReport } },
+      { heavyRead: 'gated' },
+    ),
     async handler(request, _reply, { reads: sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       // Unknown or another parent's: 404 before anything else is said about the query.

@@ -4,6 +4,7 @@
 // from: another parent's cursor, or one from another list, is refused like a forged one.
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { validationFailed } from '../errors.js'
+import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
 
 /** The list a cursor pages through, and whose it is (a parent's id, or parent and sub-account). */
 export interface CursorScope {
@@ -23,6 +24,15 @@ export interface CursorScope {
 /** A sub-account's key list, as the path names the sub-account: a bad cursor is a 400 before any lookup. */
 export function keyListScope(parentId: string, subId: string): CursorScope {
   return { list: 'api-keys', owner: `${parentId}/${subId.toLowerCase()}` }
+}
+
+/**
+ * Where a page of a list in `seq` order starts (null: at its start; a list newest first reads it
+ * as its `beforeSeq`) and how many rows to read: the page's limit and one more, to tell a next page.
+ */
+export interface PageStart {
+  limit: number
+  afterSeq: string | null
 }
 
 // 8 bytes of position (a bigserial) and 16 of HMAC-SHA-256 (128 bits), base64url: 32 characters.
@@ -150,5 +160,21 @@ export class Cursors {
           : await this.encodeKeyed(last.seq, sortKeyOf(last), scope)
     }
     return { data: pageRows.map(present), next_cursor: next }
+  }
+
+  /**
+   * A page of a list in `seq` order, as PageQuery asks for it (`limit`, PAGE_LIMIT_DEFAULT
+   * without one; `cursor`): the cursor read for `scope` first (one this API did not issue for it
+   * is a 400 before `read` is called), then `read` from where it says, limit+1 rows, then `page`.
+   */
+  async list<Row extends { seq: string }, Item>(
+    query: { limit?: number | undefined; cursor?: string | undefined },
+    scope: CursorScope,
+    read: (start: PageStart) => Promise<Row[]>,
+    present: (row: Row) => Item,
+  ): Promise<{ data: Item[]; next_cursor: string | null }> {
+    const { limit = PAGE_LIMIT_DEFAULT, cursor } = query
+    const afterSeq = await this.decode(cursor, scope)
+    return this.page(await read({ limit: limit + 1, afterSeq }), limit, present, scope)
   }
 }

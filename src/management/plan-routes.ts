@@ -7,7 +7,6 @@ import { cacheKeys } from '../cache/index.js'
 import { storedKeyPolicy } from '../guardrails/key-policy.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import { presentPlan } from '../schemas/present.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 import { CreatePlanBody, Plan, PlanPage, PlanParams, UpdatePlanBody } from '../schemas/plans.js'
 import { getPlan, listPlans } from '../store/plans.js'
 import { bodyLimits } from './body-limits.js'
@@ -15,13 +14,13 @@ import {
   type ManagementContext,
   managementOperation,
   notFound,
-  operation,
   originOf,
   parentOf,
   pathUuid,
   trimmedName,
 } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation, parentListOperation } from './operation-shapes.js'
 import { createPlanWithEvent, deletePlanWithEvent, updatePlanWithEvent } from './plan-changes.js'
 
 export const PLANS_PATH = '/plans'
@@ -33,8 +32,7 @@ export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: PLANS_PATH,
-    schema: { ...operation('createPlan'), body: CreatePlanBody, response: { 201: Plan } },
-    config: { scope: 'sub_accounts:write' },
+    ...accountOperation('sub_accounts:write', 'createPlan', { body: CreatePlanBody, response: { 201: Plan } }),
     async handler(request, reply, { sql }) {
       const { body } = request
       const row = await createPlanWithEvent(sql, originOf(request), parentOf(request).id, {
@@ -47,25 +45,19 @@ export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
     },
   }),
 
-  managementOperation({
-    method: 'GET',
+  parentListOperation({
     url: PLANS_PATH,
-    schema: { ...operation('listPlans'), querystring: PageQuery, response: { 200: PlanPage } },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, _reply, { sql, cursors }) {
-      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
-      const scope = { list: 'plans', owner: parentOf(request).id } as const
-      const afterSeq = await cursors.decode(cursor, scope)
-      const rows = await listPlans(sql, parentOf(request).id, { limit: limit + 1, afterSeq })
-      return cursors.page(rows, limit, presentPlan, scope)
-    },
+    id: 'listPlans',
+    list: 'plans',
+    response: PlanPage,
+    rows: listPlans,
+    present: presentPlan,
   }),
 
   managementOperation({
     method: 'GET',
     url: `${PLANS_PATH}/:plan_id`,
-    schema: { ...operation('getPlan'), params: PlanParams, response: { 200: Plan } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'getPlan', { params: PlanParams, response: { 200: Plan } }),
     async handler(request, _reply, { sql }) {
       const row = await getPlan(sql, parentOf(request).id, pathUuid(request.params.plan_id, 'plan'))
       if (row === null) throw notFoundPlan()
@@ -76,8 +68,11 @@ export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'PATCH',
     url: `${PLANS_PATH}/:plan_id`,
-    schema: { ...operation('updatePlan'), params: PlanParams, body: UpdatePlanBody, response: { 200: Plan } },
-    config: { scope: 'sub_accounts:write' },
+    ...accountOperation('sub_accounts:write', 'updatePlan', {
+      params: PlanParams,
+      body: UpdatePlanBody,
+      response: { 200: Plan },
+    }),
     async handler(request, _reply, { sql, cache }) {
       const { body } = request
       const id = pathUuid(request.params.plan_id, 'plan')
@@ -98,12 +93,10 @@ export const PLAN_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'DELETE',
     url: `${PLANS_PATH}/:plan_id`,
-    schema: {
-      ...operation('deletePlan'),
+    ...accountOperation('sub_accounts:write', 'deletePlan', {
       params: PlanParams,
       response: { 204: Type.Null({ description: 'Deleted; no body' }) },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql, cache }) {
       const id = pathUuid(request.params.plan_id, 'plan')
       if (!(await deletePlanWithEvent(sql, originOf(request), parentOf(request).id, id))) throw notFoundPlan()

@@ -19,7 +19,6 @@ import {
   type ManagementContext,
   managementOperation,
   notFound,
-  operation,
   originOf,
   ownSubAccount,
   parentOf,
@@ -33,8 +32,8 @@ import {
   PortalSessionList,
   PortalSessionParams,
 } from '../schemas/portal-sessions.js'
-import { SubAccountParams } from '../schemas/sub-accounts.js'
 import type { OperationTable } from './operation-table.js'
+import { subAccountOperation } from './operation-shapes.js'
 
 /** A sub-account's open sessions at most: the list needs no paging, and a leaked parent key cannot hand out links without bound. */
 export const OPEN_PORTAL_SESSIONS_MAX = 50
@@ -70,13 +69,10 @@ export const PORTAL_SESSION_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: '/:sub_id/portal-sessions',
-    schema: {
-      ...operation('createPortalSession'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:write', 'createPortalSession', {
       body: CreatePortalSessionBody,
       response: { 201: CreatedPortalSession },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql, portalIssuerUrl }) {
       const back = returnUrl(request.body.return_url)
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
@@ -126,12 +122,7 @@ export const PORTAL_SESSION_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id/portal-sessions',
-    schema: {
-      ...operation('listPortalSessions'),
-      params: SubAccountParams,
-      response: { 200: PortalSessionList },
-    },
-    config: { scope: 'sub_accounts:read' },
+    ...subAccountOperation('sub_accounts:read', 'listPortalSessions', { response: { 200: PortalSessionList } }),
     async handler(request, _reply, { sql }) {
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       const rows = await listOpenPortalSessions(sql, subAccount.id, OPEN_PORTAL_SESSIONS_MAX)
@@ -142,12 +133,10 @@ export const PORTAL_SESSION_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'DELETE',
     url: '/:sub_id/portal-sessions/:session_id',
-    schema: {
-      ...operation('deletePortalSession'),
+    ...subAccountOperation('sub_accounts:write', 'deletePortalSession', {
       params: PortalSessionParams,
       response: { 204: Type.Null({ description: 'Ended (or it already was); no body' }) },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql }) {
       const subAccount = await ownSubAccount(sql, request, request.params.sub_id)
       const sessionId = pathUuid(request.params.session_id, 'portal session')

@@ -6,9 +6,10 @@ import type { RequestFilter } from '../request-log/filters.js'
 import { listRequests, type RequestRow } from '../request-log/queries.js'
 import { requestById } from '../request-log/record-by-id.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
-import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, parentOf } from './common.js'
 import { parentPlaces, type ReadPlace, type RequestLogReader } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 import type { Cursors, CursorScope } from './paging.js'
 import { RequestPage, RequestParams, RequestRecord, RequestsQuery } from '../schemas/requests.js'
 import { PAGE_LIMIT_DEFAULT } from '../schemas/common.js'
@@ -128,9 +129,13 @@ export const REQUEST_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/requests',
-    schema: { ...operation('listRequests'), querystring: RequestsQuery, response: { 200: RequestPage } },
     // Its own places (log-reads.ts: two a parent, a third 429 at once), not the gate's.
-    config: { scope: 'sub_accounts:read', heavyRead: 'own place' },
+    ...accountOperation(
+      'sub_accounts:read',
+      'listRequests',
+      { querystring: RequestsQuery, response: { 200: RequestPage } },
+      { heavyRead: 'own place' },
+    ),
     async handler(request, _reply, { cursors, requestLog: log, ownerLookups }) {
       const query = request.query
       const { limit = PAGE_LIMIT_DEFAULT } = query
@@ -155,9 +160,13 @@ export const REQUEST_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/requests/:id',
-    schema: { ...operation('getRequest'), params: RequestParams, response: { 200: RequestRecord } },
     // Its own places (log-reads.ts: two a parent, a third 429 at once), not the gate's.
-    config: { scope: 'sub_accounts:read', heavyRead: 'own place' },
+    ...accountOperation(
+      'sub_accounts:read',
+      'getRequest',
+      { params: RequestParams, response: { 200: RequestRecord } },
+      { heavyRead: 'own place' },
+    ),
     async handler(request, _reply, { requestLog: log }) {
       const accountId = parentOf(request).id
       const row =

@@ -6,8 +6,9 @@ import { changeAccountSettings } from '../events/account-settings.js'
 import { NoQuery } from '../schemas/common.js'
 import { AccountSettings, UpdateAccountSettingsBody } from '../schemas/settings.js'
 import { accountSettings } from '../store/account-settings.js'
-import { type ManagementContext, managementOperation, notFound, operation, originOf, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, notFound, originOf, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 import { checkOwnPlan, withPlanStillThere } from './sub-account-plans.js'
 
 export const SETTINGS_PATH = '/settings'
@@ -16,8 +17,10 @@ export const SETTINGS_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: SETTINGS_PATH,
-    schema: { ...operation('getAccountSettings'), querystring: NoQuery, response: { 200: AccountSettings } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'getAccountSettings', {
+      querystring: NoQuery,
+      response: { 200: AccountSettings },
+    }),
     async handler(request, _reply, { sql }) {
       const settings = await accountSettings(sql, parentOf(request).id)
       if (settings === null) throw notFound('account')
@@ -28,12 +31,10 @@ export const SETTINGS_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'PATCH',
     url: SETTINGS_PATH,
-    schema: {
-      ...operation('updateAccountSettings'),
+    ...accountOperation('sub_accounts:write', 'updateAccountSettings', {
       body: UpdateAccountSettingsBody,
       response: { 200: AccountSettings },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, _reply, { sql, cache }) {
       const accountId = parentOf(request).id
       const { body } = request

@@ -8,7 +8,6 @@ import {
   type ManagementContext,
   managementOperation,
   notFound,
-  operation,
   originOf,
   ownSubAccount,
   parentOf,
@@ -18,6 +17,7 @@ import {
 } from './common.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation, subAccountOperation } from './operation-shapes.js'
 import { presentSubAccount } from '../schemas/present.js'
 import { checkOwnPlan, planFinder, presentOne, withPlanStillThere } from './sub-account-plans.js'
 import { createSubAccountWithEvent, setStatusWithEvent, updateSubAccountWithEvent } from './sub-account-changes.js'
@@ -28,7 +28,6 @@ import {
   ListSubAccountsQuery,
   SubAccount,
   SubAccountPage,
-  SubAccountParams,
   SubAccountWithFigures,
   UpdateSubAccountBody,
 } from '../schemas/sub-accounts.js'
@@ -39,8 +38,10 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
   managementOperation({
     method: 'POST',
     url: '/',
-    schema: { ...operation('createSubAccount'), body: CreateSubAccountBody, response: { 201: SubAccount } },
-    config: { scope: 'sub_accounts:write' },
+    ...accountOperation('sub_accounts:write', 'createSubAccount', {
+      body: CreateSubAccountBody,
+      response: { 201: SubAccount },
+    }),
     async handler(request, reply, { sql, cache }) {
       const body = request.body
       const parentId = parentOf(request).id
@@ -73,8 +74,10 @@ export const SUB_ACCOUNT_COLLECTION_OPERATIONS: OperationTable<ManagementContext
   managementOperation({
     method: 'GET',
     url: '/',
-    schema: { ...operation('listSubAccounts'), querystring: ListSubAccountsQuery, response: { 200: SubAccountPage } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'listSubAccounts', {
+      querystring: ListSubAccountsQuery,
+      response: { 200: SubAccountPage },
+    }),
     async handler(request, _reply, { sql, cursors }) {
       const { limit = PAGE_LIMIT_DEFAULT, cursor, status, external_id, q, sort = 'created_at' } = request.query
       const parentId = parentOf(request).id
@@ -110,8 +113,7 @@ const setStatus = (action: 'deactivate' | 'reactivate', status: 'deactivated' | 
   managementOperation({
     method: 'POST',
     url: `/:sub_id/${action}`,
-    schema: { ...operation(`${action}SubAccount`), params: SubAccountParams, response: { 200: SubAccount } },
-    config: { scope: 'sub_accounts:write' },
+    ...subAccountOperation('sub_accounts:write', `${action}SubAccount`, { response: { 200: SubAccount } }),
     async handler(request, _reply, { sql, cache }) {
       const result = await setStatusWithEvent(
         sql,
@@ -132,13 +134,10 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: '/:sub_id',
-    schema: {
-      ...operation('getSubAccount'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:read', 'getSubAccount', {
       querystring: GetSubAccountQuery,
       response: { 200: SubAccountWithFigures },
-    },
-    config: { scope: 'sub_accounts:read' },
+    }),
     async handler(request, _reply, { sql }) {
       const sub = await presentOne(sql, parentOf(request).id, await ownSubAccount(sql, request, request.params.sub_id))
       const [shown] = await withFigures(sql, parentOf(request).id, [sub], parseInclude(request.query.include))
@@ -149,13 +148,10 @@ export const SUB_ACCOUNT_ITEM_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'PATCH',
     url: '/:sub_id',
-    schema: {
-      ...operation('updateSubAccount'),
-      params: SubAccountParams,
+    ...subAccountOperation('sub_accounts:write', 'updateSubAccount', {
       body: UpdateSubAccountBody,
       response: { 200: SubAccount },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, _reply, { sql, cache }) {
       const body = request.body
       const name = body.name === undefined ? undefined : trimmedName(body.name, '/body/name')

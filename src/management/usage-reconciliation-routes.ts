@@ -9,9 +9,10 @@ import { reconcile, reconcileCredits } from '../usage/reconciliation.js'
 import { creditLedgers } from '../store/credit-grants.js'
 import { UsageReconciliation, UsageReconciliationQuery } from '../schemas/usage-reconciliation.js'
 import { CLOSED_UNTIL_HEADER } from './usage-export-routes.js'
-import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
+import { type ManagementContext, managementOperation, parentOf } from './common.js'
 import { parentPlaces } from './log-reads.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation } from './operation-shapes.js'
 
 /**
  * The most sub-account meters one reconciliation answers (docs/api.md): each is a line of the
@@ -31,12 +32,12 @@ export const USAGE_RECONCILIATION_OPERATIONS: OperationTable<ManagementContext> 
   managementOperation({
     method: 'GET',
     url: '/usage/reconciliation',
-    schema: {
-      ...operation('reconcileUsage'),
-      querystring: UsageReconciliationQuery,
-      response: { 200: UsageReconciliation },
-    },
-    config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
+    ...accountOperation(
+      'sub_accounts:read',
+      'reconcileUsage',
+      { querystring: UsageReconciliationQuery, response: { 200: UsageReconciliation } },
+      { heavyRead: 'gated' },
+    ),
     async handler(request, reply, { reads: sql, usageExport, requestLog }) {
       const range = exportRange(request.query, usageExport.periodSeconds, Date.now())
       const accountId = parentOf(request).id

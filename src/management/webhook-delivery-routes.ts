@@ -6,17 +6,11 @@ import { markClaim, recordEvent } from '../events/record.js'
 import { inTransaction } from '../store/transaction.js'
 import { type AttemptPageRow, listAttempts, resendDelivery } from '../store/webhook-deliveries.js'
 import { getWebhookEndpoint } from '../store/webhook-endpoints.js'
-import {
-  type ManagementContext,
-  managementOperation,
-  notFound,
-  operation,
-  originOf,
-  parentOf,
-  pathUuid,
-} from './common.js'
+import { type ManagementContext, managementOperation, notFound, originOf, parentOf, pathUuid } from './common.js'
 import type { OperationTable } from './operation-table.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
+import type { PageStart } from './paging.js'
+import { accountOperation } from './operation-shapes.js'
+import { PageQuery } from '../schemas/common.js'
 import { presentWebhookEndpoint } from './webhook-endpoint-changes.js'
 import { WEBHOOK_ENDPOINTS_PATH } from './webhook-endpoint-routes.js'
 import {
@@ -52,12 +46,10 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/test`,
-    schema: {
-      ...operation('sendWebhookTest'),
+    ...accountOperation('sub_accounts:write', 'sendWebhookTest', {
       params: WebhookEndpointParams,
       response: { 202: WebhookTestSent },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const accountId = parentOf(request).id
@@ -85,12 +77,10 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries/:event_id/retry`,
-    schema: {
-      ...operation('retryWebhookDelivery'),
+    ...accountOperation('sub_accounts:write', 'retryWebhookDelivery', {
       params: DeliveryParams,
       response: { 202: DeliveryResent },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const eventId = request.params.event_id
@@ -117,21 +107,20 @@ export const WEBHOOK_DELIVERY_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'GET',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id/deliveries`,
-    schema: {
-      ...operation('listWebhookDeliveries'),
+    ...accountOperation('sub_accounts:read', 'listWebhookDeliveries', {
       params: WebhookEndpointParams,
       querystring: PageQuery,
       response: { 200: DeliveryAttemptPage },
-    },
-    config: { scope: 'sub_accounts:read' },
+    }),
     async handler(request, _reply, { sql, cursors }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
-      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
       const scope = { list: 'webhook-deliveries', owner: `${parentOf(request).id}/${id}` } as const
-      const beforeSeq = await cursors.decode(cursor, scope)
-      if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()
-      const rows = await listAttempts(sql, id, { limit: limit + 1, beforeSeq })
-      return cursors.page(rows, limit, presentAttempt, scope)
+      // Newest first: the cursor's position is the one to read before.
+      const attempts = async ({ limit, afterSeq }: PageStart) => {
+        if ((await getWebhookEndpoint(sql, parentOf(request).id, id)) === null) throw notFoundEndpoint()
+        return listAttempts(sql, id, { limit, beforeSeq: afterSeq })
+      }
+      return cursors.list(request.query, scope, attempts, presentAttempt)
     },
   }),
 ]

@@ -7,19 +7,12 @@ import { validationFailed } from '../errors.js'
 import { EVENT_TYPES } from '../events/record.js'
 import { getWebhookEndpoint, listWebhookEndpoints } from '../store/webhook-endpoints.js'
 import { checkWebhookUrl, type UrlPolicyOptions, WebhookUrlError } from '../webhooks/url-policy.js'
-import {
-  type ManagementContext,
-  managementOperation,
-  notFound,
-  operation,
-  originOf,
-  parentOf,
-  pathUuid,
-} from './common.js'
+import { type ManagementContext, managementOperation, notFound, originOf, parentOf, pathUuid } from './common.js'
 import { MANAGEMENT_PREFIX } from '../shared/paths.js'
 import { STORE_DEADLINES } from '../store/deadlines.js'
 import { outsideStoreDeadline } from './hooks.js'
 import type { OperationTable } from './operation-table.js'
+import { accountOperation, parentListOperation } from './operation-shapes.js'
 import {
   createWebhookEndpointWithEvent,
   deleteWebhookEndpointWithEvent,
@@ -34,7 +27,6 @@ import {
   WebhookEndpointPage,
   WebhookEndpointParams,
 } from '../schemas/webhooks.js'
-import { PAGE_LIMIT_DEFAULT, PageQuery } from '../schemas/common.js'
 
 export const WEBHOOK_ENDPOINTS_PATH = '/webhook-endpoints'
 
@@ -86,12 +78,10 @@ export const WEBHOOK_ENDPOINT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'POST',
     url: WEBHOOK_ENDPOINTS_PATH,
-    schema: {
-      ...operation('createWebhookEndpoint'),
+    ...accountOperation('sub_accounts:write', 'createWebhookEndpoint', {
       body: CreateWebhookEndpointBody,
       response: { 201: CreatedWebhookEndpoint },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql, webhooks }) {
       const { body } = request
       checkEventTypes(body.event_types)
@@ -116,29 +106,22 @@ export const WEBHOOK_ENDPOINT_OPERATIONS: OperationTable<ManagementContext> = [
     },
   }),
 
-  managementOperation({
-    method: 'GET',
+  parentListOperation({
     url: WEBHOOK_ENDPOINTS_PATH,
-    schema: {
-      ...operation('listWebhookEndpoints'),
-      querystring: PageQuery,
-      response: { 200: WebhookEndpointPage },
-    },
-    config: { scope: 'sub_accounts:read' },
-    async handler(request, _reply, { sql, cursors }) {
-      const { limit = PAGE_LIMIT_DEFAULT, cursor } = request.query
-      const scope = { list: 'webhook-endpoints', owner: parentOf(request).id } as const
-      const afterSeq = await cursors.decode(cursor, scope)
-      const rows = await listWebhookEndpoints(sql, parentOf(request).id, { limit: limit + 1, afterSeq })
-      return cursors.page(rows, limit, presentWebhookEndpoint, scope)
-    },
+    id: 'listWebhookEndpoints',
+    list: 'webhook-endpoints',
+    response: WebhookEndpointPage,
+    rows: listWebhookEndpoints,
+    present: presentWebhookEndpoint,
   }),
 
   managementOperation({
     method: 'GET',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
-    schema: { ...operation('getWebhookEndpoint'), params: WebhookEndpointParams, response: { 200: WebhookEndpoint } },
-    config: { scope: 'sub_accounts:read' },
+    ...accountOperation('sub_accounts:read', 'getWebhookEndpoint', {
+      params: WebhookEndpointParams,
+      response: { 200: WebhookEndpoint },
+    }),
     async handler(request, _reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const row = await getWebhookEndpoint(sql, parentOf(request).id, id)
@@ -150,13 +133,11 @@ export const WEBHOOK_ENDPOINT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'PATCH',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
-    schema: {
-      ...operation('updateWebhookEndpoint'),
+    ...accountOperation('sub_accounts:write', 'updateWebhookEndpoint', {
       params: WebhookEndpointParams,
       body: UpdateWebhookEndpointBody,
       response: { 200: WebhookEndpoint },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql, webhooks }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const { body } = request
@@ -182,12 +163,10 @@ export const WEBHOOK_ENDPOINT_OPERATIONS: OperationTable<ManagementContext> = [
   managementOperation({
     method: 'DELETE',
     url: `${WEBHOOK_ENDPOINTS_PATH}/:endpoint_id`,
-    schema: {
-      ...operation('deleteWebhookEndpoint'),
+    ...accountOperation('sub_accounts:write', 'deleteWebhookEndpoint', {
       params: WebhookEndpointParams,
       response: { 204: Type.Null({ description: 'Deleted; no body' }) },
-    },
-    config: { scope: 'sub_accounts:write' },
+    }),
     async handler(request, reply, { sql }) {
       const id = pathUuid(request.params.endpoint_id, 'webhook endpoint')
       const deleted = await deleteWebhookEndpointWithEvent(sql, originOf(request), parentOf(request).id, id)

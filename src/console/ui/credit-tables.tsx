@@ -1,6 +1,7 @@
 // A sub-account's credit balances and grants as tables, in the console (with the credit limits in
 // force and a Void on each live grant) and in the portal (read-only, without the parent's metadata).
 import { formatTime } from './components.js'
+import { CardTable } from './list-table.js'
 import type { CreditGrant, Credits, Limits } from './types.js'
 
 /** A grant as the portal shows it: the parent's metadata stays out. */
@@ -26,32 +27,24 @@ function limitText(limits: Limits | undefined, meter: string): string {
 
 export function BalancesTable({ balances, limits }: { balances: Credits['balances']; limits?: Limits }) {
   return (
-    <div class="table-wrap">
-      <table class="cards" data-testid="credit-balances">
-        <caption class="visually-hidden">Balances by meter</caption>
-        <thead>
-          <tr>
-            <th scope="col">Meter</th>
-            <th scope="col">Balance</th>
-            {limits !== undefined && <th scope="col">Credit limit</th>}
-          </tr>
-        </thead>
-        <tbody>
-          {balances.map((b) => (
-            <tr key={b.meter}>
-              <td data-label="Meter" class="mono">
-                {b.meter}
-              </td>
-              <td data-label="Balance" data-testid={`balance ${b.meter}`}>
-                {b.units_left} {b.meter} left
-                {b.units_left < 0 && ` (${-b.units_left} owed: the next grant pays them first)`}
-              </td>
-              {limits !== undefined && <td data-label="Credit limit">{limitText(limits, b.meter)}</td>}
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <CardTable
+      testId="credit-balances"
+      caption="Balances by meter"
+      columns={['Meter', 'Balance', limits !== undefined && 'Credit limit']}
+    >
+      {balances.map((b) => (
+        <tr key={b.meter}>
+          <td data-label="Meter" class="mono">
+            {b.meter}
+          </td>
+          <td data-label="Balance" data-testid={`balance ${b.meter}`}>
+            {b.units_left} {b.meter} left
+            {b.units_left < 0 && ` (${-b.units_left} owed: the next grant pays them first)`}
+          </td>
+          {limits !== undefined && <td data-label="Credit limit">{limitText(limits, b.meter)}</td>}
+        </tr>
+      ))}
+    </CardTable>
   )
 }
 
@@ -67,58 +60,54 @@ export function GrantsTable({
 }) {
   const withMetadata = grants.some((g) => g.metadata !== undefined)
   return (
-    <div class="table-wrap">
-      <table class="cards" data-testid="credit-grants">
-        <caption class="visually-hidden">Grants, those use burns next first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Meter</th>
-            <th scope="col">Granted</th>
-            <th scope="col">Left</th>
-            <th scope="col">Priority</th>
-            <th scope="col">Expires</th>
-            <th scope="col">Made</th>
-            <th scope="col">State</th>
-            {withMetadata && <th scope="col">Metadata</th>}
-            {onVoid !== undefined && <th scope="col">Actions</th>}
-          </tr>
-        </thead>
-        <tbody>
-          {grants.map((g) => (
-            <tr key={g.id} data-state={grantState(g)}>
-              <td data-label="Meter" class="mono">
-                {g.meter}
-              </td>
-              <td data-label="Granted">{g.units}</td>
-              <td data-label="Left">{g.units_left}</td>
-              <td data-label="Priority">{g.priority}</td>
-              <td data-label="Expires">{g.expires_at === null ? 'no expiry' : formatTime(g.expires_at)}</td>
-              <td data-label="Made">{formatTime(g.created_at)}</td>
-              <td data-label="State">{stateText(g)}</td>
-              {withMetadata && (
-                <td data-label="Metadata">
-                  {Object.entries(g.metadata ?? {})
-                    .map(([key, value]) => `${key}: ${value}`)
-                    .join(', ') || '—'}
-                </td>
+    <CardTable
+      testId="credit-grants"
+      caption="Grants, those use burns next first"
+      columns={[
+        'Meter',
+        'Granted',
+        'Left',
+        'Priority',
+        'Expires',
+        'Made',
+        'State',
+        withMetadata && 'Metadata',
+        onVoid !== undefined && 'Actions',
+      ]}
+    >
+      {grants.map((g) => (
+        <tr key={g.id} data-state={grantState(g)}>
+          <td data-label="Meter" class="mono">
+            {g.meter}
+          </td>
+          <td data-label="Granted">{g.units}</td>
+          <td data-label="Left">{g.units_left}</td>
+          <td data-label="Priority">{g.priority}</td>
+          <td data-label="Expires">{g.expires_at === null ? 'no expiry' : formatTime(g.expires_at)}</td>
+          <td data-label="Made">{formatTime(g.created_at)}</td>
+          <td data-label="State">{stateText(g)}</td>
+          {withMetadata && (
+            <td data-label="Metadata">
+              {Object.entries(g.metadata ?? {})
+                .map(([key, value]) => `${key}: ${value}`)
+                .join(', ') || '—'}
+            </td>
+          )}
+          {onVoid !== undefined && (
+            <td data-label="Actions">
+              {grantState(g) === 'live' && (
+                <button type="button" class="danger small" disabled={busy} onClick={() => onVoid(g)}>
+                  Void
+                  <span class="visually-hidden">
+                    {' '}
+                    the grant of {g.units} {g.meter} ({g.id.slice(0, 8)}…)
+                  </span>
+                </button>
               )}
-              {onVoid !== undefined && (
-                <td data-label="Actions">
-                  {grantState(g) === 'live' && (
-                    <button type="button" class="danger small" disabled={busy} onClick={() => onVoid(g)}>
-                      Void
-                      <span class="visually-hidden">
-                        {' '}
-                        the grant of {g.units} {g.meter} ({g.id.slice(0, 8)}…)
-                      </span>
-                    </button>
-                  )}
-                </td>
-              )}
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+            </td>
+          )}
+        </tr>
+      ))}
+    </CardTable>
   )
 }

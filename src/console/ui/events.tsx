@@ -5,7 +5,8 @@
 // sub-account's page when it has one; an event's data opens in a dialog, a field a row.
 import { useEffect, useState } from 'preact/hooks'
 import { api, type Page, query } from './api.js'
-import { announce, Dialog, Empty, ErrorMessage, formatTime, Loading, Pager, usePager, useAction } from './components.js'
+import { announce, Dialog, formatTime, Pager, usePager, useAction } from './components.js'
+import { CardTable, ListStates } from './list-table.js'
 import { EventData } from './event-data.js'
 import type { AuditEvent } from './types.js'
 
@@ -169,57 +170,50 @@ export function EventsScreen({ search = '' }: { search?: string }) {
         </div>
         <button type="submit">Filter</button>
       </form>
-      <ErrorMessage error={load.error} />
-      {page === null && load.error === null && <Loading what="events" />}
-      {page !== null && page.data.length === 0 && <Empty>No event matches.</Empty>}
-      {page !== null && page.data.length > 0 && (
-        <div class="table-wrap">
-          <table class="cards" data-testid="events">
-            <caption class="visually-hidden">Events, newest first</caption>
-            <thead>
-              <tr>
-                <th scope="col">When</th>
-                <th scope="col">Type</th>
-                <th scope="col">Target</th>
-                <th scope="col">By</th>
-                <th scope="col">Details</th>
+      <ListStates
+        error={load.error}
+        rows={page?.data ?? null}
+        what="events"
+        empty="No event matches."
+        table={(rows) => (
+          <CardTable
+            testId="events"
+            caption="Events, newest first"
+            columns={['When', 'Type', 'Target', 'By', 'Details']}
+          >
+            {rows.map((e) => (
+              <tr key={e.id} data-type={e.type} data-target={e.target.id}>
+                <td data-label="When">{formatTime(e.created_at)}</td>
+                <td data-label="Type" class="mono">
+                  {e.type}
+                </td>
+                <td data-label="Target" data-testid="event-target">
+                  {e.target.type === 'sub_account' ? (
+                    <a href={`#/sub-accounts/${e.target.id}`}>{targetName(e) ?? e.target.id}</a>
+                  ) : (
+                    <>
+                      {e.target.type.replace('_', ' ')} {targetName(e) ?? ''}
+                    </>
+                  )}
+                  <span class="sub-line mono">{e.target.id}</span>
+                </td>
+                <td data-label="By" data-testid="event-actor">
+                  <Actor actor={e.actor} />
+                </td>
+                <td data-label="Details" class="row-actions">
+                  <button type="button" class="secondary small" onClick={() => setShown(e)}>
+                    Data
+                    <span class="visually-hidden">
+                      {' '}
+                      of {e.type} at {formatTime(e.created_at)}
+                    </span>
+                  </button>
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {page.data.map((e) => (
-                <tr key={e.id} data-type={e.type} data-target={e.target.id}>
-                  <td data-label="When">{formatTime(e.created_at)}</td>
-                  <td data-label="Type" class="mono">
-                    {e.type}
-                  </td>
-                  <td data-label="Target" data-testid="event-target">
-                    {e.target.type === 'sub_account' ? (
-                      <a href={`#/sub-accounts/${e.target.id}`}>{targetName(e) ?? e.target.id}</a>
-                    ) : (
-                      <>
-                        {e.target.type.replace('_', ' ')} {targetName(e) ?? ''}
-                      </>
-                    )}
-                    <span class="sub-line mono">{e.target.id}</span>
-                  </td>
-                  <td data-label="By" data-testid="event-actor">
-                    <Actor actor={e.actor} />
-                  </td>
-                  <td data-label="Details" class="row-actions">
-                    <button type="button" class="secondary small" onClick={() => setShown(e)}>
-                      Data
-                      <span class="visually-hidden">
-                        {' '}
-                        of {e.type} at {formatTime(e.created_at)}
-                      </span>
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+            ))}
+          </CardTable>
+        )}
+      />
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Events" />}
       {shown !== null && (
         <Dialog title={`${shown.type}, ${formatTime(shown.created_at)}`} onClose={() => setShown(null)} wide>

@@ -19,6 +19,7 @@ import {
   usePager,
   useAction,
 } from './components.js'
+import { CardTable } from './list-table.js'
 import { type MintClient, MintForm } from './key-mint-form.js'
 import { requestsHash } from './request-filters.js'
 import type { ApiKey, KeyPolicy, MintedKey } from './types.js'
@@ -159,99 +160,86 @@ export function KeyManager({
         </label>
       )}
       {page !== null && page.data.length > 0 && (
-        <div class="table-wrap">
-          <table data-testid="keys" class="cards">
-            <caption class="visually-hidden">API keys</caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Prefix</th>
-                <th scope="col">Scopes</th>
-                <th scope="col">Allowed from</th>
-                <th scope="col">Status</th>
-                <th scope="col">Expires</th>
-                <th scope="col">Last used</th>
-                <th scope="col">Actions</th>
-              </tr>
-            </thead>
-            <tbody>
-              {page.data
-                .filter((k) => !hideRevoked || k.status !== 'revoked')
-                .map((k) => {
-                  const label = keyLabel(k)
-                  // The key it replaced and the one that replaced it, by prefix when on this page.
-                  const replaces = page.data.find((o) => o.id === k.rolled_from)
-                  const replacedBy = page.data.find((o) => o.rolled_from === k.id)
-                  return (
-                    <tr key={k.id} data-key-id={k.id}>
-                      <td data-label="Name">{k.name}</td>
-                      <td data-label="Prefix" class="mono">
-                        {k.prefix}…
-                      </td>
-                      <td data-label="Scopes" class="mono">
-                        {k.scopes.join(' ')}
-                      </td>
-                      <td data-label="Allowed from" class={k.ip_allowlist === null ? undefined : 'mono'}>
-                        {k.ip_allowlist?.join(' ') ?? 'any address'}
-                      </td>
-                      <td data-label="Status" data-testid="key-status">
-                        <span class={`badge ${k.status}`}>{k.status}</span>
-                        {k.revoked_at !== null && <span class="sub-line">revoked {formatTime(k.revoked_at)}</span>}
-                        {k.origin === 'imported' && <span class="sub-line">imported</span>}
-                        {k.leaked !== null && (
-                          <span class="sub-line" data-testid="key-leaked">
-                            leaked {formatTime(k.leaked.at)} ({k.leaked.source})
-                            {k.leaked.url !== null && <span class="mono"> {k.leaked.url}</span>}
-                          </span>
-                        )}
-                        {k.rolled_from !== null && (
-                          <span class="sub-line">
-                            replaces{' '}
-                            <span class="mono">{replaces === undefined ? k.rolled_from : `${replaces.prefix}…`}</span>
-                          </span>
-                        )}
-                        {replacedBy !== undefined && (
-                          <span class="sub-line">
-                            replaced by <span class="mono">{replacedBy.prefix}…</span>
-                          </span>
-                        )}
-                      </td>
-                      <td data-label="Expires">{expiryText(k.expires_at)}</td>
-                      <td data-label="Last used">{k.last_used_at === null ? 'never' : formatTime(k.last_used_at)}</td>
-                      <td data-label="Actions" class="row-actions">
-                        {client.requestsOf(k) !== null && (
-                          <a href={client.requestsOf(k)!}>
-                            Requests<span class="visually-hidden"> of {label}</span>
-                          </a>
-                        )}
-                        {canWrite && k.status === 'active' && (
-                          <>
-                            <label for={`overlap-${k.id}`} class="overlap-label">
-                              <span class="visually-hidden">Old key of {label} keeps working for</span>
-                              <span aria-hidden="true">Old key works for</span>
-                            </label>
-                            <select id={`overlap-${k.id}`}>
-                              {OVERLAPS.map(([value, text]) => (
-                                <option key={value} value={value}>
-                                  {text}
-                                </option>
-                              ))}
-                            </select>
-                            <button type="button" disabled={change.busy} onClick={() => roll(k)}>
-                              Roll<span class="visually-hidden"> {label}</span>
-                            </button>
-                            <button type="button" class="danger" disabled={change.busy} onClick={() => revoke(k)}>
-                              Revoke<span class="visually-hidden"> {label}</span>
-                            </button>
-                          </>
-                        )}
-                      </td>
-                    </tr>
-                  )
-                })}
-            </tbody>
-          </table>
-        </div>
+        <CardTable
+          testId="keys"
+          caption="API keys"
+          columns={['Name', 'Prefix', 'Scopes', 'Allowed from', 'Status', 'Expires', 'Last used', 'Actions']}
+        >
+          {page.data
+            .filter((k) => !hideRevoked || k.status !== 'revoked')
+            .map((k) => {
+              const label = keyLabel(k)
+              // The key it replaced and the one that replaced it, by prefix when on this page.
+              const replaces = page.data.find((o) => o.id === k.rolled_from)
+              const replacedBy = page.data.find((o) => o.rolled_from === k.id)
+              return (
+                <tr key={k.id} data-key-id={k.id}>
+                  <td data-label="Name">{k.name}</td>
+                  <td data-label="Prefix" class="mono">
+                    {k.prefix}…
+                  </td>
+                  <td data-label="Scopes" class="mono">
+                    {k.scopes.join(' ')}
+                  </td>
+                  <td data-label="Allowed from" class={k.ip_allowlist === null ? undefined : 'mono'}>
+                    {k.ip_allowlist?.join(' ') ?? 'any address'}
+                  </td>
+                  <td data-label="Status" data-testid="key-status">
+                    <span class={`badge ${k.status}`}>{k.status}</span>
+                    {k.revoked_at !== null && <span class="sub-line">revoked {formatTime(k.revoked_at)}</span>}
+                    {k.origin === 'imported' && <span class="sub-line">imported</span>}
+                    {k.leaked !== null && (
+                      <span class="sub-line" data-testid="key-leaked">
+                        leaked {formatTime(k.leaked.at)} ({k.leaked.source})
+                        {k.leaked.url !== null && <span class="mono"> {k.leaked.url}</span>}
+                      </span>
+                    )}
+                    {k.rolled_from !== null && (
+                      <span class="sub-line">
+                        replaces{' '}
+                        <span class="mono">{replaces === undefined ? k.rolled_from : `${replaces.prefix}…`}</span>
+                      </span>
+                    )}
+                    {replacedBy !== undefined && (
+                      <span class="sub-line">
+                        replaced by <span class="mono">{replacedBy.prefix}…</span>
+                      </span>
+                    )}
+                  </td>
+                  <td data-label="Expires">{expiryText(k.expires_at)}</td>
+                  <td data-label="Last used">{k.last_used_at === null ? 'never' : formatTime(k.last_used_at)}</td>
+                  <td data-label="Actions" class="row-actions">
+                    {client.requestsOf(k) !== null && (
+                      <a href={client.requestsOf(k)!}>
+                        Requests<span class="visually-hidden"> of {label}</span>
+                      </a>
+                    )}
+                    {canWrite && k.status === 'active' && (
+                      <>
+                        <label for={`overlap-${k.id}`} class="overlap-label">
+                          <span class="visually-hidden">Old key of {label} keeps working for</span>
+                          <span aria-hidden="true">Old key works for</span>
+                        </label>
+                        <select id={`overlap-${k.id}`}>
+                          {OVERLAPS.map(([value, text]) => (
+                            <option key={value} value={value}>
+                              {text}
+                            </option>
+                          ))}
+                        </select>
+                        <button type="button" disabled={change.busy} onClick={() => roll(k)}>
+                          Roll<span class="visually-hidden"> {label}</span>
+                        </button>
+                        <button type="button" class="danger" disabled={change.busy} onClick={() => revoke(k)}>
+                          Revoke<span class="visually-hidden"> {label}</span>
+                        </button>
+                      </>
+                    )}
+                  </td>
+                </tr>
+              )
+            })}
+        </CardTable>
       )}
       {canRead && page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Keys" />}
       {shown !== null && (

@@ -4,6 +4,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import { api } from './api.js'
 import { Confirmation, doneAt, Empty, ErrorMessage, Loading, useAction } from './components.js'
+import { CardTable } from './list-table.js'
 import { LimitsFields, limitsFromForm } from './limits.js'
 import { PlanSelect, usePlans } from './plan-select.js'
 import { describeLimits } from './subaccounts.js'
@@ -62,31 +63,19 @@ export function PlansScreen() {
       {plans === null && error === null && <Loading what="the plans" />}
       {plans !== null && plans.length === 0 && <Empty>No plan yet.</Empty>}
       {plans !== null && plans.length > 0 && (
-        <div class="table-wrap">
-          <table class="cards" data-testid="plans">
-            <caption class="visually-hidden">Plans</caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Limits</th>
-                <th scope="col">Actions</th>
-              </tr>
-            </thead>
-            <tbody>
-              {plans.map((plan) => (
-                <tr key={plan.id}>
-                  <td data-label="Name">{plan.name}</td>
-                  <td data-label="Limits">{describeLimits(plan)}</td>
-                  <td data-label="Actions">
-                    <button type="button" class="danger small" disabled={change.busy} onClick={() => remove(plan)}>
-                      Delete<span class="visually-hidden"> the plan {plan.name}</span>
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <CardTable testId="plans" caption="Plans" columns={['Name', 'Limits', 'Actions']}>
+          {plans.map((plan) => (
+            <tr key={plan.id}>
+              <td data-label="Name">{plan.name}</td>
+              <td data-label="Limits">{describeLimits(plan)}</td>
+              <td data-label="Actions">
+                <button type="button" class="danger small" disabled={change.busy} onClick={() => remove(plan)}>
+                  Delete<span class="visually-hidden"> the plan {plan.name}</span>
+                </button>
+              </td>
+            </tr>
+          ))}
+        </CardTable>
       )}
       {plans !== null && defaultPlan !== undefined && (
         <div class="field">

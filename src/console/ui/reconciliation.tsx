@@ -4,6 +4,7 @@
 import { useState } from 'preact/hooks'
 import { api, query } from './api.js'
 import { announce, ErrorMessage, Loading, useAction } from './components.js'
+import { CardTable } from './list-table.js'
 import type { ReconciliationEntry } from './types.js'
 import { firstOfMonth, reportEntries, today } from './usage-data.js'
 
@@ -121,45 +122,33 @@ function ReconciliationTable({ entries, names }: { entries: readonly Entry[]; na
       <p class="totals" data-testid="reconciliation-summary">
         {summary(entries)}
       </p>
-      <div class="table-wrap">
-        <table class="cards" data-testid="reconciliation">
-          <caption class="visually-hidden">Reconciliation by sub-account and meter</caption>
-          <thead>
-            <tr>
-              <th scope="col">Sub-account</th>
-              <th scope="col">Meter</th>
-              <th scope="col">Billed</th>
-              <th scope="col">Limiter</th>
-              <th scope="col">Request log</th>
-              <th scope="col">Exported</th>
-              <th scope="col">Differences</th>
-            </tr>
-          </thead>
-          <tbody>
-            {entries.map((entry) => (
-              <tr key={`${entry.sub_account_id} ${entry.meter}`}>
-                <td data-label="Sub-account">
-                  {entry.sub_account_id === null ? (
-                    'The parent itself'
-                  ) : (
-                    <a href={`#/sub-accounts/${entry.sub_account_id}`}>
-                      {names.get(entry.sub_account_id) ?? entry.sub_account_id}
-                    </a>
-                  )}
-                </td>
-                <td data-label="Meter">{entry.meter}</td>
-                <td data-label="Billed">{count(entry.meter_units)}</td>
-                <td data-label="Limiter">{count(entry.limiter_units)}</td>
-                <td data-label="Request log">{count(entry.log_units)}</td>
-                <td data-label="Exported">{count(entry.exported_units)}</td>
-                <td data-label="Differences">
-                  <Differences differences={entry.differences} />
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <CardTable
+        testId="reconciliation"
+        caption="Reconciliation by sub-account and meter"
+        columns={['Sub-account', 'Meter', 'Billed', 'Limiter', 'Request log', 'Exported', 'Differences']}
+      >
+        {entries.map((entry) => (
+          <tr key={`${entry.sub_account_id} ${entry.meter}`}>
+            <td data-label="Sub-account">
+              {entry.sub_account_id === null ? (
+                'The parent itself'
+              ) : (
+                <a href={`#/sub-accounts/${entry.sub_account_id}`}>
+                  {names.get(entry.sub_account_id) ?? entry.sub_account_id}
+                </a>
+              )}
+            </td>
+            <td data-label="Meter">{entry.meter}</td>
+            <td data-label="Billed">{count(entry.meter_units)}</td>
+            <td data-label="Limiter">{count(entry.limiter_units)}</td>
+            <td data-label="Request log">{count(entry.log_units)}</td>
+            <td data-label="Exported">{count(entry.exported_units)}</td>
+            <td data-label="Differences">
+              <Differences differences={entry.differences} />
+            </td>
+          </tr>
+        ))}
+      </CardTable>
     </>
   )
 }

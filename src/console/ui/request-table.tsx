@@ -4,6 +4,7 @@
 // names the key by its name and prefix).
 import { type ComponentChildren, Fragment } from 'preact'
 import { Dialog } from './components.js'
+import { CardTable } from './list-table.js'
 import type { RequestRecord } from './types.js'
 
 /** To the millisecond: requests a second apart are the norm here. */
@@ -34,48 +35,44 @@ export function RequestTable({
   testId: string
 }) {
   return (
-    <div class="table-wrap">
-      <table class="cards" data-testid={testId}>
-        <caption class="visually-hidden">Requests, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Time</th>
-            <th scope="col">Method</th>
-            <th scope="col">Path</th>
-            <th scope="col">Status</th>
-            <th scope="col">Code</th>
-            <th scope="col">Duration</th>
-            {columns.tenant !== undefined && <th scope="col">Sub-account</th>}
-            <th scope="col">Key</th>
-          </tr>
-        </thead>
-        <tbody>
-          {records.map((r) => (
-            <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
-              <td data-label="Time">
-                <button type="button" class="link open-details" onClick={() => onOpen(r)}>
-                  {formatInstant(r.time)}
-                  <span class="visually-hidden">: details of {r.id}</span>
-                </button>
-              </td>
-              <td data-label="Method" class="mono">
-                {r.method}
-              </td>
-              <td data-label="Path" class="mono path">
-                {r.path}
-              </td>
-              <td data-label="Status">{r.status}</td>
-              <td data-label="Code" class="mono">
-                {r.code ?? '—'}
-              </td>
-              <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
-              {columns.tenant !== undefined && <td data-label="Sub-account">{columns.tenant(r)}</td>}
-              <td data-label="Key">{columns.key(r)}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <CardTable
+      testId={testId}
+      caption="Requests, newest first"
+      columns={[
+        'Time',
+        'Method',
+        'Path',
+        'Status',
+        'Code',
+        'Duration',
+        columns.tenant !== undefined && 'Sub-account',
+        'Key',
+      ]}
+    >
+      {records.map((r) => (
+        <tr key={r.id} data-request-id={r.id} data-status={r.status} data-tenant={r.tenant_id}>
+          <td data-label="Time">
+            <button type="button" class="link open-details" onClick={() => onOpen(r)}>
+              {formatInstant(r.time)}
+              <span class="visually-hidden">: details of {r.id}</span>
+            </button>
+          </td>
+          <td data-label="Method" class="mono">
+            {r.method}
+          </td>
+          <td data-label="Path" class="mono path">
+            {r.path}
+          </td>
+          <td data-label="Status">{r.status}</td>
+          <td data-label="Code" class="mono">
+            {r.code ?? '—'}
+          </td>
+          <td data-label="Duration">{formatDuration(r.duration_ms)}</td>
+          {columns.tenant !== undefined && <td data-label="Sub-account">{columns.tenant(r)}</td>}
+          <td data-label="Key">{columns.key(r)}</td>
+        </tr>
+      ))}
+    </CardTable>
   )
 }
 

@@ -3,6 +3,7 @@
 // each with its share of the range, so that the biggest user is the first line.
 import { useEffect, useState } from 'preact/hooks'
 import { ErrorMessage, Loading, useAction } from './components.js'
+import { CardTable } from './list-table.js'
 import type { KeyUsageEntry, UsageEntry } from './types.js'
 import { unitsText } from './units.js'
 import { keyUsage, type StatusClass, sharesOf } from './usage-data.js'
@@ -50,37 +51,25 @@ export function BySubAccount({ entries }: { entries: readonly UsageEntry[] }) {
         <p class="help">No sub-account made requests in this range.</p>
       ) : (
         <>
-          <div class="table-wrap">
-            <table class="cards" data-testid="usage-by-sub-account">
-              <caption class="visually-hidden">Requests of the range by sub-account, most first</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Sub-account</th>
-                  <th scope="col">Requests</th>
-                  <th scope="col">4xx</th>
-                  <th scope="col">Refused by limits</th>
-                  <th scope="col">5xx</th>
-                  <th scope="col">Units</th>
-                  <th scope="col">Share</th>
+          <CardTable
+            testId="usage-by-sub-account"
+            caption="Requests of the range by sub-account, most first"
+            columns={['Sub-account', 'Requests', '4xx', 'Refused by limits', '5xx', 'Units', 'Share']}
+          >
+            {shares.slice(0, SHOWN).map(({ id, requests, counts, entry }) => {
+              const name = entry.name ?? entry.external_id ?? id
+              return (
+                <tr key={id}>
+                  <td data-label="Sub-account">
+                    <a href={`#/sub-accounts/${id}`}>{name}</a>
+                  </td>
+                  <Counts requests={requests} counts={counts} />
+                  <UnitsCell units={entry.units} />
+                  <ShareCell requests={requests} total={total} label={name} />
                 </tr>
-              </thead>
-              <tbody>
-                {shares.slice(0, SHOWN).map(({ id, requests, counts, entry }) => {
-                  const name = entry.name ?? entry.external_id ?? id
-                  return (
-                    <tr key={id}>
-                      <td data-label="Sub-account">
-                        <a href={`#/sub-accounts/${id}`}>{name}</a>
-                      </td>
-                      <Counts requests={requests} counts={counts} />
-                      <UnitsCell units={entry.units} />
-                      <ShareCell requests={requests} total={total} label={name} />
-                    </tr>
-                  )
-                })}
-              </tbody>
-            </table>
-          </div>
+              )
+            })}
+          </CardTable>
           <More hidden={shares.length - SHOWN} what="sub-accounts" />
         </>
       )}
@@ -130,46 +119,34 @@ export function ByKey({ subAccountId, range }: { subAccountId: string; range: { 
       )}
       {keys !== null && keys.length > 0 && (
         <>
-          <div class="table-wrap">
-            <table class="cards" data-testid="usage-by-key">
-              <caption class="visually-hidden">Requests of the range by key, most first</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Key</th>
-                  <th scope="col">Whose</th>
-                  <th scope="col">Requests</th>
-                  <th scope="col">4xx</th>
-                  <th scope="col">5xx</th>
-                  <th scope="col">Units</th>
-                  <th scope="col">Share</th>
+          <CardTable
+            testId="usage-by-key"
+            caption="Requests of the range by key, most first"
+            columns={['Key', 'Whose', 'Requests', '4xx', '5xx', 'Units', 'Share']}
+          >
+            {keys.slice(0, SHOWN).map((k) => {
+              const label = `${k.name} (${k.prefix}…)`
+              return (
+                <tr key={k.key_id}>
+                  <td data-label="Key">
+                    {k.name} <span class="mono">{k.prefix}…</span>
+                  </td>
+                  <td data-label="Whose">{k.owner === 'parent' ? 'the parent, acting as it' : 'its own'}</td>
+                  <td data-label="Requests" class="number">
+                    {k.requests}
+                  </td>
+                  <td data-label="4xx" class="number">
+                    {k.by_status['4xx']}
+                  </td>
+                  <td data-label="5xx" class="number">
+                    {k.by_status['5xx']}
+                  </td>
+                  <UnitsCell units={k.units} />
+                  <ShareCell requests={k.requests} total={total} label={label} />
                 </tr>
-              </thead>
-              <tbody>
-                {keys.slice(0, SHOWN).map((k) => {
-                  const label = `${k.name} (${k.prefix}…)`
-                  return (
-                    <tr key={k.key_id}>
-                      <td data-label="Key">
-                        {k.name} <span class="mono">{k.prefix}…</span>
-                      </td>
-                      <td data-label="Whose">{k.owner === 'parent' ? 'the parent, acting as it' : 'its own'}</td>
-                      <td data-label="Requests" class="number">
-                        {k.requests}
-                      </td>
-                      <td data-label="4xx" class="number">
-                        {k.by_status['4xx']}
-                      </td>
-                      <td data-label="5xx" class="number">
-                        {k.by_status['5xx']}
-                      </td>
-                      <UnitsCell units={k.units} />
-                      <ShareCell requests={k.requests} total={total} label={label} />
-                    </tr>
-                  )
-                })}
-              </tbody>
-            </table>
-          </div>
+              )
+            })}
+          </CardTable>
           <More hidden={keys.length - SHOWN} what="keys" />
           <p class="help">Counted by key since the gateway began keeping it (days before have no keys).</p>
         </>

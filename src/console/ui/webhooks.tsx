@@ -8,7 +8,6 @@ import {
   Confirmation,
   Dialog,
   doneAt,
-  Empty,
   ErrorMessage,
   formatTime,
   Loading,
@@ -17,6 +16,7 @@ import {
   usePager,
   useAction,
 } from './components.js'
+import { CardTable, ListStates } from './list-table.js'
 import { deliveredBody } from './event-data.js'
 import { EventTypesFieldset } from './event-type-picker.js'
 import type { AuditEvent, Delivery, WebhookEndpoint } from './types.js'
@@ -104,59 +104,52 @@ export function WebhooksScreen() {
         </button>
       </form>
       <ErrorMessage error={change.error} />
-      <ErrorMessage error={load.error} />
-      {page === null && load.error === null && <Loading what="webhook endpoints" />}
-      {page !== null && page.data.length === 0 && <Empty>No webhook endpoints yet.</Empty>}
-      {page !== null && page.data.length > 0 && (
-        <div class="table-wrap">
-          <table class="cards" data-testid="endpoints">
-            <caption class="visually-hidden">Webhook endpoints</caption>
-            <thead>
-              <tr>
-                <th scope="col">URL</th>
-                <th scope="col">Events</th>
-                <th scope="col">Status</th>
-                <th scope="col">Created</th>
-                <th scope="col">Actions</th>
+      <ListStates
+        error={load.error}
+        rows={page?.data ?? null}
+        what="webhook endpoints"
+        empty="No webhook endpoints yet."
+        table={(rows) => (
+          <CardTable
+            testId="endpoints"
+            caption="Webhook endpoints"
+            columns={['URL', 'Events', 'Status', 'Created', 'Actions']}
+          >
+            {rows.map((w) => (
+              <tr key={w.id}>
+                <td data-label="URL">
+                  <span class="mono">{w.url}</span>
+                  {w.description !== null && <span class="description">{w.description}</span>}
+                </td>
+                <td data-label="Events" class="mono">
+                  {w.event_types.join(' ')}
+                </td>
+                <td data-label="Status">
+                  <span class={`badge ${w.status}`}>{w.status}</span>
+                  {w.disabled_reason !== null && ` (${w.disabled_reason})`}
+                </td>
+                <td data-label="Created">{formatTime(w.created_at)}</td>
+                <td data-label="Actions" class="row-actions">
+                  <button type="button" onClick={() => setSelected(w)} aria-pressed={selected?.id === w.id}>
+                    Deliveries<span class="visually-hidden"> to {w.url}</span>
+                  </button>
+                  <button type="button" onClick={() => setEditing(w)} aria-pressed={editing?.id === w.id}>
+                    Edit<span class="visually-hidden"> {w.url}</span>
+                  </button>
+                  {w.status === 'active' && (
+                    <button type="button" disabled={change.busy} onClick={() => sendTest(w)}>
+                      Send test event<span class="visually-hidden"> to {w.url}</span>
+                    </button>
+                  )}
+                  <button type="button" class="danger" disabled={change.busy} onClick={() => remove(w)}>
+                    Delete<span class="visually-hidden"> {w.url}</span>
+                  </button>
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {page.data.map((w) => (
-                <tr key={w.id}>
-                  <td data-label="URL">
-                    <span class="mono">{w.url}</span>
-                    {w.description !== null && <span class="description">{w.description}</span>}
-                  </td>
-                  <td data-label="Events" class="mono">
-                    {w.event_types.join(' ')}
-                  </td>
-                  <td data-label="Status">
-                    <span class={`badge ${w.status}`}>{w.status}</span>
-                    {w.disabled_reason !== null && ` (${w.disabled_reason})`}
-                  </td>
-                  <td data-label="Created">{formatTime(w.created_at)}</td>
-                  <td data-label="Actions" class="row-actions">
-                    <button type="button" onClick={() => setSelected(w)} aria-pressed={selected?.id === w.id}>
-                      Deliveries<span class="visually-hidden"> to {w.url}</span>
-                    </button>
-                    <button type="button" onClick={() => setEditing(w)} aria-pressed={editing?.id === w.id}>
-                      Edit<span class="visually-hidden"> {w.url}</span>
-                    </button>
-                    {w.status === 'active' && (
-                      <button type="button" disabled={change.busy} onClick={() => sendTest(w)}>
-                        Send test event<span class="visually-hidden"> to {w.url}</span>
-                      </button>
-                    )}
-                    <button type="button" class="danger" disabled={change.busy} onClick={() => remove(w)}>
-                      Delete<span class="visually-hidden"> {w.url}</span>
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+            ))}
+          </CardTable>
+        )}
+      />
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Endpoints" />}
       <Confirmation text={change.error === null ? tested : null} testId="test-sent" />
       {editing !== null && (
@@ -232,59 +225,48 @@ function Deliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
       <h2 id="deliveries-title">
         Deliveries to <span class="mono">{endpoint.url}</span>
       </h2>
-      <ErrorMessage error={load.error} />
-      {page === null && load.error === null && <Loading what="deliveries" />}
-      {page !== null && page.data.length === 0 && <Empty>No delivery yet.</Empty>}
-      {page !== null && page.data.length > 0 && (
-        <div class="table-wrap">
-          <table class="cards" data-testid="deliveries-table">
-            <thead>
-              <tr>
-                <th scope="col">Event</th>
-                <th scope="col">Type</th>
-                <th scope="col">Attempt</th>
-                <th scope="col">Status</th>
-                <th scope="col">Error</th>
-                <th scope="col">Duration</th>
-                <th scope="col">At</th>
-                <th scope="col">Next attempt</th>
-                <th scope="col">Actions</th>
+      <ListStates
+        error={load.error}
+        rows={page?.data ?? null}
+        what="deliveries"
+        empty="No delivery yet."
+        table={(rows) => (
+          <CardTable
+            testId="deliveries-table"
+            columns={['Event', 'Type', 'Attempt', 'Status', 'Error', 'Duration', 'At', 'Next attempt', 'Actions']}
+          >
+            {rows.map((d, i) => (
+              <tr key={`${d.event_id}-${d.attempt}`} data-event-id={d.event_id}>
+                <td data-label="Event" class="mono">
+                  {d.event_id}
+                </td>
+                <td data-label="Type" class="mono">
+                  {d.event_type}
+                </td>
+                <td data-label="Attempt">{d.attempt}</td>
+                <td data-label="Status">{d.status ?? '—'}</td>
+                <td data-label="Error">{d.error ?? '—'}</td>
+                <td data-label="Duration">{d.duration_ms} ms</td>
+                <td data-label="At">{formatTime(d.attempted_at)}</td>
+                <td data-label="Next attempt">{formatTime(d.next_attempt_at)}</td>
+                <td data-label="Actions" class="row-actions">
+                  {/* One button of each an event, on its newest attempt (the list is newest first). */}
+                  {rows.findIndex((o) => o.event_id === d.event_id) === i && (
+                    <button type="button" class="secondary" onClick={() => setPayloadOf(d)}>
+                      Payload<span class="visually-hidden"> of {d.event_id}</span>
+                    </button>
+                  )}
+                  {endpoint.status === 'active' && rows.findIndex((o) => o.event_id === d.event_id) === i && (
+                    <button type="button" disabled={resend.busy} onClick={() => sendAgain(d)}>
+                      Send again<span class="visually-hidden"> {d.event_id}</span>
+                    </button>
+                  )}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {page.data.map((d, i) => (
-                <tr key={`${d.event_id}-${d.attempt}`} data-event-id={d.event_id}>
-                  <td data-label="Event" class="mono">
-                    {d.event_id}
-                  </td>
-                  <td data-label="Type" class="mono">
-                    {d.event_type}
-                  </td>
-                  <td data-label="Attempt">{d.attempt}</td>
-                  <td data-label="Status">{d.status ?? '—'}</td>
-                  <td data-label="Error">{d.error ?? '—'}</td>
-                  <td data-label="Duration">{d.duration_ms} ms</td>
-                  <td data-label="At">{formatTime(d.attempted_at)}</td>
-                  <td data-label="Next attempt">{formatTime(d.next_attempt_at)}</td>
-                  <td data-label="Actions" class="row-actions">
-                    {/* One button of each an event, on its newest attempt (the list is newest first). */}
-                    {page.data.findIndex((o) => o.event_id === d.event_id) === i && (
-                      <button type="button" class="secondary" onClick={() => setPayloadOf(d)}>
-                        Payload<span class="visually-hidden"> of {d.event_id}</span>
-                      </button>
-                    )}
-                    {endpoint.status === 'active' && page.data.findIndex((o) => o.event_id === d.event_id) === i && (
-                      <button type="button" disabled={resend.busy} onClick={() => sendAgain(d)}>
-                        Send again<span class="visually-hidden"> {d.event_id}</span>
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+            ))}
+          </CardTable>
+        )}
+      />
       <ErrorMessage error={resend.error} />
       <Confirmation text={resend.error === null ? resent : null} testId="resent" />
       {page !== null && <Pager pager={pager} nextCursor={page.next_cursor} label="Deliveries" />}
