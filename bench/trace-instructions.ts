@@ -1,5 +1,5 @@
 // Instructions per proxied request, counted by valgrind's callgrind, of the same build three ways
-// (DESIGN §25, issue 84): `off`, no OTLP endpoint (tracing off); `0.01`, tracing with
+// (docs/operations.md, Traces; issue 84): `off`, no OTLP endpoint (tracing off); `0.01`, tracing with
 // parentbased_traceidratio at 0.01; `always`, tracing every request (parentbased_always_on). The
 // traced gateways export over OTLP/HTTP protobuf to a sink in this process. With
 // BENCH_BASELINE_TREE, a fourth side: that checkout's gateway, untraced (`off` against the tree

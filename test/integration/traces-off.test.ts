@@ -1,4 +1,4 @@
-// Tracing off, no OTLP endpoint (DESIGN §25: "off, and costs nothing"): a gateway serving a
+// Tracing off, no OTLP endpoint (docs/operations.md, Traces: off, and free): a gateway serving a
 // proxied request loads none of the OpenTelemetry SDK and gives the request no trace. Every module
 // this process resolves is watched (node:module's registerHooks, set before anything is imported),
 // and a tracing gateway started last shows that the watch sees the SDK when it is loaded. The API

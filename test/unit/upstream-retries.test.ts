@@ -155,6 +155,7 @@ t.test('a retry waits for its answer no longer than what is left of timeout_ms',
     onResponseError() {},
     clientLeft() {},
     startSpan() {},
+    dispatched() {},
     attemptRetried() {},
   } as unknown as UpstreamCall
   const call = new RetryingCall(
@@ -210,6 +211,7 @@ function perTryCall(method: string, retries: Partial<RetryOptions>, timeoutMs = 
     },
     clientLeft() {},
     startSpan() {},
+    dispatched() {},
     attemptRetried() {},
   } as unknown as UpstreamCall
   const call = new RetryingCall(
