@@ -461,10 +461,12 @@ t.test('usage', async (t) => {
 
   t.test('the report: ranges, days and paging over stored usage', async (t) => {
     const R = await gw.createParent()
-    // Positions that cross a digit boundary (98 … 102): a text comparison would put 100 before 98.
-    const max = (await sql<{ max: number }[]>`select max(seq)::int as max from tenants`)[0]!.max
-    t.ok(max < 98, 'the restart below cannot collide with existing rows')
-    await sql`alter table tenants alter column seq restart with 98`
+    // Positions that cross a digit boundary (98 … 102, or 998 … 1002 past a sequence a copied
+    // template had moved on): a text comparison would put 100 before 98.
+    const last = (await sql<{ last: number }[]>`select coalesce(max(seq), 0)::int as last from tenants`)[0]!.last
+    const start = 10 ** Math.max(2, Math.ceil(Math.log10(last + 3))) - 2
+    t.ok(start > last, 'the restart below cannot collide with existing rows')
+    await sql`alter table tenants alter column seq restart with ${sql.unsafe(String(start))}`
     const subs: { id: string }[] = []
     for (const name of ['R1', 'R2', 'R3', 'R4', 'R5']) {
       const sub = await createSub(R.apiKey, name, name.toLowerCase())
