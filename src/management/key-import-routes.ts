@@ -52,7 +52,10 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
       const body = request.body as unknown
       if (!(body instanceof Readable))
         throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
-      const read = await readImportBody(body, 'sub-accounts')
+      const read = await readImportBody(body, 'sub-accounts').catch((err: unknown) => {
+        body.resume() // a spool that failed (spool_unavailable): the rest is dropped, the connection closed
+        throw err
+      })
       if ('tooLarge' in read) {
         body.resume() // the rest is dropped as it comes, and the connection closed after the answer
         throw tooLarge(read.tooLarge, read.limit)
