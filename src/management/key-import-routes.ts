@@ -3,13 +3,14 @@
 // held whole, then written a batch at a time, and an ndjson answer, a line per input line, then a
 // summary (docs/decisions/0371).
 import { Readable } from 'node:stream'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { readImportBody } from '../auth/key-import-body.js'
 import { importAnswer } from '../auth/key-imports.js'
 import { ApiError, payloadTooLarge, unsupportedMediaType, validationFailed } from '../errors.js'
 import { ImportAnswerLine, ImportQuery, IMPORT_MAX_BYTES } from '../schemas/key-imports.js'
 import { answeredByStoreDeadline, stopStoreDeadline, streamedBodyRead } from './hooks.js'
 import { type ManagementContext, managementOperation, operation, originOf, parentOf } from './common.js'
+import type { LeavePlace } from './key-import-places.js'
 import type { OperationTable } from './operation-table.js'
 
 const NDJSON = 'application/x-ndjson'
@@ -48,54 +49,87 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
       if (mediaType(request) !== NDJSON) throw unsupportedMediaType(NDJSON, request.headers['content-type'])
       if (Number(request.headers['content-length'] ?? 0) > IMPORT_MAX_BYTES) throw payloadTooLarge(IMPORT_MAX_BYTES)
     },
-    async handler(request, reply, { sql, cache }) {
+    async handler(request, reply, { sql, cache, keyImports }) {
       const body = request.body as unknown
       if (!(body instanceof Readable))
         throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
-      const read = await readImportBody(body, 'sub-accounts').catch((err: unknown) => {
-        body.resume() // a spool that failed (spool_unavailable): the rest is dropped, the connection closed
+      let leave: LeavePlace
+      try {
+        leave = keyImports.enter(parentOf(request).id)
+      } catch (err) {
+        body.resume() // refused before a byte is read: the rest is dropped, the connection closed
         throw err
-      })
-      if ('tooLarge' in read) {
-        body.resume() // the rest is dropped as it comes, and the connection closed after the answer
-        throw tooLarge(read.tooLarge, read.limit)
       }
-      streamedBodyRead(request, reply)
-      if (read.lines === 0) {
-        await read.spool.close()
-        throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
+      // Held until the answer ends (answerFrom), or until the handler ends without one.
+      let handedOver = false
+      try {
+        const answer = await importHandler(request, reply, { sql, cache, body, leave })
+        handedOver = answer !== reply
+        return answer
+      } finally {
+        if (!handedOver) leave()
       }
-      // The answer closes the spool when it ends, however it ends (auth/key-imports.ts).
-      const answer = importAnswer(
-        {
-          sql,
-          cache,
-          accountId: parentOf(request).id,
-          owner: 'sub-accounts',
-          origin: originOf(request),
-          dryRun: request.query.dry_run === true,
-        },
-        read,
-      )
-      // The first batch under the store deadline: a store that does not answer is a 503, not a
-      // 200 cut short. The batches after it are statements of their own, each under the pool's
-      // statement timeout; the answer is on its way by then.
-      const first = await answer.next()
-      if (answeredByStoreDeadline(request)) {
-        await answer.return(undefined)
-        return reply
-      }
-      stopStoreDeadline(request)
-      return (
-        reply
-          .header('cache-control', 'no-store')
-          .type(`${NDJSON}; charset=utf-8`)
-          // A stream, not the schema's object: the schema documents its lines, no serializer writes them.
-          .send(Readable.from(answerFrom(first, answer)) as never)
-      )
     },
   }),
 ]
+
+/** The import once its place is taken: the body spooled, the first batch, then the answer streamed. */
+async function importHandler(
+  request: FastifyRequest<{ Querystring: { dry_run?: boolean } }>,
+  reply: FastifyReply,
+  { sql, cache, body, leave }: Pick<ManagementContext, 'sql' | 'cache'> & { body: Readable; leave: LeavePlace },
+): Promise<FastifyReply> {
+  const read = await readImportBody(body, 'sub-accounts').catch((err: unknown) => {
+    body.resume() // a spool that failed (spool_unavailable): the rest is dropped, the connection closed
+    throw err
+  })
+  if ('tooLarge' in read) {
+    body.resume() // the rest is dropped as it comes, and the connection closed after the answer
+    throw tooLarge(read.tooLarge, read.limit)
+  }
+  streamedBodyRead(request, reply)
+  if (read.lines === 0) {
+    await read.spool.close()
+    throw validationFailed([{ path: '/body', message: 'is empty: send one JSON object a line' }])
+  }
+  // The answer closes the spool when it ends, however it ends (auth/key-imports.ts).
+  const answer = importAnswer(
+    {
+      sql,
+      cache,
+      accountId: parentOf(request).id,
+      owner: 'sub-accounts',
+      origin: originOf(request),
+      dryRun: request.query.dry_run === true,
+    },
+    read,
+  )
+  // The first batch under the store deadline: a store that does not answer is a 503, not a
+  // 200 cut short. The batches after it are statements of their own, each under the pool's
+  // statement timeout; the answer is on its way by then.
+  const first = await answer.next()
+  if (answeredByStoreDeadline(request)) {
+    await answer.return(undefined)
+    return reply
+  }
+  stopStoreDeadline(request)
+  const stream = Readable.from(answerFrom(first, answer, leave))
+  // A stream destroyed before its first read never runs answerFrom's `finally`: closed, it ends the
+  // import (its spool) and its place all the same.
+  stream.once('close', () => {
+    answer
+      .return(undefined)
+      .catch((err: unknown) => request.log.warn({ err }, 'a key import did not close its spool'))
+      .finally(leave)
+  })
+  return (
+    reply
+      .header('cache-control', 'no-store')
+      .type(`${NDJSON}; charset=utf-8`)
+      // A stream, not the schema's object: the schema documents its lines, no serializer writes them.
+      .send(stream as never)
+  )
+}
 
 /**
  * The answer's text from its first part on; a store failure after it ends the answer with an
@@ -103,7 +137,11 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
  * writes only what is missing. A reader gone (the stream destroyed) ends `rest` too, which closes
  * the import's spool.
  */
-async function* answerFrom(first: IteratorResult<string>, rest: AsyncGenerator<string>): AsyncGenerator<string> {
+async function* answerFrom(
+  first: IteratorResult<string>,
+  rest: AsyncGenerator<string>,
+  leave: LeavePlace,
+): AsyncGenerator<string> {
   try {
     for (let part = first; part.done !== true; part = await rest.next()) yield part.value
   } catch (err) {
@@ -111,6 +149,10 @@ async function* answerFrom(first: IteratorResult<string>, rest: AsyncGenerator<s
     const code = err instanceof ApiError ? err.code : 'store_unavailable'
     yield `${JSON.stringify({ error: { code, detail } })}\n`
   } finally {
-    await rest.return(undefined)
+    try {
+      await rest.return(undefined)
+    } finally {
+      leave()
+    }
   }
 }

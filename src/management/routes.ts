@@ -15,6 +15,7 @@ import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { ACCOUNT_OPERATIONS } from './account-routes.js'
 import { PROXIED_ROUTE_OPERATIONS } from './proxied-route-routes.js'
 import type { RouteStatus } from '../proxy/route-status.js'
+import { KeyImportPlaces } from './key-import-places.js'
 import { authorizeManagement, type ManagementContext, type UsageExportSettings } from './common.js'
 import { EVENT_OPERATIONS } from './event-routes.js'
 import type { RequestLogReader } from './log-reads.js'
@@ -200,6 +201,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     portalIssuerUrl: options.portalIssuerUrl,
     routeStatuses: options.routeStatuses,
     usageExport: options.usageExport,
+    keyImports: new KeyImportPlaces(),
   }
   registerOperations(plugin, MANAGEMENT_OPERATIONS, context)
   if (options.portalIssuerUrl !== null) registerOperations(plugin, PORTAL_SESSION_OPERATIONS, context)

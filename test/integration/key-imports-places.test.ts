@@ -1,0 +1,103 @@
+// A replica runs at most two key imports of one parent at once, and four in all
+// (src/management/key-import-places.ts): each holds a set of the body's digests on the heap and a
+// spool on disk while it is read, so that without a bound one parent's imports in parallel took
+// the replica's heap from every parent on it. A refused import is answered 429 at once, nothing
+// read or imported; a place is given back however its import ends.
+import { randomBytes } from 'node:crypto'
+import { request as httpRequest, type IncomingMessage } from 'node:http'
+import t from 'tap'
+import { KEY_IMPORTS_AT_ONCE, KEY_IMPORTS_PER_ACCOUNT } from '../../src/management/key-import-places.js'
+import { startGateway } from '../helpers/gateway.js'
+import { callAs } from '../helpers/http.js'
+import { until } from '../helpers/poll.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const upstream = await startUpstream(t)
+const gateway = await startGateway(t, { upstreamUrl: upstream.url })
+const sql = gateway.database.sql
+
+/** A parent with one sub-account, and a line of a fresh key for it. */
+async function parentWithSub() {
+  const parent = await gateway.createParent()
+  const sub = (
+    await gateway.call(parent.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'placed', external_id: `placed-${randomBytes(4).toString('hex')}` },
+    })
+  ).json().id as string
+  const line = () =>
+    `${JSON.stringify({ sub_account_id: sub, name: 'k', scopes: ['orders:read'], key: `sk_${randomBytes(18).toString('base64url')}` })}\n`
+  return { apiKey: parent.apiKey, line }
+}
+
+const countKeys = async () =>
+  (await sql`select count(*)::int as n from api_keys where origin = 'imported'`)[0]!.n as number
+
+/** An import whose body stays open until the test ends it: its place is held meanwhile. */
+function openImport(apiKey: string) {
+  const req = httpRequest(new URL('/v1/sub-accounts/api-keys/imports', gateway.url), {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      'x-service-acting-tenant': 'self',
+      'content-type': 'application/x-ndjson',
+    },
+  })
+  req.on('error', () => {}) // destroyed on purpose
+  const answered = new Promise<IncomingMessage>((resolve) => req.once('response', resolve))
+  return { req, answered }
+}
+
+const importNow = (apiKey: string, body: string) =>
+  callAs(gateway.url, apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts/api-keys/imports',
+    acting: 'self',
+    headers: [['Content-Type', 'application/x-ndjson']],
+    body,
+  })
+
+/** Whether a new import of `apiKey` is refused now (a probe that imports its line when let in). */
+const refused = async (apiKey: string, line: string) => (await importNow(apiKey, line)).status === 429
+
+t.test('one parent holds two places, the replica four; a place comes back when its import ends', async (t) => {
+  t.equal(KEY_IMPORTS_PER_ACCOUNT, 2)
+  t.equal(KEY_IMPORTS_AT_ONCE, 4)
+  const a = await parentWithSub()
+  const b = await parentWithSub()
+  const c = await parentWithSub()
+  const aOpen = [openImport(a.apiKey), openImport(a.apiKey)]
+  for (const { req } of aOpen) req.write(a.line())
+  t.ok(await until(10_000, () => refused(a.apiKey, a.line())), "a parent's third import is refused")
+  const before = await countKeys()
+  const third = await importNow(a.apiKey, a.line())
+  t.equal(third.status, 429)
+  t.equal(third.json().code, 'too_many_concurrent_requests')
+  t.equal(third.headers['retry-after'], '1')
+  t.match(third.json().detail, /this account already has 2 key imports under way/)
+  t.equal(await countKeys(), before, 'nothing imported')
+
+  const bOpen = [openImport(b.apiKey), openImport(b.apiKey)]
+  for (const { req } of bOpen) req.write(b.line())
+  t.ok(await until(10_000, () => refused(c.apiKey, c.line())), 'a fifth import, of another parent, is refused')
+  t.match((await importNow(c.apiKey, c.line())).json().detail, /this replica already runs 4 key imports/)
+
+  // One of a's ends: its place is free once its answer is done.
+  aOpen[0]!.req.end(a.line())
+  const done = await aOpen[0]!.answered
+  t.equal(done.statusCode, 200)
+  done.resume()
+  t.ok(await until(10_000, async () => (await importNow(c.apiKey, c.line())).status === 200), 'c gets its place')
+
+  // The others' clients go away mid-body: their places come back too.
+  for (const { req } of [aOpen[1]!, ...bOpen]) req.destroy()
+  t.ok(
+    await until(10_000, async () => {
+      const answers = await Promise.all([importNow(a.apiKey, a.line()), importNow(a.apiKey, a.line())])
+      return answers.every((r) => r.status === 200)
+    }),
+    'a holds two places again',
+  )
+})
