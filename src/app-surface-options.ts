@@ -111,6 +111,7 @@ export function managementOptions(
     cache: app.tenancyCache,
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
     streamedBodyTimeoutMs: deps.tuning?.managementStreamedBodyTimeoutMs,
+    keyImportAnswerStallMs: deps.tuning?.keyImportAnswerStallMs,
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,

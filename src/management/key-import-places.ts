@@ -11,6 +11,14 @@ export const KEY_IMPORTS_PER_ACCOUNT = 2
 /** Imports under way at once on a replica, all parents together. */
 export const KEY_IMPORTS_AT_ONCE = 4
 
+/**
+ * How long an import's answer waits for its client to read on: a client that stops reading would
+ * hold its place, its spool and a batch for as long as its connection lasts (Node times out no
+ * answer), and four such clients every import of the replica. Past it the connection is closed.
+ * 30 s between two batches of 500 lines (about 35 KB) asks of a reader at least about 1 KB/s.
+ */
+export const KEY_IMPORT_ANSWER_STALL_MS = 30_000
+
 /** Leaves the place taken; a second call does nothing. */
 export type LeavePlace = () => void
 
@@ -21,10 +29,13 @@ export class KeyImportPlaces {
 
   private readonly perAccount: number
   private readonly atOnce: number
+  /** See KEY_IMPORT_ANSWER_STALL_MS. */
+  readonly answerStallMs: number
 
-  constructor(perAccount = KEY_IMPORTS_PER_ACCOUNT, atOnce = KEY_IMPORTS_AT_ONCE) {
-    this.perAccount = perAccount
-    this.atOnce = atOnce
+  constructor(options: { perAccount?: number; atOnce?: number; answerStallMs?: number | undefined } = {}) {
+    this.perAccount = options.perAccount ?? KEY_IMPORTS_PER_ACCOUNT
+    this.atOnce = options.atOnce ?? KEY_IMPORTS_AT_ONCE
+    this.answerStallMs = options.answerStallMs ?? KEY_IMPORT_ANSWER_STALL_MS
   }
 
   /** Takes a place for `accountId`'s import, or throws `429 too_many_concurrent_requests`. */

@@ -63,7 +63,13 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
       // Held until the answer ends (answerFrom), or until the handler ends without one.
       let handedOver = false
       try {
-        const answer = await importHandler(request, reply, { sql, cache, body, leave })
+        const answer = await importHandler(request, reply, {
+          sql,
+          cache,
+          body,
+          leave,
+          stallMs: keyImports.answerStallMs,
+        })
         handedOver = answer !== reply
         return answer
       } finally {
@@ -77,7 +83,13 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
 async function importHandler(
   request: FastifyRequest<{ Querystring: { dry_run?: boolean } }>,
   reply: FastifyReply,
-  { sql, cache, body, leave }: Pick<ManagementContext, 'sql' | 'cache'> & { body: Readable; leave: LeavePlace },
+  {
+    sql,
+    cache,
+    body,
+    leave,
+    stallMs,
+  }: Pick<ManagementContext, 'sql' | 'cache'> & { body: Readable; leave: LeavePlace; stallMs: number },
 ): Promise<FastifyReply> {
   const read = await readImportBody(body, 'sub-accounts').catch((err: unknown) => {
     body.resume() // a spool that failed (spool_unavailable): the rest is dropped, the connection closed
@@ -113,7 +125,8 @@ async function importHandler(
     return reply
   }
   stopStoreDeadline(request)
-  const stream = Readable.from(answerFrom(first, answer, leave))
+  // A client that stops reading is let go (KEY_IMPORT_ANSWER_STALL_MS): its connection closed.
+  const stream = Readable.from(answerFrom(first, answer, leave, stallMs, () => reply.raw.destroy()))
   // A stream destroyed before its first read never runs answerFrom's `finally`: closed, it ends the
   // import (its spool) and its place all the same.
   stream.once('close', () => {
@@ -141,14 +154,23 @@ async function* answerFrom(
   first: IteratorResult<string>,
   rest: AsyncGenerator<string>,
   leave: LeavePlace,
+  stallMs: number,
+  stalled: () => void,
 ): AsyncGenerator<string> {
+  let timer: NodeJS.Timeout | undefined
   try {
-    for (let part = first; part.done !== true; part = await rest.next()) yield part.value
+    for (let part = first; part.done !== true; part = await rest.next()) {
+      // A yield returns when the reader asks for more: the time between is the client's.
+      timer = setTimeout(stalled, stallMs)
+      yield part.value
+      clearTimeout(timer)
+    }
   } catch (err) {
     const detail = 'the store failed during the import: the lines answered stand; import the file again for the rest'
     const code = err instanceof ApiError ? err.code : 'store_unavailable'
     yield `${JSON.stringify({ error: { code, detail } })}\n`
   } finally {
+    clearTimeout(timer)
     try {
       await rest.return(undefined)
     } finally {

@@ -69,6 +69,8 @@ export interface ManagementOptions {
   callSql?: Sql
   /** The heavy reads' own pool (Store.heavyReadSql); `sql` when the store has none (heavy-reads.ts). */
   heavyReadSql?: Sql
+  /** How long a key import's answer waits for its client to read on (key-import-places.ts). */
+  keyImportAnswerStallMs?: number
   lookups: TenancyLookups
   /** Told the cache entries a committed change made stale (docs/internals.md, caches). */
   cache: CacheInvalidator
@@ -201,7 +203,7 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     portalIssuerUrl: options.portalIssuerUrl,
     routeStatuses: options.routeStatuses,
     usageExport: options.usageExport,
-    keyImports: new KeyImportPlaces(),
+    keyImports: new KeyImportPlaces({ answerStallMs: options.keyImportAnswerStallMs }),
   }
   registerOperations(plugin, MANAGEMENT_OPERATIONS, context)
   if (options.portalIssuerUrl !== null) registerOperations(plugin, PORTAL_SESSION_OPERATIONS, context)

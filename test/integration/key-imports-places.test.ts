@@ -2,7 +2,8 @@
 // (src/management/key-import-places.ts): each holds a set of the body's digests on the heap and a
 // spool on disk while it is read, so that without a bound one parent's imports in parallel took
 // the replica's heap from every parent on it. A refused import is answered 429 at once, nothing
-// read or imported; a place is given back however its import ends.
+// read or imported; a place is given back however its import ends, and a client that stops
+// reading its answer is let go (keyImportAnswerStallMs), or it would hold its place for good.
 import { randomBytes } from 'node:crypto'
 import { request as httpRequest, type IncomingMessage } from 'node:http'
 import t from 'tap'
@@ -13,7 +14,8 @@ import { until } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 const upstream = await startUpstream(t)
-const gateway = await startGateway(t, { upstreamUrl: upstream.url })
+// A client that stops reading the answer is let go after this (30 s in production).
+const gateway = await startGateway(t, { upstreamUrl: upstream.url, keyImportAnswerStallMs: 1_000 })
 const sql = gateway.database.sql
 
 /** A parent with one sub-account, and a line of a fresh key for it. */
@@ -100,4 +102,22 @@ t.test('one parent holds two places, the replica four; a place comes back when i
     }),
     'a holds two places again',
   )
+})
+
+t.test('a client that stops reading the answer is let go, and its place comes back', async (t) => {
+  const a = await parentWithSub()
+  // 100,000 lines invalid as read (a tgw_ value that is no gateway key): no store work, and an
+  // answer of about 25 MB, more than the loopback sockets buffer.
+  const invalid = `${JSON.stringify({ external_id: 'x', name: 'k', scopes: ['orders:read'], key: `tgw_${'x'.repeat(30)}` })}\n`
+  const stalled = openImport(a.apiKey)
+  stalled.req.end(invalid.repeat(100_000))
+  const res = await stalled.answered
+  t.equal(res.statusCode, 200)
+  res.pause() // and never read
+  const held = openImport(a.apiKey)
+  held.req.write(a.line())
+  t.ok(await until(10_000, () => refused(a.apiKey, a.line())), 'both places held')
+  t.ok(await until(20_000, async () => !(await refused(a.apiKey, a.line()))), "the stalled answer's place is back")
+  held.req.destroy()
+  res.destroy()
 })
