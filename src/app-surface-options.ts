@@ -112,6 +112,7 @@ export function managementOptions(
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
     streamedBodyTimeoutMs: deps.tuning?.managementStreamedBodyTimeoutMs,
     keyImportAnswerStallMs: deps.tuning?.keyImportAnswerStallMs,
+    keyImportSpoolBytes: deps.tuning?.keyImportSpoolBytes,
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,

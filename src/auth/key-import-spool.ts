@@ -52,6 +52,30 @@ function spoolFailure(err: unknown, dir: string): unknown {
   )
 }
 
+/**
+ * The bytes a replica's spools may hold together (the chart's `tmpDir.sizeLimit` is 128Mi, past
+ * which the pod is evicted, every request on it lost): a write past it fails the import that makes
+ * it (`503 spool_unavailable`), not the directory. Given back as each spool closes.
+ */
+export class SpoolBudget {
+  private used = 0
+  readonly bytes: number
+  constructor(bytes: number) {
+    this.bytes = bytes
+  }
+
+  /** Takes `bytes`, or false when that would pass the budget. */
+  take(bytes: number): boolean {
+    if (this.used + bytes > this.bytes) return false
+    this.used += bytes
+    return true
+  }
+
+  giveBack(bytes: number): void {
+    this.used -= bytes
+  }
+}
+
 /** Writes are gathered to about this many bytes. */
 const WRITE_CHUNK_BYTES = 64 * 1024
 
@@ -105,14 +129,16 @@ export class ImportSpool {
 
   private readonly file: FileHandle
   private readonly dir: string
+  private readonly budget: SpoolBudget | null
 
-  private constructor(file: FileHandle, dir: string) {
+  private constructor(file: FileHandle, dir: string, budget: SpoolBudget | null) {
     this.file = file
     this.dir = dir
+    this.budget = budget
   }
 
   /** Opens a new spool in `dir` (the system's temporary directory unless given), already unlinked. */
-  static async open(dir: string = tmpdir()): Promise<ImportSpool> {
+  static async open(dir: string = tmpdir(), budget: SpoolBudget | null = null): Promise<ImportSpool> {
     const path = join(dir, `${SPOOL_FILE_PREFIX}${randomUUID()}.ndjson`)
     // Readable by this user only: it holds digests of live keys, and names.
     let file: FileHandle
@@ -127,7 +153,7 @@ export class ImportSpool {
       await file.close()
       throw spoolFailure(err, dir)
     }
-    return new ImportSpool(file, dir)
+    return new ImportSpool(file, dir, budget)
   }
 
   /** Appends a line; the write happens once enough has gathered (or at `finish`). */
@@ -144,9 +170,15 @@ export class ImportSpool {
     const chunk = Buffer.from(this.pending.join(''), 'utf8')
     this.pending = []
     this.pendingBytes = 0
+    if (this.budget !== null && !this.budget.take(chunk.length))
+      throw spoolFailure(
+        Object.assign(new Error('the spools of this replica hold their budget'), { code: 'EDQUOT' }),
+        this.dir,
+      )
     try {
       await this.file.write(chunk, 0, chunk.length, this.bytes)
     } catch (err) {
+      this.budget?.giveBack(chunk.length)
       throw spoolFailure(err, this.dir)
     }
     this.bytes += chunk.length
@@ -178,6 +210,7 @@ export class ImportSpool {
     if (this.closed) return
     this.closed = true
     this.pending = []
+    this.budget?.giveBack(this.bytes)
     await this.file.close()
   }
 }

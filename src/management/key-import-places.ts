@@ -4,6 +4,7 @@
 // past its live set, so without a bound a parent sending eight imports at once, within its
 // management rate, runs the replica out of heap for every parent on it. Refused imports wait for
 // nothing and read nothing: they are answered at once, the connection closed.
+import { SpoolBudget } from '../auth/key-import-spool.js'
 import { ApiError } from '../errors.js'
 
 /** One parent's imports under way at once on a replica. */
@@ -19,6 +20,9 @@ export const KEY_IMPORTS_AT_ONCE = 4
  */
 export const KEY_IMPORT_ANSWER_STALL_MS = 30_000
 
+/** The bytes the replica's spools hold together at most: under the chart's 128Mi `tmpDir.sizeLimit`. */
+export const KEY_IMPORT_SPOOL_BYTES = 120 * 1024 * 1024
+
 /** Leaves the place taken; a second call does nothing. */
 export type LeavePlace = () => void
 
@@ -31,11 +35,21 @@ export class KeyImportPlaces {
   private readonly atOnce: number
   /** See KEY_IMPORT_ANSWER_STALL_MS. */
   readonly answerStallMs: number
+  /** What the imports' spools may hold together (KEY_IMPORT_SPOOL_BYTES). */
+  readonly spoolBudget: SpoolBudget
 
-  constructor(options: { perAccount?: number; atOnce?: number; answerStallMs?: number | undefined } = {}) {
+  constructor(
+    options: {
+      perAccount?: number
+      atOnce?: number
+      answerStallMs?: number | undefined
+      spoolBytes?: number | undefined
+    } = {},
+  ) {
     this.perAccount = options.perAccount ?? KEY_IMPORTS_PER_ACCOUNT
     this.atOnce = options.atOnce ?? KEY_IMPORTS_AT_ONCE
     this.answerStallMs = options.answerStallMs ?? KEY_IMPORT_ANSWER_STALL_MS
+    this.spoolBudget = new SpoolBudget(options.spoolBytes ?? KEY_IMPORT_SPOOL_BYTES)
   }
 
   /** Takes a place for `accountId`'s import, or throws `429 too_many_concurrent_requests`. */

@@ -5,6 +5,7 @@
 import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { readImportBody } from '../auth/key-import-body.js'
+import type { SpoolBudget } from '../auth/key-import-spool.js'
 import { importAnswer } from '../auth/key-imports.js'
 import { ApiError, payloadTooLarge, unsupportedMediaType, validationFailed } from '../errors.js'
 import { ImportAnswerLine, ImportQuery, IMPORT_MAX_BYTES } from '../schemas/key-imports.js'
@@ -69,6 +70,7 @@ export const KEY_IMPORT_OPERATIONS: OperationTable<ManagementContext> = [
           body,
           leave,
           stallMs: keyImports.answerStallMs,
+          budget: keyImports.spoolBudget,
         })
         handedOver = answer !== reply
         return answer
@@ -89,9 +91,15 @@ async function importHandler(
     body,
     leave,
     stallMs,
-  }: Pick<ManagementContext, 'sql' | 'cache'> & { body: Readable; leave: LeavePlace; stallMs: number },
+    budget,
+  }: Pick<ManagementContext, 'sql' | 'cache'> & {
+    body: Readable
+    leave: LeavePlace
+    stallMs: number
+    budget: SpoolBudget
+  },
 ): Promise<FastifyReply> {
-  const read = await readImportBody(body, 'sub-accounts').catch((err: unknown) => {
+  const read = await readImportBody(body, 'sub-accounts', { budget }).catch((err: unknown) => {
     body.resume() // a spool that failed (spool_unavailable): the rest is dropped, the connection closed
     throw err
   })

@@ -71,6 +71,8 @@ export interface ManagementOptions {
   heavyReadSql?: Sql
   /** How long a key import's answer waits for its client to read on (key-import-places.ts). */
   keyImportAnswerStallMs?: number
+  /** The bytes a replica's key import spools hold together at most (key-import-places.ts). */
+  keyImportSpoolBytes?: number
   lookups: TenancyLookups
   /** Told the cache entries a committed change made stale (docs/internals.md, caches). */
   cache: CacheInvalidator
@@ -203,7 +205,10 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     portalIssuerUrl: options.portalIssuerUrl,
     routeStatuses: options.routeStatuses,
     usageExport: options.usageExport,
-    keyImports: new KeyImportPlaces({ answerStallMs: options.keyImportAnswerStallMs }),
+    keyImports: new KeyImportPlaces({
+      answerStallMs: options.keyImportAnswerStallMs,
+      spoolBytes: options.keyImportSpoolBytes,
+    }),
   }
   registerOperations(plugin, MANAGEMENT_OPERATIONS, context)
   if (options.portalIssuerUrl !== null) registerOperations(plugin, PORTAL_SESSION_OPERATIONS, context)

@@ -121,3 +121,37 @@ t.test('a client that stops reading the answer is let go, and its place comes ba
   held.req.destroy()
   res.destroy()
 })
+
+t.test("the replica's spools share a budget: an import past it is a 503, the budget back after", async (t) => {
+  // A budget of 200 KiB stands for the chart's 128Mi tmpDir, past which the pod is evicted.
+  const small = await startGateway(t, { upstreamUrl: upstream.url, keyImportSpoolBytes: 200 * 1024 })
+  const parent = await small.createParent()
+  const sub = (
+    await small.call(parent.apiKey, {
+      method: 'POST',
+      url: '/v1/sub-accounts',
+      acting: 'self',
+      body: { name: 'budget', external_id: 'budget' },
+    })
+  ).json().id as string
+  const line = () =>
+    `${JSON.stringify({ sub_account_id: sub, name: 'k', scopes: ['orders:read'], key: `sk_${randomBytes(18).toString('base64url')}` })}\n`
+  const send = (n: number) =>
+    callAs(small.url, parent.apiKey, {
+      method: 'POST',
+      path: '/v1/sub-accounts/api-keys/imports',
+      acting: 'self',
+      headers: [['Content-Type', 'application/x-ndjson']],
+      body: Array.from({ length: n }, line).join(''),
+    })
+  const imported = async () =>
+    (await small.database.sql`select count(*)::int as n from api_keys where origin = 'imported'`)[0]!.n as number
+  const over = await send(3_000) // about 450 KB of spool
+  t.equal(over.status, 503)
+  t.equal(over.json().code, 'spool_unavailable')
+  t.match(over.json().detail, /full: nothing was imported/)
+  t.equal(await imported(), 0, 'nothing imported')
+  const under = await send(100)
+  t.equal(under.status, 200, 'the budget the refused import took is back')
+  t.equal(await imported(), 100)
+})
