@@ -76,6 +76,10 @@ export interface AppTuning {
   managementBodyTimeoutMs?: number
   /** How long a streamed management body (a key import) may take (default STREAMED_BODY_TIMEOUT_MS). */
   managementStreamedBodyTimeoutMs?: number
+  /** How long a key import's answer may wait for its client to read on (default 30 s, management/key-import-places.ts). */
+  keyImportAnswerStallMs?: number
+  /** The bytes a replica's key import spools hold together at most (default 120 MiB). */
+  keyImportSpoolBytes?: number
   /**
    * How long requests wait on Postgres, and the lookup batchers' pace (default STORE_DEADLINES,
    * store/deadlines.ts). Tests lengthen the waits: on a loaded machine a query may queue past

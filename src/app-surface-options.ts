@@ -111,6 +111,8 @@ export function managementOptions(
     cache: app.tenancyCache,
     bodyTimeoutMs: deps.tuning?.managementBodyTimeoutMs,
     streamedBodyTimeoutMs: deps.tuning?.managementStreamedBodyTimeoutMs,
+    keyImportAnswerStallMs: deps.tuning?.keyImportAnswerStallMs,
+    keyImportSpoolBytes: deps.tuning?.keyImportSpoolBytes,
     limiter: app.limiter,
     rate: deps.config.managementRate,
     encryptionKey: answersKey,

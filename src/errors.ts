@@ -46,6 +46,7 @@ export const ERRORS = {
   store_unavailable: { status: 503, title: 'Store unavailable' },
   upstream_busy: { status: 503, title: 'Upstream busy' },
   scanner_keys_unavailable: { status: 503, title: 'Secret scanning keys unavailable' },
+  spool_unavailable: { status: 503, title: 'Import spool unavailable' },
   not_ready: { status: 503, title: 'Not ready' },
   upstream_timeout: { status: 504, title: 'Upstream timeout' },
 } as const satisfies Record<string, { status: number; title: string }>

@@ -6,7 +6,7 @@
 import { isUtf8 } from 'node:buffer'
 import { IMPORT_MAX_BYTES, IMPORT_MAX_LINES } from '../schemas/key-imports.js'
 import { type ImportOwner, type ReadLine, readImportLine } from './key-import-lines.js'
-import { ImportSpool } from './key-import-spool.js'
+import { ImportSpool, type SpoolBudget } from './key-import-spool.js'
 
 export interface ImportBodyLimits {
   maxBytes: number
@@ -56,10 +56,10 @@ function lineOf(bytes: Buffer, number: number, owner: ImportOwner, nowMs: number
 export async function readImportBody(
   body: AsyncIterable<Buffer | string>,
   owner: ImportOwner,
-  options: { limits?: ImportBodyLimits; dir?: string; nowMs?: number } = {},
+  options: { limits?: ImportBodyLimits; dir?: string; nowMs?: number; budget?: SpoolBudget } = {},
 ): Promise<ImportBody> {
   const { limits = IMPORT_LIMITS, nowMs = Date.now() } = options
-  const spool = await ImportSpool.open(options.dir)
+  const spool = await ImportSpool.open(options.dir, options.budget ?? null)
   let kept = false
   try {
     const read = await spoolLines(body, owner, limits, nowMs, spool)

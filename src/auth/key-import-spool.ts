@@ -8,10 +8,73 @@ import { randomUUID } from 'node:crypto'
 import { type FileHandle, open, unlink } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { ApiError } from '../errors.js'
 import type { ImportEntry, ImportTarget, ReadLine } from './key-import-lines.js'
 
 /** The spool's file name, before it is unlinked: `/proc/<pid>/fd` shows it as `… (deleted)`. */
 export const SPOOL_FILE_PREFIX = 'tgw-key-import-'
+
+/**
+ * What the file system answers when the temporary directory is full, missing or not writable: the
+ * import cannot run on this replica now, which is the operator's to fix, not the client's.
+ */
+const SPOOL_FAILURES = new Set([
+  'ENOSPC',
+  'EDQUOT',
+  'EFBIG',
+  'ENOENT',
+  'ENOTDIR',
+  'EACCES',
+  'EPERM',
+  'EROFS',
+  'EMFILE',
+  'ENFILE',
+])
+
+/**
+ * A file system failure of the spool as `503 spool_unavailable` (nothing is imported: the spool is
+ * written before any key is); any other error as it came.
+ */
+function spoolFailure(err: unknown, dir: string): unknown {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code
+  if (code === undefined || !SPOOL_FAILURES.has(code)) return err
+  const full = code === 'ENOSPC' || code === 'EDQUOT' || code === 'EFBIG'
+  return new ApiError(
+    'spool_unavailable',
+    full
+      ? "the gateway's temporary directory is full: nothing was imported; try again later"
+      : 'the gateway cannot write to its temporary directory: nothing was imported; try again later',
+    {
+      // The rest of the body is not read.
+      headers: { connection: 'close', 'retry-after': '60' },
+      log: { message: 'a key import could not write its spool', fields: { dir, code, err } },
+    },
+  )
+}
+
+/**
+ * The bytes a replica's spools may hold together (the chart's `tmpDir.sizeLimit` is 128Mi, past
+ * which the pod is evicted, every request on it lost): a write past it fails the import that makes
+ * it (`503 spool_unavailable`), not the directory. Given back as each spool closes.
+ */
+export class SpoolBudget {
+  private used = 0
+  readonly bytes: number
+  constructor(bytes: number) {
+    this.bytes = bytes
+  }
+
+  /** Takes `bytes`, or false when that would pass the budget. */
+  take(bytes: number): boolean {
+    if (this.used + bytes > this.bytes) return false
+    this.used += bytes
+    return true
+  }
+
+  giveBack(bytes: number): void {
+    this.used -= bytes
+  }
+}
 
 /** Writes are gathered to about this many bytes. */
 const WRITE_CHUNK_BYTES = 64 * 1024
@@ -65,23 +128,32 @@ export class ImportSpool {
   bytes = 0
 
   private readonly file: FileHandle
+  private readonly dir: string
+  private readonly budget: SpoolBudget | null
 
-  private constructor(file: FileHandle) {
+  private constructor(file: FileHandle, dir: string, budget: SpoolBudget | null) {
     this.file = file
+    this.dir = dir
+    this.budget = budget
   }
 
   /** Opens a new spool in `dir` (the system's temporary directory unless given), already unlinked. */
-  static async open(dir: string = tmpdir()): Promise<ImportSpool> {
+  static async open(dir: string = tmpdir(), budget: SpoolBudget | null = null): Promise<ImportSpool> {
     const path = join(dir, `${SPOOL_FILE_PREFIX}${randomUUID()}.ndjson`)
     // Readable by this user only: it holds digests of live keys, and names.
-    const file = await open(path, 'wx+', 0o600)
+    let file: FileHandle
+    try {
+      file = await open(path, 'wx+', 0o600)
+    } catch (err) {
+      throw spoolFailure(err, dir)
+    }
     try {
       await unlink(path)
     } catch (err) {
       await file.close()
-      throw err
+      throw spoolFailure(err, dir)
     }
-    return new ImportSpool(file)
+    return new ImportSpool(file, dir, budget)
   }
 
   /** Appends a line; the write happens once enough has gathered (or at `finish`). */
@@ -98,7 +170,17 @@ export class ImportSpool {
     const chunk = Buffer.from(this.pending.join(''), 'utf8')
     this.pending = []
     this.pendingBytes = 0
-    await this.file.write(chunk, 0, chunk.length, this.bytes)
+    if (this.budget !== null && !this.budget.take(chunk.length))
+      throw spoolFailure(
+        Object.assign(new Error('the spools of this replica hold their budget'), { code: 'EDQUOT' }),
+        this.dir,
+      )
+    try {
+      await this.file.write(chunk, 0, chunk.length, this.bytes)
+    } catch (err) {
+      this.budget?.giveBack(chunk.length)
+      throw spoolFailure(err, this.dir)
+    }
     this.bytes += chunk.length
   }
 
@@ -128,6 +210,7 @@ export class ImportSpool {
     if (this.closed) return
     this.closed = true
     this.pending = []
+    this.budget?.giveBack(this.bytes)
     await this.file.close()
   }
 }

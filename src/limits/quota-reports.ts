@@ -115,6 +115,9 @@ export abstract class QuotaReports extends QuotaMonth {
         // alone included (sent too, that would count twice what the read holds). What is admitted
         // from now on goes with the next call.
         keep = this.held(this.ctx.now())
+        // A lease that ran out meanwhile is not in the copy made now: neither spent again (the
+        // grant's answer would give it a new life) nor given back to a copy that never counted it.
+        if (keep === 0) this.lease = 0
         unwritten = this.unwritten.total()
         this.unreported = 0
         this.debt = 0

@@ -14,6 +14,7 @@ import type { Sql } from '../store/db.js'
 import { getSubAccount, ExternalIdTakenError, type TenantRow } from '../store/tenants.js'
 import { isExternalId, isUuid } from '../shared/identifiers.js'
 import type { TenancyLookups } from '../shared/tenancy-records.js'
+import type { KeyImportPlaces } from './key-import-places.js'
 import type { RequestLogReader } from './log-reads.js'
 import { defineOperation } from './operation-table.js'
 import { OPERATIONS } from './operations.js'
@@ -60,6 +61,8 @@ export interface ManagementContext {
   routeStatuses: () => RouteStatus[]
   /** The usage period's length (USAGE_PERIOD_SECONDS), the export's `source` (ISSUER_URL) and receiver. */
   usageExport: UsageExportSettings
+  /** This replica's key imports under way, bounded per parent and in all (key-import-places.ts). */
+  keyImports: KeyImportPlaces
 }
 
 export interface UsageExportSettings {

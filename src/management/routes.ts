@@ -15,6 +15,7 @@ import type { TenancyLookups } from '../shared/tenancy-records.js'
 import { ACCOUNT_OPERATIONS } from './account-routes.js'
 import { PROXIED_ROUTE_OPERATIONS } from './proxied-route-routes.js'
 import type { RouteStatus } from '../proxy/route-status.js'
+import { KeyImportPlaces } from './key-import-places.js'
 import { authorizeManagement, type ManagementContext, type UsageExportSettings } from './common.js'
 import { EVENT_OPERATIONS } from './event-routes.js'
 import type { RequestLogReader } from './log-reads.js'
@@ -68,6 +69,10 @@ export interface ManagementOptions {
   callSql?: Sql
   /** The heavy reads' own pool (Store.heavyReadSql); `sql` when the store has none (heavy-reads.ts). */
   heavyReadSql?: Sql
+  /** How long a key import's answer waits for its client to read on (key-import-places.ts). */
+  keyImportAnswerStallMs?: number
+  /** The bytes a replica's key import spools hold together at most (key-import-places.ts). */
+  keyImportSpoolBytes?: number
   lookups: TenancyLookups
   /** Told the cache entries a committed change made stale (docs/internals.md, caches). */
   cache: CacheInvalidator
@@ -200,6 +205,10 @@ export const managementRoutes: FastifyPluginAsync<ManagementOptions> = async (pl
     portalIssuerUrl: options.portalIssuerUrl,
     routeStatuses: options.routeStatuses,
     usageExport: options.usageExport,
+    keyImports: new KeyImportPlaces({
+      answerStallMs: options.keyImportAnswerStallMs,
+      spoolBytes: options.keyImportSpoolBytes,
+    }),
   }
   registerOperations(plugin, MANAGEMENT_OPERATIONS, context)
   if (options.portalIssuerUrl !== null) registerOperations(plugin, PORTAL_SESSION_OPERATIONS, context)

@@ -139,3 +139,26 @@ t.test("a line over 64 KiB is invalid, its neighbours imported; names cross the 
     'each name as sent',
   )
 })
+
+t.test('a temporary directory the spool cannot be made in: a 503 that says so, nothing imported', async (t) => {
+  const before = await countKeys()
+  const saved = process.env.TMPDIR
+  // os.tmpdir() reads TMPDIR at each call: a directory that is not there stands for one unwritable.
+  process.env.TMPDIR = `/nonexistent-${randomBytes(6).toString('hex')}`
+  t.teardown(() => {
+    if (saved === undefined) delete process.env.TMPDIR
+    else process.env.TMPDIR = saved
+  })
+  const res = await callAs(gateway.url, parent.apiKey, {
+    method: 'POST',
+    path: '/v1/sub-accounts/api-keys/imports',
+    acting: 'self',
+    headers: [['Content-Type', 'application/x-ndjson']],
+    body: lines(3),
+  })
+  t.equal(res.status, 503)
+  const problem = JSON.parse(res.body)
+  t.equal(problem.code, 'spool_unavailable')
+  t.match(problem.detail, /temporary directory/)
+  t.equal(await countKeys(), before, 'nothing imported')
+})

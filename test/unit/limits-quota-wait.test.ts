@@ -126,3 +126,37 @@ t.test("a quota's lease that ran out unspent goes back with the next call: a cre
     t.ok((await next).allowed)
   }
 })
+
+t.test('a lease that ran out while Redis rebuilt the month is neither spent again nor given back there', async (t) => {
+  // The copy Redis rebuilds counts what the replica keeps when it calls again (its lease held
+  // then): a lease that ran out meanwhile is not in it. Kept in memory, the grant's answer made it
+  // spendable again for a new life, and the next call gave it back to the new copy: that copy
+  // counted less than was admitted, so as many requests passed the quota.
+  const time = clock()
+  const { limiter, store } = limiterOnHand(time.now)
+  t.teardown(() => store.close(limiter))
+  const subjects = [quoted]
+  const first = limiter.admitWhenWarm(subjects)
+  await flush()
+  const lease = grantAll(store, 0)
+  t.ok((await first).allowed)
+  time.advance(1_500) // past half the lease's life: the next request renews it
+  t.ok(limiter.admit(subjects, 1).allowed, 'admitted from the lease')
+  await flush()
+  t.equal(store.quotas.length, 1, 'a renewal is out')
+  t.equal(store.quotas[0]!.call.keep, lease - 2)
+  time.advance(600) // the lease runs out while the renewal is out
+  store.quotas.shift()!.answer({ rebuild: true }) // Redis lost the month
+  await flush()
+  const again = store.quotas[0]!.call
+  t.equal(again.keep, 0, 'the copy is made without the lease that ran out')
+  const granted = again.wanted
+  store.quotas.shift()!.answer({ rebuild: false, granted, used: granted, waitMs: 0, epoch: 'e2', inGrace: false })
+  await flush()
+  time.advance(2_001) // and the new lease runs out unspent
+  const next = limiter.admitWhenWarm(subjects)
+  await flush()
+  t.equal(store.quotas[0]!.call.returned, granted, 'only what the new copy granted goes back to it')
+  grantAll(store, 0)
+  t.ok((await next).allowed)
+})

@@ -112,6 +112,8 @@ export function advice(p: Problem): string {
       return "The report's signature did not verify: only GitHub's secret scanning sends these, signed."
     case 'scanner_keys_unavailable':
       return "The gateway could not fetch GitHub's secret scanning keys: try again in a moment, and ask the operator to check SECRET_SCANNING_KEYS_URL."
+    case 'spool_unavailable':
+      return 'The gateway could not write the import to its temporary directory (full or not writable): nothing was imported; try again later, and ask the operator to check TMPDIR.'
     case 'cors_refused':
       return "A page on another origin asked for what the route's cors does not allow: add its origin, method or headers to the route's cors, or call from an allowed origin."
     case 'cell_not_served':
