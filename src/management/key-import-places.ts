@@ -1,4 +1,4 @@
-// How many key imports a replica runs at once (docs/key-imports.md; docs/decisions/XXXX): each holds,
+// How many key imports a replica runs at once (docs/key-imports.md; decision 0386): each holds,
 // while its body is read, a set of every digest the body gives (about 7 MiB at 100,000 lines) and
 // a spool of up to 80 MiB on the temporary directory. The image's heap has about 50 MiB to spare
 // past its live set, so without a bound a parent sending eight imports at once, within its
