@@ -166,6 +166,9 @@ export function bodyDeadline(
         }),
       )
     }, timeoutMs)
+    // A client gone mid-body gets no answer, so onResponse never clears the deadline: the request's
+    // close does, or its timer would outlive it (two minutes for a key import's body).
+    request.raw.once('close', () => clearBodyDeadline(timers))
     done(null, timed)
   }
 }

@@ -2,12 +2,14 @@
 // temporary file that has no name from the moment it is open, and its descriptor is closed
 // however the import ends: done, over a limit, the client gone while it sends the body, or gone
 // while the answer streams. Seen from /proc/self/fd, since the gateway runs in this process.
+import { createHook } from 'node:async_hooks'
 import { randomBytes } from 'node:crypto'
 import { readdirSync, readlinkSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
 import { tmpdir } from 'node:os'
 import t from 'tap'
 import { SPOOL_FILE_PREFIX } from '../../src/auth/key-import-spool.js'
+import { STREAMED_BODY_TIMEOUT_MS } from '../../src/management/hooks.js'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
@@ -83,6 +85,22 @@ t.test('an import done, and one over the line limit: no spool stays open', async
   t.same(namedSpools(), [], 'none left in the temporary directory')
 })
 
+/**
+ * The body deadlines of streamed bodies under way in this process: timers of STREAMED_BODY_TIMEOUT_MS
+ * (a Timeout's `_idleTimeout` is its delay), from their start to their clearing or firing.
+ */
+const bodyDeadlines = new Set<number>()
+const timerHook = createHook({
+  init(id, type, _trigger, resource) {
+    if (type === 'Timeout' && (resource as { _idleTimeout?: number })._idleTimeout === STREAMED_BODY_TIMEOUT_MS)
+      bodyDeadlines.add(id)
+  },
+  destroy(id) {
+    bodyDeadlines.delete(id)
+  },
+}).enable()
+t.teardown(() => timerHook.disable())
+
 t.test('the client gone while it sends the body: the spool is closed, nothing imported', async (t) => {
   const before = await countKeys()
   const { req } = openImport()
@@ -90,9 +108,12 @@ t.test('the client gone while it sends the body: the spool is closed, nothing im
   t.ok(await until(10_000, async () => openSpools().length === 1), 'the body is spooled as it comes')
   t.match(openSpools()[0], /\(deleted\)$/, 'to a file without a name')
   t.same(namedSpools(), [], 'that the temporary directory does not list')
+  t.equal(bodyDeadlines.size, 1, 'its body has a deadline')
   req.destroy()
   t.ok(await until(10_000, async () => openSpools().length === 0), 'the spool is closed once the client is gone')
   t.equal(await countKeys(), before, 'nothing imported')
+  // No answer went out, so no onResponse: the body's two-minute deadline ends with the request all the same.
+  t.ok(await until(10_000, async () => bodyDeadlines.size === 0), 'no timer of the request outlives it')
 })
 
 t.test('the client gone while the answer streams: the spool is closed', async (t) => {
