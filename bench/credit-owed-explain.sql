@@ -1,8 +1,11 @@
 -- What the usage flush's credit_owed step (src/store/usage.ts) costs Postgres with many sub-accounts:
 -- 100 parents with a default plan naming a credit, 20,000 sub-accounts, a batch of 5,000 (sub-account,
 -- meter) rows; the plan found through a correlated subquery of the parent (before) and a join (now).
--- Run on a migrated database; everything is rolled back:
---   psql -d <db> -f bench/credit-owed-explain.sql | grep -E 'step|Execution Time|^ +Buffers' 
+-- Run on a migrated database of its own; everything is rolled back but the sequences, which a
+-- rollback does not move back: never on the tests' template (tgw_template_*), whose copies would
+-- then number tenants from 20,101:
+--   createdb -h 127.0.0.1 -U postgres explain_owed && DATABASE_URL=postgres://postgres@127.0.0.1/explain_owed npm run --silent cli -- migrate
+--   psql -h 127.0.0.1 -U postgres -d explain_owed -f bench/credit-owed-explain.sql | grep -E 'step|Execution Time|^ +Buffers'
 begin;
 insert into tenants (id, name) select ('00000000-0000-0000-0000-' || lpad(i::text, 12, '0'))::uuid, 'p' || i from generate_series(1, 100) i;
 insert into plans (id, account_id, name, limits) select ('10000000-0000-0000-0000-' || lpad(i::text, 12, '0'))::uuid, ('00000000-0000-0000-0000-' || lpad(i::text, 12, '0'))::uuid, 'plan', '{"credits": {"tokens": {"required": true, "low_threshold_percent": 10}}}' from generate_series(1, 100) i;
