@@ -2,7 +2,8 @@
 // go on holding a pooled connection for seconds, for an answer nobody waits for (docs/operations.md,
 // the heavy reads). `cancellable(sql)` is the pool as its callers know it, which remembers each
 // statement made within `stoppedBy(signal, work)`; when the signal aborts, each of them that was
-// sent is cancelled (Postgres's CancelRequest, postgres.js's query.cancel()), each still queued
+// sent is cancelled (Postgres's CancelRequest, postgres.js's query.cancel(); again while it is
+// unanswered, CANCEL_AGAIN_AFTER_MS), each still queued
 // for a connection is taken off the queue, and a statement made afterwards fails at once.
 import { AsyncLocalStorage } from 'node:async_hooks'
 import type { Sql } from './db.js'
@@ -23,6 +24,8 @@ interface PendingQuery {
   executed?: boolean
   /** The pool's canceller, cleared by postgres.js once used: ours is called directly, so that its failure has a listener. */
   canceller?: ((query: PendingQuery) => Promise<void>) | null
+  /** A Query is a promise: it settles when Postgres answers the statement, or fails it. */
+  then?: (onAnswer: () => void, onError: () => void) => unknown
 }
 
 interface Call {
@@ -38,6 +41,15 @@ interface Call {
 
 const current = new AsyncLocalStorage<Call>()
 
+/**
+ * When a statement still unanswered is cancelled again, in ms after the first cancel. Postgres
+ * drops a CancelRequest that reaches the backend before it has read the statement (it cancels only
+ * a running one), and the statement then runs to its statement_timeout (60 s for a heavy read,
+ * store/db.ts). Sent only while postgres.js has not answered the statement, so only while it is
+ * the one its backend is on: bounded, so that a statement that will not stop costs three cancels.
+ */
+export const CANCEL_AGAIN_AFTER_MS: readonly number[] = [100, 1_000, 5_000]
+
 function cancel(query: PendingQuery): void {
   const canceller = query.canceller
   // Never handed to the pool: there is nothing to cancel, and a rejection nobody awaits.
@@ -45,7 +57,21 @@ function cancel(query: PendingQuery): void {
   query.canceller = null
   // A cancel that cannot reach Postgres fails on its own connection; the statement's own error (or
   // its answer) still goes to the call.
-  canceller(query).catch(() => {})
+  const send = () => void canceller(query).catch(() => {})
+  send()
+  let again: NodeJS.Timeout | undefined
+  let sent = 0
+  const answered = () => clearTimeout(again)
+  const sendAgain = () => {
+    send()
+    sent += 1
+    if (sent < CANCEL_AGAIN_AFTER_MS.length)
+      again = setTimeout(sendAgain, CANCEL_AGAIN_AFTER_MS[sent]! - CANCEL_AGAIN_AFTER_MS[sent - 1]!).unref()
+  }
+  again = setTimeout(sendAgain, CANCEL_AGAIN_AFTER_MS[0]).unref()
+  // The statement's answer, or its error (the cancel's 57014), ends the repeats: the call's own
+  // handler has the outcome, this one only listens.
+  query.then?.(answered, answered)
 }
 
 /**

@@ -9,6 +9,7 @@ import postgres from 'postgres'
 import { cancellable, StatementsStoppedError, stoppedBy, unstoppable } from '../../src/store/call-statements.js'
 import { freshDatabase } from '../helpers/db.js'
 import { until } from '../helpers/poll.js'
+import { tcpRelay } from '../helpers/tcp-relay.js'
 
 const db = await freshDatabase(t, { migrated: false })
 const pool = postgres(db.url, {
@@ -65,6 +66,46 @@ t.test("a transaction's statements are cancelled too", async (t) => {
   stop.abort()
   t.equal(await outcome, '57014')
   t.equal(await sleeping(), 0)
+})
+
+t.test('a cancel that reaches Postgres before the statement does is sent again', async (t) => {
+  // The statement's bytes are held between the pool and Postgres; the cancel, on a connection of
+  // its own, is not: Postgres gets the cancel while its backend waits for a statement, and drops
+  // it. Only a cancel sent again stops the statement, which would otherwise sleep its 30 s.
+  const url = new URL(db.url)
+  const relay = await tcpRelay(t, Number(url.port || 5432))
+  url.port = String(relay.port)
+  const own = postgres(url.toString(), {
+    max: 1,
+    fetch_types: false,
+    onnotice: () => {},
+    connection: { application_name: 'call statements' },
+  })
+  t.teardown(() => own.end({ timeout: 1 }))
+  const ownSql = cancellable(own)
+  await ownSql`select 1`
+  const stop = new AbortController()
+  relay.hold()
+  const outcome = stoppedBy(stop.signal, () =>
+    ownSql`select pg_sleep(30)`.then(
+      () => 'answered',
+      (err: { code?: string }) => err.code,
+    ),
+  )
+  t.ok(await until(10_000, async () => relay.connections.heldBytes > 0), 'the statement is sent, not received')
+  const { opened, closed } = relay.connections
+  stop.abort()
+  // The first cancel's connection has come and gone: Postgres has had it, with nothing to cancel.
+  t.ok(
+    await until(10_000, async () => relay.connections.opened > opened && relay.connections.closed > closed),
+    'the first cancel reached Postgres first',
+  )
+  relay.release()
+  t.ok(
+    await until(10_000, async () => relay.connections.opened > opened + 1 && (await sleeping()) === 0),
+    'a second cancel stopped it',
+  )
+  t.equal(await outcome, '57014', 'the statement is cancelled all the same')
 })
 
 t.test('an aborted signal stops the call before its first statement', async (t) => {
