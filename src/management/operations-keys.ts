@@ -13,7 +13,8 @@ export const KEY_OPERATION_DOCS = {
   importApiKeys: {
     summary: 'Import API keys from elsewhere',
     description:
-      'An `application/x-ndjson` body, one key a line (at most 100,000 lines and 64 MiB): `sub_account_id` or ' +
+      'An `application/x-ndjson` body, one key a line (at most 100,000 lines and 64 MiB; a line over 64 KiB is `invalid`): ' +
+      '`sub_account_id` or ' +
       '`external_id`, `name`, `scopes`, `expires_at`?, and `key` (its value, hashed at once, never stored) or ' +
       '`key_sha256` (its SHA-256, hex or base64). The answer streams a line per input line, ' +
       '`{"line", "status": "imported" | "exists" | "invalid", "key_id"?, "error"?}`, then `{"summary"}`. ' +
