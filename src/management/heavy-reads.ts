@@ -74,7 +74,7 @@ export function gateHeavyReads(
     const handler = route.handler
     route.handler = async function (this: FastifyInstance, request, reply) {
       const stop = request.deadline!.stop.signal
-      const run = () => stoppedBy(stop, async () => handler.call(this, request, reply))
+      const run = () => stoppedBy(stop, async () => handler.call(this, request, reply), request.trace)
       if (kind === 'own place') return run()
       const parent = request.principal!.tenant.id
       turns.set(request, (work) => inTurn(gate, parent, AbortSignal.timeout(PAGE_TURN_WAIT_MS), work))

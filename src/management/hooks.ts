@@ -208,7 +208,7 @@ export function dropLateAnswers(route: RouteOptions): void {
   route.handler = function (this: FastifyInstance, request, reply) {
     const stop = request.deadline?.stop.signal
     const run = () => handler.call(this, request, reply)
-    const answer = stop === undefined ? run() : stoppedBy(stop, run)
+    const answer = stop === undefined ? run() : stoppedBy(stop, run, request.trace)
     // A handler that answers through `reply` itself, later, is left as it is.
     if (!(answer instanceof Promise)) return answer
     return answer.then(

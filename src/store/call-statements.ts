@@ -6,7 +6,9 @@
 // unanswered, CANCEL_AGAIN_AFTER_MS), each still queued
 // for a connection is taken off the queue, and a statement made afterwards fails at once.
 import { AsyncLocalStorage } from 'node:async_hooks'
+import type { RequestTrace } from '../shared/request-trace.js'
 import type { Sql } from './db.js'
+import { type SpannedQuery, spanWhenRun } from './statement-spans.js'
 
 /** What is thrown by a statement made after its call was stopped. */
 export class StatementsStoppedError extends Error {
@@ -19,7 +21,7 @@ export class StatementsStoppedError extends Error {
 }
 
 /** postgres.js's Query, as far as a cancel needs it (postgres/src/query.js, 3.4.9). */
-interface PendingQuery {
+interface PendingQuery extends SpannedQuery {
   /** Set when the query was handed to the pool (awaited): a fragment or an unused query never is. */
   executed?: boolean
   /** The pool's canceller, cleared by postgres.js once used: ours is called directly, so that its failure has a listener. */
@@ -37,6 +39,8 @@ interface Call {
    * held, with its rows, until the process ends.
    */
   ended: boolean
+  /** The request's trace, sampled: each statement of the call is a span of it (statement-spans.ts). */
+  readonly trace: RequestTrace | null
 }
 
 const current = new AsyncLocalStorage<Call>()
@@ -75,13 +79,19 @@ function cancel(query: PendingQuery): void {
 }
 
 /**
- * Runs `work`, whose statements through a `cancellable` pool are cancelled when `signal` aborts.
+ * Runs `work`, whose statements through a `cancellable` pool are cancelled when `signal` aborts,
+ * and, when `trace` is sampled, are each a span of it.
  * Returns what `work` returns: a promise settles as `work`'s does. `work` is entered at once, so a
  * route's handler may be run through it as it is (management/hooks.ts); one that answers later
  * through its reply, returning nothing, keeps its statements stoppable until its request is gone.
  */
-export function stoppedBy<T>(signal: AbortSignal, work: () => T): T {
-  const call: Call = { made: new Set(), stopped: signal.aborted, ended: false }
+export function stoppedBy<T>(signal: AbortSignal, work: () => T, trace: RequestTrace | null = null): T {
+  const call: Call = {
+    made: new Set(),
+    stopped: signal.aborted,
+    ended: false,
+    trace: trace?.sampled === true ? trace : null,
+  }
   const stop = () => {
     call.stopped = true
     for (const query of call.made) cancel(query)
@@ -124,6 +134,7 @@ function remember<T>(made: T): T {
   if (call === undefined || typeof made !== 'object' || made === null || !('cancel' in made)) return made
   if (call.stopped) throw new StatementsStoppedError()
   if (!call.ended) call.made.add(made as PendingQuery)
+  if (call.trace !== null) spanWhenRun(made as PendingQuery, call.trace)
   return made
 }
 

@@ -302,6 +302,27 @@ t.test('a management call: its span is named by its route template', async (t) =
     'tenancy.account_id': parent.id,
     'http.response.status_code': 200,
   })
+  // What the call waited for in Postgres: a client span a statement, under the call's server span,
+  // named by its operation, never by its text.
+  const created = await serverSpan(
+    collector,
+    'POST /v1/sub-accounts',
+    (s) => s.attributes['http.response.status_code'] === 201,
+  )
+  const statements = (await spansOfTrace(collector, created.traceId, 2)).filter(
+    (s) => s.attributes['db.system.name'] === 'postgresql' && s.parentSpanId === created.spanId,
+  )
+  t.ok(statements.length > 0, "the call's statements are spans of it")
+  for (const statement of statements) {
+    t.equal(statement.kind, CLIENT)
+    t.match(statement.name, /^[A-Z]+$/, `${statement.name}: an operation's name`)
+    t.equal(statement.attributes['db.operation.name'], statement.name)
+    t.equal(statement.statusCode, 0, 'answered')
+  }
+  t.ok(
+    statements.some((s) => s.name === 'INSERT'),
+    `the sub-account's INSERT among them: ${statements.map((s) => s.name).join(', ')}`,
+  )
 })
 
 t.test('a WebSocket: its upgrade is a span, its close an event on it', async (t) => {
