@@ -28,9 +28,22 @@ export function managementRate(
     // seconds (docs/internals.md, limits), calls go through: the management API's rate protects
     // the store and bills nobody, and an operator's first calls must not fail.
     if (limiter.isWarm(subjects)) return limiter.inGrace(subjects) ? done() : answer(limiter.admit(subjects))
-    limiter.warm(subjects).then(async () => {
-      if (limiter.inGrace(subjects)) return done()
-      answer(await limiter.admitWhenWarm(subjects))
-    }, done)
+    // The call waits for Redis: a span of its trace, as the proxy's lease wait (proxy/limit-gate.ts).
+    const span = request.trace?.work('limit lease', { operation: 'lease' })
+    limiter
+      .warm(subjects)
+      .then(async () => {
+        if (limiter.inGrace(subjects)) {
+          span?.end()
+          return done()
+        }
+        const decision = await limiter.admitWhenWarm(subjects)
+        span?.end(decision.undecided ? 'store_unavailable' : undefined)
+        answer(decision)
+      })
+      .catch((error: Error) => {
+        span?.end('internal_error')
+        done(error)
+      })
   }
 }

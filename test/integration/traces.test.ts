@@ -325,6 +325,20 @@ t.test('a management call: its span is named by its route template', async (t) =
   )
 })
 
+t.test("a parent's first management call waits for its rate's lease: a span of it", async (t) => {
+  const fresh = await gw.createParent()
+  const res = await callAs(gw.url, fresh.apiKey, {
+    path: '/v1/sub-accounts',
+    acting: 'self',
+    headers: [['traceparent', `00-${'f'.repeat(32)}-${CLIENT_SPAN}-01`]],
+  })
+  t.equal(res.status, 200)
+  const [server] = (await spansOfTrace(collector, 'f'.repeat(32), 1)).filter((s) => s.kind === SERVER)
+  const leases = collector.spans.filter((s) => s.name === 'limit lease' && s.parentSpanId === server!.spanId)
+  t.equal(leases.length, 1, 'one lease wait, under the call')
+  t.equal(leases[0]?.attributes['tenancy.wait'], 'lease')
+})
+
 t.test('a WebSocket: its upgrade is a span, its close an event on it', async (t) => {
   const socket = await openSocket(t, `${gw.url}/live/feed?token=never-exported`, { key: parent.apiKey })
   socket.ws.send('hello')
