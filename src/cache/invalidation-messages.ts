@@ -1,7 +1,7 @@
 // The messages of the invalidation bus (cache/invalidation.ts): what a committed change sends to
 // Redis (the entries deleted, their generations bumped, their names published), how a replica
 // reads a message back, and the one-off sender of a process without a cache (the CLI).
-import { Cluster } from 'ioredis'
+import { Cluster } from './ioredis.js'
 import {
   entryKey,
   generationKey,

@@ -3,7 +3,7 @@
 // replica's subscriber evicts them from its in-process LRU. A message Redis did not take is kept
 // and sent when Redis is back, and every message is repeated once a moment later, for a fill that
 // raced it (docs/internals.md, caches).
-import { Cluster } from 'ioredis'
+import { Cluster } from './ioredis.js'
 import type { FastifyBaseLogger } from 'fastify'
 import type { CacheMetrics } from './metrics.js'
 import { entryKey, invalidationChannel } from './entry-names.js'

@@ -1,6 +1,6 @@
 // The Redis tier's own commands: the connection the read path uses, the conditional store of a
 // value read from Postgres (docs/internals.md, caches), and readiness's PING.
-import { Command } from 'ioredis'
+import { Command } from './ioredis.js'
 import { openRedis, type RedisClient, type RedisTarget } from './redis-topology.js'
 import { REDIS_COMMAND_TIMEOUT_MS, REDIS_CONNECTION } from './settings.js'
 

@@ -5,7 +5,7 @@
 // naming the variable. ioredis would log the refusal and carry on, on database 0 or
 // unauthenticated, or take the refusal for no answer, and /readyz would say ok. A server that does
 // not answer is not an error: the gateway starts degraded, as it runs through any Redis outage.
-import { Cluster, Redis, ReplyError as ReplyErrorClass } from 'ioredis'
+import { Cluster, Redis, ReplyError as ReplyErrorClass } from './ioredis.js'
 import {
   databaseOf,
   describeRedisTarget,

@@ -1,6 +1,6 @@
 // Which Redis master the gateway's commands go to, and when that changed (a Sentinel failover, a
 // cluster master replaced by its replica): for /readyz and the metrics (docs/operations.md).
-import { Cluster } from 'ioredis'
+import { Cluster } from './ioredis.js'
 import type { CacheMetrics } from './metrics.js'
 import type { RedisClient } from './redis-topology.js'
 

@@ -3,7 +3,7 @@
 // (REDIS_CLUSTER_NODES). docs/configuration.md says how to set each;
 // docs/decisions/0228-iorediss-own-sentinel-and-cluster-clients.md why ioredis's own Sentinel and
 // Cluster clients are used as they are.
-import { type Callback, Cluster, Redis, type RedisOptions } from 'ioredis'
+import { type Callback, Cluster, Redis, type RedisOptions } from './ioredis.js'
 
 export interface HostPort {
   host: string
