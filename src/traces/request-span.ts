@@ -47,17 +47,30 @@ function serverOf(upstream: string): ServerAttributes {
   return server
 }
 
+/**
+ * Each proxied route's prefix by its template, made once rather than by a regex a request: the
+ * templates come from the route table, never from a client, so the map holds one a route.
+ */
+const prefixes = new Map<string, string>()
+
 /** `/v1/things/*` or `/v1/things/` → `/v1/things`; the catch-all's `/*` → `/`. */
 function routePrefixOf(url: string): string {
-  return url.replace(/\/\*?$/, '') || '/'
+  let prefix = prefixes.get(url)
+  if (prefix === undefined) {
+    prefix = url.replace(/\/\*?$/, '') || '/'
+    prefixes.set(url, prefix)
+  }
+  return prefix
 }
 
 /** The span's name and `http.route` (OpenTelemetry's HTTP server spans): the route's template, or its prefix when proxied. */
 function routeOf(request: FastifyRequest): string | null {
   if (request.is404) return null
-  const url = request.routeOptions.url
+  // Read once: fastify builds the object anew at each read.
+  const options = request.routeOptions
+  const url = options.url
   if (url === undefined) return null
-  return request.routeOptions.config.kind === 'proxy' ? routePrefixOf(url) : url
+  return options.config.kind === 'proxy' ? routePrefixOf(url) : url
 }
 
 /** The request's path without its query (`url.path`: a query may carry a credential). */
@@ -87,8 +100,13 @@ export function startRequestTrace(
   clientContext: 'continue' | 'ignore',
   request: FastifyRequest,
 ): RequestSpan | UnsampledTrace {
-  const client = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
-  const clientSpan = trace.getSpanContext(client)
+  // Without a traceparent the propagator reads nothing (W3C Trace Context: tracestate alone is
+  // ignored) and hands back the context it was given: most requests skip it.
+  const client =
+    request.headers.traceparent === undefined
+      ? ROOT_CONTEXT
+      : propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter)
+  const clientSpan = client === ROOT_CONTEXT ? undefined : trace.getSpanContext(client)
   const valid = clientSpan !== undefined && trace.isSpanContextValid(clientSpan)
   const continued = clientContext === 'continue' && valid
   const links: Link[] | undefined = clientContext === 'ignore' && valid ? [{ context: clientSpan! }] : undefined
