@@ -12,7 +12,7 @@
 //   npx tsx bench/credit-slow-redis.ts
 //   LIMITER_SRC=/tmp/old/src npx tsx bench/credit-slow-redis.ts   (another checkout's limiter)
 import { connect, createServer, type Socket } from 'node:net'
-import { Redis } from 'ioredis'
+import { Redis } from '../src/cache/ioredis.js'
 import type { Decision, LimitSubject } from '../src/limits/types.js'
 
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback)

@@ -11,7 +11,7 @@ import os from 'node:os'
 import { dirname, resolve } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
-import { Redis } from 'ioredis'
+import { Redis } from '../src/cache/ioredis.js'
 import postgres from 'postgres'
 import { fetchNode, imageNodeVersion, versionOf } from '../scripts/image-node.js'
 

@@ -3,7 +3,7 @@
 // sub-account under a required credit (10^12 granted), a rate, and a monthly quota. What a request
 // of the proxy pays the limiter, beside the 50 to 60 µs of CPU the whole request costs
 // (bench:proxy). bench/README.md.
-import { Redis } from 'ioredis'
+import { Redis } from '../src/cache/ioredis.js'
 import { Limiter } from '../src/limits/limiter.js'
 import type { Limits, LimitSubject } from '../src/limits/types.js'
 import { envInt, median, REDIS_URL, reportHead, run } from './lib.js'

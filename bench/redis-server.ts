@@ -2,7 +2,7 @@
 // the same port: the machine's shared Redis is never disturbed (bench:limits-accuracy's losses).
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { Redis } from 'ioredis'
+import { Redis } from '../src/cache/ioredis.js'
 import { freePorts, sleep } from './lib.js'
 
 export interface OwnRedis {

@@ -5,7 +5,7 @@
 // distinct keys are used once each. bench/README.md: how, the knobs.
 import { resolve } from 'node:path'
 import type { FastifyInstance } from 'fastify'
-import { Redis } from 'ioredis'
+import { Redis } from '../src/cache/ioredis.js'
 import postgres from 'postgres'
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
