@@ -7,8 +7,9 @@
 // bench/README.md.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
 import {
+  cpuNanos,
   createDatabase,
   envInt,
   fmt,
@@ -33,22 +34,33 @@ import {
   scrape,
   seedActing,
   seedCredited,
-  sleep,
   startGateway,
   startUpstream,
   stopChild,
   table,
 } from './lib.js'
 
-const TRIOS = envInt('BENCH_TRIOS', 24)
-const DURATION = envInt('BENCH_DURATION', 4)
+const TRIOS = envInt('BENCH_TRIOS', 30)
+const DURATION = envInt('BENCH_DURATION', 3)
 /** Requests a second, every side alike: below the gateway's maximum, so that each does the same work a second. */
 const RATE = envInt('BENCH_RATE', 1_500)
 const CONNECTIONS = envInt('BENCH_CONNECTIONS', 16)
 const WARMUP = envInt('BENCH_WARMUP', 5)
 const WARMUP_ROUNDS = envInt('BENCH_WARMUP_ROUNDS', 2)
-/** Between rounds: the previous side's leftovers (a lease probed each second) land in no round. */
-const PAUSE_MS = envInt('BENCH_PAUSE_MS', 500, 0)
+/**
+ * Seconds of a side's own load, unmeasured, before each of its rounds: what a round starts with
+ * (the credit's lease shrunk or forgotten while the others ran, the previous side's leftovers)
+ * falls there, and a round measures a steady rate.
+ */
+const LEAD = envInt('BENCH_LEAD', 1, 0)
+
+/**
+ * With BENCH_PROFILE=<dir>, the measured rounds' spans go to <dir>/credit-cpu-spans.json, in µs of
+ * the monotonic clock, as V8 stamps a profile's samples: `profile-summary.ts <profile> --spans
+ * <file> <side>` then counts that side's samples only, from one process.
+ */
+const SPANS = process.env.BENCH_PROFILE ? resolve(process.env.BENCH_PROFILE, 'credit-cpu-spans.json') : null
+const monotonicMicros = () => Number(process.hrtime.bigint() / 1000n)
 
 const SIDES = ['credit', 'none', 'none-b'] as const
 type SideName = (typeof SIDES)[number]
@@ -126,10 +138,12 @@ run(async () => {
     }
 
     const measure = async (side: Side, seconds: number, label: string): Promise<Measured> => {
-      await sleep(PAUSE_MS)
       // Idle through the other sides' rounds, the credit's limit may have been forgotten: one
-      // request takes its first lease again, so that the round shows a warm credit.
+      // request takes its first lease again, then the lead-in brings it to the rate.
       await fetch(`${gateway.url}${PROXIED_PATH}`, { headers: side.headers }).then((r) => r.text())
+      if (LEAD > 0)
+        await load({ url: gateway.url, headers: side.headers, connections: CONNECTIONS, seconds: LEAD, rate: RATE })
+      const ranBefore = cpuNanos(gateway.child.pid)
       const r = await load({
         url: gateway.url,
         headers: side.headers,
@@ -138,6 +152,8 @@ run(async () => {
         rate: RATE,
         pid: gateway.child.pid,
       })
+      // Rounds of a few seconds: load()'s clock ticks (10 ms) would be 1 % of a round's CPU.
+      r.cpuMicros = (cpuNanos(gateway.child.pid) - ranBefore) / 1_000 / r.requests
       console.error(roundLine(`${side.name.padEnd(6)} ${label}`, r))
       return r
     }
@@ -145,12 +161,15 @@ run(async () => {
     console.error(`warming up, ${WARMUP_ROUNDS} × ${WARMUP} s a side…`)
     for (let pass = 1; pass <= WARMUP_ROUNDS; pass++)
       for (const side of sides) await measure(side, WARMUP, `warm-up ${pass}`)
+    const spans: { side: SideName; from: number; to: number }[] = []
     console.error(`measuring, ${TRIOS} trios of ${DURATION} s a side at ${RATE} requests a second…`)
     for (let trio = 0; trio < TRIOS; trio++) {
       for (const name of ORDERS[trio % ORDERS.length]!) {
         const side = byName(name)
         const before = await scrape(gateway.metricsPort)
+        const from = monotonicMicros()
         side.rounds.push(await measure(side, DURATION, `trio ${trio + 1}`))
+        spans.push({ side: name, from, to: monotonicMicros() })
         const after = await scrape(gateway.metricsPort)
         for (const [name, [series, ...labels]] of Object.entries(COUNTERS) as [
           keyof typeof COUNTERS,
@@ -159,6 +178,7 @@ run(async () => {
           side.moved[name] += metric(after, series!, ...labels) - metric(before, series!, ...labels)
       }
     }
+    if (SPANS !== null) writeFileSync(SPANS, JSON.stringify(spans))
     report(sides, gateway, pins)
   } catch (err) {
     if (!isInterrupted()) for (const server of started) console.error(`${server.url} wrote:\n${server.output()}`)
@@ -187,7 +207,7 @@ function report(sides: Side[], gateway: Gateway, pins: ReturnType<typeof pinning
     ...reportHead('bench:credit-cpu'),
     `gateway   ${gateway.command}, one process, one route reporting tokens (X-Tokens-Used: 42 an answer)`,
     `sides     credit: a sub-account whose credit of tokens is required, 10^12 granted; none and none-b: sub-accounts without limits; each of its own parent`,
-    `load      GET ${PROXIED_PATH}, ${CONNECTIONS} keep-alive connections, ${fmt(RATE)} requests a second; ${WARMUP_ROUNDS} × ${WARMUP} s a side to warm up, then ${TRIOS} trios of ${DURATION} s a side, the six orders in turn, ${PAUSE_MS} ms between rounds`,
+    `load      GET ${PROXIED_PATH}, ${CONNECTIONS} keep-alive connections, ${fmt(RATE)} requests a second; ${WARMUP_ROUNDS} × ${WARMUP} s a side to warm up, then ${TRIOS} trios of ${DURATION} s a side, the six orders in turn, each round after ${LEAD} s of its side's load unmeasured`,
     pins === null
       ? 'pinning   none (BENCH_PIN=1 puts the gateway on a CPU of its own)'
       : `pinning   the gateway on CPU ${pins.server}; the load and the upstream on CPU ${pins.rest} (Redis and Postgres wherever the scheduler puts them)`,
@@ -200,7 +220,7 @@ function report(sides: Side[], gateway: Gateway, pins: ReturnType<typeof pinning
         ...[s.moved.leaseCalls, s.moved.coldWaits, s.moved.redis, s.moved.postgres].map(fmt),
       ]),
     ),
-    "(medians over the trios, requests their sum; CPU µs/req: the gateway process's user + system time over a round, per request answered; the last four: what the gateway's counters moved by over the side's rounds, summed: lease calls to Redis, requests that waited for a lease, lookups of the tenancy cache's lower tiers)",
+    "(medians over the trios, requests their sum; CPU µs/req: the gateway's threads' run time over a round (/proc/<pid>/task/*/schedstat), per request answered; the last four: what the gateway's counters moved by over the side's rounds, summed: lease calls to Redis, requests that waited for a lease, lookups of the tenancy cache's lower tiers)",
     '',
     ratioLine('credit / none', verdict, ` (target ≤ 1.03: ${verdict.median <= 1.03 ? 'met' : 'NOT MET'})`),
     ratioLine('none-b / none', floor, ' (A/A: the noise floor)'),
