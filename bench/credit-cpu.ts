@@ -137,12 +137,16 @@ run(async () => {
       if (response.headers.get('x-tokens-used') !== null) throw new Error(`${side.name}: X-Tokens-Used passed on`)
     }
 
-    const measure = async (side: Side, seconds: number, label: string): Promise<Measured> => {
+    const spans: { side: SideName; from: number; to: number }[] = []
+    /** A round of `side`; `counted`: its counters and span kept (a measured round, not a warm-up). */
+    const measure = async (side: Side, seconds: number, label: string, counted: boolean): Promise<Measured> => {
       // Idle through the other sides' rounds, the credit's limit may have been forgotten: one
       // request takes its first lease again, then the lead-in brings it to the rate.
       await fetch(`${gateway.url}${PROXIED_PATH}`, { headers: side.headers }).then((r) => r.text())
       if (LEAD > 0)
         await load({ url: gateway.url, headers: side.headers, connections: CONNECTIONS, seconds: LEAD, rate: RATE })
+      const before = counted ? await scrape(gateway.metricsPort) : null
+      const from = monotonicMicros()
       const ranBefore = cpuNanos(gateway.child.pid)
       const r = await load({
         url: gateway.url,
@@ -155,21 +159,8 @@ run(async () => {
       // Rounds of a few seconds: load()'s clock ticks (10 ms) would be 1 % of a round's CPU.
       r.cpuMicros = (cpuNanos(gateway.child.pid) - ranBefore) / 1_000 / r.requests
       console.error(roundLine(`${side.name.padEnd(6)} ${label}`, r))
-      return r
-    }
-    const byName = (name: SideName) => sides.find((s) => s.name === name)!
-    console.error(`warming up, ${WARMUP_ROUNDS} × ${WARMUP} s a side…`)
-    for (let pass = 1; pass <= WARMUP_ROUNDS; pass++)
-      for (const side of sides) await measure(side, WARMUP, `warm-up ${pass}`)
-    const spans: { side: SideName; from: number; to: number }[] = []
-    console.error(`measuring, ${TRIOS} trios of ${DURATION} s a side at ${RATE} requests a second…`)
-    for (let trio = 0; trio < TRIOS; trio++) {
-      for (const name of ORDERS[trio % ORDERS.length]!) {
-        const side = byName(name)
-        const before = await scrape(gateway.metricsPort)
-        const from = monotonicMicros()
-        side.rounds.push(await measure(side, DURATION, `trio ${trio + 1}`))
-        spans.push({ side: name, from, to: monotonicMicros() })
+      if (counted) {
+        spans.push({ side: side.name, from, to: monotonicMicros() })
         const after = await scrape(gateway.metricsPort)
         for (const [name, [series, ...labels]] of Object.entries(COUNTERS) as [
           keyof typeof COUNTERS,
@@ -177,7 +168,18 @@ run(async () => {
         ][])
           side.moved[name] += metric(after, series!, ...labels) - metric(before, series!, ...labels)
       }
+      return r
     }
+    const byName = (name: SideName) => sides.find((s) => s.name === name)!
+    console.error(`warming up, ${WARMUP_ROUNDS} × ${WARMUP} s a side…`)
+    for (let pass = 1; pass <= WARMUP_ROUNDS; pass++)
+      for (const side of sides) await measure(side, WARMUP, `warm-up ${pass}`, false)
+    console.error(`measuring, ${TRIOS} trios of ${DURATION} s a side at ${RATE} requests a second…`)
+    for (let trio = 0; trio < TRIOS; trio++)
+      for (const name of ORDERS[trio % ORDERS.length]!) {
+        const side = byName(name)
+        side.rounds.push(await measure(side, DURATION, `trio ${trio + 1}`, true))
+      }
     if (SPANS !== null) writeFileSync(SPANS, JSON.stringify(spans))
     report(sides, gateway, pins)
   } catch (err) {
@@ -220,7 +222,7 @@ function report(sides: Side[], gateway: Gateway, pins: ReturnType<typeof pinning
         ...[s.moved.leaseCalls, s.moved.coldWaits, s.moved.redis, s.moved.postgres].map(fmt),
       ]),
     ),
-    "(medians over the trios, requests their sum; CPU µs/req: the gateway's threads' run time over a round (/proc/<pid>/task/*/schedstat), per request answered; the last four: what the gateway's counters moved by over the side's rounds, summed: lease calls to Redis, requests that waited for a lease, lookups of the tenancy cache's lower tiers)",
+    "(medians over the trios, requests their sum; CPU µs/req: the gateway's threads' run time over a round (/proc/<pid>/task/*/schedstat), per request answered; the last four: what the gateway's counters moved by over the side's measured rounds (not their lead-ins), summed: lease calls to Redis, requests that waited for a lease, lookups of the tenancy cache's lower tiers)",
     '',
     ratioLine('credit / none', verdict, ` (target ≤ 1.03: ${verdict.median <= 1.03 ? 'met' : 'NOT MET'})`),
     ratioLine('none-b / none', floor, ' (A/A: the noise floor)'),
