@@ -3,7 +3,17 @@
 // /proc readings, the autocannon load loop and the figures. How each bench uses them: bench/README.md.
 import { type ChildProcess, execFile, execFileSync, spawn, spawnSync } from 'node:child_process'
 import { randomBytes, randomUUID } from 'node:crypto'
-import { cpSync, existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync } from 'node:fs'
+import {
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+} from 'node:fs'
 import http from 'node:http'
 import { createRequire } from 'node:module'
 import net, { type AddressInfo } from 'node:net'
@@ -714,6 +724,22 @@ export function cpuSeconds(
     // The fields after the command name, which is in parentheses and may hold spaces.
     const fields = readFileSync(stat, 'utf8').split(') ')[1]!.split(' ')
     return ((part === 'both' ? Number(fields[11]) : 0) + Number(fields[12])) / CLOCK_TICKS
+  } catch {
+    return Number.NaN
+  }
+}
+
+/**
+ * Nanoseconds a process's threads have run so far, from each thread's /proc schedstat (NaN off
+ * Linux): what cpuSeconds counts, without its clock ticks (10 ms), for rounds too short for them.
+ * A thread that ended between two readings takes its time with it (a gateway's threads last).
+ */
+export function cpuNanos(pid: number | undefined): number {
+  try {
+    let sum = 0
+    for (const task of readdirSync(`/proc/${pid}/task`))
+      sum += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0])
+    return sum
   } catch {
     return Number.NaN
   }

@@ -1,6 +1,7 @@
 // Where a gateway's CPU time went, from a V8 CPU profile (BENCH_PROFILE=<dir> npm run bench:proxy):
 // self time by package or project file, and the functions that took most.
-// `npx tsx bench/profile-summary.ts <file.cpuprofile> [top]`.
+// `npx tsx bench/profile-summary.ts <file.cpuprofile> [top] [--spans <spans.json> <label>]`: with
+// --spans, only the samples taken within the spans of that label (bench:credit-cpu writes them).
 import { readFileSync } from 'node:fs'
 
 interface ProfileNode {
@@ -14,15 +15,33 @@ interface Profile {
   nodes: ProfileNode[]
   samples: number[]
   timeDeltas: number[]
+  /** µs of the monotonic clock. */
+  startTime: number
 }
 
-const [file, topArg] = process.argv.slice(2)
-if (file === undefined) {
-  console.error('usage: tsx bench/profile-summary.ts <file.cpuprofile> [top]')
+const args = process.argv.slice(2)
+const spansAt = args.indexOf('--spans')
+const spansOf = spansAt === -1 ? null : { file: args[spansAt + 1], label: args[spansAt + 2] }
+if (spansAt !== -1) args.splice(spansAt, 3)
+const [file, topArg] = args
+if (file === undefined || (spansOf !== null && (spansOf.file === undefined || spansOf.label === undefined))) {
+  console.error('usage: tsx bench/profile-summary.ts <file.cpuprofile> [top] [--spans <spans.json> <label>]')
   process.exit(2)
 }
 const top = Number(topArg ?? 40)
 const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile
+/** Whether the sample taken at `at` (µs) counts: within one of the label's spans, when given. */
+const counted: (at: number) => boolean = (() => {
+  if (spansOf === null) return () => true
+  const spans = (
+    JSON.parse(readFileSync(spansOf.file!, 'utf8')) as { side: string; from: number; to: number }[]
+  ).filter((span) => span.side === spansOf.label)
+  if (spans.length === 0) throw new Error(`${spansOf.file}: no span of ${spansOf.label}`)
+  console.log(
+    `${spans.length} spans of ${spansOf.label}, ${(spans.reduce((sum, s) => sum + s.to - s.from, 0) / 1e6).toFixed(1)} s`,
+  )
+  return (at) => spans.some((span) => at >= span.from && at < span.to)
+})()
 
 /** The package (node_modules/<name>), the project's own file (dist/…), node's own, or V8's. */
 function whereOf(url: string): string {
@@ -39,8 +58,11 @@ function whereOf(url: string): string {
 
 const byId = new Map(profile.nodes.map((node) => [node.id, node]))
 const selfMicros = new Map<number, number>()
+let at = profile.startTime
 for (let i = 0; i < profile.samples.length; i++) {
   const id = profile.samples[i]!
+  at += profile.timeDeltas[i] ?? 0
+  if (!counted(at)) continue
   selfMicros.set(id, (selfMicros.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0))
 }
 let total = 0

@@ -13,7 +13,9 @@ export class LimitTable {
   private readonly limits = new Map<string, LeasedLimit>()
   /** What `applicable` found for a subjects array, while no limit has been forgotten since. */
   private readonly resolved = new WeakMap<readonly LimitSubject[], { generation: number; limits: LeasedLimit[] }>()
-  /** Moves whenever a limit leaves `limits`: every `resolved` entry is then looked up again. */
+  /** What `credited` found for a credit's balance, while no limit has been forgotten since. */
+  private readonly charged = new WeakMap<CreditBalance, { generation: number; tenantId: string; limit: LeasedLimit }>()
+  /** Moves whenever a limit leaves `limits`: every `resolved` and `charged` entry is then looked up again. */
   private generation = 0
   private readonly ctx: LimitContext
   private readonly keyPrefix: string
@@ -71,10 +73,16 @@ export class LimitTable {
 
   /** A sub-account's credits of a meter as held now (made if none), to charge an answer's units to. */
   credited(subject: LimitSubject, credit: CreditBalance, now: number): LeasedLimit {
-    return (
+    // Every answer of a credited sub-account is charged: found by its balance (the subjects of
+    // an admission are reused, and so is that object) rather than by a name made anew each time.
+    const known = this.charged.get(credit)
+    if (known !== undefined && known.generation === this.generation && known.tenantId === subject.tenantId)
+      return known.limit
+    const limit =
       this.limits.get(`${subject.level}:${subject.tenantId}:c:${credit.meter}`) ??
       this.creditLimit(subject, credit, now)
-    )
+    this.charged.set(credit, { generation: this.generation, tenantId: subject.tenantId, limit })
+    return limit
   }
 
   /** Forgets limits unused for a while (their leases given back); the others maintain theirs unless `closed`. */
