@@ -3,7 +3,7 @@
 // server ran over a span of requests (callgrind_control --zero, the requests, --dump). A server
 // may be counted many times: each dump is read once and removed. bench/README.md.
 import { execFile, execFileSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import os from 'node:os'
 import { resolve } from 'node:path'
@@ -241,6 +241,8 @@ async function readDump(server: Server, outDir: string, seen: Set<string>): Prom
       const summary = /^summary: (\d+)\n/m.exec(readFileSync(resolve(outDir, name), 'utf8'))
       if (summary == null) continue
       seen.add(name)
+      // BENCH_KEEP_DUMPS=<folder>: a copy of each dump, for callgrind_annotate (bench/README.md).
+      if (process.env.BENCH_KEEP_DUMPS) copyFileSync(resolve(outDir, name), resolve(process.env.BENCH_KEEP_DUMPS, name))
       rmSync(resolve(outDir, name), { force: true })
       return Number(summary[1])
     }

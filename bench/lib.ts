@@ -376,12 +376,19 @@ function profiled(nodeOptions: string): string {
 
 /** A gateway process on `databaseUrl`, LOG_LEVEL=warn, ready when an unauthenticated call gets its 401. */
 export async function startGateway(
-  o: Wrap & { databaseUrl: string; upstreamUrl: string; tree?: string; env?: NodeJS.ProcessEnv },
+  o: Wrap & {
+    databaseUrl: string
+    upstreamUrl: string
+    tree?: string
+    env?: NodeJS.ProcessEnv
+    /** Node's or V8's flags after the image's (V8's are refused in NODE_OPTIONS). */
+    nodeFlags?: string[]
+  },
 ): Promise<Gateway> {
   const tree = o.tree ?? ROOT
   const [port, metricsPort] = (await freePorts(2)) as [number, number]
   const image = imageNode(tree)
-  const args = [...image.flags, resolve(buildDist(tree), 'dist/main.js')]
+  const args = [...image.flags, ...(o.nodeFlags ?? []), resolve(buildDist(tree), 'dist/main.js')]
   const env = {
     HOST: '127.0.0.1',
     PORT: String(port),

@@ -9,7 +9,8 @@
 // each mode of this tree against the same mode of that one, in the same run.
 // BENCH_COLLECT=io is the figure to trust: the batch processor exports from the span's end once a
 // batch is full, inside the I/O poll, so the export's encoding is counted with the requests.
-// bench/README.md.
+// BENCH_AA=<n> adds n more untraced gateways of this tree (`off-2`…), started last: an A/A that
+// should read 1. BENCH_V8_FLAGS: V8's flags for every side. bench/README.md.
 import { execFileSync } from 'node:child_process'
 import {
   type Counted,
@@ -27,6 +28,7 @@ import {
   createDatabase,
   envInt,
   fmt,
+  type Gateway,
   gitDescription,
   median,
   PROXIED_PATH,
@@ -48,10 +50,36 @@ const BASELINE_TREE = process.env.BENCH_BASELINE_TREE || null
 const BASELINE_TRACES = BASELINE_TREE !== null && envInt('BENCH_BASELINE_TRACES', 0, 0) > 0
 /** Start the sides last first: whether a side's count follows its place in the start order (bench/README.md). */
 const START_REVERSED = envInt('BENCH_START_REVERSED', 0, 0) > 0
+/**
+ * V8's flags for every side, space-separated (BENCH_V8_FLAGS; none by default): to try making the
+ * JIT's state the same in every process (bench/README.md, what is left).
+ */
+const V8_FLAGS = (process.env.BENCH_V8_FLAGS ?? '').split(' ').filter((flag) => flag !== '')
 /** Warm-up requests are sent to the sides in turn, this many at a time. */
 const WARMUP_CHUNK = 500
 
-type Side = 'off' | '0.01' | 'always' | 'baseline' | 'baseline-0.01' | 'baseline-always'
+/** A gateway's /metrics as series → value; under valgrind it may take many seconds to answer. */
+async function scrapeSlowly(gateway: Gateway): Promise<Map<string, number>> {
+  const response = await fetch(`http://127.0.0.1:${gateway.metricsPort}/metrics`, {
+    signal: AbortSignal.timeout(120_000),
+  })
+  const series = new Map<string, number>()
+  for (const line of (await response.text()).split('\n')) {
+    const match = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line)
+    if (match !== null) series.set(match[1]! + (match[2] ?? ''), Number(match[3]))
+  }
+  return series
+}
+
+/** The tenancy cache's work a request over a counted span: by the second, so it grows as the side slows. */
+function storeLine(before: Map<string, number>, after: Map<string, number>, requests: number): string {
+  const per = (series: string) => (((after.get(series) ?? 0) - (before.get(series) ?? 0)) / requests).toFixed(3)
+  return `    a request: ${per('tgw_cache_hits_total{tier="local"}')} in-process hits, ${per('tgw_store_lookups_total{tier="redis"}')} Redis and ${per('tgw_store_lookups_total{tier="postgres"}')} Postgres lookups, ${per('tgw_cache_refreshes_total')} refreshes, ${per('tgw_redis_errors_total')} Redis timeouts`
+}
+
+/** More untraced gateways of this tree beside `off` (`off-2`…): an A/A, which should read 1. */
+const AA_SIDES = Array.from({ length: envInt('BENCH_AA', 0, 0) }, (_, i) => `off-${i + 2}` as const)
+type Side = (typeof AA_SIDES)[number] | 'off' | '0.01' | 'always' | 'baseline' | 'baseline-0.01' | 'baseline-always'
 
 run(async () => {
   const callgrind = callgrindWrap(collectKnob())
@@ -80,9 +108,11 @@ run(async () => {
             ['baseline-always', tracing('parentbased_always_on'), BASELINE_TREE],
           ] as [Side, NodeJS.ProcessEnv, string][])
         : []),
+      // Last: started in reverse, the A/A's two sides are furthest apart.
+      ...AA_SIDES.map((side): [Side, NodeJS.ProcessEnv, undefined] => [side, {}, undefined]),
     ]
     console.error('starting the gateways under valgrind, one at a time (minutes)…')
-    const sides: [Side, Server][] = []
+    const sides: [Side, Gateway][] = []
     for (const [side, env, tree] of START_REVERSED ? [...envs].reverse() : envs) {
       const gateway = await startPatiently(() =>
         startGateway({
@@ -91,11 +121,14 @@ run(async () => {
           tree,
           env,
           wrap: callgrind.wrap,
+          nodeFlags: V8_FLAGS,
           timeoutMs: 600_000,
         }),
       )
       started.push(gateway)
       sides.push([side, gateway])
+      // BENCH_KEEP_DUMPS names the dumps by process id.
+      console.error(`${side}: process ${gateway.child.pid}`)
     }
     // Counted in the same turns either way.
     if (START_REVERSED) sides.reverse()
@@ -106,9 +139,12 @@ run(async () => {
     for (let round = 0; round < ROUNDS; round++) {
       const turn = round % sides.length
       for (const [side, server] of [...sides.slice(turn), ...sides.slice(0, turn)]) {
+        const before = await scrapeSlowly(server)
         const counted = await countRequests(server, load, REQUESTS, CONNECTIONS, callgrind.outDir)
+        const after = await scrapeSlowly(server)
         rounds.get(side)!.push(counted)
         console.error(countedLine(`${side} round ${round + 1}`, counted))
+        console.error(storeLine(before, after, counted.requests))
       }
     }
     const perRequest = (side: Side) => median(rounds.get(side)!.map((c) => c.perRequest))
@@ -138,6 +174,7 @@ run(async () => {
         ),
         '',
         ...(BASELINE_TREE === null ? [] : [line('off / baseline', 'off', 'baseline', 1.01)]),
+        ...AA_SIDES.map((side) => line(`${side} / off (an A/A)`, side, 'off')),
         line('0.01 / off', '0.01', 'off', 1.03),
         line('always / off', 'always', 'off', 1.2),
         ...(BASELINE_TRACES
