@@ -11,6 +11,7 @@ import { cli } from '../helpers/cli.js'
 import { TEST_ENCRYPTION_KEY } from '../helpers/encryption-key.js'
 import { metricValue, startGateway, type TestGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
+import { UNHURRIED_LIMITS } from '../helpers/limits.js'
 import { until } from '../helpers/poll.js'
 import type { JsonBody } from '../helpers/json.js'
 import { checkProblem } from '../helpers/problems.js'
@@ -45,6 +46,8 @@ for (const redis of [undefined, false] as const) {
     const holding = await holdingUpstream(t, { holdPrefix: '/held', delayMs: [0, 0], reply: reportsTokens })
     const held = { prefix: '/held', upstream: holding.url, meters: [{ name: 'tokens', header: 'x-tokens-used' }] }
     const gw = await startGateway(t, {
+      // What the limits let through, not how fast Redis answers a busy machine.
+      ...UNHURRIED_LIMITS,
       usageFlushIntervalMs: 3_600_000,
       ...(redis === false ? { redis: false } : { redisKeyPrefix: keyPrefix }),
       gatewayConfig: { routes: [...routes, held] },
