@@ -56,8 +56,18 @@ export const CANCEL_AGAIN_AFTER_MS: readonly number[] = [100, 1_000, 5_000]
 
 function cancel(query: PendingQuery): void {
   const canceller = query.canceller
-  // Never handed to the pool: there is nothing to cancel, and a rejection nobody awaits.
-  if (!query.executed || typeof canceller !== 'function') return
+  // Made before the stop, not yet handed to the pool: if it is awaited after, it must never reach
+  // Postgres (it would run on, uncancelled). A fragment, never awaited, is left as it is.
+  if (!query.executed) {
+    if (typeof query.handle === 'function')
+      query.handle = async function (this: PendingQuery) {
+        if (this.executed) return
+        this.executed = true
+        this.reject?.(new StatementsStoppedError())
+      }
+    return
+  }
+  if (typeof canceller !== 'function') return
   query.canceller = null
   // A cancel that cannot reach Postgres fails on its own connection; the statement's own error (or
   // its answer) still goes to the call.

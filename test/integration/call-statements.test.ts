@@ -108,6 +108,27 @@ t.test('a cancel that reaches Postgres before the statement does is sent again',
   t.equal(await outcome, '57014', 'the statement is cancelled all the same')
 })
 
+t.test('a statement made before the stop and awaited after it never reaches Postgres', async (t) => {
+  const stop = new AbortController()
+  let resume!: () => void
+  const paused = new Promise<void>((resolve) => {
+    resume = resolve
+  })
+  const outcome = stoppedBy(stop.signal, async () => {
+    const made = sql`select pg_sleep(30) as slept`
+    await paused
+    return made.then(
+      () => 'answered',
+      (err: { code?: string }) => err.code,
+    )
+  })
+  stop.abort()
+  resume()
+  t.equal(await outcome, '57014', 'refused as a statement made after the stop')
+  t.equal(await sleeping(), 0, 'nothing of it runs')
+  t.same(await sql`select 1 as one`, [{ one: 1 }], 'the pool serves on')
+})
+
 t.test('an aborted signal stops the call before its first statement', async (t) => {
   const stop = new AbortController()
   stop.abort()
