@@ -106,7 +106,6 @@ export function listRequests(
     return pageOf(tx, accountId, f, walkedRows, {
       rows: maxRowsRead,
       until: Date.now() + maxReadMs,
-      statementTimeoutMs,
     })
   })
 }

@@ -12,11 +12,10 @@ const QUERY_CANCELED = '57014'
 /** Rows a round reads at most (queries.ts), and the rows a sub-account's index is read for at once. */
 export const LAST_ROUND_ROWS = 4_096
 
-/** What a page may still spend: rows read, time, and each statement's own limit (undefined: the server's). */
+/** What a page may still spend: rows read, and time (until then, epoch ms). */
 export interface ReadBudget {
   rows: number
   until: number
-  statementTimeoutMs: number | undefined
 }
 
 /** A round's first window: the account's newest rows looked at before older ones. */
@@ -158,12 +157,25 @@ export async function newestRowBefore(
 }
 
 /**
+ * The least time a search of a sub-account's or key's own index is begun with, in ms: a cancelled
+ * search is rolled back under the same short `statement_timeout` (below), which a loaded server
+ * could overrun were it a millisecond or two.
+ */
+const MIN_SEARCH_MS = 20
+
+/**
  * The next rows of a sub-account's or key's, from its GIN index over all the account's rows older
  * than `upTo` (the index lists only this account's rows), LAST_ROUND_ROWS at once; null when that
  * takes longer than the page may. The index names every row of the sub-account, and each is read
  * before the newest can be sorted out: a busy one's that its other conditions rule out (a route
  * it never called) would be millions, every page, past any deadline. The page then ends short
  * where its windows got to, and the next walks on from there.
+ *
+ * The page's time left is the search's `statement_timeout`, set in a savepoint. The search itself
+ * puts the page's own back (`set_config` in the same statement): a statement's timeout is fixed as
+ * it begins, and any later statement begun under the short one (a `SET` back, on a loaded server)
+ * could be cancelled outside the savepoint, ending the whole page in an error. A cancelled search
+ * is rolled back to the savepoint, which puts back the page's own too.
  */
 async function ownIndexRows(
   sql: Tx,
@@ -174,28 +186,30 @@ async function ownIndexRows(
   budget: ReadBudget,
 ): Promise<{ rows: string[]; more: boolean; lookedTo: null } | null> {
   const olderWanted = Math.max(wanted, LAST_ROUND_ROWS)
-  const leftMs = Math.max(1, Math.round(budget.until - Date.now()))
+  // The account and the place as no index condition (`is true`): each would let the plan read an
+  // index of every parent's rows (the account's index from its second column on, for the place);
+  // and no reading of the table itself, whose rows are every parent's. The statements after this
+  // one in the page are all index lookups.
+  await sql`set local enable_seqscan = off`
+  const leftMs = Math.round(budget.until - Date.now())
+  if (leftMs < MIN_SEARCH_MS) return null
   try {
-    const rows = await sql.savepoint(async (bounded) => {
-      await bounded.unsafe(`set local statement_timeout = ${leftMs}`)
-      // The account and the place as no index condition (`is true`): each would let the plan read
-      // an index of every parent's rows (the account's index from its second column on, for the
-      // place); and no reading of the table itself, whose rows are every parent's. The statements
-      // after this one in the page are all index lookups.
-      await bounded`set local enable_seqscan = off`
-      return bounded<{ seq: string }[]>`
-        select seq from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
-          ${upTo === null ? bounded`` : bounded`and (seq <= ${upTo}::int8) is true`}
-        order by seq desc limit ${bounded.unsafe(String(olderWanted))}`
+    const seqs = await sql.savepoint(async (bounded) => {
+      // The page's own timeout read in a subquery (`offset 0`: run before the outer `set_config`).
+      const [own] = await bounded<{ timeout: string }[]>`
+        select was.timeout, set_config('statement_timeout', ${String(leftMs)}, true)
+        from (select current_setting('statement_timeout') as timeout offset 0) was`
+      const [found] = await bounded<{ seqs: string[] }[]>`
+        select to_json(array(
+          select seq::text from request_log_rows r where (account_id = ${accountId}) is true ${rowWhere}
+            ${upTo === null ? bounded`` : bounded`and (seq <= ${upTo}::int8) is true`}
+          order by r.seq desc limit ${bounded.unsafe(String(olderWanted))}
+        )) as seqs, set_config('statement_timeout', ${own!.timeout}, true)`
+      return found!.seqs
     })
-    const seqs = rows.map((row) => row.seq)
     return { rows: seqs, more: seqs.length === olderWanted, lookedTo: null }
   } catch (err) {
     if ((err as { code?: string }).code !== QUERY_CANCELED) throw err
     return null
-  } finally {
-    // What the savepoint set stays set once it is released: the page's own limit back.
-    const timeout = budget.statementTimeoutMs === undefined ? 'default' : String(Math.trunc(budget.statementTimeoutMs))
-    await sql.unsafe(`set local statement_timeout = ${timeout}; set local enable_seqscan = off`)
   }
 }

@@ -1,3 +1,4 @@
+import postgres from 'postgres'
 import t from 'tap'
 import { DAY_MS, dayOf, ensurePartition } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
@@ -271,4 +272,41 @@ t.test("with `since`, a route's windows count only the rows of its day on", asyn
   const since = new Date(today * DAY_MS)
   const page = await listRequests(sql, mine, { ...NO_FILTER, route: '/billing', since, limit: 21 }, { walkedRows: 100 })
   t.same(page, { records: [], resumeBefore: null }, "the day's rows looked at, none matches: the last page")
+})
+
+// A sub-account's index search runs under the page's time left as its `statement_timeout`. A
+// statement begun under it after the search (a SET back, say) could be cancelled on a loaded
+// server outside the search's savepoint, and end the whole page in an error: the search alone
+// begins under it. The page's statements are run again one by one on a connection of the same
+// database, each after asking Postgres which timeout it begins under.
+t.test('of a page, only the index search begins under its short statement_timeout', async (t) => {
+  const database = await freshDatabase(t, { migrated: false })
+  const sql = database.sql
+  await ensureRequestLogTable(sql)
+  await ensurePartition(sql, dayOf(Date.now()))
+  const [mine] = ACCOUNTS as [string]
+  const tenant = uuid(2, 1)
+  await seedRows(sql, mine, 50, '/api', { tenant, status: 404, code: 'not_found' })
+  const sent: { statement: string; parameters: unknown[] }[] = []
+  const watched = postgres(database.url, {
+    max: 1,
+    onnotice: () => {},
+    debug: (_connection, statement, parameters) => sent.push({ statement, parameters }),
+  })
+  t.teardown(() => watched.end())
+  // A sub-account's refusals: its index at once (row-search.ts).
+  const page = await listRequests(watched, mine, { ...NO_FILTER, tenantId: tenant, status: { class: 4 }, limit: 5 })
+  t.equal(page.records.length, 5, 'the page found its records')
+
+  const replay = await sql.reserve()
+  t.teardown(() => replay.release())
+  const [own] = await replay<{ statement_timeout: string }[]>`show statement_timeout`
+  const underShort: string[] = []
+  for (const { statement, parameters } of sent) {
+    const [now] = await replay<{ statement_timeout: string }[]>`show statement_timeout`
+    if (now!.statement_timeout !== own!.statement_timeout) underShort.push(statement.replace(/\s+/g, ' ').trim())
+    await replay.unsafe(statement, parameters as never[])
+  }
+  t.equal(underShort.length, 1, `one statement began under a short timeout:\n${underShort.join('\n')}`)
+  t.match(underShort[0], /from request_log_rows/, 'the search')
 })
