@@ -246,9 +246,15 @@ t.test('a remembered token costs no second signature check', async (t) => {
     t.equal((await callAs(gw.url, token, { path: '/v1/orders/1' })).status, 200, 'proxied')
   }
   t.equal((await verifications('valid')) - before, 1, 'one signature check for ten uses')
-  const admitted = await recentAdmissions(gw)
-  t.equal((await callAs(gw.url, token, { path: '/v1/orders/1' })).status, 200)
-  t.equal((await recentAdmissions(gw)) - admitted, 1, "and a proxied repeat is admitted from the last second's memory")
+  // Two proxied calls back to back: the second is within the first's second unless the machine
+  // stalls between them (at load, CI), when the pair is tried again. Without the memory, none is.
+  let remembered = 0
+  for (let pairs = 0; pairs < 5 && remembered === 0; pairs++) {
+    const admitted = await recentAdmissions(gw)
+    for (let i = 0; i < 2; i++) t.equal((await callAs(gw.url, token, { path: '/v1/orders/1' })).status, 200)
+    remembered = (await recentAdmissions(gw)) - admitted
+  }
+  t.ok(remembered >= 1, `and a proxied repeat is admitted from the last second's memory (${remembered})`)
 })
 
 t.test('a withdrawn signing key ends its remembered tokens at once', async (t) => {
