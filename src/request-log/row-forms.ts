@@ -93,7 +93,7 @@ export function rowText(row: RowBuilder): LogRow {
     would_refuse: row.shadowed ? nullableTexts(row.wouldRefuse) : null,
     outcomes: row.cut ? nullableTexts(row.outcomes) : null,
     cells: row.celled ? nullableTexts(row.cells) : null,
-    trace_ids: row.traced ? nullableTexts(row.traceIds()) : null,
+    trace_ids: row.traced ? nullableTexts(row.traceIds) : null,
   }
 }
 
@@ -147,6 +147,6 @@ export function encodeRow(row: RowBuilder, out: CopyBuffer): void {
   else out.null()
   if (row.celled) out.texts(row.cells, true)
   else out.null()
-  if (row.traced) out.texts(row.traceIds(), true)
+  if (row.traced) out.texts(row.traceIds, true)
   else out.null()
 }

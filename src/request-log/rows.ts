@@ -4,7 +4,6 @@
 import { micros } from './partitions.js'
 import type { RequestRecord } from './capture.js'
 import { hexCount, hexDigits, MADE_ID_LENGTH, MAX_ID_SPAN, madeIdParts } from './made-ids.js'
-import { pushNone, pushTraceId, traceIdsOf } from './trace-words.js'
 
 /** What RowBuilder.add did with a record: took it. */
 export const ADDED = 0
@@ -45,11 +44,8 @@ export class RowBuilder {
   /** Each record's cell, null for none; `celled` when some has one: else the row's `cells` is null. */
   readonly cells: (string | null)[] = []
   celled = false
-  /**
-   * Each record's trace id as words (trace-words.ts: no string kept a record), from the first
-   * traced record on; `traced` when some was: else the row's `trace_ids` is null. traceIds() reads them.
-   */
-  readonly traceWords: number[] = []
+  /** Each record's trace id, null when not traced; `traced` when some was: else the row's `trace_ids` is null. */
+  readonly traceIds: (string | null)[] = []
   traced = false
   readonly tenantSet = new Set<string>()
   readonly keySet = new Set<string>()
@@ -139,18 +135,9 @@ export class RowBuilder {
     this.cells.push(cell)
     if (cell !== null) this.celled = true
     const traceId = record.traceId ?? null
-    if (traceId !== null && !this.traced) {
-      // The records before the first traced one had none: an untraced gateway keeps no words.
-      pushNone(this.traceWords, this.madeCounts.length - 1)
-      this.traced = true
-    }
-    if (this.traced) pushTraceId(this.traceWords, traceId)
+    this.traceIds.push(traceId)
+    if (traceId !== null) this.traced = true
     return ADDED
-  }
-
-  /** Each record's trace id, null for none: for writing the row out. */
-  traceIds(): (string | null)[] {
-    return traceIdsOf(this.traceWords)
   }
 
   /** The count of an id the gateway made with this row's stem (the first such id sets it); -1 for any other. */
