@@ -95,7 +95,10 @@ export async function buffersRead(sql: postgres.Sql, statement: string, paramete
   return plan['Shared Hit Blocks']! + plan['Shared Read Blocks']!
 }
 
-/** A client of `url` whose statements are kept: `pagesRead` runs them again under EXPLAIN on `sql`. */
+/**
+ * A client of `url` whose statements are kept, in the order sent (`statements`): `pagesRead` runs
+ * those since its last call again under EXPLAIN on `sql`.
+ */
 export function watchedClient(t: TestLike, url: string, sql: postgres.Sql) {
   const statements: { statement: string; parameters: unknown[] }[] = []
   const watched = postgres(url, {
@@ -106,6 +109,7 @@ export function watchedClient(t: TestLike, url: string, sql: postgres.Sql) {
   t.teardown(() => watched.end())
   return {
     watched,
+    statements,
     /** The pages its reads since the last ask read, hit or not. */
     async pagesRead(): Promise<number> {
       let pages = 0

@@ -1,4 +1,3 @@
-import postgres from 'postgres'
 import t from 'tap'
 import { DAY_MS, dayOf, ensurePartition } from '../../src/request-log/partitions.js'
 import type { RequestFilter } from '../../src/request-log/filters.js'
@@ -287,13 +286,7 @@ t.test('of a page, only the index search begins under its short statement_timeou
   const [mine] = ACCOUNTS as [string]
   const tenant = uuid(2, 1)
   await seedRows(sql, mine, 50, '/api', { tenant, status: 404, code: 'not_found' })
-  const sent: { statement: string; parameters: unknown[] }[] = []
-  const watched = postgres(database.url, {
-    max: 1,
-    onnotice: () => {},
-    debug: (_connection, statement, parameters) => sent.push({ statement, parameters }),
-  })
-  t.teardown(() => watched.end())
+  const { watched, statements: sent } = watchedClient(t, database.url, sql)
   // A sub-account's refusals: its index at once (row-search.ts).
   const page = await listRequests(watched, mine, { ...NO_FILTER, tenantId: tenant, status: { class: 4 }, limit: 5 })
   t.equal(page.records.length, 5, 'the page found its records')
