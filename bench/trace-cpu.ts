@@ -66,8 +66,15 @@ const RATIOS: [on: string, off: string, target: number | null][] = [
   ['always', 'always-before', null],
 ]
 
-interface Side {
+/** A gateway process's tracing (`env`) and build (`tree`, this one unless given). */
+interface Kind {
   name: string
+  env: NodeJS.ProcessEnv
+  tree?: string
+}
+
+interface Side extends Kind {
+  /** The side's process: a new one each round with BENCH_FRESH. */
   server: Gateway
   rounds: Measured[]
 }
@@ -99,7 +106,7 @@ run(async () => {
       started.push(server)
       return server
     }
-    const kinds: { name: string; env: NodeJS.ProcessEnv; tree?: string }[] = [
+    const kinds: Kind[] = [
       { name: 'off', env: {} },
       { name: 'off-b', env: {} },
       { name: '0.01', env: tracing('parentbased_traceidratio') },
@@ -112,7 +119,7 @@ run(async () => {
           ]),
     ]
     const sides: Side[] = []
-    for (const kind of kinds) sides.push({ name: kind.name, server: await gateway(kind.env, kind.tree), rounds: [] })
+    for (const kind of kinds) sides.push({ ...kind, server: await gateway(kind.env, kind.tree), rounds: [] })
     const { headers } = await seedActing(sides[0]!.server, db.url)
     const dropped = new Map<string, number>()
     const droppedBy = async (side: Side) =>
@@ -127,9 +134,9 @@ run(async () => {
         await stopChild(side.server.child)
         started.splice(started.indexOf(side.server), 1)
       }
-      for (let i = 0; i < kinds.length; i++) {
-        const at = (i + turn) % kinds.length
-        sides[at]!.server = await gateway(kinds[at]!.env, kinds[at]!.tree)
+      for (let i = 0; i < sides.length; i++) {
+        const side = sides[(i + turn) % sides.length]!
+        side.server = await gateway(side.env, side.tree)
       }
     }
 
