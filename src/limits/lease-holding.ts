@@ -19,6 +19,8 @@ export abstract class LeaseHolding {
   debt = 0
   /** Counts what may no longer be sent: a quota's month that ended (quota-month.ts). */
   protected generation = 0
+  /** Counts the limit's changes (`changed`): a grant to a call sent under older terms is not spent. */
+  protected terms = 0
   /** Local mode: the lease held when it began (already taken from Redis), then units to report. */
   prepaid = 0
   unreported = 0
@@ -80,9 +82,12 @@ export abstract class LeaseHolding {
   /**
    * The limit itself changed (a new N, W or M): units leased under the old one may not be spent
    * under the new one (a lease of the old N/10 would pass that many over a lowered N), so the lease
-   * goes back with the next call and the limit waits for a fresh one, as a cold one does.
+   * goes back with the next call and the limit waits for a fresh one, as a cold one does. So does
+   * what a call already sent is granted (lease-renewal.ts, `granted`): Redis ran it under the old
+   * limit, whatever the mode.
    */
   changed(now: number): void {
+    this.terms++
     if (this.mode !== 'shared') return
     this.dropLapsed(now)
     this.refunds += this.held(now)

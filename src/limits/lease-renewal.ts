@@ -22,6 +22,8 @@ export abstract class LeaseRenewal extends LeaseHolding {
   protected asks = 0
   /** What the call under way asked for: an answer granting none of it says the limit is spent. */
   private wantedInCall = 0
+  /** The limit's terms when the call under way was sent (lease-holding.ts, `changed`). */
+  private termsInCall = 0
   protected readonly demand: LeaseDemand
   constructor(name: PolicyName, ctx: LimitContext, now: number, meter = 'requests') {
     super(name, ctx, now, meter)
@@ -151,6 +153,7 @@ export abstract class LeaseRenewal extends LeaseHolding {
     this.inflight = true
     const generation = this.generation
     this.wantedInCall = call.wanted
+    this.termsInCall = this.terms
     this.ctx.metrics.leaseRequests?.inc()
     const sent = this.call(now, call)
       .then(
@@ -185,6 +188,14 @@ export abstract class LeaseRenewal extends LeaseHolding {
       return
     }
     this.ctx.answered()
+    if (this.termsInCall !== this.terms) {
+      // Granted under a limit that has changed since the call was sent (a credit's grant expired
+      // meanwhile, a lowered N or M): spent, it would pass requests the limit now refuses. It goes
+      // back with the next call, sent at once under the limit as it is.
+      this.refunds += granted
+      this.nextCallAt = 0
+      return
+    }
     if (this.mode !== 'shared') {
       this.lease = 0
       this.prepaid = 0

@@ -54,7 +54,13 @@ t.test("a charge after a change of limits keeps the change (the request's subjec
   const after = [metered({ rate: { requests: 200, perSeconds: 60 } })]
   const next = limiter.admitWhenWarm(after)
   await flush()
-  await store.rateAnswer(5, 150)
+  // The renewal the first admission sent is under way, under the old N: what it grants is given
+  // back with a call under the new N, which the request waits for.
+  const stale = await store.rateAnswer(5, 150)
+  t.equal(stale.requests, 1_000, 'the call under way was sent under the old N')
+  const fresh = await store.rateAnswer(5, 150)
+  t.equal(fresh.requests, 200, 'the next is sent under the new one')
+  t.ok(fresh.returned >= 5, `the grant to the old call goes back with it (${fresh.returned})`)
   t.ok((await next).allowed)
   t.match(limiter.admit(after).policies, [{ quota: 200 }])
   // The first request's answer ends, with its subjects as they were at its admission.
