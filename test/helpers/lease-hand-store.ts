@@ -2,6 +2,7 @@
 // every call the limiter makes, and its arguments, show: test/unit/limits-*.test.ts.
 import type { LeaseStore, QuotaAnswer, QuotaCall, RateAnswer, RateCall } from '../../src/limits/lease-store.js'
 import { Limiter } from '../../src/limits/limiter.js'
+import type { CreditBalance, LimitSubject } from '../../src/limits/types.js'
 
 interface Pending<C, A> {
   call: C
@@ -61,4 +62,17 @@ export function limiterOnHand(now: () => number): { limiter: Limiter; store: Han
     warmWaitMs: 10_000,
   })
   return { limiter, store }
+}
+
+/** Sub-account `sub-1`, whose only limit is a credit of `tokens` from these grants. */
+export function creditedSubject(live: CreditBalance['live']): LimitSubject {
+  return {
+    tenantId: 'sub-1',
+    level: 'sub_account',
+    limits: {
+      rate: null,
+      monthlyQuota: null,
+      credits: [{ meter: 'tokens', settled: 0, live, lowThresholdPercent: 10 }],
+    },
+  }
 }

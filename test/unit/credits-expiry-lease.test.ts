@@ -4,31 +4,13 @@
 // on any replica: it goes back with the next call, which asks under the balance as it is now.
 import t from 'tap'
 import { limitRefusal } from '../../src/limits/answer.js'
-import type { LimitSubject } from '../../src/limits/types.js'
-import { flush, limiterOnHand } from '../helpers/lease-hand-store.js'
+import { creditedSubject, flush, limiterOnHand } from '../helpers/lease-hand-store.js'
 import { until } from '../helpers/poll.js'
 
 const NOV = Date.UTC(2026, 10, 10, 12, 0, 0)
 const EXPIRY = NOV + 1_500
 // 100 of its units were burned when the balance was read: past its expiry, it gives those 100.
-const subjects: LimitSubject[] = [
-  {
-    tenantId: 'sub-1',
-    level: 'sub_account',
-    limits: {
-      rate: null,
-      monthlyQuota: null,
-      credits: [
-        {
-          meter: 'tokens',
-          settled: 0,
-          live: [{ units: 1_000, left: 900, expiresAt: EXPIRY }],
-          lowThresholdPercent: 10,
-        },
-      ],
-    },
-  },
-]
+const subjects = [creditedSubject([{ units: 1_000, left: 900, expiresAt: EXPIRY }])]
 
 t.test('a lease granted under a balance that expired while its call was out is given back, not spent', async (t) => {
   let at = NOV

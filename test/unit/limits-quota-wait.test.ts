@@ -8,7 +8,7 @@
 import t from 'tap'
 import { limitRefusal } from '../../src/limits/answer.js'
 import type { LimitSubject } from '../../src/limits/types.js'
-import { flush, limiterOnHand } from '../helpers/lease-hand-store.js'
+import { creditedSubject, flush, limiterOnHand } from '../helpers/lease-hand-store.js'
 
 const NOV = Date.UTC(2026, 10, 10, 12, 0, 0)
 function clock(start = NOV) {
@@ -16,17 +16,7 @@ function clock(start = NOV) {
   return { now: () => at, advance: (ms: number) => (at += ms) }
 }
 const TERA = 1_000_000_000_000
-const credited: LimitSubject = {
-  tenantId: 'sub-1',
-  level: 'sub_account',
-  limits: {
-    rate: null,
-    monthlyQuota: null,
-    credits: [
-      { meter: 'tokens', settled: 0, live: [{ units: TERA, left: TERA, expiresAt: null }], lowThresholdPercent: 10 },
-    ],
-  },
-}
+const credited = creditedSubject([{ units: TERA, left: TERA, expiresAt: null }])
 const quoted: LimitSubject = {
   tenantId: 'sub-1',
   level: 'sub_account',
