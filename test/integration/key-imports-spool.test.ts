@@ -4,9 +4,10 @@
 // while the answer streams. Seen from /proc/self/fd, since the gateway runs in this process.
 import { createHook } from 'node:async_hooks'
 import { randomBytes } from 'node:crypto'
-import { readdirSync, readlinkSync, statSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
 import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import { SPOOL_FILE_PREFIX } from '../../src/auth/key-import-spool.js'
 import { STREAMED_BODY_TIMEOUT_MS } from '../../src/management/hooks.js'
@@ -14,6 +15,13 @@ import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import { until } from '../helpers/poll.js'
 import { startUpstream } from '../helpers/upstream.js'
+
+// A temporary directory of this file's own (os.tmpdir() reads TMPDIR at each call): the test
+// files running beside it open spools in the system's, each named for a moment, which are not
+// this gateway's to answer for.
+const ownTmp = mkdtempSync(join(tmpdir(), 'tgw-spool-test-'))
+process.env.TMPDIR = ownTmp
+t.teardown(() => rmSync(ownTmp, { recursive: true, force: true }))
 
 const upstream = await startUpstream(t)
 const gateway = await startGateway(t, { upstreamUrl: upstream.url })
@@ -111,6 +119,7 @@ t.test('the client gone while it sends the body: the spool is closed, nothing im
   // test must not look inside that window (a name held for no byte of the body).
   t.ok(await until(10_000, async () => (spoolFiles()[0]?.bytes ?? 0) > 0), 'the body is spooled as it comes')
   t.match(openSpools()[0], /\(deleted\)$/, 'to a file without a name')
+  t.ok(openSpools()[0]!.startsWith(`${ownTmp}/`), 'in the temporary directory')
   t.same(namedSpools(), [], 'that the temporary directory does not list')
   t.equal(bodyDeadlines.size, 1, 'its body has a deadline')
   req.destroy()
