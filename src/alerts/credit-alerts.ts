@@ -25,9 +25,23 @@ export interface CreditAlertOptions {
 /** Whether a balance is low: below `percent` % of `granted` (or spent). */
 const isLow = (balance: number, granted: number, percent: number) => balance <= 0 || balance * 100 < percent * granted
 
+/** How far a balance is gone: 0 above its threshold, 1 low, 2 exhausted (at or below zero). */
+type Depth = 0 | 1 | 2
+const depthOf = (balance: number, granted: number, percent: number): Depth =>
+  balance <= 0 ? 2 : isLow(balance, granted, percent) ? 1 : 0
+
+/**
+ * How soon a balance the hint calls lower than Postgres does is asked about again, in ms: the
+ * usage not written yet (the meter writes within a second), or the hint counting other replicas'
+ * leases as spent. One read per such credit each time at most.
+ */
+export const UNCONFIRMED_RECHECK_MS = 2_000
+
 export class CreditAlerts {
   /** `<tenant>:<meter>` → the state last decided (`<granted>:<low|exhausted>`): not asked again. */
   private settled = new Map<string, string>()
+  /** `<tenant>:<meter>` → when to ask again (performance.now(), ms): Postgres found it higher than the hint. */
+  private unconfirmed = new Map<string, number>()
   private readonly options: CreditAlertOptions
   constructor(options: CreditAlertOptions) {
     this.options = options
@@ -35,32 +49,47 @@ export class CreditAlerts {
 
   async check(): Promise<void> {
     const settled = new Map<string, string>()
+    const unconfirmed = new Map<string, number>()
+    const now = performance.now()
     for (const use of this.options.limiter.creditUses()) {
-      if (!isLow(use.remaining, use.granted, use.lowThresholdPercent)) continue
+      const depth = depthOf(use.remaining, use.granted, use.lowThresholdPercent)
+      if (depth === 0) continue
       const key = `${use.tenantId}:${use.meter}`
-      const state = `${use.granted}:${use.remaining <= 0 ? 'exhausted' : 'low'}`
+      const state = `${use.granted}:${depth === 2 ? 'exhausted' : 'low'}`
       if (this.settled.get(key) === state) {
         settled.set(key, state)
         continue
       }
+      const askAgainAt = this.unconfirmed.get(key)
+      if (askAgainAt !== undefined && now < askAgainAt) {
+        unconfirmed.set(key, askAgainAt)
+        continue
+      }
       try {
-        await this.mark(use)
-        settled.set(key, state)
+        // Settled only once Postgres's balance is as far gone as the hint says: a hint ahead of
+        // the usage written (an answer charged, not flushed yet) is asked about again, not
+        // taken for done, or its event would wait for the next grant.
+        if ((await this.mark(use)) >= depth) settled.set(key, state)
+        else unconfirmed.set(key, now + UNCONFIRMED_RECHECK_MS)
       } catch (err) {
         this.options.log.warn({ err }, 'credit alerts: checking a balance failed; will retry')
       }
     }
     this.settled = settled
+    this.unconfirmed = unconfirmed
     await this.sweepExpired()
   }
 
-  /** Writes what Postgres's balance calls for and no replica wrote yet. */
-  private async mark(use: CreditUse): Promise<void> {
+  /**
+   * Writes what Postgres's balance calls for and no replica wrote yet; says how far gone Postgres
+   * found it (2 for a sub-account gone: nothing more to ask).
+   */
+  private async mark(use: CreditUse): Promise<Depth> {
     const { sql } = this.options
-    await inTransaction(sql, async (tx) => {
+    return inTransaction(sql, async (tx): Promise<Depth> => {
       const state = await readCreditState(tx, use.tenantId, use.meter)
       const accountId = await accountOf(tx, use.tenantId)
-      if (accountId === null) return
+      if (accountId === null) return 2
       const subject = `${use.tenantId}:${use.meter}`
       const object = {
         sub_account_id: use.tenantId,
@@ -82,6 +111,7 @@ export class CreditAlerts {
           previous: null,
         })
       }
+      return depthOf(state.balance, state.granted, use.lowThresholdPercent)
     })
   }
 

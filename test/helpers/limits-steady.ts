@@ -138,11 +138,13 @@ export async function twiceTheRate(t: Test, d: Deployment, name: string): Promis
     `${steady.answers.length} requests over 4 s, ${refusals} refused; lease calls ${calls.join('/')}; ` +
     `the longest stall of the loop: ${longestStall} ms` +
     (servers === null ? '' : `; Redis servers lost ${servers.lostMs()} ms`)
-  if (longestStall < REACHED_FOR_MS / 2) t.same(waited, [0, 0, 0], `no request waited for Redis once warm (${seen})`)
+  // So may a Redis server that could not answer for that long: the answers that say so come late.
+  const stalled = Math.max(longestStall, servers?.lostMs() ?? 0)
+  if (stalled < REACHED_FOR_MS / 2) t.same(waited, [0, 0, 0], `no request waited for Redis once warm (${seen})`)
   else
     t.ok(
       waited.every((n) => n <= 10),
-      `few requests waited for Redis once warm (${waited.join('/')} of ${steady.answers.length}): the loop stalled for ${longestStall} ms`,
+      `few requests waited for Redis once warm (${waited.join('/')} of ${steady.answers.length}): stalled for ${stalled} ms (${seen})`,
     )
 
   // Never over, over every window of the whole run (warm-up included), at the gateways.
