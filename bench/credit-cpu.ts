@@ -17,11 +17,9 @@ import {
   isInterrupted,
   load,
   type Measured,
-  median,
   medianOf,
   metric,
   PROXIED_PATH,
-  percentile,
   pin,
   pinnedTo,
   pinning,
@@ -29,6 +27,7 @@ import {
   reportHead,
   roundCells,
   roundLine,
+  roundRatios,
   run,
   type Server,
   scrape,
@@ -192,19 +191,12 @@ run(async () => {
   }
 })
 
-/** Per trio, a side's CPU per request over the reference side's; the median and the quartiles. */
-function ratios(on: Side, off: Side): { each: number[]; median: number; q1: number; q3: number } {
-  const each = on.rounds.map((r, i) => r.cpuMicros / off.rounds[i]!.cpuMicros)
-  const sorted = [...each].sort((a, b) => a - b)
-  return { each, median: median(each), q1: percentile(sorted, 0.25), q3: percentile(sorted, 0.75) }
-}
-
 function report(sides: Side[], gateway: Gateway, pins: ReturnType<typeof pinning>): void {
   const [credit, none, noneB] = sides as [Side, Side, Side]
-  const ratioLine = (what: string, r: ReturnType<typeof ratios>, target = '') =>
+  const ratioLine = (what: string, r: ReturnType<typeof roundRatios>, target = '') =>
     `${what.padEnd(14)} CPU/request median ${r.median.toFixed(3)} (quartiles ${r.q1.toFixed(3)} to ${r.q3.toFixed(3)})${target}; trios ${r.each.map((x) => x.toFixed(3)).join(', ')}`
-  const verdict = ratios(credit, none)
-  const floor = ratios(noneB, none)
+  const verdict = roundRatios(credit.rounds, none.rounds)
+  const floor = roundRatios(noneB.rounds, none.rounds)
   const lines = [
     ...reportHead('bench:credit-cpu'),
     `gateway   ${gateway.command}, one process, one route reporting tokens (X-Tokens-Used: 42 an answer)`,

@@ -1061,6 +1061,19 @@ export function median(values: number[]): number {
 }
 
 /**
+ * Round by round, CPU per request of `on` over `off`'s in the same round (`on[i]` beside `off[i]`):
+ * each ratio, their median and quartiles.
+ */
+export function roundRatios(
+  on: readonly Measured[],
+  off: readonly Measured[],
+): { each: number[]; median: number; q1: number; q3: number } {
+  const each = on.map((r, i) => r.cpuMicros / off[i]!.cpuMicros)
+  const sorted = [...each].sort((a, b) => a - b)
+  return { each, median: median(each), q1: percentile(sorted, 0.25), q3: percentile(sorted, 0.75) }
+}
+
+/**
  * On over off across pairs of processes, each pair with its rounds (on[i] beside off[i]): the
  * geometric mean of each pair's ratio of medians, and the range that 95 % of resamplings give,
  * drawing pairs and then each drawn pair's rounds (a process's lasting bias counts as the noise

@@ -17,11 +17,9 @@ import {
   isInterrupted,
   load,
   type Measured,
-  median,
   medianOf,
   metric,
   PROXIED_PATH,
-  percentile,
   pin,
   pinnedTo,
   pinning,
@@ -29,6 +27,7 @@ import {
   reportHead,
   roundCells,
   roundLine,
+  roundRatios,
   run,
   type Server,
   scrape,
@@ -189,13 +188,6 @@ run(async () => {
   }
 })
 
-/** Per round, a side's CPU per request over the other's in the same round; the median and the quartiles. */
-function ratios(on: Side, off: Side): { each: number[]; median: number; q1: number; q3: number } {
-  const each = on.rounds.map((r, i) => r.cpuMicros / off.rounds[i]!.cpuMicros)
-  const sorted = [...each].sort((a, b) => a - b)
-  return { each, median: median(each), q1: percentile(sorted, 0.25), q3: percentile(sorted, 0.75) }
-}
-
 function report(sides: Side[], pins: ReturnType<typeof pinning>, dropped: Map<string, number>, exports: number): void {
   const byName = new Map(sides.map((side) => [side.name, side]))
   const lines = [
@@ -217,7 +209,7 @@ function report(sides: Side[], pins: ReturnType<typeof pinning>, dropped: Map<st
     const on = byName.get(onName)
     const off = byName.get(offName)
     if (on === undefined || off === undefined) continue
-    const r = ratios(on, off)
+    const r = roundRatios(on.rounds, off.rounds)
     const verdict = target === null ? '' : ` (target ≤ ${target}: ${r.median <= target ? 'met' : 'NOT MET'})`
     const micros = medianOf(on.rounds).cpuMicros - medianOf(off.rounds).cpuMicros
     lines.push(
