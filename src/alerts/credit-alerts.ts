@@ -22,20 +22,20 @@ export interface CreditAlertOptions {
   log: FastifyBaseLogger
 }
 
-/** Whether a balance is low: below `percent` % of `granted` (or spent). */
-const isLow = (balance: number, granted: number, percent: number) => balance <= 0 || balance * 100 < percent * granted
-
-/** How far a balance is gone: 0 above its threshold, 1 low, 2 exhausted (at or below zero). */
+/**
+ * How far a balance is gone: 2 exhausted (at or below zero), 1 low (below `percent` % of
+ * `granted`), else 0.
+ */
 type Depth = 0 | 1 | 2
 const depthOf = (balance: number, granted: number, percent: number): Depth =>
-  balance <= 0 ? 2 : isLow(balance, granted, percent) ? 1 : 0
+  balance <= 0 ? 2 : balance * 100 < percent * granted ? 1 : 0
 
 /**
  * How soon a balance the hint calls lower than Postgres does is asked about again, in ms: the
  * usage not written yet (the meter writes within a second), or the hint counting other replicas'
  * leases as spent. One read per such credit each time at most.
  */
-export const UNCONFIRMED_RECHECK_MS = 2_000
+const UNCONFIRMED_RECHECK_MS = 2_000
 
 export class CreditAlerts {
   /** `<tenant>:<meter>` → the state last decided (`<granted>:<low|exhausted>`): not asked again. */
@@ -98,9 +98,9 @@ export class CreditAlerts {
         granted_units: state.granted,
         low_threshold_percent: use.lowThresholdPercent,
       }
-      const kinds: ('credits.low' | 'credits.exhausted')[] = []
-      if (isLow(state.balance, state.granted, use.lowThresholdPercent)) kinds.push('credits.low')
-      if (state.balance <= 0) kinds.push('credits.exhausted')
+      const depth = depthOf(state.balance, state.granted, use.lowThresholdPercent)
+      // A balance that fell through both thresholds writes both events.
+      const kinds = (['credits.low', 'credits.exhausted'] as const).slice(0, depth)
       for (const kind of kinds) {
         if (!(await claimMark(tx, kind, subject, `g${state.newest}`))) continue
         await recordEvent(tx, gatewayOrigin, {
@@ -111,7 +111,7 @@ export class CreditAlerts {
           previous: null,
         })
       }
-      return depthOf(state.balance, state.granted, use.lowThresholdPercent)
+      return depth
     })
   }
 

@@ -134,12 +134,13 @@ export async function twiceTheRate(t: Test, d: Deployment, name: string): Promis
   const longestStall = Math.max(0, ...loopStalls.recorded().map(([from, to]) => to - from))
   const waited = after.map((n, i) => n - warm[i]!)
   const refusals = steady.answers.filter((a) => a.status === 429).length
+  const serversLost = servers?.lostMs() ?? null
   const seen =
     `${steady.answers.length} requests over 4 s, ${refusals} refused; lease calls ${calls.join('/')}; ` +
     `the longest stall of the loop: ${longestStall} ms` +
-    (servers === null ? '' : `; Redis servers lost ${servers.lostMs()} ms`)
+    (serversLost === null ? '' : `; Redis servers lost ${serversLost} ms`)
   // So may a Redis server that could not answer for that long: the answers that say so come late.
-  const stalled = Math.max(longestStall, servers?.lostMs() ?? 0)
+  const stalled = Math.max(longestStall, serversLost ?? 0)
   if (stalled < REACHED_FOR_MS / 2) t.same(waited, [0, 0, 0], `no request waited for Redis once warm (${seen})`)
   else
     t.ok(
