@@ -14,6 +14,14 @@ import {
 } from './lease-terms.js'
 import type { PolicyName } from './types.js'
 
+/**
+ * The limit's terms (lease-holding.ts, `changed`) when each call was first sent. A call sent again
+ * as it was (a quota's unanswered report: quota-reports.ts) is one Redis may have run then, under
+ * those terms: its answer is judged by them, not by the terms of the resending. Keyed by the call
+ * object, which a resend reuses; an entry goes with its call.
+ */
+const termsAtFirstSend = new WeakMap<LeaseCall, number>()
+
 export abstract class LeaseRenewal extends LeaseHolding {
   inflight = false
   /** The call (or Postgres read) under way, for `settled()`. */
@@ -122,9 +130,15 @@ export abstract class LeaseRenewal extends LeaseHolding {
     return call
   }
 
-  /** Gives back the whole lease (closing, or forgetting an idle limit). */
+  /**
+   * Gives back the whole lease (closing, or forgetting an idle limit), with what is owed and what
+   * waits to go back: a cold limit holds no lease but may hold refunds (a lease given back at a
+   * change of terms, a grant made under older ones) or a debt, which a quota's month would count
+   * as used until it ends. A local one's go with its next call once Redis answers: a stop does not
+   * wait for a Redis that failed.
+   */
   async release(now: number): Promise<void> {
-    if (this.ctx.store === null || this.mode !== 'shared' || this.inflight || this.unanswered() !== null) return
+    if (this.ctx.store === null || this.mode === 'local' || this.inflight || this.unanswered() !== null) return
     this.dropLapsed(now)
     const held = this.held(now)
     if (held === 0 && this.refunds === 0 && this.debt === 0) return
@@ -145,7 +159,9 @@ export abstract class LeaseRenewal extends LeaseHolding {
     this.spentSinceSend = 0
     this.asks = 0
     if (call.returned > 0) this.ctx.metrics.unitsReturned?.inc(call.returned)
-    return this.dispatch(now, this.prepared(call))
+    const prepared = this.prepared(call)
+    termsAtFirstSend.set(prepared, this.terms)
+    return this.dispatch(now, prepared)
   }
 
   /** Sends `call` (a new one, or one unanswered sent again) and applies its answer or failure. */
@@ -153,7 +169,7 @@ export abstract class LeaseRenewal extends LeaseHolding {
     this.inflight = true
     const generation = this.generation
     this.wantedInCall = call.wanted
-    this.termsInCall = this.terms
+    this.termsInCall = termsAtFirstSend.get(call) ?? this.terms
     this.ctx.metrics.leaseRequests?.inc()
     const sent = this.call(now, call)
       .then(

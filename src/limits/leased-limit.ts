@@ -70,10 +70,11 @@ export abstract class LeasedLimit extends LeaseRenewal {
 
   /**
    * Whether forgetting the limit now would lose something: units owed to Redis (a debt, or what it
-   * admitted on its own). A subclass adds what its local state holds that a new one would not.
+   * admitted on its own), or units to give back (a local limit's go only with its next call). A
+   * subclass adds what its local state holds that a new one would not.
    */
   holdsState(_now: number): boolean {
-    return this.debt > 0 || this.unreported > 0
+    return this.debt > 0 || this.unreported > 0 || this.refunds > 0
   }
 
   /**

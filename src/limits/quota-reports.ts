@@ -121,6 +121,8 @@ export abstract class QuotaReports extends QuotaMonth {
         unwritten = this.unwritten.total()
         this.unreported = 0
         this.debt = 0
+        // Units to give back were counted by the copy that is gone: the new one never counted them.
+        this.refunds = 0
         sinceRead = Math.min(unwritten, this.unwritten.since(read.writtenBefore))
       } catch {
         this.nextCallAt = this.ctx.now() + PROBE_EVERY_MS
