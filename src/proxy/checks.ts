@@ -6,7 +6,7 @@ import type { StepFactory, ProxyOptions } from './options.js'
 import type { ProxyRoute } from './route.js'
 import { decidedOnlyStep } from './steps/decided-only.js'
 import { admissionStep } from './steps/admission.js'
-import { corsStep } from './steps/cors.js'
+import { corsDecisionStep, corsStep } from './steps/cors.js'
 import { cellStep } from './steps/cell.js'
 import { declaredBodyStep } from './steps/declared-body.js'
 import { identityStep } from './steps/identity.js'
@@ -56,7 +56,16 @@ const EXCHANGE_ONLY: ReadonlySet<StepFactory> = new Set([
   websocketConnectStep,
 ])
 
-export const DECISION_STEPS: readonly StepFactory[] = PROXY_STEPS.filter((make) => !EXCHANGE_ONLY.has(make))
+/**
+ * Steps a decision runs otherwise: a preflight, answered 204 on PORT, would be an allow to the
+ * asking proxy (steps/cors.ts, `corsDecisionStep`). No step of a decision answers by itself: an
+ * allow is `answerDecision`'s alone (decision.ts).
+ */
+const IN_DECISIONS: ReadonlyMap<StepFactory, StepFactory> = new Map([[corsStep, corsDecisionStep]])
+
+export const DECISION_STEPS: readonly StepFactory[] = PROXY_STEPS.filter((make) => !EXCHANGE_ONLY.has(make)).map(
+  (make) => IN_DECISIONS.get(make) ?? make,
+)
 
 /** The steps a route's requests pass (or its decisions, from DECISION_STEPS), built once when the route is registered. */
 export function stepsFor(

@@ -5,7 +5,8 @@
 // receives), for an allowed request and each refusal; no X-Service-* of the client's, any name,
 // case or count, reaches the upstream, while its acting header still reaches the decision; a
 // revoked key is refused at once; an allow-list reads the client's address from the
-// X-Forwarded-For the proxy in front sends, under TRUSTED_PROXIES.
+// X-Forwarded-For the proxy in front sends, under TRUSTED_PROXIES; a keyless CORS preflight is
+// refused, never sent on.
 import t, { type Test } from 'tap'
 import { type FrontProxy, startCaddy, startNginx } from '../helpers/front-proxies.js'
 import { startGateway } from '../helpers/gateway.js'
@@ -23,6 +24,13 @@ const gw = await startGateway(t, {
   gatewayConfig: {
     routes: [
       { prefix: '/v1/things', upstream: upstream.url, scopes: { read: ['things:read'], write: ['things:write'] } },
+      // Called from browsers on another origin: PORT answers its preflights, a decision never allows one.
+      {
+        prefix: '/v1/browser',
+        upstream: upstream.url,
+        scopes: { read: ['things:read'] },
+        cors: { origins: ['https://app.example.com'], methods: ['GET'] },
+      },
     ],
   },
 })
@@ -272,6 +280,20 @@ for (const [name, front] of Object.entries(proxies)) {
     t.equal(seen['x-service-resolved-tenant'], sub.id, 'acting as the sub-account')
     t.equal(seen['x-service-caller-tenant'], parent.id)
     t.equal(seen['x-service-acting-tenant'], undefined, 'the acting header was for the gateway alone')
+  })
+
+  t.test(`${name}: a keyless CORS preflight is refused, never sent on to the upstream`, async (t) => {
+    const received = upstream.received.length
+    const preflight = await rawRequest(front.url, {
+      method: 'OPTIONS',
+      path: '/v1/browser/admin/export?all=1',
+      headers: [
+        ['Origin', 'https://app.example.com'],
+        ['Access-Control-Request-Method', 'GET'],
+      ],
+    })
+    t.equal(preflight.status, 401, `refused as a keyless request is: ${preflight.body.slice(0, 200)}`)
+    t.equal(upstream.received.length, received, 'the upstream got nothing')
   })
 
   t.test(`${name}: a revoked key is refused at once`, async (t) => {

@@ -24,6 +24,13 @@ const gw = await startGateway(t, {
       { prefix: '/v1/things', upstream: upstream.url, scopes: { read: ['things:read'], write: ['things:write'] } },
       // Only decided for: no upstream.
       { prefix: '/v1/decided', scopes: { read: ['things:read'] } },
+      // Called from browsers on another origin: PORT answers its preflights.
+      {
+        prefix: '/v1/browser',
+        upstream: upstream.url,
+        scopes: { read: ['things:read'] },
+        cors: { origins: ['https://app.example.com'], methods: ['GET'] },
+      },
       { prefix: '/v1/costly', upstream: upstream.url, cost: 5 },
       { prefix: '/v1/signed', upstream: upstream.url, identity: { audience: 'signed-things' } },
       // Cells: a tenant placed nowhere is in the default cell.
@@ -223,6 +230,28 @@ t.test('POST /verify', async (t) => {
   )
   t.equal((await rawRequest(gw.authzUrl, { method: 'POST', path: '/verify', body: '{' })).json().code, 'invalid_json')
   t.equal((await rawRequest(gw.authzUrl, { path: '/verify' })).status, 404, 'POST only')
+})
+
+t.test('a CORS preflight is never an allow: decided as any request, it needs a key', async (t) => {
+  const preflight: [string, string][] = [
+    ['Origin', 'https://app.example.com'],
+    ['Access-Control-Request-Method', 'GET'],
+  ]
+  const onPort = await rawRequest(gw.url, { method: 'OPTIONS', path: '/v1/browser/a', headers: preflight })
+  t.equal(onPort.status, 204, 'PORT answers it itself')
+  const received = upstream.received.length
+  // A 2xx is "allow" to the asking proxy, which would send the preflight on, keyless, to its upstream.
+  for (const endpoint of ['nginx', 'forward-auth', 'envoy'] as const) {
+    const keyless = await ask(endpoint, 'OPTIONS', '/v1/browser/admin/export?all=1', preflight)
+    t.equal(keyless.status, 401, `${endpoint}: a keyless preflight is refused as a keyless request is`)
+    t.equal(keyless.headers['x-tgw-status'], endpoint === 'nginx' ? '401' : undefined, `${endpoint}: its real status`)
+    t.equal(keyless.headers['access-control-allow-methods'], undefined, `${endpoint}: no preflight answer`)
+    t.equal(keyless.headers['access-control-allow-origin'], 'https://app.example.com', 'a refusal says who may read it')
+    const keyed = await ask(endpoint, 'OPTIONS', '/v1/browser/a', [...preflight, bearer(parent.apiKey)])
+    t.equal(keyed.status, 200, `${endpoint}: with a key, an OPTIONS is allowed as any request of its scope`)
+    t.equal(keyed.headers['x-service-resolved-tenant'], parent.id)
+  }
+  t.equal(upstream.received.length, received, 'nothing was proxied')
 })
 
 t.test('AUTHZ_PORT serves only its endpoints; PORT never decides', async (t) => {

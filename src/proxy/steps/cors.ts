@@ -4,6 +4,7 @@
 // usage nor the request log sees it, and it never reaches the limits). Any other request gets its
 // CORS fields on the reply now, so that every later refusal (401, 403, 429, 5xx) carries them as
 // the upstream's answer does. A WebSocket upgrade is left alone: browsers apply no CORS to it.
+// A decision (AUTHZ_PORT) answers no preflight: see `corsDecisionStep`.
 import type { FastifyReply } from 'fastify'
 import { ApiError } from '../../errors.js'
 import { asksForWebSocket, isUpgrade } from '../../http/upgrade-request.js'
@@ -19,14 +20,25 @@ function answerPreflight(
   return ANSWERED
 }
 
-export const corsStep: StepFactory = (route) => {
+/** The step on PORT: a preflight answered here. */
+export const corsStep: StepFactory = (route) => corsFor(route, true)
+
+/**
+ * The step in a decision (checks.ts, DECISION_STEPS). The asking proxy reads any 2xx as "allow"
+ * and would send the preflight on to its upstream, keyless, past every rule; nor can it hand our
+ * 204 to the browser. So a preflight is decided as any request is (without a key, 401), and the
+ * proxy in front answers preflights itself (docs/forward-auth.md, Browsers on other origins).
+ */
+export const corsDecisionStep: StepFactory = (route) => corsFor(route, false)
+
+function corsFor(route: Parameters<StepFactory>[0], answersPreflights: boolean): ReturnType<StepFactory> {
   const cors = route.cors
   if (cors === null) return null
   return {
     name: 'cors',
     check(request, reply) {
       const headers = request.headers
-      if (isPreflight(request.method, headers)) {
+      if (answersPreflights && isPreflight(request.method, headers)) {
         const decision = decidePreflight(cors, headers, route.prefix)
         return decision.allowed
           ? answerPreflight(reply, decision.headers)
