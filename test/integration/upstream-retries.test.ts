@@ -114,6 +114,21 @@ for (const [kind, handler, status] of [
   })
 }
 
+t.test('an empty or blank Idempotency-Key is none: such a POST is never sent twice', async (t) => {
+  const bad = await startUpstream(t, answers503)
+  const good = await startUpstream(t)
+  const setup = await gatewayWith(t, {
+    targets: [{ url: bad.url }, { url: good.url }],
+    balance: 'round_robin',
+    retries: { on: [503], budget_percent: 100 },
+  })
+  const statuses: number[] = []
+  for (const key of ['', '  ', '', '  ']) statuses.push((await send(setup, 'POST', randomBytes(100), key)).status)
+  t.equal(total([bad, good]), 4, 'four POSTs, four requests upstream')
+  t.equal(statuses.filter((s) => s === 503).length, bad.received.length, 'each that met the bad target: its 503')
+  t.ok(bad.received.length > 0, 'some did')
+})
+
 t.test("a retry goes to another target, even past tenant_hash's choice", async (t) => {
   const bad = await startUpstream(t, answers503)
   const good = await startUpstream(t)

@@ -41,7 +41,12 @@ export function listedAs(reason: RetriedReason): RetryReason {
   return reason === 'per_try_timeout' ? '504' : reason
 }
 
-/** Whether the request may reach the upstream twice: an idempotent method, or an Idempotency-Key. */
+/**
+ * Whether the request may reach the upstream twice: an idempotent method, or an Idempotency-Key
+ * with a value (an empty or blank one names nothing the upstream could know the write again by).
+ */
 export function safeToSendTwice(request: FastifyRequest): boolean {
-  return IDEMPOTENT.has(request.method) || request.headers['idempotency-key'] !== undefined
+  if (IDEMPOTENT.has(request.method)) return true
+  const key = request.headers['idempotency-key']
+  return typeof key === 'string' && key.trim() !== ''
 }
