@@ -27,7 +27,7 @@ export const corsStep: StepFactory = (route) => corsFor(route, true)
  * The step in a decision (checks.ts, DECISION_STEPS). The asking proxy reads any 2xx as "allow"
  * and would send the preflight on to its upstream, keyless, past every rule; nor can it hand our
  * 204 to the browser. So a preflight is decided as any request is (without a key, 401), and the
- * proxy in front answers preflights itself (docs/forward-auth.md, Browsers on other origins).
+ * proxy in front answers preflights itself (docs/forward-auth.md, Browsers on other origins; decision 0388).
  */
 export const corsDecisionStep: StepFactory = (route) => corsFor(route, false)
 
