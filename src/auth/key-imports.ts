@@ -156,7 +156,7 @@ async function importBatch(
       repeats.push(entry)
       continue
     }
-    const problem = tenant === null ? null : rulesProblem({ ceiling, policy: tenant.key_policy }, entry, nowMs)
+    const problem = tenant === null ? null : rulesProblem({ ceiling, policy: tenant.key_policy_in_force }, entry, nowMs)
     if (problem !== null) {
       results.set(line, { line, status: 'invalid', error: problem })
       continue

@@ -14,7 +14,11 @@ type Db = Sql | Tx
 export interface ImportTenant {
   id: string
   external_id: string | null
-  key_policy: KeyPolicy | null
+  /**
+   * Its key policy in force, as a mint checks it: its own, filled in member by member from its
+   * plan's (its own plan, else its parent's default: docs/api.md, Plans).
+   */
+  key_policy_in_force: KeyPolicy | null
 }
 
 /** The parent's sub-accounts among these ids and external ids, in one query. */
@@ -25,10 +29,14 @@ export function importTenants(
   externalIds: readonly string[],
 ): Promise<ImportTenant[]> {
   return db<ImportTenant[]>`
-    select id, external_id, key_policy from tenants
-    where parent_id = ${parentId}
-      and (id = any (array(select given::uuid from jsonb_array_elements_text(${db.json(ids as string[])}) as given))
-        or external_id = any (array(select jsonb_array_elements_text(${db.json(externalIds as string[])}))))`
+    select t.id, t.external_id,
+      plan_effective_key_policy(t.key_policy, (select p.key_policy from plans p
+        where p.id = coalesce(t.plan_id, (select d.default_plan_id from tenants d where d.id = t.parent_id))))
+        as key_policy_in_force
+    from tenants t
+    where t.parent_id = ${parentId}
+      and (t.id = any (array(select given::uuid from jsonb_array_elements_text(${db.json(ids as string[])}) as given))
+        or t.external_id = any (array(select jsonb_array_elements_text(${db.json(externalIds as string[])}))))`
 }
 
 /** A key that has one of the digests already, and the account it is of (its tenant's parent, or itself). */

@@ -233,6 +233,34 @@ t.test('invalid lines say why; the valid lines around them import', async (t) =>
   t.equal(await countKeys(), before + 1, 'only the good key written')
 })
 
+t.test("a sub-account on a plan: its plan's key policy holds an import as it holds a mint", async (t) => {
+  const plan = await manage('POST', '/plans', {
+    name: 'strict keys',
+    key_policy: { allowed_scopes: ['orders:read'], max_ttl_seconds: 3600 },
+  })
+  t.equal(plan.statusCode, 201, plan.body)
+  const onPlan = (await manage('POST', '', { name: 'on a plan', plan_id: plan.json().id })).json().id as string
+  const minted = await manage('POST', `/${onPlan}/api-keys`, { name: 'm', scopes: ['orders:write'] })
+  t.equal(minted.statusCode, 400, 'a mint outside the plan is refused')
+  const inAnHour = new Date(Date.now() + 1_800_000).toISOString()
+  const base = { sub_account_id: onPlan, name: 'x' }
+  const { lines, summary } = await importKeys(
+    ndjson([
+      { ...base, scopes: ['orders:write'], expires_at: inAnHour, key: foreignKey('scope-') },
+      { ...base, scopes: ['orders:read'], key: foreignKey('forever-') },
+      { ...base, scopes: ['orders:read'], expires_at: inAnHour, key: foreignKey('within-') },
+    ]),
+  )
+  t.match(lines[0], { status: 'invalid', error: /allowed_scopes/ }, `a scope outside it: ${lines[0]?.error}`)
+  t.match(
+    lines[1],
+    { status: 'invalid', error: /max_ttl_seconds|expire/ },
+    `no expiry past its TTL: ${lines[1]?.error}`,
+  )
+  t.equal(lines[2]?.status, 'imported', 'a key within it imports')
+  t.same([summary?.imported, summary?.invalid], [1, 2])
+})
+
 t.test('an imported key expires, rolls and revokes as a minted one', async (t) => {
   const subId = await newSub()
   const expiring = foreignKey('exp-')
