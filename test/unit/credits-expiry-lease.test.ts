@@ -19,29 +19,10 @@ const subjects = [creditedSubject([{ units: 1_000, left: 900, expiresAt: EXPIRY 
 const tokens = (n: number) => new Map([['tokens', n]])
 
 /**
- * A limiter holding the opening lease (10 units, M/100, until NOV + 2,000) of `subjects`' credit,
- * then, at NOV + 600, a renewal out: an answer's 9 tokens leave 1 unit, below half the lease, so
- * the renewal keeps that unit and asks for more. Redis would grant it `stale` units.
+ * A limiter on the test's clock (`clock` sets it), holding the opening lease of `subjects`' credit
+ * granted at NOV under the live grant: 10 units (M/100), until NOV + 2,000.
  */
-async function renewalOut(t: Test) {
-  let at = NOV
-  const { limiter, store } = limiterOnHand(() => at)
-  t.teardown(() => store.close(limiter))
-  const first = limiter.admitWhenWarm(subjects)
-  await flush()
-  const opening = store.quotas.shift()!
-  opening.answer({ rebuild: false, granted: opening.call.wanted, used: 100 + opening.call.wanted, ...E1 })
-  t.ok((await first).allowed, 'admitted while the grant lives')
-  at = NOV + 600
-  limiter.charge(subjects, tokens(9))
-  await flush()
-  const renewal = store.quotas.shift()!
-  t.same([renewal.call.requests, renewal.call.keep], [1_000, 1], 'a renewal under the live grant, keeping the unit')
-  t.ok(renewal.call.wanted > 0, `asking for more (${renewal.call.wanted})`)
-  return { limiter, store, renewal, stale: renewal.call.wanted, clock: (ms: number) => (at = ms) }
-}
-
-t.test('a lease granted under a balance that expired while its call was out is given back, not spent', async (t) => {
+async function opened(t: Test) {
   let at = NOV
   const { limiter, store } = limiterOnHand(() => at)
   t.teardown(() => store.close(limiter))
@@ -49,25 +30,63 @@ t.test('a lease granted under a balance that expired while its call was out is g
   await flush()
   const opening = store.quotas.shift()!
   t.equal(opening.call.requests, 1_000, 'asked under the live grant')
-  opening.answer({
-    rebuild: false,
-    granted: opening.call.wanted,
-    used: 100 + opening.call.wanted,
-    waitMs: 0,
-    epoch: 'e1',
-    inGrace: false,
-  })
+  opening.answer({ rebuild: false, granted: opening.call.wanted, used: 100 + opening.call.wanted, ...E1 })
   t.ok((await first).allowed, 'admitted while the grant lives')
+  return { limiter, store, clock: (ms: number) => (at = ms) }
+}
 
+/**
+ * `opened`, then at NOV + 600 a renewal out: an answer's 9 tokens leave 1 unit, below half the
+ * lease, so the renewal keeps that unit and asks for more. Redis would grant it `stale` units.
+ */
+async function renewalOut(t: Test) {
+  const { limiter, store, clock } = await opened(t)
+  clock(NOV + 600)
+  limiter.charge(subjects, tokens(9))
+  await flush()
+  const renewal = store.quotas.shift()!
+  t.same([renewal.call.requests, renewal.call.keep], [1_000, 1], 'a renewal under the live grant, keeping the unit')
+  t.ok(renewal.call.wanted > 0, `asking for more (${renewal.call.wanted})`)
+  return { limiter, store, clock, renewal, stale: renewal.call.wanted }
+}
+
+/**
+ * `renewalOut`, whose renewal then times out (Redis paused: it runs the call later, under the live
+ * grant), the limit on its own; past the grant's expiry, it refuses.
+ */
+async function timedOutPastExpiry(t: Test) {
+  const out = await renewalOut(t)
+  out.renewal.fail(new Error('timeout'))
+  await flush()
+  out.clock(EXPIRY + 10)
+  t.notOk(out.limiter.admit(subjects).allowed, 'refused on its own after the expiry')
+  /**
+   * At `ms`, a sweep sends the quota's report again as it was (quota-reports.ts), once a probe's
+   * wait has passed; Redis had applied it before the expiry, and answers that grant again.
+   */
+  const resentAt = async (ms: number) => {
+    out.clock(ms)
+    out.limiter.sweep()
+    await flush()
+    const again = out.store.quotas.shift()!
+    t.equal(again.call.report, out.renewal.call.report, 'the same report, sent again')
+    again.answer({ rebuild: false, granted: out.stale, used: 110 + out.stale, ...E1 })
+    await flush()
+  }
+  return { ...out, resentAt }
+}
+
+t.test('a lease granted under a balance that expired while its call was out is given back, not spent', async (t) => {
+  const { limiter, store, clock } = await opened(t)
   // Past half the lease's life, a decision renews it in the background: the call is out at the expiry.
-  at = NOV + 1_100
+  clock(NOV + 1_100)
   t.ok(limiter.admit(subjects).allowed, 'admitted from the lease')
   await flush()
   t.equal(store.quotas.length, 1, 'a renewal is under way')
   const renewal = store.quotas.shift()!
   t.equal(renewal.call.requests, 1_000, 'sent under the live grant')
 
-  at = EXPIRY
+  clock(EXPIRY)
   const after = limiter.admitWhenWarm(subjects, 5_000)
   await flush()
   // Redis ran the call as it was sent: under the old balance, it grants what was wanted.
@@ -87,21 +106,8 @@ t.test('a lease granted under a balance that expired while its call was out is g
 })
 
 t.test('a report sent again after a timeout is judged by the terms it was first sent under', async (t) => {
-  const { limiter, store, renewal, stale, clock } = await renewalOut(t)
-  // Redis is paused: the call times out, and Redis runs it later, under the live grant.
-  renewal.fail(new Error('timeout'))
-  await flush()
-  clock(EXPIRY + 10)
-  t.notOk(limiter.admit(subjects).allowed, 'refused on its own after the expiry')
-  // The quota's report goes again as it was (quota-reports.ts), once a probe's wait has passed.
-  clock(NOV + 2_300)
-  limiter.sweep()
-  await flush()
-  const again = store.quotas.shift()!
-  t.equal(again.call.report, renewal.call.report, 'the same report, sent again')
-  // Redis applied it before the expiry: it answers that grant again.
-  again.answer({ rebuild: false, granted: stale, used: 110 + stale, ...E1 })
-  await flush()
+  const { limiter, store, stale, resentAt } = await timedOutPastExpiry(t)
+  await resentAt(NOV + 2_300)
   t.notOk(limiter.admit(subjects).allowed, 'its grant, made under the expired balance, is not spent')
   await flush()
   const next = store.quotas.shift()
@@ -153,19 +159,9 @@ t.test("a month rebuilt while the call was out takes back its own grant, not the
 })
 
 t.test('a stale grant a local limit holds to give back keeps the limit until it goes back', async (t) => {
-  const { limiter, store, renewal, stale, clock } = await renewalOut(t)
-  renewal.fail(new Error('timeout'))
-  await flush()
-  clock(EXPIRY + 10)
-  t.notOk(limiter.admit(subjects).allowed, 'refused on its own after the expiry')
+  const { limiter, store, stale, resentAt } = await timedOutPastExpiry(t)
   // Idle past the time an unused limit is forgotten; its report still goes again, and is answered.
-  clock(NOV + 600 + FORGET_AFTER_MS + 1_000)
-  limiter.sweep()
-  await flush()
-  const again = store.quotas.shift()!
-  t.equal(again.call.report, renewal.call.report, 'the same report, sent again')
-  again.answer({ rebuild: false, granted: stale, used: 110 + stale, ...E1 })
-  await flush()
+  await resentAt(NOV + 600 + FORGET_AFTER_MS + 1_000)
   // Forgotten now, the limit would take its grant, made under the old balance, with it.
   limiter.sweep()
   await flush()
