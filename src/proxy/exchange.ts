@@ -207,6 +207,13 @@ export class Exchange implements WatchedAnswer {
    */
   stalledSince(now: number, idleMs: number): boolean {
     if (now - this.progressAt < idleMs) return false
+    // An answer queued behind an earlier one on its connection (HTTP/1.1 pipelining) has no socket
+    // yet: its bytes wait for the earlier answer, not for this client to read. Its count starts
+    // when it has one.
+    if (this.reply.raw.socket === null) {
+      this.progressAt = now
+      return false
+    }
     const flushed = this.flushed()
     if (this.reply.raw.writableLength > 0 && flushed === this.flushedAtProgress) return true
     this.progressAt = now

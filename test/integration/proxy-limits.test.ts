@@ -622,6 +622,42 @@ t.test('a pipelined request does not inherit the response idle timeout of the on
   t.equal(exchange.answered().match(/HTTP\/1\.1 200 /g)?.length, 2, 'both pipelined requests were answered 200')
 })
 
+t.test('an answer queued behind a slow one the client reads is not cut off as unread', async (t) => {
+  // /slow streams for 1.2 s; /fast's answer, streamed in 0.6 s, waits behind it on the connection
+  // (HTTP/1.1 pipelining), its bytes held with no socket of its own: far past the idle timeout.
+  const upstream = await startUpstream(t, (request, response) => {
+    response.writeHead(200, { 'content-type': 'text/plain' })
+    const [letter, size, everyMs] = request.url!.includes('/fast') ? ['f', 100, 100] : ['s', 10, 150]
+    let pieces = 0
+    const timer = setInterval(() => {
+      response.write(letter.repeat(size))
+      if (++pieces === (letter === 'f' ? 6 : 8)) {
+        clearInterval(timer)
+        response.end()
+      }
+    }, everyMs)
+  })
+  const gw = await gatewayOnSharedDb(t, {
+    gatewayConfig: {
+      routes: [{ prefix: '/v1/queued', upstream: upstream.url, public: true, response_idle_timeout_ms: 300 }],
+    },
+  })
+  const cut = () => metricValue(gw.app, 'tgw_client_aborts_total', { reason: 'stopped_reading' })
+  const cutBefore = await cut()
+  const exchange = await openRequest(
+    gw.port,
+    'GET /v1/queued/slow HTTP/1.1\r\nHost: gw\r\n\r\nGET /v1/queued/fast HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n',
+  )
+  await orTimeout(exchange.closed, 10_000, null)
+  const answered = exchange.answered()
+  t.equal(answered.match(/HTTP\/1\.1 200 /g)?.length, 2, 'both answered 200')
+  // A body's bytes, whatever its chunks: the headers hold no ten of a letter in a row.
+  const body = (letter: string) => (answered.match(new RegExp(`${letter}{10,}`, 'g')) ?? []).join('').length
+  t.equal(body('s'), 80, 'the slow answer whole')
+  t.equal(body('f'), 600, 'the queued answer whole')
+  t.equal(await cut(), cutBefore, 'no client counted as one that stopped reading')
+})
+
 t.test('Expect other than 100-continue, or on HTTP/1.0: no 100, no bare 417, the usual checks', async (t) => {
   const upstream = await startUpstream(t)
   const gw = await gatewayOnSharedDb(t, { gatewayConfig: { routes: [{ prefix: '/v1/e', upstream: upstream.url }] } })
