@@ -43,6 +43,20 @@ export type HeavyReadTurn = <T>(work: () => Promise<T>) => Promise<T>
 /** The turn of each gated call whose handler is under way or done (heavyReadTurn). */
 const turns = new WeakMap<FastifyRequest, HeavyReadTurn>()
 
+/** Each gated call's way to give its place back before its handler settles (leaveHeavyReadPlace). */
+const places = new WeakMap<FastifyRequest, () => void>()
+
+/**
+ * The call's place of the gate goes back now. A handler that answers with a stream returns
+ * `reply`, which settles only once the last byte is sent: a client that reads slowly, or not at
+ * all, would hold the place that long, and keep other calls, its parent's own too, waiting. What
+ * the call reads after this, it reads in turns of its own (heavyReadTurn). Nothing for a call that
+ * holds no place.
+ */
+export function leaveHeavyReadPlace(request: FastifyRequest): void {
+  places.get(request)?.()
+}
+
 /**
  * The turn of `request`, a gated heavy read, for what it reads after its handler returned (the
  * export's later pages, each a statement): a place of the gate taken for each, in its parent's
@@ -78,16 +92,26 @@ export function gateHeavyReads(
       if (kind === 'own place') return run()
       const parent = request.principal!.tenant.id
       turns.set(request, (work) => inTurn(gate, parent, AbortSignal.timeout(PAGE_TURN_WAIT_MS), work))
-      return inTurn(gate, parent, stop, run)
+      return inTurn(gate, parent, stop, run, (leave) => places.set(request, leave))
     }
   }
 }
 
-/** Runs `work` in a place of `gate`, in `parent`'s turn, waiting until `signal` aborts at most. */
-async function inTurn<T>(gate: FairGate, parent: string, signal: AbortSignal, work: () => Promise<T>): Promise<T> {
+/**
+ * Runs `work` in a place of `gate`, in `parent`'s turn, waiting until `signal` aborts at most.
+ * `entered` gets the place's leave (which may be called early: once only counts) when it is taken.
+ */
+async function inTurn<T>(
+  gate: FairGate,
+  parent: string,
+  signal: AbortSignal,
+  work: () => Promise<T>,
+  entered?: (leave: () => void) => void,
+): Promise<T> {
   const entering = gate.enter(parent, signal)
   if (entering === null) throw tooMany()
   const leave = await entering
+  entered?.(leave)
   try {
     return await work()
   } finally {

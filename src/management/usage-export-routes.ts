@@ -4,7 +4,7 @@
 import { Readable } from 'node:stream'
 import { closedUntil, exportRows } from '../store/usage-periods.js'
 import { EXPORT_CONTENT_TYPES, exportEnd, exportInstant, exportRange, exportText } from '../usage/export.js'
-import { heavyReadTurn } from './heavy-reads.js'
+import { heavyReadTurn, leaveHeavyReadPlace } from './heavy-reads.js'
 import { answeredByStoreDeadline, stopStoreDeadline } from './hooks.js'
 import { type ManagementContext, managementOperation, operation, parentOf } from './common.js'
 import type { OperationTable } from './operation-table.js'
@@ -30,8 +30,8 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
         },
       },
     },
-    // Gated: its first page in the call's place, each page after it (a query each, read as the
-    // client takes them) in a place of its own.
+    // Gated: its first page in the call's place, given back once that page is read; each page
+    // after it (a query each, read as the client takes them) in a place of its own.
     config: { scope: 'sub_accounts:read', heavyRead: 'gated' },
     async handler(request, reply, { reads: sql, usageExport }) {
       const format = request.query.format ?? 'ndjson'
@@ -58,6 +58,8 @@ export const USAGE_EXPORT_OPERATIONS: OperationTable<ManagementContext> = [
               heavyReadTurn(request),
             )
       const first = rows === null ? null : await rows.next()
+      // The stream returned below settles the handler only at its last byte, however slowly read.
+      leaveHeavyReadPlace(request)
       if (answeredByStoreDeadline(request)) return reply
       stopStoreDeadline(request)
       const pages = rows === null || first === null ? [] : pagesFrom(first, rows)
