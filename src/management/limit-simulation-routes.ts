@@ -75,21 +75,22 @@ export const LIMIT_SIMULATION_OPERATIONS: OperationTable<ManagementContext> = [
       const tenantId =
         body.sub_account_id === undefined ? null : (await ownSubAccount(sql, request, body.sub_account_id)).id
       const range = { accountId, tenantId, from, to }
-      // The month's use before `from`: its whole usage periods, then the log's records of the period `from` is in.
-      const monthStart = new Date(Date.UTC(from.getUTCFullYear(), from.getUTCMonth(), 1))
-      const periodMs = usageExport.periodSeconds * 1000
-      const periodStart = new Date(Math.max(monthStart.getTime(), from.getTime() - (from.getTime() % periodMs)))
-      const [periods, partial] = await Promise.all([
-        periodUseBetween(reads, accountId, monthStart, periodStart),
-        forwardedUnitsBetween(requestLog.sql, accountId, periodStart, from, requestLog.statementTimeoutMs),
-      ])
-      // Only the month of `from` had use before the range; a later month's starts in it.
-      const uses = new Map(periods)
-      for (const [key, units] of partial) uses.set(key, (uses.get(key) ?? 0) + units)
-      const useBefore = { month: from.toISOString().slice(0, 7), uses }
       // Counted among the parent's reads of its log, bounded as they are, and one simulation at a
-      // time on this replica, parents in turn; replayed as it is read.
+      // time on this replica, parents in turn; every read of it in that place, the month's use
+      // before `from` too (a month of the parent's usage); replayed as it is read.
       const data = await requestLog.reads.simulate(accountId, request.deadline!.stop.signal, async () => {
+        // The month's use before `from`: its whole usage periods, then the log's records of the period `from` is in.
+        const monthStart = new Date(Date.UTC(from.getUTCFullYear(), from.getUTCMonth(), 1))
+        const periodMs = usageExport.periodSeconds * 1000
+        const periodStart = new Date(Math.max(monthStart.getTime(), from.getTime() - (from.getTime() % periodMs)))
+        const [periods, partial] = await Promise.all([
+          periodUseBetween(reads, accountId, monthStart, periodStart),
+          forwardedUnitsBetween(requestLog.sql, accountId, periodStart, from, requestLog.statementTimeoutMs),
+        ])
+        // Only the month of `from` had use before the range; a later month's starts in it.
+        const uses = new Map(periods)
+        for (const [key, units] of partial) uses.set(key, (uses.get(key) ?? 0) + units)
+        const useBefore = { month: from.toISOString().slice(0, 7), uses }
         const bound = await replayRecordBound(requestLog.sql, range, requestLog.statementTimeoutMs)
         if (bound > SIMULATION_MAX_RECORDS)
           throw validationFailed([

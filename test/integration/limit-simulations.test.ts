@@ -4,10 +4,13 @@
 // the request log. The simulator's refusals per sub-account equal the real 429s, a quota counting
 // the month's use before the range; a tighter limit for every sub-account says whom it would have
 // refused; bad input is a 400 naming the field, another parent's sub-account a 404.
+import postgres from 'postgres'
 import t from 'tap'
 import { startGateway } from '../helpers/gateway.js'
 import { callAs } from '../helpers/http.js'
 import type { JsonBody } from '../helpers/json.js'
+import { holding } from '../helpers/held-transaction.js'
+import { until } from '../helpers/poll.js'
 import { checkProblem } from '../helpers/problems.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -129,6 +132,40 @@ t.test("bad input: 400 naming the field; another parent's sub-account: 404", asy
     404,
     'not_found',
     'theirs',
+  )
+})
+
+t.test("a parent's simulations read nothing before their place: past two, 429 at once", async (t) => {
+  // The month's usage locked: a simulation that reads it waits in the store.
+  const release = await holding(gw.database.url, 'lock table usage_period_units in access exclusive mode')
+  const statuses: number[] = []
+  const calls = Array.from({ length: 12 }, () =>
+    simulate({ limits: { rate: { requests: 1, per_seconds: 60 } }, from, to }).then((res) => {
+      statuses.push(res.status)
+      return res
+    }),
+  )
+  try {
+    t.ok(
+      await until(10_000, async () => statuses.filter((s) => s === 429).length >= 10),
+      `ten refused at once, the parent's two places taken (${statuses.join(',')})`,
+    )
+    // On a connection of its own: reads held before their place would hold the gateway's pool.
+    const watch = postgres(gw.database.url, { max: 1, onnotice: () => {} })
+    const [waiting] = await watch<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock' and query ilike '%usage_period_units%'`.finally(
+      () => watch.end(),
+    )
+    t.ok(waiting!.n <= 1, `one simulation's read in the store at the most (${waiting!.n})`)
+  } finally {
+    await release()
+  }
+  const answers = await Promise.all(calls)
+  t.same(
+    answers.map((res) => res.status).sort(),
+    [...Array(2).fill(200), ...Array(10).fill(429)],
+    'the two in their places answered',
   )
 })
 
