@@ -96,10 +96,15 @@ export async function getCreditGrant(
   return row ?? null
 }
 
-/** Voids a grant not voided yet: its rest is gone from now on. Null when it was voided already. */
+/**
+ * Voids a grant neither voided nor expired yet: its rest is gone from now on. Null when it was
+ * voided already, or has expired: its rest went then, and is its credits.expired's to tell
+ * (expiredUnmarked reads only grants never voided).
+ */
 export async function voidCreditGrant(db: Db, id: string): Promise<CreditGrantRow | null> {
   const [row] = await db<CreditGrantRow[]>`
-    update credit_grants set voided_at = now() where id = ${id} and voided_at is null
+    update credit_grants set voided_at = now()
+    where id = ${id} and voided_at is null and (expires_at is null or expires_at > now())
     returning ${db.unsafe(COLUMNS)}`
   return row ?? null
 }

@@ -331,6 +331,19 @@ t.test('credits.expired once per grant whose expiry passed, with what it took', 
   t.equal((await eventsOf('credits.expired', expiring.id)).length, 1, 'written once')
 })
 
+t.test('a grant voided after its expiry is answered as it is; its credits.expired is written', async (t) => {
+  const sub = await subWithCredits()
+  const expiring = await grant(sub, { units: 40, expires_at: new Date(Date.now() + 3_600_000).toISOString() })
+  // Its expiry passed a moment ago (whether the background check has seen it yet or not).
+  await a.database.sql`update credit_grants set expires_at = now() - interval '1 second' where id = ${expiring.id}`
+  const voided = await manage('POST', `/${sub}/credits/grants/${expiring.id}/void`)
+  t.equal(voided.status, 200)
+  t.match(voided.json(), { id: expiring.id, units_left: 0, voided_at: null }, 'nothing to void: it expired')
+  const expired = await waitForEvents('credits.expired', expiring.id, 1)
+  t.match(expired[0]!.data.object, { id: expiring.id, units_expired: 40 }, 'its rest went at its expiry')
+  t.same(await eventsOf('credits.voided', expiring.id), [], 'no credits.voided')
+})
+
 t.test('the export carries the units burned from each grant; reconciliation checks the ledger', async (t) => {
   const sub = await subWithCredits()
   const first = await grant(sub, { units: 30, priority: 1 })
