@@ -3,6 +3,7 @@
 // it is 0 then, while the row keeps what was left, which billing tells apart from what was burned.
 import type { CreditGrants } from '../shared/tenancy-records.js'
 import type { Sql, Tx } from './db.js'
+import { LIVE_REPLICA_SECONDS } from './usage-periods.js'
 
 type Db = Sql | Tx
 
@@ -176,11 +177,18 @@ export async function readCreditState(
   return { balance: row!.balance, granted: row!.granted, newest: row!.newest ?? '0' }
 }
 
-/** Grants that expired within the last 30 days and have no credits.expired yet (alert_marks), oldest first. */
+/**
+ * Grants that expired within the last 30 days and have no credits.expired yet (alert_marks), oldest
+ * first, once every live replica has flushed past the expiry (usage_flush_marks, as the period
+ * close reads them): a count made before it may still burn the grant (addUsage's `since`), and
+ * what is left is final only then.
+ */
 export function expiredUnmarked(db: Db, limit: number): Promise<CreditGrantRow[]> {
   return db<CreditGrantRow[]>`
     select ${db.unsafe(COLUMNS)} from credit_grants g
     where voided_at is null and expires_at <= now() and expires_at > now() - interval '30 days'
+      and expires_at <= coalesce((select min(flushed_through) from usage_flush_marks
+                                  where seen_at > now() - make_interval(secs => ${LIVE_REPLICA_SECONDS})), now())
       and not exists (select 1 from alert_marks m where m.kind = 'credits.expired' and m.subject = g.id::text)
     order by expires_at limit ${limit}`
 }

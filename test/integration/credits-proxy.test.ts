@@ -261,6 +261,9 @@ const eventsOf = (type: string, targetId: string) =>
 
 async function waitForEvents(type: string, targetId: string, count: number) {
   const found = await until(10_000, async () => {
+    // An expiry is told once every replica has flushed past it (store/credit-grants.ts
+    // expiredUnmarked): the meters flush every second in production, by hand here.
+    if (type === 'credits.expired') await Promise.all([a.app.usageMeter.flush(), b.app.usageMeter.flush()])
     await a.app.alerts.check()
     await b.app.alerts.check()
     return (await eventsOf(type, targetId)).length >= count
@@ -330,6 +333,23 @@ t.test('credits.expired once per grant whose expiry passed, with what it took', 
   await b.app.alerts.check()
   t.equal((await eventsOf('credits.expired', expiring.id)).length, 1, 'written once')
 })
+
+t.test(
+  'credits.expired waits for every replica to flush past the expiry: a late burn is not told as expired',
+  async (t) => {
+    const sub = await subWithCredits()
+    const expiring = await grant(sub, { units: 40, expires_at: new Date(Date.now() + 3_600_000).toISOString() })
+    await b.app.usageMeter.flush()
+    // B serves 15 units while the grant lives, and holds them: its meter writes them later.
+    t.equal((await send(b, sub, 15)).status, 200)
+    await a.database.sql`update credit_grants set expires_at = now() where id = ${expiring.id}`
+    await a.app.usageMeter.flush()
+    await a.app.alerts.check()
+    t.same(await eventsOf('credits.expired', expiring.id), [], 'not told while B has not flushed past the expiry')
+    const expired = await waitForEvents('credits.expired', expiring.id, 1)
+    t.match(expired[0]!.data.object, { id: expiring.id, units_left: 0, units_expired: 25 }, "B's 15 burned it first")
+  },
+)
 
 t.test('a grant voided after its expiry is answered as it is; its credits.expired is written', async (t) => {
   const sub = await subWithCredits()
