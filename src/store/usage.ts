@@ -90,8 +90,15 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
     ), credit_use as (
       -- A meter's units burn the sub-account's live grants of it, in the burn order, in this
       -- statement: the credits' use in Postgres is what the meter wrote (store/credit-grants.ts).
-      select tenant_id, meter, sum(units) as units, max(period_start) as period_start
+      select tenant_id, meter, sum(units) as units
       from unit_rows where exists (select 1 from batch) group by 1, 2
+    ), credit_periods as (
+      -- The periods of the batch's units, in time order, each at its place along the meter's
+      -- units: a grant's burn is logged in the periods whose units took it.
+      select tenant_id, meter, period_start, units,
+             coalesce(sum(units) over (partition by tenant_id, meter order by period_start
+                                       rows between unbounded preceding and 1 preceding), 0) as before
+      from unit_rows where exists (select 1 from batch)
     ), credit_locked as (
       select g.id, g.sub_account_id, g.meter, g.units_left, g.priority, g.expires_at, g.seq
       from credit_grants g
@@ -106,14 +113,19 @@ export async function addUsage(sql: Sql, batchId: string, batch: UsageBatch): Pr
                            rows between unbounded preceding and 1 preceding), 0) as before
       from credit_locked l
     ), credit_taken as (
-      select o.id, least(o.units_left, u.units - o.before) as units, u.period_start
+      select o.id, o.sub_account_id, o.meter, o.before, least(o.units_left, u.units - o.before) as units
       from credit_order o join credit_use u on u.tenant_id = o.sub_account_id and u.meter = o.meter
       where u.units > o.before
     ), credit_burned as (
       update credit_grants g set units_left = g.units_left - t.units from credit_taken t where g.id = t.id
     ), credit_burn_log as (
+      -- Each grant's units [before, before + units) of the meter's, split by the periods whose
+      -- units [before, before + units) overlap them.
       insert into credit_burns (grant_id, period_start, units)
-      select id, period_start, units from credit_taken order by id
+      select t.id, p.period_start, least(t.before + t.units, p.before + p.units) - greatest(t.before, p.before)
+      from credit_taken t join credit_periods p on p.tenant_id = t.sub_account_id and p.meter = t.meter
+      where least(t.before + t.units, p.before + p.units) > greatest(t.before, p.before)
+      order by t.id, p.period_start
       on conflict (grant_id, period_start) do update set units = credit_burns.units + excluded.units
     ), credit_owed as (
       -- Beyond every live grant, under a credit limit in force (its own or its plan's, as
