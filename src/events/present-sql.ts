@@ -2,6 +2,7 @@
 // (store/events.ts changeWithEvent): field for field what schemas/present.ts and
 // auth/key-changes.ts keyObject make of the same row. test/integration/events.test.ts holds each
 // event's object equal to the API's answer, so the two cannot drift apart unseen.
+import { planInForceSql } from '../store/plans.js'
 
 /** A timestamp column as Date#toISOString writes it: UTC, milliseconds truncated, `Z`. */
 export const isoSql = (column: string) => `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
@@ -26,16 +27,9 @@ export const subAccountObject = (alias: string) => `jsonb_build_object(
   'key_policy', coalesce(${alias}.key_policy, ${NO_KEY_POLICY}),
   'placement', ${alias}.placement,
   'plan_id', ${alias}.plan_id,
-  'effective_limits', coalesce(plan_effective_limits(${alias}.limits, ${planInForce(alias, 'limits')}), ${NO_LIMITS}),
+  'effective_limits', coalesce(plan_effective_limits(${alias}.limits, ${planInForceSql(alias, 'limits')}), ${NO_LIMITS}),
   'effective_key_policy',
-    coalesce(plan_effective_key_policy(${alias}.key_policy, ${planInForce(alias, 'key_policy')}), ${NO_KEY_POLICY}))`
-
-/**
- * A column of the plan in force for the sub-account row `alias` (docs/api.md, Plans): its own
- * plan, else its parent's default; null when it has none.
- */
-const planInForce = (alias: string, column: 'limits' | 'key_policy') => `(select p.${column} from plans p
-    where p.id = coalesce(${alias}.plan_id, (select d.default_plan_id from tenants d where d.id = ${alias}.parent_id)))`
+    coalesce(plan_effective_key_policy(${alias}.key_policy, ${planInForceSql(alias, 'key_policy')}), ${NO_KEY_POLICY}))`
 
 /** presentPlan of the row named `alias` (plans' columns). */
 export const planObject = (alias: string) => `jsonb_build_object(

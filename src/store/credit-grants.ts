@@ -3,7 +3,7 @@
 // it is 0 then, while the row keeps what was left, which billing tells apart from what was burned.
 import type { CreditGrants } from '../shared/tenancy-records.js'
 import type { Sql, Tx } from './db.js'
-import { LIVE_REPLICA_SECONDS } from './usage-periods.js'
+import { LIVE_REPLICA_SECONDS, liveFlushWatermark } from './usage-periods.js'
 
 type Db = Sql | Tx
 
@@ -187,8 +187,7 @@ export function expiredUnmarked(db: Db, limit: number): Promise<CreditGrantRow[]
   return db<CreditGrantRow[]>`
     select ${db.unsafe(COLUMNS)} from credit_grants g
     where voided_at is null and expires_at <= now() and expires_at > now() - interval '30 days'
-      and expires_at <= coalesce((select min(flushed_through) from usage_flush_marks
-                                  where seen_at > now() - make_interval(secs => ${LIVE_REPLICA_SECONDS})), now())
+      and expires_at <= coalesce(${liveFlushWatermark(db, LIVE_REPLICA_SECONDS)}, now())
       and not exists (select 1 from alert_marks m where m.kind = 'credits.expired' and m.subject = g.id::text)
     order by expires_at limit ${limit}`
 }

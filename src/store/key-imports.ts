@@ -5,6 +5,7 @@
 import type { Sql, Tx } from './db.js'
 import { KEY_COLUMNS, type KeyRow } from './api-keys.js'
 import { type EventRow, queuedDeliveries } from './events.js'
+import { planInForceSql } from './plans.js'
 import { Statement } from './statement.js'
 import type { KeyPolicy } from '../guardrails/key-policy.js'
 
@@ -30,9 +31,7 @@ export function importTenants(
 ): Promise<ImportTenant[]> {
   return db<ImportTenant[]>`
     select t.id, t.external_id,
-      plan_effective_key_policy(t.key_policy, (select p.key_policy from plans p
-        where p.id = coalesce(t.plan_id, (select d.default_plan_id from tenants d where d.id = t.parent_id))))
-        as key_policy_in_force
+      plan_effective_key_policy(t.key_policy, ${db.unsafe(planInForceSql('t', 'key_policy'))}) as key_policy_in_force
     from tenants t
     where t.parent_id = ${parentId}
       and (t.id = any (array(select given::uuid from jsonb_array_elements_text(${db.json(ids as string[])}) as given))

@@ -21,6 +21,13 @@ export interface PlanRow {
 
 export type PlanPageRow = PlanRow & { seq: string }
 
+/**
+ * SQL: a column of the plan in force for the sub-account row `alias` (docs/api.md, Plans): its own
+ * plan, else its parent's default; null when it has none. `planInForceOf` reads the whole row.
+ */
+export const planInForceSql = (alias: string, column: 'limits' | 'key_policy') => `(select p.${column} from plans p
+    where p.id = coalesce(${alias}.plan_id, (select d.default_plan_id from tenants d where d.id = ${alias}.parent_id)))`
+
 export const PLAN_COLUMNS = 'id, account_id, name, limits, key_policy, metadata, created_at, updated_at'
 
 /** The plan with this id, whoever's: what the tenancy lookups read (a tenant names only its parent's). */

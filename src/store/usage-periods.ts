@@ -1,12 +1,20 @@
 // Closed usage periods (docs/billing.md): the replicas' flush marks, the close that follows them,
 // and the closed periods' units as export rows. SQL only; the timer is usage/period-close.ts.
-import type { Sql } from './db.js'
+import type { Sql, Tx } from './db.js'
 
 /**
  * A replica that has not flushed for this long is not waited for (its late units move on): its
  * mark becomes a loss (usage_replica_losses), unless it stopped and took its mark with it.
  */
 export const LIVE_REPLICA_SECONDS = 120
+
+/**
+ * The live replicas' flush watermark: every replica seen within `liveReplicaSeconds` has written
+ * what it counted before it (usage_flush_marks); null when none is. A fragment of `db`'s statements.
+ */
+export const liveFlushWatermark = (db: Sql | Tx, liveReplicaSeconds: number) => db`(
+    select min(flushed_through) from usage_flush_marks
+    where seen_at > now() - make_interval(secs => ${liveReplicaSeconds}))`
 
 /** A replica that stops: the close no longer waits for it (its last flush is in). */
 export async function forgetReplica(sql: Sql, replicaId: string): Promise<void> {
@@ -30,8 +38,7 @@ export async function closePeriods(
 ): Promise<Date | null> {
   const [row] = await sql<{ closed_until: Date | null }[]>`
     with watermark as (
-      select min(flushed_through) as at from usage_flush_marks
-      where seen_at > now() - make_interval(secs => ${liveReplicaSeconds})
+      select ${liveFlushWatermark(sql, liveReplicaSeconds)} as at
     ), lost as (
       delete from usage_flush_marks where seen_at <= now() - make_interval(secs => ${liveReplicaSeconds})
       returning replica_id, flushed_through, seen_at

@@ -10,7 +10,8 @@ import { ApiError } from '../../errors.js'
 import { asksForWebSocket, isUpgrade } from '../../http/upgrade-request.js'
 import { actualAnswerHeaders, decidePreflight, isPreflight } from '../cors/policy.js'
 import type { StepFactory } from '../options.js'
-import { ANSWERED } from '../pipeline.js'
+import { ANSWERED, type ProxyStep } from '../pipeline.js'
+import type { ProxyRoute } from '../route.js'
 
 function answerPreflight(
   reply: FastifyReply,
@@ -31,7 +32,7 @@ export const corsStep: StepFactory = (route) => corsFor(route, true)
  */
 export const corsDecisionStep: StepFactory = (route) => corsFor(route, false)
 
-function corsFor(route: Parameters<StepFactory>[0], answersPreflights: boolean): ReturnType<StepFactory> {
+function corsFor(route: ProxyRoute, answersPreflights: boolean): ProxyStep | null {
   const cors = route.cors
   if (cors === null) return null
   return {
